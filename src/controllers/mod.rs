@@ -1,0 +1,1 @@
+//! Controllers and the names `--controllers` selects them by.

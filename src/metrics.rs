@@ -1,0 +1,26 @@
+//! One process-wide Prometheus registry, served as text at `/metrics`.
+//!
+//! Every module registers its metric families once (typically from a `LazyLock`)
+//! through [`register`]; the HTTP server renders them with [`encode`].
+
+use std::sync::{LazyLock, Mutex};
+
+use prometheus_client::encoding::text;
+use prometheus_client::registry::{Metric, Registry};
+
+static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));
+
+/// Registers a metric family under its full name (no prefix is added).
+pub fn register(name: &str, help: &str, metric: impl Metric) {
+    let mut registry = REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    registry.register(name, help, metric);
+}
+
+/// Renders every registered family in the Prometheus text exposition format.
+pub fn encode() -> String {
+    let registry = REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = text::encode(&mut out, &registry);
+    out
+}
