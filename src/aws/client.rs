@@ -125,7 +125,9 @@ impl ClientOptions {
             return Err(OptionsError::MaxAttempts);
         }
         if self.max_ids_per_call == 0 {
-            return Err(OptionsError::BatchSize { what: "instance ID" });
+            return Err(OptionsError::BatchSize {
+                what: "instance ID",
+            });
         }
         if self.max_dns_names_per_call == 0 {
             return Err(OptionsError::BatchSize {
@@ -231,7 +233,10 @@ impl AwsClient {
                 // parameter one unknown ID fails the whole call
                 // (InvalidInstanceID.NotFound); the filter just leaves it out.
                 let found = core
-                    .describe_instances(vec![instances::filter("instance-id", ids)], CallOptions::default())
+                    .describe_instances(
+                        vec![instances::filter("instance-id", ids)],
+                        CallOptions::default(),
+                    )
                     .await?;
                 Ok(found.into_iter().map(|i| (i.id.clone(), i)).collect())
             }
@@ -245,7 +250,9 @@ impl AwsClient {
                     instances::filter("private-dns-name", names),
                     instances::filter("instance-state-name", ALIVE_STATES),
                 ];
-                let found = core.describe_instances(filters, CallOptions::default()).await?;
+                let found = core
+                    .describe_instances(filters, CallOptions::default())
+                    .await?;
                 let mut by_name = HashMap::new();
                 for instance in found {
                     if let Some(name) = instance.private_dns_name.clone() {
@@ -276,7 +283,9 @@ impl AwsClient {
             zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
             core,
         };
-        AwsClient { inner: Arc::new(inner) }
+        AwsClient {
+            inner: Arc::new(inner),
+        }
     }
 
     /// The cluster ID this client was built for.
@@ -312,14 +321,22 @@ impl AwsClient {
     }
 
     /// [`AwsClient::ec2`] with a deadline.
-    pub async fn ec2_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    pub async fn ec2_with<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_ec2::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         let client = &self.inner.core.clients.ec2;
-        self.inner.core.call(Service::Ec2, op, opts, || f(client.clone())).await
+        self.inner
+            .core
+            .call(Service::Ec2, op, opts, || f(client.clone()))
+            .await
     }
 
     /// Calls classic ELB; see [`AwsClient::ec2`].
@@ -333,14 +350,22 @@ impl AwsClient {
     }
 
     /// [`AwsClient::elb`] with a deadline.
-    pub async fn elb_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    pub async fn elb_with<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         let client = &self.inner.core.clients.elb;
-        self.inner.core.call(Service::Elb, op, opts, || f(client.clone())).await
+        self.inner
+            .core
+            .call(Service::Elb, op, opts, || f(client.clone()))
+            .await
     }
 
     /// Calls ELBv2; see [`AwsClient::ec2`].
@@ -354,14 +379,22 @@ impl AwsClient {
     }
 
     /// [`AwsClient::elbv2`] with a deadline.
-    pub async fn elbv2_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    pub async fn elbv2_with<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         let client = &self.inner.core.clients.elbv2;
-        self.inner.core.call(Service::Elbv2, op, opts, || f(client.clone())).await
+        self.inner
+            .core
+            .call(Service::Elbv2, op, opts, || f(client.clone()))
+            .await
     }
 
     /// Calls STS; see [`AwsClient::ec2`].
@@ -375,14 +408,22 @@ impl AwsClient {
     }
 
     /// [`AwsClient::sts`] with a deadline.
-    pub async fn sts_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    pub async fn sts_with<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_sts::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         let client = &self.inner.core.clients.sts;
-        self.inner.core.call(Service::Sts, op, opts, || f(client.clone())).await
+        self.inner
+            .core
+            .call(Service::Sts, op, opts, || f(client.clone()))
+            .await
     }
 
     /// One instance by ID, coalesced with concurrent lookups into one
@@ -393,7 +434,11 @@ impl AwsClient {
 
     /// [`AwsClient::instance_by_id`] with a deadline for this caller's wait
     /// (the shared batch call goes on for the others).
-    pub async fn instance_by_id_with(&self, id: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
+    pub async fn instance_by_id_with(
+        &self,
+        id: &str,
+        opts: CallOptions,
+    ) -> Result<Ec2Instance, AwsError> {
         let lookup = self.inner.by_id.get(id.to_string());
         let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
         found.ok_or_else(|| AwsError::NotFound {
@@ -405,11 +450,16 @@ impl AwsClient {
     /// One live (not terminated) instance by private DNS name
     /// (`ip-10-0-0-1.ec2.internal`), coalesced like [`AwsClient::instance_by_id`].
     pub async fn instance_by_private_dns(&self, name: &str) -> Result<Ec2Instance, AwsError> {
-        self.instance_by_private_dns_with(name, CallOptions::default()).await
+        self.instance_by_private_dns_with(name, CallOptions::default())
+            .await
     }
 
     /// [`AwsClient::instance_by_private_dns`] with a deadline.
-    pub async fn instance_by_private_dns_with(&self, name: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
+    pub async fn instance_by_private_dns_with(
+        &self,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<Ec2Instance, AwsError> {
         let lookup = self.inner.by_private_dns.get(name.to_string());
         let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
         found.ok_or_else(|| AwsError::NotFound {
@@ -469,7 +519,13 @@ async fn with_deadline<T>(
 
 impl Core {
     /// The retry loop: throttle, send, classify, back off.
-    async fn call<T, E, F, Fut>(&self, service: Service, op: Operation, opts: CallOptions, attempt: F) -> Result<T, AwsError>
+    async fn call<T, E, F, Fut>(
+        &self,
+        service: Service,
+        op: Operation,
+        opts: CallOptions,
+        attempt: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
@@ -560,7 +616,10 @@ impl Core {
                 api_metrics::record_call_error(op);
                 return Err(error);
             };
-            if opts.deadline.is_some_and(|deadline| Instant::now() + delay >= deadline) {
+            if opts
+                .deadline
+                .is_some_and(|deadline| Instant::now() + delay >= deadline)
+            {
                 return Err(deadline_exceeded(attempts, Some(error)));
             }
             tracing::debug!(
@@ -577,7 +636,11 @@ impl Core {
     }
 
     /// Paginated, filtered `DescribeInstances` (1,000 per page), converted.
-    async fn describe_instances(&self, filters: Vec<Filter>, opts: CallOptions) -> Result<Vec<Ec2Instance>, AwsError> {
+    async fn describe_instances(
+        &self,
+        filters: Vec<Filter>,
+        opts: CallOptions,
+    ) -> Result<Vec<Ec2Instance>, AwsError> {
         let mut out = Vec::new();
         let mut next_token: Option<String> = None;
         loop {
@@ -608,7 +671,10 @@ impl Core {
     async fn sweep_cluster(&self) -> Result<Vec<Ec2Instance>, AwsError> {
         let tag_key = instances::cluster_tag_key(&self.cluster_id);
         let mut found = self
-            .describe_instances(vec![instances::filter("tag-key", [tag_key])], CallOptions::default())
+            .describe_instances(
+                vec![instances::filter("tag-key", [tag_key])],
+                CallOptions::default(),
+            )
             .await?;
         if self.options.legacy_cluster_tag {
             // EC2 ANDs filters, so "either tag" takes a second query.
@@ -621,7 +687,8 @@ impl Core {
                     CallOptions::default(),
                 )
                 .await?;
-            let seen: std::collections::HashSet<String> = found.iter().map(|i| i.id.clone()).collect();
+            let seen: std::collections::HashSet<String> =
+                found.iter().map(|i| i.id.clone()).collect();
             found.extend(legacy.into_iter().filter(|i| !seen.contains(&i.id)));
         }
         found.sort_by(|a, b| a.id.cmp(&b.id));
@@ -642,5 +709,357 @@ impl Core {
             .iter()
             .filter_map(|zone| Some((zone.zone_name()?.to_string(), zone.zone_id()?.to_string())))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::test_stub::{Fault, StubEc2, StubInstance};
+
+    /// Fast retries so failure-path tests take milliseconds.
+    fn fast_options() -> ClientOptions {
+        ClientOptions {
+            backoff_base: Duration::from_millis(5),
+            backoff_max: Duration::from_millis(20),
+            ..ClientOptions::default()
+        }
+    }
+
+    fn fleet(n: usize) -> Vec<StubInstance> {
+        (0..n)
+            .map(|i| {
+                StubInstance::running(
+                    &format!("i-{i:017x}"),
+                    &format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250),
+                )
+                .tagged("kubernetes.io/cluster/demo", "owned")
+            })
+            .collect()
+    }
+
+    async fn client_for(stub: &StubEc2, options: ClientOptions) -> AwsClient {
+        AwsClient::new(stub.clients(), "demo".to_string(), options)
+    }
+
+    #[tokio::test]
+    async fn concurrent_lookups_by_id_coalesce_and_isolate_unknown_ids() {
+        let stub = StubEc2::start(fleet(300)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let mut ids: Vec<String> = (0..300).map(|i| format!("i-{i:017x}")).collect();
+        ids.push("i-0000000000000dead".to_string());
+        let lookups = ids.iter().map(|id| {
+            let aws = aws.clone();
+            async move { (id.clone(), aws.instance_by_id(id).await) }
+        });
+        let results = futures::future::join_all(lookups).await;
+        for (id, result) in results {
+            if id.ends_with("dead") {
+                let err = result.expect_err("unknown ID");
+                assert!(err.is_not_found(), "{err}");
+                assert!(err.to_string().contains("i-0000000000000dead"), "{err}");
+            } else {
+                assert_eq!(
+                    result.expect("known ID").id,
+                    id,
+                    "each caller gets its own instance"
+                );
+            }
+        }
+        assert!(
+            stub.calls("DescribeInstances") <= 2,
+            "{} calls",
+            stub.calls("DescribeInstances")
+        );
+        let filters = stub.describe_filters();
+        assert_eq!(
+            filters[0][0].0, "instance-id",
+            "uses the filter, not InstanceIds"
+        );
+    }
+
+    #[tokio::test]
+    async fn lookups_by_private_dns_coalesce_in_bounded_batches() {
+        let stub = StubEc2::start(fleet(450)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let names: Vec<String> = (0..450)
+            .map(|i| format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250))
+            .collect();
+        let results =
+            futures::future::join_all(names.iter().map(|name| aws.instance_by_private_dns(name)))
+                .await;
+        for (name, result) in names.iter().zip(results) {
+            assert_eq!(
+                result.expect("found").private_dns_name.as_deref(),
+                Some(name.as_str())
+            );
+        }
+        let filters = stub.describe_filters();
+        assert!(
+            filters.len() <= 4,
+            "{} calls for 450 names in batches of 200",
+            filters.len()
+        );
+        for call in &filters {
+            let names = call
+                .iter()
+                .find(|(n, _)| n == "private-dns-name")
+                .map(|(_, v)| v.len());
+            assert!(names.is_some_and(|n| n <= 200), "{call:?}");
+            assert!(
+                call.iter().any(|(n, _)| n == "instance-state-name"),
+                "terminated instances excluded"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_sweep_is_paginated_shared_and_cached() {
+        let mut instances = fleet(2300);
+        instances.push(
+            StubInstance::running("i-legacy", "ip-legacy").tagged("KubernetesCluster", "demo"),
+        );
+        instances.push(
+            StubInstance::running("i-foreign", "ip-foreign")
+                .tagged("kubernetes.io/cluster/other", "owned"),
+        );
+        let stub = StubEc2::start(instances).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let sweeps = futures::future::join_all((0..50).map(|_| aws.cluster_instances())).await;
+        for sweep in &sweeps {
+            let sweep = sweep.as_ref().expect("sweep");
+            assert_eq!(
+                sweep.len(),
+                2301,
+                "tagged and legacy-tagged, not the foreign one"
+            );
+            assert!(sweep.iter().any(|i| i.id == "i-legacy"));
+        }
+        // 3 pages of 1,000 for the tag-key query, 1 for the legacy tag.
+        assert_eq!(stub.calls("DescribeInstances"), 4);
+        aws.cluster_instances().await.expect("cached");
+        assert_eq!(stub.calls("DescribeInstances"), 4, "served from cache");
+        aws.invalidate_sweep();
+        aws.cluster_instances().await.expect("fresh");
+        assert_eq!(stub.calls("DescribeInstances"), 8);
+    }
+
+    #[tokio::test]
+    async fn zones_are_read_once() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let zones = aws.zone_ids().await.expect("zones");
+        assert_eq!(
+            zones.get("us-east-1b").map(String::as_str),
+            Some("use1-az2")
+        );
+        aws.zone_ids().await.expect("zones");
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 1);
+    }
+
+    #[tokio::test]
+    async fn transient_errors_and_throttling_are_retried_and_throttling_lowers_the_rate() {
+        let stub = StubEc2::start(fleet(1)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        stub.push_faults([
+            Fault::Error {
+                status: 503,
+                code: "Unavailable",
+            },
+            Fault::Error {
+                status: 500,
+                code: "InternalError",
+            },
+            Fault::Error {
+                status: 503,
+                code: "RequestLimitExceeded",
+            },
+        ]);
+        let before = aws.current_rate(Category::Ec2NonMutating);
+        let zones = aws
+            .ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+                ec2.describe_availability_zones().send()
+            })
+            .await
+            .expect("succeeds on the 4th attempt");
+        assert_eq!(zones.availability_zones().len(), 2);
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 4);
+        assert!(
+            aws.current_rate(Category::Ec2NonMutating) < before,
+            "throttling lowered the rate"
+        );
+    }
+
+    #[tokio::test]
+    async fn fatal_and_not_found_errors_are_not_retried() {
+        let stub = StubEc2::start(fleet(1)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        for (code, class) in [
+            ("InvalidParameterValue", ErrorClass::Fatal),
+            ("UnauthorizedOperation", ErrorClass::Fatal),
+            ("InvalidRouteTableID.NotFound", ErrorClass::NotFound),
+        ] {
+            let before = stub.calls("DescribeAvailabilityZones");
+            stub.push_faults([Fault::Error { status: 400, code }]);
+            let err = aws
+                .ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+                    ec2.describe_availability_zones().send()
+                })
+                .await
+                .expect_err("fails");
+            assert_eq!(err.class(), class, "{err}");
+            assert_eq!(err.code(), Some(code));
+            assert_eq!(err.attempts(), 1);
+            assert!(
+                err.message().contains("stub says"),
+                "AWS message kept: {err}"
+            );
+            assert_eq!(
+                stub.calls("DescribeAvailabilityZones") - before,
+                1,
+                "{code} not retried"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_stop_at_max_attempts() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let options = ClientOptions {
+            max_attempts: 3,
+            ..fast_options()
+        };
+        let aws = client_for(&stub, options).await;
+        stub.push_faults((0..5).map(|_| Fault::Error {
+            status: 500,
+            code: "InternalError",
+        }));
+        let err = aws
+            .ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+                ec2.describe_availability_zones().send()
+            })
+            .await
+            .expect_err("all attempts fail");
+        assert_eq!(err.attempts(), 3);
+        assert_eq!(err.class(), ErrorClass::Transient);
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 3);
+        let text = err.to_string();
+        assert!(
+            text.contains("EC2 DescribeAvailabilityZones failed after 3 attempt(s)"),
+            "{text}"
+        );
+        assert!(text.contains("InternalError"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn slow_answers_time_out_per_attempt_and_deadlines_are_honoured() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let options = ClientOptions {
+            call_timeout: Duration::from_millis(100),
+            ..fast_options()
+        };
+        let aws = client_for(&stub, options).await;
+        // First attempt hangs past the per-call timeout; the retry succeeds.
+        stub.push_faults([Fault::Delay(Duration::from_secs(2))]);
+        aws.ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+            ec2.describe_availability_zones().send()
+        })
+        .await
+        .expect("retry after a timeout");
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 2);
+
+        // With every attempt slow, the caller's deadline ends the call.
+        stub.push_faults((0..10).map(|_| Fault::Delay(Duration::from_secs(2))));
+        let start = Instant::now();
+        let err = aws
+            .ec2_with(
+                Operation::Ec2DescribeAvailabilityZones,
+                CallOptions::within(Duration::from_millis(250)),
+                |ec2| ec2.describe_availability_zones().send(),
+            )
+            .await
+            .expect_err("deadline");
+        let elapsed = start.elapsed();
+        assert!(matches!(err, AwsError::DeadlineExceeded { .. }), "{err}");
+        assert!(
+            elapsed < Duration::from_millis(400),
+            "returned at the deadline, took {elapsed:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_caller_deadline_bounds_the_wait_for_a_token() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let options = ClientOptions {
+            budget_fraction: 0.1, // ELB create bucket: 1 burst, one per 50 s
+            ..fast_options()
+        };
+        let aws = client_for(&stub, options).await;
+        let call = || {
+            aws.elb_with(
+                Operation::ElbCreateLoadBalancer,
+                CallOptions::within(Duration::from_millis(100)),
+                |elb| elb.describe_load_balancers().send(),
+            )
+        };
+        // The first call takes the only token (and fails at the stub, which
+        // does not speak ELB); the second cannot get one before its deadline.
+        let first = call().await.expect_err("stub does not serve ELB");
+        assert_eq!(first.class(), ErrorClass::Fatal);
+        let second = call().await.expect_err("no token within 100 ms");
+        assert!(
+            matches!(second, AwsError::DeadlineExceeded { attempts: 0, .. }),
+            "{second}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_operation_of_another_service_is_refused() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let err = aws
+            .ec2(Operation::ElbDescribeLoadBalancers, |ec2| {
+                ec2.describe_availability_zones().send()
+            })
+            .await
+            .expect_err("wrong service");
+        assert_eq!(err.class(), ErrorClass::Fatal);
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 0);
+    }
+
+    #[tokio::test]
+    async fn metrics_use_the_go_ccm_names() {
+        let stub = StubEc2::start(fleet(1)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        stub.push_faults([Fault::Error {
+            status: 400,
+            code: "RequestLimitExceeded",
+        }]);
+        aws.instance_by_id(&format!("i-{:017x}", 0))
+            .await
+            .expect("found after a retry");
+        stub.push_faults([Fault::Error {
+            status: 400,
+            code: "InvalidParameterValue",
+        }]);
+        aws.ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+            ec2.describe_availability_zones().send()
+        })
+        .await
+        .expect_err("fatal");
+        let text = crate::metrics::encode();
+        for needle in [
+            "cloudprovider_aws_api_request_duration_seconds_bucket{le=\"+Inf\",request=\"describe_instance\"}",
+            "cloudprovider_aws_api_request_duration_seconds_count{request=\"describe_instance\"}",
+            "cloudprovider_aws_api_request_errors{request=\"describe_availability_zones\"}",
+            "cloudprovider_aws_api_throttled_requests_total{operation_name=\"DescribeInstances\"}",
+            "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=\"success\"}",
+            "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=\"throttled\"}",
+            "aws_ccm_api_coalesced_batch_size_count{kind=\"instance_id\"}",
+            "aws_ccm_api_token_wait_seconds_count{category=\"ec2_non_mutating\"}",
+            "aws_ccm_api_rate_limit{category=\"ec2_non_mutating\"}",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
     }
 }

@@ -10,6 +10,8 @@ pub mod instances;
 pub mod operations;
 pub mod retry;
 mod sdk_clients;
+#[cfg(test)]
+mod test_stub;
 pub mod throttle;
 
 pub use client::{AwsClient, CallOptions, ClientOptions, OptionsError, SdkClients};
