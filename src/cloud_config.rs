@@ -100,10 +100,10 @@ impl Default for CloudConfig {
 
 #[derive(Debug, thiserror::Error)]
 pub enum CloudConfigError {
-    #[error("cloud config {path}: cannot read: {source}")]
+    #[error("cloud config {path}: cannot read: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("cloud config {path}:{line}: {message}")]
     Syntax {
@@ -205,9 +205,9 @@ fn normalize_section(raw: &str) -> String {
 impl CloudConfig {
     /// Loads and validates a cloud.conf file.
     pub fn load(path: &Path) -> Result<CloudConfig, CloudConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CloudConfigError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| CloudConfigError::Read {
             path: path.to_path_buf(),
-            source,
+            error,
         })?;
         CloudConfig::parse(&text, path)
     }

@@ -338,7 +338,7 @@ impl Options {
                 retry,
             });
         }
-        if !(self.kube_api_qps > 0.0) {
+        if self.kube_api_qps.is_nan() || self.kube_api_qps <= 0.0 {
             return Err(OptionsError::Qps(self.kube_api_qps));
         }
         if self.kube_api_burst == 0 {
