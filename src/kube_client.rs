@@ -1,1 +1,202 @@
-//! placeholder
+//! The Kubernetes client: `--kubeconfig`, `--master`, in-cluster config, and
+//! client-side QPS/burst limits (`--kube-api-qps`, `--kube-api-burst`) as
+//! client-go applies them. kube-rs has no client-side limiter, so a small
+//! tower layer backed by a governor token bucket provides it.
+
+use std::future::Future;
+use std::num::NonZeroU32;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use tower::{Layer, Service};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KubeClientError {
+    #[error("--kubeconfig {path}: {error}")]
+    Kubeconfig {
+        path: String,
+        error: kube::config::KubeconfigError,
+    },
+    #[error("--master {value:?} is not a valid URL: {reason}")]
+    Master { value: String, reason: String },
+    #[error(
+        "no Kubernetes configuration: not running in a pod and no --kubeconfig/KUBECONFIG given ({0})"
+    )]
+    Infer(kube::config::InferConfigError),
+    #[error("building the Kubernetes client: {0}")]
+    Build(kube::Error),
+}
+
+/// Loads client configuration the way upstream does: `--kubeconfig` if given,
+/// else in-cluster, else `$KUBECONFIG`/`~/.kube/config`; `--master` overrides
+/// the server address in any of them.
+pub async fn load_config(
+    kubeconfig: Option<&Path>,
+    master: Option<&str>,
+) -> Result<Config, KubeClientError> {
+    let mut config = match (kubeconfig, master) {
+        (Some(path), _) => {
+            let kc = Kubeconfig::read_from(path).map_err(|error| KubeClientError::Kubeconfig {
+                path: path.display().to_string(),
+                error,
+            })?;
+            Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|error| KubeClientError::Kubeconfig {
+                    path: path.display().to_string(),
+                    error,
+                })?
+        }
+        // --master alone: an unauthenticated client, as upstream allows for tests.
+        (None, Some(url)) => Config::new(parse_master(url)?),
+        (None, None) => Config::infer().await.map_err(KubeClientError::Infer)?,
+    };
+    if let Some(url) = master {
+        config.cluster_url = parse_master(url)?;
+    }
+    Ok(config)
+}
+
+fn parse_master(value: &str) -> Result<http::Uri, KubeClientError> {
+    let uri: http::Uri =
+        value
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| KubeClientError::Master {
+                value: value.to_string(),
+                reason: e.to_string(),
+            })?;
+    if uri.scheme().is_none() || uri.host().is_none() {
+        return Err(KubeClientError::Master {
+            value: value.to_string(),
+            reason: "expected scheme and host, e.g. https://10.0.0.1:6443".to_string(),
+        });
+    }
+    Ok(uri)
+}
+
+/// Builds a client that never exceeds `qps` requests per second on average,
+/// with bursts up to `burst`. Watches count once, at connection time, as in client-go.
+pub fn build_client(config: Config, qps: f32, burst: u32) -> Result<Client, KubeClientError> {
+    let layer = QpsLayer::new(qps, burst);
+    let builder = ClientBuilder::try_from(config).map_err(KubeClientError::Build)?;
+    Ok(builder.with_layer(&layer).build())
+}
+
+/// A tower layer that waits for a token before each request.
+#[derive(Clone)]
+pub struct QpsLayer {
+    limiter: Arc<DefaultDirectRateLimiter>,
+}
+
+impl QpsLayer {
+    pub fn new(qps: f32, burst: u32) -> QpsLayer {
+        let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
+        // governor expresses rates as a replenish interval per token.
+        let per_token = std::time::Duration::from_secs_f64(1.0 / f64::from(qps.max(0.001)));
+        let quota = Quota::with_period(per_token)
+            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+            .allow_burst(burst);
+        QpsLayer {
+            limiter: Arc::new(RateLimiter::direct(quota)),
+        }
+    }
+}
+
+impl<S> Layer<S> for QpsLayer {
+    type Service = QpsService<S>;
+    fn layer(&self, inner: S) -> QpsService<S> {
+        QpsService {
+            inner,
+            limiter: self.limiter.clone(),
+            waiting: None,
+            permitted: false,
+        }
+    }
+}
+
+type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+pub struct QpsService<S> {
+    inner: S,
+    limiter: Arc<DefaultDirectRateLimiter>,
+    waiting: Option<Wait>,
+    permitted: bool,
+}
+
+impl<S, Req> Service<Req> for QpsService<S>
+where
+    S: Service<Req>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        if !self.permitted {
+            let limiter = self.limiter.clone();
+            let wait = self
+                .waiting
+                .get_or_insert_with(|| Box::pin(async move { limiter.until_ready().await }));
+            match wait.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    self.waiting = None;
+                    self.permitted = true;
+                }
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        // Each permit pays for exactly one request.
+        self.permitted = false;
+        self.inner.call(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+    use tower::ServiceExt;
+
+    #[tokio::test]
+    async fn burst_passes_then_requests_are_paced_at_qps() {
+        let layer = QpsLayer::new(50.0, 5);
+        let mut svc = layer.layer(tower::service_fn(|_: ()| async {
+            Ok::<_, std::convert::Infallible>(())
+        }));
+        let start = Instant::now();
+        for _ in 0..5 {
+            svc.ready().await.unwrap().call(()).await.unwrap();
+        }
+        assert!(
+            start.elapsed() < Duration::from_millis(15),
+            "burst should not wait"
+        );
+        let start = Instant::now();
+        for _ in 0..5 {
+            svc.ready().await.unwrap().call(()).await.unwrap();
+        }
+        // Five more tokens at 50/s take ~100 ms to accrue; never less than 80.
+        assert!(
+            start.elapsed() >= Duration::from_millis(80),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn master_must_be_a_url() {
+        assert!(parse_master("https://10.0.0.1:6443").is_ok());
+        let err = parse_master("10.0.0.1").unwrap_err().to_string();
+        assert!(err.contains("10.0.0.1") && err.contains("scheme"), "{err}");
+    }
+}

@@ -1,1 +1,68 @@
-fn main() {}
+//! `aws-cloud-controller-manager`: flags -> config -> manager::run.
+
+use std::process::ExitCode;
+
+use aws_ccm::options::{LogFormat, Options};
+use tracing_subscriber::EnvFilter;
+
+fn main() -> ExitCode {
+    let (options, ignored) = match Options::parse_args(std::env::args()) {
+        Ok(parsed) => parsed,
+        // clap prints help/version/usage errors itself and picks the exit code.
+        Err(e) => e.exit(),
+    };
+    let validated = match options.validate(ignored) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    init_logging(validated.options.verbosity, validated.options.log_format);
+    // kube, the health server and the AWS SDK all use rustls; pick its
+    // provider once so none of them has to guess.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(aws_ccm::manager::run(validated)) {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--v` as klog levels: 0-1 info, 2-3 info plus our debug, 4-5 debug, 6+ trace.
+/// `RUST_LOG` overrides when set.
+fn init_logging(verbosity: u8, format: LogFormat) {
+    let default = match verbosity {
+        0..=1 => "info",
+        2..=3 => "info,aws_ccm=debug",
+        4..=5 => "debug,hyper=info,h2=info,rustls=info,aws_smithy_runtime=info",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
+    match format {
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .init(),
+        LogFormat::Text => builder.init(),
+    }
+}

@@ -1,1 +1,294 @@
-//! placeholder
+//! Start-up and lifetime of the process: configuration, clients, the health
+//! server, leader election, the controllers, and an orderly shutdown.
+//!
+//! Shutdown order matters: on SIGTERM the controllers stop first, *then* the
+//! Lease is released, so a successor never acts while we still do. If the
+//! Lease is lost (not renewed before the renew deadline) the controllers are
+//! stopped and the process exits non-zero, as upstream does.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use crate::aws::clients::{self, SdkClients};
+use crate::cloud_config::CloudConfig;
+use crate::controllers;
+use crate::kube_client;
+use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipEnd};
+use crate::options::Validated;
+use crate::server::{self, Health, TlsFiles};
+
+/// Longest we wait for controllers to finish after being told to stop.
+const CONTROLLER_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Legacy tag carrying the cluster ID as its value.
+const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+/// Current tag: `kubernetes.io/cluster/<cluster-id>` = owned|shared.
+pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+
+pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
+    let opts = &validated.options;
+    if !validated.ignored_flags.is_empty() {
+        tracing::info!(flags = ?validated.ignored_flags, "accepted upstream flags that this implementation does not act on");
+    }
+    let cloud = match opts
+        .cloud_config
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty())
+    {
+        Some(path) => CloudConfig::load(path)?,
+        None => {
+            tracing::info!("no --cloud-config given; using defaults and instance metadata");
+            CloudConfig::default()
+        }
+    };
+    let region = match cloud.region() {
+        Some(r) => r,
+        None => clients::imds::region().await.map_err(|e| {
+            anyhow::anyhow!("cannot determine the AWS region: set Region in the [Global] section of cloud.conf, or run on EC2 with the instance metadata service reachable ({e})")
+        })?,
+    };
+    let base = clients::base_config(&region).await;
+    let aws = clients::build(&base, &cloud, &region);
+    let cluster_id = resolve_cluster_id(&cloud, &aws, opts.allow_untagged_cloud).await?;
+    tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
+
+    let kube_config =
+        kube_client::load_config(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
+    let kube = kube_client::build_client(kube_config, opts.kube_api_qps, opts.kube_api_burst)?;
+
+    let leader_status = Arc::new(LeaderStatus::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let shutdown = CancellationToken::new();
+    spawn_signal_handler(shutdown.clone());
+
+    let mut elector = opts.leader_elect.then(|| {
+        LeaderElector::new(
+            kube.clone(),
+            LeaderElectionConfig {
+                namespace: opts.leader_elect_resource_namespace.clone(),
+                name: opts.leader_elect_resource_name.clone(),
+                identity: leader::default_identity(),
+                lease_duration: opts.leader_elect_lease_duration,
+                renew_deadline: opts.leader_elect_renew_deadline,
+                retry_period: opts.leader_elect_retry_period,
+            },
+        )
+    });
+    let health = Health {
+        leader: elector
+            .as_ref()
+            .map_or(leader_status.clone(), |e| e.status.clone()),
+        ready: ready.clone(),
+        lease_duration: opts.leader_elect_lease_duration,
+    };
+    let http = if opts.secure_port == 0 {
+        None
+    } else {
+        let tls = opts
+            .tls_cert_file
+            .clone()
+            .zip(opts.tls_private_key_file.clone())
+            .map(|(cert, key)| TlsFiles { cert, key });
+        Some(
+            server::start(
+                SocketAddr::new(opts.bind_address, opts.secure_port),
+                tls,
+                health,
+            )
+            .await?,
+        )
+    };
+
+    let cloud = Arc::new(cloud);
+    let validated = Arc::new(validated);
+    let run_controllers = |stop: CancellationToken| {
+        let env = controllers::Environment {
+            kube: kube.clone(),
+            aws: aws.clone(),
+            cloud: cloud.clone(),
+            options: validated.clone(),
+            cluster_id: cluster_id.clone(),
+            region: region.clone(),
+        };
+        tokio::spawn(controllers::run_all(env, ready.clone(), stop))
+    };
+
+    let exit = match elector.as_mut() {
+        None => {
+            let stop = shutdown.child_token();
+            let task = run_controllers(stop.clone());
+            shutdown.cancelled().await;
+            stop_controllers(task).await;
+            ExitCode::SUCCESS
+        }
+        Some(elector) => {
+            // A standby replica serves health and is ready: it has nothing to sync.
+            ready.store(true, Ordering::Relaxed);
+            if !elector.acquire(&shutdown).await {
+                ExitCode::SUCCESS
+            } else {
+                ready.store(false, Ordering::Relaxed);
+                let controllers_stop = CancellationToken::new();
+                let lease_stop = CancellationToken::new();
+                let task = run_controllers(controllers_stop.clone());
+                let hold = elector.hold(&lease_stop);
+                tokio::pin!(hold);
+                tokio::select! {
+                    end = &mut hold => {
+                        // Lost: stop acting at once, then exit non-zero.
+                        controllers_stop.cancel();
+                        stop_controllers(task).await;
+                        debug_assert_eq!(end, LeadershipEnd::Lost);
+                        tracing::error!("leaderelection lost; exiting so that another replica can lead");
+                        ExitCode::FAILURE
+                    }
+                    _ = shutdown.cancelled() => {
+                        controllers_stop.cancel();
+                        stop_controllers(task).await;
+                        lease_stop.cancel();
+                        match hold.await {
+                            LeadershipEnd::Released => ExitCode::SUCCESS,
+                            LeadershipEnd::Lost => ExitCode::FAILURE,
+                        }
+                    }
+                }
+            }
+        }
+    };
+    if let Some(http) = http {
+        http.shutdown().await;
+    }
+    tracing::info!("shut down");
+    Ok(exit)
+}
+
+async fn stop_controllers(task: tokio::task::JoinHandle<()>) {
+    if tokio::time::timeout(CONTROLLER_STOP_GRACE, task)
+        .await
+        .is_err()
+    {
+        tracing::warn!(grace = ?CONTROLLER_STOP_GRACE, "controllers did not stop in time");
+    }
+}
+
+fn spawn_signal_handler(shutdown: CancellationToken) {
+    tokio::spawn(async move {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot listen for SIGTERM");
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("received SIGTERM; shutting down"),
+            _ = tokio::signal::ctrl_c() => tracing::info!("received SIGINT; shutting down"),
+        }
+        shutdown.cancel();
+    });
+}
+
+/// The cluster ID: from cloud.conf, else from this instance's tags (found
+/// through the instance metadata service), else empty when
+/// `--allow-untagged-cloud` is set.
+async fn resolve_cluster_id(
+    cloud: &CloudConfig,
+    aws: &SdkClients,
+    allow_untagged: bool,
+) -> anyhow::Result<String> {
+    if let Some(id) = cloud.cluster_id() {
+        return Ok(id.to_string());
+    }
+    let discovered = async {
+        let instance_id = clients::imds::instance_id()
+            .await
+            .map_err(anyhow::Error::msg)?;
+        // Start-up only, before the client layer exists: one call.
+        let out = aws
+            .ec2
+            .describe_tags()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("resource-id")
+                    .values(&instance_id)
+                    .build(),
+            )
+            .send()
+            .await
+            .with_context(|| format!("DescribeTags for this instance {instance_id}"))?;
+        Ok::<_, anyhow::Error>(cluster_id_from_tags(
+            out.tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?, t.value().unwrap_or_default()))),
+        ))
+    }
+    .await;
+    match discovered {
+        Ok(Some(id)) => Ok(id),
+        Ok(None) | Err(_) if allow_untagged => {
+            tracing::warn!("no cluster ID in cloud.conf or on this instance; running untagged (--allow-untagged-cloud) — resources cannot be attributed to this cluster");
+            Ok(String::new())
+        }
+        Ok(None) => anyhow::bail!(
+            "no cluster ID: set KubernetesClusterID in the [Global] section of cloud.conf, or tag this instance kubernetes.io/cluster/<cluster-id>=owned (or pass --allow-untagged-cloud)"
+        ),
+        Err(e) => Err(e.context(
+            "no cluster ID in cloud.conf and it could not be read from this instance's tags: set KubernetesClusterID in the [Global] section of cloud.conf (or pass --allow-untagged-cloud)",
+        )),
+    }
+}
+
+/// Upstream rule: `kubernetes.io/cluster/<id>` gives the ID; the legacy
+/// `KubernetesCluster=<id>` tag is used when the new one is absent.
+pub fn cluster_id_from_tags<'a>(tags: impl Iterator<Item = (&'a str, &'a str)>) -> Option<String> {
+    let mut legacy = None;
+    for (key, value) in tags {
+        if let Some(id) = key
+            .strip_prefix(CLUSTER_TAG_PREFIX)
+            .filter(|id| !id.is_empty())
+        {
+            return Some(id.to_string());
+        }
+        if key == LEGACY_CLUSTER_TAG && !value.is_empty() {
+            legacy = Some(value.to_string());
+        }
+    }
+    legacy
+}
+
+/// Reads a cloud.conf path for error messages in main.
+pub fn describe_config_path(path: Option<&Path>) -> String {
+    path.map_or_else(|| "(none)".to_string(), |p| p.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_id_prefers_the_current_tag_over_the_legacy_one() {
+        let tags = [
+            ("KubernetesCluster", "old"),
+            ("kubernetes.io/cluster/new", "owned"),
+            ("Name", "x"),
+        ];
+        assert_eq!(
+            cluster_id_from_tags(tags.iter().copied()).as_deref(),
+            Some("new")
+        );
+        let tags = [("KubernetesCluster", "old")];
+        assert_eq!(
+            cluster_id_from_tags(tags.iter().copied()).as_deref(),
+            Some("old")
+        );
+        assert_eq!(cluster_id_from_tags([("Name", "x")].iter().copied()), None);
+    }
+}

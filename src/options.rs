@@ -1,1 +1,548 @@
-//! placeholder
+//! Command-line flags. Names, spellings and defaults follow the upstream
+//! cloud-controller-manager so existing manifests run unchanged.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser, ValueEnum};
+
+use crate::controllers::{self, ControllerName};
+use crate::duration;
+
+fn go_duration(s: &str) -> Result<Duration, String> {
+    duration::parse(s).map_err(|e| e.to_string())
+}
+
+/// Parses Go-style booleans (`--flag`, `--flag=true`, `--flag=false`, `=1`, `=0`).
+fn go_bool(s: &str) -> Result<bool, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "true" | "t" | "1" => Ok(true),
+        "false" | "f" | "0" => Ok(false),
+        other => Err(format!("invalid boolean {other:?}: use true or false")),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "aws-cloud-controller-manager",
+    version,
+    about = "Kubernetes cloud-controller-manager for AWS (drop-in for the Go aws-cloud-controller-manager)",
+    // Upstream uses Go's pflag: `--flag=value`, and booleans must use `=`.
+    disable_help_subcommand = true
+)]
+pub struct Options {
+    /// The provider for cloud services. Must be "aws".
+    #[arg(long = "cloud-provider", default_value = "")]
+    pub cloud_provider: String,
+
+    /// The path to the cloud provider configuration file (cloud.conf). Empty string for no configuration file.
+    #[arg(long = "cloud-config")]
+    pub cloud_config: Option<PathBuf>,
+
+    /// Path to kubeconfig file with authorization and master location information.
+    #[arg(long = "kubeconfig")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The address of the Kubernetes API server (overrides any value in kubeconfig).
+    #[arg(long = "master")]
+    pub master: Option<String>,
+
+    /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'.
+    #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
+    pub controllers: Vec<String>,
+
+    /// Start a leader election client and gain leadership before executing the main loop.
+    #[arg(long = "leader-elect", default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub leader_elect: bool,
+
+    /// The duration that non-leader candidates will wait after observing a leadership renewal until attempting to acquire leadership.
+    #[arg(long = "leader-elect-lease-duration", default_value = "15s", value_parser = go_duration)]
+    pub leader_elect_lease_duration: Duration,
+
+    /// The interval between attempts by the acting master to renew a leadership slot before it stops leading.
+    #[arg(long = "leader-elect-renew-deadline", default_value = "10s", value_parser = go_duration)]
+    pub leader_elect_renew_deadline: Duration,
+
+    /// The duration the clients should wait between attempting acquisition and renewal of a leadership.
+    #[arg(long = "leader-elect-retry-period", default_value = "2s", value_parser = go_duration)]
+    pub leader_elect_retry_period: Duration,
+
+    /// The name of resource object that is used for locking during leader election.
+    #[arg(
+        long = "leader-elect-resource-name",
+        default_value = "cloud-controller-manager"
+    )]
+    pub leader_elect_resource_name: String,
+
+    /// The namespace of resource object that is used for locking during leader election.
+    #[arg(
+        long = "leader-elect-resource-namespace",
+        default_value = "kube-system"
+    )]
+    pub leader_elect_resource_namespace: String,
+
+    /// The type of resource object that is used for locking. Only "leases" is supported (as in current upstream).
+    #[arg(long = "leader-elect-resource-lock", default_value = "leases")]
+    pub leader_elect_resource_lock: String,
+
+    /// Should CIDRs for Pods be allocated and set on the cloud provider.
+    #[arg(long = "allocate-node-cidrs", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub allocate_node_cidrs: bool,
+
+    /// CIDR Range for Pods in cluster (one, or two comma-separated for dual-stack).
+    #[arg(long = "cluster-cidr", default_value = "")]
+    pub cluster_cidr: String,
+
+    /// Mask size for node CIDRs in the cluster (single-stack IPv4 and IPv6). Default 24 for IPv4, 64 for IPv6.
+    #[arg(long = "node-cidr-mask-size")]
+    pub node_cidr_mask_size: Option<u8>,
+
+    /// Mask size for IPv4 node CIDRs in a dual-stack cluster.
+    #[arg(long = "node-cidr-mask-size-ipv4")]
+    pub node_cidr_mask_size_ipv4: Option<u8>,
+
+    /// Mask size for IPv6 node CIDRs in a dual-stack cluster.
+    #[arg(long = "node-cidr-mask-size-ipv6")]
+    pub node_cidr_mask_size_ipv6: Option<u8>,
+
+    /// Should CIDRs allocated by allocate-node-cidrs be configured on the cloud provider.
+    #[arg(long = "configure-cloud-routes", default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub configure_cloud_routes: bool,
+
+    /// The instance prefix for the cluster.
+    #[arg(long = "cluster-name", default_value = "kubernetes")]
+    pub cluster_name: String,
+
+    /// Allow the cluster to run without the cluster-id on cloud instances.
+    #[arg(long = "allow-untagged-cloud", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub allow_untagged_cloud: bool,
+
+    /// The number of services that are allowed to sync concurrently.
+    #[arg(long = "concurrent-service-syncs", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrent_service_syncs: u32,
+
+    /// Number of workers concurrently synchronizing nodes.
+    #[arg(long = "concurrent-node-syncs", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrent_node_syncs: u32,
+
+    /// Specifies how often the controller updates nodes' status (addresses).
+    #[arg(long = "node-status-update-frequency", default_value = "5m0s", value_parser = go_duration)]
+    pub node_status_update_frequency: Duration,
+
+    /// The period for syncing NodeStatus in the cloud-node-lifecycle controller.
+    #[arg(long = "node-monitor-period", default_value = "5s", value_parser = go_duration)]
+    pub node_monitor_period: Duration,
+
+    /// The period for reconciling routes created for Nodes by cloud provider.
+    #[arg(long = "route-reconciliation-period", default_value = "10s", value_parser = go_duration)]
+    pub route_reconciliation_period: Duration,
+
+    /// The resync period in reflectors will be random between MinResyncPeriod and 2*MinResyncPeriod.
+    #[arg(long = "min-resync-period", default_value = "12h0m0s", value_parser = go_duration)]
+    pub min_resync_period: Duration,
+
+    /// The port on which to serve HTTPS with authentication and authorization (/healthz, /readyz, /metrics). 0 disables it.
+    #[arg(long = "secure-port", default_value_t = 10258)]
+    pub secure_port: u16,
+
+    /// The IP address on which to listen for the --secure-port port.
+    #[arg(long = "bind-address", default_value = "0.0.0.0")]
+    pub bind_address: IpAddr,
+
+    /// File containing the default x509 certificate for HTTPS. Without it a self-signed certificate is generated.
+    #[arg(long = "tls-cert-file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// File containing the default x509 private key matching --tls-cert-file.
+    #[arg(long = "tls-private-key-file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// QPS to use while talking with the Kubernetes apiserver.
+    #[arg(long = "kube-api-qps", default_value_t = 20.0)]
+    pub kube_api_qps: f32,
+
+    /// Burst to use while talking with the Kubernetes apiserver.
+    #[arg(long = "kube-api-burst", default_value_t = 30)]
+    pub kube_api_burst: u32,
+
+    /// Content type of requests sent to apiserver. Accepted for compatibility; JSON is always used.
+    #[arg(
+        long = "kube-api-content-type",
+        default_value = "application/vnd.kubernetes.protobuf"
+    )]
+    pub kube_api_content_type: String,
+
+    /// Tags to apply to instances by the tagging controller: k1=v1,k2=v2.
+    #[arg(long = "tags", default_value = "")]
+    pub tags: String,
+
+    /// Resource types the tagging controller tags. Only "instance" is supported.
+    #[arg(
+        long = "tag-resources",
+        value_delimiter = ',',
+        default_value = "instance"
+    )]
+    pub tag_resources: Vec<String>,
+
+    /// Routes per VPC route table before a warning is raised at 80 % (AWS default quota is 50).
+    #[arg(long = "route-table-limit", default_value_t = 50)]
+    pub route_table_limit: u32,
+
+    /// Fraction of AWS's documented API rate budget this process may use (the rest is left to other clients in the account).
+    #[arg(long = "aws-api-budget-fraction", default_value_t = 0.5)]
+    pub aws_api_budget_fraction: f64,
+
+    /// Number for the log level verbosity (0-10, as klog).
+    #[arg(short = 'v', long = "v", default_value_t = 2)]
+    pub verbosity: u8,
+
+    /// Log format: text or json.
+    #[arg(long = "log-format", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Upstream flags we accept and ignore so existing manifests keep working.
+/// `true` = the flag takes a value (`--flag=v` or `--flag v`).
+const IGNORED_FLAGS: &[(&str, bool)] = &[
+    ("use-service-account-credentials", false),
+    ("feature-gates", true),
+    ("profiling", false),
+    ("contention-profiling", false),
+    ("external-cloud-volume-plugin", true),
+    ("controller-start-interval", true),
+    ("node-sync-period", true),
+    ("cidr-allocator-type", true),
+    ("enable-leader-migration", false),
+    ("leader-migration-config", true),
+    ("authentication-kubeconfig", true),
+    ("authorization-kubeconfig", true),
+    ("authentication-skip-lookup", false),
+    ("authentication-tolerate-lookup-failure", false),
+    ("authorization-always-allow-paths", true),
+    ("authentication-token-webhook-cache-ttl", true),
+    ("authorization-webhook-cache-authorized-ttl", true),
+    ("authorization-webhook-cache-unauthorized-ttl", true),
+    ("client-ca-file", true),
+    ("requestheader-client-ca-file", true),
+    ("requestheader-allowed-names", true),
+    ("requestheader-extra-headers-prefix", true),
+    ("requestheader-group-headers", true),
+    ("requestheader-username-headers", true),
+    ("cert-dir", true),
+    ("tls-cipher-suites", true),
+    ("tls-min-version", true),
+    ("tls-sni-cert-key", true),
+    ("http2-max-streams-per-connection", true),
+    ("permit-port-sharing", false),
+    ("permit-address-sharing", false),
+    ("logtostderr", false),
+    ("alsologtostderr", false),
+    ("log-dir", true),
+    ("log-file", true),
+    ("log-file-max-size", true),
+    ("log-flush-frequency", true),
+    ("vmodule", true),
+    ("stderrthreshold", true),
+    ("skip-headers", false),
+    ("skip-log-headers", false),
+    ("one-output", false),
+    ("add-dir-header", false),
+    ("node-status-update-frequency-jitter", true),
+    ("leader-elect-resource-lock-namespace", true),
+    ("concurrent-node-status-updates", true),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum OptionsError {
+    #[error(
+        "--cloud-provider={0:?} is not supported: this binary only implements --cloud-provider=aws"
+    )]
+    WrongProvider(String),
+    #[error("--cloud-provider is required: set --cloud-provider=aws")]
+    MissingProvider,
+    #[error(transparent)]
+    Controllers(#[from] controllers::UnknownController),
+    #[error(
+        "--leader-elect-resource-lock={0:?} is not supported: only \"leases\" is (configmaps and endpoints locks were removed upstream)"
+    )]
+    ResourceLock(String),
+    #[error(
+        "leader election timings are inconsistent: need --leader-elect-lease-duration ({lease:?}) > --leader-elect-renew-deadline ({renew:?}) > --leader-elect-retry-period ({retry:?}) > 0"
+    )]
+    LeaderTimings {
+        lease: Duration,
+        renew: Duration,
+        retry: Duration,
+    },
+    #[error("--kube-api-qps={0} must be greater than 0")]
+    Qps(f32),
+    #[error("--kube-api-burst must be at least 1")]
+    Burst,
+    #[error("--aws-api-budget-fraction={0} must be in (0, 1]")]
+    BudgetFraction(f64),
+    #[error("--tls-cert-file and --tls-private-key-file must be given together")]
+    TlsPair,
+    #[error("--tags={value:?} is invalid: {reason}; expected k1=v1,k2=v2")]
+    Tags { value: String, reason: String },
+}
+
+/// Flags after validation, plus what was ignored (logged once at start-up).
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub options: Options,
+    pub controllers: BTreeSet<ControllerName>,
+    pub tags: Vec<(String, String)>,
+    pub ignored_flags: Vec<String>,
+}
+
+impl Options {
+    /// Parses argv, removing the upstream flags we ignore before clap sees them.
+    pub fn parse_args<I, T>(args: I) -> Result<(Options, Vec<String>), clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        let (kept, ignored) = strip_ignored(args.into_iter().map(Into::into).collect());
+        Ok((Options::try_parse_from(kept)?, ignored))
+    }
+
+    pub fn validate(self, ignored_flags: Vec<String>) -> Result<Validated, OptionsError> {
+        match self.cloud_provider.as_str() {
+            "aws" => {}
+            "" => return Err(OptionsError::MissingProvider),
+            other => return Err(OptionsError::WrongProvider(other.to_string())),
+        }
+        if self.leader_elect_resource_lock != "leases" {
+            return Err(OptionsError::ResourceLock(
+                self.leader_elect_resource_lock.clone(),
+            ));
+        }
+        let (lease, renew, retry) = (
+            self.leader_elect_lease_duration,
+            self.leader_elect_renew_deadline,
+            self.leader_elect_retry_period,
+        );
+        if self.leader_elect && !(lease > renew && renew > retry && !retry.is_zero()) {
+            return Err(OptionsError::LeaderTimings {
+                lease,
+                renew,
+                retry,
+            });
+        }
+        if self.kube_api_qps.is_nan() || self.kube_api_qps <= 0.0 {
+            return Err(OptionsError::Qps(self.kube_api_qps));
+        }
+        if self.kube_api_burst == 0 {
+            return Err(OptionsError::Burst);
+        }
+        if !(self.aws_api_budget_fraction > 0.0 && self.aws_api_budget_fraction <= 1.0) {
+            return Err(OptionsError::BudgetFraction(self.aws_api_budget_fraction));
+        }
+        if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
+            return Err(OptionsError::TlsPair);
+        }
+        let controllers = controllers::select(&self.controllers)?;
+        let tags = parse_tags(&self.tags)?;
+        Ok(Validated {
+            options: self,
+            controllers,
+            tags,
+            ignored_flags,
+        })
+    }
+}
+
+fn parse_tags(value: &str) -> Result<Vec<(String, String)>, OptionsError> {
+    let err = |reason: String| OptionsError::Tags {
+        value: value.to_string(),
+        reason,
+    };
+    let mut tags = Vec::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| err(format!("{pair:?} has no '='")))?;
+        let k = k.trim();
+        if k.is_empty() {
+            return Err(err(format!("{pair:?} has an empty key")));
+        }
+        if k.len() > 128 || v.len() > 256 {
+            return Err(err(format!(
+                "{pair:?} exceeds AWS tag limits (key 128, value 256 characters)"
+            )));
+        }
+        if k.starts_with("aws:") {
+            return Err(err(format!("{k:?} uses the reserved aws: prefix")));
+        }
+        if tags.iter().any(|(existing, _)| existing == k) {
+            return Err(err(format!("key {k:?} appears twice")));
+        }
+        tags.push((k.to_string(), v.trim().to_string()));
+    }
+    Ok(tags)
+}
+
+fn strip_ignored(args: Vec<String>) -> (Vec<String>, Vec<String>) {
+    let mut kept = Vec::with_capacity(args.len());
+    let mut ignored = Vec::new();
+    let mut iter = args.into_iter().peekable();
+    if let Some(program) = iter.next() {
+        kept.push(program);
+    }
+    while let Some(arg) = iter.next() {
+        let name = arg
+            .strip_prefix("--")
+            .map(|rest| rest.split_once('=').map_or(rest, |(n, _)| n));
+        let matched = name.and_then(|n| IGNORED_FLAGS.iter().find(|(flag, _)| *flag == n));
+        match matched {
+            Some((flag, takes_value)) => {
+                ignored.push((*flag).to_string());
+                // `--flag value` form: the value is the next argument.
+                if *takes_value
+                    && !arg.contains('=')
+                    && iter.peek().is_some_and(|next| !next.starts_with("--"))
+                {
+                    iter.next();
+                }
+            }
+            None => kept.push(arg),
+        }
+    }
+    (kept, ignored)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Validated, String> {
+        let mut argv = vec!["aws-cloud-controller-manager"];
+        argv.extend_from_slice(args);
+        let (opts, ignored) = Options::parse_args(argv).map_err(|e| e.to_string())?;
+        opts.validate(ignored).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn defaults_match_upstream() {
+        let v = parse(&["--cloud-provider=aws"]).unwrap();
+        let o = &v.options;
+        assert!(o.leader_elect);
+        assert_eq!(o.leader_elect_lease_duration, Duration::from_secs(15));
+        assert_eq!(o.leader_elect_renew_deadline, Duration::from_secs(10));
+        assert_eq!(o.leader_elect_retry_period, Duration::from_secs(2));
+        assert_eq!(o.leader_elect_resource_name, "cloud-controller-manager");
+        assert_eq!(o.leader_elect_resource_namespace, "kube-system");
+        assert!(!o.allocate_node_cidrs);
+        assert!(o.configure_cloud_routes);
+        assert_eq!(o.cluster_name, "kubernetes");
+        assert_eq!(o.concurrent_service_syncs, 1);
+        assert_eq!(o.concurrent_node_syncs, 1);
+        assert_eq!(o.node_status_update_frequency, Duration::from_secs(300));
+        assert_eq!(o.node_monitor_period, Duration::from_secs(5));
+        assert_eq!(o.route_reconciliation_period, Duration::from_secs(10));
+        assert_eq!(o.secure_port, 10258);
+        assert_eq!(o.bind_address.to_string(), "0.0.0.0");
+        assert_eq!(o.kube_api_qps, 20.0);
+        assert_eq!(o.kube_api_burst, 30);
+        assert_eq!(o.aws_api_budget_fraction, 0.5);
+        assert!(v.controllers.contains(&ControllerName::CloudNode));
+        assert!(!v.controllers.contains(&ControllerName::Tagging));
+    }
+
+    #[test]
+    fn go_style_booleans_and_durations() {
+        let v = parse(&[
+            "--cloud-provider=aws",
+            "--leader-elect=false",
+            "--allocate-node-cidrs",
+            "--configure-cloud-routes=0",
+            "--node-status-update-frequency=1m30s",
+            "--v=4",
+        ])
+        .unwrap();
+        assert!(!v.options.leader_elect);
+        assert!(v.options.allocate_node_cidrs);
+        assert!(!v.options.configure_cloud_routes);
+        assert_eq!(
+            v.options.node_status_update_frequency,
+            Duration::from_secs(90)
+        );
+        assert_eq!(v.options.verbosity, 4);
+    }
+
+    #[test]
+    fn cloud_provider_must_be_aws_and_the_error_names_the_flag() {
+        let err = parse(&["--cloud-provider=gce"]).unwrap_err();
+        assert!(
+            err.contains("--cloud-provider") && err.contains("gce"),
+            "{err}"
+        );
+        let err = parse(&[]).unwrap_err();
+        assert!(err.contains("--cloud-provider"), "{err}");
+    }
+
+    #[test]
+    fn ignored_upstream_flags_are_accepted_and_reported() {
+        let v = parse(&[
+            "--cloud-provider=aws",
+            "--use-service-account-credentials",
+            "--feature-gates",
+            "Foo=true",
+            "--profiling=false",
+            "--authorization-always-allow-paths=/healthz",
+        ])
+        .unwrap();
+        assert_eq!(
+            v.ignored_flags,
+            [
+                "use-service-account-credentials",
+                "feature-gates",
+                "profiling",
+                "authorization-always-allow-paths"
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_flags_and_bad_values_are_errors() {
+        assert!(parse(&["--cloud-provider=aws", "--no-such-flag"]).is_err());
+        let err = parse(&["--cloud-provider=aws", "--node-monitor-period=5 seconds"]).unwrap_err();
+        assert!(err.contains("node-monitor-period"), "{err}");
+        let err =
+            parse(&["--cloud-provider=aws", "--leader-elect-renew-deadline=20s"]).unwrap_err();
+        assert!(err.contains("renew-deadline"), "{err}");
+        let err = parse(&["--cloud-provider=aws", "--controllers=*,-bogus"]).unwrap_err();
+        assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn tags_parse_and_reject_bad_pairs() {
+        let v = parse(&["--cloud-provider=aws", "--tags=team=infra, env=prod"]).unwrap();
+        assert_eq!(
+            v.tags,
+            [
+                ("team".into(), "infra".into()),
+                ("env".into(), "prod".into())
+            ]
+        );
+        assert!(
+            parse(&["--cloud-provider=aws", "--tags=novalue"])
+                .unwrap_err()
+                .contains("novalue")
+        );
+        assert!(
+            parse(&["--cloud-provider=aws", "--tags=aws:x=1"])
+                .unwrap_err()
+                .contains("reserved")
+        );
+    }
+}

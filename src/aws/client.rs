@@ -39,7 +39,7 @@ use super::operations::{Category, Operation, Service};
 use super::retry::RetryPolicy;
 use super::throttle::{AimdConfig, Throttle};
 
-pub use super::sdk_clients::SdkClients;
+pub use super::clients::SdkClients;
 
 /// Tuning of the client layer. `Default` is what the CCM runs with.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,1 +1,238 @@
-//! placeholder
+//! Construction of the AWS SDK clients, in one place.
+//!
+//! Clients come from the shared `aws_config` defaults, so IRSA
+//! (`AWS_ROLE_ARN` + `AWS_WEB_IDENTITY_TOKEN_FILE`), instance profiles, and
+//! `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_<SERVICE>` all work unchanged.
+//! On top of that, cloud.conf may name a `RoleARN` to assume (with
+//! `SourceARN` sent as the confused-deputy headers, as upstream does) and
+//! `[ServiceOverride]` endpoints per service.
+//!
+//! The SDK's own retries are disabled: the client layer (`aws::client`) owns
+//! retries, so the two never multiply.
+
+use std::time::{Duration, SystemTime};
+
+use aws_config::retry::RetryConfig;
+use aws_config::timeout::TimeoutConfig;
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_credential_types::Credentials;
+use aws_credential_types::provider::{
+    self, ProvideCredentials, SharedCredentialsProvider, error::CredentialsError,
+};
+
+use crate::cloud_config::CloudConfig;
+
+/// The raw SDK clients. Only `aws::client` holds these; controllers never do.
+#[derive(Clone, Debug)]
+pub struct SdkClients {
+    pub ec2: aws_sdk_ec2::Client,
+    pub elb: aws_sdk_elasticloadbalancing::Client,
+    pub elbv2: aws_sdk_elasticloadbalancingv2::Client,
+    pub sts: aws_sdk_sts::Client,
+}
+
+/// Session name used when assuming `RoleARN` (visible in CloudTrail).
+const SESSION_NAME: &str = "aws-cloud-controller-manager";
+
+/// Loads the shared SDK configuration for `region`, with SDK retries off
+/// and a connect timeout (operation timeouts are the client layer's).
+pub async fn base_config(region: &str) -> SdkConfig {
+    aws_config::defaults(BehaviorVersion::latest())
+        .region(Region::new(region.to_string()))
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .build(),
+        )
+        .load()
+        .await
+}
+
+/// Builds every client for `region` from `base`, applying cloud.conf's
+/// RoleARN and ServiceOverride sections.
+pub fn build(base: &SdkConfig, cloud: &CloudConfig, region: &str) -> SdkClients {
+    let sts_base = sts_client(base, cloud, region);
+    let config = match &cloud.role_arn {
+        Some(role_arn) => {
+            let provider = AssumeRoleProvider {
+                sts: sts_base.clone(),
+                role_arn: role_arn.clone(),
+                source_arn: cloud.source_arn.clone(),
+            };
+            // The SDK's default identity cache refreshes before expiry.
+            base.to_builder()
+                .credentials_provider(SharedCredentialsProvider::new(provider))
+                .build()
+        }
+        None => base.clone(),
+    };
+    let ec2 = {
+        let mut b = aws_sdk_ec2::config::Builder::from(&config);
+        if let Some(o) = cloud.service_override("ec2", region) {
+            warn_unsupported_signing(&o.service, &o.signing_method, &o.signing_name, "ec2");
+            b = b
+                .endpoint_url(&o.url)
+                .region(Region::new(o.signing_region.clone()));
+        }
+        aws_sdk_ec2::Client::from_conf(b.build())
+    };
+    // Classic ELB and ELBv2 share the `elasticloadbalancing` service name and
+    // therefore one override, as upstream.
+    let elb_override = cloud.service_override("elasticloadbalancing", region);
+    if let Some(o) = elb_override {
+        warn_unsupported_signing(
+            &o.service,
+            &o.signing_method,
+            &o.signing_name,
+            "elasticloadbalancing",
+        );
+    }
+    let elb = {
+        let mut b = aws_sdk_elasticloadbalancing::config::Builder::from(&config);
+        if let Some(o) = elb_override {
+            b = b
+                .endpoint_url(&o.url)
+                .region(Region::new(o.signing_region.clone()));
+        }
+        aws_sdk_elasticloadbalancing::Client::from_conf(b.build())
+    };
+    let elbv2 = {
+        let mut b = aws_sdk_elasticloadbalancingv2::config::Builder::from(&config);
+        if let Some(o) = elb_override {
+            b = b
+                .endpoint_url(&o.url)
+                .region(Region::new(o.signing_region.clone()));
+        }
+        aws_sdk_elasticloadbalancingv2::Client::from_conf(b.build())
+    };
+    let sts = sts_client(&config, cloud, region);
+    SdkClients {
+        ec2,
+        elb,
+        elbv2,
+        sts,
+    }
+}
+
+fn sts_client(config: &SdkConfig, cloud: &CloudConfig, region: &str) -> aws_sdk_sts::Client {
+    let mut b = aws_sdk_sts::config::Builder::from(config);
+    if let Some(o) = cloud.service_override("sts", region) {
+        warn_unsupported_signing(&o.service, &o.signing_method, &o.signing_name, "sts");
+        b = b
+            .endpoint_url(&o.url)
+            .region(Region::new(o.signing_region.clone()));
+    }
+    aws_sdk_sts::Client::from_conf(b.build())
+}
+
+fn warn_unsupported_signing(service: &str, method: &str, name: &str, default_name: &str) {
+    if !(method.is_empty() || method.eq_ignore_ascii_case("v4")) {
+        tracing::warn!(
+            service,
+            signing_method = method,
+            "cloud.conf ServiceOverride SigningMethod is ignored: only SigV4 is supported"
+        );
+    }
+    if !(name.is_empty() || name == default_name) {
+        tracing::warn!(
+            service,
+            signing_name = name,
+            "cloud.conf ServiceOverride SigningName is ignored: the service's own signing name is used"
+        );
+    }
+}
+
+/// Assumes `RoleARN` through STS. With `SourceARN`, sends the
+/// `x-amz-source-arn` / `x-amz-source-account` headers so the role's trust
+/// policy can pin `aws:SourceArn` / `aws:SourceAccount` (confused deputy).
+#[derive(Debug)]
+struct AssumeRoleProvider {
+    sts: aws_sdk_sts::Client,
+    role_arn: String,
+    source_arn: Option<String>,
+}
+
+impl AssumeRoleProvider {
+    async fn assume(&self) -> provider::Result {
+        let source = self.source_arn.clone();
+        let response = self
+            .sts
+            .assume_role()
+            .role_arn(&self.role_arn)
+            .role_session_name(SESSION_NAME)
+            .customize()
+            .mutate_request(move |req| {
+                if let Some(arn) = &source {
+                    req.headers_mut().insert("x-amz-source-arn", arn.clone());
+                    // arn:partition:service:region:account:resource
+                    if let Some(account) = arn.split(':').nth(4).filter(|a| !a.is_empty()) {
+                        req.headers_mut()
+                            .insert("x-amz-source-account", account.to_string());
+                    }
+                }
+            })
+            .send()
+            .await
+            .map_err(|e| {
+                CredentialsError::provider_error(format!(
+                    "assuming cloud.conf RoleARN {}: {}",
+                    self.role_arn,
+                    aws_smithy_types::error::display::DisplayErrorContext(&e)
+                ))
+            })?;
+        let c = response.credentials.ok_or_else(|| {
+            CredentialsError::provider_error(format!(
+                "STS AssumeRole {} returned no credentials",
+                self.role_arn
+            ))
+        })?;
+        let expiry = SystemTime::try_from(c.expiration).ok();
+        Ok(Credentials::new(
+            c.access_key_id,
+            c.secret_access_key,
+            Some(c.session_token),
+            expiry,
+            "CloudConfigRoleARN",
+        ))
+    }
+}
+
+impl ProvideCredentials for AssumeRoleProvider {
+    fn provide_credentials<'a>(&'a self) -> provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        provider::future::ProvideCredentials::new(self.assume())
+    }
+}
+
+/// Facts read from the instance metadata service (IMDSv2) at start-up.
+pub mod imds {
+    use aws_config::imds::Client;
+
+    /// The region this instance runs in.
+    pub async fn region() -> Result<String, String> {
+        get("/latest/meta-data/placement/region").await
+    }
+
+    /// This instance's ID.
+    pub async fn instance_id() -> Result<String, String> {
+        get("/latest/meta-data/instance-id").await
+    }
+
+    async fn get(path: &str) -> Result<String, String> {
+        // Honour the SDK's standard switch ourselves, so tests and off-EC2 runs
+        // never send a packet to the link-local metadata address.
+        if std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Err(format!("instance metadata {path}: disabled by AWS_EC2_METADATA_DISABLED=true"));
+        }
+        let client = Client::builder().build();
+        client.get(path).await.map(String::from).map_err(|e| {
+            format!(
+                "instance metadata {path}: {}",
+                aws_smithy_types::error::display::DisplayErrorContext(&e)
+            )
+        })
+    }
+}

@@ -9,7 +9,6 @@ pub mod errors;
 pub mod instances;
 pub mod operations;
 pub mod retry;
-mod sdk_clients;
 #[cfg(test)]
 mod test_stub;
 pub mod throttle;

@@ -129,7 +129,12 @@ impl StubEc2 {
             )
             .retry_config(aws_smithy_types::retry::RetryConfig::disabled())
             .build();
-        SdkClients::from_sdk_config(&config)
+        SdkClients {
+            ec2: aws_sdk_ec2::Client::new(&config),
+            elb: aws_sdk_elasticloadbalancing::Client::new(&config),
+            elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&config),
+            sts: aws_sdk_sts::Client::new(&config),
+        }
     }
 
     pub fn push_faults(&self, faults: impl IntoIterator<Item = Fault>) {

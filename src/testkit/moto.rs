@@ -1,1 +1,431 @@
-//! placeholder
+//! moto (the AWS mock) as a child process of a test.
+//!
+//! [`Moto::start`] finds `moto_server`, starts it on 127.0.0.1 with an
+//! ephemeral port, and returns once it answers. Dropping the [`Moto`] kills it.
+//! moto also dies when the test process dies in any way, SIGKILL included:
+//! it runs under a small `sh` watchdog that reads a pipe only the test process
+//! holds open, and kills moto's whole process group when that pipe closes.
+//! So no moto outlives the test that started it.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tempfile::NamedTempFile;
+
+/// How long moto may take to answer after start (Python start-up on a busy
+/// two-core machine takes a few seconds; this is the give-up point).
+const START_DEADLINE: Duration = Duration::from_secs(60);
+
+/// How many lines of moto's log an error message quotes.
+const LOG_TAIL_LINES: usize = 20;
+
+const NOT_FOUND_HINT: &str = "moto_server not found: run scripts/install-moto.sh (or make test), or set MOTO_SERVER to its path";
+
+/// Runs `moto_server ARGS` in its own process group and kills that group as
+/// soon as standard input reaches end of file. `$0` is the moto_server path.
+///
+/// The watcher gets a copy of the pipe on fd 3, taken before the background
+/// job starts, because POSIX shells give background jobs /dev/null as stdin.
+/// moto itself gets /dev/null, so only the test process holds the pipe's write
+/// end: when it closes (Drop, panic, SIGKILL) the watcher fires.
+const LAUNCHER: &str = r#"
+exec 3<&0 0</dev/null
+( cat <&3 >/dev/null 2>&1; kill -9 0 ) &
+exec 3<&-
+"$0" "$@" &
+moto=$!
+echo "moto-launcher: moto_server pid $moto" >&2
+wait "$moto"
+status=$?
+echo "moto-launcher: moto_server exited with status $status" >&2
+kill -9 0
+"#;
+
+/// A running moto server owned by a test.
+pub struct Moto {
+    launcher: Child,
+    /// Closing this pipe (by dropping it) tells the launcher to kill moto.
+    lifeline: Option<ChildStdin>,
+    port: u16,
+    pid: Option<u32>,
+    log: NamedTempFile,
+}
+
+impl Moto {
+    /// Finds moto_server (`$MOTO_SERVER`, else `<repo>/.venv/bin/moto_server`
+    /// found from `CARGO_MANIFEST_DIR` or the current directory upward, else
+    /// `PATH`), starts it on 127.0.0.1 with a free ephemeral port and waits
+    /// until it answers HTTP.
+    pub async fn start() -> anyhow::Result<Moto> {
+        let binary = find_moto_server()?;
+        Moto::start_with(&binary).await
+    }
+
+    /// Like [`Moto::start`] with an explicit moto_server path.
+    pub async fn start_with(moto_server: &Path) -> anyhow::Result<Moto> {
+        let log = tempfile::Builder::new()
+            .prefix("moto-")
+            .suffix(".log")
+            .tempfile()
+            .context("cannot create a temporary file for moto's log")?;
+        let log_out = log
+            .reopen()
+            .context("cannot open moto's log file for writing")?;
+        let log_err = log_out
+            .try_clone()
+            .context("cannot duplicate moto's log file handle")?;
+
+        let mut command = Command::new("/bin/sh");
+        command
+            .arg("-c")
+            .arg(LAUNCHER)
+            .arg(moto_server)
+            // Port 0: the kernel picks a free port and werkzeug reports it,
+            // so parallel tests never race for a port.
+            .args(["-H", "127.0.0.1", "-p", "0"])
+            .stdin(Stdio::piped())
+            .stdout(log_out)
+            .stderr(log_err)
+            // moto must not pick up a developer's real AWS settings.
+            .env_remove("AWS_PROFILE")
+            .env("PYTHONUNBUFFERED", "1");
+        // Its own process group, so killing the group takes moto and any
+        // children with it and nothing else.
+        {
+            use std::os::unix::process::CommandExt as _;
+            command.process_group(0);
+        }
+        let mut launcher = command
+            .spawn()
+            .with_context(|| format!("cannot start {} through /bin/sh", moto_server.display()))?;
+        let lifeline = launcher.stdin.take();
+
+        let mut moto = Moto {
+            launcher,
+            lifeline,
+            port: 0,
+            pid: None,
+            log,
+        };
+        moto.wait_until_ready(moto_server).await?;
+        Ok(moto)
+    }
+
+    async fn wait_until_ready(&mut self, moto_server: &Path) -> anyhow::Result<()> {
+        let deadline = Instant::now() + START_DEADLINE;
+        let client: Client<HttpConnector, Empty<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let mut poll_interval = Duration::from_millis(25);
+        loop {
+            if let Some(status) = self
+                .launcher
+                .try_wait()
+                .context("cannot check whether moto_server is still running")?
+            {
+                bail!(
+                    "{} exited before answering ({status}); {}",
+                    moto_server.display(),
+                    self.log_tail_message()
+                );
+            }
+            self.read_log_facts();
+            if self.port != 0 {
+                let url = format!("{}/moto-api/", self.endpoint());
+                let uri: http::Uri = url
+                    .parse()
+                    .with_context(|| format!("moto endpoint {url} is not a valid URL"))?;
+                if let Ok(Ok(response)) =
+                    tokio::time::timeout(Duration::from_secs(2), client.get(uri)).await
+                {
+                    if response.status().is_success() {
+                        return Ok(());
+                    }
+                }
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "moto_server ({}) did not answer within {:?}; {}",
+                    moto_server.display(),
+                    START_DEADLINE,
+                    self.log_tail_message()
+                );
+            }
+            tokio::time::sleep(poll_interval).await;
+            poll_interval = (poll_interval * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// Picks moto's pid (from the launcher) and port (from werkzeug's
+    /// "Running on http://127.0.0.1:PORT") out of the log.
+    fn read_log_facts(&mut self) {
+        let Ok(file) = std::fs::File::open(self.log.path()) else {
+            return;
+        };
+        for line in BufReader::new(file).lines().map_while(Result::ok) {
+            if let Some(pid) = line.strip_prefix("moto-launcher: moto_server pid ") {
+                self.pid = pid.trim().parse().ok();
+            }
+            if self.port == 0 {
+                if let Some(port) = running_port(&line) {
+                    self.port = port;
+                }
+            }
+        }
+    }
+
+    fn log_tail_message(&self) -> String {
+        match std::fs::read_to_string(self.log.path()) {
+            Ok(text) => {
+                let mut tail: VecDeque<&str> = VecDeque::with_capacity(LOG_TAIL_LINES);
+                for line in text.lines() {
+                    if tail.len() == LOG_TAIL_LINES {
+                        tail.pop_front();
+                    }
+                    tail.push_back(line);
+                }
+                let tail: Vec<&str> = tail.into_iter().collect();
+                format!(
+                    "last lines of its log {}:\n{}",
+                    self.log.path().display(),
+                    tail.join("\n")
+                )
+            }
+            Err(err) => format!(
+                "its log {} could not be read: {err}",
+                self.log.path().display()
+            ),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The port moto listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// moto_server's process id, as reported by the launcher.
+    pub fn pid(&self) -> Option<u32> {
+        self.pid
+    }
+
+    /// Where moto's stdout and stderr go (deleted when the `Moto` is dropped).
+    pub fn log_path(&self) -> &Path {
+        self.log.path()
+    }
+
+    /// Clears every moto backend (`POST /moto-api/reset`).
+    pub async fn reset(&self) -> anyhow::Result<()> {
+        let client: Client<HttpConnector, Empty<Bytes>> =
+            Client::builder(TokioExecutor::new()).build_http();
+        let url = format!("{}/moto-api/reset", self.endpoint());
+        let request = http::Request::post(&url)
+            .body(Empty::new())
+            .with_context(|| format!("cannot build the request POST {url}"))?;
+        let response = client
+            .request(request)
+            .await
+            .with_context(|| format!("POST {url} failed: is moto still running?"))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned())
+                .unwrap_or_default();
+            bail!("POST {url} answered {status}: {body}");
+        }
+        Ok(())
+    }
+
+    /// SDK configuration for tests against this moto: region us-east-1,
+    /// static test credentials, `endpoint_url` = [`Moto::endpoint`].
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        test_sdk_config(&self.endpoint()).await
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        // Closing the lifeline makes the launcher kill moto's process group
+        // (itself included); wait so moto is gone when drop returns.
+        self.lifeline.take();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            match self.launcher.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) if Instant::now() >= deadline => break,
+                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+        // The watchdog did not act (should not happen): kill the launcher and
+        // moto by pid.
+        if let Some(pid) = self.pid {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        let _ = self.launcher.kill();
+        let _ = self.launcher.wait();
+    }
+}
+
+/// SDK configuration for tests: region us-east-1, static test credentials and
+/// the given endpoint (moto, or a [`FaultProxy`](super::aws_proxy::FaultProxy)
+/// in front of it). Callers layer their own retry configuration on top.
+pub async fn test_sdk_config(endpoint: &str) -> aws_config::SdkConfig {
+    aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new("us-east-1"))
+        .credentials_provider(aws_credential_types::Credentials::new(
+            "testing",
+            "testing",
+            None,
+            None,
+            "aws-ccm-testkit",
+        ))
+        .endpoint_url(endpoint)
+        .load()
+        .await
+}
+
+/// The port in werkzeug's " * Running on http://127.0.0.1:PORT" line.
+fn running_port(line: &str) -> Option<u16> {
+    let rest = line.split("Running on http://127.0.0.1:").nth(1)?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok().filter(|port| *port != 0)
+}
+
+/// Where moto_server is: `$MOTO_SERVER`, then `.venv/bin/moto_server` in the
+/// crate directory or the current directory or any of their parents, then
+/// `PATH`.
+pub fn find_moto_server() -> anyhow::Result<PathBuf> {
+    let mut starts: Vec<PathBuf> = Vec::new();
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        starts.push(PathBuf::from(dir));
+    }
+    starts.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    if let Ok(dir) = std::env::current_dir() {
+        starts.push(dir);
+    }
+    locate_moto_server(
+        std::env::var_os("MOTO_SERVER"),
+        &starts,
+        std::env::var_os("PATH"),
+    )
+}
+
+/// The search behind [`find_moto_server`], with its inputs passed in.
+fn locate_moto_server(
+    explicit: Option<OsString>,
+    starts: &[PathBuf],
+    path_var: Option<OsString>,
+) -> anyhow::Result<PathBuf> {
+    if let Some(explicit) = explicit {
+        let path = PathBuf::from(explicit);
+        if is_executable(&path) {
+            return Ok(path);
+        }
+        bail!(
+            "MOTO_SERVER={} is not an executable file; {NOT_FOUND_HINT}",
+            path.display()
+        );
+    }
+    for start in starts {
+        for dir in start.ancestors() {
+            let candidate = dir.join(".venv/bin/moto_server");
+            if is_executable(&candidate) {
+                return Ok(candidate);
+            }
+        }
+    }
+    if let Some(path_var) = path_var {
+        for dir in std::env::split_paths(&path_var) {
+            let candidate = dir.join("moto_server");
+            if is_executable(&candidate) {
+                return Ok(candidate);
+            }
+        }
+    }
+    let searched: Vec<String> = starts.iter().map(|p| p.display().to_string()).collect();
+    bail!(
+        "{NOT_FOUND_HINT} (looked for .venv/bin/moto_server in and above {} and for moto_server on PATH)",
+        searched.join(", ")
+    )
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path)
+        .map(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_port_werkzeug_prints() {
+        assert_eq!(
+            running_port(" * Running on http://127.0.0.1:42009"),
+            Some(42009)
+        );
+        assert_eq!(
+            running_port("\u{1b}[0m * Running on http://127.0.0.1:5000\u{1b}[0m"),
+            Some(5000)
+        );
+        assert_eq!(running_port("Press CTRL+C to quit"), None);
+    }
+
+    #[test]
+    fn missing_moto_server_names_the_fix() {
+        let nowhere = [PathBuf::from("/nonexistent/definitely/not/here")];
+        let err = locate_moto_server(None, &nowhere, Some(OsString::from("/nonexistent/bin")))
+            .expect_err("no moto there");
+        let text = err.to_string();
+        assert!(text.starts_with("moto_server not found"), "{text}");
+        assert!(text.contains("scripts/install-moto.sh"), "{text}");
+
+        let err = locate_moto_server(
+            Some(OsString::from("/nonexistent/moto_server")),
+            &nowhere,
+            None,
+        )
+        .expect_err("MOTO_SERVER points nowhere");
+        assert!(
+            err.to_string()
+                .contains("MOTO_SERVER=/nonexistent/moto_server"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn finds_the_venv_above_a_start_directory() {
+        let repo = tempfile::tempdir().expect("temporary directory");
+        let bin = repo.path().join(".venv/bin");
+        std::fs::create_dir_all(&bin).expect("create .venv/bin");
+        let moto = bin.join("moto_server");
+        std::fs::write(&moto, "#!/bin/sh\n").expect("write fake moto_server");
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&moto, std::fs::Permissions::from_mode(0o755))
+                .expect("make it executable");
+        }
+        let nested = repo.path().join("src/testkit");
+        std::fs::create_dir_all(&nested).expect("create nested directory");
+        let found = locate_moto_server(None, &[nested], None).expect("found above");
+        assert_eq!(found, moto);
+    }
+}

@@ -1,0 +1,57 @@
+# aws-ccm: everything CI runs is `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+# Reuse a warm target dir outside the checkout: a cold build of the AWS SDK
+# crates takes minutes, a warm one seconds.
+CARGO_TARGET_DIR ?= $(HOME)/.cache/aws-ccm/target
+export CARGO_TARGET_DIR
+VENV := $(CURDIR)/.venv
+export MOTO_SERVER := $(VENV)/bin/moto_server
+NEXTEST_PROFILE := $(if $(CI),ci,default)
+
+.PHONY: all build tools lint test unit sandbox bench image e2e clean
+
+all: build
+
+build:
+	cargo build --locked --bins
+
+## tools: project-local virtualenv with moto and the linters (idempotent)
+tools:
+	scripts/install-moto.sh
+	scripts/install-tools.sh
+
+## lint: formatting, clippy, shell scripts, YAML
+lint: tools
+	cargo fmt --check
+	cargo clippy --locked --all-targets -- -D warnings
+	$(VENV)/bin/shellcheck scripts/*.sh $(wildcard e2e/*.sh) .ci/run
+
+## test: everything CI runs
+test: lint
+	cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
+
+## unit: fast tests that need neither moto nor the API test server
+unit:
+	cargo nextest run --locked --lib --no-tests=pass
+
+## sandbox: moto + API test server + the CCM in the foreground (no Docker needed)
+sandbox: tools build
+	scripts/sandbox.sh
+
+## bench: scale benchmarks; prints figures (not part of CI)
+bench: tools
+	cargo bench --locked
+
+## image: container image (needs a Docker engine)
+image:
+	docker build -t aws-cloud-controller-manager:dev .
+
+## e2e: kind + AWS emulator end-to-end (needs Docker)
+e2e:
+	e2e/run.sh
+
+clean:
+	cargo clean
+	rm -rf $(VENV) .sandbox

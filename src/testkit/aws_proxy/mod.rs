@@ -1,0 +1,561 @@
+//! AWS throttling and fault proxy.
+//!
+//! Moto never throttles or fails, so tests put this proxy between the AWS SDK
+//! and moto. It recognises each call's service and action, counts it, enforces
+//! AWS's documented request-rate buckets (scaled by a budget fraction), injects
+//! faults, and otherwise forwards the request byte for byte. Errors it makes up
+//! are in each service's real wire format, so the SDK parses and retries them
+//! exactly as it would real AWS errors.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use aws_ccm::testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
+//! use aws_ccm::testkit::moto::Moto;
+//!
+//! let moto = Moto::start().await?;
+//! let proxy = FaultProxy::start(
+//!     &moto.endpoint(),
+//!     ProxyConfig { budget_fraction: Some(1.0), ..ProxyConfig::default() },
+//! )
+//! .await?;
+//! proxy.set_faults(vec![FaultRule::new(FaultKind::Throttle).for_action("DescribeInstances").at_most(1)]);
+//! // point the SDK at proxy.endpoint() ...
+//! assert_eq!(proxy.calls().get("ec2", "DescribeInstances").throttled, 0);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Paths under `/moto-api/` are forwarded but never counted or throttled;
+//! `GET /proxy-api/counts` returns the counters as JSON and
+//! `POST /proxy-api/reset-counts` clears them.
+
+mod counts;
+mod errors;
+mod faults;
+mod request;
+mod throttle;
+
+pub use counts::{ActionCounts, CallCounts};
+pub use errors::AwsError;
+pub use faults::{FaultKind, FaultRule};
+pub use request::{AwsCall, Protocol, identify};
+pub use throttle::{
+    BucketLimits, BucketScope, Budget, BudgetDecision, Category, EC2_UNFILTERED_DESCRIBE_ACTIONS,
+    SERVICE_EC2, SERVICE_ELB, SERVICE_ELBV2, SERVICE_STS, TokenBucket, category_of,
+    category_of_call, valid_fraction,
+};
+
+use std::convert::Infallible;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use bytes::Bytes;
+use http::uri::{Authority, Scheme};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use parking_lot::{Mutex, RwLock};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::{JoinHandle, JoinSet};
+
+use counts::{Counters, Outcome};
+use faults::ActiveRules;
+
+/// How the proxy behaves; every field can also be changed while it runs.
+#[derive(Clone, Debug, Default)]
+pub struct ProxyConfig {
+    /// `Some(1.0)` enforces AWS's documented buckets at full size, `Some(0.5)`
+    /// at half (burst and refill rate); `None` enforces nothing.
+    pub budget_fraction: Option<f64>,
+    /// Added to every forwarded call.
+    pub latency: Duration,
+    /// Faults to inject, first match wins.
+    pub faults: Vec<FaultRule>,
+    /// Whether buckets are shared per category (default) or per action.
+    pub bucket_scope: BucketScope,
+}
+
+impl ProxyConfig {
+    /// Checks the numbers, naming what is wrong.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(fraction) = self.budget_fraction {
+            if !valid_fraction(fraction) {
+                bail!("budget fraction must be a positive finite number, got {fraction}");
+            }
+        }
+        for rule in &self.faults {
+            rule.validate()
+                .with_context(|| format!("fault rule {rule}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// A running proxy. Dropping it stops the listener and every open connection.
+pub struct FaultProxy {
+    addr: SocketAddr,
+    state: Arc<State>,
+    server: JoinHandle<()>,
+}
+
+struct State {
+    upstream_scheme: Scheme,
+    upstream_authority: Authority,
+    /// One pooled client for every forwarded call: keeps connections to moto
+    /// alive so the proxy adds little at thousands of calls per second.
+    client: Client<HttpConnector, Full<Bytes>>,
+    /// `None` when no budget is enforced.
+    budget: Mutex<Option<Budget>>,
+    bucket_scope: Mutex<BucketScope>,
+    latency: RwLock<Duration>,
+    faults: RwLock<Arc<ActiveRules>>,
+    counters: Counters,
+}
+
+impl FaultProxy {
+    /// Starts a proxy on 127.0.0.1 (an ephemeral port) in front of `upstream`
+    /// (e.g. moto's `http://127.0.0.1:PORT`).
+    pub async fn start(upstream: &str, config: ProxyConfig) -> anyhow::Result<FaultProxy> {
+        FaultProxy::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), upstream, config).await
+    }
+
+    /// Starts a proxy listening on `listen`.
+    pub async fn start_on(
+        listen: SocketAddr,
+        upstream: &str,
+        config: ProxyConfig,
+    ) -> anyhow::Result<FaultProxy> {
+        config.validate()?;
+        let (upstream_scheme, upstream_authority) = parse_upstream(upstream)?;
+        let listener = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("aws-fault-proxy cannot listen on {listen}"))?;
+        let addr = listener
+            .local_addr()
+            .context("aws-fault-proxy cannot read its listening address")?;
+
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(512)
+            .build(connector);
+
+        let state = Arc::new(State {
+            upstream_scheme,
+            upstream_authority,
+            client,
+            budget: Mutex::new(
+                config
+                    .budget_fraction
+                    .map(|fraction| Budget::new(fraction, config.bucket_scope)),
+            ),
+            bucket_scope: Mutex::new(config.bucket_scope),
+            latency: RwLock::new(config.latency),
+            faults: RwLock::new(Arc::new(ActiveRules::new(config.faults))),
+            counters: Counters::default(),
+        });
+        let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
+        tracing::debug!(%addr, upstream, "aws-fault-proxy started");
+        Ok(FaultProxy {
+            addr,
+            state,
+            server,
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, for the SDK's `endpoint_url`.
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The address the proxy listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// A snapshot of the per-(service, action) counters.
+    pub fn calls(&self) -> CallCounts {
+        self.state.counters.snapshot()
+    }
+
+    /// Sets every counter back to zero.
+    pub fn reset_counts(&self) {
+        self.state.counters.reset();
+    }
+
+    /// Replaces the fault rules (and their `max_count` tallies).
+    ///
+    /// # Panics
+    /// If a rule is invalid (probability outside [0, 1], a non-5xx server
+    /// error, …): a test asking for an impossible fault is a bug in the test.
+    pub fn set_faults(&self, faults: Vec<FaultRule>) {
+        for rule in &faults {
+            if let Err(err) = rule.validate() {
+                panic!("invalid fault rule {rule}: {err:#}");
+            }
+        }
+        *self.state.faults.write() = Arc::new(ActiveRules::new(faults));
+    }
+
+    /// Turns budget enforcement on (at `fraction` of AWS's limits) or off.
+    /// Buckets start full at the new size.
+    ///
+    /// # Panics
+    /// If `fraction` is not a positive finite number.
+    pub fn set_budget_fraction(&self, fraction: Option<f64>) {
+        let scope = *self.state.bucket_scope.lock();
+        *self.state.budget.lock() = fraction.map(|fraction| Budget::new(fraction, scope));
+    }
+
+    /// Changes how calls share buckets; buckets start full.
+    pub fn set_bucket_scope(&self, scope: BucketScope) {
+        *self.state.bucket_scope.lock() = scope;
+        let mut budget = self.state.budget.lock();
+        if let Some(current) = budget.as_ref() {
+            *budget = Some(Budget::new(current.fraction(), scope));
+        }
+    }
+
+    /// Sets the latency added to every forwarded call.
+    pub fn set_latency(&self, latency: Duration) {
+        *self.state.latency.write() = latency;
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        // Aborting the accept loop drops its JoinSet, which aborts every
+        // connection task with it.
+        self.server.abort();
+    }
+}
+
+fn parse_upstream(upstream: &str) -> anyhow::Result<(Scheme, Authority)> {
+    let uri: Uri = upstream
+        .parse()
+        .with_context(|| format!("upstream {upstream:?} is not a URL"))?;
+    let scheme = uri
+        .scheme()
+        .cloned()
+        .with_context(|| format!("upstream {upstream:?} has no scheme: use http://HOST:PORT"))?;
+    if scheme != Scheme::HTTP {
+        bail!(
+            "upstream {upstream:?}: only http:// upstreams are supported (moto serves plain HTTP)"
+        );
+    }
+    let authority = uri
+        .authority()
+        .cloned()
+        .with_context(|| format!("upstream {upstream:?} has no host: use http://HOST:PORT"))?;
+    if !matches!(uri.path(), "" | "/") {
+        bail!("upstream {upstream:?}: a path prefix is not supported, give only http://HOST:PORT");
+    }
+    Ok((scheme, authority))
+}
+
+async fn accept_loop(listener: TcpListener, state: Arc<State>) {
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    connections.spawn(serve_connection(stream, Arc::clone(&state)));
+                }
+                Err(err) => {
+                    // Usually EMFILE under load: back off briefly instead of
+                    // spinning, then keep serving.
+                    tracing::warn!(error = %err, "aws-fault-proxy accept failed");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            },
+            // Reap finished connections so the set does not grow forever.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+}
+
+async fn serve_connection(stream: TcpStream, state: Arc<State>) {
+    let reset = Arc::new(AtomicBool::new(false));
+    let io = TokioIo::new(ResettableStream {
+        inner: stream,
+        reset: Arc::clone(&reset),
+    });
+    let service = service_fn(move |request| {
+        let state = Arc::clone(&state);
+        let reset = Arc::clone(&reset);
+        async move { handle(state, request, reset).await }
+    });
+    let result = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .serve_connection(io, service)
+        .await;
+    if let Err(err) = result {
+        tracing::debug!(error = %err, "aws-fault-proxy connection ended with an error");
+    }
+}
+
+type ProxyBody = BoxBody<Bytes, hyper::Error>;
+
+/// Returned by the service to make hyper drop the connection unanswered.
+#[derive(Debug)]
+struct ResetConnection;
+
+impl std::fmt::Display for ResetConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection reset injected by aws-fault-proxy")
+    }
+}
+
+impl std::error::Error for ResetConnection {}
+
+async fn handle(
+    state: Arc<State>,
+    request: Request<Incoming>,
+    reset: Arc<AtomicBool>,
+) -> Result<Response<ProxyBody>, ResetConnection> {
+    let path = request.uri().path();
+    if path.starts_with("/proxy-api/") {
+        return Ok(proxy_api(&state, &request));
+    }
+    let (parts, body) = request.into_parts();
+    let body = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(err) => {
+            return Ok(plain_response(
+                StatusCode::BAD_REQUEST,
+                format!("aws-fault-proxy could not read the request body: {err}"),
+            ));
+        }
+    };
+
+    // moto's own API (reset, data) is test plumbing, not an AWS call.
+    if parts.uri.path().starts_with("/moto-api/") {
+        return Ok(forward(&state, parts, body).await);
+    }
+    let Some(call) = identify(&parts.headers, parts.uri.query(), &body) else {
+        return Ok(forward(&state, parts, body).await);
+    };
+
+    let counters = &state.counters;
+    counters.bump(&call.service, &call.action, Outcome::Received);
+
+    let category = category_of_call(
+        &call.service,
+        &call.action,
+        call.param_names.iter().map(String::as_str),
+    );
+    let over_budget = {
+        let mut budget = state.budget.lock();
+        budget.as_mut().is_some_and(|budget| {
+            budget.check(&call.service, &call.action, category, Instant::now())
+                == BudgetDecision::Throttled
+        })
+    };
+    if over_budget {
+        counters.bump(&call.service, &call.action, Outcome::Throttled);
+        return Ok(error_response(&AwsError::throttling(call.protocol), &call));
+    }
+
+    let mut delay = *state.latency.read();
+    let rules = Arc::clone(&state.faults.read());
+    if !rules.is_empty() {
+        let fault = rules
+            .pick(&call.service, &call.action, rand::random::<f64>)
+            .cloned();
+        if let Some(fault) = fault {
+            counters.bump(&call.service, &call.action, Outcome::Faulted);
+            match fault {
+                FaultKind::ServerError(status) => {
+                    return Ok(error_response(
+                        &AwsError::server_error(call.protocol, status),
+                        &call,
+                    ));
+                }
+                FaultKind::Throttle => {
+                    return Ok(error_response(&AwsError::throttling(call.protocol), &call));
+                }
+                FaultKind::Error {
+                    status,
+                    code,
+                    message,
+                } => {
+                    return Ok(error_response(&AwsError::new(status, code, message), &call));
+                }
+                FaultKind::ConnectionReset => {
+                    reset.store(true, Ordering::Release);
+                    return Err(ResetConnection);
+                }
+                FaultKind::Latency(extra) => delay += extra,
+            }
+        }
+    }
+
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
+    counters.bump(&call.service, &call.action, Outcome::Forwarded);
+    Ok(forward(&state, parts, body).await)
+}
+
+/// Sends the request to the upstream unchanged (method, path, query, headers,
+/// body) and streams the answer back.
+async fn forward(state: &State, parts: http::request::Parts, body: Bytes) -> Response<ProxyBody> {
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let uri = match Uri::builder()
+        .scheme(state.upstream_scheme.clone())
+        .authority(state.upstream_authority.clone())
+        .path_and_query(path_and_query)
+        .build()
+    {
+        Ok(uri) => uri,
+        Err(err) => {
+            return plain_response(
+                StatusCode::BAD_REQUEST,
+                format!("aws-fault-proxy cannot build the upstream URL: {err}"),
+            );
+        }
+    };
+    let mut upstream_request = Request::new(Full::new(body));
+    *upstream_request.method_mut() = parts.method;
+    *upstream_request.uri_mut() = uri;
+    *upstream_request.headers_mut() = parts.headers;
+    match state.client.request(upstream_request).await {
+        Ok(response) => response.map(BodyExt::boxed),
+        Err(err) => plain_response(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "aws-fault-proxy could not reach upstream {}://{}: {err}",
+                state.upstream_scheme, state.upstream_authority
+            ),
+        ),
+    }
+}
+
+fn proxy_api(state: &State, request: &Request<Incoming>) -> Response<ProxyBody> {
+    match (request.method(), request.uri().path()) {
+        (&http::Method::GET, "/proxy-api/counts") => {
+            let json = state.counters.snapshot().to_json().to_string();
+            let mut response = full_response(StatusCode::OK, json);
+            response.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        (&http::Method::POST, "/proxy-api/reset-counts") => {
+            state.counters.reset();
+            full_response(StatusCode::OK, "{}".to_owned())
+        }
+        (method, path) => plain_response(
+            StatusCode::NOT_FOUND,
+            format!(
+                "aws-fault-proxy has no {method} {path}: use GET /proxy-api/counts or POST /proxy-api/reset-counts"
+            ),
+        ),
+    }
+}
+
+fn error_response(error: &AwsError, call: &AwsCall) -> Response<ProxyBody> {
+    error.to_response(call).map(|body| {
+        Full::new(body)
+            .map_err(|never: Infallible| match never {})
+            .boxed()
+    })
+}
+
+fn full_response(status: StatusCode, body: String) -> Response<ProxyBody> {
+    let mut response = Response::new(
+        Full::new(Bytes::from(body))
+            .map_err(|never: Infallible| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = status;
+    response
+}
+
+fn plain_response(status: StatusCode, message: String) -> Response<ProxyBody> {
+    let mut response = full_response(status, message);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// The accepted TCP stream, able to end in a reset: when the handler injects
+/// `ConnectionReset`, dropping the stream sets `SO_LINGER` to zero first so
+/// the kernel sends RST instead of an orderly FIN, as a crashed server would.
+struct ResettableStream {
+    inner: TcpStream,
+    reset: Arc<AtomicBool>,
+}
+
+impl Drop for ResettableStream {
+    fn drop(&mut self) {
+        if self.reset.load(Ordering::Acquire) {
+            if let Err(err) = self.inner.set_zero_linger() {
+                tracing::debug!(error = %err, "aws-fault-proxy could not arm a connection reset");
+            }
+        }
+    }
+}
+
+impl AsyncRead for ResettableStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ResettableStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests of the real `aws-cloud-controller-manager` binary, run as
+//! a subprocess against the project's Kubernetes API test server and moto.
+//! One test target (one link) holds every scenario; each lives in its module.
+
+mod support;
+
+mod foundation;

@@ -1,0 +1,235 @@
+//! Starting the real binary against the test servers, and waiting on what it does.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use aws_ccm::testkit::apiserver::TestApiServer;
+use aws_ccm::testkit::moto::Moto;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_aws-cloud-controller-manager");
+pub const CLUSTER_ID: &str = "ccm-test";
+pub const REGION: &str = "us-east-1";
+
+/// Polls `check` until it returns `Some`, or fails after `deadline`.
+pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if start.elapsed() > deadline {
+            bail!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A Kubernetes API test server, moto, and the files the CCM reads.
+pub struct Env {
+    pub api: TestApiServer,
+    pub moto: Moto,
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub cloud_conf: PathBuf,
+}
+
+impl Env {
+    pub async fn start() -> anyhow::Result<Env> {
+        Env::start_with_conf(&format!("[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n")).await
+    }
+
+    pub async fn start_with_conf(cloud_conf: &str) -> anyhow::Result<Env> {
+        let (api, moto) = tokio::try_join!(TestApiServer::start(), Moto::start())?;
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig)?;
+        let cloud_conf_path = dir.path().join("cloud.conf");
+        std::fs::write(&cloud_conf_path, cloud_conf)?;
+        Ok(Env { api, moto, dir, kubeconfig, cloud_conf: cloud_conf_path })
+    }
+
+    /// The flags every test passes; timings shortened so tests finish quickly.
+    pub fn base_args(&self) -> Vec<String> {
+        vec![
+            "--cloud-provider=aws".into(),
+            format!("--cloud-config={}", self.cloud_conf.display()),
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--bind-address=127.0.0.1".into(),
+            "--secure-port=0".into(),
+            "--leader-elect-lease-duration=3s".into(),
+            "--leader-elect-renew-deadline=2s".into(),
+            "--leader-elect-retry-period=500ms".into(),
+        ]
+    }
+
+    pub fn aws_env(&self) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL".into(), self.moto.endpoint()),
+            ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
+            ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+        ]
+    }
+
+    pub async fn start_ccm(&self, extra: &[&str]) -> anyhow::Result<Ccm> {
+        let mut args = self.base_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Ccm::spawn(&args, &self.aws_env()).await
+    }
+}
+
+/// The CCM as a child process, with its stderr collected for assertions.
+pub struct Ccm {
+    child: Child,
+    logs: Arc<Mutex<String>>,
+}
+
+impl Ccm {
+    pub async fn spawn(args: &[String], env: &[(String, String)]) -> anyhow::Result<Ccm> {
+        let mut cmd = Command::new(BINARY);
+        cmd.args(args)
+            .env("RUST_LOG", "info,aws_ccm=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().with_context(|| format!("spawning {BINARY}"))?;
+        let stderr = child.stderr.take().context("no stderr")?;
+        let logs = Arc::new(Mutex::new(String::new()));
+        let sink = logs.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut buf = sink.lock().unwrap_or_else(|p| p.into_inner());
+                buf.push_str(&line);
+                buf.push('\n');
+            }
+        });
+        Ok(Ccm { child, logs })
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub async fn wait_for_log(&self, needle: &str, deadline: Duration) -> anyhow::Result<()> {
+        eventually(&format!("log line containing {needle:?}"), deadline, || async {
+            self.logs().contains(needle).then_some(())
+        })
+        .await
+        .with_context(|| format!("logs so far:\n{}", self.logs()))
+    }
+
+    /// The address of the HTTPS server, from its start-up log line.
+    pub async fn https_addr(&self) -> anyhow::Result<String> {
+        self.wait_for_log("serving securely on ", Duration::from_secs(20)).await?;
+        let logs = self.logs();
+        let rest = logs.split("serving securely on ").nth(1).context("no address")?;
+        Ok(rest.split_whitespace().next().context("no address")?.to_string())
+    }
+
+    pub fn pid(&self) -> Option<i32> {
+        self.child.id().map(|p| p as i32)
+    }
+
+    pub fn signal(&self, signal: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: sending a signal to our own child process.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+        }
+    }
+
+    pub async fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<ExitStatus> {
+        tokio::time::timeout(deadline, self.child.wait())
+            .await
+            .with_context(|| format!("process did not exit within {deadline:?}; logs:\n{}", self.logs()))?
+            .context("waiting for the process")
+    }
+
+    /// Runs the binary to completion (for start-up failures).
+    pub async fn run_to_exit(args: &[String], env: &[(String, String)]) -> anyhow::Result<(ExitStatus, String)> {
+        let mut ccm = Ccm::spawn(args, env).await?;
+        let status = ccm.wait_exit(Duration::from_secs(30)).await?;
+        // Let the reader drain the pipe after exit.
+        let logs = eventually("stderr to close", Duration::from_secs(5), || async {
+            let l = ccm.logs();
+            (!l.is_empty()).then_some(l)
+        })
+        .await
+        .unwrap_or_default();
+        Ok((status, logs))
+    }
+}
+
+/// GET over HTTPS, accepting the CCM's self-signed certificate.
+pub async fn https_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    use http_body_util::{BodyExt, Empty};
+    use rustls::pki_types::ServerName;
+
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AcceptAnyCert(provider)))
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost")?, tcp)
+        .await?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
+    tokio::spawn(conn);
+    let req = http::Request::get(path).header("host", "localhost").body(Empty::<bytes::Bytes>::new())?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+#[derive(Debug)]
+struct AcceptAnyCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
+    fn verify_server_cert(
+        &self,
+        _: &rustls::pki_types::CertificateDer<'_>,
+        _: &[rustls::pki_types::CertificateDer<'_>],
+        _: &rustls::pki_types::ServerName<'_>,
+        _: &[u8],
+        _: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
