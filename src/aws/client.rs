@@ -37,7 +37,7 @@ use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
 use super::operations::{Category, Operation, Service};
 use super::retry::RetryPolicy;
-use super::throttle::{AimdConfig, Throttle};
+use super::throttle::{AimdConfig, Priority, Throttle};
 
 pub use super::clients::SdkClients;
 
@@ -335,7 +335,9 @@ impl AwsClient {
         let client = &self.inner.core.clients.ec2;
         self.inner
             .core
-            .call(Service::Ec2, op, opts, || f(client.clone()))
+            .call(Service::Ec2, op, opts, Priority::Normal, || {
+                f(client.clone())
+            })
             .await
     }
 
@@ -364,7 +366,9 @@ impl AwsClient {
         let client = &self.inner.core.clients.elb;
         self.inner
             .core
-            .call(Service::Elb, op, opts, || f(client.clone()))
+            .call(Service::Elb, op, opts, Priority::Normal, || {
+                f(client.clone())
+            })
             .await
     }
 
@@ -393,7 +397,9 @@ impl AwsClient {
         let client = &self.inner.core.clients.elbv2;
         self.inner
             .core
-            .call(Service::Elbv2, op, opts, || f(client.clone()))
+            .call(Service::Elbv2, op, opts, Priority::Normal, || {
+                f(client.clone())
+            })
             .await
     }
 
@@ -422,7 +428,9 @@ impl AwsClient {
         let client = &self.inner.core.clients.sts;
         self.inner
             .core
-            .call(Service::Sts, op, opts, || f(client.clone()))
+            .call(Service::Sts, op, opts, Priority::Normal, || {
+                f(client.clone())
+            })
             .await
     }
 
@@ -524,6 +532,7 @@ impl Core {
         service: Service,
         op: Operation,
         opts: CallOptions,
+        priority: Priority,
         attempt: F,
     ) -> Result<T, AwsError>
     where
@@ -560,7 +569,7 @@ impl Core {
             }
         };
         loop {
-            if limiter.acquire(opts.deadline).await.is_err() {
+            if limiter.acquire_with(opts.deadline, priority).await.is_err() {
                 return Err(deadline_exceeded(attempts, last));
             }
             attempts += 1;
@@ -645,15 +654,23 @@ impl Core {
         let mut next_token: Option<String> = None;
         loop {
             let page = self
-                .call(Service::Ec2, Operation::Ec2DescribeInstances, opts, || {
-                    self.clients
-                        .ec2
-                        .describe_instances()
-                        .set_filters(Some(filters.clone()))
-                        .max_results(1000)
-                        .set_next_token(next_token.clone())
-                        .send()
-                })
+                // Every caller of this serves many callers of its own (a
+                // coalesced batch, the sweep): it goes ahead of single calls.
+                .call(
+                    Service::Ec2,
+                    Operation::Ec2DescribeInstances,
+                    opts,
+                    Priority::Shared,
+                    || {
+                        self.clients
+                            .ec2
+                            .describe_instances()
+                            .set_filters(Some(filters.clone()))
+                            .max_results(1000)
+                            .set_next_token(next_token.clone())
+                            .send()
+                    },
+                )
                 .await?;
             out.extend(
                 page.reservations()
@@ -701,6 +718,7 @@ impl Core {
                 Service::Ec2,
                 Operation::Ec2DescribeAvailabilityZones,
                 CallOptions::default(),
+                Priority::Shared,
                 || self.clients.ec2.describe_availability_zones().send(),
             )
             .await?;

@@ -174,6 +174,8 @@ pub struct WorkloadReport {
     pub elapsed: Duration,
     /// Caller-observed latency of each call, sorted.
     pub latencies: Vec<Duration>,
+    /// The same, for the coalesced instance lookups only.
+    pub lookup_latencies: Vec<Duration>,
 }
 
 /// `total` concurrent calls of the kinds a CCM makes, in fixed proportions:
@@ -233,7 +235,7 @@ pub async fn mixed_workload(aws: &AwsClient, seeded: &[Seeded], total: usize) ->
                     }
                 }
             };
-            (result, began.elapsed())
+            (result, began.elapsed(), i % 40 <= 35)
         }
         .boxed()
     });
@@ -243,8 +245,11 @@ pub async fn mixed_workload(aws: &AwsClient, seeded: &[Seeded], total: usize) ->
         elapsed: start.elapsed(),
         ..WorkloadReport::default()
     };
-    for (result, latency) in results {
+    for (result, latency, lookup) in results {
         report.latencies.push(latency);
+        if lookup {
+            report.lookup_latencies.push(latency);
+        }
         if let Err(err) = result {
             if err.is_throttling() {
                 report.throttling_errors += 1;
@@ -253,6 +258,7 @@ pub async fn mixed_workload(aws: &AwsClient, seeded: &[Seeded], total: usize) ->
         }
     }
     report.latencies.sort();
+    report.lookup_latencies.sort();
     report
 }
 
