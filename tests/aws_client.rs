@@ -122,15 +122,19 @@ async fn throttling_is_retried_and_the_rate_adapts() {
         .await;
     let ceiling = aws.current_rate(Category::Ec2NonMutating);
 
-    // Watch the adaptive rate while the calls run.
+    // Watch the adaptive rate, and its gauge, while the calls run.
     let sampler = {
         let aws = aws.clone();
         tokio::spawn(async move {
             let mut lowest = f64::MAX;
+            let mut lowest_gauge = f64::MAX;
             loop {
                 lowest = lowest.min(aws.current_rate(Category::Ec2NonMutating));
-                if lowest < ceiling {
-                    return lowest;
+                if let Some(gauge) = rate_gauge(&aws_ccm::metrics::encode(), "ec2_non_mutating") {
+                    lowest_gauge = lowest_gauge.min(gauge);
+                }
+                if lowest < ceiling && lowest_gauge < ceiling {
+                    return (lowest, lowest_gauge);
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -155,10 +159,14 @@ async fn throttling_is_retried_and_the_rate_adapts() {
         "the proxy throttled: {:?}",
         calls.to_json()
     );
-    let lowest = tokio::time::timeout(Duration::from_secs(5), sampler)
+    let (lowest, lowest_gauge) = tokio::time::timeout(Duration::from_secs(5), sampler)
         .await
         .expect("the rate dropped below the ceiling")
         .expect("sampler");
+    assert!(
+        lowest_gauge < ceiling * 0.6,
+        "the rate gauge dropped: lowest {lowest_gauge}"
+    );
     // Halved, give or take the additive recovery between the cut and the
     // sample.
     assert!(
@@ -171,6 +179,15 @@ async fn throttling_is_retried_and_the_rate_adapts() {
         "throttles are counted"
     );
     world.assert_every_action_is_in_the_table();
+}
+
+/// The value of `aws_ccm_api_rate_limit{category="..."}` in a metrics text.
+fn rate_gauge(metrics: &str, category: &str) -> Option<f64> {
+    let prefix = format!("aws_ccm_api_rate_limit{{category=\"{category}\"}} ");
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -435,7 +435,9 @@ impl AwsClient {
     }
 
     /// One instance by ID, coalesced with concurrent lookups into one
-    /// `DescribeInstances`. [`AwsError::NotFound`] when it does not exist.
+    /// `DescribeInstances`. [`AwsError::NotFound`] when it does not exist;
+    /// a terminated instance that EC2 still lists is returned (its `state`
+    /// says so), because the node lifecycle controller needs to see it.
     pub async fn instance_by_id(&self, id: &str) -> Result<Ec2Instance, AwsError> {
         self.instance_by_id_with(id, CallOptions::default()).await
     }
@@ -754,6 +756,23 @@ mod tests {
                 .tagged("kubernetes.io/cluster/demo", "owned")
             })
             .collect()
+    }
+
+    /// Controllers spawn their reconciles on Tokio: the client and every
+    /// future it returns must be `Send`. Type-checked, never run.
+    #[allow(dead_code)]
+    fn client_and_its_futures_are_send(aws: &AwsClient) {
+        fn is_send<T: Send + 'static>(_: T) {}
+        fn is_send_ref<T: Send>(_: T) {}
+        is_send(aws.clone());
+        is_send_ref(aws.instance_by_id("i-1"));
+        is_send_ref(aws.instance_by_private_dns("ip-10-0-0-1.ec2.internal"));
+        is_send_ref(aws.cluster_instances());
+        is_send_ref(aws.zone_ids());
+        is_send_ref(aws.ec2(Operation::Ec2DescribeVpcs, |ec2| ec2.describe_vpcs().send()));
+        is_send_ref(aws.elbv2(Operation::Elbv2DescribeTargetGroups, |elbv2| {
+            elbv2.describe_target_groups().send()
+        }));
     }
 
     async fn client_for(stub: &StubEc2, options: ClientOptions) -> AwsClient {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use aws_ccm::aws::clients::SdkClients;
-use aws_ccm::aws::{AwsClient, ClientOptions, Operation, Service};
+use aws_ccm::aws::{AwsClient, ClientOptions, Operation};
 use aws_ccm::testkit::aws_proxy::{FaultProxy, ProxyConfig};
 use aws_ccm::testkit::moto::{Moto, test_sdk_config};
 use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
@@ -113,11 +113,7 @@ impl World {
         self.proxy
             .calls()
             .iter()
-            .filter(|(service, action, _)| {
-                Service::parse(service)
-                    .and_then(|service| Operation::from_action(service, action))
-                    .is_none()
-            })
+            .filter(|(service, action, _)| Operation::from_names(service, action).is_none())
             .map(|(service, action, _)| (service.to_string(), action.to_string()))
             .collect()
     }
