@@ -1,1 +1,646 @@
-//! placeholder
+//! The one door to AWS.
+//!
+//! Every AWS request of the project goes through [`AwsClient`], in this order:
+//!
+//! 1. **Throttle**: wait for a token of the operation's AWS throttle category
+//!    (sized at a fraction of AWS's bucket, adapting down on throttling).
+//! 2. **Send** with a per-attempt timeout.
+//! 3. **Classify** the answer; on throttling lower the category's rate.
+//! 4. **Retry** throttling and transient failures with capped exponential
+//!    backoff and full jitter, within the attempt limit and the caller's
+//!    deadline. Each retry takes a token again: a retry is a request too.
+//! 5. **Metrics** for every attempt and every call.
+//!
+//! On top of that sit the coalescing lookups: single-instance lookups by ID
+//! or private DNS name batched into one `DescribeInstances`, the shared
+//! cluster sweep, and the cached zone map.
+//!
+//! The SDK clients must be built with SDK retries disabled and without an
+//! operation timeout: this layer owns both, and SDK retries underneath would
+//! multiply every attempt made here.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::Filter;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
+use futures::future::FutureExt;
+use tokio::time::Instant;
+
+use super::api_metrics;
+use super::coalesce::{BatchFetch, Batcher, SingleFlight};
+use super::errors::{AttemptFailure, AwsError, ErrorClass};
+use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
+use super::operations::{Category, Operation, Service};
+use super::retry::RetryPolicy;
+use super::throttle::{AimdConfig, Throttle};
+
+pub use super::clients::SdkClients;
+
+/// Tuning of the client layer. `Default` is what the CCM runs with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientOptions {
+    /// Share of each AWS bucket this process may use (`--aws-api-budget-fraction`).
+    /// The rest is left to the other users of the account. In `(0, 10]`;
+    /// above 1 only for accounts whose limits AWS has raised.
+    pub budget_fraction: f64,
+    /// Time limit of one attempt.
+    pub call_timeout: Duration,
+    /// Attempts per call, the first included.
+    pub max_attempts: u32,
+    /// Upper bound of the first backoff window.
+    pub backoff_base: Duration,
+    /// Upper bound of any backoff window.
+    pub backoff_max: Duration,
+    /// How the per-category rate adapts to throttling.
+    pub aimd: AimdConfig,
+    /// How long single-instance lookups wait for company before one
+    /// `DescribeInstances` serves them all.
+    pub coalesce_window: Duration,
+    /// Instance IDs per coalesced call (`instance-id` filter values).
+    pub max_ids_per_call: usize,
+    /// Private DNS names per coalesced call (`private-dns-name` filter values).
+    pub max_dns_names_per_call: usize,
+    /// How long a cluster sweep stays fresh.
+    pub sweep_ttl: Duration,
+    /// Whether the sweep also finds instances tagged with the legacy
+    /// `KubernetesCluster=<id>` tag (one extra call per sweep; the Go CCM
+    /// counts those as cluster members too).
+    pub legacy_cluster_tag: bool,
+    /// How long the zone name → zone ID map stays fresh.
+    pub zone_ttl: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> ClientOptions {
+        let retry = RetryPolicy::default();
+        ClientOptions {
+            budget_fraction: 0.5,
+            call_timeout: Duration::from_secs(30),
+            max_attempts: retry.max_attempts,
+            backoff_base: retry.base_delay,
+            backoff_max: retry.max_delay,
+            aimd: AimdConfig::default(),
+            coalesce_window: Duration::from_millis(5),
+            max_ids_per_call: 1000,
+            max_dns_names_per_call: 200,
+            sweep_ttl: Duration::from_secs(30),
+            legacy_cluster_tag: true,
+            zone_ttl: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// A [`ClientOptions`] value that cannot work.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum OptionsError {
+    #[error(
+        "--aws-api-budget-fraction {0} is out of range: give a share of AWS's API rate limits greater than 0 \
+         and at most 10 (0.5 = half of each bucket, the default)"
+    )]
+    BudgetFraction(f64),
+    #[error("the AWS call timeout must be greater than zero (got {0:?})")]
+    CallTimeout(Duration),
+    #[error("the AWS client needs at least one attempt per call (got max_attempts = 0)")]
+    MaxAttempts,
+    #[error("coalesced lookups need at least one {what} per call (got 0)")]
+    BatchSize { what: &'static str },
+}
+
+impl ClientOptions {
+    /// Checks the options; the CLI calls this when parsing flags so a bad
+    /// value stops the process with a clear message instead of misbehaving.
+    pub fn validate(&self) -> Result<(), OptionsError> {
+        if !(self.budget_fraction > 0.0 && self.budget_fraction <= 10.0) {
+            return Err(OptionsError::BudgetFraction(self.budget_fraction));
+        }
+        if self.call_timeout.is_zero() {
+            return Err(OptionsError::CallTimeout(self.call_timeout));
+        }
+        if self.max_attempts == 0 {
+            return Err(OptionsError::MaxAttempts);
+        }
+        if self.max_ids_per_call == 0 {
+            return Err(OptionsError::BatchSize { what: "instance ID" });
+        }
+        if self.max_dns_names_per_call == 0 {
+            return Err(OptionsError::BatchSize {
+                what: "private DNS name",
+            });
+        }
+        Ok(())
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.max_attempts.max(1),
+            base_delay: self.backoff_base,
+            max_delay: self.backoff_max,
+        }
+    }
+}
+
+/// Per-call options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallOptions {
+    /// The call fails with [`AwsError::DeadlineExceeded`] rather than
+    /// continue past this instant (waiting for a token, sending, or backing
+    /// off). `None`: bounded by the attempt limit only.
+    pub deadline: Option<Instant>,
+}
+
+impl CallOptions {
+    /// Options with a deadline `timeout` from now.
+    pub fn within(timeout: Duration) -> CallOptions {
+        CallOptions {
+            deadline: Some(Instant::now() + timeout),
+        }
+    }
+}
+
+/// The AWS client every controller uses. Cheap to clone (an `Arc` inside).
+#[derive(Clone)]
+pub struct AwsClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    core: Arc<Core>,
+    by_id: Batcher<String, Ec2Instance>,
+    by_private_dns: Batcher<String, Ec2Instance>,
+    sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
+    zones: SingleFlight<Arc<HashMap<String, String>>>,
+}
+
+/// What the batch tasks need: everything but the batchers themselves (which
+/// hold their fetch closures; keeping those apart avoids an `Arc` cycle).
+struct Core {
+    clients: SdkClients,
+    cluster_id: String,
+    options: ClientOptions,
+    retry: RetryPolicy,
+    throttle: Throttle,
+}
+
+impl std::fmt::Debug for AwsClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AwsClient")
+            .field("cluster_id", &self.inner.core.cluster_id)
+            .field("options", &self.inner.core.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AwsClient {
+    /// Builds the client. Invalid options are logged and replaced by their
+    /// defaults (validate them earlier with [`ClientOptions::validate`] to
+    /// refuse them instead).
+    pub fn new(clients: SdkClients, cluster_id: String, opts: ClientOptions) -> AwsClient {
+        let defaults = ClientOptions::default();
+        let mut options = opts;
+        if let Err(err) = options.validate() {
+            tracing::error!(error = %err, "invalid AWS client options; using the defaults for the invalid ones");
+            if !(options.budget_fraction > 0.0 && options.budget_fraction <= 10.0) {
+                options.budget_fraction = defaults.budget_fraction;
+            }
+            if options.call_timeout.is_zero() {
+                options.call_timeout = defaults.call_timeout;
+            }
+            options.max_attempts = options.max_attempts.max(1);
+            options.max_ids_per_call = options.max_ids_per_call.max(1);
+            options.max_dns_names_per_call = options.max_dns_names_per_call.max(1);
+        }
+        api_metrics::init();
+        let core = Arc::new(Core {
+            clients,
+            cluster_id,
+            retry: options.retry_policy(),
+            throttle: Throttle::new(options.budget_fraction, options.aimd.clone()),
+            options,
+        });
+
+        let by_id_core = core.clone();
+        let fetch_by_id: BatchFetch<String, Ec2Instance> = Arc::new(move |ids: Vec<String>| {
+            let core = by_id_core.clone();
+            async move {
+                // `instance-id` as a filter, not `InstanceIds`: with the
+                // parameter one unknown ID fails the whole call
+                // (InvalidInstanceID.NotFound); the filter just leaves it out.
+                let found = core
+                    .describe_instances(vec![instances::filter("instance-id", ids)], CallOptions::default())
+                    .await?;
+                Ok(found.into_iter().map(|i| (i.id.clone(), i)).collect())
+            }
+            .boxed()
+        });
+        let by_dns_core = core.clone();
+        let fetch_by_dns: BatchFetch<String, Ec2Instance> = Arc::new(move |names: Vec<String>| {
+            let core = by_dns_core.clone();
+            async move {
+                let filters = vec![
+                    instances::filter("private-dns-name", names),
+                    instances::filter("instance-state-name", ALIVE_STATES),
+                ];
+                let found = core.describe_instances(filters, CallOptions::default()).await?;
+                let mut by_name = HashMap::new();
+                for instance in found {
+                    if let Some(name) = instance.private_dns_name.clone() {
+                        by_name.insert(name, instance);
+                    }
+                }
+                Ok(by_name)
+            }
+            .boxed()
+        });
+        let options = &core.options;
+        let inner = Inner {
+            by_id: Batcher::new(
+                "instance_id",
+                Operation::Ec2DescribeInstances,
+                options.coalesce_window,
+                options.max_ids_per_call,
+                fetch_by_id,
+            ),
+            by_private_dns: Batcher::new(
+                "private_dns_name",
+                Operation::Ec2DescribeInstances,
+                options.coalesce_window,
+                options.max_dns_names_per_call,
+                fetch_by_dns,
+            ),
+            sweep: SingleFlight::new(Operation::Ec2DescribeInstances, options.sweep_ttl),
+            zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
+            core,
+        };
+        AwsClient { inner: Arc::new(inner) }
+    }
+
+    /// The cluster ID this client was built for.
+    pub fn cluster_id(&self) -> &str {
+        &self.inner.core.cluster_id
+    }
+
+    /// The options in force (after validation).
+    pub fn options(&self) -> &ClientOptions {
+        &self.inner.core.options
+    }
+
+    /// The current adaptive rate of a category, in requests per second.
+    pub fn current_rate(&self, category: Category) -> f64 {
+        self.inner.core.throttle.limiter(category).current_rate()
+    }
+
+    /// Calls EC2. `f` builds and sends one request; it is called again for
+    /// every attempt.
+    ///
+    /// ```ignore
+    /// let out = aws.ec2(Operation::Ec2DescribeRouteTables, |ec2| {
+    ///     ec2.describe_route_tables().filters(vpc_filter.clone()).send()
+    /// }).await?;
+    /// ```
+    pub async fn ec2<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_ec2::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.ec2_with(op, CallOptions::default(), f).await
+    }
+
+    /// [`AwsClient::ec2`] with a deadline.
+    pub async fn ec2_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_ec2::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let client = &self.inner.core.clients.ec2;
+        self.inner.core.call(Service::Ec2, op, opts, || f(client.clone())).await
+    }
+
+    /// Calls classic ELB; see [`AwsClient::ec2`].
+    pub async fn elb<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.elb_with(op, CallOptions::default(), f).await
+    }
+
+    /// [`AwsClient::elb`] with a deadline.
+    pub async fn elb_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let client = &self.inner.core.clients.elb;
+        self.inner.core.call(Service::Elb, op, opts, || f(client.clone())).await
+    }
+
+    /// Calls ELBv2; see [`AwsClient::ec2`].
+    pub async fn elbv2<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.elbv2_with(op, CallOptions::default(), f).await
+    }
+
+    /// [`AwsClient::elbv2`] with a deadline.
+    pub async fn elbv2_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let client = &self.inner.core.clients.elbv2;
+        self.inner.core.call(Service::Elbv2, op, opts, || f(client.clone())).await
+    }
+
+    /// Calls STS; see [`AwsClient::ec2`].
+    pub async fn sts<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_sts::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.sts_with(op, CallOptions::default(), f).await
+    }
+
+    /// [`AwsClient::sts`] with a deadline.
+    pub async fn sts_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_sts::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let client = &self.inner.core.clients.sts;
+        self.inner.core.call(Service::Sts, op, opts, || f(client.clone())).await
+    }
+
+    /// One instance by ID, coalesced with concurrent lookups into one
+    /// `DescribeInstances`. [`AwsError::NotFound`] when it does not exist.
+    pub async fn instance_by_id(&self, id: &str) -> Result<Ec2Instance, AwsError> {
+        self.instance_by_id_with(id, CallOptions::default()).await
+    }
+
+    /// [`AwsClient::instance_by_id`] with a deadline for this caller's wait
+    /// (the shared batch call goes on for the others).
+    pub async fn instance_by_id_with(&self, id: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
+        let lookup = self.inner.by_id.get(id.to_string());
+        let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
+        found.ok_or_else(|| AwsError::NotFound {
+            operation: Operation::Ec2DescribeInstances,
+            what: format!("EC2 instance {id}"),
+        })
+    }
+
+    /// One live (not terminated) instance by private DNS name
+    /// (`ip-10-0-0-1.ec2.internal`), coalesced like [`AwsClient::instance_by_id`].
+    pub async fn instance_by_private_dns(&self, name: &str) -> Result<Ec2Instance, AwsError> {
+        self.instance_by_private_dns_with(name, CallOptions::default()).await
+    }
+
+    /// [`AwsClient::instance_by_private_dns`] with a deadline.
+    pub async fn instance_by_private_dns_with(&self, name: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
+        let lookup = self.inner.by_private_dns.get(name.to_string());
+        let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
+        found.ok_or_else(|| AwsError::NotFound {
+            operation: Operation::Ec2DescribeInstances,
+            what: format!("EC2 instance with private DNS name {name}"),
+        })
+    }
+
+    /// Every instance of the cluster (any state), by the Go CCM's rule: tag
+    /// key `kubernetes.io/cluster/<id>`, or legacy tag
+    /// `KubernetesCluster=<id>`. One paginated sweep (1,000 per page) serves
+    /// all concurrent callers and is cached for `sweep_ttl`.
+    pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
+        let core = self.inner.core.clone();
+        self.inner
+            .sweep
+            .get(move || async move { core.sweep_cluster().await.map(Arc::new) }.boxed())
+            .await
+    }
+
+    /// Forgets the cached sweep (after the caller changed instances, or
+    /// learned the cache is stale); the next `cluster_instances` reads AWS.
+    pub fn invalidate_sweep(&self) {
+        self.inner.sweep.invalidate();
+    }
+
+    /// Availability zone name → zone ID (`us-east-1a` → `use1-az1`), cached.
+    pub async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, AwsError> {
+        let core = self.inner.core.clone();
+        self.inner
+            .zones
+            .get(move || async move { core.describe_zones().await.map(Arc::new) }.boxed())
+            .await
+    }
+}
+
+/// Bounds a wait by the caller's deadline.
+async fn with_deadline<T>(
+    op: Operation,
+    opts: CallOptions,
+    work: impl Future<Output = Result<T, AwsError>>,
+) -> Result<T, AwsError> {
+    let Some(deadline) = opts.deadline else {
+        return work.await;
+    };
+    let start = Instant::now();
+    match tokio::time::timeout_at(deadline, work).await {
+        Ok(result) => result,
+        Err(_) => Err(AwsError::DeadlineExceeded {
+            operation: op,
+            attempts: 0,
+            elapsed: start.elapsed(),
+            last: None,
+        }),
+    }
+}
+
+impl Core {
+    /// The retry loop: throttle, send, classify, back off.
+    async fn call<T, E, F, Fut>(&self, service: Service, op: Operation, opts: CallOptions, attempt: F) -> Result<T, AwsError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let start = Instant::now();
+        if op.service() != service {
+            // A programming error (e.g. an ELB operation passed to `ec2()`):
+            // refuse it, since it would be charged to the wrong bucket.
+            api_metrics::record_call_error(op);
+            return Err(AwsError::from_attempt(
+                op,
+                AttemptFailure::new(
+                    ErrorClass::Fatal,
+                    None,
+                    format!("{op} was passed to the {service} client; this is a bug in aws-ccm"),
+                ),
+                0,
+            ));
+        }
+        let limiter = self.throttle.limiter(op.category());
+        let mut delays = self.retry.delays();
+        let mut attempts: u32 = 0;
+        let mut last: Option<AwsError> = None;
+        let deadline_exceeded = |attempts: u32, last: Option<AwsError>| {
+            api_metrics::record_call_error(op);
+            AwsError::DeadlineExceeded {
+                operation: op,
+                attempts,
+                elapsed: start.elapsed(),
+                last: last.map(Box::new),
+            }
+        };
+        loop {
+            if limiter.acquire(opts.deadline).await.is_err() {
+                return Err(deadline_exceeded(attempts, last));
+            }
+            attempts += 1;
+            let mut timeout = self.options.call_timeout;
+            let mut cut_by_deadline = false;
+            if let Some(deadline) = opts.deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left < timeout {
+                    timeout = left;
+                    cut_by_deadline = true;
+                }
+            }
+            let sent = Instant::now();
+            let failure = match tokio::time::timeout(timeout, attempt()).await {
+                Ok(Ok(value)) => {
+                    api_metrics::observe_request_duration(op, sent.elapsed());
+                    api_metrics::record_attempt(op, "success");
+                    return Ok(value);
+                }
+                Ok(Err(err)) => {
+                    let failure = AttemptFailure::from_sdk(&err);
+                    if failure.http_status.is_some() {
+                        api_metrics::observe_request_duration(op, sent.elapsed());
+                    }
+                    api_metrics::record_attempt(op, failure.class.as_str());
+                    failure
+                }
+                Err(_) => {
+                    api_metrics::record_attempt(op, "timeout");
+                    let failure = AttemptFailure::new(
+                        ErrorClass::Transient,
+                        None,
+                        format!("no answer within {timeout:?}"),
+                    );
+                    if cut_by_deadline {
+                        let last = AwsError::from_attempt(op, failure, attempts);
+                        return Err(deadline_exceeded(attempts, Some(last)));
+                    }
+                    failure
+                }
+            };
+            if failure.class == ErrorClass::Throttling {
+                api_metrics::record_throttled(op);
+                limiter.on_throttled();
+            }
+            let retryable = failure.class.is_retryable();
+            let error = AwsError::from_attempt(op, failure, attempts);
+            if !retryable {
+                api_metrics::record_call_error(op);
+                return Err(error);
+            }
+            let Some(delay) = delays.next() else {
+                api_metrics::record_call_error(op);
+                return Err(error);
+            };
+            if opts.deadline.is_some_and(|deadline| Instant::now() + delay >= deadline) {
+                return Err(deadline_exceeded(attempts, Some(error)));
+            }
+            tracing::debug!(
+                operation = %op,
+                attempt = attempts,
+                class = %error.class(),
+                code = error.code().unwrap_or(""),
+                delay_ms = delay.as_millis() as u64,
+                "retrying AWS call"
+            );
+            last = Some(error);
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// Paginated, filtered `DescribeInstances` (1,000 per page), converted.
+    async fn describe_instances(&self, filters: Vec<Filter>, opts: CallOptions) -> Result<Vec<Ec2Instance>, AwsError> {
+        let mut out = Vec::new();
+        let mut next_token: Option<String> = None;
+        loop {
+            let page = self
+                .call(Service::Ec2, Operation::Ec2DescribeInstances, opts, || {
+                    self.clients
+                        .ec2
+                        .describe_instances()
+                        .set_filters(Some(filters.clone()))
+                        .max_results(1000)
+                        .set_next_token(next_token.clone())
+                        .send()
+                })
+                .await?;
+            out.extend(
+                page.reservations()
+                    .iter()
+                    .flat_map(|r| r.instances())
+                    .filter_map(Ec2Instance::from_sdk),
+            );
+            match page.next_token() {
+                Some(token) if !token.is_empty() => next_token = Some(token.to_string()),
+                _ => return Ok(out),
+            }
+        }
+    }
+
+    async fn sweep_cluster(&self) -> Result<Vec<Ec2Instance>, AwsError> {
+        let tag_key = instances::cluster_tag_key(&self.cluster_id);
+        let mut found = self
+            .describe_instances(vec![instances::filter("tag-key", [tag_key])], CallOptions::default())
+            .await?;
+        if self.options.legacy_cluster_tag {
+            // EC2 ANDs filters, so "either tag" takes a second query.
+            let legacy = self
+                .describe_instances(
+                    vec![instances::filter(
+                        &format!("tag:{LEGACY_CLUSTER_TAG}"),
+                        [self.cluster_id.clone()],
+                    )],
+                    CallOptions::default(),
+                )
+                .await?;
+            let seen: std::collections::HashSet<String> = found.iter().map(|i| i.id.clone()).collect();
+            found.extend(legacy.into_iter().filter(|i| !seen.contains(&i.id)));
+        }
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(found)
+    }
+
+    async fn describe_zones(&self) -> Result<HashMap<String, String>, AwsError> {
+        let out = self
+            .call(
+                Service::Ec2,
+                Operation::Ec2DescribeAvailabilityZones,
+                CallOptions::default(),
+                || self.clients.ec2.describe_availability_zones().send(),
+            )
+            .await?;
+        Ok(out
+            .availability_zones()
+            .iter()
+            .filter_map(|zone| Some((zone.zone_name()?.to_string(), zone.zone_id()?.to_string())))
+            .collect())
+    }
+}

@@ -1,5 +1,17 @@
 //! Everything that talks to AWS. Controllers use the traits in `provider`, never
 //! an SDK client; every call goes through [`client::AwsClient`], the one door.
 
+pub mod api_metrics;
 pub mod client;
 pub mod clients;
+pub mod coalesce;
+pub mod errors;
+pub mod instances;
+pub mod operations;
+pub mod retry;
+pub mod throttle;
+
+pub use client::{AwsClient, CallOptions, ClientOptions, OptionsError, SdkClients};
+pub use errors::{AwsError, ErrorClass};
+pub use instances::Ec2Instance;
+pub use operations::{Category, Operation, Service};

@@ -33,10 +33,20 @@ where
     }
 }
 
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral port on 127.0.0.1")
+}
+
 /// A Kubernetes API test server, moto, and the files the CCM reads.
 pub struct Env {
     pub api: TestApiServer,
     pub moto: Moto,
+    /// Holds the kubeconfig and cloud.conf; removed on drop.
+    #[allow(dead_code)]
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     pub cloud_conf: PathBuf,
@@ -64,7 +74,8 @@ impl Env {
             format!("--cloud-config={}", self.cloud_conf.display()),
             format!("--kubeconfig={}", self.kubeconfig.display()),
             "--bind-address=127.0.0.1".into(),
-            "--secure-port=0".into(),
+            // 0 would disable the server (as upstream), so pick a free port.
+            format!("--secure-port={}", free_port()),
             "--leader-elect-lease-duration=3s".into(),
             "--leader-elect-renew-deadline=2s".into(),
             "--leader-elect-retry-period=500ms".into(),

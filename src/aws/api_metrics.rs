@@ -1,0 +1,219 @@
+//! Metrics of the AWS client layer, registered once in the global registry.
+//!
+//! The first three families keep the Go aws-cloud-controller-manager's names
+//! and labels, so dashboards and alerts built for it keep working after the
+//! swap; the `aws_ccm_*` families describe what the Go CCM cannot (limiter
+//! waits, adaptive rates, batching).
+
+use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::{MetricType, TypedMetric};
+
+use super::operations::{Category, Operation};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    request: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationNameLabels {
+    operation_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CallLabels {
+    operation: String,
+    outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CategoryLabels {
+    category: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BatchLabels {
+    kind: String,
+}
+
+/// A monotonically increasing count exposed under its exact name.
+///
+/// prometheus-client appends `_total` to every `Counter`, but the Go CCM
+/// exposes `cloudprovider_aws_api_request_errors` without it; alerts written
+/// against that name must keep matching, so this one is exposed as an
+/// `unknown`-typed sample with the plain name.
+#[derive(Clone, Debug, Default)]
+struct PlainCounter(Counter);
+
+impl TypedMetric for PlainCounter {
+    const TYPE: MetricType = MetricType::Unknown;
+}
+
+impl EncodeMetric for PlainCounter {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        encoder.encode_gauge(&self.0.get())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Unknown
+    }
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 5 ms .. ~41 s: AWS answers in tens of milliseconds; the tail covers the
+    // 30 s per-call timeout.
+    Histogram::new(exponential_buckets(0.005, 2.0, 14))
+}
+
+fn wait_histogram() -> Histogram {
+    // 1 ms .. ~65 s: most acquisitions do not wait at all; under a backlog of
+    // thousands of callers the slow buckets (0.2/s) make minute-long waits.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+fn batch_histogram() -> Histogram {
+    // 1 .. 1024 keys per coalesced call.
+    Histogram::new(exponential_buckets(1.0, 2.0, 11))
+}
+
+struct ApiMetrics {
+    request_duration: HistogramFamily<RequestLabels>,
+    request_errors: Family<RequestLabels, PlainCounter>,
+    throttled: Family<OperationNameLabels, Counter>,
+    calls: Family<CallLabels, Counter>,
+    batch_size: HistogramFamily<BatchLabels>,
+    token_wait: HistogramFamily<CategoryLabels>,
+    rate: Family<CategoryLabels, Gauge<f64, AtomicU64>>,
+}
+
+static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| {
+    let metrics = ApiMetrics {
+        request_duration: Family::new_with_constructor(latency_histogram),
+        request_errors: Family::default(),
+        throttled: Family::default(),
+        calls: Family::default(),
+        batch_size: Family::new_with_constructor(batch_histogram),
+        token_wait: Family::new_with_constructor(wait_histogram),
+        rate: Family::default(),
+    };
+    crate::metrics::register(
+        "cloudprovider_aws_api_request_duration_seconds",
+        "Latency of AWS API requests that got an answer, per request",
+        metrics.request_duration.clone(),
+    );
+    crate::metrics::register(
+        "cloudprovider_aws_api_request_errors",
+        "AWS API calls that returned an error to their caller (after retries)",
+        metrics.request_errors.clone(),
+    );
+    crate::metrics::register(
+        "cloudprovider_aws_api_throttled_requests",
+        "AWS API requests answered with a throttling error",
+        metrics.throttled.clone(),
+    );
+    crate::metrics::register(
+        "aws_ccm_api_calls",
+        "AWS API requests sent, by operation and outcome (success, throttled, transient, not_found, fatal)",
+        metrics.calls.clone(),
+    );
+    crate::metrics::register(
+        "aws_ccm_api_coalesced_batch_size",
+        "Keys served by one coalesced AWS call (instance IDs, private DNS names)",
+        metrics.batch_size.clone(),
+    );
+    crate::metrics::register(
+        "aws_ccm_api_token_wait_seconds",
+        "Time callers waited for a rate-limit token, per AWS throttle category",
+        metrics.token_wait.clone(),
+    );
+    crate::metrics::register(
+        "aws_ccm_api_rate_limit",
+        "Current client-side request rate limit per AWS throttle category, in requests per second \
+         (drops on throttling, recovers over time)",
+        metrics.rate.clone(),
+    );
+    metrics
+});
+
+/// One answered request (success or an AWS error): its latency.
+pub(crate) fn observe_request_duration(op: Operation, elapsed: Duration) {
+    METRICS
+        .request_duration
+        .get_or_create(&RequestLabels {
+            request: op.metric_request_name(),
+        })
+        .observe(elapsed.as_secs_f64());
+}
+
+/// One request sent, with its outcome label (`success` or an error class).
+pub(crate) fn record_attempt(op: Operation, outcome: &str) {
+    METRICS
+        .calls
+        .get_or_create(&CallLabels {
+            operation: op.qualified_name(),
+            outcome: outcome.to_string(),
+        })
+        .inc();
+}
+
+/// One request answered with a throttling error.
+pub(crate) fn record_throttled(op: Operation) {
+    METRICS
+        .throttled
+        .get_or_create(&OperationNameLabels {
+            operation_name: op.action().to_string(),
+        })
+        .inc();
+}
+
+/// One call that returned an error to its caller.
+pub(crate) fn record_call_error(op: Operation) {
+    METRICS
+        .request_errors
+        .get_or_create(&RequestLabels {
+            request: op.metric_request_name(),
+        })
+        .0
+        .inc();
+}
+
+pub(crate) fn observe_batch_size(kind: &str, keys: usize) {
+    METRICS
+        .batch_size
+        .get_or_create(&BatchLabels { kind: kind.to_string() })
+        .observe(keys as f64);
+}
+
+pub(crate) fn observe_token_wait(category: Category, waited: Duration) {
+    METRICS
+        .token_wait
+        .get_or_create(&CategoryLabels {
+            category: category.as_str().to_string(),
+        })
+        .observe(waited.as_secs_f64());
+}
+
+pub(crate) fn set_rate(category: Category, per_second: f64) {
+    METRICS
+        .rate
+        .get_or_create(&CategoryLabels {
+            category: category.as_str().to_string(),
+        })
+        .set(per_second);
+}
+
+/// Forces registration, so the families appear in `/metrics` (empty) before
+/// the first call.
+pub(crate) fn init() {
+    LazyLock::force(&METRICS);
+}

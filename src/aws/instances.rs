@@ -1,0 +1,348 @@
+//! EC2 instances as the rest of the project sees them.
+//!
+//! [`Ec2Instance`] is converted from the SDK's `Instance` once, at the door,
+//! so controllers never handle SDK types and every field they read is already
+//! parsed (IP addresses are `IpAddr`s, the state is an enum).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+use aws_sdk_ec2::types::{Filter, Instance};
+
+/// Tag key prefix that marks resources of a cluster:
+/// `kubernetes.io/cluster/<cluster-id>` = `owned` | `shared`.
+pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+/// The pre-1.6 cluster tag: `KubernetesCluster` = `<cluster-id>`.
+pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+
+/// Lifecycle state of an instance.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum InstanceState {
+    Pending,
+    Running,
+    ShuttingDown,
+    Terminated,
+    Stopping,
+    Stopped,
+    /// A state this build does not know; kept verbatim.
+    Other(String),
+}
+
+impl InstanceState {
+    pub fn parse(name: &str) -> InstanceState {
+        match name {
+            "pending" => InstanceState::Pending,
+            "running" => InstanceState::Running,
+            "shutting-down" => InstanceState::ShuttingDown,
+            "terminated" => InstanceState::Terminated,
+            "stopping" => InstanceState::Stopping,
+            "stopped" => InstanceState::Stopped,
+            other => InstanceState::Other(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            InstanceState::Pending => "pending",
+            InstanceState::Running => "running",
+            InstanceState::ShuttingDown => "shutting-down",
+            InstanceState::Terminated => "terminated",
+            InstanceState::Stopping => "stopping",
+            InstanceState::Stopped => "stopped",
+            InstanceState::Other(name) => name,
+        }
+    }
+
+    /// Terminated or on its way there: the node should go away.
+    pub fn is_terminated(&self) -> bool {
+        matches!(self, InstanceState::ShuttingDown | InstanceState::Terminated)
+    }
+}
+
+impl fmt::Display for InstanceState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A network interface attached to an instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NetworkInterface {
+    pub id: String,
+    /// Device index of the attachment (0 is the primary interface).
+    pub device_index: Option<i32>,
+    /// The interface's primary private IPv4 address first, then secondaries.
+    pub private_ips: Vec<Ipv4Addr>,
+    pub ipv6_addresses: Vec<Ipv6Addr>,
+    pub public_ip: Option<Ipv4Addr>,
+    pub subnet_id: Option<String>,
+    pub vpc_id: Option<String>,
+}
+
+/// A security group reference on an instance.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecurityGroupRef {
+    pub id: String,
+    pub name: Option<String>,
+}
+
+/// An EC2 instance, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ec2Instance {
+    pub id: String,
+    /// Availability zone name (`us-east-1a`), from the placement.
+    pub availability_zone: Option<String>,
+    pub instance_type: Option<String>,
+    pub state: InstanceState,
+    pub private_dns_name: Option<String>,
+    pub public_dns_name: Option<String>,
+    pub private_ip: Option<Ipv4Addr>,
+    pub public_ip: Option<Ipv4Addr>,
+    /// Sorted by device index.
+    pub network_interfaces: Vec<NetworkInterface>,
+    pub tags: BTreeMap<String, String>,
+    pub source_dest_check: Option<bool>,
+    pub subnet_id: Option<String>,
+    pub vpc_id: Option<String>,
+    pub security_groups: Vec<SecurityGroupRef>,
+}
+
+/// Parses an optional address. EC2 sends empty strings for "none" in some
+/// places; an address that does not parse is dropped with a warning rather
+/// than failing the whole instance (one odd field must not hide a node).
+fn parse_ip<T: std::str::FromStr>(instance_id: &str, field: &str, value: Option<&str>) -> Option<T> {
+    let value = value.map(str::trim).filter(|v| !v.is_empty())?;
+    match value.parse() {
+        Ok(ip) => Some(ip),
+        Err(_) => {
+            tracing::warn!(instance_id, field, value, "EC2 returned an unparseable IP address; ignoring it");
+            None
+        }
+    }
+}
+
+fn non_empty(value: Option<&str>) -> Option<String> {
+    value.map(str::trim).filter(|v| !v.is_empty()).map(str::to_string)
+}
+
+impl Ec2Instance {
+    /// Converts an SDK instance. `None` when it has no instance ID (which
+    /// EC2 never sends; such an entry cannot be matched to anything).
+    pub fn from_sdk(instance: &Instance) -> Option<Ec2Instance> {
+        let id = non_empty(instance.instance_id())?;
+        let mut network_interfaces: Vec<NetworkInterface> = instance
+            .network_interfaces()
+            .iter()
+            .filter_map(|eni| {
+                let eni_id = non_empty(eni.network_interface_id())?;
+                // Primary address first, as the Go CCM orders node addresses.
+                let mut addresses: Vec<_> = eni.private_ip_addresses().iter().collect();
+                addresses.sort_by_key(|a| !a.primary().unwrap_or(false));
+                let mut private_ips: Vec<Ipv4Addr> = addresses
+                    .iter()
+                    .filter_map(|a| parse_ip(&id, "private_ip_addresses", a.private_ip_address()))
+                    .collect();
+                if private_ips.is_empty() {
+                    private_ips.extend(parse_ip::<Ipv4Addr>(&id, "private_ip_address", eni.private_ip_address()));
+                }
+                Some(NetworkInterface {
+                    device_index: eni.attachment().and_then(|a| a.device_index()),
+                    ipv6_addresses: eni
+                        .ipv6_addresses()
+                        .iter()
+                        .filter_map(|a| parse_ip(&id, "ipv6_addresses", a.ipv6_address()))
+                        .collect(),
+                    public_ip: eni
+                        .association()
+                        .and_then(|a| parse_ip(&id, "association.public_ip", a.public_ip())),
+                    subnet_id: non_empty(eni.subnet_id()),
+                    vpc_id: non_empty(eni.vpc_id()),
+                    private_ips,
+                    id: eni_id,
+                })
+            })
+            .collect();
+        network_interfaces.sort_by_key(|eni| eni.device_index.unwrap_or(i32::MAX));
+        Some(Ec2Instance {
+            availability_zone: non_empty(instance.placement().and_then(|p| p.availability_zone())),
+            instance_type: instance.instance_type().map(|t| t.as_str().to_string()),
+            state: instance
+                .state()
+                .and_then(|s| s.name())
+                .map(|n| InstanceState::parse(n.as_str()))
+                .unwrap_or_else(|| InstanceState::Other("unknown".to_string())),
+            private_dns_name: non_empty(instance.private_dns_name()),
+            public_dns_name: non_empty(instance.public_dns_name()),
+            private_ip: parse_ip(&id, "private_ip_address", instance.private_ip_address()),
+            public_ip: parse_ip(&id, "public_ip_address", instance.public_ip_address()),
+            network_interfaces,
+            tags: instance
+                .tags()
+                .iter()
+                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                .collect(),
+            source_dest_check: instance.source_dest_check(),
+            subnet_id: non_empty(instance.subnet_id()),
+            vpc_id: non_empty(instance.vpc_id()),
+            security_groups: instance
+                .security_groups()
+                .iter()
+                .filter_map(|g| {
+                    Some(SecurityGroupRef {
+                        id: non_empty(g.group_id())?,
+                        name: non_empty(g.group_name()),
+                    })
+                })
+                .collect(),
+            id,
+        })
+    }
+
+    /// The Kubernetes provider ID, `aws:///<zone>/<instance-id>`, as the Go
+    /// CCM writes it (`aws:///<instance-id>` when the zone is unknown).
+    pub fn provider_id(&self) -> String {
+        match &self.availability_zone {
+            Some(zone) => format!("aws:///{zone}/{}", self.id),
+            None => format!("aws:///{}", self.id),
+        }
+    }
+
+    /// Whether the instance belongs to `cluster_id`, by the same rule as the
+    /// Go CCM: the `kubernetes.io/cluster/<id>` tag key is present (any
+    /// value), or the legacy `KubernetesCluster` tag equals the ID.
+    pub fn is_in_cluster(&self, cluster_id: &str) -> bool {
+        self.tags.contains_key(&cluster_tag_key(cluster_id))
+            || self.tags.get(LEGACY_CLUSTER_TAG).is_some_and(|v| v == cluster_id)
+    }
+}
+
+/// `kubernetes.io/cluster/<cluster_id>`.
+pub fn cluster_tag_key(cluster_id: &str) -> String {
+    format!("{CLUSTER_TAG_PREFIX}{cluster_id}")
+}
+
+/// An EC2 filter.
+pub fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Filter {
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values.into_iter().map(Into::into).collect()))
+        .build()
+}
+
+/// States in which an instance can still be a node. Lookups by private DNS
+/// name exclude terminated instances, because a terminated instance keeps its
+/// name for about an hour and a new node may already reuse it.
+pub const ALIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_ec2::types::{
+        GroupIdentifier, InstanceIpv6Address, InstanceNetworkInterface, InstanceNetworkInterfaceAttachment,
+        InstancePrivateIpAddress, InstanceStateName, InstanceType, Placement, Tag,
+    };
+
+    fn sample() -> Instance {
+        Instance::builder()
+            .instance_id("i-0123456789abcdef0")
+            .placement(Placement::builder().availability_zone("us-east-1a").build())
+            .instance_type(InstanceType::M5Large)
+            .state(
+                aws_sdk_ec2::types::InstanceState::builder()
+                    .name(InstanceStateName::Running)
+                    .build(),
+            )
+            .private_dns_name("ip-10-0-0-5.ec2.internal")
+            .public_dns_name("")
+            .private_ip_address("10.0.0.5")
+            .public_ip_address("not-an-ip")
+            .network_interfaces(
+                InstanceNetworkInterface::builder()
+                    .network_interface_id("eni-2")
+                    .attachment(InstanceNetworkInterfaceAttachment::builder().device_index(1).build())
+                    .private_ip_addresses(InstancePrivateIpAddress::builder().private_ip_address("10.0.1.9").build())
+                    .build(),
+            )
+            .network_interfaces(
+                InstanceNetworkInterface::builder()
+                    .network_interface_id("eni-1")
+                    .attachment(InstanceNetworkInterfaceAttachment::builder().device_index(0).build())
+                    .private_ip_addresses(
+                        InstancePrivateIpAddress::builder()
+                            .private_ip_address("10.0.0.6")
+                            .primary(false)
+                            .build(),
+                    )
+                    .private_ip_addresses(
+                        InstancePrivateIpAddress::builder()
+                            .private_ip_address("10.0.0.5")
+                            .primary(true)
+                            .build(),
+                    )
+                    .ipv6_addresses(InstanceIpv6Address::builder().ipv6_address("2600:1f18::5").build())
+                    .subnet_id("subnet-1")
+                    .vpc_id("vpc-1")
+                    .build(),
+            )
+            .tags(Tag::builder().key("kubernetes.io/cluster/demo").value("owned").build())
+            .tags(Tag::builder().key("Name").value("node-a").build())
+            .source_dest_check(true)
+            .subnet_id("subnet-1")
+            .vpc_id("vpc-1")
+            .security_groups(GroupIdentifier::builder().group_id("sg-1").group_name("nodes").build())
+            .build()
+    }
+
+    #[test]
+    fn converts_every_field_once() {
+        let instance = Ec2Instance::from_sdk(&sample()).expect("has an id");
+        assert_eq!(instance.id, "i-0123456789abcdef0");
+        assert_eq!(instance.availability_zone.as_deref(), Some("us-east-1a"));
+        assert_eq!(instance.instance_type.as_deref(), Some("m5.large"));
+        assert_eq!(instance.state, InstanceState::Running);
+        assert_eq!(instance.private_dns_name.as_deref(), Some("ip-10-0-0-5.ec2.internal"));
+        assert_eq!(instance.public_dns_name, None, "empty string means none");
+        assert_eq!(instance.private_ip, Some(Ipv4Addr::new(10, 0, 0, 5)));
+        assert_eq!(instance.public_ip, None, "unparseable address dropped");
+        assert_eq!(instance.network_interfaces.len(), 2);
+        let primary = &instance.network_interfaces[0];
+        assert_eq!(primary.id, "eni-1");
+        assert_eq!(primary.device_index, Some(0));
+        assert_eq!(
+            primary.private_ips,
+            vec![Ipv4Addr::new(10, 0, 0, 5), Ipv4Addr::new(10, 0, 0, 6)],
+            "primary address first"
+        );
+        assert_eq!(primary.ipv6_addresses, vec!["2600:1f18::5".parse::<Ipv6Addr>().expect("literal")]);
+        assert_eq!(instance.network_interfaces[1].id, "eni-2");
+        assert_eq!(instance.tags.get("Name").map(String::as_str), Some("node-a"));
+        assert_eq!(instance.source_dest_check, Some(true));
+        assert_eq!(instance.subnet_id.as_deref(), Some("subnet-1"));
+        assert_eq!(instance.vpc_id.as_deref(), Some("vpc-1"));
+        assert_eq!(
+            instance.security_groups,
+            vec![SecurityGroupRef {
+                id: "sg-1".into(),
+                name: Some("nodes".into())
+            }]
+        );
+        assert_eq!(instance.provider_id(), "aws:///us-east-1a/i-0123456789abcdef0");
+    }
+
+    #[test]
+    fn cluster_membership_follows_the_go_ccm_rule() {
+        let mut instance = Ec2Instance::from_sdk(&sample()).expect("has an id");
+        assert!(instance.is_in_cluster("demo"));
+        assert!(!instance.is_in_cluster("other"));
+        instance.tags.clear();
+        instance.tags.insert(LEGACY_CLUSTER_TAG.into(), "legacy".into());
+        assert!(instance.is_in_cluster("legacy"));
+        assert!(!instance.is_in_cluster("demo"));
+    }
+
+    #[test]
+    fn an_instance_without_id_is_skipped() {
+        assert!(Ec2Instance::from_sdk(&Instance::builder().build()).is_none());
+    }
+}
