@@ -146,10 +146,9 @@ impl Moto {
                     .with_context(|| format!("moto endpoint {url} is not a valid URL"))?;
                 if let Ok(Ok(response)) =
                     tokio::time::timeout(Duration::from_secs(2), client.get(uri)).await
+                    && response.status().is_success()
                 {
-                    if response.status().is_success() {
-                        return Ok(());
-                    }
+                    return Ok(());
                 }
             }
             if Instant::now() >= deadline {
@@ -175,10 +174,10 @@ impl Moto {
             if let Some(pid) = line.strip_prefix("moto-launcher: moto_server pid ") {
                 self.pid = pid.trim().parse().ok();
             }
-            if self.port == 0 {
-                if let Some(port) = running_port(&line) {
-                    self.port = port;
-                }
+            if self.port == 0
+                && let Some(port) = running_port(&line)
+            {
+                self.port = port;
             }
         }
     }

@@ -25,6 +25,12 @@
 //! # }
 //! ```
 //!
+//! Each AWS call is handled in this order: counted as received; charged to its
+//! token bucket (over budget → the service's throttling error, nothing else
+//! happens); then the first fault rule that fires applies (a faulted call has
+//! already spent its token, as a failed real call does); then the configured
+//! latency (plus any `Latency` fault) is waited out and the call forwarded.
+//!
 //! Paths under `/moto-api/` are forwarded but never counted or throttled;
 //! `GET /proxy-api/counts` returns the counters as JSON and
 //! `POST /proxy-api/reset-counts` clears them.
@@ -90,10 +96,10 @@ pub struct ProxyConfig {
 impl ProxyConfig {
     /// Checks the numbers, naming what is wrong.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if let Some(fraction) = self.budget_fraction {
-            if !valid_fraction(fraction) {
-                bail!("budget fraction must be a positive finite number, got {fraction}");
-            }
+        if let Some(fraction) = self.budget_fraction
+            && !valid_fraction(fraction)
+        {
+            bail!("budget fraction must be a positive finite number, got {fraction}");
         }
         for rule in &self.faults {
             rule.validate()
@@ -512,10 +518,10 @@ struct ResettableStream {
 
 impl Drop for ResettableStream {
     fn drop(&mut self) {
-        if self.reset.load(Ordering::Acquire) {
-            if let Err(err) = self.inner.set_zero_linger() {
-                tracing::debug!(error = %err, "aws-fault-proxy could not arm a connection reset");
-            }
+        if self.reset.load(Ordering::Acquire)
+            && let Err(err) = self.inner.set_zero_linger()
+        {
+            tracing::debug!(error = %err, "aws-fault-proxy could not arm a connection reset");
         }
     }
 }
