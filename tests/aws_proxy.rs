@@ -177,6 +177,32 @@ async fn moto_starts_resets_and_dies_on_drop() {
     );
 }
 
+#[tokio::test]
+async fn a_moto_that_dies_at_start_up_reports_its_log() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let fake = dir.path().join("moto_server");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'ModuleNotFoundError: No module named moto' >&2\nexit 3\n",
+    )
+    .expect("write a failing moto_server");
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755))
+            .expect("make it executable");
+    }
+    let err = match Moto::start_with(&fake).await {
+        Ok(_) => panic!("a moto_server that exits at once cannot start"),
+        Err(err) => format!("{err:#}"),
+    };
+    assert!(err.contains("exited before answering"), "{err}");
+    assert!(err.contains("exit status: 3"), "{err}");
+    assert!(
+        err.contains("ModuleNotFoundError: No module named moto"),
+        "{err}"
+    );
+}
+
 const HOLDER_ENV: &str = "AWS_PROXY_TEST_HOLD_MOTO";
 
 /// Helper for `moto_dies_with_a_killed_test_process`: starts moto, prints its
