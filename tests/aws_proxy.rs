@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use aws_ccm::testkit::aws_proxy::{
-    Category, FaultKind, FaultProxy, FaultRule, ProxyConfig, category_of, category_of_call,
+    BucketScope, Category, FaultKind, FaultProxy, FaultRule, ProxyConfig, category_of,
+    category_of_call,
 };
 use aws_ccm::testkit::moto::{Moto, test_sdk_config};
 use aws_config::retry::RetryConfig;
@@ -620,6 +621,26 @@ async fn budget_can_be_changed_and_switched_off() {
         .await
         .expect("enforcement off again");
     assert_eq!(proxy.calls().get("ec2", "DescribeVpcs").throttled, 1);
+
+    // Per-action buckets: each non-mutating action gets its own 2 tokens.
+    proxy.set_budget_fraction(Some(0.02));
+    proxy.set_bucket_scope(BucketScope::PerAction);
+    for _ in 0..2 {
+        client
+            .describe_vpcs()
+            .send()
+            .await
+            .expect("DescribeVpcs bucket");
+    }
+    assert!(client.describe_vpcs().send().await.is_err());
+    for _ in 0..2 {
+        client
+            .describe_subnets()
+            .send()
+            .await
+            .expect("DescribeSubnets has its own bucket");
+    }
+    assert!(client.describe_subnets().send().await.is_err());
 }
 
 // ---------------------------------------------------------------------------

@@ -89,12 +89,12 @@ async fn run() -> anyhow::Result<()> {
         budget_fraction: args.budget_fraction,
         latency: Duration::from_millis(args.latency_ms),
         faults: args.faults,
-        bucket_scope: match args.bucket_scope {
-            Scope::Category => BucketScope::PerCategory,
-            Scope::Action => BucketScope::PerAction,
-        },
     };
     let proxy = FaultProxy::start_on(args.listen, &args.upstream, config).await?;
+    proxy.set_bucket_scope(match args.bucket_scope {
+        Scope::Category => BucketScope::PerCategory,
+        Scope::Action => BucketScope::PerAction,
+    });
 
     // Scripts wait for this exact line to learn the port.
     let mut stdout = std::io::stdout().lock();

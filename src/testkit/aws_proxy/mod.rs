@@ -89,8 +89,6 @@ pub struct ProxyConfig {
     pub latency: Duration,
     /// Faults to inject, first match wins.
     pub faults: Vec<FaultRule>,
-    /// Whether buckets are shared per category (default) or per action.
-    pub bucket_scope: BucketScope,
 }
 
 impl ProxyConfig {
@@ -167,9 +165,9 @@ impl FaultProxy {
             budget: Mutex::new(
                 config
                     .budget_fraction
-                    .map(|fraction| Budget::new(fraction, config.bucket_scope)),
+                    .map(|fraction| Budget::new(fraction, BucketScope::default())),
             ),
-            bucket_scope: Mutex::new(config.bucket_scope),
+            bucket_scope: Mutex::new(BucketScope::default()),
             latency: RwLock::new(config.latency),
             faults: RwLock::new(Arc::new(ActiveRules::new(config.faults))),
             counters: Counters::default(),
@@ -227,7 +225,8 @@ impl FaultProxy {
         *self.state.budget.lock() = fraction.map(|fraction| Budget::new(fraction, scope));
     }
 
-    /// Changes how calls share buckets; buckets start full.
+    /// Changes how calls share buckets (per category, the default, or per
+    /// action); buckets start full.
     pub fn set_bucket_scope(&self, scope: BucketScope) {
         *self.state.bucket_scope.lock() = scope;
         let mut budget = self.state.budget.lock();
