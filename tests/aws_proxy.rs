@@ -430,6 +430,8 @@ async fn ec2_over_budget_is_request_limit_exceeded() {
         ..ProxyConfig::default()
     })
     .await;
+    // Frozen bucket clock: no refill, however slow the machine is.
+    proxy.use_manual_clock();
     let client = ec2(&proxy.endpoint(), no_retries()).await;
     for _ in 0..2 {
         client.describe_vpcs().send().await.expect("within budget");
@@ -458,6 +460,8 @@ async fn elb_over_budget_is_throttling_and_each_api_version_has_its_own_bucket()
         ..ProxyConfig::default()
     })
     .await;
+    // Frozen bucket clock: no refill, however slow the machine is.
+    proxy.use_manual_clock();
     let v2 = elbv2(&proxy.endpoint(), no_retries()).await;
     for _ in 0..2 {
         v2.describe_load_balancers()
@@ -511,13 +515,14 @@ async fn elb_over_budget_is_throttling_and_each_api_version_has_its_own_bucket()
 
 #[tokio::test]
 async fn burst_is_exact_and_the_bucket_refills() {
-    // ELB non-mutating at 0.05: burst 2, one token back every 2 s. The third
-    // call must come within 2 s of the first, which leaves ample slack.
+    // ELB non-mutating at 0.05: burst 2, one token back every 2 s, on a
+    // clock the test moves by hand.
     let proxy = proxy(ProxyConfig {
         budget_fraction: Some(0.05),
         ..ProxyConfig::default()
     })
     .await;
+    let clock = proxy.use_manual_clock();
     let client = elbv2(&proxy.endpoint(), no_retries()).await;
     let mut outcomes = Vec::new();
     for _ in 0..4 {
@@ -525,7 +530,12 @@ async fn burst_is_exact_and_the_bucket_refills() {
     }
     assert_eq!(outcomes, [true, true, false, false]);
 
-    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    clock.advance(Duration::from_millis(1_999));
+    assert!(
+        client.describe_load_balancers().send().await.is_err(),
+        "not yet a whole token"
+    );
+    clock.advance(Duration::from_millis(1));
     assert!(
         client.describe_load_balancers().send().await.is_ok(),
         "one token refilled"
@@ -537,7 +547,7 @@ async fn burst_is_exact_and_the_bucket_refills() {
     let counts = proxy
         .calls()
         .get("elasticloadbalancingv2", "DescribeLoadBalancers");
-    assert_eq!((counts.forwarded, counts.throttled), (3, 3));
+    assert_eq!((counts.forwarded, counts.throttled), (3, 4));
 }
 
 #[tokio::test]
@@ -549,6 +559,8 @@ async fn unfiltered_describe_instances_uses_the_smaller_bucket() {
         ..ProxyConfig::default()
     })
     .await;
+    // Frozen bucket clock: no refill, however slow the machine is.
+    proxy.use_manual_clock();
     let client = ec2(&proxy.endpoint(), no_retries()).await;
     assert_eq!(
         category_of_call("ec2", "DescribeInstances", []),
@@ -599,6 +611,7 @@ async fn unfiltered_describe_instances_uses_the_smaller_bucket() {
 #[tokio::test]
 async fn budget_can_be_changed_and_switched_off() {
     let proxy = proxy(ProxyConfig::default()).await;
+    proxy.use_manual_clock();
     let client = ec2(&proxy.endpoint(), no_retries()).await;
     for _ in 0..20 {
         client
@@ -1004,7 +1017,9 @@ async fn binary_prints_its_address_and_serves_counts() {
             "--upstream",
             &upstream,
             "--budget-fraction",
-            "0.02",
+            // One token, refilling at one per 50 s: no refill during the test
+            // however slow the machine (the binary has no manual clock).
+            "0.001",
             "--fault",
             "ec2/DescribeSubnets:error=400/InvalidParameterValue/bad subnet:1:1",
         ])
@@ -1033,13 +1048,8 @@ async fn binary_prints_its_address_and_serves_counts() {
         .expect_err("fault from --fault");
     assert_eq!(err.code(), Some("InvalidParameterValue"));
     assert_eq!(err.message(), Some("bad subnet"));
-    // 2 tokens at 0.02, and the faulted call above spent one (the budget is
-    // charged before faults, as a failed real call still counts).
-    client
-        .describe_subnets()
-        .send()
-        .await
-        .expect("MAX 1: only the first call faults");
+    // The faulted call spent the only token: the budget is charged before
+    // faults, as a failed real call still counts.
     let err = client
         .describe_subnets()
         .send()
@@ -1050,8 +1060,8 @@ async fn binary_prints_its_address_and_serves_counts() {
     let (status, body) = http_request("GET", &format!("{endpoint}/proxy-api/counts")).await;
     assert_eq!(status, 200);
     let json: serde_json::Value = serde_json::from_str(&body).expect("JSON counts");
-    assert_eq!(json["total_received"], 3);
-    assert_eq!(json["total_forwarded"], 1);
+    assert_eq!(json["total_received"], 2);
+    assert_eq!(json["total_forwarded"], 0);
     assert_eq!(json["throttled_total"], 1);
     assert_eq!(json["faulted_total"], 1);
 

@@ -126,6 +126,39 @@ struct State {
     latency: RwLock<Duration>,
     faults: RwLock<Arc<ActiveRules>>,
     counters: Counters,
+    /// `Some` once a test took control of the buckets' clock.
+    manual_clock: RwLock<Option<ManualClock>>,
+}
+
+impl State {
+    /// The time buckets refill by: real time unless a test froze it.
+    fn now(&self) -> Instant {
+        match &*self.manual_clock.read() {
+            Some(clock) => clock.now(),
+            None => Instant::now(),
+        }
+    }
+}
+
+/// A clock for the proxy's token buckets that only moves when a test says
+/// so, making refill assertions exact and sleep-free. Get one from
+/// [`FaultProxy::use_manual_clock`]. Only the buckets follow it; latency and
+/// everything else keep real time.
+#[derive(Clone, Debug)]
+pub struct ManualClock {
+    now: Arc<Mutex<Instant>>,
+}
+
+impl ManualClock {
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        *self.now.lock() += by;
+    }
+
+    /// The clock's current reading.
+    pub fn now(&self) -> Instant {
+        *self.now.lock()
+    }
 }
 
 impl FaultProxy {
@@ -171,6 +204,7 @@ impl FaultProxy {
             latency: RwLock::new(config.latency),
             faults: RwLock::new(Arc::new(ActiveRules::new(config.faults))),
             counters: Counters::default(),
+            manual_clock: RwLock::new(None),
         });
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         tracing::debug!(%addr, upstream, "aws-fault-proxy started");
@@ -233,6 +267,19 @@ impl FaultProxy {
         if let Some(current) = budget.as_ref() {
             *budget = Some(Budget::new(current.fraction(), scope));
         }
+    }
+
+    /// Stops real time for the token buckets: from now on they refill only
+    /// when the returned clock is advanced. Calling it again hands out the
+    /// same clock.
+    pub fn use_manual_clock(&self) -> ManualClock {
+        let mut slot = self.state.manual_clock.write();
+        slot.get_or_insert_with(|| ManualClock {
+            // Starting at the real "now" keeps time monotonic for buckets
+            // created earlier.
+            now: Arc::new(Mutex::new(Instant::now())),
+        })
+        .clone()
     }
 
     /// Sets the latency added to every forwarded call.
@@ -365,11 +412,11 @@ async fn handle(
         &call.action,
         call.param_names.iter().map(String::as_str),
     );
+    let now = state.now();
     let over_budget = {
         let mut budget = state.budget.lock();
         budget.as_mut().is_some_and(|budget| {
-            budget.check(&call.service, &call.action, category, Instant::now())
-                == BudgetDecision::Throttled
+            budget.check(&call.service, &call.action, category, now) == BudgetDecision::Throttled
         })
     };
     if over_budget {
