@@ -190,7 +190,9 @@ pub(crate) fn record_call_error(op: Operation) {
 pub(crate) fn observe_batch_size(kind: &str, keys: usize) {
     METRICS
         .batch_size
-        .get_or_create(&BatchLabels { kind: kind.to_string() })
+        .get_or_create(&BatchLabels {
+            kind: kind.to_string(),
+        })
         .observe(keys as f64);
 }
 

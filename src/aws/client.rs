@@ -125,7 +125,9 @@ impl ClientOptions {
             return Err(OptionsError::MaxAttempts);
         }
         if self.max_ids_per_call == 0 {
-            return Err(OptionsError::BatchSize { what: "instance ID" });
+            return Err(OptionsError::BatchSize {
+                what: "instance ID",
+            });
         }
         if self.max_dns_names_per_call == 0 {
             return Err(OptionsError::BatchSize {
@@ -231,7 +233,10 @@ impl AwsClient {
                 // parameter one unknown ID fails the whole call
                 // (InvalidInstanceID.NotFound); the filter just leaves it out.
                 let found = core
-                    .describe_instances(vec![instances::filter("instance-id", ids)], CallOptions::default())
+                    .describe_instances(
+                        vec![instances::filter("instance-id", ids)],
+                        CallOptions::default(),
+                    )
                     .await?;
                 Ok(found.into_iter().map(|i| (i.id.clone(), i)).collect())
             }
@@ -245,7 +250,9 @@ impl AwsClient {
                     instances::filter("private-dns-name", names),
                     instances::filter("instance-state-name", ALIVE_STATES),
                 ];
-                let found = core.describe_instances(filters, CallOptions::default()).await?;
+                let found = core
+                    .describe_instances(filters, CallOptions::default())
+                    .await?;
                 let mut by_name = HashMap::new();
                 for instance in found {
                     if let Some(name) = instance.private_dns_name.clone() {
@@ -276,7 +283,9 @@ impl AwsClient {
             zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
             core,
         };
-        AwsClient { inner: Arc::new(inner) }
+        AwsClient {
+            inner: Arc::new(inner),
+        }
     }
 
     /// The cluster ID this client was built for.
@@ -312,14 +321,22 @@ impl AwsClient {
     }
 
     /// [`AwsClient::ec2`] with a deadline.
-    pub async fn ec2_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    pub async fn ec2_with<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_ec2::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         let client = &self.inner.core.clients.ec2;
-        self.inner.core.call(Service::Ec2, op, opts, || f(client.clone())).await
+        self.inner
+            .core
+            .call(Service::Ec2, op, opts, || f(client.clone()))
+            .await
     }
 
     /// Calls classic ELB; see [`AwsClient::ec2`].
@@ -333,14 +350,22 @@ impl AwsClient {
     }
 
     /// [`AwsClient::elb`] with a deadline.
-    pub async fn elb_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    pub async fn elb_with<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         let client = &self.inner.core.clients.elb;
-        self.inner.core.call(Service::Elb, op, opts, || f(client.clone())).await
+        self.inner
+            .core
+            .call(Service::Elb, op, opts, || f(client.clone()))
+            .await
     }
 
     /// Calls ELBv2; see [`AwsClient::ec2`].
@@ -354,14 +379,22 @@ impl AwsClient {
     }
 
     /// [`AwsClient::elbv2`] with a deadline.
-    pub async fn elbv2_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    pub async fn elbv2_with<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         let client = &self.inner.core.clients.elbv2;
-        self.inner.core.call(Service::Elbv2, op, opts, || f(client.clone())).await
+        self.inner
+            .core
+            .call(Service::Elbv2, op, opts, || f(client.clone()))
+            .await
     }
 
     /// Calls STS; see [`AwsClient::ec2`].
@@ -375,14 +408,22 @@ impl AwsClient {
     }
 
     /// [`AwsClient::sts`] with a deadline.
-    pub async fn sts_with<T, E, F, Fut>(&self, op: Operation, opts: CallOptions, f: F) -> Result<T, AwsError>
+    pub async fn sts_with<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_sts::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
         let client = &self.inner.core.clients.sts;
-        self.inner.core.call(Service::Sts, op, opts, || f(client.clone())).await
+        self.inner
+            .core
+            .call(Service::Sts, op, opts, || f(client.clone()))
+            .await
     }
 
     /// One instance by ID, coalesced with concurrent lookups into one
@@ -393,7 +434,11 @@ impl AwsClient {
 
     /// [`AwsClient::instance_by_id`] with a deadline for this caller's wait
     /// (the shared batch call goes on for the others).
-    pub async fn instance_by_id_with(&self, id: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
+    pub async fn instance_by_id_with(
+        &self,
+        id: &str,
+        opts: CallOptions,
+    ) -> Result<Ec2Instance, AwsError> {
         let lookup = self.inner.by_id.get(id.to_string());
         let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
         found.ok_or_else(|| AwsError::NotFound {
@@ -405,11 +450,16 @@ impl AwsClient {
     /// One live (not terminated) instance by private DNS name
     /// (`ip-10-0-0-1.ec2.internal`), coalesced like [`AwsClient::instance_by_id`].
     pub async fn instance_by_private_dns(&self, name: &str) -> Result<Ec2Instance, AwsError> {
-        self.instance_by_private_dns_with(name, CallOptions::default()).await
+        self.instance_by_private_dns_with(name, CallOptions::default())
+            .await
     }
 
     /// [`AwsClient::instance_by_private_dns`] with a deadline.
-    pub async fn instance_by_private_dns_with(&self, name: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
+    pub async fn instance_by_private_dns_with(
+        &self,
+        name: &str,
+        opts: CallOptions,
+    ) -> Result<Ec2Instance, AwsError> {
         let lookup = self.inner.by_private_dns.get(name.to_string());
         let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
         found.ok_or_else(|| AwsError::NotFound {
@@ -469,7 +519,13 @@ async fn with_deadline<T>(
 
 impl Core {
     /// The retry loop: throttle, send, classify, back off.
-    async fn call<T, E, F, Fut>(&self, service: Service, op: Operation, opts: CallOptions, attempt: F) -> Result<T, AwsError>
+    async fn call<T, E, F, Fut>(
+        &self,
+        service: Service,
+        op: Operation,
+        opts: CallOptions,
+        attempt: F,
+    ) -> Result<T, AwsError>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
@@ -560,7 +616,10 @@ impl Core {
                 api_metrics::record_call_error(op);
                 return Err(error);
             };
-            if opts.deadline.is_some_and(|deadline| Instant::now() + delay >= deadline) {
+            if opts
+                .deadline
+                .is_some_and(|deadline| Instant::now() + delay >= deadline)
+            {
                 return Err(deadline_exceeded(attempts, Some(error)));
             }
             tracing::debug!(
@@ -577,7 +636,11 @@ impl Core {
     }
 
     /// Paginated, filtered `DescribeInstances` (1,000 per page), converted.
-    async fn describe_instances(&self, filters: Vec<Filter>, opts: CallOptions) -> Result<Vec<Ec2Instance>, AwsError> {
+    async fn describe_instances(
+        &self,
+        filters: Vec<Filter>,
+        opts: CallOptions,
+    ) -> Result<Vec<Ec2Instance>, AwsError> {
         let mut out = Vec::new();
         let mut next_token: Option<String> = None;
         loop {
@@ -608,7 +671,10 @@ impl Core {
     async fn sweep_cluster(&self) -> Result<Vec<Ec2Instance>, AwsError> {
         let tag_key = instances::cluster_tag_key(&self.cluster_id);
         let mut found = self
-            .describe_instances(vec![instances::filter("tag-key", [tag_key])], CallOptions::default())
+            .describe_instances(
+                vec![instances::filter("tag-key", [tag_key])],
+                CallOptions::default(),
+            )
             .await?;
         if self.options.legacy_cluster_tag {
             // EC2 ANDs filters, so "either tag" takes a second query.
@@ -621,7 +687,8 @@ impl Core {
                     CallOptions::default(),
                 )
                 .await?;
-            let seen: std::collections::HashSet<String> = found.iter().map(|i| i.id.clone()).collect();
+            let seen: std::collections::HashSet<String> =
+                found.iter().map(|i| i.id.clone()).collect();
             found.extend(legacy.into_iter().filter(|i| !seen.contains(&i.id)));
         }
         found.sort_by(|a, b| a.id.cmp(&b.id));

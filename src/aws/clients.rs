@@ -237,8 +237,11 @@ pub mod imds {
     async fn get(path: &str) -> Result<String, String> {
         // Honour the SDK's standard switch ourselves, so tests and off-EC2 runs
         // never send a packet to the link-local metadata address.
-        if std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true")) {
-            return Err(format!("instance metadata {path}: disabled by AWS_EC2_METADATA_DISABLED=true"));
+        if std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            return Err(format!(
+                "instance metadata {path}: disabled by AWS_EC2_METADATA_DISABLED=true"
+            ));
         }
         let client = Client::builder().build();
         client.get(path).await.map(String::from).map_err(|e| {

@@ -26,7 +26,8 @@ use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::operations::Operation;
 
 /// Fetches a batch of keys; the map holds the keys that were found.
-pub type BatchFetch<K, V> = Arc<dyn Fn(Vec<K>) -> BoxFuture<'static, Result<HashMap<K, V>, AwsError>> + Send + Sync>;
+pub type BatchFetch<K, V> =
+    Arc<dyn Fn(Vec<K>) -> BoxFuture<'static, Result<HashMap<K, V>, AwsError>> + Send + Sync>;
 
 type Reply<V> = oneshot::Sender<Result<Option<V>, AwsError>>;
 
@@ -113,7 +114,11 @@ where
             // Only if the batch task panicked.
             Err(AwsError::from_attempt(
                 self.inner.operation,
-                AttemptFailure::new(ErrorClass::Transient, None, "the coalesced lookup was abandoned"),
+                AttemptFailure::new(
+                    ErrorClass::Transient,
+                    None,
+                    "the coalesced lookup was abandoned",
+                ),
                 1,
             ))
         })
@@ -236,7 +241,11 @@ where
                         task.await.unwrap_or_else(|_| {
                             Err(AwsError::from_attempt(
                                 operation,
-                                AttemptFailure::new(ErrorClass::Transient, None, "the shared AWS read was abandoned"),
+                                AttemptFailure::new(
+                                    ErrorClass::Transient,
+                                    None,
+                                    "the shared AWS read was abandoned",
+                                ),
                                 1,
                             ))
                         })
@@ -306,9 +315,16 @@ mod tests {
         for (key, result) in results {
             let value = result.expect("batch succeeded");
             if key % 2 == 0 {
-                assert_eq!(value, Some(format!("value-{key}")), "each caller gets its own value");
+                assert_eq!(
+                    value,
+                    Some(format!("value-{key}")),
+                    "each caller gets its own value"
+                );
             } else {
-                assert_eq!(value, None, "unknown key {key} is not found for its caller only");
+                assert_eq!(
+                    value, None,
+                    "unknown key {key} is not found for its caller only"
+                );
             }
         }
     }
@@ -334,10 +350,18 @@ mod tests {
         let results = futures::future::join_all(lookups).await;
         assert!(results.iter().all(Result::is_ok));
         let sizes: Vec<usize> = calls.lock().iter().map(Vec::len).collect();
-        assert_eq!(sizes.iter().sum::<usize>(), 25, "duplicates are fetched once: {sizes:?}");
+        assert_eq!(
+            sizes.iter().sum::<usize>(),
+            25,
+            "duplicates are fetched once: {sizes:?}"
+        );
         assert!(sizes.iter().all(|s| *s <= 10), "{sizes:?}");
         assert_eq!(sizes.len(), 3, "{sizes:?}");
-        assert_eq!(start.elapsed(), Duration::from_secs(3600), "the remainder waited for its window");
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(3600),
+            "the remainder waited for its window"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -368,10 +392,19 @@ mod tests {
             }
             .boxed()
         });
-        let batcher = Batcher::new("test", Operation::Ec2DescribeInstances, Duration::from_millis(5), 1000, fetch);
+        let batcher = Batcher::new(
+            "test",
+            Operation::Ec2DescribeInstances,
+            Duration::from_millis(5),
+            1000,
+            fetch,
+        );
         let (a, b) = tokio::join!(batcher.get(1), batcher.get(2));
         for result in [a, b] {
-            assert_eq!(result.expect_err("failed").code(), Some("UnauthorizedOperation"));
+            assert_eq!(
+                result.expect_err("failed").code(),
+                Some("UnauthorizedOperation")
+            );
         }
     }
 
@@ -409,11 +442,19 @@ mod tests {
         };
         let all = futures::future::join_all((0..20).map(|_| flight.get(start(runs.clone())))).await;
         assert!(all.iter().all(|r| matches!(r, Ok(v) if **v == 1)));
-        assert_eq!(runs.load(Ordering::SeqCst), 1, "one computation for 20 concurrent callers");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "one computation for 20 concurrent callers"
+        );
 
         tokio::time::advance(Duration::from_secs(10)).await;
         assert_eq!(*flight.get(start(runs.clone())).await.expect("cached"), 1);
-        assert_eq!(runs.load(Ordering::SeqCst), 1, "served from cache within the TTL");
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            1,
+            "served from cache within the TTL"
+        );
 
         tokio::time::advance(Duration::from_secs(30)).await;
         assert_eq!(*flight.get(start(runs.clone())).await.expect("fresh"), 2);
@@ -424,7 +465,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn single_flight_does_not_cache_errors() {
-        let flight: SingleFlight<Arc<u32>> = SingleFlight::new(Operation::Ec2DescribeInstances, Duration::from_secs(30));
+        let flight: SingleFlight<Arc<u32>> =
+            SingleFlight::new(Operation::Ec2DescribeInstances, Duration::from_secs(30));
         let failing = || {
             async {
                 Err(AwsError::from_attempt(

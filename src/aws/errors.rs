@@ -99,10 +99,7 @@ pub fn classify_code(code: &str) -> Option<ErrorClass> {
     // InvalidRouteTableID.NotFound, InvalidGroup.NotFound, ...); ELB as
     // `<Thing>NotFound` (LoadBalancerNotFound, TargetGroupNotFound,
     // ListenerNotFound, PolicyNotFound); some services add `Exception`.
-    if code.ends_with("NotFound")
-        || code.ends_with("NotFoundException")
-        || code == "NoSuchEntity"
-    {
+    if code.ends_with("NotFound") || code.ends_with("NotFoundException") || code == "NoSuchEntity" {
         return Some(ErrorClass::NotFound);
     }
     None
@@ -130,7 +127,11 @@ pub struct AttemptFailure {
 impl AttemptFailure {
     /// Builds a failure from a code/status pair (used by tests and the
     /// timeout path).
-    pub fn new(class: ErrorClass, code: Option<&str>, message: impl Into<String>) -> AttemptFailure {
+    pub fn new(
+        class: ErrorClass,
+        code: Option<&str>,
+        message: impl Into<String>,
+    ) -> AttemptFailure {
         AttemptFailure {
             class,
             code: code.map(str::to_string),
@@ -182,7 +183,9 @@ impl AttemptFailure {
             // here is still an answer about the request itself.
             SdkError::ResponseError(_) => {
                 let class = match http_status {
-                    Some(status) if (400..500).contains(&status) && status != 429 => ErrorClass::Fatal,
+                    Some(status) if (400..500).contains(&status) && status != 429 => {
+                        ErrorClass::Fatal
+                    }
                     Some(429) => ErrorClass::Throttling,
                     _ => ErrorClass::Transient,
                 };
@@ -306,7 +309,9 @@ impl AwsError {
     /// How many requests were sent for this call.
     pub fn attempts(&self) -> u32 {
         match self {
-            AwsError::Api { attempts, .. } | AwsError::DeadlineExceeded { attempts, .. } => *attempts,
+            AwsError::Api { attempts, .. } | AwsError::DeadlineExceeded { attempts, .. } => {
+                *attempts
+            }
             AwsError::NotFound { .. } => 1,
         }
     }
@@ -334,7 +339,11 @@ impl AwsError {
         })
     }
 
-    pub(crate) fn from_attempt(operation: Operation, failure: AttemptFailure, attempts: u32) -> AwsError {
+    pub(crate) fn from_attempt(
+        operation: Operation,
+        failure: AttemptFailure,
+        attempts: u32,
+    ) -> AwsError {
         AwsError::Api {
             operation,
             class: failure.class,
@@ -348,7 +357,9 @@ impl AwsError {
 }
 
 fn describe(code: Option<&str>, message: &str, http_status: Option<u16>) -> String {
-    let status = http_status.map(|s| format!(" (HTTP {s})")).unwrap_or_default();
+    let status = http_status
+        .map(|s| format!(" (HTTP {s})"))
+        .unwrap_or_default();
     match code {
         Some(code) if message.is_empty() => format!("{code}{status}"),
         Some(code) => format!("{code}: {message}{status}"),
@@ -470,7 +481,10 @@ mod tests {
         let err = api_error(ErrorClass::Fatal, "UnauthorizedOperation");
         let text = err.to_string();
         assert!(text.contains("EC2 CreateRoute"), "{text}");
-        assert!(text.contains("UnauthorizedOperation: the message from AWS"), "{text}");
+        assert!(
+            text.contains("UnauthorizedOperation: the message from AWS"),
+            "{text}"
+        );
         assert!(text.contains("3 attempt(s)"), "{text}");
         assert!(text.contains("ec2:CreateRoute"), "{text}");
         assert!(text.contains("IAM policy"), "{text}");
@@ -499,7 +513,10 @@ mod tests {
             operation: Operation::Ec2CreateRoute,
             attempts: 2,
             elapsed: Duration::from_secs(3),
-            last: Some(Box::new(api_error(ErrorClass::Throttling, "RequestLimitExceeded"))),
+            last: Some(Box::new(api_error(
+                ErrorClass::Throttling,
+                "RequestLimitExceeded",
+            ))),
         };
         assert!(deadline.is_throttling());
         assert_eq!(deadline.code(), Some("RequestLimitExceeded"));

@@ -56,7 +56,10 @@ impl InstanceState {
 
     /// Terminated or on its way there: the node should go away.
     pub fn is_terminated(&self) -> bool {
-        matches!(self, InstanceState::ShuttingDown | InstanceState::Terminated)
+        matches!(
+            self,
+            InstanceState::ShuttingDown | InstanceState::Terminated
+        )
     }
 }
 
@@ -111,19 +114,31 @@ pub struct Ec2Instance {
 /// Parses an optional address. EC2 sends empty strings for "none" in some
 /// places; an address that does not parse is dropped with a warning rather
 /// than failing the whole instance (one odd field must not hide a node).
-fn parse_ip<T: std::str::FromStr>(instance_id: &str, field: &str, value: Option<&str>) -> Option<T> {
+fn parse_ip<T: std::str::FromStr>(
+    instance_id: &str,
+    field: &str,
+    value: Option<&str>,
+) -> Option<T> {
     let value = value.map(str::trim).filter(|v| !v.is_empty())?;
     match value.parse() {
         Ok(ip) => Some(ip),
         Err(_) => {
-            tracing::warn!(instance_id, field, value, "EC2 returned an unparseable IP address; ignoring it");
+            tracing::warn!(
+                instance_id,
+                field,
+                value,
+                "EC2 returned an unparseable IP address; ignoring it"
+            );
             None
         }
     }
 }
 
 fn non_empty(value: Option<&str>) -> Option<String> {
-    value.map(str::trim).filter(|v| !v.is_empty()).map(str::to_string)
+    value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
 }
 
 impl Ec2Instance {
@@ -144,7 +159,11 @@ impl Ec2Instance {
                     .filter_map(|a| parse_ip(&id, "private_ip_addresses", a.private_ip_address()))
                     .collect();
                 if private_ips.is_empty() {
-                    private_ips.extend(parse_ip::<Ipv4Addr>(&id, "private_ip_address", eni.private_ip_address()));
+                    private_ips.extend(parse_ip::<Ipv4Addr>(
+                        &id,
+                        "private_ip_address",
+                        eni.private_ip_address(),
+                    ));
                 }
                 Some(NetworkInterface {
                     device_index: eni.attachment().and_then(|a| a.device_index()),
@@ -180,7 +199,12 @@ impl Ec2Instance {
             tags: instance
                 .tags()
                 .iter()
-                .filter_map(|t| Some((t.key()?.to_string(), t.value().unwrap_or_default().to_string())))
+                .filter_map(|t| {
+                    Some((
+                        t.key()?.to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    ))
+                })
                 .collect(),
             source_dest_check: instance.source_dest_check(),
             subnet_id: non_empty(instance.subnet_id()),
@@ -213,7 +237,10 @@ impl Ec2Instance {
     /// value), or the legacy `KubernetesCluster` tag equals the ID.
     pub fn is_in_cluster(&self, cluster_id: &str) -> bool {
         self.tags.contains_key(&cluster_tag_key(cluster_id))
-            || self.tags.get(LEGACY_CLUSTER_TAG).is_some_and(|v| v == cluster_id)
+            || self
+                .tags
+                .get(LEGACY_CLUSTER_TAG)
+                .is_some_and(|v| v == cluster_id)
     }
 }
 
@@ -239,8 +266,9 @@ pub const ALIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "sto
 mod tests {
     use super::*;
     use aws_sdk_ec2::types::{
-        GroupIdentifier, InstanceIpv6Address, InstanceNetworkInterface, InstanceNetworkInterfaceAttachment,
-        InstancePrivateIpAddress, InstanceStateName, InstanceType, Placement, Tag,
+        GroupIdentifier, InstanceIpv6Address, InstanceNetworkInterface,
+        InstanceNetworkInterfaceAttachment, InstancePrivateIpAddress, InstanceStateName,
+        InstanceType, Placement, Tag,
     };
 
     fn sample() -> Instance {
@@ -260,14 +288,26 @@ mod tests {
             .network_interfaces(
                 InstanceNetworkInterface::builder()
                     .network_interface_id("eni-2")
-                    .attachment(InstanceNetworkInterfaceAttachment::builder().device_index(1).build())
-                    .private_ip_addresses(InstancePrivateIpAddress::builder().private_ip_address("10.0.1.9").build())
+                    .attachment(
+                        InstanceNetworkInterfaceAttachment::builder()
+                            .device_index(1)
+                            .build(),
+                    )
+                    .private_ip_addresses(
+                        InstancePrivateIpAddress::builder()
+                            .private_ip_address("10.0.1.9")
+                            .build(),
+                    )
                     .build(),
             )
             .network_interfaces(
                 InstanceNetworkInterface::builder()
                     .network_interface_id("eni-1")
-                    .attachment(InstanceNetworkInterfaceAttachment::builder().device_index(0).build())
+                    .attachment(
+                        InstanceNetworkInterfaceAttachment::builder()
+                            .device_index(0)
+                            .build(),
+                    )
                     .private_ip_addresses(
                         InstancePrivateIpAddress::builder()
                             .private_ip_address("10.0.0.6")
@@ -280,17 +320,31 @@ mod tests {
                             .primary(true)
                             .build(),
                     )
-                    .ipv6_addresses(InstanceIpv6Address::builder().ipv6_address("2600:1f18::5").build())
+                    .ipv6_addresses(
+                        InstanceIpv6Address::builder()
+                            .ipv6_address("2600:1f18::5")
+                            .build(),
+                    )
                     .subnet_id("subnet-1")
                     .vpc_id("vpc-1")
                     .build(),
             )
-            .tags(Tag::builder().key("kubernetes.io/cluster/demo").value("owned").build())
+            .tags(
+                Tag::builder()
+                    .key("kubernetes.io/cluster/demo")
+                    .value("owned")
+                    .build(),
+            )
             .tags(Tag::builder().key("Name").value("node-a").build())
             .source_dest_check(true)
             .subnet_id("subnet-1")
             .vpc_id("vpc-1")
-            .security_groups(GroupIdentifier::builder().group_id("sg-1").group_name("nodes").build())
+            .security_groups(
+                GroupIdentifier::builder()
+                    .group_id("sg-1")
+                    .group_name("nodes")
+                    .build(),
+            )
             .build()
     }
 
@@ -301,7 +355,10 @@ mod tests {
         assert_eq!(instance.availability_zone.as_deref(), Some("us-east-1a"));
         assert_eq!(instance.instance_type.as_deref(), Some("m5.large"));
         assert_eq!(instance.state, InstanceState::Running);
-        assert_eq!(instance.private_dns_name.as_deref(), Some("ip-10-0-0-5.ec2.internal"));
+        assert_eq!(
+            instance.private_dns_name.as_deref(),
+            Some("ip-10-0-0-5.ec2.internal")
+        );
         assert_eq!(instance.public_dns_name, None, "empty string means none");
         assert_eq!(instance.private_ip, Some(Ipv4Addr::new(10, 0, 0, 5)));
         assert_eq!(instance.public_ip, None, "unparseable address dropped");
@@ -314,9 +371,15 @@ mod tests {
             vec![Ipv4Addr::new(10, 0, 0, 5), Ipv4Addr::new(10, 0, 0, 6)],
             "primary address first"
         );
-        assert_eq!(primary.ipv6_addresses, vec!["2600:1f18::5".parse::<Ipv6Addr>().expect("literal")]);
+        assert_eq!(
+            primary.ipv6_addresses,
+            vec!["2600:1f18::5".parse::<Ipv6Addr>().expect("literal")]
+        );
         assert_eq!(instance.network_interfaces[1].id, "eni-2");
-        assert_eq!(instance.tags.get("Name").map(String::as_str), Some("node-a"));
+        assert_eq!(
+            instance.tags.get("Name").map(String::as_str),
+            Some("node-a")
+        );
         assert_eq!(instance.source_dest_check, Some(true));
         assert_eq!(instance.subnet_id.as_deref(), Some("subnet-1"));
         assert_eq!(instance.vpc_id.as_deref(), Some("vpc-1"));
@@ -327,7 +390,10 @@ mod tests {
                 name: Some("nodes".into())
             }]
         );
-        assert_eq!(instance.provider_id(), "aws:///us-east-1a/i-0123456789abcdef0");
+        assert_eq!(
+            instance.provider_id(),
+            "aws:///us-east-1a/i-0123456789abcdef0"
+        );
     }
 
     #[test]
@@ -336,7 +402,9 @@ mod tests {
         assert!(instance.is_in_cluster("demo"));
         assert!(!instance.is_in_cluster("other"));
         instance.tags.clear();
-        instance.tags.insert(LEGACY_CLUSTER_TAG.into(), "legacy".into());
+        instance
+            .tags
+            .insert(LEGACY_CLUSTER_TAG.into(), "legacy".into());
         assert!(instance.is_in_cluster("legacy"));
         assert!(!instance.is_in_cluster("demo"));
     }

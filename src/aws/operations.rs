@@ -409,22 +409,40 @@ mod tests {
         use Category::*;
         let cases = [
             (Operation::Ec2DescribeInstances, Ec2NonMutating),
-            (Operation::Ec2DescribeInstancesUnfiltered, Ec2UnfilteredDescribe),
-            (Operation::Ec2DescribeSecurityGroupsUnfiltered, Ec2UnfilteredDescribe),
+            (
+                Operation::Ec2DescribeInstancesUnfiltered,
+                Ec2UnfilteredDescribe,
+            ),
+            (
+                Operation::Ec2DescribeSecurityGroupsUnfiltered,
+                Ec2UnfilteredDescribe,
+            ),
             (Operation::Ec2CreateRoute, Ec2Mutating),
-            (Operation::Ec2AuthorizeSecurityGroupIngress, Ec2SecurityGroupRules),
-            (Operation::Ec2RevokeSecurityGroupIngress, Ec2SecurityGroupRules),
+            (
+                Operation::Ec2AuthorizeSecurityGroupIngress,
+                Ec2SecurityGroupRules,
+            ),
+            (
+                Operation::Ec2RevokeSecurityGroupIngress,
+                Ec2SecurityGroupRules,
+            ),
             (Operation::Ec2CreateTags, Ec2Tags),
             (Operation::Ec2DeleteTags, Ec2Tags),
             (Operation::ElbDescribeLoadBalancers, ElbNonMutating),
             (Operation::Elbv2DescribeTargetHealth, ElbNonMutating),
             (Operation::ElbConfigureHealthCheck, ElbMutating),
             (Operation::Elbv2RegisterTargets, ElbRegistration),
-            (Operation::ElbDeregisterInstancesFromLoadBalancer, ElbRegistration),
+            (
+                Operation::ElbDeregisterInstancesFromLoadBalancer,
+                ElbRegistration,
+            ),
             (Operation::ElbCreateLoadBalancer, ElbCreateAndSubnets),
             (Operation::Elbv2CreateLoadBalancer, ElbCreateAndSubnets),
             (Operation::Elbv2SetSubnets, ElbCreateAndSubnets),
-            (Operation::ElbAttachLoadBalancerToSubnets, ElbCreateAndSubnets),
+            (
+                Operation::ElbAttachLoadBalancerToSubnets,
+                ElbCreateAndSubnets,
+            ),
         ];
         for (op, category) in cases {
             assert_eq!(op.category(), category, "{op}");
@@ -434,13 +452,22 @@ mod tests {
     #[test]
     fn reads_are_exactly_the_non_mutating_categories() {
         // STS is one category for reads and AssumeRole alike.
-        for &op in Operation::ALL.iter().filter(|op| op.service() != Service::Sts) {
+        for &op in Operation::ALL
+            .iter()
+            .filter(|op| op.service() != Service::Sts)
+        {
             let read_category = matches!(
                 op.category(),
-                Category::Ec2NonMutating | Category::Ec2UnfilteredDescribe | Category::ElbNonMutating
+                Category::Ec2NonMutating
+                    | Category::Ec2UnfilteredDescribe
+                    | Category::ElbNonMutating
             );
             assert_eq!(read_category, !op.is_mutating(), "{op}");
-            assert_eq!(op.action().starts_with("Describe"), !op.is_mutating(), "{op}");
+            assert_eq!(
+                op.action().starts_with("Describe"),
+                !op.is_mutating(),
+                "{op}"
+            );
         }
     }
 
@@ -450,7 +477,9 @@ mod tests {
             let found = Operation::from_action(op.service(), op.action());
             let expected = match op {
                 Operation::Ec2DescribeInstancesUnfiltered => Operation::Ec2DescribeInstances,
-                Operation::Ec2DescribeSecurityGroupsUnfiltered => Operation::Ec2DescribeSecurityGroups,
+                Operation::Ec2DescribeSecurityGroupsUnfiltered => {
+                    Operation::Ec2DescribeSecurityGroups
+                }
                 other => other,
             };
             assert_eq!(found, Some(expected));
@@ -547,19 +576,28 @@ mod tests {
             (Service::Sts, &sts[..]),
         ] {
             for action in list {
-                assert!(names.contains(&(service, *action)), "{service} {action} missing from the table");
+                assert!(
+                    names.contains(&(service, *action)),
+                    "{service} {action} missing from the table"
+                );
             }
         }
     }
 
     #[test]
     fn metric_names_keep_the_go_ccm_values() {
-        assert_eq!(Operation::Ec2DescribeInstances.metric_request_name(), "describe_instance");
+        assert_eq!(
+            Operation::Ec2DescribeInstances.metric_request_name(),
+            "describe_instance"
+        );
         assert_eq!(
             Operation::Ec2DescribeSecurityGroups.metric_request_name(),
             "describe_security_groups"
         );
-        assert_eq!(Operation::Ec2CreateTags.metric_request_name(), "create_tags");
+        assert_eq!(
+            Operation::Ec2CreateTags.metric_request_name(),
+            "create_tags"
+        );
         assert_eq!(
             Operation::Elbv2RegisterTargets.metric_request_name(),
             "elbv2_register_targets"
@@ -568,7 +606,10 @@ mod tests {
             Operation::ElbCreateLoadBalancer.metric_request_name(),
             "elb_create_load_balancer"
         );
-        assert_eq!(Operation::Ec2DescribeInstances.qualified_name(), "ec2:DescribeInstances");
+        assert_eq!(
+            Operation::Ec2DescribeInstances.qualified_name(),
+            "ec2:DescribeInstances"
+        );
     }
 
     #[test]

@@ -73,7 +73,10 @@ mod tests {
         assert_eq!(windows.len(), 9, "one window between each pair of attempts");
         // backon multiplies by an f32 factor: compare at millisecond precision.
         let millis: Vec<u128> = windows.iter().map(Duration::as_millis).collect();
-        assert_eq!(millis, vec![100, 200, 400, 800, 1600, 2000, 2000, 2000, 2000]);
+        assert_eq!(
+            millis,
+            vec![100, 200, 400, 800, 1600, 2000, 2000, 2000, 2000]
+        );
     }
 
     #[test]
@@ -87,8 +90,14 @@ mod tests {
             first_delays.push(policy.delays().next().unwrap_or_default());
         }
         // Full jitter: the first delay covers its window, not just its top.
-        let below_half = first_delays.iter().filter(|d| **d < Duration::from_millis(100)).count();
-        assert!((40..=160).contains(&below_half), "{below_half} of 200 below half the window");
+        let below_half = first_delays
+            .iter()
+            .filter(|d| **d < Duration::from_millis(100))
+            .count();
+        assert!(
+            (40..=160).contains(&below_half),
+            "{below_half} of 200 below half the window"
+        );
     }
 
     #[test]

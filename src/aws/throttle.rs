@@ -51,7 +51,9 @@ pub struct TokioClock {
 
 impl TokioClock {
     fn new() -> TokioClock {
-        TokioClock { origin: Instant::now() }
+        TokioClock {
+            origin: Instant::now(),
+        }
     }
 }
 
@@ -178,7 +180,9 @@ impl CategoryLimiter {
     }
 
     fn recover(&self, adaptive: &mut Adaptive, now: Instant) {
-        let elapsed = now.saturating_duration_since(adaptive.last_update).as_secs_f64();
+        let elapsed = now
+            .saturating_duration_since(adaptive.last_update)
+            .as_secs_f64();
         adaptive.last_update = now;
         if adaptive.rate < self.ceiling {
             let grown = adaptive.rate + self.ceiling * self.aimd.recovery_per_sec * elapsed;
@@ -216,9 +220,13 @@ impl CategoryLimiter {
         let start = Instant::now();
         let wait = self.wait_for_token();
         let result = match deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline, wait).await.map_err(|_| TokenWaitTimedOut {
-                waited: start.elapsed(),
-            }),
+            Some(deadline) => {
+                tokio::time::timeout_at(deadline, wait)
+                    .await
+                    .map_err(|_| TokenWaitTimedOut {
+                        waited: start.elapsed(),
+                    })
+            }
             None => {
                 wait.await;
                 Ok(())
@@ -276,7 +284,10 @@ impl Throttle {
     }
 
     pub fn limiter(&self, category: Category) -> &CategoryLimiter {
-        let index = Category::ALL.iter().position(|&c| c == category).unwrap_or(0);
+        let index = Category::ALL
+            .iter()
+            .position(|&c| c == category)
+            .unwrap_or(0);
         &self.limiters[index]
     }
 }
@@ -318,22 +329,33 @@ mod tests {
             limiter.acquire(None).await.expect("no deadline");
         }
         let elapsed = start.elapsed().as_secs_f64();
-        assert!((3.9..=4.1).contains(&elapsed), "10 tokens at 2.5/s took {elapsed}s");
+        assert!(
+            (3.9..=4.1).contains(&elapsed),
+            "10 tokens at 2.5/s took {elapsed}s"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn waiters_time_out_at_their_deadline_without_spending_a_token() {
-        let limiter = CategoryLimiter::new(Category::ElbCreateAndSubnets, 0.5, AimdConfig::default());
+        let limiter =
+            CategoryLimiter::new(Category::ElbCreateAndSubnets, 0.5, AimdConfig::default());
         for _ in 0..limiter.burst() {
             limiter.acquire(None).await.expect("burst");
         }
         let deadline = Instant::now() + Duration::from_secs(2);
-        let err = limiter.acquire(Some(deadline)).await.expect_err("0.1/s cannot serve within 2 s");
+        let err = limiter
+            .acquire(Some(deadline))
+            .await
+            .expect_err("0.1/s cannot serve within 2 s");
         assert_eq!(err.waited, Duration::from_secs(2));
         // The next token is still due 10 s after the burst, not 20 s.
         let start = Instant::now();
         limiter.acquire(None).await.expect("no deadline");
-        assert!(start.elapsed() <= Duration::from_secs(8), "{:?}", start.elapsed());
+        assert!(
+            start.elapsed() <= Duration::from_secs(8),
+            "{:?}",
+            start.elapsed()
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -379,7 +401,10 @@ mod tests {
             limiter.acquire(None).await.expect("no deadline");
         }
         let elapsed = start.elapsed().as_secs_f64();
-        assert!((1.7..=2.1).contains(&elapsed), "10 grants at 5/s took {elapsed}s");
+        assert!(
+            (1.7..=2.1).contains(&elapsed),
+            "10 grants at 5/s took {elapsed}s"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -161,7 +161,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use crate::aws::clients::SdkClients;
+use crate::aws::AwsClient;
 use crate::cloud_config::CloudConfig;
 use crate::options::Validated;
 
@@ -169,7 +169,8 @@ use crate::options::Validated;
 #[derive(Clone)]
 pub struct Environment {
     pub kube: Client,
-    pub aws: SdkClients,
+    /// The one door to AWS.
+    pub aws: AwsClient,
     pub cloud: Arc<CloudConfig>,
     pub options: Arc<Validated>,
     pub cluster_id: String,
