@@ -4,6 +4,8 @@
 //! working: `*` enables every controller that is on by default, `-name`
 //! disables one, a bare `name` enables one (e.g. `*,-route,tagging`).
 
+pub mod events;
+
 use std::collections::BTreeSet;
 use std::fmt;
 

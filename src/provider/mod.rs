@@ -1,0 +1,5 @@
+//! Cloud-neutral traits and domain types the controllers depend on.
+//!
+//! Controllers never see `aws::` types or SDK types: they talk to these
+//! traits, which `AwsClient` implements for real and in-memory fakes
+//! implement for unit tests.
