@@ -5,6 +5,11 @@
 //! disables one, a bare `name` enables one (e.g. `*,-route,tagging`).
 
 pub mod events;
+pub mod node;
+pub mod node_ipam;
+pub mod node_lifecycle;
+pub mod route;
+pub mod tagging;
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -264,15 +269,15 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
     ready.store(false, Ordering::Relaxed);
 }
 
-/// The slot each controller runs in. Controllers land here as they are built.
-async fn run_controller(name: ControllerName, _ctx: ControllerContext, stop: CancellationToken) {
+/// The slot each controller runs in.
+async fn run_controller(name: ControllerName, ctx: ControllerContext, stop: CancellationToken) {
     match name {
-        ControllerName::CloudNode
-        | ControllerName::CloudNodeLifecycle
-        | ControllerName::Service
-        | ControllerName::Route
-        | ControllerName::NodeIpam
-        | ControllerName::Tagging => {
+        ControllerName::CloudNode => node::run(ctx, stop).await,
+        ControllerName::CloudNodeLifecycle => node_lifecycle::run(ctx, stop).await,
+        ControllerName::Tagging => tagging::run(ctx, stop).await,
+        ControllerName::Route => route::run(ctx, stop).await,
+        ControllerName::NodeIpam => node_ipam::run(ctx, stop).await,
+        ControllerName::Service => {
             tracing::warn!(controller = %name, "controller is selected but not implemented in this build; it does nothing");
             stop.cancelled().await;
         }

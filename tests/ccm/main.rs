@@ -5,3 +5,5 @@
 mod support;
 
 mod foundation;
+mod node;
+mod routes;
