@@ -38,10 +38,20 @@ pub(crate) struct Shared {
     pub stats: parking_lot::Mutex<HashMap<RequestKey, u64>>,
     pub failures: parking_lot::Mutex<Vec<FailureRule>>,
     pub cancel: CancellationToken,
+    /// Ends the watches open now; replaced by a fresh child of `cancel`
+    /// each time watches are closed.
+    pub watch_cancel: parking_lot::Mutex<CancellationToken>,
     pub address: String,
 }
 
 impl Shared {
+    /// Ends every open watch stream, as an apiserver restart would.
+    pub fn close_watches(&self) {
+        let mut current = self.watch_cancel.lock();
+        current.cancel();
+        *current = self.cancel.child_token();
+    }
+
     fn record(&self, key: &RequestKey) {
         *self.stats.lock().entry(key.clone()).or_insert(0) += 1;
     }
@@ -678,7 +688,7 @@ fn watch(
         pending: VecDeque::new(),
         rx: start.rx,
         deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
-        cancel: sh.cancel.clone(),
+        cancel: sh.watch_cancel.lock().clone(),
         finished: false,
     };
     let mut chunk = BytesMut::new();

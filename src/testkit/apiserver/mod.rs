@@ -277,6 +277,7 @@ impl TestApiServer {
             stats: parking_lot::Mutex::new(HashMap::new()),
             failures: parking_lot::Mutex::new(Vec::new()),
             cancel: cancel.clone(),
+            watch_cancel: parking_lot::Mutex::new(cancel.child_token()),
             address: addr.to_string(),
         });
         let w = Writer {
@@ -387,6 +388,12 @@ impl TestApiServer {
     /// resourceVersion now gets 410 Gone.
     pub fn compact(&self) {
         self.shared.store.compact();
+    }
+
+    /// Ends every open watch stream now, as an apiserver restart would;
+    /// clients re-watch from their last resourceVersion.
+    pub fn close_watches(&self) {
+        self.shared.close_watches();
     }
 
     /// The current (global) resourceVersion.

@@ -99,7 +99,10 @@ struct Snapshot {
 
 const SNAPSHOT_TTL: Duration = Duration::from_secs(300);
 const MAX_SNAPSHOTS: usize = 256;
-const BROADCAST_CAPACITY: usize = 8192;
+/// A watcher this many changes behind is dropped. It is bounded by the
+/// history size too: a watcher further behind than the history could not
+/// resume anyway.
+const MAX_BROADCAST_CAPACITY: usize = 8192;
 
 struct State {
     rv: u64,
@@ -238,13 +241,14 @@ fn random_suffix() -> String {
 
 impl Store {
     pub fn new(history_size: usize) -> Store {
+        let capacity = history_size.clamp(16, MAX_BROADCAST_CAPACITY);
         let res = RESOURCES
             .iter()
             .map(|_| ResState {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
                 floor: 0,
-                tx: broadcast::channel(BROADCAST_CAPACITY).0,
+                tx: broadcast::channel(capacity).0,
             })
             .collect();
         let (rv_tx, _) = watch::channel(0);
