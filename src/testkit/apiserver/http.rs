@@ -886,7 +886,9 @@ fn delete_collection(
 mod tests {
     use super::*;
 
-    fn res_route(path: &str) -> Option<(String, Option<String>, Option<String>, Option<String>)> {
+    type Routed = (String, Option<String>, Option<String>, Option<String>);
+
+    fn res_route(path: &str) -> Option<Routed> {
         match route(path, "x") {
             Route::Resource(t) => Some((RESOURCES[t.res].plural.to_string(), t.ns, t.name, t.sub)),
             _ => None,

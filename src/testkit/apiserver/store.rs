@@ -797,10 +797,10 @@ impl Store {
                 };
             }
             m.remove("selfLink");
-            if !m.contains_key("managedFields") {
-                if let Some(mf) = old_meta.get("managedFields") {
-                    m.insert("managedFields".into(), mf.clone());
-                }
+            if !m.contains_key("managedFields")
+                && let Some(mf) = old_meta.get("managedFields")
+            {
+                m.insert("managedFields".into(), mf.clone());
             }
         }
 
@@ -871,8 +871,8 @@ impl Store {
             // The namespace controller's job, done at once: delete what is
             // in the namespace (objects with finalizers start terminating).
             let ns = key.1;
-            for r in 0..RESOURCES.len() {
-                if !RESOURCES[r].namespaced {
+            for (r, def) in RESOURCES.iter().enumerate() {
+                if !def.namespaced {
                     continue;
                 }
                 for obj in Self::scan(st, r, Some(&ns)) {
