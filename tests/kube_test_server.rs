@@ -1711,3 +1711,30 @@ async fn binary_serves_until_sigterm() -> anyhow::Result<()> {
     ensure!(exit.success(), "{exit:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn shutdown_and_drop_stop_serving() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client().await?;
+    let (_, mut watch) = Events::open(&client, "/api/v1/nodes?watch=true").await?;
+    let addr = server.url().trim_start_matches("http://").to_string();
+    server.shutdown().await;
+    let end = tokio::time::timeout(DEADLINE, watch.next())
+        .await
+        .context("the watch outlived the server")?;
+    ensure!(!matches!(end, Ok(Some(_))), "{end:?}");
+    ensure!(
+        tokio::net::TcpStream::connect(&addr).await.is_err(),
+        "the port is closed after shutdown"
+    );
+
+    let dropped = TestApiServer::start().await?;
+    let client = dropped.client().await?;
+    let (_, mut watch) = Events::open(&client, "/api/v1/nodes?watch=true").await?;
+    drop(dropped);
+    let end = tokio::time::timeout(DEADLINE, watch.next())
+        .await
+        .context("the watch outlived the dropped server")?;
+    ensure!(!matches!(end, Ok(Some(_))), "{end:?}");
+    Ok(())
+}

@@ -525,10 +525,10 @@ impl TestApiServer {
 
 impl Drop for TestApiServer {
     fn drop(&mut self) {
+        // Cancelling ends the watches and starts a graceful shutdown that
+        // finishes in the background; aborting the serve task instead would
+        // leave its connection tasks running.
         self.shared.cancel.cancel();
-        for task in &self.tasks {
-            task.abort();
-        }
     }
 }
 

@@ -110,6 +110,9 @@ struct State {
     snapshots: HashMap<u64, Snapshot>,
     next_snapshot: u64,
     next_cluster_ip: u32,
+    /// Allocated service node ports and their owners.
+    node_ports: HashMap<u64, Key>,
+    next_node_port: u64,
 }
 
 /// The store shared by all requests of one server.
@@ -259,6 +262,8 @@ impl Store {
                 snapshots: HashMap::new(),
                 next_snapshot: 1,
                 next_cluster_ip: 10,
+                node_ports: HashMap::new(),
+                next_node_port: *NODE_PORT_RANGE.start(),
             }),
             history_size: history_size.max(1),
             rv_tx,
@@ -312,6 +317,20 @@ impl Store {
         let rv = st.rv;
         meta_mut(&mut value).insert("resourceVersion".into(), json!(rv.to_string()));
         let stored = Stored::new(value, rv);
+        if RESOURCES[res].plural == "services" {
+            if let Some(prev) = &prev {
+                for n in node_ports_of(&prev.value) {
+                    if st.node_ports.get(&n) == Some(&key) {
+                        st.node_ports.remove(&n);
+                    }
+                }
+            }
+            if kind != EventType::Deleted {
+                for n in node_ports_of(&stored.value) {
+                    st.node_ports.insert(n, key.clone());
+                }
+            }
+        }
         let rs = &mut st.res[res];
         if kind == EventType::Deleted {
             rs.objects.remove(&key);
@@ -1144,28 +1163,57 @@ fn prepare_create(def: &ResourceDef, obj: &mut Value) {
 
 const NODE_PORT_RANGE: std::ops::RangeInclusive<u64> = 30000..=32767;
 
-fn used_node_ports(st: &State, res: usize, skip: (&str, &str)) -> BTreeSet<u64> {
-    let mut used = BTreeSet::new();
-    for obj in st.res[res].objects.values() {
-        if meta_str(&obj.value, "namespace") == skip.0 && meta_str(&obj.value, "name") == skip.1 {
-            continue;
-        }
-        if let Some(ports) = obj.value.pointer("/spec/ports").and_then(Value::as_array) {
-            used.extend(
-                ports
-                    .iter()
-                    .filter_map(|p| p.get("nodePort").and_then(Value::as_u64)),
-            );
-        }
-        if let Some(p) = obj
-            .value
-            .pointer("/spec/healthCheckNodePort")
-            .and_then(Value::as_u64)
-        {
-            used.insert(p);
-        }
+/// The node ports of a service object (ports and health check port).
+fn node_ports_of(v: &Value) -> Vec<u64> {
+    let mut out: Vec<u64> = v
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map(|ports| {
+            ports
+                .iter()
+                .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.extend(
+        v.pointer("/spec/healthCheckNodePort")
+            .and_then(Value::as_u64),
+    );
+    out
+}
+
+/// The node ports one service write may use: free ones and its own.
+struct PortView<'a> {
+    index: &'a HashMap<u64, Key>,
+    own: Key,
+    taken: BTreeSet<u64>,
+    cursor: u64,
+}
+
+impl PortView<'_> {
+    fn contains(&self, n: &u64) -> bool {
+        self.taken.contains(n) || self.index.get(n).is_some_and(|owner| *owner != self.own)
     }
-    used
+
+    fn insert(&mut self, n: u64) {
+        self.taken.insert(n);
+    }
+
+    /// The next free port after the cursor, wrapping around the range, as
+    /// the real allocator hands out ports without reusing the lowest first.
+    fn allocate(&mut self) -> Option<u64> {
+        let (lo, hi) = (*NODE_PORT_RANGE.start(), *NODE_PORT_RANGE.end());
+        let span = hi - lo + 1;
+        for i in 0..span {
+            let n = lo + (self.cursor - lo + i) % span;
+            if !self.contains(&n) {
+                self.cursor = if n == hi { lo } else { n + 1 };
+                self.taken.insert(n);
+                return Some(n);
+            }
+        }
+        None
+    }
 }
 
 /// Defaulting and allocation the real server does for services: type,
@@ -1180,9 +1228,6 @@ fn defaults(
     if def.plural != "services" {
         return Ok(());
     }
-    let Some(res) = super::resources::find("", "v1", "services") else {
-        return Ok(());
-    };
     let name = meta_str(obj, "name").to_string();
     let ns = meta_str(obj, "namespace").to_string();
     if !obj.get("spec").is_some_and(Value::is_object) {
@@ -1192,7 +1237,12 @@ fn defaults(
         .and_then(|o| o.get("spec"))
         .cloned()
         .unwrap_or(json!({}));
-    let mut used = used_node_ports(st, res, (&ns, &name));
+    let mut used = PortView {
+        index: &st.node_ports,
+        own: (ns.clone(), name.clone()),
+        taken: BTreeSet::new(),
+        cursor: st.next_node_port,
+    };
     let spec = &mut obj["spec"];
     let ty = spec
         .get("type")
@@ -1265,7 +1315,7 @@ fn defaults(
                     });
                     let n = same
                         .and_then(|o| o.get("nodePort").and_then(Value::as_u64))
-                        .or_else(|| NODE_PORT_RANGE.clone().find(|n| !used.contains(n)));
+                        .or_else(|| used.allocate());
                     if let Some(n) = n {
                         used.insert(n);
                         p["nodePort"] = json!(n);
@@ -1286,7 +1336,7 @@ fn defaults(
             let n = old_spec
                 .get("healthCheckNodePort")
                 .and_then(Value::as_u64)
-                .or_else(|| NODE_PORT_RANGE.clone().find(|n| !used.contains(n)));
+                .or_else(|| used.allocate());
             if let Some(n) = n {
                 spec["healthCheckNodePort"] = json!(n);
             }
@@ -1295,6 +1345,7 @@ fn defaults(
         m.remove("externalTrafficPolicy");
         m.remove("healthCheckNodePort");
     }
+    st.next_node_port = used.cursor;
     if spec.get("internalTrafficPolicy").is_none() {
         spec["internalTrafficPolicy"] = json!("Cluster");
     }
