@@ -1147,6 +1147,28 @@ async fn server_side_apply_tracks_owners_and_conflicts() -> anyhow::Result<()> {
         .context("labeller")?;
     ensure!(upd.operation.as_deref() == Some("Update"));
 
+    // `[]` keeps the managed fields, `[{}]` strips them, as documented upstream.
+    let kept = nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"managedFields": []}})),
+        )
+        .await?;
+    ensure!(kept.metadata.managed_fields.is_some_and(|m| !m.is_empty()));
+    let reset = nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"managedFields": [{}]}})),
+        )
+        .await?;
+    ensure!(
+        reset.metadata.managed_fields.is_none(),
+        "{:?}",
+        reset.metadata.managed_fields
+    );
+
     // fieldManager is required; YAML bodies work.
     let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\ndata:\n  k: v\n";
     let (code, body) = raw(
@@ -1453,6 +1475,19 @@ async fn discovery_and_version() -> anyhow::Result<()> {
                 .is_some(),
             "{gvk:?}"
         );
+    }
+    // Aggregated discovery (two requests) finds the same.
+    let aggregated = kube::Discovery::new(client.clone())
+        .run_aggregated()
+        .await?;
+    for gvk in [
+        ("coordination.k8s.io", "Lease"),
+        ("events.k8s.io", "Event"),
+        ("", "Node"),
+        ("", "Service"),
+    ] {
+        let gvk = kube::core::GroupVersionKind::gvk(gvk.0, "v1", gvk.1);
+        ensure!(aggregated.resolve_gvk(&gvk).is_some(), "{gvk:?}");
     }
     Ok(())
 }

@@ -183,6 +183,15 @@ fn wants_metadata(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("as=PartialObjectMetadata"))
 }
 
+/// Whether the client asked for aggregated discovery.
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("as=APIGroupDiscoveryList"))
+}
+
 fn partial(v: &Value) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
@@ -361,7 +370,17 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
             if let Some(rule) = sh.take_failure(&key, "", "") {
                 return injected(&rule).await;
             }
+            let aggregated =
+                wants_aggregated(&parts.headers) && (path == "/api" || path == "/apis");
             return match (other, parts.method == Method::GET) {
+                (Route::Doc(_), true) if aggregated => {
+                    let mut resp = value_response(200, &resources::aggregated(path == "/api"));
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(resources::AGGREGATED_DISCOVERY),
+                    );
+                    resp
+                }
                 (Route::Doc(doc), true) => value_response(200, &doc),
                 (Route::Text(t), true) => (StatusCode::OK, t).into_response(),
                 (Route::Doc(_) | Route::Text(_), false) => {

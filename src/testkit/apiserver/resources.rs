@@ -559,6 +559,53 @@ pub(crate) fn resource_list(group: &str, version: &str) -> Option<Value> {
     }))
 }
 
+/// The media type of aggregated discovery (`apidiscovery.k8s.io/v2`).
+pub(crate) const AGGREGATED_DISCOVERY: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// The aggregated discovery document served at `/api` (core) or `/apis`
+/// (every other group) when the client asks for it.
+pub(crate) fn aggregated(core: bool) -> Value {
+    let mut names: Vec<&str> = Vec::new();
+    for r in RESOURCES.iter().filter(|r| r.group.is_empty() == core) {
+        if !names.contains(&r.group) {
+            names.push(r.group);
+        }
+    }
+    let items: Vec<Value> = names
+        .into_iter()
+        .map(|group| {
+            let defs: Vec<&ResourceDef> = RESOURCES.iter().filter(|r| r.group == group).collect();
+            let version = defs.first().map(|d| d.version).unwrap_or("v1");
+            let resources: Vec<Value> = defs
+                .iter()
+                .map(|r| {
+                    let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
+                    let mut doc = json!({
+                        "resource": r.plural,
+                        "responseKind": kind,
+                        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                        "singularResource": r.singular,
+                        "verbs": r.verbs(),
+                    });
+                    if !r.short_names.is_empty() {
+                        doc["shortNames"] = json!(r.short_names);
+                    }
+                    if r.status_subresource {
+                        doc["subresources"] = json!([{"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}]);
+                    }
+                    doc
+                })
+                .collect();
+            json!({
+                "metadata": {"name": group},
+                "versions": [{"version": version, "resources": resources, "freshness": "Current"}],
+            })
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

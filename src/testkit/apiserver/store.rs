@@ -816,10 +816,21 @@ impl Store {
                 };
             }
             m.remove("selfLink");
-            if !m.contains_key("managedFields")
-                && let Some(mf) = old_meta.get("managedFields")
-            {
-                m.insert("managedFields".into(), mf.clone());
+            // Omitted or `[]` keeps the stored managedFields (so clients that
+            // do not know the field never strip it); `[{}]` resets them.
+            let keep_old = match m.get("managedFields") {
+                None | Some(Value::Null) => true,
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(_) => false,
+            };
+            match old_meta.get("managedFields") {
+                Some(mf) if keep_old => {
+                    m.insert("managedFields".into(), mf.clone());
+                }
+                _ if keep_old => {
+                    m.remove("managedFields");
+                }
+                _ => {}
             }
         }
 
