@@ -871,7 +871,8 @@ async fn merge_json_and_strategic_patches() -> anyhow::Result<()> {
         p.labels()
     );
 
-    // Strategic: taints replace, podCIDRs union, finalizers union.
+    // Strategic: taints replace, finalizers union (podCIDRs union too, but the
+    // real validation lets a node set them only once).
     let smp = json!({
         "metadata": {"finalizers": ["f1"]},
         "spec": {"taints": [{"key": "b", "effect": "NoExecute"}], "podCIDRs": ["10.0.0.0/24"]},
@@ -884,7 +885,7 @@ async fn merge_json_and_strategic_patches() -> anyhow::Result<()> {
             "n1",
             &PatchParams::default(),
             &Patch::Strategic(
-                json!({"metadata": {"finalizers": ["f2"]}, "spec": {"podCIDRs": ["10.0.1.0/24"]}}),
+                json!({"metadata": {"finalizers": ["f2"]}, "spec": {"podCIDRs": ["10.0.0.0/24"]}}),
             ),
         )
         .await?;
@@ -898,10 +899,7 @@ async fn merge_json_and_strategic_patches() -> anyhow::Result<()> {
         .collect();
     ensure!(taints == ["b"], "{taints:?}");
     ensure!(p.finalizers() == ["f1", "f2"]);
-    ensure!(
-        p.spec.as_ref().and_then(|s| s.pod_cidrs.clone())
-            == Some(vec!["10.0.0.0/24".into(), "10.0.1.0/24".into()])
-    );
+    ensure!(p.spec.as_ref().and_then(|s| s.pod_cidrs.clone()) == Some(vec!["10.0.0.0/24".into()]));
 
     // Strategic on /status: addresses and conditions merge by type.
     let status = json!({"status": {
@@ -1016,6 +1014,26 @@ async fn merge_json_and_strategic_patches() -> anyhow::Result<()> {
         .unwrap_or_default();
     ensure!(ingress.len() == 1 && ingress[0].hostname.as_deref() == Some("b.elb"));
 
+    // providerID and clusterIP only change from unset, as the real validation says.
+    let moved = json!({"spec": {"providerID": "aws:///us-east-1b/i-other"}});
+    let (code, reason, message) = api_err(
+        nodes
+            .patch("n1", &PatchParams::default(), &Patch::Merge(&moved))
+            .await,
+    )?;
+    ensure!(
+        (code, reason.as_str()) == (422, "Invalid") && message.contains("spec.providerID"),
+        "{message}"
+    );
+    let ip = json!({"spec": {"clusterIP": "10.96.99.99"}});
+    ensure!(
+        api_err(
+            svcs.patch("s", &PatchParams::default(), &Patch::Merge(&ip))
+                .await
+        )?
+        .0 == 422
+    );
+
     // Unknown patch media type.
     let (code, body) = raw(
         &client,
@@ -1036,7 +1054,7 @@ async fn server_side_apply_tracks_owners_and_conflicts() -> anyhow::Result<()> {
     let applied = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "n1", "labels": {"a": "1", "b": "1"}},
-        "spec": {"providerID": "aws:///x"},
+        "spec": {"unschedulable": true},
     });
     // Apply creates a missing object.
     let n = nodes
@@ -1051,7 +1069,7 @@ async fn server_side_apply_tracks_owners_and_conflicts() -> anyhow::Result<()> {
     let fields = serde_json::to_value(mf[0].fields_v1.clone())?;
     ensure!(
         fields
-            == json!({"f:metadata": {"f:labels": {"f:a": {}, "f:b": {}}}, "f:spec": {"f:providerID": {}}}),
+            == json!({"f:metadata": {"f:labels": {"f:a": {}, "f:b": {}}}, "f:spec": {"f:unschedulable": {}}}),
         "{fields}"
     );
 
@@ -1086,17 +1104,14 @@ async fn server_side_apply_tracks_owners_and_conflicts() -> anyhow::Result<()> {
     ensure!(forced.labels().get("a").map(String::as_str) == Some("1"));
 
     // mgr1 drops label b from its config: b is mgr2's now and stays; mgr1
-    // drops providerID: nobody else owns it, so it goes.
+    // drops spec.unschedulable: nobody else owns it, so it goes.
     let slim = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"a": "1"}}});
     let n = nodes
         .patch("n1", &PatchParams::apply("mgr1"), &Patch::Apply(&slim))
         .await?;
     ensure!(n.labels().get("b").map(String::as_str) == Some("2"));
     ensure!(
-        n.spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_ref())
-            .is_none(),
+        n.spec.as_ref().and_then(|s| s.unschedulable).is_none(),
         "{:?}",
         n.spec
     );

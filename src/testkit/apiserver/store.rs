@@ -189,14 +189,24 @@ fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
         .unwrap_or_default()
 }
 
+/// The metadata map of an object, created if missing. Callers pass
+/// objects only (request bodies are checked first); anything else is
+/// replaced by an empty object rather than panicking.
 fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
-    if !v.get("metadata").is_some_and(Value::is_object) {
-        v["metadata"] = json!({});
+    if !v.is_object() {
+        *v = json!({});
     }
-    // Just ensured above that metadata is an object.
-    v["metadata"]
-        .as_object_mut()
-        .expect("metadata is an object")
+    let Value::Object(root) = v else {
+        unreachable!("made an object above")
+    };
+    let meta = root.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    match meta {
+        Value::Object(m) => m,
+        _ => unreachable!("made an object above"),
+    }
 }
 
 fn finalizers(v: &Value) -> Vec<String> {
@@ -855,6 +865,7 @@ impl Store {
             }
         }
 
+        validate_update(def, &name, &old.value, &obj)?;
         defaults(st, def, &mut obj, Some(&old.value))?;
         if def.generation && spec_part(&obj) != spec_part(&old.value) {
             let g = old
@@ -925,6 +936,11 @@ impl Store {
         w: &Writer,
     ) -> Result<(Arc<Stored>, bool), ApiError> {
         let def = &RESOURCES[res];
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of an update must be a JSON object",
+            ));
+        }
         let mut st = self.state.lock();
         let key = (ns.to_string(), name.to_string());
         match st.res[res].objects.get(&key).cloned() {
@@ -1107,6 +1123,62 @@ impl Store {
             out.push(self.delete_locked(&mut st, res, key, obj, opts)?.obj);
         }
         Ok((st.rv, out))
+    }
+}
+
+/// Fields the real validation lets change only from unset.
+fn validate_update(
+    def: &ResourceDef,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<(), ApiError> {
+    let rules: &[(&str, &str, &str)] = match def.plural {
+        "nodes" => &[
+            (
+                "/spec/providerID",
+                "spec.providerID",
+                "Forbidden: node updates may not change providerID except from \"\" to valid",
+            ),
+            (
+                "/spec/podCIDRs",
+                "spec.podCIDRs",
+                "Forbidden: node updates may not change podCIDR except from \"\" to valid",
+            ),
+        ],
+        "services" => &[(
+            "/spec/clusterIP",
+            "spec.clusterIPs[0]",
+            "Invalid value: may not change once set",
+        )],
+        _ => &[],
+    };
+    let set = |v: Option<&Value>| -> Option<Value> {
+        v.filter(|v| !v.is_null() && *v != "" && v.as_array().is_none_or(|a| !a.is_empty()))
+            .cloned()
+    };
+    let mut causes = Vec::new();
+    for (pointer, field, message) in rules {
+        let before = set(old.pointer(pointer));
+        let after = set(new.pointer(pointer));
+        // Services may drop clusterIP from a PUT: defaulting keeps the old one.
+        let dropped_ok = def.plural == "services" && after.is_none();
+        if before.is_some() && before != after && !dropped_ok {
+            causes.push(Cause {
+                reason: if message.starts_with("Forbidden") {
+                    "FieldValueForbidden"
+                } else {
+                    "FieldValueInvalid"
+                },
+                message: message.to_string(),
+                field: field.to_string(),
+            });
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(def, name, causes))
     }
 }
 
