@@ -1445,10 +1445,35 @@ async fn events_from_kube_recorder_and_core_events() -> anyhow::Result<()> {
         &Patch::Merge(json!({"count": 2})),
     )
     .await?;
+    // The two APIs serve one storage, converted, as in the real server.
     let found = core
         .list(&ListParams::default().fields("involvedObject.name=n1,involvedObject.kind=Node"))
         .await?;
-    ensure!(found.items.len() == 1 && found.items[0].count == Some(2));
+    let by_reason: BTreeMap<String, CoreEvent> = found
+        .items
+        .into_iter()
+        .map(|e| (e.reason.clone().unwrap_or_default(), e))
+        .collect();
+    ensure!(by_reason.len() == 2, "{by_reason:?}");
+    ensure!(by_reason.get("Deleted").and_then(|e| e.count) == Some(2));
+    let synced = by_reason
+        .get("Synced")
+        .context("the recorder's event, seen as core/v1")?;
+    ensure!(synced.message.as_deref() == Some("node synced"));
+    ensure!(synced.reporting_component.as_deref() == Some("cloud-node-controller"));
+    let as_v1 = events.get("n1.1").await?;
+    ensure!(as_v1.note.as_deref() == Some("gone") && as_v1.deprecated_count == Some(2));
+    ensure!(as_v1.regarding.and_then(|r| r.name).as_deref() == Some("n1"));
+    // A merge patch through events.k8s.io uses its field names.
+    let patched = events
+        .patch(
+            "n1.1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"note": "really gone"})),
+        )
+        .await?;
+    ensure!(patched.note.as_deref() == Some("really gone"));
+    ensure!(core.get("n1.1").await?.message.as_deref() == Some("really gone"));
     Ok(())
 }
 

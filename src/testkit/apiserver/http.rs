@@ -200,16 +200,20 @@ fn partial(v: &Value) -> Value {
     })
 }
 
-fn object_bytes(obj: &Stored, metadata_only: bool) -> Bytes {
+/// An object's JSON in the form `def` serves (stored objects of aliased
+/// resources are converted; others are sent as stored).
+fn object_bytes(def: &ResourceDef, obj: &Stored, metadata_only: bool) -> Bytes {
     if metadata_only {
         Bytes::from(serde_json::to_vec(&partial(&obj.value)).unwrap_or_default())
+    } else if let Some(view) = resources::to_view(def, &obj.value) {
+        Bytes::from(serde_json::to_vec(&view).unwrap_or_default())
     } else {
         obj.json.clone()
     }
 }
 
-fn object_response(code: u16, obj: &Stored, metadata_only: bool) -> Response {
-    json_response(code, object_bytes(obj, metadata_only))
+fn object_response(def: &ResourceDef, code: u16, obj: &Stored, metadata_only: bool) -> Response {
+    json_response(code, object_bytes(def, obj, metadata_only))
 }
 
 fn render_list(
@@ -247,7 +251,7 @@ fn render_list(
         if i > 0 {
             buf.extend_from_slice(b",");
         }
-        buf.extend_from_slice(&object_bytes(item, metadata_only));
+        buf.extend_from_slice(&object_bytes(def, item, metadata_only));
     }
     buf.extend_from_slice(b"]}");
     buf.freeze()
@@ -475,7 +479,7 @@ fn name_of(t: &Target) -> &str {
 
 fn get(sh: &Shared, t: &Target, metadata_only: bool) -> Result<Response, ApiError> {
     let obj = sh.store.get(t.res, &ns_of(t)?, name_of(t))?;
-    Ok(object_response(200, &obj, metadata_only))
+    Ok(object_response(&RESOURCES[t.res], 200, &obj, metadata_only))
 }
 
 async fn list(
@@ -564,7 +568,7 @@ impl WatchStream {
     }
 
     fn object(&self, obj: &Stored) -> Bytes {
-        object_bytes(obj, self.metadata_only)
+        object_bytes(self.def, obj, self.metadata_only)
     }
 
     /// The event this watcher sees for a change, if any: selectors turn
@@ -752,7 +756,7 @@ fn create(
     let obj = sh
         .store
         .create(t.res, &ns_of(t)?, body, &writer(q, headers)?, false)?;
-    Ok(object_response(201, &obj, false))
+    Ok(object_response(&RESOURCES[t.res], 201, &obj, false))
 }
 
 fn update(
@@ -772,6 +776,7 @@ fn update(
         &writer(q, headers)?,
     )?;
     Ok(object_response(
+        &RESOURCES[t.res],
         if created { 201 } else { 200 },
         &obj,
         false,
@@ -828,6 +833,7 @@ fn patch(
         &writer(q, headers)?,
     )?;
     Ok(object_response(
+        &RESOURCES[t.res],
         if created { 201 } else { 200 },
         &obj,
         false,
@@ -867,10 +873,10 @@ fn delete(
     if !d.gone {
         // The real server answers 202 only when cascading was asked for explicitly.
         let code = if orphan == Some(false) { 202 } else { 200 };
-        return Ok(object_response(code, &d.obj, false));
+        return Ok(object_response(&RESOURCES[t.res], code, &d.obj, false));
     }
     if def.return_deleted_object {
-        return Ok(object_response(200, &d.obj, false));
+        return Ok(object_response(&RESOURCES[t.res], 200, &d.obj, false));
     }
     let mut details = json!({"name": name_of(t), "kind": def.plural, "uid": d.obj.value.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)});
     if !def.group.is_empty() {

@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::errors::{ApiError, Cause};
 use super::patch;
-use super::resources::{NAMESPACES, RESOURCES, ResourceDef};
+use super::resources::{self, NAMESPACES, RESOURCES, ResourceDef, storage_index};
 use super::selectors::Selectors;
 use super::ssa::{self, WriteCtx};
 
@@ -326,6 +326,7 @@ impl Store {
         st.rv += 1;
         let rv = st.rv;
         meta_mut(&mut value).insert("resourceVersion".into(), json!(rv.to_string()));
+        let res = storage_index(res);
         let stored = Stored::new(value, rv);
         if RESOURCES[res].plural == "services" {
             if let Some(prev) = &prev {
@@ -368,7 +369,7 @@ impl Store {
 
     pub fn get(&self, res: usize, ns: &str, name: &str) -> Result<Arc<Stored>, ApiError> {
         let st = self.state.lock();
-        st.res[res]
+        st.res[storage_index(res)]
             .objects
             .get(&(ns.to_string(), name.to_string()))
             .cloned()
@@ -376,7 +377,7 @@ impl Store {
     }
 
     fn scan(st: &State, res: usize, ns: Option<&str>) -> Vec<Arc<Stored>> {
-        let objects = &st.res[res].objects;
+        let objects = &st.res[storage_index(res)].objects;
         match ns {
             Some(ns) => objects
                 .range((ns.to_string(), String::new())..)
@@ -389,7 +390,7 @@ impl Store {
 
     /// The objects as they were at `rv`, rebuilt by undoing later history.
     fn at_rv(st: &State, res: usize, ns: Option<&str>, rv: u64) -> Vec<Arc<Stored>> {
-        let rs = &st.res[res];
+        let rs = &st.res[storage_index(res)];
         let mut objects = rs.objects.clone();
         for change in rs.history.iter().rev().take_while(|c| c.rv > rv) {
             match (&change.kind, &change.prev) {
@@ -475,7 +476,7 @@ impl Store {
                 if rv > st.rv {
                     return Err(ApiError::too_large_rv(rv, st.rv));
                 }
-                if rv < st.res[res].floor {
+                if rv < st.res[storage_index(res)].floor {
                     return Err(ApiError::expired(
                         "The resourceVersion for the provided list is too old.",
                     ));
@@ -547,7 +548,7 @@ impl Store {
         initial_events: bool,
     ) -> Result<WatchStart, ApiError> {
         let st = self.state.lock();
-        let rs = &st.res[res];
+        let rs = &st.res[storage_index(res)];
         let rx = rs.tx.subscribe();
         match from {
             Some(rv) if rv > 0 && !initial_events => {
@@ -629,8 +630,12 @@ impl Store {
                 "the body of a create must be a JSON object",
             ));
         }
-        obj["apiVersion"] = json!(def.api_version());
-        obj["kind"] = json!(def.kind);
+        // Objects are stored in the form of the resource owning the storage.
+        let slot = storage_index(res);
+        let sdef = &RESOURCES[slot];
+        obj = resources::to_storage(res, obj);
+        obj["apiVersion"] = json!(sdef.api_version());
+        obj["kind"] = json!(sdef.kind);
         let body_ns = meta_str(&obj, "namespace").to_string();
         if def.namespaced {
             if !body_ns.is_empty() && body_ns != ns {
@@ -663,7 +668,7 @@ impl Store {
             }
             loop {
                 name = format!("{prefix}{}", random_suffix());
-                if !st.res[res]
+                if !st.res[slot]
                     .objects
                     .contains_key(&(ns.to_string(), name.clone()))
                 {
@@ -681,7 +686,7 @@ impl Store {
             },
             name.clone(),
         );
-        if st.res[res].objects.contains_key(&key) {
+        if st.res[slot].objects.contains_key(&key) {
             return Err(ApiError::already_exists(def, &name));
         }
         let ts = now();
@@ -709,7 +714,7 @@ impl Store {
                 None,
                 &mut obj,
                 &WriteCtx {
-                    res: def,
+                    res: sdef,
                     manager: &w.manager,
                     subresource: None,
                     now: &ts,
@@ -757,8 +762,10 @@ impl Store {
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
-        obj["apiVersion"] = json!(def.api_version());
-        obj["kind"] = json!(def.kind);
+        // `obj` is in the stored form already (callers convert).
+        let sdef = &RESOURCES[storage_index(res)];
+        obj["apiVersion"] = json!(sdef.api_version());
+        obj["kind"] = json!(sdef.kind);
 
         // What each endpoint may change: the main resource never writes
         // status; /status writes status and metadata, never the spec.
@@ -881,7 +888,7 @@ impl Store {
                 Some(&old.value),
                 &mut obj,
                 &WriteCtx {
-                    res: def,
+                    res: sdef,
                     manager: &w.manager,
                     subresource: sub,
                     now: &ts,
@@ -913,7 +920,8 @@ impl Store {
             // in the namespace (objects with finalizers start terminating).
             let ns = key.1;
             for (r, def) in RESOURCES.iter().enumerate() {
-                if !def.namespaced {
+                // Aliases share their storage: clean it once.
+                if !def.namespaced || def.storage.is_some() {
                     continue;
                 }
                 for obj in Self::scan(st, r, Some(&ns)) {
@@ -943,11 +951,14 @@ impl Store {
         }
         let mut st = self.state.lock();
         let key = (ns.to_string(), name.to_string());
-        match st.res[res].objects.get(&key).cloned() {
-            Some(old) => Ok((
-                self.update_locked(&mut st, res, old, body, sub, w, false)?,
-                false,
-            )),
+        match st.res[storage_index(res)].objects.get(&key).cloned() {
+            Some(old) => {
+                let body = resources::to_storage(res, body);
+                Ok((
+                    self.update_locked(&mut st, res, old, body, sub, w, false)?,
+                    false,
+                ))
+            }
             None if def.allow_create_on_update && sub.is_none() => {
                 let mut body = body;
                 if meta_str(&body, "name").is_empty() && body.is_object() {
@@ -977,20 +988,23 @@ impl Store {
         w: &Writer,
     ) -> Result<(Arc<Stored>, bool), ApiError> {
         let def = &RESOURCES[res];
+        let sdef = &RESOURCES[storage_index(res)];
         let mut st = self.state.lock();
         let key = (ns.to_string(), name.to_string());
-        let old = st.res[res].objects.get(&key).cloned();
+        let old = st.res[storage_index(res)].objects.get(&key).cloned();
         match body {
             PatchBody::Apply { body, force } => {
                 check_applied_identity(def, name, &body)?;
+                // Apply works on the stored form.
+                let body = resources::to_storage(res, body);
                 let ts = now();
                 let ctx = WriteCtx {
-                    res: def,
+                    res: sdef,
                     manager: &w.manager,
                     subresource: sub,
                     now: &ts,
                 };
-                let mut skeleton = json!({"apiVersion": def.api_version(), "kind": def.kind, "metadata": {"name": name}});
+                let mut skeleton = json!({"apiVersion": sdef.api_version(), "kind": sdef.kind, "metadata": {"name": name}});
                 if def.namespaced {
                     skeleton["metadata"]["namespace"] = json!(ns);
                 }
@@ -1016,12 +1030,15 @@ impl Store {
             }
             other => {
                 let old = old.ok_or_else(|| ApiError::not_found(def, name))?;
+                // Patches are written against the requested form.
+                let base = resources::to_view(def, &old.value).unwrap_or_else(|| old.value.clone());
                 let patched = match other {
-                    PatchBody::Merge(p) => patch::merge_patch(&old.value, &p),
-                    PatchBody::Json(p) => patch::json_patch(&old.value, &p)?,
-                    PatchBody::Strategic(p) => patch::strategic_merge_patch(&old.value, &p, def)?,
+                    PatchBody::Merge(p) => patch::merge_patch(&base, &p),
+                    PatchBody::Json(p) => patch::json_patch(&base, &p)?,
+                    PatchBody::Strategic(p) => patch::strategic_merge_patch(&base, &p, def)?,
                     PatchBody::Apply { .. } => unreachable!("handled above"),
                 };
+                let patched = resources::to_storage(res, patched);
                 Ok((
                     self.update_locked(&mut st, res, old, patched, sub, w, false)?,
                     false,
@@ -1041,7 +1058,7 @@ impl Store {
     ) -> Result<Deleted, ApiError> {
         let mut st = self.state.lock();
         let key = (ns.to_string(), name.to_string());
-        let old = st.res[res]
+        let old = st.res[storage_index(res)]
             .objects
             .get(&key)
             .cloned()
