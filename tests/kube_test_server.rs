@@ -1116,6 +1116,21 @@ async fn server_side_apply_tracks_owners_and_conflicts() -> anyhow::Result<()> {
         n.spec
     );
 
+    // Service ports are keyed by port and (defaulted) protocol.
+    let svcs: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "name": "http"}]}});
+    svcs.patch("web", &PatchParams::apply("svc-mgr"), &Patch::Apply(&svc))
+        .await?;
+    let again = svcs
+        .patch("web", &PatchParams::apply("svc-mgr"), &Patch::Apply(&svc))
+        .await?;
+    let ports = again.spec.and_then(|s| s.ports).unwrap_or_default();
+    ensure!(
+        ports.len() == 1 && ports[0].node_port.is_some(),
+        "{ports:?}"
+    );
+
     // Apply to /status with keyed list items.
     let status = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]}});

@@ -995,8 +995,10 @@ impl Store {
         match body {
             PatchBody::Apply { body, force } => {
                 check_applied_identity(def, name, &body)?;
-                // Apply works on the stored form.
-                let body = resources::to_storage(res, body);
+                // Apply works on the stored form, defaulted first so list
+                // keys match the stored (defaulted) items.
+                let mut body = resources::to_storage(res, body);
+                default_applied(def, &mut body);
                 let ts = now();
                 let ctx = WriteCtx {
                     res: sdef,
@@ -1244,6 +1246,25 @@ fn check_applied_identity(def: &ResourceDef, name: &str, body: &Value) -> Result
         )));
     }
     Ok(())
+}
+
+/// Defaults that list-map keys depend on, applied to an applied
+/// configuration as the real server defaults it before merging: a service
+/// port without a protocol is the TCP port.
+fn default_applied(def: &ResourceDef, body: &mut Value) {
+    if def.plural != "services" {
+        return;
+    }
+    if let Some(ports) = body
+        .pointer_mut("/spec/ports")
+        .and_then(Value::as_array_mut)
+    {
+        for p in ports.iter_mut().filter(|p| p.is_object()) {
+            if p.get("protocol").is_none() {
+                p["protocol"] = json!("TCP");
+            }
+        }
+    }
 }
 
 /// What the create strategies of the real resources reset or fill.
