@@ -435,6 +435,29 @@ async fn pagination_is_a_consistent_snapshot() -> anyhow::Result<()> {
         "pages must cover the snapshot exactly once, in order"
     );
 
+    // Interleaved paginations with different selectors keep their own snapshots.
+    let paginate = |sel: &'static str| {
+        let nodes = nodes.clone();
+        async move {
+            let mut names = Vec::new();
+            let mut token: Option<String> = None;
+            loop {
+                let mut lp = ListParams::default().limit(7).labels(sel);
+                if let Some(t) = &token {
+                    lp = lp.continue_token(t);
+                }
+                let page = nodes.list(&lp).await?;
+                names.extend(page.iter().map(ResourceExt::name_any));
+                token = page.metadata.continue_.filter(|t| !t.is_empty());
+                if token.is_none() {
+                    return anyhow::Ok(names);
+                }
+            }
+        }
+    };
+    let (all, none) = tokio::join!(paginate("app=test"), paginate("app!=test"));
+    ensure!(all?.len() == 1100 && none?.is_empty());
+
     // A raw continue token after compaction is 410 Expired.
     let page = nodes.list(&ListParams::default().limit(10)).await?;
     server.compact();
@@ -1489,6 +1512,18 @@ async fn events_from_kube_recorder_and_core_events() -> anyhow::Result<()> {
         .await?;
     ensure!(patched.note.as_deref() == Some("really gone"));
     ensure!(core.get("n1.1").await?.message.as_deref() == Some("really gone"));
+    // Watches of the alias see its form too.
+    let (_, mut watch) = Events::open(
+        &client,
+        "/apis/events.k8s.io/v1/namespaces/default/events?watch=true&fieldSelector=regarding.name%3Dn1",
+    )
+    .await?;
+    let first = watch.expect_change().await?;
+    ensure!(
+        first["object"]["apiVersion"] == "events.k8s.io/v1"
+            && first["object"].get("regarding").is_some(),
+        "{first}"
+    );
     Ok(())
 }
 

@@ -493,7 +493,6 @@ impl Store {
             (None, _) => (st.rv, Self::scan(&st, res, ns)),
         };
         // Selectors run on the snapshot; the lock is not needed for that.
-        let id = st.next_snapshot;
         drop(st);
         let items: Vec<Arc<Stored>> = if sel.is_empty() {
             items
@@ -507,6 +506,8 @@ impl Store {
             Some(l) if items.len() > l => {
                 let items = Arc::new(items);
                 let mut st = self.state.lock();
+                // Taken under this lock so concurrent lists never share an id.
+                let id = st.next_snapshot;
                 st.next_snapshot += 1;
                 if st.snapshots.len() >= MAX_SNAPSHOTS
                     && let Some(oldest) = st
