@@ -1703,13 +1703,14 @@ async fn slow_watcher_does_not_block_writers() -> anyhow::Result<()> {
     .await?;
     let client = server.client().await?;
     let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    // Opened and never read while the writes happen.
+    // Opened and never read while ~19 MiB of changes happen: far more than
+    // loopback socket buffers hold, so the server side falls behind.
     let (_, mut stalled) = Events::open(
         &client,
         "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion=0",
     )
     .await?;
-    let big = "x".repeat(32 * 1024);
+    let big = "x".repeat(64 * 1024);
     let writes = async {
         for i in 0..300 {
             cms.create(

@@ -450,7 +450,14 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         "delete" => delete(&sh, &t, &q, &bytes),
         _ => delete_collection(&sh, &t, &q, &bytes, metadata_only),
     };
-    result.unwrap_or_else(|e| error_response(&e))
+    let resp = result.unwrap_or_else(|e| error_response(&e));
+    tracing::debug!(
+        verb,
+        path = %parts.uri,
+        code = resp.status().as_u16(),
+        "kube-test-server request"
+    );
+    resp
 }
 
 async fn injected(rule: &FailureRule) -> Response {
