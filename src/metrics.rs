@@ -12,17 +12,13 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registr
 
 /// Registers a metric family under its full name (no prefix is added).
 pub fn register(name: &str, help: &str, metric: impl Metric) {
-    let mut registry = REGISTRY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut registry = REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     registry.register(name, help, metric);
 }
 
 /// Renders every registered family in the Prometheus text exposition format.
 pub fn encode() -> String {
-    let registry = REGISTRY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let registry = REGISTRY.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut out = String::new();
     // Writing into a String cannot fail.
     let _ = text::encode(&mut out, &registry);
