@@ -9,6 +9,7 @@ pub mod node;
 pub mod node_ipam;
 pub mod node_lifecycle;
 pub mod route;
+pub mod service;
 pub mod tagging;
 
 use std::collections::BTreeSet;
@@ -277,9 +278,6 @@ async fn run_controller(name: ControllerName, ctx: ControllerContext, stop: Canc
         ControllerName::Tagging => tagging::run(ctx, stop).await,
         ControllerName::Route => route::run(ctx, stop).await,
         ControllerName::NodeIpam => node_ipam::run(ctx, stop).await,
-        ControllerName::Service => {
-            tracing::warn!(controller = %name, "controller is selected but not implemented in this build; it does nothing");
-            stop.cancelled().await;
-        }
+        ControllerName::Service => service::run(ctx, stop).await,
     }
 }

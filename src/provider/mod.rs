@@ -5,4 +5,5 @@
 //! implement for unit tests.
 
 pub mod instances;
+pub mod load_balancers;
 pub mod routes;

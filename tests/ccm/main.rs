@@ -7,3 +7,4 @@ mod support;
 mod foundation;
 mod node;
 mod routes;
+mod service;

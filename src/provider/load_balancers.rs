@@ -1,0 +1,1 @@
+//! Load balancers: what the service controller needs from the cloud (being built).

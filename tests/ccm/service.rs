@@ -1,0 +1,1 @@
+//! Service controller and Classic ELB end to end (being built).
