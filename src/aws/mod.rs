@@ -6,10 +6,14 @@ pub mod api_metrics;
 pub mod client;
 pub mod clients;
 pub mod coalesce;
+pub mod elb;
 pub mod errors;
 pub mod instances;
 pub mod operations;
 pub mod retry;
+pub mod security_groups;
+pub mod subnets;
+pub mod tags;
 pub mod throttle;
 
 pub use client::{AwsClient, CallOptions, ClientOptions, OptionsError, SdkClients};
