@@ -565,10 +565,7 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
             lb.listeners.iter().map(|(l, p)| (l.lb_port, p)).collect();
         for l in desired.listeners.iter().filter(|l| l.is_tls()) {
             let recreated = create.iter().any(|c| c.lb_port == l.lb_port);
-            let has = !recreated
-                && current
-                    .get(&l.lb_port)
-                    .is_some_and(|p| p.contains(&name));
+            let has = !recreated && current.get(&l.lb_port).is_some_and(|p| p.contains(&name));
             if !has {
                 changes.push(Change::SetListenerPolicies {
                     lb_port: l.lb_port,
@@ -719,6 +716,468 @@ pub fn rule_sources(rules: &BTreeSet<Rule>) -> BTreeSet<Ipv4Net> {
             Source::Group(_) => None,
         })
         .collect()
+}
+
+/// The calls that read a classic ELB and apply a plan to it.
+pub mod io {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::time::Duration;
+
+    use aws_sdk_elasticloadbalancing::types as elbt;
+
+    use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener};
+    use crate::aws::client::AwsClient;
+    use crate::aws::errors::AwsError;
+    use crate::aws::operations::Operation;
+    use crate::aws::security_groups::{self as sg, Rule};
+
+    fn build_err(what: &str, e: impl std::fmt::Display) -> AwsError {
+        AwsError::NotFound {
+            operation: Operation::ElbCreateLoadBalancer,
+            what: format!("a valid {what} ({e})"),
+        }
+    }
+
+    fn to_sdk_listener(l: &Listener) -> Result<elbt::Listener, AwsError> {
+        elbt::Listener::builder()
+            .protocol(&l.protocol)
+            .load_balancer_port(l.lb_port)
+            .instance_protocol(&l.instance_protocol)
+            .instance_port(l.instance_port)
+            .set_ssl_certificate_id(l.ssl_cert.clone())
+            .build()
+            .map_err(|e| build_err("listener", e))
+    }
+
+    fn to_sdk_tags(tags: &BTreeMap<String, String>) -> Result<Vec<elbt::Tag>, AwsError> {
+        tags.iter()
+            .map(|(k, v)| {
+                elbt::Tag::builder()
+                    .key(k)
+                    .value(v)
+                    .build()
+                    .map_err(|e| build_err("tag", e))
+            })
+            .collect()
+    }
+
+    fn instances(ids: &BTreeSet<String>) -> Vec<elbt::Instance> {
+        ids.iter()
+            .map(|id| elbt::Instance::builder().instance_id(id).build())
+            .collect()
+    }
+
+    /// The load balancer with its attributes and tags (three reads), or
+    /// `None` when it does not exist.
+    pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
+        let out = match aws
+            .elb(Operation::ElbDescribeLoadBalancers, |c| {
+                c.describe_load_balancers().load_balancer_names(name).send()
+            })
+            .await
+        {
+            Ok(out) => out,
+            Err(e) if e.is_not_found() || e.code() == Some("LoadBalancerNotFound") => {
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(lb) = out.load_balancer_descriptions().first() else {
+            return Ok(None);
+        };
+        let attrs = aws
+            .elb(Operation::ElbDescribeLoadBalancerAttributes, |c| {
+                c.describe_load_balancer_attributes()
+                    .load_balancer_name(name)
+                    .send()
+            })
+            .await?;
+        let tags = aws
+            .elb(Operation::ElbDescribeTags, |c| {
+                c.describe_tags().load_balancer_names(name).send()
+            })
+            .await?;
+        let a = attrs.load_balancer_attributes();
+        let attributes = Attributes {
+            cross_zone: a
+                .and_then(|a| a.cross_zone_load_balancing())
+                .is_some_and(|c| c.enabled()),
+            access_log_enabled: a.and_then(|a| a.access_log()).is_some_and(|l| l.enabled()),
+            access_log_interval: a
+                .and_then(|a| a.access_log())
+                .and_then(|l| l.emit_interval()),
+            access_log_bucket: a
+                .and_then(|a| a.access_log())
+                .and_then(|l| l.s3_bucket_name())
+                .map(str::to_string),
+            access_log_prefix: a
+                .and_then(|a| a.access_log())
+                .and_then(|l| l.s3_bucket_prefix())
+                .map(str::to_string),
+            draining_enabled: a
+                .and_then(|a| a.connection_draining())
+                .is_some_and(|d| d.enabled()),
+            draining_timeout: a
+                .and_then(|a| a.connection_draining())
+                .and_then(|d| d.timeout()),
+            idle_timeout: a
+                .and_then(|a| a.connection_settings())
+                .map(|s| s.idle_timeout())
+                .unwrap_or(60),
+        };
+        let upper = |s: &str| s.to_ascii_uppercase();
+        Ok(Some(ActualLb {
+            name: name.to_string(),
+            dns_name: lb.dns_name().unwrap_or_default().to_string(),
+            internal: lb.scheme() == Some("internal"),
+            listeners: lb
+                .listener_descriptions()
+                .iter()
+                .filter_map(|d| {
+                    let l = d.listener()?;
+                    Some((
+                        Listener {
+                            lb_port: l.load_balancer_port(),
+                            protocol: upper(l.protocol()),
+                            instance_port: l.instance_port(),
+                            instance_protocol: upper(l.instance_protocol().unwrap_or(l.protocol())),
+                            ssl_cert: l.ssl_certificate_id().map(str::to_string),
+                        },
+                        d.policy_names().to_vec(),
+                    ))
+                })
+                .collect(),
+            backend_policies: lb
+                .backend_server_descriptions()
+                .iter()
+                .filter_map(|b| Some((b.instance_port()?, b.policy_names().to_vec())))
+                .collect(),
+            policies: lb
+                .policies()
+                .map(|p| p.other_policies().iter().cloned().collect())
+                .unwrap_or_default(),
+            health_check: lb.health_check().map(|h| HealthCheck {
+                target: h.target().to_string(),
+                healthy_threshold: h.healthy_threshold(),
+                unhealthy_threshold: h.unhealthy_threshold(),
+                interval: h.interval(),
+                timeout: h.timeout(),
+            }),
+            subnets: lb.subnets().iter().cloned().collect(),
+            security_groups: lb.security_groups().to_vec(),
+            instances: lb
+                .instances()
+                .iter()
+                .filter_map(|i| i.instance_id().map(str::to_string))
+                .collect(),
+            attributes,
+            tags: tags
+                .tag_descriptions()
+                .iter()
+                .flat_map(|d| d.tags())
+                .map(|t| {
+                    (
+                        t.key().to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect(),
+        }))
+    }
+
+    /// Applies a plan in order. Returns the DNS name of a load balancer it
+    /// created, if any.
+    pub async fn apply(
+        aws: &AwsClient,
+        name: &str,
+        vpc_id: Option<&str>,
+        actual: &Actual,
+        changes: &[Change],
+    ) -> Result<Option<String>, AwsError> {
+        let mut owned: Option<String> = actual.owned_group.as_ref().map(|g| g.id.clone());
+        let mut dns = None;
+        let resolve = |r: &GroupRef, owned: &Option<String>| -> Result<String, AwsError> {
+            match r {
+                GroupRef::Id(id) => Ok(id.clone()),
+                GroupRef::Owned => owned.clone().ok_or_else(|| AwsError::NotFound {
+                    operation: Operation::Ec2CreateSecurityGroup,
+                    what: format!("the owned security group of {name}"),
+                }),
+            }
+        };
+        for change in changes {
+            tracing::info!(load_balancer = name, change = %super::describe(change), "applying");
+            match change {
+                Change::CreateSecurityGroup(g) => {
+                    let vpc = vpc_id.unwrap_or_default();
+                    owned = Some(sg::create(aws, vpc, &g.name, &g.description, &g.tags).await?);
+                }
+                Change::AuthorizeIngress { group, rules } => {
+                    sg::authorize(aws, &resolve(group, &owned)?, rules).await?
+                }
+                Change::RevokeIngress { group, rules } => {
+                    sg::revoke(aws, &resolve(group, &owned)?, rules).await?
+                }
+                Change::AuthorizeNodeIngress { node_group, from } => {
+                    let rule = Rule::all_from_group(&resolve(from, &owned)?);
+                    sg::authorize(aws, node_group, &BTreeSet::from([rule])).await?
+                }
+                Change::RevokeNodeIngress { node_group, from } => {
+                    let rule = Rule::all_from_group(&resolve(from, &owned)?);
+                    sg::revoke(aws, node_group, &BTreeSet::from([rule])).await?
+                }
+                Change::DeleteLoadBalancer { .. } => {
+                    aws.elb(Operation::ElbDeleteLoadBalancer, |c| {
+                        c.delete_load_balancer().load_balancer_name(name).send()
+                    })
+                    .await?;
+                }
+                Change::CreateLoadBalancer {
+                    listeners,
+                    subnets,
+                    groups,
+                    internal,
+                    tags,
+                } => {
+                    let listeners = listeners
+                        .iter()
+                        .map(to_sdk_listener)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let groups = groups
+                        .iter()
+                        .map(|g| resolve(g, &owned))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let tags = to_sdk_tags(tags)?;
+                    let out = aws
+                        .elb(Operation::ElbCreateLoadBalancer, |c| {
+                            c.create_load_balancer()
+                                .load_balancer_name(name)
+                                .set_listeners(Some(listeners.clone()))
+                                .set_subnets(Some(subnets.iter().cloned().collect()))
+                                .set_security_groups(Some(groups.clone()))
+                                .set_scheme(internal.then(|| "internal".to_string()))
+                                .set_tags(Some(tags.clone()))
+                                .send()
+                        })
+                        .await?;
+                    dns = out.dns_name().map(str::to_string);
+                }
+                Change::DeleteListeners(ports) => {
+                    aws.elb(Operation::ElbDeleteLoadBalancerListeners, |c| {
+                        c.delete_load_balancer_listeners()
+                            .load_balancer_name(name)
+                            .set_load_balancer_ports(Some(ports.clone()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::CreateListeners(listeners) => {
+                    let listeners = listeners
+                        .iter()
+                        .map(to_sdk_listener)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    aws.elb(Operation::ElbCreateLoadBalancerListeners, |c| {
+                        c.create_load_balancer_listeners()
+                            .load_balancer_name(name)
+                            .set_listeners(Some(listeners.clone()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::AttachSubnets(s) => {
+                    aws.elb(Operation::ElbAttachLoadBalancerToSubnets, |c| {
+                        c.attach_load_balancer_to_subnets()
+                            .load_balancer_name(name)
+                            .set_subnets(Some(s.iter().cloned().collect()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::DetachSubnets(s) => {
+                    aws.elb(Operation::ElbDetachLoadBalancerFromSubnets, |c| {
+                        c.detach_load_balancer_from_subnets()
+                            .load_balancer_name(name)
+                            .set_subnets(Some(s.iter().cloned().collect()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::ApplySecurityGroups(groups) => {
+                    let groups = groups
+                        .iter()
+                        .map(|g| resolve(g, &owned))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    aws.elb(Operation::ElbApplySecurityGroupsToLoadBalancer, |c| {
+                        c.apply_security_groups_to_load_balancer()
+                            .load_balancer_name(name)
+                            .set_security_groups(Some(groups.clone()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::AddTags(tags) => {
+                    let tags = to_sdk_tags(tags)?;
+                    aws.elb(Operation::ElbAddTags, |c| {
+                        c.add_tags()
+                            .load_balancer_names(name)
+                            .set_tags(Some(tags.clone()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::CreatePolicy {
+                    name: policy,
+                    type_name,
+                    attributes,
+                } => {
+                    let attrs: Vec<elbt::PolicyAttribute> = attributes
+                        .iter()
+                        .map(|(k, v)| {
+                            elbt::PolicyAttribute::builder()
+                                .attribute_name(k)
+                                .attribute_value(v)
+                                .build()
+                        })
+                        .collect();
+                    let result = aws
+                        .elb(Operation::ElbCreateLoadBalancerPolicy, |c| {
+                            c.create_load_balancer_policy()
+                                .load_balancer_name(name)
+                                .policy_name(policy)
+                                .policy_type_name(type_name)
+                                .set_policy_attributes(Some(attrs.clone()))
+                                .send()
+                        })
+                        .await;
+                    match result {
+                        Err(e) if !e.is_already_exists() => return Err(e),
+                        _ => {}
+                    }
+                }
+                Change::SetBackendPolicies {
+                    instance_port,
+                    policies,
+                } => {
+                    aws.elb(Operation::ElbSetLoadBalancerPoliciesForBackendServer, |c| {
+                        c.set_load_balancer_policies_for_backend_server()
+                            .load_balancer_name(name)
+                            .instance_port(*instance_port)
+                            .set_policy_names(Some(policies.clone()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::SetListenerPolicies { lb_port, policies } => {
+                    aws.elb(Operation::ElbSetLoadBalancerPoliciesOfListener, |c| {
+                        c.set_load_balancer_policies_of_listener()
+                            .load_balancer_name(name)
+                            .load_balancer_port(*lb_port)
+                            .set_policy_names(Some(policies.clone()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::ConfigureHealthCheck(h) => {
+                    let hc = elbt::HealthCheck::builder()
+                        .target(&h.target)
+                        .interval(h.interval)
+                        .timeout(h.timeout)
+                        .healthy_threshold(h.healthy_threshold)
+                        .unhealthy_threshold(h.unhealthy_threshold)
+                        .build()
+                        .map_err(|e| build_err("health check", e))?;
+                    aws.elb(Operation::ElbConfigureHealthCheck, |c| {
+                        c.configure_health_check()
+                            .load_balancer_name(name)
+                            .health_check(hc.clone())
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::ModifyAttributes(a) => {
+                    let attrs = elbt::LoadBalancerAttributes::builder()
+                        .cross_zone_load_balancing(
+                            elbt::CrossZoneLoadBalancing::builder()
+                                .enabled(a.cross_zone)
+                                .build(),
+                        )
+                        .access_log(
+                            elbt::AccessLog::builder()
+                                .enabled(a.access_log_enabled)
+                                .set_emit_interval(a.access_log_interval)
+                                .set_s3_bucket_name(a.access_log_bucket.clone())
+                                .set_s3_bucket_prefix(a.access_log_prefix.clone())
+                                .build(),
+                        )
+                        .connection_draining(
+                            elbt::ConnectionDraining::builder()
+                                .enabled(a.draining_enabled)
+                                .set_timeout(a.draining_timeout)
+                                .build(),
+                        )
+                        .connection_settings(
+                            elbt::ConnectionSettings::builder()
+                                .idle_timeout(a.idle_timeout)
+                                .build()
+                                .map_err(|e| build_err("connection settings", e))?,
+                        )
+                        .build();
+                    aws.elb(Operation::ElbModifyLoadBalancerAttributes, |c| {
+                        c.modify_load_balancer_attributes()
+                            .load_balancer_name(name)
+                            .load_balancer_attributes(attrs.clone())
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::RegisterInstances(ids) => {
+                    let list = instances(ids);
+                    aws.elb(Operation::ElbRegisterInstancesWithLoadBalancer, |c| {
+                        c.register_instances_with_load_balancer()
+                            .load_balancer_name(name)
+                            .set_instances(Some(list.clone()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::DeregisterInstances(ids) => {
+                    let list = instances(ids);
+                    aws.elb(Operation::ElbDeregisterInstancesFromLoadBalancer, |c| {
+                        c.deregister_instances_from_load_balancer()
+                            .load_balancer_name(name)
+                            .set_instances(Some(list.clone()))
+                            .send()
+                    })
+                    .await?;
+                }
+                Change::DeleteSecurityGroup(id) => delete_group_patiently(aws, id).await?,
+            }
+        }
+        Ok(dns)
+    }
+
+    /// Deletes a group, retrying `DependencyViolation` for a bounded time: the
+    /// network interfaces of a just-deleted load balancer release it late.
+    async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        let mut wait = Duration::from_millis(500);
+        loop {
+            match sg::delete(aws, id).await {
+                Err(e)
+                    if e.code() == Some("DependencyViolation")
+                        && tokio::time::Instant::now() + wait < deadline =>
+                {
+                    tracing::info!(
+                        group = id,
+                        "security group still in use; retrying its deletion"
+                    );
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(10));
+                }
+                other => return other,
+            }
+        }
+    }
 }
 
 #[cfg(test)]
