@@ -317,6 +317,11 @@ impl<L: LoadBalancers> ServiceController<L> {
         };
         match self.lbs.ensure(&req).await {
             Ok(done) => {
+                tracing::info!(
+                    hostname = %done.hostname,
+                    changes = done.changes.len(),
+                    "load balancer ensured"
+                );
                 if current_hostname(svc) != Some(done.hostname.as_str())
                     && !done.hostname.is_empty()
                 {

@@ -275,7 +275,7 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
         .await
         .expect("owned group");
     let owned_id = owned.group_id().unwrap().to_string();
-    assert_eq!(lb.security_groups(), [owned_id.clone()]);
+    assert_eq!(lb.security_groups(), std::slice::from_ref(&owned_id));
     let ranges: Vec<_> = owned
         .ip_permissions()
         .iter()
@@ -299,6 +299,38 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
             .contains(&"service.kubernetes.io/load-balancer-cleanup".to_string())
     );
     assert_eq!(cloud.node_group, node_group.group_id().unwrap());
+
+    // A fresh process adopts what exists: no create, no mutation at all.
+    drop(ccm);
+    let proxy = aws_ccm::testkit::aws_proxy::FaultProxy::start(
+        &env.moto.endpoint(),
+        aws_ccm::testkit::aws_proxy::ProxyConfig::default(),
+    )
+    .await?;
+    let ccm = env
+        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
+        .await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert!(ccm.logs().contains("changes=0"), "logs:\n{}", ccm.logs());
+    assert!(
+        proxy
+            .calls()
+            .get("elasticloadbalancing", "DescribeLoadBalancers")
+            .forwarded
+            > 0
+    );
+    let calls = proxy.calls();
+    let mutations: Vec<String> = calls
+        .iter()
+        .filter(|(_, action, c)| {
+            c.received > 0 && !action.starts_with("Describe") && !action.starts_with("Get")
+        })
+        .map(|(s, a, _)| format!("{s}:{a}"))
+        .collect();
+    assert!(
+        mutations.is_empty(),
+        "an unchanged Service caused mutations: {mutations:?}"
+    );
 
     // The malformed Service: a Warning naming the annotation, and no load balancer.
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
