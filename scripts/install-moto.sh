@@ -32,6 +32,13 @@ if [[ -x "${venv}/bin/moto_server" && "$(installed_version)" == "${MOTO_VERSION}
     exit 0
 fi
 
+# A venv whose interpreter no longer runs (the repo moved, or the Python it
+# was made from was removed) cannot be repaired in place: make it afresh.
+if [[ -e "${venv}" ]] && ! "${venv}/bin/python" -c '' >/dev/null 2>&1; then
+    echo "install-moto: ${venv} exists but its python does not run; recreating it"
+    rm -rf "${venv}"
+fi
+
 if [[ ! -x "${venv}/bin/python" ]]; then
     echo "install-moto: creating virtualenv ${venv}"
     if ! "${PYTHON}" -m venv "${venv}"; then

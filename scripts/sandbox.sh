@@ -6,16 +6,28 @@
 # Ctrl-C stops everything. Extra arguments are passed to the CCM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target="${CARGO_TARGET_DIR:-target}/debug"
+target="${CARGO_TARGET_DIR:-$HOME/.cache/aws-ccm/target}/debug"
+for bin in kube-test-server aws-cloud-controller-manager; do
+  if [ ! -x "$target/$bin" ]; then
+    echo "sandbox: $target/$bin not built; run make sandbox (it builds first)" >&2
+    exit 1
+  fi
+done
 dir=.sandbox
 cluster_id=sandbox
 rm -rf "$dir"
 mkdir -p "$dir"
 
 pids=()
+# Stop in reverse start order: the CCM first, so it can still release its
+# Lease on the API test server, which goes next, then moto. moto and the API
+# server run in their own sessions (setsid) so a Ctrl-C, which signals the
+# whole foreground process group, reaches only the CCM and this script.
 cleanup() {
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
+    kill "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
 }
 trap cleanup EXIT INT TERM
 
@@ -32,7 +44,7 @@ wait_for() { # wait_for DESCRIPTION COMMAND...: polls for up to 30 s
 }
 
 moto_port=$(free_port)
-.venv/bin/moto_server -H 127.0.0.1 -p "$moto_port" >"$dir/moto.log" 2>&1 &
+setsid .venv/bin/moto_server -H 127.0.0.1 -p "$moto_port" >"$dir/moto.log" 2>&1 &
 pids+=($!)
 endpoint="http://127.0.0.1:$moto_port"
 wait_for "moto on $endpoint" .venv/bin/python -c "import urllib.request; urllib.request.urlopen('$endpoint/moto-api/')"
@@ -40,7 +52,7 @@ echo "sandbox: moto on $endpoint (log: $dir/moto.log)"
 
 .venv/bin/python scripts/sandbox_seed.py "$endpoint" "$cluster_id" "$dir/seed.yaml"
 
-"$target/kube-test-server" --port 0 --kubeconfig "$dir/kubeconfig" --seed "$dir/seed.yaml" >"$dir/apiserver.log" 2>&1 &
+setsid "$target/kube-test-server" --port 0 --kubeconfig "$dir/kubeconfig" --seed "$dir/seed.yaml" >"$dir/apiserver.log" 2>&1 &
 pids+=($!)
 wait_for "the API test server" test -s "$dir/kubeconfig"
 echo "sandbox: API test server ready; kubectl --kubeconfig $dir/kubeconfig get nodes,services"

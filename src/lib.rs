@@ -13,5 +13,6 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod options;
+pub mod provider;
 pub mod server;
 pub mod testkit;

@@ -16,6 +16,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
+use crate::aws::AwsClient;
 use crate::aws::clients::{self, SdkClients};
 use crate::cloud_config::CloudConfig;
 use crate::controllers;
@@ -55,8 +56,9 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
         })?,
     };
     let base = clients::base_config(&region).await;
-    let aws = clients::build(&base, &cloud, &region);
-    let cluster_id = resolve_cluster_id(&cloud, &aws, opts.allow_untagged_cloud).await?;
+    let sdk = clients::build(&base, &cloud, &region);
+    let cluster_id = resolve_cluster_id(&cloud, &sdk, opts, opts.allow_untagged_cloud).await?;
+    let aws = AwsClient::new(sdk, cluster_id.clone(), opts.aws_client_options());
     tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
 
     let kube_config =
@@ -201,7 +203,8 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
 /// `--allow-untagged-cloud` is set.
 async fn resolve_cluster_id(
     cloud: &CloudConfig,
-    aws: &SdkClients,
+    sdk: &SdkClients,
+    opts: &crate::options::Options,
     allow_untagged: bool,
 ) -> anyhow::Result<String> {
     if let Some(id) = cloud.cluster_id() {
@@ -211,23 +214,15 @@ async fn resolve_cluster_id(
         let instance_id = clients::imds::instance_id()
             .await
             .map_err(anyhow::Error::msg)?;
-        // Start-up only, before the client layer exists: one call.
-        let out = aws
-            .ec2
-            .describe_tags()
-            .filters(
-                aws_sdk_ec2::types::Filter::builder()
-                    .name("resource-id")
-                    .values(&instance_id)
-                    .build(),
-            )
-            .send()
+        // The cluster ID is not known yet, so this one lookup goes through a
+        // bootstrap client that owns no cluster resources.
+        let bootstrap = AwsClient::new(sdk.clone(), String::new(), opts.aws_client_options());
+        let instance = bootstrap
+            .instance_by_id(&instance_id)
             .await
-            .with_context(|| format!("DescribeTags for this instance {instance_id}"))?;
+            .with_context(|| format!("looking up this instance {instance_id}"))?;
         Ok::<_, anyhow::Error>(cluster_id_from_tags(
-            out.tags()
-                .iter()
-                .filter_map(|t| Some((t.key()?, t.value().unwrap_or_default()))),
+            instance.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         ))
     }
     .await;

@@ -197,7 +197,7 @@ pub struct Options {
     #[arg(long = "route-table-limit", default_value_t = 50)]
     pub route_table_limit: u32,
 
-    /// Fraction of AWS's documented API rate budget this process may use (the rest is left to other clients in the account).
+    /// Share of AWS's documented API rate limits this process may use; the rest is left to other clients in the account. Above 1 only where AWS raised the account's limits.
     #[arg(long = "aws-api-budget-fraction", default_value_t = 0.5)]
     pub aws_api_budget_fraction: f64,
 
@@ -287,8 +287,8 @@ pub enum OptionsError {
     Qps(f32),
     #[error("--kube-api-burst must be at least 1")]
     Burst,
-    #[error("--aws-api-budget-fraction={0} must be in (0, 1]")]
-    BudgetFraction(f64),
+    #[error(transparent)]
+    AwsClient(#[from] crate::aws::OptionsError),
     #[error("--tls-cert-file and --tls-private-key-file must be given together")]
     TlsPair,
     #[error("--tags={value:?} is invalid: {reason}; expected k1=v1,k2=v2")]
@@ -313,6 +313,14 @@ impl Options {
     {
         let (kept, ignored) = strip_ignored(args.into_iter().map(Into::into).collect());
         Ok((Options::try_parse_from(kept)?, ignored))
+    }
+
+    /// Tuning of the AWS client layer that flags control.
+    pub fn aws_client_options(&self) -> crate::aws::ClientOptions {
+        crate::aws::ClientOptions {
+            budget_fraction: self.aws_api_budget_fraction,
+            ..Default::default()
+        }
     }
 
     pub fn validate(self, ignored_flags: Vec<String>) -> Result<Validated, OptionsError> {
@@ -344,9 +352,7 @@ impl Options {
         if self.kube_api_burst == 0 {
             return Err(OptionsError::Burst);
         }
-        if !(self.aws_api_budget_fraction > 0.0 && self.aws_api_budget_fraction <= 1.0) {
-            return Err(OptionsError::BudgetFraction(self.aws_api_budget_fraction));
-        }
+        self.aws_client_options().validate()?;
         if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
             return Err(OptionsError::TlsPair);
         }

@@ -31,6 +31,19 @@ pub struct SdkClients {
     pub sts: aws_sdk_sts::Client,
 }
 
+impl SdkClients {
+    /// Builds all four clients from one shared configuration, with no
+    /// cloud.conf overrides (tests and tools).
+    pub fn from_sdk_config(config: &SdkConfig) -> SdkClients {
+        SdkClients {
+            ec2: aws_sdk_ec2::Client::new(config),
+            elb: aws_sdk_elasticloadbalancing::Client::new(config),
+            elbv2: aws_sdk_elasticloadbalancingv2::Client::new(config),
+            sts: aws_sdk_sts::Client::new(config),
+        }
+    }
+}
+
 /// Session name used when assuming `RoleARN` (visible in CloudTrail).
 const SESSION_NAME: &str = "aws-cloud-controller-manager";
 
@@ -224,8 +237,11 @@ pub mod imds {
     async fn get(path: &str) -> Result<String, String> {
         // Honour the SDK's standard switch ourselves, so tests and off-EC2 runs
         // never send a packet to the link-local metadata address.
-        if std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true")) {
-            return Err(format!("instance metadata {path}: disabled by AWS_EC2_METADATA_DISABLED=true"));
+        if std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
+        {
+            return Err(format!(
+                "instance metadata {path}: disabled by AWS_EC2_METADATA_DISABLED=true"
+            ));
         }
         let client = Client::builder().build();
         client.get(path).await.map(String::from).map_err(|e| {

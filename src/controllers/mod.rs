@@ -4,6 +4,14 @@
 //! working: `*` enables every controller that is on by default, `-name`
 //! disables one, a bare `name` enables one (e.g. `*,-route,tagging`).
 
+pub mod events;
+pub mod node;
+pub mod node_ipam;
+pub mod node_lifecycle;
+pub mod route;
+pub mod service;
+pub mod tagging;
+
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -161,7 +169,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
-use crate::aws::clients::SdkClients;
+use crate::aws::AwsClient;
 use crate::cloud_config::CloudConfig;
 use crate::options::Validated;
 
@@ -169,7 +177,8 @@ use crate::options::Validated;
 #[derive(Clone)]
 pub struct Environment {
     pub kube: Client,
-    pub aws: SdkClients,
+    /// The one door to AWS.
+    pub aws: AwsClient,
     pub cloud: Arc<CloudConfig>,
     pub options: Arc<Validated>,
     pub cluster_id: String,
@@ -261,17 +270,14 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
     ready.store(false, Ordering::Relaxed);
 }
 
-/// The slot each controller runs in. Controllers land here as they are built.
-async fn run_controller(name: ControllerName, _ctx: ControllerContext, stop: CancellationToken) {
+/// The slot each controller runs in.
+async fn run_controller(name: ControllerName, ctx: ControllerContext, stop: CancellationToken) {
     match name {
-        ControllerName::CloudNode
-        | ControllerName::CloudNodeLifecycle
-        | ControllerName::Service
-        | ControllerName::Route
-        | ControllerName::NodeIpam
-        | ControllerName::Tagging => {
-            tracing::warn!(controller = %name, "controller is selected but not implemented in this build; it does nothing");
-            stop.cancelled().await;
-        }
+        ControllerName::CloudNode => node::run(ctx, stop).await,
+        ControllerName::CloudNodeLifecycle => node_lifecycle::run(ctx, stop).await,
+        ControllerName::Tagging => tagging::run(ctx, stop).await,
+        ControllerName::Route => route::run(ctx, stop).await,
+        ControllerName::NodeIpam => node_ipam::run(ctx, stop).await,
+        ControllerName::Service => service::run(ctx, stop).await,
     }
 }

@@ -37,7 +37,9 @@ const NOT_FOUND_HINT: &str = "moto_server not found: run scripts/install-moto.sh
 /// The watcher gets a copy of the pipe on fd 3, taken before the background
 /// job starts, because POSIX shells give background jobs /dev/null as stdin.
 /// moto itself gets /dev/null, so only the test process holds the pipe's write
-/// end: when it closes (Drop, panic, SIGKILL) the watcher fires.
+/// end: when it closes (Drop, panic, SIGKILL) the watcher fires. If moto
+/// exits by itself, the launcher exits with moto's status (which start-up
+/// errors report) and the watcher lingers, harmless, until the pipe closes.
 const LAUNCHER: &str = r#"
 exec 3<&0 0</dev/null
 ( cat <&3 >/dev/null 2>&1; kill -9 0 ) &
@@ -48,7 +50,7 @@ echo "moto-launcher: moto_server pid $moto" >&2
 wait "$moto"
 status=$?
 echo "moto-launcher: moto_server exited with status $status" >&2
-kill -9 0
+exit "$status"
 "#;
 
 /// A running moto server owned by a test.
@@ -146,10 +148,9 @@ impl Moto {
                     .with_context(|| format!("moto endpoint {url} is not a valid URL"))?;
                 if let Ok(Ok(response)) =
                     tokio::time::timeout(Duration::from_secs(2), client.get(uri)).await
+                    && response.status().is_success()
                 {
-                    if response.status().is_success() {
-                        return Ok(());
-                    }
+                    return Ok(());
                 }
             }
             if Instant::now() >= deadline {
@@ -175,10 +176,10 @@ impl Moto {
             if let Some(pid) = line.strip_prefix("moto-launcher: moto_server pid ") {
                 self.pid = pid.trim().parse().ok();
             }
-            if self.port == 0 {
-                if let Some(port) = running_port(&line) {
-                    self.port = port;
-                }
+            if self.port == 0
+                && let Some(port) = running_port(&line)
+            {
+                self.port = port;
             }
         }
     }

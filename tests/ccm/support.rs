@@ -16,7 +16,11 @@ pub const CLUSTER_ID: &str = "ccm-test";
 pub const REGION: &str = "us-east-1";
 
 /// Polls `check` until it returns `Some`, or fails after `deadline`.
-pub async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> anyhow::Result<T>
+pub async fn eventually<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    mut check: F,
+) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -33,10 +37,20 @@ where
     }
 }
 
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral port on 127.0.0.1")
+}
+
 /// A Kubernetes API test server, moto, and the files the CCM reads.
 pub struct Env {
     pub api: TestApiServer,
     pub moto: Moto,
+    /// Holds the kubeconfig and cloud.conf; removed on drop.
+    #[allow(dead_code)]
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     pub cloud_conf: PathBuf,
@@ -44,7 +58,10 @@ pub struct Env {
 
 impl Env {
     pub async fn start() -> anyhow::Result<Env> {
-        Env::start_with_conf(&format!("[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n")).await
+        Env::start_with_conf(&format!(
+            "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n"
+        ))
+        .await
     }
 
     pub async fn start_with_conf(cloud_conf: &str) -> anyhow::Result<Env> {
@@ -54,7 +71,13 @@ impl Env {
         api.write_kubeconfig(&kubeconfig)?;
         let cloud_conf_path = dir.path().join("cloud.conf");
         std::fs::write(&cloud_conf_path, cloud_conf)?;
-        Ok(Env { api, moto, dir, kubeconfig, cloud_conf: cloud_conf_path })
+        Ok(Env {
+            api,
+            moto,
+            dir,
+            kubeconfig,
+            cloud_conf: cloud_conf_path,
+        })
     }
 
     /// The flags every test passes; timings shortened so tests finish quickly.
@@ -64,7 +87,8 @@ impl Env {
             format!("--cloud-config={}", self.cloud_conf.display()),
             format!("--kubeconfig={}", self.kubeconfig.display()),
             "--bind-address=127.0.0.1".into(),
-            "--secure-port=0".into(),
+            // 0 would disable the server (as upstream), so pick a free port.
+            format!("--secure-port={}", free_port()),
             "--leader-elect-lease-duration=3s".into(),
             "--leader-elect-renew-deadline=2s".into(),
             "--leader-elect-retry-period=500ms".into(),
@@ -78,6 +102,18 @@ impl Env {
             ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
             ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
         ]
+    }
+
+    /// Starts the CCM with AWS reached through `endpoint` (e.g. a FaultProxy
+    /// in front of moto, to count calls).
+    #[allow(dead_code)]
+    pub async fn start_ccm_via(&self, endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {
+        let mut args = self.base_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut env = self.aws_env();
+        env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+        env.push(("AWS_ENDPOINT_URL".into(), endpoint.to_string()));
+        Ccm::spawn(&args, &env).await
     }
 
     pub async fn start_ccm(&self, extra: &[&str]) -> anyhow::Result<Ccm> {
@@ -125,19 +161,29 @@ impl Ccm {
     }
 
     pub async fn wait_for_log(&self, needle: &str, deadline: Duration) -> anyhow::Result<()> {
-        eventually(&format!("log line containing {needle:?}"), deadline, || async {
-            self.logs().contains(needle).then_some(())
-        })
+        eventually(
+            &format!("log line containing {needle:?}"),
+            deadline,
+            || async { self.logs().contains(needle).then_some(()) },
+        )
         .await
         .with_context(|| format!("logs so far:\n{}", self.logs()))
     }
 
     /// The address of the HTTPS server, from its start-up log line.
     pub async fn https_addr(&self) -> anyhow::Result<String> {
-        self.wait_for_log("serving securely on ", Duration::from_secs(20)).await?;
+        self.wait_for_log("serving securely on ", Duration::from_secs(20))
+            .await?;
         let logs = self.logs();
-        let rest = logs.split("serving securely on ").nth(1).context("no address")?;
-        Ok(rest.split_whitespace().next().context("no address")?.to_string())
+        let rest = logs
+            .split("serving securely on ")
+            .nth(1)
+            .context("no address")?;
+        Ok(rest
+            .split_whitespace()
+            .next()
+            .context("no address")?
+            .to_string())
     }
 
     pub fn pid(&self) -> Option<i32> {
@@ -156,12 +202,20 @@ impl Ccm {
     pub async fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<ExitStatus> {
         tokio::time::timeout(deadline, self.child.wait())
             .await
-            .with_context(|| format!("process did not exit within {deadline:?}; logs:\n{}", self.logs()))?
+            .with_context(|| {
+                format!(
+                    "process did not exit within {deadline:?}; logs:\n{}",
+                    self.logs()
+                )
+            })?
             .context("waiting for the process")
     }
 
     /// Runs the binary to completion (for start-up failures).
-    pub async fn run_to_exit(args: &[String], env: &[(String, String)]) -> anyhow::Result<(ExitStatus, String)> {
+    pub async fn run_to_exit(
+        args: &[String],
+        env: &[(String, String)],
+    ) -> anyhow::Result<(ExitStatus, String)> {
         let mut ccm = Ccm::spawn(args, env).await?;
         let status = ccm.wait_exit(Duration::from_secs(30)).await?;
         // Let the reader drain the pipe after exit.
@@ -190,9 +244,12 @@ pub async fn https_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> 
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost")?, tcp)
         .await?;
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
     tokio::spawn(conn);
-    let req = http::Request::get(path).header("host", "localhost").body(Empty::<bytes::Bytes>::new())?;
+    let req = http::Request::get(path)
+        .header("host", "localhost")
+        .body(Empty::<bytes::Bytes>::new())?;
     let resp = sender.send_request(req).await?;
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await?.to_bytes();
@@ -219,7 +276,12 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
     fn verify_tls13_signature(
         &self,
@@ -227,7 +289,12 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
         cert: &rustls::pki_types::CertificateDer<'_>,
         dss: &rustls::DigitallySignedStruct,
     ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.0.signature_verification_algorithms)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
     }
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()

@@ -38,10 +38,20 @@ pub(crate) struct Shared {
     pub stats: parking_lot::Mutex<HashMap<RequestKey, u64>>,
     pub failures: parking_lot::Mutex<Vec<FailureRule>>,
     pub cancel: CancellationToken,
+    /// Ends the watches open now; replaced by a fresh child of `cancel`
+    /// each time watches are closed.
+    pub watch_cancel: parking_lot::Mutex<CancellationToken>,
     pub address: String,
 }
 
 impl Shared {
+    /// Ends every open watch stream, as an apiserver restart would.
+    pub fn close_watches(&self) {
+        let mut current = self.watch_cancel.lock();
+        current.cancel();
+        *current = self.cancel.child_token();
+    }
+
     fn record(&self, key: &RequestKey) {
         *self.stats.lock().entry(key.clone()).or_insert(0) += 1;
     }
@@ -173,6 +183,15 @@ fn wants_metadata(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("as=PartialObjectMetadata"))
 }
 
+/// Whether the client asked for aggregated discovery.
+fn wants_aggregated(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("as=APIGroupDiscoveryList"))
+}
+
 fn partial(v: &Value) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
@@ -181,16 +200,20 @@ fn partial(v: &Value) -> Value {
     })
 }
 
-fn object_bytes(obj: &Stored, metadata_only: bool) -> Bytes {
+/// An object's JSON in the form `def` serves (stored objects of aliased
+/// resources are converted; others are sent as stored).
+fn object_bytes(def: &ResourceDef, obj: &Stored, metadata_only: bool) -> Bytes {
     if metadata_only {
         Bytes::from(serde_json::to_vec(&partial(&obj.value)).unwrap_or_default())
+    } else if let Some(view) = resources::to_view(def, &obj.value) {
+        Bytes::from(serde_json::to_vec(&view).unwrap_or_default())
     } else {
         obj.json.clone()
     }
 }
 
-fn object_response(code: u16, obj: &Stored, metadata_only: bool) -> Response {
-    json_response(code, object_bytes(obj, metadata_only))
+fn object_response(def: &ResourceDef, code: u16, obj: &Stored, metadata_only: bool) -> Response {
+    json_response(code, object_bytes(def, obj, metadata_only))
 }
 
 fn render_list(
@@ -228,7 +251,7 @@ fn render_list(
         if i > 0 {
             buf.extend_from_slice(b",");
         }
-        buf.extend_from_slice(&object_bytes(item, metadata_only));
+        buf.extend_from_slice(&object_bytes(def, item, metadata_only));
     }
     buf.extend_from_slice(b"]}");
     buf.freeze()
@@ -351,7 +374,17 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
             if let Some(rule) = sh.take_failure(&key, "", "") {
                 return injected(&rule).await;
             }
+            let aggregated =
+                wants_aggregated(&parts.headers) && (path == "/api" || path == "/apis");
             return match (other, parts.method == Method::GET) {
+                (Route::Doc(_), true) if aggregated => {
+                    let mut resp = value_response(200, &resources::aggregated(path == "/api"));
+                    resp.headers_mut().insert(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(resources::AGGREGATED_DISCOVERY),
+                    );
+                    resp
+                }
                 (Route::Doc(doc), true) => value_response(200, &doc),
                 (Route::Text(t), true) => (StatusCode::OK, t).into_response(),
                 (Route::Doc(_) | Route::Text(_), false) => {
@@ -417,7 +450,14 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         "delete" => delete(&sh, &t, &q, &bytes),
         _ => delete_collection(&sh, &t, &q, &bytes, metadata_only),
     };
-    result.unwrap_or_else(|e| error_response(&e))
+    let resp = result.unwrap_or_else(|e| error_response(&e));
+    tracing::debug!(
+        verb,
+        path = %parts.uri,
+        code = resp.status().as_u16(),
+        "kube-test-server request"
+    );
+    resp
 }
 
 async fn injected(rule: &FailureRule) -> Response {
@@ -446,7 +486,7 @@ fn name_of(t: &Target) -> &str {
 
 fn get(sh: &Shared, t: &Target, metadata_only: bool) -> Result<Response, ApiError> {
     let obj = sh.store.get(t.res, &ns_of(t)?, name_of(t))?;
-    Ok(object_response(200, &obj, metadata_only))
+    Ok(object_response(&RESOURCES[t.res], 200, &obj, metadata_only))
 }
 
 async fn list(
@@ -535,7 +575,7 @@ impl WatchStream {
     }
 
     fn object(&self, obj: &Stored) -> Bytes {
-        object_bytes(obj, self.metadata_only)
+        object_bytes(self.def, obj, self.metadata_only)
     }
 
     /// The event this watcher sees for a change, if any: selectors turn
@@ -678,7 +718,7 @@ fn watch(
         pending: VecDeque::new(),
         rx: start.rx,
         deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
-        cancel: sh.cancel.clone(),
+        cancel: sh.watch_cancel.lock().clone(),
         finished: false,
     };
     let mut chunk = BytesMut::new();
@@ -723,7 +763,7 @@ fn create(
     let obj = sh
         .store
         .create(t.res, &ns_of(t)?, body, &writer(q, headers)?, false)?;
-    Ok(object_response(201, &obj, false))
+    Ok(object_response(&RESOURCES[t.res], 201, &obj, false))
 }
 
 fn update(
@@ -743,6 +783,7 @@ fn update(
         &writer(q, headers)?,
     )?;
     Ok(object_response(
+        &RESOURCES[t.res],
         if created { 201 } else { 200 },
         &obj,
         false,
@@ -799,6 +840,7 @@ fn patch(
         &writer(q, headers)?,
     )?;
     Ok(object_response(
+        &RESOURCES[t.res],
         if created { 201 } else { 200 },
         &obj,
         false,
@@ -838,10 +880,10 @@ fn delete(
     if !d.gone {
         // The real server answers 202 only when cascading was asked for explicitly.
         let code = if orphan == Some(false) { 202 } else { 200 };
-        return Ok(object_response(code, &d.obj, false));
+        return Ok(object_response(&RESOURCES[t.res], code, &d.obj, false));
     }
     if def.return_deleted_object {
-        return Ok(object_response(200, &d.obj, false));
+        return Ok(object_response(&RESOURCES[t.res], 200, &d.obj, false));
     }
     let mut details = json!({"name": name_of(t), "kind": def.plural, "uid": d.obj.value.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)});
     if !def.group.is_empty() {
@@ -876,7 +918,9 @@ fn delete_collection(
 mod tests {
     use super::*;
 
-    fn res_route(path: &str) -> Option<(String, Option<String>, Option<String>, Option<String>)> {
+    type Routed = (String, Option<String>, Option<String>, Option<String>);
+
+    fn res_route(path: &str) -> Option<Routed> {
         match route(path, "x") {
             Route::Resource(t) => Some((RESOURCES[t.res].plural.to_string(), t.ns, t.name, t.sub)),
             _ => None,

@@ -11,6 +11,40 @@
 //! types including server-side apply with managedFields, status
 //! subresources, and finalizers.
 //!
+//! # Differences from kube-apiserver
+//!
+//! Kept on purpose small; each is what a test of the CCM cannot observe or
+//! does not need:
+//! - Plain HTTP on loopback; no authentication, authorization, admission,
+//!   protobuf or `as=Table` output (JSON is always served). `dryRun` is
+//!   rejected with 400 rather than silently persisted.
+//! - Validation covers names, `generateName`, finalizers on deleting
+//!   objects, node `providerID`/`podCIDRs` and service `clusterIP`
+//!   immutability, and node ports already in use; other fields are stored
+//!   as sent. Defaulting covers services (type, protocol, targetPort, node
+//!   ports, health check node port, cluster IP, policies) and the status
+//!   the create strategies set for services, pods and namespaces.
+//! - No garbage collector and no graceful pod deletion: `propagationPolicy`
+//!   is accepted and ignored, pods without finalizers go at once, and a
+//!   namespace without finalizers is removed at once with its contents.
+//! - `metadata.generation` is kept for resources with a spec (nodes,
+//!   services, pods) and bumps on any change outside metadata and status.
+//! - Watches: bookmarks go out on every `bookmark_interval` tick; a watcher
+//!   too far behind (more than the history size, at most 8192 changes) is
+//!   closed without an ERROR event and resumes from its last
+//!   resourceVersion, or gets 410 if that is gone. A watch from a future
+//!   resourceVersion starts now.
+//! - Lists at `resourceVersion=0` are served from the current state and
+//!   honour `limit`. Continue tokens are opaque and name a frozen snapshot
+//!   kept for 5 minutes (256 at most); an evicted or compacted one is 410.
+//! - Server-side apply tracks leaves, keyed list items (`k:`) and set items
+//!   (`v:`) but writes no `.` for maps; lists not in the resource table are
+//!   atomic. managedFields sent with a create are ignored.
+//! - kube's default client retries 429, 503 and 504 by itself (up to 15
+//!   times, honouring `Retry-After`), so an injected burst of those codes is
+//!   invisible through [`TestApiServer::client`] unless it outlasts the
+//!   retries; build a client with `default_retry = false` to see them.
+//!
 //! ```no_run
 //! # async fn demo() -> anyhow::Result<()> {
 //! use aws_ccm::testkit::apiserver::TestApiServer;
@@ -277,6 +311,7 @@ impl TestApiServer {
             stats: parking_lot::Mutex::new(HashMap::new()),
             failures: parking_lot::Mutex::new(Vec::new()),
             cancel: cancel.clone(),
+            watch_cancel: parking_lot::Mutex::new(cancel.child_token()),
             address: addr.to_string(),
         });
         let w = Writer {
@@ -387,6 +422,12 @@ impl TestApiServer {
     /// resourceVersion now gets 410 Gone.
     pub fn compact(&self) {
         self.shared.store.compact();
+    }
+
+    /// Ends every open watch stream now, as an apiserver restart would;
+    /// clients re-watch from their last resourceVersion.
+    pub fn close_watches(&self) {
+        self.shared.close_watches();
     }
 
     /// The current (global) resourceVersion.
@@ -518,10 +559,10 @@ impl TestApiServer {
 
 impl Drop for TestApiServer {
     fn drop(&mut self) {
+        // Cancelling ends the watches and starts a graceful shutdown that
+        // finishes in the background; aborting the serve task instead would
+        // leave its connection tasks running.
         self.shared.cancel.cancel();
-        for task in &self.tasks {
-            task.abort();
-        }
     }
 }
 

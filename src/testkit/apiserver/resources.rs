@@ -174,18 +174,34 @@ const CORE_EVENT_FIELDS: &[(&str, &str)] = &[
     ("type", "type"),
 ];
 
-/// Field selectors of events.k8s.io/v1 events (label → JSON path).
+/// Field selectors of events.k8s.io/v1 events: label → JSON path in the
+/// stored (core/v1) form.
 const EVENTS_V1_FIELDS: &[(&str, &str)] = &[
-    ("regarding.kind", "regarding.kind"),
-    ("regarding.namespace", "regarding.namespace"),
-    ("regarding.name", "regarding.name"),
-    ("regarding.uid", "regarding.uid"),
-    ("regarding.apiVersion", "regarding.apiVersion"),
-    ("regarding.resourceVersion", "regarding.resourceVersion"),
-    ("regarding.fieldPath", "regarding.fieldPath"),
+    ("regarding.kind", "involvedObject.kind"),
+    ("regarding.namespace", "involvedObject.namespace"),
+    ("regarding.name", "involvedObject.name"),
+    ("regarding.uid", "involvedObject.uid"),
+    ("regarding.apiVersion", "involvedObject.apiVersion"),
+    (
+        "regarding.resourceVersion",
+        "involvedObject.resourceVersion",
+    ),
+    ("regarding.fieldPath", "involvedObject.fieldPath"),
     ("reason", "reason"),
-    ("reportingController", "reportingController"),
+    ("reportingController", "reportingComponent"),
     ("type", "type"),
+];
+
+/// events.k8s.io/v1 field names → core/v1 field names (the two APIs serve
+/// one storage; the conversion is a rename of top-level fields).
+const EVENTS_V1_RENAMES: &[(&str, &str)] = &[
+    ("regarding", "involvedObject"),
+    ("note", "message"),
+    ("reportingController", "reportingComponent"),
+    ("deprecatedSource", "source"),
+    ("deprecatedFirstTimestamp", "firstTimestamp"),
+    ("deprecatedLastTimestamp", "lastTimestamp"),
+    ("deprecatedCount", "count"),
 ];
 
 const POD_FIELDS: &[(&str, &str)] = &[
@@ -223,6 +239,11 @@ pub(crate) struct ResourceDef {
     /// Resource-specific field selector labels, each with its JSON path.
     pub fields: &'static [(&'static str, &'static str)],
     pub lists: &'static [ListRule],
+    /// Another resource (group, plural) whose storage this one serves in
+    /// its own form, as events.k8s.io/v1 serves core/v1 events.
+    pub storage: Option<(&'static str, &'static str)>,
+    /// Top-level field renames (this resource's name, storage name).
+    pub renames: &'static [(&'static str, &'static str)],
 }
 
 impl ResourceDef {
@@ -304,6 +325,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &["ns"],
         fields: &[("status.phase", "status.phase")],
         lists: NAMESPACE_RULES,
+        storage: None,
+        renames: &[],
     },
     ResourceDef {
         group: "",
@@ -319,6 +342,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &["no"],
         fields: &[("spec.unschedulable", "spec.unschedulable")],
         lists: NODE_RULES,
+        storage: None,
+        renames: &[],
     },
     ResourceDef {
         group: "",
@@ -337,6 +362,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
             ("spec.type", "spec.type"),
         ],
         lists: SERVICE_RULES,
+        storage: None,
+        renames: &[],
     },
     ResourceDef {
         group: "",
@@ -352,6 +379,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &["ep"],
         fields: &[],
         lists: ENDPOINTS_RULES,
+        storage: None,
+        renames: &[],
     },
     ResourceDef {
         group: "",
@@ -367,6 +396,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &["ev"],
         fields: CORE_EVENT_FIELDS,
         lists: &[],
+        storage: None,
+        renames: &[],
     },
     ResourceDef {
         group: "",
@@ -382,6 +413,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &["cm"],
         fields: &[],
         lists: &[],
+        storage: None,
+        renames: &[],
     },
     ResourceDef {
         group: "",
@@ -397,6 +430,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &["po"],
         fields: POD_FIELDS,
         lists: POD_RULES,
+        storage: None,
+        renames: &[],
     },
     ResourceDef {
         group: "events.k8s.io",
@@ -412,6 +447,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &["ev"],
         fields: EVENTS_V1_FIELDS,
         lists: &[],
+        storage: Some(("", "events")),
+        renames: EVENTS_V1_RENAMES,
     },
     ResourceDef {
         group: "coordination.k8s.io",
@@ -427,6 +464,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &[],
         fields: &[],
         lists: &[],
+        storage: None,
+        renames: &[],
     },
     ResourceDef {
         group: "discovery.k8s.io",
@@ -442,6 +481,8 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         short_names: &[],
         fields: &[],
         lists: ENDPOINT_SLICE_RULES,
+        storage: None,
+        renames: &[],
     },
 ];
 
@@ -453,6 +494,51 @@ pub(crate) fn find(group: &str, version: &str, plural: &str) -> Option<usize> {
     RESOURCES
         .iter()
         .position(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The resource whose storage holds `res`'s objects (itself, or the one it
+/// is an alternative form of).
+pub(crate) fn storage_index(res: usize) -> usize {
+    match RESOURCES[res].storage {
+        Some((group, plural)) => RESOURCES
+            .iter()
+            .position(|r| r.group == group && r.plural == plural)
+            .unwrap_or(res),
+        None => res,
+    }
+}
+
+fn rename(v: &Value, from_storage: bool, def: &ResourceDef, target: &ResourceDef) -> Value {
+    let mut out = v.clone();
+    if let Some(m) = out.as_object_mut() {
+        for (view, stored) in def.renames {
+            let (from, to) = if from_storage {
+                (stored, view)
+            } else {
+                (view, stored)
+            };
+            if let Some(x) = m.remove(*from) {
+                m.insert((*to).to_string(), x);
+            }
+        }
+        m.insert("apiVersion".into(), json!(target.api_version()));
+        m.insert("kind".into(), json!(target.kind));
+    }
+    out
+}
+
+/// A stored object in `def`'s form, or None when it is stored that way.
+pub(crate) fn to_view(def: &ResourceDef, stored: &Value) -> Option<Value> {
+    def.storage.map(|_| rename(stored, true, def, def))
+}
+
+/// An object in `res`'s form converted to its stored form.
+pub(crate) fn to_storage(res: usize, v: Value) -> Value {
+    let def = &RESOURCES[res];
+    match def.storage {
+        Some(_) => rename(&v, false, def, &RESOURCES[storage_index(res)]),
+        None => v,
+    }
 }
 
 /// Finds a resource by `apiVersion` and `kind`, as found in a manifest.
@@ -559,6 +645,53 @@ pub(crate) fn resource_list(group: &str, version: &str) -> Option<Value> {
     }))
 }
 
+/// The media type of aggregated discovery (`apidiscovery.k8s.io/v2`).
+pub(crate) const AGGREGATED_DISCOVERY: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+
+/// The aggregated discovery document served at `/api` (core) or `/apis`
+/// (every other group) when the client asks for it.
+pub(crate) fn aggregated(core: bool) -> Value {
+    let mut names: Vec<&str> = Vec::new();
+    for r in RESOURCES.iter().filter(|r| r.group.is_empty() == core) {
+        if !names.contains(&r.group) {
+            names.push(r.group);
+        }
+    }
+    let items: Vec<Value> = names
+        .into_iter()
+        .map(|group| {
+            let defs: Vec<&ResourceDef> = RESOURCES.iter().filter(|r| r.group == group).collect();
+            let version = defs.first().map(|d| d.version).unwrap_or("v1");
+            let resources: Vec<Value> = defs
+                .iter()
+                .map(|r| {
+                    let kind = json!({"group": r.group, "version": r.version, "kind": r.kind});
+                    let mut doc = json!({
+                        "resource": r.plural,
+                        "responseKind": kind,
+                        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+                        "singularResource": r.singular,
+                        "verbs": r.verbs(),
+                    });
+                    if !r.short_names.is_empty() {
+                        doc["shortNames"] = json!(r.short_names);
+                    }
+                    if r.status_subresource {
+                        doc["subresources"] = json!([{"subresource": "status", "responseKind": kind, "verbs": ["get", "patch", "update"]}]);
+                    }
+                    doc
+                })
+                .collect();
+            json!({
+                "metadata": {"name": group},
+                "versions": [{"version": version, "resources": resources, "freshness": "Current"}],
+            })
+        })
+        .collect();
+    json!({"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2", "metadata": {}, "items": items})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -589,6 +722,20 @@ mod tests {
             Some(SsaList::Set)
         );
         assert_eq!(node.field_path("spec.providerID"), None);
+        let ev = find("events.k8s.io", "v1", "events").unwrap_or(0);
+        let core = storage_index(ev);
+        assert_eq!(
+            (RESOURCES[core].group, RESOURCES[core].plural),
+            ("", "events")
+        );
+        let view = json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "regarding": {"name": "n"}, "note": "x"});
+        let stored = to_storage(ev, view.clone());
+        assert_eq!(
+            stored,
+            json!({"apiVersion": "v1", "kind": "Event", "involvedObject": {"name": "n"}, "message": "x"})
+        );
+        assert_eq!(to_view(&RESOURCES[ev], &stored), Some(view));
+        assert_eq!(to_view(&RESOURCES[core], &stored), None);
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::errors::{ApiError, Cause};
 use super::patch;
-use super::resources::{NAMESPACES, RESOURCES, ResourceDef};
+use super::resources::{self, NAMESPACES, RESOURCES, ResourceDef, storage_index};
 use super::selectors::Selectors;
 use super::ssa::{self, WriteCtx};
 
@@ -99,7 +99,10 @@ struct Snapshot {
 
 const SNAPSHOT_TTL: Duration = Duration::from_secs(300);
 const MAX_SNAPSHOTS: usize = 256;
-const BROADCAST_CAPACITY: usize = 8192;
+/// A watcher this many changes behind is dropped. It is bounded by the
+/// history size too: a watcher further behind than the history could not
+/// resume anyway.
+const MAX_BROADCAST_CAPACITY: usize = 8192;
 
 struct State {
     rv: u64,
@@ -107,6 +110,9 @@ struct State {
     snapshots: HashMap<u64, Snapshot>,
     next_snapshot: u64,
     next_cluster_ip: u32,
+    /// Allocated service node ports and their owners.
+    node_ports: HashMap<u64, Key>,
+    next_node_port: u64,
 }
 
 /// The store shared by all requests of one server.
@@ -183,14 +189,24 @@ fn meta_str<'a>(v: &'a Value, field: &str) -> &'a str {
         .unwrap_or_default()
 }
 
+/// The metadata map of an object, created if missing. Callers pass
+/// objects only (request bodies are checked first); anything else is
+/// replaced by an empty object rather than panicking.
 fn meta_mut(v: &mut Value) -> &mut Map<String, Value> {
-    if !v.get("metadata").is_some_and(Value::is_object) {
-        v["metadata"] = json!({});
+    if !v.is_object() {
+        *v = json!({});
     }
-    // Just ensured above that metadata is an object.
-    v["metadata"]
-        .as_object_mut()
-        .expect("metadata is an object")
+    let Value::Object(root) = v else {
+        unreachable!("made an object above")
+    };
+    let meta = root.entry("metadata").or_insert_with(|| json!({}));
+    if !meta.is_object() {
+        *meta = json!({});
+    }
+    match meta {
+        Value::Object(m) => m,
+        _ => unreachable!("made an object above"),
+    }
 }
 
 fn finalizers(v: &Value) -> Vec<String> {
@@ -238,13 +254,14 @@ fn random_suffix() -> String {
 
 impl Store {
     pub fn new(history_size: usize) -> Store {
+        let capacity = history_size.clamp(16, MAX_BROADCAST_CAPACITY);
         let res = RESOURCES
             .iter()
             .map(|_| ResState {
                 objects: BTreeMap::new(),
                 history: VecDeque::new(),
                 floor: 0,
-                tx: broadcast::channel(BROADCAST_CAPACITY).0,
+                tx: broadcast::channel(capacity).0,
             })
             .collect();
         let (rv_tx, _) = watch::channel(0);
@@ -255,6 +272,8 @@ impl Store {
                 snapshots: HashMap::new(),
                 next_snapshot: 1,
                 next_cluster_ip: 10,
+                node_ports: HashMap::new(),
+                next_node_port: *NODE_PORT_RANGE.start(),
             }),
             history_size: history_size.max(1),
             rv_tx,
@@ -307,7 +326,22 @@ impl Store {
         st.rv += 1;
         let rv = st.rv;
         meta_mut(&mut value).insert("resourceVersion".into(), json!(rv.to_string()));
+        let res = storage_index(res);
         let stored = Stored::new(value, rv);
+        if RESOURCES[res].plural == "services" {
+            if let Some(prev) = &prev {
+                for n in node_ports_of(&prev.value) {
+                    if st.node_ports.get(&n) == Some(&key) {
+                        st.node_ports.remove(&n);
+                    }
+                }
+            }
+            if kind != EventType::Deleted {
+                for n in node_ports_of(&stored.value) {
+                    st.node_ports.insert(n, key.clone());
+                }
+            }
+        }
         let rs = &mut st.res[res];
         if kind == EventType::Deleted {
             rs.objects.remove(&key);
@@ -335,7 +369,7 @@ impl Store {
 
     pub fn get(&self, res: usize, ns: &str, name: &str) -> Result<Arc<Stored>, ApiError> {
         let st = self.state.lock();
-        st.res[res]
+        st.res[storage_index(res)]
             .objects
             .get(&(ns.to_string(), name.to_string()))
             .cloned()
@@ -343,7 +377,7 @@ impl Store {
     }
 
     fn scan(st: &State, res: usize, ns: Option<&str>) -> Vec<Arc<Stored>> {
-        let objects = &st.res[res].objects;
+        let objects = &st.res[storage_index(res)].objects;
         match ns {
             Some(ns) => objects
                 .range((ns.to_string(), String::new())..)
@@ -356,7 +390,7 @@ impl Store {
 
     /// The objects as they were at `rv`, rebuilt by undoing later history.
     fn at_rv(st: &State, res: usize, ns: Option<&str>, rv: u64) -> Vec<Arc<Stored>> {
-        let rs = &st.res[res];
+        let rs = &st.res[storage_index(res)];
         let mut objects = rs.objects.clone();
         for change in rs.history.iter().rev().take_while(|c| c.rv > rv) {
             match (&change.kind, &change.prev) {
@@ -442,7 +476,7 @@ impl Store {
                 if rv > st.rv {
                     return Err(ApiError::too_large_rv(rv, st.rv));
                 }
-                if rv < st.res[res].floor {
+                if rv < st.res[storage_index(res)].floor {
                     return Err(ApiError::expired(
                         "The resourceVersion for the provided list is too old.",
                     ));
@@ -459,7 +493,6 @@ impl Store {
             (None, _) => (st.rv, Self::scan(&st, res, ns)),
         };
         // Selectors run on the snapshot; the lock is not needed for that.
-        let id = st.next_snapshot;
         drop(st);
         let items: Vec<Arc<Stored>> = if sel.is_empty() {
             items
@@ -473,6 +506,8 @@ impl Store {
             Some(l) if items.len() > l => {
                 let items = Arc::new(items);
                 let mut st = self.state.lock();
+                // Taken under this lock so concurrent lists never share an id.
+                let id = st.next_snapshot;
                 st.next_snapshot += 1;
                 if st.snapshots.len() >= MAX_SNAPSHOTS
                     && let Some(oldest) = st
@@ -514,7 +549,7 @@ impl Store {
         initial_events: bool,
     ) -> Result<WatchStart, ApiError> {
         let st = self.state.lock();
-        let rs = &st.res[res];
+        let rs = &st.res[storage_index(res)];
         let rx = rs.tx.subscribe();
         match from {
             Some(rv) if rv > 0 && !initial_events => {
@@ -596,8 +631,12 @@ impl Store {
                 "the body of a create must be a JSON object",
             ));
         }
-        obj["apiVersion"] = json!(def.api_version());
-        obj["kind"] = json!(def.kind);
+        // Objects are stored in the form of the resource owning the storage.
+        let slot = storage_index(res);
+        let sdef = &RESOURCES[slot];
+        obj = resources::to_storage(res, obj);
+        obj["apiVersion"] = json!(sdef.api_version());
+        obj["kind"] = json!(sdef.kind);
         let body_ns = meta_str(&obj, "namespace").to_string();
         if def.namespaced {
             if !body_ns.is_empty() && body_ns != ns {
@@ -630,7 +669,7 @@ impl Store {
             }
             loop {
                 name = format!("{prefix}{}", random_suffix());
-                if !st.res[res]
+                if !st.res[slot]
                     .objects
                     .contains_key(&(ns.to_string(), name.clone()))
                 {
@@ -648,7 +687,7 @@ impl Store {
             },
             name.clone(),
         );
-        if st.res[res].objects.contains_key(&key) {
+        if st.res[slot].objects.contains_key(&key) {
             return Err(ApiError::already_exists(def, &name));
         }
         let ts = now();
@@ -676,7 +715,7 @@ impl Store {
                 None,
                 &mut obj,
                 &WriteCtx {
-                    res: def,
+                    res: sdef,
                     manager: &w.manager,
                     subresource: None,
                     now: &ts,
@@ -724,8 +763,10 @@ impl Store {
                 "the namespace of the provided object does not match the namespace sent on the request",
             ));
         }
-        obj["apiVersion"] = json!(def.api_version());
-        obj["kind"] = json!(def.kind);
+        // `obj` is in the stored form already (callers convert).
+        let sdef = &RESOURCES[storage_index(res)];
+        obj["apiVersion"] = json!(sdef.api_version());
+        obj["kind"] = json!(sdef.kind);
 
         // What each endpoint may change: the main resource never writes
         // status; /status writes status and metadata, never the spec.
@@ -793,10 +834,21 @@ impl Store {
                 };
             }
             m.remove("selfLink");
-            if !m.contains_key("managedFields") {
-                if let Some(mf) = old_meta.get("managedFields") {
+            // Omitted or `[]` keeps the stored managedFields (so clients that
+            // do not know the field never strip it); `[{}]` resets them.
+            let keep_old = match m.get("managedFields") {
+                None | Some(Value::Null) => true,
+                Some(Value::Array(a)) => a.is_empty(),
+                Some(_) => false,
+            };
+            match old_meta.get("managedFields") {
+                Some(mf) if keep_old => {
                     m.insert("managedFields".into(), mf.clone());
                 }
+                _ if keep_old => {
+                    m.remove("managedFields");
+                }
+                _ => {}
             }
         }
 
@@ -821,6 +873,7 @@ impl Store {
             }
         }
 
+        validate_update(def, &name, &old.value, &obj)?;
         defaults(st, def, &mut obj, Some(&old.value))?;
         if def.generation && spec_part(&obj) != spec_part(&old.value) {
             let g = old
@@ -836,7 +889,7 @@ impl Store {
                 Some(&old.value),
                 &mut obj,
                 &WriteCtx {
-                    res: def,
+                    res: sdef,
                     manager: &w.manager,
                     subresource: sub,
                     now: &ts,
@@ -867,8 +920,9 @@ impl Store {
             // The namespace controller's job, done at once: delete what is
             // in the namespace (objects with finalizers start terminating).
             let ns = key.1;
-            for r in 0..RESOURCES.len() {
-                if !RESOURCES[r].namespaced {
+            for (r, def) in RESOURCES.iter().enumerate() {
+                // Aliases share their storage: clean it once.
+                if !def.namespaced || def.storage.is_some() {
                     continue;
                 }
                 for obj in Self::scan(st, r, Some(&ns)) {
@@ -891,13 +945,21 @@ impl Store {
         w: &Writer,
     ) -> Result<(Arc<Stored>, bool), ApiError> {
         let def = &RESOURCES[res];
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the body of an update must be a JSON object",
+            ));
+        }
         let mut st = self.state.lock();
         let key = (ns.to_string(), name.to_string());
-        match st.res[res].objects.get(&key).cloned() {
-            Some(old) => Ok((
-                self.update_locked(&mut st, res, old, body, sub, w, false)?,
-                false,
-            )),
+        match st.res[storage_index(res)].objects.get(&key).cloned() {
+            Some(old) => {
+                let body = resources::to_storage(res, body);
+                Ok((
+                    self.update_locked(&mut st, res, old, body, sub, w, false)?,
+                    false,
+                ))
+            }
             None if def.allow_create_on_update && sub.is_none() => {
                 let mut body = body;
                 if meta_str(&body, "name").is_empty() && body.is_object() {
@@ -927,20 +989,25 @@ impl Store {
         w: &Writer,
     ) -> Result<(Arc<Stored>, bool), ApiError> {
         let def = &RESOURCES[res];
+        let sdef = &RESOURCES[storage_index(res)];
         let mut st = self.state.lock();
         let key = (ns.to_string(), name.to_string());
-        let old = st.res[res].objects.get(&key).cloned();
+        let old = st.res[storage_index(res)].objects.get(&key).cloned();
         match body {
             PatchBody::Apply { body, force } => {
                 check_applied_identity(def, name, &body)?;
+                // Apply works on the stored form, defaulted first so list
+                // keys match the stored (defaulted) items.
+                let mut body = resources::to_storage(res, body);
+                default_applied(def, &mut body);
                 let ts = now();
                 let ctx = WriteCtx {
-                    res: def,
+                    res: sdef,
                     manager: &w.manager,
                     subresource: sub,
                     now: &ts,
                 };
-                let mut skeleton = json!({"apiVersion": def.api_version(), "kind": def.kind, "metadata": {"name": name}});
+                let mut skeleton = json!({"apiVersion": sdef.api_version(), "kind": sdef.kind, "metadata": {"name": name}});
                 if def.namespaced {
                     skeleton["metadata"]["namespace"] = json!(ns);
                 }
@@ -966,12 +1033,15 @@ impl Store {
             }
             other => {
                 let old = old.ok_or_else(|| ApiError::not_found(def, name))?;
+                // Patches are written against the requested form.
+                let base = resources::to_view(def, &old.value).unwrap_or_else(|| old.value.clone());
                 let patched = match other {
-                    PatchBody::Merge(p) => patch::merge_patch(&old.value, &p),
-                    PatchBody::Json(p) => patch::json_patch(&old.value, &p)?,
-                    PatchBody::Strategic(p) => patch::strategic_merge_patch(&old.value, &p, def)?,
+                    PatchBody::Merge(p) => patch::merge_patch(&base, &p),
+                    PatchBody::Json(p) => patch::json_patch(&base, &p)?,
+                    PatchBody::Strategic(p) => patch::strategic_merge_patch(&base, &p, def)?,
                     PatchBody::Apply { .. } => unreachable!("handled above"),
                 };
+                let patched = resources::to_storage(res, patched);
                 Ok((
                     self.update_locked(&mut st, res, old, patched, sub, w, false)?,
                     false,
@@ -991,7 +1061,7 @@ impl Store {
     ) -> Result<Deleted, ApiError> {
         let mut st = self.state.lock();
         let key = (ns.to_string(), name.to_string());
-        let old = st.res[res]
+        let old = st.res[storage_index(res)]
             .objects
             .get(&key)
             .cloned()
@@ -1076,6 +1146,62 @@ impl Store {
     }
 }
 
+/// Fields the real validation lets change only from unset.
+fn validate_update(
+    def: &ResourceDef,
+    name: &str,
+    old: &Value,
+    new: &Value,
+) -> Result<(), ApiError> {
+    let rules: &[(&str, &str, &str)] = match def.plural {
+        "nodes" => &[
+            (
+                "/spec/providerID",
+                "spec.providerID",
+                "Forbidden: node updates may not change providerID except from \"\" to valid",
+            ),
+            (
+                "/spec/podCIDRs",
+                "spec.podCIDRs",
+                "Forbidden: node updates may not change podCIDR except from \"\" to valid",
+            ),
+        ],
+        "services" => &[(
+            "/spec/clusterIP",
+            "spec.clusterIPs[0]",
+            "Invalid value: may not change once set",
+        )],
+        _ => &[],
+    };
+    let set = |v: Option<&Value>| -> Option<Value> {
+        v.filter(|v| !v.is_null() && *v != "" && v.as_array().is_none_or(|a| !a.is_empty()))
+            .cloned()
+    };
+    let mut causes = Vec::new();
+    for (pointer, field, message) in rules {
+        let before = set(old.pointer(pointer));
+        let after = set(new.pointer(pointer));
+        // Services may drop clusterIP from a PUT: defaulting keeps the old one.
+        let dropped_ok = def.plural == "services" && after.is_none();
+        if before.is_some() && before != after && !dropped_ok {
+            causes.push(Cause {
+                reason: if message.starts_with("Forbidden") {
+                    "FieldValueForbidden"
+                } else {
+                    "FieldValueInvalid"
+                },
+                message: message.to_string(),
+                field: field.to_string(),
+            });
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(def, name, causes))
+    }
+}
+
 /// Name rules: a DNS subdomain for most resources.
 fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
     let ok = !name.is_empty()
@@ -1123,6 +1249,25 @@ fn check_applied_identity(def: &ResourceDef, name: &str, body: &Value) -> Result
     Ok(())
 }
 
+/// Defaults that list-map keys depend on, applied to an applied
+/// configuration as the real server defaults it before merging: a service
+/// port without a protocol is the TCP port.
+fn default_applied(def: &ResourceDef, body: &mut Value) {
+    if def.plural != "services" {
+        return;
+    }
+    if let Some(ports) = body
+        .pointer_mut("/spec/ports")
+        .and_then(Value::as_array_mut)
+    {
+        for p in ports.iter_mut().filter(|p| p.is_object()) {
+            if p.get("protocol").is_none() {
+                p["protocol"] = json!("TCP");
+            }
+        }
+    }
+}
+
 /// What the create strategies of the real resources reset or fill.
 fn prepare_create(def: &ResourceDef, obj: &mut Value) {
     match def.plural {
@@ -1140,28 +1285,57 @@ fn prepare_create(def: &ResourceDef, obj: &mut Value) {
 
 const NODE_PORT_RANGE: std::ops::RangeInclusive<u64> = 30000..=32767;
 
-fn used_node_ports(st: &State, res: usize, skip: (&str, &str)) -> BTreeSet<u64> {
-    let mut used = BTreeSet::new();
-    for obj in st.res[res].objects.values() {
-        if meta_str(&obj.value, "namespace") == skip.0 && meta_str(&obj.value, "name") == skip.1 {
-            continue;
-        }
-        if let Some(ports) = obj.value.pointer("/spec/ports").and_then(Value::as_array) {
-            used.extend(
-                ports
-                    .iter()
-                    .filter_map(|p| p.get("nodePort").and_then(Value::as_u64)),
-            );
-        }
-        if let Some(p) = obj
-            .value
-            .pointer("/spec/healthCheckNodePort")
-            .and_then(Value::as_u64)
-        {
-            used.insert(p);
-        }
+/// The node ports of a service object (ports and health check port).
+fn node_ports_of(v: &Value) -> Vec<u64> {
+    let mut out: Vec<u64> = v
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .map(|ports| {
+            ports
+                .iter()
+                .filter_map(|p| p.get("nodePort").and_then(Value::as_u64))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.extend(
+        v.pointer("/spec/healthCheckNodePort")
+            .and_then(Value::as_u64),
+    );
+    out
+}
+
+/// The node ports one service write may use: free ones and its own.
+struct PortView<'a> {
+    index: &'a HashMap<u64, Key>,
+    own: Key,
+    taken: BTreeSet<u64>,
+    cursor: u64,
+}
+
+impl PortView<'_> {
+    fn contains(&self, n: &u64) -> bool {
+        self.taken.contains(n) || self.index.get(n).is_some_and(|owner| *owner != self.own)
     }
-    used
+
+    fn insert(&mut self, n: u64) {
+        self.taken.insert(n);
+    }
+
+    /// The next free port after the cursor, wrapping around the range, as
+    /// the real allocator hands out ports without reusing the lowest first.
+    fn allocate(&mut self) -> Option<u64> {
+        let (lo, hi) = (*NODE_PORT_RANGE.start(), *NODE_PORT_RANGE.end());
+        let span = hi - lo + 1;
+        for i in 0..span {
+            let n = lo + (self.cursor - lo + i) % span;
+            if !self.contains(&n) {
+                self.cursor = if n == hi { lo } else { n + 1 };
+                self.taken.insert(n);
+                return Some(n);
+            }
+        }
+        None
+    }
 }
 
 /// Defaulting and allocation the real server does for services: type,
@@ -1176,9 +1350,6 @@ fn defaults(
     if def.plural != "services" {
         return Ok(());
     }
-    let Some(res) = super::resources::find("", "v1", "services") else {
-        return Ok(());
-    };
     let name = meta_str(obj, "name").to_string();
     let ns = meta_str(obj, "namespace").to_string();
     if !obj.get("spec").is_some_and(Value::is_object) {
@@ -1188,7 +1359,12 @@ fn defaults(
         .and_then(|o| o.get("spec"))
         .cloned()
         .unwrap_or(json!({}));
-    let mut used = used_node_ports(st, res, (&ns, &name));
+    let mut used = PortView {
+        index: &st.node_ports,
+        own: (ns.clone(), name.clone()),
+        taken: BTreeSet::new(),
+        cursor: st.next_node_port,
+    };
     let spec = &mut obj["spec"];
     let ty = spec
         .get("type")
@@ -1261,7 +1437,7 @@ fn defaults(
                     });
                     let n = same
                         .and_then(|o| o.get("nodePort").and_then(Value::as_u64))
-                        .or_else(|| NODE_PORT_RANGE.clone().find(|n| !used.contains(n)));
+                        .or_else(|| used.allocate());
                     if let Some(n) = n {
                         used.insert(n);
                         p["nodePort"] = json!(n);
@@ -1282,7 +1458,7 @@ fn defaults(
             let n = old_spec
                 .get("healthCheckNodePort")
                 .and_then(Value::as_u64)
-                .or_else(|| NODE_PORT_RANGE.clone().find(|n| !used.contains(n)));
+                .or_else(|| used.allocate());
             if let Some(n) = n {
                 spec["healthCheckNodePort"] = json!(n);
             }
@@ -1291,6 +1467,7 @@ fn defaults(
         m.remove("externalTrafficPolicy");
         m.remove("healthCheckNodePort");
     }
+    st.next_node_port = used.cursor;
     if spec.get("internalTrafficPolicy").is_none() {
         spec["internalTrafficPolicy"] = json!("Cluster");
     }

@@ -95,10 +95,10 @@ impl AwsError {
         if let Ok(value) = HeaderValue::from_str(&request_id) {
             headers.insert("x-amzn-requestid", value);
         }
-        if call.protocol == Protocol::AwsJson {
-            if let Ok(value) = HeaderValue::from_str(&self.code) {
-                headers.insert("x-amzn-errortype", value);
-            }
+        if call.protocol == Protocol::AwsJson
+            && let Ok(value) = HeaderValue::from_str(&self.code)
+        {
+            headers.insert("x-amzn-errortype", value);
         }
         response
     }

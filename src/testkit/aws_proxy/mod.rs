@@ -25,6 +25,12 @@
 //! # }
 //! ```
 //!
+//! Each AWS call is handled in this order: counted as received; charged to its
+//! token bucket (over budget → the service's throttling error, nothing else
+//! happens); then the first fault rule that fires applies (a faulted call has
+//! already spent its token, as a failed real call does); then the configured
+//! latency (plus any `Latency` fault) is waited out and the call forwarded.
+//!
 //! Paths under `/moto-api/` are forwarded but never counted or throttled;
 //! `GET /proxy-api/counts` returns the counters as JSON and
 //! `POST /proxy-api/reset-counts` clears them.
@@ -83,17 +89,15 @@ pub struct ProxyConfig {
     pub latency: Duration,
     /// Faults to inject, first match wins.
     pub faults: Vec<FaultRule>,
-    /// Whether buckets are shared per category (default) or per action.
-    pub bucket_scope: BucketScope,
 }
 
 impl ProxyConfig {
     /// Checks the numbers, naming what is wrong.
     pub fn validate(&self) -> anyhow::Result<()> {
-        if let Some(fraction) = self.budget_fraction {
-            if !valid_fraction(fraction) {
-                bail!("budget fraction must be a positive finite number, got {fraction}");
-            }
+        if let Some(fraction) = self.budget_fraction
+            && !valid_fraction(fraction)
+        {
+            bail!("budget fraction must be a positive finite number, got {fraction}");
         }
         for rule in &self.faults {
             rule.validate()
@@ -122,6 +126,39 @@ struct State {
     latency: RwLock<Duration>,
     faults: RwLock<Arc<ActiveRules>>,
     counters: Counters,
+    /// `Some` once a test took control of the buckets' clock.
+    manual_clock: RwLock<Option<ManualClock>>,
+}
+
+impl State {
+    /// The time buckets refill by: real time unless a test froze it.
+    fn now(&self) -> Instant {
+        match &*self.manual_clock.read() {
+            Some(clock) => clock.now(),
+            None => Instant::now(),
+        }
+    }
+}
+
+/// A clock for the proxy's token buckets that only moves when a test says
+/// so, making refill assertions exact and sleep-free. Get one from
+/// [`FaultProxy::use_manual_clock`]. Only the buckets follow it; latency and
+/// everything else keep real time.
+#[derive(Clone, Debug)]
+pub struct ManualClock {
+    now: Arc<Mutex<Instant>>,
+}
+
+impl ManualClock {
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        *self.now.lock() += by;
+    }
+
+    /// The clock's current reading.
+    pub fn now(&self) -> Instant {
+        *self.now.lock()
+    }
 }
 
 impl FaultProxy {
@@ -161,12 +198,13 @@ impl FaultProxy {
             budget: Mutex::new(
                 config
                     .budget_fraction
-                    .map(|fraction| Budget::new(fraction, config.bucket_scope)),
+                    .map(|fraction| Budget::new(fraction, BucketScope::default())),
             ),
-            bucket_scope: Mutex::new(config.bucket_scope),
+            bucket_scope: Mutex::new(BucketScope::default()),
             latency: RwLock::new(config.latency),
             faults: RwLock::new(Arc::new(ActiveRules::new(config.faults))),
             counters: Counters::default(),
+            manual_clock: RwLock::new(None),
         });
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         tracing::debug!(%addr, upstream, "aws-fault-proxy started");
@@ -221,13 +259,27 @@ impl FaultProxy {
         *self.state.budget.lock() = fraction.map(|fraction| Budget::new(fraction, scope));
     }
 
-    /// Changes how calls share buckets; buckets start full.
+    /// Changes how calls share buckets (per category, the default, or per
+    /// action); buckets start full.
     pub fn set_bucket_scope(&self, scope: BucketScope) {
         *self.state.bucket_scope.lock() = scope;
         let mut budget = self.state.budget.lock();
         if let Some(current) = budget.as_ref() {
             *budget = Some(Budget::new(current.fraction(), scope));
         }
+    }
+
+    /// Stops real time for the token buckets: from now on they refill only
+    /// when the returned clock is advanced. Calling it again hands out the
+    /// same clock.
+    pub fn use_manual_clock(&self) -> ManualClock {
+        let mut slot = self.state.manual_clock.write();
+        slot.get_or_insert_with(|| ManualClock {
+            // Starting at the real "now" keeps time monotonic for buckets
+            // created earlier.
+            now: Arc::new(Mutex::new(Instant::now())),
+        })
+        .clone()
     }
 
     /// Sets the latency added to every forwarded call.
@@ -360,11 +412,11 @@ async fn handle(
         &call.action,
         call.param_names.iter().map(String::as_str),
     );
+    let now = state.now();
     let over_budget = {
         let mut budget = state.budget.lock();
         budget.as_mut().is_some_and(|budget| {
-            budget.check(&call.service, &call.action, category, Instant::now())
-                == BudgetDecision::Throttled
+            budget.check(&call.service, &call.action, category, now) == BudgetDecision::Throttled
         })
     };
     if over_budget {
@@ -512,10 +564,10 @@ struct ResettableStream {
 
 impl Drop for ResettableStream {
     fn drop(&mut self) {
-        if self.reset.load(Ordering::Acquire) {
-            if let Err(err) = self.inner.set_zero_linger() {
-                tracing::debug!(error = %err, "aws-fault-proxy could not arm a connection reset");
-            }
+        if self.reset.load(Ordering::Acquire)
+            && let Err(err) = self.inner.set_zero_linger()
+        {
+            tracing::debug!(error = %err, "aws-fault-proxy could not arm a connection reset");
         }
     }
 }

@@ -14,8 +14,12 @@
 //! - ELB: "Request throttling for the Elastic Load Balancing API": non-mutating
 //!   40/10; "each ELB API version has its own buckets and tokens", so classic
 //!   ELB and ELBv2 never share a bucket. The mutating (20/3), registration
-//!   (20/4) and load-balancer-creation/subnet (10/0.2) figures are this
-//!   project's reading of the same page's table.
+//!   (20/4) and load-balancer-creation/subnet (10/0.2) figures are the
+//!   project's agreed values for that page's table, which the copy consulted
+//!   when this was written did not show: re-check them against the page when
+//!   it is at hand.
+//! - Error codes: ELB answers throttling with code `Throttling` on the wire
+//!   (what SDK users see), although its guide says `ThrottlingException`.
 
 use std::collections::HashMap;
 use std::fmt;

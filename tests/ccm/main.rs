@@ -5,3 +5,6 @@
 mod support;
 
 mod foundation;
+mod node;
+mod routes;
+mod service;

@@ -1,0 +1,1 @@
+//! Instances: lookups and tags the node controllers need (being built).

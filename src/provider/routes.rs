@@ -1,0 +1,1 @@
+//! Routes: route tables and routes the route controller needs (being built).

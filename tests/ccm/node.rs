@@ -1,0 +1,1 @@
+//! Node controllers end to end (being built).

@@ -1,0 +1,1 @@
+//! Route controller and node IPAM end to end (being built).
