@@ -62,6 +62,8 @@ const MAX_DELAY: Duration = Duration::from_secs(3);
 const CONCURRENT_CHANGES: usize = 16;
 /// A repeated failure of the same route is re-announced after this long.
 const EVENT_REPEAT: Duration = Duration::from_secs(600);
+/// Next reconcile after an ambiguous or transient failure.
+const RETRY_SOON: Duration = Duration::from_secs(2);
 /// Our own condition write is trusted over a lagging cache for this long.
 const CONDITION_MEMO: Duration = Duration::from_secs(60);
 
@@ -212,6 +214,19 @@ pub struct Report {
     pub new_capacity_warnings: Vec<CapacityWarning>,
     /// Per table: routes after the changes.
     pub table_routes: BTreeMap<String, usize>,
+}
+
+impl Report {
+    /// Whether the next reconcile should come soon rather than after the
+    /// period: a create that needs confirming, or a failure worth retrying.
+    pub fn retry_soon(&self) -> bool {
+        self.failures.iter().any(|f| {
+            matches!(
+                f.error.kind,
+                RoutesErrorKind::AlreadyExists | RoutesErrorKind::Transient
+            )
+        })
+    }
 }
 
 /// The AWS side of the route controller, over any [`Routes`] implementation.
@@ -691,8 +706,15 @@ impl Publisher {
         }
         for warning in &report.new_capacity_warnings {
             tracing::warn!(route_table = %warning.table_id, routes = warning.routes, limit = warning.limit, "{}", warning.message());
-            // Events need an object: the first node routed through the table.
-            if let Some(name) = report.plan.nodes.keys().next() {
+            // Events need an object; a table has none in Kubernetes, so the
+            // warning goes on the first routed node (by name).
+            let routed = report
+                .nodes
+                .iter()
+                .find(|(_, r)| **r == NodeResult::Routed)
+                .or_else(|| report.nodes.iter().next())
+                .map(|(name, _)| name);
+            if let Some(name) = routed {
                 self.events
                     .warning(
                         &node_ref(name),
@@ -832,8 +854,12 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             r = reconciler.reconcile(&nodes) => r,
         };
+        let mut next_in = period;
         match result {
             Ok(report) => {
+                if report.retry_soon() {
+                    next_in = period.min(RETRY_SOON);
+                }
                 if !report.plan.is_empty() {
                     tracing::info!(
                         changes = report.plan.changes.len(),
@@ -857,7 +883,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         }
         reconciled_fp = Some(fp);
         pending = None;
-        next_periodic = Instant::now() + period;
+        next_periodic = Instant::now() + next_in;
     }
 }
 

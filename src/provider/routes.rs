@@ -358,9 +358,10 @@ impl Routes for AwsClient {
         // The shared, cached sweep of the cluster's instances answers most
         // lookups without a call of our own.
         let sweep = self.cluster_instances().await?;
+        let wanted: std::collections::HashSet<&str> = ids.iter().map(String::as_str).collect();
         let mut found: HashMap<String, TargetInstance> = sweep
             .iter()
-            .filter(|i| ids.contains(&i.id))
+            .filter(|i| wanted.contains(i.id.as_str()))
             .map(|i| (i.id.clone(), to_target(i)))
             .collect();
         // Untagged instances, or ones launched after the sweep: single
