@@ -300,42 +300,25 @@ impl<R: Routes> Reconciler<R> {
         let mut succeeded = vec![false; plan.changes.len()];
         let mut errors: Vec<Option<RoutesError>> = vec![None; plan.changes.len()];
 
-        // Source/destination first: a route to an instance that drops
-        // forwarded packets would be worse than none.
-        let source_dest: Vec<usize> = (0..plan.changes.len())
-            .filter(|&i| matches!(plan.changes[i], RouteChange::DisableSourceDestCheck { .. }))
-            .collect();
-        let results = self.apply_all(&plan.changes, &source_dest).await;
-        let mut failed_instances = HashSet::new();
-        for (i, result) in results {
-            match result {
-                Ok(()) => succeeded[i] = true,
-                Err(e) => {
-                    if let RouteChange::DisableSourceDestCheck { instance_id, .. } =
-                        &plan.changes[i]
-                    {
-                        failed_instances.insert(instance_id.clone());
-                    }
-                    errors[i] = Some(e);
-                }
+        // One group per node, run a bounded number at once: its instance's
+        // source/destination check first (a route to an instance that drops
+        // forwarded packets would be worse than none), then its routes. Under
+        // AWS's small mutating budget, nodes get working routes one after
+        // another rather than all at the end. Deletes are groups of one.
+        let mut by_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (i, change) in plan.changes.iter().enumerate() {
+            match change.node() {
+                Some(node) => by_node.entry(node).or_default().push(i),
+                None => groups.push(vec![i]),
             }
         }
-
-        let route_changes: Vec<usize> = (0..plan.changes.len())
-            .filter(|&i| match &plan.changes[i] {
-                RouteChange::DisableSourceDestCheck { .. } => false,
-                RouteChange::Create { instance_id, .. }
-                | RouteChange::Replace { instance_id, .. } => {
-                    !failed_instances.contains(instance_id)
-                }
-                RouteChange::Delete { .. } => true,
-            })
-            .collect();
-        let results = self.apply_all(&plan.changes, &route_changes).await;
-        for (i, result) in results {
+        groups.extend(by_node.into_values());
+        for (i, result) in self.apply_groups(&plan.changes, &groups).await {
             match result {
-                Ok(()) => succeeded[i] = true,
-                Err(e) => errors[i] = Some(e),
+                Some(Ok(())) => succeeded[i] = true,
+                Some(Err(e)) => errors[i] = Some(e),
+                None => {}
             }
         }
 
@@ -404,23 +387,43 @@ impl<R: Routes> Reconciler<R> {
         report
     }
 
-    /// Applies `changes[i]` for every `i` in `which`, a bounded number at once.
-    async fn apply_all(
+    /// Applies each group's changes in order, a bounded number of groups at
+    /// once. Route changes after a failed source/destination change are not
+    /// attempted (`None`).
+    async fn apply_groups(
         &self,
         changes: &[RouteChange],
-        which: &[usize],
-    ) -> Vec<(usize, Result<(), RoutesError>)> {
+        groups: &[Vec<usize>],
+    ) -> Vec<(usize, Option<Result<(), RoutesError>>)> {
         // Futures built up front (not by a closure inside the stream) keep
         // the whole future provably `Send`.
-        let mut futures = Vec::with_capacity(which.len());
-        for &i in which {
-            let change = &changes[i];
-            futures.push(async move { (i, self.apply_one(change).await) });
+        let mut futures = Vec::with_capacity(groups.len());
+        for group in groups {
+            futures.push(async move {
+                let mut out = Vec::with_capacity(group.len());
+                let mut source_dest_failed = false;
+                for &i in group {
+                    let change = &changes[i];
+                    let is_source_dest =
+                        matches!(change, RouteChange::DisableSourceDestCheck { .. });
+                    if source_dest_failed && !is_source_dest {
+                        out.push((i, None));
+                        continue;
+                    }
+                    let result = self.apply_one(change).await;
+                    source_dest_failed |= is_source_dest && result.is_err();
+                    out.push((i, Some(result)));
+                }
+                out
+            });
         }
         futures::stream::iter(futures)
             .buffer_unordered(CONCURRENT_CHANGES)
-            .collect()
+            .collect::<Vec<_>>()
             .await
+            .into_iter()
+            .flatten()
+            .collect()
     }
 
     async fn apply_one(&self, change: &RouteChange) -> Result<(), RoutesError> {

@@ -431,6 +431,60 @@ async fn an_unchanged_cluster_costs_one_read_and_no_writes_per_reconcile() -> an
 }
 
 #[tokio::test]
+async fn a_cold_start_of_thirty_nodes_stays_inside_the_aws_budget() -> anyhow::Result<()> {
+    // 60 mutating calls (30 ModifyInstanceAttribute + 30 CreateRoute) against
+    // AWS's mutating bucket (50 burst, 5/s), enforced by the proxy at full
+    // size while the CCM uses its default half: paced, never throttled.
+    let env = Env::start().await?;
+    let cloud = Cloud::new(&env).await?;
+    let rtb = cloud.route_table(true).await?;
+    let ids = cloud.instances(30).await?;
+    let api = nodes_api(&env).await?;
+    for (n, id) in ids.iter().enumerate() {
+        create(
+            &api,
+            node(
+                &format!("n{n:02}"),
+                Some(id),
+                &[&format!("10.244.{n}.0/24")],
+            ),
+        )
+        .await?;
+    }
+    let proxy = FaultProxy::start(
+        &env.moto.endpoint(),
+        ProxyConfig {
+            budget_fraction: Some(1.0),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let started = Instant::now();
+    let ccm = env
+        .start_ccm_with_endpoint(&proxy.endpoint(), &as_strs(&route_args(&[])))
+        .await?;
+    for n in 0..ids.len() {
+        wait_condition(&api, &format!("n{n:02}"), "False", "RouteCreated")
+            .await
+            .map_err(|e| e.context(ccm.logs()))?;
+    }
+    let took = started.elapsed();
+    let routes = cloud.routes(&rtb).await?;
+    for (n, id) in ids.iter().enumerate() {
+        assert_eq!(routes.get(&format!("10.244.{n}.0/24")), Some(id));
+    }
+    let calls = proxy.calls();
+    assert_eq!(calls.throttled_total(), 0, "{:?}", calls.to_json());
+    assert_eq!(calls.get("ec2", "CreateRoute").received, 30);
+    assert_eq!(calls.get("ec2", "ModifyInstanceAttribute").received, 30);
+    eprintln!(
+        "figures: 30-node cold start routed in {took:?}, {}",
+        calls.to_json()
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn dual_stack_nodes_get_ipv4_and_ipv6_routes() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = Cloud::new(&env).await?;
