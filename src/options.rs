@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
 
+use crate::controllers::node_ipam::cidrs::{ClusterCidrs, MaskFlags, NodeCidrAllocation};
 use crate::controllers::{self, ControllerName};
 use crate::duration;
 
@@ -293,6 +294,8 @@ pub enum OptionsError {
     TlsPair,
     #[error("--tags={value:?} is invalid: {reason}; expected k1=v1,k2=v2")]
     Tags { value: String, reason: String },
+    #[error(transparent)]
+    Cidr(#[from] crate::controllers::node_ipam::cidrs::CidrError),
 }
 
 /// Flags after validation, plus what was ignored (logged once at start-up).
@@ -302,6 +305,13 @@ pub struct Validated {
     pub controllers: BTreeSet<ControllerName>,
     pub tags: Vec<(String, String)>,
     pub ignored_flags: Vec<String>,
+    /// `--cluster-cidr`, parsed when a selected controller uses it (node
+    /// IPAM with `--allocate-node-cidrs`, the route controller with
+    /// `--configure-cloud-routes`); `None` otherwise or when left empty for
+    /// the route controller alone (it then logs why it does nothing).
+    pub cluster_cidrs: Option<ClusterCidrs>,
+    /// What node IPAM allocates from; `Some` exactly when it will run.
+    pub node_cidr_allocation: Option<NodeCidrAllocation>,
 }
 
 impl Options {
@@ -358,12 +368,47 @@ impl Options {
         }
         let controllers = controllers::select(&self.controllers)?;
         let tags = parse_tags(&self.tags)?;
+        let (cluster_cidrs, node_cidr_allocation) = self.cidr_config(&controllers)?;
         Ok(Validated {
             options: self,
             controllers,
             tags,
             ignored_flags,
+            cluster_cidrs,
+            node_cidr_allocation,
         })
+    }
+
+    /// Parses `--cluster-cidr` and the node masks only when a selected
+    /// controller will use them, as upstream checks them when starting those
+    /// controllers: a stale value on a cluster that uses neither must not
+    /// stop the swap to this binary.
+    fn cidr_config(
+        &self,
+        controllers: &BTreeSet<ControllerName>,
+    ) -> Result<(Option<ClusterCidrs>, Option<NodeCidrAllocation>), OptionsError> {
+        let ipam = self.allocate_node_cidrs && controllers.contains(&ControllerName::NodeIpam);
+        let routes = self.configure_cloud_routes && controllers.contains(&ControllerName::Route);
+        if !ipam && (!routes || self.cluster_cidr.trim().is_empty()) {
+            return Ok((None, None));
+        }
+        let needed_by = if ipam {
+            "--allocate-node-cidrs=true"
+        } else {
+            "--configure-cloud-routes=true"
+        };
+        let cluster = ClusterCidrs::parse(&self.cluster_cidr, needed_by)?;
+        let allocation = if ipam {
+            let masks = MaskFlags {
+                node_cidr_mask_size: self.node_cidr_mask_size,
+                ipv4: self.node_cidr_mask_size_ipv4,
+                ipv6: self.node_cidr_mask_size_ipv6,
+            };
+            Some(NodeCidrAllocation::new(cluster.clone(), masks)?)
+        } else {
+            None
+        };
+        Ok((Some(cluster), allocation))
     }
 }
 
@@ -470,6 +515,7 @@ mod tests {
             "--cloud-provider=aws",
             "--leader-elect=false",
             "--allocate-node-cidrs",
+            "--cluster-cidr=10.244.0.0/16",
             "--configure-cloud-routes=0",
             "--node-status-update-frequency=1m30s",
             "--v=4",
@@ -528,6 +574,74 @@ mod tests {
         assert!(err.contains("renew-deadline"), "{err}");
         let err = parse(&["--cloud-provider=aws", "--controllers=*,-bogus"]).unwrap_err();
         assert!(err.contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn cluster_cidr_is_checked_only_when_a_controller_uses_it() {
+        // Unused: a stale value does not stop start-up.
+        let v = parse(&[
+            "--cloud-provider=aws",
+            "--configure-cloud-routes=false",
+            "--cluster-cidr=garbage",
+        ])
+        .unwrap();
+        assert!(v.cluster_cidrs.is_none() && v.node_cidr_allocation.is_none());
+        // Route controller alone with no --cluster-cidr: it starts idle.
+        let v = parse(&["--cloud-provider=aws"]).unwrap();
+        assert!(v.cluster_cidrs.is_none());
+        // Route controller with a bad value: refused, naming the value.
+        let err = parse(&["--cloud-provider=aws", "--cluster-cidr=10.0.0.0/33"]).unwrap_err();
+        assert!(
+            err.contains("--cluster-cidr") && err.contains("10.0.0.0/33"),
+            "{err}"
+        );
+        // IPAM needs it.
+        let err = parse(&["--cloud-provider=aws", "--allocate-node-cidrs=true"]).unwrap_err();
+        assert!(
+            err.contains("--cluster-cidr") && err.contains("--allocate-node-cidrs"),
+            "{err}"
+        );
+        // ...unless node IPAM is not selected.
+        assert!(
+            parse(&[
+                "--cloud-provider=aws",
+                "--allocate-node-cidrs=true",
+                "--controllers=*,-nodeipam,-route"
+            ])
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn node_ipam_masks_are_validated_with_the_cluster_cidr() {
+        let v = parse(&[
+            "--cloud-provider=aws",
+            "--allocate-node-cidrs=true",
+            "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
+            "--node-cidr-mask-size-ipv6=60",
+        ])
+        .unwrap();
+        let alloc = v.node_cidr_allocation.expect("IPAM runs");
+        assert_eq!(
+            alloc.ranges.iter().map(|r| r.node_mask).collect::<Vec<_>>(),
+            [24, 60]
+        );
+        assert!(v.cluster_cidrs.expect("parsed").is_dual_stack());
+        let err = parse(&[
+            "--cloud-provider=aws",
+            "--allocate-node-cidrs=true",
+            "--cluster-cidr=10.244.0.0/16",
+            "--node-cidr-mask-size=8",
+        ])
+        .unwrap_err();
+        assert!(err.contains("10.244.0.0/16") && err.contains("/8"), "{err}");
+        let err = parse(&[
+            "--cloud-provider=aws",
+            "--allocate-node-cidrs=true",
+            "--cluster-cidr=10.0.0.0/16,10.1.0.0/16",
+        ])
+        .unwrap_err();
+        assert!(err.contains("two IPv4"), "{err}");
     }
 
     #[test]

@@ -1,11 +1,894 @@
-//! Placeholder: this controller is being built.
+//! The route controller (`route`, `node-route-controller`): a VPC route
+//! `podCIDR -> instance` for every node, in every route table of the cluster,
+//! so pods reach each other without an overlay.
+//!
+//! One reconcile reads the route tables once (one `DescribeRouteTables`),
+//! looks the nodes' instances up in the shared cached sweep, computes a
+//! [`plan::plan`], and makes only the changes in it: an unchanged cluster
+//! costs one read and no write. It runs on node changes (debounced) and every
+//! `--route-reconciliation-period`.
+//!
+//! Node changes are read from the shared node cache rather than a watch of
+//! its own: the controller compares a fingerprint of the fields routes
+//! depend on (name, provider ID, pod CIDRs) every 250 ms. Nodes change all
+//! the time for reasons that do not matter here (kubelet heartbeats,
+//! conditions, labels), so comparing the projection both replaces an event
+//! subscription and filters it, at the cost of hashing a few strings per node.
+//!
+//! After applying, each node's `NetworkUnavailable` condition says whether
+//! its routes exist (False/`RouteCreated`, True/`NoRouteCreated`, as
+//! upstream), written only when it changes; failures give the node a
+//! `FailedToCreateRoute` Warning event naming the CIDR, table and AWS error.
 
+pub mod plan;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use serde_json::json;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use self::plan::{Blocker, NodeRoutes, Plan, RouteChange};
 use super::ControllerContext;
+use super::events::Events;
+use super::node_ipam::cidrs::ClusterCidrs;
+use crate::provider::routes::{
+    RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
+    instance_id_from_provider_id,
+};
+
+/// Share of `--route-table-limit` past which the controller warns.
+pub const CAPACITY_WARNING_RATIO: f64 = 0.8;
+/// How often the node cache is compared with the last reconciled state.
+const POLL: Duration = Duration::from_millis(250);
+/// Node changes settle for this long before a reconcile...
+const QUIET: Duration = Duration::from_millis(500);
+/// ...but a steady stream of changes waits no longer than this.
+const MAX_DELAY: Duration = Duration::from_secs(3);
+/// Route calls in flight at once (the AWS client throttles underneath).
+const CONCURRENT_CHANGES: usize = 16;
+/// A repeated failure of the same route is re-announced after this long.
+const EVENT_REPEAT: Duration = Duration::from_secs(600);
+/// Next reconcile after an ambiguous or transient failure.
+const RETRY_SOON: Duration = Duration::from_secs(2);
+/// Our own condition write is trusted over a lagging cache for this long.
+const CONDITION_MEMO: Duration = Duration::from_secs(60);
+
+pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
+pub const REASON_ROUTE_CREATED: &str = "RouteCreated";
+pub const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
+pub const EVENT_FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
+pub const EVENT_ROUTE_TABLE_NEAR_CAPACITY: &str = "RouteTableNearCapacity";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabels {
+    route_table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ChangeLabels {
+    action: String,
+    outcome: String,
+}
+
+struct Metrics {
+    syncs: Counter,
+    routes: Family<TableLabels, Gauge>,
+    table_routes: Family<TableLabels, Gauge>,
+    table_usage: Family<TableLabels, Gauge<f64, AtomicU64>>,
+    tables_missing: Gauge,
+    changes: Family<ChangeLabels, Counter>,
+    nodes_unrouted: Gauge,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let m = Metrics {
+        syncs: Counter::default(),
+        routes: Family::default(),
+        table_routes: Family::default(),
+        table_usage: Family::default(),
+        tables_missing: Gauge::default(),
+        changes: Family::default(),
+        nodes_unrouted: Gauge::default(),
+    };
+    crate::metrics::register(
+        "route_controller_route_sync",
+        "Times routes have been synced with the cloud provider (upstream's name)",
+        m.syncs.clone(),
+    );
+    crate::metrics::register(
+        "route_controller_routes",
+        "Node routes (pod CIDR -> instance) in each route table after the last reconcile",
+        m.routes.clone(),
+    );
+    crate::metrics::register(
+        "route_controller_route_table_routes",
+        "Routes counted against the AWS routes-per-table quota, per route table",
+        m.table_routes.clone(),
+    );
+    crate::metrics::register(
+        "route_controller_route_table_usage_ratio",
+        "Routes in each route table divided by --route-table-limit; warnings start at 0.8",
+        m.table_usage.clone(),
+    );
+    crate::metrics::register(
+        "route_controller_route_tables_missing",
+        "1 while no route table matches (RouteTableID, or the cluster tag); nothing is routed then",
+        m.tables_missing.clone(),
+    );
+    crate::metrics::register(
+        "route_controller_route_changes",
+        "Route changes made, by action and outcome",
+        m.changes.clone(),
+    );
+    crate::metrics::register(
+        "route_controller_nodes_unrouted",
+        "Nodes with pod CIDRs whose routes could not all be made in the last reconcile",
+        m.nodes_unrouted.clone(),
+    );
+    m
+});
+
+/// A reconcile that could not even start planning.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(
+        "no route table found for {selector}; the route controller needs one: tag the cluster's route table(s) \
+         kubernetes.io/cluster/<cluster-id>=owned (or set RouteTableID in cloud.conf), or pass \
+         --configure-cloud-routes=false if pod traffic does not use VPC routes (overlay CNI)"
+    )]
+    NoRouteTables { selector: String },
+    #[error("listing route tables ({selector}): {source}")]
+    DescribeTables {
+        selector: String,
+        source: RoutesError,
+    },
+    #[error("looking up the nodes' instances: {0}")]
+    Instances(RoutesError),
+}
+
+/// How one node fared in a reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeResult {
+    /// Every route of the node exists.
+    Routed,
+    /// Something failed or is in the way; the messages say what.
+    Failed(Vec<String>),
+    /// Not decided this round (e.g. a create answered "already exists"
+    /// after a retry): the next reconcile re-reads and decides.
+    Unconfirmed,
+}
+
+/// A change AWS refused.
+#[derive(Clone, Debug)]
+pub struct ChangeFailure {
+    pub change: RouteChange,
+    pub error: RoutesError,
+}
+
+/// A table above the warning threshold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CapacityWarning {
+    pub table_id: String,
+    pub routes: usize,
+    pub limit: u32,
+}
+
+impl CapacityWarning {
+    pub fn message(&self) -> String {
+        format!(
+            "route table {} holds {} routes, over {:.0} % of --route-table-limit={} (the AWS quota \"Routes per \
+             route table\" is 50 by default, up to 1,000). Before it fills and new nodes get no route: raise the \
+             quota in Service Quotas and --route-table-limit with it, or move to an overlay CNI and run with \
+             --configure-cloud-routes=false",
+            self.table_id,
+            self.routes,
+            CAPACITY_WARNING_RATIO * 100.0,
+            self.limit
+        )
+    }
+}
+
+/// What a reconcile did.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub plan: Plan,
+    pub nodes: BTreeMap<String, NodeResult>,
+    pub failures: Vec<ChangeFailure>,
+    /// Changes that succeeded.
+    pub applied: usize,
+    /// Tables that crossed the warning threshold in this reconcile.
+    pub new_capacity_warnings: Vec<CapacityWarning>,
+    /// Per table: routes after the changes.
+    pub table_routes: BTreeMap<String, usize>,
+}
+
+impl Report {
+    /// Whether the next reconcile should come soon rather than after the
+    /// period: a create that needs confirming, or a failure worth retrying.
+    pub fn retry_soon(&self) -> bool {
+        self.failures.iter().any(|f| {
+            matches!(
+                f.error.kind,
+                RoutesErrorKind::AlreadyExists | RoutesErrorKind::Transient
+            )
+        })
+    }
+}
+
+/// The AWS side of the route controller, over any [`Routes`] implementation.
+pub struct Reconciler<R> {
+    routes: R,
+    cluster_cidrs: ClusterCidrs,
+    selector: RouteTableSelector,
+    table_limit: u32,
+    /// Tables currently above the warning threshold (warned once per crossing).
+    over_threshold: HashSet<String>,
+}
+
+impl<R: Routes> Reconciler<R> {
+    pub fn new(
+        routes: R,
+        cluster_cidrs: ClusterCidrs,
+        selector: RouteTableSelector,
+        table_limit: u32,
+    ) -> Reconciler<R> {
+        Reconciler {
+            routes,
+            cluster_cidrs,
+            selector,
+            table_limit: table_limit.max(1),
+            over_threshold: HashSet::new(),
+        }
+    }
+
+    /// Reads the tables and instances, plans, applies.
+    pub async fn reconcile(&mut self, nodes: &[NodeRoutes]) -> Result<Report, ReconcileError> {
+        let metrics = &*METRICS;
+        metrics.syncs.inc();
+        let tables = self
+            .routes
+            .route_tables(&self.selector)
+            .await
+            .map_err(|source| ReconcileError::DescribeTables {
+                selector: self.selector.to_string(),
+                source,
+            })?;
+        if tables.is_empty() {
+            metrics.tables_missing.set(1);
+            return Err(ReconcileError::NoRouteTables {
+                selector: self.selector.to_string(),
+            });
+        }
+        metrics.tables_missing.set(0);
+        let mut ids: Vec<String> = nodes
+            .iter()
+            .filter(|n| !n.pod_cidrs.is_empty())
+            .filter_map(|n| n.instance_id.clone())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        let instances = if ids.is_empty() {
+            HashMap::new()
+        } else {
+            self.routes
+                .instances(&ids)
+                .await
+                .map_err(ReconcileError::Instances)?
+        };
+        let plan = plan::plan(&self.cluster_cidrs, nodes, &tables, &instances);
+        let mut report = self.apply(plan).await;
+        self.account(&tables, &mut report);
+        Ok(report)
+    }
+
+    async fn apply(&self, plan: Plan) -> Report {
+        let metrics = &*METRICS;
+        let mut succeeded = vec![false; plan.changes.len()];
+        let mut errors: Vec<Option<RoutesError>> = vec![None; plan.changes.len()];
+
+        // One group per node, run a bounded number at once: its instance's
+        // source/destination check first (a route to an instance that drops
+        // forwarded packets would be worse than none), then its routes. Under
+        // AWS's small mutating budget, nodes get working routes one after
+        // another rather than all at the end. Deletes are groups of one.
+        let mut by_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for (i, change) in plan.changes.iter().enumerate() {
+            match change.node() {
+                Some(node) => by_node.entry(node).or_default().push(i),
+                None => groups.push(vec![i]),
+            }
+        }
+        groups.extend(by_node.into_values());
+        for (i, result) in self.apply_groups(&plan.changes, &groups).await {
+            match result {
+                Some(Ok(())) => succeeded[i] = true,
+                Some(Err(e)) => errors[i] = Some(e),
+                None => {}
+            }
+        }
+
+        let mut report = Report::default();
+        for (i, change) in plan.changes.iter().enumerate() {
+            let outcome = if succeeded[i] {
+                "success"
+            } else if errors[i].is_some() {
+                "error"
+            } else {
+                "skipped"
+            };
+            metrics
+                .changes
+                .get_or_create(&ChangeLabels {
+                    action: change.action().to_string(),
+                    outcome: outcome.to_string(),
+                })
+                .inc();
+            if succeeded[i] {
+                report.applied += 1;
+                tracing::info!(change = %change, "route change made");
+            } else if let Some(error) = &errors[i] {
+                tracing::warn!(change = %change, error = %error, "route change failed");
+                report.failures.push(ChangeFailure {
+                    change: change.clone(),
+                    error: error.clone(),
+                });
+            }
+        }
+
+        for (name, outcome) in &plan.nodes {
+            let mut problems: Vec<String> =
+                outcome.blockers.iter().map(|b| b.to_string()).collect();
+            let mut unconfirmed = false;
+            for &i in &outcome.changes {
+                if succeeded[i] {
+                    continue;
+                }
+                match &errors[i] {
+                    Some(e) if e.kind == RoutesErrorKind::AlreadyExists => unconfirmed = true,
+                    Some(e) => problems.push(format!("{}: {e}", plan.changes[i])),
+                    None => problems.push(format!(
+                        "{}: not attempted because turning off the instance's source/destination check failed",
+                        plan.changes[i]
+                    )),
+                }
+            }
+            let result = if !problems.is_empty() {
+                NodeResult::Failed(problems)
+            } else if unconfirmed {
+                NodeResult::Unconfirmed
+            } else {
+                NodeResult::Routed
+            };
+            report.nodes.insert(name.clone(), result);
+        }
+        metrics.nodes_unrouted.set(
+            report
+                .nodes
+                .values()
+                .filter(|r| matches!(r, NodeResult::Failed(_)))
+                .count() as i64,
+        );
+        report.plan = plan;
+        report
+    }
+
+    /// Applies each group's changes in order, a bounded number of groups at
+    /// once. Route changes after a failed source/destination change are not
+    /// attempted (`None`).
+    async fn apply_groups(
+        &self,
+        changes: &[RouteChange],
+        groups: &[Vec<usize>],
+    ) -> Vec<(usize, Option<Result<(), RoutesError>>)> {
+        // Futures built up front (not by a closure inside the stream) keep
+        // the whole future provably `Send`.
+        let mut futures = Vec::with_capacity(groups.len());
+        for group in groups {
+            futures.push(async move {
+                let mut out = Vec::with_capacity(group.len());
+                let mut source_dest_failed = false;
+                for &i in group {
+                    let change = &changes[i];
+                    let is_source_dest =
+                        matches!(change, RouteChange::DisableSourceDestCheck { .. });
+                    if source_dest_failed && !is_source_dest {
+                        out.push((i, None));
+                        continue;
+                    }
+                    let result = self.apply_one(change).await;
+                    source_dest_failed |= is_source_dest && result.is_err();
+                    out.push((i, Some(result)));
+                }
+                out
+            });
+        }
+        futures::stream::iter(futures)
+            .buffer_unordered(CONCURRENT_CHANGES)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    async fn apply_one(&self, change: &RouteChange) -> Result<(), RoutesError> {
+        match change {
+            RouteChange::DisableSourceDestCheck { instance_id, .. } => {
+                self.routes.disable_source_dest_check(instance_id).await
+            }
+            RouteChange::Create {
+                table_id,
+                destination,
+                instance_id,
+                ..
+            } => {
+                self.routes
+                    .create_route(table_id, *destination, instance_id)
+                    .await
+            }
+            RouteChange::Replace {
+                table_id,
+                destination,
+                instance_id,
+                ..
+            } => {
+                self.routes
+                    .replace_route(table_id, *destination, instance_id)
+                    .await
+            }
+            RouteChange::Delete {
+                table_id,
+                destination,
+                ..
+            } => match self.routes.delete_route(table_id, *destination).await {
+                // Already gone: what we wanted.
+                Err(e) if e.kind == RoutesErrorKind::NotFound => Ok(()),
+                other => other,
+            },
+        }
+    }
+
+    /// Route counts per table, capacity warnings, metrics.
+    fn account(&mut self, tables: &[RouteTable], report: &mut Report) {
+        let metrics = &*METRICS;
+        let applied: Vec<RouteChange> = report
+            .plan
+            .changes
+            .iter()
+            .filter(|c| !report.failures.iter().any(|f| &f.change == *c))
+            .cloned()
+            .collect();
+        for table in tables {
+            let routes = plan::routes_after(table, &applied);
+            report.table_routes.insert(table.id.clone(), routes);
+            let labels = TableLabels {
+                route_table: table.id.clone(),
+            };
+            metrics
+                .table_routes
+                .get_or_create(&labels)
+                .set(routes as i64);
+            let ratio = routes as f64 / f64::from(self.table_limit);
+            metrics.table_usage.get_or_create(&labels).set(ratio);
+            let managed = managed_routes_after(table, &applied, &self.cluster_cidrs);
+            metrics.routes.get_or_create(&labels).set(managed as i64);
+            if ratio > CAPACITY_WARNING_RATIO {
+                if self.over_threshold.insert(table.id.clone()) {
+                    report.new_capacity_warnings.push(CapacityWarning {
+                        table_id: table.id.clone(),
+                        routes,
+                        limit: self.table_limit,
+                    });
+                }
+            } else {
+                self.over_threshold.remove(&table.id);
+            }
+        }
+    }
+}
+
+/// Instance routes inside the cluster CIDRs after the applied changes.
+fn managed_routes_after(
+    table: &RouteTable,
+    applied: &[RouteChange],
+    cidrs: &ClusterCidrs,
+) -> usize {
+    let mut routes: BTreeMap<IpNet, bool> = table
+        .routes
+        .iter()
+        .filter_map(|r| {
+            let d = r.destination?;
+            let ours =
+                cidrs.contains(&d) && matches!(r.target, RouteTarget::Instance(_)) && !r.blackhole;
+            Some((d, ours))
+        })
+        .collect();
+    for change in applied {
+        match change {
+            RouteChange::Create {
+                table_id,
+                destination,
+                ..
+            }
+            | RouteChange::Replace {
+                table_id,
+                destination,
+                ..
+            } if *table_id == table.id => {
+                routes.insert(*destination, cidrs.contains(destination));
+            }
+            RouteChange::Delete {
+                table_id,
+                destination,
+                ..
+            } if *table_id == table.id => {
+                routes.remove(destination);
+            }
+            _ => {}
+        }
+    }
+    routes.values().filter(|ours| **ours).count()
+}
+
+/// The fields of a node that routes depend on.
+pub fn node_routes(node: &Node) -> NodeRoutes {
+    let spec = node.spec.as_ref();
+    let mut pod_cidrs: Vec<IpNet> = spec
+        .and_then(|s| s.pod_cidrs.clone())
+        .unwrap_or_default()
+        .iter()
+        .chain(spec.and_then(|s| s.pod_cidr.as_ref()))
+        .filter_map(|c| {
+            c.parse::<IpNet>()
+                .map_err(|_| {
+                    tracing::warn!(node = node.metadata.name.as_deref().unwrap_or(""), pod_cidr = %c, "node has an unparseable pod CIDR; ignoring it");
+                })
+                .ok()
+        })
+        .map(|c| c.trunc())
+        .collect();
+    pod_cidrs.sort();
+    pod_cidrs.dedup();
+    NodeRoutes {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        instance_id: spec
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(instance_id_from_provider_id),
+        pod_cidrs,
+    }
+}
+
+/// An order-independent fingerprint of what routes depend on.
+fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
+    let mut sum: u64 = nodes.len() as u64;
+    for node in nodes {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        node.metadata.name.hash(&mut h);
+        if let Some(spec) = &node.spec {
+            spec.provider_id.hash(&mut h);
+            spec.pod_cidr.hash(&mut h);
+            spec.pod_cidrs.hash(&mut h);
+        }
+        sum = sum.wrapping_add(h.finish());
+    }
+    sum
+}
+
+/// The Node reference events use: the node's name as UID, as upstream's
+/// node events do, so `kubectl describe node` shows them.
+pub fn node_ref(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.to_string()),
+        uid: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+fn network_condition(node: &Node) -> Option<bool> {
+    let conditions = node.status.as_ref()?.conditions.as_ref()?;
+    let c = conditions.iter().find(|c| c.type_ == NETWORK_UNAVAILABLE)?;
+    match c.status.as_str() {
+        "True" => Some(true),
+        "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Writes `NetworkUnavailable` through the status subresource with a
+/// strategic merge on `status.conditions` (merge key `type`), touching no
+/// other condition.
+pub async fn set_network_unavailable(
+    api: &Api<Node>,
+    node: &str,
+    unavailable: bool,
+) -> Result<(), kube::Error> {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (status, reason, message) = if unavailable {
+        (
+            "True",
+            REASON_NO_ROUTE_CREATED,
+            "RouteController failed to create a route",
+        )
+    } else {
+        (
+            "False",
+            REASON_ROUTE_CREATED,
+            "RouteController created a route",
+        )
+    };
+    let patch = json!({"status": {"conditions": [{
+        "type": NETWORK_UNAVAILABLE,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+        "lastHeartbeatTime": now,
+    }]}});
+    api.patch_status(node, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map(|_| ())
+}
+
+/// The Kubernetes side: conditions and events from a report, written only
+/// when they change.
+struct Publisher {
+    nodes_api: Api<Node>,
+    events: Events,
+    /// Node → (unavailable, when we wrote it).
+    written: HashMap<String, (bool, Instant)>,
+    /// (node, what failed) → when the event was last sent.
+    announced: HashMap<(String, String), Instant>,
+}
+
+impl Publisher {
+    async fn publish(&mut self, report: &Report, cache: &HashMap<String, Arc<Node>>) {
+        // Events for failed changes, once per (node, change) per EVENT_REPEAT.
+        for failure in &report.failures {
+            let Some(node) = failure.change.node() else {
+                continue;
+            };
+            if failure.error.kind == RoutesErrorKind::AlreadyExists {
+                continue;
+            }
+            let note = match &failure.change {
+                RouteChange::Create {
+                    table_id,
+                    destination,
+                    instance_id,
+                    ..
+                }
+                | RouteChange::Replace {
+                    table_id,
+                    destination,
+                    instance_id,
+                    ..
+                } => format!(
+                    "Could not create route {destination} in route table {table_id} for node {node} (instance \
+                     {instance_id}): {}",
+                    failure.error
+                ),
+                RouteChange::DisableSourceDestCheck { instance_id, .. } => format!(
+                    "Could not create routes for node {node}: turning off source/destination check on instance \
+                     {instance_id} failed: {}",
+                    failure.error
+                ),
+                RouteChange::Delete { .. } => continue,
+            };
+            let key = (node.to_string(), failure.change.to_string());
+            self.announce(node, key, EVENT_FAILED_TO_CREATE_ROUTE, note)
+                .await;
+        }
+        // Blockers, except a missing provider ID (normal while a node starts).
+        for (name, outcome) in &report.plan.nodes {
+            for blocker in &outcome.blockers {
+                if *blocker == Blocker::NoInstance {
+                    continue;
+                }
+                let note = format!("Could not create routes for node {name}: {blocker}");
+                let key = (name.clone(), blocker.to_string());
+                self.announce(name, key, EVENT_FAILED_TO_CREATE_ROUTE, note)
+                    .await;
+            }
+        }
+        for warning in &report.new_capacity_warnings {
+            tracing::warn!(route_table = %warning.table_id, routes = warning.routes, limit = warning.limit, "{}", warning.message());
+            // Events need an object; a table has none in Kubernetes, so the
+            // warning goes on the first routed node (by name).
+            let routed = report
+                .nodes
+                .iter()
+                .find(|(_, r)| **r == NodeResult::Routed)
+                .or_else(|| report.nodes.iter().next())
+                .map(|(name, _)| name);
+            if let Some(name) = routed {
+                self.events
+                    .warning(
+                        &node_ref(name),
+                        EVENT_ROUTE_TABLE_NEAR_CAPACITY,
+                        warning.message(),
+                    )
+                    .await;
+            }
+        }
+
+        // Conditions.
+        let now = Instant::now();
+        self.written
+            .retain(|_, (_, at)| now.duration_since(*at) < CONDITION_MEMO);
+        for (name, result) in &report.nodes {
+            let unavailable = match result {
+                NodeResult::Routed => false,
+                NodeResult::Failed(_) => true,
+                NodeResult::Unconfirmed => continue,
+            };
+            let Some(node) = cache.get(name) else {
+                continue;
+            };
+            let current = network_condition(node);
+            if current == Some(unavailable) {
+                self.written.remove(name);
+                continue;
+            }
+            if self
+                .written
+                .get(name)
+                .is_some_and(|(u, _)| *u == unavailable)
+            {
+                // Written moments ago; the cache has not caught up.
+                continue;
+            }
+            match set_network_unavailable(&self.nodes_api, name, unavailable).await {
+                Ok(()) => {
+                    tracing::info!(node = %name, unavailable, "set NetworkUnavailable");
+                    self.written.insert(name.clone(), (unavailable, now));
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "could not update the node's NetworkUnavailable condition")
+                }
+            }
+        }
+        let live: HashSet<&String> = report.plan.nodes.keys().collect();
+        self.announced
+            .retain(|(node, _), at| live.contains(node) && now.duration_since(*at) < EVENT_REPEAT);
+    }
+
+    async fn announce(&mut self, node: &str, key: (String, String), reason: &str, note: String) {
+        let now = Instant::now();
+        if self
+            .announced
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < EVENT_REPEAT)
+        {
+            return;
+        }
+        tracing::warn!(node, "{note}");
+        self.events.warning(&node_ref(node), reason, note).await;
+        self.announced.insert(key, now);
+    }
+}
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(_ctx: ControllerContext, stop: CancellationToken) {
-    tracing::warn!("controller is selected but not implemented in this build; it does nothing");
-    stop.cancelled().await;
+pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+    let opts = &ctx.options.options;
+    if !opts.configure_cloud_routes {
+        tracing::info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
+        stop.cancelled().await;
+        return;
+    }
+    let Some(cluster_cidrs) = ctx.options.cluster_cidrs.clone() else {
+        tracing::warn!(
+            "--configure-cloud-routes is true but --cluster-cidr is empty: the route controller does nothing. \
+             Set --cluster-cidr to the pod range, or pass --configure-cloud-routes=false (for example with an \
+             overlay or VPC CNI) to silence this"
+        );
+        stop.cancelled().await;
+        return;
+    };
+    let selector = RouteTableSelector {
+        route_table_id: ctx.cloud.route_table_id.clone(),
+        vpc_id: ctx.cloud.vpc.clone(),
+        cluster_id: ctx.cluster_id.clone(),
+    };
+    let period = opts.route_reconciliation_period.max(Duration::from_secs(1));
+    tracing::info!(cluster_cidr = %cluster_cidrs, tables = %selector, period = ?period, "starting route controller");
+    let mut reconciler = Reconciler::new(
+        ctx.aws.clone(),
+        cluster_cidrs,
+        selector,
+        opts.route_table_limit,
+    );
+    let mut publisher = Publisher {
+        nodes_api: Api::all(ctx.kube.clone()),
+        events: Events::new(ctx.kube.clone(), "route_controller"),
+        written: HashMap::new(),
+        announced: HashMap::new(),
+    };
+
+    let mut next_periodic = Instant::now();
+    let mut reconciled_fp: Option<u64> = None;
+    let mut pending: Option<(u64, Instant, Instant)> = None; // (fp, last change, first change)
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep_until(next_periodic) => {}
+            _ = tick.tick() => {
+                let fp = fingerprint(&ctx.nodes.state());
+                if Some(fp) == reconciled_fp {
+                    pending = None;
+                    continue;
+                }
+                let now = Instant::now();
+                pending = match pending {
+                    Some((p, _, first)) if p != fp => Some((fp, now, first)),
+                    Some(p) => Some(p),
+                    None => Some((fp, now, now)),
+                };
+                let Some((_, last, first)) = pending else { continue };
+                if now.duration_since(last) < QUIET && now.duration_since(first) < MAX_DELAY {
+                    continue;
+                }
+            }
+        }
+        let snapshot = ctx.nodes.state();
+        let fp = fingerprint(&snapshot);
+        let nodes: Vec<NodeRoutes> = snapshot.iter().map(|n| node_routes(n)).collect();
+        let started = Instant::now();
+        let result = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = reconciler.reconcile(&nodes) => r,
+        };
+        let mut next_in = period;
+        match result {
+            Ok(report) => {
+                if report.retry_soon() {
+                    next_in = period.min(RETRY_SOON);
+                }
+                if !report.plan.is_empty() {
+                    tracing::info!(
+                        changes = report.plan.changes.len(),
+                        applied = report.applied,
+                        failed = report.failures.len(),
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        "routes reconciled"
+                    );
+                } else {
+                    tracing::debug!(nodes = nodes.len(), "routes reconciled; nothing to change");
+                }
+                let cache: HashMap<String, Arc<Node>> = snapshot
+                    .iter()
+                    .filter_map(|n| Some((n.metadata.name.clone()?, n.clone())))
+                    .collect();
+                publisher.publish(&report, &cache).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "could not reconcile routes; retrying in {period:?}")
+            }
+        }
+        reconciled_fp = Some(fp);
+        pending = None;
+        next_periodic = Instant::now() + next_in;
+    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -121,6 +121,25 @@ impl Env {
         args.extend(extra.iter().map(|s| s.to_string()));
         Ccm::spawn(&args, &self.aws_env()).await
     }
+
+    /// Like [`Env::start_ccm`], with AWS calls sent to `endpoint` (e.g. a
+    /// `FaultProxy` in front of moto, to count or break calls).
+    #[allow(dead_code)]
+    pub async fn start_ccm_with_endpoint(
+        &self,
+        endpoint: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Ccm> {
+        let mut args = self.base_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut env = self.aws_env();
+        for (k, v) in env.iter_mut() {
+            if k == "AWS_ENDPOINT_URL" {
+                *v = endpoint.to_string();
+            }
+        }
+        Ccm::spawn(&args, &env).await
+    }
 }
 
 /// The CCM as a child process, with its stderr collected for assertions.
