@@ -375,7 +375,7 @@ async fn an_unchanged_cluster_costs_one_read_and_no_writes_per_reconcile() -> an
     ];
     let started = Instant::now();
     let ccm = env
-        .start_ccm_with_endpoint(&proxy.endpoint(), &as_strs(&args))
+        .start_ccm_via(&proxy.endpoint(), &as_strs(&args))
         .await?;
     for n in 0..ids.len() {
         wait_condition(&api, &format!("n{n}"), "False", "RouteCreated")
@@ -461,7 +461,7 @@ async fn a_cold_start_of_thirty_nodes_stays_inside_the_aws_budget() -> anyhow::R
     .await?;
     let started = Instant::now();
     let ccm = env
-        .start_ccm_with_endpoint(&proxy.endpoint(), &as_strs(&route_args(&[])))
+        .start_ccm_via(&proxy.endpoint(), &as_strs(&route_args(&[])))
         .await?;
     for n in 0..ids.len() {
         wait_condition(&api, &format!("n{n:02}"), "False", "RouteCreated")
@@ -548,7 +548,7 @@ async fn a_failed_route_marks_the_node_and_names_cidr_table_and_error() -> anyho
     )
     .await?;
     let ccm = env
-        .start_ccm_with_endpoint(&proxy.endpoint(), &as_strs(&route_args(&[])))
+        .start_ccm_via(&proxy.endpoint(), &as_strs(&route_args(&[])))
         .await?;
     wait_condition(&api, "n1", "True", "NoRouteCreated")
         .await

@@ -104,32 +104,14 @@ impl Env {
         ]
     }
 
-    /// Starts the CCM with AWS reached through `endpoint` (e.g. a FaultProxy
-    /// in front of moto, to count calls).
-    #[allow(dead_code)]
-    pub async fn start_ccm_via(&self, endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {
-        let mut args = self.base_args();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        let mut env = self.aws_env();
-        env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
-        env.push(("AWS_ENDPOINT_URL".into(), endpoint.to_string()));
-        Ccm::spawn(&args, &env).await
-    }
-
+    /// Starts the CCM with AWS reached through moto directly.
     pub async fn start_ccm(&self, extra: &[&str]) -> anyhow::Result<Ccm> {
-        let mut args = self.base_args();
-        args.extend(extra.iter().map(|s| s.to_string()));
-        Ccm::spawn(&args, &self.aws_env()).await
+        self.start_ccm_via(&self.moto.endpoint(), extra).await
     }
 
-    /// Like [`Env::start_ccm`], with AWS calls sent to `endpoint` (e.g. a
-    /// `FaultProxy` in front of moto, to count or break calls).
-    #[allow(dead_code)]
-    pub async fn start_ccm_with_endpoint(
-        &self,
-        endpoint: &str,
-        extra: &[&str],
-    ) -> anyhow::Result<Ccm> {
+    /// Starts the CCM with AWS calls sent to `endpoint` (e.g. a `FaultProxy`
+    /// in front of moto, to count or break calls).
+    pub async fn start_ccm_via(&self, endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {
         let mut args = self.base_args();
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut env = self.aws_env();
