@@ -1,1 +1,603 @@
-//! Node controllers end to end (being built).
+//! Node initialization, node lifecycle and instance tagging (issue 4): the
+//! real binary against moto and the API test server.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use aws_ccm::testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
+use aws_sdk_ec2::types::{
+    Filter, Instance, InstanceNetworkInterfaceSpecification, ResourceType, Tag, TagSpecification,
+};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use crate::support::*;
+
+const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+const SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
+const AMI: &str = "ami-12c6146b";
+/// What moto reports for us-east-1a.
+const ZONE_ID: &str = "use1-az6";
+
+/// A VPC with one subnet in us-east-1a, in moto.
+struct Ec2 {
+    client: aws_sdk_ec2::Client,
+    vpc: String,
+    subnet: String,
+}
+
+impl Ec2 {
+    async fn new(env: &Env) -> anyhow::Result<Ec2> {
+        Ec2::create(env, false).await
+    }
+
+    /// With an Amazon-provided IPv6 block on the VPC and the subnet.
+    async fn dual_stack(env: &Env) -> anyhow::Result<Ec2> {
+        Ec2::create(env, true).await
+    }
+
+    async fn create(env: &Env, ipv6: bool) -> anyhow::Result<Ec2> {
+        let client = aws_sdk_ec2::Client::new(&env.moto.sdk_config().await);
+        let vpc = client
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .amazon_provided_ipv6_cidr_block(ipv6)
+            .send()
+            .await?
+            .vpc
+            .context("no vpc")?;
+        let vpc_id = vpc.vpc_id.clone().context("no vpc id")?;
+        let mut subnet = client
+            .create_subnet()
+            .vpc_id(&vpc_id)
+            .cidr_block("10.0.0.0/20")
+            .availability_zone("us-east-1a");
+        if ipv6 {
+            let block = vpc
+                .ipv6_cidr_block_association_set()
+                .first()
+                .and_then(|a| a.ipv6_cidr_block())
+                .context("no IPv6 block on the VPC")?;
+            subnet = subnet.ipv6_cidr_block(block.replace("/56", "/64"));
+        }
+        let subnet = subnet
+            .send()
+            .await?
+            .subnet
+            .and_then(|s| s.subnet_id)
+            .context("no subnet id")?;
+        Ok(Ec2 {
+            client,
+            vpc: vpc_id,
+            subnet,
+        })
+    }
+
+    fn cluster_tags() -> TagSpecification {
+        TagSpecification::builder()
+            .resource_type(ResourceType::Instance)
+            .tags(
+                Tag::builder()
+                    .key(format!("kubernetes.io/cluster/{CLUSTER_ID}"))
+                    .value("owned")
+                    .build(),
+            )
+            .build()
+    }
+
+    /// `count` cluster-tagged m5.large instances in the subnet.
+    async fn launch(&self, count: i32) -> anyhow::Result<Vec<Instance>> {
+        let out = self
+            .client
+            .run_instances()
+            .image_id(AMI)
+            .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+            .min_count(count)
+            .max_count(count)
+            .subnet_id(&self.subnet)
+            .tag_specifications(Ec2::cluster_tags())
+            .send()
+            .await?;
+        Ok(out.instances().to_vec())
+    }
+
+    /// One instance with two interfaces (the second in a second subnet) and
+    /// a public IP on the first.
+    async fn launch_two_interfaces(&self) -> anyhow::Result<Instance> {
+        let second = self
+            .client
+            .create_subnet()
+            .vpc_id(&self.vpc)
+            .cidr_block("10.0.16.0/24")
+            .availability_zone("us-east-1a")
+            .send()
+            .await?
+            .subnet
+            .and_then(|s| s.subnet_id)
+            .context("no subnet id")?;
+        let out = self
+            .client
+            .run_instances()
+            .image_id(AMI)
+            .instance_type(aws_sdk_ec2::types::InstanceType::C5Xlarge)
+            .min_count(1)
+            .max_count(1)
+            .network_interfaces(
+                InstanceNetworkInterfaceSpecification::builder()
+                    .device_index(0)
+                    .subnet_id(&self.subnet)
+                    .associate_public_ip_address(true)
+                    .build(),
+            )
+            .network_interfaces(
+                InstanceNetworkInterfaceSpecification::builder()
+                    .device_index(1)
+                    .subnet_id(second)
+                    .build(),
+            )
+            .tag_specifications(Ec2::cluster_tags())
+            .send()
+            .await?;
+        out.instances().first().cloned().context("no instance")
+    }
+
+    /// One instance with an IPv6 address.
+    async fn launch_ipv6(&self) -> anyhow::Result<Instance> {
+        let out = self
+            .client
+            .run_instances()
+            .image_id(AMI)
+            .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+            .min_count(1)
+            .max_count(1)
+            .subnet_id(&self.subnet)
+            .ipv6_address_count(1)
+            .tag_specifications(Ec2::cluster_tags())
+            .send()
+            .await?;
+        out.instances().first().cloned().context("no instance")
+    }
+
+    /// The instance as EC2 describes it now.
+    async fn describe(&self, id: &str) -> anyhow::Result<Instance> {
+        let out = self
+            .client
+            .describe_instances()
+            .filters(Filter::builder().name("instance-id").values(id).build())
+            .send()
+            .await?;
+        out.reservations()
+            .iter()
+            .flat_map(|r| r.instances())
+            .next()
+            .cloned()
+            .with_context(|| format!("instance {id} not in moto"))
+    }
+
+    async fn tags(&self, id: &str) -> anyhow::Result<BTreeMap<String, String>> {
+        Ok(self
+            .describe(id)
+            .await?
+            .tags()
+            .iter()
+            .map(|t| {
+                (
+                    t.key().unwrap_or_default().to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                )
+            })
+            .collect())
+    }
+}
+
+fn id(i: &Instance) -> String {
+    i.instance_id().unwrap_or_default().to_string()
+}
+
+fn dns(i: &Instance) -> String {
+    i.private_dns_name().unwrap_or_default().to_string()
+}
+
+/// Registers a node the way a kubelet with `--cloud-provider=external`
+/// does: tainted, optionally with a providerID and annotations, and with
+/// a Ready condition.
+async fn register_node(
+    api: &Api<Node>,
+    name: &str,
+    provider_id: Option<&str>,
+    annotations: &[(&str, &str)],
+    ready: bool,
+) -> anyhow::Result<()> {
+    let mut node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name},
+            "annotations": annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+        },
+        "spec": {
+            "taints": [{"key": UNINITIALIZED, "value": "true", "effect": "NoSchedule"}],
+        },
+    }))?;
+    if let Some(id) = provider_id {
+        node.spec.get_or_insert_default().provider_id = Some(id.to_string());
+    }
+    api.create(&PostParams::default(), &node)
+        .await
+        .with_context(|| format!("creating node {name}"))?;
+    set_ready(api, name, ready).await
+}
+
+async fn set_ready(api: &Api<Node>, name: &str, ready: bool) -> anyhow::Result<()> {
+    let status = if ready { "True" } else { "False" };
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Strategic(json!({"status": {"conditions": [{
+            "type": "Ready",
+            "status": status,
+            "reason": if ready { "KubeletReady" } else { "KubeletNotReady" },
+            "message": "set by the test",
+        }]}})),
+    )
+    .await
+    .with_context(|| format!("setting Ready={status} on node {name}"))?;
+    Ok(())
+}
+
+fn has_taint(node: &Node, key: &str) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == key))
+}
+
+fn addresses(node: &Node) -> Vec<(String, String)> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .map(|a| {
+            a.iter()
+                .map(|a| (a.type_.clone(), a.address.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn labels(node: &Node) -> BTreeMap<String, String> {
+    node.metadata.labels.clone().unwrap_or_default()
+}
+
+fn provider_id(node: &Node) -> Option<String> {
+    node.spec.as_ref().and_then(|s| s.provider_id.clone())
+}
+
+/// Waits until the node no longer has the uninitialized taint.
+async fn initialized(api: &Api<Node>, name: &str, deadline: Duration) -> anyhow::Result<Node> {
+    eventually(&format!("node {name} initialized"), deadline, || async {
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .filter(|n| !has_taint(n, UNINITIALIZED))
+    })
+    .await
+}
+
+/// The labels the CCM sets on a node of `instance_type` in us-east-1a,
+/// plus the hostname label the kubelet set.
+fn expected_labels(name: &str, instance_type: &str) -> BTreeMap<String, String> {
+    [
+        ("kubernetes.io/hostname", name),
+        ("node.kubernetes.io/instance-type", instance_type),
+        ("beta.kubernetes.io/instance-type", instance_type),
+        ("topology.kubernetes.io/zone", "us-east-1a"),
+        ("failure-domain.beta.kubernetes.io/zone", "us-east-1a"),
+        ("topology.kubernetes.io/region", REGION),
+        ("failure-domain.beta.kubernetes.io/region", REGION),
+        ("topology.k8s.aws/zone-id", ZONE_ID),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(t, a)| (t.to_string(), a.to_string()))
+        .collect()
+}
+
+/// events.k8s.io/v1 Events about `node` with `reason`.
+async fn events(client: &kube::Client, node: &str, reason: &str) -> Vec<Event> {
+    Api::<Event>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some(reason)
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(node)
+        })
+        .collect()
+}
+
+const NODE_CONTROLLERS: &str = "--controllers=cloud-node,cloud-node-lifecycle";
+
+#[tokio::test]
+async fn initializes_ip_named_resource_named_preset_and_multi_interface_nodes() -> anyhow::Result<()>
+{
+    let env = Env::start().await?;
+    let ec2 = Ec2::new(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ccm = env.start_ccm(&[NODE_CONTROLLERS]).await?;
+    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
+        .await?;
+
+    let launched = ec2.launch(4).await?;
+    let (kubeadm, rbn, rbn_fqdn, custom) = (&launched[0], &launched[1], &launched[2], &launched[3]);
+    let multi = ec2.launch_two_interfaces().await?;
+
+    // kubeadm: the node is named after the private DNS name.
+    register_node(&nodes, &dns(kubeadm), None, &[], true).await?;
+    // Resource-based names, bare and with a domain.
+    register_node(&nodes, &id(rbn), None, &[], true).await?;
+    let rbn_fqdn_name = format!("{}.ec2.internal", id(rbn_fqdn));
+    register_node(&nodes, &rbn_fqdn_name, None, &[], true).await?;
+    // A custom DHCP domain: the name says nothing, the kubelet set --provider-id.
+    let preset = format!("aws:///us-east-1a/{}", id(custom));
+    register_node(&nodes, "worker-7.corp.example", Some(&preset), &[], true).await?;
+    register_node(&nodes, &dns(&multi), None, &[], true).await?;
+
+    let deadline = Duration::from_secs(60);
+    for (name, instance) in [
+        (dns(kubeadm), kubeadm),
+        (id(rbn), rbn),
+        (rbn_fqdn_name.clone(), rbn_fqdn),
+    ] {
+        let node = initialized(&nodes, &name, deadline).await?;
+        assert_eq!(
+            provider_id(&node),
+            Some(format!("aws:///us-east-1a/{}", id(instance))),
+            "{name}"
+        );
+        assert_eq!(labels(&node), expected_labels(&name, "m5.large"), "{name}");
+        let ip = instance.private_ip_address().unwrap_or_default();
+        assert_eq!(
+            addresses(&node),
+            pairs(&[
+                ("InternalIP", ip),
+                ("InternalDNS", &dns(instance)),
+                ("Hostname", &dns(instance)),
+            ]),
+            "{name}"
+        );
+        // The taint is gone, nothing else about the spec changed.
+        assert!(
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_none_or(|t| t.is_empty())
+        );
+    }
+
+    let node = initialized(&nodes, "worker-7.corp.example", deadline).await?;
+    assert_eq!(
+        provider_id(&node),
+        Some(preset.clone()),
+        "a preset providerID is kept"
+    );
+    assert_eq!(
+        labels(&node),
+        expected_labels("worker-7.corp.example", "m5.large")
+    );
+    assert_eq!(
+        addresses(&node),
+        pairs(&[
+            (
+                "InternalIP",
+                custom.private_ip_address().unwrap_or_default()
+            ),
+            ("InternalDNS", &dns(custom)),
+            ("Hostname", &dns(custom)),
+        ])
+    );
+
+    let node = initialized(&nodes, &dns(&multi), deadline).await?;
+    let described = ec2.describe(&id(&multi)).await?;
+    let mut enis: Vec<_> = described.network_interfaces().to_vec();
+    enis.sort_by_key(|e| e.attachment().and_then(|a| a.device_index()));
+    let eni_ips: Vec<&str> = enis
+        .iter()
+        .map(|e| e.private_ip_address().unwrap_or_default())
+        .collect();
+    let public_ip = described
+        .public_ip_address()
+        .context("moto gave no public IP")?;
+    let public_dns = described
+        .public_dns_name()
+        .context("moto gave no public DNS name")?;
+    assert_eq!(
+        addresses(&node),
+        pairs(&[
+            ("InternalIP", eni_ips[0]),
+            ("InternalIP", eni_ips[1]),
+            ("ExternalIP", public_ip),
+            ("InternalDNS", &dns(&multi)),
+            ("Hostname", &dns(&multi)),
+            ("ExternalDNS", public_dns),
+        ])
+    );
+    assert_eq!(labels(&node), expected_labels(&dns(&multi), "c5.xlarge"));
+
+    // One Synced event per node.
+    for name in [dns(kubeadm), id(rbn), "worker-7.corp.example".into()] {
+        let synced = eventually(&format!("Synced event for {name}"), deadline, || async {
+            let found = events(&client, &name, "Synced").await;
+            (!found.is_empty()).then_some(found)
+        })
+        .await?;
+        assert_eq!(synced[0].type_.as_deref(), Some("Normal"));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn dual_stack_addresses_follow_node_ip_families_and_the_provided_node_ip()
+-> anyhow::Result<()> {
+    let env = Env::start_with_conf(&format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNodeIPFamilies = ipv6\nNodeIPFamilies = ipv4\n"
+    ))
+    .await?;
+    let ec2 = Ec2::dual_stack(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let _ccm = env.start_ccm(&[NODE_CONTROLLERS]).await?;
+
+    let plain = ec2.launch_ipv6().await?;
+    let pinned = ec2.launch_ipv6().await?;
+    register_node(&nodes, &dns(&plain), None, &[], true).await?;
+    // The kubelet ran with --node-ip=<IPv4>: only that InternalIP remains.
+    let pinned_ip = pinned.private_ip_address().unwrap_or_default().to_string();
+    register_node(
+        &nodes,
+        &dns(&pinned),
+        None,
+        &[("alpha.kubernetes.io/provided-node-ip", &pinned_ip)],
+        true,
+    )
+    .await?;
+
+    let ipv6 = |i: &Instance| -> anyhow::Result<String> {
+        i.network_interfaces()
+            .first()
+            .and_then(|e| e.ipv6_addresses().first())
+            .and_then(|a| a.ipv6_address())
+            .map(String::from)
+            .context("moto gave no IPv6 address")
+    };
+    let node = initialized(&nodes, &dns(&plain), Duration::from_secs(60)).await?;
+    assert_eq!(
+        addresses(&node),
+        pairs(&[
+            ("InternalIP", &ipv6(&plain)?),
+            ("InternalIP", plain.private_ip_address().unwrap_or_default()),
+            ("InternalDNS", &dns(&plain)),
+            ("Hostname", &dns(&plain)),
+        ])
+    );
+    let node = initialized(&nodes, &dns(&pinned), Duration::from_secs(60)).await?;
+    assert_eq!(
+        addresses(&node),
+        pairs(&[
+            ("InternalIP", &pinned_ip),
+            ("InternalDNS", &dns(&pinned)),
+            ("Hostname", &dns(&pinned)),
+        ])
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_node_without_an_instance_keeps_its_taint_and_gets_a_warning() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let proxy = FaultProxy::start(
+        &env.moto.endpoint(),
+        ProxyConfig {
+            budget_fraction: Some(1.0),
+            ..ProxyConfig::default()
+        },
+    )
+    .await?;
+    let ec2 = Ec2::new(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ccm = env
+        .start_ccm_at(&proxy.endpoint(), &[NODE_CONTROLLERS])
+        .await?;
+
+    let good = ec2.launch(1).await?.remove(0);
+    let ghost = "ip-10-0-99-99.ec2.internal";
+    register_node(&nodes, ghost, None, &[], true).await?;
+    register_node(&nodes, &dns(&good), None, &[], true).await?;
+    let bad_pid = "aws:///us-east-1a/not-an-instance";
+    register_node(&nodes, "bad-provider-id", Some(bad_pid), &[], true).await?;
+
+    initialized(&nodes, &dns(&good), Duration::from_secs(60)).await?;
+    let warning = eventually(
+        "InstanceNotFound warning",
+        Duration::from_secs(30),
+        || async {
+            events(&client, ghost, "InstanceNotFound")
+                .await
+                .into_iter()
+                .next()
+        },
+    )
+    .await?;
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let note = warning.note.unwrap_or_default();
+    assert!(
+        note.contains(ghost) && note.contains("private DNS name"),
+        "the warning names the node and what was looked up: {note}"
+    );
+    let warning = eventually(
+        "InvalidProviderID warning",
+        Duration::from_secs(30),
+        || async {
+            events(&client, "bad-provider-id", "InvalidProviderID")
+                .await
+                .into_iter()
+                .next()
+        },
+    )
+    .await?;
+    let note = warning.note.unwrap_or_default();
+    assert!(
+        note.contains("bad-provider-id") && note.contains(bad_pid) && note.contains("aws:///"),
+        "the warning names node, value and fix: {note}"
+    );
+
+    // Retried with backoff, never initialized from a guess.
+    eventually(
+        "a retry of the ghost node",
+        Duration::from_secs(30),
+        || async {
+            let retries = ccm
+                .logs()
+                .lines()
+                .filter(|l| l.contains("node not initialized") && l.contains(ghost))
+                .count();
+            (retries >= 2).then_some(())
+        },
+    )
+    .await?;
+    for name in [ghost, "bad-provider-id"] {
+        let node = nodes.get(name).await?;
+        assert!(has_taint(&node, UNINITIALIZED), "{name} keeps its taint");
+        assert_eq!(
+            provider_id(&node).as_deref(),
+            (name != ghost).then_some(bad_pid)
+        );
+        assert!(addresses(&node).is_empty(), "{name} got no addresses");
+        assert!(!labels(&node).contains_key("topology.kubernetes.io/zone"));
+    }
+    let calls = proxy.calls();
+    let mutations: Vec<String> = calls
+        .iter()
+        .filter(|(_, action, c)| {
+            c.received > 0 && !action.starts_with("Describe") && !action.starts_with("Get")
+        })
+        .map(|(service, action, c)| format!("{service}:{action} x{}", c.received))
+        .collect();
+    assert!(mutations.is_empty(), "no AWS mutations, got {mutations:?}");
+    assert!(calls.get("ec2", "DescribeInstances").received >= 2);
+    Ok(())
+}

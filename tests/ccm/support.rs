@@ -96,8 +96,14 @@ impl Env {
     }
 
     pub fn aws_env(&self) -> Vec<(String, String)> {
+        self.aws_env_for(&self.moto.endpoint())
+    }
+
+    /// The AWS environment with another endpoint (e.g. a `FaultProxy` in
+    /// front of moto).
+    pub fn aws_env_for(&self, endpoint: &str) -> Vec<(String, String)> {
         vec![
-            ("AWS_ENDPOINT_URL".into(), self.moto.endpoint()),
+            ("AWS_ENDPOINT_URL".into(), endpoint.to_string()),
             ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
             ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
             ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
@@ -108,6 +114,14 @@ impl Env {
         let mut args = self.base_args();
         args.extend(extra.iter().map(|s| s.to_string()));
         Ccm::spawn(&args, &self.aws_env()).await
+    }
+
+    /// Like [`Env::start_ccm`], with AWS calls sent to `aws_endpoint`.
+    #[allow(dead_code)]
+    pub async fn start_ccm_at(&self, aws_endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {
+        let mut args = self.base_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Ccm::spawn(&args, &self.aws_env_for(aws_endpoint)).await
     }
 }
 
