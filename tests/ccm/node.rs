@@ -601,3 +601,100 @@ async fn a_node_without_an_instance_keeps_its_taint_and_gets_a_warning() -> anyh
     assert!(calls.get("ec2", "DescribeInstances").received >= 2);
     Ok(())
 }
+
+#[tokio::test]
+async fn stopped_instances_taint_terminated_ones_delete_and_a_failed_sweep_deletes_nothing()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    let ec2 = Ec2::new(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let _ccm = env
+        .start_ccm_at(
+            &proxy.endpoint(),
+            &[NODE_CONTROLLERS, "--node-monitor-period=1s"],
+        )
+        .await?;
+    let launched = ec2.launch(3).await?;
+    let (stopped, terminated, kept) = (&launched[0], &launched[1], &launched[2]);
+    for instance in &launched {
+        register_node(&nodes, &dns(instance), None, &[], true).await?;
+    }
+    for instance in &launched {
+        initialized(&nodes, &dns(instance), Duration::from_secs(60)).await?;
+    }
+    // The sweep is cached for 30 s: allow for it.
+    let deadline = Duration::from_secs(90);
+
+    // Stopped and NotReady: tainted. Ready again: untainted.
+    ec2.client
+        .stop_instances()
+        .instance_ids(id(stopped))
+        .send()
+        .await?;
+    set_ready(&nodes, &dns(stopped), false).await?;
+    eventually("shutdown taint", deadline, || async {
+        nodes
+            .get_opt(&dns(stopped))
+            .await
+            .ok()
+            .flatten()
+            .filter(|n| has_taint(n, SHUTDOWN))
+    })
+    .await?;
+    set_ready(&nodes, &dns(stopped), true).await?;
+    eventually("shutdown taint removed", deadline, || async {
+        nodes
+            .get_opt(&dns(stopped))
+            .await
+            .ok()
+            .flatten()
+            .filter(|n| !has_taint(n, SHUTDOWN))
+    })
+    .await?;
+
+    // Terminated and NotReady: deleted, with an event.
+    ec2.client
+        .terminate_instances()
+        .instance_ids(id(terminated))
+        .send()
+        .await?;
+    set_ready(&nodes, &dns(terminated), false).await?;
+    eventually("terminated node deleted", deadline, || async {
+        matches!(nodes.get_opt(&dns(terminated)).await, Ok(None)).then_some(())
+    })
+    .await?;
+    let deleting = events(&client, &dns(terminated), "DeletingNode").await;
+    assert_eq!(deleting.len(), 1, "{deleting:?}");
+    assert_eq!(deleting[0].type_.as_deref(), Some("Normal"));
+
+    // AWS fails: the sweep and every lookup get 503. Nothing is deleted,
+    // even though the instance really is terminated.
+    proxy.set_faults(vec![
+        FaultRule::new(FaultKind::ServerError(503)).for_action("DescribeInstances"),
+    ]);
+    ec2.client
+        .terminate_instances()
+        .instance_ids(id(kept))
+        .send()
+        .await?;
+    set_ready(&nodes, &dns(kept), false).await?;
+    let before = proxy.calls().get("ec2", "DescribeInstances").faulted;
+    eventually("several failed sweeps", deadline, || async {
+        (proxy.calls().get("ec2", "DescribeInstances").faulted >= before + 6).then_some(())
+    })
+    .await?;
+    assert!(
+        nodes.get_opt(&dns(kept)).await?.is_some(),
+        "a failed sweep must not delete the node"
+    );
+    assert!(events(&client, &dns(kept), "DeletingNode").await.is_empty());
+    // AWS is back: now it goes.
+    proxy.set_faults(vec![]);
+    eventually("node deleted once AWS answers", deadline, || async {
+        matches!(nodes.get_opt(&dns(kept)).await, Ok(None)).then_some(())
+    })
+    .await?;
+    Ok(())
+}
