@@ -125,11 +125,25 @@ pub enum NodeError {
     Conflicts { node: String },
 }
 
-struct Failure {
-    attempts: u32,
-    retry_at: Instant,
-    lookup: Option<Lookup>,
+/// Where a node is in its initialization, as this process knows it.
+enum Progress {
+    /// A reconcile is initializing it; `attempts` failed before.
+    Initializing { attempts: u32 },
+    /// Initialized by this process at `at`. The shared cache may still show
+    /// the node tainted for a moment: a reconcile of that stale copy must
+    /// not look the instance up again.
+    Initialized { uid: Option<String>, at: Instant },
+    /// Failed `attempts` times; the next attempt is due at `retry_at`
+    /// unless the node changes what it is looked up by.
+    Failed {
+        attempts: u32,
+        retry_at: Instant,
+        lookup: Option<Lookup>,
+    },
 }
+
+/// How long "initialized by us" vouches for a stale tainted copy.
+const RECENTLY_INITIALIZED: Duration = Duration::from_secs(60);
 
 /// State shared by the reconciles and the status refresher.
 pub(crate) struct Shared<I: Instances> {
@@ -142,7 +156,7 @@ pub(crate) struct Shared<I: Instances> {
     pub(crate) nodes: Store<Node>,
     pub(crate) workers: usize,
     prefetch: Prefetcher<I>,
-    failures: Mutex<HashMap<String, Failure>>,
+    progress: Mutex<HashMap<String, Progress>>,
 }
 
 impl<I: Instances> Shared<I> {
@@ -150,30 +164,90 @@ impl<I: Instances> Shared<I> {
         Api::all(self.kube.clone())
     }
 
-    fn in_backoff(&self, node: &str, lookup: &Lookup) -> Option<Duration> {
-        let failures = self.failures.lock();
-        let f = failures.get(node)?;
+    /// Whether a lookup for this tainted node should start now: not while
+    /// one is being used, not for a node just initialized, not in backoff.
+    fn wants_lookup(&self, node: &Node, lookup: &Lookup) -> bool {
         let now = Instant::now();
-        (f.retry_at > now && f.lookup.as_ref() == Some(lookup)).then(|| f.retry_at - now)
+        match self.progress.lock().get(&node.name_any()) {
+            None => true,
+            Some(Progress::Initializing { .. }) => false,
+            Some(Progress::Initialized { uid, at }) => {
+                !(uid == &node.metadata.uid && now.duration_since(*at) < RECENTLY_INITIALIZED)
+            }
+            Some(Progress::Failed {
+                retry_at,
+                lookup: failed,
+                ..
+            }) => *retry_at <= now || failed.as_ref() != Some(lookup),
+        }
     }
 
-    fn record_failure(&self, node: &str, lookup: Option<Lookup>) -> Duration {
-        let mut failures = self.failures.lock();
-        let f = failures.entry(node.to_string()).or_insert(Failure {
-            attempts: 0,
-            retry_at: Instant::now(),
-            lookup: None,
-        });
-        f.attempts += 1;
-        let exp = f.attempts.saturating_sub(1).min(16);
+    /// Time left before the node may be tried again with `lookup`.
+    fn backoff_left(&self, node: &str, lookup: &Lookup) -> Option<Duration> {
+        let now = Instant::now();
+        match self.progress.lock().get(node) {
+            Some(Progress::Failed {
+                retry_at,
+                lookup: failed,
+                ..
+            }) if *retry_at > now && failed.as_ref() == Some(lookup) => Some(*retry_at - now),
+            _ => None,
+        }
+    }
+
+    fn recently_initialized(&self, node: &Node) -> bool {
+        matches!(
+            self.progress.lock().get(&node.name_any()),
+            Some(Progress::Initialized { uid, at })
+                if uid == &node.metadata.uid && at.elapsed() < RECENTLY_INITIALIZED
+        )
+    }
+
+    fn start(&self, node: &str) {
+        let mut progress = self.progress.lock();
+        let attempts = match progress.get(node) {
+            Some(Progress::Failed { attempts, .. } | Progress::Initializing { attempts }) => {
+                *attempts
+            }
+            _ => 0,
+        };
+        progress.insert(node.to_string(), Progress::Initializing { attempts });
+    }
+
+    fn succeeded(&self, node: &Node) {
+        self.progress.lock().insert(
+            node.name_any(),
+            Progress::Initialized {
+                uid: node.metadata.uid.clone(),
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Records a failure; returns the backoff before the next attempt.
+    fn failed(&self, node: &str, lookup: Option<Lookup>) -> Duration {
+        let mut progress = self.progress.lock();
+        let attempts = match progress.get(node) {
+            Some(Progress::Failed { attempts, .. } | Progress::Initializing { attempts }) => {
+                *attempts + 1
+            }
+            _ => 1,
+        };
+        let exp = attempts.saturating_sub(1).min(16);
         let delay = RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX);
-        f.retry_at = Instant::now() + delay;
-        f.lookup = lookup;
+        progress.insert(
+            node.to_string(),
+            Progress::Failed {
+                attempts,
+                retry_at: Instant::now() + delay,
+                lookup,
+            },
+        );
         delay
     }
 
-    fn clear_failure(&self, node: &str) {
-        self.failures.lock().remove(node);
+    fn forget(&self, node: &str) {
+        self.progress.lock().remove(node);
     }
 }
 
@@ -191,7 +265,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         nodes: ctx.nodes.clone(),
         workers,
         prefetch: Prefetcher::new(ctx.aws.clone(), GATHER_WINDOW),
-        failures: Mutex::new(HashMap::new()),
+        progress: Mutex::new(HashMap::new()),
     });
 
     let refresher = tokio::spawn(status::run(
@@ -205,9 +279,10 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         move |changes| {
             let shared = &trigger_shared;
             for node in &changes.applied {
-                if plan::is_uninitialized(node)
-                    && let Ok(lookup) = identity::lookup_for_node(node)
-                    && shared.in_backoff(&node.name_any(), &lookup).is_none()
+                if !plan::is_uninitialized(node) {
+                    shared.prefetch.cancel(&node.name_any());
+                } else if let Ok(lookup) = identity::lookup_for_node(node)
+                    && shared.wants_lookup(node, &lookup)
                 {
                     shared.prefetch.prefetch(&node.name_any(), lookup);
                 }
@@ -219,9 +294,8 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
                         .find(|n| n.metadata.name.as_deref() == Some(name))
                         .is_some()
                 });
-                let mut failures = shared.failures.lock();
                 for node in &changes.deleted {
-                    failures.remove(&node.name_any());
+                    shared.forget(&node.name_any());
                 }
             }
             futures::stream::iter(
@@ -245,7 +319,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 
 fn error_policy<I: Instances>(node: Arc<Node>, err: &NodeError, shared: Arc<Shared<I>>) -> Action {
     let lookup = identity::lookup_for_node(&node).ok();
-    let delay = shared.record_failure(&node.name_any(), lookup);
+    let delay = shared.failed(&node.name_any(), lookup);
     tracing::warn!(node = %node.name_any(), error = %err, retry_in = ?delay, "node not initialized");
     Action::requeue(delay)
 }
@@ -256,10 +330,27 @@ async fn reconcile<I: Instances>(
     shared: Arc<Shared<I>>,
 ) -> Result<Action, NodeError> {
     if !plan::is_uninitialized(&node) {
-        shared.clear_failure(&node.name_any());
+        shared.forget(&node.name_any());
         reconcile_label_twins(&node, &shared).await?;
         return Ok(Action::await_change());
     }
+    // A tainted copy of a node this process just initialized is the cache
+    // lagging behind our own write: ask the API server, not AWS.
+    let node = if shared.recently_initialized(&node) {
+        match shared.api().get_opt(&node.name_any()).await {
+            Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => return Ok(Action::await_change()),
+            Ok(Some(fresh)) => Arc::new(fresh),
+            Ok(None) => return Ok(Action::await_change()),
+            Err(source) => {
+                return Err(NodeError::Kube {
+                    node: node.name_any(),
+                    source,
+                });
+            }
+        }
+    } else {
+        node
+    };
     initialize(&node, &shared).await
 }
 
@@ -306,9 +397,10 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
             return Err(err.into());
         }
     };
-    if let Some(wait) = shared.in_backoff(&name, &lookup) {
+    if let Some(wait) = shared.backoff_left(&name, &lookup) {
         return Ok(Action::requeue(wait));
     }
+    shared.start(&name);
 
     let instance = match shared.prefetch.resolve(&name, &lookup).await {
         Ok(Some(instance)) => instance,
@@ -419,7 +511,7 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
     let Some(applied) = apply(node, &instance, plan, &cx, shared).await? else {
         return Ok(Action::await_change());
     };
-    shared.clear_failure(&name);
+    shared.succeeded(&applied);
     METRICS.initial_sync_delay.observe(age_seconds(&applied));
     shared
         .events

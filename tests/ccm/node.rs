@@ -698,3 +698,94 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failed_sweep_delet
     .await?;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttling()
+-> anyhow::Result<()> {
+    const NODES: usize = 300;
+    let env = Env::start().await?;
+    // AWS's documented buckets, enforced at full size.
+    let proxy = FaultProxy::start(
+        &env.moto.endpoint(),
+        ProxyConfig {
+            budget_fraction: Some(1.0),
+            ..ProxyConfig::default()
+        },
+    )
+    .await?;
+    let ec2 = Ec2::new(&env).await?;
+    let launched = ec2.launch(NODES as i32).await?;
+    assert_eq!(launched.len(), NODES);
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    // Default --concurrent-node-syncs (1): the reads from AWS are batched
+    // whatever the number of workers. The API budget is raised so the test
+    // measures the controller, not the client-side QPS limit.
+    let ccm = env
+        .start_ccm_at(
+            &proxy.endpoint(),
+            &[
+                NODE_CONTROLLERS,
+                "--kube-api-qps=500",
+                "--kube-api-burst=500",
+            ],
+        )
+        .await?;
+    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
+        .await?;
+    proxy.reset_counts();
+
+    // Kubelets register concurrently, as in a scale-up.
+    let start = tokio::time::Instant::now();
+    let names: Vec<String> = launched.iter().map(dns).collect();
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(names.clone())
+        .map(|name| {
+            let nodes = nodes.clone();
+            async move { register_node(&nodes, &name, None, &[], true).await }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    let registered = start.elapsed();
+
+    eventually(
+        "every node initialized",
+        Duration::from_secs(180),
+        || async {
+            let list = nodes.list(&ListParams::default()).await.ok()?;
+            let done = list
+                .items
+                .iter()
+                .filter(|n| !has_taint(n, UNINITIALIZED) && provider_id(n).is_some())
+                .count();
+            (done == NODES).then_some(())
+        },
+    )
+    .await?;
+    let elapsed = start.elapsed();
+    let describe = proxy.calls().get("ec2", "DescribeInstances");
+    let throttled = proxy.calls().throttled_total();
+    eprintln!(
+        "join burst: {NODES} nodes registered in {registered:?}, all initialized after {elapsed:?}; \
+         DescribeInstances received {} forwarded {} throttled {}; throttled in total {throttled}",
+        describe.received, describe.forwarded, describe.throttled
+    );
+    assert!(
+        describe.received <= 10,
+        "DescribeInstances calls: {}",
+        describe.received
+    );
+    assert_eq!(throttled, 0, "no throttled response at all");
+    // Every node got its own instance's data.
+    let list = nodes.list(&ListParams::default()).await?;
+    let by_dns: BTreeMap<String, String> = launched.iter().map(|i| (dns(i), id(i))).collect();
+    for node in &list.items {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        assert_eq!(
+            provider_id(node),
+            Some(format!("aws:///us-east-1a/{}", by_dns[&name]))
+        );
+    }
+    Ok(())
+}

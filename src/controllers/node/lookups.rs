@@ -117,6 +117,13 @@ impl<I: Instances> Prefetcher<I> {
         }
     }
 
+    /// Drops the prefetched lookup of `node`, if any.
+    pub fn cancel(&self, node: &str) {
+        if let Some(p) = self.state.lock().pending.remove(node) {
+            p.task.abort();
+        }
+    }
+
     /// Drops prefetched lookups of nodes `keep` says are gone.
     pub fn retain(&self, keep: impl Fn(&str) -> bool) {
         self.state.lock().pending.retain(|name, p| {
