@@ -789,3 +789,116 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn the_tagging_controller_refuses_to_start_without_tags() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let mut args = env.base_args();
+    args.push("--controllers=*,tagging".into());
+    let (status, logs) = Ccm::run_to_exit(&args, &env.aws_env()).await?;
+    assert!(!status.success(), "exit status {status:?}");
+    assert!(logs.contains("--tags"), "the error names the flag: {logs}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn tagging_tags_instances_untags_deleted_nodes_and_leaves_unchanged_nodes_alone()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    let ec2 = Ec2::new(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let flags = [
+        "--controllers=cloud-node,tagging",
+        "--tags=team=infra,env=test",
+    ];
+    let mut ccm = env.start_ccm_at(&proxy.endpoint(), &flags).await?;
+    let launched = ec2.launch(3).await?;
+    for instance in &launched {
+        register_node(&nodes, &dns(instance), None, &[], true).await?;
+    }
+    let checksum = aws_ccm::controllers::tagging::tags_checksum(&[
+        ("team".into(), "infra".into()),
+        ("env".into(), "test".into()),
+    ]);
+    let deadline = Duration::from_secs(60);
+    for instance in &launched {
+        eventually(&format!("tags on {}", id(instance)), deadline, || async {
+            let tags = ec2.tags(&id(instance)).await.ok()?;
+            (tags.get("team").map(String::as_str) == Some("infra")
+                && tags.get("env").map(String::as_str) == Some("test"))
+            .then_some(())
+        })
+        .await?;
+        eventually(
+            &format!("tagging label on {}", dns(instance)),
+            deadline,
+            || async {
+                let node = nodes.get_opt(&dns(instance)).await.ok()??;
+                (labels(&node).get("k8s.io/cloud-provider-aws") == Some(&checksum)).then_some(())
+            },
+        )
+        .await?;
+    }
+    let create_tags = proxy.calls().get("ec2", "CreateTags").received;
+    eprintln!("tagging 3 nodes took {create_tags} CreateTags call(s)");
+    assert!(
+        (1..=3).contains(&create_tags),
+        "CreateTags calls: {create_tags}"
+    );
+
+    // A restarted CCM sees every node again: none needs tags, no call.
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(Duration::from_secs(30)).await?;
+    proxy.reset_counts();
+    let ccm = env.start_ccm_at(&proxy.endpoint(), &flags).await?;
+    ccm.wait_for_log("tagging pass", Duration::from_secs(60))
+        .await?;
+    assert!(ccm.logs().contains("initial=true"), "{}", ccm.logs());
+    // An unrelated change to a node costs nothing either.
+    nodes
+        .patch(
+            &dns(&launched[1]),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "blue"}}})),
+        )
+        .await?;
+
+    // Deleting a node takes the tags off its instance, and only those.
+    nodes
+        .delete(&dns(&launched[0]), &Default::default())
+        .await?;
+    eventually(
+        "tags removed from the deleted node's instance",
+        deadline,
+        || async {
+            let tags = ec2.tags(&id(&launched[0])).await.ok()?;
+            (!tags.contains_key("team") && !tags.contains_key("env")).then_some(tags)
+        },
+    )
+    .await
+    .map(|tags| {
+        assert!(
+            tags.contains_key(&format!("kubernetes.io/cluster/{CLUSTER_ID}")),
+            "other tags stay: {tags:?}"
+        )
+    })?;
+    for instance in &launched[1..] {
+        assert_eq!(
+            ec2.tags(&id(instance))
+                .await?
+                .get("team")
+                .map(String::as_str),
+            Some("infra")
+        );
+    }
+    let calls = proxy.calls();
+    assert_eq!(
+        calls.get("ec2", "CreateTags").received,
+        0,
+        "no calls for unchanged nodes"
+    );
+    assert_eq!(calls.get("ec2", "DeleteTags").received, 1);
+    Ok(())
+}
