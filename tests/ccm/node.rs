@@ -599,6 +599,33 @@ async fn a_node_without_an_instance_keeps_its_taint_and_gets_a_warning() -> anyh
         .collect();
     assert!(mutations.is_empty(), "no AWS mutations, got {mutations:?}");
     assert!(calls.get("ec2", "DescribeInstances").received >= 2);
+
+    // AWS failing is not "not found" either: the taint stays, the warning
+    // says the lookup failed, and the node is initialized once AWS answers.
+    proxy.set_faults(vec![
+        FaultRule::new(FaultKind::ServerError(503)).for_action("DescribeInstances"),
+    ]);
+    let late = ec2.launch(1).await?.remove(0);
+    register_node(&nodes, &dns(&late), None, &[], true).await?;
+    let warning = eventually(
+        "InstanceLookupFailed warning",
+        Duration::from_secs(60),
+        || async {
+            events(&client, &dns(&late), "InstanceLookupFailed")
+                .await
+                .into_iter()
+                .next()
+        },
+    )
+    .await?;
+    let note = warning.note.unwrap_or_default();
+    assert!(
+        note.contains(&dns(&late)) && note.contains("private DNS name"),
+        "{note}"
+    );
+    assert!(has_taint(&nodes.get(&dns(&late)).await?, UNINITIALIZED));
+    proxy.set_faults(vec![]);
+    initialized(&nodes, &dns(&late), Duration::from_secs(60)).await?;
     Ok(())
 }
 
@@ -777,6 +804,11 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
         describe.received
     );
     assert_eq!(throttled, 0, "no throttled response at all");
+    // Two writes per node: addresses (status), then labels, providerID and
+    // taints in one patch. (The other status patch is the test's Ready.)
+    let stats = env.api.stats();
+    assert_eq!(stats.count("patch", "nodes"), NODES as u64);
+    assert_eq!(stats.count("patch", "nodes/status"), 2 * NODES as u64);
     // Every node got its own instance's data.
     let list = nodes.list(&ListParams::default()).await?;
     let by_dns: BTreeMap<String, String> = launched.iter().map(|i| (dns(i), id(i))).collect();
@@ -900,5 +932,99 @@ async fn tagging_tags_instances_untags_deleted_nodes_and_leaves_unchanged_nodes_
         "no calls for unchanged nodes"
     );
     assert_eq!(calls.get("ec2", "DeleteTags").received, 1);
+    Ok(())
+}
+
+#[tokio::test]
+async fn addresses_are_refreshed_for_all_nodes_from_one_sweep() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    let ec2 = Ec2::new(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let _ccm = env
+        .start_ccm_at(
+            &proxy.endpoint(),
+            &[NODE_CONTROLLERS, "--node-status-update-frequency=1s"],
+        )
+        .await?;
+    let launched = ec2.launch(4).await?;
+    for instance in &launched {
+        register_node(&nodes, &dns(instance), None, &[], true).await?;
+    }
+    for instance in &launched {
+        initialized(&nodes, &dns(instance), Duration::from_secs(60)).await?;
+    }
+    proxy.reset_counts();
+    env.api.reset_stats();
+    let start = tokio::time::Instant::now();
+
+    // An Elastic IP appears on one instance.
+    let target = &launched[2];
+    let eip = ec2
+        .client
+        .allocate_address()
+        .domain(aws_sdk_ec2::types::DomainType::Vpc)
+        .send()
+        .await?;
+    ec2.client
+        .associate_address()
+        .instance_id(id(target))
+        .allocation_id(eip.allocation_id().unwrap_or_default())
+        .send()
+        .await?;
+    let public_ip = eip.public_ip().unwrap_or_default().to_string();
+    let public_dns = format!(
+        "ec2-{}.compute-1.amazonaws.com",
+        public_ip.replace('.', "-")
+    );
+    // The sweep is cached for 30 s.
+    let node = eventually(
+        "ExternalIP on the node",
+        Duration::from_secs(90),
+        || async {
+            nodes
+                .get_opt(&dns(target))
+                .await
+                .ok()
+                .flatten()
+                .filter(|n| {
+                    addresses(n)
+                        .iter()
+                        .any(|(t, a)| t == "ExternalIP" && *a == public_ip)
+                })
+        },
+    )
+    .await?;
+    assert_eq!(
+        addresses(&node),
+        pairs(&[
+            (
+                "InternalIP",
+                target.private_ip_address().unwrap_or_default()
+            ),
+            ("ExternalIP", &public_ip),
+            ("InternalDNS", &dns(target)),
+            ("Hostname", &dns(target)),
+            ("ExternalDNS", &public_dns),
+        ])
+    );
+    // Refreshed every second for four nodes, yet AWS saw a sweep per cache
+    // period (two calls each: the cluster tag and the legacy tag), not a
+    // call per node per period.
+    let elapsed = start.elapsed();
+    let describe = proxy.calls().get("ec2", "DescribeInstances").received;
+    let sweeps = elapsed.as_secs() / 30 + 1;
+    eprintln!("address refresh: {describe} DescribeInstances in {elapsed:?}");
+    assert!(
+        describe <= 2 * sweeps,
+        "{describe} DescribeInstances in {elapsed:?}"
+    );
+    // Only the changed node was written.
+    assert_eq!(env.api.stats().count("patch", "nodes/status"), 1);
+    for other in launched.iter().filter(|i| id(i) != id(target)) {
+        let node = nodes.get(&dns(other)).await?;
+        assert!(addresses(&node).iter().all(|(t, _)| t != "ExternalIP"));
+    }
     Ok(())
 }
