@@ -22,9 +22,9 @@ pub mod changes;
 pub mod identity;
 pub mod lookups;
 pub mod plan;
+mod progress;
 mod status;
 
-use std::collections::HashMap;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -34,15 +34,14 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
-use parking_lot::Mutex;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::json;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::identity::{IdentityError, Lookup};
 use self::lookups::Prefetcher;
 use self::plan::{InitPlan, PlanContext, PlanError};
+use self::progress::ProgressBook;
 use super::ControllerContext;
 use super::events::Events;
 use crate::cloud_config::IpFamily;
@@ -50,9 +49,6 @@ use crate::provider::instances::{CloudError, Instance, Instances};
 
 /// How long lookups for newly seen nodes wait for company (see [`lookups`]).
 const GATHER_WINDOW: Duration = Duration::from_millis(300);
-/// Backoff of a node whose initialization failed: 1 s, 2 s, 4 s ... 5 min.
-const RETRY_BASE: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(300);
 /// Attempts of the guarded spec patch when other writers keep winning.
 const CONFLICT_ATTEMPTS: usize = 8;
 
@@ -125,26 +121,6 @@ pub enum NodeError {
     Conflicts { node: String },
 }
 
-/// Where a node is in its initialization, as this process knows it.
-enum Progress {
-    /// A reconcile is initializing it; `attempts` failed before.
-    Initializing { attempts: u32 },
-    /// Initialized by this process at `at`. The shared cache may still show
-    /// the node tainted for a moment: a reconcile of that stale copy must
-    /// not look the instance up again.
-    Initialized { uid: Option<String>, at: Instant },
-    /// Failed `attempts` times; the next attempt is due at `retry_at`
-    /// unless the node changes what it is looked up by.
-    Failed {
-        attempts: u32,
-        retry_at: Instant,
-        lookup: Option<Lookup>,
-    },
-}
-
-/// How long "initialized by us" vouches for a stale tainted copy.
-const RECENTLY_INITIALIZED: Duration = Duration::from_secs(60);
-
 /// State shared by the reconciles and the status refresher.
 pub(crate) struct Shared<I: Instances> {
     pub(crate) kube: kube::Client,
@@ -156,98 +132,12 @@ pub(crate) struct Shared<I: Instances> {
     pub(crate) nodes: Store<Node>,
     pub(crate) workers: usize,
     prefetch: Prefetcher<I>,
-    progress: Mutex<HashMap<String, Progress>>,
+    progress: ProgressBook,
 }
 
 impl<I: Instances> Shared<I> {
     fn api(&self) -> Api<Node> {
         Api::all(self.kube.clone())
-    }
-
-    /// Whether a lookup for this tainted node should start now: not while
-    /// one is being used, not for a node just initialized, not in backoff.
-    fn wants_lookup(&self, node: &Node, lookup: &Lookup) -> bool {
-        let now = Instant::now();
-        match self.progress.lock().get(&node.name_any()) {
-            None => true,
-            Some(Progress::Initializing { .. }) => false,
-            Some(Progress::Initialized { uid, at }) => {
-                !(uid == &node.metadata.uid && now.duration_since(*at) < RECENTLY_INITIALIZED)
-            }
-            Some(Progress::Failed {
-                retry_at,
-                lookup: failed,
-                ..
-            }) => *retry_at <= now || failed.as_ref() != Some(lookup),
-        }
-    }
-
-    /// Time left before the node may be tried again with `lookup`.
-    fn backoff_left(&self, node: &str, lookup: &Lookup) -> Option<Duration> {
-        let now = Instant::now();
-        match self.progress.lock().get(node) {
-            Some(Progress::Failed {
-                retry_at,
-                lookup: failed,
-                ..
-            }) if *retry_at > now && failed.as_ref() == Some(lookup) => Some(*retry_at - now),
-            _ => None,
-        }
-    }
-
-    fn recently_initialized(&self, node: &Node) -> bool {
-        matches!(
-            self.progress.lock().get(&node.name_any()),
-            Some(Progress::Initialized { uid, at })
-                if uid == &node.metadata.uid && at.elapsed() < RECENTLY_INITIALIZED
-        )
-    }
-
-    fn start(&self, node: &str) {
-        let mut progress = self.progress.lock();
-        let attempts = match progress.get(node) {
-            Some(Progress::Failed { attempts, .. } | Progress::Initializing { attempts }) => {
-                *attempts
-            }
-            _ => 0,
-        };
-        progress.insert(node.to_string(), Progress::Initializing { attempts });
-    }
-
-    fn succeeded(&self, node: &Node) {
-        self.progress.lock().insert(
-            node.name_any(),
-            Progress::Initialized {
-                uid: node.metadata.uid.clone(),
-                at: Instant::now(),
-            },
-        );
-    }
-
-    /// Records a failure; returns the backoff before the next attempt.
-    fn failed(&self, node: &str, lookup: Option<Lookup>) -> Duration {
-        let mut progress = self.progress.lock();
-        let attempts = match progress.get(node) {
-            Some(Progress::Failed { attempts, .. } | Progress::Initializing { attempts }) => {
-                *attempts + 1
-            }
-            _ => 1,
-        };
-        let exp = attempts.saturating_sub(1).min(16);
-        let delay = RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX);
-        progress.insert(
-            node.to_string(),
-            Progress::Failed {
-                attempts,
-                retry_at: Instant::now() + delay,
-                lookup,
-            },
-        );
-        delay
-    }
-
-    fn forget(&self, node: &str) {
-        self.progress.lock().remove(node);
     }
 }
 
@@ -265,7 +155,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         nodes: ctx.nodes.clone(),
         workers,
         prefetch: Prefetcher::new(ctx.aws.clone(), GATHER_WINDOW),
-        progress: Mutex::new(HashMap::new()),
+        progress: ProgressBook::default(),
     });
 
     let refresher = tokio::spawn(status::run(
@@ -282,7 +172,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
                 if !plan::is_uninitialized(node) {
                     shared.prefetch.cancel(&node.name_any());
                 } else if let Ok(lookup) = identity::lookup_for_node(node)
-                    && shared.wants_lookup(node, &lookup)
+                    && shared.progress.wants_lookup(node, &lookup)
                 {
                     shared.prefetch.prefetch(&node.name_any(), lookup);
                 }
@@ -295,7 +185,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
                         .is_some()
                 });
                 for node in &changes.deleted {
-                    shared.forget(&node.name_any());
+                    shared.progress.forget(&node.name_any());
                 }
             }
             futures::stream::iter(
@@ -319,7 +209,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 
 fn error_policy<I: Instances>(node: Arc<Node>, err: &NodeError, shared: Arc<Shared<I>>) -> Action {
     let lookup = identity::lookup_for_node(&node).ok();
-    let delay = shared.failed(&node.name_any(), lookup);
+    let delay = shared.progress.failed(&node.name_any(), lookup);
     tracing::warn!(node = %node.name_any(), error = %err, retry_in = ?delay, "node not initialized");
     Action::requeue(delay)
 }
@@ -330,13 +220,13 @@ async fn reconcile<I: Instances>(
     shared: Arc<Shared<I>>,
 ) -> Result<Action, NodeError> {
     if !plan::is_uninitialized(&node) {
-        shared.forget(&node.name_any());
+        shared.progress.forget(&node.name_any());
         reconcile_label_twins(&node, &shared).await?;
         return Ok(Action::await_change());
     }
     // A tainted copy of a node this process just initialized is the cache
     // lagging behind our own write: ask the API server, not AWS.
-    let node = if shared.recently_initialized(&node) {
+    let node = if shared.progress.recently_initialized(&node) {
         match shared.api().get_opt(&node.name_any()).await {
             Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => return Ok(Action::await_change()),
             Ok(Some(fresh)) => Arc::new(fresh),
@@ -390,6 +280,10 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
             return Ok(Action::await_change());
         }
         Err(err) => {
+            // Other changes to the node do not make the warning come sooner.
+            if let Some(wait) = shared.progress.backoff_left(&name, None) {
+                return Ok(Action::requeue(wait));
+            }
             shared
                 .events
                 .warning(&reference, EVENT_INVALID_PROVIDER_ID, err.to_string())
@@ -397,10 +291,10 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
             return Err(err.into());
         }
     };
-    if let Some(wait) = shared.backoff_left(&name, &lookup) {
+    if let Some(wait) = shared.progress.backoff_left(&name, Some(&lookup)) {
         return Ok(Action::requeue(wait));
     }
-    shared.start(&name);
+    shared.progress.start(&name);
 
     let instance = match shared.prefetch.resolve(&name, &lookup).await {
         Ok(Some(instance)) => instance,
@@ -511,7 +405,7 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
     let Some(applied) = apply(node, &instance, plan, &cx, shared).await? else {
         return Ok(Action::await_change());
     };
-    shared.succeeded(&applied);
+    shared.progress.succeeded(&applied);
     METRICS.initial_sync_delay.observe(age_seconds(&applied));
     shared
         .events
