@@ -446,6 +446,17 @@ async fn initializes_ip_named_resource_named_preset_and_multi_interface_nodes() 
         .await?;
         assert_eq!(synced[0].type_.as_deref(), Some("Normal"));
     }
+
+    // Upstream's metrics, one observation per initialized node.
+    let addr = ccm.https_addr().await?;
+    let (status, metrics) = https_get(&addr, "/metrics").await?;
+    assert_eq!(status, 200);
+    for family in [
+        "node_controller_cloud_provider_taint_removal_delay_seconds_count 5",
+        "node_controller_initial_node_sync_delay_seconds_count 5",
+    ] {
+        assert!(metrics.contains(family), "{family} in:\n{metrics}");
+    }
     Ok(())
 }
 
