@@ -37,7 +37,7 @@ use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
 use super::operations::{Category, Operation, Service};
 use super::retry::RetryPolicy;
-use super::throttle::{AimdConfig, Throttle};
+use super::throttle::{AimdConfig, Priority, Throttle};
 
 pub use super::clients::SdkClients;
 
@@ -335,7 +335,9 @@ impl AwsClient {
         let client = &self.inner.core.clients.ec2;
         self.inner
             .core
-            .call(Service::Ec2, op, opts, || f(client.clone()))
+            .call(Service::Ec2, op, opts, Priority::Normal, || {
+                f(client.clone())
+            })
             .await
     }
 
@@ -364,7 +366,9 @@ impl AwsClient {
         let client = &self.inner.core.clients.elb;
         self.inner
             .core
-            .call(Service::Elb, op, opts, || f(client.clone()))
+            .call(Service::Elb, op, opts, Priority::Normal, || {
+                f(client.clone())
+            })
             .await
     }
 
@@ -393,7 +397,9 @@ impl AwsClient {
         let client = &self.inner.core.clients.elbv2;
         self.inner
             .core
-            .call(Service::Elbv2, op, opts, || f(client.clone()))
+            .call(Service::Elbv2, op, opts, Priority::Normal, || {
+                f(client.clone())
+            })
             .await
     }
 
@@ -422,12 +428,16 @@ impl AwsClient {
         let client = &self.inner.core.clients.sts;
         self.inner
             .core
-            .call(Service::Sts, op, opts, || f(client.clone()))
+            .call(Service::Sts, op, opts, Priority::Normal, || {
+                f(client.clone())
+            })
             .await
     }
 
     /// One instance by ID, coalesced with concurrent lookups into one
-    /// `DescribeInstances`. [`AwsError::NotFound`] when it does not exist.
+    /// `DescribeInstances`. [`AwsError::NotFound`] when it does not exist;
+    /// a terminated instance that EC2 still lists is returned (its `state`
+    /// says so), because the node lifecycle controller needs to see it.
     pub async fn instance_by_id(&self, id: &str) -> Result<Ec2Instance, AwsError> {
         self.instance_by_id_with(id, CallOptions::default()).await
     }
@@ -524,6 +534,7 @@ impl Core {
         service: Service,
         op: Operation,
         opts: CallOptions,
+        priority: Priority,
         attempt: F,
     ) -> Result<T, AwsError>
     where
@@ -560,7 +571,7 @@ impl Core {
             }
         };
         loop {
-            if limiter.acquire(opts.deadline).await.is_err() {
+            if limiter.acquire_with(opts.deadline, priority).await.is_err() {
                 return Err(deadline_exceeded(attempts, last));
             }
             attempts += 1;
@@ -645,15 +656,23 @@ impl Core {
         let mut next_token: Option<String> = None;
         loop {
             let page = self
-                .call(Service::Ec2, Operation::Ec2DescribeInstances, opts, || {
-                    self.clients
-                        .ec2
-                        .describe_instances()
-                        .set_filters(Some(filters.clone()))
-                        .max_results(1000)
-                        .set_next_token(next_token.clone())
-                        .send()
-                })
+                // Every caller of this serves many callers of its own (a
+                // coalesced batch, the sweep): it goes ahead of single calls.
+                .call(
+                    Service::Ec2,
+                    Operation::Ec2DescribeInstances,
+                    opts,
+                    Priority::Shared,
+                    || {
+                        self.clients
+                            .ec2
+                            .describe_instances()
+                            .set_filters(Some(filters.clone()))
+                            .max_results(1000)
+                            .set_next_token(next_token.clone())
+                            .send()
+                    },
+                )
                 .await?;
             out.extend(
                 page.reservations()
@@ -701,6 +720,7 @@ impl Core {
                 Service::Ec2,
                 Operation::Ec2DescribeAvailabilityZones,
                 CallOptions::default(),
+                Priority::Shared,
                 || self.clients.ec2.describe_availability_zones().send(),
             )
             .await?;
@@ -709,5 +729,374 @@ impl Core {
             .iter()
             .filter_map(|zone| Some((zone.zone_name()?.to_string(), zone.zone_id()?.to_string())))
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::test_stub::{Fault, StubEc2, StubInstance};
+
+    /// Fast retries so failure-path tests take milliseconds.
+    fn fast_options() -> ClientOptions {
+        ClientOptions {
+            backoff_base: Duration::from_millis(5),
+            backoff_max: Duration::from_millis(20),
+            ..ClientOptions::default()
+        }
+    }
+
+    fn fleet(n: usize) -> Vec<StubInstance> {
+        (0..n)
+            .map(|i| {
+                StubInstance::running(
+                    &format!("i-{i:017x}"),
+                    &format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250),
+                )
+                .tagged("kubernetes.io/cluster/demo", "owned")
+            })
+            .collect()
+    }
+
+    /// Controllers spawn their reconciles on Tokio: the client and every
+    /// future it returns must be `Send`. Type-checked, never run.
+    #[allow(dead_code)]
+    fn client_and_its_futures_are_send(aws: &AwsClient) {
+        fn is_send<T: Send + 'static>(_: T) {}
+        fn is_send_ref<T: Send>(_: T) {}
+        is_send(aws.clone());
+        is_send_ref(aws.instance_by_id("i-1"));
+        is_send_ref(aws.instance_by_private_dns("ip-10-0-0-1.ec2.internal"));
+        is_send_ref(aws.cluster_instances());
+        is_send_ref(aws.zone_ids());
+        is_send_ref(aws.ec2(Operation::Ec2DescribeVpcs, |ec2| ec2.describe_vpcs().send()));
+        is_send_ref(aws.elbv2(Operation::Elbv2DescribeTargetGroups, |elbv2| {
+            elbv2.describe_target_groups().send()
+        }));
+    }
+
+    async fn client_for(stub: &StubEc2, options: ClientOptions) -> AwsClient {
+        AwsClient::new(stub.clients(), "demo".to_string(), options)
+    }
+
+    #[tokio::test]
+    async fn concurrent_lookups_by_id_coalesce_and_isolate_unknown_ids() {
+        let stub = StubEc2::start(fleet(300)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let mut ids: Vec<String> = (0..300).map(|i| format!("i-{i:017x}")).collect();
+        ids.push("i-0000000000000dead".to_string());
+        let lookups = ids.iter().map(|id| {
+            let aws = aws.clone();
+            async move { (id.clone(), aws.instance_by_id(id).await) }
+        });
+        let results = futures::future::join_all(lookups).await;
+        for (id, result) in results {
+            if id.ends_with("dead") {
+                let err = result.expect_err("unknown ID");
+                assert!(err.is_not_found(), "{err}");
+                assert!(err.to_string().contains("i-0000000000000dead"), "{err}");
+            } else {
+                assert_eq!(
+                    result.expect("known ID").id,
+                    id,
+                    "each caller gets its own instance"
+                );
+            }
+        }
+        assert!(
+            stub.calls("DescribeInstances") <= 2,
+            "{} calls",
+            stub.calls("DescribeInstances")
+        );
+        let filters = stub.describe_filters();
+        assert_eq!(
+            filters[0][0].0, "instance-id",
+            "uses the filter, not InstanceIds"
+        );
+    }
+
+    #[tokio::test]
+    async fn lookups_by_private_dns_coalesce_in_bounded_batches() {
+        let stub = StubEc2::start(fleet(450)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let names: Vec<String> = (0..450)
+            .map(|i| format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250))
+            .collect();
+        let results =
+            futures::future::join_all(names.iter().map(|name| aws.instance_by_private_dns(name)))
+                .await;
+        for (name, result) in names.iter().zip(results) {
+            assert_eq!(
+                result.expect("found").private_dns_name.as_deref(),
+                Some(name.as_str())
+            );
+        }
+        let filters = stub.describe_filters();
+        assert!(
+            filters.len() <= 4,
+            "{} calls for 450 names in batches of 200",
+            filters.len()
+        );
+        for call in &filters {
+            let names = call
+                .iter()
+                .find(|(n, _)| n == "private-dns-name")
+                .map(|(_, v)| v.len());
+            assert!(names.is_some_and(|n| n <= 200), "{call:?}");
+            assert!(
+                call.iter().any(|(n, _)| n == "instance-state-name"),
+                "terminated instances excluded"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn the_sweep_is_paginated_shared_and_cached() {
+        let mut instances = fleet(2300);
+        instances.push(
+            StubInstance::running("i-legacy", "ip-legacy").tagged("KubernetesCluster", "demo"),
+        );
+        instances.push(
+            StubInstance::running("i-foreign", "ip-foreign")
+                .tagged("kubernetes.io/cluster/other", "owned"),
+        );
+        let stub = StubEc2::start(instances).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let sweeps = futures::future::join_all((0..50).map(|_| aws.cluster_instances())).await;
+        for sweep in &sweeps {
+            let sweep = sweep.as_ref().expect("sweep");
+            assert_eq!(
+                sweep.len(),
+                2301,
+                "tagged and legacy-tagged, not the foreign one"
+            );
+            assert!(sweep.iter().any(|i| i.id == "i-legacy"));
+        }
+        // 3 pages of 1,000 for the tag-key query, 1 for the legacy tag.
+        assert_eq!(stub.calls("DescribeInstances"), 4);
+        aws.cluster_instances().await.expect("cached");
+        assert_eq!(stub.calls("DescribeInstances"), 4, "served from cache");
+        aws.invalidate_sweep();
+        aws.cluster_instances().await.expect("fresh");
+        assert_eq!(stub.calls("DescribeInstances"), 8);
+    }
+
+    #[tokio::test]
+    async fn zones_are_read_once() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let zones = aws.zone_ids().await.expect("zones");
+        assert_eq!(
+            zones.get("us-east-1b").map(String::as_str),
+            Some("use1-az2")
+        );
+        aws.zone_ids().await.expect("zones");
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 1);
+    }
+
+    #[tokio::test]
+    async fn transient_errors_and_throttling_are_retried_and_throttling_lowers_the_rate() {
+        let stub = StubEc2::start(fleet(1)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        stub.push_faults([
+            Fault::Error {
+                status: 503,
+                code: "Unavailable",
+            },
+            Fault::Error {
+                status: 500,
+                code: "InternalError",
+            },
+            Fault::Error {
+                status: 503,
+                code: "RequestLimitExceeded",
+            },
+        ]);
+        let before = aws.current_rate(Category::Ec2NonMutating);
+        let zones = aws
+            .ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+                ec2.describe_availability_zones().send()
+            })
+            .await
+            .expect("succeeds on the 4th attempt");
+        assert_eq!(zones.availability_zones().len(), 2);
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 4);
+        assert!(
+            aws.current_rate(Category::Ec2NonMutating) < before,
+            "throttling lowered the rate"
+        );
+    }
+
+    #[tokio::test]
+    async fn fatal_and_not_found_errors_are_not_retried() {
+        let stub = StubEc2::start(fleet(1)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        for (code, class) in [
+            ("InvalidParameterValue", ErrorClass::Fatal),
+            ("UnauthorizedOperation", ErrorClass::Fatal),
+            ("InvalidRouteTableID.NotFound", ErrorClass::NotFound),
+        ] {
+            let before = stub.calls("DescribeAvailabilityZones");
+            stub.push_faults([Fault::Error { status: 400, code }]);
+            let err = aws
+                .ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+                    ec2.describe_availability_zones().send()
+                })
+                .await
+                .expect_err("fails");
+            assert_eq!(err.class(), class, "{err}");
+            assert_eq!(err.code(), Some(code));
+            assert_eq!(err.attempts(), 1);
+            assert!(
+                err.message().contains("stub says"),
+                "AWS message kept: {err}"
+            );
+            assert_eq!(
+                stub.calls("DescribeAvailabilityZones") - before,
+                1,
+                "{code} not retried"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_stop_at_max_attempts() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let options = ClientOptions {
+            max_attempts: 3,
+            ..fast_options()
+        };
+        let aws = client_for(&stub, options).await;
+        stub.push_faults((0..5).map(|_| Fault::Error {
+            status: 500,
+            code: "InternalError",
+        }));
+        let err = aws
+            .ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+                ec2.describe_availability_zones().send()
+            })
+            .await
+            .expect_err("all attempts fail");
+        assert_eq!(err.attempts(), 3);
+        assert_eq!(err.class(), ErrorClass::Transient);
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 3);
+        let text = err.to_string();
+        assert!(
+            text.contains("EC2 DescribeAvailabilityZones failed after 3 attempt(s)"),
+            "{text}"
+        );
+        assert!(text.contains("InternalError"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn slow_answers_time_out_per_attempt_and_deadlines_are_honoured() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let options = ClientOptions {
+            call_timeout: Duration::from_millis(100),
+            ..fast_options()
+        };
+        let aws = client_for(&stub, options).await;
+        // First attempt hangs past the per-call timeout; the retry succeeds.
+        stub.push_faults([Fault::Delay(Duration::from_secs(2))]);
+        aws.ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+            ec2.describe_availability_zones().send()
+        })
+        .await
+        .expect("retry after a timeout");
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 2);
+
+        // With every attempt slow, the caller's deadline ends the call.
+        stub.push_faults((0..10).map(|_| Fault::Delay(Duration::from_secs(2))));
+        let start = Instant::now();
+        let err = aws
+            .ec2_with(
+                Operation::Ec2DescribeAvailabilityZones,
+                CallOptions::within(Duration::from_millis(250)),
+                |ec2| ec2.describe_availability_zones().send(),
+            )
+            .await
+            .expect_err("deadline");
+        let elapsed = start.elapsed();
+        assert!(matches!(err, AwsError::DeadlineExceeded { .. }), "{err}");
+        assert!(
+            elapsed < Duration::from_millis(400),
+            "returned at the deadline, took {elapsed:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_caller_deadline_bounds_the_wait_for_a_token() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let options = ClientOptions {
+            budget_fraction: 0.1, // ELB create bucket: 1 burst, one per 50 s
+            ..fast_options()
+        };
+        let aws = client_for(&stub, options).await;
+        let call = || {
+            aws.elb_with(
+                Operation::ElbCreateLoadBalancer,
+                CallOptions::within(Duration::from_millis(100)),
+                |elb| elb.describe_load_balancers().send(),
+            )
+        };
+        // The first call takes the only token (and fails at the stub, which
+        // does not speak ELB); the second cannot get one before its deadline.
+        let first = call().await.expect_err("stub does not serve ELB");
+        assert_eq!(first.class(), ErrorClass::Fatal);
+        let second = call().await.expect_err("no token within 100 ms");
+        assert!(
+            matches!(second, AwsError::DeadlineExceeded { attempts: 0, .. }),
+            "{second}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_operation_of_another_service_is_refused() {
+        let stub = StubEc2::start(Vec::new()).await;
+        let aws = client_for(&stub, fast_options()).await;
+        let err = aws
+            .ec2(Operation::ElbDescribeLoadBalancers, |ec2| {
+                ec2.describe_availability_zones().send()
+            })
+            .await
+            .expect_err("wrong service");
+        assert_eq!(err.class(), ErrorClass::Fatal);
+        assert_eq!(stub.calls("DescribeAvailabilityZones"), 0);
+    }
+
+    #[tokio::test]
+    async fn metrics_use_the_go_ccm_names() {
+        let stub = StubEc2::start(fleet(1)).await;
+        let aws = client_for(&stub, fast_options()).await;
+        stub.push_faults([Fault::Error {
+            status: 400,
+            code: "RequestLimitExceeded",
+        }]);
+        aws.instance_by_id(&format!("i-{:017x}", 0))
+            .await
+            .expect("found after a retry");
+        stub.push_faults([Fault::Error {
+            status: 400,
+            code: "InvalidParameterValue",
+        }]);
+        aws.ec2(Operation::Ec2DescribeAvailabilityZones, |ec2| {
+            ec2.describe_availability_zones().send()
+        })
+        .await
+        .expect_err("fatal");
+        let text = crate::metrics::encode();
+        for needle in [
+            "cloudprovider_aws_api_request_duration_seconds_bucket{le=\"+Inf\",request=\"describe_instance\"}",
+            "cloudprovider_aws_api_request_duration_seconds_count{request=\"describe_instance\"}",
+            "cloudprovider_aws_api_request_errors{request=\"describe_availability_zones\"}",
+            "cloudprovider_aws_api_throttled_requests_total{operation_name=\"DescribeInstances\"}",
+            "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=\"success\"}",
+            "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=\"throttled\"}",
+            "aws_ccm_api_coalesced_batch_size_count{kind=\"instance_id\"}",
+            "aws_ccm_api_token_wait_seconds_count{category=\"ec2_non_mutating\"}",
+            "aws_ccm_api_rate_limit{category=\"ec2_non_mutating\"}",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
     }
 }

@@ -334,6 +334,13 @@ impl Operation {
             .find(|op| op.service() == service && op.action() == action)
     }
 
+    /// [`Operation::from_action`] with the service given by name, as a proxy
+    /// or a log reports it ("ec2", "elasticloadbalancing",
+    /// "elasticloadbalancingv2", "sts").
+    pub fn from_names(service: &str, action: &str) -> Option<Operation> {
+        Operation::from_action(Service::parse(service)?, action)
+    }
+
     /// Value of the `request` label of the Go CCM's
     /// `cloudprovider_aws_api_request_*` metrics. The Go CCM named only a few
     /// EC2 calls (`describe_instance`, `describe_security_groups`,
@@ -485,6 +492,15 @@ mod tests {
             assert_eq!(found, Some(expected));
         }
         assert_eq!(Operation::from_action(Service::Ec2, "RunInstances"), None);
+        assert_eq!(
+            Operation::from_names("elasticloadbalancingv2", "RegisterTargets"),
+            Some(Operation::Elbv2RegisterTargets)
+        );
+        assert_eq!(
+            Operation::from_names("elasticloadbalancing", "RegisterInstancesWithLoadBalancer"),
+            Some(Operation::ElbRegisterInstancesWithLoadBalancer)
+        );
+        assert_eq!(Operation::from_names("s3", "GetObject"), None);
         // Same action name, different service.
         assert_eq!(
             Operation::from_action(Service::Elbv2, "RegisterInstancesWithLoadBalancer"),

@@ -26,6 +26,12 @@
 //! wait for a token and never fail for lack of one; only their own deadline
 //! bounds the wait.
 //!
+//! One exception to FIFO: [`Priority::Shared`] requests (a coalesced
+//! `DescribeInstances` serving hundreds of callers, the cluster sweep) skip
+//! the queue and take the next token. Behind a backlog of single reads a
+//! batch would otherwise make every one of its callers wait for the whole
+//! backlog; letting it through costs the backlog one token.
+//!
 //! governor runs on a clock built from `tokio::time::Instant`, so tests with a
 //! paused Tokio clock drive the limiter deterministically.
 
@@ -38,6 +44,8 @@ use governor::nanos::Nanos;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 use parking_lot::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::api_metrics;
@@ -107,9 +115,15 @@ struct Adaptive {
     last_decrease: Option<Instant>,
 }
 
-#[derive(Debug, Default)]
-struct Pacer {
-    last_grant: Option<Instant>,
+/// Whose turn a request takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Priority {
+    /// First come, first served.
+    #[default]
+    Normal,
+    /// One request serving many callers: takes the next token ahead of the
+    /// queue.
+    Shared,
 }
 
 /// The limiter of one throttle category.
@@ -121,7 +135,14 @@ pub struct CategoryLimiter {
     aimd: AimdConfig,
     gcra: Gcra,
     clock: TokioClock,
-    queue: tokio::sync::Mutex<Pacer>,
+    /// FIFO order of normal waiters; guards nothing else.
+    queue: tokio::sync::Mutex<()>,
+    /// When the last token was granted (for the adaptive pacing).
+    last_grant: Mutex<Option<Instant>>,
+    /// Shared-priority requests waiting; the head of the normal queue lets
+    /// them go first.
+    shared_waiting: AtomicUsize,
+    shared_done: Notify,
     adaptive: Mutex<Adaptive>,
 }
 
@@ -149,7 +170,10 @@ impl CategoryLimiter {
             aimd,
             gcra,
             clock,
-            queue: tokio::sync::Mutex::new(Pacer::default()),
+            queue: tokio::sync::Mutex::new(()),
+            last_grant: Mutex::new(None),
+            shared_waiting: AtomicUsize::new(0),
+            shared_done: Notify::new(),
             adaptive: Mutex::new(Adaptive {
                 rate: ceiling,
                 last_update: Instant::now(),
@@ -217,32 +241,52 @@ impl CategoryLimiter {
     /// [`TokenWaitTimedOut`] if `deadline` passed first (no token is spent
     /// then).
     pub async fn acquire(&self, deadline: Option<Instant>) -> Result<Duration, TokenWaitTimedOut> {
+        self.acquire_with(deadline, Priority::Normal).await
+    }
+
+    /// [`CategoryLimiter::acquire`] with a priority.
+    pub async fn acquire_with(
+        &self,
+        deadline: Option<Instant>,
+        priority: Priority,
+    ) -> Result<Duration, TokenWaitTimedOut> {
         let start = Instant::now();
-        let wait = self.wait_for_token();
-        let result = match deadline {
-            Some(deadline) => {
-                tokio::time::timeout_at(deadline, wait)
-                    .await
-                    .map_err(|_| TokenWaitTimedOut {
-                        waited: start.elapsed(),
-                    })
-            }
-            None => {
-                wait.await;
-                Ok(())
+        let result = match priority {
+            Priority::Normal => bounded(deadline, self.wait_in_queue()).await,
+            Priority::Shared => {
+                self.shared_waiting.fetch_add(1, Ordering::SeqCst);
+                let result = bounded(deadline, self.wait_for_token()).await;
+                self.shared_waiting.fetch_sub(1, Ordering::SeqCst);
+                self.shared_done.notify_waiters();
+                result
             }
         };
         let waited = start.elapsed();
         api_metrics::observe_token_wait(self.category, waited);
-        result.map(|()| waited)
+        result
+            .map(|()| waited)
+            .map_err(|()| TokenWaitTimedOut { waited })
+    }
+
+    async fn wait_in_queue(&self) {
+        let _turn = self.queue.lock().await;
+        // Let shared-priority requests go first.
+        loop {
+            let done = self.shared_done.notified();
+            if self.shared_waiting.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+            done.await;
+        }
+        self.wait_for_token().await;
     }
 
     async fn wait_for_token(&self) {
-        let mut pacer = self.queue.lock().await;
         // Adaptive pacing: only while the rate is below the ceiling.
         loop {
             let rate = self.current_rate();
-            let Some(last) = pacer.last_grant else { break };
+            let last = *self.last_grant.lock();
+            let Some(last) = last else { break };
             if rate >= self.ceiling {
                 break;
             }
@@ -264,7 +308,23 @@ impl CategoryLimiter {
                 }
             }
         }
-        pacer.last_grant = Some(Instant::now());
+        *self.last_grant.lock() = Some(Instant::now());
+    }
+}
+
+/// Runs `wait` until `deadline`, if any.
+async fn bounded(
+    deadline: Option<Instant>,
+    wait: impl std::future::Future<Output = ()>,
+) -> Result<(), ()> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, wait)
+            .await
+            .map_err(|_| ()),
+        None => {
+            wait.await;
+            Ok(())
+        }
     }
 }
 
@@ -405,6 +465,37 @@ mod tests {
             (1.7..=2.1).contains(&elapsed),
             "10 grants at 5/s took {elapsed}s"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_request_skips_the_queue() {
+        let limiter = std::sync::Arc::new(CategoryLimiter::new(
+            Category::ElbMutating,
+            0.5,
+            AimdConfig::default(),
+        ));
+        for _ in 0..limiter.burst() {
+            limiter.acquire(None).await.expect("burst");
+        }
+        // 20 normal waiters queue up (1.5/s: 13 s of backlog)...
+        let mut backlog = Vec::new();
+        for _ in 0..20 {
+            let limiter = limiter.clone();
+            backlog.push(tokio::spawn(async move { limiter.acquire(None).await }));
+            tokio::task::yield_now().await;
+        }
+        // ...and a shared request arriving last waits about one token.
+        let waited = limiter
+            .acquire_with(None, Priority::Shared)
+            .await
+            .expect("no deadline");
+        assert!(
+            waited <= Duration::from_millis(1400),
+            "shared request waited {waited:?}"
+        );
+        for task in backlog {
+            task.await.expect("task").expect("no deadline");
+        }
     }
 
     #[tokio::test(start_paused = true)]

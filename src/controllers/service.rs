@@ -1,11 +1,492 @@
-//! Placeholder: this controller is being built.
+//! Service controller: a load balancer for each `type: LoadBalancer` Service
+//! without `spec.loadBalancerClass`, as k8s.io/cloud-provider's controller.
+//!
+//! Work is decided from the shared informer caches: a Service is synced when
+//! its own fingerprint (spec, annotations, deletion, finalizers) changed, when
+//! its backend instance set changed (so a node change only touches Services
+//! whose backends it changes), when a failed sync's backoff (5 s doubling to
+//! 300 s) is due, or at the periodic resync. At most
+//! `--concurrent-service-syncs` syncs run at once; one Service never has two.
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::ControllerContext;
+use super::events::Events;
+use crate::provider::load_balancers::{
+    AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers,
+};
+
+pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+
+const MIN_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(300);
+const RESYNC: Duration = Duration::from_secs(600);
+const SCAN_EVERY: Duration = Duration::from_millis(250);
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(_ctx: ControllerContext, stop: CancellationToken) {
-    tracing::warn!("controller is selected but not implemented in this build; it does nothing");
-    stop.cancelled().await;
+pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+    let lbs = AwsLoadBalancers {
+        aws: ctx.aws.clone(),
+        cloud: ctx.cloud.clone(),
+        cluster_id: ctx.cluster_id.clone(),
+    };
+    let workers = ctx.options.options.concurrent_service_syncs.max(1) as usize;
+    let controller = ServiceController {
+        kube: ctx.kube.clone(),
+        events: Events::new(ctx.kube.clone(), "service-controller"),
+        lbs,
+        nodes: ctx.nodes.clone(),
+        services: ctx.services.clone(),
+        state: Arc::new(Mutex::new(HashMap::new())),
+        workers: Arc::new(Semaphore::new(workers)),
+        worker_count: workers as u32,
+    };
+    controller.run(stop).await;
+}
+
+/// Whether the controller manages this Service's load balancer at all.
+pub fn wants_load_balancer(svc: &Service) -> bool {
+    let spec = svc.spec.as_ref();
+    svc.metadata.deletion_timestamp.is_none()
+        && spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+        && spec.and_then(|s| s.load_balancer_class.as_ref()).is_none()
+}
+
+fn has_finalizer(svc: &Service) -> bool {
+    svc.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// The EC2 instance ID in a node's provider ID (`aws:///us-east-1a/i-0abc`).
+pub fn instance_id(node: &Node) -> Option<String> {
+    let pid = node.spec.as_ref()?.provider_id.as_deref()?;
+    let last = pid.strip_prefix("aws://")?.rsplit('/').next()?;
+    last.starts_with("i-").then(|| last.to_string())
+}
+
+/// Backend predicate (k8s.io/cloud-provider, KEP-3458: readiness is not a
+/// filter): not being deleted, not excluded by label, not being removed by
+/// the cluster autoscaler, and carrying every `target-node-labels` label.
+pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
+    if node.metadata.deletion_timestamp.is_some() || node.labels().contains_key(EXCLUDE_LABEL) {
+        return false;
+    }
+    let tainted = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
+    !tainted
+        && target_labels
+            .iter()
+            .all(|(k, v)| node.labels().get(k) == Some(v))
+}
+
+/// Instance IDs of the backends.
+pub fn backends(nodes: &[Arc<Node>], target_labels: &BTreeMap<String, String>) -> BTreeSet<String> {
+    nodes
+        .iter()
+        .filter(|n| is_backend(n, target_labels))
+        .filter_map(|n| instance_id(n))
+        .collect()
+}
+
+fn fingerprint(svc: &Service) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&(
+        &svc.metadata.annotations,
+        &svc.spec,
+        svc.metadata.deletion_timestamp.is_some(),
+        &svc.metadata.finalizers,
+        &svc.metadata.uid,
+    ))
+    .unwrap_or_default()
+    .hash(&mut h);
+    h.finish()
+}
+
+#[derive(Default)]
+struct KeyState {
+    synced_fingerprint: Option<u64>,
+    synced_backends: Option<BTreeSet<String>>,
+    last_sync: Option<Instant>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    in_flight: bool,
+}
+
+#[derive(Clone)]
+struct ServiceController<L: LoadBalancers> {
+    kube: kube::Client,
+    events: Events,
+    lbs: L,
+    nodes: Store<Node>,
+    services: Store<Service>,
+    state: Arc<Mutex<HashMap<String, KeyState>>>,
+    workers: Arc<Semaphore>,
+    worker_count: u32,
+}
+
+enum Outcome {
+    Done,
+    /// Bad input: wait for the Service to change.
+    Invalid,
+    Failed,
+}
+
+impl<L: LoadBalancers> ServiceController<L> {
+    async fn run(self, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(SCAN_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => self.scan(),
+            }
+        }
+        // Let running syncs finish before the controller reports stopped.
+        let _ = self.workers.acquire_many(self.worker_count).await;
+    }
+
+    /// Starts a sync for every Service that needs one.
+    fn scan(&self) {
+        let nodes = self.nodes.state();
+        let now = Instant::now();
+        let services = self.services.state();
+        let mut state = self.state.lock();
+        let live: BTreeSet<String> = services.iter().map(|s| key(s)).collect();
+        state.retain(|k, s| live.contains(k) || s.in_flight);
+        for svc in services {
+            let relevant = wants_load_balancer(&svc) || has_finalizer(&svc);
+            if !relevant {
+                continue;
+            }
+            let k = key(&svc);
+            let entry = state.entry(k.clone()).or_default();
+            if entry.in_flight {
+                continue;
+            }
+            let fp = fingerprint(&svc);
+            let targets = target_labels(&svc);
+            let want_backends = wants_load_balancer(&svc).then(|| backends(&nodes, &targets));
+            let due = entry.synced_fingerprint != Some(fp)
+                || (want_backends.is_some() && entry.synced_backends != want_backends)
+                || entry.retry_at.is_some_and(|t| t <= now)
+                || entry.last_sync.is_none_or(|t| now - t >= RESYNC);
+            let backing_off = entry.retry_at.is_some_and(|t| t > now);
+            if !due || backing_off {
+                continue;
+            }
+            let Ok(permit) = self.workers.clone().try_acquire_owned() else {
+                return;
+            };
+            let service_changed = entry.synced_fingerprint != Some(fp);
+            entry.in_flight = true;
+            let this = self.clone();
+            tokio::spawn(async move {
+                let span = tracing::info_span!("sync_service", service = %k);
+                let outcome = this
+                    .sync(
+                        &svc,
+                        want_backends.clone().unwrap_or_default(),
+                        service_changed,
+                    )
+                    .instrument(span)
+                    .await;
+                let mut state = this.state.lock();
+                let entry = state.entry(k).or_default();
+                entry.in_flight = false;
+                entry.last_sync = Some(Instant::now());
+                match outcome {
+                    Outcome::Done | Outcome::Invalid => {
+                        entry.synced_fingerprint = Some(fp);
+                        entry.synced_backends = want_backends;
+                        entry.failures = 0;
+                        entry.retry_at = None;
+                    }
+                    Outcome::Failed => {
+                        let delay = MIN_BACKOFF
+                            .saturating_mul(1 << entry.failures.min(6))
+                            .min(MAX_BACKOFF);
+                        entry.failures += 1;
+                        entry.retry_at = Some(Instant::now() + delay);
+                    }
+                }
+                drop(permit);
+            });
+        }
+    }
+
+    async fn sync(
+        &self,
+        svc: &Service,
+        backends: BTreeSet<String>,
+        service_changed: bool,
+    ) -> Outcome {
+        let key = key(svc);
+        let obj = svc.object_ref(&());
+        let uid = svc.metadata.uid.clone().unwrap_or_default();
+        let api: Api<Service> =
+            Api::namespaced(self.kube.clone(), &svc.namespace().unwrap_or_default());
+        let name = svc.name_any();
+
+        if !wants_load_balancer(svc) {
+            if !has_finalizer(svc) {
+                return Outcome::Done;
+            }
+            self.events
+                .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
+                .await;
+            if let Err(e) = self.lbs.ensure_deleted(&key, &uid).await {
+                self.events
+                    .warning(&obj, "DeleteLoadBalancerFailed", format!("Error deleting load balancer: {e}. It is retried with backoff; the finalizer {FINALIZER} stays until it succeeds"))
+                    .await;
+                return Outcome::Failed;
+            }
+            if svc.metadata.deletion_timestamp.is_none() && has_ingress(svc) {
+                let clear = serde_json::json!({"status": {"loadBalancer": {"ingress": null}}});
+                if let Err(e) = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&clear))
+                    .await
+                {
+                    tracing::warn!(error = %e, "failed to clear the load balancer status");
+                    return Outcome::Failed;
+                }
+            }
+            if let Err(e) = self.set_finalizer(&api, svc, false).await {
+                tracing::warn!(error = %e, "failed to remove the finalizer");
+                return Outcome::Failed;
+            }
+            self.events
+                .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
+                .await;
+            return Outcome::Done;
+        }
+
+        let spec = match LoadBalancerSpec::from_service(svc) {
+            Ok(spec) => spec,
+            Err(e) => {
+                tracing::warn!(error = %e, "invalid Service; no AWS call made");
+                self.events
+                    .warning(&obj, "SyncLoadBalancerFailed", format!("Error syncing load balancer: {e}. No AWS call was made; fix the Service"))
+                    .await;
+                return Outcome::Invalid;
+            }
+        };
+        match spec.kind {
+            LoadBalancerKind::External => return Outcome::Done,
+            LoadBalancerKind::Network => {
+                self.events
+                    .warning(&obj, "SyncLoadBalancerFailed", "Error syncing load balancer: NLB provisioning (aws-load-balancer-type: nlb) is not in this build yet; no AWS call was made")
+                    .await;
+                return Outcome::Invalid;
+            }
+            LoadBalancerKind::Classic => {}
+        }
+
+        if !has_finalizer(svc)
+            && let Err(e) = self.set_finalizer(&api, svc, true).await
+        {
+            tracing::warn!(error = %e, "failed to add the finalizer; nothing created");
+            return Outcome::Failed;
+        }
+        if service_changed {
+            self.events
+                .normal(&obj, "EnsuringLoadBalancer", "Ensuring load balancer")
+                .await;
+        }
+        let req = EnsureRequest {
+            service_key: key.clone(),
+            uid,
+            spec,
+            instance_ids: backends,
+        };
+        match self.lbs.ensure(&req).await {
+            Ok(done) => {
+                tracing::info!(
+                    hostname = %done.hostname,
+                    changes = done.changes.len(),
+                    "load balancer ensured"
+                );
+                if current_hostname(svc) != Some(done.hostname.as_str())
+                    && !done.hostname.is_empty()
+                {
+                    let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
+                    if let Err(e) = api
+                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                    {
+                        tracing::warn!(error = %e, "failed to write the load balancer status");
+                        return Outcome::Failed;
+                    }
+                }
+                if service_changed {
+                    self.events
+                        .normal(&obj, "EnsuredLoadBalancer", "Ensured load balancer")
+                        .await;
+                } else if !done.changes.is_empty() {
+                    self.events
+                        .normal(
+                            &obj,
+                            "UpdatedLoadBalancer",
+                            format!("Updated load balancer: {}", done.changes.join("; ")),
+                        )
+                        .await;
+                }
+                Outcome::Done
+            }
+            Err(e) => {
+                let (reason, what) = if service_changed {
+                    ("SyncLoadBalancerFailed", "Error syncing load balancer")
+                } else {
+                    (
+                        "UpdateLoadBalancerFailed",
+                        "Error updating load balancer with new hosts",
+                    )
+                };
+                let hint = match &e {
+                    LbError::Config(_) => "fix it and the Service is retried",
+                    LbError::Aws(_) => "it is retried with backoff (5 s to 5 min)",
+                };
+                tracing::warn!(error = %e, "load balancer sync failed");
+                self.events
+                    .warning(&obj, reason, format!("{what}: {e}; {hint}"))
+                    .await;
+                Outcome::Failed
+            }
+        }
+    }
+
+    async fn set_finalizer(
+        &self,
+        api: &Api<Service>,
+        svc: &Service,
+        present: bool,
+    ) -> Result<(), kube::Error> {
+        let mut finalizers: Vec<String> = svc
+            .finalizers()
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect();
+        if present {
+            finalizers.push(FINALIZER.to_string());
+        }
+        // resourceVersion makes this a compare-and-swap: a concurrent change
+        // to the list fails with 409 and the sync is retried.
+        let patch = serde_json::json!({
+            "metadata": {"finalizers": finalizers, "resourceVersion": svc.resource_version()}
+        });
+        api.patch(
+            &svc.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        Ok(())
+    }
+}
+
+fn key(svc: &Service) -> String {
+    format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any())
+}
+
+fn target_labels(svc: &Service) -> BTreeMap<String, String> {
+    svc.annotations()
+        .get(crate::aws::annotations::TARGET_NODE_LABELS)
+        .map(|v| crate::aws::annotations::parse_key_values(v))
+        .unwrap_or_default()
+}
+
+fn has_ingress(svc: &Service) -> bool {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|l| l.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
+}
+
+fn current_hostname(svc: &Service) -> Option<&str> {
+    svc.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .hostname
+        .as_deref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    use kube::api::ObjectMeta;
+
+    fn node(name: &str, labels: &[(&str, &str)], taint: Option<&str>) -> Arc<Node> {
+        Arc::new(Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(
+                    labels
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: Some(format!("aws:///us-east-1a/i-{name}")),
+                taints: taint.map(|t| {
+                    vec![Taint {
+                        key: t.into(),
+                        effect: "NoSchedule".into(),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+
+    #[test]
+    fn backend_predicate_matches_upstream() {
+        let nodes = vec![
+            node("a", &[], None),
+            node("b", &[(EXCLUDE_LABEL, "")], None),
+            node("c", &[], Some(TO_BE_DELETED_TAINT)),
+            node("d", &[("pool", "web")], None),
+        ];
+        assert_eq!(
+            backends(&nodes, &BTreeMap::new()),
+            BTreeSet::from(["i-a".to_string(), "i-d".to_string()])
+        );
+        let web = BTreeMap::from([("pool".to_string(), "web".to_string())]);
+        assert_eq!(backends(&nodes, &web), BTreeSet::from(["i-d".to_string()]));
+    }
+
+    #[test]
+    fn provider_ids_without_zone_work() {
+        let mut n = (*node("x", &[], None)).clone();
+        n.spec.as_mut().unwrap().provider_id = Some("aws:///i-0abc".into());
+        assert_eq!(instance_id(&n).as_deref(), Some("i-0abc"));
+        n.spec.as_mut().unwrap().provider_id = Some("gce://p/z/n".into());
+        assert_eq!(instance_id(&n), None);
+    }
 }

@@ -110,6 +110,18 @@ impl Env {
         ]
     }
 
+    /// Starts the CCM with AWS reached through `endpoint` (e.g. a FaultProxy
+    /// in front of moto, to count calls).
+    #[allow(dead_code)]
+    pub async fn start_ccm_via(&self, endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {
+        let mut args = self.base_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut env = self.aws_env();
+        env.retain(|(k, _)| k != "AWS_ENDPOINT_URL");
+        env.push(("AWS_ENDPOINT_URL".into(), endpoint.to_string()));
+        Ccm::spawn(&args, &env).await
+    }
+
     pub async fn start_ccm(&self, extra: &[&str]) -> anyhow::Result<Ccm> {
         let mut args = self.base_args();
         args.extend(extra.iter().map(|s| s.to_string()));

@@ -1,0 +1,314 @@
+//! Security groups: a flat, comparable model of ingress rules, the rules a
+//! classic ELB's owned group needs, and the EC2 calls that read and change them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
+use ipnet::Ipv4Net;
+
+use super::client::AwsClient;
+use super::errors::AwsError;
+use super::instances::filter;
+use super::operations::Operation;
+
+/// Where an ingress rule lets traffic in from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    Cidr(Ipv4Net),
+    Group(String),
+}
+
+/// One ingress rule: protocol (`tcp`, `udp`, `icmp`, `-1`), port range (ICMP:
+/// type and code; `-1` for all), and one source. AWS groups rules into
+/// permissions with many sources; comparing flat rules makes diffs exact.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rule {
+    pub protocol: String,
+    pub from: i32,
+    pub to: i32,
+    pub source: Source,
+}
+
+impl Rule {
+    /// Everything from another group (what a backend node's group gets).
+    pub fn all_from_group(group_id: &str) -> Rule {
+        Rule {
+            protocol: "-1".into(),
+            from: -1,
+            to: -1,
+            source: Source::Group(group_id.to_string()),
+        }
+    }
+}
+
+/// A security group as read from EC2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecurityGroup {
+    pub id: String,
+    pub name: String,
+    pub vpc_id: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub ingress: BTreeSet<Rule>,
+}
+
+/// The rules of a classic ELB's owned group: each service port from each
+/// source range, plus ICMP "fragmentation needed" (type 3 code 4) for path
+/// MTU discovery, as upstream.
+pub fn load_balancer_rules(ports: &[i32], ranges: &[Ipv4Net]) -> BTreeSet<Rule> {
+    let mut rules = BTreeSet::new();
+    for range in ranges {
+        for port in ports {
+            rules.insert(Rule {
+                protocol: "tcp".into(),
+                from: *port,
+                to: *port,
+                source: Source::Cidr(*range),
+            });
+        }
+        rules.insert(Rule {
+            protocol: "icmp".into(),
+            from: 3,
+            to: 4,
+            source: Source::Cidr(*range),
+        });
+    }
+    rules
+}
+
+/// Flattens SDK permissions into rules (IPv4 CIDRs and groups; other source
+/// kinds are not made by this controller and are left alone).
+pub fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
+    let mut out = BTreeSet::new();
+    for p in perms {
+        let protocol = p.ip_protocol().unwrap_or("-1").to_ascii_lowercase();
+        let (from, to) = if protocol == "-1" {
+            (-1, -1)
+        } else {
+            (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1))
+        };
+        for r in p.ip_ranges() {
+            if let Some(net) = r.cidr_ip().and_then(|c| c.parse::<Ipv4Net>().ok()) {
+                out.insert(Rule {
+                    protocol: protocol.clone(),
+                    from,
+                    to,
+                    source: Source::Cidr(net),
+                });
+            }
+        }
+        for g in p.user_id_group_pairs() {
+            if let Some(id) = g.group_id() {
+                out.insert(Rule {
+                    protocol: protocol.clone(),
+                    from,
+                    to,
+                    source: Source::Group(id.to_string()),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Rules as SDK permissions, one per rule (AWS merges them).
+pub fn rules_to_sdk(rules: &BTreeSet<Rule>) -> Vec<IpPermission> {
+    rules
+        .iter()
+        .map(|r| {
+            let mut p = IpPermission::builder().ip_protocol(&r.protocol);
+            if r.protocol != "-1" {
+                p = p.from_port(r.from).to_port(r.to);
+            }
+            match &r.source {
+                Source::Cidr(net) => {
+                    p.ip_ranges(IpRange::builder().cidr_ip(net.to_string()).build())
+                }
+                Source::Group(id) => {
+                    p.user_id_group_pairs(UserIdGroupPair::builder().group_id(id).build())
+                }
+            }
+            .build()
+        })
+        .collect()
+}
+
+fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<SecurityGroup> {
+    Some(SecurityGroup {
+        id: g.group_id()?.to_string(),
+        name: g.group_name().unwrap_or_default().to_string(),
+        vpc_id: g.vpc_id().map(str::to_string),
+        tags: g
+            .tags()
+            .iter()
+            .filter_map(|t| {
+                Some((
+                    t.key()?.to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                ))
+            })
+            .collect(),
+        ingress: rules_from_sdk(g.ip_permissions()),
+    })
+}
+
+/// Security groups matching every filter (paginated).
+pub async fn describe(
+    aws: &AwsClient,
+    filters: Vec<aws_sdk_ec2::types::Filter>,
+) -> Result<Vec<SecurityGroup>, AwsError> {
+    let mut out = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let page = aws
+            .ec2(Operation::Ec2DescribeSecurityGroups, |c| {
+                c.describe_security_groups()
+                    .set_filters(Some(filters.clone()))
+                    .set_next_token(token.clone())
+                    .max_results(1000)
+                    .send()
+            })
+            .await?;
+        out.extend(page.security_groups().iter().filter_map(from_sdk));
+        token = page.next_token().map(str::to_string);
+        if token.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+/// Every group in `vpc_id` tagged for the cluster (node groups and owned
+/// load balancer groups alike): one call serves the whole reconcile.
+pub async fn cluster_groups(
+    aws: &AwsClient,
+    vpc_id: &str,
+    cluster_id: &str,
+) -> Result<Vec<SecurityGroup>, AwsError> {
+    describe(
+        aws,
+        vec![
+            filter("vpc-id", [vpc_id]),
+            filter("tag-key", [super::tags::cluster_tag_key(cluster_id)]),
+        ],
+    )
+    .await
+}
+
+/// Groups by ID (those not found are left out).
+pub async fn by_ids(aws: &AwsClient, ids: &[String]) -> Result<Vec<SecurityGroup>, AwsError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    describe(aws, vec![filter("group-id", ids.to_vec())]).await
+}
+
+pub async fn create(
+    aws: &AwsClient,
+    vpc_id: &str,
+    name: &str,
+    description: &str,
+    tags: &BTreeMap<String, String>,
+) -> Result<String, AwsError> {
+    let tag_spec = aws_sdk_ec2::types::TagSpecification::builder()
+        .resource_type(aws_sdk_ec2::types::ResourceType::SecurityGroup)
+        .set_tags(Some(
+            tags.iter()
+                .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(k).value(v).build())
+                .collect(),
+        ))
+        .build();
+    let out = aws
+        .ec2(Operation::Ec2CreateSecurityGroup, |c| {
+            c.create_security_group()
+                .group_name(name)
+                .description(description)
+                .vpc_id(vpc_id)
+                .tag_specifications(tag_spec.clone())
+                .send()
+        })
+        .await?;
+    Ok(out.group_id().unwrap_or_default().to_string())
+}
+
+pub async fn authorize(
+    aws: &AwsClient,
+    group_id: &str,
+    rules: &BTreeSet<Rule>,
+) -> Result<(), AwsError> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let perms = rules_to_sdk(rules);
+    match aws
+        .ec2(Operation::Ec2AuthorizeSecurityGroupIngress, |c| {
+            c.authorize_security_group_ingress()
+                .group_id(group_id)
+                .set_ip_permissions(Some(perms.clone()))
+                .send()
+        })
+        .await
+    {
+        // A retried attempt that already landed.
+        Err(e) if e.is_already_exists() => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+pub async fn revoke(
+    aws: &AwsClient,
+    group_id: &str,
+    rules: &BTreeSet<Rule>,
+) -> Result<(), AwsError> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let perms = rules_to_sdk(rules);
+    match aws
+        .ec2(Operation::Ec2RevokeSecurityGroupIngress, |c| {
+            c.revoke_security_group_ingress()
+                .group_id(group_id)
+                .set_ip_permissions(Some(perms.clone()))
+                .send()
+        })
+        .await
+    {
+        Err(e) if e.code() == Some("InvalidPermission.NotFound") || e.is_not_found() => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+pub async fn delete(aws: &AwsClient, group_id: &str) -> Result<(), AwsError> {
+    match aws
+        .ec2(Operation::Ec2DeleteSecurityGroup, |c| {
+            c.delete_security_group().group_id(group_id).send()
+        })
+        .await
+    {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_group_rules_cover_ports_ranges_and_icmp() {
+        let ranges: Vec<Ipv4Net> =
+            vec!["10.0.0.0/8".parse().unwrap(), "0.0.0.0/0".parse().unwrap()];
+        let rules = load_balancer_rules(&[80, 443], &ranges);
+        assert_eq!(rules.len(), 6);
+        assert!(
+            rules
+                .iter()
+                .any(|r| r.protocol == "icmp" && r.from == 3 && r.to == 4)
+        );
+    }
+
+    #[test]
+    fn sdk_round_trip_is_lossless() {
+        let mut rules = load_balancer_rules(&[80], &["1.2.3.0/24".parse().unwrap()]);
+        rules.insert(Rule::all_from_group("sg-1"));
+        assert_eq!(rules_from_sdk(&rules_to_sdk(&rules)), rules);
+    }
+}

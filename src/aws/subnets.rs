@@ -1,0 +1,251 @@
+//! Subnets for load balancers: the annotation (IDs or Name tags) or upstream's
+//! auto-discovery, as a pure choice over one read of subnets and route tables.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::client::AwsClient;
+use super::errors::AwsError;
+use super::instances::filter;
+use super::operations::Operation;
+use super::tags;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subnet {
+    pub id: String,
+    pub availability_zone: String,
+    pub tags: BTreeMap<String, String>,
+    /// Its route table (explicit, else the VPC's main one) routes to an internet gateway.
+    pub public: bool,
+}
+
+/// A route table reduced to what discovery needs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RouteTable {
+    pub subnet_ids: BTreeSet<String>,
+    pub main: bool,
+    pub has_internet_gateway: bool,
+}
+
+/// Whether `subnet_id` routes to an internet gateway (`igw-*`), through its own
+/// route table or, without one, the VPC's main table.
+pub fn is_public(tables: &[RouteTable], subnet_id: &str) -> bool {
+    tables
+        .iter()
+        .find(|t| t.subnet_ids.contains(subnet_id))
+        .or_else(|| tables.iter().find(|t| t.main))
+        .is_some_and(|t| t.has_internet_gateway)
+}
+
+/// Upstream's choice: subnets of this cluster or of no cluster, one per zone;
+/// internet-facing load balancers only in public subnets. Ties in a zone go to
+/// the role tag, then the cluster tag, then the lowest ID. Sorted by zone.
+pub fn choose(subnets: &[Subnet], internal: bool, cluster_id: &str) -> Vec<String> {
+    let role = if internal {
+        tags::ROLE_INTERNAL_ELB
+    } else {
+        tags::ROLE_ELB
+    };
+    let rank = |s: &Subnet| {
+        (
+            !s.tags.contains_key(role),
+            !tags::has_cluster_tag(&s.tags, cluster_id),
+            s.id.clone(),
+        )
+    };
+    let mut by_zone: BTreeMap<&str, &Subnet> = BTreeMap::new();
+    for s in subnets {
+        if tags::tagged_for_other_cluster(&s.tags, cluster_id)
+            && !tags::has_cluster_tag(&s.tags, cluster_id)
+        {
+            continue;
+        }
+        if !internal && !s.public {
+            continue;
+        }
+        let best = by_zone.entry(&s.availability_zone).or_insert(s);
+        if rank(s) < rank(best) {
+            *best = s;
+        }
+    }
+    by_zone.values().map(|s| s.id.clone()).collect()
+}
+
+fn tags_of(t: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
+    t.iter()
+        .filter_map(|t| {
+            Some((
+                t.key()?.to_string(),
+                t.value().unwrap_or_default().to_string(),
+            ))
+        })
+        .collect()
+}
+
+async fn describe_subnets(
+    aws: &AwsClient,
+    filters: Vec<aws_sdk_ec2::types::Filter>,
+) -> Result<Vec<(String, String, BTreeMap<String, String>)>, AwsError> {
+    let out = aws
+        .ec2(Operation::Ec2DescribeSubnets, |c| {
+            c.describe_subnets()
+                .set_filters(Some(filters.clone()))
+                .send()
+        })
+        .await?;
+    Ok(out
+        .subnets()
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.subnet_id()?.to_string(),
+                s.availability_zone().unwrap_or_default().to_string(),
+                tags_of(s.tags()),
+            ))
+        })
+        .collect())
+}
+
+/// Subnets of the VPC with their public/private status: two reads.
+pub async fn vpc_subnets(aws: &AwsClient, vpc_id: &str) -> Result<Vec<Subnet>, AwsError> {
+    let subnets = describe_subnets(aws, vec![filter("vpc-id", [vpc_id])]).await?;
+    let out = aws
+        .ec2(Operation::Ec2DescribeRouteTables, |c| {
+            c.describe_route_tables()
+                .filters(filter("vpc-id", [vpc_id]))
+                .send()
+        })
+        .await?;
+    let tables: Vec<RouteTable> = out
+        .route_tables()
+        .iter()
+        .map(|t| RouteTable {
+            subnet_ids: t
+                .associations()
+                .iter()
+                .filter_map(|a| a.subnet_id().map(str::to_string))
+                .collect(),
+            main: t.associations().iter().any(|a| a.main().unwrap_or(false)),
+            has_internet_gateway: t
+                .routes()
+                .iter()
+                .any(|r| r.gateway_id().is_some_and(|g| g.starts_with("igw"))),
+        })
+        .collect();
+    Ok(subnets
+        .into_iter()
+        .map(|(id, az, tags)| Subnet {
+            public: is_public(&tables, &id),
+            id,
+            availability_zone: az,
+            tags,
+        })
+        .collect())
+}
+
+/// Resolves the `subnets` annotation (IDs and Name tags) to IDs; `Err(missing)`
+/// names the entries that match nothing.
+pub async fn resolve(
+    aws: &AwsClient,
+    vpc_id: &str,
+    names_or_ids: &[String],
+) -> Result<Result<Vec<String>, Vec<String>>, AwsError> {
+    let (ids, names): (Vec<String>, Vec<String>) = names_or_ids
+        .iter()
+        .cloned()
+        .partition(|s| s.starts_with("subnet-"));
+    let mut found: BTreeMap<String, String> = BTreeMap::new(); // key (id or name) -> id
+    if !ids.is_empty() {
+        for (id, _, _) in describe_subnets(aws, vec![filter("subnet-id", ids.clone())]).await? {
+            found.insert(id.clone(), id);
+        }
+    }
+    if !names.is_empty() {
+        let filters = vec![
+            filter("tag:Name", names.clone()),
+            filter("vpc-id", [vpc_id]),
+        ];
+        for (id, _, tags) in describe_subnets(aws, filters).await? {
+            if let Some(name) = tags.get("Name") {
+                found.insert(name.clone(), id);
+            }
+        }
+    }
+    let missing: Vec<String> = names_or_ids
+        .iter()
+        .filter(|k| !found.contains_key(*k))
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        return Ok(Err(missing));
+    }
+    let mut out: Vec<String> = names_or_ids.iter().map(|k| found[k].clone()).collect();
+    out.sort();
+    out.dedup();
+    Ok(Ok(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subnet(id: &str, az: &str, public: bool, tags: &[(&str, &str)]) -> Subnet {
+        Subnet {
+            id: id.into(),
+            availability_zone: az.into(),
+            public,
+            tags: tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn one_per_zone_preferring_role_then_cluster_tag_then_lowest_id() {
+        let c = "kubernetes.io/cluster/c1";
+        let subnets = vec![
+            subnet("subnet-b", "az1", true, &[]),
+            subnet("subnet-a", "az1", true, &[]),
+            subnet("subnet-z", "az2", true, &[(c, "shared")]),
+            subnet("subnet-y", "az2", true, &[]),
+            subnet("subnet-r", "az3", true, &[(tags::ROLE_ELB, "1")]),
+            subnet("subnet-q", "az3", true, &[(c, "owned")]),
+            subnet(
+                "subnet-o",
+                "az4",
+                true,
+                &[("kubernetes.io/cluster/other", "owned")],
+            ),
+            subnet("subnet-p", "az5", false, &[(tags::ROLE_ELB, "1")]),
+        ];
+        assert_eq!(
+            choose(&subnets, false, "c1"),
+            vec!["subnet-a", "subnet-z", "subnet-r"]
+        );
+        // Internal: private subnets count; the internal role tag decides.
+        let internal = vec![
+            subnet("subnet-1", "az1", false, &[]),
+            subnet("subnet-2", "az1", true, &[(tags::ROLE_INTERNAL_ELB, "1")]),
+        ];
+        assert_eq!(choose(&internal, true, "c1"), vec!["subnet-2"]);
+        assert!(choose(&internal[..1], false, "c1").is_empty());
+    }
+
+    #[test]
+    fn public_means_an_internet_gateway_route_on_own_or_main_table() {
+        let tables = vec![
+            RouteTable {
+                subnet_ids: BTreeSet::from(["subnet-priv".to_string()]),
+                main: false,
+                has_internet_gateway: false,
+            },
+            RouteTable {
+                subnet_ids: BTreeSet::new(),
+                main: true,
+                has_internet_gateway: true,
+            },
+        ];
+        assert!(!is_public(&tables, "subnet-priv"));
+        assert!(is_public(&tables, "subnet-other"));
+    }
+}

@@ -1,0 +1,68 @@
+//! Ownership tags: what marks an AWS resource as made by (and deletable by)
+//! this cluster's controller. The same keys and values as the Go CCM, so its
+//! resources are adopted as they are.
+
+use std::collections::BTreeMap;
+
+pub use super::instances::cluster_tag_key;
+
+/// Value of the cluster tag on resources the controller created.
+pub const OWNED: &str = "owned";
+/// `kubernetes.io/service-name=<namespace>/<name>` on load balancers and their groups.
+pub const SERVICE_NAME_TAG: &str = "kubernetes.io/service-name";
+/// Subnet role tags used by discovery.
+pub const ROLE_ELB: &str = "kubernetes.io/role/elb";
+pub const ROLE_INTERNAL_ELB: &str = "kubernetes.io/role/internal-elb";
+/// Prefix of every cluster tag key.
+pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+
+/// The tags of a resource owned by `cluster_id` for `service_key` (`ns/name`),
+/// with the user's extra tags (which never override the ownership tags).
+pub fn owned_tags(
+    cluster_id: &str,
+    service_key: &str,
+    additional: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut tags = additional.clone();
+    tags.insert(SERVICE_NAME_TAG.to_string(), service_key.to_string());
+    tags.insert(cluster_tag_key(cluster_id), OWNED.to_string());
+    tags
+}
+
+/// Whether the tags say `cluster_id` owns the resource (and may delete it).
+pub fn is_owned(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+    tags.get(&cluster_tag_key(cluster_id))
+        .is_some_and(|v| v == OWNED)
+}
+
+/// Whether the resource is tagged for `cluster_id` at all (`owned` or `shared`).
+pub fn has_cluster_tag(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+    tags.contains_key(&cluster_tag_key(cluster_id))
+}
+
+/// Whether the resource is tagged for some cluster other than `cluster_id`.
+pub fn tagged_for_other_cluster(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+    let own = cluster_tag_key(cluster_id);
+    tags.keys()
+        .any(|k| k.starts_with(CLUSTER_TAG_PREFIX) && *k != own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ownership_tags_cannot_be_overridden_by_user_tags() {
+        let extra = BTreeMap::from([
+            ("team".to_string(), "a".to_string()),
+            ("kubernetes.io/cluster/c1".to_string(), "shared".to_string()),
+        ]);
+        let tags = owned_tags("c1", "ns/web", &extra);
+        assert!(is_owned(&tags, "c1"));
+        assert_eq!(tags[SERVICE_NAME_TAG], "ns/web");
+        assert_eq!(tags["team"], "a");
+        assert!(!is_owned(&tags, "c2"));
+        assert!(tagged_for_other_cluster(&tags, "c2"));
+        assert!(!tagged_for_other_cluster(&tags, "c1"));
+    }
+}
