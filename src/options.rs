@@ -189,6 +189,7 @@ pub struct Options {
     /// Resource types the tagging controller tags. Only "instance" is supported.
     #[arg(
         long = "tag-resources",
+        alias = "resources",
         value_delimiter = ',',
         default_value = "instance"
     )]
@@ -260,6 +261,12 @@ const IGNORED_FLAGS: &[(&str, bool)] = &[
     ("node-status-update-frequency-jitter", true),
     ("leader-elect-resource-lock-namespace", true),
     ("concurrent-node-status-updates", true),
+    // The Go tagging controller's queue tuning: here tag calls are batched
+    // and rate-limited at the one door to AWS, always.
+    ("tagging-controller-rate-limit", true),
+    ("tagging-controller-burst-limit", true),
+    ("tagging-controller-concurrent-node-syncs", true),
+    ("tagging-controller-enable-batching", false),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -296,6 +303,13 @@ pub enum OptionsError {
     Tags { value: String, reason: String },
     #[error(transparent)]
     Cidr(#[from] crate::controllers::node_ipam::cidrs::CidrError),
+    #[error(
+        "the tagging controller is enabled (--controllers) but --tags is empty: give the tags to put on \
+         instances as --tags=k1=v1,k2=v2, or disable it with --controllers=*,-tagging"
+    )]
+    TaggingWithoutTags,
+    #[error("--resources={0:?} is not supported: the tagging controller only tags \"instance\"")]
+    TagResource(String),
 }
 
 /// Flags after validation, plus what was ignored (logged once at start-up).
@@ -369,6 +383,14 @@ impl Options {
         let controllers = controllers::select(&self.controllers)?;
         let tags = parse_tags(&self.tags)?;
         let (cluster_cidrs, node_cidr_allocation) = self.cidr_config(&controllers)?;
+        if controllers.contains(&ControllerName::Tagging) {
+            if tags.is_empty() {
+                return Err(OptionsError::TaggingWithoutTags);
+            }
+            if let Some(other) = self.tag_resources.iter().find(|r| r.as_str() != "instance") {
+                return Err(OptionsError::TagResource(other.clone()));
+            }
+        }
         Ok(Validated {
             options: self,
             controllers,
@@ -642,6 +664,32 @@ mod tests {
         ])
         .unwrap_err();
         assert!(err.contains("two IPv4"), "{err}");
+    }
+
+    #[test]
+    fn the_tagging_controller_needs_tags_and_accepts_upstream_flags() {
+        let err = parse(&["--cloud-provider=aws", "--controllers=*,tagging"]).unwrap_err();
+        assert!(err.contains("--tags"), "{err}");
+        let v = parse(&[
+            "--cloud-provider=aws",
+            "--controllers=*,tagging",
+            "--tags=team=infra",
+            "--resources=instance",
+            "--tagging-controller-enable-batching",
+            "--tagging-controller-concurrent-node-syncs=4",
+        ])
+        .unwrap();
+        assert!(v.controllers.contains(&ControllerName::Tagging));
+        let err = parse(&[
+            "--cloud-provider=aws",
+            "--controllers=*,tagging",
+            "--tags=team=infra",
+            "--resources=volume",
+        ])
+        .unwrap_err();
+        assert!(err.contains("volume"), "{err}");
+        // Off by default: no --tags needed.
+        assert!(parse(&["--cloud-provider=aws"]).is_ok());
     }
 
     #[test]

@@ -167,6 +167,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::AwsClient;
@@ -192,6 +193,14 @@ pub struct ControllerContext {
     pub env: Environment,
     pub nodes: Store<Node>,
     pub services: Store<Service>,
+    /// Bumped after every watch event the node informer has applied to
+    /// `nodes`. A controller that must react to changes (not only poll)
+    /// waits on `changed()` and diffs the store: no second watch, and the
+    /// informer never blocks on a slow controller (a `watch` channel keeps
+    /// only the latest value).
+    pub node_changes: watch::Receiver<u64>,
+    /// The same for `services`.
+    pub service_changes: watch::Receiver<u64>,
 }
 
 impl std::ops::Deref for ControllerContext {
@@ -208,12 +217,17 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
     let kube = env.kube.clone();
     let (nodes, node_writer) = reflector::store();
     let (services, service_writer) = reflector::store();
+    let (node_changed, node_changes) = watch::channel(0u64);
+    let (service_changed, service_changes) = watch::channel(0u64);
     let node_informer = reflector::reflector(
         node_writer,
         watcher(Api::<Node>::all(kube.clone()), watcher::Config::default()),
     )
     .default_backoff()
-    .for_each(|_| futures::future::ready(()));
+    .for_each(move |_| {
+        node_changed.send_modify(|n| *n = n.wrapping_add(1));
+        futures::future::ready(())
+    });
     let service_informer = reflector::reflector(
         service_writer,
         watcher(
@@ -222,7 +236,10 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
         ),
     )
     .default_backoff()
-    .for_each(|_| futures::future::ready(()));
+    .for_each(move |_| {
+        service_changed.send_modify(|n| *n = n.wrapping_add(1));
+        futures::future::ready(())
+    });
     let informers = tokio::spawn({
         let stop = stop.clone();
         async move {
@@ -252,6 +269,8 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
         env,
         nodes,
         services,
+        node_changes,
+        service_changes,
     };
     let mut tasks = Vec::new();
     for name in ctx.options.controllers.iter().copied() {

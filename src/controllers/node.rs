@@ -1,11 +1,488 @@
-//! Placeholder: this controller is being built.
+//! The cloud-node controller: initializes nodes registered with the
+//! `node.cloudprovider.kubernetes.io/uninitialized` taint, and keeps their
+//! addresses up to date.
+//!
+//! Initializing a node: find its instance (providerID, else name, see
+//! [`identity`]); plan providerID, labels, addresses and taint removal with a
+//! pure function ([`plan`]); apply the plan in two writes (status with the
+//! addresses first, so the node never becomes schedulable without them; then
+//! one resourceVersion-guarded merge patch of labels, providerID and taints);
+//! emit `Synced`. When the instance cannot be found or AWS fails, the taint
+//! stays, a Warning event says what was looked up, and the node is retried
+//! with exponential backoff: a node is never initialized from a guess.
+//!
+//! Every `--node-status-update-frequency` the addresses of all initialized
+//! nodes are refreshed from the shared cluster sweep ([`status`]).
+//!
+//! Triggers come from the shared node informer ([`changes`]); the
+//! reconciles run in kube-runtime's controller with `--concurrent-node-syncs`
+//! workers, which dedups and requeues per node.
 
+pub mod changes;
+pub mod identity;
+pub mod lookups;
+pub mod plan;
+mod progress;
+mod status;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Config, Controller};
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use self::identity::{IdentityError, Lookup};
+use self::lookups::Prefetcher;
+use self::plan::{InitPlan, PlanContext, PlanError};
+use self::progress::ProgressBook;
 use super::ControllerContext;
+use super::events::Events;
+use crate::cloud_config::IpFamily;
+use crate::provider::instances::{CloudError, Instance, Instances};
+
+/// How long lookups for newly seen nodes wait for company (see [`lookups`]).
+const GATHER_WINDOW: Duration = Duration::from_millis(300);
+/// Attempts of the guarded spec patch when other writers keep winning.
+const CONFLICT_ATTEMPTS: usize = 8;
+
+pub const EVENT_SYNCED: &str = "Synced";
+pub const EVENT_INVALID_PROVIDER_ID: &str = "InvalidProviderID";
+pub const EVENT_INSTANCE_NOT_FOUND: &str = "InstanceNotFound";
+pub const EVENT_LOOKUP_FAILED: &str = "InstanceLookupFailed";
+pub const EVENT_INIT_FAILED: &str = "NodeInitializationFailed";
+pub const EVENT_LABEL_CONFLICT: &str = "LabelConflict";
+
+struct Metrics {
+    taint_removal_delay: Histogram,
+    initial_sync_delay: Histogram,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    // 1 s .. ~17 min, as upstream.
+    let m = Metrics {
+        taint_removal_delay: Histogram::new(exponential_buckets(1.0, 4.0, 6)),
+        initial_sync_delay: Histogram::new(exponential_buckets(1.0, 4.0, 6)),
+    };
+    crate::metrics::register(
+        "node_controller_cloud_provider_taint_removal_delay_seconds",
+        "Number of seconds after node creation when NodeController removed the cloud-provider taint of a single node.",
+        m.taint_removal_delay.clone(),
+    );
+    crate::metrics::register(
+        "node_controller_initial_node_sync_delay_seconds",
+        "Number of seconds after node creation when NodeController finished the initial synchronization of a single node.",
+        m.initial_sync_delay.clone(),
+    );
+    m
+});
+
+/// Seconds since the node was created (0 when unknown).
+fn age_seconds(node: &Node) -> f64 {
+    node.metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as i64)
+                .unwrap_or(0);
+            ((now - t.0.as_millisecond()) as f64 / 1000.0).max(0.0)
+        })
+        .unwrap_or(0.0)
+}
+
+/// Why a reconcile did not finish; the node is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
+    #[error("no EC2 instance found for node {node} by {lookup}")]
+    NotFound { node: String, lookup: Lookup },
+    #[error("looking up the EC2 instance of node {node} by {lookup} failed: {source}")]
+    Cloud {
+        node: String,
+        lookup: Lookup,
+        source: CloudError,
+    },
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error("updating node {node} failed: {source}")]
+    Kube { node: String, source: kube::Error },
+    #[error(
+        "node {node} kept changing under us: gave up after {CONFLICT_ATTEMPTS} conflicting writes"
+    )]
+    Conflicts { node: String },
+}
+
+/// State shared by the reconciles and the status refresher.
+pub(crate) struct Shared<I: Instances> {
+    pub(crate) kube: kube::Client,
+    pub(crate) cloud: I,
+    pub(crate) events: Events,
+    pub(crate) region: String,
+    pub(crate) cluster_id: String,
+    pub(crate) families: Vec<IpFamily>,
+    pub(crate) nodes: Store<Node>,
+    pub(crate) workers: usize,
+    prefetch: Prefetcher<I>,
+    progress: ProgressBook,
+}
+
+impl<I: Instances> Shared<I> {
+    fn api(&self) -> Api<Node> {
+        Api::all(self.kube.clone())
+    }
+}
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(_ctx: ControllerContext, stop: CancellationToken) {
-    tracing::warn!("controller is selected but not implemented in this build; it does nothing");
-    stop.cancelled().await;
+pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+    LazyLock::force(&METRICS);
+    let workers = ctx.options.options.concurrent_node_syncs.max(1) as usize;
+    let shared = Arc::new(Shared {
+        kube: ctx.kube.clone(),
+        cloud: ctx.aws.clone(),
+        events: Events::new(ctx.kube.clone(), "cloud-node-controller"),
+        region: ctx.region.clone(),
+        cluster_id: ctx.cluster_id.clone(),
+        families: ctx.cloud.node_ip_families.clone(),
+        nodes: ctx.nodes.clone(),
+        workers,
+        prefetch: Prefetcher::new(ctx.aws.clone(), GATHER_WINDOW),
+        progress: ProgressBook::default(),
+    });
+
+    let refresher = tokio::spawn(status::run(
+        shared.clone(),
+        ctx.options.options.node_status_update_frequency,
+        stop.clone(),
+    ));
+
+    let trigger_shared = shared.clone();
+    let triggers = changes::node_changes(ctx.nodes.clone(), ctx.node_changes.clone()).flat_map(
+        move |changes| {
+            let shared = &trigger_shared;
+            for node in &changes.applied {
+                if !plan::is_uninitialized(node) {
+                    shared.prefetch.cancel(&node.name_any());
+                } else if let Ok(lookup) = identity::lookup_for_node(node)
+                    && shared.progress.wants_lookup(node, &lookup)
+                {
+                    shared.prefetch.prefetch(&node.name_any(), lookup);
+                }
+            }
+            if !changes.deleted.is_empty() {
+                let store = shared.nodes.clone();
+                shared.prefetch.retain(|name| {
+                    store
+                        .find(|n| n.metadata.name.as_deref() == Some(name))
+                        .is_some()
+                });
+                for node in &changes.deleted {
+                    shared.progress.forget(&node.name_any());
+                }
+            }
+            futures::stream::iter(
+                changes
+                    .applied
+                    .into_iter()
+                    .map(|n| Ok::<Node, kube::runtime::watcher::Error>(Node::clone(&n))),
+            )
+        },
+    );
+
+    tracing::info!(workers, "cloud-node controller started");
+    Controller::for_stream(triggers, ctx.nodes.clone())
+        .with_config(Config::default().concurrency(workers.min(u16::MAX as usize) as u16))
+        .graceful_shutdown_on(stop.clone().cancelled_owned())
+        .run(reconcile, error_policy, shared)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    let _ = refresher.await;
+}
+
+fn error_policy<I: Instances>(node: Arc<Node>, err: &NodeError, shared: Arc<Shared<I>>) -> Action {
+    let lookup = identity::lookup_for_node(&node).ok();
+    let delay = shared.progress.failed(&node.name_any(), lookup);
+    tracing::warn!(node = %node.name_any(), error = %err, retry_in = ?delay, "node not initialized");
+    Action::requeue(delay)
+}
+
+#[tracing::instrument(skip_all, fields(node = %node.name_any()))]
+async fn reconcile<I: Instances>(
+    node: Arc<Node>,
+    shared: Arc<Shared<I>>,
+) -> Result<Action, NodeError> {
+    if !plan::is_uninitialized(&node) {
+        shared.progress.forget(&node.name_any());
+        reconcile_label_twins(&node, &shared).await?;
+        return Ok(Action::await_change());
+    }
+    // A tainted copy of a node this process just initialized is the cache
+    // lagging behind our own write: ask the API server, not AWS.
+    let node = if shared.progress.recently_initialized(&node) {
+        match shared.api().get_opt(&node.name_any()).await {
+            Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => return Ok(Action::await_change()),
+            Ok(Some(fresh)) => Arc::new(fresh),
+            Ok(None) => return Ok(Action::await_change()),
+            Err(source) => {
+                return Err(NodeError::Kube {
+                    node: node.name_any(),
+                    source,
+                });
+            }
+        }
+    } else {
+        node
+    };
+    initialize(&node, &shared).await
+}
+
+/// Keeps GA labels next to their beta twins on initialized nodes (no AWS).
+async fn reconcile_label_twins<I: Instances>(
+    node: &Node,
+    shared: &Shared<I>,
+) -> Result<(), NodeError> {
+    let twins = plan::plan_label_twins(node);
+    if twins.is_empty() {
+        return Ok(());
+    }
+    let name = node.name_any();
+    let patch = json!({"metadata": {
+        "resourceVersion": node.resource_version(),
+        "labels": twins,
+    }});
+    match shared
+        .api()
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Someone wrote meanwhile: the watch brings the new version back.
+        Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
+        Err(source) => Err(NodeError::Kube { node: name, source }),
+    }
+}
+
+async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Action, NodeError> {
+    let name = node.name_any();
+    let reference = node.object_ref(&());
+    let lookup = match identity::lookup_for_node(node) {
+        Ok(lookup) => lookup,
+        Err(err @ IdentityError::Fargate { .. }) => {
+            tracing::info!(error = %err, "skipping node");
+            return Ok(Action::await_change());
+        }
+        Err(err) => {
+            // Other changes to the node do not make the warning come sooner.
+            if let Some(wait) = shared.progress.backoff_left(&name, None) {
+                return Ok(Action::requeue(wait));
+            }
+            shared
+                .events
+                .warning(&reference, EVENT_INVALID_PROVIDER_ID, err.to_string())
+                .await;
+            return Err(err.into());
+        }
+    };
+    if let Some(wait) = shared.progress.backoff_left(&name, Some(&lookup)) {
+        return Ok(Action::requeue(wait));
+    }
+    shared.progress.start(&name);
+
+    let instance = match shared.prefetch.resolve(&name, &lookup).await {
+        Ok(Some(instance)) => instance,
+        Ok(None) => {
+            shared
+                .events
+                .warning(
+                    &reference,
+                    EVENT_INSTANCE_NOT_FOUND,
+                    not_found_note(&name, &lookup, &shared.cluster_id),
+                )
+                .await;
+            return Err(NodeError::NotFound { node: name, lookup });
+        }
+        Err(source) => {
+            shared
+                .events
+                .warning(
+                    &reference,
+                    EVENT_LOOKUP_FAILED,
+                    format!(
+                        "Looking up the EC2 instance of node {name} by {lookup} failed: {source}. \
+                         The node keeps its {} taint and is retried.",
+                        plan::UNINITIALIZED_TAINT
+                    ),
+                )
+                .await;
+            return Err(NodeError::Cloud {
+                node: name,
+                lookup,
+                source,
+            });
+        }
+    };
+    // As upstream, a name-based lookup only trusts instances of this cluster:
+    // another cluster's instance may have the same private DNS name.
+    if matches!(lookup, Lookup::ByPrivateDns(_)) && !instance.is_in_cluster(&shared.cluster_id) {
+        shared
+            .events
+            .warning(
+                &reference,
+                EVENT_INSTANCE_NOT_FOUND,
+                format!(
+                    "Instance {} has private DNS name {name} but is not tagged as a member of cluster {} \
+                     (tag kubernetes.io/cluster/{}=owned or shared); node {name} is not initialized from it. \
+                     Tag the instance, or set the kubelet's --provider-id.",
+                    instance.id, shared.cluster_id, shared.cluster_id
+                ),
+            )
+            .await;
+        return Err(NodeError::NotFound { node: name, lookup });
+    }
+
+    let zone_ids = match shared.cloud.zone_ids().await {
+        Ok(zones) => zones,
+        Err(source) => {
+            shared
+                .events
+                .warning(
+                    &reference,
+                    EVENT_LOOKUP_FAILED,
+                    format!("Reading the availability zone IDs for node {name} failed: {source}. Retrying."),
+                )
+                .await;
+            return Err(NodeError::Cloud {
+                node: name,
+                lookup,
+                source,
+            });
+        }
+    };
+    let cx = PlanContext {
+        region: &shared.region,
+        families: &shared.families,
+        zone_ids: &zone_ids,
+    };
+    let plan = match plan::plan_initialization(node, &instance, &cx) {
+        Ok(plan) => plan,
+        Err(err) => {
+            shared
+                .events
+                .warning(&reference, EVENT_INIT_FAILED, err.to_string())
+                .await;
+            return Err(err.into());
+        }
+    };
+    if let Some(zone) = &plan.unknown_zone {
+        tracing::warn!(
+            zone,
+            "zone ID unknown for this zone; the topology.k8s.aws/zone-id label is left out"
+        );
+    }
+    for conflict in &plan.conflicts {
+        shared
+            .events
+            .warning(
+                &reference,
+                EVENT_LABEL_CONFLICT,
+                format!(
+                    "Node {name} has label {}={} but its instance {} says {}; the existing value is kept. \
+                     Remove the label if the cloud's value should apply.",
+                    conflict.key, conflict.existing, instance.id, conflict.wanted
+                ),
+            )
+            .await;
+    }
+    tracing::info!(instance = %instance.id, plan = %plan, "initializing node");
+    let Some(applied) = apply(node, &instance, plan, &cx, shared).await? else {
+        return Ok(Action::await_change());
+    };
+    shared.progress.succeeded(&applied);
+    METRICS.initial_sync_delay.observe(age_seconds(&applied));
+    shared
+        .events
+        .normal(&reference, EVENT_SYNCED, "Node synced successfully")
+        .await;
+    tracing::info!(instance = %instance.id, "node initialized");
+    Ok(Action::await_change())
+}
+
+fn not_found_note(name: &str, lookup: &Lookup, cluster_id: &str) -> String {
+    let hint = match lookup {
+        Lookup::ById(_) => "Check that the instance exists in this account and Region".to_string(),
+        Lookup::ByPrivateDns(_) => format!(
+            "The node name must be the instance's private DNS name (kubeadm's default), an instance ID, \
+             or the kubelet must set --provider-id; the instance must be live and tagged \
+             kubernetes.io/cluster/{cluster_id}"
+        ),
+    };
+    format!(
+        "No EC2 instance found for node {name} by {lookup}. {hint}. The node keeps its {} taint and is retried.",
+        plan::UNINITIALIZED_TAINT
+    )
+}
+
+/// Writes the plan: addresses (status subresource), then labels, providerID
+/// and taints in one patch guarded by resourceVersion; on a conflict the
+/// node is read again and the plan recomputed. `None` when the node is gone.
+async fn apply<I: Instances>(
+    node: &Node,
+    instance: &Instance,
+    mut plan: InitPlan,
+    cx: &PlanContext<'_>,
+    shared: &Shared<I>,
+) -> Result<Option<Node>, NodeError> {
+    let api = shared.api();
+    let name = node.name_any();
+    let kube_err = |source| NodeError::Kube {
+        node: name.clone(),
+        source,
+    };
+    let mut current = node.clone();
+    for _ in 0..CONFLICT_ATTEMPTS {
+        if let Some(patch) = plan.status_patch() {
+            match api
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Ok(updated) => current = updated,
+                Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+                Err(e) => return Err(kube_err(e)),
+            }
+        }
+        if !plan.touches_spec() {
+            return Ok(Some(current));
+        }
+        let patch = plan.spec_patch(&current.resource_version().unwrap_or_default());
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            Ok(updated) => {
+                if plan.taints.is_some() {
+                    METRICS.taint_removal_delay.observe(age_seconds(&updated));
+                }
+                return Ok(Some(updated));
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                tracing::debug!("conflict writing the node; reading it again");
+                current = match api.get_opt(&name).await.map_err(kube_err)? {
+                    Some(fresh) => fresh,
+                    None => return Ok(None),
+                };
+                plan = plan::plan_initialization(&current, instance, cx)?;
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
+            Err(e) => return Err(kube_err(e)),
+        }
+    }
+    Err(NodeError::Conflicts { node: name })
 }

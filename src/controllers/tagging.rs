@@ -1,11 +1,664 @@
-//! Placeholder: this controller is being built.
+//! The tagging controller (off by default, as upstream): puts the `--tags`
+//! on each node's EC2 instance, and takes them off when the node is deleted.
+//!
+//! * A node is tagged once it has a providerID (the cloud-node controller
+//!   sets it) and lacks the label `k8s.io/cloud-provider-aws=<checksum of
+//!   the tags>`, upstream's label and checksum, so nodes the Go CCM tagged
+//!   stay tagged and unchanged nodes cost no AWS call, before or after a
+//!   restart.
+//! * Nodes that need tags at the same time share one `CreateTags` (up to
+//!   1,000 instances per call, EC2's limit). EC2 fails the whole call when
+//!   one instance is unknown; the batch is then split in halves until the
+//!   unknown ones are isolated. A node whose instance is not found is
+//!   retried with backoff a few times, then skipped (until it changes).
+//! * On deletion the tags are removed (`DeleteTags`, batched the same way,
+//!   matching values only, so a tag someone changed since is left alone),
+//!   using the providerID of the last state seen of the node. No finalizer:
+//!   a finalizer would make every node deletion wait on this optional
+//!   controller (stuck nodes if it is disabled, or after a swap back to the
+//!   Go CCM). The price, shared with upstream: a node deleted while no CCM
+//!   runs keeps its tags on the instance.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use md5::{Digest, Md5};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use serde_json::json;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ControllerContext;
+use super::node::changes::{Changes, node_changes};
+use super::node::identity;
+use crate::provider::instances::{CloudError, Instances, MAX_TAG_RESOURCES};
+
+/// Upstream's label recording which tag set a node's instance carries.
+pub const TAGGED_LABEL: &str = "k8s.io/cloud-provider-aws";
+/// How long changes are gathered before a pass, so a burst shares calls.
+const GATHER: Duration = Duration::from_millis(250);
+/// Retries of a node whose instance is not found (EC2 may not list a
+/// brand-new instance yet) before it is skipped.
+const NOT_FOUND_ATTEMPTS: u32 = 5;
+/// Retries of other failures before an item is dropped.
+const MAX_ATTEMPTS: u32 = 10;
+const RETRY_BASE: Duration = Duration::from_secs(2);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+static INITIAL_TAGGING_DELAY: LazyLock<Histogram> = LazyLock::new(|| {
+    let h = Histogram::new(exponential_buckets(1.0, 4.0, 6));
+    // Upstream's name, spelling included, so dashboards keep working.
+    crate::metrics::register(
+        "tagging_controller_inital_node_tagging_delay_seconds",
+        "Latency (in seconds) between node creation and its first successful tagging by TaggingController.",
+        h.clone(),
+    );
+    h
+});
+
+/// Upstream's checksum of a tag set: MD5 of the sorted `k=v` pairs joined
+/// by commas, in hex.
+pub fn tags_checksum(tags: &[(String, String)]) -> String {
+    let mut pairs: Vec<String> = tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.sort();
+    hex::encode(Md5::digest(pairs.join(",").as_bytes()))
+}
+
+/// The instance to tag for `node`, if it needs tagging.
+pub fn needs_tagging(node: &Node, checksum: &str) -> Option<String> {
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(TAGGED_LABEL))
+        .is_some_and(|v| v == checksum);
+    if labelled {
+        return None;
+    }
+    identity::instance_id_of(node)
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Retry {
+    attempts: u32,
+    not_found: u32,
+    due: Instant,
+}
+
+impl Retry {
+    fn now(now: Instant) -> Retry {
+        Retry {
+            attempts: 0,
+            not_found: 0,
+            due: now,
+        }
+    }
+
+    fn backoff(&mut self, now: Instant, not_found: bool) {
+        self.attempts += 1;
+        if not_found {
+            self.not_found += 1;
+        }
+        let exp = self.attempts.saturating_sub(1).min(16);
+        self.due = now + RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX);
+    }
+
+    fn exhausted(&self) -> bool {
+        self.not_found >= NOT_FOUND_ATTEMPTS || self.attempts >= MAX_ATTEMPTS
+    }
+}
+
+/// A node waiting to be tagged.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TagItem {
+    pub node: String,
+    pub instance: String,
+    /// The node had no tagging label at all (for the initial-delay metric).
+    pub initial: bool,
+    pub created_ms: Option<i64>,
+}
+
+/// The controller's bookkeeping: what is waiting, what was given up. Pure;
+/// the I/O is in [`Tagger`].
+#[derive(Default)]
+pub struct Pending {
+    tag: BTreeMap<String, (TagItem, Retry)>,
+    untag: BTreeMap<String, Retry>,
+    /// Nodes skipped after their instance was not found, by (uid, instance):
+    /// not retried until the node is replaced or its providerID changes.
+    skipped: HashMap<String, (Option<String>, String)>,
+    /// Instances this process tagged, so a node deleted before its label
+    /// landed still gets untagged.
+    tagged: HashSet<String>,
+    /// Instances of the nodes that exist (by node name).
+    live: HashMap<String, String>,
+}
+
+impl Pending {
+    /// Takes in what the informer saw.
+    pub fn observe(&mut self, changes: &Changes, checksum: &str, now: Instant) {
+        for node in &changes.deleted {
+            let name = node.name_any();
+            self.tag.remove(&name);
+            self.skipped.remove(&name);
+            self.live.remove(&name);
+        }
+        for node in &changes.applied {
+            let name = node.name_any();
+            match identity::instance_id_of(node) {
+                Some(id) => self.live.insert(name.clone(), id),
+                None => self.live.remove(&name),
+            };
+            let Some(instance) = needs_tagging(node, checksum) else {
+                self.tag.remove(&name);
+                continue;
+            };
+            if self.skipped.get(&name) == Some(&(node.metadata.uid.clone(), instance.clone())) {
+                continue;
+            }
+            self.skipped.remove(&name);
+            let item = TagItem {
+                node: name.clone(),
+                initial: !node
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .is_some_and(|l| l.contains_key(TAGGED_LABEL)),
+                created_ms: node
+                    .metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| t.0.as_millisecond()),
+                instance,
+            };
+            match self.tag.get_mut(&name) {
+                // Keep the backoff of an item already waiting for the same instance.
+                Some((old, _)) if old.instance == item.instance => *old = item,
+                _ => {
+                    self.tag.insert(name, (item, Retry::now(now)));
+                }
+            }
+        }
+        for node in &changes.deleted {
+            let Some(instance) = identity::instance_id_of(node) else {
+                continue;
+            };
+            let carried = node
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(TAGGED_LABEL));
+            // Another node may stand on the same instance (re-registered
+            // under a new name): its tags stay.
+            let still_used = self.live.values().any(|id| id == &instance);
+            if (carried || self.tagged.contains(&instance)) && !still_used {
+                self.untag
+                    .entry(instance)
+                    .or_insert_with(|| Retry::now(now));
+            }
+        }
+    }
+
+    /// Items due now.
+    pub fn due(&self, now: Instant) -> (Vec<TagItem>, Vec<String>) {
+        let tag = self
+            .tag
+            .values()
+            .filter(|(_, r)| r.due <= now)
+            .map(|(item, _)| item.clone())
+            .collect();
+        let untag = self
+            .untag
+            .iter()
+            .filter(|(_, r)| r.due <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        (tag, untag)
+    }
+
+    /// When the next retry is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.tag
+            .values()
+            .map(|(_, r)| r.due)
+            .chain(self.untag.values().map(|r| r.due))
+            .min()
+    }
+
+    fn tag_done(&mut self, node: &str, instance: &str) {
+        self.tagged.insert(instance.to_string());
+        if self
+            .tag
+            .get(node)
+            .is_some_and(|(item, _)| item.instance == instance)
+        {
+            self.tag.remove(node);
+        }
+    }
+
+    /// Records a failed tag; returns true when the node is now skipped.
+    fn tag_failed(
+        &mut self,
+        node: &str,
+        uid: Option<String>,
+        not_found: bool,
+        now: Instant,
+    ) -> bool {
+        let Some((item, retry)) = self.tag.get_mut(node) else {
+            return false;
+        };
+        retry.backoff(now, not_found);
+        if retry.exhausted() {
+            let instance = item.instance.clone();
+            self.tag.remove(node);
+            self.skipped.insert(node.to_string(), (uid, instance));
+            return true;
+        }
+        false
+    }
+
+    fn untag_done(&mut self, instance: &str) {
+        self.untag.remove(instance);
+        self.tagged.remove(instance);
+    }
+
+    /// Records a failed untag; returns true when it is dropped.
+    fn untag_failed(&mut self, instance: &str, now: Instant) -> bool {
+        let Some(retry) = self.untag.get_mut(instance) else {
+            return false;
+        };
+        retry.backoff(now, false);
+        if retry.exhausted() {
+            self.untag.remove(instance);
+            return true;
+        }
+        false
+    }
+}
+
+/// Applies a tag operation to `ids` in calls of at most 1,000 instances;
+/// a call failing with not-found is split in halves until the unknown
+/// instances are isolated. Every ID gets its own outcome.
+pub async fn in_batches<F, Fut>(
+    ids: &[String],
+    mut call: F,
+) -> HashMap<String, Result<(), CloudError>>
+where
+    F: FnMut(Vec<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(), CloudError>>,
+{
+    let mut out = HashMap::new();
+    let mut work: Vec<Vec<String>> = ids
+        .chunks(MAX_TAG_RESOURCES)
+        .map(<[String]>::to_vec)
+        .collect();
+    while let Some(part) = work.pop() {
+        match call(part.clone()).await {
+            Ok(()) => out.extend(part.into_iter().map(|id| (id, Ok(())))),
+            Err(err) if err.is_not_found() && part.len() > 1 => {
+                let (a, b) = part.split_at(part.len() / 2);
+                work.push(b.to_vec());
+                work.push(a.to_vec());
+            }
+            Err(err) => out.extend(part.into_iter().map(|id| (id, Err(err.clone())))),
+        }
+    }
+    out
+}
+
+struct Tagger<I: Instances> {
+    kube: kube::Client,
+    cloud: I,
+    tags: Vec<(String, String)>,
+    checksum: String,
+    workers: usize,
+    nodes: kube::runtime::reflector::Store<Node>,
+}
+
+impl<I: Instances> Tagger<I> {
+    /// Does everything due; the outcome goes back into `pending`.
+    async fn pass(&self, pending: &mut Pending) {
+        let now = Instant::now();
+        let (tag, untag) = pending.due(now);
+        if !tag.is_empty() {
+            self.tag(pending, tag).await;
+        }
+        if !untag.is_empty() {
+            let results = in_batches(&untag, |ids| {
+                let cloud = self.cloud.clone();
+                let tags = self.tags.clone();
+                async move { cloud.delete_tags(&ids, &tags).await }
+            })
+            .await;
+            for (instance, result) in results {
+                match result {
+                    Ok(()) => {
+                        tracing::info!(%instance, tags = ?self.tags, "removed tags from the instance of a deleted node");
+                        pending.untag_done(&instance);
+                    }
+                    // Gone already: nothing to untag.
+                    Err(err) if err.is_not_found() => pending.untag_done(&instance),
+                    Err(err) => {
+                        if pending.untag_failed(&instance, Instant::now()) {
+                            tracing::error!(%instance, error = %err, "giving up removing tags from the instance of a deleted node");
+                        } else {
+                            tracing::warn!(%instance, error = %err, "removing tags failed; retrying");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn tag(&self, pending: &mut Pending, items: Vec<TagItem>) {
+        let mut ids: Vec<String> = items.iter().map(|i| i.instance.clone()).collect();
+        ids.sort();
+        ids.dedup();
+        let results = in_batches(&ids, |ids| {
+            let cloud = self.cloud.clone();
+            let tags = self.tags.clone();
+            async move { cloud.create_tags(&ids, &tags).await }
+        })
+        .await;
+        let mut labels = Vec::new();
+        for item in items {
+            match results.get(&item.instance) {
+                Some(Ok(())) => labels.push(item),
+                Some(Err(err)) => {
+                    let uid = self
+                        .nodes
+                        .find(|n| n.metadata.name.as_deref() == Some(&item.node))
+                        .and_then(|n| n.metadata.uid.clone());
+                    if pending.tag_failed(&item.node, uid, err.is_not_found(), Instant::now()) {
+                        tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "skipping node: tagging its instance kept failing");
+                    } else {
+                        tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "tagging failed; retrying");
+                    }
+                }
+                None => {}
+            }
+        }
+        let api: Api<Node> = Api::all(self.kube.clone());
+        let checksum = self.checksum.clone();
+        let labelled: Vec<(TagItem, Result<(), kube::Error>)> = futures::stream::iter(labels)
+            .map(|item| {
+                let api = api.clone();
+                let patch = json!({"metadata": {"labels": {TAGGED_LABEL: checksum}}});
+                async move {
+                    let result = api
+                        .patch(&item.node, &PatchParams::default(), &Patch::Merge(patch))
+                        .await
+                        .map(|_| ());
+                    (item, result)
+                }
+            })
+            .buffer_unordered(self.workers)
+            .collect()
+            .await;
+        for (item, result) in labelled {
+            match result {
+                Ok(()) => {
+                    tracing::info!(node = %item.node, instance = %item.instance, tags = ?self.tags, "tagged the node's instance");
+                    if item.initial
+                        && let Some(created) = item.created_ms
+                    {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map(|d| d.as_millis() as i64)
+                            .unwrap_or(created);
+                        INITIAL_TAGGING_DELAY.observe(((now - created) as f64 / 1000.0).max(0.0));
+                    }
+                    pending.tag_done(&item.node, &item.instance);
+                }
+                // Deleted meanwhile: the deletion untags.
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    pending.tagged.insert(item.instance.clone());
+                    pending.tag.remove(&item.node);
+                }
+                Err(err) => {
+                    pending.tagged.insert(item.instance.clone());
+                    tracing::warn!(node = %item.node, error = %err, "labelling the node failed; retrying");
+                    pending.tag_failed(&item.node, None, false, Instant::now());
+                }
+            }
+        }
+    }
+}
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(_ctx: ControllerContext, stop: CancellationToken) {
-    tracing::warn!("controller is selected but not implemented in this build; it does nothing");
-    stop.cancelled().await;
+pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+    let tags = ctx.options.tags.clone();
+    if tags.is_empty() {
+        // Refused at start-up; kept as a guard.
+        tracing::error!("the tagging controller needs --tags; it does nothing");
+        stop.cancelled().await;
+        return;
+    }
+    LazyLock::force(&INITIAL_TAGGING_DELAY);
+    let tagger = Tagger {
+        kube: ctx.kube.clone(),
+        cloud: ctx.aws.clone(),
+        checksum: tags_checksum(&tags),
+        tags,
+        workers: ctx.options.options.concurrent_node_syncs.max(4) as usize,
+        nodes: ctx.nodes.clone(),
+    };
+    let mut pending = Pending::default();
+    let mut changes = Box::pin(node_changes(ctx.nodes.clone(), ctx.node_changes.clone()));
+    let mut first = true;
+    tracing::info!(tags = ?tagger.tags, checksum = %tagger.checksum, "tagging controller started");
+    loop {
+        let wake = pending
+            .next_due()
+            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep_until(wake) => {}
+            next = changes.next() => {
+                let Some(batch) = next else { return };
+                pending.observe(&batch, &tagger.checksum, Instant::now());
+                // Gather the rest of a burst before calling AWS.
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(GATHER) => {}
+                }
+                while let Some(Some(more)) = changes.next().now_or_never() {
+                    pending.observe(&more, &tagger.checksum, Instant::now());
+                }
+            }
+        }
+        let (to_tag, to_untag) = pending.due(Instant::now());
+        tagger.pass(&mut pending).await;
+        if first || !to_tag.is_empty() || !to_untag.is_empty() {
+            tracing::info!(
+                nodes = ctx.nodes.len(),
+                tagged = to_tag.len(),
+                untagged = to_untag.len(),
+                initial = first,
+                "tagging pass"
+            );
+            first = false;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::instances::fake::{FakeInstances, instance};
+    use k8s_openapi::api::core::v1::NodeSpec;
+    use kube::api::ObjectMeta;
+    use std::sync::Arc;
+
+    fn tags() -> Vec<(String, String)> {
+        vec![
+            ("team".to_string(), "infra".to_string()),
+            ("env".to_string(), "prod".to_string()),
+        ]
+    }
+
+    #[test]
+    fn the_checksum_is_upstreams() {
+        // md5("env=prod,team=infra"), as the Go controller computes it.
+        assert_eq!(tags_checksum(&tags()), "989e2561173a4631deab2764f8360f16");
+        let mut reversed = tags();
+        reversed.reverse();
+        assert_eq!(tags_checksum(&reversed), tags_checksum(&tags()));
+    }
+
+    fn node(name: &str, uid: &str, provider_id: Option<&str>, label: Option<&str>) -> Arc<Node> {
+        Arc::new(Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                uid: Some(uid.into()),
+                labels: label.map(|v| BTreeMap::from([(TAGGED_LABEL.to_string(), v.to_string())])),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: provider_id.map(String::from),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+
+    fn applied(nodes: Vec<Arc<Node>>) -> Changes {
+        Changes {
+            applied: nodes,
+            deleted: vec![],
+        }
+    }
+
+    #[test]
+    fn only_nodes_with_a_provider_id_and_a_stale_label_are_tagged() {
+        let sum = tags_checksum(&tags());
+        let now = Instant::now();
+        let mut p = Pending::default();
+        p.observe(
+            &applied(vec![
+                node("new", "1", Some("aws:///us-east-1a/i-1"), None),
+                node("done", "2", Some("aws:///us-east-1a/i-2"), Some(&sum)),
+                node("old-tags", "3", Some("aws:///us-east-1a/i-3"), Some("0ld")),
+                node("uninitialized", "4", None, None),
+                node("fargate", "5", Some("aws:///us-east-1a/fargate-ip-1"), None),
+            ]),
+            &sum,
+            now,
+        );
+        let (tag, untag) = p.due(now);
+        let mut got: Vec<(&str, &str, bool)> = tag
+            .iter()
+            .map(|i| (i.node.as_str(), i.instance.as_str(), i.initial))
+            .collect();
+        got.sort();
+        assert_eq!(got, [("new", "i-1", true), ("old-tags", "i-3", false)]);
+        assert!(untag.is_empty());
+    }
+
+    #[test]
+    fn deleted_nodes_are_untagged_unless_never_tagged_or_still_in_use() {
+        let sum = tags_checksum(&tags());
+        let now = Instant::now();
+        let mut p = Pending::default();
+        let tagged = node("a", "1", Some("aws:///us-east-1a/i-1"), Some(&sum));
+        let never = node("b", "2", Some("aws:///us-east-1a/i-2"), None);
+        let moved = node("c", "3", Some("aws:///us-east-1a/i-3"), Some(&sum));
+        let successor = node("c2", "4", Some("aws:///us-east-1a/i-3"), Some(&sum));
+        p.observe(
+            &applied(vec![
+                tagged.clone(),
+                never.clone(),
+                moved.clone(),
+                successor,
+            ]),
+            &sum,
+            now,
+        );
+        p.observe(
+            &Changes {
+                applied: vec![],
+                deleted: vec![tagged, never, moved],
+            },
+            &sum,
+            now,
+        );
+        let (tag, untag) = p.due(now);
+        assert!(tag.is_empty(), "{tag:?}");
+        assert_eq!(untag, ["i-1"]);
+    }
+
+    #[test]
+    fn not_found_instances_are_retried_with_backoff_then_skipped() {
+        let sum = tags_checksum(&tags());
+        let mut now = Instant::now();
+        let mut p = Pending::default();
+        let n = node("n", "1", Some("aws:///us-east-1a/i-9"), None);
+        p.observe(&applied(vec![n.clone()]), &sum, now);
+        for attempt in 1..=NOT_FOUND_ATTEMPTS {
+            assert_eq!(p.due(now).0.len(), 1, "attempt {attempt} is due");
+            let skipped = p.tag_failed("n", Some("1".into()), true, now);
+            assert_eq!(skipped, attempt == NOT_FOUND_ATTEMPTS);
+            assert!(p.due(now).0.is_empty(), "backing off");
+            now += RETRY_MAX;
+        }
+        // Skipped: a new version of the same node does not bring it back...
+        p.observe(&applied(vec![n]), &sum, now);
+        assert!(p.due(now).0.is_empty());
+        // ...a replacement node does.
+        p.observe(
+            &applied(vec![node("n", "2", Some("aws:///us-east-1a/i-9"), None)]),
+            &sum,
+            now,
+        );
+        assert_eq!(p.due(now).0.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn batches_split_around_unknown_instances() {
+        let cloud = FakeInstances::new();
+        let ids: Vec<String> = (0..8).map(|i| format!("i-{i}")).collect();
+        for (n, id) in ids.iter().enumerate() {
+            if n != 5 {
+                cloud.add(instance(id, &format!("10.0.0.{n}")));
+            }
+        }
+        let results = in_batches(&ids, |batch| {
+            let cloud = cloud.clone();
+            async move { cloud.create_tags(&batch, &tags()).await }
+        })
+        .await;
+        assert_eq!(results.len(), 8);
+        assert!(results["i-5"].as_ref().is_err_and(CloudError::is_not_found));
+        assert!(
+            ids.iter()
+                .filter(|id| *id != "i-5")
+                .all(|id| results[id].is_ok())
+        );
+        assert_eq!(
+            cloud.tags_of("i-0").get("team").map(String::as_str),
+            Some("infra")
+        );
+        // 1 failed call of 8, then halves: 4 + 4(fails) -> 2 + 2(fails) -> 1 + 1(fails).
+        assert_eq!(cloud.calls().create_tags.len(), 7);
+
+        // One call when every instance exists, up to EC2's limit per call.
+        let cloud = FakeInstances::new();
+        let many: Vec<String> = (0..1500).map(|i| format!("i-{i}")).collect();
+        for id in &many {
+            cloud.add(instance(id, "10.0.0.1"));
+        }
+        let results = in_batches(&many, |batch| {
+            let cloud = cloud.clone();
+            async move { cloud.create_tags(&batch, &tags()).await }
+        })
+        .await;
+        assert!(results.values().all(Result::is_ok));
+        let calls = cloud.calls().create_tags;
+        assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [500, 1000]);
+    }
 }

@@ -1,1 +1,429 @@
-//! Instances: lookups and tags the node controllers need (being built).
+//! Instances: the lookups and tag writes the node controllers need.
+//!
+//! The node, node-lifecycle and tagging controllers talk to [`Instances`];
+//! [`AwsClient`] implements it for real (every call through the one door:
+//! coalesced lookups, the shared cluster sweep, throttled tag writes), and
+//! [`fake::FakeInstances`] implements it in memory for unit tests.
+//!
+//! The instance type itself is the already-parsed [`Instance`] the client
+//! layer produces (no SDK type crosses this boundary); it is re-exported here
+//! so controllers import nothing from `aws::`.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use aws_sdk_ec2::types::Tag;
+
+use crate::aws::{AwsClient, AwsError, ErrorClass, Operation};
+
+pub use crate::aws::instances::{
+    Ec2Instance as Instance, InstanceState, NetworkInterface, cluster_tag_key,
+};
+
+/// EC2 accepts at most this many resource IDs in one CreateTags/DeleteTags.
+pub const MAX_TAG_RESOURCES: usize = 1000;
+
+/// How a cloud call failed, which decides what the caller does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CloudErrorKind {
+    /// The named object does not exist (an answer, not a failure).
+    NotFound,
+    /// The account's API budget is exhausted; retry later.
+    Throttled,
+    /// The cloud or the network failed; retrying may help.
+    Transient,
+    /// Repeating the same request cannot help (validation, permissions).
+    Fatal,
+}
+
+/// A failed cloud call. `message` says what failed and what to do.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct CloudError {
+    pub kind: CloudErrorKind,
+    pub message: String,
+}
+
+impl CloudError {
+    pub fn new(kind: CloudErrorKind, message: impl Into<String>) -> CloudError {
+        CloudError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.kind == CloudErrorKind::NotFound
+    }
+}
+
+impl From<AwsError> for CloudError {
+    fn from(err: AwsError) -> CloudError {
+        let kind = match err.class() {
+            ErrorClass::NotFound => CloudErrorKind::NotFound,
+            ErrorClass::Throttling => CloudErrorKind::Throttled,
+            ErrorClass::Transient => CloudErrorKind::Transient,
+            ErrorClass::Fatal => CloudErrorKind::Fatal,
+        };
+        let kind = if err.is_throttling() {
+            CloudErrorKind::Throttled
+        } else {
+            kind
+        };
+        CloudError::new(kind, err.to_string())
+    }
+}
+
+/// What the node controllers ask of the cloud. Every method may be called
+/// concurrently from many tasks; implementations batch and share the work.
+pub trait Instances: Clone + Send + Sync + 'static {
+    /// One instance by ID, in any state. `Ok(None)` when the cloud answered
+    /// that no such instance exists.
+    fn instance_by_id(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<Instance>, CloudError>> + Send;
+
+    /// The live (not terminated) instance with this private DNS name.
+    fn instance_by_private_dns(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Instance>, CloudError>> + Send;
+
+    /// Every instance tagged as a member of the cluster, in any state; a
+    /// shared, cached sweep. An instance missing from it may still exist
+    /// (untagged): confirm with [`Instances::instance_by_id`] before acting
+    /// on absence.
+    fn cluster_instances(
+        &self,
+    ) -> impl Future<Output = Result<Arc<Vec<Instance>>, CloudError>> + Send;
+
+    /// Availability zone name → zone ID (`us-east-1a` → `use1-az1`), cached.
+    fn zone_ids(
+        &self,
+    ) -> impl Future<Output = Result<Arc<HashMap<String, String>>, CloudError>> + Send;
+
+    /// Adds (or overwrites) `tags` on every instance in `ids` in one call
+    /// (at most [`MAX_TAG_RESOURCES`] IDs). Fails as a whole, like EC2: one
+    /// unknown ID fails the call with a not-found error.
+    fn create_tags(
+        &self,
+        ids: &[String],
+        tags: &[(String, String)],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+
+    /// Removes `tags` from every instance in `ids` where the tag still has
+    /// the given value (a tag someone changed since is left alone).
+    fn delete_tags(
+        &self,
+        ids: &[String],
+        tags: &[(String, String)],
+    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+}
+
+fn not_found_is_none(result: Result<Instance, AwsError>) -> Result<Option<Instance>, CloudError> {
+    match result {
+        Ok(instance) => Ok(Some(instance)),
+        Err(err) if err.is_not_found() => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn sdk_tags(tags: &[(String, String)]) -> Vec<Tag> {
+    tags.iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect()
+}
+
+impl Instances for AwsClient {
+    async fn instance_by_id(&self, id: &str) -> Result<Option<Instance>, CloudError> {
+        not_found_is_none(AwsClient::instance_by_id(self, id).await)
+    }
+
+    async fn instance_by_private_dns(&self, name: &str) -> Result<Option<Instance>, CloudError> {
+        not_found_is_none(AwsClient::instance_by_private_dns(self, name).await)
+    }
+
+    async fn cluster_instances(&self) -> Result<Arc<Vec<Instance>>, CloudError> {
+        Ok(AwsClient::cluster_instances(self).await?)
+    }
+
+    async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, CloudError> {
+        Ok(AwsClient::zone_ids(self).await?)
+    }
+
+    async fn create_tags(
+        &self,
+        ids: &[String],
+        tags: &[(String, String)],
+    ) -> Result<(), CloudError> {
+        let ids = ids.to_vec();
+        let tags = sdk_tags(tags);
+        self.ec2(Operation::Ec2CreateTags, |ec2| {
+            ec2.create_tags()
+                .set_resources(Some(ids.clone()))
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_tags(
+        &self,
+        ids: &[String],
+        tags: &[(String, String)],
+    ) -> Result<(), CloudError> {
+        let ids = ids.to_vec();
+        let tags = sdk_tags(tags);
+        self.ec2(Operation::Ec2DeleteTags, |ec2| {
+            ec2.delete_tags()
+                .set_resources(Some(ids.clone()))
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await?;
+        Ok(())
+    }
+}
+
+/// An in-memory cloud for unit tests of the controllers.
+#[cfg(test)]
+pub mod fake {
+    use std::collections::{BTreeMap, HashMap};
+    use std::sync::Arc;
+
+    use parking_lot::Mutex;
+
+    use super::*;
+
+    /// What the fake was asked, for assertions.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct Calls {
+        pub by_id: Vec<String>,
+        pub by_private_dns: Vec<String>,
+        pub sweeps: u32,
+        pub create_tags: Vec<Vec<String>>,
+        pub delete_tags: Vec<Vec<String>>,
+    }
+
+    #[derive(Default)]
+    struct State {
+        instances: BTreeMap<String, Instance>,
+        /// Instances that exist but are left out of the sweep (untagged).
+        hidden_from_sweep: Vec<String>,
+        zone_ids: HashMap<String, String>,
+        fail_lookups: Option<CloudError>,
+        fail_sweep: Option<CloudError>,
+        fail_tags: Option<CloudError>,
+        calls: Calls,
+    }
+
+    /// Cheap to clone; clones share state.
+    #[derive(Clone, Default)]
+    pub struct FakeInstances {
+        state: Arc<Mutex<State>>,
+    }
+
+    impl FakeInstances {
+        pub fn new() -> FakeInstances {
+            FakeInstances::default()
+        }
+
+        pub fn add(&self, instance: Instance) {
+            self.state
+                .lock()
+                .instances
+                .insert(instance.id.clone(), instance);
+        }
+
+        pub fn hide_from_sweep(&self, id: &str) {
+            self.state.lock().hidden_from_sweep.push(id.to_string());
+        }
+
+        pub fn set_state(&self, id: &str, state: InstanceState) {
+            if let Some(i) = self.state.lock().instances.get_mut(id) {
+                i.state = state;
+            }
+        }
+
+        pub fn remove(&self, id: &str) {
+            self.state.lock().instances.remove(id);
+        }
+
+        pub fn set_zone_id(&self, zone: &str, id: &str) {
+            self.state
+                .lock()
+                .zone_ids
+                .insert(zone.to_string(), id.to_string());
+        }
+
+        pub fn fail_lookups(&self, err: Option<CloudError>) {
+            self.state.lock().fail_lookups = err;
+        }
+
+        pub fn fail_sweep(&self, err: Option<CloudError>) {
+            self.state.lock().fail_sweep = err;
+        }
+
+        pub fn fail_tags(&self, err: Option<CloudError>) {
+            self.state.lock().fail_tags = err;
+        }
+
+        pub fn calls(&self) -> Calls {
+            self.state.lock().calls.clone()
+        }
+
+        pub fn tags_of(&self, id: &str) -> BTreeMap<String, String> {
+            self.state
+                .lock()
+                .instances
+                .get(id)
+                .map(|i| i.tags.clone())
+                .unwrap_or_default()
+        }
+
+        fn unknown_ids(state: &State, ids: &[String]) -> Option<CloudError> {
+            let unknown: Vec<&str> = ids
+                .iter()
+                .filter(|id| !state.instances.contains_key(*id))
+                .map(String::as_str)
+                .collect();
+            (!unknown.is_empty()).then(|| {
+                CloudError::new(
+                    CloudErrorKind::NotFound,
+                    format!("The instance IDs '{}' do not exist", unknown.join(", ")),
+                )
+            })
+        }
+    }
+
+    impl Instances for FakeInstances {
+        async fn instance_by_id(&self, id: &str) -> Result<Option<Instance>, CloudError> {
+            let mut st = self.state.lock();
+            st.calls.by_id.push(id.to_string());
+            if let Some(err) = st.fail_lookups.clone() {
+                return Err(err);
+            }
+            Ok(st.instances.get(id).cloned())
+        }
+
+        async fn instance_by_private_dns(
+            &self,
+            name: &str,
+        ) -> Result<Option<Instance>, CloudError> {
+            let mut st = self.state.lock();
+            st.calls.by_private_dns.push(name.to_string());
+            if let Some(err) = st.fail_lookups.clone() {
+                return Err(err);
+            }
+            Ok(st
+                .instances
+                .values()
+                .find(|i| {
+                    i.private_dns_name.as_deref() == Some(name)
+                        && i.state != InstanceState::Terminated
+                })
+                .cloned())
+        }
+
+        async fn cluster_instances(&self) -> Result<Arc<Vec<Instance>>, CloudError> {
+            let mut st = self.state.lock();
+            st.calls.sweeps += 1;
+            if let Some(err) = st.fail_sweep.clone() {
+                return Err(err);
+            }
+            Ok(Arc::new(
+                st.instances
+                    .values()
+                    .filter(|i| !st.hidden_from_sweep.contains(&i.id))
+                    .cloned()
+                    .collect(),
+            ))
+        }
+
+        async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, CloudError> {
+            Ok(Arc::new(self.state.lock().zone_ids.clone()))
+        }
+
+        async fn create_tags(
+            &self,
+            ids: &[String],
+            tags: &[(String, String)],
+        ) -> Result<(), CloudError> {
+            let mut st = self.state.lock();
+            st.calls.create_tags.push(ids.to_vec());
+            if let Some(err) = st.fail_tags.clone() {
+                return Err(err);
+            }
+            if let Some(err) = FakeInstances::unknown_ids(&st, ids) {
+                return Err(err);
+            }
+            for id in ids {
+                if let Some(i) = st.instances.get_mut(id) {
+                    i.tags.extend(tags.iter().cloned());
+                }
+            }
+            Ok(())
+        }
+
+        async fn delete_tags(
+            &self,
+            ids: &[String],
+            tags: &[(String, String)],
+        ) -> Result<(), CloudError> {
+            let mut st = self.state.lock();
+            st.calls.delete_tags.push(ids.to_vec());
+            if let Some(err) = st.fail_tags.clone() {
+                return Err(err);
+            }
+            if let Some(err) = FakeInstances::unknown_ids(&st, ids) {
+                return Err(err);
+            }
+            for id in ids {
+                if let Some(i) = st.instances.get_mut(id) {
+                    for (k, v) in tags {
+                        if i.tags.get(k) == Some(v) {
+                            i.tags.remove(k);
+                        }
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// A running instance in `us-east-1a` with one interface, for tests.
+    pub fn instance(id: &str, private_ip: &str) -> Instance {
+        let ip: std::net::Ipv4Addr = private_ip.parse().expect("test IP");
+        let dns = format!("ip-{}.ec2.internal", private_ip.replace('.', "-"));
+        Instance {
+            id: id.to_string(),
+            availability_zone: Some("us-east-1a".into()),
+            instance_type: Some("m5.large".into()),
+            state: InstanceState::Running,
+            private_dns_name: Some(dns),
+            public_dns_name: None,
+            private_ip: Some(ip),
+            public_ip: None,
+            network_interfaces: vec![NetworkInterface {
+                id: format!("eni-{id}"),
+                device_index: Some(0),
+                private_ips: vec![ip],
+                ipv6_addresses: vec![],
+                public_ip: None,
+                subnet_id: Some("subnet-1".into()),
+                vpc_id: Some("vpc-1".into()),
+            }],
+            tags: BTreeMap::from([(
+                "kubernetes.io/cluster/test".to_string(),
+                "owned".to_string(),
+            )]),
+            source_dest_check: Some(true),
+            subnet_id: Some("subnet-1".into()),
+            vpc_id: Some("vpc-1".into()),
+            security_groups: vec![],
+        }
+    }
+}

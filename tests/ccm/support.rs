@@ -96,8 +96,14 @@ impl Env {
     }
 
     pub fn aws_env(&self) -> Vec<(String, String)> {
+        self.aws_env_for(&self.moto.endpoint())
+    }
+
+    /// The AWS environment with another endpoint (e.g. a `FaultProxy` in
+    /// front of moto).
+    pub fn aws_env_for(&self, endpoint: &str) -> Vec<(String, String)> {
         vec![
-            ("AWS_ENDPOINT_URL".into(), self.moto.endpoint()),
+            ("AWS_ENDPOINT_URL".into(), endpoint.to_string()),
             ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
             ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
             ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
@@ -114,13 +120,7 @@ impl Env {
     pub async fn start_ccm_via(&self, endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {
         let mut args = self.base_args();
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut env = self.aws_env();
-        for (k, v) in env.iter_mut() {
-            if k == "AWS_ENDPOINT_URL" {
-                *v = endpoint.to_string();
-            }
-        }
-        Ccm::spawn(&args, &env).await
+        Ccm::spawn(&args, &self.aws_env_for(endpoint)).await
     }
 }
 

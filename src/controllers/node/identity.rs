@@ -1,0 +1,273 @@
+//! Which EC2 instance a Node is: from its `spec.providerID`, else from its
+//! name, by the Go CCM's rules.
+//!
+//! Provider IDs: `aws:///<zone>/<instance-id>` (what this CCM writes),
+//! `aws:////<instance-id>`, `aws:///<instance-id>`, `aws://<zone>/<id>`, and
+//! a bare `<instance-id>`. As upstream, the instance ID is the last path
+//! segment of the URL and must start with `i-`.
+//!
+//! Node names: a resource-based name (`i-0123456789abcdef0`, optionally with
+//! a domain: `i-0123456789abcdef0.us-west-2.compute.internal`) gives the
+//! instance ID directly; any other name is looked up as the instance's
+//! private DNS name (`ip-10-0-1-23.ec2.internal`,
+//! `ip-10-0-1-23.eu-west-1.compute.internal`, ...).
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Node;
+
+/// How to find a node's instance.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Lookup {
+    /// By instance ID (from the providerID or a resource-based node name).
+    ById(String),
+    /// By the instance's private DNS name (an IP-based node name).
+    ByPrivateDns(String),
+}
+
+impl fmt::Display for Lookup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Lookup::ById(id) => write!(f, "instance ID {id}"),
+            Lookup::ByPrivateDns(name) => write!(f, "private DNS name {name}"),
+        }
+    }
+}
+
+/// Why a node's instance cannot be determined.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IdentityError {
+    #[error(
+        "node {node} has spec.providerID {value:?}, which is not an AWS provider ID ({reason}). \
+         Expected aws:///<availability-zone>/<instance-id> (e.g. aws:///us-east-1a/i-0123456789abcdef0). \
+         spec.providerID cannot be changed once set: delete the Node and let the kubelet re-register it \
+         without --provider-id, or with a correct one"
+    )]
+    InvalidProviderId {
+        node: String,
+        value: String,
+        reason: &'static str,
+    },
+    #[error(
+        "node {node} has spec.providerID {value:?}, which names a Fargate pod, not an EC2 instance; \
+         this build does not manage Fargate nodes"
+    )]
+    Fargate { node: String, value: String },
+    #[error("node has an empty name")]
+    EmptyName,
+}
+
+/// Extracts the instance ID from a provider ID, accepting every form the
+/// Go CCM accepts. `Err` carries a short reason.
+pub fn parse_provider_id(value: &str) -> Result<String, &'static str> {
+    if value.trim().is_empty() {
+        return Err("it is empty");
+    }
+    // Upstream: anything without the aws:// prefix is read as a bare path
+    // ("aws:////" + value), so only the path segments matter.
+    let path = match value.strip_prefix("aws://") {
+        // Skip the authority (a zone in the aws://<zone>/<id> form).
+        Some(rest) => match rest.find('/') {
+            Some(slash) => &rest[slash..],
+            None => "",
+        },
+        None => value,
+    };
+    // A URL's query and fragment are not part of its path.
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let id = path
+        .trim_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or_default();
+    if id.is_empty() {
+        return Err("it has no instance ID");
+    }
+    if id.starts_with("fargate-") {
+        return Err("fargate");
+    }
+    if !is_instance_id(id) {
+        return Err("its last path segment is not an EC2 instance ID (i-...)");
+    }
+    Ok(id.to_string())
+}
+
+/// `i-` followed by letters and digits (`i-12345678`, `i-0123456789abcdef0`).
+pub fn is_instance_id(s: &str) -> bool {
+    s.strip_prefix("i-")
+        .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric()))
+}
+
+/// How a node name (without a providerID) maps to a lookup.
+pub fn lookup_for_name(name: &str) -> Result<Lookup, IdentityError> {
+    if name.is_empty() {
+        return Err(IdentityError::EmptyName);
+    }
+    // Resource-based names: the instance ID, possibly with a domain suffix
+    // (RHEL-like distributions use the FQDN as hostname).
+    let first_label = name.split('.').next().unwrap_or(name);
+    if is_instance_id(first_label) {
+        return Ok(Lookup::ById(first_label.to_string()));
+    }
+    Ok(Lookup::ByPrivateDns(name.to_string()))
+}
+
+/// The lookup for a node: its providerID when set, else its name.
+pub fn lookup_for_node(node: &Node) -> Result<Lookup, IdentityError> {
+    let name = node.metadata.name.clone().unwrap_or_default();
+    match node
+        .spec
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|p| !p.is_empty())
+    {
+        Some(value) => match parse_provider_id(value) {
+            Ok(id) => Ok(Lookup::ById(id)),
+            Err("fargate") => Err(IdentityError::Fargate {
+                node: name,
+                value: value.to_string(),
+            }),
+            Err(reason) => Err(IdentityError::InvalidProviderId {
+                node: name,
+                value: value.to_string(),
+                reason,
+            }),
+        },
+        None => lookup_for_name(&name),
+    }
+}
+
+/// The instance ID a node's providerID names, if it is set and valid.
+pub fn instance_id_of(node: &Node) -> Option<String> {
+    let value = node.spec.as_ref()?.provider_id.as_deref()?;
+    parse_provider_id(value).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeSpec;
+    use kube::api::ObjectMeta;
+
+    #[test]
+    fn every_upstream_provider_id_form_parses() {
+        let id = "i-0123456789abcdef0";
+        for form in [
+            "aws:///us-east-1a/i-0123456789abcdef0",
+            "aws:////i-0123456789abcdef0",
+            "aws:///i-0123456789abcdef0",
+            "aws://us-east-1a/i-0123456789abcdef0",
+            "i-0123456789abcdef0",
+            // Upstream reads the last path segment whatever comes before.
+            "aws:///us-east-1a/extra/i-0123456789abcdef0",
+            "aws:///us-east-1a/i-0123456789abcdef0/",
+            "aws:///us-east-1a/i-0123456789abcdef0?x=1",
+        ] {
+            assert_eq!(parse_provider_id(form).as_deref(), Ok(id), "{form}");
+        }
+        assert_eq!(
+            parse_provider_id("aws:///us-east-1a/i-12345678").as_deref(),
+            Ok("i-12345678"),
+            "the short, old ID format"
+        );
+    }
+
+    #[test]
+    fn malformed_provider_ids_are_rejected_with_a_reason() {
+        for bad in [
+            "",
+            "aws://",
+            "aws:///",
+            "aws:///us-east-1a/",
+            "aws:///us-east-1a/vol-0123",
+            "gce://project/zone/instance-1",
+            "aws:///us-east-1a/i-",
+            "aws:///us-east-1a/i-01 23",
+            "azure:///subscriptions/x/i-123/vm",
+            "aws://us-east-1a",
+        ] {
+            assert!(
+                parse_provider_id(bad).is_err(),
+                "{bad:?} should be rejected"
+            );
+        }
+        assert_eq!(
+            parse_provider_id("aws:///us-east-1a/fargate-ip-10-0-0-1"),
+            Err("fargate")
+        );
+    }
+
+    #[test]
+    fn node_names_map_to_the_right_lookup() {
+        assert_eq!(
+            lookup_for_name("i-0123456789abcdef0"),
+            Ok(Lookup::ById("i-0123456789abcdef0".into()))
+        );
+        assert_eq!(
+            lookup_for_name("i-0123456789abcdef0.us-west-2.compute.internal"),
+            Ok(Lookup::ById("i-0123456789abcdef0".into()))
+        );
+        assert_eq!(
+            lookup_for_name("ip-10-0-1-23.ec2.internal"),
+            Ok(Lookup::ByPrivateDns("ip-10-0-1-23.ec2.internal".into()))
+        );
+        assert_eq!(
+            lookup_for_name("ip-10-0-1-23.eu-west-1.compute.internal"),
+            Ok(Lookup::ByPrivateDns(
+                "ip-10-0-1-23.eu-west-1.compute.internal".into()
+            ))
+        );
+        // Not an instance ID: looked up as a DNS name, as upstream.
+        assert_eq!(
+            lookup_for_name("i-am-a-node.corp.example"),
+            Ok(Lookup::ByPrivateDns("i-am-a-node.corp.example".into()))
+        );
+        assert_eq!(lookup_for_name(""), Err(IdentityError::EmptyName));
+    }
+
+    fn node(name: &str, provider_id: Option<&str>) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(NodeSpec {
+                provider_id: provider_id.map(String::from),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_provider_id_wins_over_the_name() {
+        let n = node(
+            "worker-1.corp.example",
+            Some("aws:///us-east-1b/i-0aaaaaaaaaaaaaaaa"),
+        );
+        assert_eq!(
+            lookup_for_node(&n),
+            Ok(Lookup::ById("i-0aaaaaaaaaaaaaaaa".into()))
+        );
+        assert_eq!(instance_id_of(&n).as_deref(), Some("i-0aaaaaaaaaaaaaaaa"));
+        let n = node("ip-10-0-0-1.ec2.internal", Some(""));
+        assert_eq!(
+            lookup_for_node(&n),
+            Ok(Lookup::ByPrivateDns("ip-10-0-0-1.ec2.internal".into()))
+        );
+    }
+
+    #[test]
+    fn a_malformed_provider_id_error_names_node_value_and_fix() {
+        let n = node("worker-1", Some("aws:///us-east-1a/oops"));
+        let err = lookup_for_node(&n).unwrap_err().to_string();
+        assert!(err.contains("worker-1"), "{err}");
+        assert!(err.contains("aws:///us-east-1a/oops"), "{err}");
+        assert!(err.contains("delete the Node"), "{err}");
+        let n = node("fg", Some("aws:///us-east-1a/fargate-ip-10-0-0-1"));
+        assert!(matches!(
+            lookup_for_node(&n),
+            Err(IdentityError::Fargate { .. })
+        ));
+    }
+}

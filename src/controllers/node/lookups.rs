@@ -1,0 +1,298 @@
+//! Finding nodes' instances with as few AWS calls as possible.
+//!
+//! * [`Prefetcher`]: lookups for uninitialized nodes start as soon as the
+//!   node is seen, gathered into short windows, so a join burst becomes a
+//!   handful of batched `DescribeInstances` calls whatever the number of
+//!   workers (`--concurrent-node-syncs` bounds the writes to the API
+//!   server, not the reads from AWS).
+//! * [`SweepIndex`]: the shared cluster sweep indexed by instance ID and
+//!   private DNS name, for the periodic controllers.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::identity::Lookup;
+use crate::provider::instances::{CloudError, CloudErrorKind, Instance, InstanceState, Instances};
+
+/// One lookup, straight to the cloud (coalesced there with concurrent ones).
+pub async fn lookup<I: Instances>(
+    cloud: &I,
+    lookup: &Lookup,
+) -> Result<Option<Instance>, CloudError> {
+    match lookup {
+        Lookup::ById(id) => cloud.instance_by_id(id).await,
+        Lookup::ByPrivateDns(name) => cloud.instance_by_private_dns(name).await,
+    }
+}
+
+struct Pending {
+    lookup: Lookup,
+    task: JoinHandle<Result<Option<Instance>, CloudError>>,
+}
+
+struct State {
+    pending: HashMap<String, Pending>,
+    /// When the open gathering window fires.
+    window: Option<Instant>,
+}
+
+/// Starts lookups early and hands each result to the node's reconcile.
+pub struct Prefetcher<I: Instances> {
+    cloud: I,
+    gather: Duration,
+    state: Mutex<State>,
+}
+
+impl<I: Instances> Prefetcher<I> {
+    /// Lookups started within `gather` of each other are sent together.
+    pub fn new(cloud: I, gather: Duration) -> Prefetcher<I> {
+        Prefetcher {
+            cloud,
+            gather,
+            state: Mutex::new(State {
+                pending: HashMap::new(),
+                window: None,
+            }),
+        }
+    }
+
+    /// Starts looking up `node`'s instance unless that lookup is already
+    /// under way.
+    pub fn prefetch(&self, node: &str, key: Lookup) {
+        let mut st = self.state.lock();
+        if st.pending.get(node).is_some_and(|p| p.lookup == key) {
+            return;
+        }
+        let now = Instant::now();
+        let fire = match st.window {
+            Some(at) if at > now => at,
+            _ => {
+                let at = now + self.gather;
+                st.window = Some(at);
+                at
+            }
+        };
+        let cloud = self.cloud.clone();
+        let task_key = key.clone();
+        let task = tokio::spawn(async move {
+            tokio::time::sleep_until(fire).await;
+            lookup(&cloud, &task_key).await
+        });
+        if let Some(old) = st
+            .pending
+            .insert(node.to_string(), Pending { lookup: key, task })
+        {
+            old.task.abort();
+        }
+    }
+
+    /// The instance for `node`: the prefetched answer when one was started
+    /// for the same lookup (used once; a retry looks up afresh), otherwise a
+    /// direct lookup.
+    pub async fn resolve(&self, node: &str, key: &Lookup) -> Result<Option<Instance>, CloudError> {
+        let pending = {
+            let mut st = self.state.lock();
+            match st.pending.remove(node) {
+                Some(p) if &p.lookup == key => Some(p),
+                Some(p) => {
+                    p.task.abort();
+                    None
+                }
+                None => None,
+            }
+        };
+        match pending {
+            Some(p) => p.task.await.unwrap_or_else(|e| {
+                Err(CloudError::new(
+                    CloudErrorKind::Transient,
+                    format!("the instance lookup for node {node} was interrupted: {e}"),
+                ))
+            }),
+            None => lookup(&self.cloud, key).await,
+        }
+    }
+
+    /// Drops the prefetched lookup of `node`, if any.
+    pub fn cancel(&self, node: &str) {
+        if let Some(p) = self.state.lock().pending.remove(node) {
+            p.task.abort();
+        }
+    }
+
+    /// Drops prefetched lookups of nodes `keep` says are gone.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        self.state.lock().pending.retain(|name, p| {
+            let keep = keep(name);
+            if !keep {
+                p.task.abort();
+            }
+            keep
+        });
+    }
+
+    #[cfg(test)]
+    fn pending(&self) -> usize {
+        self.state.lock().pending.len()
+    }
+}
+
+/// The cluster sweep, indexed.
+pub struct SweepIndex {
+    by_id: HashMap<String, Instance>,
+    /// Private DNS name → the live instance with that name (a terminated
+    /// instance keeps its name for a while; a new one may reuse it).
+    by_dns: HashMap<String, Instance>,
+}
+
+impl SweepIndex {
+    pub fn new(sweep: &[Instance]) -> SweepIndex {
+        let mut by_dns = HashMap::new();
+        for instance in sweep {
+            if let Some(name) = &instance.private_dns_name
+                && instance.state != InstanceState::Terminated
+            {
+                by_dns.insert(name.clone(), instance.clone());
+            }
+        }
+        SweepIndex {
+            by_id: sweep.iter().map(|i| (i.id.clone(), i.clone())).collect(),
+            by_dns,
+        }
+    }
+
+    pub fn find(&self, lookup: &Lookup) -> Option<&Instance> {
+        match lookup {
+            Lookup::ById(id) => self.by_id.get(id),
+            Lookup::ByPrivateDns(name) => self.by_dns.get(name),
+        }
+    }
+}
+
+/// Looks up every key: from the sweep when it has it, else directly
+/// (concurrently, so the cloud layer batches them). Keys missing from the
+/// result could not be looked up (the error is logged by the caller's
+/// `on_error`); `Ok(None)` means the cloud says there is no such instance.
+pub async fn resolve_all<I: Instances>(
+    cloud: &I,
+    sweep: &SweepIndex,
+    keys: Vec<Lookup>,
+) -> HashMap<Lookup, Result<Option<Arc<Instance>>, CloudError>> {
+    let mut out = HashMap::new();
+    let mut missing = Vec::new();
+    for key in keys {
+        match sweep.find(&key) {
+            Some(instance) => {
+                out.insert(key, Ok(Some(Arc::new(instance.clone()))));
+            }
+            None => missing.push(key),
+        }
+    }
+    missing.sort_by(|a, b| format!("{a}").cmp(&format!("{b}")));
+    missing.dedup();
+    let answers = futures::future::join_all(missing.iter().map(|key| lookup(cloud, key))).await;
+    for (key, answer) in missing.into_iter().zip(answers) {
+        out.insert(key, answer.map(|found| found.map(Arc::new)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::instances::fake::{FakeInstances, instance};
+
+    #[tokio::test(start_paused = true)]
+    async fn prefetched_answers_are_used_once_then_looked_up_afresh() {
+        let cloud = FakeInstances::new();
+        cloud.add(instance("i-1", "10.0.0.1"));
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        let key = Lookup::ByPrivateDns("ip-10-0-0-1.ec2.internal".into());
+        prefetcher.prefetch("n1", key.clone());
+        prefetcher.prefetch("n1", key.clone());
+        assert_eq!(prefetcher.pending(), 1, "one lookup per node");
+        let found = prefetcher.resolve("n1", &key).await.unwrap();
+        assert_eq!(found.map(|i| i.id).as_deref(), Some("i-1"));
+        assert_eq!(cloud.calls().by_private_dns.len(), 1);
+        // A retry does not reuse the old answer.
+        prefetcher.resolve("n1", &key).await.unwrap();
+        assert_eq!(cloud.calls().by_private_dns.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lookups_of_one_window_fire_together() {
+        let cloud = FakeInstances::new();
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        prefetcher.prefetch("a", Lookup::ById("i-a".into()));
+        tokio::time::advance(Duration::from_millis(150)).await;
+        prefetcher.prefetch("b", Lookup::ById("i-b".into()));
+        tokio::task::yield_now().await;
+        assert!(cloud.calls().by_id.is_empty(), "the window is still open");
+        tokio::time::advance(Duration::from_millis(60)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            cloud.calls().by_id.len(),
+            2,
+            "both fired at the window's end"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_changed_lookup_replaces_the_prefetched_one() {
+        let cloud = FakeInstances::new();
+        cloud.add(instance("i-2", "10.0.0.2"));
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        prefetcher.prefetch("n", Lookup::ByPrivateDns("n".into()));
+        let found = prefetcher
+            .resolve("n", &Lookup::ById("i-2".into()))
+            .await
+            .unwrap();
+        assert_eq!(found.map(|i| i.id).as_deref(), Some("i-2"));
+        prefetcher.prefetch("gone", Lookup::ById("i-x".into()));
+        prefetcher.retain(|name| name != "gone");
+        assert_eq!(prefetcher.pending(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_sweep_answers_first_and_direct_lookups_fill_the_gaps() {
+        let cloud = FakeInstances::new();
+        cloud.add(instance("i-tagged", "10.0.0.1"));
+        let mut untagged = instance("i-untagged", "10.0.0.2");
+        untagged.tags.clear();
+        cloud.add(untagged);
+        cloud.hide_from_sweep("i-untagged");
+        let mut old = instance("i-old", "10.0.0.1");
+        old.state = InstanceState::Terminated;
+        cloud.add(old);
+        let sweep = cloud.cluster_instances().await.unwrap();
+        let index = SweepIndex::new(&sweep);
+        assert_eq!(
+            index
+                .find(&Lookup::ByPrivateDns("ip-10-0-0-1.ec2.internal".into()))
+                .map(|i| i.id.as_str()),
+            Some("i-tagged"),
+            "the live instance wins over a terminated one with the same name"
+        );
+        let found = resolve_all(
+            &cloud,
+            &index,
+            vec![
+                Lookup::ById("i-tagged".into()),
+                Lookup::ById("i-untagged".into()),
+                Lookup::ById("i-none".into()),
+            ],
+        )
+        .await;
+        assert_eq!(cloud.calls().by_id, ["i-none", "i-untagged"]);
+        assert!(
+            matches!(&found[&Lookup::ById("i-untagged".into())], Ok(Some(i)) if i.id == "i-untagged")
+        );
+        assert!(matches!(&found[&Lookup::ById("i-none".into())], Ok(None)));
+    }
+}
