@@ -454,6 +454,11 @@ async fn initializes_ip_named_resource_named_preset_and_multi_interface_nodes() 
     for family in [
         "node_controller_cloud_provider_taint_removal_delay_seconds_count 5",
         "node_controller_initial_node_sync_delay_seconds_count 5",
+        // The AWS client layer's families, with the Go CCM's label names.
+        "cloudprovider_aws_api_request_duration_seconds_count{request=\"describe_instance\"}",
+        "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=",
+        "aws_ccm_api_coalesced_batch_size_count{",
+        "aws_ccm_api_rate_limit{category=",
     ] {
         assert!(metrics.contains(family), "{family} in:\n{metrics}");
     }
