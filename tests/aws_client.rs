@@ -329,10 +329,10 @@ async fn deadlines_and_call_timeouts_are_honoured() {
     ]);
     let start = std::time::Instant::now();
     let err = aws
-        .ec2_with(
+        .call_with(
             Operation::Ec2DescribeVpcs,
             CallOptions::within(Duration::from_millis(800)),
-            |ec2| ec2.describe_vpcs().send(),
+            |ec2: aws_sdk_ec2::Client| ec2.describe_vpcs().send(),
         )
         .await
         .expect_err("deadline");

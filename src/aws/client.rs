@@ -197,6 +197,41 @@ impl std::fmt::Debug for AwsClient {
     }
 }
 
+/// An SDK client the one door can send calls through: which service it is
+/// and where the shared clients keep it.
+pub trait SdkService: Clone {
+    const SERVICE: Service;
+    fn pick(clients: &SdkClients) -> &Self;
+}
+
+impl SdkService for aws_sdk_ec2::Client {
+    const SERVICE: Service = Service::Ec2;
+    fn pick(clients: &SdkClients) -> &Self {
+        &clients.ec2
+    }
+}
+
+impl SdkService for aws_sdk_elasticloadbalancing::Client {
+    const SERVICE: Service = Service::Elb;
+    fn pick(clients: &SdkClients) -> &Self {
+        &clients.elb
+    }
+}
+
+impl SdkService for aws_sdk_elasticloadbalancingv2::Client {
+    const SERVICE: Service = Service::Elbv2;
+    fn pick(clients: &SdkClients) -> &Self {
+        &clients.elbv2
+    }
+}
+
+impl SdkService for aws_sdk_sts::Client {
+    const SERVICE: Service = Service::Sts;
+    fn pick(clients: &SdkClients) -> &Self {
+        &clients.sts
+    }
+}
+
 impl AwsClient {
     /// Builds the client. Invalid options are logged and replaced by their
     /// defaults (validate them earlier with [`ClientOptions::validate`] to
@@ -303,135 +338,71 @@ impl AwsClient {
         self.inner.core.throttle.limiter(category).current_rate()
     }
 
-    /// Calls EC2. `f` builds and sends one request; it is called again for
-    /// every attempt.
+    /// Calls AWS through the service whose SDK client `f` takes. `f` builds
+    /// and sends one request; it is called again for every attempt.
     ///
     /// ```ignore
-    /// let out = aws.ec2(Operation::Ec2DescribeRouteTables, |ec2| {
+    /// let out = aws.call_with(Operation::Ec2DescribeRouteTables, CallOptions::within(t), |ec2: aws_sdk_ec2::Client| {
     ///     ec2.describe_route_tables().filters(vpc_filter.clone()).send()
     /// }).await?;
     /// ```
+    pub async fn call_with<C, T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<T, AwsError>
+    where
+        C: SdkService,
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let client = C::pick(&self.inner.core.clients);
+        self.inner
+            .core
+            .call(C::SERVICE, op, opts, Priority::Normal, || f(client.clone()))
+            .await
+    }
+
+    /// Calls EC2 with no deadline of the caller's; see [`AwsClient::call_with`].
     pub async fn ec2<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_ec2::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
-        self.ec2_with(op, CallOptions::default(), f).await
+        self.call_with(op, CallOptions::default(), f).await
     }
 
-    /// [`AwsClient::ec2`] with a deadline.
-    pub async fn ec2_with<T, E, F, Fut>(
-        &self,
-        op: Operation,
-        opts: CallOptions,
-        f: F,
-    ) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_ec2::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
-        let client = &self.inner.core.clients.ec2;
-        self.inner
-            .core
-            .call(Service::Ec2, op, opts, Priority::Normal, || {
-                f(client.clone())
-            })
-            .await
-    }
-
-    /// Calls classic ELB; see [`AwsClient::ec2`].
+    /// Calls classic ELB; see [`AwsClient::call_with`].
     pub async fn elb<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
-        self.elb_with(op, CallOptions::default(), f).await
+        self.call_with(op, CallOptions::default(), f).await
     }
 
-    /// [`AwsClient::elb`] with a deadline.
-    pub async fn elb_with<T, E, F, Fut>(
-        &self,
-        op: Operation,
-        opts: CallOptions,
-        f: F,
-    ) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
-        let client = &self.inner.core.clients.elb;
-        self.inner
-            .core
-            .call(Service::Elb, op, opts, Priority::Normal, || {
-                f(client.clone())
-            })
-            .await
-    }
-
-    /// Calls ELBv2; see [`AwsClient::ec2`].
+    /// Calls ELBv2; see [`AwsClient::call_with`].
     pub async fn elbv2<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
-        self.elbv2_with(op, CallOptions::default(), f).await
+        self.call_with(op, CallOptions::default(), f).await
     }
 
-    /// [`AwsClient::elbv2`] with a deadline.
-    pub async fn elbv2_with<T, E, F, Fut>(
-        &self,
-        op: Operation,
-        opts: CallOptions,
-        f: F,
-    ) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
-        let client = &self.inner.core.clients.elbv2;
-        self.inner
-            .core
-            .call(Service::Elbv2, op, opts, Priority::Normal, || {
-                f(client.clone())
-            })
-            .await
-    }
-
-    /// Calls STS; see [`AwsClient::ec2`].
+    /// Calls STS; see [`AwsClient::call_with`].
     pub async fn sts<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_sts::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
-        self.sts_with(op, CallOptions::default(), f).await
-    }
-
-    /// [`AwsClient::sts`] with a deadline.
-    pub async fn sts_with<T, E, F, Fut>(
-        &self,
-        op: Operation,
-        opts: CallOptions,
-        f: F,
-    ) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_sts::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
-        let client = &self.inner.core.clients.sts;
-        self.inner
-            .core
-            .call(Service::Sts, op, opts, Priority::Normal, || {
-                f(client.clone())
-            })
-            .await
+        self.call_with(op, CallOptions::default(), f).await
     }
 
     /// One instance by ID, coalesced with concurrent lookups into one
@@ -1009,10 +980,10 @@ mod tests {
         stub.push_faults((0..10).map(|_| Fault::Delay(Duration::from_secs(2))));
         let start = Instant::now();
         let err = aws
-            .ec2_with(
+            .call_with(
                 Operation::Ec2DescribeAvailabilityZones,
                 CallOptions::within(Duration::from_millis(250)),
-                |ec2| ec2.describe_availability_zones().send(),
+                |ec2: aws_sdk_ec2::Client| ec2.describe_availability_zones().send(),
             )
             .await
             .expect_err("deadline");
@@ -1033,10 +1004,10 @@ mod tests {
         };
         let aws = client_for(&stub, options).await;
         let call = || {
-            aws.elb_with(
+            aws.call_with(
                 Operation::ElbCreateLoadBalancer,
                 CallOptions::within(Duration::from_millis(100)),
-                |elb| elb.describe_load_balancers().send(),
+                |elb: aws_sdk_elasticloadbalancing::Client| elb.describe_load_balancers().send(),
             )
         };
         // The first call takes the only token (and fails at the stub, which

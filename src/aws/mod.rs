@@ -18,7 +18,7 @@ pub mod tags;
 mod test_stub;
 pub mod throttle;
 
-pub use client::{AwsClient, CallOptions, ClientOptions, OptionsError, SdkClients};
+pub use client::{AwsClient, CallOptions, ClientOptions, OptionsError, SdkClients, SdkService};
 pub use errors::{AwsError, ErrorClass};
 pub use instances::Ec2Instance;
 pub use operations::{Category, Operation, Service};
