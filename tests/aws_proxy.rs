@@ -206,29 +206,32 @@ async fn a_moto_that_dies_at_start_up_reports_its_log() {
 
 const HOLDER_ENV: &str = "AWS_PROXY_TEST_HOLD_MOTO";
 
-/// Helper for `moto_dies_with_a_killed_test_process`: starts moto, prints its
-/// pid and waits to be killed. Does nothing unless run by that test.
-#[tokio::test]
-#[ignore = "helper run by moto_dies_with_a_killed_test_process"]
-async fn hold_moto_until_killed() {
-    if std::env::var_os(HOLDER_ENV).is_none() {
-        return;
-    }
-    let moto = Moto::start().await.expect("moto starts");
-    println!("MOTO_PID={}", moto.pid().expect("moto's pid is known"));
-    // Bounded, in case the parent dies without killing us.
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    drop(moto);
+/// In the child process of `moto_dies_with_a_killed_test_process`: starts
+/// moto, prints its pid and waits to be SIGKILLed.
+fn hold_moto_until_killed() {
+    let runtime = tokio::runtime::Runtime::new().expect("a tokio runtime");
+    runtime.block_on(async {
+        let moto = Moto::start().await.expect("moto starts");
+        println!("MOTO_PID={}", moto.pid().expect("moto's pid is known"));
+        // Bounded, in case the parent dies without killing us.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(moto);
+    });
 }
 
 #[test]
 fn moto_dies_with_a_killed_test_process() {
+    // The same test, re-run as a child with HOLDER_ENV set, plays the process
+    // that starts moto and is then killed.
+    if std::env::var_os(HOLDER_ENV).is_some() {
+        hold_moto_until_killed();
+        return;
+    }
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut holder = Command::new(exe)
         .args([
-            "--ignored",
             "--exact",
-            "hold_moto_until_killed",
+            "moto_dies_with_a_killed_test_process",
             "--nocapture",
         ])
         .env(HOLDER_ENV, "1")

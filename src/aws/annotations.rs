@@ -970,23 +970,23 @@ pub(crate) mod tests {
 
     #[test]
     fn readme_matches_the_table() {
-        let readme = include_str!("../../README.md");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
+        let readme = std::fs::read_to_string(path).expect("README.md is readable");
         let begin = readme
             .find(README_BEGIN)
             .expect("README has the begin marker");
         let end = readme.find(README_END).expect("README has the end marker") + README_END.len();
+        if std::env::var_os("UPDATE_README").is_some() {
+            let updated = format!("{}{}{}", &readme[..begin], readme_section(), &readme[end..]);
+            std::fs::write(path, updated).expect("README.md is writable");
+            return;
+        }
         assert_eq!(
             &readme[begin..end],
             readme_section(),
             "README annotation reference drifted from src/aws/annotations.rs; \
-             regenerate it with `cargo test print_readme_section -- --ignored --nocapture`"
+             regenerate it with `UPDATE_README=1 cargo test --lib readme`"
         );
-    }
-
-    #[test]
-    #[ignore]
-    fn print_readme_section() {
-        println!("{}", readme_section());
     }
 
     #[test]
