@@ -371,7 +371,11 @@ impl CloudConfig {
                                     }
                                 }
                             }
-                            _ => unreachable!("every GLOBAL_KEYS entry is matched above"),
+                            other => {
+                                return Err(key_err(format!(
+                                    "{other} is listed as a [Global] key but not handled; report this as a bug"
+                                )));
+                            }
                         }
                     }
                     ("serviceoverride", Some(sub)) => {
