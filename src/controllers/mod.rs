@@ -161,6 +161,7 @@ mod tests {
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
@@ -207,6 +208,19 @@ impl std::ops::Deref for ControllerContext {
     type Target = Environment;
     fn deref(&self) -> &Environment {
         &self.env
+    }
+}
+
+/// Waits until the informer behind `changes` has applied an event, or
+/// `at_most` has passed (the controller's own timers: retries, debounce).
+/// Controllers wake on changes instead of re-reading whole stores on a fast
+/// timer, so an idle cluster costs them nothing.
+pub async fn changed_or(changes: &mut watch::Receiver<u64>, at_most: Duration) {
+    match tokio::time::timeout(at_most, changes.changed()).await {
+        Ok(Ok(())) | Err(_) => {}
+        // The informer is gone (shutting down): fall back to the timer
+        // rather than spinning on a closed channel.
+        Ok(Err(_)) => tokio::time::sleep(at_most).await,
     }
 }
 

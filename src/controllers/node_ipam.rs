@@ -46,8 +46,6 @@ use super::ControllerContext;
 use super::events::Events;
 use super::route::node_ref;
 
-/// How often the node cache is checked for nodes to serve.
-const POLL: Duration = Duration::from_millis(250);
 /// Node patches in flight at once (the kube client rate-limits underneath).
 const CONCURRENT_PATCHES: usize = 8;
 /// Attempts per node when its resourceVersion keeps moving.
@@ -574,17 +572,18 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             }
         }
     }
-    let mut tick = tokio::time::interval(POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Serve the cache now, then again whenever a node changes; the timer
+    // retries nodes whose patch failed without any node changing.
+    let mut node_changes = ctx.node_changes.clone();
     loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tick.tick() => {}
-        }
         let nodes = ctx.nodes.state();
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = ipam.sync(&nodes) => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = super::changed_or(&mut node_changes, RETRY_AFTER) => {}
         }
     }
 }

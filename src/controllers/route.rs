@@ -9,11 +9,11 @@
 //! `--route-reconciliation-period`.
 //!
 //! Node changes are read from the shared node cache rather than a watch of
-//! its own: the controller compares a fingerprint of the fields routes
-//! depend on (name, provider ID, pod CIDRs) every 250 ms. Nodes change all
-//! the time for reasons that do not matter here (kubelet heartbeats,
-//! conditions, labels), so comparing the projection both replaces an event
-//! subscription and filters it, at the cost of hashing a few strings per node.
+//! its own: the controller wakes when the informer applies an event and
+//! compares a fingerprint of the fields routes depend on (name, provider ID,
+//! pod CIDRs). Nodes change all the time for reasons that do not matter here
+//! (kubelet heartbeats, conditions, labels), so comparing the projection
+//! filters them, at the cost of hashing a few strings per node per change.
 //!
 //! After applying, each node's `NetworkUnavailable` condition says whether
 //! its routes exist (False/`RouteCreated`, True/`NoRouteCreated`, as
@@ -52,7 +52,7 @@ use crate::provider::routes::{
 
 /// Share of `--route-table-limit` past which the controller warns.
 pub const CAPACITY_WARNING_RATIO: f64 = 0.8;
-/// How often the node cache is compared with the last reconciled state.
+/// While node changes are settling, how often the cache is compared again.
 const POLL: Duration = Duration::from_millis(250);
 /// Node changes settle for this long before a reconcile...
 const QUIET: Duration = Duration::from_millis(500);
@@ -825,13 +825,21 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     let mut next_periodic = Instant::now();
     let mut reconciled_fp: Option<u64> = None;
     let mut pending: Option<(u64, Instant, Instant)> = None; // (fp, last change, first change)
-    let mut tick = tokio::time::interval(POLL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut node_changes = ctx.node_changes.clone();
     loop {
+        // Idle: sleep until a node changes. Settling: poll to debounce.
+        let settling = pending.is_some();
+        let wake = async {
+            if settling {
+                tokio::time::sleep(POLL).await;
+            } else {
+                super::changed_or(&mut node_changes, period).await;
+            }
+        };
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(next_periodic) => {}
-            _ = tick.tick() => {
+            _ = wake => {
                 let fp = fingerprint(&ctx.nodes.state());
                 if Some(fp) == reconciled_fp {
                     pending = None;

@@ -36,7 +36,9 @@ pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 const MIN_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
 const RESYNC: Duration = Duration::from_secs(600);
-const SCAN_EVERY: Duration = Duration::from_millis(250);
+/// Longest wait between scans without any Node or Service change: retries
+/// (backoff from 5 s) and the periodic resync come due on this timer.
+const SCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
@@ -52,6 +54,8 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         lbs,
         nodes: ctx.nodes.clone(),
         services: ctx.services.clone(),
+        node_changes: ctx.node_changes.clone(),
+        service_changes: ctx.service_changes.clone(),
         state: Arc::new(Mutex::new(HashMap::new())),
         workers: Arc::new(Semaphore::new(workers)),
         worker_count: workers as u32,
@@ -136,6 +140,8 @@ struct ServiceController<L: LoadBalancers> {
     lbs: L,
     nodes: Store<Node>,
     services: Store<Service>,
+    node_changes: tokio::sync::watch::Receiver<u64>,
+    service_changes: tokio::sync::watch::Receiver<u64>,
     state: Arc<Mutex<HashMap<String, KeyState>>>,
     workers: Arc<Semaphore>,
     worker_count: u32,
@@ -150,12 +156,16 @@ enum Outcome {
 
 impl<L: LoadBalancers> ServiceController<L> {
     async fn run(self, stop: CancellationToken) {
-        let mut tick = tokio::time::interval(SCAN_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut node_changes = self.node_changes.clone();
+        let mut service_changes = self.service_changes.clone();
         loop {
+            self.scan();
+            // Scan again when a Node or Service changes, or when a retry or
+            // resync may have come due.
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tick.tick() => self.scan(),
+                _ = super::changed_or(&mut node_changes, SCAN_EVERY) => {}
+                _ = super::changed_or(&mut service_changes, SCAN_EVERY) => {}
             }
         }
         // Let running syncs finish before the controller reports stopped.
