@@ -22,15 +22,24 @@ tools:
 	scripts/install-moto.sh
 	scripts/install-tools.sh
 
-## lint: formatting, clippy, shell scripts, YAML
+## lint: formatting, clippy, shell scripts, YAML, manifests, IAM policy
 lint: tools
 	cargo fmt --check
 	cargo clippy --locked --all-targets -- -D warnings
-	$(VENV)/bin/shellcheck scripts/*.sh $(wildcard e2e/*.sh) .ci/run
+	$(VENV)/bin/shellcheck scripts/*.sh e2e/*.sh iam/*.sh .ci/run
+	$(VENV)/bin/yamllint --strict .
+	scripts/check-manifests.sh
+	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
 
-## test: everything CI runs
+# The AWS actions the CCM sent during the suite, for the IAM coverage test.
+RECORD_DIR := $(CARGO_TARGET_DIR)/aws-actions
+
+## test: everything CI runs; the IAM coverage test runs last, on what the suite recorded
 test: lint
-	cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
+	rm -rf $(RECORD_DIR) && mkdir -p $(RECORD_DIR)
+	AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
+	AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
+	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_actions_match_policy)'
 
 ## unit: fast tests that need neither moto nor the API test server
 unit:
