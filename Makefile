@@ -10,12 +10,16 @@ VENV := $(CURDIR)/.venv
 export MOTO_SERVER := $(VENV)/bin/moto_server
 NEXTEST_PROFILE := $(if $(CI),ci,default)
 
-.PHONY: all build tools lint test unit sandbox bench image e2e clean
+.PHONY: all build release tools lint test unit sandbox bench image e2e clean
 
 all: build
 
 build:
 	cargo build --locked --bins
+
+## release: the optimised binary, exactly as the Dockerfile builds it
+release:
+	cargo build --release --locked --bin aws-cloud-controller-manager
 
 ## tools: project-local virtualenv with moto and the linters (idempotent)
 tools:
@@ -30,6 +34,7 @@ lint: tools
 	$(VENV)/bin/yamllint --strict .
 	scripts/check-manifests.sh
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
+	scripts/check-dockerfile.sh
 
 # The AWS actions the CCM sent during the suite, for the IAM coverage test.
 RECORD_DIR := $(CARGO_TARGET_DIR)/aws-actions
