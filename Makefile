@@ -10,27 +10,41 @@ VENV := $(CURDIR)/.venv
 export MOTO_SERVER := $(VENV)/bin/moto_server
 NEXTEST_PROFILE := $(if $(CI),ci,default)
 
-.PHONY: all build tools lint test unit sandbox bench image e2e clean
+.PHONY: all build release tools lint test unit sandbox bench image e2e clean
 
 all: build
 
 build:
 	cargo build --locked --bins
 
+## release: the optimised binary, exactly as the Dockerfile builds it
+release:
+	cargo build --release --locked --bin aws-cloud-controller-manager
+
 ## tools: project-local virtualenv with moto and the linters (idempotent)
 tools:
 	scripts/install-moto.sh
 	scripts/install-tools.sh
 
-## lint: formatting, clippy, shell scripts, YAML
+## lint: formatting, clippy, shell scripts, YAML, manifests, IAM policy
 lint: tools
 	cargo fmt --check
 	cargo clippy --locked --all-targets -- -D warnings
-	$(VENV)/bin/shellcheck scripts/*.sh $(wildcard e2e/*.sh) .ci/run
+	$(VENV)/bin/shellcheck scripts/*.sh e2e/*.sh iam/*.sh .ci/run
+	$(VENV)/bin/yamllint --strict .
+	scripts/check-manifests.sh
+	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
+	scripts/check-dockerfile.sh
 
-## test: everything CI runs
+# The AWS actions the CCM sent during the suite, for the IAM coverage test.
+RECORD_DIR := $(CARGO_TARGET_DIR)/aws-actions
+
+## test: everything CI runs; the IAM coverage test runs last, on what the suite recorded
 test: lint
-	cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
+	rm -rf $(RECORD_DIR) && mkdir -p $(RECORD_DIR)
+	AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
+	AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
+	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_actions_match_policy)'
 
 ## unit: fast tests that need neither moto nor the API test server
 unit:

@@ -47,10 +47,19 @@ impl SdkClients {
 /// Session name used when assuming `RoleARN` (visible in CloudTrail).
 const SESSION_NAME: &str = "aws-cloud-controller-manager";
 
+/// The SDK app name (user agent `app/aws-ccm`).
+pub const APP_NAME: &str = "aws-ccm";
+
 /// Loads the shared SDK configuration for `region`, with SDK retries off
 /// and a connect timeout (operation timeouts are the client layer's).
 pub async fn base_config(region: &str) -> SdkConfig {
-    aws_config::defaults(BehaviorVersion::latest())
+    let mut loader = aws_config::defaults(BehaviorVersion::latest());
+    // `app/aws-ccm` in every request's user agent: visible in CloudTrail,
+    // and how the test proxy tells the CCM's calls from test seeding.
+    if let Ok(name) = aws_config::AppName::new(APP_NAME) {
+        loader = loader.app_name(name);
+    }
+    loader
         .region(Region::new(region.to_string()))
         .retry_config(RetryConfig::disabled())
         .timeout_config(

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use aws_ccm::testkit::apiserver::TestApiServer;
+use aws_ccm::testkit::aws_proxy::{FaultProxy, ProxyConfig};
 use aws_ccm::testkit::moto::Moto;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
@@ -49,6 +50,10 @@ pub fn free_port() -> u16 {
 pub struct Env {
     pub api: TestApiServer,
     pub moto: Moto,
+    /// A pass-through proxy in front of moto that `start_ccm` sends the
+    /// CCM's calls through, so the IAM coverage test sees them (it records
+    /// when `AWS_CCM_RECORD_ACTIONS` is set).
+    pub proxy: FaultProxy,
     /// Holds the kubeconfig and cloud.conf; removed on drop.
     #[allow(dead_code)]
     pub dir: tempfile::TempDir,
@@ -66,6 +71,7 @@ impl Env {
 
     pub async fn start_with_conf(cloud_conf: &str) -> anyhow::Result<Env> {
         let (api, moto) = tokio::try_join!(TestApiServer::start(), Moto::start())?;
+        let proxy = FaultProxy::start(&moto.endpoint(), ProxyConfig::default()).await?;
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
         api.write_kubeconfig(&kubeconfig)?;
@@ -74,6 +80,7 @@ impl Env {
         Ok(Env {
             api,
             moto,
+            proxy,
             dir,
             kubeconfig,
             cloud_conf: cloud_conf_path,
@@ -96,7 +103,7 @@ impl Env {
     }
 
     pub fn aws_env(&self) -> Vec<(String, String)> {
-        self.aws_env_for(&self.moto.endpoint())
+        self.aws_env_for(&self.proxy.endpoint())
     }
 
     /// The AWS environment with another endpoint (e.g. a `FaultProxy` in
@@ -110,9 +117,9 @@ impl Env {
         ]
     }
 
-    /// Starts the CCM with AWS reached through moto directly.
+    /// Starts the CCM with AWS reached through the pass-through proxy.
     pub async fn start_ccm(&self, extra: &[&str]) -> anyhow::Result<Ccm> {
-        self.start_ccm_via(&self.moto.endpoint(), extra).await
+        self.start_ccm_via(&self.proxy.endpoint(), extra).await
     }
 
     /// Starts the CCM with AWS calls sent to `endpoint` (e.g. a `FaultProxy`

@@ -38,12 +38,14 @@
 mod counts;
 mod errors;
 mod faults;
+mod record;
 mod request;
 mod throttle;
 
 pub use counts::{ActionCounts, CallCounts};
 pub use errors::AwsError;
 pub use faults::{FaultKind, FaultRule};
+pub use record::{CCM_APP_MARK, RECORD_ENV};
 pub use request::{AwsCall, Protocol, identify};
 pub use throttle::{
     BucketLimits, BucketScope, Budget, BudgetDecision, Category, EC2_UNFILTERED_DESCRIBE_ACTIONS,
@@ -128,6 +130,8 @@ struct State {
     counters: Counters,
     /// `Some` once a test took control of the buckets' clock.
     manual_clock: RwLock<Option<ManualClock>>,
+    /// The CCM's actions, for the IAM policy coverage test.
+    recorder: record::Recorder,
 }
 
 impl State {
@@ -205,6 +209,7 @@ impl FaultProxy {
             faults: RwLock::new(Arc::new(ActiveRules::new(config.faults))),
             counters: Counters::default(),
             manual_clock: RwLock::new(None),
+            recorder: record::Recorder::from_env(addr.port()),
         });
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         tracing::debug!(%addr, upstream, "aws-fault-proxy started");
@@ -406,6 +411,9 @@ async fn handle(
 
     let counters = &state.counters;
     counters.bump(&call.service, &call.action, Outcome::Received);
+    state
+        .recorder
+        .record(&parts.headers, &call.service, &call.action);
 
     let category = category_of_call(
         &call.service,

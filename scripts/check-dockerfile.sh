@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Static checks of the Dockerfile (no Docker engine here): it builds with the
+# same `make release` developers and CI run, runs the binary from
+# /usr/local/bin as UID 65532 on distroless, and `make release` is what the
+# Makefile says it is.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+fail() { echo "check-dockerfile: $*" >&2; exit 1; }
+df=Dockerfile
+grep -q '^FROM rust:[0-9.]*-bookworm AS build$' "$df" || fail "build stage must be a pinned rust:<version>-bookworm"
+grep -q 'make release' "$df" || fail "build stage must run 'make release'"
+grep -q '^FROM gcr.io/distroless/cc-debian12:nonroot$' "$df" || fail "run stage must be distroless cc-debian12:nonroot"
+grep -q '^USER 65532:65532$' "$df" || fail "must run as 65532:65532"
+grep -q '^ENTRYPOINT \["/usr/local/bin/aws-cloud-controller-manager"\]$' "$df" || fail "entrypoint must be /usr/local/bin/aws-cloud-controller-manager"
+toolchain="$(sed -n 's/^FROM rust:\([0-9.]*\)-bookworm.*/\1/p' "$df")"
+msrv="$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)"
+[ "$(printf '%s\n%s\n' "$msrv" "$toolchain" | sort -V | head -1)" = "$msrv" ] \
+  || fail "rust:$toolchain is older than rust-version $msrv"
+make -n release | grep -q -- 'cargo build --release --locked --bin aws-cloud-controller-manager' \
+  || fail "'make release' must be cargo build --release --locked --bin aws-cloud-controller-manager"
+# COPY lines list several sources separated by spaces: split on words.
+# shellcheck disable=SC2013
+for path in $(sed -n 's/^COPY \([^-].*\) \.\/.*$/\1/p' "$df"); do
+  [ -e "$path" ] || fail "COPY source $path does not exist"
+done
+echo "check-dockerfile: ok (rust:$toolchain >= $msrv, distroless nonroot, make release)"

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds the kustomize base and every overlay under manifests/ and validates
+# the output offline against the Kubernetes schemas (kubernetes-validate
+# ships them), strictly: an unknown field is an error.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+validate="${KUBERNETES_VALIDATE:-.venv/bin/kubernetes-validate}"
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "check-manifests: kubectl is needed for 'kubectl kustomize'" >&2
+  exit 1
+fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+count=0
+for dir in manifests/base manifests/overlays/*/; do
+  dir="${dir%/}"
+  name="$(echo "$dir" | tr '/' '-')"
+  kubectl kustomize "$dir" > "$out/$name.yaml"
+  "$validate" --strict --quiet "$out/$name.yaml"
+  count=$((count + 1))
+  echo "check-manifests: $dir builds and validates ($(grep -c '^kind:' "$out/$name.yaml") objects)"
+done
+[ "$count" -gt 1 ] || { echo "check-manifests: no overlays found" >&2; exit 1; }
