@@ -458,10 +458,12 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
                 policies: BTreeSet::new(),
                 health_check: None,
                 subnets: desired.subnets.clone(),
+                // Created with the owned group's real ID when it exists (a
+                // recreate), so no ApplySecurityGroups follows.
                 security_groups: desired
                     .groups
                     .iter()
-                    .filter_map(|g| resolve_group(g, Some("<owned>")))
+                    .filter_map(|g| resolve_group(g, Some(owned_id.unwrap_or("<owned>"))))
                     .collect(),
                 instances: BTreeSet::new(),
                 attributes: Attributes::aws_defaults(),
@@ -1418,6 +1420,15 @@ mod tests {
             changes[1],
             Change::CreateLoadBalancer { internal: true, .. }
         ));
+        // The new load balancer is created with the existing owned group:
+        // nothing to re-apply, no group to create.
+        assert!(
+            !changes.iter().any(|c| matches!(
+                c,
+                Change::ApplySecurityGroups(_) | Change::CreateSecurityGroup(_)
+            )),
+            "{changes:?}"
+        );
 
         let mut e = env();
         e.subnets = BTreeSet::from(["subnet-a".to_string(), "subnet-c".to_string()]);

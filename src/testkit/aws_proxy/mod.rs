@@ -128,6 +128,21 @@ struct State {
     counters: Counters,
     /// `Some` once a test took control of the buckets' clock.
     manual_clock: RwLock<Option<ManualClock>>,
+    /// Parameters of every received call, kept only while recording is on.
+    recording: AtomicBool,
+    recorded: Mutex<Vec<RecordedCall>>,
+}
+
+/// One call's parameters as sent (form-decoded), kept by
+/// [`FaultProxy::record_requests`] so a test can assert what was asked for
+/// when the emulator does not store it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedCall {
+    pub service: String,
+    pub action: String,
+    /// Every parameter but `Action` and `Version`, e.g.
+    /// `Listeners.member.1.InstanceProtocol` = `HTTP`.
+    pub params: std::collections::BTreeMap<String, String>,
 }
 
 impl State {
@@ -205,6 +220,8 @@ impl FaultProxy {
             faults: RwLock::new(Arc::new(ActiveRules::new(config.faults))),
             counters: Counters::default(),
             manual_clock: RwLock::new(None),
+            recording: AtomicBool::new(false),
+            recorded: Mutex::new(Vec::new()),
         });
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         tracing::debug!(%addr, upstream, "aws-fault-proxy started");
@@ -280,6 +297,23 @@ impl FaultProxy {
             now: Arc::new(Mutex::new(Instant::now())),
         })
         .clone()
+    }
+
+    /// Starts (or stops) keeping every call's parameters; off by default so
+    /// long runs do not hold every body in memory.
+    pub fn record_requests(&self, on: bool) {
+        self.state.recording.store(on, Ordering::Release);
+    }
+
+    /// The recorded calls of `action` (any service), oldest first.
+    pub fn requests(&self, action: &str) -> Vec<RecordedCall> {
+        self.state
+            .recorded
+            .lock()
+            .iter()
+            .filter(|c| c.action == action)
+            .cloned()
+            .collect()
     }
 
     /// Sets the latency added to every forwarded call.
@@ -406,6 +440,19 @@ async fn handle(
 
     let counters = &state.counters;
     counters.bump(&call.service, &call.action, Outcome::Received);
+    if state.recording.load(Ordering::Acquire) {
+        let body_text = std::str::from_utf8(&body).unwrap_or_default();
+        let params = [parts.uri.query().unwrap_or_default(), body_text]
+            .into_iter()
+            .flat_map(request::form_pairs)
+            .filter(|(k, _)| k != "Action" && k != "Version")
+            .collect();
+        state.recorded.lock().push(RecordedCall {
+            service: call.service.clone(),
+            action: call.action.clone(),
+            params,
+        });
+    }
 
     let category = category_of_call(
         &call.service,
