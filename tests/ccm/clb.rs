@@ -756,6 +756,31 @@ async fn clb_annotations_each_show_up_in_aws() -> anyhow::Result<()> {
         node_rules.contains(&format!("-1:-1--1<-{custom}")),
         "{node_rules:?}"
     );
+
+    // Everything above reads back as converged: a fresh process changes
+    // nothing. Not the TLS Service: moto does not store a listener's
+    // InstanceProtocol (it echoes the front protocol), so its HTTPS->HTTP
+    // listener would look different at every read there, not on AWS.
+    services.delete("tls", &DeleteParams::default()).await?;
+    eventually("tls to be gone", WAIT, || async {
+        matches!(services.get_opt("tls").await, Ok(None)).then_some(())
+    })
+    .await?;
+    drop(ccm);
+    let before = proxy.calls();
+    let ccm = env
+        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
+        .await?;
+    for name in ["tuned", "local", "groups"] {
+        wait_ensured(&ccm, name, 0).await?;
+    }
+    let after = proxy.calls();
+    let changed: Vec<String> = after
+        .iter()
+        .filter(|(s, a, c)| !a.starts_with("Describe") && c.received > before.get(s, a).received)
+        .map(|(_, a, _)| a.to_string())
+        .collect();
+    assert_eq!(changed, Vec::<String>::new(), "logs:\n{}", ccm.logs());
     Ok(())
 }
 
@@ -1519,6 +1544,74 @@ async fn clb_deletion_retries_dependency_violation_and_keeps_the_finalizer_on_fa
 
     // Nothing of this cluster's is left: no load balancer, no owned group,
     // no rule in either node group.
+    assert_eq!(v.cluster_leftovers().await?, Vec::<String>::new());
+    Ok(())
+}
+
+#[tokio::test]
+async fn clb_cloud_conf_group_disabled_ingress_and_shared_probe() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let v = vpc(&env, true).await?;
+    let i1 = v.instance(&v.public_a, &v.node_group).await?;
+    let global = v.group("global-elb", &[]).await?;
+    std::fs::write(
+        &env.cloud_conf,
+        format!(
+            "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n\
+             ElbSecurityGroup = {global}\nDisableSecurityGroupIngress = true\n\
+             ClusterServiceLoadBalancerHealthProbeMode = Shared\n\
+             ClusterServiceSharedLoadBalancerHealthProbePort = 10300\n\
+             ClusterServiceSharedLoadBalancerHealthProbePath = /livez\n"
+        ),
+    )?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n1", &i1))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = services
+        .create(
+            &PostParams::default(),
+            &lb_svc(
+                "web",
+                serde_json::json!({}),
+                &[("http", 80)],
+                serde_json::json!({}),
+            ),
+        )
+        .await?;
+    let name = lb_name(&svc);
+    let (proxy, ccm) = start(&env).await?;
+    wait_hostname(&services, &ccm, "web").await?;
+    wait_ensured(&ccm, "web", 0).await?;
+    let lb = v.describe(&name).await.expect("load balancer");
+    // The cloud.conf group instead of an owned one, its rules left alone;
+    // no rule in the node group; the shared kube-proxy probe.
+    assert_eq!(lb.security_groups(), std::slice::from_ref(&global));
+    assert!(
+        group_by_name(&v.ec2, &format!("k8s-elb-{name}"))
+            .await
+            .is_none()
+    );
+    assert!(v.rules(&global).await?.is_empty());
+    assert!(v.rules(&v.node_group).await?.is_empty());
+    assert_eq!(lb.health_check().unwrap().target(), "HTTP:10300/livez");
+    let m = mutations(&proxy);
+    assert!(
+        !m.contains_key("CreateSecurityGroup") && !m.contains_key("AuthorizeSecurityGroupIngress"),
+        "{m:?}"
+    );
+
+    // Deleting leaves the cloud.conf group in place (it is not this Service's).
+    services.delete("web", &DeleteParams::default()).await?;
+    eventually("web to be gone", WAIT, || async {
+        matches!(services.get_opt("web").await, Ok(None)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(v.describe(&name).await.is_none());
+    assert!(group_by_name(&v.ec2, "global-elb").await.is_some());
     assert_eq!(v.cluster_leftovers().await?, Vec::<String>::new());
     Ok(())
 }
