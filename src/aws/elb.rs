@@ -165,6 +165,14 @@ pub struct Actual {
     pub owned_group: Option<sg::SecurityGroup>,
     /// Node groups (by ID) that already admit the LB's own group.
     pub node_groups_with_rule: BTreeSet<String>,
+    /// When the LB's own group is shared (the `security-groups` annotation or
+    /// cloud.conf `ElbSecurityGroup`): the node groups that other load
+    /// balancers using it still reach, so their rule stays. `None` when not
+    /// looked up: then no rule from a shared group is revoked.
+    pub shared_group_needed: Option<BTreeSet<String>>,
+    /// For deletion: the shared group the node rules admit (the load
+    /// balancer's first group when it has no owned group).
+    pub shared_lb_group: Option<String>,
 }
 
 /// One mutating step.
@@ -598,15 +606,22 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
                     from: rule_source.clone(),
                 });
             }
-            // Only a group this Service owns says the rule is ours to revoke:
-            // a shared group's rule may serve other load balancers.
-            if lb_group == GroupRef::Owned {
-                for g in actual.node_groups_with_rule.difference(want_nodes) {
-                    changes.push(Change::RevokeNodeIngress {
-                        node_group: g.clone(),
-                        from: GroupRef::Owned,
-                    });
+            // A rule from the owned group serves only this load balancer; one
+            // from a shared group is revoked only when no other load balancer
+            // using that group still reaches the node group.
+            let unneeded = actual.node_groups_with_rule.difference(want_nodes);
+            let revoke: Vec<&String> = match (&lb_group, &actual.shared_group_needed) {
+                (GroupRef::Owned, _) => unneeded.collect(),
+                (GroupRef::Id(_), Some(needed)) => {
+                    unneeded.filter(|g| !needed.contains(*g)).collect()
                 }
+                (GroupRef::Id(_), None) => Vec::new(),
+            };
+            for g in revoke {
+                changes.push(Change::RevokeNodeIngress {
+                    node_group: g.clone(),
+                    from: rule_source.clone(),
+                });
             }
         }
     }
@@ -643,6 +658,18 @@ pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
             changes.push(Change::RevokeNodeIngress {
                 node_group: g.clone(),
                 from: GroupRef::Owned,
+            });
+        }
+    } else if let (Some(shared), Some(needed), Some(lb)) = (
+        &actual.shared_lb_group,
+        &actual.shared_group_needed,
+        &actual.lb,
+    ) && tags::is_owned(&lb.tags, cluster_id)
+    {
+        for g in actual.node_groups_with_rule.difference(needed) {
+            changes.push(Change::RevokeNodeIngress {
+                node_group: g.clone(),
+                from: GroupRef::Id(shared.clone()),
             });
         }
     }
@@ -885,6 +912,47 @@ pub mod io {
                 })
                 .collect(),
         }))
+    }
+
+    /// Every classic ELB in the region with its security groups and
+    /// instances (paginated): only read when a shared group's node rule may
+    /// have to go, to see which other load balancers still use it.
+    pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
+        let mut out = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let page = aws
+                .elb(Operation::ElbDescribeLoadBalancers, |c| {
+                    c.describe_load_balancers()
+                        .set_marker(marker.clone())
+                        .send()
+                })
+                .await?;
+            for lb in page.load_balancer_descriptions() {
+                out.push(ActualLb {
+                    name: lb.load_balancer_name().unwrap_or_default().to_string(),
+                    dns_name: lb.dns_name().unwrap_or_default().to_string(),
+                    internal: lb.scheme() == Some("internal"),
+                    listeners: Vec::new(),
+                    backend_policies: BTreeMap::new(),
+                    policies: BTreeSet::new(),
+                    health_check: None,
+                    subnets: lb.subnets().iter().cloned().collect(),
+                    security_groups: lb.security_groups().to_vec(),
+                    instances: lb
+                        .instances()
+                        .iter()
+                        .filter_map(|i| i.instance_id().map(str::to_string))
+                        .collect(),
+                    attributes: Attributes::aws_defaults(),
+                    tags: BTreeMap::new(),
+                });
+            }
+            marker = page.next_marker().map(str::to_string);
+            if marker.is_none() {
+                return Ok(out);
+            }
+        }
     }
 
     /// Applies a plan in order. Returns the DNS name of a load balancer it
@@ -1270,6 +1338,8 @@ mod tests {
             }),
             owned_group: owned,
             node_groups_with_rule: d.node_groups.clone().unwrap_or_default(),
+            shared_group_needed: None,
+            shared_lb_group: None,
         }
     }
 
@@ -1399,6 +1469,42 @@ mod tests {
                 Change::RevokeNodeIngress {
                     node_group: "sg-node".into(),
                     from: GroupRef::Owned
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_shared_groups_node_rule_goes_only_when_no_other_load_balancer_needs_it() {
+        let mut e = env();
+        e.node_groups = BTreeSet::from(["sg-node".to_string(), "sg-node2".to_string()]);
+        let shared = [(ann::SECURITY_GROUPS, "sg-shared")];
+        let mut actual = converged(&want(&shared, &[(80, 30080)], &e));
+        // sg-node2's nodes left this load balancer.
+        let after = want(&shared, &[(80, 30080)], &env());
+        let revoke_node2 = Change::RevokeNodeIngress {
+            node_group: "sg-node2".into(),
+            from: GroupRef::Id("sg-shared".into()),
+        };
+        // Not looked up: the rule stays.
+        assert_eq!(plan(&after, &actual), vec![]);
+        // Another load balancer with sg-shared still reaches sg-node2.
+        actual.shared_group_needed = Some(BTreeSet::from(["sg-node2".to_string()]));
+        assert_eq!(plan(&after, &actual), vec![]);
+        // Nobody else does: revoked.
+        actual.shared_group_needed = Some(BTreeSet::new());
+        assert_eq!(plan(&after, &actual), vec![revoke_node2.clone()]);
+
+        // Deleting: the same rule, from the shared group, never the group itself.
+        actual.owned_group = None;
+        actual.shared_lb_group = Some("sg-shared".into());
+        actual.shared_group_needed = Some(BTreeSet::from(["sg-node".to_string()]));
+        assert_eq!(
+            plan_delete(&actual, "c1"),
+            vec![
+                revoke_node2,
+                Change::DeleteLoadBalancer {
+                    reason: "the Service no longer asks for it".into()
                 },
             ]
         );

@@ -1615,3 +1615,96 @@ async fn clb_cloud_conf_group_disabled_ingress_and_shared_probe() -> anyhow::Res
     assert_eq!(v.cluster_leftovers().await?, Vec::<String>::new());
     Ok(())
 }
+
+#[tokio::test]
+async fn clb_shared_group_node_rule_goes_when_no_load_balancer_needs_it() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let v = vpc(&env, true).await?;
+    let i1 = v.instance(&v.public_a, &v.node_group).await?;
+    let i2 = v.instance(&v.public_b, &v.node_group2).await?;
+    let shared = v.group("shared-lb", &[]).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PostParams::default();
+    let mut n1 = node("n1", &i1);
+    n1.metadata.labels = Some(BTreeMap::from([("pool".into(), "one".into())]));
+    nodes.create(&pp, &n1).await?;
+    nodes.create(&pp, &node("n2", &i2)).await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let groups = "service.beta.kubernetes.io/aws-load-balancer-security-groups";
+    // a: every node; b: only n1 (node group 1). Both behind the shared group.
+    services
+        .create(
+            &pp,
+            &lb_svc(
+                "a",
+                serde_json::json!({ groups: shared }),
+                &[("http", 80)],
+                serde_json::json!({}),
+            ),
+        )
+        .await?;
+    services
+        .create(
+            &pp,
+            &lb_svc(
+                "b",
+                serde_json::json!({
+                    groups: shared,
+                    "service.beta.kubernetes.io/aws-load-balancer-target-node-labels": "pool=one",
+                }),
+                &[("http", 80)],
+                serde_json::json!({}),
+            ),
+        )
+        .await?;
+    let (proxy, ccm) = start(&env).await?;
+    wait_hostname(&services, &ccm, "a").await?;
+    wait_hostname(&services, &ccm, "b").await?;
+    let from_shared = format!("-1:-1--1<-{shared}");
+    assert!(v.rules(&v.node_group).await?.contains(&from_shared));
+    assert!(v.rules(&v.node_group2).await?.contains(&from_shared));
+
+    // n2 leaves a; no load balancer with the shared group reaches node
+    // group 2 any more: its rule goes, node group 1's stays.
+    let before = ensured(&ccm, "a");
+    proxy.reset_counts();
+    nodes
+        .patch(
+            "n2",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {
+                "node.kubernetes.io/exclude-from-external-load-balancers": ""}}})),
+        )
+        .await?;
+    wait_ensured(&ccm, "a", before).await?;
+    assert_eq!(
+        mutations(&proxy),
+        calls(&[
+            ("DeregisterInstancesFromLoadBalancer", 1),
+            ("RevokeSecurityGroupIngress", 1)
+        ])
+    );
+    assert!(v.rules(&v.node_group2).await?.is_empty());
+    assert!(v.rules(&v.node_group).await?.contains(&from_shared));
+
+    // Deleting a: b still needs node group 1's rule.
+    services.delete("a", &DeleteParams::default()).await?;
+    eventually("a to be gone", WAIT, || async {
+        matches!(services.get_opt("a").await, Ok(None)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(v.rules(&v.node_group).await?.contains(&from_shared));
+
+    // Deleting b, the last user: the rule goes; the shared group stays.
+    services.delete("b", &DeleteParams::default()).await?;
+    eventually("b to be gone", WAIT, || async {
+        matches!(services.get_opt("b").await, Ok(None)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert_eq!(v.cluster_leftovers().await?, Vec::<String>::new());
+    assert!(group_by_name(&v.ec2, "shared-lb").await.is_some());
+    Ok(())
+}
