@@ -1451,7 +1451,7 @@ async fn clb_deletion_retries_dependency_violation_and_keeps_the_finalizer_on_fa
         .await?;
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let mut names = BTreeMap::new();
-    for name in ["web", "stuck"] {
+    for name in ["web", "stuck", "retyped"] {
         // A finalizer of someone else's keeps the object readable after ours goes.
         let mut svc = lb_svc(
             name,
@@ -1464,9 +1464,38 @@ async fn clb_deletion_retries_dependency_violation_and_keeps_the_finalizer_on_fa
         names.insert(name, lb_name(&svc));
     }
     let (proxy, ccm) = start(&env).await?;
-    for name in ["web", "stuck"] {
+    for name in ["web", "stuck", "retyped"] {
         wait_hostname(&services, &ccm, name).await?;
     }
+
+    // No longer type LoadBalancer: everything goes, then the finalizer and
+    // the status; the Service itself stays.
+    patch_svc(
+        &services,
+        "retyped",
+        serde_json::json!({"spec": {"type": "ClusterIP", "allocateLoadBalancerNodePorts": null,
+            "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}}),
+    )
+    .await?;
+    let retyped = eventually("retyped to lose our finalizer", WAIT, || async {
+        let svc = services.get("retyped").await.ok()?;
+        (!svc
+            .metadata
+            .finalizers
+            .clone()
+            .unwrap_or_default()
+            .contains(&FINALIZER.to_string()))
+        .then_some(svc)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(hostname(&retyped).is_none());
+    assert!(v.describe(&names["retyped"]).await.is_none());
+    assert!(
+        group_by_name(&v.ec2, &format!("k8s-elb-{}", names["retyped"]))
+            .await
+            .is_none()
+    );
     let web_group = group_by_name(&v.ec2, &format!("k8s-elb-{}", names["web"]))
         .await
         .unwrap()
@@ -1476,6 +1505,7 @@ async fn clb_deletion_retries_dependency_violation_and_keeps_the_finalizer_on_fa
 
     // The group is "still in use" three times: retried within the bound; the
     // finalizer stays until the group is gone.
+    proxy.reset_counts();
     proxy.set_faults(vec![
         FaultRule::new(FaultKind::Error {
             status: 400,
