@@ -850,7 +850,13 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
             proxy.reset_counts();
             $change;
             wait_ensured(&ccm, "web", before).await?;
-            assert_eq!(mutations(&proxy), calls($expect), "{}", $what);
+            assert_eq!(
+                mutations(&proxy),
+                calls($expect),
+                "{}; logs:\n{}",
+                $what,
+                ccm.logs()
+            );
         }};
     }
 
