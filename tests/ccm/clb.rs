@@ -843,13 +843,17 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
         .to_string();
     let from_owned = format!("-1:-1--1<-{owned_id}");
 
-    // Each step: the change, then exactly the calls it needs.
+    // Each step: the change, then exactly the calls it needs. Syncs are
+    // counted from the log, which is read asynchronously: count them from the
+    // known total, not from what has been read so far.
+    let mut syncs = 1;
+    wait_ensured(&ccm, "web", 0).await?;
     macro_rules! step {
         ($what:expr, $change:expr, $expect:expr) => {{
-            let before = ensured(&ccm, "web");
             proxy.reset_counts();
             $change;
-            wait_ensured(&ccm, "web", before).await?;
+            wait_ensured(&ccm, "web", syncs).await?;
+            syncs += 1;
             assert_eq!(
                 mutations(&proxy),
                 calls($expect),
@@ -1060,7 +1064,6 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
 
     // internal cannot change in place: a new load balancer, the old gone,
     // the owned group kept (same name), nothing else left behind.
-    let before = ensured(&ccm, "web");
     proxy.reset_counts();
     patch_svc(
         &services,
@@ -1069,7 +1072,8 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
         "service.beta.kubernetes.io/aws-load-balancer-internal": "true"}}}),
     )
     .await?;
-    wait_ensured(&ccm, "web", before).await?;
+    wait_ensured(&ccm, "web", syncs).await?;
+    syncs += 1;
     let m = mutations(&proxy);
     assert_eq!(
         (m.get("DeleteLoadBalancer"), m.get("CreateLoadBalancer")),
@@ -1127,7 +1131,8 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
         .await?,
         &[]
     );
-    assert_eq!(ensured(&ccm, "web"), 14, "one sync per change, no more");
+    assert_eq!(syncs, 14);
+    assert_eq!(ensured(&ccm, "web"), syncs, "one sync per change, no more");
     Ok(())
 }
 
@@ -1703,7 +1708,9 @@ async fn clb_shared_group_node_rule_goes_when_no_load_balancer_needs_it() -> any
 
     // n2 leaves a; no load balancer with the shared group reaches node
     // group 2 any more: its rule goes, node group 1's stays.
-    let before = ensured(&ccm, "a");
+    // One sync of a so far (the log is read asynchronously: wait for it).
+    wait_ensured(&ccm, "a", 0).await?;
+    let before = 1;
     proxy.reset_counts();
     nodes
         .patch(
