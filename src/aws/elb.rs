@@ -502,11 +502,13 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
 
     let attach: BTreeSet<String> = desired.subnets.difference(&lb.subnets).cloned().collect();
     let detach: BTreeSet<String> = lb.subnets.difference(&desired.subnets).cloned().collect();
-    if !attach.is_empty() {
-        changes.push(Change::AttachSubnets(attach));
-    }
+    // Detach first, as upstream: a CLB takes one subnet per zone, so moving
+    // to another subnet in the same zone fails while the old one is attached.
     if !detach.is_empty() {
         changes.push(Change::DetachSubnets(detach));
+    }
+    if !attach.is_empty() {
+        changes.push(Change::AttachSubnets(attach));
     }
 
     let want_groups: BTreeSet<String> = desired
@@ -1542,8 +1544,8 @@ mod tests {
         assert_eq!(
             changes,
             vec![
-                Change::AttachSubnets(BTreeSet::from(["subnet-c".to_string()])),
                 Change::DetachSubnets(BTreeSet::from(["subnet-b".to_string()])),
+                Change::AttachSubnets(BTreeSet::from(["subnet-c".to_string()])),
             ]
         );
     }

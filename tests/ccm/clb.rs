@@ -1062,6 +1062,31 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
         ])
     );
 
+    step!(
+        "subnets annotation",
+        patch_svc(
+            &services,
+            "web",
+            serde_json::json!({"metadata": {"annotations": {
+            "service.beta.kubernetes.io/aws-load-balancer-subnets": format!("private-a, {}", v.public_b)}}})
+        )
+        .await?,
+        &[
+            ("AttachLoadBalancerToSubnets", 1),
+            ("DetachLoadBalancerFromSubnets", 1)
+        ]
+    );
+    assert_eq!(
+        v.describe(&name)
+            .await
+            .unwrap()
+            .subnets()
+            .iter()
+            .cloned()
+            .collect::<BTreeSet<_>>(),
+        BTreeSet::from([v.private_a.clone(), v.public_b.clone()])
+    );
+
     // internal cannot change in place: a new load balancer, the old gone,
     // the owned group kept (same name), nothing else left behind.
     proxy.reset_counts();
@@ -1131,7 +1156,7 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
         .await?,
         &[]
     );
-    assert_eq!(syncs, 14);
+    assert_eq!(syncs, 15);
     assert_eq!(ensured(&ccm, "web"), syncs, "one sync per change, no more");
     Ok(())
 }
