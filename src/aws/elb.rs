@@ -121,6 +121,8 @@ pub struct OwnedGroup {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
     pub name: String,
+    /// Whose ownership tag a group must carry to be deleted.
+    pub cluster_id: String,
     pub internal: bool,
     pub listeners: Vec<Listener>,
     pub health_check: HealthCheck,
@@ -173,6 +175,9 @@ pub struct Actual {
     /// For deletion: the shared group the node rules admit (the load
     /// balancer's first group when it has no owned group).
     pub shared_lb_group: Option<String>,
+    /// Node groups admitting the owned group, read only when the owned group
+    /// is no longer wanted (`security-groups` or `ElbSecurityGroup` replaced it).
+    pub owned_group_node_rules: BTreeSet<String>,
 }
 
 /// One mutating step.
@@ -366,6 +371,7 @@ pub fn desired(
     }
     Desired {
         name,
+        cluster_id: cluster_id.to_string(),
         internal: spec.internal,
         listeners: listeners(spec),
         health_check: health_check(spec, cloud),
@@ -643,6 +649,22 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
     }
     if !deregister.is_empty() {
         changes.push(Change::DeregisterInstances(deregister));
+    }
+
+    // An owned group replaced by configured groups: once the load balancer
+    // no longer uses it (ApplySecurityGroups above), its node rules and the
+    // group itself go.
+    if desired.owned_group.is_none()
+        && let Some(g) = &actual.owned_group
+        && tags::is_owned(&g.tags, &desired.cluster_id)
+    {
+        for node_group in &actual.owned_group_node_rules {
+            changes.push(Change::RevokeNodeIngress {
+                node_group: node_group.clone(),
+                from: GroupRef::Owned,
+            });
+        }
+        changes.push(Change::DeleteSecurityGroup(g.id.clone()));
     }
     changes
 }
@@ -1342,6 +1364,7 @@ mod tests {
             node_groups_with_rule: d.node_groups.clone().unwrap_or_default(),
             shared_group_needed: None,
             shared_lb_group: None,
+            owned_group_node_rules: BTreeSet::new(),
         }
     }
 
@@ -1509,6 +1532,37 @@ mod tests {
                     reason: "the Service no longer asks for it".into()
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn configured_groups_replace_the_owned_group() {
+        let mut actual = converged(&want(&[], &[(80, 30080)], &env()));
+        actual.owned_group_node_rules = BTreeSet::from(["sg-node".to_string()]);
+        // The rule the node group has is from the owned group, not sg-mine.
+        actual.node_groups_with_rule.clear();
+        let after = want(&[(ann::SECURITY_GROUPS, "sg-mine")], &[(80, 30080)], &env());
+        assert_eq!(
+            plan(&after, &actual),
+            vec![
+                Change::ApplySecurityGroups(vec![GroupRef::Id("sg-mine".into())]),
+                Change::AuthorizeNodeIngress {
+                    node_group: "sg-node".into(),
+                    from: GroupRef::Id("sg-mine".into())
+                },
+                Change::RevokeNodeIngress {
+                    node_group: "sg-node".into(),
+                    from: GroupRef::Owned
+                },
+                Change::DeleteSecurityGroup("sg-owned".into()),
+            ]
+        );
+        // Not this cluster's: left alone.
+        actual.owned_group.as_mut().unwrap().tags.clear();
+        assert!(
+            !plan(&after, &actual)
+                .iter()
+                .any(|c| matches!(c, Change::DeleteSecurityGroup(_)))
         );
     }
 

@@ -276,12 +276,25 @@ impl LoadBalancers for AwsLoadBalancers {
             }
             _ => None,
         };
+        // An owned group the Service no longer wants: which node groups admit it.
+        let owned_group_node_rules = match &owned_group {
+            Some(g) if desired.owned_group.is_none() => {
+                let rule = Rule::all_from_group(&g.id);
+                all_groups
+                    .values()
+                    .filter(|n| n.id != g.id && n.ingress.contains(&rule))
+                    .map(|n| n.id.clone())
+                    .collect()
+            }
+            _ => BTreeSet::new(),
+        };
         let actual = Actual {
             lb,
             owned_group,
             node_groups_with_rule,
             shared_group_needed,
             shared_lb_group: None,
+            owned_group_node_rules,
         };
         let changes = elb::plan(&desired, &actual);
         let created = changes
@@ -387,6 +400,7 @@ impl LoadBalancers for AwsLoadBalancers {
             node_groups_with_rule,
             shared_group_needed,
             shared_lb_group,
+            owned_group_node_rules: BTreeSet::new(),
         };
         let changes = elb::plan_delete(&actual, &self.cluster_id);
         elb::io::apply(aws, &name, None, &actual, &changes).await?;

@@ -812,6 +812,7 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
     let i3 = v.instance(&v.public_b, &v.node_group).await?;
     let i4 = v.instance(&v.public_b, &v.node_group).await?;
     let i5 = v.instance(&v.public_b, &v.node_group2).await?;
+    let custom = v.group("custom-lb", &[]).await?;
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PostParams::default();
@@ -1137,6 +1138,38 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
         vec![format!("k8s-elb-{name}").as_str(), "nodes", "nodes2"]
     );
 
+    // security-groups replaces the owned group: applied, the node rule moved
+    // to the new group, the owned group's rule and the group itself gone.
+    step!(
+        "security-groups replaces the owned group",
+        patch_svc(
+            &services,
+            "web",
+            serde_json::json!({"metadata": {"annotations": {
+            "service.beta.kubernetes.io/aws-load-balancer-security-groups": custom}}})
+        )
+        .await?,
+        &[
+            ("ApplySecurityGroupsToLoadBalancer", 1),
+            ("AuthorizeSecurityGroupIngress", 1),
+            ("DeleteSecurityGroup", 1),
+            ("RevokeSecurityGroupIngress", 1)
+        ]
+    );
+    assert_eq!(
+        v.describe(&name).await.unwrap().security_groups(),
+        std::slice::from_ref(&custom)
+    );
+    assert!(
+        group_by_name(&v.ec2, &format!("k8s-elb-{name}"))
+            .await
+            .is_none()
+    );
+    assert_eq!(
+        v.rules(&v.node_group).await?,
+        set([format!("-1:-1--1<-{custom}").as_str()])
+    );
+
     // A node change that changes no backend starts no sync; the next sync
     // (an unrelated annotation) finds nothing to do after all of the above.
     nodes
@@ -1156,7 +1189,7 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
         .await?,
         &[]
     );
-    assert_eq!(syncs, 15);
+    assert_eq!(syncs, 16);
     assert_eq!(ensured(&ccm, "web"), syncs, "one sync per change, no more");
     Ok(())
 }
