@@ -121,6 +121,8 @@ pub struct OwnedGroup {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
     pub name: String,
+    /// Whose ownership tag a group must carry to be deleted.
+    pub cluster_id: String,
     pub internal: bool,
     pub listeners: Vec<Listener>,
     pub health_check: HealthCheck,
@@ -165,6 +167,17 @@ pub struct Actual {
     pub owned_group: Option<sg::SecurityGroup>,
     /// Node groups (by ID) that already admit the LB's own group.
     pub node_groups_with_rule: BTreeSet<String>,
+    /// When the LB's own group is shared (the `security-groups` annotation or
+    /// cloud.conf `ElbSecurityGroup`): the node groups that other load
+    /// balancers using it still reach, so their rule stays. `None` when not
+    /// looked up: then no rule from a shared group is revoked.
+    pub shared_group_needed: Option<BTreeSet<String>>,
+    /// For deletion: the shared group the node rules admit (the load
+    /// balancer's first group when it has no owned group).
+    pub shared_lb_group: Option<String>,
+    /// Node groups admitting the owned group, read only when the owned group
+    /// is no longer wanted (`security-groups` or `ElbSecurityGroup` replaced it).
+    pub owned_group_node_rules: BTreeSet<String>,
 }
 
 /// One mutating step.
@@ -358,6 +371,7 @@ pub fn desired(
     }
     Desired {
         name,
+        cluster_id: cluster_id.to_string(),
         internal: spec.internal,
         listeners: listeners(spec),
         health_check: health_check(spec, cloud),
@@ -458,10 +472,12 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
                 policies: BTreeSet::new(),
                 health_check: None,
                 subnets: desired.subnets.clone(),
+                // Created with the owned group's real ID when it exists (a
+                // recreate), so no ApplySecurityGroups follows.
                 security_groups: desired
                     .groups
                     .iter()
-                    .filter_map(|g| resolve_group(g, Some("<owned>")))
+                    .filter_map(|g| resolve_group(g, Some(owned_id.unwrap_or("<owned>"))))
                     .collect(),
                 instances: BTreeSet::new(),
                 attributes: Attributes::aws_defaults(),
@@ -492,11 +508,13 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
 
     let attach: BTreeSet<String> = desired.subnets.difference(&lb.subnets).cloned().collect();
     let detach: BTreeSet<String> = lb.subnets.difference(&desired.subnets).cloned().collect();
-    if !attach.is_empty() {
-        changes.push(Change::AttachSubnets(attach));
-    }
+    // Detach first, as upstream: a CLB takes one subnet per zone, so moving
+    // to another subnet in the same zone fails while the old one is attached.
     if !detach.is_empty() {
         changes.push(Change::DetachSubnets(detach));
+    }
+    if !attach.is_empty() {
+        changes.push(Change::AttachSubnets(attach));
     }
 
     let want_groups: BTreeSet<String> = desired
@@ -596,15 +614,22 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
                     from: rule_source.clone(),
                 });
             }
-            // Only a group this Service owns says the rule is ours to revoke:
-            // a shared group's rule may serve other load balancers.
-            if lb_group == GroupRef::Owned {
-                for g in actual.node_groups_with_rule.difference(want_nodes) {
-                    changes.push(Change::RevokeNodeIngress {
-                        node_group: g.clone(),
-                        from: GroupRef::Owned,
-                    });
+            // A rule from the owned group serves only this load balancer; one
+            // from a shared group is revoked only when no other load balancer
+            // using that group still reaches the node group.
+            let unneeded = actual.node_groups_with_rule.difference(want_nodes);
+            let revoke: Vec<&String> = match (&lb_group, &actual.shared_group_needed) {
+                (GroupRef::Owned, _) => unneeded.collect(),
+                (GroupRef::Id(_), Some(needed)) => {
+                    unneeded.filter(|g| !needed.contains(*g)).collect()
                 }
+                (GroupRef::Id(_), None) => Vec::new(),
+            };
+            for g in revoke {
+                changes.push(Change::RevokeNodeIngress {
+                    node_group: g.clone(),
+                    from: rule_source.clone(),
+                });
             }
         }
     }
@@ -625,6 +650,22 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
     if !deregister.is_empty() {
         changes.push(Change::DeregisterInstances(deregister));
     }
+
+    // An owned group replaced by configured groups: once the load balancer
+    // no longer uses it (ApplySecurityGroups above), its node rules and the
+    // group itself go.
+    if desired.owned_group.is_none()
+        && let Some(g) = &actual.owned_group
+        && tags::is_owned(&g.tags, &desired.cluster_id)
+    {
+        for node_group in &actual.owned_group_node_rules {
+            changes.push(Change::RevokeNodeIngress {
+                node_group: node_group.clone(),
+                from: GroupRef::Owned,
+            });
+        }
+        changes.push(Change::DeleteSecurityGroup(g.id.clone()));
+    }
     changes
 }
 
@@ -641,6 +682,18 @@ pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
             changes.push(Change::RevokeNodeIngress {
                 node_group: g.clone(),
                 from: GroupRef::Owned,
+            });
+        }
+    } else if let (Some(shared), Some(needed), Some(lb)) = (
+        &actual.shared_lb_group,
+        &actual.shared_group_needed,
+        &actual.lb,
+    ) && tags::is_owned(&lb.tags, cluster_id)
+    {
+        for g in actual.node_groups_with_rule.difference(needed) {
+            changes.push(Change::RevokeNodeIngress {
+                node_group: g.clone(),
+                from: GroupRef::Id(shared.clone()),
             });
         }
     }
@@ -883,6 +936,47 @@ pub mod io {
                 })
                 .collect(),
         }))
+    }
+
+    /// Every classic ELB in the region with its security groups and
+    /// instances (paginated): only read when a shared group's node rule may
+    /// have to go, to see which other load balancers still use it.
+    pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
+        let mut out = Vec::new();
+        let mut marker: Option<String> = None;
+        loop {
+            let page = aws
+                .elb(Operation::ElbDescribeLoadBalancers, |c| {
+                    c.describe_load_balancers()
+                        .set_marker(marker.clone())
+                        .send()
+                })
+                .await?;
+            for lb in page.load_balancer_descriptions() {
+                out.push(ActualLb {
+                    name: lb.load_balancer_name().unwrap_or_default().to_string(),
+                    dns_name: lb.dns_name().unwrap_or_default().to_string(),
+                    internal: lb.scheme() == Some("internal"),
+                    listeners: Vec::new(),
+                    backend_policies: BTreeMap::new(),
+                    policies: BTreeSet::new(),
+                    health_check: None,
+                    subnets: lb.subnets().iter().cloned().collect(),
+                    security_groups: lb.security_groups().to_vec(),
+                    instances: lb
+                        .instances()
+                        .iter()
+                        .filter_map(|i| i.instance_id().map(str::to_string))
+                        .collect(),
+                    attributes: Attributes::aws_defaults(),
+                    tags: BTreeMap::new(),
+                });
+            }
+            marker = page.next_marker().map(str::to_string);
+            if marker.is_none() {
+                return Ok(out);
+            }
+        }
     }
 
     /// Applies a plan in order. Returns the DNS name of a load balancer it
@@ -1268,6 +1362,9 @@ mod tests {
             }),
             owned_group: owned,
             node_groups_with_rule: d.node_groups.clone().unwrap_or_default(),
+            shared_group_needed: None,
+            shared_lb_group: None,
+            owned_group_node_rules: BTreeSet::new(),
         }
     }
 
@@ -1403,6 +1500,73 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_groups_node_rule_goes_only_when_no_other_load_balancer_needs_it() {
+        let mut e = env();
+        e.node_groups = BTreeSet::from(["sg-node".to_string(), "sg-node2".to_string()]);
+        let shared = [(ann::SECURITY_GROUPS, "sg-shared")];
+        let mut actual = converged(&want(&shared, &[(80, 30080)], &e));
+        // sg-node2's nodes left this load balancer.
+        let after = want(&shared, &[(80, 30080)], &env());
+        let revoke_node2 = Change::RevokeNodeIngress {
+            node_group: "sg-node2".into(),
+            from: GroupRef::Id("sg-shared".into()),
+        };
+        // Not looked up: the rule stays.
+        assert_eq!(plan(&after, &actual), vec![]);
+        // Another load balancer with sg-shared still reaches sg-node2.
+        actual.shared_group_needed = Some(BTreeSet::from(["sg-node2".to_string()]));
+        assert_eq!(plan(&after, &actual), vec![]);
+        // Nobody else does: revoked.
+        actual.shared_group_needed = Some(BTreeSet::new());
+        assert_eq!(plan(&after, &actual), vec![revoke_node2.clone()]);
+
+        // Deleting: the same rule, from the shared group, never the group itself.
+        actual.owned_group = None;
+        actual.shared_lb_group = Some("sg-shared".into());
+        actual.shared_group_needed = Some(BTreeSet::from(["sg-node".to_string()]));
+        assert_eq!(
+            plan_delete(&actual, "c1"),
+            vec![
+                revoke_node2,
+                Change::DeleteLoadBalancer {
+                    reason: "the Service no longer asks for it".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn configured_groups_replace_the_owned_group() {
+        let mut actual = converged(&want(&[], &[(80, 30080)], &env()));
+        actual.owned_group_node_rules = BTreeSet::from(["sg-node".to_string()]);
+        // The rule the node group has is from the owned group, not sg-mine.
+        actual.node_groups_with_rule.clear();
+        let after = want(&[(ann::SECURITY_GROUPS, "sg-mine")], &[(80, 30080)], &env());
+        assert_eq!(
+            plan(&after, &actual),
+            vec![
+                Change::ApplySecurityGroups(vec![GroupRef::Id("sg-mine".into())]),
+                Change::AuthorizeNodeIngress {
+                    node_group: "sg-node".into(),
+                    from: GroupRef::Id("sg-mine".into())
+                },
+                Change::RevokeNodeIngress {
+                    node_group: "sg-node".into(),
+                    from: GroupRef::Owned
+                },
+                Change::DeleteSecurityGroup("sg-owned".into()),
+            ]
+        );
+        // Not this cluster's: left alone.
+        actual.owned_group.as_mut().unwrap().tags.clear();
+        assert!(
+            !plan(&after, &actual)
+                .iter()
+                .any(|c| matches!(c, Change::DeleteSecurityGroup(_)))
+        );
+    }
+
+    #[test]
     fn scheme_change_recreates_and_subnets_change_in_place() {
         let before = want(&[], &[(80, 30080)], &env());
         let actual = converged(&before);
@@ -1418,6 +1582,15 @@ mod tests {
             changes[1],
             Change::CreateLoadBalancer { internal: true, .. }
         ));
+        // The new load balancer is created with the existing owned group:
+        // nothing to re-apply, no group to create.
+        assert!(
+            !changes.iter().any(|c| matches!(
+                c,
+                Change::ApplySecurityGroups(_) | Change::CreateSecurityGroup(_)
+            )),
+            "{changes:?}"
+        );
 
         let mut e = env();
         e.subnets = BTreeSet::from(["subnet-a".to_string(), "subnet-c".to_string()]);
@@ -1425,8 +1598,8 @@ mod tests {
         assert_eq!(
             changes,
             vec![
-                Change::AttachSubnets(BTreeSet::from(["subnet-c".to_string()])),
                 Change::DetachSubnets(BTreeSet::from(["subnet-b".to_string()])),
+                Change::AttachSubnets(BTreeSet::from(["subnet-c".to_string()])),
             ]
         );
     }

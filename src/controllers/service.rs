@@ -109,13 +109,16 @@ pub fn backends(nodes: &[Arc<Node>], target_labels: &BTreeMap<String, String>) -
         .collect()
 }
 
+/// What a sync depends on. Not the finalizers: the sync's own finalizer patch
+/// would otherwise start a second, empty sync of every new Service (upstream's
+/// `needsUpdate` ignores them too); a finalizer someone strips is restored at
+/// the next sync.
 fn fingerprint(svc: &Service) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_string(&(
         &svc.metadata.annotations,
         &svc.spec,
         svc.metadata.deletion_timestamp.is_some(),
-        &svc.metadata.finalizers,
         &svc.metadata.uid,
     ))
     .unwrap_or_default()

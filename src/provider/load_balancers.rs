@@ -100,6 +100,44 @@ impl AwsLoadBalancers {
     }
 }
 
+/// Whether the load balancer's own group is a shared one (annotation or
+/// cloud.conf), not the owned `k8s-elb-*` group.
+fn actual_group_is_shared(desired: &elb::Desired) -> bool {
+    matches!(desired.groups.first(), Some(elb::GroupRef::Id(_)))
+}
+
+impl AwsLoadBalancers {
+    /// Node groups reached by other classic ELBs that use `group`; `None`
+    /// when one of their instances cannot be placed (then nothing is revoked).
+    async fn node_groups_used_by_others(
+        &self,
+        group: &str,
+        this_lb: &str,
+        by_id: &BTreeMap<&str, &crate::aws::Ec2Instance>,
+        cluster_groups: &BTreeMap<String, sg::SecurityGroup>,
+    ) -> Result<Option<BTreeSet<String>>, LbError> {
+        let mut needed = BTreeSet::new();
+        for other in elb::io::list_all(&self.aws).await? {
+            if other.name == this_lb || !other.security_groups.iter().any(|g| g == group) {
+                continue;
+            }
+            for id in &other.instances {
+                let Some(instance) = by_id.get(id.as_str()) else {
+                    return Ok(None);
+                };
+                match self.node_group(instance, cluster_groups) {
+                    Ok(Some(g)) => {
+                        needed.insert(g);
+                    }
+                    Ok(None) => {}
+                    Err(_) => return Ok(None),
+                }
+            }
+        }
+        Ok(Some(needed))
+    }
+}
+
 impl LoadBalancers for AwsLoadBalancers {
     async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         let aws = &self.aws;
@@ -226,10 +264,37 @@ impl LoadBalancers for AwsLoadBalancers {
             }
             None => BTreeSet::new(),
         };
+        // A shared LB group's node rule that this load balancer no longer
+        // needs: look up who else uses the group (only then; see
+        // elb::Actual::shared_group_needed).
+        let shared_group_needed = match (&lb_group, &desired.node_groups) {
+            (Some(g), Some(want))
+                if actual_group_is_shared(&desired) && !node_groups_with_rule.is_subset(want) =>
+            {
+                self.node_groups_used_by_others(g, &name, &by_id, &cluster_groups)
+                    .await?
+            }
+            _ => None,
+        };
+        // An owned group the Service no longer wants: which node groups admit it.
+        let owned_group_node_rules = match &owned_group {
+            Some(g) if desired.owned_group.is_none() => {
+                let rule = Rule::all_from_group(&g.id);
+                all_groups
+                    .values()
+                    .filter(|n| n.id != g.id && n.ingress.contains(&rule))
+                    .map(|n| n.id.clone())
+                    .collect()
+            }
+            _ => BTreeSet::new(),
+        };
         let actual = Actual {
             lb,
             owned_group,
             node_groups_with_rule,
+            shared_group_needed,
+            shared_lb_group: None,
+            owned_group_node_rules,
         };
         let changes = elb::plan(&desired, &actual);
         let created = changes
@@ -287,10 +352,55 @@ impl LoadBalancers for AwsLoadBalancers {
                 .map(|c| c.id.clone())
                 .collect();
         }
+        // No owned group: the node rules admit the load balancer's first
+        // (shared) group; revoke those no other load balancer needs.
+        let mut shared_lb_group = None;
+        let mut shared_group_needed = None;
+        if owned_group.is_none()
+            && !self.cloud.disable_security_group_ingress
+            && let Some(l) = &lb
+            && tags::is_owned(&l.tags, &self.cluster_id)
+            && let Some(first) = l.security_groups.first()
+        {
+            let swept = aws.cluster_instances().await?;
+            let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
+                .iter()
+                .filter(|i| !i.state.is_terminated())
+                .map(|i| (i.id.as_str(), i))
+                .collect();
+            let vpc = self
+                .cloud
+                .vpc
+                .clone()
+                .or_else(|| swept.iter().find_map(|i| i.vpc_id.clone()));
+            if let Some(vpc) = vpc {
+                let cluster_groups: BTreeMap<String, sg::SecurityGroup> =
+                    sg::cluster_groups(aws, &vpc, &self.cluster_id)
+                        .await?
+                        .into_iter()
+                        .map(|g| (g.id.clone(), g))
+                        .collect();
+                let rule = Rule::all_from_group(first);
+                node_groups_with_rule = cluster_groups
+                    .values()
+                    .filter(|g| &g.id != first && g.ingress.contains(&rule))
+                    .map(|g| g.id.clone())
+                    .collect();
+                if !node_groups_with_rule.is_empty() {
+                    shared_group_needed = self
+                        .node_groups_used_by_others(first, &name, &by_id, &cluster_groups)
+                        .await?;
+                    shared_lb_group = Some(first.clone());
+                }
+            }
+        }
         let actual = Actual {
             lb,
             owned_group,
             node_groups_with_rule,
+            shared_group_needed,
+            shared_lb_group,
+            owned_group_node_rules: BTreeSet::new(),
         };
         let changes = elb::plan_delete(&actual, &self.cluster_id);
         elb::io::apply(aws, &name, None, &actual, &changes).await?;

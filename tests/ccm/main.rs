@@ -4,6 +4,7 @@
 
 mod support;
 
+mod clb;
 mod foundation;
 mod node;
 mod routes;

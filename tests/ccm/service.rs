@@ -19,7 +19,7 @@ struct Cloud {
     instance: String,
 }
 
-fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
+pub fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
     TagSpecification::builder()
         .resource_type(resource)
         .set_tags(Some(
@@ -114,7 +114,7 @@ async fn seed(env: &Env) -> anyhow::Result<Cloud> {
     })
 }
 
-fn node(name: &str, instance: &str) -> Node {
+pub fn node(name: &str, instance: &str) -> Node {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name},
@@ -123,7 +123,7 @@ fn node(name: &str, instance: &str) -> Node {
     .unwrap()
 }
 
-fn lb_service(name: &str, annotations: serde_json::Value) -> Service {
+pub fn lb_service(name: &str, annotations: serde_json::Value) -> Service {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "default", "annotations": annotations},
@@ -132,7 +132,7 @@ fn lb_service(name: &str, annotations: serde_json::Value) -> Service {
     .unwrap()
 }
 
-fn hostname(svc: &Service) -> Option<String> {
+pub fn hostname(svc: &Service) -> Option<String> {
     svc.status
         .as_ref()?
         .load_balancer
@@ -144,7 +144,7 @@ fn hostname(svc: &Service) -> Option<String> {
         .clone()
 }
 
-async fn group_by_name(
+pub async fn group_by_name(
     ec2: &aws_sdk_ec2::Client,
     name: &str,
 ) -> Option<aws_sdk_ec2::types::SecurityGroup> {

@@ -132,6 +132,21 @@ struct State {
     manual_clock: RwLock<Option<ManualClock>>,
     /// The CCM's actions, for the IAM policy coverage test.
     recorder: record::Recorder,
+    /// Parameters of every received call, kept only while recording is on.
+    recording: AtomicBool,
+    recorded: Mutex<Vec<RecordedCall>>,
+}
+
+/// One call's parameters as sent (form-decoded), kept by
+/// [`FaultProxy::record_requests`] so a test can assert what was asked for
+/// when the emulator does not store it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedCall {
+    pub service: String,
+    pub action: String,
+    /// Every parameter but `Action` and `Version`, e.g.
+    /// `Listeners.member.1.InstanceProtocol` = `HTTP`.
+    pub params: std::collections::BTreeMap<String, String>,
 }
 
 impl State {
@@ -210,6 +225,8 @@ impl FaultProxy {
             counters: Counters::default(),
             manual_clock: RwLock::new(None),
             recorder: record::Recorder::from_env(addr.port()),
+            recording: AtomicBool::new(false),
+            recorded: Mutex::new(Vec::new()),
         });
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         tracing::debug!(%addr, upstream, "aws-fault-proxy started");
@@ -285,6 +302,23 @@ impl FaultProxy {
             now: Arc::new(Mutex::new(Instant::now())),
         })
         .clone()
+    }
+
+    /// Starts (or stops) keeping every call's parameters; off by default so
+    /// long runs do not hold every body in memory.
+    pub fn record_requests(&self, on: bool) {
+        self.state.recording.store(on, Ordering::Release);
+    }
+
+    /// The recorded calls of `action` (any service), oldest first.
+    pub fn requests(&self, action: &str) -> Vec<RecordedCall> {
+        self.state
+            .recorded
+            .lock()
+            .iter()
+            .filter(|c| c.action == action)
+            .cloned()
+            .collect()
     }
 
     /// Sets the latency added to every forwarded call.
@@ -414,6 +448,19 @@ async fn handle(
     state
         .recorder
         .record(&parts.headers, &call.service, &call.action);
+    if state.recording.load(Ordering::Acquire) {
+        let body_text = std::str::from_utf8(&body).unwrap_or_default();
+        let params = [parts.uri.query().unwrap_or_default(), body_text]
+            .into_iter()
+            .flat_map(request::form_pairs)
+            .filter(|(k, _)| k != "Action" && k != "Version")
+            .collect();
+        state.recorded.lock().push(RecordedCall {
+            service: call.service.clone(),
+            action: call.action.clone(),
+            params,
+        });
+    }
 
     let category = category_of_call(
         &call.service,
