@@ -7,6 +7,7 @@ pub mod client;
 pub mod clients;
 pub mod coalesce;
 pub mod elb;
+pub mod nlb;
 pub mod errors;
 pub mod instances;
 pub mod operations;
