@@ -894,7 +894,10 @@ impl LoadBalancerSpec {
                 ));
             }
         };
-        if target_group_attributes.get("preserve_client_ip.enabled").map(String::as_str) == Some("false")
+        if target_group_attributes
+            .get("preserve_client_ip.enabled")
+            .map(String::as_str)
+            == Some("false")
             && ports.iter().any(|p| p.protocol == "UDP")
         {
             return Err(err(

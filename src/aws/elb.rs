@@ -1216,6 +1216,7 @@ mod tests {
             vpc_id: Some("vpc-1".into()),
             tags: g.tags.clone(),
             ingress: g.rules.clone(),
+            descriptions: BTreeMap::new(),
         });
         let ports: BTreeSet<i32> = d.listeners.iter().map(|l| l.instance_port).collect();
         let mut policies = BTreeSet::new();

@@ -77,6 +77,18 @@ pub fn target_group_name(
     format!("k8s-{}-{}-{}", clean(namespace), clean(name), &hash[..10])
 }
 
+/// `k8s-<ns:8>-<name:8>-`: what every target group of the Service starts with.
+pub fn target_group_prefix(service_key: &str) -> String {
+    let (namespace, name) = service_key.split_once('/').unwrap_or(("", service_key));
+    let clean = |s: &str| -> String {
+        s.chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(8)
+            .collect()
+    };
+    format!("k8s-{}-{}-", clean(namespace), clean(name))
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealthCheck {
     /// `TCP`, `HTTP`, `HTTPS`.
@@ -476,6 +488,21 @@ fn missing_tags(
         .collect()
 }
 
+/// Attributes `want` asks for that `have` lacks; an attribute AWS does not
+/// report counts as its default (`false` for switches, empty otherwise).
+fn attribute_delta(
+    want: &BTreeMap<String, String>,
+    have: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    want.iter()
+        .filter(|(k, v)| {
+            let default = if k.ends_with(".enabled") { "false" } else { "" };
+            have.get(*k).map(String::as_str).unwrap_or(default) != v.as_str()
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 fn scheme(internal: bool) -> &'static str {
     if internal {
         "internal"
@@ -546,7 +573,11 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
     let lb_arn = (!fresh).then(|| lb.arn.clone());
 
     if !fresh && !desired.pinned_addresses {
-        let have: BTreeSet<&str> = lb.subnet_mappings.iter().map(|m| m.subnet.as_str()).collect();
+        let have: BTreeSet<&str> = lb
+            .subnet_mappings
+            .iter()
+            .map(|m| m.subnet.as_str())
+            .collect();
         let want: BTreeSet<&str> = desired
             .subnet_mappings
             .iter()
@@ -566,12 +597,7 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
             tags,
         });
     }
-    let attrs: BTreeMap<String, String> = desired
-        .attributes
-        .iter()
-        .filter(|(k, v)| lb.attributes.get(*k) != Some(v))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+    let attrs = attribute_delta(&desired.attributes, &lb.attributes);
     if !attrs.is_empty() {
         changes.push(Change::ModifyAttributes(attrs));
     }
@@ -624,22 +650,23 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
                         tags,
                     });
                 }
-                let attrs: BTreeMap<String, String> = desired
-                    .target_group_attributes
-                    .iter()
-                    .filter(|(k, v)| have.attributes.get(*k) != Some(v))
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
+                let attrs = attribute_delta(&desired.target_group_attributes, &have.attributes);
                 if !attrs.is_empty() {
                     changes.push(Change::ModifyTargetGroupAttributes {
                         target_group: TgRef::Arn(have.arn.clone()),
                         attributes: attrs,
                     });
                 }
-                let register: BTreeSet<String> =
-                    desired.instances.difference(&have.targets).cloned().collect();
-                let deregister: BTreeSet<String> =
-                    have.targets.difference(&desired.instances).cloned().collect();
+                let register: BTreeSet<String> = desired
+                    .instances
+                    .difference(&have.targets)
+                    .cloned()
+                    .collect();
+                let deregister: BTreeSet<String> = have
+                    .targets
+                    .difference(&desired.instances)
+                    .cloned()
+                    .collect();
                 if !register.is_empty() {
                     changes.push(Change::RegisterTargets {
                         target_group: TgRef::Arn(have.arn.clone()),
@@ -744,7 +771,10 @@ pub fn describe(change: &Change) -> String {
         ),
         Change::ModifyAttributes(a) => format!("set attributes {:?}", a.keys().collect::<Vec<_>>()),
         Change::CreateTargetGroup { group, .. } => {
-            format!("create target group {} ({} {})", group.name, group.protocol, group.port)
+            format!(
+                "create target group {} ({} {})",
+                group.name, group.protocol, group.port
+            )
         }
         Change::ModifyHealthCheck { arn, .. } => format!("modify health check of {arn}"),
         Change::ModifyTargetGroupAttributes { target_group, .. } => {
@@ -856,7 +886,11 @@ impl RuleChanges {
 /// `None` when the group backs no node of this NLB (or the NLB is going):
 /// every rule of ours for it is revoked. Rules with other descriptions are
 /// never touched; MTU rules follow every NLB's client rules in the group.
-pub fn node_group_changes(lb_name: &str, have: &DescribedRules, want: Option<&NodeRules>) -> RuleChanges {
+pub fn node_group_changes(
+    lb_name: &str,
+    have: &DescribedRules,
+    want: Option<&NodeRules>,
+) -> RuleChanges {
     let client_desc = client_rule_description(lb_name);
     let health_desc = health_rule_description(lb_name);
     let mut want_all: DescribedRules = BTreeMap::new();
@@ -866,7 +900,9 @@ pub fn node_group_changes(lb_name: &str, have: &DescribedRules, want: Option<&No
         }
         for r in &w.health {
             // A rule that is also a client rule keeps the client description.
-            want_all.entry(r.clone()).or_insert_with(|| health_desc.clone());
+            want_all
+                .entry(r.clone())
+                .or_insert_with(|| health_desc.clone());
         }
     }
     let mut out = RuleChanges::default();
@@ -883,10 +919,11 @@ pub fn node_group_changes(lb_name: &str, have: &DescribedRules, want: Option<&No
     // MTU: ICMP 3/4 from every CIDR of a client rule left in the group.
     let mut client_cidrs = BTreeSet::new();
     for (r, d) in have {
-        if d.starts_with(CLIENT_RULE_PREFIX) && !out.revoke.contains(r) {
-            if let Source::Cidr(c) = r.source {
-                client_cidrs.insert(c);
-            }
+        if d.starts_with(CLIENT_RULE_PREFIX)
+            && !out.revoke.contains(r)
+            && let Source::Cidr(c) = r.source
+        {
+            client_cidrs.insert(c);
         }
     }
     for (r, d) in &out.authorize {

@@ -5,6 +5,7 @@
 mod support;
 
 mod foundation;
+mod nlb;
 mod node;
 mod routes;
 mod service;

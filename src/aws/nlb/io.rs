@@ -166,10 +166,7 @@ fn health_of(g: &t::TargetGroup) -> HealthCheck {
             g.health_check_path().map(str::to_string)
         },
         protocol,
-        port: g
-            .health_check_port()
-            .unwrap_or("traffic-port")
-            .to_string(),
+        port: g.health_check_port().unwrap_or("traffic-port").to_string(),
         interval: g.health_check_interval_seconds().unwrap_or(30),
         healthy: g.healthy_threshold_count().unwrap_or(3),
         unhealthy: g.unhealthy_threshold_count().unwrap_or(3),

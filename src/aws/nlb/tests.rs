@@ -80,7 +80,16 @@ fn target_group_name_is_upstreams() {
         target_group_name("c1", "default", "web", 80, 30080, "TCP", "TCP", 30),
         "k8s-default-web-2e7f1b24e2"
     );
-    let long = target_group_name("c1", "kube-system", "my.long-service", 80, 1, "UDP", "TCP", 30);
+    let long = target_group_name(
+        "c1",
+        "kube-system",
+        "my.long-service",
+        80,
+        1,
+        "UDP",
+        "TCP",
+        30,
+    );
     assert!(long.starts_with("k8s-kubesyst-mylongse-"), "{long}");
     assert!(long.len() <= 32);
 }
@@ -115,7 +124,12 @@ fn health_check_defaults_local_and_shared() {
     };
     let hc = health_check(&spec(&[(ann::HC_INTERVAL, "10")], &[(80, 30080)]), &shared);
     assert_eq!(
-        (hc.protocol.as_str(), hc.port.as_str(), hc.path.as_deref(), hc.interval),
+        (
+            hc.protocol.as_str(),
+            hc.port.as_str(),
+            hc.path.as_deref(),
+            hc.interval
+        ),
         ("HTTP", "10256", Some("/healthz"), 10)
     );
     // Local wins over the shared probe.
@@ -125,10 +139,17 @@ fn health_check_defaults_local_and_shared() {
 #[test]
 fn fresh_service_creates_everything_and_converged_plans_nothing() {
     let e = env(&["subnet-a", "subnet-b"], &["i-1", "i-2"]);
-    let d = want(&[(ann::ADDITIONAL_TAGS, "team=a")], &[(80, 30080), (443, 30443)], &e);
+    let d = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a")],
+        &[(80, 30080), (443, 30443)],
+        &e,
+    );
     let changes = plan(&d, &Actual::default(), "c1");
     let kinds: Vec<String> = changes.iter().map(describe).collect();
-    assert!(matches!(changes[0], Change::CreateLoadBalancer { .. }), "{kinds:?}");
+    assert!(
+        matches!(changes[0], Change::CreateLoadBalancer { .. }),
+        "{kinds:?}"
+    );
     let creates_tg = changes
         .iter()
         .filter(|c| matches!(c, Change::CreateTargetGroup { .. }))
@@ -162,9 +183,17 @@ fn fresh_service_creates_everything_and_converged_plans_nothing() {
 
 #[test]
 fn node_churn_registers_and_deregisters_only_the_delta() {
-    let before = want(&[], &[(80, 30080)], &env(&["subnet-a"], &["i-1", "i-2", "i-3"]));
+    let before = want(
+        &[],
+        &[(80, 30080)],
+        &env(&["subnet-a"], &["i-1", "i-2", "i-3"]),
+    );
     let actual = converged(&before);
-    let after = want(&[], &[(80, 30080)], &env(&["subnet-a"], &["i-2", "i-3", "i-4"]));
+    let after = want(
+        &[],
+        &[(80, 30080)],
+        &env(&["subnet-a"], &["i-2", "i-3", "i-4"]),
+    );
     let changes = plan(&after, &actual, "c1");
     assert_eq!(
         changes,
@@ -195,16 +224,21 @@ fn health_check_interval_change_moves_the_listener_to_a_new_group_then_deletes_t
     let register = pos(&|c| matches!(c, Change::RegisterTargets { .. }));
     let modify = pos(&|c| matches!(c, Change::ModifyListener { .. }));
     let delete = pos(&|c| matches!(c, Change::DeleteTargetGroup { .. }));
-    assert!(create < register && register < modify && modify < delete, "{changes:?}");
     assert!(
-        !changes
-            .iter()
-            .any(|c| matches!(c, Change::DeleteListener { .. } | Change::CreateListener { .. }))
+        create < register && register < modify && modify < delete,
+        "{changes:?}"
     );
+    assert!(!changes.iter().any(|c| matches!(
+        c,
+        Change::DeleteListener { .. } | Change::CreateListener { .. }
+    )));
     // The threshold alone is modified in place.
     let tweak = want(&[(ann::HC_HEALTHY, "5")], &[(80, 30080)], &e);
     let changes = plan(&tweak, &converged(&before), "c1");
-    assert!(matches!(changes.as_slice(), [Change::ModifyHealthCheck { .. }]), "{changes:?}");
+    assert!(
+        matches!(changes.as_slice(), [Change::ModifyHealthCheck { .. }]),
+        "{changes:?}"
+    );
 }
 
 #[test]
@@ -214,7 +248,10 @@ fn tls_listeners_backend_ssl_and_udp() {
         &[
             (ann::SSL_CERT, "arn:cert"),
             (ann::SSL_PORTS, "443"),
-            (ann::SSL_NEGOTIATION_POLICY, "ELBSecurityPolicy-TLS13-1-2-2021-06"),
+            (
+                ann::SSL_NEGOTIATION_POLICY,
+                "ELBSecurityPolicy-TLS13-1-2-2021-06",
+            ),
             (ann::BACKEND_PROTOCOL, "ssl"),
         ],
         &[(80, 30080), (443, 30443)],
@@ -230,7 +267,10 @@ fn tls_listeners_backend_ssl_and_udp() {
     let tg = d.target_groups.iter().find(|t| t.port == 30443).unwrap();
     assert_eq!(tg.protocol, "TLS");
     let l80 = d.listeners.iter().find(|l| l.port == 80).unwrap();
-    assert_eq!((l80.protocol.as_str(), l80.certificate.as_ref()), ("TCP", None));
+    assert_eq!(
+        (l80.protocol.as_str(), l80.certificate.as_ref()),
+        ("TCP", None)
+    );
 
     // TCP and UDP on one port (same node port) become one TCP_UDP listener.
     let mut svc = service(&[(ann::TYPE, "nlb")], &[(53, 30053), (53, 30053)]);
@@ -250,8 +290,15 @@ fn tls_listeners_backend_ssl_and_udp() {
 #[test]
 fn addresses_pair_with_subnets_and_counts_must_match() {
     let e = env(&["subnet-a", "subnet-b"], &[]);
-    let d = want(&[(ann::EIP_ALLOCATIONS, "eipalloc-1,eipalloc-2")], &[(80, 30080)], &e);
-    assert_eq!(d.subnet_mappings[1].allocation_id.as_deref(), Some("eipalloc-2"));
+    let d = want(
+        &[(ann::EIP_ALLOCATIONS, "eipalloc-1,eipalloc-2")],
+        &[(80, 30080)],
+        &e,
+    );
+    assert_eq!(
+        d.subnet_mappings[1].allocation_id.as_deref(),
+        Some("eipalloc-2")
+    );
     assert!(d.pinned_addresses);
     let bad = desired(
         &spec(&[(ann::EIP_ALLOCATIONS, "eipalloc-1")], &[(80, 30080)]),
@@ -262,10 +309,17 @@ fn addresses_pair_with_subnets_and_counts_must_match() {
         &e,
     )
     .unwrap_err();
-    assert!(bad.contains("eip-allocations") && bad.contains("2 subnet"), "{bad}");
+    assert!(
+        bad.contains("eip-allocations") && bad.contains("2 subnet"),
+        "{bad}"
+    );
 
     // Changing pinned addresses recreates the NLB, deleting first.
-    let other = want(&[(ann::EIP_ALLOCATIONS, "eipalloc-3,eipalloc-4")], &[(80, 30080)], &e);
+    let other = want(
+        &[(ann::EIP_ALLOCATIONS, "eipalloc-3,eipalloc-4")],
+        &[(80, 30080)],
+        &e,
+    );
     let changes = plan(&other, &converged(&d), "c1");
     assert!(matches!(changes[0], Change::DeleteLoadBalancer { .. }));
     assert!(matches!(changes[1], Change::CreateLoadBalancer { .. }));
@@ -283,15 +337,26 @@ fn internal_toggle_recreates_and_dualstack_and_attributes_modify_in_place() {
         Change::CreateLoadBalancer { internal: true, .. }
     ));
     // Listeners are recreated on the new NLB; the target groups stay.
-    assert!(changes.iter().any(|c| matches!(c, Change::CreateListener { .. })));
-    assert!(!changes.iter().any(|c| matches!(c, Change::CreateTargetGroup { .. } | Change::DeleteTargetGroup { .. })));
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, Change::CreateListener { .. }))
+    );
+    assert!(!changes.iter().any(|c| matches!(
+        c,
+        Change::CreateTargetGroup { .. } | Change::DeleteTargetGroup { .. }
+    )));
 
     // Not ours: never deleted.
     let mut foreign = converged(&d);
     if let Some(lb) = foreign.lb.as_mut() {
         lb.tags.clear();
     }
-    assert!(!plan(&internal, &foreign, "c1").iter().any(|c| matches!(c, Change::DeleteLoadBalancer { .. })));
+    assert!(
+        !plan(&internal, &foreign, "c1")
+            .iter()
+            .any(|c| matches!(c, Change::DeleteLoadBalancer { .. }))
+    );
 
     let dual = want(
         &[
@@ -299,7 +364,10 @@ fn internal_toggle_recreates_and_dualstack_and_attributes_modify_in_place() {
             (ann::CROSS_ZONE, "true"),
             (ann::ACCESS_LOG_ENABLED, "true"),
             (ann::ACCESS_LOG_BUCKET, "logs"),
-            (ann::TARGET_GROUP_ATTRIBUTES, "proxy_protocol_v2.enabled=true"),
+            (
+                ann::TARGET_GROUP_ATTRIBUTES,
+                "proxy_protocol_v2.enabled=true",
+            ),
         ],
         &[(80, 30080)],
         &e,
@@ -310,14 +378,17 @@ fn internal_toggle_recreates_and_dualstack_and_attributes_modify_in_place() {
         (ATTR_CROSS_ZONE.to_string(), "true".to_string()),
         (ATTR_ACCESS_LOGS.to_string(), "true".to_string()),
         (ATTR_ACCESS_LOGS_BUCKET.to_string(), "logs".to_string()),
-        (ATTR_ACCESS_LOGS_PREFIX.to_string(), String::new()),
     ]))));
     assert!(changes.iter().any(|c| matches!(c, Change::ModifyTargetGroupAttributes { attributes, .. } if attributes["proxy_protocol_v2.enabled"] == "true")));
 }
 
 #[test]
 fn delete_removes_only_owned_things() {
-    let d = want(&[], &[(80, 30080), (81, 30081)], &env(&["subnet-a"], &["i-1"]));
+    let d = want(
+        &[],
+        &[(80, 30080), (81, 30081)],
+        &env(&["subnet-a"], &["i-1"]),
+    );
     let mut actual = converged(&d);
     actual.target_groups[1].tags.clear();
     let changes = plan_delete(&actual, "c1");
@@ -340,12 +411,17 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
     let name = &d.name;
     let ch = node_group_changes(name, &BTreeMap::new(), Some(&rules));
     assert_eq!(ch.authorize.len(), 3, "{ch:?}");
-    assert_eq!(
-        ch.authorize.values().filter(|d| **d == MTU_RULE).count(),
-        1
+    assert_eq!(ch.authorize.values().filter(|d| **d == MTU_RULE).count(), 1);
+    assert!(
+        ch.authorize
+            .values()
+            .any(|d| *d == client_rule_description(name))
     );
-    assert!(ch.authorize.values().any(|d| *d == client_rule_description(name)));
-    assert!(ch.authorize.values().any(|d| *d == health_rule_description(name)));
+    assert!(
+        ch.authorize
+            .values()
+            .any(|d| *d == health_rule_description(name))
+    );
 
     // Applied, then a user's rule appears: removing the NLB revokes ours only.
     let mut have = ch.authorize.clone();

@@ -1,0 +1,586 @@
+//! Network Load Balancers end to end: the real binary against the API test
+//! server and moto (elbv2), optionally behind the fault proxy.
+
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
+use aws_sdk_elasticloadbalancingv2 as elbv2;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Cloud {
+    ec2: aws_sdk_ec2::Client,
+    elbv2: elbv2::Client,
+    elb: aws_sdk_elasticloadbalancing::Client,
+    node_group: String,
+    instances: Vec<String>,
+}
+
+fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
+    TagSpecification::builder()
+        .resource_type(resource)
+        .set_tags(Some(
+            pairs
+                .iter()
+                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
+        .build()
+}
+
+/// A VPC with one public subnet (10.0.1.0/24), a cluster-tagged node group
+/// and `nodes` node instances.
+async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
+    let conf = env.moto.sdk_config().await;
+    let ec2 = aws_sdk_ec2::Client::new(&conf);
+    let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;
+    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
+    let subnet = ec2
+        .create_subnet()
+        .vpc_id(&vpc_id)
+        .cidr_block("10.0.1.0/24")
+        .availability_zone("us-east-1a")
+        .tag_specifications(tags(
+            ResourceType::Subnet,
+            &[(&cluster_tag, "shared"), ("kubernetes.io/role/elb", "1")],
+        ))
+        .send()
+        .await?;
+    let subnet_id = subnet
+        .subnet()
+        .and_then(|s| s.subnet_id())
+        .unwrap()
+        .to_string();
+    let igw = ec2.create_internet_gateway().send().await?;
+    let igw_id = igw
+        .internet_gateway()
+        .and_then(|g| g.internet_gateway_id())
+        .unwrap()
+        .to_string();
+    ec2.attach_internet_gateway()
+        .vpc_id(&vpc_id)
+        .internet_gateway_id(&igw_id)
+        .send()
+        .await?;
+    let tables = ec2
+        .describe_route_tables()
+        .filters(Filter::builder().name("vpc-id").values(&vpc_id).build())
+        .send()
+        .await?;
+    let main = tables.route_tables()[0]
+        .route_table_id()
+        .unwrap()
+        .to_string();
+    ec2.create_route()
+        .route_table_id(&main)
+        .destination_cidr_block("0.0.0.0/0")
+        .gateway_id(&igw_id)
+        .send()
+        .await?;
+    let group = ec2
+        .create_security_group()
+        .group_name("nodes")
+        .description("nodes")
+        .vpc_id(&vpc_id)
+        .tag_specifications(tags(
+            ResourceType::SecurityGroup,
+            &[(&cluster_tag, "owned")],
+        ))
+        .send()
+        .await?;
+    let node_group = group.group_id().unwrap().to_string();
+    let images = ec2.describe_images().owners("amazon").send().await?;
+    let ami = images.images()[0].image_id().unwrap().to_string();
+    let run = ec2
+        .run_instances()
+        .image_id(ami)
+        .min_count(nodes)
+        .max_count(nodes)
+        .subnet_id(&subnet_id)
+        .security_group_ids(&node_group)
+        .tag_specifications(tags(ResourceType::Instance, &[(&cluster_tag, "owned")]))
+        .send()
+        .await?;
+    let instances = run
+        .instances()
+        .iter()
+        .map(|i| i.instance_id().unwrap().to_string())
+        .collect();
+    Ok(Cloud {
+        ec2,
+        elbv2: elbv2::Client::new(&conf),
+        elb: aws_sdk_elasticloadbalancing::Client::new(&conf),
+        node_group,
+        instances,
+    })
+}
+
+fn node(name: &str, instance: &str) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"providerID": format!("aws:///us-east-1a/{instance}")}
+    }))
+    .unwrap()
+}
+
+fn nlb_service(name: &str, annotations: serde_json::Value) -> Service {
+    let mut a = annotations;
+    a["service.beta.kubernetes.io/aws-load-balancer-type"] = "nlb".into();
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "annotations": a},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+    }))
+    .unwrap()
+}
+
+fn hostname(svc: &Service) -> Option<String> {
+    svc.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .hostname
+        .clone()
+}
+
+fn lb_name(svc: &Service) -> String {
+    let uid = svc.metadata.uid.clone().unwrap();
+    format!("a{}", uid.replace('-', ""))[..32].to_string()
+}
+
+/// Everything in elbv2 carrying this cluster's tag: (ARN, tags).
+async fn cluster_tagged_elbv2(
+    c: &elbv2::Client,
+) -> anyhow::Result<Vec<(String, std::collections::BTreeMap<String, String>)>> {
+    let mut arns: Vec<String> = Vec::new();
+    let lbs = c.describe_load_balancers().send().await?;
+    arns.extend(
+        lbs.load_balancers()
+            .iter()
+            .filter_map(|l| l.load_balancer_arn().map(str::to_string)),
+    );
+    let tgs = c.describe_target_groups().send().await?;
+    arns.extend(
+        tgs.target_groups()
+            .iter()
+            .filter_map(|g| g.target_group_arn().map(str::to_string)),
+    );
+    let key = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+    let mut out = Vec::new();
+    for chunk in arns.chunks(20) {
+        let t = c
+            .describe_tags()
+            .set_resource_arns(Some(chunk.to_vec()))
+            .send()
+            .await?;
+        for d in t.tag_descriptions() {
+            let tags: std::collections::BTreeMap<String, String> = d
+                .tags()
+                .iter()
+                .map(|t| {
+                    (
+                        t.key().unwrap_or_default().to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            if tags.contains_key(&key) {
+                out.push((d.resource_arn().unwrap_or_default().to_string(), tags));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The node group's rules as (protocol, from, cidr, description).
+async fn node_rules(
+    ec2: &aws_sdk_ec2::Client,
+    group: &str,
+) -> anyhow::Result<Vec<(String, i32, String, String)>> {
+    let out = ec2
+        .describe_security_groups()
+        .group_ids(group)
+        .send()
+        .await?;
+    let mut rules = Vec::new();
+    for p in out.security_groups()[0].ip_permissions() {
+        for r in p.ip_ranges() {
+            rules.push((
+                p.ip_protocol().unwrap_or_default().to_string(),
+                p.from_port().unwrap_or(-1),
+                r.cidr_ip().unwrap_or_default().to_string(),
+                r.description().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    Ok(rules)
+}
+
+#[tokio::test]
+async fn nlb_lifecycle_creates_target_groups_rules_and_deletes_everything() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 2).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (i, id) in cloud.instances.iter().enumerate() {
+        nodes
+            .create(&PostParams::default(), &node(&format!("n{i}"), id))
+            .await?;
+    }
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = services
+        .create(
+            &PostParams::default(),
+            &nlb_service(
+                "web",
+                serde_json::json!({
+                    "service.beta.kubernetes.io/load-balancer-source-ranges": "10.0.0.0/8",
+                    "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags": "team=edge",
+                    "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true",
+                    "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes": "proxy_protocol_v2.enabled=true",
+                    "service.beta.kubernetes.io/aws-load-balancer-healthcheck-healthy-threshold": "4",
+                }),
+            ),
+        )
+        .await?;
+    let name = lb_name(&svc);
+    let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+        .node_port
+        .unwrap();
+
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let host = eventually("the NLB hostname in the Service status", WAIT, || async {
+        services.get("web").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+
+    // The NLB: network type, internet-facing, tagged.
+    let lbs = cloud
+        .elbv2
+        .describe_load_balancers()
+        .names(&name)
+        .send()
+        .await?;
+    let lb = &lbs.load_balancers()[0];
+    assert_eq!(lb.dns_name(), Some(host.as_str()));
+    assert_eq!(
+        lb.r#type(),
+        Some(&elbv2::types::LoadBalancerTypeEnum::Network)
+    );
+    assert_eq!(
+        lb.scheme(),
+        Some(&elbv2::types::LoadBalancerSchemeEnum::InternetFacing)
+    );
+    let lb_arn = lb.load_balancer_arn().unwrap().to_string();
+    let attrs = cloud
+        .elbv2
+        .describe_load_balancer_attributes()
+        .load_balancer_arn(&lb_arn)
+        .send()
+        .await?;
+    assert!(
+        attrs
+            .attributes()
+            .iter()
+            .any(|a| a.key() == Some("load_balancing.cross_zone.enabled")
+                && a.value() == Some("true")),
+        "{attrs:?}"
+    );
+
+    // One TCP target group on the node port with upstream's name, both nodes registered.
+    let tgs = cloud
+        .elbv2
+        .describe_target_groups()
+        .load_balancer_arn(&lb_arn)
+        .send()
+        .await?;
+    assert_eq!(tgs.target_groups().len(), 1);
+    let tg = &tgs.target_groups()[0];
+    assert!(
+        tg.target_group_name()
+            .unwrap()
+            .starts_with("k8s-default-web-")
+    );
+    assert_eq!(tg.port(), Some(node_port));
+    assert_eq!(tg.protocol(), Some(&elbv2::types::ProtocolEnum::Tcp));
+    assert_eq!(tg.healthy_threshold_count(), Some(4));
+    assert_eq!(tg.health_check_interval_seconds(), Some(30));
+    let tg_arn = tg.target_group_arn().unwrap().to_string();
+    let tg_attrs = cloud
+        .elbv2
+        .describe_target_group_attributes()
+        .target_group_arn(&tg_arn)
+        .send()
+        .await?;
+    assert!(
+        tg_attrs
+            .attributes()
+            .iter()
+            .any(|a| a.key() == Some("proxy_protocol_v2.enabled") && a.value() == Some("true"))
+    );
+    let health = cloud
+        .elbv2
+        .describe_target_health()
+        .target_group_arn(&tg_arn)
+        .send()
+        .await?;
+    let mut registered: Vec<String> = health
+        .target_health_descriptions()
+        .iter()
+        .filter_map(|d| d.target()?.id().map(str::to_string))
+        .collect();
+    registered.sort();
+    let mut want = cloud.instances.clone();
+    want.sort();
+    assert_eq!(registered, want);
+
+    // Tags on the LB and the target group: ownership, service, additional.
+    let tagged = cluster_tagged_elbv2(&cloud.elbv2).await?;
+    assert_eq!(tagged.len(), 2, "{tagged:?}");
+    for (_, t) in &tagged {
+        assert_eq!(t["kubernetes.io/service-name"], "default/web");
+        assert_eq!(t["team"], "edge");
+    }
+    let listeners = cloud
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(&lb_arn)
+        .send()
+        .await?;
+    assert_eq!(listeners.listeners().len(), 1);
+    assert_eq!(listeners.listeners()[0].port(), Some(80));
+
+    // Node rules: client from the source range, health from the subnet, MTU.
+    let rules = node_rules(&cloud.ec2, &cloud.node_group).await?;
+    let client = format!("kubernetes.io/rule/nlb/client={name}");
+    let health_desc = format!("kubernetes.io/rule/nlb/health={name}");
+    assert!(
+        rules.contains(&("tcp".into(), node_port, "10.0.0.0/8".into(), client.clone())),
+        "{rules:?}"
+    );
+    assert!(
+        rules.contains(&(
+            "tcp".into(),
+            node_port,
+            "10.0.1.0/24".into(),
+            health_desc.clone()
+        )),
+        "{rules:?}"
+    );
+    assert!(
+        rules.contains(&(
+            "icmp".into(),
+            3,
+            "10.0.0.0/8".into(),
+            "kubernetes.io/rule/nlb/mtu".into()
+        )),
+        "{rules:?}"
+    );
+    // A rule someone else wrote must survive everything below.
+    cloud
+        .ec2
+        .authorize_security_group_ingress()
+        .group_id(&cloud.node_group)
+        .ip_permissions(
+            aws_sdk_ec2::types::IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(22)
+                .to_port(22)
+                .ip_ranges(
+                    aws_sdk_ec2::types::IpRange::builder()
+                        .cidr_ip("1.2.3.4/32")
+                        .description("ssh")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await?;
+
+    // A fresh process adopts all of it: not one mutating call.
+    drop(ccm);
+    let proxy = aws_ccm::testkit::aws_proxy::FaultProxy::start(
+        &env.moto.endpoint(),
+        aws_ccm::testkit::aws_proxy::ProxyConfig::default(),
+    )
+    .await?;
+    let ccm = env
+        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
+        .await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    let calls = proxy.calls();
+    let mutations: Vec<String> = calls
+        .iter()
+        .filter(|(_, action, c)| {
+            c.received > 0 && !action.starts_with("Describe") && !action.starts_with("Get")
+        })
+        .map(|(s, a, _)| format!("{s}:{a}"))
+        .collect();
+    assert!(
+        mutations.is_empty(),
+        "an unchanged NLB Service caused mutations: {mutations:?}\nlogs:\n{}",
+        ccm.logs()
+    );
+
+    // One node leaves the backends: only it is deregistered.
+    nodes.delete("n1", &DeleteParams::default()).await?;
+    let kept = cloud.instances[0].clone();
+    eventually("the removed node deregistered", WAIT, || async {
+        let h = cloud
+            .elbv2
+            .describe_target_health()
+            .target_group_arn(&tg_arn)
+            .send()
+            .await
+            .ok()?;
+        let ids: Vec<String> = h
+            .target_health_descriptions()
+            .iter()
+            .filter(|d| {
+                d.target_health().and_then(|t| t.reason())
+                    != Some(&elbv2::types::TargetHealthReasonEnum::DeregistrationInProgress)
+            })
+            .filter_map(|d| d.target()?.id().map(str::to_string))
+            .collect();
+        (ids == vec![kept.clone()]).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert_eq!(
+        proxy
+            .calls()
+            .get("elasticloadbalancingv2", "RegisterTargets")
+            .received,
+        0
+    );
+
+    // Delete: nothing with this cluster's tag is left, our rules are revoked.
+    services.delete("web", &DeleteParams::default()).await?;
+    eventually("the Service gone", WAIT, || async {
+        services.get_opt("web").await.ok()?.is_none().then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(cluster_tagged_elbv2(&cloud.elbv2).await?.is_empty());
+    let rules = node_rules(&cloud.ec2, &cloud.node_group).await?;
+    assert!(
+        rules
+            .iter()
+            .all(|r| !r.3.starts_with("kubernetes.io/rule/nlb/")),
+        "{rules:?}"
+    );
+    assert!(rules.iter().any(|r| r.3 == "ssh"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn clb_to_nlb_to_clb_and_internal_toggle_leave_no_orphan() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let mut svc = nlb_service("web", serde_json::json!({}));
+    svc.metadata.annotations = None;
+    let svc = services.create(&PostParams::default(), &svc).await?;
+    let name = lb_name(&svc);
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+
+    let clb_exists = || async {
+        cloud
+            .elb
+            .describe_load_balancers()
+            .load_balancer_names(&name)
+            .send()
+            .await
+            .map(|o| !o.load_balancer_descriptions().is_empty())
+            .unwrap_or(false)
+    };
+    let nlb_scheme = || async {
+        let o = cloud
+            .elbv2
+            .describe_load_balancers()
+            .names(&name)
+            .send()
+            .await
+            .ok()?;
+        o.load_balancers()
+            .first()
+            .and_then(|l| l.scheme())
+            .map(|s| s.as_str().to_string())
+    };
+    eventually("a classic ELB", WAIT, || async {
+        clb_exists().await.then_some(())
+    })
+    .await
+    .map_err(fail)?;
+
+    let patch = |v: serde_json::Value| {
+        let services = services.clone();
+        async move {
+            services
+                .patch(
+                    "web",
+                    &PatchParams::default(),
+                    &Patch::Merge(serde_json::json!({"metadata": {"annotations": v}})),
+                )
+                .await
+        }
+    };
+    // CLB → NLB: the NLB appears and the classic ELB (and its group) go.
+    patch(serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"})).await?;
+    eventually("an NLB replaces the classic ELB", WAIT, || async {
+        (nlb_scheme().await.is_some() && !clb_exists().await).then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    // Internal toggle: recreated as internal.
+    patch(serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}))
+        .await?;
+    eventually("an internal NLB", WAIT, || async {
+        (nlb_scheme().await.as_deref() == Some("internal")).then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    let tagged = cluster_tagged_elbv2(&cloud.elbv2).await?;
+    assert_eq!(tagged.len(), 2, "one NLB and one target group: {tagged:?}");
+    // NLB → CLB.
+    patch(serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": null, "service.beta.kubernetes.io/aws-load-balancer-internal": null})).await?;
+    eventually("a classic ELB replaces the NLB", WAIT, || async {
+        (nlb_scheme().await.is_none() && clb_exists().await).then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    eventually("no NLB target group left", WAIT, || async {
+        cluster_tagged_elbv2(&cloud.elbv2)
+            .await
+            .ok()?
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    let rules = node_rules(&cloud.ec2, &cloud.node_group).await?;
+    assert!(
+        rules
+            .iter()
+            .all(|r| !r.3.starts_with("kubernetes.io/rule/nlb/")),
+        "{rules:?}"
+    );
+    Ok(())
+}
