@@ -584,3 +584,148 @@ async fn clb_to_nlb_to_clb_and_internal_toggle_leave_no_orphan() -> anyhow::Resu
     );
     Ok(())
 }
+
+/// Registered (not draining) instance IDs of a target group, sorted.
+async fn targets_of(c: &elbv2::Client, tg_arn: &str) -> Option<Vec<String>> {
+    let h = c
+        .describe_target_health()
+        .target_group_arn(tg_arn)
+        .send()
+        .await
+        .ok()?;
+    let mut ids: Vec<String> = h
+        .target_health_descriptions()
+        .iter()
+        .filter(|d| {
+            d.target_health().and_then(|t| t.reason())
+                != Some(&elbv2::types::TargetHealthReasonEnum::DeregistrationInProgress)
+        })
+        .filter_map(|d| d.target()?.id().map(str::to_string))
+        .collect();
+    ids.sort();
+    Some(ids)
+}
+
+/// Target group ARNs of every NLB.
+async fn all_target_groups(c: &elbv2::Client) -> Vec<String> {
+    c.describe_target_groups()
+        .send()
+        .await
+        .map(|o| {
+            o.target_groups()
+                .iter()
+                .filter_map(|g| g.target_group_arn().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_group()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 20).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for i in 0..10 {
+        nodes
+            .create(
+                &PostParams::default(),
+                &node(&format!("n{i}"), &cloud.instances[i]),
+            )
+            .await?;
+    }
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    for s in 0..10 {
+        services
+            .create(
+                &PostParams::default(),
+                &nlb_service(&format!("svc{s}"), serde_json::json!({})),
+            )
+            .await?;
+    }
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let mut first: Vec<String> = cloud.instances[..10].to_vec();
+    first.sort();
+    eventually(
+        "10 NLBs with 10 targets each",
+        Duration::from_secs(120),
+        || async {
+            let tgs = all_target_groups(&cloud.elbv2).await;
+            if tgs.len() != 10 {
+                return None;
+            }
+            for tg in &tgs {
+                if targets_of(&cloud.elbv2, tg).await? != first {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    drop(ccm);
+
+    // 5 nodes leave, 10 join; a fresh process syncs each Service once.
+    for i in 0..5 {
+        nodes
+            .delete(&format!("n{i}"), &DeleteParams::default())
+            .await?;
+    }
+    for i in 10..20 {
+        nodes
+            .create(
+                &PostParams::default(),
+                &node(&format!("n{i}"), &cloud.instances[i]),
+            )
+            .await?;
+    }
+    let proxy = aws_ccm::testkit::aws_proxy::FaultProxy::start(
+        &env.moto.endpoint(),
+        aws_ccm::testkit::aws_proxy::ProxyConfig::default(),
+    )
+    .await?;
+    let ccm = env
+        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
+        .await?;
+    let mut now: Vec<String> = cloud.instances[5..].to_vec();
+    now.sort();
+    eventually(
+        "every target group holds exactly the 15 current nodes",
+        Duration::from_secs(120),
+        || async {
+            for tg in &all_target_groups(&cloud.elbv2).await {
+                if targets_of(&cloud.elbv2, tg).await? != now {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let calls = proxy.calls();
+    let register = calls
+        .get("elasticloadbalancingv2", "RegisterTargets")
+        .received;
+    let deregister = calls
+        .get("elasticloadbalancingv2", "DeregisterTargets")
+        .received;
+    println!("node churn over 10 NLBs: RegisterTargets={register} DeregisterTargets={deregister}");
+    assert_eq!(register, 10, "one RegisterTargets per target group");
+    assert_eq!(deregister, 10, "one DeregisterTargets per target group");
+    for action in [
+        "CreateLoadBalancer",
+        "CreateTargetGroup",
+        "CreateListener",
+        "ModifyListener",
+    ] {
+        assert_eq!(
+            calls.get("elasticloadbalancingv2", action).received,
+            0,
+            "{action}"
+        );
+    }
+    Ok(())
+}
