@@ -166,6 +166,8 @@ pub struct ActualLb {
     pub internal: bool,
     pub ip_address_type: String,
     pub subnet_mappings: BTreeSet<SubnetMapping>,
+    /// Whether AWS listed the zones' addresses at all (moto does not).
+    pub addresses_reported: bool,
     pub tags: BTreeMap<String, String>,
     pub attributes: BTreeMap<String, String>,
     pub listeners: Vec<ActualListener>,
@@ -528,7 +530,11 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
                 scheme(current.internal),
                 scheme(desired.internal)
             ))
-        } else if desired.pinned_addresses && current.subnet_mappings != want {
+        } else if desired.pinned_addresses
+            && current.addresses_reported
+            && current.subnet_mappings != want
+        {
+            // (An NLB whose addresses AWS does not report is left as it is.)
             Some("its subnet addresses (EIPs or private IPv4) changed".to_string())
         } else {
             None
@@ -561,6 +567,7 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
                 internal: desired.internal,
                 ip_address_type: desired.ip_address_type.clone(),
                 subnet_mappings: desired.subnet_mappings.iter().cloned().collect(),
+                addresses_reported: true,
                 tags: desired.tags.clone(),
                 attributes: BTreeMap::from([
                     (ATTR_CROSS_ZONE.to_string(), "false".to_string()),

@@ -19,6 +19,7 @@ struct Cloud {
     elb: aws_sdk_elasticloadbalancing::Client,
     node_group: String,
     instances: Vec<String>,
+    subnet: String,
 }
 
 fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
@@ -118,6 +119,7 @@ async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
         elb: aws_sdk_elasticloadbalancing::Client::new(&conf),
         node_group,
         instances,
+        subnet: subnet_id,
     })
 }
 
@@ -727,5 +729,221 @@ async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_gro
             "{action}"
         );
     }
+    Ok(())
+}
+
+/// Requests a certificate from moto's ACM with a raw JSON-protocol POST (the
+/// project has no ACM SDK crate); returns its ARN.
+async fn acm_certificate(endpoint: &str) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let body = r#"{"DomainName":"nlb.example.com"}"#;
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/x-amz-json-1.1\r\n\
+         X-Amz-Target: CertificateManager.RequestCertificate\r\n\
+         Authorization: AWS4-HMAC-SHA256 Credential=testing/20260101/{REGION}/acm/aws4_request, SignedHeaders=host, Signature=0\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = tokio::net::TcpStream::connect(&authority).await?;
+    stream.write_all(req.as_bytes()).await?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out).await?;
+    let json = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b)
+        .ok_or_else(|| anyhow::anyhow!("no body in {out}"))?;
+    let start = json
+        .find('{')
+        .ok_or_else(|| anyhow::anyhow!("no JSON in {out}"))?;
+    let end = json.rfind('}').unwrap_or(json.len() - 1);
+    let v: serde_json::Value = serde_json::from_str(&json[start..=end])?;
+    v["CertificateArn"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| anyhow::anyhow!("no CertificateArn in {out}"))
+}
+
+#[tokio::test]
+async fn nlb_annotations_take_effect_in_aws() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let cert = acm_certificate(&env.moto.endpoint()).await?;
+    let eip = cloud
+        .ec2
+        .allocate_address()
+        .domain(aws_sdk_ec2::types::DomainType::Vpc)
+        .send()
+        .await?
+        .allocation_id()
+        .unwrap()
+        .to_string();
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+
+    // Internal, TLS on 443 to a TLS backend, dualstack, access logs, Local policy.
+    let tls: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "tls", "namespace": "default", "annotations": {
+            "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+            "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+            "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": cert,
+            "service.beta.kubernetes.io/aws-load-balancer-ssl-ports": "443",
+            "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy": "ELBSecurityPolicy-TLS13-1-2-2021-06",
+            "service.beta.kubernetes.io/aws-load-balancer-backend-protocol": "ssl",
+            "service.beta.kubernetes.io/aws-load-balancer-ip-address-type": "dualstack",
+            "service.beta.kubernetes.io/aws-load-balancer-access-log-enabled": "true",
+            "service.beta.kubernetes.io/aws-load-balancer-access-log-s3-bucket-name": "logs",
+            "service.beta.kubernetes.io/aws-load-balancer-access-log-s3-bucket-prefix": "nlb",
+            "service.beta.kubernetes.io/aws-load-balancer-private-ipv4-addresses": "10.0.1.10",
+        }},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "tls"},
+                 "externalTrafficPolicy": "Local", "healthCheckNodePort": 32123,
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080},
+                           {"name": "https", "port": 443, "targetPort": 8443}]}
+    }))?;
+    let tls = services.create(&PostParams::default(), &tls).await?;
+    // Internet-facing with an EIP on the annotated subnet.
+    let eip_svc = services
+        .create(
+            &PostParams::default(),
+            &nlb_service(
+                "eip",
+                serde_json::json!({
+                    "service.beta.kubernetes.io/aws-load-balancer-subnets": cloud.subnet,
+                    "service.beta.kubernetes.io/aws-load-balancer-eip-allocations": eip,
+                }),
+            ),
+        )
+        .await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    for name in ["tls", "eip"] {
+        eventually("the NLB hostname", WAIT, || async {
+            services.get(name).await.ok().as_ref().and_then(hostname)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{name}: {e}\nlogs:\n{}", ccm.logs()))?;
+    }
+
+    let lb = cloud
+        .elbv2
+        .describe_load_balancers()
+        .names(lb_name(&tls))
+        .send()
+        .await?
+        .load_balancers()[0]
+        .clone();
+    assert_eq!(
+        lb.scheme(),
+        Some(&elbv2::types::LoadBalancerSchemeEnum::Internal)
+    );
+    assert_eq!(
+        lb.ip_address_type(),
+        Some(&elbv2::types::IpAddressType::Dualstack)
+    );
+    let arn = lb.load_balancer_arn().unwrap();
+    let attrs = cloud
+        .elbv2
+        .describe_load_balancer_attributes()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let attr = |k: &str| {
+        attrs
+            .attributes()
+            .iter()
+            .find(|a| a.key() == Some(k))
+            .and_then(|a| a.value())
+            .map(str::to_string)
+    };
+    assert_eq!(attr("access_logs.s3.enabled").as_deref(), Some("true"));
+    assert_eq!(attr("access_logs.s3.bucket").as_deref(), Some("logs"));
+    assert_eq!(attr("access_logs.s3.prefix").as_deref(), Some("nlb"));
+    let listeners = cloud
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let l443 = listeners
+        .listeners()
+        .iter()
+        .find(|l| l.port() == Some(443))
+        .unwrap();
+    assert_eq!(l443.protocol(), Some(&elbv2::types::ProtocolEnum::Tls));
+    assert_eq!(
+        l443.certificates()[0].certificate_arn(),
+        Some(cert.as_str())
+    );
+    assert_eq!(
+        l443.ssl_policy(),
+        Some("ELBSecurityPolicy-TLS13-1-2-2021-06")
+    );
+    let l80 = listeners
+        .listeners()
+        .iter()
+        .find(|l| l.port() == Some(80))
+        .unwrap();
+    assert_eq!(l80.protocol(), Some(&elbv2::types::ProtocolEnum::Tcp));
+    let tgs = cloud
+        .elbv2
+        .describe_target_groups()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let tg443 = tgs
+        .target_groups()
+        .iter()
+        .find(|g| {
+            Some(g.target_group_arn().unwrap()) == l443.default_actions()[0].target_group_arn()
+        })
+        .unwrap();
+    assert_eq!(tg443.protocol(), Some(&elbv2::types::ProtocolEnum::Tls));
+    // Local: HTTP /healthz on healthCheckNodePort, 2/2/10.
+    for g in tgs.target_groups() {
+        assert_eq!(
+            g.health_check_protocol(),
+            Some(&elbv2::types::ProtocolEnum::Http)
+        );
+        assert_eq!(g.health_check_port(), Some("32123"));
+        assert_eq!(g.health_check_path(), Some("/healthz"));
+        assert_eq!(g.health_check_interval_seconds(), Some(10));
+        assert_eq!(g.healthy_threshold_count(), Some(2));
+        assert_eq!(g.unhealthy_threshold_count(), Some(2));
+    }
+
+    let lb = cloud
+        .elbv2
+        .describe_load_balancers()
+        .names(lb_name(&eip_svc))
+        .send()
+        .await?
+        .load_balancers()[0]
+        .clone();
+    let zones: Vec<String> = lb
+        .availability_zones()
+        .iter()
+        .filter_map(|z| z.subnet_id().map(str::to_string))
+        .collect();
+    assert_eq!(zones, vec![cloud.subnet.clone()]);
+    println!("eip NLB zones: {:?}", lb.availability_zones());
+    println!(
+        "tls NLB zones: {:?}",
+        cloud
+            .elbv2
+            .describe_load_balancers()
+            .names(lb_name(&tls))
+            .send()
+            .await?
+            .load_balancers()[0]
+            .availability_zones()
+    );
     Ok(())
 }

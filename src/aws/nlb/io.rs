@@ -107,7 +107,10 @@ pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, Aw
             .availability_zones()
             .iter()
             .filter_map(|z| {
-                let addr = z.load_balancer_addresses().first();
+                let addr = z
+                    .load_balancer_addresses()
+                    .iter()
+                    .find(|a| a.allocation_id().is_some() || a.private_ipv4_address().is_some());
                 Some(SubnetMapping {
                     subnet: z.subnet_id()?.to_string(),
                     allocation_id: addr.and_then(|a| a.allocation_id()).map(str::to_string),
@@ -117,6 +120,10 @@ pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, Aw
                 })
             })
             .collect(),
+        addresses_reported: lb
+            .availability_zones()
+            .iter()
+            .any(|z| !z.load_balancer_addresses().is_empty()),
         tags,
         attributes: attrs
             .attributes()

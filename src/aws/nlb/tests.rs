@@ -54,6 +54,7 @@ fn converged(d: &Desired) -> Actual {
             internal: d.internal,
             ip_address_type: d.ip_address_type.clone(),
             subnet_mappings: d.subnet_mappings.iter().cloned().collect(),
+            addresses_reported: true,
             tags: d.tags.clone(),
             attributes: d.attributes.clone(),
             listeners: d
