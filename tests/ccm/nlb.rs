@@ -947,3 +947,147 @@ async fn nlb_annotations_take_effect_in_aws() -> anyhow::Result<()> {
     );
     Ok(())
 }
+
+#[tokio::test]
+async fn an_nlb_made_by_the_go_ccm_is_adopted_without_create_calls() -> anyhow::Result<()> {
+    use sha1::Digest;
+    let env = Env::start().await?;
+    let cloud = seed(&env, 2).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (i, id) in cloud.instances.iter().enumerate() {
+        nodes
+            .create(&PostParams::default(), &node(&format!("n{i}"), id))
+            .await?;
+    }
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = services
+        .create(
+            &PostParams::default(),
+            &nlb_service("web", serde_json::json!({})),
+        )
+        .await?;
+    let name = lb_name(&svc);
+    let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+        .node_port
+        .unwrap();
+
+    // What the Go CCM would have made: upstream names, tags and defaults.
+    let mut h = sha1::Sha1::new();
+    for part in [
+        CLUSTER_ID.to_string(),
+        "default".into(),
+        "web".into(),
+        "80".into(),
+        node_port.to_string(),
+        "TCP".into(),
+        "instance".into(),
+        "TCP".into(),
+        "30".into(),
+    ] {
+        h.update(part.as_bytes());
+    }
+    let tg_name = format!("k8s-default-web-{}", &hex::encode(h.finalize())[..10]);
+    let go_tags: Vec<elbv2::types::Tag> = [
+        (
+            format!("kubernetes.io/cluster/{CLUSTER_ID}"),
+            "owned".to_string(),
+        ),
+        ("kubernetes.io/service-name".into(), "default/web".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| elbv2::types::Tag::builder().key(k).value(v).build())
+    .collect();
+    let lb = cloud
+        .elbv2
+        .create_load_balancer()
+        .name(&name)
+        .r#type(elbv2::types::LoadBalancerTypeEnum::Network)
+        .subnets(&cloud.subnet)
+        .set_tags(Some(go_tags.clone()))
+        .send()
+        .await?;
+    let lb_arn = lb.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_string();
+    let vpc = lb.load_balancers()[0].vpc_id().unwrap().to_string();
+    let tg = cloud
+        .elbv2
+        .create_target_group()
+        .name(&tg_name)
+        .vpc_id(vpc)
+        .port(node_port)
+        .protocol(elbv2::types::ProtocolEnum::Tcp)
+        .target_type(elbv2::types::TargetTypeEnum::Instance)
+        .health_check_protocol(elbv2::types::ProtocolEnum::Tcp)
+        .health_check_port("traffic-port")
+        .health_check_interval_seconds(30)
+        .healthy_threshold_count(3)
+        .unhealthy_threshold_count(3)
+        .set_tags(Some(go_tags.clone()))
+        .send()
+        .await?;
+    let tg_arn = tg.target_groups()[0]
+        .target_group_arn()
+        .unwrap()
+        .to_string();
+    cloud
+        .elbv2
+        .register_targets()
+        .target_group_arn(&tg_arn)
+        .set_targets(Some(
+            cloud
+                .instances
+                .iter()
+                .map(|i| {
+                    elbv2::types::TargetDescription::builder()
+                        .id(i)
+                        .port(node_port)
+                        .build()
+                })
+                .collect(),
+        ))
+        .send()
+        .await?;
+    cloud
+        .elbv2
+        .create_listener()
+        .load_balancer_arn(&lb_arn)
+        .port(80)
+        .protocol(elbv2::types::ProtocolEnum::Tcp)
+        .default_actions(
+            elbv2::types::Action::builder()
+                .r#type(elbv2::types::ActionTypeEnum::Forward)
+                .target_group_arn(&tg_arn)
+                .build(),
+        )
+        .send()
+        .await?;
+
+    let proxy = aws_ccm::testkit::aws_proxy::FaultProxy::start(
+        &env.moto.endpoint(),
+        aws_ccm::testkit::aws_proxy::ProxyConfig::default(),
+    )
+    .await?;
+    let ccm = env
+        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
+        .await?;
+    eventually("the adopted NLB's hostname in the status", WAIT, || async {
+        services.get("web").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let calls = proxy.calls();
+    let creates: Vec<String> = calls
+        .iter()
+        .filter(|(_, a, c)| {
+            c.received > 0
+                && (a.starts_with("Create") || a.starts_with("Delete") || a.starts_with("Register"))
+        })
+        .map(|(s, a, _)| format!("{s}:{a}"))
+        .collect();
+    assert!(creates.is_empty(), "{creates:?}\nlogs:\n{}", ccm.logs());
+    assert_eq!(all_target_groups(&cloud.elbv2).await, vec![tg_arn]);
+    Ok(())
+}
