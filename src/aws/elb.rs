@@ -1158,7 +1158,7 @@ pub mod io {
 
     /// Deletes a group, retrying `DependencyViolation` for a bounded time: the
     /// network interfaces of a just-deleted load balancer release it late.
-    async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
+    pub async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         let mut wait = Duration::from_millis(500);
         loop {

@@ -12,9 +12,10 @@ use ipnet::Ipv4Net;
 use sha1::{Digest, Sha1};
 
 use super::annotations::{BackendProtocol, HealthCheckPort, LoadBalancerSpec};
-use super::security_groups::{Rule, Source};
+use super::elb::{GroupRef, OwnedGroup};
+use super::security_groups::{self as sg, Rule, Source};
 use super::tags;
-use crate::cloud_config::{CloudConfig, HealthProbeMode};
+use crate::cloud_config::{CloudConfig, HealthProbeMode, NlbSecurityGroupMode};
 
 pub use super::elb::load_balancer_name;
 
@@ -147,6 +148,10 @@ pub struct Desired {
     pub target_group_attributes: BTreeMap<String, String>,
     pub attributes: BTreeMap<String, String>,
     pub instances: BTreeSet<String>,
+    /// The NLB's groups: the `security-groups` annotation's, the owned one
+    /// (`NLBSecurityGroupMode = Managed`), or none.
+    pub security_groups: Vec<GroupRef>,
+    pub owned_group: Option<OwnedGroup>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -168,6 +173,7 @@ pub struct ActualLb {
     pub subnet_mappings: BTreeSet<SubnetMapping>,
     /// Whether AWS listed the zones' addresses at all (moto does not).
     pub addresses_reported: bool,
+    pub security_groups: Vec<String>,
     pub tags: BTreeMap<String, String>,
     pub attributes: BTreeMap<String, String>,
     pub listeners: Vec<ActualListener>,
@@ -192,6 +198,8 @@ pub struct Actual {
     /// The Service's target groups: those behind the LB's listeners and any
     /// found by name.
     pub target_groups: Vec<ActualTargetGroup>,
+    /// The owned (managed) group `k8s-elb-<name>`, when it exists.
+    pub owned_group: Option<sg::SecurityGroup>,
 }
 
 /// A target group named in a plan: an existing ARN, or one the plan creates.
@@ -204,6 +212,11 @@ pub enum TgRef {
 /// One mutating step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
+    CreateSecurityGroup(OwnedGroup),
+    AuthorizeIngress(BTreeSet<Rule>),
+    RevokeIngress(BTreeSet<Rule>),
+    SetSecurityGroups(Vec<GroupRef>),
+    DeleteSecurityGroup(String),
     DeleteLoadBalancer {
         arn: String,
         reason: String,
@@ -212,6 +225,7 @@ pub enum Change {
         internal: bool,
         ip_address_type: String,
         subnet_mappings: Vec<SubnetMapping>,
+        security_groups: Vec<GroupRef>,
         tags: BTreeMap<String, String>,
     },
     SetSubnets(Vec<SubnetMapping>),
@@ -464,7 +478,58 @@ pub fn desired(
         );
     }
 
+    let (security_groups, owned_group) = if !spec.security_groups.is_empty() {
+        (
+            spec.security_groups
+                .iter()
+                .cloned()
+                .map(GroupRef::Id)
+                .collect(),
+            None,
+        )
+    } else if cloud.nlb_security_group_mode == NlbSecurityGroupMode::Managed {
+        let mut rules = BTreeSet::new();
+        for l in &listeners {
+            let protocols: &[&str] = match l.protocol.as_str() {
+                "UDP" => &["udp"],
+                "TCP_UDP" => &["tcp", "udp"],
+                _ => &["tcp"],
+            };
+            for proto in protocols {
+                for range in &spec.source_ranges {
+                    rules.insert(Rule {
+                        protocol: proto.to_string(),
+                        from: l.port,
+                        to: l.port,
+                        source: Source::Cidr(*range),
+                    });
+                }
+            }
+        }
+        for range in &spec.source_ranges {
+            rules.insert(Rule {
+                protocol: "icmp".into(),
+                from: 3,
+                to: 4,
+                source: Source::Cidr(*range),
+            });
+        }
+        (
+            vec![GroupRef::Owned],
+            Some(OwnedGroup {
+                name: super::elb::owned_group_name(&name),
+                description: format!("Security group for Kubernetes NLB {name} ({service_key})"),
+                tags: tags.clone(),
+                rules,
+            }),
+        )
+    } else {
+        (Vec::new(), None)
+    };
+
     Ok(Desired {
+        security_groups,
+        owned_group,
         name,
         internal: spec.internal,
         ip_address_type: if spec.dualstack { "dualstack" } else { "ipv4" }.into(),
@@ -520,11 +585,48 @@ fn scheme(internal: bool) -> &'static str {
 pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change> {
     let mut changes = Vec::new();
 
+    // The owned group and its rules first: the NLB is created with it.
+    if let Some(want) = &desired.owned_group {
+        let have = actual
+            .owned_group
+            .as_ref()
+            .map(|g| g.ingress.clone())
+            .unwrap_or_default();
+        if actual.owned_group.is_none() {
+            changes.push(Change::CreateSecurityGroup(want.clone()));
+        }
+        let add: BTreeSet<Rule> = want.rules.difference(&have).cloned().collect();
+        let remove: BTreeSet<Rule> = have.difference(&want.rules).cloned().collect();
+        if !add.is_empty() {
+            changes.push(Change::AuthorizeIngress(add));
+        }
+        if !remove.is_empty() {
+            changes.push(Change::RevokeIngress(remove));
+        }
+    }
+    let owned_id = actual.owned_group.as_ref().map(|g| g.id.clone());
+    let want_groups: BTreeSet<String> = desired
+        .security_groups
+        .iter()
+        .map(|g| match g {
+            GroupRef::Id(id) => id.clone(),
+            GroupRef::Owned => owned_id.clone().unwrap_or_else(|| "<owned>".into()),
+        })
+        .collect();
+
     // Scheme and pinned addresses are create-time only: recreate.
     let mut lb = actual.lb.clone();
     if let Some(current) = &lb {
         let want: BTreeSet<SubnetMapping> = desired.subnet_mappings.iter().cloned().collect();
-        let reason = if current.internal != desired.internal {
+        let reason = if current.security_groups.is_empty() != desired.security_groups.is_empty() {
+            // AWS sets an NLB's groups only if it was created with some, and
+            // never takes them all away.
+            Some(if desired.security_groups.is_empty() {
+                "it must lose its security groups".to_string()
+            } else {
+                "security groups are added to an NLB only at creation".to_string()
+            })
+        } else if current.internal != desired.internal {
             Some(format!(
                 "scheme changes from {} to {}",
                 scheme(current.internal),
@@ -559,6 +661,7 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
                 internal: desired.internal,
                 ip_address_type: desired.ip_address_type.clone(),
                 subnet_mappings: desired.subnet_mappings.clone(),
+                security_groups: desired.security_groups.clone(),
                 tags: desired.tags.clone(),
             });
             ActualLb {
@@ -568,6 +671,7 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
                 ip_address_type: desired.ip_address_type.clone(),
                 subnet_mappings: desired.subnet_mappings.iter().cloned().collect(),
                 addresses_reported: true,
+                security_groups: want_groups.iter().cloned().collect(),
                 tags: desired.tags.clone(),
                 attributes: BTreeMap::from([
                     (ATTR_CROSS_ZONE.to_string(), "false".to_string()),
@@ -593,6 +697,10 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
         if have != want {
             changes.push(Change::SetSubnets(desired.subnet_mappings.clone()));
         }
+    }
+    let have_groups: BTreeSet<String> = lb.security_groups.iter().cloned().collect();
+    if !fresh && have_groups != want_groups {
+        changes.push(Change::SetSecurityGroups(desired.security_groups.clone()));
     }
     if lb.ip_address_type != desired.ip_address_type {
         changes.push(Change::SetIpAddressType(desired.ip_address_type.clone()));
@@ -738,6 +846,13 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
             });
         }
     }
+    // Managed → BYO (or no group): the owned group goes once the NLB left it.
+    if desired.owned_group.is_none()
+        && let Some(g) = &actual.owned_group
+        && tags::is_owned(&g.tags, cluster_id)
+    {
+        changes.push(Change::DeleteSecurityGroup(g.id.clone()));
+    }
     changes
 }
 
@@ -761,12 +876,22 @@ pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
             });
         }
     }
+    if let Some(g) = &actual.owned_group
+        && tags::is_owned(&g.tags, cluster_id)
+    {
+        changes.push(Change::DeleteSecurityGroup(g.id.clone()));
+    }
     changes
 }
 
 /// A short, stable description of a change for logs and events.
 pub fn describe(change: &Change) -> String {
     match change {
+        Change::CreateSecurityGroup(g) => format!("create security group {}", g.name),
+        Change::AuthorizeIngress(r) => format!("authorize {} rule(s) on the NLB group", r.len()),
+        Change::RevokeIngress(r) => format!("revoke {} rule(s) on the NLB group", r.len()),
+        Change::SetSecurityGroups(g) => format!("set the NLB's security groups ({})", g.len()),
+        Change::DeleteSecurityGroup(id) => format!("delete security group {id}"),
         Change::DeleteLoadBalancer { reason, .. } => format!("delete NLB ({reason})"),
         Change::CreateLoadBalancer { .. } => "create NLB".into(),
         Change::SetSubnets(m) => format!("set subnets ({})", m.len()),

@@ -170,6 +170,12 @@ impl AwsLoadBalancers {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
+        let lb = elb::io::read_lb(aws, &name).await?;
+        // Type change handover: the Service was an NLB until now. First, so
+        // that the NLB's group (same name scheme) is gone before groups are read.
+        if lb.is_none() && self.delete_nlb(&req.service_key, &req.uid, false).await? {
+            tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
+        }
 
         let swept = aws.cluster_instances().await?;
         let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
@@ -223,11 +229,6 @@ impl AwsLoadBalancers {
         let subnet_ids: BTreeSet<String> =
             self.subnet_ids(spec, &vpc_id).await?.into_iter().collect();
 
-        let lb = elb::io::read_lb(aws, &name).await?;
-        // Type change handover: the Service was an NLB until now.
-        if lb.is_none() && self.delete_nlb(&req.service_key, &req.uid, false).await? {
-            tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
-        }
         let env = elb::Environment {
             subnets: subnet_ids,
             instances: backends.iter().map(|i| i.id.clone()).collect(),
@@ -402,20 +403,23 @@ impl AwsLoadBalancers {
             Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
             None => Vec::new(),
         };
-        let actual = nlb::Actual { lb, target_groups };
+        // One read of the cluster's groups: the managed group and node groups.
+        let (groups, node_groups) = self.node_groups(&vpc_id, &backends).await?;
+        let owned_name = elb::owned_group_name(&name);
+        let owned_group = groups
+            .values()
+            .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
+            .cloned();
+        let actual = nlb::Actual {
+            lb,
+            target_groups,
+            owned_group,
+        };
         let changes = nlb::plan(&desired, &actual, &self.cluster_id);
         let created = changes
             .iter()
             .any(|c| matches!(c, nlb::Change::CreateLoadBalancer { .. }));
-        let applied = nlb::io::apply(
-            aws,
-            &name,
-            &vpc_id,
-            &spec.security_groups,
-            &actual,
-            &changes,
-        )
-        .await?;
+        let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
         let mut described: Vec<String> = changes.iter().map(nlb::describe).collect();
         if handed_over {
             described.push("deleted the classic ELB the Service had before".into());
@@ -424,7 +428,6 @@ impl AwsLoadBalancers {
         if !self.cloud.disable_security_group_ingress {
             let cidrs = subnets::cidrs(aws, &subnet_ids).await?;
             let rules = nlb::node_rules(&desired, &spec.source_ranges, &cidrs);
-            let (groups, node_groups) = self.node_groups(&vpc_id, &backends).await?;
             for g in groups.values() {
                 let want = node_groups.contains(&g.id).then_some(&rules);
                 let ch = nlb::node_group_changes(&name, &g.descriptions, want);
@@ -510,9 +513,23 @@ impl AwsLoadBalancers {
                 }
             }
         }
-        let actual = nlb::Actual { lb, target_groups };
+        let owned_group = sg::describe(
+            aws,
+            vec![
+                crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
+                crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
+            ],
+        )
+        .await?
+        .into_iter()
+        .find(|g| tags::is_owned(&g.tags, &self.cluster_id));
+        let actual = nlb::Actual {
+            lb,
+            target_groups,
+            owned_group,
+        };
         let changes = nlb::plan_delete(&actual, &self.cluster_id);
-        nlb::io::apply(aws, &name, "", &[], &actual, &changes).await?;
+        nlb::io::apply(aws, &name, "", &actual, &changes).await?;
 
         // Node rules: revoke ours from every cluster group (and backends' groups).
         let mut revoked = false;

@@ -1091,3 +1091,140 @@ async fn an_nlb_made_by_the_go_ccm_is_adopted_without_create_calls() -> anyhow::
     assert_eq!(all_target_groups(&cloud.elbv2).await, vec![tg_arn]);
     Ok(())
 }
+
+#[tokio::test]
+async fn managed_security_group_mode_and_byo_switching() -> anyhow::Result<()> {
+    let env = Env::start_with_conf(&format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\n"
+    ))
+    .await?;
+    let cloud = seed(&env, 1).await?;
+    let vpc = cloud
+        .ec2
+        .describe_security_groups()
+        .group_ids(&cloud.node_group)
+        .send()
+        .await?
+        .security_groups()[0]
+        .vpc_id()
+        .unwrap()
+        .to_string();
+    let user_group = cloud
+        .ec2
+        .create_security_group()
+        .group_name("users-own")
+        .description("brought by the user")
+        .vpc_id(&vpc)
+        .send()
+        .await?
+        .group_id()
+        .unwrap()
+        .to_string();
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = services
+        .create(
+            &PostParams::default(),
+            &nlb_service("web", serde_json::json!({})),
+        )
+        .await?;
+    let name = lb_name(&svc);
+    let owned_name = format!("k8s-elb-{name}");
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    let lb_groups = || async {
+        let o = cloud
+            .elbv2
+            .describe_load_balancers()
+            .names(&name)
+            .send()
+            .await
+            .ok()?;
+        o.load_balancers()
+            .first()
+            .map(|l| l.security_groups().to_vec())
+    };
+    let owned_id = || async {
+        cloud
+            .ec2
+            .describe_security_groups()
+            .filters(
+                Filter::builder()
+                    .name("group-name")
+                    .values(&owned_name)
+                    .build(),
+            )
+            .send()
+            .await
+            .ok()?
+            .security_groups()
+            .first()
+            .and_then(|g| g.group_id().map(str::to_string))
+    };
+    let managed = eventually("the NLB with its managed group", WAIT, || async {
+        let id = owned_id().await?;
+        (lb_groups().await? == vec![id.clone()]).then_some(id)
+    })
+    .await
+    .map_err(fail)?;
+
+    // Managed → BYO: the user's group on the NLB, the managed group deleted.
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                "service.beta.kubernetes.io/aws-load-balancer-security-groups": user_group
+            }}})),
+        )
+        .await?;
+    eventually(
+        "the user's group replaces the managed one",
+        WAIT,
+        || async {
+            (lb_groups().await? == vec![user_group.clone()] && owned_id().await.is_none())
+                .then_some(())
+        },
+    )
+    .await
+    .map_err(fail)?;
+
+    // BYO → Managed: a new managed group; the user's group is left alone.
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                "service.beta.kubernetes.io/aws-load-balancer-security-groups": null
+            }}})),
+        )
+        .await?;
+    let again = eventually("a managed group again", WAIT, || async {
+        let id = owned_id().await?;
+        (lb_groups().await? == vec![id.clone()]).then_some(id)
+    })
+    .await
+    .map_err(fail)?;
+    assert_ne!(again, managed);
+    let users = cloud
+        .ec2
+        .describe_security_groups()
+        .group_ids(&user_group)
+        .send()
+        .await?;
+    assert_eq!(users.security_groups().len(), 1);
+
+    // Delete: the managed group goes with the NLB.
+    services.delete("web", &DeleteParams::default()).await?;
+    eventually("the NLB and its managed group gone", WAIT, || async {
+        (lb_groups().await.is_none() && owned_id().await.is_none()).then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    assert!(cluster_tagged_elbv2(&cloud.elbv2).await?.is_empty());
+    Ok(())
+}

@@ -9,8 +9,10 @@ use super::{
     SubnetMapping, TARGET_CHUNK, TgRef,
 };
 use crate::aws::client::AwsClient;
+use crate::aws::elb::GroupRef;
 use crate::aws::errors::AwsError;
 use crate::aws::operations::Operation;
+use crate::aws::security_groups as sg;
 
 fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<t::Tag> {
     tags.iter()
@@ -120,6 +122,7 @@ pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, Aw
                 })
             })
             .collect(),
+        security_groups: lb.security_groups().to_vec(),
         addresses_reported: lb
             .availability_zones()
             .iter()
@@ -343,10 +346,21 @@ pub async fn apply(
     aws: &AwsClient,
     name: &str,
     vpc_id: &str,
-    security_groups: &[String],
     actual: &Actual,
     changes: &[Change],
 ) -> Result<Applied, AwsError> {
+    let mut owned: Option<String> = actual.owned_group.as_ref().map(|g| g.id.clone());
+    let groups_of = |refs: &[GroupRef], owned: &Option<String>| -> Result<Vec<String>, AwsError> {
+        refs.iter()
+            .map(|r| match r {
+                GroupRef::Id(id) => Ok(id.clone()),
+                GroupRef::Owned => owned.clone().ok_or_else(|| AwsError::NotFound {
+                    operation: Operation::Ec2CreateSecurityGroup,
+                    what: format!("the owned security group of {name}"),
+                }),
+            })
+            .collect()
+    };
     let mut lb_arn: Option<String> = actual.lb.as_ref().map(|l| l.arn.clone());
     let mut dns = actual.lb.as_ref().map(|l| l.dns_name.clone());
     let mut tg_arns: BTreeMap<String, String> = actual
@@ -372,6 +386,31 @@ pub async fn apply(
     for change in changes {
         tracing::info!(load_balancer = name, change = %super::describe(change), "applying");
         match change {
+            Change::CreateSecurityGroup(g) => {
+                owned = Some(sg::create(aws, vpc_id, &g.name, &g.description, &g.tags).await?);
+            }
+            Change::AuthorizeIngress(rules) => {
+                let id = groups_of(&[GroupRef::Owned], &owned)?.remove(0);
+                sg::authorize(aws, &id, rules).await?;
+            }
+            Change::RevokeIngress(rules) => {
+                let id = groups_of(&[GroupRef::Owned], &owned)?.remove(0);
+                sg::revoke(aws, &id, rules).await?;
+            }
+            Change::SetSecurityGroups(refs) => {
+                let arn = need_lb(&lb_arn)?;
+                let groups = groups_of(refs, &owned)?;
+                aws.elbv2(Operation::Elbv2SetSecurityGroups, |c| {
+                    c.set_security_groups()
+                        .load_balancer_arn(&arn)
+                        .set_security_groups(Some(groups.clone()))
+                        .send()
+                })
+                .await?;
+            }
+            Change::DeleteSecurityGroup(id) => {
+                crate::aws::elb::io::delete_group_patiently(aws, id).await?;
+            }
             Change::DeleteLoadBalancer { arn, .. } => {
                 match aws
                     .elbv2(Operation::Elbv2DeleteLoadBalancer, |c| {
@@ -389,11 +428,13 @@ pub async fn apply(
                 internal,
                 ip_address_type,
                 subnet_mappings,
+                security_groups: desired_groups,
                 tags,
             } => {
                 let mappings = sdk_mappings(subnet_mappings);
                 let tags = sdk_tags(tags);
-                let groups = (!security_groups.is_empty()).then(|| security_groups.to_vec());
+                let groups = groups_of(desired_groups, &owned)?;
+                let groups = (!groups.is_empty()).then_some(groups);
                 let out = aws
                     .elbv2(Operation::Elbv2CreateLoadBalancer, |c| {
                         c.create_load_balancer()

@@ -3,6 +3,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::*;
 use crate::aws::annotations::tests::service;
 use crate::aws::annotations::{self as ann, LoadBalancerSpec};
+use crate::cloud_config::NlbSecurityGroupMode;
 
 const UID: &str = "0b9c8e4a-1234-4f6e-9a7b-abcdefabcdef";
 
@@ -55,6 +56,14 @@ fn converged(d: &Desired) -> Actual {
             ip_address_type: d.ip_address_type.clone(),
             subnet_mappings: d.subnet_mappings.iter().cloned().collect(),
             addresses_reported: true,
+            security_groups: d
+                .security_groups
+                .iter()
+                .map(|g| match g {
+                    GroupRef::Id(id) => id.clone(),
+                    GroupRef::Owned => "sg-owned".into(),
+                })
+                .collect(),
             tags: d.tags.clone(),
             attributes: d.attributes.clone(),
             listeners: d
@@ -71,6 +80,14 @@ fn converged(d: &Desired) -> Actual {
                 .collect(),
         }),
         target_groups: tgs,
+        owned_group: d.owned_group.as_ref().map(|g| sg::SecurityGroup {
+            id: "sg-owned".into(),
+            name: g.name.clone(),
+            vpc_id: Some("vpc-1".into()),
+            tags: g.tags.clone(),
+            ingress: g.rules.clone(),
+            descriptions: BTreeMap::new(),
+        }),
     }
 }
 
@@ -456,4 +473,68 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
     // From anywhere, TCP, same ports: health rules are covered by the client rules.
     let open = node_rules(&d, &[Ipv4Net::default()], &[cidr("10.1.0.0/24")]);
     assert!(open.health.is_empty());
+}
+
+#[test]
+fn managed_group_and_byo_switching() {
+    let managed = CloudConfig {
+        nlb_security_group_mode: NlbSecurityGroupMode::Managed,
+        ..CloudConfig::default()
+    };
+    let e = env(&["subnet-a"], &["i-1"]);
+    let mk = |a: &[(&str, &str)]| {
+        desired(
+            &spec(a, &[(80, 30080)]),
+            "default/web",
+            UID,
+            "c1",
+            &managed,
+            &e,
+        )
+        .unwrap()
+    };
+    let d = mk(&[(ann::SOURCE_RANGES, "10.0.0.0/8")]);
+    let owned = d.owned_group.clone().unwrap();
+    assert_eq!(owned.name, format!("k8s-elb-{}", d.name));
+    assert_eq!(owned.rules.len(), 2, "port 80 and ICMP from the range");
+    let changes = plan(&d, &Actual::default(), "c1");
+    assert!(matches!(changes[0], Change::CreateSecurityGroup(_)));
+    assert!(changes.iter().any(|c| matches!(c, Change::CreateLoadBalancer { security_groups, .. } if security_groups == &vec![GroupRef::Owned])));
+    assert_eq!(plan(&d, &converged(&d), "c1"), vec![]);
+
+    // Managed → BYO: the NLB takes the user's groups, then the owned group goes.
+    let byo = mk(&[(ann::SECURITY_GROUPS, "sg-user")]);
+    assert!(byo.owned_group.is_none());
+    let changes = plan(&byo, &converged(&d), "c1");
+    assert_eq!(
+        changes,
+        vec![
+            Change::SetSecurityGroups(vec![GroupRef::Id("sg-user".into())]),
+            Change::DeleteSecurityGroup("sg-owned".into()),
+        ]
+    );
+    // BYO → Managed: a new owned group; the user's group is left alone.
+    let mut from_byo = converged(&byo);
+    from_byo.owned_group = None;
+    let changes = plan(&d, &from_byo, "c1");
+    assert!(matches!(changes[0], Change::CreateSecurityGroup(_)));
+    assert!(changes.contains(&Change::SetSecurityGroups(vec![GroupRef::Owned])));
+    assert!(!changes.iter().any(|c| matches!(
+        c,
+        Change::DeleteSecurityGroup(_) | Change::DeleteLoadBalancer { .. }
+    )));
+    // An NLB created without groups cannot get any: recreated (owned only).
+    let plain = want(&[], &[(80, 30080)], &e);
+    let changes = plan(&d, &converged(&plain), "c1");
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, Change::DeleteLoadBalancer { .. }))
+    );
+    // Deletion removes the owned group after the NLB.
+    let del = plan_delete(&converged(&d), "c1");
+    assert_eq!(
+        del.last(),
+        Some(&Change::DeleteSecurityGroup("sg-owned".into()))
+    );
 }
