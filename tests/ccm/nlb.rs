@@ -646,6 +646,7 @@ async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_gro
             )
             .await?;
     }
+    let started = std::time::Instant::now();
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let mut first: Vec<String> = cloud.instances[..10].to_vec();
     first.sort();
@@ -667,6 +668,7 @@ async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_gro
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    println!("10 NLBs created in {:?}", started.elapsed());
     drop(ccm);
 
     // 5 nodes leave, 10 join; a fresh process syncs each Service once.
@@ -688,6 +690,7 @@ async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_gro
         aws_ccm::testkit::aws_proxy::ProxyConfig::default(),
     )
     .await?;
+    let started = std::time::Instant::now();
     let ccm = env
         .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
         .await?;
@@ -707,6 +710,7 @@ async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_gro
     )
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    println!("churn synced in {:?}", started.elapsed());
     let calls = proxy.calls();
     let register = calls
         .get("elasticloadbalancingv2", "RegisterTargets")
