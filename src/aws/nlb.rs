@@ -947,42 +947,33 @@ pub fn node_rules(
     source_ranges: &[Ipv4Net],
     subnet_cidrs: &[Ipv4Net],
 ) -> NodeRules {
-    let mut client_ports = BTreeSet::new();
-    let mut health_ports = BTreeSet::new();
-    let mut client_protocols = BTreeSet::new();
-    for tg in &desired.target_groups {
-        client_ports.insert(tg.port);
-        let hc = tg.health.port.parse::<i32>().unwrap_or(tg.port);
-        health_ports.insert(hc);
-        match tg.protocol.as_str() {
-            "UDP" => {
-                client_protocols.insert("udp");
-            }
-            "TCP_UDP" => {
-                client_protocols.insert("udp");
-                client_protocols.insert("tcp");
-            }
-            _ => {
-                client_protocols.insert("tcp");
-            }
-        }
-    }
     let mut out = NodeRules::default();
-    for proto in &client_protocols {
-        for port in &client_ports {
+    let mut health_ports = BTreeSet::new();
+    let mut tcp_ports = BTreeSet::new();
+    for tg in &desired.target_groups {
+        health_ports.insert(tg.health.port.parse::<i32>().unwrap_or(tg.port));
+        // Each group's own protocol(s) on its own port (upstream opens every
+        // port for UDP once one port is UDP; this is exact).
+        let protocols: &[&str] = match tg.protocol.as_str() {
+            "UDP" => &["udp"],
+            "TCP_UDP" => &["tcp", "udp"],
+            _ => &["tcp"],
+        };
+        for proto in protocols {
+            if *proto == "tcp" {
+                tcp_ports.insert(tg.port);
+            }
             for range in source_ranges {
                 out.client.insert(Rule {
                     protocol: proto.to_string(),
-                    from: *port,
-                    to: *port,
+                    from: tg.port,
+                    to: tg.port,
                     source: Source::Cidr(*range),
                 });
             }
         }
     }
-    let covered = source_ranges == [Ipv4Net::default()]
-        && client_protocols.contains("tcp")
-        && health_ports == client_ports;
+    let covered = source_ranges == [Ipv4Net::default()] && health_ports.is_subset(&tcp_ports);
     if !covered {
         for port in &health_ports {
             for cidr in subnet_cidrs {

@@ -1232,3 +1232,102 @@ async fn managed_security_group_mode_and_byo_switching() -> anyhow::Result<()> {
     assert!(cluster_tagged_elbv2(&cloud.elbv2).await?.is_empty());
     Ok(())
 }
+
+/// TCP and UDP in one Service. (TCP+UDP on one port with one node port, the
+/// `TCP_UDP` case, is covered by the plan's unit tests: the API test server
+/// refuses a node port shared by two protocols.)
+#[tokio::test]
+async fn tcp_and_udp_ports_get_their_listeners_groups_and_node_rules() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns", "namespace": "default", "annotations": {
+            "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+        }},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "dns"},
+                 "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
+                           {"name": "syslog", "port": 514, "protocol": "UDP", "nodePort": 30514}]}
+    }))?;
+    let svc = services.create(&PostParams::default(), &svc).await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the NLB hostname", WAIT, || async {
+        services.get("dns").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let lb = cloud
+        .elbv2
+        .describe_load_balancers()
+        .names(lb_name(&svc))
+        .send()
+        .await?;
+    let arn = lb.load_balancers()[0].load_balancer_arn().unwrap();
+    let listeners = cloud
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let mut got: Vec<(i32, String)> = listeners
+        .listeners()
+        .iter()
+        .map(|l| {
+            (
+                l.port().unwrap(),
+                l.protocol().unwrap().as_str().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, vec![(53, "TCP".into()), (514, "UDP".into())]);
+    let tgs = cloud
+        .elbv2
+        .describe_target_groups()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let mut protocols: Vec<(i32, String)> = tgs
+        .target_groups()
+        .iter()
+        .map(|g| {
+            (
+                g.port().unwrap(),
+                g.protocol().unwrap().as_str().to_string(),
+            )
+        })
+        .collect();
+    protocols.sort();
+    assert_eq!(
+        protocols,
+        vec![(30053, "TCP".into()), (30514, "UDP".into())]
+    );
+    // Node rules: TCP and UDP to the node ports.
+    let rules = node_rules(&cloud.ec2, &cloud.node_group).await?;
+    for (proto, port) in [("tcp", 30053), ("udp", 30514)] {
+        assert!(
+            rules
+                .iter()
+                .any(|r| r.0 == proto && r.1 == port && r.2 == "0.0.0.0/0"),
+            "{proto} {port}: {rules:?}"
+        );
+    }
+    assert!(
+        !rules.iter().any(|r| r.0 == "udp" && r.1 == 30053),
+        "{rules:?}"
+    );
+    // The UDP port's health check is TCP: it needs the subnet rule.
+    assert!(
+        rules
+            .iter()
+            .any(|r| r.0 == "tcp" && r.1 == 30514 && r.2 == "10.0.1.0/24"),
+        "{rules:?}"
+    );
+    Ok(())
+}
