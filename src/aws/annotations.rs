@@ -91,6 +91,7 @@ pub const PRIVATE_IPV4: &str = key!("private-ipv4-addresses");
 pub const TARGET_GROUP_ATTRIBUTES: &str = key!("target-group-attributes");
 pub const TARGET_NODE_LABELS: &str = key!("target-node-labels");
 pub const SUBNETS: &str = key!("subnets");
+pub const IP_ADDRESS_TYPE: &str = key!("ip-address-type");
 pub const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 
 const fn row(
@@ -338,6 +339,14 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "NLB target group attributes `preserve_client_ip.enabled` and `proxy_protocol_v2.enabled` (rejected on a CLB, as upstream).",
     ),
     row(
+        IP_ADDRESS_TYPE,
+        "`ipv4`, `dualstack`",
+        "`ipv4`",
+        Applies::Nlb,
+        true,
+        "`dualstack` gives the NLB IPv4 and IPv6 addresses (its subnets need IPv6 CIDRs). Not in the Go CCM (cloud-provider-aws #1219).",
+    ),
+    row(
         TARGET_NODE_LABELS,
         "comma-separated `key=value`",
         "all nodes",
@@ -504,6 +513,8 @@ pub struct LoadBalancerSpec {
     pub eip_allocations: Vec<String>,
     pub private_ipv4_addresses: Vec<std::net::Ipv4Addr>,
     pub target_group_attributes: BTreeMap<String, String>,
+    /// `ip-address-type: dualstack` (NLB only).
+    pub dualstack: bool,
     pub target_node_labels: BTreeMap<String, String>,
     /// `None`: auto-discover.
     pub subnets: Option<Vec<String>>,
@@ -676,7 +687,8 @@ impl LoadBalancerSpec {
         let mut ports = Vec::new();
         for (i, p) in raw_ports.iter().enumerate() {
             let protocol = protocol_of(p);
-            if protocol != first {
+            // An NLB takes TCP and UDP together (TCP_UDP on a shared port).
+            if protocol != first && !is_nlb {
                 return Err(err(
                     &format!("spec.ports[{i}].protocol"),
                     &protocol,
@@ -867,6 +879,34 @@ impl LoadBalancerSpec {
                 None
             };
 
+        let dualstack = match get(IP_ADDRESS_TYPE) {
+            None | Some("") | Some("ipv4") => false,
+            Some("dualstack") if is_nlb => true,
+            Some(v) => {
+                return Err(err(
+                    IP_ADDRESS_TYPE,
+                    v,
+                    if is_nlb {
+                        "allowed: ipv4, dualstack"
+                    } else {
+                        "only supported on an NLB (aws-load-balancer-type: nlb); remove it for a classic ELB"
+                    },
+                ));
+            }
+        };
+        if target_group_attributes
+            .get("preserve_client_ip.enabled")
+            .map(String::as_str)
+            == Some("false")
+            && ports.iter().any(|p| p.protocol == "UDP")
+        {
+            return Err(err(
+                TARGET_GROUP_ATTRIBUTES,
+                get(TARGET_GROUP_ATTRIBUTES).unwrap_or_default(),
+                "preserve_client_ip.enabled cannot be false with a UDP port (AWS refuses it); remove it or the UDP port",
+            ));
+        }
+
         Ok(LoadBalancerSpec {
             kind,
             // Upstream: "false" is external, any other non-empty value internal.
@@ -895,6 +935,7 @@ impl LoadBalancerSpec {
             eip_allocations: get(EIP_ALLOCATIONS).map(split_list).unwrap_or_default(),
             private_ipv4_addresses,
             target_group_attributes,
+            dualstack,
             target_node_labels: get(TARGET_NODE_LABELS)
                 .map(parse_key_values)
                 .unwrap_or_default(),
@@ -962,7 +1003,7 @@ pub(crate) mod tests {
 
     #[test]
     fn table_has_every_upstream_annotation_once() {
-        assert_eq!(ANNOTATIONS.len(), 31, "30 AWS annotations + source ranges");
+        assert_eq!(ANNOTATIONS.len(), 32, "31 AWS annotations + source ranges");
         let names: BTreeSet<_> = ANNOTATIONS.iter().map(|a| a.name).collect();
         assert_eq!(names.len(), ANNOTATIONS.len());
         assert!(ANNOTATIONS.iter().all(|a| a.name.starts_with(PREFIX)));

@@ -1252,7 +1252,7 @@ pub mod io {
 
     /// Deletes a group, retrying `DependencyViolation` for a bounded time: the
     /// network interfaces of a just-deleted load balancer release it late.
-    async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
+    pub async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
         let mut wait = Duration::from_millis(500);
         loop {
@@ -1310,6 +1310,7 @@ mod tests {
             vpc_id: Some("vpc-1".into()),
             tags: g.tags.clone(),
             ingress: g.rules.clone(),
+            descriptions: BTreeMap::new(),
         });
         let ports: BTreeSet<i32> = d.listeners.iter().map(|l| l.instance_port).collect();
         let mut policies = BTreeSet::new();

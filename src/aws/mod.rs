@@ -9,6 +9,7 @@ pub mod coalesce;
 pub mod elb;
 pub mod errors;
 pub mod instances;
+pub mod nlb;
 pub mod operations;
 pub mod retry;
 pub mod security_groups;

@@ -49,6 +49,8 @@ pub struct SecurityGroup {
     pub vpc_id: Option<String>,
     pub tags: BTreeMap<String, String>,
     pub ingress: BTreeSet<Rule>,
+    /// Descriptions of the IPv4 CIDR rules that carry one.
+    pub descriptions: BTreeMap<Rule, String>,
 }
 
 /// The rules of a classic ELB's owned group: each service port from each
@@ -110,6 +112,81 @@ pub fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
     out
 }
 
+/// The CIDR rules that carry a description, with it.
+pub fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
+    let mut out = BTreeMap::new();
+    for p in perms {
+        let protocol = p.ip_protocol().unwrap_or("-1").to_ascii_lowercase();
+        let (from, to) = if protocol == "-1" {
+            (-1, -1)
+        } else {
+            (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1))
+        };
+        for r in p.ip_ranges() {
+            if let (Some(net), Some(desc)) = (
+                r.cidr_ip().and_then(|c| c.parse::<Ipv4Net>().ok()),
+                r.description(),
+            ) {
+                out.insert(
+                    Rule {
+                        protocol: protocol.clone(),
+                        from,
+                        to,
+                        source: Source::Cidr(net),
+                    },
+                    desc.to_string(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Authorizes CIDR rules with their descriptions (rules with a group source
+/// are sent without one).
+pub async fn authorize_described(
+    aws: &AwsClient,
+    group_id: &str,
+    rules: &BTreeMap<Rule, String>,
+) -> Result<(), AwsError> {
+    if rules.is_empty() {
+        return Ok(());
+    }
+    let perms: Vec<IpPermission> = rules
+        .iter()
+        .map(|(r, desc)| {
+            let mut p = IpPermission::builder().ip_protocol(&r.protocol);
+            if r.protocol != "-1" {
+                p = p.from_port(r.from).to_port(r.to);
+            }
+            match &r.source {
+                Source::Cidr(net) => p.ip_ranges(
+                    IpRange::builder()
+                        .cidr_ip(net.to_string())
+                        .description(desc)
+                        .build(),
+                ),
+                Source::Group(id) => {
+                    p.user_id_group_pairs(UserIdGroupPair::builder().group_id(id).build())
+                }
+            }
+            .build()
+        })
+        .collect();
+    match aws
+        .ec2(Operation::Ec2AuthorizeSecurityGroupIngress, |c| {
+            c.authorize_security_group_ingress()
+                .group_id(group_id)
+                .set_ip_permissions(Some(perms.clone()))
+                .send()
+        })
+        .await
+    {
+        Err(e) if e.is_already_exists() => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
 /// Rules as SDK permissions, one per rule (AWS merges them).
 pub fn rules_to_sdk(rules: &BTreeSet<Rule>) -> Vec<IpPermission> {
     rules
@@ -148,6 +225,7 @@ fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<SecurityGroup> {
             })
             .collect(),
         ingress: rules_from_sdk(g.ip_permissions()),
+        descriptions: described_rules(g.ip_permissions()),
     })
 }
 

@@ -142,6 +142,25 @@ pub async fn vpc_subnets(aws: &AwsClient, vpc_id: &str) -> Result<Vec<Subnet>, A
         .collect())
 }
 
+/// IPv4 CIDR blocks of the given subnets (one read).
+pub async fn cidrs(aws: &AwsClient, ids: &[String]) -> Result<Vec<ipnet::Ipv4Net>, AwsError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let out = aws
+        .ec2(Operation::Ec2DescribeSubnets, |c| {
+            c.describe_subnets()
+                .filters(filter("subnet-id", ids.to_vec()))
+                .send()
+        })
+        .await?;
+    Ok(out
+        .subnets()
+        .iter()
+        .filter_map(|s| s.cidr_block()?.parse().ok())
+        .collect())
+}
+
 /// Resolves the `subnets` annotation (IDs and Name tags) to IDs; `Err(missing)`
 /// names the entries that match nothing.
 pub async fn resolve(

@@ -302,13 +302,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         };
         match spec.kind {
             LoadBalancerKind::External => return Outcome::Done,
-            LoadBalancerKind::Network => {
-                self.events
-                    .warning(&obj, "SyncLoadBalancerFailed", "Error syncing load balancer: NLB provisioning (aws-load-balancer-type: nlb) is not in this build yet; no AWS call was made")
-                    .await;
-                return Outcome::Invalid;
-            }
-            LoadBalancerKind::Classic => {}
+            LoadBalancerKind::Network | LoadBalancerKind::Classic => {}
         }
 
         if !has_finalizer(svc)

@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 
 pub use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec, SpecError};
 use crate::aws::elb::{self, Actual};
+use crate::aws::nlb;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
@@ -138,11 +139,81 @@ impl AwsLoadBalancers {
     }
 }
 
-impl LoadBalancers for AwsLoadBalancers {
-    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+impl AwsLoadBalancers {
+    /// The load balancer's subnets: the annotation's (in its order when it
+    /// names IDs only: EIPs and private addresses pair with them in order),
+    /// else upstream's discovery.
+    async fn subnet_ids(
+        &self,
+        spec: &LoadBalancerSpec,
+        vpc_id: &str,
+    ) -> Result<Vec<String>, LbError> {
+        let aws = &self.aws;
+        match &spec.subnets {
+            Some(list) => match subnets::resolve(aws, vpc_id, list).await? {
+                Ok(ids) => Ok(Self::annotation_order(list, ids)),
+                Err(missing) => Err(LbError::Config(format!(
+                    "{}: no subnet in VPC {vpc_id} has the ID or Name tag {}; fix the annotation",
+                    crate::aws::annotations::SUBNETS,
+                    missing.join(", ")
+                ))),
+            },
+            None => {
+                let found = subnets::vpc_subnets(aws, vpc_id).await?;
+                let chosen = subnets::choose(&found, spec.internal, &self.cluster_id);
+                if chosen.is_empty() {
+                    let role = if spec.internal {
+                        tags::ROLE_INTERNAL_ELB
+                    } else {
+                        tags::ROLE_ELB
+                    };
+                    return Err(LbError::Config(format!(
+                        "no suitable subnet for an {} load balancer in VPC {vpc_id}: tag a subnet per zone with {role}=1 and {}=shared{}, or set {}",
+                        if spec.internal {
+                            "internal"
+                        } else {
+                            "internet-facing"
+                        },
+                        tags::cluster_tag_key(&self.cluster_id),
+                        if spec.internal {
+                            ""
+                        } else {
+                            " (it needs a route to an internet gateway)"
+                        },
+                        crate::aws::annotations::SUBNETS,
+                    )));
+                }
+                Ok(chosen)
+            }
+        }
+    }
+
+    fn annotation_order(list: &[String], resolved: Vec<String>) -> Vec<String> {
+        if list.iter().all(|s| s.starts_with("subnet-")) {
+            let mut out: Vec<String> = Vec::new();
+            for s in list {
+                if !out.contains(s) {
+                    out.push(s.clone());
+                }
+            }
+            out
+        } else {
+            resolved
+        }
+    }
+}
+
+impl AwsLoadBalancers {
+    async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
+        let lb = elb::io::read_lb(aws, &name).await?;
+        // Type change handover: the Service was an NLB until now. First, so
+        // that the NLB's group (same name scheme) is gone before groups are read.
+        if lb.is_none() && self.delete_nlb(&req.service_key, &req.uid, false).await? {
+            tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
+        }
 
         let swept = aws.cluster_instances().await?;
         let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
@@ -193,47 +264,9 @@ impl LoadBalancers for AwsLoadBalancers {
             all_groups.insert(g.id.clone(), g);
         }
 
-        let subnet_ids: BTreeSet<String> = match &spec.subnets {
-            Some(list) => match subnets::resolve(aws, &vpc_id, list).await? {
-                Ok(ids) => ids.into_iter().collect(),
-                Err(missing) => {
-                    return Err(LbError::Config(format!(
-                        "{}: no subnet in VPC {vpc_id} has the ID or Name tag {}; fix the annotation",
-                        crate::aws::annotations::SUBNETS,
-                        missing.join(", ")
-                    )));
-                }
-            },
-            None => {
-                let found = subnets::vpc_subnets(aws, &vpc_id).await?;
-                let chosen = subnets::choose(&found, spec.internal, &self.cluster_id);
-                if chosen.is_empty() {
-                    let role = if spec.internal {
-                        tags::ROLE_INTERNAL_ELB
-                    } else {
-                        tags::ROLE_ELB
-                    };
-                    return Err(LbError::Config(format!(
-                        "no suitable subnet for an {} load balancer in VPC {vpc_id}: tag a subnet per zone with {role}=1 and {}=shared{}, or set {}",
-                        if spec.internal {
-                            "internal"
-                        } else {
-                            "internet-facing"
-                        },
-                        tags::cluster_tag_key(&self.cluster_id),
-                        if spec.internal {
-                            ""
-                        } else {
-                            " (it needs a route to an internet gateway)"
-                        },
-                        crate::aws::annotations::SUBNETS,
-                    )));
-                }
-                chosen.into_iter().collect()
-            }
-        };
+        let subnet_ids: BTreeSet<String> =
+            self.subnet_ids(spec, &vpc_id).await?.into_iter().collect();
 
-        let lb = elb::io::read_lb(aws, &name).await?;
         let env = elb::Environment {
             subnets: subnet_ids,
             instances: backends.iter().map(|i| i.id.clone()).collect(),
@@ -311,7 +344,8 @@ impl LoadBalancers for AwsLoadBalancers {
         })
     }
 
-    async fn ensure_deleted(&self, _service_key: &str, uid: &str) -> Result<bool, LbError> {
+    /// Deletes the Service's classic ELB, its owned group and node rules.
+    async fn delete_clb(&self, uid: &str) -> Result<bool, LbError> {
         let aws = &self.aws;
         let name = elb::load_balancer_name(uid);
         let lb = elb::io::read_lb(aws, &name).await?;
@@ -405,6 +439,246 @@ impl LoadBalancers for AwsLoadBalancers {
         let changes = elb::plan_delete(&actual, &self.cluster_id);
         elb::io::apply(aws, &name, None, &actual, &changes).await?;
         Ok(!changes.is_empty())
+    }
+}
+
+impl LoadBalancers for AwsLoadBalancers {
+    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        match req.spec.kind {
+            LoadBalancerKind::Network => self.ensure_nlb(req).await,
+            _ => self.ensure_clb(req).await,
+        }
+    }
+
+    /// Removes whichever kind the Service has (or had): both are looked for.
+    async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
+        let clb = self.delete_clb(uid).await?;
+        let nlb = self.delete_nlb(service_key, uid, true).await?;
+        Ok(clb || nlb)
+    }
+}
+
+impl AwsLoadBalancers {
+    /// The VPC and the Service's live backend instances, from the cached sweep.
+    async fn vpc_and_backends(
+        &self,
+        instance_ids: &BTreeSet<String>,
+    ) -> Result<(String, Vec<crate::aws::Ec2Instance>), LbError> {
+        let swept = self.aws.cluster_instances().await?;
+        let backends: Vec<crate::aws::Ec2Instance> = swept
+            .iter()
+            .filter(|i| !i.state.is_terminated() && instance_ids.contains(&i.id))
+            .cloned()
+            .collect();
+        let vpc_id = self
+            .cloud
+            .vpc
+            .clone()
+            .or_else(|| swept.iter().find_map(|i| i.vpc_id.clone()))
+            .ok_or_else(|| {
+                LbError::Config(
+                    "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag".into(),
+                )
+            })?;
+        Ok((vpc_id, backends))
+    }
+
+    async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let aws = &self.aws;
+        let spec = &req.spec;
+        let name = nlb::load_balancer_name(&req.uid);
+        let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
+        let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
+        let env = nlb::Environment {
+            subnets: subnet_ids.clone(),
+            instances: backends.iter().map(|i| i.id.clone()).collect(),
+        };
+        let desired = nlb::desired(
+            spec,
+            &req.service_key,
+            &req.uid,
+            &self.cluster_id,
+            &self.cloud,
+            &env,
+        )
+        .map_err(LbError::Config)?;
+
+        let lb = nlb::io::read_lb(aws, &name).await?;
+        let mut handed_over = false;
+        if lb.is_none() {
+            // Type change handover: the Service was a classic ELB until now.
+            handed_over = self.delete_clb(&req.uid).await?;
+        }
+        let target_groups = match &lb {
+            Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
+            None => Vec::new(),
+        };
+        // One read of the cluster's groups: the managed group and node groups.
+        let (groups, node_groups) = self.node_groups(&vpc_id, &backends).await?;
+        let owned_name = elb::owned_group_name(&name);
+        let owned_group = groups
+            .values()
+            .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
+            .cloned();
+        let actual = nlb::Actual {
+            lb,
+            target_groups,
+            owned_group,
+        };
+        let changes = nlb::plan(&desired, &actual, &self.cluster_id);
+        let created = changes
+            .iter()
+            .any(|c| matches!(c, nlb::Change::CreateLoadBalancer { .. }));
+        let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
+        let mut described: Vec<String> = changes.iter().map(nlb::describe).collect();
+        if handed_over {
+            described.push("deleted the classic ELB the Service had before".into());
+        }
+
+        if !self.cloud.disable_security_group_ingress {
+            let cidrs = subnets::cidrs(aws, &subnet_ids).await?;
+            let rules = nlb::node_rules(&desired, &spec.source_ranges, &cidrs);
+            for g in groups.values() {
+                let want = node_groups.contains(&g.id).then_some(&rules);
+                let ch = nlb::node_group_changes(&name, &g.descriptions, want);
+                if ch.is_empty() {
+                    continue;
+                }
+                tracing::info!(load_balancer = %name, group = %g.id, authorize = ch.authorize.len(), revoke = ch.revoke.len(), "updating node group rules");
+                sg::revoke(aws, &g.id, &ch.revoke).await?;
+                sg::authorize_described(aws, &g.id, &ch.authorize).await?;
+                described.push(format!(
+                    "node group {}: +{} -{} rule(s)",
+                    g.id,
+                    ch.authorize.len(),
+                    ch.revoke.len()
+                ));
+            }
+        }
+        Ok(Ensured {
+            hostname: applied.dns_name.unwrap_or_default(),
+            changes: described,
+            created,
+        })
+    }
+
+    /// The cluster's groups in the VPC plus the backends' untagged ones, and
+    /// which of them are the backends' node groups.
+    async fn node_groups(
+        &self,
+        vpc_id: &str,
+        backends: &[crate::aws::Ec2Instance],
+    ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
+        let mut groups: BTreeMap<String, sg::SecurityGroup> =
+            sg::cluster_groups(&self.aws, vpc_id, &self.cluster_id)
+                .await?
+                .into_iter()
+                .map(|g| (g.id.clone(), g))
+                .collect();
+        let mut node_groups = BTreeSet::new();
+        for i in backends {
+            node_groups.extend(self.node_group(i, &groups)?);
+        }
+        let untagged: Vec<String> = node_groups
+            .iter()
+            .filter(|g| !groups.contains_key(*g))
+            .cloned()
+            .collect();
+        for g in sg::by_ids(&self.aws, &untagged).await? {
+            groups.insert(g.id.clone(), g);
+        }
+        Ok((groups, node_groups))
+    }
+
+    /// Deletes the Service's NLB, its target groups and its node rules.
+    /// `thorough` also looks for target groups no NLB points at (one listing
+    /// of every target group): for Service deletion; the type-change
+    /// handover only cleans up an NLB that exists.
+    async fn delete_nlb(
+        &self,
+        service_key: &str,
+        uid: &str,
+        thorough: bool,
+    ) -> Result<bool, LbError> {
+        let aws = &self.aws;
+        let name = nlb::load_balancer_name(uid);
+        let lb = nlb::io::read_lb(aws, &name).await?;
+        if lb.is_none() && !thorough {
+            return Ok(false);
+        }
+        if let Some(lb) = &lb
+            && !tags::is_owned(&lb.tags, &self.cluster_id)
+        {
+            tracing::warn!(load_balancer = %name, "NLB lacks this cluster's ownership tag; leaving it");
+        }
+        let mut target_groups = match &lb {
+            Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
+            None => Vec::new(),
+        };
+        if thorough {
+            let prefix = nlb::target_group_prefix(service_key);
+            for g in nlb::io::find_service_target_groups(aws, &prefix, service_key).await? {
+                if !target_groups.iter().any(|t| t.arn == g.arn) {
+                    target_groups.push(g);
+                }
+            }
+        }
+        let owned_group = sg::describe(
+            aws,
+            vec![
+                crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
+                crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
+            ],
+        )
+        .await?
+        .into_iter()
+        .find(|g| tags::is_owned(&g.tags, &self.cluster_id));
+        let actual = nlb::Actual {
+            lb,
+            target_groups,
+            owned_group,
+        };
+        let changes = nlb::plan_delete(&actual, &self.cluster_id);
+        nlb::io::apply(aws, &name, "", &actual, &changes).await?;
+
+        // Node rules: revoke ours from every cluster group (and backends' groups).
+        let mut revoked = false;
+        let swept = aws.cluster_instances().await?;
+        let vpc = self
+            .cloud
+            .vpc
+            .clone()
+            .or_else(|| swept.iter().find_map(|i| i.vpc_id.clone()));
+        if let Some(vpc) = vpc
+            && !self.cloud.disable_security_group_ingress
+        {
+            let backends: Vec<crate::aws::Ec2Instance> = swept
+                .iter()
+                .filter(|i| !i.state.is_terminated())
+                .cloned()
+                .collect();
+            let groups = match self.node_groups(&vpc, &backends).await {
+                Ok((groups, _)) => groups,
+                // A node with an ambiguous group must not block deletion.
+                Err(LbError::Config(_)) => sg::cluster_groups(aws, &vpc, &self.cluster_id)
+                    .await?
+                    .into_iter()
+                    .map(|g| (g.id.clone(), g))
+                    .collect(),
+                Err(e) => return Err(e),
+            };
+            for g in groups.values() {
+                let ch = nlb::node_group_changes(&name, &g.descriptions, None);
+                if !ch.revoke.is_empty() {
+                    sg::revoke(aws, &g.id, &ch.revoke).await?;
+                    revoked = true;
+                }
+                if !ch.authorize.is_empty() {
+                    sg::authorize_described(aws, &g.id, &ch.authorize).await?;
+                }
+            }
+        }
+        Ok(!changes.is_empty() || revoked)
     }
 }
 

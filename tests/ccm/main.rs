@@ -6,6 +6,7 @@ mod support;
 
 mod clb;
 mod foundation;
+mod nlb;
 mod node;
 mod routes;
 mod service;

@@ -1,0 +1,540 @@
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+use crate::aws::annotations::tests::service;
+use crate::aws::annotations::{self as ann, LoadBalancerSpec};
+use crate::cloud_config::NlbSecurityGroupMode;
+
+const UID: &str = "0b9c8e4a-1234-4f6e-9a7b-abcdefabcdef";
+
+fn spec(annotations: &[(&str, &str)], ports: &[(i32, i32)]) -> LoadBalancerSpec {
+    let mut a = vec![(ann::TYPE, "nlb")];
+    a.extend_from_slice(annotations);
+    LoadBalancerSpec::from_service(&service(&a, ports)).unwrap()
+}
+
+fn env(subnets: &[&str], instances: &[&str]) -> Environment {
+    Environment {
+        subnets: subnets.iter().map(|s| s.to_string()).collect(),
+        instances: instances.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn want(annotations: &[(&str, &str)], ports: &[(i32, i32)], e: &Environment) -> Desired {
+    desired(
+        &spec(annotations, ports),
+        "default/web",
+        UID,
+        "c1",
+        &CloudConfig::default(),
+        e,
+    )
+    .unwrap()
+}
+
+/// AWS exactly as `d` asks.
+fn converged(d: &Desired) -> Actual {
+    let tgs: Vec<ActualTargetGroup> = d
+        .target_groups
+        .iter()
+        .map(|g| ActualTargetGroup {
+            arn: format!("arn:tg/{}", g.name),
+            name: g.name.clone(),
+            protocol: g.protocol.clone(),
+            port: g.port,
+            health: g.health.clone(),
+            tags: d.tags.clone(),
+            attributes: d.target_group_attributes.clone(),
+            targets: d.instances.clone(),
+        })
+        .collect();
+    Actual {
+        lb: Some(ActualLb {
+            arn: "arn:lb".into(),
+            dns_name: "x.elb.amazonaws.com".into(),
+            internal: d.internal,
+            ip_address_type: d.ip_address_type.clone(),
+            subnet_mappings: d.subnet_mappings.iter().cloned().collect(),
+            addresses_reported: true,
+            security_groups: d
+                .security_groups
+                .iter()
+                .map(|g| match g {
+                    GroupRef::Id(id) => id.clone(),
+                    GroupRef::Owned => "sg-owned".into(),
+                })
+                .collect(),
+            tags: d.tags.clone(),
+            attributes: d.attributes.clone(),
+            listeners: d
+                .listeners
+                .iter()
+                .map(|l| ActualListener {
+                    arn: format!("arn:listener/{}", l.port),
+                    port: l.port,
+                    protocol: l.protocol.clone(),
+                    certificate: l.certificate.clone(),
+                    ssl_policy: l.ssl_policy.clone(),
+                    target_group_arn: Some(format!("arn:tg/{}", l.target_group)),
+                })
+                .collect(),
+        }),
+        target_groups: tgs,
+        owned_group: d.owned_group.as_ref().map(|g| sg::SecurityGroup {
+            id: "sg-owned".into(),
+            name: g.name.clone(),
+            vpc_id: Some("vpc-1".into()),
+            tags: g.tags.clone(),
+            ingress: g.rules.clone(),
+            descriptions: BTreeMap::new(),
+        }),
+    }
+}
+
+#[test]
+fn target_group_name_is_upstreams() {
+    // sha1("c1" "default" "web" "80" "30080" "TCP" "instance" "TCP" "30"), as the Go CCM.
+    assert_eq!(
+        target_group_name("c1", "default", "web", 80, 30080, "TCP", "TCP", 30),
+        "k8s-default-web-2e7f1b24e2"
+    );
+    let long = target_group_name(
+        "c1",
+        "kube-system",
+        "my.long-service",
+        80,
+        1,
+        "UDP",
+        "TCP",
+        30,
+    );
+    assert!(long.starts_with("k8s-kubesyst-mylongse-"), "{long}");
+    assert!(long.len() <= 32);
+}
+
+#[test]
+fn health_check_defaults_local_and_shared() {
+    let cloud = CloudConfig::default();
+    let hc = health_check(&spec(&[], &[(80, 30080)]), &cloud);
+    assert_eq!(
+        hc,
+        HealthCheck {
+            protocol: "TCP".into(),
+            port: "traffic-port".into(),
+            path: None,
+            interval: 30,
+            healthy: 3,
+            unhealthy: 3
+        }
+    );
+    let mut local = spec(&[], &[(80, 30080)]);
+    local.local_health_check_node_port = Some(32000);
+    let hc = health_check(&local, &cloud);
+    assert_eq!(
+        (hc.protocol.as_str(), hc.port.as_str(), hc.path.as_deref()),
+        ("HTTP", "32000", Some("/healthz"))
+    );
+    assert_eq!((hc.interval, hc.healthy, hc.unhealthy), (10, 2, 2));
+
+    let shared = CloudConfig {
+        health_probe_mode: HealthProbeMode::Shared,
+        ..CloudConfig::default()
+    };
+    let hc = health_check(&spec(&[(ann::HC_INTERVAL, "10")], &[(80, 30080)]), &shared);
+    assert_eq!(
+        (
+            hc.protocol.as_str(),
+            hc.port.as_str(),
+            hc.path.as_deref(),
+            hc.interval
+        ),
+        ("HTTP", "10256", Some("/healthz"), 10)
+    );
+    // Local wins over the shared probe.
+    assert_eq!(health_check(&local, &shared).port, "32000");
+}
+
+#[test]
+fn fresh_service_creates_everything_and_converged_plans_nothing() {
+    let e = env(&["subnet-a", "subnet-b"], &["i-1", "i-2"]);
+    let d = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a")],
+        &[(80, 30080), (443, 30443)],
+        &e,
+    );
+    let changes = plan(&d, &Actual::default(), "c1");
+    let kinds: Vec<String> = changes.iter().map(describe).collect();
+    assert!(
+        matches!(changes[0], Change::CreateLoadBalancer { .. }),
+        "{kinds:?}"
+    );
+    let creates_tg = changes
+        .iter()
+        .filter(|c| matches!(c, Change::CreateTargetGroup { .. }))
+        .count();
+    let listeners = changes
+        .iter()
+        .filter(|c| matches!(c, Change::CreateListener { .. }))
+        .count();
+    assert_eq!((creates_tg, listeners), (2, 2), "{kinds:?}");
+    // Target groups come before the listeners that use them.
+    let first_listener = changes
+        .iter()
+        .position(|c| matches!(c, Change::CreateListener { .. }))
+        .unwrap();
+    let last_tg = changes
+        .iter()
+        .rposition(|c| matches!(c, Change::CreateTargetGroup { .. }))
+        .unwrap();
+    assert!(last_tg < first_listener);
+    let Some(Change::CreateTargetGroup { tags, group }) = changes
+        .iter()
+        .find(|c| matches!(c, Change::CreateTargetGroup { .. }))
+    else {
+        panic!("no target group created: {kinds:?}");
+    };
+    assert_eq!(tags["team"], "a");
+    assert!(tags.contains_key("kubernetes.io/cluster/c1"));
+    assert_eq!(group.health.interval, 30);
+    assert_eq!(plan(&d, &converged(&d), "c1"), vec![]);
+}
+
+#[test]
+fn node_churn_registers_and_deregisters_only_the_delta() {
+    let before = want(
+        &[],
+        &[(80, 30080)],
+        &env(&["subnet-a"], &["i-1", "i-2", "i-3"]),
+    );
+    let actual = converged(&before);
+    let after = want(
+        &[],
+        &[(80, 30080)],
+        &env(&["subnet-a"], &["i-2", "i-3", "i-4"]),
+    );
+    let changes = plan(&after, &actual, "c1");
+    assert_eq!(
+        changes,
+        vec![
+            Change::RegisterTargets {
+                target_group: TgRef::Arn(format!("arn:tg/{}", after.target_groups[0].name)),
+                port: 30080,
+                instances: BTreeSet::from(["i-4".to_string()]),
+            },
+            Change::DeregisterTargets {
+                arn: format!("arn:tg/{}", after.target_groups[0].name),
+                port: 30080,
+                instances: BTreeSet::from(["i-1".to_string()]),
+            },
+        ]
+    );
+}
+
+#[test]
+fn health_check_interval_change_moves_the_listener_to_a_new_group_then_deletes_the_old() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let before = want(&[], &[(80, 30080)], &e);
+    let after = want(&[(ann::HC_INTERVAL, "10")], &[(80, 30080)], &e);
+    assert_ne!(before.target_groups[0].name, after.target_groups[0].name);
+    let changes = plan(&after, &converged(&before), "c1");
+    let pos = |f: &dyn Fn(&Change) -> bool| changes.iter().position(f).unwrap();
+    let create = pos(&|c| matches!(c, Change::CreateTargetGroup { .. }));
+    let register = pos(&|c| matches!(c, Change::RegisterTargets { .. }));
+    let modify = pos(&|c| matches!(c, Change::ModifyListener { .. }));
+    let delete = pos(&|c| matches!(c, Change::DeleteTargetGroup { .. }));
+    assert!(
+        create < register && register < modify && modify < delete,
+        "{changes:?}"
+    );
+    assert!(!changes.iter().any(|c| matches!(
+        c,
+        Change::DeleteListener { .. } | Change::CreateListener { .. }
+    )));
+    // The threshold alone is modified in place.
+    let tweak = want(&[(ann::HC_HEALTHY, "5")], &[(80, 30080)], &e);
+    let changes = plan(&tweak, &converged(&before), "c1");
+    assert!(
+        matches!(changes.as_slice(), [Change::ModifyHealthCheck { .. }]),
+        "{changes:?}"
+    );
+}
+
+#[test]
+fn tls_listeners_backend_ssl_and_udp() {
+    let e = env(&["subnet-a"], &[]);
+    let d = want(
+        &[
+            (ann::SSL_CERT, "arn:cert"),
+            (ann::SSL_PORTS, "443"),
+            (
+                ann::SSL_NEGOTIATION_POLICY,
+                "ELBSecurityPolicy-TLS13-1-2-2021-06",
+            ),
+            (ann::BACKEND_PROTOCOL, "ssl"),
+        ],
+        &[(80, 30080), (443, 30443)],
+        &e,
+    );
+    let l443 = d.listeners.iter().find(|l| l.port == 443).unwrap();
+    assert_eq!(l443.protocol, "TLS");
+    assert_eq!(l443.certificate.as_deref(), Some("arn:cert"));
+    assert_eq!(
+        l443.ssl_policy.as_deref(),
+        Some("ELBSecurityPolicy-TLS13-1-2-2021-06")
+    );
+    let tg = d.target_groups.iter().find(|t| t.port == 30443).unwrap();
+    assert_eq!(tg.protocol, "TLS");
+    let l80 = d.listeners.iter().find(|l| l.port == 80).unwrap();
+    assert_eq!(
+        (l80.protocol.as_str(), l80.certificate.as_ref()),
+        ("TCP", None)
+    );
+
+    // TCP and UDP on one port (same node port) become one TCP_UDP listener.
+    let mut svc = service(&[(ann::TYPE, "nlb")], &[(53, 30053), (53, 30053)]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[1].protocol = Some("UDP".into());
+    let s = LoadBalancerSpec::from_service(&svc).unwrap();
+    let d = desired(&s, "default/web", UID, "c1", &CloudConfig::default(), &e).unwrap();
+    assert_eq!(d.listeners.len(), 1);
+    assert_eq!(d.listeners[0].protocol, "TCP_UDP");
+    assert_eq!(d.target_groups[0].protocol, "TCP_UDP");
+    // ... and refuse different node ports.
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[1].node_port = Some(30054);
+    let s = LoadBalancerSpec::from_service(&svc).unwrap();
+    let err = desired(&s, "default/web", UID, "c1", &CloudConfig::default(), &e).unwrap_err();
+    assert!(err.contains("same nodePort"), "{err}");
+}
+
+#[test]
+fn addresses_pair_with_subnets_and_counts_must_match() {
+    let e = env(&["subnet-a", "subnet-b"], &[]);
+    let d = want(
+        &[(ann::EIP_ALLOCATIONS, "eipalloc-1,eipalloc-2")],
+        &[(80, 30080)],
+        &e,
+    );
+    assert_eq!(
+        d.subnet_mappings[1].allocation_id.as_deref(),
+        Some("eipalloc-2")
+    );
+    assert!(d.pinned_addresses);
+    let bad = desired(
+        &spec(&[(ann::EIP_ALLOCATIONS, "eipalloc-1")], &[(80, 30080)]),
+        "default/web",
+        UID,
+        "c1",
+        &CloudConfig::default(),
+        &e,
+    )
+    .unwrap_err();
+    assert!(
+        bad.contains("eip-allocations") && bad.contains("2 subnet"),
+        "{bad}"
+    );
+
+    // Changing pinned addresses recreates the NLB, deleting first.
+    let other = want(
+        &[(ann::EIP_ALLOCATIONS, "eipalloc-3,eipalloc-4")],
+        &[(80, 30080)],
+        &e,
+    );
+    let changes = plan(&other, &converged(&d), "c1");
+    assert!(matches!(changes[0], Change::DeleteLoadBalancer { .. }));
+    assert!(matches!(changes[1], Change::CreateLoadBalancer { .. }));
+}
+
+#[test]
+fn internal_toggle_recreates_and_dualstack_and_attributes_modify_in_place() {
+    let e = env(&["subnet-a"], &[]);
+    let d = want(&[], &[(80, 30080)], &e);
+    let internal = want(&[(ann::INTERNAL, "true")], &[(80, 30080)], &e);
+    let changes = plan(&internal, &converged(&d), "c1");
+    assert!(matches!(changes[0], Change::DeleteLoadBalancer { .. }));
+    assert!(matches!(
+        changes[1],
+        Change::CreateLoadBalancer { internal: true, .. }
+    ));
+    // Listeners are recreated on the new NLB; the target groups stay.
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, Change::CreateListener { .. }))
+    );
+    assert!(!changes.iter().any(|c| matches!(
+        c,
+        Change::CreateTargetGroup { .. } | Change::DeleteTargetGroup { .. }
+    )));
+
+    // Not ours: never deleted.
+    let mut foreign = converged(&d);
+    if let Some(lb) = foreign.lb.as_mut() {
+        lb.tags.clear();
+    }
+    assert!(
+        !plan(&internal, &foreign, "c1")
+            .iter()
+            .any(|c| matches!(c, Change::DeleteLoadBalancer { .. }))
+    );
+
+    let dual = want(
+        &[
+            (ann::IP_ADDRESS_TYPE, "dualstack"),
+            (ann::CROSS_ZONE, "true"),
+            (ann::ACCESS_LOG_ENABLED, "true"),
+            (ann::ACCESS_LOG_BUCKET, "logs"),
+            (
+                ann::TARGET_GROUP_ATTRIBUTES,
+                "proxy_protocol_v2.enabled=true",
+            ),
+        ],
+        &[(80, 30080)],
+        &e,
+    );
+    let changes = plan(&dual, &converged(&d), "c1");
+    assert!(changes.contains(&Change::SetIpAddressType("dualstack".into())));
+    assert!(changes.contains(&Change::ModifyAttributes(BTreeMap::from([
+        (ATTR_CROSS_ZONE.to_string(), "true".to_string()),
+        (ATTR_ACCESS_LOGS.to_string(), "true".to_string()),
+        (ATTR_ACCESS_LOGS_BUCKET.to_string(), "logs".to_string()),
+    ]))));
+    assert!(changes.iter().any(|c| matches!(c, Change::ModifyTargetGroupAttributes { attributes, .. } if attributes["proxy_protocol_v2.enabled"] == "true")));
+}
+
+#[test]
+fn delete_removes_only_owned_things() {
+    let d = want(
+        &[],
+        &[(80, 30080), (81, 30081)],
+        &env(&["subnet-a"], &["i-1"]),
+    );
+    let mut actual = converged(&d);
+    actual.target_groups[1].tags.clear();
+    let changes = plan_delete(&actual, "c1");
+    assert!(matches!(changes[0], Change::DeleteLoadBalancer { .. }));
+    assert_eq!(changes.len(), 2, "{changes:?}");
+    assert!(plan_delete(&actual, "other").is_empty());
+}
+
+fn cidr(s: &str) -> Ipv4Net {
+    s.parse().unwrap()
+}
+
+#[test]
+fn node_rules_are_described_and_only_ours_are_revoked() {
+    let d = want(&[], &[(80, 30080)], &env(&["subnet-a"], &["i-1"]));
+    let ranges = [cidr("10.0.0.0/8")];
+    let rules = node_rules(&d, &ranges, &[cidr("10.1.0.0/24")]);
+    assert_eq!(rules.client.len(), 1);
+    assert_eq!(rules.health.len(), 1);
+    let name = &d.name;
+    let ch = node_group_changes(name, &BTreeMap::new(), Some(&rules));
+    assert_eq!(ch.authorize.len(), 3, "{ch:?}");
+    assert_eq!(ch.authorize.values().filter(|d| **d == MTU_RULE).count(), 1);
+    assert!(
+        ch.authorize
+            .values()
+            .any(|d| *d == client_rule_description(name))
+    );
+    assert!(
+        ch.authorize
+            .values()
+            .any(|d| *d == health_rule_description(name))
+    );
+
+    // Applied, then a user's rule appears: removing the NLB revokes ours only.
+    let mut have = ch.authorize.clone();
+    let users = Rule {
+        protocol: "tcp".into(),
+        from: 22,
+        to: 22,
+        source: Source::Cidr(cidr("1.2.3.4/32")),
+    };
+    have.insert(users.clone(), "ssh".into());
+    assert!(node_group_changes(name, &have, Some(&rules)).is_empty());
+    let gone = node_group_changes(name, &have, None);
+    assert_eq!(gone.revoke.len(), 3);
+    assert!(!gone.revoke.contains(&users));
+    assert!(gone.authorize.is_empty());
+
+    // Another NLB's client rule from the same range keeps the MTU rule.
+    let mut shared = have.clone();
+    shared.insert(
+        Rule {
+            protocol: "tcp".into(),
+            from: 31000,
+            to: 31000,
+            source: Source::Cidr(cidr("10.0.0.0/8")),
+        },
+        client_rule_description("aother"),
+    );
+    let gone = node_group_changes(name, &shared, None);
+    assert_eq!(gone.revoke.len(), 2);
+
+    // From anywhere, TCP, same ports: health rules are covered by the client rules.
+    let open = node_rules(&d, &[Ipv4Net::default()], &[cidr("10.1.0.0/24")]);
+    assert!(open.health.is_empty());
+}
+
+#[test]
+fn managed_group_and_byo_switching() {
+    let managed = CloudConfig {
+        nlb_security_group_mode: NlbSecurityGroupMode::Managed,
+        ..CloudConfig::default()
+    };
+    let e = env(&["subnet-a"], &["i-1"]);
+    let mk = |a: &[(&str, &str)]| {
+        desired(
+            &spec(a, &[(80, 30080)]),
+            "default/web",
+            UID,
+            "c1",
+            &managed,
+            &e,
+        )
+        .unwrap()
+    };
+    let d = mk(&[(ann::SOURCE_RANGES, "10.0.0.0/8")]);
+    let owned = d.owned_group.clone().unwrap();
+    assert_eq!(owned.name, format!("k8s-elb-{}", d.name));
+    assert_eq!(owned.rules.len(), 2, "port 80 and ICMP from the range");
+    let changes = plan(&d, &Actual::default(), "c1");
+    assert!(matches!(changes[0], Change::CreateSecurityGroup(_)));
+    assert!(changes.iter().any(|c| matches!(c, Change::CreateLoadBalancer { security_groups, .. } if security_groups == &vec![GroupRef::Owned])));
+    assert_eq!(plan(&d, &converged(&d), "c1"), vec![]);
+
+    // Managed → BYO: the NLB takes the user's groups, then the owned group goes.
+    let byo = mk(&[(ann::SECURITY_GROUPS, "sg-user")]);
+    assert!(byo.owned_group.is_none());
+    let changes = plan(&byo, &converged(&d), "c1");
+    assert_eq!(
+        changes,
+        vec![
+            Change::SetSecurityGroups(vec![GroupRef::Id("sg-user".into())]),
+            Change::DeleteSecurityGroup("sg-owned".into()),
+        ]
+    );
+    // BYO → Managed: a new owned group; the user's group is left alone.
+    let mut from_byo = converged(&byo);
+    from_byo.owned_group = None;
+    let changes = plan(&d, &from_byo, "c1");
+    assert!(matches!(changes[0], Change::CreateSecurityGroup(_)));
+    assert!(changes.contains(&Change::SetSecurityGroups(vec![GroupRef::Owned])));
+    assert!(!changes.iter().any(|c| matches!(
+        c,
+        Change::DeleteSecurityGroup(_) | Change::DeleteLoadBalancer { .. }
+    )));
+    // An NLB created without groups cannot get any: recreated (owned only).
+    let plain = want(&[], &[(80, 30080)], &e);
+    let changes = plan(&d, &converged(&plain), "c1");
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, Change::DeleteLoadBalancer { .. }))
+    );
+    // Deletion removes the owned group after the NLB.
+    let del = plan_delete(&converged(&d), "c1");
+    assert_eq!(
+        del.last(),
+        Some(&Change::DeleteSecurityGroup("sg-owned".into()))
+    );
+}
