@@ -31,6 +31,10 @@ rtb = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
 ec2.create_tags(Resources=[rtb], Tags=[owned])
 ec2.create_route(RouteTableId=rtb, DestinationCidrBlock="0.0.0.0/0", GatewayId=igw)
 ec2.associate_route_table(RouteTableId=rtb, SubnetId=subnet)
+# A second public zone, so a load balancer's subnets can change.
+subnet_b = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.2.0/24", AvailabilityZone="us-east-1b")["Subnet"]["SubnetId"]
+ec2.create_tags(Resources=[subnet_b], Tags=[owned, {"Key": "kubernetes.io/role/elb", "Value": "1"}])
+ec2.associate_route_table(RouteTableId=rtb, SubnetId=subnet_b)
 sg = ec2.create_security_group(GroupName=f"{cluster_id}-nodes", Description="e2e nodes", VpcId=vpc)["GroupId"]
 ec2.create_tags(Resources=[sg], Tags=[owned])
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
 use k8s_openapi::api::core::v1::{Node, Service};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
 use support::{Ccm, Env, eventually};
@@ -35,6 +35,7 @@ struct Target {
     kube: kube::Client,
     ec2: aws_sdk_ec2::Client,
     elb: aws_sdk_elasticloadbalancing::Client,
+    elbv2: aws_sdk_elasticloadbalancingv2::Client,
     cluster_id: String,
     features: Vec<String>,
     /// Local mode: the servers and the CCM, stopped on drop.
@@ -58,6 +59,7 @@ impl Target {
                     kube: kube::Client::try_from(config)?,
                     ec2: aws_sdk_ec2::Client::new(&aws),
                     elb: aws_sdk_elasticloadbalancing::Client::new(&aws),
+                    elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&aws),
                     cluster_id: std::env::var("E2E_CLUSTER_ID")
                         .unwrap_or_else(|_| "kind-e2e".into()),
                     features: std::env::var("E2E_FEATURES")
@@ -104,6 +106,7 @@ impl Target {
             kube,
             ec2,
             elb: aws_sdk_elasticloadbalancing::Client::new(&aws),
+            elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&aws),
             cluster_id: support::CLUSTER_ID.into(),
             features: ["nodes", "routes", "clb", "nlb"].map(String::from).to_vec(),
             _local: Some((env, ccm)),
@@ -201,6 +204,28 @@ async fn seed(
         .subnet_id(&subnet_id)
         .send()
         .await?;
+    // A second public zone, so a load balancer's subnets can change.
+    let second = ec2
+        .create_subnet()
+        .vpc_id(&vpc_id)
+        .cidr_block("10.0.2.0/24")
+        .availability_zone("us-east-1b")
+        .tag_specifications(tag_spec(
+            ResourceType::Subnet,
+            &[(&owned, "owned"), ("kubernetes.io/role/elb", "1")],
+        ))
+        .send()
+        .await?;
+    ec2.associate_route_table()
+        .route_table_id(&table_id)
+        .subnet_id(
+            second
+                .subnet()
+                .and_then(|s| s.subnet_id())
+                .unwrap_or_default(),
+        )
+        .send()
+        .await?;
     let group = ec2
         .create_security_group()
         .group_name(format!("{cluster_id}-nodes"))
@@ -222,10 +247,21 @@ async fn seed(
         .await?;
     let mut instances: Vec<_> = run.instances().to_vec();
     instances.sort_by_key(|i| i.ami_launch_index());
-    Ok(instances
+    let ids: Vec<String> = instances
         .iter()
         .filter_map(|i| i.instance_id().map(str::to_string))
-        .collect())
+        .collect();
+    // A stale route, as a node replaced under the same PodCIDR leaves: the
+    // first node's range still points at the second instance.
+    if ids.len() > 1 {
+        ec2.create_route()
+            .route_table_id(&table_id)
+            .destination_cidr_block("10.244.0.0/24")
+            .instance_id(&ids[1])
+            .send()
+            .await?;
+    }
+    Ok(ids)
 }
 
 fn is_initialized(node: &Node) -> bool {
@@ -397,6 +433,24 @@ async fn classic_elb_service_gets_a_load_balancer_and_leaves_nothing() -> anyhow
         t.cluster_tag()
     );
 
+    annotate(&services, &name, ADDITIONAL_TAGS, "team=e2e").await?;
+    eventually("the new tag on the classic ELB", WAIT, || async {
+        let tags = t
+            .elb
+            .describe_tags()
+            .load_balancer_names(&lb_name)
+            .send()
+            .await
+            .ok()?;
+        tags.tag_descriptions()
+            .first()?
+            .tags()
+            .iter()
+            .any(|tag| tag.key() == "team" && tag.value() == Some("e2e"))
+            .then_some(())
+    })
+    .await?;
+
     services.delete(&name, &DeleteParams::default()).await?;
     eventually("the Service gone (finalizer removed)", WAIT, || async {
         matches!(services.get_opt(&name).await, Ok(None)).then_some(())
@@ -428,6 +482,343 @@ async fn classic_elb_service_gets_a_load_balancer_and_leaves_nothing() -> anyhow
     assert!(
         groups.security_groups().is_empty(),
         "owned group k8s-elb-{lb_name} left behind"
+    );
+    Ok(())
+}
+
+const SUBNETS: &str = "service.beta.kubernetes.io/aws-load-balancer-subnets";
+const ADDITIONAL_TAGS: &str =
+    "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags";
+
+async fn annotate(
+    services: &Api<Service>,
+    name: &str,
+    key: &str,
+    value: &str,
+) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+    services
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Backend nodes as upstream counts them for a plain Service: all but those
+/// labelled out (kubeadm labels its control plane so).
+async fn backend_count(kube: &kube::Client) -> anyhow::Result<usize> {
+    let nodes: Api<Node> = Api::all(kube.clone());
+    Ok(nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|n| {
+            !n.labels()
+                .contains_key("node.kubernetes.io/exclude-from-external-load-balancers")
+        })
+        .count())
+}
+
+/// The target groups the NLB's listeners forward to: (ARN, health-check
+/// interval, healthy threshold).
+async fn target_groups(t: &Target, lb_arn: &str) -> Option<Vec<(String, i32, i32)>> {
+    let listeners = t
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(lb_arn)
+        .send()
+        .await
+        .ok()?;
+    let arns: Vec<String> = listeners
+        .listeners()
+        .iter()
+        .flat_map(|l| l.default_actions())
+        .filter_map(|a| a.target_group_arn().map(str::to_string))
+        .collect();
+    if arns.is_empty() {
+        return Some(Vec::new());
+    }
+    let out = t
+        .elbv2
+        .describe_target_groups()
+        .set_target_group_arns(Some(arns))
+        .send()
+        .await
+        .ok()?;
+    Some(
+        out.target_groups()
+            .iter()
+            .map(|g| {
+                (
+                    g.target_group_arn().unwrap_or_default().to_string(),
+                    g.health_check_interval_seconds().unwrap_or_default(),
+                    g.healthy_threshold_count().unwrap_or_default(),
+                )
+            })
+            .collect(),
+    )
+}
+
+async fn listener_count(t: &Target, lb_arn: &str) -> Option<usize> {
+    let out = t
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(lb_arn)
+        .send()
+        .await
+        .ok()?;
+    Some(out.listeners().len())
+}
+
+#[tokio::test]
+async fn network_load_balancer_service_follows_changes_and_leaves_nothing() -> anyhow::Result<()> {
+    use aws_sdk_elasticloadbalancingv2::types::{IpAddressType, LoadBalancerTypeEnum};
+
+    let t = Target::start().await?;
+    if !t.serves("nlb") {
+        return Ok(());
+    }
+    let services: Api<Service> = Api::namespaced(t.kube.clone(), "default");
+    let name = format!("e2e-nlb-{}", std::process::id());
+    // The cluster's public subnets, two zones (seeded so): the NLB starts in
+    // one and is then spread over both.
+    let tag = t.cluster_tag();
+    let found = t
+        .ec2
+        .describe_subnets()
+        .filters(Filter::builder().name("tag-key").values(&tag).build())
+        .send()
+        .await?;
+    let mut subnets: Vec<String> = found
+        .subnets()
+        .iter()
+        .filter_map(|s| s.subnet_id().map(str::to_string))
+        .collect();
+    subnets.sort();
+    assert!(
+        subnets.len() >= 2,
+        "two cluster subnets seeded: {subnets:?}"
+    );
+    let port = |name: &str, port: i32, node_port: i32| serde_json::json!({"name": name, "port": port, "targetPort": port + 8000, "nodePort": node_port, "protocol": "TCP"});
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default",
+                     "annotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+                                     SUBNETS: subnets[0]}},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "e2e"},
+                 "ports": [port("http", 80, 30081), port("https", 443, 30443)]}
+    }))?;
+    let created = services.create(&PostParams::default(), &svc).await?;
+    let uid = created.uid().unwrap_or_default();
+    let lb_name: String = format!("a{}", uid.replace('-', ""))
+        .chars()
+        .take(32)
+        .collect();
+
+    let host = eventually("the NLB's hostname in status", WAIT, || async {
+        hostname(&services.get(&name).await.ok()?)
+    })
+    .await?;
+    let lbs = t
+        .elbv2
+        .describe_load_balancers()
+        .names(&lb_name)
+        .send()
+        .await?;
+    let lb = &lbs.load_balancers()[0];
+    assert_eq!(lb.dns_name(), Some(host.as_str()));
+    assert_eq!(lb.r#type(), Some(&LoadBalancerTypeEnum::Network));
+    let lb_arn = lb.load_balancer_arn().unwrap_or_default().to_string();
+    let tags = t
+        .elbv2
+        .describe_tags()
+        .resource_arns(&lb_arn)
+        .send()
+        .await?;
+    let lb_tags = tags.tag_descriptions()[0].tags();
+    assert!(
+        lb_tags
+            .iter()
+            .any(|tag| tag.key() == Some(t.cluster_tag().as_str()) && tag.value() == Some("owned")),
+        "NLB {lb_name} carries {}=owned",
+        t.cluster_tag()
+    );
+    assert_eq!(
+        listener_count(&t, &lb_arn).await,
+        Some(2),
+        "a listener per port"
+    );
+    let groups = target_groups(&t, &lb_arn).await.unwrap_or_default();
+    assert_eq!(groups.len(), 2, "a target group per port");
+    let backends = backend_count(&t.kube).await?;
+    for (arn, _, _) in &groups {
+        let health = t
+            .elbv2
+            .describe_target_health()
+            .target_group_arn(arn)
+            .send()
+            .await?;
+        assert_eq!(
+            health.target_health_descriptions().len(),
+            backends,
+            "every backend node registered in {arn}"
+        );
+    }
+
+    // In-place changes, each its own elbv2 call.
+    annotate(&services, &name, ADDITIONAL_TAGS, "team=e2e").await?;
+    eventually("the new tag on the NLB", WAIT, || async {
+        let tags = t
+            .elbv2
+            .describe_tags()
+            .resource_arns(&lb_arn)
+            .send()
+            .await
+            .ok()?;
+        tags.tag_descriptions()
+            .first()?
+            .tags()
+            .iter()
+            .any(|tag| tag.key() == Some("team") && tag.value() == Some("e2e"))
+            .then_some(())
+    })
+    .await?;
+    annotate(
+        &services,
+        &name,
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-healthy-threshold",
+        "5",
+    )
+    .await?;
+    eventually(
+        "healthy threshold 5 on every target group",
+        WAIT,
+        || async {
+            let groups = target_groups(&t, &lb_arn).await?;
+            (groups.len() == 2 && groups.iter().all(|(_, _, healthy)| *healthy == 5)).then_some(())
+        },
+    )
+    .await?;
+    // The interval is part of a target group's identity: new groups, the
+    // listeners moved to them, the old ones deleted.
+    annotate(
+        &services,
+        &name,
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval",
+        "10",
+    )
+    .await?;
+    let before: Vec<String> = groups.iter().map(|(arn, _, _)| arn.clone()).collect();
+    eventually(
+        "target groups replaced with 10 s intervals",
+        WAIT,
+        || async {
+            let groups = target_groups(&t, &lb_arn).await?;
+            (groups.len() == 2
+                && groups
+                    .iter()
+                    .all(|(arn, interval, _)| *interval == 10 && !before.contains(arn)))
+            .then_some(())
+        },
+    )
+    .await?;
+    annotate(
+        &services,
+        &name,
+        "service.beta.kubernetes.io/aws-load-balancer-ip-address-type",
+        "dualstack",
+    )
+    .await?;
+    eventually("the NLB dual-stack", WAIT, || async {
+        let lbs = t
+            .elbv2
+            .describe_load_balancers()
+            .names(&lb_name)
+            .send()
+            .await
+            .ok()?;
+        (lbs.load_balancers().first()?.ip_address_type() == Some(&IpAddressType::Dualstack))
+            .then_some(())
+    })
+    .await?;
+    assert_eq!(
+        lb.availability_zones().len(),
+        1,
+        "created in the one annotated subnet"
+    );
+    let both = format!("{},{}", subnets[0], subnets[1]);
+    annotate(&services, &name, SUBNETS, &both).await?;
+    eventually("the NLB in both annotated subnets", WAIT, || async {
+        let lbs = t
+            .elbv2
+            .describe_load_balancers()
+            .names(&lb_name)
+            .send()
+            .await
+            .ok()?;
+        let mut zones: Vec<String> = lbs
+            .load_balancers()
+            .first()?
+            .availability_zones()
+            .iter()
+            .filter_map(|z| z.subnet_id().map(str::to_string))
+            .collect();
+        zones.sort();
+        (zones == subnets[..2]).then_some(())
+    })
+    .await?;
+    let patch = serde_json::json!({"spec": {"ports": [port("http", 80, 30081)]}});
+    services
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    eventually("one listener and one target group left", WAIT, || async {
+        let groups = target_groups(&t, &lb_arn).await?;
+        (listener_count(&t, &lb_arn).await? == 1 && groups.len() == 1).then_some(())
+    })
+    .await?;
+
+    services.delete(&name, &DeleteParams::default()).await?;
+    eventually("the Service gone (finalizer removed)", WAIT, || async {
+        matches!(services.get_opt(&name).await, Ok(None)).then_some(())
+    })
+    .await?;
+    let left = t
+        .elbv2
+        .describe_load_balancers()
+        .names(&lb_name)
+        .send()
+        .await;
+    assert!(
+        left.map(|o| o.load_balancers().is_empty()).unwrap_or(true),
+        "NLB {lb_name} still exists"
+    );
+    // Upstream's target group names keep the first 8 alphanumerics of the name.
+    let short: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(8)
+        .collect();
+    let prefix = format!("k8s-default-{short}-");
+    let groups = t.elbv2.describe_target_groups().send().await?;
+    let orphans: Vec<_> = groups
+        .target_groups()
+        .iter()
+        .filter_map(|g| g.target_group_name())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(orphans.is_empty(), "target groups left behind: {orphans:?}");
+    let rules = t.ec2.describe_security_groups().send().await?;
+    let ours: Vec<_> = rules
+        .security_groups()
+        .iter()
+        .flat_map(|g| g.ip_permissions())
+        .flat_map(|p| p.ip_ranges())
+        .filter_map(|r| r.description())
+        .filter(|d| d.contains(&lb_name))
+        .collect();
+    assert!(
+        ours.is_empty(),
+        "node rules for {lb_name} left behind: {ours:?}"
     );
     Ok(())
 }
