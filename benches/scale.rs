@@ -13,6 +13,7 @@
 //! - `SCALE_LATENCY_MS`: proxy latency per AWS call (default 50).
 //! - `SCALE_STEADY_SECS`: real seconds of `steady` (default 180 = 30 min
 //!   at the default compression of 10).
+//! - `SCALE_CCM_BINARY`: run another build of the CCM (before/after).
 //! - `SCALE_NLB=1`: half of the `steady` Services are NLBs, and `churn` runs
 //!   (both need the NLB code).
 //!
@@ -191,6 +192,7 @@ struct World {
     ec2: aws_sdk_ec2::Client,
     subnet: String,
     vpc: String,
+    node_group: String,
     dir: tempfile::TempDir,
 }
 
@@ -234,6 +236,55 @@ impl World {
             )
             .send()
             .await?;
+        // Internet-facing load balancers need a subnet routed to a gateway,
+        // and nodes a cluster security group.
+        let igw = ec2
+            .create_internet_gateway()
+            .send()
+            .await?
+            .internet_gateway
+            .and_then(|g| g.internet_gateway_id)
+            .context("no internet gateway id")?;
+        ec2.attach_internet_gateway()
+            .vpc_id(&vpc)
+            .internet_gateway_id(&igw)
+            .send()
+            .await?;
+        let main_table = ec2
+            .describe_route_tables()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("vpc-id")
+                    .values(&vpc)
+                    .build(),
+            )
+            .send()
+            .await?
+            .route_tables()
+            .first()
+            .and_then(|t| t.route_table_id().map(str::to_string))
+            .context("no main route table")?;
+        ec2.create_route()
+            .route_table_id(&main_table)
+            .destination_cidr_block("0.0.0.0/0")
+            .gateway_id(&igw)
+            .send()
+            .await?;
+        let node_group = ec2
+            .create_security_group()
+            .group_name("nodes")
+            .description("nodes")
+            .vpc_id(&vpc)
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::SecurityGroup)
+                    .tags(cluster_tag())
+                    .build(),
+            )
+            .send()
+            .await?
+            .group_id
+            .context("no security group id")?;
         let dir = tempfile::tempdir()?;
         api.write_kubeconfig(&dir.path().join("kubeconfig"))?;
         std::fs::write(
@@ -247,6 +298,7 @@ impl World {
             ec2,
             subnet,
             vpc,
+            node_group,
             dir,
         })
     }
@@ -266,6 +318,7 @@ impl World {
                 .min_count(batch as i32)
                 .max_count(batch as i32)
                 .subnet_id(&self.subnet)
+                .security_group_ids(&self.node_group)
                 .tag_specifications(
                     TagSpecification::builder()
                         .resource_type(ResourceType::Instance)
@@ -319,7 +372,7 @@ impl World {
         ];
         args.extend(extra.iter().cloned());
         let log = self.dir.path().join(format!("ccm-{port}.log"));
-        let child = Command::new(BINARY)
+        let child = Command::new(ccm_binary())
             .args(&args)
             .env("RUST_LOG", "warn,aws_ccm=info")
             .env("AWS_ENDPOINT_URL", endpoint)
@@ -331,7 +384,7 @@ impl World {
             .stderr(std::fs::File::create(&log)?)
             .kill_on_drop(true)
             .spawn()
-            .with_context(|| format!("spawning {BINARY}"))?;
+            .with_context(|| format!("spawning {}", ccm_binary()))?;
         Ok(Ccm { child, log })
     }
 }
@@ -381,6 +434,12 @@ impl Ccm {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(5)..].join("\n")
     }
+}
+
+/// The CCM under test: `SCALE_CCM_BINARY` (e.g. an older build, for a
+/// before/after figure) or this build's release binary.
+fn ccm_binary() -> String {
+    std::env::var("SCALE_CCM_BINARY").unwrap_or_else(|_| BINARY.to_string())
 }
 
 fn cluster_tag() -> Tag {
