@@ -10,7 +10,7 @@ VENV := $(CURDIR)/.venv
 export MOTO_SERVER := $(VENV)/bin/moto_server
 NEXTEST_PROFILE := $(if $(CI),ci,default)
 
-.PHONY: all build release tools lint test unit sandbox bench image e2e clean
+.PHONY: all build release tools lint test unit sandbox bench bench-client image e2e clean
 
 all: build
 
@@ -54,9 +54,14 @@ unit:
 sandbox: tools build
 	scripts/sandbox.sh
 
-## bench: scale benchmarks; prints figures (not part of CI)
+## bench: scale benchmark of the release binary; prints one table (not part of CI).
+## SCALE_SCENARIOS / SCALE_NODES / ... pick and size it (see benches/scale.rs).
 bench: tools
-	cargo bench --locked
+	cargo bench --locked --bench scale
+
+## bench-client: figures of the AWS client layer alone (coalescing, limiter, throttling)
+bench-client: tools
+	cargo bench --locked --bench aws_client
 
 ## image: container image (needs a Docker engine)
 image:

@@ -57,6 +57,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         node_changes: ctx.node_changes.clone(),
         service_changes: ctx.service_changes.clone(),
         state: Arc::new(Mutex::new(HashMap::new())),
+        index: Arc::new(Mutex::new(BackendIndex::default())),
         workers: Arc::new(Semaphore::new(workers)),
         worker_count: workers as u32,
     };
@@ -126,10 +127,70 @@ fn fingerprint(svc: &Service) -> u64 {
     h.finish()
 }
 
+/// Hash of a backend set: what a scan compares, so an unchanged Service
+/// costs O(1) instead of a set comparison.
+fn set_hash(ids: &BTreeSet<String>) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    ids.hash(&mut h);
+    h.finish()
+}
+
+/// One backend set, shared by every Service with the same target labels.
+#[derive(Clone)]
+struct Backends {
+    hash: u64,
+    ids: Arc<BTreeSet<String>>,
+}
+
+/// Backend sets of one node generation, per distinct `target-node-labels`
+/// set. Services share a few label sets (most have none), so a scan costs
+/// O(distinct label sets × Nodes) instead of O(Services × Nodes), and a scan
+/// without a node change reuses the sets outright.
+#[derive(Default)]
+struct BackendIndex {
+    node_generation: Option<u64>,
+    sets: HashMap<BTreeMap<String, String>, Backends>,
+}
+
+impl BackendIndex {
+    /// The backends for `targets`; `nodes` is called at most once per node
+    /// generation and label set.
+    fn get(
+        &mut self,
+        node_generation: u64,
+        targets: BTreeMap<String, String>,
+        nodes: &mut impl FnMut() -> Arc<Vec<Arc<Node>>>,
+    ) -> Backends {
+        if self.node_generation != Some(node_generation) {
+            self.sets.clear();
+            self.node_generation = Some(node_generation);
+        }
+        self.sets
+            .entry(targets)
+            .or_insert_with_key(|t| {
+                let ids = backends(&nodes(), t);
+                Backends {
+                    hash: set_hash(&ids),
+                    ids: Arc::new(ids),
+                }
+            })
+            .clone()
+    }
+}
+
+/// What a scan derives from one version of a Service, kept until its
+/// resourceVersion changes so an idle scan serializes nothing.
+struct Derived {
+    resource_version: String,
+    fingerprint: u64,
+    targets: BTreeMap<String, String>,
+}
+
 #[derive(Default)]
 struct KeyState {
+    derived: Option<Derived>,
     synced_fingerprint: Option<u64>,
-    synced_backends: Option<BTreeSet<String>>,
+    synced_backends: Option<u64>,
     last_sync: Option<Instant>,
     failures: u32,
     retry_at: Option<Instant>,
@@ -146,6 +207,7 @@ struct ServiceController<L: LoadBalancers> {
     node_changes: tokio::sync::watch::Receiver<u64>,
     service_changes: tokio::sync::watch::Receiver<u64>,
     state: Arc<Mutex<HashMap<String, KeyState>>>,
+    index: Arc<Mutex<BackendIndex>>,
     workers: Arc<Semaphore>,
     worker_count: u32,
 }
@@ -177,10 +239,19 @@ impl<L: LoadBalancers> ServiceController<L> {
 
     /// Starts a sync for every Service that needs one.
     fn scan(&self) {
-        let nodes = self.nodes.state();
+        // The generation is read before the store, so a change that lands
+        // in between bumps it again and the next scan sees it.
+        let node_generation = *self.node_changes.borrow();
+        let mut node_list: Option<Arc<Vec<Arc<Node>>>> = None;
+        let mut nodes = || {
+            node_list
+                .get_or_insert_with(|| Arc::new(self.nodes.state()))
+                .clone()
+        };
         let now = Instant::now();
         let services = self.services.state();
         let mut state = self.state.lock();
+        let mut index = self.index.lock();
         let live: BTreeSet<String> = services.iter().map(|s| key(s)).collect();
         state.retain(|k, s| live.contains(k) || s.in_flight);
         for svc in services {
@@ -193,11 +264,22 @@ impl<L: LoadBalancers> ServiceController<L> {
             if entry.in_flight {
                 continue;
             }
-            let fp = fingerprint(&svc);
-            let targets = target_labels(&svc);
-            let want_backends = wants_load_balancer(&svc).then(|| backends(&nodes, &targets));
+            let rv = svc.resource_version().unwrap_or_default();
+            let derived = match entry.derived.take() {
+                Some(d) if d.resource_version == rv && !rv.is_empty() => d,
+                _ => Derived {
+                    fingerprint: fingerprint(&svc),
+                    targets: target_labels(&svc),
+                    resource_version: rv,
+                },
+            };
+            let fp = derived.fingerprint;
+            let want_backends = wants_load_balancer(&svc)
+                .then(|| index.get(node_generation, derived.targets.clone(), &mut nodes));
+            entry.derived = Some(derived);
+            let want_hash = want_backends.as_ref().map(|b| b.hash);
             let due = entry.synced_fingerprint != Some(fp)
-                || (want_backends.is_some() && entry.synced_backends != want_backends)
+                || (want_hash.is_some() && entry.synced_backends != want_hash)
                 || entry.retry_at.is_some_and(|t| t <= now)
                 || entry.last_sync.is_none_or(|t| now - t >= RESYNC);
             let backing_off = entry.retry_at.is_some_and(|t| t > now);
@@ -215,7 +297,9 @@ impl<L: LoadBalancers> ServiceController<L> {
                 let outcome = this
                     .sync(
                         &svc,
-                        want_backends.clone().unwrap_or_default(),
+                        want_backends
+                            .map(|b| b.ids.as_ref().clone())
+                            .unwrap_or_default(),
                         service_changed,
                     )
                     .instrument(span)
@@ -227,7 +311,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 match outcome {
                     Outcome::Done | Outcome::Invalid => {
                         entry.synced_fingerprint = Some(fp);
-                        entry.synced_backends = want_backends;
+                        entry.synced_backends = want_hash;
                         entry.failures = 0;
                         entry.retry_at = None;
                     }
@@ -486,6 +570,40 @@ mod tests {
         );
         let web = BTreeMap::from([("pool".to_string(), "web".to_string())]);
         assert_eq!(backends(&nodes, &web), BTreeSet::from(["i-d".to_string()]));
+    }
+
+    #[test]
+    fn backend_index_lists_nodes_once_per_label_set_and_generation() {
+        let all = Arc::new(vec![
+            node("a", &[], None),
+            node("d", &[("pool", "web")], None),
+        ]);
+        let mut lists = 0;
+        let mut nodes = || {
+            lists += 1;
+            all.clone()
+        };
+        let web = BTreeMap::from([("pool".to_string(), "web".to_string())]);
+        let mut index = BackendIndex::default();
+        // 1,000 Services over two label sets: two node walks.
+        for i in 0..1000 {
+            let targets = if i % 2 == 0 {
+                BTreeMap::new()
+            } else {
+                web.clone()
+            };
+            let got = index.get(7, targets.clone(), &mut nodes);
+            assert_eq!(*got.ids, backends(&all, &targets));
+            assert_eq!(got.hash, set_hash(&backends(&all, &targets)));
+        }
+        // A node change (new generation) recomputes.
+        let again = index.get(8, web.clone(), &mut nodes);
+        assert_eq!(*again.ids, BTreeSet::from(["i-d".to_string()]));
+        assert_eq!(lists, 3);
+        assert_ne!(
+            set_hash(&BTreeSet::from(["i-a".to_string()])),
+            set_hash(&BTreeSet::from(["i-d".to_string()]))
+        );
     }
 
     #[test]

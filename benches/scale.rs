@@ -1,0 +1,1022 @@
+//! Scale benchmark: the release CCM binary against the Kubernetes API test
+//! server and moto behind the fault proxy, which enforces AWS's documented
+//! buckets at full size (`budget_fraction: Some(1.0)`) and adds a latency to
+//! every call. Prints one table: scenario, figure, lower bound, ratio.
+//!
+//! `make bench` (or `cargo bench --bench scale`). Pick and size with
+//! environment variables:
+//!
+//! - `SCALE_SCENARIOS`: comma list of `moto,join,steady,churn,routes`
+//!   (default: all). `steady` also prints the memory figures.
+//! - `SCALE_NODES`: overrides every node count (e.g. `200` to iterate).
+//! - `SCALE_SERVICES`: LoadBalancer Services in `steady` (default 1,000).
+//! - `SCALE_LATENCY_MS`: proxy latency per AWS call (default 50).
+//! - `SCALE_STEADY_SECS`: real seconds of `steady` (default 180 = 30 min
+//!   at the default compression of 10).
+//! - `SCALE_CCM_BINARY`: run another build of the CCM (before/after).
+//! - `SCALE_NLB=1`: half of the `steady` Services are NLBs, and `churn` runs
+//!   (both need the NLB code).
+//!
+//! Each scenario stops itself at a deadline and prints what it reached.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use aws_ccm::testkit::apiserver::TestApiServer;
+use aws_ccm::testkit::aws_proxy::{CallCounts, FaultProxy, ProxyConfig};
+use aws_ccm::testkit::moto::Moto;
+use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_aws-cloud-controller-manager");
+const CLUSTER_ID: &str = "scale";
+const REGION: &str = "us-east-1";
+const AZ: &str = "us-east-1a";
+const AMI: &str = "ami-12c6146b";
+const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// Client-side apiserver budget the CCM is given in the join burst.
+const KUBE_API_QPS: u32 = 200;
+/// Periods are divided by this in `steady` to compress time.
+const COMPRESSION: u32 = 10;
+/// Nodes a `steady` Service selects (by a `group` label): moto cannot hold
+/// 1,000 CLBs with 5,000 instances each, so each Service gets 50.
+const NODES_PER_GROUP: usize = 50;
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let cfg = Config::from_env();
+    let mut table = Table::default();
+    runtime.block_on(async {
+        for scenario in cfg.scenarios.clone() {
+            let started = Instant::now();
+            eprintln!("== {scenario} ...");
+            let result = match scenario.as_str() {
+                "moto" => moto_figures(&cfg, &mut table).await,
+                "join" => {
+                    let mut r = Ok(());
+                    for n in cfg.sizes(&[1000, 5000]) {
+                        r = r.and(join_burst(&cfg, n, &mut table).await);
+                    }
+                    r
+                }
+                "steady" => steady_state(&cfg, &mut table).await,
+                "churn" => churn(&cfg, &mut table).await,
+                "routes" => routes(&cfg, cfg.sizes(&[1000])[0], &mut table).await,
+                other => Err(anyhow::anyhow!("unknown scenario {other:?}")),
+            };
+            if let Err(e) = result {
+                table.row(&scenario, "FAILED", &format!("{e:#}"), "", None);
+            }
+            eprintln!("== {scenario} took {:.0?}", started.elapsed());
+        }
+    });
+    table.binary_size();
+    table.print();
+}
+
+struct Config {
+    scenarios: Vec<String>,
+    nodes: Option<usize>,
+    services: usize,
+    latency: Duration,
+    steady: Duration,
+    nlb: bool,
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let num = |k: &str| var(k).and_then(|v| v.parse::<u64>().ok());
+        Config {
+            scenarios: var("SCALE_SCENARIOS")
+                .unwrap_or_else(|| "moto,join,steady,churn,routes".into())
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .collect(),
+            nodes: num("SCALE_NODES").map(|n| n as usize),
+            services: num("SCALE_SERVICES").unwrap_or(1000) as usize,
+            latency: Duration::from_millis(num("SCALE_LATENCY_MS").unwrap_or(50)),
+            steady: Duration::from_secs(num("SCALE_STEADY_SECS").unwrap_or(180)),
+            nlb: var("SCALE_NLB").is_some_and(|v| v == "1"),
+        }
+    }
+
+    fn sizes(&self, defaults: &[usize]) -> Vec<usize> {
+        match self.nodes {
+            Some(n) => vec![n],
+            None => defaults.to_vec(),
+        }
+    }
+
+    fn proxy(&self) -> ProxyConfig {
+        ProxyConfig {
+            budget_fraction: Some(1.0),
+            latency: self.latency,
+            ..ProxyConfig::default()
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<[String; 5]>,
+}
+
+impl Table {
+    fn row(&mut self, scenario: &str, figure: &str, value: &str, bound: &str, ratio: Option<f64>) {
+        let ratio = ratio.map(|r| format!("{r:.2}")).unwrap_or_default();
+        eprintln!("   {scenario} | {figure} | {value} | {bound} | {ratio}");
+        self.rows.push([
+            scenario.into(),
+            figure.into(),
+            value.into(),
+            bound.into(),
+            ratio,
+        ]);
+    }
+
+    fn binary_size(&mut self) {
+        let size = std::fs::metadata(BINARY).map(|m| m.len()).unwrap_or(0);
+        self.row(
+            "memory",
+            "release binary size",
+            &format!("{:.1} MB", size as f64 / 1e6),
+            "",
+            None,
+        );
+    }
+
+    fn print(&self) {
+        let header = ["scenario", "figure", "value", "lower bound / goal", "ratio"];
+        let mut widths = header.map(str::len);
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.len());
+            }
+        }
+        let line = |cells: [&str; 5]| {
+            let mut s = String::from("|");
+            for (w, c) in widths.iter().zip(cells) {
+                s.push_str(&format!(" {c:<w$} |"));
+            }
+            s
+        };
+        println!("{}", line(header));
+        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+        println!(
+            "{}",
+            line([&rule[0], &rule[1], &rule[2], &rule[3], &rule[4]])
+        );
+        for r in &self.rows {
+            println!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        }
+    }
+}
+
+/// The servers of one scenario.
+struct World {
+    api: TestApiServer,
+    moto: Moto,
+    proxy: FaultProxy,
+    ec2: aws_sdk_ec2::Client,
+    subnet: String,
+    vpc: String,
+    node_group: String,
+    dir: tempfile::TempDir,
+}
+
+#[derive(Clone)]
+struct Instance {
+    id: String,
+    dns: String,
+}
+
+impl World {
+    async fn start(cfg: &Config) -> anyhow::Result<World> {
+        let (api, moto) = tokio::try_join!(TestApiServer::start(), Moto::start())?;
+        let proxy = FaultProxy::start(&moto.endpoint(), cfg.proxy()).await?;
+        let ec2 = aws_sdk_ec2::Client::new(&moto.sdk_config().await);
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .send()
+            .await?
+            .vpc
+            .and_then(|v| v.vpc_id)
+            .context("no VPC id")?;
+        let subnet = ec2
+            .create_subnet()
+            .vpc_id(&vpc)
+            .cidr_block("10.0.0.0/17")
+            .availability_zone(AZ)
+            .send()
+            .await?
+            .subnet
+            .and_then(|s| s.subnet_id)
+            .context("no subnet id")?;
+        ec2.create_tags()
+            .resources(&subnet)
+            .tags(cluster_tag())
+            .tags(
+                Tag::builder()
+                    .key("kubernetes.io/role/elb")
+                    .value("1")
+                    .build(),
+            )
+            .send()
+            .await?;
+        // Internet-facing load balancers need a subnet routed to a gateway,
+        // and nodes a cluster security group.
+        let igw = ec2
+            .create_internet_gateway()
+            .send()
+            .await?
+            .internet_gateway
+            .and_then(|g| g.internet_gateway_id)
+            .context("no internet gateway id")?;
+        ec2.attach_internet_gateway()
+            .vpc_id(&vpc)
+            .internet_gateway_id(&igw)
+            .send()
+            .await?;
+        let main_table = ec2
+            .describe_route_tables()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("vpc-id")
+                    .values(&vpc)
+                    .build(),
+            )
+            .send()
+            .await?
+            .route_tables()
+            .first()
+            .and_then(|t| t.route_table_id().map(str::to_string))
+            .context("no main route table")?;
+        ec2.create_route()
+            .route_table_id(&main_table)
+            .destination_cidr_block("0.0.0.0/0")
+            .gateway_id(&igw)
+            .send()
+            .await?;
+        let node_group = ec2
+            .create_security_group()
+            .group_name("nodes")
+            .description("nodes")
+            .vpc_id(&vpc)
+            .tag_specifications(
+                TagSpecification::builder()
+                    .resource_type(ResourceType::SecurityGroup)
+                    .tags(cluster_tag())
+                    .build(),
+            )
+            .send()
+            .await?
+            .group_id
+            .context("no security group id")?;
+        let dir = tempfile::tempdir()?;
+        api.write_kubeconfig(&dir.path().join("kubeconfig"))?;
+        std::fs::write(
+            dir.path().join("cloud.conf"),
+            format!("[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n"),
+        )?;
+        Ok(World {
+            api,
+            moto,
+            proxy,
+            ec2,
+            subnet,
+            vpc,
+            node_group,
+            dir,
+        })
+    }
+
+    /// Launches `count` cluster instances straight at moto (not counted).
+    async fn launch(&self, count: usize) -> anyhow::Result<(Vec<Instance>, Duration)> {
+        let start = Instant::now();
+        let mut out = Vec::with_capacity(count);
+        let mut left = count;
+        while left > 0 {
+            let batch = left.min(1000);
+            let resp = self
+                .ec2
+                .run_instances()
+                .image_id(AMI)
+                .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+                .min_count(batch as i32)
+                .max_count(batch as i32)
+                .subnet_id(&self.subnet)
+                .security_group_ids(&self.node_group)
+                .tag_specifications(
+                    TagSpecification::builder()
+                        .resource_type(ResourceType::Instance)
+                        .tags(cluster_tag())
+                        .build(),
+                )
+                .send()
+                .await
+                .context("RunInstances at moto")?;
+            for i in resp.instances() {
+                out.push(Instance {
+                    id: i.instance_id().unwrap_or_default().to_string(),
+                    dns: i.private_dns_name().unwrap_or_default().to_string(),
+                });
+            }
+            left -= batch;
+        }
+        if out.len() != count {
+            bail!("moto launched {} instances, not {count}", out.len());
+        }
+        Ok((out, start.elapsed()))
+    }
+
+    async fn nodes(&self) -> anyhow::Result<Api<Node>> {
+        Ok(Api::all(self.api.client().await?))
+    }
+
+    /// Starts the CCM; `via_proxy` false sends its AWS calls straight to moto.
+    async fn ccm(&self, via_proxy: bool, extra: &[String]) -> anyhow::Result<Ccm> {
+        let endpoint = if via_proxy {
+            self.proxy.endpoint()
+        } else {
+            self.moto.endpoint()
+        };
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut args = vec![
+            "--cloud-provider=aws".to_string(),
+            format!(
+                "--cloud-config={}",
+                self.dir.path().join("cloud.conf").display()
+            ),
+            format!(
+                "--kubeconfig={}",
+                self.dir.path().join("kubeconfig").display()
+            ),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            "--leader-elect=false".into(),
+        ];
+        args.extend(extra.iter().cloned());
+        let log = self.dir.path().join(format!("ccm-{port}.log"));
+        let child = Command::new(ccm_binary())
+            .args(&args)
+            .env("RUST_LOG", "warn,aws_ccm=info")
+            .env("AWS_ENDPOINT_URL", endpoint)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawning {}", ccm_binary()))?;
+        Ok(Ccm { child, log })
+    }
+}
+
+struct Ccm {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Ccm {
+    /// Peak resident set (VmHWM) in bytes.
+    fn peak_rss(&self) -> Option<u64> {
+        let pid = self.child.id()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    }
+
+    async fn wait_for_log(&mut self, needle: &str, deadline: Duration) -> anyhow::Result<()> {
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if text.contains(needle) {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                bail!("the CCM exited ({status}) before logging {needle:?}:\n{text}");
+            }
+            if start.elapsed() > deadline {
+                bail!("no {needle:?} in the CCM log after {deadline:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join("\n")
+    }
+}
+
+/// The CCM under test: `SCALE_CCM_BINARY` (e.g. an older build, for a
+/// before/after figure) or this build's release binary.
+fn ccm_binary() -> String {
+    std::env::var("SCALE_CCM_BINARY").unwrap_or_else(|_| BINARY.to_string())
+}
+
+fn cluster_tag() -> Tag {
+    Tag::builder()
+        .key(format!("kubernetes.io/cluster/{CLUSTER_ID}"))
+        .value("owned")
+        .build()
+}
+
+fn is_mutating(action: &str) -> bool {
+    !["Describe", "List", "Get", "Search"]
+        .iter()
+        .any(|p| action.starts_with(p))
+}
+
+fn mutating_calls(calls: &CallCounts) -> (u64, BTreeMap<String, u64>) {
+    let mut by_action = BTreeMap::new();
+    for (service, action, c) in calls.iter() {
+        if is_mutating(action) && c.received > 0 && service != "sts" {
+            by_action.insert(format!("{service}:{action}"), c.received);
+        }
+    }
+    (by_action.values().sum(), by_action)
+}
+
+fn describe_calls(calls: &CallCounts, service: &str) -> u64 {
+    calls
+        .iter()
+        .filter(|(s, a, _)| *s == service && a.starts_with("Describe"))
+        .map(|(_, _, c)| c.received)
+        .sum()
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// A Node as a kubelet registers it, with extra spec/labels.
+fn node_object(name: &str, spec: serde_json::Value, labels: &[(&str, &str)]) -> Node {
+    let mut l: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    l.insert("kubernetes.io/hostname".into(), name.into());
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": l},
+        "spec": spec,
+    }))
+    .expect("a valid Node")
+}
+
+/// Creates the nodes, 64 at a time, each followed by its kubelet's Ready
+/// status: two writes per node.
+async fn register(api: &Api<Node>, nodes: Vec<Node>) -> anyhow::Result<()> {
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(nodes)
+        .map(|node| {
+            let api = api.clone();
+            async move {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                api.create(&PostParams::default(), &node).await?;
+                let now = chrono::Utc::now().to_rfc3339();
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"conditions": [{
+                        "type": "Ready", "status": "True", "reason": "KubeletReady",
+                        "lastHeartbeatTime": now, "lastTransitionTime": now,
+                    }]}})),
+                )
+                .await?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    Ok(())
+}
+
+/// How long moto takes for what the scenarios need, straight (no proxy).
+async fn moto_figures(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
+    let n = cfg.sizes(&[5000])[0];
+    let world = World::start(cfg).await?;
+    let (_, launched) = world.launch(n).await?;
+    table.row(
+        "moto",
+        &format!("RunInstances {n} (1,000 per call), straight to moto"),
+        &secs(launched),
+        "",
+        None,
+    );
+    let start = Instant::now();
+    let page = world
+        .ec2
+        .describe_instances()
+        .max_results(1000)
+        .send()
+        .await?;
+    let count: usize = page
+        .reservations()
+        .iter()
+        .map(|r| r.instances().len())
+        .sum();
+    table.row(
+        "moto",
+        &format!("DescribeInstances page of {count} of {n}"),
+        &secs(start.elapsed()),
+        "",
+        None,
+    );
+    Ok(())
+}
+
+/// Scenario 1: `n` tainted nodes register at once.
+async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result<()> {
+    let scenario = format!("join {n}");
+    let world = World::start(cfg).await?;
+    let (instances, _) = world.launch(n).await?;
+    let api = world.nodes().await?;
+    let mut ccm = world
+        .ccm(
+            true,
+            &[
+                "--controllers=cloud-node,cloud-node-lifecycle".into(),
+                format!("--kube-api-qps={KUBE_API_QPS}"),
+                format!("--kube-api-burst={KUBE_API_QPS}"),
+            ],
+        )
+        .await?;
+    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(60))
+        .await?;
+    world.proxy.reset_counts();
+    world.api.reset_stats();
+
+    let start = Instant::now();
+    let nodes = instances
+        .iter()
+        .map(|i| {
+            node_object(
+                &i.dns,
+                json!({"taints": [{"key": UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]}),
+                &[],
+            )
+        })
+        .collect();
+    register(&api, nodes).await?;
+    let registered = start.elapsed();
+    let deadline = Duration::from_secs(60 + n as u64 / 10);
+    let mut done = 0;
+    while start.elapsed() < deadline {
+        let list = api.list(&ListParams::default()).await?;
+        done = list
+            .items
+            .iter()
+            .filter(|node| {
+                !node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED))
+            })
+            .count();
+        if done == n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let elapsed = start.elapsed();
+    let calls = world.proxy.calls();
+    let stats = world.api.stats();
+    let peak = ccm.peak_rss();
+    if done < n {
+        eprintln!("CCM log tail:\n{}", ccm.log_tail());
+    }
+    ccm.stop().await;
+
+    let writes = 2 * n as u64;
+    let write_bound = writes as f64 / KUBE_API_QPS as f64;
+    table.row(
+        &scenario,
+        &format!(
+            "time until every taint is removed ({done}/{n} done; registration took {})",
+            secs(registered)
+        ),
+        &secs(elapsed),
+        &format!("{write_bound:.1} s (2 writes/node at {KUBE_API_QPS} QPS)"),
+        Some(elapsed.as_secs_f64() / write_bound),
+    );
+    let describes = calls.get("ec2", "DescribeInstances").received;
+    let bound = n.div_ceil(1000) as u64;
+    table.row(
+        &scenario,
+        "DescribeInstances calls",
+        &describes.to_string(),
+        &bound.to_string(),
+        Some(describes as f64 / bound as f64),
+    );
+    table.row(
+        &scenario,
+        "throttled responses",
+        &calls.throttled_total().to_string(),
+        "0",
+        None,
+    );
+    // The bench itself wrote one create and one status patch per node.
+    let node_writes = (stats.writes("nodes") + stats.writes("nodes/status")).saturating_sub(writes);
+    table.row(
+        &scenario,
+        "CCM writes per node (nodes + nodes/status)",
+        &format!("{:.2}", node_writes as f64 / n as f64),
+        "2",
+        Some(node_writes as f64 / n as f64 / 2.0),
+    );
+    if let Some(peak) = peak {
+        table.row(
+            &scenario,
+            "CCM peak RSS (VmHWM)",
+            &format!("{:.1} MB", peak as f64 / 1e6),
+            "",
+            None,
+        );
+    }
+    Ok(())
+}
+
+/// Scenario 2 (and 5): nothing changes; count what the CCM still calls.
+async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
+    let n = cfg.sizes(&[5000])[0];
+    let services = cfg.services;
+    let scenario = format!("steady {n}n/{services}svc");
+    let world = World::start(cfg).await?;
+    let (instances, _) = world.launch(n).await?;
+    let api = world.nodes().await?;
+    let groups = n.div_ceil(NODES_PER_GROUP).max(1);
+    let nodes = instances
+        .iter()
+        .enumerate()
+        .map(|(i, inst)| {
+            let group = format!("g{}", i % groups);
+            node_object(
+                &inst.dns,
+                json!({"providerID": format!("aws:///{AZ}/{}", inst.id)}),
+                &[("group", &group)],
+            )
+        })
+        .collect();
+    register(&api, nodes).await?;
+    let client = world.api.client().await?;
+    let svc_api: Api<Service> = Api::namespaced(client, "default");
+    let created: Vec<anyhow::Result<()>> = futures::stream::iter(0..services)
+        .map(|i| {
+            let svc_api = svc_api.clone();
+            let nlb = cfg.nlb && i % 2 == 1;
+            async move {
+                let mut annotations = BTreeMap::from([(
+                    "service.beta.kubernetes.io/aws-load-balancer-target-node-labels".to_string(),
+                    format!("group=g{}", i % groups),
+                )]);
+                if nlb {
+                    annotations.insert(
+                        "service.beta.kubernetes.io/aws-load-balancer-type".into(),
+                        "nlb".into(),
+                    );
+                }
+                let svc: Service = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Service",
+                    "metadata": {"name": format!("svc-{i}"), "annotations": annotations},
+                    "spec": {"type": "LoadBalancer", "selector": {"app": format!("a{i}")},
+                             "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]},
+                }))?;
+                svc_api.create(&PostParams::default(), &svc).await?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    created.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+
+    // Seed: a CCM straight at moto (no proxy, unlimited client budget)
+    // creates every load balancer with the upstream names and tags, and
+    // sets every node's addresses: afterwards nothing is left to change.
+    let seed_start = Instant::now();
+    let mut seeder = world
+        .ccm(
+            false,
+            &[
+                "--controllers=cloud-node,service".into(),
+                "--node-status-update-frequency=10s".into(),
+                "--aws-api-budget-fraction=10".into(),
+                "--concurrent-service-syncs=8".into(),
+                "--kube-api-qps=500".into(),
+                "--kube-api-burst=500".into(),
+            ],
+        )
+        .await?;
+    let seed_deadline = Duration::from_secs(120 + services as u64);
+    let mut with_ingress = 0;
+    while seed_start.elapsed() < seed_deadline {
+        let list = svc_api.list(&ListParams::default()).await?;
+        with_ingress = list
+            .items
+            .iter()
+            .filter(|s| {
+                s.status
+                    .as_ref()
+                    .and_then(|st| st.load_balancer.as_ref())
+                    .and_then(|lb| lb.ingress.as_ref())
+                    .is_some_and(|i| !i.is_empty())
+            })
+            .count();
+        let with_addresses = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|n| {
+                n.status
+                    .as_ref()
+                    .and_then(|st| st.addresses.as_ref())
+                    .is_some_and(|a| !a.is_empty())
+            })
+            .count();
+        if with_ingress == services && with_addresses == n {
+            break;
+        }
+        if seeder.exited() {
+            bail!("the seeding CCM exited:\n{}", seeder.log_tail());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    if with_ingress < services {
+        eprintln!("seeding CCM log tail:\n{}", seeder.log_tail());
+    }
+    seeder.stop().await;
+    table.row(
+        &scenario,
+        &format!("seed: LBs created straight at moto ({with_ingress}/{services})"),
+        &secs(seed_start.elapsed()),
+        "",
+        None,
+    );
+
+    // Measure: a fresh CCM through the proxy adopts them and idles.
+    world.proxy.reset_counts();
+    world.api.reset_stats();
+    let period = Duration::from_secs(300 / COMPRESSION as u64);
+    let mut ccm = world
+        .ccm(
+            true,
+            &[
+                "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
+                format!("--node-status-update-frequency={}s", period.as_secs()),
+                format!("--node-monitor-period={}ms", 5000 / COMPRESSION),
+            ],
+        )
+        .await?;
+    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(60))
+        .await?;
+    let start = Instant::now();
+    // The first period adopts: every Service is synced once at start.
+    tokio::time::sleep(period).await;
+    let adoption = world.proxy.calls();
+    let steady_start = Instant::now();
+    world.proxy.reset_counts();
+    let run = cfg.steady.saturating_sub(period).max(period);
+    tokio::time::sleep(run).await;
+    let steady = world.proxy.calls();
+    let peak = ccm.peak_rss();
+    let elapsed_steady = steady_start.elapsed();
+    let writes = world.api.stats().total_writes();
+    ccm.stop().await;
+
+    let (adopt_mut, adopt_by) = mutating_calls(&adoption);
+    let (steady_mut, steady_by) = mutating_calls(&steady);
+    table.row(
+        &scenario,
+        &format!(
+            "mutating AWS calls while adopting (first {}) {adopt_by:?}",
+            secs(period)
+        ),
+        &adopt_mut.to_string(),
+        "0",
+        None,
+    );
+    table.row(
+        &scenario,
+        &format!(
+            "mutating AWS calls, steady {} (= {} min at 1/{COMPRESSION} periods) {steady_by:?}",
+            secs(elapsed_steady),
+            elapsed_steady.as_secs() * COMPRESSION as u64 / 60
+        ),
+        &steady_mut.to_string(),
+        "0",
+        None,
+    );
+    let periods = elapsed_steady.as_secs_f64() / period.as_secs_f64();
+    let by_action: BTreeMap<&str, u64> = steady
+        .iter()
+        .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
+        .map(|(_, a, c)| (a, c.received))
+        .collect();
+    eprintln!("   steady describe calls by action: {by_action:?}");
+    let ec2 = describe_calls(&steady, "ec2") as f64 / periods;
+    let goal = n.div_ceil(1000) as f64;
+    table.row(
+        &scenario,
+        &format!(
+            "EC2 describe calls per refresh period ({} = 5 min / {COMPRESSION})",
+            secs(period)
+        ),
+        &format!("{ec2:.1}"),
+        &format!("{goal:.0} (1 per 1,000 nodes)"),
+        Some(ec2 / goal),
+    );
+    let elb = (describe_calls(&steady, "elasticloadbalancing")
+        + describe_calls(&steady, "elasticloadbalancingv2")) as f64
+        / periods;
+    table.row(
+        &scenario,
+        "ELB describe calls per refresh period",
+        &format!("{elb:.1}"),
+        "",
+        None,
+    );
+    table.row(
+        &scenario,
+        "adoption: describe calls in the first period (EC2 + ELB)",
+        &(describe_calls(&adoption, "ec2")
+            + describe_calls(&adoption, "elasticloadbalancing")
+            + describe_calls(&adoption, "elasticloadbalancingv2"))
+        .to_string(),
+        "",
+        None,
+    );
+    table.row(
+        &scenario,
+        "throttled responses (whole run)",
+        &(adoption.throttled_total() + steady.throttled_total()).to_string(),
+        "0",
+        None,
+    );
+    table.row(
+        &scenario,
+        "apiserver writes (whole run)",
+        &writes.to_string(),
+        "",
+        None,
+    );
+    let _ = start;
+    if let Some(peak) = peak {
+        table.row(
+            "memory",
+            &format!("CCM peak RSS (VmHWM) in {scenario}"),
+            &format!("{:.1} MB", peak as f64 / 1e6),
+            "64 MB",
+            Some(peak as f64 / 64e6),
+        );
+    }
+    Ok(())
+}
+
+/// Scenario 3: needs NLB target groups.
+async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
+    if !cfg.nlb {
+        table.row(
+            "churn 100 of 500 NLB svc",
+            "skipped: needs NLB (issue 7); not written yet",
+            "",
+            "",
+            None,
+        );
+    }
+    Ok(())
+}
+
+/// Scenario 4: one route per node under the EC2 mutating bucket.
+async fn routes(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result<()> {
+    let scenario = format!("routes {n}");
+    let world = World::start(cfg).await?;
+    let table_id = world
+        .ec2
+        .create_route_table()
+        .vpc_id(&world.vpc)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::RouteTable)
+                .tags(cluster_tag())
+                .build(),
+        )
+        .send()
+        .await?
+        .route_table
+        .and_then(|t| t.route_table_id)
+        .context("no route table id")?;
+    let (instances, _) = world.launch(n).await?;
+    let api = world.nodes().await?;
+    // 100.64.0.0/10 in /24s: clear of the VPC's 10.0.0.0/16.
+    let nodes = instances
+        .iter()
+        .enumerate()
+        .map(|(i, inst)| {
+            let cidr = format!("100.{}.{}.0/24", 64 + i / 256, i % 256);
+            node_object(
+                &inst.dns,
+                json!({"providerID": format!("aws:///{AZ}/{}", inst.id), "podCIDR": cidr, "podCIDRs": [cidr]}),
+                &[],
+            )
+        })
+        .collect();
+    register(&api, nodes).await?;
+    let start = Instant::now();
+    let ccm = world
+        .ccm(
+            true,
+            &[
+                "--controllers=route".into(),
+                "--cluster-cidr=100.64.0.0/10".into(),
+                "--route-reconciliation-period=2s".into(),
+                format!("--route-table-limit={}", n + 100),
+                // The whole bucket, as if the CCM were alone in the account.
+                "--aws-api-budget-fraction=1".into(),
+            ],
+        )
+        .await?;
+    let deadline = Duration::from_secs(120 + n as u64 / 2);
+    let mut have = 0;
+    while start.elapsed() < deadline {
+        let out = world
+            .ec2
+            .describe_route_tables()
+            .route_table_ids(&table_id)
+            .send()
+            .await?;
+        have = out
+            .route_tables()
+            .iter()
+            .flat_map(|t| t.routes())
+            .filter(|r| r.instance_id().is_some())
+            .count();
+        if have >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let elapsed = start.elapsed();
+    let calls = world.proxy.calls();
+    if have < n {
+        eprintln!("CCM log tail:\n{}", ccm.log_tail());
+    }
+    ccm.stop().await;
+    let creates = calls.get("ec2", "CreateRoute").received;
+    table.row(
+        &scenario,
+        "CreateRoute calls",
+        &creates.to_string(),
+        &n.to_string(),
+        Some(creates as f64 / n as f64),
+    );
+    let bound = n.saturating_sub(50) as f64 / 5.0;
+    table.row(
+        &scenario,
+        &format!("time until {have}/{n} routes exist"),
+        &secs(elapsed),
+        &format!("{bound:.0} s ((N-50)/5 s)"),
+        (bound > 0.0).then(|| elapsed.as_secs_f64() / bound),
+    );
+    table.row(
+        &scenario,
+        "throttled responses",
+        &calls.throttled_total().to_string(),
+        "0",
+        None,
+    );
+    let _: &Path = world.dir.path();
+    Ok(())
+}
