@@ -1393,6 +1393,10 @@ fn defaults(
         .cloned()
         .unwrap_or_default();
     let mut errors = Vec::new();
+    // As the real apiserver: one Service may give the same node port to
+    // ports of different protocols (DNS on TCP and UDP), never twice to one
+    // protocol; across Services a node port is taken for every protocol.
+    let mut in_this_service: Vec<(u64, Value)> = Vec::new();
     if let Some(ports) = spec.get_mut("ports").and_then(Value::as_array_mut) {
         for (i, p) in ports.iter_mut().enumerate() {
             if p.get("protocol").is_none() {
@@ -1417,10 +1421,22 @@ fn defaults(
                 .filter(|n| *n != 0)
             {
                 Some(n) => {
+                    let protocol = p.get("protocol").cloned().unwrap_or(Value::Null);
                     let was_ours = old_ports
                         .iter()
                         .any(|o| o.get("nodePort").and_then(Value::as_u64) == Some(n));
-                    if !was_ours && used.contains(&n) {
+                    let shared_here = in_this_service.iter().any(|(m, _)| *m == n);
+                    let duplicate = in_this_service
+                        .iter()
+                        .any(|(m, proto)| *m == n && *proto == protocol);
+                    in_this_service.push((n, protocol));
+                    if duplicate {
+                        errors.push(Cause {
+                            reason: "FieldValueDuplicate",
+                            message: format!("Duplicate value: {n}"),
+                            field: format!("spec.ports[{i}].nodePort"),
+                        });
+                    } else if !was_ours && !shared_here && used.contains(&n) {
                         errors.push(Cause {
                             reason: "FieldValueInvalid",
                             message: format!(
@@ -1638,6 +1654,34 @@ mod tests {
         let v = updated.map(|(o, _)| o.value.clone()).unwrap_or_default();
         assert_eq!(v["spec"]["ports"][0]["nodePort"], 30000);
         assert_eq!(v["spec"]["clusterIP"], "10.96.0.10");
+    }
+
+    #[test]
+    fn apiserver_store_node_ports_per_protocol() {
+        let s = store_with_ns();
+        let w = Writer {
+            manager: "t".into(),
+        };
+        let svc = idx("services");
+        let dns = |name: &str, udp_port: u64| {
+            json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "ports": [
+                {"name": "tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
+                {"name": "udp", "port": 53, "protocol": "UDP", "nodePort": udp_port}]}})
+        };
+        // One Service: the same node port for TCP and UDP is fine.
+        let ok = s.create(svc, "default", dns("dns", 30053), &w, false);
+        assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.message));
+        // Twice for one protocol in one Service: a duplicate.
+        let twice = json!({"metadata": {"name": "twice"}, "spec": {"type": "NodePort", "ports": [
+            {"name": "a", "port": 80, "nodePort": 30080}, {"name": "b", "port": 81, "nodePort": 30080}]}});
+        let err = s
+            .create(svc, "default", twice, &w, false)
+            .err()
+            .map(|e| e.code);
+        assert_eq!(err, Some(422));
+        // Another Service cannot take it, whatever the protocol.
+        let taken = s.create(svc, "default", dns("other", 30054), &w, false);
+        assert_eq!(taken.err().map(|e| e.code), Some(422));
     }
 
     #[test]
