@@ -19,12 +19,12 @@ mod support;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
+use aws_sdk_ec2::types::{Filter, ResourceType};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 
-use support::{Ccm, Env, eventually};
+use support::{Ccm, Env, eventually, tags};
 
 const WAIT: Duration = Duration::from_secs(120);
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
@@ -129,18 +129,6 @@ impl Target {
     }
 }
 
-fn tag_spec(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
-    TagSpecification::builder()
-        .resource_type(resource)
-        .set_tags(Some(
-            pairs
-                .iter()
-                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
-                .collect(),
-        ))
-        .build()
-}
-
 /// A cluster-tagged VPC, public subnet, route table and node group, and
 /// `count` instances; the instance IDs in launch order.
 async fn seed(
@@ -160,7 +148,7 @@ async fn seed(
         .vpc_id(&vpc_id)
         .cidr_block("10.0.1.0/24")
         .availability_zone("us-east-1a")
-        .tag_specifications(tag_spec(
+        .tag_specifications(tags(
             ResourceType::Subnet,
             &[(&owned, "owned"), ("kubernetes.io/role/elb", "1")],
         ))
@@ -185,7 +173,7 @@ async fn seed(
     let table = ec2
         .create_route_table()
         .vpc_id(&vpc_id)
-        .tag_specifications(tag_spec(ResourceType::RouteTable, &[(&owned, "owned")]))
+        .tag_specifications(tags(ResourceType::RouteTable, &[(&owned, "owned")]))
         .send()
         .await?;
     let table_id = table
@@ -210,7 +198,7 @@ async fn seed(
         .vpc_id(&vpc_id)
         .cidr_block("10.0.2.0/24")
         .availability_zone("us-east-1b")
-        .tag_specifications(tag_spec(
+        .tag_specifications(tags(
             ResourceType::Subnet,
             &[(&owned, "owned"), ("kubernetes.io/role/elb", "1")],
         ))
@@ -231,7 +219,7 @@ async fn seed(
         .group_name(format!("{cluster_id}-nodes"))
         .description("e2e nodes")
         .vpc_id(&vpc_id)
-        .tag_specifications(tag_spec(ResourceType::SecurityGroup, &[(&owned, "owned")]))
+        .tag_specifications(tags(ResourceType::SecurityGroup, &[(&owned, "owned")]))
         .send()
         .await?;
     let run = ec2
@@ -242,7 +230,7 @@ async fn seed(
         .max_count(count)
         .subnet_id(&subnet_id)
         .security_group_ids(group.group_id().unwrap_or_default())
-        .tag_specifications(tag_spec(ResourceType::Instance, &[(&owned, "owned")]))
+        .tag_specifications(tags(ResourceType::Instance, &[(&owned, "owned")]))
         .send()
         .await?;
     let mut instances: Vec<_> = run.instances().to_vec();

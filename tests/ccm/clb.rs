@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
-use crate::service::{group_by_name, hostname, node, tags};
+use crate::service::{group_by_name, hostname, node};
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
+use aws_sdk_ec2::types::{Filter, ResourceType};
 use aws_sdk_elasticloadbalancingv2 as elbv2;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Api;
@@ -20,18 +20,6 @@ struct Cloud {
     node_group: String,
     instances: Vec<String>,
     subnet: String,
-}
-
-fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
-    TagSpecification::builder()
-        .resource_type(resource)
-        .set_tags(Some(
-            pairs
-                .iter()
-                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
-                .collect(),
-        ))
-        .build()
 }
 
 /// A VPC with one public subnet (10.0.1.0/24), a cluster-tagged node group

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use aws_sdk_ec2::types::{Filter, ResourceType, Tag, TagSpecification};
+use aws_sdk_ec2::types::{Filter, ResourceType};
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -17,18 +17,6 @@ struct Cloud {
     elb: aws_sdk_elasticloadbalancing::Client,
     node_group: String,
     instance: String,
-}
-
-pub fn tags(resource: ResourceType, pairs: &[(&str, &str)]) -> TagSpecification {
-    TagSpecification::builder()
-        .resource_type(resource)
-        .set_tags(Some(
-            pairs
-                .iter()
-                .map(|(k, v)| Tag::builder().key(*k).value(*v).build())
-                .collect(),
-        ))
-        .build()
 }
 
 /// A VPC with one public subnet, a cluster-tagged node group and one node instance.

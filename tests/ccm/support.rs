@@ -308,3 +308,19 @@ impl rustls::client::danger::ServerCertVerifier for AcceptAnyCert {
         self.0.signature_verification_algorithms.supported_schemes()
     }
 }
+
+/// Tags for a resource created by test seeding (`TagSpecifications`).
+pub fn tags(
+    resource: aws_sdk_ec2::types::ResourceType,
+    pairs: &[(&str, &str)],
+) -> aws_sdk_ec2::types::TagSpecification {
+    aws_sdk_ec2::types::TagSpecification::builder()
+        .resource_type(resource)
+        .set_tags(Some(
+            pairs
+                .iter()
+                .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
+        .build()
+}
