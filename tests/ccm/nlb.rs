@@ -3,12 +3,13 @@
 
 use std::time::Duration;
 
-use aws_sdk_ec2::types::{Filter, ResourceType};
+use aws_sdk_ec2::types::Filter;
 use aws_sdk_elasticloadbalancingv2 as elbv2;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
+use crate::service::node;
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -25,99 +26,15 @@ struct Cloud {
 /// A VPC with one public subnet (10.0.1.0/24), a cluster-tagged node group
 /// and `nodes` node instances.
 async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
-    let conf = env.moto.sdk_config().await;
-    let ec2 = aws_sdk_ec2::Client::new(&conf);
-    let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
-    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;
-    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
-    let subnet = ec2
-        .create_subnet()
-        .vpc_id(&vpc_id)
-        .cidr_block("10.0.1.0/24")
-        .availability_zone("us-east-1a")
-        .tag_specifications(tags(
-            ResourceType::Subnet,
-            &[(&cluster_tag, "shared"), ("kubernetes.io/role/elb", "1")],
-        ))
-        .send()
-        .await?;
-    let subnet_id = subnet
-        .subnet()
-        .and_then(|s| s.subnet_id())
-        .unwrap()
-        .to_string();
-    let igw = ec2.create_internet_gateway().send().await?;
-    let igw_id = igw
-        .internet_gateway()
-        .and_then(|g| g.internet_gateway_id())
-        .unwrap()
-        .to_string();
-    ec2.attach_internet_gateway()
-        .vpc_id(&vpc_id)
-        .internet_gateway_id(&igw_id)
-        .send()
-        .await?;
-    let tables = ec2
-        .describe_route_tables()
-        .filters(Filter::builder().name("vpc-id").values(&vpc_id).build())
-        .send()
-        .await?;
-    let main = tables.route_tables()[0]
-        .route_table_id()
-        .unwrap()
-        .to_string();
-    ec2.create_route()
-        .route_table_id(&main)
-        .destination_cidr_block("0.0.0.0/0")
-        .gateway_id(&igw_id)
-        .send()
-        .await?;
-    let group = ec2
-        .create_security_group()
-        .group_name("nodes")
-        .description("nodes")
-        .vpc_id(&vpc_id)
-        .tag_specifications(tags(
-            ResourceType::SecurityGroup,
-            &[(&cluster_tag, "owned")],
-        ))
-        .send()
-        .await?;
-    let node_group = group.group_id().unwrap().to_string();
-    let images = ec2.describe_images().owners("amazon").send().await?;
-    let ami = images.images()[0].image_id().unwrap().to_string();
-    let run = ec2
-        .run_instances()
-        .image_id(ami)
-        .min_count(nodes)
-        .max_count(nodes)
-        .subnet_id(&subnet_id)
-        .security_group_ids(&node_group)
-        .tag_specifications(tags(ResourceType::Instance, &[(&cluster_tag, "owned")]))
-        .send()
-        .await?;
-    let instances = run
-        .instances()
-        .iter()
-        .map(|i| i.instance_id().unwrap().to_string())
-        .collect();
+    let seeded = seed_cluster(env, nodes).await?;
     Ok(Cloud {
-        ec2,
-        elbv2: elbv2::Client::new(&conf),
-        elb: aws_sdk_elasticloadbalancing::Client::new(&conf),
-        node_group,
-        instances,
-        subnet: subnet_id,
+        elbv2: elbv2::Client::new(&seeded.conf),
+        elb: aws_sdk_elasticloadbalancing::Client::new(&seeded.conf),
+        ec2: seeded.ec2,
+        node_group: seeded.node_group,
+        instances: seeded.instances,
+        subnet: seeded.subnet,
     })
-}
-
-fn node(name: &str, instance: &str) -> Node {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name},
-        "spec": {"providerID": format!("aws:///us-east-1a/{instance}")}
-    }))
-    .unwrap()
 }
 
 fn nlb_service(name: &str, annotations: serde_json::Value) -> Service {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use aws_sdk_ec2::types::{Filter, ResourceType};
+use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
@@ -21,84 +21,12 @@ struct Cloud {
 
 /// A VPC with one public subnet, a cluster-tagged node group and one node instance.
 async fn seed(env: &Env) -> anyhow::Result<Cloud> {
-    let conf = env.moto.sdk_config().await;
-    let ec2 = aws_sdk_ec2::Client::new(&conf);
-    let elb = aws_sdk_elasticloadbalancing::Client::new(&conf);
-    let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
-    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;
-    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
-    let subnet = ec2
-        .create_subnet()
-        .vpc_id(&vpc_id)
-        .cidr_block("10.0.1.0/24")
-        .availability_zone("us-east-1a")
-        .tag_specifications(tags(
-            ResourceType::Subnet,
-            &[(&cluster_tag, "shared"), ("kubernetes.io/role/elb", "1")],
-        ))
-        .send()
-        .await?;
-    let subnet_id = subnet
-        .subnet()
-        .and_then(|s| s.subnet_id())
-        .unwrap()
-        .to_string();
-    let igw = ec2.create_internet_gateway().send().await?;
-    let igw_id = igw
-        .internet_gateway()
-        .and_then(|g| g.internet_gateway_id())
-        .unwrap()
-        .to_string();
-    ec2.attach_internet_gateway()
-        .vpc_id(&vpc_id)
-        .internet_gateway_id(&igw_id)
-        .send()
-        .await?;
-    let tables = ec2
-        .describe_route_tables()
-        .filters(Filter::builder().name("vpc-id").values(&vpc_id).build())
-        .send()
-        .await?;
-    let main = tables.route_tables()[0]
-        .route_table_id()
-        .unwrap()
-        .to_string();
-    ec2.create_route()
-        .route_table_id(&main)
-        .destination_cidr_block("0.0.0.0/0")
-        .gateway_id(&igw_id)
-        .send()
-        .await?;
-    let group = ec2
-        .create_security_group()
-        .group_name("nodes")
-        .description("nodes")
-        .vpc_id(&vpc_id)
-        .tag_specifications(tags(
-            ResourceType::SecurityGroup,
-            &[(&cluster_tag, "owned")],
-        ))
-        .send()
-        .await?;
-    let node_group = group.group_id().unwrap().to_string();
-    let images = ec2.describe_images().owners("amazon").send().await?;
-    let ami = images.images()[0].image_id().unwrap().to_string();
-    let run = ec2
-        .run_instances()
-        .image_id(ami)
-        .min_count(1)
-        .max_count(1)
-        .subnet_id(&subnet_id)
-        .security_group_ids(&node_group)
-        .tag_specifications(tags(ResourceType::Instance, &[(&cluster_tag, "owned")]))
-        .send()
-        .await?;
-    let instance = run.instances()[0].instance_id().unwrap().to_string();
+    let seeded = seed_cluster(env, 1).await?;
     Ok(Cloud {
-        ec2,
-        elb,
-        node_group,
-        instance,
+        elb: aws_sdk_elasticloadbalancing::Client::new(&seeded.conf),
+        ec2: seeded.ec2,
+        node_group: seeded.node_group,
+        instance: seeded.instances[0].clone(),
     })
 }
 
