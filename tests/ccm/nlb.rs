@@ -1236,3 +1236,85 @@ async fn tcp_and_udp_ports_get_their_listeners_groups_and_node_rules() -> anyhow
     );
     Ok(())
 }
+
+/// DNS on TCP and UDP 53 with one node port (the API server allows one node
+/// port for both protocols): one `TCP_UDP` listener and target group, and
+/// node rules for both protocols on that port.
+#[tokio::test]
+async fn tcp_and_udp_on_one_port_share_a_tcp_udp_listener_and_group() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "dns", "namespace": "default", "annotations": {
+            "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+        }},
+        "spec": {"type": "LoadBalancer", "selector": {"app": "dns"},
+                 "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
+                           {"name": "dns-udp", "port": 53, "protocol": "UDP", "nodePort": 30053}]}
+    }))?;
+    let svc = services.create(&PostParams::default(), &svc).await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the NLB hostname", WAIT, || async {
+        services.get("dns").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let lb = cloud
+        .elbv2
+        .describe_load_balancers()
+        .names(lb_name(&svc))
+        .send()
+        .await?;
+    let arn = lb.load_balancers()[0].load_balancer_arn().unwrap();
+    let listeners = cloud
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let got: Vec<(i32, String)> = listeners
+        .listeners()
+        .iter()
+        .map(|l| {
+            (
+                l.port().unwrap(),
+                l.protocol().unwrap().as_str().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(got, vec![(53, "TCP_UDP".to_string())]);
+    let tgs = cloud
+        .elbv2
+        .describe_target_groups()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let groups: Vec<(i32, String)> = tgs
+        .target_groups()
+        .iter()
+        .map(|g| {
+            (
+                g.port().unwrap(),
+                g.protocol().unwrap().as_str().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(groups, vec![(30053, "TCP_UDP".to_string())]);
+    let rules = node_rules(&cloud.ec2, &cloud.node_group).await?;
+    for proto in ["tcp", "udp"] {
+        assert!(
+            rules
+                .iter()
+                .any(|r| r.0 == proto && r.1 == 30053 && r.2 == "0.0.0.0/0"),
+            "{proto} 30053: {rules:?}"
+        );
+    }
+    Ok(())
+}
