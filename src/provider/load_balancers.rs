@@ -114,9 +114,15 @@ impl AwsLoadBalancers {
         &self,
         group: &str,
         this_lb: &str,
-        by_id: &BTreeMap<&str, &crate::aws::Ec2Instance>,
         cluster_groups: &BTreeMap<String, sg::SecurityGroup>,
     ) -> Result<Option<BTreeSet<String>>, LbError> {
+        // The sweep is cached: this is no extra DescribeInstances.
+        let swept = self.aws.cluster_instances().await?;
+        let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
+            .iter()
+            .filter(|i| !i.state.is_terminated())
+            .map(|i| (i.id.as_str(), i))
+            .collect();
         let mut needed = BTreeSet::new();
         for other in elb::io::list_all(&self.aws).await? {
             if other.name == this_lb || !other.security_groups.iter().any(|g| g == group) {
@@ -215,27 +221,7 @@ impl AwsLoadBalancers {
             tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
         }
 
-        let swept = aws.cluster_instances().await?;
-        let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
-            .iter()
-            .filter(|i| !i.state.is_terminated())
-            .map(|i| (i.id.as_str(), i))
-            .collect();
-        let backends: Vec<&crate::aws::Ec2Instance> = req
-            .instance_ids
-            .iter()
-            .filter_map(|id| by_id.get(id.as_str()).copied())
-            .collect();
-        let vpc_id = self
-            .cloud
-            .vpc
-            .clone()
-            .or_else(|| swept.iter().find_map(|i| i.vpc_id.clone()))
-            .ok_or_else(|| {
-                LbError::Config(
-                    "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag".into(),
-                )
-            })?;
+        let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
 
         // One read of the cluster's groups serves owned group, node groups and rules.
         let cluster_groups: BTreeMap<String, sg::SecurityGroup> =
@@ -304,7 +290,7 @@ impl AwsLoadBalancers {
             (Some(g), Some(want))
                 if actual_group_is_shared(&desired) && !node_groups_with_rule.is_subset(want) =>
             {
-                self.node_groups_used_by_others(g, &name, &by_id, &cluster_groups)
+                self.node_groups_used_by_others(g, &name, &cluster_groups)
                     .await?
             }
             _ => None,
@@ -397,11 +383,6 @@ impl AwsLoadBalancers {
             && let Some(first) = l.security_groups.first()
         {
             let swept = aws.cluster_instances().await?;
-            let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
-                .iter()
-                .filter(|i| !i.state.is_terminated())
-                .map(|i| (i.id.as_str(), i))
-                .collect();
             let vpc = self
                 .cloud
                 .vpc
@@ -422,7 +403,7 @@ impl AwsLoadBalancers {
                     .collect();
                 if !node_groups_with_rule.is_empty() {
                     shared_group_needed = self
-                        .node_groups_used_by_others(first, &name, &by_id, &cluster_groups)
+                        .node_groups_used_by_others(first, &name, &cluster_groups)
                         .await?;
                     shared_lb_group = Some(first.clone());
                 }
