@@ -5,4 +5,5 @@
 
 pub mod apiserver;
 pub mod aws_proxy;
+pub mod instance_sim;
 pub mod moto;

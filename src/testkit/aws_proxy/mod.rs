@@ -132,6 +132,9 @@ struct State {
     manual_clock: RwLock<Option<ManualClock>>,
     /// The CCM's actions, for the IAM policy coverage test.
     recorder: record::Recorder,
+    /// Answers some actions itself instead of forwarding them (the scale
+    /// benchmark's instance simulator).
+    local: RwLock<Option<Arc<dyn LocalService>>>,
     /// Parameters of every received call, kept only while recording is on.
     recording: AtomicBool,
     recorded: Mutex<Vec<RecordedCall>>,
@@ -227,6 +230,7 @@ impl FaultProxy {
             recorder: record::Recorder::from_env(addr.port()),
             recording: AtomicBool::new(false),
             recorded: Mutex::new(Vec::new()),
+            local: RwLock::new(None),
         });
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         tracing::debug!(%addr, upstream, "aws-fault-proxy started");
@@ -325,6 +329,37 @@ impl FaultProxy {
     pub fn set_latency(&self, latency: Duration) {
         *self.state.latency.write() = latency;
     }
+
+    /// Lets `service` answer the calls it knows instead of the upstream,
+    /// after the budget, faults and latency, which apply to them as to any
+    /// call (`None` forwards everything again).
+    pub fn serve_locally(&self, service: Option<Arc<dyn LocalService>>) {
+        *self.state.local.write() = service;
+    }
+}
+
+/// Something that answers some AWS calls in place of the upstream; see
+/// [`FaultProxy::serve_locally`].
+pub trait LocalService: Send + Sync {
+    /// `None` to forward the call; otherwise the XML body of a 200 answer,
+    /// or the error to answer with (encoded in the call's protocol).
+    fn answer(
+        &self,
+        service: &str,
+        action: &str,
+        params: &[(String, String)],
+    ) -> Option<Result<String, AwsError>>;
+}
+
+/// A call's form-decoded parameters from its query and body, without
+/// `Action` and `Version`.
+fn call_params(query: Option<&str>, body: &Bytes) -> Vec<(String, String)> {
+    let body_text = std::str::from_utf8(body).unwrap_or_default();
+    [query.unwrap_or_default(), body_text]
+        .into_iter()
+        .flat_map(request::form_pairs)
+        .filter(|(k, _)| k != "Action" && k != "Version")
+        .collect()
 }
 
 impl Drop for FaultProxy {
@@ -449,16 +484,10 @@ async fn handle(
         .recorder
         .record(&parts.headers, &call.service, &call.action);
     if state.recording.load(Ordering::Acquire) {
-        let body_text = std::str::from_utf8(&body).unwrap_or_default();
-        let params = [parts.uri.query().unwrap_or_default(), body_text]
-            .into_iter()
-            .flat_map(request::form_pairs)
-            .filter(|(k, _)| k != "Action" && k != "Version")
-            .collect();
         state.recorded.lock().push(RecordedCall {
             service: call.service.clone(),
             action: call.action.clone(),
-            params,
+            params: call_params(parts.uri.query(), &body).into_iter().collect(),
         });
     }
 
@@ -517,6 +546,22 @@ async fn handle(
         tokio::time::sleep(delay).await;
     }
     counters.bump(&call.service, &call.action, Outcome::Forwarded);
+    let local = state.local.read().clone();
+    if let Some(local) = local {
+        let params = call_params(parts.uri.query(), &body);
+        match local.answer(&call.service, &call.action, &params) {
+            Some(Ok(xml)) => {
+                let mut response = full_response(StatusCode::OK, xml);
+                response.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("text/xml;charset=UTF-8"),
+                );
+                return Ok(response);
+            }
+            Some(Err(e)) => return Ok(error_response(&e, &call)),
+            None => {}
+        }
+    }
     Ok(forward(&state, parts, body).await)
 }
 
