@@ -173,18 +173,42 @@ pub async fn authorize_described(
             .build()
         })
         .collect();
-    match aws
-        .ec2(Operation::Ec2AuthorizeSecurityGroupIngress, |c| {
-            c.authorize_security_group_ingress()
-                .group_id(group_id)
-                .set_ip_permissions(Some(perms.clone()))
-                .send()
-        })
-        .await
-    {
-        Err(e) if e.is_already_exists() => Ok(()),
-        other => other.map(|_| ()),
+    authorize_permissions(aws, group_id, perms).await
+}
+
+/// Adds `perms` to the group in one call. `InvalidPermission.Duplicate`
+/// rejects the whole call when any one rule already exists (a retried
+/// attempt that landed, or another sync adding a shared rule such as the
+/// NLB MTU rule at the same time), so then each rule is sent alone and only
+/// a rule that exists by itself counts as done: the others are not lost.
+async fn authorize_permissions(
+    aws: &AwsClient,
+    group_id: &str,
+    perms: Vec<IpPermission>,
+) -> Result<(), AwsError> {
+    let send = |perms: Vec<IpPermission>| async move {
+        match aws
+            .ec2(Operation::Ec2AuthorizeSecurityGroupIngress, |c| {
+                c.authorize_security_group_ingress()
+                    .group_id(group_id)
+                    .set_ip_permissions(Some(perms.clone()))
+                    .send()
+            })
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.is_already_exists() => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    let single = perms.len() <= 1;
+    if send(perms.clone()).await? || single {
+        return Ok(());
     }
+    for perm in perms {
+        send(vec![perm]).await?;
+    }
+    Ok(())
 }
 
 /// Rules as SDK permissions, one per rule (AWS merges them).
@@ -315,20 +339,7 @@ pub async fn authorize(
     if rules.is_empty() {
         return Ok(());
     }
-    let perms = rules_to_sdk(rules);
-    match aws
-        .ec2(Operation::Ec2AuthorizeSecurityGroupIngress, |c| {
-            c.authorize_security_group_ingress()
-                .group_id(group_id)
-                .set_ip_permissions(Some(perms.clone()))
-                .send()
-        })
-        .await
-    {
-        // A retried attempt that already landed.
-        Err(e) if e.is_already_exists() => Ok(()),
-        other => other.map(|_| ()),
-    }
+    authorize_permissions(aws, group_id, rules_to_sdk(rules)).await
 }
 
 pub async fn revoke(

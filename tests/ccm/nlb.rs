@@ -1318,3 +1318,57 @@ async fn tcp_and_udp_on_one_port_share_a_tcp_udp_listener_and_group() -> anyhow:
     }
     Ok(())
 }
+
+/// AWS rejects a whole AuthorizeSecurityGroupIngress when any one of its
+/// rules already exists, e.g. the MTU rule another NLB's sync added a moment
+/// earlier. The other rules of that call must still be added, not taken as
+/// done (this lost client rules when syncs ran concurrently).
+#[tokio::test]
+async fn a_duplicate_rule_does_not_lose_the_other_rules_of_the_call() -> anyhow::Result<()> {
+    use aws_ccm::testkit::aws_proxy::{FaultKind, FaultRule};
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::Error {
+            status: 400,
+            code: "InvalidPermission.Duplicate".into(),
+            message: "the specified rule \"peer: 0.0.0.0/0, ICMP, type: 3, code: 4, ALLOW\" already exists".into(),
+        })
+        .for_action("AuthorizeSecurityGroupIngress")
+        .at_most(1),
+    ]);
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let mut svc = nlb_service("web", serde_json::json!({}));
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(30080);
+    services.create(&PostParams::default(), &svc).await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the NLB hostname", WAIT, || async {
+        services.get("web").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert_eq!(
+        env.proxy
+            .calls()
+            .get("ec2", "AuthorizeSecurityGroupIngress")
+            .faulted,
+        1,
+        "the fault must have hit the node rules' call"
+    );
+    let rules = node_rules(&cloud.ec2, &cloud.node_group).await?;
+    // The client rule (it also admits the health checks) and the MTU rule.
+    for (proto, port, cidr) in [("tcp", 30080, "0.0.0.0/0"), ("icmp", 3, "0.0.0.0/0")] {
+        assert!(
+            rules
+                .iter()
+                .any(|r| r.0 == proto && r.1 == port && r.2 == cidr),
+            "{proto} {port} from {cidr} missing: {rules:?}"
+        );
+    }
+    Ok(())
+}
