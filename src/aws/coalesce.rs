@@ -179,7 +179,8 @@ struct FlightState<T> {
     generation: u64,
 }
 
-/// One shared computation with a TTL-cached result.
+/// One shared computation with a TTL-cached result. Clones share it.
+#[derive(Clone)]
 pub struct SingleFlight<T> {
     operation: Operation,
     ttl: Duration,

@@ -1,9 +1,15 @@
 //! Subnets for load balancers: the annotation (IDs or Name tags) or upstream's
 //! auto-discovery, as a pure choice over one read of subnets and route tables.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use parking_lot::Mutex;
 
 use super::client::AwsClient;
+use super::coalesce::SingleFlight;
 use super::errors::AwsError;
 use super::instances::filter;
 use super::operations::Operation;
@@ -16,6 +22,7 @@ pub struct Subnet {
     pub tags: BTreeMap<String, String>,
     /// Its route table (explicit, else the VPC's main one) routes to an internet gateway.
     pub public: bool,
+    pub cidr: Option<ipnet::Ipv4Net>,
 }
 
 /// A route table reduced to what discovery needs.
@@ -81,10 +88,18 @@ fn tags_of(t: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// (ID, zone, tags, IPv4 CIDR) of each subnet matching `filters`.
+type SubnetRow = (
+    String,
+    String,
+    BTreeMap<String, String>,
+    Option<ipnet::Ipv4Net>,
+);
+
 async fn describe_subnets(
     aws: &AwsClient,
     filters: Vec<aws_sdk_ec2::types::Filter>,
-) -> Result<Vec<(String, String, BTreeMap<String, String>)>, AwsError> {
+) -> Result<Vec<SubnetRow>, AwsError> {
     let out = aws
         .ec2(Operation::Ec2DescribeSubnets, |c| {
             c.describe_subnets()
@@ -100,6 +115,7 @@ async fn describe_subnets(
                 s.subnet_id()?.to_string(),
                 s.availability_zone().unwrap_or_default().to_string(),
                 tags_of(s.tags()),
+                s.cidr_block().and_then(|c| c.parse().ok()),
             ))
         })
         .collect())
@@ -133,13 +149,78 @@ pub async fn vpc_subnets(aws: &AwsClient, vpc_id: &str) -> Result<Vec<Subnet>, A
         .collect();
     Ok(subnets
         .into_iter()
-        .map(|(id, az, tags)| Subnet {
+        .map(|(id, az, tags, cidr)| Subnet {
             public: is_public(&tables, &id),
             id,
             availability_zone: az,
             tags,
+            cidr,
         })
         .collect())
+}
+
+/// The VPC's subnets (with their public/private status and CIDRs) as every
+/// Service sync sees them: read once per `ttl` per VPC and shared, so a
+/// resync of 1,000 Services costs two EC2 reads per `ttl` instead of two
+/// per Service. A sync that fails drops the cache ([`SubnetCache::invalidate`]):
+/// its retry sees subnets as they are now.
+#[derive(Clone)]
+pub struct SubnetCache {
+    ttl: Duration,
+    vpcs: Arc<Mutex<HashMap<String, SubnetFlight>>>,
+}
+
+type SubnetFlight = SingleFlight<Arc<Vec<Subnet>>>;
+
+impl SubnetCache {
+    pub fn new(ttl: Duration) -> SubnetCache {
+        SubnetCache {
+            ttl,
+            vpcs: Arc::default(),
+        }
+    }
+
+    pub async fn vpc_subnets(
+        &self,
+        aws: &AwsClient,
+        vpc_id: &str,
+    ) -> Result<Arc<Vec<Subnet>>, AwsError> {
+        let flight = self
+            .vpcs
+            .lock()
+            .entry(vpc_id.to_string())
+            .or_insert_with(|| SingleFlight::new(Operation::Ec2DescribeSubnets, self.ttl))
+            .clone();
+        let (aws, vpc_id) = (aws.clone(), vpc_id.to_string());
+        flight
+            .get(move || async move { vpc_subnets(&aws, &vpc_id).await.map(Arc::new) }.boxed())
+            .await
+    }
+
+    /// IPv4 CIDR blocks of `ids`: from the cached VPC view when it has them
+    /// all, else one read.
+    pub async fn cidrs(
+        &self,
+        aws: &AwsClient,
+        vpc_id: &str,
+        ids: &[String],
+    ) -> Result<Vec<ipnet::Ipv4Net>, AwsError> {
+        let known = self.vpc_subnets(aws, vpc_id).await?;
+        let cached: Option<Vec<ipnet::Ipv4Net>> = ids
+            .iter()
+            .map(|id| known.iter().find(|s| &s.id == id).and_then(|s| s.cidr))
+            .collect();
+        match cached {
+            Some(cidrs) => Ok(cidrs),
+            None => cidrs(aws, ids).await,
+        }
+    }
+
+    pub fn invalidate(&self) {
+        for flight in self.vpcs.lock().values() {
+            flight.invalidate();
+        }
+    }
 }
 
 /// IPv4 CIDR blocks of the given subnets (one read).
@@ -174,7 +255,7 @@ pub async fn resolve(
         .partition(|s| s.starts_with("subnet-"));
     let mut found: BTreeMap<String, String> = BTreeMap::new(); // key (id or name) -> id
     if !ids.is_empty() {
-        for (id, _, _) in describe_subnets(aws, vec![filter("subnet-id", ids.clone())]).await? {
+        for (id, ..) in describe_subnets(aws, vec![filter("subnet-id", ids.clone())]).await? {
             found.insert(id.clone(), id);
         }
     }
@@ -183,7 +264,7 @@ pub async fn resolve(
             filter("tag:Name", names.clone()),
             filter("vpc-id", [vpc_id]),
         ];
-        for (id, _, tags) in describe_subnets(aws, filters).await? {
+        for (id, _, tags, _) in describe_subnets(aws, filters).await? {
             if let Some(name) = tags.get("Name") {
                 found.insert(name.clone(), id);
             }
@@ -209,6 +290,7 @@ mod tests {
 
     fn subnet(id: &str, az: &str, public: bool, tags: &[(&str, &str)]) -> Subnet {
         Subnet {
+            cidr: None,
             id: id.into(),
             availability_zone: az.into(),
             public,

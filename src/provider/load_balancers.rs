@@ -62,7 +62,12 @@ pub struct AwsLoadBalancers {
     pub aws: AwsClient,
     pub cloud: Arc<CloudConfig>,
     pub cluster_id: String,
+    /// The VPC's subnets, shared by every sync for [`SUBNET_TTL`].
+    pub subnets: subnets::SubnetCache,
 }
+
+/// How long the VPC's subnets and route tables are reused between syncs.
+pub const SUBNET_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl AwsLoadBalancers {
     /// Node security group of each backend instance, as upstream chooses it:
@@ -165,7 +170,7 @@ impl AwsLoadBalancers {
                 ))),
             },
             None => {
-                let found = subnets::vpc_subnets(aws, vpc_id).await?;
+                let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
                 let chosen = subnets::choose(&found, spec.internal, &self.cluster_id);
                 if chosen.is_empty() {
                     let role = if spec.internal {
@@ -425,10 +430,16 @@ impl AwsLoadBalancers {
 
 impl LoadBalancers for AwsLoadBalancers {
     async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        match req.spec.kind {
+        let result = match req.spec.kind {
             LoadBalancerKind::Network => self.ensure_nlb(req).await,
             _ => self.ensure_clb(req).await,
+        };
+        if result.is_err() {
+            // The retry reads subnets afresh: one may have been deleted or
+            // tagged since they were cached.
+            self.subnets.invalidate();
         }
+        result
     }
 
     /// Removes whichever kind the Service has (or had): both are looked for.
@@ -517,7 +528,7 @@ impl AwsLoadBalancers {
         }
 
         if !self.cloud.disable_security_group_ingress {
-            let cidrs = subnets::cidrs(aws, &subnet_ids).await?;
+            let cidrs = self.subnets.cidrs(aws, &vpc_id, &subnet_ids).await?;
             let rules = nlb::node_rules(&desired, &spec.source_ranges, &cidrs);
             for g in groups.values() {
                 let want = node_groups.contains(&g.id).then_some(&rules);
