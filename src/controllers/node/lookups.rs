@@ -4,12 +4,14 @@
 //!   node is seen, gathered into short windows, so a join burst becomes a
 //!   handful of batched `DescribeInstances` calls whatever the number of
 //!   workers (`--concurrent-node-syncs` bounds the writes to the API
-//!   server, not the reads from AWS).
+//!   server, not the reads from AWS). A window of [`SWEEP_FROM`] lookups or
+//!   more reads the cached cluster sweep instead (1,000 instances per call).
 //! * [`SweepIndex`]: the shared cluster sweep indexed by instance ID and
 //!   private DNS name, for the periodic controllers.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
@@ -37,8 +39,45 @@ struct Pending {
 
 struct State {
     pending: HashMap<String, Pending>,
-    /// When the open gathering window fires.
-    window: Option<Instant>,
+    /// The open gathering window.
+    window: Option<Arc<Window>>,
+}
+
+/// Lookups in one window at which they share the cluster sweep instead of
+/// going by name: more than one batched name lookup's worth (the client
+/// sends at most 200 names per call), while the sweep reads 1,000
+/// instances per call and stays cached for every window of the next 30 s.
+/// A join burst of N nodes thus costs about N / 1,000 calls, not N / 200.
+pub const SWEEP_FROM: usize = 200;
+
+/// One gathering window: when it fires, how many lookups it holds, and the
+/// sweep they share when there are enough of them.
+struct Window {
+    fire: Instant,
+    lookups: AtomicUsize,
+    sweep: tokio::sync::OnceCell<Option<Arc<SweepIndex>>>,
+}
+
+impl Window {
+    /// The sweep, read once for the whole window (`None` for a small window
+    /// or when the sweep failed: then each lookup goes on its own).
+    async fn sweep<I: Instances>(&self, cloud: &I) -> Option<Arc<SweepIndex>> {
+        if self.lookups.load(Ordering::Relaxed) < SWEEP_FROM {
+            return None;
+        }
+        self.sweep
+            .get_or_init(|| async {
+                match cloud.cluster_instances().await {
+                    Ok(sweep) => Some(Arc::new(SweepIndex::new(&sweep))),
+                    Err(err) => {
+                        tracing::debug!(error = %err, "cluster sweep failed: looking nodes up one by one");
+                        None
+                    }
+                }
+            })
+            .await
+            .clone()
+    }
 }
 
 /// Starts lookups early and hands each result to the node's reconcile.
@@ -69,18 +108,32 @@ impl<I: Instances> Prefetcher<I> {
             return;
         }
         let now = Instant::now();
-        let fire = match st.window {
-            Some(at) if at > now => at,
+        let window = match &st.window {
+            Some(w) if w.fire > now => w.clone(),
             _ => {
-                let at = now + self.gather;
-                st.window = Some(at);
-                at
+                let w = Arc::new(Window {
+                    fire: now + self.gather,
+                    lookups: AtomicUsize::new(0),
+                    sweep: tokio::sync::OnceCell::new(),
+                });
+                st.window = Some(w.clone());
+                w
             }
         };
+        window.lookups.fetch_add(1, Ordering::Relaxed);
         let cloud = self.cloud.clone();
         let task_key = key.clone();
         let task = tokio::spawn(async move {
-            tokio::time::sleep_until(fire).await;
+            tokio::time::sleep_until(window.fire).await;
+            // An instance missing from the sweep (untagged, or launched
+            // after it was read) is looked up directly.
+            if let Some(found) = window
+                .sweep(&cloud)
+                .await
+                .and_then(|index| index.find(&task_key).cloned())
+            {
+                return Ok(Some(found));
+            }
             lookup(&cloud, &task_key).await
         });
         if let Some(old) = st
@@ -241,6 +294,51 @@ mod tests {
             2,
             "both fired at the window's end"
         );
+    }
+
+    /// A burst window shares one sweep; instances the sweep lacks are looked
+    /// up by name; a small window never sweeps.
+    #[tokio::test(start_paused = true)]
+    async fn a_large_window_shares_the_sweep_and_a_small_one_goes_by_name() {
+        let cloud = FakeInstances::new();
+        let burst = SWEEP_FROM + 50;
+        for i in 0..burst {
+            cloud.add(instance(
+                &format!("i-{i}"),
+                &format!("10.0.{}.{}", i / 200, i % 200 + 1),
+            ));
+        }
+        cloud.hide_from_sweep("i-7");
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        let name = |i: usize| format!("ip-10-0-{}-{}.ec2.internal", i / 200, i % 200 + 1);
+        for i in 0..burst {
+            prefetcher.prefetch(&format!("n{i}"), Lookup::ByPrivateDns(name(i)));
+        }
+        for i in 0..burst {
+            let found = prefetcher
+                .resolve(&format!("n{i}"), &Lookup::ByPrivateDns(name(i)))
+                .await
+                .unwrap();
+            assert_eq!(found.map(|f| f.id), Some(format!("i-{i}")));
+        }
+        let calls = cloud.calls();
+        assert_eq!(calls.sweeps, 1, "one sweep for the whole window");
+        assert_eq!(
+            calls.by_private_dns,
+            vec![name(7)],
+            "only the one the sweep lacks"
+        );
+
+        tokio::time::advance(Duration::from_secs(1)).await;
+        prefetcher.prefetch("late", Lookup::ByPrivateDns(name(3)));
+        let found = prefetcher
+            .resolve("late", &Lookup::ByPrivateDns(name(3)))
+            .await
+            .unwrap();
+        assert_eq!(found.map(|f| f.id).as_deref(), Some("i-3"));
+        let calls = cloud.calls();
+        assert_eq!(calls.sweeps, 1, "a small window does not sweep");
+        assert_eq!(calls.by_private_dns.len(), 2);
     }
 
     #[tokio::test(start_paused = true)]
