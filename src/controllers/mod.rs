@@ -149,6 +149,50 @@ mod tests {
         assert!(sel("-service,service").unwrap().is_empty());
     }
 
+    /// Only what no controller reads is dropped: the rest of the Node is
+    /// exactly as the apiserver sent it.
+    #[test]
+    fn slim_node_drops_only_what_no_controller_reads() {
+        let kept = serde_json::json!({
+            "metadata": {"name": "n1", "resourceVersion": "7", "uid": "u1",
+                         "labels": {"node.kubernetes.io/instance-type": "m5.large"},
+                         "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+            "spec": {"providerID": "aws:///us-east-1a/i-1", "podCIDR": "10.1.0.0/24",
+                     "taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]},
+            "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
+                       "conditions": [{"type": "Ready", "status": "True"}],
+                       "nodeInfo": {"kubeletVersion": "v1.31.0", "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
+                                    "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
+                                    "osImage": "", "systemUUID": ""}},
+        });
+        let mut full = kept.clone();
+        full["metadata"]["managedFields"] = serde_json::json!([{"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]);
+        full["metadata"]["annotations"][LAST_APPLIED] = "{}".into();
+        full["status"]["images"] =
+            serde_json::json!([{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}]);
+        full["status"]["volumesInUse"] = serde_json::json!(["kubernetes.io/csi/ebs^vol-1"]);
+        full["status"]["volumesAttached"] =
+            serde_json::json!([{"name": "kubernetes.io/csi/ebs^vol-1", "devicePath": ""}]);
+        let mut node: Node = serde_json::from_value(full).unwrap();
+        slim_node(&mut node);
+        let want: Node = serde_json::from_value(kept).unwrap();
+        assert_eq!(node, want);
+
+        let mut svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "annotations": {LAST_APPLIED: "{}", "service.beta.kubernetes.io/aws-load-balancer-type": "nlb"},
+                         "managedFields": [{"manager": "kubectl", "operation": "Apply"}]},
+            "spec": {"type": "LoadBalancer"},
+        }))
+        .unwrap();
+        slim_service(&mut svc);
+        let want: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "annotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}},
+            "spec": {"type": "LoadBalancer"},
+        }))
+        .unwrap();
+        assert_eq!(svc, want);
+    }
+
     #[test]
     fn unknown_names_are_errors_that_list_the_known_ones() {
         let err = sel("*,-rout").unwrap_err().to_string();
@@ -224,6 +268,33 @@ pub async fn changed_or(changes: &mut watch::Receiver<u64>, at_most: Duration) {
     }
 }
 
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a Node, before it is cached, what no controller reads and a
+/// kubelet fills: the image list (up to 50 entries, often half a Node's
+/// size), the volume lists, `managedFields` and kubectl's last-applied
+/// copy. Every Node write is a merge patch of named fields, so nothing
+/// dropped here is ever written back.
+pub fn slim_node(node: &mut Node) {
+    node.metadata.managed_fields = None;
+    if let Some(annotations) = node.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+        status.volumes_attached = None;
+        status.volumes_in_use = None;
+    }
+}
+
+/// The same for a Service: `managedFields` and kubectl's last-applied copy.
+pub fn slim_service(svc: &mut Service) {
+    svc.metadata.managed_fields = None;
+    if let Some(annotations) = svc.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
 /// Starts the shared informers, waits for their first list, then runs every
 /// enabled controller until `stop` is cancelled. `ready` turns true once the
 /// caches have synced.
@@ -235,7 +306,7 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
     let (service_changed, service_changes) = watch::channel(0u64);
     let node_informer = reflector::reflector(
         node_writer,
-        watcher(Api::<Node>::all(kube.clone()), watcher::Config::default()),
+        watcher(Api::<Node>::all(kube.clone()), watcher::Config::default()).modify(slim_node),
     )
     .default_backoff()
     .for_each(move |_| {
@@ -247,7 +318,8 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
         watcher(
             Api::<Service>::all(kube.clone()),
             watcher::Config::default(),
-        ),
+        )
+        .modify(slim_service),
     )
     .default_backoff()
     .for_each(move |_| {
