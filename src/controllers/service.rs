@@ -25,8 +25,10 @@ use tracing::Instrument;
 
 use super::ControllerContext;
 use super::events::Events;
+use crate::aws::subnets::SubnetCache;
 use crate::provider::load_balancers::{
     AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers,
+    SUBNET_TTL,
 };
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -35,9 +37,9 @@ pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 const MIN_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
-const RESYNC: Duration = Duration::from_secs(600);
 /// Longest wait between scans without any Node or Service change: retries
-/// (backoff from 5 s) and the periodic resync come due on this timer.
+/// (backoff from 5 s) and the periodic resync (`--service-resync-period`)
+/// come due on this timer.
 const SCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the controller until `stop` is cancelled.
@@ -46,6 +48,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         aws: ctx.aws.clone(),
         cloud: ctx.cloud.clone(),
         cluster_id: ctx.cluster_id.clone(),
+        subnets: SubnetCache::new(SUBNET_TTL),
     };
     let workers = ctx.options.options.concurrent_service_syncs.max(1) as usize;
     let controller = ServiceController {
@@ -60,6 +63,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         index: Arc::new(Mutex::new(BackendIndex::default())),
         workers: Arc::new(Semaphore::new(workers)),
         worker_count: workers as u32,
+        resync: Some(ctx.options.options.service_resync_period).filter(|d| !d.is_zero()),
     };
     controller.run(stop).await;
 }
@@ -210,6 +214,8 @@ struct ServiceController<L: LoadBalancers> {
     index: Arc<Mutex<BackendIndex>>,
     workers: Arc<Semaphore>,
     worker_count: u32,
+    /// `--service-resync-period`; `None` never resyncs an unchanged Service.
+    resync: Option<Duration>,
 }
 
 enum Outcome {
@@ -281,7 +287,11 @@ impl<L: LoadBalancers> ServiceController<L> {
             let due = entry.synced_fingerprint != Some(fp)
                 || (want_hash.is_some() && entry.synced_backends != want_hash)
                 || entry.retry_at.is_some_and(|t| t <= now)
-                || entry.last_sync.is_none_or(|t| now - t >= RESYNC);
+                || entry.last_sync.is_none()
+                || self
+                    .resync
+                    .zip(entry.last_sync)
+                    .is_some_and(|(every, t)| now - t >= every);
             let backing_off = entry.retry_at.is_some_and(|t| t > now);
             if !due || backing_off {
                 continue;
