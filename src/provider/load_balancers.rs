@@ -457,11 +457,31 @@ impl AwsLoadBalancers {
         instance_ids: &BTreeSet<String>,
     ) -> Result<(String, Vec<crate::aws::Ec2Instance>), LbError> {
         let swept = self.aws.cluster_instances().await?;
-        let backends: Vec<crate::aws::Ec2Instance> = swept
+        let mut backends: Vec<crate::aws::Ec2Instance> = swept
             .iter()
             .filter(|i| !i.state.is_terminated() && instance_ids.contains(&i.id))
             .cloned()
             .collect();
+        // A node that joined after the cached sweep was read (or whose
+        // instance lacks the cluster tag) is looked up by ID: these lookups
+        // coalesce into one DescribeInstances across concurrent syncs. Left
+        // out, the node would wait for the next sweep and the next sync.
+        let swept_ids: BTreeSet<&str> = swept.iter().map(|i| i.id.as_str()).collect();
+        let missing: Vec<&String> = instance_ids
+            .iter()
+            .filter(|id| !swept_ids.contains(id.as_str()))
+            .collect();
+        let looked_up =
+            futures::future::join_all(missing.iter().map(|id| self.aws.instance_by_id(id))).await;
+        for found in looked_up {
+            match found {
+                Ok(instance) if !instance.state.is_terminated() => backends.push(instance),
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        backends.sort_by(|a, b| a.id.cmp(&b.id));
         let vpc_id = self
             .cloud
             .vpc

@@ -1372,3 +1372,48 @@ async fn a_duplicate_rule_does_not_lose_the_other_rules_of_the_call() -> anyhow:
     }
     Ok(())
 }
+
+/// A node whose instance was launched after the cluster sweep was cached
+/// (the sweep is reused for 30 s) is registered by the sync its arrival
+/// starts, not left out until a later sweep and a later sync.
+#[tokio::test]
+async fn a_node_launched_after_the_cached_sweep_is_registered_at_once() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let elbv2 = elbv2::Client::new(&seeded.conf);
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &seeded.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    services
+        .create(
+            &PostParams::default(),
+            &nlb_service("web", serde_json::json!({})),
+        )
+        .await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let tg = eventually("the target group with n0", WAIT, || async {
+        let tg = all_target_groups(&elbv2).await.into_iter().next()?;
+        (targets_of(&elbv2, &tg).await? == vec![seeded.instances[0].clone()]).then_some(tg)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+
+    let late = seeded.launch(1).await?.remove(0);
+    nodes
+        .create(&PostParams::default(), &node("n1", &late))
+        .await?;
+    let mut want = vec![seeded.instances[0].clone(), late];
+    want.sort();
+    // Well inside the sweep's 30 s reuse: without the lookup by ID the
+    // new instance would not be registered before then (nor after, with no
+    // further node change).
+    eventually("n1 registered", Duration::from_secs(20), || async {
+        (targets_of(&elbv2, &tg).await? == want).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    Ok(())
+}

@@ -332,6 +332,33 @@ pub struct Seeded {
     pub subnet: String,
     pub node_group: String,
     pub instances: Vec<String>,
+    pub ami: String,
+}
+
+impl Seeded {
+    /// Launches `count` more cluster-tagged node instances.
+    pub async fn launch(&self, count: i32) -> anyhow::Result<Vec<String>> {
+        let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+        let run = self
+            .ec2
+            .run_instances()
+            .image_id(&self.ami)
+            .min_count(count)
+            .max_count(count)
+            .subnet_id(&self.subnet)
+            .security_group_ids(&self.node_group)
+            .tag_specifications(tags(
+                aws_sdk_ec2::types::ResourceType::Instance,
+                &[(&cluster_tag, "owned")],
+            ))
+            .send()
+            .await?;
+        Ok(run
+            .instances()
+            .iter()
+            .map(|i| i.instance_id().unwrap().to_string())
+            .collect())
+    }
 }
 
 /// A VPC with one public subnet (10.0.1.0/24), a cluster-tagged node group
@@ -403,29 +430,14 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
     let node_group = group.group_id().unwrap().to_string();
     let images = ec2.describe_images().owners("amazon").send().await?;
     let ami = images.images()[0].image_id().unwrap().to_string();
-    let run = ec2
-        .run_instances()
-        .image_id(ami)
-        .min_count(nodes)
-        .max_count(nodes)
-        .subnet_id(&subnet_id)
-        .security_group_ids(&node_group)
-        .tag_specifications(tags(
-            aws_sdk_ec2::types::ResourceType::Instance,
-            &[(&cluster_tag, "owned")],
-        ))
-        .send()
-        .await?;
-    let instances: Vec<String> = run
-        .instances()
-        .iter()
-        .map(|i| i.instance_id().unwrap().to_string())
-        .collect();
-    Ok(Seeded {
+    let mut seeded = Seeded {
         conf,
         ec2,
         subnet: subnet_id,
         node_group,
-        instances,
-    })
+        instances: Vec::new(),
+        ami,
+    };
+    seeded.instances = seeded.launch(nodes).await?;
+    Ok(seeded)
 }
