@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::RwLock;
 
-use super::aws_proxy::{AwsError, LocalService};
+use super::aws_proxy::{AwsError, LocalService, xml_escape as escape};
 
 /// One instance as the simulator stores it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -315,21 +315,6 @@ fn index(n: &str) -> Result<u32, AwsError> {
             format!("filter index {n:?} is not a number"),
         )
     })
-}
-
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The response body, one reservation per instance.

@@ -147,7 +147,8 @@ fn query_namespace(call: &AwsCall) -> String {
     }
 }
 
-fn xml_escape(text: &str) -> String {
+/// Escapes text for an XML element or attribute.
+pub fn xml_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

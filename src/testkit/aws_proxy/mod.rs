@@ -43,7 +43,7 @@ mod request;
 mod throttle;
 
 pub use counts::{ActionCounts, CallCounts};
-pub use errors::AwsError;
+pub use errors::{AwsError, xml_escape};
 pub use faults::{FaultKind, FaultRule};
 pub use record::{CCM_APP_MARK, RECORD_ENV};
 pub use request::{AwsCall, Protocol, identify};
