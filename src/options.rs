@@ -199,8 +199,8 @@ pub struct Options {
     #[arg(long = "route-table-limit", default_value_t = 50)]
     pub route_table_limit: u32,
 
-    /// How often an unchanged LoadBalancer Service is re-ensured anyway, to repair drift made outside Kubernetes (each costs a few ELB/EC2 describe calls). 0 turns it off.
-    #[arg(long = "service-resync-period", default_value = "10m0s", value_parser = go_duration)]
+    /// How often an unchanged LoadBalancer Service is re-ensured anyway, to repair drift made outside Kubernetes (each costs about 8 ELB/EC2 describe calls). 0 turns it off.
+    #[arg(long = "service-resync-period", default_value = "1h0m0s", value_parser = go_duration)]
     pub service_resync_period: Duration,
 
     /// Share of AWS's documented API rate limits this process may use; the rest is left to other clients in the account. Above 1 only where AWS raised the account's limits.
