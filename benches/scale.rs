@@ -64,12 +64,12 @@ const NODES_PER_GROUP: usize = 50;
 /// The same in `churn`: 500 NLBs over 40 groups of 25 is 12 or 13 per group.
 const CHURN_GROUP: usize = 25;
 
-fn main() {
+fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .expect("tokio runtime");
+        .context("starting the tokio runtime")?;
     let cfg = Config::from_env();
     let mut table = Table::default();
     runtime.block_on(async {
@@ -98,6 +98,7 @@ fn main() {
     });
     table.binary_size();
     table.print();
+    Ok(())
 }
 
 struct Config {
@@ -570,7 +571,11 @@ fn secs(d: Duration) -> String {
 }
 
 /// A Node as a kubelet registers it, with extra spec/labels.
-fn node_object(name: &str, spec: serde_json::Value, labels: &[(&str, &str)]) -> Node {
+fn node_object(
+    name: &str,
+    spec: serde_json::Value,
+    labels: &[(&str, &str)],
+) -> anyhow::Result<Node> {
     let mut l: BTreeMap<String, String> = labels
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -582,7 +587,7 @@ fn node_object(name: &str, spec: serde_json::Value, labels: &[(&str, &str)]) -> 
         "metadata": {"name": name, "labels": l},
         "spec": spec,
     }))
-    .expect("a valid Node")
+    .context("the bench built an invalid Node")
 }
 
 /// The status a kubelet reports, at its real size (about 10 KB of JSON, most
@@ -718,7 +723,7 @@ async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result
                 &[],
             )
         })
-        .collect();
+        .collect::<anyhow::Result<Vec<Node>>>()?;
     register(&api, nodes).await?;
     let registered = start.elapsed();
     let deadline = Duration::from_secs(60 + n as u64 / 10);
@@ -835,7 +840,7 @@ async fn register_initialized(
                 &[("group", &format!("g{group}"))],
             )
         })
-        .collect();
+        .collect::<anyhow::Result<Vec<Node>>>()?;
     register(api, nodes).await
 }
 
@@ -1212,7 +1217,7 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
             &new.private_dns_name,
             json!({"taints": [{"key": UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]}),
             &[("group", &format!("g{g}"))],
-        ));
+        )?);
     }
     let deletes = futures::stream::iter(gone.iter().map(|(inst, _)| inst.dns.clone()))
         .map(|name| {
@@ -1368,7 +1373,7 @@ async fn routes(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result<()>
                 &[],
             )
         })
-        .collect();
+        .collect::<anyhow::Result<Vec<Node>>>()?;
     register(&api, nodes).await?;
     let start = Instant::now();
     let ccm = world

@@ -196,16 +196,7 @@ impl Ec2Instance {
             private_ip: parse_ip(&id, "private_ip_address", instance.private_ip_address()),
             public_ip: parse_ip(&id, "public_ip_address", instance.public_ip_address()),
             network_interfaces,
-            tags: instance
-                .tags()
-                .iter()
-                .filter_map(|t| {
-                    Some((
-                        t.key()?.to_string(),
-                        t.value().unwrap_or_default().to_string(),
-                    ))
-                })
-                .collect(),
+            tags: super::tags::from_ec2(instance.tags()),
             source_dest_check: instance.source_dest_check(),
             subnet_id: non_empty(instance.subnet_id()),
             vpc_id: non_empty(instance.vpc_id()),

@@ -238,16 +238,7 @@ fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<SecurityGroup> {
         id: g.group_id()?.to_string(),
         name: g.group_name().unwrap_or_default().to_string(),
         vpc_id: g.vpc_id().map(str::to_string),
-        tags: g
-            .tags()
-            .iter()
-            .filter_map(|t| {
-                Some((
-                    t.key()?.to_string(),
-                    t.value().unwrap_or_default().to_string(),
-                ))
-            })
-            .collect(),
+        tags: super::tags::from_ec2(g.tags()),
         ingress: rules_from_sdk(g.ip_permissions()),
         descriptions: described_rules(g.ip_permissions()),
     })

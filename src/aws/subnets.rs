@@ -77,17 +77,6 @@ pub fn choose(subnets: &[Subnet], internal: bool, cluster_id: &str) -> Vec<Strin
     by_zone.values().map(|s| s.id.clone()).collect()
 }
 
-fn tags_of(t: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
-    t.iter()
-        .filter_map(|t| {
-            Some((
-                t.key()?.to_string(),
-                t.value().unwrap_or_default().to_string(),
-            ))
-        })
-        .collect()
-}
-
 /// (ID, zone, tags, IPv4 CIDR) of each subnet matching `filters`.
 type SubnetRow = (
     String,
@@ -114,7 +103,7 @@ async fn describe_subnets(
             Some((
                 s.subnet_id()?.to_string(),
                 s.availability_zone().unwrap_or_default().to_string(),
-                tags_of(s.tags()),
+                tags::from_ec2(s.tags()),
                 s.cidr_block().and_then(|c| c.parse().ok()),
             ))
         })

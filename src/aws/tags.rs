@@ -16,6 +16,22 @@ pub const ROLE_INTERNAL_ELB: &str = "kubernetes.io/role/internal-elb";
 /// Prefix of every cluster tag key.
 pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
 
+/// Key/value pairs as AWS returns them (tags, attributes) into a map; a pair
+/// without a key is dropped, a missing value is empty.
+pub fn key_values<'a>(
+    pairs: impl IntoIterator<Item = (Option<&'a str>, Option<&'a str>)>,
+) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| Some((k?.to_string(), v.unwrap_or_default().to_string())))
+        .collect()
+}
+
+/// An EC2 resource's tags as a map.
+pub fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
+    key_values(tags.iter().map(|t| (t.key(), t.value())))
+}
+
 /// The tags of a resource owned by `cluster_id` for `service_key` (`ns/name`),
 /// with the user's extra tags (which never override the ownership tags).
 pub fn owned_tags(

@@ -13,21 +13,11 @@ use crate::aws::elb::GroupRef;
 use crate::aws::errors::AwsError;
 use crate::aws::operations::Operation;
 use crate::aws::security_groups as sg;
+use crate::aws::tags::key_values;
 
 fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<t::Tag> {
     tags.iter()
         .map(|(k, v)| t::Tag::builder().key(k).value(v).build())
-        .collect()
-}
-
-fn tag_map(tags: &[t::Tag]) -> BTreeMap<String, String> {
-    tags.iter()
-        .filter_map(|t| {
-            Some((
-                t.key()?.to_string(),
-                t.value().unwrap_or_default().to_string(),
-            ))
-        })
         .collect()
 }
 
@@ -55,7 +45,10 @@ pub async fn tags_of(
             .await?;
         for d in res.tag_descriptions() {
             if let Some(arn) = d.resource_arn() {
-                out.insert(arn.to_string(), tag_map(d.tags()));
+                out.insert(
+                    arn.to_string(),
+                    key_values(d.tags().iter().map(|t| (t.key(), t.value()))),
+                );
             }
         }
     }
@@ -128,16 +121,7 @@ pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, Aw
             .iter()
             .any(|z| !z.load_balancer_addresses().is_empty()),
         tags,
-        attributes: attrs
-            .attributes()
-            .iter()
-            .filter_map(|a| {
-                Some((
-                    a.key()?.to_string(),
-                    a.value().unwrap_or_default().to_string(),
-                ))
-            })
-            .collect(),
+        attributes: key_values(attrs.attributes().iter().map(|a| (a.key(), a.value()))),
         listeners: listeners
             .listeners()
             .iter()
@@ -221,16 +205,7 @@ async fn complete(
             port,
             health: health_of(g),
             tags: tags.remove(arn).unwrap_or_default(),
-            attributes: attrs
-                .attributes()
-                .iter()
-                .filter_map(|a| {
-                    Some((
-                        a.key()?.to_string(),
-                        a.value().unwrap_or_default().to_string(),
-                    ))
-                })
-                .collect(),
+            attributes: key_values(attrs.attributes().iter().map(|a| (a.key(), a.value()))),
             targets: health
                 .target_health_descriptions()
                 .iter()
