@@ -133,6 +133,75 @@ async fn node_rules(
     Ok(rules)
 }
 
+/// One node (`n0`) and `svc`, then a CCM running the service controller
+/// until the Service has its NLB hostname. Returns the Service as created.
+async fn one_node_nlb(env: &Env, cloud: &Cloud, svc: &Service) -> anyhow::Result<(Service, Ccm)> {
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client, "default");
+    let created = services.create(&PostParams::default(), svc).await?;
+    let name = created.metadata.name.clone().unwrap_or_default();
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the NLB hostname", WAIT, || async {
+        services.get(&name).await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    Ok((created, ccm))
+}
+
+/// The NLB's listeners and target groups as sorted (port, protocol) pairs.
+async fn listeners_and_groups(
+    cloud: &Cloud,
+    svc: &Service,
+) -> anyhow::Result<(Vec<(i32, String)>, Vec<(i32, String)>)> {
+    let lb = cloud
+        .elbv2
+        .describe_load_balancers()
+        .names(lb_name(svc))
+        .send()
+        .await?;
+    let arn = lb.load_balancers()[0].load_balancer_arn().unwrap();
+    let listeners = cloud
+        .elbv2
+        .describe_listeners()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let mut ports: Vec<(i32, String)> = listeners
+        .listeners()
+        .iter()
+        .map(|l| {
+            (
+                l.port().unwrap(),
+                l.protocol().unwrap().as_str().to_string(),
+            )
+        })
+        .collect();
+    ports.sort();
+    let tgs = cloud
+        .elbv2
+        .describe_target_groups()
+        .load_balancer_arn(arn)
+        .send()
+        .await?;
+    let mut groups: Vec<(i32, String)> = tgs
+        .target_groups()
+        .iter()
+        .map(|g| {
+            (
+                g.port().unwrap(),
+                g.protocol().unwrap().as_str().to_string(),
+            )
+        })
+        .collect();
+    groups.sort();
+    Ok((ports, groups))
+}
+
 #[tokio::test]
 async fn nlb_lifecycle_creates_target_groups_rules_and_deletes_everything() -> anyhow::Result<()> {
     let env = Env::start().await?;
@@ -1145,12 +1214,6 @@ async fn managed_security_group_mode_and_byo_switching() -> anyhow::Result<()> {
 async fn tcp_and_udp_ports_get_their_listeners_groups_and_node_rules() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
-        .await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let svc: Service = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "dns", "namespace": "default", "annotations": {
@@ -1160,55 +1223,9 @@ async fn tcp_and_udp_ports_get_their_listeners_groups_and_node_rules() -> anyhow
                  "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
                            {"name": "syslog", "port": 514, "protocol": "UDP", "nodePort": 30514}]}
     }))?;
-    let svc = services.create(&PostParams::default(), &svc).await?;
-    let ccm = env.start_ccm(&["--controllers=service"]).await?;
-    eventually("the NLB hostname", WAIT, || async {
-        services.get("dns").await.ok().as_ref().and_then(hostname)
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    let lb = cloud
-        .elbv2
-        .describe_load_balancers()
-        .names(lb_name(&svc))
-        .send()
-        .await?;
-    let arn = lb.load_balancers()[0].load_balancer_arn().unwrap();
-    let listeners = cloud
-        .elbv2
-        .describe_listeners()
-        .load_balancer_arn(arn)
-        .send()
-        .await?;
-    let mut got: Vec<(i32, String)> = listeners
-        .listeners()
-        .iter()
-        .map(|l| {
-            (
-                l.port().unwrap(),
-                l.protocol().unwrap().as_str().to_string(),
-            )
-        })
-        .collect();
-    got.sort();
+    let (svc, _ccm) = one_node_nlb(&env, &cloud, &svc).await?;
+    let (got, protocols) = listeners_and_groups(&cloud, &svc).await?;
     assert_eq!(got, vec![(53, "TCP".into()), (514, "UDP".into())]);
-    let tgs = cloud
-        .elbv2
-        .describe_target_groups()
-        .load_balancer_arn(arn)
-        .send()
-        .await?;
-    let mut protocols: Vec<(i32, String)> = tgs
-        .target_groups()
-        .iter()
-        .map(|g| {
-            (
-                g.port().unwrap(),
-                g.protocol().unwrap().as_str().to_string(),
-            )
-        })
-        .collect();
-    protocols.sort();
     assert_eq!(
         protocols,
         vec![(30053, "TCP".into()), (30514, "UDP".into())]
@@ -1244,12 +1261,6 @@ async fn tcp_and_udp_ports_get_their_listeners_groups_and_node_rules() -> anyhow
 async fn tcp_and_udp_on_one_port_share_a_tcp_udp_listener_and_group() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
-        .await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let svc: Service = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "dns", "namespace": "default", "annotations": {
@@ -1259,53 +1270,9 @@ async fn tcp_and_udp_on_one_port_share_a_tcp_udp_listener_and_group() -> anyhow:
                  "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
                            {"name": "dns-udp", "port": 53, "protocol": "UDP", "nodePort": 30053}]}
     }))?;
-    let svc = services.create(&PostParams::default(), &svc).await?;
-    let ccm = env.start_ccm(&["--controllers=service"]).await?;
-    eventually("the NLB hostname", WAIT, || async {
-        services.get("dns").await.ok().as_ref().and_then(hostname)
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    let lb = cloud
-        .elbv2
-        .describe_load_balancers()
-        .names(lb_name(&svc))
-        .send()
-        .await?;
-    let arn = lb.load_balancers()[0].load_balancer_arn().unwrap();
-    let listeners = cloud
-        .elbv2
-        .describe_listeners()
-        .load_balancer_arn(arn)
-        .send()
-        .await?;
-    let got: Vec<(i32, String)> = listeners
-        .listeners()
-        .iter()
-        .map(|l| {
-            (
-                l.port().unwrap(),
-                l.protocol().unwrap().as_str().to_string(),
-            )
-        })
-        .collect();
+    let (svc, _ccm) = one_node_nlb(&env, &cloud, &svc).await?;
+    let (got, groups) = listeners_and_groups(&cloud, &svc).await?;
     assert_eq!(got, vec![(53, "TCP_UDP".to_string())]);
-    let tgs = cloud
-        .elbv2
-        .describe_target_groups()
-        .load_balancer_arn(arn)
-        .send()
-        .await?;
-    let groups: Vec<(i32, String)> = tgs
-        .target_groups()
-        .iter()
-        .map(|g| {
-            (
-                g.port().unwrap(),
-                g.protocol().unwrap().as_str().to_string(),
-            )
-        })
-        .collect();
     assert_eq!(groups, vec![(30053, "TCP_UDP".to_string())]);
     let rules = node_rules(&cloud.ec2, &cloud.node_group).await?;
     for proto in ["tcp", "udp"] {
@@ -1328,11 +1295,6 @@ async fn a_duplicate_rule_does_not_lose_the_other_rules_of_the_call() -> anyhow:
     use aws_ccm::testkit::aws_proxy::{FaultKind, FaultRule};
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
-        .await?;
     env.proxy.set_faults(vec![
         FaultRule::new(FaultKind::Error {
             status: 400,
@@ -1342,16 +1304,9 @@ async fn a_duplicate_rule_does_not_lose_the_other_rules_of_the_call() -> anyhow:
         .for_action("AuthorizeSecurityGroupIngress")
         .at_most(1),
     ]);
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let mut svc = nlb_service("web", serde_json::json!({}));
     svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(30080);
-    services.create(&PostParams::default(), &svc).await?;
-    let ccm = env.start_ccm(&["--controllers=service"]).await?;
-    eventually("the NLB hostname", WAIT, || async {
-        services.get("web").await.ok().as_ref().and_then(hostname)
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let _ccm = one_node_nlb(&env, &cloud, &svc).await?;
     assert_eq!(
         env.proxy
             .calls()
