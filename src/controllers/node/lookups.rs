@@ -194,35 +194,43 @@ impl<I: Instances> Prefetcher<I> {
     }
 }
 
-/// The cluster sweep, indexed.
+/// The cluster sweep, indexed by position: the shared sweep itself is kept
+/// (an `Arc`), not copied twice more into the maps on every refresh.
 pub struct SweepIndex {
-    by_id: HashMap<String, Instance>,
+    sweep: Arc<Vec<Instance>>,
+    by_id: HashMap<String, usize>,
     /// Private DNS name → the live instance with that name (a terminated
     /// instance keeps its name for a while; a new one may reuse it).
-    by_dns: HashMap<String, Instance>,
+    by_dns: HashMap<String, usize>,
 }
 
 impl SweepIndex {
-    pub fn new(sweep: &[Instance]) -> SweepIndex {
+    pub fn new(sweep: &Arc<Vec<Instance>>) -> SweepIndex {
         let mut by_dns = HashMap::new();
-        for instance in sweep {
+        for (at, instance) in sweep.iter().enumerate() {
             if let Some(name) = &instance.private_dns_name
                 && instance.state != InstanceState::Terminated
             {
-                by_dns.insert(name.clone(), instance.clone());
+                by_dns.insert(name.clone(), at);
             }
         }
         SweepIndex {
-            by_id: sweep.iter().map(|i| (i.id.clone(), i.clone())).collect(),
+            by_id: sweep
+                .iter()
+                .enumerate()
+                .map(|(at, i)| (i.id.clone(), at))
+                .collect(),
             by_dns,
+            sweep: sweep.clone(),
         }
     }
 
     pub fn find(&self, lookup: &Lookup) -> Option<&Instance> {
-        match lookup {
+        let at = match lookup {
             Lookup::ById(id) => self.by_id.get(id),
             Lookup::ByPrivateDns(name) => self.by_dns.get(name),
-        }
+        }?;
+        self.sweep.get(*at)
     }
 }
 
