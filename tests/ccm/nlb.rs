@@ -153,6 +153,13 @@ async fn one_node_nlb(env: &Env, cloud: &Cloud, svc: &Service) -> anyhow::Result
     Ok((created, ccm))
 }
 
+/// An NLB Service `dns` with these ports.
+fn dns_service(ports: serde_json::Value) -> Service {
+    let mut svc = nlb_service("dns", serde_json::json!({}));
+    svc.spec.as_mut().unwrap().ports = serde_json::from_value(ports).unwrap();
+    svc
+}
+
 /// The NLB's listeners and target groups as sorted (port, protocol) pairs.
 async fn listeners_and_groups(
     cloud: &Cloud,
@@ -1207,22 +1214,16 @@ async fn managed_security_group_mode_and_byo_switching() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// TCP and UDP in one Service. (TCP+UDP on one port with one node port, the
-/// `TCP_UDP` case, is covered by the plan's unit tests: the API test server
-/// refuses a node port shared by two protocols.)
+/// TCP and UDP on different ports of one Service (one port for both is the
+/// next test).
 #[tokio::test]
 async fn tcp_and_udp_ports_get_their_listeners_groups_and_node_rules() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
-    let svc: Service = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "dns", "namespace": "default", "annotations": {
-            "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
-        }},
-        "spec": {"type": "LoadBalancer", "selector": {"app": "dns"},
-                 "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
-                           {"name": "syslog", "port": 514, "protocol": "UDP", "nodePort": 30514}]}
-    }))?;
+    let svc = dns_service(
+        serde_json::json!([{"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
+                           {"name": "syslog", "port": 514, "protocol": "UDP", "nodePort": 30514}]),
+    );
     let (svc, _ccm) = one_node_nlb(&env, &cloud, &svc).await?;
     let (got, protocols) = listeners_and_groups(&cloud, &svc).await?;
     assert_eq!(got, vec![(53, "TCP".into()), (514, "UDP".into())]);
@@ -1261,15 +1262,10 @@ async fn tcp_and_udp_ports_get_their_listeners_groups_and_node_rules() -> anyhow
 async fn tcp_and_udp_on_one_port_share_a_tcp_udp_listener_and_group() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
-    let svc: Service = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "dns", "namespace": "default", "annotations": {
-            "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
-        }},
-        "spec": {"type": "LoadBalancer", "selector": {"app": "dns"},
-                 "ports": [{"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
-                           {"name": "dns-udp", "port": 53, "protocol": "UDP", "nodePort": 30053}]}
-    }))?;
+    let svc = dns_service(
+        serde_json::json!([{"name": "dns-tcp", "port": 53, "protocol": "TCP", "nodePort": 30053},
+                           {"name": "dns-udp", "port": 53, "protocol": "UDP", "nodePort": 30053}]),
+    );
     let (svc, _ccm) = one_node_nlb(&env, &cloud, &svc).await?;
     let (got, groups) = listeners_and_groups(&cloud, &svc).await?;
     assert_eq!(got, vec![(53, "TCP_UDP".to_string())]);
