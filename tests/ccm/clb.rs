@@ -968,12 +968,11 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
         set([&i1, &i3, &i4].map(|s| s.as_str()))
     );
 
-    step!(
-        "remove a node",
-        nodes.delete("n4", &DeleteParams::default()).await?,
-        &[("DeregisterInstancesFromLoadBalancer", 1)]
-    );
-
+    // Label n1 before the next node event: the label alone triggers no sync
+    // (no Service selects nodes by it yet), and the Node watch is one ordered
+    // stream, so once the sync for n4's deletion has run the CCM has seen the
+    // label. Patching it just before the Service races the two watches: the
+    // Service sync could see no node with the label and deregister them all.
     nodes
         .patch(
             "n1",
@@ -981,6 +980,12 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
             &Patch::Merge(serde_json::json!({"metadata": {"labels": {"pool": "web"}}})),
         )
         .await?;
+    step!(
+        "remove a node",
+        nodes.delete("n4", &DeleteParams::default()).await?,
+        &[("DeregisterInstancesFromLoadBalancer", 1)]
+    );
+
     step!(
         "target-node-labels",
         patch_svc(
