@@ -16,7 +16,11 @@ toolchain="$(sed -n 's/^FROM rust:\([0-9.]*\)-bookworm.*/\1/p' "$df")"
 msrv="$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)"
 [ "$(printf '%s\n%s\n' "$msrv" "$toolchain" | sort -V | head -1)" = "$msrv" ] \
   || fail "rust:$toolchain is older than rust-version $msrv"
-make -n release | grep -q -- 'cargo build --release --locked --bin aws-cloud-controller-manager' \
+# Read make's whole output before matching: `make -n | grep -q` under
+# pipefail fails whenever grep exits before a sub-make prints its
+# "Leaving directory" line (SIGPIPE), which made this check flaky.
+release_recipe="$(make -n release)"
+grep -q -- 'cargo build --release --locked --bin aws-cloud-controller-manager' <<<"$release_recipe" \
   || fail "'make release' must be cargo build --release --locked --bin aws-cloud-controller-manager"
 # COPY lines list several sources separated by spaces: split on words.
 # shellcheck disable=SC2013
