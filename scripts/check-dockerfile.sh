@@ -14,7 +14,7 @@ grep -q '^USER 65532:65532$' "$df" || fail "must run as 65532:65532"
 grep -q '^ENTRYPOINT \["/usr/local/bin/aws-cloud-controller-manager"\]$' "$df" || fail "entrypoint must be /usr/local/bin/aws-cloud-controller-manager"
 toolchain="$(sed -n 's/^FROM rust:\([0-9.]*\)-bookworm.*/\1/p' "$df")"
 msrv="$(sed -n 's/^rust-version = "\(.*\)"/\1/p' Cargo.toml)"
-[ "$(printf '%s\n%s\n' "$msrv" "$toolchain" | sort -V | head -1)" = "$msrv" ] \
+[ "$(printf '%s\n%s\n' "$msrv" "$toolchain" | sort -V | sed -n 1p)" = "$msrv" ] \
   || fail "rust:$toolchain is older than rust-version $msrv"
 # Read make's whole output before matching: `make -n | grep -q` under
 # pipefail fails whenever grep exits before a sub-make prints its
