@@ -160,12 +160,23 @@ mod tests {
             "spec": {"providerID": "aws:///us-east-1a/i-1", "podCIDR": "10.1.0.0/24",
                      "taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]},
             "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
-                       "conditions": [{"type": "Ready", "status": "True"}],
-                       "nodeInfo": {"kubeletVersion": "v1.31.0", "architecture": "amd64", "bootID": "", "containerRuntimeVersion": "",
-                                    "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "operatingSystem": "linux",
-                                    "osImage": "", "systemUUID": ""}},
+                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"},
+                                      {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"}]},
         });
         let mut full = kept.clone();
+        full["status"]["conditions"] = serde_json::json!([
+            {"type": "MemoryPressure", "status": "False"},
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+            {"type": "DiskPressure", "status": "False"},
+            {"type": "NetworkUnavailable", "status": "False", "reason": "RouteCreated"}]);
+        full["status"]["nodeInfo"] = serde_json::json!({"kubeletVersion": "v1.31.0", "architecture": "amd64", "bootID": "",
+            "containerRuntimeVersion": "", "kernelVersion": "", "kubeProxyVersion": "", "machineID": "",
+            "operatingSystem": "linux", "osImage": "", "systemUUID": ""});
+        full["status"]["capacity"] =
+            serde_json::json!({"cpu": "2", "memory": "7910660Ki", "pods": "29"});
+        full["status"]["allocatable"] =
+            serde_json::json!({"cpu": "2", "memory": "7910660Ki", "pods": "29"});
+        full["status"]["daemonEndpoints"] = serde_json::json!({"kubeletEndpoint": {"Port": 10250}});
         full["metadata"]["managedFields"] = serde_json::json!([{"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]);
         full["metadata"]["annotations"][LAST_APPLIED] = "{}".into();
         full["status"]["images"] =
@@ -208,7 +219,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, NodeStatus, Service};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -270,20 +281,35 @@ pub async fn changed_or(changes: &mut watch::Receiver<u64>, at_most: Duration) {
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
-/// Drops from a Node, before it is cached, what no controller reads and a
-/// kubelet fills: the image list (up to 50 entries, often half a Node's
-/// size), the volume lists, `managedFields` and kubectl's last-applied
-/// copy. Every Node write is a merge patch of named fields, so nothing
-/// dropped here is ever written back.
+/// Node conditions a controller reads: `Ready` (node lifecycle) and
+/// `NetworkUnavailable` (routes). The kubelet's pressure conditions are
+/// dropped.
+const KEPT_CONDITIONS: [&str; 2] = ["Ready", "NetworkUnavailable"];
+
+/// Keeps of a Node, before it is cached, only what some controller reads.
+/// The status keeps its addresses and the [`KEPT_CONDITIONS`]; the rest of
+/// it (images, often half a Node's size, volumes, capacity, allocatable,
+/// nodeInfo, daemon endpoints and whatever a newer kubelet adds) is
+/// dropped, and so are `managedFields` and kubectl's last-applied copy.
+/// At 5,000 nodes the cache is most of the CCM's memory. Every Node write
+/// is a merge or strategic patch of named fields, so nothing dropped here
+/// is ever written back.
 pub fn slim_node(node: &mut Node) {
     node.metadata.managed_fields = None;
     if let Some(annotations) = node.metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
     }
-    if let Some(status) = node.status.as_mut() {
-        status.images = None;
-        status.volumes_attached = None;
-        status.volumes_in_use = None;
+    if let Some(status) = node.status.take() {
+        let conditions = status.conditions.map(|all| {
+            all.into_iter()
+                .filter(|c| KEPT_CONDITIONS.contains(&c.type_.as_str()))
+                .collect()
+        });
+        node.status = Some(NodeStatus {
+            addresses: status.addresses,
+            conditions,
+            ..NodeStatus::default()
+        });
     }
 }
 
@@ -294,6 +320,12 @@ pub fn slim_service(svc: &mut Service) {
         annotations.remove(LAST_APPLIED);
     }
 }
+
+/// Nodes per list page. A page is read and parsed whole before
+/// [`slim_node`] sees it, and kubelet-written Nodes run 10-50 KB each: 100
+/// keeps that transient near a few MB where kube's default of 500 made it
+/// 5-25 MB. 5,000 Nodes take 50 list calls instead of 10, once per relist.
+const NODE_LIST_PAGE: u32 = 100;
 
 /// Starts the shared informers, waits for their first list, then runs every
 /// enabled controller until `stop` is cancelled. `ready` turns true once the
@@ -306,7 +338,11 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
     let (service_changed, service_changes) = watch::channel(0u64);
     let node_informer = reflector::reflector(
         node_writer,
-        watcher(Api::<Node>::all(kube.clone()), watcher::Config::default()).modify(slim_node),
+        watcher(
+            Api::<Node>::all(kube.clone()),
+            watcher::Config::default().page_size(NODE_LIST_PAGE),
+        )
+        .modify(slim_node),
     )
     .default_backoff()
     .for_each(move |_| {
