@@ -23,7 +23,9 @@ fn main() -> ExitCode {
     // provider once so none of them has to guess.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 
+    limit_malloc_arenas();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads())
         .enable_all()
         .build()
     {
@@ -41,6 +43,35 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Runtime worker threads: one per core up to [`MAX_WORKERS`]. The CCM
+/// waits on the network almost all the time; tokio's default of one thread
+/// per core gives a 64-core node 64 threads (and, with glibc, up to 64 malloc
+/// arenas) for no throughput.
+fn worker_threads() -> usize {
+    std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(MAX_WORKERS)
+}
+
+const MAX_WORKERS: usize = 4;
+
+/// glibc gives each thread that contends for the heap its own arena (up to
+/// 8 per core), and memory freed in one arena is not reused by another: a
+/// multi-threaded runtime fragments into many half-empty heaps. Two arenas
+/// are plenty for a few workers. Measured in the scale benchmark (README,
+/// "Scale"). Must run before any thread starts.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn limit_malloc_arenas() {
+    // SAFETY: mallopt only sets allocator parameters; it is called before
+    // any other thread exists, so nothing allocates concurrently.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn limit_malloc_arenas() {}
 
 /// `--v` as klog levels: 0-1 info, 2-3 info plus our debug, 4-5 debug, 6+ trace.
 /// `RUST_LOG` overrides when set.
