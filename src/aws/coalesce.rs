@@ -220,6 +220,10 @@ where
             match &state.in_flight {
                 Some(shared) => shared.clone(),
                 None => {
+                    // The expired value serves no one from here on: drop it
+                    // now rather than when the new one lands, so the two
+                    // (two 5,000-instance sweeps) are not held at once.
+                    state.cached = None;
                     let generation = state.generation;
                     let work = start();
                     let slot = self.state.clone();
@@ -462,6 +466,45 @@ mod tests {
 
         flight.invalidate();
         assert_eq!(*flight.get(start(runs.clone())).await.expect("fresh"), 3);
+    }
+
+    /// A refresh releases the expired value when it starts, not when it
+    /// ends: a large value is never held twice by the cache.
+    #[tokio::test(start_paused = true)]
+    async fn single_flight_releases_the_expired_value_before_refreshing() {
+        let flight: SingleFlight<Arc<u32>> =
+            SingleFlight::new(Operation::Ec2DescribeInstances, Duration::from_secs(30));
+        let old = Arc::downgrade(
+            &flight
+                .get(|| async { Ok(Arc::new(1)) }.boxed())
+                .await
+                .expect("first"),
+        );
+        assert!(old.upgrade().is_some(), "cached");
+        tokio::time::advance(Duration::from_secs(31)).await;
+        let (release, released) = tokio::sync::oneshot::channel::<()>();
+        let refresh = tokio::spawn({
+            let flight = flight.clone();
+            async move {
+                flight
+                    .get(|| {
+                        async move {
+                            let _ = released.await;
+                            Ok(Arc::new(2))
+                        }
+                        .boxed()
+                    })
+                    .await
+            }
+        });
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(
+            old.upgrade().is_none(),
+            "expired value dropped while the refresh runs"
+        );
+        release.send(()).expect("refresh waiting");
+        assert_eq!(*refresh.await.expect("task").expect("fresh"), 2);
     }
 
     #[tokio::test(start_paused = true)]
