@@ -111,6 +111,26 @@ pub struct Ec2Instance {
     pub security_groups: Vec<SecurityGroupRef>,
 }
 
+/// The instance tags the CCM reads: cluster membership
+/// (`kubernetes.io/cluster/*`, `KubernetesCluster`) and `Name`. Every
+/// instance of the cluster is cached in the sweep, and instances launched by
+/// kOps, Karpenter or an autoscaling group carry ten or more tags the CCM
+/// never looks at (launch template, autoscaling group, CloudFormation, cost
+/// allocation): they are dropped as the instance is parsed.
+fn kept_tags(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
+    super::tags::key_values(
+        tags.iter()
+            .filter(|t| {
+                t.key().is_some_and(|k| {
+                    k.starts_with(super::tags::CLUSTER_TAG_PREFIX)
+                        || k == LEGACY_CLUSTER_TAG
+                        || k == "Name"
+                })
+            })
+            .map(|t| (t.key(), t.value())),
+    )
+}
+
 /// Parses an optional address. EC2 sends empty strings for "none" in some
 /// places; an address that does not parse is dropped with a warning rather
 /// than failing the whole instance (one odd field must not hide a node).
@@ -196,7 +216,7 @@ impl Ec2Instance {
             private_ip: parse_ip(&id, "private_ip_address", instance.private_ip_address()),
             public_ip: parse_ip(&id, "public_ip_address", instance.public_ip_address()),
             network_interfaces,
-            tags: super::tags::from_ec2(instance.tags()),
+            tags: kept_tags(instance.tags()),
             source_dest_check: instance.source_dest_check(),
             subnet_id: non_empty(instance.subnet_id()),
             vpc_id: non_empty(instance.vpc_id()),
@@ -327,6 +347,12 @@ mod tests {
                     .build(),
             )
             .tags(Tag::builder().key("Name").value("node-a").build())
+            .tags(
+                Tag::builder()
+                    .key("aws:autoscaling:groupName")
+                    .value("nodes-us-east-1a")
+                    .build(),
+            )
             .source_dest_check(true)
             .subnet_id("subnet-1")
             .vpc_id("vpc-1")
@@ -367,9 +393,16 @@ mod tests {
             vec!["2600:1f18::5".parse::<Ipv6Addr>().expect("literal")]
         );
         assert_eq!(instance.network_interfaces[1].id, "eni-2");
+        // Only the tags the CCM reads are kept.
         assert_eq!(
-            instance.tags.get("Name").map(String::as_str),
-            Some("node-a")
+            instance.tags,
+            BTreeMap::from([
+                ("Name".to_string(), "node-a".to_string()),
+                (
+                    "kubernetes.io/cluster/demo".to_string(),
+                    "owned".to_string()
+                ),
+            ])
         );
         assert_eq!(instance.source_dest_check, Some(true));
         assert_eq!(instance.subnet_id.as_deref(), Some("subnet-1"));
