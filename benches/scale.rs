@@ -352,10 +352,7 @@ impl World {
             subnet_id: self.subnet.clone(),
             vpc_id: self.vpc.clone(),
             security_group_ids: vec![group_id.to_string()],
-            tags: BTreeMap::from([(
-                format!("kubernetes.io/cluster/{CLUSTER_ID}"),
-                "owned".to_string(),
-            )]),
+            tags: kops_instance_tags(group_id),
         }
     }
 
@@ -583,6 +580,43 @@ fn describe_calls(calls: &CallCounts, service: &str) -> u64 {
 
 fn secs(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())
+}
+
+/// The tags an instance launched by kOps through an autoscaling group
+/// carries (the CCM keeps only the cluster tags and `Name`), less kOps's
+/// legacy `KubernetesCluster`: with it the sweep's second, legacy-tag query
+/// would find every instance again (README, "Scale").
+fn kops_instance_tags(group: &str) -> BTreeMap<String, String> {
+    let ig = format!("nodes-{group}");
+    [
+        (
+            format!("kubernetes.io/cluster/{CLUSTER_ID}"),
+            "owned".to_string(),
+        ),
+        ("Name".into(), format!("{ig}.{CLUSTER_ID}")),
+        ("k8s.io/role/node".into(), "1".into()),
+        ("kops.k8s.io/instancegroup".into(), ig.clone()),
+        (
+            "aws:autoscaling:groupName".into(),
+            format!("{ig}.{CLUSTER_ID}"),
+        ),
+        (
+            "aws:ec2launchtemplate:id".into(),
+            "lt-0a1b2c3d4e5f60718".into(),
+        ),
+        ("aws:ec2launchtemplate:version".into(), "3".into()),
+        ("k8s.io/cluster-autoscaler/enabled".into(), "1".into()),
+        (
+            format!("k8s.io/cluster-autoscaler/{CLUSTER_ID}"),
+            "1".into(),
+        ),
+        (
+            "k8s.io/cluster-autoscaler/node-template/label/kops.k8s.io/instancegroup".into(),
+            ig,
+        ),
+    ]
+    .into_iter()
+    .collect()
 }
 
 /// A Node as a kubelet on a kubeadm node registers it, with extra
