@@ -468,6 +468,13 @@ impl CloudConfig {
             .or(self.kubernetes_cluster_tag.as_deref())
     }
 
+    /// Whether the cluster ID is the legacy `KubernetesClusterTag` (no
+    /// `KubernetesClusterID`): the cluster's instances carry the legacy
+    /// `KubernetesCluster` tag.
+    pub fn cluster_id_is_legacy(&self) -> bool {
+        self.kubernetes_cluster_id.is_none() && self.kubernetes_cluster_tag.is_some()
+    }
+
     /// The region from the file: Region, else derived from Zone (us-east-1a -> us-east-1).
     pub fn region(&self) -> Option<String> {
         self.region.clone().or_else(|| {
@@ -592,6 +599,17 @@ signingregion = us-west-2
                 .cluster_id(),
             Some("old")
         );
+        assert!(
+            parse("[Global]\nKubernetesClusterTag=old\n")
+                .unwrap()
+                .cluster_id_is_legacy()
+        );
+        assert!(
+            !parse("[Global]\nKubernetesClusterTag=old\nKubernetesClusterID=new\n")
+                .unwrap()
+                .cluster_id_is_legacy()
+        );
+        assert!(!cfg.cluster_id_is_legacy());
         // A bare boolean key means true, as in gcfg.
         assert!(
             parse("[Global]\nDisableSecurityGroupIngress\n")

@@ -57,8 +57,14 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     };
     let base = clients::base_config(&region).await;
     let sdk = clients::build(&base, &cloud, &region);
-    let cluster_id = resolve_cluster_id(&cloud, &sdk, opts, opts.allow_untagged_cloud).await?;
-    let aws = AwsClient::new(sdk, cluster_id.clone(), opts.aws_client_options());
+    let (cluster_id, legacy_tag) =
+        resolve_cluster_id(&cloud, &sdk, opts, opts.allow_untagged_cloud).await?;
+    let mut client_options = opts.aws_client_options();
+    // As the Go CCM: the sweep queries the legacy `KubernetesCluster` tag
+    // only for a cluster identified by it. kOps puts both tags on every
+    // instance, so querying both would read each instance twice.
+    client_options.legacy_cluster_tag = legacy_tag;
+    let aws = AwsClient::new(sdk, cluster_id.clone(), client_options);
     tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
 
     let kube_config =
@@ -200,15 +206,16 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
 
 /// The cluster ID: from cloud.conf, else from this instance's tags (found
 /// through the instance metadata service), else empty when
-/// `--allow-untagged-cloud` is set.
+/// `--allow-untagged-cloud` is set. The flag says whether it came from the
+/// legacy `KubernetesCluster` tag (or `KubernetesClusterTag`).
 async fn resolve_cluster_id(
     cloud: &CloudConfig,
     sdk: &SdkClients,
     opts: &crate::options::Options,
     allow_untagged: bool,
-) -> anyhow::Result<String> {
+) -> anyhow::Result<(String, bool)> {
     if let Some(id) = cloud.cluster_id() {
-        return Ok(id.to_string());
+        return Ok((id.to_string(), cloud.cluster_id_is_legacy()));
     }
     let discovered = async {
         let instance_id = clients::imds::instance_id()
@@ -227,10 +234,10 @@ async fn resolve_cluster_id(
     }
     .await;
     match discovered {
-        Ok(Some(id)) => Ok(id),
+        Ok(Some(found)) => Ok(found),
         Ok(None) | Err(_) if allow_untagged => {
             tracing::warn!("no cluster ID in cloud.conf or on this instance; running untagged (--allow-untagged-cloud) — resources cannot be attributed to this cluster");
-            Ok(String::new())
+            Ok((String::new(), false))
         }
         Ok(None) => anyhow::bail!(
             "no cluster ID: set KubernetesClusterID in the [Global] section of cloud.conf, or tag this instance kubernetes.io/cluster/<cluster-id>=owned (or pass --allow-untagged-cloud)"
@@ -242,18 +249,21 @@ async fn resolve_cluster_id(
 }
 
 /// Upstream rule: `kubernetes.io/cluster/<id>` gives the ID; the legacy
-/// `KubernetesCluster=<id>` tag is used when the new one is absent.
-pub fn cluster_id_from_tags<'a>(tags: impl Iterator<Item = (&'a str, &'a str)>) -> Option<String> {
+/// `KubernetesCluster=<id>` tag is used when the new one is absent (then the
+/// flag is true).
+pub fn cluster_id_from_tags<'a>(
+    tags: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Option<(String, bool)> {
     let mut legacy = None;
     for (key, value) in tags {
         if let Some(id) = key
             .strip_prefix(CLUSTER_TAG_PREFIX)
             .filter(|id| !id.is_empty())
         {
-            return Some(id.to_string());
+            return Some((id.to_string(), false));
         }
         if key == LEGACY_CLUSTER_TAG && !value.is_empty() {
-            legacy = Some(value.to_string());
+            legacy = Some((value.to_string(), true));
         }
     }
     legacy
@@ -276,13 +286,13 @@ mod tests {
             ("Name", "x"),
         ];
         assert_eq!(
-            cluster_id_from_tags(tags.iter().copied()).as_deref(),
-            Some("new")
+            cluster_id_from_tags(tags.iter().copied()),
+            Some(("new".to_string(), false))
         );
         let tags = [("KubernetesCluster", "old")];
         assert_eq!(
-            cluster_id_from_tags(tags.iter().copied()).as_deref(),
-            Some("old")
+            cluster_id_from_tags(tags.iter().copied()),
+            Some(("old".to_string(), true))
         );
         assert_eq!(cluster_id_from_tags([("Name", "x")].iter().copied()), None);
     }

@@ -68,8 +68,9 @@ pub struct ClientOptions {
     /// How long a cluster sweep stays fresh.
     pub sweep_ttl: Duration,
     /// Whether the sweep also finds instances tagged with the legacy
-    /// `KubernetesCluster=<id>` tag (one extra call per sweep; the Go CCM
-    /// counts those as cluster members too).
+    /// `KubernetesCluster=<id>` tag: a second query, as long as the first
+    /// when instances carry both tags (kOps). The manager sets it, as the Go
+    /// CCM does, only for a cluster identified by the legacy tag.
     pub legacy_cluster_tag: bool,
     /// How long the zone name → zone ID map stays fresh.
     pub zone_ttl: Duration,
@@ -850,6 +851,23 @@ mod tests {
         aws.invalidate_sweep();
         aws.cluster_instances().await.expect("fresh");
         assert_eq!(stub.calls("DescribeInstances"), 8);
+
+        // A cluster identified by the current tag makes the one query.
+        let aws = client_for(
+            &stub,
+            ClientOptions {
+                legacy_cluster_tag: false,
+                ..fast_options()
+            },
+        )
+        .await;
+        let sweep = aws.cluster_instances().await.expect("sweep");
+        assert_eq!(sweep.len(), 2300);
+        assert_eq!(
+            stub.calls("DescribeInstances"),
+            11,
+            "3 pages, no legacy query"
+        );
     }
 
     #[tokio::test]
