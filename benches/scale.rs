@@ -583,9 +583,7 @@ fn secs(d: Duration) -> String {
 }
 
 /// The tags an instance launched by kOps through an autoscaling group
-/// carries (the CCM keeps only the cluster tags and `Name`), less kOps's
-/// legacy `KubernetesCluster`: with it the sweep's second, legacy-tag query
-/// would find every instance again (README, "Scale").
+/// carries (the CCM keeps only the cluster tags and `Name`).
 fn kops_instance_tags(group: &str) -> BTreeMap<String, String> {
     let ig = format!("nodes-{group}");
     [
@@ -593,6 +591,7 @@ fn kops_instance_tags(group: &str) -> BTreeMap<String, String> {
             format!("kubernetes.io/cluster/{CLUSTER_ID}"),
             "owned".to_string(),
         ),
+        ("KubernetesCluster".into(), CLUSTER_ID.to_string()),
         ("Name".into(), format!("{ig}.{CLUSTER_ID}")),
         ("k8s.io/role/node".into(), "1".into()),
         ("kops.k8s.io/instancegroup".into(), ig.clone()),
