@@ -178,35 +178,31 @@ async fn listeners_and_groups(
         .load_balancer_arn(arn)
         .send()
         .await?;
-    let mut ports: Vec<(i32, String)> = listeners
-        .listeners()
-        .iter()
-        .map(|l| {
-            (
-                l.port().unwrap(),
-                l.protocol().unwrap().as_str().to_string(),
-            )
-        })
-        .collect();
-    ports.sort();
+    let ports = port_protocols(
+        listeners
+            .listeners()
+            .iter()
+            .map(|l| (l.port(), l.protocol())),
+    );
     let tgs = cloud
         .elbv2
         .describe_target_groups()
         .load_balancer_arn(arn)
         .send()
         .await?;
-    let mut groups: Vec<(i32, String)> = tgs
-        .target_groups()
-        .iter()
-        .map(|g| {
-            (
-                g.port().unwrap(),
-                g.protocol().unwrap().as_str().to_string(),
-            )
-        })
-        .collect();
-    groups.sort();
+    let groups = port_protocols(tgs.target_groups().iter().map(|g| (g.port(), g.protocol())));
     Ok((ports, groups))
+}
+
+/// Sorted (port, protocol) pairs of listeners or target groups.
+fn port_protocols<'a>(
+    items: impl Iterator<Item = (Option<i32>, Option<&'a elbv2::types::ProtocolEnum>)>,
+) -> Vec<(i32, String)> {
+    let mut pairs: Vec<(i32, String)> = items
+        .map(|(port, protocol)| (port.unwrap(), protocol.unwrap().as_str().to_string()))
+        .collect();
+    pairs.sort();
+    pairs
 }
 
 #[tokio::test]
