@@ -28,21 +28,6 @@ pub const MAX_SEEN: usize = 4096;
 /// A repeat within this long of the last one joins its series (kube: 6 min).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Kind {
-    Normal,
-    Warning,
-}
-
-impl Kind {
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Normal => "Normal",
-            Kind::Warning => "Warning",
-        }
-    }
-}
-
 /// Publishes events as one controller (`reportingController`).
 #[derive(Clone)]
 pub struct Events {
@@ -67,17 +52,16 @@ impl Events {
     }
 
     pub async fn normal(&self, object: &ObjectReference, reason: &str, note: impl Into<String>) {
-        self.publish(object, Kind::Normal, reason, note.into())
-            .await;
+        self.publish(object, "Normal", reason, note.into()).await;
     }
 
     pub async fn warning(&self, object: &ObjectReference, reason: &str, note: impl Into<String>) {
-        self.publish(object, Kind::Warning, reason, note.into())
-            .await;
+        self.publish(object, "Warning", reason, note.into()).await;
     }
 
-    async fn publish(&self, object: &ObjectReference, kind: Kind, reason: &str, note: String) {
-        if let Err(e) = self.try_publish(object, kind, reason, note).await {
+    /// `type_` is the event type, `Normal` or `Warning`.
+    async fn publish(&self, object: &ObjectReference, type_: &str, reason: &str, note: String) {
+        if let Err(e) = self.try_publish(object, type_, reason, note).await {
             tracing::warn!(error = %e, reason, object = ?object.name, "failed to publish event");
         }
     }
@@ -85,14 +69,14 @@ impl Events {
     async fn try_publish(
         &self,
         object: &ObjectReference,
-        kind: Kind,
+        type_: &str,
         reason: &str,
         note: String,
     ) -> Result<(), kube::Error> {
         // Cluster-scoped objects (Nodes) get their events in `default`.
         let namespace = object.namespace.as_deref().unwrap_or("default");
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
-        let key = fingerprint(object, kind, reason);
+        let key = fingerprint(object, type_, reason);
         let now = k8s_openapi::jiff::Timestamp::now();
         let repeat = self.seen.lock().repeat(key, Instant::now());
         if let Some((name, count)) = repeat {
@@ -126,7 +110,7 @@ impl Events {
             regarding: Some(object.clone()),
             reporting_controller: Some(self.controller.clone()),
             reporting_instance: Some(self.instance.clone()),
-            type_: Some(kind.as_str().to_string()),
+            type_: Some(type_.to_string()),
             series: None::<EventSeries>,
             ..Event::default()
         };
@@ -138,14 +122,14 @@ impl Events {
 
 /// What makes two events "the same" for a series: the object, the type and
 /// the reason (the note may differ, as in client-go's aggregation).
-fn fingerprint(object: &ObjectReference, kind: Kind, reason: &str) -> u64 {
+fn fingerprint(object: &ObjectReference, type_: &str, reason: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (
         &object.kind,
         &object.namespace,
         &object.name,
         &object.uid,
-        kind.as_str(),
+        type_,
         reason,
     )
         .hash(&mut h);
