@@ -286,12 +286,100 @@ pub async fn cluster_groups(
     .await
 }
 
+/// Values EC2 takes in one filter; longer lists are split over calls.
+const MAX_FILTER_VALUES: usize = 200;
+
+/// Groups matching `fixed` and any of `values` for filter `name`, in as few
+/// calls as EC2's per-filter limit allows.
+async fn describe_any_of(
+    aws: &AwsClient,
+    fixed: &[aws_sdk_ec2::types::Filter],
+    name: &str,
+    values: &[String],
+) -> Result<Vec<SecurityGroup>, AwsError> {
+    let mut out = Vec::new();
+    for chunk in values.chunks(MAX_FILTER_VALUES) {
+        let mut filters = fixed.to_vec();
+        filters.push(filter(name, chunk.iter().cloned()));
+        out.extend(describe(aws, filters).await?);
+    }
+    Ok(out)
+}
+
 /// Groups by ID (those not found are left out).
 pub async fn by_ids(aws: &AwsClient, ids: &[String]) -> Result<Vec<SecurityGroup>, AwsError> {
-    if ids.is_empty() {
-        return Ok(Vec::new());
+    describe_any_of(aws, &[], "group-id", ids).await
+}
+
+/// The groups in `vpc_id` that `refs` point at (an instance's description
+/// names its groups), plus those named `extra_names`: one call by name, and
+/// one by ID only for a reference without a name. A name with a wildcard
+/// character can match more groups than asked for; those are dropped.
+pub async fn by_refs(
+    aws: &AwsClient,
+    vpc_id: &str,
+    refs: &[super::instances::SecurityGroupRef],
+    extra_names: &[String],
+) -> Result<Vec<SecurityGroup>, AwsError> {
+    let mut names: BTreeSet<String> = extra_names.iter().cloned().collect();
+    let mut ids: BTreeSet<&str> = BTreeSet::new();
+    let mut unnamed: BTreeSet<String> = BTreeSet::new();
+    for r in refs {
+        ids.insert(&r.id);
+        match &r.name {
+            Some(n) if !n.is_empty() => {
+                names.insert(n.clone());
+            }
+            _ => {
+                unnamed.insert(r.id.clone());
+            }
+        }
     }
-    describe(aws, vec![filter("group-id", ids.to_vec())]).await
+    let names: Vec<String> = names.into_iter().collect();
+    let unnamed: Vec<String> = unnamed.into_iter().collect();
+    let mut found =
+        describe_any_of(aws, &[filter("vpc-id", [vpc_id])], "group-name", &names).await?;
+    found.extend(by_ids(aws, &unnamed).await?);
+    found.retain(|g| ids.contains(g.id.as_str()) || extra_names.contains(&g.name));
+    found.sort_by(|a, b| a.id.cmp(&b.id));
+    found.dedup_by(|a, b| a.id == b.id);
+    Ok(found)
+}
+
+/// Groups in `vpc_id` with an ingress rule from group `source`: exactly the
+/// groups that admit a classic ELB's group, wherever they are. (EC2 refuses
+/// to delete a group that another group's rule still names.)
+pub async fn referencing(
+    aws: &AwsClient,
+    vpc_id: &str,
+    source: &str,
+) -> Result<Vec<SecurityGroup>, AwsError> {
+    describe(
+        aws,
+        vec![
+            filter("vpc-id", [vpc_id]),
+            filter("ip-permission.group-id", [source]),
+        ],
+    )
+    .await
+}
+
+/// Groups in `vpc_id` with an ingress rule starting at one of `ports`. A
+/// Service's node ports are unique in the cluster, so these are the groups
+/// that may hold an NLB's node rules.
+pub async fn with_rule_ports(
+    aws: &AwsClient,
+    vpc_id: &str,
+    ports: &BTreeSet<i32>,
+) -> Result<Vec<SecurityGroup>, AwsError> {
+    let ports: Vec<String> = ports.iter().map(i32::to_string).collect();
+    describe_any_of(
+        aws,
+        &[filter("vpc-id", [vpc_id])],
+        "ip-permission.from-port",
+        &ports,
+    )
+    .await
 }
 
 pub async fn create(

@@ -71,11 +71,12 @@ pub const SUBNET_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl AwsLoadBalancers {
     /// Node security group of each backend instance, as upstream chooses it:
-    /// the one cluster-tagged group, else the only group.
+    /// the one cluster-tagged group, else the only group. `groups` holds the
+    /// instance's groups (see [`Self::groups_of`]).
     fn node_group(
         &self,
         instance: &crate::aws::Ec2Instance,
-        cluster_groups: &BTreeMap<String, sg::SecurityGroup>,
+        groups: &BTreeMap<String, sg::SecurityGroup>,
     ) -> Result<Option<String>, LbError> {
         let ids: Vec<&str> = instance
             .security_groups
@@ -85,7 +86,11 @@ impl AwsLoadBalancers {
         let tagged: Vec<&str> = ids
             .iter()
             .copied()
-            .filter(|id| cluster_groups.contains_key(*id))
+            .filter(|id| {
+                groups
+                    .get(*id)
+                    .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
+            })
             .collect();
         match (tagged.len(), ids.len()) {
             (1, _) => Ok(Some(tagged[0].to_string())),
@@ -113,13 +118,50 @@ fn actual_group_is_shared(desired: &elb::Desired) -> bool {
 }
 
 impl AwsLoadBalancers {
+    /// The security groups of `instances` and the groups named
+    /// `extra_names` (a load balancer's owned group), by ID. What a sync
+    /// reads grows with the instance groups it reaches, not with the
+    /// cluster's load balancers: every owned group carries the cluster tag,
+    /// so reading all cluster-tagged groups grew with each Service.
+    async fn groups_of(
+        &self,
+        vpc_id: &str,
+        instances: &[&crate::aws::Ec2Instance],
+        extra_names: &[String],
+    ) -> Result<BTreeMap<String, sg::SecurityGroup>, LbError> {
+        let mut refs: Vec<crate::aws::instances::SecurityGroupRef> = instances
+            .iter()
+            .flat_map(|i| i.security_groups.iter().cloned())
+            .collect();
+        refs.sort_by(|a, b| a.id.cmp(&b.id));
+        refs.dedup_by(|a, b| a.id == b.id);
+        Ok(sg::by_refs(&self.aws, vpc_id, &refs, extra_names)
+            .await?
+            .into_iter()
+            .map(|g| (g.id.clone(), g))
+            .collect())
+    }
+
+    /// Adds the groups in `vpc_id` whose rules admit group `source`.
+    async fn add_referencing(
+        &self,
+        groups: &mut BTreeMap<String, sg::SecurityGroup>,
+        vpc_id: &str,
+        source: &str,
+    ) -> Result<(), LbError> {
+        for g in sg::referencing(&self.aws, vpc_id, source).await? {
+            groups.entry(g.id.clone()).or_insert(g);
+        }
+        Ok(())
+    }
+
     /// Node groups reached by other classic ELBs that use `group`; `None`
     /// when one of their instances cannot be placed (then nothing is revoked).
     async fn node_groups_used_by_others(
         &self,
         group: &str,
         this_lb: &str,
-        cluster_groups: &BTreeMap<String, sg::SecurityGroup>,
+        vpc_id: &str,
     ) -> Result<Option<BTreeSet<String>>, LbError> {
         // The sweep is cached: this is no extra DescribeInstances.
         let swept = self.aws.cluster_instances().await?;
@@ -128,6 +170,8 @@ impl AwsLoadBalancers {
             .filter(|i| !i.state.is_terminated())
             .map(|i| (i.id.as_str(), i))
             .collect();
+        let live: Vec<&crate::aws::Ec2Instance> = by_id.values().copied().collect();
+        let instance_groups = self.groups_of(vpc_id, &live, &[]).await?;
         let mut needed = BTreeSet::new();
         for other in elb::io::list_all(&self.aws).await? {
             if other.name == this_lb || !other.security_groups.iter().any(|g| g == group) {
@@ -137,7 +181,7 @@ impl AwsLoadBalancers {
                 let Some(instance) = by_id.get(id.as_str()) else {
                     return Ok(None);
                 };
-                match self.node_group(instance, cluster_groups) {
+                match self.node_group(instance, &instance_groups) {
                     Ok(Some(g)) => {
                         needed.insert(g);
                     }
@@ -228,31 +272,23 @@ impl AwsLoadBalancers {
 
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
 
-        // One read of the cluster's groups serves owned group, node groups and rules.
-        let cluster_groups: BTreeMap<String, sg::SecurityGroup> =
-            sg::cluster_groups(aws, &vpc_id, &self.cluster_id)
-                .await?
-                .into_iter()
-                .map(|g| (g.id.clone(), g))
-                .collect();
+        // One read serves the owned group and the backends' node groups.
         let owned_name = elb::owned_group_name(&name);
-        let owned_group = cluster_groups
+        let mut all_groups = self
+            .groups_of(
+                &vpc_id,
+                &backends.iter().collect::<Vec<_>>(),
+                std::slice::from_ref(&owned_name),
+            )
+            .await?;
+        let owned_group = all_groups
             .values()
-            .find(|g| g.name == owned_name)
+            .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
             .cloned();
 
         let mut node_groups = BTreeSet::new();
         for i in &backends {
-            node_groups.extend(self.node_group(i, &cluster_groups)?);
-        }
-        let untagged: Vec<String> = node_groups
-            .iter()
-            .filter(|g| !cluster_groups.contains_key(*g))
-            .cloned()
-            .collect();
-        let mut all_groups = cluster_groups.clone();
-        for g in sg::by_ids(aws, &untagged).await? {
-            all_groups.insert(g.id.clone(), g);
+            node_groups.extend(self.node_group(i, &all_groups)?);
         }
 
         let subnet_ids: BTreeSet<String> =
@@ -277,6 +313,11 @@ impl AwsLoadBalancers {
             Some(elb::GroupRef::Id(id)) => Some(id.clone()),
             _ => owned_group.as_ref().map(|g| g.id.clone()),
         };
+        // Every group that admits the load balancer's group, backend or not:
+        // a group that stopped being a backend's still has the rule.
+        if let Some(id) = &lb_group {
+            self.add_referencing(&mut all_groups, &vpc_id, id).await?;
+        }
         let node_groups_with_rule = match &lb_group {
             Some(id) => {
                 let rule = Rule::all_from_group(id);
@@ -295,14 +336,17 @@ impl AwsLoadBalancers {
             (Some(g), Some(want))
                 if actual_group_is_shared(&desired) && !node_groups_with_rule.is_subset(want) =>
             {
-                self.node_groups_used_by_others(g, &name, &cluster_groups)
-                    .await?
+                self.node_groups_used_by_others(g, &name, &vpc_id).await?
             }
             _ => None,
         };
         // An owned group the Service no longer wants: which node groups admit it.
         let owned_group_node_rules = match &owned_group {
             Some(g) if desired.owned_group.is_none() => {
+                if lb_group.as_ref() != Some(&g.id) {
+                    self.add_referencing(&mut all_groups, &vpc_id, &g.id)
+                        .await?;
+                }
                 let rule = Rule::all_from_group(&g.id);
                 all_groups
                     .values()
@@ -355,26 +399,18 @@ impl AwsLoadBalancers {
         .await?
         .into_iter()
         .next();
+        // Every group whose rules admit the owned group: EC2 refuses to
+        // delete a group another group's rule still names.
         let mut node_groups_with_rule = BTreeSet::new();
         if let Some(g) = &owned_group
             && let Some(vpc) = &g.vpc_id
         {
             let rule = Rule::all_from_group(&g.id);
-            let mut candidates = sg::cluster_groups(aws, vpc, &self.cluster_id).await?;
-            // Untagged single node groups are opened too: look at the backends'.
-            let swept = aws.cluster_instances().await?;
-            let extra: Vec<String> = swept
-                .iter()
-                .flat_map(|i| i.security_groups.iter().map(|s| s.id.clone()))
-                .filter(|id| !candidates.iter().any(|c| &c.id == id))
-                .collect::<BTreeSet<_>>()
+            node_groups_with_rule = sg::referencing(aws, vpc, &g.id)
+                .await?
                 .into_iter()
-                .collect();
-            candidates.extend(sg::by_ids(aws, &extra).await?);
-            node_groups_with_rule = candidates
-                .iter()
                 .filter(|c| c.id != g.id && c.ingress.contains(&rule))
-                .map(|c| c.id.clone())
+                .map(|c| c.id)
                 .collect();
         }
         // No owned group: the node rules admit the load balancer's first
@@ -394,22 +430,16 @@ impl AwsLoadBalancers {
                 .clone()
                 .or_else(|| swept.iter().find_map(|i| i.vpc_id.clone()));
             if let Some(vpc) = vpc {
-                let cluster_groups: BTreeMap<String, sg::SecurityGroup> =
-                    sg::cluster_groups(aws, &vpc, &self.cluster_id)
-                        .await?
-                        .into_iter()
-                        .map(|g| (g.id.clone(), g))
-                        .collect();
                 let rule = Rule::all_from_group(first);
-                node_groups_with_rule = cluster_groups
-                    .values()
+                node_groups_with_rule = sg::referencing(aws, &vpc, first)
+                    .await?
+                    .into_iter()
                     .filter(|g| &g.id != first && g.ingress.contains(&rule))
-                    .map(|g| g.id.clone())
+                    .map(|g| g.id)
                     .collect();
                 if !node_groups_with_rule.is_empty() {
-                    shared_group_needed = self
-                        .node_groups_used_by_others(first, &name, &cluster_groups)
-                        .await?;
+                    shared_group_needed =
+                        self.node_groups_used_by_others(first, &name, &vpc).await?;
                     shared_lb_group = Some(first.clone());
                 }
             }
@@ -525,9 +555,19 @@ impl AwsLoadBalancers {
             Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
             None => Vec::new(),
         };
-        // One read of the cluster's groups: the managed group and node groups.
-        let (groups, node_groups) = self.node_groups(&vpc_id, &backends).await?;
+        // One read serves the owned group and the backends' node groups.
         let owned_name = elb::owned_group_name(&name);
+        let mut groups = self
+            .groups_of(
+                &vpc_id,
+                &backends.iter().collect::<Vec<_>>(),
+                std::slice::from_ref(&owned_name),
+            )
+            .await?;
+        let mut node_groups = BTreeSet::new();
+        for i in &backends {
+            node_groups.extend(self.node_group(i, &groups)?);
+        }
         let owned_group = groups
             .values()
             .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
@@ -550,6 +590,17 @@ impl AwsLoadBalancers {
         if !self.cloud.disable_security_group_ingress {
             let cidrs = self.subnets.cidrs(aws, &vpc_id, &subnet_ids).await?;
             let rules = nlb::node_rules(&desired, &spec.source_ranges, &cidrs);
+            // Groups that already hold rules on this NLB's ports, backend or
+            // not: a group that stopped being a backend's still has them.
+            let ports: BTreeSet<i32> = rules
+                .client
+                .iter()
+                .chain(&rules.health)
+                .map(|r| r.from)
+                .collect();
+            for g in sg::with_rule_ports(aws, &vpc_id, &ports).await? {
+                groups.entry(g.id.clone()).or_insert(g);
+            }
             for g in groups.values() {
                 let want = node_groups.contains(&g.id).then_some(&rules);
                 let ch = nlb::node_group_changes(&name, &g.descriptions, want);
@@ -572,34 +623,6 @@ impl AwsLoadBalancers {
             changes: described,
             created,
         })
-    }
-
-    /// The cluster's groups in the VPC plus the backends' untagged ones, and
-    /// which of them are the backends' node groups.
-    async fn node_groups(
-        &self,
-        vpc_id: &str,
-        backends: &[crate::aws::Ec2Instance],
-    ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
-        let mut groups: BTreeMap<String, sg::SecurityGroup> =
-            sg::cluster_groups(&self.aws, vpc_id, &self.cluster_id)
-                .await?
-                .into_iter()
-                .map(|g| (g.id.clone(), g))
-                .collect();
-        let mut node_groups = BTreeSet::new();
-        for i in backends {
-            node_groups.extend(self.node_group(i, &groups)?);
-        }
-        let untagged: Vec<String> = node_groups
-            .iter()
-            .filter(|g| !groups.contains_key(*g))
-            .cloned()
-            .collect();
-        for g in sg::by_ids(&self.aws, &untagged).await? {
-            groups.insert(g.id.clone(), g);
-        }
-        Ok((groups, node_groups))
     }
 
     /// Deletes the Service's NLB, its target groups and its node rules.
@@ -664,21 +687,14 @@ impl AwsLoadBalancers {
         if let Some(vpc) = vpc
             && !self.cloud.disable_security_group_ingress
         {
-            let backends: Vec<crate::aws::Ec2Instance> = swept
-                .iter()
-                .filter(|i| !i.state.is_terminated())
-                .cloned()
-                .collect();
-            let groups = match self.node_groups(&vpc, &backends).await {
-                Ok((groups, _)) => groups,
-                // A node with an ambiguous group must not block deletion.
-                Err(LbError::Config(_)) => sg::cluster_groups(aws, &vpc, &self.cluster_id)
-                    .await?
-                    .into_iter()
-                    .map(|g| (g.id.clone(), g))
-                    .collect(),
-                Err(e) => return Err(e),
-            };
+            // Deletion is rare and must leave no rule: every cluster group,
+            // and every group an instance of the cluster is in.
+            let live: Vec<&crate::aws::Ec2Instance> =
+                swept.iter().filter(|i| !i.state.is_terminated()).collect();
+            let mut groups = self.groups_of(&vpc, &live, &[]).await?;
+            for g in sg::cluster_groups(aws, &vpc, &self.cluster_id).await? {
+                groups.entry(g.id.clone()).or_insert(g);
+            }
             for g in groups.values() {
                 let ch = nlb::node_group_changes(&name, &g.descriptions, None);
                 if !ch.revoke.is_empty() {

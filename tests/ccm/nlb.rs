@@ -1364,3 +1364,81 @@ async fn a_node_launched_after_the_cached_sweep_is_registered_at_once() -> anyho
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     Ok(())
 }
+
+/// An NLB's node rules follow its backends' node groups: a group whose
+/// nodes all leave the backends loses them, and gets them back when a node
+/// returns. A sync reads the backends' groups and the groups holding rules
+/// on the NLB's node ports, not every cluster-tagged group, so the group it
+/// must clean is found although it holds no backend any more.
+#[tokio::test]
+async fn nlb_node_rules_follow_the_backends_node_groups() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let group2 = seeded.node_group_named("nodes-2").await?;
+    let i2 = seeded.launch_in(&group2, 1).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PostParams::default();
+    nodes.create(&pp, &node("n0", &seeded.instances[0])).await?;
+    nodes.create(&pp, &node("n1", &i2[0])).await?;
+    let mut svc = nlb_service("web", serde_json::json!({}));
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(30080);
+    let services: Api<Service> = Api::namespaced(client, "default");
+    services.create(&pp, &svc).await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let has_client_rule = |group: String| {
+        let ec2 = seeded.ec2.clone();
+        async move {
+            let rules = node_rules(&ec2, &group).await.ok()?;
+            Some(
+                rules
+                    .iter()
+                    .any(|r| r.0 == "tcp" && r.1 == 30080 && r.2 == "0.0.0.0/0"),
+            )
+        }
+    };
+    let both = || async {
+        (has_client_rule(seeded.node_group.clone()).await == Some(true)
+            && has_client_rule(group2.clone()).await == Some(true))
+        .then_some(())
+    };
+    eventually("rules in both node groups", WAIT, both)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+
+    // n1, the only node in group 2, leaves the backends.
+    let exclude = |value: Option<&str>| {
+        serde_json::json!({"metadata": {"labels": {
+            "node.kubernetes.io/exclude-from-external-load-balancers": value}}})
+    };
+    nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(exclude(Some(""))),
+        )
+        .await?;
+    eventually("group 2's rule to go", WAIT, || async {
+        (has_client_rule(group2.clone()).await == Some(false)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert_eq!(
+        has_client_rule(seeded.node_group.clone()).await,
+        Some(true),
+        "group 1 still holds a backend"
+    );
+    assert!(
+        node_rules(&seeded.ec2, &group2).await?.is_empty(),
+        "no rule of the NLB may stay in group 2"
+    );
+
+    // n1 comes back: so does the rule.
+    nodes
+        .patch("n1", &PatchParams::default(), &Patch::Merge(exclude(None)))
+        .await?;
+    eventually("rules in both node groups again", WAIT, both)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    Ok(())
+}

@@ -329,6 +329,7 @@ pub fn tags(
 pub struct Seeded {
     pub conf: aws_config::SdkConfig,
     pub ec2: aws_sdk_ec2::Client,
+    pub vpc: String,
     pub subnet: String,
     pub node_group: String,
     pub instances: Vec<String>,
@@ -338,6 +339,29 @@ pub struct Seeded {
 impl Seeded {
     /// Launches `count` more cluster-tagged node instances.
     pub async fn launch(&self, count: i32) -> anyhow::Result<Vec<String>> {
+        self.launch_in(&self.node_group, count).await
+    }
+
+    /// Another cluster-tagged node security group, named `name`.
+    pub async fn node_group_named(&self, name: &str) -> anyhow::Result<String> {
+        let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+        let group = self
+            .ec2
+            .create_security_group()
+            .group_name(name)
+            .description(name)
+            .vpc_id(&self.vpc)
+            .tag_specifications(tags(
+                aws_sdk_ec2::types::ResourceType::SecurityGroup,
+                &[(&cluster_tag, "owned")],
+            ))
+            .send()
+            .await?;
+        Ok(group.group_id().unwrap_or_default().to_string())
+    }
+
+    /// Launches `count` cluster-tagged node instances in security group `group`.
+    pub async fn launch_in(&self, group: &str, count: i32) -> anyhow::Result<Vec<String>> {
         let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
         let run = self
             .ec2
@@ -346,7 +370,7 @@ impl Seeded {
             .min_count(count)
             .max_count(count)
             .subnet_id(&self.subnet)
-            .security_group_ids(&self.node_group)
+            .security_group_ids(group)
             .tag_specifications(tags(
                 aws_sdk_ec2::types::ResourceType::Instance,
                 &[(&cluster_tag, "owned")],
@@ -433,6 +457,7 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
     let mut seeded = Seeded {
         conf,
         ec2,
+        vpc: vpc_id,
         subnet: subnet_id,
         node_group,
         instances: Vec::new(),
