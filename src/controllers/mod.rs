@@ -156,7 +156,7 @@ mod tests {
         let kept = serde_json::json!({
             "metadata": {"name": "n1", "resourceVersion": "7", "uid": "u1",
                          "labels": {"node.kubernetes.io/instance-type": "m5.large"},
-                         "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+                         "annotations": {"alpha.kubernetes.io/provided-node-ip": "10.0.0.1"}},
             "spec": {"providerID": "aws:///us-east-1a/i-1", "podCIDR": "10.1.0.0/24",
                      "taints": [{"key": "node.cloudprovider.kubernetes.io/uninitialized", "value": "true", "effect": "NoSchedule"}]},
             "status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}],
@@ -179,6 +179,9 @@ mod tests {
         full["status"]["daemonEndpoints"] = serde_json::json!({"kubeletEndpoint": {"Port": 10250}});
         full["metadata"]["managedFields"] = serde_json::json!([{"manager": "kubelet", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:status": {}}}]);
         full["metadata"]["annotations"][LAST_APPLIED] = "{}".into();
+        full["metadata"]["annotations"]["node.alpha.kubernetes.io/ttl"] = "0".into();
+        full["metadata"]["annotations"]["csi.volume.kubernetes.io/nodeid"] =
+            r#"{"ebs.csi.aws.com":"i-1"}"#.into();
         full["status"]["images"] =
             serde_json::json!([{"names": ["registry.k8s.io/pause:3.10"], "sizeBytes": 320368}]);
         full["status"]["volumesInUse"] = serde_json::json!(["kubernetes.io/csi/ebs^vol-1"]);
@@ -286,18 +289,25 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// dropped.
 const KEPT_CONDITIONS: [&str; 2] = ["Ready", "NetworkUnavailable"];
 
+/// Node annotations a controller reads: the kubelet's `--node-ip` (node
+/// addresses). Kubelets, kubeadm, CSI drivers and CNI plugins add many more.
+const KEPT_NODE_ANNOTATIONS: [&str; 1] = [node::plan::PROVIDED_NODE_IP_ANNOTATION];
+
 /// Keeps of a Node, before it is cached, only what some controller reads.
 /// The status keeps its addresses and the [`KEPT_CONDITIONS`]; the rest of
 /// it (images, often half a Node's size, volumes, capacity, allocatable,
 /// nodeInfo, daemon endpoints and whatever a newer kubelet adds) is
-/// dropped, and so are `managedFields` and kubectl's last-applied copy.
+/// dropped, and so are `managedFields` and every annotation but the
+/// [`KEPT_NODE_ANNOTATIONS`]. Labels are kept whole: `target-node-labels`
+/// may name any of them.
 /// At 5,000 nodes the cache is most of the CCM's memory. Every Node write
 /// is a merge or strategic patch of named fields, so nothing dropped here
 /// is ever written back.
 pub fn slim_node(node: &mut Node) {
     node.metadata.managed_fields = None;
-    if let Some(annotations) = node.metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
+    if let Some(mut annotations) = node.metadata.annotations.take() {
+        annotations.retain(|k, _| KEPT_NODE_ANNOTATIONS.contains(&k.as_str()));
+        node.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
     }
     if let Some(status) = node.status.take() {
         let conditions = status.conditions.map(|all| {
