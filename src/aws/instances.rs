@@ -104,7 +104,7 @@ pub struct Ec2Instance {
     pub public_ip: Option<Ipv4Addr>,
     /// Sorted by device index.
     pub network_interfaces: Vec<NetworkInterface>,
-    pub tags: BTreeMap<String, String>,
+    pub tags: InstanceTags,
     pub source_dest_check: Option<bool>,
     pub subnet_id: Option<String>,
     pub vpc_id: Option<String>,
@@ -112,23 +112,90 @@ pub struct Ec2Instance {
 }
 
 /// The instance tags the CCM reads: cluster membership
-/// (`kubernetes.io/cluster/*`, `KubernetesCluster`) and `Name`. Every
-/// instance of the cluster is cached in the sweep, and instances launched by
-/// kOps, Karpenter or an autoscaling group carry ten or more tags the CCM
-/// never looks at (launch template, autoscaling group, CloudFormation, cost
+/// (`kubernetes.io/cluster/*`, `KubernetesCluster`). Every instance of the
+/// cluster is cached in the sweep, and instances launched by kOps, Karpenter
+/// or an autoscaling group carry ten or more tags the CCM never looks at
+/// (`Name`, launch template, autoscaling group, CloudFormation, cost
 /// allocation): they are dropped as the instance is parsed.
-fn kept_tags(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
+fn kept_tags(tags: &[aws_sdk_ec2::types::Tag]) -> InstanceTags {
     super::tags::key_values(
         tags.iter()
             .filter(|t| {
                 t.key().is_some_and(|k| {
-                    k.starts_with(super::tags::CLUSTER_TAG_PREFIX)
-                        || k == LEGACY_CLUSTER_TAG
-                        || k == "Name"
+                    k.starts_with(super::tags::CLUSTER_TAG_PREFIX) || k == LEGACY_CLUSTER_TAG
                 })
             })
             .map(|t| (t.key(), t.value())),
     )
+    .into()
+}
+
+/// An instance's kept tags, sorted by key. One or two entries in a flat
+/// list: a `BTreeMap` allocates a node of eleven slots (about 540 bytes)
+/// for even one entry, and the sweep holds one set per instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InstanceTags(Vec<(String, String)>);
+
+impl InstanceTags {
+    fn position(&self, key: &str) -> Result<usize, usize> {
+        self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
+    }
+
+    pub fn get(&self, key: &str) -> Option<&String> {
+        self.position(key).ok().map(|i| &self.0[i].1)
+    }
+
+    pub fn contains_key(&self, key: &str) -> bool {
+        self.position(key).is_ok()
+    }
+
+    /// Sets `key` to `value`, replacing an earlier value.
+    pub fn insert(&mut self, key: String, value: String) {
+        match self.position(&key) {
+            Ok(i) => self.0[i].1 = value,
+            Err(i) => self.0.insert(i, (key, value)),
+        }
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<String> {
+        self.position(key).ok().map(|i| self.0.remove(i).1)
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// `(key, value)` pairs in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &String> {
+        self.0.iter().map(|(k, _)| k)
+    }
+}
+
+impl From<BTreeMap<String, String>> for InstanceTags {
+    fn from(map: BTreeMap<String, String>) -> Self {
+        // A BTreeMap iterates in key order: the list is sorted.
+        let mut list: Vec<(String, String)> = map.into_iter().collect();
+        list.shrink_to_fit();
+        InstanceTags(list)
+    }
+}
+
+impl FromIterator<(String, String)> for InstanceTags {
+    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
+        iter.into_iter().collect::<BTreeMap<_, _>>().into()
+    }
+}
+
+impl Extend<(String, String)> for InstanceTags {
+    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
+        for (k, v) in iter {
+            self.insert(k, v);
+        }
+    }
 }
 
 /// Parses an optional address. EC2 sends empty strings for "none" in some
@@ -396,13 +463,10 @@ mod tests {
         // Only the tags the CCM reads are kept.
         assert_eq!(
             instance.tags,
-            BTreeMap::from([
-                ("Name".to_string(), "node-a".to_string()),
-                (
-                    "kubernetes.io/cluster/demo".to_string(),
-                    "owned".to_string()
-                ),
-            ])
+            InstanceTags::from(BTreeMap::from([(
+                "kubernetes.io/cluster/demo".to_string(),
+                "owned".to_string()
+            )]))
         );
         assert_eq!(instance.source_dest_check, Some(true));
         assert_eq!(instance.subnet_id.as_deref(), Some("subnet-1"));

@@ -280,7 +280,7 @@ pub mod fake {
                 .lock()
                 .instances
                 .get(id)
-                .map(|i| i.tags.clone())
+                .map(|i| i.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
                 .unwrap_or_default()
         }
 
@@ -419,7 +419,8 @@ pub mod fake {
             tags: BTreeMap::from([(
                 "kubernetes.io/cluster/test".to_string(),
                 "owned".to_string(),
-            )]),
+            )])
+            .into(),
             source_dest_check: Some(true),
             subnet_id: Some("subnet-1".into()),
             vpc_id: Some("vpc-1".into()),
