@@ -142,15 +142,22 @@ impl AwsLoadBalancers {
             .collect())
     }
 
-    /// Adds the groups in `vpc_id` whose rules admit group `source`.
+    /// Adds the groups in `vpc_id` whose rules admit group `source`. For a
+    /// group the cluster owns, every such group (only this CCM adds those
+    /// rules, and the group cannot be deleted while one remains); for a
+    /// shared group, only cluster-tagged ones: a rule someone added to a
+    /// group outside the cluster is not ours to revoke.
     async fn add_referencing(
         &self,
         groups: &mut BTreeMap<String, sg::SecurityGroup>,
         vpc_id: &str,
         source: &str,
+        source_is_owned: bool,
     ) -> Result<(), LbError> {
         for g in sg::referencing(&self.aws, vpc_id, source).await? {
-            groups.entry(g.id.clone()).or_insert(g);
+            if source_is_owned || tags::has_cluster_tag(&g.tags, &self.cluster_id) {
+                groups.entry(g.id.clone()).or_insert(g);
+            }
         }
         Ok(())
     }
@@ -316,7 +323,9 @@ impl AwsLoadBalancers {
         // Every group that admits the load balancer's group, backend or not:
         // a group that stopped being a backend's still has the rule.
         if let Some(id) = &lb_group {
-            self.add_referencing(&mut all_groups, &vpc_id, id).await?;
+            let owned = owned_group.as_ref().is_some_and(|g| &g.id == id);
+            self.add_referencing(&mut all_groups, &vpc_id, id, owned)
+                .await?;
         }
         let node_groups_with_rule = match &lb_group {
             Some(id) => {
@@ -344,7 +353,7 @@ impl AwsLoadBalancers {
         let owned_group_node_rules = match &owned_group {
             Some(g) if desired.owned_group.is_none() => {
                 if lb_group.as_ref() != Some(&g.id) {
-                    self.add_referencing(&mut all_groups, &vpc_id, &g.id)
+                    self.add_referencing(&mut all_groups, &vpc_id, &g.id, true)
                         .await?;
                 }
                 let rule = Rule::all_from_group(&g.id);
@@ -434,7 +443,11 @@ impl AwsLoadBalancers {
                 node_groups_with_rule = sg::referencing(aws, &vpc, first)
                     .await?
                     .into_iter()
-                    .filter(|g| &g.id != first && g.ingress.contains(&rule))
+                    .filter(|g| {
+                        &g.id != first
+                            && g.ingress.contains(&rule)
+                            && tags::has_cluster_tag(&g.tags, &self.cluster_id)
+                    })
                     .map(|g| g.id)
                     .collect();
                 if !node_groups_with_rule.is_empty() {
@@ -598,8 +611,16 @@ impl AwsLoadBalancers {
                 .chain(&rules.health)
                 .map(|r| r.from)
                 .collect();
+            let ours = [
+                nlb::client_rule_description(&name),
+                nlb::health_rule_description(&name),
+            ];
             for g in sg::with_rule_ports(aws, &vpc_id, &ports).await? {
-                groups.entry(g.id.clone()).or_insert(g);
+                // Only a group holding a rule of this NLB: another cluster
+                // in the VPC may use the same node port.
+                if g.descriptions.values().any(|d| ours.contains(d)) {
+                    groups.entry(g.id.clone()).or_insert(g);
+                }
             }
             for g in groups.values() {
                 let want = node_groups.contains(&g.id).then_some(&rules);

@@ -1727,6 +1727,24 @@ async fn clb_shared_group_node_rule_goes_when_no_load_balancer_needs_it() -> any
     let i1 = v.instance(&v.public_a, &v.node_group).await?;
     let i2 = v.instance(&v.public_b, &v.node_group2).await?;
     let shared = v.group("shared-lb", &[]).await?;
+    // A group outside the cluster that someone opened to the shared group
+    // by hand: not the CCM's to revoke, ever.
+    let outsider = v.group("outsider", &[]).await?;
+    v.ec2
+        .authorize_security_group_ingress()
+        .group_id(&outsider)
+        .ip_permissions(
+            aws_sdk_ec2::types::IpPermission::builder()
+                .ip_protocol("-1")
+                .user_id_group_pairs(
+                    aws_sdk_ec2::types::UserIdGroupPair::builder()
+                        .group_id(&shared)
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await?;
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let pp = PostParams::default();
@@ -1812,5 +1830,9 @@ async fn clb_shared_group_node_rule_goes_when_no_load_balancer_needs_it() -> any
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     assert_eq!(v.cluster_leftovers().await?, Vec::<String>::new());
     assert!(group_by_name(&v.ec2, "shared-lb").await.is_some());
+    assert!(
+        v.rules(&outsider).await?.contains(&from_shared),
+        "the outsider group's own rule stays"
+    );
     Ok(())
 }
