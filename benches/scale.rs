@@ -332,7 +332,8 @@ impl World {
         let mut out = Vec::with_capacity(count);
         for (g, group_id) in group_ids.iter().enumerate() {
             let n = per_group.min(count - out.len());
-            for i in self.sim.launch(&self.sim_template(group_id), n) {
+            let template = self.sim_template(group_id, &format!("nodes-g{g}"));
+            for i in self.sim.launch(&template, n) {
                 out.push((
                     Instance {
                         id: i.id,
@@ -345,13 +346,13 @@ impl World {
         Ok(out)
     }
 
-    fn sim_template(&self, group_id: &str) -> LaunchTemplate {
+    fn sim_template(&self, group_id: &str, group_name: &str) -> LaunchTemplate {
         LaunchTemplate {
             instance_type: "m5.large".into(),
             availability_zone: AZ.into(),
             subnet_id: self.subnet.clone(),
             vpc_id: self.vpc.clone(),
-            security_group_ids: vec![group_id.to_string()],
+            security_groups: vec![(group_id.to_string(), group_name.to_string())],
             tags: kops_instance_tags(group_id),
         }
     }
@@ -971,20 +972,24 @@ async fn seed_load_balancers(
         .await?;
     let deadline = Duration::from_secs(300 + total as u64 * 2);
     let mut ready = 0;
+    let mut addressed = 0;
     while start.elapsed() < deadline {
         ready = with_ingress(&svc_api.list(&ListParams::default()).await?.items);
-        let addressed = api
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|n| {
-                n.status
-                    .as_ref()
-                    .and_then(|st| st.addresses.as_ref())
-                    .is_some_and(|a| !a.is_empty())
-            })
-            .count();
+        // Nodes weigh ~10 KB each: list them only until all have addresses.
+        if addressed < nodes {
+            addressed = api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|st| st.addresses.as_ref())
+                        .is_some_and(|a| !a.is_empty())
+                })
+                .count();
+        }
         if ready == total && addressed == nodes {
             break;
         }
@@ -1288,14 +1293,14 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
     for (inst, g) in &gone {
         world.sim.set_state(&inst.id, "terminated");
         members[*g].remove(&inst.id);
-        let group_id = world
+        let (group_id, group_name) = world
             .sim
             .get(&inst.id)
-            .and_then(|i| i.security_group_ids.first().cloned())
+            .and_then(|i| i.security_groups.first().cloned())
             .context("a simulated instance without a group")?;
         let new = world
             .sim
-            .launch(&world.sim_template(&group_id), 1)
+            .launch(&world.sim_template(&group_id, &group_name), 1)
             .remove(0);
         members[*g].insert(new.id.clone());
         joined.push(node_object(

@@ -37,7 +37,8 @@ pub struct SimInstance {
     pub availability_zone: String,
     pub subnet_id: String,
     pub vpc_id: String,
-    pub security_group_ids: Vec<String>,
+    /// `(group ID, group name)`: EC2 describes both.
+    pub security_groups: Vec<(String, String)>,
     pub tags: BTreeMap<String, String>,
 }
 
@@ -48,7 +49,8 @@ pub struct LaunchTemplate {
     pub availability_zone: String,
     pub subnet_id: String,
     pub vpc_id: String,
-    pub security_group_ids: Vec<String>,
+    /// `(group ID, group name)`.
+    pub security_groups: Vec<(String, String)>,
     pub tags: BTreeMap<String, String>,
 }
 
@@ -104,7 +106,7 @@ impl InstanceSim {
                     availability_zone: template.availability_zone.clone(),
                     subnet_id: template.subnet_id.clone(),
                     vpc_id: template.vpc_id.clone(),
-                    security_group_ids: template.security_group_ids.clone(),
+                    security_groups: template.security_groups.clone(),
                     tags: template.tags.clone(),
                 };
                 inner
@@ -351,8 +353,13 @@ fn render(page: &[&SimInstance], next_token: Option<&str>) -> String {
                 vpc = escape(&i.vpc_id),
                 ip = i.private_ip,
             );
-            for group in &i.security_group_ids {
-                let _ = write!(xml, "<item><groupId>{}</groupId></item>", escape(group));
+            for (id, name) in &i.security_groups {
+                let _ = write!(
+                    xml,
+                    "<item><groupId>{}</groupId><groupName>{}</groupName></item>",
+                    escape(id),
+                    escape(name)
+                );
             }
             let _ = write!(
                 xml,
@@ -403,7 +410,7 @@ mod tests {
             availability_zone: "us-east-1a".into(),
             subnet_id: "subnet-1".into(),
             vpc_id: "vpc-1".into(),
-            security_group_ids: vec!["sg-nodes".into()],
+            security_groups: vec![("sg-nodes".into(), "nodes".into())],
             tags: tags
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -467,6 +474,7 @@ mod tests {
         assert_eq!(first.instance_type.as_deref(), Some("m5.large"));
         assert_eq!(first.state, InstanceState::Running);
         assert_eq!(first.security_groups[0].id, "sg-nodes");
+        assert_eq!(first.security_groups[0].name.as_deref(), Some("nodes"));
         assert_eq!(
             first.network_interfaces[0].private_ips,
             vec![tagged[0].private_ip]
