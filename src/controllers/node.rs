@@ -171,6 +171,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             for node in &changes.applied {
                 if !plan::is_uninitialized(node) {
                     shared.prefetch.cancel(&node.name_any());
+                    shared.progress.forget(&node.name_any());
                 } else if let Ok(lookup) = identity::lookup_for_node(node)
                     && shared.progress.wants_lookup(node, &lookup)
                 {
@@ -188,10 +189,15 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
                     shared.progress.forget(&node.name_any());
                 }
             }
+            // Only nodes with work reach the controller: at start-up every
+            // node of the cluster is "applied", and queueing thousands of
+            // initialized ones would cost a no-op reconcile each and leave
+            // the scheduler's queue sized for all of them.
             futures::stream::iter(
                 changes
                     .applied
                     .into_iter()
+                    .filter(|n| needs_reconcile(n))
                     .map(|n| Ok::<Node, kube::runtime::watcher::Error>(Node::clone(&n))),
             )
         },
@@ -205,6 +211,12 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         .for_each(|_| futures::future::ready(()))
         .await;
     let _ = refresher.await;
+}
+
+/// Whether a changed node has work for [`reconcile`]: initializing, or a
+/// beta label without its GA twin.
+fn needs_reconcile(node: &Node) -> bool {
+    plan::is_uninitialized(node) || !plan::plan_label_twins(node).is_empty()
 }
 
 fn error_policy<I: Instances>(node: Arc<Node>, err: &NodeError, shared: Arc<Shared<I>>) -> Action {

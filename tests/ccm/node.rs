@@ -12,6 +12,7 @@ use aws_sdk_ec2::types::{
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -1042,5 +1043,72 @@ async fn addresses_are_refreshed_for_all_nodes_from_one_sweep() -> anyhow::Resul
         let node = nodes.get(&dns(other)).await?;
         assert!(addresses(&node).iter().all(|(t, _)| t != "ExternalIP"));
     }
+    Ok(())
+}
+
+/// Nodes that are already initialized when the CCM starts are left alone,
+/// except one with a beta topology label whose GA twin is missing: that
+/// one gets the twin (upstream keeps the pairs in step). Only nodes with
+/// work reach the node controller's queue.
+#[tokio::test]
+async fn at_start_up_only_an_initialized_node_missing_a_ga_label_is_written() -> anyhow::Result<()>
+{
+    let env = Env::start().await?;
+    let ec2 = Ec2::new(&env).await?;
+    let launched = ec2.launch(2).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let initialized =
+        |name: &str, instance: &Instance, labels: serde_json::Value| -> anyhow::Result<Node> {
+            Ok(serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"providerID": format!("aws:///us-east-1a/{}", id(instance))},
+            }))?)
+        };
+    let both = json!({"beta.kubernetes.io/instance-type": "m5.large",
+                      "node.kubernetes.io/instance-type": "m5.large"});
+    let done = nodes
+        .create(
+            &PostParams::default(),
+            &initialized("done", &launched[0], both)?,
+        )
+        .await?;
+    let beta_only = json!({"beta.kubernetes.io/instance-type": "m5.large"});
+    nodes
+        .create(
+            &PostParams::default(),
+            &initialized("beta-only", &launched[1], beta_only)?,
+        )
+        .await?;
+    let ccm = env.start_ccm(&["--controllers=cloud-node"]).await?;
+    eventually(
+        "the GA twin on beta-only",
+        Duration::from_secs(30),
+        || async {
+            let node = nodes.get("beta-only").await.ok()?;
+            (node
+                .labels()
+                .get("node.kubernetes.io/instance-type")
+                .map(String::as_str)
+                == Some("m5.large"))
+            .then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let after = nodes.get("done").await?;
+    assert_eq!(
+        after.metadata.labels, done.metadata.labels,
+        "the node with both labels is not relabelled"
+    );
+    assert!(
+        after
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_none(),
+        "an initialized node gets no taint"
+    );
     Ok(())
 }
