@@ -654,7 +654,12 @@ impl Core {
             );
             match page.next_token() {
                 Some(token) if !token.is_empty() => next_token = Some(token.to_string()),
-                _ => return Ok(out),
+                _ => {
+                    // The sweep keeps this for a refresh period: not the
+                    // doubling's spare capacity with it.
+                    out.shrink_to_fit();
+                    return Ok(out);
+                }
             }
         }
     }
