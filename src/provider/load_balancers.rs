@@ -142,6 +142,26 @@ impl AwsLoadBalancers {
             .collect())
     }
 
+    /// What a sync starts from, in one read: the load balancer's owned group
+    /// (`owned_name`) and its backends' groups, and which of those are the
+    /// backends' node groups.
+    async fn sync_groups(
+        &self,
+        vpc_id: &str,
+        owned_name: &str,
+        backends: &[crate::aws::Ec2Instance],
+    ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
+        let instances: Vec<&crate::aws::Ec2Instance> = backends.iter().collect();
+        let groups = self
+            .groups_of(vpc_id, &instances, &[owned_name.to_string()])
+            .await?;
+        let mut node_groups = BTreeSet::new();
+        for i in backends {
+            node_groups.extend(self.node_group(i, &groups)?);
+        }
+        Ok((groups, node_groups))
+    }
+
     /// Adds the groups in `vpc_id` whose rules admit group `source`. For a
     /// group the cluster owns, every such group (only this CCM adds those
     /// rules, and the group cannot be deleted while one remains); for a
@@ -279,24 +299,13 @@ impl AwsLoadBalancers {
 
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
 
-        // One read serves the owned group and the backends' node groups.
         let owned_name = elb::owned_group_name(&name);
-        let mut all_groups = self
-            .groups_of(
-                &vpc_id,
-                &backends.iter().collect::<Vec<_>>(),
-                std::slice::from_ref(&owned_name),
-            )
-            .await?;
+        let (mut all_groups, node_groups) =
+            self.sync_groups(&vpc_id, &owned_name, &backends).await?;
         let owned_group = all_groups
             .values()
             .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
             .cloned();
-
-        let mut node_groups = BTreeSet::new();
-        for i in &backends {
-            node_groups.extend(self.node_group(i, &all_groups)?);
-        }
 
         let subnet_ids: BTreeSet<String> =
             self.subnet_ids(spec, &vpc_id).await?.into_iter().collect();
@@ -568,19 +577,8 @@ impl AwsLoadBalancers {
             Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
             None => Vec::new(),
         };
-        // One read serves the owned group and the backends' node groups.
         let owned_name = elb::owned_group_name(&name);
-        let mut groups = self
-            .groups_of(
-                &vpc_id,
-                &backends.iter().collect::<Vec<_>>(),
-                std::slice::from_ref(&owned_name),
-            )
-            .await?;
-        let mut node_groups = BTreeSet::new();
-        for i in &backends {
-            node_groups.extend(self.node_group(i, &groups)?);
-        }
+        let (mut groups, node_groups) = self.sync_groups(&vpc_id, &owned_name, &backends).await?;
         let owned_group = groups
             .values()
             .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
