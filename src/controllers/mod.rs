@@ -4,6 +4,7 @@
 //! working: `*` enables every controller that is on by default, `-name`
 //! disables one, a bare `name` enables one (e.g. `*,-route,tagging`).
 
+pub mod cached_node;
 pub mod events;
 pub mod node;
 pub mod node_ipam;
@@ -221,8 +222,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use cached_node::{Node, NodeStatus};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, NodeStatus, Service};
+use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
@@ -294,12 +296,12 @@ const KEPT_CONDITIONS: [&str; 2] = ["Ready", "NetworkUnavailable"];
 const KEPT_NODE_ANNOTATIONS: [&str; 1] = [node::plan::PROVIDED_NODE_IP_ANNOTATION];
 
 /// Keeps of a Node, before it is cached, only what some controller reads.
-/// The status keeps its addresses and the [`KEPT_CONDITIONS`]; the rest of
-/// it (images, often half a Node's size, volumes, capacity, allocatable,
-/// nodeInfo, daemon endpoints and whatever a newer kubelet adds) is
-/// dropped, and so are `managedFields` and every annotation but the
-/// [`KEPT_NODE_ANNOTATIONS`]. Labels are kept whole: `target-node-labels`
-/// may name any of them.
+/// The cached [`Node`] type already leaves out every status field but
+/// addresses and conditions (images, often half a Node's size, volumes,
+/// capacity, nodeInfo, ...); here the conditions are cut to the
+/// [`KEPT_CONDITIONS`], and `managedFields` and every annotation but the
+/// [`KEPT_NODE_ANNOTATIONS`] are dropped. Labels are kept whole:
+/// `target-node-labels` may name any of them.
 /// At 5,000 nodes the cache is most of the CCM's memory. Every Node write
 /// is a merge or strategic patch of named fields, so nothing dropped here
 /// is ever written back.
@@ -318,7 +320,6 @@ pub fn slim_node(node: &mut Node) {
         node.status = Some(NodeStatus {
             addresses: status.addresses,
             conditions,
-            ..NodeStatus::default()
         });
     }
 }

@@ -28,8 +28,8 @@ mod status;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::controllers::cached_node::Node;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::Store;

@@ -27,9 +27,9 @@ use std::sync::LazyLock;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
+use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::{ListParams, Patch, PatchParams};
 use prometheus_client::encoding::EncodeLabelSet;

@@ -16,8 +16,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::cached_node::Node;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::Taint;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
@@ -288,9 +289,10 @@ async fn patch_taints(api: &Api<Node>, name: &str, patch: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::cached_node::NodeStatus;
     use crate::provider::instances::fake::{FakeInstances, instance};
     use crate::provider::instances::{CloudError, CloudErrorKind};
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec, NodeStatus};
+    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec};
     use kube::api::ObjectMeta;
 
     fn node(ready: Option<&str>, taints: &[&str]) -> Node {

@@ -28,9 +28,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::{Node, ObjectReference};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use prometheus_client::encoding::EncodeLabelSet;

@@ -23,8 +23,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use crate::controllers::cached_node::Node;
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use md5::{Digest, Md5};

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::controllers::cached_node::Node;
 use futures::Stream;
-use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 

@@ -14,7 +14,7 @@
 
 use std::fmt;
 
-use k8s_openapi::api::core::v1::Node;
+use crate::controllers::cached_node::Node;
 
 /// How to find a node's instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

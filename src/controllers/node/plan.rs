@@ -5,7 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Node, NodeAddress, Taint};
+use crate::controllers::cached_node::Node;
+use k8s_openapi::api::core::v1::{NodeAddress, Taint};
 use serde_json::{Value, json};
 
 use crate::cloud_config::IpFamily;
@@ -467,8 +468,9 @@ pub fn plan_label_twins(node: &Node) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::cached_node::NodeStatus;
     use crate::provider::instances::{NetworkInterface, fake};
-    use k8s_openapi::api::core::v1::{NodeSpec, NodeStatus};
+    use k8s_openapi::api::core::v1::NodeSpec;
     use kube::api::ObjectMeta;
     use pretty_assertions::assert_eq;
 

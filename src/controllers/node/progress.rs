@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
+use crate::controllers::cached_node::Node;
 use kube::ResourceExt;
 use parking_lot::Mutex;
 use tokio::time::Instant;

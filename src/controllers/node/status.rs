@@ -8,8 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::controllers::cached_node::Node;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
