@@ -60,9 +60,13 @@ const MAX_WORKERS: usize = 4;
 /// 8 per core), and memory freed in one arena is not reused by another: a
 /// multi-threaded runtime fragments into many half-empty heaps. Two arenas
 /// are plenty for a few workers. Measured in the scale benchmark (README,
-/// "Scale"). Must run before any thread starts.
+/// "Scale"). glibc's own `MALLOC_ARENA_MAX`, when set, wins. Must run
+/// before any thread starts.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn limit_malloc_arenas() {
+    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
+        return;
+    }
     // SAFETY: mallopt only sets allocator parameters; it is called before
     // any other thread exists, so nothing allocates concurrently.
     unsafe {
