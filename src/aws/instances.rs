@@ -169,10 +169,6 @@ impl InstanceTags {
     pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
         self.0.iter().map(|(k, v)| (k, v))
     }
-
-    pub fn keys(&self) -> impl Iterator<Item = &String> {
-        self.0.iter().map(|(k, _)| k)
-    }
 }
 
 impl From<BTreeMap<String, String>> for InstanceTags {
@@ -181,12 +177,6 @@ impl From<BTreeMap<String, String>> for InstanceTags {
         let mut list: Vec<(String, String)> = map.into_iter().collect();
         list.shrink_to_fit();
         InstanceTags(list)
-    }
-}
-
-impl FromIterator<(String, String)> for InstanceTags {
-    fn from_iter<I: IntoIterator<Item = (String, String)>>(iter: I) -> Self {
-        iter.into_iter().collect::<BTreeMap<_, _>>().into()
     }
 }
 
