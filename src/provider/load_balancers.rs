@@ -129,12 +129,11 @@ impl AwsLoadBalancers {
         instances: &[&crate::aws::Ec2Instance],
         extra_names: &[String],
     ) -> Result<BTreeMap<String, sg::SecurityGroup>, LbError> {
-        let mut refs: Vec<crate::aws::instances::SecurityGroupRef> = instances
+        // by_refs reads each group once however many instances share it.
+        let refs: Vec<crate::aws::instances::SecurityGroupRef> = instances
             .iter()
             .flat_map(|i| i.security_groups.iter().cloned())
             .collect();
-        refs.sort_by(|a, b| a.id.cmp(&b.id));
-        refs.dedup_by(|a, b| a.id == b.id);
         Ok(sg::by_refs(&self.aws, vpc_id, &refs, extra_names)
             .await?
             .into_iter()
