@@ -222,7 +222,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use cached_node::{Node, NodeStatus};
+use cached_node::Node;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
@@ -311,16 +311,8 @@ pub fn slim_node(node: &mut Node) {
         annotations.retain(|k, _| KEPT_NODE_ANNOTATIONS.contains(&k.as_str()));
         node.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
     }
-    if let Some(status) = node.status.take() {
-        let conditions = status.conditions.map(|all| {
-            all.into_iter()
-                .filter(|c| KEPT_CONDITIONS.contains(&c.type_.as_str()))
-                .collect()
-        });
-        node.status = Some(NodeStatus {
-            addresses: status.addresses,
-            conditions,
-        });
+    if let Some(conditions) = node.status.as_mut().and_then(|s| s.conditions.as_mut()) {
+        conditions.retain(|c| KEPT_CONDITIONS.contains(&c.type_.as_str()));
     }
 }
 
