@@ -440,18 +440,6 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
         .gateway_id(&igw_id)
         .send()
         .await?;
-    let group = ec2
-        .create_security_group()
-        .group_name("nodes")
-        .description("nodes")
-        .vpc_id(&vpc_id)
-        .tag_specifications(tags(
-            aws_sdk_ec2::types::ResourceType::SecurityGroup,
-            &[(&cluster_tag, "owned")],
-        ))
-        .send()
-        .await?;
-    let node_group = group.group_id().unwrap().to_string();
     let images = ec2.describe_images().owners("amazon").send().await?;
     let ami = images.images()[0].image_id().unwrap().to_string();
     let mut seeded = Seeded {
@@ -459,10 +447,11 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
         ec2,
         vpc: vpc_id,
         subnet: subnet_id,
-        node_group,
+        node_group: String::new(),
         instances: Vec::new(),
         ami,
     };
+    seeded.node_group = seeded.node_group_named("nodes").await?;
     seeded.instances = seeded.launch(nodes).await?;
     Ok(seeded)
 }
