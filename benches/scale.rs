@@ -584,7 +584,7 @@ fn secs(d: Duration) -> String {
 }
 
 /// The tags an instance launched by kOps through an autoscaling group
-/// carries (the CCM keeps only the cluster tags and `Name`).
+/// carries (the CCM keeps only the cluster tags).
 fn kops_instance_tags(group: &str) -> BTreeMap<String, String> {
     let ig = format!("nodes-{group}");
     [
