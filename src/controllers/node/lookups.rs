@@ -9,6 +9,7 @@
 //! * [`SweepIndex`]: the shared cluster sweep indexed by instance ID and
 //!   private DNS name, for the periodic controllers.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -238,17 +239,19 @@ impl SweepIndex {
 /// (concurrently, so the cloud layer batches them). Keys missing from the
 /// result could not be looked up (the error is logged by the caller's
 /// `on_error`); `Ok(None)` means the cloud says there is no such instance.
-pub async fn resolve_all<I: Instances>(
+/// Instances found in the sweep are borrowed from it: a refresh of every
+/// node would otherwise hold a second copy of the whole sweep.
+pub async fn resolve_all<'s, I: Instances>(
     cloud: &I,
-    sweep: &SweepIndex,
+    sweep: &'s SweepIndex,
     keys: Vec<Lookup>,
-) -> HashMap<Lookup, Result<Option<Arc<Instance>>, CloudError>> {
+) -> HashMap<Lookup, Result<Option<Cow<'s, Instance>>, CloudError>> {
     let mut out = HashMap::new();
     let mut missing = Vec::new();
     for key in keys {
         match sweep.find(&key) {
             Some(instance) => {
-                out.insert(key, Ok(Some(Arc::new(instance.clone()))));
+                out.insert(key, Ok(Some(Cow::Borrowed(instance))));
             }
             None => missing.push(key),
         }
@@ -257,7 +260,7 @@ pub async fn resolve_all<I: Instances>(
     missing.dedup();
     let answers = futures::future::join_all(missing.iter().map(|key| lookup(cloud, key))).await;
     for (key, answer) in missing.into_iter().zip(answers) {
-        out.insert(key, answer.map(|found| found.map(Arc::new)));
+        out.insert(key, answer.map(|found| found.map(Cow::Owned)));
     }
     out
 }
