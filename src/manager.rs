@@ -228,9 +228,7 @@ async fn resolve_cluster_id(
             .instance_by_id(&instance_id)
             .await
             .with_context(|| format!("looking up this instance {instance_id}"))?;
-        Ok::<_, anyhow::Error>(cluster_id_from_tags(
-            instance.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        ))
+        Ok::<_, anyhow::Error>(cluster_id_from_tags(instance.tags.iter()))
     }
     .await;
     match discovered {

@@ -366,9 +366,10 @@ async fn operations_of_every_service_go_through_the_table() {
     let instance = aws.instance_by_id(&seeded[0].id).await.expect("instance");
     let vpc = instance
         .vpc_id
-        .clone()
-        .expect("moto puts instances in the default VPC");
-    let subnet = instance.subnet_id.clone().expect("subnet");
+        .as_deref()
+        .expect("moto puts instances in the default VPC")
+        .to_string();
+    let subnet = instance.subnet_id.as_deref().expect("subnet").to_string();
     let zones = aws.zone_ids().await.expect("zones");
     assert!(!zones.is_empty());
 

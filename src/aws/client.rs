@@ -625,6 +625,8 @@ impl Core {
         opts: CallOptions,
     ) -> Result<Vec<Ec2Instance>, AwsError> {
         let mut out = Vec::new();
+        // One set of shared strings for every page of this read.
+        let mut strings = instances::Interner::default();
         let mut next_token: Option<String> = None;
         loop {
             let page = self
@@ -650,7 +652,7 @@ impl Core {
                 page.reservations()
                     .iter()
                     .flat_map(|r| r.instances())
-                    .filter_map(Ec2Instance::from_sdk),
+                    .filter_map(|i| Ec2Instance::from_sdk(i, &mut strings)),
             );
             match page.next_token() {
                 Some(token) if !token.is_empty() => next_token = Some(token.to_string()),

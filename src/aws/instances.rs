@@ -4,9 +4,10 @@
 //! so controllers never handle SDK types and every field they read is already
 //! parsed (IP addresses are `IpAddr`s, the state is an enum).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use aws_sdk_ec2::types::{Filter, Instance};
 
@@ -69,25 +70,54 @@ impl fmt::Display for InstanceState {
     }
 }
 
-/// A network interface attached to an instance.
+/// A network interface attached to an instance: the addresses a node
+/// reports. Its ID, subnet and VPC are not kept (nothing reads them, and
+/// every instance of the sweep carries them).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetworkInterface {
-    pub id: String,
     /// Device index of the attachment (0 is the primary interface).
     pub device_index: Option<i32>,
     /// The interface's primary private IPv4 address first, then secondaries.
     pub private_ips: Vec<Ipv4Addr>,
     pub ipv6_addresses: Vec<Ipv6Addr>,
     pub public_ip: Option<Ipv4Addr>,
-    pub subnet_id: Option<String>,
-    pub vpc_id: Option<String>,
 }
 
 /// A security group reference on an instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecurityGroupRef {
-    pub id: String,
-    pub name: Option<String>,
+    pub id: Shared,
+    pub name: Option<Shared>,
+}
+
+/// A string that repeats across the instances of one read (zone, type,
+/// subnet, VPC, security group, tag): one allocation, shared. See
+/// [`Interner`].
+pub type Shared = Arc<str>;
+
+/// Hands out one [`Shared`] copy of each distinct string. A sweep of 5,000
+/// instances names a few zones, types, subnets and node groups thousands of
+/// times; as separate `String`s they were about half of each cached
+/// instance. One interner lives for one read (all its pages) and is then
+/// dropped, so nothing is kept across reads.
+#[derive(Debug, Default)]
+pub struct Interner(HashSet<Shared>);
+
+impl Interner {
+    pub fn get(&mut self, value: &str) -> Shared {
+        if let Some(found) = self.0.get(value) {
+            return found.clone();
+        }
+        let new: Shared = Arc::from(value);
+        self.0.insert(new.clone());
+        new
+    }
+
+    /// Trimmed `value`, shared; `None` when absent or empty.
+    fn non_empty(&mut self, value: Option<&str>) -> Option<Shared> {
+        let value = value.map(str::trim).filter(|v| !v.is_empty())?;
+        Some(self.get(value))
+    }
 }
 
 /// An EC2 instance, parsed.
@@ -95,8 +125,8 @@ pub struct SecurityGroupRef {
 pub struct Ec2Instance {
     pub id: String,
     /// Availability zone name (`us-east-1a`), from the placement.
-    pub availability_zone: Option<String>,
-    pub instance_type: Option<String>,
+    pub availability_zone: Option<Shared>,
+    pub instance_type: Option<Shared>,
     pub state: InstanceState,
     pub private_dns_name: Option<String>,
     pub public_dns_name: Option<String>,
@@ -106,8 +136,8 @@ pub struct Ec2Instance {
     pub network_interfaces: Vec<NetworkInterface>,
     pub tags: InstanceTags,
     pub source_dest_check: Option<bool>,
-    pub subnet_id: Option<String>,
-    pub vpc_id: Option<String>,
+    pub subnet_id: Option<Shared>,
+    pub vpc_id: Option<Shared>,
     pub security_groups: Vec<SecurityGroupRef>,
 }
 
@@ -117,32 +147,36 @@ pub struct Ec2Instance {
 /// or an autoscaling group carry ten or more tags the CCM never looks at
 /// (`Name`, launch template, autoscaling group, CloudFormation, cost
 /// allocation): they are dropped as the instance is parsed.
-fn kept_tags(tags: &[aws_sdk_ec2::types::Tag]) -> InstanceTags {
-    super::tags::key_values(
-        tags.iter()
-            .filter(|t| {
-                t.key().is_some_and(|k| {
-                    k.starts_with(super::tags::CLUSTER_TAG_PREFIX) || k == LEGACY_CLUSTER_TAG
-                })
-            })
-            .map(|t| (t.key(), t.value())),
-    )
-    .into()
+fn kept_tags(tags: &[aws_sdk_ec2::types::Tag], strings: &mut Interner) -> InstanceTags {
+    let mut kept = InstanceTags::default();
+    for tag in tags {
+        if let Some(key) = tag.key()
+            && (key.starts_with(super::tags::CLUSTER_TAG_PREFIX) || key == LEGACY_CLUSTER_TAG)
+        {
+            kept.insert_shared(
+                strings.get(key),
+                strings.get(tag.value().unwrap_or_default()),
+            );
+        }
+    }
+    kept.0.shrink_to_fit();
+    kept
 }
 
 /// An instance's kept tags, sorted by key. One or two entries in a flat
 /// list: a `BTreeMap` allocates a node of eleven slots (about 540 bytes)
-/// for even one entry, and the sweep holds one set per instance.
+/// for even one entry, and the sweep holds one set per instance. Keys and
+/// values are [`Shared`]: every instance of a cluster carries the same ones.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InstanceTags(Vec<(String, String)>);
+pub struct InstanceTags(Vec<(Shared, Shared)>);
 
 impl InstanceTags {
     fn position(&self, key: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| k.as_str().cmp(key))
+        self.0.binary_search_by(|(k, _)| (**k).cmp(key))
     }
 
-    pub fn get(&self, key: &str) -> Option<&String> {
-        self.position(key).ok().map(|i| &self.0[i].1)
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.position(key).ok().map(|i| &*self.0[i].1)
     }
 
     pub fn contains_key(&self, key: &str) -> bool {
@@ -150,14 +184,18 @@ impl InstanceTags {
     }
 
     /// Sets `key` to `value`, replacing an earlier value.
-    pub fn insert(&mut self, key: String, value: String) {
+    pub fn insert(&mut self, key: &str, value: &str) {
+        self.insert_shared(key.into(), value.into());
+    }
+
+    fn insert_shared(&mut self, key: Shared, value: Shared) {
         match self.position(&key) {
             Ok(i) => self.0[i].1 = value,
             Err(i) => self.0.insert(i, (key, value)),
         }
     }
 
-    pub fn remove(&mut self, key: &str) -> Option<String> {
+    pub fn remove(&mut self, key: &str) -> Option<Shared> {
         self.position(key).ok().map(|i| self.0.remove(i).1)
     }
 
@@ -166,24 +204,22 @@ impl InstanceTags {
     }
 
     /// `(key, value)` pairs in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&String, &String)> {
-        self.0.iter().map(|(k, v)| (k, v))
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (&**k, &**v))
     }
 }
 
 impl From<BTreeMap<String, String>> for InstanceTags {
     fn from(map: BTreeMap<String, String>) -> Self {
         // A BTreeMap iterates in key order: the list is sorted.
-        let mut list: Vec<(String, String)> = map.into_iter().collect();
-        list.shrink_to_fit();
-        InstanceTags(list)
+        InstanceTags(map.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
     }
 }
 
 impl Extend<(String, String)> for InstanceTags {
     fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
         for (k, v) in iter {
-            self.insert(k, v);
+            self.insert(&k, &v);
         }
     }
 }
@@ -219,15 +255,17 @@ fn non_empty(value: Option<&str>) -> Option<String> {
 }
 
 impl Ec2Instance {
-    /// Converts an SDK instance. `None` when it has no instance ID (which
-    /// EC2 never sends; such an entry cannot be matched to anything).
-    pub fn from_sdk(instance: &Instance) -> Option<Ec2Instance> {
+    /// Converts an SDK instance, sharing repeated strings through
+    /// `strings`. `None` when it has no instance ID (which EC2 never sends;
+    /// such an entry cannot be matched to anything).
+    pub fn from_sdk(instance: &Instance, strings: &mut Interner) -> Option<Ec2Instance> {
         let id = non_empty(instance.instance_id())?;
         let mut network_interfaces: Vec<NetworkInterface> = instance
             .network_interfaces()
             .iter()
             .filter_map(|eni| {
-                let eni_id = non_empty(eni.network_interface_id())?;
+                // An entry without an ID is not an attached interface.
+                non_empty(eni.network_interface_id())?;
                 // Primary address first, as the Go CCM orders node addresses.
                 let mut addresses: Vec<_> = eni.private_ip_addresses().iter().collect();
                 addresses.sort_by_key(|a| !a.primary().unwrap_or(false));
@@ -252,17 +290,15 @@ impl Ec2Instance {
                     public_ip: eni
                         .association()
                         .and_then(|a| parse_ip(&id, "association.public_ip", a.public_ip())),
-                    subnet_id: non_empty(eni.subnet_id()),
-                    vpc_id: non_empty(eni.vpc_id()),
                     private_ips,
-                    id: eni_id,
                 })
             })
             .collect();
         network_interfaces.sort_by_key(|eni| eni.device_index.unwrap_or(i32::MAX));
         Some(Ec2Instance {
-            availability_zone: non_empty(instance.placement().and_then(|p| p.availability_zone())),
-            instance_type: instance.instance_type().map(|t| t.as_str().to_string()),
+            availability_zone: strings
+                .non_empty(instance.placement().and_then(|p| p.availability_zone())),
+            instance_type: instance.instance_type().map(|t| strings.get(t.as_str())),
             state: instance
                 .state()
                 .and_then(|s| s.name())
@@ -273,17 +309,17 @@ impl Ec2Instance {
             private_ip: parse_ip(&id, "private_ip_address", instance.private_ip_address()),
             public_ip: parse_ip(&id, "public_ip_address", instance.public_ip_address()),
             network_interfaces,
-            tags: kept_tags(instance.tags()),
+            tags: kept_tags(instance.tags(), strings),
             source_dest_check: instance.source_dest_check(),
-            subnet_id: non_empty(instance.subnet_id()),
-            vpc_id: non_empty(instance.vpc_id()),
+            subnet_id: strings.non_empty(instance.subnet_id()),
+            vpc_id: strings.non_empty(instance.vpc_id()),
             security_groups: instance
                 .security_groups()
                 .iter()
                 .filter_map(|g| {
                     Some(SecurityGroupRef {
-                        id: non_empty(g.group_id())?,
-                        name: non_empty(g.group_name()),
+                        id: strings.non_empty(g.group_id())?,
+                        name: strings.non_empty(g.group_name()),
                     })
                 })
                 .collect(),
@@ -424,7 +460,8 @@ mod tests {
 
     #[test]
     fn converts_every_field_once() {
-        let instance = Ec2Instance::from_sdk(&sample()).expect("has an id");
+        let instance =
+            Ec2Instance::from_sdk(&sample(), &mut Interner::default()).expect("has an id");
         assert_eq!(instance.id, "i-0123456789abcdef0");
         assert_eq!(instance.availability_zone.as_deref(), Some("us-east-1a"));
         assert_eq!(instance.instance_type.as_deref(), Some("m5.large"));
@@ -438,8 +475,7 @@ mod tests {
         assert_eq!(instance.public_ip, None, "unparseable address dropped");
         assert_eq!(instance.network_interfaces.len(), 2);
         let primary = &instance.network_interfaces[0];
-        assert_eq!(primary.id, "eni-1");
-        assert_eq!(primary.device_index, Some(0));
+        assert_eq!(primary.device_index, Some(0), "sorted by device index");
         assert_eq!(
             primary.private_ips,
             vec![Ipv4Addr::new(10, 0, 0, 5), Ipv4Addr::new(10, 0, 0, 6)],
@@ -449,7 +485,11 @@ mod tests {
             primary.ipv6_addresses,
             vec!["2600:1f18::5".parse::<Ipv6Addr>().expect("literal")]
         );
-        assert_eq!(instance.network_interfaces[1].id, "eni-2");
+        assert_eq!(instance.network_interfaces[1].device_index, Some(1));
+        assert_eq!(
+            instance.network_interfaces[1].private_ips,
+            vec![Ipv4Addr::new(10, 0, 1, 9)]
+        );
         // Only the tags the CCM reads are kept.
         assert_eq!(
             instance.tags,
@@ -474,9 +514,37 @@ mod tests {
         );
     }
 
+    /// Instances converted with one interner share each repeated string;
+    /// their own (ID, DNS name) stay their own.
+    #[test]
+    fn one_read_shares_repeated_strings() {
+        let mut strings = Interner::default();
+        let a = Ec2Instance::from_sdk(&sample(), &mut strings).expect("has an id");
+        let b = Ec2Instance::from_sdk(&sample(), &mut strings).expect("has an id");
+        let same = |x: &Option<Shared>, y: &Option<Shared>| {
+            Arc::ptr_eq(x.as_ref().expect("set"), y.as_ref().expect("set"))
+        };
+        assert!(same(&a.availability_zone, &b.availability_zone));
+        assert!(same(&a.instance_type, &b.instance_type));
+        assert!(same(&a.subnet_id, &b.subnet_id));
+        assert!(same(&a.vpc_id, &b.vpc_id));
+        assert!(Arc::ptr_eq(
+            &a.security_groups[0].id,
+            &b.security_groups[0].id
+        ));
+        assert!(Arc::ptr_eq(&a.tags.0[0].0, &b.tags.0[0].0));
+        assert!(Arc::ptr_eq(&a.tags.0[0].1, &b.tags.0[0].1));
+        assert_ne!(a.id.as_ptr(), b.id.as_ptr());
+        // A fresh interner (the next read) shares nothing with the last.
+        let c = Ec2Instance::from_sdk(&sample(), &mut Interner::default()).expect("has an id");
+        assert!(!same(&a.vpc_id, &c.vpc_id));
+        assert_eq!(a, c);
+    }
+
     #[test]
     fn cluster_membership_follows_the_go_ccm_rule() {
-        let mut instance = Ec2Instance::from_sdk(&sample()).expect("has an id");
+        let mut instance =
+            Ec2Instance::from_sdk(&sample(), &mut Interner::default()).expect("has an id");
         assert!(instance.is_in_cluster("demo"));
         assert!(!instance.is_in_cluster("other"));
         instance.tags.clear();
@@ -489,6 +557,8 @@ mod tests {
 
     #[test]
     fn an_instance_without_id_is_skipped() {
-        assert!(Ec2Instance::from_sdk(&Instance::builder().build()).is_none());
+        assert!(
+            Ec2Instance::from_sdk(&Instance::builder().build(), &mut Interner::default()).is_none()
+        );
     }
 }

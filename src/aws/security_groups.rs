@@ -328,10 +328,10 @@ pub async fn by_refs(
         ids.insert(&r.id);
         match &r.name {
             Some(n) if !n.is_empty() => {
-                names.insert(n.clone());
+                names.insert(n.to_string());
             }
             _ => {
-                unnamed.insert(r.id.clone());
+                unnamed.insert(r.id.to_string());
             }
         }
     }

@@ -280,7 +280,12 @@ pub mod fake {
                 .lock()
                 .instances
                 .get(id)
-                .map(|i| i.tags.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                .map(|i| {
+                    i.tags
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect()
+                })
                 .unwrap_or_default()
         }
 
@@ -408,13 +413,10 @@ pub mod fake {
             private_ip: Some(ip),
             public_ip: None,
             network_interfaces: vec![NetworkInterface {
-                id: format!("eni-{id}"),
                 device_index: Some(0),
                 private_ips: vec![ip],
                 ipv6_addresses: vec![],
                 public_ip: None,
-                subnet_id: Some("subnet-1".into()),
-                vpc_id: Some("vpc-1".into()),
             }],
             tags: BTreeMap::from([(
                 "kubernetes.io/cluster/test".to_string(),

@@ -78,11 +78,7 @@ impl AwsLoadBalancers {
         instance: &crate::aws::Ec2Instance,
         groups: &BTreeMap<String, sg::SecurityGroup>,
     ) -> Result<Option<String>, LbError> {
-        let ids: Vec<&str> = instance
-            .security_groups
-            .iter()
-            .map(|g| g.id.as_str())
-            .collect();
+        let ids: Vec<&str> = instance.security_groups.iter().map(|g| &*g.id).collect();
         let tagged: Vec<&str> = ids
             .iter()
             .copied()
@@ -441,11 +437,11 @@ impl AwsLoadBalancers {
             && let Some(first) = l.security_groups.first()
         {
             let swept = aws.cluster_instances().await?;
-            let vpc = self
-                .cloud
-                .vpc
-                .clone()
-                .or_else(|| swept.iter().find_map(|i| i.vpc_id.clone()));
+            let vpc = self.cloud.vpc.clone().or_else(|| {
+                swept
+                    .iter()
+                    .find_map(|i| i.vpc_id.as_deref().map(str::to_string))
+            });
             if let Some(vpc) = vpc {
                 let rule = Rule::all_from_group(first);
                 node_groups_with_rule = sg::referencing(aws, &vpc, first)
@@ -537,7 +533,7 @@ impl AwsLoadBalancers {
             .cloud
             .vpc
             .clone()
-            .or_else(|| swept.iter().find_map(|i| i.vpc_id.clone()))
+            .or_else(|| swept.iter().find_map(|i| i.vpc_id.as_deref().map(str::to_string)))
             .ok_or_else(|| {
                 LbError::Config(
                     "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag".into(),
@@ -697,11 +693,11 @@ impl AwsLoadBalancers {
         // Node rules: revoke ours from every cluster group (and backends' groups).
         let mut revoked = false;
         let swept = aws.cluster_instances().await?;
-        let vpc = self
-            .cloud
-            .vpc
-            .clone()
-            .or_else(|| swept.iter().find_map(|i| i.vpc_id.clone()));
+        let vpc = self.cloud.vpc.clone().or_else(|| {
+            swept
+                .iter()
+                .find_map(|i| i.vpc_id.as_deref().map(str::to_string))
+        });
         if let Some(vpc) = vpc
             && !self.cloud.disable_security_group_ingress
         {

@@ -450,7 +450,7 @@ mod tests {
                 page.reservations()
                     .iter()
                     .flat_map(|r| r.instances())
-                    .map(|i| Ec2Instance::from_sdk(i).unwrap()),
+                    .map(|i| Ec2Instance::from_sdk(i, &mut Default::default()).unwrap()),
             );
             token = page.next_token().map(str::to_string);
             if token.is_none() {
@@ -473,7 +473,7 @@ mod tests {
         assert_eq!(first.availability_zone.as_deref(), Some("us-east-1a"));
         assert_eq!(first.instance_type.as_deref(), Some("m5.large"));
         assert_eq!(first.state, InstanceState::Running);
-        assert_eq!(first.security_groups[0].id, "sg-nodes");
+        assert_eq!(&*first.security_groups[0].id, "sg-nodes");
         assert_eq!(first.security_groups[0].name.as_deref(), Some("nodes"));
         assert_eq!(
             first.network_interfaces[0].private_ips,

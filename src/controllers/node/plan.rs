@@ -428,9 +428,9 @@ pub fn plan_initialization(
         for key in [LABEL_ZONE, LABEL_ZONE_BETA] {
             want_label(node, key, zone, &mut labels, &mut conflicts);
         }
-        match cx.zone_ids.get(zone) {
+        match cx.zone_ids.get(&**zone) {
             Some(zone_id) => want_label(node, LABEL_ZONE_ID, zone_id, &mut labels, &mut conflicts),
-            None => unknown_zone = Some(zone.clone()),
+            None => unknown_zone = Some(zone.to_string()),
         }
     }
     if !cx.region.is_empty() {
@@ -516,13 +516,10 @@ mod tests {
             "2600:1f18::11".parse().unwrap(),
         ];
         i.network_interfaces.push(NetworkInterface {
-            id: "eni-second".into(),
             device_index: Some(1),
             private_ips: vec!["10.0.2.20".parse().unwrap()],
             ipv6_addresses: vec!["2600:1f18::20".parse().unwrap()],
             public_ip: None,
-            subnet_id: None,
-            vpc_id: None,
         });
         i
     }
