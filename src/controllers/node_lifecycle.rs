@@ -289,10 +289,11 @@ async fn patch_taints(api: &Api<Node>, name: &str, patch: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::cached_node::NodeCondition;
     use crate::controllers::cached_node::NodeStatus;
     use crate::provider::instances::fake::{FakeInstances, instance};
     use crate::provider::instances::{CloudError, CloudErrorKind};
-    use k8s_openapi::api::core::v1::{NodeCondition, NodeSpec};
+    use k8s_openapi::api::core::v1::NodeSpec;
     use kube::api::ObjectMeta;
 
     fn node(ready: Option<&str>, taints: &[&str]) -> Node {
@@ -320,7 +321,6 @@ mod tests {
                     vec![NodeCondition {
                         type_: "Ready".into(),
                         status: s.into(),
-                        ..Default::default()
                     }]
                 }),
                 ..Default::default()

@@ -144,11 +144,10 @@ impl AwsLoadBalancers {
         &self,
         vpc_id: &str,
         owned_name: &str,
-        backends: &[crate::aws::Ec2Instance],
+        backends: &[&crate::aws::Ec2Instance],
     ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
-        let instances: Vec<&crate::aws::Ec2Instance> = backends.iter().collect();
         let groups = self
-            .groups_of(vpc_id, &instances, &[owned_name.to_string()])
+            .groups_of(vpc_id, backends, &[owned_name.to_string()])
             .await?;
         let mut node_groups = BTreeSet::new();
         for i in backends {
@@ -293,6 +292,7 @@ impl AwsLoadBalancers {
         }
 
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
+        let backends = backends.list();
 
         let owned_name = elb::owned_group_name(&name);
         let (mut all_groups, node_groups) =
@@ -497,18 +497,44 @@ impl LoadBalancers for AwsLoadBalancers {
     }
 }
 
+/// A Service's backend instances: positions in the cached sweep, which is
+/// shared rather than copied (a Service that targets every node would
+/// otherwise copy the whole sweep on every sync, once per concurrent sync),
+/// and the few looked up apart from it.
+struct Backends {
+    swept: Arc<Vec<crate::aws::Ec2Instance>>,
+    picked: Vec<usize>,
+    extra: Vec<crate::aws::Ec2Instance>,
+}
+
+impl Backends {
+    /// Every backend, sorted by instance ID.
+    fn list(&self) -> Vec<&crate::aws::Ec2Instance> {
+        let mut all: Vec<&crate::aws::Ec2Instance> = self
+            .picked
+            .iter()
+            .filter_map(|at| self.swept.get(*at))
+            .chain(&self.extra)
+            .collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+}
+
 impl AwsLoadBalancers {
     /// The VPC and the Service's live backend instances, from the cached sweep.
     async fn vpc_and_backends(
         &self,
         instance_ids: &BTreeSet<String>,
-    ) -> Result<(String, Vec<crate::aws::Ec2Instance>), LbError> {
+    ) -> Result<(String, Backends), LbError> {
         let swept = self.aws.cluster_instances().await?;
-        let mut backends: Vec<crate::aws::Ec2Instance> = swept
+        let picked: Vec<usize> = swept
             .iter()
-            .filter(|i| !i.state.is_terminated() && instance_ids.contains(&i.id))
-            .cloned()
+            .enumerate()
+            .filter(|(_, i)| !i.state.is_terminated() && instance_ids.contains(&i.id))
+            .map(|(at, _)| at)
             .collect();
+        let mut extra = Vec::new();
         // A node that joined after the cached sweep was read (or whose
         // instance lacks the cluster tag) is looked up by ID: these lookups
         // coalesce into one DescribeInstances across concurrent syncs. Left
@@ -522,13 +548,12 @@ impl AwsLoadBalancers {
             futures::future::join_all(missing.iter().map(|id| self.aws.instance_by_id(id))).await;
         for found in looked_up {
             match found {
-                Ok(instance) if !instance.state.is_terminated() => backends.push(instance),
+                Ok(instance) if !instance.state.is_terminated() => extra.push(instance),
                 Ok(_) => {}
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(e.into()),
             }
         }
-        backends.sort_by(|a, b| a.id.cmp(&b.id));
         let vpc_id = self
             .cloud
             .vpc
@@ -539,7 +564,14 @@ impl AwsLoadBalancers {
                     "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag".into(),
                 )
             })?;
-        Ok((vpc_id, backends))
+        Ok((
+            vpc_id,
+            Backends {
+                swept,
+                picked,
+                extra,
+            },
+        ))
     }
 
     async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
@@ -547,6 +579,7 @@ impl AwsLoadBalancers {
         let spec = &req.spec;
         let name = nlb::load_balancer_name(&req.uid);
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
+        let backends = backends.list();
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
         let env = nlb::Environment {
             subnets: subnet_ids.clone(),

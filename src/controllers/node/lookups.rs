@@ -196,42 +196,53 @@ impl<I: Instances> Prefetcher<I> {
 }
 
 /// The cluster sweep, indexed by position: the shared sweep itself is kept
-/// (an `Arc`), not copied twice more into the maps on every refresh.
+/// (an `Arc`), and the indexes are positions sorted by key, searched by
+/// bisection. Maps of owned keys cost about 140 bytes per instance and were
+/// rebuilt on every monitor period; positions cost 8.
 pub struct SweepIndex {
     sweep: Arc<Vec<Instance>>,
-    by_id: HashMap<String, usize>,
-    /// Private DNS name → the live instance with that name (a terminated
-    /// instance keeps its name for a while; a new one may reuse it).
-    by_dns: HashMap<String, usize>,
+    /// Every instance, by ID.
+    by_id: Vec<u32>,
+    /// Live instances by private DNS name (a terminated instance keeps its
+    /// name for a while; a new one may reuse it).
+    by_dns: Vec<u32>,
 }
 
 impl SweepIndex {
     pub fn new(sweep: &Arc<Vec<Instance>>) -> SweepIndex {
-        let mut by_dns = HashMap::new();
-        for (at, instance) in sweep.iter().enumerate() {
-            if let Some(name) = &instance.private_dns_name
-                && instance.state != InstanceState::Terminated
-            {
-                by_dns.insert(name.clone(), at);
-            }
-        }
+        let positions = 0..sweep.len().min(u32::MAX as usize) as u32;
+        let at = |p: &u32| &sweep[*p as usize];
+        let mut by_id: Vec<u32> = positions.clone().collect();
+        by_id.sort_by(|a, b| at(a).id.cmp(&at(b).id));
+        let mut by_dns: Vec<u32> = positions
+            .filter(|p| {
+                let i = at(p);
+                i.private_dns_name.is_some() && i.state != InstanceState::Terminated
+            })
+            .collect();
+        by_dns.sort_by(|a, b| at(a).private_dns_name.cmp(&at(b).private_dns_name));
         SweepIndex {
-            by_id: sweep
-                .iter()
-                .enumerate()
-                .map(|(at, i)| (i.id.clone(), at))
-                .collect(),
+            by_id,
             by_dns,
             sweep: sweep.clone(),
         }
     }
 
     pub fn find(&self, lookup: &Lookup) -> Option<&Instance> {
-        let at = match lookup {
-            Lookup::ById(id) => self.by_id.get(id),
-            Lookup::ByPrivateDns(name) => self.by_dns.get(name),
-        }?;
-        self.sweep.get(*at)
+        let at = |p: &u32| &self.sweep[*p as usize];
+        let (index, found) = match lookup {
+            Lookup::ById(id) => (
+                &self.by_id,
+                self.by_id.binary_search_by(|p| at(p).id.as_str().cmp(id)),
+            ),
+            Lookup::ByPrivateDns(name) => (
+                &self.by_dns,
+                self.by_dns.binary_search_by(|p| {
+                    at(p).private_dns_name.as_deref().cmp(&Some(name.as_str()))
+                }),
+            ),
+        };
+        found.ok().map(|f| at(&index[f]))
     }
 }
 
@@ -366,6 +377,43 @@ mod tests {
         prefetcher.prefetch("gone", Lookup::ById("i-x".into()));
         prefetcher.retain(|name| name != "gone");
         assert_eq!(prefetcher.pending(), 0);
+    }
+
+    /// Whatever order the sweep comes in, every instance is found by ID,
+    /// every live one by DNS name, and nothing else is.
+    #[test]
+    fn the_index_finds_every_instance_of_an_unsorted_sweep() {
+        let mut sweep: Vec<Instance> = (0..64u32)
+            .map(|n| {
+                instance(
+                    &format!("i-{:03}", (n * 37) % 64),
+                    &format!("10.0.{}.{}", n / 8, n),
+                )
+            })
+            .collect();
+        sweep[5].state = InstanceState::Terminated;
+        sweep[9].private_dns_name = None;
+        let sweep = Arc::new(sweep);
+        let index = SweepIndex::new(&sweep);
+        for (at, i) in sweep.iter().enumerate() {
+            let by_id = index
+                .find(&Lookup::ById(i.id.clone()))
+                .map(|f| f.id.as_str());
+            assert_eq!(by_id, Some(i.id.as_str()), "instance {at} by ID");
+            if let Some(dns) = &i.private_dns_name {
+                let by_dns = index
+                    .find(&Lookup::ByPrivateDns(dns.clone()))
+                    .map(|f| f.id.as_str());
+                let want = (at != 5).then_some(i.id.as_str());
+                assert_eq!(by_dns, want, "instance {at} by DNS name");
+            }
+        }
+        assert!(index.find(&Lookup::ById("i-999".into())).is_none());
+        assert!(
+            index
+                .find(&Lookup::ByPrivateDns("ip-9-9-9-9.ec2.internal".into()))
+                .is_none()
+        );
     }
 
     #[tokio::test]
