@@ -548,9 +548,7 @@ mod tests {
         assert!(instance.is_in_cluster("demo"));
         assert!(!instance.is_in_cluster("other"));
         instance.tags.clear();
-        instance
-            .tags
-            .insert(LEGACY_CLUSTER_TAG.into(), "legacy".into());
+        instance.tags.insert(LEGACY_CLUSTER_TAG, "legacy");
         assert!(instance.is_in_cluster("legacy"));
         assert!(!instance.is_in_cluster("demo"));
     }
