@@ -10,9 +10,11 @@ mod support;
 
 use std::time::Duration;
 
+use aws_ccm::aws::describe_xml::{SlimDecoder, Slot};
+use aws_ccm::aws::instances::{Ec2Instance, Interner, filter};
 use aws_ccm::aws::{AwsError, CallOptions, Category, ClientOptions, ErrorClass, Operation};
 use aws_ccm::testkit::aws_proxy::{FaultKind, FaultRule, ProxyConfig};
-use support::{World, ec2_read, mixed_workload, quick_retry};
+use support::{CLUSTER_ID, World, ec2_read, mixed_workload, quick_retry};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_single_instance_lookups_cost_a_handful_of_calls() {
@@ -71,6 +73,38 @@ async fn the_cluster_sweep_is_one_paginated_read_shared_by_concurrent_callers() 
         "{calls} DescribeInstances calls for 100 concurrent sweeps"
     );
     world.assert_every_action_is_in_the_table();
+
+    // The sweep's slim decoder reads moto's pages as the SDK's model
+    // converts them.
+    let sweep = aws.cluster_instances().await.expect("sweep");
+    let ec2 = world.direct_ec2().await;
+    let request = || {
+        ec2.describe_instances().filters(filter(
+            "tag-key",
+            [format!("kubernetes.io/cluster/{CLUSTER_ID}")],
+        ))
+    };
+    let plain = request().send().await.expect("DescribeInstances");
+    let mut want: Vec<Ec2Instance> = (plain.reservations().iter())
+        .flat_map(|r| r.instances())
+        .filter_map(|i| Ec2Instance::from_sdk(i, &mut Interner::default()))
+        .collect();
+    want.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(want.len(), 1200);
+    assert_eq!(*sweep, want);
+    let slot = Slot::default();
+    request()
+        .customize()
+        .interceptor(SlimDecoder::new(slot.clone()))
+        .send()
+        .await
+        .expect("DescribeInstances");
+    let mut decoded = slot
+        .take()
+        .expect("the slim decoder read moto's page")
+        .instances;
+    decoded.sort_by(|a, b| a.id.cmp(&b.id));
+    assert_eq!(decoded, want);
 }
 
 /// The default budget (half of AWS's) never draws a throttling error from a

@@ -33,6 +33,7 @@ use tokio::time::Instant;
 
 use super::api_metrics;
 use super::coalesce::{BatchFetch, Batcher, SingleFlight};
+use super::describe_xml;
 use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
 use super::operations::{Category, Operation, Service};
@@ -619,6 +620,9 @@ impl Core {
     }
 
     /// Paginated, filtered `DescribeInstances` (1,000 per page), converted.
+    /// Pages are decoded by [`describe_xml::SlimDecoder`] straight into
+    /// instances; a page it hands back to the SDK is converted from the
+    /// SDK's model.
     async fn describe_instances(
         &self,
         filters: Vec<Filter>,
@@ -629,6 +633,7 @@ impl Core {
         let mut strings = instances::Interner::default();
         let mut next_token: Option<String> = None;
         loop {
+            let slot = describe_xml::Slot::default();
             let page = self
                 // Every caller of this serves many callers of its own (a
                 // coalesced batch, the sweep): it goes ahead of single calls.
@@ -644,16 +649,21 @@ impl Core {
                             .set_filters(Some(filters.clone()))
                             .max_results(1000)
                             .set_next_token(next_token.clone())
+                            .customize()
+                            .interceptor(describe_xml::SlimDecoder::new(slot.clone()))
                             .send()
                     },
                 )
                 .await?;
-            out.extend(
-                page.reservations()
-                    .iter()
-                    .flat_map(|r| r.instances())
-                    .filter_map(|i| Ec2Instance::from_sdk(i, &mut strings)),
-            );
+            match slot.take() {
+                Some(decoded) => out.extend(decoded.instances),
+                None => out.extend(
+                    page.reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .filter_map(|i| Ec2Instance::from_sdk(i, &mut strings)),
+                ),
+            }
             match page.next_token() {
                 Some(token) if !token.is_empty() => next_token = Some(token.to_string()),
                 _ => {

@@ -4,6 +4,7 @@
 //! so controllers never handle SDK types and every field they read is already
 //! parsed (IP addresses are `IpAddr`s, the state is an enum).
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -147,15 +148,18 @@ pub struct Ec2Instance {
 /// or an autoscaling group carry ten or more tags the CCM never looks at
 /// (`Name`, launch template, autoscaling group, CloudFormation, cost
 /// allocation): they are dropped as the instance is parsed.
-fn kept_tags(tags: &[aws_sdk_ec2::types::Tag], strings: &mut Interner) -> InstanceTags {
+fn kept_tags(
+    tags: &[(Option<Cow<'_, str>>, Option<Cow<'_, str>>)],
+    strings: &mut Interner,
+) -> InstanceTags {
     let mut kept = InstanceTags::default();
-    for tag in tags {
-        if let Some(key) = tag.key()
+    for (key, value) in tags {
+        if let Some(key) = key.as_deref()
             && (key.starts_with(super::tags::CLUSTER_TAG_PREFIX) || key == LEGACY_CLUSTER_TAG)
         {
             kept.insert_shared(
                 strings.get(key),
-                strings.get(tag.value().unwrap_or_default()),
+                strings.get(value.as_deref().unwrap_or_default()),
             );
         }
     }
@@ -254,77 +258,149 @@ fn non_empty(value: Option<&str>) -> Option<String> {
         .map(str::to_string)
 }
 
-impl Ec2Instance {
-    /// Converts an SDK instance, sharing repeated strings through
-    /// `strings`. `None` when it has no instance ID (which EC2 never sends;
-    /// such an entry cannot be matched to anything).
-    pub fn from_sdk(instance: &Instance, strings: &mut Interner) -> Option<Ec2Instance> {
-        let id = non_empty(instance.instance_id())?;
-        let mut network_interfaces: Vec<NetworkInterface> = instance
-            .network_interfaces()
-            .iter()
-            .filter_map(|eni| {
-                // An entry without an ID is not an attached interface.
-                non_empty(eni.network_interface_id())?;
+/// An instance as read off the wire, before it is parsed: what the CCM
+/// keeps, as text. Both readers (the SDK's model, and the slim XML decoder
+/// in [`super::describe_xml`]) fill one of these, so every rule of
+/// [`RawInstance::convert`] holds for both.
+#[derive(Debug, Default)]
+pub struct RawInstance<'a> {
+    pub id: Option<Cow<'a, str>>,
+    pub availability_zone: Option<Cow<'a, str>>,
+    pub instance_type: Option<Cow<'a, str>>,
+    pub state: Option<Cow<'a, str>>,
+    pub private_dns_name: Option<Cow<'a, str>>,
+    pub public_dns_name: Option<Cow<'a, str>>,
+    pub private_ip: Option<Cow<'a, str>>,
+    pub public_ip: Option<Cow<'a, str>>,
+    pub subnet_id: Option<Cow<'a, str>>,
+    pub vpc_id: Option<Cow<'a, str>>,
+    pub source_dest_check: Option<bool>,
+    /// `(group ID, group name)`.
+    pub security_groups: Vec<(Option<Cow<'a, str>>, Option<Cow<'a, str>>)>,
+    /// `(key, value)`, every tag.
+    pub tags: Vec<(Option<Cow<'a, str>>, Option<Cow<'a, str>>)>,
+    pub network_interfaces: Vec<RawInterface<'a>>,
+}
+
+/// A network interface as read off the wire.
+#[derive(Debug, Default)]
+pub struct RawInterface<'a> {
+    pub id: Option<Cow<'a, str>>,
+    pub device_index: Option<i32>,
+    /// The interface's primary private address.
+    pub private_ip: Option<Cow<'a, str>>,
+    /// Every private address, with whether it is the primary one.
+    pub private_ips: Vec<(Option<Cow<'a, str>>, bool)>,
+    pub ipv6_addresses: Vec<Option<Cow<'a, str>>>,
+    pub public_ip: Option<Cow<'a, str>>,
+}
+
+impl RawInstance<'_> {
+    /// Parses the instance, sharing repeated strings through `strings`.
+    /// `None` when it has no instance ID (which EC2 never sends; such an
+    /// entry cannot be matched to anything).
+    pub fn convert(self, strings: &mut Interner) -> Option<Ec2Instance> {
+        let id = non_empty(self.id.as_deref())?;
+        let mut network_interfaces: Vec<NetworkInterface> = self
+            .network_interfaces
+            .into_iter()
+            // An entry without an ID is not an attached interface.
+            .filter(|eni| non_empty(eni.id.as_deref()).is_some())
+            .map(|mut eni| {
                 // Primary address first, as the Go CCM orders node addresses.
-                let mut addresses: Vec<_> = eni.private_ip_addresses().iter().collect();
-                addresses.sort_by_key(|a| !a.primary().unwrap_or(false));
-                let mut private_ips: Vec<Ipv4Addr> = addresses
-                    .iter()
-                    .filter_map(|a| parse_ip(&id, "private_ip_addresses", a.private_ip_address()))
+                eni.private_ips.sort_by_key(|(_, primary)| !primary);
+                let mut private_ips: Vec<Ipv4Addr> = (eni.private_ips.iter())
+                    .filter_map(|(a, _)| parse_ip(&id, "private_ip_addresses", a.as_deref()))
                     .collect();
                 if private_ips.is_empty() {
                     private_ips.extend(parse_ip::<Ipv4Addr>(
                         &id,
                         "private_ip_address",
-                        eni.private_ip_address(),
+                        eni.private_ip.as_deref(),
                     ));
                 }
-                Some(NetworkInterface {
-                    device_index: eni.attachment().and_then(|a| a.device_index()),
-                    ipv6_addresses: eni
-                        .ipv6_addresses()
-                        .iter()
-                        .filter_map(|a| parse_ip(&id, "ipv6_addresses", a.ipv6_address()))
+                NetworkInterface {
+                    device_index: eni.device_index,
+                    ipv6_addresses: (eni.ipv6_addresses.iter())
+                        .filter_map(|a| parse_ip(&id, "ipv6_addresses", a.as_deref()))
                         .collect(),
-                    public_ip: eni
-                        .association()
-                        .and_then(|a| parse_ip(&id, "association.public_ip", a.public_ip())),
+                    public_ip: parse_ip(&id, "association.public_ip", eni.public_ip.as_deref()),
                     private_ips,
-                })
+                }
             })
             .collect();
         network_interfaces.sort_by_key(|eni| eni.device_index.unwrap_or(i32::MAX));
         Some(Ec2Instance {
-            availability_zone: strings
-                .non_empty(instance.placement().and_then(|p| p.availability_zone())),
-            instance_type: instance.instance_type().map(|t| strings.get(t.as_str())),
-            state: instance
-                .state()
-                .and_then(|s| s.name())
-                .map(|n| InstanceState::parse(n.as_str()))
+            availability_zone: strings.non_empty(self.availability_zone.as_deref()),
+            instance_type: strings.non_empty(self.instance_type.as_deref()),
+            state: self
+                .state
+                .map(|n| InstanceState::parse(&n))
                 .unwrap_or_else(|| InstanceState::Other("unknown".to_string())),
-            private_dns_name: non_empty(instance.private_dns_name()),
-            public_dns_name: non_empty(instance.public_dns_name()),
-            private_ip: parse_ip(&id, "private_ip_address", instance.private_ip_address()),
-            public_ip: parse_ip(&id, "public_ip_address", instance.public_ip_address()),
+            private_dns_name: non_empty(self.private_dns_name.as_deref()),
+            public_dns_name: non_empty(self.public_dns_name.as_deref()),
+            private_ip: parse_ip(&id, "private_ip_address", self.private_ip.as_deref()),
+            public_ip: parse_ip(&id, "public_ip_address", self.public_ip.as_deref()),
             network_interfaces,
-            tags: kept_tags(instance.tags(), strings),
-            source_dest_check: instance.source_dest_check(),
-            subnet_id: strings.non_empty(instance.subnet_id()),
-            vpc_id: strings.non_empty(instance.vpc_id()),
-            security_groups: instance
-                .security_groups()
-                .iter()
-                .filter_map(|g| {
+            tags: kept_tags(&self.tags, strings),
+            source_dest_check: self.source_dest_check,
+            subnet_id: strings.non_empty(self.subnet_id.as_deref()),
+            vpc_id: strings.non_empty(self.vpc_id.as_deref()),
+            security_groups: (self.security_groups.iter())
+                .filter_map(|(id, name)| {
                     Some(SecurityGroupRef {
-                        id: strings.non_empty(g.group_id())?,
-                        name: strings.non_empty(g.group_name()),
+                        id: strings.non_empty(id.as_deref())?,
+                        name: strings.non_empty(name.as_deref()),
                     })
                 })
                 .collect(),
             id,
         })
+    }
+}
+
+impl Ec2Instance {
+    /// Converts an SDK instance, sharing repeated strings through
+    /// `strings`. `None` when it has no instance ID (which EC2 never sends;
+    /// such an entry cannot be matched to anything).
+    pub fn from_sdk(instance: &Instance, strings: &mut Interner) -> Option<Ec2Instance> {
+        fn text(v: Option<&str>) -> Option<Cow<'_, str>> {
+            v.map(Cow::Borrowed)
+        }
+        RawInstance {
+            id: text(instance.instance_id()),
+            availability_zone: text(instance.placement().and_then(|p| p.availability_zone())),
+            instance_type: text(instance.instance_type().map(|t| t.as_str())),
+            state: text(instance.state().and_then(|s| s.name()).map(|n| n.as_str())),
+            private_dns_name: text(instance.private_dns_name()),
+            public_dns_name: text(instance.public_dns_name()),
+            private_ip: text(instance.private_ip_address()),
+            public_ip: text(instance.public_ip_address()),
+            subnet_id: text(instance.subnet_id()),
+            vpc_id: text(instance.vpc_id()),
+            source_dest_check: instance.source_dest_check(),
+            security_groups: (instance.security_groups().iter())
+                .map(|g| (text(g.group_id()), text(g.group_name())))
+                .collect(),
+            tags: (instance.tags().iter())
+                .map(|t| (text(t.key()), text(t.value())))
+                .collect(),
+            network_interfaces: (instance.network_interfaces().iter())
+                .map(|eni| RawInterface {
+                    id: text(eni.network_interface_id()),
+                    device_index: eni.attachment().and_then(|a| a.device_index()),
+                    private_ip: text(eni.private_ip_address()),
+                    private_ips: (eni.private_ip_addresses().iter())
+                        .map(|a| (text(a.private_ip_address()), a.primary().unwrap_or(false)))
+                        .collect(),
+                    ipv6_addresses: (eni.ipv6_addresses().iter())
+                        .map(|a| text(a.ipv6_address()))
+                        .collect(),
+                    public_ip: text(eni.association().and_then(|a| a.public_ip())),
+                })
+                .collect(),
+        }
+        .convert(strings)
     }
 
     /// The Kubernetes provider ID, `aws:///<zone>/<instance-id>`, as the Go
@@ -511,6 +587,102 @@ mod tests {
         assert_eq!(
             instance.provider_id(),
             "aws:///us-east-1a/i-0123456789abcdef0"
+        );
+    }
+
+    /// `sample()` as EC2 writes it, with elements the CCM does not read
+    /// (nested ones reusing names it does read) and a second reservation.
+    const SAMPLE_XML: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+  <requestId>8f7724cf-496f-496e-8fe3-example</requestId>
+  <reservationSet>
+    <item>
+      <reservationId>r-1</reservationId>
+      <ownerId>123456789012</ownerId>
+      <groupSet/>
+      <instancesSet>
+        <item>
+          <instanceId>i-0123456789abcdef0</instanceId>
+          <imageId>ami-1</imageId>
+          <instanceState><code>16</code><name>running</name></instanceState>
+          <privateDnsName>ip-10-0-0-5.ec2.internal</privateDnsName>
+          <dnsName/>
+          <instanceType>m5.large</instanceType>
+          <placement><availabilityZone>us-east-1a</availabilityZone><groupName/><tenancy>default</tenancy></placement>
+          <subnetId>subnet-1</subnetId>
+          <vpcId>vpc-1</vpcId>
+          <privateIpAddress>10.0.0.5</privateIpAddress>
+          <ipAddress>not-an-ip</ipAddress>
+          <sourceDestCheck>true</sourceDestCheck>
+          <groupSet><item><groupId>sg-1</groupId><groupName>nodes</groupName></item></groupSet>
+          <blockDeviceMapping><item><deviceName>/dev/xvda</deviceName><ebs><volumeId>vol-1</volumeId><status>attached</status></ebs></item></blockDeviceMapping>
+          <networkInterfaceSet>
+            <item>
+              <networkInterfaceId>eni-2</networkInterfaceId>
+              <attachment><attachmentId>eni-attach-2</attachmentId><deviceIndex>1</deviceIndex></attachment>
+              <privateIpAddressesSet><item><privateIpAddress>10.0.1.9</privateIpAddress></item></privateIpAddressesSet>
+              <groupSet><item><groupId>sg-9</groupId><groupName>other</groupName></item></groupSet>
+            </item>
+            <item>
+              <networkInterfaceId>eni-1</networkInterfaceId>
+              <subnetId>subnet-1</subnetId>
+              <vpcId>vpc-1</vpcId>
+              <attachment><deviceIndex>0</deviceIndex><status>attached</status></attachment>
+              <privateIpAddressesSet>
+                <item><privateIpAddress>10.0.0.6</privateIpAddress><primary>false</primary></item>
+                <item><privateIpAddress>10.0.0.5</privateIpAddress><primary>true</primary></item>
+              </privateIpAddressesSet>
+              <ipv6AddressesSet><item><ipv6Address>2600:1f18::5</ipv6Address></item></ipv6AddressesSet>
+            </item>
+          </networkInterfaceSet>
+          <tagSet>
+            <item><key>kubernetes.io/cluster/demo</key><value>owned</value></item>
+            <item><key>Name</key><value>node-a</value></item>
+            <item><key>aws:autoscaling:groupName</key><value>nodes-us-east-1a</value></item>
+          </tagSet>
+        </item>
+      </instancesSet>
+    </item>
+    <item>
+      <reservationId>r-2</reservationId>
+      <instancesSet>
+        <item>
+          <instanceId>i-2</instanceId>
+          <instanceState><name>stopped</name></instanceState>
+          <tagSet><item><key>KubernetesCluster</key><value>a &amp; &lt;b&gt;</value></item></tagSet>
+        </item>
+        <item><imageId>ami-without-an-instance-id</imageId></item>
+      </instancesSet>
+    </item>
+  </reservationSet>
+  <nextToken>tok+/=</nextToken>
+</DescribeInstancesResponse>"#;
+
+    /// The slim decoder and the SDK's model give the same instance.
+    #[test]
+    fn the_slim_decoder_reads_what_the_sdk_model_converts_to() {
+        let page = super::super::describe_xml::decode_page(SAMPLE_XML).expect("decodes");
+        let want = Ec2Instance::from_sdk(&sample(), &mut Interner::default()).expect("has an id");
+        assert_eq!(page.instances.len(), 2, "an entry without an ID is skipped");
+        assert_eq!(page.instances[0], want);
+        assert_eq!(page.instances[1].id, "i-2");
+        assert_eq!(page.instances[1].state, InstanceState::Stopped);
+        assert_eq!(
+            page.instances[1].tags.get(LEGACY_CLUSTER_TAG),
+            Some("a & <b>")
+        );
+        assert_eq!(page.next_token.as_deref(), Some("tok+/="));
+        let last = super::super::describe_xml::decode_page(
+            "<DescribeInstancesResponse><reservationSet/><nextToken/></DescribeInstancesResponse>",
+        )
+        .expect("decodes");
+        assert!(last.instances.is_empty());
+        assert_eq!(last.next_token, None, "an empty token ends the read");
+        assert!(super::super::describe_xml::decode_page("<Response><Errors/></Response>").is_err());
+        let cut = &SAMPLE_XML[..SAMPLE_XML.find("<nextToken>").expect("has a token")];
+        assert!(
+            super::super::describe_xml::decode_page(cut).is_err(),
+            "a page cut short"
         );
     }
 

@@ -6,6 +6,7 @@ pub mod api_metrics;
 pub mod client;
 pub mod clients;
 pub mod coalesce;
+pub mod describe_xml;
 pub mod elb;
 pub mod errors;
 pub mod instances;

@@ -548,4 +548,82 @@ mod tests {
             .unwrap();
         assert!(out.reservations().is_empty());
     }
+
+    /// The slim decoder reads every page as the SDK's model converts it,
+    /// hands the SDK the same next-page token, and leaves errors to the
+    /// SDK.
+    #[tokio::test]
+    async fn the_slim_decoder_reads_pages_as_the_sdk_does() {
+        use crate::aws::describe_xml::{SlimDecoder, Slot};
+        use crate::aws::instances::Interner;
+        let sim = InstanceSim::new();
+        // An escaped value the CCM keeps: the reader unescapes it as the SDK does.
+        let tagged = sim.launch(
+            &template(&[(TAG, "owned"), ("KubernetesCluster", "sim & <co>")]),
+            1500,
+        );
+        sim.launch(&template(&[]), 3);
+        assert!(sim.set_state(&tagged[7].id, "stopped"));
+        let proxy = FaultProxy::start("http://127.0.0.1:9", ProxyConfig::default())
+            .await
+            .unwrap();
+        proxy.serve_locally(Some(sim.clone()));
+        let ec2 = aws_sdk_ec2::Client::new(&test_sdk_config(&proxy.endpoint()).await);
+
+        let mut token: Option<String> = None;
+        let mut pages = 0;
+        let mut seen = 0;
+        loop {
+            let request = || {
+                ec2.describe_instances()
+                    .filters(filter("tag-key", [TAG]))
+                    .max_results(1000)
+                    .set_next_token(token.clone())
+            };
+            let plain = request().send().await.unwrap();
+            let slot = Slot::default();
+            let slim = request()
+                .customize()
+                .interceptor(SlimDecoder::new(slot.clone()))
+                .send()
+                .await
+                .unwrap();
+            let decoded = slot.take().expect("the slim decoder read the page");
+            let want: Vec<Ec2Instance> = (plain.reservations().iter())
+                .flat_map(|r| r.instances())
+                .filter_map(|i| Ec2Instance::from_sdk(i, &mut Interner::default()))
+                .collect();
+            assert!(!want.is_empty());
+            assert_eq!(decoded.instances, want);
+            assert!(
+                slim.reservations().is_empty(),
+                "the SDK got no instances to model"
+            );
+            assert_eq!(slim.next_token(), plain.next_token());
+            assert_eq!(decoded.next_token.as_deref(), plain.next_token());
+            pages += 1;
+            seen += want.len();
+            token = plain.next_token().map(str::to_string);
+            if token.is_none() {
+                break;
+            }
+        }
+        assert_eq!((pages, seen), (2, 1500));
+
+        // An error is the SDK's, code and all, and leaves nothing behind.
+        let slot = Slot::default();
+        let err = ec2
+            .describe_instances()
+            .instance_ids("i-doesnotexist")
+            .customize()
+            .interceptor(SlimDecoder::new(slot.clone()))
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(
+            aws_sdk_ec2::error::ProvideErrorMetadata::code(&err),
+            Some("InvalidInstanceID.NotFound")
+        );
+        assert!(slot.take().is_none());
+    }
 }
