@@ -15,7 +15,6 @@
 //! whole: then the SDK decodes it and the caller converts the SDK's model
 //! as before. A surprise on the wire costs memory, never correctness.
 
-use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -31,7 +30,7 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use parking_lot::Mutex;
 
-use super::instances::{Ec2Instance, Interner, RawInstance, RawInterface};
+use super::instances::{Ec2Instance, Interner, RawInstance, RawInterface, Text, TextPair};
 
 /// One decoded page.
 #[derive(Debug, Default)]
@@ -206,8 +205,6 @@ pub fn decode_page(xml: &str) -> Result<Page, XmlDecodeError> {
     Ok(page)
 }
 
-type Text<'a> = Option<Cow<'a, str>>;
-
 fn text<'a>(tag: &mut ScopedDecoder<'a, '_>) -> Result<Text<'a>, XmlDecodeError> {
     try_data(tag).map(Some)
 }
@@ -247,7 +244,7 @@ fn pairs<'a>(
     list: &mut ScopedDecoder<'a, '_>,
     first: &str,
     second: &str,
-) -> Result<Vec<(Text<'a>, Text<'a>)>, XmlDecodeError> {
+) -> Result<Vec<TextPair<'a>>, XmlDecodeError> {
     let mut out = Vec::new();
     while let Some(mut item) = list.next_tag() {
         let (mut a, mut b) = (None, None);

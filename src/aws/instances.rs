@@ -148,10 +148,7 @@ pub struct Ec2Instance {
 /// or an autoscaling group carry ten or more tags the CCM never looks at
 /// (`Name`, launch template, autoscaling group, CloudFormation, cost
 /// allocation): they are dropped as the instance is parsed.
-fn kept_tags(
-    tags: &[(Option<Cow<'_, str>>, Option<Cow<'_, str>>)],
-    strings: &mut Interner,
-) -> InstanceTags {
+fn kept_tags(tags: &[TextPair<'_>], strings: &mut Interner) -> InstanceTags {
     let mut kept = InstanceTags::default();
     for (key, value) in tags {
         if let Some(key) = key.as_deref()
@@ -258,41 +255,47 @@ fn non_empty(value: Option<&str>) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A field as read off the wire: text, when present.
+pub type Text<'a> = Option<Cow<'a, str>>;
+/// Two fields of one list entry (a tag's key and value, a group's ID and
+/// name).
+pub type TextPair<'a> = (Text<'a>, Text<'a>);
+
 /// An instance as read off the wire, before it is parsed: what the CCM
 /// keeps, as text. Both readers (the SDK's model, and the slim XML decoder
 /// in [`super::describe_xml`]) fill one of these, so every rule of
 /// [`RawInstance::convert`] holds for both.
 #[derive(Debug, Default)]
 pub struct RawInstance<'a> {
-    pub id: Option<Cow<'a, str>>,
-    pub availability_zone: Option<Cow<'a, str>>,
-    pub instance_type: Option<Cow<'a, str>>,
-    pub state: Option<Cow<'a, str>>,
-    pub private_dns_name: Option<Cow<'a, str>>,
-    pub public_dns_name: Option<Cow<'a, str>>,
-    pub private_ip: Option<Cow<'a, str>>,
-    pub public_ip: Option<Cow<'a, str>>,
-    pub subnet_id: Option<Cow<'a, str>>,
-    pub vpc_id: Option<Cow<'a, str>>,
+    pub id: Text<'a>,
+    pub availability_zone: Text<'a>,
+    pub instance_type: Text<'a>,
+    pub state: Text<'a>,
+    pub private_dns_name: Text<'a>,
+    pub public_dns_name: Text<'a>,
+    pub private_ip: Text<'a>,
+    pub public_ip: Text<'a>,
+    pub subnet_id: Text<'a>,
+    pub vpc_id: Text<'a>,
     pub source_dest_check: Option<bool>,
     /// `(group ID, group name)`.
-    pub security_groups: Vec<(Option<Cow<'a, str>>, Option<Cow<'a, str>>)>,
+    pub security_groups: Vec<TextPair<'a>>,
     /// `(key, value)`, every tag.
-    pub tags: Vec<(Option<Cow<'a, str>>, Option<Cow<'a, str>>)>,
+    pub tags: Vec<TextPair<'a>>,
     pub network_interfaces: Vec<RawInterface<'a>>,
 }
 
 /// A network interface as read off the wire.
 #[derive(Debug, Default)]
 pub struct RawInterface<'a> {
-    pub id: Option<Cow<'a, str>>,
+    pub id: Text<'a>,
     pub device_index: Option<i32>,
     /// The interface's primary private address.
-    pub private_ip: Option<Cow<'a, str>>,
+    pub private_ip: Text<'a>,
     /// Every private address, with whether it is the primary one.
-    pub private_ips: Vec<(Option<Cow<'a, str>>, bool)>,
-    pub ipv6_addresses: Vec<Option<Cow<'a, str>>>,
-    pub public_ip: Option<Cow<'a, str>>,
+    pub private_ips: Vec<(Text<'a>, bool)>,
+    pub ipv6_addresses: Vec<Text<'a>>,
+    pub public_ip: Text<'a>,
 }
 
 impl RawInstance<'_> {
@@ -364,7 +367,7 @@ impl Ec2Instance {
     /// `strings`. `None` when it has no instance ID (which EC2 never sends;
     /// such an entry cannot be matched to anything).
     pub fn from_sdk(instance: &Instance, strings: &mut Interner) -> Option<Ec2Instance> {
-        fn text(v: Option<&str>) -> Option<Cow<'_, str>> {
+        fn text(v: Option<&str>) -> Text<'_> {
             v.map(Cow::Borrowed)
         }
         RawInstance {
