@@ -418,6 +418,17 @@ mod tests {
         }
     }
 
+    /// An EC2 client whose every answer comes from `sim` (nothing listens
+    /// upstream of the proxy).
+    async fn served(sim: &Arc<InstanceSim>) -> (FaultProxy, aws_sdk_ec2::Client) {
+        let proxy = FaultProxy::start("http://127.0.0.1:9", ProxyConfig::default())
+            .await
+            .unwrap();
+        proxy.serve_locally(Some(sim.clone()));
+        let ec2 = aws_sdk_ec2::Client::new(&test_sdk_config(&proxy.endpoint()).await);
+        (proxy, ec2)
+    }
+
     /// The SDK, through the proxy, sees the simulator as EC2: pages, filters,
     /// errors, and instances the CCM's own conversion reads fully.
     #[tokio::test]
@@ -425,12 +436,7 @@ mod tests {
         let sim = InstanceSim::new();
         let tagged = sim.launch(&template(&[(TAG, "owned")]), 2500);
         let untagged = sim.launch(&template(&[]), 3);
-        // Nothing listens upstream: every answer must come from the simulator.
-        let proxy = FaultProxy::start("http://127.0.0.1:9", ProxyConfig::default())
-            .await
-            .unwrap();
-        proxy.serve_locally(Some(sim.clone()));
-        let ec2 = aws_sdk_ec2::Client::new(&test_sdk_config(&proxy.endpoint()).await);
+        let (proxy, ec2) = served(&sim).await;
 
         // A filtered sweep comes in pages of 1,000 with a token.
         let mut seen = Vec::new();
@@ -564,11 +570,7 @@ mod tests {
         );
         sim.launch(&template(&[]), 3);
         assert!(sim.set_state(&tagged[7].id, "stopped"));
-        let proxy = FaultProxy::start("http://127.0.0.1:9", ProxyConfig::default())
-            .await
-            .unwrap();
-        proxy.serve_locally(Some(sim.clone()));
-        let ec2 = aws_sdk_ec2::Client::new(&test_sdk_config(&proxy.endpoint()).await);
+        let (_proxy, ec2) = served(&sim).await;
 
         let mut token: Option<String> = None;
         let mut pages = 0;
