@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     // provider once so none of them has to guess.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 
-    limit_malloc_arenas();
+    tune_malloc();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(worker_threads())
         .enable_all()
@@ -56,26 +56,41 @@ fn worker_threads() -> usize {
 
 const MAX_WORKERS: usize = 4;
 
-/// glibc gives each thread that contends for the heap its own arena (up to
-/// 8 per core), and memory freed in one arena is not reused by another: a
-/// multi-threaded runtime fragments into many half-empty heaps. Two arenas
-/// are plenty for a few workers. Measured in the scale benchmark (README,
-/// "Scale"). glibc's own `MALLOC_ARENA_MAX`, when set, wins. Must run
-/// before any thread starts.
+/// glibc's defaults suit short programs, not a daemon that rebuilds
+/// multi-megabyte caches every period; measured in the scale benchmark
+/// (README, "Scale"). Each setting is skipped when its own environment
+/// variable is set, so an operator's choice wins. Must run before any
+/// thread starts.
+/// - Arenas: glibc gives each thread that contends for the heap its own
+///   arena (up to 8 per core), and memory freed in one arena is not reused
+///   by another. One arena serves a few workers.
+/// - mmap threshold: glibc raises it to the size of each large block freed
+///   (up to 32 MB), after which buffers such as a 2 MB page body come from
+///   the heap and their pages stay with the process. Fixing it at the
+///   default 128 KiB keeps every large buffer in its own mapping, returned
+///   when freed (and stops the trim threshold rising with it).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn limit_malloc_arenas() {
-    if std::env::var_os("MALLOC_ARENA_MAX").is_some() {
-        return;
-    }
-    // SAFETY: mallopt only sets allocator parameters; it is called before
-    // any other thread exists, so nothing allocates concurrently.
-    unsafe {
-        libc::mallopt(libc::M_ARENA_MAX, 2);
+fn tune_malloc() {
+    for (variable, parameter, value) in [
+        ("MALLOC_ARENA_MAX", libc::M_ARENA_MAX, MALLOC_ARENAS),
+        ("MALLOC_MMAP_THRESHOLD_", libc::M_MMAP_THRESHOLD, 128 * 1024),
+    ] {
+        if std::env::var_os(variable).is_some() {
+            continue;
+        }
+        // SAFETY: mallopt only sets allocator parameters; it is called
+        // before any other thread exists, so nothing allocates concurrently.
+        unsafe {
+            libc::mallopt(parameter, value);
+        }
     }
 }
 
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const MALLOC_ARENAS: libc::c_int = 1;
+
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn limit_malloc_arenas() {}
+fn tune_malloc() {}
 
 /// `--v` as klog levels: 0-1 info, 2-3 info plus our debug, 4-5 debug, 6+ trace.
 /// `RUST_LOG` overrides when set.
