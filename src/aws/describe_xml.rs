@@ -220,20 +220,14 @@ fn boolean(tag: &mut ScopedDecoder<'_, '_>) -> Result<bool, XmlDecodeError> {
     }
 }
 
-/// The text of the `child` element of each `<item>` of a list.
+/// The `name` child of each `<item>` of a list.
 fn items<'a>(
     list: &mut ScopedDecoder<'a, '_>,
-    child: &str,
+    name: &str,
 ) -> Result<Vec<Text<'a>>, XmlDecodeError> {
     let mut out = Vec::new();
     while let Some(mut item) = list.next_tag() {
-        let mut value = None;
-        while let Some(mut field) = item.next_tag() {
-            if field.start_el().matches(child) {
-                value = text(&mut field)?;
-            }
-        }
-        out.push(value);
+        out.push(child(&mut item, name)?);
     }
     Ok(out)
 }
@@ -271,44 +265,11 @@ fn child<'a>(tag: &mut ScopedDecoder<'a, '_>, name: &str) -> Result<Text<'a>, Xm
     Ok(value)
 }
 
-/// The instance elements read; every other one is skipped.
-const INSTANCE_FIELDS: &[&str] = &[
-    "instanceId",
-    "placement",
-    "instanceType",
-    "instanceState",
-    "privateDnsName",
-    "dnsName",
-    "privateIpAddress",
-    "ipAddress",
-    "subnetId",
-    "vpcId",
-    "sourceDestCheck",
-    "groupSet",
-    "tagSet",
-    "networkInterfaceSet",
-];
-
-/// The interface elements read.
-const INTERFACE_FIELDS: &[&str] = &[
-    "networkInterfaceId",
-    "attachment",
-    "privateIpAddress",
-    "privateIpAddressesSet",
-    "ipv6AddressesSet",
-    "association",
-];
-
-/// Which of `names` the element is (`""` for none of them).
-fn known(tag: &ScopedDecoder<'_, '_>, names: &[&'static str]) -> &'static str {
-    let local = tag.start_el().local();
-    names.iter().copied().find(|n| *n == local).unwrap_or("")
-}
-
+/// One `instancesSet` item; elements not named here are skipped.
 fn raw_instance<'a>(item: &mut ScopedDecoder<'a, '_>) -> Result<RawInstance<'a>, XmlDecodeError> {
     let mut raw = RawInstance::default();
     while let Some(mut tag) = item.next_tag() {
-        match known(&tag, INSTANCE_FIELDS) {
+        match tag.start_el().local() {
             "instanceId" => raw.id = text(&mut tag)?,
             "placement" => raw.availability_zone = child(&mut tag, "availabilityZone")?,
             "instanceType" => raw.instance_type = text(&mut tag)?,
@@ -336,7 +297,7 @@ fn raw_instance<'a>(item: &mut ScopedDecoder<'a, '_>) -> Result<RawInstance<'a>,
 fn raw_interface<'a>(eni: &mut ScopedDecoder<'a, '_>) -> Result<RawInterface<'a>, XmlDecodeError> {
     let mut raw = RawInterface::default();
     while let Some(mut tag) = eni.next_tag() {
-        match known(&tag, INTERFACE_FIELDS) {
+        match tag.start_el().local() {
             "networkInterfaceId" => raw.id = text(&mut tag)?,
             "attachment" => {
                 raw.device_index = match child(&mut tag, "deviceIndex")? {
