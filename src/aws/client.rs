@@ -629,7 +629,8 @@ impl Core {
         opts: CallOptions,
     ) -> Result<Vec<Ec2Instance>, AwsError> {
         let mut out = Vec::new();
-        // One set of shared strings for every page of this read.
+        // Strings shared by the pages the SDK decodes (the slim decoder
+        // shares within each page it reads).
         let mut strings = instances::Interner::default();
         let mut next_token: Option<String> = None;
         loop {

@@ -116,8 +116,7 @@ impl Interner {
 
     /// Trimmed `value`, shared; `None` when absent or empty.
     fn non_empty(&mut self, value: Option<&str>) -> Option<Shared> {
-        let value = value.map(str::trim).filter(|v| !v.is_empty())?;
-        Some(self.get(value))
+        present(value).map(|v| self.get(v))
     }
 }
 
@@ -233,7 +232,7 @@ fn parse_ip<T: std::str::FromStr>(
     field: &str,
     value: Option<&str>,
 ) -> Option<T> {
-    let value = value.map(str::trim).filter(|v| !v.is_empty())?;
+    let value = present(value)?;
     match value.parse() {
         Ok(ip) => Some(ip),
         Err(_) => {
@@ -248,11 +247,13 @@ fn parse_ip<T: std::str::FromStr>(
     }
 }
 
+/// `value` trimmed; `None` when absent or empty.
+fn present(value: Option<&str>) -> Option<&str> {
+    value.map(str::trim).filter(|v| !v.is_empty())
+}
+
 fn non_empty(value: Option<&str>) -> Option<String> {
-    value
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(str::to_string)
+    present(value).map(str::to_string)
 }
 
 /// A field as read off the wire: text, when present.

@@ -437,11 +437,7 @@ impl AwsLoadBalancers {
             && let Some(first) = l.security_groups.first()
         {
             let swept = aws.cluster_instances().await?;
-            let vpc = self.cloud.vpc.clone().or_else(|| {
-                swept
-                    .iter()
-                    .find_map(|i| i.vpc_id.as_deref().map(str::to_string))
-            });
+            let vpc = self.cluster_vpc(&swept);
             if let Some(vpc) = vpc {
                 let rule = Rule::all_from_group(first);
                 node_groups_with_rule = sg::referencing(aws, &vpc, first)
@@ -522,6 +518,15 @@ impl Backends {
 }
 
 impl AwsLoadBalancers {
+    /// The cluster's VPC: cloud.conf's, else the first swept instance's.
+    fn cluster_vpc(&self, swept: &[crate::aws::Ec2Instance]) -> Option<String> {
+        (self.cloud.vpc.clone()).or_else(|| {
+            swept
+                .iter()
+                .find_map(|i| i.vpc_id.as_deref().map(str::to_string))
+        })
+    }
+
     /// The VPC and the Service's live backend instances, from the cached sweep.
     async fn vpc_and_backends(
         &self,
@@ -554,12 +559,7 @@ impl AwsLoadBalancers {
                 Err(e) => return Err(e.into()),
             }
         }
-        let vpc_id = self
-            .cloud
-            .vpc
-            .clone()
-            .or_else(|| swept.iter().find_map(|i| i.vpc_id.as_deref().map(str::to_string)))
-            .ok_or_else(|| {
+        let vpc_id = self.cluster_vpc(&swept).ok_or_else(|| {
                 LbError::Config(
                     "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag".into(),
                 )
@@ -726,11 +726,7 @@ impl AwsLoadBalancers {
         // Node rules: revoke ours from every cluster group (and backends' groups).
         let mut revoked = false;
         let swept = aws.cluster_instances().await?;
-        let vpc = self.cloud.vpc.clone().or_else(|| {
-            swept
-                .iter()
-                .find_map(|i| i.vpc_id.as_deref().map(str::to_string))
-        });
+        let vpc = self.cluster_vpc(&swept);
         if let Some(vpc) = vpc
             && !self.cloud.disable_security_group_ingress
         {
