@@ -5,5 +5,6 @@
 
 pub mod apiserver;
 pub mod aws_proxy;
+pub mod iam;
 pub mod instance_sim;
 pub mod moto;
