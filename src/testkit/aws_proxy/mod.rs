@@ -38,6 +38,7 @@
 mod counts;
 mod errors;
 mod faults;
+mod iam;
 mod record;
 mod request;
 mod throttle;
@@ -45,6 +46,7 @@ mod throttle;
 pub use counts::{ActionCounts, CallCounts};
 pub use errors::{AwsError, xml_escape};
 pub use faults::{FaultKind, FaultRule};
+pub use iam::Enforcer as IamEnforcer;
 pub use record::{CCM_APP_MARK, RECORD_ENV};
 pub use request::{AwsCall, Protocol, identify};
 pub use throttle::{
@@ -138,6 +140,11 @@ struct State {
     /// Parameters of every received call, kept only while recording is on.
     recording: AtomicBool,
     recorded: Mutex<Vec<RecordedCall>>,
+    /// A policy to answer `UnauthorizedOperation`/`AccessDenied` by, as AWS would.
+    iam_enforcer: RwLock<iam::SharedEnforcer>,
+    /// `iam/render.sh` options this test's setup needs, written with each
+    /// recorded request so the IAM test renders the policy the same way.
+    iam_policy_options: RwLock<Vec<String>>,
 }
 
 /// One call's parameters as sent (form-decoded), kept by
@@ -231,6 +238,8 @@ impl FaultProxy {
             recording: AtomicBool::new(false),
             recorded: Mutex::new(Vec::new()),
             local: RwLock::new(None),
+            iam_enforcer: RwLock::new(None),
+            iam_policy_options: RwLock::new(Vec::new()),
         });
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         tracing::debug!(%addr, upstream, "aws-fault-proxy started");
@@ -312,6 +321,21 @@ impl FaultProxy {
     /// long runs do not hold every body in memory.
     pub fn record_requests(&self, on: bool) {
         self.state.recording.store(on, Ordering::Release);
+    }
+
+    /// Evaluates every call from the CCM against `enforcer`'s policy first and
+    /// answers as AWS does when it denies (`UnauthorizedOperation` for EC2,
+    /// `AccessDenied` for ELB), or `DryRunOperation` for an allowed EC2
+    /// `DryRun`. `None` turns enforcement off.
+    pub fn enforce_iam(&self, enforcer: Option<IamEnforcer>) {
+        *self.state.iam_enforcer.write() = enforcer.map(Arc::new);
+    }
+
+    /// The `iam/render.sh` options (e.g. `--legacy-cluster-tag`) that the
+    /// recorded requests of this proxy need to be allowed; the IAM test
+    /// renders the policy with them.
+    pub fn set_iam_policy_options(&self, options: &[&str]) {
+        *self.state.iam_policy_options.write() = options.iter().map(|o| o.to_string()).collect();
     }
 
     /// The recorded calls of `action` (any service), oldest first.
@@ -480,9 +504,17 @@ async fn handle(
 
     let counters = &state.counters;
     counters.bump(&call.service, &call.action, Outcome::Received);
-    state
-        .recorder
-        .record(&parts.headers, &call.service, &call.action);
+    let enforcer = state.iam_enforcer.read().clone();
+    let from_ccm = record::from_ccm(&parts.headers);
+    if from_ccm && (state.recorder.is_on() || enforcer.is_some()) {
+        let params = call_params(parts.uri.query(), &body);
+        let request = iam::recorded_request(&state, &parts.headers, &call, &params).await;
+        state.recorder.record(&request);
+        if let Some(denied) = enforcer.and_then(|e| e.answer(&request, &call)) {
+            counters.bump(&call.service, &call.action, Outcome::Faulted);
+            return Ok(error_response(&denied, &call));
+        }
+    }
     if state.recording.load(Ordering::Acquire) {
         state.recorded.lock().push(RecordedCall {
             service: call.service.clone(),

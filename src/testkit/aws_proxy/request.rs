@@ -133,6 +133,18 @@ fn signing_service(headers: &HeaderMap) -> Option<String> {
     (!service.is_empty()).then(|| service.to_owned())
 }
 
+/// The region of the SigV4 credential scope (`AKID/date/region/service/aws4_request`).
+pub fn signing_region(headers: &HeaderMap) -> Option<String> {
+    let auth = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let credential = auth
+        .split([',', ' '])
+        .find_map(|part| part.trim().strip_prefix("Credential="))?;
+    let mut fields = credential.rsplit('/');
+    fields.next()?; // aws4_request
+    fields.next()?; // service
+    fields.next().filter(|r| !r.is_empty()).map(str::to_owned)
+}
+
 /// Decodes `application/x-www-form-urlencoded` text into (name, value) pairs.
 /// Malformed escapes are kept literally rather than failing: the proxy only
 /// needs names, and moto gets the original bytes regardless.
