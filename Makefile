@@ -34,6 +34,7 @@ lint: tools
 	$(VENV)/bin/yamllint --strict .
 	scripts/check-manifests.sh
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
+	$(VENV)/bin/python iam/gen-authorization.py --check
 	scripts/check-dockerfile.sh
 
 # The AWS actions the CCM sent during the suite, for the IAM coverage test.
@@ -44,7 +45,7 @@ test: lint
 	rm -rf $(RECORD_DIR) && mkdir -p $(RECORD_DIR)
 	AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
 	AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
-	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_actions_match_policy)'
+	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_requests_are_allowed)'
 
 ## unit: fast tests that need neither moto nor the API test server
 unit:

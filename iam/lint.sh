@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Lints iam/policy.json with parliament; fails on every finding except the
-# known gaps in parliament's own data listed in iam/parliament-known-gaps.txt.
+# Lints iam/policy.json, rendered with every iam/render.sh option, with
+# parliament; fails on every finding except the known gaps in parliament's
+# own data listed in iam/parliament-known-gaps.txt. The policy is evaluated
+# condition by condition by tests/iam_policy.rs; this is a second opinion.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 parliament="${PARLIAMENT:-parliament}"
-findings="$("$parliament" --json < "$here/policy.json" || true)"
+rendered="$("$here/render.sh" policy example-cluster --legacy-cluster-tag \
+  --route-table rtb-0123456789abcdef0 --security-group sg-0123456789abcdef0 \
+  --assume-role arn:aws:iam::123456789012:role/example)"
+findings="$("$parliament" --json <<<"$rendered" || true)"
 known="$(grep -v '^#' "$here/parliament-known-gaps.txt" | sed '/^$/d')"
 left=0
 while IFS= read -r line; do

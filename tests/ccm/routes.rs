@@ -618,6 +618,10 @@ async fn route_table_id_in_cloud_conf_selects_exactly_that_table() -> anyhow::Re
             "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nRouteTableID = {chosen}\n"
         ),
     )?;
+    // The table lacks the cluster tag: the operator renders the policy
+    // with it (the IAM test evaluates these requests that way).
+    env.proxy
+        .set_iam_policy_options(&["--route-table", chosen.as_str()]);
     let ids = cloud.instances(1).await?;
     let api = nodes_api(&env).await?;
     create(&api, node("n1", Some(&ids[0]), &["10.244.1.0/24"])).await?;
