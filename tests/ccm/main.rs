@@ -6,6 +6,7 @@ mod support;
 
 mod clb;
 mod foundation;
+mod iam;
 mod nlb;
 mod node;
 mod routes;
