@@ -5,6 +5,7 @@
 mod support;
 
 mod clb;
+mod credentials;
 mod foundation;
 mod nlb;
 mod node;
