@@ -15,7 +15,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use aws_config::default_provider::credentials::DefaultCredentialsChain;
 use aws_config::identity::IdentityCache;
+use aws_config::provider_config::ProviderConfig;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
@@ -68,6 +70,7 @@ pub async fn base_config(region: &str) -> SdkConfig {
     }
     loader
         .region(Region::new(region.to_string()))
+        .credentials_provider(credentials_chain(region).await)
         .retry_config(RetryConfig::disabled())
         .timeout_config(
             TimeoutConfig::builder()
@@ -90,6 +93,31 @@ const ASSUME_ROLE_LOAD_TIMEOUT: Duration = Duration::from_secs(25);
 /// How long before expiry the assumed credentials are replaced: room for
 /// `AssumeRole` to be retried while the old ones still work.
 const ASSUME_ROLE_REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(60);
+
+/// The SDK's default credentials chain (environment, profile, web identity,
+/// container, instance metadata), with standard retries for the STS and
+/// metadata clients inside it. Left to the loader, the chain would inherit
+/// its `RetryConfig::disabled()` (set for the service clients, whose retries
+/// the door owns) and IRSA's `AssumeRoleWithWebIdentity` would get one
+/// attempt.
+///
+/// That call does not go through the door: the chain builds its own STS
+/// client from a provider configuration that takes no interceptor, app name
+/// or client, so routing it through the door would mean re-implementing the
+/// chain's order and each provider. It is made once per credentials
+/// lifetime, retried by the SDK, but not counted in our metrics and without
+/// the `app/aws-ccm` user-agent mark.
+async fn credentials_chain(region: &str) -> DefaultCredentialsChain {
+    let region = Region::new(region.to_string());
+    let config = ProviderConfig::default()
+        .with_region(Some(region.clone()))
+        .with_retry_config(RetryConfig::standard());
+    DefaultCredentialsChain::builder()
+        .configure(config)
+        .region(region)
+        .build()
+        .await
+}
 
 /// Builds every client for `region` from `base`, applying cloud.conf's
 /// RoleARN and ServiceOverride sections. `door` is the client layer the

@@ -38,6 +38,8 @@ struct Seen {
     /// The access key in the SigV4 `Authorization` header (None: unsigned).
     access_key: Option<String>,
     user_agent: String,
+    /// The SDK's `amz-sdk-request` header: `attempt=N; max=M`.
+    sdk_request: String,
     status: u16,
     response: String,
 }
@@ -151,6 +153,7 @@ async fn forward(
         .and_then(|rest| rest.split('/').next())
         .map(str::to_string);
     let user_agent = format!("{} {}", header("user-agent"), header("x-amz-user-agent"));
+    let sdk_request = header("amz-sdk-request");
     let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     parts.uri = match format!("{upstream}{path}").parse() {
         Ok(uri) => uri,
@@ -168,6 +171,7 @@ async fn forward(
         action,
         access_key,
         user_agent,
+        sdk_request,
         status: parts.status.as_u16(),
         response: String::from_utf8_lossy(&body).into_owned(),
     });
@@ -276,6 +280,12 @@ async fn no_secret_in_the_log(flags: &[&str], rust_log: &str) -> anyhow::Result<
         .iter()
         .find_map(Seen::credentials)
         .with_context(|| format!("no credentials from STS: {assumed:?}"))?;
+    // The web-identity STS client retries (the SDK's standard retries: it
+    // is not behind the door, and retries are off for the service clients).
+    assert!(
+        assumed.iter().all(|s| s.sdk_request.contains("max=3")),
+        "AssumeRoleWithWebIdentity may be retried: {assumed:?}"
+    );
     let ec2_keys: Vec<_> = sniffer
         .all()
         .into_iter()
