@@ -10,6 +10,7 @@ pub mod controllers;
 pub mod duration;
 pub mod kube_client;
 pub mod leader;
+pub mod logging;
 pub mod manager;
 pub mod metrics;
 pub mod options;

@@ -2,8 +2,7 @@
 
 use std::process::ExitCode;
 
-use aws_ccm::options::{LogFormat, Options};
-use tracing_subscriber::EnvFilter;
+use aws_ccm::options::Options;
 
 fn main() -> ExitCode {
     let (options, ignored) = match Options::parse_args(std::env::args()) {
@@ -18,7 +17,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    init_logging(validated.options.verbosity, validated.options.log_format);
+    aws_ccm::logging::init(validated.options.verbosity, validated.options.log_format);
     // kube, the health server and the AWS SDK all use rustls; pick its
     // provider once so none of them has to guess.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
@@ -91,28 +90,3 @@ const MALLOC_ARENAS: libc::c_int = 1;
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn tune_malloc() {}
-
-/// `--v` as klog levels: 0-1 info, 2-3 info plus our debug, 4-5 debug, 6+ trace.
-/// `RUST_LOG` overrides when set.
-fn init_logging(verbosity: u8, format: LogFormat) {
-    let default = match verbosity {
-        0..=1 => "info",
-        2..=3 => "info,aws_ccm=debug",
-        4..=5 => "debug,hyper=info,h2=info,rustls=info,aws_smithy_runtime=info",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi);
-    match format {
-        LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(true)
-            .init(),
-        LogFormat::Text => builder.init(),
-    }
-}

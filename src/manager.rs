@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aws::AwsClient;
 use crate::aws::clients::{self, SdkClients};
+use crate::aws::door::Door;
 use crate::cloud_config::CloudConfig;
 use crate::controllers;
 use crate::kube_client;
@@ -56,15 +57,18 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
         })?,
     };
     let base = clients::base_config(&region).await;
-    let sdk = clients::build(&base, &cloud, &region);
+    // One door for the whole process: the RoleARN credentials provider
+    // inside the SDK clients sends STS AssumeRole through it too.
+    let door = Door::new(&opts.aws_client_options());
+    let sdk = clients::build(&base, &cloud, &region, &door);
     let (cluster_id, legacy_tag) =
-        resolve_cluster_id(&cloud, &sdk, opts, opts.allow_untagged_cloud).await?;
+        resolve_cluster_id(&cloud, &sdk, &door, opts, opts.allow_untagged_cloud).await?;
     let mut client_options = opts.aws_client_options();
     // As the Go CCM: the sweep queries the legacy `KubernetesCluster` tag
     // only for a cluster identified by it. kOps puts both tags on every
     // instance, so querying both would read each instance twice.
     client_options.legacy_cluster_tag = legacy_tag;
-    let aws = AwsClient::new(sdk, cluster_id.clone(), client_options);
+    let aws = AwsClient::with_door(sdk, cluster_id.clone(), client_options, door);
     tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
 
     let kube_config =
@@ -211,6 +215,7 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
 async fn resolve_cluster_id(
     cloud: &CloudConfig,
     sdk: &SdkClients,
+    door: &Arc<Door>,
     opts: &crate::options::Options,
     allow_untagged: bool,
 ) -> anyhow::Result<(String, bool)> {
@@ -223,7 +228,12 @@ async fn resolve_cluster_id(
             .map_err(anyhow::Error::msg)?;
         // The cluster ID is not known yet, so this one lookup goes through a
         // bootstrap client that owns no cluster resources.
-        let bootstrap = AwsClient::new(sdk.clone(), String::new(), opts.aws_client_options());
+        let bootstrap = AwsClient::with_door(
+            sdk.clone(),
+            String::new(),
+            opts.aws_client_options(),
+            door.clone(),
+        );
         let instance = bootstrap
             .instance_by_id(&instance_id)
             .await

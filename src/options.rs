@@ -207,7 +207,7 @@ pub struct Options {
     #[arg(long = "aws-api-budget-fraction", default_value_t = 0.5)]
     pub aws_api_budget_fraction: f64,
 
-    /// Number for the log level verbosity (0-10, as klog).
+    /// Number for the log level verbosity (0-10, as klog): 0-1 info, 2-3 our debug, 4-5 debug, 6+ trace. RUST_LOG, when set, replaces it. AWS SDK and HTTP internals stay capped at debug/info so no credentials reach the log.
     #[arg(short = 'v', long = "v", default_value_t = 2)]
     pub verbosity: u8,
 

@@ -31,14 +31,14 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use futures::future::FutureExt;
 use tokio::time::Instant;
 
-use super::api_metrics;
 use super::coalesce::{BatchFetch, Batcher, SingleFlight};
 use super::describe_xml;
-use super::errors::{AttemptFailure, AwsError, ErrorClass};
+use super::door::Door;
+use super::errors::AwsError;
 use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
 use super::operations::{Category, Operation, Service};
 use super::retry::RetryPolicy;
-use super::throttle::{AimdConfig, Priority, Throttle};
+use super::throttle::{AimdConfig, Priority};
 
 pub use super::clients::SdkClients;
 
@@ -139,7 +139,28 @@ impl ClientOptions {
         Ok(())
     }
 
-    fn retry_policy(&self) -> RetryPolicy {
+    /// The options with each invalid value replaced by its default (the
+    /// error logged).
+    pub(crate) fn or_defaults(self) -> ClientOptions {
+        let mut options = self;
+        let Err(err) = options.validate() else {
+            return options;
+        };
+        tracing::error!(error = %err, "invalid AWS client options; using the defaults for the invalid ones");
+        let defaults = ClientOptions::default();
+        if !(options.budget_fraction > 0.0 && options.budget_fraction <= 10.0) {
+            options.budget_fraction = defaults.budget_fraction;
+        }
+        if options.call_timeout.is_zero() {
+            options.call_timeout = defaults.call_timeout;
+        }
+        options.max_attempts = options.max_attempts.max(1);
+        options.max_ids_per_call = options.max_ids_per_call.max(1);
+        options.max_dns_names_per_call = options.max_dns_names_per_call.max(1);
+        options
+    }
+
+    pub(crate) fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy {
             max_attempts: self.max_attempts.max(1),
             base_delay: self.backoff_base,
@@ -186,8 +207,7 @@ struct Core {
     clients: SdkClients,
     cluster_id: String,
     options: ClientOptions,
-    retry: RetryPolicy,
-    throttle: Throttle,
+    door: Arc<Door>,
 }
 
 impl std::fmt::Debug for AwsClient {
@@ -239,27 +259,27 @@ impl AwsClient {
     /// defaults (validate them earlier with [`ClientOptions::validate`] to
     /// refuse them instead).
     pub fn new(clients: SdkClients, cluster_id: String, opts: ClientOptions) -> AwsClient {
-        let defaults = ClientOptions::default();
-        let mut options = opts;
-        if let Err(err) = options.validate() {
-            tracing::error!(error = %err, "invalid AWS client options; using the defaults for the invalid ones");
-            if !(options.budget_fraction > 0.0 && options.budget_fraction <= 10.0) {
-                options.budget_fraction = defaults.budget_fraction;
-            }
-            if options.call_timeout.is_zero() {
-                options.call_timeout = defaults.call_timeout;
-            }
-            options.max_attempts = options.max_attempts.max(1);
-            options.max_ids_per_call = options.max_ids_per_call.max(1);
-            options.max_dns_names_per_call = options.max_dns_names_per_call.max(1);
-        }
-        api_metrics::init();
+        let door = Door::new(&opts);
+        AwsClient::with_door(clients, cluster_id, opts, door)
+    }
+
+    /// Builds the client around a [`Door`] that others share too: the
+    /// credentials provider assuming cloud.conf's `RoleARN` calls STS
+    /// through the same door, and it must exist before the SDK clients.
+    /// The door's own options (throttle, timeout, retries) are the ones it
+    /// was built with; `opts` sets the rest.
+    pub fn with_door(
+        clients: SdkClients,
+        cluster_id: String,
+        opts: ClientOptions,
+        door: Arc<Door>,
+    ) -> AwsClient {
+        let options = opts.or_defaults();
         let core = Arc::new(Core {
             clients,
             cluster_id,
-            retry: options.retry_policy(),
-            throttle: Throttle::new(options.budget_fraction, options.aimd.clone()),
             options,
+            door,
         });
 
         let by_id_core = core.clone();
@@ -337,7 +357,7 @@ impl AwsClient {
 
     /// The current adaptive rate of a category, in requests per second.
     pub fn current_rate(&self, category: Category) -> f64 {
-        self.inner.core.throttle.limiter(category).current_rate()
+        self.inner.core.door.current_rate(category)
     }
 
     /// Calls AWS through the service whose SDK client `f` takes. `f` builds
@@ -363,6 +383,7 @@ impl AwsClient {
         let client = C::pick(&self.inner.core.clients);
         self.inner
             .core
+            .door
             .call(C::SERVICE, op, opts, Priority::Normal, || f(client.clone()))
             .await
     }
@@ -501,124 +522,6 @@ async fn with_deadline<T>(
 }
 
 impl Core {
-    /// The retry loop: throttle, send, classify, back off.
-    async fn call<T, E, F, Fut>(
-        &self,
-        service: Service,
-        op: Operation,
-        opts: CallOptions,
-        priority: Priority,
-        attempt: F,
-    ) -> Result<T, AwsError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
-        let start = Instant::now();
-        if op.service() != service {
-            // A programming error (e.g. an ELB operation passed to `ec2()`):
-            // refuse it, since it would be charged to the wrong bucket.
-            api_metrics::record_call_error(op);
-            return Err(AwsError::from_attempt(
-                op,
-                AttemptFailure::new(
-                    ErrorClass::Fatal,
-                    None,
-                    format!("{op} was passed to the {service} client; this is a bug in aws-ccm"),
-                ),
-                0,
-            ));
-        }
-        let limiter = self.throttle.limiter(op.category());
-        let mut delays = self.retry.delays();
-        let mut attempts: u32 = 0;
-        let mut last: Option<AwsError> = None;
-        let deadline_exceeded = |attempts: u32, last: Option<AwsError>| {
-            api_metrics::record_call_error(op);
-            AwsError::DeadlineExceeded {
-                operation: op,
-                attempts,
-                elapsed: start.elapsed(),
-                last: last.map(Box::new),
-            }
-        };
-        loop {
-            if limiter.acquire_with(opts.deadline, priority).await.is_err() {
-                return Err(deadline_exceeded(attempts, last));
-            }
-            attempts += 1;
-            let mut timeout = self.options.call_timeout;
-            let mut cut_by_deadline = false;
-            if let Some(deadline) = opts.deadline {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left < timeout {
-                    timeout = left;
-                    cut_by_deadline = true;
-                }
-            }
-            let sent = Instant::now();
-            let failure = match tokio::time::timeout(timeout, attempt()).await {
-                Ok(Ok(value)) => {
-                    api_metrics::observe_request_duration(op, sent.elapsed());
-                    api_metrics::record_attempt(op, "success");
-                    return Ok(value);
-                }
-                Ok(Err(err)) => {
-                    let failure = AttemptFailure::from_sdk(&err);
-                    if failure.http_status.is_some() {
-                        api_metrics::observe_request_duration(op, sent.elapsed());
-                    }
-                    api_metrics::record_attempt(op, failure.class.as_str());
-                    failure
-                }
-                Err(_) => {
-                    api_metrics::record_attempt(op, "timeout");
-                    let failure = AttemptFailure::new(
-                        ErrorClass::Transient,
-                        None,
-                        format!("no answer within {timeout:?}"),
-                    );
-                    if cut_by_deadline {
-                        let last = AwsError::from_attempt(op, failure, attempts);
-                        return Err(deadline_exceeded(attempts, Some(last)));
-                    }
-                    failure
-                }
-            };
-            if failure.class == ErrorClass::Throttling {
-                api_metrics::record_throttled(op);
-                limiter.on_throttled();
-            }
-            let retryable = failure.class.is_retryable();
-            let error = AwsError::from_attempt(op, failure, attempts);
-            if !retryable {
-                api_metrics::record_call_error(op);
-                return Err(error);
-            }
-            let Some(delay) = delays.next() else {
-                api_metrics::record_call_error(op);
-                return Err(error);
-            };
-            if opts
-                .deadline
-                .is_some_and(|deadline| Instant::now() + delay >= deadline)
-            {
-                return Err(deadline_exceeded(attempts, Some(error)));
-            }
-            tracing::debug!(
-                operation = %op,
-                attempt = attempts,
-                class = %error.class(),
-                code = error.code().unwrap_or(""),
-                delay_ms = delay.as_millis() as u64,
-                "retrying AWS call"
-            );
-            last = Some(error);
-            tokio::time::sleep(delay).await;
-        }
-    }
-
     /// Paginated, filtered `DescribeInstances` (1,000 per page), converted.
     /// Pages are decoded by [`describe_xml::SlimDecoder`] straight into
     /// instances; a page it hands back to the SDK is converted from the
@@ -636,6 +539,7 @@ impl Core {
         loop {
             let slot = describe_xml::Slot::default();
             let page = self
+                .door
                 // Every caller of this serves many callers of its own (a
                 // coalesced batch, the sweep): it goes ahead of single calls.
                 .call(
@@ -706,6 +610,7 @@ impl Core {
 
     async fn describe_zones(&self) -> Result<HashMap<String, String>, AwsError> {
         let out = self
+            .door
             .call(
                 Service::Ec2,
                 Operation::Ec2DescribeAvailabilityZones,
@@ -725,6 +630,7 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aws::errors::ErrorClass;
     use crate::aws::test_stub::{Fault, StubEc2, StubInstance};
 
     /// Fast retries so failure-path tests take milliseconds.

@@ -8,10 +8,16 @@
 //! `[ServiceOverride]` endpoints per service.
 //!
 //! The SDK's own retries are disabled: the client layer (`aws::client`) owns
-//! retries, so the two never multiply.
+//! retries, so the two never multiply. The `RoleARN` credentials provider
+//! calls STS `AssumeRole` through that layer too (its [`Door`]), so the call
+//! is throttled, retried and counted like any other.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use aws_config::default_provider::credentials::DefaultCredentialsChain;
+use aws_config::identity::IdentityCache;
+use aws_config::provider_config::ProviderConfig;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
@@ -20,6 +26,9 @@ use aws_credential_types::provider::{
     self, ProvideCredentials, SharedCredentialsProvider, error::CredentialsError,
 };
 
+use super::client::CallOptions;
+use super::door::Door;
+use super::operations::{Operation, Service};
 use crate::cloud_config::CloudConfig;
 
 /// The raw SDK clients. Only `aws::client` holds these; controllers never do.
@@ -61,6 +70,7 @@ pub async fn base_config(region: &str) -> SdkConfig {
     }
     loader
         .region(Region::new(region.to_string()))
+        .credentials_provider(credentials_chain(region).await)
         .retry_config(RetryConfig::disabled())
         .timeout_config(
             TimeoutConfig::builder()
@@ -71,20 +81,67 @@ pub async fn base_config(region: &str) -> SdkConfig {
         .await
 }
 
+/// How long one `AssumeRole` may take, retries included: the door gives up
+/// at this deadline, a little before the identity cache stops waiting for it
+/// ([`ASSUME_ROLE_LOAD_TIMEOUT`]), which is itself below the door's default
+/// 30 s attempt timeout of the call that needed the credentials.
+const ASSUME_ROLE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// How long the identity cache waits for the `RoleARN` provider.
+const ASSUME_ROLE_LOAD_TIMEOUT: Duration = Duration::from_secs(25);
+
+/// How long before expiry the assumed credentials are replaced: room for
+/// `AssumeRole` to be retried while the old ones still work.
+const ASSUME_ROLE_REFRESH_BEFORE_EXPIRY: Duration = Duration::from_secs(60);
+
+/// The SDK's default credentials chain (environment, profile, web identity,
+/// container, instance metadata), with standard retries for the STS and
+/// metadata clients inside it. Left to the loader, the chain would inherit
+/// its `RetryConfig::disabled()` (set for the service clients, whose retries
+/// the door owns) and IRSA's `AssumeRoleWithWebIdentity` would get one
+/// attempt.
+///
+/// That call does not go through the door: the chain builds its own STS
+/// client from a provider configuration that takes no interceptor, app name
+/// or client, so routing it through the door would mean re-implementing the
+/// chain's order and each provider. It is made once per credentials
+/// lifetime, retried by the SDK, but not counted in our metrics and without
+/// the `app/aws-ccm` user-agent mark.
+async fn credentials_chain(region: &str) -> DefaultCredentialsChain {
+    let region = Region::new(region.to_string());
+    let config = ProviderConfig::default()
+        .with_region(Some(region.clone()))
+        .with_retry_config(RetryConfig::standard());
+    DefaultCredentialsChain::builder()
+        .configure(config)
+        .region(region)
+        .build()
+        .await
+}
+
 /// Builds every client for `region` from `base`, applying cloud.conf's
-/// RoleARN and ServiceOverride sections.
-pub fn build(base: &SdkConfig, cloud: &CloudConfig, region: &str) -> SdkClients {
-    let sts_base = sts_client(base, cloud, region);
+/// RoleARN and ServiceOverride sections. `door` is the client layer the
+/// RoleARN provider calls STS through.
+pub fn build(base: &SdkConfig, cloud: &CloudConfig, region: &str, door: &Arc<Door>) -> SdkClients {
     let config = match &cloud.role_arn {
         Some(role_arn) => {
             let provider = AssumeRoleProvider {
-                sts: sts_base.clone(),
+                // Signed with the base credentials (IRSA, instance profile…).
+                sts: sts_client(base, cloud, region),
+                door: door.clone(),
                 role_arn: role_arn.clone(),
                 source_arn: cloud.source_arn.clone(),
             };
-            // The SDK's default identity cache refreshes before expiry.
+            // One cache shared by every client built from this config: STS
+            // is asked once per credentials lifetime, not per request, and
+            // again shortly before they expire.
+            let cache = IdentityCache::lazy()
+                .load_timeout(ASSUME_ROLE_LOAD_TIMEOUT)
+                .buffer_time(ASSUME_ROLE_REFRESH_BEFORE_EXPIRY)
+                .build();
             base.to_builder()
                 .credentials_provider(SharedCredentialsProvider::new(provider))
+                .identity_cache(cache)
                 .build()
         }
         None => base.clone(),
@@ -165,42 +222,52 @@ fn warn_unsupported_signing(service: &str, method: &str, name: &str, default_nam
     }
 }
 
-/// Assumes `RoleARN` through STS. With `SourceARN`, sends the
-/// `x-amz-source-arn` / `x-amz-source-account` headers so the role's trust
-/// policy can pin `aws:SourceArn` / `aws:SourceAccount` (confused deputy).
+/// Assumes `RoleARN` through STS, by way of the door (throttle, retries,
+/// metrics). With `SourceARN`, sends the `x-amz-source-arn` /
+/// `x-amz-source-account` headers so the role's trust policy can pin
+/// `aws:SourceArn` / `aws:SourceAccount` (confused deputy).
 #[derive(Debug)]
 struct AssumeRoleProvider {
     sts: aws_sdk_sts::Client,
+    door: Arc<Door>,
     role_arn: String,
     source_arn: Option<String>,
 }
 
 impl AssumeRoleProvider {
     async fn assume(&self) -> provider::Result {
-        let source = self.source_arn.clone();
-        let response = self
-            .sts
-            .assume_role()
-            .role_arn(&self.role_arn)
-            .role_session_name(SESSION_NAME)
-            .customize()
-            .mutate_request(move |req| {
-                if let Some(arn) = &source {
-                    req.headers_mut().insert("x-amz-source-arn", arn.clone());
-                    // arn:partition:service:region:account:resource
-                    if let Some(account) = arn.split(':').nth(4).filter(|a| !a.is_empty()) {
-                        req.headers_mut()
-                            .insert("x-amz-source-account", account.to_string());
+        let attempt = || {
+            let source = self.source_arn.clone();
+            self.sts
+                .assume_role()
+                .role_arn(&self.role_arn)
+                .role_session_name(SESSION_NAME)
+                .customize()
+                .mutate_request(move |req| {
+                    if let Some(arn) = &source {
+                        req.headers_mut().insert("x-amz-source-arn", arn.clone());
+                        // arn:partition:service:region:account:resource
+                        if let Some(account) = arn.split(':').nth(4).filter(|a| !a.is_empty()) {
+                            req.headers_mut()
+                                .insert("x-amz-source-account", account.to_string());
+                        }
                     }
-                }
-            })
-            .send()
+                })
+                .send()
+        };
+        let response = self
+            .door
+            .send(
+                Service::Sts,
+                Operation::StsAssumeRole,
+                CallOptions::within(ASSUME_ROLE_DEADLINE),
+                attempt,
+            )
             .await
             .map_err(|e| {
                 CredentialsError::provider_error(format!(
-                    "assuming cloud.conf RoleARN {}: {}",
-                    self.role_arn,
-                    aws_smithy_types::error::display::DisplayErrorContext(&e)
+                    "assuming cloud.conf RoleARN {}: {e}",
+                    self.role_arn
                 ))
             })?;
         let c = response.credentials.ok_or_else(|| {

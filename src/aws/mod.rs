@@ -7,6 +7,7 @@ pub mod client;
 pub mod clients;
 pub mod coalesce;
 pub mod describe_xml;
+pub mod door;
 pub mod elb;
 pub mod errors;
 pub mod instances;

@@ -5,6 +5,7 @@
 mod support;
 
 mod clb;
+mod credentials;
 mod foundation;
 mod iam;
 mod nlb;

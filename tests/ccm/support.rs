@@ -131,36 +131,44 @@ impl Env {
     }
 }
 
-/// The CCM as a child process, with its stderr collected for assertions.
+/// Appends every line `stream` yields to `sink`.
+async fn collect_lines(stream: impl tokio::io::AsyncRead + Unpin, sink: Arc<Mutex<String>>) {
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut buf = sink.lock().unwrap_or_else(|p| p.into_inner());
+        buf.push_str(&line);
+        buf.push('\n');
+    }
+}
+
+/// The CCM as a child process, with its stderr and stdout collected for
+/// assertions.
 pub struct Ccm {
     child: Child,
     logs: Arc<Mutex<String>>,
 }
 
 impl Ccm {
+    /// Starts the binary with `RUST_LOG=info,aws_ccm=debug` unless `env`
+    /// sets it (an empty `RUST_LOG` counts as unset: `--v` decides). Its
+    /// stderr and stdout both go to [`Ccm::logs`].
     pub async fn spawn(args: &[String], env: &[(String, String)]) -> anyhow::Result<Ccm> {
         let mut cmd = Command::new(BINARY);
         cmd.args(args)
             .env("RUST_LOG", "info,aws_ccm=debug")
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().with_context(|| format!("spawning {BINARY}"))?;
-        let stderr = child.stderr.take().context("no stderr")?;
         let logs = Arc::new(Mutex::new(String::new()));
-        let sink = logs.clone();
-        tokio::spawn(async move {
-            let mut lines = BufReader::new(stderr).lines();
-            while let Ok(Some(line)) = lines.next_line().await {
-                let mut buf = sink.lock().unwrap_or_else(|p| p.into_inner());
-                buf.push_str(&line);
-                buf.push('\n');
-            }
-        });
+        let stderr = child.stderr.take().context("no stderr")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        tokio::spawn(collect_lines(stderr, logs.clone()));
+        tokio::spawn(collect_lines(stdout, logs.clone()));
         Ok(Ccm { child, logs })
     }
 
