@@ -347,6 +347,9 @@ async fn role_arn_is_assumed_once_through_the_door_and_signs_the_calls() -> anyh
         "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nRoleARN = {role}\n"
     ))
     .await?;
+    // The operator renders the role's policy with `--assume-role` (the IAM
+    // test evaluates this proxy's recorded requests that way).
+    env.proxy.set_iam_policy_options(&["--assume-role", role]);
     let sniffer = Sniffer::start(env.proxy.endpoint()).await?;
     // STS throttles the first two AssumeRole calls: the door must retry.
     env.proxy.set_faults(vec![
