@@ -174,6 +174,7 @@ pub struct AwsClient {
 
 struct Inner {
     core: Arc<Core>,
+    permissions: Arc<super::permissions::Permissions>,
     by_id: Batcher<String, Ec2Instance>,
     by_private_dns: Batcher<String, Ec2Instance>,
     sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
@@ -318,6 +319,15 @@ impl AwsClient {
             ),
             sweep: SingleFlight::new(Operation::Ec2DescribeInstances, options.sweep_ttl),
             zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
+            permissions: Arc::new(super::permissions::Permissions::new(
+                &core.cluster_id,
+                core.clients
+                    .ec2
+                    .config()
+                    .region()
+                    .map_or("", |r| r.as_ref()),
+                super::permissions::DEFAULT_TTL,
+            )),
             core,
         };
         AwsClient {
@@ -328,6 +338,12 @@ impl AwsClient {
     /// The cluster ID this client was built for.
     pub fn cluster_id(&self) -> &str {
         &self.inner.core.cluster_id
+    }
+
+    /// What IAM lets this client write: the shared registry of DryRun
+    /// verdicts (see [`super::permissions`]).
+    pub fn permissions(&self) -> &super::permissions::Permissions {
+        &self.inner.permissions
     }
 
     /// The options in force (after validation).
@@ -407,6 +423,55 @@ impl AwsClient {
         self.call_with(op, CallOptions::default(), f).await
     }
 
+    /// Sends a request with `DryRun=true` (which `f` must set) through the
+    /// door: the same token bucket and metrics as the real request, retried
+    /// on throttling and transient failures like any call. `Ok` with the
+    /// verdict when AWS answered `DryRunOperation` or
+    /// `UnauthorizedOperation`; any other answer is an error, including a
+    /// service that carried the request out (it ignored `DryRun`).
+    pub async fn dry_run<C, T, E, F, Fut>(&self, op: Operation, f: F) -> Result<DryRun, AwsError>
+    where
+        C: SdkService,
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let client = C::pick(&self.inner.core.clients);
+        let answer = self
+            .inner
+            .core
+            .call_as(
+                C::SERVICE,
+                op,
+                CallOptions::default(),
+                Priority::Normal,
+                true,
+                || f(client.clone()),
+            )
+            .await;
+        match answer {
+            Err(e) if e.code() == Some(DRY_RUN_ALLOWED_CODE) => Ok(DryRun::Allowed),
+            Err(e) if e.code().is_some_and(|c| DRY_RUN_DENIED_CODES.contains(&c)) => {
+                Ok(DryRun::Denied {
+                    message: e.message(),
+                })
+            }
+            Err(e) => Err(e),
+            Ok(_) => Err(AwsError::from_attempt(
+                op,
+                AttemptFailure::new(
+                    ErrorClass::Fatal,
+                    None,
+                    format!(
+                        "{op} with DryRun=true was carried out instead of answering DryRunOperation; \
+                         the endpoint does not honour DryRun, so no permission can be inferred"
+                    ),
+                ),
+                1,
+            )),
+        }
+    }
+
     /// One instance by ID, coalesced with concurrent lookups into one
     /// `DescribeInstances`. [`AwsError::NotFound`] when it does not exist;
     /// a terminated instance that EC2 still lists is returned (its `state`
@@ -479,6 +544,33 @@ impl AwsClient {
     }
 }
 
+/// The metrics outcome of an answer to a `DryRun=true` request, when it is
+/// one: EC2 says `DryRunOperation` (HTTP 412) when the caller may make the
+/// request and `UnauthorizedOperation` (HTTP 403) when IAM denies it.
+fn dry_run_outcome(code: &str) -> Option<&'static str> {
+    match code {
+        DRY_RUN_ALLOWED_CODE => Some("dry_run_allowed"),
+        code if DRY_RUN_DENIED_CODES.contains(&code) => Some("dry_run_denied"),
+        _ => None,
+    }
+}
+
+/// EC2's answer to a DryRun request that would have succeeded.
+pub const DRY_RUN_ALLOWED_CODE: &str = "DryRunOperation";
+/// Answers that mean IAM denies the request (EC2; ELB and STS spell it
+/// `AccessDenied`).
+pub const DRY_RUN_DENIED_CODES: &[&str] = &["UnauthorizedOperation", "AccessDenied"];
+
+/// What a `DryRun=true` request found out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DryRun {
+    /// `DryRunOperation`: the request would have been allowed.
+    Allowed,
+    /// `UnauthorizedOperation`: IAM denies it; AWS's message (it carries an
+    /// encoded authorization message naming the policy statement).
+    Denied { message: String },
+}
+
 /// Bounds a wait by the caller's deadline.
 async fn with_deadline<T>(
     op: Operation,
@@ -508,6 +600,28 @@ impl Core {
         op: Operation,
         opts: CallOptions,
         priority: Priority,
+        attempt: F,
+    ) -> Result<T, AwsError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.call_as(service, op, opts, priority, false, attempt)
+            .await
+    }
+
+    /// [`Core::call`]; with `dry_run`, the answers of a `DryRun=true`
+    /// request (`DryRunOperation`, `UnauthorizedOperation`) are answers, not
+    /// failures: counted under their own outcome, never retried, and not
+    /// counted as request errors.
+    async fn call_as<T, E, F, Fut>(
+        &self,
+        service: Service,
+        op: Operation,
+        opts: CallOptions,
+        priority: Priority,
+        dry_run: bool,
         attempt: F,
     ) -> Result<T, AwsError>
     where
@@ -568,6 +682,13 @@ impl Core {
                     let failure = AttemptFailure::from_sdk(&err);
                     if failure.http_status.is_some() {
                         api_metrics::observe_request_duration(op, sent.elapsed());
+                    }
+                    let verdict = dry_run
+                        .then(|| failure.code.as_deref().and_then(dry_run_outcome))
+                        .flatten();
+                    if let Some(outcome) = verdict {
+                        api_metrics::record_attempt(op, outcome);
+                        return Err(AwsError::from_attempt(op, failure, attempts));
                     }
                     api_metrics::record_attempt(op, failure.class.as_str());
                     failure
