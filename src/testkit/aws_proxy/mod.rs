@@ -36,6 +36,7 @@
 //! `POST /proxy-api/reset-counts` clears them.
 
 mod counts;
+mod dry_run;
 mod errors;
 mod faults;
 mod record;
@@ -510,9 +511,10 @@ async fn handle(
 
     let mut delay = *state.latency.read();
     let rules = Arc::clone(&state.faults.read());
+    let params = call_params(parts.uri.query(), &body);
     if !rules.is_empty() {
         let fault = rules
-            .pick(&call.service, &call.action, rand::random::<f64>)
+            .pick_for(&call.service, &call.action, &params, rand::random::<f64>)
             .cloned();
         if let Some(fault) = fault {
             counters.bump(&call.service, &call.action, Outcome::Faulted);
@@ -544,6 +546,9 @@ async fn handle(
 
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
+    }
+    if let Some(answer) = dry_run::answer(&call.service, &call.action, &params) {
+        return Ok(error_response(&answer, &call));
     }
     counters.bump(&call.service, &call.action, Outcome::Forwarded);
     let local = state.local.read().clone();
