@@ -356,6 +356,13 @@ impl<R: Routes> Reconciler<R> {
                 ),
             };
             let tagging = tagging.unwrap_or(Tagging::Untagged);
+            // The policy grants instance writes on the cluster tag: a DryRun
+            // per joining node would double the source/destination calls
+            // under AWS's small mutating budget for nothing (the start-up
+            // self-check probes one such instance).
+            if matches!(probe, Probe::SourceDestCheck { .. }) && tagging == Tagging::Current {
+                continue;
+            }
             // A create probes better than a delete (it names a target).
             let better = matches!(&probe, Probe::Route { instance_id: Some(_), .. });
             let replace = match probes.get(&key) {

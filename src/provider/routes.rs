@@ -572,6 +572,13 @@ impl FakeRoutes {
         );
     }
 
+    /// Marks an instance as tagged `tagging` (e.g. only the legacy tag).
+    pub fn set_instance_tagging(&self, id: &str, tagging: Tagging) {
+        if let Some(i) = self.state.lock().instances.get_mut(id) {
+            i.tagging = tagging;
+        }
+    }
+
     /// Makes IAM deny `action` on `resource_id`: its DryRun answers
     /// `UnauthorizedOperation`.
     pub fn deny(&self, action: Action, resource_id: &str) {

@@ -8,5 +8,6 @@ mod clb;
 mod foundation;
 mod nlb;
 mod node;
+mod permissions;
 mod routes;
 mod service;
