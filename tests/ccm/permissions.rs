@@ -69,6 +69,22 @@ async fn route_writes_iam_denies_are_refused_with_an_event_and_other_nodes_are_r
         .expect("route table id");
     let ids = cloud.instances(2).await?;
     let (i1, i2) = (&ids[0], &ids[1]);
+    // i2 carries only the legacy tag: outside the policy without
+    // --legacy-cluster-tag.
+    cloud
+        .ec2
+        .delete_tags()
+        .resources(i2)
+        .tags(Tag::builder().key("kubernetes.io/cluster/ccm-test").build())
+        .send()
+        .await?;
+    cloud
+        .ec2
+        .create_tags()
+        .resources(i2)
+        .tags(Tag::builder().key("KubernetesCluster").value("ccm-test").build())
+        .send()
+        .await?;
 
     env.proxy.record_requests(true);
     env.proxy.set_faults(vec![
@@ -113,6 +129,7 @@ async fn route_writes_iam_denies_are_refused_with_an_event_and_other_nodes_are_r
     assert!(note.contains(&format!("instance/{i2}")), "{note}");
     assert!(note.contains("ec2:ModifyInstanceAttribute"), "{note}");
     assert!(note.contains("kubernetes.io/cluster/ccm-test"), "{note}");
+    assert!(note.contains("--legacy-cluster-tag"), "{note}");
     wait_condition(&api, "n2", "True", "NoRouteCreated").await?;
     let logs = ccm.logs();
     assert!(
