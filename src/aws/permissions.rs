@@ -272,7 +272,9 @@ impl Probe {
                         ec2.modify_instance_attribute()
                             .dry_run(true)
                             .instance_id(instance_id)
-                            .source_dest_check(AttributeBooleanValue::builder().value(false).build())
+                            .source_dest_check(
+                                AttributeBooleanValue::builder().value(false).build(),
+                            )
                             .send()
                     },
                 )
@@ -408,7 +410,11 @@ impl Permissions {
     /// `UnauthorizedOperation`; the next check after the TTL asks again.
     pub fn record_denied(&self, action: Action, resource_id: &str, tagging: Tagging) -> Denial {
         let denial = self.denial(action, resource_id, tagging);
-        self.record(action, resource_id, Verdict::Denied(Box::new(denial.clone())));
+        self.record(
+            action,
+            resource_id,
+            Verdict::Denied(Box::new(denial.clone())),
+        );
         denial
     }
 

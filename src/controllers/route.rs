@@ -364,10 +364,21 @@ impl<R: Routes> Reconciler<R> {
                 continue;
             }
             // A create probes better than a delete (it names a target).
-            let better = matches!(&probe, Probe::Route { instance_id: Some(_), .. });
+            let better = matches!(
+                &probe,
+                Probe::Route {
+                    instance_id: Some(_),
+                    ..
+                }
+            );
             let replace = match probes.get(&key) {
                 None => true,
-                Some((Probe::Route { instance_id: None, .. }, _)) => better,
+                Some((
+                    Probe::Route {
+                        instance_id: None, ..
+                    },
+                    _,
+                )) => better,
                 Some(_) => false,
             };
             if replace {

@@ -239,11 +239,7 @@ pub trait Routes: Send + Sync {
 
     /// Whether IAM allows the write `probe` stands for: a DryRun, its
     /// verdict kept per (action, resource) for a while.
-    fn permission(
-        &self,
-        probe: &Probe,
-        tagging: Tagging,
-    ) -> impl Future<Output = Verdict> + Send;
+    fn permission(&self, probe: &Probe, tagging: Tagging) -> impl Future<Output = Verdict> + Send;
 }
 
 /// The EC2 instance ID in a Kubernetes provider ID, in the forms the Go CCM
@@ -851,7 +847,8 @@ impl Routes for FakeRoutes {
         if !st.denied.contains(&key) {
             return Verdict::Allowed;
         }
-        let registry = crate::aws::permissions::Permissions::new("demo", "us-east-1", Default::default());
+        let registry =
+            crate::aws::permissions::Permissions::new("demo", "us-east-1", Default::default());
         let denial: Denial = registry.record_denied(key.0, &key.1, tagging);
         Verdict::Denied(Box::new(denial))
     }

@@ -59,7 +59,12 @@ async fn route_writes_iam_denies_are_refused_with_an_event_and_other_nodes_are_r
         .tag_specifications(
             TagSpecification::builder()
                 .resource_type(ResourceType::RouteTable)
-                .tags(Tag::builder().key("KubernetesCluster").value("ccm-test").build())
+                .tags(
+                    Tag::builder()
+                        .key("KubernetesCluster")
+                        .value("ccm-test")
+                        .build(),
+                )
                 .build(),
         )
         .send()
@@ -82,7 +87,12 @@ async fn route_writes_iam_denies_are_refused_with_an_event_and_other_nodes_are_r
         .ec2
         .create_tags()
         .resources(i2)
-        .tags(Tag::builder().key("KubernetesCluster").value("ccm-test").build())
+        .tags(
+            Tag::builder()
+                .key("KubernetesCluster")
+                .value("ccm-test")
+                .build(),
+        )
         .send()
         .await?;
 
@@ -139,11 +149,21 @@ async fn route_writes_iam_denies_are_refused_with_an_event_and_other_nodes_are_r
 
     // Zero denied calls: the DryRun asked, the write was never sent.
     assert!(dry_runs(&env, "CreateRoute", "RouteTableId", &rtb_legacy) >= 1);
-    assert_eq!(real_calls(&env, "CreateRoute", "RouteTableId", &rtb_legacy), 0);
+    assert_eq!(
+        real_calls(&env, "CreateRoute", "RouteTableId", &rtb_legacy),
+        0
+    );
     assert!(dry_runs(&env, "ModifyInstanceAttribute", "InstanceId", i2) >= 1);
-    assert_eq!(real_calls(&env, "ModifyInstanceAttribute", "InstanceId", i2), 0);
+    assert_eq!(
+        real_calls(&env, "ModifyInstanceAttribute", "InstanceId", i2),
+        0
+    );
     assert!(
-        cloud.routes(&rtb_legacy).await?.get("10.244.1.0/24").is_none(),
+        cloud
+            .routes(&rtb_legacy)
+            .await?
+            .get("10.244.1.0/24")
+            .is_none(),
         "moto never saw a route write to the denied table"
     );
     assert_eq!(cloud.source_dest_check(i2).await?, Some(true));

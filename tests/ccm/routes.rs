@@ -92,7 +92,12 @@ impl Cloud {
             .collect())
     }
 
-    pub(crate) async fn instance_route(&self, table: &str, dest: &str, instance: &str) -> anyhow::Result<()> {
+    pub(crate) async fn instance_route(
+        &self,
+        table: &str,
+        dest: &str,
+        instance: &str,
+    ) -> anyhow::Result<()> {
         let call = self
             .ec2
             .create_route()

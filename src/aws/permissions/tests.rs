@@ -3,7 +3,13 @@ use super::*;
 #[test]
 fn tagging_reads_the_current_and_the_legacy_tag() {
     assert_eq!(
-        Tagging::of("demo", [("kubernetes.io/cluster/demo", ""), ("KubernetesCluster", "demo")]),
+        Tagging::of(
+            "demo",
+            [
+                ("kubernetes.io/cluster/demo", ""),
+                ("KubernetesCluster", "demo")
+            ]
+        ),
         Tagging::Current
     );
     assert_eq!(
@@ -11,7 +17,13 @@ fn tagging_reads_the_current_and_the_legacy_tag() {
         Tagging::LegacyOnly
     );
     assert_eq!(
-        Tagging::of("demo", [("KubernetesCluster", "other"), ("kubernetes.io/cluster/other", "owned")]),
+        Tagging::of(
+            "demo",
+            [
+                ("KubernetesCluster", "other"),
+                ("kubernetes.io/cluster/other", "owned")
+            ]
+        ),
         Tagging::Untagged
     );
 }
@@ -52,10 +64,17 @@ fn a_denial_names_action_arn_missing_tag_and_the_fix() {
     let text = p
         .record_denied(Action::ModifyInstanceAttribute, "i-1", Tagging::LegacyOnly)
         .to_string();
-    assert!(text.contains("only the legacy KubernetesCluster tag"), "{text}");
+    assert!(
+        text.contains("only the legacy KubernetesCluster tag"),
+        "{text}"
+    );
     assert!(text.contains("--legacy-cluster-tag"), "{text}");
     let text = p
-        .record_denied(Action::AuthorizeSecurityGroupIngress, "sg-1", Tagging::Untagged)
+        .record_denied(
+            Action::AuthorizeSecurityGroupIngress,
+            "sg-1",
+            Tagging::Untagged,
+        )
         .to_string();
     assert!(text.contains("kubernetes.io/cluster/demo=shared"), "{text}");
     assert!(text.contains("--security-group sg-1"), "{text}");

@@ -482,8 +482,10 @@ async fn writes_iam_denies_are_refused_up_front_and_the_rest_is_routed() {
         .filter(|f| f.error.kind == RoutesErrorKind::Refused)
         .collect();
     assert!(
-        refused.iter().any(|f| f.error.message.contains("ec2:CreateRoute")
-            && f.error.message.contains("route-table/rtb-denied")),
+        refused
+            .iter()
+            .any(|f| f.error.message.contains("ec2:CreateRoute")
+                && f.error.message.contains("route-table/rtb-denied")),
         "{refused:?}"
     );
     assert!(
@@ -493,7 +495,10 @@ async fn writes_iam_denies_are_refused_up_front_and_the_rest_is_routed() {
                 && f.error.message.contains("instance/i-2")),
         "{refused:?}"
     );
-    assert!(matches!(report.nodes["n1"], NodeResult::Failed(_)), "rtb-denied is missing n1's route");
+    assert!(
+        matches!(report.nodes["n1"], NodeResult::Failed(_)),
+        "rtb-denied is missing n1's route"
+    );
     assert!(matches!(report.nodes["n2"], NodeResult::Failed(_)));
     assert!(!report.retry_soon(), "a refusal is not retried soon");
 

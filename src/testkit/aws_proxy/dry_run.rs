@@ -16,11 +16,7 @@ const NOT_HONOURED_UPSTREAM: &[&str] = &["CreateRoute", "ReplaceRoute", "DeleteR
 
 /// The answer EC2 gives a permitted DryRun call of `action`, when the
 /// upstream would not give it.
-pub(crate) fn answer(
-    service: &str,
-    action: &str,
-    params: &[(String, String)],
-) -> Option<AwsError> {
+pub(crate) fn answer(service: &str, action: &str, params: &[(String, String)]) -> Option<AwsError> {
     let dry_run = params
         .iter()
         .any(|(k, v)| k == "DryRun" && v.eq_ignore_ascii_case("true"));

@@ -459,7 +459,11 @@ mod tests {
         let real = call(&[("RouteTableId", "rtb-1")]);
         assert!(rules.pick_for("ec2", "CreateRoute", &real, never).is_none());
         let other = call(&[("DryRun", "true"), ("RouteTableId", "rtb-2")]);
-        assert!(rules.pick_for("ec2", "CreateRoute", &other, never).is_none());
+        assert!(
+            rules
+                .pick_for("ec2", "CreateRoute", &other, never)
+                .is_none()
+        );
         assert!(rules.pick("ec2", "CreateRoute", never).is_none());
     }
 
