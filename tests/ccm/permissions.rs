@@ -8,8 +8,7 @@ use aws_ccm::testkit::aws_proxy::{FaultKind, FaultRule};
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 
 use crate::routes::{
-    CLUSTER_CIDR, Cloud, WAIT, as_strs, create, events_for, node, nodes_api, route_args,
-    wait_condition,
+    Cloud, WAIT, as_strs, create, events_for, node, nodes_api, route_args, wait_condition,
 };
 use crate::support::*;
 
@@ -158,15 +157,66 @@ async fn route_writes_iam_denies_are_refused_with_an_event_and_other_nodes_are_r
         real_calls(&env, "ModifyInstanceAttribute", "InstanceId", i2),
         0
     );
+    let legacy_routes = cloud.routes(&rtb_legacy).await?;
     assert!(
-        cloud
-            .routes(&rtb_legacy)
-            .await?
-            .get("10.244.1.0/24")
-            .is_none(),
+        !legacy_routes.contains_key("10.244.1.0/24"),
         "moto never saw a route write to the denied table"
     );
     assert_eq!(cloud.source_dest_check(i2).await?, Some(true));
-    let _ = CLUSTER_CIDR;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_start_up_self_check_logs_and_events_each_denial() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = Cloud::new(&env).await?;
+    let rtb_ok = cloud.route_table(true).await?;
+    let rtb_denied = cloud.route_table(true).await?;
+    cloud.instances(1).await?;
+    env.proxy.record_requests(true);
+    env.proxy
+        .set_faults(vec![denied("CreateRoute", "RouteTableId", &rtb_denied)]);
+    let mut args = env.base_args();
+    args.extend(route_args(&[]));
+    let mut vars = env.aws_env();
+    vars.push(("POD_NAME".into(), "ccm-test-pod".into()));
+    vars.push(("POD_NAMESPACE".into(), "kube-system".into()));
+    let ccm = Ccm::spawn(&args, &vars).await?;
+
+    ccm.wait_for_log("permission self-check done", WAIT)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    let logs = ccm.logs();
+    let line = logs
+        .lines()
+        .find(|l| l.contains("permission self-check: IAM denies"))
+        .unwrap_or_else(|| panic!("a denial line in {logs}"));
+    // moto's account is 123456789012; the region comes from cloud.conf.
+    let arn = format!("arn:aws:ec2:us-east-1:123456789012:route-table/{rtb_denied}");
+    for needle in [
+        "ec2:CreateRoute",
+        arn.as_str(),
+        "kubernetes.io/cluster/ccm-test",
+    ] {
+        assert!(line.contains(needle), "{needle} in {line}");
+    }
+    assert!(!logs.contains(&format!("route-table/{rtb_ok}")), "{logs}");
+    let event = eventually("PermissionDenied on the CCM's Pod", WAIT, || async {
+        events_for(&env, "ccm-test-pod", "PermissionDenied")
+            .await
+            .pop()
+    })
+    .await?;
+    let regarding = event.regarding.unwrap_or_default();
+    assert_eq!(regarding.kind.as_deref(), Some("Pod"));
+    assert_eq!(regarding.namespace.as_deref(), Some("kube-system"));
+    assert!(event.note.unwrap_or_default().contains(&arn));
+    // No route write ever went to the denied table (the route controller
+    // may ask once itself if it reconciles before the self-check answers).
+    assert_eq!(
+        real_calls(&env, "CreateRoute", "RouteTableId", &rtb_denied),
+        0
+    );
+    assert!((1..=2).contains(&dry_runs(&env, "CreateRoute", "RouteTableId", &rtb_denied)));
     Ok(())
 }
