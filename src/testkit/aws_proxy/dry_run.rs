@@ -14,13 +14,25 @@ use super::errors::AwsError;
 /// EC2 actions moto carries out despite `DryRun=true`.
 const NOT_HONOURED_UPSTREAM: &[&str] = &["CreateRoute", "ReplaceRoute", "DeleteRoute"];
 
+fn is_dry_run(params: &[(String, String)]) -> bool {
+    params
+        .iter()
+        .any(|(k, v)| k == "DryRun" && v.eq_ignore_ascii_case("true"))
+}
+
+/// The name a call is counted under: `<Action>+DryRun` for a DryRun call.
+pub(crate) fn counted_action(action: &str, params: &[(String, String)]) -> String {
+    if is_dry_run(params) {
+        format!("{action}+DryRun")
+    } else {
+        action.to_string()
+    }
+}
+
 /// The answer EC2 gives a permitted DryRun call of `action`, when the
 /// upstream would not give it.
 pub(crate) fn answer(service: &str, action: &str, params: &[(String, String)]) -> Option<AwsError> {
-    let dry_run = params
-        .iter()
-        .any(|(k, v)| k == "DryRun" && v.eq_ignore_ascii_case("true"));
-    (service == "ec2" && dry_run && NOT_HONOURED_UPSTREAM.contains(&action)).then(|| {
+    (service == "ec2" && is_dry_run(params) && NOT_HONOURED_UPSTREAM.contains(&action)).then(|| {
         AwsError::new(
             412,
             "DryRunOperation",
@@ -50,5 +62,7 @@ mod tests {
             "moto honours it"
         );
         assert!(answer("elasticloadbalancingv2", "CreateRoute", &dry).is_none());
+        assert_eq!(counted_action("CreateRoute", &dry), "CreateRoute+DryRun");
+        assert_eq!(counted_action("CreateRoute", &[]), "CreateRoute");
     }
 }

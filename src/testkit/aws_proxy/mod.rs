@@ -479,8 +479,12 @@ async fn handle(
         return Ok(forward(&state, parts, body).await);
     };
 
+    let params = call_params(parts.uri.query(), &body);
+    // A DryRun changes nothing: counted apart (`CreateRoute+DryRun`), so
+    // "no writes" assertions keep meaning writes.
+    let counted = dry_run::counted_action(&call.action, &params);
     let counters = &state.counters;
-    counters.bump(&call.service, &call.action, Outcome::Received);
+    counters.bump(&call.service, &counted, Outcome::Received);
     state
         .recorder
         .record(&parts.headers, &call.service, &call.action);
@@ -505,19 +509,18 @@ async fn handle(
         })
     };
     if over_budget {
-        counters.bump(&call.service, &call.action, Outcome::Throttled);
+        counters.bump(&call.service, &counted, Outcome::Throttled);
         return Ok(error_response(&AwsError::throttling(call.protocol), &call));
     }
 
     let mut delay = *state.latency.read();
     let rules = Arc::clone(&state.faults.read());
-    let params = call_params(parts.uri.query(), &body);
     if !rules.is_empty() {
         let fault = rules
             .pick_for(&call.service, &call.action, &params, rand::random::<f64>)
             .cloned();
         if let Some(fault) = fault {
-            counters.bump(&call.service, &call.action, Outcome::Faulted);
+            counters.bump(&call.service, &counted, Outcome::Faulted);
             match fault {
                 FaultKind::ServerError(status) => {
                     return Ok(error_response(
@@ -550,7 +553,7 @@ async fn handle(
     if let Some(answer) = dry_run::answer(&call.service, &call.action, &params) {
         return Ok(error_response(&answer, &call));
     }
-    counters.bump(&call.service, &call.action, Outcome::Forwarded);
+    counters.bump(&call.service, &counted, Outcome::Forwarded);
     let local = state.local.read().clone();
     if let Some(local) = local {
         let params = call_params(parts.uri.query(), &body);
