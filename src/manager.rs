@@ -129,6 +129,14 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             cluster_id: cluster_id.clone(),
             region: region.clone(),
         };
+        // The self-check runs once we lead (a standby writes nothing), next
+        // to the controllers: they consult the same registry, never wait.
+        let check = tokio::spawn(controllers::permission_check::run(env.clone()));
+        let check_stop = stop.clone();
+        tokio::spawn(async move {
+            check_stop.cancelled().await;
+            check.abort();
+        });
         tokio::spawn(controllers::run_all(env, ready.clone(), stop))
     };
 

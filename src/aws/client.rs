@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use super::coalesce::{BatchFetch, Batcher, SingleFlight};
 use super::describe_xml;
 use super::door::Door;
-use super::errors::AwsError;
+use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
 use super::operations::{Category, Operation, Service};
 use super::retry::RetryPolicy;
@@ -195,6 +195,7 @@ pub struct AwsClient {
 
 struct Inner {
     core: Arc<Core>,
+    permissions: Arc<super::permissions::Permissions>,
     by_id: Batcher<String, Ec2Instance>,
     by_private_dns: Batcher<String, Ec2Instance>,
     sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
@@ -338,6 +339,15 @@ impl AwsClient {
             ),
             sweep: SingleFlight::new(Operation::Ec2DescribeInstances, options.sweep_ttl),
             zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
+            permissions: Arc::new(super::permissions::Permissions::new(
+                &core.cluster_id,
+                core.clients
+                    .ec2
+                    .config()
+                    .region()
+                    .map_or("", |r| r.as_ref()),
+                super::permissions::DEFAULT_TTL,
+            )),
             core,
         };
         AwsClient {
@@ -348,6 +358,12 @@ impl AwsClient {
     /// The cluster ID this client was built for.
     pub fn cluster_id(&self) -> &str {
         &self.inner.core.cluster_id
+    }
+
+    /// What IAM lets this client write: the shared registry of DryRun
+    /// verdicts (see [`super::permissions`]).
+    pub fn permissions(&self) -> &super::permissions::Permissions {
+        &self.inner.permissions
     }
 
     /// The options in force (after validation).
@@ -428,6 +444,56 @@ impl AwsClient {
         self.call_with(op, CallOptions::default(), f).await
     }
 
+    /// Sends a request with `DryRun=true` (which `f` must set) through the
+    /// door: the same token bucket and metrics as the real request, retried
+    /// on throttling and transient failures like any call. `Ok` with the
+    /// verdict when AWS answered `DryRunOperation` or
+    /// `UnauthorizedOperation`; any other answer is an error, including a
+    /// service that carried the request out (it ignored `DryRun`).
+    pub async fn dry_run<C, T, E, F, Fut>(&self, op: Operation, f: F) -> Result<DryRun, AwsError>
+    where
+        C: SdkService,
+        F: Fn(C) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let client = C::pick(&self.inner.core.clients);
+        let answer = self
+            .inner
+            .core
+            .door
+            .call_as(
+                C::SERVICE,
+                op,
+                CallOptions::default(),
+                Priority::Normal,
+                true,
+                || f(client.clone()),
+            )
+            .await;
+        match answer {
+            Err(e) if e.code() == Some(DRY_RUN_ALLOWED_CODE) => Ok(DryRun::Allowed),
+            Err(e) if e.code().is_some_and(|c| DRY_RUN_DENIED_CODES.contains(&c)) => {
+                Ok(DryRun::Denied {
+                    message: e.message(),
+                })
+            }
+            Err(e) => Err(e),
+            Ok(_) => Err(AwsError::from_attempt(
+                op,
+                AttemptFailure::new(
+                    ErrorClass::Fatal,
+                    None,
+                    format!(
+                        "{op} with DryRun=true was carried out instead of answering DryRunOperation; \
+                         the endpoint does not honour DryRun, so no permission can be inferred"
+                    ),
+                ),
+                1,
+            )),
+        }
+    }
+
     /// One instance by ID, coalesced with concurrent lookups into one
     /// `DescribeInstances`. [`AwsError::NotFound`] when it does not exist;
     /// a terminated instance that EC2 still lists is returned (its `state`
@@ -498,6 +564,22 @@ impl AwsClient {
             .get(move || async move { core.describe_zones().await.map(Arc::new) }.boxed())
             .await
     }
+}
+
+/// EC2's answer to a DryRun request that would have succeeded.
+pub const DRY_RUN_ALLOWED_CODE: &str = "DryRunOperation";
+/// Answers that mean IAM denies the request (EC2; ELB and STS spell it
+/// `AccessDenied`).
+pub const DRY_RUN_DENIED_CODES: &[&str] = &["UnauthorizedOperation", "AccessDenied"];
+
+/// What a `DryRun=true` request found out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DryRun {
+    /// `DryRunOperation`: the request would have been allowed.
+    Allowed,
+    /// `UnauthorizedOperation`: IAM denies it; AWS's message (it carries an
+    /// encoded authorization message naming the policy statement).
+    Denied { message: String },
 }
 
 /// Bounds a wait by the caller's deadline.

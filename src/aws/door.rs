@@ -16,7 +16,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tokio::time::Instant;
 
 use super::api_metrics;
-use super::client::{CallOptions, ClientOptions};
+use super::client::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, DRY_RUN_DENIED_CODES};
 use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::operations::{Category, Operation, Service};
 use super::retry::RetryPolicy;
@@ -88,6 +88,28 @@ impl Door {
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
+        self.call_as(service, op, opts, priority, false, attempt)
+            .await
+    }
+
+    /// [`Door::call`]; with `dry_run`, the answers of a `DryRun=true`
+    /// request (`DryRunOperation`, `UnauthorizedOperation`) are answers, not
+    /// failures: counted under their own outcome, never retried, and not
+    /// counted as request errors.
+    pub(crate) async fn call_as<T, E, F, Fut>(
+        &self,
+        service: Service,
+        op: Operation,
+        opts: CallOptions,
+        priority: Priority,
+        dry_run: bool,
+        attempt: F,
+    ) -> Result<T, AwsError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
         let start = Instant::now();
         if op.service() != service {
             // A programming error (e.g. an ELB operation passed to `ec2()`):
@@ -142,6 +164,13 @@ impl Door {
                     if failure.http_status.is_some() {
                         api_metrics::observe_request_duration(op, sent.elapsed());
                     }
+                    let verdict = dry_run
+                        .then(|| failure.code.as_deref().and_then(dry_run_outcome))
+                        .flatten();
+                    if let Some(outcome) = verdict {
+                        api_metrics::record_attempt(op, outcome);
+                        return Err(AwsError::from_attempt(op, failure, attempts));
+                    }
                     api_metrics::record_attempt(op, failure.class.as_str());
                     failure
                 }
@@ -190,5 +219,16 @@ impl Door {
             last = Some(error);
             tokio::time::sleep(delay).await;
         }
+    }
+}
+
+/// The metrics outcome of an answer to a `DryRun=true` request, when it is
+/// one: EC2 says `DryRunOperation` (HTTP 412) when the caller may make the
+/// request and `UnauthorizedOperation` (HTTP 403) when IAM denies it.
+fn dry_run_outcome(code: &str) -> Option<&'static str> {
+    match code {
+        DRY_RUN_ALLOWED_CODE => Some("dry_run_allowed"),
+        code if DRY_RUN_DENIED_CODES.contains(&code) => Some("dry_run_denied"),
+        _ => None,
     }
 }

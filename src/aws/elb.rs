@@ -1311,6 +1311,7 @@ mod tests {
             tags: g.tags.clone(),
             ingress: g.rules.clone(),
             descriptions: BTreeMap::new(),
+            owner_id: None,
         });
         let ports: BTreeSet<i32> = d.listeners.iter().map(|l| l.instance_port).collect();
         let mut policies = BTreeSet::new();

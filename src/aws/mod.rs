@@ -13,6 +13,7 @@ pub mod errors;
 pub mod instances;
 pub mod nlb;
 pub mod operations;
+pub mod permissions;
 pub mod retry;
 pub mod security_groups;
 pub mod subnets;

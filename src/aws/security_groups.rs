@@ -51,6 +51,8 @@ pub struct SecurityGroup {
     pub ingress: BTreeSet<Rule>,
     /// Descriptions of the IPv4 CIDR rules that carry one.
     pub descriptions: BTreeMap<Rule, String>,
+    /// The account that owns the group (for ARNs in permission messages).
+    pub owner_id: Option<String>,
 }
 
 /// The rules of a classic ELB's owned group: each service port from each
@@ -241,6 +243,7 @@ fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<SecurityGroup> {
         tags: super::tags::from_ec2(g.tags()),
         ingress: rules_from_sdk(g.ip_permissions()),
         descriptions: described_rules(g.ip_permissions()),
+        owner_id: g.owner_id().map(str::to_string),
     })
 }
 

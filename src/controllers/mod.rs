@@ -9,6 +9,7 @@ pub mod events;
 pub mod node;
 pub mod node_ipam;
 pub mod node_lifecycle;
+pub mod permission_check;
 pub mod route;
 pub mod service;
 pub mod tagging;

@@ -73,6 +73,10 @@ pub const REASON_ROUTE_CREATED: &str = "RouteCreated";
 pub const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
 pub const EVENT_FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
 pub const EVENT_ROUTE_TABLE_NEAR_CAPACITY: &str = "RouteTableNearCapacity";
+/// A route write IAM denies on the route table (it lacks the cluster tag).
+pub const EVENT_ROUTE_TABLE_UNAUTHORIZED: &str = "RouteTableUnauthorized";
+/// Turning off the source/destination check IAM denies on the instance.
+pub const EVENT_INSTANCE_UNAUTHORIZED: &str = "InstanceUnauthorized";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TableLabels {
@@ -291,12 +295,129 @@ impl<R: Routes> Reconciler<R> {
                 .map_err(ReconcileError::Instances)?
         };
         let plan = plan::plan(&self.cluster_cidrs, nodes, &tables, &instances);
-        let mut report = self.apply(plan).await;
+        let refused = self.refusals(&plan, &tables, &instances).await;
+        let mut report = self.apply(plan, &refused).await;
         self.account(&tables, &mut report);
         Ok(report)
     }
 
-    async fn apply(&self, plan: Plan) -> Report {
+    /// The changes IAM would refuse, by index: one DryRun per route table
+    /// and per instance whose source/destination check is to change (each
+    /// verdict cached per resource), so a denied write is never sent.
+    async fn refusals(
+        &self,
+        plan: &Plan,
+        tables: &[RouteTable],
+        instances: &HashMap<String, crate::provider::routes::TargetInstance>,
+    ) -> HashMap<usize, RoutesError> {
+        use crate::aws::permissions::{Probe, Tagging};
+        let mut probes: BTreeMap<(u8, String), (Probe, Tagging)> = BTreeMap::new();
+        for change in &plan.changes {
+            let (key, probe, tagging) = match change {
+                RouteChange::Create {
+                    table_id,
+                    destination,
+                    instance_id,
+                    ..
+                }
+                | RouteChange::Replace {
+                    table_id,
+                    destination,
+                    instance_id,
+                    ..
+                } => (
+                    (0, table_id.clone()),
+                    Probe::Route {
+                        table_id: table_id.clone(),
+                        destination: *destination,
+                        instance_id: Some(instance_id.clone()),
+                    },
+                    tables.iter().find(|t| &t.id == table_id).map(|t| t.tagging),
+                ),
+                RouteChange::Delete {
+                    table_id,
+                    destination,
+                    ..
+                } => (
+                    (0, table_id.clone()),
+                    Probe::Route {
+                        table_id: table_id.clone(),
+                        destination: *destination,
+                        instance_id: None,
+                    },
+                    tables.iter().find(|t| &t.id == table_id).map(|t| t.tagging),
+                ),
+                RouteChange::DisableSourceDestCheck { instance_id, .. } => (
+                    (1, instance_id.clone()),
+                    Probe::SourceDestCheck {
+                        instance_id: instance_id.clone(),
+                    },
+                    instances.get(instance_id).map(|i| i.tagging),
+                ),
+            };
+            let tagging = tagging.unwrap_or(Tagging::Untagged);
+            // The policy grants instance writes on the cluster tag: a DryRun
+            // per joining node would double the source/destination calls
+            // under AWS's small mutating budget for nothing (the start-up
+            // self-check probes one such instance).
+            if matches!(probe, Probe::SourceDestCheck { .. }) && tagging == Tagging::Current {
+                continue;
+            }
+            // A create probes better than a delete (it names a target).
+            let better = matches!(
+                &probe,
+                Probe::Route {
+                    instance_id: Some(_),
+                    ..
+                }
+            );
+            let replace = match probes.get(&key) {
+                None => true,
+                Some((
+                    Probe::Route {
+                        instance_id: None, ..
+                    },
+                    _,
+                )) => better,
+                Some(_) => false,
+            };
+            if replace {
+                probes.insert(key, (probe, tagging));
+            }
+        }
+        let checks = probes
+            .values()
+            .map(|(probe, tagging)| self.routes.permission(probe, *tagging));
+        let verdicts = futures::future::join_all(checks).await;
+        let mut denied: HashMap<(u8, String), String> = HashMap::new();
+        for (key, verdict) in probes.into_keys().zip(verdicts) {
+            if let Some(denial) = verdict.denial() {
+                denied.insert(key, denial.to_string());
+            }
+        }
+        let mut refused = HashMap::new();
+        for (i, change) in plan.changes.iter().enumerate() {
+            let key = match change {
+                RouteChange::Create { table_id, .. }
+                | RouteChange::Replace { table_id, .. }
+                | RouteChange::Delete { table_id, .. } => (0, table_id.clone()),
+                RouteChange::DisableSourceDestCheck { instance_id, .. } => (1, instance_id.clone()),
+            };
+            if let Some(message) = denied.get(&key) {
+                refused.insert(
+                    i,
+                    RoutesError::new(
+                        RoutesErrorKind::Refused,
+                        Some("UnauthorizedOperation"),
+                        message.clone(),
+                    ),
+                );
+            }
+        }
+        refused
+    }
+
+    async fn apply(&self, plan: Plan, refused: &HashMap<usize, RoutesError>) -> Report {
         let metrics = &*METRICS;
         let mut succeeded = vec![false; plan.changes.len()];
         let mut errors: Vec<Option<RoutesError>> = vec![None; plan.changes.len()];
@@ -315,7 +436,7 @@ impl<R: Routes> Reconciler<R> {
             }
         }
         groups.extend(by_node.into_values());
-        for (i, result) in self.apply_groups(&plan.changes, &groups).await {
+        for (i, result) in self.apply_groups(&plan.changes, &groups, refused).await {
             match result {
                 Some(Ok(())) => succeeded[i] = true,
                 Some(Err(e)) => errors[i] = Some(e),
@@ -327,6 +448,8 @@ impl<R: Routes> Reconciler<R> {
         for (i, change) in plan.changes.iter().enumerate() {
             let outcome = if succeeded[i] {
                 "success"
+            } else if refused.contains_key(&i) {
+                "refused"
             } else if errors[i].is_some() {
                 "error"
             } else {
@@ -395,6 +518,7 @@ impl<R: Routes> Reconciler<R> {
         &self,
         changes: &[RouteChange],
         groups: &[Vec<usize>],
+        refused: &HashMap<usize, RoutesError>,
     ) -> Vec<(usize, Option<Result<(), RoutesError>>)> {
         // Futures built up front (not by a closure inside the stream) keep
         // the whole future provably `Send`.
@@ -411,7 +535,10 @@ impl<R: Routes> Reconciler<R> {
                         out.push((i, None));
                         continue;
                     }
-                    let result = self.apply_one(change).await;
+                    let result = match refused.get(&i) {
+                        Some(denied) => Err(denied.clone()),
+                        None => self.apply_one(change).await,
+                    };
                     source_dest_failed |= is_source_dest && result.is_err();
                     out.push((i, Some(result)));
                 }
@@ -692,9 +819,15 @@ impl Publisher {
                 ),
                 RouteChange::Delete { .. } => continue,
             };
+            let reason = match (&failure.error.kind, &failure.change) {
+                (RoutesErrorKind::Refused, RouteChange::DisableSourceDestCheck { .. }) => {
+                    EVENT_INSTANCE_UNAUTHORIZED
+                }
+                (RoutesErrorKind::Refused, _) => EVENT_ROUTE_TABLE_UNAUTHORIZED,
+                _ => EVENT_FAILED_TO_CREATE_ROUTE,
+            };
             let key = (node.to_string(), failure.change.to_string());
-            self.announce(node, key, EVENT_FAILED_TO_CREATE_ROUTE, note)
-                .await;
+            self.announce(node, key, reason, note).await;
         }
         // Blockers, except a missing provider ID (normal while a node starts).
         for (name, outcome) in &report.plan.nodes {

@@ -14,6 +14,7 @@ use ipnet::IpNet;
 use parking_lot::Mutex;
 
 use crate::aws::instances::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
+use crate::aws::permissions::{Action, Denial, Probe, Tagging, Verdict};
 use crate::aws::{AwsClient, AwsError, ErrorClass, Operation};
 
 /// Where a route sends traffic.
@@ -63,6 +64,11 @@ pub struct RouteTable {
     pub id: String,
     pub vpc_id: Option<String>,
     pub routes: Vec<Route>,
+    /// How the table is marked as the cluster's: the least-privilege policy
+    /// grants route writes only on `kubernetes.io/cluster/<id>` tables.
+    pub tagging: Tagging,
+    /// The owning account (for the ARN in a permission message).
+    pub owner_id: Option<String>,
 }
 
 impl RouteTable {
@@ -120,6 +126,9 @@ pub struct TargetInstance {
     pub source_dest_check: Option<bool>,
     /// Terminated or shutting down: routes to it cannot be created.
     pub terminated: bool,
+    /// How the instance is marked as the cluster's (the policy grants
+    /// ModifyInstanceAttribute only on `kubernetes.io/cluster/<id>` ones).
+    pub tagging: Tagging,
 }
 
 /// What kind of failure a [`RoutesError`] is.
@@ -134,6 +143,9 @@ pub enum RoutesErrorKind {
     Transient,
     /// Repeating will not help: permissions, quotas, invalid values.
     Permanent,
+    /// Not attempted: IAM denies it (a DryRun said so); the message names
+    /// the tag to add or the policy option that grants it.
+    Refused,
 }
 
 /// A failed route call, with a message that says what to do.
@@ -224,6 +236,10 @@ pub trait Routes: Send + Sync {
         table_id: &str,
         destination: IpNet,
     ) -> impl Future<Output = Result<(), RoutesError>> + Send;
+
+    /// Whether IAM allows the write `probe` stands for: a DryRun, its
+    /// verdict kept per (action, resource) for a while.
+    fn permission(&self, probe: &Probe, tagging: Tagging) -> impl Future<Output = Verdict> + Send;
 }
 
 /// The EC2 instance ID in a Kubernetes provider ID, in the forms the Go CCM
@@ -321,6 +337,7 @@ impl Routes for AwsClient {
                 let Some(id) = table.route_table_id() else {
                     continue;
                 };
+                self.permissions().learn_account(table.owner_id());
                 if selector.route_table_id.is_none()
                     && !selector.matches_tags(
                         table
@@ -335,6 +352,14 @@ impl Routes for AwsClient {
                     id: id.to_string(),
                     vpc_id: table.vpc_id().map(str::to_string),
                     routes: table.routes().iter().map(parse_route).collect(),
+                    tagging: Tagging::of(
+                        &selector.cluster_id,
+                        table
+                            .tags()
+                            .iter()
+                            .filter_map(|t| Some((t.key()?, t.value().unwrap_or_default()))),
+                    ),
+                    owner_id: table.owner_id().map(str::to_string),
                 });
             }
             match page.next_token() {
@@ -350,10 +375,12 @@ impl Routes for AwsClient {
         &self,
         ids: &[String],
     ) -> Result<HashMap<String, TargetInstance>, RoutesError> {
+        let cluster_id = self.cluster_id();
         let to_target = |i: &crate::aws::Ec2Instance| TargetInstance {
             id: i.id.clone(),
             source_dest_check: i.source_dest_check,
             terminated: i.state.is_terminated(),
+            tagging: Tagging::of(cluster_id, i.tags.iter()),
         };
         // The shared, cached sweep of the cluster's instances answers most
         // lookups without a call of our own.
@@ -447,6 +474,10 @@ impl Routes for AwsClient {
         .await?;
         Ok(())
     }
+
+    async fn permission(&self, probe: &Probe, tagging: Tagging) -> Verdict {
+        self.permissions().check(self, probe, tagging).await
+    }
 }
 
 /// A call the fake recorded, for assertions.
@@ -458,13 +489,15 @@ pub enum FakeCall {
     CreateRoute(String, IpNet, String),
     ReplaceRoute(String, IpNet, String),
     DeleteRoute(String, IpNet),
+    /// A permission check of `action` on a resource (a DryRun).
+    DryRun(Action, String),
 }
 
 impl FakeCall {
     pub fn is_mutating(&self) -> bool {
         !matches!(
             self,
-            FakeCall::DescribeRouteTables | FakeCall::DescribeInstances(_)
+            FakeCall::DescribeRouteTables | FakeCall::DescribeInstances(_) | FakeCall::DryRun(..)
         )
     }
 }
@@ -478,6 +511,8 @@ struct FakeState {
     /// Errors to return: (call kind, key such as the CIDR or instance ID).
     failures: Vec<(&'static str, String, RoutesError)>,
     route_limit: Option<usize>,
+    /// (action, resource) pairs IAM denies.
+    denied: std::collections::BTreeSet<(Action, String)>,
 }
 
 /// An in-memory cloud with AWS's route semantics (duplicate creates fail,
@@ -528,8 +563,33 @@ impl FakeRoutes {
                 id: id.to_string(),
                 source_dest_check: Some(source_dest_check),
                 terminated: false,
+                tagging: Tagging::Current,
             },
         );
+    }
+
+    /// Marks an instance as tagged `tagging` (e.g. only the legacy tag).
+    pub fn set_instance_tagging(&self, id: &str, tagging: Tagging) {
+        if let Some(i) = self.state.lock().instances.get_mut(id) {
+            i.tagging = tagging;
+        }
+    }
+
+    /// Makes IAM deny `action` on `resource_id`: its DryRun answers
+    /// `UnauthorizedOperation`.
+    pub fn deny(&self, action: Action, resource_id: &str) {
+        self.state
+            .lock()
+            .denied
+            .insert((action, resource_id.to_string()));
+    }
+
+    /// Grants it again.
+    pub fn allow(&self, action: Action, resource_id: &str) {
+        self.state
+            .lock()
+            .denied
+            .remove(&(action, resource_id.to_string()));
     }
 
     pub fn terminate_instance(&self, id: &str) {
@@ -645,10 +705,15 @@ impl Routes for FakeRoutes {
                 Some(want) => want == *id,
                 None => selector.matches_tags(tags.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
             })
-            .map(|(id, (_, routes))| RouteTable {
+            .map(|(id, (tags, routes))| RouteTable {
                 id: id.clone(),
                 vpc_id: None,
                 routes: routes.clone(),
+                tagging: Tagging::of(
+                    &selector.cluster_id,
+                    tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                ),
+                owner_id: None,
             })
             .collect())
     }
@@ -773,6 +838,19 @@ impl Routes for FakeRoutes {
             )));
         }
         Ok(())
+    }
+
+    async fn permission(&self, probe: &Probe, tagging: Tagging) -> Verdict {
+        let mut st = self.state.lock();
+        let key = (probe.action(), probe.resource_id().to_string());
+        st.calls.push(FakeCall::DryRun(key.0, key.1.clone()));
+        if !st.denied.contains(&key) {
+            return Verdict::Allowed;
+        }
+        let registry =
+            crate::aws::permissions::Permissions::new("demo", "us-east-1", Default::default());
+        let denial: Denial = registry.record_denied(key.0, &key.1, tagging);
+        Verdict::Denied(Box::new(denial))
     }
 }
 

@@ -10,5 +10,6 @@ mod foundation;
 mod iam;
 mod nlb;
 mod node;
+mod permissions;
 mod routes;
 mod service;

@@ -87,6 +87,7 @@ fn converged(d: &Desired) -> Actual {
             tags: g.tags.clone(),
             ingress: g.rules.clone(),
             descriptions: BTreeMap::new(),
+            owner_id: None,
         }),
     }
 }

@@ -487,6 +487,8 @@ mod tests {
             id: id.into(),
             vpc_id: None,
             routes: all,
+            tagging: crate::aws::permissions::Tagging::Current,
+            owner_id: None,
         }
     }
 
@@ -499,6 +501,7 @@ mod tests {
                         id: id.to_string(),
                         source_dest_check: Some(*check),
                         terminated: false,
+                        tagging: crate::aws::permissions::Tagging::Current,
                     },
                 )
             })
@@ -686,6 +689,8 @@ mod tests {
             &[RouteTable {
                 id: "rtb-1".into(),
                 vpc_id: None,
+                tagging: crate::aws::permissions::Tagging::Current,
+                owner_id: None,
                 routes: vec![
                     route("10.0.0.0/16", RouteTarget::Local),
                     // Covers the cluster CIDR but is not inside it.

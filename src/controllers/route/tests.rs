@@ -444,3 +444,70 @@ fn fingerprint_ignores_order_and_irrelevant_fields() {
     a2.spec.as_mut().unwrap().provider_id = Some("aws:///z/i-1".into());
     assert_ne!(one, fingerprint(&[Arc::new(a2), Arc::new(b2)]));
 }
+
+#[tokio::test]
+async fn writes_iam_denies_are_refused_up_front_and_the_rest_is_routed() {
+    use crate::aws::permissions::Action;
+    let fake = cloud(&["rtb-a", "rtb-denied"], &["i-1", "i-2"]);
+    fake.deny(Action::CreateRoute, "rtb-denied");
+    fake.set_instance_tagging("i-2", crate::aws::permissions::Tagging::LegacyOnly);
+    fake.deny(Action::ModifyInstanceAttribute, "i-2");
+    let mut r = reconciler(&fake, "10.244.0.0/16", 50);
+    let nodes = [
+        node("n1", "i-1", &["10.244.1.0/24"]),
+        node("n2", "i-2", &["10.244.2.0/24"]),
+    ];
+    let report = r.reconcile(&nodes).await.unwrap();
+
+    // Nothing IAM denies was sent: no route write to the denied table, no
+    // source/destination change (nor routes) for the denied instance.
+    for call in fake.mutating_calls() {
+        match &call {
+            FakeCall::CreateRoute(table, _, _) => {
+                assert_eq!(table, "rtb-a", "{call:?}");
+            }
+            FakeCall::DisableSourceDestCheck(id) => assert_eq!(id, "i-1"),
+            other => panic!("unexpected write {other:?}"),
+        }
+    }
+    assert_eq!(
+        fake.route_to("rtb-a", "10.244.1.0/24").unwrap().target,
+        RouteTarget::Instance("i-1".into()),
+        "the allowed table still gets its route"
+    );
+    assert!(fake.route_to("rtb-denied", "10.244.1.0/24").is_none());
+    let refused: Vec<&ChangeFailure> = report
+        .failures
+        .iter()
+        .filter(|f| f.error.kind == RoutesErrorKind::Refused)
+        .collect();
+    assert!(
+        refused
+            .iter()
+            .any(|f| f.error.message.contains("ec2:CreateRoute")
+                && f.error.message.contains("route-table/rtb-denied")),
+        "{refused:?}"
+    );
+    assert!(
+        refused
+            .iter()
+            .any(|f| f.error.message.contains("ec2:ModifyInstanceAttribute")
+                && f.error.message.contains("instance/i-2")),
+        "{refused:?}"
+    );
+    assert!(
+        matches!(report.nodes["n1"], NodeResult::Failed(_)),
+        "rtb-denied is missing n1's route"
+    );
+    assert!(matches!(report.nodes["n2"], NodeResult::Failed(_)));
+    assert!(!report.retry_soon(), "a refusal is not retried soon");
+
+    // Granted (tag added, policy widened): the next check allows it.
+    fake.allow(Action::CreateRoute, "rtb-denied");
+    let report = r.reconcile(&nodes).await.unwrap();
+    assert_eq!(
+        fake.route_to("rtb-denied", "10.244.1.0/24").unwrap().target,
+        RouteTarget::Instance("i-1".into())
+    );
+    assert_eq!(report.nodes["n1"], NodeResult::Routed);
+}

@@ -48,6 +48,10 @@ pub struct FaultRule {
     pub probability: f64,
     /// Stop after faulting this many calls; `None` = no limit.
     pub max_count: Option<u64>,
+    /// Only calls carrying every one of these (form-decoded) parameters
+    /// with exactly this value, e.g. (`DryRun`, `true`) or
+    /// (`RouteTableId`, `rtb-…`). Not part of the command-line form.
+    pub params: Vec<(String, String)>,
 }
 
 impl FaultRule {
@@ -60,7 +64,26 @@ impl FaultRule {
             kind,
             probability: 1.0,
             max_count: None,
+            params: Vec::new(),
         }
+    }
+
+    /// Only calls whose parameter `name` is `value` (e.g. `GroupId`).
+    pub fn with_param(mut self, name: impl Into<String>, value: impl Into<String>) -> FaultRule {
+        self.params.push((name.into(), value.into()));
+        self
+    }
+
+    /// Only `DryRun=true` calls: a permission check, as IAM answers it.
+    pub fn dry_run_only(self) -> FaultRule {
+        self.with_param("DryRun", "true")
+    }
+
+    /// Whether the call carries every parameter the rule asks for.
+    fn params_match(&self, params: &[(String, String)]) -> bool {
+        self.params
+            .iter()
+            .all(|(name, value)| params.iter().any(|(n, v)| n == name && v == value))
     }
 
     /// Only calls of `action`.
@@ -167,6 +190,7 @@ impl FromStr for FaultRule {
             kind,
             probability,
             max_count,
+            params: Vec::new(),
         };
         rule.validate()
             .with_context(|| format!("fault spec {spec:?}"))?;
@@ -270,15 +294,28 @@ impl ActiveRules {
 
     /// The fault to apply to a call, if any. `roll` yields uniform numbers in
     /// [0, 1) (injected so tests can be deterministic).
+    #[cfg(test)]
     pub(crate) fn pick(
         &self,
         service: &str,
         action: &str,
+        roll: impl FnMut() -> f64,
+    ) -> Option<&FaultKind> {
+        self.pick_for(service, action, &[], roll)
+    }
+
+    /// [`ActiveRules::pick`] for a call with these parameters (rules with
+    /// parameter conditions match only when the call carries them).
+    pub(crate) fn pick_for(
+        &self,
+        service: &str,
+        action: &str,
+        params: &[(String, String)],
         mut roll: impl FnMut() -> f64,
     ) -> Option<&FaultKind> {
         self.rules.iter().find_map(|active| {
             let rule = &active.rule;
-            if !rule.matches(service, action) {
+            if !rule.matches(service, action) || !rule.params_match(params) {
                 return None;
             }
             // 1.0 and 0.0 are exact: no roll can make them flaky.
@@ -396,6 +433,38 @@ mod tests {
             rules.pick("elasticloadbalancingv2", "DescribeLoadBalancers", never),
             None
         );
+    }
+
+    #[test]
+    fn parameter_conditions_target_dry_runs_of_one_resource() {
+        let rules = ActiveRules::new(vec![
+            FaultRule::new(FaultKind::Error {
+                status: 403,
+                code: "UnauthorizedOperation".into(),
+                message: "denied".into(),
+            })
+            .for_action("CreateRoute")
+            .dry_run_only()
+            .with_param("RouteTableId", "rtb-1"),
+        ]);
+        let never = || -> f64 { panic!("probability 1 needs no roll") };
+        let call = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let dry = call(&[("DryRun", "true"), ("RouteTableId", "rtb-1")]);
+        assert!(rules.pick_for("ec2", "CreateRoute", &dry, never).is_some());
+        let real = call(&[("RouteTableId", "rtb-1")]);
+        assert!(rules.pick_for("ec2", "CreateRoute", &real, never).is_none());
+        let other = call(&[("DryRun", "true"), ("RouteTableId", "rtb-2")]);
+        assert!(
+            rules
+                .pick_for("ec2", "CreateRoute", &other, never)
+                .is_none()
+        );
+        assert!(rules.pick("ec2", "CreateRoute", never).is_none());
     }
 
     #[test]

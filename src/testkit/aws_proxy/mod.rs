@@ -36,6 +36,7 @@
 //! `POST /proxy-api/reset-counts` clears them.
 
 mod counts;
+mod dry_run;
 mod errors;
 mod faults;
 mod iam;
@@ -502,16 +503,19 @@ async fn handle(
         return Ok(forward(&state, parts, body).await);
     };
 
+    let params = call_params(parts.uri.query(), &body);
+    // A DryRun changes nothing: counted apart (`CreateRoute+DryRun`), so
+    // "no writes" assertions keep meaning writes.
+    let counted = dry_run::counted_action(&call.action, &params);
     let counters = &state.counters;
-    counters.bump(&call.service, &call.action, Outcome::Received);
+    counters.bump(&call.service, &counted, Outcome::Received);
     let enforcer = state.iam_enforcer.read().clone();
     let from_ccm = record::from_ccm(&parts.headers);
     if from_ccm && (state.recorder.is_on() || enforcer.is_some()) {
-        let params = call_params(parts.uri.query(), &body);
         let request = iam::recorded_request(&state, &parts.headers, &call, &params).await;
         state.recorder.record(&request);
         if let Some(denied) = enforcer.and_then(|e| e.answer(&request, &call)) {
-            counters.bump(&call.service, &call.action, Outcome::Faulted);
+            counters.bump(&call.service, &counted, Outcome::Faulted);
             return Ok(error_response(&denied, &call));
         }
     }
@@ -536,7 +540,7 @@ async fn handle(
         })
     };
     if over_budget {
-        counters.bump(&call.service, &call.action, Outcome::Throttled);
+        counters.bump(&call.service, &counted, Outcome::Throttled);
         return Ok(error_response(&AwsError::throttling(call.protocol), &call));
     }
 
@@ -544,10 +548,10 @@ async fn handle(
     let rules = Arc::clone(&state.faults.read());
     if !rules.is_empty() {
         let fault = rules
-            .pick(&call.service, &call.action, rand::random::<f64>)
+            .pick_for(&call.service, &call.action, &params, rand::random::<f64>)
             .cloned();
         if let Some(fault) = fault {
-            counters.bump(&call.service, &call.action, Outcome::Faulted);
+            counters.bump(&call.service, &counted, Outcome::Faulted);
             match fault {
                 FaultKind::ServerError(status) => {
                     return Ok(error_response(
@@ -577,7 +581,10 @@ async fn handle(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    counters.bump(&call.service, &call.action, Outcome::Forwarded);
+    if let Some(answer) = dry_run::answer(&call.service, &call.action, &params) {
+        return Ok(error_response(&answer, &call));
+    }
+    counters.bump(&call.service, &counted, Outcome::Forwarded);
     let local = state.local.read().clone();
     if let Some(local) = local {
         let params = call_params(parts.uri.query(), &body);

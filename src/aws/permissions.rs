@@ -1,0 +1,449 @@
+//! What IAM lets this CCM write, found out with EC2's `DryRun` and kept in a
+//! shared registry.
+//!
+//! The least-privilege policy (`iam/policy.json`) grants EC2 writes only on
+//! resources that carry this cluster's tag. A write to anything else would
+//! be answered `UnauthorizedOperation` on every retry, forever. So before a
+//! write to a resource that may be outside the policy (a route table, a
+//! node's security group, an instance), the controllers ask
+//! [`Permissions::check`]: one `DryRun=true` request through the one door
+//! (same token bucket and metrics as the real call), whose verdict is kept
+//! per (action, resource) for [`DEFAULT_TTL`]. A denied write is refused up
+//! front with a message naming the IAM action, the resource ARN, the tag that
+//! is missing and how to grant it; once the tag is added (or the policy
+//! widened), the next check after the TTL finds it allowed, without a restart.
+//!
+//! The start-up self-check ([`self_check`]) runs the same probes on one real
+//! resource of each kind the CCM writes and logs every denial.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{AttributeBooleanValue, IpPermission, UserIdGroupPair};
+use ipnet::IpNet;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use super::client::{AwsClient, DryRun};
+use super::instances::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
+use super::operations::Operation;
+
+pub mod self_check;
+
+/// How long a verdict is trusted before the next write asks again.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+
+/// The key the CreateTags probe uses: one no policy statement singles out
+/// (the policy only forbids the cluster tags themselves).
+pub const PROBE_TAG_KEY: &str = "aws-ccm/permission-check";
+
+/// A mutating EC2 action the CCM performs on resources it may not own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Action {
+    /// `ec2:CreateRoute` (and with it ReplaceRoute and DeleteRoute, which
+    /// the policy grants on the same condition).
+    CreateRoute,
+    /// `ec2:AuthorizeSecurityGroupIngress` (and RevokeSecurityGroupIngress).
+    AuthorizeSecurityGroupIngress,
+    /// `ec2:ModifyInstanceAttribute` (source/destination check).
+    ModifyInstanceAttribute,
+    /// `ec2:CreateTags` on an instance (the tagging controller).
+    CreateTags,
+}
+
+impl Action {
+    /// The IAM action, as a policy names it.
+    pub fn iam_action(self) -> &'static str {
+        match self {
+            Action::CreateRoute => "ec2:CreateRoute",
+            Action::AuthorizeSecurityGroupIngress => "ec2:AuthorizeSecurityGroupIngress",
+            Action::ModifyInstanceAttribute => "ec2:ModifyInstanceAttribute",
+            Action::CreateTags => "ec2:CreateTags",
+        }
+    }
+
+    /// The resource type in the ARN.
+    pub fn resource_type(self) -> &'static str {
+        match self {
+            Action::CreateRoute => "route-table",
+            Action::AuthorizeSecurityGroupIngress => "security-group",
+            Action::ModifyInstanceAttribute | Action::CreateTags => "instance",
+        }
+    }
+
+    /// The `iam/render.sh` option that grants this action on a resource
+    /// without the cluster tag.
+    fn render_option(self, resource_id: &str, tagging: Tagging) -> Option<String> {
+        match (self, tagging) {
+            (_, Tagging::LegacyOnly) => Some("--legacy-cluster-tag".into()),
+            (Action::CreateRoute, _) => Some(format!("--route-table {resource_id}")),
+            (Action::AuthorizeSecurityGroupIngress, _) => {
+                Some(format!("--security-group {resource_id}"))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.iam_action())
+    }
+}
+
+/// How a resource is marked as the cluster's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tagging {
+    /// `kubernetes.io/cluster/<id>` (any value).
+    Current,
+    /// Only the legacy `KubernetesCluster=<id>`.
+    LegacyOnly,
+    /// Neither.
+    Untagged,
+}
+
+impl Tagging {
+    /// Reads a resource's tags.
+    pub fn of<'a>(cluster_id: &str, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> Tagging {
+        let key = cluster_tag_key(cluster_id);
+        let mut legacy = false;
+        for (k, v) in tags {
+            if k == key {
+                return Tagging::Current;
+            }
+            legacy |= k == LEGACY_CLUSTER_TAG && v == cluster_id;
+        }
+        if legacy {
+            Tagging::LegacyOnly
+        } else {
+            Tagging::Untagged
+        }
+    }
+}
+
+/// A write IAM refuses, with everything an operator needs to grant it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub action: Action,
+    pub resource_id: String,
+    /// `arn:<partition>:ec2:<region>:<account>:<type>/<id>`.
+    pub resource_arn: String,
+    /// The tag that would grant it: `kubernetes.io/cluster/<id>` with the
+    /// value the policy wants.
+    pub missing_tag: String,
+    /// How the resource is tagged now.
+    pub tagging: Tagging,
+    /// The `iam/render.sh` option that grants it instead, if any.
+    pub render_option: Option<String>,
+}
+
+impl std::fmt::Display for Denial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let now = match self.tagging {
+            Tagging::Current => "carries the cluster tag but is still denied",
+            Tagging::LegacyOnly => "carries only the legacy KubernetesCluster tag",
+            Tagging::Untagged => "lacks the cluster tag",
+        };
+        write!(
+            f,
+            "IAM denies {} on {} ({now}): tag it {}",
+            self.action, self.resource_arn, self.missing_tag
+        )?;
+        match &self.render_option {
+            Some(option) => write!(f, ", or render the policy with iam/render.sh {option}"),
+            None => f.write_str(", or widen the CCM role's policy"),
+        }
+    }
+}
+
+/// A verdict on one write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    Denied(Box<Denial>),
+    /// The check itself failed (throttled past its attempts, an endpoint
+    /// that ignores DryRun): the write goes ahead and its own answer decides.
+    Unknown,
+}
+
+impl Verdict {
+    pub fn denial(&self) -> Option<&Denial> {
+        match self {
+            Verdict::Denied(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+/// The DryRun request that stands for a write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// A route in `table_id`: `CreateRoute` when a target instance is known,
+    /// else `DeleteRoute` (the policy grants both on the same tag).
+    Route {
+        table_id: String,
+        destination: IpNet,
+        instance_id: Option<String>,
+    },
+    /// An ingress rule on `group_id` (the group admitting itself: valid in
+    /// every VPC, and nothing is added).
+    Ingress { group_id: String },
+    /// Turning off an instance's source/destination check.
+    SourceDestCheck { instance_id: String },
+    /// A tag on an instance ([`PROBE_TAG_KEY`]).
+    Tags { instance_id: String },
+}
+
+impl Probe {
+    pub fn action(&self) -> Action {
+        match self {
+            Probe::Route { .. } => Action::CreateRoute,
+            Probe::Ingress { .. } => Action::AuthorizeSecurityGroupIngress,
+            Probe::SourceDestCheck { .. } => Action::ModifyInstanceAttribute,
+            Probe::Tags { .. } => Action::CreateTags,
+        }
+    }
+
+    pub fn resource_id(&self) -> &str {
+        match self {
+            Probe::Route { table_id, .. } => table_id,
+            Probe::Ingress { group_id } => group_id,
+            Probe::SourceDestCheck { instance_id } | Probe::Tags { instance_id } => instance_id,
+        }
+    }
+
+    async fn send(&self, aws: &AwsClient) -> Result<DryRun, super::AwsError> {
+        match self {
+            Probe::Route {
+                table_id,
+                destination,
+                instance_id: Some(instance_id),
+            } => {
+                aws.dry_run(Operation::Ec2CreateRoute, |ec2: aws_sdk_ec2::Client| {
+                    let call = ec2
+                        .create_route()
+                        .dry_run(true)
+                        .route_table_id(table_id)
+                        .instance_id(instance_id);
+                    match destination {
+                        IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
+                        IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
+                    }
+                    .send()
+                })
+                .await
+            }
+            Probe::Route {
+                table_id,
+                destination,
+                instance_id: None,
+            } => {
+                aws.dry_run(Operation::Ec2DeleteRoute, |ec2: aws_sdk_ec2::Client| {
+                    let call = ec2.delete_route().dry_run(true).route_table_id(table_id);
+                    match destination {
+                        IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
+                        IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
+                    }
+                    .send()
+                })
+                .await
+            }
+            Probe::Ingress { group_id } => {
+                let itself = IpPermission::builder()
+                    .ip_protocol("-1")
+                    .user_id_group_pairs(UserIdGroupPair::builder().group_id(group_id).build())
+                    .build();
+                aws.dry_run(
+                    Operation::Ec2AuthorizeSecurityGroupIngress,
+                    |ec2: aws_sdk_ec2::Client| {
+                        ec2.authorize_security_group_ingress()
+                            .dry_run(true)
+                            .group_id(group_id)
+                            .ip_permissions(itself.clone())
+                            .send()
+                    },
+                )
+                .await
+            }
+            Probe::SourceDestCheck { instance_id } => {
+                aws.dry_run(
+                    Operation::Ec2ModifyInstanceAttribute,
+                    |ec2: aws_sdk_ec2::Client| {
+                        ec2.modify_instance_attribute()
+                            .dry_run(true)
+                            .instance_id(instance_id)
+                            .source_dest_check(
+                                AttributeBooleanValue::builder().value(false).build(),
+                            )
+                            .send()
+                    },
+                )
+                .await
+            }
+            Probe::Tags { instance_id } => {
+                aws.dry_run(Operation::Ec2CreateTags, |ec2: aws_sdk_ec2::Client| {
+                    ec2.create_tags()
+                        .dry_run(true)
+                        .resources(instance_id)
+                        .tags(
+                            aws_sdk_ec2::types::Tag::builder()
+                                .key(PROBE_TAG_KEY)
+                                .value("dry-run")
+                                .build(),
+                        )
+                        .send()
+                })
+                .await
+            }
+        }
+    }
+}
+
+/// The AWS partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...).
+pub fn partition(region: &str) -> &'static str {
+    if region.starts_with("cn-") {
+        "aws-cn"
+    } else if region.starts_with("us-gov-") {
+        "aws-us-gov"
+    } else if region.starts_with("us-iso-") {
+        "aws-iso"
+    } else if region.starts_with("us-isob-") {
+        "aws-iso-b"
+    } else if region.starts_with("eu-isoe-") {
+        "aws-iso-e"
+    } else {
+        "aws"
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    verdict: Verdict,
+    at: Instant,
+}
+
+/// The shared registry of verdicts, keyed by (action, resource ID). Cheap
+/// to share behind the [`AwsClient`] every controller holds.
+#[derive(Debug)]
+pub struct Permissions {
+    cluster_id: String,
+    region: String,
+    ttl: Duration,
+    account: Mutex<Option<String>>,
+    entries: Mutex<HashMap<(Action, String), Entry>>,
+}
+
+impl Permissions {
+    pub fn new(cluster_id: &str, region: &str, ttl: Duration) -> Permissions {
+        Permissions {
+            cluster_id: cluster_id.to_string(),
+            region: region.to_string(),
+            ttl,
+            account: Mutex::new(None),
+            entries: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The account ID for ARNs, learned from an `OwnerId` AWS returned.
+    pub fn learn_account(&self, owner_id: Option<&str>) {
+        if let Some(id) = owner_id.filter(|id| !id.is_empty()) {
+            self.account.lock().get_or_insert_with(|| id.to_string());
+        }
+    }
+
+    pub fn account(&self) -> Option<String> {
+        self.account.lock().clone()
+    }
+
+    /// The resource's ARN, as IAM evaluates it.
+    pub fn arn(&self, action: Action, resource_id: &str) -> String {
+        let account = self.account().unwrap_or_else(|| "<account-id>".into());
+        format!(
+            "arn:{}:ec2:{}:{account}:{}/{resource_id}",
+            partition(&self.region),
+            self.region,
+            action.resource_type()
+        )
+    }
+
+    /// The tag the policy wants on a resource for `action`.
+    pub fn wanted_tag(&self, action: Action) -> String {
+        let key = format!("{CLUSTER_TAG_PREFIX}{}", self.cluster_id);
+        match action {
+            // The group is the nodes', not made by the CCM.
+            Action::AuthorizeSecurityGroupIngress => format!("{key}=shared"),
+            _ => format!("{key}=owned (or shared)"),
+        }
+    }
+
+    fn denial(&self, action: Action, resource_id: &str, tagging: Tagging) -> Denial {
+        Denial {
+            action,
+            resource_id: resource_id.to_string(),
+            resource_arn: self.arn(action, resource_id),
+            missing_tag: self.wanted_tag(action),
+            tagging,
+            render_option: action.render_option(resource_id, tagging),
+        }
+    }
+
+    /// A fresh verdict, if one is known.
+    pub fn cached(&self, action: Action, resource_id: &str) -> Option<Verdict> {
+        let entries = self.entries.lock();
+        let entry = entries.get(&(action, resource_id.to_string()))?;
+        (entry.at.elapsed() < self.ttl).then(|| entry.verdict.clone())
+    }
+
+    /// Records a verdict (the self-check's, or a real call's
+    /// `UnauthorizedOperation`).
+    pub fn record(&self, action: Action, resource_id: &str, verdict: Verdict) {
+        self.entries.lock().insert(
+            (action, resource_id.to_string()),
+            Entry {
+                verdict,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Marks a write denied because AWS answered a real call with
+    /// `UnauthorizedOperation`; the next check after the TTL asks again.
+    pub fn record_denied(&self, action: Action, resource_id: &str, tagging: Tagging) -> Denial {
+        let denial = self.denial(action, resource_id, tagging);
+        self.record(
+            action,
+            resource_id,
+            Verdict::Denied(Box::new(denial.clone())),
+        );
+        denial
+    }
+
+    /// Whether the write `probe` stands for is allowed: the cached verdict,
+    /// else one DryRun. `tagging` is how the resource is tagged now (it goes
+    /// into the message of a denial).
+    pub async fn check(&self, aws: &AwsClient, probe: &Probe, tagging: Tagging) -> Verdict {
+        let (action, id) = (probe.action(), probe.resource_id());
+        if let Some(verdict) = self.cached(action, id) {
+            return verdict;
+        }
+        let verdict = match probe.send(aws).await {
+            Ok(DryRun::Allowed) => Verdict::Allowed,
+            Ok(DryRun::Denied { .. }) => {
+                Verdict::Denied(Box::new(self.denial(action, id, tagging)))
+            }
+            Err(e) => {
+                tracing::warn!(action = %action, resource = id, error = %e, "could not check the permission with DryRun; the write goes ahead");
+                if e.class().is_retryable() {
+                    // Not cached: the next write asks again.
+                    return Verdict::Unknown;
+                }
+                Verdict::Unknown
+            }
+        };
+        self.record(action, id, verdict.clone());
+        verdict
+    }
+}
+
+#[cfg(test)]
+mod tests;

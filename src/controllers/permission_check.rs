@@ -1,0 +1,113 @@
+//! Runs the start-up permission self-check ([`crate::aws::permissions::self_check`])
+//! once the controllers start (after leader election), and reports each
+//! denial: one log line with the IAM action, the resource ARN and the fix,
+//! and a Warning event `PermissionDenied`. The event regards the CCM's own
+//! Pod when `POD_NAME` and `POD_NAMESPACE` are set (the downward API, as in
+//! manifests/base/daemonset.yaml), else the `kube-system` Namespace.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use super::{ControllerName, Environment};
+use crate::aws::permissions::Verdict;
+use crate::aws::permissions::self_check::{self, Scope};
+use crate::provider::routes::RouteTableSelector;
+
+/// Reason of the start-up Warning event for each denied write.
+pub const EVENT_PERMISSION_DENIED: &str = "PermissionDenied";
+
+/// What the events regard: the CCM's Pod, else the `kube-system` Namespace.
+pub fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) -> ObjectReference {
+    match (
+        pod_name.filter(|n| !n.is_empty()),
+        pod_namespace.filter(|n| !n.is_empty()),
+    ) {
+        (Some(name), Some(namespace)) => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(name),
+            namespace: Some(namespace),
+            ..Default::default()
+        },
+        _ => ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Namespace".into()),
+            name: Some("kube-system".into()),
+            ..Default::default()
+        },
+    }
+}
+
+fn scope(env: &Environment) -> Scope {
+    let opts = &env.options;
+    let enabled = |c| opts.controllers.contains(&c);
+    let routes = (enabled(ControllerName::Route) && opts.options.configure_cloud_routes)
+        .then(|| opts.cluster_cidrs.as_ref()?.cidrs().first().copied())
+        .flatten()
+        .map(|destination| {
+            let selector = RouteTableSelector {
+                route_table_id: env.cloud.route_table_id.clone(),
+                vpc_id: env.cloud.vpc.clone(),
+                cluster_id: env.cluster_id.clone(),
+            };
+            (selector, destination)
+        });
+    Scope {
+        routes,
+        node_groups: enabled(ControllerName::Service) && !env.cloud.disable_security_group_ingress,
+        tagging: enabled(ControllerName::Tagging),
+    }
+}
+
+/// Runs the self-check and reports what it found.
+pub async fn run(env: Environment) {
+    let findings = self_check::run(&env.aws, &scope(&env)).await;
+    let events = super::events::Events::new(env.kube.clone(), "cloud-controller-manager");
+    let subject = event_subject(
+        std::env::var("POD_NAME").ok(),
+        std::env::var("POD_NAMESPACE").ok(),
+    );
+    let mut denied = 0;
+    for finding in &findings {
+        match &finding.verdict {
+            Verdict::Denied(denial) => {
+                denied += 1;
+                tracing::warn!(
+                    iam_action = denial.action.iam_action(),
+                    resource_arn = %denial.resource_arn,
+                    missing_tag = %denial.missing_tag,
+                    fix = denial.render_option.as_deref().unwrap_or("widen the policy"),
+                    "permission self-check: {denial}"
+                );
+                events
+                    .warning(&subject, EVENT_PERMISSION_DENIED, denial.to_string())
+                    .await;
+            }
+            Verdict::Allowed => {
+                tracing::debug!(action = %finding.probe.action(), resource = finding.probe.resource_id(), "permission self-check: allowed")
+            }
+            Verdict::Unknown => {}
+        }
+    }
+    tracing::info!(
+        checked = findings.len(),
+        denied,
+        "permission self-check done"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_regard_the_pod_else_the_kube_system_namespace() {
+        let pod = event_subject(Some("ccm-abc".into()), Some("kube-system".into()));
+        assert_eq!(pod.kind.as_deref(), Some("Pod"));
+        assert_eq!(pod.name.as_deref(), Some("ccm-abc"));
+        assert_eq!(pod.namespace.as_deref(), Some("kube-system"));
+        let fallback = event_subject(Some("ccm-abc".into()), None);
+        assert_eq!(fallback.kind.as_deref(), Some("Namespace"));
+        assert_eq!(fallback.name.as_deref(), Some("kube-system"));
+        assert_eq!(fallback.namespace, None);
+    }
+}
