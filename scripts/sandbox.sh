@@ -63,6 +63,10 @@ Region = us-east-1
 KubernetesClusterID = $cluster_id
 CONF
 
+# The API test server has no tokens for curl to show, so /metrics is opened
+# the upstream way: an always-allowed path (a repeated flag adds to the list,
+# as in upstream, so drop /metrics here to try the 401).
+echo "sandbox: metrics: curl -k https://127.0.0.1:10258/metrics"
 echo "sandbox: starting aws-cloud-controller-manager (Ctrl-C to stop)"
 AWS_ENDPOINT_URL="$endpoint" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_EC2_METADATA_DISABLED=true \
   "$target/aws-cloud-controller-manager" \
@@ -71,6 +75,7 @@ AWS_ENDPOINT_URL="$endpoint" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=tes
   --kubeconfig="$dir/kubeconfig" \
   --bind-address=127.0.0.1 \
   --cluster-cidr=10.244.0.0/16 \
+  --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics \
   --v=2 "$@" &
 pids+=($!)
 wait "${pids[-1]}"

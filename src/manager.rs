@@ -24,7 +24,7 @@ use crate::controllers;
 use crate::kube_client;
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipEnd};
 use crate::options::Validated;
-use crate::server::{self, Health, TlsFiles};
+use crate::server::{self, Health, ServeOptions, TlsFiles};
 
 /// Longest we wait for controllers to finish after being told to stop.
 const CONTROLLER_STOP_GRACE: Duration = Duration::from_secs(10);
@@ -103,15 +103,22 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let http = if opts.secure_port == 0 {
         None
     } else {
-        let tls = opts
+        let tls_files = opts
             .tls_cert_file
             .clone()
             .zip(opts.tls_private_key_file.clone())
             .map(|(cert, key)| TlsFiles { cert, key });
+        let auth = server::delegate::build(validated.auth.clone(), &kube).await?;
+        let serve = ServeOptions {
+            tls_files,
+            tls: validated.tls.clone(),
+            auth: Some(auth),
+            reload_interval: server::tls::RELOAD_INTERVAL,
+        };
         Some(
             server::start(
                 SocketAddr::new(opts.bind_address, opts.secure_port),
-                tls,
+                serve,
                 health,
             )
             .await?,

@@ -11,9 +11,15 @@ use clap::{ArgAction, Parser, ValueEnum};
 use crate::controllers::node_ipam::cidrs::{ClusterCidrs, MaskFlags, NodeCidrAllocation};
 use crate::controllers::{self, ControllerName};
 use crate::duration;
+use crate::server::{AllowPaths, AuthSettings, TlsPolicy};
 
 fn go_duration(s: &str) -> Result<Duration, String> {
     duration::parse(s).map_err(|e| e.to_string())
+}
+
+/// A path that may be empty (`--flag=` means unset, as upstream).
+fn any_path(s: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(s))
 }
 
 /// Parses Go-style booleans (`--flag`, `--flag=true`, `--flag=false`, `=1`, `=0`).
@@ -167,6 +173,50 @@ pub struct Options {
     #[arg(long = "tls-private-key-file")]
     pub tls_private_key_file: Option<PathBuf>,
 
+    /// Minimum TLS version of the HTTPS endpoint: VersionTLS12 or VersionTLS13 (rustls has no TLS 1.0/1.1). Empty means TLS 1.2.
+    #[arg(long = "tls-min-version", default_value = "")]
+    pub tls_min_version: String,
+
+    /// Comma-separated TLS 1.2 cipher suites of the HTTPS endpoint, IANA names as upstream (e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256). TLS 1.3 suites are always on. Empty means rustls's defaults.
+    #[arg(long = "tls-cipher-suites", value_delimiter = ',')]
+    pub tls_cipher_suites: Vec<String>,
+
+    /// kubeconfig pointing at the 'core' kubernetes server with enough rights to create tokenreviews.authentication.k8s.io. Optional: without it the client of --kubeconfig (or in-cluster) is used.
+    #[arg(long = "authentication-kubeconfig", value_parser = any_path)]
+    pub authentication_kubeconfig: Option<PathBuf>,
+
+    /// The duration to cache responses from the webhook token authenticator.
+    #[arg(long = "authentication-token-webhook-cache-ttl", default_value = "10s", value_parser = go_duration)]
+    pub authentication_token_webhook_cache_ttl: Duration,
+
+    /// Accepted for compatibility: client-certificate and front-proxy authentication are not implemented, so the extension-apiserver-authentication ConfigMap is never looked up.
+    #[arg(long = "authentication-skip-lookup", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub authentication_skip_lookup: bool,
+
+    /// Accepted for compatibility: no authentication configuration is looked up in the cluster (see --authentication-skip-lookup).
+    #[arg(long = "authentication-tolerate-lookup-failure", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub authentication_tolerate_lookup_failure: bool,
+
+    /// kubeconfig pointing at the 'core' kubernetes server with enough rights to create subjectaccessreviews.authorization.k8s.io. Optional: without it the client of --kubeconfig (or in-cluster) is used.
+    #[arg(long = "authorization-kubeconfig", value_parser = any_path)]
+    pub authorization_kubeconfig: Option<PathBuf>,
+
+    /// The duration to cache 'authorized' responses from the webhook authorizer.
+    #[arg(long = "authorization-webhook-cache-authorized-ttl", default_value = "10s", value_parser = go_duration)]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+
+    /// The duration to cache 'unauthorized' responses from the webhook authorizer.
+    #[arg(long = "authorization-webhook-cache-unauthorized-ttl", default_value = "10s", value_parser = go_duration)]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+
+    /// A list of HTTP paths to skip during authorization, i.e. these are authorized without contacting the 'core' kubernetes server. A trailing '*' matches a prefix.
+    #[arg(
+        long = "authorization-always-allow-paths",
+        value_delimiter = ',',
+        default_value = "/healthz,/readyz,/livez"
+    )]
+    pub authorization_always_allow_paths: Vec<String>,
+
     /// QPS to use while talking with the Kubernetes apiserver.
     #[arg(long = "kube-api-qps", default_value_t = 20.0)]
     pub kube_api_qps: f32,
@@ -229,14 +279,6 @@ const IGNORED_FLAGS: &[(&str, bool)] = &[
     ("cidr-allocator-type", true),
     ("enable-leader-migration", false),
     ("leader-migration-config", true),
-    ("authentication-kubeconfig", true),
-    ("authorization-kubeconfig", true),
-    ("authentication-skip-lookup", false),
-    ("authentication-tolerate-lookup-failure", false),
-    ("authorization-always-allow-paths", true),
-    ("authentication-token-webhook-cache-ttl", true),
-    ("authorization-webhook-cache-authorized-ttl", true),
-    ("authorization-webhook-cache-unauthorized-ttl", true),
     ("client-ca-file", true),
     ("requestheader-client-ca-file", true),
     ("requestheader-allowed-names", true),
@@ -244,8 +286,6 @@ const IGNORED_FLAGS: &[(&str, bool)] = &[
     ("requestheader-group-headers", true),
     ("requestheader-username-headers", true),
     ("cert-dir", true),
-    ("tls-cipher-suites", true),
-    ("tls-min-version", true),
     ("tls-sni-cert-key", true),
     ("http2-max-streams-per-connection", true),
     ("permit-port-sharing", false),
@@ -303,6 +343,10 @@ pub enum OptionsError {
     AwsClient(#[from] crate::aws::OptionsError),
     #[error("--tls-cert-file and --tls-private-key-file must be given together")]
     TlsPair,
+    #[error(transparent)]
+    Tls(#[from] crate::server::tls::TlsFlagError),
+    #[error("{0}")]
+    AllowPaths(String),
     #[error("--tags={value:?} is invalid: {reason}; expected k1=v1,k2=v2")]
     Tags { value: String, reason: String },
     #[error(transparent)]
@@ -330,6 +374,10 @@ pub struct Validated {
     pub cluster_cidrs: Option<ClusterCidrs>,
     /// What node IPAM allocates from; `Some` exactly when it will run.
     pub node_cidr_allocation: Option<NodeCidrAllocation>,
+    /// `--tls-min-version` and `--tls-cipher-suites`.
+    pub tls: TlsPolicy,
+    /// The `--authentication-*` and `--authorization-*` flags.
+    pub auth: AuthSettings,
 }
 
 impl Options {
@@ -384,6 +432,8 @@ impl Options {
         if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
             return Err(OptionsError::TlsPair);
         }
+        let tls = TlsPolicy::parse(&self.tls_min_version, &self.tls_cipher_suites)?;
+        let auth = self.auth_settings()?;
         let controllers = controllers::select(&self.controllers)?;
         let tags = parse_tags(&self.tags)?;
         let (cluster_cidrs, node_cidr_allocation) = self.cidr_config(&controllers)?;
@@ -402,6 +452,20 @@ impl Options {
             ignored_flags,
             cluster_cidrs,
             node_cidr_allocation,
+            tls,
+            auth,
+        })
+    }
+
+    fn auth_settings(&self) -> Result<AuthSettings, OptionsError> {
+        Ok(AuthSettings {
+            always_allow_paths: AllowPaths::parse(&self.authorization_always_allow_paths)
+                .map_err(OptionsError::AllowPaths)?,
+            token_ttl: self.authentication_token_webhook_cache_ttl,
+            allow_ttl: self.authorization_webhook_cache_authorized_ttl,
+            deny_ttl: self.authorization_webhook_cache_unauthorized_ttl,
+            authentication_kubeconfig: non_empty_path(&self.authentication_kubeconfig),
+            authorization_kubeconfig: non_empty_path(&self.authorization_kubeconfig),
         })
     }
 
@@ -436,6 +500,11 @@ impl Options {
         };
         Ok((Some(cluster), allocation))
     }
+}
+
+/// `--flag=` means unset, as an empty string does upstream.
+fn non_empty_path(p: &Option<PathBuf>) -> Option<PathBuf> {
+    p.clone().filter(|p| !p.as_os_str().is_empty())
 }
 
 fn parse_tags(value: &str) -> Result<Vec<(String, String)>, OptionsError> {
@@ -496,6 +565,10 @@ fn strip_ignored(args: Vec<String>) -> (Vec<String>, Vec<String>) {
     }
     (kept, ignored)
 }
+
+#[cfg(test)]
+#[path = "options_server_tests.rs"]
+mod server_flag_tests;
 
 #[cfg(test)]
 mod tests {
@@ -576,6 +649,8 @@ mod tests {
             "--feature-gates",
             "Foo=true",
             "--profiling=false",
+            "--client-ca-file",
+            "/etc/ca.pem",
             "--authorization-always-allow-paths=/healthz",
         ])
         .unwrap();
@@ -585,7 +660,7 @@ mod tests {
                 "use-service-account-credentials",
                 "feature-gates",
                 "profiling",
-                "authorization-always-allow-paths"
+                "client-ca-file"
             ]
         );
     }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use aws_ccm::testkit::apiserver::TokenUser;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 
@@ -88,6 +89,21 @@ async fn acquires_and_renews_the_lease_and_serves_health_and_metrics() -> anyhow
     assert!(
         body.contains("# EOF"),
         "OpenMetrics text ends with # EOF: {body}"
+    );
+    // Delegated authentication and authorization, as upstream: no token is
+    // 401, a token whose user may not get /metrics is 403, probes stay open.
+    env.api.add_token("no-rights", TokenUser::new("someone"));
+    assert_eq!(https_get_as(&addr, "/metrics", None).await?.0, 401);
+    assert_eq!(
+        https_get_as(&addr, "/metrics", Some("no-rights")).await?.0,
+        403
+    );
+    assert_eq!(https_get_as(&addr, "/healthz", None).await?.0, 200);
+    let stats = env.api.stats();
+    assert!(stats.count("create", "tokenreviews") >= 2, "{stats:?}");
+    assert!(
+        stats.count("create", "subjectaccessreviews") >= 2,
+        "{stats:?}"
     );
     Ok(())
 }

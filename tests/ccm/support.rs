@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use aws_ccm::testkit::apiserver::TestApiServer;
+use aws_ccm::testkit::apiserver::{NonResourceGrant, Subject, TestApiServer, TokenUser};
 use aws_ccm::testkit::aws_proxy::{FaultProxy, ProxyConfig};
 use aws_ccm::testkit::moto::Moto;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -15,6 +15,12 @@ use tokio::process::{Child, Command};
 pub const BINARY: &str = env!("CARGO_BIN_EXE_aws-cloud-controller-manager");
 pub const CLUSTER_ID: &str = "ccm-test";
 pub const REGION: &str = "us-east-1";
+/// A bearer token the API test server of [`Env`] accepts for a user that
+/// may `get` `/metrics` (the CCM checks it with TokenReview and
+/// SubjectAccessReview); [`https_get`] sends it.
+pub const SCRAPE_TOKEN: &str = "ccm-test-metrics-scraper";
+/// Who [`SCRAPE_TOKEN`] is.
+pub const SCRAPER: &str = "system:serviceaccount:monitoring:prometheus";
 
 /// Polls `check` until it returns `Some`, or fails after `deadline`.
 pub async fn eventually<T, F, Fut>(
@@ -71,6 +77,12 @@ impl Env {
 
     pub async fn start_with_conf(cloud_conf: &str) -> anyhow::Result<Env> {
         let (api, moto) = tokio::try_join!(TestApiServer::start(), Moto::start())?;
+        api.add_token(SCRAPE_TOKEN, TokenUser::new(SCRAPER));
+        api.grant(NonResourceGrant::new(
+            Subject::User(SCRAPER.into()),
+            &["get"],
+            &["/metrics"],
+        ));
         let proxy = FaultProxy::start(&moto.endpoint(), ProxyConfig::default()).await?;
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
@@ -245,8 +257,17 @@ impl Ccm {
     }
 }
 
-/// GET over HTTPS, accepting the CCM's self-signed certificate.
+/// GET over HTTPS with [`SCRAPE_TOKEN`], accepting the CCM's self-signed certificate.
 pub async fn https_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    https_get_as(addr, path, Some(SCRAPE_TOKEN)).await
+}
+
+/// GET over HTTPS with this bearer token, or none.
+pub async fn https_get_as(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
     use http_body_util::{BodyExt, Empty};
     use rustls::pki_types::ServerName;
 
@@ -263,9 +284,11 @@ pub async fn https_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> 
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
     tokio::spawn(conn);
-    let req = http::Request::get(path)
-        .header("host", "localhost")
-        .body(Empty::<bytes::Bytes>::new())?;
+    let mut req = http::Request::get(path).header("host", "localhost");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let req = req.body(Empty::<bytes::Bytes>::new())?;
     let resp = sender.send_request(req).await?;
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await?.to_bytes();

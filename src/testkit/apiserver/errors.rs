@@ -108,6 +108,27 @@ impl ApiError {
         ApiError::new(400, "BadRequest", message)
     }
 
+    /// A 422 for an object without a name (a review): `Kind.group "" is invalid: …`.
+    pub fn invalid_kind(kind: &str, group: &str, causes: Vec<Cause>) -> Self {
+        let list: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        let joined = if list.len() == 1 {
+            list.join("")
+        } else {
+            format!("[{}]", list.join(", "))
+        };
+        let details =
+            json!({"name": "", "group": group, "kind": kind, "causes": causes_json(&causes)});
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("{kind}.{group} \"\" is invalid: {joined}"),
+        )
+        .with_details(details)
+    }
+
     /// A 422 with field causes, formatted as the real validation errors.
     pub fn invalid(res: &ResourceDef, name: &str, causes: Vec<Cause>) -> Self {
         let list: Vec<String> = causes

@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::errors::ApiError;
 use super::resources::{self, RESOURCES, ResourceDef};
+use super::reviews::{self, Reviews};
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
 use super::store::{
     Change, DeleteOpts, EventType, ListOpts, Msg, PatchBody, Store, Stored, Writer,
@@ -42,6 +43,8 @@ pub(crate) struct Shared {
     /// each time watches are closed.
     pub watch_cancel: parking_lot::Mutex<CancellationToken>,
     pub address: String,
+    /// Tokens and grants for TokenReview / SubjectAccessReview.
+    pub reviews: Reviews,
 }
 
 impl Shared {
@@ -362,6 +365,9 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         .map(|Query(v)| v.into_iter().collect())
         .unwrap_or_default();
     let path = parts.uri.path().to_string();
+    if let Some((group, plural, kind)) = reviews::review_path(&path) {
+        return review(&sh, &parts.method, body, (group, plural, kind)).await;
+    }
     let t = match route(&path, &sh.address) {
         Route::Resource(t) => t,
         other => {
@@ -458,6 +464,43 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         "kube-test-server request"
     );
     resp
+}
+
+/// TokenReview and SubjectAccessReview: create-only, cluster-scoped.
+async fn review(
+    sh: &Shared,
+    method: &Method,
+    body: Body,
+    (group, plural, kind): (&str, &str, &str),
+) -> Response {
+    if method != Method::POST {
+        return error_response(&ApiError::method_not_allowed(format!(
+            "the server does not allow this method on the requested resource ({method} {plural}.{group})"
+        )));
+    }
+    let key = RequestKey {
+        verb: "create".to_string(),
+        group: group.to_string(),
+        resource: plural.to_string(),
+    };
+    sh.record(&key);
+    if let Some(rule) = sh.take_failure(&key, "", "") {
+        return injected(&rule).await;
+    }
+    let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => {
+            return error_response(&ApiError::new(
+                413,
+                "RequestEntityTooLarge",
+                format!("failed to read the request body: {e}"),
+            ));
+        }
+    };
+    match sh.reviews.review(kind, group, &bytes) {
+        Ok(v) => value_response(201, &v),
+        Err(e) => error_response(&e),
+    }
 }
 
 async fn injected(rule: &FailureRule) -> Response {

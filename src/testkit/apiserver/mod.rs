@@ -15,8 +15,12 @@
 //!
 //! Kept on purpose small; each is what a test of the CCM cannot observe or
 //! does not need:
-//! - Plain HTTP on loopback; no authentication, authorization, admission,
-//!   protobuf or `as=Table` output (JSON is always served). `dryRun` is
+//! - Plain HTTP on loopback; the server itself checks no credentials and
+//!   has no admission, protobuf or `as=Table` output (JSON is always
+//!   served). It does answer TokenReview and SubjectAccessReview for the
+//!   tokens and non-resource grants a test registers
+//!   ([`TestApiServer::add_token`], [`TestApiServer::grant`]); these two
+//!   are not in discovery. `dryRun` is
 //!   rejected with 400 rather than silently persisted.
 //! - Validation covers names, `generateName`, finalizers on deleting
 //!   objects, node `providerID`/`podCIDRs` and service `clusterIP`
@@ -60,6 +64,7 @@ mod errors;
 mod http;
 mod patch;
 mod resources;
+mod reviews;
 mod selectors;
 mod ssa;
 mod store;
@@ -76,6 +81,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::http::Shared;
 use self::resources::{NAMESPACES, RESOURCES};
+pub use self::reviews::{NonResourceGrant, Subject, TokenUser};
 use self::store::{Store, Writer};
 
 /// Namespaces every cluster starts with.
@@ -313,6 +319,7 @@ impl TestApiServer {
             cancel: cancel.clone(),
             watch_cancel: parking_lot::Mutex::new(cancel.child_token()),
             address: addr.to_string(),
+            reviews: Default::default(),
         });
         let w = Writer {
             manager: "kube-apiserver".into(),
@@ -438,6 +445,22 @@ impl TestApiServer {
     /// Arms a failure rule; rules are checked in the order they were added.
     pub fn inject_failure(&self, rule: FailureRule) {
         self.shared.failures.lock().push(rule);
+    }
+
+    /// Makes TokenReview accept `token` as `user` (the server adds
+    /// `system:authenticated` to its groups, as kube-apiserver does).
+    pub fn add_token(&self, token: &str, user: TokenUser) {
+        self.shared
+            .reviews
+            .tokens
+            .lock()
+            .insert(token.to_string(), user);
+    }
+
+    /// Lets a user or group use verbs on non-resource URLs in
+    /// SubjectAccessReviews (RBAC matching: `*`, a trailing `*`, or exact).
+    pub fn grant(&self, grant: NonResourceGrant) {
+        self.shared.reviews.grants.lock().push(grant);
     }
 
     /// Disarms every failure rule.

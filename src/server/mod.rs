@@ -1,12 +1,20 @@
 //! The HTTPS endpoint on `--bind-address:--secure-port`: `/healthz`,
 //! `/livez`, `/readyz` and `/metrics` (Prometheus text).
 //!
-//! With `--tls-cert-file`/`--tls-private-key-file` it serves that pair;
-//! otherwise a self-signed certificate for the host name is generated in
-//! memory at start-up, as upstream does when no certificate is configured.
+//! With `--tls-cert-file`/`--tls-private-key-file` it serves that pair and
+//! follows it on disk; otherwise a self-signed certificate for the host name
+//! is generated in memory at start-up, as upstream does when no certificate
+//! is configured. `--tls-min-version`/`--tls-cipher-suites`: [`tls`].
+//! Who may read what: [`auth`].
+
+pub mod auth;
+mod cache;
+pub mod delegate;
+#[cfg(test)]
+mod tests;
+pub mod tls;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -17,6 +25,10 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum_server::tls_rustls::RustlsConfig;
+use tokio_util::sync::CancellationToken;
+
+pub use self::auth::{AllowPaths, Auth, AuthSettings};
+pub use self::tls::{TlsFiles, TlsPolicy};
 
 use crate::leader::LeaderStatus;
 
@@ -35,11 +47,10 @@ pub struct Health {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("reading TLS certificate {path}: {error}")]
-    Tls {
-        path: PathBuf,
-        error: std::io::Error,
-    },
+    #[error("serving certificate: {0}")]
+    Cert(#[from] tls::CertError),
+    #[error("TLS configuration: {0}")]
+    TlsConfig(String),
     #[error("generating a self-signed certificate: {0}")]
     SelfSigned(String),
     #[error("listening on {addr}: {error}")]
@@ -49,9 +60,15 @@ pub enum ServerError {
     },
 }
 
-pub struct TlsFiles {
-    pub cert: PathBuf,
-    pub key: PathBuf,
+/// How to serve: certificate, TLS policy, and who may read what.
+pub struct ServeOptions {
+    /// `--tls-cert-file`/`--tls-private-key-file`; self-signed when `None`.
+    pub tls_files: Option<TlsFiles>,
+    pub tls: TlsPolicy,
+    /// `None` serves everyone (tests of the endpoints themselves).
+    pub auth: Option<Arc<Auth>>,
+    /// How often the certificate files are checked for a new pair.
+    pub reload_interval: Duration,
 }
 
 /// A running server; dropping the handle does not stop it, `shutdown` does.
@@ -59,22 +76,31 @@ pub struct RunningServer {
     pub local_addr: SocketAddr,
     handle: axum_server::Handle<SocketAddr>,
     task: tokio::task::JoinHandle<()>,
+    /// Ends the certificate watcher.
+    stop: CancellationToken,
 }
 
 impl RunningServer {
     pub async fn shutdown(self) {
         self.handle.graceful_shutdown(Some(Duration::from_secs(2)));
         let _ = self.task.await;
+        self.stop.cancel();
     }
 }
 
-pub fn router(health: Health) -> Router {
-    Router::new()
+/// The routes; with `auth`, every request (unknown paths too, as upstream)
+/// is authenticated and authorized first.
+pub fn router(health: Health, auth: Option<Arc<Auth>>) -> Router {
+    let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .with_state(health)
+        .with_state(health);
+    match auth {
+        Some(auth) => app.layer(axum::middleware::from_fn_with_state(auth, auth::guard)),
+        None => app,
+    }
 }
 
 async fn healthz(State(h): State<Health>) -> impl IntoResponse {
@@ -110,46 +136,32 @@ async fn metrics() -> impl IntoResponse {
     )
 }
 
-async fn tls_config(tls: Option<TlsFiles>) -> Result<RustlsConfig, ServerError> {
-    if let Some(files) = tls {
-        let cert = tokio::fs::read(&files.cert)
-            .await
-            .map_err(|source| ServerError::Tls {
-                path: files.cert.clone(),
-                error: source,
-            })?;
-        let key = tokio::fs::read(&files.key)
-            .await
-            .map_err(|source| ServerError::Tls {
-                path: files.key.clone(),
-                error: source,
-            })?;
-        return RustlsConfig::from_pem(cert, key)
-            .await
-            .map_err(|source| ServerError::Tls {
-                path: files.cert,
-                error: source,
-            });
-    }
-    let host = gethostname::gethostname().to_string_lossy().into_owned();
-    let names = vec![host, "localhost".to_string(), "127.0.0.1".to_string()];
-    let cert = rcgen::generate_simple_self_signed(names)
-        .map_err(|e| ServerError::SelfSigned(e.to_string()))?;
-    RustlsConfig::from_pem(
-        cert.cert.pem().into_bytes(),
-        cert.signing_key.serialize_pem().into_bytes(),
-    )
-    .await
-    .map_err(|e| ServerError::SelfSigned(e.to_string()))
+/// The certificate resolver and TLS configuration for `opts`.
+fn tls_config(opts: &ServeOptions, stop: &CancellationToken) -> Result<RustlsConfig, ServerError> {
+    let provider = Arc::new(opts.tls.provider());
+    let certs = match &opts.tls_files {
+        Some(files) => {
+            tls::load_and_watch(files.clone(), provider, opts.reload_interval, stop.clone())?
+        }
+        None => {
+            tls::ReloadingCert::fixed(tls::self_signed(&provider).map_err(ServerError::SelfSigned)?)
+        }
+    };
+    let config = opts
+        .tls
+        .server_config(certs)
+        .map_err(|e| ServerError::TlsConfig(e.to_string()))?;
+    Ok(RustlsConfig::from_config(Arc::new(config)))
 }
 
 /// Binds and starts serving; returns once the socket is listening.
 pub async fn start(
     addr: SocketAddr,
-    tls: Option<TlsFiles>,
+    opts: ServeOptions,
     health: Health,
 ) -> Result<RunningServer, ServerError> {
-    let config = tls_config(tls).await?;
+    let stop = CancellationToken::new();
+    let config = tls_config(&opts, &stop)?;
     // Bind ourselves so a busy port is reported now, not from a background task.
     let listener = std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind {
         addr,
@@ -172,7 +184,7 @@ pub async fn start(
             error: source,
         })?
         .handle(handle.clone());
-    let app = router(health);
+    let app = router(health, opts.auth);
     let task = tokio::spawn(async move {
         if let Err(e) = server.serve(app.into_make_service()).await {
             tracing::error!(error = %e, "health/metrics server stopped");
@@ -183,5 +195,6 @@ pub async fn start(
         local_addr,
         handle,
         task,
+        stop,
     })
 }
