@@ -52,6 +52,9 @@ pub struct FaultRule {
     /// with exactly this value, e.g. (`DryRun`, `true`) or
     /// (`RouteTableId`, `rtb-…`). Not part of the command-line form.
     pub params: Vec<(String, String)>,
+    /// Never `DryRun=true` calls: a fault meant for the write itself, not
+    /// for the permission check that may precede it.
+    pub skip_dry_runs: bool,
 }
 
 impl FaultRule {
@@ -59,6 +62,7 @@ impl FaultRule {
     /// narrow it with the builder methods.
     pub fn new(kind: FaultKind) -> FaultRule {
         FaultRule {
+            skip_dry_runs: false,
             action: None,
             service: None,
             kind,
@@ -79,8 +83,20 @@ impl FaultRule {
         self.with_param("DryRun", "true")
     }
 
+    /// Only calls that are not `DryRun=true`: the write, not its permission check.
+    pub fn real_calls_only(mut self) -> FaultRule {
+        self.skip_dry_runs = true;
+        self
+    }
+
     /// Whether the call carries every parameter the rule asks for.
     fn params_match(&self, params: &[(String, String)]) -> bool {
+        let dry_run = params
+            .iter()
+            .any(|(n, v)| n == "DryRun" && v.eq_ignore_ascii_case("true"));
+        if self.skip_dry_runs && dry_run {
+            return false;
+        }
         self.params
             .iter()
             .all(|(name, value)| params.iter().any(|(n, v)| n == name && v == value))
@@ -191,6 +207,7 @@ impl FromStr for FaultRule {
             probability,
             max_count,
             params: Vec::new(),
+            skip_dry_runs: false,
         };
         rule.validate()
             .with_context(|| format!("fault spec {spec:?}"))?;
