@@ -220,15 +220,13 @@ impl Probe {
                 instance_id: Some(instance_id),
             } => {
                 aws.dry_run(Operation::Ec2CreateRoute, |ec2: aws_sdk_ec2::Client| {
-                    let call = ec2
-                        .create_route()
-                        .dry_run(true)
-                        .route_table_id(table_id)
-                        .instance_id(instance_id);
-                    match destination {
-                        IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
-                        IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
-                    }
+                    crate::provider::routes::create_route_request(
+                        &ec2,
+                        table_id,
+                        *destination,
+                        instance_id,
+                    )
+                    .dry_run(true)
                     .send()
                 })
                 .await

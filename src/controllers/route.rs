@@ -314,26 +314,21 @@ impl<R: Routes> Reconciler<R> {
         let mut probes: BTreeMap<(u8, String), (Probe, Tagging)> = BTreeMap::new();
         for change in &plan.changes {
             let (key, probe, tagging) = match change {
-                RouteChange::Create {
-                    table_id,
-                    destination,
-                    instance_id,
-                    ..
+                RouteChange::Create { .. } | RouteChange::Replace { .. } => {
+                    let Some((table_id, destination, instance_id)) = change.route_to_instance()
+                    else {
+                        continue;
+                    };
+                    (
+                        (0, table_id.to_string()),
+                        Probe::Route {
+                            table_id: table_id.to_string(),
+                            destination,
+                            instance_id: Some(instance_id.to_string()),
+                        },
+                        tables.iter().find(|t| t.id == table_id).map(|t| t.tagging),
+                    )
                 }
-                | RouteChange::Replace {
-                    table_id,
-                    destination,
-                    instance_id,
-                    ..
-                } => (
-                    (0, table_id.clone()),
-                    Probe::Route {
-                        table_id: table_id.clone(),
-                        destination: *destination,
-                        instance_id: Some(instance_id.clone()),
-                    },
-                    tables.iter().find(|t| &t.id == table_id).map(|t| t.tagging),
-                ),
                 RouteChange::Delete {
                     table_id,
                     destination,
@@ -796,22 +791,17 @@ impl Publisher {
                 continue;
             }
             let note = match &failure.change {
-                RouteChange::Create {
-                    table_id,
-                    destination,
-                    instance_id,
-                    ..
+                change @ (RouteChange::Create { .. } | RouteChange::Replace { .. }) => {
+                    let Some((table_id, destination, instance_id)) = change.route_to_instance()
+                    else {
+                        continue;
+                    };
+                    format!(
+                        "Could not create route {destination} in route table {table_id} for node {node} \
+                         (instance {instance_id}): {}",
+                        failure.error
+                    )
                 }
-                | RouteChange::Replace {
-                    table_id,
-                    destination,
-                    instance_id,
-                    ..
-                } => format!(
-                    "Could not create route {destination} in route table {table_id} for node {node} (instance \
-                     {instance_id}): {}",
-                    failure.error
-                ),
                 RouteChange::DisableSourceDestCheck { instance_id, .. } => format!(
                     "Could not create routes for node {node}: turning off source/destination check on instance \
                      {instance_id} failed: {}",

@@ -32,6 +32,10 @@ pub fn rendered_policy(options: &[&str]) -> anyhow::Result<String> {
     Ok(String::from_utf8(out.stdout)?)
 }
 
+fn explain(e: anyhow::Error, env: &Env, ccm: &Ccm) -> anyhow::Error {
+    anyhow::anyhow!("{e}\ndenied: {:?}\nlogs:\n{}", denied(env), ccm.logs())
+}
+
 /// How many of the CCM's calls the enforcing proxy denied, per action.
 fn denied(env: &Env) -> Vec<(String, u64)> {
     let calls = env.proxy.calls();
@@ -75,7 +79,7 @@ async fn load_balancers_are_created_and_deleted_under_the_enforced_policy() -> a
             services.get(name).await.ok().as_ref().and_then(hostname)
         })
         .await
-        .map_err(|e| anyhow::anyhow!("{e}\ndenied: {:?}\nlogs:\n{}", denied(&env), ccm.logs()))?;
+        .map_err(|e| explain(e, &env, &ccm))?;
     }
     assert_eq!(
         denied(&env),
@@ -92,7 +96,7 @@ async fn load_balancers_are_created_and_deleted_under_the_enforced_policy() -> a
         left.items.is_empty().then_some(())
     })
     .await
-    .map_err(|e| anyhow::anyhow!("{e}\ndenied: {:?}\nlogs:\n{}", denied(&env), ccm.logs()))?;
+    .map_err(|e| explain(e, &env, &ccm))?;
     assert_eq!(
         denied(&env),
         Vec::<(String, u64)>::new(),

@@ -95,6 +95,26 @@ impl RouteChange {
         }
     }
 
+    /// The route a Create or Replace points at this node's instance:
+    /// (table, destination, instance).
+    pub fn route_to_instance(&self) -> Option<(&str, IpNet, &str)> {
+        match self {
+            RouteChange::Create {
+                table_id,
+                destination,
+                instance_id,
+                ..
+            }
+            | RouteChange::Replace {
+                table_id,
+                destination,
+                instance_id,
+                ..
+            } => Some((table_id, *destination, instance_id)),
+            _ => None,
+        }
+    }
+
     /// Metric label.
     pub fn action(&self) -> &'static str {
         match self {
