@@ -162,16 +162,18 @@ async fn status(addr: SocketAddr, path: &str, token: Option<&str>) -> u16 {
     get(addr, path, token, ANY_VERSION).await.unwrap().status
 }
 
+/// The server with delegated authn/authz against `api`, caching for `ttl`.
+async fn serve_with_auth(api: &TestApiServer, ttl: Duration) -> RunningServer {
+    let auth = delegate::build(settings(ttl), &api.client().await.unwrap())
+        .await
+        .unwrap();
+    start_local(serve_options(Some(auth))).await
+}
+
 #[tokio::test]
 async fn metrics_needs_a_token_the_api_server_authorizes() {
     let api = api_with_tokens().await;
-    let auth = delegate::build(
-        settings(Duration::from_secs(10)),
-        &api.client().await.unwrap(),
-    )
-    .await
-    .unwrap();
-    let server = start_local(serve_options(Some(auth))).await;
+    let server = serve_with_auth(&api, Duration::from_secs(10)).await;
     let addr = server.local_addr;
 
     let anonymous = get(addr, "/metrics", None, ANY_VERSION).await.unwrap();
@@ -232,13 +234,7 @@ async fn anonymous_access_follows_rbac_and_masters_skip_the_review() {
         &["get"],
         &["/metr*"],
     ));
-    let auth = delegate::build(
-        settings(Duration::from_secs(3600)),
-        &api.client().await.unwrap(),
-    )
-    .await
-    .unwrap();
-    let server = start_local(serve_options(Some(auth))).await;
+    let server = serve_with_auth(&api, Duration::from_secs(3600)).await;
     assert_eq!(status(server.local_addr, "/metrics", None).await, 200);
     api.reset_stats();
     assert_eq!(
@@ -255,13 +251,7 @@ async fn anonymous_access_follows_rbac_and_masters_skip_the_review() {
 async fn review_answers_are_cached_so_a_scrape_does_not_call_the_api_server_again() {
     let api = api_with_tokens().await;
     // A TTL far longer than the test, so no wall-clock window is involved.
-    let auth = delegate::build(
-        settings(Duration::from_secs(3600)),
-        &api.client().await.unwrap(),
-    )
-    .await
-    .unwrap();
-    let server = start_local(serve_options(Some(auth))).await;
+    let server = serve_with_auth(&api, Duration::from_secs(3600)).await;
     for _ in 0..3 {
         assert_eq!(
             status(server.local_addr, "/metrics", Some("reader-token")).await,
@@ -285,13 +275,7 @@ async fn review_answers_are_cached_so_a_scrape_does_not_call_the_api_server_agai
 #[tokio::test]
 async fn a_failing_access_review_is_500_and_not_cached() {
     let api = api_with_tokens().await;
-    let auth = delegate::build(
-        settings(Duration::from_secs(3600)),
-        &api.client().await.unwrap(),
-    )
-    .await
-    .unwrap();
-    let server = start_local(serve_options(Some(auth))).await;
+    let server = serve_with_auth(&api, Duration::from_secs(3600)).await;
     api.inject_failure(FailureRule::new("create", "subjectaccessreviews", 500));
     assert_eq!(
         status(server.local_addr, "/metrics", Some("reader-token")).await,
