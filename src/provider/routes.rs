@@ -846,6 +846,24 @@ impl Routes for FakeRoutes {
     }
 }
 
+/// The `CreateRoute` request for a route to an instance (IPv4 or IPv6
+/// destination); the permission check sends the same one with `DryRun`.
+pub(crate) fn create_route_request(
+    ec2: &aws_sdk_ec2::Client,
+    table_id: &str,
+    destination: IpNet,
+    instance_id: &str,
+) -> aws_sdk_ec2::operation::create_route::builders::CreateRouteFluentBuilder {
+    let call = ec2
+        .create_route()
+        .route_table_id(table_id)
+        .instance_id(instance_id);
+    match destination {
+        IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
+        IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -972,23 +990,5 @@ mod tests {
         assert_eq!(gone.kind, RoutesErrorKind::NotFound);
         let missing = fake.replace_route("rtb-1", dest, "i-1").await.unwrap_err();
         assert_eq!(missing.kind, RoutesErrorKind::NotFound);
-    }
-}
-
-/// The `CreateRoute` request for a route to an instance (IPv4 or IPv6
-/// destination); the permission check sends the same one with `DryRun`.
-pub(crate) fn create_route_request(
-    ec2: &aws_sdk_ec2::Client,
-    table_id: &str,
-    destination: IpNet,
-    instance_id: &str,
-) -> aws_sdk_ec2::operation::create_route::builders::CreateRouteFluentBuilder {
-    let call = ec2
-        .create_route()
-        .route_table_id(table_id)
-        .instance_id(instance_id);
-    match destination {
-        IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
-        IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
     }
 }
