@@ -17,6 +17,9 @@ use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 
+mod refusals;
+pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED, Warning};
+
 /// One Service's request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnsureRequest {
@@ -35,6 +38,8 @@ pub struct Ensured {
     /// Descriptions of the changes applied; empty when nothing differed.
     pub changes: Vec<String>,
     pub created: bool,
+    /// Writes IAM refused (see `refusals`): left undone, the rest synced.
+    pub warnings: Vec<Warning>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -377,7 +382,10 @@ impl AwsLoadBalancers {
             shared_lb_group: None,
             owned_group_node_rules,
         };
-        let changes = elb::plan(&desired, &actual);
+        let mut warnings = Vec::new();
+        let changes = self
+            .refuse_node_ingress(&req.service_key, &all_groups, elb::plan(&desired, &actual), &mut warnings)
+            .await;
         let created = changes
             .iter()
             .any(|c| matches!(c, elb::Change::CreateLoadBalancer { .. }));
@@ -389,6 +397,7 @@ impl AwsLoadBalancers {
             hostname,
             changes: changes.iter().map(elb::describe).collect(),
             created,
+            warnings,
         })
     }
 
@@ -616,11 +625,16 @@ impl AwsLoadBalancers {
             target_groups,
             owned_group,
         };
+        let mut warnings = Vec::new();
         let changes = nlb::plan(&desired, &actual, &self.cluster_id);
+        let changes = self
+            .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
+            .await?;
         let created = changes
             .iter()
             .any(|c| matches!(c, nlb::Change::CreateLoadBalancer { .. }));
         let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
+        self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = changes.iter().map(nlb::describe).collect();
         if handed_over {
             described.push("deleted the classic ELB the Service had before".into());
@@ -654,9 +668,16 @@ impl AwsLoadBalancers {
                 if ch.is_empty() {
                     continue;
                 }
+                if self.group_refused(&req.service_key, g, &mut warnings).await {
+                    continue;
+                }
                 tracing::info!(load_balancer = %name, group = %g.id, authorize = ch.authorize.len(), revoke = ch.revoke.len(), "updating node group rules");
-                sg::revoke(aws, &g.id, &ch.revoke).await?;
-                sg::authorize_described(aws, &g.id, &ch.authorize).await?;
+                if !self
+                    .write_node_rules(&req.service_key, g, &ch, &mut warnings)
+                    .await?
+                {
+                    continue;
+                }
                 described.push(format!(
                     "node group {}: +{} -{} rule(s)",
                     g.id,
@@ -669,6 +690,7 @@ impl AwsLoadBalancers {
             hostname: applied.dns_name.unwrap_or_default(),
             changes: described,
             created,
+            warnings,
         })
     }
 
@@ -787,6 +809,7 @@ impl LoadBalancers for FakeLoadBalancers {
             hostname: format!("{}.elb.amazonaws.com", elb::load_balancer_name(&req.uid)),
             created: previous.is_none(),
             changes,
+            warnings: Vec::new(),
         })
     }
 
