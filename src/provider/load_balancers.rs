@@ -18,7 +18,7 @@ use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 
 mod refusals;
-pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED, Warning};
+pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED, Warning, merged};
 
 /// One Service's request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -397,7 +397,7 @@ impl AwsLoadBalancers {
             hostname,
             changes: changes.iter().map(elb::describe).collect(),
             created,
-            warnings,
+            warnings: merged(warnings),
         })
     }
 
@@ -690,7 +690,7 @@ impl AwsLoadBalancers {
             hostname: applied.dns_name.unwrap_or_default(),
             changes: described,
             created,
-            warnings,
+            warnings: merged(warnings),
         })
     }
 

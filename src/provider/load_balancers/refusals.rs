@@ -42,15 +42,49 @@ pub fn group_warning(service_key: &str, denial: &Denial) -> Warning {
     }
 }
 
-/// The Warning for an NLB listener IAM would not let this CCM change.
+/// The Warning for NLB listeners the policy does not let this CCM change
+/// (`arns`, lacking `owned_tag` = `kubernetes.io/cluster/<id>=owned`): one
+/// event (events fold by reason) with one command that tags them all,
+/// ARNs sorted.
+pub fn untagged_listeners_warning(service_key: &str, arns: &[String], owned_tag: &str) -> Warning {
+    let (key, value) = owned_tag.split_once('=').unwrap_or((owned_tag, ""));
+    let mut arns = arns.to_vec();
+    arns.sort();
+    Warning {
+        reason: LISTENER_UNAUTHORIZED,
+        message: format!(
+            "Not modifying or deleting listener {list} of {service_key}: the IAM policy grants ModifyListener and DeleteListener only on listeners tagged {owned_tag}, which listeners made before 2022 lack; tag them: aws elbv2 add-tags --resource-arns {args} --tags Key={key},Value={value}",
+            list = arns.join(", "),
+            args = arns.join(" "),
+        ),
+    }
+}
+
+/// The Warning for a listener write a real call found refused.
 pub fn listener_warning(service_key: &str, denial: &Denial) -> Warning {
     Warning {
         reason: LISTENER_UNAUTHORIZED,
         message: format!(
-            "Not modifying or deleting listener {} of {service_key} (the policy grants ModifyListener and DeleteListener only on listeners tagged {}; listeners made before 2022 lack it): {denial}",
-            denial.resource_arn, denial.missing_tag
+            "Not modifying or deleting listener {} of {service_key}: {denial}",
+            denial.resource_arn
         ),
     }
+}
+
+/// One warning per reason: events with the same reason on one object fold
+/// into a series that keeps the first note, so a second note would be lost.
+pub fn merged(warnings: Vec<Warning>) -> Vec<Warning> {
+    let mut out: Vec<Warning> = Vec::new();
+    for w in warnings {
+        match out.iter_mut().find(|o| o.reason == w.reason) {
+            Some(o) if !o.message.contains(&w.message) => {
+                o.message = format!("{} | {}", o.message, w.message);
+            }
+            Some(_) => {}
+            None => out.push(w),
+        }
+    }
+    out
 }
 
 fn log(service_key: &str, denial: &Denial, what: &str) {
@@ -244,18 +278,24 @@ impl AwsLoadBalancers {
                     .cached(Action::ModifyListener, arn)
                     .is_some_and(|v| v.denial().is_some())
             });
-        for arn in refused {
-            let owned = listener_tags
-                .get(&arn)
-                .is_some_and(|t| tags::is_owned(t, &self.cluster_id));
-            let tagging = if owned {
-                Tagging::Current
-            } else {
-                Tagging::Untagged
-            };
-            let denial = perms.denial(Action::ModifyListener, &arn, tagging);
-            log(service_key, &denial, "listener write");
-            warnings.push(listener_warning(service_key, &denial));
+        if !refused.is_empty() {
+            for arn in &refused {
+                let owned = listener_tags
+                    .get(arn)
+                    .is_some_and(|t| tags::is_owned(t, &self.cluster_id));
+                let tagging = if owned {
+                    Tagging::Current
+                } else {
+                    Tagging::Untagged
+                };
+                log(
+                    service_key,
+                    &perms.denial(Action::ModifyListener, arn, tagging),
+                    "listener write",
+                );
+            }
+            let owned_tag = perms.wanted_tag(Action::ModifyListener);
+            warnings.push(untagged_listeners_warning(service_key, &refused, &owned_tag));
         }
         Ok(kept)
     }

@@ -133,11 +133,13 @@ fn other_changes_pass_untouched() {
 }
 
 #[test]
-fn listener_warning_names_the_arn_and_the_add_tags_fix() {
-    let perms = Permissions::new(CLUSTER, "us-east-1", DEFAULT_TTL);
+fn listener_warning_names_the_arns_and_the_add_tags_fix() {
     let arn = "arn:aws:elasticloadbalancing:us-east-1:123456789012:listener/net/a/1/2";
-    let denial = perms.denial(Action::ModifyListener, arn, Tagging::Untagged);
-    let w = listener_warning("default/web", &denial);
+    let w = untagged_listeners_warning(
+        "default/web",
+        &[arn.to_string()],
+        "kubernetes.io/cluster/demo=owned",
+    );
     assert_eq!(w.reason, "ListenerUnauthorized");
     assert!(w.message.contains(&format!("listener {arn} of default/web")), "{}", w.message);
     assert!(
@@ -146,6 +148,43 @@ fn listener_warning_names_the_arn_and_the_add_tags_fix() {
         )),
         "{}",
         w.message
+    );
+    // Several: one event, one command tagging them all.
+    let w = untagged_listeners_warning(
+        "default/web",
+        &["arn:a".to_string(), "arn:b".to_string()],
+        "kubernetes.io/cluster/demo=owned",
+    );
+    assert!(w.message.contains("listener arn:a, arn:b of"), "{}", w.message);
+    assert!(w.message.contains("--resource-arns arn:a arn:b --tags"), "{}", w.message);
+}
+
+#[test]
+fn a_refused_real_call_names_the_listener_and_the_fix() {
+    let perms = Permissions::new(CLUSTER, "us-east-1", DEFAULT_TTL);
+    let denial = perms.denial(Action::ModifyListener, "arn:l", Tagging::Current);
+    let w = listener_warning("default/web", &denial);
+    assert!(w.message.contains("listener arn:l of default/web"), "{}", w.message);
+    assert!(w.message.contains("add-tags --resource-arns arn:l"), "{}", w.message);
+}
+
+#[test]
+fn warnings_with_one_reason_become_one_event() {
+    let w = |reason, message: &str| Warning {
+        reason,
+        message: message.into(),
+    };
+    assert_eq!(
+        merged(vec![
+            w(SECURITY_GROUP_UNAUTHORIZED, "sg-1"),
+            w(LISTENER_UNAUTHORIZED, "arn:l"),
+            w(SECURITY_GROUP_UNAUTHORIZED, "sg-2"),
+            w(SECURITY_GROUP_UNAUTHORIZED, "sg-1"),
+        ]),
+        vec![
+            w(SECURITY_GROUP_UNAUTHORIZED, "sg-1 | sg-2"),
+            w(LISTENER_UNAUTHORIZED, "arn:l"),
+        ]
     );
 }
 
