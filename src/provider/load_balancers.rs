@@ -384,7 +384,12 @@ impl AwsLoadBalancers {
         };
         let mut warnings = Vec::new();
         let changes = self
-            .refuse_node_ingress(&req.service_key, &all_groups, elb::plan(&desired, &actual), &mut warnings)
+            .refuse_node_ingress(
+                &req.service_key,
+                &all_groups,
+                elb::plan(&desired, &actual),
+                &mut warnings,
+            )
             .await;
         let created = changes
             .iter()

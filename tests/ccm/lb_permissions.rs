@@ -82,7 +82,10 @@ async fn create_objects(env: &Env, instance: &str) -> anyhow::Result<Api<Service
         .await?;
     let services: Api<Service> = Api::namespaced(client, "default");
     services
-        .create(&PostParams::default(), &lb_service("clb", serde_json::json!({})))
+        .create(
+            &PostParams::default(),
+            &lb_service("clb", serde_json::json!({})),
+        )
         .await?;
     services
         .create(
@@ -111,9 +114,15 @@ async fn an_untagged_node_group_is_skipped_with_a_warning_and_the_load_balancers
         })
         .await
         .map_err(|e| e.context(ccm.logs()))?;
-        let event = eventually(&format!("SecurityGroupUnauthorized on {name}"), WAIT, || async {
-            events_for(&env, name, "SecurityGroupUnauthorized").await.pop()
-        })
+        let event = eventually(
+            &format!("SecurityGroupUnauthorized on {name}"),
+            WAIT,
+            || async {
+                events_for(&env, name, "SecurityGroupUnauthorized")
+                    .await
+                    .pop()
+            },
+        )
         .await
         .map_err(|e| e.context(ccm.logs()))?;
         let note = event.note.unwrap_or_default();
@@ -128,9 +137,10 @@ async fn an_untagged_node_group_is_skipped_with_a_warning_and_the_load_balancers
     }
     let logs = ccm.logs();
     assert!(
-        logs.lines().any(|l| l.contains("node security group write refused")
-            && l.contains(&group)
-            && l.contains("default/nlb")),
+        logs.lines()
+            .any(|l| l.contains("node security group write refused")
+                && l.contains(&group)
+                && l.contains("default/nlb")),
         "a log line names the Service and the group: {logs}"
     );
     assert_eq!(denied_writes(&env), Vec::<(String, u64)>::new(), "{logs}");
@@ -173,9 +183,18 @@ async fn a_node_group_the_policy_names_gets_its_rules() -> anyhow::Result<()> {
     assert!(real_calls(&env, "AuthorizeSecurityGroupIngress", "GroupId", &group) >= 2);
     // (An allowed DryRun is answered by the enforcing proxy, so it counts
     // as faulted there: only real calls are looked at.)
-    assert_eq!(denied_writes(&env), Vec::<(String, u64)>::new(), "{}", ccm.logs());
+    assert_eq!(
+        denied_writes(&env),
+        Vec::<(String, u64)>::new(),
+        "{}",
+        ccm.logs()
+    );
     for name in ["clb", "nlb"] {
-        assert!(events_for(&env, name, "SecurityGroupUnauthorized").await.is_empty());
+        assert!(
+            events_for(&env, name, "SecurityGroupUnauthorized")
+                .await
+                .is_empty()
+        );
     }
     Ok(())
 }
@@ -183,11 +202,7 @@ async fn a_node_group_the_policy_names_gets_its_rules() -> anyhow::Result<()> {
 /// An NLB as the Go CCM made it before 2022 for the Service with `uid`:
 /// the load balancer tagged owned, its listeners (ports `old_ports`)
 /// untagged. Returns the listener ARNs.
-async fn legacy_nlb(
-    seeded: &Seeded,
-    uid: &str,
-    old_ports: &[i32],
-) -> anyhow::Result<Vec<String>> {
+async fn legacy_nlb(seeded: &Seeded, uid: &str, old_ports: &[i32]) -> anyhow::Result<Vec<String>> {
     let elbv2 = elbv2::Client::new(&seeded.conf);
     let owned = |k: &str, v: &str| LbTag::builder().key(k).value(v).build();
     let lb = elbv2
@@ -230,7 +245,12 @@ async fn legacy_nlb(
             )
             .send()
             .await?;
-        arns.push(l.listeners()[0].listener_arn().unwrap_or_default().to_string());
+        arns.push(
+            l.listeners()[0]
+                .listener_arn()
+                .unwrap_or_default()
+                .to_string(),
+        );
     }
     Ok(arns)
 }
@@ -282,7 +302,11 @@ async fn untagged_nlb_listeners_are_left_alone_with_a_warning() -> anyhow::Resul
     assert!(note.contains(&fix), "{fix} in {note}");
     for arn in &old {
         for action in ["ModifyListener", "DeleteListener"] {
-            assert_eq!(real_calls(&env, action, "ListenerArn", arn), 0, "{action} {arn}");
+            assert_eq!(
+                real_calls(&env, action, "ListenerArn", arn),
+                0,
+                "{action} {arn}"
+            );
         }
     }
     assert_eq!(
@@ -301,7 +325,11 @@ async fn untagged_nlb_listeners_are_left_alone_with_a_warning() -> anyhow::Resul
             .send()
             .await
             .ok()?;
-        let lb_arn = lb.load_balancers().first()?.load_balancer_arn()?.to_string();
+        let lb_arn = lb
+            .load_balancers()
+            .first()?
+            .load_balancer_arn()?
+            .to_string();
         let listeners = elbv2
             .describe_listeners()
             .load_balancer_arn(lb_arn)
@@ -317,9 +345,11 @@ async fn untagged_nlb_listeners_are_left_alone_with_a_warning() -> anyhow::Resul
     .await
     .map_err(|e| e.context(ccm.logs()))?;
     let tags = elbv2.describe_tags().resource_arns(&created).send().await?;
-    let owned = tags.tag_descriptions().iter().flat_map(|d| d.tags()).any(|t| {
-        t.key() == Some("kubernetes.io/cluster/ccm-test") && t.value() == Some("owned")
-    });
+    let owned = tags
+        .tag_descriptions()
+        .iter()
+        .flat_map(|d| d.tags())
+        .any(|t| t.key() == Some("kubernetes.io/cluster/ccm-test") && t.value() == Some("owned"));
     assert!(owned, "{tags:?}");
     Ok(())
 }

@@ -1297,6 +1297,12 @@ async fn a_duplicate_rule_does_not_lose_the_other_rules_of_the_call() -> anyhow:
             message: "the specified rule \"peer: 0.0.0.0/0, ICMP, type: 3, code: 4, ALLOW\" already exists".into(),
         })
         .for_action("AuthorizeSecurityGroupIngress")
+        // The node rules' call (its first rule is the MTU rule), not the
+        // start-up self-check's DryRun of the same action.
+        .with_param(
+            "IpPermissions.1.IpRanges.1.Description",
+            "kubernetes.io/rule/nlb/mtu",
+        )
         .at_most(1),
     ]);
     let mut svc = nlb_service("web", serde_json::json!({}));

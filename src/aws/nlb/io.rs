@@ -625,17 +625,18 @@ pub async fn apply(
             Change::ModifyListener { arn, listener } => {
                 let tg = resolve(&TgRef::Name(listener.target_group.clone()), &tg_arns)?;
                 let (certs, policy) = tls_parts(listener);
-                let modified = aws.elbv2(Operation::Elbv2ModifyListener, |c| {
-                    c.modify_listener()
-                        .listener_arn(arn)
-                        .port(listener.port)
-                        .protocol(t::ProtocolEnum::from(listener.protocol.as_str()))
-                        .default_actions(forward(&tg))
-                        .set_certificates(certs.clone())
-                        .set_ssl_policy(policy.clone())
-                        .send()
-                })
-                .await;
+                let modified = aws
+                    .elbv2(Operation::Elbv2ModifyListener, |c| {
+                        c.modify_listener()
+                            .listener_arn(arn)
+                            .port(listener.port)
+                            .protocol(t::ProtocolEnum::from(listener.protocol.as_str()))
+                            .default_actions(forward(&tg))
+                            .set_certificates(certs.clone())
+                            .set_ssl_policy(policy.clone())
+                            .send()
+                    })
+                    .await;
                 match modified {
                     Err(e) if iam_refused(&e) => refused_listeners.push((arn.clone(), e)),
                     Err(e) => return Err(e),

@@ -115,14 +115,27 @@ async fn a_real_calls_refusal_is_recorded_until_the_recheck() {
     let p = Permissions::new("demo", "us-east-1", DEFAULT_TTL);
     let action = Action::AuthorizeSecurityGroupIngress;
     assert_eq!(
-        p.record_refusal(&failure("InvalidGroup.NotFound"), action, "sg-1", Tagging::Untagged),
+        p.record_refusal(
+            &failure("InvalidGroup.NotFound"),
+            action,
+            "sg-1",
+            Tagging::Untagged
+        ),
         None
     );
     assert_eq!(p.cached(action, "sg-1"), None);
     let denial = p
-        .record_refusal(&failure("UnauthorizedOperation"), action, "sg-1", Tagging::Untagged)
+        .record_refusal(
+            &failure("UnauthorizedOperation"),
+            action,
+            "sg-1",
+            Tagging::Untagged,
+        )
         .expect("a refusal");
-    assert_eq!(denial.render_option.as_deref(), Some("--security-group sg-1"));
+    assert_eq!(
+        denial.render_option.as_deref(),
+        Some("--security-group sg-1")
+    );
     assert_eq!(
         p.cached(action, "sg-1"),
         Some(Verdict::Denied(Box::new(denial)))
@@ -133,7 +146,12 @@ async fn a_real_calls_refusal_is_recorded_until_the_recheck() {
     // ELB spells it AccessDenied; a listener is known by its ARN.
     let arn = "arn:aws:elasticloadbalancing:us-east-1:1:listener/net/a/b/c";
     let denial = p
-        .record_refusal(&failure("AccessDenied"), Action::ModifyListener, arn, Tagging::Current)
+        .record_refusal(
+            &failure("AccessDenied"),
+            Action::ModifyListener,
+            arn,
+            Tagging::Current,
+        )
         .expect("a refusal");
     assert_eq!(denial.resource_arn, arn);
     assert_eq!(denial.missing_tag, "kubernetes.io/cluster/demo=owned");

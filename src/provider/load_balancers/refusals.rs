@@ -13,10 +13,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{AwsLoadBalancers, LbError};
-use crate::aws::{elb, nlb};
 use crate::aws::permissions::{Action, Denial, Probe, Tagging};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
 use crate::aws::{AwsError, tags};
+use crate::aws::{elb, nlb};
 
 /// Event reason: a node security group IAM lets this CCM not write.
 pub const SECURITY_GROUP_UNAUTHORIZED: &str = "SecurityGroupUnauthorized";
@@ -295,7 +295,11 @@ impl AwsLoadBalancers {
                 );
             }
             let owned_tag = perms.wanted_tag(Action::ModifyListener);
-            warnings.push(untagged_listeners_warning(service_key, &refused, &owned_tag));
+            warnings.push(untagged_listeners_warning(
+                service_key,
+                &refused,
+                &owned_tag,
+            ));
         }
         Ok(kept)
     }

@@ -514,9 +514,13 @@ async fn handle(
     if from_ccm && (state.recorder.is_on() || enforcer.is_some()) {
         let request = iam::recorded_request(&state, &parts.headers, &call, &params).await;
         state.recorder.record(&request);
-        if let Some(denied) = enforcer.and_then(|e| e.answer(&request, &call)) {
-            counters.bump(&call.service, &counted, Outcome::Faulted);
-            return Ok(error_response(&denied, &call));
+        if let Some(answer) = enforcer.and_then(|e| e.answer(&request, &call)) {
+            // An allowed DryRun's `DryRunOperation` is EC2's answer, not a
+            // fault (as when moto or `dry_run::answer` gives it).
+            if answer.code != "DryRunOperation" {
+                counters.bump(&call.service, &counted, Outcome::Faulted);
+            }
+            return Ok(error_response(&answer, &call));
         }
     }
     if state.recording.load(Ordering::Acquire) {

@@ -46,7 +46,10 @@ fn want(port: i32) -> Listener {
 }
 
 fn owned() -> BTreeMap<String, String> {
-    BTreeMap::from([("kubernetes.io/cluster/demo".to_string(), "owned".to_string())])
+    BTreeMap::from([(
+        "kubernetes.io/cluster/demo".to_string(),
+        "owned".to_string(),
+    )])
 }
 
 #[test]
@@ -89,7 +92,10 @@ fn untagged_listeners_are_not_modified_or_deleted_and_keep_their_target_group() 
         ),
     ]);
     let (kept, refused) = refuse_listener_writes(changes, &actual, &tags, CLUSTER, |_| false);
-    assert_eq!(refused, vec!["arn:old-80".to_string(), "arn:old-8080".into()]);
+    assert_eq!(
+        refused,
+        vec!["arn:old-80".to_string(), "arn:old-8080".into()]
+    );
     assert_eq!(
         kept,
         vec![
@@ -113,8 +119,9 @@ fn a_listener_a_real_call_was_refused_on_waits_for_the_recheck() {
         listener: want(443),
     }];
     let tags = BTreeMap::from([("arn:ours-443".to_string(), owned())]);
-    let (kept, refused) =
-        refuse_listener_writes(changes, &actual, &tags, CLUSTER, |arn| arn == "arn:ours-443");
+    let (kept, refused) = refuse_listener_writes(changes, &actual, &tags, CLUSTER, |arn| {
+        arn == "arn:ours-443"
+    });
     assert!(kept.is_empty());
     assert_eq!(refused, vec!["arn:ours-443".to_string()]);
 }
@@ -125,10 +132,13 @@ fn other_changes_pass_untouched() {
         listener: want(80),
         tags: owned(),
     }];
-    let (kept, refused) =
-        refuse_listener_writes(changes.clone(), &actual(vec![]), &BTreeMap::new(), CLUSTER, |_| {
-            true
-        });
+    let (kept, refused) = refuse_listener_writes(
+        changes.clone(),
+        &actual(vec![]),
+        &BTreeMap::new(),
+        CLUSTER,
+        |_| true,
+    );
     assert_eq!((kept, refused), (changes, vec![]));
 }
 
@@ -141,7 +151,12 @@ fn listener_warning_names_the_arns_and_the_add_tags_fix() {
         "kubernetes.io/cluster/demo=owned",
     );
     assert_eq!(w.reason, "ListenerUnauthorized");
-    assert!(w.message.contains(&format!("listener {arn} of default/web")), "{}", w.message);
+    assert!(
+        w.message
+            .contains(&format!("listener {arn} of default/web")),
+        "{}",
+        w.message
+    );
     assert!(
         w.message.contains(&format!(
             "aws elbv2 add-tags --resource-arns {arn} --tags Key=kubernetes.io/cluster/demo,Value=owned"
@@ -155,8 +170,16 @@ fn listener_warning_names_the_arns_and_the_add_tags_fix() {
         &["arn:a".to_string(), "arn:b".to_string()],
         "kubernetes.io/cluster/demo=owned",
     );
-    assert!(w.message.contains("listener arn:a, arn:b of"), "{}", w.message);
-    assert!(w.message.contains("--resource-arns arn:a arn:b --tags"), "{}", w.message);
+    assert!(
+        w.message.contains("listener arn:a, arn:b of"),
+        "{}",
+        w.message
+    );
+    assert!(
+        w.message.contains("--resource-arns arn:a arn:b --tags"),
+        "{}",
+        w.message
+    );
 }
 
 #[test]
@@ -164,8 +187,16 @@ fn a_refused_real_call_names_the_listener_and_the_fix() {
     let perms = Permissions::new(CLUSTER, "us-east-1", DEFAULT_TTL);
     let denial = perms.denial(Action::ModifyListener, "arn:l", Tagging::Current);
     let w = listener_warning("default/web", &denial);
-    assert!(w.message.contains("listener arn:l of default/web"), "{}", w.message);
-    assert!(w.message.contains("add-tags --resource-arns arn:l"), "{}", w.message);
+    assert!(
+        w.message.contains("listener arn:l of default/web"),
+        "{}",
+        w.message
+    );
+    assert!(
+        w.message.contains("add-tags --resource-arns arn:l"),
+        "{}",
+        w.message
+    );
 }
 
 #[test]
