@@ -17,7 +17,9 @@ use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 
+mod nlb_rules;
 mod refusals;
+use nlb_rules::NlbNodeRules;
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED, Warning, merged};
 
 /// One Service's request.
@@ -620,7 +622,7 @@ impl AwsLoadBalancers {
             None => Vec::new(),
         };
         let owned_name = elb::owned_group_name(&name);
-        let (mut groups, node_groups) = self.sync_groups(&vpc_id, &owned_name, &backends).await?;
+        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_name, &backends).await?;
         let owned_group = groups
             .values()
             .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
@@ -646,50 +648,17 @@ impl AwsLoadBalancers {
         }
 
         if !self.cloud.disable_security_group_ingress {
-            let cidrs = self.subnets.cidrs(aws, &vpc_id, &subnet_ids).await?;
-            let rules = nlb::node_rules(&desired, &spec.source_ranges, &cidrs);
-            // Groups that already hold rules on this NLB's ports, backend or
-            // not: a group that stopped being a backend's still has them.
-            let ports: BTreeSet<i32> = rules
-                .client
-                .iter()
-                .chain(&rules.health)
-                .map(|r| r.from)
-                .collect();
-            let ours = [
-                nlb::client_rule_description(&name),
-                nlb::health_rule_description(&name),
-            ];
-            for g in sg::with_rule_ports(aws, &vpc_id, &ports).await? {
-                // Only a group holding a rule of this NLB: another cluster
-                // in the VPC may use the same node port.
-                if g.descriptions.values().any(|d| ours.contains(d)) {
-                    groups.entry(g.id.clone()).or_insert(g);
-                }
-            }
-            for g in groups.values() {
-                let want = node_groups.contains(&g.id).then_some(&rules);
-                let ch = nlb::node_group_changes(&name, &g.descriptions, want);
-                if ch.is_empty() {
-                    continue;
-                }
-                if self.group_refused(&req.service_key, g, &mut warnings).await {
-                    continue;
-                }
-                tracing::info!(load_balancer = %name, group = %g.id, authorize = ch.authorize.len(), revoke = ch.revoke.len(), "updating node group rules");
-                if !self
-                    .write_node_rules(&req.service_key, g, &ch, &mut warnings)
-                    .await?
-                {
-                    continue;
-                }
-                described.push(format!(
-                    "node group {}: +{} -{} rule(s)",
-                    g.id,
-                    ch.authorize.len(),
-                    ch.revoke.len()
-                ));
-            }
+            let node_rules = NlbNodeRules {
+                name: &name,
+                vpc_id: &vpc_id,
+                subnet_ids: &subnet_ids,
+                desired: &desired,
+                node_groups: &node_groups,
+            };
+            let done = self
+                .sync_nlb_node_rules(req, &node_rules, groups, &mut warnings)
+                .await?;
+            described.extend(done);
         }
         Ok(Ensured {
             hostname: applied.dns_name.unwrap_or_default(),
