@@ -353,3 +353,76 @@ async fn untagged_nlb_listeners_are_left_alone_with_a_warning() -> anyhow::Resul
     assert!(owned, "{tags:?}");
     Ok(())
 }
+
+#[tokio::test]
+async fn a_real_call_iam_refuses_is_recorded_and_not_retried_by_the_next_sync() -> anyhow::Result<()>
+{
+    use aws_ccm::testkit::aws_proxy::{FaultKind, FaultRule};
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    let group = seeded.node_group.clone();
+    env.proxy.record_requests(true);
+    // The node group carries the cluster tag, so no DryRun asks first; IAM
+    // (a policy changed under the running CCM, say) refuses the real call.
+    // Aimed at the NLB's node-rules call (its first rule is the MTU rule),
+    // not at the start-up self-check's DryRun.
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::Error {
+            status: 403,
+            code: "UnauthorizedOperation".into(),
+            message: "You are not authorized to perform this operation.".into(),
+        })
+        .for_service("ec2")
+        .for_action("AuthorizeSecurityGroupIngress")
+        .with_param("GroupId", group.as_str())
+        .with_param(
+            "IpPermissions.1.IpRanges.1.Description",
+            "kubernetes.io/rule/nlb/mtu",
+        ),
+    ]);
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n1", &seeded.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client, "default");
+    services
+        .create(
+            &PostParams::default(),
+            &lb_service("nlb", serde_json::json!({NLB: "nlb"})),
+        )
+        .await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("nlb gets a hostname", WAIT, || async {
+        services.get("nlb").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| e.context(ccm.logs()))?;
+    let event = eventually("SecurityGroupUnauthorized on nlb", WAIT, || async {
+        events_for(&env, "nlb", "SecurityGroupUnauthorized")
+            .await
+            .pop()
+    })
+    .await
+    .map_err(|e| e.context(ccm.logs()))?;
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains(&format!("security-group/{group}")), "{note}");
+    assert!(note.contains("still denied"), "{note}");
+    let refused = || real_calls(&env, "AuthorizeSecurityGroupIngress", "GroupId", &group);
+    assert_eq!(refused(), 1, "{}", ccm.logs());
+
+    // A second node: the next sync registers it and does not ask again.
+    nodes
+        .create(&PostParams::default(), &node("n2", &seeded.instances[1]))
+        .await?;
+    eventually("the sync for n2 is done", WAIT, || async {
+        events_for(&env, "nlb", "UpdatedLoadBalancer").await.pop()
+    })
+    .await
+    .map_err(|e| e.context(ccm.logs()))?;
+    assert_eq!(refused(), 1, "{}", ccm.logs());
+    for reason in ["SyncLoadBalancerFailed", "UpdateLoadBalancerFailed"] {
+        assert!(events_for(&env, "nlb", reason).await.is_empty(), "{reason}");
+    }
+    Ok(())
+}
