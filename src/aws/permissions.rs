@@ -49,6 +49,10 @@ pub enum Action {
     ModifyInstanceAttribute,
     /// `ec2:CreateTags` on an instance (the tagging controller).
     CreateTags,
+    /// `elasticloadbalancing:ModifyListener` (and DeleteListener) on an NLB
+    /// listener. Never DryRun (ELBv2 has none): the listener's tags decide
+    /// up front, and a real call's `AccessDenied` is recorded.
+    ModifyListener,
 }
 
 impl Action {
@@ -59,6 +63,7 @@ impl Action {
             Action::AuthorizeSecurityGroupIngress => "ec2:AuthorizeSecurityGroupIngress",
             Action::ModifyInstanceAttribute => "ec2:ModifyInstanceAttribute",
             Action::CreateTags => "ec2:CreateTags",
+            Action::ModifyListener => "elasticloadbalancing:ModifyListener",
         }
     }
 
@@ -68,6 +73,7 @@ impl Action {
             Action::CreateRoute => "route-table",
             Action::AuthorizeSecurityGroupIngress => "security-group",
             Action::ModifyInstanceAttribute | Action::CreateTags => "instance",
+            Action::ModifyListener => "listener",
         }
     }
 
@@ -75,6 +81,8 @@ impl Action {
     /// without the cluster tag.
     fn render_option(self, resource_id: &str, tagging: Tagging) -> Option<String> {
         match (self, tagging) {
+            // The policy's listener rows know no widening option.
+            (Action::ModifyListener, _) => None,
             (_, Tagging::LegacyOnly) => Some("--legacy-cluster-tag".into()),
             (Action::CreateRoute, _) => Some(format!("--route-table {resource_id}")),
             (Action::AuthorizeSecurityGroupIngress, _) => {
@@ -151,6 +159,14 @@ impl std::fmt::Display for Denial {
         )?;
         match &self.render_option {
             Some(option) => write!(f, ", or render the policy with iam/render.sh {option}"),
+            None if self.action == Action::ModifyListener => {
+                let (key, value) = self.missing_tag.split_once('=').unwrap_or_default();
+                write!(
+                    f,
+                    " (aws elbv2 add-tags --resource-arns {} --tags Key={key},Value={value})",
+                    self.resource_arn
+                )
+            }
             None => f.write_str(", or widen the CCM role's policy"),
         }
     }
@@ -353,8 +369,12 @@ impl Permissions {
         self.account.lock().clone()
     }
 
-    /// The resource's ARN, as IAM evaluates it.
+    /// The resource's ARN, as IAM evaluates it (ELBv2 resources are
+    /// known by their ARN already).
     pub fn arn(&self, action: Action, resource_id: &str) -> String {
+        if resource_id.starts_with("arn:") {
+            return resource_id.to_string();
+        }
         let account = self.account().unwrap_or_else(|| "<account-id>".into());
         format!(
             "arn:{}:ec2:{}:{account}:{}/{resource_id}",
@@ -370,11 +390,14 @@ impl Permissions {
         match action {
             // The group is the nodes', not made by the CCM.
             Action::AuthorizeSecurityGroupIngress => format!("{key}=shared"),
+            // Only what this CCM made.
+            Action::ModifyListener => format!("{key}=owned"),
             _ => format!("{key}=owned (or shared)"),
         }
     }
 
-    fn denial(&self, action: Action, resource_id: &str, tagging: Tagging) -> Denial {
+    /// The denial of `action` on a resource tagged `tagging` (not recorded).
+    pub fn denial(&self, action: Action, resource_id: &str, tagging: Tagging) -> Denial {
         Denial {
             action,
             resource_id: resource_id.to_string(),
@@ -414,6 +437,22 @@ impl Permissions {
             Verdict::Denied(Box::new(denial.clone())),
         );
         denial
+    }
+
+    /// A real call's refusal: AWS answered `UnauthorizedOperation` (EC2) or
+    /// `AccessDenied` (ELB). Recorded as denied so the write waits for the
+    /// re-check instead of being retried; `None` for any other error.
+    pub fn record_refusal(
+        &self,
+        error: &super::AwsError,
+        action: Action,
+        resource_id: &str,
+        tagging: Tagging,
+    ) -> Option<Denial> {
+        let code = error.code()?;
+        super::client::DRY_RUN_DENIED_CODES
+            .contains(&code)
+            .then(|| self.record_denied(action, resource_id, tagging))
     }
 
     /// Whether the write `probe` stands for is allowed: the cached verdict,

@@ -436,6 +436,11 @@ impl<L: LoadBalancers> ServiceController<L> {
                         return Outcome::Failed;
                     }
                 }
+                // Writes IAM refused: the rest is synced, so no retry; the
+                // next sync (or the registry's re-check) tries them again.
+                for w in &done.warnings {
+                    self.events.warning(&obj, w.reason, w.message.clone()).await;
+                }
                 if service_changed {
                     self.events
                         .normal(&obj, "EnsuredLoadBalancer", "Ensured load balancer")

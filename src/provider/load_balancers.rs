@@ -17,6 +17,11 @@ use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 
+mod nlb_rules;
+mod refusals;
+use nlb_rules::NlbNodeRules;
+pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED, Warning, merged};
+
 /// One Service's request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnsureRequest {
@@ -35,6 +40,8 @@ pub struct Ensured {
     /// Descriptions of the changes applied; empty when nothing differed.
     pub changes: Vec<String>,
     pub created: bool,
+    /// Writes IAM refused (see `refusals`): left undone, the rest synced.
+    pub warnings: Vec<Warning>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -377,7 +384,15 @@ impl AwsLoadBalancers {
             shared_lb_group: None,
             owned_group_node_rules,
         };
-        let changes = elb::plan(&desired, &actual);
+        let mut warnings = Vec::new();
+        let changes = self
+            .refuse_node_ingress(
+                &req.service_key,
+                &all_groups,
+                elb::plan(&desired, &actual),
+                &mut warnings,
+            )
+            .await;
         let created = changes
             .iter()
             .any(|c| matches!(c, elb::Change::CreateLoadBalancer { .. }));
@@ -389,6 +404,7 @@ impl AwsLoadBalancers {
             hostname,
             changes: changes.iter().map(elb::describe).collect(),
             created,
+            warnings: merged(warnings),
         })
     }
 
@@ -606,7 +622,7 @@ impl AwsLoadBalancers {
             None => Vec::new(),
         };
         let owned_name = elb::owned_group_name(&name);
-        let (mut groups, node_groups) = self.sync_groups(&vpc_id, &owned_name, &backends).await?;
+        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_name, &backends).await?;
         let owned_group = groups
             .values()
             .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
@@ -616,59 +632,39 @@ impl AwsLoadBalancers {
             target_groups,
             owned_group,
         };
+        let mut warnings = Vec::new();
         let changes = nlb::plan(&desired, &actual, &self.cluster_id);
+        let changes = self
+            .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
+            .await?;
         let created = changes
             .iter()
             .any(|c| matches!(c, nlb::Change::CreateLoadBalancer { .. }));
         let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
+        self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = changes.iter().map(nlb::describe).collect();
         if handed_over {
             described.push("deleted the classic ELB the Service had before".into());
         }
 
         if !self.cloud.disable_security_group_ingress {
-            let cidrs = self.subnets.cidrs(aws, &vpc_id, &subnet_ids).await?;
-            let rules = nlb::node_rules(&desired, &spec.source_ranges, &cidrs);
-            // Groups that already hold rules on this NLB's ports, backend or
-            // not: a group that stopped being a backend's still has them.
-            let ports: BTreeSet<i32> = rules
-                .client
-                .iter()
-                .chain(&rules.health)
-                .map(|r| r.from)
-                .collect();
-            let ours = [
-                nlb::client_rule_description(&name),
-                nlb::health_rule_description(&name),
-            ];
-            for g in sg::with_rule_ports(aws, &vpc_id, &ports).await? {
-                // Only a group holding a rule of this NLB: another cluster
-                // in the VPC may use the same node port.
-                if g.descriptions.values().any(|d| ours.contains(d)) {
-                    groups.entry(g.id.clone()).or_insert(g);
-                }
-            }
-            for g in groups.values() {
-                let want = node_groups.contains(&g.id).then_some(&rules);
-                let ch = nlb::node_group_changes(&name, &g.descriptions, want);
-                if ch.is_empty() {
-                    continue;
-                }
-                tracing::info!(load_balancer = %name, group = %g.id, authorize = ch.authorize.len(), revoke = ch.revoke.len(), "updating node group rules");
-                sg::revoke(aws, &g.id, &ch.revoke).await?;
-                sg::authorize_described(aws, &g.id, &ch.authorize).await?;
-                described.push(format!(
-                    "node group {}: +{} -{} rule(s)",
-                    g.id,
-                    ch.authorize.len(),
-                    ch.revoke.len()
-                ));
-            }
+            let node_rules = NlbNodeRules {
+                name: &name,
+                vpc_id: &vpc_id,
+                subnet_ids: &subnet_ids,
+                desired: &desired,
+                node_groups: &node_groups,
+            };
+            let done = self
+                .sync_nlb_node_rules(req, &node_rules, groups, &mut warnings)
+                .await?;
+            described.extend(done);
         }
         Ok(Ensured {
             hostname: applied.dns_name.unwrap_or_default(),
             changes: described,
             created,
+            warnings: merged(warnings),
         })
     }
 
@@ -787,6 +783,7 @@ impl LoadBalancers for FakeLoadBalancers {
             hostname: format!("{}.elb.amazonaws.com", elb::load_balancer_name(&req.uid)),
             created: previous.is_none(),
             changes,
+            warnings: Vec::new(),
         })
     }
 

@@ -8,6 +8,7 @@ mod clb;
 mod credentials;
 mod foundation;
 mod iam;
+mod lb_permissions;
 mod nlb;
 mod node;
 mod permissions;

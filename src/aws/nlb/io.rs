@@ -314,6 +314,15 @@ pub struct Applied {
     /// DNS name of the NLB (created or existing).
     pub dns_name: Option<String>,
     pub lb_arn: Option<String>,
+    /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
+    /// the error. The other changes went ahead; the caller records these.
+    pub refused_listeners: Vec<(String, AwsError)>,
+}
+
+/// Whether `e` is IAM's refusal (`AccessDenied`, `UnauthorizedOperation`).
+fn iam_refused(e: &AwsError) -> bool {
+    e.code()
+        .is_some_and(|c| crate::aws::client::DRY_RUN_DENIED_CODES.contains(&c))
 }
 
 /// Applies a plan in order.
@@ -337,6 +346,7 @@ pub async fn apply(
             .collect()
     };
     let mut lb_arn: Option<String> = actual.lb.as_ref().map(|l| l.arn.clone());
+    let mut refused_listeners = Vec::new();
     let mut dns = actual.lb.as_ref().map(|l| l.dns_name.clone());
     let mut tg_arns: BTreeMap<String, String> = actual
         .target_groups
@@ -615,17 +625,23 @@ pub async fn apply(
             Change::ModifyListener { arn, listener } => {
                 let tg = resolve(&TgRef::Name(listener.target_group.clone()), &tg_arns)?;
                 let (certs, policy) = tls_parts(listener);
-                aws.elbv2(Operation::Elbv2ModifyListener, |c| {
-                    c.modify_listener()
-                        .listener_arn(arn)
-                        .port(listener.port)
-                        .protocol(t::ProtocolEnum::from(listener.protocol.as_str()))
-                        .default_actions(forward(&tg))
-                        .set_certificates(certs.clone())
-                        .set_ssl_policy(policy.clone())
-                        .send()
-                })
-                .await?;
+                let modified = aws
+                    .elbv2(Operation::Elbv2ModifyListener, |c| {
+                        c.modify_listener()
+                            .listener_arn(arn)
+                            .port(listener.port)
+                            .protocol(t::ProtocolEnum::from(listener.protocol.as_str()))
+                            .default_actions(forward(&tg))
+                            .set_certificates(certs.clone())
+                            .set_ssl_policy(policy.clone())
+                            .send()
+                    })
+                    .await;
+                match modified {
+                    Err(e) if iam_refused(&e) => refused_listeners.push((arn.clone(), e)),
+                    Err(e) => return Err(e),
+                    Ok(_) => {}
+                }
             }
             Change::DeleteListener { arn } => {
                 match aws
@@ -634,6 +650,7 @@ pub async fn apply(
                     })
                     .await
                 {
+                    Err(e) if iam_refused(&e) => refused_listeners.push((arn.clone(), e)),
                     Err(e) if !not_found(&e) => return Err(e),
                     _ => {}
                 }
@@ -654,6 +671,7 @@ pub async fn apply(
     Ok(Applied {
         dns_name: dns,
         lb_arn,
+        refused_listeners,
     })
 }
 

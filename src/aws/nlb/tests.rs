@@ -188,6 +188,18 @@ fn fresh_service_creates_everything_and_converged_plans_nothing() {
         .rposition(|c| matches!(c, Change::CreateTargetGroup { .. }))
         .unwrap();
     assert!(last_tg < first_listener);
+    // Listeners are tagged owned at creation: the policy grants
+    // ModifyListener/DeleteListener only on those.
+    for c in &changes {
+        if let Change::CreateListener { tags, listener } = c {
+            assert_eq!(
+                tags.get("kubernetes.io/cluster/c1").map(String::as_str),
+                Some("owned"),
+                "listener {}: {tags:?}",
+                listener.port
+            );
+        }
+    }
     let Some(Change::CreateTargetGroup { tags, group }) = changes
         .iter()
         .find(|c| matches!(c, Change::CreateTargetGroup { .. }))

@@ -97,3 +97,65 @@ async fn verdicts_expire_after_the_ttl() {
         "asked again after the TTL"
     );
 }
+
+fn failure(code: &str) -> crate::aws::AwsError {
+    crate::aws::AwsError::from_attempt(
+        crate::aws::operations::Operation::Ec2AuthorizeSecurityGroupIngress,
+        crate::aws::errors::AttemptFailure::new(
+            crate::aws::errors::ErrorClass::Fatal,
+            Some(code),
+            "from AWS",
+        ),
+        1,
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_real_calls_refusal_is_recorded_until_the_recheck() {
+    let p = Permissions::new("demo", "us-east-1", DEFAULT_TTL);
+    let action = Action::AuthorizeSecurityGroupIngress;
+    assert_eq!(
+        p.record_refusal(
+            &failure("InvalidGroup.NotFound"),
+            action,
+            "sg-1",
+            Tagging::Untagged
+        ),
+        None
+    );
+    assert_eq!(p.cached(action, "sg-1"), None);
+    let denial = p
+        .record_refusal(
+            &failure("UnauthorizedOperation"),
+            action,
+            "sg-1",
+            Tagging::Untagged,
+        )
+        .expect("a refusal");
+    assert_eq!(
+        denial.render_option.as_deref(),
+        Some("--security-group sg-1")
+    );
+    assert_eq!(
+        p.cached(action, "sg-1"),
+        Some(Verdict::Denied(Box::new(denial)))
+    );
+    tokio::time::advance(DEFAULT_TTL).await;
+    assert_eq!(p.cached(action, "sg-1"), None, "re-checked after the TTL");
+
+    // ELB spells it AccessDenied; a listener is known by its ARN.
+    let arn = "arn:aws:elasticloadbalancing:us-east-1:1:listener/net/a/b/c";
+    let denial = p
+        .record_refusal(
+            &failure("AccessDenied"),
+            Action::ModifyListener,
+            arn,
+            Tagging::Current,
+        )
+        .expect("a refusal");
+    assert_eq!(denial.resource_arn, arn);
+    assert_eq!(denial.missing_tag, "kubernetes.io/cluster/demo=owned");
+    assert!(denial.to_string().contains(&format!(
+        "aws elbv2 add-tags --resource-arns {arn} --tags Key=kubernetes.io/cluster/demo,Value=owned"
+    )));
+}

@@ -1,0 +1,77 @@
+//! An NLB's rules in the node security groups (the NLB has no group of its
+//! own by default: the nodes' groups admit clients and health checks).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::refusals::Warning;
+use super::{AwsLoadBalancers, EnsureRequest, LbError};
+use crate::aws::nlb;
+use crate::aws::security_groups as sg;
+
+/// What the node rules of one NLB sync are computed from.
+pub(super) struct NlbNodeRules<'a> {
+    /// The NLB's name.
+    pub name: &'a str,
+    pub vpc_id: &'a str,
+    pub subnet_ids: &'a [String],
+    pub desired: &'a nlb::Desired,
+    /// The backends' node groups (those that get the rules).
+    pub node_groups: &'a BTreeSet<String>,
+}
+
+impl AwsLoadBalancers {
+    /// Brings the NLB's rules in the node groups to what `at` wants:
+    /// `groups` holds the backends' groups; every group holding a rule of
+    /// this NLB is added, so a group that stopped being a backend's loses
+    /// them. Groups IAM refuses are skipped with a warning. Returns the
+    /// descriptions of what changed.
+    pub(super) async fn sync_nlb_node_rules(
+        &self,
+        req: &EnsureRequest,
+        at: &NlbNodeRules<'_>,
+        mut groups: BTreeMap<String, sg::SecurityGroup>,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Vec<String>, LbError> {
+        let aws = &self.aws;
+        let cidrs = self.subnets.cidrs(aws, at.vpc_id, at.subnet_ids).await?;
+        let rules = nlb::node_rules(at.desired, &req.spec.source_ranges, &cidrs);
+        let ports: BTreeSet<i32> = rules
+            .client
+            .iter()
+            .chain(&rules.health)
+            .map(|r| r.from)
+            .collect();
+        let ours = [
+            nlb::client_rule_description(at.name),
+            nlb::health_rule_description(at.name),
+        ];
+        for g in sg::with_rule_ports(aws, at.vpc_id, &ports).await? {
+            // Only a group holding a rule of this NLB: another cluster
+            // in the VPC may use the same node port.
+            if g.descriptions.values().any(|d| ours.contains(d)) {
+                groups.entry(g.id.clone()).or_insert(g);
+            }
+        }
+        let mut described = Vec::new();
+        for g in groups.values() {
+            let want = at.node_groups.contains(&g.id).then_some(&rules);
+            let ch = nlb::node_group_changes(at.name, &g.descriptions, want);
+            if ch.is_empty() || self.group_refused(&req.service_key, g, warnings).await {
+                continue;
+            }
+            tracing::info!(load_balancer = %at.name, group = %g.id, authorize = ch.authorize.len(), revoke = ch.revoke.len(), "updating node group rules");
+            if self
+                .write_node_rules(&req.service_key, g, &ch, warnings)
+                .await?
+            {
+                described.push(format!(
+                    "node group {}: +{} -{} rule(s)",
+                    g.id,
+                    ch.authorize.len(),
+                    ch.revoke.len()
+                ));
+            }
+        }
+        Ok(described)
+    }
+}
