@@ -282,8 +282,10 @@ impl Pending {
 }
 
 /// Applies a tag operation to `ids` in calls of at most 1,000 instances;
-/// a call failing with not-found is split in halves until the unknown
-/// instances are isolated. Every ID gets its own outcome.
+/// a call failing with not-found, or refused by IAM (which refuses the
+/// whole call for one instance it denies, e.g. one tagged only with the
+/// legacy `KubernetesCluster`), is split in halves until the unknown or
+/// denied instances are isolated. Every ID gets its own outcome.
 pub async fn in_batches<F, Fut>(
     ids: &[String],
     mut call: F,
@@ -300,7 +302,7 @@ where
     while let Some(part) = work.pop() {
         match call(part.clone()).await {
             Ok(()) => out.extend(part.into_iter().map(|id| (id, Ok(())))),
-            Err(err) if err.is_not_found() && part.len() > 1 => {
+            Err(err) if (err.is_not_found() || err.is_denied()) && part.len() > 1 => {
                 let (a, b) = part.split_at(part.len() / 2);
                 work.push(b.to_vec());
                 work.push(a.to_vec());
@@ -318,9 +320,31 @@ struct Tagger<I: Instances> {
     checksum: String,
     workers: usize,
     nodes: kube::runtime::reflector::Store<Node>,
+    events: super::events::Events,
+    cluster_id: String,
 }
 
 impl<I: Instances> Tagger<I> {
+    /// A Warning on the Node whose instance IAM refuses to tag, naming the
+    /// tag the policy needs on it.
+    async fn warn_denied(&self, item: &TagItem, err: &CloudError) {
+        let fix = format!(
+            "IAM refused tagging instance {}: the policy lets the CCM tag only instances carrying \
+             kubernetes.io/cluster/{id}; tag the instance so, or render the policy with \
+             iam/render.sh policy {id} --legacy-cluster-tag if it carries only KubernetesCluster={id} ({err})",
+            item.instance,
+            id = self.cluster_id,
+        );
+        tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "tagging refused by IAM");
+        self.events
+            .warning(
+                &super::route::node_ref(&item.node),
+                "InstanceUnauthorized",
+                fix,
+            )
+            .await;
+    }
+
     /// Does everything due; the outcome goes back into `pending`.
     async fn pass(&self, pending: &mut Pending) {
         let now = Instant::now();
@@ -374,6 +398,9 @@ impl<I: Instances> Tagger<I> {
                         .nodes
                         .find(|n| n.metadata.name.as_deref() == Some(&item.node))
                         .and_then(|n| n.metadata.uid.clone());
+                    if err.is_denied() {
+                        self.warn_denied(&item, err).await;
+                    }
                     if pending.tag_failed(&item.node, uid, err.is_not_found(), Instant::now()) {
                         tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "skipping node: tagging its instance kept failing");
                     } else {
@@ -447,6 +474,8 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         tags,
         workers: ctx.options.options.concurrent_node_syncs.max(4) as usize,
         nodes: ctx.nodes.clone(),
+        events: super::events::Events::new(ctx.kube.clone(), "tagging-controller"),
+        cluster_id: ctx.aws.cluster_id().to_string(),
     };
     let mut pending = Pending::default();
     let mut changes = Box::pin(node_changes(ctx.nodes.clone(), ctx.node_changes.clone()));
@@ -616,6 +645,42 @@ mod tests {
             now,
         );
         assert_eq!(p.due(now).0.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn batches_split_around_instances_iam_denies() {
+        // AWS refuses the whole call when IAM denies one of its instances.
+        let denied_id = "i-3";
+        let ids: Vec<String> = (0..8).map(|i| format!("i-{i}")).collect();
+        let mut calls = 0;
+        let results = in_batches(&ids, |batch| {
+            calls += 1;
+            async move {
+                if batch.iter().any(|id| id == denied_id) {
+                    Err(CloudError {
+                        denied: true,
+                        ..CloudError::new(
+                            crate::provider::instances::CloudErrorKind::Fatal,
+                            "UnauthorizedOperation: not authorized to perform ec2:CreateTags",
+                        )
+                    })
+                } else {
+                    Ok(())
+                }
+            }
+        })
+        .await;
+        assert!(
+            results[denied_id]
+                .as_ref()
+                .is_err_and(CloudError::is_denied)
+        );
+        assert!(
+            ids.iter()
+                .filter(|id| *id != denied_id)
+                .all(|id| results[id].is_ok())
+        );
+        assert_eq!(calls, 7, "8 -> 4 + 4 -> 2 + 2 -> 1 + 1");
     }
 
     #[tokio::test]

@@ -43,6 +43,8 @@ pub enum CloudErrorKind {
 pub struct CloudError {
     pub kind: CloudErrorKind,
     pub message: String,
+    /// IAM refused the call (`UnauthorizedOperation`, `AccessDenied`).
+    pub denied: bool,
 }
 
 impl CloudError {
@@ -50,11 +52,18 @@ impl CloudError {
         CloudError {
             kind,
             message: message.into(),
+            denied: false,
         }
     }
 
     pub fn is_not_found(&self) -> bool {
         self.kind == CloudErrorKind::NotFound
+    }
+
+    /// Whether IAM refused the call: AWS refuses a whole multi-resource
+    /// call when it denies any one resource in it.
+    pub fn is_denied(&self) -> bool {
+        self.denied
     }
 }
 
@@ -71,7 +80,13 @@ impl From<AwsError> for CloudError {
         } else {
             kind
         };
-        CloudError::new(kind, err.to_string())
+        let denied = err
+            .code()
+            .is_some_and(|c| ["UnauthorizedOperation", "AccessDenied"].contains(&c));
+        CloudError {
+            denied,
+            ..CloudError::new(kind, err.to_string())
+        }
     }
 }
 
