@@ -18,13 +18,18 @@ pub enum IpFamily {
     Ipv6,
 }
 
-/// `ClusterServiceLoadBalancerHealthProbeMode`.
+/// `ClusterServiceLoadBalancerHealthProbeMode`: upstream's values are
+/// `ServiceNodePort` (also an empty value, the default) and `Shared`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum HealthProbeMode {
-    /// Health checks hit the service's own node port (upstream default).
+    /// `ServiceNodePort`: health checks hit the service's own node port
+    /// (upstream default). `Cluster`, this project's earlier name for it, is
+    /// still accepted.
     #[default]
-    Cluster,
-    /// Health checks hit a shared port/path on every node (kube-proxy's healthz).
+    ServiceNodePort,
+    /// `Shared`: for services whose `externalTrafficPolicy` is not `Local`,
+    /// health checks are HTTP to a shared port/path on every node
+    /// (kube-proxy's healthz).
     Shared,
 }
 
@@ -88,7 +93,7 @@ impl Default for CloudConfig {
             disable_security_group_ingress: false,
             elb_security_group: None,
             node_ip_families: vec![IpFamily::Ipv4],
-            health_probe_mode: HealthProbeMode::Cluster,
+            health_probe_mode: HealthProbeMode::ServiceNodePort,
             shared_health_probe_port: 10256,
             shared_health_probe_path: "/healthz".to_string(),
             supported_topology_instance_type_pattern: None,
@@ -324,33 +329,43 @@ impl CloudConfig {
                                 }
                             }
                             "ClusterServiceLoadBalancerHealthProbeMode" => {
+                                // Case-sensitive, as upstream compares.
                                 cfg.health_probe_mode = match value {
-                                    "" | "Cluster" => HealthProbeMode::Cluster,
+                                    "" | "ServiceNodePort" | "Cluster" => {
+                                        HealthProbeMode::ServiceNodePort
+                                    }
                                     "Shared" => HealthProbeMode::Shared,
                                     _ => {
                                         return Err(key_err(format!(
-                                            "{value:?} is not allowed; use Cluster or Shared"
+                                            "{value:?} is not allowed; use ServiceNodePort (the default) or Shared"
                                         )));
                                     }
                                 }
                             }
                             "ClusterServiceSharedLoadBalancerHealthProbePort" => {
+                                // Upstream treats 0 (and an empty value) as "use the default, 10256".
                                 cfg.shared_health_probe_port = match value.parse::<u16>() {
-                                    Ok(p) if p > 0 => p,
-                                    _ => {
+                                    _ if value.is_empty() => 10256,
+                                    Ok(0) => 10256,
+                                    Ok(p) => p,
+                                    Err(_) => {
                                         return Err(key_err(format!(
-                                            "{value:?} is not a port number (1-65535)"
+                                            "{value:?} is not a port number (1-65535, or 0 for the default 10256)"
                                         )));
                                     }
                                 }
                             }
                             "ClusterServiceSharedLoadBalancerHealthProbePath" => {
-                                if !value.starts_with('/') {
+                                // Upstream treats an empty value as "use the default, /healthz".
+                                if value.is_empty() {
+                                    cfg.shared_health_probe_path = "/healthz".to_string();
+                                } else if !value.starts_with('/') {
                                     return Err(key_err(format!(
                                         "{value:?} must be an HTTP path starting with /"
                                     )));
+                                } else {
+                                    cfg.shared_health_probe_path = value.to_string()
                                 }
-                                cfg.shared_health_probe_path = value.to_string()
                             }
                             "SupportedTopologyInstanceTypePattern" => {
                                 if let Err(e) = regex::Regex::new(value) {
@@ -587,7 +602,7 @@ signingregion = us-west-2
     fn defaults_as_upstream() {
         let cfg = parse("[Global]\n").unwrap();
         assert_eq!(cfg.node_ip_families, [IpFamily::Ipv4]);
-        assert_eq!(cfg.health_probe_mode, HealthProbeMode::Cluster);
+        assert_eq!(cfg.health_probe_mode, HealthProbeMode::ServiceNodePort);
         assert_eq!(cfg.shared_health_probe_port, 10256);
         assert_eq!(cfg.shared_health_probe_path, "/healthz");
         assert_eq!(cfg.cluster_id(), None);
@@ -658,7 +673,7 @@ signingregion = us-west-2
             (
                 "[Global]\nClusterServiceLoadBalancerHealthProbeMode = Local\n",
                 "Local",
-                "Cluster or Shared",
+                "ServiceNodePort (the default) or Shared",
             ),
             (
                 "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = 99999\n",
@@ -704,6 +719,33 @@ signingregion = us-west-2
             err.contains("unknown section") && err.contains("Bogus"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn health_probe_mode_takes_upstreams_values() {
+        let mode = |v: &str| {
+            parse(&format!(
+                "[Global]\nClusterServiceLoadBalancerHealthProbeMode = {v}\n"
+            ))
+            .map(|c| c.health_probe_mode)
+        };
+        assert_eq!(
+            mode("ServiceNodePort").unwrap(),
+            HealthProbeMode::ServiceNodePort
+        );
+        assert_eq!(mode("").unwrap(), HealthProbeMode::ServiceNodePort);
+        assert_eq!(mode("Cluster").unwrap(), HealthProbeMode::ServiceNodePort);
+        assert_eq!(mode("Shared").unwrap(), HealthProbeMode::Shared);
+        // Upstream compares case-sensitively; so do we.
+        assert!(mode("shared").is_err());
+        // 0 and empty mean the defaults, as upstream.
+        let cfg = parse(
+            "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = 0\n\
+             ClusterServiceSharedLoadBalancerHealthProbePath =\n",
+        )
+        .unwrap();
+        assert_eq!(cfg.shared_health_probe_port, 10256);
+        assert_eq!(cfg.shared_health_probe_path, "/healthz");
     }
 
     #[test]
