@@ -1,0 +1,262 @@
+//! Unit tests of the cloud.conf parser.
+
+use super::*;
+
+fn parse(text: &str) -> Result<CloudConfig, CloudConfigError> {
+    CloudConfig::parse(text, Path::new("/etc/kubernetes/cloud.conf"))
+}
+
+#[test]
+fn full_upstream_file_parses() {
+    let cfg = parse(
+        r#"
+; comments as gcfg allows
+[Global]
+Zone = us-west-2a
+VPC = vpc-0123
+SubnetID = subnet-1
+RouteTableID = rtb-1
+RoleARN = arn:aws:iam::123456789012:role/ccm
+SourceARN = arn:aws:eks:us-west-2:123456789012:cluster/x
+KubernetesClusterTag = legacy
+KubernetesClusterID = my-cluster
+disablesecuritygroupingress = true
+ElbSecurityGroup = sg-1
+NodeIPFamilies = ipv6
+NodeIPFamilies = ipv4
+ClusterServiceLoadBalancerHealthProbeMode = Shared
+ClusterServiceSharedLoadBalancerHealthProbePort = 10257
+ClusterServiceSharedLoadBalancerHealthProbePath = /livez
+SupportedTopologyInstanceTypePattern = ^(c|m|r)[5-7].*
+NLBSecurityGroupMode = Managed
+
+[ServiceOverride "1"]
+Service = ec2
+Region = us-west-2
+URL = https://ec2.example.com
+SigningRegion = us-west-2
+SigningMethod = v4
+
+[serviceoverride "2"]
+service = elasticloadbalancing
+region = us-west-2
+url = "https://elb.example.com"
+signingregion = us-west-2
+"#,
+    )
+    .unwrap();
+    assert_eq!(cfg.region().as_deref(), Some("us-west-2"));
+    assert_eq!(cfg.cluster_id(), Some("my-cluster"));
+    assert!(cfg.disable_security_group_ingress);
+    assert_eq!(cfg.node_ip_families, [IpFamily::Ipv6, IpFamily::Ipv4]);
+    assert_eq!(cfg.health_probe_mode, HealthProbeMode::Shared);
+    assert_eq!(cfg.shared_health_probe_port, 10257);
+    assert_eq!(cfg.shared_health_probe_path, "/livez");
+    assert_eq!(cfg.nlb_security_group_mode, NlbSecurityGroupMode::Managed);
+    assert_eq!(cfg.service_overrides.len(), 2);
+    let elb = cfg
+        .service_override("elasticloadbalancing", "us-west-2")
+        .unwrap();
+    assert_eq!(elb.url, "https://elb.example.com");
+    assert!(cfg.service_override("ec2", "eu-west-1").is_none());
+}
+
+#[test]
+fn defaults_as_upstream() {
+    let cfg = parse("[Global]\n").unwrap();
+    assert_eq!(cfg.node_ip_families, [IpFamily::Ipv4]);
+    assert_eq!(cfg.health_probe_mode, HealthProbeMode::ServiceNodePort);
+    assert_eq!(cfg.shared_health_probe_port, 10256);
+    assert_eq!(cfg.shared_health_probe_path, "/healthz");
+    assert_eq!(cfg.cluster_id(), None);
+    assert_eq!(parse("").unwrap(), CloudConfig::default());
+    // The legacy tag is the fallback cluster ID.
+    assert_eq!(
+        parse("[Global]\nKubernetesClusterTag=old\n")
+            .unwrap()
+            .cluster_id(),
+        Some("old")
+    );
+    assert!(
+        parse("[Global]\nKubernetesClusterTag=old\n")
+            .unwrap()
+            .cluster_id_is_legacy()
+    );
+    assert!(
+        !parse("[Global]\nKubernetesClusterTag=old\nKubernetesClusterID=new\n")
+            .unwrap()
+            .cluster_id_is_legacy()
+    );
+    assert!(!cfg.cluster_id_is_legacy());
+    // A bare boolean key means true, as in gcfg.
+    assert!(
+        parse("[Global]\nDisableSecurityGroupIngress\n")
+            .unwrap()
+            .disable_security_group_ingress
+    );
+    assert!(
+        !parse("[Global]\nDisableSecurityGroupIngress =\n")
+            .unwrap()
+            .disable_security_group_ingress
+    );
+    // A bare non-boolean key is a value error on its own line.
+    let err = parse("[Global]\nZone = us-east-1a\nNodeIPFamilies\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains(":3:") && err.contains("NodeIPFamilies"),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_keys_warn_with_file_line_and_nearest_key_and_start_up_goes_on() {
+    let (cfg, warnings) = CloudConfig::parse_with_warnings(
+        "[Global]\nZone = us-east-1a\nKubernetesClusterIDD = x\n\
+             ClusterServiceLoadBalancerHealthProbeMode = ServiceNodePort\n\
+             [ServiceOverride \"1\"]\nService = EC2\nRegion = r\nURL = https://x\n\
+             SigningRegion = r\nSigninName = ec2\n",
+        Path::new("/etc/kubernetes/cloud.conf"),
+    )
+    .unwrap();
+    // The known keys around the unknown ones still apply.
+    assert_eq!(cfg.zone.as_deref(), Some("us-east-1a"));
+    assert_eq!(cfg.service_overrides.len(), 1);
+    let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(
+        shown[0].starts_with("cloud config /etc/kubernetes/cloud.conf:3: [Global]")
+            && shown[0].contains("\"KubernetesClusterIDD\"")
+            && shown[0].ends_with("nearest known key: KubernetesClusterID"),
+        "{}",
+        shown[0]
+    );
+    assert_eq!(warnings[1].line, 10);
+    assert_eq!(warnings[1].nearest, "SigningName");
+    assert_eq!(warnings[1].section, "ServiceOverride \"1\"");
+}
+
+#[test]
+fn unknown_sections_warn_once_and_are_skipped() {
+    let (cfg, warnings) = CloudConfig::parse_with_warnings(
+            "[Global]\nZone = us-east-1a\n[Globl]\nZone = eu-west-1a\nVPC = v\n[Global \"x\"]\nVPC = w\n",
+            Path::new("c.conf"),
+        )
+        .unwrap();
+    assert_eq!(cfg.zone.as_deref(), Some("us-east-1a"));
+    assert_eq!(cfg.vpc, None);
+    let shown: Vec<String> = warnings.iter().map(ToString::to_string).collect();
+    assert_eq!(shown.len(), 2, "{shown:?}");
+    assert!(
+        shown[0].starts_with("cloud config c.conf:3: unknown section [Globl]")
+            && shown[0].ends_with("nearest known section: [Global]"),
+        "{}",
+        shown[0]
+    );
+    assert!(
+        shown[1].starts_with("cloud config c.conf:6:"),
+        "{}",
+        shown[1]
+    );
+}
+
+#[test]
+fn nearest_key_is_by_edit_distance() {
+    use super::parse::nearest;
+    assert_eq!(nearest("subnetid", GLOBAL_KEYS), "SubnetID");
+    assert_eq!(nearest("RoleArm", GLOBAL_KEYS), "RoleARN");
+    assert_eq!(nearest("NodeIPFamily", GLOBAL_KEYS), "NodeIPFamilies");
+    assert_eq!(nearest("Servce", OVERRIDE_KEYS), "Service");
+}
+
+#[test]
+fn bad_values_name_the_value_and_what_is_allowed() {
+    let cases = [
+        ("[Global]\nNodeIPFamilies = ipv5\n", "ipv5", "ipv4 or ipv6"),
+        (
+            "[Global]\nDisableSecurityGroupIngress = maybe\n",
+            "maybe",
+            "true or false",
+        ),
+        (
+            "[Global]\nClusterServiceLoadBalancerHealthProbeMode = Local\n",
+            "Local",
+            "ServiceNodePort (the default) or Shared",
+        ),
+        (
+            "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = 99999\n",
+            "99999",
+            "1-65535",
+        ),
+        (
+            "[Global]\nNLBSecurityGroupMode = managed\n",
+            "managed",
+            "Managed",
+        ),
+        ("[Global]\nRoleARN = my-role\n", "my-role", "arn:aws:iam"),
+        (
+            "[Global]\nSupportedTopologyInstanceTypePattern = ([\n",
+            "([",
+            "regular expression",
+        ),
+    ];
+    for (text, value, allowed) in cases {
+        let err = parse(text).unwrap_err().to_string();
+        assert!(
+            err.contains(":2:") && err.contains(value) && err.contains(allowed),
+            "{text:?} gave {err}"
+        );
+    }
+}
+
+#[test]
+fn service_override_sections_are_validated() {
+    let err = parse("[ServiceOverride \"1\"]\nService = ec2\nRegion = us-east-1\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("URL") && err.contains("required"), "{err}");
+    let err = parse(
+        "[ServiceOverride \"a\"]\nService=ec2\nRegion=r\nURL=https://x\nSigningRegion=r\n\
+             [ServiceOverride \"b\"]\nService=ec2\nRegion=r\nURL=https://y\nSigningRegion=r\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("both override"), "{err}");
+    // gcfg maps [ServiceOverride] with no name to the name "".
+    let cfg = parse("[ServiceOverride]\nService=EC2\nRegion=r\nURL=https://x\nSigningRegion=r\n")
+        .unwrap();
+    assert_eq!(cfg.service_overrides[0].key, "");
+}
+
+#[test]
+fn health_probe_mode_takes_upstreams_values() {
+    let mode = |v: &str| {
+        parse(&format!(
+            "[Global]\nClusterServiceLoadBalancerHealthProbeMode = {v}\n"
+        ))
+        .map(|c| c.health_probe_mode)
+    };
+    assert_eq!(
+        mode("ServiceNodePort").unwrap(),
+        HealthProbeMode::ServiceNodePort
+    );
+    assert_eq!(mode("").unwrap(), HealthProbeMode::ServiceNodePort);
+    assert_eq!(mode("Cluster").unwrap(), HealthProbeMode::ServiceNodePort);
+    assert_eq!(mode("Shared").unwrap(), HealthProbeMode::Shared);
+    // Upstream compares case-sensitively; so do we.
+    assert!(mode("shared").is_err());
+    // 0 and empty mean the defaults, as upstream.
+    let cfg = parse(
+        "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = 0\n\
+             ClusterServiceSharedLoadBalancerHealthProbePath =\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.shared_health_probe_port, 10256);
+    assert_eq!(cfg.shared_health_probe_path, "/healthz");
+}
+
+#[test]
+fn region_from_zone() {
+    let cfg = parse("[Global]\nZone = eu-central-1b\n").unwrap();
+    assert_eq!(cfg.region().as_deref(), Some("eu-central-1"));
+}
