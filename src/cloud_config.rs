@@ -59,6 +59,40 @@ pub struct ServiceOverride {
     pub signing_name: String,
 }
 
+/// The AWS APIs a `[ServiceOverride]` can point at another endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OverrideService {
+    Ec2,
+    /// Classic ELB.
+    Elb,
+    Elbv2,
+    Sts,
+    /// The instance metadata service (IMDS); matched in any region.
+    Imds,
+}
+
+impl OverrideService {
+    pub const ALL: [OverrideService; 5] = [
+        OverrideService::Ec2,
+        OverrideService::Elb,
+        OverrideService::Elbv2,
+        OverrideService::Sts,
+        OverrideService::Imds,
+    ];
+
+    /// Upstream's name (the Go SDK's service ID), then the names this
+    /// project accepted before.
+    fn names(self) -> (&'static str, &'static [&'static str]) {
+        match self {
+            OverrideService::Ec2 => ("EC2", &[]),
+            OverrideService::Elb => ("Elastic Load Balancing", &["elasticloadbalancing"]),
+            OverrideService::Elbv2 => ("Elastic Load Balancing v2", &["elasticloadbalancing"]),
+            OverrideService::Sts => ("STS", &[]),
+            OverrideService::Imds => ("ec2imds", &[]),
+        }
+    }
+}
+
 /// The `[Global]` section, typed and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloudConfig {
@@ -264,11 +298,76 @@ impl CloudConfig {
         })
     }
 
-    /// The endpoint override for `service` (`ec2`, `elasticloadbalancing`, `sts`) in `region`.
-    pub fn service_override(&self, service: &str, region: &str) -> Option<&ServiceOverride> {
-        self.service_overrides
+    /// The `[ServiceOverride]` for `service` in `region` (any region for
+    /// instance metadata), matched as upstream: Service equal to the Go
+    /// SDK's service ID (`EC2`, `Elastic Load Balancing`, `Elastic Load
+    /// Balancing v2`, `ec2imds`) and Region equal to the client's region.
+    /// This CCM also accepts those names in any case, `STS` (upstream does
+    /// not override STS), and the legacy `elasticloadbalancing` for both ELB
+    /// APIs; an exact upstream name wins over the others.
+    pub fn endpoint_override(
+        &self,
+        service: OverrideService,
+        region: &str,
+    ) -> Option<&ServiceOverride> {
+        let candidates: Vec<&ServiceOverride> = self
+            .service_overrides
             .iter()
-            .find(|o| o.service.eq_ignore_ascii_case(service) && o.region == region)
+            .filter(|o| service == OverrideService::Imds || o.region == region)
+            .collect();
+        let (name, legacy) = service.names();
+        let exact = candidates.iter().find(|o| o.service == name);
+        let folded = || {
+            candidates
+                .iter()
+                .find(|o| o.service.eq_ignore_ascii_case(name))
+        };
+        let aliased = || {
+            candidates
+                .iter()
+                .find(|o| legacy.iter().any(|l| o.service.eq_ignore_ascii_case(l)))
+        };
+        exact.or_else(folded).or_else(aliased).copied()
+    }
+
+    /// The instance metadata endpoint from a `[ServiceOverride]` for `ec2imds`.
+    pub fn imds_endpoint(&self) -> Option<&str> {
+        self.endpoint_override(OverrideService::Imds, "")
+            .map(|o| o.url.as_str())
+    }
+
+    /// What start-up should say about `[ServiceOverride]` sections that
+    /// this CCM accepts but does not act on, as upstream also does not:
+    /// unknown service names, KMS (this CCM makes no KMS calls) and a
+    /// SigningMethod other than SigV4 (upstream never reads it).
+    pub fn override_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        for o in &self.service_overrides {
+            let known = OverrideService::ALL.iter().any(|s| {
+                let (name, legacy) = s.names();
+                o.service.eq_ignore_ascii_case(name)
+                    || legacy.iter().any(|l| o.service.eq_ignore_ascii_case(l))
+            });
+            if o.service.eq_ignore_ascii_case("KMS") {
+                notes.push(format!(
+                    "[ServiceOverride \"{}\"] Service = {}: accepted and unused; this CCM makes no KMS calls",
+                    o.key, o.service
+                ));
+            } else if !known {
+                notes.push(format!(
+                    "[ServiceOverride \"{}\"] Service = {:?} is not a service this CCM calls and is ignored, as the Go CCM ignores it; known: EC2, Elastic Load Balancing, Elastic Load Balancing v2, STS, ec2imds",
+                    o.key, o.service
+                ));
+            }
+            let method = o.signing_method.to_ascii_lowercase();
+            if !matches!(method.as_str(), "" | "v4" | "sigv4") {
+                notes.push(format!(
+                    "[ServiceOverride \"{}\"] SigningMethod = {:?} is ignored, as the Go CCM ignores it; requests are signed with SigV4",
+                    o.key, o.signing_method
+                ));
+            }
+        }
+        notes
     }
 }
 

@@ -55,10 +55,13 @@ signingregion = us-west-2
     assert_eq!(cfg.nlb_security_group_mode, NlbSecurityGroupMode::Managed);
     assert_eq!(cfg.service_overrides.len(), 2);
     let elb = cfg
-        .service_override("elasticloadbalancing", "us-west-2")
+        .endpoint_override(OverrideService::Elbv2, "us-west-2")
         .unwrap();
     assert_eq!(elb.url, "https://elb.example.com");
-    assert!(cfg.service_override("ec2", "eu-west-1").is_none());
+    assert!(
+        cfg.endpoint_override(OverrideService::Ec2, "eu-west-1")
+            .is_none()
+    );
 }
 
 #[test]
@@ -259,4 +262,66 @@ fn health_probe_mode_takes_upstreams_values() {
 fn region_from_zone() {
     let cfg = parse("[Global]\nZone = eu-central-1b\n").unwrap();
     assert_eq!(cfg.region().as_deref(), Some("eu-central-1"));
+}
+
+#[test]
+fn service_overrides_match_upstreams_names_and_region() {
+    let cfg = parse(
+        "[ServiceOverride \"ec2\"]\nService = EC2\nRegion = us-east-1\nURL = https://ec2.x\nSigningRegion = r\n\
+         [ServiceOverride \"clb\"]\nService = Elastic Load Balancing\nRegion = us-east-1\nURL = https://clb.x\nSigningRegion = r\n\
+         [ServiceOverride \"legacy\"]\nService = elasticloadbalancing\nRegion = us-east-1\nURL = https://legacy.x\nSigningRegion = r\n\
+         [ServiceOverride \"imds\"]\nService = ec2imds\nRegion = anywhere\nURL = http://169.254.1.1\nSigningRegion = r\n\
+         [ServiceOverride \"sts\"]\nService = sts\nRegion = us-east-1\nURL = https://sts.x\nSigningRegion = r\n",
+    )
+    .unwrap();
+    let url = |s: OverrideService, r: &str| cfg.endpoint_override(s, r).map(|o| o.url.as_str());
+    assert_eq!(
+        url(OverrideService::Ec2, "us-east-1"),
+        Some("https://ec2.x")
+    );
+    // Region must match exactly, as upstream.
+    assert_eq!(url(OverrideService::Ec2, "us-east-2"), None);
+    // Classic ELB and ELBv2 are separate: the exact name wins; the legacy
+    // lower-case name still covers the API with no exact override.
+    assert_eq!(
+        url(OverrideService::Elb, "us-east-1"),
+        Some("https://clb.x")
+    );
+    assert_eq!(
+        url(OverrideService::Elbv2, "us-east-1"),
+        Some("https://legacy.x")
+    );
+    // IMDS has no region in upstream's matching.
+    assert_eq!(
+        url(OverrideService::Imds, "us-east-1"),
+        Some("http://169.254.1.1")
+    );
+    assert_eq!(
+        url(OverrideService::Sts, "us-east-1"),
+        Some("https://sts.x")
+    );
+    assert!(
+        cfg.override_notes().is_empty(),
+        "{:?}",
+        cfg.override_notes()
+    );
+}
+
+#[test]
+fn overrides_this_ccm_does_not_act_on_are_noted() {
+    let cfg = parse(
+        "[ServiceOverride \"1\"]\nService = s3\nRegion = r\nURL = https://s3.x\nSigningRegion = r\n\
+         [ServiceOverride \"2\"]\nService = KMS\nRegion = r\nURL = https://kms.x\nSigningRegion = r\n\
+         [ServiceOverride \"3\"]\nService = EC2\nRegion = r\nURL = https://ec2.x\nSigningRegion = r\nSigningMethod = v2\n",
+    )
+    .unwrap();
+    let notes = cfg.override_notes();
+    assert_eq!(notes.len(), 3, "{notes:?}");
+    assert!(
+        notes[0].contains("\"s3\"") && notes[0].contains("ignored"),
+        "{}",
+        notes[0]
+    );
+    assert!(notes[1].contains("KMS"), "{}", notes[1]);
+    assert!(notes[2].contains("SigningMethod = \"v2\""), "{}", notes[2]);
 }

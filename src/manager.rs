@@ -52,7 +52,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     };
     let region = match cloud.region() {
         Some(r) => r,
-        None => clients::imds::region().await.map_err(|e| {
+        None => clients::imds::region(cloud.imds_endpoint()).await.map_err(|e| {
             anyhow::anyhow!("cannot determine the AWS region: set Region in the [Global] section of cloud.conf, or run on EC2 with the instance metadata service reachable ({e})")
         })?,
     };
@@ -238,7 +238,7 @@ async fn resolve_cluster_id(
         return Ok((id.to_string(), cloud.cluster_id_is_legacy()));
     }
     let discovered = async {
-        let instance_id = clients::imds::instance_id()
+        let instance_id = clients::imds::instance_id(cloud.imds_endpoint())
             .await
             .map_err(anyhow::Error::msg)?;
         // The cluster ID is not known yet, so this one lookup goes through a

@@ -12,6 +12,7 @@
 //! calls STS `AssumeRole` through that layer too (its [`Door`]), so the call
 //! is throttled, retried and counted like any other.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -25,11 +26,16 @@ use aws_credential_types::Credentials;
 use aws_credential_types::provider::{
     self, ProvideCredentials, SharedCredentialsProvider, error::CredentialsError,
 };
+use aws_smithy_runtime_api::client::endpoint::{
+    EndpointFuture, EndpointResolverParams, ResolveEndpoint, SharedEndpointResolver,
+};
+use aws_smithy_types::Document;
+use aws_smithy_types::endpoint::Endpoint;
 
 use super::client::CallOptions;
 use super::door::Door;
 use super::operations::{Operation, Service};
-use crate::cloud_config::CloudConfig;
+use crate::cloud_config::{CloudConfig, OverrideService, ServiceOverride};
 
 /// The raw SDK clients. Only `aws::client` holds these; controllers never do.
 #[derive(Clone, Debug)]
@@ -146,42 +152,27 @@ pub fn build(base: &SdkConfig, cloud: &CloudConfig, region: &str, door: &Arc<Doo
         }
         None => base.clone(),
     };
+    for note in cloud.override_notes() {
+        tracing::warn!("cloud.conf {note}");
+    }
     let ec2 = {
         let mut b = aws_sdk_ec2::config::Builder::from(&config);
-        if let Some(o) = cloud.service_override("ec2", region) {
-            warn_unsupported_signing(&o.service, &o.signing_method, &o.signing_name, "ec2");
-            b = b
-                .endpoint_url(&o.url)
-                .region(Region::new(o.signing_region.clone()));
+        if let Some(o) = cloud.endpoint_override(OverrideService::Ec2, region) {
+            b.set_endpoint_resolver(Some(override_resolver(o)));
         }
         aws_sdk_ec2::Client::from_conf(b.build())
     };
-    // Classic ELB and ELBv2 share the `elasticloadbalancing` service name and
-    // therefore one override, as upstream.
-    let elb_override = cloud.service_override("elasticloadbalancing", region);
-    if let Some(o) = elb_override {
-        warn_unsupported_signing(
-            &o.service,
-            &o.signing_method,
-            &o.signing_name,
-            "elasticloadbalancing",
-        );
-    }
     let elb = {
         let mut b = aws_sdk_elasticloadbalancing::config::Builder::from(&config);
-        if let Some(o) = elb_override {
-            b = b
-                .endpoint_url(&o.url)
-                .region(Region::new(o.signing_region.clone()));
+        if let Some(o) = cloud.endpoint_override(OverrideService::Elb, region) {
+            b.set_endpoint_resolver(Some(override_resolver(o)));
         }
         aws_sdk_elasticloadbalancing::Client::from_conf(b.build())
     };
     let elbv2 = {
         let mut b = aws_sdk_elasticloadbalancingv2::config::Builder::from(&config);
-        if let Some(o) = elb_override {
-            b = b
-                .endpoint_url(&o.url)
-                .region(Region::new(o.signing_region.clone()));
+        if let Some(o) = cloud.endpoint_override(OverrideService::Elbv2, region) {
+            b.set_endpoint_resolver(Some(override_resolver(o)));
         }
         aws_sdk_elasticloadbalancingv2::Client::from_conf(b.build())
     };
@@ -196,29 +187,51 @@ pub fn build(base: &SdkConfig, cloud: &CloudConfig, region: &str, door: &Arc<Doo
 
 fn sts_client(config: &SdkConfig, cloud: &CloudConfig, region: &str) -> aws_sdk_sts::Client {
     let mut b = aws_sdk_sts::config::Builder::from(config);
-    if let Some(o) = cloud.service_override("sts", region) {
-        warn_unsupported_signing(&o.service, &o.signing_method, &o.signing_name, "sts");
-        b = b
-            .endpoint_url(&o.url)
-            .region(Region::new(o.signing_region.clone()));
+    if let Some(o) = cloud.endpoint_override(OverrideService::Sts, region) {
+        b.set_endpoint_resolver(Some(override_resolver(o)));
     }
     aws_sdk_sts::Client::from_conf(b.build())
 }
 
-fn warn_unsupported_signing(service: &str, method: &str, name: &str, default_name: &str) {
-    if !(method.is_empty() || method.eq_ignore_ascii_case("v4")) {
-        tracing::warn!(
-            service,
-            signing_method = method,
-            "cloud.conf ServiceOverride SigningMethod is ignored: only SigV4 is supported"
-        );
-    }
-    if !(name.is_empty() || name == default_name) {
-        tracing::warn!(
-            service,
-            signing_name = name,
-            "cloud.conf ServiceOverride SigningName is ignored: the service's own signing name is used"
-        );
+/// A `[ServiceOverride]` as an SDK endpoint resolver: its URL, with the
+/// SigV4 signing region and (when set) signing name carried the way the
+/// SDK's signer reads them, from the endpoint's `authSchemes` property.
+fn override_resolver(o: &ServiceOverride) -> SharedEndpointResolver {
+    SharedEndpointResolver::new(OverrideEndpoint {
+        url: o.url.clone(),
+        signing_region: o.signing_region.clone(),
+        signing_name: (!o.signing_name.is_empty()).then(|| o.signing_name.clone()),
+    })
+}
+
+/// The fixed endpoint of one `[ServiceOverride]`. Each client is built for
+/// one region and the override already matched it, so parameters are not
+/// consulted.
+#[derive(Debug)]
+struct OverrideEndpoint {
+    url: String,
+    signing_region: String,
+    /// `None`: the service's own signing name (`ec2`, `elasticloadbalancing`, `sts`).
+    signing_name: Option<String>,
+}
+
+impl ResolveEndpoint for OverrideEndpoint {
+    fn resolve_endpoint<'a>(&'a self, _params: &'a EndpointResolverParams) -> EndpointFuture<'a> {
+        let mut scheme = HashMap::from([
+            ("name".to_string(), Document::from("sigv4")),
+            (
+                "signingRegion".to_string(),
+                Document::from(self.signing_region.as_str()),
+            ),
+        ]);
+        if let Some(name) = &self.signing_name {
+            scheme.insert("signingName".to_string(), Document::from(name.as_str()));
+        }
+        let endpoint = Endpoint::builder()
+            .url(self.url.clone())
+            .property("authSchemes", vec![Document::Object(scheme)])
+            .build();
+        EndpointFuture::ready(Ok(endpoint))
     }
 }
 
@@ -300,17 +313,18 @@ impl ProvideCredentials for AssumeRoleProvider {
 pub mod imds {
     use aws_config::imds::Client;
 
-    /// The region this instance runs in.
-    pub async fn region() -> Result<String, String> {
-        get("/latest/meta-data/placement/region").await
+    /// The region this instance runs in. `endpoint` is cloud.conf's
+    /// `[ServiceOverride]` for `ec2imds`, if any.
+    pub async fn region(endpoint: Option<&str>) -> Result<String, String> {
+        get("/latest/meta-data/placement/region", endpoint).await
     }
 
     /// This instance's ID.
-    pub async fn instance_id() -> Result<String, String> {
-        get("/latest/meta-data/instance-id").await
+    pub async fn instance_id(endpoint: Option<&str>) -> Result<String, String> {
+        get("/latest/meta-data/instance-id", endpoint).await
     }
 
-    async fn get(path: &str) -> Result<String, String> {
+    async fn get(path: &str, endpoint: Option<&str>) -> Result<String, String> {
         // Honour the SDK's standard switch ourselves, so tests and off-EC2 runs
         // never send a packet to the link-local metadata address.
         if std::env::var("AWS_EC2_METADATA_DISABLED").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
@@ -319,12 +333,151 @@ pub mod imds {
                 "instance metadata {path}: disabled by AWS_EC2_METADATA_DISABLED=true"
             ));
         }
-        let client = Client::builder().build();
+        let mut builder = Client::builder();
+        if let Some(url) = endpoint {
+            builder = builder.endpoint(url).map_err(|e| {
+                format!("cloud.conf [ServiceOverride] ec2imds URL {url:?} is not usable: {e}")
+            })?;
+        }
+        let client = builder.build();
         client.get(path).await.map(String::from).map_err(|e| {
             format!(
                 "instance metadata {path}: {}",
                 aws_smithy_types::error::display::DisplayErrorContext(&e)
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+    use crate::aws::client::ClientOptions;
+
+    /// Accepts one HTTP request and returns its head (request line and headers).
+    async fn capture_one(listener: tokio::net::TcpListener) -> String {
+        let (mut sock, _) = listener.accept().await.unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = sock.read(&mut buf).await.unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        let reply =
+            b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+        sock.write_all(reply).await.unwrap();
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    async fn test_base() -> SdkConfig {
+        aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("AKIDTEST", "secret", None, None, "test"))
+            .retry_config(RetryConfig::disabled())
+            .load()
+            .await
+    }
+
+    /// Sends one call of `service`'s client under `cloud` and returns the
+    /// request head the override's endpoint received.
+    async fn request_under(conf: &str, service: OverrideService) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(capture_one(listener));
+        let cloud =
+            CloudConfig::parse(&conf.replace("ADDR", &addr.to_string()), Path::new("t")).unwrap();
+        let door = Door::new(&ClientOptions::default());
+        let sdk = build(&test_base().await, &cloud, "us-east-1", &door);
+        match service {
+            OverrideService::Ec2 => drop(sdk.ec2.describe_regions().send().await),
+            OverrideService::Elb => drop(sdk.elb.describe_load_balancers().send().await),
+            OverrideService::Elbv2 => drop(sdk.elbv2.describe_load_balancers().send().await),
+            OverrideService::Sts => drop(sdk.sts.get_caller_identity().send().await),
+            OverrideService::Imds => unreachable!("IMDS is not an SDK client"),
+        }
+        server.await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn override_url_signing_region_and_signing_name_are_applied() {
+        let head = request_under(
+            "[ServiceOverride \"1\"]\nService = EC2\nRegion = us-east-1\nURL = http://ADDR\n\
+             SigningRegion = eu-test-9\nSigningName = custom-ec2\n",
+            OverrideService::Ec2,
+        )
+        .await;
+        assert!(
+            head.contains("/eu-test-9/custom-ec2/aws4_request"),
+            "request not signed for the override's region and name:\n{head}"
+        );
+    }
+
+    #[tokio::test]
+    async fn classic_elb_and_elbv2_overrides_are_separate() {
+        let conf = "[ServiceOverride \"clb\"]\nService = Elastic Load Balancing\nRegion = us-east-1\n\
+                    URL = http://ADDR\nSigningRegion = us-east-1\n\
+                    [ServiceOverride \"v2\"]\nService = Elastic Load Balancing v2\nRegion = us-east-1\n\
+                    URL = http://127.0.0.1:9\nSigningRegion = us-east-1\nSigningName = other\n";
+        // The classic client reaches the classic override, signed with the
+        // service's own name (no SigningName there).
+        let head = request_under(conf, OverrideService::Elb).await;
+        assert!(
+            head.contains("/us-east-1/elasticloadbalancing/aws4_request"),
+            "{head}"
+        );
+        let conf = conf.replace("http://ADDR", "http://127.0.0.1:9").replacen(
+            "URL = http://127.0.0.1:9\nSigningRegion = us-east-1\nSigningName",
+            "URL = http://ADDR\nSigningRegion = us-east-1\nSigningName",
+            1,
+        );
+        let head = request_under(&conf, OverrideService::Elbv2).await;
+        assert!(head.contains("/us-east-1/other/aws4_request"), "{head}");
+    }
+
+    /// A tiny IMDSv2: answers the token PUT, then the GET with `body`,
+    /// on one keep-alive connection or several.
+    async fn fake_imds(listener: tokio::net::TcpListener, body: &'static str) {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                loop {
+                    let n = match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                    let answer = if head.starts_with("PUT ") {
+                        "token"
+                    } else {
+                        body
+                    };
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\nx-aws-ec2-metadata-token-ttl-seconds: 21600\r\ncontent-length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    if sock.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    }
+
+    #[tokio::test]
+    async fn imds_override_is_the_metadata_endpoint() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let server = tokio::spawn(fake_imds(listener, "us-test-1"));
+        let region = imds::region(Some(&url)).await;
+        server.abort();
+        assert_eq!(region.as_deref(), Ok("us-test-1"));
     }
 }
