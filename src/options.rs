@@ -13,6 +13,9 @@ use crate::controllers::{self, ControllerName};
 use crate::duration;
 use crate::server::{AllowPaths, AuthSettings, TlsPolicy};
 
+mod ignored;
+use ignored::strip_ignored;
+
 fn go_duration(s: &str) -> Result<Duration, String> {
     duration::parse(s).map_err(|e| e.to_string())
 }
@@ -261,57 +264,10 @@ pub struct Options {
     #[arg(short = 'v', long = "v", default_value_t = 2)]
     pub verbosity: u8,
 
-    /// Log format: text or json.
-    #[arg(long = "log-format", value_enum, default_value_t = LogFormat::Text)]
+    /// Log format: text or json. `--logging-format` (upstream's name, from component-base) is the same flag.
+    #[arg(long = "log-format", visible_alias = "logging-format", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
-
-/// Upstream flags we accept and ignore so existing manifests keep working.
-/// `true` = the flag takes a value (`--flag=v` or `--flag v`).
-const IGNORED_FLAGS: &[(&str, bool)] = &[
-    ("use-service-account-credentials", false),
-    ("feature-gates", true),
-    ("profiling", false),
-    ("contention-profiling", false),
-    ("external-cloud-volume-plugin", true),
-    ("controller-start-interval", true),
-    ("node-sync-period", true),
-    ("cidr-allocator-type", true),
-    ("enable-leader-migration", false),
-    ("leader-migration-config", true),
-    ("client-ca-file", true),
-    ("requestheader-client-ca-file", true),
-    ("requestheader-allowed-names", true),
-    ("requestheader-extra-headers-prefix", true),
-    ("requestheader-group-headers", true),
-    ("requestheader-username-headers", true),
-    ("cert-dir", true),
-    ("tls-sni-cert-key", true),
-    ("http2-max-streams-per-connection", true),
-    ("permit-port-sharing", false),
-    ("permit-address-sharing", false),
-    ("logtostderr", false),
-    ("alsologtostderr", false),
-    ("log-dir", true),
-    ("log-file", true),
-    ("log-file-max-size", true),
-    ("log-flush-frequency", true),
-    ("vmodule", true),
-    ("stderrthreshold", true),
-    ("skip-headers", false),
-    ("skip-log-headers", false),
-    ("one-output", false),
-    ("add-dir-header", false),
-    ("node-status-update-frequency-jitter", true),
-    ("leader-elect-resource-lock-namespace", true),
-    ("concurrent-node-status-updates", true),
-    // The Go tagging controller's queue tuning: here tag calls are batched
-    // and rate-limited at the one door to AWS, always.
-    ("tagging-controller-rate-limit", true),
-    ("tagging-controller-burst-limit", true),
-    ("tagging-controller-concurrent-node-syncs", true),
-    ("tagging-controller-enable-batching", false),
-];
 
 #[derive(Debug, thiserror::Error)]
 pub enum OptionsError {
@@ -535,35 +491,6 @@ fn parse_tags(value: &str) -> Result<Vec<(String, String)>, OptionsError> {
         tags.push((k.to_string(), v.trim().to_string()));
     }
     Ok(tags)
-}
-
-fn strip_ignored(args: Vec<String>) -> (Vec<String>, Vec<String>) {
-    let mut kept = Vec::with_capacity(args.len());
-    let mut ignored = Vec::new();
-    let mut iter = args.into_iter().peekable();
-    if let Some(program) = iter.next() {
-        kept.push(program);
-    }
-    while let Some(arg) = iter.next() {
-        let name = arg
-            .strip_prefix("--")
-            .map(|rest| rest.split_once('=').map_or(rest, |(n, _)| n));
-        let matched = name.and_then(|n| IGNORED_FLAGS.iter().find(|(flag, _)| *flag == n));
-        match matched {
-            Some((flag, takes_value)) => {
-                ignored.push((*flag).to_string());
-                // `--flag value` form: the value is the next argument.
-                if *takes_value
-                    && !arg.contains('=')
-                    && iter.peek().is_some_and(|next| !next.starts_with("--"))
-                {
-                    iter.next();
-                }
-            }
-            None => kept.push(arg),
-        }
-    }
-    (kept, ignored)
 }
 
 #[cfg(test)]

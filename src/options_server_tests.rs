@@ -1,10 +1,11 @@
 //! The HTTPS endpoint's flags: `--authentication-*`, `--authorization-*`,
-//! `--tls-min-version`, `--tls-cipher-suites`.
+//! `--tls-min-version`, `--tls-cipher-suites`; and the logging and webhook
+//! flags of k8s.io/component-base and k8s.io/cloud-provider.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{Options, Validated};
+use super::{LogFormat, Options, Validated};
 use crate::server::TlsPolicy;
 
 fn parse(args: &[&str]) -> Result<Validated, String> {
@@ -76,4 +77,62 @@ fn bad_tls_and_allow_path_values_are_refused_by_name() {
     ])
     .unwrap_err();
     assert!(err.contains("/a*b") && err.contains("trailing"), "{err}");
+}
+
+#[test]
+fn logging_format_is_upstreams_name_for_log_format() {
+    let v = parse(&["--cloud-provider=aws", "--logging-format=json"]).unwrap();
+    assert_eq!(v.options.log_format, LogFormat::Json);
+    let v = parse(&["--cloud-provider=aws", "--logging-format", "text"]).unwrap();
+    assert_eq!(v.options.log_format, LogFormat::Text);
+    let v = parse(&["--cloud-provider=aws", "--log-format=json"]).unwrap();
+    assert_eq!(v.options.log_format, LogFormat::Json);
+    let err = parse(&["--cloud-provider=aws", "--logging-format=xml"]).unwrap_err();
+    assert!(err.contains("xml"), "{err}");
+}
+
+#[test]
+fn logging_stream_and_webhook_flags_are_accepted_and_reported_as_ignored() {
+    let v = parse(&[
+        "--cloud-provider=aws",
+        "--log-text-split-stream",
+        "--log-text-info-buffer-size=4Ki",
+        "--log-json-split-stream=true",
+        "--log-json-info-buffer-size",
+        "1M",
+        "--webhooks=*",
+        "--webhook-bind-address",
+        "0.0.0.0",
+        "--webhook-secure-port=10260",
+        "--webhook-disable-http2-serving",
+        "--webhook-cert-dir=/var/run/webhook",
+        "--webhook-tls-cert-file=/c.pem",
+        "--webhook-tls-private-key-file=/k.pem",
+        "--webhook-tls-cipher-suites=TLS_AES_128_GCM_SHA256",
+        "--webhook-tls-min-version=VersionTLS12",
+        "--webhook-tls-sni-cert-key=/c.pem,/k.pem",
+        "--v=3",
+    ])
+    .unwrap();
+    assert_eq!(
+        v.ignored_flags,
+        [
+            "log-text-split-stream",
+            "log-text-info-buffer-size",
+            "log-json-split-stream",
+            "log-json-info-buffer-size",
+            "webhooks",
+            "webhook-bind-address",
+            "webhook-secure-port",
+            "webhook-disable-http2-serving",
+            "webhook-cert-dir",
+            "webhook-tls-cert-file",
+            "webhook-tls-private-key-file",
+            "webhook-tls-cipher-suites",
+            "webhook-tls-min-version",
+            "webhook-tls-sni-cert-key",
+        ]
+    );
+    // The values were consumed with their flags; the next flag still applies.
+    assert_eq!(v.options.verbosity, 3);
 }
