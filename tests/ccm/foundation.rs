@@ -269,3 +269,49 @@ async fn bad_cloud_conf_and_bad_flags_exit_non_zero_with_a_clear_message() -> an
     );
     Ok(())
 }
+
+/// An operator's existing Go CCM cloud.conf and flags: an unknown key (the
+/// Go CCM skips it), upstream's default health probe mode spelled out, an
+/// override under upstream's service name, and component-base's logging and
+/// cloud-provider's webhook flags. The CCM starts, leads, and says what it
+/// skipped, where, and what was probably meant.
+#[tokio::test]
+async fn an_upstream_cloud_conf_and_flags_start_with_a_warning_for_the_unknown_key()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    std::fs::write(
+        &env.cloud_conf,
+        format!(
+            "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n\
+             KubernetesClusterIDD = typo\n\
+             ClusterServiceLoadBalancerHealthProbeMode = ServiceNodePort\n\
+             [ServiceOverride \"1\"]\nService = EC2\nRegion = {REGION}\nURL = {}\n\
+             SigningRegion = {REGION}\nSigningName = ec2\n",
+            env.proxy.endpoint()
+        ),
+    )?;
+    let ccm = env
+        .start_ccm(&[
+            "--logging-format=text",
+            "--log-text-split-stream",
+            "--webhooks=*",
+            "--webhook-secure-port=0",
+        ])
+        .await?;
+    ccm.wait_for_log("successfully acquired lease", Duration::from_secs(30))
+        .await?;
+    let logs = ccm.logs();
+    let conf = env.cloud_conf.display().to_string();
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("KubernetesClusterIDD"))
+        .unwrap_or_else(|| panic!("no warning for the unknown key:\n{logs}"));
+    assert!(
+        warning.contains("WARN")
+            && warning.contains(&format!("{conf}:4:"))
+            && warning.contains("nearest known key: KubernetesClusterID"),
+        "{warning}"
+    );
+    assert!(logs.contains("webhook-secure-port"), "{logs}");
+    Ok(())
+}
