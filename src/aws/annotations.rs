@@ -572,6 +572,19 @@ pub fn parse_key_values(v: &str) -> BTreeMap<String, String> {
     out
 }
 
+/// Whether a Node's labels satisfy a Service's `target-node-labels`, read
+/// by [`parse_key_values`], as upstream's `filterTargetNodes` does: every
+/// pair must hold; a pair with an empty value (`key` or `key=`) asks only
+/// that the label exists, with any value; a pair with a value asks for that
+/// exact value. No pairs: every node matches.
+pub fn labels_match(labels: &BTreeMap<String, String>, targets: &BTreeMap<String, String>) -> bool {
+    targets.iter().all(|(key, want)| {
+        labels
+            .get(key)
+            .is_some_and(|have| want.is_empty() || have == want)
+    })
+}
+
 fn parse_cidrs(field: &str, values: &[String]) -> Result<Vec<Ipv4Net>, SpecError> {
     let mut out = BTreeSet::new();
     for v in values {
@@ -1147,3 +1160,7 @@ pub(crate) mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "annotations_target_labels_tests.rs"]
+mod target_labels_tests;

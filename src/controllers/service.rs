@@ -100,10 +100,7 @@ pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
-    !tainted
-        && target_labels
-            .iter()
-            .all(|(k, v)| node.labels().get(k) == Some(v))
+    !tainted && crate::aws::annotations::labels_match(node.labels(), target_labels)
 }
 
 /// Instance IDs of the backends.
