@@ -92,7 +92,7 @@ pub fn instance_id(node: &Node) -> Option<String> {
 /// filter): not being deleted, not excluded by label, not being removed by
 /// the cluster autoscaler, and carrying every `target-node-labels` label.
 pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
-    if node.metadata.deletion_timestamp.is_some() || node.labels().contains_key(EXCLUDE_LABEL) {
+    if node.metadata.deletion_timestamp.is_some() || excluded_by_label(node) {
         return false;
     }
     let tainted = node
@@ -101,6 +101,26 @@ pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
     !tainted && crate::aws::annotations::labels_match(node.labels(), target_labels)
+}
+
+/// `node.kubernetes.io/exclude-from-external-load-balancers`, read as
+/// k8s.io/cloud-provider's `nodeIncludedPredicate` reads it: the value is a
+/// Go boolean (`strconv.ParseBool`); a false one keeps the node, a true one
+/// excludes it, and so does any value that is not a boolean (an empty one
+/// too).
+pub fn excluded_by_label(node: &Node) -> bool {
+    node.labels()
+        .get(EXCLUDE_LABEL)
+        .is_some_and(|v| go_parse_bool(v) != Some(false))
+}
+
+/// Go's `strconv.ParseBool`: exactly these spellings, nothing trimmed.
+fn go_parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 /// Instance IDs of the backends.
@@ -583,6 +603,47 @@ mod tests {
         );
         let web = BTreeMap::from([("pool".to_string(), "web".to_string())]);
         assert_eq!(backends(&nodes, &web), BTreeSet::from(["i-d".to_string()]));
+    }
+
+    #[test]
+    fn exclude_label_is_a_go_boolean_and_anything_else_excludes() {
+        for kept in ["false", "False", "FALSE", "f", "F", "0"] {
+            assert!(
+                !excluded_by_label(&node("n", &[(EXCLUDE_LABEL, kept)], None)),
+                "{kept:?} keeps the node"
+            );
+        }
+        for dropped in [
+            "true", "True", "TRUE", "t", "T", "1", "", "yes", "no", " false",
+        ] {
+            assert!(
+                excluded_by_label(&node("n", &[(EXCLUDE_LABEL, dropped)], None)),
+                "{dropped:?} excludes the node"
+            );
+        }
+        assert!(!excluded_by_label(&node("n", &[], None)));
+        let nodes = vec![
+            node("a", &[(EXCLUDE_LABEL, "false")], None),
+            node("b", &[(EXCLUDE_LABEL, "true")], None),
+        ];
+        assert_eq!(
+            backends(&nodes, &BTreeMap::new()),
+            BTreeSet::from(["i-a".to_string()])
+        );
+    }
+
+    #[test]
+    fn a_bare_target_label_key_selects_nodes_with_any_value() {
+        let nodes = vec![
+            node("a", &[("pool", "web")], None),
+            node("b", &[("pool", "")], None),
+            node("c", &[("other", "web")], None),
+        ];
+        let want = BTreeSet::from(["i-a".to_string(), "i-b".to_string()]);
+        for annotation in ["pool", "pool="] {
+            let targets = crate::aws::annotations::parse_key_values(annotation);
+            assert_eq!(backends(&nodes, &targets), want, "{annotation:?}");
+        }
     }
 
     #[test]
