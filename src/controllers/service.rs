@@ -81,11 +81,33 @@ fn has_finalizer(svc: &Service) -> bool {
     svc.finalizers().iter().any(|f| f == FINALIZER)
 }
 
-/// The EC2 instance ID in a node's provider ID (`aws:///us-east-1a/i-0abc`).
+/// The EC2 instance a backend node is, by the project's one providerID
+/// parser ([`crate::ids`]): `aws:///<zone>/i-…`, `aws://<zone>/i-…` or a bare
+/// `i-…`. As upstream's `mapToAWSInstanceIDsTolerant`, a node without a
+/// providerID (not initialized yet) or with one that names no instance is
+/// left out of the backends; the second is logged, once per node and value.
 pub fn instance_id(node: &Node) -> Option<String> {
-    let pid = node.spec.as_ref()?.provider_id.as_deref()?;
-    let last = pid.strip_prefix("aws://")?.rsplit('/').next()?;
-    last.starts_with("i-").then(|| last.to_string())
+    match crate::ids::node_instance_id(node) {
+        Ok(id) => id,
+        Err(e) => {
+            warn_once(&e);
+            None
+        }
+    }
+}
+
+/// Logs a malformed providerID the first time this (node, value) is seen:
+/// backends are recomputed at every node change, which would repeat it.
+fn warn_once(e: &crate::ids::NodeProviderIdError) {
+    static SEEN: std::sync::OnceLock<Mutex<BTreeSet<(String, String)>>> =
+        std::sync::OnceLock::new();
+    let fresh = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .insert((e.node.clone(), e.value.clone()));
+    if fresh {
+        tracing::warn!(node = %e.node, "{e}; the node is not a load-balancer backend");
+    }
 }
 
 /// Backend predicate (k8s.io/cloud-provider, KEP-3458: readiness is not a
@@ -681,11 +703,22 @@ mod tests {
     }
 
     #[test]
-    fn provider_ids_without_zone_work() {
-        let mut n = (*node("x", &[], None)).clone();
-        n.spec.as_mut().unwrap().provider_id = Some("aws:///i-0abc".into());
-        assert_eq!(instance_id(&n).as_deref(), Some("i-0abc"));
-        n.spec.as_mut().unwrap().provider_id = Some("gce://p/z/n".into());
-        assert_eq!(instance_id(&n), None);
+    fn backends_take_every_provider_id_form_the_go_ccm_takes() {
+        let mut nodes = Vec::new();
+        for (name, pid) in [
+            ("zoned", "aws:///us-east-1a/i-0aaa"),
+            ("zoneless", "aws:///i-0bbb"),
+            ("bare", "i-0ccc"),
+            ("authority", "aws://us-east-1a/i-0ddd"),
+            ("gce", "gce://p/z/n"),
+            ("fargate", "aws:///us-east-1a/fargate-ip-10-0-0-1"),
+            ("uninitialized", ""),
+        ] {
+            let mut n = (*node(name, &[], None)).clone();
+            n.spec.as_mut().unwrap().provider_id = Some(pid.into());
+            nodes.push(Arc::new(n));
+        }
+        let want = ["i-0aaa", "i-0bbb", "i-0ccc", "i-0ddd"].map(String::from);
+        assert_eq!(backends(&nodes, &BTreeMap::new()), BTreeSet::from(want));
     }
 }
