@@ -348,11 +348,11 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
     ),
     row(
         TARGET_NODE_LABELS,
-        "comma-separated `key=value`",
+        "comma-separated `key=value`, `key=` or `key`",
         "all nodes",
         Applies::Both,
         false,
-        "Only nodes with all these labels are backends.",
+        "Only nodes with all these labels are backends. `key` and `key=` mean \"the label exists, any value\"; `key=value` wants that value. Pairs are trimmed, the text around `=` is not. Same as the Go CCM.",
     ),
     row(
         SUBNETS,
