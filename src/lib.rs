@@ -8,6 +8,7 @@ pub mod aws;
 pub mod cloud_config;
 pub mod controllers;
 pub mod duration;
+pub mod ids;
 pub mod kube_client;
 pub mod leader;
 pub mod logging;

@@ -66,7 +66,7 @@ pub struct Options {
     #[arg(long = "master")]
     pub master: Option<String>,
 
-    /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'.
+    /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'. Off by default: tagging, and nodeipam (node CIDR allocation, which the Go CCM does not have; name it to run it).
     #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
 
@@ -623,8 +623,17 @@ mod tests {
             err.contains("--cluster-cidr") && err.contains("10.0.0.0/33"),
             "{err}"
         );
-        // IPAM needs it.
-        let err = parse(&["--cloud-provider=aws", "--allocate-node-cidrs=true"]).unwrap_err();
+        // Node IPAM is off by default: the flag alone (kOps passes it to
+        // the Go CCM too) asks for nothing, so nothing needs --cluster-cidr.
+        let v = parse(&["--cloud-provider=aws", "--allocate-node-cidrs=true"]).unwrap();
+        assert!(v.node_cidr_allocation.is_none());
+        // IPAM, when named, needs it.
+        let err = parse(&[
+            "--cloud-provider=aws",
+            "--allocate-node-cidrs=true",
+            "--controllers=*,nodeipam",
+        ])
+        .unwrap_err();
         assert!(
             err.contains("--cluster-cidr") && err.contains("--allocate-node-cidrs"),
             "{err}"
@@ -645,6 +654,7 @@ mod tests {
         let v = parse(&[
             "--cloud-provider=aws",
             "--allocate-node-cidrs=true",
+            "--controllers=*,nodeipam",
             "--cluster-cidr=10.244.0.0/16,fd00:10:244::/56",
             "--node-cidr-mask-size-ipv6=60",
         ])
@@ -658,6 +668,7 @@ mod tests {
         let err = parse(&[
             "--cloud-provider=aws",
             "--allocate-node-cidrs=true",
+            "--controllers=*,nodeipam",
             "--cluster-cidr=10.244.0.0/16",
             "--node-cidr-mask-size=8",
         ])
@@ -666,6 +677,7 @@ mod tests {
         let err = parse(&[
             "--cloud-provider=aws",
             "--allocate-node-cidrs=true",
+            "--controllers=*,nodeipam",
             "--cluster-cidr=10.0.0.0/16,10.1.0.0/16",
         ])
         .unwrap_err();

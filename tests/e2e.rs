@@ -492,7 +492,8 @@ async fn annotate(
 }
 
 /// Backend nodes as upstream counts them for a plain Service: all but those
-/// labelled out (kubeadm labels its control plane so).
+/// labelled out (kubeadm labels its control plane so). The label's value is
+/// a Go boolean; only a false one keeps the node.
 async fn backend_count(kube: &kube::Client) -> anyhow::Result<usize> {
     let nodes: Api<Node> = Api::all(kube.clone());
     Ok(nodes
@@ -501,8 +502,9 @@ async fn backend_count(kube: &kube::Client) -> anyhow::Result<usize> {
         .items
         .iter()
         .filter(|n| {
-            !n.labels()
-                .contains_key("node.kubernetes.io/exclude-from-external-load-balancers")
+            n.labels()
+                .get("node.kubernetes.io/exclude-from-external-load-balancers")
+                .is_none_or(|v| matches!(v.as_str(), "0" | "f" | "F" | "false" | "FALSE" | "False"))
         })
         .count())
 }

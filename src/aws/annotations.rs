@@ -348,11 +348,11 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
     ),
     row(
         TARGET_NODE_LABELS,
-        "comma-separated `key=value`",
+        "comma-separated `key=value`, `key=` or `key`",
         "all nodes",
         Applies::Both,
         false,
-        "Only nodes with all these labels are backends.",
+        "Only nodes with all these labels are backends. `key` and `key=` mean \"the label exists, any value\"; `key=value` wants that value. Pairs are trimmed, the text around `=` is not. Same as the Go CCM.",
     ),
     row(
         SUBNETS,
@@ -570,6 +570,19 @@ pub fn parse_key_values(v: &str) -> BTreeMap<String, String> {
         );
     }
     out
+}
+
+/// Whether a Node's labels satisfy a Service's `target-node-labels`, read
+/// by [`parse_key_values`], as upstream's `filterTargetNodes` does: every
+/// pair must hold; a pair with an empty value (`key` or `key=`) asks only
+/// that the label exists, with any value; a pair with a value asks for that
+/// exact value. No pairs: every node matches.
+pub fn labels_match(labels: &BTreeMap<String, String>, targets: &BTreeMap<String, String>) -> bool {
+    targets.iter().all(|(key, want)| {
+        labels
+            .get(key)
+            .is_some_and(|have| want.is_empty() || have == want)
+    })
 }
 
 fn parse_cidrs(field: &str, values: &[String]) -> Result<Vec<Ipv4Net>, SpecError> {
@@ -1147,3 +1160,7 @@ pub(crate) mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "annotations_target_labels_tests.rs"]
+mod target_labels_tests;

@@ -61,9 +61,13 @@ impl ControllerName {
         }
     }
 
-    /// The tagging controller is off unless asked for, as upstream.
+    /// Off unless `--controllers` names them: the tagging controller, as
+    /// upstream; and node IPAM, which upstream's CCM does not have at all
+    /// (kube-controller-manager allocates pod CIDRs there, and deployments
+    /// such as kOps pass `--allocate-node-cidrs=true` to both, so `*` turning
+    /// it on would start a second allocator on a swap).
     pub fn enabled_by_default(self) -> bool {
-        !matches!(self, ControllerName::Tagging)
+        !matches!(self, ControllerName::Tagging | ControllerName::NodeIpam)
     }
 
     pub fn parse(name: &str) -> Option<ControllerName> {
@@ -134,6 +138,27 @@ mod tests {
         assert!(all.contains(&ControllerName::CloudNode));
         assert!(all.contains(&ControllerName::Route));
         assert!(!all.contains(&ControllerName::Tagging));
+    }
+
+    #[test]
+    fn node_ipam_runs_only_when_named() {
+        for list in ["*", "", "*,-route", "cloud-node,service,route"] {
+            assert!(
+                !sel(list).unwrap().contains(&ControllerName::NodeIpam),
+                "{list:?} must not run node IPAM"
+            );
+        }
+        for list in ["*,nodeipam", "nodeipam", "route,node-ipam-controller"] {
+            assert!(
+                sel(list).unwrap().contains(&ControllerName::NodeIpam),
+                "{list:?} runs node IPAM"
+            );
+        }
+        assert!(
+            !sel("*,nodeipam,-nodeipam")
+                .unwrap()
+                .contains(&ControllerName::NodeIpam)
+        );
     }
 
     #[test]
@@ -398,6 +423,14 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
         node_changes,
         service_changes,
     };
+    if ctx.options.options.allocate_node_cidrs
+        && !ctx.options.controllers.contains(&ControllerName::NodeIpam)
+    {
+        tracing::info!(
+            "--allocate-node-cidrs=true, but node IPAM is not running: it runs only when --controllers \
+             names nodeipam (the Go CCM has no IPAM controller; kube-controller-manager allocates pod CIDRs)"
+        );
+    }
     let mut tasks = Vec::new();
     for name in ctx.options.controllers.iter().copied() {
         let ctx = ctx.clone();

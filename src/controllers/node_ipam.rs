@@ -20,6 +20,7 @@
 
 pub mod allocator;
 pub mod cidrs;
+pub mod guard;
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -42,6 +43,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::allocator::Allocator;
 use self::cidrs::NodeCidrAllocation;
+use self::guard::{OtherAllocator, Sign};
 use super::ControllerContext;
 use super::events::Events;
 use super::route::node_ref;
@@ -82,6 +84,7 @@ struct Metrics {
     allocations: Family<ClusterCidrLabel, Counter>,
     releases: Family<ClusterCidrLabel, Counter>,
     usage: Family<ClusterCidrLabel, Gauge<f64, AtomicU64>>,
+    other_allocator: Gauge,
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
@@ -92,7 +95,13 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         allocations: Family::default(),
         releases: Family::default(),
         usage: Family::default(),
+        other_allocator: Gauge::default(),
     };
+    crate::metrics::register(
+        "node_ipam_other_allocator_detected",
+        "1 when node IPAM stopped because another pod CIDR allocator is at work",
+        m.other_allocator.clone(),
+    );
     crate::metrics::register(
         "node_ipam_cidrs_free",
         "Node CIDRs still free in each cluster CIDR",
@@ -180,6 +189,9 @@ struct Ipam {
     /// Nodes whose patch failed, and when to try again.
     retry_at: HashMap<String, Instant>,
     last_fingerprint: Option<u64>,
+    /// Set on the first sign of another allocator; nothing is allocated
+    /// after it.
+    other: Option<OtherAllocator>,
 }
 
 impl Ipam {
@@ -193,6 +205,7 @@ impl Ipam {
             exhausted_warned: HashSet::new(),
             retry_at: HashMap::new(),
             last_fingerprint: None,
+            other: None,
         }
     }
 
@@ -211,7 +224,15 @@ impl Ipam {
                     continue;
                 };
                 let name = node.metadata.name.clone().unwrap_or_default();
-                report_occupy(&name, &cidrs, allocator.occupy(&cidrs));
+                let occupied = allocator.occupy(&cidrs);
+                if !occupied.outside.is_empty() && self.other.is_none() {
+                    self.other = Some(OtherAllocator {
+                        node: name.clone(),
+                        cidrs: occupied.outside.clone(),
+                        sign: Sign::OutsideClusterCidr,
+                    });
+                }
+                report_occupy(&name, &cidrs, occupied);
                 held.insert(
                     uid,
                     Held {
@@ -265,6 +286,9 @@ impl Ipam {
     /// One pass over the node cache: take what others assigned, release what
     /// deleted nodes held, allocate for nodes without CIDRs.
     async fn sync(&mut self, nodes: &[std::sync::Arc<Node>]) {
+        if self.other.is_some() {
+            return;
+        }
         let now = Instant::now();
         let fp = fingerprint(nodes);
         let retry_due = self.retry_at.values().any(|at| *at <= now);
@@ -288,12 +312,15 @@ impl Ipam {
                     if !cidrs.is_empty() && cidrs != held.cidrs {
                         // Changed by someone else (podCIDRs is immutable in
                         // a real cluster, but keep the map true anyway).
+                        saw_other(&mut self.other, &name, &cidrs, Sign::AssignedByOther);
                         let old = std::mem::replace(&mut held.cidrs, cidrs.clone());
                         self.allocator.release(&old);
                         report_occupy(&name, &cidrs, self.allocator.occupy(&cidrs));
                     }
                 }
                 None if !cidrs.is_empty() => {
+                    // Not in the consistent start-up list, nor written here.
+                    saw_other(&mut self.other, &name, &cidrs, Sign::AssignedByOther);
                     report_occupy(&name, &cidrs, self.allocator.occupy(&cidrs));
                     self.held.insert(
                         uid.to_string(),
@@ -334,6 +361,9 @@ impl Ipam {
         self.exhausted_warned
             .retain(|uid| live.contains(uid.as_str()));
 
+        if self.other.is_some() {
+            return;
+        }
         // Decide, reserving each node's CIDRs before any patch is sent.
         candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut patches = Vec::new();
@@ -402,6 +432,7 @@ impl Ipam {
                 }
                 PatchOutcome::TakenByOther(theirs) => {
                     tracing::info!(node = %name, ours = ?cidrs, theirs = ?theirs, "node got pod CIDRs from someone else first; keeping theirs");
+                    saw_other(&mut self.other, &name, &theirs, Sign::LostRace);
                     self.allocator.release(&cidrs);
                     report_occupy(&name, &theirs, self.allocator.occupy(&theirs));
                     self.held.insert(
@@ -459,6 +490,15 @@ fn report_occupy(node: &str, cidrs: &[IpNet], result: allocator::Occupied) {
     for cidr in result.outside {
         tracing::info!(node, %cidr, all = ?cidrs, "node's pod CIDR is outside --cluster-cidr; not tracked");
     }
+}
+
+/// Records the first sign of another allocator.
+fn saw_other(slot: &mut Option<OtherAllocator>, node: &str, cidrs: &[IpNet], sign: Sign) {
+    slot.get_or_insert_with(|| OtherAllocator {
+        node: node.to_string(),
+        cidrs: cidrs.to_vec(),
+        sign,
+    });
 }
 
 /// Order-independent fingerprint of what allocation depends on.
@@ -549,6 +589,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         node_masks = ?config.ranges.iter().map(|r| r.node_mask).collect::<Vec<_>>(),
         "starting node IPAM"
     );
+    METRICS.other_allocator.set(0);
     let mut ipam = Ipam::new(
         config,
         Api::all(ctx.kube.clone()),
@@ -576,6 +617,12 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     // retries nodes whose patch failed without any node changing.
     let mut node_changes = ctx.node_changes.clone();
     loop {
+        if let Some(other) = &ipam.other {
+            METRICS.other_allocator.set(1);
+            tracing::error!("{other}");
+            stop.cancelled().await;
+            return;
+        }
         let nodes = ctx.nodes.state();
         tokio::select! {
             _ = stop.cancelled() => return,

@@ -48,7 +48,6 @@ use super::events::Events;
 use super::node_ipam::cidrs::ClusterCidrs;
 use crate::provider::routes::{
     RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
-    instance_id_from_provider_id,
 };
 
 /// Share of `--route-table-limit` past which the controller warns.
@@ -691,7 +690,7 @@ pub fn node_routes(node: &Node) -> NodeRoutes {
         name: node.metadata.name.clone().unwrap_or_default(),
         instance_id: spec
             .and_then(|s| s.provider_id.as_deref())
-            .and_then(instance_id_from_provider_id),
+            .and_then(|p| crate::ids::parse_provider_id(p).ok()),
         pod_cidrs,
     }
 }

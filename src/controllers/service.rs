@@ -81,18 +81,40 @@ fn has_finalizer(svc: &Service) -> bool {
     svc.finalizers().iter().any(|f| f == FINALIZER)
 }
 
-/// The EC2 instance ID in a node's provider ID (`aws:///us-east-1a/i-0abc`).
+/// The EC2 instance a backend node is, by the project's one providerID
+/// parser ([`crate::ids`]): `aws:///<zone>/i-…`, `aws://<zone>/i-…` or a bare
+/// `i-…`. As upstream's `mapToAWSInstanceIDsTolerant`, a node without a
+/// providerID (not initialized yet) or with one that names no instance is
+/// left out of the backends; the second is logged, once per node and value.
 pub fn instance_id(node: &Node) -> Option<String> {
-    let pid = node.spec.as_ref()?.provider_id.as_deref()?;
-    let last = pid.strip_prefix("aws://")?.rsplit('/').next()?;
-    last.starts_with("i-").then(|| last.to_string())
+    match crate::ids::node_instance_id(node) {
+        Ok(id) => id,
+        Err(e) => {
+            warn_once(&e);
+            None
+        }
+    }
+}
+
+/// Logs a malformed providerID the first time this (node, value) is seen:
+/// backends are recomputed at every node change, which would repeat it.
+fn warn_once(e: &crate::ids::NodeProviderIdError) {
+    static SEEN: std::sync::OnceLock<Mutex<BTreeSet<(String, String)>>> =
+        std::sync::OnceLock::new();
+    let fresh = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .insert((e.node.clone(), e.value.clone()));
+    if fresh {
+        tracing::warn!(node = %e.node, "{e}; the node is not a load-balancer backend");
+    }
 }
 
 /// Backend predicate (k8s.io/cloud-provider, KEP-3458: readiness is not a
 /// filter): not being deleted, not excluded by label, not being removed by
 /// the cluster autoscaler, and carrying every `target-node-labels` label.
 pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
-    if node.metadata.deletion_timestamp.is_some() || node.labels().contains_key(EXCLUDE_LABEL) {
+    if node.metadata.deletion_timestamp.is_some() || excluded_by_label(node) {
         return false;
     }
     let tainted = node
@@ -100,10 +122,27 @@ pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
-    !tainted
-        && target_labels
-            .iter()
-            .all(|(k, v)| node.labels().get(k) == Some(v))
+    !tainted && crate::aws::annotations::labels_match(node.labels(), target_labels)
+}
+
+/// `node.kubernetes.io/exclude-from-external-load-balancers`, read as
+/// k8s.io/cloud-provider's `nodeIncludedPredicate` reads it: the value is a
+/// Go boolean (`strconv.ParseBool`); a false one keeps the node, a true one
+/// excludes it, and so does any value that is not a boolean (an empty one
+/// too).
+pub fn excluded_by_label(node: &Node) -> bool {
+    node.labels()
+        .get(EXCLUDE_LABEL)
+        .is_some_and(|v| go_parse_bool(v) != Some(false))
+}
+
+/// Go's `strconv.ParseBool`: exactly these spellings, nothing trimmed.
+fn go_parse_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
 }
 
 /// Instance IDs of the backends.
@@ -589,6 +628,47 @@ mod tests {
     }
 
     #[test]
+    fn exclude_label_is_a_go_boolean_and_anything_else_excludes() {
+        for kept in ["false", "False", "FALSE", "f", "F", "0"] {
+            assert!(
+                !excluded_by_label(&node("n", &[(EXCLUDE_LABEL, kept)], None)),
+                "{kept:?} keeps the node"
+            );
+        }
+        for dropped in [
+            "true", "True", "TRUE", "t", "T", "1", "", "yes", "no", " false",
+        ] {
+            assert!(
+                excluded_by_label(&node("n", &[(EXCLUDE_LABEL, dropped)], None)),
+                "{dropped:?} excludes the node"
+            );
+        }
+        assert!(!excluded_by_label(&node("n", &[], None)));
+        let nodes = vec![
+            node("a", &[(EXCLUDE_LABEL, "false")], None),
+            node("b", &[(EXCLUDE_LABEL, "true")], None),
+        ];
+        assert_eq!(
+            backends(&nodes, &BTreeMap::new()),
+            BTreeSet::from(["i-a".to_string()])
+        );
+    }
+
+    #[test]
+    fn a_bare_target_label_key_selects_nodes_with_any_value() {
+        let nodes = vec![
+            node("a", &[("pool", "web")], None),
+            node("b", &[("pool", "")], None),
+            node("c", &[("other", "web")], None),
+        ];
+        let want = BTreeSet::from(["i-a".to_string(), "i-b".to_string()]);
+        for annotation in ["pool", "pool="] {
+            let targets = crate::aws::annotations::parse_key_values(annotation);
+            assert_eq!(backends(&nodes, &targets), want, "{annotation:?}");
+        }
+    }
+
+    #[test]
     fn backend_index_lists_nodes_once_per_label_set_and_generation() {
         let all = Arc::new(vec![
             node("a", &[], None),
@@ -623,11 +703,22 @@ mod tests {
     }
 
     #[test]
-    fn provider_ids_without_zone_work() {
-        let mut n = (*node("x", &[], None)).clone();
-        n.spec.as_mut().unwrap().provider_id = Some("aws:///i-0abc".into());
-        assert_eq!(instance_id(&n).as_deref(), Some("i-0abc"));
-        n.spec.as_mut().unwrap().provider_id = Some("gce://p/z/n".into());
-        assert_eq!(instance_id(&n), None);
+    fn backends_take_every_provider_id_form_the_go_ccm_takes() {
+        let mut nodes = Vec::new();
+        for (name, pid) in [
+            ("zoned", "aws:///us-east-1a/i-0aaa"),
+            ("zoneless", "aws:///i-0bbb"),
+            ("bare", "i-0ccc"),
+            ("authority", "aws://us-east-1a/i-0ddd"),
+            ("gce", "gce://p/z/n"),
+            ("fargate", "aws:///us-east-1a/fargate-ip-10-0-0-1"),
+            ("uninitialized", ""),
+        ] {
+            let mut n = (*node(name, &[], None)).clone();
+            n.spec.as_mut().unwrap().provider_id = Some(pid.into());
+            nodes.push(Arc::new(n));
+        }
+        let want = ["i-0aaa", "i-0bbb", "i-0ccc", "i-0ddd"].map(String::from);
+        assert_eq!(backends(&nodes, &BTreeMap::new()), BTreeSet::from(want));
     }
 }

@@ -242,21 +242,6 @@ pub trait Routes: Send + Sync {
     fn permission(&self, probe: &Probe, tagging: Tagging) -> impl Future<Output = Verdict> + Send;
 }
 
-/// The EC2 instance ID in a Kubernetes provider ID, in the forms the Go CCM
-/// accepts: `aws:///<zone>/<id>`, `aws:////<id>`, `aws:///<id>`, or a bare
-/// `i-…`. `None` for anything else (Fargate, other providers, empty).
-pub fn instance_id_from_provider_id(provider_id: &str) -> Option<String> {
-    let rest = match provider_id.strip_prefix("aws://") {
-        Some(rest) => rest,
-        None if provider_id.starts_with("i-") => provider_id,
-        None => return None,
-    };
-    let id = rest.rsplit('/').next()?;
-    let valid =
-        id.len() > 2 && id.starts_with("i-") && id[2..].chars().all(|c| c.is_ascii_alphanumeric());
-    valid.then(|| id.to_string())
-}
-
 fn parse_route(route: &aws_sdk_ec2::types::Route) -> Route {
     let destination = route
         .destination_cidr_block()
@@ -867,30 +852,6 @@ pub(crate) fn create_route_request(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn provider_ids_in_every_form_the_go_ccm_accepts() {
-        for (input, want) in [
-            (
-                "aws:///us-east-1a/i-0123456789abcdef0",
-                Some("i-0123456789abcdef0"),
-            ),
-            ("aws:////i-0abc", Some("i-0abc")),
-            ("aws:///i-0abc", Some("i-0abc")),
-            ("i-0abc", Some("i-0abc")),
-            ("aws:///us-east-1a/fargate-ip-10-0-0-1", None),
-            ("gce://p/z/i-1", None),
-            ("", None),
-            ("aws:///us-east-1a/", None),
-            ("aws:///us-east-1a/i-", None),
-        ] {
-            assert_eq!(
-                instance_id_from_provider_id(input).as_deref(),
-                want,
-                "{input}"
-            );
-        }
-    }
 
     fn sdk_route() -> aws_sdk_ec2::types::builders::RouteBuilder {
         aws_sdk_ec2::types::Route::builder()

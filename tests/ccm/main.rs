@@ -4,6 +4,7 @@
 
 mod support;
 
+mod backends;
 mod clb;
 mod credentials;
 mod foundation;

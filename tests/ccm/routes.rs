@@ -884,6 +884,81 @@ async fn dual_stack_nodes_get_one_cidr_of_each_family() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// kOps passes `--allocate-node-cidrs=true` to the Go CCM, which has no
+/// IPAM controller, while kube-controller-manager allocates: after a swap the
+/// default controllers must not start a second allocator, and say so.
+#[tokio::test]
+async fn default_controllers_do_not_run_node_ipam_even_with_allocate_node_cidrs()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let api = nodes_api(&env).await?;
+    create(&api, node("n0", None, &[])).await?;
+    let ccm = env
+        .start_ccm(&["--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16"])
+        .await?;
+    ccm.wait_for_log("node IPAM is not running", WAIT).await?;
+    // The four default controllers start; node IPAM is not among them.
+    let started = |logs: &str| {
+        logs.lines()
+            .filter(|l| l.contains("starting controller"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let lines = eventually("the default controllers to start", WAIT, || async {
+        let lines = started(&ccm.logs());
+        (lines.len() >= 4).then_some(lines)
+    })
+    .await
+    .map_err(|e| e.context(ccm.logs()))?;
+    for name in [
+        "cloud-node-controller",
+        "service-lb-controller",
+        "node-route-controller",
+    ] {
+        assert!(lines.iter().any(|l| l.contains(name)), "{name}: {lines:?}");
+    }
+    assert!(
+        !lines.iter().any(|l| l.contains("node-ipam-controller")),
+        "{lines:?}"
+    );
+    let logs = ccm.logs();
+    assert!(logs.contains("--controllers names nodeipam"), "{logs}");
+    assert!(!logs.contains("starting node IPAM"), "{logs}");
+    assert!(pod_cidrs(&api, "n0").await.is_none());
+    Ok(())
+}
+
+/// A Node holding a CIDR outside --cluster-cidr (kube-controller-manager
+/// allocating from its own range): node IPAM refuses to allocate, says why,
+/// and the gauge shows it; the other controllers keep running.
+#[tokio::test]
+async fn node_ipam_stands_down_when_another_allocator_is_at_work() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let api = nodes_api(&env).await?;
+    create(&api, node("kcm-made", None, &["100.96.3.0/24"])).await?;
+    create(&api, node("bare", None, &[])).await?;
+    let mut args = ipam_args("10.244.0.0/16");
+    args[0] = "--controllers=nodeipam,service".into();
+    let ccm = env.start_ccm(&as_strs(&args)).await?;
+    ccm.wait_for_log("another pod CIDR allocator is at work", WAIT)
+        .await?;
+    let logs = ccm.logs();
+    assert!(
+        logs.contains("kcm-made") && logs.contains("100.96.3.0/24"),
+        "{logs}"
+    );
+    // The other controllers run on.
+    ccm.wait_for_log("service-lb-controller", WAIT).await?;
+    let addr = ccm.https_addr().await?;
+    let (_, metrics) = https_get(&addr, "/metrics").await?;
+    assert!(
+        metrics.contains("node_ipam_other_allocator_detected 1"),
+        "{metrics}"
+    );
+    assert!(pod_cidrs(&api, "bare").await.is_none());
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_bad_cluster_cidr_stops_start_up_naming_the_value() -> anyhow::Result<()> {
     let env = Env::start().await?;
@@ -894,6 +969,7 @@ async fn a_bad_cluster_cidr_stops_start_up_naming_the_value() -> anyhow::Result<
     ] {
         let mut args = env.base_args();
         args.extend([
+            "--controllers=*,nodeipam".to_string(),
             "--allocate-node-cidrs=true".to_string(),
             format!("--cluster-cidr={value}"),
         ]);

@@ -1,10 +1,9 @@
 //! Which EC2 instance a Node is: from its `spec.providerID`, else from its
 //! name, by the Go CCM's rules.
 //!
-//! Provider IDs: `aws:///<zone>/<instance-id>` (what this CCM writes),
-//! `aws:////<instance-id>`, `aws:///<instance-id>`, `aws://<zone>/<id>`, and
-//! a bare `<instance-id>`. As upstream, the instance ID is the last path
-//! segment of the URL and must start with `i-`.
+//! Provider IDs are read by [`crate::ids`], the project's one parser
+//! (`aws:///<zone>/<instance-id>`, `aws:////<id>`, `aws://<zone>/<id>`, a
+//! bare `i-…`, as upstream).
 //!
 //! Node names: a resource-based name (`i-0123456789abcdef0`, optionally with
 //! a domain: `i-0123456789abcdef0.us-west-2.compute.internal`) gives the
@@ -15,6 +14,7 @@
 use std::fmt;
 
 use crate::controllers::cached_node::Node;
+pub use crate::ids::{ProviderIdError, is_instance_id, parse_provider_id};
 
 /// How to find a node's instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -39,14 +39,15 @@ impl fmt::Display for Lookup {
 pub enum IdentityError {
     #[error(
         "node {node} has spec.providerID {value:?}, which is not an AWS provider ID ({reason}). \
-         Expected aws:///<availability-zone>/<instance-id> (e.g. aws:///us-east-1a/i-0123456789abcdef0). \
+         Expected {form}. \
          spec.providerID cannot be changed once set: delete the Node and let the kubelet re-register it \
          without --provider-id, or with a correct one"
     )]
     InvalidProviderId {
         node: String,
         value: String,
-        reason: &'static str,
+        reason: ProviderIdError,
+        form: &'static str,
     },
     #[error(
         "node {node} has spec.providerID {value:?}, which names a Fargate pod, not an EC2 instance; \
@@ -55,47 +56,6 @@ pub enum IdentityError {
     Fargate { node: String, value: String },
     #[error("node has an empty name")]
     EmptyName,
-}
-
-/// Extracts the instance ID from a provider ID, accepting every form the
-/// Go CCM accepts. `Err` carries a short reason.
-pub fn parse_provider_id(value: &str) -> Result<String, &'static str> {
-    if value.trim().is_empty() {
-        return Err("it is empty");
-    }
-    // Upstream: anything without the aws:// prefix is read as a bare path
-    // ("aws:////" + value), so only the path segments matter.
-    let path = match value.strip_prefix("aws://") {
-        // Skip the authority (a zone in the aws://<zone>/<id> form).
-        Some(rest) => match rest.find('/') {
-            Some(slash) => &rest[slash..],
-            None => "",
-        },
-        None => value,
-    };
-    // A URL's query and fragment are not part of its path.
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    let id = path
-        .trim_matches('/')
-        .rsplit('/')
-        .next()
-        .unwrap_or_default();
-    if id.is_empty() {
-        return Err("it has no instance ID");
-    }
-    if id.starts_with("fargate-") {
-        return Err("fargate");
-    }
-    if !is_instance_id(id) {
-        return Err("its last path segment is not an EC2 instance ID (i-...)");
-    }
-    Ok(id.to_string())
-}
-
-/// `i-` followed by letters and digits (`i-12345678`, `i-0123456789abcdef0`).
-pub fn is_instance_id(s: &str) -> bool {
-    s.strip_prefix("i-")
-        .is_some_and(|rest| !rest.is_empty() && rest.chars().all(|c| c.is_ascii_alphanumeric()))
 }
 
 /// How a node name (without a providerID) maps to a lookup.
@@ -123,7 +83,7 @@ pub fn lookup_for_node(node: &Node) -> Result<Lookup, IdentityError> {
     {
         Some(value) => match parse_provider_id(value) {
             Ok(id) => Ok(Lookup::ById(id)),
-            Err("fargate") => Err(IdentityError::Fargate {
+            Err(ProviderIdError::Fargate) => Err(IdentityError::Fargate {
                 node: name,
                 value: value.to_string(),
             }),
@@ -131,6 +91,7 @@ pub fn lookup_for_node(node: &Node) -> Result<Lookup, IdentityError> {
                 node: name,
                 value: value.to_string(),
                 reason,
+                form: crate::ids::EXPECTED_FORM,
             }),
         },
         None => lookup_for_name(&name),
@@ -139,8 +100,7 @@ pub fn lookup_for_node(node: &Node) -> Result<Lookup, IdentityError> {
 
 /// The instance ID a node's providerID names, if it is set and valid.
 pub fn instance_id_of(node: &Node) -> Option<String> {
-    let value = node.spec.as_ref()?.provider_id.as_deref()?;
-    parse_provider_id(value).ok()
+    crate::ids::node_instance_id(node).ok().flatten()
 }
 
 #[cfg(test)]
@@ -148,54 +108,6 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::NodeSpec;
     use kube::api::ObjectMeta;
-
-    #[test]
-    fn every_upstream_provider_id_form_parses() {
-        let id = "i-0123456789abcdef0";
-        for form in [
-            "aws:///us-east-1a/i-0123456789abcdef0",
-            "aws:////i-0123456789abcdef0",
-            "aws:///i-0123456789abcdef0",
-            "aws://us-east-1a/i-0123456789abcdef0",
-            "i-0123456789abcdef0",
-            // Upstream reads the last path segment whatever comes before.
-            "aws:///us-east-1a/extra/i-0123456789abcdef0",
-            "aws:///us-east-1a/i-0123456789abcdef0/",
-            "aws:///us-east-1a/i-0123456789abcdef0?x=1",
-        ] {
-            assert_eq!(parse_provider_id(form).as_deref(), Ok(id), "{form}");
-        }
-        assert_eq!(
-            parse_provider_id("aws:///us-east-1a/i-12345678").as_deref(),
-            Ok("i-12345678"),
-            "the short, old ID format"
-        );
-    }
-
-    #[test]
-    fn malformed_provider_ids_are_rejected_with_a_reason() {
-        for bad in [
-            "",
-            "aws://",
-            "aws:///",
-            "aws:///us-east-1a/",
-            "aws:///us-east-1a/vol-0123",
-            "gce://project/zone/instance-1",
-            "aws:///us-east-1a/i-",
-            "aws:///us-east-1a/i-01 23",
-            "azure:///subscriptions/x/i-123/vm",
-            "aws://us-east-1a",
-        ] {
-            assert!(
-                parse_provider_id(bad).is_err(),
-                "{bad:?} should be rejected"
-            );
-        }
-        assert_eq!(
-            parse_provider_id("aws:///us-east-1a/fargate-ip-10-0-0-1"),
-            Err("fargate")
-        );
-    }
 
     #[test]
     fn node_names_map_to_the_right_lookup() {
