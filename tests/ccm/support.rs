@@ -158,6 +158,8 @@ async fn collect_lines(stream: impl tokio::io::AsyncRead + Unpin, sink: Arc<Mute
 pub struct Ccm {
     child: Child,
     logs: Arc<Mutex<String>>,
+    /// The tasks reading stderr and stdout; done once the pipes close.
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Ccm {
@@ -179,9 +181,15 @@ impl Ccm {
         let logs = Arc::new(Mutex::new(String::new()));
         let stderr = child.stderr.take().context("no stderr")?;
         let stdout = child.stdout.take().context("no stdout")?;
-        tokio::spawn(collect_lines(stderr, logs.clone()));
-        tokio::spawn(collect_lines(stdout, logs.clone()));
-        Ok(Ccm { child, logs })
+        let readers = vec![
+            tokio::spawn(collect_lines(stderr, logs.clone())),
+            tokio::spawn(collect_lines(stdout, logs.clone())),
+        ];
+        Ok(Ccm {
+            child,
+            logs,
+            readers,
+        })
     }
 
     pub fn logs(&self) -> String {
@@ -227,8 +235,10 @@ impl Ccm {
         }
     }
 
+    /// Waits for the process to exit and for its output to be read to the
+    /// end, so [`Ccm::logs`] then holds every line it wrote.
     pub async fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<ExitStatus> {
-        tokio::time::timeout(deadline, self.child.wait())
+        let status = tokio::time::timeout(deadline, self.child.wait())
             .await
             .with_context(|| {
                 format!(
@@ -236,7 +246,14 @@ impl Ccm {
                     self.logs()
                 )
             })?
-            .context("waiting for the process")
+            .context("waiting for the process")?;
+        for reader in self.readers.drain(..) {
+            tokio::time::timeout(deadline, reader)
+                .await
+                .context("the process's output pipes did not close after it exited")?
+                .context("reading the process's output")?;
+        }
+        Ok(status)
     }
 
     /// Runs the binary to completion (for start-up failures).
