@@ -642,11 +642,11 @@ mod tests {
     use super::*;
     use crate::testkit::apiserver::TestApiServer;
 
-    fn net(s: &str) -> IpNet {
+    pub(super) fn net(s: &str) -> IpNet {
         s.parse().expect("test CIDR")
     }
 
-    async fn node(api: &Api<Node>, name: &str) -> Node {
+    pub(super) async fn node(api: &Api<Node>, name: &str) -> Node {
         let n: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
         api.create(&PostParams::default(), &n)
             .await

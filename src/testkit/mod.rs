@@ -8,3 +8,4 @@ pub mod aws_proxy;
 pub mod iam;
 pub mod instance_sim;
 pub mod moto;
+pub mod tls;

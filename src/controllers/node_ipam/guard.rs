@@ -88,9 +88,8 @@ mod tests {
 /// The guard inside the allocator: a consistent start-up list, then syncs.
 #[cfg(test)]
 mod ipam_tests {
-    use ipnet::IpNet;
     use kube::Api;
-    use kube::api::{Patch, PatchParams, PostParams};
+    use kube::api::{Patch, PatchParams};
     use serde_json::json;
 
     use super::super::cidrs::{self, NodeCidrAllocation};
@@ -100,16 +99,7 @@ mod ipam_tests {
     use crate::controllers::events::Events;
     use crate::testkit::apiserver::TestApiServer;
 
-    fn net(s: &str) -> IpNet {
-        s.parse().expect("test CIDR")
-    }
-
-    async fn node(api: &Api<Node>, name: &str) -> Node {
-        let n: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
-        api.create(&PostParams::default(), &n)
-            .await
-            .expect("create")
-    }
+    use super::super::tests::{net, node};
 
     async fn ipam(server: &TestApiServer) -> anyhow::Result<(Ipam, Api<Node>)> {
         let client = server.client().await?;
