@@ -501,7 +501,7 @@ mod server_flag_tests;
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Validated, String> {
+    pub(super) fn parse(args: &[&str]) -> Result<Validated, String> {
         let mut argv = vec!["aws-cloud-controller-manager"];
         argv.extend_from_slice(args);
         let (opts, ignored) = Options::parse_args(argv).map_err(|e| e.to_string())?;

@@ -5,15 +5,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::{LogFormat, Options, Validated};
+use super::LogFormat;
 use crate::server::TlsPolicy;
 
-fn parse(args: &[&str]) -> Result<Validated, String> {
-    let mut argv = vec!["aws-cloud-controller-manager"];
-    argv.extend_from_slice(args);
-    let (opts, ignored) = Options::parse_args(argv).map_err(|e| e.to_string())?;
-    opts.validate(ignored).map_err(|e| e.to_string())
-}
+use super::tests::parse;
 
 #[test]
 fn auth_and_tls_flags_are_honoured_with_upstream_defaults() {
