@@ -9,9 +9,9 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 ENV CARGO_TARGET_DIR=/src/target
 COPY Cargo.toml Cargo.lock Makefile ./
-COPY src ./src
-COPY benches ./benches
-COPY tests ./tests
+# The workspace: the product crate and the test tools' crate (cargo needs
+# every member's manifest; the release build compiles only the product).
+COPY crates ./crates
 # Cache mounts keep the registry and target dir between builds, so a source
 # edit does not rebuild the AWS SDK crates.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

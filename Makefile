@@ -56,7 +56,7 @@ sandbox: tools build
 	scripts/sandbox.sh
 
 ## bench: scale benchmark of the release binary; prints one table (not part of CI).
-## SCALE_SCENARIOS / SCALE_NODES / ... pick and size it (see benches/scale.rs).
+## SCALE_SCENARIOS / SCALE_NODES / ... pick and size it (see crates/aws-ccm/benches/scale.rs).
 bench: tools
 	cargo bench --locked --bench scale
 

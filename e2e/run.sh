@@ -2,7 +2,7 @@
 # End to end on a machine with Docker: a kind cluster whose kubelets run
 # with --cloud-provider=external, an AWS emulator on kind's Docker network,
 # the CCM image loaded into kind and installed from manifests/overlays/e2e,
-# then the Rust e2e suite (tests/e2e.rs) against both. Everything is torn
+# then the Rust e2e suite (crates/aws-ccm/tests/e2e.rs) against both. Everything is torn
 # down on exit (keep it with E2E_KEEP=1).
 #
 #   E2E_EMULATOR=moto        (default) motoserver/moto: EC2, ELB, ELBv2 -> every test
@@ -110,4 +110,4 @@ E2E_KUBECONFIG="$work/kubeconfig" \
 E2E_AWS_ENDPOINT="$endpoint" \
 E2E_CLUSTER_ID="$cluster_id" \
 E2E_FEATURES="$features" \
-  cargo test --locked --test e2e -- --test-threads=1
+  cargo test --locked -p aws-ccm --test e2e -- --test-threads=1

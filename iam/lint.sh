@@ -2,7 +2,7 @@
 # Lints iam/policy.json, rendered with every iam/render.sh option, with
 # parliament; fails on every finding except the known gaps in parliament's
 # own data listed in iam/parliament-known-gaps.txt. The policy is evaluated
-# condition by condition by tests/iam_policy.rs; this is a second opinion.
+# condition by condition by crates/aws-ccm/tests/iam_policy.rs; this is a second opinion.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 parliament="${PARLIAMENT:-parliament}"

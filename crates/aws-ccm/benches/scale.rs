@@ -1,0 +1,1541 @@
+//! Scale benchmark: the release CCM binary against the Kubernetes API test
+//! server and an AWS endpoint behind the fault proxy, which enforces AWS's
+//! documented buckets at full size (`budget_fraction: Some(1.0)`) and adds a
+//! latency to every call. Prints one table: scenario, figure, lower bound,
+//! ratio.
+//!
+//! moto cannot hold thousands of instances (the `moto` scenario prints how
+//! long it takes), so `join`, `steady` and `churn` keep their instances in the
+//! in-repo simulator (`ccm_testkit::instance_sim`), which answers
+//! DescribeInstances behind the same proxy; moto keeps the VPC, subnets,
+//! security groups and load balancers. `routes` runs on moto alone (its
+//! CreateRoute checks the instance).
+//!
+//! `make bench` (or `cargo bench --bench scale`). Pick and size with
+//! environment variables:
+//!
+//! - `SCALE_SCENARIOS`: comma list of `moto,join,steady,churn,routes`
+//!   (default: all). `steady` also prints the memory figures.
+//! - `SCALE_NODES`: overrides every node count (e.g. `200` to iterate).
+//! - `SCALE_SERVICES`: LoadBalancer Services in `steady` (default 1,000).
+//! - `SCALE_CHURN_SERVICES`: NLB Services in `churn` (default 500).
+//! - `SCALE_LATENCY_MS`: proxy latency per AWS call (default 50).
+//! - `SCALE_STEADY_SECS`: real seconds of `steady` after adoption (default
+//!   180 = 30 min at the default compression of 10).
+//! - `SCALE_CCM_BINARY`: run another build of the CCM (before/after).
+//! - `SCALE_NLB=0`: every `steady` Service is a Classic ELB (default: half
+//!   are NLBs).
+//!
+//! Each scenario stops itself at a deadline and prints what it reached.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use ccm_testkit::apiserver::TestApiServer;
+use ccm_testkit::aws_proxy::{CallCounts, FaultProxy, ProxyConfig};
+use ccm_testkit::instance_sim::{InstanceSim, LaunchTemplate};
+use ccm_testkit::moto::Moto;
+use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_aws-cloud-controller-manager");
+const CLUSTER_ID: &str = "scale";
+const REGION: &str = "us-east-1";
+const AZ: &str = "us-east-1a";
+const AMI: &str = "ami-12c6146b";
+const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+/// Client-side apiserver budget the CCM is given in the join burst.
+const KUBE_API_QPS: u32 = 200;
+/// Periods are divided by this in `steady` to compress time.
+const COMPRESSION: u32 = 10;
+/// Nodes per node group in `steady`: each group has its own security group
+/// (AWS allows 60 inbound rules per group, and every load balancer adds one
+/// or two to each group it reaches) and each Service selects one group by a
+/// `group` label, as Services pinned to an instance group do.
+const NODES_PER_GROUP: usize = 50;
+/// The same in `churn`: 500 NLBs over 40 groups of 25 is 12 or 13 per group.
+const CHURN_GROUP: usize = 25;
+
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let cfg = Config::from_env();
+    let mut table = Table::default();
+    runtime.block_on(async {
+        for scenario in cfg.scenarios.clone() {
+            let started = Instant::now();
+            eprintln!("== {scenario} ...");
+            let result = match scenario.as_str() {
+                "moto" => moto_figures(&cfg, &mut table).await,
+                "join" => {
+                    let mut r = Ok(());
+                    for n in cfg.sizes(&[1000, 5000]) {
+                        r = r.and(join_burst(&cfg, n, &mut table).await);
+                    }
+                    r
+                }
+                "steady" => steady_state(&cfg, &mut table).await,
+                "churn" => churn(&cfg, &mut table).await,
+                "routes" => routes(&cfg, cfg.sizes(&[1000])[0], &mut table).await,
+                other => Err(anyhow::anyhow!("unknown scenario {other:?}")),
+            };
+            if let Err(e) = result {
+                table.row(&scenario, "FAILED", &format!("{e:#}"), "", None);
+            }
+            eprintln!("== {scenario} took {:.0?}", started.elapsed());
+        }
+    });
+    table.binary_size();
+    table.print();
+    Ok(())
+}
+
+struct Config {
+    scenarios: Vec<String>,
+    nodes: Option<usize>,
+    services: usize,
+    latency: Duration,
+    steady: Duration,
+    nlb: bool,
+    churn_services: usize,
+}
+
+impl Config {
+    fn from_env() -> Config {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let num = |k: &str| var(k).and_then(|v| v.parse::<u64>().ok());
+        Config {
+            scenarios: var("SCALE_SCENARIOS")
+                .unwrap_or_else(|| "moto,join,steady,churn,routes".into())
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .collect(),
+            nodes: num("SCALE_NODES").map(|n| n as usize),
+            services: num("SCALE_SERVICES").unwrap_or(1000) as usize,
+            latency: Duration::from_millis(num("SCALE_LATENCY_MS").unwrap_or(50)),
+            steady: Duration::from_secs(num("SCALE_STEADY_SECS").unwrap_or(180)),
+            nlb: var("SCALE_NLB").is_none_or(|v| v != "0"),
+            churn_services: num("SCALE_CHURN_SERVICES").unwrap_or(500) as usize,
+        }
+    }
+
+    fn sizes(&self, defaults: &[usize]) -> Vec<usize> {
+        match self.nodes {
+            Some(n) => vec![n],
+            None => defaults.to_vec(),
+        }
+    }
+
+    fn proxy(&self) -> ProxyConfig {
+        ProxyConfig {
+            budget_fraction: Some(1.0),
+            latency: self.latency,
+            ..ProxyConfig::default()
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    rows: Vec<[String; 5]>,
+}
+
+impl Table {
+    fn row(&mut self, scenario: &str, figure: &str, value: &str, bound: &str, ratio: Option<f64>) {
+        let ratio = ratio.map(|r| format!("{r:.2}")).unwrap_or_default();
+        eprintln!("   {scenario} | {figure} | {value} | {bound} | {ratio}");
+        self.rows.push([
+            scenario.into(),
+            figure.into(),
+            value.into(),
+            bound.into(),
+            ratio,
+        ]);
+    }
+
+    fn binary_size(&mut self) {
+        let size = std::fs::metadata(BINARY).map(|m| m.len()).unwrap_or(0);
+        self.row(
+            "memory",
+            "release binary size",
+            &format!("{:.1} MB", size as f64 / 1e6),
+            "",
+            None,
+        );
+    }
+
+    fn print(&self) {
+        let header = ["scenario", "figure", "value", "lower bound / goal", "ratio"];
+        let mut widths = header.map(str::len);
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.len());
+            }
+        }
+        let line = |cells: [&str; 5]| {
+            let mut s = String::from("|");
+            for (w, c) in widths.iter().zip(cells) {
+                s.push_str(&format!(" {c:<w$} |"));
+            }
+            s
+        };
+        println!("{}", line(header));
+        let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+        println!(
+            "{}",
+            line([&rule[0], &rule[1], &rule[2], &rule[3], &rule[4]])
+        );
+        for r in &self.rows {
+            println!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+        }
+    }
+}
+
+/// The servers of one scenario.
+struct World {
+    api: TestApiServer,
+    moto: Moto,
+    proxy: FaultProxy,
+    ec2: aws_sdk_ec2::Client,
+    subnet: String,
+    vpc: String,
+    node_group: String,
+    latency: Duration,
+    /// Instances of the scenarios that moto cannot hold (see `sim_launch`).
+    sim: Arc<InstanceSim>,
+    dir: tempfile::TempDir,
+}
+
+#[derive(Clone)]
+struct Instance {
+    id: String,
+    dns: String,
+}
+
+impl World {
+    async fn start(cfg: &Config) -> anyhow::Result<World> {
+        let (api, moto) = tokio::try_join!(TestApiServer::start(), Moto::start())?;
+        let proxy = FaultProxy::start(&moto.endpoint(), cfg.proxy()).await?;
+        let ec2 = aws_sdk_ec2::Client::new(&moto.sdk_config().await);
+        let vpc = ec2
+            .create_vpc()
+            .cidr_block("10.0.0.0/16")
+            .send()
+            .await?
+            .vpc
+            .and_then(|v| v.vpc_id)
+            .context("no VPC id")?;
+        let subnet = ec2
+            .create_subnet()
+            .vpc_id(&vpc)
+            .cidr_block("10.0.0.0/17")
+            .availability_zone(AZ)
+            .send()
+            .await?
+            .subnet
+            .and_then(|s| s.subnet_id)
+            .context("no subnet id")?;
+        ec2.create_tags()
+            .resources(&subnet)
+            .tags(cluster_tag())
+            .tags(
+                Tag::builder()
+                    .key("kubernetes.io/role/elb")
+                    .value("1")
+                    .build(),
+            )
+            .send()
+            .await?;
+        // Internet-facing load balancers need a subnet routed to a gateway,
+        // and nodes a cluster security group.
+        let igw = ec2
+            .create_internet_gateway()
+            .send()
+            .await?
+            .internet_gateway
+            .and_then(|g| g.internet_gateway_id)
+            .context("no internet gateway id")?;
+        ec2.attach_internet_gateway()
+            .vpc_id(&vpc)
+            .internet_gateway_id(&igw)
+            .send()
+            .await?;
+        let main_table = ec2
+            .describe_route_tables()
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("vpc-id")
+                    .values(&vpc)
+                    .build(),
+            )
+            .send()
+            .await?
+            .route_tables()
+            .first()
+            .and_then(|t| t.route_table_id().map(str::to_string))
+            .context("no main route table")?;
+        ec2.create_route()
+            .route_table_id(&main_table)
+            .destination_cidr_block("0.0.0.0/0")
+            .gateway_id(&igw)
+            .send()
+            .await?;
+        let node_group = security_group(&ec2, &vpc, "nodes").await?;
+        let dir = tempfile::tempdir()?;
+        api.write_kubeconfig(&dir.path().join("kubeconfig"))?;
+        std::fs::write(
+            dir.path().join("cloud.conf"),
+            format!("[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n"),
+        )?;
+        Ok(World {
+            api,
+            moto,
+            proxy,
+            ec2,
+            subnet,
+            vpc,
+            node_group,
+            latency: cfg.latency,
+            sim: InstanceSim::new(),
+            dir,
+        })
+    }
+
+    /// Launches `count` instances in the in-repo simulator, which from now
+    /// on answers every DescribeInstances the proxy sees (moto keeps the
+    /// rest): `per_group` instances share one cluster-tagged node security
+    /// group, made in moto, as an instance group's nodes do (one group per
+    /// `per_group` nodes keeps each under AWS's 60-rule quota). Returns each
+    /// instance with its group's index.
+    async fn sim_launch(
+        &self,
+        count: usize,
+        per_group: usize,
+    ) -> anyhow::Result<Vec<(Instance, usize)>> {
+        self.proxy.serve_locally(Some(self.sim.clone()));
+        let groups = count.div_ceil(per_group).max(1);
+        let mut group_ids = Vec::with_capacity(groups);
+        for g in 0..groups {
+            group_ids.push(self.security_group(&format!("nodes-g{g}")).await?);
+        }
+        let mut out = Vec::with_capacity(count);
+        for (g, group_id) in group_ids.iter().enumerate() {
+            let n = per_group.min(count - out.len());
+            let template = self.sim_template(group_id, &format!("nodes-g{g}"));
+            for i in self.sim.launch(&template, n) {
+                out.push((
+                    Instance {
+                        id: i.id,
+                        dns: i.private_dns_name,
+                    },
+                    g,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    fn sim_template(&self, group_id: &str, group_name: &str) -> LaunchTemplate {
+        LaunchTemplate {
+            instance_type: "m5.large".into(),
+            availability_zone: AZ.into(),
+            subnet_id: self.subnet.clone(),
+            vpc_id: self.vpc.clone(),
+            security_groups: vec![(group_id.to_string(), group_name.to_string())],
+            tags: kops_instance_tags(group_id),
+        }
+    }
+
+    async fn security_group(&self, name: &str) -> anyhow::Result<String> {
+        security_group(&self.ec2, &self.vpc, name).await
+    }
+
+    /// Launches `count` cluster instances straight at moto (not counted).
+    async fn launch(&self, count: usize) -> anyhow::Result<(Vec<Instance>, Duration)> {
+        let start = Instant::now();
+        let mut out = Vec::with_capacity(count);
+        let mut left = count;
+        while left > 0 {
+            let batch = left.min(1000);
+            let resp = self
+                .ec2
+                .run_instances()
+                .image_id(AMI)
+                .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+                .min_count(batch as i32)
+                .max_count(batch as i32)
+                .subnet_id(&self.subnet)
+                .security_group_ids(&self.node_group)
+                .tag_specifications(
+                    TagSpecification::builder()
+                        .resource_type(ResourceType::Instance)
+                        .tags(cluster_tag())
+                        .build(),
+                )
+                .send()
+                .await
+                .context("RunInstances at moto")?;
+            for i in resp.instances() {
+                out.push(Instance {
+                    id: i.instance_id().unwrap_or_default().to_string(),
+                    dns: i.private_dns_name().unwrap_or_default().to_string(),
+                });
+            }
+            left -= batch;
+        }
+        if out.len() != count {
+            bail!("moto launched {} instances, not {count}", out.len());
+        }
+        Ok((out, start.elapsed()))
+    }
+
+    async fn nodes(&self) -> anyhow::Result<Api<Node>> {
+        Ok(Api::all(self.api.client().await?))
+    }
+
+    /// Starts the CCM, its AWS calls through the proxy.
+    async fn ccm(&self, extra: &[String]) -> anyhow::Result<Ccm> {
+        let endpoint = self.proxy.endpoint();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut args = vec![
+            "--cloud-provider=aws".to_string(),
+            format!(
+                "--cloud-config={}",
+                self.dir.path().join("cloud.conf").display()
+            ),
+            format!(
+                "--kubeconfig={}",
+                self.dir.path().join("kubeconfig").display()
+            ),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            "--leader-elect=false".into(),
+        ];
+        args.extend(extra.iter().cloned());
+        let log = self.dir.path().join(format!("ccm-{port}.log"));
+        let child = Command::new(ccm_binary())
+            .args(&args)
+            .env("RUST_LOG", "warn,aws_ccm=info")
+            .env("AWS_ENDPOINT_URL", endpoint)
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("spawning {}", ccm_binary()))?;
+        Ok(Ccm { child, log })
+    }
+}
+
+struct Ccm {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Ccm {
+    /// Peak resident set (VmHWM) in bytes.
+    fn peak_rss(&self) -> Option<u64> {
+        let pid = self.child.id()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb * 1024)
+    }
+
+    /// CPU time (user + system) the process has used so far, in seconds.
+    fn cpu_seconds(&self) -> Option<f64> {
+        let pid = self.child.id()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the parenthesised command name; utime and stime are
+        // the 14th and 15th of the whole line, in clock ticks.
+        let rest = stat.rsplit_once(')')?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 =
+            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+        // SAFETY: sysconf only reads a system constant.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        (hz > 0).then(|| ticks as f64 / hz as f64)
+    }
+
+    async fn wait_for_log(&mut self, needle: &str, deadline: Duration) -> anyhow::Result<()> {
+        let start = Instant::now();
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if text.contains(needle) {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                bail!("the CCM exited ({status}) before logging {needle:?}:\n{text}");
+            }
+            if start.elapsed() > deadline {
+                bail!("no {needle:?} in the CCM log after {deadline:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Lines of the log containing `needle`.
+    fn count_in_log(&self, needle: &str) -> usize {
+        self.lines_with(&[needle]).len()
+    }
+
+    /// Lines of the log containing any of `needles`.
+    fn lines_with(&self, needles: &[&str]) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| needles.iter().any(|n| l.contains(n)))
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
+    async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(5)..].join("\n")
+    }
+}
+
+/// The CCM under test: `SCALE_CCM_BINARY` (e.g. an older build, for a
+/// before/after figure) or this build's release binary.
+fn ccm_binary() -> String {
+    std::env::var("SCALE_CCM_BINARY").unwrap_or_else(|_| BINARY.to_string())
+}
+
+/// A cluster-tagged security group in moto.
+async fn security_group(
+    ec2: &aws_sdk_ec2::Client,
+    vpc: &str,
+    name: &str,
+) -> anyhow::Result<String> {
+    ec2.create_security_group()
+        .group_name(name)
+        .description(name)
+        .vpc_id(vpc)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::SecurityGroup)
+                .tags(cluster_tag())
+                .build(),
+        )
+        .send()
+        .await?
+        .group_id
+        .context("no security group id")
+}
+
+fn cluster_tag() -> Tag {
+    Tag::builder()
+        .key(format!("kubernetes.io/cluster/{CLUSTER_ID}"))
+        .value("owned")
+        .build()
+}
+
+fn is_mutating(action: &str) -> bool {
+    !["Describe", "List", "Get", "Search"]
+        .iter()
+        .any(|p| action.starts_with(p))
+}
+
+fn mutating_calls(calls: &CallCounts) -> (u64, BTreeMap<String, u64>) {
+    let mut by_action = BTreeMap::new();
+    for (service, action, c) in calls.iter() {
+        if is_mutating(action) && c.received > 0 && service != "sts" {
+            by_action.insert(format!("{service}:{action}"), c.received);
+        }
+    }
+    (by_action.values().sum(), by_action)
+}
+
+fn describe_calls(calls: &CallCounts, service: &str) -> u64 {
+    calls
+        .iter()
+        .filter(|(s, a, _)| *s == service && a.starts_with("Describe"))
+        .map(|(_, _, c)| c.received)
+        .sum()
+}
+
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// The tags an instance launched by kOps through an autoscaling group
+/// carries (the CCM keeps only the cluster tags).
+fn kops_instance_tags(group: &str) -> BTreeMap<String, String> {
+    let ig = format!("nodes-{group}");
+    [
+        (
+            format!("kubernetes.io/cluster/{CLUSTER_ID}"),
+            "owned".to_string(),
+        ),
+        ("KubernetesCluster".into(), CLUSTER_ID.to_string()),
+        ("Name".into(), format!("{ig}.{CLUSTER_ID}")),
+        ("k8s.io/role/node".into(), "1".into()),
+        ("kops.k8s.io/instancegroup".into(), ig.clone()),
+        (
+            "aws:autoscaling:groupName".into(),
+            format!("{ig}.{CLUSTER_ID}"),
+        ),
+        (
+            "aws:ec2launchtemplate:id".into(),
+            "lt-0a1b2c3d4e5f60718".into(),
+        ),
+        ("aws:ec2launchtemplate:version".into(), "3".into()),
+        ("k8s.io/cluster-autoscaler/enabled".into(), "1".into()),
+        (
+            format!("k8s.io/cluster-autoscaler/{CLUSTER_ID}"),
+            "1".into(),
+        ),
+        (
+            "k8s.io/cluster-autoscaler/node-template/label/kops.k8s.io/instancegroup".into(),
+            ig,
+        ),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A Node as a kubelet on a kubeadm node registers it, with extra
+/// spec/labels.
+fn node_object(
+    name: &str,
+    spec: serde_json::Value,
+    labels: &[(&str, &str)],
+) -> anyhow::Result<Node> {
+    let mut l: BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    l.insert("kubernetes.io/hostname".into(), name.into());
+    // The labels and annotations a kubelet and kubeadm put on every Node.
+    for (k, v) in [
+        ("kubernetes.io/arch", "amd64"),
+        ("kubernetes.io/os", "linux"),
+        ("beta.kubernetes.io/arch", "amd64"),
+        ("beta.kubernetes.io/os", "linux"),
+    ] {
+        l.insert(k.into(), v.into());
+    }
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": l, "annotations": {
+            "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///var/run/containerd/containerd.sock",
+            "node.alpha.kubernetes.io/ttl": "0",
+            "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
+        "spec": spec,
+    }))
+    .context("the bench built an invalid Node")
+}
+
+/// The status a kubelet reports, at its real size (about 10 KB of JSON, most
+/// of it the 50-image list): the CCM caches every Node, so the bench's must
+/// weigh what real ones do.
+fn kubelet_status() -> serde_json::Value {
+    let now = chrono::Utc::now().to_rfc3339();
+    let condition = |type_: &str, status: &str, reason: &str| {
+        json!({"type": type_, "status": status, "reason": reason,
+               "message": format!("kubelet reports {type_} {status}"),
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    let resources = json!({"cpu": "2", "ephemeral-storage": "83873772Ki", "hugepages-1Gi": "0",
+                           "hugepages-2Mi": "0", "memory": "7910660Ki", "pods": "29"});
+    let images: Vec<serde_json::Value> = (0..50)
+        .map(|i| {
+            let digest = format!(
+                "{:064x}",
+                (i as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834)
+            );
+            json!({"names": [format!("registry.example.com/team-{i}/service-{i}@sha256:{digest}"),
+                             format!("registry.example.com/team-{i}/service-{i}:v1.{i}.0")],
+                   "sizeBytes": 10_000_000 + i * 1_000_000})
+        })
+        .collect();
+    json!({"status": {
+        "conditions": [
+            condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+            condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+            condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+            condition("Ready", "True", "KubeletReady"),
+        ],
+        "capacity": resources, "allocatable": resources,
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {"architecture": "amd64", "bootID": "0b6a3f2c-4d1e-4f8a-9c7b-2e5d8a1f3c6b",
+                     "containerRuntimeVersion": "containerd://1.7.22", "kernelVersion": "6.1.112-122.189.amzn2023.x86_64",
+                     "kubeProxyVersion": "", "kubeletVersion": "v1.31.2",
+                     "machineID": "ec2a1b2c3d4e5f60718293a4b5c6d7e8", "operatingSystem": "linux",
+                     "osImage": "Amazon Linux 2023.6.20241031", "systemUUID": "ec2a1b2c-3d4e-5f60-7182-93a4b5c6d7e8"},
+        "images": images,
+    }})
+}
+
+/// Creates the nodes, 64 at a time, each followed by its kubelet's Ready
+/// status: two writes per node.
+async fn register(api: &Api<Node>, nodes: Vec<Node>) -> anyhow::Result<()> {
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(nodes)
+        .map(|node| {
+            let api = api.clone();
+            async move {
+                let name = node.metadata.name.clone().unwrap_or_default();
+                api.create(&PostParams::default(), &node).await?;
+                api.patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(kubelet_status()),
+                )
+                .await?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(64)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    Ok(())
+}
+
+/// How long moto takes for what the scenarios need, straight (no proxy).
+async fn moto_figures(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
+    let n = cfg.sizes(&[5000])[0];
+    let world = World::start(cfg).await?;
+    let (_, launched) = world.launch(n).await?;
+    table.row(
+        "moto",
+        &format!("RunInstances {n} (1,000 per call), straight to moto"),
+        &secs(launched),
+        "",
+        None,
+    );
+    let start = Instant::now();
+    let page = world
+        .ec2
+        .describe_instances()
+        .max_results(1000)
+        .send()
+        .await?;
+    let count: usize = page
+        .reservations()
+        .iter()
+        .map(|r| r.instances().len())
+        .sum();
+    table.row(
+        "moto",
+        &format!("DescribeInstances page of {count} of {n}"),
+        &secs(start.elapsed()),
+        "",
+        None,
+    );
+    Ok(())
+}
+
+/// Scenario 1: `n` tainted nodes register at once.
+async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result<()> {
+    let scenario = format!("join {n}");
+    let world = World::start(cfg).await?;
+    let instances: Vec<Instance> = world
+        .sim_launch(n, n.max(1))
+        .await?
+        .into_iter()
+        .map(|(i, _)| i)
+        .collect();
+    let api = world.nodes().await?;
+    let mut ccm = world
+        .ccm(&[
+            "--controllers=cloud-node,cloud-node-lifecycle".into(),
+            format!("--kube-api-qps={KUBE_API_QPS}"),
+            format!("--kube-api-burst={KUBE_API_QPS}"),
+        ])
+        .await?;
+    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(60))
+        .await?;
+    world.proxy.reset_counts();
+    world.api.reset_stats();
+
+    let start = Instant::now();
+    let nodes = instances
+        .iter()
+        .map(|i| {
+            node_object(
+                &i.dns,
+                json!({"taints": [{"key": UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]}),
+                &[],
+            )
+        })
+        .collect::<anyhow::Result<Vec<Node>>>()?;
+    register(&api, nodes).await?;
+    let registered = start.elapsed();
+    let deadline = Duration::from_secs(60 + n as u64 / 10);
+    let mut done = 0;
+    while start.elapsed() < deadline {
+        let list = api.list(&ListParams::default()).await?;
+        done = list
+            .items
+            .iter()
+            .filter(|node| {
+                !node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|t| t.iter().any(|t| t.key == UNINITIALIZED))
+            })
+            .count();
+        if done == n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let elapsed = start.elapsed();
+    let calls = world.proxy.calls();
+    let stats = world.api.stats();
+    let peak = ccm.peak_rss();
+    let cpu = ccm.cpu_seconds();
+    if done < n {
+        eprintln!("CCM log tail:\n{}", ccm.log_tail());
+    }
+    ccm.stop().await;
+
+    let writes = 2 * n as u64;
+    let write_bound = writes as f64 / KUBE_API_QPS as f64;
+    table.row(
+        &scenario,
+        &format!(
+            "time until every taint is removed ({done}/{n} done; registration took {})",
+            secs(registered)
+        ),
+        &secs(elapsed),
+        &format!("{write_bound:.1} s (2 writes/node at {KUBE_API_QPS} QPS)"),
+        Some(elapsed.as_secs_f64() / write_bound),
+    );
+    let describes = calls.get("ec2", "DescribeInstances").received;
+    let bound = n.div_ceil(1000) as u64;
+    table.row(
+        &scenario,
+        "DescribeInstances calls",
+        &describes.to_string(),
+        &bound.to_string(),
+        Some(describes as f64 / bound as f64),
+    );
+    table.row(
+        &scenario,
+        "throttled responses",
+        &calls.throttled_total().to_string(),
+        "0",
+        None,
+    );
+    // The bench itself wrote one create and one status patch per node.
+    let node_writes = (stats.writes("nodes") + stats.writes("nodes/status")).saturating_sub(writes);
+    table.row(
+        &scenario,
+        "CCM writes per node (nodes + nodes/status)",
+        &format!("{:.2}", node_writes as f64 / n as f64),
+        "2",
+        Some(node_writes as f64 / n as f64 / 2.0),
+    );
+    if let Some(peak) = peak {
+        table.row(
+            &scenario,
+            "CCM peak RSS (VmHWM)",
+            &format!("{:.1} MB", peak as f64 / 1e6),
+            "",
+            None,
+        );
+    }
+    if let Some(cpu) = cpu {
+        table.row(
+            &scenario,
+            "CCM CPU time, start-up to the last taint (user + system)",
+            &format!("{cpu:.1} s"),
+            "",
+            None,
+        );
+    }
+    Ok(())
+}
+
+/// A `type: LoadBalancer` Service on port 80 whose backends are the nodes
+/// labelled `group=g<group>`; an NLB when `nlb`.
+fn lb_service(i: usize, group: usize, nlb: bool) -> anyhow::Result<Service> {
+    let mut annotations = BTreeMap::from([(
+        "service.beta.kubernetes.io/aws-load-balancer-target-node-labels".to_string(),
+        format!("group=g{group}"),
+    )]);
+    if nlb {
+        annotations.insert(
+            "service.beta.kubernetes.io/aws-load-balancer-type".into(),
+            "nlb".into(),
+        );
+    }
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": format!("svc-{i}"), "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "selector": {"app": format!("a{i}")},
+                 "ports": [{"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"}]},
+    }))?)
+}
+
+/// Registers initialized, Ready nodes for `instances`, labelled with their
+/// group.
+async fn register_initialized(
+    api: &Api<Node>,
+    instances: &[(Instance, usize)],
+) -> anyhow::Result<()> {
+    let nodes = instances
+        .iter()
+        .map(|(inst, group)| {
+            node_object(
+                &inst.dns,
+                json!({"providerID": format!("aws:///{AZ}/{}", inst.id)}),
+                &[("group", &format!("g{group}"))],
+            )
+        })
+        .collect::<anyhow::Result<Vec<Node>>>()?;
+    register(api, nodes).await
+}
+
+/// Services with an ingress hostname.
+fn with_ingress(services: &[Service]) -> usize {
+    services
+        .iter()
+        .filter(|s| {
+            s.status
+                .as_ref()
+                .and_then(|st| st.load_balancer.as_ref())
+                .and_then(|lb| lb.ingress.as_ref())
+                .is_some_and(|i| !i.is_empty())
+        })
+        .count()
+}
+
+/// Creates `services` and lets a seeding CCM create every load balancer
+/// (upstream names and tags) and set every node's addresses, with the proxy
+/// enforcing nothing and adding no latency and an unlimited client budget:
+/// the setup, not the figure. Prints how long it took.
+async fn seed_load_balancers(
+    world: &World,
+    services: Vec<Service>,
+    nodes: usize,
+    scenario: &str,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let total = services.len();
+    let svc_api: Api<Service> = Api::namespaced(world.api.client().await?, "default");
+    let created: Vec<anyhow::Result<()>> = futures::stream::iter(services)
+        .map(|svc| {
+            let svc_api = svc_api.clone();
+            async move {
+                svc_api.create(&PostParams::default(), &svc).await?;
+                Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    created.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+
+    world.proxy.set_budget_fraction(None);
+    world.proxy.set_latency(Duration::ZERO);
+    let api = world.nodes().await?;
+    let start = Instant::now();
+    let mut seeder = world
+        .ccm(&[
+            "--controllers=cloud-node,service".into(),
+            "--node-status-update-frequency=10s".into(),
+            "--aws-api-budget-fraction=10".into(),
+            "--concurrent-service-syncs=8".into(),
+            "--kube-api-qps=500".into(),
+            "--kube-api-burst=500".into(),
+        ])
+        .await?;
+    let deadline = Duration::from_secs(300 + total as u64 * 2);
+    let mut ready = 0;
+    let mut addressed = 0;
+    while start.elapsed() < deadline {
+        ready = with_ingress(&svc_api.list(&ListParams::default()).await?.items);
+        // Nodes weigh ~10 KB each: list them only until all have addresses.
+        if addressed < nodes {
+            addressed = api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .filter(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|st| st.addresses.as_ref())
+                        .is_some_and(|a| !a.is_empty())
+                })
+                .count();
+        }
+        if ready == total && addressed == nodes {
+            break;
+        }
+        if seeder.exited() {
+            bail!("the seeding CCM exited:\n{}", seeder.log_tail());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let tail = seeder.log_tail();
+    for line in seeder.lines_with(&["WARN", "ERROR"]).iter().take(20) {
+        eprintln!("   seeder: {line}");
+    }
+    seeder.stop().await;
+    world.proxy.set_budget_fraction(Some(1.0));
+    world.proxy.set_latency(world.latency);
+    table.row(
+        scenario,
+        &format!(
+            "setup: {ready}/{total} load balancers created by a seeding CCM (no budget, no latency)"
+        ),
+        &secs(start.elapsed()),
+        "",
+        None,
+    );
+    if ready < total {
+        bail!("seeding created only {ready} of {total} load balancers; CCM log tail:\n{tail}");
+    }
+    Ok(())
+}
+
+/// Starts the measured CCM through the proxy and waits until it has synced
+/// every one of `services` once (adoption: each is ensured at start).
+/// Returns the CCM, how long adoption took and what it called.
+async fn adopt(
+    world: &World,
+    services: usize,
+    args: &[String],
+) -> anyhow::Result<(Ccm, Duration, CallCounts)> {
+    world.proxy.reset_counts();
+    world.api.reset_stats();
+    world.proxy.record_requests(true);
+    let start = Instant::now();
+    let mut ccm = world.ccm(args).await?;
+    // Each Service's first sync reads ~8 ELB/EC2 describes; the ELB
+    // describe bucket refills at 10/s.
+    let deadline = Duration::from_secs(300 + services as u64 * 2);
+    loop {
+        if ccm.count_in_log(ENSURED) >= services {
+            break;
+        }
+        if ccm.exited() || start.elapsed() > deadline {
+            bail!(
+                "{} of {services} Services adopted in {}; CCM log tail:\n{}",
+                ccm.count_in_log(ENSURED),
+                secs(start.elapsed()),
+                ccm.log_tail()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let calls = world.proxy.calls();
+    world.proxy.record_requests(false);
+    // Adoption must change nothing: show what it changed.
+    for (_, action) in mutating_calls(&calls)
+        .1
+        .keys()
+        .filter_map(|k| k.split_once(':'))
+    {
+        for call in world.proxy.requests(action) {
+            eprintln!("   adoption called {action}: {:?}", call.params);
+        }
+    }
+    Ok((ccm, start.elapsed(), calls))
+}
+
+/// What the service controller logs after each successful sync.
+const ENSURED: &str = "load balancer ensured";
+
+/// Scenario 2 (and 5): nothing changes; count what the CCM still calls.
+async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
+    let n = cfg.sizes(&[5000])[0];
+    let services = cfg.services;
+    let nlbs = if cfg.nlb { services / 2 } else { 0 };
+    let scenario = format!("steady {n}n/{services}svc");
+    let world = World::start(cfg).await?;
+    let instances = world.sim_launch(n, NODES_PER_GROUP).await?;
+    let groups = n.div_ceil(NODES_PER_GROUP).max(1);
+    register_initialized(&world.nodes().await?, &instances).await?;
+    let specs = (0..services)
+        .map(|i| lb_service(i, i % groups, i % 2 == 1 && cfg.nlb))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    seed_load_balancers(&world, specs, n, &scenario, table).await?;
+
+    // Measure: a fresh CCM through the proxy adopts them, then idles.
+    let period = Duration::from_secs(300 / COMPRESSION as u64);
+    let resync = Duration::from_secs(600 / COMPRESSION as u64);
+    let (ccm, adoption_time, adoption) = adopt(
+        &world,
+        services,
+        &[
+            "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
+            format!("--node-status-update-frequency={}s", period.as_secs()),
+            format!("--node-monitor-period={}ms", 5000 / COMPRESSION),
+            format!("--service-resync-period={}s", resync.as_secs()),
+            "--concurrent-service-syncs=8".into(),
+            // The whole bucket, as if alone in the account (as in `routes`).
+            "--aws-api-budget-fraction=1".into(),
+        ],
+    )
+    .await?;
+    world.proxy.reset_counts();
+    let synced_before = ccm.count_in_log(ENSURED);
+    let cpu_before = ccm.cpu_seconds();
+    let steady_start = Instant::now();
+    tokio::time::sleep(cfg.steady).await;
+    let steady = world.proxy.calls();
+    let elapsed = steady_start.elapsed();
+    let resyncs = ccm.count_in_log(ENSURED) - synced_before;
+    let peak = ccm.peak_rss();
+    let cpu = ccm.cpu_seconds().zip(cpu_before).map(|(a, b)| a - b);
+    let writes = world.api.stats().total_writes();
+    ccm.stop().await;
+
+    let (adopt_mut, adopt_by) = mutating_calls(&adoption);
+    let (steady_mut, steady_by) = mutating_calls(&steady);
+    table.row(
+        &scenario,
+        &format!(
+            "Services: {} CLB, {nlbs} NLB, over {groups} node groups of {NODES_PER_GROUP}",
+            services - nlbs
+        ),
+        "",
+        "",
+        None,
+    );
+    table.row(
+        &scenario,
+        &format!(
+            "adoption by a fresh CCM: time until every Service synced once ({} describe calls)",
+            describe_calls(&adoption, "ec2")
+                + describe_calls(&adoption, "elasticloadbalancing")
+                + describe_calls(&adoption, "elasticloadbalancingv2")
+        ),
+        &secs(adoption_time),
+        "",
+        None,
+    );
+    table.row(
+        &scenario,
+        &format!("mutating AWS calls while adopting {adopt_by:?}"),
+        &adopt_mut.to_string(),
+        "0",
+        None,
+    );
+    table.row(
+        &scenario,
+        &format!(
+            "mutating AWS calls after adoption, {} (= {} min at 1/{COMPRESSION} periods) {steady_by:?}",
+            secs(elapsed),
+            elapsed.as_secs() * COMPRESSION as u64 / 60
+        ),
+        &steady_mut.to_string(),
+        "0",
+        None,
+    );
+    let periods = elapsed.as_secs_f64() / period.as_secs_f64();
+    let by_action: BTreeMap<&str, u64> = steady
+        .iter()
+        .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
+        .map(|(_, a, c)| (a, c.received))
+        .collect();
+    eprintln!("   steady describe calls by action: {by_action:?}");
+    // The node path: DescribeInstances per node refresh period.
+    let instances = steady.get("ec2", "DescribeInstances").received as f64 / periods;
+    let goal = n.div_ceil(1000) as f64;
+    table.row(
+        &scenario,
+        &format!(
+            "DescribeInstances calls per node refresh period ({} = 5 min / {COMPRESSION})",
+            secs(period)
+        ),
+        &format!("{instances:.1}"),
+        &format!("{goal:.0} (1 per 1,000 nodes)"),
+        Some(instances / goal),
+    );
+    // The service path: what one resync of an unchanged Service reads.
+    let ec2_other =
+        describe_calls(&steady, "ec2") - steady.get("ec2", "DescribeInstances").received;
+    let elb = describe_calls(&steady, "elasticloadbalancing")
+        + describe_calls(&steady, "elasticloadbalancingv2");
+    let per = |calls: u64| calls as f64 / resyncs.max(1) as f64;
+    table.row(
+        &scenario,
+        &format!(
+            "Service resyncs in the window (--service-resync-period={}s = 10 min / {COMPRESSION})",
+            resync.as_secs()
+        ),
+        &resyncs.to_string(),
+        &format!(
+            "{:.0}",
+            services as f64 * elapsed.as_secs_f64() / resync.as_secs_f64()
+        ),
+        None,
+    );
+    table.row(
+        &scenario,
+        &format!("ELB describe calls per Service resync ({elb} calls)"),
+        &format!("{:.1}", per(elb)),
+        "",
+        None,
+    );
+    table.row(
+        &scenario,
+        &format!("other EC2 describe calls per Service resync ({ec2_other} calls)"),
+        &format!("{:.2}", per(ec2_other)),
+        "",
+        None,
+    );
+    table.row(
+        &scenario,
+        "throttled responses (adoption and after)",
+        &(adoption.throttled_total() + steady.throttled_total()).to_string(),
+        "0",
+        None,
+    );
+    table.row(
+        &scenario,
+        "apiserver writes (adoption and after)",
+        &writes.to_string(),
+        "",
+        None,
+    );
+    if let Some(peak) = peak {
+        table.row(
+            "memory",
+            &format!("CCM peak RSS (VmHWM) in {scenario}"),
+            &format!("{:.1} MB", peak as f64 / 1e6),
+            "64 MB",
+            Some(peak as f64 / 64e6),
+        );
+    }
+    if let Some(cpu) = cpu {
+        table.row(
+            &scenario,
+            &format!(
+                "CCM CPU time in the window after adoption ({:.0} s)",
+                elapsed.as_secs_f64()
+            ),
+            &format!("{cpu:.1} s"),
+            "",
+            None,
+        );
+    }
+    Ok(())
+}
+
+/// Scenario 3: 100 nodes are replaced at once (instances terminated and
+/// their Nodes deleted, as an autoscaler does, while as many new instances
+/// join tainted) with NLB Services over every node group.
+async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
+    let n = cfg.sizes(&[1000])[0];
+    let services = cfg.churn_services;
+    let replaced = 100.min(n / 2);
+    let scenario = format!("churn {replaced} of {n}n/{services} NLB");
+    let world = World::start(cfg).await?;
+    let instances = world.sim_launch(n, CHURN_GROUP).await?;
+    let groups = n.div_ceil(CHURN_GROUP).max(1);
+    let api = world.nodes().await?;
+    register_initialized(&api, &instances).await?;
+    let specs = (0..services)
+        .map(|i| lb_service(i, i % groups, true))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    seed_load_balancers(&world, specs, n, &scenario, table).await?;
+    let (mut ccm, _, adoption) = adopt(
+        &world,
+        services,
+        &[
+            "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
+            "--concurrent-service-syncs=8".into(),
+            "--aws-api-budget-fraction=1".into(),
+        ],
+    )
+    .await?;
+    let (adopt_mut, adopt_by) = mutating_calls(&adoption);
+    if adopt_mut > 0 {
+        bail!("adoption made {adopt_mut} mutating calls: {adopt_by:?}");
+    }
+
+    // The replacement: every (n / replaced)-th node goes, and a new instance
+    // in the same group takes its place.
+    world.proxy.reset_counts();
+    let ensured_before = ccm.count_in_log(ENSURED);
+    let stride = n / replaced;
+    let gone: Vec<&(Instance, usize)> = instances.iter().step_by(stride).take(replaced).collect();
+    let mut members: Vec<BTreeSet<String>> = vec![BTreeSet::new(); groups];
+    for (inst, g) in &instances {
+        members[*g].insert(inst.id.clone());
+    }
+    let start = Instant::now();
+    let mut joined = Vec::new();
+    for (inst, g) in &gone {
+        world.sim.set_state(&inst.id, "terminated");
+        members[*g].remove(&inst.id);
+        let (group_id, group_name) = world
+            .sim
+            .get(&inst.id)
+            .and_then(|i| i.security_groups.first().cloned())
+            .context("a simulated instance without a group")?;
+        let new = world
+            .sim
+            .launch(&world.sim_template(&group_id, &group_name), 1)
+            .remove(0);
+        members[*g].insert(new.id.clone());
+        joined.push(node_object(
+            &new.private_dns_name,
+            json!({"taints": [{"key": UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]}),
+            &[("group", &format!("g{g}"))],
+        )?);
+    }
+    let deletes = futures::stream::iter(gone.iter().map(|(inst, _)| inst.dns.clone()))
+        .map(|name| {
+            let api = api.clone();
+            async move {
+                api.delete(&name, &Default::default()).await?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>();
+    let (deleted, registered) = tokio::join!(deletes, register(&api, joined));
+    deleted.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    registered?;
+
+    // Done when every target group holds exactly its group's nodes.
+    let elbv2 = aws_sdk_elasticloadbalancingv2::Client::new(&world.moto.sdk_config().await);
+    let wanted: BTreeSet<BTreeSet<String>> = members.into_iter().collect();
+    let mut pending = target_groups(&elbv2).await?;
+    let total_groups = pending.len();
+    let deadline = Duration::from_secs(300 + services as u64);
+    while !pending.is_empty() && start.elapsed() < deadline {
+        let mut still = Vec::new();
+        for arn in pending {
+            if !wanted.contains(&targets(&elbv2, &arn).await?) {
+                still.push(arn);
+            }
+        }
+        pending = still;
+        if ccm.exited() {
+            bail!("the CCM exited:\n{}", ccm.log_tail());
+        }
+        if !pending.is_empty() {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let elapsed = start.elapsed();
+    let calls = world.proxy.calls();
+    let syncs = ccm.count_in_log(ENSURED) - ensured_before;
+    if !pending.is_empty() {
+        eprintln!("CCM log tail:\n{}", ccm.log_tail());
+    }
+    ccm.stop().await;
+
+    let matched = total_groups - pending.len();
+    table.row(
+        &scenario,
+        &format!("time until every target group matches its nodes ({matched}/{total_groups})"),
+        &secs(elapsed),
+        "",
+        None,
+    );
+    let per_sync = |count: u64| count as f64 / (syncs.max(1) as f64);
+    for action in ["RegisterTargets", "DeregisterTargets"] {
+        let count = calls.get("elasticloadbalancingv2", action).received;
+        table.row(
+            &scenario,
+            &format!("{action} calls per target group per sync ({count} calls, {syncs} syncs of {total_groups} groups)"),
+            &format!("{:.2}", per_sync(count)),
+            "1",
+            Some(per_sync(count)),
+        );
+    }
+    let (mutating, by) = mutating_calls(&calls);
+    table.row(
+        &scenario,
+        &format!("all mutating calls {by:?}"),
+        &mutating.to_string(),
+        &(2 * total_groups).to_string(),
+        Some(mutating as f64 / (2 * total_groups) as f64),
+    );
+    table.row(
+        &scenario,
+        "throttled responses",
+        &calls.throttled_total().to_string(),
+        "0",
+        None,
+    );
+    Ok(())
+}
+
+/// Every target group's ARN, straight from moto.
+async fn target_groups(
+    elbv2: &aws_sdk_elasticloadbalancingv2::Client,
+) -> anyhow::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut marker = None;
+    loop {
+        let page = elbv2
+            .describe_target_groups()
+            .page_size(400)
+            .set_marker(marker)
+            .send()
+            .await?;
+        out.extend(
+            page.target_groups()
+                .iter()
+                .filter_map(|t| t.target_group_arn().map(str::to_string)),
+        );
+        marker = page.next_marker().map(str::to_string);
+        if marker.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+/// The registered targets of one group, straight from moto.
+async fn targets(
+    elbv2: &aws_sdk_elasticloadbalancingv2::Client,
+    arn: &str,
+) -> anyhow::Result<BTreeSet<String>> {
+    Ok(elbv2
+        .describe_target_health()
+        .target_group_arn(arn)
+        .send()
+        .await?
+        .target_health_descriptions()
+        .iter()
+        .filter_map(|d| d.target().and_then(|t| t.id()).map(str::to_string))
+        .collect())
+}
+
+/// Scenario 4: one route per node under the EC2 mutating bucket.
+async fn routes(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result<()> {
+    let scenario = format!("routes {n}");
+    let world = World::start(cfg).await?;
+    let table_id = world
+        .ec2
+        .create_route_table()
+        .vpc_id(&world.vpc)
+        .tag_specifications(
+            TagSpecification::builder()
+                .resource_type(ResourceType::RouteTable)
+                .tags(cluster_tag())
+                .build(),
+        )
+        .send()
+        .await?
+        .route_table
+        .and_then(|t| t.route_table_id)
+        .context("no route table id")?;
+    let (instances, _) = world.launch(n).await?;
+    let api = world.nodes().await?;
+    // 100.64.0.0/10 in /24s: clear of the VPC's 10.0.0.0/16.
+    let nodes = instances
+        .iter()
+        .enumerate()
+        .map(|(i, inst)| {
+            let cidr = format!("100.{}.{}.0/24", 64 + i / 256, i % 256);
+            node_object(
+                &inst.dns,
+                json!({"providerID": format!("aws:///{AZ}/{}", inst.id), "podCIDR": cidr, "podCIDRs": [cidr]}),
+                &[],
+            )
+        })
+        .collect::<anyhow::Result<Vec<Node>>>()?;
+    register(&api, nodes).await?;
+    let start = Instant::now();
+    let ccm = world
+        .ccm(&[
+            "--controllers=route".into(),
+            "--cluster-cidr=100.64.0.0/10".into(),
+            "--route-reconciliation-period=2s".into(),
+            format!("--route-table-limit={}", n + 100),
+            // The whole bucket, as if the CCM were alone in the account.
+            "--aws-api-budget-fraction=1".into(),
+        ])
+        .await?;
+    let deadline = Duration::from_secs(120 + n as u64 / 2);
+    let mut have = 0;
+    while start.elapsed() < deadline {
+        let out = world
+            .ec2
+            .describe_route_tables()
+            .route_table_ids(&table_id)
+            .send()
+            .await?;
+        have = out
+            .route_tables()
+            .iter()
+            .flat_map(|t| t.routes())
+            .filter(|r| r.instance_id().is_some())
+            .count();
+        if have >= n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let elapsed = start.elapsed();
+    let calls = world.proxy.calls();
+    if have < n {
+        eprintln!("CCM log tail:\n{}", ccm.log_tail());
+    }
+    ccm.stop().await;
+    let creates = calls.get("ec2", "CreateRoute").received;
+    table.row(
+        &scenario,
+        "CreateRoute calls",
+        &creates.to_string(),
+        &n.to_string(),
+        Some(creates as f64 / n as f64),
+    );
+    // Instances launch with the source/destination check on, and routing
+    // Pod traffic to an instance needs it off: one ModifyInstanceAttribute
+    // per instance, from the same mutating bucket as CreateRoute.
+    let modifies = calls.get("ec2", "ModifyInstanceAttribute").received;
+    table.row(
+        &scenario,
+        "ModifyInstanceAttribute calls (source/dest check off)",
+        &modifies.to_string(),
+        &n.to_string(),
+        Some(modifies as f64 / n as f64),
+    );
+    let bound = (2 * n).saturating_sub(50) as f64 / 5.0;
+    table.row(
+        &scenario,
+        &format!("time until {have}/{n} routes exist"),
+        &secs(elapsed),
+        &format!("{bound:.0} s ((2N-50)/5 s: 2N mutating calls, 50 burst, 5/s)"),
+        (bound > 0.0).then(|| elapsed.as_secs_f64() / bound),
+    );
+    table.row(
+        &scenario,
+        "throttled responses",
+        &calls.throttled_total().to_string(),
+        "0",
+        None,
+    );
+    let _: &Path = world.dir.path();
+    Ok(())
+}

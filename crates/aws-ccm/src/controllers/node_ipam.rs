@@ -1,0 +1,753 @@
+//! Node IPAM (`nodeipam`, `node-ipam-controller`) with
+//! `--allocate-node-cidrs=true`: gives every node without one a pod CIDR
+//! (`spec.podCIDR` / `spec.podCIDRs`, one per `--cluster-cidr` family) cut
+//! from `--cluster-cidr` at the node mask, as upstream's range allocator.
+//!
+//! No CIDR is ever given to two nodes:
+//! - before allocating anything, each start (every start is a new
+//!   leadership) rebuilds the map of taken CIDRs from a consistent list of
+//!   the nodes, not from a cache that may lag behind the previous leader;
+//! - a CIDR is reserved in the map before the node is patched, so concurrent
+//!   patches never pick the same one;
+//! - the patch carries the node's `resourceVersion` (and UID) as a
+//!   precondition: `podCIDRs` is immutable once set, so on a conflict the
+//!   node is read again, and if someone else gave it CIDRs those are taken
+//!   and ours released;
+//! - CIDRs are released only when a node the cache has shown is deleted.
+//!
+//! A full range is a `CIDRNotAvailable` Warning event on the node (once per
+//! node until it gets a CIDR) and the `node_ipam_cidrs_free` gauge at 0.
+
+pub mod allocator;
+pub mod cidrs;
+pub mod guard;
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use crate::controllers::cached_node::Node;
+use futures::StreamExt;
+use ipnet::IpNet;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use serde_json::json;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use self::allocator::Allocator;
+use self::cidrs::NodeCidrAllocation;
+use self::guard::{OtherAllocator, Sign};
+use super::ControllerContext;
+use super::events::Events;
+use super::route::node_ref;
+
+/// Node patches in flight at once (the kube client rate-limits underneath).
+const CONCURRENT_PATCHES: usize = 8;
+/// Attempts per node when its resourceVersion keeps moving.
+const PATCH_ATTEMPTS: u32 = 4;
+/// Wait before retrying a node whose patch failed.
+const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// Nodes per page when rebuilding.
+const LIST_PAGE: u32 = 500;
+
+pub const EVENT_CIDR_NOT_AVAILABLE: &str = "CIDRNotAvailable";
+pub const EVENT_CIDR_ASSIGNMENT_FAILED: &str = "CIDRAssignmentFailed";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+#[allow(non_snake_case)]
+struct ClusterCidrLabel {
+    clusterCIDR: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CidrLabels {
+    cluster_cidr: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FailureLabels {
+    cluster_cidr: String,
+    reason: String,
+}
+
+struct Metrics {
+    free: Family<CidrLabels, Gauge>,
+    used: Family<CidrLabels, Gauge>,
+    failures: Family<FailureLabels, Counter>,
+    allocations: Family<ClusterCidrLabel, Counter>,
+    releases: Family<ClusterCidrLabel, Counter>,
+    usage: Family<ClusterCidrLabel, Gauge<f64, AtomicU64>>,
+    other_allocator: Gauge,
+}
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let m = Metrics {
+        free: Family::default(),
+        used: Family::default(),
+        failures: Family::default(),
+        allocations: Family::default(),
+        releases: Family::default(),
+        usage: Family::default(),
+        other_allocator: Gauge::default(),
+    };
+    crate::metrics::register(
+        "node_ipam_other_allocator_detected",
+        "1 when node IPAM stopped because another pod CIDR allocator is at work",
+        m.other_allocator.clone(),
+    );
+    crate::metrics::register(
+        "node_ipam_cidrs_free",
+        "Node CIDRs still free in each cluster CIDR",
+        m.free.clone(),
+    );
+    crate::metrics::register(
+        "node_ipam_cidrs_used",
+        "Node CIDRs in use in each cluster CIDR",
+        m.used.clone(),
+    );
+    crate::metrics::register(
+        "node_ipam_allocation_failures",
+        "Nodes that could not be given a CIDR, by reason (exhausted, patch_failed)",
+        m.failures.clone(),
+    );
+    // Upstream's names, for existing dashboards.
+    crate::metrics::register(
+        "node_ipam_controller_cidrset_cidrs_allocations",
+        "Counter measuring total number of CIDR allocations",
+        m.allocations.clone(),
+    );
+    crate::metrics::register(
+        "node_ipam_controller_cidrset_cidrs_releases",
+        "Counter measuring total number of CIDR releases",
+        m.releases.clone(),
+    );
+    crate::metrics::register(
+        "node_ipam_controller_cidrset_usage_cidrs",
+        "Gauge measuring percentage of allocated CIDRs",
+        m.usage.clone(),
+    );
+    m
+});
+
+fn upstream_label(cidr: &IpNet) -> ClusterCidrLabel {
+    ClusterCidrLabel {
+        clusterCIDR: cidr.to_string(),
+    }
+}
+
+/// The pod CIDRs a node holds (`spec.podCIDRs`, else `spec.podCIDR`), parsed.
+pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
+    let Some(spec) = node.spec.as_ref() else {
+        return Vec::new();
+    };
+    let list: Vec<&String> = match &spec.pod_cidrs {
+        Some(list) if !list.is_empty() => list.iter().collect(),
+        _ => spec.pod_cidr.iter().collect(),
+    };
+    list.into_iter()
+        .filter_map(|c| c.parse::<IpNet>().ok().map(|n| n.trunc()))
+        .collect()
+}
+
+/// What a node holds, as far as this controller knows.
+#[derive(Clone, Debug)]
+struct Held {
+    name: String,
+    cidrs: Vec<IpNet>,
+    /// The node cache has shown this node (only then may its absence from
+    /// the cache mean it was deleted).
+    seen: bool,
+}
+
+/// How one node's patch ended.
+enum PatchOutcome {
+    Assigned,
+    /// Someone else set the node's CIDRs first.
+    TakenByOther(Vec<IpNet>),
+    /// The node was deleted (or replaced by a new one of the same name).
+    Gone,
+    Failed(String),
+}
+
+/// The allocator plus the bookkeeping around it.
+struct Ipam {
+    config: NodeCidrAllocation,
+    allocator: Allocator,
+    api: Api<Node>,
+    events: Events,
+    /// By node UID.
+    held: HashMap<String, Held>,
+    /// Nodes already told their range is full (by UID).
+    exhausted_warned: HashSet<String>,
+    /// Nodes whose patch failed, and when to try again.
+    retry_at: HashMap<String, Instant>,
+    last_fingerprint: Option<u64>,
+    /// Set on the first sign of another allocator; nothing is allocated
+    /// after it.
+    other: Option<OtherAllocator>,
+}
+
+impl Ipam {
+    fn new(config: NodeCidrAllocation, api: Api<Node>, events: Events) -> Ipam {
+        Ipam {
+            allocator: Allocator::new(&config.ranges),
+            config,
+            api,
+            events,
+            held: HashMap::new(),
+            exhausted_warned: HashSet::new(),
+            retry_at: HashMap::new(),
+            last_fingerprint: None,
+            other: None,
+        }
+    }
+
+    /// Takes every CIDR the nodes hold, from a consistent (quorum) list.
+    async fn rebuild(&mut self) -> Result<(), kube::Error> {
+        let mut allocator = Allocator::new(&self.config.ranges);
+        let mut held = HashMap::new();
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        let mut count = 0usize;
+        loop {
+            let page = self.api.list(&params).await?;
+            for node in &page.items {
+                count += 1;
+                let cidrs = pod_cidrs(node);
+                let (Some(uid), false) = (node.metadata.uid.clone(), cidrs.is_empty()) else {
+                    continue;
+                };
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let occupied = allocator.occupy(&cidrs);
+                if !occupied.outside.is_empty() && self.other.is_none() {
+                    self.other = Some(OtherAllocator {
+                        node: name.clone(),
+                        cidrs: occupied.outside.clone(),
+                        sign: Sign::OutsideClusterCidr,
+                    });
+                }
+                report_occupy(&name, &cidrs, occupied);
+                held.insert(
+                    uid,
+                    Held {
+                        name,
+                        cidrs,
+                        seen: false,
+                    },
+                );
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        self.allocator = allocator;
+        self.held = held;
+        tracing::info!(nodes = count, allocator = %self.allocator, "node CIDR map rebuilt from the API server");
+        self.update_gauges();
+        Ok(())
+    }
+
+    fn update_gauges(&self) {
+        let m = &*METRICS;
+        for set in self.allocator.sets() {
+            let labels = CidrLabels {
+                cluster_cidr: set.cluster_cidr().to_string(),
+            };
+            m.free.get_or_create(&labels).set(i64::from(set.free()));
+            m.used.get_or_create(&labels).set(i64::from(set.used()));
+            m.usage
+                .get_or_create(&upstream_label(&set.cluster_cidr()))
+                .set(f64::from(set.used()) / f64::from(set.total()));
+        }
+    }
+
+    fn count(&self, family: &Family<ClusterCidrLabel, Counter>, cidrs: &[IpNet]) {
+        for cidr in cidrs {
+            if let Some(set) = self
+                .allocator
+                .sets()
+                .iter()
+                .find(|s| s.cluster_cidr().contains(cidr))
+            {
+                family
+                    .get_or_create(&upstream_label(&set.cluster_cidr()))
+                    .inc();
+            }
+        }
+    }
+
+    /// One pass over the node cache: take what others assigned, release what
+    /// deleted nodes held, allocate for nodes without CIDRs.
+    async fn sync(&mut self, nodes: &[std::sync::Arc<Node>]) {
+        if self.other.is_some() {
+            return;
+        }
+        let now = Instant::now();
+        let fp = fingerprint(nodes);
+        let retry_due = self.retry_at.values().any(|at| *at <= now);
+        if self.last_fingerprint == Some(fp) && !retry_due {
+            return;
+        }
+        self.last_fingerprint = Some(fp);
+
+        let mut live: HashSet<&str> = HashSet::with_capacity(nodes.len());
+        let mut candidates: Vec<&Node> = Vec::new();
+        for node in nodes {
+            let Some(uid) = node.metadata.uid.as_deref() else {
+                continue;
+            };
+            live.insert(uid);
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let cidrs = pod_cidrs(node);
+            match self.held.get_mut(uid) {
+                Some(held) => {
+                    held.seen = true;
+                    if !cidrs.is_empty() && cidrs != held.cidrs {
+                        // Changed by someone else (podCIDRs is immutable in
+                        // a real cluster, but keep the map true anyway).
+                        saw_other(&mut self.other, &name, &cidrs, Sign::AssignedByOther);
+                        let old = std::mem::replace(&mut held.cidrs, cidrs.clone());
+                        self.allocator.release(&old);
+                        report_occupy(&name, &cidrs, self.allocator.occupy(&cidrs));
+                    }
+                }
+                None if !cidrs.is_empty() => {
+                    // Not in the consistent start-up list, nor written here.
+                    saw_other(&mut self.other, &name, &cidrs, Sign::AssignedByOther);
+                    report_occupy(&name, &cidrs, self.allocator.occupy(&cidrs));
+                    self.held.insert(
+                        uid.to_string(),
+                        Held {
+                            name,
+                            cidrs,
+                            seen: true,
+                        },
+                    );
+                }
+                None => {
+                    if node.metadata.deletion_timestamp.is_none()
+                        && self.retry_at.get(uid).is_none_or(|at| *at <= now)
+                    {
+                        candidates.push(node);
+                    }
+                }
+            }
+        }
+
+        // Release what deleted nodes held.
+        let gone: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(uid, h)| h.seen && !live.contains(uid.as_str()))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in gone {
+            if let Some(held) = self.held.remove(&uid) {
+                self.allocator.release(&held.cidrs);
+                self.count(&METRICS.releases, &held.cidrs);
+                tracing::info!(node = %held.name, cidrs = ?held.cidrs, "node deleted; released its pod CIDRs");
+            }
+            self.exhausted_warned.remove(&uid);
+            self.retry_at.remove(&uid);
+        }
+        self.retry_at.retain(|uid, _| live.contains(uid.as_str()));
+        self.exhausted_warned
+            .retain(|uid| live.contains(uid.as_str()));
+
+        if self.other.is_some() {
+            return;
+        }
+        // Decide, reserving each node's CIDRs before any patch is sent.
+        candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+        let mut patches = Vec::new();
+        for node in candidates {
+            let uid = node.metadata.uid.clone().unwrap_or_default();
+            let name = node.metadata.name.clone().unwrap_or_default();
+            match self.allocator.allocate() {
+                Ok(cidrs) => {
+                    self.held.insert(
+                        uid.clone(),
+                        Held {
+                            name: name.clone(),
+                            cidrs: cidrs.clone(),
+                            seen: true,
+                        },
+                    );
+                    patches.push((name, uid, node.metadata.resource_version.clone(), cidrs));
+                }
+                Err(exhausted) => {
+                    METRICS
+                        .failures
+                        .get_or_create(&FailureLabels {
+                            cluster_cidr: exhausted.cluster_cidr.to_string(),
+                            reason: "exhausted".into(),
+                        })
+                        .inc();
+                    if self.exhausted_warned.insert(uid) {
+                        let note = format!(
+                            "Node {name} status is now: CIDRNotAvailable: {exhausted}. The node gets no pod CIDR \
+                             until another node is deleted; widen --cluster-cidr or use a longer node mask \
+                             (--node-cidr-mask-size-ipv4 / -ipv6) to fit more nodes"
+                        );
+                        tracing::warn!(node = %name, "{note}");
+                        self.events
+                            .warning(&node_ref(&name), EVENT_CIDR_NOT_AVAILABLE, note)
+                            .await;
+                    }
+                }
+            }
+        }
+        self.update_gauges();
+        if patches.is_empty() {
+            return;
+        }
+
+        let mut futures = Vec::with_capacity(patches.len());
+        for (name, uid, rv, cidrs) in patches {
+            let api = self.api.clone();
+            futures.push(async move {
+                let outcome = patch_pod_cidrs(&api, &name, &uid, rv, &cidrs).await;
+                (name, uid, cidrs, outcome)
+            });
+        }
+        let results: Vec<_> = futures::stream::iter(futures)
+            .buffer_unordered(CONCURRENT_PATCHES)
+            .collect()
+            .await;
+
+        for (name, uid, cidrs, outcome) in results {
+            match outcome {
+                PatchOutcome::Assigned => {
+                    tracing::info!(node = %name, cidrs = ?cidrs, "assigned pod CIDRs");
+                    self.count(&METRICS.allocations, &cidrs);
+                    self.exhausted_warned.remove(&uid);
+                    self.retry_at.remove(&uid);
+                }
+                PatchOutcome::TakenByOther(theirs) => {
+                    tracing::info!(node = %name, ours = ?cidrs, theirs = ?theirs, "node got pod CIDRs from someone else first; keeping theirs");
+                    saw_other(&mut self.other, &name, &theirs, Sign::LostRace);
+                    self.allocator.release(&cidrs);
+                    report_occupy(&name, &theirs, self.allocator.occupy(&theirs));
+                    self.held.insert(
+                        uid,
+                        Held {
+                            name,
+                            cidrs: theirs,
+                            seen: true,
+                        },
+                    );
+                }
+                PatchOutcome::Gone => {
+                    self.allocator.release(&cidrs);
+                    self.held.remove(&uid);
+                }
+                PatchOutcome::Failed(error) => {
+                    self.allocator.release(&cidrs);
+                    self.held.remove(&uid);
+                    let first_failure = self.retry_at.insert(uid, now + RETRY_AFTER).is_none();
+                    for set in self.allocator.sets() {
+                        METRICS
+                            .failures
+                            .get_or_create(&FailureLabels {
+                                cluster_cidr: set.cluster_cidr().to_string(),
+                                reason: "patch_failed".into(),
+                            })
+                            .inc();
+                    }
+                    let note = format!(
+                        "Node {name} status is now: CIDRAssignmentFailed: writing pod CIDRs {} failed: {error}; \
+                         retrying",
+                        cidrs
+                            .iter()
+                            .map(|c| c.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    );
+                    tracing::warn!(node = %name, "{note}");
+                    if first_failure {
+                        self.events
+                            .warning(&node_ref(&name), EVENT_CIDR_ASSIGNMENT_FAILED, note)
+                            .await;
+                    }
+                }
+            }
+        }
+        self.update_gauges();
+    }
+}
+
+fn report_occupy(node: &str, cidrs: &[IpNet], result: allocator::Occupied) {
+    for cidr in result.already_taken {
+        tracing::warn!(node, %cidr, "node's pod CIDR overlaps another node's; it was assigned outside this controller");
+    }
+    for cidr in result.outside {
+        tracing::info!(node, %cidr, all = ?cidrs, "node's pod CIDR is outside --cluster-cidr; not tracked");
+    }
+}
+
+/// Records the first sign of another allocator.
+fn saw_other(slot: &mut Option<OtherAllocator>, node: &str, cidrs: &[IpNet], sign: Sign) {
+    slot.get_or_insert_with(|| OtherAllocator {
+        node: node.to_string(),
+        cidrs: cidrs.to_vec(),
+        sign,
+    });
+}
+
+/// Order-independent fingerprint of what allocation depends on.
+fn fingerprint(nodes: &[std::sync::Arc<Node>]) -> u64 {
+    let mut sum = nodes.len() as u64;
+    for node in nodes {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        node.metadata.uid.hash(&mut h);
+        node.metadata.deletion_timestamp.is_some().hash(&mut h);
+        if let Some(spec) = &node.spec {
+            spec.pod_cidr.hash(&mut h);
+            spec.pod_cidrs.hash(&mut h);
+        }
+        sum = sum.wrapping_add(h.finish());
+    }
+    sum
+}
+
+/// Sets `spec.podCIDR(s)` with the node's UID and resourceVersion as
+/// preconditions; on a conflict reads the node again and decides again.
+async fn patch_pod_cidrs(
+    api: &Api<Node>,
+    name: &str,
+    uid: &str,
+    mut resource_version: Option<String>,
+    cidrs: &[IpNet],
+) -> PatchOutcome {
+    let strings: Vec<String> = cidrs.iter().map(|c| c.to_string()).collect();
+    let mut last_error = String::new();
+    for _ in 0..PATCH_ATTEMPTS {
+        let mut metadata = json!({"uid": uid});
+        if let Some(rv) = &resource_version {
+            metadata["resourceVersion"] = json!(rv);
+        }
+        let patch = json!({
+            "metadata": metadata,
+            "spec": {"podCIDR": strings[0], "podCIDRs": strings},
+        });
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return PatchOutcome::Assigned,
+            Err(kube::Error::Api(e)) if e.code == 404 => return PatchOutcome::Gone,
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                last_error = e.message.clone();
+                match api.get_opt(name).await {
+                    Ok(Some(node)) if node.metadata.uid.as_deref() == Some(uid) => {
+                        let theirs = pod_cidrs(&node);
+                        if !theirs.is_empty() {
+                            return if theirs == cidrs {
+                                PatchOutcome::Assigned
+                            } else {
+                                PatchOutcome::TakenByOther(theirs)
+                            };
+                        }
+                        resource_version = node.metadata.resource_version.clone();
+                    }
+                    Ok(_) => return PatchOutcome::Gone,
+                    Err(e) => return PatchOutcome::Failed(e.to_string()),
+                }
+            }
+            Err(e) => return PatchOutcome::Failed(e.to_string()),
+        }
+    }
+    PatchOutcome::Failed(format!(
+        "the node kept changing ({PATCH_ATTEMPTS} conflicts): {last_error}"
+    ))
+}
+
+/// Runs the controller until `stop` is cancelled.
+pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+    if !ctx.options.options.allocate_node_cidrs {
+        tracing::info!("node CIDRs are not allocated: --allocate-node-cidrs=false");
+        stop.cancelled().await;
+        return;
+    }
+    let Some(config) = ctx.options.node_cidr_allocation.clone() else {
+        // Validation sets it whenever this controller runs with the flag on.
+        tracing::error!(
+            "--allocate-node-cidrs=true but no validated --cluster-cidr; node IPAM does nothing"
+        );
+        stop.cancelled().await;
+        return;
+    };
+    tracing::info!(
+        cluster_cidr = %config.cluster,
+        node_masks = ?config.ranges.iter().map(|r| r.node_mask).collect::<Vec<_>>(),
+        "starting node IPAM"
+    );
+    METRICS.other_allocator.set(0);
+    let mut ipam = Ipam::new(
+        config,
+        Api::all(ctx.kube.clone()),
+        Events::new(ctx.kube.clone(), "cidrAllocator"),
+    );
+    let mut backoff = Duration::from_millis(500);
+    loop {
+        let result = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = ipam.rebuild() => r,
+        };
+        match result {
+            Ok(()) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "listing nodes to rebuild the CIDR map failed; nothing is allocated until it succeeds");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(30));
+            }
+        }
+    }
+    // Serve the cache now, then again whenever a node changes; the timer
+    // retries nodes whose patch failed without any node changing.
+    let mut node_changes = ctx.node_changes.clone();
+    loop {
+        if let Some(other) = &ipam.other {
+            METRICS.other_allocator.set(1);
+            tracing::error!("{other}");
+            stop.cancelled().await;
+            return;
+        }
+        let nodes = ctx.nodes.state();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ipam.sync(&nodes) => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = super::changed_or(&mut node_changes, RETRY_AFTER) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::api::{DeleteParams, PostParams};
+
+    use super::*;
+    use ccm_testkit::apiserver::TestApiServer;
+
+    pub(super) fn net(s: &str) -> IpNet {
+        s.parse().expect("test CIDR")
+    }
+
+    pub(super) async fn node(api: &Api<Node>, name: &str) -> Node {
+        let n: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
+        api.create(&PostParams::default(), &n)
+            .await
+            .expect("create")
+    }
+
+    fn ids(n: &Node) -> (String, Option<String>) {
+        (
+            n.metadata.uid.clone().expect("uid"),
+            n.metadata.resource_version.clone(),
+        )
+    }
+
+    #[tokio::test]
+    async fn patch_sets_both_fields_and_rereads_on_conflict() -> anyhow::Result<()> {
+        let server = TestApiServer::start().await?;
+        let api: Api<Node> = Api::all(server.client().await?);
+        let created = node(&api, "n1").await;
+        let (uid, stale_rv) = ids(&created);
+        // Someone else (a kubelet) changes the node: our resourceVersion is stale.
+        api.patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await?;
+        let cidrs = [net("10.244.1.0/24"), net("fd00::/64")];
+        let outcome = patch_pod_cidrs(&api, "n1", &uid, stale_rv, &cidrs).await;
+        assert!(matches!(outcome, PatchOutcome::Assigned));
+        let spec = api.get("n1").await?.spec.expect("spec");
+        assert_eq!(spec.pod_cidr.as_deref(), Some("10.244.1.0/24"));
+        assert_eq!(
+            spec.pod_cidrs,
+            Some(vec!["10.244.1.0/24".to_string(), "fd00::/64".to_string()])
+        );
+        server.shutdown().await;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn cidrs_set_by_someone_else_first_are_kept() -> anyhow::Result<()> {
+        let server = TestApiServer::start().await?;
+        let api: Api<Node> = Api::all(server.client().await?);
+        let created = node(&api, "n1").await;
+        let (uid, stale_rv) = ids(&created);
+        api.patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"spec": {"podCIDR": "10.244.9.0/24", "podCIDRs": ["10.244.9.0/24"]}}),
+            ),
+        )
+        .await?;
+        let outcome = patch_pod_cidrs(&api, "n1", &uid, stale_rv, &[net("10.244.1.0/24")]).await;
+        let PatchOutcome::TakenByOther(theirs) = outcome else {
+            panic!("expected the other writer's CIDRs to win");
+        };
+        assert_eq!(theirs, [net("10.244.9.0/24")]);
+        assert_eq!(
+            api.get("n1")
+                .await?
+                .spec
+                .and_then(|s| s.pod_cidr)
+                .as_deref(),
+            Some("10.244.9.0/24"),
+            "never overwritten"
+        );
+        server.shutdown().await;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_deleted_or_recreated_node_is_gone() -> anyhow::Result<()> {
+        let server = TestApiServer::start().await?;
+        let api: Api<Node> = Api::all(server.client().await?);
+        let (uid, rv) = ids(&node(&api, "n1").await);
+        api.delete("n1", &DeleteParams::default()).await?;
+        let outcome = patch_pod_cidrs(&api, "n1", &uid, rv.clone(), &[net("10.244.1.0/24")]).await;
+        assert!(matches!(outcome, PatchOutcome::Gone));
+        // Same name, new node: the old node's decision does not apply to it.
+        node(&api, "n1").await;
+        let outcome = patch_pod_cidrs(&api, "n1", &uid, rv, &[net("10.244.1.0/24")]).await;
+        assert!(matches!(outcome, PatchOutcome::Gone));
+        assert_eq!(api.get("n1").await?.spec.and_then(|s| s.pod_cidr), None);
+        server.shutdown().await;
+        Ok(())
+    }
+
+    #[test]
+    fn pod_cidrs_prefer_the_list_and_fall_back_to_the_single_field() {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "spec": {"podCIDR": "10.244.1.0/24", "podCIDRs": ["10.244.1.0/24", "fd00::/64"]}
+        }))
+        .unwrap();
+        assert_eq!(pod_cidrs(&n), [net("10.244.1.0/24"), net("fd00::/64")]);
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n"},
+            "spec": {"podCIDR": "10.244.1.0/24"}
+        }))
+        .unwrap();
+        assert_eq!(pod_cidrs(&n), [net("10.244.1.0/24")]);
+    }
+}

@@ -1,0 +1,317 @@
+//! The process itself: leader election, health endpoints, signals, and
+//! start-up errors (issue: foundation).
+
+use std::time::Duration;
+
+use ccm_testkit::apiserver::TokenUser;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+
+use crate::support::*;
+
+async fn lease(env: &Env) -> Option<Lease> {
+    let client = env.api.client().await.ok()?;
+    Api::<Lease>::namespaced(client, "kube-system")
+        .get_opt("cloud-controller-manager")
+        .await
+        .ok()?
+}
+
+fn holder(lease: &Lease) -> Option<String> {
+    lease
+        .spec
+        .as_ref()?
+        .holder_identity
+        .clone()
+        .filter(|h| !h.is_empty())
+}
+
+fn renew_time(lease: &Lease) -> Option<String> {
+    Some(lease.spec.as_ref()?.renew_time.as_ref()?.0.to_string())
+}
+
+/// The identity a replica logged when it acquired the Lease.
+fn acquired_identity(logs: &str) -> Option<String> {
+    let line = logs
+        .lines()
+        .find(|l| l.contains("successfully acquired lease"))?;
+    let rest = line.split("identity=").nth(1)?;
+    Some(
+        rest.split_whitespace()
+            .next()?
+            .trim_matches('"')
+            .to_string(),
+    )
+}
+
+#[tokio::test]
+async fn acquires_and_renews_the_lease_and_serves_health_and_metrics() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let ccm = env.start_ccm(&[]).await?;
+    ccm.wait_for_log("successfully acquired lease", Duration::from_secs(30))
+        .await?;
+    let me = acquired_identity(&ccm.logs()).expect("identity in log");
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    assert!(
+        me.starts_with(&format!("{host}_")),
+        "identity {me} is <hostname>_<uuid>"
+    );
+
+    let first = eventually("lease held by the CCM", Duration::from_secs(10), || async {
+        lease(&env)
+            .await
+            .filter(|l| holder(l).as_deref() == Some(me.as_str()))
+    })
+    .await?;
+    assert_eq!(
+        first.spec.as_ref().and_then(|s| s.lease_duration_seconds),
+        Some(3)
+    );
+    // Renewed: renewTime moves forward while the holder stays the same.
+    let first_renew = renew_time(&first);
+    eventually("lease renewal", Duration::from_secs(10), || async {
+        lease(&env)
+            .await
+            .filter(|l| holder(l).as_deref() == Some(me.as_str()) && renew_time(l) != first_renew)
+    })
+    .await?;
+
+    let addr = ccm.https_addr().await?;
+    assert_eq!(https_get(&addr, "/healthz").await?, (200, "ok".to_string()));
+    eventually(
+        "/readyz ok after caches sync",
+        Duration::from_secs(20),
+        || async { matches!(https_get(&addr, "/readyz").await, Ok((200, _))).then_some(()) },
+    )
+    .await?;
+    let (status, body) = https_get(&addr, "/metrics").await?;
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("# EOF"),
+        "OpenMetrics text ends with # EOF: {body}"
+    );
+    // Delegated authentication and authorization, as upstream: no token is
+    // 401, a token whose user may not get /metrics is 403, probes stay open.
+    env.api.add_token("no-rights", TokenUser::new("someone"));
+    assert_eq!(https_get_as(&addr, "/metrics", None).await?.0, 401);
+    assert_eq!(
+        https_get_as(&addr, "/metrics", Some("no-rights")).await?.0,
+        403
+    );
+    assert_eq!(https_get_as(&addr, "/healthz", None).await?.0, 200);
+    let stats = env.api.stats();
+    assert!(stats.count("create", "tokenreviews") >= 2, "{stats:?}");
+    assert!(
+        stats.count("create", "subjectaccessreviews") >= 2,
+        "{stats:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let mut first = env.start_ccm(&[]).await?;
+    first
+        .wait_for_log("successfully acquired lease", Duration::from_secs(30))
+        .await?;
+    let first_id = acquired_identity(&first.logs()).expect("identity");
+    first
+        .wait_for_log("starting controller", Duration::from_secs(20))
+        .await?;
+
+    let second = env.start_ccm(&[]).await?;
+    second
+        .wait_for_log(
+            "attempting to acquire leader lease",
+            Duration::from_secs(30),
+        )
+        .await?;
+    // Several retry periods pass: the standby must neither take the Lease nor act.
+    let l = lease(&env).await.expect("lease");
+    let observed_at = tokio::time::Instant::now();
+    eventually(
+        "three retry periods on the standby",
+        Duration::from_secs(5),
+        || async { (observed_at.elapsed() > Duration::from_millis(1500)).then_some(()) },
+    )
+    .await?;
+    assert_eq!(
+        holder(&lease(&env).await.expect("lease")).as_deref(),
+        Some(first_id.as_str())
+    );
+    assert!(holder(&l).is_some());
+    let standby_logs = second.logs();
+    assert!(
+        !standby_logs.contains("successfully acquired lease"),
+        "{standby_logs}"
+    );
+    assert!(
+        !standby_logs.contains("starting controller"),
+        "standby acted:\n{standby_logs}"
+    );
+
+    // Kill the leader without letting it release: the standby must take over
+    // within lease duration (3 s) + retry period (0.5 s, +20 % jitter) + slack.
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(5)).await?;
+    let killed_at = tokio::time::Instant::now();
+    second
+        .wait_for_log("successfully acquired lease", Duration::from_secs(10))
+        .await?;
+    let took = killed_at.elapsed();
+    assert!(
+        took <= Duration::from_millis(3000 + 600 + 1500),
+        "takeover took {took:?}"
+    );
+    let second_id = acquired_identity(&second.logs()).expect("identity");
+    assert_ne!(first_id, second_id);
+    let l = eventually(
+        "lease moved to the standby",
+        Duration::from_secs(5),
+        || async {
+            lease(&env)
+                .await
+                .filter(|l| holder(l).as_deref() == Some(second_id.as_str()))
+        },
+    )
+    .await?;
+    assert_eq!(l.spec.and_then(|s| s.lease_transitions), Some(1));
+    second
+        .wait_for_log("starting controller", Duration::from_secs(20))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn sigterm_stops_cleanly_and_releases_the_lease() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let mut ccm = env.start_ccm(&[]).await?;
+    ccm.wait_for_log("starting controller", Duration::from_secs(30))
+        .await?;
+    ccm.signal(libc::SIGTERM);
+    let status = ccm.wait_exit(Duration::from_secs(15)).await?;
+    assert!(
+        status.success(),
+        "exit status {status:?}; logs:\n{}",
+        ccm.logs()
+    );
+    let logs = ccm.logs();
+    // Controllers stop before the Lease is released.
+    let stopped = logs
+        .find("controller stopped")
+        .expect("controllers stopped");
+    let released = logs.find("released leader lease").expect("lease released");
+    assert!(stopped < released, "{logs}");
+    let l = lease(&env).await.expect("lease");
+    assert_eq!(holder(&l), None, "lease released: {l:?}");
+
+    // A successor takes over at once rather than after the lease duration.
+    let next = env.start_ccm(&[]).await?;
+    next.wait_for_log("successfully acquired lease", Duration::from_secs(3))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn without_leader_election_controllers_start_directly() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let mut ccm = env
+        .start_ccm(&["--leader-elect=false", "--controllers=cloud-node,-route"])
+        .await?;
+    ccm.wait_for_log("starting controller", Duration::from_secs(30))
+        .await?;
+    let logs = ccm.logs();
+    assert!(logs.contains("cloud-node-controller"), "{logs}");
+    assert!(!logs.contains("controller=node-route-controller"), "{logs}");
+    assert!(
+        lease(&env).await.is_none(),
+        "no Lease without leader election"
+    );
+    ccm.signal(libc::SIGTERM);
+    assert!(ccm.wait_exit(Duration::from_secs(15)).await?.success());
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_cloud_conf_and_bad_flags_exit_non_zero_with_a_clear_message() -> anyhow::Result<()> {
+    let env = Env::start_with_conf(
+        "[Global]\nRegion = us-east-1\nKubernetesClusterID = c\nNodeIPFamilies = ipv7\n",
+    )
+    .await?;
+    let (status, logs) = Ccm::run_to_exit(&env.base_args(), &env.aws_env()).await?;
+    assert!(!status.success());
+    let conf = env.cloud_conf.display().to_string();
+    assert!(
+        logs.contains(&format!("{conf}:4:"))
+            && logs.contains("NodeIPFamilies")
+            && logs.contains("ipv7")
+            && logs.contains("ipv4 or ipv6"),
+        "{logs}"
+    );
+
+    let mut args = env.base_args();
+    args[0] = "--cloud-provider=gce".into();
+    let (status, logs) = Ccm::run_to_exit(&args, &env.aws_env()).await?;
+    assert!(!status.success());
+    assert!(
+        logs.contains("--cloud-provider") && logs.contains("gce"),
+        "{logs}"
+    );
+
+    // No cluster ID anywhere and no --allow-untagged-cloud: refuse to start.
+    std::fs::write(&env.cloud_conf, "[Global]\nRegion = us-east-1\n")?;
+    let (status, logs) = Ccm::run_to_exit(&env.base_args(), &env.aws_env()).await?;
+    assert!(!status.success());
+    assert!(
+        logs.contains("KubernetesClusterID") && logs.contains("--allow-untagged-cloud"),
+        "{logs}"
+    );
+    Ok(())
+}
+
+/// An operator's existing Go CCM cloud.conf and flags: an unknown key (the
+/// Go CCM skips it), upstream's default health probe mode spelled out, an
+/// override under upstream's service name, and component-base's logging and
+/// cloud-provider's webhook flags. The CCM starts, leads, and says what it
+/// skipped, where, and what was probably meant.
+#[tokio::test]
+async fn an_upstream_cloud_conf_and_flags_start_with_a_warning_for_the_unknown_key()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    std::fs::write(
+        &env.cloud_conf,
+        format!(
+            "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n\
+             KubernetesClusterIDD = typo\n\
+             ClusterServiceLoadBalancerHealthProbeMode = ServiceNodePort\n\
+             [ServiceOverride \"1\"]\nService = EC2\nRegion = {REGION}\nURL = {}\n\
+             SigningRegion = {REGION}\nSigningName = ec2\n",
+            env.proxy.endpoint()
+        ),
+    )?;
+    let ccm = env
+        .start_ccm(&[
+            "--logging-format=text",
+            "--log-text-split-stream",
+            "--webhooks=*",
+            "--webhook-secure-port=0",
+        ])
+        .await?;
+    ccm.wait_for_log("successfully acquired lease", Duration::from_secs(30))
+        .await?;
+    let logs = ccm.logs();
+    let conf = env.cloud_conf.display().to_string();
+    let warning = logs
+        .lines()
+        .find(|l| l.contains("KubernetesClusterIDD"))
+        .unwrap_or_else(|| panic!("no warning for the unknown key:\n{logs}"));
+    assert!(
+        warning.contains("WARN")
+            && warning.contains(&format!("{conf}:4:"))
+            && warning.contains("nearest known key: KubernetesClusterID"),
+        "{warning}"
+    );
+    assert!(logs.contains("webhook-secure-port"), "{logs}");
+    Ok(())
+}

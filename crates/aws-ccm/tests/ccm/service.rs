@@ -1,0 +1,318 @@
+//! Service controller and Classic ELB end to end: the real binary against the
+//! API test server and moto.
+
+use std::time::Duration;
+
+use aws_sdk_ec2::types::Filter;
+use k8s_openapi::api::core::v1::{Event, Node, Service};
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+struct Cloud {
+    ec2: aws_sdk_ec2::Client,
+    elb: aws_sdk_elasticloadbalancing::Client,
+    node_group: String,
+    instance: String,
+}
+
+/// A VPC with one public subnet, a cluster-tagged node group and one node instance.
+async fn seed(env: &Env) -> anyhow::Result<Cloud> {
+    let seeded = seed_cluster(env, 1).await?;
+    Ok(Cloud {
+        elb: aws_sdk_elasticloadbalancing::Client::new(&seeded.conf),
+        ec2: seeded.ec2,
+        node_group: seeded.node_group,
+        instance: seeded.instances[0].clone(),
+    })
+}
+
+pub fn node(name: &str, instance: &str) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"providerID": format!("aws:///us-east-1a/{instance}")}
+    }))
+    .unwrap()
+}
+
+pub fn lb_service(name: &str, annotations: serde_json::Value) -> Service {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
+    }))
+    .unwrap()
+}
+
+pub fn hostname(svc: &Service) -> Option<String> {
+    svc.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .first()?
+        .hostname
+        .clone()
+}
+
+pub async fn group_by_name(
+    ec2: &aws_sdk_ec2::Client,
+    name: &str,
+) -> Option<aws_sdk_ec2::types::SecurityGroup> {
+    let out = ec2
+        .describe_security_groups()
+        .filters(Filter::builder().name("group-name").values(name).build())
+        .send()
+        .await
+        .ok()?;
+    out.security_groups().first().cloned()
+}
+
+#[tokio::test]
+async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n1", &cloud.instance))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = services
+        .create(&PostParams::default(), &lb_service("web", serde_json::json!({
+            "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true",
+            "service.beta.kubernetes.io/load-balancer-source-ranges": "10.0.0.0/8"
+        })))
+        .await?;
+    let bad = services
+        .create(
+            &PostParams::default(),
+            &lb_service(
+                "bad",
+                serde_json::json!({
+                    "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "often"
+                }),
+            ),
+        )
+        .await?;
+    let uid = svc.metadata.uid.clone().unwrap();
+    let lb_name = format!("a{}", uid.replace('-', ""))[..32].to_string();
+    let node_port = svc.spec.as_ref().unwrap().ports.as_ref().unwrap()[0]
+        .node_port
+        .unwrap();
+
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let host = eventually(
+        "the load balancer hostname in the Service status",
+        WAIT,
+        || async { services.get("web").await.ok().as_ref().and_then(hostname) },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+
+    let lb = cloud
+        .elb
+        .describe_load_balancers()
+        .load_balancer_names(&lb_name)
+        .send()
+        .await?;
+    let lb = &lb.load_balancer_descriptions()[0];
+    assert_eq!(lb.dns_name(), Some(host.as_str()));
+    let l = lb.listener_descriptions()[0].listener().unwrap();
+    assert_eq!(
+        (l.load_balancer_port(), l.instance_port(), l.protocol()),
+        (80, node_port, "TCP")
+    );
+    let registered: Vec<_> = lb
+        .instances()
+        .iter()
+        .filter_map(|i| i.instance_id())
+        .collect();
+    assert_eq!(registered, vec![cloud.instance.as_str()]);
+    let hc = lb.health_check().unwrap();
+    assert_eq!(
+        (
+            hc.target(),
+            hc.healthy_threshold(),
+            hc.unhealthy_threshold(),
+            hc.interval(),
+            hc.timeout()
+        ),
+        (format!("TCP:{node_port}").as_str(), 2, 6, 10, 5)
+    );
+    let attrs = cloud
+        .elb
+        .describe_load_balancer_attributes()
+        .load_balancer_name(&lb_name)
+        .send()
+        .await?;
+    assert!(
+        attrs
+            .load_balancer_attributes()
+            .unwrap()
+            .cross_zone_load_balancing()
+            .unwrap()
+            .enabled()
+    );
+    let tags = cloud
+        .elb
+        .describe_tags()
+        .load_balancer_names(&lb_name)
+        .send()
+        .await?;
+    let tags: Vec<(String, String)> = tags.tag_descriptions()[0]
+        .tags()
+        .iter()
+        .map(|t| {
+            (
+                t.key().to_string(),
+                t.value().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert!(
+        tags.contains(&(
+            format!("kubernetes.io/cluster/{CLUSTER_ID}"),
+            "owned".into()
+        )),
+        "{tags:?}"
+    );
+    assert!(
+        tags.contains(&("kubernetes.io/service-name".into(), "default/web".into())),
+        "{tags:?}"
+    );
+
+    let owned = group_by_name(&cloud.ec2, &format!("k8s-elb-{lb_name}"))
+        .await
+        .expect("owned group");
+    let owned_id = owned.group_id().unwrap().to_string();
+    assert_eq!(lb.security_groups(), std::slice::from_ref(&owned_id));
+    let ranges: Vec<_> = owned
+        .ip_permissions()
+        .iter()
+        .flat_map(|p| p.ip_ranges().iter().filter_map(|r| r.cidr_ip()))
+        .collect();
+    assert!(
+        !ranges.is_empty() && ranges.iter().all(|r| *r == "10.0.0.0/8"),
+        "{ranges:?}"
+    );
+    let node_group = group_by_name(&cloud.ec2, "nodes").await.unwrap();
+    assert!(node_group.ip_permissions().iter().any(|p| {
+        p.user_id_group_pairs()
+            .iter()
+            .any(|g| g.group_id() == Some(owned_id.as_str()))
+    }));
+    let svc = services.get("web").await?;
+    assert!(
+        svc.metadata
+            .finalizers
+            .unwrap_or_default()
+            .contains(&"service.kubernetes.io/load-balancer-cleanup".to_string())
+    );
+    assert_eq!(cloud.node_group, node_group.group_id().unwrap());
+
+    // A fresh process adopts what exists: no create, no mutation at all.
+    drop(ccm);
+    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(
+        &env.moto.endpoint(),
+        ccm_testkit::aws_proxy::ProxyConfig::default(),
+    )
+    .await?;
+    let ccm = env
+        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
+        .await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert!(ccm.logs().contains("changes=0"), "logs:\n{}", ccm.logs());
+    assert!(
+        proxy
+            .calls()
+            .get("elasticloadbalancing", "DescribeLoadBalancers")
+            .forwarded
+            > 0
+    );
+    let calls = proxy.calls();
+    let mutations: Vec<String> = calls
+        .iter()
+        .filter(|(_, action, c)| {
+            c.received > 0
+                && !action.starts_with("Describe")
+                && !action.ends_with("+DryRun")
+                && !action.starts_with("Get")
+        })
+        .map(|(s, a, _)| format!("{s}:{a}"))
+        .collect();
+    assert!(
+        mutations.is_empty(),
+        "an unchanged Service caused mutations: {mutations:?}"
+    );
+
+    // The malformed Service: a Warning naming the annotation, and no load balancer.
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let warning = eventually(
+        "a SyncLoadBalancerFailed event for the malformed Service",
+        WAIT,
+        || async {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("SyncLoadBalancerFailed")
+                        && e.involved_object.name.as_deref() == Some("bad")
+                })
+        },
+    )
+    .await?;
+    let note = warning.message.unwrap_or_default();
+    assert!(
+        note.contains("healthcheck-interval") && note.contains("often"),
+        "{note}"
+    );
+    let bad_name = format!("a{}", bad.metadata.uid.unwrap().replace('-', ""))[..32].to_string();
+    assert!(
+        cloud
+            .elb
+            .describe_load_balancers()
+            .load_balancer_names(&bad_name)
+            .send()
+            .await
+            .is_err()
+    );
+    assert!(hostname(&services.get("bad").await?).is_none());
+
+    // Delete: LB, owned group and node rule go, then the finalizer.
+    services.delete("web", &DeleteParams::default()).await?;
+    eventually("the Service to be gone", WAIT, || async {
+        matches!(services.get_opt("web").await, Ok(None)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(
+        cloud
+            .elb
+            .describe_load_balancers()
+            .load_balancer_names(&lb_name)
+            .send()
+            .await
+            .is_err()
+    );
+    assert!(
+        group_by_name(&cloud.ec2, &format!("k8s-elb-{lb_name}"))
+            .await
+            .is_none()
+    );
+    let node_group = group_by_name(&cloud.ec2, "nodes").await.unwrap();
+    assert!(!node_group.ip_permissions().iter().any(|p| {
+        p.user_id_group_pairs()
+            .iter()
+            .any(|g| g.group_id() == Some(owned_id.as_str()))
+    }));
+    Ok(())
+}

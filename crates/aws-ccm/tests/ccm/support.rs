@@ -1,0 +1,455 @@
+//! Starting the real binary against the test servers, and waiting on what it does.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use ccm_testkit::apiserver::{NonResourceGrant, Subject, TestApiServer, TokenUser};
+use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+use ccm_testkit::moto::Moto;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+pub const BINARY: &str = env!("CARGO_BIN_EXE_aws-cloud-controller-manager");
+pub const CLUSTER_ID: &str = "ccm-test";
+pub const REGION: &str = "us-east-1";
+/// A bearer token the API test server of [`Env`] accepts for a user that
+/// may `get` `/metrics` (the CCM checks it with TokenReview and
+/// SubjectAccessReview); [`https_get`] sends it.
+pub const SCRAPE_TOKEN: &str = "ccm-test-metrics-scraper";
+/// Who [`SCRAPE_TOKEN`] is.
+pub const SCRAPER: &str = "system:serviceaccount:monitoring:prometheus";
+
+/// Polls `check` until it returns `Some`, or fails after `deadline`.
+pub async fn eventually<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    mut check: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let start = tokio::time::Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return Ok(value);
+        }
+        if start.elapsed() > deadline {
+            bail!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("binding an ephemeral port on 127.0.0.1")
+}
+
+/// A Kubernetes API test server, moto, and the files the CCM reads.
+pub struct Env {
+    pub api: TestApiServer,
+    pub moto: Moto,
+    /// A pass-through proxy in front of moto that `start_ccm` sends the
+    /// CCM's calls through, so the IAM coverage test sees them (it records
+    /// when `AWS_CCM_RECORD_ACTIONS` is set).
+    pub proxy: FaultProxy,
+    /// Holds the kubeconfig and cloud.conf; removed on drop.
+    #[allow(dead_code)]
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub cloud_conf: PathBuf,
+}
+
+impl Env {
+    pub async fn start() -> anyhow::Result<Env> {
+        Env::start_with_conf(&format!(
+            "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n"
+        ))
+        .await
+    }
+
+    pub async fn start_with_conf(cloud_conf: &str) -> anyhow::Result<Env> {
+        let (api, moto) = tokio::try_join!(TestApiServer::start(), Moto::start())?;
+        api.add_token(SCRAPE_TOKEN, TokenUser::new(SCRAPER));
+        api.grant(NonResourceGrant::new(
+            Subject::User(SCRAPER.into()),
+            &["get"],
+            &["/metrics"],
+        ));
+        let proxy = FaultProxy::start(&moto.endpoint(), ProxyConfig::default()).await?;
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        api.write_kubeconfig(&kubeconfig)?;
+        let cloud_conf_path = dir.path().join("cloud.conf");
+        std::fs::write(&cloud_conf_path, cloud_conf)?;
+        Ok(Env {
+            api,
+            moto,
+            proxy,
+            dir,
+            kubeconfig,
+            cloud_conf: cloud_conf_path,
+        })
+    }
+
+    /// The flags every test passes; timings shortened so tests finish quickly.
+    pub fn base_args(&self) -> Vec<String> {
+        vec![
+            "--cloud-provider=aws".into(),
+            format!("--cloud-config={}", self.cloud_conf.display()),
+            format!("--kubeconfig={}", self.kubeconfig.display()),
+            "--bind-address=127.0.0.1".into(),
+            // 0 would disable the server (as upstream), so pick a free port.
+            format!("--secure-port={}", free_port()),
+            "--leader-elect-lease-duration=3s".into(),
+            "--leader-elect-renew-deadline=2s".into(),
+            "--leader-elect-retry-period=500ms".into(),
+        ]
+    }
+
+    pub fn aws_env(&self) -> Vec<(String, String)> {
+        self.aws_env_for(&self.proxy.endpoint())
+    }
+
+    /// The AWS environment with another endpoint (e.g. a `FaultProxy` in
+    /// front of moto).
+    pub fn aws_env_for(&self, endpoint: &str) -> Vec<(String, String)> {
+        vec![
+            ("AWS_ENDPOINT_URL".into(), endpoint.to_string()),
+            ("AWS_ACCESS_KEY_ID".into(), "testing".into()),
+            ("AWS_SECRET_ACCESS_KEY".into(), "testing".into()),
+            ("AWS_EC2_METADATA_DISABLED".into(), "true".into()),
+        ]
+    }
+
+    /// Starts the CCM with AWS reached through the pass-through proxy.
+    pub async fn start_ccm(&self, extra: &[&str]) -> anyhow::Result<Ccm> {
+        self.start_ccm_via(&self.proxy.endpoint(), extra).await
+    }
+
+    /// Starts the CCM with AWS calls sent to `endpoint` (e.g. a `FaultProxy`
+    /// in front of moto, to count or break calls).
+    pub async fn start_ccm_via(&self, endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {
+        let mut args = self.base_args();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Ccm::spawn(&args, &self.aws_env_for(endpoint)).await
+    }
+}
+
+/// Appends every line `stream` yields to `sink`.
+async fn collect_lines(stream: impl tokio::io::AsyncRead + Unpin, sink: Arc<Mutex<String>>) {
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let mut buf = sink.lock().unwrap_or_else(|p| p.into_inner());
+        buf.push_str(&line);
+        buf.push('\n');
+    }
+}
+
+/// The CCM as a child process, with its stderr and stdout collected for
+/// assertions.
+pub struct Ccm {
+    child: Child,
+    logs: Arc<Mutex<String>>,
+    /// The tasks reading stderr and stdout; done once the pipes close.
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Ccm {
+    /// Starts the binary with `RUST_LOG=info,aws_ccm=debug` unless `env`
+    /// sets it (an empty `RUST_LOG` counts as unset: `--v` decides). Its
+    /// stderr and stdout both go to [`Ccm::logs`].
+    pub async fn spawn(args: &[String], env: &[(String, String)]) -> anyhow::Result<Ccm> {
+        let mut cmd = Command::new(BINARY);
+        cmd.args(args)
+            .env("RUST_LOG", "info,aws_ccm=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().with_context(|| format!("spawning {BINARY}"))?;
+        let logs = Arc::new(Mutex::new(String::new()));
+        let stderr = child.stderr.take().context("no stderr")?;
+        let stdout = child.stdout.take().context("no stdout")?;
+        let readers = vec![
+            tokio::spawn(collect_lines(stderr, logs.clone())),
+            tokio::spawn(collect_lines(stdout, logs.clone())),
+        ];
+        Ok(Ccm {
+            child,
+            logs,
+            readers,
+        })
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub async fn wait_for_log(&self, needle: &str, deadline: Duration) -> anyhow::Result<()> {
+        eventually(
+            &format!("log line containing {needle:?}"),
+            deadline,
+            || async { self.logs().contains(needle).then_some(()) },
+        )
+        .await
+        .with_context(|| format!("logs so far:\n{}", self.logs()))
+    }
+
+    /// The address of the HTTPS server, from its start-up log line.
+    pub async fn https_addr(&self) -> anyhow::Result<String> {
+        self.wait_for_log("serving securely on ", Duration::from_secs(20))
+            .await?;
+        let logs = self.logs();
+        let rest = logs
+            .split("serving securely on ")
+            .nth(1)
+            .context("no address")?;
+        Ok(rest
+            .split_whitespace()
+            .next()
+            .context("no address")?
+            .to_string())
+    }
+
+    pub fn pid(&self) -> Option<i32> {
+        self.child.id().map(|p| p as i32)
+    }
+
+    pub fn signal(&self, signal: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: sending a signal to our own child process.
+            unsafe {
+                libc::kill(pid, signal);
+            }
+        }
+    }
+
+    /// Waits for the process to exit and for its output to be read to the
+    /// end, so [`Ccm::logs`] then holds every line it wrote.
+    pub async fn wait_exit(&mut self, deadline: Duration) -> anyhow::Result<ExitStatus> {
+        let status = tokio::time::timeout(deadline, self.child.wait())
+            .await
+            .with_context(|| {
+                format!(
+                    "process did not exit within {deadline:?}; logs:\n{}",
+                    self.logs()
+                )
+            })?
+            .context("waiting for the process")?;
+        for reader in self.readers.drain(..) {
+            tokio::time::timeout(deadline, reader)
+                .await
+                .context("the process's output pipes did not close after it exited")?
+                .context("reading the process's output")?;
+        }
+        Ok(status)
+    }
+
+    /// Runs the binary to completion (for start-up failures).
+    pub async fn run_to_exit(
+        args: &[String],
+        env: &[(String, String)],
+    ) -> anyhow::Result<(ExitStatus, String)> {
+        let mut ccm = Ccm::spawn(args, env).await?;
+        let status = ccm.wait_exit(Duration::from_secs(30)).await?;
+        // Let the reader drain the pipe after exit.
+        let logs = eventually("stderr to close", Duration::from_secs(5), || async {
+            let l = ccm.logs();
+            (!l.is_empty()).then_some(l)
+        })
+        .await
+        .unwrap_or_default();
+        Ok((status, logs))
+    }
+}
+
+/// GET over HTTPS with [`SCRAPE_TOKEN`], accepting the CCM's self-signed certificate.
+pub async fn https_get(addr: &str, path: &str) -> anyhow::Result<(u16, String)> {
+    https_get_as(addr, path, Some(SCRAPE_TOKEN)).await
+}
+
+/// GET over HTTPS with this bearer token, or none.
+pub async fn https_get_as(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
+    use http_body_util::{BodyExt, Empty};
+    use rustls::pki_types::ServerName;
+
+    let config = ccm_testkit::tls::client_trusting_any_server(rustls::DEFAULT_VERSIONS)?;
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost")?, tcp)
+        .await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
+    tokio::spawn(conn);
+    let mut req = http::Request::get(path).header("host", "localhost");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let req = req.body(Empty::<bytes::Bytes>::new())?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// Tags for a resource created by test seeding (`TagSpecifications`).
+pub fn tags(
+    resource: aws_sdk_ec2::types::ResourceType,
+    pairs: &[(&str, &str)],
+) -> aws_sdk_ec2::types::TagSpecification {
+    aws_sdk_ec2::types::TagSpecification::builder()
+        .resource_type(resource)
+        .set_tags(Some(
+            pairs
+                .iter()
+                .map(|(k, v)| aws_sdk_ec2::types::Tag::builder().key(*k).value(*v).build())
+                .collect(),
+        ))
+        .build()
+}
+
+/// What [`seed_cluster`] made in moto.
+pub struct Seeded {
+    pub conf: aws_config::SdkConfig,
+    pub ec2: aws_sdk_ec2::Client,
+    pub vpc: String,
+    pub subnet: String,
+    pub node_group: String,
+    pub instances: Vec<String>,
+    pub ami: String,
+}
+
+impl Seeded {
+    /// Launches `count` more cluster-tagged node instances.
+    pub async fn launch(&self, count: i32) -> anyhow::Result<Vec<String>> {
+        self.launch_in(&self.node_group, count).await
+    }
+
+    /// Another cluster-tagged node security group, named `name`.
+    pub async fn node_group_named(&self, name: &str) -> anyhow::Result<String> {
+        let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+        let group = self
+            .ec2
+            .create_security_group()
+            .group_name(name)
+            .description(name)
+            .vpc_id(&self.vpc)
+            .tag_specifications(tags(
+                aws_sdk_ec2::types::ResourceType::SecurityGroup,
+                &[(&cluster_tag, "owned")],
+            ))
+            .send()
+            .await?;
+        Ok(group.group_id().unwrap_or_default().to_string())
+    }
+
+    /// Launches `count` cluster-tagged node instances in security group `group`.
+    pub async fn launch_in(&self, group: &str, count: i32) -> anyhow::Result<Vec<String>> {
+        let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+        let run = self
+            .ec2
+            .run_instances()
+            .image_id(&self.ami)
+            .min_count(count)
+            .max_count(count)
+            .subnet_id(&self.subnet)
+            .security_group_ids(group)
+            .tag_specifications(tags(
+                aws_sdk_ec2::types::ResourceType::Instance,
+                &[(&cluster_tag, "owned")],
+            ))
+            .send()
+            .await?;
+        Ok(run
+            .instances()
+            .iter()
+            .map(|i| i.instance_id().unwrap().to_string())
+            .collect())
+    }
+}
+
+/// A VPC with one public subnet (10.0.1.0/24), a cluster-tagged node group
+/// and `nodes` node instances.
+pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
+    let conf = env.moto.sdk_config().await;
+    let ec2 = aws_sdk_ec2::Client::new(&conf);
+    let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+    let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;
+    let vpc_id = vpc.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
+    let subnet = ec2
+        .create_subnet()
+        .vpc_id(&vpc_id)
+        .cidr_block("10.0.1.0/24")
+        .availability_zone("us-east-1a")
+        .tag_specifications(tags(
+            aws_sdk_ec2::types::ResourceType::Subnet,
+            &[(&cluster_tag, "shared"), ("kubernetes.io/role/elb", "1")],
+        ))
+        .send()
+        .await?;
+    let subnet_id = subnet
+        .subnet()
+        .and_then(|s| s.subnet_id())
+        .unwrap()
+        .to_string();
+    let igw = ec2.create_internet_gateway().send().await?;
+    let igw_id = igw
+        .internet_gateway()
+        .and_then(|g| g.internet_gateway_id())
+        .unwrap()
+        .to_string();
+    ec2.attach_internet_gateway()
+        .vpc_id(&vpc_id)
+        .internet_gateway_id(&igw_id)
+        .send()
+        .await?;
+    let tables = ec2
+        .describe_route_tables()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("vpc-id")
+                .values(&vpc_id)
+                .build(),
+        )
+        .send()
+        .await?;
+    let main = tables.route_tables()[0]
+        .route_table_id()
+        .unwrap()
+        .to_string();
+    ec2.create_route()
+        .route_table_id(&main)
+        .destination_cidr_block("0.0.0.0/0")
+        .gateway_id(&igw_id)
+        .send()
+        .await?;
+    let images = ec2.describe_images().owners("amazon").send().await?;
+    let ami = images.images()[0].image_id().unwrap().to_string();
+    let mut seeded = Seeded {
+        conf,
+        ec2,
+        vpc: vpc_id,
+        subnet: subnet_id,
+        node_group: String::new(),
+        instances: Vec::new(),
+        ami,
+    };
+    seeded.node_group = seeded.node_group_named("nodes").await?;
+    seeded.instances = seeded.launch(nodes).await?;
+    Ok(seeded)
+}

@@ -1,0 +1,645 @@
+//! A Kubernetes API test server: an in-process, plain-HTTP stand-in for
+//! kube-apiserver that every Kubernetes-side test and `make sandbox` use.
+//!
+//! It stores objects of a fixed table of resources (core/v1 nodes,
+//! services, endpoints, events, namespaces, configmaps, pods;
+//! events.k8s.io/v1 events; coordination.k8s.io/v1 leases;
+//! discovery.k8s.io/v1 endpointslices) as generic JSON and behaves as the
+//! real server does where clients can tell: resourceVersions and
+//! conflicts, `Status` errors, list pagination and resourceVersion
+//! semantics, watches with bookmarks and `410 Expired`, the four patch
+//! types including server-side apply with managedFields, status
+//! subresources, and finalizers.
+//!
+//! # Differences from kube-apiserver
+//!
+//! Kept on purpose small; each is what a test of the CCM cannot observe or
+//! does not need:
+//! - Plain HTTP on loopback; the server itself checks no credentials and
+//!   has no admission, protobuf or `as=Table` output (JSON is always
+//!   served). It does answer TokenReview and SubjectAccessReview for the
+//!   tokens and non-resource grants a test registers
+//!   ([`TestApiServer::add_token`], [`TestApiServer::grant`]); these two
+//!   are not in discovery. `dryRun` is
+//!   rejected with 400 rather than silently persisted.
+//! - Validation covers names, `generateName`, finalizers on deleting
+//!   objects, node `providerID`/`podCIDRs` and service `clusterIP`
+//!   immutability, and node ports already in use; other fields are stored
+//!   as sent. Defaulting covers services (type, protocol, targetPort, node
+//!   ports, health check node port, cluster IP, policies) and the status
+//!   the create strategies set for services, pods and namespaces.
+//! - No garbage collector and no graceful pod deletion: `propagationPolicy`
+//!   is accepted and ignored, pods without finalizers go at once, and a
+//!   namespace without finalizers is removed at once with its contents.
+//! - `metadata.generation` is kept for resources with a spec (nodes,
+//!   services, pods) and bumps on any change outside metadata and status.
+//! - Watches: bookmarks go out on every `bookmark_interval` tick; a watcher
+//!   too far behind (more than the history size, at most 8192 changes) is
+//!   closed without an ERROR event and resumes from its last
+//!   resourceVersion, or gets 410 if that is gone. A watch from a future
+//!   resourceVersion starts now.
+//! - Lists at `resourceVersion=0` are served from the current state and
+//!   honour `limit`. Continue tokens are opaque and name a frozen snapshot
+//!   kept for 5 minutes (256 at most); an evicted or compacted one is 410.
+//! - Server-side apply tracks leaves, keyed list items (`k:`) and set items
+//!   (`v:`) but writes no `.` for maps; lists not in the resource table are
+//!   atomic. managedFields sent with a create are ignored.
+//! - kube's default client retries 429, 503 and 504 by itself (up to 15
+//!   times, honouring `Retry-After`), so an injected burst of those codes is
+//!   invisible through [`TestApiServer::client`] unless it outlasts the
+//!   retries; build a client with `default_retry = false` to see them.
+//!
+//! ```no_run
+//! # async fn demo() -> anyhow::Result<()> {
+//! use ccm_testkit::apiserver::TestApiServer;
+//! use k8s_openapi::api::core::v1::Node;
+//! let server = TestApiServer::start().await?;
+//! let nodes: kube::Api<Node> = kube::Api::all(server.client().await?);
+//! assert!(nodes.list(&Default::default()).await?.items.is_empty());
+//! server.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod errors;
+mod http;
+mod patch;
+mod resources;
+mod reviews;
+mod selectors;
+mod ssa;
+mod store;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use self::http::Shared;
+use self::resources::{NAMESPACES, RESOURCES};
+pub use self::reviews::{NonResourceGrant, Subject, TokenUser};
+use self::store::{Store, Writer};
+
+/// Namespaces every cluster starts with.
+const INITIAL_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// How long [`TestApiServer::shutdown`] waits for connections to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Settings of a [`TestApiServer`].
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// How often watchers that asked for bookmarks get a BOOKMARK event.
+    pub bookmark_interval: Duration,
+    /// Changes kept per resource for watch resumption and exact lists;
+    /// a watch from an older resourceVersion gets 410 Expired.
+    pub history_size: usize,
+    /// Port on 127.0.0.1; 0 picks a free one.
+    pub port: u16,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            bookmark_interval: Duration::from_secs(1),
+            history_size: 10_000,
+            port: 0,
+        }
+    }
+}
+
+/// Identifies a class of requests in [`RequestStats`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestKey {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`; for non-resource paths the lower-case HTTP method.
+    pub verb: String,
+    /// API group, empty for core.
+    pub group: String,
+    /// `plural` or `plural/subresource`; for non-resource paths, the path.
+    pub resource: String,
+}
+
+/// Request counts by verb and resource, as seen by the server.
+///
+/// A resource is named `plural`, `plural/status`, or with its group to
+/// tell apart resources of the same plural: `events.events.k8s.io`,
+/// `leases.coordination.k8s.io/…`. A bare `events` counts both groups;
+/// `*` counts every resource.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestStats {
+    counts: BTreeMap<RequestKey, u64>,
+}
+
+const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
+
+/// Parses a resource name of [`RequestStats`]/[`FailureRule`]:
+/// (plural with subresource, group if named).
+fn parse_resource(resource: &str) -> (String, Option<String>) {
+    let (gr, sub) = match resource.split_once('/') {
+        Some((gr, sub)) => (gr, Some(sub)),
+        None => (resource, None),
+    };
+    let (plural, group) = match gr.split_once('.') {
+        Some((p, g)) => (p, Some(g.to_string())),
+        None => (gr, None),
+    };
+    let name = match sub {
+        Some(s) => format!("{plural}/{s}"),
+        None => plural.to_string(),
+    };
+    (name, group)
+}
+
+fn resource_matches(pattern: &str, key: &RequestKey) -> bool {
+    if pattern == "*" {
+        return true;
+    }
+    if pattern.starts_with('/') {
+        return key.resource == pattern;
+    }
+    let (name, group) = parse_resource(pattern);
+    key.resource == name && group.is_none_or(|g| g == key.group)
+}
+
+impl RequestStats {
+    /// Requests with this verb on this resource (see the type docs for names).
+    pub fn count(&self, verb: &str, resource: &str) -> u64 {
+        self.counts
+            .iter()
+            .filter(|(k, _)| k.verb == verb && resource_matches(resource, k))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Writes (create, update, patch, delete, deletecollection) on a resource.
+    pub fn writes(&self, resource: &str) -> u64 {
+        WRITE_VERBS.iter().map(|v| self.count(v, resource)).sum()
+    }
+
+    /// Writes on every resource.
+    pub fn total_writes(&self) -> u64 {
+        self.writes("*")
+    }
+
+    /// All requests, discovery included.
+    pub fn total(&self) -> u64 {
+        self.counts.values().sum()
+    }
+
+    /// Every (key, count) pair, sorted.
+    pub fn entries(&self) -> impl Iterator<Item = (&RequestKey, u64)> {
+        self.counts.iter().map(|(k, n)| (k, *n))
+    }
+}
+
+/// A failure to inject: matching requests answer with `code` and a proper
+/// `Status` body (429/503/504 also carry `Retry-After: 1`) instead of
+/// being served.
+///
+/// ```
+/// use ccm_testkit::apiserver::FailureRule;
+/// // The next two PATCHes of any node's status answer 500.
+/// let rule = FailureRule::new("patch", "nodes/status", 500).times(2);
+/// # let _ = rule;
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureRule {
+    /// Verb as in [`RequestKey::verb`]; `None` matches any.
+    pub verb: Option<String>,
+    /// Resource as in [`RequestStats`]; `None` matches any.
+    pub resource: Option<String>,
+    /// Object name; `None` matches any.
+    pub name: Option<String>,
+    /// Namespace; `None` matches any.
+    pub namespace: Option<String>,
+    /// HTTP status code to answer with.
+    pub code: u16,
+    /// Message of the `Status`; a standard one for the code if `None`.
+    pub message: Option<String>,
+    /// How many requests fail; `None` means every one until cleared.
+    pub times: Option<u32>,
+    /// Wait this long before answering (to exercise client timeouts).
+    pub delay: Option<Duration>,
+}
+
+impl FailureRule {
+    /// Fails the next matching request (use [`FailureRule::times`] for more).
+    /// `verb` and `resource` may be `"*"` for any.
+    pub fn new(verb: &str, resource: &str, code: u16) -> FailureRule {
+        let any = |s: &str| (s != "*" && !s.is_empty()).then(|| s.to_string());
+        FailureRule {
+            verb: any(verb),
+            resource: any(resource),
+            name: None,
+            namespace: None,
+            code,
+            message: None,
+            times: Some(1),
+            delay: None,
+        }
+    }
+
+    /// Fails the next `n` matching requests.
+    pub fn times(mut self, n: u32) -> FailureRule {
+        self.times = Some(n);
+        self
+    }
+
+    /// Fails every matching request until [`TestApiServer::clear_failures`].
+    pub fn always(mut self) -> FailureRule {
+        self.times = None;
+        self
+    }
+
+    /// Only requests for this object name.
+    pub fn name(mut self, name: &str) -> FailureRule {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    /// Only requests in this namespace.
+    pub fn namespace(mut self, ns: &str) -> FailureRule {
+        self.namespace = Some(ns.to_string());
+        self
+    }
+
+    /// The `Status` message to send.
+    pub fn message(mut self, message: &str) -> FailureRule {
+        self.message = Some(message.to_string());
+        self
+    }
+
+    /// Wait before answering.
+    pub fn delay(mut self, d: Duration) -> FailureRule {
+        self.delay = Some(d);
+        self
+    }
+
+    fn matches(&self, key: &RequestKey, ns: &str, name: &str) -> bool {
+        self.verb.as_deref().is_none_or(|v| v == key.verb)
+            && self
+                .resource
+                .as_deref()
+                .is_none_or(|r| resource_matches(r, key))
+            && self.name.as_deref().is_none_or(|n| n == name)
+            && self.namespace.as_deref().is_none_or(|n| n == ns)
+    }
+}
+
+/// A running test server. Dropping it stops serving (in-flight watches end).
+pub struct TestApiServer {
+    shared: Arc<Shared>,
+    url: String,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl TestApiServer {
+    /// Starts on 127.0.0.1 with an ephemeral port and default options.
+    pub async fn start() -> anyhow::Result<TestApiServer> {
+        Self::start_with(ServerOptions::default()).await
+    }
+
+    /// Starts with the given options.
+    pub async fn start_with(opts: ServerOptions) -> anyhow::Result<TestApiServer> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.port))
+            .await
+            .with_context(|| format!("binding kube-test-server to 127.0.0.1:{}", opts.port))?;
+        let addr = listener.local_addr().context("reading the bound address")?;
+        let url = format!("http://{addr}");
+        let cancel = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            store: Store::new(opts.history_size),
+            stats: parking_lot::Mutex::new(HashMap::new()),
+            failures: parking_lot::Mutex::new(Vec::new()),
+            cancel: cancel.clone(),
+            watch_cancel: parking_lot::Mutex::new(cancel.child_token()),
+            address: addr.to_string(),
+            reviews: Default::default(),
+        });
+        let w = Writer {
+            manager: "kube-apiserver".into(),
+        };
+        for ns in INITIAL_NAMESPACES {
+            shared
+                .store
+                .create(
+                    NAMESPACES,
+                    "",
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                    &w,
+                    false,
+                )
+                .map_err(|e| anyhow::anyhow!("creating namespace {ns}: {e}"))?;
+        }
+
+        let app = axum::Router::new()
+            .fallback(http::handle)
+            .with_state(shared.clone());
+        let shutdown = cancel.clone();
+        let serve = tokio::spawn(async move {
+            let result = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { shutdown.cancelled().await })
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "kube-test-server stopped serving");
+            }
+        });
+        let ticker_shared = shared.clone();
+        let interval = opts.bookmark_interval.max(Duration::from_millis(10));
+        let ticker = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = ticker_shared.cancel.cancelled() => break,
+                    _ = tick.tick() => ticker_shared.store.tick(),
+                }
+            }
+        });
+        Ok(TestApiServer {
+            shared,
+            url,
+            tasks: vec![serve, ticker],
+        })
+    }
+
+    /// The base URL, e.g. `http://127.0.0.1:41234`.
+    pub fn url(&self) -> String {
+        self.url.clone()
+    }
+
+    /// A kubeconfig whose current context points at [`TestApiServer::url`]
+    /// with namespace `default` and no credentials.
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\n\
+             kind: Config\n\
+             clusters:\n\
+             - name: kube-test-server\n  cluster:\n    server: {url}\n\
+             users:\n\
+             - name: kube-test-server\n  user: {{}}\n\
+             contexts:\n\
+             - name: kube-test-server\n  context:\n    cluster: kube-test-server\n    user: kube-test-server\n    namespace: default\n\
+             current-context: kube-test-server\n",
+            url = self.url
+        )
+    }
+
+    /// Writes [`TestApiServer::kubeconfig_yaml`] to `path`.
+    pub fn write_kubeconfig(&self, path: &Path) -> anyhow::Result<()> {
+        std::fs::write(path, self.kubeconfig_yaml())
+            .with_context(|| format!("writing kubeconfig to {}", path.display()))
+    }
+
+    /// A kube client for this server (default namespace `default`).
+    pub async fn client(&self) -> anyhow::Result<kube::Client> {
+        let uri = self
+            .url
+            .parse()
+            .with_context(|| format!("parsing server url {}", self.url))?;
+        let config = kube::Config::new(uri);
+        kube::Client::try_from(config).context("building a kube client for the test server")
+    }
+
+    /// A copy of the request counts so far.
+    pub fn stats(&self) -> RequestStats {
+        RequestStats {
+            counts: self
+                .shared
+                .stats
+                .lock()
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+        }
+    }
+
+    /// Forgets the request counts.
+    pub fn reset_stats(&self) {
+        self.shared.stats.lock().clear();
+    }
+
+    /// Drops all watch history and pagination snapshots, as an etcd
+    /// compaction does: a watch or exact list from any older
+    /// resourceVersion now gets 410 Gone.
+    pub fn compact(&self) {
+        self.shared.store.compact();
+    }
+
+    /// Ends every open watch stream now, as an apiserver restart would;
+    /// clients re-watch from their last resourceVersion.
+    pub fn close_watches(&self) {
+        self.shared.close_watches();
+    }
+
+    /// The current (global) resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store.current_rv()
+    }
+
+    /// Arms a failure rule; rules are checked in the order they were added.
+    pub fn inject_failure(&self, rule: FailureRule) {
+        self.shared.failures.lock().push(rule);
+    }
+
+    /// Makes TokenReview accept `token` as `user` (the server adds
+    /// `system:authenticated` to its groups, as kube-apiserver does).
+    pub fn add_token(&self, token: &str, user: TokenUser) {
+        self.shared
+            .reviews
+            .tokens
+            .lock()
+            .insert(token.to_string(), user);
+    }
+
+    /// Lets a user or group use verbs on non-resource URLs in
+    /// SubjectAccessReviews (RBAC matching: `*`, a trailing `*`, or exact).
+    pub fn grant(&self, grant: NonResourceGrant) {
+        self.shared.reviews.grants.lock().push(grant);
+    }
+
+    /// Disarms every failure rule.
+    pub fn clear_failures(&self) {
+        self.shared.failures.lock().clear();
+    }
+
+    /// Creates the objects of a multi-document YAML (documents may also be
+    /// `kind: List`). Namespaces go first; pre-created namespaces are
+    /// skipped; namespaced objects without a namespace go to `default`.
+    /// Server-set metadata (resourceVersion, uid, …) in the YAML is
+    /// ignored, and a `status` is kept as written, even for resources
+    /// whose create resets it.
+    pub async fn seed_yaml(&self, multi_doc_yaml: &str) -> anyhow::Result<()> {
+        let mut docs = Vec::new();
+        for (i, doc) in serde_yaml::Deserializer::from_str(multi_doc_yaml).enumerate() {
+            let v: Value = serde::Deserialize::deserialize(doc)
+                .with_context(|| format!("parsing YAML document {}", i + 1))?;
+            match v {
+                Value::Null => {}
+                v if v
+                    .get("kind")
+                    .and_then(Value::as_str)
+                    .is_some_and(|k| k.ends_with("List")) =>
+                {
+                    docs.extend(
+                        v.get("items")
+                            .and_then(Value::as_array)
+                            .cloned()
+                            .unwrap_or_default(),
+                    );
+                }
+                v => docs.push(v),
+            }
+        }
+        docs.sort_by_key(|d| d.get("kind").and_then(Value::as_str) != Some("Namespace"));
+        let w = Writer {
+            manager: "kube-test-server".into(),
+        };
+        for mut doc in docs {
+            let api_version = doc
+                .get("apiVersion")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let kind = doc
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let Some(res) = resources::find_kind(&api_version, &kind) else {
+                bail!("seed: kube-test-server does not serve {api_version} {kind}");
+            };
+            let def = &RESOURCES[res];
+            if let Some(meta) = doc.get_mut("metadata").and_then(Value::as_object_mut) {
+                for k in [
+                    "resourceVersion",
+                    "uid",
+                    "creationTimestamp",
+                    "managedFields",
+                    "generation",
+                ] {
+                    meta.remove(k);
+                }
+            }
+            let name = doc
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let ns = match doc.pointer("/metadata/namespace").and_then(Value::as_str) {
+                Some(ns) if def.namespaced => ns.to_string(),
+                _ if def.namespaced => "default".to_string(),
+                _ => String::new(),
+            };
+            if res == NAMESPACES && INITIAL_NAMESPACES.contains(&name.as_str()) {
+                continue;
+            }
+            let status = doc.get("status").cloned();
+            let created = self
+                .shared
+                .store
+                .create(res, &ns, doc, &w, false)
+                .map_err(|e| anyhow::anyhow!("seed: creating {kind} {ns}/{name}: {e}"))?;
+            if let Some(status) = status
+                && def.status_subresource
+                && created.value.get("status") != Some(&status)
+            {
+                let created_name = created
+                    .value
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string();
+                let mut with_status = created.value.clone();
+                with_status["status"] = status;
+                self.shared
+                    .store
+                    .update(res, &ns, &created_name, with_status, Some("status"), &w)
+                    .map_err(|e| {
+                        anyhow::anyhow!("seed: setting the status of {kind} {ns}/{name}: {e}")
+                    })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops serving: watches end, connections close, the port is freed.
+    pub async fn shutdown(mut self) {
+        self.shared.cancel.cancel();
+        for task in self.tasks.drain(..) {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(SHUTDOWN_GRACE, task).await.is_err() {
+                abort.abort();
+            }
+        }
+    }
+}
+
+impl Drop for TestApiServer {
+    fn drop(&mut self) {
+        // Cancelling ends the watches and starts a graceful shutdown that
+        // finishes in the background; aborting the serve task instead would
+        // leave its connection tasks running.
+        self.shared.cancel.cancel();
+    }
+}
+
+impl std::fmt::Debug for TestApiServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestApiServer")
+            .field("url", &self.url)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apiserver_stats_resource_names() {
+        let mut stats = RequestStats::default();
+        let key = |verb: &str, group: &str, resource: &str| RequestKey {
+            verb: verb.into(),
+            group: group.into(),
+            resource: resource.into(),
+        };
+        stats.counts.insert(key("patch", "", "nodes/status"), 2);
+        stats.counts.insert(key("create", "", "events"), 1);
+        stats
+            .counts
+            .insert(key("create", "events.k8s.io", "events"), 3);
+        stats
+            .counts
+            .insert(key("get", "coordination.k8s.io", "leases"), 4);
+        assert_eq!(stats.count("patch", "nodes/status"), 2);
+        assert_eq!(stats.count("patch", "nodes"), 0);
+        assert_eq!(stats.writes("events"), 4);
+        assert_eq!(stats.writes("events.events.k8s.io"), 3);
+        assert_eq!(stats.count("get", "leases.coordination.k8s.io"), 4);
+        assert_eq!(stats.total_writes(), 6);
+        assert_eq!(stats.total(), 10);
+    }
+
+    #[test]
+    fn apiserver_failure_rule_matching() {
+        let key = RequestKey {
+            verb: "patch".into(),
+            group: String::new(),
+            resource: "nodes/status".into(),
+        };
+        assert!(FailureRule::new("patch", "nodes/status", 500).matches(&key, "", "n1"));
+        assert!(FailureRule::new("*", "*", 500).matches(&key, "", "n1"));
+        assert!(!FailureRule::new("patch", "nodes", 500).matches(&key, "", "n1"));
+        assert!(
+            !FailureRule::new("patch", "nodes/status", 500)
+                .name("n2")
+                .matches(&key, "", "n1")
+        );
+    }
+}
