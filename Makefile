@@ -36,6 +36,7 @@ lint: tools
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
 	$(VENV)/bin/python iam/gen-authorization.py --check
 	scripts/check-dockerfile.sh
+	scripts/check-doc-paths.sh
 
 # The AWS actions the CCM sent during the suite, for the IAM coverage test.
 RECORD_DIR := $(CARGO_TARGET_DIR)/aws-actions

@@ -57,7 +57,7 @@ const MAX_WORKERS: usize = 4;
 
 /// glibc's defaults suit short programs, not a daemon that rebuilds
 /// multi-megabyte caches every period; measured in the scale benchmark
-/// (README, "Scale"). Each setting is skipped when its own environment
+/// (docs/scale.md). Each setting is skipped when its own environment
 /// variable is set, so an operator's choice wins. Must run before any
 /// thread starts.
 /// - Arenas: glibc gives each thread that contends for the heap its own

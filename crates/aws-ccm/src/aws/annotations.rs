@@ -2,8 +2,8 @@
 //!
 //! [`ANNOTATIONS`] is the single source of truth for every annotation the
 //! service controller reads: its name, value type, default, which load
-//! balancer type it applies to, and what it means. The README's annotation
-//! reference is generated from it ([`readme_section`]) and a test fails when
+//! balancer type it applies to, and what it means. The annotation
+//! reference (docs/annotations.md) is generated from it ([`readme_section`]) and a test fails when
 //! the two drift.
 //!
 //! [`LoadBalancerSpec::from_service`] turns a Service into a typed spec before
@@ -1024,21 +1024,21 @@ pub(crate) mod tests {
 
     #[test]
     fn readme_matches_the_table() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md");
-        let readme = std::fs::read_to_string(path).expect("README.md is readable");
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/annotations.md");
+        let readme = std::fs::read_to_string(path).expect("docs/annotations.md is readable");
         let begin = readme
             .find(README_BEGIN)
-            .expect("README has the begin marker");
-        let end = readme.find(README_END).expect("README has the end marker") + README_END.len();
+            .expect("docs/annotations.md has the begin marker");
+        let end = readme.find(README_END).expect("docs/annotations.md has the end marker") + README_END.len();
         if std::env::var_os("UPDATE_README").is_some() {
             let updated = format!("{}{}{}", &readme[..begin], readme_section(), &readme[end..]);
-            std::fs::write(path, updated).expect("README.md is writable");
+            std::fs::write(path, updated).expect("docs/annotations.md is writable");
             return;
         }
         assert_eq!(
             &readme[begin..end],
             readme_section(),
-            "README annotation reference drifted from crates/aws-ccm/src/aws/annotations.rs; \
+            "docs/annotations.md drifted from crates/aws-ccm/src/aws/annotations.rs; \
              regenerate it with `UPDATE_README=1 cargo test -p aws-ccm --lib readme`"
         );
     }
