@@ -5,8 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 validate="${KUBERNETES_VALIDATE:-.venv/bin/kubernetes-validate}"
-if ! command -v kubectl >/dev/null 2>&1; then
-  echo "check-manifests: kubectl is needed for 'kubectl kustomize'" >&2
+# scripts/install-tools.sh pins kubectl 1.35 in .venv/bin.
+kubectl="${KUBECTL:-.venv/bin/kubectl}"
+if ! [ -x "$kubectl" ]; then
+  echo "check-manifests: $kubectl is missing; run scripts/install-tools.sh (make tools)" >&2
   exit 1
 fi
 out="$(mktemp -d)"
@@ -15,7 +17,7 @@ count=0
 for dir in manifests/base manifests/overlays/*/; do
   dir="${dir%/}"
   name="$(echo "$dir" | tr '/' '-')"
-  kubectl kustomize "$dir" > "$out/$name.yaml"
+  "$kubectl" kustomize "$dir" > "$out/$name.yaml"
   "$validate" --strict --quiet "$out/$name.yaml"
   count=$((count + 1))
   echo "check-manifests: $dir builds and validates ($(grep -c '^kind:' "$out/$name.yaml") objects)"
