@@ -33,6 +33,7 @@ lint: tools
 	$(VENV)/bin/shellcheck scripts/*.sh e2e/*.sh iam/*.sh .ci/run
 	$(VENV)/bin/yamllint --strict .
 	scripts/check-manifests.sh
+	scripts/check-chart.sh
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
 	$(VENV)/bin/python iam/gen-authorization.py --check
 	scripts/check-dockerfile.sh
