@@ -7,9 +7,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 fail() { echo "check-dockerfile: $*" >&2; exit 1; }
 df=Dockerfile
-grep -q '^FROM rust:[0-9.]*-bookworm AS build$' "$df" || fail "build stage must be a pinned rust:<version>-bookworm"
+# Every base image is pinned by digest: a tag alone moves when it is rebuilt.
+digest='@sha256:[0-9a-f]\{64\}'
+while read -r from; do
+  grep -q "^FROM [^ ]*$digest\( AS [a-z]*\)\?$" <<<"$from" \
+    || fail "'$from' is not pinned by digest; write FROM <image>:<tag>@sha256:<digest> (docker buildx imagetools inspect <image>:<tag> prints it)"
+done < <(grep '^FROM ' "$df")
+grep -q "^FROM rust:[0-9.]*-bookworm$digest AS build$" "$df" || fail "build stage must be a pinned rust:<version>-bookworm@sha256:<digest>"
 grep -q 'make release' "$df" || fail "build stage must run 'make release'"
-grep -q '^FROM gcr.io/distroless/cc-debian12:nonroot$' "$df" || fail "run stage must be distroless cc-debian12:nonroot"
+grep -q "^FROM gcr.io/distroless/cc-debian12:nonroot$digest$" "$df" || fail "run stage must be distroless cc-debian12:nonroot@sha256:<digest>"
 grep -q '^USER 65532:65532$' "$df" || fail "must run as 65532:65532"
 grep -q '^ENTRYPOINT \["/usr/local/bin/aws-cloud-controller-manager"\]$' "$df" || fail "entrypoint must be /usr/local/bin/aws-cloud-controller-manager"
 toolchain="$(sed -n 's/^FROM rust:\([0-9.]*\)-bookworm.*/\1/p' "$df")"
@@ -27,4 +33,4 @@ grep -q -- 'cargo build --release --locked --bin aws-cloud-controller-manager' <
 for path in $(sed -n 's/^COPY \([^-].*\) \.\/.*$/\1/p' "$df"); do
   [ -e "$path" ] || fail "COPY source $path does not exist"
 done
-echo "check-dockerfile: ok (rust:$toolchain >= $msrv, distroless nonroot, make release)"
+echo "check-dockerfile: ok (rust:$toolchain >= $msrv, distroless nonroot, bases pinned by digest, make release)"
