@@ -34,6 +34,7 @@ lint: tools
 	$(VENV)/bin/yamllint --strict .
 	scripts/check-manifests.sh
 	scripts/check-chart.sh
+	scripts/check-kops.sh
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
 	$(VENV)/bin/python iam/gen-authorization.py --check
 	scripts/check-dockerfile.sh

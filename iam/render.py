@@ -4,7 +4,13 @@ setup needs. Called by iam/render.sh; see iam/README.md for each option.
 
   render.py CLUSTER_ID [--partition P] [--route-table rtb-...]...
             [--security-group sg-...]... [--legacy-cluster-tag]
-            [--assume-role ROLE_ARN]...
+            [--assume-role ROLE_ARN]... [--kops | --kops-additions]
+
+--kops prints the policy's Statement array alone, for kOps'
+iam.serviceAccountExternalPermissions[].aws.inlinePolicy (kOps parses a JSON
+array of statements there, not a policy document). --kops-additions prints
+the statements kOps' own CCM policy lacks, for spec.additionalPolicies
+when kOps' addon runs this image (docs/install-kops.md, option 1).
 """
 
 import argparse
@@ -18,6 +24,13 @@ PARTITIONS = ("aws", "aws-cn", "aws-us-gov", "aws-iso", "aws-iso-b", "aws-iso-e"
 ROUTE_ACTIONS = ["ec2:CreateRoute", "ec2:DeleteRoute", "ec2:ReplaceRoute"]
 RULE_ACTIONS = ["ec2:AuthorizeSecurityGroupIngress", "ec2:RevokeSecurityGroupIngress"]
 PROTECTED_TAG_KEYS = ["kubernetes.io/cluster/*", "KubernetesCluster"]
+# kOps reads a statement into Effect, Principal, Action, Resource and
+# Condition (pkg/model/iam/iam_builder.go, type Statement) and drops any
+# other key without a word: Sid goes, NotAction/NotResource would change
+# the meaning, so they must not reach it.
+KOPS_STATEMENT_KEYS = ("Effect", "Principal", "Action", "Resource", "Condition")
+LB_ACTIONS_KOPS_LACKS = ["elasticloadbalancing:SetIpAddressType", "elasticloadbalancing:SetSecurityGroups",
+                         "elasticloadbalancing:SetSubnets"]
 
 
 def arg_parser():
@@ -37,6 +50,11 @@ def arg_parser():
                         "KubernetesCluster=CLUSTER_ID")
     p.add_argument("--assume-role", action="append", default=[], metavar="ROLE_ARN",
                    help="cloud.conf RoleARN: allow sts:AssumeRole on it")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--kops", action="store_true",
+                     help="print the Statement array alone, for kOps' inlinePolicy")
+    out.add_argument("--kops-additions", action="store_true",
+                     help="print the statements kOps' own CCM policy lacks, for kOps' additionalPolicies")
     return p
 
 
@@ -79,6 +97,36 @@ def extra_statements(args):
     return out
 
 
+def kops_additions(args):
+    """What this CCM calls that kOps' CCM policy does not grant. kOps builds
+    that policy in AddCCMPermissions (pkg/model/iam/iam_builder.go; read at
+    kOps commit 268927e, 2026-08-22; iam/kops-ccm-actions.txt lists it, and
+    scripts/check-kops.sh checks that it plus these covers iam/policy.json).
+    Load balancers are matched by the cluster tag this CCM writes on every
+    one it creates; route tables by kOps' own KubernetesCluster tag, as kOps
+    grants CreateRoute and DeleteRoute."""
+    p, cid = args.partition, args.cluster_id
+    return [
+        {"Effect": "Allow", "Action": ["elasticloadbalancing:DescribeTags"], "Resource": "*"},
+        {"Effect": "Allow", "Action": LB_ACTIONS_KOPS_LACKS,
+         "Resource": f"arn:{p}:elasticloadbalancing:*:*:loadbalancer/*",
+         "Condition": {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cid}": "owned"}}},
+        {"Effect": "Allow", "Action": ["ec2:ReplaceRoute"], "Resource": ec2_arn(p, "route-table"),
+         "Condition": {"StringEquals": {"aws:ResourceTag/KubernetesCluster": cid}}},
+    ]
+
+
+def for_kops(statements):
+    out = []
+    for st in statements:
+        extra = set(st) - set(KOPS_STATEMENT_KEYS) - {"Sid"}
+        if extra:
+            sys.exit(f"iam/render.sh: statement {st.get('Sid', st)} uses {sorted(extra)}, which kOps drops "
+                     "when it parses inlinePolicy; rewrite it with Action/Resource")
+        out.append({k: st[k] for k in KOPS_STATEMENT_KEYS if k in st})
+    return out
+
+
 def render(argv):
     args = arg_parser().parse_args(argv)
     check(args.cluster_id, r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}", "cluster ID")
@@ -92,6 +140,10 @@ def render(argv):
     text = text.replace("PARTITION", args.partition).replace("CLUSTER_ID", args.cluster_id)
     policy = json.loads(text)
     policy["Statement"] += extra_statements(args)
+    if args.kops_additions:
+        return json.dumps(kops_additions(args), indent=2) + "\n"
+    if args.kops:
+        return json.dumps(for_kops(policy["Statement"]), indent=2) + "\n"
     return json.dumps(policy, indent=2) + "\n"
 
 

@@ -4,6 +4,8 @@
 #   iam/render.sh policy CLUSTER_ID [--partition P] [--route-table rtb-...]
 #                 [--security-group sg-...] [--legacy-cluster-tag]
 #                 [--assume-role ROLE_ARN]      (iam/README.md explains each)
+#                 [--kops]            the Statement array alone, for kOps' inlinePolicy
+#                 [--kops-additions]  what kOps' own CCM policy lacks, for its additionalPolicies
 #   iam/render.sh trust ACCOUNT_ID OIDC_ISSUER [--partition P]
 #                 (issuer without https://)
 set -euo pipefail

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the kustomize base and every overlay under manifests/ and validates
 # the output offline against the Kubernetes schemas (kubernetes-validate
-# ships them), strictly: an unknown field is an error.
+# ships them), strictly: an unknown field is an error; then checks what the
+# schemas cannot (scripts/check-rendered.py): every CCM flag is one
+# docs/flags.md lists, and the IRSA role ARN is written at most once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 validate="${KUBERNETES_VALIDATE:-.venv/bin/kubernetes-validate}"
@@ -19,6 +21,8 @@ for dir in manifests/base manifests/overlays/*/; do
   name="$(echo "$dir" | tr '/' '-')"
   "$kubectl" kustomize "$dir" > "$out/$name.yaml"
   "$validate" --strict --quiet "$out/$name.yaml"
+  "${PYTHON:-.venv/bin/python}" scripts/check-rendered.py flags "$out/$name.yaml"
+  "${PYTHON:-.venv/bin/python}" scripts/check-rendered.py identity "$out/$name.yaml"
   count=$((count + 1))
   echo "check-manifests: $dir builds and validates ($(grep -c '^kind:' "$out/$name.yaml") objects)"
 done
