@@ -35,6 +35,7 @@ lint: tools
 	scripts/check-manifests.sh
 	scripts/check-chart.sh
 	scripts/check-kops.sh
+	scripts/check-e2e.sh
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
 	$(VENV)/bin/python iam/gen-authorization.py --check
 	scripts/check-dockerfile.sh

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # End to end on a machine with Docker: a kind cluster whose kubelets run
-# with --cloud-provider=external, an AWS emulator on kind's Docker network,
-# the CCM image loaded into kind and installed from manifests/overlays/e2e,
+# with --cloud-provider=external (e2e/kind-config.yaml), an AWS emulator on
+# kind's Docker network seeded with one instance per node at the node's
+# container IP (e2e/seed.py), the CCM image loaded into kind and installed
+# from manifests/overlays/e2e,
 # then the Rust e2e suite (crates/aws-ccm/tests/e2e.rs) against both. Everything is torn
 # down on exit (keep it with E2E_KEEP=1).
 #
@@ -14,14 +16,23 @@ cd "$(dirname "$0")/.."
 cluster="${E2E_CLUSTER:-aws-ccm-e2e}"
 cluster_id="kind-e2e"            # manifests/overlays/e2e/cloud.conf
 emulator="${E2E_EMULATOR:-moto}"
-node_image="${E2E_NODE_IMAGE:-kindest/node:v1.31.4}"
+# kind v0.32.0's default node image (its pkg/apis/config/defaults/image.go).
+node_image="${E2E_NODE_IMAGE:-kindest/node:v1.36.1@sha256:3489c7674813ba5d8b1a9977baea8a6e553784dab7b84759d1014dbd78f7ebd5}"
+kubectl="${KUBECTL:-kubectl}"
 image="aws-cloud-controller-manager:e2e"
-workers=2
 port=5000
 
-for tool in docker kind kubectl cargo python3; do
-  command -v "$tool" >/dev/null || { echo "e2e: $tool is required" >&2; exit 1; }
+# Every command this script runs beyond bash, coreutils, grep and sed.
+for tool in docker kind "$kubectl" cargo python3 curl sort; do
+  command -v "$tool" >/dev/null || { echo "e2e: $tool is required (kubectl: make tools puts one in .venv/bin)" >&2; exit 1; }
 done
+# kind merges kubeletExtraArgs by name (null deletes) for kubeadm v1beta4
+# from v0.32.0 on; e2e/kind-config.yaml relies on it.
+kind_version="$(kind version | sed -n 's/^kind v\([0-9][0-9.]*\).*/\1/p')"
+if [ -z "$kind_version" ] || [ "$(printf '%s\n0.32.0\n' "$kind_version" | sort -V | head -n1)" != 0.32.0 ]; then
+  echo "e2e: kind ${kind_version:-(unknown version)} is too old; e2e/kind-config.yaml needs kind >= v0.32.0" >&2
+  exit 1
+fi
 case "$emulator" in
   moto)
     emulator_image="motoserver/moto:5.2.5"
@@ -59,52 +70,38 @@ docker rm -f aws-emulator >/dev/null 2>&1 || true
 docker run -d --name aws-emulator --network kind -p "127.0.0.1:$port:$port" \
   "${emulator_env[@]}" "$emulator_image" >/dev/null
 endpoint="http://127.0.0.1:$port"
+ready=0
 for _ in $(seq 1 60); do
-  curl -fsS -o /dev/null "$endpoint" 2>/dev/null && break
+  if curl -fsS -o /dev/null "$endpoint" 2>/dev/null; then ready=1; break; fi
   sleep 1
 done
+[ "$ready" = 1 ] || { echo "e2e: the emulator did not answer on $endpoint within 60 tries" >&2; exit 1; }
 
-scripts/install-moto.sh   # boto3 for the seeding script
-.venv/bin/python e2e/seed.py "$endpoint" "$cluster_id" $((workers + 1)) > "$work/instances"
-
-# The kubelets get --provider-id: kind names its nodes after its containers,
-# which cannot be EC2 private DNS names, so the CCM finds each instance by ID.
-mapfile -t instances < "$work/instances"
-kubelet_patch() {
-  local kind="$1" zone="${2%% *}" id="${2##* }"
-  cat <<PATCH
-  - |
-    kind: $kind
-    nodeRegistration:
-      kubeletExtraArgs:
-        cloud-provider: external
-        provider-id: aws:///$zone/$id
-PATCH
-}
-{
-  echo "kind: Cluster"
-  echo "apiVersion: kind.x-k8s.io/v1alpha4"
-  echo "networking:"
-  echo "  podSubnet: 10.244.0.0/16"
-  echo "nodes:"
-  echo "- role: control-plane"
-  echo "  kubeadmConfigPatches:"
-  kubelet_patch InitConfiguration "${instances[0]}"
-  for i in $(seq 1 "$workers"); do
-    echo "- role: worker"
-    echo "  kubeadmConfigPatches:"
-    kubelet_patch JoinConfiguration "${instances[$i]}"
-  done
-} > "$work/kind.yaml"
-
-kind create cluster --name "$cluster" --image "$node_image" --config "$work/kind.yaml" \
+# The cluster first: the instances must carry the nodes' container IPs,
+# which exist only once kind has made the containers (e2e/kind-config.yaml).
+kind create cluster --name "$cluster" --image "$node_image" --config e2e/kind-config.yaml \
   --kubeconfig "$work/kubeconfig"
+k() { "$kubectl" --kubeconfig "$work/kubeconfig" "$@"; }
+
+network="$(docker network inspect kind -f '{{range .IPAM.Config}}{{.Subnet}}{{"\n"}}{{end}}' | grep -v ':' | head -n1)"
+pairs=()
+while read -r node; do
+  ip="$(docker inspect -f '{{with index .NetworkSettings.Networks "kind"}}{{.IPAddress}}{{end}}' "$node")"
+  [ -n "$ip" ] || { echo "e2e: node container $node has no address on the kind network" >&2; exit 1; }
+  pairs+=("$node=$ip")
+done < <(kind get nodes --name "$cluster" | sort)
+scripts/install-moto.sh   # boto3 for the seeding script
+.venv/bin/python e2e/seed.py "$endpoint" "$cluster_id" "$network" "${pairs[@]}" > "$work/instances"
+# spec.providerID may be set once, from empty: kind-config.yaml kept kind's
+# kind:// ID off the kubelets.
+while read -r node zone id; do
+  k patch node "$node" --type merge -p "{\"spec\":{\"providerID\":\"aws:///$zone/$id\"}}"
+done < "$work/instances"
 
 docker build -t "$image" .
 kind load docker-image "$image" --name "$cluster"
-kubectl --kubeconfig "$work/kubeconfig" apply -k manifests/overlays/e2e
-kubectl --kubeconfig "$work/kubeconfig" -n kube-system rollout status \
-  daemonset/aws-cloud-controller-manager --timeout=180s
+k apply -k manifests/overlays/e2e
+k -n kube-system rollout status daemonset/aws-cloud-controller-manager --timeout=180s
 
 E2E_KUBECONFIG="$work/kubeconfig" \
 E2E_AWS_ENDPOINT="$endpoint" \
