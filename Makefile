@@ -36,6 +36,7 @@ lint: tools
 	scripts/check-chart.sh
 	scripts/check-kops.sh
 	scripts/check-e2e.sh
+	scripts/check-kubeadm.sh
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
 	$(VENV)/bin/python iam/gen-authorization.py --check
 	scripts/check-dockerfile.sh
