@@ -40,6 +40,10 @@ for values in "" "$chart"/examples/*.yaml; do
   count=$((count + 1))
   echo "check-chart: $name renders and validates ($(grep -c '^kind:' "$out/$name.yaml") objects)"
 done
+# The default install grants exactly what manifests/base grants.
+"${KUBECTL:-.venv/bin/kubectl}" kustomize manifests/base > "$out/base.yaml"
+"$py" scripts/check-rendered.py same-rbac "$out/default.yaml" "$out/base.yaml"
+echo "check-chart: default RBAC rules equal manifests/base's"
 [ "$count" -ge 5 ] || { echo "check-chart: expected the default values and at least 4 example files" >&2; exit 1; }
 
 # Each must fail, and say which value is wrong.

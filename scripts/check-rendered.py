@@ -9,8 +9,11 @@ scripts/check-manifests.sh and scripts/check-kops.sh.
                                        prometheus-operator's monitoring.coreos.com/v1
   check-rendered.py kops-names FILE    no object, ServiceAccount or Lease
                                        shares a name with kOps' own CCM addon
+  check-rendered.py same-rbac FILE OTHER  FILE grants what OTHER grants: the
+                                       same ClusterRole and Role rules
 """
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -143,13 +146,30 @@ def check_kops_names(path):
     return errors
 
 
+def rules(path):
+    out = {}
+    for o in docs(path):
+        if o.get("kind") in ("ClusterRole", "Role"):
+            out.setdefault(o["kind"], []).extend(
+                sorted(json.dumps(r, sort_keys=True) for r in o.get("rules", [])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def check_same_rbac(path, other):
+    a, b = rules(path), rules(other)
+    if a != b:
+        return [f"the RBAC rules differ from {other}: {a} vs {b}; the chart and manifests/base must grant the same"]
+    return []
+
+
 CHECKS = {"identity": check_identity, "flags": check_flags,
-          "servicemonitor": check_servicemonitor, "kops-names": check_kops_names}
+          "servicemonitor": check_servicemonitor, "kops-names": check_kops_names,
+          "same-rbac": check_same_rbac}
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3 or sys.argv[1] not in CHECKS:
+    if len(sys.argv) not in (3, 4) or sys.argv[1] not in CHECKS:
         sys.exit(__doc__)
-    errs = CHECKS[sys.argv[1]](sys.argv[2])
+    errs = CHECKS[sys.argv[1]](*sys.argv[2:])
     for e in errs:
         print(f"check-rendered {sys.argv[1]} {sys.argv[2]}: {e}", file=sys.stderr)
     sys.exit(1 if errs else 0)
