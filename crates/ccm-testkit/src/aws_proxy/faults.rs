@@ -23,6 +23,10 @@ pub enum FaultKind {
     /// The service's real throttling error (EC2 503 `RequestLimitExceeded`,
     /// ELB/STS 400 `Throttling`).
     Throttle,
+    /// The call is forwarded and applied by AWS, then its answer is lost:
+    /// the "did my create happen?" case of a timeout or a reset after the
+    /// fact. Counted as faulted and as forwarded.
+    AnswerLost(AnswerLoss),
     /// Any AWS error in the service's format, e.g. 400 `DependencyViolation`.
     Error {
         /// HTTP status code.
@@ -32,6 +36,16 @@ pub enum FaultKind {
         /// Error message.
         message: String,
     },
+}
+
+/// How an applied call's answer is lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AnswerLoss {
+    /// The connection is reset once the upstream has answered.
+    Reset,
+    /// The answer is held this long (longer than the client's attempt
+    /// timeout makes it a timeout), then the connection is reset.
+    Stall(Duration),
 }
 
 /// One fault to inject.
@@ -162,7 +176,8 @@ impl FaultRule {
 ///
 /// - `ACTION` is an action name or `*` for any; `SERVICE/` narrows the
 ///   service (`ec2/*`, `elasticloadbalancingv2/RegisterTargets`).
-/// - `KIND` is `throttle`, `reset`, a 5xx status (`500`, `503`),
+/// - `KIND` is `throttle`, `reset`, `lost-reset` or `lost-stall=MS` (the
+///   call is applied, then its answer lost), a 5xx status (`500`, `503`),
 ///   `latency=MS` (milliseconds, `ms` suffix allowed) or
 ///   `error=STATUS/CODE[/MESSAGE]`.
 /// - `PROB` is the probability in [0, 1]; `MAX` caps how many calls fault.
@@ -223,6 +238,18 @@ fn parse_kind(text: &str) -> anyhow::Result<FaultKind> {
     if lower == "reset" {
         return Ok(FaultKind::ConnectionReset);
     }
+    if lower == "lost-reset" {
+        return Ok(FaultKind::AnswerLost(AnswerLoss::Reset));
+    }
+    if let Some(ms) = lower.strip_prefix("lost-stall=") {
+        let ms = ms.strip_suffix("ms").unwrap_or(ms);
+        let ms: u64 = ms
+            .parse()
+            .with_context(|| format!("stall {ms:?} is not a whole number of milliseconds"))?;
+        return Ok(FaultKind::AnswerLost(AnswerLoss::Stall(
+            Duration::from_millis(ms),
+        )));
+    }
     if let Some(ms) = lower.strip_prefix("latency=") {
         let ms = ms.strip_suffix("ms").unwrap_or(ms);
         let ms: u64 = ms
@@ -254,7 +281,7 @@ fn parse_kind(text: &str) -> anyhow::Result<FaultKind> {
         return Ok(FaultKind::ServerError(status));
     }
     bail!(
-        "unknown fault kind {text:?}: use throttle, reset, 500, 503, latency=MS or error=STATUS/CODE[/MESSAGE]"
+        "unknown fault kind {text:?}: use throttle, reset, lost-reset, lost-stall=MS, 500, 503, latency=MS or error=STATUS/CODE[/MESSAGE]"
     )
 }
 
@@ -269,6 +296,10 @@ impl fmt::Display for FaultRule {
             FaultKind::ConnectionReset => f.write_str("reset")?,
             FaultKind::Latency(d) => write!(f, "latency={}", d.as_millis())?,
             FaultKind::Throttle => f.write_str("throttle")?,
+            FaultKind::AnswerLost(AnswerLoss::Reset) => f.write_str("lost-reset")?,
+            FaultKind::AnswerLost(AnswerLoss::Stall(d)) => {
+                write!(f, "lost-stall={}", d.as_millis())?
+            }
             FaultKind::Error {
                 status,
                 code,
@@ -404,6 +435,18 @@ mod tests {
         // Display round-trips.
         let again: FaultRule = rule.to_string().parse().expect("display output parses");
         assert_eq!(again, rule);
+        for (spec, loss) in [
+            ("CreateSecurityGroup:lost-reset:1", AnswerLoss::Reset),
+            (
+                "ec2/CreateRoute:lost-stall=3000ms:1:1",
+                AnswerLoss::Stall(Duration::from_secs(3)),
+            ),
+        ] {
+            let rule: FaultRule = spec.parse().expect("valid spec");
+            assert_eq!(rule.kind, FaultKind::AnswerLost(loss), "{spec}");
+            let again: FaultRule = rule.to_string().parse().expect("display output parses");
+            assert_eq!(again, rule);
+        }
     }
 
     #[test]
@@ -411,6 +454,7 @@ mod tests {
         for (spec, why) in [
             ("DescribeInstances:throttle", "fields"),
             ("DescribeInstances:explode:1", "unknown fault kind"),
+            ("DescribeInstances:lost-stall=soon:1", "not a whole number"),
             ("DescribeInstances:throttle:1.5", "between 0 and 1"),
             ("DescribeInstances:404:1", "5xx"),
             ("DescribeInstances:error=200/Nope:1", "4xx or 5xx"),

@@ -35,18 +35,20 @@
 //! `GET /proxy-api/counts` returns the counters as JSON and
 //! `POST /proxy-api/reset-counts` clears them.
 
+mod consistency;
 mod counts;
 mod dry_run;
 mod errors;
 mod faults;
 mod iam;
+mod random;
 mod record;
 mod request;
 mod throttle;
 
 pub use counts::{ActionCounts, CallCounts};
 pub use errors::{AwsError, xml_escape};
-pub use faults::{FaultKind, FaultRule};
+pub use faults::{AnswerLoss, FaultKind, FaultRule};
 pub use iam::Enforcer as IamEnforcer;
 pub use record::{CCM_APP_MARK, RECORD_ENV};
 pub use request::{AwsCall, Protocol, identify};
@@ -94,6 +96,12 @@ pub struct ProxyConfig {
     pub latency: Duration,
     /// Faults to inject, first match wins.
     pub faults: Vec<FaultRule>,
+    /// Seed of the random source deciding which calls a probabilistic fault
+    /// hits; `None` picks one (read it back with [`FaultProxy::seed`]).
+    pub seed: Option<u64>,
+    /// How long a resource stays invisible after it was created (eventual
+    /// consistency; zero: never).
+    pub consistency_delay: Duration,
 }
 
 impl ProxyConfig {
@@ -146,6 +154,10 @@ struct State {
     /// `iam/render.sh` options this test's setup needs, written with each
     /// recorded request so the IAM test renders the policy the same way.
     iam_policy_options: RwLock<Vec<String>>,
+    /// Which calls probabilistic faults hit: seeded, replayable.
+    rolls: random::Rolls,
+    /// Resources inside their eventual-consistency window.
+    consistency: consistency::Consistency,
 }
 
 /// One call's parameters as sent (form-decoded), kept by
@@ -241,7 +253,10 @@ impl FaultProxy {
             local: RwLock::new(None),
             iam_enforcer: RwLock::new(None),
             iam_policy_options: RwLock::new(Vec::new()),
+            rolls: random::Rolls::new(config.seed),
+            consistency: consistency::Consistency::default(),
         });
+        state.consistency.set_delay(config.consistency_delay);
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
         tracing::debug!(%addr, upstream, "aws-fault-proxy started");
         Ok(FaultProxy {
@@ -348,6 +363,26 @@ impl FaultProxy {
             .filter(|c| c.action == action)
             .cloned()
             .collect()
+    }
+
+    /// The seed of the random source deciding which calls probabilistic
+    /// faults hit: give it back as [`ProxyConfig::seed`] (or `--seed`) to
+    /// replay a run.
+    pub fn seed(&self) -> u64 {
+        self.state.rolls.seed()
+    }
+
+    /// Restarts the random source from `seed`.
+    pub fn reseed(&self, seed: u64) {
+        self.state.rolls.reseed(seed);
+    }
+
+    /// Resources created from now on stay invisible for `delay`: calls naming
+    /// them get the service's NotFound error and lists leave them out (see
+    /// the `consistency` module). The window follows the bucket clock, so
+    /// [`FaultProxy::use_manual_clock`] makes it exact.
+    pub fn set_consistency_delay(&self, delay: Duration) {
+        self.state.consistency.set_delay(delay);
     }
 
     /// Sets the latency added to every forwarded call.
@@ -548,10 +583,11 @@ async fn handle(
     }
 
     let mut delay = *state.latency.read();
+    let mut lost = None;
     let rules = Arc::clone(&state.faults.read());
     if !rules.is_empty() {
         let fault = rules
-            .pick_for(&call.service, &call.action, &params, rand::random::<f64>)
+            .pick_for(&call.service, &call.action, &params, || state.rolls.roll())
             .cloned();
         if let Some(fault) = fault {
             counters.bump(&call.service, &counted, Outcome::Faulted);
@@ -577,6 +613,7 @@ async fn handle(
                     return Err(ResetConnection);
                 }
                 FaultKind::Latency(extra) => delay += extra,
+                FaultKind::AnswerLost(loss) => lost = Some(loss),
             }
         }
     }
@@ -587,24 +624,99 @@ async fn handle(
     if let Some(answer) = dry_run::answer(&call.service, &call.action, &params) {
         return Ok(error_response(&answer, &call));
     }
+    if let Some(missing) =
+        state
+            .consistency
+            .refuse(&call.service, &call.action, &params, state.now())
+    {
+        return Ok(error_response(&missing, &call));
+    }
     counters.bump(&call.service, &counted, Outcome::Forwarded);
+    let answer = upstream_answer(&state, parts, body, &call, &params).await;
+    let answer = seen_by_consistency(&state, &call, &params, answer).await;
+    match lost {
+        None => Ok(answer),
+        Some(loss) => {
+            // AWS has applied the call once its whole answer is in.
+            let _ = answer.into_body().collect().await;
+            if let AnswerLoss::Stall(hold) = loss {
+                tokio::time::sleep(hold).await;
+            }
+            reset.store(true, Ordering::Release);
+            Err(ResetConnection)
+        }
+    }
+}
+
+/// The answer to an AWS call: the local service's, or the upstream's.
+async fn upstream_answer(
+    state: &State,
+    parts: http::request::Parts,
+    body: Bytes,
+    call: &AwsCall,
+    params: &[(String, String)],
+) -> Response<ProxyBody> {
     let local = state.local.read().clone();
     if let Some(local) = local {
-        let params = call_params(parts.uri.query(), &body);
-        match local.answer(&call.service, &call.action, &params) {
+        match local.answer(&call.service, &call.action, params) {
             Some(Ok(xml)) => {
                 let mut response = full_response(StatusCode::OK, xml);
                 response.headers_mut().insert(
                     http::header::CONTENT_TYPE,
                     http::HeaderValue::from_static("text/xml;charset=UTF-8"),
                 );
-                return Ok(response);
+                return response;
             }
-            Some(Err(e)) => return Ok(error_response(&e, &call)),
+            Some(Err(e)) => return error_response(&e, call),
             None => {}
         }
     }
-    Ok(forward(&state, parts, body).await)
+    forward(state, parts, body).await
+}
+
+/// `answer`, after the consistency window has seen it: a create starts a
+/// window, a list leaves out what is still inside one.
+async fn seen_by_consistency(
+    state: &State,
+    call: &AwsCall,
+    params: &[(String, String)],
+    answer: Response<ProxyBody>,
+) -> Response<ProxyBody> {
+    let now = state.now();
+    if answer.status() != StatusCode::OK
+        || !state
+            .consistency
+            .wants_answer(&call.service, &call.action, now)
+    {
+        return answer;
+    }
+    let (mut parts, body) = answer.into_parts();
+    let bytes = match body.collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(err) => {
+            return plain_response(
+                StatusCode::BAD_GATEWAY,
+                format!("aws-fault-proxy lost the upstream's answer: {err}"),
+            );
+        }
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let bytes = match state
+        .consistency
+        .observe(&call.service, &call.action, params, &text, now)
+    {
+        Some(rewritten) => {
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            Bytes::from(rewritten)
+        }
+        None => bytes,
+    };
+    Response::from_parts(
+        parts,
+        Full::new(bytes)
+            .map_err(|never: Infallible| match never {})
+            .boxed(),
+    )
 }
 
 /// Sends the request to the upstream unchanged (method, path, query, headers,

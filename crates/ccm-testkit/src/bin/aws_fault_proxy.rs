@@ -41,10 +41,21 @@ struct Args {
     latency_ms: u64,
 
     /// Fault to inject, repeatable: [SERVICE/]ACTION:KIND:PROB[:MAX] where
-    /// ACTION is a name or *, KIND is throttle, reset, 500, 503, latency=MS or
-    /// error=STATUS/CODE[/MESSAGE].
+    /// ACTION is a name or *, KIND is throttle, reset, lost-reset,
+    /// lost-stall=MS, 500, 503, latency=MS or error=STATUS/CODE[/MESSAGE].
     #[arg(long = "fault", value_name = "ACTION:KIND:PROB", value_parser = parse_fault)]
     faults: Vec<FaultRule>,
+
+    /// Seed of the random source that decides which calls a probabilistic
+    /// fault hits; the seed in use is printed at start, give it back to
+    /// replay a run.
+    #[arg(long)]
+    seed: Option<u64>,
+
+    /// Eventual consistency: a created security group, load balancer,
+    /// target group or listener stays invisible this long (milliseconds).
+    #[arg(long, default_value_t = 0)]
+    consistency_delay_ms: u64,
 
     /// Share buckets per throttle category (default) or per action.
     #[arg(long, value_enum, default_value_t = Scope::Category)]
@@ -89,6 +100,8 @@ async fn run() -> anyhow::Result<()> {
         budget_fraction: args.budget_fraction,
         latency: Duration::from_millis(args.latency_ms),
         faults: args.faults,
+        seed: args.seed,
+        consistency_delay: Duration::from_millis(args.consistency_delay_ms),
     };
     let proxy = FaultProxy::start_on(args.listen, &args.upstream, config).await?;
     proxy.set_bucket_scope(match args.bucket_scope {
@@ -99,6 +112,7 @@ async fn run() -> anyhow::Result<()> {
     // Scripts wait for this exact line to learn the port.
     let mut stdout = std::io::stdout().lock();
     writeln!(stdout, "aws-fault-proxy listening on {}", proxy.endpoint())
+        .and_then(|()| writeln!(stdout, "aws-fault-proxy seed {}", proxy.seed()))
         .and_then(|()| stdout.flush())
         .context("cannot write the listening address to stdout")?;
     drop(stdout);

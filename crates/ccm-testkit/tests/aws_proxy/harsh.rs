@@ -1,0 +1,325 @@
+//! The proxy as harsh as AWS can be: answers lost after the call was
+//! applied, eventual consistency, and seeded randomness that replays.
+
+use super::*;
+
+use aws_sdk_ec2::types::{Filter, IpPermission, IpRange};
+use ccm_testkit::aws_proxy::AnswerLoss;
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+async fn groups_named(client: &aws_sdk_ec2::Client, name: &str) -> Vec<String> {
+    client
+        .describe_security_groups()
+        .filters(Filter::builder().name("group-name").values(name).build())
+        .send()
+        .await
+        .expect("describe security groups")
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id().map(str::to_owned))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_lost_answer_leaves_the_call_applied_and_a_retry_sees_a_duplicate() {
+    let proxy = proxy(ProxyConfig::default()).await;
+    let endpoint = proxy.endpoint();
+    proxy.set_faults(vec![
+        FaultRule::new(FaultKind::AnswerLost(AnswerLoss::Reset))
+            .for_action("CreateSecurityGroup")
+            .at_most(1),
+    ]);
+    let name = unique("lost");
+    let err = ec2(&endpoint, no_retries())
+        .await
+        .create_security_group()
+        .group_name(&name)
+        .description("lost answer")
+        .send()
+        .await
+        .expect_err("the answer is lost");
+    let SdkError::DispatchFailure(dispatch) = &err else {
+        panic!("expected a dispatch failure, got {err:?}");
+    };
+    assert!(dispatch.is_io(), "expected an I/O error, got {dispatch:?}");
+    let client = ec2(&endpoint, no_retries()).await;
+    assert_eq!(
+        groups_named(&client, &name).await.len(),
+        1,
+        "AWS applied it"
+    );
+    let counts = proxy.calls().get("ec2", "CreateSecurityGroup");
+    assert_eq!((counts.faulted, counts.forwarded), (1, 1));
+
+    // The SDK retries a dispatch failure: the retry meets the group the lost
+    // call made, exactly as on AWS.
+    proxy.set_faults(vec![
+        FaultRule::new(FaultKind::AnswerLost(AnswerLoss::Reset))
+            .for_action("CreateSecurityGroup")
+            .at_most(1),
+    ]);
+    let again = unique("lost");
+    let err = ec2(&endpoint, standard_retries(3))
+        .await
+        .create_security_group()
+        .group_name(&again)
+        .description("lost answer")
+        .send()
+        .await
+        .expect_err("the retry finds a duplicate");
+    assert_eq!(err.code(), Some("InvalidGroup.Duplicate"), "{err:?}");
+    assert_eq!(
+        groups_named(&client, &again).await.len(),
+        1,
+        "one group, not two"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_answer_is_a_timeout_after_the_call_was_applied() {
+    let proxy = proxy(ProxyConfig::default()).await;
+    proxy.set_faults(vec![
+        FaultRule::new(FaultKind::AnswerLost(AnswerLoss::Stall(
+            Duration::from_secs(30),
+        )))
+        .for_action("CreateSecurityGroup"),
+    ]);
+    let shared = test_sdk_config(&proxy.endpoint()).await;
+    let client = aws_sdk_ec2::Client::from_conf(
+        aws_sdk_ec2::config::Builder::from(&shared)
+            .retry_config(no_retries())
+            .timeout_config(
+                aws_config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(Duration::from_millis(300))
+                    .build(),
+            )
+            .build(),
+    );
+    let name = unique("stall");
+    let err = client
+        .create_security_group()
+        .group_name(&name)
+        .description("stalled answer")
+        .send()
+        .await
+        .expect_err("the client gives up");
+    assert!(matches!(err, SdkError::TimeoutError(_)), "{err:?}");
+    let reader = ec2(&proxy.endpoint(), no_retries()).await;
+    assert_eq!(
+        groups_named(&reader, &name).await.len(),
+        1,
+        "AWS applied it"
+    );
+}
+
+#[tokio::test]
+async fn a_new_group_is_not_found_until_its_consistency_window_ends() {
+    let proxy = proxy(ProxyConfig {
+        consistency_delay: Duration::from_secs(5),
+        ..ProxyConfig::default()
+    })
+    .await;
+    let clock = proxy.use_manual_clock();
+    let client = ec2(&proxy.endpoint(), no_retries()).await;
+    let name = unique("ec");
+    let id = client
+        .create_security_group()
+        .group_name(&name)
+        .description("eventually consistent")
+        .send()
+        .await
+        .expect("created")
+        .group_id()
+        .map(str::to_owned)
+        .expect("a group id");
+    let rule = IpPermission::builder()
+        .ip_protocol("tcp")
+        .from_port(80)
+        .to_port(80)
+        .ip_ranges(IpRange::builder().cidr_ip("10.0.0.0/8").build())
+        .build();
+    let err = client
+        .authorize_security_group_ingress()
+        .group_id(&id)
+        .ip_permissions(rule.clone())
+        .send()
+        .await
+        .expect_err("not visible yet");
+    assert_eq!(err.code(), Some("InvalidGroup.NotFound"), "{err:?}");
+    assert_eq!(
+        err.message(),
+        Some(format!("The security group '{id}' does not exist").as_str())
+    );
+    let err = client
+        .describe_security_groups()
+        .group_ids(&id)
+        .send()
+        .await
+        .expect_err("not visible by id");
+    assert_eq!(err.code(), Some("InvalidGroup.NotFound"));
+    assert!(
+        groups_named(&client, &name).await.is_empty(),
+        "left out of lists"
+    );
+
+    clock.advance(Duration::from_secs(5));
+    client
+        .authorize_security_group_ingress()
+        .group_id(&id)
+        .ip_permissions(rule)
+        .send()
+        .await
+        .expect("visible after the window");
+    assert_eq!(groups_named(&client, &name).await, vec![id]);
+}
+
+#[tokio::test]
+async fn new_load_balancers_and_target_groups_are_not_found_in_their_window() {
+    let proxy = proxy(ProxyConfig {
+        consistency_delay: Duration::from_secs(5),
+        ..ProxyConfig::default()
+    })
+    .await;
+    let clock = proxy.use_manual_clock();
+    let v2 = elbv2(&proxy.endpoint(), no_retries()).await;
+    let vpc = ec2(&proxy.endpoint(), no_retries())
+        .await
+        .describe_vpcs()
+        .send()
+        .await
+        .expect("vpcs")
+        .vpcs()
+        .first()
+        .and_then(|v| v.vpc_id().map(str::to_owned))
+        .expect("moto's default VPC");
+    let tg_name = unique("tg")[..20].to_owned();
+    let arn = v2
+        .create_target_group()
+        .name(&tg_name)
+        .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+        .port(30080)
+        .vpc_id(&vpc)
+        .send()
+        .await
+        .expect("created")
+        .target_groups()
+        .first()
+        .and_then(|t| t.target_group_arn().map(str::to_owned))
+        .expect("an ARN");
+    let err = v2
+        .describe_target_groups()
+        .target_group_arns(&arn)
+        .send()
+        .await
+        .expect_err("not visible yet");
+    assert_eq!(err.code(), Some("TargetGroupNotFound"), "{err:?}");
+    let listed = v2
+        .describe_target_groups()
+        .send()
+        .await
+        .expect("list")
+        .target_groups()
+        .iter()
+        .any(|t| t.target_group_arn() == Some(arn.as_str()));
+    assert!(!listed, "left out of the list");
+
+    let classic = elb(&proxy.endpoint(), no_retries()).await;
+    let lb_name = unique("clb")[..24].to_owned();
+    classic
+        .create_load_balancer()
+        .load_balancer_name(&lb_name)
+        .availability_zones("us-east-1a")
+        .listeners(
+            aws_sdk_elasticloadbalancing::types::Listener::builder()
+                .protocol("TCP")
+                .load_balancer_port(80)
+                .instance_protocol("TCP")
+                .instance_port(30080)
+                .build()
+                .expect("listener"),
+        )
+        .send()
+        .await
+        .expect("created");
+    let err = classic
+        .describe_load_balancers()
+        .load_balancer_names(&lb_name)
+        .send()
+        .await
+        .expect_err("not visible yet");
+    assert_eq!(err.code(), Some("LoadBalancerNotFound"), "{err:?}");
+
+    clock.advance(Duration::from_secs(5));
+    v2.describe_target_groups()
+        .target_group_arns(&arn)
+        .send()
+        .await
+        .expect("visible after the window");
+    classic
+        .describe_load_balancers()
+        .load_balancer_names(&lb_name)
+        .send()
+        .await
+        .expect("visible after the window");
+}
+
+/// Which of `calls` sequential DescribeVpcs calls a 50 % fault hit.
+async fn fault_pattern(proxy: &FaultProxy, calls: usize) -> Vec<bool> {
+    let client = ec2(&proxy.endpoint(), no_retries()).await;
+    let mut hits = Vec::with_capacity(calls);
+    for _ in 0..calls {
+        hits.push(client.describe_vpcs().send().await.is_err());
+    }
+    hits
+}
+
+#[tokio::test]
+async fn one_seed_replays_the_same_faults() {
+    let rule = || {
+        vec![
+            FaultRule::new(FaultKind::ServerError(500))
+                .for_action("DescribeVpcs")
+                .with_probability(0.5),
+        ]
+    };
+    let first = proxy(ProxyConfig {
+        seed: Some(42),
+        faults: rule(),
+        ..ProxyConfig::default()
+    })
+    .await;
+    assert_eq!(first.seed(), 42);
+    let pattern = fault_pattern(&first, 32).await;
+    assert!(
+        pattern.contains(&true) && pattern.contains(&false),
+        "{pattern:?}"
+    );
+
+    let second = proxy(ProxyConfig {
+        seed: Some(42),
+        faults: rule(),
+        ..ProxyConfig::default()
+    })
+    .await;
+    assert_eq!(
+        fault_pattern(&second, 32).await,
+        pattern,
+        "same seed, same run"
+    );
+    second.reseed(43);
+    assert_ne!(fault_pattern(&second, 32).await, pattern, "another seed");
+
+    // Without a seed one is chosen, and giving it back replays the run.
+    let chosen = proxy(ProxyConfig {
+        faults: rule(),
+        ..ProxyConfig::default()
+    })
+    .await;
+    let seed = chosen.seed();
+    let run = fault_pattern(&chosen, 16).await;
+    chosen.reseed(seed);
+    assert_eq!(fault_pattern(&chosen, 16).await, run);
+}
