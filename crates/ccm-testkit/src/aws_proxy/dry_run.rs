@@ -5,14 +5,20 @@
 //! `DryRunOperation` and changes nothing. moto 5.2.5 checks the flag for most
 //! actions (`error_on_dryrun`), but not for `CreateRoute`, `ReplaceRoute` and
 //! `DeleteRoute` (moto/ec2/responses/route_tables.py): it would carry the
-//! request out and answer 200, a leniency AWS never shows. The proxy answers
-//! those itself, after the fault rules (so an injected 403
+//! request out and answer 200, a leniency AWS never shows. Nor for
+//! `DescribeInstanceTopology`, which the proxy answers itself (moto does not
+//! know it). The proxy answers those itself, after the fault rules (so an injected 403
 //! `UnauthorizedOperation` still wins), and never forwards them.
 
 use super::errors::AwsError;
 
 /// EC2 actions moto carries out despite `DryRun=true`.
-const NOT_HONOURED_UPSTREAM: &[&str] = &["CreateRoute", "ReplaceRoute", "DeleteRoute"];
+const NOT_HONOURED_UPSTREAM: &[&str] = &[
+    "CreateRoute",
+    "ReplaceRoute",
+    "DeleteRoute",
+    "DescribeInstanceTopology",
+];
 
 fn is_dry_run(params: &[(String, String)]) -> bool {
     params

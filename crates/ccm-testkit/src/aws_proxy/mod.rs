@@ -45,6 +45,7 @@ mod random;
 mod record;
 mod request;
 mod throttle;
+mod topology;
 
 pub use counts::{ActionCounts, CallCounts};
 pub use errors::{AwsError, xml_escape};
@@ -57,6 +58,7 @@ pub use throttle::{
     SERVICE_EC2, SERVICE_ELB, SERVICE_ELBV2, SERVICE_STS, TokenBucket, category_of,
     category_of_call, valid_fraction,
 };
+pub use topology::InstanceTopology;
 
 use std::convert::Infallible;
 use std::io;
@@ -158,6 +160,8 @@ struct State {
     rolls: random::Rolls,
     /// Resources inside their eventual-consistency window.
     consistency: consistency::Consistency,
+    /// What `DescribeInstanceTopology` answers (moto does not know it).
+    topology: RwLock<Vec<InstanceTopology>>,
 }
 
 /// One call's parameters as sent (form-decoded), kept by
@@ -255,6 +259,7 @@ impl FaultProxy {
             iam_policy_options: RwLock::new(Vec::new()),
             rolls: random::Rolls::new(config.seed),
             consistency: consistency::Consistency::default(),
+            topology: RwLock::new(Vec::new()),
         });
         state.consistency.set_delay(config.consistency_delay);
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
@@ -383,6 +388,12 @@ impl FaultProxy {
     /// [`FaultProxy::use_manual_clock`] makes it exact.
     pub fn set_consistency_delay(&self, delay: Duration) {
         self.state.consistency.set_delay(delay);
+    }
+
+    /// What `ec2:DescribeInstanceTopology` answers from now on (the proxy
+    /// answers it itself; see the `topology` module for its rules).
+    pub fn set_instance_topology(&self, instances: Vec<InstanceTopology>) {
+        *self.state.topology.write() = instances;
     }
 
     /// Sets the latency added to every forwarded call.
@@ -656,17 +667,17 @@ async fn upstream_answer(
     call: &AwsCall,
     params: &[(String, String)],
 ) -> Response<ProxyBody> {
+    if call.service == SERVICE_EC2 && call.action == "DescribeInstanceTopology" {
+        let answer = topology::answer(&state.topology.read(), params);
+        return match answer {
+            Ok(xml) => xml_response(xml),
+            Err(e) => error_response(&e, call),
+        };
+    }
     let local = state.local.read().clone();
     if let Some(local) = local {
         match local.answer(&call.service, &call.action, params) {
-            Some(Ok(xml)) => {
-                let mut response = full_response(StatusCode::OK, xml);
-                response.headers_mut().insert(
-                    http::header::CONTENT_TYPE,
-                    http::HeaderValue::from_static("text/xml;charset=UTF-8"),
-                );
-                return response;
-            }
+            Some(Ok(xml)) => return xml_response(xml),
             Some(Err(e)) => return error_response(&e, call),
             None => {}
         }
@@ -787,6 +798,15 @@ fn error_response(error: &AwsError, call: &AwsCall) -> Response<ProxyBody> {
             .map_err(|never: Infallible| match never {})
             .boxed()
     })
+}
+
+fn xml_response(xml: String) -> Response<ProxyBody> {
+    let mut response = full_response(StatusCode::OK, xml);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/xml;charset=UTF-8"),
+    );
+    response
 }
 
 fn full_response(status: StatusCode, body: String) -> Response<ProxyBody> {

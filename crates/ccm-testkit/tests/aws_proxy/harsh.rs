@@ -323,3 +323,50 @@ async fn one_seed_replays_the_same_faults() {
     chosen.reseed(seed);
     assert_eq!(fault_pattern(&chosen, 16).await, run);
 }
+
+#[tokio::test]
+async fn instance_topology_is_answered_with_the_real_apis_rules() {
+    use ccm_testkit::aws_proxy::InstanceTopology;
+    let proxy = proxy(ProxyConfig::default()).await;
+    let entry = |id: &str, kind: &str, nodes: &[&str]| InstanceTopology {
+        instance_id: id.into(),
+        instance_type: kind.into(),
+        availability_zone: "us-east-1a".into(),
+        zone_id: "use1-az1".into(),
+        group_name: None,
+        network_nodes: nodes.iter().map(|n| n.to_string()).collect(),
+    };
+    proxy.set_instance_topology(vec![
+        entry("i-0a", "p4d.24xlarge", &["nn-1", "nn-2", "nn-3"]),
+        entry("i-0b", "m5.large", &[]),
+    ]);
+    let client = ec2(&proxy.endpoint(), no_retries()).await;
+    let out = client
+        .describe_instance_topology()
+        .instance_ids("i-0a")
+        .instance_ids("i-0b")
+        .send()
+        .await
+        .expect("answered");
+    let instances = out.instances();
+    assert_eq!(instances.len(), 1, "an unsupported type is not listed");
+    assert_eq!(instances[0].instance_id(), Some("i-0a"));
+    assert_eq!(instances[0].network_nodes(), ["nn-1", "nn-2", "nn-3"]);
+    assert_eq!(instances[0].zone_id(), Some("use1-az1"));
+
+    let err = client
+        .describe_instance_topology()
+        .instance_ids("i-0a")
+        .max_results(5)
+        .send()
+        .await
+        .expect_err("MaxResults cannot go with InstanceIds");
+    assert_eq!(err.code(), Some("InvalidParameterCombination"));
+    let err = client
+        .describe_instance_topology()
+        .dry_run(true)
+        .send()
+        .await
+        .expect_err("DryRun answers DryRunOperation");
+    assert_eq!(err.code(), Some("DryRunOperation"));
+}
