@@ -180,6 +180,10 @@ pub struct Options {
     #[arg(long = "tls-min-version", default_value = "")]
     pub tls_min_version: String,
 
+    /// If true, HTTP/2 is not served on the HTTPS endpoint (upstream's --disable-http2-serving).
+    #[arg(long = "disable-http2-serving", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub disable_http2_serving: bool,
+
     /// Comma-separated TLS 1.2 cipher suites of the HTTPS endpoint, IANA names as upstream (e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256). TLS 1.3 suites are always on. Empty means rustls's defaults.
     #[arg(long = "tls-cipher-suites", value_delimiter = ',')]
     pub tls_cipher_suites: Vec<String>,
@@ -388,7 +392,10 @@ impl Options {
         if self.tls_cert_file.is_some() != self.tls_private_key_file.is_some() {
             return Err(OptionsError::TlsPair);
         }
-        let tls = TlsPolicy::parse(&self.tls_min_version, &self.tls_cipher_suites)?;
+        let tls = TlsPolicy {
+            http1_only: self.disable_http2_serving,
+            ..TlsPolicy::parse(&self.tls_min_version, &self.tls_cipher_suites)?
+        };
         let auth = self.auth_settings()?;
         let controllers = controllers::select(&self.controllers)?;
         let tags = parse_tags(&self.tags)?;

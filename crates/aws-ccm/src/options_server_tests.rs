@@ -47,6 +47,11 @@ fn auth_and_tls_flags_are_honoured_with_upstream_defaults() {
     assert!(v.auth.always_allow_paths.matches("/debug/pprof"));
     assert!(!v.auth.always_allow_paths.matches("/readyz"));
     assert!(v.tls.tls13_only);
+    assert!(!v.tls.http1_only, "HTTP/2 is served unless turned off");
+    let v = parse(&["--cloud-provider=aws", "--disable-http2-serving"]).unwrap();
+    assert!(v.tls.http1_only && v.ignored_flags.is_empty());
+    let v = parse(&["--cloud-provider=aws", "--disable-http2-serving=false"]).unwrap();
+    assert!(!v.tls.http1_only);
 }
 
 #[test]

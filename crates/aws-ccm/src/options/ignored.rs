@@ -20,9 +20,13 @@ pub(super) const IGNORED_FLAGS: &[(&str, bool)] = &[
     ("requestheader-extra-headers-prefix", true),
     ("requestheader-group-headers", true),
     ("requestheader-username-headers", true),
+    ("requestheader-uid-headers", true),
     ("cert-dir", true),
     ("tls-sni-cert-key", true),
     ("http2-max-streams-per-connection", true),
+    // Go's TLS key-exchange groups by number: rustls offers its own safe set
+    // (X25519, P-256, P-384 and the post-quantum hybrid).
+    ("tls-curve-preferences", true),
     ("permit-port-sharing", false),
     ("permit-address-sharing", false),
     ("logtostderr", false),
@@ -64,6 +68,7 @@ pub(super) const IGNORED_FLAGS: &[(&str, bool)] = &[
     ("webhook-tls-cipher-suites", true),
     ("webhook-tls-min-version", true),
     ("webhook-tls-sni-cert-key", true),
+    ("webhook-tls-curve-preferences", true),
 ];
 
 /// Removes the flags of [`IGNORED_FLAGS`] (and their values) from argv;

@@ -178,12 +178,16 @@ pub async fn start(
         error: source,
     })?;
     let handle = axum_server::Handle::new();
-    let server = axum_server::from_tcp_rustls(listener, config)
+    let mut server = axum_server::from_tcp_rustls(listener, config)
         .map_err(|source| ServerError::Bind {
             addr,
             error: source,
         })?
         .handle(handle.clone());
+    if opts.tls.http1_only {
+        let builder = server.http_builder();
+        *builder = builder.clone().http1_only();
+    }
     let app = router(health, opts.auth);
     let task = tokio::spawn(async move {
         if let Err(e) = server.serve(app.into_make_service()).await {

@@ -405,3 +405,49 @@ async fn a_new_certificate_pair_on_disk_is_served_without_restart() {
     }
     server.shutdown().await;
 }
+
+/// The protocol ALPN settles on when a client offers `protocols`.
+async fn negotiated(addr: SocketAddr, protocols: &[&[u8]]) -> anyhow::Result<Option<Vec<u8>>> {
+    let mut config = ccm_testkit::tls::client_trusting_any_server(ANY_VERSION)?;
+    config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost")?, tcp)
+        .await?;
+    Ok(tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec))
+}
+
+#[tokio::test]
+async fn disable_http2_serving_offers_only_http1() {
+    let server = start_local(serve_options(None)).await;
+    assert_eq!(
+        negotiated(server.local_addr, &[b"h2", b"http/1.1"])
+            .await
+            .unwrap(),
+        Some(b"h2".to_vec()),
+        "HTTP/2 is served by default, as upstream"
+    );
+    server.shutdown().await;
+
+    let server = start_local(ServeOptions {
+        tls: TlsPolicy {
+            http1_only: true,
+            ..TlsPolicy::default()
+        },
+        ..serve_options(None)
+    })
+    .await;
+    assert_eq!(
+        negotiated(server.local_addr, &[b"h2", b"http/1.1"])
+            .await
+            .unwrap(),
+        Some(b"http/1.1".to_vec())
+    );
+    assert!(
+        negotiated(server.local_addr, &[b"h2"]).await.is_err(),
+        "an HTTP/2-only client is refused"
+    );
+    let plain = get(server.local_addr, "/healthz", None, ANY_VERSION).await;
+    assert_eq!(plain.unwrap().status, 200);
+    server.shutdown().await;
+}

@@ -131,6 +131,9 @@ pub struct TlsPolicy {
     pub tls13_only: bool,
     /// The TLS 1.2 suites to offer; `None` = rustls's defaults.
     pub tls12_suites: Option<Vec<SupportedCipherSuite>>,
+    /// HTTP/2 is not served (`--disable-http2-serving`): ALPN offers only
+    /// `http/1.1` and a connection speaking HTTP/2 anyway is refused.
+    pub http1_only: bool,
 }
 
 impl TlsPolicy {
@@ -165,6 +168,7 @@ impl TlsPolicy {
         Ok(TlsPolicy {
             tls13_only,
             tls12_suites: any.then_some(tls12),
+            http1_only: false,
         })
     }
 
@@ -194,7 +198,11 @@ impl TlsPolicy {
             .with_protocol_versions(self.versions())?
             .with_no_client_auth()
             .with_cert_resolver(certs);
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        config.alpn_protocols = if self.http1_only {
+            vec![b"http/1.1".to_vec()]
+        } else {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        };
         Ok(config)
     }
 }
