@@ -1,8 +1,14 @@
 #!/usr/bin/env python3
-"""Lists every command-line flag the Go aws-cloud-controller-manager registers,
-read from the Go sources it is built from, into
-crates/aws-ccm/tests/data/upstream-flags.json. crates/aws-ccm/tests/upstream_flags.rs
-then checks that this binary accepts each one and that docs/flags.md names it.
+"""Lists what an operator can hand the Go aws-cloud-controller-manager, read
+from the Go sources it is built from, into crates/aws-ccm/tests/data/:
+- upstream-flags.json: every command-line flag it registers;
+- upstream-cloud-config.json: every cloud.conf section and key (the fields
+  of its gcfg struct, pkg/providers/v1/config/config.go);
+- upstream-annotations.json: every service.beta.kubernetes.io/* annotation
+  its code names.
+crates/aws-ccm/tests/upstream_flags.rs then checks that this binary accepts
+each one and that the reference pages (docs/flags.md, docs/cloud-config.md,
+docs/annotations.md) name it.
 
 The sources are the modules at the versions cloud-provider-aws's go.mod pins
 (k8s.io/cloud-provider, controller-manager, component-base, apiserver at
@@ -22,7 +28,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "crates" / "aws-ccm" / "tests" / "data" / "upstream-flags.json"
+DATA = ROOT / "crates" / "aws-ccm" / "tests" / "data"
+OUT = DATA / "upstream-flags.json"
+CLOUD_CONFIG = ("cloud-provider-aws", "HEAD", "pkg/providers/v1/config/config.go")
 MODULE_VERSION = "v0.36.0"
 
 # (repository, revision, file, receiver type or "" for a function, function)
@@ -125,19 +133,64 @@ def collect(mirrors: Path) -> list[dict]:
     return sorted(flags.values(), key=lambda f: f["flag"])
 
 
+def cloud_config_keys(mirrors: Path) -> list[dict]:
+    """The gcfg sections (struct fields of CloudConfig) and their keys."""
+    repo, rev, path = CLOUD_CONFIG
+    source = show(mirrors, repo, rev, path)
+    start = source.index("type CloudConfig struct {")
+    out = []
+    section = None
+    depth = 0
+    for number, line in enumerate(source[start:].splitlines(), source[:start].count("\n") + 1):
+        code = line.split("//", 1)[0]
+        opened = re.match(r"^\t(\w+)\s+(?:map\[string\]\*)?struct \{", code)
+        if depth == 1 and opened:
+            section = opened.group(1)
+        field = re.match(r"^\t\t(\w+)\s+(\[\]|\*)?(\w+)", code)
+        if depth == 2 and section and field:
+            out.append({"section": section, "key": field.group(1), "type": field.group(3),
+                        "source": f"{repo}@{rev} {path}:{number}"})
+        depth += code.count("{") - code.count("}")
+        if depth == 0 and section:
+            break
+    return out
+
+
+def annotations(mirrors: Path) -> list[dict]:
+    """Every annotation string literal in the Go CCM's non-test code."""
+    git_dir = mirrors / "kubernetes+cloud-provider-aws" / "repo"
+    grep = subprocess.run(["git", "--git-dir", str(git_dir), "grep", "-n", "-o", "-E",
+                           r'"service\.beta\.kubernetes\.io/[a-z0-9-]+"', "HEAD", "--", "pkg/*.go",
+                           ":!*_test.go"], check=True, capture_output=True, text=True).stdout
+    found: dict[str, str] = {}
+    for hit in grep.splitlines():
+        _, path, line, literal = hit.split(":", 3)
+        found.setdefault(literal.strip('"'), f"cloud-provider-aws@HEAD {path}:{line}")
+    return [{"annotation": name, "source": src} for name, src in sorted(found.items())]
+
+
 def main() -> int:
     args = sys.argv[1:]
     mirrors = Path(args[args.index("--mirrors") + 1]) if "--mirrors" in args else Path("/work/.mirror")
-    text = json.dumps(collect(mirrors), indent=1) + "\n"
+    outputs = {
+        OUT: collect(mirrors),
+        DATA / "upstream-cloud-config.json": cloud_config_keys(mirrors),
+        DATA / "upstream-annotations.json": annotations(mirrors),
+    }
+    stale = []
+    for path, data in outputs.items():
+        text = json.dumps(data, indent=1) + "\n"
+        if "--check" in args:
+            if not path.exists() or path.read_text() != text:
+                stale.append(str(path.relative_to(ROOT)))
+            continue
+        path.write_text(text)
+        print(f"gen-upstream-flags: {len(data)} entries -> {path.relative_to(ROOT)}")
+    if stale:
+        print(f"gen-upstream-flags: stale {', '.join(stale)}; run scripts/gen-upstream-flags.py", file=sys.stderr)
+        return 1
     if "--check" in args:
-        if OUT.read_text() != text:
-            print(f"gen-upstream-flags: {OUT.relative_to(ROOT)} is stale; run scripts/gen-upstream-flags.py",
-                  file=sys.stderr)
-            return 1
         print("gen-upstream-flags: up to date")
-        return 0
-    OUT.write_text(text)
-    print(f"gen-upstream-flags: {len(json.loads(text))} flags -> {OUT.relative_to(ROOT)}")
     return 0
 
 

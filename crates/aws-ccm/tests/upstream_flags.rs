@@ -1,8 +1,10 @@
-//! Every flag the Go aws-cloud-controller-manager registers is accepted by
-//! this binary and named in docs/flags.md, so an operator's existing
-//! arguments keep working after the swap.
+//! Everything an operator hands the Go aws-cloud-controller-manager is
+//! accepted here and named in the reference: every flag (docs/flags.md),
+//! every cloud.conf key (docs/cloud-config.md) and every annotation
+//! (docs/annotations.md), so existing arguments, cloud.conf and Services
+//! keep working after the swap.
 //!
-//! The list is `tests/data/upstream-flags.json`, read from the Go sources by
+//! The lists are `tests/data/upstream-*.json`, read from the Go sources by
 //! `scripts/gen-upstream-flags.py` (module versions in that script). A flag
 //! is accepted when `aws-cloud-controller-manager FLAG=VALUE --version`
 //! exits 0: clap parses arguments in order, so an unknown flag or a value it
@@ -102,10 +104,122 @@ fn every_upstream_flag_is_accepted() {
     );
 }
 
+fn doc(page: &str) -> String {
+    let path = format!("{}/../../docs/{page}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+#[derive(serde::Deserialize)]
+struct UpstreamKey {
+    section: String,
+    key: String,
+    #[serde(rename = "type")]
+    kind: String,
+    source: String,
+}
+
+fn data<T: serde::de::DeserializeOwned>(name: &str) -> T {
+    let path = format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// A valid value for each upstream cloud.conf key.
+fn key_sample(key: &UpstreamKey) -> &'static str {
+    match key.key.as_str() {
+        "Zone" => "us-east-1a",
+        "Region" | "SigningRegion" => "us-east-1",
+        "VPC" => "vpc-0123456789abcdef0",
+        "SubnetID" => "subnet-0123456789abcdef0",
+        "RouteTableID" => "rtb-0123456789abcdef0",
+        "RoleARN" => "arn:aws:iam::123456789012:role/ccm",
+        "SourceARN" => "arn:aws:iam::123456789012:role/source",
+        "KubernetesClusterTag" | "KubernetesClusterID" => "prod",
+        "ElbSecurityGroup" => "sg-0123456789abcdef0",
+        "NodeIPFamilies" => "ipv4",
+        "ClusterServiceLoadBalancerHealthProbeMode" => "ServiceNodePort",
+        "ClusterServiceSharedLoadBalancerHealthProbePath" => "/healthz",
+        "SupportedTopologyInstanceTypePattern" => "^p[0-9]+",
+        "NLBSecurityGroupMode" => "Managed",
+        "Service" => "ec2",
+        "URL" => "https://ec2.us-east-1.amazonaws.com",
+        "SigningMethod" => "v4",
+        "SigningName" => "ec2",
+        _ => match key.kind.as_str() {
+            "bool" => "false",
+            "int32" | "int" => "10256",
+            other => panic!("no sample for {} of type {other}", key.key),
+        },
+    }
+}
+
+#[test]
+fn every_upstream_cloud_config_key_is_accepted_and_documented() {
+    let keys: Vec<UpstreamKey> = data("upstream-cloud-config.json");
+    assert!(keys.len() > 20, "the whole config struct");
+    let mut text = String::new();
+    for section in ["Global", "ServiceOverride"] {
+        text.push_str(&match section {
+            "Global" => "[Global]\n".to_owned(),
+            _ => "[ServiceOverride \"1\"]\n".to_owned(),
+        });
+        for key in keys.iter().filter(|k| k.section == section) {
+            text.push_str(&format!("{} = {}\n", key.key, key_sample(key)));
+        }
+    }
+    let (_, warnings) = aws_ccm::cloud_config::CloudConfig::parse_with_warnings(
+        &text,
+        std::path::Path::new("upstream.conf"),
+    )
+    .unwrap_or_else(|e| panic!("upstream keys with valid values are refused: {e}\n{text}"));
+    let unknown: Vec<String> = warnings.iter().map(|w| w.to_string()).collect();
+    assert!(
+        unknown.is_empty(),
+        "upstream keys treated as unknown:\n{}",
+        unknown.join("\n")
+    );
+
+    let page = doc("cloud-config.md");
+    let missing: Vec<String> = keys
+        .iter()
+        .filter(|k| !page.contains(&format!("`{}`", k.key)))
+        .map(|k| format!("[{}] {} ({})", k.section, k.key, k.source))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "docs/cloud-config.md does not name these upstream keys:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[derive(serde::Deserialize)]
+struct UpstreamAnnotation {
+    annotation: String,
+    source: String,
+}
+
+#[test]
+fn every_upstream_annotation_is_in_the_reference() {
+    let upstream: Vec<UpstreamAnnotation> = data("upstream-annotations.json");
+    assert!(upstream.len() >= 30, "every annotation the Go CCM names");
+    // docs/annotations.md is generated from the annotation table the
+    // service controller parses with (a unit test keeps them equal).
+    let page = doc("annotations.md");
+    let missing: Vec<String> = upstream
+        .iter()
+        .filter(|a| !page.contains(&format!("`{}`", a.annotation)))
+        .map(|a| format!("{} ({})", a.annotation, a.source))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "annotations the Go CCM reads and this one does not:\n{}",
+        missing.join("\n")
+    );
+}
+
 #[test]
 fn every_upstream_flag_is_documented() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/flags.md");
-    let doc = std::fs::read_to_string(path).expect("docs/flags.md is readable");
+    let doc = doc("flags.md");
     let named: BTreeSet<&str> = doc
         .match_indices("--")
         .map(|(at, _)| {
