@@ -17,8 +17,8 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::AwsClient;
-use crate::aws::clients::{self, SdkClients};
-use crate::aws::door::Door;
+use crate::aws::client::clients::{self, SdkClients};
+use crate::aws::client::door::Door;
 use crate::cloud_config::CloudConfig;
 use crate::controllers;
 use crate::kube_client;

@@ -24,9 +24,9 @@ use ipnet::IpNet;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::client::operations::Operation;
 use super::client::{AwsClient, DryRun};
 use super::instances::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
-use super::operations::Operation;
 
 pub mod self_check;
 

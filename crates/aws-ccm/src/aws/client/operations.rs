@@ -3,7 +3,7 @@
 //! Each row names the service, the AWS action (as it appears on the wire in
 //! `Action=` and in CloudTrail), the throttle [`Category`] AWS charges it to,
 //! whether it mutates, and how safe it is to repeat. The generic call API in
-//! [`super::client::AwsClient`] takes an [`Operation`], so a call that is not in
+//! [`super::AwsClient`] takes an [`Operation`], so a call that is not in
 //! this table does not compile: the limiter, the retry policy and the metrics
 //! can never miss an operation.
 //!

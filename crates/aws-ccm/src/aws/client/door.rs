@@ -1,5 +1,5 @@
 //! The door's policy, shared by every caller of AWS: throttle, per-attempt
-//! timeout, retries with backoff, metrics (steps 1-5 in [`super::client`]).
+//! timeout, retries with backoff, metrics (steps 1-5 in [`super`]).
 //!
 //! It stands apart from [`super::AwsClient`] because the credentials
 //! provider that assumes cloud.conf's `RoleARN` must call STS through it
@@ -16,11 +16,11 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tokio::time::Instant;
 
 use super::api_metrics;
-use super::client::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, DRY_RUN_DENIED_CODES};
 use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::operations::{Category, Operation, Service};
 use super::retry::RetryPolicy;
 use super::throttle::{Priority, Throttle};
+use super::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, DRY_RUN_DENIED_CODES};
 
 /// Throttle buckets, retry policy and attempt timeout of one process.
 pub struct Door {

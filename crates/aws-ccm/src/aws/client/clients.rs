@@ -32,7 +32,7 @@ use aws_smithy_runtime_api::client::endpoint::{
 use aws_smithy_types::Document;
 use aws_smithy_types::endpoint::Endpoint;
 
-use super::client::CallOptions;
+use super::CallOptions;
 use super::door::Door;
 use super::operations::{Operation, Service};
 use crate::cloud_config::{CloudConfig, OverrideService, ServiceOverride};

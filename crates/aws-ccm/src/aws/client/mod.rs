@@ -19,6 +19,17 @@
 //! operation timeout: this layer owns both, and SDK retries underneath would
 //! multiply every attempt made here.
 
+pub mod api_metrics;
+pub mod clients;
+pub mod coalesce;
+pub mod door;
+pub mod errors;
+pub mod operations;
+pub mod retry;
+#[cfg(test)]
+pub(crate) mod test_stub;
+pub mod throttle;
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -31,16 +42,16 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use futures::future::FutureExt;
 use tokio::time::Instant;
 
-use super::coalesce::{BatchFetch, Batcher, SingleFlight};
+use self::coalesce::{BatchFetch, Batcher, SingleFlight};
+use self::door::Door;
+use self::errors::{AttemptFailure, AwsError, ErrorClass};
+use self::operations::{Category, Operation, Service};
+use self::retry::RetryPolicy;
+use self::throttle::{AimdConfig, Priority};
 use super::describe_xml;
-use super::door::Door;
-use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
-use super::operations::{Category, Operation, Service};
-use super::retry::RetryPolicy;
-use super::throttle::{AimdConfig, Priority};
 
-pub use super::clients::SdkClients;
+pub use self::clients::SdkClients;
 
 /// Tuning of the client layer. `Default` is what the CCM runs with.
 #[derive(Clone, Debug, PartialEq)]
@@ -712,8 +723,8 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aws::errors::ErrorClass;
-    use crate::aws::test_stub::{Fault, StubEc2, StubInstance};
+    use crate::aws::client::errors::ErrorClass;
+    use crate::aws::client::test_stub::{Fault, StubEc2, StubInstance};
 
     /// Fast retries so failure-path tests take milliseconds.
     fn fast_options() -> ClientOptions {
