@@ -12,11 +12,7 @@ use std::sync::Arc;
 
 use aws_sdk_ec2::types::{Filter, Instance};
 
-/// Tag key prefix that marks resources of a cluster:
-/// `kubernetes.io/cluster/<cluster-id>` = `owned` | `shared`.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
-/// The pre-1.6 cluster tag: `KubernetesCluster` = `<cluster-id>`.
-pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
 
 /// Lifecycle state of an instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -151,7 +147,7 @@ fn kept_tags(tags: &[TextPair<'_>], strings: &mut Interner) -> InstanceTags {
     let mut kept = InstanceTags::default();
     for (key, value) in tags {
         if let Some(key) = key.as_deref()
-            && (key.starts_with(super::tags::CLUSTER_TAG_PREFIX) || key == LEGACY_CLUSTER_TAG)
+            && (key.starts_with(CLUSTER_TAG_PREFIX) || key == LEGACY_CLUSTER_TAG)
         {
             kept.insert_shared(
                 strings.get(key),
@@ -407,13 +403,9 @@ impl Ec2Instance {
         .convert(strings)
     }
 
-    /// The Kubernetes provider ID, `aws:///<zone>/<instance-id>`, as the Go
-    /// CCM writes it (`aws:///<instance-id>` when the zone is unknown).
+    /// The Kubernetes provider ID (see [`crate::ids::format_provider_id`]).
     pub fn provider_id(&self) -> String {
-        match &self.availability_zone {
-            Some(zone) => format!("aws:///{zone}/{}", self.id),
-            None => format!("aws:///{}", self.id),
-        }
+        crate::ids::format_provider_id(self.availability_zone.as_deref(), &self.id)
     }
 
     /// Whether the instance belongs to `cluster_id`, by the same rule as the
@@ -426,11 +418,6 @@ impl Ec2Instance {
                 .get(LEGACY_CLUSTER_TAG)
                 .is_some_and(|v| v == cluster_id)
     }
-}
-
-/// `kubernetes.io/cluster/<cluster_id>`.
-pub fn cluster_tag_key(cluster_id: &str) -> String {
-    format!("{CLUSTER_TAG_PREFIX}{cluster_id}")
 }
 
 /// An EC2 filter.

@@ -26,7 +26,7 @@ use tokio::time::Instant;
 
 use super::client::operations::Operation;
 use super::client::{AwsClient, DryRun};
-use super::instances::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
+use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
 
 pub mod self_check;
 

@@ -17,9 +17,7 @@ use aws_sdk_ec2::types::Tag;
 
 use crate::aws::{AwsClient, AwsError, ErrorClass, Operation};
 
-pub use crate::aws::instances::{
-    Ec2Instance as Instance, InstanceState, NetworkInterface, cluster_tag_key,
-};
+pub use crate::aws::instances::{Ec2Instance as Instance, InstanceState, NetworkInterface};
 
 /// EC2 accepts at most this many resource IDs in one CreateTags/DeleteTags.
 pub const MAX_TAG_RESOURCES: usize = 1000;

@@ -13,8 +13,8 @@ use aws_sdk_ec2::types::{AttributeBooleanValue, Filter};
 use ipnet::IpNet;
 use parking_lot::Mutex;
 
-use crate::aws::instances::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
 use crate::aws::permissions::{Action, Denial, Probe, Tagging, Verdict};
+use crate::aws::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
 use crate::aws::{AwsClient, AwsError, ErrorClass, Operation};
 
 /// Where a route sends traffic.

@@ -49,7 +49,8 @@ use self::operations::{Category, Operation, Service};
 use self::retry::RetryPolicy;
 use self::throttle::{AimdConfig, Priority};
 use super::describe_xml;
-use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
+use super::instances::{self, ALIVE_STATES, Ec2Instance};
+use super::tags::{LEGACY_CLUSTER_TAG, cluster_tag_key};
 
 pub use self::clients::SdkClients;
 
@@ -675,7 +676,7 @@ impl Core {
     }
 
     async fn sweep_cluster(&self) -> Result<Vec<Ec2Instance>, AwsError> {
-        let tag_key = instances::cluster_tag_key(&self.cluster_id);
+        let tag_key = cluster_tag_key(&self.cluster_id);
         let mut found = self
             .describe_instances(
                 vec![instances::filter("tag-key", [tag_key])],
