@@ -3,11 +3,11 @@
 
 pub mod annotations;
 pub mod client;
-pub mod describe_xml;
 pub mod elb;
 pub mod instances;
 pub mod nlb;
 pub mod permissions;
+pub mod routes;
 pub mod security_groups;
 pub mod subnets;
 pub mod tags;

@@ -236,7 +236,7 @@ impl Probe {
                 instance_id: Some(instance_id),
             } => {
                 aws.dry_run(Operation::Ec2CreateRoute, |ec2: aws_sdk_ec2::Client| {
-                    crate::provider::routes::create_route_request(
+                    crate::aws::routes::io::create_route_request(
                         &ec2,
                         table_id,
                         *destination,
