@@ -148,12 +148,7 @@ impl Routes for AwsClient {
 
     async fn delete_route(&self, table_id: &str, destination: IpNet) -> Result<(), RoutesError> {
         self.ec2(Operation::Ec2DeleteRoute, |ec2| {
-            let call = ec2.delete_route().route_table_id(table_id);
-            match destination {
-                IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
-                IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
-            }
-            .send()
+            delete_route_request(&ec2, table_id, destination).send()
         })
         .await?;
         Ok(())
@@ -176,6 +171,20 @@ pub(crate) fn create_route_request(
         .create_route()
         .route_table_id(table_id)
         .instance_id(instance_id);
+    match destination {
+        IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
+        IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
+    }
+}
+
+/// The `DeleteRoute` request for a route (IPv4 or IPv6 destination); the
+/// permission check sends the same one with `DryRun`.
+pub(crate) fn delete_route_request(
+    ec2: &aws_sdk_ec2::Client,
+    table_id: &str,
+    destination: IpNet,
+) -> aws_sdk_ec2::operation::delete_route::builders::DeleteRouteFluentBuilder {
+    let call = ec2.delete_route().route_table_id(table_id);
     match destination {
         IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
         IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
