@@ -46,19 +46,6 @@ pub struct SdkClients {
     pub sts: aws_sdk_sts::Client,
 }
 
-impl SdkClients {
-    /// Builds all four clients from one shared configuration, with no
-    /// cloud.conf overrides (tests and tools).
-    pub fn from_sdk_config(config: &SdkConfig) -> SdkClients {
-        SdkClients {
-            ec2: aws_sdk_ec2::Client::new(config),
-            elb: aws_sdk_elasticloadbalancing::Client::new(config),
-            elbv2: aws_sdk_elasticloadbalancingv2::Client::new(config),
-            sts: aws_sdk_sts::Client::new(config),
-        }
-    }
-}
-
 /// Session name used when assuming `RoleARN` (visible in CloudTrail).
 const SESSION_NAME: &str = "aws-cloud-controller-manager";
 
