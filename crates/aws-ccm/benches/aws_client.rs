@@ -17,7 +17,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_ccm::aws::throttle::{AimdConfig, CategoryLimiter};
+use aws_ccm::aws::client::throttle::{AimdConfig, CategoryLimiter};
 use aws_ccm::aws::{Category, ClientOptions};
 use ccm_testkit::aws_proxy::ProxyConfig;
 use support::{World, mixed_workload, percentile};

@@ -1,4 +1,4 @@
-//! The one reader of Kubernetes provider IDs (`Node.spec.providerID`): which
+//! The one reader (and writer) of Kubernetes provider IDs (`Node.spec.providerID`): which
 //! EC2 instance a Node is. Every controller (node, node lifecycle, tagging,
 //! route, service) asks here, so a Node is the same instance to all of them.
 //!
@@ -46,6 +46,15 @@ pub struct NodeProviderIdError {
     pub node: String,
     pub value: String,
     pub reason: ProviderIdError,
+}
+
+/// The provider ID of an instance, `aws:///<zone>/<instance-id>`, as the Go
+/// CCM writes it (`aws:///<instance-id>` when the zone is unknown).
+pub fn format_provider_id(zone: Option<&str>, instance_id: &str) -> String {
+    match zone {
+        Some(zone) => format!("aws:///{zone}/{instance_id}"),
+        None => format!("aws:///{instance_id}"),
+    }
 }
 
 /// The EC2 instance ID in a provider ID, in every form upstream accepts.

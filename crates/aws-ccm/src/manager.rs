@@ -17,8 +17,9 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::AwsClient;
-use crate::aws::clients::{self, SdkClients};
-use crate::aws::door::Door;
+use crate::aws::client::clients::{self, SdkClients};
+use crate::aws::client::door::Door;
+use crate::aws::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG};
 use crate::cloud_config::CloudConfig;
 use crate::controllers;
 use crate::kube_client;
@@ -28,11 +29,6 @@ use crate::server::{self, Health, ServeOptions, TlsFiles};
 
 /// Longest we wait for controllers to finish after being told to stop.
 const CONTROLLER_STOP_GRACE: Duration = Duration::from_secs(10);
-
-/// Legacy tag carrying the cluster ID as its value.
-const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
-/// Current tag: `kubernetes.io/cluster/<cluster-id>` = owned|shared.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
 
 pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let opts = &validated.options;

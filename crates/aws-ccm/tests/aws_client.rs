@@ -10,8 +10,9 @@ mod support;
 
 use std::time::Duration;
 
-use aws_ccm::aws::describe_xml::{SlimDecoder, Slot};
-use aws_ccm::aws::instances::{Ec2Instance, Interner, filter};
+use aws_ccm::aws::instances::describe_xml::{SlimDecoder, Slot};
+use aws_ccm::aws::instances::plan::Interner;
+use aws_ccm::aws::instances::{Ec2Instance, filter};
 use aws_ccm::aws::{AwsError, CallOptions, Category, ClientOptions, ErrorClass, Operation};
 use ccm_testkit::aws_proxy::{FaultKind, FaultRule, ProxyConfig};
 use support::{CLUSTER_ID, World, ec2_read, mixed_workload, quick_retry};

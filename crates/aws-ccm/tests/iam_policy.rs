@@ -594,7 +594,7 @@ fn policy_is_least_privilege() {
             assert!(!action.contains('*'), "{sid}: wildcard action {action}");
             assert!(
                 table.contains(action) || IMPLIED.contains(&action.as_str()),
-                "{sid}: {action} is not an operation the client layer can call (crates/aws-ccm/src/aws/operations.rs)"
+                "{sid}: {action} is not an operation the client layer can call (crates/aws-ccm/src/aws/client/operations.rs)"
             );
         }
         let resources = list(&statement["Resource"]);

@@ -560,8 +560,8 @@ mod tests {
     /// SDK.
     #[tokio::test]
     async fn the_slim_decoder_reads_pages_as_the_sdk_does() {
-        use aws_ccm::aws::describe_xml::{SlimDecoder, Slot};
-        use aws_ccm::aws::instances::Interner;
+        use aws_ccm::aws::instances::describe_xml::{SlimDecoder, Slot};
+        use aws_ccm::aws::instances::plan::Interner;
         let sim = InstanceSim::new();
         // An escaped value the CCM keeps: the reader unescapes it as the SDK does.
         let tagged = sim.launch(

@@ -780,8 +780,8 @@ pub mod io {
 
     use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener};
     use crate::aws::client::AwsClient;
-    use crate::aws::errors::AwsError;
-    use crate::aws::operations::Operation;
+    use crate::aws::client::errors::AwsError;
+    use crate::aws::client::operations::Operation;
     use crate::aws::security_groups::{self as sg, Rule};
 
     fn build_err(what: &str, e: impl std::fmt::Display) -> AwsError {

@@ -24,9 +24,10 @@ use ipnet::IpNet;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
+use super::client::operations::Operation;
 use super::client::{AwsClient, DryRun};
-use super::instances::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
-use super::operations::Operation;
+use super::routes::io::{create_route_request, delete_route_request};
+use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
 
 pub mod self_check;
 
@@ -236,14 +237,9 @@ impl Probe {
                 instance_id: Some(instance_id),
             } => {
                 aws.dry_run(Operation::Ec2CreateRoute, |ec2: aws_sdk_ec2::Client| {
-                    crate::provider::routes::create_route_request(
-                        &ec2,
-                        table_id,
-                        *destination,
-                        instance_id,
-                    )
-                    .dry_run(true)
-                    .send()
+                    create_route_request(&ec2, table_id, *destination, instance_id)
+                        .dry_run(true)
+                        .send()
                 })
                 .await
             }
@@ -253,64 +249,73 @@ impl Probe {
                 instance_id: None,
             } => {
                 aws.dry_run(Operation::Ec2DeleteRoute, |ec2: aws_sdk_ec2::Client| {
-                    let call = ec2.delete_route().dry_run(true).route_table_id(table_id);
-                    match destination {
-                        IpNet::V4(_) => call.destination_cidr_block(destination.to_string()),
-                        IpNet::V6(_) => call.destination_ipv6_cidr_block(destination.to_string()),
-                    }
-                    .send()
-                })
-                .await
-            }
-            Probe::Ingress { group_id } => {
-                let itself = IpPermission::builder()
-                    .ip_protocol("-1")
-                    .user_id_group_pairs(UserIdGroupPair::builder().group_id(group_id).build())
-                    .build();
-                aws.dry_run(
-                    Operation::Ec2AuthorizeSecurityGroupIngress,
-                    |ec2: aws_sdk_ec2::Client| {
-                        ec2.authorize_security_group_ingress()
-                            .dry_run(true)
-                            .group_id(group_id)
-                            .ip_permissions(itself.clone())
-                            .send()
-                    },
-                )
-                .await
-            }
-            Probe::SourceDestCheck { instance_id } => {
-                aws.dry_run(
-                    Operation::Ec2ModifyInstanceAttribute,
-                    |ec2: aws_sdk_ec2::Client| {
-                        ec2.modify_instance_attribute()
-                            .dry_run(true)
-                            .instance_id(instance_id)
-                            .source_dest_check(
-                                AttributeBooleanValue::builder().value(false).build(),
-                            )
-                            .send()
-                    },
-                )
-                .await
-            }
-            Probe::Tags { instance_id } => {
-                aws.dry_run(Operation::Ec2CreateTags, |ec2: aws_sdk_ec2::Client| {
-                    ec2.create_tags()
+                    delete_route_request(&ec2, table_id, *destination)
                         .dry_run(true)
-                        .resources(instance_id)
-                        .tags(
-                            aws_sdk_ec2::types::Tag::builder()
-                                .key(PROBE_TAG_KEY)
-                                .value("dry-run")
-                                .build(),
-                        )
                         .send()
                 })
                 .await
             }
+            Probe::Ingress { group_id } => dry_run_ingress(aws, group_id).await,
+            Probe::SourceDestCheck { instance_id } => {
+                dry_run_source_dest_check(aws, instance_id).await
+            }
+            Probe::Tags { instance_id } => dry_run_tags(aws, instance_id).await,
         }
     }
+}
+
+/// `AuthorizeSecurityGroupIngress` of the group to itself, as a DryRun.
+async fn dry_run_ingress(aws: &AwsClient, group_id: &str) -> Result<DryRun, super::AwsError> {
+    let itself = IpPermission::builder()
+        .ip_protocol("-1")
+        .user_id_group_pairs(UserIdGroupPair::builder().group_id(group_id).build())
+        .build();
+    aws.dry_run(
+        Operation::Ec2AuthorizeSecurityGroupIngress,
+        |ec2: aws_sdk_ec2::Client| {
+            ec2.authorize_security_group_ingress()
+                .dry_run(true)
+                .group_id(group_id)
+                .ip_permissions(itself.clone())
+                .send()
+        },
+    )
+    .await
+}
+
+/// Turning source/destination checking off, as a DryRun.
+async fn dry_run_source_dest_check(
+    aws: &AwsClient,
+    instance_id: &str,
+) -> Result<DryRun, super::AwsError> {
+    aws.dry_run(
+        Operation::Ec2ModifyInstanceAttribute,
+        |ec2: aws_sdk_ec2::Client| {
+            ec2.modify_instance_attribute()
+                .dry_run(true)
+                .instance_id(instance_id)
+                .source_dest_check(AttributeBooleanValue::builder().value(false).build())
+                .send()
+        },
+    )
+    .await
+}
+
+/// The [`PROBE_TAG_KEY`] tag on an instance, as a DryRun.
+async fn dry_run_tags(aws: &AwsClient, instance_id: &str) -> Result<DryRun, super::AwsError> {
+    aws.dry_run(Operation::Ec2CreateTags, |ec2: aws_sdk_ec2::Client| {
+        ec2.create_tags()
+            .dry_run(true)
+            .resources(instance_id)
+            .tags(
+                aws_sdk_ec2::types::Tag::builder()
+                    .key(PROBE_TAG_KEY)
+                    .value("dry-run")
+                    .build(),
+            )
+            .send()
+    })
+    .await
 }
 
 /// The AWS partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...).

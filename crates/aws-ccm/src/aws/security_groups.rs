@@ -7,9 +7,9 @@ use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 use ipnet::Ipv4Net;
 
 use super::client::AwsClient;
-use super::errors::AwsError;
+use super::client::errors::AwsError;
+use super::client::operations::Operation;
 use super::instances::filter;
-use super::operations::Operation;
 
 /// Where an ingress rule lets traffic in from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -9,10 +9,10 @@ use futures::FutureExt;
 use parking_lot::Mutex;
 
 use super::client::AwsClient;
-use super::coalesce::SingleFlight;
-use super::errors::AwsError;
+use super::client::coalesce::SingleFlight;
+use super::client::errors::AwsError;
+use super::client::operations::Operation;
 use super::instances::filter;
-use super::operations::Operation;
 use super::tags;
 
 #[derive(Clone, Debug, PartialEq, Eq)]

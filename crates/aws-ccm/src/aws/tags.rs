@@ -1,10 +1,10 @@
-//! Ownership tags: what marks an AWS resource as made by (and deletable by)
-//! this cluster's controller. The same keys and values as the Go CCM, so its
-//! resources are adopted as they are.
+//! Tag names, and the ownership tags: what marks an AWS resource as
+//! belonging to the cluster, and as made by (and deletable by) this
+//! cluster's controller. The same keys and values as the Go CCM, so its
+//! resources are adopted as they are. Every tag name of the crate is
+//! defined here, once.
 
 use std::collections::BTreeMap;
-
-pub use super::instances::cluster_tag_key;
 
 /// Value of the cluster tag on resources the controller created.
 pub const OWNED: &str = "owned";
@@ -13,8 +13,16 @@ pub const SERVICE_NAME_TAG: &str = "kubernetes.io/service-name";
 /// Subnet role tags used by discovery.
 pub const ROLE_ELB: &str = "kubernetes.io/role/elb";
 pub const ROLE_INTERNAL_ELB: &str = "kubernetes.io/role/internal-elb";
-/// Prefix of every cluster tag key.
+/// Tag key prefix that marks resources of a cluster:
+/// `kubernetes.io/cluster/<cluster-id>` = `owned` | `shared`.
 pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+/// The pre-1.6 cluster tag: `KubernetesCluster` = `<cluster-id>`.
+pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+
+/// `kubernetes.io/cluster/<cluster_id>`.
+pub fn cluster_tag_key(cluster_id: &str) -> String {
+    format!("{CLUSTER_TAG_PREFIX}{cluster_id}")
+}
 
 /// Key/value pairs as AWS returns them (tags, attributes) into a map; a pair
 /// without a key is dropped, a missing value is empty.

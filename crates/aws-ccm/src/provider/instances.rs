@@ -1,8 +1,9 @@
 //! Instances: the lookups and tag writes the node controllers need.
 //!
 //! The node, node-lifecycle and tagging controllers talk to [`Instances`];
-//! [`AwsClient`] implements it for real (every call through the one door:
-//! coalesced lookups, the shared cluster sweep, throttled tag writes), and
+//! `AwsClient` implements it for real in `aws/instances/io.rs` (every call
+//! through the one door: coalesced lookups, the shared cluster sweep,
+//! throttled tag writes), and
 //! [`fake::FakeInstances`] implements it in memory for unit tests.
 //!
 //! The instance type itself is the already-parsed [`Instance`] the client
@@ -13,13 +14,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use aws_sdk_ec2::types::Tag;
-
-use crate::aws::{AwsClient, AwsError, ErrorClass, Operation};
-
-pub use crate::aws::instances::{
-    Ec2Instance as Instance, InstanceState, NetworkInterface, cluster_tag_key,
-};
+pub use crate::aws::instances::{Ec2Instance as Instance, InstanceState, NetworkInterface};
 
 /// EC2 accepts at most this many resource IDs in one CreateTags/DeleteTags.
 pub const MAX_TAG_RESOURCES: usize = 1000;
@@ -64,29 +59,6 @@ impl CloudError {
     /// call when it denies any one resource in it.
     pub fn is_denied(&self) -> bool {
         self.denied
-    }
-}
-
-impl From<AwsError> for CloudError {
-    fn from(err: AwsError) -> CloudError {
-        let kind = match err.class() {
-            ErrorClass::NotFound => CloudErrorKind::NotFound,
-            ErrorClass::Throttling => CloudErrorKind::Throttled,
-            ErrorClass::Transient => CloudErrorKind::Transient,
-            ErrorClass::Fatal => CloudErrorKind::Fatal,
-        };
-        let kind = if err.is_throttling() {
-            CloudErrorKind::Throttled
-        } else {
-            kind
-        };
-        let denied = err
-            .code()
-            .is_some_and(|c| ["UnauthorizedOperation", "AccessDenied"].contains(&c));
-        CloudError {
-            denied,
-            ..CloudError::new(kind, err.to_string())
-        }
     }
 }
 
@@ -135,72 +107,6 @@ pub trait Instances: Clone + Send + Sync + 'static {
         ids: &[String],
         tags: &[(String, String)],
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
-}
-
-fn not_found_is_none(result: Result<Instance, AwsError>) -> Result<Option<Instance>, CloudError> {
-    match result {
-        Ok(instance) => Ok(Some(instance)),
-        Err(err) if err.is_not_found() => Ok(None),
-        Err(err) => Err(err.into()),
-    }
-}
-
-fn sdk_tags(tags: &[(String, String)]) -> Vec<Tag> {
-    tags.iter()
-        .map(|(k, v)| Tag::builder().key(k).value(v).build())
-        .collect()
-}
-
-impl Instances for AwsClient {
-    async fn instance_by_id(&self, id: &str) -> Result<Option<Instance>, CloudError> {
-        not_found_is_none(AwsClient::instance_by_id(self, id).await)
-    }
-
-    async fn instance_by_private_dns(&self, name: &str) -> Result<Option<Instance>, CloudError> {
-        not_found_is_none(AwsClient::instance_by_private_dns(self, name).await)
-    }
-
-    async fn cluster_instances(&self) -> Result<Arc<Vec<Instance>>, CloudError> {
-        Ok(AwsClient::cluster_instances(self).await?)
-    }
-
-    async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, CloudError> {
-        Ok(AwsClient::zone_ids(self).await?)
-    }
-
-    async fn create_tags(
-        &self,
-        ids: &[String],
-        tags: &[(String, String)],
-    ) -> Result<(), CloudError> {
-        let ids = ids.to_vec();
-        let tags = sdk_tags(tags);
-        self.ec2(Operation::Ec2CreateTags, |ec2| {
-            ec2.create_tags()
-                .set_resources(Some(ids.clone()))
-                .set_tags(Some(tags.clone()))
-                .send()
-        })
-        .await?;
-        Ok(())
-    }
-
-    async fn delete_tags(
-        &self,
-        ids: &[String],
-        tags: &[(String, String)],
-    ) -> Result<(), CloudError> {
-        let ids = ids.to_vec();
-        let tags = sdk_tags(tags);
-        self.ec2(Operation::Ec2DeleteTags, |ec2| {
-            ec2.delete_tags()
-                .set_resources(Some(ids.clone()))
-                .set_tags(Some(tags.clone()))
-                .send()
-        })
-        .await?;
-        Ok(())
-    }
 }
 
 /// An in-memory cloud for unit tests of the controllers.

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use aws_ccm::aws::clients::SdkClients;
+use aws_ccm::aws::client::clients::SdkClients;
 use aws_ccm::aws::{AwsClient, ClientOptions, Operation};
 use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
 use aws_smithy_types::retry::RetryConfig;

@@ -9,9 +9,9 @@ use super::{
     SubnetMapping, TARGET_CHUNK, TgRef,
 };
 use crate::aws::client::AwsClient;
+use crate::aws::client::errors::AwsError;
+use crate::aws::client::operations::Operation;
 use crate::aws::elb::GroupRef;
-use crate::aws::errors::AwsError;
-use crate::aws::operations::Operation;
 use crate::aws::security_groups as sg;
 use crate::aws::tags::key_values;
 

@@ -100,9 +100,9 @@ async fn verdicts_expire_after_the_ttl() {
 
 fn failure(code: &str) -> crate::aws::AwsError {
     crate::aws::AwsError::from_attempt(
-        crate::aws::operations::Operation::Ec2AuthorizeSecurityGroupIngress,
-        crate::aws::errors::AttemptFailure::new(
-            crate::aws::errors::ErrorClass::Fatal,
+        crate::aws::client::operations::Operation::Ec2AuthorizeSecurityGroupIngress,
+        crate::aws::client::errors::AttemptFailure::new(
+            crate::aws::client::errors::ErrorClass::Fatal,
             Some(code),
             "from AWS",
         ),

@@ -3,7 +3,8 @@
 
 use super::plan::NodeRoutes;
 use super::*;
-use crate::provider::routes::{FakeCall, FakeRoutes, Route, RouteTarget};
+use crate::provider::routes::fake::{FakeCall, FakeRoutes};
+use crate::provider::routes::{Route, RouteTarget};
 
 const CLUSTER: &str = "c1";
 

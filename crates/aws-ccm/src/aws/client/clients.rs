@@ -32,7 +32,7 @@ use aws_smithy_runtime_api::client::endpoint::{
 use aws_smithy_types::Document;
 use aws_smithy_types::endpoint::Endpoint;
 
-use super::client::CallOptions;
+use super::CallOptions;
 use super::door::Door;
 use super::operations::{Operation, Service};
 use crate::cloud_config::{CloudConfig, OverrideService, ServiceOverride};
@@ -44,19 +44,6 @@ pub struct SdkClients {
     pub elb: aws_sdk_elasticloadbalancing::Client,
     pub elbv2: aws_sdk_elasticloadbalancingv2::Client,
     pub sts: aws_sdk_sts::Client,
-}
-
-impl SdkClients {
-    /// Builds all four clients from one shared configuration, with no
-    /// cloud.conf overrides (tests and tools).
-    pub fn from_sdk_config(config: &SdkConfig) -> SdkClients {
-        SdkClients {
-            ec2: aws_sdk_ec2::Client::new(config),
-            elb: aws_sdk_elasticloadbalancing::Client::new(config),
-            elbv2: aws_sdk_elasticloadbalancingv2::Client::new(config),
-            sts: aws_sdk_sts::Client::new(config),
-        }
-    }
 }
 
 /// Session name used when assuming `RoleARN` (visible in CloudTrail).

@@ -3,20 +3,35 @@
 //! [`Ec2Instance`] is converted from the SDK's `Instance` once, at the door,
 //! so controllers never handle SDK types and every field they read is already
 //! parsed (IP addresses are `IpAddr`s, the state is an enum).
+//!
+//! Here: the instance model and the one conversion both readers share
+//! ([`RawInstance::convert`]). `plan.rs` says what the lookups ask (their
+//! filters) and shares repeated strings; `io.rs` sends `DescribeInstances`
+//! and the tag writes through the one door; `describe_xml.rs` is the slim
+//! page decoder.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
-use aws_sdk_ec2::types::{Filter, Instance};
+use aws_sdk_ec2::types::Filter;
 
-/// Tag key prefix that marks resources of a cluster:
-/// `kubernetes.io/cluster/<cluster-id>` = `owned` | `shared`.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
-/// The pre-1.6 cluster tag: `KubernetesCluster` = `<cluster-id>`.
-pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
+use plan::Interner;
+
+pub mod describe_xml;
+pub mod io;
+pub mod plan;
+
+/// An EC2 filter.
+pub fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Filter {
+    Filter::builder()
+        .name(name)
+        .set_values(Some(values.into_iter().map(Into::into).collect()))
+        .build()
+}
 
 /// Lifecycle state of an instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -96,30 +111,6 @@ pub struct SecurityGroupRef {
 /// [`Interner`].
 pub type Shared = Arc<str>;
 
-/// Hands out one [`Shared`] copy of each distinct string. A sweep of 5,000
-/// instances names a few zones, types, subnets and node groups thousands of
-/// times; as separate `String`s they were about half of each cached
-/// instance. One interner lives for one read (all its pages) and is then
-/// dropped, so nothing is kept across reads.
-#[derive(Debug, Default)]
-pub struct Interner(HashSet<Shared>);
-
-impl Interner {
-    pub fn get(&mut self, value: &str) -> Shared {
-        if let Some(found) = self.0.get(value) {
-            return found.clone();
-        }
-        let new: Shared = Arc::from(value);
-        self.0.insert(new.clone());
-        new
-    }
-
-    /// Trimmed `value`, shared; `None` when absent or empty.
-    fn non_empty(&mut self, value: Option<&str>) -> Option<Shared> {
-        present(value).map(|v| self.get(v))
-    }
-}
-
 /// An EC2 instance, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Ec2Instance {
@@ -151,7 +142,7 @@ fn kept_tags(tags: &[TextPair<'_>], strings: &mut Interner) -> InstanceTags {
     let mut kept = InstanceTags::default();
     for (key, value) in tags {
         if let Some(key) = key.as_deref()
-            && (key.starts_with(super::tags::CLUSTER_TAG_PREFIX) || key == LEGACY_CLUSTER_TAG)
+            && (key.starts_with(CLUSTER_TAG_PREFIX) || key == LEGACY_CLUSTER_TAG)
         {
             kept.insert_shared(
                 strings.get(key),
@@ -264,7 +255,7 @@ pub type TextPair<'a> = (Text<'a>, Text<'a>);
 
 /// An instance as read off the wire, before it is parsed: what the CCM
 /// keeps, as text. Both readers (the SDK's model, and the slim XML decoder
-/// in [`super::describe_xml`]) fill one of these, so every rule of
+/// in [`describe_xml`]) fill one of these, so every rule of
 /// [`RawInstance::convert`] holds for both.
 #[derive(Debug, Default)]
 pub struct RawInstance<'a> {
@@ -364,56 +355,9 @@ impl RawInstance<'_> {
 }
 
 impl Ec2Instance {
-    /// Converts an SDK instance, sharing repeated strings through
-    /// `strings`. `None` when it has no instance ID (which EC2 never sends;
-    /// such an entry cannot be matched to anything).
-    pub fn from_sdk(instance: &Instance, strings: &mut Interner) -> Option<Ec2Instance> {
-        fn text(v: Option<&str>) -> Text<'_> {
-            v.map(Cow::Borrowed)
-        }
-        RawInstance {
-            id: text(instance.instance_id()),
-            availability_zone: text(instance.placement().and_then(|p| p.availability_zone())),
-            instance_type: text(instance.instance_type().map(|t| t.as_str())),
-            state: text(instance.state().and_then(|s| s.name()).map(|n| n.as_str())),
-            private_dns_name: text(instance.private_dns_name()),
-            public_dns_name: text(instance.public_dns_name()),
-            private_ip: text(instance.private_ip_address()),
-            public_ip: text(instance.public_ip_address()),
-            subnet_id: text(instance.subnet_id()),
-            vpc_id: text(instance.vpc_id()),
-            source_dest_check: instance.source_dest_check(),
-            security_groups: (instance.security_groups().iter())
-                .map(|g| (text(g.group_id()), text(g.group_name())))
-                .collect(),
-            tags: (instance.tags().iter())
-                .map(|t| (text(t.key()), text(t.value())))
-                .collect(),
-            network_interfaces: (instance.network_interfaces().iter())
-                .map(|eni| RawInterface {
-                    id: text(eni.network_interface_id()),
-                    device_index: eni.attachment().and_then(|a| a.device_index()),
-                    private_ip: text(eni.private_ip_address()),
-                    private_ips: (eni.private_ip_addresses().iter())
-                        .map(|a| (text(a.private_ip_address()), a.primary().unwrap_or(false)))
-                        .collect(),
-                    ipv6_addresses: (eni.ipv6_addresses().iter())
-                        .map(|a| text(a.ipv6_address()))
-                        .collect(),
-                    public_ip: text(eni.association().and_then(|a| a.public_ip())),
-                })
-                .collect(),
-        }
-        .convert(strings)
-    }
-
-    /// The Kubernetes provider ID, `aws:///<zone>/<instance-id>`, as the Go
-    /// CCM writes it (`aws:///<instance-id>` when the zone is unknown).
+    /// The Kubernetes provider ID (see [`crate::ids::format_provider_id`]).
     pub fn provider_id(&self) -> String {
-        match &self.availability_zone {
-            Some(zone) => format!("aws:///{zone}/{}", self.id),
-            None => format!("aws:///{}", self.id),
-        }
+        crate::ids::format_provider_id(self.availability_zone.as_deref(), &self.id)
     }
 
     /// Whether the instance belongs to `cluster_id`, by the same rule as the
@@ -428,29 +372,11 @@ impl Ec2Instance {
     }
 }
 
-/// `kubernetes.io/cluster/<cluster_id>`.
-pub fn cluster_tag_key(cluster_id: &str) -> String {
-    format!("{CLUSTER_TAG_PREFIX}{cluster_id}")
-}
-
-/// An EC2 filter.
-pub fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Filter {
-    Filter::builder()
-        .name(name)
-        .set_values(Some(values.into_iter().map(Into::into).collect()))
-        .build()
-}
-
-/// States in which an instance can still be a node. Lookups by private DNS
-/// name exclude terminated instances, because a terminated instance keeps its
-/// name for about an hour and a new node may already reuse it.
-pub const ALIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use aws_sdk_ec2::types::{
-        GroupIdentifier, InstanceIpv6Address, InstanceNetworkInterface,
+        GroupIdentifier, Instance, InstanceIpv6Address, InstanceNetworkInterface,
         InstanceNetworkInterfaceAttachment, InstancePrivateIpAddress, InstanceStateName,
         InstanceType, Placement, Tag,
     };
@@ -665,7 +591,7 @@ mod tests {
     /// The slim decoder and the SDK's model give the same instance.
     #[test]
     fn the_slim_decoder_reads_what_the_sdk_model_converts_to() {
-        let page = super::super::describe_xml::decode_page(SAMPLE_XML).expect("decodes");
+        let page = super::describe_xml::decode_page(SAMPLE_XML).expect("decodes");
         let want = Ec2Instance::from_sdk(&sample(), &mut Interner::default()).expect("has an id");
         assert_eq!(page.instances.len(), 2, "an entry without an ID is skipped");
         assert_eq!(page.instances[0], want);
@@ -676,16 +602,16 @@ mod tests {
             Some("a & <b>")
         );
         assert_eq!(page.next_token.as_deref(), Some("tok+/="));
-        let last = super::super::describe_xml::decode_page(
+        let last = super::describe_xml::decode_page(
             "<DescribeInstancesResponse><reservationSet/><nextToken/></DescribeInstancesResponse>",
         )
         .expect("decodes");
         assert!(last.instances.is_empty());
         assert_eq!(last.next_token, None, "an empty token ends the read");
-        assert!(super::super::describe_xml::decode_page("<Response><Errors/></Response>").is_err());
+        assert!(super::describe_xml::decode_page("<Response><Errors/></Response>").is_err());
         let cut = &SAMPLE_XML[..SAMPLE_XML.find("<nextToken>").expect("has a token")];
         assert!(
-            super::super::describe_xml::decode_page(cut).is_err(),
+            super::describe_xml::decode_page(cut).is_err(),
             "a page cut short"
         );
     }

@@ -1,5 +1,5 @@
 //! The door's policy, shared by every caller of AWS: throttle, per-attempt
-//! timeout, retries with backoff, metrics (steps 1-5 in [`super::client`]).
+//! timeout, retries with backoff, metrics (steps 1-5 in [`super`]).
 //!
 //! It stands apart from [`super::AwsClient`] because the credentials
 //! provider that assumes cloud.conf's `RoleARN` must call STS through it
@@ -16,11 +16,11 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tokio::time::Instant;
 
 use super::api_metrics;
-use super::client::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, DRY_RUN_DENIED_CODES};
 use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::operations::{Category, Operation, Service};
 use super::retry::RetryPolicy;
 use super::throttle::{Priority, Throttle};
+use super::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, DRY_RUN_DENIED_CODES};
 
 /// Throttle buckets, retry policy and attempt timeout of one process.
 pub struct Door {
@@ -112,81 +112,23 @@ impl Door {
     {
         let start = Instant::now();
         if op.service() != service {
-            // A programming error (e.g. an ELB operation passed to `ec2()`):
-            // refuse it, since it would be charged to the wrong bucket.
-            api_metrics::record_call_error(op);
-            return Err(AwsError::from_attempt(
-                op,
-                AttemptFailure::new(
-                    ErrorClass::Fatal,
-                    None,
-                    format!("{op} was passed to the {service} client; this is a bug in aws-ccm"),
-                ),
-                0,
-            ));
+            return Err(wrong_service(op, service));
         }
         let limiter = self.throttle.limiter(op.category());
         let mut delays = self.retry.delays();
         let mut attempts: u32 = 0;
         let mut last: Option<AwsError> = None;
-        let deadline_exceeded = |attempts: u32, last: Option<AwsError>| {
-            api_metrics::record_call_error(op);
-            AwsError::DeadlineExceeded {
-                operation: op,
-                attempts,
-                elapsed: start.elapsed(),
-                last: last.map(Box::new),
-            }
-        };
         loop {
             if limiter.acquire_with(opts.deadline, priority).await.is_err() {
-                return Err(deadline_exceeded(attempts, last));
+                return Err(deadline_exceeded(op, start, attempts, last));
             }
             attempts += 1;
-            let mut timeout = self.call_timeout;
-            let mut cut_by_deadline = false;
-            if let Some(deadline) = opts.deadline {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left < timeout {
-                    timeout = left;
-                    cut_by_deadline = true;
-                }
-            }
-            let sent = Instant::now();
-            let failure = match tokio::time::timeout(timeout, attempt()).await {
-                Ok(Ok(value)) => {
-                    api_metrics::observe_request_duration(op, sent.elapsed());
-                    api_metrics::record_attempt(op, "success");
-                    return Ok(value);
-                }
-                Ok(Err(err)) => {
-                    let failure = AttemptFailure::from_sdk(&err);
-                    if failure.http_status.is_some() {
-                        api_metrics::observe_request_duration(op, sent.elapsed());
-                    }
-                    let verdict = dry_run
-                        .then(|| failure.code.as_deref().and_then(dry_run_outcome))
-                        .flatten();
-                    if let Some(outcome) = verdict {
-                        api_metrics::record_attempt(op, outcome);
-                        return Err(AwsError::from_attempt(op, failure, attempts));
-                    }
-                    api_metrics::record_attempt(op, failure.class.as_str());
-                    failure
-                }
-                Err(_) => {
-                    api_metrics::record_attempt(op, "timeout");
-                    let failure = AttemptFailure::new(
-                        ErrorClass::Transient,
-                        None,
-                        format!("no answer within {timeout:?}"),
-                    );
-                    if cut_by_deadline {
-                        let last = AwsError::from_attempt(op, failure, attempts);
-                        return Err(deadline_exceeded(attempts, Some(last)));
-                    }
-                    failure
-                }
+            let failure = match self
+                .attempt_once(op, opts, dry_run, start, attempts, &attempt)
+                .await
+            {
+                Attempted::Done(result) => return result,
+                Attempted::Failed(failure) => failure,
             };
             if failure.class == ErrorClass::Throttling {
                 api_metrics::record_throttled(op);
@@ -206,7 +148,7 @@ impl Door {
                 .deadline
                 .is_some_and(|deadline| Instant::now() + delay >= deadline)
             {
-                return Err(deadline_exceeded(attempts, Some(error)));
+                return Err(deadline_exceeded(op, start, attempts, Some(error)));
             }
             tracing::debug!(
                 operation = %op,
@@ -219,6 +161,115 @@ impl Door {
             last = Some(error);
             tokio::time::sleep(delay).await;
         }
+    }
+
+    /// Sends attempt number `attempts` within the per-attempt timeout (cut
+    /// to the caller's deadline), with its metrics.
+    async fn attempt_once<T, E, F, Fut>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        dry_run: bool,
+        start: Instant,
+        attempts: u32,
+        attempt: &F,
+    ) -> Attempted<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let mut timeout = self.call_timeout;
+        let mut cut_by_deadline = false;
+        if let Some(deadline) = opts.deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left < timeout {
+                timeout = left;
+                cut_by_deadline = true;
+            }
+        }
+        let sent = Instant::now();
+        match tokio::time::timeout(timeout, attempt()).await {
+            Ok(Ok(value)) => {
+                api_metrics::observe_request_duration(op, sent.elapsed());
+                api_metrics::record_attempt(op, "success");
+                Attempted::Done(Ok(value))
+            }
+            Ok(Err(err)) => {
+                let failure = AttemptFailure::from_sdk(&err);
+                if failure.http_status.is_some() {
+                    api_metrics::observe_request_duration(op, sent.elapsed());
+                }
+                let verdict = dry_run
+                    .then(|| failure.code.as_deref().and_then(dry_run_outcome))
+                    .flatten();
+                if let Some(outcome) = verdict {
+                    api_metrics::record_attempt(op, outcome);
+                    return Attempted::Done(Err(AwsError::from_attempt(op, failure, attempts)));
+                }
+                api_metrics::record_attempt(op, failure.class.as_str());
+                Attempted::Failed(failure)
+            }
+            Err(_) => {
+                api_metrics::record_attempt(op, "timeout");
+                let failure = AttemptFailure::new(
+                    ErrorClass::Transient,
+                    None,
+                    format!("no answer within {timeout:?}"),
+                );
+                if cut_by_deadline {
+                    let last = AwsError::from_attempt(op, failure, attempts);
+                    return Attempted::Done(Err(deadline_exceeded(
+                        op,
+                        start,
+                        attempts,
+                        Some(last),
+                    )));
+                }
+                Attempted::Failed(failure)
+            }
+        }
+    }
+}
+
+/// How one attempt ended.
+enum Attempted<T> {
+    /// The call is over: a value, or an answer not to retry (a DryRun
+    /// verdict, the caller's deadline).
+    Done(Result<T, AwsError>),
+    /// The attempt failed; the retry policy decides what comes next.
+    Failed(AttemptFailure),
+}
+
+/// An operation passed to another service's client: a programming error
+/// (e.g. an ELB operation passed to `ec2()`), refused since it would be
+/// charged to the wrong bucket.
+fn wrong_service(op: Operation, service: Service) -> AwsError {
+    api_metrics::record_call_error(op);
+    AwsError::from_attempt(
+        op,
+        AttemptFailure::new(
+            ErrorClass::Fatal,
+            None,
+            format!("{op} was passed to the {service} client; this is a bug in aws-ccm"),
+        ),
+        0,
+    )
+}
+
+/// The call ran out of the caller's time after `attempts` attempts.
+fn deadline_exceeded(
+    op: Operation,
+    start: Instant,
+    attempts: u32,
+    last: Option<AwsError>,
+) -> AwsError {
+    api_metrics::record_call_error(op);
+    AwsError::DeadlineExceeded {
+        operation: op,
+        attempts,
+        elapsed: start.elapsed(),
+        last: last.map(Box::new),
     }
 }
 

@@ -222,7 +222,7 @@ fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// The error every [`super::client::AwsClient`] method returns.
+/// The error every [`super::AwsClient`] method returns.
 ///
 /// It carries the operation, the [`ErrorClass`], and the AWS code and message
 /// when AWS answered, and its `Display` says what to do about it.

@@ -3,7 +3,7 @@
 //! Each row names the service, the AWS action (as it appears on the wire in
 //! `Action=` and in CloudTrail), the throttle [`Category`] AWS charges it to,
 //! whether it mutates, and how safe it is to repeat. The generic call API in
-//! [`super::client::AwsClient`] takes an [`Operation`], so a call that is not in
+//! [`super::AwsClient`] takes an [`Operation`], so a call that is not in
 //! this table does not compile: the limiter, the retry policy and the metrics
 //! can never miss an operation.
 //!
@@ -186,9 +186,6 @@ pub enum Idempotency {
     /// A create that returns the existing object when the name and settings
     /// match (ELB `CreateLoadBalancer`, ELBv2 `CreateTargetGroup`, ...).
     ByName,
-    /// AWS accepts a `ClientToken` and deduplicates repeats. No operation in
-    /// the table has one today; kept so the table can say so if one is added.
-    ClientToken,
     /// A repeat may fail with a duplicate or not-found error although the
     /// first attempt worked (`CreateRoute`, `CreateSecurityGroup`,
     /// `AuthorizeSecurityGroupIngress`, ...): callers read before re-creating,
@@ -254,8 +251,6 @@ operations! {
     Ec2DeleteSecurityGroup => (Ec2, "DeleteSecurityGroup", Ec2Mutating, ReadBeforeRecreate),
     Ec2AuthorizeSecurityGroupIngress => (Ec2, "AuthorizeSecurityGroupIngress", Ec2SecurityGroupRules, ReadBeforeRecreate),
     Ec2RevokeSecurityGroupIngress => (Ec2, "RevokeSecurityGroupIngress", Ec2SecurityGroupRules, ReadBeforeRecreate),
-    Ec2AuthorizeSecurityGroupEgress => (Ec2, "AuthorizeSecurityGroupEgress", Ec2SecurityGroupRules, ReadBeforeRecreate),
-    Ec2RevokeSecurityGroupEgress => (Ec2, "RevokeSecurityGroupEgress", Ec2SecurityGroupRules, ReadBeforeRecreate),
     Ec2CreateTags => (Ec2, "CreateTags", Ec2Tags, Natural),
     Ec2DeleteTags => (Ec2, "DeleteTags", Ec2Tags, Natural),
     Ec2DescribeInternetGateways => (Ec2, "DescribeInternetGateways", Ec2NonMutating, ReadOnly),
@@ -269,7 +264,6 @@ operations! {
     ElbDescribeLoadBalancers => (Elb, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     ElbDescribeTags => (Elb, "DescribeTags", ElbNonMutating, ReadOnly),
     ElbAddTags => (Elb, "AddTags", ElbMutating, Natural),
-    ElbRemoveTags => (Elb, "RemoveTags", ElbMutating, Natural),
     ElbCreateLoadBalancerListeners => (Elb, "CreateLoadBalancerListeners", ElbMutating, Natural),
     ElbDeleteLoadBalancerListeners => (Elb, "DeleteLoadBalancerListeners", ElbMutating, Natural),
     ElbConfigureHealthCheck => (Elb, "ConfigureHealthCheck", ElbMutating, Natural),
@@ -281,8 +275,6 @@ operations! {
     ElbAttachLoadBalancerToSubnets => (Elb, "AttachLoadBalancerToSubnets", ElbCreateAndSubnets, Natural),
     ElbDetachLoadBalancerFromSubnets => (Elb, "DetachLoadBalancerFromSubnets", ElbCreateAndSubnets, Natural),
     ElbCreateLoadBalancerPolicy => (Elb, "CreateLoadBalancerPolicy", ElbMutating, ReadBeforeRecreate),
-    ElbDeleteLoadBalancerPolicy => (Elb, "DeleteLoadBalancerPolicy", ElbMutating, ReadBeforeRecreate),
-    ElbDescribeLoadBalancerPolicies => (Elb, "DescribeLoadBalancerPolicies", ElbNonMutating, ReadOnly),
     ElbSetLoadBalancerPoliciesForBackendServer => (Elb, "SetLoadBalancerPoliciesForBackendServer", ElbMutating, Natural),
     ElbSetLoadBalancerPoliciesOfListener => (Elb, "SetLoadBalancerPoliciesOfListener", ElbMutating, Natural),
 
@@ -292,7 +284,6 @@ operations! {
     Elbv2DescribeLoadBalancers => (Elbv2, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     Elbv2DescribeTags => (Elbv2, "DescribeTags", ElbNonMutating, ReadOnly),
     Elbv2AddTags => (Elbv2, "AddTags", ElbMutating, Natural),
-    Elbv2RemoveTags => (Elbv2, "RemoveTags", ElbMutating, Natural),
     Elbv2CreateTargetGroup => (Elbv2, "CreateTargetGroup", ElbMutating, ByName),
     Elbv2DeleteTargetGroup => (Elbv2, "DeleteTargetGroup", ElbMutating, ReadBeforeRecreate),
     Elbv2DescribeTargetGroups => (Elbv2, "DescribeTargetGroups", ElbNonMutating, ReadOnly),
@@ -541,7 +532,6 @@ mod tests {
             "DescribeLoadBalancers",
             "DescribeTags",
             "AddTags",
-            "RemoveTags",
             "CreateLoadBalancerListeners",
             "DeleteLoadBalancerListeners",
             "ConfigureHealthCheck",
@@ -553,8 +543,6 @@ mod tests {
             "AttachLoadBalancerToSubnets",
             "DetachLoadBalancerFromSubnets",
             "CreateLoadBalancerPolicy",
-            "DeleteLoadBalancerPolicy",
-            "DescribeLoadBalancerPolicies",
             "SetLoadBalancerPoliciesForBackendServer",
             "SetLoadBalancerPoliciesOfListener",
         ];
@@ -564,7 +552,6 @@ mod tests {
             "DescribeLoadBalancers",
             "DescribeTags",
             "AddTags",
-            "RemoveTags",
             "CreateTargetGroup",
             "DeleteTargetGroup",
             "DescribeTargetGroups",
@@ -625,17 +612,6 @@ mod tests {
         assert_eq!(
             Operation::Ec2DescribeInstances.qualified_name(),
             "ec2:DescribeInstances"
-        );
-    }
-
-    #[test]
-    fn no_operation_in_the_table_takes_a_client_token() {
-        // Guard for the module docs: if one is ever added, the retry docs
-        // and the call sites must pass a token.
-        assert!(
-            Operation::ALL
-                .iter()
-                .all(|op| op.idempotency() != Idempotency::ClientToken)
         );
     }
 }

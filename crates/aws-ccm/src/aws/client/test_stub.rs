@@ -22,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 
-use super::client::SdkClients;
+use super::SdkClients;
 
 #[derive(Clone, Debug)]
 pub struct StubInstance {

@@ -13,34 +13,44 @@
 //!
 //! On top of that sit the coalescing lookups: single-instance lookups by ID
 //! or private DNS name batched into one `DescribeInstances`, the shared
-//! cluster sweep, and the cached zone map.
+//! cluster sweep, and the cached zone map (their calls are in
+//! `aws/instances/io.rs`).
 //!
 //! The SDK clients must be built with SDK retries disabled and without an
 //! operation timeout: this layer owns both, and SDK retries underneath would
 //! multiply every attempt made here.
+
+pub mod api_metrics;
+pub mod clients;
+pub mod coalesce;
+pub mod door;
+pub mod errors;
+pub mod operations;
+pub mod retry;
+#[cfg(test)]
+pub(crate) mod test_stub;
+pub mod throttle;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_ec2::types::Filter;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use futures::future::FutureExt;
 use tokio::time::Instant;
 
-use super::coalesce::{BatchFetch, Batcher, SingleFlight};
-use super::describe_xml;
-use super::door::Door;
-use super::errors::{AttemptFailure, AwsError, ErrorClass};
-use super::instances::{self, ALIVE_STATES, Ec2Instance, LEGACY_CLUSTER_TAG};
-use super::operations::{Category, Operation, Service};
-use super::retry::RetryPolicy;
-use super::throttle::{AimdConfig, Priority};
+use self::coalesce::{Batcher, SingleFlight};
+use self::door::Door;
+use self::errors::{AttemptFailure, AwsError, ErrorClass};
+use self::operations::{Category, Operation, Service};
+use self::retry::RetryPolicy;
+use self::throttle::{AimdConfig, Priority};
+use super::instances::{self, Ec2Instance};
 
-pub use super::clients::SdkClients;
+pub use self::clients::SdkClients;
 
 /// Tuning of the client layer. `Default` is what the CCM runs with.
 #[derive(Clone, Debug, PartialEq)]
@@ -204,11 +214,11 @@ struct Inner {
 
 /// What the batch tasks need: everything but the batchers themselves (which
 /// hold their fetch closures; keeping those apart avoids an `Arc` cycle).
-struct Core {
-    clients: SdkClients,
-    cluster_id: String,
-    options: ClientOptions,
-    door: Arc<Door>,
+pub(in crate::aws) struct Core {
+    pub(in crate::aws) clients: SdkClients,
+    pub(in crate::aws) cluster_id: String,
+    pub(in crate::aws) options: ClientOptions,
+    pub(in crate::aws) door: Arc<Door>,
 }
 
 impl std::fmt::Debug for AwsClient {
@@ -283,44 +293,6 @@ impl AwsClient {
             door,
         });
 
-        let by_id_core = core.clone();
-        let fetch_by_id: BatchFetch<String, Ec2Instance> = Arc::new(move |ids: Vec<String>| {
-            let core = by_id_core.clone();
-            async move {
-                // `instance-id` as a filter, not `InstanceIds`: with the
-                // parameter one unknown ID fails the whole call
-                // (InvalidInstanceID.NotFound); the filter just leaves it out.
-                let found = core
-                    .describe_instances(
-                        vec![instances::filter("instance-id", ids)],
-                        CallOptions::default(),
-                    )
-                    .await?;
-                Ok(found.into_iter().map(|i| (i.id.clone(), i)).collect())
-            }
-            .boxed()
-        });
-        let by_dns_core = core.clone();
-        let fetch_by_dns: BatchFetch<String, Ec2Instance> = Arc::new(move |names: Vec<String>| {
-            let core = by_dns_core.clone();
-            async move {
-                let filters = vec![
-                    instances::filter("private-dns-name", names),
-                    instances::filter("instance-state-name", ALIVE_STATES),
-                ];
-                let found = core
-                    .describe_instances(filters, CallOptions::default())
-                    .await?;
-                let mut by_name = HashMap::new();
-                for instance in found {
-                    if let Some(name) = instance.private_dns_name.clone() {
-                        by_name.insert(name, instance);
-                    }
-                }
-                Ok(by_name)
-            }
-            .boxed()
-        });
         let options = &core.options;
         let inner = Inner {
             by_id: Batcher::new(
@@ -328,14 +300,14 @@ impl AwsClient {
                 Operation::Ec2DescribeInstances,
                 options.coalesce_window,
                 options.max_ids_per_call,
-                fetch_by_id,
+                instances::io::fetch_by_id(core.clone()),
             ),
             by_private_dns: Batcher::new(
                 "private_dns_name",
                 Operation::Ec2DescribeInstances,
                 options.coalesce_window,
                 options.max_dns_names_per_call,
-                fetch_by_dns,
+                instances::io::fetch_by_private_dns(core.clone()),
             ),
             sweep: SingleFlight::new(Operation::Ec2DescribeInstances, options.sweep_ttl),
             zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
@@ -603,117 +575,11 @@ async fn with_deadline<T>(
     }
 }
 
-impl Core {
-    /// Paginated, filtered `DescribeInstances` (1,000 per page), converted.
-    /// Pages are decoded by [`describe_xml::SlimDecoder`] straight into
-    /// instances; a page it hands back to the SDK is converted from the
-    /// SDK's model.
-    async fn describe_instances(
-        &self,
-        filters: Vec<Filter>,
-        opts: CallOptions,
-    ) -> Result<Vec<Ec2Instance>, AwsError> {
-        let mut out = Vec::new();
-        // Strings shared by the pages the SDK decodes (the slim decoder
-        // shares within each page it reads).
-        let mut strings = instances::Interner::default();
-        let mut next_token: Option<String> = None;
-        loop {
-            let slot = describe_xml::Slot::default();
-            let page = self
-                .door
-                // Every caller of this serves many callers of its own (a
-                // coalesced batch, the sweep): it goes ahead of single calls.
-                .call(
-                    Service::Ec2,
-                    Operation::Ec2DescribeInstances,
-                    opts,
-                    Priority::Shared,
-                    || {
-                        self.clients
-                            .ec2
-                            .describe_instances()
-                            .set_filters(Some(filters.clone()))
-                            .max_results(1000)
-                            .set_next_token(next_token.clone())
-                            .customize()
-                            .interceptor(describe_xml::SlimDecoder::new(slot.clone()))
-                            .send()
-                    },
-                )
-                .await?;
-            match slot.take() {
-                Some(decoded) => out.extend(decoded.instances),
-                None => out.extend(
-                    page.reservations()
-                        .iter()
-                        .flat_map(|r| r.instances())
-                        .filter_map(|i| Ec2Instance::from_sdk(i, &mut strings)),
-                ),
-            }
-            match page.next_token() {
-                Some(token) if !token.is_empty() => next_token = Some(token.to_string()),
-                _ => {
-                    // The sweep keeps this for a refresh period: not the
-                    // doubling's spare capacity with it.
-                    out.shrink_to_fit();
-                    return Ok(out);
-                }
-            }
-        }
-    }
-
-    async fn sweep_cluster(&self) -> Result<Vec<Ec2Instance>, AwsError> {
-        let tag_key = instances::cluster_tag_key(&self.cluster_id);
-        let mut found = self
-            .describe_instances(
-                vec![instances::filter("tag-key", [tag_key])],
-                CallOptions::default(),
-            )
-            .await?;
-        if self.options.legacy_cluster_tag {
-            // EC2 ANDs filters, so "either tag" takes a second query.
-            let legacy = self
-                .describe_instances(
-                    vec![instances::filter(
-                        &format!("tag:{LEGACY_CLUSTER_TAG}"),
-                        [self.cluster_id.clone()],
-                    )],
-                    CallOptions::default(),
-                )
-                .await?;
-            let seen: std::collections::HashSet<String> =
-                found.iter().map(|i| i.id.clone()).collect();
-            found.extend(legacy.into_iter().filter(|i| !seen.contains(&i.id)));
-        }
-        found.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(found)
-    }
-
-    async fn describe_zones(&self) -> Result<HashMap<String, String>, AwsError> {
-        let out = self
-            .door
-            .call(
-                Service::Ec2,
-                Operation::Ec2DescribeAvailabilityZones,
-                CallOptions::default(),
-                Priority::Shared,
-                || self.clients.ec2.describe_availability_zones().send(),
-            )
-            .await?;
-        Ok(out
-            .availability_zones()
-            .iter()
-            .filter_map(|zone| Some((zone.zone_name()?.to_string(), zone.zone_id()?.to_string())))
-            .collect())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aws::errors::ErrorClass;
-    use crate::aws::test_stub::{Fault, StubEc2, StubInstance};
+    use crate::aws::client::errors::ErrorClass;
+    use crate::aws::client::test_stub::{Fault, StubEc2, StubInstance};
 
     /// Fast retries so failure-path tests take milliseconds.
     fn fast_options() -> ClientOptions {

@@ -30,7 +30,8 @@ use bytes::Bytes;
 use hyper::body::{Body, Frame};
 use parking_lot::Mutex;
 
-use super::instances::{Ec2Instance, Interner, RawInstance, RawInterface, Text, TextPair};
+use super::plan::Interner;
+use super::{Ec2Instance, RawInstance, RawInterface, Text, TextPair};
 
 /// One decoded page.
 #[derive(Debug, Default)]

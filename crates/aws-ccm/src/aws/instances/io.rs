@@ -1,0 +1,291 @@
+//! The instance calls, sent through the one door: the paginated
+//! `DescribeInstances` behind the coalesced lookups and the cluster sweep,
+//! `DescribeAvailabilityZones`, and the tag writes; the provider's
+//! [`Instances`] trait on [`AwsClient`]. What each lookup asks is in
+//! `plan.rs`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use aws_sdk_ec2::types::{Filter, Instance, Tag};
+use futures::future::FutureExt;
+
+use super::describe_xml;
+use super::plan::{self, Interner};
+use super::{Ec2Instance, RawInstance, RawInterface, Text};
+use crate::aws::client::coalesce::BatchFetch;
+use crate::aws::client::throttle::Priority;
+use crate::aws::client::{CallOptions, Core};
+use crate::aws::{AwsClient, AwsError, ErrorClass, Operation, Service};
+use crate::provider::instances::{CloudError, CloudErrorKind, Instances};
+
+impl Ec2Instance {
+    /// Converts an SDK instance, sharing repeated strings through
+    /// `strings`. `None` when it has no instance ID (which EC2 never sends;
+    /// such an entry cannot be matched to anything).
+    pub fn from_sdk(instance: &Instance, strings: &mut Interner) -> Option<Ec2Instance> {
+        fn text(v: Option<&str>) -> Text<'_> {
+            v.map(Cow::Borrowed)
+        }
+        RawInstance {
+            id: text(instance.instance_id()),
+            availability_zone: text(instance.placement().and_then(|p| p.availability_zone())),
+            instance_type: text(instance.instance_type().map(|t| t.as_str())),
+            state: text(instance.state().and_then(|s| s.name()).map(|n| n.as_str())),
+            private_dns_name: text(instance.private_dns_name()),
+            public_dns_name: text(instance.public_dns_name()),
+            private_ip: text(instance.private_ip_address()),
+            public_ip: text(instance.public_ip_address()),
+            subnet_id: text(instance.subnet_id()),
+            vpc_id: text(instance.vpc_id()),
+            source_dest_check: instance.source_dest_check(),
+            security_groups: (instance.security_groups().iter())
+                .map(|g| (text(g.group_id()), text(g.group_name())))
+                .collect(),
+            tags: (instance.tags().iter())
+                .map(|t| (text(t.key()), text(t.value())))
+                .collect(),
+            network_interfaces: (instance.network_interfaces().iter())
+                .map(|eni| RawInterface {
+                    id: text(eni.network_interface_id()),
+                    device_index: eni.attachment().and_then(|a| a.device_index()),
+                    private_ip: text(eni.private_ip_address()),
+                    private_ips: (eni.private_ip_addresses().iter())
+                        .map(|a| (text(a.private_ip_address()), a.primary().unwrap_or(false)))
+                        .collect(),
+                    ipv6_addresses: (eni.ipv6_addresses().iter())
+                        .map(|a| text(a.ipv6_address()))
+                        .collect(),
+                    public_ip: text(eni.association().and_then(|a| a.public_ip())),
+                })
+                .collect(),
+        }
+        .convert(strings)
+    }
+}
+
+/// The fetch of the lookups by instance ID: one `DescribeInstances` for a
+/// batch of IDs.
+pub(in crate::aws) fn fetch_by_id(core: Arc<Core>) -> BatchFetch<String, Ec2Instance> {
+    Arc::new(move |ids: Vec<String>| {
+        let core = core.clone();
+        async move {
+            let found = core
+                .describe_instances(plan::by_id_filters(ids), CallOptions::default())
+                .await?;
+            Ok(found.into_iter().map(|i| (i.id.clone(), i)).collect())
+        }
+        .boxed()
+    })
+}
+
+/// The fetch of the lookups by private DNS name: one `DescribeInstances`
+/// for a batch of names, live instances only.
+pub(in crate::aws) fn fetch_by_private_dns(core: Arc<Core>) -> BatchFetch<String, Ec2Instance> {
+    Arc::new(move |names: Vec<String>| {
+        let core = core.clone();
+        async move {
+            let found = core
+                .describe_instances(plan::by_private_dns_filters(names), CallOptions::default())
+                .await?;
+            let mut by_name = HashMap::new();
+            for instance in found {
+                if let Some(name) = instance.private_dns_name.clone() {
+                    by_name.insert(name, instance);
+                }
+            }
+            Ok(by_name)
+        }
+        .boxed()
+    })
+}
+
+impl Core {
+    /// Paginated, filtered `DescribeInstances` (1,000 per page), converted.
+    /// Pages are decoded by [`describe_xml::SlimDecoder`] straight into
+    /// instances; a page it hands back to the SDK is converted from the
+    /// SDK's model.
+    pub(in crate::aws) async fn describe_instances(
+        &self,
+        filters: Vec<Filter>,
+        opts: CallOptions,
+    ) -> Result<Vec<Ec2Instance>, AwsError> {
+        let mut out = Vec::new();
+        // Strings shared by the pages the SDK decodes (the slim decoder
+        // shares within each page it reads).
+        let mut strings = Interner::default();
+        let mut next_token: Option<String> = None;
+        loop {
+            let slot = describe_xml::Slot::default();
+            let page = self
+                .door
+                // Every caller of this serves many callers of its own (a
+                // coalesced batch, the sweep): it goes ahead of single calls.
+                .call(
+                    Service::Ec2,
+                    Operation::Ec2DescribeInstances,
+                    opts,
+                    Priority::Shared,
+                    || {
+                        self.clients
+                            .ec2
+                            .describe_instances()
+                            .set_filters(Some(filters.clone()))
+                            .max_results(1000)
+                            .set_next_token(next_token.clone())
+                            .customize()
+                            .interceptor(describe_xml::SlimDecoder::new(slot.clone()))
+                            .send()
+                    },
+                )
+                .await?;
+            match slot.take() {
+                Some(decoded) => out.extend(decoded.instances),
+                None => out.extend(
+                    page.reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .filter_map(|i| Ec2Instance::from_sdk(i, &mut strings)),
+                ),
+            }
+            match page.next_token() {
+                Some(token) if !token.is_empty() => next_token = Some(token.to_string()),
+                _ => {
+                    // The sweep keeps this for a refresh period: not the
+                    // doubling's spare capacity with it.
+                    out.shrink_to_fit();
+                    return Ok(out);
+                }
+            }
+        }
+    }
+
+    pub(in crate::aws) async fn sweep_cluster(&self) -> Result<Vec<Ec2Instance>, AwsError> {
+        let found = self
+            .describe_instances(
+                plan::sweep_filters(&self.cluster_id),
+                CallOptions::default(),
+            )
+            .await?;
+        let legacy = if self.options.legacy_cluster_tag {
+            self.describe_instances(
+                plan::legacy_sweep_filters(&self.cluster_id),
+                CallOptions::default(),
+            )
+            .await?
+        } else {
+            Vec::new()
+        };
+        Ok(plan::merge_sweep(found, legacy))
+    }
+
+    pub(in crate::aws) async fn describe_zones(&self) -> Result<HashMap<String, String>, AwsError> {
+        let out = self
+            .door
+            .call(
+                Service::Ec2,
+                Operation::Ec2DescribeAvailabilityZones,
+                CallOptions::default(),
+                Priority::Shared,
+                || self.clients.ec2.describe_availability_zones().send(),
+            )
+            .await?;
+        Ok(out
+            .availability_zones()
+            .iter()
+            .filter_map(|zone| Some((zone.zone_name()?.to_string(), zone.zone_id()?.to_string())))
+            .collect())
+    }
+}
+
+impl From<AwsError> for CloudError {
+    fn from(err: AwsError) -> CloudError {
+        let kind = match err.class() {
+            ErrorClass::NotFound => CloudErrorKind::NotFound,
+            ErrorClass::Throttling => CloudErrorKind::Throttled,
+            ErrorClass::Transient => CloudErrorKind::Transient,
+            ErrorClass::Fatal => CloudErrorKind::Fatal,
+        };
+        let kind = if err.is_throttling() {
+            CloudErrorKind::Throttled
+        } else {
+            kind
+        };
+        let denied = err
+            .code()
+            .is_some_and(|c| ["UnauthorizedOperation", "AccessDenied"].contains(&c));
+        CloudError {
+            denied,
+            ..CloudError::new(kind, err.to_string())
+        }
+    }
+}
+
+fn not_found_is_none(
+    result: Result<Ec2Instance, AwsError>,
+) -> Result<Option<Ec2Instance>, CloudError> {
+    match result {
+        Ok(instance) => Ok(Some(instance)),
+        Err(err) if err.is_not_found() => Ok(None),
+        Err(err) => Err(err.into()),
+    }
+}
+
+fn sdk_tags(tags: &[(String, String)]) -> Vec<Tag> {
+    tags.iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build())
+        .collect()
+}
+
+impl Instances for AwsClient {
+    async fn instance_by_id(&self, id: &str) -> Result<Option<Ec2Instance>, CloudError> {
+        not_found_is_none(AwsClient::instance_by_id(self, id).await)
+    }
+
+    async fn instance_by_private_dns(&self, name: &str) -> Result<Option<Ec2Instance>, CloudError> {
+        not_found_is_none(AwsClient::instance_by_private_dns(self, name).await)
+    }
+
+    async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, CloudError> {
+        Ok(AwsClient::cluster_instances(self).await?)
+    }
+
+    async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, CloudError> {
+        Ok(AwsClient::zone_ids(self).await?)
+    }
+
+    async fn create_tags(
+        &self,
+        ids: &[String],
+        tags: &[(String, String)],
+    ) -> Result<(), CloudError> {
+        let ids = ids.to_vec();
+        let tags = sdk_tags(tags);
+        self.ec2(Operation::Ec2CreateTags, |ec2| {
+            ec2.create_tags()
+                .set_resources(Some(ids.clone()))
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await?;
+        Ok(())
+    }
+
+    async fn delete_tags(
+        &self,
+        ids: &[String],
+        tags: &[(String, String)],
+    ) -> Result<(), CloudError> {
+        let ids = ids.to_vec();
+        let tags = sdk_tags(tags);
+        self.ec2(Operation::Ec2DeleteTags, |ec2| {
+            ec2.delete_tags()
+                .set_resources(Some(ids.clone()))
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await?;
+        Ok(())
+    }
+}
