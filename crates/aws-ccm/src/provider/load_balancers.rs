@@ -1,14 +1,11 @@
 //! Load balancers: what the service controller needs from the cloud.
 //!
-//! [`LoadBalancers`] is implemented for real by [`AwsLoadBalancers`] (read
-//! AWS, plan with the pure functions in `aws::elb`, apply) and in memory by
-//! [`FakeLoadBalancers`] for controller tests.
+//! [`LoadBalancers`] is implemented by [`AwsLoadBalancers`] (read AWS, plan
+//! with the pure functions in `aws::elb` and `aws::nlb`, apply).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 pub use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec, SpecError};
 use crate::aws::elb::{self, Actual};
@@ -39,7 +36,6 @@ pub struct Ensured {
     pub hostname: String,
     /// Descriptions of the changes applied; empty when nothing differed.
     pub changes: Vec<String>,
-    pub created: bool,
     /// Writes IAM refused (see `refusals`): left undone, the rest synced.
     pub warnings: Vec<Warning>,
 }
@@ -317,7 +313,7 @@ impl AwsLoadBalancers {
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
         };
-        let desired = elb::desired(
+        let desired = elb::plan::desired(
             spec,
             &req.service_key,
             &req.uid,
@@ -389,21 +385,17 @@ impl AwsLoadBalancers {
             .refuse_node_ingress(
                 &req.service_key,
                 &all_groups,
-                elb::plan(&desired, &actual),
+                elb::plan::plan(&desired, &actual),
                 &mut warnings,
             )
             .await;
-        let created = changes
-            .iter()
-            .any(|c| matches!(c, elb::Change::CreateLoadBalancer { .. }));
         let new_dns = elb::io::apply(aws, &name, Some(&vpc_id), &actual, &changes).await?;
         let hostname = new_dns
             .or_else(|| actual.lb.as_ref().map(|l| l.dns_name.clone()))
             .unwrap_or_default();
         Ok(Ensured {
             hostname,
-            changes: changes.iter().map(elb::describe).collect(),
-            created,
+            changes: changes.iter().map(elb::plan::describe).collect(),
             warnings: merged(warnings),
         })
     }
@@ -481,7 +473,7 @@ impl AwsLoadBalancers {
             shared_lb_group,
             owned_group_node_rules: BTreeSet::new(),
         };
-        let changes = elb::plan_delete(&actual, &self.cluster_id);
+        let changes = elb::plan::plan_delete(&actual, &self.cluster_id);
         elb::io::apply(aws, &name, None, &actual, &changes).await?;
         Ok(!changes.is_empty())
     }
@@ -637,9 +629,6 @@ impl AwsLoadBalancers {
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
             .await?;
-        let created = changes
-            .iter()
-            .any(|c| matches!(c, nlb::Change::CreateLoadBalancer { .. }));
         let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = changes.iter().map(nlb::describe).collect();
@@ -663,7 +652,6 @@ impl AwsLoadBalancers {
         Ok(Ensured {
             hostname: applied.dns_name.unwrap_or_default(),
             changes: described,
-            created,
             warnings: merged(warnings),
         })
     }
@@ -746,53 +734,5 @@ impl AwsLoadBalancers {
             }
         }
         Ok(!changes.is_empty() || revoked)
-    }
-}
-
-/// In-memory load balancers for controller tests: records every request and
-/// can be told to fail.
-#[derive(Clone, Default)]
-pub struct FakeLoadBalancers {
-    pub state: Arc<Mutex<FakeState>>,
-}
-
-#[derive(Default)]
-pub struct FakeState {
-    /// Current load balancers by Service UID.
-    pub balancers: BTreeMap<String, EnsureRequest>,
-    pub ensure_calls: usize,
-    pub delete_calls: usize,
-    /// When set, every call fails with this message.
-    pub fail_with: Option<String>,
-}
-
-impl LoadBalancers for FakeLoadBalancers {
-    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        let mut s = self.state.lock();
-        s.ensure_calls += 1;
-        if let Some(msg) = &s.fail_with {
-            return Err(LbError::Config(msg.clone()));
-        }
-        let previous = s.balancers.insert(req.uid.clone(), req.clone());
-        let changes = if previous.as_ref() == Some(req) {
-            vec![]
-        } else {
-            vec!["update".to_string()]
-        };
-        Ok(Ensured {
-            hostname: format!("{}.elb.amazonaws.com", elb::load_balancer_name(&req.uid)),
-            created: previous.is_none(),
-            changes,
-            warnings: Vec::new(),
-        })
-    }
-
-    async fn ensure_deleted(&self, _service_key: &str, uid: &str) -> Result<bool, LbError> {
-        let mut s = self.state.lock();
-        s.delete_calls += 1;
-        if let Some(msg) = &s.fail_with {
-            return Err(LbError::Config(msg.clone()));
-        }
-        Ok(s.balancers.remove(uid).is_some())
     }
 }
