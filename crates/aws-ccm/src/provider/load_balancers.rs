@@ -305,11 +305,8 @@ impl AwsLoadBalancers {
             .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
             .cloned();
 
-        let subnet_ids: BTreeSet<String> =
-            self.subnet_ids(spec, &vpc_id).await?.into_iter().collect();
-
         let env = elb::Environment {
-            subnets: subnet_ids,
+            subnets: self.subnet_ids(spec, &vpc_id).await?,
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
         };
@@ -589,11 +586,13 @@ impl AwsLoadBalancers {
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
         let backends = backends.list();
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
-        let env = nlb::Environment {
+        let env = elb::Environment {
             subnets: subnet_ids.clone(),
             instances: backends.iter().map(|i| i.id.clone()).collect(),
+            // An NLB's node rules are planned apart (see `nlb_rules`).
+            node_groups: BTreeSet::new(),
         };
-        let desired = nlb::desired(
+        let desired = nlb::plan::desired(
             spec,
             &req.service_key,
             &req.uid,
@@ -625,13 +624,13 @@ impl AwsLoadBalancers {
             owned_group,
         };
         let mut warnings = Vec::new();
-        let changes = nlb::plan(&desired, &actual, &self.cluster_id);
+        let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
             .await?;
         let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
-        let mut described: Vec<String> = changes.iter().map(nlb::describe).collect();
+        let mut described: Vec<String> = changes.iter().map(nlb::plan::describe).collect();
         if handed_over {
             described.push("deleted the classic ELB the Service had before".into());
         }
@@ -704,7 +703,7 @@ impl AwsLoadBalancers {
             target_groups,
             owned_group,
         };
-        let changes = nlb::plan_delete(&actual, &self.cluster_id);
+        let changes = nlb::plan::plan_delete(&actual, &self.cluster_id);
         nlb::io::apply(aws, &name, "", &actual, &changes).await?;
 
         // Node rules: revoke ours from every cluster group (and backends' groups).
@@ -723,7 +722,7 @@ impl AwsLoadBalancers {
                 groups.entry(g.id.clone()).or_insert(g);
             }
             for g in groups.values() {
-                let ch = nlb::node_group_changes(&name, &g.descriptions, None);
+                let ch = nlb::node_rules::node_group_changes(&name, &g.descriptions, None);
                 if !ch.revoke.is_empty() {
                     sg::revoke(aws, &g.id, &ch.revoke).await?;
                     revoked = true;

@@ -233,11 +233,16 @@ pub enum Change {
     DeleteSecurityGroup(String),
 }
 
-/// Inputs read from AWS that shape the desired state.
+/// Inputs read from AWS that shape the desired state of a classic ELB or
+/// an NLB.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Environment {
-    pub subnets: BTreeSet<String>,
+    /// The load balancer's subnets, in the order an NLB's addresses pair
+    /// with them.
+    pub subnets: Vec<String>,
+    /// The backend instances.
     pub instances: BTreeSet<String>,
+    /// The backends' node groups, which must admit a classic ELB's group.
     pub node_groups: BTreeSet<String>,
 }
 

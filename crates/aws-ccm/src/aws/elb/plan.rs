@@ -152,7 +152,7 @@ pub fn desired(
             draining_timeout: spec.draining_timeout,
             idle_timeout: spec.idle_timeout.unwrap_or(60),
         },
-        subnets: env.subnets.clone(),
+        subnets: env.subnets.iter().cloned().collect(),
         groups,
         owned_group,
         tags,

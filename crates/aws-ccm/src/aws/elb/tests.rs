@@ -10,7 +10,7 @@ fn spec(annotations: &[(&str, &str)], ports: &[(i32, i32)]) -> LoadBalancerSpec 
 
 fn env() -> Environment {
     Environment {
-        subnets: BTreeSet::from(["subnet-a".to_string(), "subnet-b".to_string()]),
+        subnets: vec!["subnet-a".to_string(), "subnet-b".to_string()],
         instances: BTreeSet::from(["i-1".to_string(), "i-2".to_string()]),
         node_groups: BTreeSet::from(["sg-node".to_string()]),
     }
@@ -318,7 +318,7 @@ fn scheme_change_recreates_and_subnets_change_in_place() {
     );
 
     let mut e = env();
-    e.subnets = BTreeSet::from(["subnet-a".to_string(), "subnet-c".to_string()]);
+    e.subnets = vec!["subnet-a".to_string(), "subnet-c".to_string()];
     let changes = plan(&want(&[], &[(80, 30080)], &e), &actual);
     assert_eq!(
         changes,

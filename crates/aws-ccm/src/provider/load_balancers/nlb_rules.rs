@@ -34,7 +34,7 @@ impl AwsLoadBalancers {
     ) -> Result<Vec<String>, LbError> {
         let aws = &self.aws;
         let cidrs = self.subnets.cidrs(aws, at.vpc_id, at.subnet_ids).await?;
-        let rules = nlb::node_rules(at.desired, &req.spec.source_ranges, &cidrs);
+        let rules = nlb::node_rules::node_rules(at.desired, &req.spec.source_ranges, &cidrs);
         let ports: BTreeSet<i32> = rules
             .client
             .iter()
@@ -55,7 +55,7 @@ impl AwsLoadBalancers {
         let mut described = Vec::new();
         for g in groups.values() {
             let want = at.node_groups.contains(&g.id).then_some(&rules);
-            let ch = nlb::node_group_changes(at.name, &g.descriptions, want);
+            let ch = nlb::node_rules::node_group_changes(at.name, &g.descriptions, want);
             if ch.is_empty() || self.group_refused(&req.service_key, g, warnings).await {
                 continue;
             }

@@ -223,7 +223,7 @@ impl AwsLoadBalancers {
         &self,
         service_key: &str,
         group: &SecurityGroup,
-        changes: &nlb::RuleChanges,
+        changes: &nlb::node_rules::RuleChanges,
         warnings: &mut Vec<Warning>,
     ) -> Result<bool, LbError> {
         let written = async {
