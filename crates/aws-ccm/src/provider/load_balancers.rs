@@ -133,7 +133,7 @@ impl AwsLoadBalancers {
             .iter()
             .flat_map(|i| i.security_groups.iter().cloned())
             .collect();
-        Ok(sg::by_refs(&self.aws, vpc_id, &refs, extra_names)
+        Ok(sg::io::by_refs(&self.aws, vpc_id, &refs, extra_names)
             .await?
             .into_iter()
             .map(|g| (g.id.clone(), g))
@@ -171,7 +171,7 @@ impl AwsLoadBalancers {
         source: &str,
         source_is_owned: bool,
     ) -> Result<(), LbError> {
-        for g in sg::referencing(&self.aws, vpc_id, source).await? {
+        for g in sg::io::referencing(&self.aws, vpc_id, source).await? {
             if source_is_owned || tags::has_cluster_tag(&g.tags, &self.cluster_id) {
                 groups.entry(g.id.clone()).or_insert(g);
             }
@@ -407,7 +407,7 @@ impl AwsLoadBalancers {
         {
             tracing::warn!(load_balancer = %name, "load balancer lacks this cluster's ownership tag; leaving it");
         }
-        let owned_group = sg::describe(
+        let owned_group = sg::io::describe(
             aws,
             vec![
                 crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
@@ -424,7 +424,7 @@ impl AwsLoadBalancers {
             && let Some(vpc) = &g.vpc_id
         {
             let rule = Rule::all_from_group(&g.id);
-            node_groups_with_rule = sg::referencing(aws, vpc, &g.id)
+            node_groups_with_rule = sg::io::referencing(aws, vpc, &g.id)
                 .await?
                 .into_iter()
                 .filter(|c| c.id != g.id && c.ingress.contains(&rule))
@@ -445,7 +445,7 @@ impl AwsLoadBalancers {
             let vpc = self.cluster_vpc(&swept);
             if let Some(vpc) = vpc {
                 let rule = Rule::all_from_group(first);
-                node_groups_with_rule = sg::referencing(aws, &vpc, first)
+                node_groups_with_rule = sg::io::referencing(aws, &vpc, first)
                     .await?
                     .into_iter()
                     .filter(|g| {
@@ -688,7 +688,7 @@ impl AwsLoadBalancers {
                 }
             }
         }
-        let owned_group = sg::describe(
+        let owned_group = sg::io::describe(
             aws,
             vec![
                 crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
@@ -718,17 +718,17 @@ impl AwsLoadBalancers {
             let live: Vec<&crate::aws::Ec2Instance> =
                 swept.iter().filter(|i| !i.state.is_terminated()).collect();
             let mut groups = self.groups_of(&vpc, &live, &[]).await?;
-            for g in sg::cluster_groups(aws, &vpc, &self.cluster_id).await? {
+            for g in sg::io::cluster_groups(aws, &vpc, &self.cluster_id).await? {
                 groups.entry(g.id.clone()).or_insert(g);
             }
             for g in groups.values() {
                 let ch = nlb::node_rules::node_group_changes(&name, &g.descriptions, None);
                 if !ch.revoke.is_empty() {
-                    sg::revoke(aws, &g.id, &ch.revoke).await?;
+                    sg::io::revoke(aws, &g.id, &ch.revoke).await?;
                     revoked = true;
                 }
                 if !ch.authorize.is_empty() {
-                    sg::authorize_described(aws, &g.id, &ch.authorize).await?;
+                    sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
                 }
             }
         }

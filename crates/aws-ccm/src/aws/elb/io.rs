@@ -254,18 +254,18 @@ impl Applying<'_> {
         match change {
             Change::CreateSecurityGroup(g) => self.create_group(g).await,
             Change::AuthorizeIngress { group, rules } => {
-                sg::authorize(self.aws, &self.group(group)?, rules).await
+                sg::io::authorize(self.aws, &self.group(group)?, rules).await
             }
             Change::RevokeIngress { group, rules } => {
-                sg::revoke(self.aws, &self.group(group)?, rules).await
+                sg::io::revoke(self.aws, &self.group(group)?, rules).await
             }
             Change::AuthorizeNodeIngress { node_group, from } => {
                 let rule = Rule::all_from_group(&self.group(from)?);
-                sg::authorize(self.aws, node_group, &BTreeSet::from([rule])).await
+                sg::io::authorize(self.aws, node_group, &BTreeSet::from([rule])).await
             }
             Change::RevokeNodeIngress { node_group, from } => {
                 let rule = Rule::all_from_group(&self.group(from)?);
-                sg::revoke(self.aws, node_group, &BTreeSet::from([rule])).await
+                sg::io::revoke(self.aws, node_group, &BTreeSet::from([rule])).await
             }
             Change::DeleteLoadBalancer { .. } => self.delete_lb().await,
             Change::CreateLoadBalancer {
@@ -321,7 +321,7 @@ impl Applying<'_> {
 
     async fn create_group(&mut self, g: &OwnedGroup) -> Result<(), AwsError> {
         let vpc = self.vpc_id.unwrap_or_default();
-        self.owned = Some(sg::create(self.aws, vpc, &g.name, &g.description, &g.tags).await?);
+        self.owned = Some(sg::io::create(self.aws, vpc, &g.name, &g.description, &g.tags).await?);
         Ok(())
     }
 
@@ -621,7 +621,7 @@ pub async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), Aws
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     let mut wait = Duration::from_millis(500);
     loop {
-        match sg::delete(aws, id).await {
+        match sg::io::delete(aws, id).await {
             Err(e)
                 if e.code() == Some("DependencyViolation")
                     && tokio::time::Instant::now() + wait < deadline =>

@@ -126,7 +126,7 @@ pub fn desired(
                 name: owned_group_name(&name),
                 description: format!("Security group for Kubernetes ELB {name} ({service_key})"),
                 tags: tags.clone(),
-                rules: sg::load_balancer_rules(&ports, &spec.source_ranges),
+                rules: sg::plan::load_balancer_rules(&ports, &spec.source_ranges),
             }),
         )
     };

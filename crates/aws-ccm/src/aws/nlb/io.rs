@@ -384,17 +384,17 @@ impl Applying<'_> {
     async fn step(&mut self, change: &Change) -> Result<(), AwsError> {
         match change {
             Change::CreateSecurityGroup(g) => {
-                let id = sg::create(self.aws, self.vpc_id, &g.name, &g.description, &g.tags);
+                let id = sg::io::create(self.aws, self.vpc_id, &g.name, &g.description, &g.tags);
                 self.owned = Some(id.await?);
                 Ok(())
             }
             Change::AuthorizeIngress(rules) => {
                 let id = self.groups(&[GroupRef::Owned])?.remove(0);
-                sg::authorize(self.aws, &id, rules).await
+                sg::io::authorize(self.aws, &id, rules).await
             }
             Change::RevokeIngress(rules) => {
                 let id = self.groups(&[GroupRef::Owned])?.remove(0);
-                sg::revoke(self.aws, &id, rules).await
+                sg::io::revoke(self.aws, &id, rules).await
             }
             Change::SetSecurityGroups(refs) => self.set_security_groups(refs).await,
             Change::DeleteSecurityGroup(id) => {

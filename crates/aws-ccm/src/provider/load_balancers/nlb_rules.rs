@@ -45,7 +45,7 @@ impl AwsLoadBalancers {
             nlb::client_rule_description(at.name),
             nlb::health_rule_description(at.name),
         ];
-        for g in sg::with_rule_ports(aws, at.vpc_id, &ports).await? {
+        for g in sg::io::with_rule_ports(aws, at.vpc_id, &ports).await? {
             // Only a group holding a rule of this NLB: another cluster
             // in the VPC may use the same node port.
             if g.descriptions.values().any(|d| ours.contains(d)) {

@@ -227,8 +227,8 @@ impl AwsLoadBalancers {
         warnings: &mut Vec<Warning>,
     ) -> Result<bool, LbError> {
         let written = async {
-            sg::revoke(&self.aws, &group.id, &changes.revoke).await?;
-            sg::authorize_described(&self.aws, &group.id, &changes.authorize).await
+            sg::io::revoke(&self.aws, &group.id, &changes.revoke).await?;
+            sg::io::authorize_described(&self.aws, &group.id, &changes.authorize).await
         }
         .await;
         match written {
