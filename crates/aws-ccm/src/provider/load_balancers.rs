@@ -116,6 +116,17 @@ fn actual_group_is_shared(desired: &elb::Desired) -> bool {
     matches!(desired.groups.first(), Some(elb::GroupRef::Id(_)))
 }
 
+/// The groups (by ID) other than `group` whose rules admit everything
+/// from `group`.
+fn admitting(groups: &BTreeMap<String, sg::SecurityGroup>, group: &str) -> BTreeSet<String> {
+    let rule = Rule::all_from_group(group);
+    groups
+        .values()
+        .filter(|g| g.id != group && g.ingress.contains(&rule))
+        .map(|g| g.id.clone())
+        .collect()
+}
+
 impl AwsLoadBalancers {
     /// The security groups of `instances` and the groups named
     /// `extra_names` (a load balancer's owned group), by ID. What a sync
@@ -319,64 +330,9 @@ impl AwsLoadBalancers {
             &env,
         );
 
-        // The LB's own group: owned, or the first configured one.
-        let lb_group = match desired.groups.first() {
-            Some(elb::GroupRef::Id(id)) => Some(id.clone()),
-            _ => owned_group.as_ref().map(|g| g.id.clone()),
-        };
-        // Every group that admits the load balancer's group, backend or not:
-        // a group that stopped being a backend's still has the rule.
-        if let Some(id) = &lb_group {
-            let owned = owned_group.as_ref().is_some_and(|g| &g.id == id);
-            self.add_referencing(&mut all_groups, &vpc_id, id, owned)
-                .await?;
-        }
-        let node_groups_with_rule = match &lb_group {
-            Some(id) => {
-                let rule = Rule::all_from_group(id);
-                all_groups
-                    .values()
-                    .filter(|g| Some(&g.id) != lb_group.as_ref() && g.ingress.contains(&rule))
-                    .map(|g| g.id.clone())
-                    .collect()
-            }
-            None => BTreeSet::new(),
-        };
-        // A shared LB group's node rule that this load balancer no longer
-        // needs: look up who else uses the group (only then; see
-        // elb::Actual::shared_group_needed).
-        let shared_group_needed = match (&lb_group, &desired.node_groups) {
-            (Some(g), Some(want))
-                if actual_group_is_shared(&desired) && !node_groups_with_rule.is_subset(want) =>
-            {
-                self.node_groups_used_by_others(g, &name, &vpc_id).await?
-            }
-            _ => None,
-        };
-        // An owned group the Service no longer wants: which node groups admit it.
-        let owned_group_node_rules = match &owned_group {
-            Some(g) if desired.owned_group.is_none() => {
-                if lb_group.as_ref() != Some(&g.id) {
-                    self.add_referencing(&mut all_groups, &vpc_id, &g.id, true)
-                        .await?;
-                }
-                let rule = Rule::all_from_group(&g.id);
-                all_groups
-                    .values()
-                    .filter(|n| n.id != g.id && n.ingress.contains(&rule))
-                    .map(|n| n.id.clone())
-                    .collect()
-            }
-            _ => BTreeSet::new(),
-        };
-        let actual = Actual {
-            lb,
-            owned_group,
-            node_groups_with_rule,
-            shared_group_needed,
-            shared_lb_group: None,
-            owned_group_node_rules,
-        };
+        let actual = self
+            .clb_actual(&name, &vpc_id, &desired, lb, owned_group, &mut all_groups)
+            .await?;
         let mut warnings = Vec::new();
         let changes = self
             .refuse_node_ingress(
@@ -394,6 +350,66 @@ impl AwsLoadBalancers {
             hostname,
             changes: changes.iter().map(elb::plan::describe).collect(),
             warnings: merged(warnings),
+        })
+    }
+
+    /// What the classic ELB plan compares against, past the load balancer
+    /// and its owned group: the node groups that admit the load balancer's
+    /// group (added to `all_groups`), and what the plan needs to revoke
+    /// rules safely.
+    async fn clb_actual(
+        &self,
+        name: &str,
+        vpc_id: &str,
+        desired: &elb::Desired,
+        lb: Option<elb::ActualLb>,
+        owned_group: Option<sg::SecurityGroup>,
+        all_groups: &mut BTreeMap<String, sg::SecurityGroup>,
+    ) -> Result<Actual, LbError> {
+        // The LB's own group: owned, or the first configured one.
+        let lb_group = match desired.groups.first() {
+            Some(elb::GroupRef::Id(id)) => Some(id.clone()),
+            _ => owned_group.as_ref().map(|g| g.id.clone()),
+        };
+        // Every group that admits the load balancer's group, backend or not:
+        // a group that stopped being a backend's still has the rule.
+        if let Some(id) = &lb_group {
+            let owned = owned_group.as_ref().is_some_and(|g| &g.id == id);
+            self.add_referencing(all_groups, vpc_id, id, owned).await?;
+        }
+        let node_groups_with_rule = match &lb_group {
+            Some(id) => admitting(all_groups, id),
+            None => BTreeSet::new(),
+        };
+        // A shared LB group's node rule that this load balancer no longer
+        // needs: look up who else uses the group (only then; see
+        // elb::Actual::shared_group_needed).
+        let shared_group_needed = match (&lb_group, &desired.node_groups) {
+            (Some(g), Some(want))
+                if actual_group_is_shared(desired) && !node_groups_with_rule.is_subset(want) =>
+            {
+                self.node_groups_used_by_others(g, name, vpc_id).await?
+            }
+            _ => None,
+        };
+        // An owned group the Service no longer wants: which node groups admit it.
+        let owned_group_node_rules = match &owned_group {
+            Some(g) if desired.owned_group.is_none() => {
+                if lb_group.as_ref() != Some(&g.id) {
+                    self.add_referencing(all_groups, vpc_id, &g.id, true)
+                        .await?;
+                }
+                admitting(all_groups, &g.id)
+            }
+            _ => BTreeSet::new(),
+        };
+        Ok(Actual {
+            lb,
+            owned_group,
+            node_groups_with_rule,
+            shared_group_needed,
+            shared_lb_group: None,
+            owned_group_node_rules,
         })
     }
 
@@ -602,14 +618,14 @@ impl AwsLoadBalancers {
         )
         .map_err(LbError::Config)?;
 
-        let lb = nlb::io::read_lb(aws, &name).await?;
+        let lb = nlb::read::read_lb(aws, &name).await?;
         let mut handed_over = false;
         if lb.is_none() {
             // Type change handover: the Service was a classic ELB until now.
             handed_over = self.delete_clb(&req.uid).await?;
         }
         let target_groups = match &lb {
-            Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
+            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
             None => Vec::new(),
         };
         let owned_name = elb::owned_group_name(&name);
@@ -667,7 +683,7 @@ impl AwsLoadBalancers {
     ) -> Result<bool, LbError> {
         let aws = &self.aws;
         let name = nlb::load_balancer_name(uid);
-        let lb = nlb::io::read_lb(aws, &name).await?;
+        let lb = nlb::read::read_lb(aws, &name).await?;
         if lb.is_none() && !thorough {
             return Ok(false);
         }
@@ -677,12 +693,12 @@ impl AwsLoadBalancers {
             tracing::warn!(load_balancer = %name, "NLB lacks this cluster's ownership tag; leaving it");
         }
         let mut target_groups = match &lb {
-            Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
+            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
             None => Vec::new(),
         };
         if thorough {
             let prefix = nlb::target_group_prefix(service_key);
-            for g in nlb::io::find_service_target_groups(aws, &prefix, service_key).await? {
+            for g in nlb::read::find_service_target_groups(aws, &prefix, service_key).await? {
                 if !target_groups.iter().any(|t| t.arn == g.arn) {
                     target_groups.push(g);
                 }

@@ -1,6 +1,7 @@
 //! Network Load Balancers (elbv2): names and the types of desired and actual
 //! state. The pure desired state and plan are in [`plan`], the node groups'
-//! rules in [`node_rules`]; the reads and the calls that apply a plan in [`io`].
+//! rules in [`node_rules`]; the reads are in [`read`], the calls that apply a
+//! plan in [`io`].
 //!
 //! Load balancer and target group names and tags are the Go CCM's (`a` + UID;
 //! `k8s-<ns:8>-<name:8>-<sha1:10>` over the same inputs), so an NLB it made is
@@ -273,6 +274,7 @@ pub enum Change {
 pub mod io;
 pub mod node_rules;
 pub mod plan;
+pub mod read;
 
 #[cfg(test)]
 mod tests;

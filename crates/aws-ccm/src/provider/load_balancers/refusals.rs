@@ -270,7 +270,7 @@ impl AwsLoadBalancers {
         if arns.is_empty() {
             return Ok(changes);
         }
-        let listener_tags = nlb::io::tags_of(&self.aws, &arns).await?;
+        let listener_tags = nlb::read::tags_of(&self.aws, &arns).await?;
         let perms = self.aws.permissions();
         let (kept, refused) =
             refuse_listener_writes(changes, actual, &listener_tags, &self.cluster_id, |arn| {
