@@ -598,7 +598,7 @@ impl AwsLoadBalancers {
     async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         let aws = &self.aws;
         let spec = &req.spec;
-        let name = nlb::load_balancer_name(&req.uid);
+        let name = elb::load_balancer_name(&req.uid);
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
         let backends = backends.list();
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
@@ -682,7 +682,7 @@ impl AwsLoadBalancers {
         thorough: bool,
     ) -> Result<bool, LbError> {
         let aws = &self.aws;
-        let name = nlb::load_balancer_name(uid);
+        let name = elb::load_balancer_name(uid);
         let lb = nlb::read::read_lb(aws, &name).await?;
         if lb.is_none() && !thorough {
             return Ok(false);

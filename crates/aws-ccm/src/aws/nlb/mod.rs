@@ -14,8 +14,6 @@ use sha1::{Digest, Sha1};
 use super::elb::{GroupRef, OwnedGroup};
 use super::security_groups::{self as sg, Rule};
 
-pub use super::elb::load_balancer_name;
-
 /// Rule descriptions on node groups, as upstream: they mark the rules this
 /// controller wrote (and may revoke).
 pub const CLIENT_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/client";

@@ -6,10 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{
     ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE, Actual,
     ActualLb, ActualListener, ActualTargetGroup, Change, Desired, HealthCheck, Listener,
-    SubnetMapping, TargetGroup, TgRef, load_balancer_name, target_group_name,
+    SubnetMapping, TargetGroup, TgRef, target_group_name,
 };
 use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
-use crate::aws::elb::{Environment, GroupRef, OwnedGroup};
+use crate::aws::elb::{Environment, GroupRef, OwnedGroup, load_balancer_name};
 use crate::aws::security_groups::{Rule, Source};
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode, NlbSecurityGroupMode};
