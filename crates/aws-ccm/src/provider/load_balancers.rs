@@ -1,14 +1,11 @@
 //! Load balancers: what the service controller needs from the cloud.
 //!
-//! [`LoadBalancers`] is implemented for real by [`AwsLoadBalancers`] (read
-//! AWS, plan with the pure functions in `aws::elb`, apply) and in memory by
-//! [`FakeLoadBalancers`] for controller tests.
+//! [`LoadBalancers`] is implemented by [`AwsLoadBalancers`] (read AWS, plan
+//! with the pure functions in `aws::elb` and `aws::nlb`, apply).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
-
-use parking_lot::Mutex;
 
 pub use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec, SpecError};
 use crate::aws::elb::{self, Actual};
@@ -39,7 +36,6 @@ pub struct Ensured {
     pub hostname: String,
     /// Descriptions of the changes applied; empty when nothing differed.
     pub changes: Vec<String>,
-    pub created: bool,
     /// Writes IAM refused (see `refusals`): left undone, the rest synced.
     pub warnings: Vec<Warning>,
 }
@@ -120,6 +116,17 @@ fn actual_group_is_shared(desired: &elb::Desired) -> bool {
     matches!(desired.groups.first(), Some(elb::GroupRef::Id(_)))
 }
 
+/// The groups (by ID) other than `group` whose rules admit everything
+/// from `group`.
+fn admitting(groups: &BTreeMap<String, sg::SecurityGroup>, group: &str) -> BTreeSet<String> {
+    let rule = Rule::all_from_group(group);
+    groups
+        .values()
+        .filter(|g| g.id != group && g.ingress.contains(&rule))
+        .map(|g| g.id.clone())
+        .collect()
+}
+
 impl AwsLoadBalancers {
     /// The security groups of `instances` and the groups named
     /// `extra_names` (a load balancer's owned group), by ID. What a sync
@@ -137,7 +144,7 @@ impl AwsLoadBalancers {
             .iter()
             .flat_map(|i| i.security_groups.iter().cloned())
             .collect();
-        Ok(sg::by_refs(&self.aws, vpc_id, &refs, extra_names)
+        Ok(sg::io::by_refs(&self.aws, vpc_id, &refs, extra_names)
             .await?
             .into_iter()
             .map(|g| (g.id.clone(), g))
@@ -175,7 +182,7 @@ impl AwsLoadBalancers {
         source: &str,
         source_is_owned: bool,
     ) -> Result<(), LbError> {
-        for g in sg::referencing(&self.aws, vpc_id, source).await? {
+        for g in sg::io::referencing(&self.aws, vpc_id, source).await? {
             if source_is_owned || tags::has_cluster_tag(&g.tags, &self.cluster_id) {
                 groups.entry(g.id.clone()).or_insert(g);
             }
@@ -309,15 +316,12 @@ impl AwsLoadBalancers {
             .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
             .cloned();
 
-        let subnet_ids: BTreeSet<String> =
-            self.subnet_ids(spec, &vpc_id).await?.into_iter().collect();
-
         let env = elb::Environment {
-            subnets: subnet_ids,
+            subnets: self.subnet_ids(spec, &vpc_id).await?,
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
         };
-        let desired = elb::desired(
+        let desired = elb::plan::desired(
             spec,
             &req.service_key,
             &req.uid,
@@ -326,6 +330,42 @@ impl AwsLoadBalancers {
             &env,
         );
 
+        let actual = self
+            .clb_actual(&name, &vpc_id, &desired, lb, owned_group, &mut all_groups)
+            .await?;
+        let mut warnings = Vec::new();
+        let changes = self
+            .refuse_node_ingress(
+                &req.service_key,
+                &all_groups,
+                elb::plan::plan(&desired, &actual),
+                &mut warnings,
+            )
+            .await;
+        let new_dns = elb::io::apply(aws, &name, Some(&vpc_id), &actual, &changes).await?;
+        let hostname = new_dns
+            .or_else(|| actual.lb.as_ref().map(|l| l.dns_name.clone()))
+            .unwrap_or_default();
+        Ok(Ensured {
+            hostname,
+            changes: changes.iter().map(elb::plan::describe).collect(),
+            warnings: merged(warnings),
+        })
+    }
+
+    /// What the classic ELB plan compares against, past the load balancer
+    /// and its owned group: the node groups that admit the load balancer's
+    /// group (added to `all_groups`), and what the plan needs to revoke
+    /// rules safely.
+    async fn clb_actual(
+        &self,
+        name: &str,
+        vpc_id: &str,
+        desired: &elb::Desired,
+        lb: Option<elb::ActualLb>,
+        owned_group: Option<sg::SecurityGroup>,
+        all_groups: &mut BTreeMap<String, sg::SecurityGroup>,
+    ) -> Result<Actual, LbError> {
         // The LB's own group: owned, or the first configured one.
         let lb_group = match desired.groups.first() {
             Some(elb::GroupRef::Id(id)) => Some(id.clone()),
@@ -335,18 +375,10 @@ impl AwsLoadBalancers {
         // a group that stopped being a backend's still has the rule.
         if let Some(id) = &lb_group {
             let owned = owned_group.as_ref().is_some_and(|g| &g.id == id);
-            self.add_referencing(&mut all_groups, &vpc_id, id, owned)
-                .await?;
+            self.add_referencing(all_groups, vpc_id, id, owned).await?;
         }
         let node_groups_with_rule = match &lb_group {
-            Some(id) => {
-                let rule = Rule::all_from_group(id);
-                all_groups
-                    .values()
-                    .filter(|g| Some(&g.id) != lb_group.as_ref() && g.ingress.contains(&rule))
-                    .map(|g| g.id.clone())
-                    .collect()
-            }
+            Some(id) => admitting(all_groups, id),
             None => BTreeSet::new(),
         };
         // A shared LB group's node rule that this load balancer no longer
@@ -354,9 +386,9 @@ impl AwsLoadBalancers {
         // elb::Actual::shared_group_needed).
         let shared_group_needed = match (&lb_group, &desired.node_groups) {
             (Some(g), Some(want))
-                if actual_group_is_shared(&desired) && !node_groups_with_rule.is_subset(want) =>
+                if actual_group_is_shared(desired) && !node_groups_with_rule.is_subset(want) =>
             {
-                self.node_groups_used_by_others(g, &name, &vpc_id).await?
+                self.node_groups_used_by_others(g, name, vpc_id).await?
             }
             _ => None,
         };
@@ -364,47 +396,20 @@ impl AwsLoadBalancers {
         let owned_group_node_rules = match &owned_group {
             Some(g) if desired.owned_group.is_none() => {
                 if lb_group.as_ref() != Some(&g.id) {
-                    self.add_referencing(&mut all_groups, &vpc_id, &g.id, true)
+                    self.add_referencing(all_groups, vpc_id, &g.id, true)
                         .await?;
                 }
-                let rule = Rule::all_from_group(&g.id);
-                all_groups
-                    .values()
-                    .filter(|n| n.id != g.id && n.ingress.contains(&rule))
-                    .map(|n| n.id.clone())
-                    .collect()
+                admitting(all_groups, &g.id)
             }
             _ => BTreeSet::new(),
         };
-        let actual = Actual {
+        Ok(Actual {
             lb,
             owned_group,
             node_groups_with_rule,
             shared_group_needed,
             shared_lb_group: None,
             owned_group_node_rules,
-        };
-        let mut warnings = Vec::new();
-        let changes = self
-            .refuse_node_ingress(
-                &req.service_key,
-                &all_groups,
-                elb::plan(&desired, &actual),
-                &mut warnings,
-            )
-            .await;
-        let created = changes
-            .iter()
-            .any(|c| matches!(c, elb::Change::CreateLoadBalancer { .. }));
-        let new_dns = elb::io::apply(aws, &name, Some(&vpc_id), &actual, &changes).await?;
-        let hostname = new_dns
-            .or_else(|| actual.lb.as_ref().map(|l| l.dns_name.clone()))
-            .unwrap_or_default();
-        Ok(Ensured {
-            hostname,
-            changes: changes.iter().map(elb::describe).collect(),
-            created,
-            warnings: merged(warnings),
         })
     }
 
@@ -418,7 +423,7 @@ impl AwsLoadBalancers {
         {
             tracing::warn!(load_balancer = %name, "load balancer lacks this cluster's ownership tag; leaving it");
         }
-        let owned_group = sg::describe(
+        let owned_group = sg::io::describe(
             aws,
             vec![
                 crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
@@ -435,7 +440,7 @@ impl AwsLoadBalancers {
             && let Some(vpc) = &g.vpc_id
         {
             let rule = Rule::all_from_group(&g.id);
-            node_groups_with_rule = sg::referencing(aws, vpc, &g.id)
+            node_groups_with_rule = sg::io::referencing(aws, vpc, &g.id)
                 .await?
                 .into_iter()
                 .filter(|c| c.id != g.id && c.ingress.contains(&rule))
@@ -456,7 +461,7 @@ impl AwsLoadBalancers {
             let vpc = self.cluster_vpc(&swept);
             if let Some(vpc) = vpc {
                 let rule = Rule::all_from_group(first);
-                node_groups_with_rule = sg::referencing(aws, &vpc, first)
+                node_groups_with_rule = sg::io::referencing(aws, &vpc, first)
                     .await?
                     .into_iter()
                     .filter(|g| {
@@ -481,7 +486,7 @@ impl AwsLoadBalancers {
             shared_lb_group,
             owned_group_node_rules: BTreeSet::new(),
         };
-        let changes = elb::plan_delete(&actual, &self.cluster_id);
+        let changes = elb::plan::plan_delete(&actual, &self.cluster_id);
         elb::io::apply(aws, &name, None, &actual, &changes).await?;
         Ok(!changes.is_empty())
     }
@@ -593,15 +598,17 @@ impl AwsLoadBalancers {
     async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         let aws = &self.aws;
         let spec = &req.spec;
-        let name = nlb::load_balancer_name(&req.uid);
+        let name = elb::load_balancer_name(&req.uid);
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
         let backends = backends.list();
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
-        let env = nlb::Environment {
+        let env = elb::Environment {
             subnets: subnet_ids.clone(),
             instances: backends.iter().map(|i| i.id.clone()).collect(),
+            // An NLB's node rules are planned apart (see `nlb_rules`).
+            node_groups: BTreeSet::new(),
         };
-        let desired = nlb::desired(
+        let desired = nlb::plan::desired(
             spec,
             &req.service_key,
             &req.uid,
@@ -611,14 +618,14 @@ impl AwsLoadBalancers {
         )
         .map_err(LbError::Config)?;
 
-        let lb = nlb::io::read_lb(aws, &name).await?;
+        let lb = nlb::read::read_lb(aws, &name).await?;
         let mut handed_over = false;
         if lb.is_none() {
             // Type change handover: the Service was a classic ELB until now.
             handed_over = self.delete_clb(&req.uid).await?;
         }
         let target_groups = match &lb {
-            Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
+            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
             None => Vec::new(),
         };
         let owned_name = elb::owned_group_name(&name);
@@ -633,16 +640,13 @@ impl AwsLoadBalancers {
             owned_group,
         };
         let mut warnings = Vec::new();
-        let changes = nlb::plan(&desired, &actual, &self.cluster_id);
+        let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
             .await?;
-        let created = changes
-            .iter()
-            .any(|c| matches!(c, nlb::Change::CreateLoadBalancer { .. }));
         let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
-        let mut described: Vec<String> = changes.iter().map(nlb::describe).collect();
+        let mut described: Vec<String> = changes.iter().map(nlb::plan::describe).collect();
         if handed_over {
             described.push("deleted the classic ELB the Service had before".into());
         }
@@ -663,7 +667,6 @@ impl AwsLoadBalancers {
         Ok(Ensured {
             hostname: applied.dns_name.unwrap_or_default(),
             changes: described,
-            created,
             warnings: merged(warnings),
         })
     }
@@ -679,8 +682,8 @@ impl AwsLoadBalancers {
         thorough: bool,
     ) -> Result<bool, LbError> {
         let aws = &self.aws;
-        let name = nlb::load_balancer_name(uid);
-        let lb = nlb::io::read_lb(aws, &name).await?;
+        let name = elb::load_balancer_name(uid);
+        let lb = nlb::read::read_lb(aws, &name).await?;
         if lb.is_none() && !thorough {
             return Ok(false);
         }
@@ -690,18 +693,18 @@ impl AwsLoadBalancers {
             tracing::warn!(load_balancer = %name, "NLB lacks this cluster's ownership tag; leaving it");
         }
         let mut target_groups = match &lb {
-            Some(l) => nlb::io::read_target_groups(aws, &l.arn).await?,
+            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
             None => Vec::new(),
         };
         if thorough {
             let prefix = nlb::target_group_prefix(service_key);
-            for g in nlb::io::find_service_target_groups(aws, &prefix, service_key).await? {
+            for g in nlb::read::find_service_target_groups(aws, &prefix, service_key).await? {
                 if !target_groups.iter().any(|t| t.arn == g.arn) {
                     target_groups.push(g);
                 }
             }
         }
-        let owned_group = sg::describe(
+        let owned_group = sg::io::describe(
             aws,
             vec![
                 crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
@@ -716,7 +719,7 @@ impl AwsLoadBalancers {
             target_groups,
             owned_group,
         };
-        let changes = nlb::plan_delete(&actual, &self.cluster_id);
+        let changes = nlb::plan::plan_delete(&actual, &self.cluster_id);
         nlb::io::apply(aws, &name, "", &actual, &changes).await?;
 
         // Node rules: revoke ours from every cluster group (and backends' groups).
@@ -731,68 +734,20 @@ impl AwsLoadBalancers {
             let live: Vec<&crate::aws::Ec2Instance> =
                 swept.iter().filter(|i| !i.state.is_terminated()).collect();
             let mut groups = self.groups_of(&vpc, &live, &[]).await?;
-            for g in sg::cluster_groups(aws, &vpc, &self.cluster_id).await? {
+            for g in sg::io::cluster_groups(aws, &vpc, &self.cluster_id).await? {
                 groups.entry(g.id.clone()).or_insert(g);
             }
             for g in groups.values() {
-                let ch = nlb::node_group_changes(&name, &g.descriptions, None);
+                let ch = nlb::node_rules::node_group_changes(&name, &g.descriptions, None);
                 if !ch.revoke.is_empty() {
-                    sg::revoke(aws, &g.id, &ch.revoke).await?;
+                    sg::io::revoke(aws, &g.id, &ch.revoke).await?;
                     revoked = true;
                 }
                 if !ch.authorize.is_empty() {
-                    sg::authorize_described(aws, &g.id, &ch.authorize).await?;
+                    sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
                 }
             }
         }
         Ok(!changes.is_empty() || revoked)
-    }
-}
-
-/// In-memory load balancers for controller tests: records every request and
-/// can be told to fail.
-#[derive(Clone, Default)]
-pub struct FakeLoadBalancers {
-    pub state: Arc<Mutex<FakeState>>,
-}
-
-#[derive(Default)]
-pub struct FakeState {
-    /// Current load balancers by Service UID.
-    pub balancers: BTreeMap<String, EnsureRequest>,
-    pub ensure_calls: usize,
-    pub delete_calls: usize,
-    /// When set, every call fails with this message.
-    pub fail_with: Option<String>,
-}
-
-impl LoadBalancers for FakeLoadBalancers {
-    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        let mut s = self.state.lock();
-        s.ensure_calls += 1;
-        if let Some(msg) = &s.fail_with {
-            return Err(LbError::Config(msg.clone()));
-        }
-        let previous = s.balancers.insert(req.uid.clone(), req.clone());
-        let changes = if previous.as_ref() == Some(req) {
-            vec![]
-        } else {
-            vec!["update".to_string()]
-        };
-        Ok(Ensured {
-            hostname: format!("{}.elb.amazonaws.com", elb::load_balancer_name(&req.uid)),
-            created: previous.is_none(),
-            changes,
-            warnings: Vec::new(),
-        })
-    }
-
-    async fn ensure_deleted(&self, _service_key: &str, uid: &str) -> Result<bool, LbError> {
-        let mut s = self.state.lock();
-        s.delete_calls += 1;
-        if let Some(msg) = &s.fail_with {
-            return Err(LbError::Config(msg.clone()));
-        }
-        Ok(s.balancers.remove(uid).is_some())
     }
 }

@@ -207,7 +207,7 @@ async fn legacy_nlb(seeded: &Seeded, uid: &str, old_ports: &[i32]) -> anyhow::Re
     let owned = |k: &str, v: &str| LbTag::builder().key(k).value(v).build();
     let lb = elbv2
         .create_load_balancer()
-        .name(aws_ccm::aws::nlb::load_balancer_name(uid))
+        .name(aws_ccm::aws::elb::load_balancer_name(uid))
         .r#type(elbv2::types::LoadBalancerTypeEnum::Network)
         .subnets(&seeded.subnet)
         .tags(owned("kubernetes.io/cluster/ccm-test", "owned"))
@@ -321,7 +321,7 @@ async fn untagged_nlb_listeners_are_left_alone_with_a_warning() -> anyhow::Resul
     let created = eventually("the listener on 81", WAIT, || async {
         let lb = elbv2
             .describe_load_balancers()
-            .names(aws_ccm::aws::nlb::load_balancer_name(&uid))
+            .names(aws_ccm::aws::elb::load_balancer_name(&uid))
             .send()
             .await
             .ok()?;

@@ -1,9 +1,16 @@
 use std::collections::{BTreeMap, BTreeSet};
 
+use ipnet::Ipv4Net;
+
+use super::node_rules::*;
+use super::plan::*;
 use super::*;
 use crate::aws::annotations::tests::service;
 use crate::aws::annotations::{self as ann, LoadBalancerSpec};
+use crate::aws::elb::{Environment, GroupRef};
+use crate::aws::security_groups::{self as sg, Rule, Source};
 use crate::cloud_config::NlbSecurityGroupMode;
+use crate::cloud_config::{CloudConfig, HealthProbeMode};
 
 const UID: &str = "0b9c8e4a-1234-4f6e-9a7b-abcdefabcdef";
 
@@ -17,6 +24,7 @@ fn env(subnets: &[&str], instances: &[&str]) -> Environment {
     Environment {
         subnets: subnets.iter().map(|s| s.to_string()).collect(),
         instances: instances.iter().map(|s| s.to_string()).collect(),
+        node_groups: BTreeSet::new(),
     }
 }
 

@@ -102,7 +102,7 @@ async fn group_probes(
     let cluster_id = aws.cluster_id();
     let key = crate::aws::tags::cluster_tag_key(cluster_id);
     let mut out = Vec::new();
-    match sg::describe(aws, vec![crate::aws::instances::filter("tag-key", [key])]).await {
+    match sg::io::describe(aws, vec![crate::aws::instances::filter("tag-key", [key])]).await {
         Ok(groups) => {
             if let Some(g) = groups.first() {
                 aws.permissions().learn_account(g.owner_id.as_deref());
@@ -123,7 +123,7 @@ async fn group_probes(
         return out;
     }
     let ids: Vec<String> = only.into_iter().collect();
-    match sg::by_ids(aws, &ids).await {
+    match sg::io::by_ids(aws, &ids).await {
         Ok(groups) => {
             for g in groups {
                 aws.permissions().learn_account(g.owner_id.as_deref());

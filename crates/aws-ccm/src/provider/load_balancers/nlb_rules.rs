@@ -34,7 +34,7 @@ impl AwsLoadBalancers {
     ) -> Result<Vec<String>, LbError> {
         let aws = &self.aws;
         let cidrs = self.subnets.cidrs(aws, at.vpc_id, at.subnet_ids).await?;
-        let rules = nlb::node_rules(at.desired, &req.spec.source_ranges, &cidrs);
+        let rules = nlb::node_rules::node_rules(at.desired, &req.spec.source_ranges, &cidrs);
         let ports: BTreeSet<i32> = rules
             .client
             .iter()
@@ -45,7 +45,7 @@ impl AwsLoadBalancers {
             nlb::client_rule_description(at.name),
             nlb::health_rule_description(at.name),
         ];
-        for g in sg::with_rule_ports(aws, at.vpc_id, &ports).await? {
+        for g in sg::io::with_rule_ports(aws, at.vpc_id, &ports).await? {
             // Only a group holding a rule of this NLB: another cluster
             // in the VPC may use the same node port.
             if g.descriptions.values().any(|d| ours.contains(d)) {
@@ -55,7 +55,7 @@ impl AwsLoadBalancers {
         let mut described = Vec::new();
         for g in groups.values() {
             let want = at.node_groups.contains(&g.id).then_some(&rules);
-            let ch = nlb::node_group_changes(at.name, &g.descriptions, want);
+            let ch = nlb::node_rules::node_group_changes(at.name, &g.descriptions, want);
             if ch.is_empty() || self.group_refused(&req.service_key, g, warnings).await {
                 continue;
             }

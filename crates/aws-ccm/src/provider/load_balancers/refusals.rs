@@ -223,12 +223,12 @@ impl AwsLoadBalancers {
         &self,
         service_key: &str,
         group: &SecurityGroup,
-        changes: &nlb::RuleChanges,
+        changes: &nlb::node_rules::RuleChanges,
         warnings: &mut Vec<Warning>,
     ) -> Result<bool, LbError> {
         let written = async {
-            sg::revoke(&self.aws, &group.id, &changes.revoke).await?;
-            sg::authorize_described(&self.aws, &group.id, &changes.authorize).await
+            sg::io::revoke(&self.aws, &group.id, &changes.revoke).await?;
+            sg::io::authorize_described(&self.aws, &group.id, &changes.authorize).await
         }
         .await;
         match written {
@@ -270,7 +270,7 @@ impl AwsLoadBalancers {
         if arns.is_empty() {
             return Ok(changes);
         }
-        let listener_tags = nlb::io::tags_of(&self.aws, &arns).await?;
+        let listener_tags = nlb::read::tags_of(&self.aws, &arns).await?;
         let perms = self.aws.permissions();
         let (kept, refused) =
             refuse_listener_writes(changes, actual, &listener_tags, &self.cluster_id, |arn| {

@@ -1,83 +1,16 @@
-//! Security groups: a flat, comparable model of ingress rules, the rules a
-//! classic ELB's owned group needs, and the EC2 calls that read and change them.
+//! Security groups, I/O half: rules to and from the SDK's permissions, and
+//! the EC2 calls that read and change groups.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 use ipnet::Ipv4Net;
 
-use super::client::AwsClient;
-use super::client::errors::AwsError;
-use super::client::operations::Operation;
-use super::instances::filter;
-
-/// Where an ingress rule lets traffic in from.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Source {
-    Cidr(Ipv4Net),
-    Group(String),
-}
-
-/// One ingress rule: protocol (`tcp`, `udp`, `icmp`, `-1`), port range (ICMP:
-/// type and code; `-1` for all), and one source. AWS groups rules into
-/// permissions with many sources; comparing flat rules makes diffs exact.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Rule {
-    pub protocol: String,
-    pub from: i32,
-    pub to: i32,
-    pub source: Source,
-}
-
-impl Rule {
-    /// Everything from another group (what a backend node's group gets).
-    pub fn all_from_group(group_id: &str) -> Rule {
-        Rule {
-            protocol: "-1".into(),
-            from: -1,
-            to: -1,
-            source: Source::Group(group_id.to_string()),
-        }
-    }
-}
-
-/// A security group as read from EC2.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SecurityGroup {
-    pub id: String,
-    pub name: String,
-    pub vpc_id: Option<String>,
-    pub tags: BTreeMap<String, String>,
-    pub ingress: BTreeSet<Rule>,
-    /// Descriptions of the IPv4 CIDR rules that carry one.
-    pub descriptions: BTreeMap<Rule, String>,
-    /// The account that owns the group (for ARNs in permission messages).
-    pub owner_id: Option<String>,
-}
-
-/// The rules of a classic ELB's owned group: each service port from each
-/// source range, plus ICMP "fragmentation needed" (type 3 code 4) for path
-/// MTU discovery, as upstream.
-pub fn load_balancer_rules(ports: &[i32], ranges: &[Ipv4Net]) -> BTreeSet<Rule> {
-    let mut rules = BTreeSet::new();
-    for range in ranges {
-        for port in ports {
-            rules.insert(Rule {
-                protocol: "tcp".into(),
-                from: *port,
-                to: *port,
-                source: Source::Cidr(*range),
-            });
-        }
-        rules.insert(Rule {
-            protocol: "icmp".into(),
-            from: 3,
-            to: 4,
-            source: Source::Cidr(*range),
-        });
-    }
-    rules
-}
+use super::{Rule, SecurityGroup, Source};
+use crate::aws::client::AwsClient;
+use crate::aws::client::errors::AwsError;
+use crate::aws::client::operations::Operation;
+use crate::aws::instances::filter;
 
 /// Flattens SDK permissions into rules (IPv4 CIDRs and groups; other source
 /// kinds are not made by this controller and are left alone).
@@ -240,7 +173,7 @@ fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<SecurityGroup> {
         id: g.group_id()?.to_string(),
         name: g.group_name().unwrap_or_default().to_string(),
         vpc_id: g.vpc_id().map(str::to_string),
-        tags: super::tags::from_ec2(g.tags()),
+        tags: crate::aws::tags::from_ec2(g.tags()),
         ingress: rules_from_sdk(g.ip_permissions()),
         descriptions: described_rules(g.ip_permissions()),
         owner_id: g.owner_id().map(str::to_string),
@@ -283,7 +216,7 @@ pub async fn cluster_groups(
         aws,
         vec![
             filter("vpc-id", [vpc_id]),
-            filter("tag-key", [super::tags::cluster_tag_key(cluster_id)]),
+            filter("tag-key", [crate::aws::tags::cluster_tag_key(cluster_id)]),
         ],
     )
     .await
@@ -321,7 +254,7 @@ pub async fn by_ids(aws: &AwsClient, ids: &[String]) -> Result<Vec<SecurityGroup
 pub async fn by_refs(
     aws: &AwsClient,
     vpc_id: &str,
-    refs: &[super::instances::SecurityGroupRef],
+    refs: &[crate::aws::instances::SecurityGroupRef],
     extra_names: &[String],
 ) -> Result<Vec<SecurityGroup>, AwsError> {
     let mut names: BTreeSet<String> = extra_names.iter().cloned().collect();
@@ -456,30 +389,5 @@ pub async fn delete(aws: &AwsClient, group_id: &str) -> Result<(), AwsError> {
     {
         Err(e) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn owned_group_rules_cover_ports_ranges_and_icmp() {
-        let ranges: Vec<Ipv4Net> =
-            vec!["10.0.0.0/8".parse().unwrap(), "0.0.0.0/0".parse().unwrap()];
-        let rules = load_balancer_rules(&[80, 443], &ranges);
-        assert_eq!(rules.len(), 6);
-        assert!(
-            rules
-                .iter()
-                .any(|r| r.protocol == "icmp" && r.from == 3 && r.to == 4)
-        );
-    }
-
-    #[test]
-    fn sdk_round_trip_is_lossless() {
-        let mut rules = load_balancer_rules(&[80], &["1.2.3.0/24".parse().unwrap()]);
-        rules.insert(Rule::all_from_group("sg-1"));
-        assert_eq!(rules_from_sdk(&rules_to_sdk(&rules)), rules);
     }
 }

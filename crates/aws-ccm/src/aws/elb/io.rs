@@ -1,0 +1,639 @@
+//! Classic ELB, I/O half: the reads that make an [`Actual`], and the calls
+//! that apply a plan, each through the one door.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use aws_sdk_elasticloadbalancing::types as elbt;
+
+use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener, OwnedGroup};
+use crate::aws::client::AwsClient;
+use crate::aws::client::errors::AwsError;
+use crate::aws::client::operations::Operation;
+use crate::aws::security_groups::{self as sg, Rule};
+
+fn build_err(what: &str, e: impl std::fmt::Display) -> AwsError {
+    AwsError::NotFound {
+        operation: Operation::ElbCreateLoadBalancer,
+        what: format!("a valid {what} ({e})"),
+    }
+}
+
+fn to_sdk_listener(l: &Listener) -> Result<elbt::Listener, AwsError> {
+    elbt::Listener::builder()
+        .protocol(&l.protocol)
+        .load_balancer_port(l.lb_port)
+        .instance_protocol(&l.instance_protocol)
+        .instance_port(l.instance_port)
+        .set_ssl_certificate_id(l.ssl_cert.clone())
+        .build()
+        .map_err(|e| build_err("listener", e))
+}
+
+fn to_sdk_tags(tags: &BTreeMap<String, String>) -> Result<Vec<elbt::Tag>, AwsError> {
+    tags.iter()
+        .map(|(k, v)| {
+            elbt::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+                .map_err(|e| build_err("tag", e))
+        })
+        .collect()
+}
+
+fn instances(ids: &BTreeSet<String>) -> Vec<elbt::Instance> {
+    ids.iter()
+        .map(|id| elbt::Instance::builder().instance_id(id).build())
+        .collect()
+}
+
+/// The load balancer with its attributes and tags (three reads), or
+/// `None` when it does not exist.
+pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
+    let out = match aws
+        .elb(Operation::ElbDescribeLoadBalancers, |c| {
+            c.describe_load_balancers().load_balancer_names(name).send()
+        })
+        .await
+    {
+        Ok(out) => out,
+        Err(e) if e.is_not_found() || e.code() == Some("LoadBalancerNotFound") => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(lb) = out.load_balancer_descriptions().first() else {
+        return Ok(None);
+    };
+    let attrs = aws
+        .elb(Operation::ElbDescribeLoadBalancerAttributes, |c| {
+            c.describe_load_balancer_attributes()
+                .load_balancer_name(name)
+                .send()
+        })
+        .await?;
+    let tags = aws
+        .elb(Operation::ElbDescribeTags, |c| {
+            c.describe_tags().load_balancer_names(name).send()
+        })
+        .await?;
+    let attributes = attributes_from_sdk(attrs.load_balancer_attributes());
+    Ok(Some(ActualLb {
+        name: name.to_string(),
+        dns_name: lb.dns_name().unwrap_or_default().to_string(),
+        internal: lb.scheme() == Some("internal"),
+        listeners: listeners_from_sdk(lb.listener_descriptions()),
+        backend_policies: lb
+            .backend_server_descriptions()
+            .iter()
+            .filter_map(|b| Some((b.instance_port()?, b.policy_names().to_vec())))
+            .collect(),
+        policies: lb
+            .policies()
+            .map(|p| p.other_policies().iter().cloned().collect())
+            .unwrap_or_default(),
+        health_check: lb.health_check().map(|h| HealthCheck {
+            target: h.target().to_string(),
+            healthy_threshold: h.healthy_threshold(),
+            unhealthy_threshold: h.unhealthy_threshold(),
+            interval: h.interval(),
+            timeout: h.timeout(),
+        }),
+        subnets: lb.subnets().iter().cloned().collect(),
+        security_groups: lb.security_groups().to_vec(),
+        instances: lb
+            .instances()
+            .iter()
+            .filter_map(|i| i.instance_id().map(str::to_string))
+            .collect(),
+        attributes,
+        tags: tags
+            .tag_descriptions()
+            .iter()
+            .flat_map(|d| d.tags())
+            .map(|t| {
+                (
+                    t.key().to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                )
+            })
+            .collect(),
+    }))
+}
+
+/// The managed attributes as AWS reports them (API defaults where missing).
+fn attributes_from_sdk(a: Option<&elbt::LoadBalancerAttributes>) -> Attributes {
+    Attributes {
+        cross_zone: a
+            .and_then(|a| a.cross_zone_load_balancing())
+            .is_some_and(|c| c.enabled()),
+        access_log_enabled: a.and_then(|a| a.access_log()).is_some_and(|l| l.enabled()),
+        access_log_interval: a
+            .and_then(|a| a.access_log())
+            .and_then(|l| l.emit_interval()),
+        access_log_bucket: a
+            .and_then(|a| a.access_log())
+            .and_then(|l| l.s3_bucket_name())
+            .map(str::to_string),
+        access_log_prefix: a
+            .and_then(|a| a.access_log())
+            .and_then(|l| l.s3_bucket_prefix())
+            .map(str::to_string),
+        draining_enabled: a
+            .and_then(|a| a.connection_draining())
+            .is_some_and(|d| d.enabled()),
+        draining_timeout: a
+            .and_then(|a| a.connection_draining())
+            .and_then(|d| d.timeout()),
+        idle_timeout: a
+            .and_then(|a| a.connection_settings())
+            .map(|s| s.idle_timeout())
+            .unwrap_or(60),
+    }
+}
+
+/// Listeners with the policies set on them; protocols upper case.
+fn listeners_from_sdk(descriptions: &[elbt::ListenerDescription]) -> Vec<(Listener, Vec<String>)> {
+    let upper = |s: &str| s.to_ascii_uppercase();
+    descriptions
+        .iter()
+        .filter_map(|d| {
+            let l = d.listener()?;
+            Some((
+                Listener {
+                    lb_port: l.load_balancer_port(),
+                    protocol: upper(l.protocol()),
+                    instance_port: l.instance_port(),
+                    instance_protocol: upper(l.instance_protocol().unwrap_or(l.protocol())),
+                    ssl_cert: l.ssl_certificate_id().map(str::to_string),
+                },
+                d.policy_names().to_vec(),
+            ))
+        })
+        .collect()
+}
+
+/// Every classic ELB in the region with its security groups and
+/// instances (paginated): only read when a shared group's node rule may
+/// have to go, to see which other load balancers still use it.
+pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
+    let mut out = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let page = aws
+            .elb(Operation::ElbDescribeLoadBalancers, |c| {
+                c.describe_load_balancers()
+                    .set_marker(marker.clone())
+                    .send()
+            })
+            .await?;
+        for lb in page.load_balancer_descriptions() {
+            out.push(ActualLb {
+                name: lb.load_balancer_name().unwrap_or_default().to_string(),
+                dns_name: lb.dns_name().unwrap_or_default().to_string(),
+                internal: lb.scheme() == Some("internal"),
+                listeners: Vec::new(),
+                backend_policies: BTreeMap::new(),
+                policies: BTreeSet::new(),
+                health_check: None,
+                subnets: lb.subnets().iter().cloned().collect(),
+                security_groups: lb.security_groups().to_vec(),
+                instances: lb
+                    .instances()
+                    .iter()
+                    .filter_map(|i| i.instance_id().map(str::to_string))
+                    .collect(),
+                attributes: Attributes::aws_defaults(),
+                tags: BTreeMap::new(),
+            });
+        }
+        marker = page.next_marker().map(str::to_string);
+        if marker.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+/// Applies a plan in order. Returns the DNS name of a load balancer it
+/// created, if any.
+pub async fn apply(
+    aws: &AwsClient,
+    name: &str,
+    vpc_id: Option<&str>,
+    actual: &Actual,
+    changes: &[Change],
+) -> Result<Option<String>, AwsError> {
+    let mut at = Applying {
+        aws,
+        name,
+        vpc_id,
+        owned: actual.owned_group.as_ref().map(|g| g.id.clone()),
+        dns: None,
+    };
+    for change in changes {
+        tracing::info!(load_balancer = name, change = %super::plan::describe(change), "applying");
+        at.step(change).await?;
+    }
+    Ok(at.dns)
+}
+
+/// What one plan's steps share: the load balancer, the owned group's ID
+/// once known and the DNS name of a load balancer a step created.
+struct Applying<'a> {
+    aws: &'a AwsClient,
+    name: &'a str,
+    vpc_id: Option<&'a str>,
+    owned: Option<String>,
+    dns: Option<String>,
+}
+
+impl Applying<'_> {
+    /// Each step applies itself.
+    async fn step(&mut self, change: &Change) -> Result<(), AwsError> {
+        match change {
+            Change::CreateSecurityGroup(g) => self.create_group(g).await,
+            Change::AuthorizeIngress { group, rules } => {
+                sg::io::authorize(self.aws, &self.group(group)?, rules).await
+            }
+            Change::RevokeIngress { group, rules } => {
+                sg::io::revoke(self.aws, &self.group(group)?, rules).await
+            }
+            Change::AuthorizeNodeIngress { node_group, from } => {
+                let rule = Rule::all_from_group(&self.group(from)?);
+                sg::io::authorize(self.aws, node_group, &BTreeSet::from([rule])).await
+            }
+            Change::RevokeNodeIngress { node_group, from } => {
+                let rule = Rule::all_from_group(&self.group(from)?);
+                sg::io::revoke(self.aws, node_group, &BTreeSet::from([rule])).await
+            }
+            Change::DeleteLoadBalancer { .. } => self.delete_lb().await,
+            Change::CreateLoadBalancer {
+                listeners,
+                subnets,
+                groups,
+                internal,
+                tags,
+            } => {
+                self.create_lb(listeners, subnets, groups, *internal, tags)
+                    .await
+            }
+            Change::DeleteListeners(ports) => self.delete_listeners(ports).await,
+            Change::CreateListeners(listeners) => self.create_listeners(listeners).await,
+            Change::AttachSubnets(s) => self.attach_subnets(s).await,
+            Change::DetachSubnets(s) => self.detach_subnets(s).await,
+            Change::ApplySecurityGroups(groups) => self.apply_groups(groups).await,
+            Change::AddTags(tags) => self.add_tags(tags).await,
+            Change::CreatePolicy {
+                name,
+                type_name,
+                attributes,
+            } => self.create_policy(name, type_name, attributes).await,
+            Change::SetBackendPolicies {
+                instance_port,
+                policies,
+            } => self.set_backend_policies(*instance_port, policies).await,
+            Change::SetListenerPolicies { lb_port, policies } => {
+                self.set_listener_policies(*lb_port, policies).await
+            }
+            Change::ConfigureHealthCheck(h) => self.configure_health_check(h).await,
+            Change::ModifyAttributes(a) => self.modify_attributes(a).await,
+            Change::RegisterInstances(ids) => self.register(ids).await,
+            Change::DeregisterInstances(ids) => self.deregister(ids).await,
+            Change::DeleteSecurityGroup(id) => delete_group_patiently(self.aws, id).await,
+        }
+    }
+
+    /// The ID a group reference stands for.
+    fn group(&self, r: &GroupRef) -> Result<String, AwsError> {
+        match r {
+            GroupRef::Id(id) => Ok(id.clone()),
+            GroupRef::Owned => self.owned.clone().ok_or_else(|| AwsError::NotFound {
+                operation: Operation::Ec2CreateSecurityGroup,
+                what: format!("the owned security group of {}", self.name),
+            }),
+        }
+    }
+
+    fn groups(&self, refs: &[GroupRef]) -> Result<Vec<String>, AwsError> {
+        refs.iter().map(|g| self.group(g)).collect()
+    }
+
+    async fn create_group(&mut self, g: &OwnedGroup) -> Result<(), AwsError> {
+        let vpc = self.vpc_id.unwrap_or_default();
+        self.owned = Some(sg::io::create(self.aws, vpc, &g.name, &g.description, &g.tags).await?);
+        Ok(())
+    }
+
+    async fn delete_lb(&self) -> Result<(), AwsError> {
+        let name = self.name;
+        self.aws
+            .elb(Operation::ElbDeleteLoadBalancer, |c| {
+                c.delete_load_balancer().load_balancer_name(name).send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn create_lb(
+        &mut self,
+        listeners: &[Listener],
+        subnets: &BTreeSet<String>,
+        groups: &[GroupRef],
+        internal: bool,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), AwsError> {
+        let name = self.name;
+        let listeners = listeners
+            .iter()
+            .map(to_sdk_listener)
+            .collect::<Result<Vec<_>, _>>()?;
+        let groups = self.groups(groups)?;
+        let tags = to_sdk_tags(tags)?;
+        let out = self
+            .aws
+            .elb(Operation::ElbCreateLoadBalancer, |c| {
+                c.create_load_balancer()
+                    .load_balancer_name(name)
+                    .set_listeners(Some(listeners.clone()))
+                    .set_subnets(Some(subnets.iter().cloned().collect()))
+                    .set_security_groups(Some(groups.clone()))
+                    .set_scheme(internal.then(|| "internal".to_string()))
+                    .set_tags(Some(tags.clone()))
+                    .send()
+            })
+            .await?;
+        self.dns = out.dns_name().map(str::to_string);
+        Ok(())
+    }
+
+    async fn delete_listeners(&self, ports: &[i32]) -> Result<(), AwsError> {
+        let name = self.name;
+        self.aws
+            .elb(Operation::ElbDeleteLoadBalancerListeners, |c| {
+                c.delete_load_balancer_listeners()
+                    .load_balancer_name(name)
+                    .set_load_balancer_ports(Some(ports.to_vec()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn create_listeners(&self, listeners: &[Listener]) -> Result<(), AwsError> {
+        let name = self.name;
+        let listeners = listeners
+            .iter()
+            .map(to_sdk_listener)
+            .collect::<Result<Vec<_>, _>>()?;
+        self.aws
+            .elb(Operation::ElbCreateLoadBalancerListeners, |c| {
+                c.create_load_balancer_listeners()
+                    .load_balancer_name(name)
+                    .set_listeners(Some(listeners.clone()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn attach_subnets(&self, s: &BTreeSet<String>) -> Result<(), AwsError> {
+        let name = self.name;
+        self.aws
+            .elb(Operation::ElbAttachLoadBalancerToSubnets, |c| {
+                c.attach_load_balancer_to_subnets()
+                    .load_balancer_name(name)
+                    .set_subnets(Some(s.iter().cloned().collect()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn detach_subnets(&self, s: &BTreeSet<String>) -> Result<(), AwsError> {
+        let name = self.name;
+        self.aws
+            .elb(Operation::ElbDetachLoadBalancerFromSubnets, |c| {
+                c.detach_load_balancer_from_subnets()
+                    .load_balancer_name(name)
+                    .set_subnets(Some(s.iter().cloned().collect()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn apply_groups(&self, groups: &[GroupRef]) -> Result<(), AwsError> {
+        let name = self.name;
+        let groups = self.groups(groups)?;
+        self.aws
+            .elb(Operation::ElbApplySecurityGroupsToLoadBalancer, |c| {
+                c.apply_security_groups_to_load_balancer()
+                    .load_balancer_name(name)
+                    .set_security_groups(Some(groups.clone()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn add_tags(&self, tags: &BTreeMap<String, String>) -> Result<(), AwsError> {
+        let name = self.name;
+        let tags = to_sdk_tags(tags)?;
+        self.aws
+            .elb(Operation::ElbAddTags, |c| {
+                c.add_tags()
+                    .load_balancer_names(name)
+                    .set_tags(Some(tags.clone()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// A policy that already exists (an earlier, interrupted sync) is fine.
+    async fn create_policy(
+        &self,
+        policy: &str,
+        type_name: &str,
+        attributes: &[(String, String)],
+    ) -> Result<(), AwsError> {
+        let name = self.name;
+        let attrs: Vec<elbt::PolicyAttribute> = attributes
+            .iter()
+            .map(|(k, v)| {
+                elbt::PolicyAttribute::builder()
+                    .attribute_name(k)
+                    .attribute_value(v)
+                    .build()
+            })
+            .collect();
+        let result = self
+            .aws
+            .elb(Operation::ElbCreateLoadBalancerPolicy, |c| {
+                c.create_load_balancer_policy()
+                    .load_balancer_name(name)
+                    .policy_name(policy)
+                    .policy_type_name(type_name)
+                    .set_policy_attributes(Some(attrs.clone()))
+                    .send()
+            })
+            .await;
+        match result {
+            Err(e) if !e.is_already_exists() => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    async fn set_backend_policies(
+        &self,
+        instance_port: i32,
+        policies: &[String],
+    ) -> Result<(), AwsError> {
+        let name = self.name;
+        self.aws
+            .elb(Operation::ElbSetLoadBalancerPoliciesForBackendServer, |c| {
+                c.set_load_balancer_policies_for_backend_server()
+                    .load_balancer_name(name)
+                    .instance_port(instance_port)
+                    .set_policy_names(Some(policies.to_vec()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn set_listener_policies(
+        &self,
+        lb_port: i32,
+        policies: &[String],
+    ) -> Result<(), AwsError> {
+        let name = self.name;
+        self.aws
+            .elb(Operation::ElbSetLoadBalancerPoliciesOfListener, |c| {
+                c.set_load_balancer_policies_of_listener()
+                    .load_balancer_name(name)
+                    .load_balancer_port(lb_port)
+                    .set_policy_names(Some(policies.to_vec()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn configure_health_check(&self, h: &HealthCheck) -> Result<(), AwsError> {
+        let name = self.name;
+        let hc = elbt::HealthCheck::builder()
+            .target(&h.target)
+            .interval(h.interval)
+            .timeout(h.timeout)
+            .healthy_threshold(h.healthy_threshold)
+            .unhealthy_threshold(h.unhealthy_threshold)
+            .build()
+            .map_err(|e| build_err("health check", e))?;
+        self.aws
+            .elb(Operation::ElbConfigureHealthCheck, |c| {
+                c.configure_health_check()
+                    .load_balancer_name(name)
+                    .health_check(hc.clone())
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn modify_attributes(&self, a: &Attributes) -> Result<(), AwsError> {
+        let name = self.name;
+        let attrs = to_sdk_attributes(a)?;
+        self.aws
+            .elb(Operation::ElbModifyLoadBalancerAttributes, |c| {
+                c.modify_load_balancer_attributes()
+                    .load_balancer_name(name)
+                    .load_balancer_attributes(attrs.clone())
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn register(&self, ids: &BTreeSet<String>) -> Result<(), AwsError> {
+        let name = self.name;
+        let list = instances(ids);
+        self.aws
+            .elb(Operation::ElbRegisterInstancesWithLoadBalancer, |c| {
+                c.register_instances_with_load_balancer()
+                    .load_balancer_name(name)
+                    .set_instances(Some(list.clone()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+
+    async fn deregister(&self, ids: &BTreeSet<String>) -> Result<(), AwsError> {
+        let name = self.name;
+        let list = instances(ids);
+        self.aws
+            .elb(Operation::ElbDeregisterInstancesFromLoadBalancer, |c| {
+                c.deregister_instances_from_load_balancer()
+                    .load_balancer_name(name)
+                    .set_instances(Some(list.clone()))
+                    .send()
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+fn to_sdk_attributes(a: &Attributes) -> Result<elbt::LoadBalancerAttributes, AwsError> {
+    Ok(elbt::LoadBalancerAttributes::builder()
+        .cross_zone_load_balancing(
+            elbt::CrossZoneLoadBalancing::builder()
+                .enabled(a.cross_zone)
+                .build(),
+        )
+        .access_log(
+            elbt::AccessLog::builder()
+                .enabled(a.access_log_enabled)
+                .set_emit_interval(a.access_log_interval)
+                .set_s3_bucket_name(a.access_log_bucket.clone())
+                .set_s3_bucket_prefix(a.access_log_prefix.clone())
+                .build(),
+        )
+        .connection_draining(
+            elbt::ConnectionDraining::builder()
+                .enabled(a.draining_enabled)
+                .set_timeout(a.draining_timeout)
+                .build(),
+        )
+        .connection_settings(
+            elbt::ConnectionSettings::builder()
+                .idle_timeout(a.idle_timeout)
+                .build()
+                .map_err(|e| build_err("connection settings", e))?,
+        )
+        .build())
+}
+
+/// Deletes a group, retrying `DependencyViolation` for a bounded time: the
+/// network interfaces of a just-deleted load balancer release it late.
+pub async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let mut wait = Duration::from_millis(500);
+    loop {
+        match sg::io::delete(aws, id).await {
+            Err(e)
+                if e.code() == Some("DependencyViolation")
+                    && tokio::time::Instant::now() + wait < deadline =>
+            {
+                tracing::info!(
+                    group = id,
+                    "security group still in use; retrying its deletion"
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+            other => return other,
+        }
+    }
+}

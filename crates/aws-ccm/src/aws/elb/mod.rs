@@ -1,0 +1,253 @@
+//! Classic ELB: names and the types of desired and actual state. The pure
+//! desired state and plan are in [`plan`]; the reads and the calls that apply
+//! a plan, through the one door, in [`io`].
+//!
+//! Names, tags, policies and group names are the Go CCM's, so a load balancer
+//! it made is adopted as it is (no create call) and vice versa.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::security_groups::{self as sg, Rule};
+
+pub const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
+
+/// `a` + the Service UID without dashes, cut to 32 characters (upstream's
+/// `cloudprovider.DefaultLoadBalancerName`).
+pub fn load_balancer_name(uid: &str) -> String {
+    let mut name: String = format!("a{}", uid.replace('-', ""));
+    name.truncate(32);
+    name
+}
+
+/// The owned security group's name.
+pub fn owned_group_name(lb_name: &str) -> String {
+    format!("k8s-elb-{lb_name}")
+}
+
+pub fn ssl_policy_name(policy: &str) -> String {
+    format!("k8s-SSLNegotiationPolicy-{policy}")
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Listener {
+    pub lb_port: i32,
+    /// Upper case: TCP, SSL, HTTP, HTTPS.
+    pub protocol: String,
+    pub instance_port: i32,
+    pub instance_protocol: String,
+    pub ssl_cert: Option<String>,
+}
+
+impl Listener {
+    pub fn is_tls(&self) -> bool {
+        self.protocol == "SSL" || self.protocol == "HTTPS"
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// `TCP:30080`, `HTTP:32000/healthz`.
+    pub target: String,
+    pub healthy_threshold: i32,
+    pub unhealthy_threshold: i32,
+    pub interval: i32,
+    pub timeout: i32,
+}
+
+/// Attributes the controller manages; `None` fields are left as AWS has them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attributes {
+    pub cross_zone: bool,
+    pub access_log_enabled: bool,
+    pub access_log_interval: Option<i32>,
+    pub access_log_bucket: Option<String>,
+    pub access_log_prefix: Option<String>,
+    pub draining_enabled: bool,
+    pub draining_timeout: Option<i32>,
+    pub idle_timeout: i32,
+}
+
+impl Attributes {
+    /// What a freshly created classic ELB has (API defaults).
+    pub fn aws_defaults() -> Attributes {
+        Attributes {
+            cross_zone: false,
+            access_log_enabled: false,
+            access_log_interval: None,
+            access_log_bucket: None,
+            access_log_prefix: None,
+            draining_enabled: false,
+            draining_timeout: None,
+            idle_timeout: 60,
+        }
+    }
+
+    /// Whether `actual` already has every value `self` asks for.
+    pub fn satisfied_by(&self, actual: &Attributes) -> bool {
+        let opt = |want: &Option<i32>, have: &Option<i32>| want.is_none() || want == have;
+        let opt_s = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
+        self.cross_zone == actual.cross_zone
+            && self.access_log_enabled == actual.access_log_enabled
+            && opt(&self.access_log_interval, &actual.access_log_interval)
+            && opt_s(&self.access_log_bucket, &actual.access_log_bucket)
+            && opt_s(&self.access_log_prefix, &actual.access_log_prefix)
+            && self.draining_enabled == actual.draining_enabled
+            && opt(&self.draining_timeout, &actual.draining_timeout)
+            && self.idle_timeout == actual.idle_timeout
+    }
+}
+
+/// A security group named in a plan: a known ID, or the owned group (whose ID
+/// exists only once the plan's create step ran).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum GroupRef {
+    Owned,
+    Id(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedGroup {
+    pub name: String,
+    pub description: String,
+    pub tags: BTreeMap<String, String>,
+    pub rules: BTreeSet<Rule>,
+}
+
+/// What AWS must look like for one Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    pub name: String,
+    /// Whose ownership tag a group must carry to be deleted.
+    pub cluster_id: String,
+    pub internal: bool,
+    pub listeners: Vec<Listener>,
+    pub health_check: HealthCheck,
+    pub attributes: Attributes,
+    pub subnets: BTreeSet<String>,
+    /// In order: the LB's own group (owned, annotated or cloud.conf), then extras.
+    pub groups: Vec<GroupRef>,
+    pub owned_group: Option<OwnedGroup>,
+    pub tags: BTreeMap<String, String>,
+    pub proxy_protocol: bool,
+    pub ssl_negotiation_policy: Option<String>,
+    pub instances: BTreeSet<String>,
+    /// Backend nodes' groups that must admit the LB's group; `None` when
+    /// `DisableSecurityGroupIngress` is set.
+    pub node_groups: Option<BTreeSet<String>>,
+}
+
+/// A classic ELB as AWS reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActualLb {
+    pub name: String,
+    pub dns_name: String,
+    pub internal: bool,
+    /// Listener and the policies set on it.
+    pub listeners: Vec<(Listener, Vec<String>)>,
+    pub backend_policies: BTreeMap<i32, Vec<String>>,
+    /// Policies defined on the load balancer.
+    pub policies: BTreeSet<String>,
+    pub health_check: Option<HealthCheck>,
+    pub subnets: BTreeSet<String>,
+    pub security_groups: Vec<String>,
+    pub instances: BTreeSet<String>,
+    pub attributes: Attributes,
+    pub tags: BTreeMap<String, String>,
+}
+
+/// Everything the plan compares against.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Actual {
+    pub lb: Option<ActualLb>,
+    /// The owned group, when it exists and carries this cluster's tag.
+    pub owned_group: Option<sg::SecurityGroup>,
+    /// Node groups (by ID) that already admit the LB's own group.
+    pub node_groups_with_rule: BTreeSet<String>,
+    /// When the LB's own group is shared (the `security-groups` annotation or
+    /// cloud.conf `ElbSecurityGroup`): the node groups that other load
+    /// balancers using it still reach, so their rule stays. `None` when not
+    /// looked up: then no rule from a shared group is revoked.
+    pub shared_group_needed: Option<BTreeSet<String>>,
+    /// For deletion: the shared group the node rules admit (the load
+    /// balancer's first group when it has no owned group).
+    pub shared_lb_group: Option<String>,
+    /// Node groups admitting the owned group, read only when the owned group
+    /// is no longer wanted (`security-groups` or `ElbSecurityGroup` replaced it).
+    pub owned_group_node_rules: BTreeSet<String>,
+}
+
+/// One mutating step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    CreateSecurityGroup(OwnedGroup),
+    AuthorizeIngress {
+        group: GroupRef,
+        rules: BTreeSet<Rule>,
+    },
+    RevokeIngress {
+        group: GroupRef,
+        rules: BTreeSet<Rule>,
+    },
+    DeleteLoadBalancer {
+        reason: String,
+    },
+    CreateLoadBalancer {
+        listeners: Vec<Listener>,
+        subnets: BTreeSet<String>,
+        groups: Vec<GroupRef>,
+        internal: bool,
+        tags: BTreeMap<String, String>,
+    },
+    DeleteListeners(Vec<i32>),
+    CreateListeners(Vec<Listener>),
+    AttachSubnets(BTreeSet<String>),
+    DetachSubnets(BTreeSet<String>),
+    ApplySecurityGroups(Vec<GroupRef>),
+    AddTags(BTreeMap<String, String>),
+    CreatePolicy {
+        name: String,
+        type_name: String,
+        attributes: Vec<(String, String)>,
+    },
+    SetBackendPolicies {
+        instance_port: i32,
+        policies: Vec<String>,
+    },
+    SetListenerPolicies {
+        lb_port: i32,
+        policies: Vec<String>,
+    },
+    ConfigureHealthCheck(HealthCheck),
+    ModifyAttributes(Attributes),
+    RegisterInstances(BTreeSet<String>),
+    DeregisterInstances(BTreeSet<String>),
+    /// Let everything from the LB's group into a backend node's group.
+    AuthorizeNodeIngress {
+        node_group: String,
+        from: GroupRef,
+    },
+    RevokeNodeIngress {
+        node_group: String,
+        from: GroupRef,
+    },
+    DeleteSecurityGroup(String),
+}
+
+/// Inputs read from AWS that shape the desired state of a classic ELB or
+/// an NLB.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Environment {
+    /// The load balancer's subnets, in the order an NLB's addresses pair
+    /// with them.
+    pub subnets: Vec<String>,
+    /// The backend instances.
+    pub instances: BTreeSet<String>,
+    /// The backends' node groups, which must admit a classic ELB's group.
+    pub node_groups: BTreeSet<String>,
+}
+
+pub mod io;
+pub mod plan;
+
+#[cfg(test)]
+mod tests;

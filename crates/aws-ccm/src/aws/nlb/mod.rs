@@ -1,0 +1,278 @@
+//! Network Load Balancers (elbv2): names and the types of desired and actual
+//! state. The pure desired state and plan are in [`plan`], the node groups'
+//! rules in [`node_rules`]; the reads are in [`read`], the calls that apply a
+//! plan in [`io`].
+//!
+//! Load balancer and target group names and tags are the Go CCM's (`a` + UID;
+//! `k8s-<ns:8>-<name:8>-<sha1:10>` over the same inputs), so an NLB it made is
+//! adopted with no create call, and vice versa.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sha1::{Digest, Sha1};
+
+use super::elb::{GroupRef, OwnedGroup};
+use super::security_groups::{self as sg, Rule};
+
+/// Rule descriptions on node groups, as upstream: they mark the rules this
+/// controller wrote (and may revoke).
+pub const CLIENT_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/client";
+pub const HEALTH_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/health";
+pub const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
+
+pub const ATTR_CROSS_ZONE: &str = "load_balancing.cross_zone.enabled";
+pub const ATTR_ACCESS_LOGS: &str = "access_logs.s3.enabled";
+pub const ATTR_ACCESS_LOGS_BUCKET: &str = "access_logs.s3.bucket";
+pub const ATTR_ACCESS_LOGS_PREFIX: &str = "access_logs.s3.prefix";
+
+/// Registration calls carry at most this many targets (as upstream).
+pub const TARGET_CHUNK: usize = 100;
+
+pub fn client_rule_description(lb_name: &str) -> String {
+    format!("{CLIENT_RULE_PREFIX}={lb_name}")
+}
+
+pub fn health_rule_description(lb_name: &str) -> String {
+    format!("{HEALTH_RULE_PREFIX}={lb_name}")
+}
+
+/// Upstream's `buildTargetGroupName`: `k8s-{ns:8}-{name:8}-{sha1:10}`, the
+/// hash over everything a target group cannot change in place.
+#[allow(clippy::too_many_arguments)]
+pub fn target_group_name(
+    cluster_id: &str,
+    namespace: &str,
+    name: &str,
+    service_port: i32,
+    node_port: i32,
+    target_protocol: &str,
+    health_protocol: &str,
+    health_interval: i32,
+) -> String {
+    let mut h = Sha1::new();
+    for part in [
+        cluster_id,
+        namespace,
+        name,
+        &service_port.to_string(),
+        &node_port.to_string(),
+        target_protocol,
+        "instance",
+        health_protocol,
+        &health_interval.to_string(),
+    ] {
+        h.update(part.as_bytes());
+    }
+    let hash = hex::encode(h.finalize());
+    let clean = |s: &str| -> String {
+        s.chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(8)
+            .collect()
+    };
+    format!("k8s-{}-{}-{}", clean(namespace), clean(name), &hash[..10])
+}
+
+/// `k8s-<ns:8>-<name:8>-`: what every target group of the Service starts with.
+pub fn target_group_prefix(service_key: &str) -> String {
+    let (namespace, name) = service_key.split_once('/').unwrap_or(("", service_key));
+    let clean = |s: &str| -> String {
+        s.chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(8)
+            .collect()
+    };
+    format!("k8s-{}-{}-", clean(namespace), clean(name))
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HealthCheck {
+    /// `TCP`, `HTTP`, `HTTPS`.
+    pub protocol: String,
+    /// `traffic-port` or a port number.
+    pub port: String,
+    /// Only for HTTP/HTTPS.
+    pub path: Option<String>,
+    pub interval: i32,
+    pub healthy: i32,
+    pub unhealthy: i32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetGroup {
+    pub name: String,
+    /// `TCP`, `UDP`, `TLS`, `TCP_UDP`.
+    pub protocol: String,
+    /// The node port.
+    pub port: i32,
+    pub health: HealthCheck,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub port: i32,
+    /// `TCP`, `UDP`, `TLS`, `TCP_UDP`.
+    pub protocol: String,
+    pub certificate: Option<String>,
+    pub ssl_policy: Option<String>,
+    /// Name of the target group it forwards to.
+    pub target_group: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SubnetMapping {
+    pub subnet: String,
+    pub allocation_id: Option<String>,
+    pub private_ipv4: Option<String>,
+}
+
+/// What AWS must look like for one Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Desired {
+    pub name: String,
+    pub internal: bool,
+    /// `ipv4` or `dualstack`.
+    pub ip_address_type: String,
+    pub subnet_mappings: Vec<SubnetMapping>,
+    /// Whether the mappings carry addresses (then they are create-time only).
+    pub pinned_addresses: bool,
+    pub tags: BTreeMap<String, String>,
+    pub listeners: Vec<Listener>,
+    pub target_groups: Vec<TargetGroup>,
+    /// Only the keys the Service sets.
+    pub target_group_attributes: BTreeMap<String, String>,
+    pub attributes: BTreeMap<String, String>,
+    pub instances: BTreeSet<String>,
+    /// The NLB's groups: the `security-groups` annotation's, the owned one
+    /// (`NLBSecurityGroupMode = Managed`), or none.
+    pub security_groups: Vec<GroupRef>,
+    pub owned_group: Option<OwnedGroup>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActualListener {
+    pub arn: String,
+    pub port: i32,
+    pub protocol: String,
+    pub certificate: Option<String>,
+    pub ssl_policy: Option<String>,
+    pub target_group_arn: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActualLb {
+    pub arn: String,
+    pub dns_name: String,
+    pub internal: bool,
+    pub ip_address_type: String,
+    pub subnet_mappings: BTreeSet<SubnetMapping>,
+    /// Whether AWS listed the zones' addresses at all (moto does not).
+    pub addresses_reported: bool,
+    pub security_groups: Vec<String>,
+    pub tags: BTreeMap<String, String>,
+    pub attributes: BTreeMap<String, String>,
+    pub listeners: Vec<ActualListener>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ActualTargetGroup {
+    pub arn: String,
+    pub name: String,
+    pub protocol: String,
+    pub port: i32,
+    pub health: HealthCheck,
+    pub tags: BTreeMap<String, String>,
+    pub attributes: BTreeMap<String, String>,
+    /// Registered instance IDs (on `port`), draining ones left out.
+    pub targets: BTreeSet<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Actual {
+    pub lb: Option<ActualLb>,
+    /// The Service's target groups: those behind the LB's listeners and any
+    /// found by name.
+    pub target_groups: Vec<ActualTargetGroup>,
+    /// The owned (managed) group `k8s-elb-<name>`, when it exists.
+    pub owned_group: Option<sg::SecurityGroup>,
+}
+
+/// A target group named in a plan: an existing ARN, or one the plan creates.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TgRef {
+    Arn(String),
+    Name(String),
+}
+
+/// One mutating step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    CreateSecurityGroup(OwnedGroup),
+    AuthorizeIngress(BTreeSet<Rule>),
+    RevokeIngress(BTreeSet<Rule>),
+    SetSecurityGroups(Vec<GroupRef>),
+    DeleteSecurityGroup(String),
+    DeleteLoadBalancer {
+        arn: String,
+        reason: String,
+    },
+    CreateLoadBalancer {
+        internal: bool,
+        ip_address_type: String,
+        subnet_mappings: Vec<SubnetMapping>,
+        security_groups: Vec<GroupRef>,
+        tags: BTreeMap<String, String>,
+    },
+    SetSubnets(Vec<SubnetMapping>),
+    SetIpAddressType(String),
+    AddTags {
+        arn: Option<String>,
+        tags: BTreeMap<String, String>,
+    },
+    ModifyAttributes(BTreeMap<String, String>),
+    CreateTargetGroup {
+        group: TargetGroup,
+        tags: BTreeMap<String, String>,
+    },
+    ModifyHealthCheck {
+        arn: String,
+        health: HealthCheck,
+    },
+    ModifyTargetGroupAttributes {
+        target_group: TgRef,
+        attributes: BTreeMap<String, String>,
+    },
+    RegisterTargets {
+        target_group: TgRef,
+        port: i32,
+        instances: BTreeSet<String>,
+    },
+    DeregisterTargets {
+        arn: String,
+        port: i32,
+        instances: BTreeSet<String>,
+    },
+    CreateListener {
+        listener: Listener,
+        tags: BTreeMap<String, String>,
+    },
+    ModifyListener {
+        arn: String,
+        listener: Listener,
+    },
+    DeleteListener {
+        arn: String,
+    },
+    DeleteTargetGroup {
+        arn: String,
+        name: String,
+    },
+}
+
+pub mod io;
+pub mod node_rules;
+pub mod plan;
+pub mod read;
+
+#[cfg(test)]
+mod tests;

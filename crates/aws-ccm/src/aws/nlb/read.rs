@@ -1,0 +1,280 @@
+//! NLB, I/O half: the elbv2 reads that make an [`super::Actual`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use aws_sdk_elasticloadbalancingv2::types as t;
+
+use super::io::not_found;
+use super::{ActualLb, ActualListener, ActualTargetGroup, HealthCheck, SubnetMapping};
+use crate::aws::client::AwsClient;
+use crate::aws::client::errors::AwsError;
+use crate::aws::client::operations::Operation;
+use crate::aws::tags::key_values;
+
+/// Tags of elbv2 resources by ARN (20 per call, the API's limit).
+pub async fn tags_of(
+    aws: &AwsClient,
+    arns: &[String],
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, AwsError> {
+    let mut out = BTreeMap::new();
+    for chunk in arns.chunks(20) {
+        let res = aws
+            .elbv2(Operation::Elbv2DescribeTags, |c| {
+                c.describe_tags()
+                    .set_resource_arns(Some(chunk.to_vec()))
+                    .send()
+            })
+            .await?;
+        for d in res.tag_descriptions() {
+            if let Some(arn) = d.resource_arn() {
+                out.insert(
+                    arn.to_string(),
+                    key_values(d.tags().iter().map(|t| (t.key(), t.value()))),
+                );
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The NLB named `name` with its tags, attributes and listeners, or `None`.
+pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
+    let out = match aws
+        .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
+            c.describe_load_balancers().names(name).send()
+        })
+        .await
+    {
+        Ok(out) => out,
+        Err(e) if not_found(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(lb) = out
+        .load_balancers()
+        .iter()
+        .find(|l| l.r#type() == Some(&t::LoadBalancerTypeEnum::Network))
+    else {
+        return Ok(None);
+    };
+    let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
+    let tags = tags_of(aws, std::slice::from_ref(&arn))
+        .await?
+        .remove(&arn)
+        .unwrap_or_default();
+    let attrs = aws
+        .elbv2(Operation::Elbv2DescribeLoadBalancerAttributes, |c| {
+            c.describe_load_balancer_attributes()
+                .load_balancer_arn(&arn)
+                .send()
+        })
+        .await?;
+    let listeners = aws
+        .elbv2(Operation::Elbv2DescribeListeners, |c| {
+            c.describe_listeners().load_balancer_arn(&arn).send()
+        })
+        .await?;
+    Ok(Some(ActualLb {
+        dns_name: lb.dns_name().unwrap_or_default().to_string(),
+        internal: lb.scheme() == Some(&t::LoadBalancerSchemeEnum::Internal),
+        ip_address_type: lb
+            .ip_address_type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_else(|| "ipv4".into()),
+        subnet_mappings: mappings_from_sdk(lb.availability_zones()),
+        security_groups: lb.security_groups().to_vec(),
+        addresses_reported: lb
+            .availability_zones()
+            .iter()
+            .any(|z| !z.load_balancer_addresses().is_empty()),
+        tags,
+        attributes: key_values(attrs.attributes().iter().map(|a| (a.key(), a.value()))),
+        listeners: listeners_from_sdk(listeners.listeners()),
+        arn,
+    }))
+}
+
+/// The subnets with the EIP or private address pinned in each.
+fn mappings_from_sdk(zones: &[t::AvailabilityZone]) -> BTreeSet<SubnetMapping> {
+    zones
+        .iter()
+        .filter_map(|z| {
+            let addr = z
+                .load_balancer_addresses()
+                .iter()
+                .find(|a| a.allocation_id().is_some() || a.private_ipv4_address().is_some());
+            Some(SubnetMapping {
+                subnet: z.subnet_id()?.to_string(),
+                allocation_id: addr.and_then(|a| a.allocation_id()).map(str::to_string),
+                private_ipv4: addr
+                    .and_then(|a| a.private_ipv4_address())
+                    .map(str::to_string),
+            })
+        })
+        .collect()
+}
+
+fn listeners_from_sdk(listeners: &[t::Listener]) -> Vec<ActualListener> {
+    listeners
+        .iter()
+        .filter_map(|l| {
+            Some(ActualListener {
+                arn: l.listener_arn()?.to_string(),
+                port: l.port()?,
+                protocol: l.protocol()?.as_str().to_string(),
+                certificate: l
+                    .certificates()
+                    .first()
+                    .and_then(|c| c.certificate_arn())
+                    .map(str::to_string),
+                ssl_policy: l.ssl_policy().map(str::to_string),
+                target_group_arn: l
+                    .default_actions()
+                    .first()
+                    .and_then(|a| a.target_group_arn())
+                    .map(str::to_string),
+            })
+        })
+        .collect()
+}
+
+fn health_of(g: &t::TargetGroup) -> HealthCheck {
+    let protocol = g
+        .health_check_protocol()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "TCP".into());
+    HealthCheck {
+        path: if protocol == "TCP" {
+            None
+        } else {
+            g.health_check_path().map(str::to_string)
+        },
+        protocol,
+        port: g.health_check_port().unwrap_or("traffic-port").to_string(),
+        interval: g.health_check_interval_seconds().unwrap_or(30),
+        healthy: g.healthy_threshold_count().unwrap_or(3),
+        unhealthy: g.unhealthy_threshold_count().unwrap_or(3),
+    }
+}
+
+/// Full state (tags, attributes, registered targets) of the given groups.
+async fn complete(
+    aws: &AwsClient,
+    groups: Vec<t::TargetGroup>,
+) -> Result<Vec<ActualTargetGroup>, AwsError> {
+    let arns: Vec<String> = groups
+        .iter()
+        .filter_map(|g| g.target_group_arn().map(str::to_string))
+        .collect();
+    let mut tags = tags_of(aws, &arns).await?;
+    let mut out = Vec::new();
+    for g in &groups {
+        let Some(arn) = g.target_group_arn() else {
+            continue;
+        };
+        let attrs = aws
+            .elbv2(Operation::Elbv2DescribeTargetGroupAttributes, |c| {
+                c.describe_target_group_attributes()
+                    .target_group_arn(arn)
+                    .send()
+            })
+            .await?;
+        let health = aws
+            .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
+                c.describe_target_health().target_group_arn(arn).send()
+            })
+            .await?;
+        let port = g.port().unwrap_or_default();
+        out.push(ActualTargetGroup {
+            arn: arn.to_string(),
+            name: g.target_group_name().unwrap_or_default().to_string(),
+            protocol: g
+                .protocol()
+                .map(|p| p.as_str().to_string())
+                .unwrap_or_default(),
+            port,
+            health: health_of(g),
+            tags: tags.remove(arn).unwrap_or_default(),
+            attributes: key_values(attrs.attributes().iter().map(|a| (a.key(), a.value()))),
+            targets: health
+                .target_health_descriptions()
+                .iter()
+                .filter(|d| {
+                    d.target_health().and_then(|h| h.reason())
+                        != Some(&t::TargetHealthReasonEnum::DeregistrationInProgress)
+                })
+                .filter_map(|d| d.target())
+                .filter(|t| t.port().is_none_or(|p| p == port))
+                .filter_map(|t| t.id().map(str::to_string))
+                .collect(),
+        });
+    }
+    Ok(out)
+}
+
+/// The target groups behind the NLB (those its listeners may point at).
+pub async fn read_target_groups(
+    aws: &AwsClient,
+    lb_arn: &str,
+) -> Result<Vec<ActualTargetGroup>, AwsError> {
+    let res = match aws
+        .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
+            c.describe_target_groups().load_balancer_arn(lb_arn).send()
+        })
+        .await
+    {
+        Ok(res) => res,
+        Err(e) if not_found(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    complete(aws, res.target_groups().to_vec()).await
+}
+
+/// Every target group whose name has the Service's prefix and whose tags
+/// name the Service: finds groups no listener points at any more (after an
+/// interrupted sync or a deleted NLB). One paginated listing; for deletes.
+pub async fn find_service_target_groups(
+    aws: &AwsClient,
+    name_prefix: &str,
+    service_key: &str,
+) -> Result<Vec<ActualTargetGroup>, AwsError> {
+    let mut candidates = Vec::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let page = aws
+            .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
+                c.describe_target_groups()
+                    .set_marker(marker.clone())
+                    .page_size(400)
+                    .send()
+            })
+            .await?;
+        candidates.extend(
+            page.target_groups()
+                .iter()
+                .filter(|g| {
+                    g.target_group_name()
+                        .is_some_and(|n| n.starts_with(name_prefix))
+                })
+                .cloned(),
+        );
+        marker = page.next_marker().map(str::to_string);
+        if marker.is_none() {
+            break;
+        }
+    }
+    let arns: Vec<String> = candidates
+        .iter()
+        .filter_map(|g| g.target_group_arn().map(str::to_string))
+        .collect();
+    let tags = tags_of(aws, &arns).await?;
+    let mine: Vec<t::TargetGroup> = candidates
+        .into_iter()
+        .filter(|g| {
+            g.target_group_arn()
+                .and_then(|a| tags.get(a))
+                .and_then(|t| t.get(crate::aws::tags::SERVICE_NAME_TAG))
+                .is_some_and(|s| s == service_key)
+        })
+        .collect();
+    complete(aws, mine).await
+}

@@ -1,0 +1,57 @@
+//! Security groups: a flat, comparable model of ingress rules. The rules a
+//! classic ELB's owned group needs are in [`plan`]; the EC2 calls that read
+//! and change groups, through the one door, in [`io`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ipnet::Ipv4Net;
+
+pub mod io;
+pub mod plan;
+
+/// Where an ingress rule lets traffic in from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Source {
+    Cidr(Ipv4Net),
+    Group(String),
+}
+
+/// One ingress rule: protocol (`tcp`, `udp`, `icmp`, `-1`), port range (ICMP:
+/// type and code; `-1` for all), and one source. AWS groups rules into
+/// permissions with many sources; comparing flat rules makes diffs exact.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Rule {
+    pub protocol: String,
+    pub from: i32,
+    pub to: i32,
+    pub source: Source,
+}
+
+impl Rule {
+    /// Everything from another group (what a backend node's group gets).
+    pub fn all_from_group(group_id: &str) -> Rule {
+        Rule {
+            protocol: "-1".into(),
+            from: -1,
+            to: -1,
+            source: Source::Group(group_id.to_string()),
+        }
+    }
+}
+
+/// A security group as read from EC2.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecurityGroup {
+    pub id: String,
+    pub name: String,
+    pub vpc_id: Option<String>,
+    pub tags: BTreeMap<String, String>,
+    pub ingress: BTreeSet<Rule>,
+    /// Descriptions of the IPv4 CIDR rules that carry one.
+    pub descriptions: BTreeMap<Rule, String>,
+    /// The account that owns the group (for ARNs in permission messages).
+    pub owner_id: Option<String>,
+}
+
+#[cfg(test)]
+mod tests;
