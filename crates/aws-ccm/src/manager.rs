@@ -144,7 +144,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             check_stop.cancelled().await;
             check.abort();
         });
-        tokio::spawn(controllers::run_all(env, ready.clone(), stop))
+        tokio::spawn(controllers::informers::run_all(env, ready.clone(), stop))
     };
 
     let exit = match elector.as_mut() {

@@ -19,7 +19,6 @@
 //! node until it gets a CIDR) and the `node_ipam_cidrs_free` gauge at 0.
 
 pub mod allocator;
-pub mod cidrs;
 pub mod guard;
 
 use std::collections::{HashMap, HashSet};
@@ -42,11 +41,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::allocator::Allocator;
-use self::cidrs::NodeCidrAllocation;
 use self::guard::{OtherAllocator, Sign};
 use super::ControllerContext;
 use super::events::Events;
 use super::route::node_ref;
+use crate::options::cidrs::NodeCidrAllocation;
 
 /// Node patches in flight at once (the kube client rate-limits underneath).
 const CONCURRENT_PATCHES: usize = 8;

@@ -45,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 use self::plan::{Blocker, NodeRoutes, Plan, RouteChange};
 use super::ControllerContext;
 use super::events::Events;
-use super::node_ipam::cidrs::ClusterCidrs;
+use crate::options::cidrs::ClusterCidrs;
 use crate::provider::routes::{
     RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
 };
