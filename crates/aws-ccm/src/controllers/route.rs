@@ -1,3 +1,4 @@
+// Not kube-runtime's Controller: one reconcile covers the whole cluster (one DescribeRouteTables, one plan over every node), not one object at a time.
 //! The route controller (`route`, `node-route-controller`): a VPC route
 //! `podCIDR -> instance` for every node, in every route table of the cluster,
 //! so pods reach each other without an overlay.
