@@ -45,7 +45,7 @@ use self::allocator::Allocator;
 use self::guard::{OtherAllocator, Sign};
 use super::ControllerContext;
 use super::events::Events;
-use super::route::node_ref;
+use super::route::publish::node_ref;
 use crate::options::cidrs::NodeCidrAllocation;
 
 /// Node patches in flight at once (the kube client rate-limits underneath).

@@ -339,7 +339,7 @@ impl<I: Instances> Tagger<I> {
         tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "tagging refused by IAM");
         self.events
             .warning(
-                &super::route::node_ref(&item.node),
+                &super::route::publish::node_ref(&item.node),
                 "InstanceUnauthorized",
                 fix,
             )

@@ -4,6 +4,7 @@
 use super::plan::NodeRoutes;
 use super::*;
 use crate::provider::routes::{FakeCall, FakeRoutes, Route, RouteTarget};
+use serde_json::json;
 
 const CLUSTER: &str = "c1";
 
