@@ -44,9 +44,7 @@ fn probe_for(
 ) -> Option<(ProbeKey, Probe, Option<Tagging>)> {
     let probe = match change {
         RouteChange::Create { .. } | RouteChange::Replace { .. } => {
-            let Some((table_id, destination, instance_id)) = change.route_to_instance() else {
-                return None;
-            };
+            let (table_id, destination, instance_id) = change.route_to_instance()?;
             (
                 (0, table_id.to_string()),
                 Probe::Route {
