@@ -35,37 +35,8 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     if !validated.ignored_flags.is_empty() {
         tracing::info!(flags = ?validated.ignored_flags, "accepted upstream flags that this implementation does not act on");
     }
-    let cloud = match opts
-        .cloud_config
-        .as_deref()
-        .filter(|p| !p.as_os_str().is_empty())
-    {
-        Some(path) => CloudConfig::load(path)?,
-        None => {
-            tracing::info!("no --cloud-config given; using defaults and instance metadata");
-            CloudConfig::default()
-        }
-    };
-    let region = match cloud.region() {
-        Some(r) => r,
-        None => clients::imds::region(cloud.imds_endpoint()).await.map_err(|e| {
-            anyhow::anyhow!("cannot determine the AWS region: set Region in the [Global] section of cloud.conf, or run on EC2 with the instance metadata service reachable ({e})")
-        })?,
-    };
-    let base = clients::base_config(&region).await;
-    // One door for the whole process: the RoleARN credentials provider
-    // inside the SDK clients sends STS AssumeRole through it too.
-    let door = Door::new(&opts.aws_client_options());
-    let sdk = clients::build(&base, &cloud, &region, &door);
-    let (cluster_id, legacy_tag) =
-        resolve_cluster_id(&cloud, &sdk, &door, opts, opts.allow_untagged_cloud).await?;
-    let mut client_options = opts.aws_client_options();
-    // As the Go CCM: the sweep queries the legacy `KubernetesCluster` tag
-    // only for a cluster identified by it. kOps puts both tags on every
-    // instance, so querying both would read each instance twice.
-    client_options.legacy_cluster_tag = legacy_tag;
-    let aws = AwsClient::with_door(sdk, cluster_id.clone(), client_options, door);
-    tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
+    let cloud = load_cloud_config(opts)?;
+    let (aws, cluster_id, region) = connect_aws(&cloud, opts).await?;
 
     let kube_config =
         kube_client::load_config(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
@@ -76,19 +47,9 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
-    let mut elector = opts.leader_elect.then(|| {
-        LeaderElector::new(
-            kube.clone(),
-            LeaderElectionConfig {
-                namespace: opts.leader_elect_resource_namespace.clone(),
-                name: opts.leader_elect_resource_name.clone(),
-                identity: leader::default_identity(),
-                lease_duration: opts.leader_elect_lease_duration,
-                renew_deadline: opts.leader_elect_renew_deadline,
-                retry_period: opts.leader_elect_retry_period,
-            },
-        )
-    });
+    let mut elector = opts
+        .leader_elect
+        .then(|| leader_elector(kube.clone(), opts));
     let health = Health {
         leader: elector
             .as_ref()
@@ -96,31 +57,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
         ready: ready.clone(),
         lease_duration: opts.leader_elect_lease_duration,
     };
-    let http = if opts.secure_port == 0 {
-        None
-    } else {
-        let tls_files = opts
-            .tls_cert_file
-            .clone()
-            .zip(opts.tls_private_key_file.clone())
-            .map(|(cert, key)| TlsFiles { cert, key });
-        let auth = server::delegate::build(validated.auth.clone(), &kube).await?;
-        let serve = ServeOptions {
-            tls_files,
-            tls: validated.tls.clone(),
-            auth: Some(auth),
-            reload_interval: server::tls::RELOAD_INTERVAL,
-        };
-        Some(
-            server::start(
-                SocketAddr::new(opts.bind_address, opts.secure_port),
-                serve,
-                health,
-            )
-            .await?,
-        )
-    };
-
+    let http = start_http(&validated, &kube, health).await?;
     let cloud = Arc::new(cloud);
     let validated = Arc::new(validated);
     let run_controllers = |stop: CancellationToken| {
@@ -140,7 +77,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             check_stop.cancelled().await;
             check.abort();
         });
-        tokio::spawn(controllers::run_all(env, ready.clone(), stop))
+        tokio::spawn(controllers::informers::run_all(env, ready.clone(), stop))
     };
 
     let exit = match elector.as_mut() {
@@ -151,45 +88,147 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             stop_controllers(task).await;
             ExitCode::SUCCESS
         }
-        Some(elector) => {
-            // A standby replica serves health and is ready: it has nothing to sync.
-            ready.store(true, Ordering::Relaxed);
-            if !elector.acquire(&shutdown).await {
-                ExitCode::SUCCESS
-            } else {
-                ready.store(false, Ordering::Relaxed);
-                let controllers_stop = CancellationToken::new();
-                let lease_stop = CancellationToken::new();
-                let task = run_controllers(controllers_stop.clone());
-                let hold = elector.hold(&lease_stop);
-                tokio::pin!(hold);
-                tokio::select! {
-                    end = &mut hold => {
-                        // Lost: stop acting at once, then exit non-zero.
-                        controllers_stop.cancel();
-                        stop_controllers(task).await;
-                        debug_assert_eq!(end, LeadershipEnd::Lost);
-                        tracing::error!("leaderelection lost; exiting so that another replica can lead");
-                        ExitCode::FAILURE
-                    }
-                    _ = shutdown.cancelled() => {
-                        controllers_stop.cancel();
-                        stop_controllers(task).await;
-                        lease_stop.cancel();
-                        match hold.await {
-                            LeadershipEnd::Released => ExitCode::SUCCESS,
-                            LeadershipEnd::Lost => ExitCode::FAILURE,
-                        }
-                    }
-                }
-            }
-        }
+        Some(elector) => lead(elector, &ready, &shutdown, run_controllers).await,
     };
     if let Some(http) = http {
         http.shutdown().await;
     }
     tracing::info!("shut down");
     Ok(exit)
+}
+
+/// cloud.conf from `--cloud-config`, or the defaults without it.
+fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Result<CloudConfig> {
+    Ok(
+        match opts
+            .cloud_config
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            Some(path) => CloudConfig::load(path)?,
+            None => {
+                tracing::info!("no --cloud-config given; using defaults and instance metadata");
+                CloudConfig::default()
+            }
+        },
+    )
+}
+
+/// The one door to AWS, with the region and the cluster ID resolved.
+async fn connect_aws(
+    cloud: &CloudConfig,
+    opts: &crate::options::Options,
+) -> anyhow::Result<(AwsClient, String, String)> {
+    let region = match cloud.region() {
+        Some(r) => r,
+        None => clients::imds::region(cloud.imds_endpoint()).await.map_err(|e| {
+            anyhow::anyhow!("cannot determine the AWS region: set Region in the [Global] section of cloud.conf, or run on EC2 with the instance metadata service reachable ({e})")
+        })?,
+    };
+    let base = clients::base_config(&region).await;
+    // One door for the whole process: the RoleARN credentials provider
+    // inside the SDK clients sends STS AssumeRole through it too.
+    let door = Door::new(&opts.aws_client_options());
+    let sdk = clients::build(&base, cloud, &region, &door);
+    let (cluster_id, legacy_tag) =
+        resolve_cluster_id(cloud, &sdk, &door, opts, opts.allow_untagged_cloud).await?;
+    let mut client_options = opts.aws_client_options();
+    // As the Go CCM: the sweep queries the legacy `KubernetesCluster` tag
+    // only for a cluster identified by it. kOps puts both tags on every
+    // instance, so querying both would read each instance twice.
+    client_options.legacy_cluster_tag = legacy_tag;
+    let aws = AwsClient::with_door(sdk, cluster_id.clone(), client_options, door);
+    tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
+    Ok((aws, cluster_id, region))
+}
+
+/// The HTTPS health and metrics server, unless `--secure-port=0`.
+async fn start_http(
+    validated: &Validated,
+    kube: &kube::Client,
+    health: Health,
+) -> anyhow::Result<Option<server::RunningServer>> {
+    let opts = &validated.options;
+    if opts.secure_port == 0 {
+        return Ok(None);
+    }
+    let tls_files = opts
+        .tls_cert_file
+        .clone()
+        .zip(opts.tls_private_key_file.clone())
+        .map(|(cert, key)| TlsFiles { cert, key });
+    let auth = server::delegate::build(validated.auth.clone(), kube).await?;
+    let serve = ServeOptions {
+        tls_files,
+        tls: validated.tls.clone(),
+        auth: Some(auth),
+        reload_interval: server::tls::RELOAD_INTERVAL,
+    };
+    Ok(Some(
+        server::start(
+            SocketAddr::new(opts.bind_address, opts.secure_port),
+            serve,
+            health,
+        )
+        .await?,
+    ))
+}
+
+/// The Lease elector for `--leader-elect`.
+fn leader_elector(kube: kube::Client, opts: &crate::options::Options) -> LeaderElector {
+    LeaderElector::new(
+        kube,
+        LeaderElectionConfig {
+            namespace: opts.leader_elect_resource_namespace.clone(),
+            name: opts.leader_elect_resource_name.clone(),
+            identity: leader::default_identity(),
+            lease_duration: opts.leader_elect_lease_duration,
+            renew_deadline: opts.leader_elect_renew_deadline,
+            retry_period: opts.leader_elect_retry_period,
+        },
+    )
+}
+
+/// With leader election: ready as a standby until the Lease is ours, then
+/// the controllers until shutdown (controllers first, then the Lease) or
+/// until the Lease is lost (exit non-zero).
+async fn lead(
+    elector: &mut LeaderElector,
+    ready: &AtomicBool,
+    shutdown: &CancellationToken,
+    run_controllers: impl Fn(CancellationToken) -> tokio::task::JoinHandle<()>,
+) -> ExitCode {
+    // A standby replica serves health and is ready: it has nothing to sync.
+    ready.store(true, Ordering::Relaxed);
+    if !elector.acquire(shutdown).await {
+        ExitCode::SUCCESS
+    } else {
+        ready.store(false, Ordering::Relaxed);
+        let controllers_stop = CancellationToken::new();
+        let lease_stop = CancellationToken::new();
+        let task = run_controllers(controllers_stop.clone());
+        let hold = elector.hold(&lease_stop);
+        tokio::pin!(hold);
+        tokio::select! {
+            end = &mut hold => {
+                // Lost: stop acting at once, then exit non-zero.
+                controllers_stop.cancel();
+                stop_controllers(task).await;
+                debug_assert_eq!(end, LeadershipEnd::Lost);
+                tracing::error!("leaderelection lost; exiting so that another replica can lead");
+                ExitCode::FAILURE
+            }
+            _ = shutdown.cancelled() => {
+                controllers_stop.cancel();
+                stop_controllers(task).await;
+                lease_stop.cancel();
+                match hold.await {
+                    LeadershipEnd::Released => ExitCode::SUCCESS,
+                    LeadershipEnd::Lost => ExitCode::FAILURE,
+                }
+            }
+        }
+    }
 }
 
 async fn stop_controllers(task: tokio::task::JoinHandle<()>) {

@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use clap::{ArgAction, Parser, ValueEnum};
 
-use crate::controllers::node_ipam::cidrs::{ClusterCidrs, MaskFlags, NodeCidrAllocation};
-use crate::controllers::{self, ControllerName};
 use crate::duration;
 use crate::server::{AllowPaths, AuthSettings, TlsPolicy};
 
+pub mod cidrs;
+pub mod controller_names;
 mod ignored;
+use cidrs::{ClusterCidrs, MaskFlags, NodeCidrAllocation};
+use controller_names::ControllerName;
 use ignored::strip_ignored;
 
 fn go_duration(s: &str) -> Result<Duration, String> {
@@ -282,7 +284,7 @@ pub enum OptionsError {
     #[error("--cloud-provider is required: set --cloud-provider=aws")]
     MissingProvider,
     #[error(transparent)]
-    Controllers(#[from] controllers::UnknownController),
+    Controllers(#[from] controller_names::UnknownController),
     #[error(
         "--leader-elect-resource-lock={0:?} is not supported: only \"leases\" is (configmaps and endpoints locks were removed upstream)"
     )]
@@ -310,7 +312,7 @@ pub enum OptionsError {
     #[error("--tags={value:?} is invalid: {reason}; expected k1=v1,k2=v2")]
     Tags { value: String, reason: String },
     #[error(transparent)]
-    Cidr(#[from] crate::controllers::node_ipam::cidrs::CidrError),
+    Cidr(#[from] cidrs::CidrError),
     #[error(
         "the tagging controller is enabled (--controllers) but --tags is empty: give the tags to put on \
          instances as --tags=k1=v1,k2=v2, or disable it with --controllers=*,-tagging"
@@ -397,7 +399,7 @@ impl Options {
             ..TlsPolicy::parse(&self.tls_min_version, &self.tls_cipher_suites)?
         };
         let auth = self.auth_settings()?;
-        let controllers = controllers::select(&self.controllers)?;
+        let controllers = controller_names::select(&self.controllers)?;
         let tags = parse_tags(&self.tags)?;
         let (cluster_cidrs, node_cidr_allocation) = self.cidr_config(&controllers)?;
         if controllers.contains(&ControllerName::Tagging) {

@@ -1,3 +1,4 @@
+// Not kube-runtime's Controller: each start must rebuild the taken-CIDR map from a consistent list before any allocation, and allocation order and reservations span all nodes, not one object at a time.
 //! Node IPAM (`nodeipam`, `node-ipam-controller`) with
 //! `--allocate-node-cidrs=true`: gives every node without one a pod CIDR
 //! (`spec.podCIDR` / `spec.podCIDRs`, one per `--cluster-cidr` family) cut
@@ -19,7 +20,6 @@
 //! node until it gets a CIDR) and the `node_ipam_cidrs_free` gauge at 0.
 
 pub mod allocator;
-pub mod cidrs;
 pub mod guard;
 
 use std::collections::{HashMap, HashSet};
@@ -42,11 +42,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::allocator::Allocator;
-use self::cidrs::NodeCidrAllocation;
 use self::guard::{OtherAllocator, Sign};
 use super::ControllerContext;
 use super::events::Events;
-use super::route::node_ref;
+use super::route::publish::node_ref;
+use crate::options::cidrs::NodeCidrAllocation;
 
 /// Node patches in flight at once (the kube client rate-limits underneath).
 const CONCURRENT_PATCHES: usize = 8;
@@ -297,6 +297,30 @@ impl Ipam {
         }
         self.last_fingerprint = Some(fp);
 
+        let (live, candidates) = self.observe(nodes, now);
+        self.release_deleted(&live);
+        if self.other.is_some() {
+            return;
+        }
+        let patches = self.reserve(candidates).await;
+        self.update_gauges();
+        if patches.is_empty() {
+            return;
+        }
+        for (name, uid, cidrs, outcome) in self.send(patches).await {
+            self.record(name, uid, cidrs, outcome, now).await;
+        }
+        self.update_gauges();
+    }
+
+    /// Takes the CIDRs nodes already have into the map (noting any that
+    /// another allocator assigned); returns the live node UIDs and the nodes
+    /// that need CIDRs now.
+    fn observe<'n>(
+        &mut self,
+        nodes: &'n [std::sync::Arc<Node>],
+        now: Instant,
+    ) -> (HashSet<&'n str>, Vec<&'n Node>) {
         let mut live: HashSet<&str> = HashSet::with_capacity(nodes.len());
         let mut candidates: Vec<&Node> = Vec::new();
         for node in nodes {
@@ -340,8 +364,11 @@ impl Ipam {
                 }
             }
         }
+        (live, candidates)
+    }
 
-        // Release what deleted nodes held.
+    /// Releases what deleted nodes held.
+    fn release_deleted(&mut self, live: &HashSet<&str>) {
         let gone: Vec<String> = self
             .held
             .iter()
@@ -360,11 +387,11 @@ impl Ipam {
         self.retry_at.retain(|uid, _| live.contains(uid.as_str()));
         self.exhausted_warned
             .retain(|uid| live.contains(uid.as_str()));
+    }
 
-        if self.other.is_some() {
-            return;
-        }
-        // Decide, reserving each node's CIDRs before any patch is sent.
+    /// Decides each candidate's CIDRs, reserving them before any patch is
+    /// sent; a full range is a `CIDRNotAvailable` event, once per node.
+    async fn reserve(&mut self, mut candidates: Vec<&Node>) -> Vec<PodCidrPatch> {
         candidates.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         let mut patches = Vec::new();
         for node in candidates {
@@ -404,11 +431,14 @@ impl Ipam {
                 }
             }
         }
-        self.update_gauges();
-        if patches.is_empty() {
-            return;
-        }
+        patches
+    }
 
+    /// Sends the patches, [`CONCURRENT_PATCHES`] at a time.
+    async fn send(
+        &self,
+        patches: Vec<PodCidrPatch>,
+    ) -> Vec<(String, String, Vec<IpNet>, PatchOutcome)> {
         let mut futures = Vec::with_capacity(patches.len());
         for (name, uid, rv, cidrs) in patches {
             let api = self.api.clone();
@@ -417,71 +447,81 @@ impl Ipam {
                 (name, uid, cidrs, outcome)
             });
         }
-        let results: Vec<_> = futures::stream::iter(futures)
+        futures::stream::iter(futures)
             .buffer_unordered(CONCURRENT_PATCHES)
             .collect()
-            .await;
+            .await
+    }
 
-        for (name, uid, cidrs, outcome) in results {
-            match outcome {
-                PatchOutcome::Assigned => {
-                    tracing::info!(node = %name, cidrs = ?cidrs, "assigned pod CIDRs");
-                    self.count(&METRICS.allocations, &cidrs);
-                    self.exhausted_warned.remove(&uid);
-                    self.retry_at.remove(&uid);
+    /// Takes a patch's outcome into the map, the retry timers and the metrics.
+    async fn record(
+        &mut self,
+        name: String,
+        uid: String,
+        cidrs: Vec<IpNet>,
+        outcome: PatchOutcome,
+        now: Instant,
+    ) {
+        match outcome {
+            PatchOutcome::Assigned => {
+                tracing::info!(node = %name, cidrs = ?cidrs, "assigned pod CIDRs");
+                self.count(&METRICS.allocations, &cidrs);
+                self.exhausted_warned.remove(&uid);
+                self.retry_at.remove(&uid);
+            }
+            PatchOutcome::TakenByOther(theirs) => {
+                tracing::info!(node = %name, ours = ?cidrs, theirs = ?theirs, "node got pod CIDRs from someone else first; keeping theirs");
+                saw_other(&mut self.other, &name, &theirs, Sign::LostRace);
+                self.allocator.release(&cidrs);
+                report_occupy(&name, &theirs, self.allocator.occupy(&theirs));
+                self.held.insert(
+                    uid,
+                    Held {
+                        name,
+                        cidrs: theirs,
+                        seen: true,
+                    },
+                );
+            }
+            PatchOutcome::Gone => {
+                self.allocator.release(&cidrs);
+                self.held.remove(&uid);
+            }
+            PatchOutcome::Failed(error) => {
+                self.allocator.release(&cidrs);
+                self.held.remove(&uid);
+                let first_failure = self.retry_at.insert(uid, now + RETRY_AFTER).is_none();
+                for set in self.allocator.sets() {
+                    METRICS
+                        .failures
+                        .get_or_create(&FailureLabels {
+                            cluster_cidr: set.cluster_cidr().to_string(),
+                            reason: "patch_failed".into(),
+                        })
+                        .inc();
                 }
-                PatchOutcome::TakenByOther(theirs) => {
-                    tracing::info!(node = %name, ours = ?cidrs, theirs = ?theirs, "node got pod CIDRs from someone else first; keeping theirs");
-                    saw_other(&mut self.other, &name, &theirs, Sign::LostRace);
-                    self.allocator.release(&cidrs);
-                    report_occupy(&name, &theirs, self.allocator.occupy(&theirs));
-                    self.held.insert(
-                        uid,
-                        Held {
-                            name,
-                            cidrs: theirs,
-                            seen: true,
-                        },
-                    );
-                }
-                PatchOutcome::Gone => {
-                    self.allocator.release(&cidrs);
-                    self.held.remove(&uid);
-                }
-                PatchOutcome::Failed(error) => {
-                    self.allocator.release(&cidrs);
-                    self.held.remove(&uid);
-                    let first_failure = self.retry_at.insert(uid, now + RETRY_AFTER).is_none();
-                    for set in self.allocator.sets() {
-                        METRICS
-                            .failures
-                            .get_or_create(&FailureLabels {
-                                cluster_cidr: set.cluster_cidr().to_string(),
-                                reason: "patch_failed".into(),
-                            })
-                            .inc();
-                    }
-                    let note = format!(
-                        "Node {name} status is now: CIDRAssignmentFailed: writing pod CIDRs {} failed: {error}; \
+                let note = format!(
+                    "Node {name} status is now: CIDRAssignmentFailed: writing pod CIDRs {} failed: {error}; \
                          retrying",
-                        cidrs
-                            .iter()
-                            .map(|c| c.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    );
-                    tracing::warn!(node = %name, "{note}");
-                    if first_failure {
-                        self.events
-                            .warning(&node_ref(&name), EVENT_CIDR_ASSIGNMENT_FAILED, note)
-                            .await;
-                    }
+                    cidrs
+                        .iter()
+                        .map(|c| c.to_string())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                );
+                tracing::warn!(node = %name, "{note}");
+                if first_failure {
+                    self.events
+                        .warning(&node_ref(&name), EVENT_CIDR_ASSIGNMENT_FAILED, note)
+                        .await;
                 }
             }
         }
-        self.update_gauges();
     }
 }
+
+/// A reserved node's name, UID, resourceVersion and CIDRs, to be patched.
+type PodCidrPatch = (String, String, Option<String>, Vec<IpNet>);
 
 fn report_occupy(node: &str, cidrs: &[IpNet], result: allocator::Occupied) {
     for cidr in result.already_taken {

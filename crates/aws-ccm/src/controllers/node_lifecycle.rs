@@ -1,3 +1,4 @@
+// Not kube-runtime's Controller: it is a periodic pass over every node with one batched AWS lookup per period, not a reaction to object changes.
 //! The cloud-node-lifecycle controller.
 //!
 //! Every `--node-monitor-period`: a Ready node loses the shutdown taint; a

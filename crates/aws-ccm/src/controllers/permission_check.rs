@@ -7,9 +7,10 @@
 
 use k8s_openapi::api::core::v1::ObjectReference;
 
-use super::{ControllerName, Environment};
+use super::Environment;
 use crate::aws::permissions::Verdict;
 use crate::aws::permissions::self_check::{self, Scope};
+use crate::options::controller_names::ControllerName;
 use crate::provider::routes::RouteTableSelector;
 
 /// Reason of the start-up Warning event for each denied write.

@@ -1,3 +1,4 @@
+// Not kube-runtime's Controller: one reconcile covers the whole cluster (one DescribeRouteTables, one plan over every node), not one object at a time.
 //! The route controller (`route`, `node-route-controller`): a VPC route
 //! `podCIDR -> instance` for every node, in every route table of the cluster,
 //! so pods reach each other without an overlay.
@@ -20,32 +21,27 @@
 //! upstream), written only when it changes; failures give the node a
 //! `FailedToCreateRoute` Warning event naming the CIDR, table and AWS error.
 
+mod metrics;
 pub mod plan;
+pub mod publish;
+mod refusals;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::Api;
-use kube::api::{Patch, PatchParams};
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
-use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use self::plan::{Blocker, NodeRoutes, Plan, RouteChange};
+use self::metrics::{ChangeLabels, METRICS, TableLabels};
+use self::plan::{NodeRoutes, Plan, RouteChange};
+use self::publish::Publisher;
 use super::ControllerContext;
-use super::events::Events;
-use super::node_ipam::cidrs::ClusterCidrs;
+use crate::options::cidrs::ClusterCidrs;
 use crate::provider::routes::{
     RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
 };
@@ -76,75 +72,6 @@ pub const EVENT_ROUTE_TABLE_NEAR_CAPACITY: &str = "RouteTableNearCapacity";
 pub const EVENT_ROUTE_TABLE_UNAUTHORIZED: &str = "RouteTableUnauthorized";
 /// Turning off the source/destination check IAM denies on the instance.
 pub const EVENT_INSTANCE_UNAUTHORIZED: &str = "InstanceUnauthorized";
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct TableLabels {
-    route_table: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ChangeLabels {
-    action: String,
-    outcome: String,
-}
-
-struct Metrics {
-    syncs: Counter,
-    routes: Family<TableLabels, Gauge>,
-    table_routes: Family<TableLabels, Gauge>,
-    table_usage: Family<TableLabels, Gauge<f64, AtomicU64>>,
-    tables_missing: Gauge,
-    changes: Family<ChangeLabels, Counter>,
-    nodes_unrouted: Gauge,
-}
-
-static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let m = Metrics {
-        syncs: Counter::default(),
-        routes: Family::default(),
-        table_routes: Family::default(),
-        table_usage: Family::default(),
-        tables_missing: Gauge::default(),
-        changes: Family::default(),
-        nodes_unrouted: Gauge::default(),
-    };
-    crate::metrics::register(
-        "route_controller_route_sync",
-        "Times routes have been synced with the cloud provider (upstream's name)",
-        m.syncs.clone(),
-    );
-    crate::metrics::register(
-        "route_controller_routes",
-        "Node routes (pod CIDR -> instance) in each route table after the last reconcile",
-        m.routes.clone(),
-    );
-    crate::metrics::register(
-        "route_controller_route_table_routes",
-        "Routes counted against the AWS routes-per-table quota, per route table",
-        m.table_routes.clone(),
-    );
-    crate::metrics::register(
-        "route_controller_route_table_usage_ratio",
-        "Routes in each route table divided by --route-table-limit; warnings start at 0.8",
-        m.table_usage.clone(),
-    );
-    crate::metrics::register(
-        "route_controller_route_tables_missing",
-        "1 while no route table matches (RouteTableID, or the cluster tag); nothing is routed then",
-        m.tables_missing.clone(),
-    );
-    crate::metrics::register(
-        "route_controller_route_changes",
-        "Route changes made, by action and outcome",
-        m.changes.clone(),
-    );
-    crate::metrics::register(
-        "route_controller_nodes_unrouted",
-        "Nodes with pod CIDRs whose routes could not all be made in the last reconcile",
-        m.nodes_unrouted.clone(),
-    );
-    m
-});
 
 /// A reconcile that could not even start planning.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -298,117 +225,6 @@ impl<R: Routes> Reconciler<R> {
         let mut report = self.apply(plan, &refused).await;
         self.account(&tables, &mut report);
         Ok(report)
-    }
-
-    /// The changes IAM would refuse, by index: one DryRun per route table
-    /// and per instance whose source/destination check is to change (each
-    /// verdict cached per resource), so a denied write is never sent.
-    async fn refusals(
-        &self,
-        plan: &Plan,
-        tables: &[RouteTable],
-        instances: &HashMap<String, crate::provider::routes::TargetInstance>,
-    ) -> HashMap<usize, RoutesError> {
-        use crate::aws::permissions::{Probe, Tagging};
-        let mut probes: BTreeMap<(u8, String), (Probe, Tagging)> = BTreeMap::new();
-        for change in &plan.changes {
-            let (key, probe, tagging) = match change {
-                RouteChange::Create { .. } | RouteChange::Replace { .. } => {
-                    let Some((table_id, destination, instance_id)) = change.route_to_instance()
-                    else {
-                        continue;
-                    };
-                    (
-                        (0, table_id.to_string()),
-                        Probe::Route {
-                            table_id: table_id.to_string(),
-                            destination,
-                            instance_id: Some(instance_id.to_string()),
-                        },
-                        tables.iter().find(|t| t.id == table_id).map(|t| t.tagging),
-                    )
-                }
-                RouteChange::Delete {
-                    table_id,
-                    destination,
-                    ..
-                } => (
-                    (0, table_id.clone()),
-                    Probe::Route {
-                        table_id: table_id.clone(),
-                        destination: *destination,
-                        instance_id: None,
-                    },
-                    tables.iter().find(|t| &t.id == table_id).map(|t| t.tagging),
-                ),
-                RouteChange::DisableSourceDestCheck { instance_id, .. } => (
-                    (1, instance_id.clone()),
-                    Probe::SourceDestCheck {
-                        instance_id: instance_id.clone(),
-                    },
-                    instances.get(instance_id).map(|i| i.tagging),
-                ),
-            };
-            let tagging = tagging.unwrap_or(Tagging::Untagged);
-            // The policy grants instance writes on the cluster tag: a DryRun
-            // per joining node would double the source/destination calls
-            // under AWS's small mutating budget for nothing (the start-up
-            // self-check probes one such instance).
-            if matches!(probe, Probe::SourceDestCheck { .. }) && tagging == Tagging::Current {
-                continue;
-            }
-            // A create probes better than a delete (it names a target).
-            let better = matches!(
-                &probe,
-                Probe::Route {
-                    instance_id: Some(_),
-                    ..
-                }
-            );
-            let replace = match probes.get(&key) {
-                None => true,
-                Some((
-                    Probe::Route {
-                        instance_id: None, ..
-                    },
-                    _,
-                )) => better,
-                Some(_) => false,
-            };
-            if replace {
-                probes.insert(key, (probe, tagging));
-            }
-        }
-        let checks = probes
-            .values()
-            .map(|(probe, tagging)| self.routes.permission(probe, *tagging));
-        let verdicts = futures::future::join_all(checks).await;
-        let mut denied: HashMap<(u8, String), String> = HashMap::new();
-        for (key, verdict) in probes.into_keys().zip(verdicts) {
-            if let Some(denial) = verdict.denial() {
-                denied.insert(key, denial.to_string());
-            }
-        }
-        let mut refused = HashMap::new();
-        for (i, change) in plan.changes.iter().enumerate() {
-            let key = match change {
-                RouteChange::Create { table_id, .. }
-                | RouteChange::Replace { table_id, .. }
-                | RouteChange::Delete { table_id, .. } => (0, table_id.clone()),
-                RouteChange::DisableSourceDestCheck { instance_id, .. } => (1, instance_id.clone()),
-            };
-            if let Some(message) = denied.get(&key) {
-                refused.insert(
-                    i,
-                    RoutesError::new(
-                        RoutesErrorKind::Refused,
-                        Some("UnauthorizedOperation"),
-                        message.clone(),
-                    ),
-                );
-            }
-        }
-        refused
     }
 
     async fn apply(&self, plan: Plan, refused: &HashMap<usize, RoutesError>) -> Report {
@@ -711,203 +527,6 @@ fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
     sum
 }
 
-/// The Node reference events use: the node's name as UID, as upstream's
-/// node events do, so `kubectl describe node` shows them.
-pub fn node_ref(name: &str) -> ObjectReference {
-    ObjectReference {
-        api_version: Some("v1".into()),
-        kind: Some("Node".into()),
-        name: Some(name.to_string()),
-        uid: Some(name.to_string()),
-        ..Default::default()
-    }
-}
-
-fn network_condition(node: &Node) -> Option<bool> {
-    let conditions = node.status.as_ref()?.conditions.as_ref()?;
-    let c = conditions.iter().find(|c| c.type_ == NETWORK_UNAVAILABLE)?;
-    match c.status.as_str() {
-        "True" => Some(true),
-        "False" => Some(false),
-        _ => None,
-    }
-}
-
-/// Writes `NetworkUnavailable` through the status subresource with a
-/// strategic merge on `status.conditions` (merge key `type`), touching no
-/// other condition.
-pub async fn set_network_unavailable(
-    api: &Api<Node>,
-    node: &str,
-    unavailable: bool,
-) -> Result<(), kube::Error> {
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let (status, reason, message) = if unavailable {
-        (
-            "True",
-            REASON_NO_ROUTE_CREATED,
-            "RouteController failed to create a route",
-        )
-    } else {
-        (
-            "False",
-            REASON_ROUTE_CREATED,
-            "RouteController created a route",
-        )
-    };
-    let patch = json!({"status": {"conditions": [{
-        "type": NETWORK_UNAVAILABLE,
-        "status": status,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now,
-        "lastHeartbeatTime": now,
-    }]}});
-    api.patch_status(node, &PatchParams::default(), &Patch::Strategic(patch))
-        .await
-        .map(|_| ())
-}
-
-/// The Kubernetes side: conditions and events from a report, written only
-/// when they change.
-struct Publisher {
-    nodes_api: Api<Node>,
-    events: Events,
-    /// Node → (unavailable, when we wrote it).
-    written: HashMap<String, (bool, Instant)>,
-    /// (node, what failed) → when the event was last sent.
-    announced: HashMap<(String, String), Instant>,
-}
-
-impl Publisher {
-    async fn publish(&mut self, report: &Report, cache: &HashMap<String, Arc<Node>>) {
-        // Events for failed changes, once per (node, change) per EVENT_REPEAT.
-        for failure in &report.failures {
-            let Some(node) = failure.change.node() else {
-                continue;
-            };
-            if failure.error.kind == RoutesErrorKind::AlreadyExists {
-                continue;
-            }
-            let note = match &failure.change {
-                change @ (RouteChange::Create { .. } | RouteChange::Replace { .. }) => {
-                    let Some((table_id, destination, instance_id)) = change.route_to_instance()
-                    else {
-                        continue;
-                    };
-                    format!(
-                        "Could not create route {destination} in route table {table_id} for node {node} \
-                         (instance {instance_id}): {}",
-                        failure.error
-                    )
-                }
-                RouteChange::DisableSourceDestCheck { instance_id, .. } => format!(
-                    "Could not create routes for node {node}: turning off source/destination check on instance \
-                     {instance_id} failed: {}",
-                    failure.error
-                ),
-                RouteChange::Delete { .. } => continue,
-            };
-            let reason = match (&failure.error.kind, &failure.change) {
-                (RoutesErrorKind::Refused, RouteChange::DisableSourceDestCheck { .. }) => {
-                    EVENT_INSTANCE_UNAUTHORIZED
-                }
-                (RoutesErrorKind::Refused, _) => EVENT_ROUTE_TABLE_UNAUTHORIZED,
-                _ => EVENT_FAILED_TO_CREATE_ROUTE,
-            };
-            let key = (node.to_string(), failure.change.to_string());
-            self.announce(node, key, reason, note).await;
-        }
-        // Blockers, except a missing provider ID (normal while a node starts).
-        for (name, outcome) in &report.plan.nodes {
-            for blocker in &outcome.blockers {
-                if *blocker == Blocker::NoInstance {
-                    continue;
-                }
-                let note = format!("Could not create routes for node {name}: {blocker}");
-                let key = (name.clone(), blocker.to_string());
-                self.announce(name, key, EVENT_FAILED_TO_CREATE_ROUTE, note)
-                    .await;
-            }
-        }
-        for warning in &report.new_capacity_warnings {
-            tracing::warn!(route_table = %warning.table_id, routes = warning.routes, limit = warning.limit, "{}", warning.message());
-            // Events need an object; a table has none in Kubernetes, so the
-            // warning goes on the first routed node (by name).
-            let routed = report
-                .nodes
-                .iter()
-                .find(|(_, r)| **r == NodeResult::Routed)
-                .or_else(|| report.nodes.iter().next())
-                .map(|(name, _)| name);
-            if let Some(name) = routed {
-                self.events
-                    .warning(
-                        &node_ref(name),
-                        EVENT_ROUTE_TABLE_NEAR_CAPACITY,
-                        warning.message(),
-                    )
-                    .await;
-            }
-        }
-
-        // Conditions.
-        let now = Instant::now();
-        self.written
-            .retain(|_, (_, at)| now.duration_since(*at) < CONDITION_MEMO);
-        for (name, result) in &report.nodes {
-            let unavailable = match result {
-                NodeResult::Routed => false,
-                NodeResult::Failed(_) => true,
-                NodeResult::Unconfirmed => continue,
-            };
-            let Some(node) = cache.get(name) else {
-                continue;
-            };
-            let current = network_condition(node);
-            if current == Some(unavailable) {
-                self.written.remove(name);
-                continue;
-            }
-            if self
-                .written
-                .get(name)
-                .is_some_and(|(u, _)| *u == unavailable)
-            {
-                // Written moments ago; the cache has not caught up.
-                continue;
-            }
-            match set_network_unavailable(&self.nodes_api, name, unavailable).await {
-                Ok(()) => {
-                    tracing::info!(node = %name, unavailable, "set NetworkUnavailable");
-                    self.written.insert(name.clone(), (unavailable, now));
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(e) => {
-                    tracing::warn!(node = %name, error = %e, "could not update the node's NetworkUnavailable condition")
-                }
-            }
-        }
-        let live: HashSet<&String> = report.plan.nodes.keys().collect();
-        self.announced
-            .retain(|(node, _), at| live.contains(node) && now.duration_since(*at) < EVENT_REPEAT);
-    }
-
-    async fn announce(&mut self, node: &str, key: (String, String), reason: &str, note: String) {
-        let now = Instant::now();
-        if self
-            .announced
-            .get(&key)
-            .is_some_and(|at| now.duration_since(*at) < EVENT_REPEAT)
-        {
-            return;
-        }
-        tracing::warn!(node, "{note}");
-        self.events.warning(&node_ref(node), reason, note).await;
-        self.announced.insert(key, now);
-    }
-}
-
 /// Runs the controller until `stop` is cancelled.
 pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     let opts = &ctx.options.options;
@@ -938,12 +557,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         selector,
         opts.route_table_limit,
     );
-    let mut publisher = Publisher {
-        nodes_api: Api::all(ctx.kube.clone()),
-        events: Events::new(ctx.kube.clone(), "route_controller"),
-        written: HashMap::new(),
-        announced: HashMap::new(),
-    };
+    let mut publisher = Publisher::new(ctx.kube.clone());
 
     let mut next_periodic = Instant::now();
     let mut reconciled_fp: Option<u64> = None;

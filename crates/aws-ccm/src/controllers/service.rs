@@ -1,3 +1,4 @@
+// Not kube-runtime's Controller: a node change must re-sync only the Services whose backend set it changes, found by diffing every Service against the whole node cache per scan, which per-object triggers cannot express.
 //! Service controller: a load balancer for each `type: LoadBalancer` Service
 //! without `spec.loadBalancerClass`, as k8s.io/cloud-provider's controller.
 //!

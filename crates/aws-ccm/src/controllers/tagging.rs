@@ -1,3 +1,4 @@
+// Not kube-runtime's Controller: nodes due at once share one batched CreateTags/DeleteTags (split in halves on unknown instances), and deletions need the last seen providerID, not one reconcile per object.
 //! The tagging controller (off by default, as upstream): puts the `--tags`
 //! on each node's EC2 instance, and takes them off when the node is deleted.
 //!
@@ -338,7 +339,7 @@ impl<I: Instances> Tagger<I> {
         tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "tagging refused by IAM");
         self.events
             .warning(
-                &super::route::node_ref(&item.node),
+                &super::route::publish::node_ref(&item.node),
                 "InstanceUnauthorized",
                 fix,
             )

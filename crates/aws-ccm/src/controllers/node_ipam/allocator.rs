@@ -13,7 +13,7 @@ use std::fmt;
 
 use ipnet::IpNet;
 
-use super::cidrs::{Family, NodeCidrRange};
+use crate::options::cidrs::{Family, NodeCidrRange};
 
 /// The node CIDRs of one cluster CIDR, as a bitmap (at most 2^16 entries).
 #[derive(Clone, Debug)]
@@ -53,7 +53,7 @@ fn last_addr_bits(net: &IpNet) -> u128 {
 }
 
 impl CidrSet {
-    /// `range` must have passed [`super::cidrs::NodeCidrAllocation::new`]
+    /// `range` must have passed [`crate::options::cidrs::NodeCidrAllocation::new`]
     /// (node mask within 16 bits of the cluster prefix).
     pub fn new(range: NodeCidrRange) -> CidrSet {
         let cluster = range.cluster_cidr.trunc();

@@ -92,11 +92,11 @@ mod ipam_tests {
     use kube::api::{Patch, PatchParams};
     use serde_json::json;
 
-    use super::super::cidrs::{self, NodeCidrAllocation};
     use super::super::{Ipam, pod_cidrs};
     use super::Sign;
     use crate::controllers::cached_node::Node;
     use crate::controllers::events::Events;
+    use crate::options::cidrs::{self, NodeCidrAllocation};
     use ccm_testkit::apiserver::TestApiServer;
 
     use super::super::tests::{net, node};

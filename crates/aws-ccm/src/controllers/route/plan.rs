@@ -19,7 +19,7 @@ use std::fmt;
 
 use ipnet::IpNet;
 
-use crate::controllers::node_ipam::cidrs::ClusterCidrs;
+use crate::options::cidrs::ClusterCidrs;
 use crate::provider::routes::{RouteTable, RouteTarget, TargetInstance};
 
 /// What the plan needs to know about a node.

@@ -5,6 +5,7 @@ use super::plan::NodeRoutes;
 use super::*;
 use crate::provider::routes::fake::{FakeCall, FakeRoutes};
 use crate::provider::routes::{Route, RouteTarget};
+use serde_json::json;
 
 const CLUSTER: &str = "c1";
 

@@ -209,89 +209,104 @@ pub struct MaskFlags {
     pub ipv6: Option<u8>,
 }
 
+/// A family's node mask and the flag it came from (for error messages).
+type NodeMask = (u8, &'static str);
+
 impl NodeCidrAllocation {
     /// Picks each family's node mask as upstream does and checks that every
     /// cluster CIDR can be cut into node CIDRs.
     pub fn new(cluster: ClusterCidrs, masks: MaskFlags) -> Result<NodeCidrAllocation, CidrError> {
-        let value = cluster.to_string();
-        let (mut v4, mut v6) = (
-            (DEFAULT_NODE_MASK_IPV4, "node-cidr-mask-size-ipv4"),
-            (DEFAULT_NODE_MASK_IPV6, "node-cidr-mask-size-ipv6"),
-        );
-        if cluster.is_dual_stack() {
-            if masks.node_cidr_mask_size.is_some() {
-                return Err(CidrError::SingleStackMaskWithDualStack { value });
-            }
-            if let Some(m) = masks.ipv4 {
-                v4.0 = m;
-            }
-            if let Some(m) = masks.ipv6 {
-                v6.0 = m;
-            }
-        } else if let Some(m) = masks.node_cidr_mask_size {
-            if masks.ipv4.is_some() || masks.ipv6.is_some() {
-                return Err(CidrError::MixedMaskFlags);
-            }
-            v4 = (m, "node-cidr-mask-size");
-            v6 = (m, "node-cidr-mask-size");
-        } else {
-            if let Some(m) = masks.ipv4 {
-                if !cluster.has(Family::V4) {
-                    return Err(CidrError::MaskForAbsentFamily {
-                        flag: "node-cidr-mask-size-ipv4",
-                        value,
-                        family: Family::V4,
-                    });
-                }
-                v4.0 = m;
-            }
-            if let Some(m) = masks.ipv6 {
-                if !cluster.has(Family::V6) {
-                    return Err(CidrError::MaskForAbsentFamily {
-                        flag: "node-cidr-mask-size-ipv6",
-                        value,
-                        family: Family::V6,
-                    });
-                }
-                v6.0 = m;
-            }
-        }
-        let mut ranges = Vec::new();
-        for cidr in cluster.cidrs() {
-            let family = Family::of(cidr);
-            let (node_mask, flag) = match family {
-                Family::V4 => v4,
-                Family::V6 => v6,
-            };
-            if node_mask == 0 || node_mask > cidr.max_prefix_len() {
-                return Err(CidrError::MaskOutOfRange {
-                    flag,
-                    mask: node_mask,
-                    family,
-                });
-            }
-            if cidr.prefix_len() > node_mask {
-                return Err(CidrError::ClusterSmallerThanNode {
-                    cidr: *cidr,
-                    cluster_prefix: cidr.prefix_len(),
-                    node_mask,
-                    flag,
-                });
-            }
-            if node_mask - cidr.prefix_len() > MAX_NODE_MASK_DIFF {
-                return Err(CidrError::TooManyNodeCidrs {
-                    cidr: *cidr,
-                    node_mask,
-                    flag,
-                });
-            }
-            ranges.push(NodeCidrRange {
-                cluster_cidr: *cidr,
-                node_mask,
-            });
-        }
+        let (v4, v6) = node_masks(&cluster, masks)?;
+        let ranges = cluster
+            .cidrs()
+            .iter()
+            .map(|cidr| match Family::of(cidr) {
+                Family::V4 => node_range(cidr, v4),
+                Family::V6 => node_range(cidr, v6),
+            })
+            .collect::<Result<_, _>>()?;
         Ok(NodeCidrAllocation { cluster, ranges })
     }
+}
+
+/// The IPv4 and IPv6 node masks: the defaults, replaced by the flags that
+/// apply to this cluster's families; flags that do not apply are errors.
+fn node_masks(cluster: &ClusterCidrs, masks: MaskFlags) -> Result<(NodeMask, NodeMask), CidrError> {
+    let value = cluster.to_string();
+    let (mut v4, mut v6) = (
+        (DEFAULT_NODE_MASK_IPV4, "node-cidr-mask-size-ipv4"),
+        (DEFAULT_NODE_MASK_IPV6, "node-cidr-mask-size-ipv6"),
+    );
+    if cluster.is_dual_stack() {
+        if masks.node_cidr_mask_size.is_some() {
+            return Err(CidrError::SingleStackMaskWithDualStack { value });
+        }
+        if let Some(m) = masks.ipv4 {
+            v4.0 = m;
+        }
+        if let Some(m) = masks.ipv6 {
+            v6.0 = m;
+        }
+    } else if let Some(m) = masks.node_cidr_mask_size {
+        if masks.ipv4.is_some() || masks.ipv6.is_some() {
+            return Err(CidrError::MixedMaskFlags);
+        }
+        v4 = (m, "node-cidr-mask-size");
+        v6 = (m, "node-cidr-mask-size");
+    } else {
+        if let Some(m) = masks.ipv4 {
+            if !cluster.has(Family::V4) {
+                return Err(CidrError::MaskForAbsentFamily {
+                    flag: "node-cidr-mask-size-ipv4",
+                    value,
+                    family: Family::V4,
+                });
+            }
+            v4.0 = m;
+        }
+        if let Some(m) = masks.ipv6 {
+            if !cluster.has(Family::V6) {
+                return Err(CidrError::MaskForAbsentFamily {
+                    flag: "node-cidr-mask-size-ipv6",
+                    value,
+                    family: Family::V6,
+                });
+            }
+            v6.0 = m;
+        }
+    }
+    Ok((v4, v6))
+}
+
+/// One cluster CIDR cut at `node_mask`, if that mask fits it.
+fn node_range(cidr: &IpNet, (node_mask, flag): NodeMask) -> Result<NodeCidrRange, CidrError> {
+    let family = Family::of(cidr);
+    if node_mask == 0 || node_mask > cidr.max_prefix_len() {
+        return Err(CidrError::MaskOutOfRange {
+            flag,
+            mask: node_mask,
+            family,
+        });
+    }
+    if cidr.prefix_len() > node_mask {
+        return Err(CidrError::ClusterSmallerThanNode {
+            cidr: *cidr,
+            cluster_prefix: cidr.prefix_len(),
+            node_mask,
+            flag,
+        });
+    }
+    if node_mask - cidr.prefix_len() > MAX_NODE_MASK_DIFF {
+        return Err(CidrError::TooManyNodeCidrs {
+            cidr: *cidr,
+            node_mask,
+            flag,
+        });
+    }
+    Ok(NodeCidrRange {
+        cluster_cidr: *cidr,
+        node_mask,
+    })
 }
 
 #[cfg(test)]

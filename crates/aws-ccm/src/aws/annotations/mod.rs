@@ -1,0 +1,248 @@
+//! Service annotations: one table, parsed into a typed, validated spec.
+//!
+//! [`table::ANNOTATIONS`] is the single source of truth for every annotation
+//! the service controller reads: its name, value type, default, which load
+//! balancer type it applies to, what it means, and the function that parses
+//! its value into the spec. The annotation reference (docs/annotations.md) is
+//! generated from it ([`table::readme_section`]) and a test fails when the two
+//! drift.
+//!
+//! [`LoadBalancerSpec::from_service`] (in `parse.rs`) turns a Service into a
+//! typed spec before any AWS call by walking the table. Every value that
+//! upstream would reject (or silently misuse) becomes a [`SpecError`] naming
+//! the annotation, the value and what is allowed; the controller turns it into
+//! a Warning event and leaves AWS alone.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use ipnet::Ipv4Net;
+
+mod parse;
+pub mod table;
+
+/// Prefix of every AWS load balancer annotation.
+pub const PREFIX: &str = "service.beta.kubernetes.io/";
+
+macro_rules! key {
+    ($suffix:literal) => {
+        concat!("service.beta.kubernetes.io/aws-load-balancer-", $suffix)
+    };
+}
+
+pub const TYPE: &str = key!("type");
+pub const INTERNAL: &str = key!("internal");
+pub const PROXY_PROTOCOL: &str = key!("proxy-protocol");
+pub const ACCESS_LOG_EMIT_INTERVAL: &str = key!("access-log-emit-interval");
+pub const ACCESS_LOG_ENABLED: &str = key!("access-log-enabled");
+pub const ACCESS_LOG_BUCKET: &str = key!("access-log-s3-bucket-name");
+pub const ACCESS_LOG_PREFIX: &str = key!("access-log-s3-bucket-prefix");
+pub const DRAINING_ENABLED: &str = key!("connection-draining-enabled");
+pub const DRAINING_TIMEOUT: &str = key!("connection-draining-timeout");
+pub const IDLE_TIMEOUT: &str = key!("connection-idle-timeout");
+pub const CROSS_ZONE: &str = key!("cross-zone-load-balancing-enabled");
+pub const EXTRA_SECURITY_GROUPS: &str = key!("extra-security-groups");
+pub const SECURITY_GROUPS: &str = key!("security-groups");
+pub const SSL_CERT: &str = key!("ssl-cert");
+pub const SSL_PORTS: &str = key!("ssl-ports");
+pub const SSL_NEGOTIATION_POLICY: &str = key!("ssl-negotiation-policy");
+pub const BACKEND_PROTOCOL: &str = key!("backend-protocol");
+pub const ADDITIONAL_TAGS: &str = key!("additional-resource-tags");
+pub const HC_PROTOCOL: &str = key!("healthcheck-protocol");
+pub const HC_PORT: &str = key!("healthcheck-port");
+pub const HC_PATH: &str = key!("healthcheck-path");
+pub const HC_HEALTHY: &str = key!("healthcheck-healthy-threshold");
+pub const HC_UNHEALTHY: &str = key!("healthcheck-unhealthy-threshold");
+pub const HC_TIMEOUT: &str = key!("healthcheck-timeout");
+pub const HC_INTERVAL: &str = key!("healthcheck-interval");
+pub const EIP_ALLOCATIONS: &str = key!("eip-allocations");
+pub const PRIVATE_IPV4: &str = key!("private-ipv4-addresses");
+pub const TARGET_GROUP_ATTRIBUTES: &str = key!("target-group-attributes");
+pub const TARGET_NODE_LABELS: &str = key!("target-node-labels");
+pub const SUBNETS: &str = key!("subnets");
+pub const IP_ADDRESS_TYPE: &str = key!("ip-address-type");
+pub const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
+
+/// A Service value the controller refuses, with what is allowed instead.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}={value:?} is invalid: {allowed}")]
+pub struct SpecError {
+    /// Annotation key or spec field (`spec.ports[1].protocol`).
+    pub field: String,
+    pub value: String,
+    /// What is allowed, and what to do.
+    pub allowed: String,
+}
+
+fn err(field: &str, value: &str, allowed: impl Into<String>) -> SpecError {
+    SpecError {
+        field: field.to_string(),
+        value: value.to_string(),
+        allowed: allowed.into(),
+    }
+}
+
+/// Which load balancer the Service asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadBalancerKind {
+    Classic,
+    Network,
+    /// `external` / `nlb-ip`: another controller's business.
+    External,
+}
+
+/// Backend protocol annotation values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendProtocol {
+    Http,
+    Https,
+    Ssl,
+    Tcp,
+}
+
+impl BackendProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendProtocol::Http => "http",
+            BackendProtocol::Https => "https",
+            BackendProtocol::Ssl => "ssl",
+            BackendProtocol::Tcp => "tcp",
+        }
+    }
+}
+
+/// Ports named by `ssl-ports`; `None` in the spec means every port.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PortSet {
+    pub numbers: BTreeSet<i32>,
+    pub names: BTreeSet<String>,
+}
+
+impl PortSet {
+    pub fn contains(&self, port: i32, name: &str) -> bool {
+        self.numbers.contains(&port) || self.names.contains(&name.to_ascii_lowercase())
+    }
+}
+
+/// `healthcheck-port`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HealthCheckPort {
+    TrafficPort,
+    Port(i32),
+}
+
+/// Health check annotations, unresolved (defaults depend on the LB type).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HealthCheckOverrides {
+    /// Upper-cased.
+    pub protocol: Option<String>,
+    pub port: Option<HealthCheckPort>,
+    pub path: Option<String>,
+    pub healthy_threshold: Option<i32>,
+    pub unhealthy_threshold: Option<i32>,
+    pub timeout: Option<i32>,
+    pub interval: Option<i32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServicePortSpec {
+    pub name: String,
+    pub port: i32,
+    pub node_port: i32,
+    /// `TCP`, `UDP`, `SCTP`.
+    pub protocol: String,
+}
+
+/// Everything a Service asks of its load balancer, typed and validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadBalancerSpec {
+    pub kind: LoadBalancerKind,
+    pub internal: bool,
+    pub proxy_protocol: bool,
+    pub access_log_enabled: bool,
+    pub access_log_emit_interval: Option<i32>,
+    pub access_log_bucket: Option<String>,
+    pub access_log_prefix: Option<String>,
+    pub draining_enabled: bool,
+    pub draining_timeout: Option<i32>,
+    pub idle_timeout: Option<i32>,
+    pub cross_zone: bool,
+    pub security_groups: Vec<String>,
+    pub extra_security_groups: Vec<String>,
+    pub ssl_cert: Option<String>,
+    /// `None`: every port.
+    pub ssl_ports: Option<PortSet>,
+    pub ssl_negotiation_policy: Option<String>,
+    pub backend_protocol: Option<BackendProtocol>,
+    pub additional_tags: BTreeMap<String, String>,
+    pub health_check: HealthCheckOverrides,
+    pub eip_allocations: Vec<String>,
+    pub private_ipv4_addresses: Vec<std::net::Ipv4Addr>,
+    pub target_group_attributes: BTreeMap<String, String>,
+    /// `ip-address-type: dualstack` (NLB only).
+    pub dualstack: bool,
+    pub target_node_labels: BTreeMap<String, String>,
+    /// `None`: auto-discover.
+    pub subnets: Option<Vec<String>>,
+    /// Never empty (defaults to `0.0.0.0/0`); sorted, deduplicated.
+    pub source_ranges: Vec<Ipv4Net>,
+    /// Ports that have a node port (others are skipped, as upstream).
+    pub ports: Vec<ServicePortSpec>,
+    /// `externalTrafficPolicy: Local` with its `healthCheckNodePort`.
+    pub local_health_check_node_port: Option<i32>,
+}
+
+/// Comma-separated list, blanks dropped.
+pub fn split_list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// `k1=v1,k2=,k3` as upstream reads it.
+pub fn parse_key_values(v: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for item in v.trim().split(',') {
+        let mut parts = item.trim().split('=');
+        let key = parts.next().unwrap_or_default();
+        if key.is_empty() {
+            continue;
+        }
+        out.insert(
+            key.to_string(),
+            parts.next().unwrap_or_default().to_string(),
+        );
+    }
+    out
+}
+
+/// Whether a Node's labels satisfy a Service's `target-node-labels`, read
+/// by [`parse_key_values`], as upstream's `filterTargetNodes` does: every
+/// pair must hold; a pair with an empty value (`key` or `key=`) asks only
+/// that the label exists, with any value; a pair with a value asks for that
+/// exact value. No pairs: every node matches.
+pub fn labels_match(labels: &BTreeMap<String, String>, targets: &BTreeMap<String, String>) -> bool {
+    targets.iter().all(|(key, want)| {
+        labels
+            .get(key)
+            .is_some_and(|have| want.is_empty() || have == want)
+    })
+}
+
+impl fmt::Display for LoadBalancerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LoadBalancerKind::Classic => "classic ELB",
+            LoadBalancerKind::Network => "NLB",
+            LoadBalancerKind::External => "external",
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
+
+#[cfg(test)]
+mod target_labels_tests;

@@ -1,0 +1,379 @@
+//! The annotation table: what each annotation means (docs/annotations.md is
+//! generated from it) and which function parses its value.
+
+use super::parse::{self, Parse};
+use super::*;
+
+/// Which load balancer types an annotation affects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applies {
+    Both,
+    /// Classic ELB only; rejected on an NLB when upstream rejects it.
+    Clb,
+    /// NLB only; rejected on a CLB when upstream rejects it.
+    Nlb,
+}
+
+impl Applies {
+    fn as_str(self) -> &'static str {
+        match self {
+            Applies::Both => "CLB, NLB",
+            Applies::Clb => "CLB",
+            Applies::Nlb => "NLB",
+        }
+    }
+}
+
+/// One row of the annotation table.
+#[derive(Clone, Copy, Debug)]
+pub struct AnnotationDef {
+    /// Full annotation key.
+    pub name: &'static str,
+    /// Value type, as documented.
+    pub kind: &'static str,
+    /// Default when absent (`-` for none).
+    pub default: &'static str,
+    pub applies: Applies,
+    /// Whether a value on the other LB type is rejected (as upstream does) or ignored.
+    pub rejected_elsewhere: bool,
+    pub meaning: &'static str,
+    /// Parses a present value (possibly empty) into the spec and validates it.
+    pub parse: Parse,
+}
+
+const fn row(
+    name: &'static str,
+    kind: &'static str,
+    default: &'static str,
+    applies: Applies,
+    rejected_elsewhere: bool,
+    meaning: &'static str,
+    parse: Parse,
+) -> AnnotationDef {
+    AnnotationDef {
+        name,
+        kind,
+        default,
+        applies,
+        rejected_elsewhere,
+        meaning,
+        parse,
+    }
+}
+
+/// Every annotation the service controller reads.
+pub const ANNOTATIONS: &[AnnotationDef] = &[
+    row(
+        TYPE,
+        "`nlb`, `external`, `nlb-ip`",
+        "classic ELB",
+        Applies::Both,
+        false,
+        "`nlb` provisions a Network Load Balancer; `external` and `nlb-ip` leave the Service to another controller (AWS Load Balancer Controller). Cannot change once the load balancer exists.",
+        parse::kind,
+    ),
+    row(
+        INTERNAL,
+        "string",
+        "internet-facing",
+        Applies::Both,
+        false,
+        "Any value but `false` makes the load balancer internal (scheme `internal`). Changing it recreates the load balancer.",
+        parse::internal,
+    ),
+    row(
+        PROXY_PROTOCOL,
+        "`*`",
+        "-",
+        Applies::Clb,
+        false,
+        "`*` enables proxy protocol v1 on every backend port (policy `k8s-proxyprotocol-enabled`).",
+        parse::proxy_protocol,
+    ),
+    row(
+        ACCESS_LOG_EMIT_INTERVAL,
+        "integer (5 or 60)",
+        "60",
+        Applies::Clb,
+        false,
+        "Minutes between access log publications.",
+        parse::access_log_emit_interval,
+    ),
+    row(
+        ACCESS_LOG_ENABLED,
+        "boolean",
+        "false",
+        Applies::Both,
+        false,
+        "Enables access logs.",
+        parse::access_log_enabled,
+    ),
+    row(
+        ACCESS_LOG_BUCKET,
+        "string",
+        "-",
+        Applies::Both,
+        false,
+        "S3 bucket for access logs.",
+        parse::access_log_bucket,
+    ),
+    row(
+        ACCESS_LOG_PREFIX,
+        "string",
+        "-",
+        Applies::Both,
+        false,
+        "Key prefix for access logs in the bucket.",
+        parse::access_log_prefix,
+    ),
+    row(
+        DRAINING_ENABLED,
+        "boolean",
+        "false",
+        Applies::Clb,
+        false,
+        "Enables connection draining.",
+        parse::draining_enabled,
+    ),
+    row(
+        DRAINING_TIMEOUT,
+        "integer (seconds)",
+        "300 (AWS)",
+        Applies::Clb,
+        false,
+        "Connection draining timeout.",
+        parse::draining_timeout,
+    ),
+    row(
+        IDLE_TIMEOUT,
+        "integer (seconds)",
+        "60",
+        Applies::Clb,
+        false,
+        "Idle connection timeout.",
+        parse::idle_timeout,
+    ),
+    row(
+        CROSS_ZONE,
+        "boolean",
+        "false",
+        Applies::Both,
+        false,
+        "Enables cross-zone load balancing.",
+        parse::cross_zone,
+    ),
+    row(
+        EXTRA_SECURITY_GROUPS,
+        "comma-separated group IDs",
+        "-",
+        Applies::Clb,
+        true,
+        "Groups added to the load balancer besides its own (rejected on an NLB, as upstream).",
+        parse::extra_security_groups,
+    ),
+    row(
+        SECURITY_GROUPS,
+        "comma-separated group IDs",
+        "-",
+        Applies::Both,
+        false,
+        "Groups that replace the owned `k8s-elb-<name>` group; the controller does not change their rules.",
+        parse::security_groups,
+    ),
+    row(
+        SSL_CERT,
+        "certificate ARN",
+        "-",
+        Applies::Both,
+        false,
+        "Certificate for TLS listeners (SSL/HTTPS on a CLB, TLS on an NLB) on the `ssl-ports`.",
+        parse::ssl_cert,
+    ),
+    row(
+        SSL_PORTS,
+        "`*` or comma-separated port numbers and names",
+        "`*`",
+        Applies::Both,
+        false,
+        "Ports that get the certificate.",
+        parse::ssl_ports,
+    ),
+    row(
+        SSL_NEGOTIATION_POLICY,
+        "predefined ELB security policy name",
+        "AWS default",
+        Applies::Both,
+        false,
+        "Security policy of the TLS listeners (CLB policy `k8s-SSLNegotiationPolicy-<name>`).",
+        parse::ssl_negotiation_policy,
+    ),
+    row(
+        BACKEND_PROTOCOL,
+        "`http`, `https`, `ssl`, `tcp`",
+        "`tcp`",
+        Applies::Both,
+        false,
+        "Protocol to the backends. With a certificate: `http`/`https` give HTTPS listeners, `ssl`/`tcp` SSL listeners; without one, `http` gives HTTP listeners.",
+        parse::backend_protocol,
+    ),
+    row(
+        ADDITIONAL_TAGS,
+        "comma-separated `key=value`",
+        "-",
+        Applies::Both,
+        false,
+        "Extra tags on the load balancer and its owned security group.",
+        parse::additional_tags,
+    ),
+    row(
+        HC_PROTOCOL,
+        "`TCP`, `HTTP`, `HTTPS`, `SSL`",
+        "`TCP` (`HTTP` for `externalTrafficPolicy: Local`)",
+        Applies::Both,
+        false,
+        "Health check protocol.",
+        parse::hc_protocol,
+    ),
+    row(
+        HC_PORT,
+        "`traffic-port` or a port number",
+        "`traffic-port` (`healthCheckNodePort` for Local)",
+        Applies::Both,
+        false,
+        "Health check port.",
+        parse::hc_port,
+    ),
+    row(
+        HC_PATH,
+        "string",
+        "`/` (`/healthz` for Local)",
+        Applies::Both,
+        false,
+        "Health check path for HTTP/HTTPS checks.",
+        parse::hc_path,
+    ),
+    row(
+        HC_HEALTHY,
+        "integer (2-10)",
+        "2 (CLB), 3 (NLB)",
+        Applies::Both,
+        false,
+        "Consecutive successes before a backend is healthy.",
+        parse::hc_healthy,
+    ),
+    row(
+        HC_UNHEALTHY,
+        "integer (2-10)",
+        "6 (CLB), 3 (NLB)",
+        Applies::Both,
+        false,
+        "Consecutive failures before a backend is unhealthy.",
+        parse::hc_unhealthy,
+    ),
+    row(
+        HC_TIMEOUT,
+        "integer (seconds, 2-60)",
+        "5 (CLB), 10 (NLB)",
+        Applies::Both,
+        false,
+        "Health check timeout; must be less than the interval.",
+        parse::hc_timeout,
+    ),
+    row(
+        HC_INTERVAL,
+        "integer (seconds, 5-300)",
+        "10 (CLB), 30 (NLB)",
+        Applies::Both,
+        false,
+        "Seconds between health checks.",
+        parse::hc_interval,
+    ),
+    row(
+        EIP_ALLOCATIONS,
+        "comma-separated allocation IDs",
+        "-",
+        Applies::Nlb,
+        false,
+        "Elastic IPs of an internet-facing NLB, one per subnet (ignored on a CLB, as upstream).",
+        parse::eip_allocations,
+    ),
+    row(
+        PRIVATE_IPV4,
+        "comma-separated IPv4 addresses",
+        "-",
+        Applies::Nlb,
+        false,
+        "Private addresses of an internal NLB, one per subnet (ignored on a CLB, as upstream).",
+        parse::private_ipv4,
+    ),
+    row(
+        TARGET_GROUP_ATTRIBUTES,
+        "comma-separated `key=value`",
+        "-",
+        Applies::Nlb,
+        true,
+        "NLB target group attributes `preserve_client_ip.enabled` and `proxy_protocol_v2.enabled` (rejected on a CLB, as upstream).",
+        parse::target_group_attributes,
+    ),
+    row(
+        IP_ADDRESS_TYPE,
+        "`ipv4`, `dualstack`",
+        "`ipv4`",
+        Applies::Nlb,
+        true,
+        "`dualstack` gives the NLB IPv4 and IPv6 addresses (its subnets need IPv6 CIDRs). Not in the Go CCM (cloud-provider-aws #1219).",
+        parse::ip_address_type,
+    ),
+    row(
+        TARGET_NODE_LABELS,
+        "comma-separated `key=value`, `key=` or `key`",
+        "all nodes",
+        Applies::Both,
+        false,
+        "Only nodes with all these labels are backends. `key` and `key=` mean \"the label exists, any value\"; `key=value` wants that value. Pairs are trimmed, the text around `=` is not. Same as the Go CCM.",
+        parse::target_node_labels,
+    ),
+    row(
+        SUBNETS,
+        "comma-separated subnet IDs or Name tags",
+        "auto-discovered",
+        Applies::Both,
+        false,
+        "Subnets of the load balancer. Without it: one subnet per zone in the VPC, tagged for this cluster or no cluster, preferring `kubernetes.io/role/elb` (internet-facing) or `kubernetes.io/role/internal-elb` (internal), then the cluster tag, then the lowest ID.",
+        parse::subnets,
+    ),
+    row(
+        SOURCE_RANGES,
+        "comma-separated IPv4 CIDRs",
+        "`0.0.0.0/0`",
+        Applies::Both,
+        false,
+        "Client ranges allowed in; `spec.loadBalancerSourceRanges` takes precedence.",
+        parse::source_ranges,
+    ),
+];
+
+pub const README_BEGIN: &str = "<!-- annotations:begin -->";
+pub const README_END: &str = "<!-- annotations:end -->";
+
+/// The README's annotation reference, generated from [`ANNOTATIONS`].
+pub fn readme_section() -> String {
+    let mut out = String::new();
+    out.push_str(README_BEGIN);
+    out.push_str(
+        "\n\n| Annotation | Value | Default | Applies to | Meaning |\n|---|---|---|---|---|\n",
+    );
+    for a in ANNOTATIONS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            a.name,
+            a.kind,
+            a.default,
+            a.applies.as_str(),
+            a.meaning
+        ));
+    }
+    out.push('\n');
+    out.push_str(README_END);
+    out
+}

@@ -1,0 +1,191 @@
+use super::table::{ANNOTATIONS, README_BEGIN, README_END, readme_section};
+use super::*;
+use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use kube::api::ObjectMeta;
+
+pub fn service(annotations: &[(&str, &str)], ports: &[(i32, i32)]) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("default".into()),
+            uid: Some("0b9c8e4a-1234-4f6e-9a7b-abcdefabcdef".into()),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(
+                ports
+                    .iter()
+                    .map(|(port, node_port)| ServicePort {
+                        name: Some(format!("p{port}")),
+                        port: *port,
+                        node_port: Some(*node_port),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn parse(annotations: &[(&str, &str)]) -> Result<LoadBalancerSpec, SpecError> {
+    LoadBalancerSpec::from_service(&service(annotations, &[(80, 30080)]))
+}
+
+#[test]
+fn table_has_every_upstream_annotation_once() {
+    assert_eq!(ANNOTATIONS.len(), 32, "31 AWS annotations + source ranges");
+    let names: BTreeSet<_> = ANNOTATIONS.iter().map(|a| a.name).collect();
+    assert_eq!(names.len(), ANNOTATIONS.len());
+    assert!(ANNOTATIONS.iter().all(|a| a.name.starts_with(PREFIX)));
+}
+
+#[test]
+fn readme_matches_the_table() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/annotations.md");
+    let readme = std::fs::read_to_string(path).expect("docs/annotations.md is readable");
+    let begin = readme
+        .find(README_BEGIN)
+        .expect("docs/annotations.md has the begin marker");
+    let end = readme
+        .find(README_END)
+        .expect("docs/annotations.md has the end marker")
+        + README_END.len();
+    if std::env::var_os("UPDATE_README").is_some() {
+        let updated = format!("{}{}{}", &readme[..begin], readme_section(), &readme[end..]);
+        std::fs::write(path, updated).expect("docs/annotations.md is writable");
+        return;
+    }
+    assert_eq!(
+        &readme[begin..end],
+        readme_section(),
+        "docs/annotations.md drifted from crates/aws-ccm/src/aws/annotations/table.rs; \
+         regenerate it with `UPDATE_README=1 cargo test -p aws-ccm --lib readme`"
+    );
+}
+
+#[test]
+fn defaults() {
+    let s = parse(&[]).unwrap();
+    assert_eq!(s.kind, LoadBalancerKind::Classic);
+    assert!(!s.internal && !s.proxy_protocol && !s.cross_zone);
+    assert_eq!(s.source_ranges, vec![Ipv4Net::default()]);
+    assert_eq!(s.ports.len(), 1);
+    assert_eq!(s.subnets, None);
+}
+
+#[test]
+fn typed_values() {
+    let s = parse(&[
+        (INTERNAL, "0.0.0.0/0"),
+        (PROXY_PROTOCOL, "*"),
+        (CROSS_ZONE, "True"),
+        (IDLE_TIMEOUT, "120"),
+        (SSL_PORTS, "443,HTTPS"),
+        (ADDITIONAL_TAGS, "a=1, b=,c"),
+        (SOURCE_RANGES, "10.0.0.1/8, 192.168.0.0/16"),
+        (HC_PORT, "traffic-port"),
+        (SUBNETS, "subnet-1, public-a"),
+    ])
+    .unwrap();
+    assert!(s.internal && s.proxy_protocol && s.cross_zone);
+    assert_eq!(s.idle_timeout, Some(120));
+    let ports = s.ssl_ports.unwrap();
+    assert!(ports.contains(443, "x") && ports.contains(1, "https"));
+    assert_eq!(s.additional_tags["a"], "1");
+    assert_eq!(s.additional_tags["c"], "");
+    assert_eq!(
+        s.source_ranges,
+        vec![
+            "10.0.0.0/8".parse::<Ipv4Net>().unwrap(),
+            "192.168.0.0/16".parse().unwrap()
+        ]
+    );
+    assert_eq!(s.health_check.port, Some(HealthCheckPort::TrafficPort));
+    assert_eq!(s.subnets.unwrap(), vec!["subnet-1", "public-a"]);
+    assert!(!parse(&[(INTERNAL, "false")]).unwrap().internal);
+}
+
+#[test]
+fn invalid_values_name_annotation_value_and_what_is_allowed() {
+    let cases: &[(&str, &str, &str)] = &[
+        (SOURCE_RANGES, "10.0.0.0/33", "CIDR"),
+        (HC_INTERVAL, "ten", "whole number"),
+        (BACKEND_PROTOCOL, "udp", "http, https, ssl, tcp"),
+        (HC_PROTOCOL, "ICMP", "TCP"),
+        (PROXY_PROTOCOL, "true", "*"),
+        (CROSS_ZONE, "yes", "true or false"),
+        (TYPE, "alb", "nlb"),
+        (
+            TARGET_GROUP_ATTRIBUTES,
+            "proxy_protocol_v2.enabled=true",
+            "only supported on an NLB",
+        ),
+        (ACCESS_LOG_EMIT_INTERVAL, "10", "5 or 60"),
+    ];
+    for (key, value, allowed) in cases {
+        let e = parse(&[(key, value)]).unwrap_err();
+        assert_eq!(e.field, *key);
+        assert_eq!(e.value, *value);
+        let text = e.to_string();
+        assert!(
+            text.contains(key) && text.contains(value) && text.contains(allowed),
+            "{text}"
+        );
+    }
+    let e = parse(&[(TYPE, "nlb"), (EXTRA_SECURITY_GROUPS, "sg-1")]).unwrap_err();
+    assert_eq!(e.field, EXTRA_SECURITY_GROUPS);
+}
+
+#[test]
+fn spec_fields_are_validated() {
+    let mut svc = service(&[], &[(80, 30080)]);
+    svc.spec.as_mut().unwrap().load_balancer_ip = Some("1.2.3.4".into());
+    assert_eq!(
+        LoadBalancerSpec::from_service(&svc).unwrap_err().field,
+        "spec.loadBalancerIP"
+    );
+
+    let mut svc = service(&[], &[(80, 30080), (53, 30053)]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[1].protocol = Some("UDP".into());
+    let e = LoadBalancerSpec::from_service(&svc).unwrap_err();
+    assert!(e.to_string().contains("mixed"), "{e}");
+
+    let mut svc = service(&[], &[(53, 30053)]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
+    let e = LoadBalancerSpec::from_service(&svc).unwrap_err();
+    assert!(e.to_string().contains("classic ELB: TCP"), "{e}");
+    svc.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(TYPE.into(), "nlb".into());
+    assert!(LoadBalancerSpec::from_service(&svc).is_ok());
+
+    let mut svc = service(&[], &[(80, 30080)]);
+    svc.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["bad".into()]);
+    assert_eq!(
+        LoadBalancerSpec::from_service(&svc).unwrap_err().field,
+        "spec.loadBalancerSourceRanges"
+    );
+}
+
+#[test]
+fn spec_source_ranges_win_over_the_annotation() {
+    let mut svc = service(&[(SOURCE_RANGES, "10.0.0.0/8")], &[(80, 30080)]);
+    svc.spec.as_mut().unwrap().load_balancer_source_ranges = Some(vec!["1.2.3.0/24".into()]);
+    let s = LoadBalancerSpec::from_service(&svc).unwrap();
+    assert_eq!(
+        s.source_ranges,
+        vec!["1.2.3.0/24".parse::<Ipv4Net>().unwrap()]
+    );
+}

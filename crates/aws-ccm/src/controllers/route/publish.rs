@@ -1,0 +1,243 @@
+//! The Kubernetes side of a reconcile: `NetworkUnavailable` conditions and
+//! Warning events, written only when they change.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::plan::{Blocker, RouteChange};
+use super::*;
+use crate::controllers::cached_node::Node;
+use crate::controllers::events::Events;
+use crate::provider::routes::RoutesErrorKind;
+
+/// The Node reference events use: the node's name as UID, as upstream's
+/// node events do, so `kubectl describe node` shows them.
+pub fn node_ref(name: &str) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(name.to_string()),
+        uid: Some(name.to_string()),
+        ..Default::default()
+    }
+}
+
+fn network_condition(node: &Node) -> Option<bool> {
+    let conditions = node.status.as_ref()?.conditions.as_ref()?;
+    let c = conditions.iter().find(|c| c.type_ == NETWORK_UNAVAILABLE)?;
+    match c.status.as_str() {
+        "True" => Some(true),
+        "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// Writes `NetworkUnavailable` through the status subresource with a
+/// strategic merge on `status.conditions` (merge key `type`), touching no
+/// other condition.
+pub async fn set_network_unavailable(
+    api: &Api<Node>,
+    node: &str,
+    unavailable: bool,
+) -> Result<(), kube::Error> {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (status, reason, message) = if unavailable {
+        (
+            "True",
+            REASON_NO_ROUTE_CREATED,
+            "RouteController failed to create a route",
+        )
+    } else {
+        (
+            "False",
+            REASON_ROUTE_CREATED,
+            "RouteController created a route",
+        )
+    };
+    let patch = json!({"status": {"conditions": [{
+        "type": NETWORK_UNAVAILABLE,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now,
+        "lastHeartbeatTime": now,
+    }]}});
+    api.patch_status(node, &PatchParams::default(), &Patch::Strategic(patch))
+        .await
+        .map(|_| ())
+}
+
+/// The Kubernetes side: conditions and events from a report, written only
+/// when they change.
+pub(super) struct Publisher {
+    nodes_api: Api<Node>,
+    events: Events,
+    /// Node → (unavailable, when we wrote it).
+    written: HashMap<String, (bool, Instant)>,
+    /// (node, what failed) → when the event was last sent.
+    announced: HashMap<(String, String), Instant>,
+}
+
+impl Publisher {
+    pub(super) fn new(kube: kube::Client) -> Publisher {
+        Publisher {
+            nodes_api: Api::all(kube.clone()),
+            events: Events::new(kube, "route_controller"),
+            written: HashMap::new(),
+            announced: HashMap::new(),
+        }
+    }
+
+    pub(super) async fn publish(&mut self, report: &Report, cache: &HashMap<String, Arc<Node>>) {
+        self.announce_failures(report).await;
+        self.announce_blockers(report).await;
+        self.warn_near_capacity(report).await;
+        let now = Instant::now();
+        self.write_conditions(report, cache, now).await;
+        let live: HashSet<&String> = report.plan.nodes.keys().collect();
+        self.announced
+            .retain(|(node, _), at| live.contains(node) && now.duration_since(*at) < EVENT_REPEAT);
+    }
+
+    /// Events for failed changes, once per (node, change) per EVENT_REPEAT.
+    async fn announce_failures(&mut self, report: &Report) {
+        for failure in &report.failures {
+            let Some(node) = failure.change.node() else {
+                continue;
+            };
+            if failure.error.kind == RoutesErrorKind::AlreadyExists {
+                continue;
+            }
+            let note = match &failure.change {
+                change @ (RouteChange::Create { .. } | RouteChange::Replace { .. }) => {
+                    let Some((table_id, destination, instance_id)) = change.route_to_instance()
+                    else {
+                        continue;
+                    };
+                    format!(
+                        "Could not create route {destination} in route table {table_id} for node {node} \
+                         (instance {instance_id}): {}",
+                        failure.error
+                    )
+                }
+                RouteChange::DisableSourceDestCheck { instance_id, .. } => format!(
+                    "Could not create routes for node {node}: turning off source/destination check on instance \
+                     {instance_id} failed: {}",
+                    failure.error
+                ),
+                RouteChange::Delete { .. } => continue,
+            };
+            let reason = match (&failure.error.kind, &failure.change) {
+                (RoutesErrorKind::Refused, RouteChange::DisableSourceDestCheck { .. }) => {
+                    EVENT_INSTANCE_UNAUTHORIZED
+                }
+                (RoutesErrorKind::Refused, _) => EVENT_ROUTE_TABLE_UNAUTHORIZED,
+                _ => EVENT_FAILED_TO_CREATE_ROUTE,
+            };
+            let key = (node.to_string(), failure.change.to_string());
+            self.announce(node, key, reason, note).await;
+        }
+    }
+
+    /// Blockers, except a missing provider ID (normal while a node starts).
+    async fn announce_blockers(&mut self, report: &Report) {
+        for (name, outcome) in &report.plan.nodes {
+            for blocker in &outcome.blockers {
+                if *blocker == Blocker::NoInstance {
+                    continue;
+                }
+                let note = format!("Could not create routes for node {name}: {blocker}");
+                let key = (name.clone(), blocker.to_string());
+                self.announce(name, key, EVENT_FAILED_TO_CREATE_ROUTE, note)
+                    .await;
+            }
+        }
+    }
+
+    async fn warn_near_capacity(&mut self, report: &Report) {
+        for warning in &report.new_capacity_warnings {
+            tracing::warn!(route_table = %warning.table_id, routes = warning.routes, limit = warning.limit, "{}", warning.message());
+            // Events need an object; a table has none in Kubernetes, so the
+            // warning goes on the first routed node (by name).
+            let routed = report
+                .nodes
+                .iter()
+                .find(|(_, r)| **r == NodeResult::Routed)
+                .or_else(|| report.nodes.iter().next())
+                .map(|(name, _)| name);
+            if let Some(name) = routed {
+                self.events
+                    .warning(
+                        &node_ref(name),
+                        EVENT_ROUTE_TABLE_NEAR_CAPACITY,
+                        warning.message(),
+                    )
+                    .await;
+            }
+        }
+    }
+
+    /// `NetworkUnavailable` of each node with a result, when it differs.
+    async fn write_conditions(
+        &mut self,
+        report: &Report,
+        cache: &HashMap<String, Arc<Node>>,
+        now: Instant,
+    ) {
+        self.written
+            .retain(|_, (_, at)| now.duration_since(*at) < CONDITION_MEMO);
+        for (name, result) in &report.nodes {
+            let unavailable = match result {
+                NodeResult::Routed => false,
+                NodeResult::Failed(_) => true,
+                NodeResult::Unconfirmed => continue,
+            };
+            let Some(node) = cache.get(name) else {
+                continue;
+            };
+            let current = network_condition(node);
+            if current == Some(unavailable) {
+                self.written.remove(name);
+                continue;
+            }
+            if self
+                .written
+                .get(name)
+                .is_some_and(|(u, _)| *u == unavailable)
+            {
+                // Written moments ago; the cache has not caught up.
+                continue;
+            }
+            match set_network_unavailable(&self.nodes_api, name, unavailable).await {
+                Ok(()) => {
+                    tracing::info!(node = %name, unavailable, "set NetworkUnavailable");
+                    self.written.insert(name.clone(), (unavailable, now));
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => {
+                    tracing::warn!(node = %name, error = %e, "could not update the node's NetworkUnavailable condition")
+                }
+            }
+        }
+    }
+
+    async fn announce(&mut self, node: &str, key: (String, String), reason: &str, note: String) {
+        let now = Instant::now();
+        if self
+            .announced
+            .get(&key)
+            .is_some_and(|at| now.duration_since(*at) < EVENT_REPEAT)
+        {
+            return;
+        }
+        tracing::warn!(node, "{note}");
+        self.events.warning(&node_ref(node), reason, note).await;
+        self.announced.insert(key, now);
+    }
+}
