@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
+use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
 use serde_json::json;
 
 use crate::routes::{Cloud, nodes_api};
@@ -147,35 +148,70 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() -> anyhow::Re
         "the script found no dashboard or no alert expressions"
     );
 
-    // A node to initialize (node controller), give a CIDR (node IPAM) and
-    // route (route controller, cluster-tagged table): each registers its
-    // families on first use, and every AWS call the AWS client's.
+    // Families without a sample are left out of the exposition, so the run
+    // has to make every one the dashboard and alerts read: a node to
+    // initialize (node controller), CIDRs to give until the range runs out
+    // (node IPAM: two /24s in a /23 for three nodes), a cluster-tagged table
+    // to route into (route controller), one throttled DescribeRouteTables
+    // (throttling families) and a CreateRoute AWS rejects (route change
+    // errors, calls failing for good).
     let env = Env::start().await?;
     let cloud = Cloud::new(&env).await?;
     cloud.route_table(true).await?;
     let ids = cloud.instances(1).await?;
     let api = nodes_api(&env).await?;
-    let node = serde_json::from_value(json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": "n0"},
-        "spec": {
-            "providerID": format!("aws:///us-east-1a/{}", ids[0]),
+    for (name, provider_id) in [
+        ("n0", Some(format!("aws:///us-east-1a/{}", ids[0]))),
+        ("n1", None),
+        ("n2", None),
+    ] {
+        let mut spec = json!({
             "taints": [{
                 "key": "node.cloudprovider.kubernetes.io/uninitialized",
                 "value": "true",
                 "effect": "NoSchedule",
             }],
+        });
+        if let Some(id) = provider_id {
+            spec["providerID"] = json!(id);
+        }
+        let node = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "spec": spec,
+        }))?;
+        crate::routes::create(&api, node).await?;
+    }
+    let throttle_once = FaultRule {
+        max_count: Some(1),
+        ..FaultRule::new(FaultKind::Throttle).for_action("DescribeRouteTables")
+    };
+    let table_full = FaultRule::new(FaultKind::Error {
+        status: 400,
+        code: "RouteLimitExceeded".into(),
+        message: "The maximum number of routes has been reached.".into(),
+    })
+    .for_action("CreateRoute")
+    .real_calls_only();
+    let proxy = FaultProxy::start(
+        &env.moto.endpoint(),
+        ProxyConfig {
+            faults: vec![throttle_once, table_full],
+            ..Default::default()
         },
-    }))?;
-    crate::routes::create(&api, node).await?;
+    )
+    .await?;
     let ccm = env
-        .start_ccm(&[
-            "--controllers=cloud-node,route,nodeipam,service",
-            "--allocate-node-cidrs=true",
-            "--cluster-cidr=10.244.0.0/16",
-            "--route-reconciliation-period=2s",
-        ])
+        .start_ccm_via(
+            &proxy.endpoint(),
+            &[
+                "--controllers=cloud-node,route,nodeipam,service",
+                "--allocate-node-cidrs=true",
+                "--cluster-cidr=10.244.0.0/23",
+                "--route-reconciliation-period=2s",
+            ],
+        )
         .await?;
     let addr = ccm.https_addr().await?;
 
