@@ -125,7 +125,10 @@ fn exported_names_map_families_to_their_samples() {
         assert!(names.contains(want), "{want} in {names:?}");
     }
     assert!(!names.contains("a"), "a counter's family name is no sample");
-    assert!(!names.contains("b"), "a histogram's family name is no sample");
+    assert!(
+        !names.contains("b"),
+        "a histogram's family name is no sample"
+    );
     let q = vec![Query {
         source: "rule X".into(),
         expr: "rate(b[5m]) + e".into(),
