@@ -41,6 +41,7 @@ lint: tools
 	$(VENV)/bin/python iam/gen-authorization.py --check
 	scripts/check-dockerfile.sh
 	scripts/check-doc-paths.sh
+	scripts/check-observability.sh
 
 # The AWS actions the CCM sent during the suite, for the IAM coverage test.
 RECORD_DIR := $(CARGO_TARGET_DIR)/aws-actions

