@@ -106,6 +106,9 @@ const MAX_BROADCAST_CAPACITY: usize = 8192;
 
 struct State {
     rv: u64,
+    /// Committed changes the watch cache has not seen yet (only with a
+    /// lag): when each becomes visible, which resource, the change.
+    pending: VecDeque<(tokio::time::Instant, usize, Arc<Change>)>,
     res: Vec<ResState>,
     snapshots: HashMap<u64, Snapshot>,
     next_snapshot: u64,
@@ -120,6 +123,10 @@ pub(crate) struct Store {
     state: Mutex<State>,
     history_size: usize,
     rv_tx: watch::Sender<u64>,
+    /// How long the watch cache lags writes (zero: not at all).
+    lag: Duration,
+    /// Wakes the watch cache pump when a change is queued.
+    pump_wake: tokio::sync::Notify,
 }
 
 /// A page of a list.
@@ -148,6 +155,9 @@ pub(crate) struct WatchStart {
     pub rx: broadcast::Receiver<Msg>,
     /// The resourceVersion the initial state was read at.
     pub rv: u64,
+    /// Changes up to this resourceVersion are already in `initial` or
+    /// `replay` (or before the requested version): skip them on `rx`.
+    pub skip_through: u64,
 }
 
 /// Request-level facts a write needs.
@@ -253,7 +263,7 @@ fn random_suffix() -> String {
 }
 
 impl Store {
-    pub fn new(history_size: usize) -> Store {
+    pub fn new(history_size: usize, lag: Duration) -> Store {
         let capacity = history_size.clamp(16, MAX_BROADCAST_CAPACITY);
         let res = RESOURCES
             .iter()
@@ -268,6 +278,7 @@ impl Store {
         Store {
             state: Mutex::new(State {
                 rv: 0,
+                pending: VecDeque::new(),
                 res,
                 snapshots: HashMap::new(),
                 next_snapshot: 1,
@@ -277,6 +288,55 @@ impl Store {
             }),
             history_size: history_size.max(1),
             rv_tx,
+            lag,
+            pump_wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The newest resourceVersion the watch cache has seen: every change up
+    /// to it has gone to the watchers.
+    fn cache_rv(st: &State) -> u64 {
+        st.pending
+            .front()
+            .map_or(st.rv, |(_, _, c)| c.rv.saturating_sub(1))
+    }
+
+    /// Sends the queued changes whose time has come to the watchers;
+    /// returns when the next one is due.
+    fn pump(&self) -> Option<tokio::time::Instant> {
+        let mut st = self.state.lock();
+        let now = tokio::time::Instant::now();
+        while let Some((due, _, _)) = st.pending.front() {
+            if *due > now {
+                return Some(*due);
+            }
+            if let Some((_, res, change)) = st.pending.pop_front() {
+                // An error only means nobody is watching.
+                let _ = st.res[res].tx.send(Msg::Change(change));
+            }
+        }
+        None
+    }
+
+    /// Feeds the lagging watch cache until `cancel` fires (returns at
+    /// once when there is no lag).
+    pub async fn run_watch_cache(&self, cancel: tokio_util::sync::CancellationToken) {
+        if self.lag.is_zero() {
+            return;
+        }
+        loop {
+            let wake = self.pump_wake.notified();
+            let next = self.pump();
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = wake => {}
+                _ = async {
+                    match next {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+            }
         }
     }
 
@@ -307,9 +367,10 @@ impl Store {
     /// Lets every watcher send a bookmark at the current resourceVersion.
     pub fn tick(&self) {
         let st = self.state.lock();
+        let rv = Self::cache_rv(&st);
         for r in &st.res {
             if r.tx.receiver_count() > 0 {
-                let _ = r.tx.send(Msg::Tick(st.rv));
+                let _ = r.tx.send(Msg::Tick(rv));
             }
         }
     }
@@ -361,8 +422,14 @@ impl Store {
                 rs.floor = old.rv;
             }
         }
-        // An error only means nobody is watching.
-        let _ = rs.tx.send(Msg::Change(change));
+        if self.lag.is_zero() {
+            // An error only means nobody is watching.
+            let _ = rs.tx.send(Msg::Change(change));
+        } else {
+            let due = tokio::time::Instant::now() + self.lag;
+            st.pending.push_back((due, res, change));
+            self.pump_wake.notify_one();
+        }
         self.rv_tx.send_replace(rv);
         stored
     }
@@ -373,6 +440,21 @@ impl Store {
             .objects
             .get(&(ns.to_string(), name.to_string()))
             .cloned()
+            .ok_or_else(|| ApiError::not_found(&RESOURCES[res], name))
+    }
+
+    /// A get served from the watch cache (`resourceVersion=0`): with a
+    /// lag, the object as the cache last saw it.
+    pub fn get_cached(&self, res: usize, ns: &str, name: &str) -> Result<Arc<Stored>, ApiError> {
+        let st = self.state.lock();
+        let cache_rv = Self::cache_rv(&st);
+        if cache_rv == st.rv {
+            drop(st);
+            return self.get(res, ns, name);
+        }
+        Self::at_rv(&st, res, Some(ns), cache_rv)
+            .into_iter()
+            .find(|o| meta_str(&o.value, "name") == name)
             .ok_or_else(|| ApiError::not_found(&RESOURCES[res], name))
     }
 
@@ -488,7 +570,13 @@ impl Store {
                 if wanted > st.rv {
                     return Err(ApiError::too_large_rv(wanted, st.rv));
                 }
-                (st.rv, Self::scan(&st, res, ns))
+                // Served from the watch cache, which may lag the store.
+                let cache_rv = Self::cache_rv(&st);
+                if cache_rv < st.rv && wanted <= cache_rv {
+                    (cache_rv, Self::at_rv(&st, res, ns, cache_rv))
+                } else {
+                    (st.rv, Self::scan(&st, res, ns))
+                }
             }
             (None, _) => (st.rv, Self::scan(&st, res, ns)),
         };
@@ -551,6 +639,9 @@ impl Store {
         let st = self.state.lock();
         let rs = &st.res[storage_index(res)];
         let rx = rs.tx.subscribe();
+        // Watches are served by the watch cache: changes after `cache_rv`
+        // are still queued and reach `rx` later.
+        let cache_rv = Self::cache_rv(&st);
         match from {
             Some(rv) if rv > 0 && !initial_events => {
                 if rv < rs.floor {
@@ -563,6 +654,7 @@ impl Store {
                     .history
                     .iter()
                     .skip_while(|c| c.rv <= rv)
+                    .take_while(|c| c.rv <= cache_rv)
                     .filter(|c| ns.is_none_or(|ns| ns == c.key.0))
                     .cloned()
                     .collect();
@@ -571,13 +663,19 @@ impl Store {
                     replay,
                     rx,
                     rv,
+                    skip_through: rv.max(cache_rv).min(st.rv),
                 })
             }
             _ => Ok(WatchStart {
-                initial: Self::scan(&st, res, ns),
+                initial: if cache_rv == st.rv {
+                    Self::scan(&st, res, ns)
+                } else {
+                    Self::at_rv(&st, res, ns, cache_rv)
+                },
                 replay: Vec::new(),
                 rx,
-                rv: st.rv,
+                rv: cache_rv,
+                skip_through: cache_rv,
             }),
         }
     }
@@ -1560,7 +1658,7 @@ mod tests {
     use crate::apiserver::resources::find;
 
     fn store_with_ns() -> Store {
-        let s = Store::new(100);
+        let s = Store::new(100, Duration::ZERO);
         let w = Writer {
             manager: "test".into(),
         };
