@@ -35,11 +35,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use ccm_testkit::apiserver::TestApiServer;
 use ccm_testkit::aws_proxy::{CallCounts, FaultProxy, ProxyConfig};
 use ccm_testkit::instance_sim::{InstanceSim, LaunchTemplate};
 use ccm_testkit::moto::Moto;
-use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};

@@ -398,9 +398,9 @@ fn render(page: &[&SimInstance], next_token: Option<&str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use aws_ccm::aws::instances::{Ec2Instance, InstanceState, filter};
     use crate::aws_proxy::{FaultProxy, ProxyConfig};
     use crate::moto::test_sdk_config;
+    use aws_ccm::aws::instances::{Ec2Instance, InstanceState, filter};
 
     const TAG: &str = "kubernetes.io/cluster/sim";
 

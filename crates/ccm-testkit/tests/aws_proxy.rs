@@ -9,15 +9,15 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use aws_config::retry::RetryConfig;
+use aws_sdk_ec2::error::ProvideErrorMetadata;
+use aws_sdk_ec2::operation::RequestId;
+use aws_smithy_runtime_api::client::result::SdkError;
 use ccm_testkit::aws_proxy::{
     BucketScope, Category, FaultKind, FaultProxy, FaultRule, ProxyConfig, category_of,
     category_of_call,
 };
 use ccm_testkit::moto::{Moto, test_sdk_config};
-use aws_config::retry::RetryConfig;
-use aws_sdk_ec2::error::ProvideErrorMetadata;
-use aws_sdk_ec2::operation::RequestId;
-use aws_smithy_runtime_api::client::result::SdkError;
 
 // ---------------------------------------------------------------------------
 // Fixtures

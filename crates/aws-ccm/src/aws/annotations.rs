@@ -1029,7 +1029,10 @@ pub(crate) mod tests {
         let begin = readme
             .find(README_BEGIN)
             .expect("docs/annotations.md has the begin marker");
-        let end = readme.find(README_END).expect("docs/annotations.md has the end marker") + README_END.len();
+        let end = readme
+            .find(README_END)
+            .expect("docs/annotations.md has the end marker")
+            + README_END.len();
         if std::env::var_os("UPDATE_README").is_some() {
             let updated = format!("{}{}{}", &readme[..begin], readme_section(), &readme[end..]);
             std::fs::write(path, updated).expect("docs/annotations.md is writable");

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use aws_ccm::aws::clients::SdkClients;
 use aws_ccm::aws::{AwsClient, ClientOptions, Operation};
-use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
-use ccm_testkit::moto::{Moto, test_sdk_config};
 use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
 use aws_smithy_types::retry::RetryConfig;
+use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+use ccm_testkit::moto::{Moto, test_sdk_config};
 
 pub const CLUSTER_ID: &str = "itest";
 /// An AMI moto knows.

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
 use bytes::Bytes;
+use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;

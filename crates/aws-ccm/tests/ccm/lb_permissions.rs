@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use ccm_testkit::aws_proxy::IamEnforcer;
 use aws_sdk_elasticloadbalancingv2 as elbv2;
+use ccm_testkit::aws_proxy::IamEnforcer;
 use elbv2::types::{Action as LbAction, ActionTypeEnum, ProtocolEnum, Tag as LbTag};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Api;

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::Context;
-use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
 use aws_sdk_ec2::types::{
     Filter, Instance, InstanceNetworkInterfaceSpecification, ResourceType, Tag, TagSpecification,
 };
+use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;

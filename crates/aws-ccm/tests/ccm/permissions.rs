@@ -4,8 +4,8 @@
 //! caller may not make; moto (and the proxy, for route actions moto does not
 //! honour DryRun on) answers every other DryRun `DryRunOperation`.
 
-use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
+use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
 
 use crate::routes::{
     Cloud, WAIT, as_strs, create, events_for, node, nodes_api, route_args, wait_condition,

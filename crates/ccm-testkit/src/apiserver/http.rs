@@ -16,13 +16,15 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_util::sync::CancellationToken;
 
 use super::errors::ApiError;
-use super::resources::{self, RESOURCES, ResourceDef};
+use super::openapi;
 use super::rbac::{Attributes, RbacPolicy, RbacRecord, Recorder, forbidden_message};
+use super::resources::{self, RESOURCES, ResourceDef};
 use super::reviews::{self, MASTERS_GROUP, Reviews};
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
 use super::store::{
     Change, DeleteOpts, EventType, ListOpts, Msg, PatchBody, Store, Stored, Writer,
 };
+use super::table;
 use super::{FailureRule, RequestKey};
 
 /// The real server's request body limit.
@@ -78,7 +80,11 @@ impl Shared {
             return Ok(());
         };
         let Some((user, groups)) = self.reviews.authenticate(token) else {
-            return Err(error_response(&ApiError::new(401, "Unauthorized", "Unauthorized")));
+            return Err(error_response(&ApiError::new(
+                401,
+                "Unauthorized",
+                "Unauthorized",
+            )));
         };
         let granted_by = if groups.iter().any(|g| g == MASTERS_GROUP) {
             Vec::new()
@@ -100,7 +106,13 @@ impl Shared {
         if allowed {
             return Ok(());
         }
-        tracing::info!(user, verb = a.verb, resource = a.combined_resource(), namespace = a.namespace, "kube-test-server: RBAC denied a request");
+        tracing::info!(
+            user,
+            verb = a.verb,
+            resource = a.combined_resource(),
+            namespace = a.namespace,
+            "kube-test-server: RBAC denied a request"
+        );
         // responsewriters.Forbidden: NewForbidden(group resource, name, message).
         let why = forbidden_message(&user, a);
         let gr = if a.group.is_empty() {
@@ -187,6 +199,12 @@ fn route(path: &str, address: &str) -> Route {
             }));
         }
         ["healthz"] | ["livez"] | ["readyz"] => return Route::Text("ok"),
+        ["openapi", "v2"] => return Route::Doc(openapi::v2().clone()),
+        ["openapi", "v3"] => return Route::Doc(openapi::v3_root()),
+        ["openapi", "v3", gv @ ..] => {
+            return openapi::v3_group_version(&gv.join("/"))
+                .map_or(Route::NotFound, |d| Route::Doc(d.clone()));
+        }
         ["api"] => return Route::Doc(resources::core_versions(address)),
         ["apis"] => return Route::Doc(resources::group_list()),
         ["apis", g] => return resources::group(g).map_or(Route::NotFound, Route::Doc),
@@ -245,8 +263,7 @@ fn value_response(code: u16, v: &Value) -> Response {
 fn error_response(e: &ApiError) -> Response {
     let mut resp = if e.plain_text {
         let mut r = Response::new(Body::from(format!("{}\n", e.message)));
-        *r.status_mut() =
-            StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        *r.status_mut() = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -274,6 +291,41 @@ fn wants_metadata(headers: &HeaderMap) -> bool {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("as=PartialObjectMetadata"))
+}
+
+/// Whether the client asked for a `meta.k8s.io/v1` Table.
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(table::wants_table)
+}
+
+/// A Table answer of these objects, with `metadata` for the Table.
+fn table_response(
+    def: &ResourceDef,
+    items: &[Arc<Stored>],
+    metadata: Value,
+    q: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let include = table::IncludeObject::parse(q.get("includeObject").map(String::as_str))
+        .map_err(ApiError::bad_request)?;
+    let pairs: Vec<(&Value, Value)> = items
+        .iter()
+        .map(|o| {
+            (
+                &o.value,
+                resources::to_view(def, &o.value).unwrap_or_else(|| o.value.clone()),
+            )
+        })
+        .collect();
+    let mut resp = value_response(200, &table::table(def, &pairs, metadata, include));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(table::TABLE_CONTENT_TYPE),
+    );
+    Ok(resp)
 }
 
 /// Whether the client asked for aggregated discovery.
@@ -487,6 +539,20 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
             {
                 return resp;
             }
+            // The v2 document is JSON only: a protobuf-only client is told so.
+            if path.starts_with("/openapi/")
+                && parts
+                    .headers
+                    .get(header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|a| a.contains("protobuf") && !a.contains("json"))
+            {
+                return error_response(&ApiError::new(
+                    406,
+                    "NotAcceptable",
+                    "only the following media types are accepted: application/json",
+                ));
+            }
             let aggregated =
                 wants_aggregated(&parts.headers) && (path == "/api" || path == "/apis");
             return match (other, parts.method == Method::GET) {
@@ -568,8 +634,8 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
     }
     let metadata_only = wants_metadata(&parts.headers);
     let result = match verb {
-        "get" => get(&sh, &t, &q, metadata_only),
-        "list" => list(&sh, &t, &q, metadata_only).await,
+        "get" => get(&sh, &t, &q, &parts.headers, metadata_only),
+        "list" => list(&sh, &t, &q, &parts.headers, metadata_only).await,
         "watch" => watch(&sh, &t, &q, metadata_only),
         "create" => create(&sh, &t, &q, &parts.headers, &bytes),
         "update" => update(&sh, &t, &q, &parts.headers, &bytes),
@@ -701,6 +767,7 @@ fn get(
     sh: &Shared,
     t: &Target,
     q: &HashMap<String, String>,
+    headers: &HeaderMap,
     metadata_only: bool,
 ) -> Result<Response, ApiError> {
     // resourceVersion=0 is served from the watch cache, which may lag.
@@ -709,6 +776,10 @@ fn get(
     } else {
         sh.store.get(t.res, &ns_of(t)?, name_of(t))?
     };
+    if wants_table(headers) {
+        let meta = json!({"resourceVersion": obj.rv.to_string()});
+        return table_response(&RESOURCES[t.res], &[obj], meta, q);
+    }
     Ok(object_response(&RESOURCES[t.res], 200, &obj, metadata_only))
 }
 
@@ -716,6 +787,7 @@ async fn list(
     sh: &Shared,
     t: &Target,
     q: &HashMap<String, String>,
+    headers: &HeaderMap,
     metadata_only: bool,
 ) -> Result<Response, ApiError> {
     let def = &RESOURCES[t.res];
@@ -742,6 +814,16 @@ async fn list(
         sh.store.wait_for_rv(rv, RV_WAIT).await;
     }
     let page = sh.store.list(t.res, t.ns.as_deref(), &sel, &opts)?;
+    if wants_table(headers) {
+        let mut meta = json!({"resourceVersion": page.rv.to_string()});
+        if let Some(c) = &page.continue_token {
+            meta["continue"] = json!(c);
+        }
+        if let Some(r) = page.remaining {
+            meta["remainingItemCount"] = json!(r);
+        }
+        return table_response(def, &page.items, meta, q);
+    }
     Ok(json_response(
         200,
         render_list(

@@ -15,16 +15,24 @@
 //!
 //! Kept on purpose small; each is what a test of the CCM cannot observe or
 //! does not need:
-//! - Plain HTTP on loopback; the server itself checks no credentials and
-//!   has no admission, protobuf or `as=Table` output (JSON is always
-//!   served). It does answer TokenReview and SubjectAccessReview for the
-//!   tokens and non-resource grants a test registers
-//!   ([`TestApiServer::add_token`], [`TestApiServer::grant`]); these two
-//!   are not in discovery. `dryRun` is
-//!   rejected with 400 rather than silently persisted.
+//! - Plain HTTP on loopback; no admission or protobuf (JSON is always
+//!   served). Credentials are checked only when RBAC is enforced
+//!   ([`ServerOptions::rbac_policy`]): then a registered bearer token
+//!   ([`TestApiServer::add_token`]) is authorized by the policy's roles
+//!   and bindings (403 with kube-apiserver's Forbidden text), an unknown
+//!   token is 401, and a request without a token passes as the test's own
+//!   cluster-admin. TokenReview and SubjectAccessReview answer for the
+//!   registered tokens and non-resource grants ([`TestApiServer::grant`]);
+//!   these two are not in discovery. `dryRun` is rejected with 400 rather
+//!   than silently persisted; `fieldValidation` is accepted and ignored.
+//! - `as=Table` answers lists and gets with kube-apiserver's columns for
+//!   nodes, services, events and leases (Name/Created At for the rest), not
+//!   watches. `/openapi/v2` (JSON only) and `/openapi/v3` serve the real
+//!   schemas of the served kinds (see `openapi/gen-openapi.py`).
 //! - Validation covers names, `generateName`, finalizers on deleting
 //!   objects, node `providerID`/`podCIDRs` and service `clusterIP`
-//!   immutability, and node ports already in use; other fields are stored
+//!   immutability, node ports already in use, and service source ranges
+//!   (CIDRs, `type: LoadBalancer` only); other fields are stored
 //!   as sent. Defaulting covers services (type, protocol, targetPort, node
 //!   ports, health check node port, cluster IP, policies) and the status
 //!   the create strategies set for services, pods and namespaces.
@@ -33,6 +41,10 @@
 //!   namespace without finalizers is removed at once with its contents.
 //! - `metadata.generation` is kept for resources with a spec (nodes,
 //!   services, pods) and bumps on any change outside metadata and status.
+//! - Harshness on demand ([`ServerOptions`]): watches dropped every few
+//!   seconds, compaction on a timer, a watch cache lagging writes (its
+//!   view is rebuilt from history, so a lag longer than `history_size`
+//!   writes is not modelled), and [`FailureRule`]s.
 //! - Watches: bookmarks go out on every `bookmark_interval` tick; a watcher
 //!   too far behind (more than the history size, at most 8192 changes) is
 //!   closed without an ERROR event and resumes from its last
@@ -62,6 +74,7 @@
 
 mod errors;
 mod http;
+mod openapi;
 mod patch;
 pub mod rbac;
 mod resources;
@@ -69,6 +82,7 @@ mod reviews;
 mod selectors;
 mod ssa;
 mod store;
+mod table;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -387,9 +401,9 @@ impl TestApiServer {
         let url = format!("http://{addr}");
         let cancel = CancellationToken::new();
         let rbac = match &opts.rbac_policy {
-            Some(yaml) => Some(
-                rbac::RbacPolicy::parse(yaml).context("parsing the RBAC policy to enforce")?,
-            ),
+            Some(yaml) => {
+                Some(rbac::RbacPolicy::parse(yaml).context("parsing the RBAC policy to enforce")?)
+            }
             None => None,
         };
         let shared = Arc::new(Shared {
@@ -500,10 +514,8 @@ impl TestApiServer {
     /// [`TestApiServer::kubeconfig_yaml`] whose user sends `token` as a
     /// bearer token (register it with [`TestApiServer::add_token`]).
     pub fn kubeconfig_yaml_with_token(&self, token: &str) -> String {
-        self.kubeconfig_yaml().replace(
-            "user: {}\n",
-            &format!("user:\n    token: {token}\n"),
-        )
+        self.kubeconfig_yaml()
+            .replace("user: {}\n", &format!("user:\n    token: {token}\n"))
     }
 
     /// Writes [`TestApiServer::kubeconfig_yaml`] to `path`.

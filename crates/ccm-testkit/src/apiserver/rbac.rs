@@ -127,6 +127,8 @@ struct Binding {
     role: String,
     /// User names and `group:`-prefixed group names.
     subjects: Vec<String>,
+    /// Created by kube-apiserver, not by the manifest.
+    bootstrap: bool,
 }
 
 /// The request attributes RBAC decides on.
@@ -283,12 +285,32 @@ impl RbacPolicy {
                         namespace: (kind == "RoleBinding").then(|| ns.to_string()),
                         role,
                         subjects,
+                        bootstrap,
                     });
                 }
                 _ => {}
             }
         }
         Ok(())
+    }
+
+    /// The roles the manifest itself (not kube-apiserver's bootstrap
+    /// bindings) binds to `user` or one of its `groups`, each once.
+    pub fn roles_bound_by_manifest(&self, user: &str, groups: &[String]) -> Vec<&Role> {
+        let mut out: Vec<&Role> = Vec::new();
+        for b in self.bindings.iter().filter(|b| !b.bootstrap) {
+            let bound = b.subjects.iter().any(|s| match s.strip_prefix("group:") {
+                Some(g) => groups.iter().any(|x| x == g),
+                None => s == user,
+            });
+            if let Some(role) = self.roles.iter().find(|r| r.id == b.role)
+                && bound
+                && !out.iter().any(|r| r.id == role.id)
+            {
+                out.push(role);
+            }
+        }
+        out
     }
 
     /// The rules that allow `user` (in `groups`) this request; empty means
@@ -349,8 +371,7 @@ pub fn rule_allows(rule: &PolicyRule, a: &Attributes) -> bool {
     let resource_ok = rule.resources.iter().any(|r| {
         r == "*"
             || *r == combined
-            || (!a.subresource.is_empty()
-                && r.strip_prefix("*/") == Some(a.subresource.as_str()))
+            || (!a.subresource.is_empty() && r.strip_prefix("*/") == Some(a.subresource.as_str()))
     });
     resource_ok
         && (rule.resource_names.is_empty()
@@ -424,7 +445,14 @@ impl Recorder {
 mod tests {
     use super::*;
 
-    fn attrs(verb: &str, group: &str, resource: &str, sub: &str, ns: &str, name: &str) -> Attributes {
+    fn attrs(
+        verb: &str,
+        group: &str,
+        resource: &str,
+        sub: &str,
+        ns: &str,
+        name: &str,
+    ) -> Attributes {
         Attributes {
             verb: verb.into(),
             group: group.into(),
@@ -481,18 +509,51 @@ subjects: [{kind: ServiceAccount, name: ccm}]
         let ok = |a: &Attributes| !p.granting_rules(SA, &groups, a).is_empty();
         assert!(ok(&attrs("get", "", "nodes", "", "", "n1")));
         assert!(ok(&attrs("patch", "", "nodes", "status", "", "n1")));
-        assert!(ok(&attrs("patch", "", "services", "status", "default", "s")));
+        assert!(ok(&attrs(
+            "patch", "", "services", "status", "default", "s"
+        )));
         assert!(!ok(&attrs("patch", "", "services", "", "default", "s")));
         assert!(!ok(&attrs("delete", "", "nodes", "", "", "n1")));
         assert!(!ok(&attrs("get", "apps", "nodes", "", "", "n1")));
         // resourceNames: only that name, never a name-less request.
-        assert!(ok(&attrs("get", "coordination.k8s.io", "leases", "", "kube-system", "lock")));
-        assert!(!ok(&attrs("get", "coordination.k8s.io", "leases", "", "kube-system", "other")));
-        assert!(!ok(&attrs("list", "coordination.k8s.io", "leases", "", "kube-system", "")));
+        assert!(ok(&attrs(
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "kube-system",
+            "lock"
+        )));
+        assert!(!ok(&attrs(
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "kube-system",
+            "other"
+        )));
+        assert!(!ok(&attrs(
+            "list",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "kube-system",
+            ""
+        )));
         // A RoleBinding grants in its namespace only.
-        assert!(!ok(&attrs("get", "coordination.k8s.io", "leases", "", "default", "lock")));
+        assert!(!ok(&attrs(
+            "get",
+            "coordination.k8s.io",
+            "leases",
+            "",
+            "default",
+            "lock"
+        )));
         // Another user gets nothing but discovery.
-        assert!(p.granting_rules("bob", &groups, &attrs("get", "", "nodes", "", "", "n1")).is_empty());
+        assert!(
+            p.granting_rules("bob", &groups, &attrs("get", "", "nodes", "", "", "n1"))
+                .is_empty()
+        );
         let discovery = Attributes {
             verb: "get".into(),
             path: Some("/apis/coordination.k8s.io/v1".into()),
@@ -508,7 +569,10 @@ subjects: [{kind: ServiceAccount, name: ccm}]
             "User \"system:serviceaccount:kube-system:ccm\" cannot list resource \"nodes\" in API group \"\" at the cluster scope"
         );
         assert_eq!(
-            forbidden_message(SA, &attrs("patch", "", "services", "status", "default", "s")),
+            forbidden_message(
+                SA,
+                &attrs("patch", "", "services", "status", "default", "s")
+            ),
             "User \"system:serviceaccount:kube-system:ccm\" cannot patch resource \"services/status\" in API group \"\" in the namespace \"default\""
         );
     }

@@ -1457,6 +1457,7 @@ fn defaults(
         .and_then(|o| o.get("spec"))
         .cloned()
         .unwrap_or(json!({}));
+    validate_source_ranges(def, &name, obj)?;
     let mut used = PortView {
         index: &st.node_ports,
         own: (ns.clone(), name.clone()),
@@ -1615,6 +1616,95 @@ fn defaults(
         }
     }
     Ok(())
+}
+
+/// kube-apiserver's `ValidateService` on `spec.loadBalancerSourceRanges`
+/// (its field path keeps the historical capital L) and, when that is
+/// empty, on the `service.beta.kubernetes.io/load-balancer-source-ranges`
+/// annotation: only `type: LoadBalancer` may have them, and each entry
+/// (space-padded allowed) must be a CIDR.
+fn validate_source_ranges(def: &ResourceDef, name: &str, obj: &Value) -> Result<(), ApiError> {
+    const ANNOTATION: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
+    let is_lb = obj.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
+    let ranges: Vec<String> = obj
+        .pointer("/spec/loadBalancerSourceRanges")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|v| v.as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let forbidden = "Forbidden: may only be used when `type` is 'LoadBalancer'".to_string();
+    let mut causes = Vec::new();
+    if !ranges.is_empty() {
+        let field = "spec.LoadBalancerSourceRanges";
+        if !is_lb {
+            causes.push(Cause {
+                reason: "FieldValueForbidden",
+                message: forbidden,
+                field: field.into(),
+            });
+        }
+        for (i, r) in ranges.iter().enumerate() {
+            let r = r.trim();
+            if !is_cidr(r) {
+                causes.push(Cause {
+                    reason: "FieldValueInvalid",
+                    message: format!(
+                        "Invalid value: {r:?}: must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+                    ),
+                    field: format!("{field}[{i}]"),
+                });
+            }
+        }
+    } else if let Some(val) = obj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ANNOTATION))
+        .and_then(Value::as_str)
+    {
+        let field = format!("metadata.annotations[{ANNOTATION}]");
+        if !is_lb {
+            causes.push(Cause {
+                reason: "FieldValueForbidden",
+                message: forbidden,
+                field: field.clone(),
+            });
+        }
+        let val = val.trim();
+        if !val.is_empty() {
+            for r in val.split(',').map(str::trim) {
+                if !is_cidr(r) {
+                    causes.push(Cause {
+                        reason: "FieldValueInvalid",
+                        message: format!(
+                            "Invalid value: {r:?}: must be a list of IP ranges. For example, 10.240.0.0/24,10.250.0.0/24 "
+                        ),
+                        field: field.clone(),
+                    });
+                }
+            }
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(def, name, causes))
+    }
+}
+
+/// An IP address and a prefix length within its family's width.
+fn is_cidr(s: &str) -> bool {
+    let Some((ip, len)) = s.split_once('/') else {
+        return false;
+    };
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    !len.is_empty()
+        && len.chars().all(|c| c.is_ascii_digit())
+        && len.parse::<u32>().is_ok_and(|l| l <= max)
 }
 
 fn page(
@@ -1780,6 +1870,58 @@ mod tests {
         // Another Service cannot take it, whatever the protocol.
         let taken = s.create(svc, "default", dns("other", 30054), &w, false);
         assert_eq!(taken.err().map(|e| e.code), Some(422));
+    }
+
+    #[test]
+    fn apiserver_store_validates_source_ranges_as_kube_apiserver() {
+        let s = store_with_ns();
+        let w = Writer {
+            manager: "t".into(),
+        };
+        let svc = idx("services");
+        let make = |name: &str, ty: &str, ranges: Value| json!({"metadata": {"name": name}, "spec": {"type": ty, "ports": [{"port": 80}], "loadBalancerSourceRanges": ranges}});
+        let ok = s.create(
+            svc,
+            "default",
+            make(
+                "ok",
+                "LoadBalancer",
+                json!([" 10.0.0.0/8", "2001:db8::/64"]),
+            ),
+            &w,
+            false,
+        );
+        assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.message));
+        let bad = s
+            .create(
+                svc,
+                "default",
+                make("bad", "LoadBalancer", json!(["10.0.0.0/8", "nope"])),
+                &w,
+                false,
+            )
+            .err()
+            .map(|e| (e.code, e.message));
+        assert_eq!(
+            bad,
+            Some((422, "Service \"bad\" is invalid: spec.LoadBalancerSourceRanges[1]: Invalid value: \"nope\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)".into()))
+        );
+        let not_lb = s
+            .create(
+                svc,
+                "default",
+                make("np", "NodePort", json!(["10.0.0.0/8"])),
+                &w,
+                false,
+            )
+            .err()
+            .map(|e| e.message);
+        assert_eq!(
+            not_lb.as_deref(),
+            Some(
+                "Service \"np\" is invalid: spec.LoadBalancerSourceRanges: Forbidden: may only be used when `type` is 'LoadBalancer'"
+            )
+        );
     }
 
     #[test]
