@@ -2105,7 +2105,8 @@ async fn a_lagging_watch_cache_serves_old_state_but_quorum_reads_are_fresh() -> 
     let ev = events.expect().await?;
     ensure!(ev["type"] == "BOOKMARK", "{ev}");
     ensure!(
-        ev["object"]["metadata"]["resourceVersion"] == cached_rv.to_string(),
+        ev["object"]["metadata"]["resourceVersion"].as_str()
+            == Some(cached_rv.to_string().as_str()),
         "{ev}"
     );
 

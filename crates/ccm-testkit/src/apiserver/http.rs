@@ -66,21 +66,17 @@ impl Shared {
     /// request, recording it; an error response for a bad token (401) or
     /// a denied request (403). Requests without a token are the test's own
     /// and pass, as if made by a cluster admin.
-    fn authorize(&self, headers: &HeaderMap, a: &Attributes) -> Result<(), Response> {
-        let Some(policy) = &self.rbac else {
-            return Ok(());
-        };
-        let Some(token) = headers
+    fn authorize(&self, headers: &HeaderMap, a: &Attributes) -> Option<Response> {
+        // No policy, or no token: nothing to check.
+        let policy = self.rbac.as_ref()?;
+        let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .map(str::trim)
-            .filter(|t| !t.is_empty())
-        else {
-            return Ok(());
-        };
+            .filter(|t| !t.is_empty())?;
         let Some((user, groups)) = self.reviews.authenticate(token) else {
-            return Err(error_response(&ApiError::new(
+            return Some(error_response(&ApiError::new(
                 401,
                 "Unauthorized",
                 "Unauthorized",
@@ -104,7 +100,7 @@ impl Shared {
             granted_by,
         });
         if allowed {
-            return Ok(());
+            return None;
         }
         tracing::info!(
             user,
@@ -133,7 +129,7 @@ impl Shared {
             }
             e.details = Some(d);
         }
-        Err(error_response(&e))
+        Some(error_response(&e))
     }
 
     fn record(&self, key: &RequestKey) {
@@ -531,7 +527,7 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
                 path: Some(path.clone()),
                 ..Default::default()
             };
-            if let Err(resp) = sh.authorize(&parts.headers, &attrs) {
+            if let Some(resp) = sh.authorize(&parts.headers, &attrs) {
                 return resp;
             }
             if let Some(rule) = sh.take_failure(&key, "", "", false)
@@ -605,7 +601,7 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         name: t.name.clone().unwrap_or_default(),
         path: None,
     };
-    if let Err(resp) = sh.authorize(&parts.headers, &attrs) {
+    if let Some(resp) = sh.authorize(&parts.headers, &attrs) {
         return resp;
     }
     let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
@@ -678,7 +674,7 @@ async fn review(
         resource: plural.into(),
         ..Default::default()
     };
-    if let Err(resp) = sh.authorize(headers, &attrs) {
+    if let Some(resp) = sh.authorize(headers, &attrs) {
         return resp;
     }
     if let Some(rule) = sh.take_failure(&key, "", "", false)
