@@ -35,6 +35,7 @@ lint: tools
 	scripts/check-manifests.sh
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
 	$(VENV)/bin/python iam/gen-authorization.py --check
+	$(VENV)/bin/python crates/ccm-testkit/src/apiserver/openapi/gen-openapi.py --check
 	scripts/check-dockerfile.sh
 	scripts/check-doc-paths.sh
 
