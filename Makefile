@@ -39,19 +39,25 @@ lint: tools
 	scripts/check-kubeadm.sh
 	PARLIAMENT=$(VENV)/bin/parliament iam/lint.sh
 	$(VENV)/bin/python iam/gen-authorization.py --check
+	$(VENV)/bin/python crates/ccm-testkit/src/apiserver/openapi/gen-openapi.py --check
 	scripts/check-dockerfile.sh
 	scripts/check-doc-paths.sh
 	scripts/check-observability.sh
 
-# The AWS actions the CCM sent during the suite, for the IAM coverage test.
+# The AWS actions the CCM sent during the suite, for the IAM coverage test,
+# and its Kubernetes requests, for the RBAC coverage test.
 RECORD_DIR := $(CARGO_TARGET_DIR)/aws-actions
+KUBE_RECORD_DIR := $(CARGO_TARGET_DIR)/kube-requests
+RECORD_ENV := AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) AWS_CCM_RECORD_KUBE_REQUESTS=$(KUBE_RECORD_DIR)
 
-## test: everything CI runs; the IAM coverage test runs last, on what the suite recorded
+## test: everything CI runs; the IAM and RBAC coverage tests run last, on what the suite recorded
 test: lint
-	rm -rf $(RECORD_DIR) && mkdir -p $(RECORD_DIR)
-	AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
-	AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
+	rm -rf $(RECORD_DIR) $(KUBE_RECORD_DIR) && mkdir -p $(RECORD_DIR) $(KUBE_RECORD_DIR)
+	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
+	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
 	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_requests_are_allowed)'
+	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
+	  --ignore-default-filter -E 'binary(rbac_policy) & test(recorded_requests_are_allowed)'
 
 ## unit: fast tests that need neither moto nor the API test server
 unit:

@@ -1603,8 +1603,12 @@ async fn injected_failures_and_request_stats() -> anyhow::Result<()> {
     nodes
         .patch_status("n1", &PatchParams::default(), &patch)
         .await?;
-    let (code, reason, _) = api_err(nodes.get("n1").await)?;
-    ensure!((code, reason.as_str()) == (429, "TooManyRequests"));
+    // kube-apiserver's 429 is plain text, not a Status: kube-rs keeps the code.
+    let (code, _, message) = api_err(nodes.get("n1").await)?;
+    ensure!(
+        code == 429 && message.starts_with("Too many requests"),
+        "{message}"
+    );
     nodes.get("n1").await?;
     let (code, _) = raw(&client, "GET", "/api/v1/nodes/n1", None, b"").await?;
     ensure!(code == 200);
@@ -1862,5 +1866,507 @@ async fn shutdown_and_drop_stop_serving() -> anyhow::Result<()> {
         .await
         .context("the watch outlived the dropped server")?;
     ensure!(!matches!(end, Ok(Some(_))), "{end:?}");
+    Ok(())
+}
+
+// ---- a harsher world: faults, dropped watches, compaction, a lagging cache, RBAC ----
+
+/// Sends a raw request; returns the status, the headers and the body text.
+async fn raw_text(
+    client: &Client,
+    method: &str,
+    uri: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> anyhow::Result<(u16, http::HeaderMap, String)> {
+    let mut req = http::Request::builder().method(method).uri(uri);
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    let resp = client
+        .send(req.body(kube::client::Body::from(body.to_vec()))?)
+        .await?;
+    let code = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await?.to_bytes();
+    Ok((code, headers, String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+#[tokio::test]
+async fn injected_faults_answer_as_kube_apiserver_does() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = no_retry_client(&server)?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n1 = nodes.create(&PostParams::default(), &node("n1")?).await?;
+
+    // 409 on compare-and-swap writes only: a merge patch without a
+    // resourceVersion passes, an update carrying one conflicts.
+    server.inject_failure(
+        FailureRule::new("*", "nodes", 409)
+            .compare_and_swap()
+            .always(),
+    );
+    nodes
+        .patch(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await?;
+    let fresh = nodes.get("n1").await?;
+    let (code, reason, message) =
+        api_err(nodes.replace("n1", &PostParams::default(), &fresh).await)?;
+    ensure!((code, reason.as_str()) == (409, "Conflict"));
+    ensure!(
+        message
+            == "Operation cannot be fulfilled on nodes \"n1\": the object has been modified; please apply your changes to the latest version and try again",
+        "{message}"
+    );
+    let with_rv = Patch::Merge(
+        json!({"metadata": {"resourceVersion": fresh.resource_version(), "labels": {"c": "d"}}}),
+    );
+    let (code, _, _) = api_err(nodes.patch("n1", &PatchParams::default(), &with_rv).await)?;
+    ensure!(code == 409);
+    server.clear_failures();
+    ensure!(n1.resource_version() != fresh.resource_version());
+
+    // 429: the priority-and-fairness rejection, plain text with Retry-After.
+    server.inject_failure(FailureRule::new("list", "nodes", 429).retry_after(3));
+    let (code, headers, body) = raw_text(&client, "GET", "/api/v1/nodes", None, b"").await?;
+    ensure!(code == 429);
+    ensure!(
+        body == "Too many requests, please try again later.\n",
+        "{body:?}"
+    );
+    ensure!(headers.get("retry-after").and_then(|v| v.to_str().ok()) == Some("3"));
+    ensure!(
+        headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/plain")),
+        "{headers:?}"
+    );
+
+    // 500 and 503 as Status objects with kube-apiserver's reasons.
+    server.inject_failure(FailureRule::new("get", "nodes", 500).message("etcd is down"));
+    let (code, v) = raw(&client, "GET", "/api/v1/nodes/n1", None, b"").await?;
+    ensure!(code == 500);
+    ensure!(
+        v["reason"] == "InternalError" && v["message"] == "Internal error occurred: etcd is down",
+        "{v}"
+    );
+    ensure!(
+        v["details"]["causes"][0]["message"] == "etcd is down",
+        "{v}"
+    );
+    server.inject_failure(FailureRule::new("get", "nodes", 503));
+    let (code, v) = raw(&client, "GET", "/api/v1/nodes/n1", None, b"").await?;
+    ensure!(code == 503 && v["reason"] == "ServiceUnavailable", "{v}");
+
+    // A slow answer is still an answer, after at least the delay.
+    let delay = Duration::from_millis(200);
+    server.inject_failure(FailureRule::slow("get", "nodes", delay));
+    let started = tokio::time::Instant::now();
+    let got = nodes.get("n1").await?;
+    ensure!(started.elapsed() >= delay, "answered before the delay");
+    ensure!(got.name_any() == "n1");
+    Ok(())
+}
+
+#[tokio::test]
+async fn watches_drop_on_a_timer_and_kube_watchers_resume() -> anyhow::Result<()> {
+    let server = TestApiServer::start_with(ServerOptions {
+        watch_drop_every: Some(Duration::from_millis(100)),
+        ..Default::default()
+    })
+    .await?;
+    let client = server.client().await?;
+    let (code, mut events) = Events::open(&client, "/api/v1/nodes?watch=true").await?;
+    ensure!(code == 200);
+    // The stream ends by itself (no events: there are no nodes).
+    let end = tokio::time::timeout(DEADLINE, events.next()).await;
+    ensure!(
+        matches!(end, Ok(Ok(None))),
+        "the watch was not dropped: {end:?}"
+    );
+
+    // kube's watcher re-watches and misses nothing.
+    let nodes: Api<Node> = Api::all(client.clone());
+    let mut seen = std::collections::BTreeSet::new();
+    let stream = watcher(nodes.clone(), watcher::Config::default());
+    futures::pin_mut!(stream);
+    for i in 0..5 {
+        nodes
+            .create(&PostParams::default(), &node(&format!("w{i}"))?)
+            .await?;
+    }
+    tokio::time::timeout(DEADLINE, async {
+        while seen.len() < 5 {
+            match stream.try_next().await? {
+                Some(watcher::Event::Apply(n) | watcher::Event::InitApply(n)) => {
+                    seen.insert(n.name_any());
+                }
+                Some(_) => {}
+                None => anyhow::bail!("the watcher stream ended"),
+            }
+        }
+        Ok(())
+    })
+    .await
+    .context("the watcher did not see all five nodes")??;
+    Ok(())
+}
+
+#[tokio::test]
+async fn compaction_on_a_timer_makes_resumed_watches_get_410() -> anyhow::Result<()> {
+    let server = TestApiServer::start_with(ServerOptions {
+        compact_every: Some(Duration::from_millis(50)),
+        ..Default::default()
+    })
+    .await?;
+    let client = server.client().await?;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let a = cms
+        .create(&PostParams::default(), &config_map("a", json!({}))?)
+        .await?;
+    cms.create(&PostParams::default(), &config_map("b", json!({}))?)
+        .await?;
+    let rv_a = a.resource_version().context("rv")?;
+    // Wait, with a deadline, for a compaction after `b`: then resuming
+    // from `a` is too old.
+    let started = tokio::time::Instant::now();
+    loop {
+        let (_, mut events) = Events::open(
+            &client,
+            &format!("/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv_a}&timeoutSeconds=1"),
+        )
+        .await?;
+        let ev = events.expect().await?;
+        if ev["type"] == "ERROR" {
+            ensure!(
+                ev["object"]["code"] == 410 && ev["object"]["reason"] == "Expired",
+                "{ev}"
+            );
+            break;
+        }
+        ensure!(
+            started.elapsed() < DEADLINE,
+            "no compaction within {DEADLINE:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_lagging_watch_cache_serves_old_state_but_quorum_reads_are_fresh() -> anyhow::Result<()> {
+    // A lag no test outlives: whatever the machine's speed, the cache has
+    // not caught up when the reads below run.
+    let server = TestApiServer::start_with(ServerOptions {
+        watch_cache_lag: Duration::from_secs(3600),
+        ..Default::default()
+    })
+    .await?;
+    let client = server.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let created = nodes.create(&PostParams::default(), &node("late")?).await?;
+    let rv: u64 = created.resource_version().context("rv")?.parse()?;
+    ensure!(
+        nodes.get("late").await?.name_any() == "late",
+        "a quorum get sees it"
+    );
+    ensure!(nodes.list(&ListParams::default()).await?.items.len() == 1);
+    let cached = nodes.list(&ListParams::default().match_any()).await?;
+    ensure!(
+        cached.items.is_empty(),
+        "resourceVersion=0 list saw the write"
+    );
+    let cached_rv: u64 = cached.metadata.resource_version.context("rv")?.parse()?;
+    ensure!(
+        cached_rv < rv,
+        "the cache's version {cached_rv} is not behind {rv}"
+    );
+    let (code, _) = raw(
+        &client,
+        "GET",
+        "/api/v1/nodes/late?resourceVersion=0",
+        None,
+        b"",
+    )
+    .await?;
+    ensure!(code == 404);
+
+    // A watch does not see it yet either: the first thing it sends is a
+    // bookmark at the cache's version.
+    let (_, mut events) = Events::open(
+        &client,
+        "/api/v1/nodes?watch=true&resourceVersion=0&allowWatchBookmarks=true",
+    )
+    .await?;
+    let ev = events.expect().await?;
+    ensure!(ev["type"] == "BOOKMARK", "{ev}");
+    ensure!(
+        ev["object"]["metadata"]["resourceVersion"].as_str()
+            == Some(cached_rv.to_string().as_str()),
+        "{ev}"
+    );
+
+    // With a short lag the event comes, and never before the lag.
+    let lag = Duration::from_millis(300);
+    let server = TestApiServer::start_with(ServerOptions {
+        watch_cache_lag: lag,
+        ..Default::default()
+    })
+    .await?;
+    let client = server.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let (_, mut events) = Events::open(
+        &client,
+        &format!(
+            "/api/v1/nodes?watch=true&resourceVersion={}",
+            server.resource_version()
+        ),
+    )
+    .await?;
+    let started = tokio::time::Instant::now();
+    nodes.create(&PostParams::default(), &node("soon")?).await?;
+    let ev = events.expect_change().await?;
+    ensure!(summary(&ev) == ("ADDED".into(), "soon".into()), "{ev}");
+    ensure!(started.elapsed() >= lag, "the event came before the lag");
+    Ok(())
+}
+
+const CCM_SA_TOKEN: &str = "ccm-sa-token";
+const CCM_USER: &str = "system:serviceaccount:kube-system:cloud-controller-manager";
+
+async fn token_client(server: &TestApiServer, token: &str) -> anyhow::Result<Client> {
+    let kc = kube::config::Kubeconfig::from_yaml(&server.kubeconfig_yaml_with_token(token))?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+#[tokio::test]
+async fn rbac_from_the_manifest_is_enforced_and_recorded() -> anyhow::Result<()> {
+    let record = tempfile::tempdir()?;
+    let policy = std::fs::read_to_string(ccm_testkit::repo_path("manifests/base/rbac.yaml"))?;
+    let server = TestApiServer::start_with(ServerOptions {
+        rbac_policy: Some(policy),
+        record_dir: Some(record.path().to_path_buf()),
+        ..Default::default()
+    })
+    .await?;
+    server.add_token(
+        CCM_SA_TOKEN,
+        ccm_testkit::apiserver::TokenUser::service_account(
+            "kube-system",
+            "cloud-controller-manager",
+        ),
+    );
+    let admin = server.client().await?;
+    Api::<Node>::all(admin.clone())
+        .create(&PostParams::default(), &node("n1")?)
+        .await?;
+    let ccm = token_client(&server, CCM_SA_TOKEN).await?;
+    let nodes: Api<Node> = Api::all(ccm.clone());
+    ensure!(nodes.list(&ListParams::default()).await?.items.len() == 1);
+    nodes
+        .patch_status(
+            "n1",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"addresses": []}})),
+        )
+        .await?;
+    // Not granted: Forbidden, with kube-apiserver's text.
+    let cms: Api<ConfigMap> = Api::namespaced(ccm.clone(), "default");
+    let (code, reason, message) = api_err(cms.list(&ListParams::default()).await)?;
+    ensure!((code, reason.as_str()) == (403, "Forbidden"));
+    ensure!(
+        message
+            == format!(
+                "configmaps is forbidden: User \"{CCM_USER}\" cannot list resource \"configmaps\" in API group \"\" in the namespace \"default\""
+            ),
+        "{message}"
+    );
+    let (code, _, message) = api_err(
+        nodes
+            .replace_status("n1", &PostParams::default(), &nodes.get("n1").await?)
+            .await,
+    )?;
+    ensure!(code == 403, "{message}");
+    ensure!(
+        message
+            == format!(
+                "nodes \"n1\" is forbidden: User \"{CCM_USER}\" cannot update resource \"nodes/status\" in API group \"\" at the cluster scope"
+            ),
+        "{message}"
+    );
+    // The leader-election Role: only its Lease, only in kube-system.
+    let leases: Api<Lease> = Api::namespaced(ccm.clone(), "kube-system");
+    let lease: Lease =
+        serde_json::from_value(json!({"metadata": {"name": "cloud-controller-manager"}}))?;
+    leases.create(&PostParams::default(), &lease).await?;
+    leases.get("cloud-controller-manager").await?;
+    let (code, _, _) = api_err(leases.get("someone-else").await)?;
+    ensure!(code == 403);
+    // Discovery is every authenticated user's.
+    ccm.apiserver_version().await?;
+    // An unknown token is 401.
+    let stranger: Api<Node> = Api::all(token_client(&server, "nope").await?);
+    let (code, _, _) = api_err(stranger.list(&ListParams::default()).await)?;
+    ensure!(code == 401);
+
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(record.path())? {
+        let text = std::fs::read_to_string(entry?.path())?;
+        for line in text.lines() {
+            lines.push(serde_json::from_str::<
+                ccm_testkit::apiserver::rbac::RbacRecord,
+            >(line)?);
+        }
+    }
+    let find = |verb: &str, resource: &str, sub: &str| {
+        lines
+            .iter()
+            .find(|r| r.verb == verb && r.resource == resource && r.subresource == sub)
+            .cloned()
+    };
+    let patch = find("patch", "nodes", "status").context("patch nodes/status not recorded")?;
+    ensure!(patch.allowed && patch.user == CCM_USER);
+    ensure!(
+        patch
+            .granted_by
+            .iter()
+            .any(|g| g.role == "ClusterRole/system:cloud-controller-manager"),
+        "{patch:?}"
+    );
+    let denied = find("list", "configmaps", "").context("the denied list not recorded")?;
+    ensure!(!denied.allowed && denied.granted_by.is_empty() && denied.namespace == "default");
+    Ok(())
+}
+
+/// Runs kubectl against the server; (success, stdout + stderr).
+async fn kubectl(
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> anyhow::Result<(bool, String)> {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().context("spawning kubectl")?;
+    if let Some(mut pipe) = child.stdin.take() {
+        pipe.write_all(stdin.unwrap_or_default().as_bytes()).await?;
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+        .await
+        .context("kubectl did not finish within 60 s")??;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok((out.status.success(), text))
+}
+
+#[tokio::test]
+async fn kubectl_creates_applies_replaces_and_prints_tables() -> anyhow::Result<()> {
+    if std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_err()
+    {
+        println!("SKIPPED: kubectl is not on PATH (CI has it)");
+        return Ok(());
+    }
+    let server = TestApiServer::start().await?;
+    let dir = tempfile::tempdir()?;
+    let kc = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kc)?;
+    let svc = |name: &str, port: u16| {
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: {name}\nspec:\n  type: LoadBalancer\n  selector:\n    app: {name}\n  ports:\n  - port: {port}\n    targetPort: 8080\n  loadBalancerSourceRanges: [10.0.0.0/8]\n"
+        )
+    };
+    // Validation (fieldValidation found in /openapi/v3) is on: no --validate=false.
+    let (ok, out) = kubectl(&kc, &["create", "-f", "-"], Some(&svc("web", 80))).await?;
+    ensure!(ok && out.contains("service/web created"), "{out}");
+    let (ok, out) = kubectl(&kc, &["apply", "-f", "-"], Some(&svc("api", 80))).await?;
+    ensure!(ok && out.contains("service/api created"), "{out}");
+    let (ok, out) = kubectl(&kc, &["apply", "-f", "-"], Some(&svc("api", 81))).await?;
+    ensure!(ok && out.contains("service/api configured"), "{out}");
+    let (ok, out) = kubectl(&kc, &["replace", "-f", "-"], Some(&svc("web", 82))).await?;
+    ensure!(ok && out.contains("service/web replaced"), "{out}");
+
+    // kubectl get prints kube-apiserver's columns, EXTERNAL-IP included.
+    let services: Api<Service> = Api::namespaced(server.client().await?, "default");
+    services
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"loadBalancer": {"ingress": [{"hostname": "web.elb.example"}]}}}),
+            ),
+        )
+        .await?;
+    let (ok, out) = kubectl(&kc, &["get", "svc"], None).await?;
+    ensure!(ok, "{out}");
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header
+            == [
+                "NAME",
+                "TYPE",
+                "CLUSTER-IP",
+                "EXTERNAL-IP",
+                "PORT(S)",
+                "AGE"
+            ],
+        "{out}"
+    );
+    let web = out
+        .lines()
+        .find(|l| l.starts_with("web "))
+        .context("no web row")?;
+    ensure!(
+        web.contains("web.elb.example") && web.contains(":"),
+        "{out}"
+    );
+    ensure!(
+        out.lines()
+            .any(|l| l.starts_with("api ") && l.contains("<pending>")),
+        "{out}"
+    );
+    Api::<Node>::all(server.client().await?)
+        .create(&PostParams::default(), &node("n1")?)
+        .await?;
+    let (ok, out) = kubectl(&kc, &["get", "nodes"], None).await?;
+    let header: Vec<&str> = out
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        ok && header == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"],
+        "{out}"
+    );
+
+    // Source ranges are validated as kube-apiserver does.
+    let bad = svc("bad", 80).replace("10.0.0.0/8", "10.0.0.0/33");
+    let (ok, out) = kubectl(&kc, &["create", "-f", "-"], Some(&bad)).await?;
+    ensure!(
+        !ok && out.contains("spec.LoadBalancerSourceRanges[0]: Invalid value: \"10.0.0.0/33\""),
+        "{out}"
+    );
     Ok(())
 }

@@ -1368,16 +1368,33 @@ async fn clb_malformed_services_get_warnings_and_no_aws_calls() -> anyhow::Resul
     let pp = PostParams::default();
     let a = |k: &str, val: &str| serde_json::json!({ k: val });
     let internal = "service.beta.kubernetes.io/aws-load-balancer-internal";
-    let cases: Vec<(&str, serde_json::Value, serde_json::Value, Vec<&str>)> = vec![
-        (
-            "bad-cidr",
-            a(
-                "service.beta.kubernetes.io/load-balancer-source-ranges",
-                "10.0.0.0/33",
+    // A source range that is not a CIDR never reaches the CCM: kube-apiserver
+    // refuses the Service (ValidateService parses the annotation with
+    // GetLoadBalancerSourceRanges), and so does the API test server.
+    let refused = services
+        .create(
+            &pp,
+            &lb_svc(
+                "bad-cidr",
+                a(
+                    "service.beta.kubernetes.io/load-balancer-source-ranges",
+                    "10.0.0.0/33",
+                ),
+                &[("http", 80)],
+                serde_json::json!({}),
             ),
-            serde_json::json!({}),
-            vec!["load-balancer-source-ranges", "10.0.0.0/33", "IPv4 CIDRs"],
-        ),
+        )
+        .await
+        .expect_err("the API server validates source ranges");
+    let kube::Error::Api(status) = &refused else {
+        panic!("expected an API error, got {refused:?}");
+    };
+    assert_eq!(status.code, 422, "{status:?}");
+    assert!(
+        status.message.contains("load-balancer-source-ranges"),
+        "{status:?}"
+    );
+    let cases: Vec<(&str, serde_json::Value, serde_json::Value, Vec<&str>)> = vec![
         (
             "bad-interval",
             a(

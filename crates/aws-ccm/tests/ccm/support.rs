@@ -6,7 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use ccm_testkit::apiserver::{NonResourceGrant, Subject, TestApiServer, TokenUser};
+use ccm_testkit::apiserver::rbac::RECORD_KUBE_ENV;
+use ccm_testkit::apiserver::{NonResourceGrant, ServerOptions, Subject, TestApiServer, TokenUser};
 use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
 use ccm_testkit::moto::Moto;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -21,6 +22,35 @@ pub const REGION: &str = "us-east-1";
 pub const SCRAPE_TOKEN: &str = "ccm-test-metrics-scraper";
 /// Who [`SCRAPE_TOKEN`] is.
 pub const SCRAPER: &str = "system:serviceaccount:monitoring:prometheus";
+/// The bearer token of the CCM's kubeconfig: the API test server takes it
+/// for the service account `kube-system/cloud-controller-manager`, whose
+/// requests it authorizes by `manifests/base/rbac.yaml` (403 otherwise).
+pub const CCM_TOKEN: &str = "ccm-test-cloud-controller-manager";
+/// The service account the CCM runs as.
+pub const CCM_SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "cloud-controller-manager");
+
+/// The API test server every CCM test uses: RBAC of
+/// `manifests/base/rbac.yaml` enforced on the CCM's service account, whose
+/// requests are recorded for the RBAC coverage test when
+/// `AWS_CCM_RECORD_KUBE_REQUESTS` names a directory.
+pub async fn api_server() -> anyhow::Result<TestApiServer> {
+    let path = ccm_testkit::repo_path("manifests/base/rbac.yaml");
+    let policy =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let api = TestApiServer::start_with(ServerOptions {
+        rbac_policy: Some(policy),
+        record_dir: std::env::var_os(RECORD_KUBE_ENV)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from),
+        ..Default::default()
+    })
+    .await?;
+    api.add_token(
+        CCM_TOKEN,
+        TokenUser::service_account(CCM_SERVICE_ACCOUNT.0, CCM_SERVICE_ACCOUNT.1),
+    );
+    Ok(api)
+}
 
 /// Polls `check` until it returns `Some`, or fails after `deadline`.
 pub async fn eventually<T, F, Fut>(
@@ -76,7 +106,7 @@ impl Env {
     }
 
     pub async fn start_with_conf(cloud_conf: &str) -> anyhow::Result<Env> {
-        let (api, moto) = tokio::try_join!(TestApiServer::start(), Moto::start())?;
+        let (api, moto) = tokio::try_join!(api_server(), Moto::start())?;
         api.add_token(SCRAPE_TOKEN, TokenUser::new(SCRAPER));
         api.grant(NonResourceGrant::new(
             Subject::User(SCRAPER.into()),
@@ -86,7 +116,8 @@ impl Env {
         let proxy = FaultProxy::start(&moto.endpoint(), ProxyConfig::default()).await?;
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
-        api.write_kubeconfig(&kubeconfig)?;
+        std::fs::write(&kubeconfig, api.kubeconfig_yaml_with_token(CCM_TOKEN))
+            .with_context(|| format!("writing {}", kubeconfig.display()))?;
         let cloud_conf_path = dir.path().join("cloud.conf");
         std::fs::write(&cloud_conf_path, cloud_conf)?;
         Ok(Env {

@@ -15,6 +15,11 @@ pub(crate) struct ApiError {
     pub details: Option<Value>,
     /// Seconds for a `Retry-After` header (429 and 5xx).
     pub retry_after: Option<u64>,
+    /// Sent as `text/plain` (`message` and a newline) instead of a
+    /// `Status`, as kube-apiserver's priority-and-fairness and
+    /// max-in-flight filters answer a rejected request with Go's
+    /// `http.Error`.
+    pub plain_text: bool,
 }
 
 /// One entry of `details.causes`.
@@ -33,6 +38,7 @@ impl ApiError {
             message: message.into(),
             details: None,
             retry_after: None,
+            plain_text: false,
         }
     }
 
@@ -206,55 +212,73 @@ impl ApiError {
         e
     }
 
-    /// A made-up failure for a status code, as injected by a test.
-    pub fn for_code(code: u16, message: Option<String>) -> Self {
-        let (reason, default_message) = match code {
-            400 => (
-                "BadRequest",
-                "the server rejected our request for an unknown reason",
-            ),
-            401 => ("Unauthorized", "Unauthorized"),
-            403 => ("Forbidden", "forbidden: injected failure"),
-            404 => (
-                "NotFound",
-                "the server could not find the requested resource",
-            ),
-            405 => (
-                "MethodNotAllowed",
-                "the server does not allow this method on the requested resource",
-            ),
-            409 => ("Conflict", "the server reported a conflict"),
-            410 => ("Expired", "the resource has expired"),
-            422 => (
-                "Invalid",
-                "the server rejected our request due to an error in our request",
-            ),
-            429 => (
-                "TooManyRequests",
-                "the server has received too many requests and has asked us to try again later",
-            ),
-            500 => (
-                "InternalError",
-                "an error on the server (\"injected failure\") has prevented the request from succeeding",
-            ),
-            503 => (
+    /// An injected failure for a status code, in the form kube-apiserver
+    /// produces that code (`k8s.io/apimachinery/pkg/api/errors` and the
+    /// apiserver filters). `target` names the resource and object of the
+    /// request, when it has one; `message` replaces the standard text's
+    /// variable part; `retry_after` sets `Retry-After` (and
+    /// `details.retryAfterSeconds` where the real server sets both).
+    pub fn injected(
+        code: u16,
+        target: Option<(&ResourceDef, &str)>,
+        message: Option<String>,
+        retry_after: Option<u64>,
+    ) -> Self {
+        let mut e = match (code, target) {
+            // The optimistic-concurrency conflict of a write whose
+            // resourceVersion is not the stored one (`NewConflict`).
+            (409, Some((res, name))) => Self::stale(res, name),
+            // The priority-and-fairness / max-in-flight rejection: Go's
+            // `http.Error` with a plain-text body and `Retry-After`.
+            (429, _) => {
+                let mut e = ApiError::new(
+                    429,
+                    "TooManyRequests",
+                    "Too many requests, please try again later.",
+                );
+                e.plain_text = true;
+                e.retry_after = Some(retry_after.unwrap_or(1));
+                e
+            }
+            // `NewInternalError(err)`.
+            (500, _) => {
+                let cause = message.clone().unwrap_or_else(|| "injected failure".into());
+                ApiError::new(500, "InternalError", format!("Internal error occurred: {cause}"))
+                    .with_details(json!({"causes": [{"message": cause}]}))
+            }
+            // `NewServiceUnavailable(reason)`: the message is the reason.
+            (503, _) => ApiError::new(
+                503,
                 "ServiceUnavailable",
                 "the server is currently unable to handle the request",
             ),
-            504 => (
+            // The timeout filter's `NewTimeoutError(..., 0)`.
+            (504, _) => ApiError::new(
+                504,
                 "Timeout",
-                "the server was unable to return a response in the time allotted, but may still be processing the request",
-            ),
-            _ => ("", "injected failure"),
+                "Timeout: request did not complete within requested timeout - context deadline exceeded",
+            )
+            .with_details(json!({})),
+            (403, _) => ApiError::new(403, "Forbidden", "forbidden: injected failure"),
+            (404, Some((res, name))) => Self::not_found(res, name),
+            (409, None) => ApiError::new(409, "Conflict", "Operation cannot be fulfilled: injected failure"),
+            (410, _) => Self::expired("too old resource version: injected failure"),
+            (400, _) => Self::bad_request("injected failure"),
+            (401, _) => ApiError::new(401, "Unauthorized", "Unauthorized"),
+            (404, None) => ApiError::new(404, "NotFound", "the server could not find the requested resource"),
+            (422, _) => Self::unprocessable("injected failure"),
+            _ => ApiError::new(code, "", "injected failure"),
         };
-        let mut e = ApiError::new(
-            code,
-            reason,
-            message.unwrap_or_else(|| default_message.to_string()),
-        );
-        if code == 429 || code == 503 || code == 504 {
-            e.retry_after = Some(1);
-            e.details = Some(json!({"retryAfterSeconds": 1}));
+        if let Some(m) = message
+            && code != 500
+        {
+            e.message = m;
+        }
+        if let Some(s) = retry_after.filter(|_| code != 429) {
+            e.retry_after = Some(s);
+            let mut d = e.details.take().unwrap_or_else(|| json!({}));
+            d["retryAfterSeconds"] = json!(s);
+            e.details = Some(d);
         }
         e
     }

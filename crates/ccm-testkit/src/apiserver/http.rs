@@ -16,12 +16,15 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_util::sync::CancellationToken;
 
 use super::errors::ApiError;
+use super::openapi;
+use super::rbac::{Attributes, RbacPolicy, RbacRecord, Recorder, forbidden_message};
 use super::resources::{self, RESOURCES, ResourceDef};
-use super::reviews::{self, Reviews};
+use super::reviews::{self, MASTERS_GROUP, Reviews};
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
 use super::store::{
     Change, DeleteOpts, EventType, ListOpts, Msg, PatchBody, Store, Stored, Writer,
 };
+use super::table;
 use super::{FailureRule, RequestKey};
 
 /// The real server's request body limit.
@@ -45,6 +48,10 @@ pub(crate) struct Shared {
     pub address: String,
     /// Tokens and grants for TokenReview / SubjectAccessReview.
     pub reviews: Reviews,
+    /// RBAC enforced on requests with a bearer token, if set.
+    pub rbac: Option<RbacPolicy>,
+    /// Where the requests of authenticated users are recorded.
+    pub recorder: Recorder,
 }
 
 impl Shared {
@@ -55,14 +62,90 @@ impl Shared {
         *current = self.cancel.child_token();
     }
 
+    /// With RBAC on: authenticates the bearer token and authorizes the
+    /// request, recording it; an error response for a bad token (401) or
+    /// a denied request (403). Requests without a token are the test's own
+    /// and pass, as if made by a cluster admin.
+    fn authorize(&self, headers: &HeaderMap, a: &Attributes) -> Option<Response> {
+        // No policy, or no token: nothing to check.
+        let policy = self.rbac.as_ref()?;
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim)
+            .filter(|t| !t.is_empty())?;
+        let Some((user, groups)) = self.reviews.authenticate(token) else {
+            return Some(error_response(&ApiError::new(
+                401,
+                "Unauthorized",
+                "Unauthorized",
+            )));
+        };
+        let granted_by = if groups.iter().any(|g| g == MASTERS_GROUP) {
+            Vec::new()
+        } else {
+            policy.granting_rules(&user, &groups, a)
+        };
+        let allowed = !granted_by.is_empty() || groups.iter().any(|g| g == MASTERS_GROUP);
+        self.recorder.record(RbacRecord {
+            user: user.clone(),
+            verb: a.verb.clone(),
+            group: a.group.clone(),
+            resource: a.resource.clone(),
+            subresource: a.subresource.clone(),
+            namespace: a.namespace.clone(),
+            path: a.path.clone(),
+            allowed,
+            granted_by,
+        });
+        if allowed {
+            return None;
+        }
+        tracing::info!(
+            user,
+            verb = a.verb,
+            resource = a.combined_resource(),
+            namespace = a.namespace,
+            "kube-test-server: RBAC denied a request"
+        );
+        // responsewriters.Forbidden: NewForbidden(group resource, name, message).
+        let why = forbidden_message(&user, a);
+        let gr = if a.group.is_empty() {
+            a.resource.clone()
+        } else {
+            format!("{}.{}", a.resource, a.group)
+        };
+        let message = match (a.path.is_some(), a.name.is_empty()) {
+            (true, _) => format!("forbidden: {why}"),
+            (false, true) => format!("{gr} is forbidden: {why}"),
+            (false, false) => format!("{gr} {:?} is forbidden: {why}", a.name),
+        };
+        let mut e = ApiError::new(403, "Forbidden", message);
+        if a.path.is_none() {
+            let mut d = json!({"name": a.name, "kind": a.resource});
+            if !a.group.is_empty() {
+                d["group"] = json!(a.group);
+            }
+            e.details = Some(d);
+        }
+        Some(error_response(&e))
+    }
+
     fn record(&self, key: &RequestKey) {
         *self.stats.lock().entry(key.clone()).or_insert(0) += 1;
     }
 
     /// The first armed rule matching this request, consuming one use of it.
-    fn take_failure(&self, key: &RequestKey, ns: &str, name: &str) -> Option<FailureRule> {
+    fn take_failure(
+        &self,
+        key: &RequestKey,
+        ns: &str,
+        name: &str,
+        cas: bool,
+    ) -> Option<FailureRule> {
         let mut rules = self.failures.lock();
-        let pos = rules.iter().position(|r| r.matches(key, ns, name))?;
+        let pos = rules.iter().position(|r| r.matches(key, ns, name, cas))?;
         let hit = rules[pos].clone();
         if let Some(left) = rules[pos].times.as_mut() {
             *left = left.saturating_sub(1);
@@ -112,6 +195,12 @@ fn route(path: &str, address: &str) -> Route {
             }));
         }
         ["healthz"] | ["livez"] | ["readyz"] => return Route::Text("ok"),
+        ["openapi", "v2"] => return Route::Doc(openapi::v2().clone()),
+        ["openapi", "v3"] => return Route::Doc(openapi::v3_root()),
+        ["openapi", "v3", gv @ ..] => {
+            return openapi::v3_group_version(&gv.join("/"))
+                .map_or(Route::NotFound, |d| Route::Doc(d.clone()));
+        }
         ["api"] => return Route::Doc(resources::core_versions(address)),
         ["apis"] => return Route::Doc(resources::group_list()),
         ["apis", g] => return resources::group(g).map_or(Route::NotFound, Route::Doc),
@@ -168,7 +257,21 @@ fn value_response(code: u16, v: &Value) -> Response {
 }
 
 fn error_response(e: &ApiError) -> Response {
-    let mut resp = value_response(e.code, &e.status());
+    let mut resp = if e.plain_text {
+        let mut r = Response::new(Body::from(format!("{}\n", e.message)));
+        *r.status_mut() = StatusCode::from_u16(e.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r.headers_mut().insert(
+            "x-content-type-options",
+            HeaderValue::from_static("nosniff"),
+        );
+        r
+    } else {
+        value_response(e.code, &e.status())
+    };
     if let Some(s) = e.retry_after
         && let Ok(v) = HeaderValue::from_str(&s.to_string())
     {
@@ -184,6 +287,41 @@ fn wants_metadata(headers: &HeaderMap) -> bool {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("as=PartialObjectMetadata"))
+}
+
+/// Whether the client asked for a `meta.k8s.io/v1` Table.
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(table::wants_table)
+}
+
+/// A Table answer of these objects, with `metadata` for the Table.
+fn table_response(
+    def: &ResourceDef,
+    items: &[Arc<Stored>],
+    metadata: Value,
+    q: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let include = table::IncludeObject::parse(q.get("includeObject").map(String::as_str))
+        .map_err(ApiError::bad_request)?;
+    let pairs: Vec<(&Value, Value)> = items
+        .iter()
+        .map(|o| {
+            (
+                &o.value,
+                resources::to_view(def, &o.value).unwrap_or_else(|| o.value.clone()),
+            )
+        })
+        .collect();
+    let mut resp = value_response(200, &table::table(def, &pairs, metadata, include));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(table::TABLE_CONTENT_TYPE),
+    );
+    Ok(resp)
 }
 
 /// Whether the client asked for aggregated discovery.
@@ -366,7 +504,14 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         .unwrap_or_default();
     let path = parts.uri.path().to_string();
     if let Some((group, plural, kind)) = reviews::review_path(&path) {
-        return review(&sh, &parts.method, body, (group, plural, kind)).await;
+        return review(
+            &sh,
+            &parts.method,
+            &parts.headers,
+            body,
+            (group, plural, kind),
+        )
+        .await;
     }
     let t = match route(&path, &sh.address) {
         Route::Resource(t) => t,
@@ -377,8 +522,32 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
                 resource: path.clone(),
             };
             sh.record(&key);
-            if let Some(rule) = sh.take_failure(&key, "", "") {
-                return injected(&rule).await;
+            let attrs = Attributes {
+                verb: key.verb.clone(),
+                path: Some(path.clone()),
+                ..Default::default()
+            };
+            if let Some(resp) = sh.authorize(&parts.headers, &attrs) {
+                return resp;
+            }
+            if let Some(rule) = sh.take_failure(&key, "", "", false)
+                && let Some(resp) = injected(&rule, None).await
+            {
+                return resp;
+            }
+            // The v2 document is JSON only: a protobuf-only client is told so.
+            if path.starts_with("/openapi/")
+                && parts
+                    .headers
+                    .get(header::ACCEPT)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|a| a.contains("protobuf") && !a.contains("json"))
+            {
+                return error_response(&ApiError::new(
+                    406,
+                    "NotAcceptable",
+                    "only the following media types are accepted: application/json",
+                ));
             }
             let aggregated =
                 wants_aggregated(&parts.headers) && (path == "/api" || path == "/apis");
@@ -423,17 +592,17 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         resource,
     };
     sh.record(&key);
-    if let Some(rule) = sh.take_failure(
-        &key,
-        t.ns.as_deref().unwrap_or_default(),
-        t.name.as_deref().unwrap_or_default(),
-    ) {
-        return injected(&rule).await;
-    }
-    if q.contains_key("dryRun") {
-        return error_response(&ApiError::bad_request(
-            "dryRun is not supported by kube-test-server",
-        ));
+    let attrs = Attributes {
+        verb: verb.to_string(),
+        group: def.group.to_string(),
+        resource: def.plural.to_string(),
+        subresource: t.sub.clone().unwrap_or_default(),
+        namespace: t.ns.clone().unwrap_or_default(),
+        name: t.name.clone().unwrap_or_default(),
+        path: None,
+    };
+    if let Some(resp) = sh.authorize(&parts.headers, &attrs) {
+        return resp;
     }
     let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
@@ -445,10 +614,24 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
             ));
         }
     };
+    if let Some(rule) = sh.take_failure(
+        &key,
+        t.ns.as_deref().unwrap_or_default(),
+        t.name.as_deref().unwrap_or_default(),
+        carries_resource_version(verb, &parts.headers, &bytes),
+    ) && let Some(resp) = injected(&rule, Some((def, name_of(&t)))).await
+    {
+        return resp;
+    }
+    if q.contains_key("dryRun") {
+        return error_response(&ApiError::bad_request(
+            "dryRun is not supported by kube-test-server",
+        ));
+    }
     let metadata_only = wants_metadata(&parts.headers);
     let result = match verb {
-        "get" => get(&sh, &t, metadata_only),
-        "list" => list(&sh, &t, &q, metadata_only).await,
+        "get" => get(&sh, &t, &q, &parts.headers, metadata_only),
+        "list" => list(&sh, &t, &q, &parts.headers, metadata_only).await,
         "watch" => watch(&sh, &t, &q, metadata_only),
         "create" => create(&sh, &t, &q, &parts.headers, &bytes),
         "update" => update(&sh, &t, &q, &parts.headers, &bytes),
@@ -470,6 +653,7 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
 async fn review(
     sh: &Shared,
     method: &Method,
+    headers: &HeaderMap,
     body: Body,
     (group, plural, kind): (&str, &str, &str),
 ) -> Response {
@@ -484,8 +668,19 @@ async fn review(
         resource: plural.to_string(),
     };
     sh.record(&key);
-    if let Some(rule) = sh.take_failure(&key, "", "") {
-        return injected(&rule).await;
+    let attrs = Attributes {
+        verb: "create".into(),
+        group: group.into(),
+        resource: plural.into(),
+        ..Default::default()
+    };
+    if let Some(resp) = sh.authorize(headers, &attrs) {
+        return resp;
+    }
+    if let Some(rule) = sh.take_failure(&key, "", "", false)
+        && let Some(resp) = injected(&rule, None).await
+    {
+        return resp;
     }
     let bytes = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
@@ -503,11 +698,48 @@ async fn review(
     }
 }
 
-async fn injected(rule: &FailureRule) -> Response {
+/// Answers an injected failure after the rule's delay, or `None` when the
+/// rule only delays (code 0) and the request is to be served.
+async fn injected(rule: &FailureRule, target: Option<(&ResourceDef, &str)>) -> Option<Response> {
     if let Some(d) = rule.delay {
         tokio::time::sleep(d).await;
     }
-    error_response(&ApiError::for_code(rule.code, rule.message.clone()))
+    if rule.code == 0 {
+        return None;
+    }
+    let target = target.filter(|(_, name)| !name.is_empty());
+    Some(error_response(&ApiError::injected(
+        rule.code,
+        target,
+        rule.message.clone(),
+        rule.retry_after,
+    )))
+}
+
+/// Whether a write is a compare-and-swap: it names the resourceVersion it
+/// expects (an update's or a merge/strategic/apply patch's
+/// `metadata.resourceVersion`, a JSON patch testing or setting it, a
+/// delete's `preconditions.resourceVersion`).
+fn carries_resource_version(verb: &str, headers: &HeaderMap, body: &[u8]) -> bool {
+    let yaml = content_type(headers).contains("yaml");
+    let Ok(v) = decode_body(body, yaml) else {
+        return false;
+    };
+    let non_empty = |p: Option<&Value>| p.and_then(Value::as_str).is_some_and(|s| !s.is_empty());
+    match verb {
+        "update" | "patch" if v.is_array() => v.as_array().is_some_and(|ops| {
+            ops.iter().any(|op| {
+                op.get("path").and_then(Value::as_str) == Some("/metadata/resourceVersion")
+                    && matches!(
+                        op.get("op").and_then(Value::as_str),
+                        Some("test" | "replace" | "add")
+                    )
+            })
+        }),
+        "update" | "patch" => non_empty(v.pointer("/metadata/resourceVersion")),
+        "delete" | "deletecollection" => non_empty(v.pointer("/preconditions/resourceVersion")),
+        _ => false,
+    }
 }
 
 /// The namespace an object lives in: the path's, or "" when cluster-scoped.
@@ -527,8 +759,23 @@ fn name_of(t: &Target) -> &str {
     t.name.as_deref().unwrap_or_default()
 }
 
-fn get(sh: &Shared, t: &Target, metadata_only: bool) -> Result<Response, ApiError> {
-    let obj = sh.store.get(t.res, &ns_of(t)?, name_of(t))?;
+fn get(
+    sh: &Shared,
+    t: &Target,
+    q: &HashMap<String, String>,
+    headers: &HeaderMap,
+    metadata_only: bool,
+) -> Result<Response, ApiError> {
+    // resourceVersion=0 is served from the watch cache, which may lag.
+    let obj = if rv_param(q)? == Some(0) {
+        sh.store.get_cached(t.res, &ns_of(t)?, name_of(t))?
+    } else {
+        sh.store.get(t.res, &ns_of(t)?, name_of(t))?
+    };
+    if wants_table(headers) {
+        let meta = json!({"resourceVersion": obj.rv.to_string()});
+        return table_response(&RESOURCES[t.res], &[obj], meta, q);
+    }
     Ok(object_response(&RESOURCES[t.res], 200, &obj, metadata_only))
 }
 
@@ -536,6 +783,7 @@ async fn list(
     sh: &Shared,
     t: &Target,
     q: &HashMap<String, String>,
+    headers: &HeaderMap,
     metadata_only: bool,
 ) -> Result<Response, ApiError> {
     let def = &RESOURCES[t.res];
@@ -562,6 +810,16 @@ async fn list(
         sh.store.wait_for_rv(rv, RV_WAIT).await;
     }
     let page = sh.store.list(t.res, t.ns.as_deref(), &sel, &opts)?;
+    if wants_table(headers) {
+        let mut meta = json!({"resourceVersion": page.rv.to_string()});
+        if let Some(c) = &page.continue_token {
+            meta["continue"] = json!(c);
+        }
+        if let Some(r) = page.remaining {
+            meta["remainingItemCount"] = json!(r);
+        }
+        return table_response(def, &page.items, meta, q);
+    }
     Ok(json_response(
         200,
         render_list(
@@ -597,6 +855,9 @@ struct WatchStream {
     deadline: tokio::time::Instant,
     cancel: CancellationToken,
     finished: bool,
+    /// Changes up to this resourceVersion were sent already (or precede
+    /// the watch): skipped.
+    skip_through: u64,
 }
 
 impl WatchStream {
@@ -657,6 +918,9 @@ impl WatchStream {
     fn take(&mut self, msg: Msg, out: &mut BytesMut) {
         match msg {
             Msg::Change(c) => {
+                if c.rv <= self.skip_through {
+                    return;
+                }
                 if let Some(f) = self.frame(&c) {
                     out.extend_from_slice(&f);
                 }
@@ -763,6 +1027,7 @@ fn watch(
         deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
         cancel: sh.watch_cancel.lock().clone(),
         finished: false,
+        skip_through: start.skip_through,
     };
     let mut chunk = BytesMut::new();
     for obj in start.initial.iter().filter(|o| ws.sel.matches(&o.value)) {

@@ -15,16 +15,24 @@
 //!
 //! Kept on purpose small; each is what a test of the CCM cannot observe or
 //! does not need:
-//! - Plain HTTP on loopback; the server itself checks no credentials and
-//!   has no admission, protobuf or `as=Table` output (JSON is always
-//!   served). It does answer TokenReview and SubjectAccessReview for the
-//!   tokens and non-resource grants a test registers
-//!   ([`TestApiServer::add_token`], [`TestApiServer::grant`]); these two
-//!   are not in discovery. `dryRun` is
-//!   rejected with 400 rather than silently persisted.
+//! - Plain HTTP on loopback; no admission or protobuf (JSON is always
+//!   served). Credentials are checked only when RBAC is enforced
+//!   ([`ServerOptions::rbac_policy`]): then a registered bearer token
+//!   ([`TestApiServer::add_token`]) is authorized by the policy's roles
+//!   and bindings (403 with kube-apiserver's Forbidden text), an unknown
+//!   token is 401, and a request without a token passes as the test's own
+//!   cluster-admin. TokenReview and SubjectAccessReview answer for the
+//!   registered tokens and non-resource grants ([`TestApiServer::grant`]);
+//!   these two are not in discovery. `dryRun` is rejected with 400 rather
+//!   than silently persisted; `fieldValidation` is accepted and ignored.
+//! - `as=Table` answers lists and gets with kube-apiserver's columns for
+//!   nodes, services, events and leases (Name/Created At for the rest), not
+//!   watches. `/openapi/v2` (JSON only) and `/openapi/v3` serve the real
+//!   schemas of the served kinds (see `openapi/gen-openapi.py`).
 //! - Validation covers names, `generateName`, finalizers on deleting
 //!   objects, node `providerID`/`podCIDRs` and service `clusterIP`
-//!   immutability, and node ports already in use; other fields are stored
+//!   immutability, node ports already in use, and service source ranges
+//!   (CIDRs, `type: LoadBalancer` only); other fields are stored
 //!   as sent. Defaulting covers services (type, protocol, targetPort, node
 //!   ports, health check node port, cluster IP, policies) and the status
 //!   the create strategies set for services, pods and namespaces.
@@ -33,6 +41,10 @@
 //!   namespace without finalizers is removed at once with its contents.
 //! - `metadata.generation` is kept for resources with a spec (nodes,
 //!   services, pods) and bumps on any change outside metadata and status.
+//! - Harshness on demand ([`ServerOptions`]): watches dropped every few
+//!   seconds, compaction on a timer, a watch cache lagging writes (its
+//!   view is rebuilt from history, so a lag longer than `history_size`
+//!   writes is not modelled), and [`FailureRule`]s.
 //! - Watches: bookmarks go out on every `bookmark_interval` tick; a watcher
 //!   too far behind (more than the history size, at most 8192 changes) is
 //!   closed without an ERROR event and resumes from its last
@@ -62,15 +74,18 @@
 
 mod errors;
 mod http;
+mod openapi;
 mod patch;
+pub mod rbac;
 mod resources;
 mod reviews;
 mod selectors;
 mod ssa;
 mod store;
+mod table;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,6 +115,27 @@ pub struct ServerOptions {
     pub history_size: usize,
     /// Port on 127.0.0.1; 0 picks a free one.
     pub port: u16,
+    /// End every open watch this often, as kube-apiserver ends watches
+    /// when their (randomised) timeout passes or it restarts; clients
+    /// re-watch from their last resourceVersion. `None`: never.
+    pub watch_drop_every: Option<Duration>,
+    /// Compact this often (see [`TestApiServer::compact`]): a watch
+    /// resumed from before the last compaction gets 410 Gone and must
+    /// relist. `None`: never.
+    pub compact_every: Option<Duration>,
+    /// How long the watch cache lags behind writes: watch events, and
+    /// lists and gets at `resourceVersion=0` (or a list at a version the
+    /// cache has seen), see a write this much later. Quorum reads (no
+    /// resourceVersion) see it at once. Zero: no lag.
+    pub watch_cache_lag: Duration,
+    /// RBAC to enforce, as the YAML of ClusterRoles, Roles and bindings
+    /// (e.g. `manifests/base/rbac.yaml`): requests with a bearer token
+    /// registered by [`TestApiServer::add_token`] are authorized by it (403
+    /// otherwise), unknown tokens get 401, requests without a token pass.
+    pub rbac_policy: Option<String>,
+    /// Record each distinct request of an authenticated user here (see
+    /// [`rbac`]); needs `rbac_policy`.
+    pub record_dir: Option<PathBuf>,
 }
 
 impl Default for ServerOptions {
@@ -108,6 +144,11 @@ impl Default for ServerOptions {
             bookmark_interval: Duration::from_secs(1),
             history_size: 10_000,
             port: 0,
+            watch_drop_every: None,
+            compact_every: None,
+            watch_cache_lag: Duration::ZERO,
+            rbac_policy: None,
+            record_dir: None,
         }
     }
 }
@@ -197,15 +238,29 @@ impl RequestStats {
     }
 }
 
-/// A failure to inject: matching requests answer with `code` and a proper
-/// `Status` body (429/503/504 also carry `Retry-After: 1`) instead of
-/// being served.
+/// A failure to inject: matching requests answer with `code` and the body
+/// kube-apiserver sends for it instead of being served:
+/// - 409: the optimistic-concurrency `Conflict` Status of the object
+///   ("Operation cannot be fulfilled on nodes \"n1\": the object has been
+///   modified; …"); with [`FailureRule::compare_and_swap`] only writes that
+///   carry a resourceVersion (a PUT, a patch naming
+///   `metadata.resourceVersion`, a DELETE with a resourceVersion
+///   precondition) fail, as only those can conflict.
+/// - 429: the priority-and-fairness rejection, a plain-text
+///   `Too many requests, please try again later.` with `Retry-After`
+///   ([`FailureRule::retry_after`], 1 s by default).
+/// - 500: `InternalError`, "Internal error occurred: …".
+/// - 503: `ServiceUnavailable`; 504: the timeout filter's `Timeout`.
+///
+/// [`FailureRule::slow`] makes matching requests wait and then be served.
 ///
 /// ```
 /// use ccm_testkit::apiserver::FailureRule;
 /// // The next two PATCHes of any node's status answer 500.
 /// let rule = FailureRule::new("patch", "nodes/status", 500).times(2);
-/// # let _ = rule;
+/// // Every compare-and-swap update of a Lease conflicts.
+/// let cas = FailureRule::new("update", "leases", 409).compare_and_swap().always();
+/// # let _ = (rule, cas);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct FailureRule {
@@ -217,7 +272,7 @@ pub struct FailureRule {
     pub name: Option<String>,
     /// Namespace; `None` matches any.
     pub namespace: Option<String>,
-    /// HTTP status code to answer with.
+    /// HTTP status code to answer with; 0 serves the request (after `delay`).
     pub code: u16,
     /// Message of the `Status`; a standard one for the code if `None`.
     pub message: Option<String>,
@@ -225,6 +280,10 @@ pub struct FailureRule {
     pub times: Option<u32>,
     /// Wait this long before answering (to exercise client timeouts).
     pub delay: Option<Duration>,
+    /// Only writes that carry a resourceVersion precondition match.
+    pub compare_and_swap: bool,
+    /// `Retry-After` seconds (429 always has one: 1 unless set).
+    pub retry_after: Option<u64>,
 }
 
 impl FailureRule {
@@ -241,7 +300,29 @@ impl FailureRule {
             message: None,
             times: Some(1),
             delay: None,
+            compare_and_swap: false,
+            retry_after: None,
         }
+    }
+
+    /// Matching requests wait `delay` and are then served normally (the
+    /// next one; use [`FailureRule::times`] or [`FailureRule::always`]
+    /// for more).
+    pub fn slow(verb: &str, resource: &str, delay: Duration) -> FailureRule {
+        FailureRule::new(verb, resource, 0).delay(delay)
+    }
+
+    /// Only writes carrying a resourceVersion precondition match: the
+    /// compare-and-swap writes that can meet a 409 Conflict.
+    pub fn compare_and_swap(mut self) -> FailureRule {
+        self.compare_and_swap = true;
+        self
+    }
+
+    /// Send `Retry-After: secs` (and `details.retryAfterSeconds`).
+    pub fn retry_after(mut self, secs: u64) -> FailureRule {
+        self.retry_after = Some(secs);
+        self
     }
 
     /// Fails the next `n` matching requests.
@@ -280,8 +361,9 @@ impl FailureRule {
         self
     }
 
-    fn matches(&self, key: &RequestKey, ns: &str, name: &str) -> bool {
-        self.verb.as_deref().is_none_or(|v| v == key.verb)
+    fn matches(&self, key: &RequestKey, ns: &str, name: &str, cas: bool) -> bool {
+        (cas || !self.compare_and_swap)
+            && self.verb.as_deref().is_none_or(|v| v == key.verb)
             && self
                 .resource
                 .as_deref()
@@ -289,6 +371,12 @@ impl FailureRule {
             && self.name.as_deref().is_none_or(|n| n == name)
             && self.namespace.as_deref().is_none_or(|n| n == ns)
     }
+}
+
+#[derive(Clone, Copy)]
+enum Periodic {
+    DropWatches,
+    Compact,
 }
 
 /// A running test server. Dropping it stops serving (in-flight watches end).
@@ -312,8 +400,16 @@ impl TestApiServer {
         let addr = listener.local_addr().context("reading the bound address")?;
         let url = format!("http://{addr}");
         let cancel = CancellationToken::new();
+        let rbac = match &opts.rbac_policy {
+            Some(yaml) => {
+                Some(rbac::RbacPolicy::parse(yaml).context("parsing the RBAC policy to enforce")?)
+            }
+            None => None,
+        };
         let shared = Arc::new(Shared {
-            store: Store::new(opts.history_size),
+            rbac,
+            recorder: rbac::Recorder::new(opts.record_dir.clone(), addr.port()),
+            store: Store::new(opts.history_size, opts.watch_cache_lag),
             stats: parking_lot::Mutex::new(HashMap::new()),
             failures: parking_lot::Mutex::new(Vec::new()),
             cancel: cancel.clone(),
@@ -361,11 +457,36 @@ impl TestApiServer {
                 }
             }
         });
-        Ok(TestApiServer {
-            shared,
-            url,
-            tasks: vec![serve, ticker],
-        })
+        let mut tasks = vec![serve, ticker];
+        let cache_shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            cache_shared
+                .store
+                .run_watch_cache(cache_shared.cancel.clone())
+                .await;
+        }));
+        for (every, action) in [
+            (opts.watch_drop_every, Periodic::DropWatches),
+            (opts.compact_every, Periodic::Compact),
+        ] {
+            let Some(every) = every else { continue };
+            let sh = shared.clone();
+            tasks.push(tokio::spawn(async move {
+                let every = every.max(Duration::from_millis(1));
+                let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = sh.cancel.cancelled() => break,
+                        _ = tick.tick() => match action {
+                            Periodic::DropWatches => sh.close_watches(),
+                            Periodic::Compact => sh.store.compact(),
+                        },
+                    }
+                }
+            }));
+        }
+        Ok(TestApiServer { shared, url, tasks })
     }
 
     /// The base URL, e.g. `http://127.0.0.1:41234`.
@@ -388,6 +509,13 @@ impl TestApiServer {
              current-context: kube-test-server\n",
             url = self.url
         )
+    }
+
+    /// [`TestApiServer::kubeconfig_yaml`] whose user sends `token` as a
+    /// bearer token (register it with [`TestApiServer::add_token`]).
+    pub fn kubeconfig_yaml_with_token(&self, token: &str) -> String {
+        self.kubeconfig_yaml()
+            .replace("user: {}\n", &format!("user:\n    token: {token}\n"))
     }
 
     /// Writes [`TestApiServer::kubeconfig_yaml`] to `path`.
@@ -633,13 +761,13 @@ mod tests {
             group: String::new(),
             resource: "nodes/status".into(),
         };
-        assert!(FailureRule::new("patch", "nodes/status", 500).matches(&key, "", "n1"));
-        assert!(FailureRule::new("*", "*", 500).matches(&key, "", "n1"));
-        assert!(!FailureRule::new("patch", "nodes", 500).matches(&key, "", "n1"));
+        assert!(FailureRule::new("patch", "nodes/status", 500).matches(&key, "", "n1", false));
+        assert!(FailureRule::new("*", "*", 500).matches(&key, "", "n1", false));
+        assert!(!FailureRule::new("patch", "nodes", 500).matches(&key, "", "n1", false));
         assert!(
             !FailureRule::new("patch", "nodes/status", 500)
                 .name("n2")
-                .matches(&key, "", "n1")
+                .matches(&key, "", "n1", false)
         );
     }
 }

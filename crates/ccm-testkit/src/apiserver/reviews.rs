@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 use super::errors::{ApiError, Cause};
 
 /// Group added by the real server to every authenticated user.
-const AUTHENTICATED_GROUP: &str = "system:authenticated";
-const MASTERS_GROUP: &str = "system:masters";
+pub(crate) const AUTHENTICATED_GROUP: &str = "system:authenticated";
+pub(crate) const MASTERS_GROUP: &str = "system:masters";
 
 /// Who a registered token is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -39,6 +39,15 @@ impl TokenUser {
             username: username.to_string(),
             ..Default::default()
         }
+    }
+
+    /// A service account's identity, as kube-apiserver's service account
+    /// token authenticator gives it: `system:serviceaccount:NS:NAME` in
+    /// the groups `system:serviceaccounts` and `system:serviceaccounts:NS`.
+    pub fn service_account(namespace: &str, name: &str) -> TokenUser {
+        TokenUser::new(&format!("system:serviceaccount:{namespace}:{name}"))
+            .group("system:serviceaccounts")
+            .group(&format!("system:serviceaccounts:{namespace}"))
     }
 
     pub fn group(mut self, group: &str) -> TokenUser {
@@ -131,6 +140,17 @@ fn decode(body: &[u8], group: &str, kind: &str) -> Result<Value, ApiError> {
 }
 
 impl Reviews {
+    /// The user a bearer token stands for, with `system:authenticated`
+    /// added to its groups.
+    pub fn authenticate(&self, token: &str) -> Option<(String, Vec<String>)> {
+        let u = self.tokens.lock().get(token).cloned()?;
+        let mut groups = u.groups;
+        if !groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+            groups.push(AUTHENTICATED_GROUP.to_string());
+        }
+        Some((u.username, groups))
+    }
+
     /// Answers one review request body; the value is the created review.
     pub fn review(&self, kind: &str, group: &str, body: &[u8]) -> Result<Value, ApiError> {
         let v = decode(body, group, kind)?;

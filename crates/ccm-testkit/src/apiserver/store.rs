@@ -106,6 +106,9 @@ const MAX_BROADCAST_CAPACITY: usize = 8192;
 
 struct State {
     rv: u64,
+    /// Committed changes the watch cache has not seen yet (only with a
+    /// lag): when each becomes visible, which resource, the change.
+    pending: VecDeque<(tokio::time::Instant, usize, Arc<Change>)>,
     res: Vec<ResState>,
     snapshots: HashMap<u64, Snapshot>,
     next_snapshot: u64,
@@ -120,6 +123,10 @@ pub(crate) struct Store {
     state: Mutex<State>,
     history_size: usize,
     rv_tx: watch::Sender<u64>,
+    /// How long the watch cache lags writes (zero: not at all).
+    lag: Duration,
+    /// Wakes the watch cache pump when a change is queued.
+    pump_wake: tokio::sync::Notify,
 }
 
 /// A page of a list.
@@ -148,6 +155,9 @@ pub(crate) struct WatchStart {
     pub rx: broadcast::Receiver<Msg>,
     /// The resourceVersion the initial state was read at.
     pub rv: u64,
+    /// Changes up to this resourceVersion are already in `initial` or
+    /// `replay` (or before the requested version): skip them on `rx`.
+    pub skip_through: u64,
 }
 
 /// Request-level facts a write needs.
@@ -253,7 +263,7 @@ fn random_suffix() -> String {
 }
 
 impl Store {
-    pub fn new(history_size: usize) -> Store {
+    pub fn new(history_size: usize, lag: Duration) -> Store {
         let capacity = history_size.clamp(16, MAX_BROADCAST_CAPACITY);
         let res = RESOURCES
             .iter()
@@ -268,6 +278,7 @@ impl Store {
         Store {
             state: Mutex::new(State {
                 rv: 0,
+                pending: VecDeque::new(),
                 res,
                 snapshots: HashMap::new(),
                 next_snapshot: 1,
@@ -277,6 +288,55 @@ impl Store {
             }),
             history_size: history_size.max(1),
             rv_tx,
+            lag,
+            pump_wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The newest resourceVersion the watch cache has seen: every change up
+    /// to it has gone to the watchers.
+    fn cache_rv(st: &State) -> u64 {
+        st.pending
+            .front()
+            .map_or(st.rv, |(_, _, c)| c.rv.saturating_sub(1))
+    }
+
+    /// Sends the queued changes whose time has come to the watchers;
+    /// returns when the next one is due.
+    fn pump(&self) -> Option<tokio::time::Instant> {
+        let mut st = self.state.lock();
+        let now = tokio::time::Instant::now();
+        while let Some((due, _, _)) = st.pending.front() {
+            if *due > now {
+                return Some(*due);
+            }
+            if let Some((_, res, change)) = st.pending.pop_front() {
+                // An error only means nobody is watching.
+                let _ = st.res[res].tx.send(Msg::Change(change));
+            }
+        }
+        None
+    }
+
+    /// Feeds the lagging watch cache until `cancel` fires (returns at
+    /// once when there is no lag).
+    pub async fn run_watch_cache(&self, cancel: tokio_util::sync::CancellationToken) {
+        if self.lag.is_zero() {
+            return;
+        }
+        loop {
+            let wake = self.pump_wake.notified();
+            let next = self.pump();
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = wake => {}
+                _ = async {
+                    match next {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+            }
         }
     }
 
@@ -307,9 +367,10 @@ impl Store {
     /// Lets every watcher send a bookmark at the current resourceVersion.
     pub fn tick(&self) {
         let st = self.state.lock();
+        let rv = Self::cache_rv(&st);
         for r in &st.res {
             if r.tx.receiver_count() > 0 {
-                let _ = r.tx.send(Msg::Tick(st.rv));
+                let _ = r.tx.send(Msg::Tick(rv));
             }
         }
     }
@@ -361,8 +422,14 @@ impl Store {
                 rs.floor = old.rv;
             }
         }
-        // An error only means nobody is watching.
-        let _ = rs.tx.send(Msg::Change(change));
+        if self.lag.is_zero() {
+            // An error only means nobody is watching.
+            let _ = rs.tx.send(Msg::Change(change));
+        } else {
+            let due = tokio::time::Instant::now() + self.lag;
+            st.pending.push_back((due, res, change));
+            self.pump_wake.notify_one();
+        }
         self.rv_tx.send_replace(rv);
         stored
     }
@@ -373,6 +440,21 @@ impl Store {
             .objects
             .get(&(ns.to_string(), name.to_string()))
             .cloned()
+            .ok_or_else(|| ApiError::not_found(&RESOURCES[res], name))
+    }
+
+    /// A get served from the watch cache (`resourceVersion=0`): with a
+    /// lag, the object as the cache last saw it.
+    pub fn get_cached(&self, res: usize, ns: &str, name: &str) -> Result<Arc<Stored>, ApiError> {
+        let st = self.state.lock();
+        let cache_rv = Self::cache_rv(&st);
+        if cache_rv == st.rv {
+            drop(st);
+            return self.get(res, ns, name);
+        }
+        Self::at_rv(&st, res, Some(ns), cache_rv)
+            .into_iter()
+            .find(|o| meta_str(&o.value, "name") == name)
             .ok_or_else(|| ApiError::not_found(&RESOURCES[res], name))
     }
 
@@ -488,7 +570,13 @@ impl Store {
                 if wanted > st.rv {
                     return Err(ApiError::too_large_rv(wanted, st.rv));
                 }
-                (st.rv, Self::scan(&st, res, ns))
+                // Served from the watch cache, which may lag the store.
+                let cache_rv = Self::cache_rv(&st);
+                if cache_rv < st.rv && wanted <= cache_rv {
+                    (cache_rv, Self::at_rv(&st, res, ns, cache_rv))
+                } else {
+                    (st.rv, Self::scan(&st, res, ns))
+                }
             }
             (None, _) => (st.rv, Self::scan(&st, res, ns)),
         };
@@ -551,6 +639,9 @@ impl Store {
         let st = self.state.lock();
         let rs = &st.res[storage_index(res)];
         let rx = rs.tx.subscribe();
+        // Watches are served by the watch cache: changes after `cache_rv`
+        // are still queued and reach `rx` later.
+        let cache_rv = Self::cache_rv(&st);
         match from {
             Some(rv) if rv > 0 && !initial_events => {
                 if rv < rs.floor {
@@ -563,6 +654,7 @@ impl Store {
                     .history
                     .iter()
                     .skip_while(|c| c.rv <= rv)
+                    .take_while(|c| c.rv <= cache_rv)
                     .filter(|c| ns.is_none_or(|ns| ns == c.key.0))
                     .cloned()
                     .collect();
@@ -571,13 +663,19 @@ impl Store {
                     replay,
                     rx,
                     rv,
+                    skip_through: rv.max(cache_rv).min(st.rv),
                 })
             }
             _ => Ok(WatchStart {
-                initial: Self::scan(&st, res, ns),
+                initial: if cache_rv == st.rv {
+                    Self::scan(&st, res, ns)
+                } else {
+                    Self::at_rv(&st, res, ns, cache_rv)
+                },
                 replay: Vec::new(),
                 rx,
-                rv: st.rv,
+                rv: cache_rv,
+                skip_through: cache_rv,
             }),
         }
     }
@@ -1359,6 +1457,7 @@ fn defaults(
         .and_then(|o| o.get("spec"))
         .cloned()
         .unwrap_or(json!({}));
+    validate_source_ranges(def, &name, obj)?;
     let mut used = PortView {
         index: &st.node_ports,
         own: (ns.clone(), name.clone()),
@@ -1519,6 +1618,95 @@ fn defaults(
     Ok(())
 }
 
+/// kube-apiserver's `ValidateService` on `spec.loadBalancerSourceRanges`
+/// (its field path keeps the historical capital L) and, when that is
+/// empty, on the `service.beta.kubernetes.io/load-balancer-source-ranges`
+/// annotation: only `type: LoadBalancer` may have them, and each entry
+/// (space-padded allowed) must be a CIDR.
+fn validate_source_ranges(def: &ResourceDef, name: &str, obj: &Value) -> Result<(), ApiError> {
+    const ANNOTATION: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
+    let is_lb = obj.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer");
+    let ranges: Vec<String> = obj
+        .pointer("/spec/loadBalancerSourceRanges")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|v| v.as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let forbidden = "Forbidden: may only be used when `type` is 'LoadBalancer'".to_string();
+    let mut causes = Vec::new();
+    if !ranges.is_empty() {
+        let field = "spec.LoadBalancerSourceRanges";
+        if !is_lb {
+            causes.push(Cause {
+                reason: "FieldValueForbidden",
+                message: forbidden,
+                field: field.into(),
+            });
+        }
+        for (i, r) in ranges.iter().enumerate() {
+            let r = r.trim();
+            if !is_cidr(r) {
+                causes.push(Cause {
+                    reason: "FieldValueInvalid",
+                    message: format!(
+                        "Invalid value: {r:?}: must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"
+                    ),
+                    field: format!("{field}[{i}]"),
+                });
+            }
+        }
+    } else if let Some(val) = obj
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(ANNOTATION))
+        .and_then(Value::as_str)
+    {
+        let field = format!("metadata.annotations[{ANNOTATION}]");
+        if !is_lb {
+            causes.push(Cause {
+                reason: "FieldValueForbidden",
+                message: forbidden,
+                field: field.clone(),
+            });
+        }
+        let val = val.trim();
+        if !val.is_empty() {
+            for r in val.split(',').map(str::trim) {
+                if !is_cidr(r) {
+                    causes.push(Cause {
+                        reason: "FieldValueInvalid",
+                        message: format!(
+                            "Invalid value: {r:?}: must be a list of IP ranges. For example, 10.240.0.0/24,10.250.0.0/24 "
+                        ),
+                        field: field.clone(),
+                    });
+                }
+            }
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(def, name, causes))
+    }
+}
+
+/// An IP address and a prefix length within its family's width.
+fn is_cidr(s: &str) -> bool {
+    let Some((ip, len)) = s.split_once('/') else {
+        return false;
+    };
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    !len.is_empty()
+        && len.chars().all(|c| c.is_ascii_digit())
+        && len.parse::<u32>().is_ok_and(|l| l <= max)
+}
+
 fn page(
     rv: u64,
     items: &[Arc<Stored>],
@@ -1560,7 +1748,7 @@ mod tests {
     use crate::apiserver::resources::find;
 
     fn store_with_ns() -> Store {
-        let s = Store::new(100);
+        let s = Store::new(100, Duration::ZERO);
         let w = Writer {
             manager: "test".into(),
         };
@@ -1682,6 +1870,58 @@ mod tests {
         // Another Service cannot take it, whatever the protocol.
         let taken = s.create(svc, "default", dns("other", 30054), &w, false);
         assert_eq!(taken.err().map(|e| e.code), Some(422));
+    }
+
+    #[test]
+    fn apiserver_store_validates_source_ranges_as_kube_apiserver() {
+        let s = store_with_ns();
+        let w = Writer {
+            manager: "t".into(),
+        };
+        let svc = idx("services");
+        let make = |name: &str, ty: &str, ranges: Value| json!({"metadata": {"name": name}, "spec": {"type": ty, "ports": [{"port": 80}], "loadBalancerSourceRanges": ranges}});
+        let ok = s.create(
+            svc,
+            "default",
+            make(
+                "ok",
+                "LoadBalancer",
+                json!([" 10.0.0.0/8", "2001:db8::/64"]),
+            ),
+            &w,
+            false,
+        );
+        assert!(ok.is_ok(), "{:?}", ok.err().map(|e| e.message));
+        let bad = s
+            .create(
+                svc,
+                "default",
+                make("bad", "LoadBalancer", json!(["10.0.0.0/8", "nope"])),
+                &w,
+                false,
+            )
+            .err()
+            .map(|e| (e.code, e.message));
+        assert_eq!(
+            bad,
+            Some((422, "Service \"bad\" is invalid: spec.LoadBalancerSourceRanges[1]: Invalid value: \"nope\": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)".into()))
+        );
+        let not_lb = s
+            .create(
+                svc,
+                "default",
+                make("np", "NodePort", json!(["10.0.0.0/8"])),
+                &w,
+                false,
+            )
+            .err()
+            .map(|e| e.message);
+        assert_eq!(
+            not_lb.as_deref(),
+            Some(
+                "Service \"np\" is invalid: spec.LoadBalancerSourceRanges: Forbidden: may only be used when `type` is 'LoadBalancer'"
+            )
+        );
     }
 
     #[test]

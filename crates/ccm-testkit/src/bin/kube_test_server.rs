@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use ccm_testkit::apiserver::{ServerOptions, TestApiServer};
+use ccm_testkit::apiserver::{ServerOptions, TestApiServer, TokenUser};
 use clap::Parser;
 
 #[derive(Debug, Parser)]
@@ -33,6 +33,50 @@ struct Args {
     /// Changes kept per resource for watch resumption.
     #[arg(long, default_value_t = 10_000)]
     history_size: usize,
+    /// End every open watch this often (clients re-watch), e.g. `5s`.
+    #[arg(long, value_parser = parse_duration)]
+    watch_drop_every: Option<Duration>,
+    /// Compact this often, so watches resumed from before get 410 Gone, e.g. `30s`.
+    #[arg(long, value_parser = parse_duration)]
+    compact_every: Option<Duration>,
+    /// Delay of the watch cache behind writes (watch events and
+    /// resourceVersion=0 reads), e.g. `2s`; 0 for none.
+    #[arg(long, default_value = "0", value_parser = parse_lag)]
+    watch_cache_lag: Duration,
+    /// Enforce the RBAC of this YAML (ClusterRoles, Roles, bindings, e.g.
+    /// manifests/base/rbac.yaml) on requests carrying a `--token`.
+    #[arg(long)]
+    rbac: Option<PathBuf>,
+    /// `TOKEN=NAMESPACE/NAME`: accept TOKEN as a bearer token for that
+    /// service account (repeatable).
+    #[arg(long = "service-account-token", value_parser = parse_sa_token)]
+    service_account_tokens: Vec<(String, String, String)>,
+    /// Record each distinct request of an authenticated user to a file in
+    /// this directory (for the RBAC coverage test).
+    #[arg(long, env = ccm_testkit::apiserver::rbac::RECORD_KUBE_ENV)]
+    record_dir: Option<PathBuf>,
+}
+
+/// A duration that may be zero.
+fn parse_lag(s: &str) -> anyhow::Result<Duration> {
+    if s.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic()) == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
+}
+
+/// `TOKEN=NAMESPACE/NAME`.
+fn parse_sa_token(s: &str) -> anyhow::Result<(String, String, String)> {
+    let (token, sa) = s
+        .split_once('=')
+        .with_context(|| format!("{s:?} is not TOKEN=NAMESPACE/NAME"))?;
+    let (ns, name) = sa
+        .split_once('/')
+        .with_context(|| format!("{s:?} is not TOKEN=NAMESPACE/NAME"))?;
+    if token.is_empty() || ns.is_empty() || name.is_empty() {
+        bail!("{s:?} is not TOKEN=NAMESPACE/NAME: each part must be non-empty");
+    }
+    Ok((token.into(), ns.into(), name.into()))
 }
 
 /// Parses `500ms`, `2s`, `1m` or a bare number of seconds.
@@ -64,12 +108,27 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
+    let rbac_policy = match &args.rbac {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the RBAC policy {}", path.display()))?,
+        ),
+        None => None,
+    };
     let server = TestApiServer::start_with(ServerOptions {
         bookmark_interval: args.bookmark_interval,
         history_size: args.history_size,
         port: args.port,
+        watch_drop_every: args.watch_drop_every,
+        compact_every: args.compact_every,
+        watch_cache_lag: args.watch_cache_lag,
+        rbac_policy,
+        record_dir: args.record_dir.clone(),
     })
     .await?;
+    for (token, ns, name) in &args.service_account_tokens {
+        server.add_token(token, TokenUser::service_account(ns, name));
+    }
     if let Some(seed) = &args.seed {
         let yaml = std::fs::read_to_string(seed)
             .with_context(|| format!("reading seed file {}", seed.display()))?;
@@ -108,5 +167,10 @@ mod tests {
         assert_eq!(parse_duration("1m").ok(), Some(Duration::from_secs(60)));
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_lag("0").ok(), Some(Duration::ZERO));
+        assert_eq!(parse_lag("0s").ok(), Some(Duration::ZERO));
+        assert_eq!(parse_lag("250ms").ok(), Some(Duration::from_millis(250)));
+        assert!(parse_sa_token("t=kube-system/ccm").is_ok());
+        assert!(parse_sa_token("t=ccm").is_err());
     }
 }
