@@ -661,24 +661,7 @@ fn the_authorization_table_knows_every_operation() {
 // ---- the whole suite's requests ----
 
 fn recorded() -> Vec<RecordedRequest> {
-    let dir = std::env::var_os(RECORD_ENV).unwrap_or_else(|| {
-        panic!("{RECORD_ENV} is not set: run `make test`, which records the suite's AWS requests and then runs this")
-    });
-    let mut out = Vec::new();
-    for entry in
-        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", PathBuf::from(&dir).display()))
-    {
-        let path = entry.expect("directory entry").path();
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            out.push(
-                serde_json::from_str(line)
-                    .unwrap_or_else(|e| panic!("{}: {e}: {line}", path.display())),
-            );
-        }
-    }
-    out
+    ccm_testkit::records::read_all(RECORD_ENV)
 }
 
 #[test]

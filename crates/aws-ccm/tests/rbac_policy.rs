@@ -11,7 +11,6 @@
 //! that a rule grants but no request used (granted but never used).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use ccm_testkit::apiserver::rbac::{
     Attributes, RECORD_KUBE_ENV, RbacPolicy, RbacRecord, rule_allows,
@@ -87,24 +86,7 @@ fn the_manifest_binds_the_ccms_service_account() {
 }
 
 fn recorded() -> Vec<RbacRecord> {
-    let dir = std::env::var_os(RECORD_KUBE_ENV).unwrap_or_else(|| {
-        panic!("{RECORD_KUBE_ENV} is not set: run `make test`, which records the suite's Kubernetes requests and then runs this")
-    });
-    let mut out = Vec::new();
-    for entry in
-        std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", PathBuf::from(&dir).display()))
-    {
-        let path = entry.expect("directory entry").path();
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for line in text.lines().filter(|l| !l.trim().is_empty()) {
-            out.push(
-                serde_json::from_str(line)
-                    .unwrap_or_else(|e| panic!("{}: {e}: {line}", path.display())),
-            );
-        }
-    }
-    out
+    ccm_testkit::records::read_all(RECORD_KUBE_ENV)
 }
 
 fn describe(r: &RbacRecord) -> String {

@@ -8,6 +8,7 @@ pub mod aws_proxy;
 pub mod iam;
 pub mod instance_sim;
 pub mod moto;
+pub mod records;
 pub mod tls;
 
 /// A file or directory of this repository (the workspace root), for the

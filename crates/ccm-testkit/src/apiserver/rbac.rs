@@ -16,8 +16,6 @@
 //! [`RbacRecord`] per line, with the rules that granted it, for the RBAC
 //! coverage test (`crates/aws-ccm/tests/rbac_policy.rs`).
 
-use std::collections::HashSet;
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
@@ -400,44 +398,19 @@ pub(crate) fn forbidden_message(user: &str, a: &Attributes) -> String {
 
 /// Appends each distinct [`RbacRecord`] to a file, when recording is on.
 pub(crate) struct Recorder {
-    file: Option<PathBuf>,
-    seen: parking_lot::Mutex<HashSet<RbacRecord>>,
+    lines: crate::records::JsonLines,
 }
 
 impl Recorder {
     pub(crate) fn new(dir: Option<PathBuf>, port: u16) -> Recorder {
         Recorder {
-            file: dir.map(|d| d.join(format!("{}-{port}.kube-requests", std::process::id()))),
-            seen: parking_lot::Mutex::new(HashSet::new()),
+            lines: crate::records::JsonLines::new(dir.as_deref(), port, "kube-requests"),
         }
     }
 
     pub(crate) fn record(&self, r: RbacRecord) {
-        let Some(path) = &self.file else { return };
-        let mut seen = self.seen.lock();
-        if seen.contains(&r) {
-            return;
-        }
-        let Ok(mut line) = serde_json::to_string(&r) else {
-            return;
-        };
-        line.push('\n');
-        // Written under the lock so lines never interleave.
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut f| f.write_all(line.as_bytes()));
-        match written {
-            Ok(()) => {
-                seen.insert(r);
-            }
-            Err(e) => tracing::warn!(
-                file = %path.display(),
-                error = %e,
-                "kube-test-server could not record a request for the RBAC coverage test"
-            ),
-        }
+        self.lines
+            .append(&r, "a Kubernetes request for the RBAC coverage test");
     }
 }
 

@@ -10,14 +10,10 @@
 //! the user agent; test-side seeding and the proxy's own tests send no such
 //! header and are not recorded.
 
-use std::collections::HashSet;
-use std::io::Write;
-use std::path::PathBuf;
-
 use http::HeaderMap;
-use parking_lot::Mutex;
 
 use crate::iam::RecordedRequest;
+use crate::records::JsonLines;
 
 /// The environment variable naming the recording directory.
 pub const RECORD_ENV: &str = "AWS_CCM_RECORD_ACTIONS";
@@ -26,8 +22,7 @@ pub const RECORD_ENV: &str = "AWS_CCM_RECORD_ACTIONS";
 pub const CCM_APP_MARK: &str = "app/aws-ccm";
 
 pub(super) struct Recorder {
-    file: Option<PathBuf>,
-    seen: Mutex<HashSet<String>>,
+    lines: JsonLines,
 }
 
 /// Whether a request came from the CCM (by its user agent's app name).
@@ -44,48 +39,33 @@ impl Recorder {
     /// A recorder writing to `<dir>/<pid>-<port>.requests` when
     /// `AWS_CCM_RECORD_ACTIONS` is set, else one that records nothing.
     pub(super) fn from_env(port: u16) -> Recorder {
-        let file = std::env::var_os(RECORD_ENV)
-            .filter(|d| !d.is_empty())
-            .map(|dir| PathBuf::from(dir).join(format!("{}-{port}.requests", std::process::id())));
         Recorder {
-            file,
-            seen: Mutex::new(HashSet::new()),
+            lines: JsonLines::from_env(RECORD_ENV, port, "requests"),
         }
     }
 
     pub(super) fn is_on(&self) -> bool {
-        self.file.is_some()
+        self.lines.is_on()
     }
 
     /// Notes one request from the CCM.
     pub(super) fn record(&self, request: &RecordedRequest) {
-        let Some(path) = &self.file else { return };
+        if !self.is_on() {
+            return;
+        }
         let read = ["Describe", "Get", "List"]
             .iter()
             .any(|p| request.action.starts_with(p));
-        let line = if read {
+        if read {
             let bare = RecordedRequest {
                 service: request.service.clone(),
                 action: request.action.clone(),
                 region: request.region.clone(),
                 ..RecordedRequest::default()
             };
-            serde_json::to_string(&bare)
+            self.lines.append(&bare, "AWS request");
         } else {
-            serde_json::to_string(request)
-        };
-        let Ok(mut line) = line else { return };
-        if !self.seen.lock().insert(line.clone()) {
-            return;
-        }
-        line.push('\n');
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut f| f.write_all(line.as_bytes()));
-        if let Err(err) = written {
-            tracing::warn!(path = %path.display(), %err, "cannot record AWS request");
+            self.lines.append(request, "AWS request");
         }
     }
 }
