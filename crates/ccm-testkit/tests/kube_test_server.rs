@@ -272,7 +272,7 @@ async fn namespaces_are_precreated_and_required() -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn stale_resource_version_conflicts_and_generation_tracks_spec() -> anyhow::Result<()> {
-    let (_server, client) = setup().await?;
+    let (server, client) = setup().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let first = nodes.create(&PostParams::default(), &node("n1")?).await?;
     let rv1: u64 = first.resource_version().context("rv")?.parse()?;
@@ -307,6 +307,10 @@ async fn stale_resource_version_conflicts_and_generation_tracks_spec() -> anyhow
         )?
         .0 == 409
     );
+    // Conflicts are counted apart from the requests, by verb and resource.
+    let stats = server.stats();
+    ensure!(stats.conflicts("update", "nodes") == 1 && stats.conflicts("patch", "nodes") == 1);
+    ensure!(stats.count("patch", "nodes") == 1 && stats.conflicts("create", "nodes") == 0);
 
     // A spec change bumps generation; a write that changes nothing is free.
     let spec = json!({"spec": {"unschedulable": true}});

@@ -40,6 +40,8 @@ const CHUNK: usize = 256 * 1024;
 pub(crate) struct Shared {
     pub store: Store,
     pub stats: parking_lot::Mutex<HashMap<RequestKey, u64>>,
+    /// Requests answered 409 Conflict, by the same keys.
+    pub conflicts: parking_lot::Mutex<HashMap<RequestKey, u64>>,
     pub failures: parking_lot::Mutex<Vec<FailureRule>>,
     pub cancel: CancellationToken,
     /// Ends the watches open now; replaced by a fresh child of `cancel`
@@ -640,6 +642,9 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         _ => delete_collection(&sh, &t, &q, &bytes, metadata_only),
     };
     let resp = result.unwrap_or_else(|e| error_response(&e));
+    if resp.status() == StatusCode::CONFLICT {
+        *sh.conflicts.lock().entry(key).or_insert(0) += 1;
+    }
     tracing::debug!(
         verb,
         path = %parts.uri,

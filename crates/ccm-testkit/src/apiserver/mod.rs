@@ -174,6 +174,7 @@ pub struct RequestKey {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RequestStats {
     counts: BTreeMap<RequestKey, u64>,
+    conflicts: BTreeMap<RequestKey, u64>,
 }
 
 const WRITE_VERBS: &[&str] = &["create", "update", "patch", "delete", "deletecollection"];
@@ -211,6 +212,17 @@ impl RequestStats {
     /// Requests with this verb on this resource (see the type docs for names).
     pub fn count(&self, verb: &str, resource: &str) -> u64 {
         self.counts
+            .iter()
+            .filter(|(k, _)| k.verb == verb && resource_matches(resource, k))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Requests with this verb on this resource that the store answered
+    /// 409 Conflict (a write carrying a stale resourceVersion, or a create
+    /// of an existing name): a client's optimistic-concurrency retries.
+    pub fn conflicts(&self, verb: &str, resource: &str) -> u64 {
+        self.conflicts
             .iter()
             .filter(|(k, _)| k.verb == verb && resource_matches(resource, k))
             .map(|(_, n)| n)
@@ -411,6 +423,7 @@ impl TestApiServer {
             recorder: rbac::Recorder::new(opts.record_dir.clone(), addr.port()),
             store: Store::new(opts.history_size, opts.watch_cache_lag),
             stats: parking_lot::Mutex::new(HashMap::new()),
+            conflicts: parking_lot::Mutex::new(HashMap::new()),
             failures: parking_lot::Mutex::new(Vec::new()),
             cancel: cancel.clone(),
             watch_cancel: parking_lot::Mutex::new(cancel.child_token()),
@@ -544,12 +557,20 @@ impl TestApiServer {
                 .iter()
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
+            conflicts: self
+                .shared
+                .conflicts
+                .lock()
+                .iter()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
         }
     }
 
     /// Forgets the request counts.
     pub fn reset_stats(&self) {
         self.shared.stats.lock().clear();
+        self.shared.conflicts.lock().clear();
     }
 
     /// Drops all watch history and pagination snapshots, as an etcd
