@@ -256,12 +256,9 @@ fn list_spec(service: &str, action: &str) -> Option<&'static KindSpec> {
         .find(|s| s.service == service && s.list.0 == action)
 }
 
-/// The text of the first `<element>…</element>` in `xml`.
+/// The trimmed text of the first `<element>…</element>` in `xml`.
 fn element_text(xml: &str, element: &str) -> Option<String> {
-    let open = format!("<{element}>");
-    let start = xml.find(&open)? + open.len();
-    let end = start + xml[start..].find(&format!("</{element}>"))?;
-    Some(xml[start..end].trim().to_owned())
+    super::iam::first(xml, element).map(|text| text.trim().to_owned())
 }
 
 /// One tag of an XML text: its byte range and what it is.

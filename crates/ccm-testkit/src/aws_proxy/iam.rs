@@ -271,7 +271,8 @@ fn elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
     out
 }
 
-fn first(xml: &str, name: &str) -> Option<String> {
+/// The unescaped text of the first `<name>…</name>` in `xml`.
+pub(super) fn first(xml: &str, name: &str) -> Option<String> {
     if xml.contains(&format!("<{name}/>")) && !xml.contains(&format!("<{name}>")) {
         return Some(String::new());
     }

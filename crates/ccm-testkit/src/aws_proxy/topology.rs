@@ -34,27 +34,10 @@ fn invalid(message: impl Into<String>) -> AwsError {
     AwsError::new(400, "InvalidParameterValue", message)
 }
 
-/// `*` and `?` wildcards, as EC2 filters use them.
+/// `*` and `?` wildcards, as EC2 filters use them (the same matching as
+/// IAM's: `*` any run of characters, `?` exactly one).
 fn wildcard_match(pattern: &str, value: &str) -> bool {
-    let (p, v): (Vec<char>, Vec<char>) = (pattern.chars().collect(), value.chars().collect());
-    let (mut pi, mut vi, mut star, mut mark) = (0, 0, None, 0);
-    while vi < v.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == v[vi]) {
-            pi += 1;
-            vi += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = vi;
-            pi += 1;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            vi = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|c| *c == '*')
+    crate::iam::policy::glob(pattern, value)
 }
 
 /// The request's `Filter.N.Name` → values.
