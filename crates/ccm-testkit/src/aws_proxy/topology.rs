@@ -5,7 +5,8 @@
 //!   instance with no network nodes is an unsupported type and is left out);
 //! - `MaxResults` (1–100, default 20) pages through `nextToken`, and may not
 //!   be combined with `InstanceId.N` (`InvalidParameterCombination`);
-//! - at most 100 `InstanceId.N`;
+//! - at most 100 `InstanceId.N`, each a well-formed id
+//!   (`InvalidInstanceID.Malformed` otherwise);
 //! - filters `availability-zone`, `instance-type` (with `*` and `?`) and
 //!   `zone-id`; any other filter name is `InvalidParameterValue`.
 //!
@@ -38,6 +39,16 @@ fn invalid(message: impl Into<String>) -> AwsError {
 /// IAM's: `*` any run of characters, `?` exactly one).
 fn wildcard_match(pattern: &str, value: &str) -> bool {
     crate::iam::policy::glob(pattern, value)
+}
+
+/// `i-` and 8 or 17 lower-case hex digits, as EC2 issues instance ids.
+fn well_formed_instance_id(id: &str) -> bool {
+    id.strip_prefix("i-").is_some_and(|hex| {
+        matches!(hex.len(), 8 | 17)
+            && hex
+                .chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
 }
 
 /// The request's `Filter.N.Name` → values.
@@ -104,6 +115,13 @@ pub(crate) fn answer(
         .filter(|(n, _)| n.starts_with("GroupName."))
         .map(|(_, v)| v.as_str())
         .collect();
+    if let Some(bad) = ids.iter().find(|id| !well_formed_instance_id(id)) {
+        return Err(AwsError::new(
+            400,
+            "InvalidInstanceID.Malformed",
+            format!("Invalid id: \"{bad}\""),
+        ));
+    }
     if ids.len() > MAX_IDS {
         return Err(invalid(format!(
             "The maximum number of instance IDs is {MAX_IDS}, got {}",
@@ -213,23 +231,30 @@ mod tests {
     #[test]
     fn rules_of_the_real_api() {
         let declared = vec![
-            entry("i-1", "p4d.24xlarge", &["nn-a", "nn-b", "nn-c"]),
-            entry("i-2", "m5.large", &[]),
+            entry(
+                "i-0123456789abcdef1",
+                "p4d.24xlarge",
+                &["nn-a", "nn-b", "nn-c"],
+            ),
+            entry("i-0123456789abcdef2", "m5.large", &[]),
         ];
         let xml = answer(
             &declared,
-            &p(&[("InstanceId.1", "i-1"), ("InstanceId.2", "i-2")]),
+            &p(&[
+                ("InstanceId.1", "i-0123456789abcdef1"),
+                ("InstanceId.2", "i-0123456789abcdef2"),
+            ]),
         )
         .expect("answer");
-        assert!(xml.contains("<instanceId>i-1</instanceId>"));
+        assert!(xml.contains("<instanceId>i-0123456789abcdef1</instanceId>"));
         assert!(xml.contains(
             "<networkNodeSet><item>nn-a</item><item>nn-b</item><item>nn-c</item></networkNodeSet>"
         ));
-        assert!(!xml.contains("i-2"), "an unsupported type is left out");
+        assert!(!xml.contains("abcdef2"), "an unsupported type is left out");
 
         let err = answer(
             &declared,
-            &p(&[("InstanceId.1", "i-1"), ("MaxResults", "5")]),
+            &p(&[("InstanceId.1", "i-0123456789abcdef1"), ("MaxResults", "5")]),
         )
         .expect_err("MaxResults with ids");
         assert_eq!(err.code, "InvalidParameterCombination");
@@ -242,7 +267,7 @@ mod tests {
         .expect_err("unknown filter");
         assert_eq!(err.code, "InvalidParameterValue");
         let ids: Vec<(String, String)> = (1..=101)
-            .map(|i| (format!("InstanceId.{i}"), format!("i-{i}")))
+            .map(|i| (format!("InstanceId.{i}"), format!("i-{i:017x}")))
             .collect();
         assert!(answer(&declared, &ids).is_err(), "at most 100 ids");
 
@@ -254,13 +279,15 @@ mod tests {
             ]),
         )
         .expect("answer");
-        assert!(!filtered.contains("i-1"));
+        assert!(!filtered.contains("abcdef1"));
+        let err = answer(&declared, &p(&[("InstanceId.1", "i-1")])).expect_err("malformed id");
+        assert_eq!(err.code, "InvalidInstanceID.Malformed");
     }
 
     #[test]
     fn pages_by_next_token() {
         let declared: Vec<_> = (0..45)
-            .map(|i| entry(&format!("i-{i:02}"), "trn1.32xlarge", &["nn-x"]))
+            .map(|i| entry(&format!("i-{i:017x}"), "trn1.32xlarge", &["nn-x"]))
             .collect();
         let mut seen = 0;
         let mut token: Option<String> = None;

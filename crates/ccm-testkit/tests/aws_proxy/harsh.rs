@@ -337,26 +337,30 @@ async fn instance_topology_is_answered_with_the_real_apis_rules() {
         network_nodes: nodes.iter().map(|n| n.to_string()).collect(),
     };
     proxy.set_instance_topology(vec![
-        entry("i-0a", "p4d.24xlarge", &["nn-1", "nn-2", "nn-3"]),
-        entry("i-0b", "m5.large", &[]),
+        entry(
+            "i-0123456789abcdef0",
+            "p4d.24xlarge",
+            &["nn-1", "nn-2", "nn-3"],
+        ),
+        entry("i-0123456789abcdef1", "m5.large", &[]),
     ]);
     let client = ec2(&proxy.endpoint(), no_retries()).await;
     let out = client
         .describe_instance_topology()
-        .instance_ids("i-0a")
-        .instance_ids("i-0b")
+        .instance_ids("i-0123456789abcdef0")
+        .instance_ids("i-0123456789abcdef1")
         .send()
         .await
         .expect("answered");
     let instances = out.instances();
     assert_eq!(instances.len(), 1, "an unsupported type is not listed");
-    assert_eq!(instances[0].instance_id(), Some("i-0a"));
+    assert_eq!(instances[0].instance_id(), Some("i-0123456789abcdef0"));
     assert_eq!(instances[0].network_nodes(), ["nn-1", "nn-2", "nn-3"]);
     assert_eq!(instances[0].zone_id(), Some("use1-az1"));
 
     let err = client
         .describe_instance_topology()
-        .instance_ids("i-0a")
+        .instance_ids("i-0123456789abcdef0")
         .max_results(5)
         .send()
         .await
