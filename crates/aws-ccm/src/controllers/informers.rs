@@ -72,32 +72,20 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
     let (services, service_writer) = reflector::store();
     let (node_changed, node_changes) = watch::channel(0u64);
     let (service_changed, service_changes) = watch::channel(0u64);
-    let node_informer = reflector::reflector(
+    let node_informer = informer(
+        Api::<Node>::all(kube.clone()),
+        watcher::Config::default().page_size(NODE_LIST_PAGE),
         node_writer,
-        watcher(
-            Api::<Node>::all(kube.clone()),
-            watcher::Config::default().page_size(NODE_LIST_PAGE),
-        )
-        .modify(slim_node),
-    )
-    .default_backoff()
-    .for_each(move |_| {
-        node_changed.send_modify(|n| *n = n.wrapping_add(1));
-        futures::future::ready(())
-    });
-    let service_informer = reflector::reflector(
+        slim_node,
+        node_changed,
+    );
+    let service_informer = informer(
+        Api::<Service>::all(kube),
+        watcher::Config::default(),
         service_writer,
-        watcher(
-            Api::<Service>::all(kube.clone()),
-            watcher::Config::default(),
-        )
-        .modify(slim_service),
-    )
-    .default_backoff()
-    .for_each(move |_| {
-        service_changed.send_modify(|n| *n = n.wrapping_add(1));
-        futures::future::ready(())
-    });
+        slim_service,
+        service_changed,
+    );
     let informers = tokio::spawn({
         let stop = stop.clone();
         async move {
@@ -122,7 +110,6 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
         services = services.len(),
         "caches synced"
     );
-
     let ctx = ControllerContext {
         env,
         nodes,
@@ -130,6 +117,40 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
         node_changes,
         service_changes,
     };
+    run_controllers(ctx, stop).await;
+    let _ = informers.await;
+    ready.store(false, Ordering::Relaxed);
+}
+
+/// One kind's informer: lists and watches through `api`, slims each object
+/// before the store keeps it, and bumps `changed` after every event.
+fn informer<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    writer: reflector::store::Writer<K>,
+    slim: fn(&mut K),
+    changed: watch::Sender<u64>,
+) -> impl std::future::Future<Output = ()> + Send
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    reflector::reflector(writer, watcher(api, config).modify(slim))
+        .default_backoff()
+        .for_each(move |_| {
+            changed.send_modify(|n| *n = n.wrapping_add(1));
+            futures::future::ready(())
+        })
+}
+
+/// Runs every enabled controller on the synced caches until each stops.
+async fn run_controllers(ctx: ControllerContext, stop: CancellationToken) {
     if ctx.options.options.allocate_node_cidrs
         && !ctx.options.controllers.contains(&ControllerName::NodeIpam)
     {
@@ -151,8 +172,6 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
     for task in tasks {
         let _ = task.await;
     }
-    let _ = informers.await;
-    ready.store(false, Ordering::Relaxed);
 }
 
 /// The slot each controller runs in.

@@ -38,7 +38,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::metrics::{ChangeLabels, METRICS, TableLabels};
-use self::plan::{NodeRoutes, Plan, RouteChange};
+use self::plan::{NodeOutcome, NodeRoutes, Plan, RouteChange};
 use self::publish::Publisher;
 use super::ControllerContext;
 use crate::options::cidrs::ClusterCidrs;
@@ -228,24 +228,9 @@ impl<R: Routes> Reconciler<R> {
     }
 
     async fn apply(&self, plan: Plan, refused: &HashMap<usize, RoutesError>) -> Report {
-        let metrics = &*METRICS;
         let mut succeeded = vec![false; plan.changes.len()];
         let mut errors: Vec<Option<RoutesError>> = vec![None; plan.changes.len()];
-
-        // One group per node, run a bounded number at once: its instance's
-        // source/destination check first (a route to an instance that drops
-        // forwarded packets would be worse than none), then its routes. Under
-        // AWS's small mutating budget, nodes get working routes one after
-        // another rather than all at the end. Deletes are groups of one.
-        let mut by_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for (i, change) in plan.changes.iter().enumerate() {
-            match change.node() {
-                Some(node) => by_node.entry(node).or_default().push(i),
-                None => groups.push(vec![i]),
-            }
-        }
-        groups.extend(by_node.into_values());
+        let groups = groups_by_node(&plan.changes);
         for (i, result) in self.apply_groups(&plan.changes, &groups, refused).await {
             match result {
                 Some(Ok(())) => succeeded[i] = true,
@@ -253,64 +238,13 @@ impl<R: Routes> Reconciler<R> {
                 None => {}
             }
         }
-
         let mut report = Report::default();
-        for (i, change) in plan.changes.iter().enumerate() {
-            let outcome = if succeeded[i] {
-                "success"
-            } else if refused.contains_key(&i) {
-                "refused"
-            } else if errors[i].is_some() {
-                "error"
-            } else {
-                "skipped"
-            };
-            metrics
-                .changes
-                .get_or_create(&ChangeLabels {
-                    action: change.action().to_string(),
-                    outcome: outcome.to_string(),
-                })
-                .inc();
-            if succeeded[i] {
-                report.applied += 1;
-                tracing::info!(change = %change, "route change made");
-            } else if let Some(error) = &errors[i] {
-                tracing::warn!(change = %change, error = %error, "route change failed");
-                report.failures.push(ChangeFailure {
-                    change: change.clone(),
-                    error: error.clone(),
-                });
-            }
-        }
-
+        record_changes(&plan, &succeeded, &errors, refused, &mut report);
         for (name, outcome) in &plan.nodes {
-            let mut problems: Vec<String> =
-                outcome.blockers.iter().map(|b| b.to_string()).collect();
-            let mut unconfirmed = false;
-            for &i in &outcome.changes {
-                if succeeded[i] {
-                    continue;
-                }
-                match &errors[i] {
-                    Some(e) if e.kind == RoutesErrorKind::AlreadyExists => unconfirmed = true,
-                    Some(e) => problems.push(format!("{}: {e}", plan.changes[i])),
-                    None => problems.push(format!(
-                        "{}: not attempted because turning off the instance's source/destination check failed",
-                        plan.changes[i]
-                    )),
-                }
-            }
-            let result = if !problems.is_empty() {
-                NodeResult::Failed(problems)
-            } else if unconfirmed {
-                NodeResult::Unconfirmed
-            } else {
-                NodeResult::Routed
-            };
+            let result = node_result(&plan, outcome, &succeeded, &errors);
             report.nodes.insert(name.clone(), result);
         }
-        metrics.nodes_unrouted.set(
+        METRICS.nodes_unrouted.set(
             report
                 .nodes
                 .values()
@@ -511,6 +445,94 @@ pub fn node_routes(node: &Node) -> NodeRoutes {
     }
 }
 
+/// One group per node, run a bounded number at once: its instance's
+/// source/destination check first (a route to an instance that drops
+/// forwarded packets would be worse than none), then its routes. Under AWS's
+/// small mutating budget, nodes get working routes one after another rather
+/// than all at the end. Deletes are groups of one.
+fn groups_by_node(changes: &[RouteChange]) -> Vec<Vec<usize>> {
+    let mut by_node: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, change) in changes.iter().enumerate() {
+        match change.node() {
+            Some(node) => by_node.entry(node).or_default().push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    groups.extend(by_node.into_values());
+    groups
+}
+
+/// Counts each change's outcome, logs it, and lists the failures.
+fn record_changes(
+    plan: &Plan,
+    succeeded: &[bool],
+    errors: &[Option<RoutesError>],
+    refused: &HashMap<usize, RoutesError>,
+    report: &mut Report,
+) {
+    for (i, change) in plan.changes.iter().enumerate() {
+        let outcome = if succeeded[i] {
+            "success"
+        } else if refused.contains_key(&i) {
+            "refused"
+        } else if errors[i].is_some() {
+            "error"
+        } else {
+            "skipped"
+        };
+        METRICS
+            .changes
+            .get_or_create(&ChangeLabels {
+                action: change.action().to_string(),
+                outcome: outcome.to_string(),
+            })
+            .inc();
+        if succeeded[i] {
+            report.applied += 1;
+            tracing::info!(change = %change, "route change made");
+        } else if let Some(error) = &errors[i] {
+            tracing::warn!(change = %change, error = %error, "route change failed");
+            report.failures.push(ChangeFailure {
+                change: change.clone(),
+                error: error.clone(),
+            });
+        }
+    }
+}
+
+/// A node's result: failed with its blockers and failed changes, routed, or
+/// unconfirmed when a create found its route already there.
+fn node_result(
+    plan: &Plan,
+    outcome: &NodeOutcome,
+    succeeded: &[bool],
+    errors: &[Option<RoutesError>],
+) -> NodeResult {
+    let mut problems: Vec<String> = outcome.blockers.iter().map(|b| b.to_string()).collect();
+    let mut unconfirmed = false;
+    for &i in &outcome.changes {
+        if succeeded[i] {
+            continue;
+        }
+        match &errors[i] {
+            Some(e) if e.kind == RoutesErrorKind::AlreadyExists => unconfirmed = true,
+            Some(e) => problems.push(format!("{}: {e}", plan.changes[i])),
+            None => problems.push(format!(
+                "{}: not attempted because turning off the instance's source/destination check failed",
+                plan.changes[i]
+            )),
+        }
+    }
+    if !problems.is_empty() {
+        NodeResult::Failed(problems)
+    } else if unconfirmed {
+        NodeResult::Unconfirmed
+    } else {
+        NodeResult::Routed
+    }
+}
+
 /// An order-independent fingerprint of what routes depend on.
 fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
     let mut sum: u64 = nodes.len() as u64;
@@ -529,43 +551,17 @@ fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
-    let opts = &ctx.options.options;
-    if !opts.configure_cloud_routes {
-        tracing::info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
-        stop.cancelled().await;
-        return;
-    }
-    let Some(cluster_cidrs) = ctx.options.cluster_cidrs.clone() else {
-        tracing::warn!(
-            "--configure-cloud-routes is true but --cluster-cidr is empty: the route controller does nothing. \
-             Set --cluster-cidr to the pod range, or pass --configure-cloud-routes=false (for example with an \
-             overlay or VPC CNI) to silence this"
-        );
+    let Some((mut reconciler, period)) = start(&ctx) else {
         stop.cancelled().await;
         return;
     };
-    let selector = RouteTableSelector {
-        route_table_id: ctx.cloud.route_table_id.clone(),
-        vpc_id: ctx.cloud.vpc.clone(),
-        cluster_id: ctx.cluster_id.clone(),
-    };
-    let period = opts.route_reconciliation_period.max(Duration::from_secs(1));
-    tracing::info!(cluster_cidr = %cluster_cidrs, tables = %selector, period = ?period, "starting route controller");
-    let mut reconciler = Reconciler::new(
-        ctx.aws.clone(),
-        cluster_cidrs,
-        selector,
-        opts.route_table_limit,
-    );
     let mut publisher = Publisher::new(ctx.kube.clone());
-
     let mut next_periodic = Instant::now();
-    let mut reconciled_fp: Option<u64> = None;
-    let mut pending: Option<(u64, Instant, Instant)> = None; // (fp, last change, first change)
+    let mut debounce = Debounce::default();
     let mut node_changes = ctx.node_changes.clone();
     loop {
         // Idle: sleep until a node changes. Settling: poll to debounce.
-        let settling = pending.is_some();
+        let settling = debounce.settling();
         let wake = async {
             if settling {
                 tokio::time::sleep(POLL).await;
@@ -577,61 +573,126 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep_until(next_periodic) => {}
             _ = wake => {
-                let fp = fingerprint(&ctx.nodes.state());
-                if Some(fp) == reconciled_fp {
-                    pending = None;
-                    continue;
-                }
-                let now = Instant::now();
-                pending = match pending {
-                    Some((p, _, first)) if p != fp => Some((fp, now, first)),
-                    Some(p) => Some(p),
-                    None => Some((fp, now, now)),
-                };
-                let Some((_, last, first)) = pending else { continue };
-                if now.duration_since(last) < QUIET && now.duration_since(first) < MAX_DELAY {
+                if !debounce.ready(fingerprint(&ctx.nodes.state()), Instant::now()) {
                     continue;
                 }
             }
         }
         let snapshot = ctx.nodes.state();
         let fp = fingerprint(&snapshot);
-        let nodes: Vec<NodeRoutes> = snapshot.iter().map(|n| node_routes(n)).collect();
-        let started = Instant::now();
-        let result = tokio::select! {
+        let next_in = tokio::select! {
             _ = stop.cancelled() => return,
-            r = reconciler.reconcile(&nodes) => r,
+            next_in = reconcile_once(&mut reconciler, &mut publisher, &snapshot, period) => next_in,
         };
-        let mut next_in = period;
-        match result {
-            Ok(report) => {
-                if report.retry_soon() {
-                    next_in = period.min(RETRY_SOON);
-                }
-                if !report.plan.is_empty() {
-                    tracing::info!(
-                        changes = report.plan.changes.len(),
-                        applied = report.applied,
-                        failed = report.failures.len(),
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        "routes reconciled"
-                    );
-                } else {
-                    tracing::debug!(nodes = nodes.len(), "routes reconciled; nothing to change");
-                }
-                let cache: HashMap<String, Arc<Node>> = snapshot
-                    .iter()
-                    .filter_map(|n| Some((n.metadata.name.clone()?, n.clone())))
-                    .collect();
-                publisher.publish(&report, &cache).await;
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "could not reconcile routes; retrying in {period:?}")
-            }
-        }
-        reconciled_fp = Some(fp);
-        pending = None;
+        debounce.reconciled(fp);
         next_periodic = Instant::now() + next_in;
+    }
+}
+
+/// The reconciler, and the period between full reconciles, when routes are
+/// on and `--cluster-cidr` is set; `None` (after saying why) otherwise.
+fn start(ctx: &ControllerContext) -> Option<(Reconciler<impl Routes + use<>>, Duration)> {
+    let opts = &ctx.options.options;
+    if !opts.configure_cloud_routes {
+        tracing::info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
+        return None;
+    }
+    let Some(cluster_cidrs) = ctx.options.cluster_cidrs.clone() else {
+        tracing::warn!(
+            "--configure-cloud-routes is true but --cluster-cidr is empty: the route controller does nothing. \
+             Set --cluster-cidr to the pod range, or pass --configure-cloud-routes=false (for example with an \
+             overlay or VPC CNI) to silence this"
+        );
+        return None;
+    };
+    let selector = RouteTableSelector {
+        route_table_id: ctx.cloud.route_table_id.clone(),
+        vpc_id: ctx.cloud.vpc.clone(),
+        cluster_id: ctx.cluster_id.clone(),
+    };
+    let period = opts.route_reconciliation_period.max(Duration::from_secs(1));
+    tracing::info!(cluster_cidr = %cluster_cidrs, tables = %selector, period = ?period, "starting route controller");
+    let reconciler = Reconciler::new(
+        ctx.aws.clone(),
+        cluster_cidrs,
+        selector,
+        opts.route_table_limit,
+    );
+    Some((reconciler, period))
+}
+
+/// Debounces node changes: a reconcile starts once the nodes' fingerprint
+/// has been quiet for [`QUIET`], or [`MAX_DELAY`] after the first change.
+#[derive(Default)]
+struct Debounce {
+    reconciled: Option<u64>,
+    /// (fingerprint, last change, first change)
+    pending: Option<(u64, Instant, Instant)>,
+}
+
+impl Debounce {
+    fn settling(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Records the fingerprint seen now; true when a reconcile should start.
+    fn ready(&mut self, fp: u64, now: Instant) -> bool {
+        if Some(fp) == self.reconciled {
+            self.pending = None;
+            return false;
+        }
+        let (p, last, first) = match self.pending {
+            Some((p, _, first)) if p != fp => (fp, now, first),
+            Some(pending) => pending,
+            None => (fp, now, now),
+        };
+        self.pending = Some((p, last, first));
+        now.duration_since(last) >= QUIET || now.duration_since(first) >= MAX_DELAY
+    }
+
+    fn reconciled(&mut self, fp: u64) {
+        self.reconciled = Some(fp);
+        self.pending = None;
+    }
+}
+
+/// One reconcile of every node in `snapshot`, its outcome published on the
+/// Nodes; returns when the next periodic reconcile is due.
+async fn reconcile_once<R: Routes>(
+    reconciler: &mut Reconciler<R>,
+    publisher: &mut Publisher,
+    snapshot: &[Arc<Node>],
+    period: Duration,
+) -> Duration {
+    let nodes: Vec<NodeRoutes> = snapshot.iter().map(|n| node_routes(n)).collect();
+    let started = Instant::now();
+    let report = match reconciler.reconcile(&nodes).await {
+        Ok(report) => report,
+        Err(e) => {
+            tracing::error!(error = %e, "could not reconcile routes; retrying in {period:?}");
+            return period;
+        }
+    };
+    if !report.plan.is_empty() {
+        tracing::info!(
+            changes = report.plan.changes.len(),
+            applied = report.applied,
+            failed = report.failures.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "routes reconciled"
+        );
+    } else {
+        tracing::debug!(nodes = nodes.len(), "routes reconciled; nothing to change");
+    }
+    let cache: HashMap<String, Arc<Node>> = snapshot
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.clone()?, n.clone())))
+        .collect();
+    publisher.publish(&report, &cache).await;
+    if report.retry_soon() {
+        period.min(RETRY_SOON)
+    } else {
+        period
     }
 }
 

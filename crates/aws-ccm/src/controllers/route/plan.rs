@@ -20,7 +20,7 @@ use std::fmt;
 use ipnet::IpNet;
 
 use crate::options::cidrs::ClusterCidrs;
-use crate::provider::routes::{RouteTable, RouteTarget, TargetInstance};
+use crate::provider::routes::{Route, RouteTable, RouteTarget, TargetInstance};
 
 /// What the plan needs to know about a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -250,206 +250,286 @@ pub fn plan(
     tables: &[RouteTable],
     instances: &HashMap<String, TargetInstance>,
 ) -> Plan {
-    let mut out = Plan::default();
-    let mut route_changes = Vec::new();
-    // (table, destination) pairs some node claims: never deleted.
-    let mut claimed: BTreeSet<(String, IpNet)> = BTreeSet::new();
-    // Destinations of nodes whose instance is not known: kept unless blackholed.
-    let mut protected: BTreeSet<IpNet> = BTreeSet::new();
-    // Instances nodes run on, with the CIDRs they should carry.
-    let mut node_instances: BTreeMap<&str, BTreeSet<IpNet>> = BTreeMap::new();
-    let mut source_dest_done: BTreeSet<&str> = BTreeSet::new();
-
     let mut sorted: Vec<&NodeRoutes> = nodes.iter().filter(|n| !n.pod_cidrs.is_empty()).collect();
     sorted.sort_by(|a, b| a.name.cmp(&b.name));
-    // First node (by name) to claim each CIDR; later claims are blocked, so
-    // two nodes with one CIDR never make the route flip between them.
-    let mut owner: BTreeMap<IpNet, &str> = BTreeMap::new();
-
+    let mut planner = Planner::new(cluster_cidrs);
     for node in &sorted {
+        planner.plan_node(node, tables, instances);
+    }
+    planner.delete_stale_routes(tables);
+    planner.finish(&sorted)
+}
+
+/// The state one [`plan`] builds up while it walks the nodes (by name) and
+/// then the tables.
+struct Planner<'a> {
+    cluster_cidrs: &'a ClusterCidrs,
+    out: Plan,
+    route_changes: Vec<RouteChange>,
+    /// (table, destination) pairs some node claims: never deleted.
+    claimed: BTreeSet<(String, IpNet)>,
+    /// Destinations of nodes whose instance is not known: kept unless blackholed.
+    protected: BTreeSet<IpNet>,
+    /// Instances nodes run on, with the CIDRs they should carry.
+    node_instances: BTreeMap<&'a str, BTreeSet<IpNet>>,
+    source_dest_done: BTreeSet<&'a str>,
+    /// First node (by name) to claim each CIDR; later claims are blocked, so
+    /// two nodes with one CIDR never make the route flip between them.
+    owner: BTreeMap<IpNet, &'a str>,
+}
+
+impl<'a> Planner<'a> {
+    fn new(cluster_cidrs: &'a ClusterCidrs) -> Self {
+        Planner {
+            cluster_cidrs,
+            out: Plan::default(),
+            route_changes: Vec::new(),
+            claimed: BTreeSet::new(),
+            protected: BTreeSet::new(),
+            node_instances: BTreeMap::new(),
+            source_dest_done: BTreeSet::new(),
+            owner: BTreeMap::new(),
+        }
+    }
+
+    fn plan_node(
+        &mut self,
+        node: &'a NodeRoutes,
+        tables: &[RouteTable],
+        instances: &HashMap<String, TargetInstance>,
+    ) {
+        let Some(cidrs) = self.claim_cidrs(node) else {
+            return;
+        };
+        let Some(instance_id) = self.usable_instance(node, &cidrs, instances) else {
+            return;
+        };
+        let mut node_changes = Vec::new();
+        let mut blockers = Vec::new();
+        for table in tables {
+            for cidr in &cidrs {
+                self.claimed.insert((table.id.clone(), *cidr));
+                match self.route_change(node, instance_id, table, *cidr) {
+                    Ok(Some(change)) => node_changes.push(change),
+                    Ok(None) => {}
+                    Err(blocker) => blockers.push(blocker),
+                }
+            }
+        }
+        if !blockers.is_empty() {
+            // Leave the node alone until the conflict is resolved; its
+            // routes (claimed above) are kept.
+            self.outcome(node).blockers.extend(blockers);
+            return;
+        }
+        let source_dest_on = instances
+            .get(instance_id)
+            .is_some_and(|i| i.source_dest_check != Some(false));
+        if source_dest_on && self.source_dest_done.insert(instance_id) {
+            self.out.changes.push(RouteChange::DisableSourceDestCheck {
+                node: node.name.clone(),
+                instance_id: instance_id.to_string(),
+            });
+        }
+        self.route_changes.extend(node_changes);
+    }
+
+    fn outcome(&mut self, node: &NodeRoutes) -> &mut NodeOutcome {
+        self.out.nodes.entry(node.name.clone()).or_default()
+    }
+
+    /// The node's CIDRs (truncated, sorted, unique), or `None` when another
+    /// node claimed one of them first.
+    fn claim_cidrs(&mut self, node: &'a NodeRoutes) -> Option<Vec<IpNet>> {
         let mut cidrs: Vec<IpNet> = node.pod_cidrs.iter().map(IpNet::trunc).collect();
         cidrs.sort();
         cidrs.dedup();
-        let outcome = out.nodes.entry(node.name.clone()).or_default();
+        let mut blockers = Vec::new();
         for cidr in &cidrs {
-            let first = *owner.entry(*cidr).or_insert(node.name.as_str());
+            let first = *self.owner.entry(*cidr).or_insert(node.name.as_str());
             if first != node.name {
-                outcome.blockers.push(Blocker::DuplicateCidr {
+                blockers.push(Blocker::DuplicateCidr {
                     cidr: *cidr,
                     other_node: first.to_string(),
                 });
             }
         }
-        if !outcome.blockers.is_empty() {
-            continue;
-        }
+        let blocked = !blockers.is_empty();
+        self.outcome(node).blockers.extend(blockers);
+        (!blocked).then_some(cidrs)
+    }
+
+    /// The node's instance when routes can point to it; otherwise the node
+    /// is blocked and its CIDRs' routes are protected from deletion.
+    fn usable_instance(
+        &mut self,
+        node: &'a NodeRoutes,
+        cidrs: &[IpNet],
+        instances: &HashMap<String, TargetInstance>,
+    ) -> Option<&'a str> {
         let Some(instance_id) = node.instance_id.as_deref() else {
-            outcome.blockers.push(Blocker::NoInstance);
-            protected.extend(cidrs.iter().copied());
-            continue;
+            self.block_and_protect(node, Blocker::NoInstance, cidrs);
+            return None;
         };
-        node_instances
+        self.node_instances
             .entry(instance_id)
             .or_default()
             .extend(cidrs.iter().copied());
-        let instance = match instances.get(instance_id) {
+        match instances.get(instance_id) {
             None => {
-                outcome
-                    .blockers
-                    .push(Blocker::InstanceNotFound(instance_id.to_string()));
-                protected.extend(cidrs.iter().copied());
-                continue;
+                let blocker = Blocker::InstanceNotFound(instance_id.to_string());
+                self.block_and_protect(node, blocker, cidrs);
+                None
             }
             Some(i) if i.terminated => {
-                outcome
-                    .blockers
-                    .push(Blocker::InstanceTerminated(instance_id.to_string()));
-                protected.extend(cidrs.iter().copied());
-                continue;
+                let blocker = Blocker::InstanceTerminated(instance_id.to_string());
+                self.block_and_protect(node, blocker, cidrs);
+                None
             }
-            Some(i) => i,
-        };
+            Some(_) => Some(instance_id),
+        }
+    }
 
-        let mut node_changes = Vec::new();
+    fn block_and_protect(&mut self, node: &NodeRoutes, blocker: Blocker, cidrs: &[IpNet]) {
+        self.outcome(node).blockers.push(blocker);
+        self.protected.extend(cidrs.iter().copied());
+    }
+
+    /// What one table needs for one of the node's CIDRs: nothing, a change,
+    /// or a blocker when a route this controller does not change is there.
+    fn route_change(
+        &self,
+        node: &NodeRoutes,
+        instance_id: &str,
+        table: &RouteTable,
+        cidr: IpNet,
+    ) -> Result<Option<RouteChange>, Blocker> {
+        let Some(existing) = table.routes.iter().find(|r| r.destination == Some(cidr)) else {
+            return Ok(Some(RouteChange::Create {
+                node: node.name.clone(),
+                table_id: table.id.clone(),
+                destination: cidr,
+                instance_id: instance_id.to_string(),
+            }));
+        };
+        let conflict = |why: &'static str| Blocker::Conflict {
+            table_id: table.id.clone(),
+            destination: cidr,
+            target: existing.target.clone(),
+            why,
+        };
+        let replace = |was_blackhole: bool| RouteChange::Replace {
+            node: node.name.clone(),
+            table_id: table.id.clone(),
+            destination: cidr,
+            instance_id: instance_id.to_string(),
+            previous: existing.target.clone(),
+            was_blackhole,
+        };
+        if is_gateway_like(&existing.target) {
+            Err(conflict("a local or gateway route"))
+        } else if existing.propagated {
+            Err(conflict("a propagated route"))
+        } else if existing.blackhole {
+            Ok(Some(replace(true)))
+        } else if existing.target == RouteTarget::Instance(instance_id.to_string()) {
+            Ok(None)
+        } else if matches!(existing.target, RouteTarget::NetworkInterface(_)) {
+            Err(conflict("a route to a network interface of no instance"))
+        } else if !self.cluster_cidrs.contains(&cidr) {
+            Err(conflict("outside --cluster-cidr"))
+        } else {
+            Ok(Some(replace(false)))
+        }
+    }
+
+    /// Routes inside the cluster CIDRs that no node claims: blackholes, and
+    /// routes to instances no node runs on or for CIDRs the node lost.
+    fn delete_stale_routes(&mut self, tables: &[RouteTable]) {
         for table in tables {
-            for cidr in &cidrs {
-                claimed.insert((table.id.clone(), *cidr));
-                let existing = table.routes.iter().find(|r| r.destination == Some(*cidr));
-                let Some(existing) = existing else {
-                    node_changes.push(RouteChange::Create {
-                        node: node.name.clone(),
-                        table_id: table.id.clone(),
-                        destination: *cidr,
-                        instance_id: instance_id.to_string(),
-                    });
+            for route in &table.routes {
+                let Some(dest) = route.destination else {
                     continue;
                 };
-                let conflict = |why: &'static str| Blocker::Conflict {
-                    table_id: table.id.clone(),
-                    destination: *cidr,
-                    target: existing.target.clone(),
-                    why,
-                };
-                if is_gateway_like(&existing.target) {
-                    outcome.blockers.push(conflict("a local or gateway route"));
-                } else if existing.propagated {
-                    outcome.blockers.push(conflict("a propagated route"));
-                } else if existing.blackhole {
-                    node_changes.push(RouteChange::Replace {
-                        node: node.name.clone(),
+                if !self.cluster_cidrs.contains(&dest)
+                    || is_gateway_like(&route.target)
+                    || route.propagated
+                    || self.claimed.contains(&(table.id.clone(), dest))
+                {
+                    continue;
+                }
+                if let Some(reason) = self.delete_reason(route, dest) {
+                    self.route_changes.push(RouteChange::Delete {
                         table_id: table.id.clone(),
-                        destination: *cidr,
-                        instance_id: instance_id.to_string(),
-                        previous: existing.target.clone(),
-                        was_blackhole: true,
-                    });
-                } else if existing.target == RouteTarget::Instance(instance_id.to_string()) {
-                    // Already right.
-                } else if matches!(existing.target, RouteTarget::NetworkInterface(_)) {
-                    outcome
-                        .blockers
-                        .push(conflict("a route to a network interface of no instance"));
-                } else if !cluster_cidrs.contains(cidr) {
-                    outcome.blockers.push(conflict("outside --cluster-cidr"));
-                } else {
-                    node_changes.push(RouteChange::Replace {
-                        node: node.name.clone(),
-                        table_id: table.id.clone(),
-                        destination: *cidr,
-                        instance_id: instance_id.to_string(),
-                        previous: existing.target.clone(),
-                        was_blackhole: false,
+                        destination: dest,
+                        target: route.target.clone(),
+                        reason,
                     });
                 }
             }
         }
-        if !outcome.blockers.is_empty() {
-            // Leave the node alone until the conflict is resolved; its
-            // routes (claimed above) are kept.
-            continue;
-        }
-        if instance.source_dest_check != Some(false) && source_dest_done.insert(instance_id) {
-            out.changes.push(RouteChange::DisableSourceDestCheck {
-                node: node.name.clone(),
-                instance_id: instance_id.to_string(),
-            });
-        }
-        route_changes.extend(node_changes);
     }
 
-    for table in tables {
-        for route in &table.routes {
-            let Some(dest) = route.destination else {
-                continue;
-            };
-            if !cluster_cidrs.contains(&dest)
-                || is_gateway_like(&route.target)
-                || route.propagated
-                || claimed.contains(&(table.id.clone(), dest))
+    fn delete_reason(&self, route: &Route, dest: IpNet) -> Option<DeleteReason> {
+        if route.blackhole {
+            return Some(DeleteReason::Blackhole);
+        }
+        if self.protected.contains(&dest) {
+            return None;
+        }
+        match &route.target {
+            RouteTarget::Instance(id) => match self.node_instances.get(id.as_str()) {
+                None => Some(DeleteReason::NoSuchNode),
+                Some(cidrs) if !cidrs.contains(&dest) => Some(DeleteReason::NotTheNodesCidr),
+                // The node's own route in a table where it waits behind a
+                // blocker: keep it.
+                Some(_) => None,
+            },
+            // Not ours unless blackholed (handled above).
+            RouteTarget::NetworkInterface(_) => None,
+            RouteTarget::None => Some(DeleteReason::Blackhole),
+            RouteTarget::Local | RouteTarget::Gateway(_) => None,
+        }
+    }
+
+    /// Source/destination changes first, then route changes; each node's
+    /// outcome lists the changes it needs, including the one
+    /// source/destination change of an instance it shares.
+    fn finish(mut self, sorted: &[&NodeRoutes]) -> Plan {
+        let mut out = std::mem::take(&mut self.out);
+        out.changes.append(&mut self.route_changes);
+        for (index, change) in out.changes.iter().enumerate() {
+            if let Some(node) = change.node()
+                && let Some(outcome) = out.nodes.get_mut(node)
             {
-                continue;
+                outcome.changes.push(index);
             }
-            let reason = if route.blackhole {
-                DeleteReason::Blackhole
-            } else if protected.contains(&dest) {
-                continue;
-            } else {
-                match &route.target {
-                    RouteTarget::Instance(id) => match node_instances.get(id.as_str()) {
-                        None => DeleteReason::NoSuchNode,
-                        Some(cidrs) if !cidrs.contains(&dest) => DeleteReason::NotTheNodesCidr,
-                        // The node's own route in a table where it waits
-                        // behind a blocker: keep it.
-                        Some(_) => continue,
-                    },
-                    // Not ours unless blackholed (handled above).
-                    RouteTarget::NetworkInterface(_) => continue,
-                    RouteTarget::None => DeleteReason::Blackhole,
-                    RouteTarget::Local | RouteTarget::Gateway(_) => continue,
+        }
+        let shared: Vec<(String, usize)> = out
+            .changes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match c {
+                RouteChange::DisableSourceDestCheck { instance_id, .. } => {
+                    Some((instance_id.clone(), i))
                 }
-            };
-            route_changes.push(RouteChange::Delete {
-                table_id: table.id.clone(),
-                destination: dest,
-                target: route.target.clone(),
-                reason,
-            });
-        }
-    }
-
-    out.changes.extend(route_changes);
-    for (index, change) in out.changes.iter().enumerate() {
-        if let Some(node) = change.node()
-            && let Some(outcome) = out.nodes.get_mut(node)
-        {
-            outcome.changes.push(index);
-        }
-    }
-    // Nodes sharing an instance depend on its one source/destination change.
-    let shared: Vec<(String, usize)> = out
-        .changes
-        .iter()
-        .enumerate()
-        .filter_map(|(i, c)| match c {
-            RouteChange::DisableSourceDestCheck { instance_id, .. } => {
-                Some((instance_id.clone(), i))
-            }
-            _ => None,
-        })
-        .collect();
-    for node in &sorted {
-        if let (Some(id), Some(outcome)) =
-            (node.instance_id.as_deref(), out.nodes.get_mut(&node.name))
-            && outcome.blockers.is_empty()
-        {
-            for (instance_id, index) in &shared {
-                if instance_id == id && !outcome.changes.contains(index) {
-                    outcome.changes.insert(0, *index);
+                _ => None,
+            })
+            .collect();
+        for node in sorted {
+            if let (Some(id), Some(outcome)) =
+                (node.instance_id.as_deref(), out.nodes.get_mut(&node.name))
+                && outcome.blockers.is_empty()
+            {
+                for (instance_id, index) in &shared {
+                    if instance_id == id && !outcome.changes.contains(index) {
+                        outcome.changes.insert(0, *index);
+                    }
                 }
             }
         }
+        out
     }
-    out
 }
 
 /// Routes a table holds after the plan is applied (counted against AWS's
