@@ -10,7 +10,7 @@ VENV := $(CURDIR)/.venv
 export MOTO_SERVER := $(VENV)/bin/moto_server
 NEXTEST_PROFILE := $(if $(CI),ci,default)
 
-.PHONY: all build release tools lint test unit sandbox bench bench-client image e2e clean
+.PHONY: all build release tools lint test unit sandbox bench bench-client chaos image e2e clean
 
 all: build
 
@@ -71,6 +71,16 @@ sandbox: tools build
 ## SCALE_SCENARIOS / SCALE_NODES / ... pick and size it (see crates/aws-ccm/benches/scale.rs).
 bench: tools
 	cargo bench --locked --bench scale
+
+## chaos: the reliability campaigns at full size, one after another; prints one
+## table of their figures (not part of CI; `make test` runs the short versions).
+## CHAOS_SEED=<n> replays a run.
+CHAOS_DIR := $(CARGO_TARGET_DIR)/chaos
+chaos: tools
+	rm -rf $(CHAOS_DIR) && mkdir -p $(CHAOS_DIR)
+	status=0; CHAOS=full CHAOS_FIGURES=$(CHAOS_DIR) cargo nextest run --locked --profile chaos \
+	  -p aws-ccm --test ccm -E 'test(/^chaos::/)' --no-fail-fast || status=$$?; \
+	$(VENV)/bin/python scripts/chaos-table.py $(CHAOS_DIR) && exit $$status
 
 ## bench-client: figures of the AWS client layer alone (coalescing, limiter, throttling)
 bench-client: tools

@@ -5,6 +5,7 @@
 mod support;
 
 mod backends;
+mod chaos;
 mod clb;
 mod credentials;
 mod foundation;

@@ -33,7 +33,8 @@ pub const CCM_SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "cloud-controller-
 /// `manifests/base/rbac.yaml` enforced on the CCM's service account, whose
 /// requests are recorded for the RBAC coverage test when
 /// `AWS_CCM_RECORD_KUBE_REQUESTS` names a directory.
-pub async fn api_server() -> anyhow::Result<TestApiServer> {
+/// `options` add other settings (watch drops, compaction, lag).
+pub async fn api_server(options: ServerOptions) -> anyhow::Result<TestApiServer> {
     let path = ccm_testkit::repo_path("manifests/base/rbac.yaml");
     let policy =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -42,7 +43,7 @@ pub async fn api_server() -> anyhow::Result<TestApiServer> {
         record_dir: std::env::var_os(RECORD_KUBE_ENV)
             .filter(|d| !d.is_empty())
             .map(PathBuf::from),
-        ..Default::default()
+        ..options
     })
     .await?;
     api.add_token(
@@ -106,7 +107,12 @@ impl Env {
     }
 
     pub async fn start_with_conf(cloud_conf: &str) -> anyhow::Result<Env> {
-        let (api, moto) = tokio::try_join!(api_server(), Moto::start())?;
+        Env::start_with(cloud_conf, ServerOptions::default()).await
+    }
+
+    /// [`Env::start_with_conf`] with an API test server of these settings.
+    pub async fn start_with(cloud_conf: &str, api: ServerOptions) -> anyhow::Result<Env> {
+        let (api, moto) = tokio::try_join!(api_server(api), Moto::start())?;
         api.add_token(SCRAPE_TOKEN, TokenUser::new(SCRAPER));
         api.grant(NonResourceGrant::new(
             Subject::User(SCRAPER.into()),

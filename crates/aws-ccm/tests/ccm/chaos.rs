@@ -1,0 +1,893 @@
+//! Reliability campaigns (issue 18): the real binary against moto behind the
+//! fault proxy and the API test server, under the faults real AWS and
+//! kube-apiserver produce. Each campaign asserts its bounds and writes its
+//! figures (one JSON line each) to `$CHAOS_FIGURES` when set.
+//!
+//! `make test` runs the short versions. `make chaos` runs them at full size
+//! (`CHAOS=full`: 200 Services in the storm, 50 under kill -9 with 10 kills)
+//! and prints one table of every figure (`scripts/chaos-table.py`).
+//! `CHAOS_SEED` replays a run: the fault proxy's random source and the kill
+//! moments come from it; every campaign prints the seed it used.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_ec2::types::Filter;
+use ccm_testkit::apiserver::{FailureRule, ServerOptions};
+use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use crate::service::{hostname, lb_service, node};
+use crate::support::*;
+
+/// Nodes behind every load balancer.
+const NODES: i32 = 2;
+
+/// Service syncs at once (upstream's default is 1): a cluster with hundreds
+/// of load balancers runs more, and the campaigns should meet what it meets.
+const SYNCS: &str = "--concurrent-service-syncs=10";
+
+/// Sizes of one run: short in `make test`, full in `make chaos`.
+struct Scale {
+    storm_services: usize,
+    kill_services: usize,
+    kills: usize,
+    failover_services: usize,
+    /// Deadline for every wait (converge, delete, takeover).
+    deadline: Duration,
+}
+
+fn scale() -> Scale {
+    if std::env::var("CHAOS").is_ok_and(|v| v == "full") {
+        Scale {
+            storm_services: 200,
+            kill_services: 50,
+            kills: 10,
+            failover_services: 50,
+            deadline: Duration::from_secs(1800),
+        }
+    } else {
+        Scale {
+            storm_services: 4,
+            kill_services: 4,
+            kills: 2,
+            failover_services: 4,
+            deadline: Duration::from_secs(300),
+        }
+    }
+}
+
+fn seed() -> u64 {
+    std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_c0de)
+}
+
+/// One figure of a campaign, checked against its bound and recorded.
+fn figure(campaign: &str, name: &str, value: f64, unit: &str, bound: &str, ok: bool) {
+    let line = serde_json::json!({
+        "campaign": campaign, "figure": name, "value": value, "unit": unit,
+        "bound": bound, "ok": ok, "seed": seed(),
+    });
+    eprintln!("chaos figure: {line}");
+    if let Some(dir) = std::env::var_os("CHAOS_FIGURES").filter(|d| !d.is_empty()) {
+        let dir = std::path::PathBuf::from(dir);
+        let path = dir.join("figures.jsonl");
+        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)?;
+            writeln!(f, "{line}")
+        });
+        if let Err(e) = written {
+            eprintln!("could not write {}: {e}", path.display());
+        }
+    }
+}
+
+/// The storm's AWS faults: answers lost after AWS applied the call (2 %),
+/// 5xx (5 %), throttling (30 %), on every service; the random source is
+/// seeded so a run can be replayed.
+fn aws_storm(proxy: &FaultProxy) {
+    proxy.reseed(seed());
+    proxy.set_faults(vec![
+        FaultRule::new(FaultKind::AnswerLost(
+            ccm_testkit::aws_proxy::AnswerLoss::Reset,
+        ))
+        .with_probability(0.02),
+        FaultRule::new(FaultKind::ServerError(503)).with_probability(0.05),
+        FaultRule::new(FaultKind::Throttle).with_probability(0.30),
+    ]);
+    proxy.set_consistency_delay(Duration::from_secs(2));
+}
+
+/// A cluster for a campaign: moto with a VPC, a subnet and `NODES` node
+/// instances, their Node objects, and the API test server.
+struct World {
+    env: Env,
+    seeded: Seeded,
+    services: Api<Service>,
+}
+
+impl World {
+    async fn start(api: ServerOptions) -> anyhow::Result<World> {
+        let env = Env::start_with(
+            &format!("[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n"),
+            api,
+        )
+        .await?;
+        let seeded = seed_cluster(&env, NODES).await?;
+        let client = env.api.client().await?;
+        let nodes: Api<Node> = Api::all(client.clone());
+        for (i, instance) in seeded.instances.iter().enumerate() {
+            nodes
+                .create(
+                    &PostParams::default(),
+                    &node(&format!("node-{i}"), instance),
+                )
+                .await?;
+        }
+        Ok(World {
+            env,
+            seeded,
+            services: Api::namespaced(client, "default"),
+        })
+    }
+
+    /// Creates `n` LoadBalancer Services, every other one an NLB.
+    async fn create_services(&self, prefix: &str, n: usize) -> anyhow::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for i in 0..n {
+            let name = format!("{prefix}-{i}");
+            let annotations = if i % 2 == 1 {
+                serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"})
+            } else {
+                serde_json::json!({})
+            };
+            self.services
+                .create(&PostParams::default(), &lb_service(&name, annotations))
+                .await?;
+            names.push(name);
+        }
+        Ok(names)
+    }
+
+    /// Waits until every named Service has a hostname.
+    async fn converged(&self, names: &[String], deadline: Duration) -> anyhow::Result<()> {
+        eventually("every Service has its load balancer", deadline, || async {
+            let list = self.services.list(&ListParams::default()).await.ok()?;
+            let ready = list
+                .items
+                .iter()
+                .filter(|s| names.contains(&s.metadata.name.clone().unwrap_or_default()))
+                .filter(|s| hostname(s).is_some())
+                .count();
+            (ready == names.len()).then_some(())
+        })
+        .await
+    }
+
+    /// Changes every named Service (a second port), then waits until each
+    /// load balancer listens on it.
+    async fn add_port(&self, names: &[String], deadline: Duration) -> anyhow::Result<()> {
+        for name in names {
+            let patch = serde_json::json!({"spec": {"ports": [
+                {"name": "http", "port": 80, "targetPort": 8080, "protocol": "TCP"},
+                {"name": "alt", "port": 8443, "targetPort": 8443, "protocol": "TCP"},
+            ]}});
+            self.services
+                .patch(
+                    name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(patch),
+                )
+                .await?;
+        }
+        eventually("every load balancer listens on 8443", deadline, || async {
+            let census = Census::take(&self.seeded).await.ok()?;
+            let done = names
+                .iter()
+                .filter(|n| census.ports.get(*n).is_some_and(|p| p.contains(&8443)))
+                .count();
+            (done == names.len()).then_some(())
+        })
+        .await
+    }
+
+    /// Deletes every named Service and waits until each is gone (the CCM
+    /// removed its finalizer after deleting its load balancer).
+    async fn delete_all(&self, names: &[String], deadline: Duration) -> anyhow::Result<()> {
+        for name in names {
+            match self.services.delete(name, &DeleteParams::default()).await {
+                Err(kube::Error::Api(e)) if e.code == 404 => {} // deleted before
+                other => drop(other?),
+            }
+        }
+        eventually("every Service is gone", deadline, || async {
+            let list = self.services.list(&ListParams::default()).await.ok()?;
+            list.items
+                .iter()
+                .all(|s| !names.contains(&s.metadata.name.clone().unwrap_or_default()))
+                .then_some(())
+        })
+        .await
+    }
+}
+
+/// What carries this cluster's tag in AWS, by the Service it was made for.
+#[derive(Default, Debug)]
+struct Census {
+    /// Service name -> load balancers (CLB names and ELBv2 ARNs).
+    load_balancers: BTreeMap<String, Vec<String>>,
+    /// Service name -> target groups.
+    target_groups: BTreeMap<String, Vec<String>>,
+    /// Service name -> listener ports of its load balancers.
+    ports: BTreeMap<String, Vec<i32>>,
+    /// Security groups other than the node group, by name (a load
+    /// balancer's group is named after it).
+    groups: Vec<String>,
+    /// Node-group rules that admit another group.
+    node_rules: Vec<String>,
+}
+
+impl Census {
+    async fn take(seeded: &Seeded) -> anyhow::Result<Census> {
+        let mut census = Census::default();
+        let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+        let service_of = |tags: &BTreeMap<String, String>| {
+            tags.get("kubernetes.io/service-name")
+                .map(|s| s.rsplit('/').next().unwrap_or(s).to_string())
+        };
+        let elb = aws_sdk_elasticloadbalancing::Client::new(&seeded.conf);
+        for lb in elb
+            .describe_load_balancers()
+            .send()
+            .await?
+            .load_balancer_descriptions()
+        {
+            let name = lb.load_balancer_name().unwrap_or_default().to_string();
+            let tags: BTreeMap<String, String> = elb
+                .describe_tags()
+                .load_balancer_names(&name)
+                .send()
+                .await?
+                .tag_descriptions()
+                .iter()
+                .flat_map(|d| d.tags())
+                .map(|t| {
+                    (
+                        t.key().to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            if !tags.contains_key(&cluster_tag) {
+                continue;
+            }
+            let svc = service_of(&tags).unwrap_or_else(|| format!("untagged {name}"));
+            census
+                .load_balancers
+                .entry(svc.clone())
+                .or_default()
+                .push(name);
+            let ports = census.ports.entry(svc).or_default();
+            for l in lb.listener_descriptions() {
+                if let Some(l) = l.listener() {
+                    ports.push(l.load_balancer_port());
+                }
+            }
+        }
+        let elbv2 = aws_sdk_elasticloadbalancingv2::Client::new(&seeded.conf);
+        let v2_tags = |arn: String| {
+            let elbv2 = elbv2.clone();
+            async move {
+                let out = elbv2.describe_tags().resource_arns(&arn).send().await?;
+                let tags: BTreeMap<String, String> = out
+                    .tag_descriptions()
+                    .iter()
+                    .flat_map(|d| d.tags())
+                    .map(|t| {
+                        (
+                            t.key().unwrap_or_default().to_string(),
+                            t.value().unwrap_or_default().to_string(),
+                        )
+                    })
+                    .collect();
+                anyhow::Ok(tags)
+            }
+        };
+        for lb in elbv2
+            .describe_load_balancers()
+            .send()
+            .await?
+            .load_balancers()
+        {
+            let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
+            let tags = v2_tags(arn.clone()).await?;
+            if !tags.contains_key(&cluster_tag) {
+                continue;
+            }
+            let svc = service_of(&tags).unwrap_or_else(|| format!("untagged {arn}"));
+            let listeners = elbv2
+                .describe_listeners()
+                .load_balancer_arn(&arn)
+                .send()
+                .await?;
+            let ports = census.ports.entry(svc.clone()).or_default();
+            ports.extend(listeners.listeners().iter().filter_map(|l| l.port()));
+            census.load_balancers.entry(svc).or_default().push(arn);
+        }
+        for tg in elbv2.describe_target_groups().send().await?.target_groups() {
+            let arn = tg.target_group_arn().unwrap_or_default().to_string();
+            let tags = v2_tags(arn.clone()).await?;
+            if !tags.contains_key(&cluster_tag) {
+                continue;
+            }
+            let svc = service_of(&tags).unwrap_or_else(|| format!("untagged {arn}"));
+            census.target_groups.entry(svc).or_default().push(arn);
+        }
+        let groups = seeded
+            .ec2
+            .describe_security_groups()
+            .filters(
+                Filter::builder()
+                    .name("tag-key")
+                    .values(&cluster_tag)
+                    .build(),
+            )
+            .send()
+            .await?;
+        for g in groups.security_groups() {
+            let id = g.group_id().unwrap_or_default();
+            if id == seeded.node_group {
+                for p in g.ip_permissions() {
+                    for s in p.user_id_group_pairs() {
+                        census
+                            .node_rules
+                            .push(format!("{id} <- {}", s.group_id().unwrap_or_default()));
+                    }
+                }
+            } else {
+                census
+                    .groups
+                    .push(format!("{id} {}", g.group_name().unwrap_or_default()));
+            }
+        }
+        Ok(census)
+    }
+
+    /// Load balancers and target groups beyond one per Service (per port
+    /// for target groups), and groups beyond one per load balancer.
+    fn duplicates(&self) -> Vec<String> {
+        let mut dups = Vec::new();
+        for (svc, lbs) in &self.load_balancers {
+            if lbs.len() > 1 {
+                dups.push(format!("{svc}: load balancers {lbs:?}"));
+            }
+        }
+        for (svc, tgs) in &self.target_groups {
+            let ports = self.ports.get(svc).map_or(0, Vec::len);
+            if tgs.len() > ports.max(1) {
+                dups.push(format!(
+                    "{svc}: target groups {tgs:?} for {ports} listeners"
+                ));
+            }
+        }
+        let lbs: usize = self.load_balancers.values().map(Vec::len).sum();
+        if self.groups.len() > lbs {
+            dups.push(format!(
+                "{} groups for {lbs} load balancers: {:?}",
+                self.groups.len(),
+                self.groups
+            ));
+        }
+        dups
+    }
+
+    /// Everything still there; empty once every Service is deleted.
+    fn leftovers(&self) -> Vec<String> {
+        let mut left: Vec<String> = self.load_balancers.values().flatten().cloned().collect();
+        left.extend(self.target_groups.values().flatten().cloned());
+        left.extend(self.groups.iter().cloned());
+        left.extend(self.node_rules.iter().cloned());
+        left
+    }
+}
+
+/// Records duplicates and leaks of a campaign, and fails it on any.
+async fn audit(campaign: &str, world: &World, phase: &str) -> anyhow::Result<Census> {
+    let census = Census::take(&world.seeded).await?;
+    let dups = census.duplicates();
+    figure(
+        campaign,
+        &format!("duplicates ({phase})"),
+        dups.len() as f64,
+        "",
+        "0",
+        dups.is_empty(),
+    );
+    anyhow::ensure!(
+        dups.is_empty(),
+        "{campaign}: duplicates after {phase}: {dups:#?}"
+    );
+    Ok(census)
+}
+
+async fn audit_leaks(campaign: &str, world: &World) -> anyhow::Result<()> {
+    let census = Census::take(&world.seeded).await?;
+    let left = census.leftovers();
+    figure(
+        campaign,
+        "resources left after deletion",
+        left.len() as f64,
+        "",
+        "0",
+        left.is_empty(),
+    );
+    anyhow::ensure!(
+        left.is_empty(),
+        "{campaign}: left in AWS after every Service was deleted: {left:#?}"
+    );
+    Ok(())
+}
+
+/// Fault storm: half CLB, half NLB Services created, changed and deleted
+/// while the proxy throttles, fails, loses answers and delays visibility.
+async fn storm(campaign: &str, api: ServerOptions, api_faults: bool) -> anyhow::Result<()> {
+    let s = scale();
+    let world = World::start(api).await?;
+    aws_storm(&world.env.proxy);
+    eprintln!("{campaign}: seed {}", world.env.proxy.seed());
+    let ccm = world.env.start_ccm(&[SYNCS]).await?;
+    if api_faults {
+        inject_api_faults(&world.env);
+    }
+    let started = Instant::now();
+    let names = world.create_services("storm", s.storm_services).await?;
+    let converged = world.converged(&names, s.deadline).await;
+    let took = started.elapsed();
+    figure(
+        campaign,
+        "time to converge",
+        took.as_secs_f64(),
+        "s",
+        &format!("{:?}", s.deadline),
+        converged.is_ok(),
+    );
+    converged.map_err(|e| e.context(ccm.logs()))?;
+    audit(campaign, &world, "create").await?;
+    world
+        .add_port(&names, s.deadline)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    audit(campaign, &world, "change").await?;
+    world
+        .delete_all(&names, s.deadline)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    audit_leaks(campaign, &world).await?;
+    let counts = world.env.proxy.calls();
+    figure(
+        campaign,
+        "faulted AWS calls",
+        counts.faulted_total() as f64,
+        "",
+        "> 0",
+        counts.faulted_total() > 0,
+    );
+    anyhow::ensure!(counts.faulted_total() > 0, "the storm injected no fault");
+    Ok(())
+}
+
+/// kube-apiserver's own faults on top: 429 with Retry-After and 500s on the
+/// CCM's writes, slow answers. Watch drops, compaction and a lagging watch
+/// cache come from [`api_chaos_options`].
+fn inject_api_faults(env: &Env) {
+    env.api.inject_failure(
+        FailureRule::new("patch", "services", 429)
+            .retry_after(1)
+            .times(5),
+    );
+    env.api
+        .inject_failure(FailureRule::new("update", "services", 500).times(3));
+    env.api
+        .inject_failure(FailureRule::new("patch", "nodes", 503).times(3));
+    env.api
+        .inject_failure(FailureRule::slow("list", "*", Duration::from_millis(500)).times(5));
+}
+
+fn api_chaos_options() -> ServerOptions {
+    ServerOptions {
+        watch_drop_every: Some(Duration::from_secs(3)),
+        compact_every: Some(Duration::from_secs(5)),
+        watch_cache_lag: Duration::from_millis(300),
+        history_size: 50,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn fault_storm_converges_without_duplicates_or_leaks() -> anyhow::Result<()> {
+    storm("fault storm", ServerOptions::default(), false).await
+}
+
+#[tokio::test]
+async fn fault_storm_with_apiserver_chaos_converges_without_duplicates_or_leaks()
+-> anyhow::Result<()> {
+    storm("apiserver chaos", api_chaos_options(), true).await
+}
+
+/// kill -9: Services being created while the CCM is SIGKILLed at seeded
+/// random moments and restarted.
+#[tokio::test]
+async fn kill_nine_mid_provisioning_leaves_no_duplicate_or_leak() -> anyhow::Result<()> {
+    let campaign = "kill -9";
+    let s = scale();
+    let world = World::start(ServerOptions::default()).await?;
+    world.env.proxy.reseed(seed());
+    world
+        .env
+        .proxy
+        .set_consistency_delay(Duration::from_secs(2));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed());
+    let mut ccm = world.env.start_ccm(&[SYNCS]).await?;
+    let names = world.create_services("kill", s.kill_services).await?;
+    for _ in 0..s.kills {
+        // A moment inside provisioning: after some AWS calls, before the end.
+        let calls = world.env.proxy.calls().total_received();
+        let wait = rng.random_range(5..60u64);
+        eventually("AWS calls to kill in", s.deadline, || async {
+            (world.env.proxy.calls().total_received() >= calls + wait).then_some(())
+        })
+        .await?;
+        ccm.signal(libc::SIGKILL);
+        ccm.wait_exit(Duration::from_secs(10)).await?;
+        ccm = world.env.start_ccm(&[SYNCS]).await?;
+    }
+    let restarted = Instant::now();
+    let converged = world.converged(&names, s.deadline).await;
+    figure(
+        campaign,
+        "time to converge after the last restart",
+        restarted.elapsed().as_secs_f64(),
+        "s",
+        &format!("{:?}", s.deadline),
+        converged.is_ok(),
+    );
+    converged.map_err(|e| e.context(ccm.logs()))?;
+    audit(campaign, &world, "create").await?;
+    world
+        .delete_all(&names, s.deadline)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    audit_leaks(campaign, &world).await
+}
+
+/// Leader failover under load: two replicas, each with its own proxy so
+/// every AWS call can be attributed; the leader is SIGKILLed mid-provisioning.
+#[tokio::test]
+async fn leader_failover_mid_provisioning_has_one_writer_at_a_time() -> anyhow::Result<()> {
+    let campaign = "leader failover";
+    let s = scale();
+    let world = World::start(ServerOptions::default()).await?;
+    let second_proxy =
+        FaultProxy::start(&world.env.moto.endpoint(), ProxyConfig::default()).await?;
+    let mut first = world.env.start_ccm(&[]).await?;
+    first
+        .wait_for_log("starting controller", Duration::from_secs(30))
+        .await?;
+    let second = world
+        .env
+        .start_ccm_via(&second_proxy.endpoint(), &[])
+        .await?;
+    second
+        .wait_for_log(
+            "attempting to acquire leader lease",
+            Duration::from_secs(30),
+        )
+        .await?;
+    let names = world
+        .create_services("failover", s.failover_services)
+        .await?;
+    eventually("the leader provisioning", s.deadline, || async {
+        (mutating(&world.env.proxy) > 0).then_some(())
+    })
+    .await?;
+    let before_standby = mutating(&second_proxy);
+    first.signal(libc::SIGKILL);
+    first.wait_exit(Duration::from_secs(10)).await?;
+    let killed = Instant::now();
+    let by_first = mutating(&world.env.proxy);
+    second
+        .wait_for_log("successfully acquired lease", s.deadline)
+        .await?;
+    let takeover = killed.elapsed();
+    // Lease duration 3 s + retry period 0.5 s (+ jitter) in base_args.
+    figure(
+        campaign,
+        "takeover time",
+        takeover.as_secs_f64(),
+        "s",
+        "lease 3 s + retry 0.5 s",
+        true,
+    );
+    world
+        .converged(&names, s.deadline)
+        .await
+        .map_err(|e| e.context(second.logs()))?;
+    let standby_before_takeover = before_standby;
+    figure(
+        campaign,
+        "mutating calls by the standby before takeover",
+        standby_before_takeover as f64,
+        "",
+        "0",
+        standby_before_takeover == 0,
+    );
+    anyhow::ensure!(
+        standby_before_takeover == 0,
+        "the standby mutated AWS while the leader led"
+    );
+    let after_kill = mutating(&world.env.proxy) - by_first;
+    figure(
+        campaign,
+        "mutating calls by the killed leader after its kill",
+        after_kill as f64,
+        "",
+        "0",
+        after_kill == 0,
+    );
+    anyhow::ensure!(after_kill == 0);
+    audit(campaign, &world, "create").await?;
+    world
+        .delete_all(&names, s.deadline)
+        .await
+        .map_err(|e| e.context(second.logs()))?;
+    audit_leaks(campaign, &world).await
+}
+
+/// Attempted writes that reached the proxy (answered, faulted or
+/// throttled: AWS may have applied any of them); `DryRun` permission checks,
+/// which the proxy counts as `Action+DryRun`, aside.
+fn mutating(proxy: &FaultProxy) -> u64 {
+    proxy
+        .calls()
+        .iter()
+        .filter(|(_, action, _)| {
+            !action.ends_with("+DryRun")
+                && !["Describe", "List", "Get"]
+                    .iter()
+                    .any(|p| action.starts_with(p))
+        })
+        .map(|(_, _, c)| c.received)
+        .sum()
+}
+
+/// A TCP path to the API server that can be cut, as a network partition
+/// cuts a node off: open connections are dropped and new ones refused.
+struct Partitionable {
+    addr: std::net::SocketAddr,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    conns: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Partitionable {
+    async fn start(upstream: std::net::SocketAddr) -> anyhow::Result<Partitionable> {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let accept = tokio::spawn({
+            let (cut, conns) = (cut.clone(), conns.clone());
+            async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    if cut.load(Ordering::SeqCst) {
+                        continue; // dropped: the peer sees a reset
+                    }
+                    let task = tokio::spawn(async move {
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    if let Ok(mut conns) = conns.lock() {
+                        conns.push(task);
+                    }
+                }
+            }
+        });
+        Ok(Partitionable {
+            addr,
+            cut,
+            conns,
+            accept,
+        })
+    }
+
+    fn partition(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Ok(mut conns) = self.conns.lock() {
+            for task in conns.drain(..) {
+                task.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Partitionable {
+    fn drop(&mut self) {
+        self.partition();
+        self.accept.abort();
+    }
+}
+
+/// Leader failover by partition: the leader loses the API server (and so
+/// its Lease) mid-provisioning but keeps running and reaching AWS. It must
+/// stop mutating AWS before the standby can take the Lease: no mutating call
+/// of the old leader may come after the new leader's first.
+#[tokio::test]
+async fn a_partitioned_leader_stops_writing_before_its_successor_starts() -> anyhow::Result<()> {
+    partitioned_leader("leader partition", false).await
+}
+
+/// The same while the leader sits in a retry loop: deleting Classic ELB
+/// groups that AWS keeps answering `DependencyViolation` for.
+#[tokio::test]
+async fn a_partitioned_leader_in_a_retry_loop_stops_writing_before_its_successor_starts()
+-> anyhow::Result<()> {
+    partitioned_leader("leader partition in a retry loop", true).await
+}
+
+async fn partitioned_leader(campaign: &str, retry_loop: bool) -> anyhow::Result<()> {
+    let s = scale();
+    let world = World::start(ServerOptions::default()).await?;
+    let second_proxy =
+        FaultProxy::start(&world.env.moto.endpoint(), ProxyConfig::default()).await?;
+    // Slow AWS so the leader is mid-provisioning when it is cut off.
+    world.env.proxy.set_latency(Duration::from_millis(150));
+    let api_addr: std::net::SocketAddr = world
+        .env
+        .api
+        .url()
+        .trim_start_matches("https://")
+        .trim_start_matches("http://")
+        .parse()?;
+    let path = Partitionable::start(api_addr).await?;
+    let cut_kubeconfig = world.env.dir.path().join("kubeconfig-partitionable");
+    std::fs::write(
+        &cut_kubeconfig,
+        std::fs::read_to_string(&world.env.kubeconfig)?
+            .replace(&api_addr.to_string(), &path.addr.to_string()),
+    )?;
+    let mut args = world.env.base_args();
+    for arg in &mut args {
+        if arg.starts_with("--kubeconfig=") {
+            *arg = format!("--kubeconfig={}", cut_kubeconfig.display());
+        }
+    }
+    let first = Ccm::spawn(&args, &world.env.aws_env()).await?;
+    first
+        .wait_for_log("starting controller", Duration::from_secs(30))
+        .await?;
+    let second = world
+        .env
+        .start_ccm_via(&second_proxy.endpoint(), &[])
+        .await?;
+    second
+        .wait_for_log(
+            "attempting to acquire leader lease",
+            Duration::from_secs(30),
+        )
+        .await?;
+    let names = world
+        .create_services("partition", s.failover_services)
+        .await?;
+    eventually("the leader provisioning", s.deadline, || async {
+        (mutating(&world.env.proxy) > 0).then_some(())
+    })
+    .await?;
+    if retry_loop {
+        world
+            .converged(&names, s.deadline)
+            .await
+            .map_err(|e| e.context(first.logs()))?;
+        world.env.proxy.set_faults(vec![
+            FaultRule::new(FaultKind::Error {
+                status: 400,
+                code: "DependencyViolation".into(),
+                message: "resource has a dependent object".into(),
+            })
+            .for_action("DeleteSecurityGroup"),
+        ]);
+        for name in &names {
+            world
+                .services
+                .delete(name, &DeleteParams::default())
+                .await?;
+        }
+        eventually(
+            "the leader retrying a group deletion",
+            s.deadline,
+            || async {
+                let tries = world
+                    .env
+                    .proxy
+                    .calls()
+                    .get("ec2", "DeleteSecurityGroup")
+                    .faulted;
+                (tries >= 2).then_some(())
+            },
+        )
+        .await?;
+    }
+    path.partition();
+    let cut_at = Instant::now();
+    // Sample both proxies until the standby has made its first write.
+    let mut last_old_write: Option<Instant> = None;
+    let mut old_count = mutating(&world.env.proxy);
+    let first_new_write = eventually("the new leader's first write", s.deadline, || {
+        let now = Instant::now();
+        let old = mutating(&world.env.proxy);
+        if old > old_count {
+            old_count = old;
+            last_old_write = Some(now);
+        }
+        let new = mutating(&second_proxy);
+        async move { (new > 0).then_some(now) }
+    })
+    .await?;
+    if retry_loop {
+        // The standby's groups delete; the old leader's proxy keeps refusing.
+        world
+            .delete_all(&names, s.deadline)
+            .await
+            .map_err(|e| e.context(second.logs()))?;
+    } else {
+        world
+            .converged(&names, s.deadline)
+            .await
+            .map_err(|e| e.context(second.logs()))?;
+    }
+    // Anything the old leader sent after the new leader's first write (by
+    // the end of provisioning) overlapped it.
+    let old_after = mutating(&world.env.proxy) - old_count;
+    let overlap = old_after + u64::from(last_old_write.is_some_and(|t| t >= first_new_write));
+    figure(
+        campaign,
+        "takeover time (cut to first write)",
+        first_new_write.duration_since(cut_at).as_secs_f64(),
+        "s",
+        "lease 3 s + retry 0.5 s + sync",
+        true,
+    );
+    figure(
+        campaign,
+        "overlapping mutating calls",
+        overlap as f64,
+        "",
+        "0",
+        overlap == 0,
+    );
+    anyhow::ensure!(
+        overlap == 0,
+        "the partitioned leader wrote to AWS after its successor started; its log:\n{}",
+        first.logs()
+    );
+    if !retry_loop {
+        audit(campaign, &world, "create").await?;
+        world
+            .delete_all(&names, s.deadline)
+            .await
+            .map_err(|e| e.context(second.logs()))?;
+    }
+    audit_leaks(campaign, &world).await
+}
