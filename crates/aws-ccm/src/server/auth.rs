@@ -62,12 +62,13 @@ impl AllowPaths {
         let mut out = AllowPaths::default();
         for raw in paths.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
             let p = raw.strip_prefix('/').unwrap_or(raw);
-            match p.strip_suffix('*') {
-                _ if p[..p.len().saturating_sub(1)].contains('*') => {
-                    return Err(format!(
-                        "--authorization-always-allow-paths: {raw:?} has a '*' before its end; only a trailing '*' (prefix match) is allowed"
-                    ));
-                }
+            let prefix = p.strip_suffix('*');
+            if prefix.unwrap_or(p).contains('*') {
+                return Err(format!(
+                    "--authorization-always-allow-paths: {raw:?} has a '*' before its end; only a trailing '*' (prefix match) is allowed"
+                ));
+            }
+            match prefix {
                 Some(prefix) => out.prefixes.push(prefix.to_string()),
                 None => out.exact.push(p.to_string()),
             }
