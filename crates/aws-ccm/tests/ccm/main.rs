@@ -16,3 +16,4 @@ mod observability;
 mod permissions;
 mod routes;
 mod service;
+mod swap;
