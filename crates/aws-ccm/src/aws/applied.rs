@@ -213,17 +213,28 @@ mod tests {
 
     #[test]
     fn unknown_or_foreign_values_are_no_record() {
-        for v in ["", "v2 type=nlb scheme=internal", "v1 type=alb scheme=internal", "v1 scheme=internal", "v1 type=clb scheme=internal colour=blue"] {
+        for v in [
+            "",
+            "v2 type=nlb scheme=internal",
+            "v1 type=alb scheme=internal",
+            "v1 scheme=internal",
+            "v1 type=clb scheme=internal colour=blue",
+        ] {
             assert_eq!(Applied::parse(v), None, "{v}");
         }
     }
 
     #[test]
     fn the_record_is_left_out_when_the_tags_are_full() {
-        let full: BTreeMap<String, String> =
-            (0..tags::MAX_LB_TAGS).map(|i| (format!("k{i}"), "v".to_string())).collect();
+        let full: BTreeMap<String, String> = (0..tags::MAX_LB_TAGS)
+            .map(|i| (format!("k{i}"), "v".to_string()))
+            .collect();
         assert_eq!(Applied::classic(false).tagged(&full), full);
         let some = BTreeMap::from([("k".to_string(), "v".to_string())]);
-        assert!(Applied::classic(false).tagged(&some).contains_key(tags::APPLIED_TAG));
+        assert!(
+            Applied::classic(false)
+                .tagged(&some)
+                .contains_key(tags::APPLIED_TAG)
+        );
     }
 }

@@ -16,6 +16,7 @@ use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 
 mod drift;
+mod nlb_groups;
 mod nlb_rules;
 mod refusals;
 use nlb_rules::NlbNodeRules;
@@ -311,9 +312,9 @@ impl AwsLoadBalancers {
         let backends = backends.list();
 
         let owned_name = elb::owned_group_name(&name);
-        let (mut all_groups, node_groups) =
-            self.sync_groups(&vpc_id, std::slice::from_ref(&owned_name), &backends)
-                .await?;
+        let (mut all_groups, node_groups) = self
+            .sync_groups(&vpc_id, std::slice::from_ref(&owned_name), &backends)
+            .await?;
         let owned_group = all_groups
             .values()
             .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
@@ -339,9 +340,13 @@ impl AwsLoadBalancers {
             .await?;
         let mut warnings = Vec::new();
         let diffs = elb::plan::left_alone(&desired, &actual);
-        if let Some(l) = &actual.lb {
-            warnings.extend(drift::drift_warning(&req.service_key, &name, &l.tags, &diffs));
-        }
+        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
+        warnings.extend(drift::drift_warning(
+            &req.service_key,
+            &name,
+            lb_tags,
+            &diffs,
+        ));
         let changes = self
             .refuse_node_ingress(
                 &req.service_key,
@@ -643,27 +648,21 @@ impl AwsLoadBalancers {
             None => Vec::new(),
         };
         let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
-        let (groups, node_groups) = self
-            .sync_groups(&vpc_id, &owned_names, &backends)
-            .await?;
-        // The managed group by upstream's name, else by the name aws-ccm
-        // gave it before 0.x (kept, not replaced).
-        let owned_group = owned_names.iter().find_map(|n| {
-            groups
-                .values()
-                .find(|g| &g.name == n && tags::is_owned(&g.tags, &self.cluster_id))
-                .cloned()
-        });
+        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_names, &backends).await?;
         let actual = nlb::Actual {
             lb,
             target_groups,
-            owned_group,
+            owned_group: self.nlb_owned_group(&owned_names, groups.values()),
         };
         let mut warnings = Vec::new();
         let diffs = nlb::plan::left_alone(&desired, &actual, &self.cluster_id);
-        if let Some(l) = &actual.lb {
-            warnings.extend(drift::drift_warning(&req.service_key, &name, &l.tags, &diffs));
-        }
+        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
+        warnings.extend(drift::drift_warning(
+            &req.service_key,
+            &name,
+            lb_tags,
+            &diffs,
+        ));
         let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
@@ -693,16 +692,6 @@ impl AwsLoadBalancers {
             changes: described,
             warnings: merged(warnings),
         })
-    }
-
-    /// The names an NLB's managed group may have: upstream's, then
-    /// `k8s-elb-<lb-name>` (what aws-ccm named it before it took upstream's).
-    fn nlb_group_names(&self, service_key: &str, uid: &str) -> Vec<String> {
-        let (namespace, name) = service_key.split_once('/').unwrap_or(("", service_key));
-        vec![
-            nlb::managed_group_name(&self.cluster_name, namespace, name, uid),
-            elb::owned_group_name(&elb::load_balancer_name(uid)),
-        ]
     }
 
     /// Deletes the Service's NLB, its target groups and its node rules.
@@ -743,55 +732,15 @@ impl AwsLoadBalancers {
                 }
             }
         }
-        let names = self.nlb_group_names(service_key, uid);
-        let found = sg::io::describe(
-            aws,
-            vec![
-                crate::aws::instances::filter("group-name", names.clone()),
-                crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
-            ],
-        )
-        .await?;
-        let owned_group = names.iter().find_map(|n| {
-            found
-                .iter()
-                .find(|g| &g.name == n && tags::is_owned(&g.tags, &self.cluster_id))
-                .cloned()
-        });
         let actual = nlb::Actual {
             lb,
             target_groups,
-            owned_group,
+            owned_group: self.nlb_owned_group_by_name(service_key, uid).await?,
         };
         let changes = nlb::plan::plan_delete(&actual, &self.cluster_id);
         nlb::io::apply(aws, &name, "", &actual, &changes).await?;
 
-        // Node rules: revoke ours from every cluster group (and backends' groups).
-        let mut revoked = false;
-        let swept = aws.cluster_instances().await?;
-        let vpc = self.cluster_vpc(&swept);
-        if let Some(vpc) = vpc
-            && !self.cloud.disable_security_group_ingress
-        {
-            // Deletion is rare and must leave no rule: every cluster group,
-            // and every group an instance of the cluster is in.
-            let live: Vec<&crate::aws::Ec2Instance> =
-                swept.iter().filter(|i| !i.state.is_terminated()).collect();
-            let mut groups = self.groups_of(&vpc, &live, &[]).await?;
-            for g in sg::io::cluster_groups(aws, &vpc, &self.cluster_id).await? {
-                groups.entry(g.id.clone()).or_insert(g);
-            }
-            for g in groups.values() {
-                let ch = nlb::node_rules::node_group_changes(&name, &g.descriptions, None);
-                if !ch.revoke.is_empty() {
-                    sg::io::revoke(aws, &g.id, &ch.revoke).await?;
-                    revoked = true;
-                }
-                if !ch.authorize.is_empty() {
-                    sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
-                }
-            }
-        }
+        let revoked = self.revoke_nlb_node_rules(&name).await?;
         Ok(!changes.is_empty() || revoked)
     }
 }

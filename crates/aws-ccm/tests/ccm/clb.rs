@@ -1208,15 +1208,19 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
 /// `np`, backend `instance`): its owned group (cluster tag only), the rules,
 /// the internet-facing load balancer in both public subnets with its tags,
 /// health check, instance, and the node group's rule.
-async fn go_made_clb(v: &Vpc, name: &str, key: &str, np: i32, instance: &str) -> anyhow::Result<()> {
+async fn go_made_clb(
+    v: &Vpc,
+    name: &str,
+    key: &str,
+    np: i32,
+    instance: &str,
+) -> anyhow::Result<()> {
     let ct = cluster_tag();
     let owned = v
         .ec2
         .create_security_group()
         .group_name(format!("k8s-elb-{name}"))
-        .description(format!(
-            "Security group for Kubernetes ELB {name} ({key})"
-        ))
+        .description(format!("Security group for Kubernetes ELB {name} ({key})"))
         .vpc_id(&v.vpc_id)
         .tag_specifications(tags(ResourceType::SecurityGroup, &[(&ct, "owned")]))
         .send()
@@ -1398,13 +1402,23 @@ async fn go_made_clbs_with_drifted_annotations_are_neither_recreated_nor_convert
             )
             .await?;
         let name = lb_name(&created);
-        go_made_clb(&v, &name, &format!("default/{svc}"), node_ports(&created)[0], &i1).await?;
+        go_made_clb(
+            &v,
+            &name,
+            &format!("default/{svc}"),
+            node_ports(&created)[0],
+            &i1,
+        )
+        .await?;
         made.push(name);
     }
 
     let (proxy, ccm) = start(&env).await?;
     let host = wait_hostname(&services, &ccm, "web").await?;
-    assert_eq!(Some(host.as_str()), v.describe(&made[0]).await.unwrap().dns_name());
+    assert_eq!(
+        Some(host.as_str()),
+        v.describe(&made[0]).await.unwrap().dns_name()
+    );
     let note = event_note(&client, "web", "LoadBalancerSettingNotApplied").await?;
     assert!(
         note.contains("its scheme is internet-facing and the Service asks for internal")
@@ -1413,7 +1427,8 @@ async fn go_made_clbs_with_drifted_annotations_are_neither_recreated_nor_convert
     );
     let refused = event_note(&client, "typed", "SyncLoadBalancerFailed").await?;
     assert!(
-        refused.contains("has a Classic ELB") && refused.contains("remove service.beta.kubernetes.io/aws-load-balancer-type"),
+        refused.contains("has a Classic ELB")
+            && refused.contains("remove service.beta.kubernetes.io/aws-load-balancer-type"),
         "{refused}"
     );
     assert_eq!(

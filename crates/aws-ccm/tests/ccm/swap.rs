@@ -117,7 +117,12 @@ pub fn go_managed_group_name(svc: &Service) -> String {
     use sha2::Digest;
     let name = svc.metadata.name.clone().unwrap();
     let mut h = sha2::Sha256::new();
-    for part in ["kubernetes", &name, "default", svc.metadata.uid.as_deref().unwrap()] {
+    for part in [
+        "kubernetes",
+        &name,
+        "default",
+        svc.metadata.uid.as_deref().unwrap(),
+    ] {
         h.update(part.as_bytes());
     }
     format!("k8s-default-{name}-{}", &hex::encode(h.finalize())[..10])
@@ -127,17 +132,16 @@ pub fn go_managed_group_name(svc: &Service) -> String {
 /// `subnet` (with `groups`, if any), its target group with every instance,
 /// the listener, and the node group's client and MTU rules (no health rule:
 /// the client rule from 0.0.0.0/0 covers it). Returns the target group ARN.
-async fn go_made_nlb(
-    seeded: &Seeded,
-    svc: &Service,
-    groups: &[String],
-) -> anyhow::Result<String> {
+async fn go_made_nlb(seeded: &Seeded, svc: &Service, groups: &[String]) -> anyhow::Result<String> {
     let c = elbv2::Client::new(&seeded.conf);
     let key = format!("default/{}", svc.metadata.name.as_deref().unwrap());
     let name = lb_name(svc);
     let np = node_port(svc);
     let go_tags: Vec<elbv2::types::Tag> = [
-        (format!("kubernetes.io/cluster/{CLUSTER_ID}"), "owned".to_string()),
+        (
+            format!("kubernetes.io/cluster/{CLUSTER_ID}"),
+            "owned".to_string(),
+        ),
         ("kubernetes.io/service-name".into(), key),
     ]
     .into_iter()
@@ -152,10 +156,16 @@ async fn go_made_nlb(
         .set_tags(Some(go_tags.clone()))
         .send()
         .await?;
-    let lb_arn = lb.load_balancers()[0].load_balancer_arn().unwrap().to_string();
+    let lb_arn = lb.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_string();
     let tg = c
         .create_target_group()
-        .name(go_target_group_name(svc.metadata.name.as_deref().unwrap(), np))
+        .name(go_target_group_name(
+            svc.metadata.name.as_deref().unwrap(),
+            np,
+        ))
         .vpc_id(&seeded.vpc)
         .port(np)
         .protocol(elbv2::types::ProtocolEnum::Tcp)
@@ -168,11 +178,19 @@ async fn go_made_nlb(
         .set_tags(Some(go_tags.clone()))
         .send()
         .await?;
-    let tg_arn = tg.target_groups()[0].target_group_arn().unwrap().to_string();
+    let tg_arn = tg.target_groups()[0]
+        .target_group_arn()
+        .unwrap()
+        .to_string();
     let targets = seeded
         .instances
         .iter()
-        .map(|i| elbv2::types::TargetDescription::builder().id(i).port(np).build())
+        .map(|i| {
+            elbv2::types::TargetDescription::builder()
+                .id(i)
+                .port(np)
+                .build()
+        })
         .collect();
     c.register_targets()
         .target_group_arn(&tg_arn)
@@ -314,21 +332,20 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
     let refused = event_note(&client, "typed", "SyncLoadBalancerFailed").await?;
     assert!(
         refused.contains("has a Network Load Balancer")
-            && refused.contains("set service.beta.kubernetes.io/aws-load-balancer-type back to nlb"),
+            && refused
+                .contains("set service.beta.kubernetes.io/aws-load-balancer-type back to nlb"),
         "{refused}"
     );
-    assert_eq!(
-        mutations(&proxy),
-        BTreeMap::new(),
-        "logs:\n{}",
-        ccm.logs()
-    );
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
     let c = elbv2::Client::new(&seeded.conf);
     let lbs = c.describe_load_balancers().send().await?;
     assert_eq!(lbs.load_balancers().len(), 2);
     for lb in lbs.load_balancers() {
         // (moto leaves out the default scheme)
-        assert_ne!(lb.scheme(), Some(&elbv2::types::LoadBalancerSchemeEnum::Internal));
+        assert_ne!(
+            lb.scheme(),
+            Some(&elbv2::types::LoadBalancerSchemeEnum::Internal)
+        );
         assert!(lb.security_groups().is_empty());
     }
     Ok(())
@@ -388,17 +405,12 @@ async fn the_go_ccms_managed_nlb_group_is_adopted() -> anyhow::Result<()> {
     let (proxy, ccm) = start_via_proxy(&env).await?;
     wait_hostname(&env, &ccm, "web").await?;
     // The hostname is written after the whole sync; nothing it did may mutate.
-    assert_eq!(
-        mutations(&proxy),
-        BTreeMap::new(),
-        "logs:\n{}",
-        ccm.logs()
-    );
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
     let lbs = elbv2::Client::new(&seeded.conf)
         .describe_load_balancers()
         .send()
         .await?;
-    assert_eq!(lbs.load_balancers()[0].security_groups(), [group.clone()]);
+    assert_eq!(lbs.load_balancers()[0].security_groups(), [group.as_str()]);
     let named = seeded
         .ec2
         .describe_security_groups()

@@ -8,8 +8,8 @@ use super::{
     OwnedGroup, PROXY_PROTOCOL_POLICY, load_balancer_name, owned_group_name, ssl_policy_name,
 };
 use crate::aws::annotations::{BackendProtocol, HealthCheckPort, LoadBalancerSpec};
-use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::applied::Applied;
+use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
 
@@ -374,7 +374,9 @@ fn tag_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>) {
     // A record (only on a load balancer this CCM made) follows the Service
     // once the load balancer has what it asks for.
     let record = Applied::from_tags(&lb.tags);
-    if record.is_some() && record != Some(desired.applied.clone()) && lb.internal == desired.internal
+    if record.is_some()
+        && record != Some(desired.applied.clone())
+        && lb.internal == desired.internal
     {
         want.insert(tags::APPLIED_TAG.to_string(), desired.applied.to_value());
     }

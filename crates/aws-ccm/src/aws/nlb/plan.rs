@@ -9,9 +9,9 @@ use super::{
     SubnetMapping, TargetGroup, TgRef, target_group_name,
 };
 use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
+use crate::aws::applied::Applied;
 use crate::aws::elb::{Environment, GroupRef, OwnedGroup, load_balancer_name};
 use crate::aws::security_groups::{Rule, Source};
-use crate::aws::applied::Applied;
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode, NlbSecurityGroupMode};
 
@@ -593,13 +593,17 @@ fn load_balancer_changes(
         differences(desired, lb)
     };
     let asked_for = |f: Field| asked(f, record.as_ref(), &desired.applied);
-    if diffs.iter().any(|(f, _)| *f == Field::Subnets && asked_for(*f)) {
+    if diffs
+        .iter()
+        .any(|(f, _)| *f == Field::Subnets && asked_for(*f))
+    {
         changes.push(Change::SetSubnets(desired.subnet_mappings.clone()));
     }
-    if record.is_some() && record.as_ref() != Some(&desired.applied) {
-        if diffs.iter().all(|(f, _)| asked_for(*f)) {
-            want_tags.insert(tags::APPLIED_TAG.to_string(), desired.applied.to_value());
-        }
+    if record.is_some()
+        && record.as_ref() != Some(&desired.applied)
+        && diffs.iter().all(|(f, _)| asked_for(*f))
+    {
+        want_tags.insert(tags::APPLIED_TAG.to_string(), desired.applied.to_value());
     }
     let have_groups: BTreeSet<String> = lb.security_groups.iter().cloned().collect();
     if let Some(want) = want_groups

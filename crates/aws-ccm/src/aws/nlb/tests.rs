@@ -479,7 +479,11 @@ fn create_time_settings_change_only_when_the_service_asks_for_it() {
     let mut outside = converged(&drifted);
     outside.lb.as_mut().unwrap().subnet_mappings = converged(&before).lb.unwrap().subnet_mappings;
     outside.lb.as_mut().unwrap().internal = true;
-    assert!(!plan(&drifted, &outside, "c1").iter().any(|c| matches!(c, Change::DeleteLoadBalancer { .. })));
+    assert!(
+        !plan(&drifted, &outside, "c1")
+            .iter()
+            .any(|c| matches!(c, Change::DeleteLoadBalancer { .. }))
+    );
     assert_eq!(left_alone(&drifted, &outside, "c1").len(), 1);
 }
 
@@ -580,7 +584,10 @@ fn managed_group_and_byo_switching() {
     let owned = d.owned_group.clone().unwrap();
     // Upstream's name: sha256("kubernetes" "web" "default" UID).
     assert_eq!(owned.name, "k8s-default-web-9797dd8004");
-    assert_eq!(owned.description, "[k8s] Managed SecurityGroup for LoadBalancer");
+    assert_eq!(
+        owned.description,
+        "[k8s] Managed SecurityGroup for LoadBalancer"
+    );
     assert_eq!(owned.rules.len(), 2, "port 80 and ICMP from the range");
     let changes = plan(&d, &Actual::default(), "c1");
     assert!(matches!(changes[0], Change::CreateSecurityGroup(_)));

@@ -13,12 +13,10 @@ use crate::aws::tags;
 pub fn drift_warning(
     service_key: &str,
     lb_name: &str,
-    lb_tags: &BTreeMap<String, String>,
+    lb_tags: Option<&BTreeMap<String, String>>,
     diffs: &[String],
 ) -> Option<Warning> {
-    if diffs.is_empty() {
-        return None;
-    }
+    let lb_tags = lb_tags.filter(|_| !diffs.is_empty())?;
     let record = Applied::from_tags(lb_tags).is_some();
     Some(Warning {
         reason: applied::DRIFT_REASON,
