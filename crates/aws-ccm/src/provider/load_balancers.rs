@@ -253,7 +253,9 @@ impl AwsLoadBalancers {
             },
             None => {
                 let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
-                let chosen = subnets::choose(&found, spec.internal, &self.cluster_id);
+                // Local and Wavelength Zones take no CLB or NLB (as upstream).
+                let zones = aws.zones().await?;
+                let chosen = subnets::choose(&found, spec.internal, &self.cluster_id, &zones.types);
                 if chosen.is_empty() {
                     let role = if spec.internal {
                         tags::ROLE_INTERNAL_ELB
