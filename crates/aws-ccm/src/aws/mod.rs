@@ -2,6 +2,7 @@
 //! an SDK client; every call goes through [`client::AwsClient`], the one door.
 
 pub mod annotations;
+pub mod applied;
 pub mod client;
 pub mod elb;
 pub mod instances;

@@ -43,10 +43,23 @@ pub fn is_public(tables: &[RouteTable], subnet_id: &str) -> bool {
         .is_some_and(|t| t.has_internet_gateway)
 }
 
+/// The zone type of a regular availability zone; Local Zones
+/// (`local-zone`) and Wavelength Zones (`wavelength-zone`) take no classic
+/// ELB or NLB.
+pub const REGULAR_ZONE: &str = "availability-zone";
+
 /// Upstream's choice: subnets of this cluster or of no cluster, one per zone;
-/// internet-facing load balancers only in public subnets. Ties in a zone go to
-/// the role tag, then the cluster tag, then the lowest ID. Sorted by zone.
-pub fn choose(subnets: &[Subnet], internal: bool, cluster_id: &str) -> Vec<String> {
+/// internet-facing load balancers only in public subnets; none in a zone
+/// whose type (`zone_types`, zone name → type) is known and not a regular
+/// availability zone (a zone without a known type is kept, as upstream).
+/// Ties in a zone go to the role tag, then the cluster tag, then the lowest
+/// ID. Sorted by zone.
+pub fn choose(
+    subnets: &[Subnet],
+    internal: bool,
+    cluster_id: &str,
+    zone_types: &HashMap<String, String>,
+) -> Vec<String> {
     let role = if internal {
         tags::ROLE_INTERNAL_ELB
     } else {
@@ -67,6 +80,12 @@ pub fn choose(subnets: &[Subnet], internal: bool, cluster_id: &str) -> Vec<Strin
             continue;
         }
         if !internal && !s.public {
+            continue;
+        }
+        if zone_types
+            .get(&s.availability_zone)
+            .is_some_and(|t| t != REGULAR_ZONE)
+        {
             continue;
         }
         let best = by_zone.entry(&s.availability_zone).or_insert(s);
@@ -309,7 +328,7 @@ mod tests {
             subnet("subnet-p", "az5", false, &[(tags::ROLE_ELB, "1")]),
         ];
         assert_eq!(
-            choose(&subnets, false, "c1"),
+            choose(&subnets, false, "c1", &HashMap::new()),
             vec!["subnet-a", "subnet-z", "subnet-r"]
         );
         // Internal: private subnets count; the internal role tag decides.
@@ -317,8 +336,40 @@ mod tests {
             subnet("subnet-1", "az1", false, &[]),
             subnet("subnet-2", "az1", true, &[(tags::ROLE_INTERNAL_ELB, "1")]),
         ];
-        assert_eq!(choose(&internal, true, "c1"), vec!["subnet-2"]);
-        assert!(choose(&internal[..1], false, "c1").is_empty());
+        assert_eq!(
+            choose(&internal, true, "c1", &HashMap::new()),
+            vec!["subnet-2"]
+        );
+        assert!(choose(&internal[..1], false, "c1", &HashMap::new()).is_empty());
+    }
+
+    #[test]
+    fn local_and_wavelength_zones_are_skipped_and_untyped_zones_kept() {
+        let subnets = vec![
+            subnet("subnet-a", "us-east-1a", true, &[]),
+            subnet(
+                "subnet-l",
+                "us-east-1-bos-1a",
+                true,
+                &[(tags::ROLE_ELB, "1")],
+            ),
+            subnet("subnet-w", "us-east-1-wl1-bos-wlz-1", true, &[]),
+            subnet("subnet-u", "us-east-1x", true, &[]),
+        ];
+        let types: HashMap<String, String> = [
+            ("us-east-1a", REGULAR_ZONE),
+            ("us-east-1-bos-1a", "local-zone"),
+            ("us-east-1-wl1-bos-wlz-1", "wavelength-zone"),
+        ]
+        .into_iter()
+        .map(|(z, t)| (z.to_string(), t.to_string()))
+        .collect();
+        assert_eq!(
+            choose(&subnets, false, "c1", &types),
+            vec!["subnet-a", "subnet-u"]
+        );
+        // Without zone types (none known), every zone counts.
+        assert_eq!(choose(&subnets, false, "c1", &HashMap::new()).len(), 4);
     }
 
     #[test]

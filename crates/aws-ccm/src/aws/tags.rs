@@ -18,6 +18,11 @@ pub const ROLE_INTERNAL_ELB: &str = "kubernetes.io/role/internal-elb";
 pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
 /// The pre-1.6 cluster tag: `KubernetesCluster` = `<cluster-id>`.
 pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+/// On a load balancer this CCM created: the create-time settings it applied
+/// (see `aws::applied`). The Go CCM writes no such tag.
+pub const APPLIED_TAG: &str = "aws-ccm/applied";
+/// Most tags a classic ELB, an NLB or a target group takes.
+pub const MAX_LB_TAGS: usize = 50;
 
 /// `kubernetes.io/cluster/<cluster_id>`.
 pub fn cluster_tag_key(cluster_id: &str) -> String {

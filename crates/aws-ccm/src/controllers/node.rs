@@ -282,108 +282,167 @@ async fn reconcile_label_twins<I: Instances>(
     }
 }
 
+/// Initializes a tainted node, in steps: the lookup (or a wait), the
+/// instance, the plan, then the writes.
 async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Action, NodeError> {
-    let name = node.name_any();
-    let reference = node.object_ref(&());
-    let lookup = match identity::lookup_for_node(node) {
+    let lookup = match start_lookup(node, shared).await? {
         Ok(lookup) => lookup,
-        Err(err @ IdentityError::Fargate { .. }) => {
-            tracing::info!(error = %err, "skipping node");
-            return Ok(Action::await_change());
-        }
-        Err(err) => {
-            // Other changes to the node do not make the warning come sooner.
-            if let Some(wait) = shared.progress.backoff_left(&name, None) {
-                return Ok(Action::requeue(wait));
-            }
-            shared
-                .events
-                .warning(&reference, EVENT_INVALID_PROVIDER_ID, err.to_string())
-                .await;
-            return Err(err.into());
-        }
+        Err(action) => return Ok(action),
     };
-    if let Some(wait) = shared.progress.backoff_left(&name, Some(&lookup)) {
-        return Ok(Action::requeue(wait));
-    }
-    shared.progress.start(&name);
-
-    let instance = match shared.prefetch.resolve(&name, &lookup).await {
-        Ok(Some(instance)) => instance,
-        Ok(None) => {
-            shared
-                .events
-                .warning(
-                    &reference,
-                    EVENT_INSTANCE_NOT_FOUND,
-                    not_found_note(&name, &lookup, &shared.cluster_id),
-                )
-                .await;
-            return Err(NodeError::NotFound { node: name, lookup });
-        }
-        Err(source) => {
-            shared
-                .events
-                .warning(
-                    &reference,
-                    EVENT_LOOKUP_FAILED,
-                    format!(
-                        "Looking up the EC2 instance of node {name} by {lookup} failed: {source}. \
-                         The node keeps its {} taint and is retried.",
-                        plan::UNINITIALIZED_TAINT
-                    ),
-                )
-                .await;
-            return Err(NodeError::Cloud {
-                node: name,
-                lookup,
-                source,
-            });
-        }
-    };
-    // As upstream, a name-based lookup only trusts instances of this cluster:
-    // another cluster's instance may have the same private DNS name.
-    if matches!(lookup, Lookup::ByPrivateDns(_)) && !instance.is_in_cluster(&shared.cluster_id) {
-        shared
-            .events
-            .warning(
-                &reference,
-                EVENT_INSTANCE_NOT_FOUND,
-                format!(
-                    "Instance {} has private DNS name {name} but is not tagged as a member of cluster {} \
-                     (tag kubernetes.io/cluster/{}=owned or shared); node {name} is not initialized from it. \
-                     Tag the instance, or set the kubelet's --provider-id.",
-                    instance.id, shared.cluster_id, shared.cluster_id
-                ),
-            )
-            .await;
-        return Err(NodeError::NotFound { node: name, lookup });
-    }
-
-    let zone_ids = match shared.cloud.zone_ids().await {
-        Ok(zones) => zones,
-        Err(source) => {
-            shared
-                .events
-                .warning(
-                    &reference,
-                    EVENT_LOOKUP_FAILED,
-                    format!("Reading the availability zone IDs for node {name} failed: {source}. Retrying."),
-                )
-                .await;
-            return Err(NodeError::Cloud {
-                node: name,
-                lookup,
-                source,
-            });
-        }
-    };
+    let instance = find_instance(node, shared, &lookup).await?;
+    let zone_ids = zone_ids(node, shared, &lookup).await?;
     let cx = PlanContext {
         region: &shared.region,
         families: &shared.families,
         zone_ids: &zone_ids,
     };
-    let plan = match plan::plan_initialization(node, &instance, &cx) {
+    let plan = plan_for(node, shared, &instance, &cx).await?;
+    tracing::info!(instance = %instance.id, plan = %plan, "initializing node");
+    let Some(applied) = apply(node, &instance, plan, &cx, shared).await? else {
+        return Ok(Action::await_change());
+    };
+    shared.progress.succeeded(&applied);
+    METRICS.initial_sync_delay.observe(age_seconds(&applied));
+    shared
+        .events
+        .normal(
+            &node.object_ref(&()),
+            EVENT_SYNCED,
+            "Node synced successfully",
+        )
+        .await;
+    tracing::info!(instance = %instance.id, "node initialized");
+    Ok(Action::await_change())
+}
+
+/// How to find the node's instance; `Err(action)` when there is nothing to
+/// do now (a Fargate node, or a backoff still running).
+async fn start_lookup<I: Instances>(
+    node: &Node,
+    shared: &Shared<I>,
+) -> Result<Result<Lookup, Action>, NodeError> {
+    let name = node.name_any();
+    let lookup = match identity::lookup_for_node(node) {
+        Ok(lookup) => lookup,
+        Err(err @ IdentityError::Fargate { .. }) => {
+            tracing::info!(error = %err, "skipping node");
+            return Ok(Err(Action::await_change()));
+        }
+        Err(err) => {
+            // Other changes to the node do not make the warning come sooner.
+            if let Some(wait) = shared.progress.backoff_left(&name, None) {
+                return Ok(Err(Action::requeue(wait)));
+            }
+            shared
+                .events
+                .warning(
+                    &node.object_ref(&()),
+                    EVENT_INVALID_PROVIDER_ID,
+                    err.to_string(),
+                )
+                .await;
+            return Err(err.into());
+        }
+    };
+    if let Some(wait) = shared.progress.backoff_left(&name, Some(&lookup)) {
+        return Ok(Err(Action::requeue(wait)));
+    }
+    shared.progress.start(&name);
+    Ok(Ok(lookup))
+}
+
+/// The node's instance; a Warning event when it is not found, the lookup
+/// fails, or a name-based lookup found another cluster's instance.
+async fn find_instance<I: Instances>(
+    node: &Node,
+    shared: &Shared<I>,
+    lookup: &Lookup,
+) -> Result<Instance, NodeError> {
+    let name = node.name_any();
+    let reference = node.object_ref(&());
+    let (reason, note) = match shared.prefetch.resolve(&name, lookup).await {
+        // As upstream, a name-based lookup only trusts instances of this
+        // cluster: another cluster's instance may have the same DNS name.
+        Ok(Some(instance))
+            if !matches!(lookup, Lookup::ByPrivateDns(_))
+                || instance.is_in_cluster(&shared.cluster_id) =>
+        {
+            return Ok(instance);
+        }
+        Ok(Some(instance)) => (
+            EVENT_INSTANCE_NOT_FOUND,
+            format!(
+                "Instance {} has private DNS name {name} but is not tagged as a member of cluster {} \
+                 (tag kubernetes.io/cluster/{}=owned or shared); node {name} is not initialized from it. \
+                 Tag the instance, or set the kubelet's --provider-id.",
+                instance.id, shared.cluster_id, shared.cluster_id
+            ),
+        ),
+        Ok(None) => (
+            EVENT_INSTANCE_NOT_FOUND,
+            not_found_note(&name, lookup, &shared.cluster_id),
+        ),
+        Err(source) => {
+            let note = format!(
+                "Looking up the EC2 instance of node {name} by {lookup} failed: {source}. \
+                 The node keeps its {} taint and is retried.",
+                plan::UNINITIALIZED_TAINT
+            );
+            shared
+                .events
+                .warning(&reference, EVENT_LOOKUP_FAILED, note)
+                .await;
+            return Err(NodeError::Cloud {
+                node: name,
+                lookup: lookup.clone(),
+                source,
+            });
+        }
+    };
+    shared.events.warning(&reference, reason, note).await;
+    Err(NodeError::NotFound {
+        node: name,
+        lookup: lookup.clone(),
+    })
+}
+
+/// Zone name → zone ID (cached by the cloud); a Warning when reading fails.
+async fn zone_ids<I: Instances>(
+    node: &Node,
+    shared: &Shared<I>,
+    lookup: &Lookup,
+) -> Result<Arc<std::collections::HashMap<String, String>>, NodeError> {
+    let name = node.name_any();
+    match shared.cloud.zone_ids().await {
+        Ok(zones) => Ok(zones),
+        Err(source) => {
+            let note = format!(
+                "Reading the availability zone IDs for node {name} failed: {source}. Retrying."
+            );
+            shared
+                .events
+                .warning(&node.object_ref(&()), EVENT_LOOKUP_FAILED, note)
+                .await;
+            Err(NodeError::Cloud {
+                node: name,
+                lookup: lookup.clone(),
+                source,
+            })
+        }
+    }
+}
+
+/// The plan, with a Warning when it cannot be made and one per label someone
+/// else set to another value.
+async fn plan_for<I: Instances>(
+    node: &Node,
+    shared: &Shared<I>,
+    instance: &Instance,
+    cx: &PlanContext<'_>,
+) -> Result<InitPlan, NodeError> {
+    let name = node.name_any();
+    let reference = node.object_ref(&());
+    let plan = match plan::plan_initialization(node, instance, cx) {
         Ok(plan) => plan,
         Err(err) => {
             shared
@@ -399,32 +458,22 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
             "zone ID unknown for this zone; the topology.k8s.aws/zone-id label is left out"
         );
     }
-    for conflict in &plan.conflicts {
+    for c in &plan.conflicts {
+        let what = if c.replaced {
+            "it is set to the instance's value, as the Go CCM does (both labels of the pair follow the instance)"
+        } else {
+            "the existing value is kept. Remove the label if the cloud's value should apply"
+        };
+        let note = format!(
+            "Node {name} has label {}={} but its instance {} says {}; {what}.",
+            c.key, c.existing, instance.id, c.wanted
+        );
         shared
             .events
-            .warning(
-                &reference,
-                EVENT_LABEL_CONFLICT,
-                format!(
-                    "Node {name} has label {}={} but its instance {} says {}; the existing value is kept. \
-                     Remove the label if the cloud's value should apply.",
-                    conflict.key, conflict.existing, instance.id, conflict.wanted
-                ),
-            )
+            .warning(&reference, EVENT_LABEL_CONFLICT, note)
             .await;
     }
-    tracing::info!(instance = %instance.id, plan = %plan, "initializing node");
-    let Some(applied) = apply(node, &instance, plan, &cx, shared).await? else {
-        return Ok(Action::await_change());
-    };
-    shared.progress.succeeded(&applied);
-    METRICS.initial_sync_delay.observe(age_seconds(&applied));
-    shared
-        .events
-        .normal(&reference, EVENT_SYNCED, "Node synced successfully")
-        .await;
-    tracing::info!(instance = %instance.id, "node initialized");
-    Ok(Action::await_change())
+    Ok(plan)
 }
 
 fn not_found_note(name: &str, lookup: &Lookup, cluster_id: &str) -> String {

@@ -50,6 +50,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         aws: ctx.aws.clone(),
         cloud: ctx.cloud.clone(),
         cluster_id: ctx.cluster_id.clone(),
+        cluster_name: ctx.options.options.cluster_name.clone(),
         subnets: SubnetCache::new(SUBNET_TTL),
     };
     let workers = ctx.options.options.concurrent_service_syncs.max(1) as usize;

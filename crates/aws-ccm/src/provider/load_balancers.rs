@@ -8,12 +8,15 @@ use std::future::Future;
 use std::sync::Arc;
 
 pub use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec, SpecError};
+use crate::aws::applied::Kind;
 use crate::aws::elb::{self, Actual};
 use crate::aws::nlb;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 
+mod drift;
+mod nlb_groups;
 mod nlb_rules;
 mod refusals;
 use nlb_rules::NlbNodeRules;
@@ -65,6 +68,8 @@ pub struct AwsLoadBalancers {
     pub aws: AwsClient,
     pub cloud: Arc<CloudConfig>,
     pub cluster_id: String,
+    /// `--cluster-name`: upstream hashes it into an NLB's managed group name.
+    pub cluster_name: String,
     /// The VPC's subnets, shared by every sync for [`SUBNET_TTL`].
     pub subnets: subnets::SubnetCache,
 }
@@ -152,17 +157,15 @@ impl AwsLoadBalancers {
     }
 
     /// What a sync starts from, in one read: the load balancer's owned group
-    /// (`owned_name`) and its backends' groups, and which of those are the
+    /// (one of `owned_names`) and its backends' groups, and which of those are the
     /// backends' node groups.
     async fn sync_groups(
         &self,
         vpc_id: &str,
-        owned_name: &str,
+        owned_names: &[String],
         backends: &[&crate::aws::Ec2Instance],
     ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
-        let groups = self
-            .groups_of(vpc_id, backends, &[owned_name.to_string()])
-            .await?;
+        let groups = self.groups_of(vpc_id, backends, owned_names).await?;
         let mut node_groups = BTreeSet::new();
         for i in backends {
             node_groups.extend(self.node_group(i, &groups)?);
@@ -250,7 +253,9 @@ impl AwsLoadBalancers {
             },
             None => {
                 let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
-                let chosen = subnets::choose(&found, spec.internal, &self.cluster_id);
+                // Local and Wavelength Zones take no CLB or NLB (as upstream).
+                let zones = aws.zones().await?;
+                let chosen = subnets::choose(&found, spec.internal, &self.cluster_id, &zones.types);
                 if chosen.is_empty() {
                     let role = if spec.internal {
                         tags::ROLE_INTERNAL_ELB
@@ -301,7 +306,7 @@ impl AwsLoadBalancers {
         let lb = elb::io::read_lb(aws, &name).await?;
         // Type change handover: the Service was an NLB until now. First, so
         // that the NLB's group (same name scheme) is gone before groups are read.
-        if lb.is_none() && self.delete_nlb(&req.service_key, &req.uid, false).await? {
+        if lb.is_none() && self.delete_nlb(&req.service_key, &req.uid, true).await? {
             tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
         }
 
@@ -309,8 +314,9 @@ impl AwsLoadBalancers {
         let backends = backends.list();
 
         let owned_name = elb::owned_group_name(&name);
-        let (mut all_groups, node_groups) =
-            self.sync_groups(&vpc_id, &owned_name, &backends).await?;
+        let (mut all_groups, node_groups) = self
+            .sync_groups(&vpc_id, std::slice::from_ref(&owned_name), &backends)
+            .await?;
         let owned_group = all_groups
             .values()
             .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
@@ -320,6 +326,7 @@ impl AwsLoadBalancers {
             subnets: self.subnet_ids(spec, &vpc_id).await?,
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
+            cluster_name: self.cluster_name.clone(),
         };
         let desired = elb::plan::desired(
             spec,
@@ -334,6 +341,14 @@ impl AwsLoadBalancers {
             .clb_actual(&name, &vpc_id, &desired, lb, owned_group, &mut all_groups)
             .await?;
         let mut warnings = Vec::new();
+        let diffs = elb::plan::left_alone(&desired, &actual);
+        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
+        warnings.extend(drift::drift_warning(
+            &req.service_key,
+            &name,
+            lb_tags,
+            &diffs,
+        ));
         let changes = self
             .refuse_node_ingress(
                 &req.service_key,
@@ -414,10 +429,15 @@ impl AwsLoadBalancers {
     }
 
     /// Deletes the Service's classic ELB, its owned group and node rules.
-    async fn delete_clb(&self, uid: &str) -> Result<bool, LbError> {
+    /// `handover_of`: the Service (`namespace/name`) now asks for an NLB;
+    /// then only a classic ELB this CCM created is deleted.
+    async fn delete_clb(&self, uid: &str, handover_of: Option<&str>) -> Result<bool, LbError> {
         let aws = &self.aws;
         let name = elb::load_balancer_name(uid);
         let lb = elb::io::read_lb(aws, &name).await?;
+        if let (Some(key), Some(l)) = (handover_of, &lb) {
+            drift::handover_allowed(key, &name, Kind::Classic, &l.tags, &self.cluster_id)?;
+        }
         if let Some(lb) = &lb
             && !tags::is_owned(&lb.tags, &self.cluster_id)
         {
@@ -508,8 +528,8 @@ impl LoadBalancers for AwsLoadBalancers {
 
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
-        let clb = self.delete_clb(uid).await?;
-        let nlb = self.delete_nlb(service_key, uid, true).await?;
+        let clb = self.delete_clb(uid, None).await?;
+        let nlb = self.delete_nlb(service_key, uid, false).await?;
         Ok(clb || nlb)
     }
 }
@@ -607,6 +627,7 @@ impl AwsLoadBalancers {
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             // An NLB's node rules are planned apart (see `nlb_rules`).
             node_groups: BTreeSet::new(),
+            cluster_name: self.cluster_name.clone(),
         };
         let desired = nlb::plan::desired(
             spec,
@@ -622,24 +643,28 @@ impl AwsLoadBalancers {
         let mut handed_over = false;
         if lb.is_none() {
             // Type change handover: the Service was a classic ELB until now.
-            handed_over = self.delete_clb(&req.uid).await?;
+            handed_over = self.delete_clb(&req.uid, Some(&req.service_key)).await?;
         }
         let target_groups = match &lb {
             Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
             None => Vec::new(),
         };
-        let owned_name = elb::owned_group_name(&name);
-        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_name, &backends).await?;
-        let owned_group = groups
-            .values()
-            .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
-            .cloned();
+        let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
+        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_names, &backends).await?;
         let actual = nlb::Actual {
             lb,
             target_groups,
-            owned_group,
+            owned_group: self.nlb_owned_group(&owned_names, groups.values()),
         };
         let mut warnings = Vec::new();
+        let diffs = nlb::plan::left_alone(&desired, &actual, &self.cluster_id);
+        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
+        warnings.extend(drift::drift_warning(
+            &req.service_key,
+            &name,
+            lb_tags,
+            &diffs,
+        ));
         let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
@@ -672,20 +697,25 @@ impl AwsLoadBalancers {
     }
 
     /// Deletes the Service's NLB, its target groups and its node rules.
-    /// `thorough` also looks for target groups no NLB points at (one listing
-    /// of every target group): for Service deletion; the type-change
-    /// handover only cleans up an NLB that exists.
+    /// Service deletion also looks for target groups no NLB points at (one
+    /// listing of every target group); the type-change `handover` (the
+    /// Service now asks for a classic ELB) only cleans up an NLB that exists
+    /// and this CCM created.
     async fn delete_nlb(
         &self,
         service_key: &str,
         uid: &str,
-        thorough: bool,
+        handover: bool,
     ) -> Result<bool, LbError> {
         let aws = &self.aws;
+        let thorough = !handover;
         let name = elb::load_balancer_name(uid);
         let lb = nlb::read::read_lb(aws, &name).await?;
         if lb.is_none() && !thorough {
             return Ok(false);
+        }
+        if let (false, Some(l)) = (thorough, &lb) {
+            drift::handover_allowed(service_key, &name, Kind::Network, &l.tags, &self.cluster_id)?;
         }
         if let Some(lb) = &lb
             && !tags::is_owned(&lb.tags, &self.cluster_id)
@@ -704,50 +734,15 @@ impl AwsLoadBalancers {
                 }
             }
         }
-        let owned_group = sg::io::describe(
-            aws,
-            vec![
-                crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
-                crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
-            ],
-        )
-        .await?
-        .into_iter()
-        .find(|g| tags::is_owned(&g.tags, &self.cluster_id));
         let actual = nlb::Actual {
             lb,
             target_groups,
-            owned_group,
+            owned_group: self.nlb_owned_group_by_name(service_key, uid).await?,
         };
         let changes = nlb::plan::plan_delete(&actual, &self.cluster_id);
         nlb::io::apply(aws, &name, "", &actual, &changes).await?;
 
-        // Node rules: revoke ours from every cluster group (and backends' groups).
-        let mut revoked = false;
-        let swept = aws.cluster_instances().await?;
-        let vpc = self.cluster_vpc(&swept);
-        if let Some(vpc) = vpc
-            && !self.cloud.disable_security_group_ingress
-        {
-            // Deletion is rare and must leave no rule: every cluster group,
-            // and every group an instance of the cluster is in.
-            let live: Vec<&crate::aws::Ec2Instance> =
-                swept.iter().filter(|i| !i.state.is_terminated()).collect();
-            let mut groups = self.groups_of(&vpc, &live, &[]).await?;
-            for g in sg::io::cluster_groups(aws, &vpc, &self.cluster_id).await? {
-                groups.entry(g.id.clone()).or_insert(g);
-            }
-            for g in groups.values() {
-                let ch = nlb::node_rules::node_group_changes(&name, &g.descriptions, None);
-                if !ch.revoke.is_empty() {
-                    sg::io::revoke(aws, &g.id, &ch.revoke).await?;
-                    revoked = true;
-                }
-                if !ch.authorize.is_empty() {
-                    sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
-                }
-            }
-        }
+        let revoked = self.revoke_nlb_node_rules(&name).await?;
         Ok(!changes.is_empty() || revoked)
     }
 }

@@ -1204,42 +1204,23 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::test]
-async fn clb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> anyhow::Result<()> {
-    let env = Env::start().await?;
-    let v = vpc(&env, true).await?;
-    let i1 = v.instance(&v.public_a, &v.node_group).await?;
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n1", &i1))
-        .await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let svc = services
-        .create(
-            &PostParams::default(),
-            &lb_svc(
-                "web",
-                serde_json::json!({}),
-                &[("http", 80)],
-                serde_json::json!({}),
-            ),
-        )
-        .await?;
-    let name = lb_name(&svc);
-    let np = node_ports(&svc)[0];
-
-    // What the Go CCM leaves behind for this Service: its owned group (cluster
-    // tag only), the rules, the load balancer with its tags, health check,
-    // instance, and the node group's rule.
+/// What the Go CCM leaves behind for Service `key` (LB `name`, node port
+/// `np`, backend `instance`): its owned group (cluster tag only), the rules,
+/// the internet-facing load balancer in both public subnets with its tags,
+/// health check, instance, and the node group's rule.
+async fn go_made_clb(
+    v: &Vpc,
+    name: &str,
+    key: &str,
+    np: i32,
+    instance: &str,
+) -> anyhow::Result<()> {
     let ct = cluster_tag();
     let owned = v
         .ec2
         .create_security_group()
         .group_name(format!("k8s-elb-{name}"))
-        .description(format!(
-            "Security group for Kubernetes ELB {name} (default/web)"
-        ))
+        .description(format!("Security group for Kubernetes ELB {name} ({key})"))
         .vpc_id(&v.vpc_id)
         .tag_specifications(tags(ResourceType::SecurityGroup, &[(&ct, "owned")]))
         .send()
@@ -1284,7 +1265,7 @@ async fn clb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> anyhow
     use aws_sdk_elasticloadbalancing::types as elbt;
     v.elb
         .create_load_balancer()
-        .load_balancer_name(&name)
+        .load_balancer_name(name)
         .listeners(
             elbt::Listener::builder()
                 .protocol("TCP")
@@ -1300,14 +1281,14 @@ async fn clb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> anyhow
         .tags(
             elbt::Tag::builder()
                 .key("kubernetes.io/service-name")
-                .value("default/web")
+                .value(key)
                 .build()?,
         )
         .send()
         .await?;
     v.elb
         .configure_health_check()
-        .load_balancer_name(&name)
+        .load_balancer_name(name)
         .health_check(
             elbt::HealthCheck::builder()
                 .target(format!("TCP:{np}"))
@@ -1321,10 +1302,39 @@ async fn clb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> anyhow
         .await?;
     v.elb
         .register_instances_with_load_balancer()
-        .load_balancer_name(&name)
-        .instances(elbt::Instance::builder().instance_id(&i1).build())
+        .load_balancer_name(name)
+        .instances(elbt::Instance::builder().instance_id(instance).build())
         .send()
         .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn clb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let v = vpc(&env, true).await?;
+    let i1 = v.instance(&v.public_a, &v.node_group).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n1", &i1))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = services
+        .create(
+            &PostParams::default(),
+            &lb_svc(
+                "web",
+                serde_json::json!({}),
+                &[("http", 80)],
+                serde_json::json!({}),
+            ),
+        )
+        .await?;
+    let name = lb_name(&svc);
+    let np = node_ports(&svc)[0];
+
+    go_made_clb(&v, &name, "default/web", np, &i1).await?;
     let made = v.describe(&name).await.unwrap();
 
     let (proxy, ccm) = start(&env).await?;
@@ -1350,6 +1360,87 @@ async fn clb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> anyhow
             .unwrap_or_default()
             .contains(&FINALIZER.to_string())
     );
+    Ok(())
+}
+
+/// Swap with drifted annotations: the Go CCM read `internal` only at
+/// creation and refuses type changes, so a Service may say `internal: true`
+/// over an internet-facing CLB, or `type: nlb` over a CLB. Neither is
+/// deleted, recreated or converted: zero mutating calls, a Warning event
+/// saying what differs and how to apply it.
+#[tokio::test]
+async fn go_made_clbs_with_drifted_annotations_are_neither_recreated_nor_converted()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let v = vpc(&env, true).await?;
+    let i1 = v.instance(&v.public_a, &v.node_group).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n1", &i1))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let subnets = format!("{},{}", v.public_a, v.public_b);
+    let mut made = Vec::new();
+    for (svc, annotations) in [
+        (
+            "web",
+            serde_json::json!({
+                "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+                "service.beta.kubernetes.io/aws-load-balancer-subnets": subnets,
+            }),
+        ),
+        (
+            "typed",
+            serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}),
+        ),
+    ] {
+        let created = services
+            .create(
+                &PostParams::default(),
+                &lb_svc(svc, annotations, &[("http", 80)], serde_json::json!({})),
+            )
+            .await?;
+        let name = lb_name(&created);
+        go_made_clb(
+            &v,
+            &name,
+            &format!("default/{svc}"),
+            node_ports(&created)[0],
+            &i1,
+        )
+        .await?;
+        made.push(name);
+    }
+
+    let (proxy, ccm) = start(&env).await?;
+    let host = wait_hostname(&services, &ccm, "web").await?;
+    assert_eq!(
+        Some(host.as_str()),
+        v.describe(&made[0]).await.unwrap().dns_name()
+    );
+    let note = event_note(&client, "web", "LoadBalancerSettingNotApplied").await?;
+    assert!(
+        note.contains("its scheme is internet-facing and the Service asks for internal")
+            && note.contains("delete and recreate the Service"),
+        "{note}"
+    );
+    let refused = event_note(&client, "typed", "SyncLoadBalancerFailed").await?;
+    assert!(
+        refused.contains("has a Classic ELB")
+            && refused.contains("remove service.beta.kubernetes.io/aws-load-balancer-type"),
+        "{refused}"
+    );
+    assert_eq!(
+        mutations(&proxy),
+        calls(&[]),
+        "drifted annotations on Go-made load balancers must not change AWS\nlogs:\n{}",
+        ccm.logs()
+    );
+    for name in &made {
+        let lb = v.describe(name).await.unwrap();
+        assert_eq!(lb.scheme(), Some("internet-facing"));
+    }
     Ok(())
 }
 

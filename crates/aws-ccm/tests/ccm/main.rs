@@ -17,3 +17,4 @@ mod observability;
 mod permissions;
 mod routes;
 mod service;
+mod swap;

@@ -1117,7 +1117,8 @@ async fn managed_security_group_mode_and_byo_switching() -> anyhow::Result<()> {
         )
         .await?;
     let name = lb_name(&svc);
-    let owned_name = format!("k8s-elb-{name}");
+    // Upstream's managed group name, so a Go-made group is adopted.
+    let owned_name = crate::swap::go_managed_group_name(&svc);
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
     let lb_groups = || async {

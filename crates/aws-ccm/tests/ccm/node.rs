@@ -1054,15 +1054,17 @@ async fn addresses_are_refreshed_for_all_nodes_from_one_sweep() -> anyhow::Resul
 }
 
 /// Nodes that are already initialized when the CCM starts are left alone,
-/// except one with a beta topology label whose GA twin is missing: that
-/// one gets the twin (upstream keeps the pairs in step). Only nodes with
-/// work reach the node controller's queue.
+/// except one with a beta topology label whose GA twin is missing or
+/// disagrees: that one gets the beta value (upstream keeps the pairs in
+/// step). Only nodes with work reach the node controller's queue. A joining
+/// node whose GA zone label someone set wrong gets both zone labels from the
+/// instance, as upstream, never two different zones.
 #[tokio::test]
 async fn at_start_up_only_an_initialized_node_missing_a_ga_label_is_written() -> anyhow::Result<()>
 {
     let env = Env::start().await?;
     let ec2 = Ec2::new(&env).await?;
-    let launched = ec2.launch(2).await?;
+    let launched = ec2.launch(4).await?;
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     let initialized =
@@ -1088,7 +1090,58 @@ async fn at_start_up_only_an_initialized_node_missing_a_ga_label_is_written() ->
             &initialized("beta-only", &launched[1], beta_only)?,
         )
         .await?;
+    let disagreeing = json!({"failure-domain.beta.kubernetes.io/zone": "us-east-1a",
+                             "topology.kubernetes.io/zone": "us-east-1z"});
+    nodes
+        .create(
+            &PostParams::default(),
+            &initialized("disagreeing", &launched[2], disagreeing)?,
+        )
+        .await?;
+    let joining = format!("aws:///us-east-1a/{}", id(&launched[3]));
+    register_node(&nodes, "joining", Some(&joining), &[], true).await?;
+    nodes
+        .patch(
+            "joining",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "us-east-1z"}}}),
+            ),
+        )
+        .await?;
     let ccm = env.start_ccm(&["--controllers=cloud-node"]).await?;
+    let joined = self::initialized(&nodes, "joining", Duration::from_secs(30)).await?;
+    assert_eq!(
+        labels(&joined),
+        expected_labels("joining", "m5.large"),
+        "both zone labels from the instance"
+    );
+    let conflict = eventually(
+        "a LabelConflict Warning on joining",
+        Duration::from_secs(30),
+        || async { events(&client, "joining", "LabelConflict").await.pop() },
+    )
+    .await?;
+    let note = conflict.note.unwrap_or_default();
+    assert!(
+        note.contains("us-east-1z") && note.contains("set to the instance's value"),
+        "{note}"
+    );
+    eventually(
+        "the GA zone follows beta on disagreeing",
+        Duration::from_secs(30),
+        || async {
+            let node = nodes.get("disagreeing").await.ok()?;
+            (node
+                .labels()
+                .get("topology.kubernetes.io/zone")
+                .map(String::as_str)
+                == Some("us-east-1a"))
+            .then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     eventually(
         "the GA twin on beta-only",
         Duration::from_secs(30),

@@ -209,7 +209,17 @@ struct Inner {
     by_id: Batcher<String, Ec2Instance>,
     by_private_dns: Batcher<String, Ec2Instance>,
     sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
-    zones: SingleFlight<Arc<HashMap<String, String>>>,
+    zones: SingleFlight<Arc<Zones>>,
+}
+
+/// The Region's availability zones, from one `DescribeAvailabilityZones`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Zones {
+    /// Zone name → zone ID (`us-east-1a` → `use1-az1`).
+    pub ids: Arc<HashMap<String, String>>,
+    /// Zone name → zone type (`availability-zone`, `local-zone`,
+    /// `wavelength-zone`); a zone AWS gives no type for is left out.
+    pub types: HashMap<String, String>,
 }
 
 /// What the batch tasks need: everything but the batchers themselves (which
@@ -530,6 +540,12 @@ impl AwsClient {
 
     /// Availability zone name → zone ID (`us-east-1a` → `use1-az1`), cached.
     pub async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, AwsError> {
+        Ok(self.zones().await?.ids.clone())
+    }
+
+    /// The Region's zones with their IDs and types, cached (one read shared
+    /// with [`Self::zone_ids`]).
+    pub async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
         let core = self.inner.core.clone();
         self.inner
             .zones

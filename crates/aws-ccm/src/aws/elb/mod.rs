@@ -134,6 +134,8 @@ pub struct Desired {
     /// Backend nodes' groups that must admit the LB's group; `None` when
     /// `DisableSecurityGroupIngress` is set.
     pub node_groups: Option<BTreeSet<String>>,
+    /// The create-time settings, recorded on the load balancer this CCM creates.
+    pub applied: crate::aws::applied::Applied,
 }
 
 /// A classic ELB as AWS reports it.
@@ -244,6 +246,8 @@ pub struct Environment {
     pub instances: BTreeSet<String>,
     /// The backends' node groups, which must admit a classic ELB's group.
     pub node_groups: BTreeSet<String>,
+    /// `--cluster-name` (upstream hashes it into an NLB's managed group name).
+    pub cluster_name: String,
 }
 
 pub mod io;

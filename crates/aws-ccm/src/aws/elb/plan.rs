@@ -8,6 +8,7 @@ use super::{
     OwnedGroup, PROXY_PROTOCOL_POLICY, load_balancer_name, owned_group_name, ssl_policy_name,
 };
 use crate::aws::annotations::{BackendProtocol, HealthCheckPort, LoadBalancerSpec};
+use crate::aws::applied::Applied;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
@@ -160,6 +161,7 @@ pub fn desired(
         ssl_negotiation_policy: spec.ssl_negotiation_policy.clone(),
         instances: env.instances.clone(),
         node_groups: (!cloud.disable_security_group_ingress).then(|| env.node_groups.clone()),
+        applied: Applied::classic(spec.internal),
     }
 }
 
@@ -237,6 +239,8 @@ fn current_or_created(
     let mut lb = actual.lb.clone();
     if let Some(current) = &lb
         && current.internal != desired.internal
+        && scheme_asked(desired, current)
+        && tags::is_owned(&current.tags, &desired.cluster_id)
     {
         changes.push(Change::DeleteLoadBalancer {
             reason: format!(
@@ -250,12 +254,13 @@ fn current_or_created(
     if let Some(lb) = lb {
         return lb;
     }
+    let tags = desired.applied.tagged(&desired.tags);
     changes.push(Change::CreateLoadBalancer {
         listeners: desired.listeners.clone(),
         subnets: desired.subnets.clone(),
         groups: desired.groups.clone(),
         internal: desired.internal,
-        tags: desired.tags.clone(),
+        tags: tags.clone(),
     });
     ActualLb {
         name: desired.name.clone(),
@@ -279,7 +284,34 @@ fn current_or_created(
             .collect(),
         instances: BTreeSet::new(),
         attributes: Attributes::aws_defaults(),
-        tags: desired.tags.clone(),
+        tags,
+    }
+}
+
+/// Whether the Service asks for another scheme than this CCM applied (the
+/// record on the load balancer, see `crate::aws::applied`); never without
+/// a record.
+fn scheme_asked(desired: &Desired, current: &ActualLb) -> bool {
+    Applied::from_tags(&current.tags).is_some_and(|r| r.internal != desired.internal)
+}
+
+/// Pure: the create-time differences a sync leaves as they are (the Service
+/// did not ask for them, or the load balancer lacks this cluster's
+/// ownership tag), for the Warning event. Empty when none.
+pub fn left_alone(desired: &Desired, actual: &Actual) -> Vec<String> {
+    match &actual.lb {
+        Some(current)
+            if current.internal != desired.internal
+                && !(scheme_asked(desired, current)
+                    && tags::is_owned(&current.tags, &desired.cluster_id)) =>
+        {
+            vec![format!(
+                "its scheme is {} and the Service asks for {}",
+                scheme(current.internal),
+                scheme(desired.internal)
+            )]
+        }
+        _ => Vec::new(),
     }
 }
 
@@ -338,8 +370,17 @@ fn security_group_changes(
 }
 
 fn tag_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>) {
-    let missing_tags: BTreeMap<String, String> = desired
-        .tags
+    let mut want = desired.tags.clone();
+    // A record (only on a load balancer this CCM made) follows the Service
+    // once the load balancer has what it asks for.
+    let record = Applied::from_tags(&lb.tags);
+    if record.is_some()
+        && record != Some(desired.applied.clone())
+        && lb.internal == desired.internal
+    {
+        want.insert(tags::APPLIED_TAG.to_string(), desired.applied.to_value());
+    }
+    let missing_tags: BTreeMap<String, String> = want
         .iter()
         .filter(|(k, v)| lb.tags.get(*k) != Some(v))
         .map(|(k, v)| (k.clone(), v.clone()))

@@ -13,6 +13,7 @@ fn env() -> Environment {
         subnets: vec!["subnet-a".to_string(), "subnet-b".to_string()],
         instances: BTreeSet::from(["i-1".to_string(), "i-2".to_string()]),
         node_groups: BTreeSet::from(["sg-node".to_string()]),
+        cluster_name: "kubernetes".to_string(),
     }
 }
 
@@ -27,7 +28,7 @@ fn want(annotations: &[(&str, &str)], ports: &[(i32, i32)], env: &Environment) -
     )
 }
 
-/// AWS exactly as `d` asks.
+/// AWS exactly as `d` asks, made by this CCM (with the record).
 fn converged(d: &Desired) -> Actual {
     let owned = d.owned_group.as_ref().map(|g| sg::SecurityGroup {
         id: "sg-owned".into(),
@@ -85,7 +86,7 @@ fn converged(d: &Desired) -> Actual {
                 access_log_interval: Some(60),
                 ..d.attributes.clone()
             },
-            tags: d.tags.clone(),
+            tags: d.applied.tagged(&d.tags),
         }),
         owned_group: owned,
         node_groups_with_rule: d.node_groups.clone().unwrap_or_default(),
@@ -423,6 +424,47 @@ fn cloud_conf_group_and_disabled_ingress() {
         c,
         Change::CreateSecurityGroup(_) | Change::AuthorizeNodeIngress { .. }
     )));
+}
+
+#[test]
+fn a_scheme_the_service_did_not_ask_to_change_is_left_with_a_note() {
+    let before = want(&[], &[(80, 30080)], &env());
+    let internal = want(&[(ann::INTERNAL, "true")], &[(80, 30080)], &env());
+    // Made by the Go CCM (no record): internal was read only at creation.
+    let mut go_made = converged(&before);
+    go_made
+        .lb
+        .as_mut()
+        .unwrap()
+        .tags
+        .remove(crate::aws::tags::APPLIED_TAG);
+    assert_eq!(plan(&internal, &go_made), vec![]);
+    let notes = left_alone(&internal, &go_made);
+    assert_eq!(
+        notes,
+        vec!["its scheme is internet-facing and the Service asks for internal".to_string()]
+    );
+    // The record says internal was applied, yet the LB is internet-facing
+    // (recreated outside Kubernetes): the Service asked for nothing new.
+    let mut drifted = converged(&before);
+    drifted.lb.as_mut().unwrap().tags = internal.applied.tagged(&internal.tags);
+    assert_eq!(plan(&internal, &drifted), vec![]);
+    assert_eq!(left_alone(&internal, &drifted).len(), 1);
+    // Asked for, on its own load balancer: recreated, no note.
+    assert!(left_alone(&internal, &converged(&before)).is_empty());
+    // Back to what the load balancer has: the record follows.
+    let changes = plan(&before, &drifted);
+    assert_eq!(
+        changes,
+        vec![Change::AddTags(BTreeMap::from([(
+            crate::aws::tags::APPLIED_TAG.to_string(),
+            before.applied.to_value()
+        )]))]
+    );
+    // A create carries the record.
+    let fresh = plan(&before, &Actual::default());
+    assert!(fresh.iter().any(|c| matches!(c, Change::CreateLoadBalancer { tags, .. }
+        if tags.get(crate::aws::tags::APPLIED_TAG) == Some(&"v1 type=clb scheme=internet-facing".to_string()))));
 }
 
 #[test]

@@ -180,7 +180,9 @@ impl Core {
         Ok(plan::merge_sweep(found, legacy))
     }
 
-    pub(in crate::aws) async fn describe_zones(&self) -> Result<HashMap<String, String>, AwsError> {
+    pub(in crate::aws) async fn describe_zones(
+        &self,
+    ) -> Result<crate::aws::client::Zones, AwsError> {
         let out = self
             .door
             .call(
@@ -191,11 +193,19 @@ impl Core {
                 || self.clients.ec2.describe_availability_zones().send(),
             )
             .await?;
-        Ok(out
-            .availability_zones()
-            .iter()
-            .filter_map(|zone| Some((zone.zone_name()?.to_string(), zone.zone_id()?.to_string())))
-            .collect())
+        let zones = out.availability_zones();
+        Ok(crate::aws::client::Zones {
+            ids: Arc::new(
+                zones
+                    .iter()
+                    .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_id()?.to_string())))
+                    .collect(),
+            ),
+            types: zones
+                .iter()
+                .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_type()?.to_string())))
+                .collect(),
+        })
     }
 }
 

@@ -73,6 +73,28 @@ pub fn target_group_name(
     format!("k8s-{}-{}-{}", clean(namespace), clean(name), &hash[..10])
 }
 
+/// Upstream's `GetSecurityGroupNameForNLB`: the managed group of an NLB in
+/// `NLBSecurityGroupMode = Managed`, `k8s-{ns:8}-{name:8}-{sha256:10}` over
+/// the cluster name (`--cluster-name`), the Service's name, namespace and UID.
+pub fn managed_group_name(cluster_name: &str, namespace: &str, name: &str, uid: &str) -> String {
+    use sha2::Sha256;
+    let mut h = Sha256::new();
+    for part in [cluster_name, name, namespace, uid] {
+        h.update(part.as_bytes());
+    }
+    let hash = hex::encode(h.finalize());
+    let clean = |s: &str| -> String {
+        s.chars()
+            .filter(|c| c.is_ascii_alphanumeric())
+            .take(8)
+            .collect()
+    };
+    format!("k8s-{}-{}-{}", clean(namespace), clean(name), &hash[..10])
+}
+
+/// The managed group's description, as upstream.
+pub const MANAGED_GROUP_DESCRIPTION: &str = "[k8s] Managed SecurityGroup for LoadBalancer";
+
 /// `k8s-<ns:8>-<name:8>-`: what every target group of the Service starts with.
 pub fn target_group_prefix(service_key: &str) -> String {
     let (namespace, name) = service_key.split_once('/').unwrap_or(("", service_key));
@@ -143,10 +165,18 @@ pub struct Desired {
     pub target_group_attributes: BTreeMap<String, String>,
     pub attributes: BTreeMap<String, String>,
     pub instances: BTreeSet<String>,
-    /// The NLB's groups: the `security-groups` annotation's, the owned one
-    /// (`NLBSecurityGroupMode = Managed`), or none.
+    /// In `NLBSecurityGroupMode = Managed`, the NLB's groups: the
+    /// `security-groups` annotation's, else the owned (managed) one. Outside
+    /// it, none: an NLB is created without groups and its groups are left as
+    /// they are, as upstream.
     pub security_groups: Vec<GroupRef>,
     pub owned_group: Option<OwnedGroup>,
+    /// `NLBSecurityGroupMode = Managed`. Even then an existing NLB without
+    /// groups is left without (AWS adds groups only at creation; upstream
+    /// skips such an NLB).
+    pub groups_managed: bool,
+    /// The create-time settings, recorded on the NLB this CCM creates.
+    pub applied: crate::aws::applied::Applied,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

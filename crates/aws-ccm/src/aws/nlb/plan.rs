@@ -9,6 +9,7 @@ use super::{
     SubnetMapping, TargetGroup, TgRef, target_group_name,
 };
 use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
+use crate::aws::applied::Applied;
 use crate::aws::elb::{Environment, GroupRef, OwnedGroup, load_balancer_name};
 use crate::aws::security_groups::{Rule, Source};
 use crate::aws::tags;
@@ -83,7 +84,11 @@ pub fn desired(
     let health = health_check(spec, cloud);
     let (listeners, target_groups) = listeners(spec, service_key, cluster_id, &health)?;
     let subnet_mappings = subnet_mappings(spec, env)?;
-    let (security_groups, owned_group) = if !spec.security_groups.is_empty() {
+    let groups_managed = cloud.nlb_security_group_mode == NlbSecurityGroupMode::Managed;
+    let (security_groups, owned_group) = if !groups_managed {
+        // Upstream reads `security-groups` for an NLB only in Managed mode.
+        (Vec::new(), None)
+    } else if !spec.security_groups.is_empty() {
         (
             spec.security_groups
                 .iter()
@@ -92,26 +97,44 @@ pub fn desired(
                 .collect(),
             None,
         )
-    } else if cloud.nlb_security_group_mode == NlbSecurityGroupMode::Managed {
+    } else {
+        let (namespace, svc_name) = service_key.split_once('/').unwrap_or(("", service_key));
         let group = OwnedGroup {
-            name: crate::aws::elb::owned_group_name(&name),
-            description: format!("Security group for Kubernetes NLB {name} ({service_key})"),
+            name: super::managed_group_name(&env.cluster_name, namespace, svc_name, uid),
+            description: super::MANAGED_GROUP_DESCRIPTION.to_string(),
             tags: tags.clone(),
             rules: owned_group_rules(spec, &listeners),
         };
         (vec![GroupRef::Owned], Some(group))
-    } else {
-        (Vec::new(), None)
     };
+    let pinned_addresses =
+        !spec.eip_allocations.is_empty() || !spec.private_ipv4_addresses.is_empty();
+    let addresses: Vec<String> = subnet_mappings
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}/{}",
+                m.subnet,
+                m.allocation_id.as_deref().unwrap_or(""),
+                m.private_ipv4.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    let applied = Applied::network(
+        spec.internal,
+        &env.subnets,
+        pinned_addresses.then_some(addresses.as_slice()),
+    );
     Ok(Desired {
         security_groups,
         owned_group,
+        groups_managed,
+        applied,
         name,
         internal: spec.internal,
         ip_address_type: if spec.dualstack { "dualstack" } else { "ipv4" }.into(),
         subnet_mappings,
-        pinned_addresses: !spec.eip_allocations.is_empty()
-            || !spec.private_ipv4_addresses.is_empty(),
+        pinned_addresses,
         tags,
         listeners,
         target_groups,
@@ -346,8 +369,16 @@ fn scheme(internal: bool) -> &'static str {
 /// they carry this cluster's ownership tag.
 pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change> {
     let mut changes = Vec::new();
+    // An existing NLB without groups keeps none (see Desired::groups_managed).
+    let manage_groups = desired.groups_managed
+        && actual
+            .lb
+            .as_ref()
+            .is_none_or(|l| !l.security_groups.is_empty());
     // The owned group and its rules first: the NLB is created with it.
-    owned_group_changes(desired, actual, &mut changes);
+    if manage_groups {
+        owned_group_changes(desired, actual, &mut changes);
+    }
     let owned_id = actual.owned_group.as_ref().map(|g| g.id.clone());
     let want_groups: BTreeSet<String> = desired
         .security_groups
@@ -360,7 +391,8 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
     let lb = existing_unless_recreated(desired, actual, cluster_id, &mut changes);
     let fresh = lb.is_none();
     let lb = lb.unwrap_or_else(|| created(desired, &want_groups, &mut changes));
-    load_balancer_changes(desired, &lb, fresh, &want_groups, &mut changes);
+    let groups = manage_groups.then_some(&want_groups);
+    load_balancer_changes(desired, &lb, fresh, groups, &mut changes);
     // Target groups first: listeners are created or moved onto them.
     let by_name: BTreeMap<&str, &ActualTargetGroup> = actual
         .target_groups
@@ -374,7 +406,7 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
         }
     }
     listener_changes(desired, &lb, &by_name, &mut changes);
-    retired_changes(desired, actual, cluster_id, &mut changes);
+    retired_changes(desired, actual, cluster_id, manage_groups, &mut changes);
     changes
 }
 
@@ -401,9 +433,90 @@ fn owned_group_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Cha
     }
 }
 
+/// A create-time setting of an existing NLB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Field {
+    Scheme,
+    /// Pinned addresses (EIPs or private IPv4) and their subnets.
+    Addresses,
+    /// Subnets without pinned addresses (changed in place with SetSubnets).
+    Subnets,
+}
+
+/// The create-time settings where the NLB differs from what the Service
+/// asks for, each with a sentence saying how.
+fn differences(desired: &Desired, current: &ActualLb) -> Vec<(Field, String)> {
+    let mut out = Vec::new();
+    if current.internal != desired.internal {
+        out.push((
+            Field::Scheme,
+            format!(
+                "its scheme is {} and the Service asks for {}",
+                scheme(current.internal),
+                scheme(desired.internal)
+            ),
+        ));
+    }
+    let want: BTreeSet<SubnetMapping> = desired.subnet_mappings.iter().cloned().collect();
+    // (An NLB whose addresses AWS does not report is left as it is.)
+    if desired.pinned_addresses && current.addresses_reported && current.subnet_mappings != want {
+        out.push((
+            Field::Addresses,
+            "its subnet addresses differ from the Service's eip-allocations or private-ipv4-addresses".to_string(),
+        ));
+    }
+    let have: BTreeSet<&str> = current
+        .subnet_mappings
+        .iter()
+        .map(|m| m.subnet.as_str())
+        .collect();
+    let want: BTreeSet<&str> = want.iter().map(|m| m.subnet.as_str()).collect();
+    if !desired.pinned_addresses && have != want {
+        out.push((
+            Field::Subnets,
+            format!(
+                "its subnets are {} and the Service's are {}",
+                have.into_iter().collect::<Vec<_>>().join(", "),
+                want.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    out
+}
+
+/// Whether the Service asks for a different `field` than this CCM applied
+/// (the record on the NLB); never without a record.
+fn asked(field: Field, record: Option<&Applied>, want: &Applied) -> bool {
+    let Some(r) = record else {
+        return false;
+    };
+    match field {
+        Field::Scheme => r.internal != want.internal,
+        Field::Addresses => r.addresses != want.addresses,
+        Field::Subnets => r.subnets != want.subnets,
+    }
+}
+
+/// Pure: the create-time differences a sync leaves as they are (the Service
+/// did not ask for them, see `crate::aws::applied`, or the NLB lacks this
+/// cluster's ownership tag), for the Warning event. Empty when none.
+pub fn left_alone(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<String> {
+    let Some(current) = &actual.lb else {
+        return Vec::new();
+    };
+    let record = Applied::from_tags(&current.tags);
+    let owned = tags::is_owned(&current.tags, cluster_id);
+    differences(desired, current)
+        .into_iter()
+        .filter(|(f, _)| !owned || !asked(*f, record.as_ref(), &desired.applied))
+        .map(|(_, what)| what)
+        .collect()
+}
+
 /// The existing NLB, or `None` when there is none or it must be recreated
 /// (then after a delete step): scheme and pinned addresses are create-time
-/// only.
+/// only, and are recreated for only when the Service asks for other values
+/// than the NLB's record says were applied.
 fn existing_unless_recreated(
     desired: &Desired,
     actual: &Actual,
@@ -411,31 +524,11 @@ fn existing_unless_recreated(
     changes: &mut Vec<Change>,
 ) -> Option<ActualLb> {
     let current = actual.lb.as_ref()?;
-    let want: BTreeSet<SubnetMapping> = desired.subnet_mappings.iter().cloned().collect();
-    let reason = if current.security_groups.is_empty() != desired.security_groups.is_empty() {
-        // AWS sets an NLB's groups only if it was created with some, and
-        // never takes them all away.
-        Some(if desired.security_groups.is_empty() {
-            "it must lose its security groups".to_string()
-        } else {
-            "security groups are added to an NLB only at creation".to_string()
-        })
-    } else if current.internal != desired.internal {
-        Some(format!(
-            "scheme changes from {} to {}",
-            scheme(current.internal),
-            scheme(desired.internal)
-        ))
-    } else if desired.pinned_addresses
-        && current.addresses_reported
-        && current.subnet_mappings != want
-    {
-        // (An NLB whose addresses AWS does not report is left as it is.)
-        Some("its subnet addresses (EIPs or private IPv4) changed".to_string())
-    } else {
-        None
-    };
-    let Some(reason) = reason else {
+    let record = Applied::from_tags(&current.tags);
+    let reason = differences(desired, current)
+        .into_iter()
+        .find(|(f, _)| *f != Field::Subnets && asked(*f, record.as_ref(), &desired.applied));
+    let Some((_, reason)) = reason else {
         return Some(current.clone());
     };
     if !tags::is_owned(&current.tags, cluster_id) {
@@ -455,12 +548,13 @@ fn created(
     want_groups: &BTreeSet<String>,
     changes: &mut Vec<Change>,
 ) -> ActualLb {
+    let tags = desired.applied.tagged(&desired.tags);
     changes.push(Change::CreateLoadBalancer {
         internal: desired.internal,
         ip_address_type: desired.ip_address_type.clone(),
         subnet_mappings: desired.subnet_mappings.clone(),
         security_groups: desired.security_groups.clone(),
-        tags: desired.tags.clone(),
+        tags: tags.clone(),
     });
     ActualLb {
         arn: String::new(),
@@ -470,7 +564,7 @@ fn created(
         subnet_mappings: desired.subnet_mappings.iter().cloned().collect(),
         addresses_reported: true,
         security_groups: want_groups.iter().cloned().collect(),
-        tags: desired.tags.clone(),
+        tags,
         attributes: BTreeMap::from([
             (ATTR_CROSS_ZONE.to_string(), "false".to_string()),
             (ATTR_ACCESS_LOGS.to_string(), "false".to_string()),
@@ -479,38 +573,49 @@ fn created(
     }
 }
 
-/// The NLB's own settings: subnets, groups, address type, tags, attributes.
+/// The NLB's own settings: subnets (only when the Service asks for others
+/// than were applied), groups (`want_groups`, `None` to leave them), address
+/// type, tags (with the record brought up to date on an NLB that has one and
+/// nothing left alone), attributes.
 fn load_balancer_changes(
     desired: &Desired,
     lb: &ActualLb,
     fresh: bool,
-    want_groups: &BTreeSet<String>,
+    want_groups: Option<&BTreeSet<String>>,
     changes: &mut Vec<Change>,
 ) {
     let lb_arn = (!fresh).then(|| lb.arn.clone());
-    if !fresh && !desired.pinned_addresses {
-        let have: BTreeSet<&str> = lb
-            .subnet_mappings
-            .iter()
-            .map(|m| m.subnet.as_str())
-            .collect();
-        let want: BTreeSet<&str> = desired
-            .subnet_mappings
-            .iter()
-            .map(|m| m.subnet.as_str())
-            .collect();
-        if have != want {
-            changes.push(Change::SetSubnets(desired.subnet_mappings.clone()));
-        }
+    let record = Applied::from_tags(&lb.tags);
+    let mut want_tags = desired.tags.clone();
+    let diffs = if fresh {
+        Vec::new()
+    } else {
+        differences(desired, lb)
+    };
+    let asked_for = |f: Field| asked(f, record.as_ref(), &desired.applied);
+    if diffs
+        .iter()
+        .any(|(f, _)| *f == Field::Subnets && asked_for(*f))
+    {
+        changes.push(Change::SetSubnets(desired.subnet_mappings.clone()));
+    }
+    if record.is_some()
+        && record.as_ref() != Some(&desired.applied)
+        && diffs.iter().all(|(f, _)| asked_for(*f))
+    {
+        want_tags.insert(tags::APPLIED_TAG.to_string(), desired.applied.to_value());
     }
     let have_groups: BTreeSet<String> = lb.security_groups.iter().cloned().collect();
-    if !fresh && have_groups != *want_groups {
+    if let Some(want) = want_groups
+        && !fresh
+        && have_groups != *want
+    {
         changes.push(Change::SetSecurityGroups(desired.security_groups.clone()));
     }
     if lb.ip_address_type != desired.ip_address_type {
         changes.push(Change::SetIpAddressType(desired.ip_address_type.clone()));
     }
-    let tags = missing_tags(&desired.tags, &lb.tags);
+    let tags = missing_tags(&want_tags, &lb.tags);
     if !tags.is_empty() {
         changes.push(Change::AddTags { arn: lb_arn, tags });
     }
@@ -642,6 +747,7 @@ fn retired_changes(
     desired: &Desired,
     actual: &Actual,
     cluster_id: &str,
+    manage_groups: bool,
     changes: &mut Vec<Change>,
 ) {
     let wanted: BTreeSet<&str> = desired
@@ -657,7 +763,8 @@ fn retired_changes(
             });
         }
     }
-    if desired.owned_group.is_none()
+    if manage_groups
+        && desired.owned_group.is_none()
         && let Some(g) = &actual.owned_group
         && tags::is_owned(&g.tags, cluster_id)
     {

@@ -25,6 +25,7 @@ fn env(subnets: &[&str], instances: &[&str]) -> Environment {
         subnets: subnets.iter().map(|s| s.to_string()).collect(),
         instances: instances.iter().map(|s| s.to_string()).collect(),
         node_groups: BTreeSet::new(),
+        cluster_name: "kubernetes".to_string(),
     }
 }
 
@@ -40,7 +41,7 @@ fn want(annotations: &[(&str, &str)], ports: &[(i32, i32)], e: &Environment) -> 
     .unwrap()
 }
 
-/// AWS exactly as `d` asks.
+/// AWS exactly as `d` asks, made by this CCM (with the record).
 fn converged(d: &Desired) -> Actual {
     let tgs: Vec<ActualTargetGroup> = d
         .target_groups
@@ -72,7 +73,7 @@ fn converged(d: &Desired) -> Actual {
                     GroupRef::Owned => "sg-owned".into(),
                 })
                 .collect(),
-            tags: d.tags.clone(),
+            tags: d.applied.tagged(&d.tags),
             attributes: d.attributes.clone(),
             listeners: d
                 .listeners
@@ -422,6 +423,71 @@ fn internal_toggle_recreates_and_dualstack_and_attributes_modify_in_place() {
 }
 
 #[test]
+fn create_time_settings_change_only_when_the_service_asks_for_it() {
+    let e = env(&["subnet-a", "subnet-b"], &[]);
+    let eips = [(ann::EIP_ALLOCATIONS, "eipalloc-1,eipalloc-2")];
+    let before = want(&eips, &[(80, 30080)], &e);
+    // Made by the Go CCM (no record), and the annotations drifted since:
+    // internal, other EIPs, other subnets. Nothing is deleted or moved.
+    let mut go_made = converged(&before);
+    go_made
+        .lb
+        .as_mut()
+        .unwrap()
+        .tags
+        .remove(crate::aws::tags::APPLIED_TAG);
+    let e2 = env(&["subnet-a", "subnet-c"], &[]);
+    let drifted = want(
+        &[
+            (ann::INTERNAL, "true"),
+            (ann::EIP_ALLOCATIONS, "eipalloc-3,eipalloc-4"),
+        ],
+        &[(80, 30080)],
+        &e2,
+    );
+    assert_eq!(plan(&drifted, &go_made, "c1"), vec![]);
+    let notes = left_alone(&drifted, &go_made, "c1");
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(notes[0].contains("scheme is internet-facing") && notes[1].contains("eip-allocations"));
+    // Unpinned subnets of a Go-made NLB: not moved either (upstream never
+    // changes an NLB's subnets).
+    let plain = want(&[], &[(80, 30080)], &e);
+    let mut go_plain = converged(&plain);
+    go_plain.lb.as_mut().unwrap().tags = plain.tags.clone();
+    let moved = want(&[], &[(80, 30080)], &e2);
+    assert_eq!(plan(&moved, &go_plain, "c1"), vec![]);
+    assert!(left_alone(&moved, &go_plain, "c1")[0].contains("subnets are subnet-a, subnet-b"));
+    // Its own NLB: the Service asked for other subnets, so SetSubnets, and
+    // the record follows; no note.
+    let changes = plan(&moved, &converged(&plain), "c1");
+    assert_eq!(
+        changes,
+        vec![
+            Change::SetSubnets(moved.subnet_mappings.clone()),
+            Change::AddTags {
+                arn: Some("arn:lb".into()),
+                tags: BTreeMap::from([(
+                    crate::aws::tags::APPLIED_TAG.to_string(),
+                    moved.applied.to_value()
+                )])
+            }
+        ]
+    );
+    assert!(left_alone(&moved, &converged(&plain), "c1").is_empty());
+    // The record says these EIPs were applied but AWS shows others (changed
+    // outside Kubernetes): the Service asked for nothing new, left alone.
+    let mut outside = converged(&drifted);
+    outside.lb.as_mut().unwrap().subnet_mappings = converged(&before).lb.unwrap().subnet_mappings;
+    outside.lb.as_mut().unwrap().internal = true;
+    assert!(
+        !plan(&drifted, &outside, "c1")
+            .iter()
+            .any(|c| matches!(c, Change::DeleteLoadBalancer { .. }))
+    );
+    assert_eq!(left_alone(&drifted, &outside, "c1").len(), 1);
+}
+
+#[test]
 fn delete_removes_only_owned_things() {
     let d = want(
         &[],
@@ -516,7 +582,12 @@ fn managed_group_and_byo_switching() {
     };
     let d = mk(&[(ann::SOURCE_RANGES, "10.0.0.0/8")]);
     let owned = d.owned_group.clone().unwrap();
-    assert_eq!(owned.name, format!("k8s-elb-{}", d.name));
+    // Upstream's name: sha256("kubernetes" "web" "default" UID).
+    assert_eq!(owned.name, "k8s-default-web-9797dd8004");
+    assert_eq!(
+        owned.description,
+        "[k8s] Managed SecurityGroup for LoadBalancer"
+    );
     assert_eq!(owned.rules.len(), 2, "port 80 and ICMP from the range");
     let changes = plan(&d, &Actual::default(), "c1");
     assert!(matches!(changes[0], Change::CreateSecurityGroup(_)));
@@ -544,14 +615,15 @@ fn managed_group_and_byo_switching() {
         c,
         Change::DeleteSecurityGroup(_) | Change::DeleteLoadBalancer { .. }
     )));
-    // An NLB created without groups cannot get any: recreated (owned only).
+    // An NLB created without groups cannot get any: left without, as
+    // upstream (no group made, nothing recreated).
     let plain = want(&[], &[(80, 30080)], &e);
-    let changes = plan(&d, &converged(&plain), "c1");
-    assert!(
-        changes
-            .iter()
-            .any(|c| matches!(c, Change::DeleteLoadBalancer { .. }))
-    );
+    assert_eq!(plan(&d, &converged(&plain), "c1"), vec![]);
+    // Outside Managed mode an NLB's groups are left as they are, and
+    // `security-groups` is not read (as upstream).
+    let unmanaged = want(&[(ann::SECURITY_GROUPS, "sg-user")], &[(80, 30080)], &e);
+    assert!(unmanaged.security_groups.is_empty());
+    assert_eq!(plan(&unmanaged, &converged(&d), "c1"), vec![]);
     // Deletion removes the owned group after the NLB.
     let del = plan_delete(&converged(&d), "c1");
     assert_eq!(

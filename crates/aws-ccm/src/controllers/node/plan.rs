@@ -43,13 +43,17 @@ pub struct PlanContext<'a> {
     pub zone_ids: &'a HashMap<String, String>,
 }
 
-/// A label the controller wanted to set, but someone else already set to
-/// another value; the existing value is kept.
+/// A label someone else already set to another value than the instance's.
+/// The zone, region and instance-type labels (each beta/GA pair judged
+/// together) are `replaced` with the instance's values, as upstream's
+/// cloud-node controller does; `topology.k8s.aws/zone-id` is kept, as
+/// upstream adds it only when missing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LabelConflict {
     pub key: String,
     pub existing: String,
     pub wanted: String,
+    pub replaced: bool,
 }
 
 /// Why a node cannot be initialized from this instance.
@@ -365,25 +369,27 @@ pub fn taints_without(node: &Node, key: &str) -> Option<Vec<Taint>> {
     })
 }
 
-/// Adds `key=value` to `plan` unless the node has it; a different existing
-/// value is kept and reported.
+/// Adds `key=value` to `plan` unless the node has it. A different existing
+/// value is reported, and replaced when `replace` (else kept).
 fn want_label(
     node: &Node,
-    key: &str,
-    value: &str,
+    (key, value): (&str, &str),
+    replace: bool,
     labels: &mut BTreeMap<String, String>,
     conflicts: &mut Vec<LabelConflict>,
 ) {
     match node.metadata.labels.as_ref().and_then(|l| l.get(key)) {
-        Some(existing) if existing == value => {}
+        Some(existing) if existing == value => return,
         Some(existing) => conflicts.push(LabelConflict {
             key: key.to_string(),
             existing: existing.clone(),
             wanted: value.to_string(),
+            replaced: replace,
         }),
-        None => {
-            labels.insert(key.to_string(), value.to_string());
-        }
+        None => {}
+    }
+    if replace || !conflicts.iter().any(|c| c.key == key) {
+        labels.insert(key.to_string(), value.to_string());
     }
 }
 
@@ -418,24 +424,27 @@ pub fn plan_initialization(
 
     let mut labels = BTreeMap::new();
     let mut conflicts = Vec::new();
+    // Upstream's cloud-node controller sets both labels of each pair from
+    // the instance, over any value already there: the pair never disagrees.
+    let (l, c) = (&mut labels, &mut conflicts);
     if let Some(instance_type) = &instance.instance_type {
         for key in [LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA] {
-            want_label(node, key, instance_type, &mut labels, &mut conflicts);
+            want_label(node, (key, instance_type), true, l, c);
         }
     }
     let mut unknown_zone = None;
     if let Some(zone) = &instance.availability_zone {
         for key in [LABEL_ZONE, LABEL_ZONE_BETA] {
-            want_label(node, key, zone, &mut labels, &mut conflicts);
+            want_label(node, (key, zone), true, l, c);
         }
         match cx.zone_ids.get(&**zone) {
-            Some(zone_id) => want_label(node, LABEL_ZONE_ID, zone_id, &mut labels, &mut conflicts),
+            Some(zone_id) => want_label(node, (LABEL_ZONE_ID, zone_id), false, l, c),
             None => unknown_zone = Some(zone.to_string()),
         }
     }
     if !cx.region.is_empty() {
         for key in [LABEL_REGION, LABEL_REGION_BETA] {
-            want_label(node, key, cx.region, &mut labels, &mut conflicts);
+            want_label(node, (key, cx.region), true, l, c);
         }
     }
 
@@ -450,8 +459,8 @@ pub fn plan_initialization(
 }
 
 /// For an initialized node: the GA labels missing next to their beta twin
-/// (k8s.io/cloud-provider's label reconciliation, minus overwriting a GA
-/// label that differs, which this controller never does).
+/// or disagreeing with it, set to the beta value (k8s.io/cloud-provider's
+/// label reconciliation: the beta label is the source of truth).
 pub fn plan_label_twins(node: &Node) -> BTreeMap<String, String> {
     let Some(labels) = node.metadata.labels.as_ref() else {
         return BTreeMap::new();
@@ -460,7 +469,7 @@ pub fn plan_label_twins(node: &Node) -> BTreeMap<String, String> {
         .iter()
         .filter_map(|(primary, secondary)| {
             let value = labels.get(*primary)?;
-            (!labels.contains_key(*secondary)).then(|| (secondary.to_string(), value.clone()))
+            (labels.get(*secondary) != Some(value)).then(|| (secondary.to_string(), value.clone()))
         })
         .collect()
 }
@@ -689,7 +698,7 @@ mod tests {
     }
 
     #[test]
-    fn labels_set_by_someone_else_are_kept_and_reported() {
+    fn preset_zone_region_and_type_labels_are_replaced_as_a_pair_zone_id_kept() {
         let zones = zones();
         let mut node = tainted_node("n");
         node.metadata.labels = Some(BTreeMap::from([
@@ -699,30 +708,42 @@ mod tests {
         ]));
         let plan =
             plan_initialization(&node, &rich_instance(), &cx(&zones, &[IpFamily::Ipv4])).unwrap();
-        assert!(!plan.labels.contains_key(LABEL_ZONE));
+        // Both zone labels from the instance: the pair never disagrees.
+        assert_eq!(plan.labels[LABEL_ZONE], "us-east-1a");
+        assert_eq!(plan.labels[LABEL_ZONE_BETA], "us-east-1a");
         assert!(!plan.labels.contains_key(LABEL_ZONE_ID));
         assert!(
             !plan.labels.contains_key(LABEL_INSTANCE_TYPE),
             "same value: no write"
         );
-        assert_eq!(plan.labels[LABEL_ZONE_BETA], "us-east-1a");
         assert_eq!(
             plan.conflicts,
             vec![
                 LabelConflict {
                     key: LABEL_ZONE.into(),
                     existing: "us-east-1z".into(),
-                    wanted: "us-east-1a".into()
+                    wanted: "us-east-1a".into(),
+                    replaced: true,
                 },
                 LabelConflict {
                     key: LABEL_ZONE_ID.into(),
                     existing: "custom".into(),
-                    wanted: "use1-az6".into()
+                    wanted: "use1-az6".into(),
+                    replaced: false,
                 },
             ]
         );
         // A conflict does not hold the node back.
         assert!(plan.taints.is_some());
+        // A wrong beta label alone: replaced too.
+        node.metadata.labels = Some(BTreeMap::from([(
+            LABEL_ZONE_BETA.to_string(),
+            "us-east-1z".to_string(),
+        )]));
+        let plan =
+            plan_initialization(&node, &rich_instance(), &cx(&zones, &[IpFamily::Ipv4])).unwrap();
+        assert_eq!(plan.labels[LABEL_ZONE], "us-east-1a");
+        assert_eq!(plan.labels[LABEL_ZONE_BETA], "us-east-1a");
     }
 
     #[test]
@@ -803,16 +824,20 @@ mod tests {
     }
 
     #[test]
-    fn label_twins_fill_in_missing_ga_labels_only() {
+    fn label_twins_follow_the_beta_label() {
         let mut node = tainted_node("n");
         node.metadata.labels = Some(BTreeMap::from([
             (LABEL_ZONE_BETA.to_string(), "us-east-1a".to_string()),
             (LABEL_REGION_BETA.to_string(), "us-east-1".to_string()),
             (LABEL_REGION.to_string(), "elsewhere".to_string()),
         ]));
+        // Missing GA zone filled in, disagreeing GA region overwritten.
         assert_eq!(
             plan_label_twins(&node),
-            BTreeMap::from([(LABEL_ZONE.to_string(), "us-east-1a".to_string())])
+            BTreeMap::from([
+                (LABEL_ZONE.to_string(), "us-east-1a".to_string()),
+                (LABEL_REGION.to_string(), "us-east-1".to_string()),
+            ])
         );
     }
 }

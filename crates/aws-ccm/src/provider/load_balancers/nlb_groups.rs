@@ -1,0 +1,85 @@
+//! An NLB's managed security group (found by upstream's name, or the one
+//! earlier aws-ccm versions used) and the sweep of its node rules on
+//! deletion.
+
+use super::{AwsLoadBalancers, LbError};
+use crate::aws::security_groups::{self as sg, SecurityGroup};
+use crate::aws::{elb, nlb, tags};
+
+impl AwsLoadBalancers {
+    /// The names an NLB's managed group may have: upstream's, then
+    /// `k8s-elb-<lb-name>` (what aws-ccm named it before it took upstream's;
+    /// such a group is kept and used, not replaced).
+    pub(super) fn nlb_group_names(&self, service_key: &str, uid: &str) -> Vec<String> {
+        let (namespace, name) = service_key.split_once('/').unwrap_or(("", service_key));
+        vec![
+            nlb::managed_group_name(&self.cluster_name, namespace, name, uid),
+            elb::owned_group_name(&elb::load_balancer_name(uid)),
+        ]
+    }
+
+    /// The managed group among `groups`: the first of `names` that this
+    /// cluster owns.
+    pub(super) fn nlb_owned_group<'a>(
+        &self,
+        names: &[String],
+        groups: impl Iterator<Item = &'a SecurityGroup> + Clone,
+    ) -> Option<SecurityGroup> {
+        names.iter().find_map(|n| {
+            groups
+                .clone()
+                .find(|g| &g.name == n && tags::is_owned(&g.tags, &self.cluster_id))
+                .cloned()
+        })
+    }
+
+    /// The Service's managed NLB group, looked up by name (for deletion).
+    pub(super) async fn nlb_owned_group_by_name(
+        &self,
+        service_key: &str,
+        uid: &str,
+    ) -> Result<Option<SecurityGroup>, LbError> {
+        let names = self.nlb_group_names(service_key, uid);
+        let found = sg::io::describe(
+            &self.aws,
+            vec![
+                crate::aws::instances::filter("group-name", names.clone()),
+                crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
+            ],
+        )
+        .await?;
+        Ok(self.nlb_owned_group(&names, found.iter()))
+    }
+
+    /// Revokes NLB `name`'s node rules from every cluster group and every
+    /// group a cluster instance is in (deletion is rare and must leave no
+    /// rule). `Ok(true)` when something was revoked.
+    pub(super) async fn revoke_nlb_node_rules(&self, name: &str) -> Result<bool, LbError> {
+        let aws = &self.aws;
+        let mut revoked = false;
+        let swept = aws.cluster_instances().await?;
+        let Some(vpc) = self.cluster_vpc(&swept) else {
+            return Ok(false);
+        };
+        if self.cloud.disable_security_group_ingress {
+            return Ok(false);
+        }
+        let live: Vec<&crate::aws::Ec2Instance> =
+            swept.iter().filter(|i| !i.state.is_terminated()).collect();
+        let mut groups = self.groups_of(&vpc, &live, &[]).await?;
+        for g in sg::io::cluster_groups(aws, &vpc, &self.cluster_id).await? {
+            groups.entry(g.id.clone()).or_insert(g);
+        }
+        for g in groups.values() {
+            let ch = nlb::node_rules::node_group_changes(name, &g.descriptions, None);
+            if !ch.revoke.is_empty() {
+                sg::io::revoke(aws, &g.id, &ch.revoke).await?;
+                revoked = true;
+            }
+            if !ch.authorize.is_empty() {
+                sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
+            }
+        }
+        Ok(revoked)
+    }
+}
