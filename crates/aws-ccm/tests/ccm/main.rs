@@ -8,6 +8,7 @@ mod backends;
 mod clb;
 mod credentials;
 mod foundation;
+mod harsh;
 mod iam;
 mod lb_permissions;
 mod nlb;

@@ -14,18 +14,18 @@ use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-struct Cloud {
-    ec2: aws_sdk_ec2::Client,
-    elbv2: elbv2::Client,
-    elb: aws_sdk_elasticloadbalancing::Client,
-    node_group: String,
-    instances: Vec<String>,
+pub(crate) struct Cloud {
+    pub(crate) ec2: aws_sdk_ec2::Client,
+    pub(crate) elbv2: elbv2::Client,
+    pub(crate) elb: aws_sdk_elasticloadbalancing::Client,
+    pub(crate) node_group: String,
+    pub(crate) instances: Vec<String>,
     subnet: String,
 }
 
 /// A VPC with one public subnet (10.0.1.0/24), a cluster-tagged node group
 /// and `nodes` node instances.
-async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
+pub(crate) async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
     let seeded = seed_cluster(env, nodes).await?;
     Ok(Cloud {
         elbv2: elbv2::Client::new(&seeded.conf),
@@ -37,7 +37,7 @@ async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
     })
 }
 
-fn nlb_service(name: &str, annotations: serde_json::Value) -> Service {
+pub(crate) fn nlb_service(name: &str, annotations: serde_json::Value) -> Service {
     let mut a = annotations;
     a["service.beta.kubernetes.io/aws-load-balancer-type"] = "nlb".into();
     serde_json::from_value(serde_json::json!({
@@ -60,13 +60,13 @@ fn hostname(svc: &Service) -> Option<String> {
         .clone()
 }
 
-fn lb_name(svc: &Service) -> String {
+pub(crate) fn lb_name(svc: &Service) -> String {
     let uid = svc.metadata.uid.clone().unwrap();
     format!("a{}", uid.replace('-', ""))[..32].to_string()
 }
 
 /// Everything in elbv2 carrying this cluster's tag: (ARN, tags).
-async fn cluster_tagged_elbv2(
+pub(crate) async fn cluster_tagged_elbv2(
     c: &elbv2::Client,
 ) -> anyhow::Result<Vec<(String, std::collections::BTreeMap<String, String>)>> {
     let mut arns: Vec<String> = Vec::new();

@@ -23,6 +23,7 @@
 pub mod api_metrics;
 pub mod clients;
 pub mod coalesce;
+pub mod consistency;
 pub mod door;
 pub mod errors;
 pub mod operations;
@@ -85,6 +86,9 @@ pub struct ClientOptions {
     pub legacy_cluster_tag: bool,
     /// How long the zone name → zone ID map stays fresh.
     pub zone_ttl: Duration,
+    /// How long an object created moments ago may stay invisible (AWS is
+    /// eventually consistent): the bound of [`consistency::Patience`].
+    pub consistency_patience: Duration,
 }
 
 impl Default for ClientOptions {
@@ -103,6 +107,7 @@ impl Default for ClientOptions {
             sweep_ttl: Duration::from_secs(30),
             legacy_cluster_tag: true,
             zone_ttl: Duration::from_secs(3600),
+            consistency_patience: Duration::from_secs(30),
         }
     }
 }
