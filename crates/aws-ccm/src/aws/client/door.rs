@@ -31,6 +31,24 @@ pub struct Door {
     /// Cancelled when this process may no longer change AWS (it lost the
     /// leader Lease): no mutating call is sent after that.
     stop: CancellationToken,
+    /// Mutating attempts sent and not yet answered.
+    in_flight: tokio::sync::watch::Sender<usize>,
+}
+
+/// Counts one mutating attempt in flight while it lives.
+struct InFlight<'a>(&'a tokio::sync::watch::Sender<usize>);
+
+impl<'a> InFlight<'a> {
+    fn start(counter: &'a tokio::sync::watch::Sender<usize>) -> InFlight<'a> {
+        counter.send_modify(|n| *n += 1);
+        InFlight(counter)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n = n.saturating_sub(1));
+    }
 }
 
 impl std::fmt::Debug for Door {
@@ -53,6 +71,7 @@ impl Door {
             retry: options.retry_policy(),
             throttle: Throttle::new(options.budget_fraction, options.aimd.clone()),
             stop: CancellationToken::new(),
+            in_flight: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -62,6 +81,19 @@ impl Door {
     /// leads; reads go on (they change nothing).
     pub fn stop_mutations(&self) {
         self.stop.cancel();
+    }
+
+    /// [`Door::stop_mutations`], then waits (at most `bound`) until no
+    /// mutating attempt sent before is still unanswered. Returns how many
+    /// still are: zero means no change to AWS can land after this returns.
+    pub async fn stop_mutations_and_drain(&self, bound: Duration) -> usize {
+        self.stop_mutations();
+        let mut watch = self.in_flight.subscribe();
+        let drained = tokio::time::timeout(bound, watch.wait_for(|n| *n == 0)).await;
+        match drained {
+            Ok(Ok(_)) => 0,
+            _ => *self.in_flight.borrow(),
+        }
     }
 
     /// Whether [`Door::stop_mutations`] was called.
@@ -166,12 +198,16 @@ impl Door {
             if limiter.acquire_with(opts.deadline, priority).await.is_err() {
                 return Err(deadline_exceeded(op, start, attempts, last));
             }
+            // Counted before the last check: stop_mutations_and_drain
+            // either sees this attempt in flight or it sees the stop.
+            let in_flight = op.is_mutating().then(|| InFlight::start(&self.in_flight));
             self.check_stopped(op, attempts)?;
             attempts += 1;
-            let failure = match self
+            let answered = self
                 .attempt_once(op, opts, dry_run, start, attempts, &attempt)
-                .await
-            {
+                .await;
+            drop(in_flight);
+            let failure = match answered {
                 Attempted::Done(result) => return result,
                 Attempted::Failed(failure) => failure,
             };

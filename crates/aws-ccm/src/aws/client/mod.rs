@@ -353,6 +353,14 @@ impl AwsClient {
         self.inner.core.door.current_rate(category)
     }
 
+    /// Stops every change to AWS from this process (the door refuses each
+    /// mutating call from now on) and waits, at most `bound`, for those
+    /// already sent to be answered; returns how many still are not. Called
+    /// the moment the process cannot prove it still leads.
+    pub async fn stop_mutations(&self, bound: Duration) -> usize {
+        self.inner.core.door.stop_mutations_and_drain(bound).await
+    }
+
     /// Calls AWS through the service whose SDK client `f` takes. `f` builds
     /// and sends one request; it is called again for every attempt.
     ///

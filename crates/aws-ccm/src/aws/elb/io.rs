@@ -2,7 +2,6 @@
 //! that apply a plan, each through the one door.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use aws_sdk_elasticloadbalancing::types as elbt;
 
@@ -320,7 +319,7 @@ impl Applying<'_> {
             Change::ModifyAttributes(a) => self.modify_attributes(a).await,
             Change::RegisterInstances(ids) => self.register(ids).await,
             Change::DeregisterInstances(ids) => self.deregister(ids).await,
-            Change::DeleteSecurityGroup(id) => delete_group_patiently(self.aws, id).await,
+            Change::DeleteSecurityGroup(id) => delete_owned_group(self.aws, id).await,
         }
     }
 
@@ -671,25 +670,10 @@ async fn existing_dns_name(aws: &AwsClient, name: &str) -> Result<String, AwsErr
     .await
 }
 
-/// Deletes a group, retrying `DependencyViolation` for a bounded time: the
-/// network interfaces of a just-deleted load balancer release it late.
-pub async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let mut wait = Duration::from_millis(500);
-    loop {
-        match sg::io::delete(aws, id).await {
-            Err(e)
-                if e.code() == Some("DependencyViolation")
-                    && tokio::time::Instant::now() + wait < deadline =>
-            {
-                tracing::info!(
-                    group = id,
-                    "security group still in use; retrying its deletion"
-                );
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(10));
-            }
-            other => return other,
-        }
-    }
+/// Deletes an owned group. `DependencyViolation` (the network interfaces
+/// of a just-deleted load balancer release it late) is returned as it is:
+/// the service controller retries the sync soon, without holding a sync
+/// slot while it waits.
+pub async fn delete_owned_group(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
+    sg::io::delete(aws, id).await
 }

@@ -156,7 +156,7 @@ impl Applying<'_> {
             }
             Change::SetSecurityGroups(refs) => self.set_security_groups(refs).await,
             Change::DeleteSecurityGroup(id) => {
-                crate::aws::elb::io::delete_group_patiently(self.aws, id).await
+                crate::aws::elb::io::delete_owned_group(self.aws, id).await
             }
             Change::DeleteLoadBalancer { arn, .. } => self.delete_lb(arn).await,
             Change::CreateLoadBalancer {
