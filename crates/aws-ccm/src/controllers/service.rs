@@ -696,6 +696,73 @@ mod tests {
     use k8s_openapi::api::core::v1::{NodeSpec, Taint};
     use kube::api::ObjectMeta;
 
+    fn lb_service(rv: &str, interval: &str) -> Arc<Service> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "default", "resourceVersion": rv,
+                    "annotations": {"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": interval}},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn no_backends(_: &BTreeMap<String, String>) -> Backends {
+        Backends {
+            hash: 0,
+            ids: Arc::new(BTreeSet::new()),
+        }
+    }
+
+    /// The state a failed sync of `svc` left, its backoff running.
+    fn failed(svc: &Service, now: Instant) -> KeyState {
+        KeyState {
+            synced_backends: Some(0),
+            last_sync: Some(now),
+            failures: 3,
+            retry_at: Some(now + Duration::from_secs(40)),
+            failed_fingerprint: Some(fingerprint(svc)),
+            ..KeyState::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_service_waits_out_its_backoff_unless_it_changed() {
+        let now = Instant::now();
+        let broken = lb_service("1", "often");
+        let mut entry = failed(&broken, now);
+        assert!(
+            decide(&mut entry, broken.clone(), no_backends, None, now).is_none(),
+            "unchanged: the backoff holds"
+        );
+        let fixed = lb_service("2", "10");
+        let job = decide(&mut entry, fixed.clone(), no_backends, None, now)
+            .expect("a fixed Service is retried at once");
+        assert!(job.service_changed && job.may_wait);
+        assert_eq!(job.fingerprint, fingerprint(&fixed));
+        // The backoff itself still comes due.
+        let mut entry = failed(&broken, now);
+        let later = now + Duration::from_secs(41);
+        assert!(decide(&mut entry, broken, no_backends, None, later).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_on_a_dependency_is_bounded() {
+        let now = Instant::now();
+        let svc = lb_service("1", "10");
+        let mut entry = failed(&svc, now);
+        entry.retry_at = Some(now);
+        entry.waiting_since = Some(now);
+        let job = decide(&mut entry, svc.clone(), no_backends, None, now).expect("due");
+        assert!(job.may_wait);
+        let mut entry = failed(&svc, now);
+        entry.retry_at = Some(now);
+        entry.waiting_since = Some(now - DEPENDENCY_PATIENCE);
+        let job = decide(&mut entry, svc, no_backends, None, now).expect("due");
+        assert!(!job.may_wait, "after two minutes it is reported like any failure");
+    }
+
     fn node(name: &str, labels: &[(&str, &str)], taint: Option<&str>) -> Arc<Node> {
         Arc::new(Node {
             metadata: ObjectMeta {
