@@ -9,8 +9,8 @@
 //! be answered, and the process exits non-zero without waiting for the
 //! controllers. The Lease is renewed through an API client of its own.
 
-use std::net::SocketAddr;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -46,11 +46,8 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
         kube_client::load_config(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
     // The Lease has a client of its own: renewals never queue behind
     // controller traffic in the QPS limiter.
-    let lease_kube = kube_client::build_client(
-        kube_config.clone(),
-        opts.kube_api_qps,
-        opts.kube_api_burst,
-    )?;
+    let lease_kube =
+        kube_client::build_client(kube_config.clone(), opts.kube_api_qps, opts.kube_api_burst)?;
     let kube = kube_client::build_client(kube_config, opts.kube_api_qps, opts.kube_api_burst)?;
 
     let leader_status = Arc::new(LeaderStatus::default());
@@ -58,9 +55,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
-    let mut elector = opts
-        .leader_elect
-        .then(|| leader_elector(lease_kube, opts));
+    let mut elector = opts.leader_elect.then(|| leader_elector(lease_kube, opts));
     let health = Health {
         leader: elector
             .as_ref()
@@ -69,12 +64,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
         lease_duration: opts.leader_elect_lease_duration,
     };
     let http = start_http(&validated, &kube, health).await?;
-    // Once we cannot prove we lead, a successor may take the Lease after
-    // lease duration minus renew deadline: calls already sent get that long
-    // to be answered.
-    let drain = opts
-        .leader_elect_lease_duration
-        .saturating_sub(opts.leader_elect_renew_deadline);
+    let drain = drain_bound(opts);
     let cloud = Arc::new(cloud);
     let validated = Arc::new(validated);
     let run_controllers = |stop: CancellationToken| {
@@ -106,13 +96,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         }
         Some(elector) => {
-            let stop_aws = || async {
-                let unanswered = aws.stop_mutations(drain).await;
-                if unanswered > 0 {
-                    tracing::error!(unanswered, "AWS changes still unanswered after stopping all changes");
-                }
-                tracing::info!("stopped all changes to AWS");
-            };
+            let stop_aws = || stop_aws_changes(&aws, drain);
             lead(elector, &ready, &shutdown, run_controllers, stop_aws).await
         }
     };
@@ -262,6 +246,27 @@ async fn lead<Stop: Future<Output = ()>>(
             }
         }
     }
+}
+
+/// How long AWS calls already sent get to be answered once we cannot prove
+/// we lead: a successor may take the Lease after lease duration minus
+/// renew deadline.
+fn drain_bound(opts: &crate::options::Options) -> Duration {
+    opts.leader_elect_lease_duration
+        .saturating_sub(opts.leader_elect_renew_deadline)
+}
+
+/// Refuses every further change to AWS and waits (at most `drain`) for
+/// those already sent to be answered.
+async fn stop_aws_changes(aws: &AwsClient, drain: Duration) {
+    let unanswered = aws.stop_mutations(drain).await;
+    if unanswered > 0 {
+        tracing::error!(
+            unanswered,
+            "AWS changes still unanswered after stopping all changes"
+        );
+    }
+    tracing::info!("stopped all changes to AWS");
 }
 
 async fn stop_controllers(task: tokio::task::JoinHandle<()>) {

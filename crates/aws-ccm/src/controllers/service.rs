@@ -545,7 +545,11 @@ impl<L: LoadBalancers> ServiceController<L> {
         if svc.metadata.deletion_timestamp.is_none() && has_ingress(svc) {
             let clear = serde_json::json!({"status": {"loadBalancer": {"ingress": null}}});
             if let Err(e) = api
-                .patch_status(&svc.name_any(), &PatchParams::default(), &Patch::Merge(&clear))
+                .patch_status(
+                    &svc.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&clear),
+                )
                 .await
             {
                 tracing::warn!(error = %e, "failed to clear the load balancer status");
@@ -580,7 +584,11 @@ impl<L: LoadBalancers> ServiceController<L> {
         if current_hostname(svc) != Some(done.hostname.as_str()) && !done.hostname.is_empty() {
             let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
             if let Err(e) = api
-                .patch_status(&svc.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+                .patch_status(
+                    &svc.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
                 .await
             {
                 tracing::warn!(error = %e, "failed to write the load balancer status");
@@ -620,7 +628,9 @@ impl<L: LoadBalancers> ServiceController<L> {
         };
         let hint = match &e {
             LbError::Config(_) => "fix it and the Service is retried",
-            LbError::Aws(_) => "it is retried with backoff (5 s to 5 min), or at once when the Service changes",
+            LbError::Aws(_) => {
+                "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
+            }
         };
         tracing::warn!(error = %e, "load balancer sync failed");
         self.events
@@ -760,7 +770,10 @@ mod tests {
         entry.retry_at = Some(now);
         entry.waiting_since = Some(now - DEPENDENCY_PATIENCE);
         let job = decide(&mut entry, svc, no_backends, None, now).expect("due");
-        assert!(!job.may_wait, "after two minutes it is reported like any failure");
+        assert!(
+            !job.may_wait,
+            "after two minutes it is reported like any failure"
+        );
     }
 
     fn node(name: &str, labels: &[(&str, &str)], taint: Option<&str>) -> Arc<Node> {

@@ -120,7 +120,10 @@ async fn classic_elb_survives_lost_answers_and_eventual_consistency() -> anyhow:
 
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let svc = services
-        .create(&PostParams::default(), &lb_service("web", serde_json::json!({})))
+        .create(
+            &PostParams::default(),
+            &lb_service("web", serde_json::json!({})),
+        )
         .await?;
     let name = nlb::lb_name(&svc);
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
@@ -151,7 +154,10 @@ async fn classic_elb_survives_lost_answers_and_eventual_consistency() -> anyhow:
         "the owned group leaked"
     );
     let lbs = elb.describe_load_balancers().send().await?;
-    assert!(lbs.load_balancer_descriptions().is_empty(), "the ELB leaked");
+    assert!(
+        lbs.load_balancer_descriptions().is_empty(),
+        "the ELB leaked"
+    );
     Ok(())
 }
 
@@ -208,7 +214,11 @@ async fn nlb_survives_lost_answers_and_eventual_consistency() -> anyhow::Result<
     assert_eq!(named.len(), 1, "one NLB, no duplicate");
     let arn = named[0].load_balancer_arn().unwrap_or_default().to_string();
     let tgs = cloud.elbv2.describe_target_groups().send().await?;
-    assert_eq!(tgs.target_groups().len(), 1, "one target group, no duplicate");
+    assert_eq!(
+        tgs.target_groups().len(),
+        1,
+        "one target group, no duplicate"
+    );
     let listeners = cloud
         .elbv2
         .describe_listeners()

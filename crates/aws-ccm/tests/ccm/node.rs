@@ -731,9 +731,11 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failed_sweep_delet
     // whole call, retries included), not merely until AWS refused attempts.
     const SWEEP_FAILED: &str = "cluster sweep failed";
     let before = ccm.logs().matches(SWEEP_FAILED).count();
-    eventually("two failed sweeps observed by the controller", deadline, || async {
-        (ccm.logs().matches(SWEEP_FAILED).count() >= before + 2).then_some(())
-    })
+    eventually(
+        "two failed sweeps observed by the controller",
+        deadline,
+        || async { (ccm.logs().matches(SWEEP_FAILED).count() >= before + 2).then_some(()) },
+    )
     .await?;
     assert!(
         nodes.get_opt(&dns(kept)).await?.is_some(),

@@ -496,7 +496,10 @@ mod tests {
         let attempt = || {
             sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async {
-                Ok::<(), SdkError<aws_sdk_ec2::operation::create_route::CreateRouteError, HttpResponse>>(())
+                Ok::<
+                    (),
+                    SdkError<aws_sdk_ec2::operation::create_route::CreateRouteError, HttpResponse>,
+                >(())
             }
         };
         let err = door

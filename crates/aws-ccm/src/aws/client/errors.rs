@@ -299,7 +299,10 @@ impl AwsError {
             AwsError::NotFound { .. } => ErrorClass::NotFound,
             // Running out of time is not a statement about the request.
             AwsError::DeadlineExceeded { .. } => ErrorClass::Transient,
-            AwsError::AnswerLost { applied: true, last } => last.class(),
+            AwsError::AnswerLost {
+                applied: true,
+                last,
+            } => last.class(),
             AwsError::AnswerLost { applied: false, .. } => ErrorClass::Transient,
             AwsError::Stopped { .. } => ErrorClass::Fatal,
         }

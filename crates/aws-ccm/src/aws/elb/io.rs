@@ -249,7 +249,10 @@ pub async fn apply(
                 }
             }
         }
-        let creates = matches!(change, Change::CreateSecurityGroup(_) | Change::CreateLoadBalancer { .. });
+        let creates = matches!(
+            change,
+            Change::CreateSecurityGroup(_) | Change::CreateLoadBalancer { .. }
+        );
         if creates && patience.is_none() {
             patience = Some(Patience::new(aws));
         }

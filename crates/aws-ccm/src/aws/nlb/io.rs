@@ -656,23 +656,28 @@ async fn existing_lb(
     name: &str,
 ) -> Result<(Option<String>, Option<String>), AwsError> {
     let what = format!("NLB {name}");
-    until_visible(aws, Operation::Elbv2DescribeLoadBalancers, &what, || async {
-        match aws
-            .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
-                c.describe_load_balancers().names(name).send()
-            })
-            .await
-        {
-            Ok(out) => Ok(out.load_balancers().first().map(|lb| {
-                (
-                    lb.load_balancer_arn().map(str::to_string),
-                    lb.dns_name().map(str::to_string),
-                )
-            })),
-            Err(e) if not_found(&e) => Ok(None),
-            Err(e) => Err(e),
-        }
-    })
+    until_visible(
+        aws,
+        Operation::Elbv2DescribeLoadBalancers,
+        &what,
+        || async {
+            match aws
+                .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
+                    c.describe_load_balancers().names(name).send()
+                })
+                .await
+            {
+                Ok(out) => Ok(out.load_balancers().first().map(|lb| {
+                    (
+                        lb.load_balancer_arn().map(str::to_string),
+                        lb.dns_name().map(str::to_string),
+                    )
+                })),
+                Err(e) if not_found(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        },
+    )
     .await
 }
 
