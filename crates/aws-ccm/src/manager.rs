@@ -1,11 +1,15 @@
 //! Start-up and lifetime of the process: configuration, clients, the health
 //! server, leader election, the controllers, and an orderly shutdown.
 //!
-//! Shutdown order matters: on SIGTERM the controllers stop first, *then* the
-//! Lease is released, so a successor never acts while we still do. If the
-//! Lease is lost (not renewed before the renew deadline) the controllers are
-//! stopped and the process exits non-zero, as upstream does.
+//! Shutdown order matters: on SIGTERM the controllers stop first, then every
+//! change to AWS is refused at the door, *then* the Lease is released, so a
+//! successor never acts while we still do. If the Lease is lost (not renewed
+//! before the renew deadline) the door refuses every change at once, the
+//! calls already sent are given until a successor could take the Lease to
+//! be answered, and the process exits non-zero without waiting for the
+//! controllers. The Lease is renewed through an API client of its own.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
@@ -40,6 +44,10 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
 
     let kube_config =
         kube_client::load_config(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
+    // The Lease has a client of its own: renewals never queue behind
+    // controller traffic in the QPS limiter.
+    let lease_kube =
+        kube_client::build_client(kube_config.clone(), opts.kube_api_qps, opts.kube_api_burst)?;
     let kube = kube_client::build_client(kube_config, opts.kube_api_qps, opts.kube_api_burst)?;
 
     let leader_status = Arc::new(LeaderStatus::default());
@@ -47,9 +55,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let shutdown = CancellationToken::new();
     spawn_signal_handler(shutdown.clone());
 
-    let mut elector = opts
-        .leader_elect
-        .then(|| leader_elector(kube.clone(), opts));
+    let mut elector = opts.leader_elect.then(|| leader_elector(lease_kube, opts));
     let health = Health {
         leader: elector
             .as_ref()
@@ -58,6 +64,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
         lease_duration: opts.leader_elect_lease_duration,
     };
     let http = start_http(&validated, &kube, health).await?;
+    let drain = drain_bound(opts);
     let cloud = Arc::new(cloud);
     let validated = Arc::new(validated);
     let run_controllers = |stop: CancellationToken| {
@@ -88,7 +95,10 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             stop_controllers(task).await;
             ExitCode::SUCCESS
         }
-        Some(elector) => lead(elector, &ready, &shutdown, run_controllers).await,
+        Some(elector) => {
+            let stop_aws = || stop_aws_changes(&aws, drain);
+            lead(elector, &ready, &shutdown, run_controllers, stop_aws).await
+        }
     };
     if let Some(http) = http {
         http.shutdown().await;
@@ -192,11 +202,12 @@ fn leader_elector(kube: kube::Client, opts: &crate::options::Options) -> LeaderE
 /// With leader election: ready as a standby until the Lease is ours, then
 /// the controllers until shutdown (controllers first, then the Lease) or
 /// until the Lease is lost (exit non-zero).
-async fn lead(
+async fn lead<Stop: Future<Output = ()>>(
     elector: &mut LeaderElector,
     ready: &AtomicBool,
     shutdown: &CancellationToken,
     run_controllers: impl Fn(CancellationToken) -> tokio::task::JoinHandle<()>,
+    stop_aws: impl Fn() -> Stop,
 ) -> ExitCode {
     // A standby replica serves health and is ready: it has nothing to sync.
     ready.store(true, Ordering::Relaxed);
@@ -211,9 +222,12 @@ async fn lead(
         tokio::pin!(hold);
         tokio::select! {
             end = &mut hold => {
-                // Lost: stop acting at once, then exit non-zero.
+                // Lost: no change to AWS from here on, then exit non-zero
+                // at once; the controllers' work in progress is abandoned
+                // (the successor re-reads everything).
+                stop_aws().await;
                 controllers_stop.cancel();
-                stop_controllers(task).await;
+                task.abort();
                 debug_assert_eq!(end, LeadershipEnd::Lost);
                 tracing::error!("leaderelection lost; exiting so that another replica can lead");
                 ExitCode::FAILURE
@@ -221,6 +235,9 @@ async fn lead(
             _ = shutdown.cancelled() => {
                 controllers_stop.cancel();
                 stop_controllers(task).await;
+                // A controller past its grace makes no change after the
+                // Lease is released.
+                stop_aws().await;
                 lease_stop.cancel();
                 match hold.await {
                     LeadershipEnd::Released => ExitCode::SUCCESS,
@@ -229,6 +246,27 @@ async fn lead(
             }
         }
     }
+}
+
+/// How long AWS calls already sent get to be answered once we cannot prove
+/// we lead: a successor may take the Lease after lease duration minus
+/// renew deadline.
+fn drain_bound(opts: &crate::options::Options) -> Duration {
+    opts.leader_elect_lease_duration
+        .saturating_sub(opts.leader_elect_renew_deadline)
+}
+
+/// Refuses every further change to AWS and waits (at most `drain`) for
+/// those already sent to be answered.
+async fn stop_aws_changes(aws: &AwsClient, drain: Duration) {
+    let unanswered = aws.stop_mutations(drain).await;
+    if unanswered > 0 {
+        tracing::error!(
+            unanswered,
+            "AWS changes still unanswered after stopping all changes"
+        );
+    }
+    tracing::info!("stopped all changes to AWS");
 }
 
 async fn stop_controllers(task: tokio::task::JoinHandle<()>) {

@@ -6,8 +6,11 @@
 //! its own fingerprint (spec, annotations, deletion, finalizers) changed, when
 //! its backend instance set changed (so a node change only touches Services
 //! whose backends it changes), when a failed sync's backoff (5 s doubling to
-//! 300 s) is due, or at the periodic resync. At most
-//! `--concurrent-service-syncs` syncs run at once; one Service never has two.
+//! 300 s) is due or the failed Service changed since, or at the periodic
+//! resync. At most `--concurrent-service-syncs` syncs run at once; one
+//! Service never has two. A sync that meets a `DependencyViolation` (a group
+//! its load balancer's network interfaces release late) gives its slot back
+//! and is retried within a second or a few, for up to two minutes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -39,6 +42,12 @@ pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 const MIN_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Retries of a sync waiting for AWS to release a resource: from 1 s,
+/// growing to 10 s, for at most [`DEPENDENCY_PATIENCE`]; then it fails with
+/// a Warning like any other error.
+const WAITING_RETRY_MIN: Duration = Duration::from_secs(1);
+const WAITING_RETRY_MAX: Duration = Duration::from_secs(10);
+const DEPENDENCY_PATIENCE: Duration = Duration::from_secs(120);
 /// Longest wait between scans without any Node or Service change: retries
 /// (backoff from 5 s) and the periodic resync (`--service-resync-period`)
 /// come due on this timer.
@@ -240,6 +249,11 @@ struct KeyState {
     last_sync: Option<Instant>,
     failures: u32,
     retry_at: Option<Instant>,
+    /// The fingerprint of the Service a failed (or waiting) sync saw: the
+    /// backoff holds only while the Service is still that one.
+    failed_fingerprint: Option<u64>,
+    /// Since when syncs wait for an AWS resource another one still uses.
+    waiting_since: Option<Instant>,
     in_flight: bool,
 }
 
@@ -265,6 +279,79 @@ enum Outcome {
     /// Bad input: wait for the Service to change.
     Invalid,
     Failed,
+    /// AWS refused to delete a resource another one still uses (a group
+    /// whose load balancer's network interfaces go late): retried soon,
+    /// without a Warning and without holding a sync slot meanwhile.
+    Waiting,
+}
+
+/// A sync to start: what a scan decided for one Service.
+struct Job {
+    key: String,
+    svc: Arc<Service>,
+    backends: Option<Backends>,
+    fingerprint: u64,
+    service_changed: bool,
+    /// A `DependencyViolation` is still waited out rather than reported.
+    may_wait: bool,
+}
+
+/// Whether `svc` (with state `entry`) needs a sync now, and which. A
+/// Service whose sync failed is retried when its backoff is due, or at once
+/// when it changed since.
+fn decide(
+    entry: &mut KeyState,
+    svc: Arc<Service>,
+    mut backends: impl FnMut(&BTreeMap<String, String>) -> Backends,
+    resync: Option<Duration>,
+    now: Instant,
+) -> Option<Job> {
+    if entry.in_flight {
+        return None;
+    }
+    let rv = svc.resource_version().unwrap_or_default();
+    let derived = match entry.derived.take() {
+        Some(d) if d.resource_version == rv && !rv.is_empty() => d,
+        _ => Derived {
+            fingerprint: fingerprint(&svc),
+            targets: target_labels(&svc),
+            resource_version: rv,
+        },
+    };
+    let fp = derived.fingerprint;
+    let want_backends = wants_load_balancer(&svc).then(|| backends(&derived.targets));
+    entry.derived = Some(derived);
+    let want_hash = want_backends.as_ref().map(|b| b.hash);
+    let service_changed = entry.synced_fingerprint != Some(fp);
+    let due = service_changed
+        || (want_hash.is_some() && entry.synced_backends != want_hash)
+        || entry.retry_at.is_some_and(|t| t <= now)
+        || entry.last_sync.is_none()
+        || resync
+            .zip(entry.last_sync)
+            .is_some_and(|(every, t)| now - t >= every);
+    let backing_off =
+        entry.retry_at.is_some_and(|t| t > now) && entry.failed_fingerprint == Some(fp);
+    if !due || backing_off {
+        return None;
+    }
+    let may_wait = entry
+        .waiting_since
+        .is_none_or(|since| now - since < DEPENDENCY_PATIENCE);
+    Some(Job {
+        key: key(&svc),
+        svc,
+        backends: want_backends,
+        fingerprint: fp,
+        service_changed,
+        may_wait,
+    })
+}
+
+/// Whether `e` is AWS refusing to delete something another resource still
+/// uses.
+fn waits_on_dependency(e: &LbError) -> bool {
+    matches!(e, LbError::Aws(aws) if aws.code() == Some("DependencyViolation"))
 }
 
 impl<L: LoadBalancers> ServiceController<L> {
@@ -285,7 +372,8 @@ impl<L: LoadBalancers> ServiceController<L> {
         let _ = self.workers.acquire_many(self.worker_count).await;
     }
 
-    /// Starts a sync for every Service that needs one.
+    /// Starts a sync for every Service that needs one, while sync slots are
+    /// free.
     fn scan(&self) {
         // The generation is read before the store, so a change that lands
         // in between bumps it again and the next scan sees it.
@@ -303,80 +391,77 @@ impl<L: LoadBalancers> ServiceController<L> {
         let live: BTreeSet<String> = services.iter().map(|s| key(s)).collect();
         state.retain(|k, s| live.contains(k) || s.in_flight);
         for svc in services {
-            let relevant = wants_load_balancer(&svc) || has_finalizer(&svc);
-            if !relevant {
+            if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
                 continue;
             }
-            let k = key(&svc);
-            let entry = state.entry(k.clone()).or_default();
-            if entry.in_flight {
-                continue;
-            }
-            let rv = svc.resource_version().unwrap_or_default();
-            let derived = match entry.derived.take() {
-                Some(d) if d.resource_version == rv && !rv.is_empty() => d,
-                _ => Derived {
-                    fingerprint: fingerprint(&svc),
-                    targets: target_labels(&svc),
-                    resource_version: rv,
-                },
+            let entry = state.entry(key(&svc)).or_default();
+            let backends = |targets: &BTreeMap<String, String>| {
+                index.get(node_generation, targets.clone(), &mut nodes)
             };
-            let fp = derived.fingerprint;
-            let want_backends = wants_load_balancer(&svc)
-                .then(|| index.get(node_generation, derived.targets.clone(), &mut nodes));
-            entry.derived = Some(derived);
-            let want_hash = want_backends.as_ref().map(|b| b.hash);
-            let due = entry.synced_fingerprint != Some(fp)
-                || (want_hash.is_some() && entry.synced_backends != want_hash)
-                || entry.retry_at.is_some_and(|t| t <= now)
-                || entry.last_sync.is_none()
-                || self
-                    .resync
-                    .zip(entry.last_sync)
-                    .is_some_and(|(every, t)| now - t >= every);
-            let backing_off = entry.retry_at.is_some_and(|t| t > now);
-            if !due || backing_off {
+            let Some(job) = decide(entry, svc, backends, self.resync, now) else {
                 continue;
-            }
+            };
             let Ok(permit) = self.workers.clone().try_acquire_owned() else {
                 return;
             };
-            let service_changed = entry.synced_fingerprint != Some(fp);
             entry.in_flight = true;
-            let this = self.clone();
-            tokio::spawn(async move {
-                let span = tracing::info_span!("sync_service", service = %k);
-                let outcome = this
-                    .sync(
-                        &svc,
-                        want_backends
-                            .map(|b| b.ids.as_ref().clone())
-                            .unwrap_or_default(),
-                        service_changed,
-                    )
-                    .instrument(span)
-                    .await;
-                let mut state = this.state.lock();
-                let entry = state.entry(k).or_default();
-                entry.in_flight = false;
-                entry.last_sync = Some(Instant::now());
-                match outcome {
-                    Outcome::Done | Outcome::Invalid => {
-                        entry.synced_fingerprint = Some(fp);
-                        entry.synced_backends = want_hash;
-                        entry.failures = 0;
-                        entry.retry_at = None;
-                    }
-                    Outcome::Failed => {
-                        let delay = MIN_BACKOFF
-                            .saturating_mul(1 << entry.failures.min(6))
-                            .min(MAX_BACKOFF);
-                        entry.failures += 1;
-                        entry.retry_at = Some(Instant::now() + delay);
-                    }
-                }
-                drop(permit);
-            });
+            self.start(job, permit);
+        }
+    }
+
+    /// Runs one sync in its own task, holding a sync slot, and records how
+    /// it ended.
+    fn start(&self, job: Job, permit: tokio::sync::OwnedSemaphorePermit) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let span = tracing::info_span!("sync_service", service = %job.key);
+            let backends = job
+                .backends
+                .as_ref()
+                .map(|b| b.ids.as_ref().clone())
+                .unwrap_or_default();
+            let outcome = this
+                .sync(&job.svc, backends, job.service_changed, job.may_wait)
+                .instrument(span)
+                .await;
+            drop(permit);
+            this.record(&job, outcome);
+        });
+    }
+
+    /// Notes a sync's outcome: when the Service is next due.
+    fn record(&self, job: &Job, outcome: Outcome) {
+        let mut state = self.state.lock();
+        let entry = state.entry(job.key.clone()).or_default();
+        let now = Instant::now();
+        entry.in_flight = false;
+        entry.last_sync = Some(now);
+        match outcome {
+            Outcome::Done | Outcome::Invalid => {
+                entry.synced_fingerprint = Some(job.fingerprint);
+                entry.synced_backends = job.backends.as_ref().map(|b| b.hash);
+                entry.failures = 0;
+                entry.retry_at = None;
+                entry.failed_fingerprint = None;
+                entry.waiting_since = None;
+            }
+            Outcome::Waiting => {
+                let waited = now - *entry.waiting_since.get_or_insert(now);
+                let delay = WAITING_RETRY_MIN
+                    .saturating_mul(1 << (waited.as_secs() / 10).min(4))
+                    .min(WAITING_RETRY_MAX);
+                entry.retry_at = Some(now + delay);
+                entry.failed_fingerprint = Some(job.fingerprint);
+            }
+            Outcome::Failed => {
+                let delay = MIN_BACKOFF
+                    .saturating_mul(1 << entry.failures.min(6))
+                    .min(MAX_BACKOFF);
+                entry.failures += 1;
+                entry.retry_at = Some(now + delay);
+                entry.failed_fingerprint = Some(job.fingerprint);
+                entry.waiting_since = None;
+            }
         }
     }
 
@@ -385,47 +470,17 @@ impl<L: LoadBalancers> ServiceController<L> {
         svc: &Service,
         backends: BTreeSet<String>,
         service_changed: bool,
+        may_wait: bool,
     ) -> Outcome {
-        let key = key(svc);
-        let obj = svc.object_ref(&());
-        let uid = svc.metadata.uid.clone().unwrap_or_default();
         let api: Api<Service> =
             Api::namespaced(self.kube.clone(), &svc.namespace().unwrap_or_default());
-        let name = svc.name_any();
-
         if !wants_load_balancer(svc) {
             if !has_finalizer(svc) {
                 return Outcome::Done;
             }
-            self.events
-                .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
-                .await;
-            if let Err(e) = self.lbs.ensure_deleted(&key, &uid).await {
-                self.events
-                    .warning(&obj, "DeleteLoadBalancerFailed", format!("Error deleting load balancer: {e}. It is retried with backoff; the finalizer {FINALIZER} stays until it succeeds"))
-                    .await;
-                return Outcome::Failed;
-            }
-            if svc.metadata.deletion_timestamp.is_none() && has_ingress(svc) {
-                let clear = serde_json::json!({"status": {"loadBalancer": {"ingress": null}}});
-                if let Err(e) = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&clear))
-                    .await
-                {
-                    tracing::warn!(error = %e, "failed to clear the load balancer status");
-                    return Outcome::Failed;
-                }
-            }
-            if let Err(e) = self.set_finalizer(&api, svc, false).await {
-                tracing::warn!(error = %e, "failed to remove the finalizer");
-                return Outcome::Failed;
-            }
-            self.events
-                .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
-                .await;
-            return Outcome::Done;
+            return self.sync_deletion(svc, &api, may_wait).await;
         }
-
+        let obj = svc.object_ref(&());
         let spec = match LoadBalancerSpec::from_service(svc) {
             Ok(spec) => spec,
             Err(e) => {
@@ -440,7 +495,6 @@ impl<L: LoadBalancers> ServiceController<L> {
             LoadBalancerKind::External => return Outcome::Done,
             LoadBalancerKind::Network | LoadBalancerKind::Classic => {}
         }
-
         if !has_finalizer(svc)
             && let Err(e) = self.set_finalizer(&api, svc, true).await
         {
@@ -453,70 +507,137 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .await;
         }
         let req = EnsureRequest {
-            service_key: key.clone(),
-            uid,
+            service_key: key(svc),
+            uid: svc.metadata.uid.clone().unwrap_or_default(),
             spec,
             instance_ids: backends,
         };
         match self.lbs.ensure(&req).await {
-            Ok(done) => {
-                tracing::info!(
-                    hostname = %done.hostname,
-                    changes = done.changes.len(),
-                    "load balancer ensured"
-                );
-                if current_hostname(svc) != Some(done.hostname.as_str())
-                    && !done.hostname.is_empty()
-                {
-                    let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
-                    if let Err(e) = api
-                        .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                        .await
-                    {
-                        tracing::warn!(error = %e, "failed to write the load balancer status");
-                        return Outcome::Failed;
-                    }
-                }
-                // Writes IAM refused: the rest is synced, so no retry; the
-                // next sync (or the registry's re-check) tries them again.
-                for w in &done.warnings {
-                    self.events.warning(&obj, w.reason, w.message.clone()).await;
-                }
-                if service_changed {
-                    self.events
-                        .normal(&obj, "EnsuredLoadBalancer", "Ensured load balancer")
-                        .await;
-                } else if !done.changes.is_empty() {
-                    self.events
-                        .normal(
-                            &obj,
-                            "UpdatedLoadBalancer",
-                            format!("Updated load balancer: {}", done.changes.join("; ")),
-                        )
-                        .await;
-                }
-                Outcome::Done
+            Ok(done) => self.ensured(svc, &api, done, service_changed).await,
+            Err(e) if may_wait && waits_on_dependency(&e) => {
+                tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
+                Outcome::Waiting
+            }
+            Err(e) => self.ensure_failed(svc, e, service_changed).await,
+        }
+    }
+
+    /// Deletes the load balancer of a Service that no longer wants one, then
+    /// clears its status and removes the finalizer.
+    async fn sync_deletion(&self, svc: &Service, api: &Api<Service>, may_wait: bool) -> Outcome {
+        let obj = svc.object_ref(&());
+        let uid = svc.metadata.uid.clone().unwrap_or_default();
+        self.events
+            .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
+            .await;
+        match self.lbs.ensure_deleted(&key(svc), &uid).await {
+            Ok(_) => {}
+            Err(e) if may_wait && waits_on_dependency(&e) => {
+                tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
+                return Outcome::Waiting;
             }
             Err(e) => {
-                let (reason, what) = if service_changed {
-                    ("SyncLoadBalancerFailed", "Error syncing load balancer")
-                } else {
-                    (
-                        "UpdateLoadBalancerFailed",
-                        "Error updating load balancer with new hosts",
-                    )
-                };
-                let hint = match &e {
-                    LbError::Config(_) => "fix it and the Service is retried",
-                    LbError::Aws(_) => "it is retried with backoff (5 s to 5 min)",
-                };
-                tracing::warn!(error = %e, "load balancer sync failed");
                 self.events
-                    .warning(&obj, reason, format!("{what}: {e}; {hint}"))
+                    .warning(&obj, "DeleteLoadBalancerFailed", format!("Error deleting load balancer: {e}. It is retried with backoff; the finalizer {FINALIZER} stays until it succeeds"))
                     .await;
-                Outcome::Failed
+                return Outcome::Failed;
             }
         }
+        if svc.metadata.deletion_timestamp.is_none() && has_ingress(svc) {
+            let clear = serde_json::json!({"status": {"loadBalancer": {"ingress": null}}});
+            if let Err(e) = api
+                .patch_status(
+                    &svc.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&clear),
+                )
+                .await
+            {
+                tracing::warn!(error = %e, "failed to clear the load balancer status");
+                return Outcome::Failed;
+            }
+        }
+        if let Err(e) = self.set_finalizer(api, svc, false).await {
+            tracing::warn!(error = %e, "failed to remove the finalizer");
+            return Outcome::Failed;
+        }
+        self.events
+            .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
+            .await;
+        Outcome::Done
+    }
+
+    /// Publishes an ensured load balancer: the status, IAM's refusals, the
+    /// events.
+    async fn ensured(
+        &self,
+        svc: &Service,
+        api: &Api<Service>,
+        done: crate::provider::load_balancers::Ensured,
+        service_changed: bool,
+    ) -> Outcome {
+        let obj = svc.object_ref(&());
+        tracing::info!(
+            hostname = %done.hostname,
+            changes = done.changes.len(),
+            "load balancer ensured"
+        );
+        if current_hostname(svc) != Some(done.hostname.as_str()) && !done.hostname.is_empty() {
+            let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
+            if let Err(e) = api
+                .patch_status(
+                    &svc.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                tracing::warn!(error = %e, "failed to write the load balancer status");
+                return Outcome::Failed;
+            }
+        }
+        // Writes IAM refused: the rest is synced, so no retry; the next
+        // sync (or the registry's re-check) tries them again.
+        for w in &done.warnings {
+            self.events.warning(&obj, w.reason, w.message.clone()).await;
+        }
+        if service_changed {
+            self.events
+                .normal(&obj, "EnsuredLoadBalancer", "Ensured load balancer")
+                .await;
+        } else if !done.changes.is_empty() {
+            self.events
+                .normal(
+                    &obj,
+                    "UpdatedLoadBalancer",
+                    format!("Updated load balancer: {}", done.changes.join("; ")),
+                )
+                .await;
+        }
+        Outcome::Done
+    }
+
+    /// A Warning for a failed ensure.
+    async fn ensure_failed(&self, svc: &Service, e: LbError, service_changed: bool) -> Outcome {
+        let (reason, what) = if service_changed {
+            ("SyncLoadBalancerFailed", "Error syncing load balancer")
+        } else {
+            (
+                "UpdateLoadBalancerFailed",
+                "Error updating load balancer with new hosts",
+            )
+        };
+        let hint = match &e {
+            LbError::Config(_) => "fix it and the Service is retried",
+            LbError::Aws(_) => {
+                "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
+            }
+        };
+        tracing::warn!(error = %e, "load balancer sync failed");
+        self.events
+            .warning(&svc.object_ref(&()), reason, format!("{what}: {e}; {hint}"))
+            .await;
+        Outcome::Failed
     }
 
     async fn set_finalizer(
@@ -585,6 +706,76 @@ mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{NodeSpec, Taint};
     use kube::api::ObjectMeta;
+
+    fn lb_service(rv: &str, interval: &str) -> Arc<Service> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "web", "namespace": "default", "resourceVersion": rv,
+                    "annotations": {"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": interval}},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn no_backends(_: &BTreeMap<String, String>) -> Backends {
+        Backends {
+            hash: 0,
+            ids: Arc::new(BTreeSet::new()),
+        }
+    }
+
+    /// The state a failed sync of `svc` left, its backoff running.
+    fn failed(svc: &Service, now: Instant) -> KeyState {
+        KeyState {
+            synced_backends: Some(0),
+            last_sync: Some(now),
+            failures: 3,
+            retry_at: Some(now + Duration::from_secs(40)),
+            failed_fingerprint: Some(fingerprint(svc)),
+            ..KeyState::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_service_waits_out_its_backoff_unless_it_changed() {
+        let now = Instant::now();
+        let broken = lb_service("1", "often");
+        let mut entry = failed(&broken, now);
+        assert!(
+            decide(&mut entry, broken.clone(), no_backends, None, now).is_none(),
+            "unchanged: the backoff holds"
+        );
+        let fixed = lb_service("2", "10");
+        let job = decide(&mut entry, fixed.clone(), no_backends, None, now)
+            .expect("a fixed Service is retried at once");
+        assert!(job.service_changed && job.may_wait);
+        assert_eq!(job.fingerprint, fingerprint(&fixed));
+        // The backoff itself still comes due.
+        let mut entry = failed(&broken, now);
+        let later = now + Duration::from_secs(41);
+        assert!(decide(&mut entry, broken, no_backends, None, later).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_on_a_dependency_is_bounded() {
+        let now = Instant::now();
+        let svc = lb_service("1", "10");
+        let mut entry = failed(&svc, now);
+        entry.retry_at = Some(now);
+        entry.waiting_since = Some(now);
+        let job = decide(&mut entry, svc.clone(), no_backends, None, now).expect("due");
+        assert!(job.may_wait);
+        let mut entry = failed(&svc, now);
+        entry.retry_at = Some(now);
+        entry.waiting_since = Some(now - DEPENDENCY_PATIENCE);
+        let job = decide(&mut entry, svc, no_backends, None, now).expect("due");
+        assert!(
+            !job.may_wait,
+            "after two minutes it is reported like any failure"
+        );
+    }
 
     fn node(name: &str, labels: &[(&str, &str)], taint: Option<&str>) -> Arc<Node> {
         Arc::new(Node {

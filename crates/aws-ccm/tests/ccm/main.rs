@@ -9,6 +9,7 @@ mod chaos;
 mod clb;
 mod credentials;
 mod foundation;
+mod harsh;
 mod iam;
 mod lb_permissions;
 mod nlb;

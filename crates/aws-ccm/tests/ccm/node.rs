@@ -657,7 +657,7 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failed_sweep_delet
     let ec2 = Ec2::new(&env).await?;
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let _ccm = env
+    let ccm = env
         .start_ccm_via(
             &proxy.endpoint(),
             &[NODE_CONTROLLERS, "--node-monitor-period=1s"],
@@ -727,10 +727,15 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failed_sweep_delet
         .send()
         .await?;
     set_ready(&nodes, &dns(kept), false).await?;
-    let before = proxy.calls().get("ec2", "DescribeInstances").faulted;
-    eventually("several failed sweeps", deadline, || async {
-        (proxy.calls().get("ec2", "DescribeInstances").faulted >= before + 6).then_some(())
-    })
+    // Wait until the controller itself has seen two sweeps fail (each is a
+    // whole call, retries included), not merely until AWS refused attempts.
+    const SWEEP_FAILED: &str = "cluster sweep failed";
+    let before = ccm.logs().matches(SWEEP_FAILED).count();
+    eventually(
+        "two failed sweeps observed by the controller",
+        deadline,
+        || async { (ccm.logs().matches(SWEEP_FAILED).count() >= before + 2).then_some(()) },
+    )
     .await?;
     assert!(
         nodes.get_opt(&dns(kept)).await?.is_some(),

@@ -253,6 +253,28 @@ pub enum AwsError {
     )]
     NotFound { operation: Operation, what: String },
 
+    /// An attempt's answer was lost (no answer in time, a reset connection,
+    /// a 5xx) so AWS may have applied it. With `applied`, a later attempt
+    /// proved it did (a duplicate answer to a create, a not-found answer to
+    /// a removal: `last`); without, the door did not repeat the call (an
+    /// [`super::operations::Idempotency::ReadBeforeRecreate`] operation) or
+    /// ran out of attempts, and `last` is the last failure. Either way the
+    /// caller reads the current state before doing more.
+    #[error(
+        "{operation}: the answer to an earlier attempt was lost{verdict}; last answer: {last}",
+        operation = .last.operation(),
+        verdict = if *.applied { " and AWS had applied it" } else { ", so AWS may have applied it" },
+    )]
+    AnswerLost { applied: bool, last: Box<AwsError> },
+
+    /// The call was not sent: this process stopped changing AWS because it
+    /// can no longer prove it leads (see `docs/operations.md`).
+    #[error(
+        "{operation} was not sent: this replica lost the leader Lease and makes no more changes to AWS \
+         ({attempts} attempt(s) made before); the new leader carries on"
+    )]
+    Stopped { operation: Operation, attempts: u32 },
+
     /// The caller's deadline passed before the call could finish (waiting for
     /// a rate-limit token, or between retries).
     #[error(
@@ -277,6 +299,12 @@ impl AwsError {
             AwsError::NotFound { .. } => ErrorClass::NotFound,
             // Running out of time is not a statement about the request.
             AwsError::DeadlineExceeded { .. } => ErrorClass::Transient,
+            AwsError::AnswerLost {
+                applied: true,
+                last,
+            } => last.class(),
+            AwsError::AnswerLost { applied: false, .. } => ErrorClass::Transient,
+            AwsError::Stopped { .. } => ErrorClass::Fatal,
         }
     }
 
@@ -285,7 +313,9 @@ impl AwsError {
         match self {
             AwsError::Api { operation, .. }
             | AwsError::NotFound { operation, .. }
-            | AwsError::DeadlineExceeded { operation, .. } => *operation,
+            | AwsError::DeadlineExceeded { operation, .. }
+            | AwsError::Stopped { operation, .. } => *operation,
+            AwsError::AnswerLost { last, .. } => last.operation(),
         }
     }
 
@@ -295,6 +325,8 @@ impl AwsError {
             AwsError::Api { code, .. } => code.as_deref(),
             AwsError::NotFound { .. } => None,
             AwsError::DeadlineExceeded { last, .. } => last.as_deref().and_then(AwsError::code),
+            AwsError::AnswerLost { last, .. } => last.code(),
+            AwsError::Stopped { .. } => None,
         }
     }
 
@@ -309,11 +341,25 @@ impl AwsError {
     /// How many requests were sent for this call.
     pub fn attempts(&self) -> u32 {
         match self {
-            AwsError::Api { attempts, .. } | AwsError::DeadlineExceeded { attempts, .. } => {
-                *attempts
-            }
+            AwsError::Api { attempts, .. }
+            | AwsError::DeadlineExceeded { attempts, .. }
+            | AwsError::Stopped { attempts, .. } => *attempts,
             AwsError::NotFound { .. } => 1,
+            AwsError::AnswerLost { last, .. } => last.attempts(),
         }
+    }
+
+    /// True when an earlier attempt's answer was lost and a later answer
+    /// proved AWS had applied it: the object exists (a create) or is gone
+    /// (a removal); the caller re-reads it and carries on.
+    pub fn applied_before_answer_lost(&self) -> bool {
+        matches!(self, AwsError::AnswerLost { applied: true, .. })
+    }
+
+    /// True when AWS may have applied the call although it failed: an
+    /// answer was lost. The caller reads before re-creating.
+    pub fn may_have_been_applied(&self) -> bool {
+        matches!(self, AwsError::AnswerLost { .. })
     }
 
     pub fn is_not_found(&self) -> bool {
@@ -329,7 +375,8 @@ impl AwsError {
     /// (`InvalidGroup.Duplicate`, `InvalidPermission.Duplicate`,
     /// `RouteAlreadyExists`, `DuplicateLoadBalancerName`, ...). Callers of
     /// [`super::operations::Idempotency::ReadBeforeRecreate`] operations treat
-    /// this as success after reading the current state.
+    /// this as success after reading the current state. Also true through
+    /// [`AwsError::AnswerLost`].
     pub fn is_already_exists(&self) -> bool {
         self.code().is_some_and(|code| {
             code.ends_with(".Duplicate")

@@ -13,10 +13,10 @@
 //! (`RunInstances`, `CreateFleet`, ...). None of the operations below accept
 //! one (checked against aws-sdk-ec2 1.274 and the ELB SDKs: no `client_token`
 //! field on any of their inputs), so the client retries them as they are and
-//! [`Idempotency`] documents what a repeated attempt can observe. Callers of
-//! [`Idempotency::ReadBeforeRecreate`] operations read the current state before
-//! re-creating after an error (the controllers' plan/apply loop does this by
-//! construction: a plan is always computed from a fresh read).
+//! [`Idempotency`] says what a repeated attempt can observe; the door turns
+//! a duplicate (or, for a removal, a not-found) answer after a lost one into
+//! [`super::errors::AwsError::AnswerLost`], so callers re-read and carry on
+//! instead of failing or creating a second object.
 
 use std::fmt;
 
@@ -174,8 +174,10 @@ impl fmt::Display for Category {
     }
 }
 
-/// What repeating an operation (a retry after an ambiguous failure, such as a
-/// timeout after the request was sent) can do.
+/// What repeating an operation can do after an ambiguous failure: an
+/// attempt whose answer was lost (a timeout, a connection reset, a 5xx)
+/// may have been applied by AWS. The door ([`super::door`]) reads this
+/// column, and only this column, to decide what a later answer means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Idempotency {
     /// Reads nothing but state: always safe to repeat.
@@ -183,14 +185,22 @@ pub enum Idempotency {
     /// Repeating it leaves AWS in the same state and returns success
     /// (set/replace/modify/tag/register style actions).
     Natural,
-    /// A create that returns the existing object when the name and settings
-    /// match (ELB `CreateLoadBalancer`, ELBv2 `CreateTargetGroup`, ...).
-    ByName,
-    /// A repeat may fail with a duplicate or not-found error although the
-    /// first attempt worked (`CreateRoute`, `CreateSecurityGroup`,
-    /// `AuthorizeSecurityGroupIngress`, ...): callers read before re-creating,
-    /// and treat `*.Duplicate` / `*.NotFound` after a retry as "already done".
+    /// A create that refuses a second object of the same name or key
+    /// (`InvalidGroup.Duplicate`, `DuplicateTargetGroupName`,
+    /// `DuplicateListener`, `RouteAlreadyExists`, ...). The door repeats it;
+    /// a duplicate answer after a lost one is reported as
+    /// [`super::errors::AwsError::AnswerLost`] with `applied: true`, and
+    /// callers re-read the object and carry on.
+    Create,
+    /// A create whose repeat could make a second object (AWS answers a
+    /// same-settings ELBv2 `CreateLoadBalancer` or `CreateListener` with the
+    /// existing one; moto, which the tests run against, makes another). After a lost answer the door does not repeat it: it
+    /// reports [`super::errors::AwsError::AnswerLost`] with
+    /// `applied: false`, and the caller reads before re-creating.
     ReadBeforeRecreate,
+    /// A delete or revoke: `*.NotFound` means it is done, whether the object
+    /// never existed or an earlier attempt whose answer was lost removed it.
+    Remove,
 }
 
 macro_rules! operations {
@@ -237,9 +247,9 @@ operations! {
     Ec2DescribeInstancesUnfiltered => (Ec2, "DescribeInstances", Ec2UnfilteredDescribe, ReadOnly),
     Ec2DescribeAvailabilityZones => (Ec2, "DescribeAvailabilityZones", Ec2NonMutating, ReadOnly),
     Ec2DescribeRouteTables => (Ec2, "DescribeRouteTables", Ec2NonMutating, ReadOnly),
-    Ec2CreateRoute => (Ec2, "CreateRoute", Ec2Mutating, ReadBeforeRecreate),
+    Ec2CreateRoute => (Ec2, "CreateRoute", Ec2Mutating, Create),
     Ec2ReplaceRoute => (Ec2, "ReplaceRoute", Ec2Mutating, Natural),
-    Ec2DeleteRoute => (Ec2, "DeleteRoute", Ec2Mutating, ReadBeforeRecreate),
+    Ec2DeleteRoute => (Ec2, "DeleteRoute", Ec2Mutating, Remove),
     Ec2ModifyInstanceAttribute => (Ec2, "ModifyInstanceAttribute", Ec2Mutating, Natural),
     Ec2DescribeSubnets => (Ec2, "DescribeSubnets", Ec2NonMutating, ReadOnly),
     Ec2DescribeVpcs => (Ec2, "DescribeVpcs", Ec2NonMutating, ReadOnly),
@@ -247,10 +257,10 @@ operations! {
     Ec2DescribeSecurityGroups => (Ec2, "DescribeSecurityGroups", Ec2NonMutating, ReadOnly),
     /// `DescribeSecurityGroups` with neither filters nor pagination.
     Ec2DescribeSecurityGroupsUnfiltered => (Ec2, "DescribeSecurityGroups", Ec2UnfilteredDescribe, ReadOnly),
-    Ec2CreateSecurityGroup => (Ec2, "CreateSecurityGroup", Ec2Mutating, ReadBeforeRecreate),
-    Ec2DeleteSecurityGroup => (Ec2, "DeleteSecurityGroup", Ec2Mutating, ReadBeforeRecreate),
-    Ec2AuthorizeSecurityGroupIngress => (Ec2, "AuthorizeSecurityGroupIngress", Ec2SecurityGroupRules, ReadBeforeRecreate),
-    Ec2RevokeSecurityGroupIngress => (Ec2, "RevokeSecurityGroupIngress", Ec2SecurityGroupRules, ReadBeforeRecreate),
+    Ec2CreateSecurityGroup => (Ec2, "CreateSecurityGroup", Ec2Mutating, Create),
+    Ec2DeleteSecurityGroup => (Ec2, "DeleteSecurityGroup", Ec2Mutating, Remove),
+    Ec2AuthorizeSecurityGroupIngress => (Ec2, "AuthorizeSecurityGroupIngress", Ec2SecurityGroupRules, Create),
+    Ec2RevokeSecurityGroupIngress => (Ec2, "RevokeSecurityGroupIngress", Ec2SecurityGroupRules, Remove),
     Ec2CreateTags => (Ec2, "CreateTags", Ec2Tags, Natural),
     Ec2DeleteTags => (Ec2, "DeleteTags", Ec2Tags, Natural),
     Ec2DescribeInternetGateways => (Ec2, "DescribeInternetGateways", Ec2NonMutating, ReadOnly),
@@ -258,13 +268,13 @@ operations! {
     Ec2DescribeNetworkInterfaces => (Ec2, "DescribeNetworkInterfaces", Ec2NonMutating, ReadOnly),
 
     // ---- Classic ELB ----
-    ElbCreateLoadBalancer => (Elb, "CreateLoadBalancer", ElbCreateAndSubnets, ByName),
+    ElbCreateLoadBalancer => (Elb, "CreateLoadBalancer", ElbCreateAndSubnets, Create),
     /// Succeeds when the load balancer is already gone.
     ElbDeleteLoadBalancer => (Elb, "DeleteLoadBalancer", ElbMutating, Natural),
     ElbDescribeLoadBalancers => (Elb, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     ElbDescribeTags => (Elb, "DescribeTags", ElbNonMutating, ReadOnly),
     ElbAddTags => (Elb, "AddTags", ElbMutating, Natural),
-    ElbCreateLoadBalancerListeners => (Elb, "CreateLoadBalancerListeners", ElbMutating, Natural),
+    ElbCreateLoadBalancerListeners => (Elb, "CreateLoadBalancerListeners", ElbMutating, Create),
     ElbDeleteLoadBalancerListeners => (Elb, "DeleteLoadBalancerListeners", ElbMutating, Natural),
     ElbConfigureHealthCheck => (Elb, "ConfigureHealthCheck", ElbMutating, Natural),
     ElbDescribeLoadBalancerAttributes => (Elb, "DescribeLoadBalancerAttributes", ElbNonMutating, ReadOnly),
@@ -274,18 +284,18 @@ operations! {
     ElbApplySecurityGroupsToLoadBalancer => (Elb, "ApplySecurityGroupsToLoadBalancer", ElbMutating, Natural),
     ElbAttachLoadBalancerToSubnets => (Elb, "AttachLoadBalancerToSubnets", ElbCreateAndSubnets, Natural),
     ElbDetachLoadBalancerFromSubnets => (Elb, "DetachLoadBalancerFromSubnets", ElbCreateAndSubnets, Natural),
-    ElbCreateLoadBalancerPolicy => (Elb, "CreateLoadBalancerPolicy", ElbMutating, ReadBeforeRecreate),
+    ElbCreateLoadBalancerPolicy => (Elb, "CreateLoadBalancerPolicy", ElbMutating, Create),
     ElbSetLoadBalancerPoliciesForBackendServer => (Elb, "SetLoadBalancerPoliciesForBackendServer", ElbMutating, Natural),
     ElbSetLoadBalancerPoliciesOfListener => (Elb, "SetLoadBalancerPoliciesOfListener", ElbMutating, Natural),
 
     // ---- ELBv2 ----
-    Elbv2CreateLoadBalancer => (Elbv2, "CreateLoadBalancer", ElbCreateAndSubnets, ByName),
+    Elbv2CreateLoadBalancer => (Elbv2, "CreateLoadBalancer", ElbCreateAndSubnets, ReadBeforeRecreate),
     Elbv2DeleteLoadBalancer => (Elbv2, "DeleteLoadBalancer", ElbMutating, Natural),
     Elbv2DescribeLoadBalancers => (Elbv2, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     Elbv2DescribeTags => (Elbv2, "DescribeTags", ElbNonMutating, ReadOnly),
     Elbv2AddTags => (Elbv2, "AddTags", ElbMutating, Natural),
-    Elbv2CreateTargetGroup => (Elbv2, "CreateTargetGroup", ElbMutating, ByName),
-    Elbv2DeleteTargetGroup => (Elbv2, "DeleteTargetGroup", ElbMutating, ReadBeforeRecreate),
+    Elbv2CreateTargetGroup => (Elbv2, "CreateTargetGroup", ElbMutating, Create),
+    Elbv2DeleteTargetGroup => (Elbv2, "DeleteTargetGroup", ElbMutating, Remove),
     Elbv2DescribeTargetGroups => (Elbv2, "DescribeTargetGroups", ElbNonMutating, ReadOnly),
     Elbv2ModifyTargetGroup => (Elbv2, "ModifyTargetGroup", ElbMutating, Natural),
     Elbv2DescribeTargetGroupAttributes => (Elbv2, "DescribeTargetGroupAttributes", ElbNonMutating, ReadOnly),
@@ -293,9 +303,10 @@ operations! {
     Elbv2RegisterTargets => (Elbv2, "RegisterTargets", ElbRegistration, Natural),
     Elbv2DeregisterTargets => (Elbv2, "DeregisterTargets", ElbRegistration, Natural),
     Elbv2DescribeTargetHealth => (Elbv2, "DescribeTargetHealth", ElbNonMutating, ReadOnly),
-    /// Creating a listener with the same settings twice succeeds both times.
-    Elbv2CreateListener => (Elbv2, "CreateListener", ElbMutating, ByName),
-    Elbv2DeleteListener => (Elbv2, "DeleteListener", ElbMutating, ReadBeforeRecreate),
+    /// AWS answers a same-settings repeat with the existing listener; moto
+    /// makes a second one on the same port.
+    Elbv2CreateListener => (Elbv2, "CreateListener", ElbMutating, ReadBeforeRecreate),
+    Elbv2DeleteListener => (Elbv2, "DeleteListener", ElbMutating, Remove),
     Elbv2DescribeListeners => (Elbv2, "DescribeListeners", ElbNonMutating, ReadOnly),
     Elbv2ModifyListener => (Elbv2, "ModifyListener", ElbMutating, Natural),
     Elbv2DescribeLoadBalancerAttributes => (Elbv2, "DescribeLoadBalancerAttributes", ElbNonMutating, ReadOnly),

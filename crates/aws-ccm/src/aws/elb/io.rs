@@ -2,12 +2,12 @@
 //! that apply a plan, each through the one door.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use aws_sdk_elasticloadbalancing::types as elbt;
 
 use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener, OwnedGroup};
 use crate::aws::client::AwsClient;
+use crate::aws::client::consistency::{Patience, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::security_groups::{self as sg, Rule};
@@ -231,9 +231,31 @@ pub async fn apply(
         owned: actual.owned_group.as_ref().map(|g| g.id.clone()),
         dns: None,
     };
+    let mut patience: Option<Patience> = None;
     for change in changes {
         tracing::info!(load_balancer = name, change = %super::plan::describe(change), "applying");
-        at.step(change).await?;
+        loop {
+            match at.step(change).await {
+                Ok(()) => break,
+                // A step naming an object this apply created moments ago.
+                Err(e) => {
+                    let again = match patience.as_mut() {
+                        Some(patience) => patience.retry_not_found(&e).await,
+                        None => false,
+                    };
+                    if !again {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let creates = matches!(
+            change,
+            Change::CreateSecurityGroup(_) | Change::CreateLoadBalancer { .. }
+        );
+        if creates && patience.is_none() {
+            patience = Some(Patience::new(aws));
+        }
     }
     Ok(at.dns)
 }
@@ -300,7 +322,7 @@ impl Applying<'_> {
             Change::ModifyAttributes(a) => self.modify_attributes(a).await,
             Change::RegisterInstances(ids) => self.register(ids).await,
             Change::DeregisterInstances(ids) => self.deregister(ids).await,
-            Change::DeleteSecurityGroup(id) => delete_group_patiently(self.aws, id).await,
+            Change::DeleteSecurityGroup(id) => delete_owned_group(self.aws, id).await,
         }
     }
 
@@ -350,7 +372,7 @@ impl Applying<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         let groups = self.groups(groups)?;
         let tags = to_sdk_tags(tags)?;
-        let out = self
+        let created = self
             .aws
             .elb(Operation::ElbCreateLoadBalancer, |c| {
                 c.create_load_balancer()
@@ -362,8 +384,18 @@ impl Applying<'_> {
                     .set_tags(Some(tags.clone()))
                     .send()
             })
-            .await?;
-        self.dns = out.dns_name().map(str::to_string);
+            .await;
+        self.dns = match created {
+            Ok(out) => out.dns_name().map(str::to_string),
+            // It exists: made by an attempt whose answer was lost, or by a
+            // sync that read before it was visible. The next sync's plan
+            // reconciles any setting that differs.
+            Err(e) if e.is_already_exists() => {
+                tracing::info!(load_balancer = name, error = %e, "load balancer exists already; reading it");
+                Some(existing_dns_name(self.aws, name).await?)
+            }
+            Err(e) => return Err(e),
+        };
         Ok(())
     }
 
@@ -386,15 +418,20 @@ impl Applying<'_> {
             .iter()
             .map(to_sdk_listener)
             .collect::<Result<Vec<_>, _>>()?;
-        self.aws
+        match self
+            .aws
             .elb(Operation::ElbCreateLoadBalancerListeners, |c| {
                 c.create_load_balancer_listeners()
                     .load_balancer_name(name)
                     .set_listeners(Some(listeners.clone()))
                     .send()
             })
-            .await?;
-        Ok(())
+            .await
+        {
+            // The attempt whose answer was lost made these listeners.
+            Err(e) if e.applied_before_answer_lost() => Ok(()),
+            other => other.map(|_| ()),
+        }
     }
 
     async fn attach_subnets(&self, s: &BTreeSet<String>) -> Result<(), AwsError> {
@@ -615,25 +652,31 @@ fn to_sdk_attributes(a: &Attributes) -> Result<elbt::LoadBalancerAttributes, Aws
         .build())
 }
 
-/// Deletes a group, retrying `DependencyViolation` for a bounded time: the
-/// network interfaces of a just-deleted load balancer release it late.
-pub async fn delete_group_patiently(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let mut wait = Duration::from_millis(500);
-    loop {
-        match sg::io::delete(aws, id).await {
-            Err(e)
-                if e.code() == Some("DependencyViolation")
-                    && tokio::time::Instant::now() + wait < deadline =>
-            {
-                tracing::info!(
-                    group = id,
-                    "security group still in use; retrying its deletion"
-                );
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(10));
-            }
-            other => return other,
+/// The DNS name of the classic ELB `name`, waiting for it to become visible.
+async fn existing_dns_name(aws: &AwsClient, name: &str) -> Result<String, AwsError> {
+    let what = format!("classic load balancer {name}");
+    until_visible(aws, Operation::ElbDescribeLoadBalancers, &what, || async {
+        match aws
+            .elb(Operation::ElbDescribeLoadBalancers, |c| {
+                c.describe_load_balancers().load_balancer_names(name).send()
+            })
+            .await
+        {
+            Ok(out) => Ok(out
+                .load_balancer_descriptions()
+                .first()
+                .map(|lb| lb.dns_name().unwrap_or_default().to_string())),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
         }
-    }
+    })
+    .await
+}
+
+/// Deletes an owned group. `DependencyViolation` (the network interfaces
+/// of a just-deleted load balancer release it late) is returned as it is:
+/// the service controller retries the sync soon, without holding a sync
+/// slot while it waits.
+pub async fn delete_owned_group(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
+    sg::io::delete(aws, id).await
 }

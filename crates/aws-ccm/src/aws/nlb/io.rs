@@ -9,6 +9,7 @@ use super::{
     Actual, Change, HealthCheck, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef,
 };
 use crate::aws::client::AwsClient;
+use crate::aws::client::consistency::{Patience, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb::GroupRef;
@@ -86,9 +87,34 @@ pub async fn apply(
             .collect(),
         refused_listeners: Vec::new(),
     };
+    let mut patience: Option<Patience> = None;
     for change in changes {
         tracing::info!(load_balancer = name, change = %super::plan::describe(change), "applying");
-        at.step(change).await?;
+        loop {
+            match at.step(change).await {
+                Ok(()) => break,
+                // A step naming an object this apply created moments ago.
+                Err(e) => {
+                    let again = match patience.as_mut() {
+                        Some(patience) => patience.retry_not_found(&e).await,
+                        None => false,
+                    };
+                    if !again {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let creates = matches!(
+            change,
+            Change::CreateSecurityGroup(_)
+                | Change::CreateLoadBalancer { .. }
+                | Change::CreateTargetGroup { .. }
+                | Change::CreateListener { .. }
+        );
+        if creates && patience.is_none() {
+            patience = Some(Patience::new(aws));
+        }
     }
     Ok(Applied {
         dns_name: at.dns,
@@ -130,7 +156,7 @@ impl Applying<'_> {
             }
             Change::SetSecurityGroups(refs) => self.set_security_groups(refs).await,
             Change::DeleteSecurityGroup(id) => {
-                crate::aws::elb::io::delete_group_patiently(self.aws, id).await
+                crate::aws::elb::io::delete_owned_group(self.aws, id).await
             }
             Change::DeleteLoadBalancer { arn, .. } => self.delete_lb(arn).await,
             Change::CreateLoadBalancer {
@@ -256,9 +282,8 @@ impl Applying<'_> {
         let mappings = sdk_mappings(subnet_mappings);
         let tags = sdk_tags(tags);
         let groups = (!groups.is_empty()).then_some(groups);
-        let out = self
-            .aws
-            .elbv2(Operation::Elbv2CreateLoadBalancer, |c| {
+        let create = || {
+            self.aws.elbv2(Operation::Elbv2CreateLoadBalancer, |c| {
                 c.create_load_balancer()
                     .name(name)
                     .r#type(t::LoadBalancerTypeEnum::Network)
@@ -273,10 +298,36 @@ impl Applying<'_> {
                     .set_tags(Some(tags.clone()))
                     .send()
             })
-            .await?;
-        let lb = out.load_balancers().first();
-        self.lb_arn = lb.and_then(|l| l.load_balancer_arn()).map(str::to_string);
-        self.dns = lb.and_then(|l| l.dns_name()).map(str::to_string);
+        };
+        let (arn, dns) = match create().await {
+            Ok(out) => {
+                let lb = out.load_balancers().first();
+                (
+                    lb.and_then(|l| l.load_balancer_arn()).map(str::to_string),
+                    lb.and_then(|l| l.dns_name()).map(str::to_string),
+                )
+            }
+            // An answer was lost: read before re-creating, since a second
+            // create could make a second NLB.
+            Err(e) if e.may_have_been_applied() || e.is_already_exists() => {
+                tracing::info!(load_balancer = name, error = %e, "NLB create may have been applied; reading it");
+                match existing_lb(self.aws, name).await {
+                    Ok(found) => found,
+                    Err(missing) if missing.is_not_found() => {
+                        let out = create().await?;
+                        let lb = out.load_balancers().first();
+                        (
+                            lb.and_then(|l| l.load_balancer_arn()).map(str::to_string),
+                            lb.and_then(|l| l.dns_name()).map(str::to_string),
+                        )
+                    }
+                    Err(other) => return Err(other),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        self.lb_arn = arn;
+        self.dns = dns;
         Ok(())
     }
 
@@ -381,15 +432,12 @@ impl Applying<'_> {
                 .first()
                 .and_then(|g| g.target_group_arn())
                 .map(str::to_string),
-            Err(e) if e.code() == Some("DuplicateTargetGroupName") => aws
-                .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
-                    c.describe_target_groups().names(&group.name).send()
-                })
-                .await?
-                .target_groups()
-                .first()
-                .and_then(|g| g.target_group_arn())
-                .map(str::to_string),
+            // It exists: made by an attempt whose answer was lost, or by a
+            // sync that read before it was visible.
+            Err(e) if e.is_already_exists() => {
+                tracing::info!(target_group = %group.name, error = %e, "target group exists already; reading it");
+                Some(existing_target_group(aws, &group.name).await?)
+            }
             Err(e) => return Err(e),
         };
         if let Some(arn) = arn {
@@ -496,8 +544,8 @@ impl Applying<'_> {
         let tg = self.target_group(&TgRef::Name(listener.target_group.clone()))?;
         let tags = sdk_tags(tags);
         let (certs, policy) = tls_parts(listener);
-        self.aws
-            .elbv2(Operation::Elbv2CreateListener, |c| {
+        let create = || {
+            self.aws.elbv2(Operation::Elbv2CreateListener, |c| {
                 c.create_listener()
                     .load_balancer_arn(&arn)
                     .port(listener.port)
@@ -508,8 +556,23 @@ impl Applying<'_> {
                     .set_tags(Some(tags.clone()))
                     .send()
             })
-            .await?;
-        Ok(())
+        };
+        match create().await {
+            Ok(_) => Ok(()),
+            // The listener on this port may exist (a lost answer, or a sync
+            // that read before it was visible): read before re-creating, as
+            // a second create could make a second listener. The next sync's
+            // plan modifies it if its settings differ.
+            Err(e) if e.may_have_been_applied() || e.is_already_exists() => {
+                tracing::info!(load_balancer = self.name, port = listener.port, error = %e, "listener create may have been applied; reading it");
+                match existing_listener(self.aws, &arn, listener.port).await {
+                    Ok(_) => Ok(()),
+                    Err(missing) if missing.is_not_found() => create().await.map(|_| ()),
+                    Err(other) => Err(other),
+                }
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// A write IAM refuses is recorded, not an error.
@@ -585,4 +648,81 @@ fn tls_parts(l: &Listener) -> (Option<Vec<t::Certificate>>, Option<String>) {
             .map(|c| vec![t::Certificate::builder().certificate_arn(c).build()]),
         l.ssl_policy.clone(),
     )
+}
+
+/// The ARN and DNS name of the NLB `name`, waiting for it to become visible.
+async fn existing_lb(
+    aws: &AwsClient,
+    name: &str,
+) -> Result<(Option<String>, Option<String>), AwsError> {
+    let what = format!("NLB {name}");
+    until_visible(
+        aws,
+        Operation::Elbv2DescribeLoadBalancers,
+        &what,
+        || async {
+            match aws
+                .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
+                    c.describe_load_balancers().names(name).send()
+                })
+                .await
+            {
+                Ok(out) => Ok(out.load_balancers().first().map(|lb| {
+                    (
+                        lb.load_balancer_arn().map(str::to_string),
+                        lb.dns_name().map(str::to_string),
+                    )
+                })),
+                Err(e) if not_found(&e) => Ok(None),
+                Err(e) => Err(e),
+            }
+        },
+    )
+    .await
+}
+
+/// The ARN of the target group `name`, waiting for it to become visible.
+async fn existing_target_group(aws: &AwsClient, name: &str) -> Result<String, AwsError> {
+    let what = format!("target group {name}");
+    until_visible(aws, Operation::Elbv2DescribeTargetGroups, &what, || async {
+        match aws
+            .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
+                c.describe_target_groups().names(name).send()
+            })
+            .await
+        {
+            Ok(out) => Ok(out
+                .target_groups()
+                .first()
+                .and_then(|g| g.target_group_arn())
+                .map(str::to_string)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+}
+
+/// The ARN of the listener on `port` of NLB `lb_arn`, waiting for it to
+/// become visible.
+async fn existing_listener(aws: &AwsClient, lb_arn: &str, port: i32) -> Result<String, AwsError> {
+    let what = format!("the listener on port {port} of {lb_arn}");
+    until_visible(aws, Operation::Elbv2DescribeListeners, &what, || async {
+        match aws
+            .elbv2(Operation::Elbv2DescribeListeners, |c| {
+                c.describe_listeners().load_balancer_arn(lb_arn).send()
+            })
+            .await
+        {
+            Ok(out) => Ok(out
+                .listeners()
+                .iter()
+                .find(|l| l.port() == Some(port))
+                .and_then(|l| l.listener_arn())
+                .map(str::to_string)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    })
+    .await
 }

@@ -118,11 +118,16 @@ impl Routes for AwsClient {
         destination: IpNet,
         instance_id: &str,
     ) -> Result<(), RoutesError> {
-        self.ec2(Operation::Ec2CreateRoute, |ec2| {
-            create_route_request(&ec2, table_id, destination, instance_id).send()
-        })
-        .await?;
-        Ok(())
+        match self
+            .ec2(Operation::Ec2CreateRoute, |ec2| {
+                create_route_request(&ec2, table_id, destination, instance_id).send()
+            })
+            .await
+        {
+            // The attempt whose answer was lost made this very route.
+            Err(err) if err.applied_before_answer_lost() => Ok(()),
+            other => other.map(|_| ()).map_err(RoutesError::from),
+        }
     }
 
     async fn replace_route(
@@ -147,11 +152,16 @@ impl Routes for AwsClient {
     }
 
     async fn delete_route(&self, table_id: &str, destination: IpNet) -> Result<(), RoutesError> {
-        self.ec2(Operation::Ec2DeleteRoute, |ec2| {
-            delete_route_request(&ec2, table_id, destination).send()
-        })
-        .await?;
-        Ok(())
+        match self
+            .ec2(Operation::Ec2DeleteRoute, |ec2| {
+                delete_route_request(&ec2, table_id, destination).send()
+            })
+            .await
+        {
+            // The attempt whose answer was lost removed it.
+            Err(err) if err.applied_before_answer_lost() => Ok(()),
+            other => other.map(|_| ()).map_err(RoutesError::from),
+        }
     }
 
     async fn permission(&self, probe: &Probe, tagging: Tagging) -> Verdict {

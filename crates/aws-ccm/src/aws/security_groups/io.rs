@@ -8,6 +8,7 @@ use ipnet::Ipv4Net;
 
 use super::{Rule, SecurityGroup, Source};
 use crate::aws::client::AwsClient;
+use crate::aws::client::consistency::until_visible;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::instances::filter;
@@ -333,7 +334,7 @@ pub async fn create(
                 .collect(),
         ))
         .build();
-    let out = aws
+    let created = aws
         .ec2(Operation::Ec2CreateSecurityGroup, |c| {
             c.create_security_group()
                 .group_name(name)
@@ -342,8 +343,32 @@ pub async fn create(
                 .tag_specifications(tag_spec.clone())
                 .send()
         })
+        .await;
+    match created {
+        Ok(out) => Ok(out.group_id().unwrap_or_default().to_string()),
+        // The group exists: an attempt whose answer was lost made it, or a
+        // sync that read before it was visible. Use it.
+        Err(e) if e.is_already_exists() => {
+            tracing::info!(group = name, vpc = vpc_id, error = %e, "security group exists already; reading it");
+            existing_id(aws, vpc_id, name).await
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The ID of the group named `name` in `vpc_id`, waiting for it to become
+/// visible.
+async fn existing_id(aws: &AwsClient, vpc_id: &str, name: &str) -> Result<String, AwsError> {
+    let what = format!("security group {name} in {vpc_id}");
+    until_visible(aws, Operation::Ec2DescribeSecurityGroups, &what, || async {
+        let found = describe(
+            aws,
+            vec![filter("vpc-id", [vpc_id]), filter("group-name", [name])],
+        )
         .await?;
-    Ok(out.group_id().unwrap_or_default().to_string())
+        Ok(found.into_iter().find(|g| g.name == name).map(|g| g.id))
+    })
+    .await
 }
 
 pub async fn authorize(
