@@ -288,6 +288,14 @@ impl CloudConfig {
         self.kubernetes_cluster_id.is_none() && self.kubernetes_cluster_tag.is_some()
     }
 
+    /// Upstream's meaning of `KubernetesClusterTag`: the cluster uses the
+    /// legacy tag, so what this CCM creates carries `KubernetesCluster=<id>`
+    /// next to `kubernetes.io/cluster/<id>` (with or without
+    /// `KubernetesClusterID`, which must then name the same cluster).
+    pub fn uses_legacy_tag(&self) -> bool {
+        self.kubernetes_cluster_tag.is_some()
+    }
+
     /// The region from the file: Region, else derived from Zone (us-east-1a -> us-east-1).
     pub fn region(&self) -> Option<String> {
         self.region.clone().or_else(|| {

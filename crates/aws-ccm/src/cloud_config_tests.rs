@@ -18,7 +18,7 @@ SubnetID = subnet-1
 RouteTableID = rtb-1
 RoleARN = arn:aws:iam::123456789012:role/ccm
 SourceARN = arn:aws:eks:us-west-2:123456789012:cluster/x
-KubernetesClusterTag = legacy
+KubernetesClusterTag = my-cluster
 KubernetesClusterID = my-cluster
 disablesecuritygroupingress = true
 ElbSecurityGroup = sg-1
@@ -85,10 +85,19 @@ fn defaults_as_upstream() {
             .unwrap()
             .cluster_id_is_legacy()
     );
+    // Both keys must name one cluster (upstream's awsTagging.init); the
+    // legacy key still means "write the legacy tag".
+    let both = parse("[Global]\nKubernetesClusterTag=c1\nKubernetesClusterID=c1\n").unwrap();
+    assert!(!both.cluster_id_is_legacy());
+    assert!(both.uses_legacy_tag());
+    let err = parse("[Global]\nKubernetesClusterTag=old\nKubernetesClusterID=new\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"old\"") && err.contains("\"new\""), "{err}");
     assert!(
-        !parse("[Global]\nKubernetesClusterTag=old\nKubernetesClusterID=new\n")
+        !parse("[Global]\nKubernetesClusterID=new\n")
             .unwrap()
-            .cluster_id_is_legacy()
+            .uses_legacy_tag()
     );
     assert!(!cfg.cluster_id_is_legacy());
     // A bare boolean key means true, as in gcfg.

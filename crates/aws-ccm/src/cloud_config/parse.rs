@@ -242,6 +242,19 @@ impl<'a> Parser<'a> {
         if self.cfg.node_ip_families.is_empty() {
             self.cfg.node_ip_families.push(IpFamily::Ipv4);
         }
+        if let (Some(tag), Some(id)) = (
+            &self.cfg.kubernetes_cluster_tag,
+            &self.cfg.kubernetes_cluster_id,
+        ) && tag != id
+        {
+            // Upstream's awsTagging.init refuses the pair the same way.
+            return Err(CloudConfigError::Invalid {
+                path: self.path.to_path_buf(),
+                message: format!(
+                    "KubernetesClusterTag {tag:?} and KubernetesClusterID {id:?} name different clusters; give one cluster ID (KubernetesClusterTag also writes the legacy KubernetesCluster tag)"
+                ),
+            });
+        }
         Ok((self.cfg, self.warnings))
     }
 

@@ -320,6 +320,7 @@ impl AwsLoadBalancers {
             subnets: self.subnet_ids(spec, &vpc_id).await?,
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
+            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
         };
         let desired = elb::plan::desired(
             spec,
@@ -607,6 +608,7 @@ impl AwsLoadBalancers {
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             // An NLB's node rules are planned apart (see `nlb_rules`).
             node_groups: BTreeSet::new(),
+            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
         };
         let desired = nlb::plan::desired(
             spec,

@@ -9,6 +9,7 @@ mod clb;
 mod credentials;
 mod foundation;
 mod iam;
+mod kops;
 mod lb_permissions;
 mod nlb;
 mod node;

@@ -83,6 +83,11 @@ pub struct ClientOptions {
     /// when instances carry both tags (kOps). The manager sets it, as the Go
     /// CCM does, only for a cluster identified by the legacy tag.
     pub legacy_cluster_tag: bool,
+    /// Whether the load balancers, listeners, target groups and security
+    /// groups this CCM creates also carry `KubernetesCluster=<id>`: the Go
+    /// CCM's `usesLegacyTags`, which the manager sets from cloud.conf
+    /// `KubernetesClusterTag` or this instance's tags (kOps).
+    pub write_legacy_cluster_tag: bool,
     /// How long the zone name → zone ID map stays fresh.
     pub zone_ttl: Duration,
 }
@@ -102,6 +107,7 @@ impl Default for ClientOptions {
             max_dns_names_per_call: 200,
             sweep_ttl: Duration::from_secs(30),
             legacy_cluster_tag: true,
+            write_legacy_cluster_tag: false,
             zone_ttl: Duration::from_secs(3600),
         }
     }

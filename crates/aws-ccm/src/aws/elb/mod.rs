@@ -244,6 +244,9 @@ pub struct Environment {
     pub instances: BTreeSet<String>,
     /// The backends' node groups, which must admit a classic ELB's group.
     pub node_groups: BTreeSet<String>,
+    /// Whether what is created also carries the legacy `KubernetesCluster`
+    /// tag ([`crate::aws::tags::owned_tags`]).
+    pub legacy_cluster_tag: bool,
 }
 
 pub mod io;

@@ -13,6 +13,7 @@ fn env() -> Environment {
         subnets: vec!["subnet-a".to_string(), "subnet-b".to_string()],
         instances: BTreeSet::from(["i-1".to_string(), "i-2".to_string()]),
         node_groups: BTreeSet::from(["sg-node".to_string()]),
+        legacy_cluster_tag: false,
     }
 }
 
