@@ -224,3 +224,78 @@ async fn under_kops_policy_load_balancers_work_only_with_the_legacy_tag() -> any
     assert_eq!(denied_writes(&env), vec![], "logs:\n{}", ccm.logs());
     Ok(())
 }
+
+/// kOps' policy without the additions: the start-up check names each
+/// action it lacks once (log, `PolicyLacksAction`, metric) with the exact
+/// additionalPolicies fix, instead of every sync finding out.
+#[tokio::test]
+async fn actions_kops_policy_lacks_are_reported_once_at_start_up() -> anyhow::Result<()> {
+    use crate::routes::{Cloud, route_args};
+    let env = Env::start_with_conf(&format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterTag = {CLUSTER_ID}\n"
+    ))
+    .await?;
+    let cloud = Cloud::new(&env).await?;
+    // kOps tags its route table and instances with both tags.
+    let table = cloud.route_table(true).await?;
+    let ids = cloud.instances(1).await?;
+    cloud
+        .ec2
+        .create_tags()
+        .resources(&table)
+        .resources(&ids[0])
+        .tags(
+            Tag::builder()
+                .key("KubernetesCluster")
+                .value(CLUSTER_ID)
+                .build(),
+        )
+        .send()
+        .await?;
+    let path = ccm_testkit::repo_path("iam/kops-ccm-policy.json");
+    let kops_only = std::fs::read_to_string(&path)?
+        .replace("CLUSTER_ID", CLUSTER_ID)
+        .replace("PARTITION", "aws");
+    env.proxy
+        .enforce_iam(Some(IamEnforcer::from_repo(&kops_only)?));
+    let mut args = route_args(&[]);
+    args[0] = "--controllers=service,route".into();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let ccm = env.start_ccm(&args).await?;
+    ccm.wait_for_log("permission self-check done", WAIT)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    let logs = ccm.logs();
+    for action in ["elasticloadbalancing:DescribeTags", "ec2:ReplaceRoute"] {
+        let lines: Vec<&str> = logs
+            .lines()
+            .filter(|l| {
+                l.contains("permission self-check: the IAM policy lacks") && l.contains(action)
+            })
+            .collect();
+        assert_eq!(lines.len(), 1, "{action} once in {logs}");
+        let fix = format!("iam/render.sh policy {CLUSTER_ID} --kops-additions");
+        assert!(lines[0].contains(&fix), "{}", lines[0]);
+        assert!(lines[0].contains("additionalPolicies"), "{}", lines[0]);
+    }
+    let addr = ccm.https_addr().await?;
+    let (_, metrics) = https_get(&addr, "/metrics").await?;
+    for action in ["elasticloadbalancing:DescribeTags", "ec2:ReplaceRoute"] {
+        let line = format!("aws_ccm_iam_policy_missing_action{{action=\"{action}\"}} 1");
+        assert!(metrics.contains(&line), "{line} in {metrics}");
+    }
+    // Actions kOps grants are not reported.
+    assert!(!logs.contains("lacks ec2:CreateRoute"), "{logs}");
+
+    // With the additions, nothing is missing.
+    drop(ccm);
+    env.proxy
+        .enforce_iam(Some(IamEnforcer::from_repo(&kops_policy()?)?));
+    let ccm = env.start_ccm(&args).await?;
+    ccm.wait_for_log("permission self-check done", WAIT)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    let logs = ccm.logs();
+    assert!(!logs.contains("the IAM policy lacks"), "{logs}");
+    Ok(())
+}
