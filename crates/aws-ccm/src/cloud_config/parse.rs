@@ -155,7 +155,14 @@ impl<'a> Parser<'a> {
         let cfg = &mut self.cfg;
         let text = || (!value.is_empty()).then(|| value.to_string());
         match key {
-            "Zone" => cfg.zone = text(),
+            "Zone" => {
+                if !value.is_empty() && super::region_of_zone(value).is_none() {
+                    return Err(format!(
+                        "{value:?} is not an availability zone name (e.g. us-east-1a, or a local zone such as us-west-2-lax-1a): Zone decides the region"
+                    ));
+                }
+                cfg.zone = text();
+            }
             "Region" => cfg.region = text(),
             "VPC" => cfg.vpc = text(),
             "SubnetID" => cfg.subnet_id = text(),
