@@ -275,7 +275,10 @@ fn region_from_zone() {
     let cfg = parse("[Global]\nZone = eu-central-1b\nRegion = us-east-1\n").unwrap();
     assert_eq!(cfg.region().as_deref(), Some("eu-central-1"));
     assert_eq!(
-        parse("[Global]\nRegion = us-east-1\n").unwrap().region().as_deref(),
+        parse("[Global]\nRegion = us-east-1\n")
+            .unwrap()
+            .region()
+            .as_deref(),
         Some("us-east-1")
     );
     for (zone, region) in [
@@ -285,12 +288,18 @@ fn region_from_zone() {
         ("cn-north-1a", "cn-north-1"),
         ("us-east-1", "us-east-1"),
     ] {
-        assert_eq!(crate::cloud_config::region_of_zone(zone), Some(region), "{zone}");
+        assert_eq!(
+            crate::cloud_config::region_of_zone(zone),
+            Some(region),
+            "{zone}"
+        );
     }
     for bad in ["", "us", "1a", "us-east", "-1a"] {
         assert_eq!(crate::cloud_config::region_of_zone(bad), None, "{bad}");
     }
-    let err = parse("[Global]\nZone = useast1a\n").unwrap_err().to_string();
+    let err = parse("[Global]\nZone = useast1a\n")
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("useast1a") && err.contains("Zone"), "{err}");
 }
 

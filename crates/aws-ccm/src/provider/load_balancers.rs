@@ -250,7 +250,14 @@ impl AwsLoadBalancers {
             },
             None => {
                 let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
-                let chosen = subnets::choose(&found, spec.internal, &self.cluster_id);
+                let mut chosen = subnets::choose(&found, spec.internal, &self.cluster_id);
+                if chosen.is_empty() {
+                    chosen =
+                        subnets::fallback(&found, self.cloud.subnet_id.as_deref(), spec.internal);
+                    if !chosen.is_empty() {
+                        tracing::warn!(vpc = vpc_id, subnet = ?chosen, "no subnet of the VPC is this cluster's or of no cluster; falling back to cloud.conf SubnetID, as the Go CCM does");
+                    }
+                }
                 if chosen.is_empty() {
                     let role = if spec.internal {
                         tags::ROLE_INTERNAL_ELB
