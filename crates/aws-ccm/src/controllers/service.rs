@@ -457,7 +457,10 @@ impl<L: LoadBalancers> ServiceController<L> {
             spec,
             instance_ids: backends,
         };
-        match self.lbs.ensure(&req).await {
+        let started = Instant::now();
+        let ensured = self.lbs.ensure(&req).await;
+        super::service_metrics::ensured(service_changed, started.elapsed(), ensured.is_ok());
+        match ensured {
             Ok(done) => {
                 tracing::info!(
                     hostname = %done.hostname,

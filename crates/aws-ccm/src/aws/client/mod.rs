@@ -957,6 +957,7 @@ mod tests {
             "cloudprovider_aws_api_request_duration_seconds_count{request=\"describe_instance\"}",
             "cloudprovider_aws_api_request_errors{request=\"describe_availability_zones\"}",
             "cloudprovider_aws_api_throttled_requests_total{operation_name=\"DescribeInstances\"}",
+            "cloudprovider_aws_api_response_status_total{service=\"EC2\",operation=\"DescribeAvailabilityZones\",status_code=\"400\"}",
             "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=\"success\"}",
             "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=\"throttled\"}",
             "aws_ccm_api_coalesced_batch_size_count{kind=\"instance_id\"}",
