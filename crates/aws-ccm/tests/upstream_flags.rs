@@ -260,7 +260,10 @@ fn every_upstream_name_has_a_compatibility_row() {
             .and_then(|l| l.trim_end_matches('|').rsplit('|').next())
             .map(|v| v.trim().to_string())
     };
-    let mut names: Vec<String> = upstream().into_iter().map(|f| format!("--{}", f.flag)).collect();
+    let mut names: Vec<String> = upstream()
+        .into_iter()
+        .map(|f| format!("--{}", f.flag))
+        .collect();
     let keys: Vec<UpstreamKey> = data("upstream-cloud-config.json");
     names.extend(keys.into_iter().map(|k| k.key));
     let annotations: Vec<UpstreamAnnotation> = data("upstream-annotations.json");

@@ -460,6 +460,13 @@ impl<L: LoadBalancers> ServiceController<L> {
         let started = Instant::now();
         let ensured = self.lbs.ensure(&req).await;
         super::service_metrics::ensured(service_changed, started.elapsed(), ensured.is_ok());
+        if req.instance_ids.is_empty() && (service_changed || ensured.is_ok()) {
+            // Upstream's event and text, on an ensure and on a host update.
+            let note = "There are no available nodes for LoadBalancer";
+            self.events
+                .warning(&obj, "UnAvailableLoadBalancer", note)
+                .await;
+        }
         match ensured {
             Ok(done) => {
                 tracing::info!(
