@@ -42,6 +42,7 @@ lint: tools
 	$(VENV)/bin/python crates/ccm-testkit/src/apiserver/openapi/gen-openapi.py --check
 	scripts/check-dockerfile.sh
 	scripts/check-doc-paths.sh
+	$(VENV)/bin/python scripts/gen-compatibility-names.py --check
 	scripts/check-observability.sh
 
 # The AWS actions the CCM sent during the suite, for the IAM coverage test,

@@ -106,8 +106,18 @@ def kops_additions(args):
     one it creates; route tables by kOps' own KubernetesCluster tag, as kOps
     grants CreateRoute and DeleteRoute."""
     p, cid = args.partition, args.cluster_id
+    elb = f"arn:{p}:elasticloadbalancing:*:*"
     return [
         {"Effect": "Allow", "Action": ["elasticloadbalancing:DescribeTags"], "Resource": "*"},
+        # ELB authorizes the tags of a Create* as elasticloadbalancing:AddTags
+        # on the new resource, which carries no tag yet: kOps' AddTags grant
+        # (on aws:ResourceTag/KubernetesCluster) cannot match it. Tagged
+        # creates need this, conditioned as kOps conditions the creates.
+        {"Effect": "Allow", "Action": ["elasticloadbalancing:AddTags"],
+         "Resource": [f"{elb}:listener/*", f"{elb}:loadbalancer/*", f"{elb}:targetgroup/*"],
+         "Condition": {"StringEquals": {
+             "elasticloadbalancing:CreateAction": ["CreateListener", "CreateLoadBalancer", "CreateTargetGroup"],
+             "aws:RequestTag/KubernetesCluster": cid}}},
         {"Effect": "Allow", "Action": LB_ACTIONS_KOPS_LACKS,
          "Resource": f"arn:{p}:elasticloadbalancing:*:*:loadbalancer/*",
          "Condition": {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cid}": "owned"}}},

@@ -9,7 +9,9 @@
   Resource, Condition; Effect Allow or Deny; additionalPolicies keys are
   instance group roles) and are exactly what iam/render.sh prints;
 - kOps' own CCM actions (iam/kops-ccm-actions.txt) plus the additions cover
-  every action of iam/policy.json;
+  every action of iam/policy.json; iam/kops-ccm-policy.json (kOps' policy as
+  a document, which crates/aws-ccm/tests/ccm/kops.rs enforces) grants
+  exactly those actions;
 - addon.yaml is a kOps Addons index pointing at the overlay's manifest;
 - option 2's ServiceAccount, role ARN and cluster name agree across the
   cluster spec, the kustomize overlay and the Helm chart's kOps example.
@@ -126,6 +128,10 @@ def main(kustomized, helm_kops):
             err(f"{where}: differs from `iam/render.sh policy {cluster} --kops-additions`; paste its output")
     kops_own = {line.strip() for line in (ROOT / "iam" / "kops-ccm-actions.txt").read_text().splitlines()
                 if line.strip() and not line.startswith("#")}
+    modelled = actions(json.loads((ROOT / "iam" / "kops-ccm-policy.json").read_text())["Statement"])
+    if modelled != kops_own:
+        err(f"iam/kops-ccm-policy.json and iam/kops-ccm-actions.txt differ: {sorted(modelled ^ kops_own)}; "
+            "update both from kOps' AddCCMPermissions")
     ours = actions(render(cluster)["Statement"])
     missing = ours - kops_own - actions(render(cluster, "--kops-additions"))
     if missing:

@@ -227,6 +227,28 @@ const OVERRIDE_KEYS: &[&str] = &[
     "SigningName",
 ];
 
+/// The region part of a zone name, as upstream's `azToRegion`: the
+/// leading `letters-` groups and the digits after them (`^([a-zA-Z]+-)+\d+`).
+pub fn region_of_zone(zone: &str) -> Option<&str> {
+    let bytes = zone.as_bytes();
+    let mut i = 0;
+    let mut groups = 0;
+    loop {
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        if i == start || i >= bytes.len() || bytes[i] != b'-' {
+            i = start;
+            break;
+        }
+        i += 1;
+        groups += 1;
+    }
+    let digits = bytes[i..].iter().take_while(|b| b.is_ascii_digit()).count();
+    (groups > 0 && digits > 0).then(|| &zone[..i + digits])
+}
+
 impl CloudConfig {
     /// Loads and validates a cloud.conf file, logging one warning per
     /// unknown key or section (the Go CCM skips them silently).
@@ -288,14 +310,24 @@ impl CloudConfig {
         self.kubernetes_cluster_id.is_none() && self.kubernetes_cluster_tag.is_some()
     }
 
-    /// The region from the file: Region, else derived from Zone (us-east-1a -> us-east-1).
+    /// Upstream's meaning of `KubernetesClusterTag`: the cluster uses the
+    /// legacy tag, so what this CCM creates carries `KubernetesCluster=<id>`
+    /// next to `kubernetes.io/cluster/<id>` (with or without
+    /// `KubernetesClusterID`, which must then name the same cluster).
+    pub fn uses_legacy_tag(&self) -> bool {
+        self.kubernetes_cluster_tag.is_some()
+    }
+
+    /// The region from the file, as upstream's `getRegionFromMetadata`:
+    /// `Zone` decides when set (`us-east-1a`, local zone `us-west-2-lax-1a`
+    /// and Wavelength `us-east-1-wl1-bos-wlz-1` all give their region), even
+    /// over `Region`; else `Region`.
     pub fn region(&self) -> Option<String> {
-        self.region.clone().or_else(|| {
-            self.zone
-                .as_ref()
-                .filter(|z| z.len() > 1 && z.ends_with(|c: char| c.is_ascii_lowercase()))
-                .map(|z| z[..z.len() - 1].to_string())
-        })
+        self.zone
+            .as_deref()
+            .and_then(region_of_zone)
+            .map(str::to_string)
+            .or_else(|| self.region.clone())
     }
 
     /// The `[ServiceOverride]` for `service` in `region` (any region for

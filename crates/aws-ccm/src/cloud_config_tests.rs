@@ -18,7 +18,7 @@ SubnetID = subnet-1
 RouteTableID = rtb-1
 RoleARN = arn:aws:iam::123456789012:role/ccm
 SourceARN = arn:aws:eks:us-west-2:123456789012:cluster/x
-KubernetesClusterTag = legacy
+KubernetesClusterTag = my-cluster
 KubernetesClusterID = my-cluster
 disablesecuritygroupingress = true
 ElbSecurityGroup = sg-1
@@ -85,10 +85,19 @@ fn defaults_as_upstream() {
             .unwrap()
             .cluster_id_is_legacy()
     );
+    // Both keys must name one cluster (upstream's awsTagging.init); the
+    // legacy key still means "write the legacy tag".
+    let both = parse("[Global]\nKubernetesClusterTag=c1\nKubernetesClusterID=c1\n").unwrap();
+    assert!(!both.cluster_id_is_legacy());
+    assert!(both.uses_legacy_tag());
+    let err = parse("[Global]\nKubernetesClusterTag=old\nKubernetesClusterID=new\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"old\"") && err.contains("\"new\""), "{err}");
     assert!(
-        !parse("[Global]\nKubernetesClusterTag=old\nKubernetesClusterID=new\n")
+        !parse("[Global]\nKubernetesClusterID=new\n")
             .unwrap()
-            .cluster_id_is_legacy()
+            .uses_legacy_tag()
     );
     assert!(!cfg.cluster_id_is_legacy());
     // A bare boolean key means true, as in gcfg.
@@ -262,6 +271,36 @@ fn health_probe_mode_takes_upstreams_values() {
 fn region_from_zone() {
     let cfg = parse("[Global]\nZone = eu-central-1b\n").unwrap();
     assert_eq!(cfg.region().as_deref(), Some("eu-central-1"));
+    // Zone decides over Region, as upstream's getRegionFromMetadata.
+    let cfg = parse("[Global]\nZone = eu-central-1b\nRegion = us-east-1\n").unwrap();
+    assert_eq!(cfg.region().as_deref(), Some("eu-central-1"));
+    assert_eq!(
+        parse("[Global]\nRegion = us-east-1\n")
+            .unwrap()
+            .region()
+            .as_deref(),
+        Some("us-east-1")
+    );
+    for (zone, region) in [
+        ("us-west-2-lax-1a", "us-west-2"),
+        ("us-east-1-wl1-bos-wlz-1", "us-east-1"),
+        ("us-gov-west-1a", "us-gov-west-1"),
+        ("cn-north-1a", "cn-north-1"),
+        ("us-east-1", "us-east-1"),
+    ] {
+        assert_eq!(
+            crate::cloud_config::region_of_zone(zone),
+            Some(region),
+            "{zone}"
+        );
+    }
+    for bad in ["", "us", "1a", "us-east", "-1a"] {
+        assert_eq!(crate::cloud_config::region_of_zone(bad), None, "{bad}");
+    }
+    let err = parse("[Global]\nZone = useast1a\n")
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("useast1a") && err.contains("Zone"), "{err}");
 }
 
 #[test]

@@ -12,8 +12,8 @@
 //! * on shutdown the leader releases the Lease (empty holder, 1 s duration)
 //!   so a successor does not wait out the full lease.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -23,6 +23,36 @@ use kube::Client;
 use kube::api::{Api, PostParams};
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct LeaseLabels {
+    name: String,
+}
+
+/// client-go's `leader_election_master_status{name}`, which the Go CCM
+/// exposes: 1 while this replica leads the Lease `name`, else 0.
+static MASTER_STATUS: LazyLock<
+    prometheus_client::metrics::family::Family<
+        LeaseLabels,
+        prometheus_client::metrics::gauge::Gauge,
+    >,
+> = LazyLock::new(|| {
+    let family = prometheus_client::metrics::family::Family::default();
+    crate::metrics::register(
+        "leader_election_master_status",
+        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
+        family.clone(),
+    );
+    family
+});
+
+fn set_master_status(name: &str, leading: bool) {
+    MASTER_STATUS
+        .get_or_create(&LeaseLabels {
+            name: name.to_string(),
+        })
+        .set(i64::from(leading));
+}
 
 #[derive(Debug, Clone)]
 pub struct LeaderElectionConfig {
@@ -100,6 +130,8 @@ pub struct LeaderElector {
 
 impl LeaderElector {
     pub fn new(client: Client, config: LeaderElectionConfig) -> LeaderElector {
+        // A standby reports 0 from the start, as client-go does.
+        set_master_status(&config.name, false);
         LeaderElector {
             api: Api::namespaced(client, &config.namespace),
             config,
@@ -126,6 +158,7 @@ impl LeaderElector {
                 Ok(true) => {
                     tracing::info!(identity = %self.config.identity, "successfully acquired lease");
                     self.status.mark_renewed();
+                    set_master_status(&self.config.name, true);
                     return true;
                 }
                 Ok(false) => {}
@@ -148,6 +181,7 @@ impl LeaderElector {
             tokio::select! {
                 _ = shutdown.cancelled() => {
                     self.release().await;
+                    set_master_status(&self.config.name, false);
                     return LeadershipEnd::Released;
                 }
                 _ = tokio::time::sleep(self.config.retry_period) => {}
@@ -166,6 +200,7 @@ impl LeaderElector {
             }
             if last_renew.elapsed() >= self.config.renew_deadline {
                 self.status.mark_follower();
+                set_master_status(&self.config.name, false);
                 tracing::error!(identity = %self.config.identity, renew_deadline = ?self.config.renew_deadline, "leader election lost: failed to renew lease before the renew deadline");
                 return LeadershipEnd::Lost;
             }

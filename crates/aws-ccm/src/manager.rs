@@ -140,13 +140,17 @@ async fn connect_aws(
     // inside the SDK clients sends STS AssumeRole through it too.
     let door = Door::new(&opts.aws_client_options());
     let sdk = clients::build(&base, cloud, &region, &door);
-    let (cluster_id, legacy_tag) =
-        resolve_cluster_id(cloud, &sdk, &door, opts, opts.allow_untagged_cloud).await?;
+    let identity = resolve_cluster_id(cloud, &sdk, &door, opts, opts.allow_untagged_cloud).await?;
+    let cluster_id = identity.id.clone();
     let mut client_options = opts.aws_client_options();
-    // As the Go CCM: the sweep queries the legacy `KubernetesCluster` tag
-    // only for a cluster identified by it. kOps puts both tags on every
+    // The sweep queries the legacy `KubernetesCluster` tag only for a
+    // cluster identified by it alone. kOps puts both tags on every
     // instance, so querying both would read each instance twice.
-    client_options.legacy_cluster_tag = legacy_tag;
+    client_options.legacy_cluster_tag = identity.legacy_only;
+    client_options.write_legacy_cluster_tag = identity.writes_legacy_tag;
+    if identity.writes_legacy_tag {
+        tracing::info!(cluster_id = %cluster_id, "the cluster is identified by the legacy KubernetesCluster tag (cloud.conf KubernetesClusterTag, or on this instance, as kOps tags it): what this CCM creates carries KubernetesCluster={cluster_id} too, as the Go CCM writes it");
+    }
     let aws = AwsClient::with_door(sdk, cluster_id.clone(), client_options, door);
     tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
     Ok((aws, cluster_id, region))
@@ -306,9 +310,13 @@ async fn resolve_cluster_id(
     door: &Arc<Door>,
     opts: &crate::options::Options,
     allow_untagged: bool,
-) -> anyhow::Result<(String, bool)> {
+) -> anyhow::Result<ClusterIdentity> {
     if let Some(id) = cloud.cluster_id() {
-        return Ok((id.to_string(), cloud.cluster_id_is_legacy()));
+        return Ok(ClusterIdentity {
+            id: id.to_string(),
+            writes_legacy_tag: cloud.uses_legacy_tag(),
+            legacy_only: cloud.cluster_id_is_legacy(),
+        });
     }
     let discovered = async {
         let instance_id = clients::imds::instance_id(cloud.imds_endpoint())
@@ -326,14 +334,24 @@ async fn resolve_cluster_id(
             .instance_by_id(&instance_id)
             .await
             .with_context(|| format!("looking up this instance {instance_id}"))?;
-        Ok::<_, anyhow::Error>(cluster_id_from_tags(instance.tags.iter()))
+        Ok::<_, anyhow::Error>(instance)
     }
     .await;
+    let discovered = match discovered {
+        // Contradicting tags stop start-up even with --allow-untagged-cloud,
+        // as upstream's init does.
+        Ok(instance) => Ok(cluster_id_from_tags(instance.tags.iter()).map_err(anyhow::Error::msg)?),
+        Err(e) => Err(e),
+    };
     match discovered {
         Ok(Some(found)) => Ok(found),
         Ok(None) | Err(_) if allow_untagged => {
             tracing::warn!("no cluster ID in cloud.conf or on this instance; running untagged (--allow-untagged-cloud) — resources cannot be attributed to this cluster");
-            Ok((String::new(), false))
+            Ok(ClusterIdentity {
+                id: String::new(),
+                writes_legacy_tag: false,
+                legacy_only: false,
+            })
         }
         Ok(None) => anyhow::bail!(
             "no cluster ID: set KubernetesClusterID in the [Global] section of cloud.conf, or tag this instance kubernetes.io/cluster/<cluster-id>=owned (or pass --allow-untagged-cloud)"
@@ -344,25 +362,61 @@ async fn resolve_cluster_id(
     }
 }
 
-/// Upstream rule: `kubernetes.io/cluster/<id>` gives the ID; the legacy
-/// `KubernetesCluster=<id>` tag is used when the new one is absent (then the
-/// flag is true).
+/// How the cluster is identified, as the Go CCM's `awsTagging` decides it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterIdentity {
+    pub id: String,
+    /// Upstream's `usesLegacyTags`: cloud.conf `KubernetesClusterTag`, or a
+    /// `KubernetesCluster` tag on this instance (kOps puts it next to
+    /// `kubernetes.io/cluster/<id>` on every instance). What this CCM
+    /// creates then also carries `KubernetesCluster=<id>`.
+    pub writes_legacy_tag: bool,
+    /// Only the legacy tag identifies the cluster (no
+    /// `kubernetes.io/cluster/<id>` seen): the instance sweep also queries
+    /// the legacy tag.
+    pub legacy_only: bool,
+}
+
+/// Upstream's rule (`findClusterIDs` and `awsTagging.init`): the legacy
+/// `KubernetesCluster=<id>` tag, when present, gives the ID and turns on
+/// the legacy tag; `kubernetes.io/cluster/<id>` otherwise. Two different
+/// IDs, or two `kubernetes.io/cluster/` tags, are an error naming both.
 pub fn cluster_id_from_tags<'a>(
     tags: impl Iterator<Item = (&'a str, &'a str)>,
-) -> Option<(String, bool)> {
-    let mut legacy = None;
+) -> Result<Option<ClusterIdentity>, String> {
+    let mut legacy: Option<&str> = None;
+    let mut current: Option<&str> = None;
     for (key, value) in tags {
-        if let Some(id) = key
-            .strip_prefix(CLUSTER_TAG_PREFIX)
-            .filter(|id| !id.is_empty())
-        {
-            return Some((id.to_string(), false));
+        if let Some(id) = key.strip_prefix(CLUSTER_TAG_PREFIX) {
+            if let Some(first) = current.filter(|first| *first != id) {
+                return Err(format!(
+                    "this instance carries two cluster tags, {CLUSTER_TAG_PREFIX}{first} and {CLUSTER_TAG_PREFIX}{id}; remove the wrong one or set KubernetesClusterID in the [Global] section of cloud.conf"
+                ));
+            }
+            current = Some(id).filter(|id| !id.is_empty());
         }
         if key == LEGACY_CLUSTER_TAG && !value.is_empty() {
-            legacy = Some((value.to_string(), true));
+            legacy = Some(value);
         }
     }
-    legacy
+    Ok(match (legacy, current) {
+        (Some(old), Some(new)) if old != new => {
+            return Err(format!(
+                "this instance's cluster tags do not match: {LEGACY_CLUSTER_TAG}={old} and {CLUSTER_TAG_PREFIX}{new}; make them name one cluster or set KubernetesClusterID in the [Global] section of cloud.conf"
+            ));
+        }
+        (Some(old), current) => Some(ClusterIdentity {
+            id: old.to_string(),
+            writes_legacy_tag: true,
+            legacy_only: current.is_none(),
+        }),
+        (None, Some(new)) => Some(ClusterIdentity {
+            id: new.to_string(),
+            writes_legacy_tag: false,
+            legacy_only: false,
+        }),
+        (None, None) => None,
+    })
 }
 
 /// Reads a cloud.conf path for error messages in main.
@@ -374,22 +428,61 @@ pub fn describe_config_path(path: Option<&Path>) -> String {
 mod tests {
     use super::*;
 
+    fn identity(id: &str, writes_legacy_tag: bool, legacy_only: bool) -> ClusterIdentity {
+        ClusterIdentity {
+            id: id.into(),
+            writes_legacy_tag,
+            legacy_only,
+        }
+    }
+
     #[test]
-    fn cluster_id_prefers_the_current_tag_over_the_legacy_one() {
-        let tags = [
-            ("KubernetesCluster", "old"),
-            ("kubernetes.io/cluster/new", "owned"),
+    fn cluster_id_from_instance_tags_follows_upstream() {
+        // kOps: both tags, one name. The legacy tag turns on writing it.
+        let kops = [
+            ("KubernetesCluster", "k.example.com"),
+            ("kubernetes.io/cluster/k.example.com", "owned"),
             ("Name", "x"),
         ];
         assert_eq!(
-            cluster_id_from_tags(tags.iter().copied()),
-            Some(("new".to_string(), false))
+            cluster_id_from_tags(kops.iter().copied()),
+            Ok(Some(identity("k.example.com", true, false)))
         );
         let tags = [("KubernetesCluster", "old")];
         assert_eq!(
             cluster_id_from_tags(tags.iter().copied()),
-            Some(("old".to_string(), true))
+            Ok(Some(identity("old", true, true)))
         );
-        assert_eq!(cluster_id_from_tags([("Name", "x")].iter().copied()), None);
+        let tags = [("kubernetes.io/cluster/new", "owned")];
+        assert_eq!(
+            cluster_id_from_tags(tags.iter().copied()),
+            Ok(Some(identity("new", false, false)))
+        );
+        assert_eq!(
+            cluster_id_from_tags([("Name", "x")].iter().copied()),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn contradicting_cluster_tags_are_refused_naming_both() {
+        let tags = [
+            ("KubernetesCluster", "old"),
+            ("kubernetes.io/cluster/new", "owned"),
+        ];
+        let err = cluster_id_from_tags(tags.iter().copied()).unwrap_err();
+        assert!(
+            err.contains("KubernetesCluster=old") && err.contains("kubernetes.io/cluster/new"),
+            "{err}"
+        );
+        let tags = [
+            ("kubernetes.io/cluster/a", "owned"),
+            ("kubernetes.io/cluster/b", "shared"),
+        ];
+        let err = cluster_id_from_tags(tags.iter().copied()).unwrap_err();
+        assert!(
+            err.contains("kubernetes.io/cluster/a") && err.contains("kubernetes.io/cluster/b"),
+            "{err}"
+        );
     }
 }

@@ -29,6 +29,7 @@ use super::client::{AwsClient, DryRun};
 use super::routes::io::{create_route_request, delete_route_request};
 use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
 
+pub mod gaps;
 pub mod self_check;
 
 /// How long a verdict is trusted before the next write asks again.
@@ -372,6 +373,11 @@ impl Permissions {
 
     pub fn account(&self) -> Option<String> {
         self.account.lock().clone()
+    }
+
+    /// The region ARNs are built for.
+    pub fn region(&self) -> &str {
+        &self.region
     }
 
     /// The resource's ARN, as IAM evaluates it (ELBv2 resources are

@@ -25,6 +25,18 @@ pub struct Subnet {
     pub cidr: Option<ipnet::Ipv4Net>,
 }
 
+/// Upstream's fallback when no subnet of the VPC is this cluster's or of
+/// no cluster (`findSubnets`): the configured subnet (cloud.conf
+/// `SubnetID`), if it is in the VPC and, for an internet-facing load
+/// balancer, public.
+pub fn fallback(subnets: &[Subnet], subnet_id: Option<&str>, internal: bool) -> Vec<String> {
+    subnets
+        .iter()
+        .filter(|s| Some(s.id.as_str()) == subnet_id && (internal || s.public))
+        .map(|s| s.id.clone())
+        .collect()
+}
+
 /// A route table reduced to what discovery needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RouteTable {
@@ -295,6 +307,22 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_configured_subnet_is_the_fallback_when_every_subnet_is_another_clusters() {
+        let other = [("kubernetes.io/cluster/other", "owned")];
+        let found = [
+            subnet("subnet-a", "us-east-1a", true, &other),
+            subnet("subnet-b", "us-east-1b", false, &other),
+        ];
+        assert!(choose(&found, false, "c1", &HashMap::new()).is_empty());
+        assert_eq!(fallback(&found, Some("subnet-a"), false), ["subnet-a"]);
+        // Internet-facing needs a public subnet; internal takes any.
+        assert!(fallback(&found, Some("subnet-b"), false).is_empty());
+        assert_eq!(fallback(&found, Some("subnet-b"), true), ["subnet-b"]);
+        assert!(fallback(&found, Some("subnet-z"), true).is_empty());
+        assert!(fallback(&found, None, true).is_empty());
+    }
 
     fn subnet(id: &str, az: &str, public: bool, tags: &[(&str, &str)]) -> Subnet {
         Subnet {

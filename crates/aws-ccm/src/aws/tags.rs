@@ -47,15 +47,33 @@ pub fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
 
 /// The tags of a resource owned by `cluster_id` for `service_key` (`ns/name`),
 /// with the user's extra tags (which never override the ownership tags).
+/// With `legacy` (the cluster is identified by the legacy tag: cloud.conf
+/// `KubernetesClusterTag`, or this instance carries `KubernetesCluster`, as
+/// kOps tags every instance) also `KubernetesCluster=<cluster_id>`, as the
+/// Go CCM's `buildTags` writes it on every load balancer, listener, target
+/// group and security group it creates. kOps' IAM policy requires it on
+/// those creates (`aws:RequestTag/KubernetesCluster`).
 pub fn owned_tags(
     cluster_id: &str,
+    legacy: bool,
     service_key: &str,
     additional: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut tags = additional.clone();
     tags.insert(SERVICE_NAME_TAG.to_string(), service_key.to_string());
     tags.insert(cluster_tag_key(cluster_id), OWNED.to_string());
+    if legacy && !cluster_id.is_empty() {
+        tags.insert(LEGACY_CLUSTER_TAG.to_string(), cluster_id.to_string());
+    }
     tags
+}
+
+/// Whether a tag the plan wants but an existing resource lacks is added
+/// to it. The legacy `KubernetesCluster` tag is written at creation only,
+/// as the Go CCM writes it: kOps' policy allows adding tags only to
+/// resources that already carry it, so a repair could never succeed there.
+pub fn added_to_existing(key: &str) -> bool {
+    key != LEGACY_CLUSTER_TAG
 }
 
 /// Whether the tags say `cluster_id` owns the resource (and may delete it).
@@ -86,12 +104,24 @@ mod tests {
             ("team".to_string(), "a".to_string()),
             ("kubernetes.io/cluster/c1".to_string(), "shared".to_string()),
         ]);
-        let tags = owned_tags("c1", "ns/web", &extra);
+        let tags = owned_tags("c1", false, "ns/web", &extra);
         assert!(is_owned(&tags, "c1"));
         assert_eq!(tags[SERVICE_NAME_TAG], "ns/web");
         assert_eq!(tags["team"], "a");
         assert!(!is_owned(&tags, "c2"));
         assert!(tagged_for_other_cluster(&tags, "c2"));
         assert!(!tagged_for_other_cluster(&tags, "c1"));
+        assert!(!tags.contains_key(LEGACY_CLUSTER_TAG));
+    }
+
+    #[test]
+    fn the_legacy_tag_is_written_for_a_legacy_cluster_and_never_repaired() {
+        let tags = owned_tags("c1", true, "ns/web", &BTreeMap::new());
+        assert_eq!(tags[LEGACY_CLUSTER_TAG], "c1");
+        assert!(is_owned(&tags, "c1"));
+        assert!(!added_to_existing(LEGACY_CLUSTER_TAG));
+        assert!(added_to_existing(&cluster_tag_key("c1")));
+        // No cluster ID (--allow-untagged-cloud): no empty legacy tag.
+        assert!(!owned_tags("", true, "ns/web", &BTreeMap::new()).contains_key(LEGACY_CLUSTER_TAG));
     }
 }

@@ -155,7 +155,14 @@ impl<'a> Parser<'a> {
         let cfg = &mut self.cfg;
         let text = || (!value.is_empty()).then(|| value.to_string());
         match key {
-            "Zone" => cfg.zone = text(),
+            "Zone" => {
+                if !value.is_empty() && super::region_of_zone(value).is_none() {
+                    return Err(format!(
+                        "{value:?} is not an availability zone name (e.g. us-east-1a, or a local zone such as us-west-2-lax-1a): Zone decides the region"
+                    ));
+                }
+                cfg.zone = text();
+            }
             "Region" => cfg.region = text(),
             "VPC" => cfg.vpc = text(),
             "SubnetID" => cfg.subnet_id = text(),
@@ -241,6 +248,19 @@ impl<'a> Parser<'a> {
         }
         if self.cfg.node_ip_families.is_empty() {
             self.cfg.node_ip_families.push(IpFamily::Ipv4);
+        }
+        if let (Some(tag), Some(id)) = (
+            &self.cfg.kubernetes_cluster_tag,
+            &self.cfg.kubernetes_cluster_id,
+        ) && tag != id
+        {
+            // Upstream's awsTagging.init refuses the pair the same way.
+            return Err(CloudConfigError::Invalid {
+                path: self.path.to_path_buf(),
+                message: format!(
+                    "KubernetesClusterTag {tag:?} and KubernetesClusterID {id:?} name different clusters; give one cluster ID (KubernetesClusterTag also writes the legacy KubernetesCluster tag)"
+                ),
+            });
         }
         Ok((self.cfg, self.warnings))
     }

@@ -1,5 +1,8 @@
-//! Kubernetes Events for controllers (events.k8s.io/v1), with repeats folded
-//! into a series as client-go's recorder does.
+//! Kubernetes Events for controllers, through the core/v1 Event API as the
+//! Go CCM's recorder (client-go `record`) writes them, with repeats folded
+//! into one event whose `count` and `lastTimestamp` go up, as client-go's
+//! correlator does. core/v1, not events.k8s.io/v1: kOps' (and upstream's)
+//! RBAC for the CCM grants only core `events`.
 //!
 //! kube's `Recorder` keeps every event it published for six minutes, whole,
 //! and scans all of them on each publish: a 5,000-node join kept 5,000
@@ -16,9 +19,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::api::events::v1::{Event, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use parking_lot::Mutex;
@@ -80,10 +82,12 @@ impl Events {
         let now = k8s_openapi::jiff::Timestamp::now();
         let repeat = self.seen.lock().repeat(key, Instant::now());
         if let Some((name, count)) = repeat {
-            let patch = serde_json::json!({"series": {
+            // client-go's correlator: the repeat bumps count and
+            // lastTimestamp of the first event (its message stays).
+            let patch = serde_json::json!({
                 "count": count,
-                "lastObservedTime": MicroTime(now),
-            }});
+                "lastTimestamp": Time(now),
+            });
             match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
@@ -102,16 +106,20 @@ impl Events {
                 namespace: Some(namespace.to_string()),
                 ..ObjectMeta::default()
             },
-            action: Some(reason.to_string()),
+            involved_object: object.clone(),
             reason: Some(reason.to_string()),
-            // The API server rejects notes over 1 kB.
-            note: Some(truncate(&note, 1024)),
-            event_time: Some(MicroTime(now)),
-            regarding: Some(object.clone()),
-            reporting_controller: Some(self.controller.clone()),
-            reporting_instance: Some(self.instance.clone()),
+            // The API server rejects messages over 1 kB from new clients.
+            message: Some(truncate(&note, 1024)),
             type_: Some(type_.to_string()),
-            series: None::<EventSeries>,
+            count: Some(1),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            source: Some(EventSource {
+                component: Some(self.controller.clone()),
+                host: None,
+            }),
+            reporting_component: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
             ..Event::default()
         };
         api.create(&PostParams::default(), &event).await?;
@@ -240,8 +248,8 @@ mod tests {
         assert!(!seen.entries.contains_key(&3), "expired at 71 s");
     }
 
-    /// Against the API test server: the first event is created, a repeat
-    /// patches its series, another reason or object is its own event, and
+    /// Against the API test server: the first event is created (core/v1), a
+    /// repeat patches its count, another reason or object is its own event, and
     /// a series whose event the apiserver dropped starts a new one.
     #[tokio::test]
     async fn repeats_fold_into_a_series_on_the_apiserver() -> anyhow::Result<()> {
@@ -255,7 +263,7 @@ mod tests {
             uid: Some(format!("uid-{name}")),
             ..ObjectReference::default()
         };
-        let api: Api<Event> = Api::namespaced(client, "default");
+        let api: Api<Event> = Api::namespaced(client.clone(), "default");
         let list = || async { anyhow::Ok(api.list(&Default::default()).await?.items) };
 
         events.warning(&node("n1"), "Failed", "first try").await;
@@ -269,21 +277,36 @@ mod tests {
             .iter()
             .find(|e| {
                 e.reason.as_deref() == Some("Failed")
-                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("n1")
+                    && e.involved_object.name.as_deref() == Some("n1")
             })
             .expect("n1's Failed event");
-        assert_eq!(n1_failed.series.as_ref().map(|s| s.count), Some(3));
-        assert_eq!(n1_failed.note.as_deref(), Some("first try"));
+        assert_eq!(n1_failed.count, Some(3));
+        assert_eq!(n1_failed.message.as_deref(), Some("first try"));
         assert_eq!(n1_failed.type_.as_deref(), Some("Warning"));
         assert_eq!(
-            n1_failed.reporting_controller.as_deref(),
+            n1_failed.reporting_component.as_deref(),
+            Some("cloud-node-controller")
+        );
+        assert_eq!(
+            n1_failed
+                .source
+                .as_ref()
+                .and_then(|s| s.component.as_deref()),
             Some("cloud-node-controller")
         );
         assert!(
             all.iter()
                 .filter(|e| e.reason.as_deref() != Some("Failed")
-                    || e.regarding.as_ref().and_then(|r| r.name.as_deref()) != Some("n1"))
-                .all(|e| e.series.is_none())
+                    || e.involved_object.name.as_deref() != Some("n1"))
+                .all(|e| e.count == Some(1))
+        );
+        // The same events through events.k8s.io/v1 (one storage).
+        let v1: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client, "default");
+        let seen = v1.list(&Default::default()).await?.items;
+        assert!(
+            seen.iter()
+                .any(|e| e.note.as_deref() == Some("first try") && e.deprecated_count == Some(3)),
+            "{seen:?}"
         );
 
         // The apiserver drops the event (its TTL): the next repeat creates.
@@ -294,7 +317,7 @@ mod tests {
         assert_eq!(all.len(), 3, "{all:?}");
         assert!(
             all.iter()
-                .any(|e| e.note.as_deref() == Some("after the TTL"))
+                .any(|e| e.message.as_deref() == Some("after the TTL"))
         );
         server.shutdown().await;
         Ok(())

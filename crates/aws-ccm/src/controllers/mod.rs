@@ -11,6 +11,7 @@ pub mod node_lifecycle;
 pub mod permission_check;
 pub mod route;
 pub mod service;
+pub mod service_metrics;
 pub mod tagging;
 
 use std::sync::Arc;

@@ -5,16 +5,43 @@
 //! Pod when `POD_NAME` and `POD_NAMESPACE` are set (the downward API, as in
 //! manifests/base/daemonset.yaml), else the `kube-system` Namespace.
 
+use std::sync::LazyLock;
+
 use k8s_openapi::api::core::v1::ObjectReference;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 
 use super::Environment;
 use crate::aws::permissions::Verdict;
+use crate::aws::permissions::gaps;
 use crate::aws::permissions::self_check::{self, Scope};
 use crate::options::controller_names::ControllerName;
 use crate::provider::routes::RouteTableSelector;
 
 /// Reason of the start-up Warning event for each denied write.
 pub const EVENT_PERMISSION_DENIED: &str = "PermissionDenied";
+
+/// Reason of the start-up Warning event for an action the policy lacks
+/// altogether (e.g. kOps' own CCM policy without the additions).
+pub const EVENT_POLICY_LACKS_ACTION: &str = "PolicyLacksAction";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: String,
+}
+
+/// `aws_ccm_iam_policy_missing_action{action}`: 1 for each action the
+/// start-up check found the policy lacking.
+static MISSING: LazyLock<Family<ActionLabels, Gauge>> = LazyLock::new(|| {
+    let family = Family::<ActionLabels, Gauge>::default();
+    crate::metrics::register(
+        "aws_ccm_iam_policy_missing_action",
+        "1 for each IAM action the start-up permission check found the policy lacking (docs/iam-self-check.md)",
+        family.clone(),
+    );
+    family
+});
 
 /// What the events regard: the CCM's Pod, else the `kube-system` Namespace.
 pub fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) -> ObjectReference {
@@ -89,9 +116,25 @@ pub async fn run(env: Environment) {
             Verdict::Unknown => {}
         }
     }
+    let load_balancers = env.options.controllers.contains(&ControllerName::Service);
+    let gaps = gaps::probe(&env.aws, load_balancers, scope(&env).routes.as_ref()).await;
+    for gap in &gaps {
+        denied += 1;
+        let text = gap.describe(&env.cluster_id);
+        tracing::warn!(iam_action = gap.action, "permission self-check: {text}");
+        MISSING
+            .get_or_create(&ActionLabels {
+                action: gap.action.to_string(),
+            })
+            .set(1);
+        events
+            .warning(&subject, EVENT_POLICY_LACKS_ACTION, text)
+            .await;
+    }
     tracing::info!(
         checked = findings.len(),
         denied,
+        policy_lacks = gaps.len(),
         "permission self-check done"
     );
 }

@@ -512,7 +512,17 @@ impl<L: LoadBalancers> ServiceController<L> {
             spec,
             instance_ids: backends,
         };
-        match self.lbs.ensure(&req).await {
+        let started = Instant::now();
+        let ensured = self.lbs.ensure(&req).await;
+        super::service_metrics::ensured(service_changed, started.elapsed(), ensured.is_ok());
+        if req.instance_ids.is_empty() && (service_changed || ensured.is_ok()) {
+            // Upstream's event and text, on an ensure and on a host update.
+            let note = "There are no available nodes for LoadBalancer";
+            self.events
+                .warning(&svc.object_ref(&()), "UnAvailableLoadBalancer", note)
+                .await;
+        }
+        match ensured {
             Ok(done) => self.ensured(svc, &api, done, service_changed).await,
             Err(e) if may_wait && waits_on_dependency(&e) => {
                 tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");

@@ -62,6 +62,39 @@ static INITIAL_TAGGING_DELAY: LazyLock<Histogram> = LazyLock::new(|| {
     h
 });
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+struct WorkItemErrorLabels {
+    error_type: String,
+    instance_id: String,
+}
+
+/// Upstream's `cloudprovider_aws_tagging_controller_work_item_errors_total`
+/// with its labels: `total_errors` on each failure that is retried,
+/// `errors_after_retries_exhausted` when the node is given up.
+static WORK_ITEM_ERRORS: LazyLock<
+    prometheus_client::metrics::family::Family<
+        WorkItemErrorLabels,
+        prometheus_client::metrics::counter::Counter,
+    >,
+> = LazyLock::new(|| {
+    let family = prometheus_client::metrics::family::Family::default();
+    crate::metrics::register(
+        "cloudprovider_aws_tagging_controller_work_item_errors",
+        "any error in dequeueing the work queue and processing workItem (upstream's name and labels)",
+        family.clone(),
+    );
+    family
+});
+
+fn record_work_item_error(error_type: &str, instance_id: &str) {
+    WORK_ITEM_ERRORS
+        .get_or_create(&WorkItemErrorLabels {
+            error_type: error_type.to_string(),
+            instance_id: instance_id.to_string(),
+        })
+        .inc();
+}
+
 /// Upstream's checksum of a tag set: MD5 of the sorted `k=v` pairs joined
 /// by commas, in hex.
 pub fn tags_checksum(tags: &[(String, String)]) -> String {
@@ -403,8 +436,10 @@ impl<I: Instances> Tagger<I> {
                         self.warn_denied(&item, err).await;
                     }
                     if pending.tag_failed(&item.node, uid, err.is_not_found(), Instant::now()) {
+                        record_work_item_error("errors_after_retries_exhausted", &item.instance);
                         tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "skipping node: tagging its instance kept failing");
                     } else {
+                        record_work_item_error("total_errors", &item.instance);
                         tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "tagging failed; retrying");
                     }
                 }
@@ -726,5 +761,16 @@ mod tests {
         assert!(results.values().all(Result::is_ok));
         let calls = cloud.calls().create_tags;
         assert_eq!(calls.iter().map(Vec::len).collect::<Vec<_>>(), [500, 1000]);
+    }
+}
+
+#[cfg(test)]
+mod metric_tests {
+    #[test]
+    fn work_item_errors_use_upstreams_name_and_labels() {
+        super::record_work_item_error("total_errors", "i-0123");
+        let text = crate::metrics::encode();
+        let line = "cloudprovider_aws_tagging_controller_work_item_errors_total{error_type=\"total_errors\",instance_id=\"i-0123\"} 1";
+        assert!(text.contains(line), "{line} in {text}");
     }
 }

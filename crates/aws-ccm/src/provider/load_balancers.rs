@@ -255,7 +255,15 @@ impl AwsLoadBalancers {
                 let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
                 // Local and Wavelength Zones take no CLB or NLB (as upstream).
                 let zones = aws.zones().await?;
-                let chosen = subnets::choose(&found, spec.internal, &self.cluster_id, &zones.types);
+                let mut chosen =
+                    subnets::choose(&found, spec.internal, &self.cluster_id, &zones.types);
+                if chosen.is_empty() {
+                    chosen =
+                        subnets::fallback(&found, self.cloud.subnet_id.as_deref(), spec.internal);
+                    if !chosen.is_empty() {
+                        tracing::warn!(vpc = vpc_id, subnet = ?chosen, "no subnet of the VPC is this cluster's or of no cluster; falling back to cloud.conf SubnetID, as the Go CCM does");
+                    }
+                }
                 if chosen.is_empty() {
                     let role = if spec.internal {
                         tags::ROLE_INTERNAL_ELB
@@ -327,6 +335,7 @@ impl AwsLoadBalancers {
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
             cluster_name: self.cluster_name.clone(),
+            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
         };
         let desired = elb::plan::desired(
             spec,
@@ -628,6 +637,7 @@ impl AwsLoadBalancers {
             // An NLB's node rules are planned apart (see `nlb_rules`).
             node_groups: BTreeSet::new(),
             cluster_name: self.cluster_name.clone(),
+            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
         };
         let desired = nlb::plan::desired(
             spec,

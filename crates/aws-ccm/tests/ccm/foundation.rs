@@ -150,6 +150,13 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
         !standby_logs.contains("starting controller"),
         "standby acted:\n{standby_logs}"
     );
+    // client-go's gauge, as the Go CCM exposes it: 1 on the leader, 0 on the standby.
+    let status =
+        |v: u8| format!("leader_election_master_status{{name=\"cloud-controller-manager\"}} {v}");
+    let (_, m) = https_get(&first.https_addr().await?, "/metrics").await?;
+    assert!(m.contains(&status(1)), "{m}");
+    let (_, m) = https_get(&second.https_addr().await?, "/metrics").await?;
+    assert!(m.contains(&status(0)), "{m}");
 
     // Kill the leader without letting it release: the standby takes over,
     // but not before the Lease it last saw renewed has expired: lease
@@ -170,6 +177,8 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
     );
     let second_id = acquired_identity(&second.logs()).expect("identity");
     assert_ne!(first_id, second_id);
+    let (_, m) = https_get(&second.https_addr().await?, "/metrics").await?;
+    assert!(m.contains(&status(1)), "{m}");
     let l = eventually(
         "lease moved to the standby",
         Duration::from_secs(5),

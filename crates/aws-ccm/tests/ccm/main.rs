@@ -11,6 +11,7 @@ mod credentials;
 mod foundation;
 mod harsh;
 mod iam;
+mod kops;
 mod lb_permissions;
 mod nlb;
 mod node;

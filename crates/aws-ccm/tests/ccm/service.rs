@@ -316,3 +316,51 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
     }));
     Ok(())
 }
+
+/// Upstream's `UnAvailableLoadBalancer` Warning when a LoadBalancer Service
+/// has no node to send traffic to; the load balancer is still made.
+#[tokio::test]
+async fn a_load_balancer_without_nodes_gets_upstreams_unavailable_event() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    seed_cluster(&env, 1).await?;
+    let client = env.api.client().await?;
+    let services: Api<Service> = Api::namespaced(client, "default");
+    services
+        .create(
+            &PostParams::default(),
+            &lb_service("lonely", serde_json::json!({})),
+        )
+        .await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let event = eventually(
+        "UnAvailableLoadBalancer on the Service",
+        Duration::from_secs(60),
+        || async {
+            crate::routes::events_for(&env, "lonely", "UnAvailableLoadBalancer")
+                .await
+                .pop()
+        },
+    )
+    .await
+    .map_err(|e| e.context(ccm.logs()))?;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        event.note.as_deref(),
+        Some("There are no available nodes for LoadBalancer")
+    );
+    eventually(
+        "the hostname is still set",
+        Duration::from_secs(60),
+        || async {
+            services
+                .get("lonely")
+                .await
+                .ok()
+                .as_ref()
+                .and_then(hostname)
+        },
+    )
+    .await
+    .map_err(|e| e.context(ccm.logs()))?;
+    Ok(())
+}

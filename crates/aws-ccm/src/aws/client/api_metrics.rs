@@ -28,6 +28,15 @@ struct OperationNameLabels {
     operation_name: String,
 }
 
+/// The Go CCM's `cloudprovider_aws_api_response_status_total` labels: the
+/// Go SDK's service ID, the operation and the HTTP status.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResponseStatusLabels {
+    service: String,
+    operation: String,
+    status_code: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
     operation: String,
@@ -94,6 +103,7 @@ struct ApiMetrics {
     batch_size: HistogramFamily<BatchLabels>,
     token_wait: HistogramFamily<CategoryLabels>,
     rate: Family<CategoryLabels, Gauge<f64, AtomicU64>>,
+    response_status: Family<ResponseStatusLabels, Counter>,
 }
 
 static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| {
@@ -105,7 +115,13 @@ static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| {
         batch_size: Family::new_with_constructor(batch_histogram),
         token_wait: Family::new_with_constructor(wait_histogram),
         rate: Family::default(),
+        response_status: Family::default(),
     };
+    crate::metrics::register(
+        "cloudprovider_aws_api_response_status",
+        "AWS API response status code counts (answers with HTTP status 400 or more; upstream's name)",
+        metrics.response_status.clone(),
+    );
     crate::metrics::register(
         "cloudprovider_aws_api_request_duration_seconds",
         "Latency of AWS API requests that got an answer, per request",
@@ -162,6 +178,28 @@ pub(crate) fn record_attempt(op: Operation, outcome: &str) {
         .get_or_create(&CallLabels {
             operation: op.qualified_name(),
             outcome: outcome.to_string(),
+        })
+        .inc();
+}
+
+/// One answer with HTTP status 400 or more, as the Go CCM's deserialize
+/// middleware counts it (DryRun answers included).
+pub(crate) fn record_response_status(op: Operation, status: u16) {
+    if status < 400 {
+        return;
+    }
+    let service = match op.service() {
+        super::operations::Service::Ec2 => "EC2",
+        super::operations::Service::Elb => "Elastic Load Balancing",
+        super::operations::Service::Elbv2 => "Elastic Load Balancing v2",
+        super::operations::Service::Sts => "STS",
+    };
+    METRICS
+        .response_status
+        .get_or_create(&ResponseStatusLabels {
+            service: service.to_string(),
+            operation: op.action().to_string(),
+            status_code: status.to_string(),
         })
         .inc();
 }

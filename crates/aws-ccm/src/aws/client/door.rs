@@ -292,8 +292,9 @@ impl Door {
             }
             Ok(Err(err)) => {
                 let failure = AttemptFailure::from_sdk(&err);
-                if failure.http_status.is_some() {
+                if let Some(status) = failure.http_status {
                     api_metrics::observe_request_duration(op, sent.elapsed());
+                    api_metrics::record_response_status(op, status);
                 }
                 let verdict = dry_run
                     .then(|| failure.code.as_deref().and_then(dry_run_outcome))

@@ -443,12 +443,28 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
              Check the ID or name"
             .to_string(),
         ErrorClass::Fatal => match code {
-            Some(code) if AUTH_CODES.contains(&code) => format!(
-                "The controller's credentials are not allowed to call {}:{}; add it to the IAM policy of the \
-                 controller's role (see iam/) or fix the credentials",
-                iam_prefix(operation),
-                operation.action()
-            ),
+            Some(code) if AUTH_CODES.contains(&code) => {
+                let action = format!("{}:{}", iam_prefix(operation), operation.action());
+                // A tagged ELB create is also authorized as AddTags.
+                let tagged_create = action.starts_with("elasticloadbalancing:Create");
+                let kops = tagged_create
+                    || crate::aws::permissions::gaps::KOPS_GAPS.contains(&action.as_str());
+                format!(
+                    "The controller's credentials are not allowed to call {action}{}; add it to the IAM policy \
+                     of the controller's role (see iam/) or fix the credentials{}",
+                    if tagged_create {
+                        " (or elasticloadbalancing:AddTags, which a create with tags also needs)"
+                    } else {
+                        ""
+                    },
+                    if kops {
+                        ". Under kOps' own CCM policy, add the output of `iam/render.sh policy <cluster> \
+                         --kops-additions` under spec.additionalPolicies.control-plane (docs/install-kops.md)"
+                    } else {
+                        ""
+                    }
+                )
+            }
             Some("DependencyViolation") => "Another AWS resource still uses this one; it is retried on the next \
                  reconcile, and succeeds once the dependency is gone"
                 .to_string(),

@@ -84,6 +84,11 @@ pub struct ClientOptions {
     /// when instances carry both tags (kOps). The manager sets it, as the Go
     /// CCM does, only for a cluster identified by the legacy tag.
     pub legacy_cluster_tag: bool,
+    /// Whether the load balancers, listeners, target groups and security
+    /// groups this CCM creates also carry `KubernetesCluster=<id>`: the Go
+    /// CCM's `usesLegacyTags`, which the manager sets from cloud.conf
+    /// `KubernetesClusterTag` or this instance's tags (kOps).
+    pub write_legacy_cluster_tag: bool,
     /// How long the zone name → zone ID map stays fresh.
     pub zone_ttl: Duration,
     /// How long an object created moments ago may stay invisible (AWS is
@@ -106,6 +111,7 @@ impl Default for ClientOptions {
             max_dns_names_per_call: 200,
             sweep_ttl: Duration::from_secs(30),
             legacy_cluster_tag: true,
+            write_legacy_cluster_tag: false,
             zone_ttl: Duration::from_secs(3600),
             consistency_patience: Duration::from_secs(30),
         }
@@ -978,6 +984,7 @@ mod tests {
             "cloudprovider_aws_api_request_duration_seconds_count{request=\"describe_instance\"}",
             "cloudprovider_aws_api_request_errors{request=\"describe_availability_zones\"}",
             "cloudprovider_aws_api_throttled_requests_total{operation_name=\"DescribeInstances\"}",
+            "cloudprovider_aws_api_response_status_total{service=\"EC2\",operation=\"DescribeAvailabilityZones\",status_code=\"400\"}",
             "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=\"success\"}",
             "aws_ccm_api_calls_total{operation=\"ec2:DescribeInstances\",outcome=\"throttled\"}",
             "aws_ccm_api_coalesced_batch_size_count{kind=\"instance_id\"}",

@@ -248,6 +248,9 @@ pub struct Environment {
     pub node_groups: BTreeSet<String>,
     /// `--cluster-name` (upstream hashes it into an NLB's managed group name).
     pub cluster_name: String,
+    /// Whether what is created also carries the legacy `KubernetesCluster`
+    /// tag ([`crate::aws::tags::owned_tags`]).
+    pub legacy_cluster_tag: bool,
 }
 
 pub mod io;

@@ -107,7 +107,12 @@ pub fn desired(
     env: &Environment,
 ) -> Desired {
     let name = load_balancer_name(uid);
-    let tags = tags::owned_tags(cluster_id, service_key, &spec.additional_tags);
+    let tags = tags::owned_tags(
+        cluster_id,
+        env.legacy_cluster_tag,
+        service_key,
+        &spec.additional_tags,
+    );
     let (mut groups, owned_group) = if !spec.security_groups.is_empty() {
         (
             spec.security_groups
@@ -382,7 +387,7 @@ fn tag_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>) {
     }
     let missing_tags: BTreeMap<String, String> = want
         .iter()
-        .filter(|(k, v)| lb.tags.get(*k) != Some(v))
+        .filter(|(k, v)| lb.tags.get(*k) != Some(v) && tags::added_to_existing(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     if !missing_tags.is_empty() {

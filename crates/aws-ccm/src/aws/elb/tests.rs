@@ -14,6 +14,7 @@ fn env() -> Environment {
         instances: BTreeSet::from(["i-1".to_string(), "i-2".to_string()]),
         node_groups: BTreeSet::from(["sg-node".to_string()]),
         cluster_name: "kubernetes".to_string(),
+        legacy_cluster_tag: false,
     }
 }
 

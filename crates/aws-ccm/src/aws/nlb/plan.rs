@@ -80,7 +80,12 @@ pub fn desired(
     env: &Environment,
 ) -> Result<Desired, String> {
     let name = load_balancer_name(uid);
-    let tags = tags::owned_tags(cluster_id, service_key, &spec.additional_tags);
+    let tags = tags::owned_tags(
+        cluster_id,
+        env.legacy_cluster_tag,
+        service_key,
+        &spec.additional_tags,
+    );
     let health = health_check(spec, cloud);
     let (listeners, target_groups) = listeners(spec, service_key, cluster_id, &health)?;
     let subnet_mappings = subnet_mappings(spec, env)?;
@@ -335,7 +340,7 @@ fn missing_tags(
     have: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     want.iter()
-        .filter(|(k, v)| have.get(*k) != Some(v))
+        .filter(|(k, v)| have.get(*k) != Some(v) && tags::added_to_existing(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }

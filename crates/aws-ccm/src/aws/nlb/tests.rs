@@ -26,6 +26,7 @@ fn env(subnets: &[&str], instances: &[&str]) -> Environment {
         instances: instances.iter().map(|s| s.to_string()).collect(),
         node_groups: BTreeSet::new(),
         cluster_name: "kubernetes".to_string(),
+        legacy_cluster_tag: false,
     }
 }
 
@@ -250,6 +251,49 @@ fn node_churn_registers_and_deregisters_only_the_delta() {
             },
         ]
     );
+}
+
+#[test]
+fn a_legacy_cluster_creates_with_the_legacy_tag_and_never_adds_it_later() {
+    let mut e = env(&["subnet-a"], &["i-1"]);
+    e.legacy_cluster_tag = true;
+    let d = want(&[], &[(80, 30080)], &e);
+    let changes = plan(&d, &Actual::default(), "c1");
+    let mut created = 0;
+    for c in &changes {
+        let tags = match c {
+            Change::CreateLoadBalancer { tags, .. }
+            | Change::CreateTargetGroup { tags, .. }
+            | Change::CreateListener { tags, .. } => tags,
+            _ => continue,
+        };
+        created += 1;
+        assert_eq!(
+            tags.get("KubernetesCluster").map(String::as_str),
+            Some("c1"),
+            "{}",
+            describe(c)
+        );
+        assert_eq!(tags["kubernetes.io/cluster/c1"], "owned");
+    }
+    assert_eq!(
+        created,
+        3,
+        "{:?}",
+        changes.iter().map(describe).collect::<Vec<_>>()
+    );
+    // An NLB this CCM made before (without the legacy tag): no AddTags for
+    // it, which kOps' policy would deny on a resource that lacks it.
+    let mut actual = converged(&d);
+    for tags in actual
+        .lb
+        .iter_mut()
+        .map(|lb| &mut lb.tags)
+        .chain(actual.target_groups.iter_mut().map(|g| &mut g.tags))
+    {
+        tags.remove("KubernetesCluster");
+    }
+    assert_eq!(plan(&d, &actual, "c1"), vec![]);
 }
 
 #[test]
