@@ -14,6 +14,7 @@ mod lb_permissions;
 mod nlb;
 mod node;
 mod observability;
+mod ops_orphans;
 mod permissions;
 mod routes;
 mod service;
