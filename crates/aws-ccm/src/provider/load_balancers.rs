@@ -15,8 +15,10 @@ use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 
 mod nlb_rules;
+mod planned;
 mod refusals;
 use nlb_rules::NlbNodeRules;
+pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED, Warning, merged};
 
 /// One Service's request.
@@ -295,14 +297,33 @@ impl AwsLoadBalancers {
 
 impl AwsLoadBalancers {
     async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let p = self.plan_clb(req, true).await?;
+        let new_dns = elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
+        let hostname = new_dns
+            .or_else(|| p.actual.lb.as_ref().map(|l| l.dns_name.clone()))
+            .unwrap_or_default();
+        Ok(Ensured {
+            hostname,
+            changes: p.changes.iter().map(elb::plan::describe).collect(),
+            warnings: merged(p.warnings),
+        })
+    }
+
+    /// Reads and plans a classic ELB sync, stopping before apply. With
+    /// `hand_over` an NLB the Service had is deleted first (a sync); without,
+    /// it is only looked for (`aws-ccm plan`).
+    pub(crate) async fn plan_clb(&self, req: &EnsureRequest, hand_over: bool) -> Result<ClbPlan, LbError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
         let lb = elb::io::read_lb(aws, &name).await?;
         // Type change handover: the Service was an NLB until now. First, so
         // that the NLB's group (same name scheme) is gone before groups are read.
-        if lb.is_none() && self.delete_nlb(&req.service_key, &req.uid, false).await? {
+        let mut handover = false;
+        if lb.is_none() && hand_over && self.delete_nlb(&req.service_key, &req.uid, false).await? {
             tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
+        } else if lb.is_none() && !hand_over {
+            handover = nlb::read::read_lb(aws, &name).await?.is_some();
         }
 
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
@@ -342,14 +363,13 @@ impl AwsLoadBalancers {
                 &mut warnings,
             )
             .await;
-        let new_dns = elb::io::apply(aws, &name, Some(&vpc_id), &actual, &changes).await?;
-        let hostname = new_dns
-            .or_else(|| actual.lb.as_ref().map(|l| l.dns_name.clone()))
-            .unwrap_or_default();
-        Ok(Ensured {
-            hostname,
-            changes: changes.iter().map(elb::plan::describe).collect(),
-            warnings: merged(warnings),
+        Ok(ClbPlan {
+            name,
+            vpc_id,
+            actual,
+            changes,
+            warnings,
+            handover,
         })
     }
 
@@ -596,6 +616,39 @@ impl AwsLoadBalancers {
     }
 
     async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let p = self.plan_nlb(req, true).await?;
+        let mut warnings = p.warnings;
+        let applied = nlb::io::apply(&self.aws, &p.name, &p.vpc_id, &p.actual, &p.changes).await?;
+        self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
+        let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
+        if p.handover {
+            described.push("deleted the classic ELB the Service had before".into());
+        }
+
+        if !self.cloud.disable_security_group_ingress {
+            let node_rules = NlbNodeRules {
+                name: &p.name,
+                vpc_id: &p.vpc_id,
+                subnet_ids: &p.subnet_ids,
+                desired: &p.desired,
+                node_groups: &p.node_groups,
+            };
+            let done = self
+                .sync_nlb_node_rules(req, &node_rules, p.groups, &mut warnings)
+                .await?;
+            described.extend(done);
+        }
+        Ok(Ensured {
+            hostname: applied.dns_name.unwrap_or_default(),
+            changes: described,
+            warnings: merged(warnings),
+        })
+    }
+
+    /// Reads and plans an NLB sync, stopping before apply (the node rules
+    /// are planned apart: [`Self::plan_nlb_node_rules`]). With `hand_over`
+    /// a classic ELB the Service had is deleted first; without, only looked for.
+    pub(crate) async fn plan_nlb(&self, req: &EnsureRequest, hand_over: bool) -> Result<NlbPlan, LbError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
@@ -619,10 +672,14 @@ impl AwsLoadBalancers {
         .map_err(LbError::Config)?;
 
         let lb = nlb::read::read_lb(aws, &name).await?;
-        let mut handed_over = false;
+        let mut handover = false;
         if lb.is_none() {
             // Type change handover: the Service was a classic ELB until now.
-            handed_over = self.delete_clb(&req.uid).await?;
+            handover = if hand_over {
+                self.delete_clb(&req.uid).await?
+            } else {
+                elb::io::read_lb(aws, &name).await?.is_some()
+            };
         }
         let target_groups = match &lb {
             Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
@@ -644,30 +701,17 @@ impl AwsLoadBalancers {
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
             .await?;
-        let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
-        self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
-        let mut described: Vec<String> = changes.iter().map(nlb::plan::describe).collect();
-        if handed_over {
-            described.push("deleted the classic ELB the Service had before".into());
-        }
-
-        if !self.cloud.disable_security_group_ingress {
-            let node_rules = NlbNodeRules {
-                name: &name,
-                vpc_id: &vpc_id,
-                subnet_ids: &subnet_ids,
-                desired: &desired,
-                node_groups: &node_groups,
-            };
-            let done = self
-                .sync_nlb_node_rules(req, &node_rules, groups, &mut warnings)
-                .await?;
-            described.extend(done);
-        }
-        Ok(Ensured {
-            hostname: applied.dns_name.unwrap_or_default(),
-            changes: described,
-            warnings: merged(warnings),
+        Ok(NlbPlan {
+            name,
+            vpc_id,
+            subnet_ids,
+            desired,
+            actual,
+            changes,
+            warnings,
+            handover,
+            groups,
+            node_groups,
         })
     }
 
