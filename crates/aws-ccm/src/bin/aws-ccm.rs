@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     name = "aws-ccm",
     version,
-    about = "Operator tool of the AWS cloud-controller-manager: what it left behind (orphans)"
+    about = "Operator tool of the AWS cloud-controller-manager: what it left behind (orphans), what it would change (plan)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -25,6 +25,20 @@ struct Cli {
 enum Command {
     /// AWS resources with this cluster's tag that belong to no live Service or Node.
     Orphans(OrphansArgs),
+    /// What the controllers would change in AWS now (like `terraform plan`).
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    /// Services to plan (`name` or `namespace/name`); every LoadBalancer
+    /// Service, and routes, when none is named.
+    services: Vec<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    output: Format,
+    #[command(flatten)]
+    ccm: Options,
 }
 
 #[derive(Debug, Args)]
@@ -59,6 +73,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Orphans(args) => run_orphans(args).await,
+            Command::Plan(args) => run_plan(args).await,
         }
     });
     match result {
@@ -139,4 +154,14 @@ fn confirm(count: usize) -> anyhow::Result<bool> {
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;
     Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+async fn run_plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    let ctx = Context::connect(ccm_options(args.ccm)?).await?;
+    let sections = aws_ccm::ops::plan::plan(&ctx, &args.services).await?;
+    match args.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&sections)?),
+        Format::Text => print!("{}", aws_ccm::ops::plan::render(&sections)),
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,7 +1,8 @@
 //! The operator tool `aws-ccm` (binary `src/bin/aws-ccm.rs`): questions an
 //! operator asks about a cluster, answered with the CCM's own code.
 //!
-//! - [`orphans`]: what the CCM left behind in AWS, and its deletion.
+//! - [`orphans`]: what the CCM left behind in AWS, and its deletion;
+//! - [`plan`]: what the controllers would change in AWS now.
 //!
 //! The tool takes the CCM's flags with their meaning (`--cloud-config`,
 //! `--kubeconfig`, `--cluster-cidr`, ...), parsed by [`crate::options`], and
@@ -18,6 +19,7 @@ use crate::options::controller_names::ControllerName;
 use crate::provider::routes::RouteTableSelector;
 
 pub mod orphans;
+pub mod plan;
 
 /// What every subcommand works with.
 #[derive(Clone)]

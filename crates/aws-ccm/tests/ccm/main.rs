@@ -15,6 +15,7 @@ mod nlb;
 mod node;
 mod observability;
 mod ops_orphans;
+mod ops_plan;
 mod permissions;
 mod routes;
 mod service;

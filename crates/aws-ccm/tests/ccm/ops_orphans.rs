@@ -270,9 +270,20 @@ async fn audit(env: &Env) -> anyhow::Result<Vec<Orphan>> {
 
 /// Runs `aws-ccm orphans` with the CCM's flags; (exit success, stdout, stderr).
 async fn tool(env: &Env, extra: &[&str], stdin: &str) -> anyhow::Result<(bool, String, String)> {
+    run_tool(env, "orphans", extra, stdin).await
+}
+
+/// Runs `aws-ccm <subcommand>` with the CCM's flags for `env` and `extra`,
+/// AWS reached through `env`'s pass-through proxy; (exit success, stdout, stderr).
+pub async fn run_tool(
+    env: &Env,
+    subcommand: &str,
+    extra: &[&str],
+    stdin: &str,
+) -> anyhow::Result<(bool, String, String)> {
     use tokio::io::AsyncWriteExt;
     let mut cmd = tokio::process::Command::new(TOOL);
-    cmd.arg("orphans")
+    cmd.arg(subcommand)
         .arg(format!("--cloud-config={}", env.cloud_conf.display()))
         .arg(format!("--kubeconfig={}", env.kubeconfig.display()))
         .arg(format!("--cluster-cidr={CLUSTER_CIDR}"))
