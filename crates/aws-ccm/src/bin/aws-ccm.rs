@@ -92,10 +92,7 @@ fn ccm_options(mut options: Options) -> anyhow::Result<aws_ccm::options::Validat
         options.cloud_provider = "aws".into();
     }
     let validated = options.validate(Vec::new())?;
-    aws_ccm::logging::init(
-        validated.options.verbosity,
-        validated.options.log_format,
-    );
+    aws_ccm::logging::init(validated.options.verbosity, validated.options.log_format);
     Ok(validated)
 }
 
@@ -134,7 +131,9 @@ async fn run_orphans(args: OrphansArgs) -> anyhow::Result<ExitCode> {
 
 fn print_orphans(found: &[Orphan], scope: &orphans::Scope, now: chrono::DateTime<chrono::Utc>) {
     if scope.routes.is_none() {
-        println!("# routes not audited: the route controller would not run (pass --cluster-cidr, and --configure-cloud-routes is on)");
+        println!(
+            "# routes not audited: the route controller would not run (pass --cluster-cidr, and --configure-cloud-routes is on)"
+        );
     }
     if found.is_empty() {
         println!("no orphans");
@@ -143,7 +142,12 @@ fn print_orphans(found: &[Orphan], scope: &orphans::Scope, now: chrono::DateTime
     for o in found {
         let age = o.age(now).map_or("-".to_string(), short_age);
         let owned = if o.owned { "owned" } else { "shared" };
-        println!("{} {} (age {age}, {owned}): {}", o.kind.as_str(), o.id, o.recognised);
+        println!(
+            "{} {} (age {age}, {owned}): {}",
+            o.kind.as_str(),
+            o.id,
+            o.recognised
+        );
     }
 }
 

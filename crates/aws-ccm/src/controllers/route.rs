@@ -43,7 +43,8 @@ use self::publish::Publisher;
 use super::ControllerContext;
 use crate::options::cidrs::ClusterCidrs;
 use crate::provider::routes::{
-    RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind, TargetInstance,
+    RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
+    TargetInstance,
 };
 
 /// Share of `--route-table-limit` past which the controller warns.

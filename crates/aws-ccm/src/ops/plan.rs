@@ -20,8 +20,8 @@ use crate::controllers::route::Reconciler;
 use crate::controllers::route::plan::RouteChange;
 use crate::controllers::service::{backends, wants_load_balancer};
 use crate::provider::load_balancers::{
-    AwsLoadBalancers, ClbPlan, EnsureRequest, LoadBalancerKind, LoadBalancerSpec, NlbPlan,
-    Planned, SUBNET_TTL,
+    AwsLoadBalancers, ClbPlan, EnsureRequest, LoadBalancerKind, LoadBalancerSpec, NlbPlan, Planned,
+    SUBNET_TTL,
 };
 
 /// One step, as `terraform plan` prints it.
@@ -57,7 +57,9 @@ fn step(symbol: &'static str, what: String, actions: &[&'static str]) -> Step {
 /// controller would run.
 pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>> {
     let lp = kube::api::ListParams::default();
-    let services = kube::Api::<Service>::all(ctx.kube.clone()).list(&lp).await?;
+    let services = kube::Api::<Service>::all(ctx.kube.clone())
+        .list(&lp)
+        .await?;
     let nodes: Vec<Arc<Node>> = kube::Api::<Node>::all(ctx.kube.clone())
         .list(&lp)
         .await?
@@ -107,12 +109,16 @@ async fn service_section(
     let spec = match LoadBalancerSpec::from_service(svc) {
         Ok(spec) => spec,
         Err(e) => {
-            section.notes.push(format!("invalid Service, no AWS call would be made: {e}"));
+            section
+                .notes
+                .push(format!("invalid Service, no AWS call would be made: {e}"));
             return section;
         }
     };
     if spec.kind == LoadBalancerKind::External {
-        section.notes.push("load balancer managed by another controller (external)".into());
+        section
+            .notes
+            .push("load balancer managed by another controller (external)".into());
         return section;
     }
     let req = EnsureRequest {
@@ -127,10 +133,18 @@ async fn service_section(
             nlb_steps(&plan, &mut section);
             for (group, ch) in node_rules {
                 if !ch.revoke.is_empty() {
-                    section.steps.push(step("-", format!("{} rule(s) of node group {}", ch.revoke.len(), group.id), &["RevokeSecurityGroupIngress"]));
+                    section.steps.push(step(
+                        "-",
+                        format!("{} rule(s) of node group {}", ch.revoke.len(), group.id),
+                        &["RevokeSecurityGroupIngress"],
+                    ));
                 }
                 if !ch.authorize.is_empty() {
-                    section.steps.push(step("+", format!("{} rule(s) in node group {}", ch.authorize.len(), group.id), &["AuthorizeSecurityGroupIngress"]));
+                    section.steps.push(step(
+                        "+",
+                        format!("{} rule(s) in node group {}", ch.authorize.len(), group.id),
+                        &["AuthorizeSecurityGroupIngress"],
+                    ));
                 }
             }
         }
@@ -141,9 +155,18 @@ async fn service_section(
 
 fn clb_steps(p: &ClbPlan, section: &mut Section) {
     if p.handover {
-        section.steps.push(step("-", format!("NLB {} (the Service now asks for a classic ELB; its plan follows the deletion)", p.name), &[]));
+        section.steps.push(step(
+            "-",
+            format!(
+                "NLB {} (the Service now asks for a classic ELB; its plan follows the deletion)",
+                p.name
+            ),
+            &[],
+        ));
     }
-    section.notes.extend(p.warnings.iter().map(|w| format!("{w:?}")));
+    section
+        .notes
+        .extend(p.warnings.iter().map(|w| format!("{w:?}")));
     let lb = p.actual.lb.as_ref();
     let recreate = p.changes.iter().find_map(|c| match c {
         ClbChange::DeleteLoadBalancer { reason } => Some(reason.clone()),
@@ -153,28 +176,57 @@ fn clb_steps(p: &ClbPlan, section: &mut Section) {
         let s = match c {
             ClbChange::DeleteLoadBalancer { .. } => continue,
             ClbChange::CreateLoadBalancer { .. } => match &recreate {
-                Some(why) => step("-/+", format!("classic ELB {} ({why})", p.name), &["DeleteLoadBalancer", "CreateLoadBalancer"]),
-                None => step("+", format!("classic ELB {}", p.name), &["CreateLoadBalancer"]),
+                Some(why) => step(
+                    "-/+",
+                    format!("classic ELB {} ({why})", p.name),
+                    &["DeleteLoadBalancer", "CreateLoadBalancer"],
+                ),
+                None => step(
+                    "+",
+                    format!("classic ELB {}", p.name),
+                    &["CreateLoadBalancer"],
+                ),
             },
-            ClbChange::ConfigureHealthCheck(h) => step("~", format!(
-                "health check {} -> {}",
-                lb.and_then(|l| l.health_check.as_ref()).map_or("none".into(), |o| format!("{o:?}")),
-                format!("{h:?}")
-            ), &["ConfigureHealthCheck"]),
-            ClbChange::ModifyAttributes(a) => step("~", format!(
-                "attributes {} -> {a:?}",
-                lb.map_or("none".into(), |l| format!("{:?}", l.attributes))
-            ), &["ModifyLoadBalancerAttributes"]),
-            ClbChange::ApplySecurityGroups(g) => step("~", format!(
-                "security groups {:?} -> {g:?}",
-                lb.map(|l| l.security_groups.clone()).unwrap_or_default()
-            ), &["ApplySecurityGroupsToLoadBalancer"]),
+            ClbChange::ConfigureHealthCheck(h) => step(
+                "~",
+                format!(
+                    "health check {} -> {h:?}",
+                    lb.and_then(|l| l.health_check.as_ref())
+                        .map_or("none".into(), |o| format!("{o:?}"))
+                ),
+                &["ConfigureHealthCheck"],
+            ),
+            ClbChange::ModifyAttributes(a) => step(
+                "~",
+                format!(
+                    "attributes {} -> {a:?}",
+                    lb.map_or("none".into(), |l| format!("{:?}", l.attributes))
+                ),
+                &["ModifyLoadBalancerAttributes"],
+            ),
+            ClbChange::ApplySecurityGroups(g) => step(
+                "~",
+                format!(
+                    "security groups {:?} -> {g:?}",
+                    lb.map(|l| l.security_groups.clone()).unwrap_or_default()
+                ),
+                &["ApplySecurityGroupsToLoadBalancer"],
+            ),
             other => clb_simple(other),
         };
         section.steps.push(s);
     }
-    if recreate.is_some() && !p.changes.iter().any(|c| matches!(c, ClbChange::CreateLoadBalancer { .. })) {
-        section.steps.push(step("-", format!("classic ELB {}", p.name), &["DeleteLoadBalancer"]));
+    if recreate.is_some()
+        && !p
+            .changes
+            .iter()
+            .any(|c| matches!(c, ClbChange::CreateLoadBalancer { .. }))
+    {
+        section.steps.push(step(
+            "-",
+            format!("classic ELB {}", p.name),
+            &["DeleteLoadBalancer"],
+        ));
     }
 }
 
@@ -211,31 +263,60 @@ fn clb_simple(c: &ClbChange) -> Step {
 
 fn nlb_steps(p: &NlbPlan, section: &mut Section) {
     if p.handover {
-        section.steps.push(step("-", format!("classic ELB {} (the Service now asks for an NLB; its plan follows the deletion)", p.name), &[]));
+        section.steps.push(step(
+            "-",
+            format!(
+                "classic ELB {} (the Service now asks for an NLB; its plan follows the deletion)",
+                p.name
+            ),
+            &[],
+        ));
     }
-    section.notes.extend(p.warnings.iter().map(|w| format!("{w:?}")));
+    section
+        .notes
+        .extend(p.warnings.iter().map(|w| format!("{w:?}")));
     let recreate = p.changes.iter().find_map(|c| match c {
         NlbChange::DeleteLoadBalancer { reason, .. } => Some(reason.clone()),
         _ => None,
     });
-    let creates = p.changes.iter().any(|c| matches!(c, NlbChange::CreateLoadBalancer { .. }));
+    let creates = p
+        .changes
+        .iter()
+        .any(|c| matches!(c, NlbChange::CreateLoadBalancer { .. }));
     for c in &p.changes {
         let s = match c {
             NlbChange::DeleteLoadBalancer { .. } if creates => continue,
             NlbChange::CreateLoadBalancer { .. } => match &recreate {
-                Some(why) => step("-/+", format!("NLB {} ({why})", p.name), &["DeleteLoadBalancer", "CreateLoadBalancer"]),
+                Some(why) => step(
+                    "-/+",
+                    format!("NLB {} ({why})", p.name),
+                    &["DeleteLoadBalancer", "CreateLoadBalancer"],
+                ),
                 None => step("+", format!("NLB {}", p.name), &["CreateLoadBalancer"]),
             },
             NlbChange::ModifyHealthCheck { arn, health } => {
-                let old = p.actual.target_groups.iter().find(|t| t.arn == *arn).map(|t| &t.health);
-                step("~", format!("health check of {arn} {old:?} -> {health:?}"), &["ModifyTargetGroup"])
+                let old = p
+                    .actual
+                    .target_groups
+                    .iter()
+                    .find(|t| t.arn == *arn)
+                    .map(|t| &t.health);
+                step(
+                    "~",
+                    format!("health check of {arn} {old:?} -> {health:?}"),
+                    &["ModifyTargetGroup"],
+                )
             }
             NlbChange::ModifyAttributes(a) => {
                 let old: BTreeMap<&String, Option<&String>> = a
                     .keys()
                     .map(|k| (k, p.actual.lb.as_ref().and_then(|l| l.attributes.get(k))))
                     .collect();
-                step("~", format!("NLB attributes {old:?} -> {a:?}"), &["ModifyLoadBalancerAttributes"])
+                step(
+                    "~",
+                    format!("NLB attributes {old:?} -> {a:?}"),
+                    &["ModifyLoadBalancerAttributes"],
+                )
             }
             other => nlb_simple(other),
         };
@@ -270,13 +351,19 @@ fn nlb_simple(c: &NlbChange) -> Step {
     step(symbol, what, &[action])
 }
 
-async fn route_section(reconciler: &Reconciler<crate::aws::AwsClient>, nodes: &[Arc<Node>]) -> Section {
+async fn route_section(
+    reconciler: &Reconciler<crate::aws::AwsClient>,
+    nodes: &[Arc<Node>],
+) -> Section {
     let mut section = Section {
         subject: "routes".into(),
         steps: Vec::new(),
         notes: Vec::new(),
     };
-    let node_routes: Vec<_> = nodes.iter().map(|n| crate::controllers::route::node_routes(n)).collect();
+    let node_routes: Vec<_> = nodes
+        .iter()
+        .map(|n| crate::controllers::route::node_routes(n))
+        .collect();
     let plan = match reconciler.read_and_plan(&node_routes).await {
         Ok((_, _, plan)) => plan,
         Err(e) => {
@@ -294,7 +381,9 @@ async fn route_section(reconciler: &Reconciler<crate::aws::AwsClient>, nodes: &[
     }
     for (node, outcome) in &plan.nodes {
         for b in &outcome.blockers {
-            section.notes.push(format!("node {node} cannot be routed: {b}"));
+            section
+                .notes
+                .push(format!("node {node} cannot be routed: {b}"));
         }
     }
     section

@@ -298,7 +298,8 @@ impl AwsLoadBalancers {
 impl AwsLoadBalancers {
     async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         let p = self.plan_clb(req, true).await?;
-        let new_dns = elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
+        let new_dns =
+            elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
         let hostname = new_dns
             .or_else(|| p.actual.lb.as_ref().map(|l| l.dns_name.clone()))
             .unwrap_or_default();
@@ -312,7 +313,11 @@ impl AwsLoadBalancers {
     /// Reads and plans a classic ELB sync, stopping before apply. With
     /// `hand_over` an NLB the Service had is deleted first (a sync); without,
     /// it is only looked for (`aws-ccm plan`).
-    pub(crate) async fn plan_clb(&self, req: &EnsureRequest, hand_over: bool) -> Result<ClbPlan, LbError> {
+    pub(crate) async fn plan_clb(
+        &self,
+        req: &EnsureRequest,
+        hand_over: bool,
+    ) -> Result<ClbPlan, LbError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
@@ -642,76 +647,6 @@ impl AwsLoadBalancers {
             hostname: applied.dns_name.unwrap_or_default(),
             changes: described,
             warnings: merged(warnings),
-        })
-    }
-
-    /// Reads and plans an NLB sync, stopping before apply (the node rules
-    /// are planned apart: [`Self::plan_nlb_node_rules`]). With `hand_over`
-    /// a classic ELB the Service had is deleted first; without, only looked for.
-    pub(crate) async fn plan_nlb(&self, req: &EnsureRequest, hand_over: bool) -> Result<NlbPlan, LbError> {
-        let aws = &self.aws;
-        let spec = &req.spec;
-        let name = elb::load_balancer_name(&req.uid);
-        let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
-        let backends = backends.list();
-        let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
-        let env = elb::Environment {
-            subnets: subnet_ids.clone(),
-            instances: backends.iter().map(|i| i.id.clone()).collect(),
-            // An NLB's node rules are planned apart (see `nlb_rules`).
-            node_groups: BTreeSet::new(),
-        };
-        let desired = nlb::plan::desired(
-            spec,
-            &req.service_key,
-            &req.uid,
-            &self.cluster_id,
-            &self.cloud,
-            &env,
-        )
-        .map_err(LbError::Config)?;
-
-        let lb = nlb::read::read_lb(aws, &name).await?;
-        let mut handover = false;
-        if lb.is_none() {
-            // Type change handover: the Service was a classic ELB until now.
-            handover = if hand_over {
-                self.delete_clb(&req.uid).await?
-            } else {
-                elb::io::read_lb(aws, &name).await?.is_some()
-            };
-        }
-        let target_groups = match &lb {
-            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
-            None => Vec::new(),
-        };
-        let owned_name = elb::owned_group_name(&name);
-        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_name, &backends).await?;
-        let owned_group = groups
-            .values()
-            .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
-            .cloned();
-        let actual = nlb::Actual {
-            lb,
-            target_groups,
-            owned_group,
-        };
-        let mut warnings = Vec::new();
-        let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
-        let changes = self
-            .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
-            .await?;
-        Ok(NlbPlan {
-            name,
-            vpc_id,
-            subnet_ids,
-            desired,
-            actual,
-            changes,
-            warnings,
-            handover,
-            groups,
-            node_groups,
         })
     }
 

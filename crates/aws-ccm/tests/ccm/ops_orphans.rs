@@ -39,7 +39,12 @@ fn tag_v2(key: &str, value: &str) -> aws_sdk_elasticloadbalancingv2::types::Tag 
 fn ec2_tag(key: &str, value: &str) -> aws_sdk_ec2::types::TagSpecification {
     aws_sdk_ec2::types::TagSpecification::builder()
         .resource_type(aws_sdk_ec2::types::ResourceType::SecurityGroup)
-        .tags(aws_sdk_ec2::types::Tag::builder().key(key).value(value).build())
+        .tags(
+            aws_sdk_ec2::types::Tag::builder()
+                .key(key)
+                .value(value)
+                .build(),
+        )
         .build()
 }
 
@@ -93,7 +98,12 @@ async fn group(p: &Planted, name: &str, tags: (&str, &str)) -> anyhow::Result<St
     Ok(out.group_id().unwrap_or_default().to_string())
 }
 
-async fn nlb(p: &Planted, name: &str, tg: &str, tags: (&str, &str)) -> anyhow::Result<(String, String)> {
+async fn nlb(
+    p: &Planted,
+    name: &str,
+    tg: &str,
+    tags: (&str, &str),
+) -> anyhow::Result<(String, String)> {
     let lb = p
         .elbv2
         .create_load_balancer()
@@ -103,7 +113,10 @@ async fn nlb(p: &Planted, name: &str, tg: &str, tags: (&str, &str)) -> anyhow::R
         .tags(tag_v2(tags.0, tags.1))
         .send()
         .await?;
-    let lb_arn = lb.load_balancers()[0].load_balancer_arn().unwrap_or_default().to_string();
+    let lb_arn = lb.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap_or_default()
+        .to_string();
     let tg_arn = target_group(p, tg, tags).await?;
     p.elbv2
         .create_listener()
@@ -132,7 +145,10 @@ async fn target_group(p: &Planted, name: &str, tags: (&str, &str)) -> anyhow::Re
         .tags(tag_v2(tags.0, tags.1))
         .send()
         .await?;
-    Ok(tg.target_groups()[0].target_group_arn().unwrap_or_default().to_string())
+    Ok(tg.target_groups()[0]
+        .target_group_arn()
+        .unwrap_or_default()
+        .to_string())
 }
 
 /// Node group rules: everything from `groups`, and NLB client rules
@@ -190,9 +206,13 @@ async fn plant(env: &Env) -> anyhow::Result<Planted> {
     };
     let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     let svc = services
-        .create(&PostParams::default(), &lb_service("web", serde_json::json!({})))
+        .create(
+            &PostParams::default(),
+            &lb_service("web", serde_json::json!({})),
+        )
         .await?;
-    p.live_name = aws_ccm::aws::elb::load_balancer_name(svc.metadata.uid.as_deref().unwrap_or_default());
+    p.live_name =
+        aws_ccm::aws::elb::load_balancer_name(svc.metadata.uid.as_deref().unwrap_or_default());
     let ids = p.cloud.instances(3).await?;
     let nodes = nodes_api(env).await?;
     create(&nodes, node("n1", Some(&ids[0]), &["10.244.1.0/24"])).await?;
@@ -228,7 +248,12 @@ async fn plant(env: &Env) -> anyhow::Result<Planted> {
     ] {
         p.cloud.instance_route(&p.table, dest, &ids[at]).await?;
     }
-    p.cloud.ec2.terminate_instances().instance_ids(&ids[2]).send().await?;
+    p.cloud
+        .ec2
+        .terminate_instances()
+        .instance_ids(&ids[2])
+        .send()
+        .await?;
 
     let ng = p.node_group.clone();
     p.orphans = BTreeSet::from([
@@ -312,12 +337,22 @@ async fn orphans_finds_a_planted_orphan_of_every_kind_and_the_tool_agrees() -> a
     let p = plant(&env).await?;
     let found = audit(&env).await?;
     assert_eq!(keys(&found), p.orphans);
-    let not_owned: BTreeSet<_> = keys(&found.iter().filter(|o| !o.owned).cloned().collect::<Vec<_>>());
+    let not_owned: BTreeSet<_> = keys(
+        &found
+            .iter()
+            .filter(|o| !o.owned)
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
     assert_eq!(not_owned, p.shared);
     for o in &found {
         assert!(!o.recognised.is_empty(), "{o:?} says how it was recognised");
         let has_age = matches!(o.kind, Kind::ClassicLoadBalancer | Kind::LoadBalancerV2);
-        assert_eq!(o.created.is_some(), has_age, "{o:?}: age where AWS gives one");
+        assert_eq!(
+            o.created.is_some(),
+            has_age,
+            "{o:?}: age where AWS gives one"
+        );
     }
 
     let (ok, stdout, stderr) = tool(&env, &["-o", "json"], "").await?;
@@ -325,15 +360,26 @@ async fn orphans_finds_a_planted_orphan_of_every_kind_and_the_tool_agrees() -> a
     let listed: Vec<serde_json::Value> = serde_json::from_str(&stdout)?;
     let listed: BTreeSet<(String, String)> = listed
         .iter()
-        .map(|o| (o["kind"].as_str().unwrap_or("").to_string(), o["id"].as_str().unwrap_or("").to_string()))
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap_or("").to_string(),
+                o["id"].as_str().unwrap_or("").to_string(),
+            )
+        })
         .collect();
-    let expected: BTreeSet<(String, String)> =
-        p.orphans.iter().map(|(k, id)| (k.as_str().to_string(), id.clone())).collect();
+    let expected: BTreeSet<(String, String)> = p
+        .orphans
+        .iter()
+        .map(|(k, id)| (k.as_str().to_string(), id.clone()))
+        .collect();
     assert_eq!(listed, expected);
 
     let (ok, stdout, _) = tool(&env, &[], "").await?;
     assert!(ok);
-    assert!(stdout.contains(&format!("classic-load-balancer a00000000000000000000000000dead2 (age ")), "{stdout}");
+    assert!(
+        stdout.contains("classic-load-balancer a00000000000000000000000000dead2 (age "),
+        "{stdout}"
+    );
     assert!(stdout.contains("shared)"), "{stdout}");
     Ok(())
 }
@@ -357,24 +403,67 @@ async fn orphans_delete_removes_only_the_owned_orphans_in_dependency_order() -> 
         .filter_map(|l| l.split(' ').next())
         .collect();
     let mut sorted = order.clone();
-    let rank = |k: &&str| ["node-ingress-rule", "classic-load-balancer", "load-balancer-v2", "target-group", "security-group", "route"].iter().position(|x| x == k);
+    let rank = |k: &&str| {
+        [
+            "node-ingress-rule",
+            "classic-load-balancer",
+            "load-balancer-v2",
+            "target-group",
+            "security-group",
+            "route",
+        ]
+        .iter()
+        .position(|x| x == k)
+    };
     sorted.sort_by_key(rank);
     assert_eq!(order, sorted, "deleted in dependency order: {stderr}");
     assert_eq!(order.len(), p.orphans.len() - p.shared.len(), "{stderr}");
-    assert!(stderr.contains("kept classic-load-balancer a00000000000000000000000000dead2 (not tagged owned)"), "{stderr}");
+    assert!(
+        stderr.contains(
+            "kept classic-load-balancer a00000000000000000000000000dead2 (not tagged owned)"
+        ),
+        "{stderr}"
+    );
 
     // Only the shared orphan is left; live resources and others' are intact.
     assert_eq!(keys(&audit(&env).await?), p.shared);
-    let live_clb = p.elb.describe_load_balancers().load_balancer_names(&p.live_name).send().await?;
+    let live_clb = p
+        .elb
+        .describe_load_balancers()
+        .load_balancer_names(&p.live_name)
+        .send()
+        .await?;
     assert_eq!(live_clb.load_balancer_descriptions().len(), 1);
-    let other = p.elb.describe_load_balancers().load_balancer_names("a0000000000000000000000000other").send().await?;
+    let other = p
+        .elb
+        .describe_load_balancers()
+        .load_balancer_names("a0000000000000000000000000other")
+        .send()
+        .await?;
     assert_eq!(other.load_balancer_descriptions().len(), 1);
-    let node_group = p.cloud.ec2.describe_security_groups().group_ids(&p.node_group).send().await?;
+    let node_group = p
+        .cloud
+        .ec2
+        .describe_security_groups()
+        .group_ids(&p.node_group)
+        .send()
+        .await?;
     let perms = node_group.security_groups()[0].ip_permissions();
-    let from: Vec<&str> = perms.iter().flat_map(|q| q.user_id_group_pairs()).filter_map(|g| g.group_id()).collect();
+    let from: Vec<&str> = perms
+        .iter()
+        .flat_map(|q| q.user_id_group_pairs())
+        .filter_map(|g| g.group_id())
+        .collect();
     assert_eq!(from, vec![p.live_group.as_str()]);
-    let described: Vec<&str> = perms.iter().flat_map(|q| q.ip_ranges()).filter_map(|r| r.description()).collect();
-    assert_eq!(described, vec![format!("kubernetes.io/rule/nlb/client={}", p.live_name).as_str()]);
+    let described: Vec<&str> = perms
+        .iter()
+        .flat_map(|q| q.ip_ranges())
+        .filter_map(|r| r.description())
+        .collect();
+    assert_eq!(
+        described,
+        vec![format!("kubernetes.io/rule/nlb/client={}", p.live_name).as_str()]
+    );
     let routes: Vec<String> = p
         .cloud
         .routes(&p.table)
@@ -382,6 +471,14 @@ async fn orphans_delete_removes_only_the_owned_orphans_in_dependency_order() -> 
         .into_keys()
         .filter(|d| !d.contains(':'))
         .collect();
-    assert_eq!(routes, ["10.0.0.0/16", "10.244.1.0/24", "10.244.2.0/24", "192.168.0.0/24"]);
+    assert_eq!(
+        routes,
+        [
+            "10.0.0.0/16",
+            "10.244.1.0/24",
+            "10.244.2.0/24",
+            "192.168.0.0/24"
+        ]
+    );
     Ok(())
 }

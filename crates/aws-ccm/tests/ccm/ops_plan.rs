@@ -59,10 +59,14 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     for (i, id) in seeded.instances.iter().enumerate() {
-        nodes.create(&PostParams::default(), &node(&format!("n{i}"), id)).await?;
+        nodes
+            .create(&PostParams::default(), &node(&format!("n{i}"), id))
+            .await?;
     }
     let services: Api<Service> = Api::namespaced(client, "default");
-    services.create(&PostParams::default(), &lb_service("web", json!({}))).await?;
+    services
+        .create(&PostParams::default(), &lb_service("web", json!({})))
+        .await?;
     let mut ccm = env.start_ccm(&["--controllers=service"]).await?;
     eventually("the load balancer hostname", WAIT, || async {
         services.get("web").await.ok().as_ref().and_then(hostname)
@@ -82,9 +86,13 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
         "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "30",
         "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true"
     }}});
-    services.patch("web", &PatchParams::default(), &Patch::Merge(&annotations)).await?;
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&annotations))
+        .await?;
     let exclude = json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
-    nodes.patch("n0", &PatchParams::default(), &Patch::Merge(&exclude)).await?;
+    nodes
+        .patch("n0", &PatchParams::default(), &Patch::Merge(&exclude))
+        .await?;
 
     let (ok, text, err) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
     assert!(ok, "{err}");
@@ -99,13 +107,19 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
     let planned = planned_actions(&json_out)?;
     assert_eq!(
         planned,
-        ["ConfigureHealthCheck", "DeregisterInstancesFromLoadBalancer", "ModifyLoadBalancerAttributes"]
+        [
+            "ConfigureHealthCheck",
+            "DeregisterInstancesFromLoadBalancer",
+            "ModifyLoadBalancerAttributes"
+        ]
     );
 
     // The next sync, counted at a proxy of its own, makes exactly those calls.
     let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
     counted.record_requests(true);
-    let mut ccm = env.start_ccm_via(&counted.endpoint(), &["--controllers=service"]).await?;
+    let mut ccm = env
+        .start_ccm_via(&counted.endpoint(), &["--controllers=service"])
+        .await?;
     eventually("the sync to leave nothing to plan", WAIT, || async {
         plan_text(&env).await.filter(|t| t == "no changes\n")
     })
@@ -128,20 +142,34 @@ async fn plan_shows_the_route_changes_the_next_reconcile_makes() -> anyhow::Resu
     create(&nodes, route_node("n1", Some(&ids[0]), &["10.244.1.0/24"])).await?;
     create(&nodes, route_node("n2", Some(&ids[1]), &["10.244.2.0/24"])).await?;
     // A stale route: n2's instance, a CIDR no node holds.
-    cloud.instance_route(&table, "10.244.9.0/24", &ids[1]).await?;
+    cloud
+        .instance_route(&table, "10.244.9.0/24", &ids[1])
+        .await?;
 
     let routes_only = "--controllers=route";
     let (ok, text, err) = run_tool(&env, "plan", &[routes_only], "").await?;
     assert!(ok, "{err}");
     assert!(text.starts_with("routes:\n"), "{text}");
-    assert!(text.contains(&format!("  + route 10.244.1.0/24 -> instance {} in {table} (node n1)", ids[0])), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  + route 10.244.1.0/24 -> instance {} in {table} (node n1)",
+            ids[0]
+        )),
+        "{text}"
+    );
     assert!(text.contains(&format!("  - route 10.244.9.0/24 -> instance {} in {table} (not a pod CIDR of the node on its target instance)", ids[1])), "{text}");
     let (ok, json_out, err) = run_tool(&env, "plan", &[routes_only, "-o", "json"], "").await?;
     assert!(ok, "{err}");
     let planned = planned_actions(&json_out)?;
     assert_eq!(
         planned,
-        ["CreateRoute", "CreateRoute", "DeleteRoute", "ModifyInstanceAttribute", "ModifyInstanceAttribute"]
+        [
+            "CreateRoute",
+            "CreateRoute",
+            "DeleteRoute",
+            "ModifyInstanceAttribute",
+            "ModifyInstanceAttribute"
+        ]
     );
 
     let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;

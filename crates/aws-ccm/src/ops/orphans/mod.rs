@@ -226,7 +226,9 @@ pub async fn delete(
 async fn delete_one(aws: &AwsClient, deletion: &Deletion) -> Result<(), String> {
     let aws_err = |e: AwsError| e.to_string();
     match deletion {
-        Deletion::Rules { group, rules } => sg::io::revoke(aws, group, rules).await.map_err(aws_err),
+        Deletion::Rules { group, rules } => {
+            sg::io::revoke(aws, group, rules).await.map_err(aws_err)
+        }
         Deletion::ClassicLoadBalancer(name) => aws
             .elb(Operation::ElbDeleteLoadBalancer, |c| {
                 c.delete_load_balancer().load_balancer_name(name).send()
@@ -270,7 +272,10 @@ async fn delete_target_group_patiently(aws: &AwsClient, arn: &str) -> Result<(),
                 if e.code() == Some("ResourceInUse")
                     && tokio::time::Instant::now() + wait < deadline =>
             {
-                tracing::info!(target_group = arn, "target group still in use; retrying its deletion");
+                tracing::info!(
+                    target_group = arn,
+                    "target group still in use; retrying its deletion"
+                );
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(10));
             }
@@ -284,10 +289,7 @@ async fn delete_target_group_patiently(aws: &AwsClient, arn: &str) -> Result<(),
 /// Service the resource was made for when it says.
 pub(crate) fn tag_note(tags: &BTreeMap<String, String>, cluster_id: &str) -> String {
     let key = crate::aws::tags::cluster_tag_key(cluster_id);
-    let mut note = format!(
-        "tagged {key}={}",
-        tags.get(&key).map_or("", String::as_str)
-    );
+    let mut note = format!("tagged {key}={}", tags.get(&key).map_or("", String::as_str));
     if let Some(svc) = tags.get(crate::aws::tags::SERVICE_NAME_TAG) {
         note.push_str(&format!(", made for Service {svc}"));
     }

@@ -195,7 +195,10 @@ pub async fn dead_target_groups(
         let why = if behind.is_empty() {
             "no load balancer points at it".to_string()
         } else {
-            format!("only dead load balancers point at it ({})", behind.join(", "))
+            format!(
+                "only dead load balancers point at it ({})",
+                behind.join(", ")
+            )
         };
         out.push(Orphan {
             kind: Kind::TargetGroup,
@@ -221,8 +224,11 @@ pub async fn dead_groups_and_rules(
     cluster_id: &str,
     live: &Live,
 ) -> Result<Vec<Orphan>, AwsError> {
-    let tagged = sg::io::describe(aws, vec![filter("tag-key", [tags::cluster_tag_key(cluster_id)])])
-        .await?;
+    let tagged = sg::io::describe(
+        aws,
+        vec![filter("tag-key", [tags::cluster_tag_key(cluster_id)])],
+    )
+    .await?;
     let dead: Vec<&sg::SecurityGroup> = tagged
         .iter()
         .filter(|g| {
@@ -305,7 +311,11 @@ pub fn dead_rules_in(
             created: None,
             owned: dead_groups
                 .iter()
-                .filter(|d| from_dead.iter().any(|r| r.source == sg::Source::Group(d.id.clone())))
+                .filter(|d| {
+                    from_dead
+                        .iter()
+                        .any(|r| r.source == sg::Source::Group(d.id.clone()))
+                })
                 .all(|d| tags::is_owned(&d.tags, cluster_id)),
             deletion: Deletion::Rules {
                 group: holder.id.clone(),
@@ -414,10 +424,7 @@ pub async fn dead_routes(
             } => Some(Orphan {
                 kind: Kind::Route,
                 id: format!("{table_id}: {destination}"),
-                recognised: format!(
-                    "route to {target} in {} ({reason})",
-                    scope.selector
-                ),
+                recognised: format!("route to {target} in {} ({reason})", scope.selector),
                 created: None,
                 owned: true,
                 deletion: Deletion::Route {

@@ -57,14 +57,25 @@ fn a_load_balancer_is_dead_when_no_live_service_has_its_name_and_owned_only_when
         created: None,
     };
     let found = dead_load_balancers(
-        &[lb("alive", "owned"), lb("gone", "owned"), lb("theirs", "shared")],
+        &[
+            lb("alive", "owned"),
+            lb("gone", "owned"),
+            lb("theirs", "shared"),
+        ],
         &live(&["alive"]),
         CLUSTER,
     );
     let got: Vec<(&str, bool)> = found.iter().map(|o| (o.id.as_str(), o.owned)).collect();
     assert_eq!(got, vec![("gone", true), ("theirs", false)]);
-    assert!(found[0].recognised.contains("kubernetes.io/cluster/c1=owned"));
-    assert_eq!(found[0].deletion, Deletion::ClassicLoadBalancer("gone".into()));
+    assert!(
+        found[0]
+            .recognised
+            .contains("kubernetes.io/cluster/c1=owned")
+    );
+    assert_eq!(
+        found[0].deletion,
+        Deletion::ClassicLoadBalancer("gone".into())
+    );
 }
 
 #[test]
@@ -106,7 +117,11 @@ fn node_rules_for_dead_load_balancers_are_found_and_live_ones_kept() {
             },
         ]
     );
-    assert!(found.iter().all(|o| o.owned && o.kind == Kind::NodeIngressRule));
+    assert!(
+        found
+            .iter()
+            .all(|o| o.owned && o.kind == Kind::NodeIngressRule)
+    );
     assert!(found[1].recognised.contains("gone-nlb"));
 }
 
@@ -141,7 +156,10 @@ fn live_comes_from_services_the_controller_manages_and_every_node() {
         ],
         &[node],
     );
-    assert_eq!(live.load_balancers, BTreeSet::from(["a11112222".to_string()]));
+    assert_eq!(
+        live.load_balancers,
+        BTreeSet::from(["a11112222".to_string()])
+    );
     assert_eq!(live.nodes.len(), 1);
     assert_eq!(live.nodes[0].instance_id.as_deref(), Some("i-1"));
 }

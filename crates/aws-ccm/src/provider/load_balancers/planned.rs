@@ -9,6 +9,7 @@ use super::refusals::Warning;
 use super::{AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind};
 use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;
+use crate::aws::tags;
 use crate::aws::{elb, nlb};
 
 /// A classic ELB sync's plan.
@@ -45,9 +46,9 @@ pub struct NlbPlan {
 /// What one Service's sync would change.
 #[derive(Clone, Debug)]
 pub enum Planned {
-    Classic(ClbPlan),
+    Classic(Box<ClbPlan>),
     Network {
-        plan: NlbPlan,
+        plan: Box<NlbPlan>,
         /// Rule changes per node group.
         node_rules: Vec<(sg::SecurityGroup, RuleChanges)>,
     },
@@ -58,7 +59,7 @@ impl AwsLoadBalancers {
     /// written (a type change's handover is only looked for).
     pub async fn plan(&self, req: &EnsureRequest) -> Result<Planned, LbError> {
         if req.spec.kind != LoadBalancerKind::Network {
-            return Ok(Planned::Classic(self.plan_clb(req, false).await?));
+            return Ok(Planned::Classic(Box::new(self.plan_clb(req, false).await?)));
         }
         let mut plan = self.plan_nlb(req, false).await?;
         let mut node_rules = Vec::new();
@@ -75,6 +76,83 @@ impl AwsLoadBalancers {
                 .plan_nlb_node_rules(req, &at, groups, &mut plan.warnings)
                 .await?;
         }
-        Ok(Planned::Network { plan, node_rules })
+        Ok(Planned::Network {
+            plan: Box::new(plan),
+            node_rules,
+        })
+    }
+
+    /// Reads and plans an NLB sync, stopping before apply (the node rules
+    /// are planned apart: [`Self::plan_nlb_node_rules`]). With `hand_over`
+    /// a classic ELB the Service had is deleted first; without, only looked for.
+    pub(crate) async fn plan_nlb(
+        &self,
+        req: &EnsureRequest,
+        hand_over: bool,
+    ) -> Result<NlbPlan, LbError> {
+        let aws = &self.aws;
+        let spec = &req.spec;
+        let name = elb::load_balancer_name(&req.uid);
+        let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
+        let backends = backends.list();
+        let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
+        let env = elb::Environment {
+            subnets: subnet_ids.clone(),
+            instances: backends.iter().map(|i| i.id.clone()).collect(),
+            // An NLB's node rules are planned apart (see `nlb_rules`).
+            node_groups: BTreeSet::new(),
+        };
+        let desired = nlb::plan::desired(
+            spec,
+            &req.service_key,
+            &req.uid,
+            &self.cluster_id,
+            &self.cloud,
+            &env,
+        )
+        .map_err(LbError::Config)?;
+
+        let lb = nlb::read::read_lb(aws, &name).await?;
+        let mut handover = false;
+        if lb.is_none() {
+            // Type change handover: the Service was a classic ELB until now.
+            handover = if hand_over {
+                self.delete_clb(&req.uid).await?
+            } else {
+                elb::io::read_lb(aws, &name).await?.is_some()
+            };
+        }
+        let target_groups = match &lb {
+            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
+            None => Vec::new(),
+        };
+        let owned_name = elb::owned_group_name(&name);
+        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_name, &backends).await?;
+        let owned_group = groups
+            .values()
+            .find(|g| g.name == owned_name && tags::is_owned(&g.tags, &self.cluster_id))
+            .cloned();
+        let actual = nlb::Actual {
+            lb,
+            target_groups,
+            owned_group,
+        };
+        let mut warnings = Vec::new();
+        let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
+        let changes = self
+            .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
+            .await?;
+        Ok(NlbPlan {
+            name,
+            vpc_id,
+            subnet_ids,
+            desired,
+            actual,
+            changes,
+            warnings,
+            handover,
+            groups,
+            node_groups,
+        })
     }
 }
