@@ -14,6 +14,7 @@ pub mod leader;
 pub mod logging;
 pub mod manager;
 pub mod metrics;
+pub mod ops;
 pub mod options;
 pub mod provider;
 pub mod server;

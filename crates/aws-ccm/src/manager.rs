@@ -108,7 +108,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
 }
 
 /// cloud.conf from `--cloud-config`, or the defaults without it.
-fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Result<CloudConfig> {
+pub(crate) fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Result<CloudConfig> {
     Ok(
         match opts
             .cloud_config
@@ -125,7 +125,7 @@ fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Result<CloudConf
 }
 
 /// The one door to AWS, with the region and the cluster ID resolved.
-async fn connect_aws(
+pub(crate) async fn connect_aws(
     cloud: &CloudConfig,
     opts: &crate::options::Options,
 ) -> anyhow::Result<(AwsClient, String, String)> {

@@ -44,6 +44,7 @@ use super::ControllerContext;
 use crate::options::cidrs::ClusterCidrs;
 use crate::provider::routes::{
     RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
+    TargetInstance,
 };
 
 /// Share of `--route-table-limit` past which the controller warns.
@@ -190,6 +191,31 @@ impl<R: Routes> Reconciler<R> {
     pub async fn reconcile(&mut self, nodes: &[NodeRoutes]) -> Result<Report, ReconcileError> {
         let metrics = &*METRICS;
         metrics.syncs.inc();
+        let (tables, instances, plan) = match self.read_and_plan(nodes).await {
+            Err(e @ ReconcileError::NoRouteTables { .. }) => {
+                metrics.tables_missing.set(1);
+                return Err(e);
+            }
+            Err(e @ ReconcileError::Instances(_)) => {
+                // The tables were found.
+                metrics.tables_missing.set(0);
+                return Err(e);
+            }
+            other => other?,
+        };
+        metrics.tables_missing.set(0);
+        let refused = self.refusals(&plan, &tables, &instances).await;
+        let mut report = self.apply(plan, &refused).await;
+        self.account(&tables, &mut report);
+        Ok(report)
+    }
+
+    /// The reads and the plan of a reconcile, stopping before apply
+    /// (`aws-ccm plan`): the tables, the nodes' instances, the plan.
+    pub async fn read_and_plan(
+        &self,
+        nodes: &[NodeRoutes],
+    ) -> Result<(Vec<RouteTable>, HashMap<String, TargetInstance>, Plan), ReconcileError> {
         let tables = self
             .routes
             .route_tables(&self.selector)
@@ -199,12 +225,10 @@ impl<R: Routes> Reconciler<R> {
                 source,
             })?;
         if tables.is_empty() {
-            metrics.tables_missing.set(1);
             return Err(ReconcileError::NoRouteTables {
                 selector: self.selector.to_string(),
             });
         }
-        metrics.tables_missing.set(0);
         let mut ids: Vec<String> = nodes
             .iter()
             .filter(|n| !n.pod_cidrs.is_empty())
@@ -221,10 +245,7 @@ impl<R: Routes> Reconciler<R> {
                 .map_err(ReconcileError::Instances)?
         };
         let plan = plan::plan(&self.cluster_cidrs, nodes, &tables, &instances);
-        let refused = self.refusals(&plan, &tables, &instances).await;
-        let mut report = self.apply(plan, &refused).await;
-        self.account(&tables, &mut report);
-        Ok(report)
+        Ok((tables, instances, plan))
     }
 
     async fn apply(&self, plan: Plan, refused: &HashMap<usize, RoutesError>) -> Report {

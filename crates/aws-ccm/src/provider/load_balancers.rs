@@ -18,8 +18,10 @@ use crate::cloud_config::CloudConfig;
 mod drift;
 mod nlb_groups;
 mod nlb_rules;
+mod planned;
 mod refusals;
 use nlb_rules::NlbNodeRules;
+pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED, Warning, merged};
 
 /// One Service's request.
@@ -308,14 +310,38 @@ impl AwsLoadBalancers {
 
 impl AwsLoadBalancers {
     async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let p = self.plan_clb(req, true).await?;
+        let new_dns =
+            elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
+        let hostname = new_dns
+            .or_else(|| p.actual.lb.as_ref().map(|l| l.dns_name.clone()))
+            .unwrap_or_default();
+        Ok(Ensured {
+            hostname,
+            changes: p.changes.iter().map(elb::plan::describe).collect(),
+            warnings: merged(p.warnings),
+        })
+    }
+
+    /// Reads and plans a classic ELB sync, stopping before apply. With
+    /// `hand_over` an NLB the Service had is deleted first (a sync); without,
+    /// it is only looked for (`aws-ccm plan`).
+    pub(crate) async fn plan_clb(
+        &self,
+        req: &EnsureRequest,
+        hand_over: bool,
+    ) -> Result<ClbPlan, LbError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
         let lb = elb::io::read_lb(aws, &name).await?;
         // Type change handover: the Service was an NLB until now. First, so
         // that the NLB's group (same name scheme) is gone before groups are read.
-        if lb.is_none() && self.delete_nlb(&req.service_key, &req.uid, true).await? {
+        let mut handover = false;
+        if lb.is_none() && hand_over && self.delete_nlb(&req.service_key, &req.uid, true).await? {
             tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
+        } else if lb.is_none() && !hand_over {
+            handover = nlb::read::read_lb(aws, &name).await?.is_some();
         }
 
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
@@ -366,14 +392,13 @@ impl AwsLoadBalancers {
                 &mut warnings,
             )
             .await;
-        let new_dns = elb::io::apply(aws, &name, Some(&vpc_id), &actual, &changes).await?;
-        let hostname = new_dns
-            .or_else(|| actual.lb.as_ref().map(|l| l.dns_name.clone()))
-            .unwrap_or_default();
-        Ok(Ensured {
-            hostname,
-            changes: changes.iter().map(elb::plan::describe).collect(),
-            warnings: merged(warnings),
+        Ok(ClbPlan {
+            name,
+            vpc_id,
+            actual,
+            changes,
+            warnings,
+            handover,
         })
     }
 
@@ -625,77 +650,25 @@ impl AwsLoadBalancers {
     }
 
     async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        let aws = &self.aws;
-        let spec = &req.spec;
-        let name = elb::load_balancer_name(&req.uid);
-        let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
-        let backends = backends.list();
-        let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
-        let env = elb::Environment {
-            subnets: subnet_ids.clone(),
-            instances: backends.iter().map(|i| i.id.clone()).collect(),
-            // An NLB's node rules are planned apart (see `nlb_rules`).
-            node_groups: BTreeSet::new(),
-            cluster_name: self.cluster_name.clone(),
-            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
-        };
-        let desired = nlb::plan::desired(
-            spec,
-            &req.service_key,
-            &req.uid,
-            &self.cluster_id,
-            &self.cloud,
-            &env,
-        )
-        .map_err(LbError::Config)?;
-
-        let lb = nlb::read::read_lb(aws, &name).await?;
-        let mut handed_over = false;
-        if lb.is_none() {
-            // Type change handover: the Service was a classic ELB until now.
-            handed_over = self.delete_clb(&req.uid, Some(&req.service_key)).await?;
-        }
-        let target_groups = match &lb {
-            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
-            None => Vec::new(),
-        };
-        let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
-        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_names, &backends).await?;
-        let actual = nlb::Actual {
-            lb,
-            target_groups,
-            owned_group: self.nlb_owned_group(&owned_names, groups.values()),
-        };
-        let mut warnings = Vec::new();
-        let diffs = nlb::plan::left_alone(&desired, &actual, &self.cluster_id);
-        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
-        warnings.extend(drift::drift_warning(
-            &req.service_key,
-            &name,
-            lb_tags,
-            &diffs,
-        ));
-        let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
-        let changes = self
-            .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
-            .await?;
-        let applied = nlb::io::apply(aws, &name, &vpc_id, &actual, &changes).await?;
+        let p = self.plan_nlb(req, true).await?;
+        let mut warnings = p.warnings;
+        let applied = nlb::io::apply(&self.aws, &p.name, &p.vpc_id, &p.actual, &p.changes).await?;
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
-        let mut described: Vec<String> = changes.iter().map(nlb::plan::describe).collect();
-        if handed_over {
+        let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
+        if p.handover {
             described.push("deleted the classic ELB the Service had before".into());
         }
 
         if !self.cloud.disable_security_group_ingress {
             let node_rules = NlbNodeRules {
-                name: &name,
-                vpc_id: &vpc_id,
-                subnet_ids: &subnet_ids,
-                desired: &desired,
-                node_groups: &node_groups,
+                name: &p.name,
+                vpc_id: &p.vpc_id,
+                subnet_ids: &p.subnet_ids,
+                desired: &p.desired,
+                node_groups: &p.node_groups,
             };
             let done = self
-                .sync_nlb_node_rules(req, &node_rules, groups, &mut warnings)
+                .sync_nlb_node_rules(req, &node_rules, p.groups, &mut warnings)
                 .await?;
             described.extend(done);
         }

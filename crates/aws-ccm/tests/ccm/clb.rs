@@ -155,8 +155,21 @@ impl Vpc {
     /// Everything in AWS carrying this cluster's tag or made for it, except
     /// the node groups themselves: load balancers, groups, and node-group
     /// rules that admit another group. Empty once every Service is gone.
-    async fn cluster_leftovers(&self) -> anyhow::Result<Vec<String>> {
-        let mut left = Vec::new();
+    /// The orphan audit of `aws-ccm orphans` (the library's
+    /// `ops::orphans::find` over the live Services and Nodes) must find
+    /// nothing either.
+    async fn cluster_leftovers(&self, env: &Env) -> anyhow::Result<Vec<String>> {
+        let live = aws_ccm::ops::orphans::Live::read(&env.api.client().await?).await?;
+        let scope = aws_ccm::ops::orphans::Scope {
+            cluster_id: CLUSTER_ID.into(),
+            routes: None,
+        };
+        let mut left: Vec<String> =
+            aws_ccm::ops::orphans::find(&aws_client(env).await, &live, &scope)
+                .await?
+                .into_iter()
+                .map(|o| format!("orphan {} {}: {}", o.kind.as_str(), o.id, o.recognised))
+                .collect();
         let lbs = self.elb.describe_load_balancers().send().await?;
         for lb in lbs.load_balancer_descriptions() {
             let name = lb.load_balancer_name().unwrap_or_default();
@@ -1761,7 +1774,7 @@ async fn clb_deletion_retries_dependency_violation_and_keeps_the_finalizer_on_fa
 
     // Nothing of this cluster's is left: no load balancer, no owned group,
     // no rule in either node group.
-    assert_eq!(v.cluster_leftovers().await?, Vec::<String>::new());
+    assert_eq!(v.cluster_leftovers(&env).await?, Vec::<String>::new());
     Ok(())
 }
 
@@ -1829,7 +1842,7 @@ async fn clb_cloud_conf_group_disabled_ingress_and_shared_probe() -> anyhow::Res
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     assert!(v.describe(&name).await.is_none());
     assert!(group_by_name(&v.ec2, "global-elb").await.is_some());
-    assert_eq!(v.cluster_leftovers().await?, Vec::<String>::new());
+    assert_eq!(v.cluster_leftovers(&env).await?, Vec::<String>::new());
     Ok(())
 }
 
@@ -1941,7 +1954,7 @@ async fn clb_shared_group_node_rule_goes_when_no_load_balancer_needs_it() -> any
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    assert_eq!(v.cluster_leftovers().await?, Vec::<String>::new());
+    assert_eq!(v.cluster_leftovers(&env).await?, Vec::<String>::new());
     assert!(group_by_name(&v.ec2, "shared-lb").await.is_some());
     assert!(
         v.rules(&outsider).await?.contains(&from_shared),

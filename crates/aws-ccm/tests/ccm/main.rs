@@ -16,6 +16,8 @@ mod lb_permissions;
 mod nlb;
 mod node;
 mod observability;
+mod ops_orphans;
+mod ops_plan;
 mod permissions;
 mod routes;
 mod service;

@@ -490,3 +490,25 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
     seeded.instances = seeded.launch(nodes).await?;
     Ok(seeded)
 }
+
+/// The library's AWS client (the one door) for moto, for tests that call
+/// the library directly (e.g. the orphan audit).
+pub async fn aws_client(env: &Env) -> aws_ccm::aws::AwsClient {
+    let config = env
+        .moto
+        .sdk_config()
+        .await
+        .to_builder()
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .build();
+    aws_ccm::aws::AwsClient::new(
+        aws_ccm::aws::SdkClients {
+            ec2: aws_sdk_ec2::Client::new(&config),
+            elb: aws_sdk_elasticloadbalancing::Client::new(&config),
+            elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&config),
+            sts: aws_sdk_sts::Client::new(&config),
+        },
+        CLUSTER_ID.into(),
+        aws_ccm::aws::ClientOptions::default(),
+    )
+}

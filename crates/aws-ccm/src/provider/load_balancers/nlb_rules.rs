@@ -6,10 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::refusals::Warning;
 use super::{AwsLoadBalancers, EnsureRequest, LbError};
 use crate::aws::nlb;
+use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;
 
 /// What the node rules of one NLB sync are computed from.
-pub(super) struct NlbNodeRules<'a> {
+pub(crate) struct NlbNodeRules<'a> {
     /// The NLB's name.
     pub name: &'a str,
     pub vpc_id: &'a str,
@@ -29,9 +30,37 @@ impl AwsLoadBalancers {
         &self,
         req: &EnsureRequest,
         at: &NlbNodeRules<'_>,
-        mut groups: BTreeMap<String, sg::SecurityGroup>,
+        groups: BTreeMap<String, sg::SecurityGroup>,
         warnings: &mut Vec<Warning>,
     ) -> Result<Vec<String>, LbError> {
+        let planned = self.plan_nlb_node_rules(req, at, groups, warnings).await?;
+        let mut described = Vec::new();
+        for (g, ch) in &planned {
+            tracing::info!(load_balancer = %at.name, group = %g.id, authorize = ch.authorize.len(), revoke = ch.revoke.len(), "updating node group rules");
+            if self
+                .write_node_rules(&req.service_key, g, ch, warnings)
+                .await?
+            {
+                described.push(format!(
+                    "node group {}: +{} -{} rule(s)",
+                    g.id,
+                    ch.authorize.len(),
+                    ch.revoke.len()
+                ));
+            }
+        }
+        Ok(described)
+    }
+
+    /// The rule changes [`Self::sync_nlb_node_rules`] would write, per
+    /// group, without writing (groups IAM refuses left out, with a warning).
+    pub(crate) async fn plan_nlb_node_rules(
+        &self,
+        req: &EnsureRequest,
+        at: &NlbNodeRules<'_>,
+        mut groups: BTreeMap<String, sg::SecurityGroup>,
+        warnings: &mut Vec<Warning>,
+    ) -> Result<Vec<(sg::SecurityGroup, RuleChanges)>, LbError> {
         let aws = &self.aws;
         let cidrs = self.subnets.cidrs(aws, at.vpc_id, at.subnet_ids).await?;
         let rules = nlb::node_rules::node_rules(at.desired, &req.spec.source_ranges, &cidrs);
@@ -52,26 +81,15 @@ impl AwsLoadBalancers {
                 groups.entry(g.id.clone()).or_insert(g);
             }
         }
-        let mut described = Vec::new();
-        for g in groups.values() {
+        let mut planned = Vec::new();
+        for g in groups.into_values() {
             let want = at.node_groups.contains(&g.id).then_some(&rules);
             let ch = nlb::node_rules::node_group_changes(at.name, &g.descriptions, want);
-            if ch.is_empty() || self.group_refused(&req.service_key, g, warnings).await {
+            if ch.is_empty() || self.group_refused(&req.service_key, &g, warnings).await {
                 continue;
             }
-            tracing::info!(load_balancer = %at.name, group = %g.id, authorize = ch.authorize.len(), revoke = ch.revoke.len(), "updating node group rules");
-            if self
-                .write_node_rules(&req.service_key, g, &ch, warnings)
-                .await?
-            {
-                described.push(format!(
-                    "node group {}: +{} -{} rule(s)",
-                    g.id,
-                    ch.authorize.len(),
-                    ch.revoke.len()
-                ));
-            }
+            planned.push((g, ch));
         }
-        Ok(described)
+        Ok(planned)
     }
 }

@@ -1,0 +1,171 @@
+//! `aws-ccm`: the operator tool. Subcommands take the CCM's own flags
+//! (`--cloud-config`, `--kubeconfig`, `--cluster-cidr`, ...) with their
+//! meaning; see docs/aws-ccm-tool.md.
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+
+use aws_ccm::ops::orphans::{self, Orphan, Outcome};
+use aws_ccm::ops::{Context, Format, short_age};
+use aws_ccm::options::Options;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "aws-ccm",
+    version,
+    about = "Operator tool of the AWS cloud-controller-manager: what it left behind (orphans), what it would change (plan)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// AWS resources with this cluster's tag that belong to no live Service or Node.
+    Orphans(OrphansArgs),
+    /// What the controllers would change in AWS now (like `terraform plan`).
+    Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    /// Services to plan (`name` or `namespace/name`); every LoadBalancer
+    /// Service, and routes, when none is named.
+    services: Vec<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    output: Format,
+    #[command(flatten)]
+    ccm: Options,
+}
+
+#[derive(Debug, Args)]
+struct OrphansArgs {
+    /// Delete the orphans tagged `owned` (asks first unless --yes).
+    #[arg(long)]
+    delete: bool,
+    /// With --delete: do not ask.
+    #[arg(long, requires = "delete")]
+    yes: bool,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    output: Format,
+    #[command(flatten)]
+    ccm: Options,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Orphans(args) => run_orphans(args).await,
+            Command::Plan(args) => run_plan(args).await,
+        }
+    });
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The CCM's options, validated as the CCM validates them
+/// (`--cloud-provider` may be left out: it can only be `aws`).
+fn ccm_options(mut options: Options) -> anyhow::Result<aws_ccm::options::Validated> {
+    if options.cloud_provider.is_empty() {
+        options.cloud_provider = "aws".into();
+    }
+    let validated = options.validate(Vec::new())?;
+    aws_ccm::logging::init(validated.options.verbosity, validated.options.log_format);
+    Ok(validated)
+}
+
+async fn run_orphans(args: OrphansArgs) -> anyhow::Result<ExitCode> {
+    let ctx = Context::connect(ccm_options(args.ccm)?).await?;
+    let scope = ctx.orphan_scope();
+    let live = orphans::Live::read(&ctx.kube).await?;
+    let found = orphans::find(&ctx.aws, &live, &scope).await?;
+    let now = chrono::Utc::now();
+    match args.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&found)?),
+        Format::Text => print_orphans(&found, &scope, now),
+    }
+    if !args.delete || found.iter().all(|o| !o.owned) {
+        return Ok(ExitCode::SUCCESS);
+    }
+    if !args.yes && !confirm(found.iter().filter(|o| o.owned).count())? {
+        eprintln!("nothing deleted");
+        return Ok(ExitCode::FAILURE);
+    }
+    let failed = orphans::delete(&ctx.aws, &found, |o, outcome| {
+        let line = match outcome {
+            Outcome::Deleted => format!("deleted {} {}", o.kind.as_str(), o.id),
+            Outcome::NotOwned => format!("kept {} {} (not tagged owned)", o.kind.as_str(), o.id),
+            Outcome::Failed(e) => format!("FAILED to delete {} {}: {e}", o.kind.as_str(), o.id),
+        };
+        eprintln!("{line}");
+    })
+    .await;
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print_orphans(found: &[Orphan], scope: &orphans::Scope, now: chrono::DateTime<chrono::Utc>) {
+    if scope.routes.is_none() {
+        println!(
+            "# routes not audited: the route controller would not run (pass --cluster-cidr, and --configure-cloud-routes is on)"
+        );
+    }
+    if found.is_empty() {
+        println!("no orphans");
+        return;
+    }
+    for o in found {
+        let age = o.age(now).map_or("-".to_string(), short_age);
+        let owned = if o.owned { "owned" } else { "shared" };
+        println!(
+            "{} {} (age {age}, {owned}): {}",
+            o.kind.as_str(),
+            o.id,
+            o.recognised
+        );
+    }
+}
+
+/// Asks on stdin; `true` on `y` or `yes`.
+fn confirm(count: usize) -> anyhow::Result<bool> {
+    eprint!("delete the {count} orphan(s) tagged owned listed above? [y/N] ");
+    std::io::stderr().flush()?;
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes"))
+}
+
+async fn run_plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    let ctx = Context::connect(ccm_options(args.ccm)?).await?;
+    let sections = aws_ccm::ops::plan::plan(&ctx, &args.services).await?;
+    match args.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&sections)?),
+        Format::Text => print!("{}", aws_ccm::ops::plan::render(&sections)),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,415 @@
+//! `aws-ccm plan`: what the controllers would change in AWS now, by their
+//! own read-and-plan code ([`AwsLoadBalancers::plan`] for each LoadBalancer
+//! Service, [`Reconciler::read_and_plan`] for routes), stopping before
+//! apply. Each step carries the AWS actions applying it sends, so a test
+//! can hold the plan against the calls of the next sync.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use serde::Serialize;
+
+use super::Context;
+use crate::aws::elb::{self, Change as ClbChange};
+use crate::aws::nlb::{self, Change as NlbChange};
+use crate::aws::subnets::SubnetCache;
+use crate::controllers::cached_node::Node;
+use crate::controllers::route::Reconciler;
+use crate::controllers::route::plan::RouteChange;
+use crate::controllers::service::{backends, wants_load_balancer};
+use crate::provider::load_balancers::{
+    AwsLoadBalancers, ClbPlan, EnsureRequest, LoadBalancerKind, LoadBalancerSpec, NlbPlan, Planned,
+    SUBNET_TTL,
+};
+
+/// One step, as `terraform plan` prints it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Step {
+    /// `+`, `~`, `-` or `-/+`.
+    pub symbol: &'static str,
+    pub what: String,
+    /// The AWS actions applying it sends (one each, before retries).
+    pub actions: Vec<&'static str>,
+}
+
+/// The plan of one subject: a Service (`namespace/name`) or `routes`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Section {
+    pub subject: String,
+    pub steps: Vec<Step>,
+    /// What keeps the plan from being complete: an invalid Service, a
+    /// write IAM refuses, a failed read.
+    pub notes: Vec<String>,
+}
+
+fn step(symbol: &'static str, what: String, actions: &[&'static str]) -> Step {
+    Step {
+        symbol,
+        what,
+        actions: actions.to_vec(),
+    }
+}
+
+/// The plan for the Services named in `only` (`name` or `namespace/name`;
+/// every LoadBalancer Service when empty), then for routes when the route
+/// controller would run.
+pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>> {
+    let lp = kube::api::ListParams::default();
+    let services = kube::Api::<Service>::all(ctx.kube.clone())
+        .list(&lp)
+        .await?;
+    let nodes: Vec<Arc<Node>> = kube::Api::<Node>::all(ctx.kube.clone())
+        .list(&lp)
+        .await?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    let lbs = AwsLoadBalancers {
+        aws: ctx.aws.clone(),
+        cloud: ctx.cloud.clone(),
+        cluster_id: ctx.cluster_id.clone(),
+        cluster_name: ctx.validated.options.cluster_name.clone(),
+        subnets: SubnetCache::new(SUBNET_TTL),
+    };
+    let mut out = Vec::new();
+    for svc in &services.items {
+        let key = format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
+        let named = only.is_empty() || only.iter().any(|o| *o == key || *o == svc.name_any());
+        if named && wants_load_balancer(svc) {
+            out.push(service_section(&lbs, svc, key, &nodes).await);
+        }
+    }
+    if only.is_empty()
+        && let Some(scope) = ctx.route_scope()
+    {
+        let reconciler = Reconciler::new(
+            ctx.aws.clone(),
+            scope.cluster_cidrs,
+            scope.selector,
+            ctx.validated.options.route_table_limit,
+        );
+        out.push(route_section(&reconciler, &nodes).await);
+    }
+    Ok(out)
+}
+
+async fn service_section(
+    lbs: &AwsLoadBalancers,
+    svc: &Service,
+    key: String,
+    nodes: &[Arc<Node>],
+) -> Section {
+    let mut section = Section {
+        subject: key.clone(),
+        steps: Vec::new(),
+        notes: Vec::new(),
+    };
+    let spec = match LoadBalancerSpec::from_service(svc) {
+        Ok(spec) => spec,
+        Err(e) => {
+            section
+                .notes
+                .push(format!("invalid Service, no AWS call would be made: {e}"));
+            return section;
+        }
+    };
+    if spec.kind == LoadBalancerKind::External {
+        section
+            .notes
+            .push("load balancer managed by another controller (external)".into());
+        return section;
+    }
+    let req = EnsureRequest {
+        service_key: key,
+        uid: svc.metadata.uid.clone().unwrap_or_default(),
+        instance_ids: backends(nodes, &spec.target_node_labels),
+        spec,
+    };
+    match lbs.plan(&req).await {
+        Ok(Planned::Classic(p)) => clb_steps(&p, &mut section),
+        Ok(Planned::Network { plan, node_rules }) => {
+            nlb_steps(&plan, &mut section);
+            for (group, ch) in node_rules {
+                if !ch.revoke.is_empty() {
+                    section.steps.push(step(
+                        "-",
+                        format!("{} rule(s) of node group {}", ch.revoke.len(), group.id),
+                        &["RevokeSecurityGroupIngress"],
+                    ));
+                }
+                if !ch.authorize.is_empty() {
+                    section.steps.push(step(
+                        "+",
+                        format!("{} rule(s) in node group {}", ch.authorize.len(), group.id),
+                        &["AuthorizeSecurityGroupIngress"],
+                    ));
+                }
+            }
+        }
+        Err(e) => section.notes.push(format!("the sync would fail: {e}")),
+    }
+    section
+}
+
+fn clb_steps(p: &ClbPlan, section: &mut Section) {
+    if p.handover {
+        section.steps.push(step(
+            "-",
+            format!(
+                "NLB {} (the Service now asks for a classic ELB; its plan follows the deletion)",
+                p.name
+            ),
+            &[],
+        ));
+    }
+    section
+        .notes
+        .extend(p.warnings.iter().map(|w| format!("{w:?}")));
+    let lb = p.actual.lb.as_ref();
+    let recreate = p.changes.iter().find_map(|c| match c {
+        ClbChange::DeleteLoadBalancer { reason } => Some(reason.clone()),
+        _ => None,
+    });
+    for c in &p.changes {
+        let s = match c {
+            ClbChange::DeleteLoadBalancer { .. } => continue,
+            ClbChange::CreateLoadBalancer { .. } => match &recreate {
+                Some(why) => step(
+                    "-/+",
+                    format!("classic ELB {} ({why})", p.name),
+                    &["DeleteLoadBalancer", "CreateLoadBalancer"],
+                ),
+                None => step(
+                    "+",
+                    format!("classic ELB {}", p.name),
+                    &["CreateLoadBalancer"],
+                ),
+            },
+            ClbChange::ConfigureHealthCheck(h) => step(
+                "~",
+                format!(
+                    "health check {} -> {h:?}",
+                    lb.and_then(|l| l.health_check.as_ref())
+                        .map_or("none".into(), |o| format!("{o:?}"))
+                ),
+                &["ConfigureHealthCheck"],
+            ),
+            ClbChange::ModifyAttributes(a) => step(
+                "~",
+                format!(
+                    "attributes {} -> {a:?}",
+                    lb.map_or("none".into(), |l| format!("{:?}", l.attributes))
+                ),
+                &["ModifyLoadBalancerAttributes"],
+            ),
+            ClbChange::ApplySecurityGroups(g) => step(
+                "~",
+                format!(
+                    "security groups {:?} -> {g:?}",
+                    lb.map(|l| l.security_groups.clone()).unwrap_or_default()
+                ),
+                &["ApplySecurityGroupsToLoadBalancer"],
+            ),
+            other => clb_simple(other),
+        };
+        section.steps.push(s);
+    }
+    if recreate.is_some()
+        && !p
+            .changes
+            .iter()
+            .any(|c| matches!(c, ClbChange::CreateLoadBalancer { .. }))
+    {
+        section.steps.push(step(
+            "-",
+            format!("classic ELB {}", p.name),
+            &["DeleteLoadBalancer"],
+        ));
+    }
+}
+
+/// The steps whose description needs no old value.
+fn clb_simple(c: &ClbChange) -> Step {
+    let what = elb::plan::describe(c);
+    let (symbol, action): (&'static str, &'static str) = match c {
+        ClbChange::CreateSecurityGroup(_) => ("+", "CreateSecurityGroup"),
+        ClbChange::AuthorizeIngress { .. } | ClbChange::AuthorizeNodeIngress { .. } => {
+            ("+", "AuthorizeSecurityGroupIngress")
+        }
+        ClbChange::RevokeIngress { .. } | ClbChange::RevokeNodeIngress { .. } => {
+            ("-", "RevokeSecurityGroupIngress")
+        }
+        ClbChange::DeleteListeners(_) => ("-", "DeleteLoadBalancerListeners"),
+        ClbChange::CreateListeners(_) => ("+", "CreateLoadBalancerListeners"),
+        ClbChange::AttachSubnets(_) => ("+", "AttachLoadBalancerToSubnets"),
+        ClbChange::DetachSubnets(_) => ("-", "DetachLoadBalancerFromSubnets"),
+        ClbChange::AddTags(_) => ("~", "AddTags"),
+        ClbChange::CreatePolicy { .. } => ("+", "CreateLoadBalancerPolicy"),
+        ClbChange::SetBackendPolicies { .. } => ("~", "SetLoadBalancerPoliciesForBackendServer"),
+        ClbChange::SetListenerPolicies { .. } => ("~", "SetLoadBalancerPoliciesOfListener"),
+        ClbChange::RegisterInstances(_) => ("+", "RegisterInstancesWithLoadBalancer"),
+        ClbChange::DeregisterInstances(_) => ("-", "DeregisterInstancesFromLoadBalancer"),
+        ClbChange::DeleteSecurityGroup(_) => ("-", "DeleteSecurityGroup"),
+        ClbChange::DeleteLoadBalancer { .. } => ("-", "DeleteLoadBalancer"),
+        ClbChange::CreateLoadBalancer { .. } => ("+", "CreateLoadBalancer"),
+        ClbChange::ConfigureHealthCheck(_) => ("~", "ConfigureHealthCheck"),
+        ClbChange::ModifyAttributes(_) => ("~", "ModifyLoadBalancerAttributes"),
+        ClbChange::ApplySecurityGroups(_) => ("~", "ApplySecurityGroupsToLoadBalancer"),
+    };
+    step(symbol, what, &[action])
+}
+
+fn nlb_steps(p: &NlbPlan, section: &mut Section) {
+    if p.handover {
+        section.steps.push(step(
+            "-",
+            format!(
+                "classic ELB {} (the Service now asks for an NLB; its plan follows the deletion)",
+                p.name
+            ),
+            &[],
+        ));
+    }
+    section
+        .notes
+        .extend(p.warnings.iter().map(|w| format!("{w:?}")));
+    let recreate = p.changes.iter().find_map(|c| match c {
+        NlbChange::DeleteLoadBalancer { reason, .. } => Some(reason.clone()),
+        _ => None,
+    });
+    let creates = p
+        .changes
+        .iter()
+        .any(|c| matches!(c, NlbChange::CreateLoadBalancer { .. }));
+    for c in &p.changes {
+        let s = match c {
+            NlbChange::DeleteLoadBalancer { .. } if creates => continue,
+            NlbChange::CreateLoadBalancer { .. } => match &recreate {
+                Some(why) => step(
+                    "-/+",
+                    format!("NLB {} ({why})", p.name),
+                    &["DeleteLoadBalancer", "CreateLoadBalancer"],
+                ),
+                None => step("+", format!("NLB {}", p.name), &["CreateLoadBalancer"]),
+            },
+            NlbChange::ModifyHealthCheck { arn, health } => {
+                let old = p
+                    .actual
+                    .target_groups
+                    .iter()
+                    .find(|t| t.arn == *arn)
+                    .map(|t| &t.health);
+                step(
+                    "~",
+                    format!("health check of {arn} {old:?} -> {health:?}"),
+                    &["ModifyTargetGroup"],
+                )
+            }
+            NlbChange::ModifyAttributes(a) => {
+                let old: BTreeMap<&String, Option<&String>> = a
+                    .keys()
+                    .map(|k| (k, p.actual.lb.as_ref().and_then(|l| l.attributes.get(k))))
+                    .collect();
+                step(
+                    "~",
+                    format!("NLB attributes {old:?} -> {a:?}"),
+                    &["ModifyLoadBalancerAttributes"],
+                )
+            }
+            other => nlb_simple(other),
+        };
+        section.steps.push(s);
+    }
+}
+
+fn nlb_simple(c: &NlbChange) -> Step {
+    let what = nlb::plan::describe(c);
+    let (symbol, action): (&'static str, &'static str) = match c {
+        NlbChange::CreateSecurityGroup(_) => ("+", "CreateSecurityGroup"),
+        NlbChange::AuthorizeIngress(_) => ("+", "AuthorizeSecurityGroupIngress"),
+        NlbChange::RevokeIngress(_) => ("-", "RevokeSecurityGroupIngress"),
+        NlbChange::SetSecurityGroups(_) => ("~", "SetSecurityGroups"),
+        NlbChange::DeleteSecurityGroup(_) => ("-", "DeleteSecurityGroup"),
+        NlbChange::DeleteLoadBalancer { .. } => ("-", "DeleteLoadBalancer"),
+        NlbChange::CreateLoadBalancer { .. } => ("+", "CreateLoadBalancer"),
+        NlbChange::SetSubnets(_) => ("~", "SetSubnets"),
+        NlbChange::SetIpAddressType(_) => ("~", "SetIpAddressType"),
+        NlbChange::AddTags { .. } => ("~", "AddTags"),
+        NlbChange::ModifyAttributes(_) => ("~", "ModifyLoadBalancerAttributes"),
+        NlbChange::CreateTargetGroup { .. } => ("+", "CreateTargetGroup"),
+        NlbChange::ModifyHealthCheck { .. } => ("~", "ModifyTargetGroup"),
+        NlbChange::ModifyTargetGroupAttributes { .. } => ("~", "ModifyTargetGroupAttributes"),
+        NlbChange::RegisterTargets { .. } => ("+", "RegisterTargets"),
+        NlbChange::DeregisterTargets { .. } => ("-", "DeregisterTargets"),
+        NlbChange::CreateListener { .. } => ("+", "CreateListener"),
+        NlbChange::ModifyListener { .. } => ("~", "ModifyListener"),
+        NlbChange::DeleteListener { .. } => ("-", "DeleteListener"),
+        NlbChange::DeleteTargetGroup { .. } => ("-", "DeleteTargetGroup"),
+    };
+    step(symbol, what, &[action])
+}
+
+async fn route_section(
+    reconciler: &Reconciler<crate::aws::AwsClient>,
+    nodes: &[Arc<Node>],
+) -> Section {
+    let mut section = Section {
+        subject: "routes".into(),
+        steps: Vec::new(),
+        notes: Vec::new(),
+    };
+    let node_routes: Vec<_> = nodes
+        .iter()
+        .map(|n| crate::controllers::route::node_routes(n))
+        .collect();
+    let plan = match reconciler.read_and_plan(&node_routes).await {
+        Ok((_, _, plan)) => plan,
+        Err(e) => {
+            section.notes.push(format!("the reconcile would fail: {e}"));
+            return section;
+        }
+    };
+    for c in &plan.changes {
+        section.steps.push(match c {
+            RouteChange::DisableSourceDestCheck { node, instance_id } => step("~", format!("source/destination check of {instance_id} (node {node}) on -> off"), &["ModifyInstanceAttribute"]),
+            RouteChange::Create { node, table_id, destination, instance_id } => step("+", format!("route {destination} -> instance {instance_id} in {table_id} (node {node})"), &["CreateRoute"]),
+            RouteChange::Replace { node, table_id, destination, instance_id, previous, .. } => step("~", format!("route {destination} in {table_id}: {previous} -> instance {instance_id} (node {node})"), &["ReplaceRoute"]),
+            RouteChange::Delete { table_id, destination, target, reason } => step("-", format!("route {destination} -> {target} in {table_id} ({reason})"), &["DeleteRoute"]),
+        });
+    }
+    for (node, outcome) in &plan.nodes {
+        for b in &outcome.blockers {
+            section
+                .notes
+                .push(format!("node {node} cannot be routed: {b}"));
+        }
+    }
+    section
+}
+
+/// The plan as `terraform plan` prints it; "no changes" when empty.
+pub fn render(sections: &[Section]) -> String {
+    let mut out = String::new();
+    for s in sections {
+        if s.steps.is_empty() && s.notes.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("{}:\n", s.subject));
+        for st in &s.steps {
+            out.push_str(&format!("  {:>3} {}\n", st.symbol, st.what));
+        }
+        for n in &s.notes {
+            out.push_str(&format!("  note: {n}\n"));
+        }
+    }
+    let count: usize = sections.iter().map(|s| s.steps.len()).sum();
+    if count == 0 {
+        out.push_str("no changes\n");
+    } else {
+        out.push_str(&format!("{count} change(s)\n"));
+    }
+    out
+}

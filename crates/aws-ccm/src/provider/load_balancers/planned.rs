@@ -1,0 +1,163 @@
+//! A sync's reads and plan, stopping before apply: what `ensure` would
+//! change now (`aws-ccm plan`). `ensure` runs the same functions and then
+//! applies their changes.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::nlb_rules::NlbNodeRules;
+use super::refusals::Warning;
+use super::{AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind};
+use crate::aws::nlb::node_rules::RuleChanges;
+use crate::aws::security_groups as sg;
+use crate::aws::{elb, nlb};
+
+/// A classic ELB sync's plan.
+#[derive(Clone, Debug)]
+pub struct ClbPlan {
+    pub name: String,
+    pub vpc_id: String,
+    pub actual: elb::Actual,
+    pub changes: Vec<elb::Change>,
+    /// Writes IAM refuses, left out of `changes`.
+    pub warnings: Vec<Warning>,
+    /// Whether the Service's NLB goes first (it asked for an NLB before).
+    pub handover: bool,
+}
+
+/// An NLB sync's plan, its node rules apart.
+#[derive(Clone, Debug)]
+pub struct NlbPlan {
+    pub name: String,
+    pub vpc_id: String,
+    pub subnet_ids: Vec<String>,
+    pub desired: nlb::Desired,
+    pub actual: nlb::Actual,
+    pub changes: Vec<nlb::Change>,
+    pub warnings: Vec<Warning>,
+    /// Whether the Service's classic ELB goes first.
+    pub handover: bool,
+    /// The groups read (the owned one and the backends').
+    pub groups: BTreeMap<String, sg::SecurityGroup>,
+    /// The backends' node groups.
+    pub node_groups: BTreeSet<String>,
+}
+
+/// What one Service's sync would change.
+#[derive(Clone, Debug)]
+pub enum Planned {
+    Classic(Box<ClbPlan>),
+    Network {
+        plan: Box<NlbPlan>,
+        /// Rule changes per node group.
+        node_rules: Vec<(sg::SecurityGroup, RuleChanges)>,
+    },
+}
+
+impl AwsLoadBalancers {
+    /// What [`super::LoadBalancers::ensure`] would change now; nothing is
+    /// written (a type change's handover is only looked for).
+    pub async fn plan(&self, req: &EnsureRequest) -> Result<Planned, LbError> {
+        if req.spec.kind != LoadBalancerKind::Network {
+            return Ok(Planned::Classic(Box::new(self.plan_clb(req, false).await?)));
+        }
+        let mut plan = self.plan_nlb(req, false).await?;
+        let mut node_rules = Vec::new();
+        if !self.cloud.disable_security_group_ingress {
+            let groups = std::mem::take(&mut plan.groups);
+            let at = NlbNodeRules {
+                name: &plan.name,
+                vpc_id: &plan.vpc_id,
+                subnet_ids: &plan.subnet_ids,
+                desired: &plan.desired,
+                node_groups: &plan.node_groups,
+            };
+            node_rules = self
+                .plan_nlb_node_rules(req, &at, groups, &mut plan.warnings)
+                .await?;
+        }
+        Ok(Planned::Network {
+            plan: Box::new(plan),
+            node_rules,
+        })
+    }
+
+    /// Reads and plans an NLB sync, stopping before apply (the node rules
+    /// are planned apart: [`Self::plan_nlb_node_rules`]). With `hand_over`
+    /// a classic ELB the Service had is deleted first; without, only looked for.
+    pub(crate) async fn plan_nlb(
+        &self,
+        req: &EnsureRequest,
+        hand_over: bool,
+    ) -> Result<NlbPlan, LbError> {
+        let aws = &self.aws;
+        let spec = &req.spec;
+        let name = elb::load_balancer_name(&req.uid);
+        let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
+        let backends = backends.list();
+        let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
+        let env = elb::Environment {
+            subnets: subnet_ids.clone(),
+            instances: backends.iter().map(|i| i.id.clone()).collect(),
+            // An NLB's node rules are planned apart (see `nlb_rules`).
+            node_groups: BTreeSet::new(),
+            cluster_name: self.cluster_name.clone(),
+            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
+        };
+        let desired = nlb::plan::desired(
+            spec,
+            &req.service_key,
+            &req.uid,
+            &self.cluster_id,
+            &self.cloud,
+            &env,
+        )
+        .map_err(LbError::Config)?;
+
+        let lb = nlb::read::read_lb(aws, &name).await?;
+        let mut handover = false;
+        if lb.is_none() {
+            // Type change handover: the Service was a classic ELB until now.
+            handover = if hand_over {
+                self.delete_clb(&req.uid, Some(&req.service_key)).await?
+            } else {
+                elb::io::read_lb(aws, &name).await?.is_some()
+            };
+        }
+        let target_groups = match &lb {
+            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
+            None => Vec::new(),
+        };
+        let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
+        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_names, &backends).await?;
+        let actual = nlb::Actual {
+            lb,
+            target_groups,
+            owned_group: self.nlb_owned_group(&owned_names, groups.values()),
+        };
+        let mut warnings = Vec::new();
+        let diffs = nlb::plan::left_alone(&desired, &actual, &self.cluster_id);
+        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
+        warnings.extend(super::drift::drift_warning(
+            &req.service_key,
+            &name,
+            lb_tags,
+            &diffs,
+        ));
+        let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
+        let changes = self
+            .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
+            .await?;
+        Ok(NlbPlan {
+            name,
+            vpc_id,
+            subnet_ids,
+            desired,
+            actual,
+            changes,
+            warnings,
+            handover,
+            groups,
+            node_groups,
+        })
+    }
+}

@@ -1,0 +1,190 @@
+//! Issue 20: `aws-ccm plan` shows what the next sync does. The plan's AWS
+//! actions are held against the mutating calls the CCM then sends, counted
+//! at a fault proxy of their own; an unchanged cluster plans "no changes".
+
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde_json::json;
+
+use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+
+use crate::ops_orphans::run_tool;
+use crate::routes::WAIT;
+use crate::service::{hostname, lb_service, node};
+use crate::support::*;
+
+/// The CCM runs the service controller alone; the tool plans what it runs.
+const SERVICE_ONLY: &str = "--controllers=service";
+
+/// The AWS actions of a `plan -o json`, sorted.
+fn planned_actions(json: &str) -> anyhow::Result<Vec<String>> {
+    let sections: Vec<serde_json::Value> = serde_json::from_str(json)?;
+    let mut actions: Vec<String> = sections
+        .iter()
+        .flat_map(|s| s["steps"].as_array().cloned().unwrap_or_default())
+        .flat_map(|st| st["actions"].as_array().cloned().unwrap_or_default())
+        .filter_map(|a| a.as_str().map(str::to_string))
+        .collect();
+    actions.sort();
+    Ok(actions)
+}
+
+/// The writes that reached `proxy` (DryRun probes and reads left out), sorted.
+fn written_actions(proxy: &FaultProxy) -> Vec<String> {
+    let mut out = Vec::new();
+    for (_, action, _) in proxy.calls().iter() {
+        if action.starts_with("Describe") || action.starts_with("Get") {
+            continue;
+        }
+        for call in proxy.requests(action) {
+            if call.params.get("DryRun").map(String::as_str) != Some("true") {
+                out.push(action.to_string());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn plan_text(env: &Env) -> Option<String> {
+    let (ok, out, _) = run_tool(env, "plan", &[SERVICE_ONLY], "").await.ok()?;
+    ok.then_some(out)
+}
+
+#[tokio::test]
+async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (i, id) in seeded.instances.iter().enumerate() {
+        nodes
+            .create(&PostParams::default(), &node(&format!("n{i}"), id))
+            .await?;
+    }
+    let services: Api<Service> = Api::namespaced(client, "default");
+    services
+        .create(&PostParams::default(), &lb_service("web", json!({})))
+        .await?;
+    let mut ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the load balancer hostname", WAIT, || async {
+        services.get("web").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+
+    // At rest: nothing to change.
+    let (ok, out, err) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
+    assert!(ok, "aws-ccm plan failed: {err}");
+    assert_eq!(out, "no changes\n");
+
+    // A health check and an attribute annotation, and one node excluded.
+    let annotations = json!({"metadata": {"annotations": {
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "30",
+        "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true"
+    }}});
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&annotations))
+        .await?;
+    let exclude = json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
+    nodes
+        .patch("n0", &PatchParams::default(), &Patch::Merge(&exclude))
+        .await?;
+
+    let (ok, text, err) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
+    assert!(ok, "{err}");
+    assert!(text.starts_with("default/web:\n"), "{text}");
+    assert!(text.contains("  ~ health check "), "{text}");
+    assert!(text.contains(" -> HealthCheck {"), "{text}");
+    assert!(text.contains("  ~ attributes "), "{text}");
+    assert!(text.contains("  - deregister 1 instance(s)"), "{text}");
+    assert!(text.ends_with("3 change(s)\n"), "{text}");
+    let (ok, json_out, err) = run_tool(&env, "plan", &[SERVICE_ONLY, "-o", "json"], "").await?;
+    assert!(ok, "{err}");
+    let planned = planned_actions(&json_out)?;
+    assert_eq!(
+        planned,
+        [
+            "ConfigureHealthCheck",
+            "DeregisterInstancesFromLoadBalancer",
+            "ModifyLoadBalancerAttributes"
+        ]
+    );
+
+    // The next sync, counted at a proxy of its own, makes exactly those calls.
+    let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    counted.record_requests(true);
+    let mut ccm = env
+        .start_ccm_via(&counted.endpoint(), &["--controllers=service"])
+        .await?;
+    eventually("the sync to leave nothing to plan", WAIT, || async {
+        plan_text(&env).await.filter(|t| t == "no changes\n")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+    assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
+    Ok(())
+}
+
+#[tokio::test]
+async fn plan_shows_the_route_changes_the_next_reconcile_makes() -> anyhow::Result<()> {
+    use crate::routes::{Cloud, as_strs, create, node as route_node, nodes_api, route_args};
+    let env = Env::start().await?;
+    let cloud = Cloud::new(&env).await?;
+    let table = cloud.route_table(true).await?;
+    let ids = cloud.instances(2).await?;
+    let nodes = nodes_api(&env).await?;
+    create(&nodes, route_node("n1", Some(&ids[0]), &["10.244.1.0/24"])).await?;
+    create(&nodes, route_node("n2", Some(&ids[1]), &["10.244.2.0/24"])).await?;
+    // A stale route: n2's instance, a CIDR no node holds.
+    cloud
+        .instance_route(&table, "10.244.9.0/24", &ids[1])
+        .await?;
+
+    let routes_only = "--controllers=route";
+    let (ok, text, err) = run_tool(&env, "plan", &[routes_only], "").await?;
+    assert!(ok, "{err}");
+    assert!(text.starts_with("routes:\n"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "  + route 10.244.1.0/24 -> instance {} in {table} (node n1)",
+            ids[0]
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("  - route 10.244.9.0/24 -> instance {} in {table} (not a pod CIDR of the node on its target instance)", ids[1])), "{text}");
+    let (ok, json_out, err) = run_tool(&env, "plan", &[routes_only, "-o", "json"], "").await?;
+    assert!(ok, "{err}");
+    let planned = planned_actions(&json_out)?;
+    assert_eq!(
+        planned,
+        [
+            "CreateRoute",
+            "CreateRoute",
+            "DeleteRoute",
+            "ModifyInstanceAttribute",
+            "ModifyInstanceAttribute"
+        ]
+    );
+
+    let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    counted.record_requests(true);
+    let mut ccm = env
+        .start_ccm_via(&counted.endpoint(), &as_strs(&route_args(&[])))
+        .await?;
+    eventually("the reconcile to leave nothing to plan", WAIT, || async {
+        let (ok, out, _) = run_tool(&env, "plan", &[routes_only], "").await.ok()?;
+        (ok && out == "no changes\n").then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+    assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
+    Ok(())
+}
