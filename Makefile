@@ -26,7 +26,7 @@ tools:
 	scripts/install-moto.sh
 	scripts/install-tools.sh
 
-## lint: formatting, clippy, shell scripts, YAML, manifests, IAM policy
+## lint: formatting, clippy, shell scripts, YAML, manifests, IAM policy, sizes of functions and files
 lint: tools
 	cargo fmt --check
 	cargo clippy --locked --all-targets -- -D warnings
@@ -44,6 +44,7 @@ lint: tools
 	scripts/check-doc-paths.sh
 	$(VENV)/bin/python scripts/gen-compatibility-names.py --check
 	scripts/check-observability.sh
+	$(VENV)/bin/python scripts/check-sizes.py
 
 # The AWS actions the CCM sent during the suite, for the IAM coverage test,
 # and its Kubernetes requests, for the RBAC coverage test.

@@ -3,7 +3,7 @@
 //! the shapes they get wrong. Each parser must never panic, and each value
 //! it refuses must come back as an error that names it, so the controller's
 //! Warning event and log line can say what to fix. (That a refused Service
-//! makes no AWS call is asserted end to end in `tests/ccm/service.rs`.)
+//! makes no AWS call is asserted end to end in `tests/ccm/clb.rs`.)
 //!
 //! Runs are deterministic: proptest's default seed source is replaced by a
 //! fixed seed (`PROPTEST_RNG_SEED` picks another), and every failure prints

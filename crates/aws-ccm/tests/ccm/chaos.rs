@@ -580,25 +580,13 @@ async fn leader_failover_mid_provisioning_has_one_writer_at_a_time() -> anyhow::
     let second_proxy =
         FaultProxy::start(&world.env.moto.endpoint(), ProxyConfig::default()).await?;
     let mut first = world.env.start_ccm(&[]).await?;
-    first
-        .wait_for_log("starting controller", Duration::from_secs(30))
-        .await?;
-    let second = world
-        .env
-        .start_ccm_via(&second_proxy.endpoint(), &[])
-        .await?;
-    second
-        .wait_for_log(
-            "attempting to acquire leader lease",
-            Duration::from_secs(30),
-        )
-        .await?;
-    let names = world
-        .create_services("failover", s.failover_services)
-        .await?;
-    eventually("the leader provisioning", s.deadline, || async {
-        (mutating(&world.env.proxy) > 0).then_some(())
-    })
+    let (second, names) = standby_and_provisioning(
+        &world,
+        &first,
+        &second_proxy,
+        "failover",
+        s.failover_services,
+    )
     .await?;
     let before_standby = mutating(&second_proxy);
     first.signal(libc::SIGKILL);
@@ -651,6 +639,38 @@ async fn leader_failover_mid_provisioning_has_one_writer_at_a_time() -> anyhow::
         .await
         .map_err(|e| e.context(second.logs()))?;
     audit_leaks(campaign, &world).await
+}
+
+/// Waits until `first` leads, starts a standby whose AWS calls go through
+/// `standby_proxy`, creates `n` Services and waits until the leader writes
+/// to AWS for them.
+async fn standby_and_provisioning(
+    world: &World,
+    first: &Ccm,
+    standby_proxy: &FaultProxy,
+    prefix: &str,
+    n: usize,
+) -> anyhow::Result<(Ccm, Vec<String>)> {
+    let deadline = scale().deadline;
+    first
+        .wait_for_log("starting controller", Duration::from_secs(30))
+        .await?;
+    let second = world
+        .env
+        .start_ccm_via(&standby_proxy.endpoint(), &[])
+        .await?;
+    second
+        .wait_for_log(
+            "attempting to acquire leader lease",
+            Duration::from_secs(30),
+        )
+        .await?;
+    let names = world.create_services(prefix, n).await?;
+    eventually("the leader provisioning", deadline, || async {
+        (mutating(&world.env.proxy) > 0).then_some(())
+    })
+    .await?;
+    Ok((second, names))
 }
 
 /// Attempted writes that reached the proxy (answered, faulted or
@@ -775,25 +795,13 @@ async fn partitioned_leader(campaign: &str, retry_loop: bool) -> anyhow::Result<
         }
     }
     let first = Ccm::spawn(&args, &world.env.aws_env()).await?;
-    first
-        .wait_for_log("starting controller", Duration::from_secs(30))
-        .await?;
-    let second = world
-        .env
-        .start_ccm_via(&second_proxy.endpoint(), &[])
-        .await?;
-    second
-        .wait_for_log(
-            "attempting to acquire leader lease",
-            Duration::from_secs(30),
-        )
-        .await?;
-    let names = world
-        .create_services("partition", s.failover_services)
-        .await?;
-    eventually("the leader provisioning", s.deadline, || async {
-        (mutating(&world.env.proxy) > 0).then_some(())
-    })
+    let (second, names) = standby_and_provisioning(
+        &world,
+        &first,
+        &second_proxy,
+        "partition",
+        s.failover_services,
+    )
     .await?;
     if retry_loop {
         world

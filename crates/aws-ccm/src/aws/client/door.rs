@@ -215,21 +215,7 @@ impl Door {
                 api_metrics::record_throttled(op);
                 limiter.on_throttled();
             }
-            let retryable = failure.class.is_retryable();
-            let error = AwsError::from_attempt(op, failure, attempts);
-            let lost_now = op.is_mutating() && error.class() == ErrorClass::Transient;
-            let error = match after_lost_answer(op, answer_lost, lost_now, error) {
-                Ok(error) => error,
-                Err(verdict) => {
-                    api_metrics::record_call_error(op);
-                    return Err(verdict);
-                }
-            };
-            answer_lost |= lost_now;
-            if !retryable {
-                api_metrics::record_call_error(op);
-                return Err(error);
-            }
+            let error = judge_failure(op, failure, attempts, &mut answer_lost)?;
             let Some(delay) = delays.next() else {
                 api_metrics::record_call_error(op);
                 return Err(lost_wrapped(answer_lost, error));
@@ -337,13 +323,37 @@ enum Attempted<T> {
     Failed(AttemptFailure),
 }
 
+/// What a failed attempt means: the error to retry on (`Ok`), or the error
+/// to give up with, counted as a failed call (`Err`). A mutating call that
+/// got no usable answer marks `answer_lost`, which decides what a later
+/// duplicate or not-found answer means ([`after_lost_answer`]).
+fn judge_failure(
+    op: Operation,
+    failure: AttemptFailure,
+    attempts: u32,
+    answer_lost: &mut bool,
+) -> Result<AwsError, AwsError> {
+    let retryable = failure.class.is_retryable();
+    let error = AwsError::from_attempt(op, failure, attempts);
+    let lost_now = op.is_mutating() && error.class() == ErrorClass::Transient;
+    let error = after_lost_answer(op, *answer_lost, lost_now, error).inspect_err(|_| {
+        api_metrics::record_call_error(op);
+    })?;
+    *answer_lost |= lost_now;
+    if !retryable {
+        api_metrics::record_call_error(op);
+        return Err(error);
+    }
+    Ok(error)
+}
+
 /// What a failed attempt means given the answers lost before it, by the
 /// operation's [`Idempotency`]: `Err` ends the call with that verdict,
 /// `Ok` hands the error back to the retry policy.
 ///
 /// - after a lost answer, a create's duplicate answer or a removal's
 ///   not-found answer proves the lost attempt was applied;
-/// - a [`Idempotency::ReadBeforeRecreate`] create is never repeated once
+/// - a [`Idempotency::ReadBeforeRepeat`] create is never repeated once
 ///   an answer is lost: the caller reads first.
 fn after_lost_answer(
     op: Operation,
@@ -353,7 +363,7 @@ fn after_lost_answer(
 ) -> Result<AwsError, AwsError> {
     let applied = answer_lost
         && match op.idempotency() {
-            Idempotency::Create | Idempotency::ReadBeforeRecreate => error.is_already_exists(),
+            Idempotency::Create | Idempotency::ReadBeforeRepeat => error.is_already_exists(),
             Idempotency::Remove => error.is_not_found(),
             Idempotency::ReadOnly | Idempotency::Natural => false,
         };
@@ -364,7 +374,7 @@ fn after_lost_answer(
             last: Box::new(error),
         });
     }
-    if lost_now && op.idempotency() == Idempotency::ReadBeforeRecreate {
+    if lost_now && op.idempotency() == Idempotency::ReadBeforeRepeat {
         return Err(lost_wrapped(true, error));
     }
     Ok(error)

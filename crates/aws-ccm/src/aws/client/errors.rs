@@ -257,7 +257,7 @@ pub enum AwsError {
     /// a 5xx) so AWS may have applied it. With `applied`, a later attempt
     /// proved it did (a duplicate answer to a create, a not-found answer to
     /// a removal: `last`); without, the door did not repeat the call (an
-    /// [`super::operations::Idempotency::ReadBeforeRecreate`] operation) or
+    /// [`super::operations::Idempotency::ReadBeforeRepeat`] operation) or
     /// ran out of attempts, and `last` is the last failure. Either way the
     /// caller reads the current state before doing more.
     #[error(
@@ -374,7 +374,7 @@ impl AwsError {
     /// True for the "it is already there" answers a repeated create can get
     /// (`InvalidGroup.Duplicate`, `InvalidPermission.Duplicate`,
     /// `RouteAlreadyExists`, `DuplicateLoadBalancerName`, ...). Callers of
-    /// [`super::operations::Idempotency::ReadBeforeRecreate`] operations treat
+    /// [`super::operations::Idempotency::ReadBeforeRepeat`] operations treat
     /// this as success after reading the current state. Also true through
     /// [`AwsError::AnswerLost`].
     pub fn is_already_exists(&self) -> bool {

@@ -192,12 +192,16 @@ pub enum Idempotency {
     /// [`super::errors::AwsError::AnswerLost`] with `applied: true`, and
     /// callers re-read the object and carry on.
     Create,
-    /// A create whose repeat could make a second object (AWS answers a
-    /// same-settings ELBv2 `CreateLoadBalancer` or `CreateListener` with the
-    /// existing one; moto, which the tests run against, makes another). After a lost answer the door does not repeat it: it
-    /// reports [`super::errors::AwsError::AnswerLost`] with
-    /// `applied: false`, and the caller reads before re-creating.
-    ReadBeforeRecreate,
+    /// A call the door does not repeat once an answer is lost: it reports
+    /// [`super::errors::AwsError::AnswerLost`] with `applied: false`, and
+    /// the caller reads before acting again. For a create whose repeat could
+    /// make a second object (AWS answers a same-settings ELBv2
+    /// `CreateLoadBalancer` or `CreateListener` with the existing one; moto,
+    /// which the tests run against, makes another), and for a load
+    /// balancer delete: once the load balancer is gone, a repeat is refused
+    /// by IAM (the policy's `aws:ResourceTag` condition cannot match a
+    /// resource that no longer exists), not answered with success.
+    ReadBeforeRepeat,
     /// A delete or revoke: `*.NotFound` means it is done, whether the object
     /// never existed or an earlier attempt whose answer was lost removed it.
     Remove,
@@ -270,7 +274,7 @@ operations! {
     // ---- Classic ELB ----
     ElbCreateLoadBalancer => (Elb, "CreateLoadBalancer", ElbCreateAndSubnets, Create),
     /// Succeeds when the load balancer is already gone.
-    ElbDeleteLoadBalancer => (Elb, "DeleteLoadBalancer", ElbMutating, Natural),
+    ElbDeleteLoadBalancer => (Elb, "DeleteLoadBalancer", ElbMutating, ReadBeforeRepeat),
     ElbDescribeLoadBalancers => (Elb, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     ElbDescribeTags => (Elb, "DescribeTags", ElbNonMutating, ReadOnly),
     ElbAddTags => (Elb, "AddTags", ElbMutating, Natural),
@@ -289,8 +293,8 @@ operations! {
     ElbSetLoadBalancerPoliciesOfListener => (Elb, "SetLoadBalancerPoliciesOfListener", ElbMutating, Natural),
 
     // ---- ELBv2 ----
-    Elbv2CreateLoadBalancer => (Elbv2, "CreateLoadBalancer", ElbCreateAndSubnets, ReadBeforeRecreate),
-    Elbv2DeleteLoadBalancer => (Elbv2, "DeleteLoadBalancer", ElbMutating, Natural),
+    Elbv2CreateLoadBalancer => (Elbv2, "CreateLoadBalancer", ElbCreateAndSubnets, ReadBeforeRepeat),
+    Elbv2DeleteLoadBalancer => (Elbv2, "DeleteLoadBalancer", ElbMutating, ReadBeforeRepeat),
     Elbv2DescribeLoadBalancers => (Elbv2, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     Elbv2DescribeTags => (Elbv2, "DescribeTags", ElbNonMutating, ReadOnly),
     Elbv2AddTags => (Elbv2, "AddTags", ElbMutating, Natural),
@@ -305,7 +309,7 @@ operations! {
     Elbv2DescribeTargetHealth => (Elbv2, "DescribeTargetHealth", ElbNonMutating, ReadOnly),
     /// AWS answers a same-settings repeat with the existing listener; moto
     /// makes a second one on the same port.
-    Elbv2CreateListener => (Elbv2, "CreateListener", ElbMutating, ReadBeforeRecreate),
+    Elbv2CreateListener => (Elbv2, "CreateListener", ElbMutating, ReadBeforeRepeat),
     Elbv2DeleteListener => (Elbv2, "DeleteListener", ElbMutating, Remove),
     Elbv2DescribeListeners => (Elbv2, "DescribeListeners", ElbNonMutating, ReadOnly),
     Elbv2ModifyListener => (Elbv2, "ModifyListener", ElbMutating, Natural),

@@ -349,12 +349,20 @@ impl Applying<'_> {
 
     async fn delete_lb(&self) -> Result<(), AwsError> {
         let name = self.name;
-        self.aws
+        let deleted = self
+            .aws
             .elb(Operation::ElbDeleteLoadBalancer, |c| {
                 c.delete_load_balancer().load_balancer_name(name).send()
             })
-            .await?;
-        Ok(())
+            .await;
+        match deleted {
+            // The answer was lost: done if the load balancer is gone.
+            Err(e) if e.may_have_been_applied() => match read_lb(self.aws, name).await? {
+                None => Ok(()),
+                Some(_) => Err(e),
+            },
+            other => other.map(|_| ()),
+        }
     }
 
     async fn create_lb(

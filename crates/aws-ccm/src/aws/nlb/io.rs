@@ -262,7 +262,14 @@ impl Applying<'_> {
             })
             .await
         {
-            Err(e) if !not_found(&e) => return Err(e),
+            // The answer was lost: done if the load balancer is gone.
+            Err(e)
+                if e.may_have_been_applied()
+                    && super::read::read_lb(self.aws, self.name).await?.is_some() =>
+            {
+                return Err(e);
+            }
+            Err(e) if !e.may_have_been_applied() && !not_found(&e) => return Err(e),
             _ => {}
         }
         self.lb_arn = None;

@@ -299,6 +299,7 @@ pub enum Change {
     },
 }
 
+pub mod desired;
 pub mod io;
 pub mod node_rules;
 pub mod plan;

@@ -1,0 +1,336 @@
+//! NLB, pure half: the desired state from a Service spec (annotations,
+//! cloud.conf and the environment the sync found). [`super::plan`] takes
+//! what AWS reports to it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::{
+    ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE, Desired,
+    HealthCheck, Listener, SubnetMapping, TargetGroup, target_group_name,
+};
+use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
+use crate::aws::applied::Applied;
+use crate::aws::elb::{Environment, GroupRef, OwnedGroup, load_balancer_name};
+use crate::aws::security_groups::{Rule, Source};
+use crate::aws::tags;
+use crate::cloud_config::{CloudConfig, HealthProbeMode, NlbSecurityGroupMode};
+
+/// Upstream's `buildNLBHealthCheckConfiguration`.
+pub fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck {
+    let mut hc = match spec.local_health_check_node_port {
+        Some(port) => HealthCheck {
+            protocol: "HTTP".into(),
+            port: port.to_string(),
+            path: Some("/healthz".into()),
+            interval: 10,
+            healthy: 2,
+            unhealthy: 2,
+        },
+        None => HealthCheck {
+            protocol: "TCP".into(),
+            port: "traffic-port".into(),
+            path: Some("/".into()),
+            interval: 30,
+            healthy: 3,
+            unhealthy: 3,
+        },
+    };
+    let o = &spec.health_check;
+    if let Some(p) = &o.protocol {
+        hc.protocol = p.clone();
+    }
+    if hc.protocol == "TCP" {
+        hc.path = None;
+    } else if let Some(p) = &o.path {
+        hc.path = Some(p.clone());
+    }
+    match o.port {
+        Some(HealthCheckPort::Port(p)) => hc.port = p.to_string(),
+        Some(HealthCheckPort::TrafficPort) => hc.port = "traffic-port".into(),
+        None => {}
+    }
+    if cloud.health_probe_mode == HealthProbeMode::Shared
+        && spec.local_health_check_node_port.is_none()
+    {
+        hc.protocol = "HTTP".into();
+        hc.port = cloud.shared_health_probe_port.to_string();
+        hc.path = Some(cloud.shared_health_probe_path.clone());
+    }
+    if let Some(i) = o.interval {
+        hc.interval = i;
+    }
+    if let Some(t) = o.healthy_threshold {
+        hc.healthy = t;
+    }
+    if let Some(t) = o.unhealthy_threshold {
+        hc.unhealthy = t;
+    }
+    hc
+}
+
+/// Pure: what AWS must look like for this Service. `Err` says what the user
+/// must fix (address counts that do not match the subnets, TCP+UDP on one
+/// port with different node ports).
+pub fn desired(
+    spec: &LoadBalancerSpec,
+    service_key: &str,
+    uid: &str,
+    cluster_id: &str,
+    cloud: &CloudConfig,
+    env: &Environment,
+) -> Result<Desired, String> {
+    let name = load_balancer_name(uid);
+    let tags = tags::owned_tags(
+        cluster_id,
+        env.legacy_cluster_tag,
+        service_key,
+        &spec.additional_tags,
+    );
+    let health = health_check(spec, cloud);
+    let (listeners, target_groups) = listeners(spec, service_key, cluster_id, &health)?;
+    let subnet_mappings = subnet_mappings(spec, env)?;
+    let groups_managed = cloud.nlb_security_group_mode == NlbSecurityGroupMode::Managed;
+    let (security_groups, owned_group) = if !groups_managed {
+        // Upstream reads `security-groups` for an NLB only in Managed mode.
+        (Vec::new(), None)
+    } else if !spec.security_groups.is_empty() {
+        (
+            spec.security_groups
+                .iter()
+                .cloned()
+                .map(GroupRef::Id)
+                .collect(),
+            None,
+        )
+    } else {
+        let (namespace, svc_name) = service_key.split_once('/').unwrap_or(("", service_key));
+        let group = OwnedGroup {
+            name: super::managed_group_name(&env.cluster_name, namespace, svc_name, uid),
+            description: super::MANAGED_GROUP_DESCRIPTION.to_string(),
+            tags: tags.clone(),
+            rules: owned_group_rules(spec, &listeners),
+        };
+        (vec![GroupRef::Owned], Some(group))
+    };
+    let pinned_addresses =
+        !spec.eip_allocations.is_empty() || !spec.private_ipv4_addresses.is_empty();
+    let addresses: Vec<String> = subnet_mappings
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}/{}",
+                m.subnet,
+                m.allocation_id.as_deref().unwrap_or(""),
+                m.private_ipv4.as_deref().unwrap_or("")
+            )
+        })
+        .collect();
+    let applied = Applied::network(
+        spec.internal,
+        &env.subnets,
+        pinned_addresses.then_some(addresses.as_slice()),
+    );
+    Ok(Desired {
+        security_groups,
+        owned_group,
+        groups_managed,
+        applied,
+        name,
+        internal: spec.internal,
+        ip_address_type: if spec.dualstack { "dualstack" } else { "ipv4" }.into(),
+        subnet_mappings,
+        pinned_addresses,
+        tags,
+        listeners,
+        target_groups,
+        target_group_attributes: spec.target_group_attributes.clone(),
+        attributes: attributes(spec),
+        instances: env.instances.clone(),
+    })
+}
+
+/// One listener per frontend port (TCP and UDP on one port become TCP_UDP),
+/// and the target groups they forward to.
+fn listeners(
+    spec: &LoadBalancerSpec,
+    service_key: &str,
+    cluster_id: &str,
+    health: &HealthCheck,
+) -> Result<(Vec<Listener>, Vec<TargetGroup>), String> {
+    let (namespace, svc_name) = service_key.split_once('/').unwrap_or(("", service_key));
+    let mut by_port: BTreeMap<i32, Vec<&annotations::ServicePortSpec>> = BTreeMap::new();
+    for p in &spec.ports {
+        by_port.entry(p.port).or_default().push(p);
+    }
+    let mut listeners = Vec::new();
+    let mut target_groups: Vec<TargetGroup> = Vec::new();
+    for p in &spec.ports {
+        let same = &by_port[&p.port];
+        if same.len() > 1 && same[0] != p {
+            continue;
+        }
+        let (frontend, traffic, certificate, ssl_policy) = protocols(spec, p, same)?;
+        let tg_name = target_group_name(
+            cluster_id,
+            namespace,
+            svc_name,
+            p.port,
+            p.node_port,
+            &traffic,
+            &health.protocol,
+            health.interval,
+        );
+        if !target_groups.iter().any(|t| t.name == tg_name) {
+            target_groups.push(TargetGroup {
+                name: tg_name.clone(),
+                protocol: traffic,
+                port: p.node_port,
+                health: health.clone(),
+            });
+        }
+        listeners.push(Listener {
+            port: p.port,
+            protocol: frontend,
+            certificate,
+            ssl_policy,
+            target_group: tg_name,
+        });
+    }
+    Ok((listeners, target_groups))
+}
+
+/// A port's frontend and traffic protocols, certificate and SSL policy.
+/// `same` holds every entry on the port (two make TCP_UDP).
+fn protocols(
+    spec: &LoadBalancerSpec,
+    p: &annotations::ServicePortSpec,
+    same: &[&annotations::ServicePortSpec],
+) -> Result<(String, String, Option<String>, Option<String>), String> {
+    if same.len() > 1 {
+        let node_ports: BTreeSet<i32> = same.iter().map(|q| q.node_port).collect();
+        let protocols: BTreeSet<&str> = same.iter().map(|q| q.protocol.as_str()).collect();
+        if node_ports.len() != 1 || protocols != BTreeSet::from(["TCP", "UDP"]) {
+            return Err(format!(
+                "port {} is listed {} times; an NLB takes one TCP and one UDP entry on the same port with the same nodePort (TCP_UDP), got protocols {:?} and node ports {:?}",
+                p.port,
+                same.len(),
+                protocols,
+                node_ports
+            ));
+        }
+        return Ok(("TCP_UDP".to_string(), "TCP_UDP".to_string(), None, None));
+    }
+    let tls = p.protocol != "UDP"
+        && spec.ssl_cert.is_some()
+        && spec
+            .ssl_ports
+            .as_ref()
+            .is_none_or(|s| s.contains(p.port, &p.name));
+    if !tls {
+        return Ok((p.protocol.clone(), p.protocol.clone(), None, None));
+    }
+    let traffic = if spec.backend_protocol == Some(BackendProtocol::Ssl) {
+        "TLS"
+    } else {
+        p.protocol.as_str()
+    };
+    Ok((
+        "TLS".to_string(),
+        traffic.to_string(),
+        spec.ssl_cert.clone(),
+        spec.ssl_negotiation_policy.clone(),
+    ))
+}
+
+/// One mapping per subnet, paired in order with the EIPs or private
+/// addresses the annotations list (one per subnet, or none).
+fn subnet_mappings(
+    spec: &LoadBalancerSpec,
+    env: &Environment,
+) -> Result<Vec<SubnetMapping>, String> {
+    let count_err = |what: &str, n: usize| {
+        format!(
+            "{what} lists {n} address(es) but the NLB has {} subnet(s) ({}); give one per subnet",
+            env.subnets.len(),
+            env.subnets.join(", ")
+        )
+    };
+    if !spec.eip_allocations.is_empty() && spec.eip_allocations.len() != env.subnets.len() {
+        return Err(count_err(
+            annotations::EIP_ALLOCATIONS,
+            spec.eip_allocations.len(),
+        ));
+    }
+    if !spec.private_ipv4_addresses.is_empty()
+        && spec.private_ipv4_addresses.len() != env.subnets.len()
+    {
+        return Err(count_err(
+            annotations::PRIVATE_IPV4,
+            spec.private_ipv4_addresses.len(),
+        ));
+    }
+    Ok(env
+        .subnets
+        .iter()
+        .enumerate()
+        .map(|(i, s)| SubnetMapping {
+            subnet: s.clone(),
+            allocation_id: spec.eip_allocations.get(i).cloned(),
+            private_ipv4: spec.private_ipv4_addresses.get(i).map(|ip| ip.to_string()),
+        })
+        .collect())
+}
+
+fn attributes(spec: &LoadBalancerSpec) -> BTreeMap<String, String> {
+    let mut attributes = BTreeMap::from([
+        (ATTR_CROSS_ZONE.to_string(), spec.cross_zone.to_string()),
+        (
+            ATTR_ACCESS_LOGS.to_string(),
+            spec.access_log_enabled.to_string(),
+        ),
+    ]);
+    // AWS refuses an empty bucket: leave bucket and prefix alone when off.
+    if spec.access_log_enabled {
+        attributes.insert(
+            ATTR_ACCESS_LOGS_BUCKET.into(),
+            spec.access_log_bucket.clone().unwrap_or_default(),
+        );
+        attributes.insert(
+            ATTR_ACCESS_LOGS_PREFIX.into(),
+            spec.access_log_prefix.clone().unwrap_or_default(),
+        );
+    }
+    attributes
+}
+
+/// The owned (managed) group's rules: the listeners' ports and ICMP for
+/// path MTU, from the source ranges.
+fn owned_group_rules(spec: &LoadBalancerSpec, listeners: &[Listener]) -> BTreeSet<Rule> {
+    let mut rules = BTreeSet::new();
+    for l in listeners {
+        let protocols: &[&str] = match l.protocol.as_str() {
+            "UDP" => &["udp"],
+            "TCP_UDP" => &["tcp", "udp"],
+            _ => &["tcp"],
+        };
+        for proto in protocols {
+            for range in &spec.source_ranges {
+                rules.insert(Rule {
+                    protocol: proto.to_string(),
+                    from: l.port,
+                    to: l.port,
+                    source: Source::Cidr(*range),
+                });
+            }
+        }
+    }
+    for range in &spec.source_ranges {
+        rules.insert(Rule {
+            protocol: "icmp".into(),
+            from: 3,
+            to: 4,
+            source: Source::Cidr(*range),
+        });
+    }
+    rules
+}
