@@ -360,7 +360,7 @@ async fn find_instance<I: Instances>(
 ) -> Result<Instance, NodeError> {
     let name = node.name_any();
     let reference = node.object_ref(&());
-    let (reason, note) = match shared.prefetch.resolve(&name, lookup).await {
+    let note = match shared.prefetch.resolve(&name, lookup).await {
         // As upstream, a name-based lookup only trusts instances of this
         // cluster: another cluster's instance may have the same DNS name.
         Ok(Some(instance))
@@ -369,19 +369,13 @@ async fn find_instance<I: Instances>(
         {
             return Ok(instance);
         }
-        Ok(Some(instance)) => (
-            EVENT_INSTANCE_NOT_FOUND,
-            format!(
-                "Instance {} has private DNS name {name} but is not tagged as a member of cluster {} \
-                 (tag kubernetes.io/cluster/{}=owned or shared); node {name} is not initialized from it. \
-                 Tag the instance, or set the kubelet's --provider-id.",
-                instance.id, shared.cluster_id, shared.cluster_id
-            ),
+        Ok(Some(instance)) => format!(
+            "Instance {} has private DNS name {name} but is not tagged as a member of cluster {} \
+             (tag kubernetes.io/cluster/{}=owned or shared); node {name} is not initialized from it. \
+             Tag the instance, or set the kubelet's --provider-id.",
+            instance.id, shared.cluster_id, shared.cluster_id
         ),
-        Ok(None) => (
-            EVENT_INSTANCE_NOT_FOUND,
-            not_found_note(&name, lookup, &shared.cluster_id),
-        ),
+        Ok(None) => not_found_note(&name, lookup, &shared.cluster_id),
         Err(source) => {
             let note = format!(
                 "Looking up the EC2 instance of node {name} by {lookup} failed: {source}. \
@@ -399,7 +393,10 @@ async fn find_instance<I: Instances>(
             });
         }
     };
-    shared.events.warning(&reference, reason, note).await;
+    shared
+        .events
+        .warning(&reference, EVENT_INSTANCE_NOT_FOUND, note)
+        .await;
     Err(NodeError::NotFound {
         node: name,
         lookup: lookup.clone(),
