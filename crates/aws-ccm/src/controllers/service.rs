@@ -30,10 +30,8 @@ use tracing::Instrument;
 
 use super::ControllerContext;
 use super::events::Events;
-use crate::aws::subnets::SubnetCache;
 use crate::provider::load_balancers::{
-    AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers,
-    SUBNET_TTL,
+    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers,
 };
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -55,13 +53,7 @@ const SCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
-    let lbs = AwsLoadBalancers {
-        aws: ctx.aws.clone(),
-        cloud: ctx.cloud.clone(),
-        cluster_id: ctx.cluster_id.clone(),
-        cluster_name: ctx.options.options.cluster_name.clone(),
-        subnets: SubnetCache::new(SUBNET_TTL),
-    };
+    let lbs = ctx.load_balancers.clone();
     let workers = ctx.options.options.concurrent_service_syncs.max(1) as usize;
     let controller = ServiceController {
         kube: ctx.kube.clone(),
@@ -351,7 +343,7 @@ fn decide(
 /// Whether `e` is AWS refusing to delete something another resource still
 /// uses.
 fn waits_on_dependency(e: &LbError) -> bool {
-    matches!(e, LbError::Aws(aws) if aws.code() == Some("DependencyViolation"))
+    matches!(e, LbError::Cloud { in_use: true, .. })
 }
 
 impl<L: LoadBalancers> ServiceController<L> {
@@ -639,7 +631,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         };
         let hint = match &e {
             LbError::Config(_) => "fix it and the Service is retried",
-            LbError::Aws(_) => {
+            LbError::Cloud { .. } => {
                 "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
             }
         };
