@@ -13,10 +13,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::Environment;
-use crate::aws::permissions::Verdict;
 use crate::aws::permissions::gaps;
 use crate::aws::permissions::self_check::{self, Scope};
 use crate::options::controller_names::ControllerName;
+use crate::provider::permissions::Verdict;
 use crate::provider::routes::RouteTableSelector;
 
 /// Reason of the start-up Warning event for each denied write.
