@@ -6,8 +6,15 @@
 //! the DryRun request each probe sends, the operator's message of a denial,
 //! reading [`Tagging`] off a resource's tags) is implemented in
 //! `aws::permissions`, which also keeps the shared registry of verdicts.
+//!
+//! [`PermissionCheck`] is the start-up check the permission-check controller
+//! runs (`AwsClient` implements it in `aws::permissions::self_check`).
+
+use std::future::Future;
 
 use ipnet::IpNet;
+
+use crate::provider::routes::RouteTableSelector;
 
 /// A mutating EC2 action the CCM performs on resources it may not own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -109,4 +116,48 @@ impl Probe {
             Probe::SourceDestCheck { instance_id } | Probe::Tags { instance_id } => instance_id,
         }
     }
+}
+
+/// Which writes this process will make (the enabled controllers).
+#[derive(Clone, Debug)]
+pub struct Scope {
+    /// The route controller's tables, and a destination inside the cluster
+    /// CIDR for the probe (routes enabled only).
+    pub routes: Option<(RouteTableSelector, IpNet)>,
+    /// The service controller writes node security groups.
+    pub node_groups: bool,
+    /// The tagging controller tags instances.
+    pub tagging: bool,
+    /// The service controller syncs load balancers (the policy must grant
+    /// the reads their syncs make).
+    pub load_balancers: bool,
+}
+
+/// One probe and what the cloud said.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    pub probe: Probe,
+    pub verdict: Verdict,
+}
+
+/// An action the policy lacks altogether (not a resource it does not
+/// reach): every call of it fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MissingAction {
+    /// The action as a policy names it.
+    pub action: &'static str,
+    /// What failed and how to grant it.
+    pub description: String,
+}
+
+/// The start-up permission check: what the cloud's policy lets this process
+/// do, before the first node or Service needs it. It informs; it never
+/// stops the CCM.
+pub trait PermissionCheck: Clone + Send + Sync + 'static {
+    /// One probe per kind of write `scope` calls for, on a real resource,
+    /// with its verdict.
+    fn check_writes(&self, scope: &Scope) -> impl Future<Output = Vec<Finding>> + Send;
+
+    /// The actions `scope`'s syncs call that the policy lacks altogether.
+    fn missing_actions(&self, scope: &Scope) -> impl Future<Output = Vec<MissingAction>> + Send;
 }
