@@ -125,7 +125,7 @@ pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
-    !tainted && crate::aws::annotations::labels_match(node.labels(), target_labels)
+    !tainted && crate::provider::load_balancers::labels_match(node.labels(), target_labels)
 }
 
 /// `node.kubernetes.io/exclude-from-external-load-balancers`, read as
@@ -678,8 +678,8 @@ fn key(svc: &Service) -> String {
 
 fn target_labels(svc: &Service) -> BTreeMap<String, String> {
     svc.annotations()
-        .get(crate::aws::annotations::TARGET_NODE_LABELS)
-        .map(|v| crate::aws::annotations::parse_key_values(v))
+        .get(crate::provider::load_balancers::TARGET_NODE_LABELS)
+        .map(|v| crate::provider::load_balancers::parse_key_values(v))
         .unwrap_or_default()
 }
 
@@ -858,7 +858,7 @@ mod tests {
         ];
         let want = BTreeSet::from(["i-a".to_string(), "i-b".to_string()]);
         for annotation in ["pool", "pool="] {
-            let targets = crate::aws::annotations::parse_key_values(annotation);
+            let targets = crate::provider::load_balancers::parse_key_values(annotation);
             assert_eq!(backends(&nodes, &targets), want, "{annotation:?}");
         }
     }

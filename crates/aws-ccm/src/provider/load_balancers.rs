@@ -8,12 +8,17 @@
 //! Service's load-balancer request as the annotation table parses it
 //! (`aws::annotations`, the one place that knows the annotation names); the
 //! controller parses it once and hands it through to the implementation
-//! untouched, so it is shared rather than copied into a second type.
+//! untouched, so it is shared rather than copied into a second type. The
+//! same goes for the target-node-labels annotation, by which the controller
+//! picks a Service's backend nodes.
 
 use std::collections::BTreeSet;
 use std::future::Future;
 
-pub use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec, SpecError};
+pub use crate::aws::annotations::{
+    LoadBalancerKind, LoadBalancerSpec, SpecError, TARGET_NODE_LABELS, labels_match,
+    parse_key_values,
+};
 
 /// One Service's request.
 #[derive(Clone, Debug, PartialEq, Eq)]
