@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::aws::AwsClient;
 use crate::aws::client::clients::{self, SdkClients};
 use crate::aws::client::door::Door;
+use crate::aws::load_balancers::AwsLoadBalancers;
 use crate::aws::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG};
 use crate::cloud_config::CloudConfig;
 use crate::controllers;
@@ -75,6 +76,12 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             options: validated.clone(),
             cluster_id: cluster_id.clone(),
             region: region.clone(),
+            load_balancers: AwsLoadBalancers::new(
+                aws.clone(),
+                cloud.clone(),
+                cluster_id.clone(),
+                validated.options.cluster_name.clone(),
+            ),
         };
         // The self-check runs once we lead (a standby writes nothing), next
         // to the controllers: they consult the same registry, never wait.

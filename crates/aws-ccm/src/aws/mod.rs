@@ -6,6 +6,7 @@ pub mod applied;
 pub mod client;
 pub mod elb;
 pub mod instances;
+pub mod load_balancers;
 pub mod nlb;
 pub mod permissions;
 pub mod routes;

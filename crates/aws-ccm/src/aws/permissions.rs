@@ -20,7 +20,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_ec2::types::{AttributeBooleanValue, IpPermission, UserIdGroupPair};
-use ipnet::IpNet;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -28,6 +27,9 @@ use super::client::operations::Operation;
 use super::client::{AwsClient, DryRun};
 use super::routes::io::{create_route_request, delete_route_request};
 use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
+/// The types are the provider's (cloud-neutral); what they mean on AWS
+/// (IAM action names, DryRun requests, the operator's message) is here.
+pub use crate::provider::permissions::{Action, Denial, Probe, Tagging, Verdict};
 
 pub mod gaps;
 pub mod self_check;
@@ -38,24 +40,6 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
 /// The key the CreateTags probe uses: one no policy statement singles out
 /// (the policy only forbids the cluster tags themselves).
 pub const PROBE_TAG_KEY: &str = "aws-ccm/permission-check";
-
-/// A mutating EC2 action the CCM performs on resources it may not own.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Action {
-    /// `ec2:CreateRoute` (and with it ReplaceRoute and DeleteRoute, which
-    /// the policy grants on the same condition).
-    CreateRoute,
-    /// `ec2:AuthorizeSecurityGroupIngress` (and RevokeSecurityGroupIngress).
-    AuthorizeSecurityGroupIngress,
-    /// `ec2:ModifyInstanceAttribute` (source/destination check).
-    ModifyInstanceAttribute,
-    /// `ec2:CreateTags` on an instance (the tagging controller).
-    CreateTags,
-    /// `elasticloadbalancing:ModifyListener` (and DeleteListener) on an NLB
-    /// listener. Never DryRun (ELBv2 has none): the listener's tags decide
-    /// up front, and a real call's `AccessDenied` is recorded.
-    ModifyListener,
-}
 
 impl Action {
     /// The IAM action, as a policy names it.
@@ -101,17 +85,6 @@ impl std::fmt::Display for Action {
     }
 }
 
-/// How a resource is marked as the cluster's.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tagging {
-    /// `kubernetes.io/cluster/<id>` (any value).
-    Current,
-    /// Only the legacy `KubernetesCluster=<id>`.
-    LegacyOnly,
-    /// Neither.
-    Untagged,
-}
-
 impl Tagging {
     /// Reads a resource's tags.
     pub fn of<'a>(cluster_id: &str, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> Tagging {
@@ -129,22 +102,6 @@ impl Tagging {
             Tagging::Untagged
         }
     }
-}
-
-/// A write IAM refuses, with everything an operator needs to grant it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Denial {
-    pub action: Action,
-    pub resource_id: String,
-    /// `arn:<partition>:ec2:<region>:<account>:<type>/<id>`.
-    pub resource_arn: String,
-    /// The tag that would grant it: `kubernetes.io/cluster/<id>` with the
-    /// value the policy wants.
-    pub missing_tag: String,
-    /// How the resource is tagged now.
-    pub tagging: Tagging,
-    /// The `iam/render.sh` option that grants it instead, if any.
-    pub render_option: Option<String>,
 }
 
 impl std::fmt::Display for Denial {
@@ -174,62 +131,7 @@ impl std::fmt::Display for Denial {
     }
 }
 
-/// A verdict on one write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
-    Allowed,
-    Denied(Box<Denial>),
-    /// The check itself failed (throttled past its attempts, an endpoint
-    /// that ignores DryRun): the write goes ahead and its own answer decides.
-    Unknown,
-}
-
-impl Verdict {
-    pub fn denial(&self) -> Option<&Denial> {
-        match self {
-            Verdict::Denied(d) => Some(d),
-            _ => None,
-        }
-    }
-}
-
-/// The DryRun request that stands for a write.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Probe {
-    /// A route in `table_id`: `CreateRoute` when a target instance is known,
-    /// else `DeleteRoute` (the policy grants both on the same tag).
-    Route {
-        table_id: String,
-        destination: IpNet,
-        instance_id: Option<String>,
-    },
-    /// An ingress rule on `group_id` (the group admitting itself: valid in
-    /// every VPC, and nothing is added).
-    Ingress { group_id: String },
-    /// Turning off an instance's source/destination check.
-    SourceDestCheck { instance_id: String },
-    /// A tag on an instance ([`PROBE_TAG_KEY`]).
-    Tags { instance_id: String },
-}
-
 impl Probe {
-    pub fn action(&self) -> Action {
-        match self {
-            Probe::Route { .. } => Action::CreateRoute,
-            Probe::Ingress { .. } => Action::AuthorizeSecurityGroupIngress,
-            Probe::SourceDestCheck { .. } => Action::ModifyInstanceAttribute,
-            Probe::Tags { .. } => Action::CreateTags,
-        }
-    }
-
-    pub fn resource_id(&self) -> &str {
-        match self {
-            Probe::Route { table_id, .. } => table_id,
-            Probe::Ingress { group_id } => group_id,
-            Probe::SourceDestCheck { instance_id } | Probe::Tags { instance_id } => instance_id,
-        }
-    }
-
     async fn send(&self, aws: &AwsClient) -> Result<DryRun, super::AwsError> {
         match self {
             Probe::Route {

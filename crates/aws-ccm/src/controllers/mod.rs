@@ -24,6 +24,7 @@ use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 
 use crate::aws::AwsClient;
+use crate::aws::load_balancers::AwsLoadBalancers;
 use crate::cloud_config::CloudConfig;
 use crate::options::Validated;
 
@@ -37,6 +38,10 @@ pub struct Environment {
     pub options: Arc<Validated>,
     pub cluster_id: String,
     pub region: String,
+    /// What the service controller syncs Services' load balancers with;
+    /// built here, in the wiring, so the controller sees only the
+    /// provider's `LoadBalancers` trait.
+    pub load_balancers: AwsLoadBalancers,
 }
 
 /// Everything a controller needs: the environment plus the shared informer

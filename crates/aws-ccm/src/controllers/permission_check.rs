@@ -1,5 +1,5 @@
-//! Runs the start-up permission self-check ([`crate::aws::permissions::self_check`])
-//! once the controllers start (after leader election), and reports each
+//! Runs the start-up permission self-check ([`PermissionCheck`], on AWS
+//! `aws::permissions::self_check`) once the controllers start (after leader election), and reports each
 //! denial: one log line with the IAM action, the resource ARN and the fix,
 //! and a Warning event `PermissionDenied`. The event regards the CCM's own
 //! Pod when `POD_NAME` and `POD_NAMESPACE` are set (the downward API, as in
@@ -13,10 +13,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::Environment;
-use crate::aws::permissions::Verdict;
-use crate::aws::permissions::gaps;
-use crate::aws::permissions::self_check::{self, Scope};
 use crate::options::controller_names::ControllerName;
+use crate::provider::permissions::{PermissionCheck, Scope, Verdict};
 use crate::provider::routes::RouteTableSelector;
 
 /// Reason of the start-up Warning event for each denied write.
@@ -83,12 +81,14 @@ fn scope(env: &Environment) -> Scope {
         routes,
         node_groups: enabled(ControllerName::Service) && !env.cloud.disable_security_group_ingress,
         tagging: enabled(ControllerName::Tagging),
+        load_balancers: enabled(ControllerName::Service),
     }
 }
 
 /// Runs the self-check and reports what it found.
 pub async fn run(env: Environment) {
-    let findings = self_check::run(&env.aws, &scope(&env)).await;
+    let scope = scope(&env);
+    let findings = env.aws.check_writes(&scope).await;
     let events = super::events::Events::new(env.kube.clone(), "cloud-controller-manager");
     let subject = event_subject(
         std::env::var("POD_NAME").ok(),
@@ -116,11 +116,10 @@ pub async fn run(env: Environment) {
             Verdict::Unknown => {}
         }
     }
-    let load_balancers = env.options.controllers.contains(&ControllerName::Service);
-    let gaps = gaps::probe(&env.aws, load_balancers, scope(&env).routes.as_ref()).await;
+    let gaps = env.aws.missing_actions(&scope).await;
     for gap in &gaps {
         denied += 1;
-        let text = gap.describe(&env.cluster_id);
+        let text = gap.description.clone();
         tracing::warn!(iam_action = gap.action, "permission self-check: {text}");
         MISSING
             .get_or_create(&ActionLabels {

@@ -30,10 +30,8 @@ use tracing::Instrument;
 
 use super::ControllerContext;
 use super::events::Events;
-use crate::aws::subnets::SubnetCache;
 use crate::provider::load_balancers::{
-    AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers,
-    SUBNET_TTL,
+    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers,
 };
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -55,13 +53,7 @@ const SCAN_EVERY: Duration = Duration::from_secs(1);
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
-    let lbs = AwsLoadBalancers {
-        aws: ctx.aws.clone(),
-        cloud: ctx.cloud.clone(),
-        cluster_id: ctx.cluster_id.clone(),
-        cluster_name: ctx.options.options.cluster_name.clone(),
-        subnets: SubnetCache::new(SUBNET_TTL),
-    };
+    let lbs = ctx.load_balancers.clone();
     let workers = ctx.options.options.concurrent_service_syncs.max(1) as usize;
     let controller = ServiceController {
         kube: ctx.kube.clone(),
@@ -133,7 +125,7 @@ pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|t| t.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
-    !tainted && crate::aws::annotations::labels_match(node.labels(), target_labels)
+    !tainted && crate::provider::load_balancers::labels_match(node.labels(), target_labels)
 }
 
 /// `node.kubernetes.io/exclude-from-external-load-balancers`, read as
@@ -351,7 +343,7 @@ fn decide(
 /// Whether `e` is AWS refusing to delete something another resource still
 /// uses.
 fn waits_on_dependency(e: &LbError) -> bool {
-    matches!(e, LbError::Aws(aws) if aws.code() == Some("DependencyViolation"))
+    matches!(e, LbError::Cloud { in_use: true, .. })
 }
 
 impl<L: LoadBalancers> ServiceController<L> {
@@ -639,7 +631,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         };
         let hint = match &e {
             LbError::Config(_) => "fix it and the Service is retried",
-            LbError::Aws(_) => {
+            LbError::Cloud { .. } => {
                 "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
             }
         };
@@ -686,8 +678,8 @@ fn key(svc: &Service) -> String {
 
 fn target_labels(svc: &Service) -> BTreeMap<String, String> {
     svc.annotations()
-        .get(crate::aws::annotations::TARGET_NODE_LABELS)
-        .map(|v| crate::aws::annotations::parse_key_values(v))
+        .get(crate::provider::load_balancers::TARGET_NODE_LABELS)
+        .map(|v| crate::provider::load_balancers::parse_key_values(v))
         .unwrap_or_default()
 }
 
@@ -866,7 +858,7 @@ mod tests {
         ];
         let want = BTreeSet::from(["i-a".to_string(), "i-b".to_string()]);
         for annotation in ["pool", "pool="] {
-            let targets = crate::aws::annotations::parse_key_values(annotation);
+            let targets = crate::provider::load_balancers::parse_key_values(annotation);
             assert_eq!(backends(&nodes, &targets), want, "{annotation:?}");
         }
     }

@@ -13,16 +13,13 @@ use serde::Serialize;
 
 use super::Context;
 use crate::aws::elb::{self, Change as ClbChange};
+use crate::aws::load_balancers::{AwsLoadBalancers, ClbPlan, NlbPlan, Planned};
 use crate::aws::nlb::{self, Change as NlbChange};
-use crate::aws::subnets::SubnetCache;
 use crate::controllers::cached_node::Node;
 use crate::controllers::route::Reconciler;
 use crate::controllers::route::plan::RouteChange;
 use crate::controllers::service::{backends, wants_load_balancer};
-use crate::provider::load_balancers::{
-    AwsLoadBalancers, ClbPlan, EnsureRequest, LoadBalancerKind, LoadBalancerSpec, NlbPlan, Planned,
-    SUBNET_TTL,
-};
+use crate::provider::load_balancers::{EnsureRequest, LoadBalancerKind, LoadBalancerSpec};
 
 /// One step, as `terraform plan` prints it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -67,13 +64,12 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
         .into_iter()
         .map(Arc::new)
         .collect();
-    let lbs = AwsLoadBalancers {
-        aws: ctx.aws.clone(),
-        cloud: ctx.cloud.clone(),
-        cluster_id: ctx.cluster_id.clone(),
-        cluster_name: ctx.validated.options.cluster_name.clone(),
-        subnets: SubnetCache::new(SUBNET_TTL),
-    };
+    let lbs = AwsLoadBalancers::new(
+        ctx.aws.clone(),
+        ctx.cloud.clone(),
+        ctx.cluster_id.clone(),
+        ctx.validated.options.cluster_name.clone(),
+    );
     let mut out = Vec::new();
     for svc in &services.items {
         let key = format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any());

@@ -4,14 +4,18 @@
 //!
 //! Everything here is parsed at the door: destinations are [`IpNet`]s,
 //! targets an enum, so the controller's plan never looks at SDK types.
+//!
+//! The one `crate::aws` import, on purpose: `aws::tags` is the leaf module of
+//! tag names (no client, no SDK); a [`RouteTableSelector`] matches tables by
+//! the cluster tag, the same names the AWS side writes, so both use one copy.
 
 use std::collections::HashMap;
 use std::future::Future;
 
 use ipnet::IpNet;
 
-use crate::aws::permissions::{Probe, Tagging, Verdict};
 use crate::aws::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
+use crate::provider::permissions::{Probe, Tagging, Verdict};
 
 #[cfg(test)]
 pub mod fake;

@@ -11,14 +11,17 @@
 //! page decoder.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
-use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
-use std::sync::Arc;
+use std::net::Ipv4Addr;
 
 use aws_sdk_ec2::types::Filter;
 
 use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
+/// The instance model is the provider's (cloud-neutral); parsing it off
+/// EC2's answers is here.
+pub use crate::provider::instances::{
+    Instance as Ec2Instance, InstanceState, InstanceTags, NetworkInterface, SecurityGroupRef,
+    Shared,
+};
 use plan::Interner;
 
 pub mod describe_xml;
@@ -31,105 +34,6 @@ pub fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -
         .name(name)
         .set_values(Some(values.into_iter().map(Into::into).collect()))
         .build()
-}
-
-/// Lifecycle state of an instance.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum InstanceState {
-    Pending,
-    Running,
-    ShuttingDown,
-    Terminated,
-    Stopping,
-    Stopped,
-    /// A state this build does not know; kept verbatim.
-    Other(String),
-}
-
-impl InstanceState {
-    pub fn parse(name: &str) -> InstanceState {
-        match name {
-            "pending" => InstanceState::Pending,
-            "running" => InstanceState::Running,
-            "shutting-down" => InstanceState::ShuttingDown,
-            "terminated" => InstanceState::Terminated,
-            "stopping" => InstanceState::Stopping,
-            "stopped" => InstanceState::Stopped,
-            other => InstanceState::Other(other.to_string()),
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        match self {
-            InstanceState::Pending => "pending",
-            InstanceState::Running => "running",
-            InstanceState::ShuttingDown => "shutting-down",
-            InstanceState::Terminated => "terminated",
-            InstanceState::Stopping => "stopping",
-            InstanceState::Stopped => "stopped",
-            InstanceState::Other(name) => name,
-        }
-    }
-
-    /// Terminated or on its way there: the node should go away.
-    pub fn is_terminated(&self) -> bool {
-        matches!(
-            self,
-            InstanceState::ShuttingDown | InstanceState::Terminated
-        )
-    }
-}
-
-impl fmt::Display for InstanceState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A network interface attached to an instance: the addresses a node
-/// reports. Its ID, subnet and VPC are not kept (nothing reads them, and
-/// every instance of the sweep carries them).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NetworkInterface {
-    /// Device index of the attachment (0 is the primary interface).
-    pub device_index: Option<i32>,
-    /// The interface's primary private IPv4 address first, then secondaries.
-    pub private_ips: Vec<Ipv4Addr>,
-    pub ipv6_addresses: Vec<Ipv6Addr>,
-    pub public_ip: Option<Ipv4Addr>,
-}
-
-/// A security group reference on an instance.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SecurityGroupRef {
-    pub id: Shared,
-    pub name: Option<Shared>,
-}
-
-/// A string that repeats across the instances of one read (zone, type,
-/// subnet, VPC, security group, tag): one allocation, shared. See
-/// [`Interner`].
-pub type Shared = Arc<str>;
-
-/// An EC2 instance, parsed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Ec2Instance {
-    pub id: String,
-    /// Availability zone name (`us-east-1a`), from the placement.
-    pub availability_zone: Option<Shared>,
-    pub instance_type: Option<Shared>,
-    pub state: InstanceState,
-    pub private_dns_name: Option<String>,
-    pub public_dns_name: Option<String>,
-    pub private_ip: Option<Ipv4Addr>,
-    pub public_ip: Option<Ipv4Addr>,
-    /// Sorted by device index.
-    pub network_interfaces: Vec<NetworkInterface>,
-    pub tags: InstanceTags,
-    pub source_dest_check: Option<bool>,
-    pub subnet_id: Option<Shared>,
-    pub vpc_id: Option<Shared>,
-    pub security_groups: Vec<SecurityGroupRef>,
 }
 
 /// The instance tags the CCM reads: cluster membership
@@ -152,67 +56,6 @@ fn kept_tags(tags: &[TextPair<'_>], strings: &mut Interner) -> InstanceTags {
     }
     kept.0.shrink_to_fit();
     kept
-}
-
-/// An instance's kept tags, sorted by key. One or two entries in a flat
-/// list: a `BTreeMap` allocates a node of eleven slots (about 540 bytes)
-/// for even one entry, and the sweep holds one set per instance. Keys and
-/// values are [`Shared`]: every instance of a cluster carries the same ones.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InstanceTags(Vec<(Shared, Shared)>);
-
-impl InstanceTags {
-    fn position(&self, key: &str) -> Result<usize, usize> {
-        self.0.binary_search_by(|(k, _)| (**k).cmp(key))
-    }
-
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.position(key).ok().map(|i| &*self.0[i].1)
-    }
-
-    pub fn contains_key(&self, key: &str) -> bool {
-        self.position(key).is_ok()
-    }
-
-    /// Sets `key` to `value`, replacing an earlier value.
-    pub fn insert(&mut self, key: &str, value: &str) {
-        self.insert_shared(key.into(), value.into());
-    }
-
-    fn insert_shared(&mut self, key: Shared, value: Shared) {
-        match self.position(&key) {
-            Ok(i) => self.0[i].1 = value,
-            Err(i) => self.0.insert(i, (key, value)),
-        }
-    }
-
-    pub fn remove(&mut self, key: &str) -> Option<Shared> {
-        self.position(key).ok().map(|i| self.0.remove(i).1)
-    }
-
-    pub fn clear(&mut self) {
-        self.0.clear();
-    }
-
-    /// `(key, value)` pairs in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.0.iter().map(|(k, v)| (&**k, &**v))
-    }
-}
-
-impl From<BTreeMap<String, String>> for InstanceTags {
-    fn from(map: BTreeMap<String, String>) -> Self {
-        // A BTreeMap iterates in key order: the list is sorted.
-        InstanceTags(map.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
-    }
-}
-
-impl Extend<(String, String)> for InstanceTags {
-    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
-        for (k, v) in iter {
-            self.insert(&k, &v);
-        }
-    }
 }
 
 /// Parses an optional address. EC2 sends empty strings for "none" in some
@@ -374,6 +217,10 @@ impl Ec2Instance {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+    use std::net::Ipv6Addr;
+    use std::sync::Arc;
+
     use super::*;
     use aws_sdk_ec2::types::{
         GroupIdentifier, Instance, InstanceIpv6Address, InstanceNetworkInterface,

@@ -5,30 +5,29 @@
 
 use std::collections::BTreeSet;
 
-use ipnet::IpNet;
-
-use super::{Probe, Tagging, Verdict};
+use super::{Probe, Tagging};
 use crate::aws::AwsClient;
 use crate::aws::security_groups as sg;
-use crate::provider::routes::{RouteTableSelector, Routes};
+use crate::provider::permissions::{MissingAction, PermissionCheck};
+use crate::provider::routes::Routes;
 
-/// Which writes this process will make (the enabled controllers).
-#[derive(Clone, Debug)]
-pub struct Scope {
-    /// The route controller's tables, and a destination inside the cluster
-    /// CIDR for the probe (routes enabled only).
-    pub routes: Option<(RouteTableSelector, IpNet)>,
-    /// The service controller writes node security groups.
-    pub node_groups: bool,
-    /// The tagging controller tags instances.
-    pub tagging: bool,
-}
+pub use crate::provider::permissions::{Finding, Scope};
 
-/// One probe and what IAM said.
-#[derive(Clone, Debug)]
-pub struct Finding {
-    pub probe: Probe,
-    pub verdict: Verdict,
+impl PermissionCheck for AwsClient {
+    async fn check_writes(&self, scope: &Scope) -> Vec<Finding> {
+        run(self, scope).await
+    }
+
+    async fn missing_actions(&self, scope: &Scope) -> Vec<MissingAction> {
+        super::gaps::probe(self, scope.load_balancers, scope.routes.as_ref())
+            .await
+            .into_iter()
+            .map(|gap| MissingAction {
+                action: gap.action,
+                description: gap.describe(self.cluster_id()),
+            })
+            .collect()
+    }
 }
 
 /// Runs every probe the scope calls for. A resource that cannot be listed

@@ -587,7 +587,7 @@ mod tests {
             id: id.into(),
             vpc_id: None,
             routes: all,
-            tagging: crate::aws::permissions::Tagging::Current,
+            tagging: crate::provider::permissions::Tagging::Current,
             owner_id: None,
         }
     }
@@ -601,7 +601,7 @@ mod tests {
                         id: id.to_string(),
                         source_dest_check: Some(*check),
                         terminated: false,
-                        tagging: crate::aws::permissions::Tagging::Current,
+                        tagging: crate::provider::permissions::Tagging::Current,
                     },
                 )
             })
@@ -789,7 +789,7 @@ mod tests {
             &[RouteTable {
                 id: "rtb-1".into(),
                 vpc_id: None,
-                tagging: crate::aws::permissions::Tagging::Current,
+                tagging: crate::provider::permissions::Tagging::Current,
                 owner_id: None,
                 routes: vec![
                     route("10.0.0.0/16", RouteTarget::Local),

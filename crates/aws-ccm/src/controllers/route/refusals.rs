@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::Reconciler;
 use super::plan::{Plan, RouteChange};
-use crate::aws::permissions::{Probe, Tagging};
+use crate::provider::permissions::{Probe, Tagging};
 use crate::provider::routes::{RouteTable, Routes, RoutesError, RoutesErrorKind, TargetInstance};
 
 /// What a DryRun is cached by: `(0, route table ID)` or `(1, instance ID)`.

@@ -449,10 +449,10 @@ fn fingerprint_ignores_order_and_irrelevant_fields() {
 
 #[tokio::test]
 async fn writes_iam_denies_are_refused_up_front_and_the_rest_is_routed() {
-    use crate::aws::permissions::Action;
+    use crate::provider::permissions::Action;
     let fake = cloud(&["rtb-a", "rtb-denied"], &["i-1", "i-2"]);
     fake.deny(Action::CreateRoute, "rtb-denied");
-    fake.set_instance_tagging("i-2", crate::aws::permissions::Tagging::LegacyOnly);
+    fake.set_instance_tagging("i-2", crate::provider::permissions::Tagging::LegacyOnly);
     fake.deny(Action::ModifyInstanceAttribute, "i-2");
     let mut r = reconciler(&fake, "10.244.0.0/16", 50);
     let nodes = [

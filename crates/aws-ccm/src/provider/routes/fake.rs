@@ -1,5 +1,9 @@
 //! An in-memory cloud with AWS's route semantics, for the route
 //! controller's unit tests.
+//!
+//! Test-only, so it may reach into `crate::aws`: the cluster tag's name
+//! (`aws::tags`) and the real permission registry, whose caching the route
+//! controller's tests exercise through the fake.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -11,8 +15,8 @@ use super::{
     Route, RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
     TargetInstance,
 };
-use crate::aws::permissions::{Action, Denial, Probe, Tagging, Verdict};
 use crate::aws::tags::cluster_tag_key;
+use crate::provider::permissions::{Action, Denial, Probe, Tagging, Verdict};
 
 /// A call the fake recorded, for assertions.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::Warning;
 use super::nlb_rules::NlbNodeRules;
-use super::refusals::Warning;
 use super::{AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind};
 use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;

@@ -3,6 +3,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::*;
 use crate::aws::nlb::{ActualLb, ActualListener, Change, Listener};
 use crate::aws::permissions::{DEFAULT_TTL, Permissions};
+use crate::provider::load_balancers::merged;
 
 const CLUSTER: &str = "demo";
 

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{AwsLoadBalancers, LbError};
+use super::{AwsLoadBalancers, LbError, Warning};
 use crate::aws::permissions::{Action, Denial, Probe, Tagging};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
 use crate::aws::{AwsError, tags};
@@ -22,14 +22,6 @@ use crate::aws::{elb, nlb};
 pub const SECURITY_GROUP_UNAUTHORIZED: &str = "SecurityGroupUnauthorized";
 /// Event reason: an NLB listener IAM lets this CCM not change.
 pub const LISTENER_UNAUTHORIZED: &str = "ListenerUnauthorized";
-
-/// Something a sync left undone that only the operator can fix; the rest
-/// of the load balancer was synced. Becomes a Warning event on the Service.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Warning {
-    pub reason: &'static str,
-    pub message: String,
-}
 
 /// The Warning for a node group whose ingress rules IAM denies.
 pub fn group_warning(service_key: &str, denial: &Denial) -> Warning {
@@ -69,22 +61,6 @@ pub fn listener_warning(service_key: &str, denial: &Denial) -> Warning {
             denial.resource_arn
         ),
     }
-}
-
-/// One warning per reason: events with the same reason on one object fold
-/// into a series that keeps the first note, so a second note would be lost.
-pub fn merged(warnings: Vec<Warning>) -> Vec<Warning> {
-    let mut out: Vec<Warning> = Vec::new();
-    for w in warnings {
-        match out.iter_mut().find(|o| o.reason == w.reason) {
-            Some(o) if !o.message.contains(&w.message) => {
-                o.message = format!("{} | {}", o.message, w.message);
-            }
-            Some(_) => {}
-            None => out.push(w),
-        }
-    }
-    out
 }
 
 fn log(service_key: &str, denial: &Denial, what: &str) {

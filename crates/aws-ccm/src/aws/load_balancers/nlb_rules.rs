@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::refusals::Warning;
+use super::Warning;
 use super::{AwsLoadBalancers, EnsureRequest, LbError};
 use crate::aws::nlb;
 use crate::aws::nlb::node_rules::RuleChanges;

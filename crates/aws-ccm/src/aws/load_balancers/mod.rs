@@ -1,0 +1,721 @@
+//! Load balancers on AWS: [`AwsLoadBalancers`] implements the provider's
+//! [`LoadBalancers`] trait (read AWS, plan with the pure functions in
+//! `aws::elb` and `aws::nlb`, apply).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec};
+use crate::aws::applied::Kind;
+use crate::aws::elb::{self, Actual};
+use crate::aws::nlb;
+use crate::aws::security_groups::{self as sg, Rule};
+use crate::aws::{AwsClient, AwsError, subnets, tags};
+use crate::cloud_config::CloudConfig;
+pub use crate::provider::load_balancers::{
+    EnsureRequest, Ensured, LbError, LoadBalancers, Warning, merged,
+};
+
+mod drift;
+mod nlb_groups;
+mod nlb_rules;
+mod planned;
+mod refusals;
+use nlb_rules::NlbNodeRules;
+pub use planned::{ClbPlan, NlbPlan, Planned};
+pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
+
+/// The cloud's failure, as the provider's neutral error.
+impl From<AwsError> for LbError {
+    fn from(e: AwsError) -> LbError {
+        LbError::Cloud {
+            in_use: e.code() == Some("DependencyViolation"),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Classic ELBs and NLBs through the one door.
+#[derive(Clone)]
+pub struct AwsLoadBalancers {
+    pub aws: AwsClient,
+    pub cloud: Arc<CloudConfig>,
+    pub cluster_id: String,
+    /// `--cluster-name`: upstream hashes it into an NLB's managed group name.
+    pub cluster_name: String,
+    /// The VPC's subnets, shared by every sync for [`SUBNET_TTL`].
+    pub subnets: subnets::SubnetCache,
+}
+
+/// How long the VPC's subnets and route tables are reused between syncs.
+pub const SUBNET_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl AwsLoadBalancers {
+    /// Load balancers of cluster `cluster_id` through `aws`, with an empty
+    /// subnet cache (entries live [`SUBNET_TTL`]).
+    pub fn new(
+        aws: AwsClient,
+        cloud: Arc<CloudConfig>,
+        cluster_id: String,
+        cluster_name: String,
+    ) -> AwsLoadBalancers {
+        AwsLoadBalancers {
+            aws,
+            cloud,
+            cluster_id,
+            cluster_name,
+            subnets: subnets::SubnetCache::new(SUBNET_TTL),
+        }
+    }
+}
+
+impl AwsLoadBalancers {
+    /// Node security group of each backend instance, as upstream chooses it:
+    /// the one cluster-tagged group, else the only group. `groups` holds the
+    /// instance's groups (see [`Self::groups_of`]).
+    fn node_group(
+        &self,
+        instance: &crate::aws::Ec2Instance,
+        groups: &BTreeMap<String, sg::SecurityGroup>,
+    ) -> Result<Option<String>, LbError> {
+        let ids: Vec<&str> = instance.security_groups.iter().map(|g| &*g.id).collect();
+        let tagged: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| {
+                groups
+                    .get(*id)
+                    .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
+            })
+            .collect();
+        match (tagged.len(), ids.len()) {
+            (1, _) => Ok(Some(tagged[0].to_string())),
+            (0, 1) => Ok(Some(ids[0].to_string())),
+            (0, 0) => Ok(None),
+            (0, _) => Err(LbError::Config(format!(
+                "instance {} has several security groups and none is tagged {}; tag the one the load balancer should open",
+                instance.id,
+                tags::cluster_tag_key(&self.cluster_id)
+            ))),
+            _ => Err(LbError::Config(format!(
+                "instance {} has several security groups tagged {} ({}); tag only the node group",
+                instance.id,
+                tags::cluster_tag_key(&self.cluster_id),
+                tagged.join(", ")
+            ))),
+        }
+    }
+}
+
+/// Whether the load balancer's own group is a shared one (annotation or
+/// cloud.conf), not the owned `k8s-elb-*` group.
+fn actual_group_is_shared(desired: &elb::Desired) -> bool {
+    matches!(desired.groups.first(), Some(elb::GroupRef::Id(_)))
+}
+
+/// The groups (by ID) other than `group` whose rules admit everything
+/// from `group`.
+fn admitting(groups: &BTreeMap<String, sg::SecurityGroup>, group: &str) -> BTreeSet<String> {
+    let rule = Rule::all_from_group(group);
+    groups
+        .values()
+        .filter(|g| g.id != group && g.ingress.contains(&rule))
+        .map(|g| g.id.clone())
+        .collect()
+}
+
+impl AwsLoadBalancers {
+    /// The security groups of `instances` and the groups named
+    /// `extra_names` (a load balancer's owned group), by ID. What a sync
+    /// reads grows with the instance groups it reaches, not with the
+    /// cluster's load balancers: every owned group carries the cluster tag,
+    /// so reading all cluster-tagged groups grew with each Service.
+    async fn groups_of(
+        &self,
+        vpc_id: &str,
+        instances: &[&crate::aws::Ec2Instance],
+        extra_names: &[String],
+    ) -> Result<BTreeMap<String, sg::SecurityGroup>, LbError> {
+        // by_refs reads each group once however many instances share it.
+        let refs: Vec<crate::aws::instances::SecurityGroupRef> = instances
+            .iter()
+            .flat_map(|i| i.security_groups.iter().cloned())
+            .collect();
+        Ok(sg::io::by_refs(&self.aws, vpc_id, &refs, extra_names)
+            .await?
+            .into_iter()
+            .map(|g| (g.id.clone(), g))
+            .collect())
+    }
+
+    /// What a sync starts from, in one read: the load balancer's owned group
+    /// (one of `owned_names`) and its backends' groups, and which of those are the
+    /// backends' node groups.
+    async fn sync_groups(
+        &self,
+        vpc_id: &str,
+        owned_names: &[String],
+        backends: &[&crate::aws::Ec2Instance],
+    ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
+        let groups = self.groups_of(vpc_id, backends, owned_names).await?;
+        let mut node_groups = BTreeSet::new();
+        for i in backends {
+            node_groups.extend(self.node_group(i, &groups)?);
+        }
+        Ok((groups, node_groups))
+    }
+
+    /// Adds the groups in `vpc_id` whose rules admit group `source`. For a
+    /// group the cluster owns, every such group (only this CCM adds those
+    /// rules, and the group cannot be deleted while one remains); for a
+    /// shared group, only cluster-tagged ones: a rule someone added to a
+    /// group outside the cluster is not ours to revoke.
+    async fn add_referencing(
+        &self,
+        groups: &mut BTreeMap<String, sg::SecurityGroup>,
+        vpc_id: &str,
+        source: &str,
+        source_is_owned: bool,
+    ) -> Result<(), LbError> {
+        for g in sg::io::referencing(&self.aws, vpc_id, source).await? {
+            if source_is_owned || tags::has_cluster_tag(&g.tags, &self.cluster_id) {
+                groups.entry(g.id.clone()).or_insert(g);
+            }
+        }
+        Ok(())
+    }
+
+    /// Node groups reached by other classic ELBs that use `group`; `None`
+    /// when one of their instances cannot be placed (then nothing is revoked).
+    async fn node_groups_used_by_others(
+        &self,
+        group: &str,
+        this_lb: &str,
+        vpc_id: &str,
+    ) -> Result<Option<BTreeSet<String>>, LbError> {
+        // The sweep is cached: this is no extra DescribeInstances.
+        let swept = self.aws.cluster_instances().await?;
+        let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
+            .iter()
+            .filter(|i| !i.state.is_terminated())
+            .map(|i| (i.id.as_str(), i))
+            .collect();
+        let live: Vec<&crate::aws::Ec2Instance> = by_id.values().copied().collect();
+        let instance_groups = self.groups_of(vpc_id, &live, &[]).await?;
+        let mut needed = BTreeSet::new();
+        for other in elb::io::list_all(&self.aws).await? {
+            if other.name == this_lb || !other.security_groups.iter().any(|g| g == group) {
+                continue;
+            }
+            for id in &other.instances {
+                let Some(instance) = by_id.get(id.as_str()) else {
+                    return Ok(None);
+                };
+                match self.node_group(instance, &instance_groups) {
+                    Ok(Some(g)) => {
+                        needed.insert(g);
+                    }
+                    Ok(None) => {}
+                    Err(_) => return Ok(None),
+                }
+            }
+        }
+        Ok(Some(needed))
+    }
+}
+
+impl AwsLoadBalancers {
+    /// The load balancer's subnets: the annotation's (in its order when it
+    /// names IDs only: EIPs and private addresses pair with them in order),
+    /// else upstream's discovery.
+    async fn subnet_ids(
+        &self,
+        spec: &LoadBalancerSpec,
+        vpc_id: &str,
+    ) -> Result<Vec<String>, LbError> {
+        let aws = &self.aws;
+        match &spec.subnets {
+            Some(list) => match subnets::resolve(aws, vpc_id, list).await? {
+                Ok(ids) => Ok(Self::annotation_order(list, ids)),
+                Err(missing) => Err(LbError::Config(format!(
+                    "{}: no subnet in VPC {vpc_id} has the ID or Name tag {}; fix the annotation",
+                    crate::aws::annotations::SUBNETS,
+                    missing.join(", ")
+                ))),
+            },
+            None => {
+                let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
+                // Local and Wavelength Zones take no CLB or NLB (as upstream).
+                let zones = aws.zones().await?;
+                let mut chosen =
+                    subnets::choose(&found, spec.internal, &self.cluster_id, &zones.types);
+                if chosen.is_empty() {
+                    chosen =
+                        subnets::fallback(&found, self.cloud.subnet_id.as_deref(), spec.internal);
+                    if !chosen.is_empty() {
+                        tracing::warn!(vpc = vpc_id, subnet = ?chosen, "no subnet of the VPC is this cluster's or of no cluster; falling back to cloud.conf SubnetID, as the Go CCM does");
+                    }
+                }
+                if chosen.is_empty() {
+                    let role = if spec.internal {
+                        tags::ROLE_INTERNAL_ELB
+                    } else {
+                        tags::ROLE_ELB
+                    };
+                    return Err(LbError::Config(format!(
+                        "no suitable subnet for an {} load balancer in VPC {vpc_id}: tag a subnet per zone with {role}=1 and {}=shared{}, or set {}",
+                        if spec.internal {
+                            "internal"
+                        } else {
+                            "internet-facing"
+                        },
+                        tags::cluster_tag_key(&self.cluster_id),
+                        if spec.internal {
+                            ""
+                        } else {
+                            " (it needs a route to an internet gateway)"
+                        },
+                        crate::aws::annotations::SUBNETS,
+                    )));
+                }
+                Ok(chosen)
+            }
+        }
+    }
+
+    fn annotation_order(list: &[String], resolved: Vec<String>) -> Vec<String> {
+        if list.iter().all(|s| s.starts_with("subnet-")) {
+            let mut out: Vec<String> = Vec::new();
+            for s in list {
+                if !out.contains(s) {
+                    out.push(s.clone());
+                }
+            }
+            out
+        } else {
+            resolved
+        }
+    }
+}
+
+impl AwsLoadBalancers {
+    async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let p = self.plan_clb(req, true).await?;
+        let new_dns =
+            elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
+        let hostname = new_dns
+            .or_else(|| p.actual.lb.as_ref().map(|l| l.dns_name.clone()))
+            .unwrap_or_default();
+        Ok(Ensured {
+            hostname,
+            changes: p.changes.iter().map(elb::plan::describe).collect(),
+            warnings: merged(p.warnings),
+        })
+    }
+
+    /// Reads and plans a classic ELB sync, stopping before apply. With
+    /// `hand_over` an NLB the Service had is deleted first (a sync); without,
+    /// it is only looked for (`aws-ccm plan`).
+    pub(crate) async fn plan_clb(
+        &self,
+        req: &EnsureRequest,
+        hand_over: bool,
+    ) -> Result<ClbPlan, LbError> {
+        let aws = &self.aws;
+        let spec = &req.spec;
+        let name = elb::load_balancer_name(&req.uid);
+        let lb = elb::io::read_lb(aws, &name).await?;
+        // Type change handover: the Service was an NLB until now. First, so
+        // that the NLB's group (same name scheme) is gone before groups are read.
+        let mut handover = false;
+        if lb.is_none() && hand_over && self.delete_nlb(&req.service_key, &req.uid, true).await? {
+            tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
+        } else if lb.is_none() && !hand_over {
+            handover = nlb::read::read_lb(aws, &name).await?.is_some();
+        }
+
+        let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
+        let backends = backends.list();
+
+        let owned_name = elb::owned_group_name(&name);
+        let (mut all_groups, node_groups) = self
+            .sync_groups(&vpc_id, std::slice::from_ref(&owned_name), &backends)
+            .await?;
+        let owned_group = all_groups
+            .values()
+            .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
+            .cloned();
+
+        let env = elb::Environment {
+            subnets: self.subnet_ids(spec, &vpc_id).await?,
+            instances: backends.iter().map(|i| i.id.clone()).collect(),
+            node_groups,
+            cluster_name: self.cluster_name.clone(),
+            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
+        };
+        let desired = elb::plan::desired(
+            spec,
+            &req.service_key,
+            &req.uid,
+            &self.cluster_id,
+            &self.cloud,
+            &env,
+        );
+
+        let actual = self
+            .clb_actual(&name, &vpc_id, &desired, lb, owned_group, &mut all_groups)
+            .await?;
+        let mut warnings = Vec::new();
+        let diffs = elb::plan::left_alone(&desired, &actual);
+        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
+        warnings.extend(drift::drift_warning(
+            &req.service_key,
+            &name,
+            lb_tags,
+            &diffs,
+        ));
+        let changes = self
+            .refuse_node_ingress(
+                &req.service_key,
+                &all_groups,
+                elb::plan::plan(&desired, &actual),
+                &mut warnings,
+            )
+            .await;
+        Ok(ClbPlan {
+            name,
+            vpc_id,
+            actual,
+            changes,
+            warnings,
+            handover,
+        })
+    }
+
+    /// What the classic ELB plan compares against, past the load balancer
+    /// and its owned group: the node groups that admit the load balancer's
+    /// group (added to `all_groups`), and what the plan needs to revoke
+    /// rules safely.
+    async fn clb_actual(
+        &self,
+        name: &str,
+        vpc_id: &str,
+        desired: &elb::Desired,
+        lb: Option<elb::ActualLb>,
+        owned_group: Option<sg::SecurityGroup>,
+        all_groups: &mut BTreeMap<String, sg::SecurityGroup>,
+    ) -> Result<Actual, LbError> {
+        // The LB's own group: owned, or the first configured one.
+        let lb_group = match desired.groups.first() {
+            Some(elb::GroupRef::Id(id)) => Some(id.clone()),
+            _ => owned_group.as_ref().map(|g| g.id.clone()),
+        };
+        // Every group that admits the load balancer's group, backend or not:
+        // a group that stopped being a backend's still has the rule.
+        if let Some(id) = &lb_group {
+            let owned = owned_group.as_ref().is_some_and(|g| &g.id == id);
+            self.add_referencing(all_groups, vpc_id, id, owned).await?;
+        }
+        let node_groups_with_rule = match &lb_group {
+            Some(id) => admitting(all_groups, id),
+            None => BTreeSet::new(),
+        };
+        // A shared LB group's node rule that this load balancer no longer
+        // needs: look up who else uses the group (only then; see
+        // elb::Actual::shared_group_needed).
+        let shared_group_needed = match (&lb_group, &desired.node_groups) {
+            (Some(g), Some(want))
+                if actual_group_is_shared(desired) && !node_groups_with_rule.is_subset(want) =>
+            {
+                self.node_groups_used_by_others(g, name, vpc_id).await?
+            }
+            _ => None,
+        };
+        // An owned group the Service no longer wants: which node groups admit it.
+        let owned_group_node_rules = match &owned_group {
+            Some(g) if desired.owned_group.is_none() => {
+                if lb_group.as_ref() != Some(&g.id) {
+                    self.add_referencing(all_groups, vpc_id, &g.id, true)
+                        .await?;
+                }
+                admitting(all_groups, &g.id)
+            }
+            _ => BTreeSet::new(),
+        };
+        Ok(Actual {
+            lb,
+            owned_group,
+            node_groups_with_rule,
+            shared_group_needed,
+            shared_lb_group: None,
+            owned_group_node_rules,
+        })
+    }
+
+    /// Deletes the Service's classic ELB, its owned group and node rules.
+    /// `handover_of`: the Service (`namespace/name`) now asks for an NLB;
+    /// then only a classic ELB this CCM created is deleted.
+    async fn delete_clb(&self, uid: &str, handover_of: Option<&str>) -> Result<bool, LbError> {
+        let aws = &self.aws;
+        let name = elb::load_balancer_name(uid);
+        let lb = elb::io::read_lb(aws, &name).await?;
+        if let (Some(key), Some(l)) = (handover_of, &lb) {
+            drift::handover_allowed(key, &name, Kind::Classic, &l.tags, &self.cluster_id)?;
+        }
+        if let Some(lb) = &lb
+            && !tags::is_owned(&lb.tags, &self.cluster_id)
+        {
+            tracing::warn!(load_balancer = %name, "load balancer lacks this cluster's ownership tag; leaving it");
+        }
+        let owned_group = sg::io::describe(
+            aws,
+            vec![
+                crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
+                crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
+            ],
+        )
+        .await?
+        .into_iter()
+        .next();
+        // Every group whose rules admit the owned group: EC2 refuses to
+        // delete a group another group's rule still names.
+        let mut node_groups_with_rule = BTreeSet::new();
+        if let Some(g) = &owned_group
+            && let Some(vpc) = &g.vpc_id
+        {
+            let rule = Rule::all_from_group(&g.id);
+            node_groups_with_rule = sg::io::referencing(aws, vpc, &g.id)
+                .await?
+                .into_iter()
+                .filter(|c| c.id != g.id && c.ingress.contains(&rule))
+                .map(|c| c.id)
+                .collect();
+        }
+        // No owned group: the node rules admit the load balancer's first
+        // (shared) group; revoke those no other load balancer needs.
+        let mut shared_lb_group = None;
+        let mut shared_group_needed = None;
+        if owned_group.is_none()
+            && !self.cloud.disable_security_group_ingress
+            && let Some(l) = &lb
+            && tags::is_owned(&l.tags, &self.cluster_id)
+            && let Some(first) = l.security_groups.first()
+        {
+            let swept = aws.cluster_instances().await?;
+            let vpc = self.cluster_vpc(&swept);
+            if let Some(vpc) = vpc {
+                let rule = Rule::all_from_group(first);
+                node_groups_with_rule = sg::io::referencing(aws, &vpc, first)
+                    .await?
+                    .into_iter()
+                    .filter(|g| {
+                        &g.id != first
+                            && g.ingress.contains(&rule)
+                            && tags::has_cluster_tag(&g.tags, &self.cluster_id)
+                    })
+                    .map(|g| g.id)
+                    .collect();
+                if !node_groups_with_rule.is_empty() {
+                    shared_group_needed =
+                        self.node_groups_used_by_others(first, &name, &vpc).await?;
+                    shared_lb_group = Some(first.clone());
+                }
+            }
+        }
+        let actual = Actual {
+            lb,
+            owned_group,
+            node_groups_with_rule,
+            shared_group_needed,
+            shared_lb_group,
+            owned_group_node_rules: BTreeSet::new(),
+        };
+        let changes = elb::plan::plan_delete(&actual, &self.cluster_id);
+        elb::io::apply(aws, &name, None, &actual, &changes).await?;
+        Ok(!changes.is_empty())
+    }
+}
+
+impl LoadBalancers for AwsLoadBalancers {
+    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let result = match req.spec.kind {
+            LoadBalancerKind::Network => self.ensure_nlb(req).await,
+            _ => self.ensure_clb(req).await,
+        };
+        if result.is_err() {
+            // The retry reads subnets afresh: one may have been deleted or
+            // tagged since they were cached.
+            self.subnets.invalidate();
+        }
+        result
+    }
+
+    /// Removes whichever kind the Service has (or had): both are looked for.
+    async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
+        let clb = self.delete_clb(uid, None).await?;
+        let nlb = self.delete_nlb(service_key, uid, false).await?;
+        Ok(clb || nlb)
+    }
+}
+
+/// A Service's backend instances: positions in the cached sweep, which is
+/// shared rather than copied (a Service that targets every node would
+/// otherwise copy the whole sweep on every sync, once per concurrent sync),
+/// and the few looked up apart from it.
+struct Backends {
+    swept: Arc<Vec<crate::aws::Ec2Instance>>,
+    picked: Vec<usize>,
+    extra: Vec<crate::aws::Ec2Instance>,
+}
+
+impl Backends {
+    /// Every backend, sorted by instance ID.
+    fn list(&self) -> Vec<&crate::aws::Ec2Instance> {
+        let mut all: Vec<&crate::aws::Ec2Instance> = self
+            .picked
+            .iter()
+            .filter_map(|at| self.swept.get(*at))
+            .chain(&self.extra)
+            .collect();
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all
+    }
+}
+
+impl AwsLoadBalancers {
+    /// The cluster's VPC: cloud.conf's, else the first swept instance's.
+    fn cluster_vpc(&self, swept: &[crate::aws::Ec2Instance]) -> Option<String> {
+        (self.cloud.vpc.clone()).or_else(|| {
+            swept
+                .iter()
+                .find_map(|i| i.vpc_id.as_deref().map(str::to_string))
+        })
+    }
+
+    /// The VPC and the Service's live backend instances, from the cached sweep.
+    async fn vpc_and_backends(
+        &self,
+        instance_ids: &BTreeSet<String>,
+    ) -> Result<(String, Backends), LbError> {
+        let swept = self.aws.cluster_instances().await?;
+        let picked: Vec<usize> = swept
+            .iter()
+            .enumerate()
+            .filter(|(_, i)| !i.state.is_terminated() && instance_ids.contains(&i.id))
+            .map(|(at, _)| at)
+            .collect();
+        let mut extra = Vec::new();
+        // A node that joined after the cached sweep was read (or whose
+        // instance lacks the cluster tag) is looked up by ID: these lookups
+        // coalesce into one DescribeInstances across concurrent syncs. Left
+        // out, the node would wait for the next sweep and the next sync.
+        let swept_ids: BTreeSet<&str> = swept.iter().map(|i| i.id.as_str()).collect();
+        let missing: Vec<&String> = instance_ids
+            .iter()
+            .filter(|id| !swept_ids.contains(id.as_str()))
+            .collect();
+        let looked_up =
+            futures::future::join_all(missing.iter().map(|id| self.aws.instance_by_id(id))).await;
+        for found in looked_up {
+            match found {
+                Ok(instance) if !instance.state.is_terminated() => extra.push(instance),
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let vpc_id = self.cluster_vpc(&swept).ok_or_else(|| {
+                LbError::Config(
+                    "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag".into(),
+                )
+            })?;
+        Ok((
+            vpc_id,
+            Backends {
+                swept,
+                picked,
+                extra,
+            },
+        ))
+    }
+
+    async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let p = self.plan_nlb(req, true).await?;
+        let mut warnings = p.warnings;
+        let applied = nlb::io::apply(&self.aws, &p.name, &p.vpc_id, &p.actual, &p.changes).await?;
+        self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
+        let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
+        if p.handover {
+            described.push("deleted the classic ELB the Service had before".into());
+        }
+
+        if !self.cloud.disable_security_group_ingress {
+            let node_rules = NlbNodeRules {
+                name: &p.name,
+                vpc_id: &p.vpc_id,
+                subnet_ids: &p.subnet_ids,
+                desired: &p.desired,
+                node_groups: &p.node_groups,
+            };
+            let done = self
+                .sync_nlb_node_rules(req, &node_rules, p.groups, &mut warnings)
+                .await?;
+            described.extend(done);
+        }
+        Ok(Ensured {
+            hostname: applied.dns_name.unwrap_or_default(),
+            changes: described,
+            warnings: merged(warnings),
+        })
+    }
+
+    /// Deletes the Service's NLB, its target groups and its node rules.
+    /// Service deletion also looks for target groups no NLB points at (one
+    /// listing of every target group); the type-change `handover` (the
+    /// Service now asks for a classic ELB) only cleans up an NLB that exists
+    /// and this CCM created.
+    async fn delete_nlb(
+        &self,
+        service_key: &str,
+        uid: &str,
+        handover: bool,
+    ) -> Result<bool, LbError> {
+        let aws = &self.aws;
+        let thorough = !handover;
+        let name = elb::load_balancer_name(uid);
+        let lb = nlb::read::read_lb(aws, &name).await?;
+        if lb.is_none() && !thorough {
+            return Ok(false);
+        }
+        if let (false, Some(l)) = (thorough, &lb) {
+            drift::handover_allowed(service_key, &name, Kind::Network, &l.tags, &self.cluster_id)?;
+        }
+        if let Some(lb) = &lb
+            && !tags::is_owned(&lb.tags, &self.cluster_id)
+        {
+            tracing::warn!(load_balancer = %name, "NLB lacks this cluster's ownership tag; leaving it");
+        }
+        let mut target_groups = match &lb {
+            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
+            None => Vec::new(),
+        };
+        if thorough {
+            let prefix = nlb::target_group_prefix(service_key);
+            for g in nlb::read::find_service_target_groups(aws, &prefix, service_key).await? {
+                if !target_groups.iter().any(|t| t.arn == g.arn) {
+                    target_groups.push(g);
+                }
+            }
+        }
+        let actual = nlb::Actual {
+            lb,
+            target_groups,
+            owned_group: self.nlb_owned_group_by_name(service_key, uid).await?,
+        };
+        let changes = nlb::plan::plan_delete(&actual, &self.cluster_id);
+        nlb::io::apply(aws, &name, "", &actual, &changes).await?;
+
+        let revoked = self.revoke_nlb_node_rules(&name).await?;
+        Ok(!changes.is_empty() || revoked)
+    }
+}
