@@ -67,6 +67,31 @@ impl Patience {
     }
 }
 
+/// The window an apply opens when one of its steps creates something: a
+/// later step that meets `*.NotFound` is sent again with [`Patience`]
+/// (it may name the new object before describes see it). Before any
+/// create, a not-found answer is final.
+#[derive(Debug, Default)]
+pub struct AfterCreate(Option<Patience>);
+
+impl AfterCreate {
+    /// A step created something: open the window (once).
+    pub fn created(&mut self, aws: &AwsClient) {
+        if self.0.is_none() {
+            self.0 = Some(Patience::new(aws));
+        }
+    }
+
+    /// Whether a step that failed with `error` should be sent again (then
+    /// it has slept).
+    pub async fn retry(&mut self, error: &AwsError) -> bool {
+        match self.0.as_mut() {
+            Some(patience) => patience.retry_not_found(error).await,
+            None => false,
+        }
+    }
+}
+
 /// Runs `read` until it finds what it looks for, within the client's
 /// consistency patience; [`AwsError::NotFound`] naming `what` (as found by
 /// `operation`) when it never does.

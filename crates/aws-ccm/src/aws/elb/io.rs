@@ -7,7 +7,7 @@ use aws_sdk_elasticloadbalancing::types as elbt;
 
 use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener, OwnedGroup};
 use crate::aws::client::AwsClient;
-use crate::aws::client::consistency::{Patience, until_visible};
+use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::security_groups::{self as sg, Rule};
@@ -231,30 +231,23 @@ pub async fn apply(
         owned: actual.owned_group.as_ref().map(|g| g.id.clone()),
         dns: None,
     };
-    let mut patience: Option<Patience> = None;
+    let mut window = AfterCreate::default();
     for change in changes {
         tracing::info!(load_balancer = name, change = %super::plan::describe(change), "applying");
         loop {
             match at.step(change).await {
                 Ok(()) => break,
                 // A step naming an object this apply created moments ago.
-                Err(e) => {
-                    let again = match patience.as_mut() {
-                        Some(patience) => patience.retry_not_found(&e).await,
-                        None => false,
-                    };
-                    if !again {
-                        return Err(e);
-                    }
-                }
+                Err(e) if window.retry(&e).await => {}
+                Err(e) => return Err(e),
             }
         }
         let creates = matches!(
             change,
             Change::CreateSecurityGroup(_) | Change::CreateLoadBalancer { .. }
         );
-        if creates && patience.is_none() {
-            patience = Some(Patience::new(aws));
+        if creates {
+            window.created(aws);
         }
     }
     Ok(at.dns)

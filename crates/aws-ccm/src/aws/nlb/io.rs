@@ -9,7 +9,7 @@ use super::{
     Actual, Change, HealthCheck, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef,
 };
 use crate::aws::client::AwsClient;
-use crate::aws::client::consistency::{Patience, until_visible};
+use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb::GroupRef;
@@ -87,22 +87,15 @@ pub async fn apply(
             .collect(),
         refused_listeners: Vec::new(),
     };
-    let mut patience: Option<Patience> = None;
+    let mut window = AfterCreate::default();
     for change in changes {
         tracing::info!(load_balancer = name, change = %super::plan::describe(change), "applying");
         loop {
             match at.step(change).await {
                 Ok(()) => break,
                 // A step naming an object this apply created moments ago.
-                Err(e) => {
-                    let again = match patience.as_mut() {
-                        Some(patience) => patience.retry_not_found(&e).await,
-                        None => false,
-                    };
-                    if !again {
-                        return Err(e);
-                    }
-                }
+                Err(e) if window.retry(&e).await => {}
+                Err(e) => return Err(e),
             }
         }
         let creates = matches!(
@@ -112,8 +105,8 @@ pub async fn apply(
                 | Change::CreateTargetGroup { .. }
                 | Change::CreateListener { .. }
         );
-        if creates && patience.is_none() {
-            patience = Some(Patience::new(aws));
+        if creates {
+            window.created(aws);
         }
     }
     Ok(Applied {
