@@ -229,15 +229,10 @@ pub async fn read_target_groups(
     complete(aws, res.target_groups().to_vec()).await
 }
 
-/// Every target group whose name has the Service's prefix and whose tags
-/// name the Service: finds groups no listener points at any more (after an
-/// interrupted sync or a deleted NLB). One paginated listing; for deletes.
-pub async fn find_service_target_groups(
-    aws: &AwsClient,
-    name_prefix: &str,
-    service_key: &str,
-) -> Result<Vec<ActualTargetGroup>, AwsError> {
-    let mut candidates = Vec::new();
+/// Every target group of the account in the region: one paginated listing
+/// (400 per page).
+pub async fn all_target_groups(aws: &AwsClient) -> Result<Vec<t::TargetGroup>, AwsError> {
+    let mut groups = Vec::new();
     let mut marker: Option<String> = None;
     loop {
         let page = aws
@@ -248,20 +243,30 @@ pub async fn find_service_target_groups(
                     .send()
             })
             .await?;
-        candidates.extend(
-            page.target_groups()
-                .iter()
-                .filter(|g| {
-                    g.target_group_name()
-                        .is_some_and(|n| n.starts_with(name_prefix))
-                })
-                .cloned(),
-        );
+        groups.extend(page.target_groups().iter().cloned());
         marker = page.next_marker().map(str::to_string);
         if marker.is_none() {
-            break;
+            return Ok(groups);
         }
     }
+}
+
+/// Every target group whose name has the Service's prefix and whose tags
+/// name the Service: finds groups no listener points at any more (after an
+/// interrupted sync or a deleted NLB). One paginated listing; for deletes.
+pub async fn find_service_target_groups(
+    aws: &AwsClient,
+    name_prefix: &str,
+    service_key: &str,
+) -> Result<Vec<ActualTargetGroup>, AwsError> {
+    let candidates: Vec<t::TargetGroup> = all_target_groups(aws)
+        .await?
+        .into_iter()
+        .filter(|g| {
+            g.target_group_name()
+                .is_some_and(|n| n.starts_with(name_prefix))
+        })
+        .collect();
     let arns: Vec<String> = candidates
         .iter()
         .filter_map(|g| g.target_group_arn().map(str::to_string))

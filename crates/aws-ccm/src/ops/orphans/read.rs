@@ -158,23 +158,7 @@ pub async fn dead_target_groups(
     cluster_id: &str,
     live_lbs: &BTreeSet<&str>,
 ) -> Result<Vec<Orphan>, AwsError> {
-    let mut groups = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
-        let page = aws
-            .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
-                c.describe_target_groups()
-                    .set_marker(marker.clone())
-                    .page_size(400)
-                    .send()
-            })
-            .await?;
-        groups.extend(page.target_groups().iter().cloned());
-        marker = page.next_marker().map(str::to_string);
-        if marker.is_none() {
-            break;
-        }
-    }
+    let groups = nlb::read::all_target_groups(aws).await?;
     let arns: Vec<String> = groups
         .iter()
         .filter_map(|g| g.target_group_arn().map(str::to_string))
