@@ -643,8 +643,7 @@ async fn handle(
         return Ok(error_response(&missing, &call));
     }
     counters.bump(&call.service, &counted, Outcome::Forwarded);
-    let answer = upstream_answer(&state, parts, body, &call, &params).await;
-    let answer = seen_by_consistency(&state, &call, &params, answer).await;
+    let answer = applied_regardless_of_caller(&state, parts, body, &call, &params).await;
     match lost {
         None => Ok(answer),
         Some(loss) => {
@@ -656,6 +655,32 @@ async fn handle(
             reset.store(true, Ordering::Release);
             Err(ResetConnection)
         }
+    }
+}
+
+/// The answer to a call AWS has accepted. AWS goes on applying a call whose
+/// caller hung up (a client timeout, a killed process), so the work runs in its
+/// own task: dropping the caller's connection does not cancel it.
+async fn applied_regardless_of_caller(
+    state: &Arc<State>,
+    parts: http::request::Parts,
+    body: Bytes,
+    call: &AwsCall,
+    params: &[(String, String)],
+) -> Response<ProxyBody> {
+    let state = Arc::clone(state);
+    let call = call.clone();
+    let params = params.to_vec();
+    let applying = tokio::spawn(async move {
+        let answer = upstream_answer(&state, parts, body, &call, &params).await;
+        seen_by_consistency(&state, &call, &params, answer).await
+    });
+    match applying.await {
+        Ok(answer) => answer,
+        Err(err) => plain_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("aws-fault-proxy lost the upstream call: {err}"),
+        ),
     }
 }
 
