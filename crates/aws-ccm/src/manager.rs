@@ -81,6 +81,9 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
                 cloud.clone(),
                 cluster_id.clone(),
                 validated.options.cluster_name.clone(),
+            )
+            .trusting_known_settings(
+                Some(validated.options.service_resync_period).filter(|d| !d.is_zero()),
             ),
         };
         // The self-check runs once we lead (a standby writes nothing), next

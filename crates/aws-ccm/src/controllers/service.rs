@@ -31,7 +31,7 @@ use tracing::Instrument;
 use super::ControllerContext;
 use super::events::Events;
 use crate::provider::load_balancers::{
-    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers,
+    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, resync_slot,
 };
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -321,7 +321,7 @@ fn decide(
         || entry.last_sync.is_none()
         || resync
             .zip(entry.last_sync)
-            .is_some_and(|(every, t)| now - t >= every);
+            .is_some_and(|(every, t)| resync_due(&svc, every, t, now));
     let backing_off =
         entry.retry_at.is_some_and(|t| t > now) && entry.failed_fingerprint == Some(fp);
     if !due || backing_off {
@@ -338,6 +338,26 @@ fn decide(
         service_changed,
         may_wait,
     })
+}
+
+/// Whether the periodic resync of `svc`, last synced at `last`, is due:
+/// its resync slot moved on. Slots are offset per Service (by UID), so
+/// Services synced together (a fresh leader's adoption) resync one by one
+/// over the period, not in a burst.
+fn resync_due(svc: &Service, every: Duration, last: Instant, now: Instant) -> bool {
+    let uid = svc.metadata.uid.as_deref().unwrap_or_default();
+    resync_slot(uid, every, now) > resync_slot(uid, every, last)
+}
+
+/// Whether a user waits for this sync: the Service is new (no finalizer or
+/// no load balancer yet), changed since this process synced it, or is
+/// being deleted. These go ahead of adoption, resync and retry work.
+fn user_waits(entry: &KeyState, job: &Job) -> bool {
+    let changed = entry.synced_fingerprint.is_some() && job.service_changed;
+    changed
+        || !has_finalizer(&job.svc)
+        || !wants_load_balancer(&job.svc)
+        || !has_ingress(&job.svc)
 }
 
 /// Whether `e` is AWS refusing to delete something another resource still
@@ -382,6 +402,8 @@ impl<L: LoadBalancers> ServiceController<L> {
         let mut index = self.index.lock();
         let live: BTreeSet<String> = services.iter().map(|s| key(s)).collect();
         state.retain(|k, s| live.contains(k) || s.in_flight);
+        let (mut urgent, mut rest) = (Vec::new(), Vec::new());
+        let free = self.workers.available_permits();
         for svc in services {
             if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
                 continue;
@@ -393,10 +415,20 @@ impl<L: LoadBalancers> ServiceController<L> {
             let Some(job) = decide(entry, svc, backends, self.resync, now) else {
                 continue;
             };
+            if user_waits(entry, &job) {
+                urgent.push(job);
+            } else if rest.len() < free {
+                rest.push(job);
+            }
+        }
+        // What a user waits for first, then the rest in store order.
+        for job in urgent.into_iter().chain(rest) {
             let Ok(permit) = self.workers.clone().try_acquire_owned() else {
                 return;
             };
-            entry.in_flight = true;
+            if let Some(entry) = state.get_mut(&job.key) {
+                entry.in_flight = true;
+            }
             self.start(job, permit);
         }
     }
@@ -777,6 +809,90 @@ mod tests {
             !job.may_wait,
             "after two minutes it is reported like any failure"
         );
+    }
+
+    fn adopted(name: &str, uid: &str) -> Arc<Service> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name, "namespace": "default", "uid": uid, "resourceVersion": "1",
+                    "finalizers": [FINALIZER]},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+                "status": {"loadBalancer": {"ingress": [{"hostname": "lb.example"}]}}
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn new_changed_and_deleted_services_go_ahead_of_adoption_and_resync() {
+        let now = Instant::now();
+        let job = |entry: &mut KeyState, svc: Arc<Service>| {
+            decide(entry, svc, no_backends, None, now).expect("due")
+        };
+        // A fresh leader adopting a Service that has its load balancer.
+        let mut entry = KeyState::default();
+        let j = job(&mut entry, adopted("old", "u1"));
+        assert!(!user_waits(&entry, &j), "adoption waits");
+        // Its resync or a retry: no one waits either.
+        let mut entry = failed(&adopted("old", "u1"), now);
+        entry.retry_at = Some(now);
+        entry.synced_fingerprint = Some(fingerprint(&adopted("old", "u1")));
+        let j = job(&mut entry, adopted("old", "u1"));
+        assert!(!user_waits(&entry, &j), "a retry waits");
+        // New: no finalizer, or no load balancer yet.
+        let mut entry = KeyState::default();
+        let j = job(&mut entry, lb_service("1", "10"));
+        assert!(user_waits(&entry, &j));
+        let mut fresh = (*adopted("new", "u2")).clone();
+        fresh.status = None;
+        let mut entry = KeyState::default();
+        let j = job(&mut entry, Arc::new(fresh));
+        assert!(user_waits(&entry, &j));
+        // Changed since this process synced it.
+        let mut entry = KeyState {
+            synced_fingerprint: Some(1),
+            last_sync: Some(now),
+            ..KeyState::default()
+        };
+        let j = job(&mut entry, adopted("old", "u1"));
+        assert!(user_waits(&entry, &j));
+        // Being deleted.
+        let mut deleting = serde_json::to_value(&*adopted("gone", "u3")).unwrap();
+        deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+        let deleting: Service = serde_json::from_value(deleting).unwrap();
+        let mut entry = KeyState::default();
+        let j = job(&mut entry, Arc::new(deleting));
+        assert!(user_waits(&entry, &j));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn services_synced_together_resync_spread_over_the_period() {
+        let every = Duration::from_secs(100);
+        let synced = Instant::now();
+        let svcs: Vec<Arc<Service>> = (0..300)
+            .map(|i| adopted(&format!("s{i}"), &format!("uid-{i}")))
+            .collect();
+        let mut counted = vec![0usize; 10];
+        let mut seen = BTreeSet::new();
+        for (tenth, count) in counted.iter_mut().enumerate() {
+            let now = synced + every * (tenth as u32 + 1) / 10;
+            for s in &svcs {
+                if resync_due(s, every, synced, now) && seen.insert(key(s)) {
+                    *count += 1;
+                }
+            }
+        }
+        assert_eq!(seen.len(), svcs.len(), "every Service within one period");
+        assert!(counted.iter().all(|c| *c <= 60), "no burst: {counted:?}");
+        // Once resynced at its slot, a Service is not due again within it.
+        for s in &svcs {
+            let mut at = synced;
+            while !resync_due(s, every, synced, at) {
+                at += every / 1000;
+            }
+            assert!(!resync_due(s, every, at, at + every * 99 / 100));
+        }
     }
 
     fn node(name: &str, labels: &[(&str, &str)], taint: Option<&str>) -> Arc<Node> {

@@ -20,6 +20,24 @@ pub use crate::aws::annotations::{
     parse_key_values,
 };
 
+/// The resync slot of the Service with UID `uid` that holds `at`: slots
+/// are `period` long and each Service's are shifted by a fixed offset drawn
+/// from its UID, so that Services synced together (a fresh leader adopts all
+/// at once) come due one by one, evenly over the period, not in a burst. A
+/// Service is due for its periodic resync once the slot moved on since its
+/// last sync; the load balancers use the same slots to decide when to read
+/// a load balancer in full again (drift repair).
+pub fn resync_slot(uid: &str, period: std::time::Duration, at: tokio::time::Instant) -> u64 {
+    use std::hash::{Hash, Hasher};
+    static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(tokio::time::Instant::now);
+    let period = period.as_nanos().max(1);
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    uid.hash(&mut h);
+    let offset = u128::from(h.finish()) % period;
+    ((at.saturating_duration_since(epoch).as_nanos() + offset) / period) as u64
+}
+
 /// One Service's request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnsureRequest {

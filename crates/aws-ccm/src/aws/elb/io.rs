@@ -51,6 +51,16 @@ fn instances(ids: &BTreeSet<String>) -> Vec<elbt::Instance> {
 /// The load balancer with its attributes and tags (three reads), or
 /// `None` when it does not exist.
 pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
+    let Some(mut lb) = describe(aws, name).await? else {
+        return Ok(None);
+    };
+    lb.attributes = read_attributes(aws, name).await?;
+    Ok(Some(lb))
+}
+
+/// The load balancer with its tags, attributes not read (two reads), or
+/// `None` when it does not exist.
+pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
     let out = match aws
         .elb(Operation::ElbDescribeLoadBalancers, |c| {
             c.describe_load_balancers().load_balancer_names(name).send()
@@ -66,21 +76,19 @@ pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, Aw
     let Some(lb) = out.load_balancer_descriptions().first() else {
         return Ok(None);
     };
-    let attrs = aws
-        .elb(Operation::ElbDescribeLoadBalancerAttributes, |c| {
-            c.describe_load_balancer_attributes()
-                .load_balancer_name(name)
-                .send()
-        })
-        .await?;
-    let tags = aws
-        .elb(Operation::ElbDescribeTags, |c| {
-            c.describe_tags().load_balancer_names(name).send()
-        })
-        .await?;
-    let attributes = attributes_from_sdk(attrs.load_balancer_attributes());
-    Ok(Some(ActualLb {
-        name: name.to_string(),
+    let mut actual = lb_from_description(lb);
+    actual.tags = tags_by_name(aws, &[name.to_string()])
+        .await?
+        .remove(name)
+        .unwrap_or_default();
+    Ok(Some(actual))
+}
+
+/// What `DescribeLoadBalancers` tells of one classic ELB: everything but
+/// its attributes (left at the API defaults) and tags (left empty).
+pub fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
+    ActualLb {
+        name: lb.load_balancer_name().unwrap_or_default().to_string(),
         dns_name: lb.dns_name().unwrap_or_default().to_string(),
         internal: lb.scheme() == Some("internal"),
         listeners: listeners_from_sdk(lb.listener_descriptions()),
@@ -107,19 +115,56 @@ pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, Aw
             .iter()
             .filter_map(|i| i.instance_id().map(str::to_string))
             .collect(),
-        attributes,
-        tags: tags
-            .tag_descriptions()
-            .iter()
-            .flat_map(|d| d.tags())
-            .map(|t| {
-                (
-                    t.key().to_string(),
-                    t.value().unwrap_or_default().to_string(),
-                )
+        attributes: Attributes::aws_defaults(),
+        tags: BTreeMap::new(),
+    }
+}
+
+/// The managed attributes of classic ELB `name` (one read; AWS cannot
+/// batch it).
+pub async fn read_attributes(aws: &AwsClient, name: &str) -> Result<Attributes, AwsError> {
+    let attrs = aws
+        .elb(Operation::ElbDescribeLoadBalancerAttributes, |c| {
+            c.describe_load_balancer_attributes()
+                .load_balancer_name(name)
+                .send()
+        })
+        .await?;
+    Ok(attributes_from_sdk(attrs.load_balancer_attributes()))
+}
+
+/// Tags of classic ELBs by name, 20 names per call (the API's limit).
+pub async fn tags_by_name(
+    aws: &AwsClient,
+    names: &[String],
+) -> Result<BTreeMap<String, BTreeMap<String, String>>, AwsError> {
+    let mut out = BTreeMap::new();
+    for chunk in names.chunks(20) {
+        let res = aws
+            .elb(Operation::ElbDescribeTags, |c| {
+                c.describe_tags()
+                    .set_load_balancer_names(Some(chunk.to_vec()))
+                    .send()
             })
-            .collect(),
-    }))
+            .await?;
+        for d in res.tag_descriptions() {
+            let Some(name) = d.load_balancer_name() else {
+                continue;
+            };
+            let tags = d
+                .tags()
+                .iter()
+                .map(|t| {
+                    (
+                        t.key().to_string(),
+                        t.value().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect();
+            out.insert(name.to_string(), tags);
+        }
+    }
+    Ok(out)
 }
 
 /// The managed attributes as AWS reports them (API defaults where missing).
@@ -174,9 +219,9 @@ fn listeners_from_sdk(descriptions: &[elbt::ListenerDescription]) -> Vec<(Listen
         .collect()
 }
 
-/// Every classic ELB in the region with its security groups and
-/// instances (paginated): only read when a shared group's node rule may
-/// have to go, to see which other load balancers still use it.
+/// Every classic ELB in the region as `DescribeLoadBalancers` tells it
+/// ([`lb_from_description`]): one paginated read, 400 per page (the
+/// API's largest page).
 pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
     let mut out = Vec::new();
     let mut marker: Option<String> = None;
@@ -185,29 +230,15 @@ pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
             .elb(Operation::ElbDescribeLoadBalancers, |c| {
                 c.describe_load_balancers()
                     .set_marker(marker.clone())
+                    .page_size(400)
                     .send()
             })
             .await?;
-        for lb in page.load_balancer_descriptions() {
-            out.push(ActualLb {
-                name: lb.load_balancer_name().unwrap_or_default().to_string(),
-                dns_name: lb.dns_name().unwrap_or_default().to_string(),
-                internal: lb.scheme() == Some("internal"),
-                listeners: Vec::new(),
-                backend_policies: BTreeMap::new(),
-                policies: BTreeSet::new(),
-                health_check: None,
-                subnets: lb.subnets().iter().cloned().collect(),
-                security_groups: lb.security_groups().to_vec(),
-                instances: lb
-                    .instances()
-                    .iter()
-                    .filter_map(|i| i.instance_id().map(str::to_string))
-                    .collect(),
-                attributes: Attributes::aws_defaults(),
-                tags: BTreeMap::new(),
-            });
-        }
+        out.extend(
+            page.load_balancer_descriptions()
+                .iter()
+                .map(lb_from_description),
+        );
         marker = page.next_marker().map(str::to_string);
         if marker.is_none() {
             return Ok(out);

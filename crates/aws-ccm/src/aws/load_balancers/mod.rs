@@ -21,6 +21,7 @@ mod nlb_groups;
 mod nlb_rules;
 mod planned;
 mod refusals;
+pub mod sweep;
 use nlb_rules::NlbNodeRules;
 pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
@@ -45,6 +46,8 @@ pub struct AwsLoadBalancers {
     pub cluster_name: String,
     /// The VPC's subnets, shared by every sync for [`SUBNET_TTL`].
     pub subnets: subnets::SubnetCache,
+    /// The cluster's load balancers, read together and shared by every sync.
+    pub sweep: sweep::LbSweep,
 }
 
 /// How long the VPC's subnets and route tables are reused between syncs.
@@ -65,7 +68,21 @@ impl AwsLoadBalancers {
             cluster_id,
             cluster_name,
             subnets: subnets::SubnetCache::new(SUBNET_TTL),
+            sweep: sweep::LbSweep::default(),
         }
+    }
+
+    /// Trusts a load balancer's known settings (its
+    /// [`tags::APPLIED_SETTINGS_TAG`], or this process's last sync) instead
+    /// of reading them at every sync, and reads them in full again once per
+    /// `resync` (`--service-resync-period`; `None`: never). Without this
+    /// (`aws-ccm plan`), every sync reads them.
+    pub fn trusting_known_settings(
+        mut self,
+        resync: Option<std::time::Duration>,
+    ) -> AwsLoadBalancers {
+        self.sweep = sweep::LbSweep::new(Some(resync));
+        self
     }
 }
 
@@ -303,6 +320,9 @@ impl AwsLoadBalancers {
         let p = self.plan_clb(req, true).await?;
         let new_dns =
             elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
+        let recorded = p.actual.lb.as_ref().map(|l| &l.tags);
+        self.settings_applied(&p.name, None, recorded, &p.settings, !p.changes.is_empty())
+            .await;
         let hostname = new_dns
             .or_else(|| p.actual.lb.as_ref().map(|l| l.dns_name.clone()))
             .unwrap_or_default();
@@ -324,7 +344,7 @@ impl AwsLoadBalancers {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
-        let lb = elb::io::read_lb(aws, &name).await?;
+        let mut lb = self.sweep.clb(aws, &name).await?;
         // Type change handover: the Service was an NLB until now. First, so
         // that the NLB's group (same name scheme) is gone before groups are read.
         let mut handover = false;
@@ -361,6 +381,16 @@ impl AwsLoadBalancers {
             &self.cloud,
             &env,
         );
+        let settings = sweep::clb_settings(&desired);
+        let mut read_in_full = true;
+        if let Some(l) = lb.as_mut() {
+            read_in_full = self.sweep.must_read(&name, &req.uid, &l.tags, &settings);
+            l.attributes = if read_in_full {
+                elb::io::read_attributes(aws, &name).await?
+            } else {
+                desired.attributes.clone()
+            };
+        }
 
         let actual = self
             .clb_actual(&name, &vpc_id, &desired, lb, owned_group, &mut all_groups)
@@ -389,6 +419,10 @@ impl AwsLoadBalancers {
             changes,
             warnings,
             handover,
+            settings: planned::Settings {
+                digest: settings,
+                read_in_full,
+            },
         })
     }
 
@@ -546,15 +580,24 @@ impl LoadBalancers for AwsLoadBalancers {
             // The retry reads subnets afresh: one may have been deleted or
             // tagged since they were cached.
             self.subnets.invalidate();
+            // And the load balancer in full: a step may have gone through.
+            self.sweep.forget(&elb::load_balancer_name(&req.uid));
         }
         result
     }
 
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
-        let clb = self.delete_clb(uid, None).await?;
-        let nlb = self.delete_nlb(service_key, uid, false).await?;
-        Ok(clb || nlb)
+        let name = elb::load_balancer_name(uid);
+        self.sweep.forget(&name);
+        let deleted = async {
+            let clb = self.delete_clb(uid, None).await?;
+            let nlb = self.delete_nlb(service_key, uid, false).await?;
+            Ok(clb || nlb)
+        }
+        .await;
+        self.sweep.forget(&name);
+        deleted
     }
 }
 
@@ -643,6 +686,10 @@ impl AwsLoadBalancers {
         let p = self.plan_nlb(req, true).await?;
         let mut warnings = p.warnings;
         let applied = nlb::io::apply(&self.aws, &p.name, &p.vpc_id, &p.actual, &p.changes).await?;
+        let arn = applied.lb_arn.as_deref();
+        let recorded = p.actual.lb.as_ref().map(|l| &l.tags);
+        self.settings_applied(&p.name, arn, recorded, &p.settings, !p.changes.is_empty())
+            .await;
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
         if p.handover {

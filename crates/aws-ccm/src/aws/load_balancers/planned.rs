@@ -22,6 +22,18 @@ pub struct ClbPlan {
     pub warnings: Vec<Warning>,
     /// Whether the Service's NLB goes first (it asked for an NLB before).
     pub handover: bool,
+    /// The settings only per-load-balancer reads show.
+    pub settings: Settings,
+}
+
+/// The settings of a load balancer that only per-load-balancer reads show
+/// (see [`super::sweep`]).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Their digest as the Service asks for them.
+    pub digest: String,
+    /// Whether they were read (else known: taken as asked for).
+    pub read_in_full: bool,
 }
 
 /// An NLB sync's plan, its node rules apart.
@@ -40,6 +52,8 @@ pub struct NlbPlan {
     pub groups: BTreeMap<String, sg::SecurityGroup>,
     /// The backends' node groups.
     pub node_groups: BTreeSet<String>,
+    /// The settings only per-load-balancer reads show.
+    pub settings: Settings,
 }
 
 /// What one Service's sync would change.
@@ -113,7 +127,10 @@ impl AwsLoadBalancers {
         )
         .map_err(LbError::Config)?;
 
-        let lb = nlb::read::read_lb(aws, &name).await?;
+        let settings = super::sweep::nlb_settings(&desired);
+        let (lb, target_groups, read_in_full) = self
+            .nlb_actual(&name, &req.uid, &desired, &settings)
+            .await?;
         let mut handover = false;
         if lb.is_none() {
             // Type change handover: the Service was a classic ELB until now.
@@ -123,10 +140,6 @@ impl AwsLoadBalancers {
                 elb::io::read_lb(aws, &name).await?.is_some()
             };
         }
-        let target_groups = match &lb {
-            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
-            None => Vec::new(),
-        };
         let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
         let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_names, &backends).await?;
         let actual = nlb::Actual {
@@ -158,6 +171,10 @@ impl AwsLoadBalancers {
             handover,
             groups,
             node_groups,
+            settings: Settings {
+                digest: settings,
+                read_in_full,
+            },
         })
     }
 }

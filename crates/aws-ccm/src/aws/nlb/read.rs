@@ -39,6 +39,17 @@ pub async fn tags_of(
 
 /// The NLB named `name` with its tags, attributes and listeners, or `None`.
 pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
+    let Some(mut lb) = describe(aws, name).await? else {
+        return Ok(None);
+    };
+    lb.attributes = read_attributes(aws, &lb.arn).await?;
+    lb.listeners = read_listeners(aws, &lb.arn).await?;
+    Ok(Some(lb))
+}
+
+/// The NLB named `name` with its tags (attributes and listeners not
+/// read), or `None`.
+pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
     let out = match aws
         .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
             c.describe_load_balancers().names(name).send()
@@ -56,24 +67,19 @@ pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, Aw
     else {
         return Ok(None);
     };
-    let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
-    let tags = tags_of(aws, std::slice::from_ref(&arn))
+    let mut actual = lb_from_sdk(lb);
+    let arn = actual.arn.clone();
+    actual.tags = tags_of(aws, std::slice::from_ref(&arn))
         .await?
         .remove(&arn)
         .unwrap_or_default();
-    let attrs = aws
-        .elbv2(Operation::Elbv2DescribeLoadBalancerAttributes, |c| {
-            c.describe_load_balancer_attributes()
-                .load_balancer_arn(&arn)
-                .send()
-        })
-        .await?;
-    let listeners = aws
-        .elbv2(Operation::Elbv2DescribeListeners, |c| {
-            c.describe_listeners().load_balancer_arn(&arn).send()
-        })
-        .await?;
-    Ok(Some(ActualLb {
+    Ok(Some(actual))
+}
+
+/// What `DescribeLoadBalancers` tells of one NLB: everything but its
+/// tags, attributes and listeners (left empty).
+pub fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
+    ActualLb {
         dns_name: lb.dns_name().unwrap_or_default().to_string(),
         internal: lb.scheme() == Some(&t::LoadBalancerSchemeEnum::Internal),
         ip_address_type: lb
@@ -86,11 +92,66 @@ pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, Aw
             .availability_zones()
             .iter()
             .any(|z| !z.load_balancer_addresses().is_empty()),
-        tags,
-        attributes: key_values(attrs.attributes().iter().map(|a| (a.key(), a.value()))),
-        listeners: listeners_from_sdk(listeners.listeners()),
-        arn,
-    }))
+        tags: BTreeMap::new(),
+        attributes: BTreeMap::new(),
+        listeners: Vec::new(),
+        arn: lb.load_balancer_arn().unwrap_or_default().to_string(),
+    }
+}
+
+/// Every NLB in the region ([`lb_from_sdk`]), by name: one paginated read,
+/// 400 per page (the API's largest page).
+pub async fn list_all(aws: &AwsClient) -> Result<BTreeMap<String, ActualLb>, AwsError> {
+    let mut out = BTreeMap::new();
+    let mut marker: Option<String> = None;
+    loop {
+        let page = aws
+            .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
+                c.describe_load_balancers()
+                    .set_marker(marker.clone())
+                    .page_size(400)
+                    .send()
+            })
+            .await?;
+        for lb in page.load_balancers() {
+            if lb.r#type() == Some(&t::LoadBalancerTypeEnum::Network)
+                && let Some(name) = lb.load_balancer_name()
+            {
+                out.insert(name.to_string(), lb_from_sdk(lb));
+            }
+        }
+        marker = page.next_marker().map(str::to_string);
+        if marker.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+/// The NLB's attributes (one read; AWS cannot batch it).
+pub async fn read_attributes(
+    aws: &AwsClient,
+    arn: &str,
+) -> Result<BTreeMap<String, String>, AwsError> {
+    let attrs = aws
+        .elbv2(Operation::Elbv2DescribeLoadBalancerAttributes, |c| {
+            c.describe_load_balancer_attributes()
+                .load_balancer_arn(arn)
+                .send()
+        })
+        .await?;
+    Ok(key_values(
+        attrs.attributes().iter().map(|a| (a.key(), a.value())),
+    ))
+}
+
+/// The NLB's listeners (one read; AWS cannot batch it).
+pub async fn read_listeners(aws: &AwsClient, arn: &str) -> Result<Vec<ActualListener>, AwsError> {
+    let listeners = aws
+        .elbv2(Operation::Elbv2DescribeListeners, |c| {
+            c.describe_listeners().load_balancer_arn(arn).send()
+        })
+        .await?;
+    Ok(listeners_from_sdk(listeners.listeners()))
 }
 
 /// The subnets with the EIP or private address pinned in each.
@@ -171,44 +232,64 @@ async fn complete(
         let Some(arn) = g.target_group_arn() else {
             continue;
         };
-        let attrs = aws
-            .elbv2(Operation::Elbv2DescribeTargetGroupAttributes, |c| {
-                c.describe_target_group_attributes()
-                    .target_group_arn(arn)
-                    .send()
-            })
-            .await?;
-        let health = aws
-            .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
-                c.describe_target_health().target_group_arn(arn).send()
-            })
-            .await?;
-        let port = g.port().unwrap_or_default();
-        out.push(ActualTargetGroup {
-            arn: arn.to_string(),
-            name: g.target_group_name().unwrap_or_default().to_string(),
-            protocol: g
-                .protocol()
-                .map(|p| p.as_str().to_string())
-                .unwrap_or_default(),
-            port,
-            health: health_of(g),
-            tags: tags.remove(arn).unwrap_or_default(),
-            attributes: key_values(attrs.attributes().iter().map(|a| (a.key(), a.value()))),
-            targets: health
-                .target_health_descriptions()
-                .iter()
-                .filter(|d| {
-                    d.target_health().and_then(|h| h.reason())
-                        != Some(&t::TargetHealthReasonEnum::DeregistrationInProgress)
-                })
-                .filter_map(|d| d.target())
-                .filter(|t| t.port().is_none_or(|p| p == port))
-                .filter_map(|t| t.id().map(str::to_string))
-                .collect(),
-        });
+        let tags = tags.remove(arn).unwrap_or_default();
+        out.push(complete_one(aws, g, tags, None).await?);
     }
     Ok(out)
+}
+
+/// One group's state from its listing entry and `tags`: its registered
+/// targets (one read), and its attributes, read unless `known_attributes`
+/// gives them.
+pub async fn complete_one(
+    aws: &AwsClient,
+    g: &t::TargetGroup,
+    tags: BTreeMap<String, String>,
+    known_attributes: Option<&BTreeMap<String, String>>,
+) -> Result<ActualTargetGroup, AwsError> {
+    let arn = g.target_group_arn().unwrap_or_default();
+    let attributes = match known_attributes {
+        Some(a) => a.clone(),
+        None => {
+            let attrs = aws
+                .elbv2(Operation::Elbv2DescribeTargetGroupAttributes, |c| {
+                    c.describe_target_group_attributes()
+                        .target_group_arn(arn)
+                        .send()
+                })
+                .await?;
+            key_values(attrs.attributes().iter().map(|a| (a.key(), a.value())))
+        }
+    };
+    let health = aws
+        .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
+            c.describe_target_health().target_group_arn(arn).send()
+        })
+        .await?;
+    let port = g.port().unwrap_or_default();
+    Ok(ActualTargetGroup {
+        arn: arn.to_string(),
+        name: g.target_group_name().unwrap_or_default().to_string(),
+        protocol: g
+            .protocol()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default(),
+        port,
+        health: health_of(g),
+        tags,
+        attributes,
+        targets: health
+            .target_health_descriptions()
+            .iter()
+            .filter(|d| {
+                d.target_health().and_then(|h| h.reason())
+                    != Some(&t::TargetHealthReasonEnum::DeregistrationInProgress)
+            })
+            .filter_map(|d| d.target())
+            .filter(|t| t.port().is_none_or(|p| p == port))
+            .filter_map(|t| t.id().map(str::to_string))
+            .collect(),
+    })
 }
 
 /// The target groups behind the NLB (those its listeners may point at).
@@ -216,6 +297,20 @@ pub async fn read_target_groups(
     aws: &AwsClient,
     lb_arn: &str,
 ) -> Result<Vec<ActualTargetGroup>, AwsError> {
+    let groups = listed_target_groups(aws, lb_arn).await?;
+    let mut out = Vec::new();
+    for (g, tags) in &groups {
+        out.push(complete_one(aws, g, tags.clone(), None).await?);
+    }
+    Ok(out)
+}
+
+/// The target groups behind the NLB as the listing shows them, with their
+/// tags (attributes and targets not read).
+pub async fn listed_target_groups(
+    aws: &AwsClient,
+    lb_arn: &str,
+) -> Result<Vec<(t::TargetGroup, BTreeMap<String, String>)>, AwsError> {
     let res = match aws
         .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
             c.describe_target_groups().load_balancer_arn(lb_arn).send()
@@ -226,7 +321,22 @@ pub async fn read_target_groups(
         Err(e) if not_found(&e) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    complete(aws, res.target_groups().to_vec()).await
+    let groups = res.target_groups().to_vec();
+    let arns: Vec<String> = groups
+        .iter()
+        .filter_map(|g| g.target_group_arn().map(str::to_string))
+        .collect();
+    let mut tags = tags_of(aws, &arns).await?;
+    Ok(groups
+        .into_iter()
+        .map(|g| {
+            let t = g
+                .target_group_arn()
+                .and_then(|a| tags.remove(a))
+                .unwrap_or_default();
+            (g, t)
+        })
+        .collect())
 }
 
 /// Every target group of the account in the region: one paginated listing

@@ -1,0 +1,532 @@
+//! The load-balancer sweep: what the cluster's load balancers look like, in
+//! a few paginated reads shared by every sync, as the instance sweep is for
+//! instances.
+//!
+//! One sweep reads every classic ELB and every NLB (`DescribeLoadBalancers`,
+//! 400 per page each), the tags of those named like this CCM's (`a` + 31
+//! hex digits; `DescribeTags`, 20 per call) and every target group (400 per
+//! page) with the tags of those behind a swept NLB. It is single-flight
+//! (concurrent syncs share one) and reused for [`SWEEP_TTL`]. A write
+//! invalidates exactly the load balancer it touched: until a sweep that
+//! started after the write, that load balancer is read on its own.
+//!
+//! What a sweep cannot show (a classic ELB's attributes; an NLB's attributes,
+//! listeners and target group attributes) is read per load balancer only
+//! when it is not known. It is known when the load balancer's
+//! [`tags::APPLIED_SETTINGS_TAG`] (written by this CCM with the changes it
+//! applies) or this process's last sync of it says the settings are those the
+//! Service asks for now. A known load balancer is still read in full once per
+//! `--service-resync-period`, at a fixed offset per Service (the service
+//! controller's resync slots, [`resync_slot`]), so drift repair is spread
+//! over the period rather than done in a burst. A load balancer without the
+//! tag (made by the Go CCM) is read in full at its first sync.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_elasticloadbalancingv2::types as t;
+use futures::FutureExt;
+use parking_lot::Mutex;
+use tokio::time::Instant;
+
+use crate::aws::applied;
+use crate::aws::client::coalesce::SingleFlight;
+use crate::aws::client::operations::Operation;
+use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
+use crate::provider::load_balancers::resync_slot;
+
+/// How long one sweep serves syncs.
+pub const SWEEP_TTL: Duration = Duration::from_secs(30);
+
+/// A target group from the listing, with its tags.
+pub type SweptGroup = (t::TargetGroup, BTreeMap<String, String>);
+
+/// One sweep's result.
+pub struct Snapshot {
+    /// When its first read was sent: a write after this is not in it.
+    started: Instant,
+    /// Classic ELBs named like this CCM's, with tags; attributes at the API
+    /// defaults (not read).
+    clbs: BTreeMap<String, elb::ActualLb>,
+    /// NLBs named like this CCM's, with tags; no attributes or listeners.
+    nlbs: BTreeMap<String, nlb::ActualLb>,
+    /// Target groups by the ARN of each swept NLB they are behind.
+    groups: BTreeMap<String, Vec<SweptGroup>>,
+}
+
+/// An NLB as the sweep (or its own describe) shows it, with its target
+/// groups.
+pub struct SweptNlb {
+    pub lb: nlb::ActualLb,
+    pub groups: Vec<SweptGroup>,
+}
+
+/// What this process last established about one load balancer's settings.
+#[derive(Clone, Debug)]
+struct Verified {
+    /// The settings digest AWS matches; `None` when unknown (a sync failed
+    /// part-way).
+    digest: Option<String>,
+    /// When it was last read in full (or first vouched for by its tag).
+    at: Instant,
+}
+
+/// The shared sweep, its invalidations and what is known of each load
+/// balancer's settings. Clones share all of it.
+#[derive(Clone)]
+pub struct LbSweep {
+    flight: SingleFlight<Arc<Snapshot>>,
+    touched: Arc<Mutex<HashMap<String, Instant>>>,
+    verified: Arc<Mutex<HashMap<String, Verified>>>,
+    /// `Some(period)`: settings are trusted when known and read in full again
+    /// once per period. `None`: always read in full (`aws-ccm plan`).
+    trust_for: Option<Option<Duration>>,
+}
+
+/// Whether `name` is a load balancer name this CCM (and the Go CCM) gives:
+/// `a` and 31 lower-case hex digits.
+pub fn is_service_lb_name(name: &str) -> bool {
+    name.len() == 32
+        && name.starts_with('a')
+        && name[1..]
+            .chars()
+            .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+}
+
+/// The value of [`tags::APPLIED_SETTINGS_TAG`] for settings `parts`.
+fn settings_value<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
+    format!("v1 {}", applied::digest(parts))
+}
+
+/// A classic ELB's settings that only a per-load-balancer read shows.
+pub fn clb_settings(desired: &elb::Desired) -> String {
+    settings_value([format!("{:?}", desired.attributes).as_str()])
+}
+
+/// An NLB's settings that only per-load-balancer reads show.
+pub fn nlb_settings(desired: &nlb::Desired) -> String {
+    let parts = [
+        format!("{:?}", desired.attributes),
+        format!("{:?}", desired.listeners),
+        format!("{:?}", desired.target_group_attributes),
+    ];
+    settings_value(parts.iter().map(String::as_str))
+}
+
+impl Default for LbSweep {
+    fn default() -> LbSweep {
+        LbSweep::new(None)
+    }
+}
+
+impl LbSweep {
+    /// `trust_for`: `Some(resync period)` to trust known settings (the
+    /// controllers); `None` to read every load balancer in full.
+    pub fn new(trust_for: Option<Option<Duration>>) -> LbSweep {
+        LbSweep {
+            flight: SingleFlight::new(Operation::ElbDescribeLoadBalancers, SWEEP_TTL),
+            touched: Arc::default(),
+            verified: Arc::default(),
+            trust_for,
+        }
+    }
+
+    /// The current sweep, shared with every concurrent caller.
+    async fn snapshot(&self, aws: &AwsClient) -> Result<Arc<Snapshot>, AwsError> {
+        let reader = aws.clone();
+        let snap = self
+            .flight
+            .get(move || async move { read_all(&reader).await.map(Arc::new) }.boxed())
+            .await?;
+        // Writes older than the sweep are in it.
+        self.touched.lock().retain(|_, at| *at >= snap.started);
+        Ok(snap)
+    }
+
+    /// Whether the sweep may answer for `name`: no write touched it since
+    /// the sweep started.
+    fn fresh_in(&self, snap: &Snapshot, name: &str) -> bool {
+        self.touched
+            .lock()
+            .get(name)
+            .is_none_or(|at| *at < snap.started)
+    }
+
+    /// Classic ELB `name` with its tags (attributes not read), or `None`.
+    /// From the sweep when it holds a fresh entry; otherwise described on
+    /// its own (it may be newer than the sweep).
+    pub async fn clb(&self, aws: &AwsClient, name: &str) -> Result<Option<elb::ActualLb>, AwsError> {
+        let snap = self.snapshot(aws).await?;
+        if self.fresh_in(&snap, name)
+            && let Some(lb) = snap.clbs.get(name)
+        {
+            return Ok(Some(lb.clone()));
+        }
+        elb::io::describe(aws, name).await
+    }
+
+    /// NLB `name` with its tags and target groups (attributes and listeners
+    /// not read), or `None`; as [`Self::clb`].
+    pub async fn nlb(&self, aws: &AwsClient, name: &str) -> Result<Option<SweptNlb>, AwsError> {
+        let snap = self.snapshot(aws).await?;
+        if self.fresh_in(&snap, name)
+            && let Some(lb) = snap.nlbs.get(name)
+        {
+            return Ok(Some(SweptNlb {
+                lb: lb.clone(),
+                groups: snap.groups.get(&lb.arn).cloned().unwrap_or_default(),
+            }));
+        }
+        let Some(lb) = nlb::read::describe(aws, name).await? else {
+            return Ok(None);
+        };
+        let groups = nlb::read::listed_target_groups(aws, &lb.arn).await?;
+        Ok(Some(SweptNlb { lb, groups }))
+    }
+
+    /// Whether load balancer `name` (of the Service with UID `uid`, tags
+    /// `lb_tags`) must be read in full for settings `want`: unless they are
+    /// known (its settings tag, or this process's last sync, says so) and
+    /// its resync slot has not moved on since it was last read in full.
+    pub fn must_read(
+        &self,
+        name: &str,
+        uid: &str,
+        lb_tags: &BTreeMap<String, String>,
+        want: &str,
+    ) -> bool {
+        let Some(period) = self.trust_for else {
+            return true;
+        };
+        let now = Instant::now();
+        let mut verified = self.verified.lock();
+        let entry = match verified.get(name) {
+            Some(v) => v.clone(),
+            None if lb_tags.get(tags::APPLIED_SETTINGS_TAG).map(String::as_str) == Some(want) => {
+                let v = Verified {
+                    digest: Some(want.to_string()),
+                    at: now,
+                };
+                verified.insert(name.to_string(), v.clone());
+                v
+            }
+            None => return true,
+        };
+        let slot_moved =
+            period.is_some_and(|p| resync_slot(uid, p, now) > resync_slot(uid, p, entry.at));
+        entry.digest.as_deref() != Some(want) || slot_moved
+    }
+
+    /// A sync of `name` succeeded: AWS has settings `digest`; `in_full`:
+    /// they were read rather than trusted. `changed`: the sync wrote.
+    pub fn synced(&self, name: &str, digest: &str, in_full: bool, changed: bool) {
+        let now = Instant::now();
+        if changed {
+            self.touch(name);
+        }
+        let mut verified = self.verified.lock();
+        let at = match verified.get(name) {
+            Some(v) if !in_full => v.at,
+            _ => now,
+        };
+        verified.insert(
+            name.to_string(),
+            Verified {
+                digest: Some(digest.to_string()),
+                at,
+            },
+        );
+    }
+
+    /// A sync of `name` failed or deleted it: what AWS has is unknown until
+    /// read again.
+    pub fn forget(&self, name: &str) {
+        self.touch(name);
+        self.verified.lock().remove(name);
+    }
+
+    /// A write touched `name`: sweeps that started before it no longer
+    /// answer for it.
+    pub fn touch(&self, name: &str) {
+        self.touched.lock().insert(name.to_string(), Instant::now());
+    }
+}
+
+impl super::AwsLoadBalancers {
+    /// NLB `name` (of the Service with UID `uid`) and its target groups for
+    /// a plan: settings `want` read in full, or taken as asked for when
+    /// known. The third value says which.
+    pub(super) async fn nlb_actual(
+        &self,
+        name: &str,
+        uid: &str,
+        desired: &nlb::Desired,
+        want: &str,
+    ) -> Result<(Option<nlb::ActualLb>, Vec<nlb::ActualTargetGroup>, bool), AwsError> {
+        let aws = &self.aws;
+        let Some(SweptNlb { mut lb, groups }) = self.sweep.nlb(aws, name).await? else {
+            return Ok((None, Vec::new(), true));
+        };
+        let arn_of = |tg: &str| {
+            groups
+                .iter()
+                .find(|(g, _)| g.target_group_name() == Some(tg))
+                .and_then(|(g, _)| g.target_group_arn())
+                .map(str::to_string)
+        };
+        // A listener is known only with the group it forwards to.
+        let all_present = desired
+            .target_groups
+            .iter()
+            .all(|tg| arn_of(&tg.name).is_some());
+        let in_full = !all_present || self.sweep.must_read(name, uid, &lb.tags, want);
+        if in_full {
+            lb.attributes = nlb::read::read_attributes(aws, &lb.arn).await?;
+            lb.listeners = nlb::read::read_listeners(aws, &lb.arn).await?;
+        } else {
+            lb.attributes = desired.attributes.clone();
+            // As asked for; their ARNs are not known, and not needed: a
+            // plan writes no listener that is as asked for.
+            lb.listeners = desired
+                .listeners
+                .iter()
+                .map(|l| nlb::ActualListener {
+                    arn: String::new(),
+                    port: l.port,
+                    protocol: l.protocol.clone(),
+                    certificate: l.certificate.clone(),
+                    ssl_policy: l.ssl_policy.clone(),
+                    target_group_arn: arn_of(&l.target_group),
+                })
+                .collect();
+        }
+        let known_attributes = (!in_full).then_some(&desired.target_group_attributes);
+        let mut target_groups = Vec::new();
+        for (g, tags) in groups.iter() {
+            target_groups
+                .push(nlb::read::complete_one(aws, g, tags.clone(), known_attributes).await?);
+        }
+        Ok((Some(lb), target_groups, in_full))
+    }
+
+    /// After a successful apply to load balancer `name` (an NLB: `nlb_arn`)
+    /// whose tags were `recorded` (`None`: it was created): notes the
+    /// settings as known and, when the apply changed something, records
+    /// them in [`tags::APPLIED_SETTINGS_TAG`]. That write is never the only
+    /// one, and its failure costs only a full read at the next adoption.
+    pub(super) async fn settings_applied(
+        &self,
+        name: &str,
+        nlb_arn: Option<&str>,
+        recorded: Option<&BTreeMap<String, String>>,
+        settings: &super::planned::Settings,
+        changed: bool,
+    ) {
+        let in_full = settings.read_in_full || recorded.is_none();
+        self.sweep.synced(name, &settings.digest, in_full, changed);
+        let on_lb = recorded.and_then(|t| t.get(tags::APPLIED_SETTINGS_TAG));
+        if !changed || on_lb == Some(&settings.digest) {
+            return;
+        }
+        let (key, value) = (tags::APPLIED_SETTINGS_TAG, settings.digest.as_str());
+        let written = match nlb_arn {
+            Some(arn) => {
+                let tag = t::Tag::builder().key(key).value(value).build();
+                self.aws
+                    .elbv2(Operation::Elbv2AddTags, |c| {
+                        c.add_tags().resource_arns(arn).tags(tag.clone()).send()
+                    })
+                    .await
+                    .map(|_| ())
+            }
+            None => {
+                use aws_sdk_elasticloadbalancing::types::Tag;
+                let tag = Tag::builder()
+                    .key(key)
+                    .value(value)
+                    .build()
+                    .map_err(|e| AwsError::NotFound {
+                        operation: Operation::ElbAddTags,
+                        what: format!("a valid tag ({e})"),
+                    });
+                match tag {
+                    Ok(tag) => self
+                        .aws
+                        .elb(Operation::ElbAddTags, |c| {
+                            c.add_tags()
+                                .load_balancer_names(name)
+                                .tags(tag.clone())
+                                .send()
+                        })
+                        .await
+                        .map(|_| ()),
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        if let Err(e) = written {
+            tracing::info!(load_balancer = name, error = %e, tag = key, "could not record the applied settings on the load balancer; a new leader reads them in full once");
+        }
+    }
+}
+
+/// One full sweep.
+async fn read_all(aws: &AwsClient) -> Result<Snapshot, AwsError> {
+    let started = Instant::now();
+    let (clbs, nlbs, all_groups) = tokio::try_join!(
+        elb::io::list_all(aws),
+        nlb::read::list_all(aws),
+        nlb::read::all_target_groups(aws),
+    )?;
+    let mut clbs: BTreeMap<String, elb::ActualLb> = clbs
+        .into_iter()
+        .filter(|l| is_service_lb_name(&l.name))
+        .map(|l| (l.name.clone(), l))
+        .collect();
+    let mut nlbs: BTreeMap<String, nlb::ActualLb> = nlbs
+        .into_iter()
+        .filter(|(name, _)| is_service_lb_name(name))
+        .collect();
+    let names: Vec<String> = clbs.keys().cloned().collect();
+    for (name, tags) in elb::io::tags_by_name(aws, &names).await? {
+        if let Some(lb) = clbs.get_mut(&name) {
+            lb.tags = tags;
+        }
+    }
+    let arns: Vec<String> = nlbs.values().map(|l| l.arn.clone()).collect();
+    let mut nlb_tags = nlb::read::tags_of(aws, &arns).await?;
+    for lb in nlbs.values_mut() {
+        lb.tags = nlb_tags.remove(&lb.arn).unwrap_or_default();
+    }
+    let swept_arns: std::collections::HashSet<&str> = arns.iter().map(String::as_str).collect();
+    let behind: Vec<t::TargetGroup> = all_groups
+        .into_iter()
+        .filter(|g| {
+            g.load_balancer_arns()
+                .iter()
+                .any(|a| swept_arns.contains(a.as_str()))
+        })
+        .collect();
+    let group_arns: Vec<String> = behind
+        .iter()
+        .filter_map(|g| g.target_group_arn().map(str::to_string))
+        .collect();
+    let mut group_tags = nlb::read::tags_of(aws, &group_arns).await?;
+    let mut groups: BTreeMap<String, Vec<SweptGroup>> = BTreeMap::new();
+    for g in behind {
+        let tags = g
+            .target_group_arn()
+            .and_then(|a| group_tags.remove(a))
+            .unwrap_or_default();
+        for lb in g.load_balancer_arns() {
+            if swept_arns.contains(lb.as_str()) {
+                groups
+                    .entry(lb.clone())
+                    .or_default()
+                    .push((g.clone(), tags.clone()));
+            }
+        }
+    }
+    tracing::debug!(
+        classic = clbs.len(),
+        network = nlbs.len(),
+        target_groups = group_arns.len(),
+        "swept the cluster's load balancers"
+    );
+    Ok(Snapshot {
+        started,
+        clbs,
+        nlbs,
+        groups,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAME: &str = "a0123456789abcdef0123456789abcde";
+
+    #[test]
+    fn only_service_load_balancer_names_are_swept() {
+        assert!(is_service_lb_name(NAME));
+        for other in [
+            "my-app-lb",
+            "a0123456789ABCDEF0123456789abcde",
+            "b0123456789abcdef0123456789abcde",
+            "a0123456789abcdef0123456789abcd",
+        ] {
+            assert!(!is_service_lb_name(other), "{other}");
+        }
+    }
+
+    fn tagged(value: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(tags::APPLIED_SETTINGS_TAG.to_string(), value.to_string())])
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn known_settings_are_trusted_until_the_services_resync_slot_moves_on() {
+        let period = Duration::from_secs(3600);
+        let sweep = LbSweep::new(Some(Some(period)));
+        let want = settings_value(["attrs"]);
+        // No tag (the Go CCM's): read in full; a different tag too.
+        assert!(sweep.must_read(NAME, "uid-1", &BTreeMap::new(), &want));
+        assert!(sweep.must_read(NAME, "uid-1", &tagged("v1 0000000000"), &want));
+        // The tag vouches: no read, until the slot moves on (within a period).
+        assert!(!sweep.must_read(NAME, "uid-1", &tagged(&want), &want));
+        let start = Instant::now();
+        while !sweep.must_read(NAME, "uid-1", &tagged(&want), &want) {
+            tokio::time::advance(Duration::from_secs(60)).await;
+            let waited = start.elapsed();
+            assert!(waited <= period + Duration::from_secs(60), "{waited:?}");
+        }
+        // Read in full now: trusted again for a whole period.
+        sweep.synced(NAME, &want, true, false);
+        tokio::time::advance(period - Duration::from_secs(61)).await;
+        assert!(!sweep.must_read(NAME, "uid-1", &BTreeMap::new(), &want));
+        // The Service asks for other settings: read.
+        assert!(sweep.must_read(NAME, "uid-1", &tagged(&want), "v1 1111111111"));
+        // A failed sync: unknown until read.
+        sweep.forget(NAME);
+        assert!(sweep.must_read(NAME, "uid-1", &BTreeMap::new(), &want));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn first_repairs_after_a_joint_adoption_are_spread_over_the_period() {
+        let period = Duration::from_secs(100);
+        let sweep = LbSweep::new(Some(Some(period)));
+        let want = settings_value(["attrs"]);
+        let names: Vec<String> = (0..200).map(|i| format!("a{i:031x}")).collect();
+        for n in &names {
+            assert!(!sweep.must_read(n, n, &tagged(&want), &want));
+        }
+        // Each tenth of the period, some but far from all come due.
+        let mut due_per_tenth = Vec::new();
+        let mut done = std::collections::BTreeSet::new();
+        for _ in 0..10 {
+            tokio::time::advance(period / 10).await;
+            let due: Vec<&String> = names
+                .iter()
+                .filter(|n| !done.contains(*n) && sweep.must_read(n, n, &tagged(&want), &want))
+                .collect();
+            due_per_tenth.push(due.len());
+            for n in due {
+                done.insert(n.clone());
+                sweep.synced(n, &want, true, false);
+            }
+        }
+        assert_eq!(done.len(), names.len(), "each once within the period");
+        assert!(
+            due_per_tenth.iter().all(|d| *d <= 45),
+            "no burst: {due_per_tenth:?}"
+        );
+    }
+
+    #[test]
+    fn settings_digests_differ_with_the_settings() {
+        let a = settings_value(["x"]);
+        assert!(a.starts_with("v1 ") && a.len() == 13, "{a}");
+        assert_ne!(a, settings_value(["y"]));
+    }
+}
