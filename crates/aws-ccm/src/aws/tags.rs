@@ -21,11 +21,10 @@ pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
 /// On a load balancer this CCM created: the create-time settings it applied
 /// (see `aws::applied`). The Go CCM writes no such tag.
 pub const APPLIED_TAG: &str = "aws-ccm/applied";
-/// On a load balancer this CCM synced: a digest of the settings only a
+/// On a load balancer this CCM created: a digest of the settings only a
 /// per-load-balancer read shows (attributes; an NLB's listeners and target
-/// group attributes) as it last applied them (see
-/// `aws::load_balancers::sweep`). Written only together with other changes,
-/// never on its own.
+/// group attributes) as it created them (see `aws::load_balancers::sweep`).
+/// Written only in the create call.
 pub const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
 /// Most tags a classic ELB, an NLB or a target group takes.
 pub const MAX_LB_TAGS: usize = 50;

@@ -66,6 +66,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         state: Arc::new(Mutex::new(HashMap::new())),
         index: Arc::new(Mutex::new(BackendIndex::default())),
         workers: Arc::new(Semaphore::new(workers)),
+        sync_done: Arc::new(tokio::sync::Notify::new()),
         worker_count: workers as u32,
         resync: Some(ctx.options.options.service_resync_period).filter(|d| !d.is_zero()),
     };
@@ -261,6 +262,9 @@ struct ServiceController<L: LoadBalancers> {
     state: Arc<Mutex<HashMap<String, KeyState>>>,
     index: Arc<Mutex<BackendIndex>>,
     workers: Arc<Semaphore>,
+    /// Signalled when a sync ends: its slot is free for the next Service
+    /// (without it, a backlog would move one sync per scan tick).
+    sync_done: Arc<tokio::sync::Notify>,
     worker_count: u32,
     /// `--service-resync-period`; `None` never resyncs an unchanged Service.
     resync: Option<Duration>,
@@ -378,6 +382,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 _ = stop.cancelled() => break,
                 _ = super::changed_or(&mut node_changes, SCAN_EVERY) => {}
                 _ = super::changed_or(&mut service_changes, SCAN_EVERY) => {}
+                _ = self.sync_done.notified() => {}
             }
         }
         // Let running syncs finish before the controller reports stopped.
@@ -450,6 +455,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .await;
             drop(permit);
             this.record(&job, outcome);
+            this.sync_done.notify_one();
         });
     }
 

@@ -22,3 +22,4 @@ mod permissions;
 mod routes;
 mod service;
 mod swap;
+mod sweep;

@@ -320,9 +320,8 @@ impl AwsLoadBalancers {
         let p = self.plan_clb(req, true).await?;
         let new_dns =
             elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
-        let recorded = p.actual.lb.as_ref().map(|l| &l.tags);
-        self.settings_applied(&p.name, None, recorded, &p.settings, !p.changes.is_empty())
-            .await;
+        let created = p.actual.lb.is_none();
+        self.settings_synced(&p.name, &p.settings, created, !p.changes.is_empty());
         let hostname = new_dns
             .or_else(|| p.actual.lb.as_ref().map(|l| l.dns_name.clone()))
             .unwrap_or_default();
@@ -404,7 +403,7 @@ impl AwsLoadBalancers {
             lb_tags,
             &diffs,
         ));
-        let changes = self
+        let mut changes = self
             .refuse_node_ingress(
                 &req.service_key,
                 &all_groups,
@@ -412,6 +411,11 @@ impl AwsLoadBalancers {
                 &mut warnings,
             )
             .await;
+        for c in &mut changes {
+            if let elb::Change::CreateLoadBalancer { tags, .. } = c {
+                sweep::record_at_creation(tags, &settings);
+            }
+        }
         Ok(ClbPlan {
             name,
             vpc_id,
@@ -686,10 +690,8 @@ impl AwsLoadBalancers {
         let p = self.plan_nlb(req, true).await?;
         let mut warnings = p.warnings;
         let applied = nlb::io::apply(&self.aws, &p.name, &p.vpc_id, &p.actual, &p.changes).await?;
-        let arn = applied.lb_arn.as_deref();
-        let recorded = p.actual.lb.as_ref().map(|l| &l.tags);
-        self.settings_applied(&p.name, arn, recorded, &p.settings, !p.changes.is_empty())
-            .await;
+        let created = p.actual.lb.is_none();
+        self.settings_synced(&p.name, &p.settings, created, !p.changes.is_empty());
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
         if p.handover {

@@ -156,7 +156,12 @@ impl AwsLoadBalancers {
             lb_tags,
             &diffs,
         ));
-        let changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
+        let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
+        for c in &mut changes {
+            if let nlb::Change::CreateLoadBalancer { tags, .. } = c {
+                super::sweep::record_at_creation(tags, &settings);
+            }
+        }
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
             .await?;

@@ -13,13 +13,14 @@
 //! What a sweep cannot show (a classic ELB's attributes; an NLB's attributes,
 //! listeners and target group attributes) is read per load balancer only
 //! when it is not known. It is known when the load balancer's
-//! [`tags::APPLIED_SETTINGS_TAG`] (written by this CCM with the changes it
-//! applies) or this process's last sync of it says the settings are those the
-//! Service asks for now. A known load balancer is still read in full once per
+//! [`tags::APPLIED_SETTINGS_TAG`] (written in the create call) or this
+//! process's last sync of it says the settings are those the Service asks
+//! for now. A known load balancer is still read in full once per
 //! `--service-resync-period`, at a fixed offset per Service (the service
 //! controller's resync slots, [`resync_slot`]), so drift repair is spread
 //! over the period rather than done in a burst. A load balancer without the
-//! tag (made by the Go CCM) is read in full at its first sync.
+//! tag (made by the Go CCM), or whose settings the Service changed since it
+//! was created, is read in full at its first sync in each process.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -65,9 +66,8 @@ pub struct SweptNlb {
 /// What this process last established about one load balancer's settings.
 #[derive(Clone, Debug)]
 struct Verified {
-    /// The settings digest AWS matches; `None` when unknown (a sync failed
-    /// part-way).
-    digest: Option<String>,
+    /// The settings digest AWS matches.
+    digest: String,
     /// When it was last read in full (or first vouched for by its tag).
     at: Instant,
 }
@@ -205,7 +205,7 @@ impl LbSweep {
             Some(v) => v.clone(),
             None if lb_tags.get(tags::APPLIED_SETTINGS_TAG).map(String::as_str) == Some(want) => {
                 let v = Verified {
-                    digest: Some(want.to_string()),
+                    digest: want.to_string(),
                     at: now,
                 };
                 verified.insert(name.to_string(), v.clone());
@@ -215,7 +215,7 @@ impl LbSweep {
         };
         let slot_moved =
             period.is_some_and(|p| resync_slot(uid, p, now) > resync_slot(uid, p, entry.at));
-        entry.digest.as_deref() != Some(want) || slot_moved
+        entry.digest != want || slot_moved
     }
 
     /// A sync of `name` succeeded: AWS has settings `digest`; `in_full`:
@@ -233,7 +233,7 @@ impl LbSweep {
         verified.insert(
             name.to_string(),
             Verified {
-                digest: Some(digest.to_string()),
+                digest: digest.to_string(),
                 at,
             },
         );
@@ -310,64 +310,27 @@ impl super::AwsLoadBalancers {
         Ok((Some(lb), target_groups, in_full))
     }
 
-    /// After a successful apply to load balancer `name` (an NLB: `nlb_arn`)
-    /// whose tags were `recorded` (`None`: it was created): notes the
-    /// settings as known and, when the apply changed something, records
-    /// them in [`tags::APPLIED_SETTINGS_TAG`]. That write is never the only
-    /// one, and its failure costs only a full read at the next adoption.
-    pub(super) async fn settings_applied(
+    /// After a successful apply to load balancer `name`: its settings are
+    /// known (until its next resync slot). `created`: the apply created it
+    /// (with [`record_at_creation`]).
+    pub(super) fn settings_synced(
         &self,
         name: &str,
-        nlb_arn: Option<&str>,
-        recorded: Option<&BTreeMap<String, String>>,
         settings: &super::planned::Settings,
+        created: bool,
         changed: bool,
     ) {
-        let in_full = settings.read_in_full || recorded.is_none();
+        let in_full = settings.read_in_full || created;
         self.sweep.synced(name, &settings.digest, in_full, changed);
-        let on_lb = recorded.and_then(|t| t.get(tags::APPLIED_SETTINGS_TAG));
-        if !changed || on_lb == Some(&settings.digest) {
-            return;
-        }
-        let (key, value) = (tags::APPLIED_SETTINGS_TAG, settings.digest.as_str());
-        let written = match nlb_arn {
-            Some(arn) => {
-                let tag = t::Tag::builder().key(key).value(value).build();
-                self.aws
-                    .elbv2(Operation::Elbv2AddTags, |c| {
-                        c.add_tags().resource_arns(arn).tags(tag.clone()).send()
-                    })
-                    .await
-                    .map(|_| ())
-            }
-            None => {
-                use aws_sdk_elasticloadbalancing::types::Tag;
-                let tag = Tag::builder()
-                    .key(key)
-                    .value(value)
-                    .build()
-                    .map_err(|e| AwsError::NotFound {
-                        operation: Operation::ElbAddTags,
-                        what: format!("a valid tag ({e})"),
-                    });
-                match tag {
-                    Ok(tag) => self
-                        .aws
-                        .elb(Operation::ElbAddTags, |c| {
-                            c.add_tags()
-                                .load_balancer_names(name)
-                                .tags(tag.clone())
-                                .send()
-                        })
-                        .await
-                        .map(|_| ()),
-                    Err(e) => Err(e),
-                }
-            }
-        };
-        if let Err(e) = written {
-            tracing::info!(load_balancer = name, error = %e, tag = key, "could not record the applied settings on the load balancer; a new leader reads them in full once");
-        }
+    }
+}
+
+/// Adds the settings record `digest` to the tags of a create call, when
+/// the tags leave room for it (else the load balancer is read in full at
+/// adoption, as one without the record).
+pub fn record_at_creation(create_tags: &mut BTreeMap<String, String>, digest: &str) {
+    if create_tags.len() < tags::MAX_LB_TAGS {
+        create_tags.insert(tags::APPLIED_SETTINGS_TAG.to_string(), digest.to_string());
     }
 }
 

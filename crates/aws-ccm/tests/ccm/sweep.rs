@@ -1,0 +1,388 @@
+//! The load-balancer sweep (issue 19, read side): a fresh leader adopts
+//! every Service from a few batched reads and writes nothing; a write
+//! invalidates only the load balancer it touched; drift someone made behind
+//! the CCM's back is still repaired at the Service's resync; and a Service
+//! created during a large adoption goes ahead of it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_ccm::aws::load_balancers::{AwsLoadBalancers, EnsureRequest, LoadBalancers};
+use aws_ccm::provider::load_balancers::LoadBalancerSpec;
+use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+use k8s_openapi::api::core::v1::{Node, Service};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+
+use crate::service::{hostname, lb_service, node};
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(180);
+const CLB: &str = "elasticloadbalancing";
+const V2: &str = "elasticloadbalancingv2";
+
+fn nlb(name: &str) -> Service {
+    lb_service(
+        name,
+        serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}),
+    )
+}
+
+/// Mutating AWS calls the proxy saw, by service and action.
+fn mutations(proxy: &FaultProxy) -> BTreeMap<String, u64> {
+    proxy
+        .calls()
+        .iter()
+        .filter(|(_, a, c)| {
+            c.received > 0
+                && !a.starts_with("Describe")
+                && !a.ends_with("+DryRun")
+                && !a.starts_with("Get")
+                && !a.starts_with("List")
+        })
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
+        .collect()
+}
+
+fn calls(proxy: &FaultProxy, service: &str, action: &str) -> u64 {
+    proxy.calls().get(service, action).received
+}
+
+fn count_lines(logs: &str, needle: &str) -> usize {
+    logs.lines().filter(|l| l.contains(needle)).count()
+}
+
+/// A node for every seeded instance, then `services`.
+async fn nodes_and_services(env: &Env, seeded: &Seeded, services: &[Service]) -> anyhow::Result<()> {
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (i, id) in seeded.instances.iter().enumerate() {
+        nodes
+            .create(&PostParams::default(), &node(&format!("n{i}"), id))
+            .await?;
+    }
+    let api: Api<Service> = Api::namespaced(client, "default");
+    for s in services {
+        api.create(&PostParams::default(), s).await?;
+    }
+    Ok(())
+}
+
+/// Waits until every Service in `default` has a hostname.
+async fn all_have_hostnames(env: &Env, ccm: &Ccm, count: usize) -> anyhow::Result<()> {
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    eventually(&format!("{count} hostnames"), WAIT, || async {
+        let list = api.list(&ListParams::default()).await.ok()?;
+        let with = list.items.iter().filter(|s| hostname(s).is_some()).count();
+        (with == count).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))
+}
+
+/// The first leader creates `clbs` classic ELBs and `nlbs` NLBs, then is
+/// killed; returns once every Service has its load balancer.
+async fn first_leader_creates(
+    env: &Env,
+    seeded: &Seeded,
+    clbs: usize,
+    nlbs: usize,
+) -> anyhow::Result<()> {
+    let mut services: Vec<Service> = (0..clbs)
+        .map(|i| lb_service(&format!("c{i}"), serde_json::json!({})))
+        .collect();
+    services.extend((0..nlbs).map(|i| nlb(&format!("n{i}"))));
+    nodes_and_services(env, seeded, &services).await?;
+    let mut first = env
+        .start_ccm(&[
+            "--controllers=service",
+            "--concurrent-service-syncs=10",
+            // Creates have a small AWS bucket (one per 5 s at full size).
+            "--aws-api-budget-fraction=10",
+        ])
+        .await?;
+    all_have_hostnames(env, &first, clbs + nlbs).await?;
+    first.signal(9);
+    first.wait_exit(Duration::from_secs(30)).await?;
+    Ok(())
+}
+
+/// A fresh leader adopting 30 classic ELBs and 30 NLBs it (an earlier
+/// leader) made: every sync reads from the shared sweep (one page of each
+/// `DescribeLoadBalancers`, tags 20 per call, one page of target groups),
+/// trusts the settings the load balancers' records vouch for (no attribute
+/// or listener read), and writes nothing.
+#[tokio::test]
+async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> anyhow::Result<()> {
+    const N: usize = 30;
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    first_leader_creates(&env, &seeded, N, N).await?;
+
+    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    let ccm = env
+        .start_ccm_via(
+            &proxy.endpoint(),
+            &["--controllers=service", "--concurrent-service-syncs=10"],
+        )
+        .await?;
+    eventually("every Service adopted", WAIT, || async {
+        (count_lines(&ccm.logs(), "load balancer ensured") >= 2 * N).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+
+    let logs = ccm.logs();
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{logs}");
+    // Each sweep: one page per listing, ceil(30/20) tag calls per kind.
+    let sweeps = count_lines(&logs, "swept the cluster's load balancers") as u64;
+    assert!(sweeps >= 1, "logs:\n{logs}");
+    let tag_calls = N.div_ceil(20) as u64;
+    let bounds = [
+        (CLB, "DescribeLoadBalancers", sweeps),
+        (CLB, "DescribeTags", sweeps * tag_calls),
+        (V2, "DescribeLoadBalancers", sweeps),
+        (V2, "DescribeTargetGroups", sweeps),
+        // The NLBs' tags and their target groups' tags.
+        (V2, "DescribeTags", sweeps * 2 * tag_calls),
+        // Registered targets: one read per target group (not batchable).
+        (V2, "DescribeTargetHealth", N as u64),
+        (CLB, "DescribeLoadBalancerAttributes", 0),
+        (V2, "DescribeLoadBalancerAttributes", 0),
+        (V2, "DescribeListeners", 0),
+        (V2, "DescribeTargetGroupAttributes", 0),
+    ];
+    for (service, action, bound) in bounds {
+        let n = calls(&proxy, service, action);
+        assert!(n <= bound, "{service}:{action}: {n} calls, bound {bound} ({sweeps} sweeps)");
+    }
+    let describes: u64 = proxy
+        .calls()
+        .iter()
+        .filter(|(s, a, _)| (*s == CLB || *s == V2) && a.starts_with("Describe"))
+        .map(|(_, _, c)| c.received)
+        .sum();
+    eprintln!("adoption of {N} CLBs + {N} NLBs: {describes} ELB describe calls, {sweeps} sweeps");
+    Ok(())
+}
+
+/// A Service created while a fresh leader adopts a backlog (one sync at a
+/// time) gets its load balancer next, not after the backlog.
+#[tokio::test]
+async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow::Result<()> {
+    const N: usize = 20;
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    first_leader_creates(&env, &seeded, N, 0).await?;
+
+    let ccm = env
+        .start_ccm(&["--controllers=service", "--concurrent-service-syncs=1"])
+        .await?;
+    // Adoption under way.
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let created_at = ccm.logs().len();
+    api.create(
+        &PostParams::default(),
+        &lb_service("late", serde_json::json!({})),
+    )
+    .await?;
+    eventually("a hostname for late", WAIT, || async {
+        api.get("late").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    eventually("the adoption backlog drained", WAIT, || async {
+        (count_lines(&ccm.logs(), "load balancer ensured") > N).then_some(())
+    })
+    .await?;
+
+    let logs = ccm.logs();
+    let after: Vec<&str> = logs[created_at..]
+        .lines()
+        .filter(|l| l.contains("load balancer ensured"))
+        .collect();
+    let late_at = after
+        .iter()
+        .position(|l| l.contains("default/late"))
+        .ok_or_else(|| anyhow::anyhow!("no ensure of late\nlogs:\n{logs}"))?;
+    // At most the sync in flight when late arrived, and one more started
+    // before the informer delivered it, go first.
+    assert!(
+        late_at <= 2,
+        "late was synced after {late_at} adoption syncs:\n{}",
+        after.join("\n")
+    );
+    assert!(
+        after.len() > late_at + 1,
+        "the adoption backlog had not drained before late: {}",
+        after.len()
+    );
+    Ok(())
+}
+
+/// An AWS client of the library through `proxy`.
+async fn client_via(env: &Env, proxy: &FaultProxy) -> aws_ccm::aws::AwsClient {
+    let config = env
+        .moto
+        .sdk_config()
+        .await
+        .to_builder()
+        .endpoint_url(proxy.endpoint())
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .build();
+    aws_ccm::aws::AwsClient::new(
+        aws_ccm::aws::SdkClients {
+            ec2: aws_sdk_ec2::Client::new(&config),
+            elb: aws_sdk_elasticloadbalancing::Client::new(&config),
+            elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&config),
+            sts: aws_sdk_sts::Client::new(&config),
+        },
+        CLUSTER_ID.into(),
+        aws_ccm::aws::ClientOptions::default(),
+    )
+}
+
+fn lbs(aws: aws_ccm::aws::AwsClient) -> AwsLoadBalancers {
+    AwsLoadBalancers::new(
+        aws,
+        Arc::new(aws_ccm::cloud_config::CloudConfig::default()),
+        CLUSTER_ID.into(),
+        "kubernetes".into(),
+    )
+    .trusting_known_settings(Some(Duration::from_secs(3600)))
+}
+
+/// A classic ELB Service as the API server would hand it over.
+fn request(name: &str, uid: &str, idle: &str, instances: &[String]) -> EnsureRequest {
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "uid": uid, "annotations": {
+            "service.beta.kubernetes.io/aws-load-balancer-connection-idle-timeout": idle}},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "nodePort": 30080, "protocol": "TCP"}]}
+    }))
+    .unwrap();
+    EnsureRequest {
+        service_key: format!("default/{name}"),
+        uid: uid.into(),
+        spec: LoadBalancerSpec::from_service(&svc).unwrap(),
+        instance_ids: instances.iter().cloned().collect(),
+    }
+}
+
+/// A change to one load balancer invalidates only its entry: the next
+/// syncs read that one on its own and the others from the sweep, and no
+/// sync reads attributes it knows.
+#[tokio::test]
+async fn a_write_invalidates_only_the_load_balancer_it_touched() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    let uids = [
+        "0a000000-0000-0000-0000-000000000001",
+        "0b000000-0000-0000-0000-000000000002",
+        "0c000000-0000-0000-0000-000000000003",
+    ];
+    let reqs: Vec<EnsureRequest> = ["a", "b", "c"]
+        .iter()
+        .zip(uids)
+        .map(|(n, u)| request(n, u, "60", &seeded.instances))
+        .collect();
+    let creator = lbs(client_via(&env, &proxy).await);
+    for r in &reqs {
+        creator.ensure(r).await?;
+    }
+
+    // A fresh process: one sweep serves all three, their records vouch
+    // for the attributes.
+    let lbs = lbs(client_via(&env, &proxy).await);
+    proxy.reset_counts();
+    for r in &reqs {
+        assert!(lbs.ensure(r).await?.changes.is_empty());
+    }
+    assert_eq!(calls(&proxy, CLB, "DescribeLoadBalancers"), 1);
+    assert_eq!(calls(&proxy, CLB, "DescribeLoadBalancerAttributes"), 0);
+    assert_eq!(mutations(&proxy), BTreeMap::new());
+
+    // a asks for another idle timeout: read in full, changed.
+    let changed = request("a", uids[0], "120", &seeded.instances);
+    let done = lbs.ensure(&changed).await?;
+    assert!(!done.changes.is_empty());
+
+    proxy.reset_counts();
+    proxy.record_requests(true);
+    lbs.ensure(&changed).await?;
+    lbs.ensure(&reqs[1]).await?;
+    lbs.ensure(&reqs[2]).await?;
+    let described = proxy.requests("DescribeLoadBalancers");
+    let names: Vec<&str> = described
+        .iter()
+        .filter(|c| c.service == CLB)
+        .filter_map(|c| c.params.get("LoadBalancerNames.member.1").map(String::as_str))
+        .collect();
+    let a_name = format!("a{}", uids[0].replace('-', ""));
+    assert_eq!(names, [&a_name[..32]], "only a is read on its own");
+    assert_eq!(
+        described.iter().filter(|c| c.service == CLB).count(),
+        1,
+        "b and c come from the sweep: {described:?}"
+    );
+    assert_eq!(calls(&proxy, CLB, "DescribeLoadBalancerAttributes"), 0);
+    assert_eq!(mutations(&proxy), BTreeMap::new());
+    Ok(())
+}
+
+/// Someone changes a classic ELB's idle timeout behind the CCM's back:
+/// the Service's periodic resync (its slot in `--service-resync-period`)
+/// reads the load balancer in full and repairs it.
+#[tokio::test]
+async fn drift_behind_the_ccms_back_is_repaired_at_the_services_resync() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    nodes_and_services(
+        &env,
+        &seeded,
+        &[lb_service("web", serde_json::json!({}))],
+    )
+    .await?;
+    let ccm = env
+        .start_ccm(&["--controllers=service", "--service-resync-period=3s"])
+        .await?;
+    all_have_hostnames(&env, &ccm, 1).await?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let svc = api.get("web").await?;
+    let name = format!("a{}", svc.metadata.uid.unwrap().replace('-', ""))[..32].to_string();
+    let elb = aws_sdk_elasticloadbalancing::Client::new(&seeded.conf);
+    let idle = || async {
+        let out = elb
+            .describe_load_balancer_attributes()
+            .load_balancer_name(&name)
+            .send()
+            .await
+            .ok()?;
+        out.load_balancer_attributes()?
+            .connection_settings()
+            .map(|c| c.idle_timeout())
+    };
+    assert_eq!(idle().await, Some(60));
+    elb.modify_load_balancer_attributes()
+        .load_balancer_name(&name)
+        .load_balancer_attributes(
+            aws_sdk_elasticloadbalancing::types::LoadBalancerAttributes::builder()
+                .connection_settings(
+                    aws_sdk_elasticloadbalancing::types::ConnectionSettings::builder()
+                        .idle_timeout(300)
+                        .build()?,
+                )
+                .build(),
+        )
+        .send()
+        .await?;
+    eventually("the idle timeout repaired", WAIT, || async {
+        (idle().await == Some(60)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    Ok(())
+}
