@@ -82,9 +82,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
                 cluster_id.clone(),
                 validated.options.cluster_name.clone(),
             )
-            .trusting_known_settings(
-                Some(validated.options.service_resync_period).filter(|d| !d.is_zero()),
-            ),
+            .trusting_known_settings(validated.options.service_resync_period),
         };
         // The self-check runs once we lead (a standby writes nothing), next
         // to the controllers: they consult the same registry, never wait.

@@ -358,10 +358,7 @@ fn resync_due(svc: &Service, every: Duration, last: Instant, now: Instant) -> bo
 /// being deleted. These go ahead of adoption, resync and retry work.
 fn user_waits(entry: &KeyState, job: &Job) -> bool {
     let changed = entry.synced_fingerprint.is_some() && job.service_changed;
-    changed
-        || !has_finalizer(&job.svc)
-        || !wants_load_balancer(&job.svc)
-        || !has_ingress(&job.svc)
+    changed || !has_finalizer(&job.svc) || !wants_load_balancer(&job.svc) || !has_ingress(&job.svc)
 }
 
 /// Whether `e` is AWS refusing to delete something another resource still

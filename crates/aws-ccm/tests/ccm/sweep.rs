@@ -54,7 +54,11 @@ fn count_lines(logs: &str, needle: &str) -> usize {
 }
 
 /// A node for every seeded instance, then `services`.
-async fn nodes_and_services(env: &Env, seeded: &Seeded, services: &[Service]) -> anyhow::Result<()> {
+async fn nodes_and_services(
+    env: &Env,
+    seeded: &Seeded,
+    services: &[Service],
+) -> anyhow::Result<()> {
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     for (i, id) in seeded.instances.iter().enumerate() {
@@ -155,7 +159,10 @@ async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> 
     ];
     for (service, action, bound) in bounds {
         let n = calls(&proxy, service, action);
-        assert!(n <= bound, "{service}:{action}: {n} calls, bound {bound} ({sweeps} sweeps)");
+        assert!(
+            n <= bound,
+            "{service}:{action}: {n} calls, bound {bound} ({sweeps} sweeps)"
+        );
     }
     let describes: u64 = proxy
         .calls()
@@ -251,7 +258,7 @@ fn lbs(aws: aws_ccm::aws::AwsClient) -> AwsLoadBalancers {
         CLUSTER_ID.into(),
         "kubernetes".into(),
     )
-    .trusting_known_settings(Some(Duration::from_secs(3600)))
+    .trusting_known_settings(Duration::from_secs(3600))
 }
 
 /// A classic ELB Service as the API server would hand it over.
@@ -319,7 +326,11 @@ async fn a_write_invalidates_only_the_load_balancer_it_touched() -> anyhow::Resu
     let names: Vec<&str> = described
         .iter()
         .filter(|c| c.service == CLB)
-        .filter_map(|c| c.params.get("LoadBalancerNames.member.1").map(String::as_str))
+        .filter_map(|c| {
+            c.params
+                .get("LoadBalancerNames.member.1")
+                .map(String::as_str)
+        })
         .collect();
     let a_name = format!("a{}", uids[0].replace('-', ""));
     assert_eq!(names, [&a_name[..32]], "only a is read on its own");
@@ -340,12 +351,7 @@ async fn a_write_invalidates_only_the_load_balancer_it_touched() -> anyhow::Resu
 async fn drift_behind_the_ccms_back_is_repaired_at_the_services_resync() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let seeded = seed_cluster(&env, 1).await?;
-    nodes_and_services(
-        &env,
-        &seeded,
-        &[lb_service("web", serde_json::json!({}))],
-    )
-    .await?;
+    nodes_and_services(&env, &seeded, &[lb_service("web", serde_json::json!({}))]).await?;
     let ccm = env
         .start_ccm(&["--controllers=service", "--service-resync-period=3s"])
         .await?;

@@ -75,13 +75,10 @@ impl AwsLoadBalancers {
     /// Trusts a load balancer's known settings (its
     /// [`tags::APPLIED_SETTINGS_TAG`], or this process's last sync) instead
     /// of reading them at every sync, and reads them in full again once per
-    /// `resync` (`--service-resync-period`; `None`: never). Without this
+    /// `resync` (`--service-resync-period`; zero: never). Without this
     /// (`aws-ccm plan`), every sync reads them.
-    pub fn trusting_known_settings(
-        mut self,
-        resync: Option<std::time::Duration>,
-    ) -> AwsLoadBalancers {
-        self.sweep = sweep::LbSweep::new(Some(resync));
+    pub fn trusting_known_settings(mut self, resync: std::time::Duration) -> AwsLoadBalancers {
+        self.sweep = sweep::LbSweep::new(Some(Some(resync).filter(|d| !d.is_zero())));
         self
     }
 }
@@ -380,16 +377,7 @@ impl AwsLoadBalancers {
             &self.cloud,
             &env,
         );
-        let settings = sweep::clb_settings(&desired);
-        let mut read_in_full = true;
-        if let Some(l) = lb.as_mut() {
-            read_in_full = self.sweep.must_read(&name, &req.uid, &l.tags, &settings);
-            l.attributes = if read_in_full {
-                elb::io::read_attributes(aws, &name).await?
-            } else {
-                desired.attributes.clone()
-            };
-        }
+        let settings = self.clb_attributes(lb.as_mut(), &req.uid, &desired).await?;
 
         let actual = self
             .clb_actual(&name, &vpc_id, &desired, lb, owned_group, &mut all_groups)
@@ -411,11 +399,7 @@ impl AwsLoadBalancers {
                 &mut warnings,
             )
             .await;
-        for c in &mut changes {
-            if let elb::Change::CreateLoadBalancer { tags, .. } = c {
-                sweep::record_at_creation(tags, &settings);
-            }
-        }
+        sweep::record_in_clb_create(&mut changes, &settings.digest);
         Ok(ClbPlan {
             name,
             vpc_id,
@@ -423,10 +407,7 @@ impl AwsLoadBalancers {
             changes,
             warnings,
             handover,
-            settings: planned::Settings {
-                digest: settings,
-                read_in_full,
-            },
+            settings,
         })
     }
 

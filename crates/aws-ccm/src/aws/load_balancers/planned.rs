@@ -157,11 +157,7 @@ impl AwsLoadBalancers {
             &diffs,
         ));
         let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
-        for c in &mut changes {
-            if let nlb::Change::CreateLoadBalancer { tags, .. } = c {
-                super::sweep::record_at_creation(tags, &settings);
-            }
-        }
+        super::sweep::record_in_nlb_create(&mut changes, &settings);
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
             .await?;

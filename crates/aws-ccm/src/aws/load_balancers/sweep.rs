@@ -37,6 +37,13 @@ use crate::aws::client::operations::Operation;
 use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
 use crate::provider::load_balancers::resync_slot;
 
+/// Error codes of IAM's refusal.
+const REFUSED: &[&str] = &[
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+];
+
 /// How long one sweep serves syncs.
 pub const SWEEP_TTL: Duration = Duration::from_secs(30);
 
@@ -144,23 +151,37 @@ impl LbSweep {
         Ok(snap)
     }
 
-    /// Whether the sweep may answer for `name`: no write touched it since
-    /// the sweep started.
-    fn fresh_in(&self, snap: &Snapshot, name: &str) -> bool {
-        self.touched
-            .lock()
-            .get(name)
-            .is_none_or(|at| *at < snap.started)
+    /// The sweep's entry list if it may answer for `name` (no write touched
+    /// it since the sweep started). A sweep IAM refuses (a policy that
+    /// grants describes only by name) answers for nothing: each load
+    /// balancer is then described on its own, as before the sweep.
+    async fn fresh_for(
+        &self,
+        aws: &AwsClient,
+        name: &str,
+    ) -> Result<Option<Arc<Snapshot>>, AwsError> {
+        let snap = match self.snapshot(aws).await {
+            Ok(snap) => snap,
+            Err(e) if e.code().is_some_and(|c| REFUSED.contains(&c)) => {
+                tracing::debug!(error = %e, "the load-balancer sweep is refused; describing by name");
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let touched = self.touched.lock().get(name).copied();
+        Ok(touched.is_none_or(|at| at < snap.started).then_some(snap))
     }
 
     /// Classic ELB `name` with its tags (attributes not read), or `None`.
     /// From the sweep when it holds a fresh entry; otherwise described on
     /// its own (it may be newer than the sweep).
-    pub async fn clb(&self, aws: &AwsClient, name: &str) -> Result<Option<elb::ActualLb>, AwsError> {
-        let snap = self.snapshot(aws).await?;
-        if self.fresh_in(&snap, name)
-            && let Some(lb) = snap.clbs.get(name)
-        {
+    pub async fn clb(
+        &self,
+        aws: &AwsClient,
+        name: &str,
+    ) -> Result<Option<elb::ActualLb>, AwsError> {
+        let snap = self.fresh_for(aws, name).await?;
+        if let Some(lb) = snap.as_ref().and_then(|s| s.clbs.get(name)) {
             return Ok(Some(lb.clone()));
         }
         elb::io::describe(aws, name).await
@@ -169,8 +190,8 @@ impl LbSweep {
     /// NLB `name` with its tags and target groups (attributes and listeners
     /// not read), or `None`; as [`Self::clb`].
     pub async fn nlb(&self, aws: &AwsClient, name: &str) -> Result<Option<SweptNlb>, AwsError> {
-        let snap = self.snapshot(aws).await?;
-        if self.fresh_in(&snap, name)
+        let snap = self.fresh_for(aws, name).await?;
+        if let Some(snap) = snap
             && let Some(lb) = snap.nlbs.get(name)
         {
             return Ok(Some(SweptNlb {
@@ -310,6 +331,33 @@ impl super::AwsLoadBalancers {
         Ok((Some(lb), target_groups, in_full))
     }
 
+    /// Fills classic ELB `lb`'s attributes (of the Service with UID `uid`)
+    /// for a plan: read, or taken as `desired` asks when they are known.
+    pub(super) async fn clb_attributes(
+        &self,
+        lb: Option<&mut elb::ActualLb>,
+        uid: &str,
+        desired: &elb::Desired,
+    ) -> Result<super::planned::Settings, AwsError> {
+        let digest = clb_settings(desired);
+        let Some(lb) = lb else {
+            return Ok(super::planned::Settings {
+                digest,
+                read_in_full: true,
+            });
+        };
+        let read_in_full = self.sweep.must_read(&lb.name, uid, &lb.tags, &digest);
+        lb.attributes = if read_in_full {
+            elb::io::read_attributes(&self.aws, &lb.name).await?
+        } else {
+            desired.attributes.clone()
+        };
+        Ok(super::planned::Settings {
+            digest,
+            read_in_full,
+        })
+    }
+
     /// After a successful apply to load balancer `name`: its settings are
     /// known (until its next resync slot). `created`: the apply created it
     /// (with [`record_at_creation`]).
@@ -331,6 +379,24 @@ impl super::AwsLoadBalancers {
 pub fn record_at_creation(create_tags: &mut BTreeMap<String, String>, digest: &str) {
     if create_tags.len() < tags::MAX_LB_TAGS {
         create_tags.insert(tags::APPLIED_SETTINGS_TAG.to_string(), digest.to_string());
+    }
+}
+
+/// [`record_at_creation`] on a classic ELB plan's create step, if any.
+pub fn record_in_clb_create(changes: &mut [elb::Change], digest: &str) {
+    for c in changes {
+        if let elb::Change::CreateLoadBalancer { tags, .. } = c {
+            record_at_creation(tags, digest);
+        }
+    }
+}
+
+/// [`record_at_creation`] on an NLB plan's create step, if any.
+pub fn record_in_nlb_create(changes: &mut [nlb::Change], digest: &str) {
+    for c in changes {
+        if let nlb::Change::CreateLoadBalancer { tags, .. } = c {
+            record_at_creation(tags, digest);
+        }
     }
 }
 
