@@ -146,5 +146,5 @@ async fn bare_provider_ids_bare_label_keys_and_exclude_false_are_backends() -> a
         logs.contains("n3") && logs.contains("aws:///us-east-1a/oops"),
         "the malformed providerID is reported with node and value:\n{logs}"
     );
-    Ok(())
+    env.finish().await
 }

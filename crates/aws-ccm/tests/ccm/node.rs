@@ -463,7 +463,7 @@ async fn initializes_ip_named_resource_named_preset_and_multi_interface_nodes() 
     ] {
         assert!(metrics.contains(family), "{family} in:\n{metrics}");
     }
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -519,7 +519,7 @@ async fn dual_stack_addresses_follow_node_ip_families_and_the_provided_node_ip()
             ("Hostname", &dns(&pinned)),
         ])
     );
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -646,7 +646,7 @@ async fn a_node_without_an_instance_keeps_its_taint_and_gets_a_warning() -> anyh
     assert!(has_taint(&nodes.get(&dns(&late)).await?, UNINITIALIZED));
     proxy.set_faults(vec![]);
     initialized(&nodes, &dns(&late), Duration::from_secs(60)).await?;
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -748,7 +748,7 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failed_sweep_delet
         matches!(nodes.get_opt(&dns(kept)).await, Ok(None)).then_some(())
     })
     .await?;
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -848,7 +848,7 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
             Some(format!("aws:///us-east-1a/{}", by_dns[&name]))
         );
     }
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -859,7 +859,7 @@ async fn the_tagging_controller_refuses_to_start_without_tags() -> anyhow::Resul
     let (status, logs) = Ccm::run_to_exit(&args, &env.aws_env()).await?;
     assert!(!status.success(), "exit status {status:?}");
     assert!(logs.contains("--tags"), "the error names the flag: {logs}");
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -961,7 +961,7 @@ async fn tagging_tags_instances_untags_deleted_nodes_and_leaves_unchanged_nodes_
         "no calls for unchanged nodes"
     );
     assert_eq!(calls.get("ec2", "DeleteTags").received, 1);
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -1055,7 +1055,7 @@ async fn addresses_are_refreshed_for_all_nodes_from_one_sweep() -> anyhow::Resul
         let node = nodes.get(&dns(other)).await?;
         assert!(addresses(&node).iter().all(|(t, _)| t != "ExternalIP"));
     }
-    Ok(())
+    env.finish().await
 }
 
 /// Nodes that are already initialized when the CCM starts are left alone,
@@ -1175,5 +1175,5 @@ async fn at_start_up_only_an_initialized_node_missing_a_ga_label_is_written() ->
             .is_none(),
         "an initialized node gets no taint"
     );
-    Ok(())
+    env.finish().await
 }

@@ -128,7 +128,7 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
     ccm.signal(libc::SIGTERM);
     ccm.wait_exit(WAIT).await?;
     assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -186,5 +186,5 @@ async fn plan_shows_the_route_changes_the_next_reconcile_makes() -> anyhow::Resu
     ccm.signal(libc::SIGTERM);
     ccm.wait_exit(WAIT).await?;
     assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
-    Ok(())
+    env.finish().await
 }

@@ -314,7 +314,7 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
             .iter()
             .any(|g| g.group_id() == Some(owned_id.as_str()))
     }));
-    Ok(())
+    env.finish().await
 }
 
 /// Upstream's `UnAvailableLoadBalancer` Warning when a LoadBalancer Service
@@ -362,5 +362,5 @@ async fn a_load_balancer_without_nodes_gets_upstreams_unavailable_event() -> any
     )
     .await
     .map_err(|e| e.context(ccm.logs()))?;
-    Ok(())
+    env.finish().await
 }

@@ -348,7 +348,7 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
         );
         assert!(lb.security_groups().is_empty());
     }
-    Ok(())
+    env.finish().await
 }
 
 /// `NLBSecurityGroupMode = Managed`: the Go CCM's managed group (upstream's
@@ -424,5 +424,5 @@ async fn the_go_ccms_managed_nlb_group_is_adopted() -> anyhow::Result<()> {
         .filter(|n| n.starts_with("k8s-"))
         .collect();
     assert_eq!(k8s, vec![group_name.as_str()]);
-    Ok(())
+    env.finish().await
 }
