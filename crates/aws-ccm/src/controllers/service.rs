@@ -323,11 +323,8 @@ fn decide(
         .zip(entry.last_sync)
         .is_some_and(|(every, t)| now - t >= every);
     let retry_due = entry.retry_at.is_some_and(|t| t <= now);
-    let due = service_changed
-        || backends_changed
-        || retry_due
-        || entry.last_sync.is_none()
-        || resync_due;
+    let due =
+        service_changed || backends_changed || retry_due || entry.last_sync.is_none() || resync_due;
     let backing_off =
         entry.retry_at.is_some_and(|t| t > now) && entry.failed_fingerprint == Some(fp);
     if !due || backing_off {
@@ -424,10 +421,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .as_ref()
                 .map(|b| b.ids.as_ref().clone())
                 .unwrap_or_default();
-            let outcome = this
-                .sync(&job.svc, backends, &job)
-                .instrument(span)
-                .await;
+            let outcome = this.sync(&job.svc, backends, &job).instrument(span).await;
             drop(permit);
             this.record(&job, outcome);
         });

@@ -61,7 +61,10 @@ pub(crate) enum KnownLb {
         instances: Arc<BTreeSet<String>>,
     },
     /// An NLB's target groups: (ARN, target port).
-    Network { name: String, groups: Vec<(String, i32)> },
+    Network {
+        name: String,
+        groups: Vec<(String, i32)>,
+    },
 }
 
 /// Per Service UID, what the last full ensure recorded. Instance sets are
@@ -272,7 +275,13 @@ mod tests {
     #[test]
     fn nlb_steps_are_one_register_and_one_deregister_per_group_at_most() {
         let mut steps = Vec::new();
-        nlb_steps("arn:tg", 30080, &set(&["i-1", "i-2"]), &set(&["i-2", "i-3", "i-4"]), &mut steps);
+        nlb_steps(
+            "arn:tg",
+            30080,
+            &set(&["i-1", "i-2"]),
+            &set(&["i-2", "i-3", "i-4"]),
+            &mut steps,
+        );
         assert_eq!(
             steps,
             vec![
