@@ -2,8 +2,9 @@
 """Regenerates the figures table of docs/scale.md from the scale bench's JSON.
 
 `make bench` (crates/aws-ccm/benches/scale.rs) writes target/bench/scale.json:
-a list of {scenario, figure, value, unit, bound, qps, text}. This script
-renders it as a Markdown table and puts it between the markers
+a list of {scenario, figure, value, unit, bound, qps, text, bound_text}. This
+script renders it as a Markdown table (cells as the bench printed them, from
+`text` and `bound_text`; from the numbers and unit when those are absent) and puts it between the markers
 
     <!-- bench-table:begin -->
     <!-- bench-table:end -->
@@ -57,11 +58,12 @@ def render(rows):
                 f"{', '.join(missing)}; rerun `make bench` to rewrite the JSON"
             )
         unit = row["unit"] or ""
-        if row["value"] is None:
-            value = row.get("text", "")
-        else:
-            value = f"{number(row['value'])} {unit}".strip()
-        bound = "" if row["bound"] is None else f"{number(row['bound'])} {unit}".strip()
+        value = row.get("text")
+        if value is None:
+            value = "" if row["value"] is None else f"{number(row['value'])} {unit}".strip()
+        bound = row.get("bound_text")
+        if bound is None:
+            bound = "" if row["bound"] is None else f"{number(row['bound'])} {unit}".strip()
         qps = number(row.get("qps"))
         cells = [row["scenario"], row["figure"], value, bound, qps]
         out.append("| " + " | ".join(cell(c) for c in cells) + " |")

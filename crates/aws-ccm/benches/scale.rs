@@ -37,8 +37,8 @@
 //! names the apiserver QPS (`--kube-api-qps`) the CCM it measures ran with.
 //!
 //! Besides the table, the run writes its rows as JSON: a list of
-//! `{scenario, figure, value, unit, bound, qps, text}` (`value` and `bound`
-//! are numbers or null, `text` the printed value), from which
+//! `{scenario, figure, value, unit, bound, qps, text, bound_text}` (`value`
+//! and `bound` are numbers or null, the texts are the printed cells), from which
 //! `scripts/bench-table.py` regenerates the figures table of `docs/scale.md`.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -230,6 +230,7 @@ impl Table {
                     "bound": measure(bound).map(|m| m.0),
                     "qps": qps.parse::<f64>().ok(),
                     "text": value,
+                    "bound_text": bound,
                 })
             })
             .collect();
@@ -647,10 +648,14 @@ fn cluster_tag() -> Tag {
         .build()
 }
 
+/// Whether `action` (as the proxy counts it) changes anything: not a read,
+/// and not a DryRun (the start-up permission self-check sends those; AWS
+/// only answers whether the call would be allowed).
 fn is_mutating(action: &str) -> bool {
     !["Describe", "List", "Get", "Search"]
         .iter()
         .any(|p| action.starts_with(p))
+        && !action.ends_with("+DryRun")
 }
 
 fn mutating_calls(calls: &CallCounts) -> (u64, BTreeMap<String, u64>) {
