@@ -21,6 +21,7 @@ mod nlb_groups;
 mod nlb_rules;
 mod planned;
 mod refusals;
+mod targets;
 use nlb_rules::NlbNodeRules;
 pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
@@ -45,6 +46,9 @@ pub struct AwsLoadBalancers {
     pub cluster_name: String,
     /// The VPC's subnets, shared by every sync for [`SUBNET_TTL`].
     pub subnets: subnets::SubnetCache,
+    /// What the last full ensure of each Service wrote, for the
+    /// targets-only path (`targets`).
+    pub targets: targets::TargetCache,
 }
 
 /// How long the VPC's subnets and route tables are reused between syncs.
@@ -65,6 +69,7 @@ impl AwsLoadBalancers {
             cluster_id,
             cluster_name,
             subnets: subnets::SubnetCache::new(SUBNET_TTL),
+            targets: targets::TargetCache::default(),
         }
     }
 }
@@ -306,6 +311,13 @@ impl AwsLoadBalancers {
         let hostname = new_dns
             .or_else(|| p.actual.lb.as_ref().map(|l| l.dns_name.clone()))
             .unwrap_or_default();
+        if p.warnings.is_empty() && !hostname.is_empty() {
+            let lb = targets::KnownLb::Classic {
+                name: p.name.clone(),
+                instances: Arc::new(p.instances),
+            };
+            self.record_targets(req, &hostname, p.backend_groups, lb);
+        }
         Ok(Ensured {
             hostname,
             changes: p.changes.iter().map(elb::plan::describe).collect(),
@@ -336,6 +348,7 @@ impl AwsLoadBalancers {
 
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
         let backends = backends.list();
+        let backend_groups = targets::group_sets(backends.iter().copied());
 
         let owned_name = elb::owned_group_name(&name);
         let (mut all_groups, node_groups) = self
@@ -389,6 +402,8 @@ impl AwsLoadBalancers {
             changes,
             warnings,
             handover,
+            instances: env.instances,
+            backend_groups,
         })
     }
 
@@ -538,6 +553,8 @@ impl AwsLoadBalancers {
 
 impl LoadBalancers for AwsLoadBalancers {
     async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        // Recorded again by a sync that writes everything it planned.
+        self.targets.forget(&req.uid);
         let result = match req.spec.kind {
             LoadBalancerKind::Network => self.ensure_nlb(req).await,
             _ => self.ensure_clb(req).await,
@@ -550,8 +567,13 @@ impl LoadBalancers for AwsLoadBalancers {
         result
     }
 
+    async fn update_targets(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        self.update_targets_or_ensure(req).await
+    }
+
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
+        self.targets.forget(uid);
         let clb = self.delete_clb(uid, None).await?;
         let nlb = self.delete_nlb(service_key, uid, false).await?;
         Ok(clb || nlb)
@@ -662,8 +684,25 @@ impl AwsLoadBalancers {
                 .await?;
             described.extend(done);
         }
+        let hostname = applied.dns_name.unwrap_or_default();
+        let groups: Option<Vec<(String, i32)>> = p
+            .desired
+            .target_groups
+            .iter()
+            .map(|g| Some((applied.target_groups.get(&g.name)?.clone(), g.port)))
+            .collect();
+        if let Some(groups) = groups
+            && warnings.is_empty()
+            && !hostname.is_empty()
+        {
+            let lb = targets::KnownLb::Network {
+                name: p.name.clone(),
+                groups,
+            };
+            self.record_targets(req, &hostname, p.backend_groups, lb);
+        }
         Ok(Ensured {
-            hostname: applied.dns_name.unwrap_or_default(),
+            hostname,
             changes: described,
             warnings: merged(warnings),
         })

@@ -22,6 +22,10 @@ pub struct ClbPlan {
     pub warnings: Vec<Warning>,
     /// Whether the Service's NLB goes first (it asked for an NLB before).
     pub handover: bool,
+    /// The backend instances the plan registers.
+    pub instances: BTreeSet<String>,
+    /// The backends' security-group sets (for the targets-only path).
+    pub backend_groups: super::targets::GroupSets,
 }
 
 /// An NLB sync's plan, its node rules apart.
@@ -40,6 +44,8 @@ pub struct NlbPlan {
     pub groups: BTreeMap<String, sg::SecurityGroup>,
     /// The backends' node groups.
     pub node_groups: BTreeSet<String>,
+    /// The backends' security-group sets (for the targets-only path).
+    pub backend_groups: super::targets::GroupSets,
 }
 
 /// What one Service's sync would change.
@@ -94,6 +100,7 @@ impl AwsLoadBalancers {
         let name = elb::load_balancer_name(&req.uid);
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
         let backends = backends.list();
+        let backend_groups = super::targets::group_sets(backends.iter().copied());
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
         let env = elb::Environment {
             subnets: subnet_ids.clone(),
@@ -158,6 +165,7 @@ impl AwsLoadBalancers {
             handover,
             groups,
             node_groups,
+            backend_groups,
         })
     }
 }
