@@ -179,7 +179,8 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
                 } else if let Ok(lookup) = identity::lookup_for_node(node)
                     && shared.progress.wants_lookup(node, &lookup)
                 {
-                    shared.prefetch.prefetch(&node.name_any(), lookup);
+                    let network_nodes = plan::wants_network_nodes(node);
+                    (shared.prefetch).prefetch_for(&node.name_any(), lookup, network_nodes);
                 }
             }
             if !changes.deleted.is_empty() {

@@ -43,6 +43,11 @@ pub const DEFAULT_PATTERN: &str = r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9
 pub const UNSUPPORTED_TTL: Duration = Duration::from_secs(24 * 3600);
 /// `InstanceId.N` values AWS accepts in one call.
 pub const MAX_IDS_PER_CALL: usize = 100;
+/// How long one batch (its retries included) may take. Node initialization
+/// waits for the answer, and a throttled question must not hold it back
+/// for the door's minute of retrying: it fails instead, and the node
+/// controller asks again later.
+pub const QUESTION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The network nodes of one instance, top layer first.
 pub type NetworkNodes = Vec<String>;
@@ -205,13 +210,14 @@ fn fetch(core: Arc<Core>) -> BatchFetch<String, NetworkNodes> {
         async move {
             let mut found = HashMap::new();
             let mut next_token: Option<String> = None;
+            let opts = CallOptions::within(QUESTION_DEADLINE);
             loop {
                 let page = core
                     .door
                     .call(
                         Service::Ec2,
                         Operation::Ec2DescribeInstanceTopology,
-                        CallOptions::default(),
+                        opts,
                         Priority::Shared,
                         || {
                             core.clients

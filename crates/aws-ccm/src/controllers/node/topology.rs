@@ -1,7 +1,8 @@
 //! The `topology.k8s.aws/network-node-layer-N` labels.
 //!
-//! At initialization the instance's network nodes are asked for (batched
-//! with the other nodes' questions; which instances are asked at all, and
+//! At initialization the instance's network nodes are asked for right
+//! after the instance is found, in the lookup prefetch (so the questions of
+//! nodes that join together are batched; which instances are asked, and
 //! what is remembered, is the cloud's business: see
 //! `aws::instances::topology`) and the labels go into the same write as the
 //! zone and instance-type labels. A node that already has layer 1 keeps its
@@ -84,10 +85,15 @@ pub(super) async fn at_init<I: Instances>(
         return (Vec::new(), None);
     }
     let name = node.name_any();
-    match (shared.cloud)
-        .network_nodes(&instance.id, instance.instance_type.as_deref())
-        .await
-    {
+    let answer = match shared.prefetch.take_network_nodes(&name, &instance.id) {
+        Some(answer) => answer,
+        None => {
+            (shared.cloud)
+                .network_nodes(&instance.id, instance.instance_type.as_deref())
+                .await
+        }
+    };
+    match answer {
         Ok(nodes) => {
             shared.topology.forget(&name);
             (nodes.unwrap_or_default(), None)
