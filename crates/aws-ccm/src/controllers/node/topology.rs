@@ -163,7 +163,7 @@ pub(super) async fn label_initialized<I: Instances>(
     {
         Ok(_) => Ok(None),
         // Someone wrote meanwhile: look again at the new version soon.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(RETRY_BASE)),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(shared.topology.failed(&name))),
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
         Err(source) => Err(NodeError::Kube { node: name, source }),
     }
