@@ -516,14 +516,27 @@ mod tests {
         let subnets = [
             subnet("subnet-a", "az1", true, &[]),
             subnet("subnet-b", "az1", true, &[(tags::LEGACY_CLUSTER_TAG, "c1")]),
-            subnet("subnet-o", "az2", true, &[("kubernetes.io/cluster/other", "owned")]),
+            subnet(
+                "subnet-o",
+                "az2",
+                true,
+                &[("kubernetes.io/cluster/other", "owned")],
+            ),
         ];
         // KubernetesCluster=c1 wins the tie as upstream's hasClusterTag.
         assert_eq!(choose(&subnets, false, "c1", &HashMap::new()), ["subnet-b"]);
         // A legacy tag of another cluster is no kubernetes.io/cluster/ tag:
         // unclaimed, as upstream.
-        let legacy_other = [subnet("subnet-x", "az1", true, &[(tags::LEGACY_CLUSTER_TAG, "c2")])];
-        assert_eq!(choose(&legacy_other, false, "c1", &HashMap::new()), ["subnet-x"]);
+        let legacy_other = [subnet(
+            "subnet-x",
+            "az1",
+            true,
+            &[(tags::LEGACY_CLUSTER_TAG, "c2")],
+        )];
+        assert_eq!(
+            choose(&legacy_other, false, "c1", &HashMap::new()),
+            ["subnet-x"]
+        );
         // No cluster ID (--allow-untagged-cloud): every subnet is ours.
         assert_eq!(
             choose(&subnets, false, "", &HashMap::new()),

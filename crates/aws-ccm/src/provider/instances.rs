@@ -377,8 +377,10 @@ pub mod fake {
         /// have them.
         pub fn set_network_nodes(&self, id: &str, nodes: &[&str]) {
             let mut st = self.state.lock();
-            st.topology
-                .insert(id.to_string(), nodes.iter().map(|n| n.to_string()).collect());
+            st.topology.insert(
+                id.to_string(),
+                nodes.iter().map(|n| n.to_string()).collect(),
+            );
             let kind = st
                 .instances
                 .get(id)

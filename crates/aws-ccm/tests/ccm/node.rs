@@ -1271,7 +1271,11 @@ async fn network_node_labels_come_batched_and_only_where_upstream_sets_them() ->
     let ccm = env
         .start_ccm_via(
             &proxy.endpoint(),
-            &[NODE_CONTROLLERS, "--kube-api-qps=500", "--kube-api-burst=500"],
+            &[
+                NODE_CONTROLLERS,
+                "--kube-api-qps=500",
+                "--kube-api-burst=500",
+            ],
         )
         .await?;
     ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
@@ -1280,8 +1284,12 @@ async fn network_node_labels_come_batched_and_only_where_upstream_sets_them() ->
 
     // One topology node already labelled by someone (layer 1 only).
     let preset = dns(&p4d[0]);
-    register_labelled(&nodes, &preset, &[("topology.k8s.aws/network-node-layer-1", "mine")])
-        .await?;
+    register_labelled(
+        &nodes,
+        &preset,
+        &[("topology.k8s.aws/network-node-layer-1", "mine")],
+    )
+    .await?;
     let joining: Vec<String> = (p4d[1..].iter().chain(&m5[..3])).map(dns).collect();
     let results: Vec<anyhow::Result<()>> = futures::stream::iter(joining.clone())
         .map(|name| {
@@ -1327,12 +1335,18 @@ async fn network_node_labels_come_batched_and_only_where_upstream_sets_them() ->
     );
 
     // m5.large answered nothing: another one joining costs no call.
-    let before = proxy.calls().get("ec2", "DescribeInstanceTopology").received;
+    let before = proxy
+        .calls()
+        .get("ec2", "DescribeInstanceTopology")
+        .received;
     register_node(&nodes, &dns(&m5[3]), None, &[], true).await?;
     let late = initialized(&nodes, &dns(&m5[3]), Duration::from_secs(60)).await?;
     assert!(layers(&late).is_empty());
     assert_eq!(
-        proxy.calls().get("ec2", "DescribeInstanceTopology").received,
+        proxy
+            .calls()
+            .get("ec2", "DescribeInstanceTopology")
+            .received,
         before,
         "a type without topology is remembered"
     );

@@ -457,7 +457,12 @@ async fn an_untagged_vpc_takes_load_balancers_as_the_go_ccm_does() -> anyhow::Re
             .availability_zone(zone)
             .send()
             .await?;
-        anyhow::Ok(out.subnet().and_then(|s| s.subnet_id()).unwrap().to_string())
+        anyhow::Ok(
+            out.subnet()
+                .and_then(|s| s.subnet_id())
+                .unwrap()
+                .to_string(),
+        )
     };
     // Public through the VPC's main table (it routes to the gateway).
     let public_b = subnet("10.0.2.0/24", "us-east-1b").await?;
@@ -465,7 +470,12 @@ async fn an_untagged_vpc_takes_load_balancers_as_the_go_ccm_does() -> anyhow::Re
     let private_c = subnet("10.0.3.0/24", "us-east-1c").await?;
     let table = ec2.create_route_table().vpc_id(&seeded.vpc).send().await?;
     ec2.associate_route_table()
-        .route_table_id(table.route_table().and_then(|t| t.route_table_id()).unwrap())
+        .route_table_id(
+            table
+                .route_table()
+                .and_then(|t| t.route_table_id())
+                .unwrap(),
+        )
         .subnet_id(&private_c)
         .send()
         .await?;
@@ -475,10 +485,10 @@ async fn an_untagged_vpc_takes_load_balancers_as_the_go_ccm_does() -> anyhow::Re
         .send()
         .await?;
     assert!(
-        (untagged.subnets().iter()).all(|s| s.tags().iter().all(|t| !t
-            .key()
-            .unwrap_or_default()
-            .starts_with("kubernetes.io/"))),
+        (untagged.subnets().iter()).all(|s| s
+            .tags()
+            .iter()
+            .all(|t| !t.key().unwrap_or_default().starts_with("kubernetes.io/"))),
         "the VPC carries no cluster or role tag"
     );
 

@@ -98,14 +98,15 @@ pub fn learn_from_empty(pattern: &TypePattern, id: &str, instance_type: &str) ->
     }
 }
 
-/// Upstream's rule for a failed call: `Ok` (no labels) and what to remember
-/// for the codes that mean "not here"; `Err` for everything else.
-pub fn learn_from_error(region: &str, code: Option<&str>) -> Result<Learned, ()> {
+/// Upstream's rule for a failed call: what to remember for the codes that
+/// mean "not here" (no labels, no error); `None` for a failure the caller
+/// gets.
+pub fn learn_from_error(region: &str, code: Option<&str>) -> Option<Learned> {
     match code {
         Some("UnsupportedOperation" | "UnauthorizedOperation") => {
-            Ok(Learned::Unsupported(region.to_string()))
+            Some(Learned::Unsupported(region.to_string()))
         }
-        _ => Err(()),
+        _ => None,
     }
 }
 
@@ -184,18 +185,25 @@ impl Topology {
             Ok(_) => {
                 let learned = learn_from_empty(&self.pattern, id, instance_type);
                 if self.pattern.expects_topology(instance_type) {
-                    tracing::warn!(instance_id = id, instance_type, "no instance topology listed for an instance of a type that should have one (it may be starting or stopping); asked again in 24h");
+                    tracing::warn!(
+                        instance_id = id,
+                        instance_type,
+                        "no instance topology listed for an instance of a type that should have one (it may be starting or stopping); asked again in 24h"
+                    );
                 } else {
-                    tracing::info!(instance_type, "instance type has no instance topology; not asked again for 24h");
+                    tracing::info!(
+                        instance_type,
+                        "instance type has no instance topology; not asked again for 24h"
+                    );
                 }
                 learned
             }
             Err(err) => match learn_from_error(&self.region, err.code()) {
-                Ok(learned) => {
+                Some(learned) => {
                     tracing::warn!(region = %self.region, error = %err, "ec2:DescribeInstanceTopology is not available (the Region lacks it, or the IAM policy does not grant it); no network-node labels, asked again in 24h");
                     learned
                 }
-                Err(()) => return Err(err),
+                None => return Err(err),
             },
         };
         self.memory.lock().remember(learned, Instant::now());
@@ -251,7 +259,13 @@ mod tests {
     #[test]
     fn the_default_pattern_is_upstreams() {
         let p = TypePattern::new(None);
-        for t in ["p4d.24xlarge", "p5.48xlarge", "trn1n.32xlarge", "hpc7g.16xlarge", "p5e.48xlarge"] {
+        for t in [
+            "p4d.24xlarge",
+            "p5.48xlarge",
+            "trn1n.32xlarge",
+            "hpc7g.16xlarge",
+            "p5e.48xlarge",
+        ] {
             assert!(p.expects_topology(t), "{t}");
         }
         for t in ["m5.large", "c5.xlarge", "g6.xlarge", "", "p4d"] {
@@ -283,11 +297,11 @@ mod tests {
         for code in ["UnsupportedOperation", "UnauthorizedOperation"] {
             assert_eq!(
                 learn_from_error("us-east-1", Some(code)),
-                Ok(Learned::Unsupported("us-east-1".into()))
+                Some(Learned::Unsupported("us-east-1".into()))
             );
         }
         for code in [Some("RequestLimitExceeded"), Some("InternalError"), None] {
-            assert_eq!(learn_from_error("us-east-1", code), Err(()));
+            assert_eq!(learn_from_error("us-east-1", code), None);
         }
     }
 

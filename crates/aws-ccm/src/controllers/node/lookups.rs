@@ -335,7 +335,10 @@ mod tests {
         prefetcher.prefetch_for("n1", k1.clone(), true);
         prefetcher.resolve("n1", &k1).await.unwrap();
         let nodes = prefetcher.take_network_nodes("n1", "i-1");
-        assert_eq!(nodes, Some(Ok(Some(vec!["a".into(), "b".into(), "c".into()]))));
+        assert_eq!(
+            nodes,
+            Some(Ok(Some(vec!["a".into(), "b".into(), "c".into()])))
+        );
         assert_eq!(prefetcher.take_network_nodes("n1", "i-1"), None);
         assert_eq!(prefetcher.take_network_nodes("n2", "i-2"), None);
     }

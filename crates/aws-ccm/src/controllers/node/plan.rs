@@ -914,7 +914,12 @@ mod tests {
         assert!(!wants_network_nodes(&node));
         assert!(network_node_labels(&node, &nodes).is_empty());
         let plan = plan_initialization(&node, &rich_instance(), &cx).unwrap();
-        assert!(!plan.labels.keys().any(|k| k.starts_with(LABEL_NETWORK_NODE_PREFIX)));
+        assert!(
+            !plan
+                .labels
+                .keys()
+                .any(|k| k.starts_with(LABEL_NETWORK_NODE_PREFIX))
+        );
         // No network nodes known: no labels.
         assert!(network_node_labels(&tainted_node("m"), &[]).is_empty());
     }

@@ -136,10 +136,18 @@ pub(super) async fn label_initialized<I: Instances>(
     if !worth_asking(node, shared) {
         return Ok(None);
     }
-    let Some(id) = node_instance_id(node).ok().flatten().filter(|id| is_instance_id(id)) else {
+    let Some(id) = node_instance_id(node)
+        .ok()
+        .flatten()
+        .filter(|id| is_instance_id(id))
+    else {
         return Ok(None);
     };
-    let nodes = match shared.cloud.network_nodes(&id, instance_type_label(node)).await {
+    let nodes = match shared
+        .cloud
+        .network_nodes(&id, instance_type_label(node))
+        .await
+    {
         Ok(nodes) => nodes.unwrap_or_default(),
         Err(err) => {
             let delay = shared.topology.failed(&name);
