@@ -155,6 +155,7 @@ pub(crate) async fn connect_aws(
     // instance, so querying both would read each instance twice.
     client_options.legacy_cluster_tag = identity.legacy_only;
     client_options.write_legacy_cluster_tag = identity.writes_legacy_tag;
+    client_options.topology_pattern = cloud.supported_topology_instance_type_pattern.clone();
     if identity.writes_legacy_tag {
         tracing::info!(cluster_id = %cluster_id, "the cluster is identified by the legacy KubernetesCluster tag (cloud.conf KubernetesClusterTag, or on this instance, as kOps tags it): what this CCM creates carries KubernetesCluster={cluster_id} too, as the Go CCM writes it");
     }
