@@ -95,7 +95,7 @@ impl NodeInstances {
         let key = tags::cluster_tag_key(&ctx.cluster_id);
         let name = "every Node's instance, with the cluster tag";
         if self.problems.is_empty() {
-            return vec![Check::new("instances", name).pass(format!(
+            return vec![Check::of("instances", name).pass(format!(
                 "{} of {} Nodes have their instance, tagged {key} ({} without a providerID yet)",
                 self.live.len(),
                 self.nodes,
@@ -106,10 +106,10 @@ impl NodeInstances {
             .problems
             .iter()
             .take(LISTED)
-            .map(|(problem, fix)| Check::new("instances", name).fail(problem, fix))
+            .map(|(problem, fix)| Check::of("instances", name).fail(problem, fix))
             .collect();
         if self.problems.len() > LISTED {
-            out.push(Check::new("instances", name).fail(
+            out.push(Check::of("instances", name).fail(
                 format!("and {} more Nodes", self.problems.len() - LISTED),
                 "run again after fixing the ones above",
             ));
@@ -139,7 +139,7 @@ impl NodeInstances {
 pub async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let Some(vpc) = found.vpc(ctx) else {
         return vec![
-            Check::new("subnets", "load balancer subnets")
+            Check::of("subnets", "load balancer subnets")
                 .skip("no VPC: no Node's instance was found and cloud.conf sets no VPC"),
         ];
     };
@@ -151,7 +151,7 @@ pub async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let (all, zones) = match read.await {
         Ok(x) => x,
         Err(e) => {
-            return vec![Check::new("subnets", "load balancer subnets").fail(
+            return vec![Check::of("subnets", "load balancer subnets").fail(
                 format!("reading the subnets of {vpc} failed: {e}"),
                 "grant ec2:DescribeSubnets, ec2:DescribeRouteTables and ec2:DescribeAvailabilityZones",
             )];
@@ -221,7 +221,7 @@ impl ZoneSubnets<'_> {
     /// `s` is chosen: pass, naming the tags that made it so, or warn when
     /// it was taken only for carrying no cluster's tag, or as the fallback.
     pub fn usable(&self, s: &Subnet, fallback: bool) -> Check {
-        let check = Check::new("subnets", self.name());
+        let check = Check::of("subnets", self.name());
         let key = tags::cluster_tag_key(self.cluster_id);
         let made: Vec<String> = [self.role(), key.as_str()]
             .iter()
@@ -245,7 +245,7 @@ impl ZoneSubnets<'_> {
     /// No subnet of the zone is chosen: the candidates, why each is not
     /// usable, and the tag that would make it so.
     pub fn unusable(&self, vpc: &str, zone_types: &HashMap<String, String>) -> Check {
-        let check = Check::new("subnets", self.name());
+        let check = Check::of("subnets", self.name());
         let mut candidates = Vec::new();
         let mut fixable = Vec::new();
         for s in self.all.iter().filter(|s| s.availability_zone == self.zone) {
@@ -298,7 +298,7 @@ impl ZoneSubnets<'_> {
 /// against `--route-table-limit`.
 pub async fn route_table_checks(ctx: &Context) -> Vec<Check> {
     let Some(scope) = ctx.route_scope() else {
-        return vec![Check::new("route-tables", "cluster route table").skip(
+        return vec![Check::of("route-tables", "cluster route table").skip(
             "the route controller does not run (--configure-cloud-routes=false, the route controller off, or no --cluster-cidr)",
         )];
     };
@@ -306,7 +306,7 @@ pub async fn route_table_checks(ctx: &Context) -> Vec<Check> {
     let tables = match ctx.aws.route_tables(&scope.selector).await {
         Ok(t) => t,
         Err(e) => {
-            return vec![Check::new("route-tables", "cluster route table").fail(
+            return vec![Check::of("route-tables", "cluster route table").fail(
                 format!("reading the route tables failed: {e}"),
                 "grant ec2:DescribeRouteTables",
             )];
@@ -318,7 +318,7 @@ pub async fn route_table_checks(ctx: &Context) -> Vec<Check> {
     tables
         .iter()
         .map(|t| {
-            let check = Check::new("route-tables", t.id.clone());
+            let check = Check::of("route-tables", t.id.clone());
             let routes = t.counted_routes();
             let warning = CapacityWarning {
                 table_id: t.id.clone(),
@@ -349,7 +349,7 @@ async fn untagged_tables(
     selector: &crate::provider::routes::RouteTableSelector,
 ) -> Check {
     let key = tags::cluster_tag_key(&ctx.cluster_id);
-    let check = Check::new("route-tables", "cluster route table");
+    let check = Check::of("route-tables", "cluster route table");
     if let Some(id) = &selector.route_table_id {
         return check.fail(
             format!("cloud.conf RouteTableID {id} names no route table"),
@@ -395,7 +395,7 @@ async fn untagged_tables(
 pub async fn security_group_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let name = "one cluster-tagged group per instance";
     let (Some(vpc), false) = (found.vpc(ctx), found.live.is_empty()) else {
-        return vec![Check::new("security-groups", name).skip("no Node's instance was found")];
+        return vec![Check::of("security-groups", name).skip("no Node's instance was found")];
     };
     let refs: Vec<_> = found
         .live
@@ -406,7 +406,7 @@ pub async fn security_group_checks(ctx: &Context, found: &NodeInstances) -> Vec<
         match sg::io::by_refs(&ctx.aws, &vpc, &refs, &[]).await {
             Ok(list) => list.into_iter().map(|g| (g.id.clone(), g)).collect(),
             Err(e) => {
-                return vec![Check::new("security-groups", name).fail(
+                return vec![Check::of("security-groups", name).fail(
                     format!("reading the instances' security groups failed: {e}"),
                     "grant ec2:DescribeSecurityGroups",
                 )];
@@ -423,22 +423,22 @@ pub async fn security_group_checks(ctx: &Context, found: &NodeInstances) -> Vec<
         let ids: Vec<&str> = i.security_groups.iter().map(|g| &*g.id).collect();
         match sg::node_group_of(&i.id, &ids, tagged, &ctx.cluster_id) {
             Ok(Some(g)) if tagged(&g) => {}
-            Ok(Some(g)) => out.push(Check::new("security-groups", i.id.clone()).warn(
+            Ok(Some(g)) => out.push(Check::of("security-groups", i.id.clone()).warn(
                 format!("{g}, the instance's only group, lacks {key}: load balancers open it, but the least-privilege policy does not let the CCM change it"),
                 format!("aws ec2 create-tags --resources {g} --tags Key={key},Value=owned"),
             )),
-            Ok(None) => out.push(Check::new("security-groups", i.id.clone()).fail(
+            Ok(None) => out.push(Check::of("security-groups", i.id.clone()).fail(
                 "the instance has no security group",
                 format!("attach a security group tagged {key}=owned"),
             )),
             Err(e) => out.push(
-                Check::new("security-groups", i.id.clone())
+                Check::of("security-groups", i.id.clone())
                     .fail(e, "tag exactly one of the instance's groups"),
             ),
         }
     }
     if out.is_empty() {
-        out.push(Check::new("security-groups", name).pass(format!(
+        out.push(Check::of("security-groups", name).pass(format!(
             "each of {} instances has exactly one group tagged {key}",
             found.live.len()
         )));

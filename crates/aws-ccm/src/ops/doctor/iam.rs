@@ -25,16 +25,16 @@ pub async fn checks(ctx: &Context) -> Vec<Check> {
                     ),
                     None => format!("tag {} {}", denial.resource_id, denial.missing_tag),
                 };
-                out.push(Check::new("iam", what).fail(denial.to_string(), fix));
+                out.push(Check::of("iam", what).fail(denial.to_string(), fix));
             }
-            Verdict::Unknown => out.push(Check::new("iam", what).warn(
+            Verdict::Unknown => out.push(Check::of("iam", what).warn(
                 "the DryRun got no answer (throttled, or an endpoint that ignores DryRun)",
                 "run again; the CCM itself goes ahead and the write's own answer decides",
             )),
         }
     }
     for gap in &gaps {
-        out.push(Check::new("iam", gap.action).fail(
+        out.push(Check::of("iam", gap.action).fail(
             gap.description.clone(),
             format!(
                 "grant {} to the CCM's role (iam/render.sh policy {})",
@@ -52,7 +52,7 @@ pub async fn checks(ctx: &Context) -> Vec<Check> {
                 allowed.join(", ")
             )
         };
-        out.push(Check::new("iam", "the CCM's writes").pass(detail));
+        out.push(Check::of("iam", "the CCM's writes").pass(detail));
     }
     out
 }

@@ -54,25 +54,25 @@ pub async fn checks(ctx: &Context) -> Vec<Check> {
         })
         .await;
     let credentials = match call {
-        Ok(who) => Check::new("aws", "credentials").pass(format!(
+        Ok(who) => Check::of("aws", "credentials").pass(format!(
             "{} (account {}), found through {source}",
             who.arn().unwrap_or("?"),
             who.account().unwrap_or("?")
         )),
-        Err(e) => Check::new("aws", "credentials").fail(
+        Err(e) => Check::of("aws", "credentials").fail(
             format!("sts:GetCallerIdentity failed ({e}); credentials found through {source}"),
             credentials_fix(&source),
         ),
     };
     let region =
-        Check::new("aws", "region").pass(format!("{} from {}", ctx.region, ctx.region_from));
+        Check::of("aws", "region").pass(format!("{} from {}", ctx.region, ctx.region_from));
     let cluster = if ctx.cluster_id.is_empty() {
-        Check::new("cluster", "cluster ID").warn(
+        Check::of("cluster", "cluster ID").warn(
             format!("none ({})", ctx.cluster_id_from),
             "set KubernetesClusterID in the [Global] section of cloud.conf: without it nothing can be attributed to this cluster",
         )
     } else {
-        Check::new("cluster", "cluster ID")
+        Check::of("cluster", "cluster ID")
             .pass(format!("{} from {}", ctx.cluster_id, ctx.cluster_id_from))
     };
     vec![credentials, region, cluster]

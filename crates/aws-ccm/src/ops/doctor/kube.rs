@@ -79,7 +79,7 @@ pub fn node_checks(nodes: &[Node], now: Timestamp) -> Vec<Check> {
             let fix = format!(
                 "see why the CCM does not initialize it: kubectl get events --field-selector involvedObject.name={name}, and the instances check above"
             );
-            let check = Check::new("kubernetes", "uninitialized Nodes");
+            let check = Check::of("kubernetes", "uninitialized Nodes");
             out.push(if waited >= UNINITIALIZED_FAIL_AFTER {
                 check.fail(detail, fix)
             } else {
@@ -91,11 +91,11 @@ pub fn node_checks(nodes: &[Node], now: Timestamp) -> Vec<Check> {
     }
     if out.is_empty() {
         out.push(
-            Check::new("kubernetes", "uninitialized Nodes")
+            Check::of("kubernetes", "uninitialized Nodes")
                 .pass(format!("none of {} Nodes waits for the CCM", nodes.len())),
         );
     }
-    let kubelets = Check::new("kubernetes", "kubelets with --cloud-provider=external");
+    let kubelets = Check::of("kubernetes", "kubelets with --cloud-provider=external");
     out.push(if not_external.is_empty() {
         kubelets.pass("every Node has a providerID or waits for the CCM")
     } else {
@@ -234,14 +234,14 @@ pub async fn rbac_checks(ctx: &Context) -> Vec<Check> {
             Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
             Ok(_) => denied.push(describe(&attrs)),
             Err(e) => {
-                return vec![Check::new("kubernetes", "the CCM's RBAC").fail(
+                return vec![Check::of("kubernetes", "the CCM's RBAC").fail(
                     format!("SelfSubjectAccessReview failed: {e}"),
                     "the kubeconfig's user needs create on selfsubjectaccessreviews.authorization.k8s.io (every authenticated user has it through system:basic-user)",
                 )];
             }
         }
     }
-    let check = Check::new("kubernetes", "the CCM's RBAC (this kubeconfig's user)");
+    let check = Check::of("kubernetes", "the CCM's RBAC (this kubeconfig's user)");
     let verdict = if denied.is_empty() {
         check.pass(format!(
             "all {} requests the CCM makes are allowed",
@@ -259,7 +259,7 @@ pub async fn rbac_checks(ctx: &Context) -> Vec<Check> {
 /// A second pod CIDR allocator, by node IPAM's own start-up test.
 pub fn ipam_check(ctx: &Context, nodes: &[Node]) -> Check {
     let v = &ctx.validated;
-    let check = Check::new("kubernetes", "one pod CIDR allocator");
+    let check = Check::of("kubernetes", "one pod CIDR allocator");
     let config = match &v.node_cidr_allocation {
         Some(c)
             if v.options.allocate_node_cidrs
@@ -304,7 +304,7 @@ pub async fn lease_check(ctx: &Context, now: Timestamp) -> Check {
         &o.leader_elect_resource_namespace,
         &o.leader_elect_resource_name,
     );
-    let check = Check::new("kubernetes", format!("leader Lease {ns}/{name}"));
+    let check = Check::of("kubernetes", format!("leader Lease {ns}/{name}"));
     if !o.leader_elect {
         return check.skip("--leader-elect=false");
     }

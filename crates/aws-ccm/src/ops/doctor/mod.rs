@@ -66,7 +66,7 @@ pub struct Check {
 }
 
 impl Check {
-    pub fn new(section: &'static str, name: impl Into<String>) -> CheckBuilder {
+    pub fn of(section: &'static str, name: impl Into<String>) -> CheckBuilder {
         CheckBuilder {
             section,
             name: name.into(),
@@ -74,7 +74,7 @@ impl Check {
     }
 }
 
-/// [`Check::new`]`(section, name)` then the verdict.
+/// [`Check::of`]`(section, name)` then the verdict.
 pub struct CheckBuilder {
     section: &'static str,
     name: String,
@@ -128,9 +128,18 @@ impl Report {
 }
 
 /// Runs every check against the cluster and AWS of `ctx`.
-pub async fn run(ctx: &Context) -> anyhow::Result<Report> {
+pub async fn run(ctx: &Context) -> Report {
     let mut checks = identity::checks(ctx).await;
-    let nodes = kube::list_nodes(&ctx.kube).await?;
+    let nodes = match kube::list_nodes(&ctx.kube).await {
+        Ok(nodes) => nodes,
+        Err(e) => {
+            checks.push(Check::of("kubernetes", "Nodes").fail(
+                format!("{e:#}"),
+                "the kubeconfig's user needs list on nodes (the CCM's ClusterRole grants it); the Node checks below see no Node",
+            ));
+            Vec::new()
+        }
+    };
     let now = k8s_openapi::jiff::Timestamp::now();
     let found = cloud::NodeInstances::find(ctx, &nodes).await;
     checks.extend(found.checks(ctx));
@@ -142,11 +151,11 @@ pub async fn run(ctx: &Context) -> anyhow::Result<Report> {
     checks.extend(kube::rbac_checks(ctx).await);
     checks.push(kube::ipam_check(ctx, &nodes));
     checks.push(kube::lease_check(ctx, now).await);
-    Ok(Report {
+    Report {
         cluster_id: ctx.cluster_id.clone(),
         region: ctx.region.clone(),
         checks,
-    })
+    }
 }
 
 /// The report when AWS or the cluster could not even be reached: start-up
@@ -155,7 +164,7 @@ pub fn unreachable(error: &anyhow::Error) -> Report {
     Report {
         cluster_id: String::new(),
         region: String::new(),
-        checks: vec![Check::new("aws", "start-up").fail(
+        checks: vec![Check::of("aws", "start-up").fail(
             format!("{error:#}"),
             "the message names the setting to change (cloud.conf, flags, kubeconfig); the CCM stops at start-up the same way",
         )],
