@@ -4,7 +4,8 @@
 //! (subnets tagged for another cluster only, no cluster-tagged route table,
 //! a Node without an instance, an uninitialized Node, a kubelet not
 //! external, a write IAM denies, no leader) names each problem with its fix
-//! and exits non-zero; `-o json` gives the same checks as data.
+//! and exits non-zero; a kubeconfig user without the CCM's roles gets the
+//! RBAC it lacks listed; `-o json` gives the same checks as data.
 
 use std::time::Duration;
 
@@ -259,6 +260,46 @@ async fn doctor_names_each_problem_of_a_broken_setup_with_its_fix() -> anyhow::R
             c["fix"].as_str().is_some_and(|f| !f.is_empty()),
             "no fix: {c}"
         );
+    }
+    Ok(())
+}
+
+/// With a kubeconfig whose user has no role, the RBAC check lists the
+/// CCM's requests it is denied, and the Node list and Lease reads fail as
+/// checks (with the permission to grant), not as an abort.
+#[tokio::test]
+async fn doctor_reports_rbac_the_kubeconfigs_user_lacks() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    correct_setup(&env).await?;
+    env.api.add_token(
+        "ccm-test-nobody",
+        ccm_testkit::apiserver::TokenUser::new("nobody"),
+    );
+    let kubeconfig = env.dir.path().join("nobody.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        env.api.kubeconfig_yaml_with_token("ccm-test-nobody"),
+    )?;
+    let out = tokio::process::Command::new(crate::ops_orphans::TOOL)
+        .arg("doctor")
+        .arg(format!("--cloud-config={}", env.cloud_conf.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .envs(env.aws_env())
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    for line in [
+        "[FAIL] Nodes: listing Nodes: ",
+        "fix: the kubeconfig's user needs list on nodes",
+        "[FAIL] the CCM's RBAC (this kubeconfig's user): denied: get nodes; list nodes; watch nodes;",
+        "update leases.coordination.k8s.io kube-system/cloud-controller-manager",
+        "fix: kubectl apply -f manifests/base/rbac.yaml",
+        "[FAIL] leader Lease kube-system/cloud-controller-manager: reading the Lease failed: ",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
     }
     Ok(())
 }
