@@ -180,7 +180,13 @@ async fn run_plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&sections)?),
         Format::Text => print!("{}", aws_ccm::ops::plan::render(&sections)),
     }
-    Ok(ExitCode::SUCCESS)
+    // A sync the plan shows failing (an invalid Service, an error met while
+    // planning) fails the command, so that a pipeline stops before it.
+    Ok(if sections.iter().any(|s| s.would_fail) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 async fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
