@@ -233,20 +233,17 @@ async fn deletion_steps(
         ));
     }
     let mut groups = Vec::new();
-    match nlb::read::read_lb(aws, name).await? {
-        Some(lb) => {
-            if owned(&lb.tags) {
-                section.steps.push(step(
-                    "-",
-                    format!("NLB {name} ({why})"),
-                    &["DeleteLoadBalancer"],
-                ));
-            } else {
-                section.notes.push(lacks("NLB"));
-            }
-            groups = nlb::read::read_target_groups(aws, &lb.arn).await?;
+    if let Some(lb) = nlb::read::read_lb(aws, name).await? {
+        if owned(&lb.tags) {
+            section.steps.push(step(
+                "-",
+                format!("NLB {name} ({why})"),
+                &["DeleteLoadBalancer"],
+            ));
+        } else {
+            section.notes.push(lacks("NLB"));
         }
-        None => {}
+        groups = nlb::read::read_target_groups(aws, &lb.arn).await?;
     }
     let prefix = nlb::target_group_prefix(key);
     for tg in nlb::read::find_service_target_groups(aws, &prefix, key).await? {
