@@ -80,7 +80,9 @@ pub fn wants_load_balancer(svc: &Service) -> bool {
         && spec.and_then(|s| s.load_balancer_class.as_ref()).is_none()
 }
 
-fn has_finalizer(svc: &Service) -> bool {
+/// Whether the Service carries the controller's finalizer (its load
+/// balancer may still exist).
+pub fn has_finalizer(svc: &Service) -> bool {
     svc.finalizers().iter().any(|f| f == FINALIZER)
 }
 

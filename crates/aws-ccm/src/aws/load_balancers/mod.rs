@@ -84,31 +84,12 @@ impl AwsLoadBalancers {
         groups: &BTreeMap<String, sg::SecurityGroup>,
     ) -> Result<Option<String>, LbError> {
         let ids: Vec<&str> = instance.security_groups.iter().map(|g| &*g.id).collect();
-        let tagged: Vec<&str> = ids
-            .iter()
-            .copied()
-            .filter(|id| {
-                groups
-                    .get(*id)
-                    .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
-            })
-            .collect();
-        match (tagged.len(), ids.len()) {
-            (1, _) => Ok(Some(tagged[0].to_string())),
-            (0, 1) => Ok(Some(ids[0].to_string())),
-            (0, 0) => Ok(None),
-            (0, _) => Err(LbError::Config(format!(
-                "instance {} has several security groups and none is tagged {}; tag the one the load balancer should open",
-                instance.id,
-                tags::cluster_tag_key(&self.cluster_id)
-            ))),
-            _ => Err(LbError::Config(format!(
-                "instance {} has several security groups tagged {} ({}); tag only the node group",
-                instance.id,
-                tags::cluster_tag_key(&self.cluster_id),
-                tagged.join(", ")
-            ))),
-        }
+        let tagged = |id: &str| {
+            groups
+                .get(id)
+                .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
+        };
+        sg::node_group_of(&instance.id, &ids, tagged, &self.cluster_id).map_err(LbError::Config)
     }
 }
 
