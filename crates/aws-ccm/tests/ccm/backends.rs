@@ -251,14 +251,7 @@ async fn a_node_change_moves_targets_only() -> anyhow::Result<()> {
         let nlb = lb_service(&format!("network-{i}"), annotations);
         nlbs.push(lb_name(&services.create(&pp, &nlb).await?));
     }
-    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(
-        &env.moto.endpoint(),
-        ccm_testkit::aws_proxy::ProxyConfig::default(),
-    )
-    .await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     let mut want = BTreeSet::from([i1.clone(), i2.clone()]);
     wait_targets(&seeded, &clbs, &nlbs, &want).await?;
     for i in 0..K {

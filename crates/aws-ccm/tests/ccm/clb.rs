@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, ResourceType};
 use aws_sdk_elasticloadbalancing::types::LoadBalancerDescription;
-use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
+use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule};
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -429,11 +429,7 @@ async fn event_note(client: &kube::Client, name: &str, reason: &str) -> anyhow::
 }
 
 async fn start(env: &Env) -> anyhow::Result<(FaultProxy, Ccm)> {
-    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    proxy.record_requests(true);
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     Ok((proxy, ccm))
 }
 

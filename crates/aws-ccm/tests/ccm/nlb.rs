@@ -389,14 +389,7 @@ async fn nlb_lifecycle_creates_target_groups_rules_and_deletes_everything() -> a
 
     // A fresh process adopts all of it: not one mutating call.
     drop(ccm);
-    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(
-        &env.moto.endpoint(),
-        ccm_testkit::aws_proxy::ProxyConfig::default(),
-    )
-    .await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     ccm.wait_for_log("load balancer ensured", WAIT).await?;
     let calls = proxy.calls();
     let mutations: Vec<String> = calls
@@ -1083,14 +1076,7 @@ async fn an_nlb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> any
         .send()
         .await?;
 
-    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(
-        &env.moto.endpoint(),
-        ccm_testkit::aws_proxy::ProxyConfig::default(),
-    )
-    .await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     eventually("the adopted NLB's hostname in the status", WAIT, || async {
         services.get("web").await.ok().as_ref().and_then(hostname)
     })

@@ -7,7 +7,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+use ccm_testkit::aws_proxy::FaultProxy;
 
 use crate::ops_orphans::run_tool;
 use crate::routes::WAIT;
@@ -115,11 +115,7 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
     );
 
     // The next sync, counted at a proxy of its own, makes exactly those calls.
-    let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    counted.record_requests(true);
-    let mut ccm = env
-        .start_ccm_via(&counted.endpoint(), &["--controllers=service"])
-        .await?;
+    let (counted, mut ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     eventually("the sync to leave nothing to plan", WAIT, || async {
         plan_text(&env).await.filter(|t| t == "no changes\n")
     })
@@ -172,11 +168,7 @@ async fn plan_shows_the_route_changes_the_next_reconcile_makes() -> anyhow::Resu
         ]
     );
 
-    let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    counted.record_requests(true);
-    let mut ccm = env
-        .start_ccm_via(&counted.endpoint(), &as_strs(&route_args(&[])))
-        .await?;
+    let (counted, mut ccm) = env.start_counted_ccm(&as_strs(&route_args(&[]))).await?;
     eventually("the reconcile to leave nothing to plan", WAIT, || async {
         let (ok, out, _) = run_tool(&env, "plan", &[routes_only], "").await.ok()?;
         (ok && out == "no changes\n").then_some(())
@@ -243,11 +235,7 @@ async fn plan_shows_a_deletion_and_fails_on_a_sync_that_would_fail() -> anyhow::
             "RevokeSecurityGroupIngress"
         ]
     );
-    let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    counted.record_requests(true);
-    let mut ccm = env
-        .start_ccm_via(&counted.endpoint(), &["--controllers=service"])
-        .await?;
+    let (counted, mut ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     eventually("the deletion to leave nothing to plan", WAIT, || async {
         plan_text(&env).await.filter(|t| t == "no changes\n")
     })

@@ -218,14 +218,7 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
 
     // A fresh process adopts what exists: no create, no mutation at all.
     drop(ccm);
-    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(
-        &env.moto.endpoint(),
-        ccm_testkit::aws_proxy::ProxyConfig::default(),
-    )
-    .await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     ccm.wait_for_log("load balancer ensured", WAIT).await?;
     assert!(ccm.logs().contains("changes=0"), "logs:\n{}", ccm.logs());
     assert!(

@@ -233,6 +233,16 @@ impl Env {
         self.start_ccm_via(&self.proxy.endpoint(), extra).await
     }
 
+    /// Starts the CCM behind a fault proxy of its own in front of moto, so
+    /// its calls are counted (with their parameters) apart from the
+    /// seeding's.
+    pub async fn start_counted_ccm(&self, extra: &[&str]) -> anyhow::Result<(FaultProxy, Ccm)> {
+        let proxy = FaultProxy::start(&self.moto.endpoint(), ProxyConfig::default()).await?;
+        proxy.record_requests(true);
+        let ccm = self.start_ccm_via(&proxy.endpoint(), extra).await?;
+        Ok((proxy, ccm))
+    }
+
     /// Starts the CCM with AWS calls sent to `endpoint` (e.g. a `FaultProxy`
     /// in front of moto, to count or break calls).
     pub async fn start_ccm_via(&self, endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, IpPermission, IpRange, ResourceType};
 use aws_sdk_elasticloadbalancingv2 as elbv2;
-use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+use ccm_testkit::aws_proxy::FaultProxy;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::PostParams;
@@ -272,14 +272,6 @@ async fn nodes_and_services(
     Ok(out)
 }
 
-async fn start_via_proxy(env: &Env) -> anyhow::Result<(FaultProxy, Ccm)> {
-    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
-    Ok((proxy, ccm))
-}
-
 async fn wait_hostname(env: &Env, ccm: &Ccm, name: &str) -> anyhow::Result<String> {
     let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     eventually(&format!("a hostname for {name}"), WAIT, || async {
@@ -320,7 +312,7 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
         go_made_nlb(&seeded, s, &[]).await?;
     }
 
-    let (proxy, ccm) = start_via_proxy(&env).await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     let client = env.api.client().await?;
     let note = event_note(&client, "web", "LoadBalancerSettingNotApplied").await?;
@@ -402,7 +394,7 @@ async fn the_go_ccms_managed_nlb_group_is_adopted() -> anyhow::Result<()> {
         .await?;
     go_made_nlb(&seeded, &svcs[0], std::slice::from_ref(&group)).await?;
 
-    let (proxy, ccm) = start_via_proxy(&env).await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     // The hostname is written after the whole sync; nothing it did may mutate.
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
@@ -501,7 +493,7 @@ async fn an_untagged_vpc_takes_load_balancers_as_the_go_ccm_does() -> anyhow::Re
         ],
     )
     .await?;
-    let (_proxy, ccm) = start_via_proxy(&env).await?;
+    let (_proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "classic").await?;
     wait_hostname(&env, &ccm, "network").await?;
 
