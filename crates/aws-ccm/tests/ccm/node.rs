@@ -216,6 +216,22 @@ fn dns(i: &Instance) -> String {
 /// Registers a node the way a kubelet with `--cloud-provider=external`
 /// does: tainted, optionally with a providerID and annotations, and with
 /// a Ready condition.
+/// The node controllers behind `proxy` with the API budget raised (so a
+/// test measures the controller, not the client-side QPS limit), started,
+/// and the proxy's counts zeroed.
+async fn start_for_a_burst(env: &Env, proxy: &FaultProxy) -> anyhow::Result<Ccm> {
+    let flags = [
+        NODE_CONTROLLERS,
+        "--kube-api-qps=500",
+        "--kube-api-burst=500",
+    ];
+    let ccm = env.start_ccm_via(&proxy.endpoint(), &flags).await?;
+    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
+        .await?;
+    proxy.reset_counts();
+    Ok(ccm)
+}
+
 async fn register_node(
     api: &Api<Node>,
     name: &str,
@@ -783,19 +799,7 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
     // Default --concurrent-node-syncs (1): the reads from AWS are batched
     // whatever the number of workers. The API budget is raised so the test
     // measures the controller, not the client-side QPS limit.
-    let ccm = env
-        .start_ccm_via(
-            &proxy.endpoint(),
-            &[
-                NODE_CONTROLLERS,
-                "--kube-api-qps=500",
-                "--kube-api-burst=500",
-            ],
-        )
-        .await?;
-    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
-        .await?;
-    proxy.reset_counts();
+    let _ccm = start_for_a_burst(&env, &proxy).await?;
 
     // Kubelets register concurrently, as in a scale-up.
     let start = tokio::time::Instant::now();
@@ -1268,19 +1272,7 @@ async fn network_node_labels_come_batched_and_only_where_upstream_sets_them() ->
     proxy.set_instance_topology(declared);
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
-    let ccm = env
-        .start_ccm_via(
-            &proxy.endpoint(),
-            &[
-                NODE_CONTROLLERS,
-                "--kube-api-qps=500",
-                "--kube-api-burst=500",
-            ],
-        )
-        .await?;
-    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
-        .await?;
-    proxy.reset_counts();
+    let ccm = start_for_a_burst(&env, &proxy).await?;
 
     // One topology node already labelled by someone (layer 1 only).
     let preset = dns(&p4d[0]);
