@@ -25,17 +25,56 @@ pub struct Subnet {
     pub cidr: Option<ipnet::Ipv4Net>,
 }
 
-/// The configured subnet (cloud.conf `SubnetID`), if it is in the VPC and,
-/// for an internet-facing load balancer, public: what the load balancer
-/// code falls back to when [`choose`] finds nothing. Upstream's rule is
-/// [`discover`]'s (the fallback only when no subnet is this cluster's or
-/// of no cluster, through the same zone and public filters).
-pub fn fallback(subnets: &[Subnet], subnet_id: Option<&str>, internal: bool) -> Vec<String> {
-    subnets
-        .iter()
-        .filter(|s| Some(s.id.as_str()) == subnet_id && (internal || s.public))
-        .map(|s| s.id.clone())
-        .collect()
+/// The subnet [`discover`] falls back to, as upstream's `selfAWSInstance`
+/// has it: cloud.conf `SubnetID` when cloud.conf names the `VPC` with
+/// `SubnetID` or `RoleARN` and the cluster ID (the Go CCM then runs
+/// outside the VPC and never asks the metadata service), else the subnet
+/// of the instance this CCM runs on, read once from the instance metadata
+/// service. `None` when neither is known.
+pub async fn own_subnet(cloud: &crate::cloud_config::CloudConfig) -> Option<String> {
+    static FROM_METADATA: tokio::sync::OnceCell<Option<String>> =
+        tokio::sync::OnceCell::const_new();
+    let outside = cloud.vpc.is_some()
+        && (cloud.subnet_id.is_some() || cloud.role_arn.is_some())
+        && cloud.cluster_id().is_some();
+    if outside {
+        return cloud.subnet_id.clone();
+    }
+    FROM_METADATA
+        .get_or_init(|| async {
+            crate::aws::client::clients::imds::subnet_id(cloud.imds_endpoint())
+                .await
+                .map_err(|e| tracing::debug!(error = %e, "no subnet of this instance for the subnet fallback"))
+                .ok()
+        })
+        .await
+        .clone()
+}
+
+/// Whether [`discover`] over `subnets` needs [`own_subnet`]: no subnet is
+/// this cluster's or of no cluster.
+pub fn needs_own_subnet(subnets: &[Subnet], cluster_id: &str) -> bool {
+    !subnets.iter().any(|s| is_candidate(s, cluster_id))
+}
+
+/// Upstream's discovery over the VPC's `subnets` ([`discover`]), asking
+/// for [`own_subnet`] only when the fallback is taken. The flag says
+/// whether it was.
+pub async fn discover_with_fallback(
+    subnets: &[Subnet],
+    internal: bool,
+    cluster_id: &str,
+    zone_types: &HashMap<String, String>,
+    cloud: &crate::cloud_config::CloudConfig,
+) -> (Vec<String>, bool) {
+    let fell_back = needs_own_subnet(subnets, cluster_id);
+    let own = if fell_back {
+        own_subnet(cloud).await
+    } else {
+        None
+    };
+    let chosen = discover(subnets, internal, cluster_id, zone_types, own.as_deref());
+    (chosen, fell_back)
 }
 
 /// A route table reduced to what discovery needs.
@@ -357,20 +396,24 @@ pub async fn resolve(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_configured_subnet_is_the_fallback_when_every_subnet_is_another_clusters() {
-        let other = [("kubernetes.io/cluster/other", "owned")];
-        let found = [
-            subnet("subnet-a", "us-east-1a", true, &other),
-            subnet("subnet-b", "us-east-1b", false, &other),
-        ];
-        assert!(choose(&found, false, "c1", &HashMap::new()).is_empty());
-        assert_eq!(fallback(&found, Some("subnet-a"), false), ["subnet-a"]);
-        // Internet-facing needs a public subnet; internal takes any.
-        assert!(fallback(&found, Some("subnet-b"), false).is_empty());
-        assert_eq!(fallback(&found, Some("subnet-b"), true), ["subnet-b"]);
-        assert!(fallback(&found, Some("subnet-z"), true).is_empty());
-        assert!(fallback(&found, None, true).is_empty());
+    #[tokio::test]
+    async fn the_own_subnet_is_cloud_confs_only_when_cloud_conf_names_the_vpc() {
+        let cloud = crate::cloud_config::CloudConfig {
+            vpc: Some("vpc-1".into()),
+            subnet_id: Some("subnet-a".into()),
+            kubernetes_cluster_id: Some("c1".into()),
+            ..Default::default()
+        };
+        assert_eq!(own_subnet(&cloud).await.as_deref(), Some("subnet-a"));
+        let others = [subnet(
+            "subnet-a",
+            "az1",
+            true,
+            &[("kubernetes.io/cluster/other", "owned")],
+        )];
+        assert!(needs_own_subnet(&others, "c1"));
+        let unclaimed = [subnet("subnet-a", "az1", true, &[])];
+        assert!(!needs_own_subnet(&unclaimed, "c1"));
     }
 
     fn subnet(id: &str, az: &str, public: bool, tags: &[(&str, &str)]) -> Subnet {

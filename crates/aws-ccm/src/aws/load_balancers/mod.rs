@@ -233,14 +233,16 @@ impl AwsLoadBalancers {
                 let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
                 // Local and Wavelength Zones take no CLB or NLB (as upstream).
                 let zones = aws.zones().await?;
-                let mut chosen =
-                    subnets::choose(&found, spec.internal, &self.cluster_id, &zones.types);
-                if chosen.is_empty() {
-                    chosen =
-                        subnets::fallback(&found, self.cloud.subnet_id.as_deref(), spec.internal);
-                    if !chosen.is_empty() {
-                        tracing::warn!(vpc = vpc_id, subnet = ?chosen, "no subnet of the VPC is this cluster's or of no cluster; falling back to cloud.conf SubnetID, as the Go CCM does");
-                    }
+                let (chosen, fell_back) = subnets::discover_with_fallback(
+                    &found,
+                    spec.internal,
+                    &self.cluster_id,
+                    &zones.types,
+                    &self.cloud,
+                )
+                .await;
+                if fell_back && !chosen.is_empty() {
+                    tracing::warn!(vpc = vpc_id, subnet = ?chosen, "no subnet of the VPC is this cluster's or of no cluster; falling back to this CCM's own subnet (cloud.conf SubnetID when VPC is set), as the Go CCM does");
                 }
                 if chosen.is_empty() {
                     let role = if spec.internal {

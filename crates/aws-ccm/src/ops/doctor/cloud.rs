@@ -135,7 +135,7 @@ impl NodeInstances {
 }
 
 /// Per zone holding nodes, for internet-facing and internal load balancers:
-/// the subnet a sync would choose (the same `choose` and `fallback`).
+/// the subnet a sync would choose (the same `subnets::discover_with_fallback`).
 pub async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let Some(vpc) = found.vpc(ctx) else {
         return vec![
@@ -159,11 +159,14 @@ pub async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     };
     let mut out = Vec::new();
     for internal in [false, true] {
-        let mut chosen = subnets::choose(&all, internal, &ctx.cluster_id, &zones.types);
-        let fallback = chosen.is_empty();
-        if fallback {
-            chosen = subnets::fallback(&all, ctx.cloud.subnet_id.as_deref(), internal);
-        }
+        let (chosen, fallback) = subnets::discover_with_fallback(
+            &all,
+            internal,
+            &ctx.cluster_id,
+            &zones.types,
+            &ctx.cloud,
+        )
+        .await;
         for zone in found.zones() {
             let pick = all
                 .iter()
@@ -229,7 +232,7 @@ impl ZoneSubnets<'_> {
             .collect();
         if fallback {
             return check.warn(
-                format!("{}: no subnet of the VPC is this cluster's or of no cluster; the sync falls back to cloud.conf SubnetID", s.id),
+                format!("{}: no subnet of the VPC is this cluster's or of no cluster; the sync falls back to the CCM's own subnet (cloud.conf SubnetID outside the VPC)", s.id),
                 format!("tag a subnet in {} with {}", self.zone, self.wanted_tags()),
             );
         }
