@@ -45,6 +45,8 @@ lint: tools
 	$(VENV)/bin/python scripts/gen-compatibility-names.py --check
 	scripts/check-observability.sh
 	$(VENV)/bin/python scripts/check-sizes.py
+	python3 scripts/check-orphan-audit.py
+	$(VENV)/bin/python scripts/test_bench_table.py
 
 # The AWS actions the CCM sent during the suite, for the IAM coverage test,
 # and its Kubernetes requests, for the RBAC coverage test.

@@ -26,7 +26,20 @@
 //! - `SCALE_NLB=0`: every `steady` Service is a Classic ELB (default: half
 //!   are NLBs).
 //!
+//! - `SCALE_JSON`: where the machine-readable figures go (default
+//!   `target/bench/scale.json` in the workspace).
+//!
 //! Each scenario stops itself at a deadline and prints what it reached.
+//!
+//! The measured CCM runs with leader election on (as deployed: its Lease
+//! renewals share the apiserver budget); the seeding CCM, setup only, runs
+//! without, so the measured one takes a fresh Lease at once. Every row
+//! names the apiserver QPS (`--kube-api-qps`) the CCM it measures ran with.
+//!
+//! Besides the table, the run writes its rows as JSON: a list of
+//! `{scenario, figure, value, unit, bound, qps, text, bound_text}` (`value`
+//! and `bound` are numbers or null, the texts are the printed cells), from which
+//! `scripts/bench-table.py` regenerates the figures table of `docs/scale.md`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -75,6 +88,7 @@ fn main() -> anyhow::Result<()> {
     runtime.block_on(async {
         for scenario in cfg.scenarios.clone() {
             let started = Instant::now();
+            table.qps = None;
             eprintln!("== {scenario} ...");
             let result = match scenario.as_str() {
                 "moto" => moto_figures(&cfg, &mut table).await,
@@ -96,8 +110,14 @@ fn main() -> anyhow::Result<()> {
             eprintln!("== {scenario} took {:.0?}", started.elapsed());
         }
     });
+    table.qps = None;
     table.binary_size();
     table.print();
+    let json = cfg.json.clone();
+    table
+        .write_json(&json)
+        .with_context(|| format!("writing {}", json.display()))?;
+    eprintln!("figures written to {}", json.display());
     Ok(())
 }
 
@@ -109,6 +129,7 @@ struct Config {
     steady: Duration,
     nlb: bool,
     churn_services: usize,
+    json: PathBuf,
 }
 
 impl Config {
@@ -127,6 +148,9 @@ impl Config {
             steady: Duration::from_secs(num("SCALE_STEADY_SECS").unwrap_or(180)),
             nlb: var("SCALE_NLB").is_none_or(|v| v != "0"),
             churn_services: num("SCALE_CHURN_SERVICES").unwrap_or(500) as usize,
+            json: var("SCALE_JSON").map(PathBuf::from).unwrap_or_else(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/scale.json")
+            }),
         }
     }
 
@@ -148,20 +172,73 @@ impl Config {
 
 #[derive(Default)]
 struct Table {
-    rows: Vec<[String; 5]>,
+    rows: Vec<[String; 6]>,
+    /// `--kube-api-qps` of the CCM the next rows measure; `None` when no
+    /// CCM is involved.
+    qps: Option<f64>,
+}
+
+/// The units a figure's cell may carry after its number.
+const UNITS: [&str; 4] = ["s", "ms", "MB", "min"];
+
+/// A cell's leading number and its unit: `"12.3 s"` is (12.3, "s"),
+/// `"5 (1 per 1,000 nodes)"` is (5, ""), a cell without a number is `None`.
+fn measure(cell: &str) -> Option<(f64, String)> {
+    let mut words = cell.split_whitespace();
+    let number: f64 = words.next()?.replace(',', "").parse().ok()?;
+    let unit = words
+        .next()
+        .filter(|w| UNITS.contains(w))
+        .unwrap_or_default();
+    Some((number, unit.to_string()))
+}
+
+/// The `--kube-api-qps` in `args`, else the CCM's default (20, as upstream).
+fn qps_of(args: &[String]) -> f64 {
+    args.iter()
+        .find_map(|a| a.strip_prefix("--kube-api-qps=")?.parse().ok())
+        .unwrap_or(20.0)
 }
 
 impl Table {
     fn row(&mut self, scenario: &str, figure: &str, value: &str, bound: &str, ratio: Option<f64>) {
         let ratio = ratio.map(|r| format!("{r:.2}")).unwrap_or_default();
-        eprintln!("   {scenario} | {figure} | {value} | {bound} | {ratio}");
+        let qps = self.qps.map(|q| format!("{q}")).unwrap_or_default();
+        eprintln!("   {scenario} | {figure} | {value} | {bound} | {ratio} | {qps}");
         self.rows.push([
             scenario.into(),
             figure.into(),
             value.into(),
             bound.into(),
             ratio,
+            qps,
         ]);
+    }
+
+    /// The rows as JSON (see the header), to `path`.
+    fn write_json(&self, path: &Path) -> anyhow::Result<()> {
+        let rows: Vec<serde_json::Value> = self
+            .rows
+            .iter()
+            .map(|[scenario, figure, value, bound, _, qps]| {
+                let measured = measure(value);
+                json!({
+                    "scenario": scenario,
+                    "figure": figure,
+                    "value": measured.as_ref().map(|m| m.0),
+                    "unit": measured.map(|m| m.1).unwrap_or_default(),
+                    "bound": measure(bound).map(|m| m.0),
+                    "qps": qps.parse::<f64>().ok(),
+                    "text": value,
+                    "bound_text": bound,
+                })
+            })
+            .collect();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, serde_json::to_string_pretty(&rows)? + "\n")?;
+        Ok(())
     }
 
     fn binary_size(&mut self) {
@@ -176,14 +253,21 @@ impl Table {
     }
 
     fn print(&self) {
-        let header = ["scenario", "figure", "value", "lower bound / goal", "ratio"];
+        let header = [
+            "scenario",
+            "figure",
+            "value",
+            "lower bound / goal",
+            "ratio",
+            "apiserver QPS",
+        ];
         let mut widths = header.map(str::len);
         for row in &self.rows {
             for (w, cell) in widths.iter_mut().zip(row) {
                 *w = (*w).max(cell.len());
             }
         }
-        let line = |cells: [&str; 5]| {
+        let line = |cells: [&str; 6]| {
             let mut s = String::from("|");
             for (w, c) in widths.iter().zip(cells) {
                 s.push_str(&format!(" {c:<w$} |"));
@@ -194,10 +278,10 @@ impl Table {
         let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
         println!(
             "{}",
-            line([&rule[0], &rule[1], &rule[2], &rule[3], &rule[4]])
+            line([&rule[0], &rule[1], &rule[2], &rule[3], &rule[4], &rule[5]])
         );
         for r in &self.rows {
-            println!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4]]));
+            println!("{}", line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
         }
     }
 }
@@ -422,8 +506,11 @@ impl World {
             ),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={port}"),
-            "--leader-elect=false".into(),
         ];
+        // Leader election on, as deployed, unless `extra` says otherwise.
+        if !extra.iter().any(|a| a.starts_with("--leader-elect=")) {
+            args.push("--leader-elect=true".into());
+        }
         args.extend(extra.iter().cloned());
         let log = self.dir.path().join(format!("ccm-{port}.log"));
         let child = Command::new(ccm_binary())
@@ -439,13 +526,19 @@ impl World {
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("spawning {}", ccm_binary()))?;
-        Ok(Ccm { child, log })
+        Ok(Ccm {
+            child,
+            log,
+            qps: qps_of(extra),
+        })
     }
 }
 
 struct Ccm {
     child: Child,
     log: PathBuf,
+    /// Its `--kube-api-qps`.
+    qps: f64,
 }
 
 impl Ccm {
@@ -555,10 +648,14 @@ fn cluster_tag() -> Tag {
         .build()
 }
 
+/// Whether `action` (as the proxy counts it) changes anything: not a read,
+/// and not a DryRun (the start-up permission self-check sends those; AWS
+/// only answers whether the call would be allowed).
 fn is_mutating(action: &str) -> bool {
     !["Describe", "List", "Get", "Search"]
         .iter()
         .any(|p| action.starts_with(p))
+        && !action.ends_with("+DryRun")
 }
 
 fn mutating_calls(calls: &CallCounts) -> (u64, BTreeMap<String, u64>) {
@@ -772,6 +869,7 @@ async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result
         .await?;
     ccm.wait_for_log("cloud-node controller started", Duration::from_secs(60))
         .await?;
+    table.qps = Some(ccm.qps);
     world.proxy.reset_counts();
     world.api.reset_stats();
 
@@ -818,8 +916,10 @@ async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result
     }
     ccm.stop().await;
 
-    let writes = 2 * n as u64;
-    let write_bound = writes as f64 / KUBE_API_QPS as f64;
+    // The CCM's writes per node, all through one client limiter: the
+    // taint removal, the addresses (status) and the `Synced` event.
+    const CCM_WRITES_PER_NODE: u64 = 3;
+    let write_bound = (CCM_WRITES_PER_NODE * n as u64) as f64 / KUBE_API_QPS as f64;
     table.row(
         &scenario,
         &format!(
@@ -827,7 +927,9 @@ async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result
             secs(registered)
         ),
         &secs(elapsed),
-        &format!("{write_bound:.1} s (2 writes/node at {KUBE_API_QPS} QPS)"),
+        &format!(
+            "{write_bound:.1} s ({CCM_WRITES_PER_NODE} writes/node at {KUBE_API_QPS} QPS: taint, addresses, Synced event)"
+        ),
         Some(elapsed.as_secs_f64() / write_bound),
     );
     let describes = calls.get("ec2", "DescribeInstances").received;
@@ -847,13 +949,17 @@ async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result
         None,
     );
     // The bench itself wrote one create and one status patch per node.
-    let node_writes = (stats.writes("nodes") + stats.writes("nodes/status")).saturating_sub(writes);
+    let bench_writes = 2 * n as u64;
+    let ccm_writes = (stats.writes("nodes") + stats.writes("nodes/status"))
+        .saturating_sub(bench_writes)
+        + stats.writes("events");
+    let per_node = ccm_writes as f64 / n as f64;
     table.row(
         &scenario,
-        "CCM writes per node (nodes + nodes/status)",
-        &format!("{:.2}", node_writes as f64 / n as f64),
-        "2",
-        Some(node_writes as f64 / n as f64 / 2.0),
+        "CCM writes per node (nodes + nodes/status + events)",
+        &format!("{per_node:.2}"),
+        &CCM_WRITES_PER_NODE.to_string(),
+        Some(per_node / CCM_WRITES_PER_NODE as f64),
     );
     if let Some(peak) = peak {
         table.row(
@@ -968,8 +1074,11 @@ async fn seed_load_balancers(
             "--concurrent-service-syncs=8".into(),
             "--kube-api-qps=500".into(),
             "--kube-api-burst=500".into(),
+            // Setup only: the measured CCM then takes a fresh Lease.
+            "--leader-elect=false".into(),
         ])
         .await?;
+    table.qps = Some(seeder.qps);
     let deadline = Duration::from_secs(300 + total as u64 * 2);
     let mut ready = 0;
     let mut addressed = 0;
@@ -1100,6 +1209,7 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         ],
     )
     .await?;
+    table.qps = Some(ccm.qps);
     world.proxy.reset_counts();
     let synced_before = ccm.count_in_log(ENSURED);
     let cpu_before = ccm.cpu_seconds();
@@ -1273,6 +1383,7 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         ],
     )
     .await?;
+    table.qps = Some(ccm.qps);
     let (adopt_mut, adopt_by) = mutating_calls(&adoption);
     if adopt_mut > 0 {
         bail!("adoption made {adopt_mut} mutating calls: {adopt_by:?}");
@@ -1476,6 +1587,7 @@ async fn routes(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result<()>
             "--aws-api-budget-fraction=1".into(),
         ])
         .await?;
+    table.qps = Some(ccm.qps);
     let deadline = Duration::from_secs(120 + n as u64 / 2);
     let mut have = 0;
     while start.elapsed() < deadline {

@@ -25,7 +25,7 @@ use crate::aws::client::clients::{self, SdkClients};
 use crate::aws::client::door::Door;
 use crate::aws::load_balancers::AwsLoadBalancers;
 use crate::aws::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG};
-use crate::cloud_config::CloudConfig;
+use crate::cloud_config::{CloudConfig, region_of_zone};
 use crate::controllers;
 use crate::kube_client;
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipEnd};
@@ -137,18 +137,43 @@ pub(crate) async fn connect_aws(
     cloud: &CloudConfig,
     opts: &crate::options::Options,
 ) -> anyhow::Result<(AwsClient, String, String)> {
-    let region = match cloud.region() {
-        Some(r) => r,
-        None => clients::imds::region(cloud.imds_endpoint()).await.map_err(|e| {
-            anyhow::anyhow!("cannot determine the AWS region: set Region in the [Global] section of cloud.conf, or run on EC2 with the instance metadata service reachable ({e})")
-        })?,
+    let c = connect_aws_described(cloud, opts).await?;
+    Ok((c.aws, c.cluster_id, c.region))
+}
+
+/// [`connect_aws`]'s result, with where the region and the cluster ID came
+/// from (for `aws-ccm doctor`).
+pub(crate) struct Connected {
+    pub aws: AwsClient,
+    pub cluster_id: String,
+    pub region: String,
+    /// How the region was found (cloud.conf, or instance metadata).
+    pub region_from: String,
+    /// How the cluster ID was found (cloud.conf, or a tag of this instance).
+    pub cluster_id_from: String,
+}
+
+/// [`connect_aws`], saying where the region and the cluster ID came from.
+pub(crate) async fn connect_aws_described(
+    cloud: &CloudConfig,
+    opts: &crate::options::Options,
+) -> anyhow::Result<Connected> {
+    let (region, region_from) = match cloud.region() {
+        Some(r) => (r, region_source(cloud)),
+        None => (
+            clients::imds::region(cloud.imds_endpoint()).await.map_err(|e| {
+                anyhow::anyhow!("cannot determine the AWS region: set Region in the [Global] section of cloud.conf, or run on EC2 with the instance metadata service reachable ({e})")
+            })?,
+            "the instance metadata service (no Region or Zone in cloud.conf)".to_string(),
+        ),
     };
     let base = clients::base_config(&region).await;
     // One door for the whole process: the RoleARN credentials provider
     // inside the SDK clients sends STS AssumeRole through it too.
     let door = Door::new(&opts.aws_client_options());
     let sdk = clients::build(&base, cloud, &region, &door);
-    let identity = resolve_cluster_id(cloud, &sdk, &door, opts, opts.allow_untagged_cloud).await?;
+    let (identity, cluster_id_from) =
+        resolve_cluster_id(cloud, &sdk, &door, opts, opts.allow_untagged_cloud).await?;
     let cluster_id = identity.id.clone();
     let mut client_options = opts.aws_client_options();
     // The sweep queries the legacy `KubernetesCluster` tag only for a
@@ -156,12 +181,31 @@ pub(crate) async fn connect_aws(
     // instance, so querying both would read each instance twice.
     client_options.legacy_cluster_tag = identity.legacy_only;
     client_options.write_legacy_cluster_tag = identity.writes_legacy_tag;
+    client_options.topology_pattern = cloud.supported_topology_instance_type_pattern.clone();
     if identity.writes_legacy_tag {
         tracing::info!(cluster_id = %cluster_id, "the cluster is identified by the legacy KubernetesCluster tag (cloud.conf KubernetesClusterTag, or on this instance, as kOps tags it): what this CCM creates carries KubernetesCluster={cluster_id} too, as the Go CCM writes it");
     }
     let aws = AwsClient::with_door(sdk, cluster_id.clone(), client_options, door);
     tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
-    Ok((aws, cluster_id, region))
+    Ok(Connected {
+        aws,
+        cluster_id,
+        region,
+        region_from,
+        cluster_id_from,
+    })
+}
+
+/// Which cloud.conf key gave the region (`Zone` wins over `Region`).
+fn region_source(cloud: &CloudConfig) -> String {
+    match cloud
+        .zone
+        .as_deref()
+        .filter(|z| region_of_zone(z).is_some())
+    {
+        Some(zone) => format!("cloud.conf Zone = {zone}"),
+        None => "cloud.conf Region".to_string(),
+    }
 }
 
 /// The HTTPS health and metrics server, unless `--secure-port=0`.
@@ -311,20 +355,27 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
 /// The cluster ID: from cloud.conf, else from this instance's tags (found
 /// through the instance metadata service), else empty when
 /// `--allow-untagged-cloud` is set. The flag says whether it came from the
-/// legacy `KubernetesCluster` tag (or `KubernetesClusterTag`).
+/// legacy `KubernetesCluster` tag (or `KubernetesClusterTag`); the text says
+/// where the ID was found.
 async fn resolve_cluster_id(
     cloud: &CloudConfig,
     sdk: &SdkClients,
     door: &Arc<Door>,
     opts: &crate::options::Options,
     allow_untagged: bool,
-) -> anyhow::Result<ClusterIdentity> {
+) -> anyhow::Result<(ClusterIdentity, String)> {
     if let Some(id) = cloud.cluster_id() {
-        return Ok(ClusterIdentity {
+        let key = if cloud.kubernetes_cluster_id.is_some() {
+            "KubernetesClusterID"
+        } else {
+            "KubernetesClusterTag"
+        };
+        let identity = ClusterIdentity {
             id: id.to_string(),
             writes_legacy_tag: cloud.uses_legacy_tag(),
             legacy_only: cloud.cluster_id_is_legacy(),
-        });
+        };
+        return Ok((identity, format!("cloud.conf [Global] {key}")));
     }
     let discovered = async {
         let instance_id = clients::imds::instance_id(cloud.imds_endpoint())
@@ -348,18 +399,29 @@ async fn resolve_cluster_id(
     let discovered = match discovered {
         // Contradicting tags stop start-up even with --allow-untagged-cloud,
         // as upstream's init does.
-        Ok(instance) => Ok(cluster_id_from_tags(instance.tags.iter()).map_err(anyhow::Error::msg)?),
+        Ok(instance) => Ok(cluster_id_from_tags(instance.tags.iter())
+            .map_err(anyhow::Error::msg)?
+            .map(|found| {
+                let tag = if found.writes_legacy_tag {
+                    format!("{LEGACY_CLUSTER_TAG}={}", found.id)
+                } else {
+                    format!("{CLUSTER_TAG_PREFIX}{}", found.id)
+                };
+                let from = format!("the tag {tag} of this instance {}", instance.id);
+                (found, from)
+            })),
         Err(e) => Err(e),
     };
     match discovered {
         Ok(Some(found)) => Ok(found),
         Ok(None) | Err(_) if allow_untagged => {
             tracing::warn!("no cluster ID in cloud.conf or on this instance; running untagged (--allow-untagged-cloud) — resources cannot be attributed to this cluster");
-            Ok(ClusterIdentity {
+            let identity = ClusterIdentity {
                 id: String::new(),
                 writes_legacy_tag: false,
                 legacy_only: false,
-            })
+            };
+            Ok((identity, "none: --allow-untagged-cloud".to_string()))
         }
         Ok(None) => anyhow::bail!(
             "no cluster ID: set KubernetesClusterID in the [Global] section of cloud.conf, or tag this instance kubernetes.io/cluster/<cluster-id>=owned (or pass --allow-untagged-cloud)"

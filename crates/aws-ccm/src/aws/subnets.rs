@@ -25,16 +25,56 @@ pub struct Subnet {
     pub cidr: Option<ipnet::Ipv4Net>,
 }
 
-/// Upstream's fallback when no subnet of the VPC is this cluster's or of
-/// no cluster (`findSubnets`): the configured subnet (cloud.conf
-/// `SubnetID`), if it is in the VPC and, for an internet-facing load
-/// balancer, public.
-pub fn fallback(subnets: &[Subnet], subnet_id: Option<&str>, internal: bool) -> Vec<String> {
-    subnets
-        .iter()
-        .filter(|s| Some(s.id.as_str()) == subnet_id && (internal || s.public))
-        .map(|s| s.id.clone())
-        .collect()
+/// The subnet [`discover`] falls back to, as upstream's `selfAWSInstance`
+/// has it: cloud.conf `SubnetID` when cloud.conf names the `VPC` with
+/// `SubnetID` or `RoleARN` and the cluster ID (the Go CCM then runs
+/// outside the VPC and never asks the metadata service), else the subnet
+/// of the instance this CCM runs on, read once from the instance metadata
+/// service. `None` when neither is known.
+pub async fn own_subnet(cloud: &crate::cloud_config::CloudConfig) -> Option<String> {
+    static FROM_METADATA: tokio::sync::OnceCell<Option<String>> =
+        tokio::sync::OnceCell::const_new();
+    let outside = cloud.vpc.is_some()
+        && (cloud.subnet_id.is_some() || cloud.role_arn.is_some())
+        && cloud.cluster_id().is_some();
+    if outside {
+        return cloud.subnet_id.clone();
+    }
+    FROM_METADATA
+        .get_or_init(|| async {
+            crate::aws::client::clients::imds::subnet_id(cloud.imds_endpoint())
+                .await
+                .map_err(|e| tracing::debug!(error = %e, "no subnet of this instance for the subnet fallback"))
+                .ok()
+        })
+        .await
+        .clone()
+}
+
+/// Whether [`discover`] over `subnets` needs [`own_subnet`]: no subnet is
+/// this cluster's or of no cluster.
+pub fn needs_own_subnet(subnets: &[Subnet], cluster_id: &str) -> bool {
+    !subnets.iter().any(|s| is_candidate(s, cluster_id))
+}
+
+/// Upstream's discovery over the VPC's `subnets` ([`discover`]), asking
+/// for [`own_subnet`] only when the fallback is taken. The flag says
+/// whether it was.
+pub async fn discover_with_fallback(
+    subnets: &[Subnet],
+    internal: bool,
+    cluster_id: &str,
+    zone_types: &HashMap<String, String>,
+    cloud: &crate::cloud_config::CloudConfig,
+) -> (Vec<String>, bool) {
+    let fell_back = needs_own_subnet(subnets, cluster_id);
+    let own = if fell_back {
+        own_subnet(cloud).await
+    } else {
+        None
+    };
+    let chosen = discover(subnets, internal, cluster_id, zone_types, own.as_deref());
+    (chosen, fell_back)
 }
 
 /// A route table reduced to what discovery needs.
@@ -60,14 +100,68 @@ pub fn is_public(tables: &[RouteTable], subnet_id: &str) -> bool {
 /// ELB or NLB.
 pub const REGULAR_ZONE: &str = "availability-zone";
 
-/// Upstream's choice: subnets of this cluster or of no cluster, one per zone;
-/// internet-facing load balancers only in public subnets; none in a zone
-/// whose type (`zone_types`, zone name → type) is known and not a regular
-/// availability zone (a zone without a known type is kept, as upstream).
-/// Ties in a zone go to the role tag, then the cluster tag, then the lowest
-/// ID. Sorted by zone.
+/// Upstream's `hasClusterTag`: the cluster tag (any value) or the legacy
+/// `KubernetesCluster=<id>`; every subnet when the cluster ID is empty
+/// (`--allow-untagged-cloud`).
+fn is_clusters(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+    cluster_id.is_empty()
+        || tags::has_cluster_tag(tags, cluster_id)
+        || tags.get(tags::LEGACY_CLUSTER_TAG).map(String::as_str) == Some(cluster_id)
+}
+
+/// Upstream's `findSubnets` filter: this cluster's subnets and those of no
+/// cluster (no `kubernetes.io/cluster/` tag at all).
+fn is_candidate(subnet: &Subnet, cluster_id: &str) -> bool {
+    is_clusters(&subnet.tags, cluster_id)
+        || !(subnet.tags.keys()).any(|k| k.starts_with(tags::CLUSTER_TAG_PREFIX))
+}
+
+/// Upstream's choice among subnets of this cluster or of no cluster, one
+/// per zone; internet-facing load balancers only in public subnets; none
+/// in a zone whose type (`zone_types`, zone name → type) is known and not
+/// a regular availability zone (a zone without a known type is kept, as
+/// upstream). Ties in a zone go to the role tag, then this cluster's tag,
+/// then the lowest ID. Sorted by zone. No fallback: see [`discover`].
 pub fn choose(
     subnets: &[Subnet],
+    internal: bool,
+    cluster_id: &str,
+    zone_types: &HashMap<String, String>,
+) -> Vec<String> {
+    let candidates: Vec<&Subnet> = (subnets.iter())
+        .filter(|s| is_candidate(s, cluster_id))
+        .collect();
+    one_per_zone(&candidates, internal, cluster_id, zone_types)
+}
+
+/// Upstream's `findELBSubnets` whole: [`choose`]'s rule over this
+/// cluster's and unclaimed subnets; only when there are none at all (every
+/// subnet of the VPC is another cluster's), over `own_subnet` alone: the
+/// subnet of the instance the Go CCM runs on, or cloud.conf `SubnetID`
+/// when it runs outside the cluster's account (`VPC` set). The fallback
+/// goes through the same public and zone filters; candidates that exist
+/// but do not fit (private subnets for an internet-facing load balancer,
+/// Local Zones) are not a reason to fall back.
+pub fn discover(
+    subnets: &[Subnet],
+    internal: bool,
+    cluster_id: &str,
+    zone_types: &HashMap<String, String>,
+    own_subnet: Option<&str>,
+) -> Vec<String> {
+    let mut candidates: Vec<&Subnet> = (subnets.iter())
+        .filter(|s| is_candidate(s, cluster_id))
+        .collect();
+    if candidates.is_empty() {
+        candidates = (subnets.iter())
+            .filter(|s| Some(s.id.as_str()) == own_subnet)
+            .collect();
+    }
+    one_per_zone(&candidates, internal, cluster_id, zone_types)
+}
+
+fn one_per_zone(
+    candidates: &[&Subnet],
     internal: bool,
     cluster_id: &str,
     zone_types: &HashMap<String, String>,
@@ -80,24 +174,14 @@ pub fn choose(
     let rank = |s: &Subnet| {
         (
             !s.tags.contains_key(role),
-            !tags::has_cluster_tag(&s.tags, cluster_id),
+            !is_clusters(&s.tags, cluster_id),
             s.id.clone(),
         )
     };
     let mut by_zone: BTreeMap<&str, &Subnet> = BTreeMap::new();
-    for s in subnets {
-        if tags::tagged_for_other_cluster(&s.tags, cluster_id)
-            && !tags::has_cluster_tag(&s.tags, cluster_id)
-        {
-            continue;
-        }
-        if !internal && !s.public {
-            continue;
-        }
-        if zone_types
-            .get(&s.availability_zone)
-            .is_some_and(|t| t != REGULAR_ZONE)
-        {
+    for &s in candidates {
+        // Upstream ignores a subnet with an empty zone or ID.
+        if s.availability_zone.is_empty() || s.id.is_empty() || (!internal && !s.public) {
             continue;
         }
         let best = by_zone.entry(&s.availability_zone).or_insert(s);
@@ -105,7 +189,11 @@ pub fn choose(
             *best = s;
         }
     }
-    by_zone.values().map(|s| s.id.clone()).collect()
+    by_zone
+        .into_iter()
+        .filter(|(zone, _)| zone_types.get(*zone).is_none_or(|t| t == REGULAR_ZONE))
+        .map(|(_, s)| s.id.clone())
+        .collect()
 }
 
 /// (ID, zone, tags, IPv4 CIDR) of each subnet matching `filters`.
@@ -308,20 +396,24 @@ pub async fn resolve(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_configured_subnet_is_the_fallback_when_every_subnet_is_another_clusters() {
-        let other = [("kubernetes.io/cluster/other", "owned")];
-        let found = [
-            subnet("subnet-a", "us-east-1a", true, &other),
-            subnet("subnet-b", "us-east-1b", false, &other),
-        ];
-        assert!(choose(&found, false, "c1", &HashMap::new()).is_empty());
-        assert_eq!(fallback(&found, Some("subnet-a"), false), ["subnet-a"]);
-        // Internet-facing needs a public subnet; internal takes any.
-        assert!(fallback(&found, Some("subnet-b"), false).is_empty());
-        assert_eq!(fallback(&found, Some("subnet-b"), true), ["subnet-b"]);
-        assert!(fallback(&found, Some("subnet-z"), true).is_empty());
-        assert!(fallback(&found, None, true).is_empty());
+    #[tokio::test]
+    async fn the_own_subnet_is_cloud_confs_only_when_cloud_conf_names_the_vpc() {
+        let cloud = crate::cloud_config::CloudConfig {
+            vpc: Some("vpc-1".into()),
+            subnet_id: Some("subnet-a".into()),
+            kubernetes_cluster_id: Some("c1".into()),
+            ..Default::default()
+        };
+        assert_eq!(own_subnet(&cloud).await.as_deref(), Some("subnet-a"));
+        let others = [subnet(
+            "subnet-a",
+            "az1",
+            true,
+            &[("kubernetes.io/cluster/other", "owned")],
+        )];
+        assert!(needs_own_subnet(&others, "c1"));
+        let unclaimed = [subnet("subnet-a", "az1", true, &[])];
+        assert!(!needs_own_subnet(&unclaimed, "c1"));
     }
 
     fn subnet(id: &str, az: &str, public: bool, tags: &[(&str, &str)]) -> Subnet {
@@ -416,5 +508,82 @@ mod tests {
         ];
         assert!(!is_public(&tables, "subnet-priv"));
         assert!(is_public(&tables, "subnet-other"));
+    }
+
+    #[test]
+    fn discover_falls_back_to_the_own_subnet_only_when_no_subnet_is_ours_or_unclaimed() {
+        let other = [("kubernetes.io/cluster/other", "owned")];
+        let types: HashMap<String, String> =
+            HashMap::from([("lz".to_string(), "local-zone".to_string())]);
+        let all_others = [
+            subnet("subnet-a", "az1", true, &other),
+            subnet("subnet-b", "az2", false, &other),
+            subnet("subnet-l", "lz", true, &other),
+        ];
+        let d = |subnets: &[Subnet], internal, own| discover(subnets, internal, "c1", &types, own);
+        assert_eq!(d(&all_others, false, Some("subnet-a")), ["subnet-a"]);
+        // The fallback meets the same filters: public for internet-facing,
+        // no Local Zone.
+        assert!(d(&all_others, false, Some("subnet-b")).is_empty());
+        assert_eq!(d(&all_others, true, Some("subnet-b")), ["subnet-b"]);
+        assert!(d(&all_others, true, Some("subnet-l")).is_empty());
+        assert!(d(&all_others, true, None).is_empty());
+        // One unclaimed subnet, even a private one: no fallback at all.
+        let mut with_unclaimed = all_others.to_vec();
+        with_unclaimed.push(subnet("subnet-p", "az3", false, &[]));
+        assert!(d(&with_unclaimed, false, Some("subnet-a")).is_empty());
+        assert_eq!(d(&with_unclaimed, true, Some("subnet-a")), ["subnet-p"]);
+    }
+
+    #[test]
+    fn an_untagged_vpc_is_discovered_like_the_go_ccm_does() {
+        // No cluster or role tags anywhere: every subnet is unclaimed.
+        let untagged = [
+            subnet("subnet-b", "az1", true, &[("Name", "b")]),
+            subnet("subnet-a", "az1", true, &[]),
+            subnet("subnet-c", "az2", false, &[]),
+            subnet("subnet-d", "az3", true, &[]),
+        ];
+        assert_eq!(
+            discover(&untagged, false, "c1", &HashMap::new(), None),
+            ["subnet-a", "subnet-d"]
+        );
+        assert_eq!(
+            discover(&untagged, true, "c1", &HashMap::new(), None),
+            ["subnet-a", "subnet-c", "subnet-d"]
+        );
+    }
+
+    #[test]
+    fn the_legacy_tag_and_an_untagged_cloud_count_as_ours() {
+        let subnets = [
+            subnet("subnet-a", "az1", true, &[]),
+            subnet("subnet-b", "az1", true, &[(tags::LEGACY_CLUSTER_TAG, "c1")]),
+            subnet(
+                "subnet-o",
+                "az2",
+                true,
+                &[("kubernetes.io/cluster/other", "owned")],
+            ),
+        ];
+        // KubernetesCluster=c1 wins the tie as upstream's hasClusterTag.
+        assert_eq!(choose(&subnets, false, "c1", &HashMap::new()), ["subnet-b"]);
+        // A legacy tag of another cluster is no kubernetes.io/cluster/ tag:
+        // unclaimed, as upstream.
+        let legacy_other = [subnet(
+            "subnet-x",
+            "az1",
+            true,
+            &[(tags::LEGACY_CLUSTER_TAG, "c2")],
+        )];
+        assert_eq!(
+            choose(&legacy_other, false, "c1", &HashMap::new()),
+            ["subnet-x"]
+        );
+        // No cluster ID (--allow-untagged-cloud): every subnet is ours.
+        assert_eq!(
+            choose(&subnets, false, "", &HashMap::new()),
+            ["subnet-a", "subnet-o"]
+        );
     }
 }

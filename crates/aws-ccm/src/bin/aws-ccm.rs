@@ -14,7 +14,7 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     name = "aws-ccm",
     version,
-    about = "Operator tool of the AWS cloud-controller-manager: what it left behind (orphans), what it would change (plan)"
+    about = "Operator tool of the AWS cloud-controller-manager: why a cluster is not working (doctor), what it left behind (orphans), what it would change (plan)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -23,10 +23,22 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Checks what the CCM depends on (AWS and the cluster); changes nothing.
+    /// Exits non-zero when any check fails.
+    Doctor(DoctorArgs),
     /// AWS resources with this cluster's tag that belong to no live Service or Node.
     Orphans(OrphansArgs),
     /// What the controllers would change in AWS now (like `terraform plan`).
     Plan(PlanArgs),
+}
+
+#[derive(Debug, Args)]
+struct DoctorArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
+    output: Format,
+    #[command(flatten)]
+    ccm: Options,
 }
 
 #[derive(Debug, Args)]
@@ -72,6 +84,7 @@ fn main() -> ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Doctor(args) => run_doctor(args).await,
             Command::Orphans(args) => run_orphans(args).await,
             Command::Plan(args) => run_plan(args).await,
         }
@@ -167,5 +180,28 @@ async fn run_plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&sections)?),
         Format::Text => print!("{}", aws_ccm::ops::plan::render(&sections)),
     }
-    Ok(ExitCode::SUCCESS)
+    // A sync the plan shows failing (an invalid Service, an error met while
+    // planning) fails the command, so that a pipeline stops before it.
+    Ok(if sections.iter().any(|s| s.would_fail) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+async fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
+    use aws_ccm::ops::doctor;
+    let report = match Context::connect(ccm_options(args.ccm)?).await {
+        Ok(ctx) => doctor::run(&ctx).await,
+        Err(e) => doctor::unreachable(&e),
+    };
+    match args.output {
+        Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        Format::Text => print!("{}", doctor::render(&report)),
+    }
+    Ok(if report.failed() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

@@ -24,6 +24,7 @@ pub mod lookups;
 pub mod plan;
 mod progress;
 mod status;
+mod topology;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -133,6 +134,8 @@ pub(crate) struct Shared<I: Instances> {
     pub(crate) workers: usize,
     prefetch: Prefetcher<I>,
     progress: ProgressBook,
+    /// Nodes whose network-node question failed ([`topology`]).
+    topology: topology::Retries,
 }
 
 impl<I: Instances> Shared<I> {
@@ -156,6 +159,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         workers,
         prefetch: Prefetcher::new(ctx.aws.clone(), GATHER_WINDOW),
         progress: ProgressBook::default(),
+        topology: topology::Retries::default(),
     });
 
     let refresher = tokio::spawn(status::run(
@@ -175,7 +179,8 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
                 } else if let Ok(lookup) = identity::lookup_for_node(node)
                     && shared.progress.wants_lookup(node, &lookup)
                 {
-                    shared.prefetch.prefetch(&node.name_any(), lookup);
+                    let network_nodes = plan::wants_network_nodes(node);
+                    (shared.prefetch).prefetch_for(&node.name_any(), lookup, network_nodes);
                 }
             }
             if !changes.deleted.is_empty() {
@@ -187,17 +192,18 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
                 });
                 for node in &changes.deleted {
                     shared.progress.forget(&node.name_any());
+                    shared.topology.forget(&node.name_any());
                 }
             }
             // Only nodes with work reach the controller: at start-up every
             // node of the cluster is "applied", and queueing thousands of
             // initialized ones would cost a no-op reconcile each and leave
             // the scheduler's queue sized for all of them.
+            let due: Vec<_> = (changes.applied.into_iter())
+                .filter(|n| needs_reconcile(n, shared))
+                .collect();
             futures::stream::iter(
-                changes
-                    .applied
-                    .into_iter()
-                    .filter(|n| needs_reconcile(n))
+                due.into_iter()
                     .map(|n| Ok::<Node, kube::runtime::watcher::Error>(Node::clone(&n))),
             )
         },
@@ -213,10 +219,12 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     let _ = refresher.await;
 }
 
-/// Whether a changed node has work for [`reconcile`]: initializing, or a
-/// beta label without its GA twin.
-fn needs_reconcile(node: &Node) -> bool {
-    plan::is_uninitialized(node) || !plan::plan_label_twins(node).is_empty()
+/// Whether a changed node has work for [`reconcile`]: initializing, a
+/// beta label without its GA twin, or network-node labels to ask for.
+fn needs_reconcile<I: Instances>(node: &Node, shared: &Shared<I>) -> bool {
+    plan::is_uninitialized(node)
+        || !plan::plan_label_twins(node).is_empty()
+        || topology::worth_asking(node, shared)
 }
 
 fn error_policy<I: Instances>(node: Arc<Node>, err: &NodeError, shared: Arc<Shared<I>>) -> Action {
@@ -234,7 +242,10 @@ async fn reconcile<I: Instances>(
     if !plan::is_uninitialized(&node) {
         shared.progress.forget(&node.name_any());
         reconcile_label_twins(&node, &shared).await?;
-        return Ok(Action::await_change());
+        return Ok(match topology::label_initialized(&node, &shared).await? {
+            Some(wait) => Action::requeue(wait),
+            None => Action::await_change(),
+        });
     }
     // A tainted copy of a node this process just initialized is the cache
     // lagging behind our own write: ask the API server, not AWS.
@@ -291,10 +302,12 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
     };
     let instance = find_instance(node, shared, &lookup).await?;
     let zone_ids = zone_ids(node, shared, &lookup).await?;
+    let (network_nodes, ask_again) = topology::at_init(node, shared, &instance).await;
     let cx = PlanContext {
         region: &shared.region,
         families: &shared.families,
         zone_ids: &zone_ids,
+        network_nodes: &network_nodes,
     };
     let plan = plan_for(node, shared, &instance, &cx).await?;
     tracing::info!(instance = %instance.id, plan = %plan, "initializing node");
@@ -312,7 +325,11 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
         )
         .await;
     tracing::info!(instance = %instance.id, "node initialized");
-    Ok(Action::await_change())
+    Ok(match ask_again {
+        // The network-node labels are still to come.
+        Some(wait) => Action::requeue(wait),
+        None => Action::await_change(),
+    })
 }
 
 /// How to find the node's instance; `Err(action)` when there is nothing to

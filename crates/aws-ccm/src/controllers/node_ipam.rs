@@ -156,6 +156,43 @@ pub fn pod_cidrs(node: &Node) -> Vec<IpNet> {
         .collect()
 }
 
+/// The start-up sign of another allocator: CIDRs of `node` outside every
+/// `--cluster-cidr`.
+fn outside_sign(node: &str, occupied: &allocator::Occupied) -> Option<OtherAllocator> {
+    (!occupied.outside.is_empty()).then(|| OtherAllocator {
+        node: node.to_string(),
+        cidrs: occupied.outside.clone(),
+        sign: Sign::OutsideClusterCidr,
+    })
+}
+
+/// What a start of node IPAM would see in `nodes` (one list): the first
+/// node holding CIDRs outside `--cluster-cidr` (another allocator at work,
+/// node IPAM would stand down), and each node holding a CIDR another node
+/// holds too, with those CIDRs. `aws-ccm doctor` reports them.
+pub fn start_up_signs(
+    config: &NodeCidrAllocation,
+    nodes: &[Node],
+) -> (Option<OtherAllocator>, Vec<(String, Vec<IpNet>)>) {
+    let mut allocator = Allocator::new(&config.ranges);
+    let (mut other, mut overlaps) = (None, Vec::new());
+    for node in nodes {
+        let cidrs = pod_cidrs(node);
+        if cidrs.is_empty() {
+            continue;
+        }
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let occupied = allocator.occupy(&cidrs);
+        if other.is_none() {
+            other = outside_sign(&name, &occupied);
+        }
+        if !occupied.already_taken.is_empty() {
+            overlaps.push((name, occupied.already_taken));
+        }
+    }
+    (other, overlaps)
+}
+
 /// What a node holds, as far as this controller knows.
 #[derive(Clone, Debug)]
 struct Held {
@@ -225,12 +262,8 @@ impl Ipam {
                 };
                 let name = node.metadata.name.clone().unwrap_or_default();
                 let occupied = allocator.occupy(&cidrs);
-                if !occupied.outside.is_empty() && self.other.is_none() {
-                    self.other = Some(OtherAllocator {
-                        node: name.clone(),
-                        cidrs: occupied.outside.clone(),
-                        sign: Sign::OutsideClusterCidr,
-                    });
+                if self.other.is_none() {
+                    self.other = outside_sign(&name, &occupied);
                 }
                 report_occupy(&name, &cidrs, occupied);
                 held.insert(

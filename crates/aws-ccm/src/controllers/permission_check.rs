@@ -13,6 +13,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 
 use super::Environment;
+use crate::cloud_config::CloudConfig;
+use crate::options::Validated;
 use crate::options::controller_names::ControllerName;
 use crate::provider::permissions::{PermissionCheck, Scope, Verdict};
 use crate::provider::routes::RouteTableSelector;
@@ -64,22 +66,27 @@ pub fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) ->
 }
 
 fn scope(env: &Environment) -> Scope {
-    let opts = &env.options;
+    scope_for(&env.options, &env.cloud, &env.cluster_id)
+}
+
+/// The writes the enabled controllers will make, from the options,
+/// cloud.conf and the cluster ID (also what `aws-ccm doctor` checks).
+pub fn scope_for(opts: &Validated, cloud: &CloudConfig, cluster_id: &str) -> Scope {
     let enabled = |c| opts.controllers.contains(&c);
     let routes = (enabled(ControllerName::Route) && opts.options.configure_cloud_routes)
         .then(|| opts.cluster_cidrs.as_ref()?.cidrs().first().copied())
         .flatten()
         .map(|destination| {
             let selector = RouteTableSelector {
-                route_table_id: env.cloud.route_table_id.clone(),
-                vpc_id: env.cloud.vpc.clone(),
-                cluster_id: env.cluster_id.clone(),
+                route_table_id: cloud.route_table_id.clone(),
+                vpc_id: cloud.vpc.clone(),
+                cluster_id: cluster_id.to_string(),
             };
             (selector, destination)
         });
     Scope {
         routes,
-        node_groups: enabled(ControllerName::Service) && !env.cloud.disable_security_group_ingress,
+        node_groups: enabled(ControllerName::Service) && !cloud.disable_security_group_ingress,
         tagging: enabled(ControllerName::Tagging),
         load_balancers: enabled(ControllerName::Service),
     }

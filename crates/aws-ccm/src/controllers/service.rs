@@ -81,7 +81,9 @@ pub fn wants_load_balancer(svc: &Service) -> bool {
         && spec.and_then(|s| s.load_balancer_class.as_ref()).is_none()
 }
 
-fn has_finalizer(svc: &Service) -> bool {
+/// Whether the Service carries the controller's finalizer (its load
+/// balancer may still exist).
+pub fn has_finalizer(svc: &Service) -> bool {
     svc.finalizers().iter().any(|f| f == FINALIZER)
 }
 
@@ -290,6 +292,9 @@ struct Job {
     service_changed: bool,
     /// A `DependencyViolation` is still waited out rather than reported.
     may_wait: bool,
+    /// Only the backend set changed since the last successful sync: the
+    /// load balancers may move only the targets.
+    targets_only: bool,
 }
 
 /// Whether `svc` (with state `entry`) needs a sync now, and which. A
@@ -319,13 +324,16 @@ fn decide(
     entry.derived = Some(derived);
     let want_hash = want_backends.as_ref().map(|b| b.hash);
     let service_changed = entry.synced_fingerprint != Some(fp);
+    let backends_changed = want_hash.is_some() && entry.synced_backends != want_hash;
+    let resync_is_due = resync
+        .zip(entry.last_sync)
+        .is_some_and(|(every, t)| resync_due(&svc, every, t, now));
+    let retry_due = entry.retry_at.is_some_and(|t| t <= now);
     let due = service_changed
-        || (want_hash.is_some() && entry.synced_backends != want_hash)
-        || entry.retry_at.is_some_and(|t| t <= now)
+        || backends_changed
+        || retry_due
         || entry.last_sync.is_none()
-        || resync
-            .zip(entry.last_sync)
-            .is_some_and(|(every, t)| resync_due(&svc, every, t, now));
+        || resync_is_due;
     let backing_off =
         entry.retry_at.is_some_and(|t| t > now) && entry.failed_fingerprint == Some(fp);
     if !due || backing_off {
@@ -341,6 +349,12 @@ fn decide(
         fingerprint: fp,
         service_changed,
         may_wait,
+        // A retry or a resync ensures in full.
+        targets_only: !service_changed
+            && backends_changed
+            && entry.synced_backends.is_some()
+            && entry.retry_at.is_none()
+            && !resync_is_due,
     })
 }
 
@@ -446,10 +460,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .as_ref()
                 .map(|b| b.ids.as_ref().clone())
                 .unwrap_or_default();
-            let outcome = this
-                .sync(&job.svc, backends, job.service_changed, job.may_wait)
-                .instrument(span)
-                .await;
+            let outcome = this.sync(&job.svc, backends, &job).instrument(span).await;
             drop(permit);
             this.record(&job, outcome);
             this.sync_done.notify_one();
@@ -492,13 +503,8 @@ impl<L: LoadBalancers> ServiceController<L> {
         }
     }
 
-    async fn sync(
-        &self,
-        svc: &Service,
-        backends: BTreeSet<String>,
-        service_changed: bool,
-        may_wait: bool,
-    ) -> Outcome {
+    async fn sync(&self, svc: &Service, backends: BTreeSet<String>, job: &Job) -> Outcome {
+        let (service_changed, may_wait) = (job.service_changed, job.may_wait);
         let api: Api<Service> =
             Api::namespaced(self.kube.clone(), &svc.namespace().unwrap_or_default());
         if !wants_load_balancer(svc) {
@@ -540,7 +546,11 @@ impl<L: LoadBalancers> ServiceController<L> {
             instance_ids: backends,
         };
         let started = Instant::now();
-        let ensured = self.lbs.ensure(&req).await;
+        let ensured = if job.targets_only {
+            self.lbs.update_targets(&req).await
+        } else {
+            self.lbs.ensure(&req).await
+        };
         super::service_metrics::ensured(service_changed, started.elapsed(), ensured.is_ok());
         if req.instance_ids.is_empty() && (service_changed || ensured.is_ok()) {
             // Upstream's event and text, on an ensure and on a host update.
@@ -896,6 +906,48 @@ mod tests {
             }
             assert!(!resync_due(s, every, at, at + every * 99 / 100));
         }
+    }
+
+    fn backends_hashed(hash: u64) -> impl FnMut(&BTreeMap<String, String>) -> Backends {
+        move |_| Backends {
+            hash,
+            ids: Arc::new(BTreeSet::new()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_backend_change_alone_moves_targets_only() {
+        let now = Instant::now();
+        let svc = lb_service("1", "10");
+        let synced = || KeyState {
+            synced_fingerprint: Some(fingerprint(&svc)),
+            synced_backends: Some(1),
+            last_sync: Some(now),
+            ..KeyState::default()
+        };
+        let resync = Some(Duration::from_secs(600));
+        let mut entry = synced();
+        let job = decide(&mut entry, svc.clone(), backends_hashed(2), resync, now)
+            .expect("a new backend set is synced");
+        assert!(job.targets_only && !job.service_changed);
+        // The Service changed too: the full ensure.
+        let mut entry = synced();
+        let changed = lb_service("2", "20");
+        let job = decide(&mut entry, changed, backends_hashed(2), resync, now).expect("due");
+        assert!(!job.targets_only && job.service_changed);
+        // A retry after a failure, and a due resync, ensure in full.
+        let mut entry = synced();
+        entry.retry_at = Some(now);
+        let job = decide(&mut entry, svc.clone(), backends_hashed(2), resync, now).expect("due");
+        assert!(!job.targets_only);
+        let mut entry = synced();
+        let later = now + Duration::from_secs(601);
+        let job = decide(&mut entry, svc.clone(), backends_hashed(2), resync, later).expect("due");
+        assert!(!job.targets_only);
+        // Never synced: in full.
+        let mut entry = KeyState::default();
+        let job = decide(&mut entry, svc, backends_hashed(2), resync, now).expect("due");
+        assert!(!job.targets_only);
     }
 
     fn node(name: &str, labels: &[(&str, &str)], taint: Option<&str>) -> Arc<Node> {

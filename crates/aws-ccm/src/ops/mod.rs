@@ -2,7 +2,8 @@
 //! operator asks about a cluster, answered with the CCM's own code.
 //!
 //! - [`orphans`]: what the CCM left behind in AWS, and its deletion;
-//! - [`plan`]: what the controllers would change in AWS now.
+//! - [`plan`]: what the controllers would change in AWS now;
+//! - [`doctor`]: why a cluster is not working, one check at a time.
 //!
 //! The tool takes the CCM's flags with their meaning (`--cloud-config`,
 //! `--kubeconfig`, `--cluster-cidr`, ...), parsed by [`crate::options`], and
@@ -18,6 +19,7 @@ use crate::options::Validated;
 use crate::options::controller_names::ControllerName;
 use crate::provider::routes::RouteTableSelector;
 
+pub mod doctor;
 pub mod orphans;
 pub mod plan;
 
@@ -30,6 +32,10 @@ pub struct Context {
     pub validated: Arc<Validated>,
     pub cluster_id: String,
     pub region: String,
+    /// How the region was found (cloud.conf, or instance metadata).
+    pub region_from: String,
+    /// How the cluster ID was found (cloud.conf, or a tag of this instance).
+    pub cluster_id_from: String,
 }
 
 impl Context {
@@ -38,17 +44,19 @@ impl Context {
     pub async fn connect(validated: Validated) -> anyhow::Result<Context> {
         let opts = &validated.options;
         let cloud = crate::manager::load_cloud_config(opts)?;
-        let (aws, cluster_id, region) = crate::manager::connect_aws(&cloud, opts).await?;
+        let connected = crate::manager::connect_aws_described(&cloud, opts).await?;
         let kube_config =
             kube_client::load_config(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
         let kube = kube_client::build_client(kube_config, opts.kube_api_qps, opts.kube_api_burst)?;
         Ok(Context {
-            aws,
+            aws: connected.aws,
             kube,
             cloud: Arc::new(cloud),
             validated: Arc::new(validated),
-            cluster_id,
-            region,
+            cluster_id: connected.cluster_id,
+            region: connected.region,
+            region_from: connected.region_from,
+            cluster_id_from: connected.cluster_id_from,
         })
     }
 

@@ -15,10 +15,11 @@ use super::Context;
 use crate::aws::elb::{self, Change as ClbChange};
 use crate::aws::load_balancers::{AwsLoadBalancers, ClbPlan, NlbPlan, Planned};
 use crate::aws::nlb::{self, Change as NlbChange};
+use crate::aws::{security_groups as sg, tags};
 use crate::controllers::cached_node::Node;
 use crate::controllers::route::Reconciler;
 use crate::controllers::route::plan::RouteChange;
-use crate::controllers::service::{backends, wants_load_balancer};
+use crate::controllers::service::{backends, has_finalizer, wants_load_balancer};
 use crate::provider::load_balancers::{EnsureRequest, LoadBalancerKind, LoadBalancerSpec};
 
 /// One step, as `terraform plan` prints it.
@@ -39,6 +40,25 @@ pub struct Section {
     /// What keeps the plan from being complete: an invalid Service, a
     /// write IAM refuses, a failed read.
     pub notes: Vec<String>,
+    /// The sync (or reconcile) would fail: an invalid Service, an error the
+    /// plan met. `aws-ccm plan` then exits non-zero.
+    pub would_fail: bool,
+}
+
+impl Section {
+    fn new(subject: String) -> Section {
+        Section {
+            subject,
+            steps: Vec::new(),
+            notes: Vec::new(),
+            would_fail: false,
+        }
+    }
+
+    fn fails(&mut self, note: String) {
+        self.notes.push(note);
+        self.would_fail = true;
+    }
 }
 
 fn step(symbol: &'static str, what: String, actions: &[&'static str]) -> Step {
@@ -76,6 +96,8 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
         let named = only.is_empty() || only.iter().any(|o| *o == key || *o == svc.name_any());
         if named && wants_load_balancer(svc) {
             out.push(service_section(&lbs, svc, key, &nodes).await);
+        } else if named && has_finalizer(svc) {
+            out.push(deletion_section(ctx, svc, key).await);
         }
     }
     if only.is_empty()
@@ -98,17 +120,11 @@ async fn service_section(
     key: String,
     nodes: &[Arc<Node>],
 ) -> Section {
-    let mut section = Section {
-        subject: key.clone(),
-        steps: Vec::new(),
-        notes: Vec::new(),
-    };
+    let mut section = Section::new(key.clone());
     let spec = match LoadBalancerSpec::from_service(svc) {
         Ok(spec) => spec,
         Err(e) => {
-            section
-                .notes
-                .push(format!("invalid Service, no AWS call would be made: {e}"));
+            section.fails(format!("invalid Service, no AWS call would be made: {e}"));
             return section;
         }
     };
@@ -145,9 +161,104 @@ async fn service_section(
                 }
             }
         }
-        Err(e) => section.notes.push(format!("the sync would fail: {e}")),
+        Err(e) => section.fails(format!("the sync would fail: {e}")),
     }
     section
+}
+
+/// A Service carrying the finalizer that no longer wants a load balancer
+/// (being deleted, or no longer of type LoadBalancer): what the service
+/// controller's deletion removes, read as it reads it.
+async fn deletion_section(ctx: &Context, svc: &Service, key: String) -> Section {
+    let mut section = Section::new(key.clone());
+    let why = if svc.metadata.deletion_timestamp.is_some() {
+        "the Service is being deleted"
+    } else {
+        "the Service no longer asks for a load balancer"
+    };
+    let name = elb::load_balancer_name(svc.metadata.uid.as_deref().unwrap_or_default());
+    if let Err(e) = deletion_steps(ctx, &key, &name, why, &mut section).await {
+        section.fails(format!("the deletion would fail: {e}"));
+    }
+    if section.steps.is_empty() && section.notes.is_empty() {
+        section.notes.push(format!(
+            "{why}; no load balancer is left: only the finalizer is removed"
+        ));
+    }
+    section
+}
+
+async fn deletion_steps(
+    ctx: &Context,
+    key: &str,
+    name: &str,
+    why: &str,
+    section: &mut Section,
+) -> Result<(), crate::aws::AwsError> {
+    let aws = &ctx.aws;
+    let owned = |t: &BTreeMap<String, String>| tags::is_owned(t, &ctx.cluster_id);
+    let lacks =
+        |kind: &str| format!("{kind} {name} lacks this cluster's ownership tag: the CCM leaves it");
+    match elb::io::read_lb(aws, name).await? {
+        Some(lb) if owned(&lb.tags) => section.steps.push(step(
+            "-",
+            format!("classic ELB {name} ({why})"),
+            &["DeleteLoadBalancer"],
+        )),
+        Some(_) => section.notes.push(lacks("classic ELB")),
+        None => {}
+    }
+    let filters = vec![
+        crate::aws::instances::filter("group-name", [elb::owned_group_name(name)]),
+        crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&ctx.cluster_id)]),
+    ];
+    for g in sg::io::describe(aws, filters).await? {
+        // EC2 refuses to delete a group another group's rule names: the
+        // deletion revokes the node groups' rules admitting it first.
+        if let Some(vpc) = &g.vpc_id {
+            let rule = sg::Rule::all_from_group(&g.id);
+            for other in sg::io::referencing(aws, vpc, &g.id).await? {
+                if other.id != g.id && other.ingress.contains(&rule) {
+                    let what = format!("rule of node group {} admitting {}", other.id, g.id);
+                    section
+                        .steps
+                        .push(step("-", what, &["RevokeSecurityGroupIngress"]));
+                }
+            }
+        }
+        section.steps.push(step(
+            "-",
+            format!("security group {} ({})", g.id, g.name),
+            &["DeleteSecurityGroup"],
+        ));
+    }
+    let mut groups = Vec::new();
+    if let Some(lb) = nlb::read::read_lb(aws, name).await? {
+        if owned(&lb.tags) {
+            section.steps.push(step(
+                "-",
+                format!("NLB {name} ({why})"),
+                &["DeleteLoadBalancer"],
+            ));
+        } else {
+            section.notes.push(lacks("NLB"));
+        }
+        groups = nlb::read::read_target_groups(aws, &lb.arn).await?;
+    }
+    let prefix = nlb::target_group_prefix(key);
+    for tg in nlb::read::find_service_target_groups(aws, &prefix, key).await? {
+        if !groups.iter().any(|g| g.arn == tg.arn) {
+            groups.push(tg);
+        }
+    }
+    for tg in groups {
+        section.steps.push(step(
+            "-",
+            format!("target group {}", tg.name),
+            &["DeleteTargetGroup"],
+        ));
+    }
+    Ok(())
 }
 
 fn clb_steps(p: &ClbPlan, section: &mut Section) {
@@ -352,11 +463,7 @@ async fn route_section(
     reconciler: &Reconciler<crate::aws::AwsClient>,
     nodes: &[Arc<Node>],
 ) -> Section {
-    let mut section = Section {
-        subject: "routes".into(),
-        steps: Vec::new(),
-        notes: Vec::new(),
-    };
+    let mut section = Section::new("routes".into());
     let node_routes: Vec<_> = nodes
         .iter()
         .map(|n| crate::controllers::route::node_routes(n))
@@ -364,7 +471,7 @@ async fn route_section(
     let plan = match reconciler.read_and_plan(&node_routes).await {
         Ok((_, _, plan)) => plan,
         Err(e) => {
-            section.notes.push(format!("the reconcile would fail: {e}"));
+            section.fails(format!("the reconcile would fail: {e}"));
             return section;
         }
     };

@@ -251,6 +251,20 @@ pub trait Instances: Clone + Send + Sync + 'static {
         &self,
     ) -> impl Future<Output = Result<Arc<HashMap<String, String>>, CloudError>> + Send;
 
+    /// The network nodes above an instance, top layer first (the
+    /// `topology.k8s.aws/network-node-layer-N` labels). `Ok(None)` when it
+    /// has none or is not asked (no type; lately found to answer nothing).
+    /// Concurrent questions are batched.
+    fn network_nodes(
+        &self,
+        id: &str,
+        instance_type: Option<&str>,
+    ) -> impl Future<Output = Result<Option<Vec<String>>, CloudError>> + Send;
+
+    /// Whether instances of this type are expected to have network nodes
+    /// (cloud.conf `SupportedTopologyInstanceTypePattern`).
+    fn expects_topology(&self, instance_type: &str) -> bool;
+
     /// Adds (or overwrites) `tags` on every instance in `ids` in one call
     /// (at most [`MAX_TAG_RESOURCES`] IDs). Fails as a whole, like EC2: one
     /// unknown ID fails the call with a not-found error.
@@ -285,6 +299,8 @@ pub mod fake {
         pub by_id: Vec<String>,
         pub by_private_dns: Vec<String>,
         pub sweeps: u32,
+        /// Instance IDs asked for network nodes, one entry per question.
+        pub network_nodes: Vec<String>,
         pub create_tags: Vec<Vec<String>>,
         pub delete_tags: Vec<Vec<String>>,
     }
@@ -298,6 +314,11 @@ pub mod fake {
         fail_lookups: Option<CloudError>,
         fail_sweep: Option<CloudError>,
         fail_tags: Option<CloudError>,
+        /// Instance ID → network nodes.
+        topology: HashMap<String, Vec<String>>,
+        /// Types expected to have network nodes.
+        topology_types: Vec<String>,
+        fail_topology: Option<CloudError>,
         calls: Calls,
     }
 
@@ -350,6 +371,25 @@ pub mod fake {
 
         pub fn fail_tags(&self, err: Option<CloudError>) {
             self.state.lock().fail_tags = err;
+        }
+
+        /// The instance's network nodes, and its type as one expected to
+        /// have them.
+        pub fn set_network_nodes(&self, id: &str, nodes: &[&str]) {
+            let mut st = self.state.lock();
+            st.topology.insert(
+                id.to_string(),
+                nodes.iter().map(|n| n.to_string()).collect(),
+            );
+            let kind = st
+                .instances
+                .get(id)
+                .and_then(|i| i.instance_type.as_deref().map(str::to_string));
+            st.topology_types.extend(kind);
+        }
+
+        pub fn fail_topology(&self, err: Option<CloudError>) {
+            self.state.lock().fail_topology = err;
         }
 
         pub fn calls(&self) -> Calls {
@@ -431,6 +471,26 @@ pub mod fake {
 
         async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, CloudError> {
             Ok(Arc::new(self.state.lock().zone_ids.clone()))
+        }
+
+        async fn network_nodes(
+            &self,
+            id: &str,
+            instance_type: Option<&str>,
+        ) -> Result<Option<Vec<String>>, CloudError> {
+            if instance_type.is_none_or(str::is_empty) {
+                return Ok(None);
+            }
+            let mut st = self.state.lock();
+            st.calls.network_nodes.push(id.to_string());
+            if let Some(err) = st.fail_topology.clone() {
+                return Err(err);
+            }
+            Ok(st.topology.get(id).cloned())
+        }
+
+        fn expects_topology(&self, instance_type: &str) -> bool {
+            (self.state.lock().topology_types.iter()).any(|t| t == instance_type)
         }
 
         async fn create_tags(

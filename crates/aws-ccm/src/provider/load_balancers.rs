@@ -77,6 +77,14 @@ pub enum LbError {
 
 pub trait LoadBalancers: Clone + Send + Sync + 'static {
     fn ensure(&self, req: &EnsureRequest) -> impl Future<Output = Result<Ensured, LbError>> + Send;
+    /// The same outcome as [`Self::ensure`] for a Service whose spec is
+    /// unchanged since its last ensure and whose backend set changed
+    /// (upstream's `UpdateLoadBalancer`): the implementation may move only
+    /// the targets, and ensures in full when it cannot tell that is enough.
+    fn update_targets(
+        &self,
+        req: &EnsureRequest,
+    ) -> impl Future<Output = Result<Ensured, LbError>> + Send;
     /// Removes everything made for the Service; `Ok(true)` when something was deleted.
     fn ensure_deleted(
         &self,

@@ -401,8 +401,44 @@ impl Census {
     }
 }
 
-/// Records duplicates and leaks of a campaign, and fails it on any.
+/// What `aws-ccm orphans` finds (the library's `ops::orphans::find` over
+/// the live Services and Nodes), as one line per orphan.
+async fn orphans(world: &World) -> anyhow::Result<Vec<String>> {
+    let live = aws_ccm::ops::orphans::Live::read(&world.env.api.client().await?).await?;
+    let scope = aws_ccm::ops::orphans::Scope {
+        cluster_id: CLUSTER_ID.into(),
+        routes: None,
+    };
+    Ok(
+        aws_ccm::ops::orphans::find(&aws_client(&world.env).await, &live, &scope)
+            .await?
+            .into_iter()
+            .map(|o| format!("orphan {} {}: {}", o.kind.as_str(), o.id, o.recognised))
+            .collect(),
+    )
+}
+
+/// The operator tool's orphan audit, as a figure; fails the campaign on any.
+async fn audit_orphans(campaign: &str, world: &World, phase: &str) -> anyhow::Result<()> {
+    let found = orphans(world).await?;
+    figure(
+        campaign,
+        &format!("orphans ({phase})"),
+        found.len() as f64,
+        "",
+        "0",
+        found.is_empty(),
+    );
+    anyhow::ensure!(
+        found.is_empty(),
+        "{campaign}: aws-ccm orphans finds leftovers after {phase}: {found:#?}"
+    );
+    Ok(())
+}
+
+/// Records duplicates and orphans of a campaign, and fails it on any.
 async fn audit(campaign: &str, world: &World, phase: &str) -> anyhow::Result<Census> {
+    audit_orphans(campaign, world, phase).await?;
     let census = Census::take(&world.seeded).await?;
     let dups = census.duplicates();
     figure(
@@ -420,7 +456,10 @@ async fn audit(campaign: &str, world: &World, phase: &str) -> anyhow::Result<Cen
     Ok(census)
 }
 
+/// Nothing left once every Service is gone: neither by the tool's orphan
+/// audit nor by the census of everything carrying the cluster tag.
 async fn audit_leaks(campaign: &str, world: &World) -> anyhow::Result<()> {
+    audit_orphans(campaign, world, "deletion").await?;
     let census = Census::take(&world.seeded).await?;
     let left = census.leftovers();
     figure(

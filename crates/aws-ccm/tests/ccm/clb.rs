@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, ResourceType};
 use aws_sdk_elasticloadbalancing::types::LoadBalancerDescription;
-use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
+use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule};
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -429,11 +429,7 @@ async fn event_note(client: &kube::Client, name: &str, reason: &str) -> anyhow::
 }
 
 async fn start(env: &Env) -> anyhow::Result<(FaultProxy, Ccm)> {
-    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    proxy.record_requests(true);
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     Ok((proxy, ccm))
 }
 
@@ -799,7 +795,7 @@ async fn clb_annotations_each_show_up_in_aws() -> anyhow::Result<()> {
         .map(|(_, a, _)| a.to_string())
         .collect();
     assert_eq!(changed, Vec::<String>::new(), "logs:\n{}", ccm.logs());
-    Ok(())
+    env.finish().await
 }
 
 /// Applies a merge patch to Service `name`.
@@ -1214,7 +1210,7 @@ async fn clb_updates_make_only_the_minimal_change() -> anyhow::Result<()> {
     );
     assert_eq!(syncs, 16);
     assert_eq!(ensured(&ccm, "web"), syncs, "one sync per change, no more");
-    Ok(())
+    env.finish().await
 }
 
 /// What the Go CCM leaves behind for Service `key` (LB `name`, node port
@@ -1373,7 +1369,7 @@ async fn clb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> anyhow
             .unwrap_or_default()
             .contains(&FINALIZER.to_string())
     );
-    Ok(())
+    env.finish().await
 }
 
 /// Swap with drifted annotations: the Go CCM read `internal` only at
@@ -1454,7 +1450,7 @@ async fn go_made_clbs_with_drifted_annotations_are_neither_recreated_nor_convert
         let lb = v.describe(name).await.unwrap();
         assert_eq!(lb.scheme(), Some("internet-facing"));
     }
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -1620,7 +1616,7 @@ async fn clb_malformed_services_get_warnings_and_no_aws_calls() -> anyhow::Resul
         .collect();
     assert_eq!(names, vec![lb_name(&ok).as_str()]);
     assert!(v.describe(&lb_name(&public)).await.is_none());
-    Ok(())
+    env.finish().await
 }
 
 /// Whether the Service still exists, pending deletion, with the finalizer.
@@ -1775,7 +1771,7 @@ async fn clb_deletion_retries_dependency_violation_and_keeps_the_finalizer_on_fa
     // Nothing of this cluster's is left: no load balancer, no owned group,
     // no rule in either node group.
     assert_eq!(v.cluster_leftovers(&env).await?, Vec::<String>::new());
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -1843,7 +1839,7 @@ async fn clb_cloud_conf_group_disabled_ingress_and_shared_probe() -> anyhow::Res
     assert!(v.describe(&name).await.is_none());
     assert!(group_by_name(&v.ec2, "global-elb").await.is_some());
     assert_eq!(v.cluster_leftovers(&env).await?, Vec::<String>::new());
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -1960,5 +1956,5 @@ async fn clb_shared_group_node_rule_goes_when_no_load_balancer_needs_it() -> any
         v.rules(&outsider).await?.contains(&from_shared),
         "the outsider group's own rule stays"
     );
-    Ok(())
+    env.finish().await
 }

@@ -408,5 +408,5 @@ async fn role_arn_is_assumed_once_through_the_door_and_signs_the_calls() -> anyh
     ] {
         assert!(metrics.contains(needle), "missing {needle} in\n{metrics}");
     }
-    Ok(())
+    env.finish().await
 }

@@ -105,7 +105,7 @@ async fn acquires_and_renews_the_lease_and_serves_health_and_metrics() -> anyhow
         stats.count("create", "subjectaccessreviews") >= 2,
         "{stats:?}"
     );
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -193,7 +193,7 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
     second
         .wait_for_log("starting controller", Duration::from_secs(20))
         .await?;
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -223,7 +223,7 @@ async fn sigterm_stops_cleanly_and_releases_the_lease() -> anyhow::Result<()> {
     let next = env.start_ccm(&[]).await?;
     next.wait_for_log("successfully acquired lease", Duration::from_secs(3))
         .await?;
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -243,7 +243,7 @@ async fn without_leader_election_controllers_start_directly() -> anyhow::Result<
     );
     ccm.signal(libc::SIGTERM);
     assert!(ccm.wait_exit(Duration::from_secs(15)).await?.success());
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -280,7 +280,7 @@ async fn bad_cloud_conf_and_bad_flags_exit_non_zero_with_a_clear_message() -> an
         logs.contains("KubernetesClusterID") && logs.contains("--allow-untagged-cloud"),
         "{logs}"
     );
-    Ok(())
+    env.finish().await
 }
 
 /// An operator's existing Go CCM cloud.conf and flags: an unknown key (the
@@ -326,7 +326,7 @@ async fn an_upstream_cloud_conf_and_flags_start_with_a_warning_for_the_unknown_k
         "{warning}"
     );
     assert!(logs.contains("webhook-secure-port"), "{logs}");
-    Ok(())
+    env.finish().await
 }
 
 /// Mutating AWS calls the proxy received, by `service:action`.
@@ -395,5 +395,5 @@ async fn a_leader_that_loses_its_lease_makes_no_aws_change_afterwards() -> anyho
         .find("leaderelection lost")
         .expect("the loss is logged");
     assert!(stopped < lost, "AWS changes stop before the exit: {logs}");
-    Ok(())
+    env.finish().await
 }

@@ -158,7 +158,7 @@ async fn classic_elb_survives_lost_answers_and_eventual_consistency() -> anyhow:
         lbs.load_balancer_descriptions().is_empty(),
         "the ELB leaked"
     );
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -255,5 +255,5 @@ async fn nlb_survives_lost_answers_and_eventual_consistency() -> anyhow::Result<
         .filter_map(|g| g.group_name())
         .collect();
     assert!(leaked.is_empty(), "groups leaked: {leaked:?}");
-    Ok(())
+    env.finish().await
 }

@@ -103,5 +103,5 @@ async fn load_balancers_are_created_and_deleted_under_the_enforced_policy() -> a
         "logs:\n{}",
         ccm.logs()
     );
-    Ok(())
+    env.finish().await
 }

@@ -222,7 +222,7 @@ async fn under_kops_policy_load_balancers_work_only_with_the_legacy_tag() -> any
         )
     })?;
     assert_eq!(denied_writes(&env), vec![], "logs:\n{}", ccm.logs());
-    Ok(())
+    env.finish().await
 }
 
 /// kOps' policy without the additions: the start-up check names each
@@ -297,5 +297,5 @@ async fn actions_kops_policy_lacks_are_reported_once_at_start_up() -> anyhow::Re
         .map_err(|e| e.context(ccm.logs()))?;
     let logs = ccm.logs();
     assert!(!logs.contains("the IAM policy lacks"), "{logs}");
-    Ok(())
+    env.finish().await
 }

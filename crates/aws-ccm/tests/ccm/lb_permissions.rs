@@ -151,7 +151,7 @@ async fn an_untagged_node_group_is_skipped_with_a_warning_and_the_load_balancers
         assert_eq!(real_calls(&env, action, "GroupId", &group), 0, "{action}");
     }
     assert_eq!(ingress_rules(&seeded, &group).await?, 0);
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -196,7 +196,7 @@ async fn a_node_group_the_policy_names_gets_its_rules() -> anyhow::Result<()> {
                 .is_empty()
         );
     }
-    Ok(())
+    env.finish().await
 }
 
 /// An NLB as the Go CCM made it before 2022 for the Service with `uid`:
@@ -351,7 +351,7 @@ async fn untagged_nlb_listeners_are_left_alone_with_a_warning() -> anyhow::Resul
         .flat_map(|d| d.tags())
         .any(|t| t.key() == Some("kubernetes.io/cluster/ccm-test") && t.value() == Some("owned"));
     assert!(owned, "{tags:?}");
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -424,5 +424,5 @@ async fn a_real_call_iam_refuses_is_recorded_and_not_retried_by_the_next_sync() 
     for reason in ["SyncLoadBalancerFailed", "UpdateLoadBalancerFailed"] {
         assert!(events_for(&env, "nlb", reason).await.is_empty(), "{reason}");
     }
-    Ok(())
+    env.finish().await
 }

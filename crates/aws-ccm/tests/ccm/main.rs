@@ -16,6 +16,7 @@ mod lb_permissions;
 mod nlb;
 mod node;
 mod observability;
+mod ops_doctor;
 mod ops_orphans;
 mod ops_plan;
 mod permissions;

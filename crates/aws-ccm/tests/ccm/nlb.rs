@@ -389,14 +389,7 @@ async fn nlb_lifecycle_creates_target_groups_rules_and_deletes_everything() -> a
 
     // A fresh process adopts all of it: not one mutating call.
     drop(ccm);
-    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(
-        &env.moto.endpoint(),
-        ccm_testkit::aws_proxy::ProxyConfig::default(),
-    )
-    .await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     ccm.wait_for_log("load balancer ensured", WAIT).await?;
     let calls = proxy.calls();
     let mutations: Vec<String> = calls
@@ -463,7 +456,7 @@ async fn nlb_lifecycle_creates_target_groups_rules_and_deletes_everything() -> a
         "{rules:?}"
     );
     assert!(rules.iter().any(|r| r.3 == "ssh"));
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -564,7 +557,7 @@ async fn clb_to_nlb_to_clb_and_internal_toggle_leave_no_orphan() -> anyhow::Resu
             .all(|r| !r.3.starts_with("kubernetes.io/rule/nlb/")),
         "{rules:?}"
     );
-    Ok(())
+    env.finish().await
 }
 
 /// Registered (not draining) instance IDs of a target group, sorted.
@@ -713,7 +706,7 @@ async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_gro
             "{action}"
         );
     }
-    Ok(())
+    env.finish().await
 }
 
 /// Requests a certificate from moto's ACM with a raw JSON-protocol POST (the
@@ -929,7 +922,7 @@ async fn nlb_annotations_take_effect_in_aws() -> anyhow::Result<()> {
             .load_balancers()[0]
             .availability_zones()
     );
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -1083,14 +1076,7 @@ async fn an_nlb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> any
         .send()
         .await?;
 
-    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(
-        &env.moto.endpoint(),
-        ccm_testkit::aws_proxy::ProxyConfig::default(),
-    )
-    .await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     eventually("the adopted NLB's hostname in the status", WAIT, || async {
         services.get("web").await.ok().as_ref().and_then(hostname)
     })
@@ -1109,7 +1095,7 @@ async fn an_nlb_made_by_the_go_ccm_is_adopted_without_a_single_mutation() -> any
         .collect();
     assert!(mutations.is_empty(), "{mutations:?}\nlogs:\n{}", ccm.logs());
     assert_eq!(all_target_groups(&cloud.elbv2).await, vec![tg_arn]);
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -1247,7 +1233,7 @@ async fn managed_security_group_mode_and_byo_switching() -> anyhow::Result<()> {
     .await
     .map_err(fail)?;
     assert!(cluster_tagged_elbv2(&cloud.elbv2).await?.is_empty());
-    Ok(())
+    env.finish().await
 }
 
 /// TCP and UDP on different ports of one Service (one port for both is the
@@ -1288,7 +1274,7 @@ async fn tcp_and_udp_ports_get_their_listeners_groups_and_node_rules() -> anyhow
             .any(|r| r.0 == "tcp" && r.1 == 30514 && r.2 == "10.0.1.0/24"),
         "{rules:?}"
     );
-    Ok(())
+    env.finish().await
 }
 
 /// DNS on TCP and UDP 53 with one node port (the API server allows one node
@@ -1315,7 +1301,7 @@ async fn tcp_and_udp_on_one_port_share_a_tcp_udp_listener_and_group() -> anyhow:
             "{proto} 30053: {rules:?}"
         );
     }
-    Ok(())
+    env.finish().await
 }
 
 /// AWS rejects a whole AuthorizeSecurityGroupIngress when any one of its
@@ -1358,7 +1344,7 @@ async fn a_duplicate_rule_does_not_lose_the_other_rules_of_the_call() -> anyhow:
             "{proto} {port} from {cidr} missing: {rules:?}"
         );
     }
-    Ok(())
+    env.finish().await
 }
 
 /// A node whose instance was launched after the cluster sweep was cached
@@ -1403,7 +1389,7 @@ async fn a_node_launched_after_the_cached_sweep_is_registered_at_once() -> anyho
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    Ok(())
+    env.finish().await
 }
 
 /// An NLB's node rules follow its backends' node groups: a group whose
@@ -1481,5 +1467,5 @@ async fn nlb_node_rules_follow_the_backends_node_groups() -> anyhow::Result<()> 
     eventually("rules in both node groups again", WAIT, both)
         .await
         .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    Ok(())
+    env.finish().await
 }

@@ -92,11 +92,21 @@ impl Ec2 {
 
     /// `count` cluster-tagged m5.large instances in the subnet.
     async fn launch(&self, count: i32) -> anyhow::Result<Vec<Instance>> {
+        self.launch_typed(count, aws_sdk_ec2::types::InstanceType::M5Large)
+            .await
+    }
+
+    /// `count` cluster-tagged instances of `kind` in the subnet.
+    async fn launch_typed(
+        &self,
+        count: i32,
+        kind: aws_sdk_ec2::types::InstanceType,
+    ) -> anyhow::Result<Vec<Instance>> {
         let out = self
             .client
             .run_instances()
             .image_id(AMI)
-            .instance_type(aws_sdk_ec2::types::InstanceType::M5Large)
+            .instance_type(kind)
             .min_count(count)
             .max_count(count)
             .subnet_id(&self.subnet)
@@ -206,6 +216,22 @@ fn dns(i: &Instance) -> String {
 /// Registers a node the way a kubelet with `--cloud-provider=external`
 /// does: tainted, optionally with a providerID and annotations, and with
 /// a Ready condition.
+/// The node controllers behind `proxy` with the API budget raised (so a
+/// test measures the controller, not the client-side QPS limit), started,
+/// and the proxy's counts zeroed.
+async fn start_for_a_burst(env: &Env, proxy: &FaultProxy) -> anyhow::Result<Ccm> {
+    let flags = [
+        NODE_CONTROLLERS,
+        "--kube-api-qps=500",
+        "--kube-api-burst=500",
+    ];
+    let ccm = env.start_ccm_via(&proxy.endpoint(), &flags).await?;
+    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
+        .await?;
+    proxy.reset_counts();
+    Ok(ccm)
+}
+
 async fn register_node(
     api: &Api<Node>,
     name: &str,
@@ -463,7 +489,7 @@ async fn initializes_ip_named_resource_named_preset_and_multi_interface_nodes() 
     ] {
         assert!(metrics.contains(family), "{family} in:\n{metrics}");
     }
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -519,7 +545,7 @@ async fn dual_stack_addresses_follow_node_ip_families_and_the_provided_node_ip()
             ("Hostname", &dns(&pinned)),
         ])
     );
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -646,7 +672,7 @@ async fn a_node_without_an_instance_keeps_its_taint_and_gets_a_warning() -> anyh
     assert!(has_taint(&nodes.get(&dns(&late)).await?, UNINITIALIZED));
     proxy.set_faults(vec![]);
     initialized(&nodes, &dns(&late), Duration::from_secs(60)).await?;
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -748,7 +774,7 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failed_sweep_delet
         matches!(nodes.get_opt(&dns(kept)).await, Ok(None)).then_some(())
     })
     .await?;
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -773,19 +799,7 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
     // Default --concurrent-node-syncs (1): the reads from AWS are batched
     // whatever the number of workers. The API budget is raised so the test
     // measures the controller, not the client-side QPS limit.
-    let ccm = env
-        .start_ccm_via(
-            &proxy.endpoint(),
-            &[
-                NODE_CONTROLLERS,
-                "--kube-api-qps=500",
-                "--kube-api-burst=500",
-            ],
-        )
-        .await?;
-    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
-        .await?;
-    proxy.reset_counts();
+    let _ccm = start_for_a_burst(&env, &proxy).await?;
 
     // Kubelets register concurrently, as in a scale-up.
     let start = tokio::time::Instant::now();
@@ -848,7 +862,7 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
             Some(format!("aws:///us-east-1a/{}", by_dns[&name]))
         );
     }
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -859,7 +873,7 @@ async fn the_tagging_controller_refuses_to_start_without_tags() -> anyhow::Resul
     let (status, logs) = Ccm::run_to_exit(&args, &env.aws_env()).await?;
     assert!(!status.success(), "exit status {status:?}");
     assert!(logs.contains("--tags"), "the error names the flag: {logs}");
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -961,7 +975,7 @@ async fn tagging_tags_instances_untags_deleted_nodes_and_leaves_unchanged_nodes_
         "no calls for unchanged nodes"
     );
     assert_eq!(calls.get("ec2", "DeleteTags").received, 1);
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -1055,7 +1069,7 @@ async fn addresses_are_refreshed_for_all_nodes_from_one_sweep() -> anyhow::Resul
         let node = nodes.get(&dns(other)).await?;
         assert!(addresses(&node).iter().all(|(t, _)| t != "ExternalIP"));
     }
-    Ok(())
+    env.finish().await
 }
 
 /// Nodes that are already initialized when the CCM starts are left alone,
@@ -1175,5 +1189,210 @@ async fn at_start_up_only_an_initialized_node_missing_a_ga_label_is_written() ->
             .is_none(),
         "an initialized node gets no taint"
     );
-    Ok(())
+    env.finish().await
+}
+
+const LAYER: &str = "topology.k8s.aws/network-node-layer-";
+
+/// The network-node labels of a node, by layer.
+fn layers(node: &Node) -> BTreeMap<String, String> {
+    labels(node)
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix(LAYER)?.to_string(), v)))
+        .collect()
+}
+
+/// What the fault proxy answers for `instance`: three network nodes for
+/// a topology type, none (an unsupported type) otherwise.
+fn topology_of(instance: &Instance, nodes: &[String]) -> ccm_testkit::aws_proxy::InstanceTopology {
+    ccm_testkit::aws_proxy::InstanceTopology {
+        instance_id: id(instance),
+        instance_type: instance
+            .instance_type()
+            .map(|t| t.as_str().to_string())
+            .unwrap_or_default(),
+        availability_zone: "us-east-1a".into(),
+        zone_id: ZONE_ID.into(),
+        group_name: None,
+        network_nodes: nodes.to_vec(),
+    }
+}
+
+fn three_layers(i: usize) -> Vec<String> {
+    vec![
+        format!("nn-top-{}", i % 2),
+        format!("nn-mid-{}", i % 8),
+        format!("nn-bot-{i}"),
+    ]
+}
+
+/// A node registered like [`register_node`], with labels of its own from
+/// the start.
+async fn register_labelled(
+    api: &Api<Node>,
+    name: &str,
+    own: &[(&str, &str)],
+) -> anyhow::Result<()> {
+    let mut labels: BTreeMap<&str, &str> = own.iter().copied().collect();
+    labels.insert("kubernetes.io/hostname", name);
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"taints": [{"key": UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]},
+    }))?;
+    api.create(&PostParams::default(), &node).await?;
+    set_ready(api, name, true).await
+}
+
+/// Upstream's `topology.k8s.aws/network-node-layer-N` labels: nodes of a
+/// type with topology (p4d, upstream's default pattern) get their three
+/// layers in the initializing write; a node whose layer 1 is already set
+/// keeps its labels; other types get none. 120 joining topology nodes cost
+/// a few batched `DescribeInstanceTopology` calls (at most 100 IDs each, as
+/// AWS allows), and a type found without topology is not asked again.
+#[tokio::test]
+async fn network_node_labels_come_batched_and_only_where_upstream_sets_them() -> anyhow::Result<()>
+{
+    const TOPOLOGY_NODES: usize = 120;
+    let env = Env::start().await?;
+    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    let ec2 = Ec2::new(&env).await?;
+    let p4d = ec2
+        .launch_typed(
+            TOPOLOGY_NODES as i32,
+            aws_sdk_ec2::types::InstanceType::P4d24xlarge,
+        )
+        .await?;
+    let m5 = ec2.launch(4).await?;
+    let mut declared: Vec<_> = (p4d.iter().enumerate())
+        .map(|(i, instance)| topology_of(instance, &three_layers(i)))
+        .collect();
+    declared.extend(m5.iter().map(|instance| topology_of(instance, &[])));
+    proxy.set_instance_topology(declared);
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ccm = start_for_a_burst(&env, &proxy).await?;
+
+    // One topology node already labelled by someone (layer 1 only).
+    let preset = dns(&p4d[0]);
+    register_labelled(
+        &nodes,
+        &preset,
+        &[("topology.k8s.aws/network-node-layer-1", "mine")],
+    )
+    .await?;
+    let joining: Vec<String> = (p4d[1..].iter().chain(&m5[..3])).map(dns).collect();
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(joining.clone())
+        .map(|name| {
+            let nodes = nodes.clone();
+            async move { register_node(&nodes, &name, None, &[], true).await }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    for name in joining.iter().chain([&preset]) {
+        initialized(&nodes, name, Duration::from_secs(120))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    }
+
+    for (i, instance) in p4d.iter().enumerate().skip(1) {
+        let node = nodes.get(&dns(instance)).await?;
+        let want: BTreeMap<String, String> = (three_layers(i).into_iter().enumerate())
+            .map(|(layer, n)| ((layer + 1).to_string(), n))
+            .collect();
+        assert_eq!(layers(&node), want, "node {}", dns(instance));
+    }
+    assert_eq!(
+        layers(&nodes.get(&preset).await?),
+        BTreeMap::from([("1".to_string(), "mine".to_string())]),
+        "layer 1 set by someone else: every layer label left as it is"
+    );
+    for instance in &m5[..3] {
+        assert!(layers(&nodes.get(&dns(instance)).await?).is_empty());
+    }
+    let asked = proxy.calls().get("ec2", "DescribeInstanceTopology");
+    eprintln!(
+        "network nodes: {} joining nodes, DescribeInstanceTopology received {}",
+        joining.len(),
+        asked.received,
+    );
+    assert!(
+        (2..=10).contains(&asked.received),
+        "{} joining nodes asked in batches of at most 100: {} calls",
+        joining.len(),
+        asked.received
+    );
+
+    // m5.large answered nothing: another one joining costs no call.
+    let before = proxy
+        .calls()
+        .get("ec2", "DescribeInstanceTopology")
+        .received;
+    register_node(&nodes, &dns(&m5[3]), None, &[], true).await?;
+    let late = initialized(&nodes, &dns(&m5[3]), Duration::from_secs(60)).await?;
+    assert!(layers(&late).is_empty());
+    assert_eq!(
+        proxy
+            .calls()
+            .get("ec2", "DescribeInstanceTopology")
+            .received,
+        before,
+        "a type without topology is remembered"
+    );
+    env.finish().await
+}
+
+/// A throttled `DescribeInstanceTopology` does not hold a node's
+/// initialization back (upstream keeps the node tainted): the node is
+/// initialized without the network-node labels, which come once AWS
+/// answers again.
+#[tokio::test]
+async fn a_failing_topology_question_does_not_hold_initialization_back() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    let ec2 = Ec2::new(&env).await?;
+    let p4d = ec2
+        .launch_typed(1, aws_sdk_ec2::types::InstanceType::P4d24xlarge)
+        .await?
+        .remove(0);
+    proxy.set_instance_topology(vec![topology_of(&p4d, &three_layers(7))]);
+    proxy.set_faults(vec![
+        FaultRule::new(FaultKind::Throttle).for_action("DescribeInstanceTopology"),
+    ]);
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let ccm = env
+        .start_ccm_via(&proxy.endpoint(), &[NODE_CONTROLLERS])
+        .await?;
+    register_node(&nodes, &dns(&p4d), None, &[], true).await?;
+    let node = initialized(&nodes, &dns(&p4d), Duration::from_secs(60))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(layers(&node).is_empty(), "no labels while AWS throttles");
+    assert_eq!(labels(&node), expected_labels(&dns(&p4d), "p4d.24xlarge"));
+    assert!(proxy.calls().get("ec2", "DescribeInstanceTopology").faulted > 0);
+
+    proxy.set_faults(vec![]);
+    let labelled = eventually(
+        "network-node labels after AWS answers again",
+        Duration::from_secs(60),
+        || async {
+            let node = nodes.get(&dns(&p4d)).await.ok()?;
+            (layers(&node).len() == 3).then_some(node)
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert_eq!(
+        layers(&labelled),
+        BTreeMap::from([
+            ("1".to_string(), "nn-top-1".to_string()),
+            ("2".to_string(), "nn-mid-7".to_string()),
+            ("3".to_string(), "nn-bot-7".to_string()),
+        ])
+    );
+    env.finish().await
 }

@@ -252,5 +252,5 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() -> anyhow::Re
             ccm.logs()
         );
     }
-    Ok(())
+    env.finish().await
 }

@@ -381,6 +381,7 @@ async fn orphans_finds_a_planted_orphan_of_every_kind_and_the_tool_agrees() -> a
         "{stdout}"
     );
     assert!(stdout.contains("shared)"), "{stdout}");
+    // orphan audit: this test plants orphans on purpose and asserts them.
     Ok(())
 }
 
@@ -480,5 +481,6 @@ async fn orphans_delete_removes_only_the_owned_orphans_in_dependency_order() -> 
             "192.168.0.0/24"
         ]
     );
+    // orphan audit: the shared orphans planted here stay on purpose.
     Ok(())
 }

@@ -7,7 +7,7 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+use ccm_testkit::aws_proxy::FaultProxy;
 
 use crate::ops_orphans::run_tool;
 use crate::routes::WAIT;
@@ -115,11 +115,7 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
     );
 
     // The next sync, counted at a proxy of its own, makes exactly those calls.
-    let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    counted.record_requests(true);
-    let mut ccm = env
-        .start_ccm_via(&counted.endpoint(), &["--controllers=service"])
-        .await?;
+    let (counted, mut ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     eventually("the sync to leave nothing to plan", WAIT, || async {
         plan_text(&env).await.filter(|t| t == "no changes\n")
     })
@@ -128,7 +124,7 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
     ccm.signal(libc::SIGTERM);
     ccm.wait_exit(WAIT).await?;
     assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -172,11 +168,7 @@ async fn plan_shows_the_route_changes_the_next_reconcile_makes() -> anyhow::Resu
         ]
     );
 
-    let counted = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    counted.record_requests(true);
-    let mut ccm = env
-        .start_ccm_via(&counted.endpoint(), &as_strs(&route_args(&[])))
-        .await?;
+    let (counted, mut ccm) = env.start_counted_ccm(&as_strs(&route_args(&[]))).await?;
     eventually("the reconcile to leave nothing to plan", WAIT, || async {
         let (ok, out, _) = run_tool(&env, "plan", &[routes_only], "").await.ok()?;
         (ok && out == "no changes\n").then_some(())
@@ -186,5 +178,82 @@ async fn plan_shows_the_route_changes_the_next_reconcile_makes() -> anyhow::Resu
     ccm.signal(libc::SIGTERM);
     ccm.wait_exit(WAIT).await?;
     assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
-    Ok(())
+    env.finish().await
+}
+
+/// A Service that no longer asks for a load balancer (its finalizer still
+/// on): the plan shows the deletion, and the next sync sends exactly those
+/// calls. A Service with a bad annotation: the plan says the sync would
+/// fail and exits non-zero.
+#[tokio::test]
+async fn plan_shows_a_deletion_and_fails_on_a_sync_that_would_fail() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let client = env.api.client().await?;
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node("n0", &seeded.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client, "default");
+    let svc = services
+        .create(&PostParams::default(), &lb_service("web", json!({})))
+        .await?;
+    let name =
+        aws_ccm::aws::elb::load_balancer_name(svc.metadata.uid.as_deref().unwrap_or_default());
+    let mut ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the load balancer hostname", WAIT, || async {
+        services.get("web").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+
+    let to_cluster_ip = json!({"spec": {"type": "ClusterIP"}});
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(&to_cluster_ip),
+        )
+        .await?;
+    let (ok, text, err) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
+    assert!(ok, "{err}");
+    assert!(
+        text.contains(&format!(
+            "  - classic ELB {name} (the Service no longer asks for a load balancer)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains(&format!("(k8s-elb-{name})")), "{text}");
+    let (_, json_out, _) = run_tool(&env, "plan", &[SERVICE_ONLY, "-o", "json"], "").await?;
+    let planned = planned_actions(&json_out)?;
+    assert_eq!(
+        planned,
+        [
+            "DeleteLoadBalancer",
+            "DeleteSecurityGroup",
+            "RevokeSecurityGroupIngress"
+        ]
+    );
+    let (counted, mut ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    eventually("the deletion to leave nothing to plan", WAIT, || async {
+        plan_text(&env).await.filter(|t| t == "no changes\n")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+    assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
+
+    let bad = json!({"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "often"});
+    services
+        .create(&PostParams::default(), &lb_service("bad", bad))
+        .await?;
+    let (ok, text, _) = run_tool(&env, "plan", &[SERVICE_ONLY, "bad"], "").await?;
+    assert!(!ok, "a sync that would fail fails the plan: {text}");
+    assert!(
+        text.contains("default/bad:\n  note: invalid Service"),
+        "{text}"
+    );
+    env.finish().await
 }

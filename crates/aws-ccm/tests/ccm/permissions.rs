@@ -163,7 +163,7 @@ async fn route_writes_iam_denies_are_refused_with_an_event_and_other_nodes_are_r
         "moto never saw a route write to the denied table"
     );
     assert_eq!(cloud.source_dest_check(i2).await?, Some(true));
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -218,5 +218,5 @@ async fn the_start_up_self_check_logs_and_events_each_denial() -> anyhow::Result
         0
     );
     assert!((1..=2).contains(&dry_runs(&env, "CreateRoute", "RouteTableId", &rtb_denied)));
-    Ok(())
+    env.finish().await
 }

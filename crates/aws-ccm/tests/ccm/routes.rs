@@ -348,7 +348,7 @@ async fn routes_follow_nodes_in_every_tagged_table_and_nothing_else_is_touched()
     assert_eq!(cloud.source_dest_check(i4).await?, Some(false));
     wait_condition(&api, "n3", "False", "RouteCreated").await?;
     assert_eq!(cloud.routes(&rtb_other).await?, other_before);
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -434,7 +434,7 @@ async fn an_unchanged_cluster_costs_one_read_and_no_writes_per_reconcile() -> an
         describes <= reconciles,
         "{describes} DescribeInstances for {reconciles} reconciles"
     );
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -488,7 +488,7 @@ async fn a_cold_start_of_thirty_nodes_stays_inside_the_aws_budget() -> anyhow::R
         "figures: 30-node cold start routed in {took:?}, {}",
         calls.to_json()
     );
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -528,7 +528,7 @@ async fn dual_stack_nodes_get_ipv4_and_ipv6_routes() -> anyhow::Result<()> {
         (!r.contains_key("10.244.1.0/24") && !r.contains_key("fd00:10:244:1::/64")).then_some(())
     })
     .await?;
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -580,7 +580,7 @@ async fn a_failed_route_marks_the_node_and_names_cidr_table_and_error() -> anyho
         cloud.routes(&rtb).await?.get("10.244.1.0/24"),
         Some(&ids[0])
     );
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -610,7 +610,7 @@ async fn without_a_route_table_the_controller_says_so_and_retries() -> anyhow::R
             .then_some(())
     })
     .await?;
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -639,7 +639,7 @@ async fn route_table_id_in_cloud_conf_selects_exactly_that_table() -> anyhow::Re
     })
     .await?;
     assert!(!cloud.routes(&tagged).await?.contains_key("10.244.1.0/24"));
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -674,7 +674,7 @@ async fn node_ipam_and_routes_together_route_freshly_allocated_cidrs() -> anyhow
         .await?;
         wait_condition(&api, &name, "False", "RouteCreated").await?;
     }
-    Ok(())
+    env.finish().await
 }
 
 // ---- node IPAM ----
@@ -803,7 +803,7 @@ async fn fifty_nodes_get_distinct_cidrs_and_restarts_and_failovers_give_nothing_
     assert_distinct(&all);
     third.wait_for_log("assigned pod CIDRs", WAIT).await?;
     assert_eq!(all["pre"], ["10.244.0.0/24"]);
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -843,7 +843,7 @@ async fn a_full_range_warns_the_node_and_a_deleted_node_frees_its_cidr() -> anyh
         .map_err(|e| e.context(ccm.logs()))?;
     assert_eq!(c, ab.0);
     assert_ne!(c, ab.1);
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -881,7 +881,7 @@ async fn dual_stack_nodes_get_one_cidr_of_each_family() -> anyhow::Result<()> {
             "podCIDR is the primary"
         );
     }
-    Ok(())
+    env.finish().await
 }
 
 /// kOps passes `--allocate-node-cidrs=true` to the Go CCM, which has no
@@ -925,7 +925,7 @@ async fn default_controllers_do_not_run_node_ipam_even_with_allocate_node_cidrs(
     assert!(logs.contains("--controllers names nodeipam"), "{logs}");
     assert!(!logs.contains("starting node IPAM"), "{logs}");
     assert!(pod_cidrs(&api, "n0").await.is_none());
-    Ok(())
+    env.finish().await
 }
 
 /// A Node holding a CIDR outside --cluster-cidr (kube-controller-manager
@@ -956,7 +956,7 @@ async fn node_ipam_stands_down_when_another_allocator_is_at_work() -> anyhow::Re
         "{metrics}"
     );
     assert!(pod_cidrs(&api, "bare").await.is_none());
-    Ok(())
+    env.finish().await
 }
 
 #[tokio::test]
@@ -980,5 +980,5 @@ async fn a_bad_cluster_cidr_stops_start_up_naming_the_value() -> anyhow::Result<
             "{value}: {logs}"
         );
     }
-    Ok(())
+    env.finish().await
 }

@@ -218,14 +218,7 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
 
     // A fresh process adopts what exists: no create, no mutation at all.
     drop(ccm);
-    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(
-        &env.moto.endpoint(),
-        ccm_testkit::aws_proxy::ProxyConfig::default(),
-    )
-    .await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     ccm.wait_for_log("load balancer ensured", WAIT).await?;
     assert!(ccm.logs().contains("changes=0"), "logs:\n{}", ccm.logs());
     assert!(
@@ -314,7 +307,7 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
             .iter()
             .any(|g| g.group_id() == Some(owned_id.as_str()))
     }));
-    Ok(())
+    env.finish().await
 }
 
 /// Upstream's `UnAvailableLoadBalancer` Warning when a LoadBalancer Service
@@ -362,5 +355,5 @@ async fn a_load_balancer_without_nodes_gets_upstreams_unavailable_event() -> any
     )
     .await
     .map_err(|e| e.context(ccm.logs()))?;
-    Ok(())
+    env.finish().await
 }

@@ -75,6 +75,9 @@ where
     }
 }
 
+/// How long [`Env::finish`] lets a running CCM finish what it is deleting.
+pub const ORPHAN_AUDIT_PATIENCE: Duration = Duration::from_secs(30);
+
 /// A port that was free a moment ago on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -96,6 +99,9 @@ pub struct Env {
     pub dir: tempfile::TempDir,
     pub kubeconfig: PathBuf,
     pub cloud_conf: PathBuf,
+    /// The `--cluster-cidr` a CCM of this world was started with: the
+    /// orphan audit of [`Env::finish`] then checks routes too.
+    cluster_cidr: Mutex<Option<String>>,
 }
 
 impl Env {
@@ -133,7 +139,63 @@ impl Env {
             dir,
             kubeconfig,
             cloud_conf: cloud_conf_path,
+            cluster_cidr: Mutex::new(None),
         })
+    }
+
+    /// The orphan audit every integration test ends with (issue 18;
+    /// `scripts/check-orphan-audit.py` checks that each one does): what
+    /// `aws-ccm orphans` (the library's `ops::orphans::find`) finds over
+    /// the live Services and Nodes must be nothing. A CCM still at work
+    /// may be finishing a deletion, so the audit waits up to
+    /// [`ORPHAN_AUDIT_PATIENCE`] for the world to come to rest; a leak
+    /// never does. Fails with each orphan's ID and how it was recognised.
+    pub async fn finish(self) -> anyhow::Result<()> {
+        let start = tokio::time::Instant::now();
+        loop {
+            let found = self.orphans().await?;
+            if found.is_empty() {
+                return Ok(());
+            }
+            if start.elapsed() > ORPHAN_AUDIT_PATIENCE {
+                bail!(
+                    "the orphan audit found resources of this cluster that belong to no live Service or Node: {found:#?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// What `aws-ccm orphans` finds in this world, one line per orphan.
+    /// Routes are audited when a CCM was started with `--cluster-cidr`.
+    pub async fn orphans(&self) -> anyhow::Result<Vec<String>> {
+        use aws_ccm::ops::orphans;
+        let live = orphans::Live::read(&self.api.client().await?).await?;
+        let cidr = self
+            .cluster_cidr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let routes = match cidr {
+            Some(cidr) => Some(orphans::RouteScope {
+                selector: aws_ccm::provider::routes::RouteTableSelector {
+                    route_table_id: None,
+                    vpc_id: None,
+                    cluster_id: CLUSTER_ID.into(),
+                },
+                cluster_cidrs: aws_ccm::options::cidrs::ClusterCidrs::parse(&cidr, "test")?,
+            }),
+            None => None,
+        };
+        let scope = orphans::Scope {
+            cluster_id: CLUSTER_ID.into(),
+            routes,
+        };
+        Ok(orphans::find(&aws_client(self).await, &live, &scope)
+            .await?
+            .into_iter()
+            .map(|o| format!("{} {}: {}", o.kind.as_str(), o.id, o.recognised))
+            .collect())
     }
 
     /// The flags every test passes; timings shortened so tests finish quickly.
@@ -171,13 +233,39 @@ impl Env {
         self.start_ccm_via(&self.proxy.endpoint(), extra).await
     }
 
+    /// Starts the CCM behind a fault proxy of its own in front of moto, so
+    /// its calls are counted (with their parameters) apart from the
+    /// seeding's.
+    pub async fn start_counted_ccm(&self, extra: &[&str]) -> anyhow::Result<(FaultProxy, Ccm)> {
+        let proxy = FaultProxy::start(&self.moto.endpoint(), ProxyConfig::default()).await?;
+        proxy.record_requests(true);
+        let ccm = self.start_ccm_via(&proxy.endpoint(), extra).await?;
+        Ok((proxy, ccm))
+    }
+
     /// Starts the CCM with AWS calls sent to `endpoint` (e.g. a `FaultProxy`
     /// in front of moto, to count or break calls).
     pub async fn start_ccm_via(&self, endpoint: &str, extra: &[&str]) -> anyhow::Result<Ccm> {
         let mut args = self.base_args();
         args.extend(extra.iter().map(|s| s.to_string()));
+        if let Some(cidr) = routes_cidr(extra) {
+            *self.cluster_cidr.lock().unwrap_or_else(|p| p.into_inner()) = Some(cidr.to_string());
+        }
         Ccm::spawn(&args, &self.aws_env_for(endpoint)).await
     }
+}
+
+/// The `--cluster-cidr` of a CCM whose route controller runs with these
+/// flags (the `--controllers` default has it; `--configure-cloud-routes`
+/// defaults to true).
+fn routes_cidr<'a>(flags: &[&'a str]) -> Option<&'a str> {
+    let value = |name: &str| flags.iter().rev().find_map(|f| f.strip_prefix(name));
+    let routes_off = value("--configure-cloud-routes=") == Some("false");
+    let route_controller = value("--controllers=").is_none_or(|list| {
+        list.split(',')
+            .any(|c| c == "route" || (c == "*" && !list.contains("-route")))
+    });
+    value("--cluster-cidr=").filter(|_| route_controller && !routes_off)
 }
 
 /// Appends every line `stream` yields to `sink`.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, IpPermission, IpRange, ResourceType};
 use aws_sdk_elasticloadbalancingv2 as elbv2;
-use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+use ccm_testkit::aws_proxy::FaultProxy;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::PostParams;
@@ -272,14 +272,6 @@ async fn nodes_and_services(
     Ok(out)
 }
 
-async fn start_via_proxy(env: &Env) -> anyhow::Result<(FaultProxy, Ccm)> {
-    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
-    let ccm = env
-        .start_ccm_via(&proxy.endpoint(), &["--controllers=service"])
-        .await?;
-    Ok((proxy, ccm))
-}
-
 async fn wait_hostname(env: &Env, ccm: &Ccm, name: &str) -> anyhow::Result<String> {
     let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     eventually(&format!("a hostname for {name}"), WAIT, || async {
@@ -320,7 +312,7 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
         go_made_nlb(&seeded, s, &[]).await?;
     }
 
-    let (proxy, ccm) = start_via_proxy(&env).await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     let client = env.api.client().await?;
     let note = event_note(&client, "web", "LoadBalancerSettingNotApplied").await?;
@@ -348,7 +340,7 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
         );
         assert!(lb.security_groups().is_empty());
     }
-    Ok(())
+    env.finish().await
 }
 
 /// `NLBSecurityGroupMode = Managed`: the Go CCM's managed group (upstream's
@@ -402,7 +394,7 @@ async fn the_go_ccms_managed_nlb_group_is_adopted() -> anyhow::Result<()> {
         .await?;
     go_made_nlb(&seeded, &svcs[0], std::slice::from_ref(&group)).await?;
 
-    let (proxy, ccm) = start_via_proxy(&env).await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     // The hostname is written after the whole sync; nothing it did may mutate.
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
@@ -424,5 +416,103 @@ async fn the_go_ccms_managed_nlb_group_is_adopted() -> anyhow::Result<()> {
         .filter(|n| n.starts_with("k8s-"))
         .collect();
     assert_eq!(k8s, vec![group_name.as_str()]);
-    Ok(())
+    env.finish().await
+}
+
+/// A VPC whose subnets carry no cluster and no role tags, as the Go CCM
+/// tolerates (`findSubnets` keeps the subnets tagged for no cluster): an
+/// internet-facing Classic ELB and NLB land in its public subnets, one per
+/// zone, and never in the private one.
+#[tokio::test]
+async fn an_untagged_vpc_takes_load_balancers_as_the_go_ccm_does() -> anyhow::Result<()> {
+    use aws_sdk_ec2::types::Tag;
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    let ec2 = &seeded.ec2;
+    // The seeded subnet (us-east-1a, public) loses its cluster and role tags.
+    ec2.delete_tags()
+        .resources(&seeded.subnet)
+        .tags(
+            Tag::builder()
+                .key(format!("kubernetes.io/cluster/{CLUSTER_ID}"))
+                .build(),
+        )
+        .tags(Tag::builder().key("kubernetes.io/role/elb").build())
+        .send()
+        .await?;
+    let vpc = seeded.vpc.as_str();
+    let subnet = |cidr: &'static str, zone: &'static str| async move {
+        let out = ec2
+            .create_subnet()
+            .vpc_id(vpc)
+            .cidr_block(cidr)
+            .availability_zone(zone)
+            .send()
+            .await?;
+        anyhow::Ok(
+            out.subnet()
+                .and_then(|s| s.subnet_id())
+                .unwrap()
+                .to_string(),
+        )
+    };
+    // Public through the VPC's main table (it routes to the gateway).
+    let public_b = subnet("10.0.2.0/24", "us-east-1b").await?;
+    // Private: a table of its own without a gateway.
+    let private_c = subnet("10.0.3.0/24", "us-east-1c").await?;
+    let table = ec2.create_route_table().vpc_id(&seeded.vpc).send().await?;
+    ec2.associate_route_table()
+        .route_table_id(
+            table
+                .route_table()
+                .and_then(|t| t.route_table_id())
+                .unwrap(),
+        )
+        .subnet_id(&private_c)
+        .send()
+        .await?;
+    let untagged = ec2
+        .describe_subnets()
+        .filters(Filter::builder().name("vpc-id").values(&seeded.vpc).build())
+        .send()
+        .await?;
+    assert!(
+        (untagged.subnets().iter()).all(|s| s
+            .tags()
+            .iter()
+            .all(|t| !t.key().unwrap_or_default().starts_with("kubernetes.io/"))),
+        "the VPC carries no cluster or role tag"
+    );
+
+    nodes_and_services(
+        &env,
+        &seeded,
+        &[
+            plain_service("classic", serde_json::json!({})),
+            nlb_service("network", serde_json::json!({})),
+        ],
+    )
+    .await?;
+    let (_proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "classic").await?;
+    wait_hostname(&env, &ccm, "network").await?;
+
+    let mut want = vec![seeded.subnet.clone(), public_b];
+    want.sort();
+    let elb = aws_sdk_elasticloadbalancing::Client::new(&seeded.conf);
+    let classic = elb.describe_load_balancers().send().await?;
+    let classic = classic.load_balancer_descriptions();
+    assert_eq!(classic.len(), 1);
+    let mut got = classic[0].subnets().to_vec();
+    got.sort();
+    assert_eq!(got, want, "Classic ELB in the public subnets, one per zone");
+    let v2 = elbv2::Client::new(&seeded.conf);
+    let network = v2.describe_load_balancers().send().await?;
+    let mut got: Vec<String> = (network.load_balancers().iter())
+        .flat_map(|lb| lb.availability_zones())
+        .filter_map(|z| z.subnet_id().map(str::to_string))
+        .collect();
+    got.sort();
+    assert_eq!(got, want, "NLB in the public subnets, one per zone");
+    env.finish().await
 }

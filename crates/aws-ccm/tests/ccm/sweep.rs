@@ -177,7 +177,7 @@ async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> 
         .map(|(_, _, c)| c.received)
         .sum();
     eprintln!("adoption of {N} CLBs + {N} NLBs: {describes} ELB describe calls, {sweeps} sweeps");
-    Ok(())
+    env.finish().await
 }
 
 /// A Service created while a fresh leader adopts a backlog (one sync at a
@@ -234,7 +234,7 @@ async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow
         "the adoption backlog had not drained before late: {}",
         after.len()
     );
-    Ok(())
+    env.finish().await
 }
 
 /// An AWS client of the library through `proxy`.
@@ -349,7 +349,7 @@ async fn a_write_invalidates_only_the_load_balancer_it_touched() -> anyhow::Resu
     );
     assert_eq!(calls(&proxy, CLB, "DescribeLoadBalancerAttributes"), 0);
     assert_eq!(mutations(&proxy), BTreeMap::new());
-    Ok(())
+    env.finish().await
 }
 
 /// Someone changes a classic ELB's idle timeout behind the CCM's back:
@@ -398,5 +398,5 @@ async fn drift_behind_the_ccms_back_is_repaired_at_the_services_resync() -> anyh
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    Ok(())
+    env.finish().await
 }

@@ -23,7 +23,9 @@
 //!   token is 401, and a request without a token passes as the test's own
 //!   cluster-admin. TokenReview and SubjectAccessReview answer for the
 //!   registered tokens and non-resource grants ([`TestApiServer::grant`]);
-//!   these two are not in discovery. `dryRun` is rejected with 400 rather
+//!   SelfSubjectAccessReview answers for the requester from the enforced
+//!   RBAC rules (allowed without RBAC or without a token); these three are
+//!   not in discovery. `dryRun` is rejected with 400 rather
 //!   than silently persisted; `fieldValidation` is accepted and ignored.
 //! - `as=Table` answers lists and gets with kube-apiserver's columns for
 //!   nodes, services, events and leases (Name/Created At for the rest), not

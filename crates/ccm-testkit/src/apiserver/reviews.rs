@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::{Value, json};
 
 use super::errors::{ApiError, Cause};
+use super::rbac::Attributes;
 
 /// Group added by the real server to every authenticated user.
 pub(crate) const AUTHENTICATED_GROUP: &str = "system:authenticated";
@@ -107,6 +108,10 @@ pub(crate) struct Reviews {
     pub grants: parking_lot::Mutex<Vec<NonResourceGrant>>,
 }
 
+/// The kind of a SelfSubjectAccessReview: answered for the requester
+/// (its bearer token) from the enforced RBAC rules ([`self_access_review`]).
+pub(crate) const SELF_REVIEW: &str = "SelfSubjectAccessReview";
+
 /// Which review a path asks for: (group, plural, kind).
 pub(crate) fn review_path(path: &str) -> Option<(&'static str, &'static str, &'static str)> {
     match path.trim_end_matches('/') {
@@ -117,6 +122,11 @@ pub(crate) fn review_path(path: &str) -> Option<(&'static str, &'static str, &'s
             "authorization.k8s.io",
             "subjectaccessreviews",
             "SubjectAccessReview",
+        )),
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews" => Some((
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            SELF_REVIEW,
         )),
         _ => None,
     }
@@ -235,6 +245,60 @@ fn invalid(field: &str, message: &str) -> Cause {
         message: format!("Invalid value: {message}"),
         field: field.to_string(),
     }
+}
+
+/// What a SelfSubjectAccessReview asks, as RBAC attributes.
+fn self_review_attributes(spec: &Value) -> Attributes {
+    let text = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    match spec.get("nonResourceAttributes").filter(|v| !v.is_null()) {
+        Some(nr) => Attributes {
+            verb: text(nr, "verb"),
+            path: Some(text(nr, "path")),
+            ..Default::default()
+        },
+        None => {
+            let r = spec
+                .get("resourceAttributes")
+                .cloned()
+                .unwrap_or(Value::Null);
+            Attributes {
+                verb: text(&r, "verb"),
+                group: text(&r, "group"),
+                resource: text(&r, "resource"),
+                subresource: text(&r, "subresource"),
+                namespace: text(&r, "namespace"),
+                name: text(&r, "name"),
+                path: None,
+            }
+        }
+    }
+}
+
+/// Answers a SelfSubjectAccessReview body: `allowed` says whether the
+/// requester may do what `spec` asks (kube-apiserver's
+/// `ValidateSelfSubjectAccessReview`: exactly one of the attribute kinds,
+/// 422 otherwise).
+pub(crate) fn self_access_review(
+    body: &[u8],
+    allowed: impl FnOnce(&Attributes) -> bool,
+) -> Result<Value, ApiError> {
+    let mut v = decode(body, "authorization.k8s.io", SELF_REVIEW)?;
+    let spec = v.get("spec").cloned().unwrap_or(Value::Null);
+    let has = |k: &str| spec.get(k).is_some_and(|x| !x.is_null());
+    if has("resourceAttributes") == has("nonResourceAttributes") {
+        return Err(ApiError::invalid_kind(
+            SELF_REVIEW,
+            "authorization.k8s.io",
+            vec![invalid(
+                "spec.resourceAttributes",
+                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+            )],
+        ));
+    }
+    let attrs = self_review_attributes(&spec);
+    v["status"] = json!({"allowed": allowed(&attrs)});
+    v["metadata"] = json!({});
+    Ok(v)
 }
 
 /// kube-apiserver's `ValidateSubjectAccessReview`.

@@ -311,6 +311,19 @@ pub mod imds {
         get("/latest/meta-data/instance-id", endpoint).await
     }
 
+    /// The subnet of this instance's primary network interface.
+    pub async fn subnet_id(endpoint: Option<&str>) -> Result<String, String> {
+        let mac = get("/latest/meta-data/mac", endpoint).await?;
+        get(
+            &format!(
+                "/latest/meta-data/network/interfaces/macs/{}/subnet-id",
+                mac.trim()
+            ),
+            endpoint,
+        )
+        .await
+    }
+
     async fn get(path: &str, endpoint: Option<&str>) -> Result<String, String> {
         // Honour the SDK's standard switch ourselves, so tests and off-EC2 runs
         // never send a packet to the link-local metadata address.

@@ -91,6 +91,10 @@ pub struct ClientOptions {
     pub write_legacy_cluster_tag: bool,
     /// How long the zone name → zone ID map stays fresh.
     pub zone_ttl: Duration,
+    /// cloud.conf `SupportedTopologyInstanceTypePattern`: the instance
+    /// types expected to have a network topology (upstream's default when
+    /// `None`; see `aws::instances::topology`).
+    pub topology_pattern: Option<String>,
     /// How long an object created moments ago may stay invisible (AWS is
     /// eventually consistent): the bound of [`consistency::Patience`].
     pub consistency_patience: Duration,
@@ -113,6 +117,7 @@ impl Default for ClientOptions {
             legacy_cluster_tag: true,
             write_legacy_cluster_tag: false,
             zone_ttl: Duration::from_secs(3600),
+            topology_pattern: None,
             consistency_patience: Duration::from_secs(30),
         }
     }
@@ -221,6 +226,7 @@ struct Inner {
     by_private_dns: Batcher<String, Ec2Instance>,
     sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
     zones: SingleFlight<Arc<Zones>>,
+    topology: instances::topology::Topology,
 }
 
 /// The Region's availability zones, from one `DescribeAvailabilityZones`.
@@ -315,6 +321,12 @@ impl AwsClient {
         });
 
         let options = &core.options;
+        let region = core
+            .clients
+            .ec2
+            .config()
+            .region()
+            .map_or(String::new(), |r| r.to_string());
         let inner = Inner {
             by_id: Batcher::new(
                 "instance_id",
@@ -332,13 +344,14 @@ impl AwsClient {
             ),
             sweep: SingleFlight::new(Operation::Ec2DescribeInstances, options.sweep_ttl),
             zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
+            topology: instances::topology::Topology::new(
+                core.clone(),
+                region.clone(),
+                options.topology_pattern.as_deref(),
+            ),
             permissions: Arc::new(super::permissions::Permissions::new(
                 &core.cluster_id,
-                core.clients
-                    .ec2
-                    .config()
-                    .region()
-                    .map_or("", |r| r.as_ref()),
+                &region,
                 super::permissions::DEFAULT_TTL,
             )),
             core,
@@ -549,6 +562,25 @@ impl AwsClient {
             .sweep
             .get(move || async move { core.sweep_cluster().await.map(Arc::new) }.boxed())
             .await
+    }
+
+    /// The network nodes above an instance, top layer first, from
+    /// `DescribeInstanceTopology` (batched, at most 100 IDs per call).
+    /// `Ok(None)` when the instance has none, or is not asked: no type, or
+    /// its Region, type or ID was lately found to answer nothing (see
+    /// [`instances::topology`]).
+    pub async fn network_nodes(
+        &self,
+        id: &str,
+        instance_type: Option<&str>,
+    ) -> Result<Option<Vec<String>>, AwsError> {
+        self.inner.topology.network_nodes(id, instance_type).await
+    }
+
+    /// Whether instances of this type are expected to have a topology
+    /// (cloud.conf `SupportedTopologyInstanceTypePattern`).
+    pub fn expects_topology(&self, instance_type: &str) -> bool {
+        self.inner.topology.expects_topology(instance_type)
     }
 
     /// Forgets the cached sweep (after the caller changed instances, or

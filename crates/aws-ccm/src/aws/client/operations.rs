@@ -250,6 +250,9 @@ operations! {
     /// AWS's smaller bucket. Prefer filters.
     Ec2DescribeInstancesUnfiltered => (Ec2, "DescribeInstances", Ec2UnfilteredDescribe, ReadOnly),
     Ec2DescribeAvailabilityZones => (Ec2, "DescribeAvailabilityZones", Ec2NonMutating, ReadOnly),
+    /// Network nodes of instances, at most 100 IDs per call (the
+    /// `topology.k8s.aws/network-node-layer-N` labels).
+    Ec2DescribeInstanceTopology => (Ec2, "DescribeInstanceTopology", Ec2NonMutating, ReadOnly),
     Ec2DescribeRouteTables => (Ec2, "DescribeRouteTables", Ec2NonMutating, ReadOnly),
     Ec2CreateRoute => (Ec2, "CreateRoute", Ec2Mutating, Create),
     Ec2ReplaceRoute => (Ec2, "ReplaceRoute", Ec2Mutating, Natural),

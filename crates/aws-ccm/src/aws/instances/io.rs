@@ -265,6 +265,18 @@ impl Instances for AwsClient {
         Ok(AwsClient::zone_ids(self).await?)
     }
 
+    async fn network_nodes(
+        &self,
+        id: &str,
+        instance_type: Option<&str>,
+    ) -> Result<Option<Vec<String>>, CloudError> {
+        Ok(AwsClient::network_nodes(self, id, instance_type).await?)
+    }
+
+    fn expects_topology(&self, instance_type: &str) -> bool {
+        AwsClient::expects_topology(self, instance_type)
+    }
+
     async fn create_tags(
         &self,
         ids: &[String],

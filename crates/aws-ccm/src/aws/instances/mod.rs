@@ -27,6 +27,7 @@ use plan::Interner;
 pub mod describe_xml;
 pub mod io;
 pub mod plan;
+pub mod topology;
 
 /// An EC2 filter.
 pub fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Filter {

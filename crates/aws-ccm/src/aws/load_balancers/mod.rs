@@ -22,6 +22,7 @@ mod nlb_rules;
 mod planned;
 mod refusals;
 pub mod sweep;
+mod targets;
 use nlb_rules::NlbNodeRules;
 pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
@@ -48,6 +49,9 @@ pub struct AwsLoadBalancers {
     pub subnets: subnets::SubnetCache,
     /// The cluster's load balancers, read together and shared by every sync.
     pub sweep: sweep::LbSweep,
+    /// What the last full ensure of each Service wrote, for the
+    /// targets-only path (`targets`).
+    pub targets: targets::TargetCache,
 }
 
 /// How long the VPC's subnets and route tables are reused between syncs.
@@ -69,6 +73,7 @@ impl AwsLoadBalancers {
             cluster_name,
             subnets: subnets::SubnetCache::new(SUBNET_TTL),
             sweep: sweep::LbSweep::default(),
+            targets: targets::TargetCache::default(),
         }
     }
 
@@ -93,31 +98,12 @@ impl AwsLoadBalancers {
         groups: &BTreeMap<String, sg::SecurityGroup>,
     ) -> Result<Option<String>, LbError> {
         let ids: Vec<&str> = instance.security_groups.iter().map(|g| &*g.id).collect();
-        let tagged: Vec<&str> = ids
-            .iter()
-            .copied()
-            .filter(|id| {
-                groups
-                    .get(*id)
-                    .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
-            })
-            .collect();
-        match (tagged.len(), ids.len()) {
-            (1, _) => Ok(Some(tagged[0].to_string())),
-            (0, 1) => Ok(Some(ids[0].to_string())),
-            (0, 0) => Ok(None),
-            (0, _) => Err(LbError::Config(format!(
-                "instance {} has several security groups and none is tagged {}; tag the one the load balancer should open",
-                instance.id,
-                tags::cluster_tag_key(&self.cluster_id)
-            ))),
-            _ => Err(LbError::Config(format!(
-                "instance {} has several security groups tagged {} ({}); tag only the node group",
-                instance.id,
-                tags::cluster_tag_key(&self.cluster_id),
-                tagged.join(", ")
-            ))),
-        }
+        let tagged = |id: &str| {
+            groups
+                .get(id)
+                .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
+        };
+        sg::node_group_of(&instance.id, &ids, tagged, &self.cluster_id).map_err(LbError::Config)
     }
 }
 
@@ -261,14 +247,16 @@ impl AwsLoadBalancers {
                 let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
                 // Local and Wavelength Zones take no CLB or NLB (as upstream).
                 let zones = aws.zones().await?;
-                let mut chosen =
-                    subnets::choose(&found, spec.internal, &self.cluster_id, &zones.types);
-                if chosen.is_empty() {
-                    chosen =
-                        subnets::fallback(&found, self.cloud.subnet_id.as_deref(), spec.internal);
-                    if !chosen.is_empty() {
-                        tracing::warn!(vpc = vpc_id, subnet = ?chosen, "no subnet of the VPC is this cluster's or of no cluster; falling back to cloud.conf SubnetID, as the Go CCM does");
-                    }
+                let (chosen, fell_back) = subnets::discover_with_fallback(
+                    &found,
+                    spec.internal,
+                    &self.cluster_id,
+                    &zones.types,
+                    &self.cloud,
+                )
+                .await;
+                if fell_back && !chosen.is_empty() {
+                    tracing::warn!(vpc = vpc_id, subnet = ?chosen, "no subnet of the VPC is this cluster's or of no cluster; falling back to this CCM's own subnet (cloud.conf SubnetID when VPC is set), as the Go CCM does");
                 }
                 if chosen.is_empty() {
                     let role = if spec.internal {
@@ -322,6 +310,13 @@ impl AwsLoadBalancers {
         let hostname = new_dns
             .or_else(|| p.actual.lb.as_ref().map(|l| l.dns_name.clone()))
             .unwrap_or_default();
+        if p.warnings.is_empty() && !hostname.is_empty() {
+            let lb = targets::KnownLb::Classic {
+                name: p.name.clone(),
+                instances: Arc::new(p.instances),
+            };
+            self.record_targets(req, &hostname, p.backend_groups, lb);
+        }
         Ok(Ensured {
             hostname,
             changes: p.changes.iter().map(elb::plan::describe).collect(),
@@ -352,6 +347,7 @@ impl AwsLoadBalancers {
 
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
         let backends = backends.list();
+        let backend_groups = targets::group_sets(backends.iter().copied());
 
         let owned_name = elb::owned_group_name(&name);
         let (mut all_groups, node_groups) = self
@@ -408,6 +404,8 @@ impl AwsLoadBalancers {
             warnings,
             handover,
             settings,
+            instances: env.instances,
+            backend_groups,
         })
     }
 
@@ -557,6 +555,8 @@ impl AwsLoadBalancers {
 
 impl LoadBalancers for AwsLoadBalancers {
     async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        // Recorded again by a sync that writes everything it planned.
+        self.targets.forget(&req.uid);
         let result = match req.spec.kind {
             LoadBalancerKind::Network => self.ensure_nlb(req).await,
             _ => self.ensure_clb(req).await,
@@ -571,8 +571,17 @@ impl LoadBalancers for AwsLoadBalancers {
         result
     }
 
+    async fn update_targets(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let result = self.update_targets_or_ensure(req).await;
+        // A classic ELB's description lists its instances: a sweep that
+        // started before the move no longer answers for it.
+        self.sweep.touch(&elb::load_balancer_name(&req.uid));
+        result
+    }
+
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
+        self.targets.forget(uid);
         let name = elb::load_balancer_name(uid);
         self.sweep.forget(&name);
         let deleted = async {
@@ -692,8 +701,25 @@ impl AwsLoadBalancers {
                 .await?;
             described.extend(done);
         }
+        let hostname = applied.dns_name.unwrap_or_default();
+        let groups: Option<Vec<(String, i32)>> = p
+            .desired
+            .target_groups
+            .iter()
+            .map(|g| Some((applied.target_groups.get(&g.name)?.clone(), g.port)))
+            .collect();
+        if let Some(groups) = groups
+            && warnings.is_empty()
+            && !hostname.is_empty()
+        {
+            let lb = targets::KnownLb::Network {
+                name: p.name.clone(),
+                groups,
+            };
+            self.record_targets(req, &hostname, p.backend_groups, lb);
+        }
         Ok(Ensured {
-            hostname: applied.dns_name.unwrap_or_default(),
+            hostname,
             changes: described,
             warnings: merged(warnings),
         })

@@ -24,6 +24,10 @@ pub struct ClbPlan {
     pub handover: bool,
     /// The settings only per-load-balancer reads show.
     pub settings: Settings,
+    /// The backend instances the plan registers.
+    pub instances: BTreeSet<String>,
+    /// The backends' security-group sets (for the targets-only path).
+    pub backend_groups: super::targets::GroupSets,
 }
 
 /// The settings of a load balancer that only per-load-balancer reads show
@@ -54,6 +58,8 @@ pub struct NlbPlan {
     pub node_groups: BTreeSet<String>,
     /// The settings only per-load-balancer reads show.
     pub settings: Settings,
+    /// The backends' security-group sets (for the targets-only path).
+    pub backend_groups: super::targets::GroupSets,
 }
 
 /// What one Service's sync would change.
@@ -108,6 +114,7 @@ impl AwsLoadBalancers {
         let name = elb::load_balancer_name(&req.uid);
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
         let backends = backends.list();
+        let backend_groups = super::targets::group_sets(backends.iter().copied());
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
         let env = elb::Environment {
             subnets: subnet_ids.clone(),
@@ -176,6 +183,7 @@ impl AwsLoadBalancers {
                 digest: settings,
                 read_in_full,
             },
+            backend_groups,
         })
     }
 }

@@ -115,6 +115,7 @@ pub fn refuse_listener_writes(
         .filter(|l| refused.contains(&l.arn))
         .filter_map(|l| l.target_group_arn.as_deref())
         .collect();
+    let unwired = unwired_groups(&changes, &refused);
     let kept = changes
         .into_iter()
         .filter(|c| match c {
@@ -122,10 +123,41 @@ pub fn refuse_listener_writes(
                 !refused.contains(arn)
             }
             nlb::Change::DeleteTargetGroup { arn, .. } => !kept_groups.contains(&arn.as_str()),
+            nlb::Change::CreateTargetGroup { group, .. } => !unwired.contains(&group.name),
+            nlb::Change::RegisterTargets {
+                target_group: nlb::TgRef::Name(name),
+                ..
+            }
+            | nlb::Change::ModifyTargetGroupAttributes {
+                target_group: nlb::TgRef::Name(name),
+                ..
+            } => !unwired.contains(name),
             _ => true,
         })
         .collect();
     (kept, refused)
+}
+
+/// Names of the new target groups only refused listener writes would have
+/// pointed at: made anyway, they would belong to no listener (an orphan
+/// of a live Service), so they are not made until the listener is ours.
+fn unwired_groups(changes: &[nlb::Change], refused: &[String]) -> BTreeSet<String> {
+    let mut only_refused = BTreeSet::new();
+    let mut wired = BTreeSet::new();
+    for change in changes {
+        match change {
+            nlb::Change::ModifyListener { arn, listener } if refused.contains(arn) => {
+                only_refused.insert(listener.target_group.clone());
+            }
+            nlb::Change::ModifyListener { listener, .. }
+            | nlb::Change::CreateListener { listener, .. } => {
+                wired.insert(listener.target_group.clone());
+            }
+            _ => {}
+        }
+    }
+    only_refused.retain(|name| !wired.contains(name));
+    only_refused
 }
 
 impl AwsLoadBalancers {

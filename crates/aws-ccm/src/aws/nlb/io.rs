@@ -54,6 +54,8 @@ pub struct Applied {
     /// DNS name of the NLB (created or existing).
     pub dns_name: Option<String>,
     pub lb_arn: Option<String>,
+    /// The target groups' ARNs by name, those the plan created included.
+    pub target_groups: BTreeMap<String, String>,
     /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
     /// the error. The other changes went ahead; the caller records these.
     pub refused_listeners: Vec<(String, AwsError)>,
@@ -112,6 +114,7 @@ pub async fn apply(
     Ok(Applied {
         dns_name: at.dns,
         lb_arn: at.lb_arn,
+        target_groups: at.tg_arns,
         refused_listeners: at.refused_listeners,
     })
 }

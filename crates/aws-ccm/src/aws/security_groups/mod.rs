@@ -55,3 +55,33 @@ pub struct SecurityGroup {
 
 #[cfg(test)]
 mod tests;
+
+/// The node security group of an instance, as upstream chooses it: the one
+/// group of `group_ids` tagged for `cluster_id` (`is_cluster_tagged`), else
+/// the only group. `Err` names the instance, the groups and the fix.
+pub fn node_group_of(
+    instance_id: &str,
+    group_ids: &[&str],
+    is_cluster_tagged: impl Fn(&str) -> bool,
+    cluster_id: &str,
+) -> Result<Option<String>, String> {
+    let tagged: Vec<&str> = group_ids
+        .iter()
+        .copied()
+        .filter(|id| is_cluster_tagged(id))
+        .collect();
+    let key = super::tags::cluster_tag_key(cluster_id);
+    match (tagged.len(), group_ids.len()) {
+        (1, _) => Ok(Some(tagged[0].to_string())),
+        (0, 1) => Ok(Some(group_ids[0].to_string())),
+        (0, 0) => Ok(None),
+        (0, _) => Err(format!(
+            "instance {instance_id} has several security groups ({}) and none is tagged {key}; tag the one the load balancer should open",
+            group_ids.join(", ")
+        )),
+        _ => Err(format!(
+            "instance {instance_id} has several security groups tagged {key} ({}); tag only the node group",
+            tagged.join(", ")
+        )),
+    }
+}

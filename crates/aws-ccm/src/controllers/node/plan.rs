@@ -25,6 +25,9 @@ pub const LABEL_ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
 pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
 pub const LABEL_REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
 pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
+/// `topology.k8s.aws/network-node-layer-1`, `-2`, `-3`: the network nodes
+/// above the instance, top layer first (from `DescribeInstanceTopology`).
+pub const LABEL_NETWORK_NODE_PREFIX: &str = "topology.k8s.aws/network-node-layer-";
 
 /// The beta/GA label pairs upstream keeps in step on initialized nodes
 /// (beta is the source, as in k8s.io/cloud-provider).
@@ -41,6 +44,8 @@ pub struct PlanContext<'a> {
     pub families: &'a [IpFamily],
     /// Zone name → zone ID.
     pub zone_ids: &'a HashMap<String, String>,
+    /// The instance's network nodes, top layer first (empty: none known).
+    pub network_nodes: &'a [String],
 }
 
 /// A label someone else already set to another value than the instance's.
@@ -447,6 +452,7 @@ pub fn plan_initialization(
             want_label(node, (key, cx.region), true, l, c);
         }
     }
+    l.extend(network_node_labels(node, cx.network_nodes));
 
     Ok(InitPlan {
         provider_id,
@@ -456,6 +462,34 @@ pub fn plan_initialization(
         addresses,
         unknown_zone,
     })
+}
+
+/// Upstream's rule: a node with `topology.k8s.aws/network-node-layer-1`
+/// keeps its network-node labels as they are and its instance is not asked.
+pub fn wants_network_nodes(node: &Node) -> bool {
+    let first = format!("{LABEL_NETWORK_NODE_PREFIX}1");
+    !node
+        .metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(&first))
+}
+
+/// The network-node labels to write: one per layer, `-1` the top one, set
+/// over any value already there (as upstream's cloud-node controller
+/// applies them), none when the node [keeps its own](wants_network_nodes).
+pub fn network_node_labels(node: &Node, network_nodes: &[String]) -> BTreeMap<String, String> {
+    if !wants_network_nodes(node) {
+        return BTreeMap::new();
+    }
+    let current = node.metadata.labels.as_ref();
+    network_nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (format!("{LABEL_NETWORK_NODE_PREFIX}{}", i + 1), n))
+        .filter(|(key, n)| current.and_then(|l| l.get(key)) != Some(*n))
+        .map(|(key, n)| (key, n.clone()))
+        .collect()
 }
 
 /// For an initialized node: the GA labels missing next to their beta twin
@@ -626,6 +660,7 @@ mod tests {
             region: "us-east-1",
             families,
             zone_ids: zones,
+            network_nodes: &[],
         }
     }
 
@@ -839,5 +874,53 @@ mod tests {
                 (LABEL_REGION.to_string(), "us-east-1".to_string()),
             ])
         );
+    }
+
+    #[test]
+    fn network_node_labels_are_added_unless_layer_one_is_there() {
+        let zones = zones();
+        let nodes = ["nn-a".to_string(), "nn-b".to_string(), "nn-c".to_string()];
+        let cx = PlanContext {
+            network_nodes: &nodes,
+            ..cx(&zones, &[IpFamily::Ipv4])
+        };
+        let mut node = tainted_node("n");
+        let plan = plan_initialization(&node, &rich_instance(), &cx).unwrap();
+        for (layer, value) in [(1, "nn-a"), (2, "nn-b"), (3, "nn-c")] {
+            assert_eq!(
+                plan.labels[&format!("{LABEL_NETWORK_NODE_PREFIX}{layer}")],
+                value
+            );
+        }
+        // A lower layer someone set differently is overwritten, as upstream.
+        node.metadata.labels = Some(BTreeMap::from([(
+            format!("{LABEL_NETWORK_NODE_PREFIX}2"),
+            "old".to_string(),
+        )]));
+        assert!(wants_network_nodes(&node));
+        assert_eq!(
+            network_node_labels(&node, &nodes),
+            BTreeMap::from([
+                (format!("{LABEL_NETWORK_NODE_PREFIX}1"), "nn-a".to_string()),
+                (format!("{LABEL_NETWORK_NODE_PREFIX}2"), "nn-b".to_string()),
+                (format!("{LABEL_NETWORK_NODE_PREFIX}3"), "nn-c".to_string()),
+            ])
+        );
+        // With layer 1 present, every layer label is kept as it is.
+        node.metadata.labels = Some(BTreeMap::from([(
+            format!("{LABEL_NETWORK_NODE_PREFIX}1"),
+            "mine".to_string(),
+        )]));
+        assert!(!wants_network_nodes(&node));
+        assert!(network_node_labels(&node, &nodes).is_empty());
+        let plan = plan_initialization(&node, &rich_instance(), &cx).unwrap();
+        assert!(
+            !plan
+                .labels
+                .keys()
+                .any(|k| k.starts_with(LABEL_NETWORK_NODE_PREFIX))
+        );
+        // No network nodes known: no labels.
+        assert!(network_node_labels(&tainted_node("m"), &[]).is_empty());
     }
 }

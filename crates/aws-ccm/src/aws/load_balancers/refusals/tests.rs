@@ -112,6 +112,65 @@ fn untagged_listeners_are_not_modified_or_deleted_and_keep_their_target_group() 
     );
 }
 
+fn new_group(name: &str) -> nlb::TargetGroup {
+    nlb::TargetGroup {
+        name: name.into(),
+        protocol: "TCP".into(),
+        port: 30080,
+        health: nlb::HealthCheck {
+            protocol: "TCP".into(),
+            port: "traffic-port".into(),
+            path: None,
+            interval: 10,
+            healthy: 3,
+            unhealthy: 3,
+        },
+    }
+}
+
+#[test]
+fn a_target_group_only_a_refused_listener_would_use_is_not_made() {
+    let actual = actual(vec![listener("arn:old-80", 80, "arn:tg-old")]);
+    let register = |name: &str| Change::RegisterTargets {
+        target_group: nlb::TgRef::Name(name.into()),
+        port: 30080,
+        instances: BTreeSet::from(["i-1".to_string()]),
+    };
+    let create = |name: &str| Change::CreateTargetGroup {
+        group: new_group(name),
+        tags: BTreeMap::new(),
+    };
+    let changes = vec![
+        create("tg-80"),
+        register("tg-80"),
+        create("tg-81"),
+        register("tg-81"),
+        Change::ModifyListener {
+            arn: "arn:old-80".into(),
+            listener: want(80),
+        },
+        Change::CreateListener {
+            listener: want(81),
+            tags: owned(),
+        },
+    ];
+    let (kept, refused) =
+        refuse_listener_writes(changes, &actual, &BTreeMap::new(), CLUSTER, |_| false);
+    assert_eq!(refused, vec!["arn:old-80".to_string()]);
+    assert_eq!(
+        kept,
+        vec![
+            create("tg-81"),
+            register("tg-81"),
+            Change::CreateListener {
+                listener: want(81),
+                tags: owned(),
+            },
+        ],
+        "the group for 80 would belong to no listener"
+    );
+}
+
 #[test]
 fn a_listener_a_real_call_was_refused_on_waits_for_the_recheck() {
     let actual = actual(vec![listener("arn:ours-443", 443, "arn:tg-443")]);

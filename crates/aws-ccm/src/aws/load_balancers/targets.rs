@@ -1,0 +1,345 @@
+//! The targets-only path: when only a Service's backend nodes changed, move
+//! the load balancer's targets by delta instead of ensuring it in full
+//! (upstream's `UpdateLoadBalancer` on a node change).
+//!
+//! A full ensure that wrote everything it planned records what the path
+//! needs: the Service's spec, the hostname, the security-group sets of its
+//! backends and, per kind, the classic ELB's registered instances or the
+//! NLB's target groups (ARN and port). A later backend-only change then
+//! costs, for a classic ELB, one register and one deregister call (the
+//! registered list is the recorded one: `DescribeInstanceHealth` is not in
+//! the Go CCM's IAM policy) and, per NLB target group, one
+//! `DescribeTargetHealth` and one register and one deregister call. No load
+//! balancer, listener or attribute is read.
+//!
+//! The full ensure runs instead when nothing is recorded (the first sync
+//! of a process, or after a failure), when the spec differs, when the
+//! backends' security-group sets differ (a node group may gain or lose the
+//! load balancer's rules) or when a call fails (a target group deleted out
+//! of band, say: the full ensure reads everything and repairs it).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerSpec};
+use crate::aws::instances::Shared;
+use crate::aws::{AwsClient, AwsError, Ec2Instance, Operation, elb, nlb};
+
+/// The security groups of each backend, as sets of group IDs: equal sets
+/// give equal node groups (the node group is chosen from an instance's
+/// groups alone), so the load balancer's node rules stay as they are.
+pub(crate) type GroupSets = BTreeSet<Vec<Shared>>;
+
+/// The group sets of `backends`.
+pub(crate) fn group_sets<'a>(backends: impl IntoIterator<Item = &'a Ec2Instance>) -> GroupSets {
+    backends
+        .into_iter()
+        .map(|i| {
+            let mut ids: Vec<Shared> = i.security_groups.iter().map(|g| g.id.clone()).collect();
+            ids.sort();
+            ids
+        })
+        .collect()
+}
+
+/// What the targets-only path knows of one Service's load balancer.
+#[derive(Clone, Debug)]
+pub(crate) struct Known {
+    pub spec: LoadBalancerSpec,
+    pub hostname: String,
+    pub groups: GroupSets,
+    pub lb: KnownLb,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum KnownLb {
+    /// A classic ELB and the instances registered with it.
+    Classic {
+        name: String,
+        instances: Arc<BTreeSet<String>>,
+    },
+    /// An NLB's target groups: (ARN, target port).
+    Network {
+        name: String,
+        groups: Vec<(String, i32)>,
+    },
+}
+
+/// Per Service UID, what the last full ensure recorded. Instance sets are
+/// shared between Services with equal sets (most target every node), so
+/// the cache holds about one copy of the node list, not one per Service.
+#[derive(Clone, Default)]
+pub struct TargetCache {
+    inner: Arc<Mutex<Entries>>,
+}
+
+#[derive(Default)]
+struct Entries {
+    by_uid: HashMap<String, Known>,
+    /// Distinct instance sets, for sharing.
+    sets: Vec<Arc<BTreeSet<String>>>,
+}
+
+impl TargetCache {
+    pub(crate) fn get(&self, uid: &str) -> Option<Known> {
+        self.inner.lock().by_uid.get(uid).cloned()
+    }
+
+    pub(crate) fn forget(&self, uid: &str) {
+        let mut e = self.inner.lock();
+        e.by_uid.remove(uid);
+        e.sets.retain(|s| Arc::strong_count(s) > 1);
+    }
+
+    /// Records `known` for `uid`, sharing its instance set with an equal one.
+    pub(crate) fn record(&self, uid: &str, mut known: Known) {
+        let mut e = self.inner.lock();
+        if let KnownLb::Classic { instances, .. } = &mut known.lb {
+            match e.sets.iter().find(|s| **s == *instances) {
+                Some(same) => *instances = same.clone(),
+                None => e.sets.push(instances.clone()),
+            }
+        }
+        e.by_uid.insert(uid.to_string(), known);
+        e.sets.retain(|s| Arc::strong_count(s) > 1);
+    }
+}
+
+/// Instances to register and to deregister to go from `have` to `want`.
+pub(crate) fn delta(
+    have: &BTreeSet<String>,
+    want: &BTreeSet<String>,
+) -> (BTreeSet<String>, BTreeSet<String>) {
+    (
+        want.difference(have).cloned().collect(),
+        have.difference(want).cloned().collect(),
+    )
+}
+
+/// The instances registered with target group `arn` on `port`, leaving out
+/// those already draining (as the full read does).
+async fn registered(aws: &AwsClient, arn: &str, port: i32) -> Result<BTreeSet<String>, AwsError> {
+    use aws_sdk_elasticloadbalancingv2::types::TargetHealthReasonEnum;
+    let health = aws
+        .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
+            c.describe_target_health().target_group_arn(arn).send()
+        })
+        .await?;
+    Ok(health
+        .target_health_descriptions()
+        .iter()
+        .filter(|d| {
+            d.target_health().and_then(|h| h.reason())
+                != Some(&TargetHealthReasonEnum::DeregistrationInProgress)
+        })
+        .filter_map(|d| d.target())
+        .filter(|t| t.port().is_none_or(|p| p == port))
+        .filter_map(|t| t.id().map(str::to_string))
+        .collect())
+}
+
+impl AwsLoadBalancers {
+    /// Records what a full ensure that wrote everything it planned left.
+    pub(super) fn record_targets(
+        &self,
+        req: &EnsureRequest,
+        hostname: &str,
+        groups: GroupSets,
+        lb: KnownLb,
+    ) {
+        let known = Known {
+            spec: req.spec.clone(),
+            hostname: hostname.to_string(),
+            groups,
+            lb,
+        };
+        self.targets.record(&req.uid, known);
+    }
+
+    /// Moves only the targets when that is all that changed, else ensures
+    /// in full (see the module header).
+    pub(super) async fn update_targets_or_ensure(
+        &self,
+        req: &EnsureRequest,
+    ) -> Result<Ensured, LbError> {
+        match self.targets_only(req).await {
+            Ok(Some(done)) => return Ok(done),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::info!(service = %req.service_key, error = %e, "moving targets failed; ensuring the load balancer in full");
+            }
+        }
+        self.targets.forget(&req.uid);
+        super::LoadBalancers::ensure(self, req).await
+    }
+
+    /// `Ok(None)` when the targets-only path does not apply.
+    async fn targets_only(&self, req: &EnsureRequest) -> Result<Option<Ensured>, LbError> {
+        let Some(known) = self.targets.get(&req.uid) else {
+            return Ok(None);
+        };
+        if known.spec != req.spec {
+            return Ok(None);
+        }
+        let (_, backends) = self.vpc_and_backends(&req.instance_ids).await?;
+        let backends = backends.list();
+        if group_sets(backends.iter().copied()) != known.groups {
+            tracing::debug!(service = %req.service_key, "the backends' security groups changed; ensuring in full");
+            return Ok(None);
+        }
+        let want: BTreeSet<String> = backends.iter().map(|i| i.id.clone()).collect();
+        let changes = match &known.lb {
+            KnownLb::Classic { name, instances } => {
+                let (add, remove) = delta(instances, &want);
+                let mut steps = Vec::new();
+                if !add.is_empty() {
+                    steps.push(elb::Change::RegisterInstances(add));
+                }
+                if !remove.is_empty() {
+                    steps.push(elb::Change::DeregisterInstances(remove));
+                }
+                let none = elb::Actual::default();
+                elb::io::apply(&self.aws, name, None, &none, &steps).await?;
+                let mut now = known.clone();
+                now.lb = KnownLb::Classic {
+                    name: name.clone(),
+                    instances: Arc::new(want),
+                };
+                self.targets.record(&req.uid, now);
+                steps.iter().map(elb::plan::describe).collect()
+            }
+            KnownLb::Network { name, groups } => {
+                let mut steps = Vec::new();
+                for (arn, port) in groups {
+                    let have = registered(&self.aws, arn, *port).await?;
+                    nlb_steps(arn, *port, &have, &want, &mut steps);
+                }
+                let none = nlb::Actual::default();
+                nlb::io::apply(&self.aws, name, "", &none, &steps).await?;
+                steps.iter().map(nlb::plan::describe).collect::<Vec<_>>()
+            }
+        };
+        Ok(Some(Ensured {
+            hostname: known.hostname,
+            changes,
+            warnings: Vec::new(),
+        }))
+    }
+}
+
+/// Register, then deregister (the group never goes empty while nodes are
+/// replaced): at most one step each.
+fn nlb_steps(
+    arn: &str,
+    port: i32,
+    have: &BTreeSet<String>,
+    want: &BTreeSet<String>,
+    steps: &mut Vec<nlb::Change>,
+) {
+    let (add, remove) = delta(have, want);
+    if !add.is_empty() {
+        steps.push(nlb::Change::RegisterTargets {
+            target_group: nlb::TgRef::Arn(arn.to_string()),
+            port,
+            instances: add,
+        });
+    }
+    if !remove.is_empty() {
+        steps.push(nlb::Change::DeregisterTargets {
+            arn: arn.to_string(),
+            port,
+            instances: remove,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(ids: &[&str]) -> BTreeSet<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn delta_registers_the_new_and_deregisters_the_gone() {
+        let (add, remove) = delta(&set(&["i-1", "i-2"]), &set(&["i-2", "i-3"]));
+        assert_eq!(add, set(&["i-3"]));
+        assert_eq!(remove, set(&["i-1"]));
+        let (add, remove) = delta(&set(&["i-1"]), &set(&["i-1"]));
+        assert!(add.is_empty() && remove.is_empty());
+    }
+
+    #[test]
+    fn nlb_steps_are_one_register_and_one_deregister_per_group_at_most() {
+        let mut steps = Vec::new();
+        nlb_steps(
+            "arn:tg",
+            30080,
+            &set(&["i-1", "i-2"]),
+            &set(&["i-2", "i-3", "i-4"]),
+            &mut steps,
+        );
+        assert_eq!(
+            steps,
+            vec![
+                nlb::Change::RegisterTargets {
+                    target_group: nlb::TgRef::Arn("arn:tg".into()),
+                    port: 30080,
+                    instances: set(&["i-3", "i-4"]),
+                },
+                nlb::Change::DeregisterTargets {
+                    arn: "arn:tg".into(),
+                    port: 30080,
+                    instances: set(&["i-1"]),
+                },
+            ]
+        );
+        let mut none = Vec::new();
+        nlb_steps("arn:tg", 1, &set(&["i-1"]), &set(&["i-1"]), &mut none);
+        assert!(none.is_empty());
+    }
+
+    fn known(instances: &[&str]) -> Known {
+        let svc = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+        }))
+        .unwrap();
+        Known {
+            spec: LoadBalancerSpec::from_service(&svc).unwrap(),
+            hostname: "h".into(),
+            groups: GroupSets::new(),
+            lb: KnownLb::Classic {
+                name: "lb".into(),
+                instances: Arc::new(set(instances)),
+            },
+        }
+    }
+
+    fn instances_of(k: &Known) -> Arc<BTreeSet<String>> {
+        match &k.lb {
+            KnownLb::Classic { instances, .. } => instances.clone(),
+            KnownLb::Network { .. } => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn equal_instance_sets_are_stored_once() {
+        let cache = TargetCache::default();
+        for uid in 0..100 {
+            cache.record(&uid.to_string(), known(&["i-1", "i-2"]));
+        }
+        cache.record("other", known(&["i-3"]));
+        let a = instances_of(&cache.get("0").unwrap());
+        let b = instances_of(&cache.get("99").unwrap());
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(cache.inner.lock().sets.len(), 2);
+        cache.forget("other");
+        assert!(cache.get("other").is_none());
+        assert_eq!(cache.inner.lock().sets.len(), 1, "an unused set is dropped");
+    }
+}

@@ -1,0 +1,305 @@
+//! Issue 20: `aws-ccm doctor` against moto and the API test server, with
+//! the CCM's kubeconfig (its service account, RBAC enforced): a correct
+//! setup with the CCM running passes every check and exits 0; a broken one
+//! (subnets tagged for another cluster only, no cluster-tagged route table,
+//! a Node without an instance, an uninitialized Node, a kubelet not
+//! external, a write IAM denies, no leader) names each problem with its fix
+//! and exits non-zero; a kubeconfig user without the CCM's roles gets the
+//! RBAC it lacks listed; `-o json` gives the same checks as data.
+
+use std::time::Duration;
+
+use aws_sdk_ec2::types::{ResourceType, Tag};
+use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use serde_json::{Value, json};
+
+use crate::ops_orphans::run_tool;
+use crate::routes::{create, nodes_api};
+use crate::support::*;
+
+const CLUSTER_TAG: &str = "kubernetes.io/cluster/ccm-test";
+
+/// A Node whose providerID names `instance`, without taints.
+fn node(name: &str, instance: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "spec": {"providerID": format!("aws:///us-east-1a/{instance}")},
+    }))
+    .expect("a valid Node")
+}
+
+/// seed_cluster's VPC (a public subnet tagged for this cluster and for
+/// internet-facing load balancers, a cluster-tagged node group, two
+/// instances) with a cluster-tagged route table and a Node per instance.
+async fn correct_setup(env: &Env) -> anyhow::Result<Seeded> {
+    let seeded = seed_cluster(env, 2).await?;
+    seeded
+        .ec2
+        .create_route_table()
+        .vpc_id(&seeded.vpc)
+        .tag_specifications(tags(ResourceType::RouteTable, &[(CLUSTER_TAG, "owned")]))
+        .send()
+        .await?;
+    let nodes = nodes_api(env).await?;
+    for (i, id) in seeded.instances.iter().enumerate() {
+        create(&nodes, node(&format!("n{i}"), id)).await?;
+    }
+    Ok(seeded)
+}
+
+fn checks(json: &str) -> anyhow::Result<Vec<Value>> {
+    let report: Value = serde_json::from_str(json)?;
+    Ok(report["checks"].as_array().cloned().unwrap_or_default())
+}
+
+#[tokio::test]
+async fn doctor_passes_every_check_on_a_correct_setup() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    correct_setup(&env).await?;
+    let ccm = env.start_ccm(&["--cluster-cidr=10.244.0.0/16"]).await?;
+    let leases: Api<Lease> = Api::namespaced(env.api.client().await?, "kube-system");
+    eventually("the CCM's Lease", Duration::from_secs(30), || async {
+        leases
+            .get_opt("cloud-controller-manager")
+            .await
+            .ok()
+            .flatten()
+    })
+    .await
+    .map_err(|e| e.context(ccm.logs()))?;
+
+    let (ok, stdout, stderr) = run_tool(&env, "doctor", &[], "").await?;
+    assert!(ok, "doctor failed on a correct setup:\n{stdout}\n{stderr}");
+    assert!(!stdout.contains("[FAIL]"), "{stdout}");
+    assert!(!stdout.contains("[WARN]"), "{stdout}");
+    for line in [
+        "[PASS] credentials: arn:aws:",
+        "(account 123456789012), found through environment variables",
+        "found through environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)",
+        "[PASS] region: us-east-1 from cloud.conf Region",
+        "[PASS] cluster ID: ccm-test from cloud.conf [Global] KubernetesClusterID",
+        "[PASS] every Node's instance, with the cluster tag: 2 of 2 Nodes",
+        "[PASS] us-east-1a internet-facing: subnet-",
+        "(kubernetes.io/role/elb=1, kubernetes.io/cluster/ccm-test=shared)",
+        "[PASS] us-east-1a internal: subnet-",
+        "[PASS] one cluster-tagged group per instance: each of 2 instances",
+        "[PASS] the CCM's writes: allowed by DryRun: ec2:CreateRoute on rtb-",
+        "[PASS] uninitialized Nodes: none of 2 Nodes waits for the CCM",
+        "[PASS] the CCM's RBAC (this kubeconfig's user): all 18 requests the CCM makes are allowed",
+        "[PASS] leader Lease kube-system/cloud-controller-manager: held by ",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+    let (ok, json, _) = run_tool(&env, "doctor", &["-o", "json"], "").await?;
+    assert!(ok);
+    let listed = checks(&json)?;
+    assert!(listed.len() >= 12, "{json}");
+    for c in &listed {
+        assert!(
+            c["status"] == "pass" || c["status"] == "skip",
+            "not passed: {c}"
+        );
+    }
+    env.finish().await
+}
+
+/// Replaces the subnet's tags with another cluster's: no subnet is this
+/// cluster's or of no cluster.
+async fn untag_subnet(seeded: &Seeded) -> anyhow::Result<()> {
+    seeded
+        .ec2
+        .delete_tags()
+        .resources(&seeded.subnet)
+        .tags(Tag::builder().key(CLUSTER_TAG).build())
+        .tags(Tag::builder().key("kubernetes.io/role/elb").build())
+        .send()
+        .await?;
+    seeded
+        .ec2
+        .create_tags()
+        .resources(&seeded.subnet)
+        .tags(
+            Tag::builder()
+                .key("kubernetes.io/cluster/other")
+                .value("owned")
+                .build(),
+        )
+        .send()
+        .await?;
+    Ok(())
+}
+
+/// Nodes: one naming no instance, one waiting for the CCM for an hour, one
+/// whose kubelet is not external.
+async fn broken_nodes(env: &Env) -> anyhow::Result<()> {
+    let nodes = nodes_api(env).await?;
+    create(&nodes, node("ghost", "i-00000000000000dead")).await?;
+    let waiting: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "waiting"},
+        "spec": {"taints": [{
+            "key": "node.cloudprovider.kubernetes.io/uninitialized",
+            "value": "true",
+            "effect": "NoSchedule",
+            "timeAdded": "2020-01-01T00:00:00Z",
+        }]},
+    }))?;
+    create(&nodes, waiting).await?;
+    let internal: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": "in-tree"},
+    }))?;
+    create(&nodes, internal).await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn doctor_names_each_problem_of_a_broken_setup_with_its_fix() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let nodes = nodes_api(&env).await?;
+    create(&nodes, node("n0", &seeded.instances[0])).await?;
+    untag_subnet(&seeded).await?;
+    // A route table, but without the cluster tag.
+    let rtb = seeded
+        .ec2
+        .create_route_table()
+        .vpc_id(&seeded.vpc)
+        .send()
+        .await?
+        .route_table
+        .and_then(|t| t.route_table_id)
+        .unwrap_or_default();
+    broken_nodes(&env).await?;
+    // IAM denies the node group's ingress writes (the DryRun says so).
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::Error {
+            status: 403,
+            code: "UnauthorizedOperation".into(),
+            message: "You are not authorized to perform this operation.".into(),
+        })
+        .for_service("ec2")
+        .for_action("AuthorizeSecurityGroupIngress")
+        .dry_run_only()
+        .with_param("GroupId", &seeded.node_group),
+    ]);
+
+    let (ok, stdout, stderr) = run_tool(&env, "doctor", &[], "").await?;
+    assert!(!ok, "doctor passed a broken setup:\n{stdout}\n{stderr}");
+    println!("{stdout}");
+    let subnet = &seeded.subnet;
+    let ng = &seeded.node_group;
+    for line in [
+        // Subnets: candidates and the exact tags.
+        &format!(
+            "[FAIL] us-east-1a internet-facing: no usable subnet; candidates: {subnet} (tagged for another cluster (kubernetes.io/cluster/other))"
+        ),
+        &format!(
+            "fix: aws ec2 create-tags --resources {subnet} --tags Key=kubernetes.io/role/elb,Value=1 Key={CLUSTER_TAG},Value=shared"
+        ),
+        &format!(
+            "fix: aws ec2 create-tags --resources {subnet} --tags Key=kubernetes.io/role/internal-elb,Value=1 Key={CLUSTER_TAG},Value=shared"
+        ),
+        // The route table.
+        &format!("[FAIL] cluster route table: no route table carries {CLUSTER_TAG}"),
+        &format!("Key={CLUSTER_TAG},Value=owned (or set RouteTableID in cloud.conf)"),
+        // The Node without an instance.
+        "[FAIL] every Node's instance, with the cluster tag: Node ghost: no instance i-00000000000000dead in us-east-1",
+        "fix: the Node's providerID names no instance of this account and region: delete the Node (kubectl delete node ghost)",
+        // IAM.
+        &format!(
+            "[FAIL] ec2:AuthorizeSecurityGroupIngress on {ng}: IAM denies ec2:AuthorizeSecurityGroupIngress"
+        ),
+        // Kubernetes.
+        "[FAIL] uninitialized Nodes: Node waiting has carried node.cloudprovider.kubernetes.io/uninitialized for ",
+        "[FAIL] kubelets with --cloud-provider=external: no providerID and no node.cloudprovider.kubernetes.io/uninitialized taint, so the CCM will never initialize them: in-tree",
+        "[FAIL] leader Lease kube-system/cloud-controller-manager: no Lease",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+    assert!(
+        stdout.contains(&rtb),
+        "the untagged table is a candidate: {stdout}"
+    );
+
+    let (ok, json, _) = run_tool(&env, "doctor", &["-o", "json"], "").await?;
+    assert!(!ok);
+    let listed = checks(&json)?;
+    let failed: Vec<(&str, &str)> = listed
+        .iter()
+        .filter(|c| c["status"] == "fail")
+        .map(|c| {
+            (
+                c["section"].as_str().unwrap_or(""),
+                c["name"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    for wanted in [
+        ("subnets", "us-east-1a internet-facing"),
+        ("subnets", "us-east-1a internal"),
+        ("route-tables", "cluster route table"),
+        ("instances", "every Node's instance, with the cluster tag"),
+        ("kubernetes", "uninitialized Nodes"),
+        ("kubernetes", "kubelets with --cloud-provider=external"),
+    ] {
+        assert!(
+            failed.contains(&wanted),
+            "{wanted:?} not failed: {failed:?}"
+        );
+    }
+    for c in listed.iter().filter(|c| c["status"] == "fail") {
+        assert!(
+            c["fix"].as_str().is_some_and(|f| !f.is_empty()),
+            "no fix: {c}"
+        );
+    }
+    env.finish().await
+}
+
+/// With a kubeconfig whose user has no role, the RBAC check lists the
+/// CCM's requests it is denied, and the Node list and Lease reads fail as
+/// checks (with the permission to grant), not as an abort.
+#[tokio::test]
+async fn doctor_reports_rbac_the_kubeconfigs_user_lacks() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    correct_setup(&env).await?;
+    env.api.add_token(
+        "ccm-test-nobody",
+        ccm_testkit::apiserver::TokenUser::new("nobody"),
+    );
+    let kubeconfig = env.dir.path().join("nobody.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        env.api.kubeconfig_yaml_with_token("ccm-test-nobody"),
+    )?;
+    let out = tokio::process::Command::new(crate::ops_orphans::TOOL)
+        .arg("doctor")
+        .arg(format!("--cloud-config={}", env.cloud_conf.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .envs(env.aws_env())
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{stdout}");
+    for line in [
+        "[FAIL] Nodes: listing Nodes: ",
+        "fix: the kubeconfig's user needs list on nodes",
+        "[FAIL] the CCM's RBAC (this kubeconfig's user): denied: get nodes; list nodes; watch nodes;",
+        "update leases.coordination.k8s.io kube-system/cloud-controller-manager",
+        "fix: kubectl apply -f manifests/base/rbac.yaml",
+        "[FAIL] leader Lease kube-system/cloud-controller-manager: reading the Lease failed: ",
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+    env.finish().await
+}
