@@ -378,15 +378,11 @@ impl AwsLoadBalancers {
         let actual = self
             .clb_actual(&name, &vpc_id, &desired, lb, owned_group, &mut all_groups)
             .await?;
-        let mut warnings = Vec::new();
         let diffs = elb::plan::left_alone(&desired, &actual);
         let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
-        warnings.extend(drift::drift_warning(
-            &req.service_key,
-            &name,
-            lb_tags,
-            &diffs,
-        ));
+        let mut warnings: Vec<_> = drift::drift_warning(&req.service_key, &name, lb_tags, &diffs)
+            .into_iter()
+            .collect();
         let mut changes = self
             .refuse_node_ingress(
                 &req.service_key,

@@ -154,15 +154,12 @@ impl AwsLoadBalancers {
             target_groups,
             owned_group: self.nlb_owned_group(&owned_names, groups.values()),
         };
-        let mut warnings = Vec::new();
         let diffs = nlb::plan::left_alone(&desired, &actual, &self.cluster_id);
         let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
-        warnings.extend(super::drift::drift_warning(
-            &req.service_key,
-            &name,
-            lb_tags,
-            &diffs,
-        ));
+        let mut warnings: Vec<_> =
+            super::drift::drift_warning(&req.service_key, &name, lb_tags, &diffs)
+                .into_iter()
+                .collect();
         let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         super::sweep::record_in_nlb_create(&mut changes, &settings);
         let changes = self
