@@ -349,6 +349,11 @@ async fn a_write_invalidates_only_the_load_balancer_it_touched() -> anyhow::Resu
     );
     assert_eq!(calls(&proxy, CLB, "DescribeLoadBalancerAttributes"), 0);
     assert_eq!(mutations(&proxy), BTreeMap::new());
+    // No Service stands behind these load balancers: delete them as the
+    // controller would, and the audit finds nothing left.
+    for r in &reqs {
+        assert!(lbs.ensure_deleted(&r.service_key, &r.uid).await?);
+    }
     env.finish().await
 }
 
