@@ -366,17 +366,14 @@ fn node_ports(svc: &Service) -> Vec<i32> {
 
 /// Mutating AWS calls the proxy saw, by action, attempts counted.
 fn mutations(proxy: &FaultProxy) -> BTreeMap<String, u64> {
-    proxy
-        .calls()
-        .iter()
-        .filter(|(_, a, c)| {
-            c.received > 0
-                && !a.starts_with("Describe")
-                && !a.ends_with("+DryRun")
-                && !a.starts_with("Get")
-                && !a.starts_with("List")
+    crate::support::mutations(proxy)
+        .into_iter()
+        .map(|(k, n)| {
+            (
+                k.split_once(':').map_or(k.clone(), |(_, a)| a.to_string()),
+                n,
+            )
         })
-        .map(|(_, a, c)| (a.to_string(), c.received))
         .collect()
 }
 

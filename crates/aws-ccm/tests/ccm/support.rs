@@ -579,14 +579,37 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
     Ok(seeded)
 }
 
+/// Mutating AWS calls `proxy` saw, by `service:action`, attempts counted:
+/// what the Operation table calls mutating (`DryRun` permission checks,
+/// counted as `Action+DryRun`, are not).
+pub fn mutations(proxy: &FaultProxy) -> std::collections::BTreeMap<String, u64> {
+    proxy
+        .calls()
+        .iter()
+        .filter(|(service, action, c)| {
+            c.received > 0
+                && aws_ccm::aws::Operation::from_names(service, action)
+                    .is_some_and(|op| op.is_mutating())
+        })
+        .map(|(service, action, c)| (format!("{service}:{action}"), c.received))
+        .collect()
+}
+
 /// The library's AWS client (the one door) for moto, for tests that call
 /// the library directly (e.g. the orphan audit).
 pub async fn aws_client(env: &Env) -> aws_ccm::aws::AwsClient {
+    aws_client_via(env, &env.moto.endpoint()).await
+}
+
+/// The library's AWS client with its calls sent to `endpoint` (a proxy in
+/// front of moto, to count them).
+pub async fn aws_client_via(env: &Env, endpoint: &str) -> aws_ccm::aws::AwsClient {
     let config = env
         .moto
         .sdk_config()
         .await
         .to_builder()
+        .endpoint_url(endpoint)
         .retry_config(aws_config::retry::RetryConfig::disabled())
         .build();
     aws_ccm::aws::AwsClient::new(

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::{Filter, IpPermission, IpRange, ResourceType};
 use aws_sdk_elasticloadbalancingv2 as elbv2;
-use ccm_testkit::aws_proxy::FaultProxy;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::PostParams;
@@ -54,22 +53,6 @@ fn hostname(svc: &Service) -> Option<String> {
         .first()?
         .hostname
         .clone()
-}
-
-/// Mutating AWS calls the proxy saw, by service and action.
-fn mutations(proxy: &FaultProxy) -> BTreeMap<String, u64> {
-    proxy
-        .calls()
-        .iter()
-        .filter(|(_, a, c)| {
-            c.received > 0
-                && !a.starts_with("Describe")
-                && !a.ends_with("+DryRun")
-                && !a.starts_with("Get")
-                && !a.starts_with("List")
-        })
-        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
-        .collect()
 }
 
 /// The note of the first event with `reason` about Service `name`.

@@ -29,22 +29,6 @@ fn nlb(name: &str) -> Service {
     )
 }
 
-/// Mutating AWS calls the proxy saw, by service and action.
-fn mutations(proxy: &FaultProxy) -> BTreeMap<String, u64> {
-    proxy
-        .calls()
-        .iter()
-        .filter(|(_, a, c)| {
-            c.received > 0
-                && !a.starts_with("Describe")
-                && !a.ends_with("+DryRun")
-                && !a.starts_with("Get")
-                && !a.starts_with("List")
-        })
-        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
-        .collect()
-}
-
 fn calls(proxy: &FaultProxy, service: &str, action: &str) -> u64 {
     proxy.calls().get(service, action).received
 }
@@ -237,28 +221,6 @@ async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow
     env.finish().await
 }
 
-/// An AWS client of the library through `proxy`.
-async fn client_via(env: &Env, proxy: &FaultProxy) -> aws_ccm::aws::AwsClient {
-    let config = env
-        .moto
-        .sdk_config()
-        .await
-        .to_builder()
-        .endpoint_url(proxy.endpoint())
-        .retry_config(aws_config::retry::RetryConfig::disabled())
-        .build();
-    aws_ccm::aws::AwsClient::new(
-        aws_ccm::aws::SdkClients {
-            ec2: aws_sdk_ec2::Client::new(&config),
-            elb: aws_sdk_elasticloadbalancing::Client::new(&config),
-            elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&config),
-            sts: aws_sdk_sts::Client::new(&config),
-        },
-        CLUSTER_ID.into(),
-        aws_ccm::aws::ClientOptions::default(),
-    )
-}
-
 fn lbs(aws: aws_ccm::aws::AwsClient) -> AwsLoadBalancers {
     AwsLoadBalancers::new(
         aws,
@@ -304,14 +266,14 @@ async fn a_write_invalidates_only_the_load_balancer_it_touched() -> anyhow::Resu
         .zip(uids)
         .map(|(n, u)| request(n, u, "60", &seeded.instances))
         .collect();
-    let creator = lbs(client_via(&env, &proxy).await);
+    let creator = lbs(aws_client_via(&env, &proxy.endpoint()).await);
     for r in &reqs {
         creator.ensure(r).await?;
     }
 
     // A fresh process: one sweep serves all three, their records vouch
     // for the attributes.
-    let lbs = lbs(client_via(&env, &proxy).await);
+    let lbs = lbs(aws_client_via(&env, &proxy.endpoint()).await);
     proxy.reset_counts();
     for r in &reqs {
         assert!(lbs.ensure(r).await?.changes.is_empty());
