@@ -358,13 +358,11 @@ impl AwsLoadBalancers {
             .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
             .cloned();
 
-        let env = elb::Environment {
-            subnets: self.subnet_ids(spec, &vpc_id).await?,
-            instances: backends.iter().map(|i| i.id.clone()).collect(),
+        let env = self.environment(
+            self.subnet_ids(spec, &vpc_id).await?,
+            &backends,
             node_groups,
-            cluster_name: self.cluster_name.clone(),
-            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
-        };
+        );
         let desired = elb::plan::desired(
             spec,
             &req.service_key,
@@ -626,6 +624,23 @@ impl AwsLoadBalancers {
     }
 
     /// The VPC and the Service's live backend instances, from the cached sweep.
+    /// What a plan of either kind works in: `subnets`, the backends'
+    /// instances, the node groups that get the load balancer's rule.
+    fn environment(
+        &self,
+        subnets: Vec<String>,
+        backends: &[&crate::aws::Ec2Instance],
+        node_groups: BTreeSet<String>,
+    ) -> elb::Environment {
+        elb::Environment {
+            subnets,
+            instances: backends.iter().map(|i| i.id.clone()).collect(),
+            node_groups,
+            cluster_name: self.cluster_name.clone(),
+            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
+        }
+    }
+
     async fn vpc_and_backends(
         &self,
         instance_ids: &BTreeSet<String>,

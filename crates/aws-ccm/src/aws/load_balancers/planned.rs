@@ -116,14 +116,8 @@ impl AwsLoadBalancers {
         let backends = backends.list();
         let backend_groups = super::targets::group_sets(backends.iter().copied());
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
-        let env = elb::Environment {
-            subnets: subnet_ids.clone(),
-            instances: backends.iter().map(|i| i.id.clone()).collect(),
-            // An NLB's node rules are planned apart (see `nlb_rules`).
-            node_groups: BTreeSet::new(),
-            cluster_name: self.cluster_name.clone(),
-            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
-        };
+        // An NLB's node rules are planned apart (see `nlb_rules`).
+        let env = self.environment(subnet_ids.clone(), &backends, BTreeSet::new());
         let desired = nlb::plan::desired(
             spec,
             &req.service_key,

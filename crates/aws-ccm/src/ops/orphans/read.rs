@@ -13,7 +13,7 @@ use crate::aws::elb;
 use crate::aws::instances::filter;
 use crate::aws::nlb::{self, node_rules};
 use crate::aws::security_groups::{self as sg, Rule};
-use crate::aws::tags::{self, key_values};
+use crate::aws::tags;
 use crate::controllers::route::plan::{self as route_plan, RouteChange};
 use crate::provider::routes::Routes;
 
@@ -31,9 +31,6 @@ pub struct LoadBalancer {
 fn to_chrono(t: Option<&aws_smithy_types::DateTime>) -> Option<DateTime<Utc>> {
     t.and_then(|t| DateTime::from_timestamp(t.secs(), t.subsec_nanos()))
 }
-
-/// Names per classic `DescribeTags` and ARNs per v2 `DescribeTags`.
-const TAGS_PER_CALL: usize = 20;
 
 /// Every classic ELB carrying the cluster tag.
 pub async fn classic_load_balancers(
@@ -66,24 +63,7 @@ pub async fn classic_load_balancers(
         }
     }
     let names: Vec<String> = all.iter().map(|l| l.name.clone()).collect();
-    let mut tags_by_name = BTreeMap::new();
-    for chunk in names.chunks(TAGS_PER_CALL) {
-        let out = aws
-            .elb(Operation::ElbDescribeTags, |c| {
-                c.describe_tags()
-                    .set_load_balancer_names(Some(chunk.to_vec()))
-                    .send()
-            })
-            .await?;
-        for d in out.tag_descriptions() {
-            if let Some(name) = d.load_balancer_name() {
-                tags_by_name.insert(
-                    name.to_string(),
-                    key_values(d.tags().iter().map(|t| (Some(t.key()), t.value()))),
-                );
-            }
-        }
-    }
+    let mut tags_by_name = elb::io::tags_by_name(aws, &names).await?;
     for lb in &mut all {
         lb.tags = tags_by_name.remove(&lb.name).unwrap_or_default();
     }
