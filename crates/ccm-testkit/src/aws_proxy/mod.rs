@@ -41,6 +41,7 @@ mod dry_run;
 mod errors;
 mod faults;
 mod iam;
+mod limits;
 mod random;
 mod record;
 mod request;
@@ -634,6 +635,9 @@ async fn handle(
     }
     if let Some(answer) = dry_run::answer(&call.service, &call.action, &params) {
         return Ok(error_response(&answer, &call));
+    }
+    if let Some(refusal) = limits::refuse(&call.service, &call.action, &params) {
+        return Ok(error_response(&refusal, &call));
     }
     if let Some(missing) =
         state
