@@ -8,6 +8,7 @@ pub mod informers;
 pub mod node;
 pub mod node_ipam;
 pub mod node_lifecycle;
+pub mod node_settle;
 pub mod permission_check;
 pub mod route;
 pub mod service;

@@ -30,6 +30,7 @@ use tracing::Instrument;
 
 use super::ControllerContext;
 use super::events::Events;
+use super::node_settle::NodeSettle;
 use crate::provider::load_balancers::{
     EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, resync_slot,
 };
@@ -65,6 +66,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         service_changes: ctx.service_changes.clone(),
         state: Arc::new(Mutex::new(HashMap::new())),
         index: Arc::new(Mutex::new(BackendIndex::default())),
+        settle: Arc::new(Mutex::new(NodeSettle::default())),
         workers: Arc::new(Semaphore::new(workers)),
         sync_done: Arc::new(tokio::sync::Notify::new()),
         worker_count: workers as u32,
@@ -263,6 +265,8 @@ struct ServiceController<L: LoadBalancers> {
     service_changes: tokio::sync::watch::Receiver<u64>,
     state: Arc<Mutex<HashMap<String, KeyState>>>,
     index: Arc<Mutex<BackendIndex>>,
+    /// Holds backend-only syncs while the node set is still changing.
+    settle: Arc<Mutex<NodeSettle>>,
     workers: Arc<Semaphore>,
     /// Signalled when a sync ends: its slot is free for the next Service
     /// (without it, a backlog would move one sync per scan tick).
@@ -413,6 +417,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .clone()
         };
         let now = Instant::now();
+        let nodes_settled = self.settle.lock().observe(node_generation, now);
         let services = self.services.state();
         let mut state = self.state.lock();
         let mut index = self.index.lock();
@@ -431,6 +436,11 @@ impl<L: LoadBalancers> ServiceController<L> {
             let Some(job) = decide(entry, svc, backends, self.resync, now) else {
                 continue;
             };
+            if job.targets_only && !nodes_settled {
+                // Held until the node set settles; a scan runs at least
+                // every SCAN_EVERY.
+                continue;
+            }
             if user_waits(entry, &job) {
                 urgent.push(job);
             } else if rest.len() < free {
