@@ -1161,6 +1161,12 @@ async fn adopt(
     }
     let calls = world.proxy.calls();
     world.proxy.record_requests(false);
+    let by_action: BTreeMap<String, u64> = calls
+        .iter()
+        .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
+        .collect();
+    eprintln!("   adoption describe calls by action: {by_action:?}");
     // Adoption must change nothing: show what it changed.
     for (_, action) in mutating_calls(&calls)
         .1
