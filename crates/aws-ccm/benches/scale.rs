@@ -14,8 +14,10 @@
 //! `make bench` (or `cargo bench --bench scale`). Pick and size with
 //! environment variables:
 //!
-//! - `SCALE_SCENARIOS`: comma list of `moto,join,steady,churn,routes`
-//!   (default: all). `steady` also prints the memory figures.
+//! - `SCALE_SCENARIOS`: comma list of `moto,join,steady,failover,churn,routes`
+//!   (default: all). `steady` also prints the memory figures. `failover`
+//!   needs `steady`'s world (seeding it twice would take minutes): it runs
+//!   at the end of `steady`, and only when `steady` is listed too.
 //! - `SCALE_NODES`: overrides every node count (e.g. `200` to iterate).
 //! - `SCALE_SERVICES`: LoadBalancer Services in `steady` (default 1,000).
 //! - `SCALE_CHURN_SERVICES`: NLB Services in `churn` (default 500).
@@ -30,6 +32,21 @@
 //!   `target/bench/scale.json` in the workspace).
 //!
 //! Each scenario stops itself at a deadline and prints what it reached.
+//!
+//! In `steady`, 1 s after the measured CCM starts, one more CLB and one
+//! more NLB Service are created and timed until their ingress has a
+//! hostname. Their AWS writes are told apart by the proxy's recorded
+//! parameters (their load balancer's name, ARN, security group, target
+//! group or listener, read from moto afterwards) and counted in their own
+//! row, so "mutating AWS calls while adopting" still counts only what
+//! adopting the existing load balancers changed.
+//!
+//! `failover`: after `steady`'s window, a second CCM with the same arguments
+//! (its own identity: host name and a random UUID) starts as a standby; once
+//! it logs that it is attempting to acquire the Lease, the leader is
+//! SIGKILLed (no Lease release). Timed from the kill: until the standby
+//! holds the Lease, and until it has synced every Service once; counted: its
+//! mutating calls (must be none), describes by action, throttled responses.
 //!
 //! The measured CCM runs with leader election on (as deployed: its Lease
 //! renewals share the apiserver budget); the seeding CCM, setup only, runs
@@ -145,7 +162,7 @@ impl Config {
         let num = |k: &str| var(k).and_then(|v| v.parse::<u64>().ok());
         Config {
             scenarios: var("SCALE_SCENARIOS")
-                .unwrap_or_else(|| "moto,join,steady,churn,routes".into())
+                .unwrap_or_else(|| "moto,join,steady,failover,churn,routes".into())
                 .split(',')
                 .map(|s| s.trim().to_string())
                 .collect(),
