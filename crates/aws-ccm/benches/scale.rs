@@ -14,8 +14,10 @@
 //! `make bench` (or `cargo bench --bench scale`). Pick and size with
 //! environment variables:
 //!
-//! - `SCALE_SCENARIOS`: comma list of `moto,join,steady,churn,routes`
-//!   (default: all). `steady` also prints the memory figures.
+//! - `SCALE_SCENARIOS`: comma list of `moto,join,steady,failover,churn,routes`
+//!   (default: all). `steady` also prints the memory figures. `failover`
+//!   needs `steady`'s world (seeding it twice would take minutes): it runs
+//!   at the end of `steady`, and only when `steady` is listed too.
 //! - `SCALE_NODES`: overrides every node count (e.g. `200` to iterate).
 //! - `SCALE_SERVICES`: LoadBalancer Services in `steady` (default 1,000).
 //! - `SCALE_CHURN_SERVICES`: NLB Services in `churn` (default 500).
@@ -30,6 +32,21 @@
 //!   `target/bench/scale.json` in the workspace).
 //!
 //! Each scenario stops itself at a deadline and prints what it reached.
+//!
+//! In `steady`, 1 s after the measured CCM starts, one more CLB and one
+//! more NLB Service are created and timed until their ingress has a
+//! hostname. Their AWS writes are told apart by the proxy's recorded
+//! parameters (their load balancer's name, ARN, security group, target
+//! group or listener, read from moto afterwards) and counted in their own
+//! row, so "mutating AWS calls while adopting" still counts only what
+//! adopting the existing load balancers changed.
+//!
+//! `failover`: after `steady`'s window, a second CCM with the same arguments
+//! (its own identity: host name and a random UUID) starts as a standby; once
+//! it logs that it is attempting to acquire the Lease, the leader is
+//! SIGKILLed (no Lease release). Timed from the kill: until the standby
+//! holds the Lease, and until it has synced every Service once; counted: its
+//! mutating calls (must be none), describes by action, throttled responses.
 //!
 //! The measured CCM runs with leader election on (as deployed: its Lease
 //! renewals share the apiserver budget); the seeding CCM, setup only, runs
@@ -54,6 +71,7 @@ use ccm_testkit::aws_proxy::{CallCounts, FaultProxy, ProxyConfig};
 use ccm_testkit::instance_sim::{InstanceSim, LaunchTemplate};
 use ccm_testkit::moto::Moto;
 use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -100,6 +118,12 @@ fn main() -> anyhow::Result<()> {
                     r
                 }
                 "steady" => steady_state(&cfg, &mut table).await,
+                // Runs at the end of `steady`, in its world.
+                "failover" if cfg.scenarios.iter().any(|s| s == "steady") => Ok(()),
+                "failover" => Err(anyhow::anyhow!(
+                    "failover runs inside steady (it needs steady's adopted world): \
+                     set SCALE_SCENARIOS=steady,failover"
+                )),
                 "churn" => churn(&cfg, &mut table).await,
                 "routes" => routes(&cfg, cfg.sizes(&[1000])[0], &mut table).await,
                 other => Err(anyhow::anyhow!("unknown scenario {other:?}")),
@@ -138,7 +162,7 @@ impl Config {
         let num = |k: &str| var(k).and_then(|v| v.parse::<u64>().ok());
         Config {
             scenarios: var("SCALE_SCENARIOS")
-                .unwrap_or_else(|| "moto,join,steady,churn,routes".into())
+                .unwrap_or_else(|| "moto,join,steady,failover,churn,routes".into())
                 .split(',')
                 .map(|s| s.trim().to_string())
                 .collect(),
@@ -602,8 +626,25 @@ impl Ccm {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
 
+    /// Ends the process with SIGKILL (tokio's `Child::kill`), ignoring
+    /// errors: setup and end of a scenario.
     async fn stop(mut self) {
         let _ = self.child.kill().await;
+    }
+
+    /// SIGKILL, as a node loss or an OOM kill: no shutdown, no Lease
+    /// release. Fails unless SIGKILL is what ended it.
+    async fn kill(mut self) -> anyhow::Result<()> {
+        use std::os::unix::process::ExitStatusExt;
+        if let Ok(Some(status)) = self.child.try_wait() {
+            bail!("the CCM had already exited ({status}) before SIGKILL");
+        }
+        self.child.kill().await.context("SIGKILL to the CCM")?;
+        let status = self.child.wait().await?;
+        if status.signal() != Some(libc::SIGKILL) {
+            bail!("the CCM ended with {status}, not by SIGKILL");
+        }
+        Ok(())
     }
 
     fn log_tail(&self) -> String {
@@ -1129,49 +1170,255 @@ async fn seed_load_balancers(
     Ok(())
 }
 
-/// Starts the measured CCM through the proxy and waits until it has synced
-/// every one of `services` once (adoption: each is ensured at start).
-/// Returns the CCM, how long adoption took and what it called.
+/// What `adopt` measured.
+struct Adoption {
+    ccm: Ccm,
+    /// Until every Service, the late ones too, had synced once.
+    time: Duration,
+    calls: CallCounts,
+    /// The Services created [`LATE_AFTER`] after the CCM started.
+    late: Vec<Late>,
+    /// Mutating calls that name a late Service's load balancer, security
+    /// group, target group or listener, by `service:action`.
+    late_mutations: BTreeMap<String, u64>,
+    /// Every other mutating call, by `service:action`: what adopting the
+    /// existing load balancers changed (must be nothing).
+    adopted_mutations: BTreeMap<String, u64>,
+}
+
+/// A Service created while the CCM adopts the others.
+struct Late {
+    name: String,
+    nlb: bool,
+    /// From its creation until its `status.loadBalancer.ingress` had a
+    /// hostname; `None` if that did not happen before the deadline.
+    hostname_after: Option<Duration>,
+}
+
+/// When the late Services are created, after the measured CCM starts.
+const LATE_AFTER: Duration = Duration::from_secs(1);
+
+/// Starts the measured CCM through the proxy, creates the `late` Services
+/// (each with whether it is an NLB) [`LATE_AFTER`] later, and waits until it
+/// has synced every one of `services` and the late ones once (adoption: each
+/// existing one is ensured at start).
 async fn adopt(
     world: &World,
     services: usize,
     args: &[String],
-) -> anyhow::Result<(Ccm, Duration, CallCounts)> {
+    late: Vec<(Service, bool)>,
+) -> anyhow::Result<Adoption> {
     world.proxy.reset_counts();
     world.api.reset_stats();
     world.proxy.record_requests(true);
+    let svc_api: Api<Service> = Api::namespaced(world.api.client().await?, "default");
     let start = Instant::now();
     let mut ccm = world.ccm(args).await?;
     // Each Service's first sync reads ~8 ELB/EC2 describes; the ELB
     // describe bucket refills at 10/s.
     let deadline = Duration::from_secs(300 + services as u64 * 2);
+    let expected = services + late.len();
+    let late_task = tokio::spawn(create_late(
+        svc_api.clone(),
+        late,
+        start + LATE_AFTER,
+        start + deadline,
+    ));
+    if let Err(e) = wait_ensured(&mut ccm, expected, start, deadline).await {
+        late_task.abort();
+        return Err(e);
+    }
+    let time = start.elapsed();
+    let late = late_task.await.context("the late Services' task")??;
+    let calls = world.proxy.calls();
+    world.proxy.record_requests(false);
+    let by_action: BTreeMap<String, u64> = calls
+        .iter()
+        .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
+        .collect();
+    eprintln!("   adoption describe calls by action: {by_action:?}");
+    let tokens = late_tokens(world, &svc_api, &late).await?;
+    let (adopted_mutations, late_mutations) = split_mutations(world, &calls, &tokens);
+    Ok(Adoption {
+        ccm,
+        time,
+        calls,
+        late,
+        late_mutations,
+        adopted_mutations,
+    })
+}
+
+/// Waits until `ccm` has logged [`ENSURED`] `expected` times.
+async fn wait_ensured(
+    ccm: &mut Ccm,
+    expected: usize,
+    start: Instant,
+    deadline: Duration,
+) -> anyhow::Result<()> {
     loop {
-        if ccm.count_in_log(ENSURED) >= services {
-            break;
+        let ensured = ccm.count_in_log(ENSURED);
+        if ensured >= expected {
+            return Ok(());
         }
         if ccm.exited() || start.elapsed() > deadline {
             bail!(
-                "{} of {services} Services adopted in {}; CCM log tail:\n{}",
-                ccm.count_in_log(ENSURED),
+                "{ensured} of {expected} Services synced in {}; CCM log tail:\n{}",
                 secs(start.elapsed()),
                 ccm.log_tail()
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let calls = world.proxy.calls();
-    world.proxy.record_requests(false);
-    // Adoption must change nothing: show what it changed.
-    for (_, action) in mutating_calls(&calls)
-        .1
-        .keys()
-        .filter_map(|k| k.split_once(':'))
-    {
-        for call in world.proxy.requests(action) {
-            eprintln!("   adoption called {action}: {:?}", call.params);
+}
+
+/// Creates `late` at `at`, then times each until its ingress has a
+/// hostname (polled every 100 ms), giving up at `deadline`.
+async fn create_late(
+    api: Api<Service>,
+    late: Vec<(Service, bool)>,
+    at: Instant,
+    deadline: Instant,
+) -> anyhow::Result<Vec<Late>> {
+    tokio::time::sleep_until(at.into()).await;
+    let mut waiting = Vec::with_capacity(late.len());
+    for (svc, nlb) in &late {
+        let created = api.create(&PostParams::default(), svc).await?;
+        waiting.push((
+            created.metadata.name.unwrap_or_default(),
+            *nlb,
+            Instant::now(),
+        ));
+    }
+    let mut out: Vec<Late> = Vec::with_capacity(waiting.len());
+    while !waiting.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut still = Vec::with_capacity(waiting.len());
+        for (name, nlb, created) in waiting {
+            if hostname(&api.get(&name).await?).is_some() {
+                let hostname_after = Some(created.elapsed());
+                out.push(Late {
+                    name,
+                    nlb,
+                    hostname_after,
+                });
+            } else {
+                still.push((name, nlb, created));
+            }
+        }
+        waiting = still;
+    }
+    out.extend(waiting.into_iter().map(|(name, nlb, _)| Late {
+        name,
+        nlb,
+        hostname_after: None,
+    }));
+    Ok(out)
+}
+
+/// The first ingress hostname of `svc`.
+fn hostname(svc: &Service) -> Option<&str> {
+    svc.status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?
+        .iter()
+        .find_map(|i| i.hostname.as_deref())
+}
+
+/// Strings that only the late Services' AWS calls carry, read straight from
+/// moto (not counted): each one's load balancer name (upstream's `a` + UID),
+/// and its security groups, ARN, target groups and listeners.
+async fn late_tokens(
+    world: &World,
+    api: &Api<Service>,
+    late: &[Late],
+) -> anyhow::Result<Vec<String>> {
+    let sdk = world.moto.sdk_config().await;
+    let elb = aws_sdk_elasticloadbalancing::Client::new(&sdk);
+    let elbv2 = aws_sdk_elasticloadbalancingv2::Client::new(&sdk);
+    let mut tokens = Vec::new();
+    for l in late.iter().filter(|l| l.hostname_after.is_some()) {
+        let uid = api.get(&l.name).await?.metadata.uid.unwrap_or_default();
+        let name = aws_ccm::aws::elb::load_balancer_name(&uid);
+        if !l.nlb {
+            let lbs = elb
+                .describe_load_balancers()
+                .load_balancer_names(&name)
+                .send()
+                .await?;
+            for lb in lbs.load_balancer_descriptions() {
+                tokens.extend(lb.security_groups().iter().cloned());
+            }
+        } else {
+            let lbs = elbv2.describe_load_balancers().names(&name).send().await?;
+            for lb in lbs.load_balancers() {
+                tokens.extend(lb.security_groups().iter().cloned());
+                let arn = lb.load_balancer_arn().unwrap_or_default();
+                tokens.push(arn.to_string());
+                let groups = elbv2
+                    .describe_target_groups()
+                    .load_balancer_arn(arn)
+                    .send()
+                    .await?;
+                for g in groups.target_groups() {
+                    tokens.extend(g.target_group_arn().map(str::to_string));
+                    tokens.extend(g.target_group_name().map(str::to_string));
+                }
+                let listeners = elbv2
+                    .describe_listeners()
+                    .load_balancer_arn(arn)
+                    .send()
+                    .await?;
+                tokens.extend(
+                    listeners
+                        .listeners()
+                        .iter()
+                        .filter_map(|li| li.listener_arn().map(str::to_string)),
+                );
+            }
+        }
+        tokens.push(name);
+    }
+    tokens.retain(|t| !t.is_empty());
+    Ok(tokens)
+}
+
+/// The mutating calls in `calls` (from the proxy's recorded requests), split
+/// into those for other Services and those whose parameters name one of
+/// `tokens` (the late Services'). Prints the former's parameters: adoption
+/// should have made none.
+fn split_mutations(
+    world: &World,
+    calls: &CallCounts,
+    tokens: &[String],
+) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let mut adopted = BTreeMap::new();
+    let mut late = BTreeMap::new();
+    for key in mutating_calls(calls).1.keys() {
+        let Some((service, action)) = key.split_once(':') else {
+            continue;
+        };
+        let recorded = world.proxy.requests(action);
+        let sent = recorded
+            .iter()
+            .filter(|c| c.service == service && c.params.get("DryRun").is_none_or(|v| v != "true"));
+        for call in sent {
+            let theirs = call
+                .params
+                .values()
+                .any(|v| tokens.iter().any(|t| v.contains(t.as_str())));
+            if !theirs {
+                eprintln!("   adoption called {action}: {:?}", call.params);
+            }
+            let into = if theirs { &mut late } else { &mut adopted };
+            *into.entry(key.clone()).or_insert(0) += 1;
         }
     }
-    Ok((ccm, start.elapsed(), calls))
+    (adopted, late)
 }
 
 /// What the service controller logs after each successful sync.
@@ -1195,20 +1442,19 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
     // Measure: a fresh CCM through the proxy adopts them, then idles.
     let period = Duration::from_secs(300 / COMPRESSION as u64);
     let resync = Duration::from_secs(600 / COMPRESSION as u64);
-    let (ccm, adoption_time, adoption) = adopt(
-        &world,
-        services,
-        &[
-            "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
-            format!("--node-status-update-frequency={}s", period.as_secs()),
-            format!("--node-monitor-period={}ms", 5000 / COMPRESSION),
-            format!("--service-resync-period={}s", resync.as_secs()),
-            "--concurrent-service-syncs=8".into(),
-            // The whole bucket, as if alone in the account (as in `routes`).
-            "--aws-api-budget-fraction=1".into(),
-        ],
-    )
-    .await?;
+    let args = vec![
+        "--controllers=cloud-node,cloud-node-lifecycle,service".into(),
+        format!("--node-status-update-frequency={}s", period.as_secs()),
+        format!("--node-monitor-period={}ms", 5000 / COMPRESSION),
+        format!("--service-resync-period={}s", resync.as_secs()),
+        "--concurrent-service-syncs=8".into(),
+        // The whole bucket, as if alone in the account (as in `routes`).
+        "--aws-api-budget-fraction=1".into(),
+    ];
+    let late = late_services(services, groups, cfg.nlb)?;
+    let adoption = adopt(&world, services, &args, late).await?;
+    let total = services + adoption.late.len();
+    let ccm = &adoption.ccm;
     table.qps = Some(ccm.qps);
     world.proxy.reset_counts();
     let synced_before = ccm.count_in_log(ENSURED);
@@ -1221,9 +1467,7 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
     let peak = ccm.peak_rss();
     let cpu = ccm.cpu_seconds().zip(cpu_before).map(|(a, b)| a - b);
     let writes = world.api.stats().total_writes();
-    ccm.stop().await;
 
-    let (adopt_mut, adopt_by) = mutating_calls(&adoption);
     let (steady_mut, steady_by) = mutating_calls(&steady);
     table.row(
         &scenario,
@@ -1235,25 +1479,7 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         "",
         None,
     );
-    table.row(
-        &scenario,
-        &format!(
-            "adoption by a fresh CCM: time until every Service synced once ({} describe calls)",
-            describe_calls(&adoption, "ec2")
-                + describe_calls(&adoption, "elasticloadbalancing")
-                + describe_calls(&adoption, "elasticloadbalancingv2")
-        ),
-        &secs(adoption_time),
-        "",
-        None,
-    );
-    table.row(
-        &scenario,
-        &format!("mutating AWS calls while adopting {adopt_by:?}"),
-        &adopt_mut.to_string(),
-        "0",
-        None,
-    );
+    adoption_rows(&scenario, &adoption, table);
     table.row(
         &scenario,
         &format!(
@@ -1300,7 +1526,7 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         &resyncs.to_string(),
         &format!(
             "{:.0}",
-            services as f64 * elapsed.as_secs_f64() / resync.as_secs_f64()
+            total as f64 * elapsed.as_secs_f64() / resync.as_secs_f64()
         ),
         None,
     );
@@ -1321,7 +1547,7 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
     table.row(
         &scenario,
         "throttled responses (adoption and after)",
-        &(adoption.throttled_total() + steady.throttled_total()).to_string(),
+        &(adoption.calls.throttled_total() + steady.throttled_total()).to_string(),
         "0",
         None,
     );
@@ -1353,7 +1579,249 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
             None,
         );
     }
+    if !cfg.scenarios.iter().any(|s| s == "failover") {
+        adoption.ccm.stop().await;
+        return Ok(());
+    }
+    let takeover = format!("failover {n}n/{total}svc");
+    if let Err(e) = failover(&world, adoption.ccm, &args, total, &takeover, table).await {
+        table.row(&takeover, "FAILED", &format!("{e:#}"), "", None);
+    }
     Ok(())
+}
+
+/// The Services created 1 s into adoption: one CLB (backends: the first
+/// node group) and, unless `SCALE_NLB=0`, one NLB (the second group, which
+/// already holds NLB rules, so the shared MTU rule exists). Numbered after
+/// the `services` adopted ones.
+fn late_services(
+    services: usize,
+    groups: usize,
+    nlb: bool,
+) -> anyhow::Result<Vec<(Service, bool)>> {
+    let mut late = vec![(lb_service(services, 0, false)?, false)];
+    if nlb {
+        late.push((lb_service(services + 1, 1 % groups, true)?, true));
+    }
+    Ok(late)
+}
+
+/// The adoption rows of `steady`: its time, the late Services' time to a
+/// hostname, and the mutating calls, the late Services' apart.
+fn adoption_rows(scenario: &str, adoption: &Adoption, table: &mut Table) {
+    let calls = &adoption.calls;
+    let late = adoption.late.len();
+    table.row(
+        scenario,
+        &format!(
+            "adoption by a fresh CCM: time until every Service synced once ({} describe calls; \
+             {late} of the Services created {} after start)",
+            describe_calls(calls, "ec2")
+                + describe_calls(calls, "elasticloadbalancing")
+                + describe_calls(calls, "elasticloadbalancingv2"),
+            secs(LATE_AFTER)
+        ),
+        &secs(adoption.time),
+        "",
+        None,
+    );
+    for l in &adoption.late {
+        let kind = if l.nlb { "NLB" } else { "CLB" };
+        let (value, ratio) = match l.hostname_after {
+            Some(d) => (secs(d), Some(d.as_secs_f64() / 15.0)),
+            None => (format!("none after {}", secs(adoption.time)), None),
+        };
+        table.row(
+            scenario,
+            &format!(
+                "adoption: time for a Service created {} after start to get its hostname ({kind}, {})",
+                secs(LATE_AFTER),
+                l.name
+            ),
+            &value,
+            "15 s",
+            ratio,
+        );
+    }
+    let adopted: u64 = adoption.adopted_mutations.values().sum();
+    table.row(
+        scenario,
+        &format!(
+            "mutating AWS calls while adopting, the late Services' apart {:?}",
+            adoption.adopted_mutations
+        ),
+        &adopted.to_string(),
+        "0",
+        None,
+    );
+    let for_late: u64 = adoption.late_mutations.values().sum();
+    table.row(
+        scenario,
+        &format!(
+            "mutating AWS calls creating the {late} late Services ({})",
+            by_action_text(&adoption.late_mutations)
+        ),
+        &for_late.to_string(),
+        "",
+        None,
+    );
+}
+
+/// `{"A": 1, "B": 3}` as `B 3, A 1`: most calls first.
+fn by_action_text(by_action: &BTreeMap<String, u64>) -> String {
+    let mut pairs: Vec<(&String, &u64)> = by_action.iter().collect();
+    pairs.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let text: Vec<String> = pairs.iter().map(|(a, n)| format!("{a} {n}")).collect();
+    text.join(", ")
+}
+
+/// What the leader elector logs when it starts waiting for the Lease, and
+/// when it has it.
+const ACQUIRING: &str = "attempting to acquire leader lease";
+const ACQUIRED: &str = "successfully acquired lease";
+/// The CCM's Lease (its `--leader-elect-resource-*` defaults).
+const LEASE_NAMESPACE: &str = "kube-system";
+const LEASE_NAME: &str = "cloud-controller-manager";
+/// The CCM's default `--leader-elect-retry-period`; acquisition attempts are
+/// jittered by up to 20 %, as client-go's.
+const RETRY_PERIOD: Duration = Duration::from_secs(2);
+
+/// `failover`, at the end of `steady`: a standby replica (same `args`, its
+/// own identity) waits for the Lease, the `leader` is SIGKILLed, and the
+/// standby is timed until it holds the Lease and until it has synced every
+/// one of `services` once.
+async fn failover(
+    world: &World,
+    leader: Ccm,
+    args: &[String],
+    services: usize,
+    scenario: &str,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let leases: Api<Lease> = Api::namespaced(world.api.client().await?, LEASE_NAMESPACE);
+    let (holder, lease) = lease_holder(&leases).await?;
+    let mut standby = world.ccm(args).await?;
+    standby
+        .wait_for_log(ACQUIRING, Duration::from_secs(60))
+        .await?;
+    if standby.count_in_log(ACQUIRED) > 0 {
+        bail!("the standby took the Lease while {holder:?} held it");
+    }
+    world.proxy.reset_counts();
+    let killed = Instant::now();
+    leader.kill().await?;
+    let (after_kill, _) = lease_holder(&leases).await?;
+    if after_kill != holder {
+        bail!("the Lease went from {holder:?} to {after_kill:?} before the standby took it");
+    }
+    standby
+        .wait_for_log(ACQUIRED, lease + Duration::from_secs(60))
+        .await?;
+    let acquired = killed.elapsed();
+    let deadline = Duration::from_secs(300 + services as u64 * 2);
+    wait_ensured(&mut standby, services, killed, deadline).await?;
+    let synced = killed.elapsed();
+    let calls = world.proxy.calls();
+    let (new_holder, _) = lease_holder(&leases).await?;
+    standby.stop().await;
+    if new_holder == holder {
+        bail!("the standby logged {ACQUIRED:?} but the Lease still names {holder:?}");
+    }
+    failover_rows(scenario, lease, acquired, synced, &calls, table);
+    Ok(())
+}
+
+/// The holder and duration of the CCM's Lease.
+async fn lease_holder(leases: &Api<Lease>) -> anyhow::Result<(String, Duration)> {
+    let spec = leases
+        .get(LEASE_NAME)
+        .await
+        .with_context(|| format!("reading the Lease {LEASE_NAMESPACE}/{LEASE_NAME}"))?
+        .spec
+        .unwrap_or_default();
+    let seconds = spec
+        .lease_duration_seconds
+        .with_context(|| format!("the Lease {LEASE_NAME} has no leaseDurationSeconds"))?;
+    Ok((
+        spec.holder_identity.unwrap_or_default(),
+        Duration::from_secs(seconds.max(0) as u64),
+    ))
+}
+
+/// The rows of `failover`: times from the SIGKILL, and the takeover's calls.
+fn failover_rows(
+    scenario: &str,
+    lease: Duration,
+    acquired: Duration,
+    synced: Duration,
+    calls: &CallCounts,
+    table: &mut Table,
+) {
+    let acquire_bound = lease + RETRY_PERIOD.mul_f64(1.2);
+    table.row(
+        scenario,
+        "standby holds the Lease, from the leader's SIGKILL",
+        &secs(acquired),
+        &format!(
+            "{} (lease duration {} + retry period {} with 20 % jitter)",
+            secs(acquire_bound),
+            secs(lease),
+            secs(RETRY_PERIOD)
+        ),
+        Some(acquired.as_secs_f64() / acquire_bound.as_secs_f64()),
+    );
+    let sync_bound = lease + Duration::from_secs(60);
+    table.row(
+        scenario,
+        &format!(
+            "time until the new leader has synced every Service once, from the SIGKILL \
+             ({} after it took the Lease)",
+            secs(synced.saturating_sub(acquired))
+        ),
+        &secs(synced),
+        &format!(
+            "{} (lease duration {} + 60 s)",
+            secs(sync_bound),
+            secs(lease)
+        ),
+        Some(synced.as_secs_f64() / sync_bound.as_secs_f64()),
+    );
+    let (mutating, by) = mutating_calls(calls);
+    table.row(
+        scenario,
+        &format!("mutating AWS calls during the takeover {by:?}"),
+        &mutating.to_string(),
+        "0",
+        None,
+    );
+    for (service, short) in [
+        ("elasticloadbalancing", "CLB"),
+        ("elasticloadbalancingv2", "ELBv2"),
+        ("ec2", "EC2"),
+    ] {
+        let describes: BTreeMap<String, u64> = calls
+            .iter()
+            .filter(|(s, a, c)| *s == service && a.starts_with("Describe") && c.received > 0)
+            .map(|(_, a, c)| (a.to_string(), c.received))
+            .collect();
+        table.row(
+            scenario,
+            &format!(
+                "{short} describe calls during the takeover ({})",
+                by_action_text(&describes)
+            ),
+            &describes.values().sum::<u64>().to_string(),
+            "",
+            None,
+        );
+    }
+    table.row(
+        scenario,
+        "throttled responses during the takeover",
+        &calls.throttled_total().to_string(),
+        "0",
+        None,
+    );
 }
 
 /// Scenario 3: 100 nodes are replaced at once (instances terminated and
@@ -1373,7 +1841,7 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         .map(|i| lb_service(i, i % groups, true))
         .collect::<anyhow::Result<Vec<_>>>()?;
     seed_load_balancers(&world, specs, n, &scenario, table).await?;
-    let (mut ccm, _, adoption) = adopt(
+    let adoption = adopt(
         &world,
         services,
         &[
@@ -1381,10 +1849,13 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
             "--concurrent-service-syncs=8".into(),
             "--aws-api-budget-fraction=1".into(),
         ],
+        Vec::new(),
     )
     .await?;
+    let mut ccm = adoption.ccm;
     table.qps = Some(ccm.qps);
-    let (adopt_mut, adopt_by) = mutating_calls(&adoption);
+    let adopt_by = adoption.adopted_mutations;
+    let adopt_mut: u64 = adopt_by.values().sum();
     if adopt_mut > 0 {
         bail!("adoption made {adopt_mut} mutating calls: {adopt_by:?}");
     }
