@@ -159,7 +159,10 @@ async fn doctor_fails_elb_creates_a_wrong_tag_condition_denies() -> anyhow::Resu
     let role = role_with(&env, &policy.to_string())?;
 
     let (ok, stdout, stderr) = run_tool(&env, "doctor", &[role[0].as_str()], "").await?;
-    assert!(!ok, "doctor passed a role that cannot create:\n{stdout}\n{stderr}");
+    assert!(
+        !ok,
+        "doctor passed a role that cannot create:\n{stdout}\n{stderr}"
+    );
     for line in [
         &format!(
             "[FAIL] elasticloadbalancing:CreateLoadBalancer (network load balancer): IAM simulation of {ROLE} answers implicitDeny (creating a network load balancer tagged {CLUSTER_TAG}=owned; arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/net/"

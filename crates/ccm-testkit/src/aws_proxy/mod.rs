@@ -55,12 +55,12 @@ pub use faults::{AnswerLoss, FaultKind, FaultRule};
 pub use iam::Enforcer as IamEnforcer;
 pub use record::{CCM_APP_MARK, RECORD_ENV};
 pub use request::{AwsCall, Protocol, identify};
+pub use simulate::CCM_ROLE as IAM_CCM_ROLE;
 pub use throttle::{
     BucketLimits, BucketScope, Budget, BudgetDecision, Category, EC2_UNFILTERED_DESCRIBE_ACTIONS,
     SERVICE_EC2, SERVICE_ELB, SERVICE_ELBV2, SERVICE_STS, TokenBucket, category_of,
     category_of_call, valid_fraction,
 };
-pub use simulate::CCM_ROLE as IAM_CCM_ROLE;
 pub use topology::InstanceTopology;
 
 use std::convert::Infallible;

@@ -76,7 +76,10 @@ fn members(params: &[(String, String)], prefix: &str) -> Vec<String> {
 }
 
 fn one(params: &[(String, String)], name: &str) -> Option<String> {
-    params.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+    params
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.clone())
 }
 
 /// The request's `ContextEntries`, type-checked.
@@ -181,12 +184,16 @@ pub fn answer(
             "aws-fault-proxy does not simulate {name}: remove it from the request"
         )));
     }
-    let source = one(params, "PolicySourceArn")
-        .ok_or_else(|| invalid("PolicySourceArn is required"))?;
+    let source =
+        one(params, "PolicySourceArn").ok_or_else(|| invalid("PolicySourceArn is required"))?;
     let mut policies = vec![principal_policy(&source, principals, enforced)?];
     for (n, text) in members(params, "PolicyInputList").iter().enumerate() {
         let policy = Policy::parse(text).map_err(|e| {
-            AwsError::new(400, "MalformedPolicyDocument", format!("PolicyInputList.member.{}: {e}", n + 1))
+            AwsError::new(
+                400,
+                "MalformedPolicyDocument",
+                format!("PolicyInputList.member.{}: {e}", n + 1),
+            )
         })?;
         policies.push(Arc::new(policy));
     }
@@ -206,7 +213,10 @@ pub fn answer(
     if resources.is_empty() {
         resources.push("*".into());
     }
-    if let Some(bad) = resources.iter().find(|r| *r != "*" && !r.starts_with("arn:")) {
+    if let Some(bad) = resources
+        .iter()
+        .find(|r| *r != "*" && !r.starts_with("arn:"))
+    {
         return Err(invalid(format!("resource {bad:?} is not an ARN")));
     }
     let context = context(params)?;
@@ -218,7 +228,9 @@ pub fn answer(
         .collect();
     let start = page.marker.unwrap_or(0);
     if start > results.len() {
-        return Err(invalid(format!("Marker {start} is past the end of the results")));
+        return Err(invalid(format!(
+            "Marker {start} is past the end of the results"
+        )));
     }
     let end = (start + page.max_items).min(results.len());
     let mut body = format!(
@@ -343,8 +355,14 @@ mod tests {
     fn decides_each_action_with_the_context_and_names_missing_keys() {
         let base = [
             ("PolicySourceArn", ROLE),
-            ("ActionNames.member.1", "elasticloadbalancing:CreateLoadBalancer"),
-            ("ActionNames.member.2", "elasticloadbalancing:DeleteLoadBalancer"),
+            (
+                "ActionNames.member.1",
+                "elasticloadbalancing:CreateLoadBalancer",
+            ),
+            (
+                "ActionNames.member.2",
+                "elasticloadbalancing:DeleteLoadBalancer",
+            ),
             ("ActionNames.member.3", "elasticloadbalancing:AddTags"),
             ("ResourceArns.member.1", LB),
         ];
@@ -358,10 +376,7 @@ mod tests {
         ];
         let all: Vec<_> = base.iter().chain(&with_tag).copied().collect();
         let xml = answer(&p(&all), &principals(), None).expect("answer");
-        assert_eq!(
-            decisions(&xml),
-            ["allowed", "explicitDeny", "implicitDeny"]
-        );
+        assert_eq!(decisions(&xml), ["allowed", "explicitDeny", "implicitDeny"]);
         assert!(xml.contains("<IsTruncated>false</IsTruncated>"));
         let xml = answer(&p(&base), &principals(), None).expect("answer");
         assert_eq!(decisions(&xml)[0], "implicitDeny");
@@ -380,21 +395,33 @@ mod tests {
         let action = ("ActionNames.member.1", "elasticloadbalancing:AddTags");
         assert_eq!(
             code(&[
-                ("PolicySourceArn", "arn:aws:sts::123456789012:assumed-role/ccm/s"),
+                (
+                    "PolicySourceArn",
+                    "arn:aws:sts::123456789012:assumed-role/ccm/s"
+                ),
                 action
             ]),
             "InvalidInput"
         );
         let unknown = answer(
-            &p(&[("PolicySourceArn", "arn:aws:iam::123456789012:role/other"), action]),
+            &p(&[
+                ("PolicySourceArn", "arn:aws:iam::123456789012:role/other"),
+                action,
+            ]),
             &principals(),
             None,
         )
         .expect_err("unknown role");
-        assert_eq!((unknown.status, unknown.code.as_str()), (404, "NoSuchEntity"));
+        assert_eq!(
+            (unknown.status, unknown.code.as_str()),
+            (404, "NoSuchEntity")
+        );
         assert_eq!(code(&[("PolicySourceArn", ROLE)]), "InvalidInput");
         assert_eq!(
-            code(&[("PolicySourceArn", ROLE), ("ActionNames.member.1", "AddTags")]),
+            code(&[
+                ("PolicySourceArn", ROLE),
+                ("ActionNames.member.1", "AddTags")
+            ]),
             "InvalidInput"
         );
         assert_eq!(
@@ -420,10 +447,22 @@ mod tests {
             answer(&p(&pairs), &principals(), None).map(|_| ())
         };
         assert!(typed("stringList", &["a", "b"]).is_ok());
-        assert_eq!(typed("string", &["a", "b"]).expect_err("two").code, "InvalidInput");
-        assert_eq!(typed("boolean", &["yes"]).expect_err("bool").code, "InvalidInput");
-        assert_eq!(typed("numeric", &["x"]).expect_err("num").code, "InvalidInput");
-        assert_eq!(typed("text", &["x"]).expect_err("type").code, "InvalidInput");
+        assert_eq!(
+            typed("string", &["a", "b"]).expect_err("two").code,
+            "InvalidInput"
+        );
+        assert_eq!(
+            typed("boolean", &["yes"]).expect_err("bool").code,
+            "InvalidInput"
+        );
+        assert_eq!(
+            typed("numeric", &["x"]).expect_err("num").code,
+            "InvalidInput"
+        );
+        assert_eq!(
+            typed("text", &["x"]).expect_err("type").code,
+            "InvalidInput"
+        );
         assert_eq!(
             code(&[("PolicySourceArn", ROLE), action, ("CallerArn", ROLE)]),
             "InvalidInput"
@@ -473,11 +512,11 @@ mod tests {
         let enforced = principals().remove(ROLE).expect("policy");
         let xml = answer(
             &p(&[
+                ("PolicySourceArn", "arn:aws:iam::123456789012:role/aws-ccm"),
                 (
-                    "PolicySourceArn",
-                    "arn:aws:iam::123456789012:role/aws-ccm",
+                    "ActionNames.member.1",
+                    "elasticloadbalancing:DeleteLoadBalancer",
                 ),
-                ("ActionNames.member.1", "elasticloadbalancing:DeleteLoadBalancer"),
             ]),
             &Principals::new(),
             Some(&enforced),

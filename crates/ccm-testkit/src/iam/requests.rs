@@ -515,7 +515,9 @@ fn involved(api: &str, r: &RecordedRequest) -> Result<(Vec<Involved>, Tagging), 
                 .nth(5)
                 .and_then(|rest| rest.split('/').next())
                 .filter(|k| ["user", "group", "role"].contains(k))
-                .ok_or(format!("PolicySourceArn {arn} names no user, group or role"))?;
+                .ok_or(format!(
+                    "PolicySourceArn {arn} names no user, group or role"
+                ))?;
             Ok((vec![existing(kind, arn)], Tagging::default()))
         }
         _ => Err(format!("unknown api {api}")),

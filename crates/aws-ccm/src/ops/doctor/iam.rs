@@ -17,9 +17,10 @@ use crate::provider::permissions::{PermissionCheck, Verdict};
 pub async fn checks(ctx: &Context, opts: &DoctorOptions) -> Vec<Check> {
     let mut out = dry_run_checks(ctx).await;
     if ctx.cluster_id.is_empty() {
-        out.push(Check::of("iam", "the CCM's ELB writes").skip(
-            "no cluster ID: the policy's conditions name it (see the cluster ID check)",
-        ));
+        out.push(
+            Check::of("iam", "the CCM's ELB writes")
+                .skip("no cluster ID: the policy's conditions name it (see the cluster ID check)"),
+        );
         return out;
     }
     match principal(ctx, opts).await {

@@ -100,9 +100,14 @@ pub fn choose_principal(
         Ok(None) => None,
         Err(e) => Some(format!("ServiceAccount {sa} could not be read ({e})")),
     };
-    let caller = caller?;
-    let (arn, note) = principal_of_caller(&caller)?;
-    let notes: Vec<String> = unread.into_iter().chain(note).collect();
+    let with_unread = |why: String| match &unread {
+        Some(sa) => format!("{sa}; {why}"),
+        None => why,
+    };
+    let (arn, note) = caller
+        .and_then(|c| principal_of_caller(&c))
+        .map_err(with_unread)?;
+    let notes: Vec<String> = unread.clone().into_iter().chain(note).collect();
     Ok(Principal {
         arn,
         from: format!(
@@ -514,7 +519,10 @@ mod tests {
             caller(),
         )
         .expect("principal");
-        assert_eq!((flag.arn.as_str(), flag.from.as_str()), ("arn:aws:iam::1:role/flag", "--role-arn"));
+        assert_eq!(
+            (flag.arn.as_str(), flag.from.as_str()),
+            ("arn:aws:iam::1:role/flag", "--role-arn")
+        );
         let sa = choose_principal(None, Ok(Some("arn:aws:iam::1:role/sa".into())), caller())
             .expect("principal");
         assert_eq!(sa.arn, "arn:aws:iam::1:role/sa");
@@ -522,7 +530,10 @@ mod tests {
         let own = choose_principal(None, Err("forbidden".into()), caller()).expect("principal");
         assert_eq!(own.arn, "arn:aws:iam::123456789012:role/r");
         let note = own.note.expect("notes");
-        assert!(note.contains("forbidden") && note.contains("path"), "{note}");
+        assert!(
+            note.contains("forbidden") && note.contains("path"),
+            "{note}"
+        );
         assert!(choose_principal(None, Ok(None), Err("no credentials".into())).is_err());
     }
 
@@ -546,19 +557,25 @@ mod tests {
             e.context_key_name() == Some("aws:RequestTag/kubernetes.io/cluster/c1")
                 && e.context_key_values() == ["owned"]
         }));
-        assert!(
-            create
-                .context
-                .iter()
-                .all(|e| !e.context_key_name().unwrap_or("").starts_with("aws:ResourceTag"))
-        );
+        assert!(create.context.iter().all(|e| {
+            !e.context_key_name()
+                .unwrap_or("")
+                .starts_with("aws:ResourceTag")
+        }));
         let change = sims
             .iter()
             .find(|s| s.mode == Mode::Change && s.shape == Shape::TargetGroup)
             .expect("target group writes");
-        assert!(change.actions.contains(&"elasticloadbalancing:RegisterTargets".to_string()));
+        assert!(
+            change
+                .actions
+                .contains(&"elasticloadbalancing:RegisterTargets".to_string())
+        );
         assert!(change.resource.contains(":targetgroup/"));
-        assert!(sims.iter().any(|s| s.mode == Mode::TagOnCreate("CreateTargetGroup")));
+        assert!(
+            sims.iter()
+                .any(|s| s.mode == Mode::TagOnCreate("CreateTargetGroup"))
+        );
     }
 
     #[test]
