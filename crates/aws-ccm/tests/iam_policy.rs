@@ -535,6 +535,40 @@ fn render_options_grant_exactly_what_they_name() {
     );
 }
 
+/// `aws-ccm doctor`'s ELB check calls `iam:SimulatePrincipalPolicy` with
+/// the operator's credentials: the CCM's policy does not grant it (under
+/// any render option), so a doctor run as the CCM's role gets AccessDenied
+/// and reports a warning, and the oracle maps the request to the simulated
+/// role.
+#[test]
+fn the_ccm_policy_does_not_grant_doctors_policy_simulation() {
+    let simulate = request(
+        "iam",
+        "SimulatePrincipalPolicy",
+        &[
+            ("PolicySourceArn", "arn:aws:iam::123456789012:role/aws-ccm"),
+            (
+                "ActionNames.member.1",
+                "elasticloadbalancing:CreateLoadBalancer",
+            ),
+        ],
+        &[],
+    );
+    let options: [&[&str]; 3] = [
+        &[],
+        &["--legacy-cluster-tag"],
+        &["--assume-role", "arn:aws:iam::123456789012:role/ccm"],
+    ];
+    for options in options {
+        let denied = denial(&policy_with(options), &simulate).expect("denied");
+        assert!(
+            denied.contains("iam:SimulatePrincipalPolicy")
+                && denied.contains("arn:aws:iam::123456789012:role/aws-ccm"),
+            "{denied}"
+        );
+    }
+}
+
 #[test]
 fn partitions_are_rendered_not_hard_coded() {
     let gov = policy_with(&["--partition", "aws-us-gov"]);
