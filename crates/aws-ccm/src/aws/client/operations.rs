@@ -139,7 +139,7 @@ impl Category {
     /// bucket for these read-mostly calls (its account quota is hundreds per
     /// second); the CCM makes a handful of them, so a modest bucket is enough.
     /// IAM's `SimulatePrincipalPolicy` shares it: IAM documents no per-action
-    /// rate either, and only `aws-ccm doctor` calls it, about ten times a run.
+    /// rate either, and only `aws-ccm doctor` calls it, fifteen times a run.
     pub fn aws_bucket(self) -> BucketSize {
         let (burst, refill_per_sec) = match self {
             Category::Ec2NonMutating => (100.0, 20.0),

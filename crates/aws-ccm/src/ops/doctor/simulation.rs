@@ -540,6 +540,8 @@ mod tests {
     #[test]
     fn every_elb_write_of_the_operation_table_is_simulated_once_per_shape() {
         let sims = simulations("aws", "us-east-1", "123456789012", "c1");
+        // docs/aws-ccm-tool.md gives the number of calls.
+        assert_eq!(sims.len(), 15);
         let simulated: Vec<String> = sims.iter().flat_map(|s| s.actions.clone()).collect();
         for op in Operation::ALL
             .iter()
