@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "iam" / "authorization.json"
 OPERATIONS = ROOT / "crates" / "aws-ccm" / "src" / "aws" / "client" / "operations.rs"
 
-PREFIX = {"Ec2": "ec2", "Elb": "elb", "Elbv2": "elbv2", "Sts": "sts"}
+PREFIX = {"Ec2": "ec2", "Elb": "elb", "Elbv2": "elbv2", "Sts": "sts", "Iam": "iam"}
 IAM_PREFIX = {"ec2": "ec2", "elb": "elasticloadbalancing",
               "elbv2": "elasticloadbalancing", "sts": "sts", "iam": "iam"}
 
@@ -46,7 +46,7 @@ CLASSIC_SHARED = {"CreateLoadBalancer", "DeleteLoadBalancer", "DescribeLoadBalan
 
 def client_actions():
     text = OPERATIONS.read_text()
-    found = set(re.findall(r'\((Ec2|Elb|Elbv2|Sts), "([A-Za-z]+)"', text))
+    found = set(re.findall(r'\((Ec2|Elb|Elbv2|Sts|Iam), "([A-Za-z]+)"', text))
     if not found:
         sys.exit(f"no operations found in {OPERATIONS}")
     return sorted((PREFIX[s], a) for s, a in found)

@@ -37,6 +37,12 @@ struct DoctorArgs {
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value = "text")]
     output: Format,
+    /// The CCM's IAM role, whose ELB writes IAM's policy simulator checks
+    /// (default: the eks.amazonaws.com/role-arn annotation of ServiceAccount
+    /// kube-system/cloud-controller-manager, else the caller's own identity).
+    /// Whoever runs doctor needs iam:SimulatePrincipalPolicy on it.
+    #[arg(long = "role-arn", value_name = "ARN")]
+    role_arn: Option<String>,
     #[command(flatten)]
     ccm: Options,
 }
@@ -191,8 +197,11 @@ async fn run_plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
 
 async fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     use aws_ccm::ops::doctor;
+    let opts = doctor::DoctorOptions {
+        role_arn: args.role_arn,
+    };
     let report = match Context::connect(ccm_options(args.ccm)?).await {
-        Ok(ctx) => doctor::run(&ctx).await,
+        Ok(ctx) => doctor::run(&ctx, &opts).await,
         Err(e) => doctor::unreachable(&e),
     };
     match args.output {

@@ -139,6 +139,7 @@ pub async fn sdk_clients(endpoint: &str) -> SdkClients {
         elb: aws_sdk_elasticloadbalancing::Client::new(&config),
         elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&config),
         sts: aws_sdk_sts::Client::new(&config),
+        iam: aws_sdk_iam::Client::new(&config),
     }
 }
 

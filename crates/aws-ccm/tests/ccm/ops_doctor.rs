@@ -5,7 +5,12 @@
 //! a Node without an instance, an uninitialized Node, a kubelet not
 //! external, a write IAM denies, no leader) names each problem with its fix
 //! and exits non-zero; a kubeconfig user without the CCM's roles gets the
-//! RBAC it lacks listed; `-o json` gives the same checks as data.
+//! RBAC it lacks listed; `-o json` gives the same checks as data. The ELB
+//! writes are checked by IAM's policy simulator (the fault proxy answers it
+//! from the IAM oracle with the policy a test installs for the CCM's role):
+//! the project's policy passes, one whose create condition names the wrong
+//! tag fails naming the action and the fix, and a caller denied the
+//! simulation gets a warning.
 
 use std::time::Duration;
 
@@ -21,6 +26,16 @@ use crate::routes::{create, nodes_api};
 use crate::support::*;
 
 const CLUSTER_TAG: &str = "kubernetes.io/cluster/ccm-test";
+
+/// The CCM's role in these tests: doctor is told it with --role-arn.
+const ROLE: &str = "arn:aws:iam::123456789012:role/aws-ccm";
+
+/// Installs `policy` as the CCM role's (what IAM's simulator evaluates) and
+/// gives the doctor flags naming the role.
+fn role_with(env: &Env, policy: &str) -> anyhow::Result<[String; 1]> {
+    env.proxy.set_iam_principal_policy(ROLE, Some(policy))?;
+    Ok([format!("--role-arn={ROLE}")])
+}
 
 /// A Node whose providerID names `instance`, without taints.
 fn node(name: &str, instance: &str) -> Node {
@@ -73,7 +88,9 @@ async fn doctor_passes_every_check_on_a_correct_setup() -> anyhow::Result<()> {
     .await
     .map_err(|e| e.context(ccm.logs()))?;
 
-    let (ok, stdout, stderr) = run_tool(&env, "doctor", &[], "").await?;
+    let role = role_with(&env, &crate::iam::rendered_policy(&[])?)?;
+    let role = [role[0].as_str()];
+    let (ok, stdout, stderr) = run_tool(&env, "doctor", &role, "").await?;
     assert!(ok, "doctor failed on a correct setup:\n{stdout}\n{stderr}");
     assert!(!stdout.contains("[FAIL]"), "{stdout}");
     assert!(!stdout.contains("[WARN]"), "{stdout}");
@@ -89,13 +106,15 @@ async fn doctor_passes_every_check_on_a_correct_setup() -> anyhow::Result<()> {
         "[PASS] us-east-1a internal: subnet-",
         "[PASS] one cluster-tagged group per instance: each of 2 instances",
         "[PASS] the CCM's writes: allowed by DryRun: ec2:CreateRoute on rtb-",
+        "[PASS] the CCM's ELB writes: ",
+        &format!("allowed by IAM for {ROLE} (from --role-arn)"),
         "[PASS] uninitialized Nodes: none of 2 Nodes waits for the CCM",
         "[PASS] the CCM's RBAC (this kubeconfig's user): all 18 requests the CCM makes are allowed",
         "[PASS] leader Lease kube-system/cloud-controller-manager: held by ",
     ] {
         assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
     }
-    let (ok, json, _) = run_tool(&env, "doctor", &["-o", "json"], "").await?;
+    let (ok, json, _) = run_tool(&env, "doctor", &["-o", "json", role[0]], "").await?;
     assert!(ok);
     let listed = checks(&json)?;
     assert!(listed.len() >= 12, "{json}");
@@ -105,6 +124,111 @@ async fn doctor_passes_every_check_on_a_correct_setup() -> anyhow::Result<()> {
             "not passed: {c}"
         );
     }
+    env.finish().await
+}
+
+/// The failed checks of `section`, by name.
+fn failed_in(listed: &[Value], section: &str) -> Vec<String> {
+    let mut names: Vec<String> = listed
+        .iter()
+        .filter(|c| c["section"] == section && c["status"] == "fail")
+        .filter_map(|c| c["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A role whose create statement names another cluster's tag: IAM denies
+/// the CCM's creates (it tags with its own cluster), and doctor says which
+/// actions, why, and the fix; the writes to existing resources still pass.
+#[tokio::test]
+async fn doctor_fails_elb_creates_a_wrong_tag_condition_denies() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    correct_setup(&env).await?;
+    let mut policy: Value = serde_json::from_str(&crate::iam::rendered_policy(&[])?)?;
+    let statements = policy["Statement"]
+        .as_array_mut()
+        .ok_or_else(|| anyhow::anyhow!("no Statement list"))?;
+    let create = statements
+        .iter_mut()
+        .find(|s| s["Sid"] == "CreateOwnedLoadBalancers")
+        .ok_or_else(|| anyhow::anyhow!("no CreateOwnedLoadBalancers statement"))?;
+    create["Condition"] = json!({"StringEquals": {
+        "aws:RequestTag/kubernetes.io/cluster/other-cluster": "owned"
+    }});
+    let role = role_with(&env, &policy.to_string())?;
+
+    let (ok, stdout, stderr) = run_tool(&env, "doctor", &[role[0].as_str()], "").await?;
+    assert!(
+        !ok,
+        "doctor passed a role that cannot create:\n{stdout}\n{stderr}"
+    );
+    for line in [
+        &format!(
+            "[FAIL] elasticloadbalancing:CreateLoadBalancer (network load balancer): IAM simulation of {ROLE} answers implicitDeny (creating a network load balancer tagged {CLUSTER_TAG}=owned; arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/net/"
+        ),
+        "the policy's conditions test aws:RequestTag/kubernetes.io/cluster/other-cluster, which the request has no value for",
+        &format!(
+            "fix: attach the policy iam/render.sh policy ccm-test renders to {ROLE} (statement CreateOwnedLoadBalancers), or allow elasticloadbalancing:CreateLoadBalancer on arn:aws:elasticloadbalancing:*:*:loadbalancer/* with the condition StringEquals aws:RequestTag/{CLUSTER_TAG} = owned"
+        ),
+    ] {
+        assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
+    }
+    let (ok, json, _) = run_tool(&env, "doctor", &["-o", "json", role[0].as_str()], "").await?;
+    assert!(!ok);
+    assert_eq!(
+        failed_in(&checks(&json)?, "iam"),
+        [
+            "elasticloadbalancing:CreateLoadBalancer (classic load balancer)",
+            "elasticloadbalancing:CreateLoadBalancer (network load balancer)",
+            "elasticloadbalancing:CreateTargetGroup (target group)",
+        ],
+        "{json}"
+    );
+    env.finish().await
+}
+
+/// Whoever runs doctor may not call iam:SimulatePrincipalPolicy: the ELB
+/// writes are a warning naming the permission, and the rest of the
+/// checklist runs.
+#[tokio::test]
+async fn doctor_warns_when_the_caller_may_not_simulate() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    correct_setup(&env).await?;
+    let role = role_with(&env, &crate::iam::rendered_policy(&[])?)?;
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::Error {
+            status: 403,
+            code: "AccessDenied".into(),
+            message: "User: arn:aws:iam::123456789012:user/operator is not authorized to perform: iam:SimulatePrincipalPolicy".into(),
+        })
+        .for_service("iam")
+        .for_action("SimulatePrincipalPolicy"),
+    ]);
+    let (_, json, stderr) = run_tool(&env, "doctor", &["-o", "json", role[0].as_str()], "").await?;
+    let listed = checks(&json).map_err(|e| anyhow::anyhow!("{e}: {json}\n{stderr}"))?;
+    let elb: Vec<&Value> = listed
+        .iter()
+        .filter(|c| c["section"] == "iam" && c["name"] == "the CCM's ELB writes")
+        .collect();
+    assert_eq!(elb.len(), 1, "{json}");
+    assert_eq!(elb[0]["status"], "warn", "{json}");
+    let detail = elb[0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("may not call iam:SimulatePrincipalPolicy"),
+        "{detail}"
+    );
+    let fix = elb[0]["fix"].as_str().unwrap_or_default();
+    assert!(
+        fix.contains(&format!("iam:SimulatePrincipalPolicy on {ROLE}"))
+            && fix.contains("not the CCM's role"),
+        "{fix}"
+    );
+    assert!(failed_in(&listed, "iam").is_empty(), "{json}");
+    assert!(
+        listed.iter().any(|c| c["section"] == "kubernetes"),
+        "the checklist went on: {json}"
+    );
     env.finish().await
 }
 

@@ -618,6 +618,7 @@ pub async fn aws_client_via(env: &Env, endpoint: &str) -> aws_ccm::aws::AwsClien
             elb: aws_sdk_elasticloadbalancing::Client::new(&config),
             elbv2: aws_sdk_elasticloadbalancingv2::Client::new(&config),
             sts: aws_sdk_sts::Client::new(&config),
+            iam: aws_sdk_iam::Client::new(&config),
         },
         CLUSTER_ID.into(),
         aws_ccm::aws::ClientOptions::default(),

@@ -45,6 +45,7 @@ mod limits;
 mod random;
 mod record;
 mod request;
+mod simulate;
 mod throttle;
 mod topology;
 
@@ -54,6 +55,7 @@ pub use faults::{AnswerLoss, FaultKind, FaultRule};
 pub use iam::Enforcer as IamEnforcer;
 pub use record::{CCM_APP_MARK, RECORD_ENV};
 pub use request::{AwsCall, Protocol, identify};
+pub use simulate::CCM_ROLE as IAM_CCM_ROLE;
 pub use throttle::{
     BucketLimits, BucketScope, Budget, BudgetDecision, Category, EC2_UNFILTERED_DESCRIBE_ACTIONS,
     SERVICE_EC2, SERVICE_ELB, SERVICE_ELBV2, SERVICE_STS, TokenBucket, category_of,
@@ -163,6 +165,9 @@ struct State {
     consistency: consistency::Consistency,
     /// What `DescribeInstanceTopology` answers (moto does not know it).
     topology: RwLock<Vec<InstanceTopology>>,
+    /// The policies `iam:SimulatePrincipalPolicy` evaluates, by principal
+    /// ARN (moto does not simulate).
+    iam_principals: RwLock<simulate::Principals>,
 }
 
 /// One call's parameters as sent (form-decoded), kept by
@@ -261,6 +266,7 @@ impl FaultProxy {
             rolls: random::Rolls::new(config.seed),
             consistency: consistency::Consistency::default(),
             topology: RwLock::new(Vec::new()),
+            iam_principals: RwLock::new(simulate::Principals::new()),
         });
         state.consistency.set_delay(config.consistency_delay);
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
@@ -395,6 +401,26 @@ impl FaultProxy {
     /// answers it itself; see the `topology` module for its rules).
     pub fn set_instance_topology(&self, instances: Vec<InstanceTopology>) {
         *self.state.topology.write() = instances;
+    }
+
+    /// The identity policy `iam:SimulatePrincipalPolicy` evaluates for the
+    /// user, group or role `arn` (the proxy answers it itself; see the
+    /// `simulate` module for its rules); `None` forgets it, and the
+    /// principal is then unknown (`NoSuchEntity`) unless it is
+    /// [`IAM_CCM_ROLE`] and a policy is enforced.
+    pub fn set_iam_principal_policy(&self, arn: &str, policy: Option<&str>) -> anyhow::Result<()> {
+        let mut principals = self.state.iam_principals.write();
+        match policy {
+            Some(text) => {
+                let parsed = crate::iam::Policy::parse(text)
+                    .map_err(|e| anyhow::anyhow!("the policy for {arn}: {e}"))?;
+                principals.insert(arn.to_string(), Arc::new(parsed));
+            }
+            None => {
+                principals.remove(arn);
+            }
+        }
+        Ok(())
     }
 
     /// Sets the latency added to every forwarded call.
@@ -698,6 +724,18 @@ async fn upstream_answer(
 ) -> Response<ProxyBody> {
     if call.service == SERVICE_EC2 && call.action == "DescribeInstanceTopology" {
         let answer = topology::answer(&state.topology.read(), params);
+        return match answer {
+            Ok(xml) => xml_response(xml),
+            Err(e) => error_response(&e, call),
+        };
+    }
+    if call.service == "iam" && call.action == "SimulatePrincipalPolicy" {
+        let enforcer = state.iam_enforcer.read().clone();
+        let answer = simulate::answer(
+            params,
+            &state.iam_principals.read(),
+            enforcer.as_deref().map(|e| &e.policy),
+        );
         return match answer {
             Ok(xml) => xml_response(xml),
             Err(e) => error_response(&e, call),

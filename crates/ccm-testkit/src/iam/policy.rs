@@ -255,6 +255,30 @@ impl Policy {
         }
     }
 
+    /// The condition keys that the statements applying to `action` on
+    /// `resource` test and `context` has no value for, spelled as the
+    /// policy spells them, each once: what IAM's policy simulator reports
+    /// as `MissingContextValues`.
+    pub fn missing_context_keys(
+        &self,
+        action: &str,
+        resource: &str,
+        context: &Context,
+    ) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let statements = self
+            .statements
+            .iter()
+            .filter(|s| s.actions.matches(action, true) && s.resources.matches(resource, false));
+        for condition in statements.flat_map(|s| &s.conditions) {
+            let absent = context.get(&condition.key).is_none_or(<[String]>::is_empty);
+            if absent && !out.iter().any(|k| k.eq_ignore_ascii_case(&condition.key)) {
+                out.push(condition.key.clone());
+            }
+        }
+        out
+    }
+
     /// Every action pattern the Allow statements list.
     pub fn allowed_action_patterns(&self) -> Vec<String> {
         self.statements

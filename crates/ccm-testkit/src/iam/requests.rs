@@ -420,6 +420,7 @@ fn api_of(service: &str) -> Option<&'static str> {
         "elb" | "elasticloadbalancing" => "elb",
         "elbv2" | "elasticloadbalancingv2" => "elbv2",
         "sts" => "sts",
+        "iam" => "iam",
         _ => return None,
     })
 }
@@ -427,7 +428,7 @@ fn api_of(service: &str) -> Option<&'static str> {
 fn iam_prefix(api: &str) -> &'static str {
     match api {
         "ec2" => "ec2",
-        "sts" => "iam",
+        "sts" | "iam" => "iam",
         _ => "elasticloadbalancing",
     }
 }
@@ -505,6 +506,20 @@ fn involved(api: &str, r: &RecordedRequest) -> Result<(Vec<Involved>, Tagging), 
             vec![existing("role", param(r, "RoleArn")?)],
             Tagging::default(),
         )),
+        // `aws-ccm doctor`'s policy simulation, authorized against the
+        // simulated principal (a user, group or role).
+        "iam" if action == "SimulatePrincipalPolicy" => {
+            let arn = param(r, "PolicySourceArn")?;
+            let kind = arn
+                .split(':')
+                .nth(5)
+                .and_then(|rest| rest.split('/').next())
+                .filter(|k| ["user", "group", "role"].contains(k))
+                .ok_or(format!(
+                    "PolicySourceArn {arn} names no user, group or role"
+                ))?;
+            Ok((vec![existing(kind, arn)], Tagging::default()))
+        }
         _ => Err(format!("unknown api {api}")),
     }
 }

@@ -193,6 +193,7 @@ pub(crate) fn record_response_status(op: Operation, status: u16) {
         super::operations::Service::Elb => "Elastic Load Balancing",
         super::operations::Service::Elbv2 => "Elastic Load Balancing v2",
         super::operations::Service::Sts => "STS",
+        super::operations::Service::Iam => "IAM",
     };
     METRICS
         .response_status

@@ -44,6 +44,9 @@ pub struct SdkClients {
     pub elb: aws_sdk_elasticloadbalancing::Client,
     pub elbv2: aws_sdk_elasticloadbalancingv2::Client,
     pub sts: aws_sdk_sts::Client,
+    /// Only `aws-ccm doctor`'s policy simulation. IAM has one global
+    /// endpoint; `AWS_ENDPOINT_URL_IAM` (or `AWS_ENDPOINT_URL`) moves it.
+    pub iam: aws_sdk_iam::Client,
 }
 
 /// Session name used when assuming `RoleARN` (visible in CloudTrail).
@@ -164,11 +167,13 @@ pub fn build(base: &SdkConfig, cloud: &CloudConfig, region: &str, door: &Arc<Doo
         aws_sdk_elasticloadbalancingv2::Client::from_conf(b.build())
     };
     let sts = sts_client(&config, cloud, region);
+    let iam = aws_sdk_iam::Client::new(&config);
     SdkClients {
         ec2,
         elb,
         elbv2,
         sts,
+        iam,
     }
 }
 

@@ -484,6 +484,7 @@ fn iam_prefix(operation: Operation) -> &'static str {
         Service::Ec2 => "ec2",
         Service::Elb | Service::Elbv2 => "elasticloadbalancing",
         Service::Sts => "sts",
+        Service::Iam => "iam",
     }
 }
 

@@ -292,6 +292,13 @@ impl SdkService for aws_sdk_sts::Client {
     }
 }
 
+impl SdkService for aws_sdk_iam::Client {
+    const SERVICE: Service = Service::Iam;
+    fn pick(clients: &SdkClients) -> &Self {
+        &clients.iam
+    }
+}
+
 impl AwsClient {
     /// Builds the client. Invalid options are logged and replaced by their
     /// defaults (validate them earlier with [`ClientOptions::validate`] to
@@ -452,6 +459,16 @@ impl AwsClient {
     pub async fn sts<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
     where
         F: Fn(aws_sdk_sts::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.call_with(op, CallOptions::default(), f).await
+    }
+
+    /// Calls IAM (`aws-ccm doctor` only); see [`AwsClient::call_with`].
+    pub async fn iam<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
+    where
+        F: Fn(aws_sdk_iam::Client) -> Fut,
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {

@@ -29,6 +29,8 @@ pub enum Service {
     /// Elastic Load Balancing v2: ALB/NLB (API version 2015-12-01).
     Elbv2,
     Sts,
+    /// IAM: only `aws-ccm doctor`'s policy simulation; the CCM never calls it.
+    Iam,
 }
 
 impl Service {
@@ -39,6 +41,7 @@ impl Service {
             Service::Elb => "elb",
             Service::Elbv2 => "elbv2",
             Service::Sts => "sts",
+            Service::Iam => "iam",
         }
     }
 
@@ -51,6 +54,7 @@ impl Service {
             "elb" | "elasticloadbalancing" | "elb-2012-06-01" => Some(Service::Elb),
             "elbv2" | "elasticloadbalancingv2" | "elb-2015-12-01" => Some(Service::Elbv2),
             "sts" => Some(Service::Sts),
+            "iam" => Some(Service::Iam),
             _ => None,
         }
     }
@@ -62,6 +66,7 @@ impl Service {
             Service::Elb => "ELB",
             Service::Elbv2 => "ELBv2",
             Service::Sts => "STS",
+            Service::Iam => "IAM",
         }
     }
 }
@@ -100,7 +105,8 @@ pub enum Category {
     ElbRegistration,
     /// `CreateLoadBalancer` and subnet changes: AWS's slowest bucket.
     ElbCreateAndSubnets,
-    /// STS (`GetCallerIdentity`, `AssumeRole`).
+    /// STS (`GetCallerIdentity`, `AssumeRole`) and IAM's
+    /// `SimulatePrincipalPolicy` (`aws-ccm doctor` only).
     Sts,
 }
 
@@ -132,6 +138,8 @@ impl Category {
     /// rate quotas of Elastic Load Balancing). STS documents no per-category
     /// bucket for these read-mostly calls (its account quota is hundreds per
     /// second); the CCM makes a handful of them, so a modest bucket is enough.
+    /// IAM's `SimulatePrincipalPolicy` shares it: IAM documents no per-action
+    /// rate either, and only `aws-ccm doctor` calls it, fifteen times a run.
     pub fn aws_bucket(self) -> BucketSize {
         let (burst, refill_per_sec) = match self {
             Category::Ec2NonMutating => (100.0, 20.0),
@@ -325,6 +333,11 @@ operations! {
     // ---- STS ----
     StsGetCallerIdentity => (Sts, "GetCallerIdentity", Sts, ReadOnly),
     StsAssumeRole => (Sts, "AssumeRole", Sts, ReadOnly),
+
+    // ---- IAM ----
+    /// `aws-ccm doctor`'s check of the ELB writes, which cannot be dry-run:
+    /// IAM's policy simulator, called with the operator's credentials.
+    IamSimulatePrincipalPolicy => (Iam, "SimulatePrincipalPolicy", Sts, ReadOnly),
 }
 
 impl Operation {
@@ -467,10 +480,11 @@ mod tests {
 
     #[test]
     fn reads_are_exactly_the_non_mutating_categories() {
-        // STS is one category for reads and AssumeRole alike.
+        // STS is one category for reads and AssumeRole alike; IAM's
+        // simulation shares it.
         for &op in Operation::ALL
             .iter()
-            .filter(|op| op.service() != Service::Sts)
+            .filter(|op| !matches!(op.service(), Service::Sts | Service::Iam))
         {
             let read_category = matches!(
                 op.category(),

@@ -1,13 +1,75 @@
 //! IAM: the CCM's start-up permission self-check, run as it runs at
 //! start-up (a `DryRun` of each write on a real resource, and the probes for
-//! actions a published policy lacks), each denial reported with its fix.
+//! actions a published policy lacks), each denial reported with its fix;
+//! then the ELB writes, which have no `DryRun`, by IAM's policy simulator
+//! ([`super::simulation`]).
 
-use super::{Check, Context};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+
+use super::simulation::{self, IRSA_ANNOTATION, Principal, SERVICE_ACCOUNT};
+use super::{Check, Context, DoctorOptions};
+use crate::aws::Operation;
 use crate::controllers::permission_check::scope_for;
 use crate::provider::permissions::{PermissionCheck, Verdict};
 
+/// The self-check's lines, then the ELB writes' by simulation.
+pub async fn checks(ctx: &Context, opts: &DoctorOptions) -> Vec<Check> {
+    let mut out = dry_run_checks(ctx).await;
+    if ctx.cluster_id.is_empty() {
+        out.push(
+            Check::of("iam", "the CCM's ELB writes")
+                .skip("no cluster ID: the policy's conditions name it (see the cluster ID check)"),
+        );
+        return out;
+    }
+    match principal(ctx, opts).await {
+        Ok(principal) => out.extend(simulation::checks(ctx, &principal).await),
+        Err(why) => out.push(Check::of("iam", "the CCM's ELB writes").warn(
+            format!("not checked: no principal to simulate ({why})"),
+            "pass doctor --role-arn with the CCM's role ARN",
+        )),
+    }
+    out
+}
+
+/// The principal whose ELB writes are simulated (see [`simulation`]).
+async fn principal(ctx: &Context, opts: &DoctorOptions) -> Result<Principal, String> {
+    let annotation = if opts.role_arn.is_some() {
+        Ok(None)
+    } else {
+        let (namespace, name) = SERVICE_ACCOUNT;
+        let accounts: Api<ServiceAccount> = Api::namespaced(ctx.kube.clone(), namespace);
+        match accounts.get_opt(name).await {
+            Ok(found) => Ok(found.and_then(|sa| {
+                sa.metadata
+                    .annotations
+                    .and_then(|a| a.get(IRSA_ANNOTATION).cloned())
+                    .filter(|arn| !arn.is_empty())
+            })),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    let caller = if opts.role_arn.is_some() {
+        Err("not asked".to_string())
+    } else {
+        ctx.aws
+            .sts(Operation::StsGetCallerIdentity, |c| {
+                c.get_caller_identity().send()
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|who| {
+                who.arn()
+                    .map(str::to_string)
+                    .ok_or_else(|| "sts:GetCallerIdentity named no ARN".to_string())
+            })
+    };
+    simulation::choose_principal(opts.role_arn.as_deref(), annotation, caller)
+}
+
 /// One check per denied write or missing action; one pass line otherwise.
-pub async fn checks(ctx: &Context) -> Vec<Check> {
+async fn dry_run_checks(ctx: &Context) -> Vec<Check> {
     let scope = scope_for(&ctx.validated, &ctx.cloud, &ctx.cluster_id);
     let findings = ctx.aws.check_writes(&scope).await;
     let gaps = ctx.aws.missing_actions(&scope).await;

@@ -11,7 +11,8 @@
 //!
 //! - [`identity`]: credentials, region, cluster ID;
 //! - [`cloud`]: instances, subnets, route tables, security groups;
-//! - [`iam`]: the permission self-check;
+//! - [`iam`]: the permission self-check, and the ELB writes by IAM's
+//!   policy simulator ([`simulation`]);
 //! - [`kube`]: Nodes, kubelets, RBAC, IPAM, the leader Lease.
 
 use std::fmt::Write as _;
@@ -25,6 +26,7 @@ pub mod cloud;
 pub mod iam;
 pub mod identity;
 pub mod kube;
+pub mod simulation;
 
 /// A check's verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -127,8 +129,16 @@ impl Report {
     }
 }
 
+/// Doctor's own options (the rest are the CCM's).
+#[derive(Clone, Debug, Default)]
+pub struct DoctorOptions {
+    /// The CCM's role, whose ELB writes IAM's simulator checks; when `None`,
+    /// the ServiceAccount's IRSA annotation, else the caller's identity.
+    pub role_arn: Option<String>,
+}
+
 /// Runs every check against the cluster and AWS of `ctx`.
-pub async fn run(ctx: &Context) -> Report {
+pub async fn run(ctx: &Context, opts: &DoctorOptions) -> Report {
     let mut checks = identity::checks(ctx).await;
     let nodes = match kube::list_nodes(&ctx.kube).await {
         Ok(nodes) => nodes,
@@ -146,7 +156,7 @@ pub async fn run(ctx: &Context) -> Report {
     checks.extend(cloud::subnet_checks(ctx, &found).await);
     checks.extend(cloud::route_table_checks(ctx).await);
     checks.extend(cloud::security_group_checks(ctx, &found).await);
-    checks.extend(iam::checks(ctx).await);
+    checks.extend(iam::checks(ctx, opts).await);
     checks.extend(kube::node_checks(&nodes, now));
     checks.extend(kube::rbac_checks(ctx).await);
     checks.push(kube::ipam_check(ctx, &nodes));
