@@ -17,11 +17,11 @@ use std::time::Duration;
 use aws_sdk_ec2::types::{ResourceType, Tag};
 use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
 use kube::Api;
 use serde_json::{Value, json};
 
-use crate::ops_orphans::run_tool;
+use crate::ops_orphans::{run_tool, run_tool_as};
 use crate::routes::{create, nodes_api};
 use crate::support::*;
 
@@ -35,6 +35,14 @@ const ROLE: &str = "arn:aws:iam::123456789012:role/aws-ccm";
 fn role_with(env: &Env, policy: &str) -> anyhow::Result<[String; 1]> {
     env.proxy.set_iam_principal_policy(ROLE, Some(policy))?;
     Ok([format!("--role-arn={ROLE}")])
+}
+
+/// A cluster-admin kubeconfig (the API test server's token-less one), as
+/// an operator running doctor has.
+fn admin_kubeconfig(env: &Env) -> anyhow::Result<std::path::PathBuf> {
+    let path = env.cloud_conf.with_file_name("admin-kubeconfig");
+    std::fs::write(&path, env.api.kubeconfig_yaml())?;
+    Ok(path)
 }
 
 /// A Node whose providerID names `instance`, without taints.
@@ -88,9 +96,22 @@ async fn doctor_passes_every_check_on_a_correct_setup() -> anyhow::Result<()> {
     .await
     .map_err(|e| e.context(ccm.logs()))?;
 
-    let role = role_with(&env, &crate::iam::rendered_policy(&[])?)?;
-    let role = [role[0].as_str()];
-    let (ok, stdout, stderr) = run_tool(&env, "doctor", &role, "").await?;
+    // The role comes from the CCM ServiceAccount's IRSA annotation, as on
+    // a cluster installed from manifests/ (the other tests pass --role-arn).
+    env.proxy
+        .set_iam_principal_policy(ROLE, Some(&crate::iam::rendered_policy(&[])?))?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(env.api.client().await?, "kube-system");
+    let account: ServiceAccount = serde_json::from_value(json!({
+        "metadata": {
+            "name": "cloud-controller-manager",
+            "annotations": {"eks.amazonaws.com/role-arn": ROLE},
+        },
+    }))?;
+    accounts.create(&Default::default(), &account).await?;
+    // Reading a ServiceAccount is an operator's right, not the CCM's: run
+    // as cluster-admin (the CCM's own kubeconfig gets 403 and falls back).
+    let admin = admin_kubeconfig(&env)?;
+    let (ok, stdout, stderr) = run_tool_as(&env, &admin, "doctor", &[], "").await?;
     assert!(ok, "doctor failed on a correct setup:\n{stdout}\n{stderr}");
     assert!(!stdout.contains("[FAIL]"), "{stdout}");
     assert!(!stdout.contains("[WARN]"), "{stdout}");
@@ -107,14 +128,16 @@ async fn doctor_passes_every_check_on_a_correct_setup() -> anyhow::Result<()> {
         "[PASS] one cluster-tagged group per instance: each of 2 instances",
         "[PASS] the CCM's writes: allowed by DryRun: ec2:CreateRoute on rtb-",
         "[PASS] the CCM's ELB writes: ",
-        &format!("allowed by IAM for {ROLE} (from --role-arn)"),
+        &format!(
+            "allowed by IAM for {ROLE} (from the eks.amazonaws.com/role-arn annotation of ServiceAccount kube-system/cloud-controller-manager)"
+        ),
         "[PASS] uninitialized Nodes: none of 2 Nodes waits for the CCM",
         "[PASS] the CCM's RBAC (this kubeconfig's user): all 18 requests the CCM makes are allowed",
         "[PASS] leader Lease kube-system/cloud-controller-manager: held by ",
     ] {
         assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
     }
-    let (ok, json, _) = run_tool(&env, "doctor", &["-o", "json", role[0]], "").await?;
+    let (ok, json, _) = run_tool_as(&env, &admin, "doctor", &["-o", "json"], "").await?;
     assert!(ok);
     let listed = checks(&json)?;
     assert!(listed.len() >= 12, "{json}");
@@ -315,7 +338,10 @@ async fn doctor_names_each_problem_of_a_broken_setup_with_its_fix() -> anyhow::R
         .with_param("GroupId", &seeded.node_group),
     ]);
 
-    let (ok, stdout, stderr) = run_tool(&env, "doctor", &[], "").await?;
+    // As an operator runs it: the CCM's own kubeconfig may not read the
+    // ServiceAccount doctor looks for the IRSA role on.
+    let admin = admin_kubeconfig(&env)?;
+    let (ok, stdout, stderr) = run_tool_as(&env, &admin, "doctor", &[], "").await?;
     assert!(!ok, "doctor passed a broken setup:\n{stdout}\n{stderr}");
     println!("{stdout}");
     let subnet = &seeded.subnet;
@@ -353,7 +379,7 @@ async fn doctor_names_each_problem_of_a_broken_setup_with_its_fix() -> anyhow::R
         "the untagged table is a candidate: {stdout}"
     );
 
-    let (ok, json, _) = run_tool(&env, "doctor", &["-o", "json"], "").await?;
+    let (ok, json, _) = run_tool_as(&env, &admin, "doctor", &["-o", "json"], "").await?;
     assert!(!ok);
     let listed = checks(&json)?;
     let failed: Vec<(&str, &str)> = listed

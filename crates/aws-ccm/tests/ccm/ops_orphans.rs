@@ -306,11 +306,22 @@ pub async fn run_tool(
     extra: &[&str],
     stdin: &str,
 ) -> anyhow::Result<(bool, String, String)> {
+    run_tool_as(env, &env.kubeconfig, subcommand, extra, stdin).await
+}
+
+/// [`run_tool`] with another kubeconfig (an operator's, say).
+pub async fn run_tool_as(
+    env: &Env,
+    kubeconfig: &std::path::Path,
+    subcommand: &str,
+    extra: &[&str],
+    stdin: &str,
+) -> anyhow::Result<(bool, String, String)> {
     use tokio::io::AsyncWriteExt;
     let mut cmd = tokio::process::Command::new(TOOL);
     cmd.arg(subcommand)
         .arg(format!("--cloud-config={}", env.cloud_conf.display()))
-        .arg(format!("--kubeconfig={}", env.kubeconfig.display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
         .arg(format!("--cluster-cidr={CLUSTER_CIDR}"))
         .args(extra)
         .envs(env.aws_env())

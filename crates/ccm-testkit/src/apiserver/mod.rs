@@ -2,7 +2,8 @@
 //! kube-apiserver that every Kubernetes-side test and `make sandbox` use.
 //!
 //! It stores objects of a fixed table of resources (core/v1 nodes,
-//! services, endpoints, events, namespaces, configmaps, pods;
+//! services, endpoints, events, namespaces, configmaps, pods,
+//! serviceaccounts;
 //! events.k8s.io/v1 events; coordination.k8s.io/v1 leases;
 //! discovery.k8s.io/v1 endpointslices) as generic JSON and behaves as the
 //! real server does where clients can tell: resourceVersions and

@@ -40,6 +40,8 @@ ROOTS = [
     "io.k8s.api.core.v1.ConfigMapList",
     "io.k8s.api.core.v1.Pod",
     "io.k8s.api.core.v1.PodList",
+    "io.k8s.api.core.v1.ServiceAccount",
+    "io.k8s.api.core.v1.ServiceAccountList",
     "io.k8s.api.events.v1.Event",
     "io.k8s.api.events.v1.EventList",
     "io.k8s.api.coordination.v1.Lease",
