@@ -1161,6 +1161,13 @@ async fn adopt(
     }
     let calls = world.proxy.calls();
     world.proxy.record_requests(false);
+    let by_action: BTreeMap<String, u64> = calls
+        .iter()
+        .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
+        .collect();
+    eprintln!("   adoption describe calls by action: {by_action:?}");
+    eprint_throttled("adoption", &calls);
     // Adoption must change nothing: show what it changed.
     for (_, action) in mutating_calls(&calls)
         .1
@@ -1172,6 +1179,18 @@ async fn adopt(
         }
     }
     Ok((ccm, start.elapsed(), calls))
+}
+
+/// Names each throttled action (the bound is 0: say which one missed it).
+fn eprint_throttled(phase: &str, calls: &CallCounts) {
+    let throttled: BTreeMap<String, u64> = calls
+        .iter()
+        .filter(|(_, _, c)| c.throttled > 0)
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.throttled))
+        .collect();
+    if !throttled.is_empty() {
+        eprintln!("   {phase}: throttled responses by action: {throttled:?}");
+    }
 }
 
 /// What the service controller logs after each successful sync.
@@ -1272,6 +1291,7 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         .map(|(_, a, c)| (a, c.received))
         .collect();
     eprintln!("   steady describe calls by action: {by_action:?}");
+    eprint_throttled("steady", &steady);
     // The node path: DescribeInstances per node refresh period.
     let instances = steady.get("ec2", "DescribeInstances").received as f64 / periods;
     let goal = n.div_ceil(1000) as f64;
@@ -1482,6 +1502,7 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
             Some(per_sync(count)),
         );
     }
+    eprint_throttled("churn", &calls);
     let (mutating, by) = mutating_calls(&calls);
     table.row(
         &scenario,

@@ -136,12 +136,14 @@ impl AwsLoadBalancers {
         instances: &[&crate::aws::Ec2Instance],
         extra_names: &[String],
     ) -> Result<BTreeMap<String, sg::SecurityGroup>, LbError> {
-        // by_refs reads each group once however many instances share it.
+        // From the shared view: a group it lacks is read by ID, once.
         let refs: Vec<crate::aws::instances::SecurityGroupRef> = instances
             .iter()
             .flat_map(|i| i.security_groups.iter().cloned())
             .collect();
-        Ok(sg::io::by_refs(&self.aws, vpc_id, &refs, extra_names)
+        let view = self.aws.group_view();
+        Ok(view
+            .by_refs(&self.aws, vpc_id, &refs, extra_names)
             .await?
             .into_iter()
             .map(|g| (g.id.clone(), g))
@@ -151,13 +153,22 @@ impl AwsLoadBalancers {
     /// What a sync starts from, in one read: the load balancer's owned group
     /// (one of `owned_names`) and its backends' groups, and which of those are the
     /// backends' node groups.
+    /// At the Service's resync slot (`uid`) these groups are first read
+    /// again by ID (one call), so drift made behind the CCM's back is seen.
     async fn sync_groups(
         &self,
+        uid: &str,
         vpc_id: &str,
         owned_names: &[String],
         backends: &[&crate::aws::Ec2Instance],
     ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
-        let groups = self.groups_of(vpc_id, backends, owned_names).await?;
+        let mut groups = self.groups_of(vpc_id, backends, owned_names).await?;
+        let view = self.aws.group_view();
+        if view.slot_due(uid, self.sweep.resync_period()) {
+            let ids: Vec<String> = groups.keys().cloned().collect();
+            view.refresh(&self.aws, &ids).await?;
+            groups = self.groups_of(vpc_id, backends, owned_names).await?;
+        }
         let mut node_groups = BTreeSet::new();
         for i in backends {
             node_groups.extend(self.node_group(i, &groups)?);
@@ -177,7 +188,8 @@ impl AwsLoadBalancers {
         source: &str,
         source_is_owned: bool,
     ) -> Result<(), LbError> {
-        for g in sg::io::referencing(&self.aws, vpc_id, source).await? {
+        let view = self.aws.group_view().groups(&self.aws, vpc_id).await?;
+        for g in view.referencing(source) {
             if source_is_owned || tags::has_cluster_tag(&g.tags, &self.cluster_id) {
                 groups.entry(g.id.clone()).or_insert(g);
             }
@@ -351,7 +363,12 @@ impl AwsLoadBalancers {
 
         let owned_name = elb::owned_group_name(&name);
         let (mut all_groups, node_groups) = self
-            .sync_groups(&vpc_id, std::slice::from_ref(&owned_name), &backends)
+            .sync_groups(
+                &req.uid,
+                &vpc_id,
+                std::slice::from_ref(&owned_name),
+                &backends,
+            )
             .await?;
         let owned_group = all_groups
             .values()
@@ -576,6 +593,7 @@ impl LoadBalancers for AwsLoadBalancers {
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
         self.targets.forget(uid);
+        self.aws.group_view().forget_slot(uid);
         let name = elb::load_balancer_name(uid);
         self.sweep.forget(&name);
         let deleted = async {

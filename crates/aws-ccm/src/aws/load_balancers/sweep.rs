@@ -139,6 +139,12 @@ impl LbSweep {
         }
     }
 
+    /// `Some(resync period)` when known settings are trusted (the
+    /// controllers); `None` when every sync reads in full.
+    pub fn resync_period(&self) -> Option<Option<Duration>> {
+        self.trust_for
+    }
+
     /// The current sweep, shared with every concurrent caller.
     async fn snapshot(&self, aws: &AwsClient) -> Result<Arc<Snapshot>, AwsError> {
         let reader = aws.clone();
