@@ -1285,10 +1285,10 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         None,
     );
     let periods = elapsed.as_secs_f64() / period.as_secs_f64();
-    let by_action: BTreeMap<&str, u64> = steady
+    let by_action: BTreeMap<String, u64> = steady
         .iter()
         .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
-        .map(|(_, a, c)| (a, c.received))
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
         .collect();
     eprintln!("   steady describe calls by action: {by_action:?}");
     eprint_throttled("steady", &steady);
