@@ -83,7 +83,9 @@ impl AwsLoadBalancers {
     /// `resync` (`--service-resync-period`; zero: never). Without this
     /// (`aws-ccm plan`), every sync reads them.
     pub fn trusting_known_settings(mut self, resync: std::time::Duration) -> AwsLoadBalancers {
-        self.sweep = sweep::LbSweep::new(Some(Some(resync).filter(|d| !d.is_zero())));
+        let trust = Some(Some(resync).filter(|d| !d.is_zero()));
+        self.sweep = sweep::LbSweep::new(trust);
+        self.aws.group_view().serve_for(sweep::sweep_ttl(trust));
         self
     }
 }
@@ -153,8 +155,9 @@ impl AwsLoadBalancers {
     /// What a sync starts from, in one read: the load balancer's owned group
     /// (one of `owned_names`) and its backends' groups, and which of those are the
     /// backends' node groups.
-    /// At the Service's resync slot (`uid`) these groups are first read
-    /// again by ID (one call), so drift made behind the CCM's back is seen.
+    /// At the Service's resync slot (`uid`) they come from a listing that
+    /// started after its last sync, so drift made behind the CCM's back is
+    /// seen.
     async fn sync_groups(
         &self,
         uid: &str,
@@ -164,9 +167,9 @@ impl AwsLoadBalancers {
     ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
         let mut groups = self.groups_of(vpc_id, backends, owned_names).await?;
         let view = self.aws.group_view();
-        if view.slot_due(uid, self.sweep.resync_period()) {
-            let ids: Vec<String> = groups.keys().cloned().collect();
-            view.refresh(&self.aws, &ids).await?;
+        let period = self.sweep.resync_period().flatten();
+        if let Some(since) = view.slot_due(uid, vpc_id, period) {
+            view.listing_since(&self.aws, vpc_id, since).await?;
             groups = self.groups_of(vpc_id, backends, owned_names).await?;
         }
         let mut node_groups = BTreeSet::new();

@@ -3,6 +3,8 @@
 //! as the load-balancer sweep is for load balancers.
 //!
 //! A listing is single-flight (concurrent syncs share one) and reused for
+//! the time [`SgView::serve_for`] sets: the service controller sets the
+//! load-balancer sweep's (the resync period, at most 5 min); otherwise
 //! [`VIEW_TTL`]. It holds the whole VPC, not only the cluster-tagged groups,
 //! so that the questions a sync asks of it are answered exactly as the
 //! filtered reads they replace answered them: a backend's untagged node
@@ -19,9 +21,11 @@
 //! the group unknown: it is read by ID before the view answers again.
 //!
 //! Drift made behind the CCM's back is read at the Service's resync slot:
-//! a sync whose slot moved on since its last one reads its own groups (its
-//! backends' and its owned group) by ID, one filtered call
-//! ([`SgView::slot_due`], [`SgView::refresh`]).
+//! a sync whose slot moved on since its last one sees a listing that
+//! started after that last one. The cached listing, when it did; else the
+//! sync renews it, and the new listing serves every resync due meanwhile
+//! ([`SgView::slot_due`], [`SgView::listing_since`]). With the listing
+//! serving for at most the resync period, a renewal is the exception.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -39,8 +43,12 @@ use crate::aws::client::operations::Operation;
 use crate::aws::instances::filter;
 use crate::provider::load_balancers::resync_slot;
 
-/// How long one listing serves syncs.
-pub const VIEW_TTL: Duration = Duration::from_secs(300);
+/// How long one listing serves syncs unless [`SgView::serve_for`] says.
+pub const VIEW_TTL: Duration = Duration::from_secs(30);
+
+/// How long a group this process knows and no listing has shown yet (made
+/// here, or read by ID) is kept.
+const UNLISTED_KEPT: Duration = Duration::from_secs(300);
 
 /// How long after this process wrote a group a listing must start to
 /// answer for it in place of the process's own record.
@@ -77,6 +85,10 @@ pub struct SgView {
     local: Arc<Mutex<HashMap<String, Local>>>,
     /// When each Service (by UID) last read its own groups, for its slot.
     slots: Arc<Mutex<HashMap<String, Instant>>>,
+    /// How long a listing serves (`None`: [`VIEW_TTL`]).
+    ttl: Arc<Mutex<Option<Duration>>>,
+    /// Held while a resync renews a listing (one renewal serves them all).
+    renewing: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The groups of one VPC as the view shows them now.
@@ -131,13 +143,22 @@ impl Groups {
 }
 
 impl SgView {
+    /// Listings from here on serve for `ttl`.
+    pub fn serve_for(&self, ttl: Duration) {
+        *self.ttl.lock() = Some(ttl);
+        self.listings.lock().clear();
+    }
+
     /// The listing of `vpc_id`, shared with every concurrent caller.
     async fn listing(&self, aws: &AwsClient, vpc_id: &str) -> Result<Arc<Listing>, AwsError> {
         let flight = self
             .listings
             .lock()
             .entry(vpc_id.to_string())
-            .or_insert_with(|| SingleFlight::new(Operation::Ec2DescribeSecurityGroups, VIEW_TTL))
+            .or_insert_with(|| {
+                let ttl = self.ttl.lock().unwrap_or(VIEW_TTL);
+                SingleFlight::new(Operation::Ec2DescribeSecurityGroups, ttl)
+            })
             .clone();
         let reader = aws.clone();
         let vpc = vpc_id.to_string();
@@ -232,28 +253,48 @@ impl SgView {
         Ok(())
     }
 
-    /// Whether the Service with UID `uid` reads its own groups now: its
-    /// resync slot in `period` moved on since it last did (the first sync
-    /// in this process only records the time: the listing is as fresh).
-    /// `None`: every sync reads them (`aws-ccm plan`).
-    pub fn slot_due(&self, uid: &str, period: Option<Option<Duration>>) -> bool {
-        let Some(period) = period else {
-            return true;
-        };
+    /// When the Service with UID `uid` needs a listing that started after
+    /// its last sync: its resync slot in `period` moved on since that sync
+    /// and the last listing of `vpc_id` is older. `None`: the listing
+    /// serves (always, for the first sync in this process or without a
+    /// resync period).
+    pub fn slot_due(&self, uid: &str, vpc_id: &str, period: Option<Duration>) -> Option<Instant> {
+        let listed = self.last.lock().get(vpc_id).map(|l| l.started);
         let now = Instant::now();
         let mut slots = self.slots.lock();
-        let due = match (slots.get(uid), period) {
-            (None, _) => {
-                slots.insert(uid.to_string(), now);
-                false
-            }
-            (Some(at), Some(p)) => resync_slot(uid, p, now) > resync_slot(uid, p, *at),
-            (Some(_), None) => false,
+        let prev = slots.get(uid).copied();
+        let moved = match (prev, period) {
+            (Some(at), Some(p)) => resync_slot(uid, p, now) > resync_slot(uid, p, at),
+            _ => false,
         };
-        if due {
+        if prev.is_none() || moved {
             slots.insert(uid.to_string(), now);
         }
-        due
+        prev.filter(|at| moved && listed.is_none_or(|started| started < *at))
+    }
+
+    /// Makes the listing of `vpc_id` one that started at or after `since`:
+    /// the cached one if it did, else a new one, shared by every sync that
+    /// asks meanwhile.
+    pub async fn listing_since(
+        &self,
+        aws: &AwsClient,
+        vpc_id: &str,
+        since: Instant,
+    ) -> Result<(), AwsError> {
+        let _one = self.renewing.lock().await;
+        let fresh = |view: &SgView| {
+            let last = view.last.lock();
+            last.get(vpc_id).is_some_and(|l| l.started >= since)
+        };
+        if fresh(self) {
+            return Ok(());
+        }
+        let flight = self.listings.lock().get(vpc_id).cloned();
+        if let Some(flight) = flight {
+            flight.invalidate();
+        }
+        self.listing(aws, vpc_id).await.map(|_| ())
     }
 
     /// The Service with UID `uid` is gone: forget its slot.
@@ -340,7 +381,7 @@ impl SgView {
 /// that answer over it (`None`: gone or unknown). A record stays until a
 /// listing that started [`WRITE_SETTLE`] after it; a group this process
 /// knows but no listing has shown yet (made here, or read by ID) stays for
-/// [`VIEW_TTL`] past that.
+/// [`UNLISTED_KEPT`] past that.
 fn overlay(
     local: &mut HashMap<String, Local>,
     listing: &Listing,
@@ -349,7 +390,7 @@ fn overlay(
     local.retain(|id, l| {
         let settled = l.at + WRITE_SETTLE <= listing.started;
         let unlisted = matches!(l.entry, Entry::Known(_)) && !listing.groups.contains_key(id);
-        !settled || (unlisted && l.at + VIEW_TTL > listing.started)
+        !settled || (unlisted && l.at + UNLISTED_KEPT > listing.started)
     });
     let mut over = BTreeMap::new();
     for (id, l) in local.iter() {

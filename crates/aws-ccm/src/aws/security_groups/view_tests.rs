@@ -135,15 +135,23 @@ async fn a_failed_write_or_a_write_to_a_group_never_listed_makes_it_unknown() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_services_own_groups_are_read_again_once_its_resync_slot_moves_on() {
+async fn a_resync_needs_a_listing_newer_than_the_services_last_sync() {
     let view = SgView::default();
     let period = Duration::from_secs(60);
-    assert!(!view.slot_due("uid-1", Some(Some(period))), "first sync");
-    assert!(!view.slot_due("uid-1", Some(Some(period))), "same slot");
+    let due = |uid: &str| view.slot_due(uid, VPC, Some(period));
+    seen(&view, &listing(Instant::now(), &[]));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    let first = Instant::now();
+    assert_eq!(due("uid-1"), None, "first sync");
+    assert_eq!(due("uid-1"), None, "same slot");
     tokio::time::advance(period).await;
-    assert!(view.slot_due("uid-1", Some(Some(period))), "next slot");
-    assert!(!view.slot_due("uid-1", Some(Some(period))), "read once per slot");
-    assert!(view.slot_due("uid-1", None), "no trust: always read");
-    assert!(!view.slot_due("uid-2", Some(None)), "no resync period");
-    assert!(!view.slot_due("uid-2", Some(None)));
+    assert_eq!(due("uid-1"), Some(first), "next slot, the listing is older");
+    assert_eq!(due("uid-1"), None, "once per slot");
+    // A listing newer than the Service's last sync serves its resync.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    seen(&view, &listing(Instant::now(), &[]));
+    tokio::time::advance(period).await;
+    assert_eq!(due("uid-1"), None, "the newer listing serves");
+    assert_eq!(view.slot_due("uid-2", VPC, None), None, "no resync period");
+    assert_eq!(view.slot_due("uid-2", VPC, None), None);
 }
