@@ -370,7 +370,12 @@ async fn drift_behind_the_ccms_back_is_repaired_at_the_services_resync() -> anyh
 
 /// The classic ELB name and owned group name of Service `svc`.
 fn clb_names(svc: &Service) -> (String, String) {
-    let uid = svc.metadata.uid.clone().unwrap_or_default().replace('-', "");
+    let uid = svc
+        .metadata
+        .uid
+        .clone()
+        .unwrap_or_default()
+        .replace('-', "");
     let name = format!("a{uid}")[..32].to_string();
     let group = format!("k8s-elb-{name}");
     (name, group)
@@ -416,7 +421,11 @@ async fn adoption_reads_security_groups_in_a_few_calls_whatever_the_number_of_se
     eprintln!("adoption of {N} CLBs + {N} NLBs: {reads} DescribeSecurityGroups calls");
     // One listing of the VPC (a page), the permission probe, and a read by
     // ID for a group the listing could lack: independent of N.
-    assert!(reads <= 4, "{reads} DescribeSecurityGroups calls for {} Services", 2 * N);
+    assert!(
+        reads <= 4,
+        "{reads} DescribeSecurityGroups calls for {} Services",
+        2 * N
+    );
     env.finish().await
 }
 

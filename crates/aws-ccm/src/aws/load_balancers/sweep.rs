@@ -505,7 +505,10 @@ mod tests {
         use std::time::Duration;
         assert_eq!(sweep_ttl(None), SWEEP_TTL);
         assert_eq!(sweep_ttl(Some(None)), MAX_SWEEP_TTL);
-        assert_eq!(sweep_ttl(Some(Some(Duration::from_secs(3600)))), MAX_SWEEP_TTL);
+        assert_eq!(
+            sweep_ttl(Some(Some(Duration::from_secs(3600)))),
+            MAX_SWEEP_TTL
+        );
         let minute = Duration::from_secs(60);
         assert_eq!(sweep_ttl(Some(Some(minute))), minute);
         assert_eq!(sweep_ttl(Some(Some(Duration::from_secs(3)))), SWEEP_TTL);

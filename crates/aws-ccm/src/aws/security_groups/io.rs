@@ -325,24 +325,6 @@ pub async fn referencing(
     .await
 }
 
-/// Groups in `vpc_id` with an ingress rule starting at one of `ports`. A
-/// Service's node ports are unique in the cluster, so these are the groups
-/// that may hold an NLB's node rules.
-pub async fn with_rule_ports(
-    aws: &AwsClient,
-    vpc_id: &str,
-    ports: &BTreeSet<i32>,
-) -> Result<Vec<SecurityGroup>, AwsError> {
-    let ports: Vec<String> = ports.iter().map(i32::to_string).collect();
-    describe_any_of(
-        aws,
-        &[filter("vpc-id", [vpc_id])],
-        "ip-permission.from-port",
-        &ports,
-    )
-    .await
-}
-
 pub async fn create(
     aws: &AwsClient,
     vpc_id: &str,

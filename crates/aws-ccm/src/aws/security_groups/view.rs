@@ -173,9 +173,7 @@ impl SgView {
                 .boxed()
             })
             .await?;
-        self.last
-            .lock()
-            .insert(vpc_id.to_string(), listing.clone());
+        self.last.lock().insert(vpc_id.to_string(), listing.clone());
         Ok(listing)
     }
 
@@ -339,7 +337,12 @@ impl SgView {
     }
 
     /// This process added `rules` to group `id`, with `descriptions`.
-    pub fn authorized(&self, id: &str, rules: &BTreeSet<Rule>, descriptions: &BTreeMap<Rule, String>) {
+    pub fn authorized(
+        &self,
+        id: &str,
+        rules: &BTreeSet<Rule>,
+        descriptions: &BTreeMap<Rule, String>,
+    ) {
         self.update(id, |g| {
             g.ingress.extend(rules.iter().cloned());
             for (r, d) in descriptions {
