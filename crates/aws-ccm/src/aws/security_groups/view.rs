@@ -83,7 +83,7 @@ pub struct SgView {
     /// The last listing of each VPC (what a write's record starts from).
     last: Arc<Mutex<HashMap<String, Arc<Listing>>>>,
     local: Arc<Mutex<HashMap<String, Local>>>,
-    /// When each Service (by UID) last read its own groups, for its slot.
+    /// When each Service (by UID) last synced in a new resync slot.
     slots: Arc<Mutex<HashMap<String, Instant>>>,
     /// How long a listing serves (`None`: [`VIEW_TTL`]).
     ttl: Arc<Mutex<Option<Duration>>>,
