@@ -1238,6 +1238,7 @@ async fn adopt(
         .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
         .collect();
     eprintln!("   adoption describe calls by action: {by_action:?}");
+    eprint_throttled("adoption", &calls);
     let tokens = late_tokens(world, &svc_api, &late).await?;
     let (adopted_mutations, late_mutations) = split_mutations(world, &calls, &tokens);
     Ok(Adoption {
@@ -1421,6 +1422,18 @@ fn split_mutations(
     (adopted, late)
 }
 
+/// Names each throttled action (the bound is 0: say which one missed it).
+fn eprint_throttled(phase: &str, calls: &CallCounts) {
+    let throttled: BTreeMap<String, u64> = calls
+        .iter()
+        .filter(|(_, _, c)| c.throttled > 0)
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.throttled))
+        .collect();
+    if !throttled.is_empty() {
+        eprintln!("   {phase}: throttled responses by action: {throttled:?}");
+    }
+}
+
 /// What the service controller logs after each successful sync.
 const ENSURED: &str = "load balancer ensured";
 
@@ -1492,12 +1505,13 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         None,
     );
     let periods = elapsed.as_secs_f64() / period.as_secs_f64();
-    let by_action: BTreeMap<&str, u64> = steady
+    let by_action: BTreeMap<String, u64> = steady
         .iter()
         .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
-        .map(|(_, a, c)| (a, c.received))
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
         .collect();
     eprintln!("   steady describe calls by action: {by_action:?}");
+    eprint_throttled("steady", &steady);
     // The node path: DescribeInstances per node refresh period.
     let instances = steady.get("ec2", "DescribeInstances").received as f64 / periods;
     let goal = n.div_ceil(1000) as f64;
@@ -1953,6 +1967,7 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
             Some(per_sync(count)),
         );
     }
+    eprint_throttled("churn", &calls);
     let (mutating, by) = mutating_calls(&calls);
     table.row(
         &scenario,

@@ -367,3 +367,144 @@ async fn drift_behind_the_ccms_back_is_repaired_at_the_services_resync() -> anyh
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     env.finish().await
 }
+
+/// The classic ELB name and owned group name of Service `svc`.
+fn clb_names(svc: &Service) -> (String, String) {
+    let uid = svc
+        .metadata
+        .uid
+        .clone()
+        .unwrap_or_default()
+        .replace('-', "");
+    let name = format!("a{uid}")[..32].to_string();
+    let group = format!("k8s-elb-{name}");
+    (name, group)
+}
+
+/// The CIDRs group `group` admits on port 80.
+async fn port_80_cidrs(ec2: &aws_sdk_ec2::Client, group: &str) -> Vec<String> {
+    let Some(g) = crate::service::group_by_name(ec2, group).await else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = g
+        .ip_permissions()
+        .iter()
+        .filter(|p| p.from_port() == Some(80))
+        .flat_map(|p| p.ip_ranges().iter().filter_map(|r| r.cidr_ip()))
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out
+}
+
+/// A fresh leader adopting classic ELBs and NLBs with their security-group
+/// rules reads the VPC's groups from one shared view: a few
+/// DescribeSecurityGroups calls in all, not two per Service.
+#[tokio::test]
+async fn adoption_reads_security_groups_in_a_few_calls_whatever_the_number_of_services()
+-> anyhow::Result<()> {
+    const N: usize = 12;
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    first_leader_creates(&env, &seeded, N, N).await?;
+    let (proxy, ccm) = env
+        .start_counted_ccm(&["--controllers=service", "--concurrent-service-syncs=10"])
+        .await?;
+    eventually("every Service adopted", WAIT, || async {
+        (count_lines(&ccm.logs(), "load balancer ensured") >= 2 * N).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let logs = ccm.logs();
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{logs}");
+    let reads = calls(&proxy, "ec2", "DescribeSecurityGroups");
+    eprintln!("adoption of {N} CLBs + {N} NLBs: {reads} DescribeSecurityGroups calls");
+    // One listing of the VPC (a page), the permission probe, and a read by
+    // ID for a group the listing could lack: independent of N.
+    assert!(
+        reads <= 4,
+        "{reads} DescribeSecurityGroups calls for {} Services",
+        2 * N
+    );
+    env.finish().await
+}
+
+/// The CCM narrows a classic ELB's source range and widens it back: each
+/// sync sees the rules the previous one wrote (the shared view holds this
+/// process's own writes), so the group ends with exactly the range asked.
+#[tokio::test]
+async fn a_security_group_this_ccm_changed_is_seen_changed_by_the_next_sync() -> anyhow::Result<()>
+{
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    nodes_and_services(&env, &seeded, &[lb_service("web", serde_json::json!({}))]).await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    all_have_hostnames(&env, &ccm, 1).await?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let (_, group) = clb_names(&api.get("web").await?);
+    assert_eq!(port_80_cidrs(&seeded.ec2, &group).await, ["0.0.0.0/0"]);
+    for ranges in [vec!["10.1.0.0/16"], vec!["0.0.0.0/0"], vec!["10.2.0.0/16"]] {
+        let patch = serde_json::json!({"spec": {"loadBalancerSourceRanges": ranges}});
+        api.patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await?;
+        let want: Vec<String> = ranges.iter().map(|s| s.to_string()).collect();
+        eventually(&format!("port 80 open to {want:?} only"), WAIT, || async {
+            (port_80_cidrs(&seeded.ec2, &group).await == want).then_some(())
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    }
+    env.finish().await
+}
+
+/// Someone revokes a classic ELB group's rule behind the CCM's back: the
+/// Service's resync (its slot in `--service-resync-period`) reads its own
+/// groups by ID, though the shared view is minutes from its next listing,
+/// and adds the rule back.
+#[tokio::test]
+async fn a_security_group_rule_removed_out_of_band_is_repaired_at_the_resync_slot()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    nodes_and_services(&env, &seeded, &[lb_service("web", serde_json::json!({}))]).await?;
+    let ccm = env
+        .start_ccm(&["--controllers=service", "--service-resync-period=3s"])
+        .await?;
+    all_have_hostnames(&env, &ccm, 1).await?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let (_, group) = clb_names(&api.get("web").await?);
+    let id = crate::service::group_by_name(&seeded.ec2, &group)
+        .await
+        .and_then(|g| g.group_id().map(str::to_string))
+        .ok_or_else(|| anyhow::anyhow!("no group {group}"))?;
+    assert_eq!(port_80_cidrs(&seeded.ec2, &group).await, ["0.0.0.0/0"]);
+    seeded
+        .ec2
+        .revoke_security_group_ingress()
+        .group_id(&id)
+        .ip_permissions(
+            aws_sdk_ec2::types::IpPermission::builder()
+                .ip_protocol("tcp")
+                .from_port(80)
+                .to_port(80)
+                .ip_ranges(
+                    aws_sdk_ec2::types::IpRange::builder()
+                        .cidr_ip("0.0.0.0/0")
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await?;
+    assert!(port_80_cidrs(&seeded.ec2, &group).await.is_empty());
+    eventually("the rule repaired", WAIT, || async {
+        (port_80_cidrs(&seeded.ec2, &group).await == ["0.0.0.0/0"]).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    env.finish().await
+}

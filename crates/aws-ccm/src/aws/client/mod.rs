@@ -226,6 +226,8 @@ struct Inner {
     by_private_dns: Batcher<String, Ec2Instance>,
     sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
     zones: SingleFlight<Arc<Zones>>,
+    /// The VPC's security groups, shared by every sync.
+    groups: super::security_groups::view::SgView,
     topology: instances::topology::Topology,
 }
 
@@ -351,6 +353,7 @@ impl AwsClient {
             ),
             sweep: SingleFlight::new(Operation::Ec2DescribeInstances, options.sweep_ttl),
             zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
+            groups: Default::default(),
             topology: instances::topology::Topology::new(
                 core.clone(),
                 region.clone(),
@@ -609,6 +612,13 @@ impl AwsClient {
     /// Availability zone name → zone ID (`us-east-1a` → `use1-az1`), cached.
     pub async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, AwsError> {
         Ok(self.zones().await?.ids.clone())
+    }
+
+    /// The VPC's security groups as the sync paths share them (see
+    /// [`super::security_groups::view`]); writes through
+    /// `security_groups::io` keep it current.
+    pub fn group_view(&self) -> &super::security_groups::view::SgView {
+        &self.inner.groups
     }
 
     /// The Region's zones with their IDs and types, cached (one read shared

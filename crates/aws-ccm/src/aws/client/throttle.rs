@@ -7,7 +7,8 @@
 //!
 //! 1. A `governor` GCRA limiter sized like AWS's bucket for the category,
 //!    scaled by the budget fraction. It is the ceiling: it allows AWS's burst
-//!    and never more than the configured share of the refill rate.
+//!    less one token ([`TRANSIT_RESERVE`]) and never more than the
+//!    configured share of the refill rate.
 //! 2. An adaptive pacer. When AWS throttles a request anyway (other clients in
 //!    the account share the bucket), the category's rate is halved (down to a
 //!    floor), then grows back linearly to the ceiling. While it is below the
@@ -72,6 +73,10 @@ impl Clock for TokioClock {
         Nanos::from(Instant::now().saturating_duration_since(self.origin))
     }
 }
+
+/// Tokens of each bucket this client leaves unused, for the difference
+/// between when a call is granted here and when AWS counts it.
+pub const TRANSIT_RESERVE: u32 = 1;
 
 type Gcra = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Nanos>>;
 
@@ -152,8 +157,14 @@ impl CategoryLimiter {
         let bucket = category.aws_bucket();
         let ceiling = (bucket.refill_per_sec * budget_fraction).max(f64::MIN_POSITIVE);
         // A burst below one request would block forever; round so that a
-        // small fraction of a small bucket still allows one call.
-        let burst = ((bucket.burst * budget_fraction).round() as u32).max(1);
+        // small fraction of a small bucket still allows one call. One token
+        // is kept back (TRANSIT_RESERVE): AWS counts a call when it
+        // arrives, not when it is granted here, and a burst's first call
+        // arriving late (a new connection) starts AWS's refill later than
+        // this bucket's, so a later call granted here on time arrives at an
+        // empty bucket and is throttled.
+        let scaled = ((bucket.burst * budget_fraction).round() as u32).max(1);
+        let burst = scaled.saturating_sub(TRANSIT_RESERVE).max(1);
         let period = Duration::from_secs_f64(1.0 / ceiling);
         let quota = Quota::with_period(period)
             .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
@@ -365,11 +376,12 @@ mod tests {
 
     #[test]
     fn buckets_are_scaled_by_the_budget_fraction() {
+        // Half the bucket, less the one token kept for transit time.
         let limiter = CategoryLimiter::new(Category::Ec2NonMutating, 0.5, AimdConfig::default());
-        assert_eq!(limiter.burst(), 50);
+        assert_eq!(limiter.burst(), 49);
         assert!((limiter.ceiling() - 10.0).abs() < 1e-9);
         let slow = CategoryLimiter::new(Category::ElbCreateAndSubnets, 0.5, AimdConfig::default());
-        assert_eq!(slow.burst(), 5);
+        assert_eq!(slow.burst(), 4);
         assert!((slow.ceiling() - 0.1).abs() < 1e-9);
         // A tiny fraction still allows one request.
         let tiny = CategoryLimiter::new(Category::ElbCreateAndSubnets, 0.01, AimdConfig::default());
@@ -379,9 +391,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn burst_is_immediate_then_refill_rate_applies() {
         let limiter = CategoryLimiter::new(Category::Ec2Mutating, 0.5, AimdConfig::default());
-        // 25 burst, 2.5/s.
+        // 25 burst less the transit reserve, 2.5/s.
         let start = Instant::now();
-        for _ in 0..25 {
+        for _ in 0..24 {
             limiter.acquire(None).await.expect("no deadline");
         }
         assert_eq!(start.elapsed(), Duration::ZERO, "the burst must not wait");

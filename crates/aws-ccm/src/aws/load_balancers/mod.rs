@@ -17,6 +17,7 @@ pub use crate::provider::load_balancers::{
 };
 
 mod drift;
+mod groups;
 mod nlb_groups;
 mod nlb_rules;
 mod planned;
@@ -83,7 +84,9 @@ impl AwsLoadBalancers {
     /// `resync` (`--service-resync-period`; zero: never). Without this
     /// (`aws-ccm plan`), every sync reads them.
     pub fn trusting_known_settings(mut self, resync: std::time::Duration) -> AwsLoadBalancers {
-        self.sweep = sweep::LbSweep::new(Some(Some(resync).filter(|d| !d.is_zero())));
+        let trust = Some(Some(resync).filter(|d| !d.is_zero()));
+        self.sweep = sweep::LbSweep::new(trust);
+        self.aws.group_view().serve_for(sweep::sweep_ttl(trust));
         self
     }
 }
@@ -125,66 +128,6 @@ fn admitting(groups: &BTreeMap<String, sg::SecurityGroup>, group: &str) -> BTree
 }
 
 impl AwsLoadBalancers {
-    /// The security groups of `instances` and the groups named
-    /// `extra_names` (a load balancer's owned group), by ID. What a sync
-    /// reads grows with the instance groups it reaches, not with the
-    /// cluster's load balancers: every owned group carries the cluster tag,
-    /// so reading all cluster-tagged groups grew with each Service.
-    async fn groups_of(
-        &self,
-        vpc_id: &str,
-        instances: &[&crate::aws::Ec2Instance],
-        extra_names: &[String],
-    ) -> Result<BTreeMap<String, sg::SecurityGroup>, LbError> {
-        // by_refs reads each group once however many instances share it.
-        let refs: Vec<crate::aws::instances::SecurityGroupRef> = instances
-            .iter()
-            .flat_map(|i| i.security_groups.iter().cloned())
-            .collect();
-        Ok(sg::io::by_refs(&self.aws, vpc_id, &refs, extra_names)
-            .await?
-            .into_iter()
-            .map(|g| (g.id.clone(), g))
-            .collect())
-    }
-
-    /// What a sync starts from, in one read: the load balancer's owned group
-    /// (one of `owned_names`) and its backends' groups, and which of those are the
-    /// backends' node groups.
-    async fn sync_groups(
-        &self,
-        vpc_id: &str,
-        owned_names: &[String],
-        backends: &[&crate::aws::Ec2Instance],
-    ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
-        let groups = self.groups_of(vpc_id, backends, owned_names).await?;
-        let mut node_groups = BTreeSet::new();
-        for i in backends {
-            node_groups.extend(self.node_group(i, &groups)?);
-        }
-        Ok((groups, node_groups))
-    }
-
-    /// Adds the groups in `vpc_id` whose rules admit group `source`. For a
-    /// group the cluster owns, every such group (only this CCM adds those
-    /// rules, and the group cannot be deleted while one remains); for a
-    /// shared group, only cluster-tagged ones: a rule someone added to a
-    /// group outside the cluster is not ours to revoke.
-    async fn add_referencing(
-        &self,
-        groups: &mut BTreeMap<String, sg::SecurityGroup>,
-        vpc_id: &str,
-        source: &str,
-        source_is_owned: bool,
-    ) -> Result<(), LbError> {
-        for g in sg::io::referencing(&self.aws, vpc_id, source).await? {
-            if source_is_owned || tags::has_cluster_tag(&g.tags, &self.cluster_id) {
-                groups.entry(g.id.clone()).or_insert(g);
-            }
-        }
-        Ok(())
-    }
-
     /// Node groups reached by other classic ELBs that use `group`; `None`
     /// when one of their instances cannot be placed (then nothing is revoked).
     async fn node_groups_used_by_others(
@@ -351,7 +294,12 @@ impl AwsLoadBalancers {
 
         let owned_name = elb::owned_group_name(&name);
         let (mut all_groups, node_groups) = self
-            .sync_groups(&vpc_id, std::slice::from_ref(&owned_name), &backends)
+            .sync_groups(
+                &req.uid,
+                &vpc_id,
+                std::slice::from_ref(&owned_name),
+                &backends,
+            )
             .await?;
         let owned_group = all_groups
             .values()
@@ -576,6 +524,7 @@ impl LoadBalancers for AwsLoadBalancers {
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
         self.targets.forget(uid);
+        self.aws.group_view().forget_slot(uid);
         let name = elb::load_balancer_name(uid);
         self.sweep.forget(&name);
         let deleted = async {

@@ -74,7 +74,8 @@ impl AwsLoadBalancers {
             nlb::client_rule_description(at.name),
             nlb::health_rule_description(at.name),
         ];
-        for g in sg::io::with_rule_ports(aws, at.vpc_id, &ports).await? {
+        let view = aws.group_view().groups(aws, at.vpc_id).await?;
+        for g in view.with_rule_ports(&ports) {
             // Only a group holding a rule of this NLB: another cluster
             // in the VPC may use the same node port.
             if g.descriptions.values().any(|d| ours.contains(d)) {

@@ -142,7 +142,9 @@ impl AwsLoadBalancers {
             };
         }
         let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
-        let (groups, node_groups) = self.sync_groups(&vpc_id, &owned_names, &backends).await?;
+        let (groups, node_groups) = self
+            .sync_groups(&req.uid, &vpc_id, &owned_names, &backends)
+            .await?;
         let actual = nlb::Actual {
             lb,
             target_groups,

@@ -6,9 +6,15 @@
 //! 400 per page each), the tags of those named like this CCM's (`a` + 31
 //! hex digits; `DescribeTags`, 20 per call) and every target group (400 per
 //! page) with the tags of those behind a swept NLB. It is single-flight
-//! (concurrent syncs share one) and reused for [`SWEEP_TTL`]. A write
-//! invalidates exactly the load balancer it touched: until a sweep that
-//! started after the write, that load balancer is read on its own.
+//! (concurrent syncs share one) and reused for [`sweep_ttl`]: the service
+//! resync period, at most [`MAX_SWEEP_TTL`] (no resync: the maximum; every
+//! sync reads in full, as `aws-ccm plan` does: [`SWEEP_TTL`]). So a sweep is
+//! read at most once per TTL however many syncs ask, and every Service's
+//! resync still sees its load balancer as it was after the Service's
+//! previous resync: the sweep it reads started at most one period (or
+//! [`SWEEP_TTL`], when the period is shorter) ago. A
+//! write invalidates exactly the load balancer it touched: until a sweep
+//! that started after the write, that load balancer is read on its own.
 //!
 //! What a sweep cannot show (a classic ELB's attributes; an NLB's attributes,
 //! listeners and target group attributes) is read per load balancer only
@@ -44,8 +50,22 @@ const REFUSED: &[&str] = &[
     "UnauthorizedOperation",
 ];
 
-/// How long one sweep serves syncs.
+/// How long one sweep serves syncs that read every load balancer in full.
 pub const SWEEP_TTL: Duration = Duration::from_secs(30);
+
+/// The longest one sweep serves syncs that trust known settings.
+pub const MAX_SWEEP_TTL: Duration = Duration::from_secs(300);
+
+/// How long one sweep serves syncs with `trust_for` (see [`LbSweep::new`]):
+/// the resync period, at most [`MAX_SWEEP_TTL`], and never less than
+/// [`SWEEP_TTL`].
+pub fn sweep_ttl(trust_for: Option<Option<Duration>>) -> Duration {
+    match trust_for {
+        None => SWEEP_TTL,
+        Some(None) => MAX_SWEEP_TTL,
+        Some(Some(period)) => period.clamp(SWEEP_TTL, MAX_SWEEP_TTL),
+    }
+}
 
 /// A target group from the listing, with its tags.
 pub type SweptGroup = (t::TargetGroup, BTreeMap<String, String>);
@@ -132,11 +152,17 @@ impl LbSweep {
     /// controllers); `None` to read every load balancer in full.
     pub fn new(trust_for: Option<Option<Duration>>) -> LbSweep {
         LbSweep {
-            flight: SingleFlight::new(Operation::ElbDescribeLoadBalancers, SWEEP_TTL),
+            flight: SingleFlight::new(Operation::ElbDescribeLoadBalancers, sweep_ttl(trust_for)),
             touched: Arc::default(),
             verified: Arc::default(),
             trust_for,
         }
+    }
+
+    /// `Some(resync period)` when known settings are trusted (the
+    /// controllers); `None` when every sync reads in full.
+    pub fn resync_period(&self) -> Option<Option<Duration>> {
+        self.trust_for
     }
 
     /// The current sweep, shared with every concurrent caller.
@@ -473,6 +499,21 @@ async fn read_all(aws: &AwsClient) -> Result<Snapshot, AwsError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_sweep_serves_for_the_resync_period_within_bounds() {
+        use super::{MAX_SWEEP_TTL, SWEEP_TTL, sweep_ttl};
+        use std::time::Duration;
+        assert_eq!(sweep_ttl(None), SWEEP_TTL);
+        assert_eq!(sweep_ttl(Some(None)), MAX_SWEEP_TTL);
+        assert_eq!(
+            sweep_ttl(Some(Some(Duration::from_secs(3600)))),
+            MAX_SWEEP_TTL
+        );
+        let minute = Duration::from_secs(60);
+        assert_eq!(sweep_ttl(Some(Some(minute))), minute);
+        assert_eq!(sweep_ttl(Some(Some(Duration::from_secs(3)))), SWEEP_TTL);
+    }
+
     use super::*;
 
     const NAME: &str = "a0123456789abcdef0123456789abcde";

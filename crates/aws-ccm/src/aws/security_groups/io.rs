@@ -109,7 +109,31 @@ pub async fn authorize_described(
             .build()
         })
         .collect();
-    authorize_permissions(aws, group_id, perms).await
+    let done = authorize_permissions(aws, group_id, perms).await;
+    let added: BTreeSet<Rule> = rules.keys().cloned().collect();
+    let described: BTreeMap<Rule, String> = rules
+        .iter()
+        .filter(|(r, _)| matches!(r.source, Source::Cidr(_)))
+        .map(|(r, d)| (r.clone(), d.clone()))
+        .collect();
+    recorded(aws, group_id, done, |v| {
+        v.authorized(group_id, &added, &described)
+    })
+}
+
+/// Records a write's outcome in the shared view: `done` when it went
+/// through, the group unknown when it failed.
+fn recorded(
+    aws: &AwsClient,
+    group_id: &str,
+    result: Result<(), AwsError>,
+    done: impl FnOnce(&super::view::SgView),
+) -> Result<(), AwsError> {
+    match &result {
+        Ok(()) => done(aws.group_view()),
+        Err(_) => aws.group_view().unknown(group_id),
+    }
+    result
 }
 
 /// Adds `perms` to the group in one call. `InvalidPermission.Duplicate`
@@ -301,24 +325,6 @@ pub async fn referencing(
     .await
 }
 
-/// Groups in `vpc_id` with an ingress rule starting at one of `ports`. A
-/// Service's node ports are unique in the cluster, so these are the groups
-/// that may hold an NLB's node rules.
-pub async fn with_rule_ports(
-    aws: &AwsClient,
-    vpc_id: &str,
-    ports: &BTreeSet<i32>,
-) -> Result<Vec<SecurityGroup>, AwsError> {
-    let ports: Vec<String> = ports.iter().map(i32::to_string).collect();
-    describe_any_of(
-        aws,
-        &[filter("vpc-id", [vpc_id])],
-        "ip-permission.from-port",
-        &ports,
-    )
-    .await
-}
-
 pub async fn create(
     aws: &AwsClient,
     vpc_id: &str,
@@ -345,12 +351,27 @@ pub async fn create(
         })
         .await;
     match created {
-        Ok(out) => Ok(out.group_id().unwrap_or_default().to_string()),
+        Ok(out) => {
+            let id = out.group_id().unwrap_or_default().to_string();
+            aws.group_view().created(SecurityGroup {
+                id: id.clone(),
+                name: name.to_string(),
+                vpc_id: Some(vpc_id.to_string()),
+                tags: tags.clone(),
+                ingress: BTreeSet::new(),
+                descriptions: BTreeMap::new(),
+                owner_id: None,
+            });
+            Ok(id)
+        }
         // The group exists: an attempt whose answer was lost made it, or a
-        // sync that read before it was visible. Use it.
+        // sync that read before it was visible. Use it (its rules are
+        // read again before the view answers for it).
         Err(e) if e.is_already_exists() => {
             tracing::info!(group = name, vpc = vpc_id, error = %e, "security group exists already; reading it");
-            existing_id(aws, vpc_id, name).await
+            let id = existing_id(aws, vpc_id, name).await?;
+            aws.group_view().unknown(&id);
+            Ok(id)
         }
         Err(e) => Err(e),
     }
@@ -379,7 +400,10 @@ pub async fn authorize(
     if rules.is_empty() {
         return Ok(());
     }
-    authorize_permissions(aws, group_id, rules_to_sdk(rules)).await
+    let done = authorize_permissions(aws, group_id, rules_to_sdk(rules)).await;
+    recorded(aws, group_id, done, |v| {
+        v.authorized(group_id, rules, &BTreeMap::new())
+    })
 }
 
 pub async fn revoke(
@@ -391,7 +415,7 @@ pub async fn revoke(
         return Ok(());
     }
     let perms = rules_to_sdk(rules);
-    match aws
+    let done = match aws
         .ec2(Operation::Ec2RevokeSecurityGroupIngress, |c| {
             c.revoke_security_group_ingress()
                 .group_id(group_id)
@@ -402,11 +426,12 @@ pub async fn revoke(
     {
         Err(e) if e.code() == Some("InvalidPermission.NotFound") || e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
-    }
+    };
+    recorded(aws, group_id, done, |v| v.revoked(group_id, rules))
 }
 
 pub async fn delete(aws: &AwsClient, group_id: &str) -> Result<(), AwsError> {
-    match aws
+    let done = match aws
         .ec2(Operation::Ec2DeleteSecurityGroup, |c| {
             c.delete_security_group().group_id(group_id).send()
         })
@@ -414,5 +439,6 @@ pub async fn delete(aws: &AwsClient, group_id: &str) -> Result<(), AwsError> {
     {
         Err(e) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
-    }
+    };
+    recorded(aws, group_id, done, |v| v.deleted(group_id))
 }

@@ -8,6 +8,7 @@ use ipnet::Ipv4Net;
 
 pub mod io;
 pub mod plan;
+pub mod view;
 
 /// Where an ingress rule lets traffic in from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
