@@ -65,6 +65,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use aws_ccm::controllers::service::current_hostname;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use ccm_testkit::apiserver::TestApiServer;
 use ccm_testkit::aws_proxy::{CallCounts, FaultProxy, ProxyConfig};
@@ -1232,12 +1233,10 @@ async fn adopt(
     let late = late_task.await.context("the late Services' task")??;
     let calls = world.proxy.calls();
     world.proxy.record_requests(false);
-    let by_action: BTreeMap<String, u64> = calls
-        .iter()
-        .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
-        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
-        .collect();
-    eprintln!("   adoption describe calls by action: {by_action:?}");
+    eprintln!(
+        "   adoption describe calls by action: {:?}",
+        describes_by_action(&calls)
+    );
     eprint_throttled("adoption", &calls);
     let tokens = late_tokens(world, &svc_api, &late).await?;
     let (adopted_mutations, late_mutations) = split_mutations(world, &calls, &tokens);
@@ -1297,7 +1296,7 @@ async fn create_late(
         tokio::time::sleep(Duration::from_millis(100)).await;
         let mut still = Vec::with_capacity(waiting.len());
         for (name, nlb, created) in waiting {
-            if hostname(&api.get(&name).await?).is_some() {
+            if current_hostname(&api.get(&name).await?).is_some() {
                 let hostname_after = Some(created.elapsed());
                 out.push(Late {
                     name,
@@ -1316,18 +1315,6 @@ async fn create_late(
         hostname_after: None,
     }));
     Ok(out)
-}
-
-/// The first ingress hostname of `svc`.
-fn hostname(svc: &Service) -> Option<&str> {
-    svc.status
-        .as_ref()?
-        .load_balancer
-        .as_ref()?
-        .ingress
-        .as_ref()?
-        .iter()
-        .find_map(|i| i.hostname.as_deref())
 }
 
 /// Strings that only the late Services' AWS calls carry, read straight from
@@ -1422,6 +1409,15 @@ fn split_mutations(
     (adopted, late)
 }
 
+/// Describe calls that reached the proxy, by `service:action`.
+fn describes_by_action(calls: &CallCounts) -> BTreeMap<String, u64> {
+    calls
+        .iter()
+        .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
+        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
+        .collect()
+}
+
 /// Names each throttled action (the bound is 0: say which one missed it).
 fn eprint_throttled(phase: &str, calls: &CallCounts) {
     let throttled: BTreeMap<String, u64> = calls
@@ -1505,12 +1501,10 @@ async fn steady_state(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
         None,
     );
     let periods = elapsed.as_secs_f64() / period.as_secs_f64();
-    let by_action: BTreeMap<String, u64> = steady
-        .iter()
-        .filter(|(_, a, c)| a.starts_with("Describe") && c.received > 0)
-        .map(|(s, a, c)| (format!("{s}:{a}"), c.received))
-        .collect();
-    eprintln!("   steady describe calls by action: {by_action:?}");
+    eprintln!(
+        "   steady describe calls by action: {:?}",
+        describes_by_action(&steady)
+    );
     eprint_throttled("steady", &steady);
     // The node path: DescribeInstances per node refresh period.
     let instances = steady.get("ec2", "DescribeInstances").received as f64 / periods;

@@ -746,7 +746,8 @@ fn has_ingress(svc: &Service) -> bool {
         .is_some_and(|i| !i.is_empty())
 }
 
-fn current_hostname(svc: &Service) -> Option<&str> {
+/// The hostname of the Service's load balancer, as its status shows it.
+pub fn current_hostname(svc: &Service) -> Option<&str> {
     svc.status
         .as_ref()?
         .load_balancer
