@@ -39,6 +39,25 @@ const SYNCS: &str = "--concurrent-service-syncs=10";
 /// be what the full storm measures.
 const WHOLE_BUDGET: &str = "--aws-api-budget-fraction=1";
 
+/// At most this many storm Services per node group. A load balancer adds
+/// an ingress rule to its backends' security group, and AWS allows 60
+/// inbound rules per group by default (moto enforces it): 200 Services on
+/// one node group would end in `RulesPerSecurityGroupLimitExceeded`, with
+/// the Go CCM as with this one. A cluster that size spreads its Services
+/// over node groups (or raises the quota), and so does the storm.
+const SERVICES_PER_GROUP: usize = 20;
+
+const TARGET_NODE_LABELS: &str = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
+/// The node label that says which node group a Node is in.
+const GROUP_LABEL: &str = "chaos.aws-ccm.test/group";
+
+/// A Node for `instance`, labelled as a member of node group `group`.
+fn grouped_node(name: &str, instance: &str, group: usize) -> Node {
+    let mut n = node(name, instance);
+    n.metadata.labels = Some([(GROUP_LABEL.to_string(), format!("g{group}"))].into());
+    n
+}
+
 /// Sizes of one run: short in `make test`, full in `make chaos`.
 struct Scale {
     storm_services: usize,
@@ -141,7 +160,7 @@ impl World {
             nodes
                 .create(
                     &PostParams::default(),
-                    &node(&format!("node-{i}"), instance),
+                    &grouped_node(&format!("node-{i}"), instance, 0),
                 )
                 .await?;
         }
@@ -152,16 +171,52 @@ impl World {
         })
     }
 
-    /// Creates `n` LoadBalancer Services, every other one an NLB.
+    /// Node groups 1..`groups` (group 0 is the seeded one): each its own
+    /// cluster-tagged security group named `nodes-g<k>` and one instance,
+    /// with its Node.
+    async fn add_node_groups(&self, groups: usize) -> anyhow::Result<()> {
+        let nodes: Api<Node> = Api::all(self.env.api.client().await?);
+        for g in 1..groups {
+            let group = self.seeded.node_group_named(&format!("nodes-g{g}")).await?;
+            for (i, instance) in self.seeded.launch_in(&group, 1).await?.iter().enumerate() {
+                nodes
+                    .create(
+                        &PostParams::default(),
+                        &grouped_node(&format!("node-g{g}-{i}"), instance, g),
+                    )
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates `n` LoadBalancer Services, every other one an NLB, all
+    /// backed by every node.
     async fn create_services(&self, prefix: &str, n: usize) -> anyhow::Result<Vec<String>> {
+        self.create_services_over(prefix, n, 1).await
+    }
+
+    /// Creates `n` LoadBalancer Services, every other one an NLB, spread
+    /// over `groups` node groups: with more than one, Service `i` targets
+    /// the nodes of group `i % groups` (`target-node-labels`), so its node
+    /// rules land in that group's security group only.
+    async fn create_services_over(
+        &self,
+        prefix: &str,
+        n: usize,
+        groups: usize,
+    ) -> anyhow::Result<Vec<String>> {
         let mut names = Vec::new();
         for i in 0..n {
             let name = format!("{prefix}-{i}");
-            let annotations = if i % 2 == 1 {
+            let mut annotations = if i % 2 == 1 {
                 serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"})
             } else {
                 serde_json::json!({})
             };
+            if groups > 1 {
+                annotations[TARGET_NODE_LABELS] = format!("{GROUP_LABEL}=g{}", i % groups).into();
+            }
             self.services
                 .create(&PostParams::default(), &lb_service(&name, annotations))
                 .await?;
@@ -357,7 +412,8 @@ impl Census {
             .await?;
         for g in groups.security_groups() {
             let id = g.group_id().unwrap_or_default();
-            if id == seeded.node_group {
+            let name = g.group_name().unwrap_or_default();
+            if id == seeded.node_group || name.starts_with("nodes-g") {
                 for p in g.ip_permissions() {
                     for s in p.user_id_group_pairs() {
                         census
@@ -499,8 +555,12 @@ async fn storm(campaign: &str, api: ServerOptions, api_faults: bool) -> anyhow::
     if api_faults {
         inject_api_faults(&world.env);
     }
+    let groups = s.storm_services.div_ceil(SERVICES_PER_GROUP);
+    world.add_node_groups(groups).await?;
     let started = Instant::now();
-    let names = world.create_services("storm", s.storm_services).await?;
+    let names = world
+        .create_services_over("storm", s.storm_services, groups)
+        .await?;
     let converged = world.converged(&names, s.deadline).await;
     let took = started.elapsed();
     figure(
