@@ -240,18 +240,18 @@ async fn reconcile<I: Instances>(
     shared: Arc<Shared<I>>,
 ) -> Result<Action, NodeError> {
     if !plan::is_uninitialized(&node) {
-        shared.progress.forget(&node.name_any());
-        reconcile_label_twins(&node, &shared).await?;
-        return Ok(match topology::label_initialized(&node, &shared).await? {
-            Some(wait) => Action::requeue(wait),
-            None => Action::await_change(),
-        });
+        return reconcile_initialized(&node, &shared).await;
     }
     // A tainted copy of a node this process just initialized is the cache
-    // lagging behind our own write: ask the API server, not AWS.
+    // lagging behind our own write: ask the API server, not AWS. The fresh
+    // copy is handled as an initialized node, so a network-node question
+    // still due is asked again (this run replaces the requeue the
+    // initialization asked for).
     let node = if shared.progress.recently_initialized(&node) {
         match shared.api().get_opt(&node.name_any()).await {
-            Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => return Ok(Action::await_change()),
+            Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => {
+                return reconcile_initialized(&fresh, &shared).await;
+            }
             Ok(Some(fresh)) => Arc::new(fresh),
             Ok(None) => return Ok(Action::await_change()),
             Err(source) => {
@@ -265,6 +265,20 @@ async fn reconcile<I: Instances>(
         node
     };
     initialize(&node, &shared).await
+}
+
+/// An initialized node: its label twins, and its network-node labels when
+/// a question is due (requeued until AWS answers).
+async fn reconcile_initialized<I: Instances>(
+    node: &Node,
+    shared: &Shared<I>,
+) -> Result<Action, NodeError> {
+    shared.progress.forget(&node.name_any());
+    reconcile_label_twins(node, shared).await?;
+    Ok(match topology::label_initialized(node, shared).await? {
+        Some(wait) => Action::requeue(wait),
+        None => Action::await_change(),
+    })
 }
 
 /// Keeps GA labels next to their beta twins on initialized nodes (no AWS).

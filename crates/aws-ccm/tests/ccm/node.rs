@@ -8,6 +8,7 @@ use anyhow::Context;
 use aws_sdk_ec2::types::{
     Filter, Instance, InstanceNetworkInterfaceSpecification, ResourceType, Tag, TagSpecification,
 };
+use ccm_testkit::apiserver::ServerOptions;
 use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -1351,7 +1352,29 @@ async fn network_node_labels_come_batched_and_only_where_upstream_sets_them() ->
 /// answers again.
 #[tokio::test]
 async fn a_failing_topology_question_does_not_hold_initialization_back() -> anyhow::Result<()> {
-    let env = Env::start().await?;
+    failing_topology_question(ServerOptions::default()).await
+}
+
+/// The same behind a watch cache that lags writes: the controller sees a
+/// tainted copy of the node after its own initializing write, and must
+/// still come back for the labels (it once took that copy for "nothing to
+/// do" and dropped the retry until the node next changed).
+#[tokio::test]
+async fn a_failing_topology_question_is_asked_again_behind_a_lagging_watch_cache()
+-> anyhow::Result<()> {
+    failing_topology_question(ServerOptions {
+        watch_cache_lag: Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await
+}
+
+async fn failing_topology_question(api: ServerOptions) -> anyhow::Result<()> {
+    let env = Env::start_with(
+        &format!("[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n"),
+        api,
+    )
+    .await?;
     let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
     let ec2 = Ec2::new(&env).await?;
     let p4d = ec2
