@@ -312,12 +312,15 @@ impl Census {
                 .map(|s| s.rsplit('/').next().unwrap_or(s).to_string())
         };
         let elb = aws_sdk_elasticloadbalancing::Client::new(&seeded.conf);
-        for lb in elb
+        // Every page: moto answers 50 per page (AWS 400), and a storm has
+        // 100 of each kind.
+        let clbs: Vec<_> = elb
             .describe_load_balancers()
+            .into_paginator()
             .send()
-            .await?
-            .load_balancer_descriptions()
-        {
+            .collect::<Result<Vec<_>, _>>()
+            .await?;
+        for lb in clbs.iter().flat_map(|p| p.load_balancer_descriptions()) {
             let name = lb.load_balancer_name().unwrap_or_default().to_string();
             let tags: BTreeMap<String, String> = elb
                 .describe_tags()
@@ -369,12 +372,13 @@ impl Census {
                 anyhow::Ok(tags)
             }
         };
-        for lb in elbv2
+        let nlbs: Vec<_> = elbv2
             .describe_load_balancers()
+            .into_paginator()
             .send()
-            .await?
-            .load_balancers()
-        {
+            .collect::<Result<Vec<_>, _>>()
+            .await?;
+        for lb in nlbs.iter().flat_map(|p| p.load_balancers()) {
             let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
             let tags = v2_tags(arn.clone()).await?;
             if !tags.contains_key(&cluster_tag) {
@@ -390,7 +394,13 @@ impl Census {
             ports.extend(listeners.listeners().iter().filter_map(|l| l.port()));
             census.load_balancers.entry(svc).or_default().push(arn);
         }
-        for tg in elbv2.describe_target_groups().send().await?.target_groups() {
+        let tgs: Vec<_> = elbv2
+            .describe_target_groups()
+            .into_paginator()
+            .send()
+            .collect::<Result<Vec<_>, _>>()
+            .await?;
+        for tg in tgs.iter().flat_map(|p| p.target_groups()) {
             let arn = tg.target_group_arn().unwrap_or_default().to_string();
             let tags = v2_tags(arn.clone()).await?;
             if !tags.contains_key(&cluster_tag) {
@@ -399,7 +409,7 @@ impl Census {
             let svc = service_of(&tags).unwrap_or_else(|| format!("untagged {arn}"));
             census.target_groups.entry(svc).or_default().push(arn);
         }
-        let groups = seeded
+        let groups: Vec<_> = seeded
             .ec2
             .describe_security_groups()
             .filters(
@@ -408,9 +418,11 @@ impl Census {
                     .values(&cluster_tag)
                     .build(),
             )
+            .into_paginator()
             .send()
+            .collect::<Result<Vec<_>, _>>()
             .await?;
-        for g in groups.security_groups() {
+        for g in groups.iter().flat_map(|p| p.security_groups()) {
             let id = g.group_id().unwrap_or_default();
             let name = g.group_name().unwrap_or_default();
             if id == seeded.node_group || name.starts_with("nodes-g") {
