@@ -119,11 +119,7 @@ async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> 
             &["--controllers=service", "--concurrent-service-syncs=10"],
         )
         .await?;
-    eventually("every Service adopted", WAIT, || async {
-        (count_lines(&ccm.logs(), "load balancer ensured") >= 2 * N).then_some(())
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    adopted(&ccm, 2 * N).await?;
 
     let logs = ccm.logs();
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{logs}");
@@ -410,11 +406,7 @@ async fn adoption_reads_security_groups_in_a_few_calls_whatever_the_number_of_se
     let (proxy, ccm) = env
         .start_counted_ccm(&["--controllers=service", "--concurrent-service-syncs=10"])
         .await?;
-    eventually("every Service adopted", WAIT, || async {
-        (count_lines(&ccm.logs(), "load balancer ensured") >= 2 * N).then_some(())
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    adopted(&ccm, 2 * N).await?;
     let logs = ccm.logs();
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{logs}");
     let reads = calls(&proxy, "ec2", "DescribeSecurityGroups");
@@ -507,4 +499,14 @@ async fn a_security_group_rule_removed_out_of_band_is_repaired_at_the_resync_slo
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     env.finish().await
+}
+
+/// Waits until `ccm` has synced `services` Services once (its "load
+/// balancer ensured" lines), naming its logs on timeout.
+async fn adopted(ccm: &Ccm, services: usize) -> anyhow::Result<()> {
+    eventually("every Service adopted", WAIT, || async {
+        (count_lines(&ccm.logs(), "load balancer ensured") >= services).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))
 }
