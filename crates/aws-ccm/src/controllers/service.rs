@@ -379,6 +379,31 @@ fn user_waits(entry: &KeyState, job: &Job) -> bool {
     changed || !has_finalizer(&job.svc) || !wants_load_balancer(&job.svc) || !has_ingress(&job.svc)
 }
 
+/// In which order a scan starts syncs: what a user waits for, then a fresh
+/// leader's adoption, then resyncs and retries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Tier {
+    UserWaits,
+    /// Not yet synced by this process. A Service's first sync reads what
+    /// the load-balancer sweep cannot show only when AWS lacks this CCM's
+    /// record; a resync reads it always. Adoption going first keeps the
+    /// resync slots that come due while others are still being adopted
+    /// (every slot does in a period shorter than the adoption) from
+    /// holding the adoption back.
+    Adoption,
+    Background,
+}
+
+fn tier(entry: &KeyState, job: &Job) -> Tier {
+    if user_waits(entry, job) {
+        Tier::UserWaits
+    } else if entry.last_sync.is_none() {
+        Tier::Adoption
+    } else {
+        Tier::Background
+    }
+}
+
 /// Whether `e` is AWS refusing to delete something another resource still
 /// uses.
 fn waits_on_dependency(e: &LbError) -> bool {
@@ -423,7 +448,9 @@ impl<L: LoadBalancers> ServiceController<L> {
         let mut index = self.index.lock();
         let live: BTreeSet<String> = services.iter().map(|s| key(s)).collect();
         state.retain(|k, s| live.contains(k) || s.in_flight);
-        let (mut urgent, mut rest) = (Vec::new(), Vec::new());
+        // Jobs by tier; past the first, only as many as there are free
+        // slots are kept.
+        let mut tiers: [Vec<Job>; 3] = Default::default();
         let free = self.workers.available_permits();
         for svc in services {
             if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
@@ -441,14 +468,14 @@ impl<L: LoadBalancers> ServiceController<L> {
                 // every SCAN_EVERY.
                 continue;
             }
-            if user_waits(entry, &job) {
-                urgent.push(job);
-            } else if rest.len() < free {
-                rest.push(job);
+            let t = tier(entry, &job);
+            let jobs = &mut tiers[t as usize];
+            if t == Tier::UserWaits || jobs.len() < free {
+                jobs.push(job);
             }
         }
-        // What a user waits for first, then the rest in store order.
-        for job in urgent.into_iter().chain(rest) {
+        // By tier, each in store order.
+        for job in tiers.into_iter().flatten() {
             let Ok(permit) = self.workers.clone().try_acquire_owned() else {
                 return;
             };
@@ -857,22 +884,38 @@ mod tests {
         // A fresh leader adopting a Service that has its load balancer.
         let mut entry = KeyState::default();
         let j = job(&mut entry, adopted("old", "u1"));
-        assert!(!user_waits(&entry, &j), "adoption waits");
-        // Its resync or a retry: no one waits either.
+        assert_eq!(tier(&entry, &j), Tier::Adoption, "adoption waits");
+        // Its resync or a retry: no one waits either, and they wait behind
+        // the Services this process has not synced yet.
         let mut entry = failed(&adopted("old", "u1"), now);
         entry.retry_at = Some(now);
         entry.synced_fingerprint = Some(fingerprint(&adopted("old", "u1")));
         let j = job(&mut entry, adopted("old", "u1"));
-        assert!(!user_waits(&entry, &j), "a retry waits");
+        assert_eq!(tier(&entry, &j), Tier::Background, "a retry waits");
+        let every = Duration::from_secs(60);
+        let mut entry = KeyState {
+            synced_fingerprint: Some(fingerprint(&adopted("old", "u1"))),
+            synced_backends: Some(0),
+            last_sync: Some(now),
+            ..KeyState::default()
+        };
+        let at = (1..=61)
+            .map(|s| now + Duration::from_secs(s))
+            .find(|t| resync_due(&adopted("old", "u1"), every, now, *t))
+            .expect("a slot comes due within the period");
+        let j = decide(&mut entry, adopted("old", "u1"), no_backends, Some(every), at)
+            .expect("the resync is due");
+        assert_eq!(tier(&entry, &j), Tier::Background, "a resync waits");
+        assert!(Tier::UserWaits < Tier::Adoption && Tier::Adoption < Tier::Background);
         // New: no finalizer, or no load balancer yet.
         let mut entry = KeyState::default();
         let j = job(&mut entry, lb_service("1", "10"));
-        assert!(user_waits(&entry, &j));
+        assert_eq!(tier(&entry, &j), Tier::UserWaits);
         let mut fresh = (*adopted("new", "u2")).clone();
         fresh.status = None;
         let mut entry = KeyState::default();
         let j = job(&mut entry, Arc::new(fresh));
-        assert!(user_waits(&entry, &j));
+        assert_eq!(tier(&entry, &j), Tier::UserWaits);
         // Changed since this process synced it.
         let mut entry = KeyState {
             synced_fingerprint: Some(1),
@@ -880,14 +923,14 @@ mod tests {
             ..KeyState::default()
         };
         let j = job(&mut entry, adopted("old", "u1"));
-        assert!(user_waits(&entry, &j));
+        assert_eq!(tier(&entry, &j), Tier::UserWaits);
         // Being deleted.
         let mut deleting = serde_json::to_value(&*adopted("gone", "u3")).unwrap();
         deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
         let deleting: Service = serde_json::from_value(deleting).unwrap();
         let mut entry = KeyState::default();
         let j = job(&mut entry, Arc::new(deleting));
-        assert!(user_waits(&entry, &j));
+        assert_eq!(tier(&entry, &j), Tier::UserWaits);
     }
 
     #[tokio::test(start_paused = true)]

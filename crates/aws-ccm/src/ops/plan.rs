@@ -243,7 +243,7 @@ async fn deletion_steps(
         } else {
             section.notes.push(lacks("NLB"));
         }
-        groups = nlb::read::read_target_groups(aws, &lb.arn).await?;
+        groups = nlb::read::groups_to_delete(aws, &lb.arn).await?;
     }
     let prefix = nlb::target_group_prefix(key);
     for tg in nlb::read::find_service_target_groups(aws, &prefix, key).await? {

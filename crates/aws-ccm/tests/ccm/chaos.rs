@@ -69,6 +69,19 @@ struct Scale {
 }
 
 fn scale() -> Scale {
+    let mut s = full_or_short();
+    // A storm of another size, to look at one phase without the full hour.
+    if let Some(n) = std::env::var("CHAOS_STORM_SERVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        s.storm_services = n;
+        s.deadline = s.deadline.max(Duration::from_secs(2700));
+    }
+    s
+}
+
+fn full_or_short() -> Scale {
     if std::env::var("CHAOS").is_ok_and(|v| v == "full") {
         Scale {
             storm_services: 200,
@@ -585,17 +598,22 @@ async fn storm(campaign: &str, api: ServerOptions, api_faults: bool) -> anyhow::
     );
     converged.map_err(|e| e.context(ccm.logs()))?;
     audit(campaign, &world, "create").await?;
+    let started = Instant::now();
     world
         .add_port(&names, s.deadline)
         .await
         .map_err(|e| e.context(ccm.logs()))?;
+    phase_took(campaign, "change", started, s.deadline);
     audit(campaign, &world, "change").await?;
+    let (started, before) = (Instant::now(), world.env.proxy.calls());
     world
         .delete_all(&names, s.deadline)
         .await
         .map_err(|e| e.context(ccm.logs()))?;
-    audit_leaks(campaign, &world).await?;
+    phase_took(campaign, "delete", started, s.deadline);
     let counts = world.env.proxy.calls();
+    calls_per_service(campaign, "delete", &before, &counts, names.len());
+    audit_leaks(campaign, &world).await?;
     figure(
         campaign,
         "faulted AWS calls",
@@ -606,6 +624,50 @@ async fn storm(campaign: &str, api: ServerOptions, api_faults: bool) -> anyhow::
     );
     anyhow::ensure!(counts.faulted_total() > 0, "the storm injected no fault");
     Ok(())
+}
+
+/// Records how long a phase of a campaign took (its wait already held it to
+/// `deadline`).
+fn phase_took(campaign: &str, phase: &str, started: Instant, deadline: Duration) {
+    let took = started.elapsed();
+    figure(
+        campaign,
+        &format!("time to {phase}"),
+        took.as_secs_f64(),
+        "s",
+        &format!("{deadline:?}"),
+        took <= deadline,
+    );
+}
+
+/// Records the AWS calls a phase made per Service (every attempt, faulted
+/// and throttled ones too), and prints them by action: what a slow phase
+/// spends its buckets on.
+fn calls_per_service(
+    campaign: &str,
+    phase: &str,
+    before: &ccm_testkit::aws_proxy::CallCounts,
+    after: &ccm_testkit::aws_proxy::CallCounts,
+    services: usize,
+) {
+    let by_action: BTreeMap<String, u64> = after
+        .iter()
+        .map(|(service, action, c)| {
+            let earlier = before.get(service, action).received;
+            (format!("{service}:{action}"), c.received - earlier)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    eprintln!("{campaign}: AWS calls while {phase}ing, by action: {by_action:?}");
+    let total: u64 = by_action.values().sum();
+    figure(
+        campaign,
+        &format!("AWS calls per Service ({phase})"),
+        total as f64 / services.max(1) as f64,
+        "",
+        "",
+        true,
+    );
 }
 
 /// kube-apiserver's own faults on top: 429 with Retry-After and 500s on the

@@ -417,7 +417,9 @@ impl AwsLoadBalancers {
     async fn delete_clb(&self, uid: &str, handover_of: Option<&str>) -> Result<bool, LbError> {
         let aws = &self.aws;
         let name = elb::load_balancer_name(uid);
-        let lb = elb::io::read_lb(aws, &name).await?;
+        // What a delete needs: the name, tags, groups and instances; not
+        // the attributes.
+        let lb = elb::io::describe(aws, &name).await?;
         if let (Some(key), Some(l)) = (handover_of, &lb) {
             drift::handover_allowed(key, &name, Kind::Classic, &l.tags, &self.cluster_id)?;
         }
@@ -699,7 +701,9 @@ impl AwsLoadBalancers {
         let aws = &self.aws;
         let thorough = !handover;
         let name = elb::load_balancer_name(uid);
-        let lb = nlb::read::read_lb(aws, &name).await?;
+        // Names, ARNs and tags are all a delete needs: no attributes,
+        // listeners or targets are read.
+        let lb = nlb::read::describe(aws, &name).await?;
         if lb.is_none() && !thorough {
             return Ok(false);
         }
@@ -712,7 +716,7 @@ impl AwsLoadBalancers {
             tracing::warn!(load_balancer = %name, "NLB lacks this cluster's ownership tag; leaving it");
         }
         let mut target_groups = match &lb {
-            Some(l) => nlb::read::read_target_groups(aws, &l.arn).await?,
+            Some(l) => nlb::read::groups_to_delete(aws, &l.arn).await?,
             None => Vec::new(),
         };
         if thorough {

@@ -217,27 +217,6 @@ fn health_of(g: &t::TargetGroup) -> HealthCheck {
     }
 }
 
-/// Full state (tags, attributes, registered targets) of the given groups.
-async fn complete(
-    aws: &AwsClient,
-    groups: Vec<t::TargetGroup>,
-) -> Result<Vec<ActualTargetGroup>, AwsError> {
-    let arns: Vec<String> = groups
-        .iter()
-        .filter_map(|g| g.target_group_arn().map(str::to_string))
-        .collect();
-    let mut tags = tags_of(aws, &arns).await?;
-    let mut out = Vec::new();
-    for g in &groups {
-        let Some(arn) = g.target_group_arn() else {
-            continue;
-        };
-        let tags = tags.remove(arn).unwrap_or_default();
-        out.push(complete_one(aws, g, tags, None).await?);
-    }
-    Ok(out)
-}
-
 /// One group's state from its listing entry and `tags`: its registered
 /// targets (one read), and its attributes, read unless `known_attributes`
 /// gives them.
@@ -268,15 +247,6 @@ pub async fn complete_one(
         .await?;
     let port = g.port().unwrap_or_default();
     Ok(ActualTargetGroup {
-        arn: arn.to_string(),
-        name: g.target_group_name().unwrap_or_default().to_string(),
-        protocol: g
-            .protocol()
-            .map(|p| p.as_str().to_string())
-            .unwrap_or_default(),
-        port,
-        health: health_of(g),
-        tags,
         attributes,
         targets: health
             .target_health_descriptions()
@@ -289,20 +259,36 @@ pub async fn complete_one(
             .filter(|t| t.port().is_none_or(|p| p == port))
             .filter_map(|t| t.id().map(str::to_string))
             .collect(),
+        ..listed(g, tags)
     })
 }
 
-/// The target groups behind the NLB (those its listeners may point at).
-pub async fn read_target_groups(
+/// What the listing and `tags` tell of a group; its attributes and targets
+/// are not read (left empty). Enough to delete it.
+fn listed(g: &t::TargetGroup, tags: BTreeMap<String, String>) -> ActualTargetGroup {
+    ActualTargetGroup {
+        arn: g.target_group_arn().unwrap_or_default().to_string(),
+        name: g.target_group_name().unwrap_or_default().to_string(),
+        protocol: g
+            .protocol()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default(),
+        port: g.port().unwrap_or_default(),
+        health: health_of(g),
+        tags,
+        attributes: BTreeMap::new(),
+        targets: BTreeSet::new(),
+    }
+}
+
+/// The target groups behind the NLB (those its listeners may point at),
+/// with their tags; attributes and targets are not read. For deletes.
+pub async fn groups_to_delete(
     aws: &AwsClient,
     lb_arn: &str,
 ) -> Result<Vec<ActualTargetGroup>, AwsError> {
     let groups = listed_target_groups(aws, lb_arn).await?;
-    let mut out = Vec::new();
-    for (g, tags) in &groups {
-        out.push(complete_one(aws, g, tags.clone(), None).await?);
-    }
-    Ok(out)
+    Ok(groups.into_iter().map(|(g, tags)| listed(&g, tags)).collect())
 }
 
 /// The target groups behind the NLB as the listing shows them, with their
@@ -363,7 +349,8 @@ pub async fn all_target_groups(aws: &AwsClient) -> Result<Vec<t::TargetGroup>, A
 
 /// Every target group whose name has the Service's prefix and whose tags
 /// name the Service: finds groups no listener points at any more (after an
-/// interrupted sync or a deleted NLB). One paginated listing; for deletes.
+/// interrupted sync or a deleted NLB). One paginated listing and their
+/// tags; attributes and targets are not read. For deletes.
 pub async fn find_service_target_groups(
     aws: &AwsClient,
     name_prefix: &str,
@@ -381,15 +368,14 @@ pub async fn find_service_target_groups(
         .iter()
         .filter_map(|g| g.target_group_arn().map(str::to_string))
         .collect();
-    let tags = tags_of(aws, &arns).await?;
-    let mine: Vec<t::TargetGroup> = candidates
-        .into_iter()
-        .filter(|g| {
-            g.target_group_arn()
-                .and_then(|a| tags.get(a))
-                .and_then(|t| t.get(crate::aws::tags::SERVICE_NAME_TAG))
-                .is_some_and(|s| s == service_key)
+    let mut tags = tags_of(aws, &arns).await?;
+    let mine = candidates
+        .iter()
+        .filter_map(|g| {
+            let t = tags.remove(g.target_group_arn()?)?;
+            let theirs = t.get(crate::aws::tags::SERVICE_NAME_TAG)? == service_key;
+            theirs.then(|| listed(g, t))
         })
         .collect();
-    complete(aws, mine).await
+    Ok(mine)
 }
