@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use aws_ccm::aws::load_balancers::{AwsLoadBalancers, EnsureRequest, LoadBalancers};
 use aws_ccm::provider::load_balancers::LoadBalancerSpec;
-use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
+use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
 use k8s_openapi::api::core::v1::{Node, Service};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -166,10 +166,19 @@ async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> 
 async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow::Result<()> {
     // Without the priority, late would land anywhere in the backlog: at
     // most 2 syncs ahead of it by chance 3 times in N.
-    const N: usize = 40;
+    const N: usize = 20;
     let env = Env::start().await?;
     let seeded = seed_cluster(&env, 1).await?;
-    first_leader_creates(&env, &seeded, N, 0).await?;
+    first_leader_creates(&env, &seeded, 0, N).await?;
+    // An adopted NLB's sync reads its target group's health, the one read
+    // the sweep cannot answer; holding each answer 500 ms makes the backlog
+    // last ~10 s, so that the late Service arrives while it is still there
+    // (a classic ELB's adoption makes no call of its own and the backlog
+    // would drain before the watch delivers the late Service).
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::Latency(Duration::from_millis(500)))
+            .for_action("DescribeTargetHealth"),
+    ]);
 
     let ccm = env
         .start_ccm(&["--controllers=service", "--concurrent-service-syncs=1"])
