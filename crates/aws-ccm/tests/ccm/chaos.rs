@@ -658,7 +658,7 @@ fn calls_per_service(
         })
         .filter(|(_, n)| *n > 0)
         .collect();
-    eprintln!("{campaign}: AWS calls while {phase}ing, by action: {by_action:?}");
+    eprintln!("{campaign}: AWS calls in the {phase} phase, by action: {by_action:?}");
     let total: u64 = by_action.values().sum();
     figure(
         campaign,
