@@ -346,8 +346,12 @@ mod tests {
             ..ObjectReference::default()
         };
         let api: Api<Event> = Api::namespaced(client, "default");
-        events.normal(&svc, "EnsuringLoadBalancer", "Ensuring load balancer").await;
-        events.normal(&svc, "EnsuredLoadBalancer", "Ensured load balancer").await;
+        events
+            .normal(&svc, "EnsuringLoadBalancer", "Ensuring load balancer")
+            .await;
+        events
+            .normal(&svc, "EnsuredLoadBalancer", "Ensured load balancer")
+            .await;
         assert!(api.list(&Default::default()).await?.items.is_empty());
         events.flushed().await;
         let reasons: Vec<_> = api

@@ -903,8 +903,14 @@ mod tests {
             .map(|s| now + Duration::from_secs(s))
             .find(|t| resync_due(&adopted("old", "u1"), every, now, *t))
             .expect("a slot comes due within the period");
-        let j = decide(&mut entry, adopted("old", "u1"), no_backends, Some(every), at)
-            .expect("the resync is due");
+        let j = decide(
+            &mut entry,
+            adopted("old", "u1"),
+            no_backends,
+            Some(every),
+            at,
+        )
+        .expect("the resync is due");
         assert_eq!(tier(&entry, &j), Tier::Background, "a resync waits");
         assert!(Tier::UserWaits < Tier::Adoption && Tier::Adoption < Tier::Background);
         // New: no finalizer, or no load balancer yet.

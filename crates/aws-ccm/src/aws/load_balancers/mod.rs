@@ -417,8 +417,7 @@ impl AwsLoadBalancers {
     async fn delete_clb(&self, uid: &str, handover_of: Option<&str>) -> Result<bool, LbError> {
         let aws = &self.aws;
         let name = elb::load_balancer_name(uid);
-        // What a delete needs: the name, tags, groups and instances; not
-        // the attributes.
+        // A delete needs no attributes: name, tags, groups and instances.
         let lb = elb::io::describe(aws, &name).await?;
         if let (Some(key), Some(l)) = (handover_of, &lb) {
             drift::handover_allowed(key, &name, Kind::Classic, &l.tags, &self.cluster_id)?;

@@ -288,7 +288,10 @@ pub async fn groups_to_delete(
     lb_arn: &str,
 ) -> Result<Vec<ActualTargetGroup>, AwsError> {
     let groups = listed_target_groups(aws, lb_arn).await?;
-    Ok(groups.into_iter().map(|(g, tags)| listed(&g, tags)).collect())
+    Ok(groups
+        .into_iter()
+        .map(|(g, tags)| listed(&g, tags))
+        .collect())
 }
 
 /// The target groups behind the NLB as the listing shows them, with their
