@@ -199,7 +199,7 @@ async fn deletion_steps(
     let owned = |t: &BTreeMap<String, String>| tags::is_owned(t, &ctx.cluster_id);
     let lacks =
         |kind: &str| format!("{kind} {name} lacks this cluster's ownership tag: the CCM leaves it");
-    match elb::io::read_lb(aws, name).await? {
+    match elb::io::describe(aws, name).await? {
         Some(lb) if owned(&lb.tags) => section.steps.push(step(
             "-",
             format!("classic ELB {name} ({why})"),
@@ -232,8 +232,9 @@ async fn deletion_steps(
             &["DeleteSecurityGroup"],
         ));
     }
-    let mut groups = Vec::new();
-    if let Some(lb) = nlb::read::read_lb(aws, name).await? {
+    // What the delete reads: names, ARNs and tags.
+    let lb = nlb::read::describe(aws, name).await?;
+    if let Some(lb) = &lb {
         if owned(&lb.tags) {
             section.steps.push(step(
                 "-",
@@ -243,15 +244,9 @@ async fn deletion_steps(
         } else {
             section.notes.push(lacks("NLB"));
         }
-        groups = nlb::read::groups_to_delete(aws, &lb.arn).await?;
     }
-    let prefix = nlb::target_group_prefix(key);
-    for tg in nlb::read::find_service_target_groups(aws, &prefix, key).await? {
-        if !groups.iter().any(|g| g.arn == tg.arn) {
-            groups.push(tg);
-        }
-    }
-    for tg in groups {
+    let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
+    for tg in nlb::read::groups_to_delete(aws, lb_arn, Some(key)).await? {
         section.steps.push(step(
             "-",
             format!("target group {}", tg.name),

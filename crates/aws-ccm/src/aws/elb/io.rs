@@ -48,16 +48,6 @@ fn instances(ids: &BTreeSet<String>) -> Vec<elbt::Instance> {
         .collect()
 }
 
-/// The load balancer with its attributes and tags (three reads), or
-/// `None` when it does not exist.
-pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
-    let Some(mut lb) = describe(aws, name).await? else {
-        return Ok(None);
-    };
-    lb.attributes = read_attributes(aws, name).await?;
-    Ok(Some(lb))
-}
-
 /// The load balancer with its tags, attributes not read (two reads), or
 /// `None` when it does not exist.
 pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
@@ -381,7 +371,7 @@ impl Applying<'_> {
             .await;
         match deleted {
             // The answer was lost: done if the load balancer is gone.
-            Err(e) if e.may_have_been_applied() => match read_lb(self.aws, name).await? {
+            Err(e) if e.may_have_been_applied() => match describe(self.aws, name).await? {
                 None => Ok(()),
                 Some(_) => Err(e),
             },

@@ -285,7 +285,7 @@ impl AwsLoadBalancers {
         if lb.is_none() && hand_over && self.delete_nlb(&req.service_key, &req.uid, true).await? {
             tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
         } else if lb.is_none() && !hand_over {
-            handover = nlb::read::read_lb(aws, &name).await?.is_some();
+            handover = nlb::read::describe(aws, &name).await?.is_some();
         }
 
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
@@ -714,18 +714,9 @@ impl AwsLoadBalancers {
         {
             tracing::warn!(load_balancer = %name, "NLB lacks this cluster's ownership tag; leaving it");
         }
-        let mut target_groups = match &lb {
-            Some(l) => nlb::read::groups_to_delete(aws, &l.arn).await?,
-            None => Vec::new(),
-        };
-        if thorough {
-            let prefix = nlb::target_group_prefix(service_key);
-            for g in nlb::read::find_service_target_groups(aws, &prefix, service_key).await? {
-                if !target_groups.iter().any(|t| t.arn == g.arn) {
-                    target_groups.push(g);
-                }
-            }
-        }
+        let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
+        let target_groups =
+            nlb::read::groups_to_delete(aws, lb_arn, thorough.then_some(service_key)).await?;
         let actual = nlb::Actual {
             lb,
             target_groups,

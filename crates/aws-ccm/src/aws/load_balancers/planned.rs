@@ -138,7 +138,7 @@ impl AwsLoadBalancers {
             handover = if hand_over {
                 self.delete_clb(&req.uid, Some(&req.service_key)).await?
             } else {
-                elb::io::read_lb(aws, &name).await?.is_some()
+                elb::io::describe(aws, &name).await?.is_some()
             };
         }
         let owned_names = self.nlb_group_names(&req.service_key, &req.uid);

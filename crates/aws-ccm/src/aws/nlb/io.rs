@@ -261,7 +261,7 @@ impl Applying<'_> {
             // The answer was lost: done if the load balancer is gone.
             Err(e)
                 if e.may_have_been_applied()
-                    && super::read::read_lb(self.aws, self.name).await?.is_some() =>
+                    && super::read::describe(self.aws, self.name).await?.is_some() =>
             {
                 return Err(e);
             }

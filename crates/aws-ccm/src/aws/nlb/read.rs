@@ -37,16 +37,6 @@ pub async fn tags_of(
     Ok(out)
 }
 
-/// The NLB named `name` with its tags, attributes and listeners, or `None`.
-pub async fn read_lb(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
-    let Some(mut lb) = describe(aws, name).await? else {
-        return Ok(None);
-    };
-    lb.attributes = read_attributes(aws, &lb.arn).await?;
-    lb.listeners = read_listeners(aws, &lb.arn).await?;
-    Ok(Some(lb))
-}
-
 /// The NLB named `name` with its tags (attributes and listeners not
 /// read), or `None`.
 pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
@@ -281,17 +271,32 @@ fn listed(g: &t::TargetGroup, tags: BTreeMap<String, String>) -> ActualTargetGro
     }
 }
 
-/// The target groups behind the NLB (those its listeners may point at),
-/// with their tags; attributes and targets are not read. For deletes.
+/// The target groups a delete removes, with their tags (attributes and
+/// targets are not read): those behind the NLB `lb_arn`, and with
+/// `orphans_of` (a Service key) also every group named and tagged for that
+/// Service that no listener points at any more, each once.
 pub async fn groups_to_delete(
     aws: &AwsClient,
-    lb_arn: &str,
+    lb_arn: Option<&str>,
+    orphans_of: Option<&str>,
 ) -> Result<Vec<ActualTargetGroup>, AwsError> {
-    let groups = listed_target_groups(aws, lb_arn).await?;
-    Ok(groups
-        .into_iter()
-        .map(|(g, tags)| listed(&g, tags))
-        .collect())
+    let mut groups: Vec<ActualTargetGroup> = match lb_arn {
+        Some(arn) => listed_target_groups(aws, arn)
+            .await?
+            .into_iter()
+            .map(|(g, tags)| listed(&g, tags))
+            .collect(),
+        None => Vec::new(),
+    };
+    if let Some(key) = orphans_of {
+        let prefix = super::target_group_prefix(key);
+        for g in find_service_target_groups(aws, &prefix, key).await? {
+            if !groups.iter().any(|t| t.arn == g.arn) {
+                groups.push(g);
+            }
+        }
+    }
+    Ok(groups)
 }
 
 /// The target groups behind the NLB as the listing shows them, with their
@@ -354,7 +359,7 @@ pub async fn all_target_groups(aws: &AwsClient) -> Result<Vec<t::TargetGroup>, A
 /// name the Service: finds groups no listener points at any more (after an
 /// interrupted sync or a deleted NLB). One paginated listing and their
 /// tags; attributes and targets are not read. For deletes.
-pub async fn find_service_target_groups(
+async fn find_service_target_groups(
     aws: &AwsClient,
     name_prefix: &str,
     service_key: &str,
