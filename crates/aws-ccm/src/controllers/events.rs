@@ -366,6 +366,57 @@ mod tests {
         Ok(())
     }
 
+    /// While the writer is held by a slow write, the queue takes
+    /// [`MAX_QUEUED`] events and drops the rest: the series written after
+    /// the flush counts only the events that fit.
+    #[tokio::test]
+    async fn a_full_queue_drops_what_does_not_fit() -> anyhow::Result<()> {
+        let server = TestApiServer::start().await?;
+        server.inject_failure(
+            ccm_testkit::apiserver::FailureRule::slow("create", "events", Duration::from_secs(5))
+                .times(1),
+        );
+        let client = server.client().await?;
+        let events = Events::new(client.clone(), "service-controller");
+        let svc = |name: &str| ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            ..ObjectReference::default()
+        };
+        let api: Api<Event> = Api::namespaced(client, "default");
+        events
+            .normal(&svc("held"), "EnsuringLoadBalancer", "held")
+            .await;
+        // The writer takes the held event once it runs; wait until the
+        // server has its create, so the queue is empty again.
+        let seen = || server.stats().count("create", "events");
+        for _ in 0..500 {
+            if seen() > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(seen(), 1, "the held create reached the server");
+        for i in 0..MAX_QUEUED + 5 {
+            events
+                .warning(&svc("busy"), "Busy", format!("try {i}"))
+                .await;
+        }
+        events.flushed().await;
+        let busy = api
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("Busy"))
+            .expect("the Busy series");
+        assert_eq!(busy.count, Some(MAX_QUEUED as i32), "5 dropped");
+        server.shutdown().await;
+        Ok(())
+    }
+
     /// Against the API test server: the first event is created (core/v1), a
     /// repeat patches its count, another reason or object is its own event, and
     /// a series whose event the apiserver dropped starts a new one.
