@@ -326,25 +326,36 @@ mod tests {
         assert!(!seen.entries.contains_key(&3), "expired at 71 s");
     }
 
+    /// An API test server whose first event create is held `hold`, its
+    /// client, and a service-controller recorder on it.
+    async fn held_server(hold: Duration) -> anyhow::Result<(TestApiServer, Client, Events)> {
+        let server = TestApiServer::start().await?;
+        server.inject_failure(
+            ccm_testkit::apiserver::FailureRule::slow("create", "events", hold).times(1),
+        );
+        let client = server.client().await?;
+        let events = Events::new(client.clone(), "service-controller");
+        Ok((server, client, events))
+    }
+
+    /// A reference to Service `default/name`.
+    fn service_ref(name: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Service".into()),
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            ..ObjectReference::default()
+        }
+    }
+
     /// Publishing does not wait for the apiserver: with the event's create
     /// held 10 s by the server, the call has returned and nothing is stored
     /// yet (had it waited, the event would be); `flushed` then waits for it.
     #[tokio::test]
     async fn publishing_does_not_wait_for_the_write() -> anyhow::Result<()> {
-        let server = TestApiServer::start().await?;
-        server.inject_failure(
-            ccm_testkit::apiserver::FailureRule::slow("create", "events", Duration::from_secs(10))
-                .times(1),
-        );
-        let client = server.client().await?;
-        let events = Events::new(client.clone(), "service-controller");
-        let svc = ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Service".into()),
-            namespace: Some("default".into()),
-            name: Some("web".into()),
-            ..ObjectReference::default()
-        };
+        let (server, client, events) = held_server(Duration::from_secs(10)).await?;
+        let svc = service_ref("web");
         let api: Api<Event> = Api::namespaced(client, "default");
         events
             .normal(&svc, "EnsuringLoadBalancer", "Ensuring load balancer")
@@ -371,20 +382,8 @@ mod tests {
     /// the flush counts only the events that fit.
     #[tokio::test]
     async fn a_full_queue_drops_what_does_not_fit() -> anyhow::Result<()> {
-        let server = TestApiServer::start().await?;
-        server.inject_failure(
-            ccm_testkit::apiserver::FailureRule::slow("create", "events", Duration::from_secs(5))
-                .times(1),
-        );
-        let client = server.client().await?;
-        let events = Events::new(client.clone(), "service-controller");
-        let svc = |name: &str| ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Service".into()),
-            namespace: Some("default".into()),
-            name: Some(name.into()),
-            ..ObjectReference::default()
-        };
+        let (server, client, events) = held_server(Duration::from_secs(5)).await?;
+        let svc = service_ref;
         let api: Api<Event> = Api::namespaced(client, "default");
         events
             .normal(&svc("held"), "EnsuringLoadBalancer", "held")
