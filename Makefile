@@ -76,7 +76,7 @@ sandbox: tools build
 bench: tools
 	cargo bench --locked --bench scale
 
-## chaos: the reliability campaigns at full size, one after another; prints one
+## chaos: the reliability campaigns at full size, three at a time; prints one
 ## table of their figures (not part of CI; `make test` runs the short versions).
 ## CHAOS_SEED=<n> replays a run.
 CHAOS_DIR := $(CARGO_TARGET_DIR)/chaos
