@@ -9,7 +9,7 @@
 //! `CHAOS_SEED` replays a run: the fault proxy's random source and the kill
 //! moments come from it; every campaign prints the seed it used.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use aws_sdk_ec2::types::Filter;
@@ -590,6 +590,7 @@ async fn storm(campaign: &str, api: ServerOptions, api_faults: bool) -> anyhow::
     phase_took(campaign, "converge", started, s.deadline, converged.is_ok());
     converged.map_err(|e| e.context(ccm.logs()))?;
     audit(campaign, &world, "create").await?;
+    audit_targets(campaign, &world).await?;
     let started = Instant::now();
     world
         .add_port(&names, s.deadline)
@@ -697,6 +698,38 @@ async fn fault_storm_converges_without_duplicates_or_leaks() -> anyhow::Result<(
 async fn fault_storm_with_apiserver_chaos_converges_without_duplicates_or_leaks()
 -> anyhow::Result<()> {
     storm("apiserver chaos", api_chaos_options(), true).await
+}
+
+/// Waits (a minute at most) until every NLB target group holds exactly
+/// the nodes' instances (every campaign Service but the storms' targets
+/// every node), then records how many do not. A target record entry that
+/// outlived a change would leave a group short after a restart or a
+/// takeover: the successor would trust it and read nothing.
+async fn audit_targets(campaign: &str, world: &World) -> anyhow::Result<()> {
+    let want: BTreeSet<String> = world.seeded.instances.iter().cloned().collect();
+    let wrong = eventually(
+        "every target group holds every node",
+        Duration::from_secs(60),
+        || async {
+            let wrong = groups_not_holding(&world.seeded, &want).await.ok()?;
+            wrong.is_empty().then_some(Vec::new())
+        },
+    )
+    .await;
+    let wrong = match wrong {
+        Ok(w) => w,
+        Err(_) => groups_not_holding(&world.seeded, &want).await?,
+    };
+    figure(
+        campaign,
+        "target groups not holding every node",
+        wrong.len() as f64,
+        "",
+        "0",
+        wrong.is_empty(),
+    );
+    anyhow::ensure!(wrong.is_empty(), "{campaign}: {}", wrong.join("; "));
+    Ok(())
 }
 
 /// kill -9: Services being created while the CCM is SIGKILLed at seeded
@@ -809,6 +842,7 @@ async fn leader_failover_mid_provisioning_has_one_writer_at_a_time() -> anyhow::
     );
     anyhow::ensure!(after_kill == 0);
     audit(campaign, &world, "create").await?;
+    audit_targets(campaign, &world).await?;
     world
         .delete_all(&names, s.deadline)
         .await

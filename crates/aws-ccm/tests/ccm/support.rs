@@ -624,3 +624,43 @@ pub async fn aws_client_via(env: &Env, endpoint: &str) -> aws_ccm::aws::AwsClien
         aws_ccm::aws::ClientOptions::default(),
     )
 }
+
+/// The NLB target groups whose registered targets (draining ones aside)
+/// are not `want`, each with what it holds.
+pub async fn groups_not_holding(
+    seeded: &Seeded,
+    want: &std::collections::BTreeSet<String>,
+) -> anyhow::Result<Vec<String>> {
+    use aws_sdk_elasticloadbalancingv2::types::TargetHealthReasonEnum;
+    let v2 = aws_sdk_elasticloadbalancingv2::Client::new(&seeded.conf);
+    let pages: Vec<_> = v2
+        .describe_target_groups()
+        .into_paginator()
+        .send()
+        .collect::<Result<Vec<_>, _>>()
+        .await?;
+    let mut wrong = Vec::new();
+    for g in pages.iter().flat_map(|p| p.target_groups()) {
+        let health = v2
+            .describe_target_health()
+            .target_group_arn(g.target_group_arn().unwrap_or_default())
+            .send()
+            .await?;
+        let have: std::collections::BTreeSet<String> = health
+            .target_health_descriptions()
+            .iter()
+            .filter(|d| {
+                d.target_health().and_then(|h| h.reason())
+                    != Some(&TargetHealthReasonEnum::DeregistrationInProgress)
+            })
+            .filter_map(|d| d.target()?.id().map(str::to_string))
+            .collect();
+        if have != *want {
+            wrong.push(format!(
+                "{} holds {have:?}",
+                g.target_group_name().unwrap_or_default()
+            ));
+        }
+    }
+    Ok(wrong)
+}
