@@ -125,6 +125,8 @@ pub struct LeaderElector {
     api: Api<Lease>,
     config: LeaderElectionConfig,
     observed: Option<(Observed, Instant)>,
+    /// What our last acquisition found and made of the Lease.
+    acquired: Option<crate::target_record::Acquisition>,
     pub status: Arc<LeaderStatus>,
 }
 
@@ -136,12 +138,19 @@ impl LeaderElector {
             api: Api::namespaced(client, &config.namespace),
             config,
             observed: None,
+            acquired: None,
             status: Arc::new(LeaderStatus::default()),
         }
     }
 
     pub fn identity(&self) -> &str {
         &self.config.identity
+    }
+
+    /// The Lease's UID and transitions at our acquisition (before and
+    /// after it), once we lead: the target record's trust rests on them.
+    pub fn acquisition(&self) -> Option<crate::target_record::Acquisition> {
+        self.acquired.clone()
     }
 
     fn jittered_retry(&self) -> Duration {
@@ -229,10 +238,7 @@ impl LeaderElector {
                 }),
             };
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(created) => {
-                    self.observe(&created);
-                    Ok(true)
-                }
+                Ok(created) => Ok(self.won(&created, Some(None))),
                 Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
                 Err(e) => Err(e),
             };
@@ -278,12 +284,22 @@ impl LeaderElector {
             .await
         {
             Ok(updated) => {
-                self.observe(&updated);
-                Ok(true)
+                let took = (!held_by_me).then_some(Some(observed.transitions));
+                Ok(self.won(&updated, took))
             }
             Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// We hold `lease` as written; `took`: we took it from another holder
+    /// (or created it: `Some(None)`), finding those transitions.
+    fn won(&mut self, lease: &Lease, took: Option<Option<i32>>) -> bool {
+        self.observe(lease);
+        if let Some(before) = took {
+            self.acquired = Some(acquisition(lease, before));
+        }
+        true
     }
 
     fn observe(&mut self, lease: &Lease) {
@@ -327,5 +343,19 @@ impl LeaderElector {
                 tracing::warn!(error = %e, "failed to release leader lease; a successor will wait for it to expire")
             }
         }
+    }
+}
+
+/// What an acquisition that wrote `lease` (finding `before` transitions;
+/// `None`: it created the Lease) leaves.
+fn acquisition(lease: &Lease, before: Option<i32>) -> crate::target_record::Acquisition {
+    crate::target_record::Acquisition {
+        lease_uid: lease.metadata.uid.clone().unwrap_or_default(),
+        before,
+        now: lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.lease_transitions)
+            .unwrap_or(0),
     }
 }

@@ -18,3 +18,4 @@ pub mod ops;
 pub mod options;
 pub mod provider;
 pub mod server;
+pub mod target_record;

@@ -31,6 +31,7 @@ use crate::kube_client;
 use crate::leader::{self, LeaderElectionConfig, LeaderElector, LeaderStatus, LeadershipEnd};
 use crate::options::Validated;
 use crate::server::{self, Health, ServeOptions, TlsFiles};
+use crate::target_record::{self, Acquisition, TargetRecord};
 
 /// Longest we wait for controllers to finish after being told to stop.
 const CONTROLLER_STOP_GRACE: Duration = Duration::from_secs(10);
@@ -45,11 +46,12 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
 
     let kube_config =
         kube_client::load_config(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
-    // The Lease has a client of its own: renewals never queue behind
-    // controller traffic in the QPS limiter.
-    let lease_kube =
-        kube_client::build_client(kube_config.clone(), opts.kube_api_qps, opts.kube_api_burst)?;
-    let kube = kube_client::build_client(kube_config, opts.kube_api_qps, opts.kube_api_burst)?;
+    // The Lease and the target record have clients of their own: renewals,
+    // and a target change waiting for its entry's removal, never queue
+    // behind controller traffic (events) in the QPS limiter.
+    let client = |c| kube_client::build_client(c, opts.kube_api_qps, opts.kube_api_burst);
+    let (lease_kube, record_kube) = (client(kube_config.clone())?, client(kube_config.clone())?);
+    let kube = client(kube_config)?;
 
     let leader_status = Arc::new(LeaderStatus::default());
     let ready = Arc::new(AtomicBool::new(false));
@@ -68,7 +70,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let drain = drain_bound(opts);
     let cloud = Arc::new(cloud);
     let validated = Arc::new(validated);
-    let run_controllers = |stop: CancellationToken| {
+    let run_controllers = |stop: CancellationToken, acquired: Option<Acquisition>| {
         let env = controllers::Environment {
             kube: kube.clone(),
             aws: aws.clone(),
@@ -84,21 +86,19 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             )
             .trusting_known_settings(validated.options.service_resync_period),
         };
-        // The self-check runs once we lead (a standby writes nothing), next
-        // to the controllers: they consult the same registry, never wait.
-        let check = tokio::spawn(controllers::permission_check::run(env.clone()));
-        let check_stop = stop.clone();
-        tokio::spawn(async move {
-            check_stop.cancelled().await;
-            check.abort();
-        });
-        tokio::spawn(controllers::informers::run_all(env, ready.clone(), stop))
+        let record = RecordStart {
+            client: record_kube.clone(),
+            namespace: validated.options.leader_elect_resource_namespace.clone(),
+            name: target_record::configmap_name(&validated.options.leader_elect_resource_name),
+            acquired,
+        };
+        spawn_controllers(env, record, ready.clone(), stop)
     };
 
     let exit = match elector.as_mut() {
         None => {
             let stop = shutdown.child_token();
-            let task = run_controllers(stop.clone());
+            let task = run_controllers(stop.clone(), None);
             shutdown.cancelled().await;
             stop_controllers(task).await;
             ExitCode::SUCCESS
@@ -262,7 +262,7 @@ async fn lead<Stop: Future<Output = ()>>(
     elector: &mut LeaderElector,
     ready: &AtomicBool,
     shutdown: &CancellationToken,
-    run_controllers: impl Fn(CancellationToken) -> tokio::task::JoinHandle<()>,
+    run_controllers: impl Fn(CancellationToken, Option<Acquisition>) -> tokio::task::JoinHandle<()>,
     stop_aws: impl Fn() -> Stop,
 ) -> ExitCode {
     // A standby replica serves health and is ready: it has nothing to sync.
@@ -273,7 +273,7 @@ async fn lead<Stop: Future<Output = ()>>(
         ready.store(false, Ordering::Relaxed);
         let controllers_stop = CancellationToken::new();
         let lease_stop = CancellationToken::new();
-        let task = run_controllers(controllers_stop.clone());
+        let task = run_controllers(controllers_stop.clone(), elector.acquisition());
         let hold = elector.hold(&lease_stop);
         tokio::pin!(hold);
         tokio::select! {
@@ -300,6 +300,57 @@ async fn lead<Stop: Future<Output = ()>>(
                     LeadershipEnd::Lost => ExitCode::FAILURE,
                 }
             }
+        }
+    }
+}
+
+/// The controllers, once we lead (or without leader election): the
+/// permission self-check beside them, and the target record started before
+/// the first sync (no target changes while it starts).
+fn spawn_controllers(
+    env: controllers::Environment,
+    record: RecordStart,
+    ready: Arc<AtomicBool>,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<()> {
+    // A standby writes nothing; the self-check consults the same registry
+    // as the controllers, which never wait for it.
+    let check = tokio::spawn(controllers::permission_check::run(env.clone()));
+    let check_stop = stop.clone();
+    tokio::spawn(async move {
+        check_stop.cancelled().await;
+        check.abort();
+    });
+    tokio::spawn(async move {
+        record.start(&env.load_balancers.record).await;
+        controllers::informers::run_all(env, ready, stop).await
+    })
+}
+
+/// Where the target record lives, and the acquisition that decides whether
+/// its entries are trusted (`None`: no leader election, no record).
+struct RecordStart {
+    client: kube::Client,
+    namespace: String,
+    name: String,
+    acquired: Option<Acquisition>,
+}
+
+impl RecordStart {
+    /// Starts `record`; a failure leaves it off (every adoption then reads
+    /// every target group) with a warning naming the fix.
+    async fn start(self, record: &TargetRecord) {
+        let Some(acq) = &self.acquired else {
+            tracing::info!(
+                "no leader election: no target record; adoption reads every NLB target group"
+            );
+            return;
+        };
+        if let Err(e) = record
+            .start(self.client, &self.namespace, &self.name, acq)
+            .await
+        {
+            tracing::warn!(error = %e, configmap = %format!("{}/{}", self.namespace, self.name), "the target record is off: adoption reads every NLB target group; grant get, update and create on this ConfigMap (manifests/base/rbac.yaml) to turn it on");
         }
     }
 }

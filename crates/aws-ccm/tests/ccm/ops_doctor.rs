@@ -132,7 +132,7 @@ async fn doctor_passes_every_check_on_a_correct_setup() -> anyhow::Result<()> {
             "allowed by IAM for {ROLE} (from the eks.amazonaws.com/role-arn annotation of ServiceAccount kube-system/cloud-controller-manager)"
         ),
         "[PASS] uninitialized Nodes: none of 2 Nodes waits for the CCM",
-        "[PASS] the CCM's RBAC (this kubeconfig's user): all 18 requests the CCM makes are allowed",
+        "[PASS] the CCM's RBAC (this kubeconfig's user): all 21 requests the CCM makes are allowed",
         "[PASS] leader Lease kube-system/cloud-controller-manager: held by ",
     ] {
         assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");

@@ -4,14 +4,15 @@
 //! the CCM's back is still repaired at the Service's resync; and a Service
 //! created during a large adoption goes ahead of it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_ccm::aws::load_balancers::{AwsLoadBalancers, EnsureRequest, LoadBalancers};
 use aws_ccm::provider::load_balancers::LoadBalancerSpec;
 use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 
@@ -91,18 +92,86 @@ async fn first_leader_creates(
         ])
         .await?;
     all_have_hostnames(env, &first, clbs + nlbs).await?;
+    // Its target record is written in the background: let it land (one
+    // entry per NLB target group) before the kill.
+    eventually("the target record written", WAIT, || async {
+        (record_entries(env).await.ok()? == nlbs).then_some(())
+    })
+    .await?;
     first.signal(9);
     first.wait_exit(Duration::from_secs(30)).await?;
     Ok(())
+}
+
+/// Entries in the target record (`crate::target_record`).
+async fn record_entries(env: &Env) -> anyhow::Result<usize> {
+    let api: Api<ConfigMap> = Api::namespaced(env.api.client().await?, "kube-system");
+    let cm = api.get("cloud-controller-manager-targets").await?;
+    Ok(cm.data.map_or(0, |d| d.len()))
 }
 
 /// A fresh leader adopting 30 classic ELBs and 30 NLBs it (an earlier
 /// leader) made: every sync reads from the shared sweep (one page of each
 /// `DescribeLoadBalancers`, tags 20 per call, one page of target groups),
 /// trusts the settings the load balancers' records vouch for (no attribute
-/// or listener read), and writes nothing.
+/// or listener read) and, the Lease having passed straight from the leader
+/// that wrote the target record, the targets it records (no
+/// `DescribeTargetHealth`), and writes nothing.
 #[tokio::test]
 async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> anyhow::Result<()> {
+    adopt_after_first_leader(false).await
+}
+
+/// As above, but another holder took the Lease in between (a Go CCM, say):
+/// the target record is void, and each target group's targets are read
+/// once. Nothing is written either.
+#[tokio::test]
+async fn a_holder_in_between_voids_the_target_record_and_each_group_is_read() -> anyhow::Result<()>
+{
+    adopt_after_first_leader(true).await
+}
+
+/// A node that joined while no leader ran makes the recorded digests
+/// differ from what the Services ask for: the successor reads those groups
+/// (it trusts nothing stale) and registers the node.
+#[tokio::test]
+async fn a_node_that_joined_between_leaders_is_registered_by_the_successor() -> anyhow::Result<()> {
+    const N: usize = 3;
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    first_leader_creates(&env, &seeded, 0, N).await?;
+    let joined = seeded.launch(1).await?;
+    Api::<Node>::all(env.api.client().await?)
+        .create(&PostParams::default(), &node("joined", &joined[0]))
+        .await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let want: BTreeSet<String> = seeded.instances.iter().chain(&joined).cloned().collect();
+    eventually("every target group holds the joined node", WAIT, || async {
+        groups_not_holding(&seeded, &want)
+            .await
+            .ok()?
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    env.finish().await
+}
+
+/// Another holder takes the expired Lease: it counts a transition.
+async fn lease_taken_by_someone_else(env: &Env) -> anyhow::Result<()> {
+    let api: Api<Lease> = Api::namespaced(env.api.client().await?, "kube-system");
+    let mut lease = api.get("cloud-controller-manager").await?;
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    spec.holder_identity = Some("go-ccm_0".into());
+    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    spec.lease_duration_seconds = Some(1);
+    api.replace("cloud-controller-manager", &PostParams::default(), &lease)
+        .await?;
+    Ok(())
+}
+
+async fn adopt_after_first_leader(someone_in_between: bool) -> anyhow::Result<()> {
     const N: usize = 30;
     // 60 load balancers' node rules would pass EC2's 60 rules per group.
     let env = Env::start_with_conf(&format!(
@@ -111,6 +180,9 @@ async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> 
     .await?;
     let seeded = seed_cluster(&env, 2).await?;
     first_leader_creates(&env, &seeded, N, N).await?;
+    if someone_in_between {
+        lease_taken_by_someone_else(&env).await?;
+    }
 
     let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
     let ccm = env
@@ -136,8 +208,13 @@ async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> 
         (V2, "DescribeTargetGroups", sweeps),
         // The NLBs' tags and their target groups' tags.
         (V2, "DescribeTags", sweeps * 2 * tag_calls + probe),
-        // Registered targets: one read per target group (not batchable).
-        (V2, "DescribeTargetHealth", N as u64),
+        // Registered targets: from the record, else one read per target
+        // group (not batchable).
+        (
+            V2,
+            "DescribeTargetHealth",
+            if someone_in_between { N as u64 } else { 0 },
+        ),
         (CLB, "DescribeLoadBalancerAttributes", 0),
         (V2, "DescribeLoadBalancerAttributes", 0),
         (V2, "DescribeListeners", 0),
@@ -157,6 +234,14 @@ async fn a_fresh_leader_adopts_from_a_few_batched_reads_and_writes_nothing() -> 
         .map(|(_, _, c)| c.received)
         .sum();
     eprintln!("adoption of {N} CLBs + {N} NLBs: {describes} ELB describe calls, {sweeps} sweeps");
+    if someone_in_between {
+        // Each group read once; the new leader records them again.
+        assert_eq!(calls(&proxy, V2, "DescribeTargetHealth"), N as u64);
+        eventually("the target record rewritten", WAIT, || async {
+            (record_entries(&env).await.ok()? == N).then_some(())
+        })
+        .await?;
+    }
     env.finish().await
 }
 
@@ -170,8 +255,12 @@ async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow
     let env = Env::start().await?;
     let seeded = seed_cluster(&env, 1).await?;
     first_leader_creates(&env, &seeded, 0, N).await?;
-    // An adopted NLB's sync reads its target group's health, the one read
-    // the sweep cannot answer; holding each answer 500 ms makes the backlog
+    // With the Lease passing straight on, the successor would take every
+    // group's targets from the target record and read nothing: another
+    // holder in between voids it.
+    lease_taken_by_someone_else(&env).await?;
+    // An adopted NLB's sync then reads its target group's health, the one
+    // read the sweep cannot answer; holding each answer 500 ms makes the backlog
     // last ~10 s, so that the late Service arrives while it is still there
     // (a classic ELB's adoption makes no call of its own and the backlog
     // would drain before the watch delivers the late Service).

@@ -21,6 +21,7 @@ mod groups;
 mod nlb_groups;
 mod nlb_rules;
 mod planned;
+mod recorded;
 mod refusals;
 pub mod sweep;
 mod targets;
@@ -53,6 +54,9 @@ pub struct AwsLoadBalancers {
     /// What the last full ensure of each Service wrote, for the
     /// targets-only path (`targets`).
     pub targets: targets::TargetCache,
+    /// What each NLB target group holds, shared with the next leader
+    /// (off unless started: `aws-ccm plan` and tests read every group).
+    pub record: crate::target_record::TargetRecord,
 }
 
 /// How long the VPC's subnets and route tables are reused between syncs.
@@ -75,6 +79,7 @@ impl AwsLoadBalancers {
             subnets: subnets::SubnetCache::new(SUBNET_TTL),
             sweep: sweep::LbSweep::default(),
             targets: targets::TargetCache::default(),
+            record: crate::target_record::TargetRecord::default(),
         }
     }
 
@@ -640,8 +645,17 @@ impl AwsLoadBalancers {
     async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         let p = self.plan_nlb(req, true).await?;
         let mut warnings = p.warnings;
-        let applied = nlb::io::apply(&self.aws, &p.name, &p.vpc_id, &p.actual, &p.changes).await?;
+        let applied = self
+            .apply_nlb(&p.name, &p.vpc_id, &p.actual, &p.changes)
+            .await?;
         let created = p.actual.lb.is_none();
+        self.record_groups(
+            p.desired
+                .target_groups
+                .iter()
+                .filter_map(|g| Some((applied.target_groups.get(&g.name)?.as_str(), g.port))),
+            &p.desired.instances,
+        );
         self.settings_synced(&p.name, &p.settings, created, !p.changes.is_empty());
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
@@ -723,7 +737,7 @@ impl AwsLoadBalancers {
             owned_group: self.nlb_owned_group_by_name(service_key, uid).await?,
         };
         let changes = nlb::plan::plan_delete(&actual, &self.cluster_id);
-        nlb::io::apply(aws, &name, "", &actual, &changes).await?;
+        self.apply_nlb(&name, "", &actual, &changes).await?;
 
         let revoked = self.revoke_nlb_node_rules(&name).await?;
         Ok(!changes.is_empty() || revoked)

@@ -351,8 +351,14 @@ impl super::AwsLoadBalancers {
         let known_attributes = (!in_full).then_some(&desired.target_group_attributes);
         let mut target_groups = Vec::new();
         for (g, tags) in groups.iter() {
-            target_groups
-                .push(nlb::read::complete_one(aws, g, tags.clone(), known_attributes).await?);
+            // Known settings and a record of what the group holds: no read.
+            let group = match known_attributes {
+                Some(attributes) if self.recorded_as(g, &desired.instances) => {
+                    nlb::read::as_recorded(g, tags.clone(), attributes, &desired.instances)
+                }
+                _ => nlb::read::complete_one(aws, g, tags.clone(), known_attributes).await?,
+            };
+            target_groups.push(group);
         }
         Ok((Some(lb), target_groups, in_full))
     }

@@ -217,7 +217,11 @@ impl AwsLoadBalancers {
                     nlb_steps(arn, *port, &have, &want, &mut steps);
                 }
                 let none = nlb::Actual::default();
-                nlb::io::apply(&self.aws, name, "", &none, &steps).await?;
+                self.apply_nlb(name, "", &none, &steps).await?;
+                self.record_groups(
+                    groups.iter().map(|(arn, port)| (arn.as_str(), *port)),
+                    &want,
+                );
                 steps.iter().map(nlb::plan::describe).collect::<Vec<_>>()
             }
         };

@@ -253,6 +253,21 @@ pub async fn complete_one(
     })
 }
 
+/// A group as its listing, `tags`, known `attributes` and the target
+/// record (`targets`) tell it: nothing is read.
+pub fn as_recorded(
+    g: &t::TargetGroup,
+    tags: BTreeMap<String, String>,
+    attributes: &BTreeMap<String, String>,
+    targets: &BTreeSet<String>,
+) -> ActualTargetGroup {
+    ActualTargetGroup {
+        attributes: attributes.clone(),
+        targets: targets.clone(),
+        ..listed(g, tags)
+    }
+}
+
 /// What the listing and `tags` tell of a group; its attributes and targets
 /// are not read (left empty). Enough to delete it.
 fn listed(g: &t::TargetGroup, tags: BTreeMap<String, String>) -> ActualTargetGroup {

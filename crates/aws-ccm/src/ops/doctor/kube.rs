@@ -121,6 +121,8 @@ pub enum Place {
     Lease,
     /// `kube-system/extension-apiserver-authentication`.
     AuthConfigMap,
+    /// The target record beside the Lease (`<Lease name>-targets`).
+    TargetRecord,
 }
 
 /// One request the CCM makes: (verb, API group, resource, subresource, where).
@@ -157,6 +159,9 @@ pub const CCM_NEEDS: &[Need] = &[
     ("get", "coordination.k8s.io", "leases", "", Place::Lease),
     ("update", "coordination.k8s.io", "leases", "", Place::Lease),
     ("get", "", "configmaps", "", Place::AuthConfigMap),
+    ("create", "", "configmaps", "", Place::LeaseNamespace),
+    ("get", "", "configmaps", "", Place::TargetRecord),
+    ("update", "", "configmaps", "", Place::TargetRecord),
     (
         "create",
         "authentication.k8s.io",
@@ -182,6 +187,12 @@ pub fn attributes(need: &Need, opts: &crate::options::Options) -> ResourceAttrib
         Place::Lease => (
             Some(opts.leader_elect_resource_namespace.clone()),
             Some(opts.leader_elect_resource_name.clone()),
+        ),
+        Place::TargetRecord => (
+            Some(opts.leader_elect_resource_namespace.clone()),
+            Some(crate::target_record::configmap_name(
+                &opts.leader_elect_resource_name,
+            )),
         ),
         Place::AuthConfigMap => (
             Some("kube-system".to_string()),

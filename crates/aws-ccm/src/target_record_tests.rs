@@ -1,0 +1,209 @@
+use super::*;
+use ccm_testkit::apiserver::{FailureRule, TestApiServer};
+
+const NS: &str = "kube-system";
+const NAME: &str = "cloud-controller-manager-targets";
+
+fn acq(uid: &str, before: Option<i32>, now: i32) -> Acquisition {
+    Acquisition {
+        lease_uid: uid.into(),
+        before,
+        now,
+    }
+}
+
+fn set(ids: &[&str]) -> BTreeSet<String> {
+    ids.iter().map(|s| s.to_string()).collect()
+}
+
+/// The ConfigMap as stored.
+async fn stored(client: &Client) -> anyhow::Result<ConfigMap> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    Ok(api.get(NAME).await?)
+}
+
+/// Waits (10 s at most) until the stored ConfigMap satisfies `ok`.
+async fn stored_until(client: &Client, ok: impl Fn(&ConfigMap) -> bool) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if ok(&stored(client).await?) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "the ConfigMap never got there"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn has(cm: &ConfigMap, key: &str) -> bool {
+    cm.data.as_ref().is_some_and(|d| d.contains_key(key))
+}
+
+fn stamp_of(cm: &ConfigMap) -> Option<String> {
+    cm.metadata
+        .annotations
+        .as_ref()?
+        .get(STAMP_ANNOTATION)
+        .cloned()
+}
+
+/// A record started as the Lease's first holder (it created the Lease),
+/// holding group `k` with `d`, written.
+async fn first_leader(client: &Client, k: &str, d: &str) -> anyhow::Result<TargetRecord> {
+    let record = TargetRecord::default();
+    assert_eq!(
+        record
+            .start(client.clone(), NS, NAME, &acq("u1", None, 0))
+            .await?,
+        0
+    );
+    record.record([(k.to_string(), d.to_string())]);
+    stored_until(client, |cm| has(cm, k)).await?;
+    Ok(record)
+}
+
+#[test]
+fn keys_are_the_groups_name_and_id() {
+    let arn = "arn:aws:elasticloadbalancing:us-east-1:123456789012:targetgroup/k8s-web-80/0123abcd";
+    assert_eq!(key(arn).as_deref(), Some("k8s-web-80.0123abcd"));
+    let lb = "arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/net/a1/0123";
+    assert_eq!(key(lb), None);
+    assert_eq!(key("nonsense"), None);
+}
+
+#[test]
+fn digests_differ_with_the_port_and_the_instances() {
+    let d = digest(80, &set(&["i-1", "i-2"]));
+    assert_eq!(d, digest(80, &set(&["i-2", "i-1"])));
+    assert_ne!(d, digest(81, &set(&["i-1", "i-2"])));
+    assert_ne!(d, digest(80, &set(&["i-1"])));
+}
+
+/// The Lease passed straight from the stamper (its transitions unchanged
+/// when the successor took it): the successor trusts every entry and
+/// stamps the record as its own.
+#[tokio::test]
+async fn a_successor_straight_from_the_stamper_trusts_its_entries() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client().await?;
+    let d = digest(80, &set(&["i-1"]));
+    first_leader(&client, "tg.1", &d).await?;
+    let next = TargetRecord::default();
+    assert_eq!(
+        next.start(client.clone(), NS, NAME, &acq("u1", Some(0), 1))
+            .await?,
+        1
+    );
+    assert!(next.trusts("tg.1", &d));
+    assert!(!next.trusts("tg.1", &digest(80, &set(&["i-2"]))));
+    assert_eq!(stamp_of(&stored(&client).await?).as_deref(), Some("u1/1"));
+    Ok(())
+}
+
+/// Anyone in between (a transition the stamper did not make), a recreated
+/// Lease (another UID) or a Lease created anew voids the record: nothing
+/// is trusted and the entries are cleared.
+#[tokio::test]
+async fn a_holder_in_between_or_a_new_lease_voids_the_record() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client().await?;
+    let d = digest(80, &set(&["i-1"]));
+    for (uid, before) in [("u1", Some(1)), ("u2", Some(0)), ("u1", None)] {
+        first_leader(&client, "tg.1", &d).await?;
+        let next = TargetRecord::default();
+        let trusted = next
+            .start(client.clone(), NS, NAME, &acq(uid, before, 5))
+            .await?;
+        assert_eq!(trusted, 0, "{uid} {before:?}");
+        assert!(!next.trusts("tg.1", &d));
+        assert!(
+            !has(&stored(&client).await?, "tg.1"),
+            "{uid} {before:?}: entries cleared"
+        );
+    }
+    Ok(())
+}
+
+/// A target change waits until its group's entry is gone from the
+/// ConfigMap: with the removal held 2 s by the API server, the entry is
+/// gone when `before_change` returns.
+#[tokio::test]
+async fn an_entry_is_removed_before_its_group_changes() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client().await?;
+    let record = first_leader(&client, "tg.1", "d").await?;
+    record.record([("tg.2".to_string(), "e".to_string())]);
+    stored_until(&client, |cm| has(cm, "tg.2")).await?;
+    server.inject_failure(FailureRule::slow(
+        "update",
+        "configmaps",
+        Duration::from_secs(2),
+    ));
+    record
+        .before_change(&["tg.1".to_string()])
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let cm = stored(&client).await?;
+    assert!(!has(&cm, "tg.1"), "removed before the change goes ahead");
+    assert!(has(&cm, "tg.2"), "other groups keep theirs");
+    assert!(!record.trusts("tg.1", "d"));
+    // A group without an entry needs no write.
+    let writes = server.stats().count("update", "configmaps");
+    record
+        .before_change(&["tg.3".to_string()])
+        .await
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(server.stats().count("update", "configmaps"), writes);
+    Ok(())
+}
+
+/// A removal the API server refuses stops the change.
+#[tokio::test]
+async fn a_removal_that_fails_stops_the_change() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client().await?;
+    let record = first_leader(&client, "tg.1", "d").await?;
+    server.inject_failure(FailureRule::new("update", "configmaps", 500).always());
+    let refused = record.before_change(&["tg.1".to_string()]).await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(has(&stored(&client).await?, "tg.1"));
+    Ok(())
+}
+
+/// When another leader has stamped the ConfigMap, this process's next
+/// write meets a conflict, finds the stamp not its own and changes no
+/// more targets.
+#[tokio::test]
+async fn another_leaders_stamp_stops_this_process() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client().await?;
+    let record = first_leader(&client, "tg.1", "d").await?;
+    let other = TargetRecord::default();
+    other
+        .start(client.clone(), NS, NAME, &acq("u1", Some(0), 1))
+        .await?;
+    record.record([("tg.2".to_string(), "e".to_string())]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while record.before_change(&[]).await.is_ok() {
+        anyhow::ensure!(
+            tokio::time::Instant::now() < deadline,
+            "still changing targets"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let cm = stored(&client).await?;
+    assert_eq!(stamp_of(&cm).as_deref(), Some("u1/1"));
+    assert!(!has(&cm, "tg.2"), "the deposed leader wrote nothing");
+    Ok(())
+}
+
+/// Without a started record nothing is trusted and nothing waits.
+#[tokio::test]
+async fn an_unstarted_record_trusts_nothing_and_never_waits() {
+    let record = TargetRecord::default();
+    record.record([("tg.1".to_string(), "d".to_string())]);
+    assert!(!record.trusts("tg.1", "d"));
+    assert_eq!(record.before_change(&["tg.1".to_string()]).await, Ok(()));
+}
