@@ -49,9 +49,11 @@
 //! mutating calls (must be none), describes by action, throttled responses.
 //!
 //! The measured CCM runs with leader election on (as deployed: its Lease
-//! renewals share the apiserver budget); the seeding CCM, setup only, runs
-//! without, so the measured one takes a fresh Lease at once. Every row
-//! names the apiserver QPS (`--kube-api-qps`) the CCM it measures ran with.
+//! renewals share the apiserver budget). So does the seeding CCM, setup
+//! only, which is then stopped as a rolling update stops it (SIGTERM): it
+//! releases the Lease, so the measured one takes it at once, straight from
+//! the leader that wrote the target record (the record is trusted). Every
+//! row names the apiserver QPS (`--kube-api-qps`) the CCM it measures ran with.
 //!
 //! Besides the table, the run writes its rows as JSON: a list of
 //! `{scenario, figure, value, unit, bound, qps, text, bound_text}` (`value`
@@ -633,6 +635,22 @@ impl Ccm {
         let _ = self.child.kill().await;
     }
 
+    /// SIGTERM, as a rolling update: the CCM finishes, writes the rest of
+    /// its target record and releases the Lease. Fails unless it exits
+    /// within a minute.
+    async fn terminate(mut self) -> anyhow::Result<()> {
+        let pid = self.child.id().context("the CCM has already exited")?;
+        // SAFETY: a signal to our own child's pid.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait())
+            .await
+            .context("the CCM did not exit within a minute of SIGTERM")??;
+        if !status.success() {
+            bail!("the CCM exited with {status} after SIGTERM:\n{}", self.log_tail());
+        }
+        Ok(())
+    }
+
     /// SIGKILL, as a node loss or an OOM kill: no shutdown, no Lease
     /// release. Fails unless SIGKILL is what ended it.
     async fn kill(mut self) -> anyhow::Result<()> {
@@ -1116,8 +1134,8 @@ async fn seed_load_balancers(
             "--concurrent-service-syncs=8".into(),
             "--kube-api-qps=500".into(),
             "--kube-api-burst=500".into(),
-            // Setup only: the measured CCM then takes a fresh Lease.
-            "--leader-elect=false".into(),
+            // Leader election on: its graceful stop hands the Lease, and
+            // the target record, straight to the measured CCM.
         ])
         .await?;
     table.qps = Some(seeder.qps);
@@ -1153,7 +1171,7 @@ async fn seed_load_balancers(
     for line in seeder.lines_with(&["WARN", "ERROR"]).iter().take(20) {
         eprintln!("   seeder: {line}");
     }
-    seeder.stop().await;
+    seeder.terminate().await?;
     world.proxy.set_budget_fraction(Some(1.0));
     world.proxy.set_latency(world.latency);
     table.row(

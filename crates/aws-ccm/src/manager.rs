@@ -70,6 +70,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let drain = drain_bound(opts);
     let cloud = Arc::new(cloud);
     let validated = Arc::new(validated);
+    let record = TargetRecord::default();
     let run_controllers = |stop: CancellationToken, acquired: Option<Acquisition>| {
         let env = controllers::Environment {
             kube: kube.clone(),
@@ -78,21 +79,10 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             options: validated.clone(),
             cluster_id: cluster_id.clone(),
             region: region.clone(),
-            load_balancers: AwsLoadBalancers::new(
-                aws.clone(),
-                cloud.clone(),
-                cluster_id.clone(),
-                validated.options.cluster_name.clone(),
-            )
-            .trusting_known_settings(validated.options.service_resync_period),
+            load_balancers: load_balancers(&aws, &cloud, &cluster_id, &validated.options, &record),
         };
-        let record = RecordStart {
-            client: record_kube.clone(),
-            namespace: validated.options.leader_elect_resource_namespace.clone(),
-            name: target_record::configmap_name(&validated.options.leader_elect_resource_name),
-            acquired,
-        };
-        spawn_controllers(env, record, ready.clone(), stop)
+        let start = RecordStart::new(record_kube.clone(), &validated.options, acquired);
+        spawn_controllers(env, start, ready.clone(), stop)
     };
 
     let exit = match elector.as_mut() {
@@ -104,7 +94,14 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         }
         Some(elector) => {
-            let stop_aws = || stop_aws_changes(&aws, drain);
+            let leading = elector.status.clone();
+            let stop_aws = || async {
+                stop_aws_changes(&aws, drain).await;
+                // Shutting down (not lost): the last entries, for the successor.
+                if leading.is_leader() {
+                    record.flush(Duration::from_secs(5)).await;
+                }
+            };
             lead(elector, &ready, &shutdown, run_controllers, stop_aws).await
         }
     };
@@ -304,6 +301,28 @@ async fn lead<Stop: Future<Output = ()>>(
     }
 }
 
+/// The load balancers the controllers sync: known settings trusted until
+/// each Service's resync slot, and the target `record` (which shutdown
+/// flushes).
+fn load_balancers(
+    aws: &AwsClient,
+    cloud: &Arc<CloudConfig>,
+    cluster_id: &str,
+    opts: &crate::options::Options,
+    record: &TargetRecord,
+) -> AwsLoadBalancers {
+    let lbs = AwsLoadBalancers::new(
+        aws.clone(),
+        cloud.clone(),
+        cluster_id.to_string(),
+        opts.cluster_name.clone(),
+    );
+    AwsLoadBalancers {
+        record: record.clone(),
+        ..lbs.trusting_known_settings(opts.service_resync_period)
+    }
+}
+
 /// The controllers, once we lead (or without leader election): the
 /// permission self-check beside them, and the target record started before
 /// the first sync (no target changes while it starts).
@@ -337,6 +356,20 @@ struct RecordStart {
 }
 
 impl RecordStart {
+    /// Beside the Lease of `opts`.
+    fn new(
+        client: kube::Client,
+        opts: &crate::options::Options,
+        acquired: Option<Acquisition>,
+    ) -> RecordStart {
+        RecordStart {
+            client,
+            namespace: opts.leader_elect_resource_namespace.clone(),
+            name: target_record::configmap_name(&opts.leader_elect_resource_name),
+            acquired,
+        }
+    }
+
     /// Starts `record`; a failure leaves it off (every adoption then reads
     /// every target group) with a warning naming the fix.
     async fn start(self, record: &TargetRecord) {

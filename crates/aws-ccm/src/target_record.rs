@@ -261,6 +261,25 @@ impl TargetRecord {
         });
     }
 
+    /// Waits, at most `within`, until everything recorded so far is written
+    /// (at shutdown: the successor then trusts every group).
+    pub async fn flush(&self, within: Duration) {
+        let generation = {
+            let st = self.shared.state.lock();
+            if st.mode != Mode::Active {
+                return;
+            }
+            st.generation
+        };
+        let mut rx = self.shared.flushed.subscribe();
+        let written = rx.wait_for(|(g, e)| *g >= generation && e.is_none());
+        if tokio::time::timeout(within, written).await.is_err() {
+            tracing::warn!(
+                "the target record was not all written before shutdown; the successor reads the groups it lacks"
+            );
+        }
+    }
+
     /// Drops the entries of groups `keys` (deleted), in the background.
     pub fn forget(&self, keys: &[String]) {
         self.update(|want| {

@@ -207,3 +207,35 @@ async fn an_unstarted_record_trusts_nothing_and_never_waits() {
     assert!(!record.trusts("tg.1", "d"));
     assert_eq!(record.before_change(&["tg.1".to_string()]).await, Ok(()));
 }
+
+/// At shutdown `flush` returns once what was recorded is written, so the
+/// successor trusts every group; with the API server refusing, it gives
+/// up after its bound.
+#[tokio::test]
+async fn flush_waits_for_what_was_recorded() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client().await?;
+    let record = first_leader(&client, "tg.1", "d").await?;
+    server.inject_failure(FailureRule::slow(
+        "update",
+        "configmaps",
+        Duration::from_secs(1),
+    ));
+    record.record([("tg.2".to_string(), "e".to_string())]);
+    record.flush(Duration::from_secs(10)).await;
+    assert!(
+        has(&stored(&client).await?, "tg.2"),
+        "written before flush returned"
+    );
+
+    server.inject_failure(FailureRule::new("update", "configmaps", 500).always());
+    record.record([("tg.3".to_string(), "f".to_string())]);
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        record.flush(Duration::from_millis(300)),
+    )
+    .await
+    .map_err(|_| anyhow::anyhow!("flush outlived its bound"))?;
+    assert!(!has(&stored(&client).await?, "tg.3"));
+    Ok(())
+}
