@@ -646,7 +646,10 @@ impl Ccm {
             .await
             .context("the CCM did not exit within a minute of SIGTERM")??;
         if !status.success() {
-            bail!("the CCM exited with {status} after SIGTERM:\n{}", self.log_tail());
+            bail!(
+                "the CCM exited with {status} after SIGTERM:\n{}",
+                self.log_tail()
+            );
         }
         Ok(())
     }

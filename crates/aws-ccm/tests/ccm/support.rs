@@ -625,13 +625,12 @@ pub async fn aws_client_via(env: &Env, endpoint: &str) -> aws_ccm::aws::AwsClien
     )
 }
 
-/// The NLB target groups whose registered targets (draining ones aside)
-/// are not `want`, each with what it holds.
+/// The NLB target groups whose registered targets (draining ones aside,
+/// as the CCM reads them) are not `want`, each with what it holds.
 pub async fn groups_not_holding(
     seeded: &Seeded,
     want: &std::collections::BTreeSet<String>,
 ) -> anyhow::Result<Vec<String>> {
-    use aws_sdk_elasticloadbalancingv2::types::TargetHealthReasonEnum;
     let v2 = aws_sdk_elasticloadbalancingv2::Client::new(&seeded.conf);
     let pages: Vec<_> = v2
         .describe_target_groups()
@@ -646,15 +645,8 @@ pub async fn groups_not_holding(
             .target_group_arn(g.target_group_arn().unwrap_or_default())
             .send()
             .await?;
-        let have: std::collections::BTreeSet<String> = health
-            .target_health_descriptions()
-            .iter()
-            .filter(|d| {
-                d.target_health().and_then(|h| h.reason())
-                    != Some(&TargetHealthReasonEnum::DeregistrationInProgress)
-            })
-            .filter_map(|d| d.target()?.id().map(str::to_string))
-            .collect();
+        let port = g.port().unwrap_or_default();
+        let have = aws_ccm::aws::nlb::read::registered(health.target_health_descriptions(), port);
         if have != *want {
             wrong.push(format!(
                 "{} holds {have:?}",

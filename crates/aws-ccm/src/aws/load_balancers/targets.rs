@@ -121,23 +121,15 @@ pub(crate) fn delta(
 /// The instances registered with target group `arn` on `port`, leaving out
 /// those already draining (as the full read does).
 async fn registered(aws: &AwsClient, arn: &str, port: i32) -> Result<BTreeSet<String>, AwsError> {
-    use aws_sdk_elasticloadbalancingv2::types::TargetHealthReasonEnum;
     let health = aws
         .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
             c.describe_target_health().target_group_arn(arn).send()
         })
         .await?;
-    Ok(health
-        .target_health_descriptions()
-        .iter()
-        .filter(|d| {
-            d.target_health().and_then(|h| h.reason())
-                != Some(&TargetHealthReasonEnum::DeregistrationInProgress)
-        })
-        .filter_map(|d| d.target())
-        .filter(|t| t.port().is_none_or(|p| p == port))
-        .filter_map(|t| t.id().map(str::to_string))
-        .collect())
+    Ok(nlb::read::registered(
+        health.target_health_descriptions(),
+        port,
+    ))
 }
 
 impl AwsLoadBalancers {

@@ -235,22 +235,29 @@ pub async fn complete_one(
             c.describe_target_health().target_group_arn(arn).send()
         })
         .await?;
-    let port = g.port().unwrap_or_default();
     Ok(ActualTargetGroup {
         attributes,
-        targets: health
-            .target_health_descriptions()
-            .iter()
-            .filter(|d| {
-                d.target_health().and_then(|h| h.reason())
-                    != Some(&t::TargetHealthReasonEnum::DeregistrationInProgress)
-            })
-            .filter_map(|d| d.target())
-            .filter(|t| t.port().is_none_or(|p| p == port))
-            .filter_map(|t| t.id().map(str::to_string))
-            .collect(),
+        targets: registered(
+            health.target_health_descriptions(),
+            g.port().unwrap_or_default(),
+        ),
         ..listed(g, tags)
     })
+}
+
+/// The instances `health` lists on `port`, leaving out those already
+/// draining (a deregistration in progress).
+pub fn registered(health: &[t::TargetHealthDescription], port: i32) -> BTreeSet<String> {
+    health
+        .iter()
+        .filter(|d| {
+            d.target_health().and_then(|h| h.reason())
+                != Some(&t::TargetHealthReasonEnum::DeregistrationInProgress)
+        })
+        .filter_map(|d| d.target())
+        .filter(|t| t.port().is_none_or(|p| p == port))
+        .filter_map(|t| t.id().map(str::to_string))
+        .collect()
 }
 
 /// A group as its listing, `tags`, known `attributes` and the target
