@@ -354,11 +354,11 @@ impl Writer {
                     self.shared.flushed.send_replace((generation, None));
                 }
                 Err(e) => {
+                    if matches!(self.shared.state.lock().mode, Mode::Lost(_)) {
+                        return; // every waiter has been told
+                    }
                     tracing::warn!(configmap = %self.name, error = %e, "writing the target record failed; will retry");
                     self.shared.flushed.send_replace((generation, Some(e)));
-                    if matches!(self.shared.state.lock().mode, Mode::Lost(_)) {
-                        return;
-                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(5));
                 }
@@ -384,16 +384,17 @@ impl Writer {
     async fn write(&mut self, want: &BTreeMap<String, String>) -> Result<(), String> {
         for _ in 0..2 {
             let cm = build(&self.name, &self.stamp, Some(&self.last), want);
-            match self
-                .api
-                .replace(&self.name, &PostParams::default(), &cm)
-                .await
-            {
+            let pp = PostParams::default();
+            let written = match cm.metadata.resource_version {
+                Some(_) => self.api.replace(&self.name, &pp, &cm).await,
+                None => self.api.create(&pp, &cm).await,
+            };
+            match written {
                 Ok(written) => {
                     self.last = written;
                     return Ok(());
                 }
-                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => {
+                Err(kube::Error::Api(s)) if [404, 409].contains(&s.code) => {
                     self.reread().await?;
                 }
                 Err(e) => return Err(format!("writing ConfigMap {}: {e}", self.name)),
@@ -419,20 +420,42 @@ impl Writer {
                 .get(STAMP_ANNOTATION)
                 .cloned()
         });
-        if theirs.as_deref() != Some(self.stamp.as_str()) {
+        if let Some(theirs) = theirs.filter(|t| newer(t, &self.stamp)) {
             let why = format!(
-                "ConfigMap {} was stamped by another leader ({}); this process no longer changes targets",
+                "ConfigMap {} was stamped by another leader ({theirs}); this process no longer changes targets",
                 self.name,
-                theirs.unwrap_or_else(|| "deleted".into())
             );
             tracing::error!(configmap = %self.name, "{why}");
             self.shared.state.lock().mode = Mode::Lost(why.clone());
+            // Every waiter learns it now.
+            self.shared
+                .flushed
+                .send_replace((u64::MAX, Some(why.clone())));
             return Err(why);
         }
-        if let Some(cm) = now {
-            self.last = cm;
-        }
+        // Ours, an earlier leader's late write (written over: every write
+        // carries everything this leader wants), or deleted (created again).
+        self.last = now.unwrap_or_else(|| ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        });
         Ok(())
+    }
+}
+
+/// Whether stamp `theirs` is a later leader's than `ours`: another Lease
+/// (a new UID), more transitions, or not a stamp at all.
+fn newer(theirs: &str, ours: &str) -> bool {
+    let parse = |s: &str| {
+        let (uid, n) = s.rsplit_once('/')?;
+        Some((uid.to_string(), n.parse::<i64>().ok()?))
+    };
+    match (parse(theirs), parse(ours)) {
+        (Some((u1, n1)), Some((u2, n2))) => u1 != u2 || n1 > n2,
+        _ => true,
     }
 }
 

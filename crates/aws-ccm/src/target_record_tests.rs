@@ -239,3 +239,42 @@ async fn flush_waits_for_what_was_recorded() -> anyhow::Result<()> {
     assert!(!has(&stored(&client).await?, "tg.3"));
     Ok(())
 }
+
+#[test]
+fn only_a_later_leaders_stamp_is_newer() {
+    assert!(newer("u1/3", "u1/2"));
+    assert!(newer("u2/1", "u1/2"), "another Lease");
+    assert!(newer("garbage", "u1/2"));
+    assert!(!newer("u1/2", "u1/2"), "ours");
+    assert!(!newer("u1/1", "u1/2"), "an earlier leader's late write");
+}
+
+/// A ConfigMap deleted under the leader (by hand) is created again, with
+/// everything the leader holds, at its next write.
+#[tokio::test]
+async fn a_deleted_record_is_written_again() -> anyhow::Result<()> {
+    let server = TestApiServer::start().await?;
+    let client = server.client().await?;
+    let record = first_leader(&client, "tg.1", "d").await?;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), NS);
+    api.delete(NAME, &Default::default()).await?;
+    record.record([("tg.2".to_string(), "e".to_string())]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(cm) = api.get_opt(NAME).await?
+            && has(&cm, "tg.1")
+            && has(&cm, "tg.2")
+        {
+            assert_eq!(stamp_of(&cm).as_deref(), Some("u1/0"));
+            break;
+        }
+        anyhow::ensure!(tokio::time::Instant::now() < deadline, "not written again");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        record.before_change(&[]).await,
+        Ok(()),
+        "still changing targets"
+    );
+    Ok(())
+}
