@@ -590,7 +590,6 @@ async fn storm(campaign: &str, api: ServerOptions, api_faults: bool) -> anyhow::
     phase_took(campaign, "converge", started, s.deadline, converged.is_ok());
     converged.map_err(|e| e.context(ccm.logs()))?;
     audit(campaign, &world, "create").await?;
-    audit_targets(campaign, &world).await?;
     let started = Instant::now();
     world
         .add_port(&names, s.deadline)
@@ -771,6 +770,7 @@ async fn kill_nine_mid_provisioning_leaves_no_duplicate_or_leak() -> anyhow::Res
     );
     converged.map_err(|e| e.context(ccm.logs()))?;
     audit(campaign, &world, "create").await?;
+    audit_targets(campaign, &world).await?;
     world
         .delete_all(&names, s.deadline)
         .await
