@@ -1445,6 +1445,9 @@ fn defaults(
     obj: &mut Value,
     old: Option<&Value>,
 ) -> Result<(), ApiError> {
+    if def.plural == "configmaps" {
+        return validate_config_map(def, obj);
+    }
     if def.plural != "services" {
         return Ok(());
     }
@@ -1616,6 +1619,54 @@ fn defaults(
         }
     }
     Ok(())
+}
+
+/// The most a ConfigMap's `data` and `binaryData` may hold together
+/// (kube-apiserver's `MaxSecretSize`, which ConfigMaps share).
+const MAX_CONFIG_MAP_BYTES: usize = 1024 * 1024;
+
+/// kube-apiserver's `ValidateConfigMap`: every key is a config key
+/// (`[-._a-zA-Z0-9]+`, at most 253 characters, not `.` or `..`), and keys
+/// and values together fit in 1 MiB.
+fn validate_config_map(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
+    let name = meta_str(obj, "name").to_string();
+    let mut causes = Vec::new();
+    let mut total = 0;
+    for field in ["data", "binaryData"] {
+        let Some(map) = obj.get(field).and_then(Value::as_object) else {
+            continue;
+        };
+        for (k, v) in map {
+            total += k.len() + v.as_str().map_or(0, str::len);
+            let valid = !k.is_empty()
+                && k.len() <= 253
+                && k != "."
+                && k != ".."
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c));
+            if !valid {
+                causes.push(Cause {
+                    reason: "FieldValueInvalid",
+                    message: format!(
+                        "Invalid value: {k:?}: a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+                    ),
+                    field: format!("{field}[{k}]"),
+                });
+            }
+        }
+    }
+    if total > MAX_CONFIG_MAP_BYTES {
+        causes.push(Cause {
+            reason: "FieldValueTooLong",
+            message: format!("Too long: must have at most {MAX_CONFIG_MAP_BYTES} bytes"),
+            field: "[]".into(),
+        });
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(def, &name, causes))
+    }
 }
 
 /// kube-apiserver's `ValidateService` on `spec.loadBalancerSourceRanges`
@@ -1929,5 +1980,50 @@ mod tests {
         let t = encode_continue(7, 42, 500);
         assert_eq!(decode_continue(&t).ok(), Some((7, 500)));
         assert_eq!(decode_continue("zz").err().map(|e| e.code), Some(400));
+    }
+
+    /// ConfigMaps are validated as kube-apiserver's `ValidateConfigMap`
+    /// does: config keys only, and 1 MiB in all, on create and on update.
+    #[test]
+    fn config_maps_take_config_keys_and_at_most_one_mebibyte() {
+        let s = store_with_ns();
+        let w = Writer {
+            manager: "t".into(),
+        };
+        let cm = idx("configmaps");
+        let make = |name: &str, data: Value| json!({"metadata": {"name": name}, "data": data});
+        let ok = s.create(
+            cm,
+            "default",
+            make("ok", json!({"k8s-web-80.0123abcd": "v1 0a1b"})),
+            &w,
+            false,
+        );
+        assert!(ok.is_ok(), "{ok:?}");
+        for bad in ["arn:aws:x/y", "", "..", "has space"] {
+            let e = s.create(cm, "default", make("bad", json!({bad: "v"})), &w, false);
+            let e = e.err().map(|e| (e.code, e.message));
+            assert!(
+                e.as_ref()
+                    .is_some_and(|(c, m)| *c == 422 && m.contains("a valid config key")),
+                "{bad:?}: {e:?}"
+            );
+        }
+        let big = "x".repeat(MAX_CONFIG_MAP_BYTES);
+        let e = s.create(cm, "default", make("big", json!({"k": big})), &w, false);
+        assert_eq!(e.err().map(|e| e.code), Some(422));
+        let e = s.update(
+            cm,
+            "default",
+            "ok",
+            make("ok", json!({"a/b": "v"})),
+            None,
+            &w,
+        );
+        assert_eq!(
+            e.err().map(|e| e.code),
+            Some(422),
+            "an update is validated too"
+        );
     }
 }
