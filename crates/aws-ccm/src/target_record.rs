@@ -91,6 +91,15 @@ fn stamp(uid: &str, transitions: i32) -> String {
     format!("{uid}/{transitions}")
 }
 
+/// The stamp `cm` carries, if any.
+pub fn stamp_on(cm: &ConfigMap) -> Option<String> {
+    cm.metadata
+        .annotations
+        .as_ref()?
+        .get(STAMP_ANNOTATION)
+        .cloned()
+}
+
 /// A shared handle; the default one is off (never trusts, never waits).
 #[derive(Clone, Default)]
 pub struct TargetRecord {
@@ -156,13 +165,7 @@ impl TargetRecord {
             StartError(format!("{what} ConfigMap {namespace}/{name}: {e}"))
         };
         let existing = api.get_opt(name).await.map_err(|e| fail("reading", e))?;
-        let found = existing.as_ref().and_then(|cm| {
-            cm.metadata
-                .annotations
-                .as_ref()?
-                .get(STAMP_ANNOTATION)
-                .cloned()
-        });
+        let found = existing.as_ref().and_then(stamp_on);
         let trusted = !acq.lease_uid.is_empty()
             && acq
                 .before
@@ -178,6 +181,7 @@ impl TargetRecord {
             None => api.create(&PostParams::default(), &cm).await,
         }
         .map_err(|e| fail("stamping", e))?;
+        let n = entries.len();
         {
             let mut st = self.shared.state.lock();
             st.mode = Mode::Active;
@@ -192,11 +196,7 @@ impl TargetRecord {
             shared: self.shared.clone(),
         };
         tokio::spawn(writer.run());
-        let n = if trusted {
-            self.shared.state.lock().want.len()
-        } else {
-            0
-        };
+
         tracing::info!(configmap = %format!("{namespace}/{name}"), trusted = n, voided = !trusted && found.is_some(), "target record ready");
         Ok(n)
     }
@@ -372,9 +372,13 @@ impl Writer {
         let mut st = self.shared.state.lock();
         let want = st.want.clone();
         let keys: BTreeSet<String> = want.keys().cloned().collect();
-        let clean = self.last.data.as_ref().is_some_and(|d| *d == want)
-            || (want.is_empty() && self.last.data.is_none());
-        let clean = clean && st.maybe_stored == keys;
+        // An empty map may come back as no `data` at all.
+        let stored = self
+            .last
+            .data
+            .as_ref()
+            .map_or(want.is_empty(), |d| *d == want);
+        let clean = stored && st.maybe_stored == keys;
         st.maybe_stored.extend(keys);
         (want, st.generation, clean)
     }
@@ -413,13 +417,7 @@ impl Writer {
             .get_opt(&self.name)
             .await
             .map_err(|e| format!("reading ConfigMap {}: {e}", self.name))?;
-        let theirs = now.as_ref().and_then(|cm| {
-            cm.metadata
-                .annotations
-                .as_ref()?
-                .get(STAMP_ANNOTATION)
-                .cloned()
-        });
+        let theirs = now.as_ref().and_then(stamp_on);
         if let Some(theirs) = theirs.filter(|t| newer(t, &self.stamp)) {
             let why = format!(
                 "ConfigMap {} was stamped by another leader ({theirs}); this process no longer changes targets",

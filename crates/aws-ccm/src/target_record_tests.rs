@@ -41,14 +41,6 @@ fn has(cm: &ConfigMap, key: &str) -> bool {
     cm.data.as_ref().is_some_and(|d| d.contains_key(key))
 }
 
-fn stamp_of(cm: &ConfigMap) -> Option<String> {
-    cm.metadata
-        .annotations
-        .as_ref()?
-        .get(STAMP_ANNOTATION)
-        .cloned()
-}
-
 /// A record started as the Lease's first holder (it created the Lease),
 /// holding group `k` with `d`, written.
 async fn first_leader(client: &Client, k: &str, d: &str) -> anyhow::Result<TargetRecord> {
@@ -98,7 +90,7 @@ async fn a_successor_straight_from_the_stamper_trusts_its_entries() -> anyhow::R
     );
     assert!(next.trusts("tg.1", &d));
     assert!(!next.trusts("tg.1", &digest(80, &set(&["i-2"]))));
-    assert_eq!(stamp_of(&stored(&client).await?).as_deref(), Some("u1/1"));
+    assert_eq!(stamp_on(&stored(&client).await?).as_deref(), Some("u1/1"));
     Ok(())
 }
 
@@ -194,7 +186,7 @@ async fn another_leaders_stamp_stops_this_process() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let cm = stored(&client).await?;
-    assert_eq!(stamp_of(&cm).as_deref(), Some("u1/1"));
+    assert_eq!(stamp_on(&cm).as_deref(), Some("u1/1"));
     assert!(!has(&cm, "tg.2"), "the deposed leader wrote nothing");
     Ok(())
 }
@@ -265,7 +257,7 @@ async fn a_deleted_record_is_written_again() -> anyhow::Result<()> {
             && has(&cm, "tg.1")
             && has(&cm, "tg.2")
         {
-            assert_eq!(stamp_of(&cm).as_deref(), Some("u1/0"));
+            assert_eq!(stamp_on(&cm).as_deref(), Some("u1/0"));
             break;
         }
         anyhow::ensure!(tokio::time::Instant::now() < deadline, "not written again");
