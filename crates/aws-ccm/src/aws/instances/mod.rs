@@ -169,6 +169,20 @@ impl RawInstance<'_> {
             })
             .collect();
         network_interfaces.sort_by_key(|eni| eni.device_index.unwrap_or(i32::MAX));
+        // The collect reuses the raw list's buffer (raw entries are twice
+        // the size, and four were reserved on the first push): about 500
+        // bytes an instance, 2.5 MB of a 5,000-instance sweep, for one
+        // 64-byte entry. Measured with heaptrack in the scale bench.
+        network_interfaces.shrink_to_fit();
+        let mut security_groups: Vec<SecurityGroupRef> = (self.security_groups.iter())
+            .filter_map(|(id, name)| {
+                Some(SecurityGroupRef {
+                    id: strings.non_empty(id.as_deref())?,
+                    name: strings.non_empty(name.as_deref()),
+                })
+            })
+            .collect();
+        security_groups.shrink_to_fit();
         Some(Ec2Instance {
             availability_zone: strings.non_empty(self.availability_zone.as_deref()),
             instance_type: strings.non_empty(self.instance_type.as_deref()),
@@ -185,14 +199,7 @@ impl RawInstance<'_> {
             source_dest_check: self.source_dest_check,
             subnet_id: strings.non_empty(self.subnet_id.as_deref()),
             vpc_id: strings.non_empty(self.vpc_id.as_deref()),
-            security_groups: (self.security_groups.iter())
-                .filter_map(|(id, name)| {
-                    Some(SecurityGroupRef {
-                        id: strings.non_empty(id.as_deref())?,
-                        name: strings.non_empty(name.as_deref()),
-                    })
-                })
-                .collect(),
+            security_groups,
             id,
         })
     }
