@@ -462,6 +462,53 @@ async fn drift_behind_the_ccms_back_is_repaired_at_the_services_resync() -> anyh
     env.finish().await
 }
 
+/// Someone deregisters a node from an NLB's target group by hand. The
+/// Service's resyncs take its targets from the target record, which still
+/// vouches for them, but once every few resync periods (at a slot of the
+/// group's own) the targets are read anyway: the node is registered again.
+#[tokio::test]
+async fn a_target_moved_by_hand_is_restored_within_a_few_resync_periods() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    nodes_and_services(&env, &seeded, &[nlb("web")]).await?;
+    let ccm = env
+        .start_ccm(&["--controllers=service", "--service-resync-period=2s"])
+        .await?;
+    all_have_hostnames(&env, &ccm, 1).await?;
+    let want: BTreeSet<String> = seeded.instances.iter().cloned().collect();
+    eventually("the group holds both nodes", WAIT, || async {
+        groups_not_holding(&seeded, &want).await.ok()?.is_empty().then_some(())
+    })
+    .await?;
+    // The record vouches for the group now (this leader wrote it).
+    eventually("the target record written", WAIT, || async {
+        (record_entries(&env).await.ok()? == 1).then_some(())
+    })
+    .await?;
+    let v2 = aws_sdk_elasticloadbalancingv2::Client::new(&seeded.conf);
+    let group = v2.describe_target_groups().send().await?;
+    let arn = group.target_groups()[0]
+        .target_group_arn()
+        .unwrap_or_default()
+        .to_string();
+    v2.deregister_targets()
+        .target_group_arn(&arn)
+        .targets(
+            aws_sdk_elasticloadbalancingv2::types::TargetDescription::builder()
+                .id(&seeded.instances[0])
+                .build(),
+        )
+        .send()
+        .await?;
+    assert!(!groups_not_holding(&seeded, &want).await?.is_empty());
+    eventually("the node registered again", WAIT, || async {
+        groups_not_holding(&seeded, &want).await.ok()?.is_empty().then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    env.finish().await
+}
+
 /// The classic ELB name and owned group name of Service `svc`.
 fn clb_names(svc: &Service) -> (String, String) {
     let uid = svc

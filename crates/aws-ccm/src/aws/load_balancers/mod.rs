@@ -24,6 +24,7 @@ mod planned;
 mod recorded;
 mod refusals;
 pub mod sweep;
+mod sweep_tags;
 mod targets;
 use nlb_rules::NlbNodeRules;
 pub use planned::{ClbPlan, NlbPlan, Planned};

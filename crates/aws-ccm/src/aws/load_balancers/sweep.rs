@@ -38,6 +38,7 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::aws::applied;
+use super::sweep_tags::TagCache;
 use crate::aws::client::coalesce::SingleFlight;
 use crate::aws::client::operations::Operation;
 use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
@@ -106,10 +107,24 @@ pub struct LbSweep {
     flight: SingleFlight<Arc<Snapshot>>,
     touched: Arc<Mutex<HashMap<String, Instant>>>,
     verified: Arc<Mutex<HashMap<String, Verified>>>,
+    /// Tags earlier sweeps read (see [`super::sweep_tags`]).
+    tags: Arc<Mutex<TagCache>>,
+    /// When each target group's targets were last read, or first vouched
+    /// for by the target record.
+    targets_read: Arc<Mutex<HashMap<String, Instant>>>,
     /// `Some(period)`: settings are trusted when known and read in full again
     /// once per period. `None`: always read in full (`aws-ccm plan`).
     trust_for: Option<Option<Duration>>,
 }
+
+/// Targets the target record vouches for are read (to repair a hand edit)
+/// once every this many resync periods: at the default hour, 125
+/// `DescribeTargetHealth` an hour for 500 groups instead of 500. The Go CCM
+/// reads them only when a Service or the node set changes.
+pub const TARGET_REPAIR_PERIODS: u32 = 4;
+
+/// With no resync period, tags are still read again within this long.
+const TAG_PERIOD_WITHOUT_RESYNC: Duration = Duration::from_secs(3600);
 
 /// Whether `name` is a load balancer name this CCM (and the Go CCM) gives:
 /// `a` and 31 lower-case hex digits.
@@ -155,6 +170,8 @@ impl LbSweep {
             flight: SingleFlight::new(Operation::ElbDescribeLoadBalancers, sweep_ttl(trust_for)),
             touched: Arc::default(),
             verified: Arc::default(),
+            tags: Arc::default(),
+            targets_read: Arc::default(),
             trust_for,
         }
     }
@@ -168,9 +185,10 @@ impl LbSweep {
     /// The current sweep, shared with every concurrent caller.
     async fn snapshot(&self, aws: &AwsClient) -> Result<Arc<Snapshot>, AwsError> {
         let reader = aws.clone();
+        let sweep = self.clone();
         let snap = self
             .flight
-            .get(move || async move { read_all(&reader).await.map(Arc::new) }.boxed())
+            .get(move || async move { read_all(&reader, &sweep).await.map(Arc::new) }.boxed())
             .await?;
         // Writes older than the sweep are in it.
         self.touched.lock().retain(|_, at| *at >= snap.started);
@@ -265,6 +283,35 @@ impl LbSweep {
         entry.digest != want || slot_moved
     }
 
+    /// Whether target group `arn` (of the Service with UID `uid`), whose
+    /// targets the target record vouches for, must have them read anyway:
+    /// once every [`TARGET_REPAIR_PERIODS`] resync periods, at a slot of its
+    /// own, to repair targets moved by hand. Always without a resync period
+    /// to trust for (`aws-ccm plan`); never with none (no resync).
+    pub fn targets_due(&self, arn: &str, uid: &str) -> bool {
+        let Some(period) = self.trust_for else {
+            return true;
+        };
+        let Some(period) = period else {
+            return false;
+        };
+        let now = Instant::now();
+        let at = *self
+            .targets_read
+            .lock()
+            .entry(arn.to_string())
+            .or_insert(now);
+        let repair = period * TARGET_REPAIR_PERIODS;
+        resync_slot(uid, repair, now) > resync_slot(uid, repair, at)
+    }
+
+    /// Target group `arn`'s targets were read from AWS.
+    pub fn targets_read(&self, arn: &str) {
+        self.targets_read
+            .lock()
+            .insert(arn.to_string(), Instant::now());
+    }
+
     /// A sync of `name` succeeded: AWS has settings `digest`; `in_full`:
     /// they were read rather than trusted. `changed`: the sync wrote.
     pub fn synced(&self, name: &str, digest: &str, in_full: bool, changed: bool) {
@@ -297,6 +344,61 @@ impl LbSweep {
     /// answer for it.
     pub fn touch(&self, name: &str) {
         self.touched.lock().insert(name.to_string(), Instant::now());
+        self.tags.lock().evict(name);
+    }
+
+    /// How long tags a sweep read may serve later sweeps: `None` (every
+    /// sync reads in full) not at all.
+    fn tag_period(&self) -> Option<Duration> {
+        self.trust_for
+            .map(|p| p.unwrap_or(TAG_PERIOD_WITHOUT_RESYNC))
+    }
+
+    /// Tags of `keys` (each with the load balancer whose writes change
+    /// them): reused from earlier sweeps while fresh, the rest read with
+    /// `read` and kept, unless a write touched their load balancer since
+    /// `started` (the read may predate it).
+    async fn tags_of<F, Fut>(
+        &self,
+        keys: Vec<(String, String)>,
+        started: Instant,
+        read: F,
+    ) -> Result<HashMap<String, BTreeMap<String, String>>, AwsError>
+    where
+        F: FnOnce(Vec<String>) -> Fut,
+        Fut: std::future::Future<Output = Result<BTreeMap<String, BTreeMap<String, String>>, AwsError>>,
+    {
+        let period = self.tag_period();
+        let now = Instant::now();
+        let mut out = HashMap::with_capacity(keys.len());
+        let mut missing = Vec::new();
+        {
+            let cache = self.tags.lock();
+            for (key, owner) in &keys {
+                match cache.fresh(key, period, now) {
+                    Some(tags) => {
+                        out.insert(key.clone(), tags);
+                    }
+                    None => missing.push((key.clone(), owner.clone())),
+                }
+            }
+        }
+        let read_keys: Vec<String> = missing.iter().map(|(k, _)| k.clone()).collect();
+        let mut read_tags = if read_keys.is_empty() {
+            BTreeMap::new()
+        } else {
+            read(read_keys).await?
+        };
+        let touched = self.touched.lock();
+        let mut cache = self.tags.lock();
+        for (key, owner) in missing {
+            let tags = read_tags.remove(&key).unwrap_or_default();
+            if period.is_some() && touched.get(&owner).is_none_or(|at| *at < started) {
+                cache.store(key.clone(), &owner, tags.clone(), now);
+            }
+            out.insert(key, tags);
+        }
+        Ok(out)
     }
 }
 
@@ -351,13 +453,18 @@ impl super::AwsLoadBalancers {
         let known_attributes = (!in_full).then_some(&desired.target_group_attributes);
         let mut target_groups = Vec::new();
         for (g, tags) in groups.iter() {
-            // Known settings and a record of what the group holds: no read.
-            let group = match known_attributes {
-                Some(attributes) if self.recorded_as(g, &desired.instances) => {
-                    nlb::read::as_recorded(g, tags.clone(), attributes, &desired.instances)
-                }
-                _ => nlb::read::complete_one(aws, g, tags.clone(), known_attributes).await?,
-            };
+            // The target record vouches for what the group holds, and its
+            // targets are not due for their (slower) drift repair: no read.
+            let arn = g.target_group_arn().unwrap_or_default();
+            let known_targets = (self.recorded_as(g, &desired.instances)
+                && !self.sweep.targets_due(arn, uid))
+            .then_some(&desired.instances);
+            let group =
+                nlb::read::complete_one(aws, g, tags.clone(), known_attributes, known_targets)
+                    .await?;
+            if known_targets.is_none() {
+                self.sweep.targets_read(arn);
+            }
             target_groups.push(group);
         }
         Ok((Some(lb), target_groups, in_full))
@@ -432,67 +539,31 @@ pub fn record_in_nlb_create(changes: &mut [nlb::Change], digest: &str) {
     }
 }
 
-/// One full sweep.
-async fn read_all(aws: &AwsClient) -> Result<Snapshot, AwsError> {
+/// One full sweep. The three listings are read one after another, not at
+/// once: each holds a page (up to 400 load balancers) being decoded, and
+/// overlapping them, with the instance sweep's pages, made the process's
+/// peak memory.
+async fn read_all(aws: &AwsClient, sweep: &LbSweep) -> Result<Snapshot, AwsError> {
     let started = Instant::now();
-    let (clbs, nlbs, all_groups) = tokio::try_join!(
-        elb::io::list_all(aws),
-        nlb::read::list_all(aws),
-        nlb::read::all_target_groups(aws),
-    )?;
-    let mut clbs: BTreeMap<String, elb::ActualLb> = clbs
+    let mut clbs: BTreeMap<String, elb::ActualLb> = elb::io::list_all(aws)
+        .await?
         .into_iter()
         .filter(|l| is_service_lb_name(&l.name))
         .map(|l| (l.name.clone(), l))
         .collect();
-    let mut nlbs: BTreeMap<String, nlb::ActualLb> = nlbs
+    let mut nlbs: BTreeMap<String, nlb::ActualLb> = nlb::read::list_all(aws)
+        .await?
         .into_iter()
         .filter(|(name, _)| is_service_lb_name(name))
         .collect();
-    let names: Vec<String> = clbs.keys().cloned().collect();
-    for (name, tags) in elb::io::tags_by_name(aws, &names).await? {
-        if let Some(lb) = clbs.get_mut(&name) {
-            lb.tags = tags;
-        }
-    }
-    let arns: Vec<String> = nlbs.values().map(|l| l.arn.clone()).collect();
-    let mut nlb_tags = nlb::read::tags_of(aws, &arns).await?;
-    for lb in nlbs.values_mut() {
-        lb.tags = nlb_tags.remove(&lb.arn).unwrap_or_default();
-    }
-    let swept_arns: std::collections::HashSet<&str> = arns.iter().map(String::as_str).collect();
-    let behind: Vec<t::TargetGroup> = all_groups
-        .into_iter()
-        .filter(|g| {
-            g.load_balancer_arns()
-                .iter()
-                .any(|a| swept_arns.contains(a.as_str()))
-        })
-        .collect();
-    let group_arns: Vec<String> = behind
-        .iter()
-        .filter_map(|g| g.target_group_arn().map(str::to_string))
-        .collect();
-    let mut group_tags = nlb::read::tags_of(aws, &group_arns).await?;
-    let mut groups: BTreeMap<String, Vec<SweptGroup>> = BTreeMap::new();
-    for g in behind {
-        let tags = g
-            .target_group_arn()
-            .and_then(|a| group_tags.remove(a))
-            .unwrap_or_default();
-        for lb in g.load_balancer_arns() {
-            if swept_arns.contains(lb.as_str()) {
-                groups
-                    .entry(lb.clone())
-                    .or_default()
-                    .push((g.clone(), tags.clone()));
-            }
-        }
-    }
+    let all_groups = nlb::read::all_target_groups(aws).await?;
+    let groups = sweep
+        .tag_listed(aws, started, &mut clbs, &mut nlbs, all_groups)
+        .await?;
     tracing::debug!(
         classic = clbs.len(),
         network = nlbs.len(),
-        target_groups = group_arns.len(),
+        target_groups = groups.values().map(Vec::len).sum::<usize>(),
         "swept the cluster's load balancers"
     );
     Ok(Snapshot {
@@ -501,6 +572,85 @@ async fn read_all(aws: &AwsClient) -> Result<Snapshot, AwsError> {
         nlbs,
         groups,
     })
+}
+
+impl LbSweep {
+    /// Gives a sweep's listings their tags (from [`Self::tags_of`]) and
+    /// returns the target groups behind each swept NLB, by its ARN.
+    async fn tag_listed(
+        &self,
+        aws: &AwsClient,
+        started: Instant,
+        clbs: &mut BTreeMap<String, elb::ActualLb>,
+        nlbs: &mut BTreeMap<String, nlb::ActualLb>,
+        all_groups: Vec<t::TargetGroup>,
+    ) -> Result<BTreeMap<String, Vec<SweptGroup>>, AwsError> {
+        let names: Vec<(String, String)> = clbs.keys().map(|n| (n.clone(), n.clone())).collect();
+        let mut clb_tags = self
+            .tags_of(names, started, |n| async move { elb::io::tags_by_name(aws, &n).await })
+            .await?;
+        for (name, lb) in clbs.iter_mut() {
+            lb.tags = clb_tags.remove(name).unwrap_or_default();
+        }
+        // NLBs by ARN, with their names (the owner of their groups' tags).
+        let name_of: HashMap<String, String> = nlbs
+            .iter()
+            .map(|(name, l)| (l.arn.clone(), name.clone()))
+            .collect();
+        let arns: Vec<(String, String)> = name_of.clone().into_iter().collect();
+        let mut nlb_tags = self
+            .tags_of(arns, started, |a| async move { nlb::read::tags_of(aws, &a).await })
+            .await?;
+        for lb in nlbs.values_mut() {
+            lb.tags = nlb_tags.remove(&lb.arn).unwrap_or_default();
+        }
+        // Groups behind a swept NLB, each with the first such NLB's name.
+        let behind: Vec<(t::TargetGroup, String)> = all_groups
+            .into_iter()
+            .filter_map(|g| {
+                let owner = g
+                    .load_balancer_arns()
+                    .iter()
+                    .find_map(|a| name_of.get(a))?
+                    .clone();
+                Some((g, owner))
+            })
+            .collect();
+        let group_keys: Vec<(String, String)> = behind
+            .iter()
+            .filter_map(|(g, owner)| Some((g.target_group_arn()?.to_string(), owner.clone())))
+            .collect();
+        let mut group_tags = self
+            .tags_of(group_keys, started, |a| async move { nlb::read::tags_of(aws, &a).await })
+            .await?;
+        let mut groups: BTreeMap<String, Vec<SweptGroup>> = BTreeMap::new();
+        for (g, _) in behind {
+            let tags = g
+                .target_group_arn()
+                .and_then(|a| group_tags.remove(a))
+                .unwrap_or_default();
+            for lb in g.load_balancer_arns() {
+                if name_of.contains_key(lb) {
+                    groups
+                        .entry(lb.clone())
+                        .or_default()
+                        .push((g.clone(), tags.clone()));
+                }
+            }
+        }
+        // Resources no longer listed were deleted: their tags go.
+        let listed: std::collections::HashSet<&str> = clbs
+            .keys()
+            .chain(name_of.keys())
+            .map(String::as_str)
+            .chain(groups.values().flatten().filter_map(|(g, _)| g.target_group_arn()))
+            .collect();
+        self.tags.lock().keep_only(&listed);
+        self.targets_read
+            .lock()
+            .retain(|arn, _| listed.contains(arn.as_str()));
+        Ok(groups)
+    }
 }
 
 #[cfg(test)]
@@ -597,6 +747,99 @@ mod tests {
             due_per_tenth.iter().all(|d| *d <= 45),
             "no burst: {due_per_tenth:?}"
         );
+    }
+
+    /// `tags_of` with a reader that records the keys it was asked for.
+    async fn read_tags(
+        sweep: &LbSweep,
+        keys: &[(&str, &str)],
+        started: Instant,
+    ) -> (Vec<String>, HashMap<String, BTreeMap<String, String>>) {
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let record = asked.clone();
+        let keys = keys
+            .iter()
+            .map(|(k, o)| (k.to_string(), o.to_string()))
+            .collect();
+        let got = sweep
+            .tags_of(keys, started, |ks: Vec<String>| async move {
+                record.lock().extend(ks.iter().cloned());
+                Ok(ks
+                    .into_iter()
+                    .map(|k| (k.clone(), BTreeMap::from([("read".to_string(), k)])))
+                    .collect())
+            })
+            .await
+            .unwrap();
+        let mut asked = asked.lock().clone();
+        asked.sort();
+        (asked, got)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn later_sweeps_reuse_tags_until_a_write_or_their_age_limit() {
+        let period = Duration::from_secs(3600);
+        let sweep = LbSweep::new(Some(Some(period)));
+        let keys = [("lb-1", "lb-1"), ("arn:tg-1", "lb-1"), ("lb-2", "lb-2")];
+        let (asked, got) = read_tags(&sweep, &keys, Instant::now()).await;
+        assert_eq!(asked, ["arn:tg-1", "lb-1", "lb-2"]);
+        assert_eq!(got["lb-2"]["read"], "lb-2");
+        // Five minutes on: all reused.
+        tokio::time::advance(MAX_SWEEP_TTL).await;
+        let (asked, got) = read_tags(&sweep, &keys, Instant::now()).await;
+        assert!(asked.is_empty(), "{asked:?}");
+        assert_eq!(got.len(), 3);
+        // A write to lb-1: it and its group are read again, lb-2 is not.
+        sweep.touch("lb-1");
+        let (asked, _) = read_tags(&sweep, &keys, Instant::now()).await;
+        assert_eq!(asked, ["arn:tg-1", "lb-1"]);
+        // A period on, every entry has passed its age limit.
+        tokio::time::advance(period).await;
+        let (asked, _) = read_tags(&sweep, &keys, Instant::now()).await;
+        assert_eq!(asked.len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn tags_read_before_a_write_are_not_kept_and_plans_keep_none() {
+        let sweep = LbSweep::new(Some(Some(Duration::from_secs(3600))));
+        let started = Instant::now();
+        tokio::time::advance(Duration::from_millis(10)).await;
+        // The write lands after the sweep started, before its tags came.
+        sweep.touch("lb-1");
+        let keys = [("lb-1", "lb-1"), ("lb-2", "lb-2")];
+        read_tags(&sweep, &keys, started).await;
+        let (asked, _) = read_tags(&sweep, &keys, Instant::now()).await;
+        assert_eq!(asked, ["lb-1"]);
+        // `aws-ccm plan` (no trust): every sweep reads every tag.
+        let plan = LbSweep::new(None);
+        read_tags(&plan, &keys, Instant::now()).await;
+        let (asked, _) = read_tags(&plan, &keys, Instant::now()).await;
+        assert_eq!(asked.len(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn recorded_targets_are_read_once_every_few_periods_at_a_slot_of_their_own() {
+        let period = Duration::from_secs(100);
+        let sweep = LbSweep::new(Some(Some(period)));
+        // First vouched for now; not due until its repair slot moves on.
+        assert!(!sweep.targets_due("arn:tg", "uid-1"));
+        let start = Instant::now();
+        while !sweep.targets_due("arn:tg", "uid-1") {
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let waited = start.elapsed();
+        let repair = period * TARGET_REPAIR_PERIODS;
+        assert!(waited <= repair, "{waited:?}");
+        sweep.targets_read("arn:tg");
+        assert!(!sweep.targets_due("arn:tg", "uid-1"));
+        // Due again exactly one repair period later.
+        tokio::time::advance(repair - Duration::from_secs(1)).await;
+        assert!(!sweep.targets_due("arn:tg", "uid-1"));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(sweep.targets_due("arn:tg", "uid-1"));
+        // Plans always read; without a resync period, never.
+        assert!(LbSweep::new(None).targets_due("arn:tg", "uid-1"));
+        assert!(!LbSweep::new(Some(None)).targets_due("arn:tg", "uid-1"));
     }
 
     #[test]

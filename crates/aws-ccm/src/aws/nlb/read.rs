@@ -207,14 +207,15 @@ fn health_of(g: &t::TargetGroup) -> HealthCheck {
     }
 }
 
-/// One group's state from its listing entry and `tags`: its registered
-/// targets (one read), and its attributes, read unless `known_attributes`
-/// gives them.
+/// One group's state from its listing entry and `tags`: its attributes,
+/// read unless `known_attributes` gives them, and its registered targets,
+/// read unless `known_targets` (the target record) gives them.
 pub async fn complete_one(
     aws: &AwsClient,
     g: &t::TargetGroup,
     tags: BTreeMap<String, String>,
     known_attributes: Option<&BTreeMap<String, String>>,
+    known_targets: Option<&BTreeSet<String>>,
 ) -> Result<ActualTargetGroup, AwsError> {
     let arn = g.target_group_arn().unwrap_or_default();
     let attributes = match known_attributes {
@@ -230,17 +231,23 @@ pub async fn complete_one(
             key_values(attrs.attributes().iter().map(|a| (a.key(), a.value())))
         }
     };
-    let health = aws
-        .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
-            c.describe_target_health().target_group_arn(arn).send()
-        })
-        .await?;
+    let targets = match known_targets {
+        Some(t) => t.clone(),
+        None => {
+            let health = aws
+                .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
+                    c.describe_target_health().target_group_arn(arn).send()
+                })
+                .await?;
+            registered(
+                health.target_health_descriptions(),
+                g.port().unwrap_or_default(),
+            )
+        }
+    };
     Ok(ActualTargetGroup {
         attributes,
-        targets: registered(
-            health.target_health_descriptions(),
-            g.port().unwrap_or_default(),
-        ),
+        targets,
         ..listed(g, tags)
     })
 }
@@ -258,21 +265,6 @@ pub fn registered(health: &[t::TargetHealthDescription], port: i32) -> BTreeSet<
         .filter(|t| t.port().is_none_or(|p| p == port))
         .filter_map(|t| t.id().map(str::to_string))
         .collect()
-}
-
-/// A group as its listing, `tags`, known `attributes` and the target
-/// record (`targets`) tell it: nothing is read.
-pub fn as_recorded(
-    g: &t::TargetGroup,
-    tags: BTreeMap<String, String>,
-    attributes: &BTreeMap<String, String>,
-    targets: &BTreeSet<String>,
-) -> ActualTargetGroup {
-    ActualTargetGroup {
-        attributes: attributes.clone(),
-        targets: targets.clone(),
-        ..listed(g, tags)
-    }
 }
 
 /// What the listing and `tags` tell of a group; its attributes and targets
