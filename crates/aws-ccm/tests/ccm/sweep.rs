@@ -477,7 +477,11 @@ async fn a_target_moved_by_hand_is_restored_within_a_few_resync_periods() -> any
     all_have_hostnames(&env, &ccm, 1).await?;
     let want: BTreeSet<String> = seeded.instances.iter().cloned().collect();
     eventually("the group holds both nodes", WAIT, || async {
-        groups_not_holding(&seeded, &want).await.ok()?.is_empty().then_some(())
+        groups_not_holding(&seeded, &want)
+            .await
+            .ok()?
+            .is_empty()
+            .then_some(())
     })
     .await?;
     // The record vouches for the group now (this leader wrote it).
@@ -502,7 +506,11 @@ async fn a_target_moved_by_hand_is_restored_within_a_few_resync_periods() -> any
         .await?;
     assert!(!groups_not_holding(&seeded, &want).await?.is_empty());
     eventually("the node registered again", WAIT, || async {
-        groups_not_holding(&seeded, &want).await.ok()?.is_empty().then_some(())
+        groups_not_holding(&seeded, &want)
+            .await
+            .ok()?
+            .is_empty()
+            .then_some(())
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;

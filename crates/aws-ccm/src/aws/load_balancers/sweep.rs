@@ -37,8 +37,8 @@ use futures::FutureExt;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
-use crate::aws::applied;
 use super::sweep_tags::TagCache;
+use crate::aws::applied;
 use crate::aws::client::coalesce::SingleFlight;
 use crate::aws::client::operations::Operation;
 use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
@@ -366,7 +366,9 @@ impl LbSweep {
     ) -> Result<HashMap<String, BTreeMap<String, String>>, AwsError>
     where
         F: FnOnce(Vec<String>) -> Fut,
-        Fut: std::future::Future<Output = Result<BTreeMap<String, BTreeMap<String, String>>, AwsError>>,
+        Fut: std::future::Future<
+                Output = Result<BTreeMap<String, BTreeMap<String, String>>, AwsError>,
+            >,
     {
         let period = self.tag_period();
         let now = Instant::now();
@@ -587,7 +589,9 @@ impl LbSweep {
     ) -> Result<BTreeMap<String, Vec<SweptGroup>>, AwsError> {
         let names: Vec<(String, String)> = clbs.keys().map(|n| (n.clone(), n.clone())).collect();
         let mut clb_tags = self
-            .tags_of(names, started, |n| async move { elb::io::tags_by_name(aws, &n).await })
+            .tags_of(names, started, |n| async move {
+                elb::io::tags_by_name(aws, &n).await
+            })
             .await?;
         for (name, lb) in clbs.iter_mut() {
             lb.tags = clb_tags.remove(name).unwrap_or_default();
@@ -599,11 +603,42 @@ impl LbSweep {
             .collect();
         let arns: Vec<(String, String)> = name_of.clone().into_iter().collect();
         let mut nlb_tags = self
-            .tags_of(arns, started, |a| async move { nlb::read::tags_of(aws, &a).await })
+            .tags_of(arns, started, |a| async move {
+                nlb::read::tags_of(aws, &a).await
+            })
             .await?;
         for lb in nlbs.values_mut() {
             lb.tags = nlb_tags.remove(&lb.arn).unwrap_or_default();
         }
+        let groups = self.tag_groups(aws, started, &name_of, all_groups).await?;
+        // Resources no longer listed were deleted: their tags go.
+        let listed: std::collections::HashSet<&str> = clbs
+            .keys()
+            .chain(name_of.keys())
+            .map(String::as_str)
+            .chain(
+                groups
+                    .values()
+                    .flatten()
+                    .filter_map(|(g, _)| g.target_group_arn()),
+            )
+            .collect();
+        self.tags.lock().keep_only(&listed);
+        self.targets_read
+            .lock()
+            .retain(|arn, _| listed.contains(arn.as_str()));
+        Ok(groups)
+    }
+
+    /// The target groups behind each swept NLB (`name_of`: NLB ARN to
+    /// name), by the NLB's ARN, with their tags.
+    async fn tag_groups(
+        &self,
+        aws: &AwsClient,
+        started: Instant,
+        name_of: &HashMap<String, String>,
+        all_groups: Vec<t::TargetGroup>,
+    ) -> Result<BTreeMap<String, Vec<SweptGroup>>, AwsError> {
         // Groups behind a swept NLB, each with the first such NLB's name.
         let behind: Vec<(t::TargetGroup, String)> = all_groups
             .into_iter()
@@ -621,7 +656,9 @@ impl LbSweep {
             .filter_map(|(g, owner)| Some((g.target_group_arn()?.to_string(), owner.clone())))
             .collect();
         let mut group_tags = self
-            .tags_of(group_keys, started, |a| async move { nlb::read::tags_of(aws, &a).await })
+            .tags_of(group_keys, started, |a| async move {
+                nlb::read::tags_of(aws, &a).await
+            })
             .await?;
         let mut groups: BTreeMap<String, Vec<SweptGroup>> = BTreeMap::new();
         for (g, _) in behind {
@@ -638,17 +675,6 @@ impl LbSweep {
                 }
             }
         }
-        // Resources no longer listed were deleted: their tags go.
-        let listed: std::collections::HashSet<&str> = clbs
-            .keys()
-            .chain(name_of.keys())
-            .map(String::as_str)
-            .chain(groups.values().flatten().filter_map(|(g, _)| g.target_group_arn()))
-            .collect();
-        self.tags.lock().keep_only(&listed);
-        self.targets_read
-            .lock()
-            .retain(|arn, _| listed.contains(arn.as_str()));
         Ok(groups)
     }
 }

@@ -106,7 +106,9 @@ mod tests {
         let p = Duration::from_secs(3600);
         let limits: Vec<Duration> = (0..200).map(|i| age_limit(&format!("a{i}"), p)).collect();
         assert!(
-            limits.iter().all(|l| *l >= p.mul_f64(0.4) && *l < p.mul_f64(0.9)),
+            limits
+                .iter()
+                .all(|l| *l >= p.mul_f64(0.4) && *l < p.mul_f64(0.9)),
             "{limits:?}"
         );
         let distinct: std::collections::BTreeSet<_> = limits.iter().collect();
