@@ -146,16 +146,32 @@ async fn a_node_that_joined_between_leaders_is_registered_by_the_successor() -> 
         .await?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let want: BTreeSet<String> = seeded.instances.iter().chain(&joined).cloned().collect();
-    eventually("every target group holds the joined node", WAIT, || async {
-        groups_not_holding(&seeded, &want)
+    every_group_holds(
+        &seeded,
+        &want,
+        "every target group holds the joined node",
+        &ccm,
+    )
+    .await?;
+    env.finish().await
+}
+
+/// Waits (`what`) until every NLB target group holds exactly `want`.
+async fn every_group_holds(
+    seeded: &Seeded,
+    want: &BTreeSet<String>,
+    what: &str,
+    ccm: &Ccm,
+) -> anyhow::Result<()> {
+    eventually(what, WAIT, || async {
+        groups_not_holding(seeded, want)
             .await
             .ok()?
             .is_empty()
             .then_some(())
     })
     .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    env.finish().await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))
 }
 
 /// Another holder takes the expired Lease: it counts a transition.
@@ -476,14 +492,7 @@ async fn a_target_moved_by_hand_is_restored_within_a_few_resync_periods() -> any
         .await?;
     all_have_hostnames(&env, &ccm, 1).await?;
     let want: BTreeSet<String> = seeded.instances.iter().cloned().collect();
-    eventually("the group holds both nodes", WAIT, || async {
-        groups_not_holding(&seeded, &want)
-            .await
-            .ok()?
-            .is_empty()
-            .then_some(())
-    })
-    .await?;
+    every_group_holds(&seeded, &want, "the group holds both nodes", &ccm).await?;
     // The record vouches for the group now (this leader wrote it).
     eventually("the target record written", WAIT, || async {
         (record_entries(&env).await.ok()? == 1).then_some(())
@@ -505,15 +514,7 @@ async fn a_target_moved_by_hand_is_restored_within_a_few_resync_periods() -> any
         .send()
         .await?;
     assert!(!groups_not_holding(&seeded, &want).await?.is_empty());
-    eventually("the node registered again", WAIT, || async {
-        groups_not_holding(&seeded, &want)
-            .await
-            .ok()?
-            .is_empty()
-            .then_some(())
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    every_group_holds(&seeded, &want, "the node registered again", &ccm).await?;
     env.finish().await
 }
 
