@@ -196,7 +196,6 @@ impl TargetRecord {
             shared: self.shared.clone(),
         };
         tokio::spawn(writer.run());
-
         tracing::info!(configmap = %format!("{namespace}/{name}"), trusted = n, voided = !trusted && found.is_some(), "target record ready");
         Ok(n)
     }
@@ -447,10 +446,10 @@ impl Writer {
 /// Whether stamp `theirs` is a later leader's than `ours`: another Lease
 /// (a new UID), more transitions, or not a stamp at all.
 fn newer(theirs: &str, ours: &str) -> bool {
-    let parse = |s: &str| {
-        let (uid, n) = s.rsplit_once('/')?;
-        Some((uid.to_string(), n.parse::<i64>().ok()?))
-    };
+    fn parse(stamp: &str) -> Option<(&str, i64)> {
+        let (uid, n) = stamp.rsplit_once('/')?;
+        Some((uid, n.parse().ok()?))
+    }
     match (parse(theirs), parse(ours)) {
         (Some((u1, n1)), Some((u2, n2))) => u1 != u2 || n1 > n2,
         _ => true,

@@ -1813,6 +1813,13 @@ mod tests {
         s
     }
 
+    /// The field manager every test writes as.
+    fn writer() -> Writer {
+        Writer {
+            manager: "t".into(),
+        }
+    }
+
     fn idx(plural: &str) -> usize {
         find("", "v1", plural).unwrap_or(0)
     }
@@ -1820,9 +1827,7 @@ mod tests {
     #[test]
     fn apiserver_store_exact_list_rebuilds_history() {
         let s = store_with_ns();
-        let w = Writer {
-            manager: "t".into(),
-        };
+        let w = writer();
         let cm = idx("configmaps");
         let a = s.create(
             cm,
@@ -1863,9 +1868,7 @@ mod tests {
     #[test]
     fn apiserver_store_service_defaults() {
         let s = store_with_ns();
-        let w = Writer {
-            manager: "t".into(),
-        };
+        let w = writer();
         let svc = idx("services");
         let created = s.create(
             svc,
@@ -1898,9 +1901,7 @@ mod tests {
     #[test]
     fn apiserver_store_node_ports_per_protocol() {
         let s = store_with_ns();
-        let w = Writer {
-            manager: "t".into(),
-        };
+        let w = writer();
         let svc = idx("services");
         let dns = |name: &str, udp_port: u64| {
             json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "ports": [
@@ -1926,9 +1927,7 @@ mod tests {
     #[test]
     fn apiserver_store_validates_source_ranges_as_kube_apiserver() {
         let s = store_with_ns();
-        let w = Writer {
-            manager: "t".into(),
-        };
+        let w = writer();
         let svc = idx("services");
         let make = |name: &str, ty: &str, ranges: Value| json!({"metadata": {"name": name}, "spec": {"type": ty, "ports": [{"port": 80}], "loadBalancerSourceRanges": ranges}});
         let ok = s.create(
@@ -1987,9 +1986,7 @@ mod tests {
     #[test]
     fn config_maps_take_config_keys_and_at_most_one_mebibyte() {
         let s = store_with_ns();
-        let w = Writer {
-            manager: "t".into(),
-        };
+        let w = writer();
         let cm = idx("configmaps");
         let make = |name: &str, data: Value| json!({"metadata": {"name": name}, "data": data});
         let ok = s.create(
