@@ -12,7 +12,10 @@ script renders it as a Markdown table (cells as the bench printed them, from
 of the document (default docs/scale.md). With --check it changes nothing and
 exits 1 when the document's table is not what the JSON renders to.
 
-usage: bench-table.py [--json PATH] [--doc PATH] [--check]
+With --bounded only the rows that carry a bound or goal are rendered: the
+README's table (`--doc README.md --bounded`).
+
+usage: bench-table.py [--json PATH] [--doc PATH] [--bounded] [--check]
 """
 
 import argparse
@@ -70,6 +73,11 @@ def render(rows):
     return "\n".join(out) + "\n"
 
 
+def bounded(rows):
+    """The rows with a bound or goal (the figures a change is judged by)."""
+    return [r for r in rows if r.get("bound") is not None or r.get("bound_text")]
+
+
 def splice(doc, table, doc_name="the document"):
     """`doc` with the text between the markers replaced by `table`."""
     begin = doc.find(BEGIN)
@@ -99,9 +107,11 @@ def main(argv):
     parser.add_argument("--json", default=str(ROOT / "target/bench/scale.json"))
     parser.add_argument("--doc", default=str(ROOT / "docs/scale.md"))
     parser.add_argument("--check", action="store_true")
+    parser.add_argument("--bounded", action="store_true")
     args = parser.parse_args(argv)
     try:
-        table = render(load_rows(args.json))
+        rows = load_rows(args.json)
+        table = render(bounded(rows) if args.bounded else rows)
         doc = Path(args.doc).read_text()
         new = splice(doc, table, args.doc)
     except BenchTableError as e:

@@ -42,6 +42,17 @@ class BenchTable(unittest.TestCase):
             bench_table.main(["--json", str(self.dir / "none.json"), "--doc", str(self.doc)]), 2
         )
 
+    def test_bounded_keeps_only_rows_with_a_bound_or_goal(self):
+        rows = [
+            {"scenario": "s", "figure": "a", "value": 1, "unit": "s", "bound": 2},
+            {"scenario": "s", "figure": "b", "value": 1, "unit": "s", "bound": None},
+            {"scenario": "s", "figure": "c", "value": 1, "unit": "s", "bound": None, "bound_text": "15 s"},
+        ]
+        self.assertEqual([r["figure"] for r in bench_table.bounded(rows)], ["a", "c"])
+        table = bench_table.render(bench_table.bounded(rows))
+        self.assertNotIn("| b |", table)
+        self.assertIn("| 15 s |", table)
+
     def test_a_row_missing_a_field_names_it(self):
         with self.assertRaisesRegex(bench_table.BenchTableError, "lacks unit"):
             bench_table.render([{"scenario": "s", "figure": "f", "value": 1, "bound": None}])
