@@ -8,10 +8,15 @@
 //! drift.
 //!
 //! [`LoadBalancerSpec::from_service`] (in `parse.rs`) turns a Service into a
-//! typed spec before any AWS call by walking the table. Every value that
-//! upstream would reject (or silently misuse) becomes a [`SpecError`] naming
-//! the annotation, the value and what is allowed; the controller turns it into
-//! a Warning event and leaves AWS alone.
+//! typed spec before any AWS call by walking the table.
+//! [`LoadBalancerSpec::read`] follows the Go CCM value class by value class
+//! ([`upstream::CLASSES`], docs/compatibility.md is generated from it):
+//! - a value the Go CCM takes or ignores is read as the Go CCM reads it and
+//!   noted ([`SpecNote`]: a Warning naming the annotation, the value, what the
+//!   Go CCM does with it and the fix);
+//! - a value the Go CCM fails on too becomes a [`SpecError`]. It stops only
+//!   the change it governs: the controller keeps an existing load balancer's
+//!   backends and node rules current ("upkeep") from the rest of the reading.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -20,6 +25,7 @@ use ipnet::Ipv4Net;
 
 mod parse;
 pub mod table;
+pub mod upstream;
 
 /// Prefix of every AWS load balancer annotation.
 pub const PREFIX: &str = "service.beta.kubernetes.io/";
@@ -72,6 +78,57 @@ pub struct SpecError {
     pub value: String,
     /// What is allowed, and what to do.
     pub allowed: String,
+}
+
+/// A value taken as the Go CCM takes it, though it is probably not what the
+/// user meant: it becomes a Warning, and the sync goes on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecNote {
+    pub field: String,
+    pub value: String,
+    /// What the Go CCM (and so this CCM) does with the value.
+    pub reading: String,
+    /// What to write instead.
+    pub fix: String,
+    /// A Service without a load balancer yet gets none: the Go CCM's reading
+    /// is almost surely not what the user meant (a Classic ELB for `NLB`).
+    pub hold_if_new: bool,
+}
+
+impl fmt::Display for SpecNote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}={:?}: {}; {}",
+            self.field, self.value, self.reading, self.fix
+        )
+    }
+}
+
+/// Everything read from a Service: the spec (a refused value leaves its
+/// part at the default), the values taken with a warning, and the values
+/// refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reading {
+    pub spec: LoadBalancerSpec,
+    pub notes: Vec<SpecNote>,
+    pub errors: Vec<SpecError>,
+}
+
+impl Reading {
+    /// A new Service gets no load balancer until the value is fixed.
+    pub fn holds_new(&self) -> bool {
+        self.notes.iter().any(|n| n.hold_if_new)
+    }
+
+    /// Whether the source ranges were read as written: the node rules of an
+    /// NLB in upkeep are synced only then (the default would open them).
+    pub fn source_ranges_known(&self) -> bool {
+        !self
+            .errors
+            .iter()
+            .any(|e| e.field == SOURCE_RANGES || e.field == "spec.loadBalancerSourceRanges")
+    }
 }
 
 fn err(field: &str, value: &str, allowed: impl Into<String>) -> SpecError {
@@ -173,7 +230,13 @@ pub struct LoadBalancerSpec {
     /// `None`: every port.
     pub ssl_ports: Option<PortSet>,
     pub ssl_negotiation_policy: Option<String>,
+    /// `backend-protocol` when it is one of the documented (lower-case)
+    /// values.
     pub backend_protocol: Option<BackendProtocol>,
+    /// Any other `backend-protocol` value (`HTTP`, `grpc`): the Go CCM maps
+    /// none of them to a listener, but its Classic ELB health check still
+    /// reads `https`/`ssl` in any case form.
+    pub backend_protocol_other: Option<String>,
     pub additional_tags: BTreeMap<String, String>,
     pub health_check: HealthCheckOverrides,
     pub eip_allocations: Vec<String>,
@@ -190,6 +253,21 @@ pub struct LoadBalancerSpec {
     pub ports: Vec<ServicePortSpec>,
     /// `externalTrafficPolicy: Local` with its `healthCheckNodePort`.
     pub local_health_check_node_port: Option<i32>,
+}
+
+impl LoadBalancerSpec {
+    /// The Classic ELB health check's protocol is SSL rather than TCP: the Go
+    /// CCM lower-cases `backend-protocol` for this one decision.
+    pub fn backend_health_check_is_ssl(&self) -> bool {
+        match self.backend_protocol {
+            Some(BackendProtocol::Https | BackendProtocol::Ssl) => true,
+            Some(_) => false,
+            None => self
+                .backend_protocol_other
+                .as_deref()
+                .is_some_and(|v| v.eq_ignore_ascii_case("https") || v.eq_ignore_ascii_case("ssl")),
+        }
+    }
 }
 
 /// Comma-separated list, blanks dropped.

@@ -2,6 +2,7 @@
 //! defaults, each row of [`ANNOTATIONS`] parses its own value into it, then the
 //! Service's own fields and the checks that span several values run.
 
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::Ipv4Net;
@@ -12,48 +13,152 @@ use super::*;
 
 /// What a row's parser may need besides its own value.
 #[derive(Clone, Copy, Debug)]
-pub struct Context {
+pub struct Context<'a> {
     pub is_nlb: bool,
     /// `spec.loadBalancerSourceRanges` is set (it wins over the annotation).
     pub spec_has_source_ranges: bool,
+    /// Values taken as the Go CCM takes them, with a warning.
+    pub notes: &'a RefCell<Vec<SpecNote>>,
+}
+
+impl Context<'_> {
+    fn note(&self, field: &str, value: &str, reading: &str, fix: &str, hold_if_new: bool) {
+        self.notes.borrow_mut().push(SpecNote {
+            field: field.to_string(),
+            value: value.to_string(),
+            reading: reading.to_string(),
+            fix: fix.to_string(),
+            hold_if_new,
+        });
+    }
 }
 
 /// A row's parser: the spec so far, the context, the annotation key and its value.
-pub type Parse = fn(&mut LoadBalancerSpec, &Context, &str, &str) -> Result<(), SpecError>;
+pub type Parse = fn(&mut LoadBalancerSpec, &Context<'_>, &str, &str) -> Result<(), SpecError>;
 
 impl LoadBalancerSpec {
-    /// Parses and validates a Service of type LoadBalancer.
+    /// Parses and validates a Service of type LoadBalancer: the first value
+    /// refused, else the spec (values taken with a warning included).
     pub fn from_service(svc: &Service) -> Result<LoadBalancerSpec, SpecError> {
+        let reading = LoadBalancerSpec::read(svc);
+        match reading.errors.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(reading.spec),
+        }
+    }
+
+    /// Reads a Service of type LoadBalancer as the Go CCM does: every row
+    /// of the table, each value refused or noted on its own, so that one bad
+    /// value leaves the rest of the spec read.
+    pub fn read(svc: &Service) -> Reading {
         let empty = BTreeMap::new();
         let annotations = svc.metadata.annotations.as_ref().unwrap_or(&empty);
         let spec = svc.spec.clone().unwrap_or_default();
-        let kind = parse_kind(annotations.get(TYPE).map_or("", String::as_str))?;
-        let cx = Context {
-            is_nlb: kind == LoadBalancerKind::Network,
+        let notes = RefCell::new(Vec::new());
+        let mut errors = Vec::new();
+        let mut cx = Context {
+            is_nlb: false,
             spec_has_source_ranges: spec
                 .load_balancer_source_ranges
                 .as_ref()
                 .is_some_and(|r| !r.is_empty()),
+            notes: &notes,
         };
+        let kind = parse_kind(&cx, annotations.get(TYPE).map_or("", String::as_str));
+        cx.is_nlb = kind == LoadBalancerKind::Network;
         let mut out = LoadBalancerSpec::defaults(kind);
+        if kind == LoadBalancerKind::External {
+            // The Go CCM answers ImplementedElsewhere before reading anything.
+            return Reading {
+                spec: out,
+                notes: notes.into_inner(),
+                errors,
+            };
+        }
         for row in ANNOTATIONS {
-            if let Some(value) = annotations.get(row.name) {
-                (row.parse)(&mut out, &cx, row.name, value)?;
+            let Some(value) = annotations.get(row.name) else {
+                continue;
+            };
+            if !row.applies.to(cx.is_nlb) {
+                if row.rejected_elsewhere {
+                    errors.push(err(row.name, value, row.elsewhere()));
+                } else {
+                    let reading = format!("ignored on a {kind}, as the Go CCM ignores it");
+                    cx.note(row.name, value, &reading, "remove it", false);
+                }
+                continue;
+            }
+            if let Err(e) = (row.parse)(&mut out, &cx, row.name, value) {
+                errors.push(e);
             }
         }
-        check_spec_fields(&spec)?;
-        out.ports = parse_ports(&spec, cx.is_nlb)?;
-        out.check_health_check_timing(&cx)?;
+        out.read_spec_fields(&spec, &cx, annotations, &mut errors);
+        Reading {
+            spec: out,
+            notes: notes.into_inner(),
+            errors,
+        }
+    }
+
+    /// The Service's own fields and the checks that span several values.
+    fn read_spec_fields(
+        &mut self,
+        spec: &ServiceSpec,
+        cx: &Context<'_>,
+        annotations: &BTreeMap<String, String>,
+        errors: &mut Vec<SpecError>,
+    ) {
+        let mut keep = |r: Result<(), SpecError>| {
+            if let Err(e) = r {
+                errors.push(e);
+            }
+        };
+        keep(check_spec_fields(spec));
+        match parse_ports(spec, cx.is_nlb) {
+            Ok(ports) => self.ports = ports,
+            Err(e) => {
+                // Upkeep still needs the node ports of the ports that have one.
+                self.ports = node_ports(spec);
+                keep(Err(e));
+            }
+        }
+        keep(self.check_health_check_timing(cx));
+        keep(self.check_backend_protocol_with_cert(cx));
         if let Some(ranges) = spec.load_balancer_source_ranges.as_deref()
             && cx.spec_has_source_ranges
         {
-            out.source_ranges = parse_cidrs("spec.loadBalancerSourceRanges", ranges)?;
+            match parse_cidrs("spec.loadBalancerSourceRanges", ranges) {
+                Ok(r) => self.source_ranges = r,
+                Err(e) => keep(Err(e)),
+            }
         }
-        out.check_udp_keeps_client_ip(annotations)?;
+        keep(self.check_udp_keeps_client_ip(annotations));
         if spec.external_traffic_policy.as_deref() == Some("Local") {
-            out.local_health_check_node_port = spec.health_check_node_port;
+            self.local_health_check_node_port = spec.health_check_node_port;
         }
-        Ok(out)
+    }
+
+    /// A Classic ELB listener with a certificate maps `backend-protocol`
+    /// through http/https/ssl/tcp; the Go CCM fails on any other value there.
+    fn check_backend_protocol_with_cert(&self, cx: &Context<'_>) -> Result<(), SpecError> {
+        let (Some(other), Some(_), false) =
+            (&self.backend_protocol_other, &self.ssl_cert, cx.is_nlb)
+        else {
+            return Ok(());
+        };
+        let ssl_port = self.ports.iter().any(|p| {
+            self.ssl_ports
+                .as_ref()
+                .is_none_or(|set| set.contains(p.port, &p.name))
+        });
+        if ssl_port {
+            return Err(err(
+                BACKEND_PROTOCOL,
+                other,
+                "with aws-load-balancer-ssl-cert the backend protocol must be http, https, ssl or tcp (lower case), as the Go CCM requires",
+            ));
+        }
+        Ok(())
     }
 
     /// The spec of a Service without annotations, before its ports are read.
@@ -76,6 +181,7 @@ impl LoadBalancerSpec {
             ssl_ports: None,
             ssl_negotiation_policy: None,
             backend_protocol: None,
+            backend_protocol_other: None,
             additional_tags: BTreeMap::new(),
             health_check: HealthCheckOverrides::default(),
             eip_allocations: Vec::new(),
@@ -271,24 +377,59 @@ fn text(v: &str) -> Option<String> {
     (!v.is_empty()).then(|| v.to_string())
 }
 
-fn parse_kind(v: &str) -> Result<LoadBalancerKind, SpecError> {
+/// The Go CCM makes an NLB for exactly `nlb`, leaves exactly `external` and
+/// `nlb-ip` to another controller, and makes a Classic ELB for anything else.
+fn parse_kind(cx: &Context<'_>, v: &str) -> LoadBalancerKind {
     match v {
-        "" => Ok(LoadBalancerKind::Classic),
-        "nlb" => Ok(LoadBalancerKind::Network),
-        "external" | "nlb-ip" => Ok(LoadBalancerKind::External),
-        other => Err(err(
-            TYPE,
-            other,
-            "allowed: nlb (Network Load Balancer), external or nlb-ip (another controller); remove it for a classic ELB",
-        )),
+        "" => LoadBalancerKind::Classic,
+        "nlb" => LoadBalancerKind::Network,
+        "external" | "nlb-ip" => LoadBalancerKind::External,
+        other => {
+            let meant = ["nlb", "external", "nlb-ip"]
+                .into_iter()
+                .find(|m| other.trim().eq_ignore_ascii_case(m));
+            match meant {
+                Some(m) => cx.note(
+                    TYPE,
+                    other,
+                    "the Go CCM makes a Classic ELB for it (only the exact lower-case value counts); an existing load balancer is kept as the Classic ELB it is, and a new Service gets none until the value is fixed",
+                    &format!("write {m}"),
+                    true,
+                ),
+                None => cx.note(
+                    TYPE,
+                    other,
+                    "read as a Classic ELB, as the Go CCM reads any value but nlb, external and nlb-ip",
+                    "remove it for a Classic ELB, or write nlb for an NLB",
+                    false,
+                ),
+            }
+            LoadBalancerKind::Classic
+        }
     }
 }
 
-// The row parsers, in table order. `from_service` reads the type first, as
-// every other row may depend on it; its row only sets it again.
+/// The Service's ports that have a node port, whatever their protocols:
+/// what the upkeep of an existing load balancer needs when a port is refused.
+fn node_ports(spec: &ServiceSpec) -> Vec<ServicePortSpec> {
+    spec.ports
+        .iter()
+        .flatten()
+        .filter(|p| p.node_port.unwrap_or(0) != 0)
+        .map(|p| ServicePortSpec {
+            name: p.name.clone().unwrap_or_default(),
+            port: p.port,
+            node_port: p.node_port.unwrap_or(0),
+            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
+        })
+        .collect()
+}
 
-pub fn kind(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
-    s.kind = parse_kind(v)?;
+// The row parsers, in table order. `read` reads the type first, as every
+// other row may depend on it; its row only checks it is the same.
+
+pub fn kind(s: &mut LoadBalancerSpec, _: &Context, _: &str, _: &str) -> Result<(), SpecError> {
+    debug_assert!(s.kind != LoadBalancerKind::External);
     Ok(())
 }
 
@@ -397,20 +538,13 @@ pub fn cross_zone(
     Ok(())
 }
 
-/// Upstream rejects it on an NLB, even empty.
+/// Upstream rejects it on an NLB, even empty (the row says so).
 pub fn extra_security_groups(
     s: &mut LoadBalancerSpec,
-    cx: &Context,
-    k: &str,
+    _: &Context,
+    _: &str,
     v: &str,
 ) -> Result<(), SpecError> {
-    if cx.is_nlb {
-        return Err(err(
-            k,
-            v,
-            "not supported on an NLB; use aws-load-balancer-security-groups or remove it",
-        ));
-    }
     s.extra_security_groups = split_list(v);
     Ok(())
 }
@@ -458,7 +592,7 @@ pub fn ssl_negotiation_policy(
 
 pub fn backend_protocol(
     s: &mut LoadBalancerSpec,
-    _: &Context,
+    cx: &Context,
     k: &str,
     v: &str,
 ) -> Result<(), SpecError> {
@@ -468,7 +602,26 @@ pub fn backend_protocol(
         "https" => Some(BackendProtocol::Https),
         "ssl" => Some(BackendProtocol::Ssl),
         "tcp" => Some(BackendProtocol::Tcp),
-        _ => return Err(err(k, v, "allowed: http, https, ssl, tcp (lower case)")),
+        other => {
+            // Refused later only on a Classic ELB with a certificate, where
+            // the Go CCM fails on it too.
+            s.backend_protocol_other = Some(other.to_string());
+            let reading = if cx.is_nlb {
+                "ignored on an NLB, as the Go CCM reads only ssl (with a certificate) there"
+            } else if other.eq_ignore_ascii_case("https") || other.eq_ignore_ascii_case("ssl") {
+                "the Go CCM makes TCP listeners for it (only http, https, ssl, tcp in lower case count) and an SSL health check"
+            } else {
+                "the Go CCM makes TCP listeners for it (only http, https, ssl, tcp in lower case count)"
+            };
+            cx.note(
+                k,
+                v,
+                reading,
+                "use http, https, ssl or tcp in lower case",
+                false,
+            );
+            None
+        }
     };
     Ok(())
 }
@@ -594,20 +747,13 @@ pub fn private_ipv4(
     Ok(())
 }
 
-/// Upstream rejects it on anything but an NLB, even empty.
+/// Upstream rejects it on anything but an NLB, even empty (the row says so).
 pub fn target_group_attributes(
     s: &mut LoadBalancerSpec,
     cx: &Context,
     k: &str,
     v: &str,
 ) -> Result<(), SpecError> {
-    if !cx.is_nlb {
-        return Err(err(
-            k,
-            v,
-            "only supported on an NLB (aws-load-balancer-type: nlb); remove it for a classic ELB",
-        ));
-    }
     let mut attributes = BTreeMap::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, value) = item.split_once('=').unwrap_or((item, ""));
@@ -626,11 +772,13 @@ pub fn target_group_attributes(
             .insert(name.to_string(), value.to_string())
             .is_some()
         {
-            return Err(err(
+            cx.note(
                 k,
                 v,
-                format!("{name} is set twice; give each attribute once"),
-            ));
+                &format!("{name} is set twice: the last value counts, as in the Go CCM"),
+                "give each attribute once",
+                false,
+            );
         }
     }
     s.target_group_attributes = attributes;
@@ -645,17 +793,17 @@ pub fn ip_address_type(
 ) -> Result<(), SpecError> {
     s.dualstack = match v {
         "" | "ipv4" => false,
-        "dualstack" if cx.is_nlb => true,
-        _ => {
-            return Err(err(
+        "dualstack" => true,
+        other => {
+            // Not a Go CCM annotation: the Go CCM ignores every value.
+            cx.note(
                 k,
-                v,
-                if cx.is_nlb {
-                    "allowed: ipv4, dualstack"
-                } else {
-                    "only supported on an NLB (aws-load-balancer-type: nlb); remove it for a classic ELB"
-                },
-            ));
+                other,
+                "read as ipv4 (the Go CCM has no such annotation and ignores it)",
+                "write ipv4 or dualstack",
+                false,
+            );
+            false
         }
     };
     Ok(())

@@ -15,7 +15,16 @@ pub enum Applies {
 }
 
 impl Applies {
-    fn as_str(self) -> &'static str {
+    /// Whether the row is read on this kind of load balancer.
+    pub fn to(self, is_nlb: bool) -> bool {
+        match self {
+            Applies::Both => true,
+            Applies::Clb => !is_nlb,
+            Applies::Nlb => is_nlb,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
         match self {
             Applies::Both => "CLB, NLB",
             Applies::Clb => "CLB",
@@ -39,6 +48,18 @@ pub struct AnnotationDef {
     pub meaning: &'static str,
     /// Parses a present value (possibly empty) into the spec and validates it.
     pub parse: Parse,
+}
+
+impl AnnotationDef {
+    /// Why a value on the other kind is refused (`rejected_elsewhere`).
+    pub fn elsewhere(&self) -> &'static str {
+        match self.applies {
+            Applies::Nlb => {
+                "only supported on an NLB (aws-load-balancer-type: nlb), as the Go CCM requires; remove it for a classic ELB"
+            }
+            _ => "not supported on an NLB, as the Go CCM refuses it there too; remove it",
+        }
+    }
 }
 
 const fn row(
@@ -320,8 +341,8 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "`ipv4`, `dualstack`",
         "`ipv4`",
         Applies::Nlb,
-        true,
-        "`dualstack` gives the NLB IPv4 and IPv6 addresses (its subnets need IPv6 CIDRs). Not in the Go CCM (cloud-provider-aws #1219).",
+        false,
+        "`dualstack` gives the NLB IPv4 and IPv6 addresses (its subnets need IPv6 CIDRs). Not in the Go CCM (cloud-provider-aws #1219), which ignores it; ignored on a CLB.",
         parse::ip_address_type,
     ),
     row(

@@ -120,11 +120,9 @@ fn invalid_values_name_annotation_value_and_what_is_allowed() {
     let cases: &[(&str, &str, &str)] = &[
         (SOURCE_RANGES, "10.0.0.0/33", "CIDR"),
         (HC_INTERVAL, "ten", "whole number"),
-        (BACKEND_PROTOCOL, "udp", "http, https, ssl, tcp"),
         (HC_PROTOCOL, "ICMP", "TCP"),
         (PROXY_PROTOCOL, "true", "*"),
         (CROSS_ZONE, "yes", "true or false"),
-        (TYPE, "alb", "nlb"),
         (
             TARGET_GROUP_ATTRIBUTES,
             "proxy_protocol_v2.enabled=true",
@@ -144,6 +142,38 @@ fn invalid_values_name_annotation_value_and_what_is_allowed() {
     }
     let e = parse(&[(TYPE, "nlb"), (EXTRA_SECURITY_GROUPS, "sg-1")]).unwrap_err();
     assert_eq!(e.field, EXTRA_SECURITY_GROUPS);
+    let cert = "arn:aws:acm:us-east-1:1:certificate/c";
+    let e = parse(&[(SSL_CERT, cert), (BACKEND_PROTOCOL, "udp")]).unwrap_err();
+    assert_eq!(
+        (e.field.as_str(), e.value.as_str()),
+        (BACKEND_PROTOCOL, "udp")
+    );
+    assert!(e.to_string().contains("http, https, ssl or tcp"), "{e}");
+}
+
+#[test]
+fn one_refused_value_leaves_the_rest_of_the_reading() {
+    let svc = service(
+        &[
+            (HC_INTERVAL, "abc"),
+            (CROSS_ZONE, "yes"),
+            (IDLE_TIMEOUT, "120"),
+            (TYPE, "NLB"),
+        ],
+        &[(80, 30080)],
+    );
+    let r = LoadBalancerSpec::read(&svc);
+    let refused: Vec<&str> = r.errors.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(refused, vec![CROSS_ZONE, HC_INTERVAL]);
+    // Read as the Go CCM reads it: a Classic ELB, held while it has none.
+    assert_eq!(r.spec.kind, LoadBalancerKind::Classic);
+    assert!(r.holds_new());
+    assert_eq!(r.spec.idle_timeout, Some(120));
+    assert_eq!(r.spec.health_check.interval, None);
+    assert_eq!(r.spec.ports.len(), 1);
+    assert!(r.source_ranges_known());
+    let r = LoadBalancerSpec::read(&service(&[(SOURCE_RANGES, "bad")], &[(80, 30080)]));
+    assert!(!r.source_ranges_known());
 }
 
 #[test]

@@ -61,9 +61,10 @@ pub fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck
                 cloud.shared_health_probe_path.clone(),
             )
         } else {
-            let proto = match spec.backend_protocol {
-                Some(BackendProtocol::Https) | Some(BackendProtocol::Ssl) => "SSL",
-                _ => "TCP",
+            let proto = if spec.backend_health_check_is_ssl() {
+                "SSL"
+            } else {
+                "TCP"
             };
             (proto.to_string(), first_port, String::new())
         };

@@ -151,7 +151,7 @@ pub fn desired(
 
 /// One listener per frontend port (TCP and UDP on one port become TCP_UDP),
 /// and the target groups they forward to.
-fn listeners(
+pub(crate) fn listeners(
     spec: &LoadBalancerSpec,
     service_key: &str,
     cluster_id: &str,
