@@ -32,7 +32,8 @@ use super::ControllerContext;
 use super::events::Events;
 use super::node_settle::NodeSettle;
 use crate::provider::load_balancers::{
-    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, resync_slot,
+    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Reading, Scope,
+    resync_slot, scope,
 };
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -551,20 +552,14 @@ impl<L: LoadBalancers> ServiceController<L> {
             return self.sync_deletion(svc, &api, may_wait).await;
         }
         let obj = svc.object_ref(&());
-        let spec = match LoadBalancerSpec::from_service(svc) {
-            Ok(spec) => spec,
-            Err(e) => {
-                tracing::warn!(error = %e, "invalid Service; no AWS call made");
-                self.events
-                    .warning(&obj, "SyncLoadBalancerFailed", format!("Error syncing load balancer: {e}. No AWS call was made; fix the Service"))
-                    .await;
-                return Outcome::Invalid;
-            }
-        };
-        match spec.kind {
-            LoadBalancerKind::External => return Outcome::Done,
-            LoadBalancerKind::Network | LoadBalancerKind::Classic => {}
+        let reading = LoadBalancerSpec::read(svc);
+        if reading.spec.kind == LoadBalancerKind::External {
+            return Outcome::Done;
         }
+        let Some(scope) = self.read_scope(svc, &reading, service_changed).await else {
+            return Outcome::Invalid;
+        };
+        let spec = reading.spec;
         if !has_finalizer(svc)
             && let Err(e) = self.set_finalizer(&api, svc, true).await
         {
@@ -581,9 +576,10 @@ impl<L: LoadBalancers> ServiceController<L> {
             uid: svc.metadata.uid.clone().unwrap_or_default(),
             spec,
             instance_ids: backends,
+            scope,
         };
         let started = Instant::now();
-        let ensured = if job.targets_only {
+        let ensured = if job.targets_only && scope == Scope::Full {
             self.lbs.update_targets(&req).await
         } else {
             self.lbs.ensure(&req).await
@@ -597,6 +593,13 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .await;
         }
         match ensured {
+            Ok(done) if scope != Scope::Full => {
+                // Kept current; the refused value still waits for a fix.
+                match self.ensured(svc, &api, done, false).await {
+                    Outcome::Done => Outcome::Invalid,
+                    other => other,
+                }
+            }
             Ok(done) => self.ensured(svc, &api, done, service_changed).await,
             Err(e) if may_wait && waits_on_dependency(&e) => {
                 tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
@@ -699,6 +702,58 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .await;
         }
         Outcome::Done
+    }
+
+    /// What this sync may change, from the Service's reading: `None` when
+    /// nothing is to be done (a refused or held value on a Service without a
+    /// load balancer). Values taken as the Go CCM takes them are warned about
+    /// when the Service changed; refused ones at every sync, since each
+    /// leaves a change undone.
+    async fn read_scope(
+        &self,
+        svc: &Service,
+        reading: &Reading,
+        service_changed: bool,
+    ) -> Option<Scope> {
+        let obj = svc.object_ref(&());
+        let exists = has_finalizer(svc) || current_hostname(svc).is_some();
+        if service_changed {
+            for note in &reading.notes {
+                tracing::warn!(value = %note.value, annotation = %note.field, "{note}");
+                let held = if note.hold_if_new && !exists {
+                    "; no load balancer is made until it is fixed"
+                } else {
+                    ""
+                };
+                self.events
+                    .warning(&obj, "AnnotationValueTolerated", format!("{note}{held}"))
+                    .await;
+            }
+        }
+        let scope = scope(reading, exists);
+        if reading.errors.is_empty() {
+            return scope;
+        }
+        let refused = reading
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let kept = if exists {
+            "The Go CCM refuses it too. Only the change it governs waits: the load balancer's backends and node security rules are kept current"
+        } else {
+            "The Go CCM refuses it too. No AWS call was made"
+        };
+        tracing::warn!(error = %refused, "invalid Service value; {kept}");
+        self.events
+            .warning(
+                &obj,
+                "SyncLoadBalancerFailed",
+                format!("Error syncing load balancer: {refused}. {kept}; fix the Service"),
+            )
+            .await;
+        scope
     }
 
     /// A Warning for a failed ensure.

@@ -19,8 +19,8 @@ use crate::aws::{security_groups as sg, tags};
 use crate::controllers::cached_node::Node;
 use crate::controllers::route::Reconciler;
 use crate::controllers::route::plan::RouteChange;
-use crate::controllers::service::{backends, has_finalizer, wants_load_balancer};
-use crate::provider::load_balancers::{EnsureRequest, LoadBalancerKind, LoadBalancerSpec};
+use crate::controllers::service::{backends, current_hostname, has_finalizer, wants_load_balancer};
+use crate::provider::load_balancers::{EnsureRequest, LoadBalancerKind, LoadBalancerSpec, scope};
 
 /// One step, as `terraform plan` prints it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -121,24 +121,46 @@ async fn service_section(
     nodes: &[Arc<Node>],
 ) -> Section {
     let mut section = Section::new(key.clone());
-    let spec = match LoadBalancerSpec::from_service(svc) {
-        Ok(spec) => spec,
-        Err(e) => {
-            section.fails(format!("invalid Service, no AWS call would be made: {e}"));
-            return section;
-        }
-    };
-    if spec.kind == LoadBalancerKind::External {
+    let reading = LoadBalancerSpec::read(svc);
+    if reading.spec.kind == LoadBalancerKind::External {
         section
             .notes
             .push("load balancer managed by another controller (external)".into());
         return section;
     }
+    for note in &reading.notes {
+        section
+            .notes
+            .push(format!("taken as the Go CCM takes it: {note}"));
+    }
+    let refused: Vec<String> = reading.errors.iter().map(ToString::to_string).collect();
+    let exists = has_finalizer(svc) || current_hostname(svc).is_some();
+    let Some(scope) = scope(&reading, exists) else {
+        if refused.is_empty() {
+            section
+                .notes
+                .push("held: no load balancer is made for this value".into());
+        } else {
+            section.fails(format!(
+                "invalid Service, no AWS call would be made: {}",
+                refused.join("; ")
+            ));
+        }
+        return section;
+    };
+    if !refused.is_empty() {
+        section.fails(format!(
+            "refused (the Go CCM refuses it too): {}; only the load balancer's backends and node rules would be kept current",
+            refused.join("; ")
+        ));
+    }
+    let spec = reading.spec;
     let req = EnsureRequest {
         service_key: key,
         uid: svc.metadata.uid.clone().unwrap_or_default(),
         instance_ids: backends(nodes, &spec.target_node_labels),
         spec,
+        scope,
     };
     match lbs.plan(&req).await {
         Ok(Planned::Classic(p)) => clb_steps(&p, &mut section),

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::future::Future;
 
 pub use crate::aws::annotations::{
-    LoadBalancerKind, LoadBalancerSpec, SpecError, TARGET_NODE_LABELS, labels_match,
+    LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, labels_match,
     parse_key_values,
 };
 
@@ -47,6 +47,34 @@ pub struct EnsureRequest {
     pub spec: LoadBalancerSpec,
     /// EC2 instance IDs of the backend nodes.
     pub instance_ids: BTreeSet<String>,
+    /// What the sync may change.
+    pub scope: Scope,
+}
+
+/// What a sync of a Service with this reading may change: `None` when
+/// nothing is to be done. `has_load_balancer`: the Service has one already
+/// (its status or the finalizer says so). A refused value leaves an existing
+/// load balancer in upkeep and a new Service without one; a value held for
+/// new Services (`type: NLB`) only holds a new Service.
+pub fn scope(reading: &Reading, has_load_balancer: bool) -> Option<Scope> {
+    if !reading.errors.is_empty() {
+        return has_load_balancer.then_some(Scope::Upkeep {
+            node_rules: reading.source_ranges_known(),
+        });
+    }
+    (has_load_balancer || !reading.holds_new()).then_some(Scope::Full)
+}
+
+/// What a sync may change.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Everything the Service asks for.
+    #[default]
+    Full,
+    /// The Service carries a value this CCM refuses: only an existing load
+    /// balancer's backends and (when `node_rules`) its backends' security
+    /// rules are kept current; nothing is created.
+    Upkeep { node_rules: bool },
 }
 
 /// What an ensure did.

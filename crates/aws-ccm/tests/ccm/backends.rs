@@ -25,12 +25,12 @@ fn labelled_node(name: &str, provider_id: &str, labels: serde_json::Value) -> No
     .unwrap()
 }
 
-fn lb_name(svc: &Service) -> String {
+pub(crate) fn lb_name(svc: &Service) -> String {
     let uid = svc.metadata.uid.clone().unwrap();
     format!("a{}", uid.replace('-', ""))[..32].to_string()
 }
 
-async fn clb_instances(
+pub(crate) async fn clb_instances(
     elb: &aws_sdk_elasticloadbalancing::Client,
     name: &str,
 ) -> Option<BTreeSet<String>> {
@@ -49,7 +49,7 @@ async fn clb_instances(
     )
 }
 
-async fn nlb_targets(elbv2: &elbv2::Client, name: &str) -> Option<BTreeSet<String>> {
+pub(crate) async fn nlb_targets(elbv2: &elbv2::Client, name: &str) -> Option<BTreeSet<String>> {
     let lbs = elbv2
         .describe_load_balancers()
         .names(name)

@@ -1507,12 +1507,15 @@ async fn clb_malformed_services_get_warnings_and_no_aws_calls() -> anyhow::Resul
         ),
         (
             "bad-protocol",
-            a(
-                "service.beta.kubernetes.io/aws-load-balancer-backend-protocol",
-                "udp",
-            ),
+            // Without a certificate the Go CCM builds TCP listeners for any
+            // value; with one it maps only the four lower-case words.
+            serde_json::json!({
+                "service.beta.kubernetes.io/aws-load-balancer-backend-protocol": "udp",
+                "service.beta.kubernetes.io/aws-load-balancer-ssl-cert": "arn:aws:acm:us-east-1:123456789012:certificate/c",
+                internal: "true",
+            }),
             serde_json::json!({}),
-            vec!["backend-protocol", "udp", "http, https, ssl, tcp"],
+            vec!["backend-protocol", "udp", "http, https, ssl or tcp"],
         ),
         (
             "nlb-only",

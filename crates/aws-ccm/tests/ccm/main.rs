@@ -24,3 +24,4 @@ mod routes;
 mod service;
 mod swap;
 mod sweep;
+mod tolerance;

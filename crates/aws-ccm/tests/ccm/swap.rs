@@ -56,7 +56,11 @@ fn hostname(svc: &Service) -> Option<String> {
 }
 
 /// The note of the first event with `reason` about Service `name`.
-async fn event_note(client: &kube::Client, name: &str, reason: &str) -> anyhow::Result<String> {
+pub(crate) async fn event_note(
+    client: &kube::Client,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<String> {
     let events: Api<Event> = Api::namespaced(client.clone(), "default");
     let e = eventually(&format!("a {reason} event for {name}"), WAIT, || async {
         events

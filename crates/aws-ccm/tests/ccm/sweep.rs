@@ -355,6 +355,7 @@ fn request(name: &str, uid: &str, idle: &str, instances: &[String]) -> EnsureReq
         uid: uid.into(),
         spec: LoadBalancerSpec::from_service(&svc).unwrap(),
         instance_ids: instances.iter().cloned().collect(),
+        scope: Default::default(),
     }
 }
 

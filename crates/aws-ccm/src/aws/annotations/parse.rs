@@ -118,7 +118,7 @@ impl LoadBalancerSpec {
             Ok(ports) => self.ports = ports,
             Err(e) => {
                 // Upkeep still needs the node ports of the ports that have one.
-                self.ports = node_ports(spec);
+                self.ports = node_ports(spec, cx.is_nlb);
                 keep(Err(e));
             }
         }
@@ -409,13 +409,19 @@ fn parse_kind(cx: &Context<'_>, v: &str) -> LoadBalancerKind {
     }
 }
 
-/// The Service's ports that have a node port, whatever their protocols:
-/// what the upkeep of an existing load balancer needs when a port is refused.
-fn node_ports(spec: &ServiceSpec) -> Vec<ServicePortSpec> {
+/// The Service's ports with a node port and a protocol this kind can carry:
+/// what the upkeep of an existing load balancer keeps when another port is
+/// refused (a port the load balancer cannot carry never had a listener).
+fn node_ports(spec: &ServiceSpec, is_nlb: bool) -> Vec<ServicePortSpec> {
     spec.ports
         .iter()
         .flatten()
         .filter(|p| p.node_port.unwrap_or(0) != 0)
+        .filter(|p| match p.protocol.as_deref().unwrap_or("TCP") {
+            "TCP" => true,
+            "UDP" => is_nlb,
+            _ => false,
+        })
         .map(|p| ServicePortSpec {
             name: p.name.clone().unwrap_or_default(),
             port: p.port,

@@ -13,7 +13,7 @@ use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{AwsClient, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 pub use crate::provider::load_balancers::{
-    EnsureRequest, Ensured, LbError, LoadBalancers, Warning, merged,
+    EnsureRequest, Ensured, LbError, LoadBalancers, Scope, Warning, merged,
 };
 
 mod drift;
@@ -26,6 +26,7 @@ mod refusals;
 pub mod sweep;
 mod sweep_tags;
 mod targets;
+mod upkeep;
 use nlb_rules::NlbNodeRules;
 pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
@@ -506,9 +507,10 @@ impl LoadBalancers for AwsLoadBalancers {
     async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         // Recorded again by a sync that writes everything it planned.
         self.targets.forget(&req.uid);
-        let result = match req.spec.kind {
-            LoadBalancerKind::Network => self.ensure_nlb(req).await,
-            _ => self.ensure_clb(req).await,
+        let result = match (req.scope, req.spec.kind) {
+            (Scope::Upkeep { .. }, _) => self.upkeep(req).await,
+            (Scope::Full, LoadBalancerKind::Network) => self.ensure_nlb(req).await,
+            (Scope::Full, _) => self.ensure_clb(req).await,
         };
         if result.is_err() {
             // The retry reads subnets afresh: one may have been deleted or

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::Warning;
 use super::nlb_rules::NlbNodeRules;
-use super::{AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind};
+use super::{AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind, Scope};
 use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;
 use crate::aws::{elb, nlb};
@@ -76,13 +76,25 @@ pub enum Planned {
 impl AwsLoadBalancers {
     /// What [`super::LoadBalancers::ensure`] would change now; nothing is
     /// written (a type change's handover is only looked for).
+    /// In upkeep ([`Scope::Upkeep`]) only the upkeep's changes are kept.
     pub async fn plan(&self, req: &EnsureRequest) -> Result<Planned, LbError> {
+        let (upkeep, rules) = match req.scope {
+            Scope::Full => (false, true),
+            Scope::Upkeep { node_rules } => (true, node_rules),
+        };
         if req.spec.kind != LoadBalancerKind::Network {
-            return Ok(Planned::Classic(Box::new(self.plan_clb(req, false).await?)));
+            let mut plan = self.plan_clb(req, false).await?;
+            if upkeep {
+                plan.changes.retain(super::upkeep::is_clb_upkeep);
+            }
+            return Ok(Planned::Classic(Box::new(plan)));
         }
         let mut plan = self.plan_nlb(req, false).await?;
+        if upkeep {
+            plan.changes.retain(super::upkeep::is_nlb_upkeep);
+        }
         let mut node_rules = Vec::new();
-        if !self.cloud.disable_security_group_ingress {
+        if rules && !self.cloud.disable_security_group_ingress {
             let groups = std::mem::take(&mut plan.groups);
             let at = NlbNodeRules {
                 name: &plan.name,

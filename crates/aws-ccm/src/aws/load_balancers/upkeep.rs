@@ -1,0 +1,119 @@
+//! Upkeep: the part of a sync that keeps an existing load balancer serving
+//! while its Service carries a value this CCM refuses (docs/compatibility.md,
+//! "Annotation values"). A refused value governs a setting (a listener, the
+//! health check, an attribute, the subnets), never which nodes serve: so the
+//! backends are registered and deregistered as the nodes come and go, and
+//! the backends' security rules follow them, while listeners, health checks,
+//! attributes, tags, subnets and the load balancer itself are left as they
+//! are and nothing is created. The Go CCM's `UpdateLoadBalancer` does the
+//! same for a Classic ELB (instances and node rules) while its
+//! `EnsureLoadBalancer` fails; for an NLB it runs the failing ensure, so its
+//! targets freeze: here they do not.
+//!
+//! Both kinds are looked for, the Service's reading first: a type value the
+//! Go CCM reads as a Classic ELB may sit on an NLB made before it was edited.
+
+use super::nlb_rules::NlbNodeRules;
+use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerKind, Scope, merged};
+use crate::aws::{elb, nlb};
+
+impl AwsLoadBalancers {
+    /// Keeps the Service's existing load balancer's backends current; an
+    /// empty hostname when it has none.
+    pub(super) async fn upkeep(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+        let Scope::Upkeep { node_rules } = req.scope else {
+            unreachable!("upkeep of a full sync");
+        };
+        let first = req.spec.kind;
+        let second = match first {
+            LoadBalancerKind::Network => LoadBalancerKind::Classic,
+            _ => LoadBalancerKind::Network,
+        };
+        for kind in [first, second] {
+            let mut req = req.clone();
+            req.spec.kind = kind;
+            let kept = match kind {
+                LoadBalancerKind::Network => self.upkeep_nlb(&req, node_rules).await?,
+                _ => self.upkeep_clb(&req).await?,
+            };
+            if let Some(done) = kept {
+                return Ok(done);
+            }
+        }
+        Ok(Ensured {
+            hostname: String::new(),
+            changes: Vec::new(),
+            warnings: Vec::new(),
+        })
+    }
+
+    async fn upkeep_clb(&self, req: &EnsureRequest) -> Result<Option<Ensured>, LbError> {
+        let p = self.plan_clb(req, false).await?;
+        let Some(lb) = &p.actual.lb else {
+            return Ok(None);
+        };
+        let kept: Vec<elb::Change> = p.changes.into_iter().filter(is_clb_upkeep).collect();
+        elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &kept).await?;
+        self.sweep.touch(&p.name);
+        Ok(Some(Ensured {
+            hostname: lb.dns_name.clone(),
+            changes: kept.iter().map(elb::plan::describe).collect(),
+            warnings: merged(p.warnings),
+        }))
+    }
+
+    async fn upkeep_nlb(
+        &self,
+        req: &EnsureRequest,
+        node_rules: bool,
+    ) -> Result<Option<Ensured>, LbError> {
+        let p = self.plan_nlb(req, false).await?;
+        let Some(lb) = &p.actual.lb else {
+            return Ok(None);
+        };
+        let mut warnings = p.warnings;
+        let kept: Vec<nlb::Change> = p.changes.into_iter().filter(is_nlb_upkeep).collect();
+        self.apply_nlb(&p.name, &p.vpc_id, &p.actual, &kept).await?;
+        let mut described: Vec<String> = kept.iter().map(nlb::plan::describe).collect();
+        if node_rules && !self.cloud.disable_security_group_ingress {
+            let at = NlbNodeRules {
+                name: &p.name,
+                vpc_id: &p.vpc_id,
+                subnet_ids: &p.subnet_ids,
+                desired: &p.desired,
+                node_groups: &p.node_groups,
+            };
+            let done = self
+                .sync_nlb_node_rules(req, &at, p.groups, &mut warnings)
+                .await?;
+            described.extend(done);
+        }
+        Ok(Some(Ensured {
+            hostname: lb.dns_name.clone(),
+            changes: described,
+            warnings: merged(warnings),
+        }))
+    }
+}
+
+/// Instances and the node rules that let the load balancer's (existing)
+/// group reach them.
+pub(super) fn is_clb_upkeep(change: &elb::Change) -> bool {
+    match change {
+        elb::Change::RegisterInstances(_) | elb::Change::DeregisterInstances(_) => true,
+        elb::Change::AuthorizeNodeIngress { from, .. }
+        | elb::Change::RevokeNodeIngress { from, .. } => matches!(from, elb::GroupRef::Id(_)),
+        _ => false,
+    }
+}
+
+/// Targets of target groups that exist.
+pub(super) fn is_nlb_upkeep(change: &nlb::Change) -> bool {
+    match change {
+        nlb::Change::RegisterTargets { target_group, .. } => {
+            matches!(target_group, nlb::TgRef::Arn(_))
+        }
+        nlb::Change::DeregisterTargets { .. } => true,
+        _ => false,
+    }
+}
