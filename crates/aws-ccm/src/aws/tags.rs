@@ -73,6 +73,23 @@ pub fn owned_tags(
     tags
 }
 
+/// The tags of a security group made for a load balancer: the cluster tag
+/// and `additional-resource-tags`, without `kubernetes.io/service-name`,
+/// which the Go CCM puts on load balancers only (`ensureSecurityGroup` tags
+/// a group through `buildTags` with the additional tags).
+pub fn group_tags(
+    cluster_id: &str,
+    legacy: bool,
+    additional: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut tags = owned_tags(cluster_id, legacy, "", additional);
+    tags.remove(SERVICE_NAME_TAG);
+    if let Some(v) = additional.get(SERVICE_NAME_TAG) {
+        tags.insert(SERVICE_NAME_TAG.to_string(), v.clone());
+    }
+    tags
+}
+
 /// Whether a tag the plan wants but an existing resource lacks is added
 /// to it. The legacy `KubernetesCluster` tag is written at creation only,
 /// as the Go CCM writes it: kOps' policy allows adding tags only to

@@ -132,7 +132,7 @@ pub fn desired(
             Some(OwnedGroup {
                 name: owned_group_name(&name),
                 description: format!("Security group for Kubernetes ELB {name} ({service_key})"),
-                tags: tags.clone(),
+                tags: tags::group_tags(cluster_id, env.legacy_cluster_tag, &spec.additional_tags),
                 rules: sg::plan::load_balancer_rules(&ports, &spec.source_ranges),
             }),
         )

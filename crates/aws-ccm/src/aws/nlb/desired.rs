@@ -107,7 +107,7 @@ pub fn desired(
         let group = OwnedGroup {
             name: super::managed_group_name(&env.cluster_name, namespace, svc_name, uid),
             description: super::MANAGED_GROUP_DESCRIPTION.to_string(),
-            tags: tags.clone(),
+            tags: tags::group_tags(cluster_id, env.legacy_cluster_tag, &spec.additional_tags),
             rules: owned_group_rules(spec, &listeners),
         };
         (vec![GroupRef::Owned], Some(group))
