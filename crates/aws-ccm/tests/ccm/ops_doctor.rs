@@ -314,7 +314,7 @@ async fn doctor_names_each_problem_of_a_broken_setup_with_its_fix() -> anyhow::R
     let nodes = nodes_api(&env).await?;
     create(&nodes, node("n0", &seeded.instances[0])).await?;
     untag_subnet(&seeded).await?;
-    // A route table, but without the cluster tag.
+    // The nodes' subnet routes through a table without the cluster tag.
     let rtb = seeded
         .ec2
         .create_route_table()
@@ -324,6 +324,27 @@ async fn doctor_names_each_problem_of_a_broken_setup_with_its_fix() -> anyhow::R
         .route_table
         .and_then(|t| t.route_table_id)
         .unwrap_or_default();
+    seeded
+        .ec2
+        .associate_route_table()
+        .route_table_id(&rtb)
+        .subnet_id(&seeded.subnet)
+        .send()
+        .await?;
+    // Tables the fix must not name: other VPCs' (moto's default VPC, as in
+    // a fresh account) and the cluster VPC's main table, which the nodes'
+    // subnet no longer uses.
+    let elsewhere: Vec<String> = seeded
+        .ec2
+        .describe_route_tables()
+        .send()
+        .await?
+        .route_tables()
+        .iter()
+        .filter(|t| t.route_table_id() != Some(rtb.as_str()))
+        .filter_map(|t| t.route_table_id().map(str::to_string))
+        .collect();
+    assert!(!elsewhere.is_empty());
     broken_nodes(&env).await?;
     // IAM denies the node group's ingress writes (the DryRun says so).
     env.proxy.set_faults(vec![
@@ -375,9 +396,17 @@ async fn doctor_names_each_problem_of_a_broken_setup_with_its_fix() -> anyhow::R
         assert!(stdout.contains(line), "no {line:?} in:\n{stdout}");
     }
     assert!(
-        stdout.contains(&rtb),
-        "the untagged table is a candidate: {stdout}"
+        stdout.contains(&format!(
+            "create-tags --resources {rtb} --tags Key={CLUSTER_TAG},Value=owned"
+        )),
+        "the fix names the table the nodes' subnet uses: {stdout}"
     );
+    for other in &elsewhere {
+        assert!(
+            !stdout.contains(other.as_str()),
+            "{other} named in:\n{stdout}"
+        );
+    }
 
     let (ok, json, _) = run_tool_as(&env, &admin, "doctor", &["-o", "json"], "").await?;
     assert!(!ok);

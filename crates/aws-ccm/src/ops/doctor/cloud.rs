@@ -299,7 +299,7 @@ impl ZoneSubnets<'_> {
 
 /// The route controller's tables (only when it runs) and their capacity
 /// against `--route-table-limit`.
-pub async fn route_table_checks(ctx: &Context) -> Vec<Check> {
+pub async fn route_table_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let Some(scope) = ctx.route_scope() else {
         return vec![Check::of("route-tables", "cluster route table").skip(
             "the route controller does not run (--configure-cloud-routes=false, the route controller off, or no --cluster-cidr)",
@@ -316,7 +316,7 @@ pub async fn route_table_checks(ctx: &Context) -> Vec<Check> {
         }
     };
     if tables.is_empty() {
-        return vec![untagged_tables(ctx, &scope.selector).await];
+        return vec![untagged_tables(ctx, &scope.selector, found).await];
     }
     tables
         .iter()
@@ -346,10 +346,13 @@ pub async fn route_table_checks(ctx: &Context) -> Vec<Check> {
         .collect()
 }
 
-/// No table matches: the VPC's tables as candidates, and the tag to add.
+/// No table matches: the table to tag is the one the nodes' subnets route
+/// through (their explicit association, else their VPC's main table), found
+/// in the nodes' VPC, never elsewhere in the account.
 async fn untagged_tables(
     ctx: &Context,
     selector: &crate::provider::routes::RouteTableSelector,
+    found: &NodeInstances,
 ) -> Check {
     let key = tags::cluster_tag_key(&ctx.cluster_id);
     let check = Check::of("route-tables", "cluster route table");
@@ -359,38 +362,77 @@ async fn untagged_tables(
             "set RouteTableID in cloud.conf to a route table of the cluster's VPC",
         );
     }
+    let Some(vpc) = selector.vpc_id.clone().or_else(|| found.vpc(ctx)) else {
+        return check.fail(
+            format!("no route table carries {key}; routes are on, so no Node gets a route"),
+            format!("tag the route table of the nodes' subnets {key}=owned (no node instance was found to name it)"),
+        );
+    };
+    let subnets: BTreeSet<String> = found
+        .live
+        .values()
+        .filter_map(|i| i.subnet_id.as_deref().map(str::to_string))
+        .collect();
     let call = ctx.aws.ec2(Operation::Ec2DescribeRouteTables, |c| {
-        let mut req = c.describe_route_tables();
-        if let Some(vpc) = &selector.vpc_id {
-            req = req.filters(crate::aws::instances::filter("vpc-id", [vpc.as_str()]));
-        }
-        req.send()
+        c.describe_route_tables()
+            .filters(crate::aws::instances::filter("vpc-id", [vpc.as_str()]))
+            .send()
     });
-    let candidates: Vec<String> = match call.await {
-        Ok(out) => out
-            .route_tables()
-            .iter()
-            .filter_map(|t| t.route_table_id().map(str::to_string))
-            .collect(),
+    let tables = match call.await {
+        Ok(out) => out.route_tables().to_vec(),
         Err(_) => Vec::new(),
     };
-    let fix = match candidates.first() {
-        Some(id) => format!(
-            "tag the route table of the nodes' subnets: aws ec2 create-tags --resources {id} --tags Key={key},Value=owned (or set RouteTableID in cloud.conf)"
-        ),
-        None => format!("tag the route table of the nodes' subnets {key}=owned"),
+    let to_tag = nodes_route_tables(&tables, &subnets);
+    let fix = if to_tag.is_empty() {
+        format!("tag the route table of the nodes' subnets in {vpc} {key}=owned")
+    } else {
+        format!(
+            "tag the route table the nodes' subnets use: aws ec2 create-tags --resources {} --tags Key={key},Value=owned (or set RouteTableID in cloud.conf)",
+            to_tag.join(" ")
+        )
     };
     check.fail(
         format!(
-            "no route table carries {key}; routes are on, so no Node gets a route (candidates: {})",
-            if candidates.is_empty() {
-                "none".to_string()
+            "no route table carries {key}; routes are on, so no Node gets a route (the nodes' subnets in {vpc} use: {})",
+            if to_tag.is_empty() {
+                "none found".to_string()
             } else {
-                first(&candidates, 10)
+                first(&to_tag, 10)
             }
         ),
         fix,
     )
+}
+
+/// The tables `subnets` route through: each subnet's explicitly associated
+/// table, else the VPC's main table (as EC2 routes a subnet).
+fn nodes_route_tables(
+    tables: &[aws_sdk_ec2::types::RouteTable],
+    subnets: &BTreeSet<String>,
+) -> Vec<String> {
+    let associated = |subnet: &str| {
+        tables.iter().find(|t| {
+            t.associations()
+                .iter()
+                .any(|a| a.subnet_id() == Some(subnet))
+        })
+    };
+    let main = tables
+        .iter()
+        .find(|t| t.associations().iter().any(|a| a.main() == Some(true)));
+    let mut out: Vec<String> = subnets
+        .iter()
+        .filter_map(|s| associated(s).or(main))
+        .filter_map(|t| t.route_table_id().map(str::to_string))
+        .collect();
+    if subnets.is_empty()
+        && let Some(id) = main.and_then(|t| t.route_table_id())
+    {
+        out.push(id.to_string());
+    }
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// Exactly one cluster-tagged security group per instance (the group a

@@ -154,7 +154,7 @@ pub async fn run(ctx: &Context, opts: &DoctorOptions) -> Report {
     let found = cloud::NodeInstances::find(ctx, &nodes).await;
     checks.extend(found.checks(ctx));
     checks.extend(cloud::subnet_checks(ctx, &found).await);
-    checks.extend(cloud::route_table_checks(ctx).await);
+    checks.extend(cloud::route_table_checks(ctx, &found).await);
     checks.extend(cloud::security_group_checks(ctx, &found).await);
     checks.extend(iam::checks(ctx, opts).await);
     checks.extend(kube::node_checks(&nodes, now));
