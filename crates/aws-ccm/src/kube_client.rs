@@ -1,19 +1,23 @@
 //! The Kubernetes client: `--kubeconfig`, `--master`, in-cluster config, and
 //! client-side QPS/burst limits (`--kube-api-qps`, `--kube-api-burst`) as
 //! client-go applies them. kube-rs has no client-side limiter, so a small
-//! tower layer backed by a governor token bucket provides it.
+//! tower layer backed by a governor token bucket provides it; another
+//! records client-go's `rest_client_*` metrics.
 
 use std::future::Future;
 use std::num::NonZeroU32;
 use std::path::Path;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::task::{Context, Poll};
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use tower::{Layer, Service};
 
 #[derive(Debug, thiserror::Error)]
@@ -84,8 +88,105 @@ fn parse_master(value: &str) -> Result<http::Uri, KubeClientError> {
 /// with bursts up to `burst`. Watches count once, at connection time, as in client-go.
 pub fn build_client(config: Config, qps: f32, burst: u32) -> Result<Client, KubeClientError> {
     let layer = QpsLayer::new(qps, burst);
+    let host = config
+        .cluster_url
+        .authority()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
     let builder = ClientBuilder::try_from(config).map_err(KubeClientError::Build)?;
-    Ok(builder.with_layer(&layer).build())
+    Ok(builder
+        .with_layer(&layer)
+        .with_layer(&RestMetricsLayer { host })
+        .build())
+}
+
+/// client-go's REST client metrics, with component-base's names, labels
+/// and buckets (`metrics/prometheus/restclient`): every request counted by
+/// status code, method and host, its latency (to the response head; a
+/// watch's stream is not timed) by verb and host.
+struct RestMetrics {
+    requests: Family<Vec<(&'static str, String)>, Counter>,
+    duration: Family<Vec<(&'static str, String)>, Histogram>,
+}
+
+static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(|| {
+    let m = RestMetrics {
+        requests: Family::default(),
+        duration: Family::new_with_constructor(|| {
+            Histogram::new([
+                0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
+            ])
+        }),
+    };
+    crate::metrics::register(
+        "rest_client_requests",
+        "Number of HTTP requests, partitioned by status code, method, and host.",
+        m.requests.clone(),
+    );
+    crate::metrics::register(
+        "rest_client_request_duration_seconds",
+        "Request latency in seconds. Broken down by verb, and host.",
+        m.duration.clone(),
+    );
+    m
+});
+
+/// Records [`RestMetrics`] for each request to the API server at `host`.
+#[derive(Clone)]
+pub struct RestMetricsLayer {
+    host: String,
+}
+
+impl<S> Layer<S> for RestMetricsLayer {
+    type Service = RestMetricsService<S>;
+    fn layer(&self, inner: S) -> RestMetricsService<S> {
+        RestMetricsService {
+            inner,
+            host: self.host.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct RestMetricsService<S> {
+    inner: S,
+    host: String,
+}
+
+impl<S, B, R> Service<http::Request<B>> for RestMetricsService<S>
+where
+    S: Service<http::Request<B>, Response = http::Response<R>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let method = req.method().as_str().to_string();
+        let host = self.host.clone();
+        let started = std::time::Instant::now();
+        let response = self.inner.call(req);
+        Box::pin(async move {
+            let out = response.await;
+            let code = match &out {
+                Ok(r) => r.status().as_u16().to_string(),
+                Err(_) => "<error>".to_string(),
+            };
+            let m = &*REST_METRICS;
+            m.duration
+                .get_or_create(&vec![("verb", method.clone()), ("host", host.clone())])
+                .observe(started.elapsed().as_secs_f64());
+            m.requests
+                .get_or_create(&vec![("code", code), ("method", method), ("host", host)])
+                .inc();
+            out
+        })
+    }
 }
 
 /// A tower layer that waits for a token before each request.

@@ -38,6 +38,7 @@ const CONTROLLER_STOP_GRACE: Duration = Duration::from_secs(10);
 
 pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let opts = &validated.options;
+    crate::metrics::register_process_collector();
     if !validated.ignored_flags.is_empty() {
         tracing::info!(flags = ?validated.ignored_flags, "accepted upstream flags that this implementation does not act on");
     }

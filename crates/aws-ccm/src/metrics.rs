@@ -10,6 +10,19 @@ use prometheus_client::registry::{Metric, Registry};
 
 static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registry::default()));
 
+mod process;
+
+/// Registers the `process_*` and `kubernetes_build_info` collector, once.
+pub fn register_process_collector() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let mut registry = REGISTRY
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        registry.register_collector(Box::new(process::ProcessCollector));
+    });
+}
+
 /// Registers a metric family under its full name (no prefix is added).
 pub fn register(name: &str, help: &str, metric: impl Metric) {
     let mut registry = REGISTRY

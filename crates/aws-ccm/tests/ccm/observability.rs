@@ -252,5 +252,23 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() -> anyhow::Re
             ccm.logs()
         );
     }
+    // The families every Go component serves, which Go CCM dashboards query.
+    let (_, body) = https_get(&addr, "/metrics").await?;
+    for family in [
+        "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"127.0.0.1:",
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+        "kubernetes_build_info{major=\"0\",minor=\"1\"",
+    ] {
+        assert!(body.contains(family), "no {family:?} on /metrics:\n{body}");
+    }
+    assert!(
+        body.lines().any(|l| l.starts_with(
+            "rest_client_requests_total{code=\"200\",method=\"GET\",host=\"127.0.0.1:"
+        )),
+        "no counted GET on /metrics:\n{body}"
+    );
     env.finish().await
 }
