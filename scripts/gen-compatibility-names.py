@@ -7,7 +7,9 @@ crates/aws-ccm/tests/data/upstream-*.json), each with a verdict:
 - flags: "accepted and ignored" for crates/aws-ccm/src/options/ignored.rs,
   with the reason docs/flags.md gives (IGNORED_WHY); else the verdict of the
   hand-written rows above that name it; else "same";
-- annotations: the verdict of the rows above that name it; else "same".
+- annotations: the verdict of the rows above that name it; else that of its
+  value classes in the generated "Annotation values" table (every upstream
+  annotation must have value classes there: --check fails otherwise).
 
   scripts/gen-compatibility-names.py          rewrite the section
   scripts/gen-compatibility-names.py --check  fail when it is stale
@@ -67,6 +69,28 @@ def verdict_above(name, table_rows):
     return "differs: " + short("; ".join(f"{r[0]} → {r[1]}" for r in odd))
 
 
+def value_classes(page):
+    """The generated "Annotation values" rows, by annotation (without the
+    service.beta.kubernetes.io/ prefix): annotation, class, example, on,
+    Go CCM, here."""
+    begin, end = "<!-- annotation-values:begin -->", "<!-- annotation-values:end -->"
+    if begin not in page or end not in page:
+        sys.exit("docs/compatibility.md: the annotation-values section is missing")
+    table = page.split(begin, 1)[1].split(end, 1)[0]
+    out = {}
+    for r in rows(table):
+        out.setdefault(r[0].strip("`"), []).append(r)
+    return out
+
+
+def classes_verdict(classes):
+    odd = [r for r in classes if not r[5].startswith("same")]
+    if not odd:
+        n = len(classes)
+        return f"same ({n} value class{'es' if n > 1 else ''} compared)"
+    return "differs: " + short("; ".join(f"{r[2]} ({r[1]}) → {r[5]}" for r in odd))
+
+
 def main(check):
     page = PAGE.read_text()
     head, rest = page.split(BEGIN, 1)
@@ -94,8 +118,13 @@ def main(check):
             verdict = f"same ({verdict})"
         out.append(f"| {k['section']} | `{k['key']}` | {verdict} |")
     out += ["", "### Annotations", "", "| annotation | verdict |", "| --- | --- |"]
+    values = value_classes(page)
     for a in sorted({a["annotation"] for a in json.loads((DATA / "upstream-annotations.json").read_text())}):
-        verdict = verdict_above(a, above) or "same"
+        classes = values.get(a.removeprefix("service.beta.kubernetes.io/"), [])
+        if not classes or any(len(r) < 6 or not r[4] for r in classes):
+            sys.exit(f"docs/compatibility.md: {a} has no value class with a Go CCM column "
+                     "(crates/aws-ccm/src/aws/annotations/upstream.rs)")
+        verdict = verdict_above(a, above) or classes_verdict(classes)
         out.append(f"| `{a}` | {verdict} |")
     new = head + BEGIN + "\n".join(out) + "\n\n" + END + tail
     if check:

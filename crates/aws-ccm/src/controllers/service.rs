@@ -32,9 +32,10 @@ use super::ControllerContext;
 use super::events::Events;
 use super::node_settle::NodeSettle;
 use crate::provider::load_balancers::{
-    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Reading, Scope,
-    resync_slot, scope,
+    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Scope, resync_slot,
 };
+
+mod scope;
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
@@ -702,58 +703,6 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .await;
         }
         Outcome::Done
-    }
-
-    /// What this sync may change, from the Service's reading: `None` when
-    /// nothing is to be done (a refused or held value on a Service without a
-    /// load balancer). Values taken as the Go CCM takes them are warned about
-    /// when the Service changed; refused ones at every sync, since each
-    /// leaves a change undone.
-    async fn read_scope(
-        &self,
-        svc: &Service,
-        reading: &Reading,
-        service_changed: bool,
-    ) -> Option<Scope> {
-        let obj = svc.object_ref(&());
-        let exists = has_finalizer(svc) || current_hostname(svc).is_some();
-        if service_changed {
-            for note in &reading.notes {
-                tracing::warn!(value = %note.value, annotation = %note.field, "{note}");
-                let held = if note.hold_if_new && !exists {
-                    "; no load balancer is made until it is fixed"
-                } else {
-                    ""
-                };
-                self.events
-                    .warning(&obj, "AnnotationValueTolerated", format!("{note}{held}"))
-                    .await;
-            }
-        }
-        let scope = scope(reading, exists);
-        if reading.errors.is_empty() {
-            return scope;
-        }
-        let refused = reading
-            .errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
-        let kept = if exists {
-            "The Go CCM refuses it too. Only the change it governs waits: the load balancer's backends and node security rules are kept current"
-        } else {
-            "The Go CCM refuses it too. No AWS call was made"
-        };
-        tracing::warn!(error = %refused, "invalid Service value; {kept}");
-        self.events
-            .warning(
-                &obj,
-                "SyncLoadBalancerFailed",
-                format!("Error syncing load balancer: {refused}. {kept}; fix the Service"),
-            )
-            .await;
-        scope
     }
 
     /// A Warning for a failed ensure.

@@ -24,6 +24,7 @@ use std::fmt;
 use ipnet::Ipv4Net;
 
 mod parse;
+mod rows;
 pub mod table;
 pub mod upstream;
 

@@ -1,7 +1,8 @@
 //! The annotation table: what each annotation means (docs/annotations.md is
 //! generated from it) and which function parses its value.
 
-use super::parse::{self, Parse};
+use super::parse::Parse;
+use super::rows as parse;
 use super::*;
 
 /// Which load balancer types an annotation affects.

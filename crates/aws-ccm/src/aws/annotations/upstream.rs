@@ -230,10 +230,14 @@ pub fn compatibility_section() -> String {
             .iter()
             .map(|(a, _)| format!(" (with `{}`)", a.trim_start_matches(PREFIX)))
             .collect::<String>();
+        let example = if k.value.is_empty() {
+            "(empty)".to_string()
+        } else {
+            format!("`{}`", k.value.replace('|', "\\|"))
+        };
         out.push_str(&format!(
-            "| `{short}` | {}{with} | `{}` | {} | {} | {here} |\n",
+            "| `{short}` | {}{with} | {example} | {} | {} | {here} |\n",
             k.class,
-            k.value.replace('|', "\\|"),
             k.on.as_str(),
             k.go.text(),
         ));

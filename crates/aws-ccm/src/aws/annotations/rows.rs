@@ -1,0 +1,473 @@
+//! The row parsers of the annotation table, in table order: each reads one
+//! annotation's value into the spec, or refuses it as the Go CCM does
+//! ([`super::upstream`] says, value class by value class).
+
+use std::collections::BTreeMap;
+
+use super::parse::{Context, parse_cidrs};
+use super::*;
+
+/// strconv.ParseBool, which upstream uses.
+fn parse_bool(key: &str, v: &str) -> Result<bool, SpecError> {
+    match v {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(err(key, v, "allowed: true or false")),
+    }
+}
+
+fn parse_int(key: &str, v: &str, min: i32, max: i32) -> Result<i32, SpecError> {
+    match v.trim().parse::<i32>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(err(
+            key,
+            v,
+            format!("allowed: a whole number from {min} to {max}"),
+        )),
+    }
+}
+
+/// An empty value means "not set" for flags, numbers and strings.
+fn flag(key: &str, v: &str) -> Result<bool, SpecError> {
+    if v.is_empty() {
+        Ok(false)
+    } else {
+        parse_bool(key, v)
+    }
+}
+
+fn number(key: &str, v: &str, min: i32, max: i32) -> Result<Option<i32>, SpecError> {
+    if v.is_empty() {
+        Ok(None)
+    } else {
+        parse_int(key, v, min, max).map(Some)
+    }
+}
+
+fn text(v: &str) -> Option<String> {
+    (!v.is_empty()).then(|| v.to_string())
+}
+
+// The row parsers, in table order. `read` reads the type first, as every
+// other row may depend on it; its row only checks it is the same.
+
+pub fn kind(s: &mut LoadBalancerSpec, _: &Context, _: &str, _: &str) -> Result<(), SpecError> {
+    debug_assert!(s.kind != LoadBalancerKind::External);
+    Ok(())
+}
+
+pub fn internal(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
+    // Upstream: "false" is external, any other non-empty value internal.
+    s.internal = !v.is_empty() && v != "false";
+    Ok(())
+}
+
+pub fn proxy_protocol(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.proxy_protocol = match v {
+        "" => false,
+        "*" => true,
+        _ => return Err(err(k, v, "allowed: * (every backend port)")),
+    };
+    Ok(())
+}
+
+pub fn access_log_emit_interval(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.access_log_emit_interval = match v.trim() {
+        _ if v.is_empty() => None,
+        "5" => Some(5),
+        "60" => Some(60),
+        _ => return Err(err(k, v, "allowed: 5 or 60 (minutes)")),
+    };
+    Ok(())
+}
+
+pub fn access_log_enabled(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.access_log_enabled = flag(k, v)?;
+    Ok(())
+}
+
+pub fn access_log_bucket(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    _: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.access_log_bucket = text(v);
+    Ok(())
+}
+
+pub fn access_log_prefix(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    _: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.access_log_prefix = text(v);
+    Ok(())
+}
+
+pub fn draining_enabled(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.draining_enabled = flag(k, v)?;
+    Ok(())
+}
+
+pub fn draining_timeout(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.draining_timeout = number(k, v, 1, 3600)?;
+    Ok(())
+}
+
+pub fn idle_timeout(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.idle_timeout = number(k, v, 1, 4000)?;
+    Ok(())
+}
+
+pub fn cross_zone(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.cross_zone = flag(k, v)?;
+    Ok(())
+}
+
+/// Upstream rejects it on an NLB, even empty (the row says so).
+pub fn extra_security_groups(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    _: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.extra_security_groups = split_list(v);
+    Ok(())
+}
+
+pub fn security_groups(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    _: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.security_groups = split_list(v);
+    Ok(())
+}
+
+pub fn ssl_cert(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
+    s.ssl_cert = text(v);
+    Ok(())
+}
+
+pub fn ssl_ports(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
+    if v.is_empty() || v == "*" {
+        s.ssl_ports = None;
+        return Ok(());
+    }
+    let mut set = PortSet::default();
+    for item in split_list(v) {
+        match item.parse::<i32>() {
+            Ok(n) => set.numbers.insert(n),
+            Err(_) => set.names.insert(item.to_ascii_lowercase()),
+        };
+    }
+    s.ssl_ports = Some(set);
+    Ok(())
+}
+
+pub fn ssl_negotiation_policy(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    _: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.ssl_negotiation_policy = text(v);
+    Ok(())
+}
+
+pub fn backend_protocol(
+    s: &mut LoadBalancerSpec,
+    cx: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.backend_protocol = match v {
+        "" => None,
+        "http" => Some(BackendProtocol::Http),
+        "https" => Some(BackendProtocol::Https),
+        "ssl" => Some(BackendProtocol::Ssl),
+        "tcp" => Some(BackendProtocol::Tcp),
+        other => {
+            // Refused later only on a Classic ELB with a certificate, where
+            // the Go CCM fails on it too.
+            s.backend_protocol_other = Some(other.to_string());
+            let reading = if cx.is_nlb {
+                "ignored on an NLB, as the Go CCM reads only ssl (with a certificate) there"
+            } else if other.eq_ignore_ascii_case("https") || other.eq_ignore_ascii_case("ssl") {
+                "the Go CCM makes TCP listeners for it (only http, https, ssl, tcp in lower case count) and an SSL health check"
+            } else {
+                "the Go CCM makes TCP listeners for it (only http, https, ssl, tcp in lower case count)"
+            };
+            cx.note(
+                k,
+                v,
+                reading,
+                "use http, https, ssl or tcp in lower case",
+                false,
+            );
+            None
+        }
+    };
+    Ok(())
+}
+
+pub fn additional_tags(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    _: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.additional_tags = parse_key_values(v);
+    Ok(())
+}
+
+pub fn hc_protocol(
+    s: &mut LoadBalancerSpec,
+    cx: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    if v.is_empty() {
+        s.health_check.protocol = None;
+        return Ok(());
+    }
+    let up = v.to_ascii_uppercase();
+    let allowed: &[&str] = if cx.is_nlb {
+        &["TCP", "HTTP", "HTTPS"]
+    } else {
+        &["TCP", "HTTP", "HTTPS", "SSL"]
+    };
+    if !allowed.contains(&up.as_str()) {
+        return Err(err(k, v, format!("allowed: {}", allowed.join(", "))));
+    }
+    s.health_check.protocol = Some(up);
+    Ok(())
+}
+
+pub fn hc_port(s: &mut LoadBalancerSpec, _: &Context, k: &str, v: &str) -> Result<(), SpecError> {
+    s.health_check.port = match v {
+        "" => None,
+        "traffic-port" => Some(HealthCheckPort::TrafficPort),
+        _ => Some(HealthCheckPort::Port(parse_int(k, v, 1, 65535).map_err(
+            |_| {
+                err(
+                    k,
+                    v,
+                    "allowed: traffic-port or a port number from 1 to 65535",
+                )
+            },
+        )?)),
+    };
+    Ok(())
+}
+
+pub fn hc_path(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
+    s.health_check.path = text(v);
+    Ok(())
+}
+
+pub fn hc_healthy(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.health_check.healthy_threshold = number(k, v, 2, 10)?;
+    Ok(())
+}
+
+pub fn hc_unhealthy(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.health_check.unhealthy_threshold = number(k, v, 2, 10)?;
+    Ok(())
+}
+
+pub fn hc_timeout(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.health_check.timeout = number(k, v, 2, 120)?;
+    Ok(())
+}
+
+pub fn hc_interval(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.health_check.interval = number(k, v, 5, 300)?;
+    Ok(())
+}
+
+pub fn eip_allocations(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    _: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.eip_allocations = split_list(v);
+    Ok(())
+}
+
+pub fn private_ipv4(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.private_ipv4_addresses = split_list(v)
+        .iter()
+        .map(|a| {
+            a.parse()
+                .map_err(|_| err(k, v, "allowed: IPv4 addresses, comma-separated"))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(())
+}
+
+/// Upstream rejects it on anything but an NLB, even empty (the row says so).
+pub fn target_group_attributes(
+    s: &mut LoadBalancerSpec,
+    cx: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    let mut attributes = BTreeMap::new();
+    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = item.split_once('=').unwrap_or((item, ""));
+        let valid_name = matches!(
+            name,
+            "preserve_client_ip.enabled" | "proxy_protocol_v2.enabled"
+        );
+        if !valid_name || !(value == "true" || value == "false") {
+            return Err(err(
+                k,
+                v,
+                "allowed: preserve_client_ip.enabled=true|false, proxy_protocol_v2.enabled=true|false",
+            ));
+        }
+        if attributes
+            .insert(name.to_string(), value.to_string())
+            .is_some()
+        {
+            cx.note(
+                k,
+                v,
+                &format!("{name} is set twice: the last value counts, as in the Go CCM"),
+                "give each attribute once",
+                false,
+            );
+        }
+    }
+    s.target_group_attributes = attributes;
+    Ok(())
+}
+
+pub fn ip_address_type(
+    s: &mut LoadBalancerSpec,
+    cx: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.dualstack = match v {
+        "" | "ipv4" => false,
+        "dualstack" => true,
+        other => {
+            // Not a Go CCM annotation: the Go CCM ignores every value.
+            cx.note(
+                k,
+                other,
+                "read as ipv4 (the Go CCM has no such annotation and ignores it)",
+                "write ipv4 or dualstack",
+                false,
+            );
+            false
+        }
+    };
+    Ok(())
+}
+
+pub fn target_node_labels(
+    s: &mut LoadBalancerSpec,
+    _: &Context,
+    _: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    s.target_node_labels = parse_key_values(v);
+    Ok(())
+}
+
+pub fn subnets(s: &mut LoadBalancerSpec, _: &Context, k: &str, v: &str) -> Result<(), SpecError> {
+    let list = split_list(v);
+    if list.is_empty() {
+        return Err(err(
+            k,
+            v,
+            "give subnet IDs or Name tags, comma-separated, or remove it to auto-discover",
+        ));
+    }
+    s.subnets = Some(list);
+    Ok(())
+}
+
+/// Skipped when `spec.loadBalancerSourceRanges` is set: the spec wins, as upstream.
+pub fn source_ranges(
+    s: &mut LoadBalancerSpec,
+    cx: &Context,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    if cx.spec_has_source_ranges {
+        return Ok(());
+    }
+    let list = split_list(v);
+    if !list.is_empty() {
+        s.source_ranges = parse_cidrs(k, &list)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! What one sync of a Service may change, from its reading
+//! ([`LoadBalancerSpec::read`](crate::aws::annotations::LoadBalancerSpec::read)):
+//! everything, the upkeep of an existing load balancer (a value the Go CCM
+//! refuses too), or nothing (such a value, or a held `type`, on a Service
+//! without a load balancer); and the Warnings that say so.
+
+use k8s_openapi::api::core::v1::Service;
+use kube::Resource;
+
+use super::{ServiceController, current_hostname, has_finalizer};
+use crate::provider::load_balancers::{LoadBalancers, Reading, Scope, scope};
+
+impl<L: LoadBalancers> ServiceController<L> {
+    /// What this sync may change, from the Service's reading: `None` when
+    /// nothing is to be done (a refused or held value on a Service without a
+    /// load balancer). Values taken as the Go CCM takes them are warned about
+    /// when the Service changed; refused ones at every sync, since each
+    /// leaves a change undone.
+    pub(super) async fn read_scope(
+        &self,
+        svc: &Service,
+        reading: &Reading,
+        service_changed: bool,
+    ) -> Option<Scope> {
+        let obj = svc.object_ref(&());
+        let exists = has_finalizer(svc) || current_hostname(svc).is_some();
+        if service_changed {
+            for note in &reading.notes {
+                tracing::warn!(value = %note.value, annotation = %note.field, "{note}");
+                let held = if note.hold_if_new && !exists {
+                    "; no load balancer is made until it is fixed"
+                } else {
+                    ""
+                };
+                self.events
+                    .warning(&obj, "AnnotationValueTolerated", format!("{note}{held}"))
+                    .await;
+            }
+        }
+        let scope = scope(reading, exists);
+        if reading.errors.is_empty() {
+            return scope;
+        }
+        let refused = reading
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        let kept = if exists {
+            "The Go CCM refuses it too. Only the change it governs waits: the load balancer's backends and node security rules are kept current"
+        } else {
+            "The Go CCM refuses it too. No AWS call was made"
+        };
+        tracing::warn!(error = %refused, "invalid Service value; {kept}");
+        self.events
+            .warning(
+                &obj,
+                "SyncLoadBalancerFailed",
+                format!("Error syncing load balancer: {refused}. {kept}; fix the Service"),
+            )
+            .await;
+        scope
+    }
+}
