@@ -257,3 +257,71 @@ async fn plan_shows_a_deletion_and_fails_on_a_sync_that_would_fail() -> anyhow::
     );
     env.finish().await
 }
+
+/// After a swap, a Service carrying a value the Go CCM refuses
+/// (`healthcheck-interval: abc`) and one it reads its own way (`type: NLB`,
+/// a Classic ELB): the plan says so, fails (the settings cannot be
+/// applied), and plans only the upkeep the next sync then makes: the
+/// excluded node's deregistration, nothing else.
+#[tokio::test]
+async fn plan_shows_the_upkeep_of_a_service_with_a_refused_value() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    for (i, id) in seeded.instances.iter().enumerate() {
+        nodes
+            .create(&PostParams::default(), &node(&format!("n{i}"), id))
+            .await?;
+    }
+    let services: Api<Service> = Api::namespaced(client, "default");
+    services
+        .create(&PostParams::default(), &lb_service("web", json!({})))
+        .await?;
+    let mut ccm = env.start_ccm(&[SERVICE_ONLY]).await?;
+    eventually("the load balancer hostname", WAIT, || async {
+        services.get("web").await.ok().as_ref().and_then(hostname)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+
+    let annotations = json!({"metadata": {"annotations": {
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "abc",
+        "service.beta.kubernetes.io/aws-load-balancer-type": "NLB"
+    }}});
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&annotations))
+        .await?;
+    let exclude = json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
+    nodes
+        .patch("n0", &PatchParams::default(), &Patch::Merge(&exclude))
+        .await?;
+
+    let (ok, text, _) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
+    assert!(!ok, "a refused value fails the plan:\n{text}");
+    for w in [
+        "  - deregister 1 instance(s)",
+        "note: taken as the Go CCM takes it: service.beta.kubernetes.io/aws-load-balancer-type=\"NLB\"",
+        "note: refused (the Go CCM refuses it too): service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval=\"abc\"",
+        "1 change(s)\n",
+    ] {
+        assert!(text.contains(w), "{w:?} missing from:\n{text}");
+    }
+    let (_, json_out, _) = run_tool(&env, "plan", &[SERVICE_ONLY, "-o", "json"], "").await?;
+    let planned = planned_actions(&json_out)?;
+    assert_eq!(planned, ["DeregisterInstancesFromLoadBalancer"]);
+
+    let (counted, mut ccm) = env.start_counted_ccm(&[SERVICE_ONLY]).await?;
+    eventually("the upkeep to leave nothing to plan", WAIT, || async {
+        let (_, text, _) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await.ok()?;
+        text.ends_with("no changes\n").then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+    assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
+    env.finish().await
+}
