@@ -366,6 +366,13 @@ impl AwsError {
         self.class() == ErrorClass::NotFound
     }
 
+    /// IAM refused the call (EC2's `UnauthorizedOperation`, the query
+    /// APIs' `AccessDenied`, the JSON APIs' `AccessDeniedException`): the
+    /// one list every caller asks, so none misses a service's spelling.
+    pub fn is_denied(&self) -> bool {
+        self.code().is_some_and(|c| DENIED_CODES.contains(&c))
+    }
+
     pub fn is_throttling(&self) -> bool {
         self.class() == ErrorClass::Throttling
             || matches!(self, AwsError::DeadlineExceeded { last: Some(last), .. } if last.is_throttling())
@@ -413,6 +420,13 @@ fn describe(code: Option<&str>, message: &str, http_status: Option<u16>) -> Stri
         None => format!("{message}{status}"),
     }
 }
+
+/// IAM's refusals, as each API spells them.
+const DENIED_CODES: &[&str] = &[
+    "UnauthorizedOperation",
+    "AccessDenied",
+    "AccessDeniedException",
+];
 
 const AUTH_CODES: &[&str] = &[
     "UnauthorizedOperation",
@@ -538,6 +552,20 @@ mod tests {
             AttemptFailure::new(class, Some(code), "the message from AWS"),
             3,
         )
+    }
+
+    #[test]
+    fn iam_refusals_are_denied_in_every_spelling_and_nothing_else_is() {
+        for code in [
+            "UnauthorizedOperation",
+            "AccessDenied",
+            "AccessDeniedException",
+        ] {
+            assert!(api_error(ErrorClass::Fatal, code).is_denied(), "{code}");
+        }
+        for code in ["AuthFailure", "Throttling", "InvalidInstanceID.NotFound"] {
+            assert!(!api_error(ErrorClass::Fatal, code).is_denied(), "{code}");
+        }
     }
 
     #[test]

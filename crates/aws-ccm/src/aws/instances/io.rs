@@ -222,9 +222,7 @@ impl From<AwsError> for CloudError {
         } else {
             kind
         };
-        let denied = err
-            .code()
-            .is_some_and(|c| ["UnauthorizedOperation", "AccessDenied"].contains(&c));
+        let denied = err.is_denied();
         CloudError {
             denied,
             ..CloudError::new(kind, err.to_string())

@@ -44,13 +44,6 @@ use crate::aws::client::operations::Operation;
 use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
 use crate::provider::load_balancers::resync_slot;
 
-/// Error codes of IAM's refusal.
-const REFUSED: &[&str] = &[
-    "AccessDenied",
-    "AccessDeniedException",
-    "UnauthorizedOperation",
-];
-
 /// How long one sweep serves syncs that read every load balancer in full.
 pub const SWEEP_TTL: Duration = Duration::from_secs(30);
 
@@ -206,7 +199,7 @@ impl LbSweep {
     ) -> Result<Option<Arc<Snapshot>>, AwsError> {
         let snap = match self.snapshot(aws).await {
             Ok(snap) => snap,
-            Err(e) if e.code().is_some_and(|c| REFUSED.contains(&c)) => {
+            Err(e) if e.is_denied() => {
                 tracing::debug!(error = %e, "the load-balancer sweep is refused; describing by name");
                 return Ok(None);
             }

@@ -74,18 +74,6 @@ pub fn fix_for(action: &str, cluster_id: &str) -> Option<String> {
     })
 }
 
-/// Whether an answer to a real (not DryRun) read says IAM denied it.
-fn denied(e: &super::super::AwsError) -> bool {
-    e.code().is_some_and(|c| {
-        [
-            "AccessDenied",
-            "AccessDeniedException",
-            "UnauthorizedOperation",
-        ]
-        .contains(&c)
-    })
-}
-
 /// Asks for each action: the describes when load balancers are managed, the
 /// `ReplaceRoute` DryRun when routes are (on the first table found).
 pub async fn probe(
@@ -101,7 +89,7 @@ pub async fn probe(
             })
             .await;
         if let Err(e) = &classic
-            && denied(e)
+            && e.is_denied()
         {
             out.push(gap("elasticloadbalancing:DescribeTags", e.message()));
         }
@@ -120,7 +108,7 @@ pub async fn probe(
             })
             .await;
         if let Err(e) = v2
-            && denied(&e)
+            && e.is_denied()
             && out.is_empty()
         {
             out.push(gap("elasticloadbalancing:DescribeTags", e.message()));
