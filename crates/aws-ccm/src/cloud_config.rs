@@ -114,6 +114,21 @@ pub struct CloudConfig {
     pub supported_topology_instance_type_pattern: Option<String>,
     pub nlb_security_group_mode: NlbSecurityGroupMode,
     pub service_overrides: Vec<ServiceOverride>,
+    /// Values the Go CCM starts with but fails every NLB sync on: each NLB
+    /// is kept in upkeep instead (docs/cloud-config.md), Classic ELBs are
+    /// synced as the Go CCM syncs them.
+    pub nlb_refusals: Vec<RefusedValue>,
+    /// Values taken as the Go CCM takes them, with the log line that says so.
+    pub tolerated: Vec<String>,
+}
+
+/// A cloud.conf value refused for the syncs it governs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedValue {
+    pub key: &'static str,
+    pub value: String,
+    /// What is allowed.
+    pub allowed: &'static str,
 }
 
 impl Default for CloudConfig {
@@ -137,6 +152,8 @@ impl Default for CloudConfig {
             supported_topology_instance_type_pattern: None,
             nlb_security_group_mode: NlbSecurityGroupMode::Unmanaged,
             service_overrides: Vec::new(),
+            nlb_refusals: Vec::new(),
+            tolerated: Vec::new(),
         }
     }
 }

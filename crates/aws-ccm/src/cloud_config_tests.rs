@@ -184,26 +184,15 @@ fn nearest_key_is_by_edit_distance() {
 #[test]
 fn bad_values_name_the_value_and_what_is_allowed() {
     let cases = [
-        ("[Global]\nNodeIPFamilies = ipv5\n", "ipv5", "ipv4 or ipv6"),
         (
             "[Global]\nDisableSecurityGroupIngress = maybe\n",
             "maybe",
             "true or false",
         ),
         (
-            "[Global]\nClusterServiceLoadBalancerHealthProbeMode = Local\n",
-            "Local",
-            "ServiceNodePort (the default) or Shared",
-        ),
-        (
             "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = 99999\n",
             "99999",
             "1-65535",
-        ),
-        (
-            "[Global]\nNLBSecurityGroupMode = managed\n",
-            "managed",
-            "Managed",
         ),
         ("[Global]\nRoleARN = my-role\n", "my-role", "arn:aws:iam"),
         (
@@ -255,8 +244,9 @@ fn health_probe_mode_takes_upstreams_values() {
     assert_eq!(mode("").unwrap(), HealthProbeMode::ServiceNodePort);
     assert_eq!(mode("Cluster").unwrap(), HealthProbeMode::ServiceNodePort);
     assert_eq!(mode("Shared").unwrap(), HealthProbeMode::Shared);
-    // Upstream compares case-sensitively; so do we.
-    assert!(mode("shared").is_err());
+    // Upstream compares case-sensitively; so do we. Its Classic ELB path
+    // reads anything but `Shared` as the default, its NLB health check fails.
+    assert_eq!(mode("shared").unwrap(), HealthProbeMode::ServiceNodePort);
     // 0 and empty mean the defaults, as upstream.
     let cfg = parse(
         "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = 0\n\
@@ -363,4 +353,36 @@ fn overrides_this_ccm_does_not_act_on_are_noted() {
     );
     assert!(notes[1].contains("KMS"), "{}", notes[1]);
     assert!(notes[2].contains("SigningMethod = \"v2\""), "{}", notes[2]);
+}
+
+/// Values the Go CCM starts with: taken as it takes them, never a reason to
+/// stop start-up. Those it then fails every NLB sync on are refused for NLBs
+/// (which are kept in upkeep); unknown address families are skipped.
+#[test]
+fn values_the_go_ccm_starts_with_are_taken_and_noted() {
+    let cfg = parse(
+        "[Global]\nClusterServiceLoadBalancerHealthProbeMode = Local\nNLBSecurityGroupMode = managed\n\
+         NodeIPFamilies = ipv5\nNodeIPFamilies = ipv6\nNodeIPFamilies = ipv6\n",
+    )
+    .unwrap();
+    assert_eq!(cfg.health_probe_mode, HealthProbeMode::ServiceNodePort);
+    assert_eq!(cfg.nlb_security_group_mode, NlbSecurityGroupMode::Unmanaged);
+    let refused: Vec<(&str, &str)> = cfg
+        .nlb_refusals
+        .iter()
+        .map(|r| (r.key, r.value.as_str()))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            ("ClusterServiceLoadBalancerHealthProbeMode", "Local"),
+            ("NLBSecurityGroupMode", "managed")
+        ]
+    );
+    assert_eq!(cfg.node_ip_families, [IpFamily::Ipv6]);
+    assert_eq!(cfg.tolerated.len(), 1);
+    assert!(cfg.tolerated[0].contains("\"ipv5\""), "{:?}", cfg.tolerated);
+    // Nothing but unknown families: ipv4, the default.
+    let cfg = parse("[Global]\nNodeIPFamilies = IP4\n").unwrap();
+    assert_eq!(cfg.node_ip_families, [IpFamily::Ipv4]);
 }

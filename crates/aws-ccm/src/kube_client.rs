@@ -120,12 +120,12 @@ static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(|| {
     };
     crate::metrics::register(
         "rest_client_requests",
-        "Number of HTTP requests, partitioned by status code, method, and host.",
+        "Number of HTTP requests, partitioned by status code, method, and host",
         m.requests.clone(),
     );
     crate::metrics::register(
         "rest_client_request_duration_seconds",
-        "Request latency in seconds. Broken down by verb, and host.",
+        "Request latency in seconds. Broken down by verb, and host",
         m.duration.clone(),
     );
     m

@@ -121,7 +121,16 @@ pub(crate) fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Resul
             .as_deref()
             .filter(|p| !p.as_os_str().is_empty())
         {
-            Some(path) => CloudConfig::load(path)?,
+            Some(path) => {
+                let cloud = CloudConfig::load(path)?;
+                for line in &cloud.tolerated {
+                    tracing::warn!(path = %path.display(), "cloud config: {line}");
+                }
+                for r in &cloud.nlb_refusals {
+                    tracing::warn!(path = %path.display(), key = r.key, value = %r.value, "cloud config: [Global] {} = {:?} is taken as the Go CCM takes it, which fails every NLB sync on it: each NLB is kept in upkeep (its targets and node rules follow the nodes, nothing else changes) until it is fixed; allowed: {}", r.key, r.value, r.allowed);
+                }
+                cloud
+            }
             None => {
                 tracing::info!("no --cloud-config given; using defaults and instance metadata");
                 CloudConfig::default()

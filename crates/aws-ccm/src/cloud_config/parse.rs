@@ -9,7 +9,7 @@ use ini::Properties;
 
 use super::{
     CloudConfig, CloudConfigError, CloudConfigWarning, GLOBAL_KEYS, HealthProbeMode, IpFamily,
-    NlbSecurityGroupMode, OVERRIDE_KEYS, ServiceOverride,
+    NlbSecurityGroupMode, OVERRIDE_KEYS, RefusedValue, ServiceOverride,
 };
 
 /// Section kinds gcfg maps onto upstream's struct, as written in messages.
@@ -152,6 +152,10 @@ impl<'a> Parser<'a> {
 
     /// Types one known [Global] key; the error is the message for its line.
     fn set_global(&mut self, key: &str, value: &str) -> Result<(), String> {
+        if value == BARE && key != "DisableSecurityGroupIngress" {
+            // gcfg: "missing value" for a bare key of any other type.
+            return Err("needs a value: only a boolean may be written as a bare key".into());
+        }
         let cfg = &mut self.cfg;
         let text = || (!value.is_empty()).then(|| value.to_string());
         match key {
@@ -187,10 +191,22 @@ impl<'a> Parser<'a> {
                     cfg.node_ip_families.clear();
                     self.families_seen = true;
                 }
-                push_families(&mut cfg.node_ip_families, value)?
+                push_families(cfg, value)
             }
             "ClusterServiceLoadBalancerHealthProbeMode" => {
-                cfg.health_probe_mode = parse_probe_mode(value)?
+                cfg.health_probe_mode = match parse_probe_mode(value) {
+                    Some(mode) => mode,
+                    None => {
+                        // The Go CCM's Classic ELB path reads only `Shared`;
+                        // its NLB health check fails on the value.
+                        cfg.nlb_refusals.push(RefusedValue {
+                            key: "ClusterServiceLoadBalancerHealthProbeMode",
+                            value: value.to_string(),
+                            allowed: "ServiceNodePort (the default) or Shared, case-sensitive",
+                        });
+                        HealthProbeMode::ServiceNodePort
+                    }
+                }
             }
             "ClusterServiceSharedLoadBalancerHealthProbePort" => {
                 cfg.shared_health_probe_port = parse_probe_port(value)?
@@ -209,9 +225,14 @@ impl<'a> Parser<'a> {
                     "" => NlbSecurityGroupMode::Unmanaged,
                     "Managed" => NlbSecurityGroupMode::Managed,
                     _ => {
-                        return Err(format!(
-                            "{value:?} is not allowed; use Managed or leave it unset"
-                        ));
+                        // The Go CCM starts, then fails each NLB sync
+                        // (`IsNLBSecurityGroupModeManaged`).
+                        cfg.nlb_refusals.push(RefusedValue {
+                            key: "NLBSecurityGroupMode",
+                            value: value.to_string(),
+                            allowed: "Managed, or leave it unset",
+                        });
+                        NlbSecurityGroupMode::Unmanaged
                     }
                 }
             }
@@ -304,31 +325,34 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// Appends a `NodeIPFamilies` value: repeated keys and comma lists both work.
-fn push_families(families: &mut Vec<IpFamily>, value: &str) -> Result<(), String> {
+/// Appends a `NodeIPFamilies` value: repeated keys and comma lists both
+/// work. The Go CCM adds addresses for `ipv4` and `ipv6` and skips any other
+/// value; so does this CCM, saying so (a list left empty means `ipv4`).
+fn push_families(cfg: &mut CloudConfig, value: &str) {
     for item in value.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let family = match item.to_ascii_lowercase().as_str() {
             "ipv4" => IpFamily::Ipv4,
             "ipv6" => IpFamily::Ipv6,
-            _ => return Err(format!("{item:?} is not allowed; use ipv4 or ipv6")),
+            _ => {
+                cfg.tolerated.push(format!(
+                    "NodeIPFamilies {item:?} is skipped, as the Go CCM skips it: use ipv4 or ipv6"
+                ));
+                continue;
+            }
         };
-        if families.contains(&family) {
-            return Err(format!("{item:?} is listed twice"));
+        if !cfg.node_ip_families.contains(&family) {
+            cfg.node_ip_families.push(family);
         }
-        families.push(family);
     }
-    Ok(())
 }
 
 /// Upstream's values, compared case-sensitively as upstream does.
 /// `Cluster` is this project's earlier name for `ServiceNodePort`.
-fn parse_probe_mode(value: &str) -> Result<HealthProbeMode, String> {
+fn parse_probe_mode(value: &str) -> Option<HealthProbeMode> {
     match value {
-        "" | "ServiceNodePort" | "Cluster" => Ok(HealthProbeMode::ServiceNodePort),
-        "Shared" => Ok(HealthProbeMode::Shared),
-        _ => Err(format!(
-            "{value:?} is not allowed; use ServiceNodePort (the default) or Shared"
-        )),
+        "" | "ServiceNodePort" | "Cluster" => Some(HealthProbeMode::ServiceNodePort),
+        "Shared" => Some(HealthProbeMode::Shared),
+        _ => None,
     }
 }
 
@@ -447,17 +471,23 @@ pub(super) fn expand_bare_keys(text: &str) -> String {
         let bare = !(t.is_empty() || t.starts_with(['[', ';', '#']) || t.contains(['=', ':']));
         out.push_str(line);
         if bare {
-            out.push_str(" = true");
+            out.push_str(" = ");
+            out.push_str(BARE);
         }
         out.push('\n');
     }
     out
 }
 
+/// The value a bare key is rewritten with: true for a boolean, an error
+/// for any other key, as gcfg has it.
+const BARE: &str = "__gcfg_bare_key__";
+
 /// gcfg booleans; an explicitly empty value is false.
 fn parse_bool(value: &str) -> Result<bool, String> {
     match value.to_ascii_lowercase().as_str() {
         "" => Ok(false),
+        v if v == BARE => Ok(true),
         "true" | "yes" | "on" | "1" => Ok(true),
         "false" | "no" | "off" | "0" => Ok(false),
         _ => Err(format!("{value:?} is not a boolean; use true or false")),

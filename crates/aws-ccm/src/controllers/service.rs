@@ -73,6 +73,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         sync_done: Arc::new(tokio::sync::Notify::new()),
         worker_count: workers as u32,
         resync: Some(ctx.options.options.service_resync_period).filter(|d| !d.is_zero()),
+        cloud: ctx.cloud.clone(),
     };
     controller.run(stop).await;
 }
@@ -276,6 +277,8 @@ struct ServiceController<L: LoadBalancers> {
     worker_count: u32,
     /// `--service-resync-period`; `None` never resyncs an unchanged Service.
     resync: Option<Duration>,
+    /// cloud.conf: its values the Go CCM fails NLB syncs on.
+    cloud: Arc<crate::cloud_config::CloudConfig>,
 }
 
 enum Outcome {
@@ -553,7 +556,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             return self.sync_deletion(svc, &api, may_wait).await;
         }
         let obj = svc.object_ref(&());
-        let reading = LoadBalancerSpec::read(svc);
+        let reading = LoadBalancerSpec::read_with(svc, &self.cloud);
         if reading.spec.kind == LoadBalancerKind::External {
             return Outcome::Done;
         }

@@ -100,7 +100,7 @@ impl Collector for ProcessCollector {
         let cpu = ConstCounter::new(s.cpu_seconds);
         let m = e.encode_descriptor(
             "process_cpu_seconds",
-            "Total user and system CPU time spent in seconds.",
+            "Total user and system CPU time spent in seconds",
             None,
             cpu.metric_type(),
         )?;
@@ -108,31 +108,31 @@ impl Collector for ProcessCollector {
         gauge(
             &mut e,
             "process_open_fds",
-            "Number of open file descriptors.",
+            "Number of open file descriptors",
             s.open_fds,
         )?;
         gauge(
             &mut e,
             "process_max_fds",
-            "Maximum number of open file descriptors.",
+            "Maximum number of open file descriptors",
             s.max_fds,
         )?;
         gauge(
             &mut e,
             "process_virtual_memory_bytes",
-            "Virtual memory size in bytes.",
+            "Virtual memory size in bytes",
             s.virtual_bytes,
         )?;
         gauge(
             &mut e,
             "process_resident_memory_bytes",
-            "Resident memory size in bytes.",
+            "Resident memory size in bytes",
             s.resident_bytes,
         )?;
         gauge(
             &mut e,
             "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.",
+            "Start time of the process since unix epoch in seconds",
             s.start_time_seconds,
         )
     }
@@ -164,7 +164,7 @@ fn build_info(e: &mut DescriptorEncoder) -> std::fmt::Result {
     let g = ConstGauge::new(1i64);
     let mut m = e.encode_descriptor(
         "kubernetes_build_info",
-        "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running.",
+        "A metric with a constant '1' value labeled by major, minor, git version, git commit, git tree state, build date, Go version, and compiler from which Kubernetes was built, and platform on which it is running",
         None,
         g.metric_type(),
     )?;

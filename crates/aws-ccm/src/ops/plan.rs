@@ -95,7 +95,7 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
         let key = format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
         let named = only.is_empty() || only.iter().any(|o| *o == key || *o == svc.name_any());
         if named && wants_load_balancer(svc) {
-            out.push(service_section(&lbs, svc, key, &nodes).await);
+            out.push(service_section(&lbs, &ctx.cloud, svc, key, &nodes).await);
         } else if named && has_finalizer(svc) {
             out.push(deletion_section(ctx, svc, key).await);
         }
@@ -116,12 +116,13 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
 
 async fn service_section(
     lbs: &AwsLoadBalancers,
+    cloud: &crate::cloud_config::CloudConfig,
     svc: &Service,
     key: String,
     nodes: &[Arc<Node>],
 ) -> Section {
     let mut section = Section::new(key.clone());
-    let reading = LoadBalancerSpec::read(svc);
+    let reading = LoadBalancerSpec::read_with(svc, cloud);
     if reading.spec.kind == LoadBalancerKind::External {
         section
             .notes

@@ -249,7 +249,7 @@ async fn without_leader_election_controllers_start_directly() -> anyhow::Result<
 #[tokio::test]
 async fn bad_cloud_conf_and_bad_flags_exit_non_zero_with_a_clear_message() -> anyhow::Result<()> {
     let env = Env::start_with_conf(
-        "[Global]\nRegion = us-east-1\nKubernetesClusterID = c\nNodeIPFamilies = ipv7\n",
+        "[Global]\nRegion = us-east-1\nKubernetesClusterID = c\nDisableSecurityGroupIngress = maybe\n",
     )
     .await?;
     let (status, logs) = Ccm::run_to_exit(&env.base_args(), &env.aws_env()).await?;
@@ -257,9 +257,9 @@ async fn bad_cloud_conf_and_bad_flags_exit_non_zero_with_a_clear_message() -> an
     let conf = env.cloud_conf.display().to_string();
     assert!(
         logs.contains(&format!("{conf}:4:"))
-            && logs.contains("NodeIPFamilies")
-            && logs.contains("ipv7")
-            && logs.contains("ipv4 or ipv6"),
+            && logs.contains("DisableSecurityGroupIngress")
+            && logs.contains("maybe")
+            && logs.contains("true or false"),
         "{logs}"
     );
 

@@ -255,7 +255,7 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() -> anyhow::Re
     // The families every Go component serves, which Go CCM dashboards query.
     let (_, body) = https_get(&addr, "/metrics").await?;
     for family in [
-        "rest_client_request_duration_seconds_bucket{verb=\"GET\",host=\"127.0.0.1:",
+        "rest_client_request_duration_seconds_bucket{le=\"0.005\",verb=\"GET\",host=\"127.0.0.1:",
         "process_cpu_seconds_total ",
         "process_resident_memory_bytes ",
         "process_open_fds ",

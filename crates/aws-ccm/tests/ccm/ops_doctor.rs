@@ -331,6 +331,31 @@ async fn doctor_names_each_problem_of_a_broken_setup_with_its_fix() -> anyhow::R
         .subnet_id(&seeded.subnet)
         .send()
         .await?;
+    // Still a public subnet: the table routes to the VPC's internet gateway.
+    let igw = seeded
+        .ec2
+        .describe_internet_gateways()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("attachment.vpc-id")
+                .values(&seeded.vpc)
+                .build(),
+        )
+        .send()
+        .await?
+        .internet_gateways()
+        .first()
+        .and_then(|g| g.internet_gateway_id())
+        .unwrap_or_default()
+        .to_string();
+    seeded
+        .ec2
+        .create_route()
+        .route_table_id(&rtb)
+        .destination_cidr_block("0.0.0.0/0")
+        .gateway_id(&igw)
+        .send()
+        .await?;
     // Tables the fix must not name: other VPCs' (moto's default VPC, as in
     // a fresh account) and the cluster VPC's main table, which the nodes'
     // subnet no longer uses.

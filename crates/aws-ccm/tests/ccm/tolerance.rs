@@ -207,3 +207,69 @@ async fn a_new_service_of_type_upper_case_nlb_waits_and_one_of_type_clb_gets_a_c
     );
     env.finish().await
 }
+
+/// A cloud.conf the Go CCM starts with but fails every NLB sync on
+/// (`NLBSecurityGroupMode = managed`, lower case): this CCM starts too, says
+/// so, keeps the live NLB's targets following the nodes, and syncs a new
+/// Classic ELB as the Go CCM does.
+#[tokio::test]
+async fn a_cloud_conf_value_the_go_ccm_fails_nlbs_on_keeps_them_in_upkeep() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 3).await?;
+    let elbv2 = elbv2::Client::new(&seeded.conf);
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    nodes.create(&pp, &node("n1", &seeded.instances[0])).await?;
+    nodes.create(&pp, &node("n2", &seeded.instances[1])).await?;
+    let network = services
+        .create(
+            &pp,
+            &lb_service("network", serde_json::json!({TYPE: "nlb"})),
+        )
+        .await?;
+    let nlb = lb_name(&network);
+    let mut ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let first = BTreeSet::from([seeded.instances[0].clone(), seeded.instances[1].clone()]);
+    eventually("the NLB serving n1 and n2", WAIT, || async {
+        (nlb_targets(&elbv2, &nlb).await? == first).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+
+    let conf = std::fs::read_to_string(&env.cloud_conf)?;
+    std::fs::write(
+        &env.cloud_conf,
+        format!("{conf}NLBSecurityGroupMode = managed\n"),
+    )?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    ccm.wait_for_log("NLBSecurityGroupMode", WAIT).await?;
+    let refused = event_note(&client, "network", "SyncLoadBalancerFailed").await?;
+    for w in ["NLBSecurityGroupMode", "managed", "kept current"] {
+        assert!(refused.contains(w), "{refused:?} lacks {w:?}");
+    }
+    services
+        .create(&pp, &lb_service("classic", serde_json::json!({})))
+        .await?;
+    nodes.create(&pp, &node("n3", &seeded.instances[2])).await?;
+    let all: BTreeSet<String> = seeded.instances.iter().cloned().collect();
+    eventually(
+        "the NLB following the nodes and the CLB made",
+        WAIT,
+        || async {
+            let host = hostname(&services.get("classic").await.ok()?);
+            (nlb_targets(&elbv2, &nlb).await? == all && host.is_some()).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let elbv2_writes: Vec<String> = mutations(&proxy)
+        .into_keys()
+        .filter(|k| k.starts_with("elasticloadbalancingv2:"))
+        .collect();
+    assert_eq!(elbv2_writes, ["elasticloadbalancingv2:RegisterTargets"]);
+    env.finish().await
+}

@@ -54,6 +54,22 @@ impl LoadBalancerSpec {
         }
     }
 
+    /// [`Self::read`], with the cloud.conf values the Go CCM fails every NLB
+    /// sync on refused for an NLB, as its own values are.
+    pub fn read_with(svc: &Service, cloud: &crate::cloud_config::CloudConfig) -> Reading {
+        let mut reading = LoadBalancerSpec::read(svc);
+        if reading.spec.kind == LoadBalancerKind::Network {
+            reading
+                .errors
+                .extend(cloud.nlb_refusals.iter().map(|r| SpecError {
+                    field: format!("cloud.conf [Global] {}", r.key),
+                    value: r.value.clone(),
+                    allowed: format!("allowed: {}", r.allowed),
+                }));
+        }
+        reading
+    }
+
     /// Reads a Service of type LoadBalancer as the Go CCM does: every row
     /// of the table, each value refused or noted on its own, so that one bad
     /// value leaves the rest of the spec read.
