@@ -16,11 +16,16 @@ mod process;
 pub fn register_process_collector() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let mut registry = REGISTRY
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        registry.register_collector(Box::new(process::ProcessCollector));
+        register_collector(Box::new(process::ProcessCollector));
     });
+}
+
+/// Registers a collector: families computed at each scrape.
+pub fn register_collector(collector: Box<dyn prometheus_client::collector::Collector>) {
+    let mut registry = REGISTRY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    registry.register_collector(collector);
 }
 
 /// Registers a metric family under its full name (no prefix is added).

@@ -14,6 +14,7 @@ pub mod route;
 pub mod service;
 pub mod service_metrics;
 pub mod tagging;
+pub mod workqueue;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -12,7 +12,7 @@
 //! its load balancer's network interfaces release late) gives its slot back
 //! and is retried within a second or a few, for up to two minutes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -74,6 +74,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         worker_count: workers as u32,
         resync: Some(ctx.options.options.service_resync_period).filter(|d| !d.is_zero()),
         cloud: ctx.cloud.clone(),
+        queue: super::workqueue::Queue::new("service"),
     };
     controller.run(stop).await;
 }
@@ -279,6 +280,8 @@ struct ServiceController<L: LoadBalancers> {
     resync: Option<Duration>,
     /// cloud.conf: its values the Go CCM fails NLB syncs on.
     cloud: Arc<crate::cloud_config::CloudConfig>,
+    /// client-go's workqueue metrics under the Go controller's name.
+    queue: super::workqueue::Queue,
 }
 
 enum Outcome {
@@ -456,6 +459,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         // Jobs by tier; past the first, only as many as there are free
         // slots are kept.
         let mut tiers: [Vec<Job>; 3] = Default::default();
+        let mut due = HashSet::new();
         let free = self.workers.available_permits();
         for svc in services {
             if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
@@ -468,6 +472,8 @@ impl<L: LoadBalancers> ServiceController<L> {
             let Some(job) = decide(entry, svc, backends, self.resync, now) else {
                 continue;
             };
+            self.queue.due(&job.key);
+            due.insert(job.key.clone());
             if job.targets_only && !nodes_settled {
                 // Held until the node set settles; a scan runs at least
                 // every SCAN_EVERY.
@@ -479,6 +485,8 @@ impl<L: LoadBalancers> ServiceController<L> {
                 jobs.push(job);
             }
         }
+        self.queue
+            .keep_only(&due.iter().map(String::as_str).collect());
         // By tier, each in store order.
         for job in tiers.into_iter().flatten() {
             let Ok(permit) = self.workers.clone().try_acquire_owned() else {
@@ -496,6 +504,7 @@ impl<L: LoadBalancers> ServiceController<L> {
     fn start(&self, job: Job, permit: tokio::sync::OwnedSemaphorePermit) {
         let this = self.clone();
         tokio::spawn(async move {
+            let work = this.queue.take(&job.key);
             let span = tracing::info_span!("sync_service", service = %job.key);
             let backends = job
                 .backends
@@ -504,6 +513,10 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .unwrap_or_default();
             let outcome = this.sync(&job.svc, backends, &job).instrument(span).await;
             drop(permit);
+            drop(work);
+            if matches!(outcome, Outcome::Failed) {
+                this.queue.retry();
+            }
             this.record(&job, outcome);
             this.sync_done.notify_one();
         });

@@ -261,6 +261,10 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() -> anyhow::Re
         "process_open_fds ",
         "process_start_time_seconds ",
         "kubernetes_build_info{major=\"0\",minor=\"1\"",
+        "workqueue_adds_total{name=\"service\"} ",
+        "workqueue_depth{name=\"service\"} ",
+        "workqueue_work_duration_seconds_count{name=\"service\"} ",
+        "workqueue_longest_running_processor_seconds{name=\"service\"} ",
     ] {
         assert!(body.contains(family), "no {family:?} on /metrics:\n{body}");
     }

@@ -1,0 +1,251 @@
+//! client-go's workqueue metrics, with component-base's names, labels and
+//! buckets (`metrics/prometheus/workqueue`), for this CCM's schedulers:
+//! `workqueue_depth`, `workqueue_adds_total`, `workqueue_queue_duration_seconds`,
+//! `workqueue_work_duration_seconds`, `workqueue_retries_total`,
+//! `workqueue_unfinished_work_seconds` and
+//! `workqueue_longest_running_processor_seconds`, each labelled `name` with
+//! the Go controller's queue name (`service`, `Nodes`), so dashboards built
+//! for the Go CCM read this one.
+//!
+//! A scheduler tells its [`Queue`] what it holds: a key becomes due
+//! ([`Queue::due`]: an add, once until it is taken), is taken to work on
+//! ([`Queue::take`]: its wait observed; the returned [`Work`] observes the
+//! work when dropped) or is retried ([`Queue::retry`]). Keys a scheduler no
+//! longer holds leave the depth ([`Queue::keep_only`]).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+use std::time::Instant;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+
+type Labels = Vec<(&'static str, &'static str)>;
+
+struct Families {
+    depth: Family<Labels, Gauge>,
+    adds: Family<Labels, Counter>,
+    retries: Family<Labels, Counter>,
+    queue_duration: Family<Labels, Histogram>,
+    work_duration: Family<Labels, Histogram>,
+}
+
+/// component-base's buckets: 10 ns to 10 s, ten of them.
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(10e-9, 10.0, 10))
+}
+
+static FAMILIES: LazyLock<Families> = LazyLock::new(|| {
+    let f = Families {
+        depth: Family::default(),
+        adds: Family::default(),
+        retries: Family::default(),
+        queue_duration: Family::new_with_constructor(seconds),
+        work_duration: Family::new_with_constructor(seconds),
+    };
+    use crate::metrics::register;
+    register(
+        "workqueue_depth",
+        "Current depth of workqueue",
+        f.depth.clone(),
+    );
+    register(
+        "workqueue_adds",
+        "Total number of adds handled by workqueue",
+        f.adds.clone(),
+    );
+    register(
+        "workqueue_retries",
+        "Total number of retries handled by workqueue",
+        f.retries.clone(),
+    );
+    register(
+        "workqueue_queue_duration_seconds",
+        "How long in seconds an item stays in workqueue before being requested",
+        f.queue_duration.clone(),
+    );
+    register(
+        "workqueue_work_duration_seconds",
+        "How long in seconds processing an item from workqueue takes",
+        f.work_duration.clone(),
+    );
+    crate::metrics::register_collector(Box::new(InFlight));
+    f
+});
+
+/// Every live queue's state, for the in-flight gauges computed at scrape.
+static QUEUES: LazyLock<Mutex<Vec<Weak<Mutex<State>>>>> = LazyLock::new(Default::default);
+
+#[derive(Default)]
+struct State {
+    name: &'static str,
+    /// Due keys and when each became due.
+    waiting: HashMap<String, Instant>,
+    /// Work in progress: its token and start.
+    running: HashMap<u64, Instant>,
+    next_token: u64,
+}
+
+/// One scheduler's queue metrics.
+#[derive(Clone)]
+pub struct Queue {
+    labels: Labels,
+    state: Arc<Mutex<State>>,
+}
+
+/// Work on one key; observed when dropped.
+pub struct Work {
+    queue: Queue,
+    token: u64,
+    started: Instant,
+}
+
+impl Queue {
+    pub fn new(name: &'static str) -> Queue {
+        let q = Queue {
+            labels: vec![("name", name)],
+            state: Arc::new(Mutex::new(State {
+                name,
+                ..State::default()
+            })),
+        };
+        // Every family of the queue is served from its start, as client-go's.
+        let f = &*FAMILIES;
+        f.depth.get_or_create(&q.labels).set(0);
+        f.adds.get_or_create(&q.labels);
+        f.retries.get_or_create(&q.labels);
+        f.queue_duration.get_or_create(&q.labels);
+        f.work_duration.get_or_create(&q.labels);
+        let mut all = QUEUES.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&q.state));
+        q
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_depth(&self, state: &State) {
+        FAMILIES
+            .depth
+            .get_or_create(&self.labels)
+            .set(state.waiting.len() as i64);
+    }
+
+    /// `key` needs work: an add, unless it is already waiting.
+    pub fn due(&self, key: &str) {
+        let mut state = self.state();
+        if state.waiting.contains_key(key) {
+            return;
+        }
+        state.waiting.insert(key.to_string(), Instant::now());
+        FAMILIES.adds.get_or_create(&self.labels).inc();
+        self.set_depth(&state);
+    }
+
+    /// Forgets waiting keys the scheduler no longer holds (a deleted object).
+    pub fn keep_only(&self, keys: &HashSet<&str>) {
+        let mut state = self.state();
+        state.waiting.retain(|k, _| keys.contains(k.as_str()));
+        self.set_depth(&state);
+    }
+
+    /// `key` is taken to work on: its wait is observed (an add first, when
+    /// the scheduler took it without saying it was due).
+    pub fn take(&self, key: &str) -> Work {
+        let now = Instant::now();
+        let mut state = self.state();
+        let since = match state.waiting.remove(key) {
+            Some(at) => at,
+            None => {
+                FAMILIES.adds.get_or_create(&self.labels).inc();
+                now
+            }
+        };
+        FAMILIES
+            .queue_duration
+            .get_or_create(&self.labels)
+            .observe(now.duration_since(since).as_secs_f64());
+        let token = state.next_token;
+        state.next_token += 1;
+        state.running.insert(token, now);
+        self.set_depth(&state);
+        Work {
+            queue: self.clone(),
+            token,
+            started: now,
+        }
+    }
+
+    /// The work failed and is tried again later.
+    pub fn retry(&self) {
+        FAMILIES.retries.get_or_create(&self.labels).inc();
+    }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        FAMILIES
+            .work_duration
+            .get_or_create(&self.queue.labels)
+            .observe(self.started.elapsed().as_secs_f64());
+        self.queue.state().running.remove(&self.token);
+    }
+}
+
+/// `workqueue_unfinished_work_seconds` and
+/// `workqueue_longest_running_processor_seconds`, from the work in progress
+/// at scrape time, as client-go's `updateUnfinishedWork` reports them.
+#[derive(Debug)]
+struct InFlight;
+
+impl Collector for InFlight {
+    fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let now = Instant::now();
+        let queues: Vec<Arc<Mutex<State>>> = QUEUES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let mut rows = Vec::new();
+        for state in &queues {
+            let state = state.lock().unwrap_or_else(|p| p.into_inner());
+            let ages = state
+                .running
+                .values()
+                .map(|s| now.duration_since(*s).as_secs_f64());
+            let total = ages.clone().fold(0.0, |a, b| a + b);
+            let longest = ages.fold(0.0, f64::max);
+            rows.push((state.name, total, longest));
+        }
+        for (metric, help, pick) in [
+            (
+                "workqueue_unfinished_work_seconds",
+                "How many seconds of work has done that is in progress and hasn't been observed by work_duration. Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at which this increases",
+                0,
+            ),
+            (
+                "workqueue_longest_running_processor_seconds",
+                "How many seconds has the longest running processor for workqueue been running",
+                1,
+            ),
+        ] {
+            let probe = ConstGauge::new(0.0);
+            let mut m = e.encode_descriptor(metric, help, None, probe.metric_type())?;
+            for (name, total, longest) in &rows {
+                let v = if pick == 0 { *total } else { *longest };
+                ConstGauge::new(v).encode(m.encode_family(&vec![("name", *name)])?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

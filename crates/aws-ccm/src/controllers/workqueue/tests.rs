@@ -1,0 +1,54 @@
+use super::*;
+
+/// The sample of `metric` for queue `name` in the scrape.
+fn sample(metric: &str, name: &str) -> Option<f64> {
+    let prefix = format!("{metric}{{name=\"{name}\"}} ");
+    crate::metrics::encode()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+}
+
+#[test]
+fn a_key_is_added_once_until_taken_and_its_work_is_observed() {
+    let q = Queue::new("test-once");
+    // Served from the start, as client-go's.
+    assert_eq!(sample("workqueue_adds_total", "test-once"), Some(0.0));
+    assert_eq!(
+        sample("workqueue_unfinished_work_seconds", "test-once"),
+        Some(0.0)
+    );
+    q.due("a");
+    q.due("a");
+    q.due("b");
+    assert_eq!(sample("workqueue_adds_total", "test-once"), Some(2.0));
+    assert_eq!(sample("workqueue_depth", "test-once"), Some(2.0));
+    let work = q.take("a");
+    assert_eq!(sample("workqueue_depth", "test-once"), Some(1.0));
+    assert_eq!(
+        sample("workqueue_queue_duration_seconds_count", "test-once"),
+        Some(1.0)
+    );
+    assert!(sample("workqueue_longest_running_processor_seconds", "test-once").is_some());
+    assert_eq!(
+        sample("workqueue_work_duration_seconds_count", "test-once"),
+        Some(0.0),
+        "no work observed yet"
+    );
+    drop(work);
+    assert_eq!(
+        sample("workqueue_work_duration_seconds_count", "test-once"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample("workqueue_longest_running_processor_seconds", "test-once"),
+        Some(0.0)
+    );
+    q.retry();
+    assert_eq!(sample("workqueue_retries_total", "test-once"), Some(1.0));
+    // Taken again without being due: counted as an add.
+    drop(q.take("a"));
+    assert_eq!(sample("workqueue_adds_total", "test-once"), Some(3.0));
+    // A key the scheduler no longer holds leaves the depth.
+    q.keep_only(&HashSet::new());
+    assert_eq!(sample("workqueue_depth", "test-once"), Some(0.0));
+}
