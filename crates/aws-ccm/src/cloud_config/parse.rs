@@ -193,21 +193,7 @@ impl<'a> Parser<'a> {
                 }
                 push_families(cfg, value)
             }
-            "ClusterServiceLoadBalancerHealthProbeMode" => {
-                cfg.health_probe_mode = match parse_probe_mode(value) {
-                    Some(mode) => mode,
-                    None => {
-                        // The Go CCM's Classic ELB path reads only `Shared`;
-                        // its NLB health check fails on the value.
-                        cfg.nlb_refusals.push(RefusedValue {
-                            key: "ClusterServiceLoadBalancerHealthProbeMode",
-                            value: value.to_string(),
-                            allowed: "ServiceNodePort (the default) or Shared, case-sensitive",
-                        });
-                        HealthProbeMode::ServiceNodePort
-                    }
-                }
-            }
+            "ClusterServiceLoadBalancerHealthProbeMode" => set_probe_mode(cfg, value),
             "ClusterServiceSharedLoadBalancerHealthProbePort" => {
                 cfg.shared_health_probe_port = parse_probe_port(value)?
             }
@@ -220,22 +206,7 @@ impl<'a> Parser<'a> {
                 }
                 cfg.supported_topology_instance_type_pattern = text()
             }
-            "NLBSecurityGroupMode" => {
-                cfg.nlb_security_group_mode = match value {
-                    "" => NlbSecurityGroupMode::Unmanaged,
-                    "Managed" => NlbSecurityGroupMode::Managed,
-                    _ => {
-                        // The Go CCM starts, then fails each NLB sync
-                        // (`IsNLBSecurityGroupModeManaged`).
-                        cfg.nlb_refusals.push(RefusedValue {
-                            key: "NLBSecurityGroupMode",
-                            value: value.to_string(),
-                            allowed: "Managed, or leave it unset",
-                        });
-                        NlbSecurityGroupMode::Unmanaged
-                    }
-                }
-            }
+            "NLBSecurityGroupMode" => set_nlb_group_mode(cfg, value),
             other => {
                 return Err(format!(
                     "{other} is listed as a [Global] key but not handled; report this as a bug"
@@ -344,6 +315,36 @@ fn push_families(cfg: &mut CloudConfig, value: &str) {
             cfg.node_ip_families.push(family);
         }
     }
+}
+
+/// The Go CCM's Classic ELB path reads only `Shared`; its NLB health check
+/// fails on any other value than its two: so NLBs are refused on one.
+fn set_probe_mode(cfg: &mut CloudConfig, value: &str) {
+    cfg.health_probe_mode = parse_probe_mode(value).unwrap_or_else(|| {
+        cfg.nlb_refusals.push(RefusedValue {
+            key: "ClusterServiceLoadBalancerHealthProbeMode",
+            value: value.to_string(),
+            allowed: "ServiceNodePort (the default) or Shared, case-sensitive",
+        });
+        HealthProbeMode::ServiceNodePort
+    });
+}
+
+/// The Go CCM starts with any value, then fails each NLB sync on one other
+/// than `Managed` (`IsNLBSecurityGroupModeManaged`).
+fn set_nlb_group_mode(cfg: &mut CloudConfig, value: &str) {
+    cfg.nlb_security_group_mode = match value {
+        "" => NlbSecurityGroupMode::Unmanaged,
+        "Managed" => NlbSecurityGroupMode::Managed,
+        _ => {
+            cfg.nlb_refusals.push(RefusedValue {
+                key: "NLBSecurityGroupMode",
+                value: value.to_string(),
+                allowed: "Managed, or leave it unset",
+            });
+            NlbSecurityGroupMode::Unmanaged
+        }
+    };
 }
 
 /// Upstream's values, compared case-sensitively as upstream does.

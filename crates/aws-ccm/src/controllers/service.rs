@@ -721,29 +721,6 @@ impl<L: LoadBalancers> ServiceController<L> {
         Outcome::Done
     }
 
-    /// A Warning for a failed ensure.
-    async fn ensure_failed(&self, svc: &Service, e: LbError, service_changed: bool) -> Outcome {
-        let (reason, what) = if service_changed {
-            ("SyncLoadBalancerFailed", "Error syncing load balancer")
-        } else {
-            (
-                "UpdateLoadBalancerFailed",
-                "Error updating load balancer with new hosts",
-            )
-        };
-        let hint = match &e {
-            LbError::Config(_) => "fix it and the Service is retried",
-            LbError::Cloud { .. } => {
-                "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
-            }
-        };
-        tracing::warn!(error = %e, "load balancer sync failed");
-        self.events
-            .warning(&svc.object_ref(&()), reason, format!("{what}: {e}; {hint}"))
-            .await;
-        Outcome::Failed
-    }
-
     async fn set_finalizer(
         &self,
         api: &Api<Service>,

@@ -116,10 +116,10 @@ impl Queue {
         // Every family of the queue is served from its start, as client-go's.
         let f = &*FAMILIES;
         f.depth.get_or_create(&q.labels).set(0);
-        f.adds.get_or_create(&q.labels);
-        f.retries.get_or_create(&q.labels);
-        f.queue_duration.get_or_create(&q.labels);
-        f.work_duration.get_or_create(&q.labels);
+        let _ = f.adds.get_or_create(&q.labels);
+        let _ = f.retries.get_or_create(&q.labels);
+        let _ = f.queue_duration.get_or_create(&q.labels);
+        let _ = f.work_duration.get_or_create(&q.labels);
         let mut all = QUEUES.lock().unwrap_or_else(|p| p.into_inner());
         all.retain(|w| w.strong_count() > 0);
         all.push(Arc::downgrade(&q.state));

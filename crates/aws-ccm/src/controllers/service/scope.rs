@@ -2,13 +2,14 @@
 //! ([`LoadBalancerSpec::read`](crate::aws::annotations::LoadBalancerSpec::read)):
 //! everything, the upkeep of an existing load balancer (a value the Go CCM
 //! refuses too), or nothing (such a value, or a held `type`, on a Service
-//! without a load balancer); and the Warnings that say so.
+//! without a load balancer); and the Warnings that say so, or that say
+//! what a sync could not do.
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
 
-use super::{ServiceController, current_hostname, has_finalizer};
-use crate::provider::load_balancers::{LoadBalancers, Reading, Scope, scope};
+use super::{Outcome, ServiceController, current_hostname, has_finalizer};
+use crate::provider::load_balancers::{LbError, LoadBalancers, Reading, Scope, scope};
 
 impl<L: LoadBalancers> ServiceController<L> {
     /// What this sync may change, from the Service's reading: `None` when
@@ -61,5 +62,32 @@ impl<L: LoadBalancers> ServiceController<L> {
             )
             .await;
         scope
+    }
+    /// A Warning for a failed ensure.
+    pub(super) async fn ensure_failed(
+        &self,
+        svc: &Service,
+        e: LbError,
+        service_changed: bool,
+    ) -> Outcome {
+        let (reason, what) = if service_changed {
+            ("SyncLoadBalancerFailed", "Error syncing load balancer")
+        } else {
+            (
+                "UpdateLoadBalancerFailed",
+                "Error updating load balancer with new hosts",
+            )
+        };
+        let hint = match &e {
+            LbError::Config(_) => "fix it and the Service is retried",
+            LbError::Cloud { .. } => {
+                "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
+            }
+        };
+        tracing::warn!(error = %e, "load balancer sync failed");
+        self.events
+            .warning(&svc.object_ref(&()), reason, format!("{what}: {e}; {hint}"))
+            .await;
+        Outcome::Failed
     }
 }
