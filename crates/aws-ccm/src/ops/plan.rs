@@ -111,6 +111,9 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
         );
         out.push(route_section(&reconciler, &nodes).await);
     }
+    if only.is_empty() {
+        out.extend(tagging_section(ctx, &nodes));
+    }
     Ok(out)
 }
 
@@ -509,6 +512,38 @@ async fn route_section(
         }
     }
     section
+}
+
+/// The tagging controller's tags on each Node's instance, when it runs:
+/// the Nodes whose label says their instance lacks this tag set (the Go
+/// CCM's label and checksum, so Nodes it tagged plan nothing).
+fn tagging_section(ctx: &Context, nodes: &[Arc<Node>]) -> Option<Section> {
+    use crate::controllers::tagging::{TAGGED_LABEL, needs_tagging, tags_checksum};
+    let v = &ctx.validated;
+    if !v
+        .controllers
+        .contains(&crate::options::controller_names::ControllerName::Tagging)
+        || v.tags.is_empty()
+    {
+        return None;
+    }
+    let checksum = tags_checksum(&v.tags);
+    let tags: Vec<String> = v.tags.iter().map(|(k, val)| format!("{k}={val}")).collect();
+    let mut section = Section::new("tagging".into());
+    for node in nodes {
+        if let Some(instance) = needs_tagging(node, &checksum) {
+            section.steps.push(step(
+                "+",
+                format!(
+                    "tags {} on instance {instance} (node {}; then its label {TAGGED_LABEL}={checksum})",
+                    tags.join(","),
+                    node.name_any()
+                ),
+                &["CreateTags"],
+            ));
+        }
+    }
+    Some(section)
 }
 
 /// The plan as `terraform plan` prints it; "no changes" when empty.

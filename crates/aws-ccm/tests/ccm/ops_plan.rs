@@ -325,3 +325,48 @@ async fn plan_shows_the_upkeep_of_a_service_with_a_refused_value() -> anyhow::Re
     assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
     env.finish().await
 }
+
+/// The tagging controller's part of a swap: a Node the Go CCM tagged (its
+/// label carries the checksum of the tag set) plans nothing, an untagged one
+/// plans its `CreateTags`, which the next run then sends, and nothing else.
+#[tokio::test]
+async fn plan_shows_the_tags_the_tagging_controller_would_write() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let tags = [("team".to_string(), "web".to_string())];
+    let checksum = aws_ccm::controllers::tagging::tags_checksum(&tags);
+    let mut tagged = node("n0", &seeded.instances[0]);
+    tagged.metadata.labels = Some([("k8s.io/cloud-provider-aws".to_string(), checksum)].into());
+    nodes.create(&PostParams::default(), &tagged).await?;
+    nodes
+        .create(&PostParams::default(), &node("n1", &seeded.instances[1]))
+        .await?;
+    let flags = ["--controllers=tagging", "--tags=team=web"];
+
+    let (ok, text, err) = run_tool(&env, "plan", &flags, "").await?;
+    assert!(ok, "{err}");
+    let line = format!(
+        "  + tags team=web on instance {} (node n1;",
+        seeded.instances[1]
+    );
+    assert!(text.contains(&line), "{line:?} missing from:\n{text}");
+    assert!(!text.contains(&seeded.instances[0]), "{text}");
+    assert!(text.ends_with("1 change(s)\n"), "{text}");
+    let (_, json_out, _) = run_tool(&env, "plan", &[flags[0], flags[1], "-o", "json"], "").await?;
+    let planned = planned_actions(&json_out)?;
+    assert_eq!(planned, ["CreateTags"]);
+
+    let (counted, mut ccm) = env.start_counted_ccm(&flags).await?;
+    eventually("the tagging to leave nothing to plan", WAIT, || async {
+        let (ok, text, _) = run_tool(&env, "plan", &flags, "").await.ok()?;
+        (ok && text == "no changes\n").then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+    assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
+    env.finish().await
+}
