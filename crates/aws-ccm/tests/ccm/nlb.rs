@@ -1,6 +1,7 @@
 //! Network Load Balancers end to end: the real binary against the API test
 //! server and moto (elbv2), optionally behind the fault proxy.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use aws_sdk_ec2::types::Filter;
@@ -1301,6 +1302,140 @@ async fn tcp_and_udp_on_one_port_share_a_tcp_udp_listener_and_group() -> anyhow:
             "{proto} 30053: {rules:?}"
         );
     }
+    // Going back: the Go CCM refuses the mixed protocols but finds the NLB
+    // by name, and its deletion removes every group this CCM made.
+    go_would_find_everything(&cloud, &svc).await?;
+    env.finish().await
+}
+
+/// What the Go CCM meets of a Service's NLB when it takes over again: the
+/// load balancer by its name (`a` + UID) with the cluster and Service tags,
+/// and, through the load balancer's ARN (how its `EnsureLoadBalancerDeleted`
+/// lists them), every target group this CCM made for the Service (by the
+/// Service tag): nothing is left behind when the Go CCM deletes it.
+async fn go_would_find_everything(
+    cloud: &Cloud,
+    svc: &Service,
+) -> anyhow::Result<elbv2::types::LoadBalancer> {
+    let name = crate::backends::lb_name(svc);
+    let key = format!(
+        "default/{}",
+        svc.metadata.name.as_deref().unwrap_or_default()
+    );
+    let lbs = cloud
+        .elbv2
+        .describe_load_balancers()
+        .names(&name)
+        .send()
+        .await?;
+    let lb = lbs
+        .load_balancers()
+        .first()
+        .cloned()
+        .expect("found by name");
+    let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
+    let tags_of = |arns: Vec<String>| {
+        let elbv2 = cloud.elbv2.clone();
+        async move {
+            let out = elbv2
+                .describe_tags()
+                .set_resource_arns(Some(arns))
+                .send()
+                .await?;
+            anyhow::Ok(
+                out.tag_descriptions()
+                    .iter()
+                    .map(|d| {
+                        let tags: BTreeMap<String, String> = d
+                            .tags()
+                            .iter()
+                            .map(|t| {
+                                (
+                                    t.key().unwrap_or_default().into(),
+                                    t.value().unwrap_or_default().into(),
+                                )
+                            })
+                            .collect();
+                        (d.resource_arn().unwrap_or_default().to_string(), tags)
+                    })
+                    .collect::<BTreeMap<_, _>>(),
+            )
+        }
+    };
+    let lb_tags = tags_of(vec![arn.clone()])
+        .await?
+        .remove(&arn)
+        .unwrap_or_default();
+    assert_eq!(
+        lb_tags
+            .get(&format!("kubernetes.io/cluster/{CLUSTER_ID}"))
+            .map(String::as_str),
+        Some("owned")
+    );
+    assert_eq!(lb_tags.get("kubernetes.io/service-name"), Some(&key));
+    let by_lb: BTreeSet<String> = cloud
+        .elbv2
+        .describe_target_groups()
+        .load_balancer_arn(&arn)
+        .send()
+        .await?
+        .target_groups()
+        .iter()
+        .filter_map(|g| g.target_group_arn().map(str::to_string))
+        .collect();
+    let all: Vec<String> = cloud
+        .elbv2
+        .describe_target_groups()
+        .send()
+        .await?
+        .target_groups()
+        .iter()
+        .filter_map(|g| g.target_group_arn().map(str::to_string))
+        .collect();
+    let by_tag: BTreeSet<String> = tags_of(all)
+        .await?
+        .into_iter()
+        .filter(|(_, t)| t.get("kubernetes.io/service-name") == Some(&key))
+        .map(|(arn, _)| arn)
+        .collect();
+    assert!(!by_lb.is_empty());
+    assert_eq!(by_lb, by_tag, "groups the Go CCM's deletion would miss");
+    Ok(lb)
+}
+
+/// Going back with `ip-address-type: dualstack`, which the Go CCM lacks: it
+/// finds the NLB by name, adopts its TCP target group (the Go CCM's own name
+/// for it), and leaves the address type as it is.
+#[tokio::test]
+async fn going_back_a_dualstack_nlb_is_one_the_go_ccm_adopts() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let mut svc = nlb_service(
+        "web",
+        serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ip-address-type": "dualstack"}),
+    );
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(30080);
+    let (svc, _ccm) = one_node_nlb(&env, &cloud, &svc).await?;
+    let lb = go_would_find_everything(&cloud, &svc).await?;
+    assert_eq!(
+        lb.ip_address_type(),
+        Some(&elbv2::types::IpAddressType::Dualstack)
+    );
+    let groups = cloud
+        .elbv2
+        .describe_target_groups()
+        .load_balancer_arn(lb.load_balancer_arn().unwrap_or_default())
+        .send()
+        .await?;
+    let names: Vec<&str> = groups
+        .target_groups()
+        .iter()
+        .filter_map(|g| g.target_group_name())
+        .collect();
+    assert_eq!(
+        names,
+        [crate::swap::go_target_group_name("web", 30080).as_str()]
+    );
     env.finish().await
 }
 

@@ -80,7 +80,7 @@ pub(crate) async fn event_note(
 
 /// Upstream's `buildTargetGroupName` for a TCP port with the default TCP
 /// health check, computed here from its inputs.
-fn go_target_group_name(svc: &str, node_port: i32) -> String {
+pub(crate) fn go_target_group_name(svc: &str, node_port: i32) -> String {
     use sha1::Digest;
     let mut h = sha1::Sha1::new();
     for part in [
