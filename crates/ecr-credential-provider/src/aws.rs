@@ -79,12 +79,16 @@ pub enum AwsError {
         "AssumeRoleWithWebIdentity of role {role_arn} with the pod's service account token failed: {detail}"
     )]
     AssumeRole { role_arn: String, detail: String },
+    #[error(
+        "registry host {host:?} names no region and the SDK found no default one: set AWS_REGION in the provider's env in the kubelet's CredentialProviderConfig"
+    )]
+    NoRegion { host: String },
     #[error("AssumeRoleWithWebIdentity of role {role_arn} answered no credentials")]
     NoRoleCredentials { role_arn: String },
 }
 
 /// The SDK configuration for calls about `registry`.
-pub async fn sdk_config(registry: &Registry, limits: &Limits) -> SdkConfig {
+pub async fn sdk_config(registry: &Registry, limits: &Limits) -> Result<SdkConfig, AwsError> {
     let retry = RetryConfig::standard()
         .with_max_attempts(limits.max_attempts)
         .with_initial_backoff(limits.initial_backoff)
@@ -94,12 +98,19 @@ pub async fn sdk_config(registry: &Registry, limits: &Limits) -> SdkConfig {
         .operation_attempt_timeout(limits.attempt_timeout)
         .operation_timeout(limits.operation_timeout)
         .build();
-    aws_config::defaults(BehaviorVersion::latest())
-        .region(Region::new(registry.api_region().to_owned()))
+    let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .retry_config(retry)
-        .timeout_config(timeouts)
-        .load()
-        .await
+        .timeout_config(timeouts);
+    if let Some(region) = registry.api_region() {
+        loader = loader.region(Region::new(region.to_owned()));
+    }
+    let config = loader.load().await;
+    match config.region() {
+        Some(_) => Ok(config),
+        None => Err(AwsError::NoRegion {
+            host: registry.host().to_owned(),
+        }),
+    }
 }
 
 /// Credentials of `role_arn`, assumed with the pod's service account token
@@ -146,11 +157,11 @@ pub async fn get_token(
 ) -> Result<RawToken, AwsError> {
     let failed = |api: &'static str, e: &dyn StdError| AwsError::Token {
         api,
-        region: registry.api_region().to_owned(),
+        region: config.region().map(ToString::to_string).unwrap_or_default(),
         detail: error_chain(e),
     };
     match registry {
-        Registry::Private { .. } => {
+        Registry::Private { .. } | Registry::Mirror { .. } => {
             let mut builder = aws_sdk_ecr::config::Builder::from(config);
             if let Some(credentials) = credentials {
                 builder = builder.credentials_provider(credentials);

@@ -8,6 +8,7 @@
 //! status 0 with a response, or non-zero with the reason on stderr.
 
 mod aws;
+mod install;
 mod log;
 mod plugin;
 mod protocol;
@@ -19,8 +20,8 @@ use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use aws::Limits;
 use log::Log;
+use plugin::Options;
 
 const USAGE: &str = "\
 usage: ecr-credential-provider [flags] < CredentialProviderRequest.json
@@ -28,12 +29,20 @@ usage: ecr-credential-provider [flags] < CredentialProviderRequest.json
 The kubelet's image credential provider for Amazon ECR and ECR Public.
 Reads one CredentialProviderRequest (credentialprovider.kubelet.k8s.io/v1,
 v1beta1 or v1alpha1) on stdin, writes the CredentialProviderResponse on stdout.
+Positional arguments (kOps passes get-credentials) are ignored, as upstream's are.
 
 flags:
   -v, --v N                  verbosity of stderr lines (0: errors only; 1: what is asked)
   --max-attempts N           attempts per AWS call, retries included (default 5)
   --attempt-timeout DUR      limit of one attempt, e.g. 10s or 500ms (default 10s)
   --operation-timeout DUR    limit of one call, retries included (default 30s)
+  --non-ecr-hosts MODE       refuse (default): an image whose host is not ECR's is an
+                             error, before any AWS call; default-region: answer it with
+                             the default region's private ECR token, as upstream does
+                             (registry mirrors backed by an ECR pull-through cache)
+  --install-to DIR           copy this binary to DIR/ecr-credential-provider (atomically,
+                             mode 0755) and exit: how a DaemonSet with a hostPath puts
+                             it on a node from this image, which has no shell or cp
   --version                  print the version and exit
   -h, --help                 print this help and exit
 
@@ -44,14 +53,15 @@ AWS_ECR_ROLE_ARN for service-account-token mode.";
 /// What the command line asked for.
 #[derive(Debug, PartialEq, Eq)]
 enum Command {
-    Run { verbosity: u8, limits: Limits },
+    Run { verbosity: u8, options: Options },
     Help,
     Version,
+    InstallTo(String),
 }
 
 fn parse_args(args: &[String]) -> Result<Command, String> {
     let mut verbosity = 0;
-    let mut limits = Limits::default();
+    let mut options = Options::default();
     let mut i = 0;
     while i < args.len() {
         let arg = args[i].as_str();
@@ -71,6 +81,7 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
         match name {
             "-h" | "--help" => return Ok(Command::Help),
             "--version" => return Ok(Command::Version),
+            "--install-to" => return Ok(Command::InstallTo(value()?)),
             "-v" | "--v" => {
                 let text = value()?;
                 verbosity = text
@@ -79,17 +90,33 @@ fn parse_args(args: &[String]) -> Result<Command, String> {
             }
             "--max-attempts" => {
                 let text = value()?;
-                limits.max_attempts = text.parse().ok().filter(|n| *n >= 1).ok_or(format!(
-                    "{name}: {text:?} is not a number of attempts (1 or more)"
-                ))?;
+                options.limits.max_attempts = text.parse().ok().filter(|n| *n >= 1).ok_or(
+                    format!("{name}: {text:?} is not a number of attempts (1 or more)"),
+                )?;
             }
-            "--attempt-timeout" => limits.attempt_timeout = duration(name, &value()?)?,
-            "--operation-timeout" => limits.operation_timeout = duration(name, &value()?)?,
-            _ => return Err(format!("unknown flag {arg:?} (see --help)")),
+            "--attempt-timeout" => options.limits.attempt_timeout = duration(name, &value()?)?,
+            "--operation-timeout" => options.limits.operation_timeout = duration(name, &value()?)?,
+            "--non-ecr-hosts" => {
+                options.mirrors = match value()?.as_str() {
+                    "refuse" => false,
+                    "default-region" => true,
+                    other => {
+                        return Err(format!(
+                            "{name}: {other:?} is neither \"refuse\" nor \"default-region\""
+                        ));
+                    }
+                };
+            }
+            _ if name.starts_with('-') => {
+                return Err(format!("unknown flag {arg:?} (see --help)"));
+            }
+            // Positional arguments are accepted and ignored, as upstream's
+            // command does: kOps passes `get-credentials`.
+            _ => {}
         }
         i += 1;
     }
-    Ok(Command::Run { verbosity, limits })
+    Ok(Command::Run { verbosity, options })
 }
 
 /// `500ms`, `10s` or `2m`: a positive duration.
@@ -115,11 +142,23 @@ fn duration(flag: &str, text: &str) -> Result<Duration, String> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (verbosity, limits) = match parse_args(&args) {
-        Ok(Command::Run { verbosity, limits }) => (verbosity, limits),
+    let (verbosity, options) = match parse_args(&args) {
+        Ok(Command::Run { verbosity, options }) => (verbosity, options),
         Ok(Command::Help) => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
+        }
+        Ok(Command::InstallTo(dir)) => {
+            return match install::install_to(std::path::Path::new(&dir)) {
+                Ok(path) => {
+                    println!("installed {}", path.display());
+                    ExitCode::SUCCESS
+                }
+                Err(message) => {
+                    Log::default().error(&message);
+                    ExitCode::FAILURE
+                }
+            };
         }
         Ok(Command::Version) => {
             println!("ecr-credential-provider {}", env!("CARGO_PKG_VERSION"));
@@ -131,7 +170,7 @@ fn main() -> ExitCode {
         }
     };
     let log = Log::new(verbosity);
-    match run(&limits, &log) {
+    match run(&options, &log) {
         Ok(json) => {
             let mut stdout = std::io::stdout().lock();
             if let Err(err) = stdout
@@ -151,7 +190,7 @@ fn main() -> ExitCode {
 }
 
 /// The response's JSON, or why there is none.
-fn run(limits: &Limits, log: &Log) -> Result<String, String> {
+fn run(options: &Options, log: &Log) -> Result<String, String> {
     let mut input = Vec::new();
     std::io::stdin()
         .read_to_end(&mut input)
@@ -163,7 +202,7 @@ fn run(limits: &Limits, log: &Log) -> Result<String, String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let response = runtime
-        .block_on(plugin::answer(&request, limits, env_role.as_deref(), log))
+        .block_on(plugin::answer(&request, options, env_role.as_deref(), log))
         .map_err(|e| e.to_string())?;
     log.info(1, &format!("answered for image {:?}", request.image));
     Ok(response.to_json())
@@ -179,7 +218,8 @@ mod tests {
 
     #[test]
     fn flags_are_read_klog_style() {
-        let Ok(Command::Run { verbosity, limits }) = parse_args(&args(&[
+        let Ok(Command::Run { verbosity, options }) = parse_args(&args(&[
+            "get-credentials",
             "--v=4",
             "--max-attempts",
             "3",
@@ -190,6 +230,8 @@ mod tests {
             panic!("valid flags");
         };
         assert_eq!(verbosity, 4);
+        let limits = options.limits;
+        assert!(!options.mirrors);
         assert_eq!(limits.max_attempts, 3);
         assert_eq!(limits.attempt_timeout, Duration::from_millis(500));
         assert_eq!(limits.operation_timeout, Duration::from_secs(120));
@@ -198,6 +240,12 @@ mod tests {
             Ok(true)
         );
         assert_eq!(parse_args(&args(&["--version"])), Ok(Command::Version));
+        let Ok(Command::Run { options, .. }) =
+            parse_args(&args(&["--non-ecr-hosts", "default-region"]))
+        else {
+            panic!("valid flags");
+        };
+        assert!(options.mirrors);
     }
 
     #[test]
@@ -209,6 +257,7 @@ mod tests {
             (&["--attempt-timeout=5h"][..], "not a positive duration"),
             (&["--attempt-timeout=0s"][..], "not a positive duration"),
             (&["--v"][..], "needs a value"),
+            (&["--non-ecr-hosts=maybe"][..], "neither"),
         ] {
             let err = parse_args(&args(list)).expect_err("refused");
             assert!(err.contains(expected), "{list:?}: {err}");

@@ -6,6 +6,14 @@ use crate::protocol::{Request, Response};
 use crate::registry::{Registry, RegistryError, registry_of};
 use crate::token::{TokenError, cache_seconds, split_token};
 
+/// What the command line chose.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    pub limits: Limits,
+    /// Answer non-ECR hosts as upstream does (`--non-ecr-hosts=default-region`).
+    pub mirrors: bool,
+}
+
 /// The service account annotation naming the role to pull as (upstream's).
 pub const ROLE_ANNOTATION: &str = "eks.amazonaws.com/ecr-role-arn";
 
@@ -37,13 +45,13 @@ pub fn role_to_assume(request: &Request, env_role: Option<&str>) -> Option<Strin
 /// The kubelet's answer to `request`.
 pub async fn answer(
     request: &Request,
-    limits: &Limits,
+    options: &Options,
     env_role: Option<&str>,
     log: &Log,
 ) -> Result<Response, PluginError> {
-    let registry = registry_of(&request.image)?;
+    let registry = registry_of(&request.image, options.mirrors)?;
     describe(&registry, &request.image, log);
-    let config = aws::sdk_config(&registry, limits).await;
+    let config = aws::sdk_config(&registry, &options.limits).await?;
     let credentials = match (
         role_to_assume(request, env_role),
         &request.service_account_token,
@@ -87,6 +95,9 @@ fn describe(registry: &Registry, image: &str, log: &Log) {
             format!("private ECR registry of account {account} in {region} (partition {partition})")
         }
         Registry::Public { .. } => "ECR Public (API in us-east-1)".to_owned(),
+        Registry::Mirror { .. } => {
+            "not an ECR host: answered with the default region's private ECR token (--non-ecr-hosts=default-region)".to_owned()
+        }
     };
     log.info(1, &format!("image {image:?}: {what}"));
 }
@@ -162,7 +173,7 @@ mod tests {
     #[test]
     fn answers_without_a_usable_token_are_errors() {
         let request = request("");
-        let registry = registry_of(&request.image).expect("ECR");
+        let registry = registry_of(&request.image, false).expect("ECR");
         let now = 1_700_000_000;
         let cases = [
             (raw(None), TokenError::NoData { api: "ECR" }),

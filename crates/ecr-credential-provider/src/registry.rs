@@ -52,21 +52,30 @@ pub enum Registry {
     },
     /// ECR Public: `GetAuthorizationToken` of ECR Public in `us-east-1`.
     Public { host: String },
+    /// Any other host, only with `--non-ecr-hosts=default-region`: the
+    /// private ECR token of the default region (upstream's answer for every
+    /// host, which kOps' `useECRCredentialsForMirrors` relies on for
+    /// registry mirrors backed by an ECR pull-through cache).
+    Mirror { host: String },
 }
 
 impl Registry {
     /// The host as it appears in the image: the key of the answer's `auth`.
     pub fn host(&self) -> &str {
         match self {
-            Registry::Private { host, .. } | Registry::Public { host } => host,
+            Registry::Private { host, .. }
+            | Registry::Public { host }
+            | Registry::Mirror { host } => host,
         }
     }
 
-    /// The region whose API answers for this registry.
-    pub fn api_region(&self) -> &str {
+    /// The region whose API answers for this registry; `None`: the SDK's
+    /// default region (`AWS_REGION`, the profile, IMDS).
+    pub fn api_region(&self) -> Option<&str> {
         match self {
-            Registry::Private { region, .. } => region,
-            Registry::Public { .. } => PUBLIC_REGION,
+            Registry::Private { region, .. } => Some(region),
+            Registry::Public { .. } => Some(PUBLIC_REGION),
+            Registry::Mirror { .. } => None,
         }
     }
 }
@@ -82,8 +91,9 @@ pub enum RegistryError {
     NotEcr { image: String, host: String },
 }
 
-/// The registry `image` is pulled from.
-pub fn registry_of(image: &str) -> Result<Registry, RegistryError> {
+/// The registry `image` is pulled from; with `mirrors`, a host that is not
+/// ECR's is a [`Registry::Mirror`] instead of an error.
+pub fn registry_of(image: &str, mirrors: bool) -> Result<Registry, RegistryError> {
     let host = image_host(image).ok_or_else(|| RegistryError::NoHost {
         image: image.to_owned(),
     })?;
@@ -93,7 +103,15 @@ pub fn registry_of(image: &str) -> Result<Registry, RegistryError> {
             host: host.to_owned(),
         });
     }
-    private_registry(host).ok_or_else(|| RegistryError::NotEcr {
+    if let Some(private) = private_registry(host) {
+        return Ok(private);
+    }
+    if mirrors {
+        return Ok(Registry::Mirror {
+            host: host.to_owned(),
+        });
+    }
+    Err(RegistryError::NotEcr {
         image: image.to_owned(),
         host: host.to_owned(),
     })
@@ -161,7 +179,7 @@ mod tests {
     fn private_region(host: &str) -> Option<String> {
         match private_registry(host)? {
             Registry::Private { region, .. } => Some(region),
-            Registry::Public { .. } => None,
+            Registry::Public { .. } | Registry::Mirror { .. } => None,
         }
     }
 
@@ -277,34 +295,43 @@ mod tests {
 
     #[test]
     fn images_name_their_registry() {
-        let private = registry_of("123456789012.dkr.ecr.us-west-2.amazonaws.com/team/app:v1")
-            .expect("private");
+        let private = registry_of(
+            "123456789012.dkr.ecr.us-west-2.amazonaws.com/team/app:v1",
+            false,
+        )
+        .expect("private");
         assert_eq!(
             private.host(),
             "123456789012.dkr.ecr.us-west-2.amazonaws.com"
         );
-        assert_eq!(private.api_region(), "us-west-2");
+        assert_eq!(private.api_region(), Some("us-west-2"));
         // A public host further down the path is not the registry (upstream's case).
-        let nested =
-            registry_of("123456789123.dkr.ecr.us-west-2.amazonaws.com/public.ecr.aws/foo:latest")
-                .expect("private");
+        let nested = registry_of(
+            "123456789123.dkr.ecr.us-west-2.amazonaws.com/public.ecr.aws/foo:latest",
+            false,
+        )
+        .expect("private");
         assert!(matches!(nested, Registry::Private { .. }));
         for image in [
             "public.ecr.aws/nginx/nginx:1",
             "ecr-public.aws.com/a/b@sha256:00",
             "https://public.ecr.aws/x",
         ] {
-            let public = registry_of(image).expect("public");
+            let public = registry_of(image, false).expect("public");
             assert!(matches!(public, Registry::Public { .. }), "{image}");
-            assert_eq!(public.api_region(), "us-east-1");
+            assert_eq!(public.api_region(), Some("us-east-1"));
         }
-        let with_port =
-            registry_of("123456789012.dkr.ecr.eu-west-1.amazonaws.com:443/app").expect("private");
+        let with_port = registry_of(
+            "123456789012.dkr.ecr.eu-west-1.amazonaws.com:443/app",
+            false,
+        )
+        .expect("private");
         assert_eq!(
             with_port.host(),
             "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
         );
-        let fips = registry_of("123456789012.dkr-ecr-fips.us-gov-west-1.on.aws/app").expect("fips");
+        let fips =
+            registry_of("123456789012.dkr-ecr-fips.us-gov-west-1.on.aws/app", false).expect("fips");
         assert!(matches!(
             fips,
             Registry::Private {
@@ -323,11 +350,21 @@ mod tests {
             "docker.io/library/nginx",
             "foobar  ",
         ] {
-            let err = registry_of(image).expect_err("not ECR");
+            let err = registry_of(image, false).expect_err("not ECR");
             assert!(err.to_string().contains(&format!("{image:?}")), "{err}");
         }
+        // Opted in, other hosts are mirrors; a missing host is still an error.
+        let mirror = registry_of("docker.io/library/nginx:1", true).expect("a mirror");
         assert_eq!(
-            registry_of("/x"),
+            mirror,
+            Registry::Mirror {
+                host: "docker.io".into()
+            }
+        );
+        assert_eq!(mirror.api_region(), None);
+        assert!(registry_of("/x", true).is_err());
+        assert_eq!(
+            registry_of("/x", false),
             Err(RegistryError::NoHost { image: "/x".into() })
         );
     }

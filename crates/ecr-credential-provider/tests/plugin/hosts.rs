@@ -123,3 +123,55 @@ async fn malformed_requests_are_refused_with_the_reason() {
     );
     assert!(world.proxy.calls().is_empty());
 }
+
+/// kOps runs the plugin with `args: [get-credentials]` and `AWS_REGION`;
+/// its `useECRCredentialsForMirrors` sends registry mirrors' hosts, which
+/// upstream answers with the default region's token. Opted in, so does this one.
+#[tokio::test]
+async fn kops_arguments_and_mirror_hosts_when_opted_in() {
+    let world = World::start().await;
+    let kops_env = [("AWS_REGION", "eu-central-1")];
+    let private = format!("{}/app", crate::support::PRIVATE_HOST);
+    world
+        .run(&request(V1, &private), &["get-credentials"], &kops_env)
+        .await
+        .response();
+
+    let mirrored = "docker.io/library/nginx:1.27";
+    let refused = world
+        .run(&request(V1, mirrored), &["get-credentials"], &kops_env)
+        .await;
+    assert!(
+        refused.failure().contains("docker.io"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(
+        world.proxy.ecr().calls().len(),
+        1,
+        "a refused host makes no call"
+    );
+
+    let args = ["get-credentials", "--non-ecr-hosts=default-region"];
+    let response = world
+        .run(&request(V1, mirrored), &args, &kops_env)
+        .await
+        .response();
+    assert_eq!(response.auth["docker.io"].password, MOTO_PASSWORD);
+    let calls = world.proxy.ecr().calls();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        calls[1].region.as_deref(),
+        Some("eu-central-1"),
+        "the default region"
+    );
+
+    // No default region anywhere: a clear error, no call.
+    let outcome = world.run(&request(V1, mirrored), &args, &[]).await;
+    assert!(
+        outcome.failure().contains("set AWS_REGION"),
+        "{}",
+        outcome.stderr
+    );
+    assert_eq!(world.proxy.ecr().calls().len(), 2);
+}
