@@ -22,8 +22,11 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_credential_types::Credentials;
 use aws_types::SdkConfig;
+use aws_types::app_name::AppName;
 use aws_types::region::Region;
 
+use crate::attempts::AttemptLog;
+use crate::log::Log;
 use crate::registry::Registry;
 use crate::secret::Secret;
 
@@ -98,9 +101,14 @@ pub async fn sdk_config(registry: &Registry, limits: &Limits) -> Result<SdkConfi
         .operation_attempt_timeout(limits.attempt_timeout)
         .operation_timeout(limits.operation_timeout)
         .build();
+    // `app/ecr-credential-provider` in the user agent: CloudTrail tells the
+    // plugin's calls from the node's other callers.
     let mut loader = aws_config::defaults(BehaviorVersion::latest())
         .retry_config(retry)
         .timeout_config(timeouts);
+    if let Ok(app) = AppName::new("ecr-credential-provider") {
+        loader = loader.app_name(app);
+    }
     if let Some(region) = registry.api_region() {
         loader = loader.region(Region::new(region.to_owned()));
     }
@@ -119,8 +127,12 @@ pub async fn assume_role(
     config: &SdkConfig,
     role_arn: &str,
     token: &Secret,
+    log: Log,
 ) -> Result<Credentials, AwsError> {
-    let sts = aws_sdk_sts::Client::new(config);
+    let sts_config = aws_sdk_sts::config::Builder::from(config)
+        .interceptor(AttemptLog::new("STS AssumeRoleWithWebIdentity", log))
+        .build();
+    let sts = aws_sdk_sts::Client::from_conf(sts_config);
     let output = sts
         .assume_role_with_web_identity()
         .role_arn(role_arn)
@@ -154,6 +166,7 @@ pub async fn get_token(
     config: &SdkConfig,
     registry: &Registry,
     credentials: Option<Credentials>,
+    log: Log,
 ) -> Result<RawToken, AwsError> {
     let failed = |api: &'static str, e: &dyn StdError| AwsError::Token {
         api,
@@ -162,7 +175,8 @@ pub async fn get_token(
     };
     match registry {
         Registry::Private { .. } | Registry::Mirror { .. } => {
-            let mut builder = aws_sdk_ecr::config::Builder::from(config);
+            let mut builder = aws_sdk_ecr::config::Builder::from(config)
+                .interceptor(AttemptLog::new("ECR GetAuthorizationToken", log));
             if let Some(credentials) = credentials {
                 builder = builder.credentials_provider(credentials);
             }
@@ -181,7 +195,8 @@ pub async fn get_token(
             })
         }
         Registry::Public { .. } => {
-            let mut builder = aws_sdk_ecrpublic::config::Builder::from(config);
+            let mut builder = aws_sdk_ecrpublic::config::Builder::from(config)
+                .interceptor(AttemptLog::new("ECR Public GetAuthorizationToken", log));
             if let Some(credentials) = credentials {
                 builder = builder.credentials_provider(credentials);
             }

@@ -7,6 +7,7 @@
 //! on stdin and reads one `CredentialProviderResponse` from stdout. Exit
 //! status 0 with a response, or non-zero with the reason on stderr.
 
+mod attempts;
 mod aws;
 mod install;
 mod log;
@@ -32,7 +33,8 @@ v1beta1 or v1alpha1) on stdin, writes the CredentialProviderResponse on stdout.
 Positional arguments (kOps passes get-credentials) are ignored, as upstream's are.
 
 flags:
-  -v, --v N                  verbosity of stderr lines (0: errors only; 1: what is asked)
+  -v, --v N                  verbosity of stderr lines (0: errors only; 1: what is asked;
+                             2: each failed attempt)
   --max-attempts N           attempts per AWS call, retries included (default 5)
   --attempt-timeout DUR      limit of one attempt, e.g. 10s or 500ms (default 10s)
   --operation-timeout DUR    limit of one call, retries included (default 30s)

@@ -61,7 +61,7 @@ pub async fn answer(
                 1,
                 &format!("assuming role {role} with the pod's service account token"),
             );
-            Some(aws::assume_role(&config, &role, token).await?)
+            Some(aws::assume_role(&config, &role, token, *log).await?)
         }
         (None, Some(_)) => {
             log.info(
@@ -74,7 +74,7 @@ pub async fn answer(
         }
         _ => None,
     };
-    let raw = aws::get_token(&config, &registry, credentials).await?;
+    let raw = aws::get_token(&config, &registry, credentials, *log).await?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));

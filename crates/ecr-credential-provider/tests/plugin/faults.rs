@@ -114,9 +114,22 @@ async fn retries_are_bounded_and_the_last_error_is_told() {
         FaultRule::new(FaultKind::Throttle).for_service(SERVICE_ECR),
     ]);
     let outcome = world
-        .run(&request(V1, PRIVATE_HOST), &["--max-attempts=3"], &[])
+        .run(
+            &request(V1, PRIVATE_HOST),
+            &["--max-attempts=3", "--v=2"],
+            &[],
+        )
         .await;
     let stderr = outcome.failure();
+    for attempt in 1..=3 {
+        let line = format!(
+            "ECR GetAuthorizationToken attempt {attempt} failed: HTTP 400 ThrottlingException"
+        );
+        assert!(
+            stderr.contains(&line),
+            "--v=2 shows each failed attempt: {stderr}"
+        );
+    }
     assert!(
         stderr.contains("ECR GetAuthorizationToken in us-west-2 failed"),
         "{stderr}"
