@@ -7,6 +7,7 @@ mod bad_answers;
 mod faults;
 mod hosts;
 mod secrets;
+mod stand_in;
 mod support;
 
 /// The test's copy of the kubelet's duration parser is itself right.
