@@ -175,3 +175,33 @@ async fn kops_arguments_and_mirror_hosts_when_opted_in() {
     );
     assert_eq!(world.proxy.ecr().calls().len(), 2);
 }
+
+/// `--install-to` is how a node gets the binary out of the distroless image.
+#[tokio::test]
+async fn install_to_copies_the_binary_whole() {
+    let world = World::start().await;
+    let dir = tempfile::tempdir().expect("a directory");
+    let target = dir.path().join("ecr-credential-provider");
+    let dir_arg = dir.path().to_str().expect("UTF-8 path");
+    let outcome = world.run("", &["--install-to", dir_arg], &[]).await;
+    assert_eq!(outcome.code, Some(0), "{}", outcome.stderr);
+    assert!(
+        outcome.stdout.contains(target.to_str().expect("UTF-8")),
+        "{}",
+        outcome.stdout
+    );
+    let installed = std::fs::read(&target).expect("installed");
+    assert_eq!(
+        installed,
+        std::fs::read(crate::support::binary()).expect("the binary")
+    );
+    let missing = world
+        .run("", &["--install-to", "/nonexistent/dir"], &[])
+        .await;
+    assert!(
+        missing.failure().contains("not a directory"),
+        "{}",
+        missing.stderr
+    );
+    assert!(world.proxy.calls().is_empty());
+}
