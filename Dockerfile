@@ -3,6 +3,11 @@
 # Build stage: `make release`, the same command a developer or CI runs
 # outside Docker (cargo build --release --locked). Run stage: distroless
 # (glibc + CA certificates, no shell, no package manager) as UID 65532.
+# The image also holds the kubelet's /ecr-credential-provider (`make
+# release-ecr`); it runs on nodes, not in this container: a node gets it with
+# `/ecr-credential-provider --install-to <host dir>` from a DaemonSet's init
+# container, or by copying it out of the image when the node image is built
+# (docs/ecr-credential-provider.md).
 # scripts/check-dockerfile.sh checks these promises in CI.
 #
 # Both bases are pinned by digest (tag for humans, digest for the bytes):
@@ -28,11 +33,13 @@ COPY crates ./crates
 # edit does not rebuild the AWS SDK crates.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    make release \
-    && cp /src/target/release/aws-cloud-controller-manager /aws-cloud-controller-manager
+    make release release-ecr \
+    && cp /src/target/release/aws-cloud-controller-manager /aws-cloud-controller-manager \
+    && cp /src/target/release/ecr-credential-provider /ecr-credential-provider
 
 # glibc 2.36 like the build stage's bookworm; nonroot is UID/GID 65532.
 FROM gcr.io/distroless/cc-debian12:nonroot@sha256:9dac0a79194e45a7da0158a9c6da57b217585af0786db3845d1f0ec1a0dd182f
 COPY --from=build /aws-cloud-controller-manager /usr/local/bin/aws-cloud-controller-manager
+COPY --from=build /ecr-credential-provider /ecr-credential-provider
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/aws-cloud-controller-manager"]

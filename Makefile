@@ -10,7 +10,7 @@ VENV := $(CURDIR)/.venv
 export MOTO_SERVER := $(VENV)/bin/moto_server
 NEXTEST_PROFILE := $(if $(CI),ci,default)
 
-.PHONY: all build release tools lint test unit sandbox bench bench-client chaos image e2e clean
+.PHONY: all build release release-ecr tools lint test unit sandbox bench bench-client bench-ecr chaos image e2e clean
 
 all: build
 
@@ -20,6 +20,10 @@ build:
 ## release: the optimised binary, exactly as the Dockerfile builds it
 release:
 	cargo build --release --locked --bin aws-cloud-controller-manager
+
+## release-ecr: the kubelet's ecr-credential-provider, optimised, as the Dockerfile builds it
+release-ecr:
+	cargo build --release --locked -p ecr-credential-provider --bin ecr-credential-provider
 
 ## tools: project-local virtualenv with moto and the linters (idempotent)
 tools:
@@ -85,6 +89,13 @@ chaos: tools
 	status=0; CHAOS=full CHAOS_FIGURES=$(CHAOS_DIR) cargo nextest run --locked --profile chaos \
 	  -p aws-ccm --test ccm -E 'test(/^chaos::/)' --no-fail-fast || status=$$?; \
 	$(VENV)/bin/python scripts/chaos-table.py $(CHAOS_DIR) && exit $$status
+
+## bench-ecr: start-to-answer time of the release ecr-credential-provider against moto and its
+## size; prints figures (not part of CI). The harness runs in the dev profile so the test tools
+## are not rebuilt with LTO; ECR_BENCH_RUNS sets the runs per case.
+bench-ecr: tools release-ecr
+	ECR_BENCH_BINARY=$(CARGO_TARGET_DIR)/release/ecr-credential-provider \
+	  cargo bench --locked --profile dev -p ecr-credential-provider --bench startup
 
 ## bench-client: figures of the AWS client layer alone (coalescing, limiter, throttling)
 bench-client: tools

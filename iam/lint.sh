@@ -25,3 +25,12 @@ if [ "$left" -ne 0 ]; then
   exit 1
 fi
 echo "iam/policy.json: parliament clean (known gaps in its data ignored: $(grep -c . <<<"$known"))"
+# The kubelet's ECR credential provider's node-role policy: no render
+# options, no known gaps; evaluated by crates/ecr-credential-provider/tests/iam_policy.rs.
+plugin_findings="$("$parliament" --json <"$here/ecr-credential-provider-policy.json" || true)"
+if [ -n "$plugin_findings" ]; then
+  echo "parliament: $plugin_findings" >&2
+  echo "iam/ecr-credential-provider-policy.json: parliament finding(s)" >&2
+  exit 1
+fi
+echo "iam/ecr-credential-provider-policy.json: parliament clean"

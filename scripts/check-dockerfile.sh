@@ -15,6 +15,11 @@ while read -r from; do
 done < <(grep '^FROM ' "$df")
 grep -q "^FROM rust:[0-9.]*-bookworm$digest AS build$" "$df" || fail "build stage must be a pinned rust:<version>-bookworm@sha256:<digest>"
 grep -q 'make release' "$df" || fail "build stage must run 'make release'"
+grep -q 'make release release-ecr' "$df" || fail "build stage must also run 'make release-ecr' (the kubelet's ecr-credential-provider)"
+grep -q '^COPY --from=build /ecr-credential-provider /ecr-credential-provider$' "$df" \
+  || fail "the image must hold /ecr-credential-provider"
+grep -q -- 'cargo build --release --locked -p ecr-credential-provider --bin ecr-credential-provider' <<<"$(make -n release-ecr)" \
+  || fail "'make release-ecr' must be cargo build --release --locked -p ecr-credential-provider --bin ecr-credential-provider"
 grep -q "^FROM gcr.io/distroless/cc-debian12:nonroot$digest$" "$df" || fail "run stage must be distroless cc-debian12:nonroot@sha256:<digest>"
 grep -q '^USER 65532:65532$' "$df" || fail "must run as 65532:65532"
 grep -q '^ENTRYPOINT \["/usr/local/bin/aws-cloud-controller-manager"\]$' "$df" || fail "entrypoint must be /usr/local/bin/aws-cloud-controller-manager"

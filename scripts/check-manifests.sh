@@ -27,3 +27,6 @@ for dir in manifests/base manifests/overlays/*/; do
   echo "check-manifests: $dir builds and validates ($(grep -c '^kind:' "$out/$name.yaml") objects)"
 done
 [ "$count" -gt 1 ] || { echo "check-manifests: no overlays found" >&2; exit 1; }
+# The kubelet plugin's installer DaemonSet, applied on its own (no kustomize).
+"$validate" --strict --quiet manifests/ecr-credential-provider/install-daemonset.yaml
+echo "check-manifests: manifests/ecr-credential-provider/install-daemonset.yaml validates"

@@ -38,6 +38,7 @@
 mod consistency;
 mod counts;
 mod dry_run;
+mod ecr_public;
 mod errors;
 mod faults;
 mod iam;
@@ -50,6 +51,7 @@ mod throttle;
 mod topology;
 
 pub use counts::{ActionCounts, CallCounts};
+pub use ecr_public::{ECR_PUBLIC_REGION, EcrCall, EcrStandIn, SERVICE_ECR, SERVICE_ECR_PUBLIC};
 pub use errors::{AwsError, xml_escape};
 pub use faults::{AnswerLoss, FaultKind, FaultRule};
 pub use iam::Enforcer as IamEnforcer;
@@ -168,6 +170,8 @@ struct State {
     /// The policies `iam:SimulatePrincipalPolicy` evaluates, by principal
     /// ARN (moto does not simulate).
     iam_principals: RwLock<simulate::Principals>,
+    /// ECR Public (moto has none) and ECR's token answer.
+    ecr: EcrStandIn,
 }
 
 /// One call's parameters as sent (form-decoded), kept by
@@ -267,6 +271,7 @@ impl FaultProxy {
             consistency: consistency::Consistency::default(),
             topology: RwLock::new(Vec::new()),
             iam_principals: RwLock::new(simulate::Principals::new()),
+            ecr: EcrStandIn::default(),
         });
         state.consistency.set_delay(config.consistency_delay);
         let server = tokio::spawn(accept_loop(listener, Arc::clone(&state)));
@@ -421,6 +426,12 @@ impl FaultProxy {
             }
         }
         Ok(())
+    }
+
+    /// ECR Public's and ECR's `GetAuthorizationToken` stand-in (see the
+    /// `ecr_public` module).
+    pub fn ecr(&self) -> &EcrStandIn {
+        &self.state.ecr
     }
 
     /// Sets the latency added to every forwarded call.
@@ -740,6 +751,13 @@ async fn upstream_answer(
             Ok(xml) => xml_response(xml),
             Err(e) => error_response(&e, call),
         };
+    }
+    if let Some(answer) = state.ecr.answer(call, &parts.headers) {
+        return answer.map(|body| {
+            Full::new(body)
+                .map_err(|never: Infallible| match never {})
+                .boxed()
+        });
     }
     let local = state.local.read().clone();
     if let Some(local) = local {
