@@ -14,6 +14,7 @@ use std::path::Path;
 
 use aws_ccm::aws::annotations::LoadBalancerSpec;
 use aws_ccm::aws::annotations::table::ANNOTATIONS;
+use aws_ccm::aws::annotations::upstream::{CLASSES, Does};
 use aws_ccm::cloud_config::CloudConfig;
 use aws_ccm::ids::{format_provider_id, is_instance_id, parse_provider_id};
 use aws_ccm::options::Options;
@@ -69,7 +70,11 @@ fn lb_spec() -> serde_json::Value {
 proptest! {
     #![proptest_config(config(400))]
 
-    /// Any value of any annotation in the table, alone.
+    /// Any value of any annotation in the table, alone: an annotation the
+    /// Go CCM never fails on (no value class of it fails, in the upstream
+    /// table) is never refused, whatever its value; a refusal names the
+    /// annotation and the value; one refused value leaves every other part
+    /// of the reading as it is without the annotation.
     #[test]
     fn one_annotation_never_panics_and_a_refusal_names_it(
         row in 0..ANNOTATIONS.len(),
@@ -81,15 +86,27 @@ proptest! {
         if nlb && key != ANNOTATIONS[0].name {
             annotations.insert(ANNOTATIONS[0].name.to_string(), "nlb".into());
         }
-        let Some(svc) = service(annotations, lb_spec()) else { return Ok(()) };
-        if let Err(e) = LoadBalancerSpec::from_service(&svc) {
+        let Some(svc) = service(annotations.clone(), lb_spec()) else { return Ok(()) };
+        let reading = LoadBalancerSpec::read(&svc);
+        let never_fails = CLASSES
+            .iter()
+            .filter(|c| c.annotation == key)
+            .all(|c| c.here != Does::Fails);
+        if never_fails {
+            prop_assert!(reading.errors.is_empty(), "{key}={value:?} refused: {:?}", reading.errors);
+        }
+        for e in &reading.errors {
             let text = e.to_string();
-            prop_assert!(!e.field.is_empty() && text.contains(&e.field), "{text}");
+            prop_assert_eq!(&e.field, key, "{}", text);
             prop_assert!(!e.allowed.is_empty(), "{text}: says nothing of what is allowed");
             // The whole value, or the one element of a list that is wrong.
-            if e.field == key {
-                prop_assert!(value.contains(&e.value), "the error names another value: {}", text);
-            }
+            prop_assert!(value.contains(&e.value), "the error names another value: {}", text);
+        }
+        if !reading.errors.is_empty() {
+            annotations.remove(key);
+            let without = LoadBalancerSpec::read(&service(annotations, lb_spec()).unwrap());
+            prop_assert_eq!(reading.spec.kind, without.spec.kind);
+            prop_assert_eq!(&reading.spec.ports, &without.spec.ports);
         }
     }
 
@@ -208,6 +225,22 @@ fn cloud_conf_never_panics_and_errors_name_file_and_line() {
                     shown.starts_with("cloud config /etc/kubernetes/cloud.conf"),
                     "{shown}"
                 );
+                // A bad key's error names its line, and that line holds it
+                // (a required key that is missing names its section's line).
+                if let aws_ccm::cloud_config::CloudConfigError::Key { line, key, .. } = &e {
+                    let key = key.to_ascii_lowercase();
+                    let holds = |l: &str| {
+                        let l = l.trim().to_ascii_lowercase();
+                        l.strip_prefix(&key)
+                            .is_some_and(|rest| rest.trim_start().starts_with('='))
+                    };
+                    let held = text.lines().nth(line - 1).unwrap_or_default();
+                    if text.lines().any(holds) {
+                        prop_assert!(holds(held), "{shown}: line {line} is {held:?}");
+                    }
+                    prop_assert!(*line >= 1 && *line <= text.lines().count(), "{shown}");
+                    prop_assert!(shown.contains(&format!("cloud.conf:{line}:")), "{shown}");
+                }
             }
             Ok(())
         })
@@ -247,8 +280,16 @@ fn flags_never_panic_and_refusals_name_the_flag() {
                     );
                 }
                 Ok((options, ignored)) => {
-                    // Validation may refuse; it must not panic.
-                    let _ = options.validate(ignored).map_err(|e| e.to_string());
+                    // A refusal names a flag given, or the --controllers
+                    // combination, and says what to do.
+                    if let Err(e) = options.validate(ignored) {
+                        let shown = e.to_string();
+                        let names_one = args.iter().any(|(f, _)| shown.contains(&format!("--{f}")))
+                            || shown.contains("--controllers")
+                            || shown.contains("--cluster-cidr")
+                            || shown.contains("--tags");
+                        prop_assert!(names_one, "{argv:?}: {shown}");
+                    }
                 }
             }
             Ok(())

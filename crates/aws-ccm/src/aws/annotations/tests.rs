@@ -41,11 +41,31 @@ fn parse(annotations: &[(&str, &str)]) -> Result<LoadBalancerSpec, SpecError> {
     LoadBalancerSpec::from_service(&service(annotations, &[(80, 30080)]))
 }
 
+/// The table holds each annotation the Go CCM reads (the list read from
+/// its source, `tests/data/upstream-annotations.json`) exactly once, plus
+/// this CCM's own: `ip-address-type` and the core source-ranges one.
 #[test]
 fn table_has_every_upstream_annotation_once() {
-    assert_eq!(ANNOTATIONS.len(), 32, "31 AWS annotations + source ranges");
-    let names: BTreeSet<_> = ANNOTATIONS.iter().map(|a| a.name).collect();
-    assert_eq!(names.len(), ANNOTATIONS.len());
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/upstream-annotations.json"
+    );
+    let text = std::fs::read_to_string(path).expect("the upstream list is readable");
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&text).expect("a JSON list");
+    let upstream: BTreeSet<&str> = listed
+        .iter()
+        .filter_map(|a| a["annotation"].as_str())
+        .collect();
+    assert!(upstream.len() >= 30, "the upstream list is whole");
+    let rows: Vec<&str> = ANNOTATIONS.iter().map(|a| a.name).collect();
+    let names: BTreeSet<&str> = rows.iter().copied().collect();
+    assert_eq!(names.len(), rows.len(), "a row appears twice");
+    let ours: BTreeSet<&str> = [IP_ADDRESS_TYPE, SOURCE_RANGES].into();
+    let expected: BTreeSet<&str> = upstream.union(&ours).copied().collect();
+    assert_eq!(
+        names, expected,
+        "the table and the Go CCM's annotations differ"
+    );
     assert!(ANNOTATIONS.iter().all(|a| a.name.starts_with(PREFIX)));
 }
 
