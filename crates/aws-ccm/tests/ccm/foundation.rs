@@ -127,13 +127,26 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
             Duration::from_secs(30),
         )
         .await?;
-    // Several retry periods pass: the standby must neither take the Lease nor act.
+    // The standby tries three times (a read of the Lease each, where the
+    // leader's renewals are a read and an update each) while the leader
+    // renews: it must neither take the Lease nor act.
     let l = lease(&env).await.expect("lease");
-    let observed_at = tokio::time::Instant::now();
+    let standby_reads = || {
+        let stats = env.api.stats();
+        let (gets, updates) = (
+            stats.count("get", "leases"),
+            stats.count("update", "leases"),
+        );
+        (gets.saturating_sub(updates), updates)
+    };
+    let (reads_before, renewals_before) = standby_reads();
     eventually(
-        "three retry periods on the standby",
-        Duration::from_secs(5),
-        || async { (observed_at.elapsed() > Duration::from_millis(1500)).then_some(()) },
+        "three attempts of the standby while the leader renews",
+        Duration::from_secs(15),
+        || async {
+            let (reads, renewals) = standby_reads();
+            (reads >= reads_before + 3 && renewals > renewals_before).then_some(())
+        },
     )
     .await?;
     assert_eq!(
