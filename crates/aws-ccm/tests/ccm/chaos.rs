@@ -615,6 +615,15 @@ async fn storm(campaign: &str, api: ServerOptions, api_faults: bool) -> anyhow::
         counts.faulted_total() > 0,
     );
     anyhow::ensure!(counts.faulted_total() > 0, "the storm injected no fault");
+    if api_faults {
+        for (verb, resource, code) in API_FAULTS {
+            let fired = world.env.api.fired(verb, resource, code);
+            anyhow::ensure!(
+                fired > 0,
+                "the API fault {verb} {resource} {code} never fired: it tests nothing"
+            );
+        }
+    }
     Ok(())
 }
 
@@ -663,20 +672,32 @@ fn calls_per_service(
 
 /// kube-apiserver's own faults on top: 429 with Retry-After and 500s on the
 /// CCM's writes, slow answers. Watch drops, compaction and a lagging watch
-/// cache come from [`api_chaos_options`].
+/// cache come from [`api_chaos_options`]. Each is a write or read the CCM
+/// makes, and the storm shows each fired ([`API_FAULTS`]).
 fn inject_api_faults(env: &Env) {
     env.api.inject_failure(
         FailureRule::new("patch", "services", 429)
             .retry_after(1)
             .times(5),
     );
+    // The status write of a new load balancer's hostname.
     env.api
-        .inject_failure(FailureRule::new("update", "services", 500).times(3));
+        .inject_failure(FailureRule::new("patch", "services/status", 500).times(3));
+    // The Events each Service's sync writes (nodes are initialized before
+    // the storm, so a Node write would never meet a fault).
     env.api
-        .inject_failure(FailureRule::new("patch", "nodes", 503).times(3));
+        .inject_failure(FailureRule::new("create", "events", 503).times(3));
     env.api
         .inject_failure(FailureRule::slow("list", "*", Duration::from_millis(500)).times(5));
 }
+
+/// The rules [`inject_api_faults`] arms, by verb, resource and code.
+const API_FAULTS: [(&str, &str, u16); 4] = [
+    ("patch", "services", 429),
+    ("patch", "services/status", 500),
+    ("create", "events", 503),
+    ("list", "*", 0),
+];
 
 fn api_chaos_options() -> ServerOptions {
     ServerOptions {

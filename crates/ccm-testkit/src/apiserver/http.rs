@@ -43,6 +43,9 @@ pub(crate) struct Shared {
     /// Requests answered 409 Conflict, by the same keys.
     pub conflicts: parking_lot::Mutex<HashMap<RequestKey, u64>>,
     pub failures: parking_lot::Mutex<Vec<FailureRule>>,
+    /// How many requests each armed rule failed or delayed, by the rule's
+    /// verb, resource and code: a test shows its faults fired.
+    pub fired: parking_lot::Mutex<std::collections::BTreeMap<(String, String, u16), u64>>,
     pub cancel: CancellationToken,
     /// Ends the watches open now; replaced by a fresh child of `cancel`
     /// each time watches are closed.
@@ -144,6 +147,12 @@ impl Shared {
         let mut rules = self.failures.lock();
         let pos = rules.iter().position(|r| r.matches(key, ns, name, cas))?;
         let hit = rules[pos].clone();
+        let rule = (
+            hit.verb.clone().unwrap_or_default(),
+            hit.resource.clone().unwrap_or_default(),
+            hit.code,
+        );
+        *self.fired.lock().entry(rule).or_insert(0) += 1;
         if let Some(left) = rules[pos].times.as_mut() {
             *left = left.saturating_sub(1);
             if *left == 0 {

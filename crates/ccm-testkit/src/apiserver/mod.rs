@@ -428,6 +428,7 @@ impl TestApiServer {
             stats: parking_lot::Mutex::new(HashMap::new()),
             conflicts: parking_lot::Mutex::new(HashMap::new()),
             failures: parking_lot::Mutex::new(Vec::new()),
+            fired: parking_lot::Mutex::new(Default::default()),
             cancel: cancel.clone(),
             watch_cancel: parking_lot::Mutex::new(cancel.child_token()),
             address: addr.to_string(),
@@ -613,6 +614,17 @@ impl TestApiServer {
     /// SubjectAccessReviews (RBAC matching: `*`, a trailing `*`, or exact).
     pub fn grant(&self, grant: NonResourceGrant) {
         self.shared.reviews.grants.lock().push(grant);
+    }
+
+    /// How many requests the rules armed with this verb, resource and code
+    /// answered (failed, or delayed for code 0): proof a fault fired.
+    pub fn fired(&self, verb: &str, resource: &str, code: u16) -> u64 {
+        self.shared
+            .fired
+            .lock()
+            .get(&(verb.replace('*', ""), resource.replace('*', ""), code))
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Disarms every failure rule.
