@@ -98,3 +98,156 @@ async fn a_failing_topology_api_holds_no_taint_whatever_its_failure() -> anyhow:
     drop(ccm);
     env.finish().await
 }
+
+/// A Node as a cluster run by the Go CCM holds it: initialized or never
+/// tainted (a machine outside EC2), with `provider_id` or none, NotReady.
+async fn existing_not_ready(
+    nodes: &Api<Node>,
+    name: &str,
+    provider_id: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+    }))?;
+    if let Some(id) = provider_id {
+        node.spec.get_or_insert_default().provider_id = Some(id.to_string());
+    }
+    nodes
+        .create(&PostParams::default(), &node)
+        .await
+        .with_context(|| format!("creating node {name}"))?;
+    set_ready(nodes, name, false).await
+}
+
+/// The Go CCM's state, NotReady Nodes all: the lifecycle controller
+/// deletes exactly the Nodes the Go CCM's deletes (its `InstanceExists`
+/// answers false without an error) and keeps the others, reporting those
+/// no lookup found (Warning `KeepingNode`, gauge
+/// `node_lifecycle_nodes_unverified`).
+#[tokio::test]
+async fn lifecycle_deletes_only_nodes_whose_instance_is_proven_gone() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let (proxy, ccm) = env
+        .start_counted_ccm(&[NODE_CONTROLLERS, "--node-monitor-period=1s"])
+        .await?;
+    let ec2 = Ec2::new(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let launched = ec2.launch(3).await?;
+    ec2.client
+        .terminate_instances()
+        .instance_ids(id(&launched[0]))
+        .instance_ids(id(&launched[1]))
+        .send()
+        .await?;
+    let (terminated_by_pid, terminated_by_name) = (&launched[0], &launched[1]);
+    let dns_of_terminated = dns(&launched[1]);
+    let running = &launched[2];
+    let never = "i-0aaaaaaaaaaaaaaaa";
+
+    // Deleted by the Go CCM: a providerID terminated or not found; an
+    // instance-ID name (no providerID) terminated.
+    let gone = [
+        (
+            "pid-terminated".to_string(),
+            Some(format!("aws:///us-east-1a/{}", id(terminated_by_pid))),
+        ),
+        (
+            "pid-not-found".to_string(),
+            Some(format!("aws:///us-east-1a/{never}")),
+        ),
+        (id(terminated_by_name), None),
+    ];
+    // Kept by the Go CCM: its lookup by name fails (InstanceNotFound, or
+    // DescribeInstances' not-found error for an ID), or the providerID is
+    // not AWS's; or the instance is running.
+    let unverified = [
+        "worker-onprem-1".to_string(),
+        "ip-10-0-200-1.ec2.internal".to_string(),
+        "i-0bbbbbbbbbbbbbbbb".to_string(),
+        // The private DNS name of a terminated instance: a name lookup
+        // finds only live instances.
+        dns_of_terminated,
+    ];
+    let kept = [
+        (
+            "kind-worker".to_string(),
+            Some("kind://docker/kind/kind-worker".to_string()),
+        ),
+        (dns(running), None),
+        (
+            "pid-running".to_string(),
+            Some(format!("aws:///us-east-1a/{}", id(running))),
+        ),
+    ];
+    for (name, pid) in gone.iter().chain(&kept) {
+        existing_not_ready(&nodes, name, pid.as_deref()).await?;
+    }
+    for name in &unverified {
+        existing_not_ready(&nodes, name, None).await?;
+    }
+
+    for (name, _) in &gone {
+        eventually(
+            &format!("{name} deleted"),
+            Duration::from_secs(90),
+            || async { matches!(nodes.get_opt(name).await, Ok(None)).then_some(()) },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    }
+    for name in &unverified {
+        let warning = eventually(
+            &format!("KeepingNode on {name}"),
+            Duration::from_secs(90),
+            || async {
+                events(&client, name, "KeepingNode")
+                    .await
+                    .into_iter()
+                    .next()
+            },
+        )
+        .await?;
+        assert_eq!(warning.type_.as_deref(), Some("Warning"));
+        let note = warning.note.unwrap_or_default();
+        assert!(
+            note.contains(name.as_str()) && note.contains("--provider-id"),
+            "{note}"
+        );
+    }
+    // A pass after every warning: a Node registered now is deleted, and the
+    // kept ones are still there, warned once.
+    let sentinel = "pid-sentinel";
+    let sentinel_pid = "aws:///us-east-1a/i-0cccccccccccccccc";
+    existing_not_ready(&nodes, sentinel, Some(sentinel_pid)).await?;
+    eventually("the sentinel deleted", Duration::from_secs(90), || async {
+        matches!(nodes.get_opt(sentinel).await, Ok(None)).then_some(())
+    })
+    .await?;
+    let (_, metrics) = https_get(&ccm.https_addr().await?, "/metrics").await?;
+    assert!(
+        metrics.contains(&format!(
+            "node_lifecycle_nodes_unverified {}",
+            unverified.len()
+        )),
+        "{metrics}"
+    );
+    for name in unverified.iter().chain(kept.iter().map(|(n, _)| n)) {
+        assert!(nodes.get_opt(name).await?.is_some(), "{name} is kept");
+    }
+    for name in &unverified {
+        assert_eq!(
+            events(&client, name, "KeepingNode").await.len(),
+            1,
+            "{name}"
+        );
+        assert!(
+            events(&client, name, "DeletingNode").await.is_empty(),
+            "{name}"
+        );
+    }
+    assert!(proxy.calls().get("ec2", "DescribeInstances").received > 0);
+    env.finish().await
+}
