@@ -123,9 +123,9 @@ fn has_shutdown_taint(node: &Node) -> bool {
 }
 
 /// The decision for one node, given how it names its instance and what
-/// AWS said about it (`None`: AWS could not be asked or failed; never a
-/// reason to delete).
-pub fn decide(node: &Node, named: Named, observation: Option<&Observation>) -> Decision {
+/// AWS said about it (`None`: AWS was not asked or failed; never a reason
+/// to delete).
+pub fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
     use InstanceState::{Stopped, Terminated};
     use Observation::{Exists, Gone};
     if is_ready(node) {
@@ -135,16 +135,16 @@ pub fn decide(node: &Node, named: Named, observation: Option<&Observation>) -> D
             Decision::Nothing
         };
     }
-    match (named, observation) {
+    match answer {
         // As upstream: only `terminated` means gone (a shutting-down
         // instance may still be stopped instead).
-        (Named::ProviderId, Some(Gone | Exists(Terminated)))
-        | (Named::InstanceIdName, Some(Exists(Terminated))) => Decision::Delete,
+        Some((Named::ProviderId, Gone | Exists(Terminated)))
+        | Some((Named::InstanceIdName, Exists(Terminated))) => Decision::Delete,
         // A name lookup finds only live instances (upstream filters out
         // terminated ones), so a terminated one is no answer either.
-        (Named::InstanceIdName, Some(Gone))
-        | (Named::PrivateDnsName, Some(Gone | Exists(Terminated))) => Decision::KeepUnverified,
-        (_, Some(Exists(Stopped))) if !has_shutdown_taint(node) => Decision::AddShutdownTaint,
+        Some((Named::InstanceIdName, Gone))
+        | Some((Named::PrivateDnsName, Gone | Exists(Terminated))) => Decision::KeepUnverified,
+        Some((_, Exists(Stopped))) if !has_shutdown_taint(node) => Decision::AddShutdownTaint,
         _ => Decision::Nothing,
     }
 }
@@ -262,11 +262,11 @@ async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
     let decisions: Vec<(Arc<Node>, Decision)> = checks
         .into_iter()
         .map(|(node, key)| {
-            let Some(key) = key else {
-                return (node, Decision::Nothing);
-            };
-            let observed = observations.as_ref().and_then(|o| o.get(&key));
-            let decision = decide(&node, Named::of(&node, &key), observed);
+            let answer = key.and_then(|key| {
+                let observed = observations.as_ref()?.get(&key)?;
+                Some((Named::of(&node, &key), observed))
+            });
+            let decision = decide(&node, answer);
             (node, decision)
         })
         .filter(|(_, d)| *d != Decision::Nothing)
@@ -452,10 +452,11 @@ mod tests {
         let stopped = Exists(InstanceState::Stopped);
         let id = Named::ProviderId;
         // Ready nodes are never checked against AWS.
-        assert_eq!(decide(&node(Some("True"), &[]), id, Some(&Gone)), Nothing);
+        assert_eq!(decide(&node(Some("True"), &[]), Some((id, &Gone))), Nothing);
         assert_eq!(
-            decide(&node(Some("True"), &[SHUTDOWN_TAINT]), id, None),
-            RemoveShutdownTaint
+            decide(&node(Some("True"), &[SHUTDOWN_TAINT]), None),
+            RemoveShutdownTaint,
+            "a Ready node is not asked about: no answer"
         );
         for not_ready in [Some("False"), Some("Unknown"), None] {
             let n = node(not_ready, &[]);
@@ -464,19 +465,18 @@ mod tests {
                 Named::InstanceIdName,
                 Named::PrivateDnsName,
             ] {
-                assert_eq!(decide(&n, named, Some(&stopped)), AddShutdownTaint);
-                assert_eq!(decide(&n, named, Some(&running)), Nothing);
+                assert_eq!(decide(&n, Some((named, &stopped))), AddShutdownTaint);
+                assert_eq!(decide(&n, Some((named, &running))), Nothing);
                 let shutting_down = Exists(InstanceState::ShuttingDown);
-                assert_eq!(decide(&n, named, Some(&shutting_down)), Nothing);
-                assert_eq!(
-                    decide(&n, named, None),
-                    Nothing,
-                    "no answer is not an answer"
-                );
+                assert_eq!(decide(&n, Some((named, &shutting_down))), Nothing);
+                assert_eq!(decide(&n, None), Nothing, "no answer is not an answer");
             }
         }
         assert_eq!(
-            decide(&node(Some("False"), &[SHUTDOWN_TAINT]), id, Some(&stopped)),
+            decide(
+                &node(Some("False"), &[SHUTDOWN_TAINT]),
+                Some((id, &stopped))
+            ),
             Nothing,
             "already tainted"
         );
@@ -495,9 +495,13 @@ mod tests {
             (Named::InstanceIdName, KeepUnverified, Delete),
             (Named::PrivateDnsName, KeepUnverified, KeepUnverified),
         ] {
-            assert_eq!(decide(&n, named, Some(&Gone)), gone, "{named:?}, not found");
             assert_eq!(
-                decide(&n, named, Some(&terminated)),
+                decide(&n, Some((named, &Gone))),
+                gone,
+                "{named:?}, not found"
+            );
+            assert_eq!(
+                decide(&n, Some((named, &terminated))),
                 terminated_too,
                 "{named:?}, terminated"
             );
