@@ -236,8 +236,14 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     }
 }
 
-/// One pass over every node.
-async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
+/// What the controller does to each node now, `Nothing` left out (also
+/// `aws-ccm plan`'s), and whether AWS answered: `false` when the sweep
+/// failed, and then nothing is decided.
+pub(crate) async fn decisions<I: Instances>(
+    cloud: &I,
+    cluster_id: &str,
+    nodes: Vec<Arc<Node>>,
+) -> (Vec<(Arc<Node>, Decision)>, bool) {
     let mut checks: Vec<(Arc<Node>, Option<Lookup>)> = Vec::with_capacity(nodes.len());
     for node in nodes {
         let key = if is_ready(&node) {
@@ -257,9 +263,9 @@ async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
     let observations = if keys.is_empty() {
         Some(HashMap::new())
     } else {
-        observe(&shared.cloud, &shared.cluster_id, &keys).await
+        observe(cloud, cluster_id, &keys).await
     };
-    let decisions: Vec<(Arc<Node>, Decision)> = checks
+    let decisions = checks
         .into_iter()
         .map(|(node, key)| {
             let answer = key.and_then(|key| {
@@ -271,7 +277,13 @@ async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
         })
         .filter(|(_, d)| *d != Decision::Nothing)
         .collect();
-    if observations.is_some() {
+    (decisions, observations.is_some())
+}
+
+/// One pass over every node.
+async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
+    let (decisions, answered) = decisions(&shared.cloud, &shared.cluster_id, nodes).await;
+    if answered {
         report_unverified(shared, &decisions).await;
     }
     let decisions = (decisions.into_iter()).filter(|(_, d)| *d != Decision::KeepUnverified);

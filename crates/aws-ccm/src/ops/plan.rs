@@ -1,8 +1,11 @@
 //! `aws-ccm plan`: what the controllers would change in AWS now, by their
 //! own read-and-plan code ([`AwsLoadBalancers::plan`] for each LoadBalancer
-//! Service, [`Reconciler::read_and_plan`] for routes), stopping before
-//! apply. Each step carries the AWS actions applying it sends, so a test
-//! can hold the plan against the calls of the next sync.
+//! Service, [`Reconciler::read_and_plan`] for routes, the node controllers'
+//! plans for Nodes: [`nodes`]), stopping before apply. Each step carries the
+//! AWS actions applying it sends, so a test can hold the plan against the
+//! calls of the next sync.
+
+mod nodes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use crate::controllers::cached_node::Node;
 use crate::controllers::route::Reconciler;
 use crate::controllers::route::plan::RouteChange;
 use crate::controllers::service::{backends, has_finalizer, wants_load_balancer};
+use crate::options::controller_names::ControllerName;
 use crate::provider::load_balancers::{EnsureRequest, LoadBalancerKind, LoadBalancerSpec};
 
 /// One step, as `terraform plan` prints it.
@@ -110,6 +114,16 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
             ctx.validated.options.route_table_limit,
         );
         out.push(route_section(&reconciler, &nodes).await);
+    }
+    let run = nodes::Run {
+        cloud_node: ctx
+            .validated
+            .controllers
+            .contains(&ControllerName::CloudNode),
+        lifecycle: (ctx.validated.controllers).contains(&ControllerName::CloudNodeLifecycle),
+    };
+    if only.is_empty() && (run.cloud_node || run.lifecycle) {
+        out.push(nodes::section(ctx, &nodes, run).await);
     }
     Ok(out)
 }

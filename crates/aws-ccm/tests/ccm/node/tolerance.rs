@@ -251,3 +251,114 @@ async fn lifecycle_deletes_only_nodes_whose_instance_is_proven_gone() -> anyhow:
     assert!(proxy.calls().get("ec2", "DescribeInstances").received > 0);
     env.finish().await
 }
+
+/// A Node as the Go CCM leaves it once initialized: providerID, the zone,
+/// region and instance-type label pairs and the zone ID, the addresses in
+/// its order, no taint, Ready.
+fn go_initialized(instance: &Instance) -> anyhow::Result<Node> {
+    let name = dns(instance);
+    let mut labels = expected_labels(&name, "m5.large");
+    labels.insert("kubernetes.io/hostname".into(), name.clone());
+    let mut addresses =
+        vec![json!({"type": "InternalIP", "address": instance.private_ip_address()})];
+    if let Some(ip) = instance.public_ip_address() {
+        addresses.push(json!({"type": "ExternalIP", "address": ip}));
+    }
+    addresses.push(json!({"type": "InternalDNS", "address": name}));
+    addresses.push(json!({"type": "Hostname", "address": name}));
+    if let Some(public) = instance.public_dns_name().filter(|d| !d.is_empty()) {
+        addresses.push(json!({"type": "ExternalDNS", "address": public}));
+    }
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"providerID": format!("aws:///us-east-1a/{}", id(instance))},
+        "status": {"addresses": addresses},
+    }))?)
+}
+
+/// The `nodes` section of `aws-ccm plan -o json`: steps and notes.
+async fn planned_nodes(env: &Env) -> anyhow::Result<(Vec<String>, Vec<String>)> {
+    let flags = [NODE_CONTROLLERS, "-o", "json"];
+    let (ok, out, err) = crate::ops_orphans::run_tool(env, "plan", &flags, "").await?;
+    anyhow::ensure!(ok, "plan failed: {err}\n{out}");
+    let sections: Vec<serde_json::Value> = serde_json::from_str(&out)?;
+    let nodes = (sections.iter())
+        .find(|s| s["subject"] == "nodes")
+        .context("no nodes section")?;
+    let texts = |field: &str, key: Option<&str>| -> Vec<String> {
+        (nodes[field].as_array().cloned().unwrap_or_default().iter())
+            .filter_map(|v| {
+                key.map_or(v.as_str(), |k| v[k].as_str())
+                    .map(str::to_string)
+            })
+            .collect()
+    };
+    Ok((texts("steps", Some("what")), texts("notes", None)))
+}
+
+/// `aws-ccm plan` plans the node controllers too. On the Go CCM's state
+/// (initialized Nodes, a NotReady machine outside EC2 without providerID)
+/// it plans no change, and notes the kept Node; a NotReady Node whose
+/// instance is terminated and a joining Node are planned as the
+/// controllers would handle them.
+#[tokio::test]
+async fn plan_shows_no_node_change_on_the_go_ccms_state() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let ec2 = Ec2::new(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let launched = ec2.launch(4).await?;
+    for instance in &launched[..2] {
+        // As EC2 describes it now (addresses, DNS names).
+        let described = ec2.describe(&id(instance)).await?;
+        let node = go_initialized(&described)?;
+        nodes.create(&PostParams::default(), &node).await?;
+        set_ready(&nodes, &dns(instance), true).await?;
+    }
+    existing_not_ready(&nodes, "worker-onprem-1", None).await?;
+
+    let (steps, notes) = planned_nodes(&env).await?;
+    assert!(
+        steps.is_empty(),
+        "no change on the Go CCM's state: {steps:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("worker-onprem-1") && n.contains("kept")),
+        "{notes:?}"
+    );
+
+    // A terminated instance's NotReady Node, and a joining Node.
+    let (gone, joining) = (&launched[2], &launched[3]);
+    let pid = format!("aws:///us-east-1a/{}", id(gone));
+    existing_not_ready(&nodes, "pid-terminated", Some(&pid)).await?;
+    ec2.client
+        .terminate_instances()
+        .instance_ids(id(gone))
+        .send()
+        .await?;
+    register_node(&nodes, &dns(joining), None, &[], true).await?;
+    let (steps, _) = planned_nodes(&env).await?;
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.starts_with("node pid-terminated (NotReady")),
+        "{steps:?}"
+    );
+    let init = format!(
+        "node {}: initialize (providerID aws:///us-east-1a/{}",
+        dns(joining),
+        id(joining)
+    );
+    assert!(
+        steps
+            .iter()
+            .any(|s| s.starts_with(&init) && s.contains("uninitialized taint removed")),
+        "{steps:?}"
+    );
+    env.finish().await
+}
