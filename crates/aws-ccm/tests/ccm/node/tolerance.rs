@@ -257,7 +257,8 @@ async fn lifecycle_deletes_only_nodes_whose_instance_is_proven_gone() -> anyhow:
 /// its order, no taint, Ready.
 fn go_initialized(instance: &Instance) -> anyhow::Result<Node> {
     let name = dns(instance);
-    let mut labels = expected_labels(&name, "m5.large");
+    let instance_type = instance.instance_type().map_or("", |t| t.as_str());
+    let mut labels = expected_labels(&name, instance_type);
     labels.insert("kubernetes.io/hostname".into(), name.clone());
     let mut addresses =
         vec![json!({"type": "InternalIP", "address": instance.private_ip_address()})];
@@ -360,5 +361,103 @@ async fn plan_shows_no_node_change_on_the_go_ccms_state() -> anyhow::Result<()> 
             .any(|s| s.starts_with(&init) && s.contains("uninitialized taint removed")),
         "{steps:?}"
     );
+    env.finish().await
+}
+
+/// A binary swap onto the Go CCM's state with `DescribeInstanceTopology`
+/// failing: `p4d` Nodes the Go CCM initialized (no network-node labels, as
+/// it would leave them during an outage) and a NotReady machine outside
+/// EC2 without providerID. Nothing is deleted, tainted or rewritten while
+/// the fault fires; once AWS answers, the topology Nodes get their labels
+/// and nothing else changes.
+#[tokio::test]
+async fn a_swap_onto_the_go_ccms_nodes_changes_only_the_network_node_labels() -> anyhow::Result<()>
+{
+    let env = Env::start().await?;
+    let proxy = FaultProxy::start(&env.moto.endpoint(), ProxyConfig::default()).await?;
+    let ec2 = Ec2::new(&env).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let p4d = ec2
+        .launch_typed(2, aws_sdk_ec2::types::InstanceType::P4d24xlarge)
+        .await?;
+    let mut before = BTreeMap::new();
+    for instance in &p4d {
+        let node = go_initialized(&ec2.describe(&id(instance)).await?)?;
+        nodes.create(&PostParams::default(), &node).await?;
+        set_ready(&nodes, &dns(instance), true).await?;
+        before.insert(dns(instance), nodes.get(&dns(instance)).await?);
+    }
+    existing_not_ready(&nodes, "worker-onprem-1", None).await?;
+    let declared = (p4d.iter().enumerate())
+        .map(|(i, instance)| topology_of(instance, &three_layers(i)))
+        .collect();
+    proxy.set_instance_topology(declared);
+    proxy.set_faults(vec![
+        FaultRule::new(FaultKind::ServerError(500)).for_action("DescribeInstanceTopology"),
+    ]);
+    let ccm = env
+        .start_ccm_via(
+            &proxy.endpoint(),
+            &[NODE_CONTROLLERS, "--node-monitor-period=1s"],
+        )
+        .await?;
+    eventually(
+        "the on-prem Node kept and reported",
+        Duration::from_secs(60),
+        || async {
+            events(&client, "worker-onprem-1", "KeepingNode")
+                .await
+                .into_iter()
+                .next()
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    eventually(
+        "the topology questions failing",
+        Duration::from_secs(30),
+        || async {
+            let faulted = proxy.calls().get("ec2", "DescribeInstanceTopology").faulted;
+            (faulted > 0).then_some(())
+        },
+    )
+    .await?;
+    for (name, was) in &before {
+        let now = nodes.get(name).await?;
+        assert_eq!(labels(&now), labels(was), "{name}: labels unchanged");
+        assert_eq!(
+            addresses(&now),
+            addresses(was),
+            "{name}: addresses unchanged"
+        );
+        assert_eq!(now.spec, was.spec, "{name}: no taint, same providerID");
+    }
+    proxy.set_faults(vec![]);
+    for (i, instance) in p4d.iter().enumerate() {
+        let name = dns(instance);
+        let want: BTreeMap<String, String> = (three_layers(i).into_iter().enumerate())
+            .map(|(layer, n)| ((layer + 1).to_string(), n))
+            .collect();
+        let now = eventually(
+            &format!("labels on {name}"),
+            Duration::from_secs(90),
+            || async {
+                let node = nodes.get(&name).await.ok()?;
+                (layers(&node) == want).then_some(node)
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+        let mut expected = labels(&before[&name]);
+        expected.extend(want.iter().map(|(l, n)| (format!("{LAYER}{l}"), n.clone())));
+        assert_eq!(
+            labels(&now),
+            expected,
+            "{name}: only the layer labels added"
+        );
+        assert_eq!(addresses(&now), addresses(&before[&name]));
+    }
+    assert!(nodes.get_opt("worker-onprem-1").await?.is_some());
     env.finish().await
 }
