@@ -71,7 +71,7 @@ test: lint
 unit:
 	cargo nextest run --locked --lib --no-tests=pass
 
-## sandbox: moto + API test server + the CCM in the foreground (no Docker needed)
+## sandbox: moto behind the fault proxy + API test server + the CCM in the foreground (no Docker needed)
 sandbox: tools build
 	scripts/sandbox.sh
 

@@ -3,11 +3,15 @@
 # Starts moto and the Kubernetes API test server seeded with a VPC, a tagged
 # route table, three instances, three tainted kubeadm-style Nodes and one
 # LoadBalancer Service, then runs the CCM against them in the foreground.
-# Ctrl-C stops everything. Extra arguments are passed to the CCM.
+# The CCM reaches moto through the project's fault proxy (no faults, no
+# budget), which answers what moto lacks as AWS does: DescribeInstanceTopology
+# and DryRun on the route calls. Without it the log greets the user with
+# moto's gaps, not the CCM's work. Ctrl-C stops everything. Extra arguments
+# are passed to the CCM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$HOME/.cache/aws-ccm/target}/debug"
-for bin in kube-test-server aws-cloud-controller-manager; do
+for bin in kube-test-server aws-fault-proxy aws-cloud-controller-manager; do
   if [ ! -x "$target/$bin" ]; then
     echo "sandbox: $target/$bin not built; run make sandbox (it builds first)" >&2
     exit 1
@@ -52,6 +56,12 @@ echo "sandbox: moto on $endpoint (log: $dir/moto.log)"
 
 .venv/bin/python scripts/sandbox_seed.py "$endpoint" "$cluster_id" "$dir/seed.yaml"
 
+setsid "$target/aws-fault-proxy" --upstream "$endpoint" >"$dir/proxy.out" 2>"$dir/proxy.log" &
+pids+=($!)
+wait_for "the fault proxy" grep -q "listening on" "$dir/proxy.out"
+proxy=$(sed -n 's/^aws-fault-proxy listening on //p' "$dir/proxy.out")
+echo "sandbox: the CCM reaches moto through the fault proxy on $proxy (calls per action: curl $proxy/proxy-api/counts)"
+
 setsid "$target/kube-test-server" --port 0 --kubeconfig "$dir/kubeconfig" --seed "$dir/seed.yaml" >"$dir/apiserver.log" 2>&1 &
 pids+=($!)
 wait_for "the API test server" test -s "$dir/kubeconfig"
@@ -68,7 +78,7 @@ CONF
 # as in upstream, so drop /metrics here to try the 401).
 echo "sandbox: metrics: curl -k https://127.0.0.1:10258/metrics"
 echo "sandbox: starting aws-cloud-controller-manager (Ctrl-C to stop)"
-AWS_ENDPOINT_URL="$endpoint" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_EC2_METADATA_DISABLED=true \
+AWS_ENDPOINT_URL="$proxy" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_EC2_METADATA_DISABLED=true \
   "$target/aws-cloud-controller-manager" \
   --cloud-provider=aws \
   --cloud-config="$dir/cloud.conf" \

@@ -30,6 +30,12 @@
 //!
 //! - `SCALE_JSON`: where the machine-readable figures go (default
 //!   `target/bench/scale.json` in the workspace).
+//! - `SCALE_JOIN_TOPOLOGY`: comma list of `5xx`, `throttled`, `hang`: after
+//!   each `join`, the same join again with `DescribeInstanceTopology` failing
+//!   that way at the proxy (500 `InternalError`; throttled; held past the
+//!   CCM's call timeout), as its own scenario (`join N, topology 5xx`): the
+//!   taints must come off in the same time (the question holds none), and a
+//!   row counts the faulted questions (the fault must fire).
 //!
 //! Each scenario stops itself at a deadline and prints what it reached.
 //!
@@ -70,7 +76,7 @@ use anyhow::{Context, bail};
 use aws_ccm::controllers::service::current_hostname;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use ccm_testkit::apiserver::TestApiServer;
-use ccm_testkit::aws_proxy::{CallCounts, FaultProxy, ProxyConfig};
+use ccm_testkit::aws_proxy::{CallCounts, FaultKind, FaultProxy, FaultRule, ProxyConfig};
 use ccm_testkit::instance_sim::{InstanceSim, LaunchTemplate};
 use ccm_testkit::moto::Moto;
 use futures::StreamExt;
@@ -116,7 +122,15 @@ fn main() -> anyhow::Result<()> {
                 "join" => {
                     let mut r = Ok(());
                     for n in cfg.sizes(&[1000, 5000]) {
-                        r = r.and(join_burst(&cfg, n, &mut table).await);
+                        r = r.and(join_burst(&cfg, n, None, &mut table).await);
+                        for failure in &cfg.join_topology {
+                            r = match topology_fault(failure) {
+                                Ok(fault) => {
+                                    r.and(join_burst(&cfg, n, Some(fault), &mut table).await)
+                                }
+                                Err(e) => Err(e),
+                            };
+                        }
                     }
                     r
                 }
@@ -157,6 +171,8 @@ struct Config {
     nlb: bool,
     churn_services: usize,
     json: PathBuf,
+    /// `SCALE_JOIN_TOPOLOGY`: the failures a join is repeated with.
+    join_topology: Vec<String>,
 }
 
 impl Config {
@@ -175,6 +191,9 @@ impl Config {
             steady: Duration::from_secs(num("SCALE_STEADY_SECS").unwrap_or(180)),
             nlb: var("SCALE_NLB").is_none_or(|v| v != "0"),
             churn_services: num("SCALE_CHURN_SERVICES").unwrap_or(500) as usize,
+            join_topology: var("SCALE_JOIN_TOPOLOGY")
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+                .unwrap_or_default(),
             json: var("SCALE_JSON").map(PathBuf::from).unwrap_or_else(|| {
                 Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/bench/scale.json")
             }),
@@ -913,9 +932,33 @@ async fn moto_figures(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
 }
 
 /// Scenario 1: `n` tainted nodes register at once.
-async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result<()> {
-    let scenario = format!("join {n}");
+/// A `SCALE_JOIN_TOPOLOGY` entry: its name and the fault rule.
+fn topology_fault(failure: &str) -> anyhow::Result<(String, FaultRule)> {
+    let kind = match failure {
+        "5xx" => FaultKind::ServerError(500),
+        "throttled" => FaultKind::Throttle,
+        // Past the CCM's call timeout (30 s) and the question's deadline.
+        "hang" => FaultKind::Latency(Duration::from_secs(45)),
+        other => bail!("SCALE_JOIN_TOPOLOGY: unknown failure {other:?} (5xx, throttled, hang)"),
+    };
+    let rule = FaultRule::new(kind).for_action("DescribeInstanceTopology");
+    Ok((failure.to_string(), rule))
+}
+
+async fn join_burst(
+    cfg: &Config,
+    n: usize,
+    topology: Option<(String, FaultRule)>,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let scenario = match &topology {
+        Some((failure, _)) => format!("join {n}, topology {failure}"),
+        None => format!("join {n}"),
+    };
     let world = World::start(cfg).await?;
+    if let Some((_, rule)) = topology {
+        world.proxy.set_faults(vec![rule]);
+    }
     let instances: Vec<Instance> = world
         .sim_launch(n, n.max(1))
         .await?
@@ -970,6 +1013,21 @@ async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let elapsed = start.elapsed();
+    if scenario.contains("topology") {
+        // The questions follow the initializations: show that the fault
+        // fired, not merely that the taints came off before it could.
+        let fired = Instant::now();
+        while world
+            .proxy
+            .calls()
+            .get("ec2", "DescribeInstanceTopology")
+            .faulted
+            == 0
+            && fired.elapsed() < Duration::from_secs(30)
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
     let calls = world.proxy.calls();
     let stats = world.api.stats();
     let peak = ccm.peak_rss();
@@ -1011,6 +1069,16 @@ async fn join_burst(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result
         "0",
         None,
     );
+    if scenario.contains("topology") {
+        let topology = calls.get("ec2", "DescribeInstanceTopology");
+        table.row(
+            &scenario,
+            "DescribeInstanceTopology calls faulted (of received)",
+            &format!("{} ({})", topology.faulted, topology.received),
+            "> 0 (the fault fired)",
+            None,
+        );
+    }
     // The bench itself wrote one create and one status patch per node.
     let bench_writes = 2 * n as u64;
     let ccm_writes = (stats.writes("nodes") + stats.writes("nodes/status"))

@@ -364,7 +364,7 @@ fn render(page: &[&SimInstance], next_token: Option<&str>) -> String {
             let _ = write!(
                 xml,
                 "</groupSet><networkInterfaceSet><item>\
-                 <networkInterfaceId>eni-{eni}</networkInterfaceId>\
+                 <networkInterfaceId>eni-{eni}</networkInterfaceId><status>in-use</status>\
                  <subnetId>{subnet}</subnetId><vpcId>{vpc}</vpcId>\
                  <privateIpAddress>{ip}</privateIpAddress>\
                  <attachment><deviceIndex>0</deviceIndex><status>attached</status></attachment>\

@@ -10,6 +10,8 @@
 //! emit `Synced`. When the instance cannot be found or AWS fails, the taint
 //! stays, a Warning event says what was looked up, and the node is retried
 //! with exponential backoff: a node is never initialized from a guess.
+//! Nothing but the instance (and the cached zone IDs) holds the taint: the
+//! network-node labels come afterwards, from [`topology`]'s own task.
 //!
 //! Every `--node-status-update-frequency` the addresses of all initialized
 //! nodes are refreshed from the shared cluster sweep ([`status`]).
@@ -134,8 +136,8 @@ pub(crate) struct Shared<I: Instances> {
     pub(crate) workers: usize,
     prefetch: Prefetcher<I>,
     progress: ProgressBook,
-    /// Nodes whose network-node question failed ([`topology`]).
-    topology: topology::Retries,
+    /// Nodes waiting for their network-node labels ([`topology`]).
+    topology: topology::Queue,
 }
 
 impl<I: Instances> Shared<I> {
@@ -159,8 +161,9 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         workers,
         prefetch: Prefetcher::new(ctx.aws.clone(), GATHER_WINDOW),
         progress: ProgressBook::default(),
-        topology: topology::Retries::default(),
+        topology: topology::Queue::default(),
     });
+    let labeller = tokio::spawn(topology::run(shared.clone(), stop.clone()));
 
     let refresher = tokio::spawn(status::run(
         shared.clone(),
@@ -176,11 +179,11 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
                 if !plan::is_uninitialized(node) {
                     shared.prefetch.cancel(&node.name_any());
                     shared.progress.forget(&node.name_any());
+                    topology::queue_initialized(node, shared);
                 } else if let Ok(lookup) = identity::lookup_for_node(node)
                     && shared.progress.wants_lookup(node, &lookup)
                 {
-                    let network_nodes = plan::wants_network_nodes(node);
-                    (shared.prefetch).prefetch_for(&node.name_any(), lookup, network_nodes);
+                    shared.prefetch.prefetch(&node.name_any(), lookup);
                 }
             }
             if !changes.deleted.is_empty() {
@@ -200,7 +203,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             // initialized ones would cost a no-op reconcile each and leave
             // the scheduler's queue sized for all of them.
             let due: Vec<_> = (changes.applied.into_iter())
-                .filter(|n| needs_reconcile(n, shared))
+                .filter(|n| needs_reconcile(n))
                 .collect();
             futures::stream::iter(
                 due.into_iter()
@@ -217,14 +220,13 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         .for_each(|_| futures::future::ready(()))
         .await;
     let _ = refresher.await;
+    let _ = labeller.await;
 }
 
-/// Whether a changed node has work for [`reconcile`]: initializing, a
-/// beta label without its GA twin, or network-node labels to ask for.
-fn needs_reconcile<I: Instances>(node: &Node, shared: &Shared<I>) -> bool {
-    plan::is_uninitialized(node)
-        || !plan::plan_label_twins(node).is_empty()
-        || topology::worth_asking(node, shared)
+/// Whether a changed node has work for [`reconcile`]: initializing, or a
+/// beta label without its GA twin.
+fn needs_reconcile(node: &Node) -> bool {
+    plan::is_uninitialized(node) || !plan::plan_label_twins(node).is_empty()
 }
 
 fn error_policy<I: Instances>(node: Arc<Node>, err: &NodeError, shared: Arc<Shared<I>>) -> Action {
@@ -243,10 +245,7 @@ async fn reconcile<I: Instances>(
         return reconcile_initialized(&node, &shared).await;
     }
     // A tainted copy of a node this process just initialized is the cache
-    // lagging behind our own write: ask the API server, not AWS. The fresh
-    // copy is handled as an initialized node, so a network-node question
-    // still due is asked again (this run replaces the requeue the
-    // initialization asked for).
+    // lagging behind our own write: ask the API server, not AWS.
     let node = if shared.progress.recently_initialized(&node) {
         match shared.api().get_opt(&node.name_any()).await {
             Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => {
@@ -267,18 +266,15 @@ async fn reconcile<I: Instances>(
     initialize(&node, &shared).await
 }
 
-/// An initialized node: its label twins, and its network-node labels when
-/// a question is due (requeued until AWS answers).
+/// An initialized node: its label twins (the network-node labels are
+/// [`topology`]'s).
 async fn reconcile_initialized<I: Instances>(
     node: &Node,
     shared: &Shared<I>,
 ) -> Result<Action, NodeError> {
     shared.progress.forget(&node.name_any());
     reconcile_label_twins(node, shared).await?;
-    Ok(match topology::label_initialized(node, shared).await? {
-        Some(wait) => Action::requeue(wait),
-        None => Action::await_change(),
-    })
+    Ok(Action::await_change())
 }
 
 /// Keeps GA labels next to their beta twins on initialized nodes (no AWS).
@@ -308,7 +304,8 @@ async fn reconcile_label_twins<I: Instances>(
 }
 
 /// Initializes a tainted node, in steps: the lookup (or a wait), the
-/// instance, the plan, then the writes.
+/// instance, the plan, then the writes; then queues its network-node
+/// question, which holds nothing.
 async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Action, NodeError> {
     let lookup = match start_lookup(node, shared).await? {
         Ok(lookup) => lookup,
@@ -316,12 +313,10 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
     };
     let instance = find_instance(node, shared, &lookup).await?;
     let zone_ids = zone_ids(node, shared, &lookup).await?;
-    let (network_nodes, ask_again) = topology::at_init(node, shared, &instance).await;
     let cx = PlanContext {
         region: &shared.region,
         families: &shared.families,
         zone_ids: &zone_ids,
-        network_nodes: &network_nodes,
     };
     let plan = plan_for(node, shared, &instance, &cx).await?;
     tracing::info!(instance = %instance.id, plan = %plan, "initializing node");
@@ -329,6 +324,10 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
         return Ok(Action::await_change());
     };
     shared.progress.succeeded(&applied);
+    if plan::wants_network_nodes(&applied) {
+        let instance_type = instance.instance_type.as_deref();
+        (shared.topology).ask(&applied.name_any(), &instance.id, instance_type);
+    }
     METRICS.initial_sync_delay.observe(age_seconds(&applied));
     shared
         .events
@@ -339,11 +338,7 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
         )
         .await;
     tracing::info!(instance = %instance.id, "node initialized");
-    Ok(match ask_again {
-        // The network-node labels are still to come.
-        Some(wait) => Action::requeue(wait),
-        None => Action::await_change(),
-    })
+    Ok(Action::await_change())
 }
 
 /// How to find the node's instance; `Err(action)` when there is nothing to

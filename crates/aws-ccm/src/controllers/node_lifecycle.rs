@@ -3,9 +3,21 @@
 //!
 //! Every `--node-monitor-period`: a Ready node loses the shutdown taint; a
 //! node that is not Ready (condition False or Unknown, or none) is checked
-//! against AWS: if its instance is terminated or no longer exists the Node is
-//! deleted (event `DeletingNode`, `DeletingNodeFailed` on failure); if the
-//! instance is stopped the Node gets `node.cloudprovider.kubernetes.io/shutdown:NoSchedule`.
+//! against AWS: if its instance is proven gone the Node is deleted (event
+//! `DeletingNode`, `DeletingNodeFailed` on failure); if the instance is
+//! stopped the Node gets `node.cloudprovider.kubernetes.io/shutdown:NoSchedule`.
+//!
+//! What proves an instance gone depends on how the Node names it
+//! ([`Named`]), as in the Go CCM, whose lifecycle controller deletes a Node
+//! only when `InstanceExists` answers false without an error: a providerID
+//! whose instance is terminated or not found; a Node without providerID
+//! named by instance ID whose instance is terminated. A Node without
+//! providerID whose instance no lookup finds (not found by ID, no live
+//! instance of this cluster with its name as private DNS name) is kept: the
+//! Go CCM's `InstanceExists` fails for it (`InstanceID` returns
+//! `InstanceNotFound` as an error) and its controller logs the error and
+//! moves on. Here it is kept too, with a Warning `KeepingNode` (once per
+//! Node) and the gauge `node_lifecycle_nodes_unverified`.
 //!
 //! AWS is asked once per period for all nodes: the shared cluster sweep
 //! (cached, also used by the cloud-node controller), plus batched lookups by
@@ -13,8 +25,8 @@
 //! the sweep alone never deletes a Node, and an AWS error is never taken for
 //! "gone": when the sweep fails nothing is deleted or tainted that period.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use crate::controllers::cached_node::Node;
@@ -22,6 +34,8 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Taint;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Resource, ResourceExt};
+use parking_lot::Mutex;
+use prometheus_client::metrics::gauge::Gauge;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +49,45 @@ use crate::provider::instances::{InstanceState, Instances};
 pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
 pub const EVENT_DELETING_NODE: &str = "DeletingNode";
 pub const EVENT_DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
+pub const EVENT_KEEPING_NODE: &str = "KeepingNode";
+
+static UNVERIFIED: LazyLock<Gauge> = LazyLock::new(|| {
+    let gauge = Gauge::default();
+    crate::metrics::register(
+        "node_lifecycle_nodes_unverified",
+        "NotReady Nodes without spec.providerID whose instance no lookup found, kept (as the Go CCM keeps them) at the last node monitor pass.",
+        gauge.clone(),
+    );
+    gauge
+});
+
+/// How a Node names its instance, which decides what AWS's answer proves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Named {
+    /// `spec.providerID`: terminated or not found is gone (upstream's
+    /// `InstanceExistsByProviderID`).
+    ProviderId,
+    /// No providerID, a resource-based name (`i-…`): terminated is gone;
+    /// not found is upstream's lookup error, which keeps the Node.
+    InstanceIdName,
+    /// No providerID, any other name, looked up as a live cluster
+    /// instance's private DNS name: not found keeps the Node (upstream's
+    /// `InstanceNotFound` error).
+    PrivateDnsName,
+}
+
+impl Named {
+    pub fn of(node: &Node, lookup: &Lookup) -> Named {
+        let has_provider_id = (node.spec.as_ref())
+            .and_then(|s| s.provider_id.as_deref())
+            .is_some_and(|p| !p.is_empty());
+        match lookup {
+            _ if has_provider_id => Named::ProviderId,
+            Lookup::ById(_) => Named::InstanceIdName,
+            Lookup::ByPrivateDns(_) => Named::PrivateDnsName,
+        }
+    }
+}
 
 /// What AWS says about a node's instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +103,8 @@ pub enum Observation {
 pub enum Decision {
     Nothing,
     Delete,
+    /// NotReady, and no lookup found its instance: kept and reported.
+    KeepUnverified,
     AddShutdownTaint,
     RemoveShutdownTaint,
 }
@@ -67,9 +122,12 @@ fn has_shutdown_taint(node: &Node) -> bool {
     taints_without(node, SHUTDOWN_TAINT).is_some()
 }
 
-/// The decision for one node, given what AWS said about its instance
-/// (`None`: AWS could not be asked or failed; never a reason to delete).
-pub fn decide(node: &Node, observation: Option<&Observation>) -> Decision {
+/// The decision for one node, given how it names its instance and what
+/// AWS said about it (`None`: AWS was not asked or failed; never a reason
+/// to delete).
+pub fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
+    use InstanceState::{Stopped, Terminated};
+    use Observation::{Exists, Gone};
     if is_ready(node) {
         return if has_shutdown_taint(node) {
             Decision::RemoveShutdownTaint
@@ -77,22 +135,28 @@ pub fn decide(node: &Node, observation: Option<&Observation>) -> Decision {
             Decision::Nothing
         };
     }
-    match observation {
+    match answer {
         // As upstream: only `terminated` means gone (a shutting-down
         // instance may still be stopped instead).
-        Some(Observation::Gone) | Some(Observation::Exists(InstanceState::Terminated)) => {
-            Decision::Delete
-        }
-        Some(Observation::Exists(InstanceState::Stopped)) if !has_shutdown_taint(node) => {
-            Decision::AddShutdownTaint
-        }
+        Some((Named::ProviderId, Gone | Exists(Terminated)))
+        | Some((Named::InstanceIdName, Exists(Terminated))) => Decision::Delete,
+        // A name lookup finds only live instances (upstream filters out
+        // terminated ones), so a terminated one is no answer either.
+        Some((Named::InstanceIdName, Gone))
+        | Some((Named::PrivateDnsName, Gone | Exists(Terminated))) => Decision::KeepUnverified,
+        Some((_, Exists(Stopped))) if !has_shutdown_taint(node) => Decision::AddShutdownTaint,
         _ => Decision::Nothing,
     }
 }
 
 /// Observations for every lookup, or `None` when the sweep failed (then
-/// nothing may be deleted). Lookups that failed are left out.
-async fn observe<I: Instances>(cloud: &I, keys: &[Lookup]) -> Option<HashMap<Lookup, Observation>> {
+/// nothing may be deleted). Lookups that failed are left out. As upstream,
+/// a private DNS name finds only an instance of this cluster.
+async fn observe<I: Instances>(
+    cloud: &I,
+    cluster_id: &str,
+    keys: &[Lookup],
+) -> Option<HashMap<Lookup, Observation>> {
     let sweep = match cloud.cluster_instances().await {
         Ok(sweep) => sweep,
         Err(err) => {
@@ -115,10 +179,12 @@ async fn observe<I: Instances>(cloud: &I, keys: &[Lookup]) -> Option<HashMap<Loo
     let answers = futures::future::join_all(confirm.iter().map(|key| lookup(cloud, key))).await;
     for (key, answer) in confirm.into_iter().zip(answers) {
         match answer {
-            Ok(Some(instance)) => {
+            Ok(Some(instance))
+                if matches!(key, Lookup::ById(_)) || instance.is_in_cluster(cluster_id) =>
+            {
                 out.insert(key, Observation::Exists(instance.state));
             }
-            Ok(None) => {
+            Ok(_) => {
                 out.insert(key, Observation::Gone);
             }
             Err(err) => {
@@ -132,7 +198,11 @@ async fn observe<I: Instances>(cloud: &I, keys: &[Lookup]) -> Option<HashMap<Loo
 struct Shared<I: Instances> {
     kube: kube::Client,
     cloud: I,
+    cluster_id: String,
     events: Events,
+    /// UIDs of the Nodes kept unverified at the last pass, each reported
+    /// once while it stays so.
+    unverified: Mutex<HashSet<String>>,
 }
 
 /// Runs the controller until `stop` is cancelled.
@@ -140,8 +210,11 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     let shared = Arc::new(Shared {
         kube: ctx.kube.clone(),
         cloud: ctx.aws.clone(),
+        cluster_id: ctx.cluster_id.clone(),
         events: Events::new(ctx.kube.clone(), "cloud-node-lifecycle-controller"),
+        unverified: Mutex::default(),
     });
+    LazyLock::force(&UNVERIFIED);
     let period = ctx
         .options
         .options
@@ -163,8 +236,14 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     }
 }
 
-/// One pass over every node.
-async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
+/// What the controller does to each node now, `Nothing` left out (also
+/// `aws-ccm plan`'s), and whether AWS answered: `false` when the sweep
+/// failed, and then nothing is decided.
+pub(crate) async fn decisions<I: Instances>(
+    cloud: &I,
+    cluster_id: &str,
+    nodes: Vec<Arc<Node>>,
+) -> (Vec<(Arc<Node>, Decision)>, bool) {
     let mut checks: Vec<(Arc<Node>, Option<Lookup>)> = Vec::with_capacity(nodes.len());
     for node in nodes {
         let key = if is_ready(&node) {
@@ -184,24 +263,72 @@ async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
     let observations = if keys.is_empty() {
         Some(HashMap::new())
     } else {
-        observe(&shared.cloud, &keys).await
+        observe(cloud, cluster_id, &keys).await
     };
-    let decisions: Vec<(Arc<Node>, Decision)> = checks
+    let decisions = checks
         .into_iter()
         .map(|(node, key)| {
-            let observed = key
-                .as_ref()
-                .and_then(|k| observations.as_ref().and_then(|o| o.get(k)));
-            let decision = decide(&node, observed);
+            let answer = key.and_then(|key| {
+                let observed = observations.as_ref()?.get(&key)?;
+                Some((Named::of(&node, &key), observed))
+            });
+            let decision = decide(&node, answer);
             (node, decision)
         })
         .filter(|(_, d)| *d != Decision::Nothing)
         .collect();
+    (decisions, observations.is_some())
+}
+
+/// One pass over every node.
+async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
+    let (decisions, answered) = decisions(&shared.cloud, &shared.cluster_id, nodes).await;
+    if answered {
+        report_unverified(shared, &decisions).await;
+    }
+    let decisions = (decisions.into_iter()).filter(|(_, d)| *d != Decision::KeepUnverified);
     futures::stream::iter(decisions)
         .for_each_concurrent(8, |(node, decision)| async move {
             apply(shared, &node, decision).await;
         })
         .await;
+}
+
+/// The Nodes kept because no lookup found their instance: the gauge, and
+/// a Warning for each Node newly so (not every period: each would be a
+/// write to the API server).
+async fn report_unverified<I: Instances>(shared: &Shared<I>, decisions: &[(Arc<Node>, Decision)]) {
+    let kept: Vec<&Arc<Node>> = (decisions.iter())
+        .filter(|(_, d)| *d == Decision::KeepUnverified)
+        .map(|(node, _)| node)
+        .collect();
+    UNVERIFIED.set(kept.len() as i64);
+    let uid = |node: &Node| node.metadata.uid.clone().unwrap_or_else(|| node.name_any());
+    let new: Vec<&Arc<Node>> = {
+        let mut seen = shared.unverified.lock();
+        let now: HashSet<String> = kept.iter().map(|n| uid(n)).collect();
+        let new = kept
+            .into_iter()
+            .filter(|n| !seen.contains(&uid(n)))
+            .collect();
+        *seen = now;
+        new
+    };
+    for node in new {
+        let name = node.name_any();
+        let lookup = identity::lookup_for_node(node)
+            .map(|l| l.to_string())
+            .unwrap_or_default();
+        tracing::warn!(node = %name, %lookup, "node is not Ready and no EC2 instance was found for it; it is kept, as the Go CCM keeps it");
+        let note = format!(
+            "Node {name} is not Ready and has no spec.providerID; no EC2 instance of this cluster was found by {lookup}. \
+             It is kept, as the Go CCM keeps it: without a provider ID its instance is not proven gone. \
+             Delete the Node if its machine is gone, or start its kubelet with --provider-id."
+        );
+        (shared.events)
+            .warning(&node.object_ref(&()), EVENT_KEEPING_NODE, note)
+            .await;
+    }
 }
 
 fn taint_patch(node: &Node, taints: Vec<Taint>) -> Value {
@@ -215,7 +342,7 @@ async fn apply<I: Instances>(shared: &Shared<I>, node: &Node, decision: Decision
     let api: Api<Node> = Api::all(shared.kube.clone());
     let name = node.name_any();
     match decision {
-        Decision::Nothing => {}
+        Decision::Nothing | Decision::KeepUnverified => {}
         Decision::Delete => {
             let reference = node.object_ref(&());
             tracing::info!(node = %name, "deleting node since it is no longer present in the cloud provider");
@@ -335,30 +462,77 @@ mod tests {
         use Observation::*;
         let running = Exists(InstanceState::Running);
         let stopped = Exists(InstanceState::Stopped);
-        let terminated = Exists(InstanceState::Terminated);
+        let id = Named::ProviderId;
         // Ready nodes are never checked against AWS.
-        assert_eq!(decide(&node(Some("True"), &[]), Some(&Gone)), Nothing);
+        assert_eq!(decide(&node(Some("True"), &[]), Some((id, &Gone))), Nothing);
         assert_eq!(
             decide(&node(Some("True"), &[SHUTDOWN_TAINT]), None),
-            RemoveShutdownTaint
+            RemoveShutdownTaint,
+            "a Ready node is not asked about: no answer"
         );
         for not_ready in [Some("False"), Some("Unknown"), None] {
             let n = node(not_ready, &[]);
-            assert_eq!(decide(&n, Some(&Gone)), Delete);
-            assert_eq!(decide(&n, Some(&terminated)), Delete);
-            assert_eq!(decide(&n, Some(&stopped)), AddShutdownTaint);
-            assert_eq!(decide(&n, Some(&running)), Nothing);
-            assert_eq!(
-                decide(&n, Some(&Exists(InstanceState::ShuttingDown))),
-                Nothing
-            );
-            assert_eq!(decide(&n, None), Nothing, "no answer is not an answer");
+            for named in [
+                Named::ProviderId,
+                Named::InstanceIdName,
+                Named::PrivateDnsName,
+            ] {
+                assert_eq!(decide(&n, Some((named, &stopped))), AddShutdownTaint);
+                assert_eq!(decide(&n, Some((named, &running))), Nothing);
+                let shutting_down = Exists(InstanceState::ShuttingDown);
+                assert_eq!(decide(&n, Some((named, &shutting_down))), Nothing);
+                assert_eq!(decide(&n, None), Nothing, "no answer is not an answer");
+            }
         }
         assert_eq!(
-            decide(&node(Some("False"), &[SHUTDOWN_TAINT]), Some(&stopped)),
+            decide(
+                &node(Some("False"), &[SHUTDOWN_TAINT]),
+                Some((id, &stopped))
+            ),
             Nothing,
             "already tainted"
         );
+    }
+
+    /// Only what the Go CCM's `InstanceExists` answers false for (without
+    /// an error) is deleted; what it fails on is kept and reported.
+    #[test]
+    fn only_an_instance_proven_gone_deletes_its_node() {
+        use Decision::*;
+        use Observation::*;
+        let terminated = Exists(InstanceState::Terminated);
+        let n = node(Some("False"), &[]);
+        for (named, gone, terminated_too) in [
+            (Named::ProviderId, Delete, Delete),
+            (Named::InstanceIdName, KeepUnverified, Delete),
+            (Named::PrivateDnsName, KeepUnverified, KeepUnverified),
+        ] {
+            assert_eq!(
+                decide(&n, Some((named, &Gone))),
+                gone,
+                "{named:?}, not found"
+            );
+            assert_eq!(
+                decide(&n, Some((named, &terminated))),
+                terminated_too,
+                "{named:?}, terminated"
+            );
+        }
+        let bare = |name: &str| Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let by_id = Lookup::ById("i-0123456789abcdef0".into());
+        let by_dns = Lookup::ByPrivateDns("worker-1".into());
+        assert_eq!(Named::of(&n, &by_id), Named::ProviderId);
+        assert_eq!(
+            Named::of(&bare("i-0123456789abcdef0"), &by_id),
+            Named::InstanceIdName
+        );
+        assert_eq!(Named::of(&bare("worker-1"), &by_dns), Named::PrivateDnsName);
     }
 
     #[tokio::test]
@@ -369,13 +543,18 @@ mod tests {
         untagged.state = InstanceState::Stopped;
         cloud.add(untagged);
         cloud.hide_from_sweep("i-untagged");
+        let mut foreign = instance("i-foreign", "10.0.0.3");
+        foreign.tags.clear();
+        cloud.add(foreign);
+        cloud.hide_from_sweep("i-foreign");
         let keys = [
             Lookup::ById("i-tagged".into()),
             Lookup::ById("i-untagged".into()),
             Lookup::ById("i-gone".into()),
             Lookup::ByPrivateDns("ip-10-0-0-9.ec2.internal".into()),
+            Lookup::ByPrivateDns("ip-10-0-0-3.ec2.internal".into()),
         ];
-        let seen = observe(&cloud, &keys).await.unwrap();
+        let seen = observe(&cloud, "test", &keys).await.unwrap();
         assert_eq!(seen[&keys[0]], Observation::Exists(InstanceState::Running));
         assert_eq!(
             seen[&keys[1]],
@@ -384,15 +563,20 @@ mod tests {
         );
         assert_eq!(seen[&keys[2]], Observation::Gone);
         assert_eq!(seen[&keys[3]], Observation::Gone);
+        assert_eq!(
+            seen[&keys[4]],
+            Observation::Gone,
+            "by name, another cluster's instance is no answer (as upstream)"
+        );
         assert_eq!(cloud.calls().by_id, ["i-untagged", "i-gone"]);
 
         // A failed confirmation leaves the node out; a failed sweep observes nothing.
         let down = CloudError::new(CloudErrorKind::Transient, "503");
         cloud.fail_lookups(Some(down.clone()));
-        let seen = observe(&cloud, &keys).await.unwrap();
+        let seen = observe(&cloud, "test", &keys).await.unwrap();
         assert!(!seen.contains_key(&keys[2]));
         assert_eq!(seen[&keys[0]], Observation::Exists(InstanceState::Running));
         cloud.fail_sweep(Some(down));
-        assert_eq!(observe(&cloud, &keys).await, None);
+        assert_eq!(observe(&cloud, "test", &keys).await, None);
     }
 }

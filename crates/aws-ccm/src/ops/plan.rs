@@ -1,8 +1,11 @@
 //! `aws-ccm plan`: what the controllers would change in AWS now, by their
 //! own read-and-plan code ([`AwsLoadBalancers::plan`] for each LoadBalancer
-//! Service, [`Reconciler::read_and_plan`] for routes), stopping before
-//! apply. Each step carries the AWS actions applying it sends, so a test
-//! can hold the plan against the calls of the next sync.
+//! Service, [`Reconciler::read_and_plan`] for routes, the node controllers'
+//! plans for Nodes: [`nodes`]), stopping before apply. Each step carries the
+//! AWS actions applying it sends, so a test can hold the plan against the
+//! calls of the next sync.
+
+mod nodes;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,6 +23,7 @@ use crate::controllers::cached_node::Node;
 use crate::controllers::route::Reconciler;
 use crate::controllers::route::plan::RouteChange;
 use crate::controllers::service::{backends, current_hostname, has_finalizer, wants_load_balancer};
+use crate::options::controller_names::ControllerName;
 use crate::provider::load_balancers::{EnsureRequest, LoadBalancerKind, LoadBalancerSpec, scope};
 
 /// One step, as `terraform plan` prints it.
@@ -110,6 +114,16 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
             ctx.validated.options.route_table_limit,
         );
         out.push(route_section(&reconciler, &nodes).await);
+    }
+    let run = nodes::Run {
+        cloud_node: ctx
+            .validated
+            .controllers
+            .contains(&ControllerName::CloudNode),
+        lifecycle: (ctx.validated.controllers).contains(&ControllerName::CloudNodeLifecycle),
+    };
+    if only.is_empty() && (run.cloud_node || run.lifecycle) {
+        out.push(nodes::section(ctx, &nodes, run).await);
     }
     if only.is_empty() {
         out.extend(tagging_section(ctx, &nodes));
@@ -520,11 +534,7 @@ async fn route_section(
 fn tagging_section(ctx: &Context, nodes: &[Arc<Node>]) -> Option<Section> {
     use crate::controllers::tagging::{TAGGED_LABEL, needs_tagging, tags_checksum};
     let v = &ctx.validated;
-    if !v
-        .controllers
-        .contains(&crate::options::controller_names::ControllerName::Tagging)
-        || v.tags.is_empty()
-    {
+    if !v.controllers.contains(&ControllerName::Tagging) || v.tags.is_empty() {
         return None;
     }
     let checksum = tags_checksum(&v.tags);

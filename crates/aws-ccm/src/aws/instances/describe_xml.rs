@@ -300,6 +300,8 @@ fn raw_interface<'a>(eni: &mut ScopedDecoder<'a, '_>) -> Result<RawInterface<'a>
     while let Some(mut tag) = eni.next_tag() {
         match tag.start_el().local() {
             "networkInterfaceId" => raw.id = text(&mut tag)?,
+            // The interface's own status (the attachment's is inside it).
+            "status" => raw.status = text(&mut tag)?,
             "attachment" => {
                 raw.device_index = match child(&mut tag, "deviceIndex")? {
                     Some(index) => Some(index.parse().map_err(|_| {

@@ -49,6 +49,7 @@ impl Ec2Instance {
             network_interfaces: (instance.network_interfaces().iter())
                 .map(|eni| RawInterface {
                     id: text(eni.network_interface_id()),
+                    status: text(eni.status().map(|s| s.as_str())),
                     device_index: eni.attachment().and_then(|a| a.device_index()),
                     private_ip: text(eni.private_ip_address()),
                     private_ips: (eni.private_ip_addresses().iter())

@@ -125,6 +125,8 @@ pub struct RawInstance<'a> {
 #[derive(Debug, Default)]
 pub struct RawInterface<'a> {
     pub id: Text<'a>,
+    /// `in-use`, `available`, `attaching`, `detaching`, ...
+    pub status: Text<'a>,
     pub device_index: Option<i32>,
     /// The interface's primary private address.
     pub private_ip: Text<'a>,
@@ -143,8 +145,11 @@ impl RawInstance<'_> {
         let mut network_interfaces: Vec<NetworkInterface> = self
             .network_interfaces
             .into_iter()
-            // An entry without an ID is not an attached interface.
+            // An entry without an ID is not an attached interface; one not
+            // `in-use` (attaching, detaching) gives the node no address, as
+            // upstream's node addresses skip it (nothing else reads them).
             .filter(|eni| non_empty(eni.id.as_deref()).is_some())
+            .filter(|eni| eni.status.as_deref() == Some("in-use"))
             .map(|mut eni| {
                 // Primary address first, as the Go CCM orders node addresses.
                 eni.private_ips.sort_by_key(|(_, primary)| !primary);
@@ -233,7 +238,7 @@ mod tests {
     use aws_sdk_ec2::types::{
         GroupIdentifier, Instance, InstanceIpv6Address, InstanceNetworkInterface,
         InstanceNetworkInterfaceAttachment, InstancePrivateIpAddress, InstanceStateName,
-        InstanceType, Placement, Tag,
+        InstanceType, NetworkInterfaceStatus, Placement, Tag,
     };
 
     fn sample() -> Instance {
@@ -253,6 +258,7 @@ mod tests {
             .network_interfaces(
                 InstanceNetworkInterface::builder()
                     .network_interface_id("eni-2")
+                    .status(NetworkInterfaceStatus::InUse)
                     .attachment(
                         InstanceNetworkInterfaceAttachment::builder()
                             .device_index(1)
@@ -267,7 +273,24 @@ mod tests {
             )
             .network_interfaces(
                 InstanceNetworkInterface::builder()
+                    .network_interface_id("eni-3")
+                    .status(NetworkInterfaceStatus::Detaching)
+                    .attachment(
+                        InstanceNetworkInterfaceAttachment::builder()
+                            .device_index(2)
+                            .build(),
+                    )
+                    .private_ip_addresses(
+                        InstancePrivateIpAddress::builder()
+                            .private_ip_address("10.0.2.7")
+                            .build(),
+                    )
+                    .build(),
+            )
+            .network_interfaces(
+                InstanceNetworkInterface::builder()
                     .network_interface_id("eni-1")
+                    .status(NetworkInterfaceStatus::InUse)
                     .attachment(
                         InstanceNetworkInterfaceAttachment::builder()
                             .device_index(0)
@@ -334,7 +357,11 @@ mod tests {
         assert_eq!(instance.public_dns_name, None, "empty string means none");
         assert_eq!(instance.private_ip, Some(Ipv4Addr::new(10, 0, 0, 5)));
         assert_eq!(instance.public_ip, None, "unparseable address dropped");
-        assert_eq!(instance.network_interfaces.len(), 2);
+        assert_eq!(
+            instance.network_interfaces.len(),
+            2,
+            "an interface not in-use (detaching) gives no address, as upstream"
+        );
         let primary = &instance.network_interfaces[0];
         assert_eq!(primary.device_index, Some(0), "sorted by device index");
         assert_eq!(
@@ -404,12 +431,20 @@ mod tests {
           <networkInterfaceSet>
             <item>
               <networkInterfaceId>eni-2</networkInterfaceId>
+              <status>in-use</status>
               <attachment><attachmentId>eni-attach-2</attachmentId><deviceIndex>1</deviceIndex></attachment>
               <privateIpAddressesSet><item><privateIpAddress>10.0.1.9</privateIpAddress></item></privateIpAddressesSet>
               <groupSet><item><groupId>sg-9</groupId><groupName>other</groupName></item></groupSet>
             </item>
             <item>
+              <networkInterfaceId>eni-3</networkInterfaceId>
+              <status>detaching</status>
+              <attachment><deviceIndex>2</deviceIndex><status>detaching</status></attachment>
+              <privateIpAddressesSet><item><privateIpAddress>10.0.2.7</privateIpAddress></item></privateIpAddressesSet>
+            </item>
+            <item>
               <networkInterfaceId>eni-1</networkInterfaceId>
+              <status>in-use</status>
               <subnetId>subnet-1</subnetId>
               <vpcId>vpc-1</vpcId>
               <attachment><deviceIndex>0</deviceIndex><status>attached</status></attachment>

@@ -81,18 +81,11 @@ impl Window {
     }
 }
 
-/// A network-nodes answer for one instance (see [`Prefetcher::prefetch_for`]).
-pub type NetworkNodesAnswer = Result<Option<Vec<String>>, CloudError>;
-
-/// Node name → (instance ID, its network-nodes answer).
-type NetworkNodesAnswers = Arc<Mutex<HashMap<String, (String, NetworkNodesAnswer)>>>;
-
 /// Starts lookups early and hands each result to the node's reconcile.
 pub struct Prefetcher<I: Instances> {
     cloud: I,
     gather: Duration,
     state: Mutex<State>,
-    network_nodes: NetworkNodesAnswers,
 }
 
 impl<I: Instances> Prefetcher<I> {
@@ -105,21 +98,13 @@ impl<I: Instances> Prefetcher<I> {
                 pending: HashMap::new(),
                 window: None,
             }),
-            network_nodes: Arc::default(),
         }
     }
 
     /// Starts looking up `node`'s instance unless that lookup is already
-    /// under way.
+    /// under way. Only the instance: nothing else is asked before the
+    /// node's taint can come off.
     pub fn prefetch(&self, node: &str, key: Lookup) {
-        self.prefetch_for(node, key, false)
-    }
-
-    /// [`Prefetcher::prefetch`], and with `network_nodes` the found
-    /// instance's network nodes too: the questions of one window go out
-    /// together, so the cloud batches them as it batches the lookups. The
-    /// answer waits in [`Prefetcher::take_network_nodes`].
-    pub fn prefetch_for(&self, node: &str, key: Lookup, network_nodes: bool) {
         let mut st = self.state.lock();
         if st.pending.get(node).is_some_and(|p| p.lookup == key) {
             return;
@@ -140,26 +125,18 @@ impl<I: Instances> Prefetcher<I> {
         window.lookups.fetch_add(1, Ordering::Relaxed);
         let cloud = self.cloud.clone();
         let task_key = key.clone();
-        let answers = network_nodes.then(|| (self.network_nodes.clone(), node.to_string()));
         let task = tokio::spawn(async move {
             tokio::time::sleep_until(window.fire).await;
             // An instance missing from the sweep (untagged, or launched
             // after it was read) is looked up directly.
-            let found = match window
+            match window
                 .sweep(&cloud)
                 .await
                 .and_then(|index| index.find(&task_key).cloned())
             {
                 Some(found) => Ok(Some(found)),
                 None => lookup(&cloud, &task_key).await,
-            };
-            if let (Some((answers, node)), Ok(Some(instance))) = (answers, &found) {
-                let answer = (cloud)
-                    .network_nodes(&instance.id, instance.instance_type.as_deref())
-                    .await;
-                answers.lock().insert(node, (instance.id.clone(), answer));
             }
-            found
         });
         if let Some(old) = st
             .pending
@@ -195,22 +172,11 @@ impl<I: Instances> Prefetcher<I> {
         }
     }
 
-    /// The prefetched network-nodes answer for `node`'s instance `id`, if
-    /// one is there (used once).
-    pub fn take_network_nodes(&self, node: &str, id: &str) -> Option<NetworkNodesAnswer> {
-        let mut answers = self.network_nodes.lock();
-        match answers.remove(node) {
-            Some((for_id, answer)) if for_id == id => Some(answer),
-            _ => None,
-        }
-    }
-
     /// Drops the prefetched lookup of `node`, if any.
     pub fn cancel(&self, node: &str) {
         if let Some(p) = self.state.lock().pending.remove(node) {
             p.task.abort();
         }
-        self.network_nodes.lock().remove(node);
     }
 
     /// Drops prefetched lookups of nodes `keep` says are gone.
@@ -222,7 +188,6 @@ impl<I: Instances> Prefetcher<I> {
             }
             keep
         });
-        self.network_nodes.lock().retain(|name, _| keep(name));
     }
 
     #[cfg(test)]
@@ -316,32 +281,6 @@ pub async fn resolve_all<'s, I: Instances>(
 mod tests {
     use super::*;
     use crate::provider::instances::fake::{FakeInstances, instance};
-
-    #[tokio::test(start_paused = true)]
-    async fn network_nodes_are_asked_with_the_lookup_and_handed_over_once() {
-        let cloud = FakeInstances::new();
-        cloud.add(instance("i-1", "10.0.0.1"));
-        cloud.add(instance("i-2", "10.0.0.2"));
-        cloud.set_network_nodes("i-1", &["a", "b", "c"]);
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
-        let (k1, k2) = (Lookup::ById("i-1".into()), Lookup::ById("i-2".into()));
-        prefetcher.prefetch_for("n1", k1.clone(), true);
-        prefetcher.prefetch_for("n2", k2.clone(), false);
-        assert!(prefetcher.resolve("n1", &k1).await.unwrap().is_some());
-        assert!(prefetcher.resolve("n2", &k2).await.unwrap().is_some());
-        assert_eq!(cloud.calls().network_nodes, ["i-1"], "only n1 wanted them");
-        // Handed over for the instance it was asked for, once.
-        assert_eq!(prefetcher.take_network_nodes("n1", "i-9"), None);
-        prefetcher.prefetch_for("n1", k1.clone(), true);
-        prefetcher.resolve("n1", &k1).await.unwrap();
-        let nodes = prefetcher.take_network_nodes("n1", "i-1");
-        assert_eq!(
-            nodes,
-            Some(Ok(Some(vec!["a".into(), "b".into(), "c".into()])))
-        );
-        assert_eq!(prefetcher.take_network_nodes("n1", "i-1"), None);
-        assert_eq!(prefetcher.take_network_nodes("n2", "i-2"), None);
-    }
 
     #[tokio::test(start_paused = true)]
     async fn prefetched_answers_are_used_once_then_looked_up_afresh() {

@@ -44,8 +44,6 @@ pub struct PlanContext<'a> {
     pub families: &'a [IpFamily],
     /// Zone name → zone ID.
     pub zone_ids: &'a HashMap<String, String>,
-    /// The instance's network nodes, top layer first (empty: none known).
-    pub network_nodes: &'a [String],
 }
 
 /// A label someone else already set to another value than the instance's.
@@ -452,7 +450,6 @@ pub fn plan_initialization(
             want_label(node, (key, cx.region), true, l, c);
         }
     }
-    l.extend(network_node_labels(node, cx.network_nodes));
 
     Ok(InitPlan {
         provider_id,
@@ -660,7 +657,6 @@ mod tests {
             region: "us-east-1",
             families,
             zone_ids: zones,
-            network_nodes: &[],
         }
     }
 
@@ -879,19 +875,13 @@ mod tests {
     #[test]
     fn network_node_labels_are_added_unless_layer_one_is_there() {
         let zones = zones();
+        let cx = cx(&zones, &[IpFamily::Ipv4]);
         let nodes = ["nn-a".to_string(), "nn-b".to_string(), "nn-c".to_string()];
-        let cx = PlanContext {
-            network_nodes: &nodes,
-            ..cx(&zones, &[IpFamily::Ipv4])
-        };
         let mut node = tainted_node("n");
-        let plan = plan_initialization(&node, &rich_instance(), &cx).unwrap();
-        for (layer, value) in [(1, "nn-a"), (2, "nn-b"), (3, "nn-c")] {
-            assert_eq!(
-                plan.labels[&format!("{LABEL_NETWORK_NODE_PREFIX}{layer}")],
-                value
-            );
-        }
+        let want: BTreeMap<String, String> = (nodes.iter().enumerate())
+            .map(|(i, n)| (format!("{LABEL_NETWORK_NODE_PREFIX}{}", i + 1), n.clone()))
+            .collect();
+        assert_eq!(network_node_labels(&node, &nodes), want);
         // A lower layer someone set differently is overwritten, as upstream.
         node.metadata.labels = Some(BTreeMap::from([(
             format!("{LABEL_NETWORK_NODE_PREFIX}2"),
@@ -913,7 +903,8 @@ mod tests {
         )]));
         assert!(!wants_network_nodes(&node));
         assert!(network_node_labels(&node, &nodes).is_empty());
-        let plan = plan_initialization(&node, &rich_instance(), &cx).unwrap();
+        // The initializing write never waits for them: they come later.
+        let plan = plan_initialization(&tainted_node("n"), &rich_instance(), &cx).unwrap();
         assert!(
             !plan
                 .labels

@@ -1,67 +1,139 @@
-//! The `topology.k8s.aws/network-node-layer-N` labels.
+//! The `topology.k8s.aws/network-node-layer-N` labels, added after
+//! initialization and off the workers' path.
 //!
-//! At initialization the instance's network nodes are asked for right
-//! after the instance is found, in the lookup prefetch (so the questions of
-//! nodes that join together are batched; which instances are asked, and
-//! what is remembered, is the cloud's business: see
-//! `aws::instances::topology`) and the labels go into the same write as the
-//! zone and instance-type labels. A node that already has layer 1 keeps its
-//! labels and costs no call, as upstream.
+//! Upstream asks for an instance's network nodes while it initializes the
+//! node, and keeps a node of a type expected to have a topology tainted
+//! until AWS answers. Here the question never holds a taint: a node is
+//! initialized as soon as `DescribeInstances` has answered, and then put in
+//! this [`Queue`]. One task ([`run`]) asks the questions of every due node
+//! together (so the cloud batches them, at most 100 instance IDs per call)
+//! and writes the labels that come back. A failed question (AWS down,
+//! throttled past its deadline, an API that hangs) is asked again with
+//! backoff ([`RETRY_BASE`] doubling to [`RETRY_MAX`]) from the same task: a
+//! retry never occupies a worker of the cloud-node controller, so nodes
+//! that join meanwhile are initialized at full speed. (It once did: with
+//! the API failing, 100 joining nodes waited minutes behind the retries of
+//! nodes already initialized.)
 //!
-//! Unlike upstream, a failed question (throttled, AWS down) does not hold
-//! the node's initialization back: the node is initialized without the
-//! labels, and asked again with backoff until an answer comes. An
-//! initialized node without layer 1 whose `node.kubernetes.io/instance-type`
-//! is expected to have a topology (cloud.conf
-//! `SupportedTopologyInstanceTypePattern`) is asked too, so the labels also
-//! come after a restart; the cloud remembers empty answers for a day, so
-//! this costs at most one question per node per day.
+//! A node that already has layer 1 keeps its labels and costs no call, as
+//! upstream. Which instances are asked, and what is remembered, is the
+//! cloud's business (see `aws::instances::topology`). An initialized node
+//! without layer 1 whose `node.kubernetes.io/instance-type` is expected to
+//! have a topology (cloud.conf `SupportedTopologyInstanceTypePattern`) is
+//! queued too, so the labels also come after a restart; the cloud
+//! remembers empty answers for a day, so this costs at most one question
+//! per node per day.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
 use parking_lot::Mutex;
 use serde_json::json;
+use tokio::sync::Notify;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use super::{NodeError, Shared, plan};
+use super::{Shared, plan};
 use crate::controllers::cached_node::Node;
 use crate::ids::{is_instance_id, node_instance_id};
-use crate::provider::instances::{Instance, Instances};
+use crate::provider::instances::Instances;
 
 /// First wait after a failed question; doubled per failure.
 const RETRY_BASE: Duration = Duration::from_secs(5);
 /// Longest wait between questions for one node.
 const RETRY_MAX: Duration = Duration::from_secs(300);
+/// Questions in flight at once: enough for the cloud to fill its batches
+/// (100 IDs per call) without holding every node of a large join at once.
+const IN_FLIGHT: usize = 500;
+/// How long the task lets questions gather after a wake-up: nodes are
+/// initialized one by one (one worker by default), and asked one by one
+/// they would cost a call each. A second gathers a join's questions into
+/// a few calls, and the labels follow the taint's removal by about that.
+const GATHER: Duration = Duration::from_secs(1);
 
-/// Nodes whose question failed: attempts so far and when to ask again.
-#[derive(Default)]
-pub(super) struct Retries {
-    nodes: Mutex<HashMap<String, (u32, Instant)>>,
+/// One queued node: which instance to ask about, failures so far, and
+/// when it is due (`None` while its question is in flight).
+struct Entry {
+    instance_id: String,
+    instance_type: Option<String>,
+    attempts: u32,
+    due: Option<Instant>,
 }
 
-impl Retries {
-    /// Records a failure; the wait before the next question.
-    fn failed(&self, name: &str) -> Duration {
+/// A due question: node name, instance ID, instance type.
+type Question = (String, String, Option<String>);
+
+/// Nodes waiting for their network-node labels.
+#[derive(Default)]
+pub(super) struct Queue {
+    nodes: Mutex<HashMap<String, Entry>>,
+    wake: Notify,
+}
+
+impl Queue {
+    /// Queues `node` (due now) unless it is queued already, which keeps
+    /// its backoff.
+    pub(super) fn ask(&self, node: &str, instance_id: &str, instance_type: Option<&str>) {
         let mut nodes = self.nodes.lock();
-        let attempts = nodes.get(name).map_or(0, |(n, _)| *n);
+        if nodes.contains_key(node) {
+            return;
+        }
+        nodes.insert(
+            node.to_string(),
+            Entry {
+                instance_id: instance_id.to_string(),
+                instance_type: instance_type.map(str::to_string),
+                attempts: 0,
+                due: Some(Instant::now()),
+            },
+        );
+        drop(nodes);
+        self.wake.notify_one();
+    }
+
+    pub(super) fn forget(&self, node: &str) {
+        self.nodes.lock().remove(node);
+    }
+
+    fn contains(&self, node: &str) -> bool {
+        self.nodes.lock().contains_key(node)
+    }
+
+    /// Records a failure; the wait before the next question.
+    fn failed(&self, node: &str) -> Duration {
+        let mut nodes = self.nodes.lock();
+        let Some(entry) = nodes.get_mut(node) else {
+            return Duration::ZERO;
+        };
         let delay = RETRY_BASE
-            .saturating_mul(1 << attempts.min(16))
+            .saturating_mul(1 << entry.attempts.min(16))
             .min(RETRY_MAX);
-        nodes.insert(name.to_string(), (attempts + 1, Instant::now() + delay));
+        entry.attempts += 1;
+        entry.due = Some(Instant::now() + delay);
         delay
     }
 
-    pub(super) fn forget(&self, name: &str) {
-        self.nodes.lock().remove(name);
-    }
-
-    /// `None` when the node has no failed question; else how long until the
-    /// next one is due (zero: due now).
-    fn wait_left(&self, name: &str) -> Option<Duration> {
-        (self.nodes.lock().get(name)).map(|(_, at)| at.saturating_duration_since(Instant::now()))
+    /// The questions due at `now` (marked in flight), and when the next
+    /// one not yet due is.
+    fn take_due(&self, now: Instant) -> (Vec<Question>, Option<Instant>) {
+        let mut due = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (name, entry) in self.nodes.lock().iter_mut() {
+            match entry.due {
+                Some(at) if at <= now => {
+                    entry.due = None;
+                    let (id, ty) = (entry.instance_id.clone(), entry.instance_type.clone());
+                    due.push((name.clone(), id, ty));
+                }
+                Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
+                None => {}
+            }
+        }
+        (due, next)
     }
 }
 
@@ -73,107 +145,111 @@ fn instance_type_label(node: &Node) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// At initialization: the instance's network nodes (empty when it has
-/// none or the node keeps its own labels), and the wait before asking
-/// again when the question failed.
-pub(super) async fn at_init<I: Instances>(
-    node: &Node,
-    shared: &Shared<I>,
-    instance: &Instance,
-) -> (Vec<String>, Option<Duration>) {
-    if !plan::wants_network_nodes(node) {
-        return (Vec::new(), None);
-    }
-    let name = node.name_any();
-    let answer = match shared.prefetch.take_network_nodes(&name, &instance.id) {
-        Some(answer) => answer,
-        None => {
-            (shared.cloud)
-                .network_nodes(&instance.id, instance.instance_type.as_deref())
-                .await
-        }
-    };
-    match answer {
-        Ok(nodes) => {
-            shared.topology.forget(&name);
-            (nodes.unwrap_or_default(), None)
-        }
-        Err(err) => {
-            let delay = shared.topology.failed(&name);
-            tracing::warn!(instance = %instance.id, error = %err, retry_in = ?delay, "reading the instance's network topology failed; the node is initialized without the topology.k8s.aws/network-node-layer-N labels, which are added once AWS answers");
-            (Vec::new(), Some(delay))
-        }
-    }
-}
-
-/// Whether an initialized node has a question due: no layer-1 label, and
-/// a failed question whose wait is over, or (none failed) an instance type
-/// expected to have a topology.
-pub(super) fn worth_asking<I: Instances>(node: &Node, shared: &Shared<I>) -> bool {
+/// For an initialized node the controller sees (start-up, a change):
+/// queues it when it lacks layer 1, is not queued, and its instance type
+/// is expected to have a topology.
+pub(super) fn queue_initialized<I: Instances>(node: &Node, shared: &Shared<I>) {
     if plan::is_uninitialized(node) || !plan::wants_network_nodes(node) {
-        return false;
+        return;
     }
-    match shared.topology.wait_left(&node.name_any()) {
-        Some(wait) => wait.is_zero(),
-        None => instance_type_label(node).is_some_and(|t| shared.cloud.expects_topology(t)),
+    let name = node.name_any();
+    let instance_type = instance_type_label(node);
+    if shared.topology.contains(&name)
+        || !instance_type.is_some_and(|t| shared.cloud.expects_topology(t))
+    {
+        return;
+    }
+    let id = node_instance_id(node).ok().flatten();
+    if let Some(id) = id.filter(|id| is_instance_id(id)) {
+        shared.topology.ask(&name, &id, instance_type);
     }
 }
 
-/// For an initialized node: asks when [`worth_asking`] and writes the
-/// labels; `Some(wait)` to come back after a failure.
-pub(super) async fn label_initialized<I: Instances>(
-    node: &Node,
-    shared: &Shared<I>,
-) -> Result<Option<Duration>, NodeError> {
-    let name = node.name_any();
-    if !plan::wants_network_nodes(node) {
-        shared.topology.forget(&name);
-        return Ok(None);
+/// Asks the due questions, round after round (each gathered for
+/// [`GATHER`]), until `stop`.
+pub(super) async fn run<I: Instances>(shared: Arc<Shared<I>>, stop: CancellationToken) {
+    loop {
+        let (due, next) = shared.topology.take_due(Instant::now());
+        if !due.is_empty() {
+            let round =
+                futures::stream::iter(due).for_each_concurrent(IN_FLIGHT, |q| label(&shared, q));
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = round => continue,
+            }
+        }
+        let wait = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = shared.topology.wake.notified() => {}
+            _ = wait => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(GATHER) => {}
+        }
     }
-    if let Some(wait) = shared.topology.wait_left(&name).filter(|w| !w.is_zero()) {
-        return Ok(Some(wait));
-    }
-    if !worth_asking(node, shared) {
-        return Ok(None);
-    }
-    let Some(id) = node_instance_id(node)
-        .ok()
-        .flatten()
-        .filter(|id| is_instance_id(id))
-    else {
-        return Ok(None);
-    };
-    let nodes = match shared
-        .cloud
-        .network_nodes(&id, instance_type_label(node))
+}
+
+/// One node: the question, then the labels; on failure, again later.
+async fn label<I: Instances>(shared: &Shared<I>, (name, id, instance_type): Question) {
+    let nodes = match (shared.cloud)
+        .network_nodes(&id, instance_type.as_deref())
         .await
     {
         Ok(nodes) => nodes.unwrap_or_default(),
         Err(err) => {
             let delay = shared.topology.failed(&name);
-            tracing::warn!(node = %name, instance = %id, error = %err, retry_in = ?delay, "reading the instance's network topology failed; retrying");
-            return Ok(Some(delay));
+            tracing::warn!(node = %name, instance = %id, error = %err, retry_in = ?delay, "reading the instance's network topology failed; the topology.k8s.aws/network-node-layer-N labels are added once AWS answers");
+            return;
         }
     };
-    shared.topology.forget(&name);
-    let labels = plan::network_node_labels(node, &nodes);
+    match write_labels(shared, &name, &id, &nodes).await {
+        Ok(()) => shared.topology.forget(&name),
+        Err(err) => {
+            let delay = shared.topology.failed(&name);
+            tracing::warn!(node = %name, error = %err, retry_in = ?delay, "writing the network-node labels failed; retrying");
+        }
+    }
+}
+
+/// Writes the labels `nodes` give, on the node as the API server has it
+/// now (the shared cache may not show our initializing write yet), guarded
+/// by its resourceVersion.
+async fn write_labels<I: Instances>(
+    shared: &Shared<I>,
+    name: &str,
+    id: &str,
+    nodes: &[String],
+) -> Result<(), kube::Error> {
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let api = shared.api();
+    let Some(node) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    let labels = plan::network_node_labels(&node, nodes);
     if labels.is_empty() {
-        return Ok(None);
+        return Ok(());
     }
     tracing::info!(node = %name, instance = %id, ?labels, "adding network-node labels");
     let patch = json!({"metadata": {
         "resourceVersion": node.resource_version(),
         "labels": labels,
     }});
-    match (shared.api())
-        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
     {
-        Ok(_) => Ok(None),
-        // Someone wrote meanwhile: look again at the new version soon.
-        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(shared.topology.failed(&name))),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
-        Err(source) => Err(NodeError::Kube { node: name, source }),
+        // Gone meanwhile: nothing to label.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        other => other.map(|_| ()),
     }
 }
 
@@ -181,19 +257,40 @@ pub(super) async fn label_initialized<I: Instances>(
 mod tests {
     use super::*;
 
-    #[test]
-    fn retries_back_off_doubling_up_to_the_cap_and_are_forgotten() {
-        let r = Retries::default();
-        assert_eq!(r.wait_left("n"), None);
-        assert_eq!(r.failed("n"), RETRY_BASE);
-        assert_eq!(r.failed("n"), RETRY_BASE * 2);
-        assert_eq!(r.failed("n"), RETRY_BASE * 4);
+    #[tokio::test(start_paused = true)]
+    async fn failures_back_off_doubling_up_to_the_cap_and_are_forgotten() {
+        let q = Queue::default();
+        q.ask("n", "i-1", Some("p4d.24xlarge"));
+        let (due, next) = q.take_due(Instant::now());
+        assert_eq!(due.len(), 1);
+        assert_eq!(next, None, "in flight: not due again");
+        assert!(q.take_due(Instant::now()).0.is_empty());
+        assert_eq!(q.failed("n"), RETRY_BASE);
+        assert_eq!(q.failed("n"), RETRY_BASE * 2);
+        assert_eq!(q.failed("n"), RETRY_BASE * 4);
         for _ in 0..40 {
-            r.failed("n");
+            q.failed("n");
         }
-        assert_eq!(r.failed("n"), RETRY_MAX);
-        assert!(r.wait_left("n").is_some_and(|w| w <= RETRY_MAX));
-        r.forget("n");
-        assert_eq!(r.wait_left("n"), None);
+        assert_eq!(q.failed("n"), RETRY_MAX);
+        let (due, next) = q.take_due(Instant::now());
+        assert!(due.is_empty(), "waiting out its backoff");
+        assert_eq!(next, Some(Instant::now() + RETRY_MAX));
+        // Asking again keeps the backoff.
+        q.ask("n", "i-1", Some("p4d.24xlarge"));
+        assert!(q.take_due(Instant::now()).0.is_empty());
+        tokio::time::advance(RETRY_MAX).await;
+        let (due, _) = q.take_due(Instant::now());
+        assert_eq!(
+            due,
+            vec![("n".into(), "i-1".into(), Some("p4d.24xlarge".into()))]
+        );
+        q.forget("n");
+        assert!(!q.contains("n"));
+        assert_eq!(
+            q.failed("n"),
+            Duration::ZERO,
+            "a forgotten node is not requeued"
+        );
+        assert!(!q.contains("n"));
     }
 }

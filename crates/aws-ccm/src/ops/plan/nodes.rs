@@ -1,0 +1,192 @@
+//! `aws-ccm plan`'s nodes: what the cloud-node controller's initialization
+//! and address refresh, and the lifecycle controller, would change now, by
+//! their own plan functions ([`plan_initialization`], [`plan_label_twins`],
+//! [`address_change`], the lifecycle's [`decisions`]), stopping before the
+//! writes. These are Kubernetes writes: the steps carry no AWS action. The
+//! network-node labels are left out (a question to AWS the controller asks
+//! after initialization, not a plan).
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+
+use super::{Section, step};
+use crate::controllers::cached_node::Node;
+use crate::controllers::node::identity::{Lookup, lookup_for_node};
+use crate::controllers::node::lookups::{SweepIndex, resolve_all};
+use crate::controllers::node::plan::{
+    InitPlan, PlanContext, address_change, format_addresses, is_uninitialized, plan_initialization,
+    plan_label_twins,
+};
+use crate::controllers::node_lifecycle::{Decision, SHUTDOWN_TAINT, decisions};
+use crate::ops::Context;
+use crate::provider::instances::{Instance, InstanceState};
+
+/// Which node controllers the CCM would run.
+pub(in crate::ops) struct Run {
+    pub cloud_node: bool,
+    pub lifecycle: bool,
+}
+
+/// The `nodes` section.
+pub(in crate::ops) async fn section(ctx: &Context, nodes: &[Arc<Node>], run: Run) -> Section {
+    let mut section = Section::new("nodes".into());
+    if run.cloud_node
+        && let Err(note) = cloud_node_steps(ctx, nodes, &mut section).await
+    {
+        section.fails(note);
+    }
+    if run.lifecycle {
+        let (decided, answered) = decisions(&ctx.aws, &ctx.cluster_id, nodes.to_vec()).await;
+        if !answered {
+            section
+                .fails("the cluster sweep failed: the lifecycle controller decides nothing".into());
+        }
+        for (node, decision) in decided {
+            lifecycle_step(&node, decision, &mut section);
+        }
+    }
+    section
+}
+
+/// Initialization of tainted nodes, label twins and addresses of the others.
+async fn cloud_node_steps(
+    ctx: &Context,
+    nodes: &[Arc<Node>],
+    section: &mut Section,
+) -> Result<(), String> {
+    let sweep = (ctx.aws.cluster_instances().await)
+        .map_err(|e| format!("reading the cluster's instances failed: {e}"))?;
+    let zone_ids = (ctx.aws.zone_ids().await)
+        .map_err(|e| format!("reading the availability zone IDs failed: {e}"))?;
+    let index = SweepIndex::new(&sweep);
+    let keyed: Vec<(&Arc<Node>, Lookup)> = (nodes.iter())
+        .filter_map(|n| Some((n, lookup_for_node(n).ok()?)))
+        .collect();
+    let keys = keyed.iter().map(|(_, k)| k.clone()).collect();
+    let found = resolve_all(&ctx.aws, &index, keys).await;
+    let cx = PlanContext {
+        region: &ctx.region,
+        families: &ctx.cloud.node_ip_families,
+        zone_ids: &zone_ids,
+    };
+    for (node, key) in keyed {
+        let name = node.name_any();
+        // As the controller: by name, only an instance of this cluster.
+        let instance = match found.get(&key) {
+            Some(Ok(Some(i)))
+                if matches!(key, Lookup::ById(_)) || i.is_in_cluster(&ctx.cluster_id) =>
+            {
+                i
+            }
+            Some(Err(e)) => {
+                section
+                    .notes
+                    .push(format!("node {name}: looking up {key} failed: {e}"));
+                continue;
+            }
+            _ if is_uninitialized(node) => {
+                let note = format!("node {name}: no instance found by {key}; it stays tainted");
+                section.notes.push(note);
+                continue;
+            }
+            _ => continue,
+        };
+        if is_uninitialized(node) {
+            match plan_initialization(node, instance, &cx) {
+                Ok(plan) => section.steps.push(step("~", init_text(&name, &plan), &[])),
+                Err(e) => section
+                    .notes
+                    .push(format!("node {name}: stays tainted: {e}")),
+            }
+        } else {
+            refresh_steps(&name, node, instance, &cx, section);
+        }
+    }
+    Ok(())
+}
+
+/// An initialized node: GA labels following their beta twins, and the
+/// address refresh.
+fn refresh_steps(
+    name: &str,
+    node: &Node,
+    instance: &Instance,
+    cx: &PlanContext<'_>,
+    section: &mut Section,
+) {
+    let twins = plan_label_twins(node);
+    if !twins.is_empty() {
+        let what = format!("node {name}: labels {}", pairs(&twins));
+        section.steps.push(step("~", what, &[]));
+    }
+    // As the refresh: a terminated instance has no addresses to report.
+    if matches!(
+        instance.state,
+        InstanceState::Terminated | InstanceState::ShuttingDown
+    ) {
+        return;
+    }
+    match address_change(node, instance, cx.families) {
+        Ok(Some(addresses)) => {
+            let was = node.status.as_ref().and_then(|s| s.addresses.clone());
+            let what = format!(
+                "node {name}: addresses [{}] -> [{}]",
+                format_addresses(&was.unwrap_or_default()),
+                format_addresses(&addresses)
+            );
+            section.steps.push(step("~", what, &[]));
+        }
+        Ok(None) => {}
+        Err(e) => section.notes.push(format!("node {name}: addresses: {e}")),
+    }
+}
+
+fn pairs(labels: &std::collections::BTreeMap<String, String>) -> String {
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    pairs.join(", ")
+}
+
+fn init_text(name: &str, plan: &InitPlan) -> String {
+    let mut parts = Vec::new();
+    if let Some(id) = &plan.provider_id {
+        parts.push(format!("providerID {id}"));
+    }
+    if !plan.labels.is_empty() {
+        parts.push(format!("labels {}", pairs(&plan.labels)));
+    }
+    if let Some(addresses) = &plan.addresses {
+        parts.push(format!("addresses [{}]", format_addresses(addresses)));
+    }
+    if plan.taints.is_some() {
+        parts.push("uninitialized taint removed".into());
+    }
+    format!("node {name}: initialize ({})", parts.join("; "))
+}
+
+fn lifecycle_step(node: &Node, decision: Decision, section: &mut Section) {
+    let name = node.name_any();
+    let (symbol, what) = match decision {
+        Decision::Nothing => return,
+        Decision::Delete => (
+            "-",
+            format!("node {name} (NotReady; its instance is terminated or gone)"),
+        ),
+        Decision::AddShutdownTaint => (
+            "~",
+            format!("node {name}: + taint {SHUTDOWN_TAINT} (NotReady; its instance is stopped)"),
+        ),
+        Decision::RemoveShutdownTaint => (
+            "~",
+            format!("node {name}: - taint {SHUTDOWN_TAINT} (Ready)"),
+        ),
+        Decision::KeepUnverified => {
+            let note = format!(
+                "node {name}: NotReady and no instance found by its name (no providerID); kept, as the Go CCM keeps it"
+            );
+            section.notes.push(note);
+            return;
+        }
+    };
+    section.steps.push(step(symbol, what, &[]));
+}
