@@ -171,6 +171,9 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         stop.clone(),
     ));
 
+    // client-go's workqueue metrics under the Go controller's queue name.
+    let queue = super::workqueue::Queue::new("Nodes");
+    let trigger_queue = queue.clone();
     let trigger_shared = shared.clone();
     let triggers = changes::node_changes(ctx.nodes.clone(), ctx.node_changes.clone()).flat_map(
         move |changes| {
@@ -205,6 +208,9 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             let due: Vec<_> = (changes.applied.into_iter())
                 .filter(|n| needs_reconcile(n))
                 .collect();
+            for n in &due {
+                trigger_queue.due(&n.name_any());
+            }
             futures::stream::iter(
                 due.into_iter()
                     .map(|n| Ok::<Node, kube::runtime::watcher::Error>(Node::clone(&n))),
@@ -213,6 +219,20 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     );
 
     tracing::info!(workers, "cloud-node controller started");
+    let (taken, retried) = (queue.clone(), queue);
+    let reconcile = move |node: Arc<Node>, shared: Arc<Shared<crate::aws::AwsClient>>| {
+        let work = taken.take(&node.name_any());
+        async move {
+            let done = reconcile(node, shared).await;
+            drop(work);
+            done
+        }
+    };
+    let error_policy =
+        move |node: Arc<Node>, err: &NodeError, shared: Arc<Shared<crate::aws::AwsClient>>| {
+            retried.retry();
+            error_policy(node, err, shared)
+        };
     Controller::for_stream(triggers, ctx.nodes.clone())
         .with_config(Config::default().concurrency(workers.min(u16::MAX as usize) as u16))
         .graceful_shutdown_on(stop.clone().cancelled_owned())

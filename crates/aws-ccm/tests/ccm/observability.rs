@@ -265,6 +265,8 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() -> anyhow::Re
         "workqueue_depth{name=\"service\"} ",
         "workqueue_work_duration_seconds_count{name=\"service\"} ",
         "workqueue_longest_running_processor_seconds{name=\"service\"} ",
+        "workqueue_adds_total{name=\"Nodes\"} ",
+        "workqueue_work_duration_seconds_count{name=\"Nodes\"} ",
     ] {
         assert!(body.contains(family), "no {family:?} on /metrics:\n{body}");
     }
