@@ -173,50 +173,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 
     // client-go's workqueue metrics under the Go controller's queue name.
     let queue = super::workqueue::Queue::new("Nodes");
-    let trigger_queue = queue.clone();
-    let trigger_shared = shared.clone();
-    let triggers = changes::node_changes(ctx.nodes.clone(), ctx.node_changes.clone()).flat_map(
-        move |changes| {
-            let shared = &trigger_shared;
-            for node in &changes.applied {
-                if !plan::is_uninitialized(node) {
-                    shared.prefetch.cancel(&node.name_any());
-                    shared.progress.forget(&node.name_any());
-                    topology::queue_initialized(node, shared);
-                } else if let Ok(lookup) = identity::lookup_for_node(node)
-                    && shared.progress.wants_lookup(node, &lookup)
-                {
-                    shared.prefetch.prefetch(&node.name_any(), lookup);
-                }
-            }
-            if !changes.deleted.is_empty() {
-                let store = shared.nodes.clone();
-                shared.prefetch.retain(|name| {
-                    store
-                        .find(|n| n.metadata.name.as_deref() == Some(name))
-                        .is_some()
-                });
-                for node in &changes.deleted {
-                    shared.progress.forget(&node.name_any());
-                    shared.topology.forget(&node.name_any());
-                }
-            }
-            // Only nodes with work reach the controller: at start-up every
-            // node of the cluster is "applied", and queueing thousands of
-            // initialized ones would cost a no-op reconcile each and leave
-            // the scheduler's queue sized for all of them.
-            let due: Vec<_> = (changes.applied.into_iter())
-                .filter(|n| needs_reconcile(n))
-                .collect();
-            for n in &due {
-                trigger_queue.due(&n.name_any());
-            }
-            futures::stream::iter(
-                due.into_iter()
-                    .map(|n| Ok::<Node, kube::runtime::watcher::Error>(Node::clone(&n))),
-            )
-        },
-    );
+    let triggers = triggers(&ctx, shared.clone(), queue.clone());
 
     tracing::info!(workers, "cloud-node controller started");
     let (taken, retried) = (queue.clone(), queue);
@@ -241,6 +198,55 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         .await;
     let _ = refresher.await;
     let _ = labeller.await;
+}
+
+/// The Nodes with work for [`reconcile`], from the informer's changes; the
+/// prefetch, progress and topology books follow every change on the way.
+fn triggers(
+    ctx: &ControllerContext,
+    shared: Arc<Shared<crate::aws::AwsClient>>,
+    queue: super::workqueue::Queue,
+) -> impl futures::Stream<Item = Result<Node, kube::runtime::watcher::Error>> + Send + 'static {
+    changes::node_changes(ctx.nodes.clone(), ctx.node_changes.clone()).flat_map(move |changes| {
+        let shared = &shared;
+        for node in &changes.applied {
+            if !plan::is_uninitialized(node) {
+                shared.prefetch.cancel(&node.name_any());
+                shared.progress.forget(&node.name_any());
+                topology::queue_initialized(node, shared);
+            } else if let Ok(lookup) = identity::lookup_for_node(node)
+                && shared.progress.wants_lookup(node, &lookup)
+            {
+                shared.prefetch.prefetch(&node.name_any(), lookup);
+            }
+        }
+        if !changes.deleted.is_empty() {
+            let store = shared.nodes.clone();
+            shared.prefetch.retain(|name| {
+                store
+                    .find(|n| n.metadata.name.as_deref() == Some(name))
+                    .is_some()
+            });
+            for node in &changes.deleted {
+                shared.progress.forget(&node.name_any());
+                shared.topology.forget(&node.name_any());
+            }
+        }
+        // Only nodes with work reach the controller: at start-up every
+        // node of the cluster is "applied", and queueing thousands of
+        // initialized ones would cost a no-op reconcile each and leave
+        // the scheduler's queue sized for all of them.
+        let due: Vec<_> = (changes.applied.into_iter())
+            .filter(|n| needs_reconcile(n))
+            .collect();
+        for n in &due {
+            queue.due(&n.name_any());
+        }
+        futures::stream::iter(
+            due.into_iter()
+                .map(|n| Ok::<Node, kube::runtime::watcher::Error>(Node::clone(&n))),
+        )
+    })
 }
 
 /// Whether a changed node has work for [`reconcile`]: initializing, or a

@@ -47,15 +47,10 @@ fn written_actions(proxy: &FaultProxy) -> Vec<String> {
     out
 }
 
-async fn plan_text(env: &Env) -> Option<String> {
-    let (ok, out, _) = run_tool(env, "plan", &[SERVICE_ONLY], "").await.ok()?;
-    ok.then_some(out)
-}
-
-#[tokio::test]
-async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> anyhow::Result<()> {
-    let env = Env::start().await?;
-    let seeded = seed_cluster(&env, 2).await?;
+/// Two Nodes and Service `web`, whose classic ELB a CCM running the service
+/// controller made before it stopped.
+async fn web_made_by_a_stopped_ccm(env: &Env) -> anyhow::Result<(Api<Node>, Api<Service>)> {
+    let seeded = seed_cluster(env, 2).await?;
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
     for (i, id) in seeded.instances.iter().enumerate() {
@@ -67,7 +62,7 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
     services
         .create(&PostParams::default(), &lb_service("web", json!({})))
         .await?;
-    let mut ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let mut ccm = env.start_ccm(&[SERVICE_ONLY]).await?;
     eventually("the load balancer hostname", WAIT, || async {
         services.get("web").await.ok().as_ref().and_then(hostname)
     })
@@ -75,6 +70,33 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     ccm.signal(libc::SIGTERM);
     ccm.wait_exit(WAIT).await?;
+    Ok((nodes, services))
+}
+
+/// Runs a CCM with `flags`, counted at a proxy of its own, until the plan
+/// (`aws-ccm plan` with `flags`) ends in "no changes"; the writes it sent.
+async fn next_run_writes(env: &Env, flags: &[&str]) -> anyhow::Result<Vec<String>> {
+    let (counted, mut ccm) = env.start_counted_ccm(flags).await?;
+    eventually("the run to leave nothing to plan", WAIT, || async {
+        let (_, text, _) = run_tool(env, "plan", flags, "").await.ok()?;
+        text.ends_with("no changes\n").then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+    Ok(written_actions(&counted))
+}
+
+async fn plan_text(env: &Env) -> Option<String> {
+    let (ok, out, _) = run_tool(env, "plan", &[SERVICE_ONLY], "").await.ok()?;
+    ok.then_some(out)
+}
+
+#[tokio::test]
+async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let (nodes, services) = web_made_by_a_stopped_ccm(&env).await?;
 
     // At rest: nothing to change.
     let (ok, out, err) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
@@ -266,26 +288,7 @@ async fn plan_shows_a_deletion_and_fails_on_a_sync_that_would_fail() -> anyhow::
 #[tokio::test]
 async fn plan_shows_the_upkeep_of_a_service_with_a_refused_value() -> anyhow::Result<()> {
     let env = Env::start().await?;
-    let seeded = seed_cluster(&env, 2).await?;
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    for (i, id) in seeded.instances.iter().enumerate() {
-        nodes
-            .create(&PostParams::default(), &node(&format!("n{i}"), id))
-            .await?;
-    }
-    let services: Api<Service> = Api::namespaced(client, "default");
-    services
-        .create(&PostParams::default(), &lb_service("web", json!({})))
-        .await?;
-    let mut ccm = env.start_ccm(&[SERVICE_ONLY]).await?;
-    eventually("the load balancer hostname", WAIT, || async {
-        services.get("web").await.ok().as_ref().and_then(hostname)
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    ccm.signal(libc::SIGTERM);
-    ccm.wait_exit(WAIT).await?;
+    let (nodes, services) = web_made_by_a_stopped_ccm(&env).await?;
 
     let annotations = json!({"metadata": {"annotations": {
         "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "abc",
@@ -313,16 +316,7 @@ async fn plan_shows_the_upkeep_of_a_service_with_a_refused_value() -> anyhow::Re
     let planned = planned_actions(&json_out)?;
     assert_eq!(planned, ["DeregisterInstancesFromLoadBalancer"]);
 
-    let (counted, mut ccm) = env.start_counted_ccm(&[SERVICE_ONLY]).await?;
-    eventually("the upkeep to leave nothing to plan", WAIT, || async {
-        let (_, text, _) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await.ok()?;
-        text.ends_with("no changes\n").then_some(())
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    ccm.signal(libc::SIGTERM);
-    ccm.wait_exit(WAIT).await?;
-    assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
+    assert_eq!(next_run_writes(&env, &[SERVICE_ONLY]).await?, planned);
     env.finish().await
 }
 
@@ -358,15 +352,6 @@ async fn plan_shows_the_tags_the_tagging_controller_would_write() -> anyhow::Res
     let planned = planned_actions(&json_out)?;
     assert_eq!(planned, ["CreateTags"]);
 
-    let (counted, mut ccm) = env.start_counted_ccm(&flags).await?;
-    eventually("the tagging to leave nothing to plan", WAIT, || async {
-        let (ok, text, _) = run_tool(&env, "plan", &flags, "").await.ok()?;
-        (ok && text == "no changes\n").then_some(())
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    ccm.signal(libc::SIGTERM);
-    ccm.wait_exit(WAIT).await?;
-    assert_eq!(written_actions(&counted), planned, "logs:\n{}", ccm.logs());
+    assert_eq!(next_run_writes(&env, &flags).await?, planned);
     env.finish().await
 }
