@@ -256,6 +256,18 @@ impl Pending {
     }
 
     /// When the next retry is due.
+    /// Every node waiting to be tagged and every instance waiting to be
+    /// untagged, and those of them due at `now`.
+    fn keys(&self, now: Instant) -> (HashSet<&str>, Vec<String>) {
+        let all = self.tag.keys().chain(self.untag.keys());
+        let due = (self.tag.iter().map(|(k, (_, r))| (k, r)))
+            .chain(self.untag.iter())
+            .filter(|(_, r)| r.due <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        (all.map(String::as_str).collect(), due)
+    }
+
     pub fn next_due(&self) -> Option<Instant> {
         self.tag
             .values()
@@ -514,6 +526,8 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         cluster_id: ctx.aws.cluster_id().to_string(),
     };
     let mut pending = Pending::default();
+    // client-go's workqueue metrics under the Go controller's queue name.
+    let queue = super::workqueue::Queue::new("tagging-controller");
     let mut changes = Box::pin(node_changes(ctx.nodes.clone(), ctx.node_changes.clone()));
     let mut first = true;
     tracing::info!(tags = ?tagger.tags, checksum = %tagger.checksum, "tagging controller started");
@@ -538,7 +552,16 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             }
         }
         let (to_tag, to_untag) = pending.due(Instant::now());
+        let (waiting, due) = pending.keys(Instant::now());
+        waiting.iter().for_each(|k| queue.due(k));
+        queue.keep_only(&waiting);
+        let work: Vec<_> = due.iter().map(|k| queue.take(k)).collect();
         tagger.pass(&mut pending).await;
+        drop(work);
+        let (still, _) = pending.keys(Instant::now());
+        due.iter()
+            .filter(|k| still.contains(k.as_str()))
+            .for_each(|_| queue.retry());
         if first || !to_tag.is_empty() || !to_untag.is_empty() {
             tracing::info!(
                 nodes = ctx.nodes.len(),

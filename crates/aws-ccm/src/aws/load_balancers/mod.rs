@@ -646,8 +646,9 @@ impl AwsLoadBalancers {
     }
 
     async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        let p = self.plan_nlb(req, true).await?;
-        let mut warnings = p.warnings;
+        let mut p = self.plan_nlb(req, true).await?;
+        let mut warnings = std::mem::take(&mut p.warnings);
+        let groups = std::mem::take(&mut p.groups);
         let applied = self
             .apply_nlb(&p.name, &p.vpc_id, &p.actual, &p.changes)
             .await?;
@@ -667,15 +668,8 @@ impl AwsLoadBalancers {
         }
 
         if !self.cloud.disable_security_group_ingress {
-            let node_rules = NlbNodeRules {
-                name: &p.name,
-                vpc_id: &p.vpc_id,
-                subnet_ids: &p.subnet_ids,
-                desired: &p.desired,
-                node_groups: &p.node_groups,
-            };
             let done = self
-                .sync_nlb_node_rules(req, &node_rules, p.groups, &mut warnings)
+                .sync_nlb_node_rules(req, &NlbNodeRules::of(&p), groups, &mut warnings)
                 .await?;
             described.extend(done);
         }

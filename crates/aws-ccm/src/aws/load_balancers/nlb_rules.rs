@@ -20,6 +20,19 @@ pub(crate) struct NlbNodeRules<'a> {
     pub node_groups: &'a BTreeSet<String>,
 }
 
+impl<'a> NlbNodeRules<'a> {
+    /// Where a plan's node rules go.
+    pub(crate) fn of(p: &'a super::NlbPlan) -> NlbNodeRules<'a> {
+        NlbNodeRules {
+            name: &p.name,
+            vpc_id: &p.vpc_id,
+            subnet_ids: &p.subnet_ids,
+            desired: &p.desired,
+            node_groups: &p.node_groups,
+        }
+    }
+}
+
 impl AwsLoadBalancers {
     /// Brings the NLB's rules in the node groups to what `at` wants:
     /// `groups` holds the backends' groups; every group holding a rule of

@@ -96,16 +96,11 @@ impl AwsLoadBalancers {
         let mut node_rules = Vec::new();
         if rules && !self.cloud.disable_security_group_ingress {
             let groups = std::mem::take(&mut plan.groups);
-            let at = NlbNodeRules {
-                name: &plan.name,
-                vpc_id: &plan.vpc_id,
-                subnet_ids: &plan.subnet_ids,
-                desired: &plan.desired,
-                node_groups: &plan.node_groups,
-            };
+            let mut warnings = std::mem::take(&mut plan.warnings);
             node_rules = self
-                .plan_nlb_node_rules(req, &at, groups, &mut plan.warnings)
+                .plan_nlb_node_rules(req, &NlbNodeRules::of(&plan), groups, &mut warnings)
                 .await?;
+            plan.warnings = warnings;
         }
         Ok(Planned::Network {
             plan: Box::new(plan),

@@ -67,29 +67,26 @@ impl AwsLoadBalancers {
         req: &EnsureRequest,
         node_rules: bool,
     ) -> Result<Option<Ensured>, LbError> {
-        let p = self.plan_nlb(req, false).await?;
-        let Some(lb) = &p.actual.lb else {
+        let mut p = self.plan_nlb(req, false).await?;
+        let Some(hostname) = p.actual.lb.as_ref().map(|lb| lb.dns_name.clone()) else {
             return Ok(None);
         };
-        let mut warnings = p.warnings;
-        let kept: Vec<nlb::Change> = p.changes.into_iter().filter(is_nlb_upkeep).collect();
+        let mut warnings = std::mem::take(&mut p.warnings);
+        let groups = std::mem::take(&mut p.groups);
+        let kept: Vec<nlb::Change> = std::mem::take(&mut p.changes)
+            .into_iter()
+            .filter(is_nlb_upkeep)
+            .collect();
         self.apply_nlb(&p.name, &p.vpc_id, &p.actual, &kept).await?;
         let mut described: Vec<String> = kept.iter().map(nlb::plan::describe).collect();
         if node_rules && !self.cloud.disable_security_group_ingress {
-            let at = NlbNodeRules {
-                name: &p.name,
-                vpc_id: &p.vpc_id,
-                subnet_ids: &p.subnet_ids,
-                desired: &p.desired,
-                node_groups: &p.node_groups,
-            };
             let done = self
-                .sync_nlb_node_rules(req, &at, p.groups, &mut warnings)
+                .sync_nlb_node_rules(req, &NlbNodeRules::of(&p), groups, &mut warnings)
                 .await?;
             described.extend(done);
         }
         Ok(Some(Ensured {
-            hostname: lb.dns_name.clone(),
+            hostname,
             changes: described,
             warnings: merged(warnings),
         }))
