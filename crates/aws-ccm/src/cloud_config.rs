@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use ini::{Ini, ParseOption};
 
 mod parse;
+pub mod upstream;
 use parse::expand_bare_keys;
 
 /// IP families reported as node addresses, in order (`NodeIPFamilies`).

@@ -1,0 +1,166 @@
+//! What the Go CCM does with each `[Global]` cloud.conf key, value class by
+//! value class, beside what this CCM does: the `go` column was read from
+//! kubernetes/cloud-provider-aws (`config/config.go`, gcfg's types, and
+//! where `aws.go`, `topology.go` and `tags.go` use each key), not from
+//! memory. The tests hold [`CloudConfig::parse`] to the `here` column;
+//! docs/cloud-config.md's "Value classes" section is generated from the
+//! table ([`doc_section`]).
+//!
+//! The rule is the annotations' ([`crate::aws::annotations::upstream`]): a
+//! value the Go CCM starts with is taken the same way (with a warning where
+//! it is surely a mistake), and only a value it cannot start with stops
+//! start-up. Rows whose `why` says so are where this CCM deliberately
+//! differs.
+
+use super::GLOBAL_KEYS;
+
+/// What a CCM does with a cloud.conf value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Takes {
+    /// Starts and uses it.
+    Uses,
+    /// Starts as if it were not set.
+    Ignores,
+    /// Starts, with a warning, and leaves the value out (a list item).
+    Skips,
+    /// Starts; every NLB sync fails on it (here: every NLB kept in upkeep).
+    FailsNlbs,
+    /// Starts; the calls that use it fail later.
+    FailsLater,
+    /// Does not start.
+    FailsAtStart,
+}
+
+impl Takes {
+    fn text(self) -> &'static str {
+        match self {
+            Takes::Uses => "starts, uses it",
+            Takes::Ignores => "starts, as if unset",
+            Takes::Skips => "starts, skips it",
+            Takes::FailsNlbs => "starts, fails every NLB sync",
+            Takes::FailsLater => "starts, fails the calls that use it",
+            Takes::FailsAtStart => "does not start",
+        }
+    }
+}
+
+/// One value class of one `[Global]` key.
+#[derive(Clone, Copy, Debug)]
+pub struct Class {
+    pub key: &'static str,
+    pub class: &'static str,
+    pub value: &'static str,
+    pub go: Takes,
+    pub here: Takes,
+    /// Why `here` differs from `go` (empty when it does not).
+    pub why: &'static str,
+}
+
+const fn c(key: &'static str, class: &'static str, value: &'static str, go: Takes) -> Class {
+    Class {
+        key,
+        class,
+        value,
+        go,
+        here: go,
+        why: "",
+    }
+}
+
+impl Class {
+    const fn here(self, here: Takes, why: &'static str) -> Class {
+        Class { here, why, ..self }
+    }
+}
+
+use Takes::{FailsAtStart, FailsLater, FailsNlbs, Ignores, Skips, Uses};
+
+const STOPS: &str = "refused at start-up with the file, line and what is allowed: every call or sync using it would fail";
+
+/// Every value class compared, in the order of the keys.
+pub const CLASSES: &[Class] = &[
+    c("Zone", "documented", "us-east-1a", Uses),
+    c("Zone", "local zone", "us-west-2-lax-1a", Uses),
+    c("Zone", "no region in it", "useast1a", FailsAtStart),
+    c("Zone", "empty", "", Ignores),
+    c("Region", "documented", "eu-west-1", Uses),
+    c("Region", "empty", "", Ignores),
+    c("VPC", "documented", "vpc-0123", Uses),
+    c("SubnetID", "documented", "subnet-1", Uses),
+    c("RouteTableID", "documented", "rtb-1", Uses),
+    c("RoleARN", "documented", "arn:aws:iam::123456789012:role/ccm", Uses),
+    c("RoleARN", "not an ARN", "ccm-role", FailsLater).here(FailsAtStart, STOPS),
+    c("RoleARN", "empty", "", Ignores),
+    c("SourceARN", "documented", "arn:aws:eks:us-west-2:123456789012:cluster/x", Uses),
+    c("KubernetesClusterTag", "documented", "prod", Uses),
+    c("KubernetesClusterID", "documented", "prod", Uses),
+    c("DisableSecurityGroupIngress", "documented", "true", Uses),
+    c("DisableSecurityGroupIngress", "gcfg boolean", "yes", Uses),
+    c("DisableSecurityGroupIngress", "unknown word", "maybe", FailsAtStart),
+    c("DisableSecurityGroupIngress", "empty", "", Ignores),
+    c("ElbSecurityGroup", "documented", "sg-1", Uses),
+    c("NodeIPFamilies", "documented", "ipv6", Uses),
+    c("NodeIPFamilies", "unknown word", "ipv5", Skips).here(Skips, "with a warning at start-up"),
+    c("ClusterServiceLoadBalancerHealthProbeMode", "documented", "Shared", Uses),
+    c("ClusterServiceLoadBalancerHealthProbeMode", "empty", "", Ignores),
+    c("ClusterServiceLoadBalancerHealthProbeMode", "other case", "shared", FailsNlbs).here(FailsNlbs, "every NLB kept in upkeep (its targets and node rules follow the nodes), a warning at start-up; Classic ELBs use the node port, as the Go CCM's"),
+    c("ClusterServiceLoadBalancerHealthProbeMode", "unknown word", "Local", FailsNlbs).here(FailsNlbs, "every NLB kept in upkeep, a warning at start-up"),
+    c("ClusterServiceSharedLoadBalancerHealthProbePort", "documented", "10257", Uses),
+    c("ClusterServiceSharedLoadBalancerHealthProbePort", "zero: the default", "0", Ignores),
+    c("ClusterServiceSharedLoadBalancerHealthProbePort", "not a number", "port", FailsAtStart),
+    c("ClusterServiceSharedLoadBalancerHealthProbePort", "above 65535", "99999", FailsLater).here(FailsAtStart, STOPS),
+    c("ClusterServiceSharedLoadBalancerHealthProbePath", "documented", "/livez", Uses),
+    c("ClusterServiceSharedLoadBalancerHealthProbePath", "empty: the default", "", Ignores),
+    c("ClusterServiceSharedLoadBalancerHealthProbePath", "no leading /", "healthz", FailsLater).here(FailsAtStart, STOPS),
+    c("SupportedTopologyInstanceTypePattern", "documented", "^p5\\..*$", Uses),
+    c("SupportedTopologyInstanceTypePattern", "not an expression", "([", FailsAtStart),
+    c("NLBSecurityGroupMode", "documented", "Managed", Uses),
+    c("NLBSecurityGroupMode", "empty", "", Ignores),
+    c("NLBSecurityGroupMode", "other case", "managed", FailsNlbs).here(FailsNlbs, "every NLB kept in upkeep, a warning at start-up"),
+];
+
+/// Every `[Global]` key has classes (the upstream names' test checks the
+/// key list itself).
+pub fn keys_without_classes() -> Vec<&'static str> {
+    GLOBAL_KEYS
+        .iter()
+        .copied()
+        .filter(|k| !CLASSES.iter().any(|c| c.key == *k))
+        .collect()
+}
+
+pub const DOC_BEGIN: &str = "<!-- cloud-conf-values:begin -->";
+pub const DOC_END: &str = "<!-- cloud-conf-values:end -->";
+
+/// docs/cloud-config.md's "Value classes" table, from [`CLASSES`].
+pub fn doc_section() -> String {
+    let mut out = String::from(DOC_BEGIN);
+    out.push_str(
+        "\n\n| key | value class | example | Go CCM | here |\n| --- | --- | --- | --- | --- |\n",
+    );
+    for k in CLASSES {
+        let example = if k.value.is_empty() {
+            "(empty)".to_string()
+        } else {
+            format!("`{}`", k.value)
+        };
+        let here = match (k.here == k.go, k.why) {
+            (true, "") => "same".to_string(),
+            (true, why) => format!("same; {why}"),
+            (false, why) => format!("{}: {why}", k.here.text()),
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {example} | {} | {here} |\n",
+            k.key,
+            k.class,
+            k.go.text()
+        ));
+    }
+    out.push('\n');
+    out.push_str(DOC_END);
+    out
+}
+
+#[cfg(test)]
+#[path = "upstream_tests.rs"]
+mod tests;
