@@ -344,6 +344,26 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// events.k8s.io/v1 Events about `node` with `reason`.
+/// The note of the first Warning event `reason` about Node `node`, waited
+/// for up to `deadline`.
+pub(crate) async fn warning_note(
+    client: &kube::Client,
+    node: &str,
+    reason: &str,
+    deadline: Duration,
+) -> anyhow::Result<String> {
+    let what = format!("a {reason} Warning on {node}");
+    let warning = eventually(&what, deadline, || async {
+        events(client, node, reason).await.into_iter().next()
+    })
+    .await?;
+    anyhow::ensure!(
+        warning.type_.as_deref() == Some("Warning"),
+        "{reason} on {node} is not a Warning: {warning:?}"
+    );
+    Ok(warning.note.unwrap_or_default())
+}
+
 async fn events(client: &kube::Client, node: &str, reason: &str) -> Vec<Event> {
     Api::<Event>::all(client.clone())
         .list(&ListParams::default())
@@ -577,35 +597,18 @@ async fn a_node_without_an_instance_keeps_its_taint_and_gets_a_warning() -> anyh
     register_node(&nodes, "bad-provider-id", Some(bad_pid), &[], true).await?;
 
     initialized(&nodes, &dns(&good), Duration::from_secs(60)).await?;
-    let warning = eventually(
-        "InstanceNotFound warning",
-        Duration::from_secs(30),
-        || async {
-            events(&client, ghost, "InstanceNotFound")
-                .await
-                .into_iter()
-                .next()
-        },
-    )
-    .await?;
-    assert_eq!(warning.type_.as_deref(), Some("Warning"));
-    let note = warning.note.unwrap_or_default();
+    let note = warning_note(&client, ghost, "InstanceNotFound", Duration::from_secs(30)).await?;
     assert!(
         note.contains(ghost) && note.contains("private DNS name"),
         "the warning names the node and what was looked up: {note}"
     );
-    let warning = eventually(
-        "InvalidProviderID warning",
+    let note = warning_note(
+        &client,
+        "bad-provider-id",
+        "InvalidProviderID",
         Duration::from_secs(30),
-        || async {
-            events(&client, "bad-provider-id", "InvalidProviderID")
-                .await
-                .into_iter()
-                .next()
-        },
     )
     .await?;
-    let note = warning.note.unwrap_or_default();
     assert!(
         note.contains("bad-provider-id") && note.contains(bad_pid) && note.contains("aws:///"),
         "the warning names node, value and fix: {note}"
@@ -656,18 +659,13 @@ async fn a_node_without_an_instance_keeps_its_taint_and_gets_a_warning() -> anyh
     ]);
     let late = ec2.launch(1).await?.remove(0);
     register_node(&nodes, &dns(&late), None, &[], true).await?;
-    let warning = eventually(
-        "InstanceLookupFailed warning",
+    let note = warning_note(
+        &client,
+        &dns(&late),
+        "InstanceLookupFailed",
         Duration::from_secs(60),
-        || async {
-            events(&client, &dns(&late), "InstanceLookupFailed")
-                .await
-                .into_iter()
-                .next()
-        },
     )
     .await?;
-    let note = warning.note.unwrap_or_default();
     assert!(
         note.contains(&dns(&late)) && note.contains("private DNS name"),
         "{note}"

@@ -199,19 +199,7 @@ async fn lifecycle_deletes_only_nodes_whose_instance_is_proven_gone() -> anyhow:
         .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     }
     for name in &unverified {
-        let warning = eventually(
-            &format!("KeepingNode on {name}"),
-            Duration::from_secs(90),
-            || async {
-                events(&client, name, "KeepingNode")
-                    .await
-                    .into_iter()
-                    .next()
-            },
-        )
-        .await?;
-        assert_eq!(warning.type_.as_deref(), Some("Warning"));
-        let note = warning.note.unwrap_or_default();
+        let note = warning_note(&client, name, "KeepingNode", Duration::from_secs(90)).await?;
         assert!(
             note.contains(name.as_str()) && note.contains("--provider-id"),
             "{note}"
