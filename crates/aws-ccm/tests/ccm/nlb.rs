@@ -1334,38 +1334,11 @@ async fn go_would_find_everything(
         .cloned()
         .expect("found by name");
     let arn = lb.load_balancer_arn().unwrap_or_default().to_string();
-    let tags_of = |arns: Vec<String>| {
-        let elbv2 = cloud.elbv2.clone();
-        async move {
-            let out = elbv2
-                .describe_tags()
-                .set_resource_arns(Some(arns))
-                .send()
-                .await?;
-            anyhow::Ok(
-                out.tag_descriptions()
-                    .iter()
-                    .map(|d| {
-                        let tags: BTreeMap<String, String> = d
-                            .tags()
-                            .iter()
-                            .map(|t| {
-                                (
-                                    t.key().unwrap_or_default().into(),
-                                    t.value().unwrap_or_default().into(),
-                                )
-                            })
-                            .collect();
-                        (d.resource_arn().unwrap_or_default().to_string(), tags)
-                    })
-                    .collect::<BTreeMap<_, _>>(),
-            )
-        }
-    };
-    let lb_tags = tags_of(vec![arn.clone()])
+    let tagged: BTreeMap<String, BTreeMap<String, String>> = cluster_tagged_elbv2(&cloud.elbv2)
         .await?
-        .remove(&arn)
-        .unwrap_or_default();
+        .into_iter()
+        .collect();
+    let lb_tags = tagged.get(&arn).cloned().unwrap_or_default();
     assert_eq!(
         lb_tags
             .get(&format!("kubernetes.io/cluster/{CLUSTER_ID}"))
@@ -1383,19 +1356,11 @@ async fn go_would_find_everything(
         .iter()
         .filter_map(|g| g.target_group_arn().map(str::to_string))
         .collect();
-    let all: Vec<String> = cloud
-        .elbv2
-        .describe_target_groups()
-        .send()
-        .await?
-        .target_groups()
-        .iter()
-        .filter_map(|g| g.target_group_arn().map(str::to_string))
-        .collect();
-    let by_tag: BTreeSet<String> = tags_of(all)
-        .await?
+    let by_tag: BTreeSet<String> = tagged
         .into_iter()
-        .filter(|(_, t)| t.get("kubernetes.io/service-name") == Some(&key))
+        .filter(|(arn, t)| {
+            arn.contains(":targetgroup/") && t.get("kubernetes.io/service-name") == Some(&key)
+        })
         .map(|(arn, _)| arn)
         .collect();
     assert!(!by_lb.is_empty());
