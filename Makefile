@@ -62,7 +62,7 @@ RECORD_ENV := AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) AWS_CCM_RECORD_KUBE_REQUESTS=
 test: lint
 	rm -rf $(RECORD_DIR) $(KUBE_RECORD_DIR) && mkdir -p $(RECORD_DIR) $(KUBE_RECORD_DIR)
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
-	python3 scripts/slowest-tests.py $(CARGO_TARGET_DIR)/nextest/$(NEXTEST_PROFILE)/junit.xml
+	python3 scripts/slowest-tests.py target/nextest/$(NEXTEST_PROFILE)/junit.xml
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
 	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_requests_are_allowed)'
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \

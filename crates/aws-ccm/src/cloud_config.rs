@@ -119,6 +119,10 @@ pub struct CloudConfig {
     /// is kept in upkeep instead (docs/cloud-config.md), Classic ELBs are
     /// synced as the Go CCM syncs them.
     pub nlb_refusals: Vec<RefusedValue>,
+    /// Values the Go CCM starts with but fails every Shared-mode health
+    /// check on: each load balancer of a Service probed through the shared
+    /// port is kept in upkeep instead.
+    pub shared_probe_refusals: Vec<RefusedValue>,
     /// Values taken as the Go CCM takes them, with the log line that says so.
     pub tolerated: Vec<String>,
 }
@@ -154,6 +158,7 @@ impl Default for CloudConfig {
             nlb_security_group_mode: NlbSecurityGroupMode::Unmanaged,
             service_overrides: Vec::new(),
             nlb_refusals: Vec::new(),
+            shared_probe_refusals: Vec::new(),
             tolerated: Vec::new(),
         }
     }

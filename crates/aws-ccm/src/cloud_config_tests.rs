@@ -190,8 +190,8 @@ fn bad_values_name_the_value_and_what_is_allowed() {
             "true or false",
         ),
         (
-            "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = 99999\n",
-            "99999",
+            "[Global]\nClusterServiceSharedLoadBalancerHealthProbePort = port\n",
+            "port",
             "1-65535",
         ),
         ("[Global]\nRoleARN = my-role\n", "my-role", "arn:aws:iam"),

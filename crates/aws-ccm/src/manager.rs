@@ -126,6 +126,9 @@ pub(crate) fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Resul
                 for line in &cloud.tolerated {
                     tracing::warn!(path = %path.display(), "cloud config: {line}");
                 }
+                for r in &cloud.shared_probe_refusals {
+                    tracing::warn!(path = %path.display(), key = r.key, value = %r.value, "cloud config: [Global] {} = {:?} is taken as the Go CCM takes it, which fails every health check through the shared probe: each load balancer probed that way is kept in upkeep (its backends and node rules follow the nodes, nothing else changes) until it is fixed; allowed: {}", r.key, r.value, r.allowed);
+                }
                 for r in &cloud.nlb_refusals {
                     tracing::warn!(path = %path.display(), key = r.key, value = %r.value, "cloud config: [Global] {} = {:?} is taken as the Go CCM takes it, which fails every NLB sync on it: each NLB is kept in upkeep (its targets and node rules follow the nodes, nothing else changes) until it is fixed; allowed: {}", r.key, r.value, r.allowed);
                 }

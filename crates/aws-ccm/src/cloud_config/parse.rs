@@ -195,10 +195,10 @@ impl<'a> Parser<'a> {
             }
             "ClusterServiceLoadBalancerHealthProbeMode" => set_probe_mode(cfg, value),
             "ClusterServiceSharedLoadBalancerHealthProbePort" => {
-                cfg.shared_health_probe_port = parse_probe_port(value)?
+                cfg.shared_health_probe_port = parse_probe_port(cfg, value)?
             }
             "ClusterServiceSharedLoadBalancerHealthProbePath" => {
-                cfg.shared_health_probe_path = parse_probe_path(value)?
+                cfg.shared_health_probe_path = parse_probe_path(cfg, value)
             }
             "SupportedTopologyInstanceTypePattern" => {
                 if let Err(e) = regex::Regex::new(value) {
@@ -357,26 +357,42 @@ fn parse_probe_mode(value: &str) -> Option<HealthProbeMode> {
     }
 }
 
-/// Upstream treats 0 (and an empty value) as "the default, 10256".
-fn parse_probe_port(value: &str) -> Result<u16, String> {
-    match value.parse::<u16>() {
+/// Upstream treats 0 (and an empty value) as "the default, 10256". A number
+/// gcfg reads (an int32) that is no port starts the Go CCM, which then fails
+/// each Shared-mode health check on it: so it refuses those syncs here.
+fn parse_probe_port(cfg: &mut CloudConfig, value: &str) -> Result<u16, String> {
+    match value.parse::<i32>() {
         _ if value.is_empty() => Ok(10256),
         Ok(0) => Ok(10256),
-        Ok(p) => Ok(p),
+        Ok(p) => Ok(u16::try_from(p).ok().filter(|p| *p > 0).unwrap_or_else(|| {
+            cfg.shared_probe_refusals.push(RefusedValue {
+                key: "ClusterServiceSharedLoadBalancerHealthProbePort",
+                value: value.to_string(),
+                allowed: "a port number from 1 to 65535, or 0 for the default 10256",
+            });
+            10256
+        })),
         Err(_) => Err(format!(
             "{value:?} is not a port number (1-65535, or 0 for the default 10256)"
         )),
     }
 }
 
-/// Upstream treats an empty value as "the default, /healthz".
-fn parse_probe_path(value: &str) -> Result<String, String> {
+/// Upstream treats an empty value as "the default, /healthz"; it starts
+/// with a path without the leading `/` and fails each Shared-mode health
+/// check on it: so it refuses those syncs here.
+fn parse_probe_path(cfg: &mut CloudConfig, value: &str) -> String {
     if value.is_empty() {
-        Ok("/healthz".to_string())
+        "/healthz".to_string()
     } else if value.starts_with('/') {
-        Ok(value.to_string())
+        value.to_string()
     } else {
-        Err(format!("{value:?} must be an HTTP path starting with /"))
+        cfg.shared_probe_refusals.push(RefusedValue {
+            key: "ClusterServiceSharedLoadBalancerHealthProbePath",
+            value: value.to_string(),
+            allowed: "an HTTP path starting with /",
+        });
+        "/healthz".to_string()
     }
 }
 

@@ -25,6 +25,9 @@ pub enum Takes {
     Skips,
     /// Starts; every NLB sync fails on it (here: every NLB kept in upkeep).
     FailsNlbs,
+    /// Starts; every health check through the shared probe fails on it
+    /// (here: each load balancer probed that way kept in upkeep).
+    FailsShared,
     /// Starts; the calls that use it fail later.
     FailsLater,
     /// Does not start.
@@ -38,6 +41,7 @@ impl Takes {
             Takes::Ignores => "starts, as if unset",
             Takes::Skips => "starts, skips it",
             Takes::FailsNlbs => "starts, fails every NLB sync",
+            Takes::FailsShared => "starts, fails every sync probed through the shared port",
             Takes::FailsLater => "starts, fails the calls that use it",
             Takes::FailsAtStart => "does not start",
         }
@@ -73,9 +77,11 @@ impl Class {
     }
 }
 
-use Takes::{FailsAtStart, FailsLater, FailsNlbs, Ignores, Skips, Uses};
+use Takes::{FailsAtStart, FailsLater, FailsNlbs, FailsShared, Ignores, Skips, Uses};
 
-const STOPS: &str = "refused at start-up with the file, line and what is allowed: every call or sync using it would fail";
+const STOPS: &str = "refused at start-up with the file, line and what is allowed: every AWS call (through AssumeRole) would fail";
+const SHARED: &str =
+    "each load balancer probed through the shared port kept in upkeep, a warning at start-up";
 
 /// Every value class compared, in the order of the keys.
 pub const CLASSES: &[Class] = &[
@@ -108,10 +114,10 @@ pub const CLASSES: &[Class] = &[
     c("ClusterServiceSharedLoadBalancerHealthProbePort", "documented", "10257", Uses),
     c("ClusterServiceSharedLoadBalancerHealthProbePort", "zero: the default", "0", Ignores),
     c("ClusterServiceSharedLoadBalancerHealthProbePort", "not a number", "port", FailsAtStart),
-    c("ClusterServiceSharedLoadBalancerHealthProbePort", "above 65535", "99999", FailsLater).here(FailsAtStart, STOPS),
+    c("ClusterServiceSharedLoadBalancerHealthProbePort", "above 65535", "99999", FailsShared).here(FailsShared, SHARED),
     c("ClusterServiceSharedLoadBalancerHealthProbePath", "documented", "/livez", Uses),
     c("ClusterServiceSharedLoadBalancerHealthProbePath", "empty: the default", "", Ignores),
-    c("ClusterServiceSharedLoadBalancerHealthProbePath", "no leading /", "healthz", FailsLater).here(FailsAtStart, STOPS),
+    c("ClusterServiceSharedLoadBalancerHealthProbePath", "no leading /", "healthz", FailsShared).here(FailsShared, SHARED),
     c("SupportedTopologyInstanceTypePattern", "documented", "^p5\\..*$", Uses),
     c("SupportedTopologyInstanceTypePattern", "not an expression", "([", FailsAtStart),
     c("NLBSecurityGroupMode", "documented", "Managed", Uses),

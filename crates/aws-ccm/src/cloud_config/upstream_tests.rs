@@ -31,6 +31,8 @@ fn every_value_class_is_taken_as_its_row_says() {
                     "{at}: {:?}",
                     cfg.nlb_refusals
                 );
+                let shared = cfg.shared_probe_refusals.iter().any(|r| r.key == k.key);
+                assert_eq!(shared, here == Takes::FailsShared, "{at}");
                 assert_eq!(
                     !cfg.tolerated.is_empty(),
                     here == Takes::Skips,

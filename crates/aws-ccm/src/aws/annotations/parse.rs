@@ -55,17 +55,27 @@ impl LoadBalancerSpec {
     }
 
     /// [`Self::read`], with the cloud.conf values the Go CCM fails every NLB
-    /// sync on refused for an NLB, as its own values are.
+    /// sync on refused for an NLB, and those it fails every Shared-mode
+    /// health check on refused for a Service probed that way, as the
+    /// Service's own values are.
     pub fn read_with(svc: &Service, cloud: &crate::cloud_config::CloudConfig) -> Reading {
         let mut reading = LoadBalancerSpec::read(svc);
+        let refused = |r: &crate::cloud_config::RefusedValue| SpecError {
+            field: format!("cloud.conf [Global] {}", r.key),
+            value: r.value.clone(),
+            allowed: format!("allowed: {}", r.allowed),
+        };
         if reading.spec.kind == LoadBalancerKind::Network {
             reading
                 .errors
-                .extend(cloud.nlb_refusals.iter().map(|r| SpecError {
-                    field: format!("cloud.conf [Global] {}", r.key),
-                    value: r.value.clone(),
-                    allowed: format!("allowed: {}", r.allowed),
-                }));
+                .extend(cloud.nlb_refusals.iter().map(refused));
+        }
+        let shared_probe = cloud.health_probe_mode == crate::cloud_config::HealthProbeMode::Shared
+            && reading.spec.local_health_check_node_port.is_none();
+        if shared_probe {
+            reading
+                .errors
+                .extend(cloud.shared_probe_refusals.iter().map(refused));
         }
         reading
     }

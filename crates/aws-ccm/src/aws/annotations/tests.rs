@@ -239,3 +239,46 @@ fn spec_source_ranges_win_over_the_annotation() {
         vec!["1.2.3.0/24".parse::<Ipv4Net>().unwrap()]
     );
 }
+
+/// cloud.conf values the Go CCM starts with but fails some syncs on are
+/// refused for exactly those syncs: NLBs for the NLB-only ones, Services
+/// probed through the shared port for the shared probe's.
+#[test]
+fn cloud_conf_refusals_apply_to_the_syncs_they_govern() {
+    use crate::cloud_config::{CloudConfig, HealthProbeMode, RefusedValue};
+    let refused = |key: &'static str, value: &str| RefusedValue {
+        key,
+        value: value.to_string(),
+        allowed: "x",
+    };
+    let mut cloud = CloudConfig::default();
+    cloud
+        .nlb_refusals
+        .push(refused("NLBSecurityGroupMode", "managed"));
+    cloud.shared_probe_refusals.push(refused(
+        "ClusterServiceSharedLoadBalancerHealthProbePath",
+        "healthz",
+    ));
+    let fields = |svc: &Service, cloud: &CloudConfig| -> Vec<String> {
+        let r = LoadBalancerSpec::read_with(svc, cloud);
+        r.errors.into_iter().map(|e| e.field).collect()
+    };
+    let clb = service(&[], &[(80, 30080)]);
+    let nlb = service(&[(TYPE, "nlb")], &[(80, 30080)]);
+    assert!(fields(&clb, &cloud).is_empty());
+    assert_eq!(
+        fields(&nlb, &cloud),
+        ["cloud.conf [Global] NLBSecurityGroupMode"]
+    );
+    cloud.health_probe_mode = HealthProbeMode::Shared;
+    let probe = "cloud.conf [Global] ClusterServiceSharedLoadBalancerHealthProbePath";
+    assert_eq!(fields(&clb, &cloud), [probe]);
+    let mut local = clb.clone();
+    let spec = local.spec.as_mut().unwrap();
+    spec.external_traffic_policy = Some("Local".into());
+    spec.health_check_node_port = Some(32123);
+    assert!(
+        fields(&local, &cloud).is_empty(),
+        "a Local Service probes its own port"
+    );
+}
