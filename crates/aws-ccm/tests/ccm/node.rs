@@ -344,6 +344,22 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// events.k8s.io/v1 Events about `node` with `reason`.
+/// `count` nodes named after `instances` registered together, as kubelets
+/// with `--cloud-provider=external` do.
+pub(crate) async fn join(nodes: &Api<Node>, instances: &[Instance]) -> anyhow::Result<Vec<String>> {
+    let names: Vec<String> = instances.iter().map(dns).collect();
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(names.clone())
+        .map(|name| {
+            let nodes = nodes.clone();
+            async move { register_node(&nodes, &name, None, &[], true).await }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    Ok(names)
+}
+
 /// The note of the first Warning event `reason` about Node `node`, waited
 /// for up to `deadline`.
 pub(crate) async fn warning_note(
@@ -804,16 +820,7 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
 
     // Kubelets register concurrently, as in a scale-up.
     let start = tokio::time::Instant::now();
-    let names: Vec<String> = launched.iter().map(dns).collect();
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(names.clone())
-        .map(|name| {
-            let nodes = nodes.clone();
-            async move { register_node(&nodes, &name, None, &[], true).await }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    join(&nodes, &launched).await?;
     let registered = start.elapsed();
 
     eventually(

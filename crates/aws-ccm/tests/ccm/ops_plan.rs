@@ -73,6 +73,22 @@ async fn web_made_by_a_stopped_ccm(env: &Env) -> anyhow::Result<(Api<Node>, Api<
     Ok((nodes, services))
 }
 
+/// Service `web` gets `annotations`, and Node `n0` leaves the backends.
+async fn annotate_web_and_exclude_n0(
+    services: &Api<Service>,
+    nodes: &Api<Node>,
+    annotations: &serde_json::Value,
+) -> anyhow::Result<()> {
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(annotations))
+        .await?;
+    let exclude = json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
+    nodes
+        .patch("n0", &PatchParams::default(), &Patch::Merge(&exclude))
+        .await?;
+    Ok(())
+}
+
 /// Runs a CCM with `flags`, counted at a proxy of its own, until the plan
 /// (`aws-ccm plan` with `flags`) ends in "no changes"; the writes it sent.
 async fn next_run_writes(env: &Env, flags: &[&str]) -> anyhow::Result<Vec<String>> {
@@ -108,13 +124,7 @@ async fn plan_shows_exactly_what_the_next_sync_does_and_no_changes_at_rest() -> 
         "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "30",
         "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true"
     }}});
-    services
-        .patch("web", &PatchParams::default(), &Patch::Merge(&annotations))
-        .await?;
-    let exclude = json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
-    nodes
-        .patch("n0", &PatchParams::default(), &Patch::Merge(&exclude))
-        .await?;
+    annotate_web_and_exclude_n0(&services, &nodes, &annotations).await?;
 
     let (ok, text, err) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
     assert!(ok, "{err}");
@@ -294,13 +304,7 @@ async fn plan_shows_the_upkeep_of_a_service_with_a_refused_value() -> anyhow::Re
         "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "abc",
         "service.beta.kubernetes.io/aws-load-balancer-type": "NLB"
     }}});
-    services
-        .patch("web", &PatchParams::default(), &Patch::Merge(&annotations))
-        .await?;
-    let exclude = json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}});
-    nodes
-        .patch("n0", &PatchParams::default(), &Patch::Merge(&exclude))
-        .await?;
+    annotate_web_and_exclude_n0(&services, &nodes, &annotations).await?;
 
     let (ok, text, _) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
     assert!(!ok, "a refused value fails the plan:\n{text}");

@@ -4,22 +4,6 @@
 
 use super::*;
 
-/// `count` nodes named after `instances` registered together, as kubelets
-/// with `--cloud-provider=external` do.
-async fn join(nodes: &Api<Node>, instances: &[Instance]) -> anyhow::Result<Vec<String>> {
-    let names: Vec<String> = instances.iter().map(dns).collect();
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(names.clone())
-        .map(|name| {
-            let nodes = nodes.clone();
-            async move { register_node(&nodes, &name, None, &[], true).await }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
-    Ok(names)
-}
-
 /// With `DescribeInstanceTopology` failing at the fault proxy, in turn
 /// with 5xx, throttling and a hang past the call timeout, every joining
 /// node is initialized (taint gone, zone and instance-type labels set)
