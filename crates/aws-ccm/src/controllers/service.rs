@@ -770,6 +770,13 @@ fn has_ingress(svc: &Service) -> bool {
         .is_some_and(|i| !i.is_empty())
 }
 
+/// Whether the Service has a load balancer already (its status or the
+/// finalizer says so): what a refused or held value keeps in upkeep
+/// rather than leaving alone.
+pub fn has_load_balancer(svc: &Service) -> bool {
+    has_finalizer(svc) || current_hostname(svc).is_some()
+}
+
 /// The hostname of the Service's load balancer, as its status shows it.
 pub fn current_hostname(svc: &Service) -> Option<&str> {
     svc.status

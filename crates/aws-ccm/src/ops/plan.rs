@@ -22,7 +22,9 @@ use crate::aws::{security_groups as sg, tags};
 use crate::controllers::cached_node::Node;
 use crate::controllers::route::Reconciler;
 use crate::controllers::route::plan::RouteChange;
-use crate::controllers::service::{backends, current_hostname, has_finalizer, wants_load_balancer};
+use crate::controllers::service::{
+    backends, has_finalizer, has_load_balancer, wants_load_balancer,
+};
 use crate::options::controller_names::ControllerName;
 use crate::provider::load_balancers::{EnsureRequest, LoadBalancerKind, LoadBalancerSpec, scope};
 
@@ -152,7 +154,7 @@ async fn service_section(
             .push(format!("taken as the Go CCM takes it: {note}"));
     }
     let refused: Vec<String> = reading.errors.iter().map(ToString::to_string).collect();
-    let exists = has_finalizer(svc) || current_hostname(svc).is_some();
+    let exists = has_load_balancer(svc);
     let Some(scope) = scope(&reading, exists) else {
         if refused.is_empty() {
             section

@@ -78,6 +78,12 @@ pub(crate) async fn nlb_targets(elbv2: &elbv2::Client, name: &str) -> Option<BTr
         health
             .target_health_descriptions()
             .iter()
+            // AWS lists a deregistered target as draining for the
+            // deregistration delay (moto drops it at once): not a backend.
+            .filter(|d| {
+                d.target_health().and_then(|h| h.state())
+                    != Some(&elbv2::types::TargetHealthStateEnum::Draining)
+            })
             .filter_map(|d| d.target()?.id().map(str::to_string))
             .collect(),
     )

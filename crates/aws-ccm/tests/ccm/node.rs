@@ -343,12 +343,17 @@ fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// events.k8s.io/v1 Events about `node` with `reason`.
-/// `count` nodes named after `instances` registered together, as kubelets
-/// with `--cloud-provider=external` do.
+/// Nodes named after `instances` registered together, as kubelets with
+/// `--cloud-provider=external` do; their names.
 pub(crate) async fn join(nodes: &Api<Node>, instances: &[Instance]) -> anyhow::Result<Vec<String>> {
     let names: Vec<String> = instances.iter().map(dns).collect();
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(names.clone())
+    register_all(nodes, &names).await?;
+    Ok(names)
+}
+
+/// Tainted Nodes `names` registered together, 32 at a time.
+async fn register_all(nodes: &Api<Node>, names: &[String]) -> anyhow::Result<()> {
+    let results: Vec<anyhow::Result<()>> = futures::stream::iter(names.to_vec())
         .map(|name| {
             let nodes = nodes.clone();
             async move { register_node(&nodes, &name, None, &[], true).await }
@@ -357,7 +362,7 @@ pub(crate) async fn join(nodes: &Api<Node>, instances: &[Instance]) -> anyhow::R
         .collect()
         .await;
     results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
-    Ok(names)
+    Ok(())
 }
 
 /// The note of the first Warning event `reason` about Node `node`, waited
@@ -380,6 +385,7 @@ pub(crate) async fn warning_note(
     Ok(warning.note.unwrap_or_default())
 }
 
+/// events.k8s.io/v1 Events about `node` with `reason`.
 async fn events(client: &kube::Client, node: &str, reason: &str) -> Vec<Event> {
     Api::<Event>::all(client.clone())
         .list(&ListParams::default())
@@ -1291,15 +1297,7 @@ async fn network_node_labels_come_batched_and_only_where_upstream_sets_them() ->
     )
     .await?;
     let joining: Vec<String> = (p4d[1..].iter().chain(&m5[..3])).map(dns).collect();
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(joining.clone())
-        .map(|name| {
-            let nodes = nodes.clone();
-            async move { register_node(&nodes, &name, None, &[], true).await }
-        })
-        .buffer_unordered(32)
-        .collect()
-        .await;
-    results.into_iter().collect::<anyhow::Result<Vec<()>>>()?;
+    register_all(&nodes, &joining).await?;
     for name in joining.iter().chain([&preset]) {
         initialized(&nodes, name, Duration::from_secs(120))
             .await

@@ -508,7 +508,7 @@ impl LoadBalancers for AwsLoadBalancers {
         // Recorded again by a sync that writes everything it planned.
         self.targets.forget(&req.uid);
         let result = match (req.scope, req.spec.kind) {
-            (Scope::Upkeep { .. }, _) => self.upkeep(req).await,
+            (Scope::Upkeep { node_rules }, _) => self.upkeep(req, node_rules).await,
             (Scope::Full, LoadBalancerKind::Network) => self.ensure_nlb(req).await,
             (Scope::Full, _) => self.ensure_clb(req).await,
         };

@@ -14,16 +14,18 @@
 //! Go CCM reads as a Classic ELB may sit on an NLB made before it was edited.
 
 use super::nlb_rules::NlbNodeRules;
-use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerKind, Scope, merged};
+use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerKind, merged};
 use crate::aws::{elb, nlb};
 
 impl AwsLoadBalancers {
     /// Keeps the Service's existing load balancer's backends current; an
     /// empty hostname when it has none.
-    pub(super) async fn upkeep(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        let Scope::Upkeep { node_rules } = req.scope else {
-            unreachable!("upkeep of a full sync");
-        };
+    /// `node_rules`: the backends' node rules are kept too.
+    pub(super) async fn upkeep(
+        &self,
+        req: &EnsureRequest,
+        node_rules: bool,
+    ) -> Result<Ensured, LbError> {
         let first = req.spec.kind;
         let second = match first {
             LoadBalancerKind::Network => LoadBalancerKind::Classic,

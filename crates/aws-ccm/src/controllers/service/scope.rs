@@ -8,7 +8,7 @@
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
 
-use super::{Outcome, ServiceController, current_hostname, has_finalizer};
+use super::{Outcome, ServiceController, has_load_balancer};
 use crate::provider::load_balancers::{LbError, LoadBalancers, Reading, Scope, scope};
 
 impl<L: LoadBalancers> ServiceController<L> {
@@ -24,7 +24,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         service_changed: bool,
     ) -> Option<Scope> {
         let obj = svc.object_ref(&());
-        let exists = has_finalizer(svc) || current_hostname(svc).is_some();
+        let exists = has_load_balancer(svc);
         if service_changed {
             for note in &reading.notes {
                 tracing::warn!(value = %note.value, annotation = %note.field, "{note}");
