@@ -399,14 +399,12 @@ async fn role_arn_is_assumed_once_through_the_door_and_signs_the_calls() -> anyh
 
     // The door counted the operation.
     let addr = ccm.https_addr().await?;
-    let (_, metrics) = https_get(&addr, "/metrics").await?;
-    for needle in [
+    let needles = [
         "aws_ccm_api_calls_total{operation=\"sts:AssumeRole\",outcome=\"throttled\"} 2",
         "aws_ccm_api_calls_total{operation=\"sts:AssumeRole\",outcome=\"success\"} 1",
         "cloudprovider_aws_api_request_duration_seconds_count{request=\"sts_assume_role\"} 3",
         "cloudprovider_aws_api_throttled_requests_total{operation_name=\"AssumeRole\"} 2",
-    ] {
-        assert!(metrics.contains(needle), "missing {needle} in\n{metrics}");
-    }
+    ];
+    metrics_with(&addr, &needles, Duration::from_secs(30)).await?;
     env.finish().await
 }

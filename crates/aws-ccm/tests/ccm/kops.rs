@@ -279,11 +279,9 @@ async fn actions_kops_policy_lacks_are_reported_once_at_start_up() -> anyhow::Re
         assert!(lines[0].contains("additionalPolicies"), "{}", lines[0]);
     }
     let addr = ccm.https_addr().await?;
-    let (_, metrics) = https_get(&addr, "/metrics").await?;
-    for action in ["elasticloadbalancing:DescribeTags", "ec2:ReplaceRoute"] {
-        let line = format!("aws_ccm_iam_policy_missing_action{{action=\"{action}\"}} 1");
-        assert!(metrics.contains(&line), "{line} in {metrics}");
-    }
+    let lines = ["elasticloadbalancing:DescribeTags", "ec2:ReplaceRoute"]
+        .map(|action| format!("aws_ccm_iam_policy_missing_action{{action=\"{action}\"}} 1"));
+    metrics_with(&addr, &lines.each_ref().map(String::as_str), WAIT).await?;
     // Actions kOps grants are not reported.
     assert!(!logs.contains("lacks ec2:CreateRoute"), "{logs}");
 

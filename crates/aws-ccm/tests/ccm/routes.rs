@@ -593,11 +593,7 @@ async fn without_a_route_table_the_controller_says_so_and_retries() -> anyhow::R
     let ccm = env.start_ccm(&as_strs(&route_args(&[]))).await?;
     ccm.wait_for_log("no route table found", WAIT).await?;
     let addr = ccm.https_addr().await?;
-    let (_, metrics) = https_get(&addr, "/metrics").await?;
-    assert!(
-        metrics.contains("route_controller_route_tables_missing 1"),
-        "{metrics}"
-    );
+    metrics_with(&addr, &["route_controller_route_tables_missing 1"], WAIT).await?;
     let rtb = cloud.route_table(true).await?;
     eventually("route once the table exists", WAIT, || async {
         let r = cloud.routes(&rtb).await.ok()?;
@@ -831,11 +827,12 @@ async fn a_full_range_warns_the_node_and_a_deleted_node_frees_its_cidr() -> anyh
     assert!(note.contains("10.244.0.0/23"), "{note}");
     assert_eq!(pod_cidrs(&api, "c").await, None);
     let addr = ccm.https_addr().await?;
-    let (_, metrics) = https_get(&addr, "/metrics").await?;
-    assert!(
-        metrics.contains("node_ipam_cidrs_free{cluster_cidr=\"10.244.0.0/23\"} 0"),
-        "{metrics}"
-    );
+    metrics_with(
+        &addr,
+        &["node_ipam_cidrs_free{cluster_cidr=\"10.244.0.0/23\"} 0"],
+        WAIT,
+    )
+    .await?;
 
     api.delete("a", &DeleteParams::default()).await?;
     let c = eventually("c gets the freed CIDR", WAIT, || pod_cidrs(&api, "c"))
@@ -950,11 +947,7 @@ async fn node_ipam_stands_down_when_another_allocator_is_at_work() -> anyhow::Re
     // The other controllers run on.
     ccm.wait_for_log("service-lb-controller", WAIT).await?;
     let addr = ccm.https_addr().await?;
-    let (_, metrics) = https_get(&addr, "/metrics").await?;
-    assert!(
-        metrics.contains("node_ipam_other_allocator_detected 1"),
-        "{metrics}"
-    );
+    metrics_with(&addr, &["node_ipam_other_allocator_detected 1"], WAIT).await?;
     assert!(pod_cidrs(&api, "bare").await.is_none());
     env.finish().await
 }

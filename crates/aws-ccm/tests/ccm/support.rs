@@ -432,6 +432,29 @@ pub async fn https_get_as(
     Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
+/// The CCM's `/metrics` once every needle is in it. A metric is recorded
+/// after the write it measures returns, so a test that has seen the write
+/// waits for the figure rather than reading it once.
+pub async fn metrics_with(
+    addr: &str,
+    needles: &[&str],
+    deadline: Duration,
+) -> anyhow::Result<String> {
+    let last = std::sync::Mutex::new(String::new());
+    let found = eventually("metrics on /metrics", deadline, || async {
+        let (status, body) = https_get(addr, "/metrics").await.ok()?;
+        let done = status == 200 && needles.iter().all(|n| body.contains(n));
+        *last.lock().unwrap_or_else(|p| p.into_inner()) = body.clone();
+        done.then_some(body)
+    })
+    .await;
+    found.map_err(|e| {
+        let body = last.into_inner().unwrap_or_else(|p| p.into_inner());
+        let missing: Vec<_> = needles.iter().filter(|n| !body.contains(**n)).collect();
+        e.context(format!("missing {missing:?} in:\n{body}"))
+    })
+}
+
 /// Tags for a resource created by test seeding (`TagSpecifications`).
 pub fn tags(
     resource: aws_sdk_ec2::types::ResourceType,
