@@ -7,12 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
+use kube::ResourceExt;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::watch;
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::cached_node::Node;
+use super::node::changes::Feed;
 use super::{ControllerContext, Environment};
 use super::{node, node_ipam, node_lifecycle, route, service, tagging};
 use crate::options::controller_names::ControllerName;
@@ -72,19 +74,20 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
     let (services, service_writer) = reflector::store();
     let (node_changed, node_changes) = watch::channel(0u64);
     let (service_changed, service_changes) = watch::channel(0u64);
+    let (node_feed, _) = broadcast::channel(node::changes::FEED_CAPACITY);
     let node_informer = informer(
         Api::<Node>::all(kube.clone()),
         watcher::Config::default().page_size(NODE_LIST_PAGE),
         node_writer,
         slim_node,
-        node_changed,
+        (node_changed, Some(node_feed.clone())),
     );
     let service_informer = informer(
         Api::<Service>::all(kube),
         watcher::Config::default(),
         service_writer,
         slim_service,
-        service_changed,
+        (service_changed, None),
     );
     let informers = tokio::spawn({
         let stop = stop.clone();
@@ -115,6 +118,7 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
         nodes,
         services,
         node_changes,
+        node_feed,
         service_changes,
     };
     run_controllers(ctx, stop).await;
@@ -123,13 +127,14 @@ pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: Cancellatio
 }
 
 /// One kind's informer: lists and watches through `api`, slims each object
-/// before the store keeps it, and bumps `changed` after every event.
+/// before the store keeps it, and after every event bumps `changed` and
+/// names what it touched on the feed, if there is one.
 fn informer<K>(
     api: Api<K>,
     config: watcher::Config,
     writer: reflector::store::Writer<K>,
     slim: fn(&mut K),
-    changed: watch::Sender<u64>,
+    (changed, feed): (watch::Sender<u64>, Option<Feed>),
 ) -> impl std::future::Future<Output = ()> + Send
 where
     K: kube::Resource
@@ -143,7 +148,22 @@ where
 {
     reflector::reflector(writer, watcher(api, config).modify(slim))
         .default_backoff()
-        .for_each(move |_| {
+        .for_each(move |event| {
+            if let (Some(feed), Ok(event)) = (&feed, &event) {
+                let touched = match event {
+                    watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+                        Some(Some(Arc::from(o.name_any())))
+                    }
+                    // The store is swapped whole when a relist is done.
+                    watcher::Event::InitDone => Some(None),
+                    watcher::Event::Init | watcher::Event::InitApply(_) => None,
+                };
+                // No reader yet is no error: a reader diffs the whole
+                // store when it starts.
+                if let Some(touched) = touched {
+                    let _ = feed.send(touched);
+                }
+            }
             changed.send_modify(|n| *n = n.wrapping_add(1));
             futures::future::ready(())
         })

@@ -59,6 +59,9 @@ pub struct ControllerContext {
     /// informer never blocks on a slow controller (a `watch` channel keeps
     /// only the latest value).
     pub node_changes: watch::Receiver<u64>,
+    /// The names of the Nodes behind those events, for controllers that
+    /// follow each Node ([`node::changes::node_changes`]).
+    pub node_feed: node::changes::Feed,
     /// The same for `services`.
     pub service_changes: watch::Receiver<u64>,
 }

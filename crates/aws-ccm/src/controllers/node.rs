@@ -35,7 +35,7 @@ use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Config, Controller};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::json;
@@ -207,7 +207,7 @@ fn triggers(
     shared: Arc<Shared<crate::aws::AwsClient>>,
     queue: super::workqueue::Queue,
 ) -> impl futures::Stream<Item = Result<Node, kube::runtime::watcher::Error>> + Send + 'static {
-    changes::node_changes(ctx.nodes.clone(), ctx.node_changes.clone()).flat_map(move |changes| {
+    changes::node_changes(ctx.nodes.clone(), &ctx.node_feed).flat_map(move |changes| {
         let shared = &shared;
         for node in &changes.applied {
             if !plan::is_uninitialized(node) {
@@ -222,11 +222,9 @@ fn triggers(
         }
         if !changes.deleted.is_empty() {
             let store = shared.nodes.clone();
-            shared.prefetch.retain(|name| {
-                store
-                    .find(|n| n.metadata.name.as_deref() == Some(name))
-                    .is_some()
-            });
+            shared
+                .prefetch
+                .retain(|name| store.get(&ObjectRef::new(name)).is_some());
             for node in &changes.deleted {
                 shared.progress.forget(&node.name_any());
                 shared.topology.forget(&node.name_any());

@@ -528,7 +528,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     let mut pending = Pending::default();
     // client-go's workqueue metrics under the Go controller's queue name.
     let queue = super::workqueue::Queue::new("tagging-controller");
-    let mut changes = Box::pin(node_changes(ctx.nodes.clone(), ctx.node_changes.clone()));
+    let mut changes = Box::pin(node_changes(ctx.nodes.clone(), &ctx.node_feed));
     let mut first = true;
     tracing::info!(tags = ?tagger.tags, checksum = %tagger.checksum, "tagging controller started");
     loop {
