@@ -4,8 +4,9 @@
 //!   node is seen, gathered into short windows, so a join burst becomes a
 //!   handful of batched `DescribeInstances` calls whatever the number of
 //!   workers (`--concurrent-node-syncs` bounds the writes to the API
-//!   server, not the reads from AWS). A window of [`SWEEP_FROM`] lookups or
-//!   more reads the cached cluster sweep instead (1,000 instances per call).
+//!   server, not the reads from AWS). Once a burst holds [`SWEEP_FROM`]
+//!   lookups, its windows read the cached cluster sweep instead (1,000
+//!   instances per call, one read per sweep lifetime).
 //! * [`SweepIndex`]: the shared cluster sweep indexed by instance ID and
 //!   private DNS name, for the periodic controllers.
 
@@ -42,34 +43,61 @@ struct State {
     pending: HashMap<String, Pending>,
     /// The open gathering window.
     window: Option<Arc<Window>>,
+    /// The burst the windows of the last [`BURST_SPAN`] belong to.
+    burst: Option<(Instant, Arc<Burst>)>,
 }
 
-/// Lookups in one window at which they share the cluster sweep instead of
-/// going by name: more than one batched name lookup's worth (the client
-/// sends at most 200 names per call), while the sweep reads 1,000
-/// instances per call and stays cached for every window of the next 30 s.
-/// A join burst of N nodes thus costs about N / 1,000 calls, not N / 200.
+/// Lookups in one burst at which its windows share the cluster sweep
+/// instead of going by name: more than one batched name lookup's worth
+/// (the client sends at most 200 names per call), while the sweep reads
+/// 1,000 instances per call and the client keeps it for 30 s. A join burst
+/// of N nodes thus costs about N / 1,000 calls, not N / 200, however its
+/// nodes spread over the windows.
 pub const SWEEP_FROM: usize = 200;
 
-/// One gathering window: when it fires, how many lookups it holds, and the
-/// sweep they share when there are enough of them.
+/// How long a burst counts its lookups: the client's sweep lifetime
+/// (`ClientOptions::sweep_ttl`), so a burst's windows share one read.
+const BURST_SPAN: Duration = Duration::from_secs(30);
+
+/// Lookups started within one [`BURST_SPAN`], and the index of the sweep
+/// they last shared (built once per sweep read, not once per window).
+#[derive(Default)]
+struct Burst {
+    lookups: AtomicUsize,
+    index: Mutex<Option<Arc<SweepIndex>>>,
+}
+
+impl Burst {
+    /// The index of `sweep`: the one already built when the client handed
+    /// out the same sweep again.
+    fn index(&self, sweep: &Arc<Vec<Instance>>) -> Arc<SweepIndex> {
+        let mut index = self.index.lock();
+        match &*index {
+            Some(built) if Arc::ptr_eq(&built.sweep, sweep) => built.clone(),
+            _ => index.insert(Arc::new(SweepIndex::new(sweep))).clone(),
+        }
+    }
+}
+
+/// One gathering window: when it fires, the burst it belongs to, and the
+/// sweep its lookups share when the burst is large enough.
 struct Window {
     fire: Instant,
-    lookups: AtomicUsize,
+    burst: Arc<Burst>,
     sweep: tokio::sync::OnceCell<Option<Arc<SweepIndex>>>,
 }
 
 impl Window {
-    /// The sweep, read once for the whole window (`None` for a small window
-    /// or when the sweep failed: then each lookup goes on its own).
+    /// The sweep, read once for the whole window (`None` while the burst is
+    /// small, or when the sweep failed: then each lookup goes on its own).
     async fn sweep<I: Instances>(&self, cloud: &I) -> Option<Arc<SweepIndex>> {
-        if self.lookups.load(Ordering::Relaxed) < SWEEP_FROM {
+        if self.burst.lookups.load(Ordering::Relaxed) < SWEEP_FROM {
             return None;
         }
         self.sweep
             .get_or_init(|| async {
                 match cloud.cluster_instances().await {
-                    Ok(sweep) => Some(Arc::new(SweepIndex::new(&sweep))),
+                    Ok(sweep) => Some(self.burst.index(&sweep)),
                     Err(err) => {
                         tracing::debug!(error = %err, "cluster sweep failed: looking nodes up one by one");
                         None
@@ -97,6 +125,7 @@ impl<I: Instances> Prefetcher<I> {
             state: Mutex::new(State {
                 pending: HashMap::new(),
                 window: None,
+                burst: None,
             }),
         }
     }
@@ -113,16 +142,20 @@ impl<I: Instances> Prefetcher<I> {
         let window = match &st.window {
             Some(w) if w.fire > now => w.clone(),
             _ => {
+                let burst = match &st.burst {
+                    Some((since, b)) if now.duration_since(*since) < BURST_SPAN => b.clone(),
+                    _ => st.burst.insert((now, Arc::default())).1.clone(),
+                };
                 let w = Arc::new(Window {
                     fire: now + self.gather,
-                    lookups: AtomicUsize::new(0),
+                    burst,
                     sweep: tokio::sync::OnceCell::new(),
                 });
                 st.window = Some(w.clone());
                 w
             }
         };
-        window.lookups.fetch_add(1, Ordering::Relaxed);
+        window.burst.lookups.fetch_add(1, Ordering::Relaxed);
         let cloud = self.cloud.clone();
         let task_key = key.clone();
         let task = tokio::spawn(async move {
@@ -320,7 +353,7 @@ mod tests {
     }
 
     /// A burst window shares one sweep; instances the sweep lacks are looked
-    /// up by name; a small window never sweeps.
+    /// up by name; a small burst never sweeps.
     #[tokio::test(start_paused = true)]
     async fn a_large_window_shares_the_sweep_and_a_small_one_goes_by_name() {
         let cloud = FakeInstances::new();
@@ -352,7 +385,8 @@ mod tests {
             "only the one the sweep lacks"
         );
 
-        tokio::time::advance(Duration::from_secs(1)).await;
+        // A burst later than the sweep's lifetime starts small again.
+        tokio::time::advance(BURST_SPAN).await;
         prefetcher.prefetch("late", Lookup::ByPrivateDns(name(3)));
         let found = prefetcher
             .resolve("late", &Lookup::ByPrivateDns(name(3)))
@@ -360,8 +394,51 @@ mod tests {
             .unwrap();
         assert_eq!(found.map(|f| f.id).as_deref(), Some("i-3"));
         let calls = cloud.calls();
-        assert_eq!(calls.sweeps, 1, "a small window does not sweep");
+        assert_eq!(calls.sweeps, 1, "a small burst does not sweep");
         assert_eq!(calls.by_private_dns.len(), 2);
+    }
+
+    /// A burst spread thin over many windows (a slow scale-up) shares the
+    /// sweep once it is large, however few nodes each window holds.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_spread_over_small_windows_shares_the_sweep() {
+        let cloud = FakeInstances::new();
+        let per_window = 50;
+        let windows = SWEEP_FROM / per_window + 3;
+        for i in 0..per_window * windows {
+            cloud.add(instance(
+                &format!("i-{i}"),
+                &format!("10.1.{}.{}", i / 200, i % 200 + 1),
+            ));
+        }
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        let name = |i: usize| format!("ip-10-1-{}-{}.ec2.internal", i / 200, i % 200 + 1);
+        for w in 0..windows {
+            let nodes: Vec<usize> = (w * per_window..(w + 1) * per_window).collect();
+            for &i in &nodes {
+                prefetcher.prefetch(&format!("n{i}"), Lookup::ByPrivateDns(name(i)));
+            }
+            for &i in &nodes {
+                let found = (prefetcher.resolve(&format!("n{i}"), &Lookup::ByPrivateDns(name(i))))
+                    .await
+                    .unwrap();
+                assert_eq!(found.map(|f| f.id), Some(format!("i-{i}")));
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let calls = cloud.calls();
+        let by_name = SWEEP_FROM - per_window;
+        assert_eq!(
+            calls.by_private_dns.len(),
+            by_name,
+            "by name until the burst reached {SWEEP_FROM}"
+        );
+        // The fake reads afresh where the client would answer from its
+        // cache: one read per window from the window that reached it.
+        assert_eq!(calls.sweeps as usize, windows - by_name / per_window);
+        let state = prefetcher.state.lock();
+        let burst = &state.burst.as_ref().expect("a burst").1;
+        assert_eq!(burst.lookups.load(Ordering::Relaxed), per_window * windows);
     }
 
     #[tokio::test(start_paused = true)]
