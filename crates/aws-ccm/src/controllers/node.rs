@@ -265,6 +265,14 @@ async fn reconcile<I: Instances>(
     node: Arc<Node>,
     shared: Arc<Shared<I>>,
 ) -> Result<Action, NodeError> {
+    // The scheduler read the node from the cache when it released the
+    // request, which may be a while before this runs: meanwhile the cache
+    // may have brought our own initializing write, and the triggers have
+    // then forgotten that we made it. Work from what the cache holds now,
+    // or that stale tainted copy is initialized a second time.
+    let Some(node) = shared.nodes.get(&ObjectRef::from_obj(&*node)) else {
+        return Ok(Action::await_change());
+    };
     if !plan::is_uninitialized(&node) {
         return reconcile_initialized(&node, &shared).await;
     }
