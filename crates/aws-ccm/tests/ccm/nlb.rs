@@ -38,6 +38,41 @@ pub(crate) async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
     })
 }
 
+/// Gives the seeded subnet an IPv6 CIDR block (the first /64 of an
+/// Amazon-provided /56 on its VPC), as a dual-stack NLB needs on AWS: the
+/// proxy refuses one in a subnet without, as ELBv2 does.
+async fn with_ipv6(cloud: &Cloud) -> anyhow::Result<()> {
+    let subnets = cloud
+        .ec2
+        .describe_subnets()
+        .subnet_ids(&cloud.subnet)
+        .send()
+        .await?;
+    let vpc = (subnets.subnets().first())
+        .and_then(|s| s.vpc_id())
+        .ok_or_else(|| anyhow::anyhow!("the seeded subnet has no VPC"))?
+        .to_string();
+    let associated = cloud
+        .ec2
+        .associate_vpc_cidr_block()
+        .vpc_id(&vpc)
+        .amazon_provided_ipv6_cidr_block(true)
+        .send()
+        .await?;
+    let block = (associated.ipv6_cidr_block_association())
+        .and_then(|a| a.ipv6_cidr_block())
+        .ok_or_else(|| anyhow::anyhow!("moto gave the VPC no IPv6 block"))?;
+    let first_64 = block.replace("/56", "/64");
+    cloud
+        .ec2
+        .associate_subnet_cidr_block()
+        .subnet_id(&cloud.subnet)
+        .ipv6_cidr_block(first_64)
+        .send()
+        .await?;
+    Ok(())
+}
+
 pub(crate) fn nlb_service(name: &str, annotations: serde_json::Value) -> Service {
     let mut a = annotations;
     a["service.beta.kubernetes.io/aws-load-balancer-type"] = "nlb".into();
@@ -749,6 +784,7 @@ async fn acm_certificate(endpoint: &str) -> anyhow::Result<String> {
 async fn nlb_annotations_take_effect_in_aws() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
+    with_ipv6(&cloud).await?;
     let cert = acm_certificate(&env.moto.endpoint()).await?;
     let eip = cloud
         .ec2
@@ -1375,6 +1411,7 @@ async fn go_would_find_everything(
 async fn going_back_a_dualstack_nlb_is_one_the_go_ccm_adopts() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
+    with_ipv6(&cloud).await?;
     let mut svc = nlb_service(
         "web",
         serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ip-address-type": "dualstack"}),
@@ -1567,5 +1604,48 @@ async fn nlb_node_rules_follow_the_backends_node_groups() -> anyhow::Result<()> 
     eventually("rules in both node groups again", WAIT, both)
         .await
         .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    env.finish().await
+}
+
+/// ELBv2 refuses a dual-stack NLB in a subnet without IPv6 (moto does not;
+/// the proxy does, as AWS): the Service gets AWS's words in a Warning and no
+/// load balancer, and once the subnet has an IPv6 block the retry makes it.
+#[tokio::test]
+async fn a_dualstack_nlb_without_ipv6_subnets_is_refused_as_aws_refuses_it() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = nlb_service(
+        "v6",
+        serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ip-address-type": "dualstack"}),
+    );
+    services.create(&PostParams::default(), &svc).await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let note = crate::swap::event_note(&client, "v6", "SyncLoadBalancerFailed").await?;
+    assert!(note.contains("IPv6 CIDR block"), "{note}");
+    let refused = env
+        .proxy
+        .calls()
+        .get("elasticloadbalancingv2", "CreateLoadBalancer");
+    assert!(
+        refused.received > refused.forwarded,
+        "the refusal fired: {refused:?}"
+    );
+    let lbs = cloud.elbv2.describe_load_balancers().send().await?;
+    assert!(lbs.load_balancers().is_empty(), "no NLB was made");
+
+    with_ipv6(&cloud).await?;
+    eventually(
+        "the NLB hostname once the subnet has IPv6",
+        WAIT,
+        || async { services.get("v6").await.ok().as_ref().and_then(hostname) },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     env.finish().await
 }

@@ -193,7 +193,7 @@ fn is_ec2_id(v: &str) -> bool {
         && rest.chars().all(|c| c.is_ascii_alphanumeric())
 }
 
-fn form_escape(v: &str) -> String {
+pub(super) fn form_escape(v: &str) -> String {
     v.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -202,6 +202,31 @@ fn form_escape(v: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+/// A read the proxy makes for itself of `signing_service` (the SigV4 scope's
+/// name: `ec2`, `elasticloadbalancing`), whatever service the call it checks
+/// went to.
+pub(super) async fn ask_upstream_as(
+    state: &State,
+    service: &str,
+    region: &str,
+    body: String,
+) -> Option<String> {
+    let scope = if service == SERVICE_ELBV2 {
+        SERVICE_ELB
+    } else {
+        service
+    };
+    let auth = format!(
+        "AWS4-HMAC-SHA256 Credential=testing/20250101/{region}/{scope}/aws4_request, SignedHeaders=host, Signature=00"
+    );
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::AUTHORIZATION,
+        HeaderValue::from_str(&auth).ok()?,
+    );
+    ask_upstream(state, &headers, body).await
 }
 
 /// A read the proxy makes for itself: not counted, faulted or recorded.
@@ -235,7 +260,7 @@ async fn ask_upstream(state: &State, headers: &HeaderMap, body: String) -> Optio
 
 /// The inner text of every `<name>…</name>` (not nested in another of the
 /// same name) in `xml`.
-fn elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
+pub(super) fn elements<'a>(xml: &'a str, name: &str) -> Vec<&'a str> {
     let open = format!("<{name}>");
     let close = format!("</{name}>");
     let mut out = Vec::new();

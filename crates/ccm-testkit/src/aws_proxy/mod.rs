@@ -38,6 +38,7 @@
 mod consistency;
 mod counts;
 mod dry_run;
+mod dualstack;
 mod ecr_public;
 mod errors;
 mod faults;
@@ -682,6 +683,11 @@ async fn handle(
             .refuse(&call.service, &call.action, &params, state.now())
     {
         return Ok(error_response(&missing, &call));
+    }
+    if let Some(refusal) =
+        dualstack::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        return Ok(error_response(&refusal, &call));
     }
     counters.bump(&call.service, &counted, Outcome::Forwarded);
     let answer = applied_regardless_of_caller(&state, parts, body, &call, &params).await;
