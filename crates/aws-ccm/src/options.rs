@@ -266,6 +266,10 @@ pub struct Options {
     #[arg(long = "aws-api-budget-fraction", default_value_t = 0.5)]
     pub aws_api_budget_fraction: f64,
 
+    /// How long one read of the cluster's instances (the sweep every node controller shares) is reused. Shorter sees instance changes sooner at one sweep per period (one DescribeInstances per 1,000 instances).
+    #[arg(long = "aws-instance-sweep-ttl", default_value = "30s", value_parser = go_duration)]
+    pub aws_instance_sweep_ttl: Duration,
+
     /// Number for the log level verbosity (0-10, as klog): 0-1 info, 2-3 our debug, 4-5 debug, 6+ trace. RUST_LOG, when set, replaces it. AWS SDK and HTTP internals stay capped at debug/info so no credentials reach the log.
     #[arg(short = 'v', long = "v", default_value_t = 2)]
     pub verbosity: u8,
@@ -357,6 +361,7 @@ impl Options {
     pub fn aws_client_options(&self) -> crate::aws::ClientOptions {
         crate::aws::ClientOptions {
             budget_fraction: self.aws_api_budget_fraction,
+            sweep_ttl: self.aws_instance_sweep_ttl,
             ..Default::default()
         }
     }

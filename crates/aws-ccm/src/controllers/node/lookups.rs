@@ -55,8 +55,8 @@ struct State {
 /// nodes spread over the windows.
 pub const SWEEP_FROM: usize = 200;
 
-/// How long a burst counts its lookups: the client's sweep lifetime
-/// (`ClientOptions::sweep_ttl`), so a burst's windows share one read.
+/// How long a burst counts its lookups: the client's default sweep lifetime
+/// (`--aws-instance-sweep-ttl`), so a burst's windows share one read.
 const BURST_SPAN: Duration = Duration::from_secs(30);
 
 /// Lookups started within one [`BURST_SPAN`], and the index of the sweep
