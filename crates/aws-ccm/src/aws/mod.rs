@@ -4,6 +4,7 @@
 pub mod annotations;
 pub mod applied;
 pub mod client;
+pub mod cluster_id;
 pub mod elb;
 pub mod instances;
 pub mod load_balancers;
