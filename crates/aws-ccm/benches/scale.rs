@@ -121,7 +121,7 @@ fn main() -> anyhow::Result<()> {
                 "moto" => moto_figures(&cfg, &mut table).await,
                 "join" => {
                     let mut r = Ok(());
-                    for n in cfg.sizes(&[1000, 5000]) {
+                    for n in cfg.sizes(&[1000, 5000, 10000]) {
                         r = r.and(join_burst(&cfg, n, None, &mut table).await);
                         for failure in &cfg.join_topology {
                             r = match topology_fault(failure) {
@@ -932,6 +932,22 @@ async fn moto_figures(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
 }
 
 /// Scenario 1: `n` tainted nodes register at once.
+/// What recorded `DescribeInstances` calls asked for: pages of the cluster
+/// sweep (a tag filter), lookups by instance ID, lookups by private DNS name.
+fn describe_instances_kinds(calls: &[ccm_testkit::aws_proxy::RecordedCall]) -> String {
+    let (mut by_id, mut by_name, mut names) = (0, 0, 0);
+    for call in calls {
+        if call.params.keys().any(|k| k.starts_with("InstanceId.")) {
+            by_id += 1;
+        } else if call.params.values().any(|v| v == "private-dns-name") {
+            by_name += 1;
+            names += call.params.keys().filter(|k| k.contains(".Value.")).count();
+        }
+    }
+    let sweep = calls.len() - by_id - by_name;
+    format!("{sweep} sweep pages, {by_id} by ID, {by_name} by name for {names} nodes")
+}
+
 /// A `SCALE_JOIN_TOPOLOGY` entry: its name and the fault rule.
 fn topology_fault(failure: &str) -> anyhow::Result<(String, FaultRule)> {
     let kind = match failure {
@@ -977,6 +993,7 @@ async fn join_burst(
         .await?;
     table.qps = Some(ccm.qps);
     world.proxy.reset_counts();
+    world.proxy.record_requests(true);
     world.api.reset_stats();
 
     let start = Instant::now();
@@ -1029,6 +1046,8 @@ async fn join_burst(
         }
     }
     let calls = world.proxy.calls();
+    let describe_kinds = describe_instances_kinds(&world.proxy.requests("DescribeInstances"));
+    world.proxy.record_requests(false);
     let stats = world.api.stats();
     let peak = ccm.peak_rss();
     let cpu = ccm.cpu_seconds();
@@ -1057,7 +1076,7 @@ async fn join_burst(
     let bound = n.div_ceil(1000) as u64;
     table.row(
         &scenario,
-        "DescribeInstances calls",
+        &format!("DescribeInstances calls ({describe_kinds})"),
         &describes.to_string(),
         &bound.to_string(),
         Some(describes as f64 / bound as f64),
