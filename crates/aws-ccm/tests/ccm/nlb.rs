@@ -169,15 +169,21 @@ async fn node_rules(
     Ok(rules)
 }
 
+/// The node `n0` on the first seeded instance; the API client and the
+/// `default` namespace's Services.
+async fn node_n0(env: &Env, cloud: &Cloud) -> anyhow::Result<(kube::Client, Api<Service>)> {
+    let client = env.api.client().await?;
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let services = Api::namespaced(client.clone(), "default");
+    Ok((client, services))
+}
+
 /// One node (`n0`) and `svc`, then a CCM running the service controller
 /// until the Service has its NLB hostname. Returns the Service as created.
 async fn one_node_nlb(env: &Env, cloud: &Cloud, svc: &Service) -> anyhow::Result<(Service, Ccm)> {
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
-        .await?;
-    let services: Api<Service> = Api::namespaced(client, "default");
+    let (_, services) = node_n0(env, cloud).await?;
     let created = services.create(&PostParams::default(), svc).await?;
     let name = created.metadata.name.clone().unwrap_or_default();
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
@@ -499,12 +505,7 @@ async fn nlb_lifecycle_creates_target_groups_rules_and_deletes_everything() -> a
 async fn clb_to_nlb_to_clb_and_internal_toggle_leave_no_orphan() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
-        .await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let (_, services) = node_n0(&env, &cloud).await?;
     let mut svc = nlb_service("web", serde_json::json!({}));
     svc.metadata.annotations = None;
     let svc = services.create(&PostParams::default(), &svc).await?;
@@ -795,12 +796,7 @@ async fn nlb_annotations_take_effect_in_aws() -> anyhow::Result<()> {
         .allocation_id()
         .unwrap()
         .to_string();
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
-        .await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let (_, services) = node_n0(&env, &cloud).await?;
 
     // Internal, TLS on 443 to a TLS backend, dualstack, access logs, Local policy.
     let tls: Service = serde_json::from_value(serde_json::json!({
@@ -1163,12 +1159,7 @@ async fn managed_security_group_mode_and_byo_switching() -> anyhow::Result<()> {
         .group_id()
         .unwrap()
         .to_string();
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
-        .await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let (_, services) = node_n0(&env, &cloud).await?;
     let svc = services
         .create(
             &PostParams::default(),
@@ -1614,12 +1605,7 @@ async fn nlb_node_rules_follow_the_backends_node_groups() -> anyhow::Result<()> 
 async fn a_dualstack_nlb_without_ipv6_subnets_is_refused_as_aws_refuses_it() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
-    let client = env.api.client().await?;
-    let nodes: Api<Node> = Api::all(client.clone());
-    nodes
-        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
-        .await?;
-    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let (client, services) = node_n0(&env, &cloud).await?;
     let svc = nlb_service(
         "v6",
         serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-ip-address-type": "dualstack"}),

@@ -133,13 +133,7 @@ fn moto_state(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn p(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::aws_proxy::test_params as p;
 
     #[test]
     fn only_dual_stack_requests_are_checked() {

@@ -480,6 +480,15 @@ impl Drop for FaultProxy {
     }
 }
 
+/// A call's parameters from `(name, value)` pairs, for the modules' tests.
+#[cfg(test)]
+pub(crate) fn test_params(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 fn parse_upstream(upstream: &str) -> anyhow::Result<(Scheme, Authority)> {
     let uri: Uri = upstream
         .parse()

@@ -319,15 +319,9 @@ fn result(policies: &[Arc<Policy>], action: &str, resource: &str, context: &Cont
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aws_proxy::test_params as p;
 
     const ROLE: &str = "arn:aws:iam::123456789012:role/ccm";
-
-    fn p(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     fn principals() -> Principals {
         let policy = Policy::parse(

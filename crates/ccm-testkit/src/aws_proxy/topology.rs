@@ -201,6 +201,7 @@ fn item(entry: &InstanceTopology) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aws_proxy::test_params as p;
 
     fn entry(id: &str, kind: &str, nodes: &[&str]) -> InstanceTopology {
         InstanceTopology {
@@ -211,13 +212,6 @@ mod tests {
             group_name: None,
             network_nodes: nodes.iter().map(|n| n.to_string()).collect(),
         }
-    }
-
-    fn p(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     #[test]
