@@ -10,7 +10,7 @@ VENV := $(CURDIR)/.venv
 export MOTO_SERVER := $(VENV)/bin/moto_server
 NEXTEST_PROFILE := $(if $(CI),ci,default)
 
-.PHONY: all build release release-ecr tools lint test unit sandbox bench bench-client bench-ecr chaos image e2e clean
+.PHONY: all build release release-ecr tools lint audit test unit sandbox bench bench-client bench-ecr chaos image e2e clean
 
 all: build
 
@@ -30,7 +30,7 @@ tools:
 	scripts/install-moto.sh
 	scripts/install-tools.sh
 
-## lint: formatting, clippy, shell scripts, YAML, manifests, IAM policy, sizes of functions and files
+## lint: formatting, clippy, shell scripts, YAML, manifests, IAM policy, sizes of functions and files, dependencies (cargo deny)
 lint: tools
 	cargo fmt --check
 	cargo clippy --locked --all-targets -- -D warnings
@@ -51,6 +51,11 @@ lint: tools
 	$(VENV)/bin/python scripts/check-sizes.py
 	python3 scripts/check-orphan-audit.py
 	$(VENV)/bin/python scripts/test_bench_table.py
+	scripts/check-deps.sh
+
+## audit: cargo deny's advisory check (needs the RustSec database from GitHub)
+audit:
+	scripts/check-deps.sh advisories
 
 # The AWS actions the CCM sent during the suite, for the IAM coverage test,
 # and its Kubernetes requests, for the RBAC coverage test.
