@@ -657,7 +657,11 @@ async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_gro
             .await?;
     }
     let started = std::time::Instant::now();
-    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    // Setup, not measured: creates have a small AWS bucket (one per 5 s at
+    // full size), which ten NLBs would wait out at the default budget.
+    let ccm = env
+        .start_ccm(&["--controllers=service", "--aws-api-budget-fraction=10"])
+        .await?;
     let mut first: Vec<String> = cloud.instances[..10].to_vec();
     first.sort();
     eventually(
