@@ -11,6 +11,23 @@ pub mod moto;
 pub mod records;
 pub mod tls;
 
+/// Set by `make unit`: a stand-in server (moto, the API test server, the
+/// fault proxy) refuses to start, so a test that needs one fails there and
+/// is named in the Makefile's list of server tests instead of slowing the
+/// unit run down unseen.
+pub const NO_SERVERS_ENV: &str = "AWS_CCM_NO_SERVERS";
+
+/// Errors when [`NO_SERVERS_ENV`] is set: `what` would start a server.
+pub fn servers_allowed(what: &str) -> anyhow::Result<()> {
+    if std::env::var_os(NO_SERVERS_ENV).is_some() {
+        anyhow::bail!(
+            "{what} started in a unit run ({NO_SERVERS_ENV} is set): a test that needs a server \
+             belongs to the Makefile's SERVER_TESTS, or outside the library"
+        );
+    }
+    Ok(())
+}
+
 /// A file or directory of this repository (the workspace root), for the
 /// tests and tools that read `iam/`, `manifests/` or `docs/`.
 pub fn repo_path(relative: &str) -> std::path::PathBuf {

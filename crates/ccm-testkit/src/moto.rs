@@ -75,6 +75,7 @@ impl Moto {
 
     /// Like [`Moto::start`] with an explicit moto_server path.
     pub async fn start_with(moto_server: &Path) -> anyhow::Result<Moto> {
+        crate::servers_allowed("moto")?;
         let log = tempfile::Builder::new()
             .prefix("moto-")
             .suffix(".log")

@@ -409,6 +409,7 @@ impl TestApiServer {
 
     /// Starts with the given options.
     pub async fn start_with(opts: ServerOptions) -> anyhow::Result<TestApiServer> {
+        crate::servers_allowed("the Kubernetes API test server")?;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.port))
             .await
             .with_context(|| format!("binding kube-test-server to 127.0.0.1:{}", opts.port))?;

@@ -231,6 +231,7 @@ impl FaultProxy {
         upstream: &str,
         config: ProxyConfig,
     ) -> anyhow::Result<FaultProxy> {
+        crate::servers_allowed("the AWS fault proxy")?;
         config.validate()?;
         let (upstream_scheme, upstream_authority) = parse_upstream(upstream)?;
         let listener = TcpListener::bind(listen)
