@@ -159,7 +159,8 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         families: ctx.cloud.node_ip_families.clone(),
         nodes: ctx.nodes.clone(),
         workers,
-        prefetch: Prefetcher::new(ctx.aws.clone(), GATHER_WINDOW),
+        prefetch: Prefetcher::new(ctx.aws.clone(), GATHER_WINDOW)
+            .bursts_span(ctx.options.options.aws_instance_sweep_ttl),
         progress: ProgressBook::default(),
         topology: topology::Queue::default(),
     });

@@ -43,7 +43,7 @@ struct State {
     pending: HashMap<String, Pending>,
     /// The open gathering window.
     window: Option<Arc<Window>>,
-    /// The burst the windows of the last [`BURST_SPAN`] belong to.
+    /// The burst the windows of the last burst span belong to.
     burst: Option<(Instant, Arc<Burst>)>,
 }
 
@@ -55,7 +55,8 @@ struct State {
 /// nodes spread over the windows.
 pub const SWEEP_FROM: usize = 200;
 
-/// How long a burst counts its lookups: the client's default sweep lifetime
+/// How long a burst counts its lookups unless [`Prefetcher::bursts_span`]
+/// says: the default of the client's sweep lifetime
 /// (`--aws-instance-sweep-ttl`), so a burst's windows share one read.
 const BURST_SPAN: Duration = Duration::from_secs(30);
 
@@ -113,6 +114,7 @@ impl Window {
 pub struct Prefetcher<I: Instances> {
     cloud: I,
     gather: Duration,
+    burst_span: Duration,
     state: Mutex<State>,
 }
 
@@ -122,12 +124,19 @@ impl<I: Instances> Prefetcher<I> {
         Prefetcher {
             cloud,
             gather,
+            burst_span: BURST_SPAN,
             state: Mutex::new(State {
                 pending: HashMap::new(),
                 window: None,
                 burst: None,
             }),
         }
+    }
+
+    /// Bursts span `span`: the sweep's lifetime (`--aws-instance-sweep-ttl`).
+    pub fn bursts_span(mut self, span: Duration) -> Prefetcher<I> {
+        self.burst_span = span;
+        self
     }
 
     /// Starts looking up `node`'s instance unless that lookup is already
@@ -143,7 +152,7 @@ impl<I: Instances> Prefetcher<I> {
             Some(w) if w.fire > now => w.clone(),
             _ => {
                 let burst = match &st.burst {
-                    Some((since, b)) if now.duration_since(*since) < BURST_SPAN => b.clone(),
+                    Some((since, b)) if now.duration_since(*since) < self.burst_span => b.clone(),
                     _ => st.burst.insert((now, Arc::default())).1.clone(),
                 };
                 let w = Arc::new(Window {
@@ -439,6 +448,40 @@ mod tests {
         let state = prefetcher.state.lock();
         let burst = &state.burst.as_ref().expect("a burst").1;
         assert_eq!(burst.lookups.load(Ordering::Relaxed), per_window * windows);
+    }
+
+    /// With a sweep lifetime of a second (`--aws-instance-sweep-ttl=1s`),
+    /// windows a second apart are bursts of their own: none is large
+    /// enough to sweep, as the sweep would be read afresh for each.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_spans_the_sweeps_lifetime() {
+        let cloud = FakeInstances::new();
+        let per_window = 50;
+        for i in 0..per_window * 6 {
+            cloud.add(instance(
+                &format!("i-{i}"),
+                &format!("10.2.{}.{}", i / 200, i % 200 + 1),
+            ));
+        }
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200))
+            .bursts_span(Duration::from_secs(1));
+        let name = |i: usize| format!("ip-10-2-{}-{}.ec2.internal", i / 200, i % 200 + 1);
+        for w in 0..6 {
+            let nodes: Vec<usize> = (w * per_window..(w + 1) * per_window).collect();
+            for &i in &nodes {
+                prefetcher.prefetch(&format!("n{i}"), Lookup::ByPrivateDns(name(i)));
+            }
+            for &i in &nodes {
+                let found = (prefetcher.resolve(&format!("n{i}"), &Lookup::ByPrivateDns(name(i))))
+                    .await
+                    .unwrap();
+                assert_eq!(found.map(|f| f.id), Some(format!("i-{i}")));
+            }
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        let calls = cloud.calls();
+        assert_eq!(calls.sweeps, 0, "no burst reached {SWEEP_FROM}");
+        assert_eq!(calls.by_private_dns.len(), per_window * 6);
     }
 
     #[tokio::test(start_paused = true)]
