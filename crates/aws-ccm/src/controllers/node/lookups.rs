@@ -407,21 +407,23 @@ mod tests {
         assert_eq!(calls.by_private_dns.len(), 2);
     }
 
-    /// A burst spread thin over many windows (a slow scale-up) shares the
-    /// sweep once it is large, however few nodes each window holds.
-    #[tokio::test(start_paused = true)]
-    async fn a_burst_spread_over_small_windows_shares_the_sweep() {
+    /// `windows` windows of `per_window` joining nodes, a second apart, each
+    /// resolved to its own instance; returns the fake's calls.
+    async fn join_in_windows(
+        span: Option<Duration>,
+        per_window: usize,
+        windows: usize,
+    ) -> (crate::provider::instances::fake::Calls, usize) {
         let cloud = FakeInstances::new();
-        let per_window = 50;
-        let windows = SWEEP_FROM / per_window + 3;
+        let ip = |i: usize| format!("10.1.{}.{}", i / 200, i % 200 + 1);
+        let name = |i: usize| format!("ip-{}.ec2.internal", ip(i).replace('.', "-"));
         for i in 0..per_window * windows {
-            cloud.add(instance(
-                &format!("i-{i}"),
-                &format!("10.1.{}.{}", i / 200, i % 200 + 1),
-            ));
+            cloud.add(instance(&format!("i-{i}"), &ip(i)));
         }
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
-        let name = |i: usize| format!("ip-10-1-{}-{}.ec2.internal", i / 200, i % 200 + 1);
+        let mut prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        if let Some(span) = span {
+            prefetcher = prefetcher.bursts_span(span);
+        }
         for w in 0..windows {
             let nodes: Vec<usize> = (w * per_window..(w + 1) * per_window).collect();
             for &i in &nodes {
@@ -435,7 +437,17 @@ mod tests {
             }
             tokio::time::advance(Duration::from_secs(1)).await;
         }
-        let calls = cloud.calls();
+        let counted = (prefetcher.state.lock().burst.as_ref())
+            .map_or(0, |(_, b)| b.lookups.load(Ordering::Relaxed));
+        (cloud.calls(), counted)
+    }
+
+    /// A burst spread thin over many windows (a slow scale-up) shares the
+    /// sweep once it is large, however few nodes each window holds.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_spread_over_small_windows_shares_the_sweep() {
+        let (per_window, windows) = (50, SWEEP_FROM / 50 + 3);
+        let (calls, counted) = join_in_windows(None, per_window, windows).await;
         let by_name = SWEEP_FROM - per_window;
         assert_eq!(
             calls.by_private_dns.len(),
@@ -445,9 +457,7 @@ mod tests {
         // The fake reads afresh where the client would answer from its
         // cache: one read per window from the window that reached it.
         assert_eq!(calls.sweeps as usize, windows - by_name / per_window);
-        let state = prefetcher.state.lock();
-        let burst = &state.burst.as_ref().expect("a burst").1;
-        assert_eq!(burst.lookups.load(Ordering::Relaxed), per_window * windows);
+        assert_eq!(counted, per_window * windows);
     }
 
     /// With a sweep lifetime of a second (`--aws-instance-sweep-ttl=1s`),
@@ -455,33 +465,10 @@ mod tests {
     /// enough to sweep, as the sweep would be read afresh for each.
     #[tokio::test(start_paused = true)]
     async fn a_burst_spans_the_sweeps_lifetime() {
-        let cloud = FakeInstances::new();
-        let per_window = 50;
-        for i in 0..per_window * 6 {
-            cloud.add(instance(
-                &format!("i-{i}"),
-                &format!("10.2.{}.{}", i / 200, i % 200 + 1),
-            ));
-        }
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200))
-            .bursts_span(Duration::from_secs(1));
-        let name = |i: usize| format!("ip-10-2-{}-{}.ec2.internal", i / 200, i % 200 + 1);
-        for w in 0..6 {
-            let nodes: Vec<usize> = (w * per_window..(w + 1) * per_window).collect();
-            for &i in &nodes {
-                prefetcher.prefetch(&format!("n{i}"), Lookup::ByPrivateDns(name(i)));
-            }
-            for &i in &nodes {
-                let found = (prefetcher.resolve(&format!("n{i}"), &Lookup::ByPrivateDns(name(i))))
-                    .await
-                    .unwrap();
-                assert_eq!(found.map(|f| f.id), Some(format!("i-{i}")));
-            }
-            tokio::time::advance(Duration::from_secs(1)).await;
-        }
-        let calls = cloud.calls();
+        let (calls, counted) = join_in_windows(Some(Duration::from_secs(1)), 50, 6).await;
         assert_eq!(calls.sweeps, 0, "no burst reached {SWEEP_FROM}");
-        assert_eq!(calls.by_private_dns.len(), per_window * 6);
+        assert_eq!(calls.by_private_dns.len(), 300);
+        assert_eq!(counted, 50, "the last window's burst alone");
     }
 
     #[tokio::test(start_paused = true)]
