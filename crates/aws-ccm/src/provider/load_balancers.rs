@@ -100,6 +100,9 @@ pub enum LbError {
         /// The cloud refused to delete something another resource still
         /// uses (AWS `DependencyViolation`): it frees up by itself.
         in_use: bool,
+        /// The cloud refused the request itself (invalid for the resource's
+        /// state, denied, over a quota): repeating it will not help.
+        rejected: bool,
     },
 }
 

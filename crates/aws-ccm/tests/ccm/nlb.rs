@@ -1639,3 +1639,53 @@ async fn a_dualstack_nlb_without_ipv6_subnets_is_refused_as_aws_refuses_it() -> 
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     env.finish().await
 }
+
+/// `dualstack` added to a live NLB whose subnet has no IPv6: AWS refuses
+/// `SetIpAddressType`, and only that change stops. A node that joins is
+/// still registered (the Go CCM ignores the annotation, so its targets
+/// follow the nodes), and the Service says what AWS refused.
+#[tokio::test]
+async fn a_refused_dualstack_change_keeps_a_live_nlbs_targets_current() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 2).await?;
+    let svc = nlb_service("live", serde_json::json!({}));
+    let (_, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
+    let client = env.api.client().await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    services
+        .patch(
+            "live",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {
+                "service.beta.kubernetes.io/aws-load-balancer-ip-address-type": "dualstack"}}})),
+        )
+        .await?;
+    let note = crate::swap::event_note(&client, "live", "SyncLoadBalancerFailed").await?;
+    assert!(note.contains("IPv6 CIDR block"), "{note}");
+    let refused = env
+        .proxy
+        .calls()
+        .get("elasticloadbalancingv2", "SetIpAddressType");
+    assert!(
+        refused.received > refused.forwarded,
+        "the refusal fired: {refused:?}"
+    );
+
+    Api::<Node>::all(client)
+        .create(&PostParams::default(), &node("n1", &cloud.instances[1]))
+        .await?;
+    let mut both = cloud.instances[..2].to_vec();
+    both.sort();
+    eventually(
+        "the joined node registered despite the refusal",
+        WAIT,
+        || async {
+            let groups = all_target_groups(&cloud.elbv2).await;
+            let tg = groups.first()?;
+            (targets_of(&cloud.elbv2, tg).await? == both).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    env.finish().await
+}

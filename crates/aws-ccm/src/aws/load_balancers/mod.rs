@@ -36,6 +36,7 @@ impl From<AwsError> for LbError {
     fn from(e: AwsError) -> LbError {
         LbError::Cloud {
             in_use: e.code() == Some("DependencyViolation"),
+            rejected: e.class() == crate::aws::client::errors::ErrorClass::Fatal,
             message: e.to_string(),
         }
     }
@@ -512,6 +513,16 @@ impl LoadBalancers for AwsLoadBalancers {
             (Scope::Full, LoadBalancerKind::Network) => self.ensure_nlb(req).await,
             (Scope::Full, _) => self.ensure_clb(req).await,
         };
+        // AWS refused one of the sync's changes (a dual-stack type on
+        // IPv4-only subnets, an attribute it will not take): that change
+        // stops, not the upkeep of a live load balancer. Its backends and
+        // node rules still follow the nodes, as a refused annotation value
+        // leaves them (`upkeep`), and the refusal is still reported.
+        if let (Scope::Full, Err(LbError::Cloud { rejected: true, .. })) = (req.scope, &result)
+            && let Err(e) = self.upkeep(req, true).await
+        {
+            tracing::warn!(service = %req.service_key, error = %e, "keeping the load balancer's backends current failed too");
+        }
         if result.is_err() {
             // The retry reads subnets afresh: one may have been deleted or
             // tagged since they were cached.

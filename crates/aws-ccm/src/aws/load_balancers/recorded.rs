@@ -49,6 +49,7 @@ impl AwsLoadBalancers {
                     "not changing the targets of NLB {name} yet: their entries in the target record could not be removed first: {e}"
                 ),
                 in_use: false,
+                rejected: false,
             })?;
         let applied = nlb::io::apply(&self.aws, name, vpc_id, actual, changes).await?;
         let deleted: Vec<String> = changes
