@@ -552,6 +552,8 @@ impl World {
             ),
             "--bind-address=127.0.0.1".into(),
             format!("--secure-port={port}"),
+            // The bench reads /metrics without a token.
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics".into(),
         ];
         // Leader election on, as deployed, unless `extra` says otherwise.
         if !extra.iter().any(|a| a.starts_with("--leader-elect=")) {
@@ -576,6 +578,7 @@ impl World {
             child,
             log,
             qps: qps_of(extra),
+            addr: format!("127.0.0.1:{port}"),
         })
     }
 }
@@ -585,9 +588,40 @@ struct Ccm {
     log: PathBuf,
     /// Its `--kube-api-qps`.
     qps: f64,
+    /// Its HTTPS endpoint, `host:port`.
+    addr: String,
 }
 
 impl Ccm {
+    /// The histogram `name` from its `/metrics`: (upper bound, cumulative
+    /// count) per bucket, the count and the sum.
+    async fn histogram(&self, name: &str) -> anyhow::Result<Histogram> {
+        let (status, text) = ccm_testkit::tls::https_get(&self.addr, "/metrics", None).await?;
+        if status != 200 {
+            bail!("/metrics answered {status}: {text}");
+        }
+        let value = |line: &str, prefix: &str| -> Option<f64> {
+            line.strip_prefix(prefix)?.trim().parse().ok()
+        };
+        let mut h = Histogram::default();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix(&format!("{name}_bucket{{le=\"")) {
+                let (le, count) = rest.split_once("\"}").context("a bucket line")?;
+                let le = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse()?
+                };
+                h.buckets.push((le, count.trim().parse()?));
+            } else if let Some(v) = value(line, &format!("{name}_count")) {
+                h.count = v as u64;
+            } else if let Some(v) = value(line, &format!("{name}_sum")) {
+                h.sum = v;
+            }
+        }
+        Ok(h)
+    }
+
     /// Peak resident set (VmHWM) in bytes.
     fn peak_rss(&self) -> Option<u64> {
         let pid = self.child.id()?;
@@ -692,6 +726,25 @@ impl Ccm {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(5)..].join("\n")
+    }
+}
+
+/// A histogram as `/metrics` serves it.
+#[derive(Default)]
+struct Histogram {
+    buckets: Vec<(f64, u64)>,
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    /// The upper bound of the bucket holding quantile `q`.
+    fn quantile_bound(&self, q: f64) -> f64 {
+        let rank = (q * self.count as f64).ceil() as u64;
+        self.buckets
+            .iter()
+            .find(|(_, c)| *c >= rank.max(1))
+            .map_or(f64::INFINITY, |(le, _)| *le)
     }
 }
 
@@ -2057,6 +2110,7 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
     if !pending.is_empty() {
         eprintln!("CCM log tail:\n{}", ccm.log_tail());
     }
+    let record_wait = ccm.histogram("aws_ccm_target_record_wait_seconds").await?;
     ccm.stop().await;
 
     let matched = total_groups - pending.len();
@@ -2083,6 +2137,27 @@ async fn churn(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
             Some(per_sync(count)),
         );
     }
+    // The target record's cost on the write path: each sync that moves
+    // targets first waits for its groups' entries to leave the ConfigMap.
+    let ms = |s: f64| format!("{:.1} ms", s * 1000.0);
+    let changes = record_wait.count;
+    if changes == 0 {
+        bail!("no target change waited on the target record: is it on?");
+    }
+    table.row(
+        &scenario,
+        &format!("target change's wait for the target record, mean of {changes} changes"),
+        &ms(record_wait.sum / changes as f64),
+        "",
+        None,
+    );
+    table.row(
+        &scenario,
+        "target change's wait for the target record, p99 (bucket bound)",
+        &ms(record_wait.quantile_bound(0.99)),
+        "",
+        None,
+    );
     eprint_throttled("churn", &calls);
     let (mutating, by) = mutating_calls(&calls);
     table.row(

@@ -31,7 +31,7 @@
 //! it, as it repairs the load balancer's settings.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -39,6 +39,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, PostParams};
 use parking_lot::Mutex;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{Notify, watch};
 
 /// The annotation holding the stamp: `<Lease UID>/<leaseTransitions>`.
@@ -50,6 +51,21 @@ pub const MAX_ENTRIES: usize = 10_000;
 
 /// How long a target change waits for its entry's removal to be confirmed.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(30);
+
+/// `aws_ccm_target_record_wait_seconds`: how long each NLB target change
+/// waited for the record before it could be sent to AWS (0 when the groups
+/// had no entry to remove). This is the record's cost on the write path;
+/// the scale bench's churn scenario prints it.
+static WAIT: LazyLock<Histogram> = LazyLock::new(|| {
+    // 1 ms .. 32 s: a confirmed ConfigMap write, up to CONFIRM_WITHIN.
+    let h = Histogram::new(exponential_buckets(0.001, 2.0, 16));
+    crate::metrics::register(
+        "aws_ccm_target_record_wait_seconds",
+        "Seconds an NLB target change waited for its groups' entries to leave the target record before it was sent to AWS",
+        h.clone(),
+    );
+    h
+});
 
 /// The ConfigMap's name for the Lease `lease_name`.
 pub fn configmap_name(lease_name: &str) -> String {
@@ -211,11 +227,23 @@ impl TargetRecord {
     /// (at once when none is there). An error means the change must not
     /// be made now.
     pub async fn before_change(&self, keys: &[String]) -> Result<(), String> {
+        let start = tokio::time::Instant::now();
+        let waited = self.confirm_removed(keys).await;
+        // A sync that moves no target is not a target change.
+        if waited.is_some() && !keys.is_empty() {
+            WAIT.observe(start.elapsed().as_secs_f64());
+        }
+        waited.unwrap_or(Ok(()))
+    }
+
+    /// [`Self::before_change`]'s work: `None` when the record is off (no
+    /// change of this process waits for it).
+    async fn confirm_removed(&self, keys: &[String]) -> Option<Result<(), String>> {
         let generation = {
             let mut st = self.shared.state.lock();
             match &st.mode {
-                Mode::Off => return Ok(()),
-                Mode::Lost(why) => return Err(why.clone()),
+                Mode::Off => return None,
+                Mode::Lost(why) => return Some(Err(why.clone())),
                 Mode::Active => {}
             }
             let mut stored = false;
@@ -224,7 +252,7 @@ impl TargetRecord {
                 stored |= st.maybe_stored.contains(k);
             }
             if !stored {
-                return Ok(());
+                return Some(Ok(()));
             }
             st.generation += 1;
             st.generation
@@ -233,7 +261,7 @@ impl TargetRecord {
         let mut rx = self.shared.flushed.subscribe();
         let seen =
             tokio::time::timeout(CONFIRM_WITHIN, rx.wait_for(|(g, _)| *g >= generation)).await;
-        match seen {
+        Some(match seen {
             Ok(Ok(done)) => match &done.1 {
                 None => Ok(()),
                 Some(e) => Err(e.clone()),
@@ -242,7 +270,7 @@ impl TargetRecord {
             Err(_) => Err(format!(
                 "the target record was not written within {CONFIRM_WITHIN:?}"
             )),
-        }
+        })
     }
 
     /// Records that the groups `entries` (key, digest) now hold what their

@@ -133,6 +133,7 @@ async fn an_entry_is_removed_before_its_group_changes() -> anyhow::Result<()> {
         "configmaps",
         Duration::from_secs(2),
     ));
+    let (count, sum) = waits();
     record
         .before_change(&["tg.1".to_string()])
         .await
@@ -141,14 +142,44 @@ async fn an_entry_is_removed_before_its_group_changes() -> anyhow::Result<()> {
     assert!(!has(&cm, "tg.1"), "removed before the change goes ahead");
     assert!(has(&cm, "tg.2"), "other groups keep theirs");
     assert!(!record.trusts("tg.1", "d"));
-    // A group without an entry needs no write.
+    // The wait is the record's cost on the write path, and is exported.
+    let (count_after, sum_after) = waits();
+    assert_eq!(count_after, count + 1, "one target change observed");
+    assert!(
+        sum_after - sum >= 2.0,
+        "the held removal counted: {sum} -> {sum_after}"
+    );
+    // A group without an entry needs no write, and waits for none.
     let writes = server.stats().count("update", "configmaps");
     record
         .before_change(&["tg.3".to_string()])
         .await
         .map_err(anyhow::Error::msg)?;
     assert_eq!(server.stats().count("update", "configmaps"), writes);
+    let (count_3, sum_3) = waits();
+    assert_eq!(count_3, count_after + 1);
+    assert!(sum_3 - sum_after < 1.0, "no wait: {sum_after} -> {sum_3}");
+    // A sync that moves no target is no target change.
+    record
+        .before_change(&[])
+        .await
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(waits().0, count_3);
     Ok(())
+}
+
+/// `aws_ccm_target_record_wait_seconds`' count and sum, from `/metrics`' text.
+fn waits() -> (u64, f64) {
+    let text = crate::metrics::encode();
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (
+        value("aws_ccm_target_record_wait_seconds_count") as u64,
+        value("aws_ccm_target_record_wait_seconds_sum"),
+    )
 }
 
 /// A removal the API server refuses stops the change.

@@ -1,6 +1,7 @@
 //! A TLS client for tests that reach the CCM's HTTPS endpoint, whose
 //! certificate is self-signed or freshly generated: it accepts any server
-//! certificate but still checks the handshake signatures.
+//! certificate but still checks the handshake signatures. [`https_get`] is
+//! the one GET the tests and the scale bench send it.
 
 use std::sync::Arc;
 
@@ -8,6 +9,35 @@ use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, Server
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme, SupportedProtocolVersion};
+
+/// GET `path` from the HTTPS server at `addr` (`host:port`) with this
+/// bearer token, or none, accepting any server certificate: the status and
+/// the body as text.
+pub async fn https_get(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<(u16, String)> {
+    use http_body_util::{BodyExt, Empty};
+
+    let config = client_trusting_any_server(rustls::DEFAULT_VERSIONS)?;
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost")?, tcp)
+        .await?;
+    let (mut sender, conn) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
+    tokio::spawn(conn);
+    let mut req = http::Request::get(path).header("host", "localhost");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    let req = req.body(Empty::<bytes::Bytes>::new())?;
+    let resp = sender.send_request(req).await?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
 
 /// A client config limited to `versions` that trusts any server certificate.
 pub fn client_trusting_any_server(

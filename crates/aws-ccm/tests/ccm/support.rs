@@ -410,26 +410,7 @@ pub async fn https_get_as(
     path: &str,
     token: Option<&str>,
 ) -> anyhow::Result<(u16, String)> {
-    use http_body_util::{BodyExt, Empty};
-    use rustls::pki_types::ServerName;
-
-    let config = ccm_testkit::tls::client_trusting_any_server(rustls::DEFAULT_VERSIONS)?;
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost")?, tcp)
-        .await?;
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
-    tokio::spawn(conn);
-    let mut req = http::Request::get(path).header("host", "localhost");
-    if let Some(token) = token {
-        req = req.header("authorization", format!("Bearer {token}"));
-    }
-    let req = req.body(Empty::<bytes::Bytes>::new())?;
-    let resp = sender.send_request(req).await?;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    ccm_testkit::tls::https_get(addr, path, token).await
 }
 
 /// The CCM's `/metrics` once every needle is in it. A metric is recorded
