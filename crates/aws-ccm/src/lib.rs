@@ -5,6 +5,7 @@
 //! for the flow of data and the layout.
 
 pub mod aws;
+pub mod backoff;
 pub mod cloud_config;
 pub mod controllers;
 pub mod duration;

@@ -42,6 +42,8 @@ use parking_lot::Mutex;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use tokio::sync::{Notify, watch};
 
+use crate::backoff::Backoff;
+
 /// The annotation holding the stamp: `<Lease UID>/<leaseTransitions>`.
 pub const STAMP_ANNOTATION: &str = "aws-ccm.k8s.io/target-record-stamp";
 
@@ -366,7 +368,8 @@ struct Writer {
 
 impl Writer {
     async fn run(mut self) {
-        let mut backoff = Duration::from_millis(200);
+        let backoff = Backoff::new(Duration::from_millis(200), Duration::from_secs(5));
+        let mut failures = 0;
         loop {
             let (want, generation, clean) = self.next_write();
             if clean {
@@ -376,7 +379,7 @@ impl Writer {
             }
             match self.write(&want).await {
                 Ok(()) => {
-                    backoff = Duration::from_millis(200);
+                    failures = 0;
                     self.shared.state.lock().maybe_stored = want.keys().cloned().collect();
                     self.shared.flushed.send_replace((generation, None));
                 }
@@ -386,8 +389,8 @@ impl Writer {
                     }
                     tracing::warn!(configmap = %self.name, error = %e, "writing the target record failed; will retry");
                     self.shared.flushed.send_replace((generation, Some(e)));
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    failures += 1;
+                    tokio::time::sleep(backoff.after(failures)).await;
                 }
             }
         }

@@ -46,6 +46,7 @@ use self::guard::{OtherAllocator, Sign};
 use super::ControllerContext;
 use super::events::Events;
 use super::route::publish::node_ref;
+use crate::backoff::Backoff;
 use crate::options::cidrs::NodeCidrAllocation;
 
 /// Node patches in flight at once (the kube client rate-limits underneath).
@@ -668,7 +669,8 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         Api::all(ctx.kube.clone()),
         Events::new(ctx.kube.clone(), "cidrAllocator"),
     );
-    let mut backoff = Duration::from_millis(500);
+    let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+    let mut failures = 0;
     loop {
         let result = tokio::select! {
             _ = stop.cancelled() => return,
@@ -677,12 +679,12 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         match result {
             Ok(()) => break,
             Err(e) => {
+                failures += 1;
                 tracing::error!(error = %e, "listing nodes to rebuild the CIDR map failed; nothing is allocated until it succeeds");
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff) => {}
+                    _ = tokio::time::sleep(backoff.after(failures)) => {}
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(30));
             }
         }
     }

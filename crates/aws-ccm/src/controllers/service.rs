@@ -31,6 +31,7 @@ use tracing::Instrument;
 use super::ControllerContext;
 use super::events::Events;
 use super::node_settle::NodeSettle;
+use crate::backoff::Backoff;
 use crate::provider::load_balancers::{
     EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Scope, resync_slot,
 };
@@ -41,13 +42,12 @@ pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
 pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
-const MIN_BACKOFF: Duration = Duration::from_secs(5);
-const MAX_BACKOFF: Duration = Duration::from_secs(300);
+/// Retries of a failed sync: upstream's `minRetryDelay` to `maxRetryDelay`.
+const FAILED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
 /// Retries of a sync waiting for AWS to release a resource: from 1 s,
-/// growing to 10 s, for at most [`DEPENDENCY_PATIENCE`]; then it fails with
-/// a Warning like any other error.
-const WAITING_RETRY_MIN: Duration = Duration::from_secs(1);
-const WAITING_RETRY_MAX: Duration = Duration::from_secs(10);
+/// doubling every 10 s of waiting up to 10 s, for at most
+/// [`DEPENDENCY_PATIENCE`]; then it fails with a Warning like any other error.
+const WAITING: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
 const DEPENDENCY_PATIENCE: Duration = Duration::from_secs(120);
 /// Longest wait between scans without any Node or Service change: retries
 /// (backoff from 5 s) and the periodic resync (`--service-resync-period`)
@@ -540,17 +540,13 @@ impl<L: LoadBalancers> ServiceController<L> {
             }
             Outcome::Waiting => {
                 let waited = now - *entry.waiting_since.get_or_insert(now);
-                let delay = WAITING_RETRY_MIN
-                    .saturating_mul(1 << (waited.as_secs() / 10).min(4))
-                    .min(WAITING_RETRY_MAX);
+                let delay = WAITING.after(1 + (waited.as_secs() / 10).min(8) as u32);
                 entry.retry_at = Some(now + delay);
                 entry.failed_fingerprint = Some(job.fingerprint);
             }
             Outcome::Failed => {
-                let delay = MIN_BACKOFF
-                    .saturating_mul(1 << entry.failures.min(6))
-                    .min(MAX_BACKOFF);
                 entry.failures += 1;
+                let delay = FAILED.after(entry.failures);
                 entry.retry_at = Some(now + delay);
                 entry.failed_fingerprint = Some(job.fingerprint);
                 entry.waiting_since = None;

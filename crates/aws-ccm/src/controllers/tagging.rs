@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use super::ControllerContext;
 use super::node::changes::{Changes, node_changes};
 use super::node::identity;
+use crate::backoff::Backoff;
 use crate::provider::instances::{CloudError, Instances, MAX_TAG_RESOURCES};
 
 /// Upstream's label recording which tag set a node's instance carries.
@@ -48,8 +49,7 @@ const GATHER: Duration = Duration::from_millis(250);
 const NOT_FOUND_ATTEMPTS: u32 = 5;
 /// Retries of other failures before an item is dropped.
 const MAX_ATTEMPTS: u32 = 10;
-const RETRY_BASE: Duration = Duration::from_secs(2);
-const RETRY_MAX: Duration = Duration::from_secs(300);
+const RETRY: Backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
 
 static INITIAL_TAGGING_DELAY: LazyLock<Histogram> = LazyLock::new(|| {
     let h = Histogram::new(exponential_buckets(1.0, 4.0, 6));
@@ -138,8 +138,7 @@ impl Retry {
         if not_found {
             self.not_found += 1;
         }
-        let exp = self.attempts.saturating_sub(1).min(16);
-        self.due = now + RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX);
+        self.due = now + RETRY.after(self.attempts);
     }
 
     fn exhausted(&self) -> bool {
@@ -692,7 +691,7 @@ mod tests {
             let skipped = p.tag_failed("n", Some("1".into()), true, now);
             assert_eq!(skipped, attempt == NOT_FOUND_ATTEMPTS);
             assert!(p.due(now).0.is_empty(), "backing off");
-            now += RETRY_MAX;
+            now += RETRY.cap;
         }
         // Skipped: a new version of the same node does not bring it back...
         p.observe(&applied(vec![n]), &sum, now);

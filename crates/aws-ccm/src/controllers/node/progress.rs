@@ -10,10 +10,10 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::identity::Lookup;
+use crate::backoff::Backoff;
 
 /// Backoff of a node whose initialization failed: 1 s, 2 s, 4 s ... 5 min.
-const RETRY_BASE: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(300);
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
 /// How long "initialized by us" vouches for a stale tainted copy.
 const RECENTLY_INITIALIZED: Duration = Duration::from_secs(60);
 
@@ -113,8 +113,7 @@ impl ProgressBook {
             }
             _ => 1,
         };
-        let exp = attempts.saturating_sub(1).min(16);
-        let delay = RETRY_BASE.saturating_mul(1 << exp).min(RETRY_MAX);
+        let delay = RETRY.after(attempts);
         nodes.insert(
             node.to_string(),
             Progress::Failed {
@@ -166,7 +165,7 @@ mod tests {
                 book.backoff_left("n", Some(&Lookup::ById("i-2".into()))),
                 None
             );
-            tokio::time::advance(RETRY_MAX).await;
+            tokio::time::advance(RETRY.cap).await;
             assert!(book.wants_lookup(&n, &key), "due again");
         }
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);

@@ -9,7 +9,7 @@
 //! together (so the cloud batches them, at most 100 instance IDs per call)
 //! and writes the labels that come back. A failed question (AWS down,
 //! throttled past its deadline, an API that hangs) is asked again with
-//! backoff ([`RETRY_BASE`] doubling to [`RETRY_MAX`]) from the same task: a
+//! backoff ([`RETRY`]) from the same task: a
 //! retry never occupies a worker of the cloud-node controller, so nodes
 //! that join meanwhile are initialized at full speed. (It once did: with
 //! the API failing, 100 joining nodes waited minutes behind the retries of
@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backoff::Backoff;
 use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
@@ -42,10 +43,8 @@ use crate::controllers::cached_node::Node;
 use crate::ids::{is_instance_id, node_instance_id};
 use crate::provider::instances::Instances;
 
-/// First wait after a failed question; doubled per failure.
-const RETRY_BASE: Duration = Duration::from_secs(5);
-/// Longest wait between questions for one node.
-const RETRY_MAX: Duration = Duration::from_secs(300);
+/// The wait after a failed question: 5 s, doubled per failure, to 5 min.
+const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
 /// Questions in flight at once: enough for the cloud to fill its batches
 /// (100 IDs per call) without holding every node of a large join at once.
 const IN_FLIGHT: usize = 500;
@@ -109,10 +108,8 @@ impl Queue {
         let Some(entry) = nodes.get_mut(node) else {
             return Duration::ZERO;
         };
-        let delay = RETRY_BASE
-            .saturating_mul(1 << entry.attempts.min(16))
-            .min(RETRY_MAX);
         entry.attempts += 1;
+        let delay = RETRY.after(entry.attempts);
         entry.due = Some(Instant::now() + delay);
         delay
     }
@@ -265,20 +262,20 @@ mod tests {
         assert_eq!(due.len(), 1);
         assert_eq!(next, None, "in flight: not due again");
         assert!(q.take_due(Instant::now()).0.is_empty());
-        assert_eq!(q.failed("n"), RETRY_BASE);
-        assert_eq!(q.failed("n"), RETRY_BASE * 2);
-        assert_eq!(q.failed("n"), RETRY_BASE * 4);
+        assert_eq!(q.failed("n"), RETRY.first);
+        assert_eq!(q.failed("n"), RETRY.first * 2);
+        assert_eq!(q.failed("n"), RETRY.first * 4);
         for _ in 0..40 {
             q.failed("n");
         }
-        assert_eq!(q.failed("n"), RETRY_MAX);
+        assert_eq!(q.failed("n"), RETRY.cap);
         let (due, next) = q.take_due(Instant::now());
         assert!(due.is_empty(), "waiting out its backoff");
-        assert_eq!(next, Some(Instant::now() + RETRY_MAX));
+        assert_eq!(next, Some(Instant::now() + RETRY.cap));
         // Asking again keeps the backoff.
         q.ask("n", "i-1", Some("p4d.24xlarge"));
         assert!(q.take_due(Instant::now()).0.is_empty());
-        tokio::time::advance(RETRY_MAX).await;
+        tokio::time::advance(RETRY.cap).await;
         let (due, _) = q.take_due(Instant::now());
         assert_eq!(
             due,
