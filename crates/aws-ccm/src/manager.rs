@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::aws::AwsClient;
+use crate::aws::Aws;
 use crate::aws::client::clients;
 use crate::aws::client::door::Door;
 use crate::aws::cluster_id::resolve_cluster_id;
@@ -145,7 +145,7 @@ pub(crate) fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Resul
 pub(crate) async fn connect_aws(
     cloud: &CloudConfig,
     opts: &crate::options::Options,
-) -> anyhow::Result<(AwsClient, String, String)> {
+) -> anyhow::Result<(Aws, String, String)> {
     let c = connect_aws_described(cloud, opts).await?;
     Ok((c.aws, c.cluster_id, c.region))
 }
@@ -153,7 +153,7 @@ pub(crate) async fn connect_aws(
 /// [`connect_aws`]'s result, with where the region and the cluster ID came
 /// from (for `aws-ccm doctor`).
 pub(crate) struct Connected {
-    pub aws: AwsClient,
+    pub aws: Aws,
     pub cluster_id: String,
     pub region: String,
     /// How the region was found (cloud.conf, or instance metadata).
@@ -194,7 +194,7 @@ pub(crate) async fn connect_aws_described(
     if identity.writes_legacy_tag {
         tracing::info!(cluster_id = %cluster_id, "the cluster is identified by the legacy KubernetesCluster tag (cloud.conf KubernetesClusterTag, or on this instance, as kOps tags it): what this CCM creates carries KubernetesCluster={cluster_id} too, as the Go CCM writes it");
     }
-    let aws = AwsClient::with_door(sdk, cluster_id.clone(), client_options, door);
+    let aws = Aws::with_door(sdk, cluster_id.clone(), client_options, door);
     tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
     Ok(Connected {
         aws,
@@ -317,7 +317,7 @@ async fn lead<Stop: Future<Output = ()>>(
 /// each Service's resync slot, and the target `record` (which shutdown
 /// flushes).
 fn load_balancers(
-    aws: &AwsClient,
+    aws: &Aws,
     cloud: &Arc<CloudConfig>,
     cluster_id: &str,
     opts: &crate::options::Options,
@@ -410,7 +410,7 @@ fn drain_bound(opts: &crate::options::Options) -> Duration {
 
 /// Refuses every further change to AWS and waits (at most `drain`) for
 /// those already sent to be answered.
-async fn stop_aws_changes(aws: &AwsClient, drain: Duration) {
+async fn stop_aws_changes(aws: &Aws, drain: Duration) {
     let unanswered = aws.stop_mutations(drain).await;
     if unanswered > 0 {
         tracing::error!(

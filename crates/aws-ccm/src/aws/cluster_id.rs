@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 
-use crate::aws::AwsClient;
+use crate::aws::Aws;
 use crate::aws::client::clients::{self, SdkClients};
 use crate::aws::client::door::Door;
 use crate::aws::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG};
@@ -43,7 +43,7 @@ pub(crate) async fn resolve_cluster_id(
             .map_err(anyhow::Error::msg)?;
         // The cluster ID is not known yet, so this one lookup goes through a
         // bootstrap client that owns no cluster resources.
-        let bootstrap = AwsClient::with_door(
+        let bootstrap = Aws::with_door(
             sdk.clone(),
             String::new(),
             opts.aws_client_options(),

@@ -1,9 +1,11 @@
 //! Everything that talks to AWS. Controllers use the traits in `provider`, never
-//! an SDK client; every call goes through [`client::AwsClient`], the one door.
+//! an SDK client; every call goes through [`client::AwsClient`], the one door,
+//! which [`Aws`] puts beside what the CCM keeps of AWS between reads.
 
 pub mod annotations;
 pub mod applied;
 pub mod client;
+pub mod cloud;
 pub mod cluster_id;
 pub mod elb;
 pub mod instances;
@@ -18,4 +20,5 @@ pub mod tags;
 pub use client::errors::{AwsError, ErrorClass};
 pub use client::operations::{Category, Operation, Service};
 pub use client::{AwsClient, CallOptions, ClientOptions, OptionsError, SdkClients, SdkService};
+pub use cloud::Aws;
 pub use instances::Ec2Instance;

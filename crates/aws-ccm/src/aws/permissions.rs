@@ -245,7 +245,7 @@ struct Entry {
 }
 
 /// The shared registry of verdicts, keyed by (action, resource ID). Cheap
-/// to share behind the [`AwsClient`] every controller holds.
+/// to share: [`super::Aws`] holds one beside the door.
 #[derive(Debug)]
 pub struct Permissions {
     cluster_id: String,

@@ -25,7 +25,7 @@ use kube::Client;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 
-use crate::aws::AwsClient;
+use crate::aws::Aws;
 use crate::aws::load_balancers::AwsLoadBalancers;
 use crate::cloud_config::CloudConfig;
 use crate::options::Validated;
@@ -35,7 +35,7 @@ use crate::options::Validated;
 pub struct Environment {
     pub kube: Client,
     /// The one door to AWS.
-    pub aws: AwsClient,
+    pub aws: Aws,
     pub cloud: Arc<CloudConfig>,
     pub options: Arc<Validated>,
     pub cluster_id: String,

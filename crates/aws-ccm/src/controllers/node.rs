@@ -178,7 +178,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 
     tracing::info!(workers, "cloud-node controller started");
     let (taken, retried) = (queue.clone(), queue);
-    let reconcile = move |node: Arc<Node>, shared: Arc<Shared<crate::aws::AwsClient>>| {
+    let reconcile = move |node: Arc<Node>, shared: Arc<Shared<crate::aws::Aws>>| {
         let work = taken.take(&node.name_any());
         async move {
             let done = reconcile(node, shared).await;
@@ -187,7 +187,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         }
     };
     let error_policy =
-        move |node: Arc<Node>, err: &NodeError, shared: Arc<Shared<crate::aws::AwsClient>>| {
+        move |node: Arc<Node>, err: &NodeError, shared: Arc<Shared<crate::aws::Aws>>| {
             retried.retry();
             error_policy(node, err, shared)
         };
@@ -205,7 +205,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 /// prefetch, progress and topology books follow every change on the way.
 fn triggers(
     ctx: &ControllerContext,
-    shared: Arc<Shared<crate::aws::AwsClient>>,
+    shared: Arc<Shared<crate::aws::Aws>>,
     queue: super::workqueue::Queue,
 ) -> impl futures::Stream<Item = Result<Node, kube::runtime::watcher::Error>> + Send + 'static {
     changes::node_changes(ctx.nodes.clone(), &ctx.node_feed).flat_map(move |changes| {

@@ -7,12 +7,12 @@
 //!
 //! The tool takes the CCM's flags with their meaning (`--cloud-config`,
 //! `--kubeconfig`, `--cluster-cidr`, ...), parsed by [`crate::options`], and
-//! reaches AWS through the same one door ([`crate::aws::AwsClient`]),
+//! reaches AWS through the same one door ([`crate::aws::Aws`]),
 //! region and cluster ID resolved as the CCM resolves them.
 
 use std::sync::Arc;
 
-use crate::aws::AwsClient;
+use crate::aws::Aws;
 use crate::cloud_config::CloudConfig;
 use crate::kube_client;
 use crate::options::Validated;
@@ -26,7 +26,7 @@ pub mod plan;
 /// What every subcommand works with.
 #[derive(Clone)]
 pub struct Context {
-    pub aws: AwsClient,
+    pub aws: Aws,
     pub kube: kube::Client,
     pub cloud: Arc<CloudConfig>,
     pub validated: Arc<Validated>,

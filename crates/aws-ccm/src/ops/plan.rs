@@ -496,10 +496,7 @@ fn nlb_simple(c: &NlbChange) -> Step {
     step(symbol, what, &[action])
 }
 
-async fn route_section(
-    reconciler: &Reconciler<crate::aws::AwsClient>,
-    nodes: &[Arc<Node>],
-) -> Section {
+async fn route_section(reconciler: &Reconciler<crate::aws::Aws>, nodes: &[Arc<Node>]) -> Section {
     let mut section = Section::new("routes".into());
     let node_routes: Vec<_> = nodes
         .iter()

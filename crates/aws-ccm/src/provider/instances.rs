@@ -1,7 +1,7 @@
 //! Instances: the lookups and tag writes the node controllers need.
 //!
 //! The node, node-lifecycle and tagging controllers talk to [`Instances`];
-//! `AwsClient` implements it for real in `aws/instances/io.rs` (every call
+//! `aws::Aws` implements it for real in `aws/instances/io.rs` (every call
 //! through the one door: coalesced lookups, the shared cluster sweep,
 //! throttled tag writes), and
 //! [`fake::FakeInstances`] implements it in memory for unit tests.

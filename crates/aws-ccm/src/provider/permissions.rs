@@ -8,7 +8,7 @@
 //! `aws::permissions`, which also keeps the shared registry of verdicts.
 //!
 //! [`PermissionCheck`] is the start-up check the permission-check controller
-//! runs (`AwsClient` implements it in `aws::permissions::self_check`).
+//! runs (`aws::Aws` implements it in `aws::permissions::self_check`).
 
 use std::future::Future;
 

@@ -1,5 +1,5 @@
 //! Routes: the route tables and routes the route controller manages, and
-//! the [`Routes`] trait it talks to. `AwsClient` implements it in
+//! the [`Routes`] trait it talks to. `aws::Aws` implements it in
 //! `aws/routes/`; [`fake::FakeRoutes`] is an in-memory cloud for unit tests.
 //!
 //! Everything here is parsed at the door: destinations are [`IpNet`]s,

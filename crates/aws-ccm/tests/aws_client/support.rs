@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use aws_ccm::aws::client::clients::SdkClients;
-use aws_ccm::aws::{AwsClient, ClientOptions, Operation};
+use aws_ccm::aws::{Aws, ClientOptions, Operation};
 use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
 use aws_smithy_types::retry::RetryConfig;
 use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
@@ -53,8 +53,8 @@ impl World {
     }
 
     /// The client under test, talking to moto through the proxy.
-    pub async fn client(&self, options: ClientOptions) -> AwsClient {
-        AwsClient::new(
+    pub async fn client(&self, options: ClientOptions) -> Aws {
+        Aws::new(
             sdk_clients(&self.proxy.endpoint()).await,
             CLUSTER_ID.to_string(),
             options,
@@ -179,7 +179,7 @@ pub struct WorkloadReport {
 /// 80 % single-instance lookups by ID, 10 % by private DNS name, 5 % other
 /// EC2 reads, 2.5 % CreateTags, 2.5 % ELB/ELBv2 reads. Deterministic: the
 /// i-th call is always the same request.
-pub async fn mixed_workload(aws: &AwsClient, seeded: &[Seeded], total: usize) -> WorkloadReport {
+pub async fn mixed_workload(aws: &Aws, seeded: &[Seeded], total: usize) -> WorkloadReport {
     use aws_ccm::aws::AwsError;
     use futures::future::FutureExt;
 
@@ -260,7 +260,7 @@ pub async fn mixed_workload(aws: &AwsClient, seeded: &[Seeded], total: usize) ->
 }
 
 /// One of six filtered EC2 reads, chosen by `which`.
-pub async fn ec2_read(aws: &AwsClient, which: usize) -> Result<(), aws_ccm::aws::AwsError> {
+pub async fn ec2_read(aws: &Aws, which: usize) -> Result<(), aws_ccm::aws::AwsError> {
     use aws_sdk_ec2::types::Filter;
     let vpc_filter = || {
         Filter::builder()

@@ -601,13 +601,13 @@ pub fn mutations(proxy: &FaultProxy) -> std::collections::BTreeMap<String, u64> 
 
 /// The library's AWS client (the one door) for moto, for tests that call
 /// the library directly (e.g. the orphan audit).
-pub async fn aws_client(env: &Env) -> aws_ccm::aws::AwsClient {
+pub async fn aws_client(env: &Env) -> aws_ccm::aws::Aws {
     aws_client_via(env, &env.moto.endpoint()).await
 }
 
 /// The library's AWS client with its calls sent to `endpoint` (a proxy in
 /// front of moto, to count them).
-pub async fn aws_client_via(env: &Env, endpoint: &str) -> aws_ccm::aws::AwsClient {
+pub async fn aws_client_via(env: &Env, endpoint: &str) -> aws_ccm::aws::Aws {
     let config = env
         .moto
         .sdk_config()
@@ -616,7 +616,7 @@ pub async fn aws_client_via(env: &Env, endpoint: &str) -> aws_ccm::aws::AwsClien
         .endpoint_url(endpoint)
         .retry_config(aws_config::retry::RetryConfig::disabled())
         .build();
-    aws_ccm::aws::AwsClient::new(
+    aws_ccm::aws::Aws::new(
         aws_ccm::aws::SdkClients {
             ec2: aws_sdk_ec2::Client::new(&config),
             elb: aws_sdk_elasticloadbalancing::Client::new(&config),

@@ -331,7 +331,7 @@ async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow
     env.finish().await
 }
 
-fn lbs(aws: aws_ccm::aws::AwsClient) -> AwsLoadBalancers {
+fn lbs(aws: aws_ccm::aws::Aws) -> AwsLoadBalancers {
     AwsLoadBalancers::new(
         aws,
         Arc::new(aws_ccm::cloud_config::CloudConfig::default()),

@@ -11,10 +11,13 @@
 //!    deadline. Each retry takes a token again: a retry is a request too.
 //! 5. **Metrics** for every attempt and every call.
 //!
-//! On top of that sit the coalescing lookups: single-instance lookups by ID
-//! or private DNS name batched into one `DescribeInstances`, the shared
-//! cluster sweep, and the cached zone map (their calls are in
-//! `aws/instances/io.rs`).
+//! Nothing else lives here: what the CCM keeps of AWS between reads is kept
+//! by the domain module that invalidates it (the instance lookups, sweep and
+//! zones in `aws/instances/cache.rs`, the security-group view in
+//! `aws/security_groups/view.rs`, the DryRun verdicts in `aws/permissions.rs`),
+//! and [`crate::aws::Aws`] puts them beside this door. The generic
+//! coalescing (`coalesce.rs`: batching and single flight) is here; what it
+//! batches is theirs.
 //!
 //! The SDK clients must be built with SDK retries disabled and without an
 //! operation timeout: this layer owns both, and SDK retries underneath would
@@ -32,7 +35,6 @@ pub mod retry;
 pub(crate) mod test_stub;
 pub mod throttle;
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,16 +42,14 @@ use std::time::Duration;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
-use futures::future::FutureExt;
+
 use tokio::time::Instant;
 
-use self::coalesce::{Batcher, SingleFlight};
 use self::door::Door;
 use self::errors::{AttemptFailure, AwsError, ErrorClass};
 use self::operations::{Category, Operation, Service};
 use self::retry::RetryPolicy;
 use self::throttle::{AimdConfig, Priority};
-use super::instances::{self, Ec2Instance};
 
 pub use self::clients::SdkClients;
 
@@ -213,36 +213,14 @@ impl CallOptions {
     }
 }
 
-/// The AWS client every controller uses. Cheap to clone (an `Arc` inside).
+/// The one door: every AWS call of the process goes through it. Cheap to
+/// clone (an `Arc` inside); it holds no domain state.
 #[derive(Clone)]
 pub struct AwsClient {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
     core: Arc<Core>,
-    permissions: Arc<super::permissions::Permissions>,
-    by_id: Batcher<String, Ec2Instance>,
-    by_private_dns: Batcher<String, Ec2Instance>,
-    sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
-    zones: SingleFlight<Arc<Zones>>,
-    /// The VPC's security groups, shared by every sync.
-    groups: super::security_groups::view::SgView,
-    topology: instances::topology::Topology,
 }
 
-/// The Region's availability zones, from one `DescribeAvailabilityZones`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Zones {
-    /// Zone name → zone ID (`us-east-1a` → `use1-az1`).
-    pub ids: Arc<HashMap<String, String>>,
-    /// Zone name → zone type (`availability-zone`, `local-zone`,
-    /// `wavelength-zone`); a zone AWS gives no type for is left out.
-    pub types: HashMap<String, String>,
-}
-
-/// What the batch tasks need: everything but the batchers themselves (which
-/// hold their fetch closures; keeping those apart avoids an `Arc` cycle).
+/// What the door and the domain modules' batched fetches share.
 pub(in crate::aws) struct Core {
     pub(in crate::aws) clients: SdkClients,
     pub(in crate::aws) cluster_id: String,
@@ -253,8 +231,8 @@ pub(in crate::aws) struct Core {
 impl std::fmt::Debug for AwsClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AwsClient")
-            .field("cluster_id", &self.inner.core.cluster_id)
-            .field("options", &self.inner.core.options)
+            .field("cluster_id", &self.core.cluster_id)
+            .field("options", &self.core.options)
             .finish_non_exhaustive()
     }
 }
@@ -322,74 +300,34 @@ impl AwsClient {
         door: Arc<Door>,
     ) -> AwsClient {
         let options = opts.or_defaults();
-        let core = Arc::new(Core {
-            clients,
-            cluster_id,
-            options,
-            door,
-        });
-
-        let options = &core.options;
-        let region = core
-            .clients
-            .ec2
-            .config()
-            .region()
-            .map_or(String::new(), |r| r.to_string());
-        let inner = Inner {
-            by_id: Batcher::new(
-                "instance_id",
-                Operation::Ec2DescribeInstances,
-                options.coalesce_window,
-                options.max_ids_per_call,
-                instances::io::fetch_by_id(core.clone()),
-            ),
-            by_private_dns: Batcher::new(
-                "private_dns_name",
-                Operation::Ec2DescribeInstances,
-                options.coalesce_window,
-                options.max_dns_names_per_call,
-                instances::io::fetch_by_private_dns(core.clone()),
-            ),
-            sweep: SingleFlight::new(Operation::Ec2DescribeInstances, options.sweep_ttl),
-            zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
-            groups: Default::default(),
-            topology: instances::topology::Topology::new(
-                core.clone(),
-                region.clone(),
-                options.topology_pattern.as_deref(),
-            ),
-            permissions: Arc::new(super::permissions::Permissions::new(
-                &core.cluster_id,
-                &region,
-                super::permissions::DEFAULT_TTL,
-            )),
-            core,
-        };
         AwsClient {
-            inner: Arc::new(inner),
+            core: Arc::new(Core {
+                clients,
+                cluster_id,
+                options,
+                door,
+            }),
         }
+    }
+
+    /// What the domain modules' batched fetches share with the door.
+    pub(in crate::aws) fn core(&self) -> &Arc<Core> {
+        &self.core
     }
 
     /// The cluster ID this client was built for.
     pub fn cluster_id(&self) -> &str {
-        &self.inner.core.cluster_id
-    }
-
-    /// What IAM lets this client write: the shared registry of DryRun
-    /// verdicts (see [`super::permissions`]).
-    pub fn permissions(&self) -> &super::permissions::Permissions {
-        &self.inner.permissions
+        &self.core.cluster_id
     }
 
     /// The options in force (after validation).
     pub fn options(&self) -> &ClientOptions {
-        &self.inner.core.options
+        &self.core.options
     }
 
     /// The current adaptive rate of a category, in requests per second.
     pub fn current_rate(&self, category: Category) -> f64 {
-        self.inner.core.door.current_rate(category)
+        self.core.door.current_rate(category)
     }
 
     /// Stops every change to AWS from this process (the door refuses each
@@ -397,7 +335,7 @@ impl AwsClient {
     /// already sent to be answered; returns how many still are not. Called
     /// the moment the process cannot prove it still leads.
     pub async fn stop_mutations(&self, bound: Duration) -> usize {
-        self.inner.core.door.stop_mutations_and_drain(bound).await
+        self.core.door.stop_mutations_and_drain(bound).await
     }
 
     /// Calls AWS through the service whose SDK client `f` takes. `f` builds
@@ -420,9 +358,8 @@ impl AwsClient {
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
-        let client = C::pick(&self.inner.core.clients);
-        self.inner
-            .core
+        let client = C::pick(&self.core.clients);
+        self.core
             .door
             .call(C::SERVICE, op, opts, Priority::Normal, || f(client.clone()))
             .await
@@ -491,9 +428,8 @@ impl AwsClient {
         Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
-        let client = C::pick(&self.inner.core.clients);
+        let client = C::pick(&self.core.clients);
         let answer = self
-            .inner
             .core
             .door
             .call_as(
@@ -527,109 +463,6 @@ impl AwsClient {
             )),
         }
     }
-
-    /// One instance by ID, coalesced with concurrent lookups into one
-    /// `DescribeInstances`. [`AwsError::NotFound`] when it does not exist;
-    /// a terminated instance that EC2 still lists is returned (its `state`
-    /// says so), because the node lifecycle controller needs to see it.
-    pub async fn instance_by_id(&self, id: &str) -> Result<Ec2Instance, AwsError> {
-        self.instance_by_id_with(id, CallOptions::default()).await
-    }
-
-    /// [`AwsClient::instance_by_id`] with a deadline for this caller's wait
-    /// (the shared batch call goes on for the others).
-    pub async fn instance_by_id_with(
-        &self,
-        id: &str,
-        opts: CallOptions,
-    ) -> Result<Ec2Instance, AwsError> {
-        let lookup = self.inner.by_id.get(id.to_string());
-        let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
-        found.ok_or_else(|| AwsError::NotFound {
-            operation: Operation::Ec2DescribeInstances,
-            what: format!("EC2 instance {id}"),
-        })
-    }
-
-    /// One live (not terminated) instance by private DNS name
-    /// (`ip-10-0-0-1.ec2.internal`), coalesced like [`AwsClient::instance_by_id`].
-    pub async fn instance_by_private_dns(&self, name: &str) -> Result<Ec2Instance, AwsError> {
-        self.instance_by_private_dns_with(name, CallOptions::default())
-            .await
-    }
-
-    /// [`AwsClient::instance_by_private_dns`] with a deadline.
-    pub async fn instance_by_private_dns_with(
-        &self,
-        name: &str,
-        opts: CallOptions,
-    ) -> Result<Ec2Instance, AwsError> {
-        let lookup = self.inner.by_private_dns.get(name.to_string());
-        let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
-        found.ok_or_else(|| AwsError::NotFound {
-            operation: Operation::Ec2DescribeInstances,
-            what: format!("EC2 instance with private DNS name {name}"),
-        })
-    }
-
-    /// Every instance of the cluster (any state), by the Go CCM's rule: tag
-    /// key `kubernetes.io/cluster/<id>`, or legacy tag
-    /// `KubernetesCluster=<id>`. One paginated sweep (1,000 per page) serves
-    /// all concurrent callers and is cached for `sweep_ttl`.
-    pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
-        let core = self.inner.core.clone();
-        self.inner
-            .sweep
-            .get(move || async move { core.sweep_cluster().await.map(Arc::new) }.boxed())
-            .await
-    }
-
-    /// The network nodes above an instance, top layer first, from
-    /// `DescribeInstanceTopology` (batched, at most 100 IDs per call).
-    /// `Ok(None)` when the instance has none, or is not asked: no type, or
-    /// its Region, type or ID was lately found to answer nothing (see
-    /// [`instances::topology`]).
-    pub async fn network_nodes(
-        &self,
-        id: &str,
-        instance_type: Option<&str>,
-    ) -> Result<Option<Vec<String>>, AwsError> {
-        self.inner.topology.network_nodes(id, instance_type).await
-    }
-
-    /// Whether instances of this type are expected to have a topology
-    /// (cloud.conf `SupportedTopologyInstanceTypePattern`).
-    pub fn expects_topology(&self, instance_type: &str) -> bool {
-        self.inner.topology.expects_topology(instance_type)
-    }
-
-    /// Forgets the cached sweep (after the caller changed instances, or
-    /// learned the cache is stale); the next `cluster_instances` reads AWS.
-    pub fn invalidate_sweep(&self) {
-        self.inner.sweep.invalidate();
-    }
-
-    /// Availability zone name → zone ID (`us-east-1a` → `use1-az1`), cached.
-    pub async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, AwsError> {
-        Ok(self.zones().await?.ids.clone())
-    }
-
-    /// The VPC's security groups as the sync paths share them (see
-    /// [`super::security_groups::view`]); writes through
-    /// `security_groups::io` keep it current.
-    pub fn group_view(&self) -> &super::security_groups::view::SgView {
-        &self.inner.groups
-    }
-
-    /// The Region's zones with their IDs and types, cached (one read shared
-    /// with [`Self::zone_ids`]).
-    pub async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
-        let core = self.inner.core.clone();
-        self.inner
-            .zones
-            .get(move || async move { core.describe_zones().await.map(Arc::new) }.boxed())
-            .await
-    }
 }
 
 /// EC2's answer to a DryRun request that would have succeeded.
@@ -649,7 +482,7 @@ pub enum DryRun {
 }
 
 /// Bounds a wait by the caller's deadline.
-async fn with_deadline<T>(
+pub(in crate::aws) async fn with_deadline<T>(
     op: Operation,
     opts: CallOptions,
     work: impl Future<Output = Result<T, AwsError>>,
@@ -696,157 +529,8 @@ mod tests {
             .collect()
     }
 
-    /// Controllers spawn their reconciles on Tokio: the client and every
-    /// future it returns must be `Send`. Type-checked, never run.
-    #[allow(dead_code)]
-    fn client_and_its_futures_are_send(aws: &AwsClient) {
-        fn is_send<T: Send + 'static>(_: T) {}
-        fn is_send_ref<T: Send>(_: T) {}
-        is_send(aws.clone());
-        is_send_ref(aws.instance_by_id("i-1"));
-        is_send_ref(aws.instance_by_private_dns("ip-10-0-0-1.ec2.internal"));
-        is_send_ref(aws.cluster_instances());
-        is_send_ref(aws.zone_ids());
-        is_send_ref(aws.ec2(Operation::Ec2DescribeVpcs, |ec2| ec2.describe_vpcs().send()));
-        is_send_ref(aws.elbv2(Operation::Elbv2DescribeTargetGroups, |elbv2| {
-            elbv2.describe_target_groups().send()
-        }));
-    }
-
-    async fn client_for(stub: &StubEc2, options: ClientOptions) -> AwsClient {
-        AwsClient::new(stub.clients(), "demo".to_string(), options)
-    }
-
-    #[tokio::test]
-    async fn concurrent_lookups_by_id_coalesce_and_isolate_unknown_ids() {
-        let stub = StubEc2::start(fleet(300)).await;
-        let aws = client_for(&stub, fast_options()).await;
-        let mut ids: Vec<String> = (0..300).map(|i| format!("i-{i:017x}")).collect();
-        ids.push("i-0000000000000dead".to_string());
-        let lookups = ids.iter().map(|id| {
-            let aws = aws.clone();
-            async move { (id.clone(), aws.instance_by_id(id).await) }
-        });
-        let results = futures::future::join_all(lookups).await;
-        for (id, result) in results {
-            if id.ends_with("dead") {
-                let err = result.expect_err("unknown ID");
-                assert!(err.is_not_found(), "{err}");
-                assert!(err.to_string().contains("i-0000000000000dead"), "{err}");
-            } else {
-                assert_eq!(
-                    result.expect("known ID").id,
-                    id,
-                    "each caller gets its own instance"
-                );
-            }
-        }
-        assert!(
-            stub.calls("DescribeInstances") <= 2,
-            "{} calls",
-            stub.calls("DescribeInstances")
-        );
-        let filters = stub.describe_filters();
-        assert_eq!(
-            filters[0][0].0, "instance-id",
-            "uses the filter, not InstanceIds"
-        );
-    }
-
-    #[tokio::test]
-    async fn lookups_by_private_dns_coalesce_in_bounded_batches() {
-        let stub = StubEc2::start(fleet(450)).await;
-        let aws = client_for(&stub, fast_options()).await;
-        let names: Vec<String> = (0..450)
-            .map(|i| format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250))
-            .collect();
-        let results =
-            futures::future::join_all(names.iter().map(|name| aws.instance_by_private_dns(name)))
-                .await;
-        for (name, result) in names.iter().zip(results) {
-            assert_eq!(
-                result.expect("found").private_dns_name.as_deref(),
-                Some(name.as_str())
-            );
-        }
-        let filters = stub.describe_filters();
-        assert!(
-            filters.len() <= 4,
-            "{} calls for 450 names in batches of 200",
-            filters.len()
-        );
-        for call in &filters {
-            let names = call
-                .iter()
-                .find(|(n, _)| n == "private-dns-name")
-                .map(|(_, v)| v.len());
-            assert!(names.is_some_and(|n| n <= 200), "{call:?}");
-            assert!(
-                call.iter().any(|(n, _)| n == "instance-state-name"),
-                "terminated instances excluded"
-            );
-        }
-    }
-
-    #[tokio::test]
-    async fn the_sweep_is_paginated_shared_and_cached() {
-        let mut instances = fleet(2300);
-        instances.push(
-            StubInstance::running("i-legacy", "ip-legacy").tagged("KubernetesCluster", "demo"),
-        );
-        instances.push(
-            StubInstance::running("i-foreign", "ip-foreign")
-                .tagged("kubernetes.io/cluster/other", "owned"),
-        );
-        let stub = StubEc2::start(instances).await;
-        let aws = client_for(&stub, fast_options()).await;
-        let sweeps = futures::future::join_all((0..50).map(|_| aws.cluster_instances())).await;
-        for sweep in &sweeps {
-            let sweep = sweep.as_ref().expect("sweep");
-            assert_eq!(
-                sweep.len(),
-                2301,
-                "tagged and legacy-tagged, not the foreign one"
-            );
-            assert!(sweep.iter().any(|i| i.id == "i-legacy"));
-        }
-        // 3 pages of 1,000 for the tag-key query, 1 for the legacy tag.
-        assert_eq!(stub.calls("DescribeInstances"), 4);
-        aws.cluster_instances().await.expect("cached");
-        assert_eq!(stub.calls("DescribeInstances"), 4, "served from cache");
-        aws.invalidate_sweep();
-        aws.cluster_instances().await.expect("fresh");
-        assert_eq!(stub.calls("DescribeInstances"), 8);
-
-        // A cluster identified by the current tag makes the one query.
-        let aws = client_for(
-            &stub,
-            ClientOptions {
-                legacy_cluster_tag: false,
-                ..fast_options()
-            },
-        )
-        .await;
-        let sweep = aws.cluster_instances().await.expect("sweep");
-        assert_eq!(sweep.len(), 2300);
-        assert_eq!(
-            stub.calls("DescribeInstances"),
-            11,
-            "3 pages, no legacy query"
-        );
-    }
-
-    #[tokio::test]
-    async fn zones_are_read_once() {
-        let stub = StubEc2::start(Vec::new()).await;
-        let aws = client_for(&stub, fast_options()).await;
-        let zones = aws.zone_ids().await.expect("zones");
-        assert_eq!(
-            zones.get("us-east-1b").map(String::as_str),
-            Some("use1-az2")
-        );
-        aws.zone_ids().await.expect("zones");
-        assert_eq!(stub.calls("DescribeAvailabilityZones"), 1);
+    async fn client_for(stub: &StubEc2, options: ClientOptions) -> crate::aws::Aws {
+        crate::aws::Aws::new(stub.clients(), "demo".to_string(), options)
     }
 
     #[tokio::test]

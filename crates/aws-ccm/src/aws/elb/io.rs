@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use aws_sdk_elasticloadbalancing::types as elbt;
 
 use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener, OwnedGroup};
-use crate::aws::client::AwsClient;
+use crate::aws::Aws;
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
@@ -50,7 +50,7 @@ fn instances(ids: &BTreeSet<String>) -> Vec<elbt::Instance> {
 
 /// The load balancer with its tags, attributes not read (two reads), or
 /// `None` when it does not exist.
-pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
+pub async fn describe(aws: &Aws, name: &str) -> Result<Option<ActualLb>, AwsError> {
     let out = match aws
         .elb(Operation::ElbDescribeLoadBalancers, |c| {
             c.describe_load_balancers().load_balancer_names(name).send()
@@ -112,7 +112,7 @@ pub fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
 
 /// The managed attributes of classic ELB `name` (one read; AWS cannot
 /// batch it).
-pub async fn read_attributes(aws: &AwsClient, name: &str) -> Result<Attributes, AwsError> {
+pub async fn read_attributes(aws: &Aws, name: &str) -> Result<Attributes, AwsError> {
     let attrs = aws
         .elb(Operation::ElbDescribeLoadBalancerAttributes, |c| {
             c.describe_load_balancer_attributes()
@@ -125,7 +125,7 @@ pub async fn read_attributes(aws: &AwsClient, name: &str) -> Result<Attributes, 
 
 /// Tags of classic ELBs by name, 20 names per call (the API's limit).
 pub async fn tags_by_name(
-    aws: &AwsClient,
+    aws: &Aws,
     names: &[String],
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>, AwsError> {
     let mut out = BTreeMap::new();
@@ -212,7 +212,7 @@ fn listeners_from_sdk(descriptions: &[elbt::ListenerDescription]) -> Vec<(Listen
 /// Every classic ELB in the region as `DescribeLoadBalancers` tells it
 /// ([`lb_from_description`]): one paginated read, 400 per page (the
 /// API's largest page).
-pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
+pub async fn list_all(aws: &Aws) -> Result<Vec<ActualLb>, AwsError> {
     let mut out = Vec::new();
     let mut marker: Option<String> = None;
     loop {
@@ -239,7 +239,7 @@ pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
 /// Applies a plan in order. Returns the DNS name of a load balancer it
 /// created, if any.
 pub async fn apply(
-    aws: &AwsClient,
+    aws: &Aws,
     name: &str,
     vpc_id: Option<&str>,
     actual: &Actual,
@@ -277,7 +277,7 @@ pub async fn apply(
 /// What one plan's steps share: the load balancer, the owned group's ID
 /// once known and the DNS name of a load balancer a step created.
 struct Applying<'a> {
-    aws: &'a AwsClient,
+    aws: &'a Aws,
     name: &'a str,
     vpc_id: Option<&'a str>,
     owned: Option<String>,
@@ -675,7 +675,7 @@ fn to_sdk_attributes(a: &Attributes) -> Result<elbt::LoadBalancerAttributes, Aws
 }
 
 /// The DNS name of the classic ELB `name`, waiting for it to become visible.
-async fn existing_dns_name(aws: &AwsClient, name: &str) -> Result<String, AwsError> {
+async fn existing_dns_name(aws: &Aws, name: &str) -> Result<String, AwsError> {
     let what = format!("classic load balancer {name}");
     until_visible(aws, Operation::ElbDescribeLoadBalancers, &what, || async {
         match aws
@@ -699,6 +699,6 @@ async fn existing_dns_name(aws: &AwsClient, name: &str) -> Result<String, AwsErr
 /// of a just-deleted load balancer release it late) is returned as it is:
 /// the service controller retries the sync soon, without holding a sync
 /// slot while it waits.
-pub async fn delete_owned_group(aws: &AwsClient, id: &str) -> Result<(), AwsError> {
+pub async fn delete_owned_group(aws: &Aws, id: &str) -> Result<(), AwsError> {
     sg::io::delete(aws, id).await
 }

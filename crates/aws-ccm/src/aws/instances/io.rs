@@ -1,7 +1,7 @@
 //! The instance calls, sent through the one door: the paginated
 //! `DescribeInstances` behind the coalesced lookups and the cluster sweep,
 //! `DescribeAvailabilityZones`, and the tag writes; the provider's
-//! [`Instances`] trait on [`AwsClient`]. What each lookup asks is in
+//! [`Instances`] trait on [`Aws`]. What each lookup asks is in
 //! `plan.rs`.
 
 use std::borrow::Cow;
@@ -17,7 +17,7 @@ use super::{Ec2Instance, RawInstance, RawInterface, Text};
 use crate::aws::client::coalesce::BatchFetch;
 use crate::aws::client::throttle::Priority;
 use crate::aws::client::{CallOptions, Core};
-use crate::aws::{AwsClient, AwsError, ErrorClass, Operation, Service};
+use crate::aws::{Aws, AwsError, ErrorClass, Operation, Service};
 use crate::provider::instances::{CloudError, CloudErrorKind, Instances};
 
 impl Ec2Instance {
@@ -183,7 +183,7 @@ impl Core {
 
     pub(in crate::aws) async fn describe_zones(
         &self,
-    ) -> Result<crate::aws::client::Zones, AwsError> {
+    ) -> Result<crate::aws::instances::cache::Zones, AwsError> {
         let out = self
             .door
             .call(
@@ -195,7 +195,7 @@ impl Core {
             )
             .await?;
         let zones = out.availability_zones();
-        Ok(crate::aws::client::Zones {
+        Ok(crate::aws::instances::cache::Zones {
             ids: Arc::new(
                 zones
                     .iter()
@@ -247,21 +247,21 @@ fn sdk_tags(tags: &[(String, String)]) -> Vec<Tag> {
         .collect()
 }
 
-impl Instances for AwsClient {
+impl Instances for Aws {
     async fn instance_by_id(&self, id: &str) -> Result<Option<Ec2Instance>, CloudError> {
-        not_found_is_none(AwsClient::instance_by_id(self, id).await)
+        not_found_is_none(Aws::instance_by_id(self, id).await)
     }
 
     async fn instance_by_private_dns(&self, name: &str) -> Result<Option<Ec2Instance>, CloudError> {
-        not_found_is_none(AwsClient::instance_by_private_dns(self, name).await)
+        not_found_is_none(Aws::instance_by_private_dns(self, name).await)
     }
 
     async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, CloudError> {
-        Ok(AwsClient::cluster_instances(self).await?)
+        Ok(Aws::cluster_instances(self).await?)
     }
 
     async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, CloudError> {
-        Ok(AwsClient::zone_ids(self).await?)
+        Ok(Aws::zone_ids(self).await?)
     }
 
     async fn network_nodes(
@@ -269,11 +269,14 @@ impl Instances for AwsClient {
         id: &str,
         instance_type: Option<&str>,
     ) -> Result<Option<Vec<String>>, CloudError> {
-        Ok(AwsClient::network_nodes(self, id, instance_type).await?)
+        Ok(self
+            .instance_cache()
+            .network_nodes(id, instance_type)
+            .await?)
     }
 
     fn expects_topology(&self, instance_type: &str) -> bool {
-        AwsClient::expects_topology(self, instance_type)
+        self.instance_cache().expects_topology(instance_type)
     }
 
     async fn create_tags(

@@ -24,6 +24,7 @@ pub use crate::provider::instances::{
 };
 use plan::Interner;
 
+pub mod cache;
 pub mod describe_xml;
 pub mod io;
 pub mod plan;

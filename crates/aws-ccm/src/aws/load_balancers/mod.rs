@@ -10,7 +10,7 @@ use crate::aws::applied::Kind;
 use crate::aws::elb::{self, Actual};
 use crate::aws::nlb;
 use crate::aws::security_groups::{self as sg, Rule};
-use crate::aws::{AwsClient, AwsError, subnets, tags};
+use crate::aws::{Aws, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
 pub use crate::provider::load_balancers::{
     EnsureRequest, Ensured, LbError, LoadBalancers, Scope, Warning, merged,
@@ -45,7 +45,7 @@ impl From<AwsError> for LbError {
 /// Classic ELBs and NLBs through the one door.
 #[derive(Clone)]
 pub struct AwsLoadBalancers {
-    pub aws: AwsClient,
+    pub aws: Aws,
     pub cloud: Arc<CloudConfig>,
     pub cluster_id: String,
     /// `--cluster-name`: upstream hashes it into an NLB's managed group name.
@@ -69,7 +69,7 @@ impl AwsLoadBalancers {
     /// Load balancers of cluster `cluster_id` through `aws`, with an empty
     /// subnet cache (entries live [`SUBNET_TTL`]).
     pub fn new(
-        aws: AwsClient,
+        aws: Aws,
         cloud: Arc<CloudConfig>,
         cluster_id: String,
         cluster_name: String,

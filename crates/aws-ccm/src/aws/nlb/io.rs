@@ -8,7 +8,7 @@ use aws_sdk_elasticloadbalancingv2::types as t;
 use super::{
     Actual, Change, HealthCheck, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef,
 };
-use crate::aws::client::AwsClient;
+use crate::aws::Aws;
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
@@ -69,7 +69,7 @@ fn iam_refused(e: &AwsError) -> bool {
 
 /// Applies a plan in order.
 pub async fn apply(
-    aws: &AwsClient,
+    aws: &Aws,
     name: &str,
     vpc_id: &str,
     actual: &Actual,
@@ -123,7 +123,7 @@ pub async fn apply(
 /// groups' ARNs by name (as steps create them) and the listener writes IAM
 /// refused.
 struct Applying<'a> {
-    aws: &'a AwsClient,
+    aws: &'a Aws,
     name: &'a str,
     vpc_id: &'a str,
     owned: Option<String>,
@@ -654,10 +654,7 @@ fn tls_parts(l: &Listener) -> (Option<Vec<t::Certificate>>, Option<String>) {
 }
 
 /// The ARN and DNS name of the NLB `name`, waiting for it to become visible.
-async fn existing_lb(
-    aws: &AwsClient,
-    name: &str,
-) -> Result<(Option<String>, Option<String>), AwsError> {
+async fn existing_lb(aws: &Aws, name: &str) -> Result<(Option<String>, Option<String>), AwsError> {
     let what = format!("NLB {name}");
     until_visible(
         aws,
@@ -685,7 +682,7 @@ async fn existing_lb(
 }
 
 /// The ARN of the target group `name`, waiting for it to become visible.
-async fn existing_target_group(aws: &AwsClient, name: &str) -> Result<String, AwsError> {
+async fn existing_target_group(aws: &Aws, name: &str) -> Result<String, AwsError> {
     let what = format!("target group {name}");
     until_visible(aws, Operation::Elbv2DescribeTargetGroups, &what, || async {
         match aws
@@ -708,7 +705,7 @@ async fn existing_target_group(aws: &AwsClient, name: &str) -> Result<String, Aw
 
 /// The ARN of the listener on `port` of NLB `lb_arn`, waiting for it to
 /// become visible.
-async fn existing_listener(aws: &AwsClient, lb_arn: &str, port: i32) -> Result<String, AwsError> {
+async fn existing_listener(aws: &Aws, lb_arn: &str, port: i32) -> Result<String, AwsError> {
     let what = format!("the listener on port {port} of {lb_arn}");
     until_visible(aws, Operation::Elbv2DescribeListeners, &what, || async {
         match aws

@@ -17,8 +17,9 @@
 
 use ipnet::IpNet;
 
+use super::super::Aws;
+use super::super::client::DryRun;
 use super::super::client::operations::Operation;
-use super::super::client::{AwsClient, DryRun};
 use crate::provider::routes::{RouteTableSelector, Routes};
 
 /// The load balancer name the describe probes ask about: a valid name this
@@ -77,7 +78,7 @@ pub fn fix_for(action: &str, cluster_id: &str) -> Option<String> {
 /// Asks for each action: the describes when load balancers are managed, the
 /// `ReplaceRoute` DryRun when routes are (on the first table found).
 pub async fn probe(
-    aws: &AwsClient,
+    aws: &Aws,
     load_balancers: bool,
     routes: Option<&(RouteTableSelector, IpNet)>,
 ) -> Vec<Gap> {

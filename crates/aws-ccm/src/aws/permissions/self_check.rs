@@ -6,14 +6,14 @@
 use std::collections::BTreeSet;
 
 use super::{Probe, Tagging};
-use crate::aws::AwsClient;
+use crate::aws::Aws;
 use crate::aws::security_groups as sg;
 use crate::provider::permissions::{MissingAction, PermissionCheck};
 use crate::provider::routes::Routes;
 
 pub use crate::provider::permissions::{Finding, Scope};
 
-impl PermissionCheck for AwsClient {
+impl PermissionCheck for Aws {
     async fn check_writes(&self, scope: &Scope) -> Vec<Finding> {
         run(self, scope).await
     }
@@ -32,7 +32,7 @@ impl PermissionCheck for AwsClient {
 
 /// Runs every probe the scope calls for. A resource that cannot be listed
 /// is logged and skipped: the self-check informs, it never stops the CCM.
-pub async fn run(aws: &AwsClient, scope: &Scope) -> Vec<Finding> {
+pub async fn run(aws: &Aws, scope: &Scope) -> Vec<Finding> {
     let cluster_id = aws.cluster_id().to_string();
     let mut probes: Vec<(Probe, Tagging)> = Vec::new();
     let instances = match aws.cluster_instances().await {
@@ -94,10 +94,7 @@ pub async fn run(aws: &AwsClient, scope: &Scope) -> Vec<Finding> {
 /// One cluster-tagged group, and every group that is some instance's only
 /// group and lacks the cluster tag: the service path writes those (the Go
 /// CCM's choice of a node's group), and the policy does not grant them.
-async fn group_probes(
-    aws: &AwsClient,
-    instances: &[crate::aws::Ec2Instance],
-) -> Vec<(Probe, Tagging)> {
+async fn group_probes(aws: &Aws, instances: &[crate::aws::Ec2Instance]) -> Vec<(Probe, Tagging)> {
     let cluster_id = aws.cluster_id();
     let key = crate::aws::tags::cluster_tag_key(cluster_id);
     let mut out = Vec::new();

@@ -9,7 +9,7 @@ use ipnet::IpNet;
 
 use super::plan;
 use crate::aws::permissions::{Probe, Tagging, Verdict};
-use crate::aws::{AwsClient, AwsError, ErrorClass, Operation};
+use crate::aws::{Aws, AwsError, ErrorClass, Operation};
 use crate::provider::routes::{
     RouteTable, RouteTableSelector, Routes, RoutesError, RoutesErrorKind, TargetInstance,
 };
@@ -35,7 +35,7 @@ impl From<AwsError> for RoutesError {
     }
 }
 
-impl Routes for AwsClient {
+impl Routes for Aws {
     async fn route_tables(
         &self,
         selector: &RouteTableSelector,
@@ -108,7 +108,7 @@ impl Routes for AwsClient {
         })
         .await?;
         // The cached sweep still says "on"; the next read must see the change.
-        self.invalidate_sweep();
+        self.instance_cache().invalidate_sweep();
         Ok(())
     }
 

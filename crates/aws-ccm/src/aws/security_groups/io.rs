@@ -7,6 +7,7 @@ use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 use ipnet::Ipv4Net;
 
 use super::{Rule, SecurityGroup, Source};
+use crate::aws::Aws;
 use crate::aws::client::AwsClient;
 use crate::aws::client::consistency::until_visible;
 use crate::aws::client::errors::AwsError;
@@ -81,7 +82,7 @@ pub fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
 /// Authorizes CIDR rules with their descriptions (rules with a group source
 /// are sent without one).
 pub async fn authorize_described(
-    aws: &AwsClient,
+    aws: &Aws,
     group_id: &str,
     rules: &BTreeMap<Rule, String>,
 ) -> Result<(), AwsError> {
@@ -124,7 +125,7 @@ pub async fn authorize_described(
 /// Records a write's outcome in the shared view: `done` when it went
 /// through, the group unknown when it failed.
 fn recorded(
-    aws: &AwsClient,
+    aws: &Aws,
     group_id: &str,
     result: Result<(), AwsError>,
     done: impl FnOnce(&super::view::SgView),
@@ -142,7 +143,7 @@ fn recorded(
 /// NLB MTU rule at the same time), so then each rule is sent alone and only
 /// a rule that exists by itself counts as done: the others are not lost.
 async fn authorize_permissions(
-    aws: &AwsClient,
+    aws: &Aws,
     group_id: &str,
     perms: Vec<IpPermission>,
 ) -> Result<(), AwsError> {
@@ -326,7 +327,7 @@ pub async fn referencing(
 }
 
 pub async fn create(
-    aws: &AwsClient,
+    aws: &Aws,
     vpc_id: &str,
     name: &str,
     description: &str,
@@ -392,11 +393,7 @@ async fn existing_id(aws: &AwsClient, vpc_id: &str, name: &str) -> Result<String
     .await
 }
 
-pub async fn authorize(
-    aws: &AwsClient,
-    group_id: &str,
-    rules: &BTreeSet<Rule>,
-) -> Result<(), AwsError> {
+pub async fn authorize(aws: &Aws, group_id: &str, rules: &BTreeSet<Rule>) -> Result<(), AwsError> {
     if rules.is_empty() {
         return Ok(());
     }
@@ -406,11 +403,7 @@ pub async fn authorize(
     })
 }
 
-pub async fn revoke(
-    aws: &AwsClient,
-    group_id: &str,
-    rules: &BTreeSet<Rule>,
-) -> Result<(), AwsError> {
+pub async fn revoke(aws: &Aws, group_id: &str, rules: &BTreeSet<Rule>) -> Result<(), AwsError> {
     if rules.is_empty() {
         return Ok(());
     }
@@ -430,7 +423,7 @@ pub async fn revoke(
     recorded(aws, group_id, done, |v| v.revoked(group_id, rules))
 }
 
-pub async fn delete(aws: &AwsClient, group_id: &str) -> Result<(), AwsError> {
+pub async fn delete(aws: &Aws, group_id: &str) -> Result<(), AwsError> {
     let done = match aws
         .ec2(Operation::Ec2DeleteSecurityGroup, |c| {
             c.delete_security_group().group_id(group_id).send()

@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::Service;
 use crate::controllers::cached_node::Node;
 use serde::Serialize;
 
-use crate::aws::AwsClient;
+use crate::aws::Aws;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb;
@@ -162,7 +162,7 @@ pub(crate) enum Deletion {
 }
 
 /// Every orphan of the cluster, sorted by kind (the deletion order), then ID.
-pub async fn find(aws: &AwsClient, live: &Live, scope: &Scope) -> anyhow::Result<Vec<Orphan>> {
+pub async fn find(aws: &Aws, live: &Live, scope: &Scope) -> anyhow::Result<Vec<Orphan>> {
     let cluster_id = scope.cluster_id.as_str();
     let mut out = Vec::new();
     let (clbs, v2) = tokio::try_join!(
@@ -199,7 +199,7 @@ pub enum Outcome {
 /// balancers, target groups, security groups, routes), telling `report`
 /// about each as it goes. Returns how many failed.
 pub async fn delete(
-    aws: &AwsClient,
+    aws: &Aws,
     orphans: &[Orphan],
     mut report: impl FnMut(&Orphan, &Outcome),
 ) -> usize {
@@ -223,7 +223,7 @@ pub async fn delete(
     failed
 }
 
-async fn delete_one(aws: &AwsClient, deletion: &Deletion) -> Result<(), String> {
+async fn delete_one(aws: &Aws, deletion: &Deletion) -> Result<(), String> {
     let aws_err = |e: AwsError| e.to_string();
     match deletion {
         Deletion::Rules { group, rules } => {

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 
 use super::{Deletion, Kind, Live, Orphan, RouteScope, tag_note};
-use crate::aws::AwsClient;
+use crate::aws::Aws;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb;
@@ -34,7 +34,7 @@ fn to_chrono(t: Option<&aws_smithy_types::DateTime>) -> Option<DateTime<Utc>> {
 
 /// Every classic ELB carrying the cluster tag.
 pub async fn classic_load_balancers(
-    aws: &AwsClient,
+    aws: &Aws,
     cluster_id: &str,
 ) -> Result<Vec<LoadBalancer>, AwsError> {
     let mut all = Vec::new();
@@ -72,10 +72,7 @@ pub async fn classic_load_balancers(
 }
 
 /// Every ELBv2 load balancer carrying the cluster tag.
-pub async fn load_balancers_v2(
-    aws: &AwsClient,
-    cluster_id: &str,
-) -> Result<Vec<LoadBalancer>, AwsError> {
+pub async fn load_balancers_v2(aws: &Aws, cluster_id: &str) -> Result<Vec<LoadBalancer>, AwsError> {
     let mut all = Vec::new();
     let mut marker: Option<String> = None;
     loop {
@@ -134,7 +131,7 @@ pub fn dead_load_balancers(lbs: &[LoadBalancer], live: &Live, cluster_id: &str) 
 /// Cluster-tagged target groups that no live load balancer (by ARN in
 /// `live_lbs`) points at.
 pub async fn dead_target_groups(
-    aws: &AwsClient,
+    aws: &Aws,
     cluster_id: &str,
     live_lbs: &BTreeSet<&str>,
 ) -> Result<Vec<Orphan>, AwsError> {
@@ -184,7 +181,7 @@ pub async fn dead_target_groups(
 /// ingress rules admitting a dead load balancer: rules from such a group,
 /// and NLB rules whose description names a dead NLB.
 pub async fn dead_groups_and_rules(
-    aws: &AwsClient,
+    aws: &Aws,
     cluster_id: &str,
     live: &Live,
 ) -> Result<Vec<Orphan>, AwsError> {
@@ -352,7 +349,7 @@ fn join(items: &BTreeSet<String>) -> String {
 
 /// The route controller's deletions over the live Nodes.
 pub async fn dead_routes(
-    aws: &AwsClient,
+    aws: &Aws,
     scope: &RouteScope,
     live: &Live,
 ) -> anyhow::Result<Vec<Orphan>> {

@@ -1,0 +1,131 @@
+//! [`Aws`]: the door to AWS beside what this CCM keeps of AWS between
+//! reads, each part owned by its domain module:
+//!
+//! * [`InstanceCache`] (`instances/cache.rs`): coalesced instance lookups,
+//!   the cluster sweep, the zones, the network topology's memory;
+//! * [`SgView`] (`security_groups/view.rs`): the VPC's security groups as
+//!   the load balancer syncs share them, kept current by their writes;
+//! * [`Permissions`] (`permissions.rs`): DryRun verdicts on writes.
+//!
+//! The provider traits ([`crate::provider::instances::Instances`],
+//! [`crate::provider::routes::Routes`],
+//! [`crate::provider::permissions::PermissionCheck`]) are implemented on it,
+//! and it dereferences to the door, so code that only sends calls takes an
+//! [`AwsClient`] and is handed `&aws` as it is.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::AwsError;
+use super::client::door::Door;
+use super::client::{AwsClient, CallOptions, ClientOptions, SdkClients};
+use super::instances::Ec2Instance;
+use super::instances::cache::{InstanceCache, Zones};
+use super::permissions::{DEFAULT_TTL, Permissions};
+use super::security_groups::view::SgView;
+
+/// The AWS side of the CCM. Cheap to clone: clones share everything.
+#[derive(Clone)]
+pub struct Aws {
+    client: AwsClient,
+    instances: InstanceCache,
+    groups: SgView,
+    permissions: Arc<Permissions>,
+}
+
+impl std::fmt::Debug for Aws {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.client.fmt(f)
+    }
+}
+
+impl std::ops::Deref for Aws {
+    type Target = AwsClient;
+    fn deref(&self) -> &AwsClient {
+        &self.client
+    }
+}
+
+impl Aws {
+    /// A door of its own with these options, and empty caches.
+    pub fn new(clients: SdkClients, cluster_id: String, opts: ClientOptions) -> Aws {
+        Aws::around(AwsClient::new(clients, cluster_id, opts))
+    }
+
+    /// [`AwsClient::with_door`]: a door others share too.
+    pub fn with_door(
+        clients: SdkClients,
+        cluster_id: String,
+        opts: ClientOptions,
+        door: Arc<Door>,
+    ) -> Aws {
+        Aws::around(AwsClient::with_door(clients, cluster_id, opts, door))
+    }
+
+    /// Empty caches around `client`.
+    pub fn around(client: AwsClient) -> Aws {
+        let region = client
+            .core()
+            .clients
+            .ec2
+            .config()
+            .region()
+            .map_or(String::new(), |r| r.to_string());
+        Aws {
+            instances: InstanceCache::new(&client),
+            groups: SgView::default(),
+            permissions: Arc::new(Permissions::new(client.cluster_id(), &region, DEFAULT_TTL)),
+            client,
+        }
+    }
+
+    /// The door alone.
+    pub fn client(&self) -> &AwsClient {
+        &self.client
+    }
+
+    /// The instance lookups and caches.
+    pub fn instance_cache(&self) -> &InstanceCache {
+        &self.instances
+    }
+
+    /// What IAM lets this CCM write: the shared registry of DryRun
+    /// verdicts (see [`super::permissions`]).
+    pub fn permissions(&self) -> &Permissions {
+        &self.permissions
+    }
+
+    /// The VPC's security groups as the sync paths share them (see
+    /// [`super::security_groups::view`]); writes through
+    /// `security_groups::io` keep it current.
+    pub fn group_view(&self) -> &SgView {
+        &self.groups
+    }
+
+    /// [`InstanceCache::by_id`] with no deadline of the caller's.
+    pub async fn instance_by_id(&self, id: &str) -> Result<Ec2Instance, AwsError> {
+        self.instances.by_id(id, CallOptions::default()).await
+    }
+
+    /// [`InstanceCache::by_private_dns`] with no deadline of the caller's.
+    pub async fn instance_by_private_dns(&self, name: &str) -> Result<Ec2Instance, AwsError> {
+        self.instances
+            .by_private_dns(name, CallOptions::default())
+            .await
+    }
+
+    /// [`InstanceCache::cluster_instances`].
+    pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
+        self.instances.cluster_instances().await
+    }
+
+    /// Availability zone name → zone ID (`us-east-1a` → `use1-az1`), cached.
+    pub async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, AwsError> {
+        Ok(self.instances.zones().await?.ids.clone())
+    }
+
+    /// [`InstanceCache::zones`].
+    pub async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
+        self.instances.zones().await
+    }
+}
