@@ -49,7 +49,11 @@ pub enum LogFormat {
     version,
     about = "Kubernetes cloud-controller-manager for AWS (drop-in for the Go aws-cloud-controller-manager)",
     // Upstream uses Go's pflag: `--flag=value`, and booleans must use `=`.
-    disable_help_subcommand = true
+    // pflag also takes a flag given twice (a manifest's flag and an
+    // operator's override): a scalar's last value wins, a list's values
+    // add up. Clap's `Append` lists add up; the rest override themselves.
+    disable_help_subcommand = true,
+    args_override_self = true
 )]
 pub struct Options {
     /// The provider for cloud services. Must be "aws".
@@ -569,6 +573,34 @@ mod tests {
             Duration::from_secs(90)
         );
         assert_eq!(v.options.verbosity, 4);
+    }
+
+    /// As pflag: a flag given twice is no error; a scalar's last value
+    /// wins and a list's values add up (`StringSlice`).
+    #[test]
+    fn a_flag_given_twice_takes_the_last_value_and_lists_add_up() {
+        let v = parse(&[
+            "--cloud-provider=aws",
+            "--kube-api-qps=10",
+            "--service-resync-period=1h",
+            "--leader-elect=false",
+            "--controllers=cloud-node",
+            "--authorization-always-allow-paths=/healthz",
+            "--kube-api-qps=30",
+            "--service-resync-period=2h",
+            "--leader-elect=true",
+            "--controllers=service,route",
+            "--authorization-always-allow-paths=/metrics",
+        ])
+        .unwrap();
+        assert_eq!(v.options.kube_api_qps, 30.0);
+        assert_eq!(v.options.service_resync_period, Duration::from_secs(7200));
+        assert!(v.options.leader_elect);
+        assert_eq!(v.options.controllers, ["cloud-node", "service", "route"]);
+        assert_eq!(
+            v.options.authorization_always_allow_paths,
+            ["/healthz", "/metrics"]
+        );
     }
 
     #[test]
