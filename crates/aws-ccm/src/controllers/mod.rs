@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::aws::Aws;
 use crate::aws::load_balancers::AwsLoadBalancers;
@@ -70,6 +71,29 @@ impl std::ops::Deref for ControllerContext {
     type Target = Environment;
     fn deref(&self) -> &Environment {
         &self.env
+    }
+}
+
+/// Runs `pass` now and then every `period` after the last one began (a
+/// pass longer than the period is followed at once by the next, never by a
+/// burst of missed ones), until `stop` is cancelled, which also cuts a pass
+/// short: the periodic controllers' one loop.
+pub async fn every<F, Fut>(period: Duration, stop: &CancellationToken, mut pass: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = ticker.tick() => {}
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = pass() => {}
+        }
     }
 }
 

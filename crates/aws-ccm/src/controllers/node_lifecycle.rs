@@ -221,19 +221,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         .node_monitor_period
         .max(Duration::from_millis(100));
     tracing::info!(?period, "cloud-node-lifecycle controller started");
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        let nodes = ctx.nodes.state();
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = monitor(&shared, nodes) => {}
-        }
-    }
+    super::every(period, &stop, || monitor(&shared, ctx.nodes.state())).await;
 }
 
 /// What the controller does to each node now, `Nothing` left out (also

@@ -26,18 +26,11 @@ pub(super) async fn run<I: Instances>(
     every: Duration,
     stop: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(every.max(Duration::from_secs(1)));
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = refresh_all(&shared) => {}
-        }
-    }
+    let period = every.max(Duration::from_secs(1));
+    crate::controllers::every(period, &stop, || async {
+        refresh_all(&shared).await;
+    })
+    .await;
 }
 
 /// Refreshes every initialized node's addresses; returns how many changed.
