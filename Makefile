@@ -63,10 +63,16 @@ RECORD_DIR := $(CARGO_TARGET_DIR)/aws-actions
 KUBE_RECORD_DIR := $(CARGO_TARGET_DIR)/kube-requests
 RECORD_ENV := AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) AWS_CCM_RECORD_KUBE_REQUESTS=$(KUBE_RECORD_DIR)
 
+# The integration tests mostly wait (on moto, the API test server, the CCM's
+# timers): two per core halve the suite's wall time on 2 cores (475 -> 274 s)
+# for 10 % more test time.
+TEST_THREADS ?= $(shell echo $$(( $$(nproc) * 2 )))
+
 ## test: everything CI runs; the IAM and RBAC coverage tests run last, on what the suite recorded
 test: lint unit
 	rm -rf $(RECORD_DIR) $(KUBE_RECORD_DIR) && mkdir -p $(RECORD_DIR) $(KUBE_RECORD_DIR)
-	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass
+	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass \
+	  --test-threads $(TEST_THREADS)
 	python3 scripts/slowest-tests.py target/nextest/$(NEXTEST_PROFILE)/junit.xml
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
 	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_requests_are_allowed)'
