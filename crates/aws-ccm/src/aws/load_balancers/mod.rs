@@ -18,6 +18,7 @@ pub use crate::provider::load_balancers::{
 
 mod drift;
 mod groups;
+mod known;
 mod nlb_groups;
 mod nlb_rules;
 mod planned;
@@ -506,8 +507,7 @@ impl AwsLoadBalancers {
 
 impl LoadBalancers for AwsLoadBalancers {
     async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        // Recorded again by a sync that writes everything it planned.
-        self.targets.forget(&req.uid);
+        self.forget_before_sync(&req.uid);
         let result = match (req.scope, req.spec.kind) {
             (Scope::Upkeep { node_rules }, _) => self.upkeep(req, node_rules).await,
             (Scope::Full, LoadBalancerKind::Network) => self.ensure_nlb(req).await,
@@ -524,11 +524,7 @@ impl LoadBalancers for AwsLoadBalancers {
             tracing::warn!(service = %req.service_key, error = %e, "keeping the load balancer's backends current failed too");
         }
         if result.is_err() {
-            // The retry reads subnets afresh: one may have been deleted or
-            // tagged since they were cached.
-            self.subnets.invalidate();
-            // And the load balancer in full: a step may have gone through.
-            self.sweep.forget(&elb::load_balancer_name(&req.uid));
+            self.forget_after_failure(&req.uid);
         }
         result
     }
@@ -537,23 +533,20 @@ impl LoadBalancers for AwsLoadBalancers {
         let result = self.update_targets_or_ensure(req).await;
         // A classic ELB's description lists its instances: a sweep that
         // started before the move no longer answers for it.
-        self.sweep.touch(&elb::load_balancer_name(&req.uid));
+        self.after_write(&elb::load_balancer_name(&req.uid));
         result
     }
 
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
-        self.targets.forget(uid);
-        self.aws.group_view().forget_slot(uid);
-        let name = elb::load_balancer_name(uid);
-        self.sweep.forget(&name);
+        self.forget_service(uid);
         let deleted = async {
             let clb = self.delete_clb(uid, None).await?;
             let nlb = self.delete_nlb(service_key, uid, false).await?;
             Ok(clb || nlb)
         }
         .await;
-        self.sweep.forget(&name);
+        self.forget_service(uid);
         deleted
     }
 }

@@ -63,22 +63,6 @@ impl AwsLoadBalancers {
         Ok(applied)
     }
 
-    /// After a successful sync: the groups `groups` (ARN, port) hold
-    /// `instances`.
-    pub(super) fn record_groups<'a>(
-        &self,
-        groups: impl IntoIterator<Item = (&'a str, i32)>,
-        instances: &BTreeSet<String>,
-    ) {
-        self.record
-            .record(groups.into_iter().filter_map(|(arn, port)| {
-                Some((
-                    target_record::key(arn)?,
-                    target_record::digest(port, instances),
-                ))
-            }));
-    }
-
     /// Whether the record says group `g` holds exactly `instances`.
     pub(super) fn recorded_as(&self, g: &t::TargetGroup, instances: &BTreeSet<String>) -> bool {
         let (Some(arn), Some(port)) = (g.target_group_arn(), g.port()) else {

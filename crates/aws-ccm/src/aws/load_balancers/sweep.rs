@@ -483,20 +483,6 @@ impl super::AwsLoadBalancers {
             read_in_full,
         })
     }
-
-    /// After a successful apply to load balancer `name`: its settings are
-    /// known (until its next resync slot). `created`: the apply created it
-    /// (with [`record_at_creation`]).
-    pub(super) fn settings_synced(
-        &self,
-        name: &str,
-        settings: &super::planned::Settings,
-        created: bool,
-        changed: bool,
-    ) {
-        let in_full = settings.read_in_full || created;
-        self.sweep.synced(name, &settings.digest, in_full, changed);
-    }
 }
 
 /// Adds the settings record `digest` to the tags of a create call, when

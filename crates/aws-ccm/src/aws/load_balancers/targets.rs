@@ -136,23 +136,6 @@ async fn registered(aws: &Aws, arn: &str, port: i32) -> Result<BTreeSet<String>,
 }
 
 impl AwsLoadBalancers {
-    /// Records what a full ensure that wrote everything it planned left.
-    pub(super) fn record_targets(
-        &self,
-        req: &EnsureRequest,
-        hostname: &str,
-        groups: GroupSets,
-        lb: KnownLb,
-    ) {
-        let known = Known {
-            spec: req.spec.clone(),
-            hostname: hostname.to_string(),
-            groups,
-            lb,
-        };
-        self.targets.record(&req.uid, known);
-    }
-
     /// Moves only the targets when that is all that changed, else ensures
     /// in full (see the module header).
     pub(super) async fn update_targets_or_ensure(
@@ -166,7 +149,7 @@ impl AwsLoadBalancers {
                 tracing::info!(service = %req.service_key, error = %e, "moving targets failed; ensuring the load balancer in full");
             }
         }
-        self.targets.forget(&req.uid);
+        self.forget_before_sync(&req.uid);
         super::LoadBalancers::ensure(self, req).await
     }
 
@@ -197,12 +180,7 @@ impl AwsLoadBalancers {
                 }
                 let none = elb::Actual::default();
                 elb::io::apply(&self.aws, name, None, &none, &steps).await?;
-                let mut now = known.clone();
-                now.lb = KnownLb::Classic {
-                    name: name.clone(),
-                    instances: Arc::new(want),
-                };
-                self.targets.record(&req.uid, now);
+                self.record_classic_instances(&req.uid, &known, want);
                 steps.iter().map(elb::plan::describe).collect()
             }
             KnownLb::Network { name, groups } => {

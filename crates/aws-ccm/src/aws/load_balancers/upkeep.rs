@@ -56,7 +56,7 @@ impl AwsLoadBalancers {
         };
         let kept: Vec<elb::Change> = p.changes.into_iter().filter(is_clb_upkeep).collect();
         elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &kept).await?;
-        self.sweep.touch(&p.name);
+        self.after_write(&p.name);
         Ok(Some(Ensured {
             hostname: lb.dns_name.clone(),
             changes: kept.iter().map(elb::plan::describe).collect(),
