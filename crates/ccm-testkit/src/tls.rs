@@ -10,6 +10,14 @@ use rustls::crypto::CryptoProvider;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme, SupportedProtocolVersion};
 
+/// An HTTPS server's answer to [`https_get_with`].
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+    /// The certificate the server presented (DER), empty if none.
+    pub peer_cert: Vec<u8>,
+}
+
 /// GET `path` from the HTTPS server at `addr` (`host:port`) with this
 /// bearer token, or none, accepting any server certificate: the status and
 /// the body as text.
@@ -18,13 +26,29 @@ pub async fn https_get(
     path: &str,
     token: Option<&str>,
 ) -> anyhow::Result<(u16, String)> {
+    let answer = https_get_with(addr, path, token, rustls::DEFAULT_VERSIONS).await?;
+    Ok((answer.status, answer.body))
+}
+
+/// [`https_get`] over a new connection limited to TLS `versions`, with the
+/// certificate the server presented.
+pub async fn https_get_with(
+    addr: &str,
+    path: &str,
+    token: Option<&str>,
+    versions: &[&'static SupportedProtocolVersion],
+) -> anyhow::Result<Answer> {
     use http_body_util::{BodyExt, Empty};
 
-    let config = client_trusting_any_server(rustls::DEFAULT_VERSIONS)?;
+    let config = client_trusting_any_server(versions)?;
     let tcp = tokio::net::TcpStream::connect(addr).await?;
     let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost")?, tcp)
         .await?;
+    let peer_cert = (tls.get_ref().1.peer_certificates())
+        .and_then(|c| c.first())
+        .map(|c| c.to_vec())
+        .unwrap_or_default();
     let (mut sender, conn) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
     tokio::spawn(conn);
@@ -32,11 +56,16 @@ pub async fn https_get(
     if let Some(token) = token {
         req = req.header("authorization", format!("Bearer {token}"));
     }
-    let req = req.body(Empty::<bytes::Bytes>::new())?;
-    let resp = sender.send_request(req).await?;
+    let resp = sender
+        .send_request(req.body(Empty::<bytes::Bytes>::new())?)
+        .await?;
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    Ok(Answer {
+        status,
+        body: String::from_utf8_lossy(&body).into_owned(),
+        peer_cert,
+    })
 }
 
 /// A client config limited to `versions` that trusts any server certificate.

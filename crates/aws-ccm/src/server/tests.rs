@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Empty};
 use rustls::pki_types::ServerName;
 
 use super::auth::{AllowPaths, Auth, AuthSettings, Decision, Reviewer, UserInfo, Verdict};
@@ -72,48 +71,14 @@ async fn api_with_tokens() -> TestApiServer {
     api
 }
 
-struct Answer {
-    status: u16,
-    body: String,
-    peer_cert: Vec<u8>,
-}
-
 /// One GET over a new TLS connection limited to `versions`.
 async fn get(
     addr: SocketAddr,
     path: &str,
     token: Option<&str>,
     versions: &[&'static rustls::SupportedProtocolVersion],
-) -> anyhow::Result<Answer> {
-    let config = ccm_testkit::tls::client_trusting_any_server(versions)?;
-    let tcp = tokio::net::TcpStream::connect(addr).await?;
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost")?, tcp)
-        .await?;
-    let peer_cert = tls
-        .get_ref()
-        .1
-        .peer_certificates()
-        .and_then(|c| c.first())
-        .map(|c| c.to_vec())
-        .unwrap_or_default();
-    let (mut sender, conn) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
-    tokio::spawn(conn);
-    let mut req = http::Request::get(path).header("host", "localhost");
-    if let Some(t) = token {
-        req = req.header("authorization", format!("Bearer {t}"));
-    }
-    let resp = sender
-        .send_request(req.body(Empty::<bytes::Bytes>::new())?)
-        .await?;
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await?.to_bytes();
-    Ok(Answer {
-        status,
-        body: String::from_utf8_lossy(&body).into_owned(),
-        peer_cert,
-    })
+) -> anyhow::Result<ccm_testkit::tls::Answer> {
+    ccm_testkit::tls::https_get_with(&addr.to_string(), path, token, versions).await
 }
 
 const ANY_VERSION: &[&rustls::SupportedProtocolVersion] = rustls::ALL_VERSIONS;

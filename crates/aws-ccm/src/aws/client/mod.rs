@@ -506,7 +506,7 @@ pub(in crate::aws) async fn with_deadline<T>(
 mod tests {
     use super::*;
     use crate::aws::client::errors::ErrorClass;
-    use crate::aws::client::test_stub::{Fault, StubEc2, StubInstance};
+    use crate::aws::client::test_stub::{Fault, StubEc2, fleet};
 
     /// Fast retries so failure-path tests take milliseconds.
     fn fast_options() -> ClientOptions {
@@ -515,18 +515,6 @@ mod tests {
             backoff_max: Duration::from_millis(20),
             ..ClientOptions::default()
         }
-    }
-
-    fn fleet(n: usize) -> Vec<StubInstance> {
-        (0..n)
-            .map(|i| {
-                StubInstance::running(
-                    &format!("i-{i:017x}"),
-                    &format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250),
-                )
-                .tagged("kubernetes.io/cluster/demo", "owned")
-            })
-            .collect()
     }
 
     async fn client_for(stub: &StubEc2, options: ClientOptions) -> crate::aws::Aws {

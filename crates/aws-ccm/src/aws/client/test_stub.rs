@@ -48,6 +48,20 @@ impl StubInstance {
     }
 }
 
+/// `n` running instances of cluster `demo`, `i-…0` to `i-…(n-1)`, 250 to a
+/// private DNS block.
+pub fn fleet(n: usize) -> Vec<StubInstance> {
+    (0..n)
+        .map(|i| {
+            StubInstance::running(
+                &format!("i-{i:017x}"),
+                &format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250),
+            )
+            .tagged("kubernetes.io/cluster/demo", "owned")
+        })
+        .collect()
+}
+
 /// A scripted answer for the next request.
 #[derive(Clone, Debug)]
 pub enum Fault {

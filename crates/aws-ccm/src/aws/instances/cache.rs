@@ -156,19 +156,7 @@ mod tests {
     use super::*;
     use crate::aws::Aws;
     use crate::aws::client::ClientOptions;
-    use crate::aws::client::test_stub::{StubEc2, StubInstance};
-
-    fn fleet(n: usize) -> Vec<StubInstance> {
-        (0..n)
-            .map(|i| {
-                StubInstance::running(
-                    &format!("i-{i:017x}"),
-                    &format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250),
-                )
-                .tagged("kubernetes.io/cluster/demo", "owned")
-            })
-            .collect()
-    }
+    use crate::aws::client::test_stub::{StubEc2, StubInstance, fleet};
 
     async fn client_for(stub: &StubEc2, options: ClientOptions) -> Aws {
         Aws::new(stub.clients(), "demo".to_string(), options)
