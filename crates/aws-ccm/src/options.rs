@@ -274,6 +274,10 @@ pub struct Options {
     #[arg(long = "aws-instance-sweep-ttl", default_value = "30s", value_parser = go_duration)]
     pub aws_instance_sweep_ttl: Duration,
 
+    /// How long AWS may take to show a change (it is eventually consistent): an object created moments ago and not yet visible is waited for this long, and this process's own security-group writes answer over listings that started sooner after them. Lower it only against an endpoint that shows changes at once (tests, emulators).
+    #[arg(long = "aws-consistency-window", default_value = "30s", value_parser = go_duration)]
+    pub aws_consistency_window: Duration,
+
     /// Number for the log level verbosity (0-10, as klog): 0-1 info, 2-3 our debug, 4-5 debug, 6+ trace. RUST_LOG, when set, replaces it. AWS SDK and HTTP internals stay capped at debug/info so no credentials reach the log.
     #[arg(short = 'v', long = "v", default_value_t = 2)]
     pub verbosity: u8,
@@ -366,6 +370,7 @@ impl Options {
         crate::aws::ClientOptions {
             budget_fraction: self.aws_api_budget_fraction,
             sweep_ttl: self.aws_instance_sweep_ttl,
+            consistency_patience: self.aws_consistency_window,
             ..Default::default()
         }
     }

@@ -73,7 +73,7 @@ impl Aws {
             .map_or(String::new(), |r| r.to_string());
         Aws {
             instances: InstanceCache::new(&client),
-            groups: SgView::default(),
+            groups: SgView::new(client.options().consistency_patience),
             permissions: Arc::new(Permissions::new(client.cluster_id(), &region, DEFAULT_TTL)),
             client,
         }

@@ -51,7 +51,9 @@ pub const VIEW_TTL: Duration = Duration::from_secs(30);
 const UNLISTED_KEPT: Duration = Duration::from_secs(300);
 
 /// How long after this process wrote a group a listing must start to
-/// answer for it in place of the process's own record.
+/// answer for it in place of the process's own record, unless
+/// [`SgView::new`] is given the client's consistency window
+/// (`--aws-consistency-window`).
 pub const WRITE_SETTLE: Duration = Duration::from_secs(30);
 
 /// One listing of a VPC's groups.
@@ -77,7 +79,7 @@ struct Local {
 }
 
 /// The shared view. Clones share it.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct SgView {
     listings: Arc<Mutex<HashMap<String, SingleFlight<Arc<Listing>>>>>,
     /// The last listing of each VPC (what a write's record starts from).
@@ -89,6 +91,15 @@ pub struct SgView {
     ttl: Arc<Mutex<Option<Duration>>>,
     /// Held while a resync renews a listing (one renewal serves them all).
     renewing: Arc<tokio::sync::Mutex<()>>,
+    /// How long this process's own record of a write answers over listings
+    /// ([`WRITE_SETTLE`] by default).
+    settle: Duration,
+}
+
+impl Default for SgView {
+    fn default() -> SgView {
+        SgView::new(WRITE_SETTLE)
+    }
 }
 
 /// The groups of one VPC as the view shows them now.
@@ -143,6 +154,20 @@ impl Groups {
 }
 
 impl SgView {
+    /// An empty view whose own records of writes answer over listings that
+    /// started less than `settle` after them (AWS's consistency window).
+    pub fn new(settle: Duration) -> SgView {
+        SgView {
+            listings: Arc::default(),
+            last: Arc::default(),
+            local: Arc::default(),
+            slots: Arc::default(),
+            ttl: Arc::default(),
+            renewing: Arc::default(),
+            settle,
+        }
+    }
+
     /// Listings from here on serve for `ttl`.
     pub fn serve_for(&self, ttl: Duration) {
         *self.ttl.lock() = Some(ttl);
@@ -191,7 +216,7 @@ impl SgView {
         if !unknown.is_empty() {
             self.refresh(aws, &unknown).await?;
         }
-        let over = overlay(&mut self.local.lock(), &listing, vpc_id);
+        let over = overlay(&mut self.local.lock(), &listing, vpc_id, self.settle);
         Ok(Groups { listing, over })
     }
 
@@ -382,16 +407,17 @@ impl SgView {
 
 /// Prunes `local` against `listing` of `vpc_id` and returns the records
 /// that answer over it (`None`: gone or unknown). A record stays until a
-/// listing that started [`WRITE_SETTLE`] after it; a group this process
+/// listing that started `settle` ([`WRITE_SETTLE`]) after it; a group this process
 /// knows but no listing has shown yet (made here, or read by ID) stays for
 /// [`UNLISTED_KEPT`] past that.
 fn overlay(
     local: &mut HashMap<String, Local>,
     listing: &Listing,
     vpc_id: &str,
+    settle: Duration,
 ) -> BTreeMap<String, Option<SecurityGroup>> {
     local.retain(|id, l| {
-        let settled = l.at + WRITE_SETTLE <= listing.started;
+        let settled = l.at + settle <= listing.started;
         let unlisted = matches!(l.entry, Entry::Known(_)) && !listing.groups.contains_key(id);
         !settled || (unlisted && l.at + UNLISTED_KEPT > listing.started)
     });

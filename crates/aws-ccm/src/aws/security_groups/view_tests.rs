@@ -36,7 +36,7 @@ fn listing(started: Instant, groups: &[SecurityGroup]) -> Arc<Listing> {
 /// The view as a sync sees it over `l`.
 fn seen(view: &SgView, l: &Arc<Listing>) -> Groups {
     view.last.lock().insert(VPC.into(), l.clone());
-    let over = overlay(&mut view.local.lock(), l, VPC);
+    let over = overlay(&mut view.local.lock(), l, VPC, WRITE_SETTLE);
     Groups {
         listing: l.clone(),
         over,
