@@ -57,6 +57,17 @@ impl NodeSettle {
                 .is_some_and(|start| now.saturating_duration_since(start) >= NODE_SETTLE_MAX)
     }
 
+    /// When held backend-only syncs may go without another change: `None`
+    /// when nothing is held (the set is quiet).
+    pub fn settles_at(&self, now: Instant) -> Option<Instant> {
+        if self.quiet(now) {
+            return None;
+        }
+        let quiet_at = self.changed_at.map(|at| at + NODE_SETTLE);
+        let cap_at = self.episode_start.map(|start| start + NODE_SETTLE_MAX);
+        quiet_at.into_iter().chain(cap_at).min()
+    }
+
     fn quiet(&self, now: Instant) -> bool {
         self.changed_at
             .is_none_or(|at| now.saturating_duration_since(at) >= NODE_SETTLE)
@@ -88,8 +99,11 @@ mod tests {
             assert!(!s.observe(1 + i, at), "held at change {i}");
         }
         let last = t0 + 3000 * MS;
+        // The service controller sleeps until then, not a moment longer.
+        assert_eq!(s.settles_at(last), Some(last + NODE_SETTLE));
         assert!(!s.observe(7, last + NODE_SETTLE - MS), "not yet quiet");
         assert!(s.observe(7, last + NODE_SETTLE), "quiet for NODE_SETTLE");
+        assert_eq!(s.settles_at(last + NODE_SETTLE), None, "nothing held");
     }
 
     #[test]
@@ -105,6 +119,13 @@ mod tests {
             let at = t0 + Duration::from_secs(sec.into());
             if s.observe(generation, at) && released_at.is_none() {
                 released_at = Some(sec);
+            }
+            if released_at.is_none() {
+                let wake = s.settles_at(at).expect("held");
+                assert!(
+                    wake > at && wake <= t0 + MS * 1000 + NODE_SETTLE_MAX,
+                    "{sec} s"
+                );
             }
             if let Some(first) = released_at {
                 assert!(

@@ -33,7 +33,8 @@ use super::events::Events;
 use super::node_settle::NodeSettle;
 use crate::backoff::Backoff;
 use crate::provider::load_balancers::{
-    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Scope, resync_slot,
+    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Scope,
+    next_resync_slot_at, resync_slot,
 };
 
 mod scope;
@@ -49,10 +50,10 @@ const FAILED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs
 /// [`DEPENDENCY_PATIENCE`]; then it fails with a Warning like any other error.
 const WAITING: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
 const DEPENDENCY_PATIENCE: Duration = Duration::from_secs(120);
-/// Longest wait between scans without any Node or Service change: retries
-/// (backoff from 5 s) and the periodic resync (`--service-resync-period`)
-/// come due on this timer.
-const SCAN_EVERY: Duration = Duration::from_secs(1);
+/// Longest wait between scans without any Node or Service change. A scan
+/// says when its next retry, resync slot or settled node set is due and the
+/// controller sleeps until then; this only bounds the sleep.
+const SCAN_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
@@ -370,6 +371,19 @@ fn decide(
     })
 }
 
+/// When `entry`, not due now, comes due without any change: its retry, or
+/// its next resync slot. `None` while a sync of it runs (its end wakes the
+/// scan) or when nothing but a change will make it due.
+fn next_due(entry: &KeyState, uid: &str, resync: Option<Duration>) -> Option<Instant> {
+    if entry.in_flight {
+        return None;
+    }
+    let resync_at = resync
+        .zip(entry.last_sync)
+        .map(|(every, last)| next_resync_slot_at(uid, every, last));
+    entry.retry_at.into_iter().chain(resync_at).min()
+}
+
 /// Whether the periodic resync of `svc`, last synced at `last`, is due:
 /// its resync slot moved on. Slots are offset per Service (by UID), so
 /// Services synced together (a fresh leader's adoption) resync one by one
@@ -423,13 +437,17 @@ impl<L: LoadBalancers> ServiceController<L> {
         let mut node_changes = self.node_changes.clone();
         let mut service_changes = self.service_changes.clone();
         loop {
-            self.scan();
-            // Scan again when a Node or Service changes, or when a retry or
-            // resync may have come due.
+            let next = self.scan();
+            // Scan again when a Node or Service changes, a sync ends (its
+            // slot is free), or the next retry or resync comes due.
+            let wait = next.map_or(SCAN_AT_LEAST_EVERY, |at| {
+                at.saturating_duration_since(Instant::now())
+                    .min(SCAN_AT_LEAST_EVERY)
+            });
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = super::changed_or(&mut node_changes, SCAN_EVERY) => {}
-                _ = super::changed_or(&mut service_changes, SCAN_EVERY) => {}
+                _ = super::changed_or(&mut node_changes, wait) => {}
+                _ = super::changed_or(&mut service_changes, wait) => {}
                 _ = self.sync_done.notified() => {}
             }
         }
@@ -438,8 +456,9 @@ impl<L: LoadBalancers> ServiceController<L> {
     }
 
     /// Starts a sync for every Service that needs one, while sync slots are
-    /// free.
-    fn scan(&self) {
+    /// free; returns when a Service not due now comes due without any change
+    /// (a retry, a resync slot, a settled node set).
+    fn scan(&self) -> Option<Instant> {
         // The generation is read before the store, so a change that lands
         // in between bumps it again and the next scan sees it.
         let node_generation = *self.node_changes.borrow();
@@ -461,22 +480,29 @@ impl<L: LoadBalancers> ServiceController<L> {
         let mut tiers: [Vec<Job>; 3] = Default::default();
         let mut due = HashSet::new();
         let free = self.workers.available_permits();
+        let mut next: Option<Instant> = None;
         for svc in services {
             if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
                 continue;
             }
+            let uid = svc.metadata.uid.clone().unwrap_or_default();
             let entry = state.entry(key(&svc)).or_default();
             let backends = |targets: &BTreeMap<String, String>| {
                 index.get(node_generation, targets.clone(), &mut nodes)
             };
             let Some(job) = decide(entry, svc, backends, self.resync, now) else {
+                next = next
+                    .into_iter()
+                    .chain(next_due(entry, &uid, self.resync))
+                    .min();
                 continue;
             };
             self.queue.due(&job.key);
             due.insert(job.key.clone());
             if job.targets_only && !nodes_settled {
-                // Held until the node set settles; a scan runs at least
-                // every SCAN_EVERY.
+                // Held until the node set settles: the next scan is then.
+                let settles = self.settle.lock().settles_at(now);
+                next = next.into_iter().chain(settles).min();
                 continue;
             }
             let t = tier(entry, &job);
@@ -489,14 +515,16 @@ impl<L: LoadBalancers> ServiceController<L> {
             .keep_only(&due.iter().map(String::as_str).collect());
         // By tier, each in store order.
         for job in tiers.into_iter().flatten() {
+            // Out of slots: the end of a sync wakes the next scan.
             let Ok(permit) = self.workers.clone().try_acquire_owned() else {
-                return;
+                return next;
             };
             if let Some(entry) = state.get_mut(&job.key) {
                 entry.in_flight = true;
             }
             self.start(job, permit);
         }
+        next
     }
 
     /// Runs one sync in its own task, holding a sync slot, and records how
@@ -966,6 +994,56 @@ mod tests {
             }
             assert!(!resync_due(s, every, at, at + every * 99 / 100));
         }
+    }
+
+    /// A scan sleeps until `next_due`: it must be the first instant at
+    /// which `decide` finds the Service due without any change (a resync
+    /// slot, a retry), never later (a missed sync) and never much earlier
+    /// (a scan for nothing).
+    #[tokio::test(start_paused = true)]
+    async fn the_next_due_instant_is_when_decide_turns_due() {
+        let every = Duration::from_secs(100);
+        let one_ms = Duration::from_millis(1);
+        let synced = Instant::now();
+        for i in 0..50 {
+            let svc = adopted(&format!("s{i}"), &format!("uid-{i}"));
+            let uid = svc.metadata.uid.clone().unwrap();
+            let mut entry = KeyState {
+                synced_fingerprint: Some(fingerprint(&svc)),
+                synced_backends: Some(0),
+                last_sync: Some(synced),
+                ..KeyState::default()
+            };
+            let at = next_due(&entry, &uid, Some(every)).expect("a resync is due some time");
+            assert!(
+                at > synced && at <= synced + every,
+                "{i}: within one period"
+            );
+            let before = at.checked_sub(one_ms).unwrap();
+            assert!(
+                decide(
+                    &mut entry,
+                    svc.clone(),
+                    backends_hashed(0),
+                    Some(every),
+                    before
+                )
+                .is_none()
+            );
+            assert!(decide(&mut entry, svc.clone(), backends_hashed(0), Some(every), at).is_some());
+            // A retry due sooner comes first; a running sync wakes the scan
+            // itself when it ends.
+            entry.retry_at = Some(synced + one_ms);
+            assert_eq!(next_due(&entry, &uid, Some(every)), entry.retry_at);
+            entry.in_flight = true;
+            assert_eq!(next_due(&entry, &uid, Some(every)), None);
+        }
+        // Without a resync period only a retry is ever due.
+        let entry = KeyState {
+            last_sync: Some(synced),
+            ..KeyState::default()
+        };
+        assert_eq!(next_due(&entry, "uid-0", None), None);
     }
 
     fn backends_hashed(hash: u64) -> impl FnMut(&BTreeMap<String, String>) -> Backends {

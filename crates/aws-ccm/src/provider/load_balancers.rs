@@ -28,14 +28,32 @@ pub use crate::aws::annotations::{
 /// last sync; the load balancers use the same slots to decide when to read
 /// a load balancer in full again (drift repair).
 pub fn resync_slot(uid: &str, period: std::time::Duration, at: tokio::time::Instant) -> u64 {
+    let (epoch, period, offset) = slot_grid(uid, period);
+    ((at.saturating_duration_since(epoch).as_nanos() + offset) / period) as u64
+}
+
+/// When the resync slot after the one holding `at` begins: the instant a
+/// Service synced at `at` comes due for its resync.
+pub fn next_resync_slot_at(
+    uid: &str,
+    period: std::time::Duration,
+    at: tokio::time::Instant,
+) -> tokio::time::Instant {
+    let (epoch, period_ns, offset) = slot_grid(uid, period);
+    let next = u128::from(resync_slot(uid, period, at)) + 1;
+    let since_epoch = (next * period_ns).saturating_sub(offset);
+    epoch + std::time::Duration::from_nanos(u64::try_from(since_epoch).unwrap_or(u64::MAX))
+}
+
+/// The process's slot epoch, `period` in nanoseconds and `uid`'s offset.
+fn slot_grid(uid: &str, period: std::time::Duration) -> (tokio::time::Instant, u128, u128) {
     use std::hash::{Hash, Hasher};
     static EPOCH: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
     let epoch = *EPOCH.get_or_init(tokio::time::Instant::now);
     let period = period.as_nanos().max(1);
     let mut h = std::collections::hash_map::DefaultHasher::new();
     uid.hash(&mut h);
-    let offset = u128::from(h.finish()) % period;
-    ((at.saturating_duration_since(epoch).as_nanos() + offset) / period) as u64
+    (epoch, period, u128::from(h.finish()) % period)
 }
 
 /// One Service's request.
