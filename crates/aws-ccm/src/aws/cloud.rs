@@ -64,17 +64,14 @@ impl Aws {
 
     /// Empty caches around `client`.
     pub fn around(client: AwsClient) -> Aws {
-        let region = client
-            .core()
-            .clients
-            .ec2
-            .config()
-            .region()
-            .map_or(String::new(), |r| r.to_string());
         Aws {
             instances: InstanceCache::new(&client),
             groups: SgView::new(client.options().consistency_patience),
-            permissions: Arc::new(Permissions::new(client.cluster_id(), &region, DEFAULT_TTL)),
+            permissions: Arc::new(Permissions::new(
+                client.cluster_id(),
+                &client.region(),
+                DEFAULT_TTL,
+            )),
             client,
         }
     }

@@ -388,7 +388,12 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .clone()
         };
         let now = Instant::now();
-        let nodes_settled = self.settle.lock().observe(node_generation, now);
+        // Whether backend-only syncs may go, and if not, when they may.
+        let (nodes_settled, settles_at) = {
+            let mut settle = self.settle.lock();
+            let settled = settle.observe(node_generation, now);
+            (settled, settle.settles_at(now))
+        };
         let services = self.services.state();
         let mut state = self.state.lock();
         let mut index = self.index.lock();
@@ -404,15 +409,15 @@ impl<L: LoadBalancers> ServiceController<L> {
             if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
                 continue;
             }
-            let uid = svc.metadata.uid.clone().unwrap_or_default();
             let entry = state.entry(key(&svc)).or_default();
             let backends = |targets: &BTreeMap<String, String>| {
                 index.get(node_generation, targets.clone(), &mut nodes)
             };
-            let Some(job) = decide(entry, svc, backends, self.resync, now) else {
+            let Some(job) = decide(entry, svc.clone(), backends, self.resync, now) else {
+                let uid = svc.metadata.uid.as_deref().unwrap_or_default();
                 next = next
                     .into_iter()
-                    .chain(next_due(entry, &uid, self.resync))
+                    .chain(next_due(entry, uid, self.resync))
                     .min();
                 continue;
             };
@@ -420,8 +425,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             due.insert(job.key.clone());
             if job.targets_only && !nodes_settled {
                 // Held until the node set settles: the next scan is then.
-                let settles = self.settle.lock().settles_at(now);
-                next = next.into_iter().chain(settles).min();
+                next = next.into_iter().chain(settles_at).min();
                 continue;
             }
             let t = tier(entry, &job);

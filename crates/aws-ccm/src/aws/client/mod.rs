@@ -315,6 +315,12 @@ impl AwsClient {
         &self.core
     }
 
+    /// The Region its SDK clients call (empty when none is configured).
+    pub fn region(&self) -> String {
+        let ec2 = self.core.clients.ec2.config();
+        ec2.region().map_or(String::new(), |r| r.to_string())
+    }
+
     /// The cluster ID this client was built for.
     pub fn cluster_id(&self) -> &str {
         &self.core.cluster_id

@@ -45,12 +45,7 @@ impl InstanceCache {
     pub fn new(client: &AwsClient) -> InstanceCache {
         let core = client.core();
         let options = &core.options;
-        let region = core
-            .clients
-            .ec2
-            .config()
-            .region()
-            .map_or(String::new(), |r| r.to_string());
+        let region = client.region();
         InstanceCache {
             inner: Arc::new(Inner {
                 by_id: Batcher::new(
