@@ -12,6 +12,8 @@
 //!
 //! The assertions are the same in both modes.
 
+#[path = "common/ipv6.rs"]
+mod ipv6;
 #[path = "ccm/support.rs"]
 #[allow(dead_code)]
 mod support;
@@ -129,26 +131,6 @@ impl Target {
     }
 }
 
-/// Gives `subnet` the `n`th /64 of the VPC's IPv6 `block` (a /56).
-async fn give_ipv6(
-    ec2: &aws_sdk_ec2::Client,
-    subnet: &str,
-    block: &str,
-    n: u128,
-) -> anyhow::Result<()> {
-    let (prefix, _) = block
-        .split_once('/')
-        .ok_or_else(|| anyhow::anyhow!("no IPv6 block on the VPC: {block:?}"))?;
-    let base: std::net::Ipv6Addr = prefix.parse()?;
-    let nth = std::net::Ipv6Addr::from(u128::from(base) + (n << 64));
-    ec2.associate_subnet_cidr_block()
-        .subnet_id(subnet)
-        .ipv6_cidr_block(format!("{nth}/64"))
-        .send()
-        .await?;
-    Ok(())
-}
-
 /// A cluster-tagged VPC with an IPv6 /56, public subnets with a /64 each, route table and node group, and
 /// `count` instances; the instance IDs in launch order.
 async fn seed(
@@ -181,17 +163,8 @@ async fn seed(
         .to_string();
     // An Amazon-provided IPv6 /56: a dual-stack NLB needs IPv6 in each of
     // its subnets (AWS refuses one without, and so does the fault proxy).
-    let v6 = ec2
-        .associate_vpc_cidr_block()
-        .vpc_id(&vpc_id)
-        .amazon_provided_ipv6_cidr_block(true)
-        .send()
-        .await?;
-    let v6_block = (v6.ipv6_cidr_block_association())
-        .and_then(|a| a.ipv6_cidr_block())
-        .unwrap_or_default()
-        .to_string();
-    give_ipv6(ec2, &subnet_id, &v6_block, 0).await?;
+    let v6_block = ipv6::give_vpc(ec2, &vpc_id).await?;
+    ipv6::give_subnet(ec2, &subnet_id, &v6_block, 0).await?;
     let igw = ec2.create_internet_gateway().send().await?;
     let igw_id = igw
         .internet_gateway()
@@ -240,7 +213,7 @@ async fn seed(
     let second_id = (second.subnet())
         .and_then(|s| s.subnet_id())
         .unwrap_or_default();
-    give_ipv6(ec2, second_id, &v6_block, 1).await?;
+    ipv6::give_subnet(ec2, second_id, &v6_block, 1).await?;
     ec2.associate_route_table()
         .route_table_id(&table_id)
         .subnet_id(second_id)

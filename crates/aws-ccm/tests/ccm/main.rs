@@ -2,6 +2,8 @@
 //! a subprocess against the project's Kubernetes API test server and moto.
 //! One test target (one link) holds every scenario; each lives in its module.
 
+#[path = "../common/ipv6.rs"]
+mod ipv6;
 mod support;
 
 mod backends;

@@ -52,24 +52,8 @@ async fn with_ipv6(cloud: &Cloud) -> anyhow::Result<()> {
         .and_then(|s| s.vpc_id())
         .ok_or_else(|| anyhow::anyhow!("the seeded subnet has no VPC"))?
         .to_string();
-    let associated = cloud
-        .ec2
-        .associate_vpc_cidr_block()
-        .vpc_id(&vpc)
-        .amazon_provided_ipv6_cidr_block(true)
-        .send()
-        .await?;
-    let block = (associated.ipv6_cidr_block_association())
-        .and_then(|a| a.ipv6_cidr_block())
-        .ok_or_else(|| anyhow::anyhow!("moto gave the VPC no IPv6 block"))?;
-    let first_64 = block.replace("/56", "/64");
-    cloud
-        .ec2
-        .associate_subnet_cidr_block()
-        .subnet_id(&cloud.subnet)
-        .ipv6_cidr_block(first_64)
-        .send()
-        .await?;
+    let block = crate::ipv6::give_vpc(&cloud.ec2, &vpc).await?;
+    crate::ipv6::give_subnet(&cloud.ec2, &cloud.subnet, &block, 0).await?;
     Ok(())
 }
 
