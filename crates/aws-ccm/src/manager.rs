@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::aws::Aws;
 use crate::aws::client::clients;
 use crate::aws::client::door::Door;
 use crate::aws::cluster_id::resolve_cluster_id;
 use crate::aws::load_balancers::AwsLoadBalancers;
+use crate::aws::{Aws, AwsClient};
 use crate::cloud_config::{CloudConfig, region_of_zone};
 use crate::controllers;
 use crate::kube_client;
@@ -410,7 +410,7 @@ fn drain_bound(opts: &crate::options::Options) -> Duration {
 
 /// Refuses every further change to AWS and waits (at most `drain`) for
 /// those already sent to be answered.
-async fn stop_aws_changes(aws: &Aws, drain: Duration) {
+async fn stop_aws_changes(aws: &AwsClient, drain: Duration) {
     let unanswered = aws.stop_mutations(drain).await;
     if unanswered > 0 {
         tracing::error!(

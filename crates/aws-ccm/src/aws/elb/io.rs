@@ -6,11 +6,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use aws_sdk_elasticloadbalancing::types as elbt;
 
 use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener, OwnedGroup};
-use crate::aws::Aws;
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::security_groups::{self as sg, Rule};
+use crate::aws::{Aws, AwsClient};
 
 fn build_err(what: &str, e: impl std::fmt::Display) -> AwsError {
     AwsError::NotFound {
@@ -50,7 +50,7 @@ fn instances(ids: &BTreeSet<String>) -> Vec<elbt::Instance> {
 
 /// The load balancer with its tags, attributes not read (two reads), or
 /// `None` when it does not exist.
-pub async fn describe(aws: &Aws, name: &str) -> Result<Option<ActualLb>, AwsError> {
+pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
     let out = match aws
         .elb(Operation::ElbDescribeLoadBalancers, |c| {
             c.describe_load_balancers().load_balancer_names(name).send()
@@ -112,7 +112,7 @@ pub fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
 
 /// The managed attributes of classic ELB `name` (one read; AWS cannot
 /// batch it).
-pub async fn read_attributes(aws: &Aws, name: &str) -> Result<Attributes, AwsError> {
+pub async fn read_attributes(aws: &AwsClient, name: &str) -> Result<Attributes, AwsError> {
     let attrs = aws
         .elb(Operation::ElbDescribeLoadBalancerAttributes, |c| {
             c.describe_load_balancer_attributes()
@@ -125,7 +125,7 @@ pub async fn read_attributes(aws: &Aws, name: &str) -> Result<Attributes, AwsErr
 
 /// Tags of classic ELBs by name, 20 names per call (the API's limit).
 pub async fn tags_by_name(
-    aws: &Aws,
+    aws: &AwsClient,
     names: &[String],
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>, AwsError> {
     let mut out = BTreeMap::new();
@@ -212,7 +212,7 @@ fn listeners_from_sdk(descriptions: &[elbt::ListenerDescription]) -> Vec<(Listen
 /// Every classic ELB in the region as `DescribeLoadBalancers` tells it
 /// ([`lb_from_description`]): one paginated read, 400 per page (the
 /// API's largest page).
-pub async fn list_all(aws: &Aws) -> Result<Vec<ActualLb>, AwsError> {
+pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
     let mut out = Vec::new();
     let mut marker: Option<String> = None;
     loop {
@@ -675,7 +675,7 @@ fn to_sdk_attributes(a: &Attributes) -> Result<elbt::LoadBalancerAttributes, Aws
 }
 
 /// The DNS name of the classic ELB `name`, waiting for it to become visible.
-async fn existing_dns_name(aws: &Aws, name: &str) -> Result<String, AwsError> {
+async fn existing_dns_name(aws: &AwsClient, name: &str) -> Result<String, AwsError> {
     let what = format!("classic load balancer {name}");
     until_visible(aws, Operation::ElbDescribeLoadBalancers, &what, || async {
         match aws

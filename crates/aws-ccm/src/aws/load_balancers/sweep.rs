@@ -41,7 +41,7 @@ use super::sweep_tags::TagCache;
 use crate::aws::applied;
 use crate::aws::client::coalesce::SingleFlight;
 use crate::aws::client::operations::Operation;
-use crate::aws::{Aws, AwsError, elb, nlb, tags};
+use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
 use crate::provider::load_balancers::resync_slot;
 
 /// How long one sweep serves syncs that read every load balancer in full.
@@ -176,7 +176,7 @@ impl LbSweep {
     }
 
     /// The current sweep, shared with every concurrent caller.
-    async fn snapshot(&self, aws: &Aws) -> Result<Arc<Snapshot>, AwsError> {
+    async fn snapshot(&self, aws: &AwsClient) -> Result<Arc<Snapshot>, AwsError> {
         let reader = aws.clone();
         let sweep = self.clone();
         let snap = self
@@ -192,7 +192,11 @@ impl LbSweep {
     /// it since the sweep started). A sweep IAM refuses (a policy that
     /// grants describes only by name) answers for nothing: each load
     /// balancer is then described on its own, as before the sweep.
-    async fn fresh_for(&self, aws: &Aws, name: &str) -> Result<Option<Arc<Snapshot>>, AwsError> {
+    async fn fresh_for(
+        &self,
+        aws: &AwsClient,
+        name: &str,
+    ) -> Result<Option<Arc<Snapshot>>, AwsError> {
         let snap = match self.snapshot(aws).await {
             Ok(snap) => snap,
             Err(e) if e.is_denied() => {
@@ -208,7 +212,11 @@ impl LbSweep {
     /// Classic ELB `name` with its tags (attributes not read), or `None`.
     /// From the sweep when it holds a fresh entry; otherwise described on
     /// its own (it may be newer than the sweep).
-    pub async fn clb(&self, aws: &Aws, name: &str) -> Result<Option<elb::ActualLb>, AwsError> {
+    pub async fn clb(
+        &self,
+        aws: &AwsClient,
+        name: &str,
+    ) -> Result<Option<elb::ActualLb>, AwsError> {
         let snap = self.fresh_for(aws, name).await?;
         if let Some(lb) = snap.as_ref().and_then(|s| s.clbs.get(name)) {
             return Ok(Some(lb.clone()));
@@ -218,7 +226,7 @@ impl LbSweep {
 
     /// NLB `name` with its tags and target groups (attributes and listeners
     /// not read), or `None`; as [`Self::clb`].
-    pub async fn nlb(&self, aws: &Aws, name: &str) -> Result<Option<SweptNlb>, AwsError> {
+    pub async fn nlb(&self, aws: &AwsClient, name: &str) -> Result<Option<SweptNlb>, AwsError> {
         let snap = self.fresh_for(aws, name).await?;
         if let Some(snap) = snap
             && let Some(lb) = snap.nlbs.get(name)
@@ -516,7 +524,7 @@ pub fn record_in_nlb_create(changes: &mut [nlb::Change], digest: &str) {
 /// once: each holds a page (up to 400 load balancers) being decoded, and
 /// overlapping them, with the instance sweep's pages, made the process's
 /// peak memory.
-async fn read_all(aws: &Aws, sweep: &LbSweep) -> Result<Snapshot, AwsError> {
+async fn read_all(aws: &AwsClient, sweep: &LbSweep) -> Result<Snapshot, AwsError> {
     let started = Instant::now();
     let mut clbs: BTreeMap<String, elb::ActualLb> = elb::io::list_all(aws)
         .await?
@@ -552,7 +560,7 @@ impl LbSweep {
     /// returns the target groups behind each swept NLB, by its ARN.
     async fn tag_listed(
         &self,
-        aws: &Aws,
+        aws: &AwsClient,
         started: Instant,
         clbs: &mut BTreeMap<String, elb::ActualLb>,
         nlbs: &mut BTreeMap<String, nlb::ActualLb>,
@@ -605,7 +613,7 @@ impl LbSweep {
     /// name), by the NLB's ARN, with their tags.
     async fn tag_groups(
         &self,
-        aws: &Aws,
+        aws: &AwsClient,
         started: Instant,
         name_of: &HashMap<String, String>,
         all_groups: Vec<t::TargetGroup>,

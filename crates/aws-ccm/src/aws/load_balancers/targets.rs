@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 
 use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerSpec};
 use crate::aws::instances::Shared;
-use crate::aws::{Aws, AwsError, Ec2Instance, Operation, elb, nlb};
+use crate::aws::{AwsClient, AwsError, Ec2Instance, Operation, elb, nlb};
 
 /// The security groups of each backend, as sets of group IDs: equal sets
 /// give equal node groups (the node group is chosen from an instance's
@@ -123,7 +123,7 @@ pub(crate) fn delta(
 
 /// The instances registered with target group `arn` on `port`, leaving out
 /// those already draining (as the full read does).
-async fn registered(aws: &Aws, arn: &str, port: i32) -> Result<BTreeSet<String>, AwsError> {
+async fn registered(aws: &AwsClient, arn: &str, port: i32) -> Result<BTreeSet<String>, AwsError> {
     let health = aws
         .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
             c.describe_target_health().target_group_arn(arn).send()

@@ -8,12 +8,12 @@ use aws_sdk_elasticloadbalancingv2::types as t;
 use super::{
     Actual, Change, HealthCheck, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef,
 };
-use crate::aws::Aws;
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb::GroupRef;
 use crate::aws::security_groups as sg;
+use crate::aws::{Aws, AwsClient};
 
 fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<t::Tag> {
     tags.iter()
@@ -654,7 +654,10 @@ fn tls_parts(l: &Listener) -> (Option<Vec<t::Certificate>>, Option<String>) {
 }
 
 /// The ARN and DNS name of the NLB `name`, waiting for it to become visible.
-async fn existing_lb(aws: &Aws, name: &str) -> Result<(Option<String>, Option<String>), AwsError> {
+async fn existing_lb(
+    aws: &AwsClient,
+    name: &str,
+) -> Result<(Option<String>, Option<String>), AwsError> {
     let what = format!("NLB {name}");
     until_visible(
         aws,
@@ -682,7 +685,7 @@ async fn existing_lb(aws: &Aws, name: &str) -> Result<(Option<String>, Option<St
 }
 
 /// The ARN of the target group `name`, waiting for it to become visible.
-async fn existing_target_group(aws: &Aws, name: &str) -> Result<String, AwsError> {
+async fn existing_target_group(aws: &AwsClient, name: &str) -> Result<String, AwsError> {
     let what = format!("target group {name}");
     until_visible(aws, Operation::Elbv2DescribeTargetGroups, &what, || async {
         match aws
@@ -705,7 +708,7 @@ async fn existing_target_group(aws: &Aws, name: &str) -> Result<String, AwsError
 
 /// The ARN of the listener on `port` of NLB `lb_arn`, waiting for it to
 /// become visible.
-async fn existing_listener(aws: &Aws, lb_arn: &str, port: i32) -> Result<String, AwsError> {
+async fn existing_listener(aws: &AwsClient, lb_arn: &str, port: i32) -> Result<String, AwsError> {
     let what = format!("the listener on port {port} of {lb_arn}");
     until_visible(aws, Operation::Elbv2DescribeListeners, &what, || async {
         match aws

@@ -6,7 +6,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use chrono::{DateTime, Utc};
 
 use super::{Deletion, Kind, Live, Orphan, RouteScope, tag_note};
-use crate::aws::Aws;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb;
@@ -14,6 +13,7 @@ use crate::aws::instances::filter;
 use crate::aws::nlb::{self, node_rules};
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::tags;
+use crate::aws::{Aws, AwsClient};
 use crate::controllers::route::plan::{self as route_plan, RouteChange};
 use crate::provider::routes::Routes;
 
@@ -34,7 +34,7 @@ fn to_chrono(t: Option<&aws_smithy_types::DateTime>) -> Option<DateTime<Utc>> {
 
 /// Every classic ELB carrying the cluster tag.
 pub async fn classic_load_balancers(
-    aws: &Aws,
+    aws: &AwsClient,
     cluster_id: &str,
 ) -> Result<Vec<LoadBalancer>, AwsError> {
     let mut all = Vec::new();
@@ -72,7 +72,10 @@ pub async fn classic_load_balancers(
 }
 
 /// Every ELBv2 load balancer carrying the cluster tag.
-pub async fn load_balancers_v2(aws: &Aws, cluster_id: &str) -> Result<Vec<LoadBalancer>, AwsError> {
+pub async fn load_balancers_v2(
+    aws: &AwsClient,
+    cluster_id: &str,
+) -> Result<Vec<LoadBalancer>, AwsError> {
     let mut all = Vec::new();
     let mut marker: Option<String> = None;
     loop {
@@ -131,7 +134,7 @@ pub fn dead_load_balancers(lbs: &[LoadBalancer], live: &Live, cluster_id: &str) 
 /// Cluster-tagged target groups that no live load balancer (by ARN in
 /// `live_lbs`) points at.
 pub async fn dead_target_groups(
-    aws: &Aws,
+    aws: &AwsClient,
     cluster_id: &str,
     live_lbs: &BTreeSet<&str>,
 ) -> Result<Vec<Orphan>, AwsError> {
