@@ -35,7 +35,8 @@ use crate::options::Validated;
 #[derive(Clone)]
 pub struct Environment {
     pub kube: Client,
-    /// The one door to AWS.
+    /// AWS: the one door, and what the CCM keeps of AWS between reads
+    /// (the controllers see it only through the provider traits).
     pub aws: Aws,
     pub cloud: Arc<CloudConfig>,
     pub options: Arc<Validated>,
