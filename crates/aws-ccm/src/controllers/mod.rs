@@ -1,6 +1,10 @@
 //! Controllers and what they share: the [`Environment`] the manager builds
 //! and the [`ControllerContext`] with the shared informer caches
 //! ([`informers::run_all`] starts them and every enabled controller).
+//!
+//! When each acts is decided by one mechanism, [`schedule`]: one place a
+//! loop sleeps, one backoff, one debounce of node bursts, one periodic
+//! loop and one set of `workqueue_*` metrics.
 
 pub mod cached_node;
 pub mod events;
@@ -8,23 +12,20 @@ pub mod informers;
 pub mod node;
 pub mod node_ipam;
 pub mod node_lifecycle;
-pub mod node_settle;
 pub mod permission_check;
 pub mod route;
+pub mod schedule;
 pub mod service;
 pub mod service_metrics;
 pub mod tagging;
-pub mod workqueue;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use cached_node::Node;
 use k8s_openapi::api::core::v1::Service;
 use kube::Client;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::aws::Aws;
 use crate::aws::load_balancers::AwsLoadBalancers;
@@ -72,41 +73,5 @@ impl std::ops::Deref for ControllerContext {
     type Target = Environment;
     fn deref(&self) -> &Environment {
         &self.env
-    }
-}
-
-/// Runs `pass` now and then every `period` after the last one began (a
-/// pass longer than the period is followed at once by the next, never by a
-/// burst of missed ones), until `stop` is cancelled, which also cuts a pass
-/// short: the periodic controllers' one loop.
-pub async fn every<F, Fut>(period: Duration, stop: &CancellationToken, mut pass: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = ticker.tick() => {}
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = pass() => {}
-        }
-    }
-}
-
-/// Waits until the informer behind `changes` has applied an event, or
-/// `at_most` has passed (the controller's own timers: retries, debounce).
-/// Controllers wake on changes instead of re-reading whole stores on a fast
-/// timer, so an idle cluster costs them nothing.
-pub async fn changed_or(changes: &mut watch::Receiver<u64>, at_most: Duration) {
-    match tokio::time::timeout(at_most, changes.changed()).await {
-        Ok(Ok(())) | Err(_) => {}
-        // The informer is gone (shutting down): fall back to the timer
-        // rather than spinning on a closed channel.
-        Ok(Err(_)) => tokio::time::sleep(at_most).await,
     }
 }

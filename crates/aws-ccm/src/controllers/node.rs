@@ -173,7 +173,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     ));
 
     // client-go's workqueue metrics under the Go controller's queue name.
-    let queue = super::workqueue::Queue::new("Nodes");
+    let queue = super::schedule::workqueue::Queue::new("Nodes");
     let triggers = triggers(&ctx, shared.clone(), queue.clone());
 
     tracing::info!(workers, "cloud-node controller started");
@@ -206,7 +206,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 fn triggers(
     ctx: &ControllerContext,
     shared: Arc<Shared<crate::aws::Aws>>,
-    queue: super::workqueue::Queue,
+    queue: super::schedule::workqueue::Queue,
 ) -> impl futures::Stream<Item = Result<Node, kube::runtime::watcher::Error>> + Send + 'static {
     changes::node_changes(ctx.nodes.clone(), &ctx.node_feed).flat_map(move |changes| {
         let shared = &shared;

@@ -46,6 +46,7 @@ use self::guard::{OtherAllocator, Sign};
 use super::ControllerContext;
 use super::events::Events;
 use super::route::publish::node_ref;
+use super::schedule::{Wake, changed, sleep, wait};
 use crate::backoff::Backoff;
 use crate::options::cidrs::NodeCidrAllocation;
 
@@ -672,18 +673,16 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
     let mut failures = 0;
     loop {
-        let result = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = ipam.rebuild() => r,
+        let Wake::Changed(result) = wait(&stop, None, ipam.rebuild()).await else {
+            return;
         };
         match result {
             Ok(()) => break,
             Err(e) => {
                 failures += 1;
                 tracing::error!(error = %e, "listing nodes to rebuild the CIDR map failed; nothing is allocated until it succeeds");
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(backoff.after(failures)) => {}
+                if sleep(&stop, backoff.after(failures)).await == Wake::Stopped {
+                    return;
                 }
             }
         }
@@ -699,13 +698,12 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             return;
         }
         let nodes = ctx.nodes.state();
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = ipam.sync(&nodes) => {}
+        if wait(&stop, None, ipam.sync(&nodes)).await == Wake::Stopped {
+            return;
         }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = super::changed_or(&mut node_changes, RETRY_AFTER) => {}
+        let retry = Instant::now() + RETRY_AFTER;
+        if wait(&stop, Some(retry), changed(&mut node_changes)).await == Wake::Stopped {
+            return;
         }
     }
 }

@@ -221,7 +221,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         .node_monitor_period
         .max(Duration::from_millis(100));
     tracing::info!(?period, "cloud-node-lifecycle controller started");
-    super::every(period, &stop, || monitor(&shared, ctx.nodes.state())).await;
+    super::schedule::every(period, &stop, || monitor(&shared, ctx.nodes.state())).await;
 }
 
 /// What the controller does to each node now, `Nothing` left out (also

@@ -41,6 +41,8 @@ use self::metrics::{ChangeLabels, METRICS, TableLabels};
 use self::plan::{NodeOutcome, NodeRoutes, Plan, RouteChange};
 use self::publish::Publisher;
 use super::ControllerContext;
+use super::schedule::settle::Settle;
+use super::schedule::{self, Wake};
 use crate::options::cidrs::ClusterCidrs;
 use crate::provider::routes::{
     RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
@@ -49,12 +51,6 @@ use crate::provider::routes::{
 
 /// Share of `--route-table-limit` past which the controller warns.
 pub const CAPACITY_WARNING_RATIO: f64 = 0.8;
-/// While node changes are settling, how often the cache is compared again.
-const POLL: Duration = Duration::from_millis(250);
-/// Node changes settle for this long before a reconcile...
-const QUIET: Duration = Duration::from_millis(500);
-/// ...but a steady stream of changes waits no longer than this.
-const MAX_DELAY: Duration = Duration::from_secs(3);
 /// Route calls in flight at once (the AWS client throttles underneath).
 const CONCURRENT_CHANGES: usize = 16;
 /// A repeated failure of the same route is re-announced after this long.
@@ -570,7 +566,9 @@ fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
     sum
 }
 
-/// Runs the controller until `stop` is cancelled.
+/// Runs the controller until `stop` is cancelled: a reconcile at start,
+/// every period after the last, and once a change of the nodes' routes
+/// settles ([`Settle::ROUTES`]).
 pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     let Some((mut reconciler, period)) = start(&ctx) else {
         stop.cancelled().await;
@@ -578,34 +576,45 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     };
     let mut publisher = Publisher::new(ctx.kube.clone());
     let mut next_periodic = Instant::now();
-    let mut debounce = Debounce::default();
+    let mut settle = Settle::new(Settle::ROUTES);
+    let mut reconciled: Option<u64> = None;
+    // When a change the last reconcile did not see settles.
+    let mut held: Option<Instant> = None;
     let mut node_changes = ctx.node_changes.clone();
     loop {
-        // Idle: sleep until a node changes. Settling: poll to debounce.
-        let settling = debounce.settling();
-        let wake = async {
-            if settling {
-                tokio::time::sleep(POLL).await;
-            } else {
-                super::changed_or(&mut node_changes, period).await;
+        // Sleep until the periodic reconcile or a held change settles;
+        // changes while one is held are sampled when it wakes, not one by
+        // one.
+        let due = held.map_or(next_periodic, |h| h.min(next_periodic));
+        let change = async {
+            match held {
+                None => schedule::changed(&mut node_changes).await,
+                Some(_) => std::future::pending().await,
             }
         };
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep_until(next_periodic) => {}
-            _ = wake => {
-                if !debounce.ready(fingerprint(&ctx.nodes.state()), Instant::now()) {
-                    continue;
-                }
-            }
+        if schedule::wait(&stop, Some(due), change).await == Wake::Stopped {
+            return;
         }
         let snapshot = ctx.nodes.state();
         let fp = fingerprint(&snapshot);
-        let next_in = tokio::select! {
-            _ = stop.cancelled() => return,
-            next_in = reconcile_once(&mut reconciler, &mut publisher, &snapshot, period) => next_in,
+        let now = Instant::now();
+        let settled = settle.observe(fp, now);
+        held = None;
+        if now < next_periodic {
+            if reconciled == Some(fp) {
+                continue;
+            }
+            if !settled {
+                held = settle.settles_at(now);
+                continue;
+            }
+        }
+        let reconcile = reconcile_once(&mut reconciler, &mut publisher, &snapshot, period);
+        let Wake::Changed(next_in) = schedule::wait(&stop, None, reconcile).await else {
+            return;
         };
-        debounce.reconciled(fp);
+        settle.acted();
+        reconciled = Some(fp);
         next_periodic = Instant::now() + next_in;
     }
 }
@@ -640,41 +649,6 @@ fn start(ctx: &ControllerContext) -> Option<(Reconciler<impl Routes + use<>>, Du
         opts.route_table_limit,
     );
     Some((reconciler, period))
-}
-
-/// Debounces node changes: a reconcile starts once the nodes' fingerprint
-/// has been quiet for [`QUIET`], or [`MAX_DELAY`] after the first change.
-#[derive(Default)]
-struct Debounce {
-    reconciled: Option<u64>,
-    /// (fingerprint, last change, first change)
-    pending: Option<(u64, Instant, Instant)>,
-}
-
-impl Debounce {
-    fn settling(&self) -> bool {
-        self.pending.is_some()
-    }
-
-    /// Records the fingerprint seen now; true when a reconcile should start.
-    fn ready(&mut self, fp: u64, now: Instant) -> bool {
-        if Some(fp) == self.reconciled {
-            self.pending = None;
-            return false;
-        }
-        let (p, last, first) = match self.pending {
-            Some((p, _, first)) if p != fp => (fp, now, first),
-            Some(pending) => pending,
-            None => (fp, now, now),
-        };
-        self.pending = Some((p, last, first));
-        now.duration_since(last) >= QUIET || now.duration_since(first) >= MAX_DELAY
-    }
-
-    fn reconciled(&mut self, fp: u64) {
-        self.reconciled = Some(fp);
-        self.pending = None;
-    }
 }
 
 /// One reconcile of every node in `snapshot`, its outcome published on the

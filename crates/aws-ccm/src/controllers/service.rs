@@ -30,7 +30,8 @@ use tracing::Instrument;
 
 use super::ControllerContext;
 use super::events::Events;
-use super::node_settle::NodeSettle;
+use super::schedule::settle::Settle;
+use super::schedule::{self, Wake};
 use crate::backoff::Backoff;
 use crate::provider::load_balancers::{
     EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Scope,
@@ -71,13 +72,13 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
         service_changes: ctx.service_changes.clone(),
         state: Arc::new(Mutex::new(HashMap::new())),
         index: Arc::new(Mutex::new(BackendIndex::default())),
-        settle: Arc::new(Mutex::new(NodeSettle::default())),
+        settle: Arc::new(Mutex::new(Settle::new(Settle::NODE_SET))),
         workers: Arc::new(Semaphore::new(workers)),
         sync_done: Arc::new(tokio::sync::Notify::new()),
         worker_count: workers as u32,
         resync: Some(ctx.options.options.service_resync_period).filter(|d| !d.is_zero()),
         cloud: ctx.cloud.clone(),
-        queue: super::workqueue::Queue::new("service"),
+        queue: super::schedule::workqueue::Queue::new("service"),
     };
     controller.run(stop).await;
 }
@@ -273,7 +274,7 @@ struct ServiceController<L: LoadBalancers> {
     state: Arc<Mutex<HashMap<String, KeyState>>>,
     index: Arc<Mutex<BackendIndex>>,
     /// Holds backend-only syncs while the node set is still changing.
-    settle: Arc<Mutex<NodeSettle>>,
+    settle: Arc<Mutex<Settle>>,
     workers: Arc<Semaphore>,
     /// Signalled when a sync ends: its slot is free for the next Service
     /// (without it, a backlog would move one sync per scan tick).
@@ -284,7 +285,7 @@ struct ServiceController<L: LoadBalancers> {
     /// cloud.conf: its values the Go CCM fails NLB syncs on.
     cloud: Arc<crate::cloud_config::CloudConfig>,
     /// client-go's workqueue metrics under the Go controller's name.
-    queue: super::workqueue::Queue,
+    queue: super::schedule::workqueue::Queue,
 }
 
 enum Outcome {
@@ -359,15 +360,17 @@ impl<L: LoadBalancers> ServiceController<L> {
             let next = self.scan();
             // Scan again when a Node or Service changes, a sync ends (its
             // slot is free), or the next retry or resync comes due.
-            let wait = next.map_or(SCAN_AT_LEAST_EVERY, |at| {
-                at.saturating_duration_since(Instant::now())
-                    .min(SCAN_AT_LEAST_EVERY)
-            });
-            tokio::select! {
-                _ = stop.cancelled() => break,
-                _ = super::changed_or(&mut node_changes, wait) => {}
-                _ = super::changed_or(&mut service_changes, wait) => {}
-                _ = self.sync_done.notified() => {}
+            let at_most = Instant::now() + SCAN_AT_LEAST_EVERY;
+            let change = async {
+                tokio::select! {
+                    _ = schedule::changed(&mut node_changes) => {}
+                    _ = schedule::changed(&mut service_changes) => {}
+                    _ = self.sync_done.notified() => {}
+                }
+            };
+            let due = next.map_or(at_most, |at| at.min(at_most));
+            if schedule::wait(&stop, Some(due), change).await == Wake::Stopped {
+                break;
             }
         }
         // Let running syncs finish before the controller reports stopped.

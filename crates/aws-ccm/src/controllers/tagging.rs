@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 use super::ControllerContext;
 use super::node::changes::{Changes, node_changes};
 use super::node::identity;
+use super::schedule::{Wake, sleep, wait};
 use crate::backoff::Backoff;
 use crate::provider::instances::{CloudError, Instances, MAX_TAG_RESOURCES};
 
@@ -526,24 +527,19 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     };
     let mut pending = Pending::default();
     // client-go's workqueue metrics under the Go controller's queue name.
-    let queue = super::workqueue::Queue::new("tagging-controller");
+    let queue = super::schedule::workqueue::Queue::new("tagging-controller");
     let mut changes = Box::pin(node_changes(ctx.nodes.clone(), &ctx.node_feed));
     let mut first = true;
     tracing::info!(tags = ?tagger.tags, checksum = %tagger.checksum, "tagging controller started");
     loop {
-        let wake = pending
-            .next_due()
-            .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep_until(wake) => {}
-            next = changes.next() => {
-                let Some(batch) = next else { return };
+        match wait(&stop, pending.next_due(), changes.next()).await {
+            Wake::Stopped | Wake::Changed(None) => return,
+            Wake::Due => {}
+            Wake::Changed(Some(batch)) => {
                 pending.observe(&batch, &tagger.checksum, Instant::now());
                 // Gather the rest of a burst before calling AWS.
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(GATHER) => {}
+                if sleep(&stop, GATHER).await == Wake::Stopped {
+                    return;
                 }
                 while let Some(Some(more)) = changes.next().now_or_never() {
                     pending.observe(&more, &tagger.checksum, Instant::now());

@@ -27,7 +27,7 @@ pub(super) async fn run<I: Instances>(
     stop: CancellationToken,
 ) {
     let period = every.max(Duration::from_secs(1));
-    crate::controllers::every(period, &stop, || async {
+    crate::controllers::schedule::every(period, &stop, || async {
         refresh_all(&shared).await;
     })
     .await;

@@ -40,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Shared, plan};
 use crate::controllers::cached_node::Node;
+use crate::controllers::schedule::{Wake, sleep, wait};
 use crate::ids::{is_instance_id, node_instance_id};
 use crate::provider::instances::Instances;
 
@@ -170,25 +171,15 @@ pub(super) async fn run<I: Instances>(shared: Arc<Shared<I>>, stop: Cancellation
         if !due.is_empty() {
             let round =
                 futures::stream::iter(due).for_each_concurrent(IN_FLIGHT, |q| label(&shared, q));
-            tokio::select! {
-                _ = stop.cancelled() => return,
-                _ = round => continue,
+            if wait(&stop, None, round).await == Wake::Stopped {
+                return;
             }
+            continue;
         }
-        let wait = async {
-            match next {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = shared.topology.wake.notified() => {}
-            _ = wait => {}
-        }
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(GATHER) => {}
+        if wait(&stop, next, shared.topology.wake.notified()).await == Wake::Stopped
+            || sleep(&stop, GATHER).await == Wake::Stopped
+        {
+            return;
         }
     }
 }
