@@ -74,7 +74,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     let run_controllers = |stop: CancellationToken, acquired: Option<Acquisition>| {
         let env = controllers::Environment {
             kube: kube.clone(),
-            aws: aws.clone(),
+            provider: aws.clone(),
             cloud: cloud.clone(),
             options: validated.clone(),
             cluster_id: cluster_id.clone(),

@@ -33,6 +33,10 @@ pub struct Aws {
     permissions: Arc<Permissions>,
 }
 
+impl crate::provider::Cloud for Aws {
+    type LoadBalancers = super::load_balancers::AwsLoadBalancers;
+}
+
 impl std::fmt::Debug for Aws {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.client.fmt(f)

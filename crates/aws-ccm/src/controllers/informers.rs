@@ -18,6 +18,7 @@ use super::node::changes::Feed;
 use super::{ControllerContext, Environment};
 use super::{node, node_ipam, node_lifecycle, route, service, tagging};
 use crate::options::controller_names::ControllerName;
+use crate::provider::Cloud;
 
 const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -68,7 +69,11 @@ const NODE_LIST_PAGE: u32 = 100;
 /// Starts the shared informers, waits for their first list, then runs every
 /// enabled controller until `stop` is cancelled. `ready` turns true once the
 /// caches have synced.
-pub async fn run_all(env: Environment, ready: Arc<AtomicBool>, stop: CancellationToken) {
+pub async fn run_all<C: Cloud>(
+    env: Environment<C>,
+    ready: Arc<AtomicBool>,
+    stop: CancellationToken,
+) {
     let kube = env.kube.clone();
     let (nodes, node_writer) = reflector::store();
     let (services, service_writer) = reflector::store();
@@ -170,7 +175,7 @@ where
 }
 
 /// Runs every enabled controller on the synced caches until each stops.
-async fn run_controllers(ctx: ControllerContext, stop: CancellationToken) {
+async fn run_controllers<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     if ctx.options.options.allocate_node_cidrs
         && !ctx.options.controllers.contains(&ControllerName::NodeIpam)
     {
@@ -195,7 +200,11 @@ async fn run_controllers(ctx: ControllerContext, stop: CancellationToken) {
 }
 
 /// The slot each controller runs in.
-async fn run_controller(name: ControllerName, ctx: ControllerContext, stop: CancellationToken) {
+async fn run_controller<C: Cloud>(
+    name: ControllerName,
+    ctx: ControllerContext<C>,
+    stop: CancellationToken,
+) {
     match name {
         ControllerName::CloudNode => node::run(ctx, stop).await,
         ControllerName::CloudNodeLifecycle => node_lifecycle::run(ctx, stop).await,

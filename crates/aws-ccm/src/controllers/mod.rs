@@ -28,32 +28,32 @@ use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 
 use crate::aws::Aws;
-use crate::aws::load_balancers::AwsLoadBalancers;
 use crate::cloud_config::CloudConfig;
 use crate::options::Validated;
+use crate::provider::Cloud;
 
-/// What every controller shares, built once by the manager.
+/// What every controller shares, built once by the manager with `C` =
+/// [`Aws`]. The controllers are generic over the [`Cloud`]: they see the
+/// provider traits, never an AWS type.
 #[derive(Clone)]
-pub struct Environment {
+pub struct Environment<C: Cloud = Aws> {
     pub kube: Client,
-    /// AWS: the one door, and what the CCM keeps of AWS between reads
-    /// (the controllers see it only through the provider traits).
-    pub aws: Aws,
+    /// The cloud: for AWS, the one door and what the CCM keeps of AWS
+    /// between reads.
+    pub provider: C,
     pub cloud: Arc<CloudConfig>,
     pub options: Arc<Validated>,
     pub cluster_id: String,
     pub region: String,
-    /// What the service controller syncs Services' load balancers with;
-    /// built here, in the wiring, so the controller sees only the
-    /// provider's `LoadBalancers` trait.
-    pub load_balancers: AwsLoadBalancers,
+    /// What the service controller syncs Services' load balancers with.
+    pub load_balancers: C::LoadBalancers,
 }
 
 /// Everything a controller needs: the environment plus the shared informer
 /// caches (one watch per kind, whatever the number of controllers).
 #[derive(Clone)]
-pub struct ControllerContext {
-    pub env: Environment,
+pub struct ControllerContext<C: Cloud = Aws> {
+    pub env: Environment<C>,
     pub nodes: Store<Node>,
     pub services: Store<Service>,
     /// Bumped after every watch event the node informer has applied to
@@ -69,9 +69,9 @@ pub struct ControllerContext {
     pub service_changes: watch::Receiver<u64>,
 }
 
-impl std::ops::Deref for ControllerContext {
-    type Target = Environment;
-    fn deref(&self) -> &Environment {
+impl<C: Cloud> std::ops::Deref for ControllerContext<C> {
+    type Target = Environment<C>;
+    fn deref(&self) -> &Environment<C> {
         &self.env
     }
 }

@@ -48,6 +48,7 @@ use self::progress::ProgressBook;
 use super::ControllerContext;
 use super::events::Events;
 use crate::cloud_config::IpFamily;
+use crate::provider::Cloud;
 use crate::provider::instances::{CloudError, Instance, Instances};
 
 /// How long lookups for newly seen nodes wait for company (see [`lookups`]).
@@ -147,19 +148,19 @@ impl<I: Instances> Shared<I> {
 }
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     LazyLock::force(&METRICS);
     let workers = ctx.options.options.concurrent_node_syncs.max(1) as usize;
     let shared = Arc::new(Shared {
         kube: ctx.kube.clone(),
-        cloud: ctx.aws.clone(),
+        cloud: ctx.provider.clone(),
         events: Events::new(ctx.kube.clone(), "cloud-node-controller"),
         region: ctx.region.clone(),
         cluster_id: ctx.cluster_id.clone(),
         families: ctx.cloud.node_ip_families.clone(),
         nodes: ctx.nodes.clone(),
         workers,
-        prefetch: Prefetcher::new(ctx.aws.clone(), GATHER_WINDOW)
+        prefetch: Prefetcher::new(ctx.provider.clone(), GATHER_WINDOW)
             .bursts_span(ctx.options.options.aws_instance_sweep_ttl),
         progress: ProgressBook::default(),
         topology: topology::Queue::default(),
@@ -178,7 +179,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 
     tracing::info!(workers, "cloud-node controller started");
     let (taken, retried) = (queue.clone(), queue);
-    let reconcile = move |node: Arc<Node>, shared: Arc<Shared<crate::aws::Aws>>| {
+    let reconcile = move |node: Arc<Node>, shared: Arc<Shared<C>>| {
         let work = taken.take(&node.name_any());
         async move {
             let done = reconcile(node, shared).await;
@@ -186,11 +187,10 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
             done
         }
     };
-    let error_policy =
-        move |node: Arc<Node>, err: &NodeError, shared: Arc<Shared<crate::aws::Aws>>| {
-            retried.retry();
-            error_policy(node, err, shared)
-        };
+    let error_policy = move |node: Arc<Node>, err: &NodeError, shared: Arc<Shared<C>>| {
+        retried.retry();
+        error_policy(node, err, shared)
+    };
     Controller::for_stream(triggers, ctx.nodes.clone())
         .with_config(Config::default().concurrency(workers.min(u16::MAX as usize) as u16))
         .graceful_shutdown_on(stop.clone().cancelled_owned())
@@ -203,9 +203,9 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 
 /// The Nodes with work for [`reconcile`], from the informer's changes; the
 /// prefetch, progress and topology books follow every change on the way.
-fn triggers(
-    ctx: &ControllerContext,
-    shared: Arc<Shared<crate::aws::Aws>>,
+fn triggers<C: Cloud>(
+    ctx: &ControllerContext<C>,
+    shared: Arc<Shared<C>>,
     queue: super::schedule::workqueue::Queue,
 ) -> impl futures::Stream<Item = Result<Node, kube::runtime::watcher::Error>> + Send + 'static {
     changes::node_changes(ctx.nodes.clone(), &ctx.node_feed).flat_map(move |changes| {

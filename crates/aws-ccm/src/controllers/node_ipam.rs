@@ -49,6 +49,7 @@ use super::route::publish::node_ref;
 use super::schedule::{Wake, changed, sleep, wait};
 use crate::backoff::Backoff;
 use crate::options::cidrs::NodeCidrAllocation;
+use crate::provider::Cloud;
 
 /// Node patches in flight at once (the kube client rate-limits underneath).
 const CONCURRENT_PATCHES: usize = 8;
@@ -645,7 +646,7 @@ async fn patch_pod_cidrs(
 }
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     if !ctx.options.options.allocate_node_cidrs {
         tracing::info!("node CIDRs are not allocated: --allocate-node-cidrs=false");
         stop.cancelled().await;

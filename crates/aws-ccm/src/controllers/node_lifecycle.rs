@@ -44,6 +44,7 @@ use super::events::Events;
 use super::node::identity::{self, Lookup};
 use super::node::lookups::{SweepIndex, lookup};
 use super::node::plan::taints_without;
+use crate::provider::Cloud;
 use crate::provider::instances::{InstanceState, Instances};
 
 pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
@@ -206,10 +207,10 @@ struct Shared<I: Instances> {
 }
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     let shared = Arc::new(Shared {
         kube: ctx.kube.clone(),
-        cloud: ctx.aws.clone(),
+        cloud: ctx.provider.clone(),
         cluster_id: ctx.cluster_id.clone(),
         events: Events::new(ctx.kube.clone(), "cloud-node-lifecycle-controller"),
         unverified: Mutex::default(),

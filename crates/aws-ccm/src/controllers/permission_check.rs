@@ -16,7 +16,8 @@ use super::Environment;
 use crate::cloud_config::CloudConfig;
 use crate::options::Validated;
 use crate::options::controller_names::ControllerName;
-use crate::provider::permissions::{PermissionCheck, Scope, Verdict};
+use crate::provider::Cloud;
+use crate::provider::permissions::{Scope, Verdict};
 use crate::provider::routes::RouteTableSelector;
 
 /// Reason of the start-up Warning event for each denied write.
@@ -65,7 +66,7 @@ pub fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) ->
     }
 }
 
-fn scope(env: &Environment) -> Scope {
+fn scope<C: Cloud>(env: &Environment<C>) -> Scope {
     scope_for(&env.options, &env.cloud, &env.cluster_id)
 }
 
@@ -93,9 +94,9 @@ pub fn scope_for(opts: &Validated, cloud: &CloudConfig, cluster_id: &str) -> Sco
 }
 
 /// Runs the self-check and reports what it found.
-pub async fn run(env: Environment) {
+pub async fn run<C: Cloud>(env: Environment<C>) {
     let scope = scope(&env);
-    let findings = env.aws.check_writes(&scope).await;
+    let findings = env.provider.check_writes(&scope).await;
     let events = super::events::Events::new(env.kube.clone(), "cloud-controller-manager");
     let subject = event_subject(
         std::env::var("POD_NAME").ok(),
@@ -123,7 +124,7 @@ pub async fn run(env: Environment) {
             Verdict::Unknown => {}
         }
     }
-    let gaps = env.aws.missing_actions(&scope).await;
+    let gaps = env.provider.missing_actions(&scope).await;
     for gap in &gaps {
         denied += 1;
         let text = gap.description.clone();

@@ -44,6 +44,7 @@ use super::ControllerContext;
 use super::schedule::settle::Settle;
 use super::schedule::{self, Wake};
 use crate::options::cidrs::ClusterCidrs;
+use crate::provider::Cloud;
 use crate::provider::routes::{
     RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
     TargetInstance,
@@ -569,7 +570,7 @@ fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
 /// Runs the controller until `stop` is cancelled: a reconcile at start,
 /// every period after the last, and once a change of the nodes' routes
 /// settles ([`Settle::ROUTES`]).
-pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     let Some((mut reconciler, period)) = start(&ctx) else {
         stop.cancelled().await;
         return;
@@ -621,7 +622,7 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
 
 /// The reconciler, and the period between full reconciles, when routes are
 /// on and `--cluster-cidr` is set; `None` (after saying why) otherwise.
-fn start(ctx: &ControllerContext) -> Option<(Reconciler<impl Routes + use<>>, Duration)> {
+fn start<C: Cloud>(ctx: &ControllerContext<C>) -> Option<(Reconciler<C>, Duration)> {
     let opts = &ctx.options.options;
     if !opts.configure_cloud_routes {
         tracing::info!("Will not configure cloud provider routes, --configure-cloud-routes: false");
@@ -643,7 +644,7 @@ fn start(ctx: &ControllerContext) -> Option<(Reconciler<impl Routes + use<>>, Du
     let period = opts.route_reconciliation_period.max(Duration::from_secs(1));
     tracing::info!(cluster_cidr = %cluster_cidrs, tables = %selector, period = ?period, "starting route controller");
     let reconciler = Reconciler::new(
-        ctx.aws.clone(),
+        ctx.provider.clone(),
         cluster_cidrs,
         selector,
         opts.route_table_limit,

@@ -33,6 +33,7 @@ use super::events::Events;
 use super::schedule::settle::Settle;
 use super::schedule::{self, Wake};
 use crate::backoff::Backoff;
+use crate::provider::Cloud;
 use crate::provider::load_balancers::{
     EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Scope,
 };
@@ -59,7 +60,7 @@ const DEPENDENCY_PATIENCE: Duration = Duration::from_secs(120);
 const SCAN_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     let lbs = ctx.load_balancers.clone();
     let workers = ctx.options.options.concurrent_service_syncs.max(1) as usize;
     let controller = ServiceController {

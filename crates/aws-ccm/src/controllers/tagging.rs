@@ -39,6 +39,7 @@ use super::node::changes::{Changes, node_changes};
 use super::node::identity;
 use super::schedule::{Wake, sleep, wait};
 use crate::backoff::Backoff;
+use crate::provider::Cloud;
 use crate::provider::instances::{CloudError, Instances, MAX_TAG_RESOURCES};
 
 /// Upstream's label recording which tag set a node's instance carries.
@@ -506,7 +507,7 @@ impl<I: Instances> Tagger<I> {
 }
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
+pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     let tags = ctx.options.tags.clone();
     if tags.is_empty() {
         // Refused at start-up; kept as a guard.
@@ -517,13 +518,13 @@ pub async fn run(ctx: ControllerContext, stop: CancellationToken) {
     LazyLock::force(&INITIAL_TAGGING_DELAY);
     let tagger = Tagger {
         kube: ctx.kube.clone(),
-        cloud: ctx.aws.clone(),
+        cloud: ctx.provider.clone(),
         checksum: tags_checksum(&tags),
         tags,
         workers: ctx.options.options.concurrent_node_syncs.max(4) as usize,
         nodes: ctx.nodes.clone(),
         events: super::events::Events::new(ctx.kube.clone(), "tagging-controller"),
-        cluster_id: ctx.aws.cluster_id().to_string(),
+        cluster_id: ctx.cluster_id.clone(),
     };
     let mut pending = Pending::default();
     // client-go's workqueue metrics under the Go controller's queue name.

@@ -10,3 +10,13 @@ pub mod instances;
 pub mod load_balancers;
 pub mod permissions;
 pub mod routes;
+
+/// Everything the controllers need of a cloud, as one type the wiring hands
+/// them: its instances, routes and permission check, and the load balancers
+/// the service controller syncs. The manager wires AWS (`aws::Aws`); the
+/// controllers are generic over it and see only these traits.
+pub trait Cloud:
+    instances::Instances + routes::Routes + permissions::PermissionCheck + Clone + Send + Sync + 'static
+{
+    type LoadBalancers: load_balancers::LoadBalancers;
+}
