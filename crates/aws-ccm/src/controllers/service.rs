@@ -58,6 +58,13 @@ const DEPENDENCY_PATIENCE: Duration = Duration::from_secs(120);
 /// says when its next retry, resync slot or settled node set is due and the
 /// controller sleeps until then; this only bounds the sleep.
 const SCAN_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
+/// The shortest wait between a scan and one the timer starts. Resync slots
+/// of many Services come due close together (1,000 at a 60 s period: one
+/// every 60 ms), and a scan for each cost more CPU than the syncs it
+/// started (steady bench: 11.3 s in 180 s against 6.9 s with a one-second
+/// poll). One scan a second starts every Service that came due meanwhile.
+/// Changes and ended syncs still wake a scan at once.
+const TIMER_SCAN_GAP: Duration = Duration::from_secs(1);
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
@@ -361,7 +368,8 @@ impl<L: LoadBalancers> ServiceController<L> {
             let next = self.scan();
             // Scan again when a Node or Service changes, a sync ends (its
             // slot is free), or the next retry or resync comes due.
-            let at_most = Instant::now() + SCAN_AT_LEAST_EVERY;
+            let scanned = Instant::now();
+            let at_most = scanned + SCAN_AT_LEAST_EVERY;
             let change = async {
                 tokio::select! {
                     _ = schedule::changed(&mut node_changes) => {}
@@ -369,7 +377,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                     _ = self.sync_done.notified() => {}
                 }
             };
-            let due = next.map_or(at_most, |at| at.min(at_most));
+            let due = next.map_or(at_most, |at| at.max(scanned + TIMER_SCAN_GAP).min(at_most));
             if schedule::wait(&stop, Some(due), change).await == Wake::Stopped {
                 break;
             }
