@@ -30,6 +30,7 @@ pub mod consistency;
 pub mod door;
 pub mod errors;
 pub mod operations;
+pub mod pages;
 pub mod retry;
 #[cfg(test)]
 pub(crate) mod test_stub;

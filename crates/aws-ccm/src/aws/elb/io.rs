@@ -9,6 +9,7 @@ use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listene
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
+use crate::aws::client::pages::every_page;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{Aws, AwsClient};
 
@@ -213,9 +214,7 @@ fn listeners_from_sdk(descriptions: &[elbt::ListenerDescription]) -> Vec<(Listen
 /// ([`lb_from_description`]): one paginated read, 400 per page (the
 /// API's largest page).
 pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
-    let mut out = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
+    every_page(|marker| async move {
         let page = aws
             .elb(Operation::ElbDescribeLoadBalancers, |c| {
                 c.describe_load_balancers()
@@ -224,16 +223,14 @@ pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
                     .send()
             })
             .await?;
-        out.extend(
-            page.load_balancer_descriptions()
-                .iter()
-                .map(lb_from_description),
-        );
-        marker = page.next_marker().map(str::to_string);
-        if marker.is_none() {
-            return Ok(out);
-        }
-    }
+        let lbs: Vec<_> = page
+            .load_balancer_descriptions()
+            .iter()
+            .map(lb_from_description)
+            .collect();
+        Ok((lbs, page.next_marker().map(str::to_string)))
+    })
+    .await
 }
 
 /// Applies a plan in order. Returns the DNS name of a load balancer it

@@ -31,6 +31,7 @@ use regex::Regex;
 use tokio::time::Instant;
 
 use crate::aws::client::coalesce::{BatchFetch, Batcher};
+use crate::aws::client::pages::every_page;
 use crate::aws::client::throttle::Priority;
 use crate::aws::client::{CallOptions, Core};
 use crate::aws::{AwsError, Operation, Service};
@@ -216,10 +217,9 @@ fn fetch(core: Arc<Core>) -> BatchFetch<String, NetworkNodes> {
     Arc::new(move |ids: Vec<String>| {
         let core = core.clone();
         async move {
-            let mut found = HashMap::new();
-            let mut next_token: Option<String> = None;
+            let (core, ids) = (&core, &ids);
             let opts = CallOptions::within(QUESTION_DEADLINE);
-            loop {
+            every_page(|next_token| async move {
                 let page = core
                     .door
                     .call(
@@ -237,16 +237,16 @@ fn fetch(core: Arc<Core>) -> BatchFetch<String, NetworkNodes> {
                         },
                     )
                     .await?;
-                for entry in page.instances() {
-                    if let Some(id) = entry.instance_id() {
-                        found.insert(id.to_string(), entry.network_nodes().to_vec());
-                    }
-                }
-                match page.next_token() {
-                    Some(token) if !token.is_empty() => next_token = Some(token.to_string()),
-                    _ => return Ok(found),
-                }
-            }
+                let found: Vec<_> = page
+                    .instances()
+                    .iter()
+                    .filter_map(|e| {
+                        Some((e.instance_id()?.to_string(), e.network_nodes().to_vec()))
+                    })
+                    .collect();
+                Ok((found, page.next_token().map(str::to_string)))
+            })
+            .await
         }
         .boxed()
     })

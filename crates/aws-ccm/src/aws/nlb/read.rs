@@ -9,6 +9,7 @@ use super::{ActualLb, ActualListener, ActualTargetGroup, HealthCheck, SubnetMapp
 use crate::aws::client::AwsClient;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
+use crate::aws::client::pages::every_page;
 use crate::aws::tags::key_values;
 
 /// Tags of elbv2 resources by ARN (20 per call, the API's limit).
@@ -92,9 +93,7 @@ pub fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
 /// Every NLB in the region ([`lb_from_sdk`]), by name: one paginated read,
 /// 400 per page (the API's largest page).
 pub async fn list_all(aws: &AwsClient) -> Result<BTreeMap<String, ActualLb>, AwsError> {
-    let mut out = BTreeMap::new();
-    let mut marker: Option<String> = None;
-    loop {
+    every_page(|marker| async move {
         let page = aws
             .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
                 c.describe_load_balancers()
@@ -103,18 +102,15 @@ pub async fn list_all(aws: &AwsClient) -> Result<BTreeMap<String, ActualLb>, Aws
                     .send()
             })
             .await?;
-        for lb in page.load_balancers() {
-            if lb.r#type() == Some(&t::LoadBalancerTypeEnum::Network)
-                && let Some(name) = lb.load_balancer_name()
-            {
-                out.insert(name.to_string(), lb_from_sdk(lb));
-            }
-        }
-        marker = page.next_marker().map(str::to_string);
-        if marker.is_none() {
-            return Ok(out);
-        }
-    }
+        let nlbs: Vec<_> = page
+            .load_balancers()
+            .iter()
+            .filter(|lb| lb.r#type() == Some(&t::LoadBalancerTypeEnum::Network))
+            .filter_map(|lb| Some((lb.load_balancer_name()?.to_string(), lb_from_sdk(lb))))
+            .collect();
+        Ok((nlbs, page.next_marker().map(str::to_string)))
+    })
+    .await
 }
 
 /// The NLB's attributes (one read; AWS cannot batch it).
@@ -350,9 +346,7 @@ pub async fn listed_target_groups(
 /// Every target group of the account in the region: one paginated listing
 /// (400 per page).
 pub async fn all_target_groups(aws: &AwsClient) -> Result<Vec<t::TargetGroup>, AwsError> {
-    let mut groups = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
+    every_page(|marker| async move {
         let page = aws
             .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
                 c.describe_target_groups()
@@ -361,12 +355,10 @@ pub async fn all_target_groups(aws: &AwsClient) -> Result<Vec<t::TargetGroup>, A
                     .send()
             })
             .await?;
-        groups.extend(page.target_groups().iter().cloned());
-        marker = page.next_marker().map(str::to_string);
-        if marker.is_none() {
-            return Ok(groups);
-        }
-    }
+        let next = page.next_marker().map(str::to_string);
+        Ok((page.target_groups.unwrap_or_default(), next))
+    })
+    .await
 }
 
 /// Every target group whose name has the Service's prefix and whose tags

@@ -8,6 +8,7 @@ use aws_sdk_ec2::types::AttributeBooleanValue;
 use ipnet::IpNet;
 
 use super::plan;
+use crate::aws::client::pages::every_page;
 use crate::aws::permissions::{Probe, Tagging, Verdict};
 use crate::aws::{Aws, AwsError, ErrorClass, Operation};
 use crate::provider::routes::{
@@ -40,10 +41,8 @@ impl Routes for Aws {
         &self,
         selector: &RouteTableSelector,
     ) -> Result<Vec<RouteTable>, RoutesError> {
-        let filters = plan::table_filters(selector);
-        let mut tables = Vec::new();
-        let mut next_token: Option<String> = None;
-        loop {
+        let filters = &plan::table_filters(selector);
+        let mut tables: Vec<RouteTable> = every_page(|next_token| async move {
             let page = self
                 .ec2(Operation::Ec2DescribeRouteTables, |ec2| {
                     ec2.describe_route_tables()
@@ -52,18 +51,16 @@ impl Routes for Aws {
                         .send()
                 })
                 .await?;
+            let mut tables = Vec::new();
             for table in page.route_tables() {
-                if table.route_table_id().is_none() {
-                    continue;
+                if table.route_table_id().is_some() {
+                    self.permissions().learn_account(table.owner_id());
+                    tables.extend(plan::parse_table(table, selector));
                 }
-                self.permissions().learn_account(table.owner_id());
-                tables.extend(plan::parse_table(table, selector));
             }
-            match page.next_token() {
-                Some(token) if !token.is_empty() => next_token = Some(token.to_string()),
-                _ => break,
-            }
-        }
+            Ok::<_, AwsError>((tables, page.next_token().map(str::to_string)))
+        })
+        .await?;
         tables.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(tables)
     }

@@ -12,6 +12,7 @@ use crate::aws::client::AwsClient;
 use crate::aws::client::consistency::until_visible;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
+use crate::aws::client::pages::every_page;
 use crate::aws::instances::filter;
 
 /// Flattens SDK permissions into rules (IPv4 CIDRs and groups; other source
@@ -211,9 +212,8 @@ pub async fn describe(
     aws: &AwsClient,
     filters: Vec<aws_sdk_ec2::types::Filter>,
 ) -> Result<Vec<SecurityGroup>, AwsError> {
-    let mut out = Vec::new();
-    let mut token: Option<String> = None;
-    loop {
+    let filters = &filters;
+    every_page(|token| async move {
         let page = aws
             .ec2(Operation::Ec2DescribeSecurityGroups, |c| {
                 c.describe_security_groups()
@@ -223,12 +223,10 @@ pub async fn describe(
                     .send()
             })
             .await?;
-        out.extend(page.security_groups().iter().filter_map(from_sdk));
-        token = page.next_token().map(str::to_string);
-        if token.is_none() {
-            return Ok(out);
-        }
-    }
+        let groups: Vec<_> = page.security_groups().iter().filter_map(from_sdk).collect();
+        Ok((groups, page.next_token().map(str::to_string)))
+    })
+    .await
 }
 
 /// Every group in `vpc_id` tagged for the cluster (node groups and owned

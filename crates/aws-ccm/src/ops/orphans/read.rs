@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use super::{Deletion, Kind, Live, Orphan, RouteScope, tag_note};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
+use crate::aws::client::pages::every_page;
 use crate::aws::elb;
 use crate::aws::instances::filter;
 use crate::aws::nlb::{self, node_rules};
@@ -37,9 +38,7 @@ pub async fn classic_load_balancers(
     aws: &AwsClient,
     cluster_id: &str,
 ) -> Result<Vec<LoadBalancer>, AwsError> {
-    let mut all = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
+    let mut all: Vec<LoadBalancer> = every_page(|marker| async move {
         let page = aws
             .elb(Operation::ElbDescribeLoadBalancers, |c| {
                 c.describe_load_balancers()
@@ -47,21 +46,23 @@ pub async fn classic_load_balancers(
                     .send()
             })
             .await?;
-        for lb in page.load_balancer_descriptions() {
-            let name = lb.load_balancer_name().unwrap_or_default().to_string();
-            all.push(LoadBalancer {
-                kind: Kind::ClassicLoadBalancer,
-                id: name.clone(),
-                name,
-                tags: BTreeMap::new(),
-                created: to_chrono(lb.created_time()),
-            });
-        }
-        marker = page.next_marker().map(str::to_string);
-        if marker.is_none() {
-            break;
-        }
-    }
+        let lbs: Vec<_> = page
+            .load_balancer_descriptions()
+            .iter()
+            .map(|lb| {
+                let name = lb.load_balancer_name().unwrap_or_default().to_string();
+                LoadBalancer {
+                    kind: Kind::ClassicLoadBalancer,
+                    id: name.clone(),
+                    name,
+                    tags: BTreeMap::new(),
+                    created: to_chrono(lb.created_time()),
+                }
+            })
+            .collect();
+        Ok((lbs, page.next_marker().map(str::to_string)))
+    })
+    .await?;
     let names: Vec<String> = all.iter().map(|l| l.name.clone()).collect();
     let mut tags_by_name = elb::io::tags_by_name(aws, &names).await?;
     for lb in &mut all {
@@ -76,9 +77,7 @@ pub async fn load_balancers_v2(
     aws: &AwsClient,
     cluster_id: &str,
 ) -> Result<Vec<LoadBalancer>, AwsError> {
-    let mut all = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
+    let mut all: Vec<LoadBalancer> = every_page(|marker| async move {
         let page = aws
             .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
                 c.describe_load_balancers()
@@ -86,20 +85,20 @@ pub async fn load_balancers_v2(
                     .send()
             })
             .await?;
-        for lb in page.load_balancers() {
-            all.push(LoadBalancer {
+        let lbs: Vec<_> = page
+            .load_balancers()
+            .iter()
+            .map(|lb| LoadBalancer {
                 kind: Kind::LoadBalancerV2,
                 name: lb.load_balancer_name().unwrap_or_default().to_string(),
                 id: lb.load_balancer_arn().unwrap_or_default().to_string(),
                 tags: BTreeMap::new(),
                 created: to_chrono(lb.created_time()),
-            });
-        }
-        marker = page.next_marker().map(str::to_string);
-        if marker.is_none() {
-            break;
-        }
-    }
+            })
+            .collect();
+        Ok((lbs, page.next_marker().map(str::to_string)))
+    })
+    .await?;
     let arns: Vec<String> = all.iter().map(|l| l.id.clone()).collect();
     let mut tags_by_arn = nlb::read::tags_of(aws, &arns).await?;
     for lb in &mut all {
