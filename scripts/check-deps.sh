@@ -10,4 +10,8 @@ deny="$(scripts/install-cargo-deny.sh)"
 if [ "${1:-}" = advisories ]; then
   exec "$deny" check advisories
 fi
+# --offline reads every crate of the lock file from cargo's cache, those of
+# other platforms (windows-sys, android_system_properties, ...) included, which
+# a build on Linux never downloads: fetch them first (nothing when cached).
+cargo fetch --locked --quiet
 exec "$deny" --offline check licenses bans sources
