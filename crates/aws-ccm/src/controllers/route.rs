@@ -42,6 +42,7 @@ use self::plan::{NodeOutcome, NodeRoutes, Plan, RouteChange};
 use self::publish::Publisher;
 use super::ControllerContext;
 use super::schedule::settle::Settle;
+use super::schedule::workqueue::Queue;
 use super::schedule::{self, Wake};
 use crate::options::cidrs::ClusterCidrs;
 use crate::provider::Cloud;
@@ -569,12 +570,17 @@ fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
 
 /// Runs the controller until `stop` is cancelled: a reconcile at start,
 /// every period after the last, and once a change of the nodes' routes
-/// settles ([`Settle::ROUTES`]).
+/// settles ([`Settle::ROUTES`]). It reports as k8s.io/cloud-provider's
+/// watch-based route controller's queue, `Routes`, with its one key: due
+/// while a change is held, taken when a reconcile starts, retried when one
+/// fails.
 pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
+    const KEY: &str = "routes";
     let Some((mut reconciler, period)) = start(&ctx) else {
         stop.cancelled().await;
         return;
     };
+    let queue = Queue::new("Routes");
     let mut publisher = Publisher::new(ctx.kube.clone());
     let mut next_periodic = Instant::now();
     let mut settle = Settle::new(Settle::ROUTES);
@@ -607,13 +613,19 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
             }
             if !settled {
                 held = settle.settles_at(now);
+                queue.due(KEY);
                 continue;
             }
         }
+        let work = queue.take(KEY);
         let reconcile = reconcile_once(&mut reconciler, &mut publisher, &snapshot, period);
-        let Wake::Changed(next_in) = schedule::wait(&stop, None, reconcile).await else {
+        let Wake::Changed((next_in, failed)) = schedule::wait(&stop, None, reconcile).await else {
             return;
         };
+        drop(work);
+        if failed {
+            queue.retry();
+        }
         settle.acted();
         reconciled = Some(fp);
         next_periodic = Instant::now() + next_in;
@@ -653,20 +665,22 @@ fn start<C: Cloud>(ctx: &ControllerContext<C>) -> Option<(Reconciler<C>, Duratio
 }
 
 /// One reconcile of every node in `snapshot`, its outcome published on the
-/// Nodes; returns when the next periodic reconcile is due.
+/// Nodes; returns when the next periodic reconcile is due, and whether it
+/// failed (the tables could not be read, or a route is to be tried again
+/// soon).
 async fn reconcile_once<R: Routes>(
     reconciler: &mut Reconciler<R>,
     publisher: &mut Publisher,
     snapshot: &[Arc<Node>],
     period: Duration,
-) -> Duration {
+) -> (Duration, bool) {
     let nodes: Vec<NodeRoutes> = snapshot.iter().map(|n| node_routes(n)).collect();
     let started = Instant::now();
     let report = match reconciler.reconcile(&nodes).await {
         Ok(report) => report,
         Err(e) => {
             tracing::error!(error = %e, "could not reconcile routes; retrying in {period:?}");
-            return period;
+            return (period, true);
         }
     };
     if !report.plan.is_empty() {
@@ -686,9 +700,9 @@ async fn reconcile_once<R: Routes>(
         .collect();
     publisher.publish(&report, &cache).await;
     if report.retry_soon() {
-        period.min(RETRY_SOON)
+        (period.min(RETRY_SOON), true)
     } else {
-        period
+        (period, false)
     }
 }
 

@@ -266,6 +266,8 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() -> anyhow::Re
         "workqueue_longest_running_processor_seconds{name=\"service\"} ",
         "workqueue_adds_total{name=\"Nodes\"} ",
         "workqueue_work_duration_seconds_count{name=\"Nodes\"} ",
+        "workqueue_adds_total{name=\"Routes\"} ",
+        "workqueue_work_duration_seconds_count{name=\"Routes\"} ",
     ];
     let body = metrics_with(&addr, &families, Duration::from_secs(30)).await?;
     assert!(
@@ -274,5 +276,18 @@ async fn every_metric_the_dashboard_and_alerts_query_is_exported() -> anyhow::Re
         )),
         "no counted GET on /metrics:\n{body}"
     );
+    // The route controller's queue counts its reconciles (one at start).
+    eventually(
+        "a route reconcile in the Routes queue",
+        Duration::from_secs(30),
+        || async {
+            let (_, body) = https_get(&addr, "/metrics").await.ok()?;
+            let count = body.lines().find_map(|l| {
+                l.strip_prefix("workqueue_work_duration_seconds_count{name=\"Routes\"} ")
+            })?;
+            (count.trim().parse::<f64>().ok()? >= 1.0).then_some(())
+        },
+    )
+    .await?;
     env.finish().await
 }
