@@ -573,7 +573,7 @@ fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
 /// settles ([`Settle::ROUTES`]). It reports as k8s.io/cloud-provider's
 /// watch-based route controller's queue, `Routes`, with its one key: due
 /// while a change is held, taken when a reconcile starts, retried when one
-/// fails.
+/// failed or left a route to confirm.
 pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     const KEY: &str = "routes";
     let Some((mut reconciler, period)) = start(&ctx) else {
@@ -619,11 +619,11 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         }
         let work = queue.take(KEY);
         let reconcile = reconcile_once(&mut reconciler, &mut publisher, &snapshot, period);
-        let Wake::Changed((next_in, failed)) = schedule::wait(&stop, None, reconcile).await else {
+        let Wake::Changed((next_in, again)) = schedule::wait(&stop, None, reconcile).await else {
             return;
         };
         drop(work);
-        if failed {
+        if again {
             queue.retry();
         }
         settle.acted();
@@ -665,9 +665,9 @@ fn start<C: Cloud>(ctx: &ControllerContext<C>) -> Option<(Reconciler<C>, Duratio
 }
 
 /// One reconcile of every node in `snapshot`, its outcome published on the
-/// Nodes; returns when the next periodic reconcile is due, and whether it
-/// failed (the tables could not be read, or a route is to be tried again
-/// soon).
+/// Nodes; returns when the next periodic reconcile is due, and whether the
+/// work is to be done again: the tables could not be read, or a route
+/// failed or must be confirmed soon ([`Report::retry_soon`]).
 async fn reconcile_once<R: Routes>(
     reconciler: &mut Reconciler<R>,
     publisher: &mut Publisher,
