@@ -115,7 +115,7 @@ pub fn node_instance_id(node: &Node) -> Result<Option<String>, NodeProviderIdErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeSpec;
+    use crate::controllers::cached_node::NodeSpec;
     use kube::api::ObjectMeta;
 
     #[test]

@@ -407,10 +407,10 @@ async fn patch_taints(api: &Api<Node>, name: &str, patch: Value) {
 mod tests {
     use super::*;
     use crate::controllers::cached_node::NodeCondition;
+    use crate::controllers::cached_node::NodeSpec;
     use crate::controllers::cached_node::NodeStatus;
     use crate::provider::instances::fake::{FakeInstances, instance};
     use crate::provider::instances::{CloudError, CloudErrorKind};
-    use k8s_openapi::api::core::v1::NodeSpec;
     use kube::api::ObjectMeta;
 
     fn node(ready: Option<&str>, taints: &[&str]) -> Node {

@@ -753,7 +753,8 @@ pub fn current_hostname(svc: &Service) -> Option<&str> {
 mod tests {
     use super::due::resync_due;
     use super::*;
-    use k8s_openapi::api::core::v1::{NodeSpec, Taint};
+    use crate::controllers::cached_node::NodeSpec;
+    use k8s_openapi::api::core::v1::Taint;
     use kube::api::ObjectMeta;
 
     fn lb_service(rv: &str, interval: &str) -> Arc<Service> {

@@ -574,8 +574,8 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::cached_node::NodeSpec;
     use crate::provider::instances::fake::{FakeInstances, instance};
-    use k8s_openapi::api::core::v1::NodeSpec;
     use kube::api::ObjectMeta;
     use std::sync::Arc;
 

@@ -106,7 +106,7 @@ pub fn instance_id_of(node: &Node) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::NodeSpec;
+    use crate::controllers::cached_node::NodeSpec;
     use kube::api::ObjectMeta;
 
     #[test]
