@@ -9,7 +9,8 @@ use super::{
 };
 use crate::aws::annotations::{BackendProtocol, HealthCheckPort, LoadBalancerSpec};
 use crate::aws::applied::Applied;
-use crate::aws::security_groups::{self as sg, Rule};
+use crate::aws::load_balancers::delta;
+use crate::aws::security_groups as sg;
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
 
@@ -217,8 +218,7 @@ fn owned_group_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Cha
     if actual.owned_group.is_none() {
         changes.push(Change::CreateSecurityGroup(want.clone()));
     }
-    let add: BTreeSet<Rule> = want.rules.difference(&have).cloned().collect();
-    let remove: BTreeSet<Rule> = have.difference(&want.rules).cloned().collect();
+    let (add, remove) = delta(&have, &want.rules);
     if !add.is_empty() {
         changes.push(Change::AuthorizeIngress {
             group: GroupRef::Owned,
@@ -346,8 +346,7 @@ fn listener_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>)
 }
 
 fn subnet_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>) {
-    let attach: BTreeSet<String> = desired.subnets.difference(&lb.subnets).cloned().collect();
-    let detach: BTreeSet<String> = lb.subnets.difference(&desired.subnets).cloned().collect();
+    let (attach, detach) = delta(&lb.subnets, &desired.subnets);
     // Detach first, as upstream: a CLB takes one subnet per zone, so moving
     // to another subnet in the same zone fails while the old one is attached.
     if !detach.is_empty() {

@@ -27,6 +27,7 @@ mod refusals;
 pub mod sweep;
 mod sweep_tags;
 mod targets;
+pub(crate) use targets::delta;
 mod upkeep;
 use nlb_rules::NlbNodeRules;
 pub use planned::{ClbPlan, NlbPlan, Planned};

@@ -110,11 +110,13 @@ impl TargetCache {
     }
 }
 
-/// Instances to register and to deregister to go from `have` to `want`.
-pub(crate) fn delta(
-    have: &BTreeSet<String>,
-    want: &BTreeSet<String>,
-) -> (BTreeSet<String>, BTreeSet<String>) {
+/// What to add and what to remove to go from `have` to `want`: instances
+/// to register and deregister, rules to authorize and revoke, subnets to
+/// attach and detach.
+pub(crate) fn delta<T: Ord + Clone>(
+    have: &BTreeSet<T>,
+    want: &BTreeSet<T>,
+) -> (BTreeSet<T>, BTreeSet<T>) {
     (
         want.difference(have).cloned().collect(),
         have.difference(want).cloned().collect(),

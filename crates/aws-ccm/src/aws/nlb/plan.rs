@@ -9,7 +9,7 @@ use super::{
 };
 use crate::aws::applied::Applied;
 use crate::aws::elb::GroupRef;
-use crate::aws::security_groups::Rule;
+use crate::aws::load_balancers::delta;
 use crate::aws::tags;
 
 pub use super::desired::{desired, health_check};
@@ -107,8 +107,7 @@ fn owned_group_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Cha
     if actual.owned_group.is_none() {
         changes.push(Change::CreateSecurityGroup(want.clone()));
     }
-    let add: BTreeSet<Rule> = want.rules.difference(&have).cloned().collect();
-    let remove: BTreeSet<Rule> = have.difference(&want.rules).cloned().collect();
+    let (add, remove) = delta(&have, &want.rules);
     if !add.is_empty() {
         changes.push(Change::AuthorizeIngress(add));
     }
@@ -360,16 +359,7 @@ fn target_group_changes(
             attributes: attrs,
         });
     }
-    let register: BTreeSet<String> = desired
-        .instances
-        .difference(&have.targets)
-        .cloned()
-        .collect();
-    let deregister: BTreeSet<String> = have
-        .targets
-        .difference(&desired.instances)
-        .cloned()
-        .collect();
+    let (register, deregister) = delta(&have.targets, &desired.instances);
     if !register.is_empty() {
         changes.push(Change::RegisterTargets {
             target_group: TgRef::Arn(have.arn.clone()),
