@@ -31,7 +31,6 @@ pub struct Node {
 /// deprecated `configSource` and `externalID`, and `unschedulable`, are
 /// skipped: k8s-openapi's `NodeSpec` is 272 bytes inline, this one 96.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct NodeSpec {
     #[serde(default, rename = "podCIDR", skip_serializing_if = "Option::is_none")]
     pub pod_cidr: Option<String>,

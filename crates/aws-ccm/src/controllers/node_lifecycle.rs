@@ -406,9 +406,7 @@ async fn patch_taints(api: &Api<Node>, name: &str, patch: Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::cached_node::NodeCondition;
-    use crate::controllers::cached_node::NodeSpec;
-    use crate::controllers::cached_node::NodeStatus;
+    use crate::controllers::cached_node::{NodeCondition, NodeSpec, NodeStatus};
     use crate::provider::instances::fake::{FakeInstances, instance};
     use crate::provider::instances::{CloudError, CloudErrorKind};
     use kube::api::ObjectMeta;

@@ -508,8 +508,7 @@ pub fn plan_label_twins(node: &Node) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::cached_node::NodeSpec;
-    use crate::controllers::cached_node::NodeStatus;
+    use crate::controllers::cached_node::{NodeSpec, NodeStatus};
     use crate::provider::instances::{NetworkInterface, fake};
     use kube::api::ObjectMeta;
     use pretty_assertions::assert_eq;
