@@ -29,6 +29,10 @@ pub const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
 /// Most tags a classic ELB, an NLB or a target group takes.
 pub const MAX_LB_TAGS: usize = 50;
 
+/// A load balancer's or target group's tags as read. Shared: the sweep's
+/// tag cache, its snapshot and the plans that read it hold one copy.
+pub type Tags = std::sync::Arc<BTreeMap<String, String>>;
+
 /// `kubernetes.io/cluster/<cluster_id>`.
 pub fn cluster_tag_key(cluster_id: &str) -> String {
     format!("{CLUSTER_TAG_PREFIX}{cluster_id}")

@@ -11,6 +11,7 @@ use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::client::pages::every_page;
 use crate::aws::security_groups::{self as sg, Rule};
+use crate::aws::tags::Tags;
 use crate::aws::{Aws, AwsClient};
 
 fn build_err(what: &str, e: impl std::fmt::Display) -> AwsError {
@@ -68,10 +69,12 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
         return Ok(None);
     };
     let mut actual = lb_from_description(lb);
-    actual.tags = tags_by_name(aws, &[name.to_string()])
-        .await?
-        .remove(name)
-        .unwrap_or_default();
+    actual.tags = Tags::new(
+        tags_by_name(aws, &[name.to_string()])
+            .await?
+            .remove(name)
+            .unwrap_or_default(),
+    );
     Ok(Some(actual))
 }
 
@@ -107,7 +110,7 @@ pub fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
             .filter_map(|i| i.instance_id().map(str::to_string))
             .collect(),
         attributes: Attributes::aws_defaults(),
-        tags: BTreeMap::new(),
+        tags: Tags::default(),
     }
 }
 

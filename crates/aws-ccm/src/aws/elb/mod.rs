@@ -154,7 +154,7 @@ pub struct ActualLb {
     pub security_groups: Vec<String>,
     pub instances: BTreeSet<String>,
     pub attributes: Attributes,
-    pub tags: BTreeMap<String, String>,
+    pub tags: crate::aws::tags::Tags,
 }
 
 /// Everything the plan compares against.

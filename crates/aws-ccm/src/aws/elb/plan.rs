@@ -290,7 +290,7 @@ fn current_or_created(
             .collect(),
         instances: BTreeSet::new(),
         attributes: Attributes::aws_defaults(),
-        tags,
+        tags: tags::Tags::new(tags),
     }
 }
 

@@ -2,6 +2,7 @@ use super::plan::*;
 use super::*;
 use crate::aws::annotations::LoadBalancerSpec;
 use crate::aws::annotations::{self as ann, tests::service};
+use crate::aws::tags::Tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
 
 fn spec(annotations: &[(&str, &str)], ports: &[(i32, i32)]) -> LoadBalancerSpec {
@@ -87,7 +88,7 @@ fn converged(d: &Desired) -> Actual {
                 access_log_interval: Some(60),
                 ..d.attributes.clone()
             },
-            tags: d.applied.tagged(&d.tags),
+            tags: Tags::new(d.applied.tagged(&d.tags)),
         }),
         owned_group: owned,
         node_groups_with_rule: d.node_groups.clone().unwrap_or_default(),
@@ -433,12 +434,7 @@ fn a_scheme_the_service_did_not_ask_to_change_is_left_with_a_note() {
     let internal = want(&[(ann::INTERNAL, "true")], &[(80, 30080)], &env());
     // Made by the Go CCM (no record): internal was read only at creation.
     let mut go_made = converged(&before);
-    go_made
-        .lb
-        .as_mut()
-        .unwrap()
-        .tags
-        .remove(crate::aws::tags::APPLIED_TAG);
+    Tags::make_mut(&mut go_made.lb.as_mut().unwrap().tags).remove(crate::aws::tags::APPLIED_TAG);
     assert_eq!(plan(&internal, &go_made), vec![]);
     let notes = left_alone(&internal, &go_made);
     assert_eq!(
@@ -448,7 +444,7 @@ fn a_scheme_the_service_did_not_ask_to_change_is_left_with_a_note() {
     // The record says internal was applied, yet the LB is internet-facing
     // (recreated outside Kubernetes): the Service asked for nothing new.
     let mut drifted = converged(&before);
-    drifted.lb.as_mut().unwrap().tags = internal.applied.tagged(&internal.tags);
+    drifted.lb.as_mut().unwrap().tags = Tags::new(internal.applied.tagged(&internal.tags));
     assert_eq!(plan(&internal, &drifted), vec![]);
     assert_eq!(left_alone(&internal, &drifted).len(), 1);
     // Asked for, on its own load balancer: recreated, no note.

@@ -335,7 +335,7 @@ impl AwsLoadBalancers {
             .clb_actual(&name, &vpc_id, &desired, lb, owned_group, &mut all_groups)
             .await?;
         let diffs = elb::plan::left_alone(&desired, &actual);
-        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
+        let lb_tags = actual.lb.as_ref().map(|l| &*l.tags);
         let mut warnings: Vec<_> = drift::drift_warning(&req.service_key, &name, lb_tags, &diffs)
             .into_iter()
             .collect();

@@ -158,7 +158,7 @@ impl AwsLoadBalancers {
             owned_group: self.nlb_owned_group(&owned_names, groups.values()),
         };
         let diffs = nlb::plan::left_alone(&desired, &actual, &self.cluster_id);
-        let lb_tags = actual.lb.as_ref().map(|l| &l.tags);
+        let lb_tags = actual.lb.as_ref().map(|l| &*l.tags);
         let mut warnings: Vec<_> =
             super::drift::drift_warning(&req.service_key, &name, lb_tags, &diffs)
                 .into_iter()

@@ -41,6 +41,7 @@ use super::sweep_tags::TagCache;
 use crate::aws::applied;
 use crate::aws::client::coalesce::SingleFlight;
 use crate::aws::client::operations::Operation;
+use crate::aws::tags::Tags;
 use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
 use crate::provider::load_balancers::resync_slot;
 
@@ -62,7 +63,7 @@ pub fn sweep_ttl(trust_for: Option<Option<Duration>>) -> Duration {
 }
 
 /// A target group from the listing, with its tags.
-pub type SweptGroup = (t::TargetGroup, BTreeMap<String, String>);
+pub type SweptGroup = (t::TargetGroup, Tags);
 
 /// One sweep's result.
 pub struct Snapshot {
@@ -356,7 +357,7 @@ impl LbSweep {
         keys: Vec<(String, String)>,
         started: Instant,
         read: F,
-    ) -> Result<HashMap<String, BTreeMap<String, String>>, AwsError>
+    ) -> Result<HashMap<String, Tags>, AwsError>
     where
         F: FnOnce(Vec<String>) -> Fut,
         Fut: std::future::Future<
@@ -387,7 +388,7 @@ impl LbSweep {
         let touched = self.touched.lock();
         let mut cache = self.tags.lock();
         for (key, owner) in missing {
-            let tags = read_tags.remove(&key).unwrap_or_default();
+            let tags = Tags::new(read_tags.remove(&key).unwrap_or_default());
             if period.is_some() && touched.get(&owner).is_none_or(|at| *at < started) {
                 cache.store(key.clone(), &owner, tags.clone(), now);
             }
@@ -645,14 +646,22 @@ impl LbSweep {
                 .target_group_arn()
                 .and_then(|a| group_tags.remove(a))
                 .unwrap_or_default();
-            for lb in g.load_balancer_arns() {
-                if name_of.contains_key(lb) {
-                    groups
-                        .entry(lb.clone())
-                        .or_default()
-                        .push((g.clone(), tags.clone()));
-                }
+            // A group is behind one NLB but may be listed under several:
+            // the last takes the listing entry, the others a copy.
+            let mut lbs: Vec<String> = g
+                .load_balancer_arns()
+                .iter()
+                .filter(|lb| name_of.contains_key(*lb))
+                .cloned()
+                .collect();
+            let Some(last) = lbs.pop() else { continue };
+            for lb in lbs {
+                groups
+                    .entry(lb)
+                    .or_default()
+                    .push((g.clone(), tags.clone()));
             }
+            groups.entry(last).or_default().push((g, tags));
         }
         Ok(groups)
     }
@@ -759,7 +768,7 @@ mod tests {
         sweep: &LbSweep,
         keys: &[(&str, &str)],
         started: Instant,
-    ) -> (Vec<String>, HashMap<String, BTreeMap<String, String>>) {
+    ) -> (Vec<String>, HashMap<String, Tags>) {
         let asked = Arc::new(Mutex::new(Vec::new()));
         let record = asked.clone();
         let keys = keys

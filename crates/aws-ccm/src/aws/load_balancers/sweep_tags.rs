@@ -12,15 +12,17 @@
 //! period, a hand edit is therefore seen within one resync period, as drift
 //! in attributes and listeners is.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::aws::tags::Tags;
+
 /// One resource's tags and when they were read.
 struct Entry {
-    tags: BTreeMap<String, String>,
+    tags: Tags,
     read_at: Instant,
     /// The load balancer whose writes may change them: itself, or the load
     /// balancer a target group is behind.
@@ -46,12 +48,7 @@ pub fn age_limit(key: &str, period: Duration) -> Duration {
 impl TagCache {
     /// The cached tags of `key`, when read less than its age limit (under
     /// `period`) before `now`; `period` `None`: nothing is reused.
-    pub fn fresh(
-        &self,
-        key: &str,
-        period: Option<Duration>,
-        now: Instant,
-    ) -> Option<BTreeMap<String, String>> {
+    pub fn fresh(&self, key: &str, period: Option<Duration>, now: Instant) -> Option<Tags> {
         let period = period?;
         let e = self.entries.get(key)?;
         (now.saturating_duration_since(e.read_at) < age_limit(key, period)).then(|| e.tags.clone())
@@ -59,13 +56,7 @@ impl TagCache {
 
     /// Tags of `key` (whose writes come through load balancer `owner`) as
     /// read at `read_at`.
-    pub fn store(
-        &mut self,
-        key: String,
-        owner: &str,
-        tags: BTreeMap<String, String>,
-        read_at: Instant,
-    ) {
+    pub fn store(&mut self, key: String, owner: &str, tags: Tags, read_at: Instant) {
         self.entries.insert(
             key,
             Entry {
@@ -95,10 +86,12 @@ impl TagCache {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
-    fn tags(v: &str) -> BTreeMap<String, String> {
-        BTreeMap::from([("k".to_string(), v.to_string())])
+    fn tags(v: &str) -> Tags {
+        Tags::new(BTreeMap::from([("k".to_string(), v.to_string())]))
     }
 
     #[test]

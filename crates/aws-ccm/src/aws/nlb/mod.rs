@@ -199,7 +199,7 @@ pub struct ActualLb {
     /// Whether AWS listed the zones' addresses at all (moto does not).
     pub addresses_reported: bool,
     pub security_groups: Vec<String>,
-    pub tags: BTreeMap<String, String>,
+    pub tags: crate::aws::tags::Tags,
     pub attributes: BTreeMap<String, String>,
     pub listeners: Vec<ActualListener>,
 }
@@ -211,7 +211,7 @@ pub struct ActualTargetGroup {
     pub protocol: String,
     pub port: i32,
     pub health: HealthCheck,
-    pub tags: BTreeMap<String, String>,
+    pub tags: crate::aws::tags::Tags,
     pub attributes: BTreeMap<String, String>,
     /// Registered instance IDs (on `port`), draining ones left out.
     pub targets: BTreeSet<String>,

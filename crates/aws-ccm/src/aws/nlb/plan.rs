@@ -247,7 +247,7 @@ fn created(
         subnet_mappings: desired.subnet_mappings.iter().cloned().collect(),
         addresses_reported: true,
         security_groups: want_groups.iter().cloned().collect(),
-        tags,
+        tags: tags::Tags::new(tags),
         attributes: BTreeMap::from([
             (ATTR_CROSS_ZONE.to_string(), "false".to_string()),
             (ATTR_ACCESS_LOGS.to_string(), "false".to_string()),

@@ -10,7 +10,8 @@ use crate::aws::client::AwsClient;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::client::pages::every_page;
-use crate::aws::tags::key_values;
+use crate::aws::load_balancers::sweep::SweptGroup;
+use crate::aws::tags::{Tags, key_values};
 
 /// Tags of elbv2 resources by ARN (20 per call, the API's limit).
 pub async fn tags_of(
@@ -60,10 +61,12 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
     };
     let mut actual = lb_from_sdk(lb);
     let arn = actual.arn.clone();
-    actual.tags = tags_of(aws, std::slice::from_ref(&arn))
-        .await?
-        .remove(&arn)
-        .unwrap_or_default();
+    actual.tags = Tags::new(
+        tags_of(aws, std::slice::from_ref(&arn))
+            .await?
+            .remove(&arn)
+            .unwrap_or_default(),
+    );
     Ok(Some(actual))
 }
 
@@ -83,7 +86,7 @@ pub fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
             .availability_zones()
             .iter()
             .any(|z| !z.load_balancer_addresses().is_empty()),
-        tags: BTreeMap::new(),
+        tags: Tags::default(),
         attributes: BTreeMap::new(),
         listeners: Vec::new(),
         arn: lb.load_balancer_arn().unwrap_or_default().to_string(),
@@ -209,7 +212,7 @@ fn health_of(g: &t::TargetGroup) -> HealthCheck {
 pub async fn complete_one(
     aws: &AwsClient,
     g: &t::TargetGroup,
-    tags: BTreeMap<String, String>,
+    tags: Tags,
     known_attributes: Option<&BTreeMap<String, String>>,
     known_targets: Option<&BTreeSet<String>>,
 ) -> Result<ActualTargetGroup, AwsError> {
@@ -265,7 +268,7 @@ pub fn registered(health: &[t::TargetHealthDescription], port: i32) -> BTreeSet<
 
 /// What the listing and `tags` tell of a group; its attributes and targets
 /// are not read (left empty). Enough to delete it.
-fn listed(g: &t::TargetGroup, tags: BTreeMap<String, String>) -> ActualTargetGroup {
+fn listed(g: &t::TargetGroup, tags: Tags) -> ActualTargetGroup {
     ActualTargetGroup {
         arn: g.target_group_arn().unwrap_or_default().to_string(),
         name: g.target_group_name().unwrap_or_default().to_string(),
@@ -314,7 +317,7 @@ pub async fn groups_to_delete(
 pub async fn listed_target_groups(
     aws: &AwsClient,
     lb_arn: &str,
-) -> Result<Vec<(t::TargetGroup, BTreeMap<String, String>)>, AwsError> {
+) -> Result<Vec<SweptGroup>, AwsError> {
     let res = match aws
         .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
             c.describe_target_groups().load_balancer_arn(lb_arn).send()
@@ -338,7 +341,7 @@ pub async fn listed_target_groups(
                 .target_group_arn()
                 .and_then(|a| tags.remove(a))
                 .unwrap_or_default();
-            (g, t)
+            (g, Tags::new(t))
         })
         .collect())
 }
@@ -388,7 +391,7 @@ async fn find_service_target_groups(
         .filter_map(|g| {
             let t = tags.remove(g.target_group_arn()?)?;
             let theirs = t.get(crate::aws::tags::SERVICE_NAME_TAG)? == service_key;
-            theirs.then(|| listed(g, t))
+            theirs.then(|| listed(g, Tags::new(t)))
         })
         .collect();
     Ok(mine)

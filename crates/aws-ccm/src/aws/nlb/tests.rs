@@ -9,6 +9,7 @@ use crate::aws::annotations::tests::service;
 use crate::aws::annotations::{self as ann, LoadBalancerSpec};
 use crate::aws::elb::{Environment, GroupRef};
 use crate::aws::security_groups::{self as sg, Rule, Source};
+use crate::aws::tags::Tags;
 use crate::cloud_config::NlbSecurityGroupMode;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
 
@@ -53,7 +54,7 @@ fn converged(d: &Desired) -> Actual {
             protocol: g.protocol.clone(),
             port: g.port,
             health: g.health.clone(),
-            tags: d.tags.clone(),
+            tags: Tags::new(d.tags.clone()),
             attributes: d.target_group_attributes.clone(),
             targets: d.instances.clone(),
         })
@@ -74,7 +75,7 @@ fn converged(d: &Desired) -> Actual {
                     GroupRef::Owned => "sg-owned".into(),
                 })
                 .collect(),
-            tags: d.applied.tagged(&d.tags),
+            tags: Tags::new(d.applied.tagged(&d.tags)),
             attributes: d.attributes.clone(),
             listeners: d
                 .listeners
@@ -291,7 +292,7 @@ fn a_legacy_cluster_creates_with_the_legacy_tag_and_never_adds_it_later() {
         .map(|lb| &mut lb.tags)
         .chain(actual.target_groups.iter_mut().map(|g| &mut g.tags))
     {
-        tags.remove("KubernetesCluster");
+        Tags::make_mut(tags).remove("KubernetesCluster");
     }
     assert_eq!(plan(&d, &actual, "c1"), vec![]);
 }
@@ -434,7 +435,7 @@ fn internal_toggle_recreates_and_dualstack_and_attributes_modify_in_place() {
     // Not ours: never deleted.
     let mut foreign = converged(&d);
     if let Some(lb) = foreign.lb.as_mut() {
-        lb.tags.clear();
+        lb.tags = Tags::default();
     }
     assert!(
         !plan(&internal, &foreign, "c1")
@@ -474,12 +475,7 @@ fn create_time_settings_change_only_when_the_service_asks_for_it() {
     // Made by the Go CCM (no record), and the annotations drifted since:
     // internal, other EIPs, other subnets. Nothing is deleted or moved.
     let mut go_made = converged(&before);
-    go_made
-        .lb
-        .as_mut()
-        .unwrap()
-        .tags
-        .remove(crate::aws::tags::APPLIED_TAG);
+    Tags::make_mut(&mut go_made.lb.as_mut().unwrap().tags).remove(crate::aws::tags::APPLIED_TAG);
     let e2 = env(&["subnet-a", "subnet-c"], &[]);
     let drifted = want(
         &[
@@ -497,7 +493,7 @@ fn create_time_settings_change_only_when_the_service_asks_for_it() {
     // changes an NLB's subnets).
     let plain = want(&[], &[(80, 30080)], &e);
     let mut go_plain = converged(&plain);
-    go_plain.lb.as_mut().unwrap().tags = plain.tags.clone();
+    go_plain.lb.as_mut().unwrap().tags = Tags::new(plain.tags.clone());
     let moved = want(&[], &[(80, 30080)], &e2);
     assert_eq!(plan(&moved, &go_plain, "c1"), vec![]);
     assert!(left_alone(&moved, &go_plain, "c1")[0].contains("subnets are subnet-a, subnet-b"));
@@ -539,7 +535,7 @@ fn delete_removes_only_owned_things() {
         &env(&["subnet-a"], &["i-1"]),
     );
     let mut actual = converged(&d);
-    actual.target_groups[1].tags.clear();
+    actual.target_groups[1].tags = Tags::default();
     let changes = plan_delete(&actual, "c1");
     assert!(matches!(changes[0], Change::DeleteLoadBalancer { .. }));
     assert_eq!(changes.len(), 2, "{changes:?}");

@@ -28,7 +28,7 @@ fn actual(listeners: Vec<ActualListener>) -> nlb::Actual {
             subnet_mappings: BTreeSet::new(),
             addresses_reported: false,
             security_groups: vec![],
-            tags: BTreeMap::new(),
+            tags: Default::default(),
             attributes: BTreeMap::new(),
             listeners,
         }),
