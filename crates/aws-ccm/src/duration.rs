@@ -60,31 +60,6 @@ pub fn parse(value: &str) -> Result<Duration, ParseDurationError> {
     Ok(Duration::from_nanos(total_nanos.round() as u64))
 }
 
-/// Formats like Go's `Duration.String()` for whole units (used in help text
-/// and logs so operators see the upstream spelling, e.g. `5m0s`).
-pub fn format(d: Duration) -> String {
-    let total_ms = d.as_millis();
-    if total_ms == 0 {
-        return "0s".to_string();
-    }
-    if total_ms < 1000 {
-        return format!("{total_ms}ms");
-    }
-    let secs = d.as_secs();
-    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
-    let frac = d.subsec_millis();
-    let s_part = if frac == 0 {
-        format!("{s}s")
-    } else {
-        format!("{s}.{}s", format!("{frac:03}").trim_end_matches('0'))
-    };
-    match (h, m) {
-        (0, 0) => s_part,
-        (0, m) => format!("{m}m{s_part}"),
-        (h, m) => format!("{h}h{m}m{s_part}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,19 +85,5 @@ mod tests {
             message.contains("10 minutes") && message.contains("5m0s"),
             "{message}"
         );
-    }
-
-    #[test]
-    fn formats_like_go() {
-        assert_eq!(format(Duration::from_secs(300)), "5m0s");
-        assert_eq!(format(Duration::from_secs(15)), "15s");
-        assert_eq!(format(Duration::from_millis(200)), "200ms");
-        assert_eq!(format(Duration::from_secs(3661)), "1h1m1s");
-        for d in [1u64, 15, 59, 60, 61, 3600, 86399] {
-            assert_eq!(
-                parse(&format(Duration::from_secs(d))),
-                Ok(Duration::from_secs(d))
-            );
-        }
     }
 }

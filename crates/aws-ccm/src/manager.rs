@@ -11,7 +11,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
+
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -446,9 +446,4 @@ fn spawn_signal_handler(shutdown: CancellationToken) {
         }
         shutdown.cancel();
     });
-}
-
-/// Reads a cloud.conf path for error messages in main.
-pub fn describe_config_path(path: Option<&Path>) -> String {
-    path.map_or_else(|| "(none)".to_string(), |p| p.display().to_string())
 }

@@ -96,11 +96,6 @@ impl Door {
         }
     }
 
-    /// Whether [`Door::stop_mutations`] was called.
-    pub fn mutations_stopped(&self) -> bool {
-        self.stop.is_cancelled()
-    }
-
     /// Fails a mutating call once mutations are stopped.
     fn check_stopped(&self, op: Operation, attempts: u32) -> Result<(), AwsError> {
         if op.is_mutating() && self.stop.is_cancelled() {
