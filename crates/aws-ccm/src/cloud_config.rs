@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use ini::{Ini, ParseOption};
 
 mod parse;
-pub mod upstream;
+#[cfg(test)]
+mod upstream;
 use parse::expand_bare_keys;
 
 /// IP families reported as node addresses, in order (`NodeIPFamilies`).

@@ -14,10 +14,10 @@ use std::path::Path;
 
 use aws_ccm::aws::annotations::LoadBalancerSpec;
 use aws_ccm::aws::annotations::table::ANNOTATIONS;
-use aws_ccm::aws::annotations::upstream::{CLASSES, Does};
 use aws_ccm::cloud_config::CloudConfig;
 use aws_ccm::ids::{format_provider_id, is_instance_id, parse_provider_id};
 use aws_ccm::options::Options;
+use ccm_testkit::values::annotation_value;
 use k8s_openapi::api::core::v1::Service;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, RngSeed};
@@ -36,23 +36,6 @@ fn config(cases: u32) -> Config {
     }
 }
 
-/// Values users write in annotations, right and wrong: numbers, booleans,
-/// lists, key=value pairs, CIDRs, ARNs, whitespace and arbitrary text.
-fn annotation_value() -> impl Strategy<Value = String> {
-    prop_oneof![
-        Just(String::new()),
-        Just(" ".to_string()),
-        any::<i64>().prop_map(|n| n.to_string()),
-        "(true|false|TRUE|yes|0|1)",
-        "[a-z0-9=,:/. -]{0,40}",
-        "([a-z]{1,8}=[a-z0-9]{0,8},?){1,4}",
-        "([0-9]{1,3}\\.){3}[0-9]{1,3}(/[0-9]{1,3})?(,([0-9]{1,3}\\.){3}[0-9]{1,3}/[0-9]{1,2}){0,2}",
-        "arn:aws:[a-z]{0,10}:[a-z0-9-]{0,12}:[0-9]{0,12}:[a-z/0-9-]{0,20}",
-        "(sg|subnet|eipalloc)-[0-9a-f]{0,17}(,(sg|subnet|eipalloc)-[0-9a-f]{0,17}){0,2}",
-        "\\PC{0,30}",
-    ]
-}
-
 fn service(annotations: BTreeMap<String, String>, spec: serde_json::Value) -> Option<Service> {
     serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
@@ -69,46 +52,6 @@ fn lb_spec() -> serde_json::Value {
 
 proptest! {
     #![proptest_config(config(400))]
-
-    /// Any value of any annotation in the table, alone: an annotation the
-    /// Go CCM never fails on (no value class of it fails, in the upstream
-    /// table) is never refused, whatever its value; a refusal names the
-    /// annotation and the value; one refused value leaves every other part
-    /// of the reading as it is without the annotation.
-    #[test]
-    fn one_annotation_never_panics_and_a_refusal_names_it(
-        row in 0..ANNOTATIONS.len(),
-        value in annotation_value(),
-        nlb in any::<bool>(),
-    ) {
-        let key = ANNOTATIONS[row].name;
-        let mut annotations = BTreeMap::from([(key.to_string(), value.clone())]);
-        if nlb && key != ANNOTATIONS[0].name {
-            annotations.insert(ANNOTATIONS[0].name.to_string(), "nlb".into());
-        }
-        let Some(svc) = service(annotations.clone(), lb_spec()) else { return Ok(()) };
-        let reading = LoadBalancerSpec::read(&svc);
-        let never_fails = CLASSES
-            .iter()
-            .filter(|c| c.annotation == key)
-            .all(|c| c.here != Does::Fails);
-        if never_fails {
-            prop_assert!(reading.errors.is_empty(), "{key}={value:?} refused: {:?}", reading.errors);
-        }
-        for e in &reading.errors {
-            let text = e.to_string();
-            prop_assert_eq!(&e.field, key, "{}", text);
-            prop_assert!(!e.allowed.is_empty(), "{text}: says nothing of what is allowed");
-            // The whole value, or the one element of a list that is wrong.
-            prop_assert!(value.contains(&e.value), "the error names another value: {}", text);
-        }
-        if !reading.errors.is_empty() {
-            annotations.remove(key);
-            let without = LoadBalancerSpec::read(&service(annotations, lb_spec()).unwrap());
-            prop_assert_eq!(reading.spec.kind, without.spec.kind);
-            prop_assert_eq!(&reading.spec.ports, &without.spec.ports);
-        }
-    }
 
     /// Several annotations at once, cross-field checks included.
     #[test]

@@ -10,6 +10,7 @@ pub mod instance_sim;
 pub mod moto;
 pub mod records;
 pub mod tls;
+pub mod values;
 
 /// Set by `make unit`: a stand-in server (moto, the API test server, the
 /// fault proxy) refuses to start, so a test that needs one fails there and

@@ -4,13 +4,13 @@
 //! the service controller reads: its name, value type, default, which load
 //! balancer type it applies to, what it means, and the function that parses
 //! its value into the spec. The annotation reference (docs/annotations.md) is
-//! generated from it ([`table::readme_section`]) and a test fails when the two
-//! drift.
+//! generated from it by the unit tests, which fail when the two drift.
 //!
 //! [`LoadBalancerSpec::from_service`] (in `parse.rs`) turns a Service into a
 //! typed spec before any AWS call by walking the table.
 //! [`LoadBalancerSpec::read`] follows the Go CCM value class by value class
-//! ([`upstream::CLASSES`], docs/compatibility.md is generated from it):
+//! (`CLASSES` in `upstream.rs`, a test oracle; docs/compatibility.md is
+//! generated from it):
 //! - a value the Go CCM takes or ignores is read as the Go CCM reads it and
 //!   noted ([`SpecNote`]: a Warning naming the annotation, the value, what the
 //!   Go CCM does with it and the fix);
@@ -26,7 +26,10 @@ use ipnet::Ipv4Net;
 mod parse;
 mod rows;
 pub mod table;
-pub mod upstream;
+// The comparison with the Go CCM, value class by value class: a test
+// oracle (and docs/compatibility.md's source), not part of the product.
+#[cfg(test)]
+pub(crate) mod upstream;
 
 /// Prefix of every AWS load balancer annotation.
 pub const PREFIX: &str = "service.beta.kubernetes.io/";

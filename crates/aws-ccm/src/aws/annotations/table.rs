@@ -25,6 +25,7 @@ impl Applies {
         }
     }
 
+    #[cfg(test)]
     pub fn as_str(self) -> &'static str {
         match self {
             Applies::Both => "CLB, NLB",
@@ -374,28 +375,3 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         parse::source_ranges,
     ),
 ];
-
-pub const README_BEGIN: &str = "<!-- annotations:begin -->";
-pub const README_END: &str = "<!-- annotations:end -->";
-
-/// The README's annotation reference, generated from [`ANNOTATIONS`].
-pub fn readme_section() -> String {
-    let mut out = String::new();
-    out.push_str(README_BEGIN);
-    out.push_str(
-        "\n\n| Annotation | Value | Default | Applies to | Meaning |\n|---|---|---|---|---|\n",
-    );
-    for a in ANNOTATIONS {
-        out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} |\n",
-            a.name,
-            a.kind,
-            a.default,
-            a.applies.as_str(),
-            a.meaning
-        ));
-    }
-    out.push('\n');
-    out.push_str(README_END);
-    out
-}

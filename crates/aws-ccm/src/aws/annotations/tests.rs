@@ -1,4 +1,4 @@
-use super::table::{ANNOTATIONS, README_BEGIN, README_END, readme_section};
+use super::table::ANNOTATIONS;
 use super::*;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::api::ObjectMeta;
@@ -281,4 +281,29 @@ fn cloud_conf_refusals_apply_to_the_syncs_they_govern() {
         fields(&local, &cloud).is_empty(),
         "a Local Service probes its own port"
     );
+}
+
+const README_BEGIN: &str = "<!-- annotations:begin -->";
+const README_END: &str = "<!-- annotations:end -->";
+
+/// The README's annotation reference, generated from [`ANNOTATIONS`].
+fn readme_section() -> String {
+    let mut out = String::new();
+    out.push_str(README_BEGIN);
+    out.push_str(
+        "\n\n| Annotation | Value | Default | Applies to | Meaning |\n|---|---|---|---|---|\n",
+    );
+    for a in ANNOTATIONS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} |\n",
+            a.name,
+            a.kind,
+            a.default,
+            a.applies.as_str(),
+            a.meaning
+        ));
+    }
+    out.push('\n');
+    out.push_str(README_END);
+    out
 }

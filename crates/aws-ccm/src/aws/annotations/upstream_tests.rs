@@ -7,6 +7,7 @@ use super::*;
 use crate::aws::annotations::tests::service;
 use crate::aws::{elb, nlb};
 use crate::cloud_config::CloudConfig;
+use ccm_testkit::values::annotation_value;
 use proptest::prelude::*;
 
 fn read(pairs: &[(&str, &str)], is_nlb: bool) -> Reading {
@@ -253,5 +254,44 @@ proptest! {
         let got = read(&pairs, false);
         let mapped = ["", "http", "https", "ssl", "tcp"].contains(&v.as_str());
         prop_assert_eq!(got.errors.iter().any(|e| e.field == BACKEND_PROTOCOL), !mapped);
+    }
+
+    /// Any value of any annotation in the table, alone: an annotation the
+    /// Go CCM never fails on (no value class of it fails in [`CLASSES`]) is
+    /// never refused, whatever its value; a refusal names the annotation and
+    /// the value; one refused value leaves every other part of the reading
+    /// as it is without the annotation.
+    #[test]
+    fn one_annotation_never_panics_and_a_refusal_names_it(
+        row in 0..super::super::table::ANNOTATIONS.len(),
+        value in annotation_value(),
+        nlb in any::<bool>(),
+    ) {
+        let key = super::super::table::ANNOTATIONS[row].name;
+        let mut pairs = vec![(key, value.as_str())];
+        if nlb && key != TYPE {
+            pairs.push((TYPE, "nlb"));
+        }
+        let reading = LoadBalancerSpec::read(&service(&pairs, &[(80, 30080)]));
+        let never_fails = CLASSES
+            .iter()
+            .filter(|c| c.annotation == key)
+            .all(|c| c.here != Does::Fails);
+        if never_fails {
+            prop_assert!(reading.errors.is_empty(), "{key}={value:?} refused: {:?}", reading.errors);
+        }
+        for e in &reading.errors {
+            let text = e.to_string();
+            prop_assert_eq!(&e.field, key, "{}", text);
+            prop_assert!(!e.allowed.is_empty(), "{text}: says nothing of what is allowed");
+            // The whole value, or the one element of a list that is wrong.
+            prop_assert!(value.contains(&e.value), "the error names another value: {}", text);
+        }
+        if !reading.errors.is_empty() {
+            pairs.retain(|(k, _)| *k != key);
+            let without = LoadBalancerSpec::read(&service(&pairs, &[(80, 30080)]));
+            prop_assert_eq!(reading.spec.kind, without.spec.kind);
+            prop_assert_eq!(&reading.spec.ports, &without.spec.ports);
+        }
     }
 }
