@@ -17,9 +17,11 @@ fn main() {
     println!("cargo:rerun-if-env-changed=AWS_CCM_PIE");
     println!("cargo:rerun-if-changed=build.rs");
     let release = std::env::var("PROFILE").is_ok_and(|p| p == "release");
-    let linux = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux");
+    // glibc targets only: a musl build links statically, as rustc chooses.
+    let linux_gnu = std::env::var("CARGO_CFG_TARGET_OS").is_ok_and(|os| os == "linux")
+        && std::env::var("CARGO_CFG_TARGET_ENV").is_ok_and(|env| env == "gnu");
     let keep_pie = std::env::var_os("AWS_CCM_PIE").is_some_and(|v| v == "1");
-    if release && linux && !keep_pie {
+    if release && linux_gnu && !keep_pie {
         println!("cargo:rustc-link-arg-bins=-no-pie");
     }
 }
