@@ -51,6 +51,7 @@ lint: tools
 	$(VENV)/bin/python scripts/check-sizes.py
 	python3 scripts/check-orphan-audit.py
 	$(VENV)/bin/python scripts/test_bench_table.py
+	$(VENV)/bin/python scripts/test_product_lines.py
 	scripts/check-deps.sh
 
 ## audit: cargo deny's advisory check (needs the RustSec database from GitHub)
