@@ -764,7 +764,12 @@ async fn stopped_instances_taint_terminated_ones_delete_and_a_failed_sweep_delet
         matches!(nodes.get_opt(&dns(terminated)).await, Ok(None)).then_some(())
     })
     .await?;
-    let deleting = events(&client, &dns(terminated), "DeletingNode").await;
+    // The event is written beside the delete, not before it: wait for it.
+    let deleting = eventually("DeletingNode event", deadline, || async {
+        let found = events(&client, &dns(terminated), "DeletingNode").await;
+        (!found.is_empty()).then_some(found)
+    })
+    .await?;
     assert_eq!(deleting.len(), 1, "{deleting:?}");
     assert_eq!(deleting[0].type_.as_deref(), Some("Normal"));
 
