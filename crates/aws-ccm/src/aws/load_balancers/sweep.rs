@@ -646,22 +646,14 @@ impl LbSweep {
                 .target_group_arn()
                 .and_then(|a| group_tags.remove(a))
                 .unwrap_or_default();
-            // A group is behind one NLB but may be listed under several:
-            // the last takes the listing entry, the others a copy.
-            let mut lbs: Vec<String> = g
-                .load_balancer_arns()
-                .iter()
-                .filter(|lb| name_of.contains_key(*lb))
-                .cloned()
-                .collect();
-            let Some(last) = lbs.pop() else { continue };
-            for lb in lbs {
-                groups
-                    .entry(lb)
-                    .or_default()
-                    .push((g.clone(), tags.clone()));
+            for lb in g.load_balancer_arns() {
+                if name_of.contains_key(lb) {
+                    groups
+                        .entry(lb.clone())
+                        .or_default()
+                        .push((g.clone(), tags.clone()));
+                }
             }
-            groups.entry(last).or_default().push((g, tags));
         }
         Ok(groups)
     }
