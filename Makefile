@@ -74,7 +74,8 @@ test: lint unit
 	rm -rf $(RECORD_DIR) $(KUBE_RECORD_DIR) && mkdir -p $(RECORD_DIR) $(KUBE_RECORD_DIR)
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass \
 	  --test-threads $(TEST_THREADS)
-	python3 scripts/slowest-tests.py target/nextest/$(NEXTEST_PROFILE)/junit.xml
+	mv target/nextest/$(NEXTEST_PROFILE)/junit.xml target/nextest/$(NEXTEST_PROFILE)/suite.xml
+	python3 scripts/slowest-tests.py target/nextest/$(NEXTEST_PROFILE)/suite.xml
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
 	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_requests_are_allowed)'
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
