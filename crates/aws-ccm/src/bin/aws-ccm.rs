@@ -141,11 +141,7 @@ async fn run_orphans(args: OrphansArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{line}");
     })
     .await;
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
+    Ok(exit_code(failed > 0))
 }
 
 fn print_orphans(found: &[Orphan], scope: &orphans::Scope, now: chrono::DateTime<chrono::Utc>) {
@@ -188,11 +184,7 @@ async fn run_plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     // A sync the plan shows failing (an invalid Service, an error met while
     // planning) fails the command, so that a pipeline stops before it.
-    Ok(if sections.iter().any(|s| s.would_fail) {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(exit_code(sections.iter().any(|s| s.would_fail)))
 }
 
 async fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
@@ -208,9 +200,14 @@ async fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Text => print!("{}", doctor::render(&report)),
     }
-    Ok(if report.failed() {
+    Ok(exit_code(report.failed()))
+}
+
+/// Non-zero when something failed.
+fn exit_code(failed: bool) -> ExitCode {
+    if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
-    })
+    }
 }

@@ -16,7 +16,7 @@ use serde::Serialize;
 
 use super::Context;
 use crate::aws::elb::{self, Change as ClbChange};
-use crate::aws::load_balancers::{AwsLoadBalancers, ClbPlan, NlbPlan, Planned};
+use crate::aws::load_balancers::{AwsLoadBalancers, ClbPlan, NlbPlan, Planned, Warning};
 use crate::aws::nlb::{self, Change as NlbChange};
 use crate::aws::{security_groups as sg, tags};
 use crate::controllers::cached_node::Node;
@@ -61,8 +61,16 @@ impl Section {
         }
     }
 
-    fn fails(&mut self, note: String) {
+    fn step(&mut self, symbol: &'static str, what: String, actions: &[&'static str]) {
+        self.steps.push(step(symbol, what, actions));
+    }
+
+    fn note(&mut self, note: String) {
         self.notes.push(note);
+    }
+
+    fn fails(&mut self, note: String) {
+        self.note(note);
         self.would_fail = true;
     }
 }
@@ -106,9 +114,10 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
             out.push(deletion_section(ctx, svc, key).await);
         }
     }
-    if only.is_empty()
-        && let Some(scope) = ctx.route_scope()
-    {
+    if !only.is_empty() {
+        return Ok(out);
+    }
+    if let Some(scope) = ctx.route_scope() {
         let reconciler = Reconciler::new(
             ctx.aws.clone(),
             scope.cluster_cidrs,
@@ -117,19 +126,8 @@ pub async fn plan(ctx: &Context, only: &[String]) -> anyhow::Result<Vec<Section>
         );
         out.push(route_section(&reconciler, &nodes).await);
     }
-    let run = nodes::Run {
-        cloud_node: ctx
-            .validated
-            .controllers
-            .contains(&ControllerName::CloudNode),
-        lifecycle: (ctx.validated.controllers).contains(&ControllerName::CloudNodeLifecycle),
-    };
-    if only.is_empty() && (run.cloud_node || run.lifecycle) {
-        out.push(nodes::section(ctx, &nodes, run).await);
-    }
-    if only.is_empty() {
-        out.extend(tagging_section(ctx, &nodes));
-    }
+    out.extend(nodes::section(ctx, &nodes).await);
+    out.extend(tagging_section(ctx, &nodes));
     Ok(out)
 }
 
@@ -143,23 +141,17 @@ async fn service_section(
     let mut section = Section::new(key.clone());
     let reading = LoadBalancerSpec::read_with(svc, cloud);
     if reading.spec.kind == LoadBalancerKind::External {
-        section
-            .notes
-            .push("load balancer managed by another controller (external)".into());
+        section.note("load balancer managed by another controller (external)".into());
         return section;
     }
     for note in &reading.notes {
-        section
-            .notes
-            .push(format!("taken as the Go CCM takes it: {note}"));
+        section.note(format!("taken as the Go CCM takes it: {note}"));
     }
     let refused: Vec<String> = reading.errors.iter().map(ToString::to_string).collect();
     let exists = has_load_balancer(svc);
     let Some(scope) = scope(&reading, exists) else {
         if refused.is_empty() {
-            section
-                .notes
-                .push("held: no load balancer is made for this value".into());
+            section.note("held: no load balancer is made for this value".into());
         } else {
             section.fails(format!(
                 "invalid Service, no AWS call would be made: {}",
@@ -188,18 +180,18 @@ async fn service_section(
             nlb_steps(&plan, &mut section);
             for (group, ch) in node_rules {
                 if !ch.revoke.is_empty() {
-                    section.steps.push(step(
+                    section.step(
                         "-",
                         format!("{} rule(s) of node group {}", ch.revoke.len(), group.id),
                         &["RevokeSecurityGroupIngress"],
-                    ));
+                    );
                 }
                 if !ch.authorize.is_empty() {
-                    section.steps.push(step(
+                    section.step(
                         "+",
                         format!("{} rule(s) in node group {}", ch.authorize.len(), group.id),
                         &["AuthorizeSecurityGroupIngress"],
-                    ));
+                    );
                 }
             }
         }
@@ -223,7 +215,7 @@ async fn deletion_section(ctx: &Context, svc: &Service, key: String) -> Section 
         section.fails(format!("the deletion would fail: {e}"));
     }
     if section.steps.is_empty() && section.notes.is_empty() {
-        section.notes.push(format!(
+        section.note(format!(
             "{why}; no load balancer is left: only the finalizer is removed"
         ));
     }
@@ -242,12 +234,12 @@ async fn deletion_steps(
     let lacks =
         |kind: &str| format!("{kind} {name} lacks this cluster's ownership tag: the CCM leaves it");
     match elb::io::describe(aws, name).await? {
-        Some(lb) if owned(&lb.tags) => section.steps.push(step(
+        Some(lb) if owned(&lb.tags) => section.step(
             "-",
             format!("classic ELB {name} ({why})"),
             &["DeleteLoadBalancer"],
-        )),
-        Some(_) => section.notes.push(lacks("classic ELB")),
+        ),
+        Some(_) => section.note(lacks("classic ELB")),
         None => {}
     }
     let filters = vec![
@@ -268,98 +260,93 @@ async fn deletion_steps(
                 }
             }
         }
-        section.steps.push(step(
+        section.step(
             "-",
             format!("security group {} ({})", g.id, g.name),
             &["DeleteSecurityGroup"],
-        ));
+        );
     }
     // What the delete reads: names, ARNs and tags.
     let lb = nlb::read::describe(aws, name).await?;
     if let Some(lb) = &lb {
         if owned(&lb.tags) {
-            section.steps.push(step(
-                "-",
-                format!("NLB {name} ({why})"),
-                &["DeleteLoadBalancer"],
-            ));
+            section.step("-", format!("NLB {name} ({why})"), &["DeleteLoadBalancer"]);
         } else {
-            section.notes.push(lacks("NLB"));
+            section.note(lacks("NLB"));
         }
     }
     let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
     for tg in nlb::read::groups_to_delete(aws, lb_arn, Some(key)).await? {
-        section.steps.push(step(
+        section.step(
             "-",
             format!("target group {}", tg.name),
             &["DeleteTargetGroup"],
-        ));
+        );
     }
     Ok(())
 }
 
-fn clb_steps(p: &ClbPlan, section: &mut Section) {
-    if p.handover {
-        section.steps.push(step(
-            "-",
-            format!(
-                "NLB {} (the Service now asks for a classic ELB; its plan follows the deletion)",
-                p.name
-            ),
-            &[],
-        ));
+/// What both kinds' steps start with: the other kind's load balancer
+/// (`gone`), deleted first when the Service changed kinds, and the writes
+/// IAM refuses.
+fn prelude(section: &mut Section, handover: bool, gone: String, warnings: &[Warning]) {
+    if handover {
+        section.step("-", gone, &[]);
     }
     section
         .notes
-        .extend(p.warnings.iter().map(|w| format!("{w:?}")));
+        .extend(warnings.iter().map(|w| format!("{w:?}")));
+}
+
+/// Creating the load balancer, or replacing it when the plan deletes it
+/// first (`recreate`: why).
+fn create_step(noun: &str, name: &str, recreate: Option<&str>) -> Step {
+    match recreate {
+        Some(why) => step(
+            "-/+",
+            format!("{noun} {name} ({why})"),
+            &["DeleteLoadBalancer", "CreateLoadBalancer"],
+        ),
+        None => step("+", format!("{noun} {name}"), &["CreateLoadBalancer"]),
+    }
+}
+
+fn clb_steps(p: &ClbPlan, section: &mut Section) {
+    let gone = format!(
+        "NLB {} (the Service now asks for a classic ELB; its plan follows the deletion)",
+        p.name
+    );
+    prelude(section, p.handover, gone, &p.warnings);
     let lb = p.actual.lb.as_ref();
     let recreate = p.changes.iter().find_map(|c| match c {
-        ClbChange::DeleteLoadBalancer { reason } => Some(reason.clone()),
+        ClbChange::DeleteLoadBalancer { reason } => Some(reason.as_str()),
         _ => None,
     });
     for c in &p.changes {
-        let s = match c {
+        let what = match c {
             ClbChange::DeleteLoadBalancer { .. } => continue,
-            ClbChange::CreateLoadBalancer { .. } => match &recreate {
-                Some(why) => step(
-                    "-/+",
-                    format!("classic ELB {} ({why})", p.name),
-                    &["DeleteLoadBalancer", "CreateLoadBalancer"],
-                ),
-                None => step(
-                    "+",
-                    format!("classic ELB {}", p.name),
-                    &["CreateLoadBalancer"],
-                ),
-            },
-            ClbChange::ConfigureHealthCheck(h) => step(
-                "~",
-                format!(
-                    "health check {} -> {h:?}",
-                    lb.and_then(|l| l.health_check.as_ref())
-                        .map_or("none".into(), |o| format!("{o:?}"))
-                ),
-                &["ConfigureHealthCheck"],
+            ClbChange::CreateLoadBalancer { .. } => {
+                section
+                    .steps
+                    .push(create_step("classic ELB", &p.name, recreate));
+                continue;
+            }
+            ClbChange::ConfigureHealthCheck(h) => format!(
+                "health check {} -> {h:?}",
+                lb.and_then(|l| l.health_check.as_ref())
+                    .map_or("none".into(), |o| format!("{o:?}"))
             ),
-            ClbChange::ModifyAttributes(a) => step(
-                "~",
-                format!(
-                    "attributes {} -> {a:?}",
-                    lb.map_or("none".into(), |l| format!("{:?}", l.attributes))
-                ),
-                &["ModifyLoadBalancerAttributes"],
+            ClbChange::ModifyAttributes(a) => format!(
+                "attributes {} -> {a:?}",
+                lb.map_or("none".into(), |l| format!("{:?}", l.attributes))
             ),
-            ClbChange::ApplySecurityGroups(g) => step(
-                "~",
-                format!(
-                    "security groups {:?} -> {g:?}",
-                    lb.map(|l| l.security_groups.clone()).unwrap_or_default()
-                ),
-                &["ApplySecurityGroupsToLoadBalancer"],
+            ClbChange::ApplySecurityGroups(g) => format!(
+                "security groups {:?} -> {g:?}",
+                lb.map(|l| l.security_groups.clone()).unwrap_or_default()
             ),
-            other => clb_simple(other),
+            _ => elb::plan::describe(c),
         };
-        section.steps.push(s);
+        section.steps.push(clb_step(c, what));
     }
     if recreate.is_some()
         && !p
@@ -367,17 +354,16 @@ fn clb_steps(p: &ClbPlan, section: &mut Section) {
             .iter()
             .any(|c| matches!(c, ClbChange::CreateLoadBalancer { .. }))
     {
-        section.steps.push(step(
+        section.step(
             "-",
             format!("classic ELB {}", p.name),
             &["DeleteLoadBalancer"],
-        ));
+        );
     }
 }
 
-/// The steps whose description needs no old value.
-fn clb_simple(c: &ClbChange) -> Step {
-    let what = elb::plan::describe(c);
+/// The step of one change, described `what`.
+fn clb_step(c: &ClbChange, what: String) -> Step {
     let (symbol, action): (&'static str, &'static str) = match c {
         ClbChange::CreateSecurityGroup(_) => ("+", "CreateSecurityGroup"),
         ClbChange::AuthorizeIngress { .. } | ClbChange::AuthorizeNodeIngress { .. } => {
@@ -407,21 +393,13 @@ fn clb_simple(c: &ClbChange) -> Step {
 }
 
 fn nlb_steps(p: &NlbPlan, section: &mut Section) {
-    if p.handover {
-        section.steps.push(step(
-            "-",
-            format!(
-                "classic ELB {} (the Service now asks for an NLB; its plan follows the deletion)",
-                p.name
-            ),
-            &[],
-        ));
-    }
-    section
-        .notes
-        .extend(p.warnings.iter().map(|w| format!("{w:?}")));
+    let gone = format!(
+        "classic ELB {} (the Service now asks for an NLB; its plan follows the deletion)",
+        p.name
+    );
+    prelude(section, p.handover, gone, &p.warnings);
     let recreate = p.changes.iter().find_map(|c| match c {
-        NlbChange::DeleteLoadBalancer { reason, .. } => Some(reason.clone()),
+        NlbChange::DeleteLoadBalancer { reason, .. } => Some(reason.as_str()),
         _ => None,
     });
     let creates = p
@@ -429,16 +407,12 @@ fn nlb_steps(p: &NlbPlan, section: &mut Section) {
         .iter()
         .any(|c| matches!(c, NlbChange::CreateLoadBalancer { .. }));
     for c in &p.changes {
-        let s = match c {
+        let what = match c {
             NlbChange::DeleteLoadBalancer { .. } if creates => continue,
-            NlbChange::CreateLoadBalancer { .. } => match &recreate {
-                Some(why) => step(
-                    "-/+",
-                    format!("NLB {} ({why})", p.name),
-                    &["DeleteLoadBalancer", "CreateLoadBalancer"],
-                ),
-                None => step("+", format!("NLB {}", p.name), &["CreateLoadBalancer"]),
-            },
+            NlbChange::CreateLoadBalancer { .. } => {
+                section.steps.push(create_step("NLB", &p.name, recreate));
+                continue;
+            }
             NlbChange::ModifyHealthCheck { arn, health } => {
                 let old = p
                     .actual
@@ -446,31 +420,23 @@ fn nlb_steps(p: &NlbPlan, section: &mut Section) {
                     .iter()
                     .find(|t| t.arn == *arn)
                     .map(|t| &t.health);
-                step(
-                    "~",
-                    format!("health check of {arn} {old:?} -> {health:?}"),
-                    &["ModifyTargetGroup"],
-                )
+                format!("health check of {arn} {old:?} -> {health:?}")
             }
             NlbChange::ModifyAttributes(a) => {
                 let old: BTreeMap<&String, Option<&String>> = a
                     .keys()
                     .map(|k| (k, p.actual.lb.as_ref().and_then(|l| l.attributes.get(k))))
                     .collect();
-                step(
-                    "~",
-                    format!("NLB attributes {old:?} -> {a:?}"),
-                    &["ModifyLoadBalancerAttributes"],
-                )
+                format!("NLB attributes {old:?} -> {a:?}")
             }
-            other => nlb_simple(other),
+            _ => nlb::plan::describe(c),
         };
-        section.steps.push(s);
+        section.steps.push(nlb_step(c, what));
     }
 }
 
-fn nlb_simple(c: &NlbChange) -> Step {
-    let what = nlb::plan::describe(c);
+/// The step of one change, described `what`.
+fn nlb_step(c: &NlbChange, what: String) -> Step {
     let (symbol, action): (&'static str, &'static str) = match c {
         NlbChange::CreateSecurityGroup(_) => ("+", "CreateSecurityGroup"),
         NlbChange::AuthorizeIngress(_) => ("+", "AuthorizeSecurityGroupIngress"),
@@ -519,9 +485,7 @@ async fn route_section(reconciler: &Reconciler<crate::aws::Aws>, nodes: &[Arc<No
     }
     for (node, outcome) in &plan.nodes {
         for b in &outcome.blockers {
-            section
-                .notes
-                .push(format!("node {node} cannot be routed: {b}"));
+            section.note(format!("node {node} cannot be routed: {b}"));
         }
     }
     section
@@ -541,7 +505,7 @@ fn tagging_section(ctx: &Context, nodes: &[Arc<Node>]) -> Option<Section> {
     let mut section = Section::new("tagging".into());
     for node in nodes {
         if let Some(instance) = needs_tagging(node, &checksum) {
-            section.steps.push(step(
+            section.step(
                 "+",
                 format!(
                     "tags {} on instance {instance} (node {}; then its label {TAGGED_LABEL}={checksum})",
@@ -549,7 +513,7 @@ fn tagging_section(ctx: &Context, nodes: &[Arc<Node>]) -> Option<Section> {
                     node.name_any()
                 ),
                 &["CreateTags"],
-            ));
+            );
         }
     }
     Some(section)

@@ -378,10 +378,7 @@ async fn untagged_tables(
             .filters(crate::aws::instances::filter("vpc-id", [vpc.as_str()]))
             .send()
     });
-    let tables = match call.await {
-        Ok(out) => out.route_tables().to_vec(),
-        Err(_) => Vec::new(),
-    };
+    let tables = (call.await.map(|out| out.route_tables().to_vec())).unwrap_or_default();
     let to_tag = nodes_route_tables(&tables, &subnets);
     let fix = if to_tag.is_empty() {
         format!("tag the route table of the nodes' subnets in {vpc} {key}=owned")
@@ -466,21 +463,19 @@ pub async fn security_group_checks(ctx: &Context, found: &NodeInstances) -> Vec<
     let mut out = Vec::new();
     for i in found.live.values() {
         let ids: Vec<&str> = i.security_groups.iter().map(|g| &*g.id).collect();
-        match sg::node_group_of(&i.id, &ids, tagged, &ctx.cluster_id) {
-            Ok(Some(g)) if tagged(&g) => {}
-            Ok(Some(g)) => out.push(Check::of("security-groups", i.id.clone()).warn(
+        let check = Check::of("security-groups", i.id.clone());
+        out.push(match sg::node_group_of(&i.id, &ids, tagged, &ctx.cluster_id) {
+            Ok(Some(g)) if tagged(&g) => continue,
+            Ok(Some(g)) => check.warn(
                 format!("{g}, the instance's only group, lacks {key}: load balancers open it, but the least-privilege policy does not let the CCM change it"),
                 format!("aws ec2 create-tags --resources {g} --tags Key={key},Value=owned"),
-            )),
-            Ok(None) => out.push(Check::of("security-groups", i.id.clone()).fail(
+            ),
+            Ok(None) => check.fail(
                 "the instance has no security group",
                 format!("attach a security group tagged {key}=owned"),
-            )),
-            Err(e) => out.push(
-                Check::of("security-groups", i.id.clone())
-                    .fail(e, "tag exactly one of the instance's groups"),
             ),
-        }
+            Err(e) => check.fail(e, "tag exactly one of the instance's groups"),
+        });
     }
     if out.is_empty() {
         out.push(Check::of("security-groups", name).pass(format!(

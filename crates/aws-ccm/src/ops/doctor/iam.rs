@@ -35,37 +35,31 @@ pub async fn checks(ctx: &Context, opts: &DoctorOptions) -> Vec<Check> {
 
 /// The principal whose ELB writes are simulated (see [`simulation`]).
 async fn principal(ctx: &Context, opts: &DoctorOptions) -> Result<Principal, String> {
-    let annotation = if opts.role_arn.is_some() {
-        Ok(None)
-    } else {
-        let (namespace, name) = SERVICE_ACCOUNT;
-        let accounts: Api<ServiceAccount> = Api::namespaced(ctx.kube.clone(), namespace);
-        match accounts.get_opt(name).await {
-            Ok(found) => Ok(found.and_then(|sa| {
-                sa.metadata
-                    .annotations
-                    .and_then(|a| a.get(IRSA_ANNOTATION).cloned())
-                    .filter(|arn| !arn.is_empty())
-            })),
-            Err(e) => Err(e.to_string()),
-        }
-    };
-    let caller = if opts.role_arn.is_some() {
-        Err("not asked".to_string())
-    } else {
-        ctx.aws
-            .sts(Operation::StsGetCallerIdentity, |c| {
-                c.get_caller_identity().send()
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|who| {
-                who.arn()
-                    .map(str::to_string)
-                    .ok_or_else(|| "sts:GetCallerIdentity named no ARN".to_string())
-            })
-    };
-    simulation::choose_principal(opts.role_arn.as_deref(), annotation, caller)
+    if let Some(flag) = opts.role_arn.as_deref() {
+        return simulation::choose_principal(Some(flag), Ok(None), Err("not asked".to_string()));
+    }
+    let (namespace, name) = SERVICE_ACCOUNT;
+    let accounts: Api<ServiceAccount> = Api::namespaced(ctx.kube.clone(), namespace);
+    let annotation = (accounts.get_opt(name).await)
+        .map(|found| {
+            found
+                .and_then(|sa| sa.metadata.annotations?.remove(IRSA_ANNOTATION))
+                .filter(|arn| !arn.is_empty())
+        })
+        .map_err(|e| e.to_string());
+    let caller = ctx
+        .aws
+        .sts(Operation::StsGetCallerIdentity, |c| {
+            c.get_caller_identity().send()
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|who| {
+            who.arn()
+                .map(str::to_string)
+                .ok_or_else(|| "sts:GetCallerIdentity named no ARN".to_string())
+        });
+    simulation::choose_principal(None, annotation, caller)
 }
 
 /// One check per denied write or missing action; one pass line otherwise.
@@ -80,13 +74,12 @@ async fn dry_run_checks(ctx: &Context) -> Vec<Check> {
         match &f.verdict {
             Verdict::Allowed => allowed.push(what),
             Verdict::Denied(denial) => {
-                let fix = match &denial.render_option {
-                    Some(option) => format!(
-                        "tag {} {}, or render the policy with iam/render.sh {option}",
-                        denial.resource_id, denial.missing_tag
-                    ),
-                    None => format!("tag {} {}", denial.resource_id, denial.missing_tag),
-                };
+                let mut fix = format!("tag {} {}", denial.resource_id, denial.missing_tag);
+                if let Some(option) = &denial.render_option {
+                    fix.push_str(&format!(
+                        ", or render the policy with iam/render.sh {option}"
+                    ));
+                }
                 out.push(Check::of("iam", what).fail(denial.to_string(), fix));
             }
             Verdict::Unknown => out.push(Check::of("iam", what).warn(

@@ -233,14 +233,14 @@ pub async fn rbac_checks(ctx: &Context) -> Vec<Check> {
     let api: Api<SelfSubjectAccessReview> = Api::all(ctx.kube.clone());
     let mut denied = Vec::new();
     for need in CCM_NEEDS {
+        let attrs = attributes(need, &ctx.validated.options);
         let review = SelfSubjectAccessReview {
             spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(attributes(need, &ctx.validated.options)),
+                resource_attributes: Some(attrs.clone()),
                 ..Default::default()
             },
             ..Default::default()
         };
-        let attrs = review.spec.resource_attributes.clone().unwrap_or_default();
         match api.create(&PostParams::default(), &review).await {
             Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
             Ok(_) => denied.push(describe(&attrs)),

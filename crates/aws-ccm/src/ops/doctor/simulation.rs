@@ -21,9 +21,12 @@
 
 use std::collections::BTreeMap;
 
-use aws_sdk_iam::types::{ContextEntry, ContextKeyTypeEnum, PolicyEvaluationDecisionType};
+use aws_sdk_iam::types::{
+    ContextEntry, ContextKeyTypeEnum, EvaluationResult, PolicyEvaluationDecisionType,
+};
 
 use super::{Check, Context};
+use crate::aws::client::pages::every_page;
 use crate::aws::tags::cluster_tag_key;
 use crate::aws::{Operation, Service};
 
@@ -237,33 +240,27 @@ fn entry(key: &str, kind: ContextKeyTypeEnum, values: &[&str]) -> ContextEntry {
         .build()
 }
 
-/// The context AWS sends for the CCM's request in `mode`.
+/// The context AWS sends for the CCM's request in `mode`: the region; the
+/// resource's cluster tag on a write to an owned resource; the new tags on
+/// a create (or just [`RETAG_KEY`] on a retag); the create action on a
+/// tag-on-create.
 fn context(mode: Mode, cluster_key: &str, region: &str) -> Vec<ContextEntry> {
     use ContextKeyTypeEnum::{String as One, StringList as Many};
     let request_tag = format!("aws:RequestTag/{cluster_key}");
     let resource_tag = format!("aws:ResourceTag/{cluster_key}");
     let mut out = vec![entry("aws:RequestedRegion", One, &[region])];
-    let new_tags = [cluster_key, RETAG_KEY];
-    match mode {
-        Mode::Create => {
-            out.push(entry(&request_tag, One, &["owned"]));
-            out.push(entry("aws:TagKeys", Many, &new_tags));
-        }
-        Mode::Change => out.push(entry(&resource_tag, One, &["owned"])),
-        Mode::CreateOn => {
-            out.push(entry(&resource_tag, One, &["owned"]));
-            out.push(entry(&request_tag, One, &["owned"]));
-            out.push(entry("aws:TagKeys", Many, &new_tags));
-        }
-        Mode::Retag => {
-            out.push(entry(&resource_tag, One, &["owned"]));
-            out.push(entry("aws:TagKeys", Many, &[RETAG_KEY]));
-        }
-        Mode::TagOnCreate(action) => {
-            out.push(entry(&request_tag, One, &["owned"]));
-            out.push(entry("aws:TagKeys", Many, &new_tags));
-            out.push(entry("elasticloadbalancing:CreateAction", One, &[action]));
-        }
+    if matches!(mode, Mode::Change | Mode::CreateOn | Mode::Retag) {
+        out.push(entry(&resource_tag, One, &["owned"]));
+    }
+    if matches!(mode, Mode::Create | Mode::CreateOn | Mode::TagOnCreate(_)) {
+        out.push(entry(&request_tag, One, &["owned"]));
+        out.push(entry("aws:TagKeys", Many, &[cluster_key, RETAG_KEY]));
+    }
+    if mode == Mode::Retag {
+        out.push(entry("aws:TagKeys", Many, &[RETAG_KEY]));
+    }
+    if let Mode::TagOnCreate(action) = mode {
+        out.push(entry("elasticloadbalancing:CreateAction", One, &[action]));
     }
     out
 }
@@ -348,12 +345,12 @@ fn grant(mode: Mode, cluster_key: &str) -> (&'static str, String) {
 /// One denied action of a simulation, as a failed check.
 fn denial(
     sim: &Simulation,
-    action: &str,
-    decision: &PolicyEvaluationDecisionType,
-    missing: &[String],
+    result: &EvaluationResult,
     principal: &Principal,
     ctx: &Context,
 ) -> Check {
+    let (action, decision) = (result.eval_action_name(), result.eval_decision());
+    let missing = result.missing_context_values();
     let cluster_key = cluster_tag_key(&ctx.cluster_id);
     let partition = principal.arn.split(':').nth(1).unwrap_or("aws");
     let mut detail = format!(
@@ -386,16 +383,13 @@ fn denial(
     Check::of("iam", format!("{action} ({})", sim.shape.noun())).fail(detail, fix)
 }
 
-/// Runs one simulation, following `Marker` pages: (action, decision,
-/// missing context keys) of each result.
+/// Runs one simulation, following `Marker` pages: its results.
 async fn simulate(
     ctx: &Context,
     principal: &str,
     sim: &Simulation,
-) -> Result<Vec<(String, PolicyEvaluationDecisionType, Vec<String>)>, crate::aws::AwsError> {
-    let mut out = Vec::new();
-    let mut marker: Option<String> = None;
-    loop {
+) -> Result<Vec<EvaluationResult>, crate::aws::AwsError> {
+    every_page(|marker| async move {
         let page = ctx
             .aws
             .iam(Operation::IamSimulatePrincipalPolicy, |c| {
@@ -408,18 +402,10 @@ async fn simulate(
                     .send()
             })
             .await?;
-        for r in page.evaluation_results() {
-            out.push((
-                r.eval_action_name().to_string(),
-                r.eval_decision().clone(),
-                r.missing_context_values().to_vec(),
-            ));
-        }
-        marker = page.marker().map(str::to_string);
-        if !page.is_truncated() || marker.is_none() {
-            return Ok(out);
-        }
-    }
+        let next = page.marker().filter(|_| page.is_truncated());
+        Ok((page.evaluation_results().to_vec(), next.map(str::to_string)))
+    })
+    .await
 }
 
 /// The check of a simulation the caller could not run.
@@ -470,11 +456,11 @@ pub async fn checks(ctx: &Context, principal: &Principal) -> Vec<Check> {
             Ok(results) => results,
             Err(e) => return vec![unsimulated(&e, principal)],
         };
-        for (action, decision, missing) in results {
-            if decision == PolicyEvaluationDecisionType::Allowed {
+        for r in results {
+            if *r.eval_decision() == PolicyEvaluationDecisionType::Allowed {
                 allowed += 1;
             } else {
-                out.push(denial(sim, &action, &decision, &missing, principal, ctx));
+                out.push(denial(sim, &r, principal, ctx));
             }
         }
     }

@@ -209,14 +209,11 @@ pub async fn delete(
     for orphan in ordered {
         let outcome = if !orphan.owned {
             Outcome::NotOwned
+        } else if let Err(e) = delete_one(aws, &orphan.deletion).await {
+            failed += 1;
+            Outcome::Failed(e)
         } else {
-            match delete_one(aws, &orphan.deletion).await {
-                Ok(()) => Outcome::Deleted,
-                Err(e) => {
-                    failed += 1;
-                    Outcome::Failed(e)
-                }
-            }
+            Outcome::Deleted
         };
         report(orphan, &outcome);
     }
@@ -224,44 +221,41 @@ pub async fn delete(
 }
 
 async fn delete_one(aws: &Aws, deletion: &Deletion) -> Result<(), String> {
-    let aws_err = |e: AwsError| e.to_string();
-    match deletion {
-        Deletion::Rules { group, rules } => {
-            sg::io::revoke(aws, group, rules).await.map_err(aws_err)
-        }
+    let done = match deletion {
+        Deletion::Rules { group, rules } => sg::io::revoke(aws, group, rules).await,
         Deletion::ClassicLoadBalancer(name) => aws
             .elb(Operation::ElbDeleteLoadBalancer, |c| {
                 c.delete_load_balancer().load_balancer_name(name).send()
             })
             .await
-            .map(|_| ())
-            .map_err(aws_err),
+            .map(drop),
         Deletion::LoadBalancerV2(arn) => aws
             .elbv2(Operation::Elbv2DeleteLoadBalancer, |c| {
                 c.delete_load_balancer().load_balancer_arn(arn).send()
             })
             .await
-            .map(|_| ())
-            .map_err(aws_err),
-        Deletion::TargetGroup(arn) => delete_patiently(arn, "ResourceInUse", || async {
-            aws.elbv2(Operation::Elbv2DeleteTargetGroup, |c| {
-                c.delete_target_group().target_group_arn(arn).send()
+            .map(drop),
+        Deletion::TargetGroup(arn) => {
+            delete_patiently(arn, "ResourceInUse", || async {
+                aws.elbv2(Operation::Elbv2DeleteTargetGroup, |c| {
+                    c.delete_target_group().target_group_arn(arn).send()
+                })
+                .await
+                .map(drop)
             })
             .await
-            .map(|_| ())
-        })
-        .await
-        .map_err(aws_err),
-        Deletion::SecurityGroup(id) => delete_patiently(id, "DependencyViolation", || {
-            elb::io::delete_owned_group(aws, id)
-        })
-        .await
-        .map_err(aws_err),
-        Deletion::Route { table, destination } => aws
-            .delete_route(table, *destination)
+        }
+        Deletion::SecurityGroup(id) => {
+            delete_patiently(id, "DependencyViolation", || {
+                elb::io::delete_owned_group(aws, id)
+            })
             .await
-            .map_err(|e| e.to_string()),
-    }
+        }
+        Deletion::Route { table, destination } => {
+            return (aws.delete_route(table, *destination).await).map_err(|e| e.to_string());
+        }
+    };
+    done.map_err(|e| e.to_string())
 }
 
 /// Runs a delete, retrying `in_use` (`ResourceInUse` for a target group,

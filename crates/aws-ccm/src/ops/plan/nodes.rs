@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::{Section, step};
+use super::Section;
 use crate::controllers::cached_node::Node;
 use crate::controllers::node::identity::{Lookup, lookup_for_node};
 use crate::controllers::node::lookups::{SweepIndex, resolve_all};
@@ -20,23 +20,22 @@ use crate::controllers::node::plan::{
 };
 use crate::controllers::node_lifecycle::{Decision, SHUTDOWN_TAINT, decisions};
 use crate::ops::Context;
+use crate::options::controller_names::ControllerName;
 use crate::provider::instances::{Instance, InstanceState};
 
-/// Which node controllers the CCM would run.
-pub(in crate::ops) struct Run {
-    pub cloud_node: bool,
-    pub lifecycle: bool,
-}
-
-/// The `nodes` section.
-pub(in crate::ops) async fn section(ctx: &Context, nodes: &[Arc<Node>], run: Run) -> Section {
+/// The `nodes` section, when the CCM would run a node controller.
+pub(in crate::ops) async fn section(ctx: &Context, nodes: &[Arc<Node>]) -> Option<Section> {
+    let runs = |name| ctx.validated.controllers.contains(&name);
+    let cloud_node = runs(ControllerName::CloudNode);
+    let lifecycle = runs(ControllerName::CloudNodeLifecycle);
+    if !cloud_node && !lifecycle {
+        return None;
+    }
     let mut section = Section::new("nodes".into());
-    if run.cloud_node
-        && let Err(note) = cloud_node_steps(ctx, nodes, &mut section).await
-    {
+    if cloud_node && let Err(note) = cloud_node_steps(ctx, nodes, &mut section).await {
         section.fails(note);
     }
-    if run.lifecycle {
+    if lifecycle {
         let (decided, answered) = decisions(&ctx.aws, &ctx.cluster_id, nodes.to_vec()).await;
         if !answered {
             section
@@ -46,7 +45,7 @@ pub(in crate::ops) async fn section(ctx: &Context, nodes: &[Arc<Node>], run: Run
             lifecycle_step(&node, decision, &mut section);
         }
     }
-    section
+    Some(section)
 }
 
 /// Initialization of tainted nodes, label twins and addresses of the others.
@@ -80,24 +79,20 @@ async fn cloud_node_steps(
                 i
             }
             Some(Err(e)) => {
-                section
-                    .notes
-                    .push(format!("node {name}: looking up {key} failed: {e}"));
+                section.note(format!("node {name}: looking up {key} failed: {e}"));
                 continue;
             }
             _ if is_uninitialized(node) => {
                 let note = format!("node {name}: no instance found by {key}; it stays tainted");
-                section.notes.push(note);
+                section.note(note);
                 continue;
             }
             _ => continue,
         };
         if is_uninitialized(node) {
             match plan_initialization(node, instance, &cx) {
-                Ok(plan) => section.steps.push(step("~", init_text(&name, &plan), &[])),
-                Err(e) => section
-                    .notes
-                    .push(format!("node {name}: stays tainted: {e}")),
+                Ok(plan) => section.step("~", init_text(&name, &plan), &[]),
+                Err(e) => section.note(format!("node {name}: stays tainted: {e}")),
             }
         } else {
             refresh_steps(&name, node, instance, &cx, section);
@@ -118,7 +113,7 @@ fn refresh_steps(
     let twins = plan_label_twins(node);
     if !twins.is_empty() {
         let what = format!("node {name}: labels {}", pairs(&twins));
-        section.steps.push(step("~", what, &[]));
+        section.step("~", what, &[]);
     }
     // As the refresh: a terminated instance has no addresses to report.
     if matches!(
@@ -135,10 +130,10 @@ fn refresh_steps(
                 format_addresses(&was.unwrap_or_default()),
                 format_addresses(&addresses)
             );
-            section.steps.push(step("~", what, &[]));
+            section.step("~", what, &[]);
         }
         Ok(None) => {}
-        Err(e) => section.notes.push(format!("node {name}: addresses: {e}")),
+        Err(e) => section.note(format!("node {name}: addresses: {e}")),
     }
 }
 
@@ -184,9 +179,9 @@ fn lifecycle_step(node: &Node, decision: Decision, section: &mut Section) {
             let note = format!(
                 "node {name}: NotReady and no instance found by its name (no providerID); kept, as the Go CCM keeps it"
             );
-            section.notes.push(note);
+            section.note(note);
             return;
         }
     };
-    section.steps.push(step(symbol, what, &[]));
+    section.step(symbol, what, &[]);
 }
