@@ -117,7 +117,10 @@ fn ccm_options(mut options: Options) -> anyhow::Result<aws_ccm::options::Validat
 
 async fn run_orphans(args: OrphansArgs) -> anyhow::Result<ExitCode> {
     let ctx = Context::connect(ccm_options(args.ccm)?).await?;
-    let scope = ctx.orphan_scope();
+    let scope = orphans::Scope {
+        cluster_id: ctx.cluster_id.clone(),
+        routes: ctx.route_scope(),
+    };
     let live = orphans::Live::read(&ctx.kube).await?;
     let found = orphans::find(&ctx.aws, &live, &scope).await?;
     let now = chrono::Utc::now();
@@ -189,11 +192,8 @@ async fn run_plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
 
 async fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
     use aws_ccm::ops::doctor;
-    let opts = doctor::DoctorOptions {
-        role_arn: args.role_arn,
-    };
     let report = match Context::connect(ccm_options(args.ccm)?).await {
-        Ok(ctx) => doctor::run(&ctx, &opts).await,
+        Ok(ctx) => doctor::run(&ctx, args.role_arn.as_deref()).await,
         Err(e) => doctor::unreachable(&e),
     };
     match args.output {

@@ -76,14 +76,6 @@ impl Context {
             cluster_cidrs: v.cluster_cidrs.clone()?,
         })
     }
-
-    /// The orphan audit's scope for this cluster.
-    pub fn orphan_scope(&self) -> orphans::Scope {
-        orphans::Scope {
-            cluster_id: self.cluster_id.clone(),
-            routes: self.route_scope(),
-        }
-    }
 }
 
 /// Output format of a subcommand (`-o`).

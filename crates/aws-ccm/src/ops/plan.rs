@@ -254,9 +254,7 @@ async fn deletion_steps(
             for other in sg::io::referencing(aws, vpc, &g.id).await? {
                 if other.id != g.id && other.ingress.contains(&rule) {
                     let what = format!("rule of node group {} admitting {}", other.id, g.id);
-                    section
-                        .steps
-                        .push(step("-", what, &["RevokeSecurityGroupIngress"]));
+                    section.step("-", what, &["RevokeSecurityGroupIngress"]);
                 }
             }
         }

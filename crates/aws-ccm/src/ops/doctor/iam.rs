@@ -8,13 +8,13 @@ use k8s_openapi::api::core::v1::ServiceAccount;
 use kube::Api;
 
 use super::simulation::{self, IRSA_ANNOTATION, Principal, SERVICE_ACCOUNT};
-use super::{Check, Context, DoctorOptions};
+use super::{Check, Context};
 use crate::aws::Operation;
 use crate::controllers::permission_check::scope_for;
 use crate::provider::permissions::{PermissionCheck, Verdict};
 
 /// The self-check's lines, then the ELB writes' by simulation.
-pub async fn checks(ctx: &Context, opts: &DoctorOptions) -> Vec<Check> {
+pub async fn checks(ctx: &Context, role_arn: Option<&str>) -> Vec<Check> {
     let mut out = dry_run_checks(ctx).await;
     if ctx.cluster_id.is_empty() {
         out.push(
@@ -23,7 +23,7 @@ pub async fn checks(ctx: &Context, opts: &DoctorOptions) -> Vec<Check> {
         );
         return out;
     }
-    match principal(ctx, opts).await {
+    match principal(ctx, role_arn).await {
         Ok(principal) => out.extend(simulation::checks(ctx, &principal).await),
         Err(why) => out.push(Check::of("iam", "the CCM's ELB writes").warn(
             format!("not checked: no principal to simulate ({why})"),
@@ -34,8 +34,8 @@ pub async fn checks(ctx: &Context, opts: &DoctorOptions) -> Vec<Check> {
 }
 
 /// The principal whose ELB writes are simulated (see [`simulation`]).
-async fn principal(ctx: &Context, opts: &DoctorOptions) -> Result<Principal, String> {
-    if let Some(flag) = opts.role_arn.as_deref() {
+async fn principal(ctx: &Context, role_arn: Option<&str>) -> Result<Principal, String> {
+    if let Some(flag) = role_arn {
         return simulation::choose_principal(Some(flag), Ok(None), Err("not asked".to_string()));
     }
     let (namespace, name) = SERVICE_ACCOUNT;

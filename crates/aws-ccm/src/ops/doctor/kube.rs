@@ -181,15 +181,13 @@ pub const CCM_NEEDS: &[Need] = &[
 /// The review's attributes of one need, with the options' Lease.
 pub fn attributes(need: &Need, opts: &crate::options::Options) -> ResourceAttributes {
     let (verb, group, resource, subresource, place) = *need;
+    let lease_ns = || Some(opts.leader_elect_resource_namespace.clone());
     let (namespace, name) = match place {
         Place::Cluster => (None, None),
-        Place::LeaseNamespace => (Some(opts.leader_elect_resource_namespace.clone()), None),
-        Place::Lease => (
-            Some(opts.leader_elect_resource_namespace.clone()),
-            Some(opts.leader_elect_resource_name.clone()),
-        ),
+        Place::LeaseNamespace => (lease_ns(), None),
+        Place::Lease => (lease_ns(), Some(opts.leader_elect_resource_name.clone())),
         Place::TargetRecord => (
-            Some(opts.leader_elect_resource_namespace.clone()),
+            lease_ns(),
             Some(crate::target_record::configmap_name(
                 &opts.leader_elect_resource_name,
             )),
@@ -271,16 +269,11 @@ pub async fn rbac_checks(ctx: &Context) -> Vec<Check> {
 pub fn ipam_check(ctx: &Context, nodes: &[Node]) -> Check {
     let v = &ctx.validated;
     let check = Check::of("kubernetes", "one pod CIDR allocator");
-    let config = match &v.node_cidr_allocation {
-        Some(c)
-            if v.options.allocate_node_cidrs
-                && v.controllers.contains(&ControllerName::NodeIpam) =>
-        {
-            c
-        }
-        _ => {
-            return check.skip("node IPAM is off (it needs --allocate-node-cidrs=true and nodeipam in --controllers)");
-        }
+    let runs = v.options.allocate_node_cidrs && v.controllers.contains(&ControllerName::NodeIpam);
+    let Some(config) = v.node_cidr_allocation.as_ref().filter(|_| runs) else {
+        return check.skip(
+            "node IPAM is off (it needs --allocate-node-cidrs=true and nodeipam in --controllers)",
+        );
     };
     let (other, overlaps) = node_ipam::start_up_signs(config, nodes);
     if let Some(other) = other {
@@ -311,10 +304,8 @@ pub fn ipam_check(ctx: &Context, nodes: &[Node]) -> Check {
 /// The leader Lease: its holder, and how long ago it was renewed.
 pub async fn lease_check(ctx: &Context, now: Timestamp) -> Check {
     let o = &ctx.validated.options;
-    let (ns, name) = (
-        &o.leader_elect_resource_namespace,
-        &o.leader_elect_resource_name,
-    );
+    let ns = &o.leader_elect_resource_namespace;
+    let name = &o.leader_elect_resource_name;
     let check = Check::of("kubernetes", format!("leader Lease {ns}/{name}"));
     if !o.leader_elect {
         return check.skip("--leader-elect=false");

@@ -129,16 +129,10 @@ impl Report {
     }
 }
 
-/// Doctor's own options (the rest are the CCM's).
-#[derive(Clone, Debug, Default)]
-pub struct DoctorOptions {
-    /// The CCM's role, whose ELB writes IAM's simulator checks; when `None`,
-    /// the ServiceAccount's IRSA annotation, else the caller's identity.
-    pub role_arn: Option<String>,
-}
-
-/// Runs every check against the cluster and AWS of `ctx`.
-pub async fn run(ctx: &Context, opts: &DoctorOptions) -> Report {
+/// Runs every check against the cluster and AWS of `ctx`. `role_arn` is
+/// the CCM's role, whose ELB writes IAM's simulator checks; when `None`,
+/// the ServiceAccount's IRSA annotation, else the caller's identity.
+pub async fn run(ctx: &Context, role_arn: Option<&str>) -> Report {
     let mut checks = identity::checks(ctx).await;
     let nodes = match kube::list_nodes(&ctx.kube).await {
         Ok(nodes) => nodes,
@@ -156,7 +150,7 @@ pub async fn run(ctx: &Context, opts: &DoctorOptions) -> Report {
     checks.extend(cloud::subnet_checks(ctx, &found).await);
     checks.extend(cloud::route_table_checks(ctx, &found).await);
     checks.extend(cloud::security_group_checks(ctx, &found).await);
-    checks.extend(iam::checks(ctx, opts).await);
+    checks.extend(iam::checks(ctx, role_arn).await);
     checks.extend(kube::node_checks(&nodes, now));
     checks.extend(kube::rbac_checks(ctx).await);
     checks.push(kube::ipam_check(ctx, &nodes));
