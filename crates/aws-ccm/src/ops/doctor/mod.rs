@@ -68,45 +68,41 @@ pub struct Check {
 }
 
 impl Check {
+    /// The check of `name` in `section`; its verdict follows
+    /// ([`Check::pass`], [`Check::skip`], [`Check::warn`], [`Check::fail`]).
     pub fn of(section: &'static str, name: impl Into<String>) -> CheckBuilder {
-        CheckBuilder {
-            section,
-            name: name.into(),
-        }
+        CheckBuilder(section, name.into())
     }
 }
 
 /// [`Check::of`]`(section, name)` then the verdict.
-pub struct CheckBuilder {
-    section: &'static str,
-    name: String,
-}
+pub struct CheckBuilder(&'static str, String);
 
 impl CheckBuilder {
-    fn with(self, status: Status, detail: String, fix: Option<String>) -> Check {
+    fn with(self, status: Status, detail: impl Into<String>, fix: Option<String>) -> Check {
         Check {
-            section: self.section,
-            name: self.name,
+            section: self.0,
+            name: self.1,
             status,
-            detail,
+            detail: detail.into(),
             fix,
         }
     }
 
     pub fn pass(self, detail: impl Into<String>) -> Check {
-        self.with(Status::Pass, detail.into(), None)
+        self.with(Status::Pass, detail, None)
     }
 
     pub fn skip(self, detail: impl Into<String>) -> Check {
-        self.with(Status::Skip, detail.into(), None)
+        self.with(Status::Skip, detail, None)
     }
 
     pub fn warn(self, detail: impl Into<String>, fix: impl Into<String>) -> Check {
-        self.with(Status::Warn, detail.into(), Some(fix.into()))
+        self.with(Status::Warn, detail, Some(fix.into()))
     }
 
     pub fn fail(self, detail: impl Into<String>, fix: impl Into<String>) -> Check {
-        self.with(Status::Fail, detail.into(), Some(fix.into()))
+        self.with(Status::Fail, detail, Some(fix.into()))
     }
 }
 
