@@ -135,13 +135,10 @@ async fn run_orphans(args: OrphansArgs) -> anyhow::Result<ExitCode> {
         eprintln!("nothing deleted");
         return Ok(ExitCode::FAILURE);
     }
-    let failed = orphans::delete(&ctx.aws, &found, |o, outcome| {
-        let line = match outcome {
-            Outcome::Deleted => format!("deleted {} {}", o.kind.as_str(), o.id),
-            Outcome::NotOwned => format!("kept {} {} (not tagged owned)", o.kind.as_str(), o.id),
-            Outcome::Failed(e) => format!("FAILED to delete {} {}: {e}", o.kind.as_str(), o.id),
-        };
-        eprintln!("{line}");
+    let failed = orphans::delete(&ctx.aws, &found, |o, outcome| match outcome {
+        Outcome::Deleted => eprintln!("deleted {} {}", o.kind.as_str(), o.id),
+        Outcome::NotOwned => eprintln!("kept {} {} (not tagged owned)", o.kind.as_str(), o.id),
+        Outcome::Failed(e) => eprintln!("FAILED to delete {} {}: {e}", o.kind.as_str(), o.id),
     })
     .await;
     Ok(exit_code(failed > 0))
