@@ -137,11 +137,9 @@ impl NodeInstances {
 /// Per zone holding nodes, for internet-facing and internal load balancers:
 /// the subnet a sync would choose (the same `subnets::discover_with_fallback`).
 pub async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
+    let check = Check::of("subnets", "load balancer subnets");
     let Some(vpc) = found.vpc(ctx) else {
-        return vec![
-            Check::of("subnets", "load balancer subnets")
-                .skip("no VPC: no Node's instance was found and cloud.conf sets no VPC"),
-        ];
+        return vec![check.skip("no VPC: no Node's instance was found and cloud.conf sets no VPC")];
     };
     let read = async {
         let subnets = subnets::vpc_subnets(&ctx.aws, &vpc).await?;
@@ -151,7 +149,7 @@ pub async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let (all, zones) = match read.await {
         Ok(x) => x,
         Err(e) => {
-            return vec![Check::of("subnets", "load balancer subnets").fail(
+            return vec![check.fail(
                 format!("reading the subnets of {vpc} failed: {e}"),
                 "grant ec2:DescribeSubnets, ec2:DescribeRouteTables and ec2:DescribeAvailabilityZones",
             )];
