@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{Check, Context, first, node_name};
+use kube::ResourceExt;
+
+use super::{Check, Context, first};
 use crate::aws::subnets::{self, Subnet};
 use crate::aws::{Ec2Instance, Operation, security_groups as sg, tags};
 use crate::controllers::cached_node::Node;
@@ -50,13 +52,13 @@ impl NodeInstances {
                 Ok(None) => out.without_provider_id += 1,
                 Err(e) => out.problems.push((
                     e.to_string(),
-                    format!("fix the kubelet's --provider-id on {}", node_name(node)),
+                    format!("fix the kubelet's --provider-id on {}", node.name_any()),
                 )),
                 Ok(Some(id)) => match swept.get(&id) {
                     Some(i) if !i.state.is_terminated() => {
                         out.live.insert(id, i.clone());
                     }
-                    _ => out.look_up(ctx, node_name(node), &id).await,
+                    _ => out.look_up(ctx, &node.name_any(), &id).await,
                 },
             }
         }

@@ -10,10 +10,10 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
 use kube::api::{ListParams, PostParams};
+use kube::{Api, ResourceExt};
 
-use super::{Check, Context, first, node_name};
+use super::{Check, Context, first};
 use crate::controllers::cached_node::Node;
 use crate::controllers::node::plan::{UNINITIALIZED_TAINT, is_uninitialized};
 use crate::controllers::node_ipam;
@@ -67,7 +67,7 @@ pub fn node_checks(nodes: &[Node], now: Timestamp) -> Vec<Check> {
     let mut out = Vec::new();
     let mut not_external = Vec::new();
     for node in nodes {
-        let name = node_name(node);
+        let name = node.name_any();
         let provider_id = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
         if is_uninitialized(node) {
             let (since, from) = tainted_since(node).unwrap_or((now, "now"));
@@ -86,7 +86,7 @@ pub fn node_checks(nodes: &[Node], now: Timestamp) -> Vec<Check> {
                 check.warn(detail, fix)
             });
         } else if provider_id.is_none_or(str::is_empty) {
-            not_external.push(name.to_string());
+            not_external.push(name);
         }
     }
     if out.is_empty() {

@@ -20,7 +20,6 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::Context;
-use crate::controllers::cached_node::Node;
 
 pub mod cloud;
 pub mod iam;
@@ -200,11 +199,6 @@ pub fn render(report: &Report) -> String {
         report.count(Status::Skip)
     );
     out
-}
-
-/// The Node's name, for messages.
-fn node_name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
 }
 
 /// At most `n` items of a list, then "and N more".
