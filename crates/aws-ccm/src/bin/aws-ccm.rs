@@ -77,23 +77,19 @@ struct OrphansArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(async {
-        match cli.command {
-            Command::Doctor(args) => run_doctor(args).await,
-            Command::Orphans(args) => run_orphans(args).await,
-            Command::Plan(args) => run_plan(args).await,
-        }
+        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"));
+    let result = runtime.and_then(|runtime| {
+        runtime.block_on(async {
+            match cli.command {
+                Command::Doctor(args) => run_doctor(args).await,
+                Command::Orphans(args) => run_orphans(args).await,
+                Command::Plan(args) => run_plan(args).await,
+            }
+        })
     });
     match result {
         Ok(code) => code,

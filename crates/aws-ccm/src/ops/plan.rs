@@ -148,8 +148,7 @@ async fn service_section(
         section.note(format!("taken as the Go CCM takes it: {note}"));
     }
     let refused: Vec<String> = reading.errors.iter().map(ToString::to_string).collect();
-    let exists = has_load_balancer(svc);
-    let Some(scope) = scope(&reading, exists) else {
+    let Some(scope) = scope(&reading, has_load_balancer(svc)) else {
         if refused.is_empty() {
             section.note("held: no load balancer is made for this value".into());
         } else {

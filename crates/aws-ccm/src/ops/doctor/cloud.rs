@@ -75,12 +75,11 @@ impl NodeInstances {
                 ),
             ),
             Ok(i) => {
-                let problem = (
+                self.live.insert(id.to_string(), i);
+                (
                     format!("Node {node}: instance {id} lacks the cluster tag {key}"),
                     format!("aws ec2 create-tags --resources {id} --tags Key={key},Value=owned"),
-                );
-                self.live.insert(id.to_string(), i);
-                problem
+                )
             }
             Err(e) => (
                 format!("Node {node}: no instance {id} in {} ({e})", ctx.region),
