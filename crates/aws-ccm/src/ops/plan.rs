@@ -229,17 +229,22 @@ async fn deletion_steps(
     section: &mut Section,
 ) -> Result<(), crate::aws::AwsError> {
     let aws = &ctx.aws;
-    let owned = |t: &BTreeMap<String, String>| tags::is_owned(t, &ctx.cluster_id);
-    let lacks =
-        |kind: &str| format!("{kind} {name} lacks this cluster's ownership tag: the CCM leaves it");
-    match elb::io::describe(aws, name).await? {
-        Some(lb) if owned(&lb.tags) => section.step(
-            "-",
-            format!("classic ELB {name} ({why})"),
-            &["DeleteLoadBalancer"],
-        ),
-        Some(_) => section.note(lacks("classic ELB")),
-        None => {}
+    // A load balancer of either kind: deleted when this cluster owns it.
+    let load_balancer = |section: &mut Section, kind: &str, lb_tags: &BTreeMap<String, String>| {
+        if tags::is_owned(lb_tags, &ctx.cluster_id) {
+            section.step(
+                "-",
+                format!("{kind} {name} ({why})"),
+                &["DeleteLoadBalancer"],
+            );
+        } else {
+            section.note(format!(
+                "{kind} {name} lacks this cluster's ownership tag: the CCM leaves it"
+            ));
+        }
+    };
+    if let Some(lb) = elb::io::describe(aws, name).await? {
+        load_balancer(section, "classic ELB", &lb.tags);
     }
     let filters = vec![
         crate::aws::instances::filter("group-name", [elb::owned_group_name(name)]),
@@ -266,11 +271,7 @@ async fn deletion_steps(
     // What the delete reads: names, ARNs and tags.
     let lb = nlb::read::describe(aws, name).await?;
     if let Some(lb) = &lb {
-        if owned(&lb.tags) {
-            section.step("-", format!("NLB {name} ({why})"), &["DeleteLoadBalancer"]);
-        } else {
-            section.note(lacks("NLB"));
-        }
+        load_balancer(section, "NLB", &lb.tags);
     }
     let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
     for tg in nlb::read::groups_to_delete(aws, lb_arn, Some(key)).await? {
