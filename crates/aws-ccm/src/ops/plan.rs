@@ -39,7 +39,7 @@ pub struct Step {
 }
 
 /// The plan of one subject: a Service (`namespace/name`) or `routes`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Section {
     pub subject: String,
     pub steps: Vec<Step>,
@@ -55,9 +55,7 @@ impl Section {
     fn new(subject: String) -> Section {
         Section {
             subject,
-            steps: Vec::new(),
-            notes: Vec::new(),
-            would_fail: false,
+            ..Section::default()
         }
     }
 
