@@ -229,14 +229,11 @@ pub struct Simulation {
 }
 
 fn entry(key: &str, kind: ContextKeyTypeEnum, values: &[&str]) -> ContextEntry {
-    values
-        .iter()
-        .fold(
-            ContextEntry::builder()
-                .context_key_name(key)
-                .context_key_type(kind),
-            |b, v| b.context_key_values(*v),
-        )
+    let values = values.iter().map(|v| v.to_string()).collect();
+    ContextEntry::builder()
+        .context_key_name(key)
+        .context_key_type(kind)
+        .set_context_key_values(Some(values))
         .build()
 }
 
