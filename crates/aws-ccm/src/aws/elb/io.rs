@@ -342,13 +342,7 @@ impl Applying<'_> {
 
     /// The ID a group reference stands for.
     fn group(&self, r: &GroupRef) -> Result<String, AwsError> {
-        match r {
-            GroupRef::Id(id) => Ok(id.clone()),
-            GroupRef::Owned => self.owned.clone().ok_or_else(|| AwsError::NotFound {
-                operation: Operation::Ec2CreateSecurityGroup,
-                what: format!("the owned security group of {}", self.name),
-            }),
-        }
+        r.resolve(self.owned.as_ref(), self.name)
     }
 
     fn groups(&self, refs: &[GroupRef]) -> Result<Vec<String>, AwsError> {

@@ -8,6 +8,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::security_groups::{self as sg, Rule};
+use crate::aws::client::errors::AwsError;
+use crate::aws::client::operations::Operation;
 
 pub const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
 
@@ -103,6 +105,29 @@ impl Attributes {
 pub enum GroupRef {
     Owned,
     Id(String),
+}
+
+impl GroupRef {
+    /// The ID a plan compares: the owned group's is `owned`, or a
+    /// placeholder until the plan's create step makes it.
+    pub fn planned_id(&self, owned: Option<&str>) -> String {
+        match self {
+            GroupRef::Id(id) => id.clone(),
+            GroupRef::Owned => owned.unwrap_or("<owned>").to_string(),
+        }
+    }
+
+    /// The ID a step applies: the owned group's is `owned` once known;
+    /// without it the step of load balancer `lb` cannot run.
+    pub fn resolve(&self, owned: Option<&String>, lb: &str) -> Result<String, AwsError> {
+        match self {
+            GroupRef::Id(id) => Ok(id.clone()),
+            GroupRef::Owned => owned.cloned().ok_or_else(|| AwsError::NotFound {
+                operation: Operation::Ec2CreateSecurityGroup,
+                what: format!("the owned security group of {lb}"),
+            }),
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -172,13 +172,6 @@ pub fn desired(
     }
 }
 
-pub(super) fn resolve_group(r: &GroupRef, owned: Option<&str>) -> Option<String> {
-    match r {
-        GroupRef::Id(id) => Some(id.clone()),
-        GroupRef::Owned => owned.map(str::to_string),
-    }
-}
-
 /// Pure: the changes that take `actual` to `desired`, in the order to apply
 /// them. Empty when nothing differs.
 pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
@@ -286,7 +279,7 @@ fn current_or_created(
         security_groups: desired
             .groups
             .iter()
-            .filter_map(|g| resolve_group(g, Some(owned_id.unwrap_or("<owned>"))))
+            .map(|g| g.planned_id(owned_id))
             .collect(),
         instances: BTreeSet::new(),
         attributes: Attributes::aws_defaults(),
@@ -366,7 +359,7 @@ fn security_group_changes(
     let want_groups: BTreeSet<String> = desired
         .groups
         .iter()
-        .filter_map(|g| resolve_group(g, Some(owned_id.unwrap_or("<owned>"))))
+        .map(|g| g.planned_id(owned_id))
         .collect();
     let have_groups: BTreeSet<String> = lb.security_groups.iter().cloned().collect();
     if want_groups != have_groups {
@@ -385,14 +378,22 @@ fn tag_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>) {
     {
         want.insert(tags::APPLIED_TAG.to_string(), desired.applied.to_value());
     }
-    let missing_tags: BTreeMap<String, String> = want
-        .iter()
-        .filter(|(k, v)| lb.tags.get(*k) != Some(v) && tags::added_to_existing(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    if !missing_tags.is_empty() {
-        changes.push(Change::AddTags(missing_tags));
+    let missing = missing_tags(&want, &lb.tags);
+    if !missing.is_empty() {
+        changes.push(Change::AddTags(missing));
     }
+}
+
+/// Tags of `want` that `have` lacks or holds with another value, those a
+/// sync adds to an existing load balancer.
+pub(crate) fn missing_tags(
+    want: &BTreeMap<String, String>,
+    have: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    want.iter()
+        .filter(|(k, v)| have.get(*k) != Some(v) && tags::added_to_existing(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// Proxy protocol on every backend port, or on none.
@@ -495,16 +496,7 @@ fn node_ingress_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Ch
 }
 
 fn instance_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>) {
-    let register: BTreeSet<String> = desired
-        .instances
-        .difference(&lb.instances)
-        .cloned()
-        .collect();
-    let deregister: BTreeSet<String> = lb
-        .instances
-        .difference(&desired.instances)
-        .cloned()
-        .collect();
+    let (register, deregister) = delta(&lb.instances, &desired.instances);
     if !register.is_empty() {
         changes.push(Change::RegisterInstances(register));
     }
@@ -572,7 +564,8 @@ pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
     changes
 }
 
-fn scheme(internal: bool) -> &'static str {
+/// A load balancer's scheme as AWS names it.
+pub(crate) fn scheme(internal: bool) -> &'static str {
     if internal {
         "internal"
     } else {

@@ -81,7 +81,7 @@ fn converged(d: &Desired) -> Actual {
             security_groups: d
                 .groups
                 .iter()
-                .filter_map(|g| resolve_group(g, Some("sg-owned")))
+                .map(|g| g.planned_id(Some("sg-owned")))
                 .collect(),
             instances: d.instances.clone(),
             attributes: Attributes {

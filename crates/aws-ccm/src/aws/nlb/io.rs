@@ -143,11 +143,11 @@ impl Applying<'_> {
                 Ok(())
             }
             Change::AuthorizeIngress(rules) => {
-                let id = self.groups(&[GroupRef::Owned])?.remove(0);
+                let id = GroupRef::Owned.resolve(self.owned.as_ref(), self.name)?;
                 sg::io::authorize(self.aws, &id, rules).await
             }
             Change::RevokeIngress(rules) => {
-                let id = self.groups(&[GroupRef::Owned])?.remove(0);
+                let id = GroupRef::Owned.resolve(self.owned.as_ref(), self.name)?;
                 sg::io::revoke(self.aws, &id, rules).await
             }
             Change::SetSecurityGroups(refs) => self.set_security_groups(refs).await,
@@ -203,13 +203,7 @@ impl Applying<'_> {
     /// The IDs group references stand for.
     fn groups(&self, refs: &[GroupRef]) -> Result<Vec<String>, AwsError> {
         refs.iter()
-            .map(|r| match r {
-                GroupRef::Id(id) => Ok(id.clone()),
-                GroupRef::Owned => self.owned.clone().ok_or_else(|| AwsError::NotFound {
-                    operation: Operation::Ec2CreateSecurityGroup,
-                    what: format!("the owned security group of {}", self.name),
-                }),
-            })
+            .map(|r| r.resolve(self.owned.as_ref(), self.name))
             .collect()
     }
 

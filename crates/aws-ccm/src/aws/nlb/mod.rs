@@ -64,13 +64,7 @@ pub fn target_group_name(
         h.update(part.as_bytes());
     }
     let hash = hex::encode(h.finalize());
-    let clean = |s: &str| -> String {
-        s.chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(8)
-            .collect()
-    };
-    format!("k8s-{}-{}-{}", clean(namespace), clean(name), &hash[..10])
+    format!("{}{}", name_prefix(namespace, name), &hash[..10])
 }
 
 /// Upstream's `GetSecurityGroupNameForNLB`: the managed group of an NLB in
@@ -83,13 +77,7 @@ pub fn managed_group_name(cluster_name: &str, namespace: &str, name: &str, uid: 
         h.update(part.as_bytes());
     }
     let hash = hex::encode(h.finalize());
-    let clean = |s: &str| -> String {
-        s.chars()
-            .filter(|c| c.is_ascii_alphanumeric())
-            .take(8)
-            .collect()
-    };
-    format!("k8s-{}-{}-{}", clean(namespace), clean(name), &hash[..10])
+    format!("{}{}", name_prefix(namespace, name), &hash[..10])
 }
 
 /// The managed group's description, as upstream.
@@ -98,6 +86,11 @@ pub const MANAGED_GROUP_DESCRIPTION: &str = "[k8s] Managed SecurityGroup for Loa
 /// `k8s-<ns:8>-<name:8>-`: what every target group of the Service starts with.
 pub fn target_group_prefix(service_key: &str) -> String {
     let (namespace, name) = service_key.split_once('/').unwrap_or(("", service_key));
+    name_prefix(namespace, name)
+}
+
+/// `k8s-<ns:8>-<name:8>-`, each part's first eight ASCII letters and digits.
+fn name_prefix(namespace: &str, name: &str) -> String {
     let clean = |s: &str| -> String {
         s.chars()
             .filter(|c| c.is_ascii_alphanumeric())

@@ -8,21 +8,11 @@ use super::{
     Desired, SubnetMapping, TargetGroup, TgRef,
 };
 use crate::aws::applied::Applied;
-use crate::aws::elb::GroupRef;
+use crate::aws::elb::plan::{missing_tags, scheme};
 use crate::aws::load_balancers::delta;
 use crate::aws::tags;
 
 pub use super::desired::{desired, health_check};
-
-fn missing_tags(
-    want: &BTreeMap<String, String>,
-    have: &BTreeMap<String, String>,
-) -> BTreeMap<String, String> {
-    want.iter()
-        .filter(|(k, v)| have.get(*k) != Some(v) && tags::added_to_existing(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
-}
 
 /// Attributes `want` asks for that `have` lacks; an attribute AWS does not
 /// report counts as its default (`false` for switches, empty otherwise).
@@ -37,14 +27,6 @@ fn attribute_delta(
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
-}
-
-fn scheme(internal: bool) -> &'static str {
-    if internal {
-        "internal"
-    } else {
-        "internet-facing"
-    }
 }
 
 /// Pure: the changes that take `actual` to `desired`, in the order to apply
@@ -63,14 +45,11 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
     if manage_groups {
         owned_group_changes(desired, actual, &mut changes);
     }
-    let owned_id = actual.owned_group.as_ref().map(|g| g.id.clone());
+    let owned_id = actual.owned_group.as_ref().map(|g| g.id.as_str());
     let want_groups: BTreeSet<String> = desired
         .security_groups
         .iter()
-        .map(|g| match g {
-            GroupRef::Id(id) => id.clone(),
-            GroupRef::Owned => owned_id.clone().unwrap_or_else(|| "<owned>".into()),
-        })
+        .map(|g| g.planned_id(owned_id))
         .collect();
     let lb = existing_unless_recreated(desired, actual, cluster_id, &mut changes);
     let fresh = lb.is_none();

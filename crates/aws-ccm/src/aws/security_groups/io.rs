@@ -18,66 +18,48 @@ use crate::aws::instances::filter;
 /// Flattens SDK permissions into rules (IPv4 CIDRs and groups; other source
 /// kinds are not made by this controller and are left alone).
 pub fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
-    let mut out = BTreeSet::new();
-    for p in perms {
-        let protocol = p.ip_protocol().unwrap_or("-1").to_ascii_lowercase();
-        let (from, to) = if protocol == "-1" {
-            (-1, -1)
-        } else {
-            (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1))
-        };
-        for r in p.ip_ranges() {
-            if let Some(net) = r.cidr_ip().and_then(|c| c.parse::<Ipv4Net>().ok()) {
-                out.insert(Rule {
-                    protocol: protocol.clone(),
-                    from,
-                    to,
-                    source: Source::Cidr(net),
-                });
-            }
-        }
-        for g in p.user_id_group_pairs() {
-            if let Some(id) = g.group_id() {
-                out.insert(Rule {
-                    protocol: protocol.clone(),
-                    from,
-                    to,
-                    source: Source::Group(id.to_string()),
-                });
-            }
-        }
-    }
-    out
+    perms
+        .iter()
+        .flat_map(permission_rules)
+        .map(|(rule, _)| rule)
+        .collect()
 }
 
 /// The CIDR rules that carry a description, with it.
 pub fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
-    let mut out = BTreeMap::new();
-    for p in perms {
-        let protocol = p.ip_protocol().unwrap_or("-1").to_ascii_lowercase();
-        let (from, to) = if protocol == "-1" {
-            (-1, -1)
-        } else {
-            (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1))
+    perms
+        .iter()
+        .flat_map(permission_rules)
+        .filter_map(|(rule, range)| Some((rule, range?.description()?.to_string())))
+        .collect()
+}
+
+/// The rules of one permission (its IPv4 CIDRs, then its groups), each
+/// CIDR rule with the range it came from.
+fn permission_rules(p: &IpPermission) -> impl Iterator<Item = (Rule, Option<&IpRange>)> {
+    let protocol = p.ip_protocol().unwrap_or("-1").to_ascii_lowercase();
+    let (from, to) = if protocol == "-1" {
+        (-1, -1)
+    } else {
+        (p.from_port().unwrap_or(-1), p.to_port().unwrap_or(-1))
+    };
+    let cidrs = p.ip_ranges().iter().filter_map(|r| {
+        let net: Ipv4Net = r.cidr_ip()?.parse().ok()?;
+        Some((Source::Cidr(net), Some(r)))
+    });
+    let groups = p
+        .user_id_group_pairs()
+        .iter()
+        .filter_map(|g| Some((Source::Group(g.group_id()?.to_string()), None)));
+    cidrs.chain(groups).map(move |(source, range)| {
+        let rule = Rule {
+            protocol: protocol.clone(),
+            from,
+            to,
+            source,
         };
-        for r in p.ip_ranges() {
-            if let (Some(net), Some(desc)) = (
-                r.cidr_ip().and_then(|c| c.parse::<Ipv4Net>().ok()),
-                r.description(),
-            ) {
-                out.insert(
-                    Rule {
-                        protocol: protocol.clone(),
-                        from,
-                        to,
-                        source: Source::Cidr(net),
-                    },
-                    desc.to_string(),
-                );
-            }
-        }
-    }
-    out
+        (rule, range)
+    })
 }
 
 /// Authorizes CIDR rules with their descriptions (rules with a group source
@@ -90,27 +72,7 @@ pub async fn authorize_described(
     if rules.is_empty() {
         return Ok(());
     }
-    let perms: Vec<IpPermission> = rules
-        .iter()
-        .map(|(r, desc)| {
-            let mut p = IpPermission::builder().ip_protocol(&r.protocol);
-            if r.protocol != "-1" {
-                p = p.from_port(r.from).to_port(r.to);
-            }
-            match &r.source {
-                Source::Cidr(net) => p.ip_ranges(
-                    IpRange::builder()
-                        .cidr_ip(net.to_string())
-                        .description(desc)
-                        .build(),
-                ),
-                Source::Group(id) => {
-                    p.user_id_group_pairs(UserIdGroupPair::builder().group_id(id).build())
-                }
-            }
-            .build()
-        })
-        .collect();
+    let perms = rules.iter().map(|(r, d)| permission(r, Some(d))).collect();
     let done = authorize_permissions(aws, group_id, perms).await;
     let added: BTreeSet<Rule> = rules.keys().cloned().collect();
     let described: BTreeMap<Rule, String> = rules
@@ -175,24 +137,25 @@ async fn authorize_permissions(
 
 /// Rules as SDK permissions, one per rule (AWS merges them).
 pub fn rules_to_sdk(rules: &BTreeSet<Rule>) -> Vec<IpPermission> {
-    rules
-        .iter()
-        .map(|r| {
-            let mut p = IpPermission::builder().ip_protocol(&r.protocol);
-            if r.protocol != "-1" {
-                p = p.from_port(r.from).to_port(r.to);
-            }
-            match &r.source {
-                Source::Cidr(net) => {
-                    p.ip_ranges(IpRange::builder().cidr_ip(net.to_string()).build())
-                }
-                Source::Group(id) => {
-                    p.user_id_group_pairs(UserIdGroupPair::builder().group_id(id).build())
-                }
-            }
-            .build()
-        })
-        .collect()
+    rules.iter().map(|r| permission(r, None)).collect()
+}
+
+/// One rule as an SDK permission; a CIDR source carries `description`.
+fn permission(r: &Rule, description: Option<&String>) -> IpPermission {
+    let mut p = IpPermission::builder().ip_protocol(&r.protocol);
+    if r.protocol != "-1" {
+        p = p.from_port(r.from).to_port(r.to);
+    }
+    match &r.source {
+        Source::Cidr(net) => p.ip_ranges(
+            IpRange::builder()
+                .cidr_ip(net.to_string())
+                .set_description(description.cloned())
+                .build(),
+        ),
+        Source::Group(id) => p.user_id_group_pairs(UserIdGroupPair::builder().group_id(id).build()),
+    }
+    .build()
 }
 
 fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<SecurityGroup> {
