@@ -2,8 +2,12 @@
 //! that apply a plan, each through the one door.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 
 use aws_sdk_elasticloadbalancing::types as elbt;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener, OwnedGroup};
 use crate::aws::client::consistency::{AfterCreate, until_visible};
@@ -11,7 +15,7 @@ use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::client::pages::every_page;
 use crate::aws::security_groups::{self as sg, Rule};
-use crate::aws::tags::Tags;
+use crate::aws::tags::{Tags, key_values};
 use crate::aws::{Aws, AwsClient};
 
 fn build_err(what: &str, e: impl std::fmt::Display) -> AwsError {
@@ -142,20 +146,10 @@ pub async fn tags_by_name(
             })
             .await?;
         for d in res.tag_descriptions() {
-            let Some(name) = d.load_balancer_name() else {
-                continue;
-            };
-            let tags = d
-                .tags()
-                .iter()
-                .map(|t| {
-                    (
-                        t.key().to_string(),
-                        t.value().unwrap_or_default().to_string(),
-                    )
-                })
-                .collect();
-            out.insert(name.to_string(), tags);
+            if let Some(name) = d.load_balancer_name() {
+                let tags = key_values(d.tags().iter().map(|t| (Some(t.key()), t.value())));
+                out.insert(name.to_string(), tags);
+            }
         }
     }
     Ok(out)
@@ -340,6 +334,16 @@ impl Applying<'_> {
         }
     }
 
+    /// One call whose answer the plan does not need.
+    async fn call<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<(), AwsError>
+    where
+        F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.aws.elb(op, f).await.map(drop)
+    }
+
     /// The ID a group reference stands for.
     fn group(&self, r: &GroupRef) -> Result<String, AwsError> {
         r.resolve(self.owned.as_ref(), self.name)
@@ -357,19 +361,16 @@ impl Applying<'_> {
 
     async fn delete_lb(&self) -> Result<(), AwsError> {
         let name = self.name;
-        let deleted = self
-            .aws
-            .elb(Operation::ElbDeleteLoadBalancer, |c| {
-                c.delete_load_balancer().load_balancer_name(name).send()
-            })
-            .await;
-        match deleted {
+        let deleted = self.call(Operation::ElbDeleteLoadBalancer, |c| {
+            c.delete_load_balancer().load_balancer_name(name).send()
+        });
+        match deleted.await {
             // The answer was lost: done if the load balancer is gone.
             Err(e) if e.may_have_been_applied() => match describe(self.aws, name).await? {
                 None => Ok(()),
                 Some(_) => Err(e),
             },
-            other => other.map(|_| ()),
+            other => other,
         }
     }
 
@@ -416,92 +417,73 @@ impl Applying<'_> {
     }
 
     async fn delete_listeners(&self, ports: &[i32]) -> Result<(), AwsError> {
-        let name = self.name;
-        self.aws
-            .elb(Operation::ElbDeleteLoadBalancerListeners, |c| {
-                c.delete_load_balancer_listeners()
-                    .load_balancer_name(name)
-                    .set_load_balancer_ports(Some(ports.to_vec()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbDeleteLoadBalancerListeners, |c| {
+            c.delete_load_balancer_listeners()
+                .load_balancer_name(self.name)
+                .set_load_balancer_ports(Some(ports.to_vec()))
+                .send()
+        })
+        .await
     }
 
     async fn create_listeners(&self, listeners: &[Listener]) -> Result<(), AwsError> {
-        let name = self.name;
         let listeners = listeners
             .iter()
             .map(to_sdk_listener)
             .collect::<Result<Vec<_>, _>>()?;
-        match self
-            .aws
-            .elb(Operation::ElbCreateLoadBalancerListeners, |c| {
-                c.create_load_balancer_listeners()
-                    .load_balancer_name(name)
-                    .set_listeners(Some(listeners.clone()))
-                    .send()
-            })
-            .await
-        {
+        let created = self.call(Operation::ElbCreateLoadBalancerListeners, |c| {
+            c.create_load_balancer_listeners()
+                .load_balancer_name(self.name)
+                .set_listeners(Some(listeners.clone()))
+                .send()
+        });
+        match created.await {
             // The attempt whose answer was lost made these listeners.
             Err(e) if e.applied_before_answer_lost() => Ok(()),
-            other => other.map(|_| ()),
+            other => other,
         }
     }
 
     async fn attach_subnets(&self, s: &BTreeSet<String>) -> Result<(), AwsError> {
-        let name = self.name;
-        self.aws
-            .elb(Operation::ElbAttachLoadBalancerToSubnets, |c| {
-                c.attach_load_balancer_to_subnets()
-                    .load_balancer_name(name)
-                    .set_subnets(Some(s.iter().cloned().collect()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbAttachLoadBalancerToSubnets, |c| {
+            c.attach_load_balancer_to_subnets()
+                .load_balancer_name(self.name)
+                .set_subnets(Some(s.iter().cloned().collect()))
+                .send()
+        })
+        .await
     }
 
     async fn detach_subnets(&self, s: &BTreeSet<String>) -> Result<(), AwsError> {
-        let name = self.name;
-        self.aws
-            .elb(Operation::ElbDetachLoadBalancerFromSubnets, |c| {
-                c.detach_load_balancer_from_subnets()
-                    .load_balancer_name(name)
-                    .set_subnets(Some(s.iter().cloned().collect()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbDetachLoadBalancerFromSubnets, |c| {
+            c.detach_load_balancer_from_subnets()
+                .load_balancer_name(self.name)
+                .set_subnets(Some(s.iter().cloned().collect()))
+                .send()
+        })
+        .await
     }
 
     async fn apply_groups(&self, groups: &[GroupRef]) -> Result<(), AwsError> {
-        let name = self.name;
         let groups = self.groups(groups)?;
-        self.aws
-            .elb(Operation::ElbApplySecurityGroupsToLoadBalancer, |c| {
-                c.apply_security_groups_to_load_balancer()
-                    .load_balancer_name(name)
-                    .set_security_groups(Some(groups.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbApplySecurityGroupsToLoadBalancer, |c| {
+            c.apply_security_groups_to_load_balancer()
+                .load_balancer_name(self.name)
+                .set_security_groups(Some(groups.clone()))
+                .send()
+        })
+        .await
     }
 
     async fn add_tags(&self, tags: &BTreeMap<String, String>) -> Result<(), AwsError> {
-        let name = self.name;
         let tags = to_sdk_tags(tags)?;
-        self.aws
-            .elb(Operation::ElbAddTags, |c| {
-                c.add_tags()
-                    .load_balancer_names(name)
-                    .set_tags(Some(tags.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbAddTags, |c| {
+            c.add_tags()
+                .load_balancer_names(self.name)
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await
     }
 
     /// A policy that already exists (an earlier, interrupted sync) is fine.
@@ -511,7 +493,6 @@ impl Applying<'_> {
         type_name: &str,
         attributes: &[(String, String)],
     ) -> Result<(), AwsError> {
-        let name = self.name;
         let attrs: Vec<elbt::PolicyAttribute> = attributes
             .iter()
             .map(|(k, v)| {
@@ -521,18 +502,15 @@ impl Applying<'_> {
                     .build()
             })
             .collect();
-        let result = self
-            .aws
-            .elb(Operation::ElbCreateLoadBalancerPolicy, |c| {
-                c.create_load_balancer_policy()
-                    .load_balancer_name(name)
-                    .policy_name(policy)
-                    .policy_type_name(type_name)
-                    .set_policy_attributes(Some(attrs.clone()))
-                    .send()
-            })
-            .await;
-        match result {
+        let result = self.call(Operation::ElbCreateLoadBalancerPolicy, |c| {
+            c.create_load_balancer_policy()
+                .load_balancer_name(self.name)
+                .policy_name(policy)
+                .policy_type_name(type_name)
+                .set_policy_attributes(Some(attrs.clone()))
+                .send()
+        });
+        match result.await {
             Err(e) if !e.is_already_exists() => Err(e),
             _ => Ok(()),
         }
@@ -543,17 +521,14 @@ impl Applying<'_> {
         instance_port: i32,
         policies: &[String],
     ) -> Result<(), AwsError> {
-        let name = self.name;
-        self.aws
-            .elb(Operation::ElbSetLoadBalancerPoliciesForBackendServer, |c| {
-                c.set_load_balancer_policies_for_backend_server()
-                    .load_balancer_name(name)
-                    .instance_port(instance_port)
-                    .set_policy_names(Some(policies.to_vec()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbSetLoadBalancerPoliciesForBackendServer, |c| {
+            c.set_load_balancer_policies_for_backend_server()
+                .load_balancer_name(self.name)
+                .instance_port(instance_port)
+                .set_policy_names(Some(policies.to_vec()))
+                .send()
+        })
+        .await
     }
 
     async fn set_listener_policies(
@@ -561,21 +536,17 @@ impl Applying<'_> {
         lb_port: i32,
         policies: &[String],
     ) -> Result<(), AwsError> {
-        let name = self.name;
-        self.aws
-            .elb(Operation::ElbSetLoadBalancerPoliciesOfListener, |c| {
-                c.set_load_balancer_policies_of_listener()
-                    .load_balancer_name(name)
-                    .load_balancer_port(lb_port)
-                    .set_policy_names(Some(policies.to_vec()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbSetLoadBalancerPoliciesOfListener, |c| {
+            c.set_load_balancer_policies_of_listener()
+                .load_balancer_name(self.name)
+                .load_balancer_port(lb_port)
+                .set_policy_names(Some(policies.to_vec()))
+                .send()
+        })
+        .await
     }
 
     async fn configure_health_check(&self, h: &HealthCheck) -> Result<(), AwsError> {
-        let name = self.name;
         let hc = elbt::HealthCheck::builder()
             .target(&h.target)
             .interval(h.interval)
@@ -584,57 +555,46 @@ impl Applying<'_> {
             .unhealthy_threshold(h.unhealthy_threshold)
             .build()
             .map_err(|e| build_err("health check", e))?;
-        self.aws
-            .elb(Operation::ElbConfigureHealthCheck, |c| {
-                c.configure_health_check()
-                    .load_balancer_name(name)
-                    .health_check(hc.clone())
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbConfigureHealthCheck, |c| {
+            c.configure_health_check()
+                .load_balancer_name(self.name)
+                .health_check(hc.clone())
+                .send()
+        })
+        .await
     }
 
     async fn modify_attributes(&self, a: &Attributes) -> Result<(), AwsError> {
-        let name = self.name;
         let attrs = to_sdk_attributes(a)?;
-        self.aws
-            .elb(Operation::ElbModifyLoadBalancerAttributes, |c| {
-                c.modify_load_balancer_attributes()
-                    .load_balancer_name(name)
-                    .load_balancer_attributes(attrs.clone())
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbModifyLoadBalancerAttributes, |c| {
+            c.modify_load_balancer_attributes()
+                .load_balancer_name(self.name)
+                .load_balancer_attributes(attrs.clone())
+                .send()
+        })
+        .await
     }
 
     async fn register(&self, ids: &BTreeSet<String>) -> Result<(), AwsError> {
-        let name = self.name;
         let list = instances(ids);
-        self.aws
-            .elb(Operation::ElbRegisterInstancesWithLoadBalancer, |c| {
-                c.register_instances_with_load_balancer()
-                    .load_balancer_name(name)
-                    .set_instances(Some(list.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbRegisterInstancesWithLoadBalancer, |c| {
+            c.register_instances_with_load_balancer()
+                .load_balancer_name(self.name)
+                .set_instances(Some(list.clone()))
+                .send()
+        })
+        .await
     }
 
     async fn deregister(&self, ids: &BTreeSet<String>) -> Result<(), AwsError> {
-        let name = self.name;
         let list = instances(ids);
-        self.aws
-            .elb(Operation::ElbDeregisterInstancesFromLoadBalancer, |c| {
-                c.deregister_instances_from_load_balancer()
-                    .load_balancer_name(name)
-                    .set_instances(Some(list.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::ElbDeregisterInstancesFromLoadBalancer, |c| {
+            c.deregister_instances_from_load_balancer()
+                .load_balancer_name(self.name)
+                .set_instances(Some(list.clone()))
+                .send()
+        })
+        .await
     }
 }
 

@@ -193,7 +193,7 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
         changes.push(Change::ModifyAttributes(desired.attributes.clone()));
     }
     node_ingress_changes(desired, actual, &mut changes);
-    instance_changes(desired, &lb, &mut changes);
+    instance_changes(&lb.instances, &desired.instances, &mut changes);
     retired_owned_group_changes(desired, actual, &mut changes);
     changes
 }
@@ -495,8 +495,14 @@ fn node_ingress_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Ch
     }
 }
 
-fn instance_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>) {
-    let (register, deregister) = delta(&lb.instances, &desired.instances);
+/// Registers the instances `want` adds to `have`, then deregisters those
+/// it drops: at most one step each.
+pub(crate) fn instance_changes(
+    have: &BTreeSet<String>,
+    want: &BTreeSet<String>,
+    changes: &mut Vec<Change>,
+) {
+    let (register, deregister) = delta(have, want);
     if !register.is_empty() {
         changes.push(Change::RegisterInstances(register));
     }

@@ -25,6 +25,7 @@ use parking_lot::Mutex;
 
 use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerSpec};
 use crate::aws::instances::Shared;
+use crate::aws::nlb::plan::target_changes;
 use crate::aws::{AwsClient, AwsError, Ec2Instance, Operation, elb, nlb};
 
 /// The security groups of each backend, as sets of group IDs: equal sets
@@ -172,14 +173,8 @@ impl AwsLoadBalancers {
         let want: BTreeSet<String> = backends.iter().map(|i| i.id.clone()).collect();
         let changes = match &known.lb {
             KnownLb::Classic { name, instances } => {
-                let (add, remove) = delta(instances, &want);
                 let mut steps = Vec::new();
-                if !add.is_empty() {
-                    steps.push(elb::Change::RegisterInstances(add));
-                }
-                if !remove.is_empty() {
-                    steps.push(elb::Change::DeregisterInstances(remove));
-                }
+                elb::plan::instance_changes(instances, &want, &mut steps);
                 let none = elb::Actual::default();
                 elb::io::apply(&self.aws, name, None, &none, &steps).await?;
                 self.record_classic_instances(&req.uid, &known, want);
@@ -189,7 +184,7 @@ impl AwsLoadBalancers {
                 let mut steps = Vec::new();
                 for (arn, port) in groups {
                     let have = registered(&self.aws, arn, *port).await?;
-                    nlb_steps(arn, *port, &have, &want, &mut steps);
+                    target_changes(arn, *port, &have, &want, &mut steps);
                 }
                 let none = nlb::Actual::default();
                 self.apply_nlb(name, "", &none, &steps).await?;
@@ -205,32 +200,6 @@ impl AwsLoadBalancers {
             changes,
             warnings: Vec::new(),
         }))
-    }
-}
-
-/// Register, then deregister (the group never goes empty while nodes are
-/// replaced): at most one step each.
-fn nlb_steps(
-    arn: &str,
-    port: i32,
-    have: &BTreeSet<String>,
-    want: &BTreeSet<String>,
-    steps: &mut Vec<nlb::Change>,
-) {
-    let (add, remove) = delta(have, want);
-    if !add.is_empty() {
-        steps.push(nlb::Change::RegisterTargets {
-            target_group: nlb::TgRef::Arn(arn.to_string()),
-            port,
-            instances: add,
-        });
-    }
-    if !remove.is_empty() {
-        steps.push(nlb::Change::DeregisterTargets {
-            arn: arn.to_string(),
-            port,
-            instances: remove,
-        });
     }
 }
 
@@ -254,7 +223,7 @@ mod tests {
     #[test]
     fn nlb_steps_are_one_register_and_one_deregister_per_group_at_most() {
         let mut steps = Vec::new();
-        nlb_steps(
+        target_changes(
             "arn:tg",
             30080,
             &set(&["i-1", "i-2"]),
@@ -277,7 +246,7 @@ mod tests {
             ]
         );
         let mut none = Vec::new();
-        nlb_steps("arn:tg", 1, &set(&["i-1"]), &set(&["i-1"]), &mut none);
+        target_changes("arn:tg", 1, &set(&["i-1"]), &set(&["i-1"]), &mut none);
         assert!(none.is_empty());
     }
 

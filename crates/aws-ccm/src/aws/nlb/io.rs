@@ -2,8 +2,12 @@
 //! door. The reads are in [`super::read`].
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 
 use aws_sdk_elasticloadbalancingv2::types as t;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use aws_smithy_runtime_api::client::result::SdkError;
+use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::{
     Actual, Change, HealthCheck, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef,
@@ -200,6 +204,16 @@ impl Applying<'_> {
         }
     }
 
+    /// One call whose answer the plan does not need.
+    async fn call<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<(), AwsError>
+    where
+        F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        self.aws.elbv2(op, f).await.map(drop)
+    }
+
     /// The IDs group references stand for.
     fn groups(&self, refs: &[GroupRef]) -> Result<Vec<String>, AwsError> {
         refs.iter()
@@ -233,25 +247,20 @@ impl Applying<'_> {
     async fn set_security_groups(&self, refs: &[GroupRef]) -> Result<(), AwsError> {
         let arn = self.lb()?;
         let groups = self.groups(refs)?;
-        self.aws
-            .elbv2(Operation::Elbv2SetSecurityGroups, |c| {
-                c.set_security_groups()
-                    .load_balancer_arn(&arn)
-                    .set_security_groups(Some(groups.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::Elbv2SetSecurityGroups, |c| {
+            c.set_security_groups()
+                .load_balancer_arn(&arn)
+                .set_security_groups(Some(groups.clone()))
+                .send()
+        })
+        .await
     }
 
     async fn delete_lb(&mut self, arn: &str) -> Result<(), AwsError> {
-        match self
-            .aws
-            .elbv2(Operation::Elbv2DeleteLoadBalancer, |c| {
-                c.delete_load_balancer().load_balancer_arn(arn).send()
-            })
-            .await
-        {
+        let deleted = self.call(Operation::Elbv2DeleteLoadBalancer, |c| {
+            c.delete_load_balancer().load_balancer_arn(arn).send()
+        });
+        match deleted.await {
             // The answer was lost: done if the load balancer is gone.
             Err(e)
                 if e.may_have_been_applied()
@@ -331,28 +340,24 @@ impl Applying<'_> {
     async fn set_subnets(&self, m: &[SubnetMapping]) -> Result<(), AwsError> {
         let arn = self.lb()?;
         let mappings = sdk_mappings(m);
-        self.aws
-            .elbv2(Operation::Elbv2SetSubnets, |c| {
-                c.set_subnets()
-                    .load_balancer_arn(&arn)
-                    .set_subnet_mappings(Some(mappings.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::Elbv2SetSubnets, |c| {
+            c.set_subnets()
+                .load_balancer_arn(&arn)
+                .set_subnet_mappings(Some(mappings.clone()))
+                .send()
+        })
+        .await
     }
 
     async fn set_ip_address_type(&self, kind: &str) -> Result<(), AwsError> {
         let arn = self.lb()?;
-        self.aws
-            .elbv2(Operation::Elbv2SetIpAddressType, |c| {
-                c.set_ip_address_type()
-                    .load_balancer_arn(&arn)
-                    .ip_address_type(t::IpAddressType::from(kind))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::Elbv2SetIpAddressType, |c| {
+            c.set_ip_address_type()
+                .load_balancer_arn(&arn)
+                .ip_address_type(t::IpAddressType::from(kind))
+                .send()
+        })
+        .await
     }
 
     /// Tags a target group (`arn`) or, without one, the NLB.
@@ -366,15 +371,13 @@ impl Applying<'_> {
             None => self.lb()?,
         };
         let tags = sdk_tags(tags);
-        self.aws
-            .elbv2(Operation::Elbv2AddTags, |c| {
-                c.add_tags()
-                    .resource_arns(&arn)
-                    .set_tags(Some(tags.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::Elbv2AddTags, |c| {
+            c.add_tags()
+                .resource_arns(&arn)
+                .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await
     }
 
     async fn modify_attributes(&self, attrs: &BTreeMap<String, String>) -> Result<(), AwsError> {
@@ -383,15 +386,13 @@ impl Applying<'_> {
             .iter()
             .map(|(k, v)| t::LoadBalancerAttribute::builder().key(k).value(v).build())
             .collect();
-        self.aws
-            .elbv2(Operation::Elbv2ModifyLoadBalancerAttributes, |c| {
-                c.modify_load_balancer_attributes()
-                    .load_balancer_arn(&arn)
-                    .set_attributes(Some(attrs.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::Elbv2ModifyLoadBalancerAttributes, |c| {
+            c.modify_load_balancer_attributes()
+                .load_balancer_arn(&arn)
+                .set_attributes(Some(attrs.clone()))
+                .send()
+        })
+        .await
     }
 
     /// Creates the group, or adopts the one an earlier, interrupted sync
@@ -444,18 +445,16 @@ impl Applying<'_> {
     }
 
     async fn modify_health_check(&self, arn: &str, health: &HealthCheck) -> Result<(), AwsError> {
-        self.aws
-            .elbv2(Operation::Elbv2ModifyTargetGroup, |c| {
-                c.modify_target_group()
-                    .target_group_arn(arn)
-                    .health_check_port(&health.port)
-                    .set_health_check_path(health.path.clone())
-                    .healthy_threshold_count(health.healthy)
-                    .unhealthy_threshold_count(health.unhealthy)
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::Elbv2ModifyTargetGroup, |c| {
+            c.modify_target_group()
+                .target_group_arn(arn)
+                .health_check_port(&health.port)
+                .set_health_check_path(health.path.clone())
+                .healthy_threshold_count(health.healthy)
+                .unhealthy_threshold_count(health.unhealthy)
+                .send()
+        })
+        .await
     }
 
     async fn modify_target_group_attributes(
@@ -468,15 +467,13 @@ impl Applying<'_> {
             .iter()
             .map(|(k, v)| t::TargetGroupAttribute::builder().key(k).value(v).build())
             .collect();
-        self.aws
-            .elbv2(Operation::Elbv2ModifyTargetGroupAttributes, |c| {
-                c.modify_target_group_attributes()
-                    .target_group_arn(&arn)
-                    .set_attributes(Some(attrs.clone()))
-                    .send()
-            })
-            .await?;
-        Ok(())
+        self.call(Operation::Elbv2ModifyTargetGroupAttributes, |c| {
+            c.modify_target_group_attributes()
+                .target_group_arn(&arn)
+                .set_attributes(Some(attrs.clone()))
+                .send()
+        })
+        .await
     }
 
     /// Registers in chunks of [`TARGET_CHUNK`].
@@ -490,14 +487,13 @@ impl Applying<'_> {
         let ids: Vec<String> = instances.iter().cloned().collect();
         for chunk in ids.chunks(TARGET_CHUNK) {
             let targets = targets(chunk, port);
-            self.aws
-                .elbv2(Operation::Elbv2RegisterTargets, |c| {
-                    c.register_targets()
-                        .target_group_arn(&arn)
-                        .set_targets(Some(targets.clone()))
-                        .send()
-                })
-                .await?;
+            self.call(Operation::Elbv2RegisterTargets, |c| {
+                c.register_targets()
+                    .target_group_arn(&arn)
+                    .set_targets(Some(targets.clone()))
+                    .send()
+            })
+            .await?;
         }
         Ok(())
     }
@@ -513,16 +509,13 @@ impl Applying<'_> {
         let ids: Vec<String> = instances.iter().cloned().collect();
         for chunk in ids.chunks(TARGET_CHUNK) {
             let targets = targets(chunk, port);
-            match self
-                .aws
-                .elbv2(Operation::Elbv2DeregisterTargets, |c| {
-                    c.deregister_targets()
-                        .target_group_arn(arn)
-                        .set_targets(Some(targets.clone()))
-                        .send()
-                })
-                .await
-            {
+            let deregistered = self.call(Operation::Elbv2DeregisterTargets, |c| {
+                c.deregister_targets()
+                    .target_group_arn(arn)
+                    .set_targets(Some(targets.clone()))
+                    .send()
+            });
+            match deregistered.await {
                 Err(e) if !(not_found(&e) || e.code() == Some("InvalidTarget")) => {
                     return Err(e);
                 }
@@ -576,23 +569,19 @@ impl Applying<'_> {
     async fn modify_listener(&mut self, arn: &str, listener: &Listener) -> Result<(), AwsError> {
         let tg = self.target_group(&TgRef::Name(listener.target_group.clone()))?;
         let (certs, policy) = tls_parts(listener);
-        let modified = self
-            .aws
-            .elbv2(Operation::Elbv2ModifyListener, |c| {
-                c.modify_listener()
-                    .listener_arn(arn)
-                    .port(listener.port)
-                    .protocol(t::ProtocolEnum::from(listener.protocol.as_str()))
-                    .default_actions(forward(&tg))
-                    .set_certificates(certs.clone())
-                    .set_ssl_policy(policy.clone())
-                    .send()
-            })
-            .await;
-        match modified {
+        let modified = self.call(Operation::Elbv2ModifyListener, |c| {
+            c.modify_listener()
+                .listener_arn(arn)
+                .port(listener.port)
+                .protocol(t::ProtocolEnum::from(listener.protocol.as_str()))
+                .default_actions(forward(&tg))
+                .set_certificates(certs.clone())
+                .set_ssl_policy(policy.clone())
+                .send()
+        });
+        match modified.await {
             Err(e) if iam_refused(&e) => self.refused_listeners.push((arn.to_string(), e)),
-            Err(e) => return Err(e),
-            Ok(_) => {}
+            other => other?,
         }
         Ok(())
     }
@@ -600,13 +589,10 @@ impl Applying<'_> {
     /// A write IAM refuses is recorded, not an error; a listener already
     /// gone is fine.
     async fn delete_listener(&mut self, arn: &str) -> Result<(), AwsError> {
-        match self
-            .aws
-            .elbv2(Operation::Elbv2DeleteListener, |c| {
-                c.delete_listener().listener_arn(arn).send()
-            })
-            .await
-        {
+        let deleted = self.call(Operation::Elbv2DeleteListener, |c| {
+            c.delete_listener().listener_arn(arn).send()
+        });
+        match deleted.await {
             Err(e) if iam_refused(&e) => self.refused_listeners.push((arn.to_string(), e)),
             Err(e) if !not_found(&e) => return Err(e),
             _ => {}
@@ -615,13 +601,10 @@ impl Applying<'_> {
     }
 
     async fn delete_target_group(&self, arn: &str) -> Result<(), AwsError> {
-        match self
-            .aws
-            .elbv2(Operation::Elbv2DeleteTargetGroup, |c| {
-                c.delete_target_group().target_group_arn(arn).send()
-            })
-            .await
-        {
+        let deleted = self.call(Operation::Elbv2DeleteTargetGroup, |c| {
+            c.delete_target_group().target_group_arn(arn).send()
+        });
+        match deleted.await {
             Err(e) if !not_found(&e) => Err(e),
             _ => Ok(()),
         }

@@ -338,18 +338,37 @@ fn target_group_changes(
             attributes: attrs,
         });
     }
-    let (register, deregister) = delta(&have.targets, &desired.instances);
+    target_changes(
+        &have.arn,
+        have.port,
+        &have.targets,
+        &desired.instances,
+        changes,
+    );
+}
+
+/// Registers the targets `want` adds to `have` in group `arn` on `port`,
+/// then deregisters those it drops (the group never goes empty while
+/// nodes are replaced): at most one step each.
+pub(crate) fn target_changes(
+    arn: &str,
+    port: i32,
+    have: &BTreeSet<String>,
+    want: &BTreeSet<String>,
+    changes: &mut Vec<Change>,
+) {
+    let (register, deregister) = delta(have, want);
     if !register.is_empty() {
         changes.push(Change::RegisterTargets {
-            target_group: TgRef::Arn(have.arn.clone()),
-            port: have.port,
+            target_group: TgRef::Arn(arn.to_string()),
+            port,
             instances: register,
         });
     }
     if !deregister.is_empty() {
         changes.push(Change::DeregisterTargets {
-            arn: have.arn.clone(),
-            port: have.port,
+            arn: arn.to_string(),
+            port,
             instances: deregister,
         });
     }
