@@ -116,25 +116,7 @@ fn is_candidate(subnet: &Subnet, cluster_id: &str) -> bool {
         || !(subnet.tags.keys()).any(|k| k.starts_with(tags::CLUSTER_TAG_PREFIX))
 }
 
-/// Upstream's choice among subnets of this cluster or of no cluster, one
-/// per zone; internet-facing load balancers only in public subnets; none
-/// in a zone whose type (`zone_types`, zone name → type) is known and not
-/// a regular availability zone (a zone without a known type is kept, as
-/// upstream). Ties in a zone go to the role tag, then this cluster's tag,
-/// then the lowest ID. Sorted by zone. No fallback: see [`discover`].
-pub fn choose(
-    subnets: &[Subnet],
-    internal: bool,
-    cluster_id: &str,
-    zone_types: &HashMap<String, String>,
-) -> Vec<String> {
-    let candidates: Vec<&Subnet> = (subnets.iter())
-        .filter(|s| is_candidate(s, cluster_id))
-        .collect();
-    one_per_zone(&candidates, internal, cluster_id, zone_types)
-}
-
-/// Upstream's `findELBSubnets` whole: [`choose`]'s rule over this
+/// Upstream's `findELBSubnets` whole: [`one_per_zone`]'s rule over this
 /// cluster's and unclaimed subnets; only when there are none at all (every
 /// subnet of the VPC is another cluster's), over `own_subnet` alone: the
 /// subnet of the instance the Go CCM runs on, or cloud.conf `SubnetID`
@@ -160,6 +142,12 @@ pub fn discover(
     one_per_zone(&candidates, internal, cluster_id, zone_types)
 }
 
+/// Upstream's choice among the candidate subnets, one per zone;
+/// internet-facing load balancers only in public subnets; none in a zone
+/// whose type (`zone_types`, zone name → type) is known and not a regular
+/// availability zone (a zone without a known type is kept, as upstream).
+/// Ties in a zone go to the role tag, then this cluster's tag, then the
+/// lowest ID. Sorted by zone.
 fn one_per_zone(
     candidates: &[&Subnet],
     internal: bool,
@@ -395,6 +383,16 @@ pub async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`discover`] without the fallback.
+    fn choose(
+        subnets: &[Subnet],
+        internal: bool,
+        cluster_id: &str,
+        zone_types: &HashMap<String, String>,
+    ) -> Vec<String> {
+        discover(subnets, internal, cluster_id, zone_types, None)
+    }
 
     #[tokio::test]
     async fn the_own_subnet_is_cloud_confs_only_when_cloud_conf_names_the_vpc() {

@@ -96,7 +96,7 @@ pub enum Scope {
 }
 
 /// What an ensure did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ensured {
     pub hostname: String,
     /// Descriptions of the changes applied; empty when nothing differed.

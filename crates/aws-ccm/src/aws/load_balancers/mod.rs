@@ -128,10 +128,13 @@ fn actual_group_is_shared(desired: &elb::Desired) -> bool {
 
 /// The groups (by ID) other than `group` whose rules admit everything
 /// from `group`.
-fn admitting(groups: &BTreeMap<String, sg::SecurityGroup>, group: &str) -> BTreeSet<String> {
+fn admitting<'a>(
+    groups: impl IntoIterator<Item = &'a sg::SecurityGroup>,
+    group: &str,
+) -> BTreeSet<String> {
     let rule = Rule::all_from_group(group);
     groups
-        .values()
+        .into_iter()
         .filter(|g| g.id != group && g.ingress.contains(&rule))
         .map(|g| g.id.clone())
         .collect()
@@ -212,24 +215,15 @@ impl AwsLoadBalancers {
                     tracing::warn!(vpc = vpc_id, subnet = ?chosen, "no subnet of the VPC is this cluster's or of no cluster; falling back to this CCM's own subnet (cloud.conf SubnetID when VPC is set), as the Go CCM does");
                 }
                 if chosen.is_empty() {
-                    let role = if spec.internal {
-                        tags::ROLE_INTERNAL_ELB
+                    let (role, route) = if spec.internal {
+                        (tags::ROLE_INTERNAL_ELB, "")
                     } else {
-                        tags::ROLE_ELB
+                        (tags::ROLE_ELB, " (it needs a route to an internet gateway)")
                     };
                     return Err(LbError::Config(format!(
-                        "no suitable subnet for an {} load balancer in VPC {vpc_id}: tag a subnet per zone with {role}=1 and {}=shared{}, or set {}",
-                        if spec.internal {
-                            "internal"
-                        } else {
-                            "internet-facing"
-                        },
+                        "no suitable subnet for an {} load balancer in VPC {vpc_id}: tag a subnet per zone with {role}=1 and {}=shared{route}, or set {}",
+                        elb::plan::scheme(spec.internal),
                         tags::cluster_tag_key(&self.cluster_id),
-                        if spec.internal {
-                            ""
-                        } else {
-                            " (it needs a route to an internet gateway)"
-                        },
                         crate::aws::annotations::SUBNETS,
                     )));
                 }
@@ -240,13 +234,8 @@ impl AwsLoadBalancers {
 
     fn annotation_order(list: &[String], resolved: Vec<String>) -> Vec<String> {
         if list.iter().all(|s| s.starts_with("subnet-")) {
-            let mut out: Vec<String> = Vec::new();
-            for s in list {
-                if !out.contains(s) {
-                    out.push(s.clone());
-                }
-            }
-            out
+            let mut seen = BTreeSet::new();
+            list.iter().filter(|s| seen.insert(*s)).cloned().collect()
         } else {
             resolved
         }
@@ -386,7 +375,7 @@ impl AwsLoadBalancers {
             self.add_referencing(all_groups, vpc_id, id, owned).await?;
         }
         let node_groups_with_rule = match &lb_group {
-            Some(id) => admitting(all_groups, id),
+            Some(id) => admitting(all_groups.values(), id),
             None => BTreeSet::new(),
         };
         // A shared LB group's node rule that this load balancer no longer
@@ -407,7 +396,7 @@ impl AwsLoadBalancers {
                     self.add_referencing(all_groups, vpc_id, &g.id, true)
                         .await?;
                 }
-                admitting(all_groups, &g.id)
+                admitting(all_groups.values(), &g.id)
             }
             _ => BTreeSet::new(),
         };
@@ -453,13 +442,7 @@ impl AwsLoadBalancers {
         if let Some(g) = &owned_group
             && let Some(vpc) = &g.vpc_id
         {
-            let rule = Rule::all_from_group(&g.id);
-            node_groups_with_rule = sg::io::referencing(aws, vpc, &g.id)
-                .await?
-                .into_iter()
-                .filter(|c| c.id != g.id && c.ingress.contains(&rule))
-                .map(|c| c.id)
-                .collect();
+            node_groups_with_rule = admitting(&sg::io::referencing(aws, vpc, &g.id).await?, &g.id);
         }
         // No owned group: the node rules admit the load balancer's first
         // (shared) group; revoke those no other load balancer needs.
@@ -474,17 +457,11 @@ impl AwsLoadBalancers {
             let swept = aws.cluster_instances().await?;
             let vpc = self.cluster_vpc(&swept);
             if let Some(vpc) = vpc {
-                let rule = Rule::all_from_group(first);
-                node_groups_with_rule = sg::io::referencing(aws, &vpc, first)
-                    .await?
-                    .into_iter()
-                    .filter(|g| {
-                        &g.id != first
-                            && g.ingress.contains(&rule)
-                            && tags::has_cluster_tag(&g.tags, &self.cluster_id)
-                    })
-                    .map(|g| g.id)
-                    .collect();
+                let referencing = sg::io::referencing(aws, &vpc, first).await?;
+                let tagged = referencing
+                    .iter()
+                    .filter(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id));
+                node_groups_with_rule = admitting(tagged, first);
                 if !node_groups_with_rule.is_empty() {
                     shared_group_needed =
                         self.node_groups_used_by_others(first, &name, &vpc).await?;

@@ -42,11 +42,7 @@ impl AwsLoadBalancers {
                 return Ok(done);
             }
         }
-        Ok(Ensured {
-            hostname: String::new(),
-            changes: Vec::new(),
-            warnings: Vec::new(),
-        })
+        Ok(Ensured::default())
     }
 
     async fn upkeep_clb(&self, req: &EnsureRequest) -> Result<Option<Ensured>, LbError> {

@@ -56,15 +56,9 @@ pub fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck
         hc.port = cloud.shared_health_probe_port.to_string();
         hc.path = Some(cloud.shared_health_probe_path.clone());
     }
-    if let Some(i) = o.interval {
-        hc.interval = i;
-    }
-    if let Some(t) = o.healthy_threshold {
-        hc.healthy = t;
-    }
-    if let Some(t) = o.unhealthy_threshold {
-        hc.unhealthy = t;
-    }
+    hc.interval = o.interval.unwrap_or(hc.interval);
+    hc.healthy = o.healthy_threshold.unwrap_or(hc.healthy);
+    hc.unhealthy = o.unhealthy_threshold.unwrap_or(hc.unhealthy);
     hc
 }
 

@@ -306,13 +306,7 @@ impl Applying<'_> {
             })
         };
         let (arn, dns) = match create().await {
-            Ok(out) => {
-                let lb = out.load_balancers().first();
-                (
-                    lb.and_then(|l| l.load_balancer_arn()).map(str::to_string),
-                    lb.and_then(|l| l.dns_name()).map(str::to_string),
-                )
-            }
+            Ok(out) => arn_and_dns(out.load_balancers().first()),
             // An answer was lost: read before re-creating, since a second
             // create could make a second NLB.
             Err(e) if e.may_have_been_applied() || e.is_already_exists() => {
@@ -320,12 +314,7 @@ impl Applying<'_> {
                 match existing_lb(self.aws, name).await {
                     Ok(found) => found,
                     Err(missing) if missing.is_not_found() => {
-                        let out = create().await?;
-                        let lb = out.load_balancers().first();
-                        (
-                            lb.and_then(|l| l.load_balancer_arn()).map(str::to_string),
-                            lb.and_then(|l| l.dns_name()).map(str::to_string),
-                        )
+                        arn_and_dns(create().await?.load_balancers().first())
                     }
                     Err(other) => return Err(other),
                 }
@@ -630,6 +619,14 @@ fn tls_parts(l: &Listener) -> (Option<Vec<t::Certificate>>, Option<String>) {
     )
 }
 
+/// The ARN and DNS name of `lb`, when there is one.
+fn arn_and_dns(lb: Option<&t::LoadBalancer>) -> (Option<String>, Option<String>) {
+    (
+        lb.and_then(|l| l.load_balancer_arn()).map(str::to_string),
+        lb.and_then(|l| l.dns_name()).map(str::to_string),
+    )
+}
+
 /// The ARN and DNS name of the NLB `name`, waiting for it to become visible.
 async fn existing_lb(
     aws: &AwsClient,
@@ -647,12 +644,7 @@ async fn existing_lb(
                 })
                 .await
             {
-                Ok(out) => Ok(out.load_balancers().first().map(|lb| {
-                    (
-                        lb.load_balancer_arn().map(str::to_string),
-                        lb.dns_name().map(str::to_string),
-                    )
-                })),
+                Ok(out) => Ok(out.load_balancers().first().map(|lb| arn_and_dns(Some(lb)))),
                 Err(e) if not_found(&e) => Ok(None),
                 Err(e) => Err(e),
             }

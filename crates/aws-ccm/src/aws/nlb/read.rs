@@ -11,7 +11,7 @@ use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::client::pages::every_page;
 use crate::aws::load_balancers::sweep::SweptGroup;
-use crate::aws::tags::{Tags, key_values};
+use crate::aws::tags::{SERVICE_NAME_TAG, Tags, key_values};
 
 /// Tags of elbv2 resources by ARN (20 per call, the API's limit).
 pub async fn tags_of(
@@ -328,7 +328,14 @@ pub async fn listed_target_groups(
         Err(e) if not_found(&e) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    let groups = res.target_groups().to_vec();
+    with_tags(aws, res.target_groups().to_vec()).await
+}
+
+/// `groups` with their tags.
+async fn with_tags(
+    aws: &AwsClient,
+    groups: Vec<t::TargetGroup>,
+) -> Result<Vec<SweptGroup>, AwsError> {
     let arns: Vec<String> = groups
         .iter()
         .filter_map(|g| g.target_group_arn().map(str::to_string))
@@ -381,18 +388,10 @@ async fn find_service_target_groups(
                 .is_some_and(|n| n.starts_with(name_prefix))
         })
         .collect();
-    let arns: Vec<String> = candidates
-        .iter()
-        .filter_map(|g| g.target_group_arn().map(str::to_string))
-        .collect();
-    let mut tags = tags_of(aws, &arns).await?;
-    let mine = candidates
-        .iter()
-        .filter_map(|g| {
-            let t = tags.remove(g.target_group_arn()?)?;
-            let theirs = t.get(crate::aws::tags::SERVICE_NAME_TAG)? == service_key;
-            theirs.then(|| listed(g, Tags::new(t)))
-        })
-        .collect();
-    Ok(mine)
+    Ok(with_tags(aws, candidates)
+        .await?
+        .into_iter()
+        .filter(|(_, t)| t.get(SERVICE_NAME_TAG).is_some_and(|s| s == service_key))
+        .map(|(g, t)| listed(&g, t))
+        .collect())
 }
