@@ -4,14 +4,16 @@
 
 use std::collections::BTreeMap;
 
-use super::parse::{Context, parse_cidrs};
+use super::LoadBalancerSpec as Spec;
+use super::parse::{Context as Cx, parse_cidrs};
 use super::*;
 
-/// strconv.ParseBool, which upstream uses.
-fn parse_bool(key: &str, v: &str) -> Result<bool, SpecError> {
+/// strconv.ParseBool, which upstream uses; an empty value means "not set"
+/// for flags, numbers and strings.
+fn flag(key: &str, v: &str) -> Result<bool, SpecError> {
     match v {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        "" | "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
         _ => Err(err(key, v, "allowed: true or false")),
     }
 }
@@ -27,21 +29,10 @@ fn parse_int(key: &str, v: &str, min: i32, max: i32) -> Result<i32, SpecError> {
     }
 }
 
-/// An empty value means "not set" for flags, numbers and strings.
-fn flag(key: &str, v: &str) -> Result<bool, SpecError> {
-    if v.is_empty() {
-        Ok(false)
-    } else {
-        parse_bool(key, v)
-    }
-}
-
 fn number(key: &str, v: &str, min: i32, max: i32) -> Result<Option<i32>, SpecError> {
-    if v.is_empty() {
-        Ok(None)
-    } else {
-        parse_int(key, v, min, max).map(Some)
-    }
+    (!v.is_empty())
+        .then(|| parse_int(key, v, min, max))
+        .transpose()
 }
 
 fn text(v: &str) -> Option<String> {
@@ -51,23 +42,18 @@ fn text(v: &str) -> Option<String> {
 // The row parsers, in table order. `read` reads the type first, as every
 // other row may depend on it; its row only checks it is the same.
 
-pub fn kind(s: &mut LoadBalancerSpec, _: &Context, _: &str, _: &str) -> Result<(), SpecError> {
+pub fn kind(s: &mut Spec, _: &Cx, _: &str, _: &str) -> Result<(), SpecError> {
     debug_assert!(s.kind != LoadBalancerKind::External);
     Ok(())
 }
 
-pub fn internal(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
+pub fn internal(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     // Upstream: "false" is external, any other non-empty value internal.
     s.internal = !v.is_empty() && v != "false";
     Ok(())
 }
 
-pub fn proxy_protocol(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn proxy_protocol(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.proxy_protocol = match v {
         "" => false,
         "*" => true,
@@ -76,12 +62,7 @@ pub fn proxy_protocol(
     Ok(())
 }
 
-pub fn access_log_emit_interval(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn access_log_emit_interval(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.access_log_emit_interval = match v.trim() {
         _ if v.is_empty() => None,
         "5" => Some(5),
@@ -91,103 +72,58 @@ pub fn access_log_emit_interval(
     Ok(())
 }
 
-pub fn access_log_enabled(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn access_log_enabled(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.access_log_enabled = flag(k, v)?;
     Ok(())
 }
 
-pub fn access_log_bucket(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    _: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn access_log_bucket(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.access_log_bucket = text(v);
     Ok(())
 }
 
-pub fn access_log_prefix(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    _: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn access_log_prefix(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.access_log_prefix = text(v);
     Ok(())
 }
 
-pub fn draining_enabled(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn draining_enabled(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.draining_enabled = flag(k, v)?;
     Ok(())
 }
 
-pub fn draining_timeout(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn draining_timeout(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.draining_timeout = number(k, v, 1, 3600)?;
     Ok(())
 }
 
-pub fn idle_timeout(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn idle_timeout(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.idle_timeout = number(k, v, 1, 4000)?;
     Ok(())
 }
 
-pub fn cross_zone(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn cross_zone(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.cross_zone = flag(k, v)?;
     Ok(())
 }
 
 /// Upstream rejects it on an NLB, even empty (the row says so).
-pub fn extra_security_groups(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    _: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn extra_security_groups(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.extra_security_groups = split_list(v);
     Ok(())
 }
 
-pub fn security_groups(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    _: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn security_groups(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.security_groups = split_list(v);
     Ok(())
 }
 
-pub fn ssl_cert(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
+pub fn ssl_cert(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.ssl_cert = text(v);
     Ok(())
 }
 
-pub fn ssl_ports(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
+pub fn ssl_ports(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     if v.is_empty() || v == "*" {
         s.ssl_ports = None;
         return Ok(());
@@ -203,22 +139,12 @@ pub fn ssl_ports(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Res
     Ok(())
 }
 
-pub fn ssl_negotiation_policy(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    _: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn ssl_negotiation_policy(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.ssl_negotiation_policy = text(v);
     Ok(())
 }
 
-pub fn backend_protocol(
-    s: &mut LoadBalancerSpec,
-    cx: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn backend_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.backend_protocol = match v {
         "" => None,
         "http" => Some(BackendProtocol::Http),
@@ -249,22 +175,12 @@ pub fn backend_protocol(
     Ok(())
 }
 
-pub fn additional_tags(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    _: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn additional_tags(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.additional_tags = parse_key_values(v);
     Ok(())
 }
 
-pub fn hc_protocol(
-    s: &mut LoadBalancerSpec,
-    cx: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn hc_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     if v.is_empty() {
         s.health_check.protocol = None;
         return Ok(());
@@ -282,84 +198,49 @@ pub fn hc_protocol(
     Ok(())
 }
 
-pub fn hc_port(s: &mut LoadBalancerSpec, _: &Context, k: &str, v: &str) -> Result<(), SpecError> {
+pub fn hc_port(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+    let allowed = "allowed: traffic-port or a port number from 1 to 65535";
     s.health_check.port = match v {
         "" => None,
         "traffic-port" => Some(HealthCheckPort::TrafficPort),
-        _ => Some(HealthCheckPort::Port(parse_int(k, v, 1, 65535).map_err(
-            |_| {
-                err(
-                    k,
-                    v,
-                    "allowed: traffic-port or a port number from 1 to 65535",
-                )
-            },
-        )?)),
+        _ => Some(HealthCheckPort::Port(
+            parse_int(k, v, 1, 65535).map_err(|_| err(k, v, allowed))?,
+        )),
     };
     Ok(())
 }
 
-pub fn hc_path(s: &mut LoadBalancerSpec, _: &Context, _: &str, v: &str) -> Result<(), SpecError> {
+pub fn hc_path(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.health_check.path = text(v);
     Ok(())
 }
 
-pub fn hc_healthy(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn hc_healthy(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.health_check.healthy_threshold = number(k, v, 2, 10)?;
     Ok(())
 }
 
-pub fn hc_unhealthy(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn hc_unhealthy(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.health_check.unhealthy_threshold = number(k, v, 2, 10)?;
     Ok(())
 }
 
-pub fn hc_timeout(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn hc_timeout(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.health_check.timeout = number(k, v, 2, 120)?;
     Ok(())
 }
 
-pub fn hc_interval(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn hc_interval(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.health_check.interval = number(k, v, 5, 300)?;
     Ok(())
 }
 
-pub fn eip_allocations(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    _: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn eip_allocations(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.eip_allocations = split_list(v);
     Ok(())
 }
 
-pub fn private_ipv4(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn private_ipv4(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.private_ipv4_addresses = split_list(v)
         .iter()
         .map(|a| {
@@ -371,12 +252,7 @@ pub fn private_ipv4(
 }
 
 /// Upstream rejects it on anything but an NLB, even empty (the row says so).
-pub fn target_group_attributes(
-    s: &mut LoadBalancerSpec,
-    cx: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     let mut attributes = BTreeMap::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, value) = item.split_once('=').unwrap_or((item, ""));
@@ -408,12 +284,7 @@ pub fn target_group_attributes(
     Ok(())
 }
 
-pub fn ip_address_type(
-    s: &mut LoadBalancerSpec,
-    cx: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.dualstack = match v {
         "" | "ipv4" => false,
         "dualstack" => true,
@@ -432,17 +303,12 @@ pub fn ip_address_type(
     Ok(())
 }
 
-pub fn target_node_labels(
-    s: &mut LoadBalancerSpec,
-    _: &Context,
-    _: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn target_node_labels(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     s.target_node_labels = parse_key_values(v);
     Ok(())
 }
 
-pub fn subnets(s: &mut LoadBalancerSpec, _: &Context, k: &str, v: &str) -> Result<(), SpecError> {
+pub fn subnets(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     let list = split_list(v);
     if list.is_empty() {
         return Err(err(
@@ -456,12 +322,7 @@ pub fn subnets(s: &mut LoadBalancerSpec, _: &Context, k: &str, v: &str) -> Resul
 }
 
 /// Skipped when `spec.loadBalancerSourceRanges` is set: the spec wins, as upstream.
-pub fn source_ranges(
-    s: &mut LoadBalancerSpec,
-    cx: &Context,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+pub fn source_ranges(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     if cx.spec_has_source_ranges {
         return Ok(());
     }
