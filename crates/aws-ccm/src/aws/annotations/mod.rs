@@ -144,8 +144,9 @@ fn err(field: &str, value: &str, allowed: impl Into<String>) -> SpecError {
 }
 
 /// Which load balancer the Service asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LoadBalancerKind {
+    #[default]
     Classic,
     Network,
     /// `external` / `nlb-ip`: another controller's business.
@@ -215,7 +216,7 @@ pub struct ServicePortSpec {
 }
 
 /// Everything a Service asks of its load balancer, typed and validated.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LoadBalancerSpec {
     pub kind: LoadBalancerKind,
     pub internal: bool,
@@ -251,7 +252,8 @@ pub struct LoadBalancerSpec {
     pub target_node_labels: BTreeMap<String, String>,
     /// `None`: auto-discover.
     pub subnets: Option<Vec<String>>,
-    /// Never empty (defaults to `0.0.0.0/0`); sorted, deduplicated.
+    /// Never empty in a spec read from a Service (defaults to `0.0.0.0/0`;
+    /// only `Default` leaves it empty); sorted, deduplicated.
     pub source_ranges: Vec<Ipv4Net>,
     /// Ports that have a node port (others are skipped, as upstream).
     pub ports: Vec<ServicePortSpec>,

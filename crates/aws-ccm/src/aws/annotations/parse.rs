@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::Ipv4Net;
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 
 use super::table::ANNOTATIONS;
 use super::*;
@@ -100,32 +100,27 @@ impl LoadBalancerSpec {
         let kind = parse_kind(&cx, annotations.get(TYPE).map_or("", String::as_str));
         cx.is_nlb = kind == LoadBalancerKind::Network;
         let mut out = LoadBalancerSpec::defaults(kind);
-        if kind == LoadBalancerKind::External {
-            // The Go CCM answers ImplementedElsewhere before reading anything.
-            return Reading {
-                spec: out,
-                notes: notes.into_inner(),
-                errors,
-            };
-        }
-        for row in ANNOTATIONS {
-            let Some(value) = annotations.get(row.name) else {
-                continue;
-            };
-            if !row.applies.to(cx.is_nlb) {
-                if row.rejected_elsewhere {
-                    errors.push(err(row.name, value, row.elsewhere()));
-                } else {
-                    let reading = format!("ignored on a {kind}, as the Go CCM ignores it");
-                    cx.note(row.name, value, &reading, "remove it", false);
+        // The Go CCM answers ImplementedElsewhere before reading anything.
+        if kind != LoadBalancerKind::External {
+            for row in ANNOTATIONS {
+                let Some(value) = annotations.get(row.name) else {
+                    continue;
+                };
+                if !row.applies.to(cx.is_nlb) {
+                    if row.rejected_elsewhere {
+                        errors.push(err(row.name, value, row.elsewhere()));
+                    } else {
+                        let reading = format!("ignored on a {kind}, as the Go CCM ignores it");
+                        cx.note(row.name, value, &reading, "remove it", false);
+                    }
+                    continue;
                 }
-                continue;
+                if let Err(e) = (row.parse)(&mut out, &cx, row.name, value) {
+                    errors.push(e);
+                }
             }
-            if let Err(e) = (row.parse)(&mut out, &cx, row.name, value) {
-                errors.push(e);
-            }
+            out.read_spec_fields(&spec, &cx, annotations, &mut errors);
         }
-        out.read_spec_fields(&spec, &cx, annotations, &mut errors);
         Reading {
             spec: out,
             notes: notes.into_inner(),
@@ -198,34 +193,8 @@ impl LoadBalancerSpec {
     fn defaults(kind: LoadBalancerKind) -> LoadBalancerSpec {
         LoadBalancerSpec {
             kind,
-            internal: false,
-            proxy_protocol: false,
-            access_log_enabled: false,
-            access_log_emit_interval: None,
-            access_log_bucket: None,
-            access_log_prefix: None,
-            draining_enabled: false,
-            draining_timeout: None,
-            idle_timeout: None,
-            cross_zone: false,
-            security_groups: Vec::new(),
-            extra_security_groups: Vec::new(),
-            ssl_cert: None,
-            ssl_ports: None,
-            ssl_negotiation_policy: None,
-            backend_protocol: None,
-            backend_protocol_other: None,
-            additional_tags: BTreeMap::new(),
-            health_check: HealthCheckOverrides::default(),
-            eip_allocations: Vec::new(),
-            private_ipv4_addresses: Vec::new(),
-            target_group_attributes: BTreeMap::new(),
-            dualstack: false,
-            target_node_labels: BTreeMap::new(),
-            subnets: None,
             source_ranges: vec![Ipv4Net::default()],
-            ports: Vec::new(),
-            local_health_check_node_port: None,
+            ..LoadBalancerSpec::default()
         }
     }
 
@@ -302,25 +271,15 @@ fn parse_ports(spec: &ServiceSpec, is_nlb: bool) -> Result<Vec<ServicePortSpec>,
             "a load balancer needs at least one port",
         ));
     };
-    let protocol_of = |p: &ServicePort| p.protocol.clone().unwrap_or_else(|| "TCP".to_string());
-    let first = protocol_of(first);
-    let mut ports = Vec::new();
+    let first = first.protocol.as_deref().unwrap_or("TCP");
     for (i, p) in raw_ports.iter().enumerate() {
-        let protocol = protocol_of(p);
-        check_port_protocol(i, &protocol, &first, is_nlb)?;
-        let node_port = p.node_port.unwrap_or(0);
-        if node_port == 0 {
+        check_port_protocol(i, p.protocol.as_deref().unwrap_or("TCP"), first, is_nlb)?;
+        if p.node_port.unwrap_or(0) == 0 {
             tracing::warn!(port = p.port, "ignoring a service port without a node port");
-            continue;
         }
-        ports.push(ServicePortSpec {
-            name: p.name.clone().unwrap_or_default(),
-            port: p.port,
-            node_port,
-            protocol,
-        });
     }
-    Ok(ports)
+    // Every port's protocol passed: node_ports keeps each one with a node port.
+    Ok(node_ports(spec, is_nlb))
 }
 
 fn check_port_protocol(
