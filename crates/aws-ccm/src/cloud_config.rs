@@ -9,8 +9,10 @@
 //! known key stops start-up with the file, line, key and what is allowed.
 
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use ini::{Ini, ParseOption};
+use regex::Regex;
 
 mod parse;
 #[cfg(test)]
@@ -252,25 +254,12 @@ const OVERRIDE_KEYS: &[&str] = &[
 ];
 
 /// The region part of a zone name, as upstream's `azToRegion`: the
-/// leading `letters-` groups and the digits after them (`^([a-zA-Z]+-)+\d+`).
+/// leading `letters-` groups and the digits after them (`^([a-zA-Z]+-)+\d+`;
+/// Go's `\d` is ASCII, so `[0-9]` here).
 pub fn region_of_zone(zone: &str) -> Option<&str> {
-    let bytes = zone.as_bytes();
-    let mut i = 0;
-    let mut groups = 0;
-    loop {
-        let start = i;
-        while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
-            i += 1;
-        }
-        if i == start || i >= bytes.len() || bytes[i] != b'-' {
-            i = start;
-            break;
-        }
-        i += 1;
-        groups += 1;
-    }
-    let digits = bytes[i..].iter().take_while(|b| b.is_ascii_digit()).count();
-    (groups > 0 && digits > 0).then(|| &zone[..i + digits])
+    static REGION: LazyLock<Option<Regex>> =
+        LazyLock::new(|| Regex::new("^([a-zA-Z]+-)+[0-9]+").ok());
+    REGION.as_ref()?.find(zone).map(|m| m.as_str())
 }
 
 impl CloudConfig {
