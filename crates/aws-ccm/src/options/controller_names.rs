@@ -88,7 +88,6 @@ pub fn select(list: &[String]) -> Result<BTreeSet<ControllerName>, UnknownContro
         name: name.to_string(),
         known: ControllerName::ALL.map(|c| c.alias()).join(", "),
     };
-    let mut enabled = BTreeSet::new();
     let mut explicit_on = BTreeSet::new();
     let mut explicit_off = BTreeSet::new();
     let mut star = false;
@@ -101,17 +100,11 @@ pub fn select(list: &[String]) -> Result<BTreeSet<ControllerName>, UnknownContro
             explicit_on.insert(ControllerName::parse(item).ok_or_else(|| unknown(item))?);
         }
     }
-    for c in ControllerName::ALL {
-        let on = if explicit_off.contains(&c) {
-            false
-        } else {
-            explicit_on.contains(&c) || (star && c.enabled_by_default())
-        };
-        if on {
-            enabled.insert(c);
-        }
-    }
-    Ok(enabled)
+    let on = |c: &ControllerName| explicit_on.contains(c) || (star && c.enabled_by_default());
+    Ok(ControllerName::ALL
+        .into_iter()
+        .filter(|c| !explicit_off.contains(c) && on(c))
+        .collect())
 }
 
 #[cfg(test)]
