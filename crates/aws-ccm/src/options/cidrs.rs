@@ -237,42 +237,30 @@ fn node_masks(cluster: &ClusterCidrs, masks: MaskFlags) -> Result<(NodeMask, Nod
         (DEFAULT_NODE_MASK_IPV4, "node-cidr-mask-size-ipv4"),
         (DEFAULT_NODE_MASK_IPV6, "node-cidr-mask-size-ipv6"),
     );
-    if cluster.is_dual_stack() {
-        if masks.node_cidr_mask_size.is_some() {
+    if let Some(m) = masks.node_cidr_mask_size {
+        if cluster.is_dual_stack() {
             return Err(CidrError::SingleStackMaskWithDualStack { value });
         }
-        if let Some(m) = masks.ipv4 {
-            v4.0 = m;
-        }
-        if let Some(m) = masks.ipv6 {
-            v6.0 = m;
-        }
-    } else if let Some(m) = masks.node_cidr_mask_size {
         if masks.ipv4.is_some() || masks.ipv6.is_some() {
             return Err(CidrError::MixedMaskFlags);
         }
-        v4 = (m, "node-cidr-mask-size");
-        v6 = (m, "node-cidr-mask-size");
-    } else {
-        if let Some(m) = masks.ipv4 {
-            if !cluster.has(Family::V4) {
+        return Ok(((m, "node-cidr-mask-size"), (m, "node-cidr-mask-size")));
+    }
+    // A dual-stack cluster has both families, so only a single-stack one
+    // can lack the family of a per-family flag.
+    for (mask, family, slot) in [
+        (masks.ipv4, Family::V4, &mut v4),
+        (masks.ipv6, Family::V6, &mut v6),
+    ] {
+        if let Some(m) = mask {
+            if !cluster.has(family) {
                 return Err(CidrError::MaskForAbsentFamily {
-                    flag: "node-cidr-mask-size-ipv4",
+                    flag: slot.1,
                     value,
-                    family: Family::V4,
+                    family,
                 });
             }
-            v4.0 = m;
-        }
-        if let Some(m) = masks.ipv6 {
-            if !cluster.has(Family::V6) {
-                return Err(CidrError::MaskForAbsentFamily {
-                    flag: "node-cidr-mask-size-ipv6",
-                    value,
-                    family: Family::V6,
-                });
-            }
-            v6.0 = m;
+            slot.0 = m;
         }
     }
     Ok((v4, v6))
