@@ -467,16 +467,14 @@ impl Options {
             "--configure-cloud-routes=true"
         };
         let cluster = ClusterCidrs::parse(&self.cluster_cidr, needed_by)?;
-        let allocation = if ipam {
-            let masks = MaskFlags {
-                node_cidr_mask_size: self.node_cidr_mask_size,
-                ipv4: self.node_cidr_mask_size_ipv4,
-                ipv6: self.node_cidr_mask_size_ipv6,
-            };
-            Some(NodeCidrAllocation::new(cluster.clone(), masks)?)
-        } else {
-            None
+        let masks = MaskFlags {
+            node_cidr_mask_size: self.node_cidr_mask_size,
+            ipv4: self.node_cidr_mask_size_ipv4,
+            ipv6: self.node_cidr_mask_size_ipv6,
         };
+        let allocation = ipam
+            .then(|| NodeCidrAllocation::new(cluster.clone(), masks))
+            .transpose()?;
         Ok((Some(cluster), allocation))
     }
 }

@@ -287,19 +287,17 @@ pub fn split_list(v: &str) -> Vec<String> {
 
 /// `k1=v1,k2=,k3` as upstream reads it.
 pub fn parse_key_values(v: &str) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    for item in v.trim().split(',') {
-        let mut parts = item.trim().split('=');
-        let key = parts.next().unwrap_or_default();
-        if key.is_empty() {
-            continue;
-        }
-        out.insert(
-            key.to_string(),
-            parts.next().unwrap_or_default().to_string(),
-        );
-    }
-    out
+    v.trim()
+        .split(',')
+        .filter_map(|item| {
+            let mut parts = item.trim().split('=');
+            let key = parts.next().filter(|k| !k.is_empty())?;
+            Some((
+                key.to_string(),
+                parts.next().unwrap_or_default().to_string(),
+            ))
+        })
+        .collect()
 }
 
 /// Whether a Node's labels satisfy a Service's `target-node-labels`, read
