@@ -142,14 +142,10 @@ impl LoadBalancerSpec {
             }
         };
         keep(check_spec_fields(spec));
-        match parse_ports(spec, cx.is_nlb) {
-            Ok(ports) => self.ports = ports,
-            Err(e) => {
-                // Upkeep still needs the node ports of the ports that have one.
-                self.ports = node_ports(spec, cx.is_nlb);
-                keep(Err(e));
-            }
-        }
+        // A refused port stops the sync, but upkeep still needs the node
+        // ports of the ports that have one.
+        keep(check_ports(spec, cx.is_nlb));
+        self.ports = node_ports(spec, cx.is_nlb);
         keep(self.check_health_check_timing(cx));
         keep(self.check_backend_protocol_with_cert(cx));
         if let Some(ranges) = spec.load_balancer_source_ranges.as_deref()
@@ -261,8 +257,9 @@ fn check_spec_fields(spec: &ServiceSpec) -> Result<(), SpecError> {
     Ok(())
 }
 
-/// The Service's ports with a node port, after checking their protocols.
-fn parse_ports(spec: &ServiceSpec, is_nlb: bool) -> Result<Vec<ServicePortSpec>, SpecError> {
+/// Checks the protocols of the Service's ports, and warns of each port
+/// without a node port (skipped, as upstream).
+fn check_ports(spec: &ServiceSpec, is_nlb: bool) -> Result<(), SpecError> {
     let raw_ports = spec.ports.as_deref().unwrap_or_default();
     let Some(first) = raw_ports.first() else {
         return Err(err(
@@ -278,8 +275,7 @@ fn parse_ports(spec: &ServiceSpec, is_nlb: bool) -> Result<Vec<ServicePortSpec>,
             tracing::warn!(port = p.port, "ignoring a service port without a node port");
         }
     }
-    // Every port's protocol passed: node_ports keeps each one with a node port.
-    Ok(node_ports(spec, is_nlb))
+    Ok(())
 }
 
 fn check_port_protocol(
@@ -361,8 +357,9 @@ fn parse_kind(cx: &Context<'_>, v: &str) -> LoadBalancerKind {
 }
 
 /// The Service's ports with a node port and a protocol this kind can carry:
-/// what the upkeep of an existing load balancer keeps when another port is
-/// refused (a port the load balancer cannot carry never had a listener).
+/// every port with a node port when [`check_ports`] passes; when it refuses
+/// one, what the upkeep of an existing load balancer keeps (a port the load
+/// balancer cannot carry never had a listener).
 fn node_ports(spec: &ServiceSpec, is_nlb: bool) -> Vec<ServicePortSpec> {
     spec.ports
         .iter()
