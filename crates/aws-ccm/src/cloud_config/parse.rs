@@ -317,17 +317,23 @@ fn push_families(cfg: &mut CloudConfig, value: &str) {
     }
 }
 
-/// The Go CCM's Classic ELB path reads only `Shared`; its NLB health check
-/// fails on any other value than its two: so NLBs are refused on one.
+/// Upstream's values, compared case-sensitively as upstream does (`Cluster`
+/// is this project's earlier name for `ServiceNodePort`). The Go CCM's
+/// Classic ELB path reads only `Shared`; its NLB health check fails on any
+/// other value than its two: so NLBs are refused on one.
 fn set_probe_mode(cfg: &mut CloudConfig, value: &str) {
-    cfg.health_probe_mode = parse_probe_mode(value).unwrap_or_else(|| {
-        cfg.nlb_refusals.push(RefusedValue {
-            key: "ClusterServiceLoadBalancerHealthProbeMode",
-            value: value.to_string(),
-            allowed: "ServiceNodePort (the default) or Shared, case-sensitive",
-        });
-        HealthProbeMode::ServiceNodePort
-    });
+    cfg.health_probe_mode = match value {
+        "" | "ServiceNodePort" | "Cluster" => HealthProbeMode::ServiceNodePort,
+        "Shared" => HealthProbeMode::Shared,
+        _ => {
+            cfg.nlb_refusals.push(RefusedValue {
+                key: "ClusterServiceLoadBalancerHealthProbeMode",
+                value: value.to_string(),
+                allowed: "ServiceNodePort (the default) or Shared, case-sensitive",
+            });
+            HealthProbeMode::ServiceNodePort
+        }
+    };
 }
 
 /// The Go CCM starts with any value, then fails each NLB sync on one other
@@ -345,16 +351,6 @@ fn set_nlb_group_mode(cfg: &mut CloudConfig, value: &str) {
             NlbSecurityGroupMode::Unmanaged
         }
     };
-}
-
-/// Upstream's values, compared case-sensitively as upstream does.
-/// `Cluster` is this project's earlier name for `ServiceNodePort`.
-fn parse_probe_mode(value: &str) -> Option<HealthProbeMode> {
-    match value {
-        "" | "ServiceNodePort" | "Cluster" => Some(HealthProbeMode::ServiceNodePort),
-        "Shared" => Some(HealthProbeMode::Shared),
-        _ => None,
-    }
 }
 
 /// Upstream treats 0 (and an empty value) as "the default, 10256". A number
