@@ -6,13 +6,9 @@
 //! too, and that provider is part of the SDK clients the `AwsClient` is
 //! built from: the door comes first, then the SDK clients, then the client.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -21,7 +17,7 @@ use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::operations::{Category, Idempotency, Operation, Service};
 use super::retry::RetryPolicy;
 use super::throttle::{Priority, Throttle};
-use super::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, DRY_RUN_DENIED_CODES};
+use super::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, DRY_RUN_DENIED_CODES, SdkFuture};
 
 /// Throttle buckets, retry policy and attempt timeout of one process.
 pub struct Door {
@@ -127,36 +123,26 @@ impl Door {
 
     /// Calls AWS: `attempt` builds and sends one request of `op` (a
     /// `service` operation) and is called again for every attempt.
-    pub async fn send<T, E, F, Fut>(
+    pub async fn send<F: Fn() -> Fut, Fut: SdkFuture>(
         &self,
         service: Service,
         op: Operation,
         opts: CallOptions,
         attempt: F,
-    ) -> Result<T, AwsError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    ) -> Result<Fut::Ok, AwsError> {
         self.call(service, op, opts, Priority::Normal, attempt)
             .await
     }
 
     /// The retry loop: throttle, send, classify, back off.
-    pub(crate) async fn call<T, E, F, Fut>(
+    pub(crate) async fn call<F: Fn() -> Fut, Fut: SdkFuture>(
         &self,
         service: Service,
         op: Operation,
         opts: CallOptions,
         priority: Priority,
         attempt: F,
-    ) -> Result<T, AwsError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    ) -> Result<Fut::Ok, AwsError> {
         self.call_as(service, op, opts, priority, false, attempt)
             .await
     }
@@ -165,7 +151,7 @@ impl Door {
     /// request (`DryRunOperation`, `UnauthorizedOperation`) are answers, not
     /// failures: counted under their own outcome, never retried, and not
     /// counted as request errors.
-    pub(crate) async fn call_as<T, E, F, Fut>(
+    pub(crate) async fn call_as<F: Fn() -> Fut, Fut: SdkFuture>(
         &self,
         service: Service,
         op: Operation,
@@ -173,12 +159,7 @@ impl Door {
         priority: Priority,
         dry_run: bool,
         attempt: F,
-    ) -> Result<T, AwsError>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    ) -> Result<Fut::Ok, AwsError> {
         let start = Instant::now();
         if op.service() != service {
             return Err(wrong_service(op, service));
@@ -241,7 +222,7 @@ impl Door {
 
     /// Sends attempt number `attempts` within the per-attempt timeout (cut
     /// to the caller's deadline), with its metrics.
-    async fn attempt_once<T, E, F, Fut>(
+    async fn attempt_once<F: Fn() -> Fut, Fut: SdkFuture>(
         &self,
         op: Operation,
         opts: CallOptions,
@@ -249,12 +230,7 @@ impl Door {
         start: Instant,
         attempts: u32,
         attempt: &F,
-    ) -> Attempted<T>
-    where
-        F: Fn() -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    ) -> Attempted<Fut::Ok> {
         let mut timeout = self.call_timeout;
         let mut cut_by_deadline = false;
         if let Some(deadline) = opts.deadline {
@@ -431,6 +407,9 @@ fn dry_run_outcome(code: &str) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+    use aws_smithy_runtime_api::client::result::SdkError;
+
     use super::*;
 
     fn answer(op: Operation, class: ErrorClass, code: &str) -> AwsError {

@@ -44,6 +44,11 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
+use aws_sdk_ec2::Client as Ec2;
+use aws_sdk_elasticloadbalancing::Client as Elb;
+use aws_sdk_elasticloadbalancingv2::Client as Elbv2;
+use aws_sdk_iam::Client as Iam;
+use aws_sdk_sts::Client as Sts;
 use tokio::time::Instant;
 
 use self::door::Door;
@@ -238,6 +243,38 @@ impl std::fmt::Debug for AwsClient {
     }
 }
 
+/// What one attempt of an AWS call returns: the future of an SDK
+/// operation's `send()`, whose error the door classifies.
+pub trait SdkFuture: Future<Output = Result<Self::Ok, SdkError<Self::Err, HttpResponse>>> {
+    type Ok;
+    type Err: ProvideErrorMetadata + std::error::Error + 'static;
+}
+
+impl<Fut, T, E> SdkFuture for Fut
+where
+    Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    type Ok = T;
+    type Err = E;
+}
+
+/// Builds and sends one request through the SDK client `C`: called again
+/// for every attempt.
+pub trait SdkCall<C>: Fn(C) -> <Self as SdkCall<C>>::Fut {
+    type Fut: SdkFuture<Ok = Self::Ok>;
+    type Ok;
+}
+
+impl<C, F, Fut> SdkCall<C> for F
+where
+    F: Fn(C) -> Fut,
+    Fut: SdkFuture,
+{
+    type Fut = Fut;
+    type Ok = Fut::Ok;
+}
+
 /// An SDK client the one door can send calls through: which service it is
 /// and where the shared clients keep it.
 pub trait SdkService: Clone {
@@ -353,18 +390,12 @@ impl AwsClient {
     ///     ec2.describe_route_tables().filters(vpc_filter.clone()).send()
     /// }).await?;
     /// ```
-    pub async fn call_with<C, T, E, F, Fut>(
+    pub async fn call_with<C: SdkService, F: SdkCall<C>>(
         &self,
         op: Operation,
         opts: CallOptions,
         f: F,
-    ) -> Result<T, AwsError>
-    where
-        C: SdkService,
-        F: Fn(C) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    ) -> Result<F::Ok, AwsError> {
         let client = C::pick(&self.core.clients);
         self.core
             .door
@@ -373,52 +404,27 @@ impl AwsClient {
     }
 
     /// Calls EC2 with no deadline of the caller's; see [`AwsClient::call_with`].
-    pub async fn ec2<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_ec2::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    pub async fn ec2<F: SdkCall<Ec2>>(&self, op: Operation, f: F) -> Result<F::Ok, AwsError> {
         self.call_with(op, CallOptions::default(), f).await
     }
 
     /// Calls classic ELB; see [`AwsClient::call_with`].
-    pub async fn elb<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    pub async fn elb<F: SdkCall<Elb>>(&self, op: Operation, f: F) -> Result<F::Ok, AwsError> {
         self.call_with(op, CallOptions::default(), f).await
     }
 
     /// Calls ELBv2; see [`AwsClient::call_with`].
-    pub async fn elbv2<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    pub async fn elbv2<F: SdkCall<Elbv2>>(&self, op: Operation, f: F) -> Result<F::Ok, AwsError> {
         self.call_with(op, CallOptions::default(), f).await
     }
 
     /// Calls STS; see [`AwsClient::call_with`].
-    pub async fn sts<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_sts::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    pub async fn sts<F: SdkCall<Sts>>(&self, op: Operation, f: F) -> Result<F::Ok, AwsError> {
         self.call_with(op, CallOptions::default(), f).await
     }
 
     /// Calls IAM (`aws-ccm doctor` only); see [`AwsClient::call_with`].
-    pub async fn iam<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<T, AwsError>
-    where
-        F: Fn(aws_sdk_iam::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    pub async fn iam<F: SdkCall<Iam>>(&self, op: Operation, f: F) -> Result<F::Ok, AwsError> {
         self.call_with(op, CallOptions::default(), f).await
     }
 
@@ -428,13 +434,11 @@ impl AwsClient {
     /// verdict when AWS answered `DryRunOperation` or
     /// `UnauthorizedOperation`; any other answer is an error, including a
     /// service that carried the request out (it ignored `DryRun`).
-    pub async fn dry_run<C, T, E, F, Fut>(&self, op: Operation, f: F) -> Result<DryRun, AwsError>
-    where
-        C: SdkService,
-        F: Fn(C) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    pub async fn dry_run<C: SdkService, F: SdkCall<C>>(
+        &self,
+        op: Operation,
+        f: F,
+    ) -> Result<DryRun, AwsError> {
         let client = C::pick(&self.core.clients);
         let answer = self
             .core
