@@ -18,6 +18,7 @@ use kube::{Client, Config};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
+use tower::layer::layer_fn;
 use tower::{Layer, Service};
 
 #[derive(Debug, thiserror::Error)]
@@ -46,16 +47,14 @@ pub async fn load_config(
 ) -> Result<Config, KubeClientError> {
     let mut config = match (kubeconfig, master) {
         (Some(path), _) => {
-            let kc = Kubeconfig::read_from(path).map_err(|error| KubeClientError::Kubeconfig {
+            let err = |error| KubeClientError::Kubeconfig {
                 path: path.display().to_string(),
                 error,
-            })?;
+            };
+            let kc = Kubeconfig::read_from(path).map_err(err)?;
             Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
                 .await
-                .map_err(|error| KubeClientError::Kubeconfig {
-                    path: path.display().to_string(),
-                    error,
-                })?
+                .map_err(err)?
         }
         // --master alone: an unauthenticated client, as upstream allows for tests.
         (None, Some(url)) => Config::new(parse_master(url)?),
@@ -68,18 +67,17 @@ pub async fn load_config(
 }
 
 fn parse_master(value: &str) -> Result<http::Uri, KubeClientError> {
-    let uri: http::Uri =
-        value
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| KubeClientError::Master {
-                value: value.to_string(),
-                reason: e.to_string(),
-            })?;
+    let refused = |reason: String| KubeClientError::Master {
+        value: value.to_string(),
+        reason,
+    };
+    let uri: http::Uri = value
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| refused(e.to_string()))?;
     if uri.scheme().is_none() || uri.host().is_none() {
-        return Err(KubeClientError::Master {
-            value: value.to_string(),
-            reason: "expected scheme and host, e.g. https://10.0.0.1:6443".to_string(),
-        });
+        return Err(refused(
+            "expected scheme and host, e.g. https://10.0.0.1:6443".to_string(),
+        ));
     }
     Ok(uri)
 }
@@ -96,7 +94,10 @@ pub fn build_client(config: Config, qps: f32, burst: u32) -> Result<Client, Kube
     let builder = ClientBuilder::try_from(config).map_err(KubeClientError::Build)?;
     Ok(builder
         .with_layer(&layer)
-        .with_layer(&RestMetricsLayer { host })
+        .with_layer(&layer_fn(move |inner| RestMetricsService {
+            inner,
+            host: host.clone(),
+        }))
         .build())
 }
 
@@ -105,8 +106,8 @@ pub fn build_client(config: Config, qps: f32, burst: u32) -> Result<Client, Kube
 /// status code, method and host, its latency (to the response head; a
 /// watch's stream is not timed) by verb and host.
 struct RestMetrics {
-    requests: Family<Vec<(&'static str, String)>, Counter>,
-    duration: Family<Vec<(&'static str, String)>, Histogram>,
+    requests: Family<crate::metrics::Labels, Counter>,
+    duration: Family<crate::metrics::Labels, Histogram>,
 }
 
 static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(|| {
@@ -132,21 +133,6 @@ static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(|| {
 });
 
 /// Records [`RestMetrics`] for each request to the API server at `host`.
-#[derive(Clone)]
-pub struct RestMetricsLayer {
-    host: String,
-}
-
-impl<S> Layer<S> for RestMetricsLayer {
-    type Service = RestMetricsService<S>;
-    fn layer(&self, inner: S) -> RestMetricsService<S> {
-        RestMetricsService {
-            inner,
-            host: self.host.clone(),
-        }
-    }
-}
-
 #[derive(Clone)]
 pub struct RestMetricsService<S> {
     inner: S,

@@ -21,23 +21,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, PostParams};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-struct LeaseLabels {
-    name: String,
-}
-
 /// client-go's `leader_election_master_status{name}`, which the Go CCM
 /// exposes: 1 while this replica leads the Lease `name`, else 0.
-static MASTER_STATUS: LazyLock<
-    prometheus_client::metrics::family::Family<
-        LeaseLabels,
-        prometheus_client::metrics::gauge::Gauge,
-    >,
-> = LazyLock::new(|| {
-    let family = prometheus_client::metrics::family::Family::default();
+static MASTER_STATUS: LazyLock<Family<crate::metrics::Labels, Gauge>> = LazyLock::new(|| {
+    let family = Family::default();
     crate::metrics::register(
         "leader_election_master_status",
         "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
@@ -48,9 +40,7 @@ static MASTER_STATUS: LazyLock<
 
 fn set_master_status(name: &str, leading: bool) {
     MASTER_STATUS
-        .get_or_create(&LeaseLabels {
-            name: name.to_string(),
-        })
+        .get_or_create(&vec![("name", name.to_string())])
         .set(i64::from(leading));
 }
 

@@ -12,6 +12,9 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registr
 
 mod process;
 
+/// A metric's label pairs, exposed in this order.
+pub type Labels = Vec<(&'static str, String)>;
+
 /// Registers the `process_*` and `kubernetes_build_info` collector, once.
 pub fn register_process_collector() {
     static ONCE: std::sync::Once = std::sync::Once::new();

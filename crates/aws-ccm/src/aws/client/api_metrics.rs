@@ -9,7 +9,7 @@ use std::sync::LazyLock;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -17,41 +17,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::metrics::{MetricType, TypedMetric};
 
 use super::operations::{Category, Operation};
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    request: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct OperationNameLabels {
-    operation_name: String,
-}
-
-/// The Go CCM's `cloudprovider_aws_api_response_status_total` labels: the
-/// Go SDK's service ID, the operation and the HTTP status.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ResponseStatusLabels {
-    service: String,
-    operation: String,
-    status_code: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CallLabels {
-    operation: String,
-    outcome: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CategoryLabels {
-    category: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BatchLabels {
-    kind: String,
-}
+use crate::metrics::Labels;
 
 /// A monotonically increasing count exposed under its exact name.
 ///
@@ -76,7 +42,7 @@ impl EncodeMetric for PlainCounter {
     }
 }
 
-type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn latency_histogram() -> Histogram {
     // 5 ms .. ~41 s: AWS answers in tens of milliseconds; the tail covers the
@@ -96,14 +62,14 @@ fn batch_histogram() -> Histogram {
 }
 
 struct ApiMetrics {
-    request_duration: HistogramFamily<RequestLabels>,
-    request_errors: Family<RequestLabels, PlainCounter>,
-    throttled: Family<OperationNameLabels, Counter>,
-    calls: Family<CallLabels, Counter>,
-    batch_size: HistogramFamily<BatchLabels>,
-    token_wait: HistogramFamily<CategoryLabels>,
-    rate: Family<CategoryLabels, Gauge<f64, AtomicU64>>,
-    response_status: Family<ResponseStatusLabels, Counter>,
+    request_duration: HistogramFamily,
+    request_errors: Family<Labels, PlainCounter>,
+    throttled: Family<Labels, Counter>,
+    calls: Family<Labels, Counter>,
+    batch_size: HistogramFamily,
+    token_wait: HistogramFamily,
+    rate: Family<Labels, Gauge<f64, AtomicU64>>,
+    response_status: Family<Labels, Counter>,
 }
 
 static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| {
@@ -165,9 +131,7 @@ static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| {
 pub(crate) fn observe_request_duration(op: Operation, elapsed: Duration) {
     METRICS
         .request_duration
-        .get_or_create(&RequestLabels {
-            request: op.metric_request_name(),
-        })
+        .get_or_create(&vec![("request", op.metric_request_name())])
         .observe(elapsed.as_secs_f64());
 }
 
@@ -175,10 +139,10 @@ pub(crate) fn observe_request_duration(op: Operation, elapsed: Duration) {
 pub(crate) fn record_attempt(op: Operation, outcome: &str) {
     METRICS
         .calls
-        .get_or_create(&CallLabels {
-            operation: op.qualified_name(),
-            outcome: outcome.to_string(),
-        })
+        .get_or_create(&vec![
+            ("operation", op.qualified_name()),
+            ("outcome", outcome.to_string()),
+        ])
         .inc();
 }
 
@@ -195,13 +159,15 @@ pub(crate) fn record_response_status(op: Operation, status: u16) {
         super::operations::Service::Sts => "STS",
         super::operations::Service::Iam => "IAM",
     };
+    // The Go CCM's labels: the Go SDK's service ID, the operation and the
+    // HTTP status.
     METRICS
         .response_status
-        .get_or_create(&ResponseStatusLabels {
-            service: service.to_string(),
-            operation: op.action().to_string(),
-            status_code: status.to_string(),
-        })
+        .get_or_create(&vec![
+            ("service", service.to_string()),
+            ("operation", op.action().to_string()),
+            ("status_code", status.to_string()),
+        ])
         .inc();
 }
 
@@ -209,9 +175,7 @@ pub(crate) fn record_response_status(op: Operation, status: u16) {
 pub(crate) fn record_throttled(op: Operation) {
     METRICS
         .throttled
-        .get_or_create(&OperationNameLabels {
-            operation_name: op.action().to_string(),
-        })
+        .get_or_create(&vec![("operation_name", op.action().to_string())])
         .inc();
 }
 
@@ -219,9 +183,7 @@ pub(crate) fn record_throttled(op: Operation) {
 pub(crate) fn record_call_error(op: Operation) {
     METRICS
         .request_errors
-        .get_or_create(&RequestLabels {
-            request: op.metric_request_name(),
-        })
+        .get_or_create(&vec![("request", op.metric_request_name())])
         .0
         .inc();
 }
@@ -229,27 +191,21 @@ pub(crate) fn record_call_error(op: Operation) {
 pub(crate) fn observe_batch_size(kind: &str, keys: usize) {
     METRICS
         .batch_size
-        .get_or_create(&BatchLabels {
-            kind: kind.to_string(),
-        })
+        .get_or_create(&vec![("kind", kind.to_string())])
         .observe(keys as f64);
 }
 
 pub(crate) fn observe_token_wait(category: Category, waited: Duration) {
     METRICS
         .token_wait
-        .get_or_create(&CategoryLabels {
-            category: category.as_str().to_string(),
-        })
+        .get_or_create(&vec![("category", category.as_str().to_string())])
         .observe(waited.as_secs_f64());
 }
 
 pub(crate) fn set_rate(category: Category, per_second: f64) {
     METRICS
         .rate
-        .get_or_create(&CategoryLabels {
-            category: category.as_str().to_string(),
-        })
+        .get_or_create(&vec![("category", category.as_str().to_string())])
         .set(per_second);
 }
 
