@@ -42,7 +42,8 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
         tracing::info!(flags = ?validated.ignored_flags, "accepted upstream flags that this implementation does not act on");
     }
     let cloud = load_cloud_config(opts)?;
-    let (aws, cluster_id, region) = connect_aws(&cloud, opts).await?;
+    let c = connect_aws_described(&cloud, opts).await?;
+    let (aws, cluster_id, region) = (c.aws, c.cluster_id, c.region);
 
     let kube_config =
         kube_client::load_config(opts.kubeconfig.as_deref(), opts.master.as_deref()).await?;
@@ -141,17 +142,8 @@ pub(crate) fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Resul
     )
 }
 
-/// The one door to AWS, with the region and the cluster ID resolved.
-pub(crate) async fn connect_aws(
-    cloud: &CloudConfig,
-    opts: &crate::options::Options,
-) -> anyhow::Result<(Aws, String, String)> {
-    let c = connect_aws_described(cloud, opts).await?;
-    Ok((c.aws, c.cluster_id, c.region))
-}
-
-/// [`connect_aws`]'s result, with where the region and the cluster ID came
-/// from (for `aws-ccm doctor`).
+/// The one door to AWS, with the region and the cluster ID resolved and
+/// where they came from (for `aws-ccm doctor`).
 pub(crate) struct Connected {
     pub aws: Aws,
     pub cluster_id: String,
@@ -162,7 +154,8 @@ pub(crate) struct Connected {
     pub cluster_id_from: String,
 }
 
-/// [`connect_aws`], saying where the region and the cluster ID came from.
+/// Connects to AWS: the region, the cluster ID and the one door, saying
+/// where the region and the cluster ID came from.
 pub(crate) async fn connect_aws_described(
     cloud: &CloudConfig,
     opts: &crate::options::Options,

@@ -113,16 +113,16 @@ pub fn has_cluster_tag(tags: &BTreeMap<String, String>, cluster_id: &str) -> boo
     tags.contains_key(&cluster_tag_key(cluster_id))
 }
 
-/// Whether the resource is tagged for some cluster other than `cluster_id`.
-pub fn tagged_for_other_cluster(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
-    let own = cluster_tag_key(cluster_id);
-    tags.keys()
-        .any(|k| k.starts_with(CLUSTER_TAG_PREFIX) && *k != own)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the resource is tagged for some cluster other than `cluster_id`.
+    fn tagged_for_other_cluster(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+        let own = cluster_tag_key(cluster_id);
+        tags.keys()
+            .any(|k| k.starts_with(CLUSTER_TAG_PREFIX) && *k != own)
+    }
 
     #[test]
     fn ownership_tags_cannot_be_overridden_by_user_tags() {

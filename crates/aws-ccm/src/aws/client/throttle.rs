@@ -193,15 +193,6 @@ impl CategoryLimiter {
         }
     }
 
-    pub fn category(&self) -> Category {
-        self.category
-    }
-
-    /// Configured ceiling in requests per second.
-    pub fn ceiling(&self) -> f64 {
-        self.ceiling
-    }
-
     /// Configured burst.
     pub fn burst(&self) -> u32 {
         self.burst
@@ -360,6 +351,14 @@ impl Throttle {
             .position(|&c| c == category)
             .unwrap_or(0);
         &self.limiters[index]
+    }
+}
+
+#[cfg(test)]
+impl CategoryLimiter {
+    /// Configured ceiling in requests per second.
+    pub fn ceiling(&self) -> f64 {
+        self.ceiling
     }
 }
 
