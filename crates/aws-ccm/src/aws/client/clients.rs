@@ -35,7 +35,7 @@ use aws_smithy_types::endpoint::Endpoint;
 use super::CallOptions;
 use super::door::Door;
 use super::operations::{Operation, Service};
-use crate::cloud_config::{CloudConfig, OverrideService, ServiceOverride};
+use crate::cloud_config::{CloudConfig, OverrideService};
 
 /// The raw SDK clients. Only `aws::client` holds these; controllers never do.
 #[derive(Clone, Debug)]
@@ -145,55 +145,43 @@ pub fn build(base: &SdkConfig, cloud: &CloudConfig, region: &str, door: &Arc<Doo
     for note in cloud.override_notes() {
         tracing::warn!("cloud.conf {note}");
     }
-    let ec2 = {
-        let mut b = aws_sdk_ec2::config::Builder::from(&config);
-        if let Some(o) = cloud.endpoint_override(OverrideService::Ec2, region) {
-            b.set_endpoint_resolver(Some(override_resolver(o)));
-        }
-        aws_sdk_ec2::Client::from_conf(b.build())
-    };
-    let elb = {
-        let mut b = aws_sdk_elasticloadbalancing::config::Builder::from(&config);
-        if let Some(o) = cloud.endpoint_override(OverrideService::Elb, region) {
-            b.set_endpoint_resolver(Some(override_resolver(o)));
-        }
-        aws_sdk_elasticloadbalancing::Client::from_conf(b.build())
-    };
-    let elbv2 = {
-        let mut b = aws_sdk_elasticloadbalancingv2::config::Builder::from(&config);
-        if let Some(o) = cloud.endpoint_override(OverrideService::Elbv2, region) {
-            b.set_endpoint_resolver(Some(override_resolver(o)));
-        }
-        aws_sdk_elasticloadbalancingv2::Client::from_conf(b.build())
-    };
-    let sts = sts_client(&config, cloud, region);
-    let iam = aws_sdk_iam::Client::new(&config);
+    let mut ec2 = aws_sdk_ec2::config::Builder::from(&config);
+    ec2.set_endpoint_resolver(override_resolver(cloud, OverrideService::Ec2, region));
+    let mut elb = aws_sdk_elasticloadbalancing::config::Builder::from(&config);
+    elb.set_endpoint_resolver(override_resolver(cloud, OverrideService::Elb, region));
+    let mut elbv2 = aws_sdk_elasticloadbalancingv2::config::Builder::from(&config);
+    elbv2.set_endpoint_resolver(override_resolver(cloud, OverrideService::Elbv2, region));
     SdkClients {
-        ec2,
-        elb,
-        elbv2,
-        sts,
-        iam,
+        ec2: aws_sdk_ec2::Client::from_conf(ec2.build()),
+        elb: aws_sdk_elasticloadbalancing::Client::from_conf(elb.build()),
+        elbv2: aws_sdk_elasticloadbalancingv2::Client::from_conf(elbv2.build()),
+        sts: sts_client(&config, cloud, region),
+        iam: aws_sdk_iam::Client::new(&config),
     }
 }
 
 fn sts_client(config: &SdkConfig, cloud: &CloudConfig, region: &str) -> aws_sdk_sts::Client {
-    let mut b = aws_sdk_sts::config::Builder::from(config);
-    if let Some(o) = cloud.endpoint_override(OverrideService::Sts, region) {
-        b.set_endpoint_resolver(Some(override_resolver(o)));
-    }
-    aws_sdk_sts::Client::from_conf(b.build())
+    let mut sts = aws_sdk_sts::config::Builder::from(config);
+    sts.set_endpoint_resolver(override_resolver(cloud, OverrideService::Sts, region));
+    aws_sdk_sts::Client::from_conf(sts.build())
 }
 
 /// A `[ServiceOverride]` as an SDK endpoint resolver: its URL, with the
 /// SigV4 signing region and (when set) signing name carried the way the
 /// SDK's signer reads them, from the endpoint's `authSchemes` property.
-fn override_resolver(o: &ServiceOverride) -> SharedEndpointResolver {
-    SharedEndpointResolver::new(OverrideEndpoint {
+/// `None` without an override for `service` in `region`: the SDK's own
+/// endpoint.
+fn override_resolver(
+    cloud: &CloudConfig,
+    service: OverrideService,
+    region: &str,
+) -> Option<SharedEndpointResolver> {
+    let o = cloud.endpoint_override(service, region)?;
+    Some(SharedEndpointResolver::new(OverrideEndpoint {
         url: o.url.clone(),
         signing_region: o.signing_region.clone(),
         signing_name: (!o.signing_name.is_empty()).then(|| o.signing_name.clone()),
-    })
+    }))
 }
 
 /// The fixed endpoint of one `[ServiceOverride]`. Each client is built for
