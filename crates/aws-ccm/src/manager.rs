@@ -115,31 +115,25 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
 
 /// cloud.conf from `--cloud-config`, or the defaults without it.
 pub(crate) fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Result<CloudConfig> {
-    Ok(
-        match opts
-            .cloud_config
-            .as_deref()
-            .filter(|p| !p.as_os_str().is_empty())
-        {
-            Some(path) => {
-                let cloud = CloudConfig::load(path)?;
-                for line in &cloud.tolerated {
-                    tracing::warn!(path = %path.display(), "cloud config: {line}");
-                }
-                for r in &cloud.shared_probe_refusals {
-                    tracing::warn!(path = %path.display(), key = r.key, value = %r.value, "cloud config: [Global] {} = {:?} is taken as the Go CCM takes it, which fails every health check through the shared probe: each load balancer probed that way is kept in upkeep (its backends and node rules follow the nodes, nothing else changes) until it is fixed; allowed: {}", r.key, r.value, r.allowed);
-                }
-                for r in &cloud.nlb_refusals {
-                    tracing::warn!(path = %path.display(), key = r.key, value = %r.value, "cloud config: [Global] {} = {:?} is taken as the Go CCM takes it, which fails every NLB sync on it: each NLB is kept in upkeep (its targets and node rules follow the nodes, nothing else changes) until it is fixed; allowed: {}", r.key, r.value, r.allowed);
-                }
-                cloud
-            }
-            None => {
-                tracing::info!("no --cloud-config given; using defaults and instance metadata");
-                CloudConfig::default()
-            }
-        },
-    )
+    let Some(path) = opts
+        .cloud_config
+        .as_deref()
+        .filter(|p| !p.as_os_str().is_empty())
+    else {
+        tracing::info!("no --cloud-config given; using defaults and instance metadata");
+        return Ok(CloudConfig::default());
+    };
+    let cloud = CloudConfig::load(path)?;
+    for line in &cloud.tolerated {
+        tracing::warn!(path = %path.display(), "cloud config: {line}");
+    }
+    for r in &cloud.shared_probe_refusals {
+        tracing::warn!(path = %path.display(), key = r.key, value = %r.value, "cloud config: [Global] {} = {:?} is taken as the Go CCM takes it, which fails every health check through the shared probe: each load balancer probed that way is kept in upkeep (its backends and node rules follow the nodes, nothing else changes) until it is fixed; allowed: {}", r.key, r.value, r.allowed);
+    }
+    for r in &cloud.nlb_refusals {
+        tracing::warn!(path = %path.display(), key = r.key, value = %r.value, "cloud config: [Global] {} = {:?} is taken as the Go CCM takes it, which fails every NLB sync on it: each NLB is kept in upkeep (its targets and node rules follow the nodes, nothing else changes) until it is fixed; allowed: {}", r.key, r.value, r.allowed);
+    }
+    Ok(cloud)
 }
 
 /// The one door to AWS, with the region and the cluster ID resolved and

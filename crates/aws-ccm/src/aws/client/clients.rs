@@ -35,6 +35,7 @@ use aws_smithy_types::endpoint::Endpoint;
 use super::CallOptions;
 use super::door::Door;
 use super::operations::{Operation, Service};
+use super::throttle::Priority;
 use crate::cloud_config::{CloudConfig, OverrideService};
 
 /// The raw SDK clients. Only `aws::client` holds these; controllers never do.
@@ -250,10 +251,11 @@ impl AssumeRoleProvider {
         };
         let response = self
             .door
-            .send(
+            .call(
                 Service::Sts,
                 Operation::StsAssumeRole,
                 CallOptions::within(ASSUME_ROLE_DEADLINE),
+                Priority::Normal,
                 attempt,
             )
             .await

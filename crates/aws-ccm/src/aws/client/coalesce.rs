@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use super::api_metrics;
-use super::errors::{AttemptFailure, AwsError, ErrorClass};
+use super::errors::{AwsError, ErrorClass};
 use super::operations::Operation;
 
 /// Fetches a batch of keys; the map holds the keys that were found.
@@ -112,13 +112,10 @@ where
         }
         answer.await.unwrap_or_else(|_| {
             // Only if the batch task panicked.
-            Err(AwsError::from_attempt(
+            Err(AwsError::local(
                 self.inner.operation,
-                AttemptFailure::new(
-                    ErrorClass::Transient,
-                    None,
-                    "the coalesced lookup was abandoned",
-                ),
+                ErrorClass::Transient,
+                "the coalesced lookup was abandoned",
                 1,
             ))
         })
@@ -244,13 +241,10 @@ where
                     });
                     let shared = async move {
                         task.await.unwrap_or_else(|_| {
-                            Err(AwsError::from_attempt(
+                            Err(AwsError::local(
                                 operation,
-                                AttemptFailure::new(
-                                    ErrorClass::Transient,
-                                    None,
-                                    "the shared AWS read was abandoned",
-                                ),
+                                ErrorClass::Transient,
+                                "the shared AWS read was abandoned",
                                 1,
                             ))
                         })
@@ -278,6 +272,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::aws::client::errors::AttemptFailure;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     type Calls = Arc<Mutex<Vec<Vec<u32>>>>;

@@ -122,19 +122,8 @@ impl Door {
     }
 
     /// Calls AWS: `attempt` builds and sends one request of `op` (a
-    /// `service` operation) and is called again for every attempt.
-    pub async fn send<F: Fn() -> Fut, Fut: SdkFuture>(
-        &self,
-        service: Service,
-        op: Operation,
-        opts: CallOptions,
-        attempt: F,
-    ) -> Result<Fut::Ok, AwsError> {
-        self.call(service, op, opts, Priority::Normal, attempt)
-            .await
-    }
-
-    /// The retry loop: throttle, send, classify, back off.
+    /// `service` operation) and is called again for every attempt. The
+    /// retry loop: throttle, send, classify, back off.
     pub(crate) async fn call<F: Fn() -> Fut, Fut: SdkFuture>(
         &self,
         service: Service,
@@ -367,13 +356,10 @@ fn lost_wrapped(answer_lost: bool, error: AwsError) -> AwsError {
 /// charged to the wrong bucket.
 fn wrong_service(op: Operation, service: Service) -> AwsError {
     api_metrics::record_call_error(op);
-    AwsError::from_attempt(
+    AwsError::local(
         op,
-        AttemptFailure::new(
-            ErrorClass::Fatal,
-            None,
-            format!("{op} was passed to the {service} client; this is a bug in aws-ccm"),
-        ),
+        ErrorClass::Fatal,
+        format!("{op} was passed to the {service} client; this is a bug in aws-ccm"),
         0,
     )
 }
@@ -488,19 +474,21 @@ mod tests {
             }
         };
         let err = door
-            .send(
+            .call(
                 Service::Ec2,
                 Operation::Ec2CreateRoute,
                 CallOptions::default(),
+                Priority::Normal,
                 attempt,
             )
             .await
             .expect_err("stopped");
         assert!(matches!(err, AwsError::Stopped { .. }), "{err}");
-        door.send(
+        door.call(
             Service::Ec2,
             Operation::Ec2DescribeRouteTables,
             CallOptions::default(),
+            Priority::Normal,
             attempt,
         )
         .await

@@ -393,6 +393,21 @@ impl AwsError {
         })
     }
 
+    /// A failure found by this client, not answered by AWS: no code, no
+    /// HTTP status.
+    pub(crate) fn local(
+        operation: Operation,
+        class: ErrorClass,
+        message: impl Into<String>,
+        attempts: u32,
+    ) -> AwsError {
+        AwsError::from_attempt(
+            operation,
+            AttemptFailure::new(class, None, message),
+            attempts,
+        )
+    }
+
     pub(crate) fn from_attempt(
         operation: Operation,
         failure: AttemptFailure,
@@ -428,10 +443,8 @@ const DENIED_CODES: &[&str] = &[
     "AccessDeniedException",
 ];
 
-const AUTH_CODES: &[&str] = &[
-    "UnauthorizedOperation",
-    "AccessDenied",
-    "AccessDeniedException",
+/// Refusals of the credentials themselves, beside IAM's [`DENIED_CODES`].
+const CREDENTIAL_CODES: &[&str] = &[
     "AuthFailure",
     "InvalidClientTokenId",
     "SignatureDoesNotMatch",
@@ -457,7 +470,7 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
              Check the ID or name"
             .to_string(),
         ErrorClass::Fatal => match code {
-            Some(code) if AUTH_CODES.contains(&code) => {
+            Some(code) if DENIED_CODES.contains(&code) || CREDENTIAL_CODES.contains(&code) => {
                 let action = format!("{}:{}", iam_prefix(operation), operation.action());
                 // A tagged ELB create is also authorized as AddTags.
                 let tagged_create = action.starts_with("elasticloadbalancing:Create");

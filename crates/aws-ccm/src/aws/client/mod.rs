@@ -52,7 +52,7 @@ use aws_sdk_sts::Client as Sts;
 use tokio::time::Instant;
 
 use self::door::Door;
-use self::errors::{AttemptFailure, AwsError, ErrorClass};
+use self::errors::{AwsError, ErrorClass};
 use self::operations::{Category, Operation, Service};
 use self::retry::RetryPolicy;
 use self::throttle::{AimdConfig, Priority};
@@ -460,15 +460,12 @@ impl AwsClient {
                 })
             }
             Err(e) => Err(e),
-            Ok(_) => Err(AwsError::from_attempt(
+            Ok(_) => Err(AwsError::local(
                 op,
-                AttemptFailure::new(
-                    ErrorClass::Fatal,
-                    None,
-                    format!(
-                        "{op} with DryRun=true was carried out instead of answering DryRunOperation; \
-                         the endpoint does not honour DryRun, so no permission can be inferred"
-                    ),
+                ErrorClass::Fatal,
+                format!(
+                    "{op} with DryRun=true was carried out instead of answering DryRunOperation; \
+                     the endpoint does not honour DryRun, so no permission can be inferred"
                 ),
                 1,
             )),
