@@ -110,26 +110,21 @@ struct RestMetrics {
     duration: Family<crate::metrics::Labels, Histogram>,
 }
 
-static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(|| {
-    let m = RestMetrics {
-        requests: Family::default(),
-        duration: Family::new_with_constructor(|| {
+static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(|| RestMetrics {
+    requests: crate::metrics::registered(
+        "rest_client_requests",
+        "Number of HTTP requests, partitioned by status code, method, and host",
+        Family::default(),
+    ),
+    duration: crate::metrics::registered(
+        "rest_client_request_duration_seconds",
+        "Request latency in seconds. Broken down by verb, and host",
+        Family::new_with_constructor(|| {
             Histogram::new([
                 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,
             ])
         }),
-    };
-    crate::metrics::register(
-        "rest_client_requests",
-        "Number of HTTP requests, partitioned by status code, method, and host",
-        m.requests.clone(),
-    );
-    crate::metrics::register(
-        "rest_client_request_duration_seconds",
-        "Request latency in seconds. Broken down by verb, and host",
-        m.duration.clone(),
-    );
-    m
+    ),
 });
 
 /// Records [`RestMetrics`] for each request to the API server at `host`.

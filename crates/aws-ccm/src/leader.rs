@@ -29,13 +29,11 @@ use tokio_util::sync::CancellationToken;
 /// client-go's `leader_election_master_status{name}`, which the Go CCM
 /// exposes: 1 while this replica leads the Lease `name`, else 0.
 static MASTER_STATUS: LazyLock<Family<crate::metrics::Labels, Gauge>> = LazyLock::new(|| {
-    let family = Family::default();
-    crate::metrics::register(
+    crate::metrics::registered(
         "leader_election_master_status",
         "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
-        family.clone(),
-    );
-    family
+        Family::default(),
+    )
 });
 
 fn set_master_status(name: &str, leading: bool) {

@@ -39,6 +39,13 @@ pub fn register(name: &str, help: &str, metric: impl Metric) {
     registry.register(name, help, metric);
 }
 
+/// [`register`]s `metric` and returns it: a family is a handle, and the
+/// one returned records into the one registered.
+pub fn registered<M: Metric + Clone>(name: &str, help: &str, metric: M) -> M {
+    register(name, help, metric.clone());
+    metric
+}
+
 /// Renders every registered family in the Prometheus text exposition format.
 pub fn encode() -> String {
     let registry = REGISTRY

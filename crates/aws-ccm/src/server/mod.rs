@@ -163,26 +163,13 @@ pub async fn start(
     let stop = CancellationToken::new();
     let config = tls_config(&opts, &stop)?;
     // Bind ourselves so a busy port is reported now, not from a background task.
-    let listener = std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind {
-        addr,
-        error: source,
-    })?;
-    listener
-        .set_nonblocking(true)
-        .map_err(|source| ServerError::Bind {
-            addr,
-            error: source,
-        })?;
-    let local_addr = listener.local_addr().map_err(|source| ServerError::Bind {
-        addr,
-        error: source,
-    })?;
+    let bind_error = |error| ServerError::Bind { addr, error };
+    let listener = std::net::TcpListener::bind(addr).map_err(bind_error)?;
+    listener.set_nonblocking(true).map_err(bind_error)?;
+    let local_addr = listener.local_addr().map_err(bind_error)?;
     let handle = axum_server::Handle::new();
     let mut server = axum_server::from_tcp_rustls(listener, config)
-        .map_err(|source| ServerError::Bind {
-            addr,
-            error: source,
-        })?
+        .map_err(bind_error)?
         .handle(handle.clone());
     if opts.tls.http1_only {
         let builder = server.http_builder();

@@ -72,59 +72,48 @@ struct ApiMetrics {
     response_status: Family<Labels, Counter>,
 }
 
-static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| {
-    let metrics = ApiMetrics {
-        request_duration: Family::new_with_constructor(latency_histogram),
-        request_errors: Family::default(),
-        throttled: Family::default(),
-        calls: Family::default(),
-        batch_size: Family::new_with_constructor(batch_histogram),
-        token_wait: Family::new_with_constructor(wait_histogram),
-        rate: Family::default(),
-        response_status: Family::default(),
-    };
-    crate::metrics::register(
+static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| ApiMetrics {
+    response_status: crate::metrics::registered(
         "cloudprovider_aws_api_response_status",
         "AWS API response status code counts (answers with HTTP status 400 or more; upstream's name)",
-        metrics.response_status.clone(),
-    );
-    crate::metrics::register(
+        Family::default(),
+    ),
+    request_duration: crate::metrics::registered(
         "cloudprovider_aws_api_request_duration_seconds",
         "Latency of AWS API requests that got an answer, per request",
-        metrics.request_duration.clone(),
-    );
-    crate::metrics::register(
+        Family::new_with_constructor(latency_histogram),
+    ),
+    request_errors: crate::metrics::registered(
         "cloudprovider_aws_api_request_errors",
         "AWS API calls that returned an error to their caller (after retries)",
-        metrics.request_errors.clone(),
-    );
-    crate::metrics::register(
+        Family::default(),
+    ),
+    throttled: crate::metrics::registered(
         "cloudprovider_aws_api_throttled_requests",
         "AWS API requests answered with a throttling error",
-        metrics.throttled.clone(),
-    );
-    crate::metrics::register(
+        Family::default(),
+    ),
+    calls: crate::metrics::registered(
         "aws_ccm_api_calls",
         "AWS API requests sent, by operation and outcome (success, throttled, transient, not_found, fatal)",
-        metrics.calls.clone(),
-    );
-    crate::metrics::register(
+        Family::default(),
+    ),
+    batch_size: crate::metrics::registered(
         "aws_ccm_api_coalesced_batch_size",
         "Keys served by one coalesced AWS call (instance IDs, private DNS names)",
-        metrics.batch_size.clone(),
-    );
-    crate::metrics::register(
+        Family::new_with_constructor(batch_histogram),
+    ),
+    token_wait: crate::metrics::registered(
         "aws_ccm_api_token_wait_seconds",
         "Time callers waited for a rate-limit token, per AWS throttle category",
-        metrics.token_wait.clone(),
-    );
-    crate::metrics::register(
+        Family::new_with_constructor(wait_histogram),
+    ),
+    rate: crate::metrics::registered(
         "aws_ccm_api_rate_limit",
         "Current client-side request rate limit per AWS throttle category, in requests per second \
          (drops on throttling, recovers over time)",
-        metrics.rate.clone(),
-    );
-    metrics
+        Family::default(),
+    ),
 });
 
 /// One answered request (success or an AWS error): its latency.
