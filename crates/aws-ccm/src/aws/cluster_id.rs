@@ -76,11 +76,7 @@ pub(crate) async fn resolve_cluster_id(
         Ok(Some(found)) => Ok(found),
         Ok(None) | Err(_) if allow_untagged => {
             tracing::warn!("no cluster ID in cloud.conf or on this instance; running untagged (--allow-untagged-cloud) — resources cannot be attributed to this cluster");
-            let identity = ClusterIdentity {
-                id: String::new(),
-                writes_legacy_tag: false,
-                legacy_only: false,
-            };
+            let identity = ClusterIdentity::default();
             Ok((identity, "none: --allow-untagged-cloud".to_string()))
         }
         Ok(None) => anyhow::bail!(
@@ -92,8 +88,9 @@ pub(crate) async fn resolve_cluster_id(
     }
 }
 
-/// How the cluster is identified, as the Go CCM's `awsTagging` decides it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How the cluster is identified, as the Go CCM's `awsTagging` decides it
+/// (the default: untagged, no ID).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ClusterIdentity {
     pub id: String,
     /// Upstream's `usesLegacyTags`: cloud.conf `KubernetesClusterTag`, or a
