@@ -18,8 +18,8 @@ use kube::{Client, Config};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
-use tower::layer::layer_fn;
-use tower::{Layer, Service};
+use tower::Service;
+use tower::layer::{LayerFn, layer_fn};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KubeClientError {
@@ -85,7 +85,7 @@ fn parse_master(value: &str) -> Result<http::Uri, KubeClientError> {
 /// Builds a client that never exceeds `qps` requests per second on average,
 /// with bursts up to `burst`. Watches count once, at connection time, as in client-go.
 pub fn build_client(config: Config, qps: f32, burst: u32) -> Result<Client, KubeClientError> {
-    let layer = QpsLayer::new(qps, burst);
+    let layer = qps_layer(qps, burst);
     let host = config
         .cluster_url
         .authority()
@@ -170,36 +170,22 @@ where
     }
 }
 
-/// A tower layer that waits for a token before each request.
-#[derive(Clone)]
-pub struct QpsLayer {
-    limiter: Arc<DefaultDirectRateLimiter>,
-}
-
-impl QpsLayer {
-    pub fn new(qps: f32, burst: u32) -> QpsLayer {
-        let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
-        // governor expresses rates as a replenish interval per token.
-        let per_token = std::time::Duration::from_secs_f64(1.0 / f64::from(qps.max(0.001)));
-        let quota = Quota::with_period(per_token)
-            .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
-            .allow_burst(burst);
-        QpsLayer {
-            limiter: Arc::new(RateLimiter::direct(quota)),
-        }
-    }
-}
-
-impl<S> Layer<S> for QpsLayer {
-    type Service = QpsService<S>;
-    fn layer(&self, inner: S) -> QpsService<S> {
-        QpsService {
-            inner,
-            limiter: self.limiter.clone(),
-            waiting: None,
-            permitted: false,
-        }
-    }
+/// A tower layer that waits for a token before each request: `qps` per
+/// second on average, bursts up to `burst`.
+pub fn qps_layer<S>(qps: f32, burst: u32) -> LayerFn<impl Fn(S) -> QpsService<S>> {
+    let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
+    // governor expresses rates as a replenish interval per token.
+    let per_token = std::time::Duration::from_secs_f64(1.0 / f64::from(qps.max(0.001)));
+    let quota = Quota::with_period(per_token)
+        .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
+        .allow_burst(burst);
+    let limiter = Arc::new(RateLimiter::direct(quota));
+    layer_fn(move |inner| QpsService {
+        inner,
+        limiter: limiter.clone(),
+        waiting: None,
+        permitted: false,
+    })
 }
 
 type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -248,11 +234,11 @@ mod tests {
     use super::*;
     use futures::FutureExt;
     use std::time::{Duration, Instant};
-    use tower::ServiceExt;
+    use tower::{Layer, ServiceExt};
 
     #[tokio::test]
     async fn burst_passes_then_requests_are_paced_at_qps() {
-        let layer = QpsLayer::new(50.0, 5);
+        let layer = qps_layer(50.0, 5);
         let mut svc = layer.layer(tower::service_fn(|_: ()| async {
             Ok::<_, std::convert::Infallible>(())
         }));
