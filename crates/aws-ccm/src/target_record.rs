@@ -210,7 +210,7 @@ impl TargetRecord {
             api,
             name: name.to_string(),
             stamp: ours,
-            last: written,
+            last: Some(written),
             shared: self.shared.clone(),
         };
         tokio::spawn(writer.run());
@@ -362,7 +362,8 @@ struct Writer {
     api: Api<ConfigMap>,
     name: String,
     stamp: String,
-    last: ConfigMap,
+    /// The ConfigMap as last written or read; `None` when it was deleted.
+    last: Option<ConfigMap>,
     shared: Arc<Shared>,
 }
 
@@ -403,11 +404,8 @@ impl Writer {
         let want = st.want.clone();
         let keys: BTreeSet<String> = want.keys().cloned().collect();
         // An empty map may come back as no `data` at all.
-        let stored = self
-            .last
-            .data
-            .as_ref()
-            .map_or(want.is_empty(), |d| *d == want);
+        let data = self.last.as_ref().and_then(|cm| cm.data.as_ref());
+        let stored = data.map_or(want.is_empty(), |d| *d == want);
         let clean = stored && st.maybe_stored == keys;
         st.maybe_stored.extend(keys);
         (want, st.generation, clean)
@@ -417,7 +415,7 @@ impl Writer {
     /// if still ours, written once more.
     async fn write(&mut self, want: &BTreeMap<String, String>) -> Result<(), String> {
         for _ in 0..2 {
-            let cm = build(&self.name, &self.stamp, Some(&self.last), want);
+            let cm = build(&self.name, &self.stamp, self.last.as_ref(), want);
             let pp = PostParams::default();
             let written = match cm.metadata.resource_version {
                 Some(_) => self.api.replace(&self.name, &pp, &cm).await,
@@ -425,7 +423,7 @@ impl Writer {
             };
             match written {
                 Ok(written) => {
-                    self.last = written;
+                    self.last = Some(written);
                     return Ok(());
                 }
                 Err(kube::Error::Api(s)) if [404, 409].contains(&s.code) => {
@@ -463,13 +461,7 @@ impl Writer {
         }
         // Ours, an earlier leader's late write (written over: every write
         // carries everything this leader wants), or deleted (created again).
-        self.last = now.unwrap_or_else(|| ConfigMap {
-            metadata: ObjectMeta {
-                name: Some(self.name.clone()),
-                ..ObjectMeta::default()
-            },
-            ..ConfigMap::default()
-        });
+        self.last = now;
         Ok(())
     }
 }

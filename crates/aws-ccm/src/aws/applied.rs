@@ -16,7 +16,7 @@
 //! digits, spaces and `_.:/=+-@`): `v1 type=nlb scheme=internal
 //! subnets=<sha1:10> addresses=<sha1:10>|none`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use sha1::{Digest, Sha1};
 
@@ -76,31 +76,24 @@ impl Applied {
     /// An NLB's record: `subnets` in any order; `addresses` the pinned
     /// mappings as text in order, or `None` when nothing is pinned.
     pub fn network(internal: bool, subnets: &[String], addresses: Option<&[String]>) -> Applied {
-        let mut sorted: Vec<&str> = subnets.iter().map(String::as_str).collect();
-        sorted.sort_unstable();
-        sorted.dedup();
+        let sorted: BTreeSet<&str> = subnets.iter().map(String::as_str).collect();
+        let addresses = addresses.map(|a| digest(a.iter().map(String::as_str)));
         Applied {
             kind: Kind::Network,
             internal,
             subnets: Some(digest(sorted)),
-            addresses: Some(match addresses {
-                Some(a) => digest(a.iter().map(String::as_str)),
-                None => "none".to_string(),
-            }),
+            addresses: Some(addresses.unwrap_or_else(|| "none".to_string())),
         }
     }
 
     /// The tag value.
     pub fn to_value(&self) -> String {
-        let mut v = format!(
-            "v1 type={} scheme={}",
-            self.kind.as_str(),
-            if self.internal {
-                "internal"
-            } else {
-                "internet-facing"
-            }
-        );
+        let scheme = if self.internal {
+            "internal"
+        } else {
+            "internet-facing"
+        };
+        let mut v = format!("v1 type={} scheme={scheme}", self.kind.as_str());
         if let Some(s) = &self.subnets {
             v.push_str(&format!(" subnets={s}"));
         }

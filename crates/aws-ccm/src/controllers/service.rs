@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::controllers::cached_node::Node;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
@@ -183,23 +183,20 @@ pub fn backends(nodes: &[Arc<Node>], target_labels: &BTreeMap<String, String>) -
 /// `needsUpdate` ignores them too); a finalizer someone strips is restored at
 /// the next sync.
 fn fingerprint(svc: &Service) -> u64 {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    serde_json::to_string(&(
+    let deps = (
         &svc.metadata.annotations,
         &svc.spec,
         svc.metadata.deletion_timestamp.is_some(),
         &svc.metadata.uid,
-    ))
-    .unwrap_or_default()
-    .hash(&mut h);
-    h.finish()
+    );
+    hash_of(&serde_json::to_string(&deps).unwrap_or_default())
 }
 
-/// Hash of a backend set: what a scan compares, so an unchanged Service
-/// costs O(1) instead of a set comparison.
-fn set_hash(ids: &BTreeSet<String>) -> u64 {
+/// Hash of a fingerprint's text or of a backend set: what a scan compares,
+/// so an unchanged Service costs O(1) instead of a set comparison.
+fn hash_of(value: &impl Hash) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    ids.hash(&mut h);
+    value.hash(&mut h);
     h.finish()
 }
 
@@ -238,7 +235,7 @@ impl BackendIndex {
             .or_insert_with_key(|t| {
                 let ids = backends(&nodes(), t);
                 Backends {
-                    hash: set_hash(&ids),
+                    hash: hash_of(&ids),
                     ids: Arc::new(ids),
                 }
             })
@@ -608,14 +605,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         }
         if svc.metadata.deletion_timestamp.is_none() && has_ingress(svc) {
             let clear = serde_json::json!({"status": {"loadBalancer": {"ingress": null}}});
-            if let Err(e) = api
-                .patch_status(
-                    &svc.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&clear),
-                )
-                .await
-            {
+            if let Err(e) = patch_status(api, svc, &clear).await {
                 tracing::warn!(error = %e, "failed to clear the load balancer status");
                 return Outcome::Failed;
             }
@@ -647,14 +637,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         );
         if current_hostname(svc) != Some(done.hostname.as_str()) && !done.hostname.is_empty() {
             let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
-            if let Err(e) = api
-                .patch_status(
-                    &svc.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-            {
+            if let Err(e) = patch_status(api, svc, &patch).await {
                 tracing::warn!(error = %e, "failed to write the load balancer status");
                 return Outcome::Failed;
             }
@@ -710,6 +693,17 @@ impl<L: LoadBalancers> ServiceController<L> {
     }
 }
 
+/// Merges `patch` into the Service's status.
+async fn patch_status(
+    api: &Api<Service>,
+    svc: &Service,
+    patch: &serde_json::Value,
+) -> Result<Service, kube::Error> {
+    let params = PatchParams::default();
+    api.patch_status(&svc.name_any(), &params, &Patch::Merge(patch))
+        .await
+}
+
 fn key(svc: &Service) -> String {
     format!("{}/{}", svc.namespace().unwrap_or_default(), svc.name_any())
 }
@@ -721,12 +715,16 @@ fn target_labels(svc: &Service) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// The Service's load-balancer ingress points, as its status shows them.
+fn ingress(svc: &Service) -> &[LoadBalancerIngress] {
+    let status = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref());
+    status
+        .and_then(|l| l.ingress.as_deref())
+        .unwrap_or_default()
+}
+
 fn has_ingress(svc: &Service) -> bool {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|l| l.ingress.as_ref())
-        .is_some_and(|i| !i.is_empty())
+    !ingress(svc).is_empty()
 }
 
 /// Whether the Service has a load balancer already (its status or the
@@ -738,15 +736,7 @@ pub fn has_load_balancer(svc: &Service) -> bool {
 
 /// The hostname of the Service's load balancer, as its status shows it.
 pub fn current_hostname(svc: &Service) -> Option<&str> {
-    svc.status
-        .as_ref()?
-        .load_balancer
-        .as_ref()?
-        .ingress
-        .as_ref()?
-        .first()?
-        .hostname
-        .as_deref()
+    ingress(svc).first()?.hostname.as_deref()
 }
 
 #[cfg(test)]
@@ -1131,15 +1121,15 @@ mod tests {
             };
             let got = index.get(7, targets.clone(), &mut nodes);
             assert_eq!(*got.ids, backends(&all, &targets));
-            assert_eq!(got.hash, set_hash(&backends(&all, &targets)));
+            assert_eq!(got.hash, hash_of(&backends(&all, &targets)));
         }
         // A node change (new generation) recomputes.
         let again = index.get(8, web.clone(), &mut nodes);
         assert_eq!(*again.ids, BTreeSet::from(["i-d".to_string()]));
         assert_eq!(lists, 3);
         assert_ne!(
-            set_hash(&BTreeSet::from(["i-a".to_string()])),
-            set_hash(&BTreeSet::from(["i-d".to_string()]))
+            hash_of(&BTreeSet::from(["i-a".to_string()])),
+            hash_of(&BTreeSet::from(["i-d".to_string()]))
         );
     }
 

@@ -75,17 +75,23 @@ fn log(service_key: &str, denial: &Denial, what: &str) {
     );
 }
 
+/// Logs a node group write IAM refuses and warns of it.
+fn group_denied(service_key: &str, denial: &Denial, warnings: &mut Vec<Warning>) {
+    log(service_key, denial, "node security group write");
+    warnings.push(group_warning(service_key, denial));
+}
+
+/// The listener `change` would modify or delete, if any.
+fn listener_write(change: &nlb::Change) -> Option<&String> {
+    match change {
+        nlb::Change::ModifyListener { arn, .. } | nlb::Change::DeleteListener { arn } => Some(arn),
+        _ => None,
+    }
+}
+
 /// The listener ARNs `changes` would modify or delete.
 pub fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
-    changes
-        .iter()
-        .filter_map(|c| match c {
-            nlb::Change::ModifyListener { arn, .. } | nlb::Change::DeleteListener { arn } => {
-                Some(arn.clone())
-            }
-            _ => None,
-        })
-        .collect()
+    changes.iter().filter_map(listener_write).cloned().collect()
 }
 
 /// Drops the listener writes IAM would deny: `ModifyListener` and
@@ -119,9 +125,7 @@ pub fn refuse_listener_writes(
     let kept = changes
         .into_iter()
         .filter(|c| match c {
-            nlb::Change::ModifyListener { arn, .. } | nlb::Change::DeleteListener { arn } => {
-                !refused.contains(arn)
-            }
+            _ if let Some(arn) = listener_write(c) => !refused.contains(arn),
             nlb::Change::DeleteTargetGroup { arn, .. } => !kept_groups.contains(&arn.as_str()),
             nlb::Change::CreateTargetGroup { group, .. } => !unwired.contains(&group.name),
             nlb::Change::RegisterTargets {
@@ -173,10 +177,7 @@ impl AwsLoadBalancers {
     ) -> bool {
         let perms = self.aws.permissions();
         perms.learn_account(group.owner_id.as_deref());
-        let tagging = Tagging::of(
-            &self.cluster_id,
-            group.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-        );
+        let tagging = self.group_tagging(group);
         let action = Action::AuthorizeSecurityGroupIngress;
         let verdict = if tagging == Tagging::Current {
             perms.cached(action, &group.id)
@@ -188,12 +189,17 @@ impl AwsLoadBalancers {
         };
         match verdict.as_ref().and_then(|v| v.denial()) {
             Some(denial) => {
-                log(service_key, denial, "node security group write");
-                warnings.push(group_warning(service_key, denial));
+                group_denied(service_key, denial, warnings);
                 true
             }
             None => false,
         }
+    }
+
+    /// How `group` is tagged for this cluster, as IAM's conditions see it.
+    fn group_tagging(&self, group: &SecurityGroup) -> Tagging {
+        let tags = group.tags.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+        Tagging::of(&self.cluster_id, tags)
     }
 
     /// Drops a classic ELB's node-group rule changes on groups IAM refuses
@@ -242,10 +248,7 @@ impl AwsLoadBalancers {
         match written {
             Ok(()) => Ok(true),
             Err(e) => {
-                let tagging = Tagging::of(
-                    &self.cluster_id,
-                    group.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),
-                );
+                let tagging = self.group_tagging(group);
                 let perms = self.aws.permissions();
                 match perms.record_refusal(
                     &e,
@@ -254,8 +257,7 @@ impl AwsLoadBalancers {
                     tagging,
                 ) {
                     Some(denial) => {
-                        log(service_key, &denial, "node security group write");
-                        warnings.push(group_warning(service_key, &denial));
+                        group_denied(service_key, &denial, warnings);
                         Ok(false)
                     }
                     None => Err(e.into()),

@@ -283,11 +283,10 @@ impl LbSweep {
     /// own, to repair targets moved by hand. Always without a resync period
     /// to trust for (`aws-ccm plan`); never with none (no resync).
     pub fn targets_due(&self, arn: &str, uid: &str) -> bool {
-        let Some(period) = self.trust_for else {
-            return true;
-        };
-        let Some(period) = period else {
-            return false;
+        let period = match self.trust_for {
+            None => return true,
+            Some(None) => return false,
+            Some(Some(period)) => period,
         };
         let now = Instant::now();
         let at = *self
@@ -475,18 +474,15 @@ impl super::AwsLoadBalancers {
         desired: &elb::Desired,
     ) -> Result<super::planned::Settings, AwsError> {
         let digest = clb_settings(desired);
-        let Some(lb) = lb else {
-            return Ok(super::planned::Settings {
-                digest,
-                read_in_full: true,
-            });
-        };
-        let read_in_full = self.sweep.must_read(&lb.name, uid, &lb.tags, &digest);
-        lb.attributes = if read_in_full {
-            elb::io::read_attributes(&self.aws, &lb.name).await?
-        } else {
-            desired.attributes.clone()
-        };
+        let mut read_in_full = true;
+        if let Some(lb) = lb {
+            read_in_full = self.sweep.must_read(&lb.name, uid, &lb.tags, &digest);
+            lb.attributes = if read_in_full {
+                elb::io::read_attributes(&self.aws, &lb.name).await?
+            } else {
+                desired.attributes.clone()
+            };
+        }
         Ok(super::planned::Settings {
             digest,
             read_in_full,
