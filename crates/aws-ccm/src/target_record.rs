@@ -264,10 +264,7 @@ impl TargetRecord {
         let seen =
             tokio::time::timeout(CONFIRM_WITHIN, rx.wait_for(|(g, _)| *g >= generation)).await;
         Some(match seen {
-            Ok(Ok(done)) => match &done.1 {
-                None => Ok(()),
-                Some(e) => Err(e.clone()),
-            },
+            Ok(Ok(done)) => done.1.clone().map_or(Ok(()), Err),
             Ok(Err(_)) => Err("the target record's writer stopped".into()),
             Err(_) => Err(format!(
                 "the target record was not written within {CONFIRM_WITHIN:?}"

@@ -103,11 +103,11 @@ impl AwsLoadBalancers {
         instances: BTreeSet<String>,
     ) {
         let mut now = known.clone();
-        if let KnownLb::Classic { name, .. } = &known.lb {
-            now.lb = KnownLb::Classic {
-                name: name.clone(),
-                instances: Arc::new(instances),
-            };
+        if let KnownLb::Classic {
+            instances: held, ..
+        } = &mut now.lb
+        {
+            *held = Arc::new(instances);
         }
         self.targets.record(uid, now);
     }

@@ -29,7 +29,6 @@ mod sweep_tags;
 mod targets;
 pub(crate) use targets::delta;
 mod upkeep;
-use nlb_rules::NlbNodeRules;
 pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
 
@@ -651,7 +650,7 @@ impl AwsLoadBalancers {
 
         if !self.cloud.disable_security_group_ingress {
             let done = self
-                .sync_nlb_node_rules(req, &NlbNodeRules::of(&p), groups, &mut warnings)
+                .sync_nlb_node_rules(req, &p, groups, &mut warnings)
                 .await?;
             described.extend(done);
         }

@@ -4,37 +4,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Warning;
-use super::{AwsLoadBalancers, EnsureRequest, LbError};
+use super::{AwsLoadBalancers, EnsureRequest, LbError, NlbPlan};
 use crate::aws::nlb;
 use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;
 
-/// What the node rules of one NLB sync are computed from.
-pub(crate) struct NlbNodeRules<'a> {
-    /// The NLB's name.
-    pub name: &'a str,
-    pub vpc_id: &'a str,
-    pub subnet_ids: &'a [String],
-    pub desired: &'a nlb::Desired,
-    /// The backends' node groups (those that get the rules).
-    pub node_groups: &'a BTreeSet<String>,
-}
-
-impl<'a> NlbNodeRules<'a> {
-    /// Where a plan's node rules go.
-    pub(crate) fn of(p: &'a super::NlbPlan) -> NlbNodeRules<'a> {
-        NlbNodeRules {
-            name: &p.name,
-            vpc_id: &p.vpc_id,
-            subnet_ids: &p.subnet_ids,
-            desired: &p.desired,
-            node_groups: &p.node_groups,
-        }
-    }
-}
-
 impl AwsLoadBalancers {
-    /// Brings the NLB's rules in the node groups to what `at` wants:
+    /// Brings the NLB's rules in the node groups to what the plan `at`
+    /// wants (its listeners, for the backends' node groups):
     /// `groups` holds the backends' groups; every group holding a rule of
     /// this NLB is added, so a group that stopped being a backend's loses
     /// them. Groups IAM refuses are skipped with a warning. Returns the
@@ -42,7 +19,7 @@ impl AwsLoadBalancers {
     pub(super) async fn sync_nlb_node_rules(
         &self,
         req: &EnsureRequest,
-        at: &NlbNodeRules<'_>,
+        at: &NlbPlan,
         groups: BTreeMap<String, sg::SecurityGroup>,
         warnings: &mut Vec<Warning>,
     ) -> Result<Vec<String>, LbError> {
@@ -70,13 +47,13 @@ impl AwsLoadBalancers {
     pub(crate) async fn plan_nlb_node_rules(
         &self,
         req: &EnsureRequest,
-        at: &NlbNodeRules<'_>,
+        at: &NlbPlan,
         mut groups: BTreeMap<String, sg::SecurityGroup>,
         warnings: &mut Vec<Warning>,
     ) -> Result<Vec<(sg::SecurityGroup, RuleChanges)>, LbError> {
         let aws = &self.aws;
-        let cidrs = self.subnets.cidrs(aws, at.vpc_id, at.subnet_ids).await?;
-        let rules = nlb::node_rules::node_rules(at.desired, &req.spec.source_ranges, &cidrs);
+        let cidrs = self.subnets.cidrs(aws, &at.vpc_id, &at.subnet_ids).await?;
+        let rules = nlb::node_rules::node_rules(&at.desired, &req.spec.source_ranges, &cidrs);
         let ports: BTreeSet<i32> = rules
             .client
             .iter()
@@ -84,10 +61,10 @@ impl AwsLoadBalancers {
             .map(|r| r.from)
             .collect();
         let ours = [
-            nlb::client_rule_description(at.name),
-            nlb::health_rule_description(at.name),
+            nlb::client_rule_description(&at.name),
+            nlb::health_rule_description(&at.name),
         ];
-        let view = aws.group_view().groups(aws, at.vpc_id).await?;
+        let view = aws.group_view().groups(aws, &at.vpc_id).await?;
         for g in view.with_rule_ports(&ports) {
             // Only a group holding a rule of this NLB: another cluster
             // in the VPC may use the same node port.
@@ -98,7 +75,7 @@ impl AwsLoadBalancers {
         let mut planned = Vec::new();
         for g in groups.into_values() {
             let want = at.node_groups.contains(&g.id).then_some(&rules);
-            let ch = nlb::node_rules::node_group_changes(at.name, &g.descriptions, want);
+            let ch = nlb::node_rules::node_group_changes(&at.name, &g.descriptions, want);
             if ch.is_empty() || self.group_refused(&req.service_key, &g, warnings).await {
                 continue;
             }

@@ -5,7 +5,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Warning;
-use super::nlb_rules::NlbNodeRules;
 use super::{AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind, Scope};
 use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;
@@ -54,7 +53,7 @@ pub struct NlbPlan {
     pub handover: bool,
     /// The groups read (the owned one and the backends').
     pub groups: BTreeMap<String, sg::SecurityGroup>,
-    /// The backends' node groups.
+    /// The backends' node groups (those that get the node rules).
     pub node_groups: BTreeSet<String>,
     /// The settings only per-load-balancer reads show.
     pub settings: Settings,
@@ -98,7 +97,7 @@ impl AwsLoadBalancers {
             let groups = std::mem::take(&mut plan.groups);
             let mut warnings = std::mem::take(&mut plan.warnings);
             node_rules = self
-                .plan_nlb_node_rules(req, &NlbNodeRules::of(&plan), groups, &mut warnings)
+                .plan_nlb_node_rules(req, &plan, groups, &mut warnings)
                 .await?;
             plan.warnings = warnings;
         }

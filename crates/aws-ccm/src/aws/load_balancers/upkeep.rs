@@ -13,7 +13,6 @@
 //! Both kinds are looked for, the Service's reading first: a type value the
 //! Go CCM reads as a Classic ELB may sit on an NLB made before it was edited.
 
-use super::nlb_rules::NlbNodeRules;
 use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerKind, merged};
 use crate::aws::{elb, nlb};
 
@@ -79,7 +78,7 @@ impl AwsLoadBalancers {
         let mut described: Vec<String> = kept.iter().map(nlb::plan::describe).collect();
         if node_rules && !self.cloud.disable_security_group_ingress {
             let done = self
-                .sync_nlb_node_rules(req, &NlbNodeRules::of(&p), groups, &mut warnings)
+                .sync_nlb_node_rules(req, &p, groups, &mut warnings)
                 .await?;
             described.extend(done);
         }
