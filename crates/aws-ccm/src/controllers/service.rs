@@ -68,12 +68,11 @@ const TIMER_SCAN_GAP: Duration = Duration::from_secs(1);
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
-    let lbs = ctx.load_balancers.clone();
     let workers = ctx.options.options.concurrent_service_syncs.max(1) as usize;
     let controller = ServiceController {
         kube: ctx.kube.clone(),
         events: Events::new(ctx.kube.clone(), "service-controller"),
-        lbs,
+        lbs: ctx.load_balancers.clone(),
         nodes: ctx.nodes.clone(),
         services: ctx.services.clone(),
         node_changes: ctx.node_changes.clone(),
@@ -123,12 +122,8 @@ pub fn instance_id(node: &Node) -> Option<String> {
 /// Logs a malformed providerID the first time this (node, value) is seen:
 /// backends are recomputed at every node change, which would repeat it.
 fn warn_once(e: &crate::ids::NodeProviderIdError) {
-    static SEEN: std::sync::OnceLock<Mutex<BTreeSet<(String, String)>>> =
-        std::sync::OnceLock::new();
-    let fresh = SEEN
-        .get_or_init(Default::default)
-        .lock()
-        .insert((e.node.clone(), e.value.clone()));
+    static SEEN: Mutex<BTreeSet<(String, String)>> = Mutex::new(BTreeSet::new());
+    let fresh = SEEN.lock().insert((e.node.clone(), e.value.clone()));
     if fresh {
         tracing::warn!(node = %e.node, "{e}; the node is not a load-balancer backend");
     }

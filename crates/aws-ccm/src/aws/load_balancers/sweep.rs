@@ -62,6 +62,9 @@ pub fn sweep_ttl(trust_for: Option<Option<Duration>>) -> Duration {
     }
 }
 
+/// Tags as a tag read answers them, by resource name or ARN.
+type TagsByKey = BTreeMap<String, BTreeMap<String, String>>;
+
 /// A target group from the listing, with its tags.
 pub type SweptGroup = (t::TargetGroup, Tags);
 
@@ -351,18 +354,12 @@ impl LbSweep {
     /// them): reused from earlier sweeps while fresh, the rest read with
     /// `read` and kept, unless a write touched their load balancer since
     /// `started` (the read may predate it).
-    async fn tags_of<F, Fut>(
+    async fn tags_of(
         &self,
         keys: Vec<(String, String)>,
         started: Instant,
-        read: F,
-    ) -> Result<HashMap<String, Tags>, AwsError>
-    where
-        F: FnOnce(Vec<String>) -> Fut,
-        Fut: std::future::Future<
-                Output = Result<BTreeMap<String, BTreeMap<String, String>>, AwsError>,
-            >,
-    {
+        read: impl AsyncFnOnce(Vec<String>) -> Result<TagsByKey, AwsError>,
+    ) -> Result<HashMap<String, Tags>, AwsError> {
         let period = self.tag_period();
         let now = Instant::now();
         let mut out = HashMap::with_capacity(keys.len());
@@ -565,7 +562,7 @@ impl LbSweep {
     ) -> Result<BTreeMap<String, Vec<SweptGroup>>, AwsError> {
         let names: Vec<(String, String)> = clbs.keys().map(|n| (n.clone(), n.clone())).collect();
         let mut clb_tags = self
-            .tags_of(names, started, |n| async move {
+            .tags_of(names, started, async |n| {
                 elb::io::tags_by_name(aws, &n).await
             })
             .await?;
@@ -579,9 +576,7 @@ impl LbSweep {
             .collect();
         let arns: Vec<(String, String)> = name_of.clone().into_iter().collect();
         let mut nlb_tags = self
-            .tags_of(arns, started, |a| async move {
-                nlb::read::tags_of(aws, &a).await
-            })
+            .tags_of(arns, started, async |a| nlb::read::tags_of(aws, &a).await)
             .await?;
         for lb in nlbs.values_mut() {
             lb.tags = nlb_tags.remove(&lb.arn).unwrap_or_default();
@@ -632,7 +627,7 @@ impl LbSweep {
             .filter_map(|(g, owner)| Some((g.target_group_arn()?.to_string(), owner.clone())))
             .collect();
         let mut group_tags = self
-            .tags_of(group_keys, started, |a| async move {
+            .tags_of(group_keys, started, async |a| {
                 nlb::read::tags_of(aws, &a).await
             })
             .await?;
