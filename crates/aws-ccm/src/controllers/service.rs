@@ -461,12 +461,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         tokio::spawn(async move {
             let work = this.queue.take(&job.key);
             let span = tracing::info_span!("sync_service", service = %job.key);
-            let backends = job
-                .backends
-                .as_ref()
-                .map(|b| b.ids.as_ref().clone())
-                .unwrap_or_default();
-            let outcome = this.sync(&job.svc, backends, &job).instrument(span).await;
+            let outcome = this.sync(&job).instrument(span).await;
             drop(permit);
             drop(work);
             if matches!(outcome, Outcome::Failed) {
@@ -509,8 +504,8 @@ impl<L: LoadBalancers> ServiceController<L> {
         }
     }
 
-    async fn sync(&self, svc: &Service, backends: BTreeSet<String>, job: &Job) -> Outcome {
-        let (service_changed, may_wait) = (job.service_changed, job.may_wait);
+    async fn sync(&self, job: &Job) -> Outcome {
+        let (svc, service_changed, may_wait) = (&*job.svc, job.service_changed, job.may_wait);
         let api: Api<Service> =
             Api::namespaced(self.kube.clone(), &svc.namespace().unwrap_or_default());
         if !wants_load_balancer(svc) {
@@ -543,7 +538,11 @@ impl<L: LoadBalancers> ServiceController<L> {
             service_key: key(svc),
             uid: svc.metadata.uid.clone().unwrap_or_default(),
             spec,
-            instance_ids: backends,
+            instance_ids: job
+                .backends
+                .as_ref()
+                .map(|b| (*b.ids).clone())
+                .unwrap_or_default(),
             scope,
         };
         let started = Instant::now();

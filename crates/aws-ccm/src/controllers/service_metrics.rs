@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Metric;
 
 struct ServiceMetrics {
     syncs: Counter,
@@ -25,35 +26,34 @@ fn buckets() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 15))
 }
 
-static METRICS: LazyLock<ServiceMetrics> = LazyLock::new(|| {
-    let m = ServiceMetrics {
-        syncs: Counter::default(),
-        node_sync_errors: Counter::default(),
-        node_sync_latency: buckets(),
-        host_update_latency: buckets(),
-    };
-    crate::metrics::register(
+static METRICS: LazyLock<ServiceMetrics> = LazyLock::new(|| ServiceMetrics {
+    syncs: registered(
         "service_controller_loadbalancer_sync",
         "A metric counting the amount of times any load balancer has been configured, as an effect of service/node changes on the cluster",
-        m.syncs.clone(),
-    );
-    crate::metrics::register(
+        Counter::default(),
+    ),
+    node_sync_errors: registered(
         "service_controller_nodesync_error",
         "A metric counting the amount of times any load balancer has been configured and errored, as an effect of node changes on the cluster",
-        m.node_sync_errors.clone(),
-    );
-    crate::metrics::register(
+        Counter::default(),
+    ),
+    node_sync_latency: registered(
         "service_controller_nodesync_latency_seconds",
         "A metric measuring the latency for nodesync which updates loadbalancer hosts on cluster node updates.",
-        m.node_sync_latency.clone(),
-    );
-    crate::metrics::register(
+        buckets(),
+    ),
+    host_update_latency: registered(
         "service_controller_update_loadbalancer_host_latency_seconds",
         "A metric measuring the latency for updating each load balancer hosts.",
-        m.host_update_latency.clone(),
-    );
-    m
+        buckets(),
+    ),
 });
+
+/// `metric`, registered under `name`.
+fn registered<M: Metric + Clone>(name: &str, help: &str, metric: M) -> M {
+    crate::metrics::register(name, help, metric.clone());
+    metric
+}
 
 /// One load balancer ensure: `service_changed` false means a node (host)
 /// update, as upstream's node sync.

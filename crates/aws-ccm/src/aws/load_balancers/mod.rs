@@ -81,7 +81,7 @@ impl AwsLoadBalancers {
             cluster_id,
             cluster_name,
             subnets: subnets::SubnetCache::new(SUBNET_TTL),
-            sweep: sweep::LbSweep::default(),
+            sweep: sweep::LbSweep::new(None),
             targets: targets::TargetCache::default(),
             record: crate::target_record::TargetRecord::default(),
         }

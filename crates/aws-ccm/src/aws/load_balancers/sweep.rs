@@ -153,12 +153,6 @@ pub fn nlb_settings(desired: &nlb::Desired) -> String {
     settings_value(parts.iter().map(String::as_str))
 }
 
-impl Default for LbSweep {
-    fn default() -> LbSweep {
-        LbSweep::new(None)
-    }
-}
-
 impl LbSweep {
     /// `trust_for`: `Some(resync period)` to trust known settings (the
     /// controllers); `None` to read every load balancer in full.
