@@ -80,6 +80,7 @@ struct FailureLabels {
     reason: String,
 }
 
+#[derive(Default)]
 struct Metrics {
     free: Family<CidrLabels, Gauge>,
     used: Family<CidrLabels, Gauge>,
@@ -91,15 +92,7 @@ struct Metrics {
 }
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let m = Metrics {
-        free: Family::default(),
-        used: Family::default(),
-        failures: Family::default(),
-        allocations: Family::default(),
-        releases: Family::default(),
-        usage: Family::default(),
-        other_allocator: Gauge::default(),
-    };
+    let m = Metrics::default();
     crate::metrics::register(
         "node_ipam_other_allocator_detected",
         "1 when node IPAM stopped because another pod CIDR allocator is at work",
@@ -319,6 +312,32 @@ impl Ipam {
         }
     }
 
+    /// Notes that `uid` holds `cidrs` (taken in the allocator already).
+    fn hold(&mut self, uid: &str, name: String, cidrs: Vec<IpNet>) {
+        let held = Held {
+            name,
+            cidrs,
+            seen: true,
+        };
+        self.held.insert(uid.to_string(), held);
+    }
+
+    /// Forgets what `uid` held and frees it in the allocator.
+    fn unhold(&mut self, uid: &str) -> Option<Held> {
+        let held = self.held.remove(uid)?;
+        self.allocator.release(&held.cidrs);
+        Some(held)
+    }
+
+    /// CIDRs someone else gave `uid`: a sign of another allocator, taken
+    /// into the map in place of what `uid` held.
+    fn adopt(&mut self, uid: &str, name: String, cidrs: Vec<IpNet>, sign: Sign) {
+        saw_other(&mut self.other, &name, &cidrs, sign);
+        self.unhold(uid);
+        report_occupy(&name, &cidrs, self.allocator.occupy(&cidrs));
+        self.hold(uid, name, cidrs);
+    }
+
     /// One pass over the node cache: take what others assigned, release what
     /// deleted nodes held, allocate for nodes without CIDRs.
     async fn sync(&mut self, nodes: &[std::sync::Arc<Node>]) {
@@ -366,31 +385,17 @@ impl Ipam {
             live.insert(uid);
             let name = node.metadata.name.clone().unwrap_or_default();
             let cidrs = pod_cidrs(node);
-            match self.held.get_mut(uid) {
-                Some(held) => {
-                    held.seen = true;
-                    if !cidrs.is_empty() && cidrs != held.cidrs {
-                        // Changed by someone else (podCIDRs is immutable in
-                        // a real cluster, but keep the map true anyway).
-                        saw_other(&mut self.other, &name, &cidrs, Sign::AssignedByOther);
-                        let old = std::mem::replace(&mut held.cidrs, cidrs.clone());
-                        self.allocator.release(&old);
-                        report_occupy(&name, &cidrs, self.allocator.occupy(&cidrs));
-                    }
-                }
-                None if !cidrs.is_empty() => {
-                    // Not in the consistent start-up list, nor written here.
-                    saw_other(&mut self.other, &name, &cidrs, Sign::AssignedByOther);
-                    report_occupy(&name, &cidrs, self.allocator.occupy(&cidrs));
-                    self.held.insert(
-                        uid.to_string(),
-                        Held {
-                            name,
-                            cidrs,
-                            seen: true,
-                        },
-                    );
-                }
+            let held = self.held.get_mut(uid).map(|held| {
+                held.seen = true;
+                cidrs.is_empty() || cidrs == held.cidrs
+            });
+            match held {
+                Some(true) => {}
+                // Changed by someone else (podCIDRs is immutable in a real
+                // cluster, but keep the map true anyway), or neither in the
+                // consistent start-up list nor written here.
+                Some(false) => self.adopt(uid, name, cidrs, Sign::AssignedByOther),
+                None if !cidrs.is_empty() => self.adopt(uid, name, cidrs, Sign::AssignedByOther),
                 None => {
                     if node.metadata.deletion_timestamp.is_none()
                         && self.retry_at.get(uid).is_none_or(|at| *at <= now)
@@ -412,8 +417,7 @@ impl Ipam {
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in gone {
-            if let Some(held) = self.held.remove(&uid) {
-                self.allocator.release(&held.cidrs);
+            if let Some(held) = self.unhold(&uid) {
                 self.count(&METRICS.releases, &held.cidrs);
                 tracing::info!(node = %held.name, cidrs = ?held.cidrs, "node deleted; released its pod CIDRs");
             }
@@ -435,24 +439,11 @@ impl Ipam {
             let name = node.metadata.name.clone().unwrap_or_default();
             match self.allocator.allocate() {
                 Ok(cidrs) => {
-                    self.held.insert(
-                        uid.clone(),
-                        Held {
-                            name: name.clone(),
-                            cidrs: cidrs.clone(),
-                            seen: true,
-                        },
-                    );
+                    self.hold(&uid, name.clone(), cidrs.clone());
                     patches.push((name, uid, node.metadata.resource_version.clone(), cidrs));
                 }
                 Err(exhausted) => {
-                    METRICS
-                        .failures
-                        .get_or_create(&FailureLabels {
-                            cluster_cidr: exhausted.cluster_cidr.to_string(),
-                            reason: "exhausted".into(),
-                        })
-                        .inc();
+                    count_failure(&exhausted.cluster_cidr, "exhausted");
                     if self.exhausted_warned.insert(uid) {
                         let note = format!(
                             "Node {name} status is now: CIDRNotAvailable: {exhausted}. The node gets no pod CIDR \
@@ -507,34 +498,17 @@ impl Ipam {
             }
             PatchOutcome::TakenByOther(theirs) => {
                 tracing::info!(node = %name, ours = ?cidrs, theirs = ?theirs, "node got pod CIDRs from someone else first; keeping theirs");
-                saw_other(&mut self.other, &name, &theirs, Sign::LostRace);
-                self.allocator.release(&cidrs);
-                report_occupy(&name, &theirs, self.allocator.occupy(&theirs));
-                self.held.insert(
-                    uid,
-                    Held {
-                        name,
-                        cidrs: theirs,
-                        seen: true,
-                    },
-                );
+                // Ours, reserved for it, are released.
+                self.adopt(&uid, name, theirs, Sign::LostRace);
             }
             PatchOutcome::Gone => {
-                self.allocator.release(&cidrs);
-                self.held.remove(&uid);
+                self.unhold(&uid);
             }
             PatchOutcome::Failed(error) => {
-                self.allocator.release(&cidrs);
-                self.held.remove(&uid);
+                self.unhold(&uid);
                 let first_failure = self.retry_at.insert(uid, now + RETRY_AFTER).is_none();
                 for set in self.allocator.sets() {
-                    METRICS
-                        .failures
-                        .get_or_create(&FailureLabels {
-                            cluster_cidr: set.cluster_cidr().to_string(),
-                            reason: "patch_failed".into(),
-                        })
-                        .inc();
+                    count_failure(&set.cluster_cidr(), "patch_failed");
                 }
                 let note = format!(
                     "Node {name} status is now: CIDRAssignmentFailed: writing pod CIDRs {} failed: {error}; \
@@ -554,6 +528,14 @@ impl Ipam {
             }
         }
     }
+}
+
+fn count_failure(cluster_cidr: &IpNet, reason: &str) {
+    let labels = FailureLabels {
+        cluster_cidr: cluster_cidr.to_string(),
+        reason: reason.to_string(),
+    };
+    METRICS.failures.get_or_create(&labels).inc();
 }
 
 /// A reserved node's name, UID, resourceVersion and CIDRs, to be patched.

@@ -29,26 +29,11 @@ pub struct CidrSet {
     next: u32,
 }
 
-/// A CIDR given to [`CidrSet::occupy`] or [`CidrSet::release`] that does
-/// not overlap the set's cluster CIDR.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{cidr} is outside the cluster CIDR {cluster}")]
-pub struct OutsideCluster {
-    pub cidr: IpNet,
-    pub cluster: IpNet,
-}
-
-fn addr_bits(net: &IpNet) -> u128 {
-    match net {
-        IpNet::V4(n) => u128::from(u32::from(n.network())),
-        IpNet::V6(n) => u128::from(n.network()),
-    }
-}
-
-fn last_addr_bits(net: &IpNet) -> u128 {
-    match net {
-        IpNet::V4(n) => u128::from(u32::from(n.broadcast())),
-        IpNet::V6(n) => u128::from(n.broadcast()),
+/// An address as a number.
+fn addr_bits(addr: std::net::IpAddr) -> u128 {
+    match addr {
+        std::net::IpAddr::V4(a) => u128::from(u32::from(a)),
+        std::net::IpAddr::V6(a) => u128::from(a),
     }
 }
 
@@ -60,7 +45,7 @@ impl CidrSet {
         let diff = u32::from(range.node_mask.saturating_sub(cluster.prefix_len())).min(16);
         let total = 1u32 << diff;
         CidrSet {
-            base: addr_bits(&cluster),
+            base: addr_bits(cluster.network()),
             host_bits: u32::from(cluster.max_prefix_len() - range.node_mask),
             range: NodeCidrRange {
                 cluster_cidr: cluster,
@@ -119,40 +104,31 @@ impl CidrSet {
 
     fn cidr_at(&self, i: u32) -> IpNet {
         let bits = self.base + (u128::from(i) << self.host_bits);
-        let net = match self.range.cluster_cidr {
-            IpNet::V4(_) => {
-                // In range by construction: `bits` lies in an IPv4 network.
-                let addr = std::net::Ipv4Addr::from(bits as u32);
-                IpNet::V4(ipnet::Ipv4Net::new(addr, self.range.node_mask).unwrap_or_default())
-            }
-            IpNet::V6(_) => {
-                let addr = std::net::Ipv6Addr::from(bits);
-                IpNet::V6(ipnet::Ipv6Net::new(addr, self.range.node_mask).unwrap_or_default())
-            }
+        // In range by construction: `bits` lies in the cluster CIDR.
+        let addr = match self.range.cluster_cidr {
+            IpNet::V4(_) => std::net::IpAddr::from(std::net::Ipv4Addr::from(bits as u32)),
+            IpNet::V6(_) => std::net::IpAddr::from(std::net::Ipv6Addr::from(bits)),
         };
-        net.trunc()
+        IpNet::new(addr, self.range.node_mask)
+            .unwrap_or_default()
+            .trunc()
     }
 
     /// Indices of the node CIDRs `cidr` overlaps (all of them when it is
-    /// larger than the cluster CIDR).
-    fn indices(&self, cidr: &IpNet) -> Result<std::ops::RangeInclusive<u32>, OutsideCluster> {
+    /// larger than the cluster CIDR); `None` when it is outside.
+    fn indices(&self, cidr: &IpNet) -> Option<std::ops::RangeInclusive<u32>> {
         let cluster = self.range.cluster_cidr;
-        let outside = || OutsideCluster {
-            cidr: *cidr,
-            cluster,
-        };
         if Family::of(cidr) != self.family() {
-            return Err(outside());
+            return None;
         }
         if cidr.contains(&cluster) {
-            return Ok(0..=self.total - 1);
+            return Some(0..=self.total - 1);
         }
         if !cluster.contains(cidr) {
-            return Err(outside());
+            return None;
         }
-        let first = ((addr_bits(cidr) - self.base) >> self.host_bits) as u32;
-        let last = ((last_addr_bits(cidr) - self.base) >> self.host_bits) as u32;
-        Ok(first..=last)
+        let index = |addr| ((addr_bits(addr) - self.base) >> self.host_bits) as u32;
+        Some(index(cidr.network())..=index(cidr.broadcast()))
     }
 
     /// The next free node CIDR, or `None` when every one is taken.
@@ -171,27 +147,17 @@ impl CidrSet {
         None
     }
 
-    /// Marks every node CIDR that `cidr` overlaps as taken.
-    pub fn occupy(&mut self, cidr: &IpNet) -> Result<(), OutsideCluster> {
-        for i in self.indices(cidr)? {
-            self.set(i, true);
+    /// Marks every node CIDR that `cidr` overlaps as taken (`on`) or free.
+    pub fn mark(&mut self, cidr: &IpNet, on: bool) {
+        for i in self.indices(cidr).into_iter().flatten() {
+            self.set(i, on);
         }
-        Ok(())
-    }
-
-    /// Frees every node CIDR that `cidr` overlaps.
-    pub fn release(&mut self, cidr: &IpNet) -> Result<(), OutsideCluster> {
-        for i in self.indices(cidr)? {
-            self.set(i, false);
-        }
-        Ok(())
     }
 
     /// Whether any node CIDR `cidr` overlaps is taken.
     pub fn is_occupied(&self, cidr: &IpNet) -> bool {
         self.indices(cidr)
-            .map(|mut r| r.any(|i| self.is_set(i)))
-            .unwrap_or(false)
+            .is_some_and(|mut r| r.any(|i| self.is_set(i)))
     }
 }
 
@@ -222,20 +188,18 @@ pub struct Occupied {
 
 impl fmt::Display for Allocator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (n, set) in self.sets.iter().enumerate() {
-            if n > 0 {
-                f.write_str(", ")?;
-            }
-            write!(
-                f,
-                "{} (/{}): {}/{} used",
-                set.cluster_cidr(),
-                set.node_mask(),
-                set.used(),
-                set.total()
-            )?;
-        }
-        Ok(())
+        let sets: Vec<String> = (self.sets.iter())
+            .map(|s| {
+                format!(
+                    "{} (/{}): {}/{} used",
+                    s.cluster_cidr(),
+                    s.node_mask(),
+                    s.used(),
+                    s.total()
+                )
+            })
+            .collect();
+        f.write_str(&sets.join(", "))
     }
 }
 
@@ -254,19 +218,17 @@ impl Allocator {
     pub fn allocate(&mut self) -> Result<Vec<IpNet>, Exhausted> {
         let mut taken = Vec::with_capacity(self.sets.len());
         for n in 0..self.sets.len() {
-            match self.sets[n].allocate_next() {
-                Some(cidr) => taken.push(cidr),
-                None => {
-                    let set = &self.sets[n];
-                    let err = Exhausted {
-                        cluster_cidr: set.cluster_cidr(),
-                        node_mask: set.node_mask(),
-                        total: set.total(),
-                    };
-                    self.release(&taken);
-                    return Err(err);
-                }
-            }
+            let Some(cidr) = self.sets[n].allocate_next() else {
+                let set = &self.sets[n];
+                let err = Exhausted {
+                    cluster_cidr: set.cluster_cidr(),
+                    node_mask: set.node_mask(),
+                    total: set.total(),
+                };
+                self.release(&taken);
+                return Err(err);
+            };
+            taken.push(cidr);
         }
         Ok(taken)
     }
@@ -288,7 +250,7 @@ impl Allocator {
                         report.already_taken.push(*cidr);
                     }
                     // Within the set's cluster CIDR by the search above.
-                    let _ = set.occupy(cidr);
+                    set.mark(cidr, true);
                 }
                 None => report.outside.push(*cidr),
             }
@@ -300,13 +262,9 @@ impl Allocator {
     pub fn release(&mut self, cidrs: &[IpNet]) {
         for cidr in cidrs {
             if let Some(set) = self.set_for(cidr) {
-                let _ = set.release(cidr);
+                set.mark(cidr, false);
             }
         }
-    }
-
-    pub fn is_occupied(&self, cidr: &IpNet) -> bool {
-        self.sets.iter().any(|s| s.is_occupied(cidr))
     }
 }
 
@@ -315,6 +273,12 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
+
+    impl Allocator {
+        fn is_occupied(&self, cidr: &IpNet) -> bool {
+            self.sets.iter().any(|s| s.is_occupied(cidr))
+        }
+    }
 
     fn net(s: &str) -> IpNet {
         s.parse().expect("test CIDR")
