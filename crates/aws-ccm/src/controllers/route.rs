@@ -102,6 +102,9 @@ pub enum NodeResult {
     Unconfirmed,
 }
 
+/// How one change went: `None` when it was not attempted.
+type ChangeResult = Option<Result<(), RoutesError>>;
+
 /// A change AWS refused.
 #[derive(Clone, Debug)]
 pub struct ChangeFailure {
@@ -189,19 +192,17 @@ impl<R: Routes> Reconciler<R> {
     pub async fn reconcile(&mut self, nodes: &[NodeRoutes]) -> Result<Report, ReconcileError> {
         let metrics = &*METRICS;
         metrics.syncs.inc();
-        let (tables, instances, plan) = match self.read_and_plan(nodes).await {
-            Err(e @ ReconcileError::NoRouteTables { .. }) => {
-                metrics.tables_missing.set(1);
-                return Err(e);
-            }
-            Err(e @ ReconcileError::Instances(_)) => {
-                // The tables were found.
-                metrics.tables_missing.set(0);
-                return Err(e);
-            }
-            other => other?,
+        let read = self.read_and_plan(nodes).await;
+        // Whether no table matched; unknown while the tables cannot be read.
+        let missing = match &read {
+            Err(ReconcileError::DescribeTables { .. }) => None,
+            Err(ReconcileError::NoRouteTables { .. }) => Some(1),
+            _ => Some(0),
         };
-        metrics.tables_missing.set(0);
+        if let Some(missing) = missing {
+            metrics.tables_missing.set(missing);
+        }
+        let (tables, instances, plan) = read?;
         let refused = self.refusals(&plan, &tables, &instances).await;
         let mut report = self.apply(plan, &refused).await;
         self.account(&tables, &mut report);
@@ -247,20 +248,15 @@ impl<R: Routes> Reconciler<R> {
     }
 
     async fn apply(&self, plan: Plan, refused: &HashMap<usize, RoutesError>) -> Report {
-        let mut succeeded = vec![false; plan.changes.len()];
-        let mut errors: Vec<Option<RoutesError>> = vec![None; plan.changes.len()];
+        let mut results: Vec<ChangeResult> = vec![None; plan.changes.len()];
         let groups = groups_by_node(&plan.changes);
         for (i, result) in self.apply_groups(&plan.changes, &groups, refused).await {
-            match result {
-                Some(Ok(())) => succeeded[i] = true,
-                Some(Err(e)) => errors[i] = Some(e),
-                None => {}
-            }
+            results[i] = result;
         }
         let mut report = Report::default();
-        record_changes(&plan, &succeeded, &errors, refused, &mut report);
+        record_changes(&plan, &results, refused, &mut report);
         for (name, outcome) in &plan.nodes {
-            let result = node_result(&plan, outcome, &succeeded, &errors);
+            let result = node_result(&plan, outcome, &results);
             report.nodes.insert(name.clone(), result);
         }
         METRICS.nodes_unrouted.set(
@@ -282,7 +278,7 @@ impl<R: Routes> Reconciler<R> {
         changes: &[RouteChange],
         groups: &[Vec<usize>],
         refused: &HashMap<usize, RoutesError>,
-    ) -> Vec<(usize, Option<Result<(), RoutesError>>)> {
+    ) -> Vec<(usize, ChangeResult)> {
         // Futures built up front (not by a closure inside the stream) keep
         // the whole future provably `Send`.
         let mut futures = Vec::with_capacity(groups.len());
@@ -410,25 +406,12 @@ fn managed_routes_after(
         })
         .collect();
     for change in applied {
-        match change {
-            RouteChange::Create {
-                table_id,
-                destination,
-                ..
+        match change.route() {
+            Some((table_id, destination, Some(_))) if table_id == table.id => {
+                routes.insert(destination, cidrs.contains(&destination));
             }
-            | RouteChange::Replace {
-                table_id,
-                destination,
-                ..
-            } if *table_id == table.id => {
-                routes.insert(*destination, cidrs.contains(destination));
-            }
-            RouteChange::Delete {
-                table_id,
-                destination,
-                ..
-            } if *table_id == table.id => {
-                routes.remove(destination);
+            Some((table_id, destination, None)) if table_id == table.id => {
+                routes.remove(&destination);
             }
             _ => {}
         }
@@ -485,20 +468,16 @@ fn groups_by_node(changes: &[RouteChange]) -> Vec<Vec<usize>> {
 /// Counts each change's outcome, logs it, and lists the failures.
 fn record_changes(
     plan: &Plan,
-    succeeded: &[bool],
-    errors: &[Option<RoutesError>],
+    results: &[ChangeResult],
     refused: &HashMap<usize, RoutesError>,
     report: &mut Report,
 ) {
     for (i, change) in plan.changes.iter().enumerate() {
-        let outcome = if succeeded[i] {
-            "success"
-        } else if refused.contains_key(&i) {
-            "refused"
-        } else if errors[i].is_some() {
-            "error"
-        } else {
-            "skipped"
+        let outcome = match &results[i] {
+            Some(Ok(())) => "success",
+            _ if refused.contains_key(&i) => "refused",
+            Some(Err(_)) => "error",
+            None => "skipped",
         };
         METRICS
             .changes
@@ -507,36 +486,33 @@ fn record_changes(
                 outcome: outcome.to_string(),
             })
             .inc();
-        if succeeded[i] {
-            report.applied += 1;
-            tracing::info!(change = %change, "route change made");
-        } else if let Some(error) = &errors[i] {
-            tracing::warn!(change = %change, error = %error, "route change failed");
-            report.failures.push(ChangeFailure {
-                change: change.clone(),
-                error: error.clone(),
-            });
+        match &results[i] {
+            Some(Ok(())) => {
+                report.applied += 1;
+                tracing::info!(change = %change, "route change made");
+            }
+            Some(Err(error)) => {
+                tracing::warn!(change = %change, error = %error, "route change failed");
+                report.failures.push(ChangeFailure {
+                    change: change.clone(),
+                    error: error.clone(),
+                });
+            }
+            None => {}
         }
     }
 }
 
 /// A node's result: failed with its blockers and failed changes, routed, or
 /// unconfirmed when a create found its route already there.
-fn node_result(
-    plan: &Plan,
-    outcome: &NodeOutcome,
-    succeeded: &[bool],
-    errors: &[Option<RoutesError>],
-) -> NodeResult {
+fn node_result(plan: &Plan, outcome: &NodeOutcome, results: &[ChangeResult]) -> NodeResult {
     let mut problems: Vec<String> = outcome.blockers.iter().map(|b| b.to_string()).collect();
     let mut unconfirmed = false;
     for &i in &outcome.changes {
-        if succeeded[i] {
-            continue;
-        }
-        match &errors[i] {
-            Some(e) if e.kind == RoutesErrorKind::AlreadyExists => unconfirmed = true,
-            Some(e) => problems.push(format!("{}: {e}", plan.changes[i])),
+        match &results[i] {
+            Some(Ok(())) => {}
+            Some(Err(e)) if e.kind == RoutesErrorKind::AlreadyExists => unconfirmed = true,
+            Some(Err(e)) => problems.push(format!("{}: {e}", plan.changes[i])),
             None => problems.push(format!(
                 "{}: not attempted because turning off the instance's source/destination check failed",
                 plan.changes[i]

@@ -19,6 +19,7 @@ pub(super) struct ChangeLabels {
     pub(super) outcome: String,
 }
 
+#[derive(Default)]
 pub(super) struct Metrics {
     pub(super) syncs: Counter,
     pub(super) routes: Family<TableLabels, Gauge>,
@@ -30,15 +31,7 @@ pub(super) struct Metrics {
 }
 
 pub(super) static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
-    let m = Metrics {
-        syncs: Counter::default(),
-        routes: Family::default(),
-        table_routes: Family::default(),
-        table_usage: Family::default(),
-        tables_missing: Gauge::default(),
-        changes: Family::default(),
-        nodes_unrouted: Gauge::default(),
-    };
+    let m = Metrics::default();
     crate::metrics::register(
         "route_controller_route_sync",
         "Times routes have been synced with the cloud provider (upstream's name)",

@@ -95,9 +95,10 @@ impl RouteChange {
         }
     }
 
-    /// The route a Create or Replace points at this node's instance:
-    /// (table, destination, instance).
-    pub fn route_to_instance(&self) -> Option<(&str, IpNet, &str)> {
+    /// The route the change writes: (table, destination, and for a Create
+    /// or Replace the node's instance it points at); `None` for a
+    /// source/destination change.
+    pub fn route(&self) -> Option<(&str, IpNet, Option<&str>)> {
         match self {
             RouteChange::Create {
                 table_id,
@@ -110,8 +111,13 @@ impl RouteChange {
                 destination,
                 instance_id,
                 ..
-            } => Some((table_id, *destination, instance_id)),
-            _ => None,
+            } => Some((table_id, *destination, Some(instance_id))),
+            RouteChange::Delete {
+                table_id,
+                destination,
+                ..
+            } => Some((table_id, *destination, None)),
+            RouteChange::DisableSourceDestCheck { .. } => None,
         }
     }
 

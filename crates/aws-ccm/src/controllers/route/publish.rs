@@ -114,24 +114,18 @@ impl Publisher {
             if failure.error.kind == RoutesErrorKind::AlreadyExists {
                 continue;
             }
-            let note = match &failure.change {
-                change @ (RouteChange::Create { .. } | RouteChange::Replace { .. }) => {
-                    let Some((table_id, destination, instance_id)) = change.route_to_instance()
-                    else {
-                        continue;
-                    };
-                    format!(
-                        "Could not create route {destination} in route table {table_id} for node {node} \
-                         (instance {instance_id}): {}",
-                        failure.error
-                    )
-                }
-                RouteChange::DisableSourceDestCheck { instance_id, .. } => format!(
+            let note = match (&failure.change, failure.change.route()) {
+                (_, Some((table_id, destination, Some(instance_id)))) => format!(
+                    "Could not create route {destination} in route table {table_id} for node {node} \
+                     (instance {instance_id}): {}",
+                    failure.error
+                ),
+                (RouteChange::DisableSourceDestCheck { instance_id, .. }, _) => format!(
                     "Could not create routes for node {node}: turning off source/destination check on instance \
                      {instance_id} failed: {}",
                     failure.error
                 ),
-                RouteChange::Delete { .. } => continue,
+                _ => continue,
             };
             let reason = match (&failure.error.kind, &failure.change) {
                 (RoutesErrorKind::Refused, RouteChange::DisableSourceDestCheck { .. }) => {

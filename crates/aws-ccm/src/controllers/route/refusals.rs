@@ -42,41 +42,21 @@ fn probe_for(
     tables: &[RouteTable],
     instances: &HashMap<String, TargetInstance>,
 ) -> Option<(ProbeKey, Probe, Option<Tagging>)> {
-    let probe = match change {
-        RouteChange::Create { .. } | RouteChange::Replace { .. } => {
-            let (table_id, destination, instance_id) = change.route_to_instance()?;
-            (
-                (0, table_id.to_string()),
-                Probe::Route {
-                    table_id: table_id.to_string(),
-                    destination,
-                    instance_id: Some(instance_id.to_string()),
-                },
-                tables.iter().find(|t| t.id == table_id).map(|t| t.tagging),
-            )
-        }
-        RouteChange::Delete {
-            table_id,
-            destination,
-            ..
-        } => (
-            (0, table_id.clone()),
-            Probe::Route {
-                table_id: table_id.clone(),
-                destination: *destination,
-                instance_id: None,
-            },
-            tables.iter().find(|t| &t.id == table_id).map(|t| t.tagging),
-        ),
-        RouteChange::DisableSourceDestCheck { instance_id, .. } => (
-            (1, instance_id.clone()),
-            Probe::SourceDestCheck {
-                instance_id: instance_id.clone(),
-            },
-            instances.get(instance_id).map(|i| i.tagging),
-        ),
+    if let RouteChange::DisableSourceDestCheck { instance_id, .. } = change {
+        let probe = Probe::SourceDestCheck {
+            instance_id: instance_id.clone(),
+        };
+        let tagging = instances.get(instance_id).map(|i| i.tagging);
+        return Some(((1, instance_id.clone()), probe, tagging));
+    }
+    let (table_id, destination, instance_id) = change.route()?;
+    let probe = Probe::Route {
+        table_id: table_id.to_string(),
+        destination,
+        instance_id: instance_id.map(str::to_string),
     };
-    Some(probe)
+    let tagging = tables.iter().find(|t| t.id == table_id).map(|t| t.tagging);
+    Some(((0, table_id.to_string()), probe, tagging))
 }
 
 /// One DryRun per route table and per instance, the best for each (a create
