@@ -145,6 +145,13 @@ impl<I: Instances> Shared<I> {
     fn api(&self) -> Api<Node> {
         Api::all(self.kube.clone())
     }
+
+    /// Queues a Warning event on `node`.
+    async fn warn(&self, node: &Node, reason: &str, note: impl Into<String>) {
+        self.events
+            .warning(&node.object_ref(&()), reason, note)
+            .await;
+    }
 }
 
 /// Runs the controller until `stop` is cancelled.
@@ -393,12 +400,7 @@ async fn start_lookup<I: Instances>(
                 return Ok(Err(Action::requeue(wait)));
             }
             shared
-                .events
-                .warning(
-                    &node.object_ref(&()),
-                    EVENT_INVALID_PROVIDER_ID,
-                    err.to_string(),
-                )
+                .warn(node, EVENT_INVALID_PROVIDER_ID, err.to_string())
                 .await;
             return Err(err.into());
         }
@@ -418,7 +420,6 @@ async fn find_instance<I: Instances>(
     lookup: &Lookup,
 ) -> Result<Instance, NodeError> {
     let name = node.name_any();
-    let reference = node.object_ref(&());
     let note = match shared.prefetch.resolve(&name, lookup).await {
         // As upstream, a name-based lookup only trusts instances of this
         // cluster: another cluster's instance may have the same DNS name.
@@ -441,10 +442,7 @@ async fn find_instance<I: Instances>(
                  The node keeps its {} taint and is retried.",
                 plan::UNINITIALIZED_TAINT
             );
-            shared
-                .events
-                .warning(&reference, EVENT_LOOKUP_FAILED, note)
-                .await;
+            shared.warn(node, EVENT_LOOKUP_FAILED, note).await;
             return Err(NodeError::Cloud {
                 node: name,
                 lookup: lookup.clone(),
@@ -452,10 +450,7 @@ async fn find_instance<I: Instances>(
             });
         }
     };
-    shared
-        .events
-        .warning(&reference, EVENT_INSTANCE_NOT_FOUND, note)
-        .await;
+    shared.warn(node, EVENT_INSTANCE_NOT_FOUND, note).await;
     Err(NodeError::NotFound {
         node: name,
         lookup: lookup.clone(),
@@ -475,10 +470,7 @@ async fn zone_ids<I: Instances>(
             let note = format!(
                 "Reading the availability zone IDs for node {name} failed: {source}. Retrying."
             );
-            shared
-                .events
-                .warning(&node.object_ref(&()), EVENT_LOOKUP_FAILED, note)
-                .await;
+            shared.warn(node, EVENT_LOOKUP_FAILED, note).await;
             Err(NodeError::Cloud {
                 node: name,
                 lookup: lookup.clone(),
@@ -497,14 +489,10 @@ async fn plan_for<I: Instances>(
     cx: &PlanContext<'_>,
 ) -> Result<InitPlan, NodeError> {
     let name = node.name_any();
-    let reference = node.object_ref(&());
     let plan = match plan::plan_initialization(node, instance, cx) {
         Ok(plan) => plan,
         Err(err) => {
-            shared
-                .events
-                .warning(&reference, EVENT_INIT_FAILED, err.to_string())
-                .await;
+            shared.warn(node, EVENT_INIT_FAILED, err.to_string()).await;
             return Err(err.into());
         }
     };
@@ -524,10 +512,7 @@ async fn plan_for<I: Instances>(
             "Node {name} has label {}={} but its instance {} says {}; {what}.",
             c.key, c.existing, instance.id, c.wanted
         );
-        shared
-            .events
-            .warning(&reference, EVENT_LABEL_CONFLICT, note)
-            .await;
+        shared.warn(node, EVENT_LABEL_CONFLICT, note).await;
     }
     Ok(plan)
 }
