@@ -89,17 +89,16 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
 
 /// Seconds since the node was created (0 when unknown).
 fn age_seconds(node: &Node) -> f64 {
-    node.metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as i64)
-                .unwrap_or(0);
-            ((now - t.0.as_millisecond()) as f64 / 1000.0).max(0.0)
-        })
-        .unwrap_or(0.0)
+    let created = node.metadata.creation_timestamp.as_ref();
+    created.map_or(0.0, |t| seconds_since(t.0.as_millisecond()))
+}
+
+/// Seconds from `millis` (since the epoch) to now; 0 for a time to come.
+pub(crate) fn seconds_since(millis: i64) -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(millis, |d| d.as_millis() as i64);
+    ((now - millis) as f64 / 1000.0).max(0.0)
 }
 
 /// Why a reconcile did not finish; the node is retried with backoff.

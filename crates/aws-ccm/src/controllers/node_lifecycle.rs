@@ -43,7 +43,7 @@ use super::ControllerContext;
 use super::events::Events;
 use super::node::identity::{self, Lookup};
 use super::node::lookups::{SweepIndex, lookup};
-use super::node::plan::taints_without;
+use super::node::plan::{has_taint, taints_without};
 use crate::provider::Cloud;
 use crate::provider::instances::{InstanceState, Instances};
 
@@ -119,10 +119,6 @@ pub fn is_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-fn has_shutdown_taint(node: &Node) -> bool {
-    taints_without(node, SHUTDOWN_TAINT).is_some()
-}
-
 /// The decision for one node, given how it names its instance and what
 /// AWS said about it (`None`: AWS was not asked or failed; never a reason
 /// to delete).
@@ -130,7 +126,7 @@ pub fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
     use InstanceState::{Stopped, Terminated};
     use Observation::{Exists, Gone};
     if is_ready(node) {
-        return if has_shutdown_taint(node) {
+        return if has_taint(node, SHUTDOWN_TAINT) {
             Decision::RemoveShutdownTaint
         } else {
             Decision::Nothing
@@ -145,7 +141,9 @@ pub fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
         // terminated ones), so a terminated one is no answer either.
         Some((Named::InstanceIdName, Gone))
         | Some((Named::PrivateDnsName, Gone | Exists(Terminated))) => Decision::KeepUnverified,
-        Some((_, Exists(Stopped))) if !has_shutdown_taint(node) => Decision::AddShutdownTaint,
+        Some((_, Exists(Stopped))) if !has_taint(node, SHUTDOWN_TAINT) => {
+            Decision::AddShutdownTaint
+        }
         _ => Decision::Nothing,
     }
 }
@@ -320,13 +318,6 @@ async fn report_unverified<I: Instances>(shared: &Shared<I>, decisions: &[(Arc<N
     }
 }
 
-fn taint_patch(node: &Node, taints: Vec<Taint>) -> Value {
-    json!({
-        "metadata": {"resourceVersion": node.resource_version()},
-        "spec": {"taints": if taints.is_empty() { Value::Null } else { json!(taints) }},
-    })
-}
-
 async fn apply<I: Instances>(shared: &Shared<I>, node: &Node, decision: Decision) {
     let api: Api<Node> = Api::all(shared.kube.clone());
     let name = node.name_any();
@@ -379,19 +370,25 @@ async fn apply<I: Instances>(shared: &Shared<I>, node: &Node, decision: Decision
                 ..Taint::default()
             });
             tracing::info!(node = %name, "instance is stopped: adding the shutdown taint");
-            patch_taints(&api, &name, taint_patch(node, taints)).await;
+            patch_taints(&api, node, taints).await;
         }
         Decision::RemoveShutdownTaint => {
             let taints = taints_without(node, SHUTDOWN_TAINT).unwrap_or_default();
             tracing::info!(node = %name, "node is Ready: removing the shutdown taint");
-            patch_taints(&api, &name, taint_patch(node, taints)).await;
+            patch_taints(&api, node, taints).await;
         }
     }
 }
 
-async fn patch_taints(api: &Api<Node>, name: &str, patch: Value) {
+/// Writes `taints` (none: the field removed) if `node` is unchanged since read.
+async fn patch_taints(api: &Api<Node>, node: &Node, taints: Vec<Taint>) {
+    let name = node.name_any();
+    let patch = json!({
+        "metadata": {"resourceVersion": node.resource_version()},
+        "spec": {"taints": if taints.is_empty() { Value::Null } else { json!(taints) }},
+    });
     match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
         .await
     {
         Ok(_) => {}

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{NodeAddress, Taint};
 use serde_json::{Value, json};
 
 use crate::cloud_config::IpFamily;
-use crate::provider::instances::{Instance, InstanceState};
+use crate::provider::instances::Instance;
 
 /// The kubelet (`--cloud-provider=external`) registers nodes with this taint;
 /// the cloud-node controller removes it once the node is initialized.
@@ -349,7 +349,7 @@ pub fn address_change(
     Ok(Some(desired))
 }
 
-fn has_taint(node: &Node, key: &str) -> bool {
+pub fn has_taint(node: &Node, key: &str) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
@@ -363,13 +363,12 @@ pub fn is_uninitialized(node: &Node) -> bool {
 
 /// The node's taints without `key`; `None` when it has no such taint.
 pub fn taints_without(node: &Node, key: &str) -> Option<Vec<Taint>> {
-    has_taint(node, key).then(|| {
-        node.spec
-            .as_ref()
-            .and_then(|s| s.taints.as_ref())
-            .map(|taints| taints.iter().filter(|t| t.key != key).cloned().collect())
-            .unwrap_or_default()
-    })
+    let taints = node.spec.as_ref()?.taints.as_ref()?;
+    let others = taints.iter().filter(|t| t.key != key);
+    taints
+        .iter()
+        .any(|t| t.key == key)
+        .then(|| others.cloned().collect())
 }
 
 /// Adds `key=value` to `plan` unless the node has it. A different existing
@@ -403,10 +402,7 @@ pub fn plan_initialization(
     instance: &Instance,
     cx: &PlanContext<'_>,
 ) -> Result<InitPlan, PlanError> {
-    if matches!(
-        instance.state,
-        InstanceState::Terminated | InstanceState::ShuttingDown
-    ) {
+    if instance.state.is_terminated() {
         return Err(PlanError::InstanceGone {
             node: node_name(node),
             instance: instance.id.clone(),
@@ -509,7 +505,7 @@ pub fn plan_label_twins(node: &Node) -> BTreeMap<String, String> {
 mod tests {
     use super::*;
     use crate::controllers::cached_node::{NodeSpec, NodeStatus};
-    use crate::provider::instances::{NetworkInterface, fake};
+    use crate::provider::instances::{InstanceState, NetworkInterface, fake};
     use kube::api::ObjectMeta;
     use pretty_assertions::assert_eq;
 

@@ -19,7 +19,7 @@ use super::Shared;
 use super::identity::{self, Lookup};
 use super::lookups::{SweepIndex, resolve_all};
 use super::plan;
-use crate::provider::instances::{InstanceState, Instances};
+use crate::provider::instances::Instances;
 
 pub(super) async fn run<I: Instances>(
     shared: Arc<Shared<I>>,
@@ -78,10 +78,7 @@ pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> usize {
             None => continue,
         };
         // A terminated instance has no addresses left to report.
-        if matches!(
-            instance.state,
-            InstanceState::Terminated | InstanceState::ShuttingDown
-        ) {
+        if instance.state.is_terminated() {
             continue;
         }
         match plan::address_change(node, instance, &shared.families) {
