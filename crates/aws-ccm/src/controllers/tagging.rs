@@ -119,6 +119,12 @@ pub fn needs_tagging(node: &Node, checksum: &str) -> Option<String> {
     identity::instance_id_of(node)
 }
 
+/// The node has the tagging label, whatever its checksum.
+fn carries_label(node: &Node) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    labels.is_some_and(|l| l.contains_key(TAGGED_LABEL))
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Retry {
     attempts: u32,
@@ -135,15 +141,11 @@ impl Retry {
         }
     }
 
-    fn backoff(&mut self, now: Instant, not_found: bool) {
+    /// Counts a failure and backs off; true when the retries are exhausted.
+    fn failed(&mut self, now: Instant, not_found: bool) -> bool {
         self.attempts += 1;
-        if not_found {
-            self.not_found += 1;
-        }
+        self.not_found += u32::from(not_found);
         self.due = now + RETRY.after(self.attempts);
-    }
-
-    fn exhausted(&self) -> bool {
         self.not_found >= NOT_FOUND_ATTEMPTS || self.attempts >= MAX_ATTEMPTS
     }
 }
@@ -199,11 +201,7 @@ impl Pending {
             self.skipped.remove(&name);
             let item = TagItem {
                 node: name.clone(),
-                initial: !node
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .is_some_and(|l| l.contains_key(TAGGED_LABEL)),
+                initial: !carries_label(node),
                 created_ms: node
                     .metadata
                     .creation_timestamp
@@ -223,15 +221,10 @@ impl Pending {
             let Some(instance) = identity::instance_id_of(node) else {
                 continue;
             };
-            let carried = node
-                .metadata
-                .labels
-                .as_ref()
-                .is_some_and(|l| l.contains_key(TAGGED_LABEL));
             // Another node may stand on the same instance (re-registered
             // under a new name): its tags stay.
             let still_used = self.live.values().any(|id| id == &instance);
-            if (carried || self.tagged.contains(&instance)) && !still_used {
+            if (carries_label(node) || self.tagged.contains(&instance)) && !still_used {
                 self.untag
                     .entry(instance)
                     .or_insert_with(|| Retry::now(now));
@@ -299,8 +292,7 @@ impl Pending {
         let Some((item, retry)) = self.tag.get_mut(node) else {
             return false;
         };
-        retry.backoff(now, not_found);
-        if retry.exhausted() {
+        if retry.failed(now, not_found) {
             let instance = item.instance.clone();
             self.tag.remove(node);
             self.skipped.insert(node.to_string(), (uid, instance));
@@ -319,8 +311,7 @@ impl Pending {
         let Some(retry) = self.untag.get_mut(instance) else {
             return false;
         };
-        retry.backoff(now, false);
-        if retry.exhausted() {
+        if retry.failed(now, false) {
             self.untag.remove(instance);
             return true;
         }
@@ -400,10 +391,8 @@ impl<I: Instances> Tagger<I> {
             self.tag(pending, tag).await;
         }
         if !untag.is_empty() {
-            let results = in_batches(&untag, |ids| {
-                let cloud = self.cloud.clone();
-                let tags = self.tags.clone();
-                async move { cloud.delete_tags(&ids, &tags).await }
+            let results = in_batches(&untag, |ids| async move {
+                self.cloud.delete_tags(&ids, &self.tags).await
             })
             .await;
             for (instance, result) in results {
@@ -430,10 +419,8 @@ impl<I: Instances> Tagger<I> {
         let mut ids: Vec<String> = items.iter().map(|i| i.instance.clone()).collect();
         ids.sort();
         ids.dedup();
-        let results = in_batches(&ids, |ids| {
-            let cloud = self.cloud.clone();
-            let tags = self.tags.clone();
-            async move { cloud.create_tags(&ids, &tags).await }
+        let results = in_batches(&ids, |ids| async move {
+            self.cloud.create_tags(&ids, &self.tags).await
         })
         .await;
         let mut labels = Vec::new();
@@ -483,11 +470,7 @@ impl<I: Instances> Tagger<I> {
                     if item.initial
                         && let Some(created) = item.created_ms
                     {
-                        let now = std::time::SystemTime::now()
-                            .duration_since(std::time::UNIX_EPOCH)
-                            .map(|d| d.as_millis() as i64)
-                            .unwrap_or(created);
-                        INITIAL_TAGGING_DELAY.observe(((now - created) as f64 / 1000.0).max(0.0));
+                        INITIAL_TAGGING_DELAY.observe(super::node::seconds_since(created));
                     }
                     pending.tag_done(&item.node, &item.instance);
                 }
