@@ -10,7 +10,7 @@
 //! EC2's answers at the door (no SDK type crosses this boundary); it is
 //! defined here so controllers import nothing from `aws::`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -34,15 +34,17 @@ pub enum InstanceState {
 
 impl InstanceState {
     pub fn parse(name: &str) -> InstanceState {
-        match name {
-            "pending" => InstanceState::Pending,
-            "running" => InstanceState::Running,
-            "shutting-down" => InstanceState::ShuttingDown,
-            "terminated" => InstanceState::Terminated,
-            "stopping" => InstanceState::Stopping,
-            "stopped" => InstanceState::Stopped,
-            other => InstanceState::Other(other.to_string()),
-        }
+        use InstanceState::*;
+        let known = [
+            Pending,
+            Running,
+            ShuttingDown,
+            Terminated,
+            Stopping,
+            Stopped,
+        ];
+        (known.into_iter().find(|state| state.as_str() == name))
+            .unwrap_or_else(|| Other(name.to_string()))
     }
 
     pub fn as_str(&self) -> &str {
@@ -138,11 +140,6 @@ impl InstanceTags {
         self.position(key).is_ok()
     }
 
-    /// Sets `key` to `value`, replacing an earlier value.
-    pub fn insert(&mut self, key: &str, value: &str) {
-        self.insert_shared(key.into(), value.into());
-    }
-
     pub(crate) fn insert_shared(&mut self, key: Shared, value: Shared) {
         match self.position(&key) {
             Ok(i) => self.0[i].1 = value,
@@ -150,32 +147,9 @@ impl InstanceTags {
         }
     }
 
-    pub fn remove(&mut self, key: &str) -> Option<Shared> {
-        self.position(key).ok().map(|i| self.0.remove(i).1)
-    }
-
-    pub fn clear(&mut self) {
-        self.0.clear();
-    }
-
     /// `(key, value)` pairs in key order.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (&**k, &**v))
-    }
-}
-
-impl From<BTreeMap<String, String>> for InstanceTags {
-    fn from(map: BTreeMap<String, String>) -> Self {
-        // A BTreeMap iterates in key order: the list is sorted.
-        InstanceTags(map.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
-    }
-}
-
-impl Extend<(String, String)> for InstanceTags {
-    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
-        for (k, v) in iter {
-            self.insert(&k, &v);
-        }
     }
 }
 
@@ -281,6 +255,40 @@ pub trait Instances: Clone + Send + Sync + 'static {
         ids: &[String],
         tags: &[(String, String)],
     ) -> impl Future<Output = Result<(), CloudError>> + Send;
+}
+
+/// What the tests write into an instance's tags.
+#[cfg(test)]
+impl InstanceTags {
+    /// Sets `key` to `value`, replacing an earlier value.
+    pub fn insert(&mut self, key: &str, value: &str) {
+        self.insert_shared(key.into(), value.into());
+    }
+
+    pub fn remove(&mut self, key: &str) -> Option<Shared> {
+        self.position(key).ok().map(|i| self.0.remove(i).1)
+    }
+
+    pub fn clear(&mut self) {
+        self.0.clear();
+    }
+}
+
+#[cfg(test)]
+impl From<std::collections::BTreeMap<String, String>> for InstanceTags {
+    fn from(map: std::collections::BTreeMap<String, String>) -> Self {
+        // A BTreeMap iterates in key order: the list is sorted.
+        InstanceTags(map.into_iter().map(|(k, v)| (k.into(), v.into())).collect())
+    }
+}
+
+#[cfg(test)]
+impl Extend<(String, String)> for InstanceTags {
+    fn extend<I: IntoIterator<Item = (String, String)>>(&mut self, iter: I) {
+        for (k, v) in iter {
+            self.insert(&k, &v);
+        }
+    }
 }
 
 /// An in-memory cloud for unit tests of the controllers.
