@@ -46,23 +46,17 @@ static MISSING: LazyLock<Family<ActionLabels, Gauge>> = LazyLock::new(|| {
 
 /// What the events regard: the CCM's Pod, else the `kube-system` Namespace.
 pub fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) -> ObjectReference {
-    match (
-        pod_name.filter(|n| !n.is_empty()),
-        pod_namespace.filter(|n| !n.is_empty()),
-    ) {
-        (Some(name), Some(namespace)) => ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(name),
-            namespace: Some(namespace),
-            ..Default::default()
-        },
-        _ => ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Namespace".into()),
-            name: Some("kube-system".into()),
-            ..Default::default()
-        },
+    let pod_name = pod_name.filter(|n| !n.is_empty());
+    let (kind, name, namespace) = match (pod_name, pod_namespace.filter(|n| !n.is_empty())) {
+        (Some(name), Some(namespace)) => ("Pod", name, Some(namespace)),
+        _ => ("Namespace", "kube-system".to_string(), None),
+    };
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        name: Some(name),
+        namespace,
+        ..Default::default()
     }
 }
 
