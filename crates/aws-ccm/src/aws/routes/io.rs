@@ -115,16 +115,13 @@ impl Routes for Aws {
         destination: IpNet,
         instance_id: &str,
     ) -> Result<(), RoutesError> {
-        match self
-            .ec2(Operation::Ec2CreateRoute, |ec2| {
+        // The attempt whose answer was lost made this very route.
+        done_if_lost(
+            self.ec2(Operation::Ec2CreateRoute, |ec2| {
                 create_route_request(&ec2, table_id, destination, instance_id).send()
             })
-            .await
-        {
-            // The attempt whose answer was lost made this very route.
-            Err(err) if err.applied_before_answer_lost() => Ok(()),
-            other => other.map(|_| ()).map_err(RoutesError::from),
-        }
+            .await,
+        )
     }
 
     async fn replace_route(
@@ -149,20 +146,26 @@ impl Routes for Aws {
     }
 
     async fn delete_route(&self, table_id: &str, destination: IpNet) -> Result<(), RoutesError> {
-        match self
-            .ec2(Operation::Ec2DeleteRoute, |ec2| {
+        // The attempt whose answer was lost removed it.
+        done_if_lost(
+            self.ec2(Operation::Ec2DeleteRoute, |ec2| {
                 delete_route_request(&ec2, table_id, destination).send()
             })
-            .await
-        {
-            // The attempt whose answer was lost removed it.
-            Err(err) if err.applied_before_answer_lost() => Ok(()),
-            other => other.map(|_| ()).map_err(RoutesError::from),
-        }
+            .await,
+        )
     }
 
     async fn permission(&self, probe: &Probe, tagging: Tagging) -> Verdict {
         self.permissions().check(self, probe, tagging).await
+    }
+}
+
+/// A route write's outcome: done when it failed only because the answer of
+/// an attempt that made the change was lost.
+fn done_if_lost<T>(result: Result<T, AwsError>) -> Result<(), RoutesError> {
+    match result {
+        Err(err) if err.applied_before_answer_lost() => Ok(()),
+        other => other.map(|_| ()).map_err(RoutesError::from),
     }
 }
 
