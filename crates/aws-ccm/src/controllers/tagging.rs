@@ -234,40 +234,28 @@ impl Pending {
 
     /// Items due now.
     pub fn due(&self, now: Instant) -> (Vec<TagItem>, Vec<String>) {
-        let tag = self
-            .tag
-            .values()
-            .filter(|(_, r)| r.due <= now)
-            .map(|(item, _)| item.clone())
-            .collect();
-        let untag = self
-            .untag
-            .iter()
-            .filter(|(_, r)| r.due <= now)
-            .map(|(id, _)| id.clone())
-            .collect();
-        (tag, untag)
+        let tag = self.tag.values().filter(|(_, r)| r.due <= now);
+        let untag = self.untag.iter().filter(|(_, r)| r.due <= now);
+        let tag = tag.map(|(item, _)| item.clone()).collect();
+        (tag, untag.map(|(id, _)| id.clone()).collect())
     }
 
-    /// When the next retry is due.
+    /// Every key waiting (a node to tag, an instance to untag), with its retry.
+    fn retries(&self) -> impl Iterator<Item = (&String, &Retry)> {
+        (self.tag.iter().map(|(k, (_, r))| (k, r))).chain(self.untag.iter())
+    }
+
     /// Every node waiting to be tagged and every instance waiting to be
     /// untagged, and those of them due at `now`.
     fn keys(&self, now: Instant) -> (HashSet<&str>, Vec<String>) {
-        let all = self.tag.keys().chain(self.untag.keys());
-        let due = (self.tag.iter().map(|(k, (_, r))| (k, r)))
-            .chain(self.untag.iter())
-            .filter(|(_, r)| r.due <= now)
-            .map(|(k, _)| k.clone())
-            .collect();
-        (all.map(String::as_str).collect(), due)
+        let due = self.retries().filter(|(_, r)| r.due <= now);
+        let all = self.retries().map(|(k, _)| k.as_str()).collect();
+        (all, due.map(|(k, _)| k.clone()).collect())
     }
 
+    /// When the next retry is due.
     pub fn next_due(&self) -> Option<Instant> {
-        self.tag
-            .values()
-            .map(|(_, r)| r.due)
-            .chain(self.untag.values().map(|r| r.due))
-            .min()
+        self.retries().map(|(_, r)| r.due).min()
     }
 
     fn tag_done(&mut self, node: &str, instance: &str) {

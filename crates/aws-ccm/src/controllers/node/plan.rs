@@ -104,14 +104,6 @@ pub struct InitPlan {
 }
 
 impl InitPlan {
-    /// True when applying the plan would write nothing.
-    pub fn is_empty(&self) -> bool {
-        self.provider_id.is_none()
-            && self.labels.is_empty()
-            && self.taints.is_none()
-            && self.addresses.is_none()
-    }
-
     /// Whether the metadata/spec patch has anything to write.
     pub fn touches_spec(&self) -> bool {
         self.provider_id.is_some() || !self.labels.is_empty() || self.taints.is_some()
@@ -508,6 +500,16 @@ mod tests {
     use crate::provider::instances::{InstanceState, NetworkInterface, fake};
     use kube::api::ObjectMeta;
     use pretty_assertions::assert_eq;
+
+    impl InitPlan {
+        /// True when applying the plan would write nothing.
+        fn is_empty(&self) -> bool {
+            self.provider_id.is_none()
+                && self.labels.is_empty()
+                && self.taints.is_none()
+                && self.addresses.is_none()
+        }
+    }
 
     fn a(type_: &str, addr: &str) -> NodeAddress {
         address(type_, addr)
