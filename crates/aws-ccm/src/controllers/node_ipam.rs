@@ -654,20 +654,14 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         Events::new(ctx.kube.clone(), "cidrAllocator"),
     );
     let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-    let mut failures = 0;
-    loop {
+    for failures in 1.. {
         let Wake::Changed(result) = wait(&stop, None, ipam.rebuild()).await else {
             return;
         };
-        match result {
-            Ok(()) => break,
-            Err(e) => {
-                failures += 1;
-                tracing::error!(error = %e, "listing nodes to rebuild the CIDR map failed; nothing is allocated until it succeeds");
-                if sleep(&stop, backoff.after(failures)).await == Wake::Stopped {
-                    return;
-                }
-            }
+        let Err(e) = result else { break };
+        tracing::error!(error = %e, "listing nodes to rebuild the CIDR map failed; nothing is allocated until it succeeds");
+        if sleep(&stop, backoff.after(failures)).await == Wake::Stopped {
+            return;
         }
     }
     // Serve the cache now, then again whenever a node changes; the timer

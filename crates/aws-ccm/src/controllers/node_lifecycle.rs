@@ -291,17 +291,9 @@ async fn report_unverified<I: Instances>(shared: &Shared<I>, decisions: &[(Arc<N
         .collect();
     UNVERIFIED.set(kept.len() as i64);
     let uid = |node: &Node| node.metadata.uid.clone().unwrap_or_else(|| node.name_any());
-    let new: Vec<&Arc<Node>> = {
-        let mut seen = shared.unverified.lock();
-        let now: HashSet<String> = kept.iter().map(|n| uid(n)).collect();
-        let new = kept
-            .into_iter()
-            .filter(|n| !seen.contains(&uid(n)))
-            .collect();
-        *seen = now;
-        new
-    };
-    for node in new {
+    let now: HashSet<String> = kept.iter().map(|n| uid(n)).collect();
+    let before = std::mem::replace(&mut *shared.unverified.lock(), now);
+    for node in kept.into_iter().filter(|n| !before.contains(&uid(n))) {
         let name = node.name_any();
         let lookup = identity::lookup_for_node(node)
             .map(|l| l.to_string())

@@ -34,6 +34,14 @@ enum Progress {
     },
 }
 
+/// The failed attempts of `node` so far (none once it is initialized).
+fn attempts(nodes: &HashMap<String, Progress>, node: &str) -> u32 {
+    match nodes.get(node) {
+        Some(Progress::Failed { attempts, .. } | Progress::Initializing { attempts }) => *attempts,
+        _ => 0,
+    }
+}
+
 /// Per-node progress, shared by the trigger stage and the reconciles.
 #[derive(Default)]
 pub(crate) struct ProgressBook {
@@ -84,12 +92,7 @@ impl ProgressBook {
     /// A reconcile starts initializing `node`.
     pub fn start(&self, node: &str) {
         let mut nodes = self.nodes.lock();
-        let attempts = match nodes.get(node) {
-            Some(Progress::Failed { attempts, .. } | Progress::Initializing { attempts }) => {
-                *attempts
-            }
-            _ => 0,
-        };
+        let attempts = attempts(&nodes, node);
         nodes.insert(node.to_string(), Progress::Initializing { attempts });
     }
 
@@ -107,12 +110,7 @@ impl ProgressBook {
     /// Records a failure; returns the backoff before the next attempt.
     pub fn failed(&self, node: &str, lookup: Option<Lookup>) -> Duration {
         let mut nodes = self.nodes.lock();
-        let attempts = match nodes.get(node) {
-            Some(Progress::Failed { attempts, .. } | Progress::Initializing { attempts }) => {
-                *attempts + 1
-            }
-            _ => 1,
-        };
+        let attempts = attempts(&nodes, node) + 1;
         let delay = RETRY.after(attempts);
         nodes.insert(
             node.to_string(),
