@@ -9,8 +9,6 @@
 //! Node write is a patch of named fields, so nothing left out is ever
 //! written back.
 
-use std::borrow::Cow;
-
 use k8s_openapi::api::core::v1::{NodeAddress, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -66,31 +64,25 @@ pub struct NodeCondition {
     pub status: String,
 }
 
-impl kube::Resource for Node {
-    type DynamicType = ();
+/// kube's `Resource` comes with these, from the same constants as
+/// k8s-openapi's Node.
+impl k8s_openapi::Resource for Node {
+    const API_VERSION: &'static str = "v1";
+    const GROUP: &'static str = "";
+    const KIND: &'static str = "Node";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "nodes";
     type Scope = k8s_openapi::ClusterResourceScope;
+}
 
-    fn kind(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("Node")
-    }
+impl k8s_openapi::Metadata for Node {
+    type Ty = ObjectMeta;
 
-    fn group(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("")
-    }
-
-    fn version(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("v1")
-    }
-
-    fn plural(_: &()) -> Cow<'_, str> {
-        Cow::Borrowed("nodes")
-    }
-
-    fn meta(&self) -> &ObjectMeta {
+    fn metadata(&self) -> &ObjectMeta {
         &self.metadata
     }
 
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
         &mut self.metadata
     }
 }
