@@ -158,8 +158,7 @@ impl Writer {
         let api: Api<Event> = Api::namespaced(self.client.clone(), namespace);
         let key = fingerprint(object, type_, reason);
         let now = k8s_openapi::jiff::Timestamp::now();
-        let repeat = self.seen.repeat(key, Instant::now());
-        if let Some((name, count)) = repeat {
+        if let Some((name, count)) = self.seen.repeat(key, Instant::now()) {
             // client-go's correlator: the repeat bumps count and
             // lastTimestamp of the first event (its message stays).
             let patch = serde_json::json!({

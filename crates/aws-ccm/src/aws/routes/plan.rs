@@ -13,25 +13,21 @@ use crate::provider::routes::{Route, RouteTable, RouteTableSelector, RouteTarget
 
 /// The `DescribeRouteTables` filters for `selector`.
 pub fn table_filters(selector: &RouteTableSelector) -> Vec<Filter> {
-    let mut filters = Vec::new();
     match &selector.route_table_id {
-        Some(id) => filters.push(filter("route-table-id", [id.clone()])),
+        Some(id) => vec![filter("route-table-id", [id.clone()])],
         None => {
             // Either tag marks a cluster table; EC2 ORs the values of one
             // filter, and the legacy tag's value is checked in `parse_table`.
-            filters.push(filter(
-                "tag-key",
-                [
-                    cluster_tag_key(&selector.cluster_id),
-                    LEGACY_CLUSTER_TAG.to_string(),
-                ],
-            ));
-            if let Some(vpc) = &selector.vpc_id {
-                filters.push(filter("vpc-id", [vpc.clone()]));
-            }
+            let keys = [
+                cluster_tag_key(&selector.cluster_id),
+                LEGACY_CLUSTER_TAG.to_string(),
+            ];
+            let vpc = (selector.vpc_id.iter()).map(|vpc| filter("vpc-id", [vpc.clone()]));
+            std::iter::once(filter("tag-key", keys))
+                .chain(vpc)
+                .collect()
         }
     }
-    filters
 }
 
 /// A route table as the controller sees it. `None` when it has no ID, or

@@ -39,6 +39,7 @@ struct Pending {
     task: JoinHandle<Result<Option<Instance>, CloudError>>,
 }
 
+#[derive(Default)]
 struct State {
     pending: HashMap<String, Pending>,
     /// The open gathering window.
@@ -125,11 +126,7 @@ impl<I: Instances> Prefetcher<I> {
             cloud,
             gather,
             burst_span: BURST_SPAN,
-            state: Mutex::new(State {
-                pending: HashMap::new(),
-                window: None,
-                burst: None,
-            }),
+            state: Mutex::default(),
         }
     }
 

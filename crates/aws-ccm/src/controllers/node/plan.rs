@@ -117,21 +117,17 @@ impl InitPlan {
         if !self.labels.is_empty() {
             patch["metadata"]["labels"] = json!(self.labels);
         }
-        let mut spec = serde_json::Map::new();
+        // `spec` appears with its first field.
         if let Some(id) = &self.provider_id {
-            spec.insert("providerID".into(), json!(id));
+            patch["spec"]["providerID"] = json!(id);
         }
         if let Some(taints) = &self.taints {
             // An empty list is removed rather than stored as [].
-            let value = if taints.is_empty() {
+            patch["spec"]["taints"] = if taints.is_empty() {
                 Value::Null
             } else {
                 json!(taints)
             };
-            spec.insert("taints".into(), value);
-        }
-        if !spec.is_empty() {
-            patch["spec"] = Value::Object(spec);
         }
         patch
     }

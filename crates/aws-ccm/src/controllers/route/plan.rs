@@ -381,19 +381,13 @@ impl<'a> Planner<'a> {
             .entry(instance_id)
             .or_default()
             .extend(cidrs.iter().copied());
-        match instances.get(instance_id) {
-            None => {
-                let blocker = Blocker::InstanceNotFound(instance_id.to_string());
-                self.block_and_protect(node, blocker, cidrs);
-                None
-            }
-            Some(i) if i.terminated => {
-                let blocker = Blocker::InstanceTerminated(instance_id.to_string());
-                self.block_and_protect(node, blocker, cidrs);
-                None
-            }
-            Some(_) => Some(instance_id),
-        }
+        let blocker = match instances.get(instance_id) {
+            None => Blocker::InstanceNotFound(instance_id.to_string()),
+            Some(i) if i.terminated => Blocker::InstanceTerminated(instance_id.to_string()),
+            Some(_) => return Some(instance_id),
+        };
+        self.block_and_protect(node, blocker, cidrs);
+        None
     }
 
     fn block_and_protect(&mut self, node: &NodeRoutes, blocker: Blocker, cidrs: &[IpNet]) {

@@ -160,13 +160,10 @@ impl Queue {
     pub fn take(&self, key: &str) -> Work {
         let now = Instant::now();
         let mut state = self.state();
-        let since = match state.waiting.remove(key) {
-            Some(at) => at,
-            None => {
-                FAMILIES.adds.get_or_create(&self.labels).inc();
-                now
-            }
-        };
+        let since = state.waiting.remove(key).unwrap_or_else(|| {
+            FAMILIES.adds.get_or_create(&self.labels).inc();
+            now
+        });
         FAMILIES
             .queue_duration
             .get_or_create(&self.labels)
