@@ -194,9 +194,7 @@ async fn run_controllers<C: Cloud>(ctx: ControllerContext<C>, stop: Cancellation
             tracing::info!(controller = %name, "controller stopped");
         }));
     }
-    for task in tasks {
-        let _ = task.await;
-    }
+    futures::future::join_all(tasks).await;
 }
 
 /// The slot each controller runs in.

@@ -203,8 +203,7 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         .run(reconcile, error_policy, shared)
         .for_each(|_| futures::future::ready(()))
         .await;
-    let _ = refresher.await;
-    let _ = labeller.await;
+    let _ = tokio::join!(refresher, labeller);
 }
 
 /// The Nodes with work for [`reconcile`], from the informer's changes; the
@@ -285,24 +284,18 @@ async fn reconcile<I: Instances>(
     }
     // A tainted copy of a node this process just initialized is the cache
     // lagging behind our own write: ask the API server, not AWS.
-    let node = if shared.progress.recently_initialized(&node) {
-        match shared.api().get_opt(&node.name_any()).await {
-            Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => {
-                return reconcile_initialized(&fresh, &shared).await;
-            }
-            Ok(Some(fresh)) => Arc::new(fresh),
-            Ok(None) => return Ok(Action::await_change()),
-            Err(source) => {
-                return Err(NodeError::Kube {
-                    node: node.name_any(),
-                    source,
-                });
-            }
+    if !shared.progress.recently_initialized(&node) {
+        return initialize(&node, &shared).await;
+    }
+    let name = node.name_any();
+    match shared.api().get_opt(&name).await {
+        Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => {
+            reconcile_initialized(&fresh, &shared).await
         }
-    } else {
-        node
-    };
-    initialize(&node, &shared).await
+        Ok(Some(fresh)) => initialize(&fresh, &shared).await,
+        Ok(None) => Ok(Action::await_change()),
+        Err(source) => Err(NodeError::Kube { node: name, source }),
+    }
 }
 
 /// An initialized node: its label twins (the network-node labels are

@@ -421,9 +421,8 @@ impl Ipam {
                 self.count(&METRICS.releases, &held.cidrs);
                 tracing::info!(node = %held.name, cidrs = ?held.cidrs, "node deleted; released its pod CIDRs");
             }
-            self.exhausted_warned.remove(&uid);
-            self.retry_at.remove(&uid);
         }
+        // Retries and warnings of nodes no longer live, the deleted ones too.
         self.retry_at.retain(|uid, _| live.contains(uid.as_str()));
         self.exhausted_warned
             .retain(|uid| live.contains(uid.as_str()));

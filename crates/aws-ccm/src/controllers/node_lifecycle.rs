@@ -327,13 +327,11 @@ async fn apply<I: Instances>(shared: &Shared<I>, node: &Node, decision: Decision
                 )
                 .await;
             // Only this Node: not a new one registered under the same name.
-            let params = DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: node.metadata.uid.clone(),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
+            let uid = node.metadata.uid.clone();
+            let params = DeleteParams::default().preconditions(Preconditions {
+                uid,
+                resource_version: None,
+            });
             match api.delete(&name, &params).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}

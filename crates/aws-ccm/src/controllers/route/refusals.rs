@@ -25,12 +25,9 @@ impl<R: Routes> Reconciler<R> {
             .values()
             .map(|(probe, tagging)| self.routes.permission(probe, *tagging));
         let verdicts = futures::future::join_all(checks).await;
-        let mut denied: HashMap<ProbeKey, String> = HashMap::new();
-        for (key, verdict) in probes.into_keys().zip(verdicts) {
-            if let Some(denial) = verdict.denial() {
-                denied.insert(key, denial.to_string());
-            }
-        }
+        let denied: HashMap<ProbeKey, String> = (probes.into_keys().zip(verdicts))
+            .filter_map(|(key, verdict)| Some((key, verdict.denial()?.to_string())))
+            .collect();
         refused_by(plan, &denied)
     }
 }
@@ -106,24 +103,16 @@ fn probes_for(
 
 /// Each change whose route table or instance IAM denied, by index.
 fn refused_by(plan: &Plan, denied: &HashMap<ProbeKey, String>) -> HashMap<usize, RoutesError> {
-    let mut refused = HashMap::new();
-    for (i, change) in plan.changes.iter().enumerate() {
+    let refused = plan.changes.iter().enumerate().filter_map(|(i, change)| {
         let key = match change {
             RouteChange::Create { table_id, .. }
             | RouteChange::Replace { table_id, .. }
             | RouteChange::Delete { table_id, .. } => (0, table_id.clone()),
             RouteChange::DisableSourceDestCheck { instance_id, .. } => (1, instance_id.clone()),
         };
-        if let Some(message) = denied.get(&key) {
-            refused.insert(
-                i,
-                RoutesError::new(
-                    RoutesErrorKind::Refused,
-                    Some("UnauthorizedOperation"),
-                    message.clone(),
-                ),
-            );
-        }
-    }
-    refused
+        let message = denied.get(&key)?.clone();
+        let code = Some("UnauthorizedOperation");
+        Some((i, RoutesError::new(RoutesErrorKind::Refused, code, message)))
+    });
+    refused.collect()
 }
