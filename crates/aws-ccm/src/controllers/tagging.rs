@@ -40,7 +40,7 @@ use super::node::identity;
 use super::schedule::{Wake, sleep, wait};
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
-use crate::provider::instances::{CloudError, Instances, MAX_TAG_RESOURCES};
+use crate::provider::instances::{CloudError, CloudResult, Instances, MAX_TAG_RESOURCES};
 
 /// Upstream's label recording which tag set a node's instance carries.
 pub const TAGGED_LABEL: &str = "k8s.io/cloud-provider-aws";
@@ -312,13 +312,10 @@ impl Pending {
 /// whole call for one instance it denies, e.g. one tagged only with the
 /// legacy `KubernetesCluster`), is split in halves until the unknown or
 /// denied instances are isolated. Every ID gets its own outcome.
-pub async fn in_batches<F, Fut>(
-    ids: &[String],
-    mut call: F,
-) -> HashMap<String, Result<(), CloudError>>
+pub async fn in_batches<F, Fut>(ids: &[String], mut call: F) -> HashMap<String, CloudResult<()>>
 where
     F: FnMut(Vec<String>) -> Fut,
-    Fut: std::future::Future<Output = Result<(), CloudError>>,
+    Fut: std::future::Future<Output = CloudResult<()>>,
 {
     let mut out = HashMap::new();
     let mut work: Vec<Vec<String>> = ids

@@ -196,34 +196,31 @@ impl CloudError {
     }
 }
 
+/// A cloud call's answer.
+pub type CloudResult<T> = Result<T, CloudError>;
+
+/// The answer to a lookup of one instance: `Ok(None)` when the cloud
+/// answered that there is no such instance.
+pub type Found = CloudResult<Option<Instance>>;
+
 /// What the node controllers ask of the cloud. Every method may be called
 /// concurrently from many tasks; implementations batch and share the work.
 pub trait Instances: Clone + Send + Sync + 'static {
     /// One instance by ID, in any state. `Ok(None)` when the cloud answered
     /// that no such instance exists.
-    fn instance_by_id(
-        &self,
-        id: &str,
-    ) -> impl Future<Output = Result<Option<Instance>, CloudError>> + Send;
+    fn instance_by_id(&self, id: &str) -> impl Future<Output = Found> + Send;
 
     /// The live (not terminated) instance with this private DNS name.
-    fn instance_by_private_dns(
-        &self,
-        name: &str,
-    ) -> impl Future<Output = Result<Option<Instance>, CloudError>> + Send;
+    fn instance_by_private_dns(&self, name: &str) -> impl Future<Output = Found> + Send;
 
     /// Every instance tagged as a member of the cluster, in any state; a
     /// shared, cached sweep. An instance missing from it may still exist
     /// (untagged): confirm with [`Instances::instance_by_id`] before acting
     /// on absence.
-    fn cluster_instances(
-        &self,
-    ) -> impl Future<Output = Result<Arc<Vec<Instance>>, CloudError>> + Send;
+    fn cluster_instances(&self) -> impl Future<Output = CloudResult<Arc<Vec<Instance>>>> + Send;
 
     /// Availability zone name → zone ID (`us-east-1a` → `use1-az1`), cached.
-    fn zone_ids(
-        &self,
-    ) -> impl Future<Output = Result<Arc<HashMap<String, String>>, CloudError>> + Send;
+    fn zone_ids(&self) -> impl Future<Output = CloudResult<Arc<HashMap<String, String>>>> + Send;
 
     /// The network nodes above an instance, top layer first (the
     /// `topology.k8s.aws/network-node-layer-N` labels). `Ok(None)` when it
@@ -233,7 +230,7 @@ pub trait Instances: Clone + Send + Sync + 'static {
         &self,
         id: &str,
         instance_type: Option<&str>,
-    ) -> impl Future<Output = Result<Option<Vec<String>>, CloudError>> + Send;
+    ) -> impl Future<Output = CloudResult<Option<Vec<String>>>> + Send;
 
     /// Whether instances of this type are expected to have network nodes
     /// (cloud.conf `SupportedTopologyInstanceTypePattern`).
@@ -246,7 +243,7 @@ pub trait Instances: Clone + Send + Sync + 'static {
         &self,
         ids: &[String],
         tags: &[(String, String)],
-    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+    ) -> impl Future<Output = CloudResult<()>> + Send;
 
     /// Removes `tags` from every instance in `ids` where the tag still has
     /// the given value (a tag someone changed since is left alone).
@@ -254,7 +251,7 @@ pub trait Instances: Clone + Send + Sync + 'static {
         &self,
         ids: &[String],
         tags: &[(String, String)],
-    ) -> impl Future<Output = Result<(), CloudError>> + Send;
+    ) -> impl Future<Output = CloudResult<()>> + Send;
 }
 
 /// What the tests write into an instance's tags.

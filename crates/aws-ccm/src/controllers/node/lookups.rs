@@ -21,13 +21,12 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::identity::Lookup;
-use crate::provider::instances::{CloudError, CloudErrorKind, Instance, InstanceState, Instances};
+use crate::provider::instances::{
+    CloudError, CloudErrorKind, CloudResult, Found, Instance, InstanceState, Instances,
+};
 
 /// One lookup, straight to the cloud (coalesced there with concurrent ones).
-pub async fn lookup<I: Instances>(
-    cloud: &I,
-    lookup: &Lookup,
-) -> Result<Option<Instance>, CloudError> {
+pub async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
     match lookup {
         Lookup::ById(id) => cloud.instance_by_id(id).await,
         Lookup::ByPrivateDns(name) => cloud.instance_by_private_dns(name).await,
@@ -36,7 +35,7 @@ pub async fn lookup<I: Instances>(
 
 struct Pending {
     lookup: Lookup,
-    task: JoinHandle<Result<Option<Instance>, CloudError>>,
+    task: JoinHandle<Found>,
 }
 
 #[derive(Default)]
@@ -188,7 +187,7 @@ impl<I: Instances> Prefetcher<I> {
     /// The instance for `node`: the prefetched answer when one was started
     /// for the same lookup (used once; a retry looks up afresh), otherwise a
     /// direct lookup.
-    pub async fn resolve(&self, node: &str, key: &Lookup) -> Result<Option<Instance>, CloudError> {
+    pub async fn resolve(&self, node: &str, key: &Lookup) -> Found {
         let pending = {
             let mut st = self.state.lock();
             match st.pending.remove(node) {
@@ -296,7 +295,7 @@ pub async fn resolve_all<'s, I: Instances>(
     cloud: &I,
     sweep: &'s SweepIndex,
     keys: Vec<Lookup>,
-) -> HashMap<Lookup, Result<Option<Cow<'s, Instance>>, CloudError>> {
+) -> HashMap<Lookup, CloudResult<Option<Cow<'s, Instance>>>> {
     let mut out = HashMap::new();
     let mut missing = Vec::new();
     for key in keys {
