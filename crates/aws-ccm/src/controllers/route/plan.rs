@@ -505,25 +505,18 @@ impl<'a> Planner<'a> {
                 outcome.changes.push(index);
             }
         }
-        let shared: Vec<(String, usize)> = out
-            .changes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| match c {
-                RouteChange::DisableSourceDestCheck { instance_id, .. } => {
-                    Some((instance_id.clone(), i))
-                }
-                _ => None,
-            })
-            .collect();
         for node in sorted {
             if let (Some(id), Some(outcome)) =
                 (node.instance_id.as_deref(), out.nodes.get_mut(&node.name))
                 && outcome.blockers.is_empty()
             {
-                for (instance_id, index) in &shared {
-                    if instance_id == id && !outcome.changes.contains(index) {
-                        outcome.changes.insert(0, *index);
+                // The source/destination changes, which come first.
+                for (index, change) in out.changes.iter().enumerate() {
+                    let RouteChange::DisableSourceDestCheck { instance_id, .. } = change else {
+                        break;
+                    };
+                    if instance_id == id && !outcome.changes.contains(&index) {
+                        outcome.changes.insert(0, index);
                     }
                 }
             }
