@@ -509,14 +509,11 @@ impl Ipam {
                 for set in self.allocator.sets() {
                     count_failure(&set.cluster_cidr(), "patch_failed");
                 }
+                let cidrs: Vec<String> = cidrs.iter().map(IpNet::to_string).collect();
                 let note = format!(
                     "Node {name} status is now: CIDRAssignmentFailed: writing pod CIDRs {} failed: {error}; \
                          retrying",
-                    cidrs
-                        .iter()
-                        .map(|c| c.to_string())
-                        .collect::<Vec<_>>()
-                        .join(",")
+                    cidrs.join(",")
                 );
                 tracing::warn!(node = %name, "{note}");
                 if first_failure {
@@ -586,14 +583,13 @@ async fn patch_pod_cidrs(
     let strings: Vec<String> = cidrs.iter().map(|c| c.to_string()).collect();
     let mut last_error = String::new();
     for _ in 0..PATCH_ATTEMPTS {
-        let mut metadata = json!({"uid": uid});
-        if let Some(rv) = &resource_version {
-            metadata["resourceVersion"] = json!(rv);
-        }
-        let patch = json!({
-            "metadata": metadata,
+        let mut patch = json!({
+            "metadata": {"uid": uid},
             "spec": {"podCIDR": strings[0], "podCIDRs": strings},
         });
+        if let Some(rv) = &resource_version {
+            patch["metadata"]["resourceVersion"] = json!(rv);
+        }
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
