@@ -1,6 +1,8 @@
 //! The shared informers (one watch per kind, slimmed before caching) and
 //! the loop that starts every enabled controller on them.
 
+use std::fmt::Debug;
+use std::hash::Hash;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -10,6 +12,7 @@ use kube::Api;
 use kube::ResourceExt;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -142,14 +145,8 @@ fn informer<K>(
     (changed, feed): (watch::Sender<u64>, Option<Feed>),
 ) -> impl std::future::Future<Output = ()> + Send
 where
-    K: kube::Resource
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone + Send + Sync,
+    K: kube::Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
     reflector::reflector(writer, watcher(api, config).modify(slim))
         .default_backoff()
