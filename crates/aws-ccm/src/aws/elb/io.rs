@@ -2,14 +2,11 @@
 //! that apply a plan, each through the one door.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 
 use aws_sdk_elasticloadbalancing::types as elbt;
-use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::{Actual, ActualLb, Attributes, Change, GroupRef, HealthCheck, Listener, OwnedGroup};
+use crate::aws::client::SdkCall;
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
@@ -17,6 +14,7 @@ use crate::aws::client::pages::every_page;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::tags::{Tags, key_values};
 use crate::aws::{Aws, AwsClient};
+use aws_sdk_elasticloadbalancing::Client;
 
 fn build_err(what: &str, e: impl std::fmt::Display) -> AwsError {
     AwsError::NotFound {
@@ -113,8 +111,7 @@ pub fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
             .iter()
             .filter_map(|i| i.instance_id().map(str::to_string))
             .collect(),
-        attributes: Attributes::aws_defaults(),
-        tags: Tags::default(),
+        ..ActualLb::default()
     }
 }
 
@@ -157,32 +154,20 @@ pub async fn tags_by_name(
 
 /// The managed attributes as AWS reports them (API defaults where missing).
 fn attributes_from_sdk(a: Option<&elbt::LoadBalancerAttributes>) -> Attributes {
+    let log = a.and_then(|a| a.access_log());
+    let draining = a.and_then(|a| a.connection_draining());
+    let cross_zone = a.and_then(|a| a.cross_zone_load_balancing());
     Attributes {
-        cross_zone: a
-            .and_then(|a| a.cross_zone_load_balancing())
-            .is_some_and(|c| c.enabled()),
-        access_log_enabled: a.and_then(|a| a.access_log()).is_some_and(|l| l.enabled()),
-        access_log_interval: a
-            .and_then(|a| a.access_log())
-            .and_then(|l| l.emit_interval()),
-        access_log_bucket: a
-            .and_then(|a| a.access_log())
-            .and_then(|l| l.s3_bucket_name())
-            .map(str::to_string),
-        access_log_prefix: a
-            .and_then(|a| a.access_log())
-            .and_then(|l| l.s3_bucket_prefix())
-            .map(str::to_string),
-        draining_enabled: a
-            .and_then(|a| a.connection_draining())
-            .is_some_and(|d| d.enabled()),
-        draining_timeout: a
-            .and_then(|a| a.connection_draining())
-            .and_then(|d| d.timeout()),
+        cross_zone: cross_zone.is_some_and(|c| c.enabled()),
+        access_log_enabled: log.is_some_and(|l| l.enabled()),
+        access_log_interval: log.and_then(|l| l.emit_interval()),
+        access_log_bucket: log.and_then(|l| l.s3_bucket_name()).map(str::to_string),
+        access_log_prefix: log.and_then(|l| l.s3_bucket_prefix()).map(str::to_string),
+        draining_enabled: draining.is_some_and(|d| d.enabled()),
+        draining_timeout: draining.and_then(|d| d.timeout()),
         idle_timeout: a
             .and_then(|a| a.connection_settings())
-            .map(|s| s.idle_timeout())
-            .unwrap_or(60),
+            .map_or(60, |s| s.idle_timeout()),
     }
 }
 
@@ -335,12 +320,7 @@ impl Applying<'_> {
     }
 
     /// One call whose answer the plan does not need.
-    async fn call<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<(), AwsError>
-    where
-        F: Fn(aws_sdk_elasticloadbalancing::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    async fn call<F: SdkCall<Client>>(&self, op: Operation, f: F) -> Result<(), AwsError> {
         self.aws.elb(op, f).await.map(drop)
     }
 

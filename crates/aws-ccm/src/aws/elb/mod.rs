@@ -69,9 +69,9 @@ pub struct Attributes {
     pub idle_timeout: i32,
 }
 
-impl Attributes {
-    /// What a freshly created classic ELB has (API defaults).
-    pub fn aws_defaults() -> Attributes {
+/// What a freshly created classic ELB has (API defaults).
+impl Default for Attributes {
+    fn default() -> Attributes {
         Attributes {
             cross_zone: false,
             access_log_enabled: false,
@@ -83,7 +83,9 @@ impl Attributes {
             idle_timeout: 60,
         }
     }
+}
 
+impl Attributes {
     /// Whether `actual` already has every value `self` asks for.
     pub fn satisfied_by(&self, actual: &Attributes) -> bool {
         let opt = |want: &Option<i32>, have: &Option<i32>| want.is_none() || want == have;
@@ -164,7 +166,7 @@ pub struct Desired {
 }
 
 /// A classic ELB as AWS reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ActualLb {
     pub name: String,
     pub dns_name: String,

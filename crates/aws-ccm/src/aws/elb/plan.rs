@@ -263,16 +263,12 @@ fn current_or_created(
     });
     ActualLb {
         name: desired.name.clone(),
-        dns_name: String::new(),
         internal: desired.internal,
         listeners: desired
             .listeners
             .iter()
             .map(|l| (l.clone(), vec![]))
             .collect(),
-        backend_policies: BTreeMap::new(),
-        policies: BTreeSet::new(),
-        health_check: None,
         subnets: desired.subnets.clone(),
         // Created with the owned group's real ID when it exists (a
         // recreate), so no ApplySecurityGroups follows.
@@ -281,9 +277,8 @@ fn current_or_created(
             .iter()
             .map(|g| g.planned_id(owned_id))
             .collect(),
-        instances: BTreeSet::new(),
-        attributes: Attributes::aws_defaults(),
         tags: tags::Tags::new(tags),
+        ..ActualLb::default()
     }
 }
 
@@ -410,14 +405,13 @@ fn proxy_protocol_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Ch
         let current = lb.backend_policies.get(port).cloned().unwrap_or_default();
         let has = current.iter().any(|p| p == PROXY_PROTOCOL_POLICY);
         if has != desired.proxy_protocol {
-            let policies = if desired.proxy_protocol {
-                vec![PROXY_PROTOCOL_POLICY.to_string()]
-            } else {
-                vec![]
-            };
             changes.push(Change::SetBackendPolicies {
                 instance_port: *port,
-                policies,
+                policies: desired
+                    .proxy_protocol
+                    .then(|| PROXY_PROTOCOL_POLICY.into())
+                    .into_iter()
+                    .collect(),
             });
         }
     }

@@ -2,22 +2,20 @@
 //! door. The reads are in [`super::read`].
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 
 use aws_sdk_elasticloadbalancingv2::types as t;
-use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
-use aws_smithy_runtime_api::client::result::SdkError;
-use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use super::{
     Actual, Change, HealthCheck, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef,
 };
+use crate::aws::client::SdkCall;
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb::GroupRef;
 use crate::aws::security_groups as sg;
 use crate::aws::{Aws, AwsClient};
+use aws_sdk_elasticloadbalancingv2::Client;
 
 fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<t::Tag> {
     tags.iter()
@@ -84,14 +82,16 @@ pub async fn apply(
         name,
         vpc_id,
         owned: actual.owned_group.as_ref().map(|g| g.id.clone()),
-        lb_arn: actual.lb.as_ref().map(|l| l.arn.clone()),
-        dns: actual.lb.as_ref().map(|l| l.dns_name.clone()),
-        tg_arns: actual
-            .target_groups
-            .iter()
-            .map(|g| (g.name.clone(), g.arn.clone()))
-            .collect(),
-        refused_listeners: Vec::new(),
+        out: Applied {
+            lb_arn: actual.lb.as_ref().map(|l| l.arn.clone()),
+            dns_name: actual.lb.as_ref().map(|l| l.dns_name.clone()),
+            target_groups: actual
+                .target_groups
+                .iter()
+                .map(|g| (g.name.clone(), g.arn.clone()))
+                .collect(),
+            refused_listeners: Vec::new(),
+        },
     };
     let mut window = AfterCreate::default();
     for change in changes {
@@ -115,12 +115,7 @@ pub async fn apply(
             window.created(aws);
         }
     }
-    Ok(Applied {
-        dns_name: at.dns,
-        lb_arn: at.lb_arn,
-        target_groups: at.tg_arns,
-        refused_listeners: at.refused_listeners,
-    })
+    Ok(at.out)
 }
 
 /// What one plan's steps share: the NLB, the owned group's ID, the target
@@ -131,10 +126,8 @@ struct Applying<'a> {
     name: &'a str,
     vpc_id: &'a str,
     owned: Option<String>,
-    lb_arn: Option<String>,
-    dns: Option<String>,
-    tg_arns: BTreeMap<String, String>,
-    refused_listeners: Vec<(String, AwsError)>,
+    /// What the steps produced so far.
+    out: Applied,
 }
 
 impl Applying<'_> {
@@ -205,12 +198,7 @@ impl Applying<'_> {
     }
 
     /// One call whose answer the plan does not need.
-    async fn call<T, E, F, Fut>(&self, op: Operation, f: F) -> Result<(), AwsError>
-    where
-        F: Fn(aws_sdk_elasticloadbalancingv2::Client) -> Fut,
-        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-        E: ProvideErrorMetadata + std::error::Error + 'static,
-    {
+    async fn call<F: SdkCall<Client>>(&self, op: Operation, f: F) -> Result<(), AwsError> {
         self.aws.elbv2(op, f).await.map(drop)
     }
 
@@ -223,7 +211,7 @@ impl Applying<'_> {
 
     /// The NLB's ARN; a step that needs it follows the create step.
     fn lb(&self) -> Result<String, AwsError> {
-        self.lb_arn.clone().ok_or_else(|| AwsError::NotFound {
+        self.out.lb_arn.clone().ok_or_else(|| AwsError::NotFound {
             operation: Operation::Elbv2CreateLoadBalancer,
             what: format!("the NLB {}", self.name),
         })
@@ -233,14 +221,16 @@ impl Applying<'_> {
     fn target_group(&self, r: &TgRef) -> Result<String, AwsError> {
         match r {
             TgRef::Arn(a) => Ok(a.clone()),
-            TgRef::Name(n) => self
-                .tg_arns
-                .get(n)
-                .cloned()
-                .ok_or_else(|| AwsError::NotFound {
-                    operation: Operation::Elbv2CreateTargetGroup,
-                    what: format!("the target group {n}"),
-                }),
+            TgRef::Name(n) => {
+                self.out
+                    .target_groups
+                    .get(n)
+                    .cloned()
+                    .ok_or_else(|| AwsError::NotFound {
+                        operation: Operation::Elbv2CreateTargetGroup,
+                        what: format!("the target group {n}"),
+                    })
+            }
         }
     }
 
@@ -271,8 +261,8 @@ impl Applying<'_> {
             Err(e) if !e.may_have_been_applied() && !not_found(&e) => return Err(e),
             _ => {}
         }
-        self.lb_arn = None;
-        self.dns = None;
+        self.out.lb_arn = None;
+        self.out.dns_name = None;
         Ok(())
     }
 
@@ -305,7 +295,7 @@ impl Applying<'_> {
                     .send()
             })
         };
-        let (arn, dns) = match create().await {
+        (self.out.lb_arn, self.out.dns_name) = match create().await {
             Ok(out) => arn_and_dns(out.load_balancers().first()),
             // An answer was lost: read before re-creating, since a second
             // create could make a second NLB.
@@ -321,8 +311,6 @@ impl Applying<'_> {
             }
             Err(e) => return Err(e),
         };
-        self.lb_arn = arn;
-        self.dns = dns;
         Ok(())
     }
 
@@ -428,7 +416,7 @@ impl Applying<'_> {
             Err(e) => return Err(e),
         };
         if let Some(arn) = arn {
-            self.tg_arns.insert(group.name.clone(), arn);
+            self.out.target_groups.insert(group.name.clone(), arn);
         }
         Ok(())
     }
@@ -569,7 +557,7 @@ impl Applying<'_> {
                 .send()
         });
         match modified.await {
-            Err(e) if iam_refused(&e) => self.refused_listeners.push((arn.to_string(), e)),
+            Err(e) if iam_refused(&e) => self.out.refused_listeners.push((arn.to_string(), e)),
             other => other?,
         }
         Ok(())
@@ -582,7 +570,7 @@ impl Applying<'_> {
             c.delete_listener().listener_arn(arn).send()
         });
         match deleted.await {
-            Err(e) if iam_refused(&e) => self.refused_listeners.push((arn.to_string(), e)),
+            Err(e) if iam_refused(&e) => self.out.refused_listeners.push((arn.to_string(), e)),
             Err(e) if !not_found(&e) => return Err(e),
             _ => {}
         }
@@ -627,28 +615,39 @@ fn arn_and_dns(lb: Option<&t::LoadBalancer>) -> (Option<String>, Option<String>)
     )
 }
 
+/// What `find` picks from `op`'s answer, read again until it finds it
+/// ([`until_visible`], which names `what` when it gives up); an answer
+/// saying the object is gone finds nothing.
+async fn once_visible<F: SdkCall<Client>, T>(
+    aws: &AwsClient,
+    op: Operation,
+    what: &str,
+    call: F,
+    find: impl Fn(F::Ok) -> Option<T>,
+) -> Result<T, AwsError> {
+    until_visible(aws, op, what, || async {
+        match aws.elbv2(op, &call).await {
+            Ok(out) => Ok(find(out)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    })
+    .await
+}
+
 /// The ARN and DNS name of the NLB `name`, waiting for it to become visible.
 async fn existing_lb(
     aws: &AwsClient,
     name: &str,
 ) -> Result<(Option<String>, Option<String>), AwsError> {
     let what = format!("NLB {name}");
-    until_visible(
+    let describe = |c: Client| c.describe_load_balancers().names(name).send();
+    once_visible(
         aws,
         Operation::Elbv2DescribeLoadBalancers,
         &what,
-        || async {
-            match aws
-                .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
-                    c.describe_load_balancers().names(name).send()
-                })
-                .await
-            {
-                Ok(out) => Ok(out.load_balancers().first().map(|lb| arn_and_dns(Some(lb)))),
-                Err(e) if not_found(&e) => Ok(None),
-                Err(e) => Err(e),
-            }
-        },
+        describe,
+        |out| Some(arn_and_dns(Some(out.load_balancers().first()?))),
     )
     .await
 }
@@ -656,22 +655,14 @@ async fn existing_lb(
 /// The ARN of the target group `name`, waiting for it to become visible.
 async fn existing_target_group(aws: &AwsClient, name: &str) -> Result<String, AwsError> {
     let what = format!("target group {name}");
-    until_visible(aws, Operation::Elbv2DescribeTargetGroups, &what, || async {
-        match aws
-            .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {
-                c.describe_target_groups().names(name).send()
-            })
-            .await
-        {
-            Ok(out) => Ok(out
-                .target_groups()
-                .first()
-                .and_then(|g| g.target_group_arn())
-                .map(str::to_string)),
-            Err(e) if not_found(&e) => Ok(None),
-            Err(e) => Err(e),
-        }
-    })
+    let describe = |c: Client| c.describe_target_groups().names(name).send();
+    once_visible(
+        aws,
+        Operation::Elbv2DescribeTargetGroups,
+        &what,
+        describe,
+        |out| Some(out.target_groups().first()?.target_group_arn()?.to_string()),
+    )
     .await
 }
 
@@ -679,22 +670,16 @@ async fn existing_target_group(aws: &AwsClient, name: &str) -> Result<String, Aw
 /// become visible.
 async fn existing_listener(aws: &AwsClient, lb_arn: &str, port: i32) -> Result<String, AwsError> {
     let what = format!("the listener on port {port} of {lb_arn}");
-    until_visible(aws, Operation::Elbv2DescribeListeners, &what, || async {
-        match aws
-            .elbv2(Operation::Elbv2DescribeListeners, |c| {
-                c.describe_listeners().load_balancer_arn(lb_arn).send()
-            })
-            .await
-        {
-            Ok(out) => Ok(out
-                .listeners()
-                .iter()
-                .find(|l| l.port() == Some(port))
-                .and_then(|l| l.listener_arn())
-                .map(str::to_string)),
-            Err(e) if not_found(&e) => Ok(None),
-            Err(e) => Err(e),
-        }
-    })
+    let describe = |c: Client| c.describe_listeners().load_balancer_arn(lb_arn).send();
+    once_visible(
+        aws,
+        Operation::Elbv2DescribeListeners,
+        &what,
+        describe,
+        |out| {
+            let listener = out.listeners().iter().find(|l| l.port() == Some(port))?;
+            Some(listener.listener_arn()?.to_string())
+        },
+    )
     .await
 }

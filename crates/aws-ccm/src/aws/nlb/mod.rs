@@ -100,7 +100,7 @@ fn name_prefix(namespace: &str, name: &str) -> String {
     format!("k8s-{}-{}-", clean(namespace), clean(name))
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HealthCheck {
     /// `TCP`, `HTTP`, `HTTPS`.
     pub protocol: String,
@@ -182,7 +182,7 @@ pub struct ActualListener {
     pub target_group_arn: Option<String>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ActualLb {
     pub arn: String,
     pub dns_name: String,
@@ -197,7 +197,7 @@ pub struct ActualLb {
     pub listeners: Vec<ActualListener>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ActualTargetGroup {
     pub arn: String,
     pub name: String,

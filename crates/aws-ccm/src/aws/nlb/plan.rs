@@ -219,8 +219,6 @@ fn created(
         tags: tags.clone(),
     });
     ActualLb {
-        arn: String::new(),
-        dns_name: String::new(),
         internal: desired.internal,
         ip_address_type: desired.ip_address_type.clone(),
         subnet_mappings: desired.subnet_mappings.iter().cloned().collect(),
@@ -231,7 +229,7 @@ fn created(
             (ATTR_CROSS_ZONE.to_string(), "false".to_string()),
             (ATTR_ACCESS_LOGS.to_string(), "false".to_string()),
         ]),
-        listeners: Vec::new(),
+        ..ActualLb::default()
     }
 }
 

@@ -86,10 +86,8 @@ pub fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
             .availability_zones()
             .iter()
             .any(|z| !z.load_balancer_addresses().is_empty()),
-        tags: Tags::default(),
-        attributes: BTreeMap::new(),
-        listeners: Vec::new(),
         arn: lb.load_balancer_arn().unwrap_or_default().to_string(),
+        ..ActualLb::default()
     }
 }
 
@@ -279,8 +277,7 @@ fn listed(g: &t::TargetGroup, tags: Tags) -> ActualTargetGroup {
         port: g.port().unwrap_or_default(),
         health: health_of(g),
         tags,
-        attributes: BTreeMap::new(),
-        targets: BTreeSet::new(),
+        ..ActualTargetGroup::default()
     }
 }
 
