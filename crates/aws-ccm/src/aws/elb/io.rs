@@ -23,15 +23,20 @@ fn build_err(what: &str, e: impl std::fmt::Display) -> AwsError {
     }
 }
 
-fn to_sdk_listener(l: &Listener) -> Result<elbt::Listener, AwsError> {
-    elbt::Listener::builder()
-        .protocol(&l.protocol)
-        .load_balancer_port(l.lb_port)
-        .instance_protocol(&l.instance_protocol)
-        .instance_port(l.instance_port)
-        .set_ssl_certificate_id(l.ssl_cert.clone())
-        .build()
-        .map_err(|e| build_err("listener", e))
+fn to_sdk_listeners(listeners: &[Listener]) -> Result<Vec<elbt::Listener>, AwsError> {
+    listeners
+        .iter()
+        .map(|l| {
+            elbt::Listener::builder()
+                .protocol(&l.protocol)
+                .load_balancer_port(l.lb_port)
+                .instance_protocol(&l.instance_protocol)
+                .instance_port(l.instance_port)
+                .set_ssl_certificate_id(l.ssl_cert.clone())
+                .build()
+                .map_err(|e| build_err("listener", e))
+        })
+        .collect()
 }
 
 fn to_sdk_tags(tags: &BTreeMap<String, String>) -> Result<Vec<elbt::Tag>, AwsError> {
@@ -363,10 +368,7 @@ impl Applying<'_> {
         tags: &BTreeMap<String, String>,
     ) -> Result<(), AwsError> {
         let name = self.name;
-        let listeners = listeners
-            .iter()
-            .map(to_sdk_listener)
-            .collect::<Result<Vec<_>, _>>()?;
+        let listeners = to_sdk_listeners(listeners)?;
         let groups = self.groups(groups)?;
         let tags = to_sdk_tags(tags)?;
         let created = self
@@ -407,10 +409,7 @@ impl Applying<'_> {
     }
 
     async fn create_listeners(&self, listeners: &[Listener]) -> Result<(), AwsError> {
-        let listeners = listeners
-            .iter()
-            .map(to_sdk_listener)
-            .collect::<Result<Vec<_>, _>>()?;
+        let listeners = to_sdk_listeners(listeners)?;
         let created = self.call(Operation::ElbCreateLoadBalancerListeners, |c| {
             c.create_load_balancer_listeners()
                 .load_balancer_name(self.name)

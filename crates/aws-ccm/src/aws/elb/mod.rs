@@ -110,6 +110,11 @@ pub enum GroupRef {
 }
 
 impl GroupRef {
+    /// References to the known groups `ids`, in order.
+    pub fn ids(ids: &[String]) -> Vec<GroupRef> {
+        ids.iter().cloned().map(GroupRef::Id).collect()
+    }
+
     /// The ID a plan compares: the owned group's is `owned`, or a
     /// placeholder until the plan's create step makes it.
     pub fn planned_id(&self, owned: Option<&str>) -> String {

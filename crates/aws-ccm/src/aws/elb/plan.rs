@@ -116,14 +116,7 @@ pub fn desired(
         &spec.additional_tags,
     );
     let (mut groups, owned_group) = if !spec.security_groups.is_empty() {
-        (
-            spec.security_groups
-                .iter()
-                .cloned()
-                .map(GroupRef::Id)
-                .collect::<Vec<_>>(),
-            None,
-        )
+        (GroupRef::ids(&spec.security_groups), None)
     } else if let Some(global) = &cloud.elb_security_group {
         (vec![GroupRef::Id(global.clone())], None)
     } else {

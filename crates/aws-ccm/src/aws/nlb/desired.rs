@@ -6,12 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE, Desired,
-    HealthCheck, Listener, SubnetMapping, TargetGroup, target_group_name,
+    HealthCheck, Listener, SubnetMapping, TargetGroup, ip_protocols, mtu_rule, port_rule,
+    target_group_name,
 };
 use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
 use crate::aws::applied::Applied;
 use crate::aws::elb::{Environment, GroupRef, OwnedGroup, load_balancer_name};
-use crate::aws::security_groups::{Rule, Source};
+use crate::aws::security_groups::Rule;
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode, NlbSecurityGroupMode};
 
@@ -88,14 +89,7 @@ pub fn desired(
         // Upstream reads `security-groups` for an NLB only in Managed mode.
         (Vec::new(), None)
     } else if !spec.security_groups.is_empty() {
-        (
-            spec.security_groups
-                .iter()
-                .cloned()
-                .map(GroupRef::Id)
-                .collect(),
-            None,
-        )
+        (GroupRef::ids(&spec.security_groups), None)
     } else {
         let (namespace, svc_name) = service_key.split_once('/').unwrap_or(("", service_key));
         let group = OwnedGroup {
@@ -276,55 +270,36 @@ fn subnet_mappings(
 }
 
 fn attributes(spec: &LoadBalancerSpec) -> BTreeMap<String, String> {
-    let mut attributes = BTreeMap::from([
-        (ATTR_CROSS_ZONE.to_string(), spec.cross_zone.to_string()),
-        (
-            ATTR_ACCESS_LOGS.to_string(),
-            spec.access_log_enabled.to_string(),
-        ),
-    ]);
+    let logs = spec.access_log_enabled;
     // AWS refuses an empty bucket: leave bucket and prefix alone when off.
-    if spec.access_log_enabled {
-        attributes.insert(
-            ATTR_ACCESS_LOGS_BUCKET.into(),
-            spec.access_log_bucket.clone().unwrap_or_default(),
-        );
-        attributes.insert(
-            ATTR_ACCESS_LOGS_PREFIX.into(),
-            spec.access_log_prefix.clone().unwrap_or_default(),
-        );
-    }
-    attributes
+    let when_logging = |v: &Option<String>| logs.then(|| v.clone().unwrap_or_default());
+    [
+        (ATTR_CROSS_ZONE, Some(spec.cross_zone.to_string())),
+        (ATTR_ACCESS_LOGS, Some(logs.to_string())),
+        (
+            ATTR_ACCESS_LOGS_BUCKET,
+            when_logging(&spec.access_log_bucket),
+        ),
+        (
+            ATTR_ACCESS_LOGS_PREFIX,
+            when_logging(&spec.access_log_prefix),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((k.to_string(), v?)))
+    .collect()
 }
 
 /// The owned (managed) group's rules: the listeners' ports and ICMP for
 /// path MTU, from the source ranges.
 fn owned_group_rules(spec: &LoadBalancerSpec, listeners: &[Listener]) -> BTreeSet<Rule> {
-    let mut rules = BTreeSet::new();
+    let mut rules: BTreeSet<Rule> = spec.source_ranges.iter().map(|r| mtu_rule(*r)).collect();
     for l in listeners {
-        let protocols: &[&str] = match l.protocol.as_str() {
-            "UDP" => &["udp"],
-            "TCP_UDP" => &["tcp", "udp"],
-            _ => &["tcp"],
-        };
-        for proto in protocols {
+        for proto in ip_protocols(&l.protocol) {
             for range in &spec.source_ranges {
-                rules.insert(Rule {
-                    protocol: proto.to_string(),
-                    from: l.port,
-                    to: l.port,
-                    source: Source::Cidr(*range),
-                });
+                rules.insert(port_rule(proto, l.port, *range));
             }
         }
-    }
-    for range in &spec.source_ranges {
-        rules.insert(Rule {
-            protocol: "icmp".into(),
-            from: 3,
-            to: 4,
-            source: Source::Cidr(*range),
-        });
     }
     rules
 }

@@ -9,10 +9,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ipnet::Ipv4Net;
 use sha1::{Digest, Sha1};
 
 use super::elb::{GroupRef, OwnedGroup};
-use super::security_groups::{self as sg, Rule};
+use super::security_groups::{self as sg, Rule, Source};
 
 /// Rule descriptions on node groups, as upstream: they mark the rules this
 /// controller wrote (and may revoke).
@@ -34,6 +35,36 @@ pub fn client_rule_description(lb_name: &str) -> String {
 
 pub fn health_rule_description(lb_name: &str) -> String {
     format!("{HEALTH_RULE_PREFIX}={lb_name}")
+}
+
+/// The IP protocols a listener or target group protocol carries.
+fn ip_protocols(protocol: &str) -> &'static [&'static str] {
+    match protocol {
+        "UDP" => &["udp"],
+        "TCP_UDP" => &["tcp", "udp"],
+        _ => &["tcp"],
+    }
+}
+
+/// A rule admitting IP protocol `protocol` on `port` from `cidr`.
+fn port_rule(protocol: &str, port: i32, cidr: Ipv4Net) -> Rule {
+    Rule {
+        protocol: protocol.to_string(),
+        from: port,
+        to: port,
+        source: Source::Cidr(cidr),
+    }
+}
+
+/// ICMP destination unreachable, fragmentation needed (path MTU
+/// discovery) from `cidr`.
+fn mtu_rule(cidr: Ipv4Net) -> Rule {
+    Rule {
+        protocol: "icmp".into(),
+        from: 3,
+        to: 4,
+        source: Source::Cidr(cidr),
+    }
 }
 
 /// Upstream's `buildTargetGroupName`: `k8s-{ns:8}-{name:8}-{sha1:10}`, the

@@ -7,6 +7,7 @@ use ipnet::Ipv4Net;
 
 use super::{
     CLIENT_RULE_PREFIX, Desired, MTU_RULE, client_rule_description, health_rule_description,
+    ip_protocols, mtu_rule, port_rule,
 };
 use crate::aws::security_groups::{Rule, Source};
 
@@ -33,22 +34,12 @@ pub fn node_rules(
         health_ports.insert(tg.health.port.parse::<i32>().unwrap_or(tg.port));
         // Each group's own protocol(s) on its own port (upstream opens every
         // port for UDP once one port is UDP; this is exact).
-        let protocols: &[&str] = match tg.protocol.as_str() {
-            "UDP" => &["udp"],
-            "TCP_UDP" => &["tcp", "udp"],
-            _ => &["tcp"],
-        };
-        for proto in protocols {
+        for proto in ip_protocols(&tg.protocol) {
             if *proto == "tcp" {
                 tcp_ports.insert(tg.port);
             }
             for range in source_ranges {
-                out.client.insert(Rule {
-                    protocol: proto.to_string(),
-                    from: tg.port,
-                    to: tg.port,
-                    source: Source::Cidr(*range),
-                });
+                out.client.insert(port_rule(proto, tg.port, *range));
             }
         }
     }
@@ -56,12 +47,7 @@ pub fn node_rules(
     if !covered {
         for port in &health_ports {
             for cidr in subnet_cidrs {
-                out.health.insert(Rule {
-                    protocol: "tcp".into(),
-                    from: *port,
-                    to: *port,
-                    source: Source::Cidr(*cidr),
-                });
+                out.health.insert(port_rule("tcp", *port, *cidr));
             }
         }
     }
@@ -135,15 +121,7 @@ pub fn node_group_changes(
             client_cidrs.insert(c);
         }
     }
-    let mtu_want: BTreeSet<Rule> = client_cidrs
-        .into_iter()
-        .map(|c| Rule {
-            protocol: "icmp".into(),
-            from: 3,
-            to: 4,
-            source: Source::Cidr(c),
-        })
-        .collect();
+    let mtu_want: BTreeSet<Rule> = client_cidrs.into_iter().map(mtu_rule).collect();
     for r in &mtu_want {
         if !have.contains_key(r) {
             out.authorize.insert(r.clone(), MTU_RULE.to_string());
