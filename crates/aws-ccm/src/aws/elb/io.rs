@@ -273,11 +273,11 @@ impl Applying<'_> {
     async fn step(&mut self, change: &Change) -> Result<(), AwsError> {
         match change {
             Change::CreateSecurityGroup(g) => self.create_group(g).await,
-            Change::AuthorizeIngress { group, rules } => {
-                sg::io::authorize(self.aws, &self.group(group)?, rules).await
+            Change::AuthorizeIngress(rules) => {
+                sg::io::authorize(self.aws, &self.group(&GroupRef::Owned)?, rules).await
             }
-            Change::RevokeIngress { group, rules } => {
-                sg::io::revoke(self.aws, &self.group(group)?, rules).await
+            Change::RevokeIngress(rules) => {
+                sg::io::revoke(self.aws, &self.group(&GroupRef::Owned)?, rules).await
             }
             Change::AuthorizeNodeIngress { node_group, from } => {
                 let rule = Rule::all_from_group(&self.group(from)?);

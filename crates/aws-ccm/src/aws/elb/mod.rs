@@ -214,14 +214,9 @@ pub struct Actual {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Change {
     CreateSecurityGroup(OwnedGroup),
-    AuthorizeIngress {
-        group: GroupRef,
-        rules: BTreeSet<Rule>,
-    },
-    RevokeIngress {
-        group: GroupRef,
-        rules: BTreeSet<Rule>,
-    },
+    /// Rules to add to and remove from the owned group.
+    AuthorizeIngress(BTreeSet<Rule>),
+    RevokeIngress(BTreeSet<Rule>),
     DeleteLoadBalancer {
         reason: String,
     },

@@ -10,7 +10,7 @@ use super::{
 use crate::aws::annotations::{BackendProtocol, HealthCheckPort, LoadBalancerSpec};
 use crate::aws::applied::Applied;
 use crate::aws::load_balancers::delta;
-use crate::aws::security_groups as sg;
+use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
 
@@ -171,7 +171,13 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
     let mut changes = Vec::new();
     let owned_id = actual.owned_group.as_ref().map(|g| g.id.as_str());
     // The owned group and its rules come first: the LB is created with it.
-    owned_group_changes(desired, actual, &mut changes);
+    let (want, have) = (desired.owned_group.as_ref(), actual.owned_group.as_ref());
+    let steps = (
+        Change::CreateSecurityGroup,
+        Change::AuthorizeIngress,
+        Change::RevokeIngress,
+    );
+    owned_group_changes(want, have, steps, &mut changes);
     let lb = current_or_created(desired, actual, owned_id, &mut changes);
     let recreated = listener_changes(desired, &lb, &mut changes);
     subnet_changes(desired, &lb, &mut changes);
@@ -191,31 +197,33 @@ pub fn plan(desired: &Desired, actual: &Actual) -> Vec<Change> {
     changes
 }
 
-/// The owned group: created when missing, its rules brought to the wanted set.
-fn owned_group_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Change>) {
-    let Some(want) = &desired.owned_group else {
+/// The owned group `want`, when one is wanted: created when `have` is
+/// missing, its rules brought to the wanted set; `steps` makes the kind's
+/// create, authorize and revoke steps.
+pub(crate) fn owned_group_changes<C>(
+    want: Option<&OwnedGroup>,
+    have: Option<&sg::SecurityGroup>,
+    steps: (
+        impl Fn(OwnedGroup) -> C,
+        impl Fn(BTreeSet<Rule>) -> C,
+        impl Fn(BTreeSet<Rule>) -> C,
+    ),
+    changes: &mut Vec<C>,
+) {
+    let (create, authorize, revoke) = steps;
+    let Some(want) = want else {
         return;
     };
-    let have = actual
-        .owned_group
-        .as_ref()
-        .map(|g| g.ingress.clone())
-        .unwrap_or_default();
-    if actual.owned_group.is_none() {
-        changes.push(Change::CreateSecurityGroup(want.clone()));
+    if have.is_none() {
+        changes.push(create(want.clone()));
     }
+    let have = have.map(|g| g.ingress.clone()).unwrap_or_default();
     let (add, remove) = delta(&have, &want.rules);
     if !add.is_empty() {
-        changes.push(Change::AuthorizeIngress {
-            group: GroupRef::Owned,
-            rules: add,
-        });
+        changes.push(authorize(add));
     }
     if !remove.is_empty() {
-        changes.push(Change::RevokeIngress {
-            group: GroupRef::Owned,
-            rules: remove,
-        });
+        changes.push(revoke(remove));
     }
 }
 
@@ -474,10 +482,19 @@ fn node_ingress_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Ch
         (GroupRef::Id(_), Some(needed)) => unneeded.filter(|g| !needed.contains(*g)).collect(),
         (GroupRef::Id(_), None) => Vec::new(),
     };
-    for g in revoke {
+    revoke_node_ingress(revoke, lb_group, changes);
+}
+
+/// Revokes the rule admitting `from` in each of `node_groups`.
+fn revoke_node_ingress<'a>(
+    node_groups: impl IntoIterator<Item = &'a String>,
+    from: &GroupRef,
+    changes: &mut Vec<Change>,
+) {
+    for g in node_groups {
         changes.push(Change::RevokeNodeIngress {
             node_group: g.clone(),
-            from: lb_group.clone(),
+            from: from.clone(),
         });
     }
 }
@@ -506,12 +523,7 @@ fn retired_owned_group_changes(desired: &Desired, actual: &Actual, changes: &mut
         && let Some(g) = &actual.owned_group
         && tags::is_owned(&g.tags, &desired.cluster_id)
     {
-        for node_group in &actual.owned_group_node_rules {
-            changes.push(Change::RevokeNodeIngress {
-                node_group: node_group.clone(),
-                from: GroupRef::Owned,
-            });
-        }
+        revoke_node_ingress(&actual.owned_group_node_rules, &GroupRef::Owned, changes);
         changes.push(Change::DeleteSecurityGroup(g.id.clone()));
     }
 }
@@ -525,24 +537,19 @@ pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
         .as_ref()
         .filter(|g| tags::is_owned(&g.tags, cluster_id));
     if owned_group.is_some() {
-        for g in &actual.node_groups_with_rule {
-            changes.push(Change::RevokeNodeIngress {
-                node_group: g.clone(),
-                from: GroupRef::Owned,
-            });
-        }
+        revoke_node_ingress(
+            &actual.node_groups_with_rule,
+            &GroupRef::Owned,
+            &mut changes,
+        );
     } else if let (Some(shared), Some(needed), Some(lb)) = (
         &actual.shared_lb_group,
         &actual.shared_group_needed,
         &actual.lb,
     ) && tags::is_owned(&lb.tags, cluster_id)
     {
-        for g in actual.node_groups_with_rule.difference(needed) {
-            changes.push(Change::RevokeNodeIngress {
-                node_group: g.clone(),
-                from: GroupRef::Id(shared.clone()),
-            });
-        }
+        let unneeded = actual.node_groups_with_rule.difference(needed);
+        revoke_node_ingress(unneeded, &GroupRef::Id(shared.clone()), &mut changes);
     }
     if let Some(lb) = &actual.lb
         && tags::is_owned(&lb.tags, cluster_id)
@@ -570,12 +577,8 @@ pub(crate) fn scheme(internal: bool) -> &'static str {
 pub fn describe(change: &Change) -> String {
     match change {
         Change::CreateSecurityGroup(g) => format!("create security group {}", g.name),
-        Change::AuthorizeIngress { rules, .. } => {
-            format!("authorize {} rule(s) on the LB group", rules.len())
-        }
-        Change::RevokeIngress { rules, .. } => {
-            format!("revoke {} rule(s) on the LB group", rules.len())
-        }
+        Change::AuthorizeIngress(r) => format!("authorize {} rule(s) on the LB group", r.len()),
+        Change::RevokeIngress(r) => format!("revoke {} rule(s) on the LB group", r.len()),
         Change::DeleteLoadBalancer { reason } => format!("delete load balancer ({reason})"),
         Change::CreateLoadBalancer { .. } => "create load balancer".into(),
         Change::DeleteListeners(p) => format!("delete listeners {p:?}"),

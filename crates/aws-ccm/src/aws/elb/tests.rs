@@ -119,7 +119,7 @@ fn a_new_service_creates_group_lb_and_wiring() {
         matches!(changes[0], Change::CreateSecurityGroup(ref g) if g.name == "k8s-elb-a0b9c8e4a12344f6e9a7babcdefabcde"),
         "{kinds:?}"
     );
-    assert!(matches!(changes[1], Change::AuthorizeIngress { ref rules, .. } if rules.len() == 2));
+    assert!(matches!(changes[1], Change::AuthorizeIngress(ref rules) if rules.len() == 2));
     assert!(matches!(
         changes[2],
         Change::CreateLoadBalancer {
@@ -177,7 +177,7 @@ fn updates_are_minimal() {
     let changes = plan(&after, &actual);
     assert_eq!(changes.len(), 2, "{changes:?}");
     assert!(
-        matches!(&changes[0], Change::AuthorizeIngress { rules, .. } if rules.len() == 1 && rules.iter().all(|r| r.from == 8080))
+        matches!(&changes[0], Change::AuthorizeIngress(rules) if rules.len() == 1 && rules.iter().all(|r| r.from == 8080))
     );
     assert!(
         matches!(&changes[1], Change::CreateListeners(l) if l.len() == 1 && l[0].lb_port == 8080)

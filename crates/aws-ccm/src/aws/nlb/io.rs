@@ -44,10 +44,13 @@ fn sdk_mappings(m: &[SubnetMapping]) -> Vec<t::SubnetMapping> {
         .collect()
 }
 
-fn targets(ids: &[String], port: i32) -> Vec<t::TargetDescription> {
-    ids.iter()
+/// The instances as targets on `port`, [`TARGET_CHUNK`] per call.
+fn target_chunks(ids: &BTreeSet<String>, port: i32) -> Vec<Vec<t::TargetDescription>> {
+    let all: Vec<_> = ids
+        .iter()
         .map(|id| t::TargetDescription::builder().id(id).port(port).build())
-        .collect()
+        .collect();
+    all.chunks(TARGET_CHUNK).map(<[_]>::to_vec).collect()
 }
 
 /// What applying a plan produced.
@@ -461,9 +464,7 @@ impl Applying<'_> {
         instances: &BTreeSet<String>,
     ) -> Result<(), AwsError> {
         let arn = self.target_group(target_group)?;
-        let ids: Vec<String> = instances.iter().cloned().collect();
-        for chunk in ids.chunks(TARGET_CHUNK) {
-            let targets = targets(chunk, port);
+        for targets in target_chunks(instances, port) {
             self.call(Operation::Elbv2RegisterTargets, |c| {
                 c.register_targets()
                     .target_group_arn(&arn)
@@ -483,9 +484,7 @@ impl Applying<'_> {
         port: i32,
         instances: &BTreeSet<String>,
     ) -> Result<(), AwsError> {
-        let ids: Vec<String> = instances.iter().cloned().collect();
-        for chunk in ids.chunks(TARGET_CHUNK) {
-            let targets = targets(chunk, port);
+        for targets in target_chunks(instances, port) {
             let deregistered = self.call(Operation::Elbv2DeregisterTargets, |c| {
                 c.deregister_targets()
                     .target_group_arn(arn)

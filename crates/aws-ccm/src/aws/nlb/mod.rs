@@ -80,8 +80,7 @@ pub fn target_group_name(
     health_protocol: &str,
     health_interval: i32,
 ) -> String {
-    let mut h = Sha1::new();
-    for part in [
+    let parts = [
         cluster_id,
         namespace,
         name,
@@ -91,20 +90,23 @@ pub fn target_group_name(
         "instance",
         health_protocol,
         &health_interval.to_string(),
-    ] {
-        h.update(part.as_bytes());
-    }
-    let hash = hex::encode(h.finalize());
-    format!("{}{}", name_prefix(namespace, name), &hash[..10])
+    ];
+    hashed_name::<Sha1>(namespace, name, &parts)
 }
 
 /// Upstream's `GetSecurityGroupNameForNLB`: the managed group of an NLB in
 /// `NLBSecurityGroupMode = Managed`, `k8s-{ns:8}-{name:8}-{sha256:10}` over
 /// the cluster name (`--cluster-name`), the Service's name, namespace and UID.
 pub fn managed_group_name(cluster_name: &str, namespace: &str, name: &str, uid: &str) -> String {
-    use sha2::Sha256;
-    let mut h = Sha256::new();
-    for part in [cluster_name, name, namespace, uid] {
+    let parts = [cluster_name, name, namespace, uid];
+    hashed_name::<sha2::Sha256>(namespace, name, &parts)
+}
+
+/// `k8s-<ns:8>-<name:8>-` and the first ten hex digits of hash `D` over
+/// `parts`, one after the other.
+fn hashed_name<D: Digest>(namespace: &str, name: &str, parts: &[&str]) -> String {
+    let mut h = D::new();
+    for part in parts {
         h.update(part.as_bytes());
     }
     let hash = hex::encode(h.finalize());

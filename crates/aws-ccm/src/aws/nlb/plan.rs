@@ -8,7 +8,7 @@ use super::{
     Desired, SubnetMapping, TargetGroup, TgRef,
 };
 use crate::aws::applied::Applied;
-use crate::aws::elb::plan::{missing_tags, scheme};
+use crate::aws::elb::plan::{missing_tags, owned_group_changes, scheme};
 use crate::aws::load_balancers::delta;
 use crate::aws::tags;
 
@@ -43,7 +43,13 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
             .is_none_or(|l| !l.security_groups.is_empty());
     // The owned group and its rules first: the NLB is created with it.
     if manage_groups {
-        owned_group_changes(desired, actual, &mut changes);
+        let (want, have) = (desired.owned_group.as_ref(), actual.owned_group.as_ref());
+        let steps = (
+            Change::CreateSecurityGroup,
+            Change::AuthorizeIngress,
+            Change::RevokeIngress,
+        );
+        owned_group_changes(want, have, steps, &mut changes);
     }
     let owned_id = actual.owned_group.as_ref().map(|g| g.id.as_str());
     let want_groups: BTreeSet<String> = desired
@@ -71,28 +77,6 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
     listener_changes(desired, &lb, &by_name, &mut changes);
     retired_changes(desired, actual, cluster_id, manage_groups, &mut changes);
     changes
-}
-
-/// The owned group: created when missing, its rules brought to the wanted set.
-fn owned_group_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Change>) {
-    let Some(want) = &desired.owned_group else {
-        return;
-    };
-    let have = actual
-        .owned_group
-        .as_ref()
-        .map(|g| g.ingress.clone())
-        .unwrap_or_default();
-    if actual.owned_group.is_none() {
-        changes.push(Change::CreateSecurityGroup(want.clone()));
-    }
-    let (add, remove) = delta(&have, &want.rules);
-    if !add.is_empty() {
-        changes.push(Change::AuthorizeIngress(add));
-    }
-    if !remove.is_empty() {
-        changes.push(Change::RevokeIngress(remove));
-    }
 }
 
 /// A create-time setting of an existing NLB.
