@@ -76,12 +76,8 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
         return Ok(None);
     };
     let mut actual = lb_from_description(lb);
-    actual.tags = Tags::new(
-        tags_by_name(aws, &[name.to_string()])
-            .await?
-            .remove(name)
-            .unwrap_or_default(),
-    );
+    let mut tags = tags_by_name(aws, &[name.to_string()]).await?;
+    actual.tags = Tags::new(tags.remove(name).unwrap_or_default());
     Ok(Some(actual))
 }
 
@@ -312,9 +308,25 @@ impl Applying<'_> {
             Change::SetBackendPolicies {
                 instance_port,
                 policies,
-            } => self.set_backend_policies(*instance_port, policies).await,
+            } => {
+                self.call(Operation::ElbSetLoadBalancerPoliciesForBackendServer, |c| {
+                    c.set_load_balancer_policies_for_backend_server()
+                        .load_balancer_name(self.name)
+                        .instance_port(*instance_port)
+                        .set_policy_names(Some(policies.to_vec()))
+                        .send()
+                })
+                .await
+            }
             Change::SetListenerPolicies { lb_port, policies } => {
-                self.set_listener_policies(*lb_port, policies).await
+                self.call(Operation::ElbSetLoadBalancerPoliciesOfListener, |c| {
+                    c.set_load_balancer_policies_of_listener()
+                        .load_balancer_name(self.name)
+                        .load_balancer_port(*lb_port)
+                        .set_policy_names(Some(policies.to_vec()))
+                        .send()
+                })
+                .await
             }
             Change::ConfigureHealthCheck(h) => self.configure_health_check(h).await,
             Change::ModifyAttributes(a) => self.modify_attributes(a).await,
@@ -493,36 +505,6 @@ impl Applying<'_> {
             Err(e) if !e.is_already_exists() => Err(e),
             _ => Ok(()),
         }
-    }
-
-    async fn set_backend_policies(
-        &self,
-        instance_port: i32,
-        policies: &[String],
-    ) -> Result<(), AwsError> {
-        self.call(Operation::ElbSetLoadBalancerPoliciesForBackendServer, |c| {
-            c.set_load_balancer_policies_for_backend_server()
-                .load_balancer_name(self.name)
-                .instance_port(instance_port)
-                .set_policy_names(Some(policies.to_vec()))
-                .send()
-        })
-        .await
-    }
-
-    async fn set_listener_policies(
-        &self,
-        lb_port: i32,
-        policies: &[String],
-    ) -> Result<(), AwsError> {
-        self.call(Operation::ElbSetLoadBalancerPoliciesOfListener, |c| {
-            c.set_load_balancer_policies_of_listener()
-                .load_balancer_name(self.name)
-                .load_balancer_port(lb_port)
-                .set_policy_names(Some(policies.to_vec()))
-                .send()
-        })
-        .await
     }
 
     async fn configure_health_check(&self, h: &HealthCheck) -> Result<(), AwsError> {

@@ -5,9 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_elasticloadbalancingv2::types as t;
 
-use super::{
-    Actual, Change, HealthCheck, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef,
-};
+use super::{Actual, Change, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef};
 use crate::aws::client::SdkCall;
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
@@ -174,7 +172,16 @@ impl Applying<'_> {
                 self.create_target_group(group, tags).await
             }
             Change::ModifyHealthCheck { arn, health } => {
-                self.modify_health_check(arn, health).await
+                self.call(Operation::Elbv2ModifyTargetGroup, |c| {
+                    c.modify_target_group()
+                        .target_group_arn(arn)
+                        .health_check_port(&health.port)
+                        .set_health_check_path(health.path.clone())
+                        .healthy_threshold_count(health.healthy)
+                        .unhealthy_threshold_count(health.unhealthy)
+                        .send()
+                })
+                .await
             }
             Change::ModifyTargetGroupAttributes {
                 target_group,
@@ -346,10 +353,7 @@ impl Applying<'_> {
         arn: Option<&str>,
         tags: &BTreeMap<String, String>,
     ) -> Result<(), AwsError> {
-        let arn = match arn {
-            Some(a) => a.to_string(),
-            None => self.lb()?,
-        };
+        let arn = arn.map_or_else(|| self.lb(), |a| Ok(a.to_string()))?;
         let tags = sdk_tags(tags);
         self.call(Operation::Elbv2AddTags, |c| {
             c.add_tags()
@@ -422,19 +426,6 @@ impl Applying<'_> {
             self.out.target_groups.insert(group.name.clone(), arn);
         }
         Ok(())
-    }
-
-    async fn modify_health_check(&self, arn: &str, health: &HealthCheck) -> Result<(), AwsError> {
-        self.call(Operation::Elbv2ModifyTargetGroup, |c| {
-            c.modify_target_group()
-                .target_group_arn(arn)
-                .health_check_port(&health.port)
-                .set_health_check_path(health.path.clone())
-                .healthy_threshold_count(health.healthy)
-                .unhealthy_threshold_count(health.unhealthy)
-                .send()
-        })
-        .await
     }
 
     async fn modify_target_group_attributes(

@@ -60,13 +60,8 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
         return Ok(None);
     };
     let mut actual = lb_from_sdk(lb);
-    let arn = actual.arn.clone();
-    actual.tags = Tags::new(
-        tags_of(aws, std::slice::from_ref(&arn))
-            .await?
-            .remove(&arn)
-            .unwrap_or_default(),
-    );
+    let mut tags = tags_of(aws, std::slice::from_ref(&actual.arn)).await?;
+    actual.tags = Tags::new(tags.remove(&actual.arn).unwrap_or_default());
     Ok(Some(actual))
 }
 
@@ -341,11 +336,8 @@ async fn with_tags(
     Ok(groups
         .into_iter()
         .map(|g| {
-            let t = g
-                .target_group_arn()
-                .and_then(|a| tags.remove(a))
-                .unwrap_or_default();
-            (g, Tags::new(t))
+            let t = g.target_group_arn().and_then(|a| tags.remove(a));
+            (g, Tags::new(t.unwrap_or_default()))
         })
         .collect())
 }
