@@ -82,8 +82,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             region: region.clone(),
             load_balancers: load_balancers(&aws, &cloud, &cluster_id, &validated.options, &record),
         };
-        let start = RecordStart::new(record_kube.clone(), &validated.options, acquired);
-        spawn_controllers(env, start, ready.clone(), stop)
+        spawn_controllers(env, record_kube.clone(), acquired, ready.clone(), stop)
     };
 
     let exit = match elector.as_mut() {
@@ -327,7 +326,8 @@ fn load_balancers(
 /// the first sync (no target changes while it starts).
 fn spawn_controllers(
     env: controllers::Environment,
-    record: RecordStart,
+    record_kube: kube::Client,
+    acquired: Option<Acquisition>,
     ready: Arc<AtomicBool>,
     stop: CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
@@ -340,50 +340,36 @@ fn spawn_controllers(
         check.abort();
     });
     tokio::spawn(async move {
-        record.start(&env.load_balancers.record).await;
+        start_record(&env, record_kube, acquired).await;
         controllers::informers::run_all(env, ready, stop).await
     })
 }
 
-/// Where the target record lives, and the acquisition that decides whether
-/// its entries are trusted (`None`: no leader election, no record).
-struct RecordStart {
+/// Starts `record` beside the Lease of `env`'s options, when `acquired`
+/// decides whether its entries are trusted (`None`: no leader election, no
+/// record); a failure leaves it off (every adoption then reads every target
+/// group) with a warning naming the fix.
+async fn start_record(
+    env: &controllers::Environment,
     client: kube::Client,
-    namespace: String,
-    name: String,
     acquired: Option<Acquisition>,
-}
-
-impl RecordStart {
-    /// Beside the Lease of `opts`.
-    fn new(
-        client: kube::Client,
-        opts: &crate::options::Options,
-        acquired: Option<Acquisition>,
-    ) -> RecordStart {
-        RecordStart {
-            client,
-            namespace: opts.leader_elect_resource_namespace.clone(),
-            name: target_record::configmap_name(&opts.leader_elect_resource_name),
-            acquired,
-        }
-    }
-
-    /// Starts `record`; a failure leaves it off (every adoption then reads
-    /// every target group) with a warning naming the fix.
-    async fn start(self, record: &TargetRecord) {
-        let Some(acq) = &self.acquired else {
-            tracing::info!(
-                "no leader election: no target record; adoption reads every NLB target group"
-            );
-            return;
-        };
-        if let Err(e) = record
-            .start(self.client, &self.namespace, &self.name, acq)
-            .await
-        {
-            tracing::warn!(error = %e, configmap = %format!("{}/{}", self.namespace, self.name), "the target record is off: adoption reads every NLB target group; grant get, update and create on this ConfigMap (manifests/base/rbac.yaml) to turn it on");
-        }
+) {
+    let Some(acq) = &acquired else {
+        tracing::info!(
+            "no leader election: no target record; adoption reads every NLB target group"
+        );
+        return;
+    };
+    let opts = &env.options.options;
+    let namespace = &opts.leader_elect_resource_namespace;
+    let name = target_record::configmap_name(&opts.leader_elect_resource_name);
+    if let Err(e) = env
+        .load_balancers
+        .record
+        .start(client, namespace, &name, acq)
+        .await
+    {
+        tracing::warn!(error = %e, configmap = %format!("{namespace}/{name}"), "the target record is off: adoption reads every NLB target group; grant get, update and create on this ConfigMap (manifests/base/rbac.yaml) to turn it on");
     }
 }
 
