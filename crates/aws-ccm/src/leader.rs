@@ -109,6 +109,18 @@ struct Observed {
     duration_secs: i32,
 }
 
+impl Observed {
+    /// What `spec` says; `duration_secs` when it names no duration.
+    fn of(spec: &LeaseSpec, duration_secs: i32) -> Observed {
+        Observed {
+            holder: spec.holder_identity.clone().unwrap_or_default(),
+            renew_time: spec.renew_time.as_ref().map(|t| t.0),
+            transitions: spec.lease_transitions.unwrap_or(0),
+            duration_secs: spec.lease_duration_seconds.unwrap_or(duration_secs),
+        }
+    }
+}
+
 pub struct LeaderElector {
     api: Api<Lease>,
     config: LeaderElectionConfig,
@@ -232,12 +244,7 @@ impl LeaderElector {
             };
         };
         let spec = lease.spec.clone().unwrap_or_default();
-        let observed = Observed {
-            holder: spec.holder_identity.clone().unwrap_or_default(),
-            renew_time: spec.renew_time.as_ref().map(|t| t.0),
-            transitions: spec.lease_transitions.unwrap_or(0),
-            duration_secs: spec.lease_duration_seconds.unwrap_or(duration_secs),
-        };
+        let observed = Observed::of(&spec, duration_secs);
         let observed_at = match &self.observed {
             Some((prev, at)) if *prev == observed => *at,
             _ => Instant::now(),
@@ -283,24 +290,12 @@ impl LeaderElector {
     /// We hold `lease` as written; `took`: we took it from another holder
     /// (or created it: `Some(None)`), finding those transitions.
     fn won(&mut self, lease: &Lease, took: Option<Option<i32>>) -> bool {
-        self.observe(lease);
+        let spec = lease.spec.clone().unwrap_or_default();
+        self.observed = Some((Observed::of(&spec, 0), Instant::now()));
         if let Some(before) = took {
             self.acquired = Some(acquisition(lease, before));
         }
         true
-    }
-
-    fn observe(&mut self, lease: &Lease) {
-        let spec = lease.spec.clone().unwrap_or_default();
-        self.observed = Some((
-            Observed {
-                holder: spec.holder_identity.unwrap_or_default(),
-                renew_time: spec.renew_time.map(|t| t.0),
-                transitions: spec.lease_transitions.unwrap_or(0),
-                duration_secs: spec.lease_duration_seconds.unwrap_or(0),
-            },
-            Instant::now(),
-        ));
     }
 
     /// Gives the Lease up if we still hold it, so a successor can take over at once.
