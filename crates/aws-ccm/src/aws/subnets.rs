@@ -184,18 +184,11 @@ fn one_per_zone(
         .collect()
 }
 
-/// (ID, zone, tags, IPv4 CIDR) of each subnet matching `filters`.
-type SubnetRow = (
-    String,
-    String,
-    BTreeMap<String, String>,
-    Option<ipnet::Ipv4Net>,
-);
-
+/// Each subnet matching `filters` (with an ID), not yet marked public.
 async fn describe_subnets(
     aws: &AwsClient,
     filters: Vec<aws_sdk_ec2::types::Filter>,
-) -> Result<Vec<SubnetRow>, AwsError> {
+) -> Result<Vec<Subnet>, AwsError> {
     let out = aws
         .ec2(Operation::Ec2DescribeSubnets, |c| {
             c.describe_subnets()
@@ -207,19 +200,20 @@ async fn describe_subnets(
         .subnets()
         .iter()
         .filter_map(|s| {
-            Some((
-                s.subnet_id()?.to_string(),
-                s.availability_zone().unwrap_or_default().to_string(),
-                tags::from_ec2(s.tags()),
-                s.cidr_block().and_then(|c| c.parse().ok()),
-            ))
+            Some(Subnet {
+                id: s.subnet_id()?.to_string(),
+                availability_zone: s.availability_zone().unwrap_or_default().to_string(),
+                tags: tags::from_ec2(s.tags()),
+                public: false,
+                cidr: s.cidr_block().and_then(|c| c.parse().ok()),
+            })
         })
         .collect())
 }
 
 /// Subnets of the VPC with their public/private status: two reads.
 pub async fn vpc_subnets(aws: &AwsClient, vpc_id: &str) -> Result<Vec<Subnet>, AwsError> {
-    let subnets = describe_subnets(aws, vec![filter("vpc-id", [vpc_id])]).await?;
+    let mut subnets = describe_subnets(aws, vec![filter("vpc-id", [vpc_id])]).await?;
     let out = aws
         .ec2(Operation::Ec2DescribeRouteTables, |c| {
             c.describe_route_tables()
@@ -243,16 +237,10 @@ pub async fn vpc_subnets(aws: &AwsClient, vpc_id: &str) -> Result<Vec<Subnet>, A
                 .any(|r| r.gateway_id().is_some_and(|g| g.starts_with("igw"))),
         })
         .collect();
-    Ok(subnets
-        .into_iter()
-        .map(|(id, az, tags, cidr)| Subnet {
-            public: is_public(&tables, &id),
-            id,
-            availability_zone: az,
-            tags,
-            cidr,
-        })
-        .collect())
+    for subnet in &mut subnets {
+        subnet.public = is_public(&tables, &subnet.id);
+    }
+    Ok(subnets)
 }
 
 /// The VPC's subnets (with their public/private status and CIDRs) as every
@@ -324,18 +312,8 @@ pub async fn cidrs(aws: &AwsClient, ids: &[String]) -> Result<Vec<ipnet::Ipv4Net
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let out = aws
-        .ec2(Operation::Ec2DescribeSubnets, |c| {
-            c.describe_subnets()
-                .filters(filter("subnet-id", ids.to_vec()))
-                .send()
-        })
-        .await?;
-    Ok(out
-        .subnets()
-        .iter()
-        .filter_map(|s| s.cidr_block()?.parse().ok())
-        .collect())
+    let subnets = describe_subnets(aws, vec![filter("subnet-id", ids.to_vec())]).await?;
+    Ok(subnets.into_iter().filter_map(|s| s.cidr).collect())
 }
 
 /// Resolves the `subnets` annotation (IDs and Name tags) to IDs; `Err(missing)`
@@ -351,8 +329,8 @@ pub async fn resolve(
         .partition(|s| s.starts_with("subnet-"));
     let mut found: BTreeMap<String, String> = BTreeMap::new(); // key (id or name) -> id
     if !ids.is_empty() {
-        for (id, ..) in describe_subnets(aws, vec![filter("subnet-id", ids.clone())]).await? {
-            found.insert(id.clone(), id);
+        for s in describe_subnets(aws, vec![filter("subnet-id", ids.clone())]).await? {
+            found.insert(s.id.clone(), s.id);
         }
     }
     if !names.is_empty() {
@@ -360,9 +338,9 @@ pub async fn resolve(
             filter("tag:Name", names.clone()),
             filter("vpc-id", [vpc_id]),
         ];
-        for (id, _, tags, _) in describe_subnets(aws, filters).await? {
-            if let Some(name) = tags.get("Name") {
-                found.insert(name.clone(), id);
+        for s in describe_subnets(aws, filters).await? {
+            if let Some(name) = s.tags.get("Name") {
+                found.insert(name.clone(), s.id);
             }
         }
     }
