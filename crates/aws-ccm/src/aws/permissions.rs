@@ -19,7 +19,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_ec2::types::{AttributeBooleanValue, IpPermission, UserIdGroupPair};
+use aws_sdk_ec2::Client as Ec2;
+use aws_sdk_ec2::types::{AttributeBooleanValue, IpPermission, Tag, UserIdGroupPair};
 use parking_lot::Mutex;
 use tokio::time::Instant;
 
@@ -132,6 +133,10 @@ impl std::fmt::Display for Denial {
 }
 
 impl Probe {
+    /// The probe's write, as a DryRun: a route's creation (with a target)
+    /// or removal; `AuthorizeSecurityGroupIngress` of the group to itself;
+    /// turning source/destination checking off; the [`PROBE_TAG_KEY`] tag
+    /// on an instance.
     async fn send(&self, aws: &AwsClient) -> Result<DryRun, super::AwsError> {
         match self {
             Probe::Route {
@@ -139,7 +144,7 @@ impl Probe {
                 destination,
                 instance_id: Some(instance_id),
             } => {
-                aws.dry_run(Operation::Ec2CreateRoute, |ec2: aws_sdk_ec2::Client| {
+                aws.dry_run(Operation::Ec2CreateRoute, |ec2: Ec2| {
                     create_route_request(&ec2, table_id, *destination, instance_id)
                         .dry_run(true)
                         .send()
@@ -151,91 +156,67 @@ impl Probe {
                 destination,
                 instance_id: None,
             } => {
-                aws.dry_run(Operation::Ec2DeleteRoute, |ec2: aws_sdk_ec2::Client| {
+                aws.dry_run(Operation::Ec2DeleteRoute, |ec2: Ec2| {
                     delete_route_request(&ec2, table_id, *destination)
                         .dry_run(true)
                         .send()
                 })
                 .await
             }
-            Probe::Ingress { group_id } => dry_run_ingress(aws, group_id).await,
-            Probe::SourceDestCheck { instance_id } => {
-                dry_run_source_dest_check(aws, instance_id).await
+            Probe::Ingress { group_id } => {
+                let itself = IpPermission::builder()
+                    .ip_protocol("-1")
+                    .user_id_group_pairs(UserIdGroupPair::builder().group_id(group_id).build())
+                    .build();
+                aws.dry_run(Operation::Ec2AuthorizeSecurityGroupIngress, |ec2: Ec2| {
+                    ec2.authorize_security_group_ingress()
+                        .dry_run(true)
+                        .group_id(group_id)
+                        .ip_permissions(itself.clone())
+                        .send()
+                })
+                .await
             }
-            Probe::Tags { instance_id } => dry_run_tags(aws, instance_id).await,
+            Probe::SourceDestCheck { instance_id } => {
+                aws.dry_run(Operation::Ec2ModifyInstanceAttribute, |ec2: Ec2| {
+                    ec2.modify_instance_attribute()
+                        .dry_run(true)
+                        .instance_id(instance_id)
+                        .source_dest_check(AttributeBooleanValue::builder().value(false).build())
+                        .send()
+                })
+                .await
+            }
+            Probe::Tags { instance_id } => {
+                let tag = Tag::builder().key(PROBE_TAG_KEY).value("dry-run").build();
+                aws.dry_run(Operation::Ec2CreateTags, |ec2: Ec2| {
+                    ec2.create_tags()
+                        .dry_run(true)
+                        .resources(instance_id)
+                        .tags(tag.clone())
+                        .send()
+                })
+                .await
+            }
         }
     }
 }
 
-/// `AuthorizeSecurityGroupIngress` of the group to itself, as a DryRun.
-async fn dry_run_ingress(aws: &AwsClient, group_id: &str) -> Result<DryRun, super::AwsError> {
-    let itself = IpPermission::builder()
-        .ip_protocol("-1")
-        .user_id_group_pairs(UserIdGroupPair::builder().group_id(group_id).build())
-        .build();
-    aws.dry_run(
-        Operation::Ec2AuthorizeSecurityGroupIngress,
-        |ec2: aws_sdk_ec2::Client| {
-            ec2.authorize_security_group_ingress()
-                .dry_run(true)
-                .group_id(group_id)
-                .ip_permissions(itself.clone())
-                .send()
-        },
-    )
-    .await
-}
-
-/// Turning source/destination checking off, as a DryRun.
-async fn dry_run_source_dest_check(
-    aws: &AwsClient,
-    instance_id: &str,
-) -> Result<DryRun, super::AwsError> {
-    aws.dry_run(
-        Operation::Ec2ModifyInstanceAttribute,
-        |ec2: aws_sdk_ec2::Client| {
-            ec2.modify_instance_attribute()
-                .dry_run(true)
-                .instance_id(instance_id)
-                .source_dest_check(AttributeBooleanValue::builder().value(false).build())
-                .send()
-        },
-    )
-    .await
-}
-
-/// The [`PROBE_TAG_KEY`] tag on an instance, as a DryRun.
-async fn dry_run_tags(aws: &AwsClient, instance_id: &str) -> Result<DryRun, super::AwsError> {
-    aws.dry_run(Operation::Ec2CreateTags, |ec2: aws_sdk_ec2::Client| {
-        ec2.create_tags()
-            .dry_run(true)
-            .resources(instance_id)
-            .tags(
-                aws_sdk_ec2::types::Tag::builder()
-                    .key(PROBE_TAG_KEY)
-                    .value("dry-run")
-                    .build(),
-            )
-            .send()
-    })
-    .await
-}
+/// The partitions whose regions start with a prefix; any other region is
+/// in `aws`.
+const PARTITIONS: &[(&str, &str)] = &[
+    ("cn-", "aws-cn"),
+    ("us-gov-", "aws-us-gov"),
+    ("us-iso-", "aws-iso"),
+    ("us-isob-", "aws-iso-b"),
+    ("eu-isoe-", "aws-iso-e"),
+];
 
 /// The AWS partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...).
 pub fn partition(region: &str) -> &'static str {
-    if region.starts_with("cn-") {
-        "aws-cn"
-    } else if region.starts_with("us-gov-") {
-        "aws-us-gov"
-    } else if region.starts_with("us-iso-") {
-        "aws-iso"
-    } else if region.starts_with("us-isob-") {
-        "aws-iso-b"
-    } else if region.starts_with("eu-isoe-") {
-        "aws-iso-e"
-    } else {
-        "aws"
-    }
+    (PARTITIONS.iter())
+        .find(|(prefix, _)| region.starts_with(prefix))
+        .map_or("aws", |(_, partition)| partition)
 }
 
 #[derive(Clone, Debug)]
