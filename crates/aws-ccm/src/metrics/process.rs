@@ -85,12 +85,6 @@ fn parse(
     })
 }
 
-fn gauge(e: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> std::fmt::Result {
-    let g = ConstGauge::new(v);
-    let m = e.encode_descriptor(name, help, None, g.metric_type())?;
-    g.encode(m)
-}
-
 impl Collector for ProcessCollector {
     fn encode(&self, mut e: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         build_info(&mut e)?;
@@ -105,42 +99,40 @@ impl Collector for ProcessCollector {
             cpu.metric_type(),
         )?;
         cpu.encode(m)?;
-        gauge(
-            &mut e,
-            "process_open_fds",
-            "Number of open file descriptors",
-            s.open_fds,
-        )?;
-        gauge(
-            &mut e,
-            "process_max_fds",
-            "Maximum number of open file descriptors",
-            s.max_fds,
-        )?;
-        gauge(
-            &mut e,
-            "process_virtual_memory_bytes",
-            "Virtual memory size in bytes",
-            s.virtual_bytes,
-        )?;
-        gauge(
-            &mut e,
-            "process_resident_memory_bytes",
-            "Resident memory size in bytes",
-            s.resident_bytes,
-        )?;
-        gauge(
-            &mut e,
-            "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds",
-            s.start_time_seconds,
-        )
+        for (name, help, value) in [
+            (
+                "process_open_fds",
+                "Number of open file descriptors",
+                s.open_fds,
+            ),
+            (
+                "process_max_fds",
+                "Maximum number of open file descriptors",
+                s.max_fds,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory size in bytes",
+                s.virtual_bytes,
+            ),
+            (
+                "process_resident_memory_bytes",
+                "Resident memory size in bytes",
+                s.resident_bytes,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since unix epoch in seconds",
+                s.start_time_seconds,
+            ),
+        ] {
+            let g = ConstGauge::new(value);
+            g.encode(e.encode_descriptor(name, help, None, g.metric_type())?)?;
+        }
+        Ok(())
     }
 }
 
-/// component-base's labels: major, minor, git_version, git_commit,
-/// git_tree_state, build_date, go_version, compiler, platform. This build
-/// answers what it knows: its version, the Rust compiler in place of Go's.
 fn build_info(e: &mut DescriptorEncoder) -> std::fmt::Result {
     let version = env!("CARGO_PKG_VERSION");
     let mut parts = version.split('.');

@@ -44,23 +44,6 @@ impl EncodeMetric for PlainCounter {
 
 type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
-fn latency_histogram() -> Histogram {
-    // 5 ms .. ~41 s: AWS answers in tens of milliseconds; the tail covers the
-    // 30 s per-call timeout.
-    Histogram::new(exponential_buckets(0.005, 2.0, 14))
-}
-
-fn wait_histogram() -> Histogram {
-    // 1 ms .. ~65 s: most acquisitions do not wait at all; under a backlog of
-    // thousands of callers the slow buckets (0.2/s) make minute-long waits.
-    Histogram::new(exponential_buckets(0.001, 2.0, 17))
-}
-
-fn batch_histogram() -> Histogram {
-    // 1 .. 1024 keys per coalesced call.
-    Histogram::new(exponential_buckets(1.0, 2.0, 11))
-}
-
 struct ApiMetrics {
     request_duration: HistogramFamily,
     request_errors: Family<Labels, PlainCounter>,
@@ -81,7 +64,9 @@ static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| ApiMetrics {
     request_duration: crate::metrics::registered(
         "cloudprovider_aws_api_request_duration_seconds",
         "Latency of AWS API requests that got an answer, per request",
-        Family::new_with_constructor(latency_histogram),
+        // 5 ms .. ~41 s: AWS answers in tens of milliseconds; the tail covers the
+        // 30 s per-call timeout.
+        Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14))),
     ),
     request_errors: crate::metrics::registered(
         "cloudprovider_aws_api_request_errors",
@@ -101,12 +86,15 @@ static METRICS: LazyLock<ApiMetrics> = LazyLock::new(|| ApiMetrics {
     batch_size: crate::metrics::registered(
         "aws_ccm_api_coalesced_batch_size",
         "Keys served by one coalesced AWS call (instance IDs, private DNS names)",
-        Family::new_with_constructor(batch_histogram),
+        // 1 .. 1024 keys per coalesced call.
+        Family::new_with_constructor(|| Histogram::new(exponential_buckets(1.0, 2.0, 11))),
     ),
     token_wait: crate::metrics::registered(
         "aws_ccm_api_token_wait_seconds",
         "Time callers waited for a rate-limit token, per AWS throttle category",
-        Family::new_with_constructor(wait_histogram),
+        // 1 ms .. ~65 s: most acquisitions do not wait at all; under a backlog of
+        // thousands of callers the slow buckets (0.2/s) make minute-long waits.
+        Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.001, 2.0, 17))),
     ),
     rate: crate::metrics::registered(
         "aws_ccm_api_rate_limit",
