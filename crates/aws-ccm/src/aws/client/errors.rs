@@ -183,10 +183,8 @@ impl AttemptFailure {
             // here is still an answer about the request itself.
             SdkError::ResponseError(_) => {
                 let class = match http_status {
-                    Some(status) if (400..500).contains(&status) && status != 429 => {
-                        ErrorClass::Fatal
-                    }
                     Some(429) => ErrorClass::Throttling,
+                    Some(400..500) => ErrorClass::Fatal,
                     _ => ErrorClass::Transient,
                 };
                 (class, None, error_chain(err))

@@ -234,6 +234,22 @@ pub(in crate::aws) struct Core {
     pub(in crate::aws) door: Arc<Door>,
 }
 
+impl Core {
+    /// Calls EC2 at [`Priority::Shared`]: the reads many callers wait on
+    /// (batched lookups, the sweep, zones).
+    pub(in crate::aws) async fn shared_ec2<F: SdkCall<Ec2>>(
+        &self,
+        op: Operation,
+        opts: CallOptions,
+        f: F,
+    ) -> Result<F::Ok, AwsError> {
+        let ec2 = &self.clients.ec2;
+        (self.door)
+            .call(Service::Ec2, op, opts, Priority::Shared, || f(ec2.clone()))
+            .await
+    }
+}
+
 impl std::fmt::Debug for AwsClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AwsClient")

@@ -15,9 +15,8 @@ use super::describe_xml;
 use super::plan::{self, Interner};
 use super::{Ec2Instance, RawInstance, RawInterface, Text};
 use crate::aws::client::coalesce::BatchFetch;
-use crate::aws::client::throttle::Priority;
 use crate::aws::client::{CallOptions, Core};
-use crate::aws::{Aws, AwsError, ErrorClass, Operation, Service};
+use crate::aws::{Aws, AwsError, ErrorClass, Operation};
 use crate::provider::instances::{CloudError, CloudErrorKind, Instances};
 
 impl Ec2Instance {
@@ -90,13 +89,9 @@ pub(in crate::aws) fn fetch_by_private_dns(core: Arc<Core>) -> BatchFetch<String
             let found = core
                 .describe_instances(plan::by_private_dns_filters(names), CallOptions::default())
                 .await?;
-            let mut by_name = HashMap::new();
-            for instance in found {
-                if let Some(name) = instance.private_dns_name.clone() {
-                    by_name.insert(name, instance);
-                }
-            }
-            Ok(by_name)
+            Ok((found.into_iter())
+                .filter_map(|i| Some((i.private_dns_name.clone()?, i)))
+                .collect())
         }
         .boxed()
     })
@@ -119,27 +114,18 @@ impl Core {
         let mut next_token: Option<String> = None;
         loop {
             let slot = describe_xml::Slot::default();
+            // Every caller of this serves many callers of its own (a
+            // coalesced batch, the sweep): it goes ahead of single calls.
             let page = self
-                .door
-                // Every caller of this serves many callers of its own (a
-                // coalesced batch, the sweep): it goes ahead of single calls.
-                .call(
-                    Service::Ec2,
-                    Operation::Ec2DescribeInstances,
-                    opts,
-                    Priority::Shared,
-                    || {
-                        self.clients
-                            .ec2
-                            .describe_instances()
-                            .set_filters(Some(filters.clone()))
-                            .max_results(1000)
-                            .set_next_token(next_token.clone())
-                            .customize()
-                            .interceptor(describe_xml::SlimDecoder::new(slot.clone()))
-                            .send()
-                    },
-                )
+                .shared_ec2(Operation::Ec2DescribeInstances, opts, |ec2| {
+                    ec2.describe_instances()
+                        .set_filters(Some(filters.clone()))
+                        .max_results(1000)
+                        .set_next_token(next_token.clone())
+                        .customize()
+                        .interceptor(describe_xml::SlimDecoder::new(slot.clone()))
+                        .send()
+                })
                 .await?;
             match slot.take() {
                 Some(decoded) => out.extend(decoded.instances),
@@ -185,13 +171,10 @@ impl Core {
         &self,
     ) -> Result<crate::aws::instances::cache::Zones, AwsError> {
         let out = self
-            .door
-            .call(
-                Service::Ec2,
+            .shared_ec2(
                 Operation::Ec2DescribeAvailabilityZones,
                 CallOptions::default(),
-                Priority::Shared,
-                || self.clients.ec2.describe_availability_zones().send(),
+                |ec2| ec2.describe_availability_zones().send(),
             )
             .await?;
         let zones = out.availability_zones();
@@ -213,19 +196,14 @@ impl Core {
 impl From<AwsError> for CloudError {
     fn from(err: AwsError) -> CloudError {
         let kind = match err.class() {
+            _ if err.is_throttling() => CloudErrorKind::Throttled,
             ErrorClass::NotFound => CloudErrorKind::NotFound,
             ErrorClass::Throttling => CloudErrorKind::Throttled,
             ErrorClass::Transient => CloudErrorKind::Transient,
             ErrorClass::Fatal => CloudErrorKind::Fatal,
         };
-        let kind = if err.is_throttling() {
-            CloudErrorKind::Throttled
-        } else {
-            kind
-        };
-        let denied = err.is_denied();
         CloudError {
-            denied,
+            denied: err.is_denied(),
             ..CloudError::new(kind, err.to_string())
         }
     }

@@ -32,9 +32,8 @@ use tokio::time::Instant;
 
 use crate::aws::client::coalesce::{BatchFetch, Batcher};
 use crate::aws::client::pages::every_page;
-use crate::aws::client::throttle::Priority;
 use crate::aws::client::{CallOptions, Core};
-use crate::aws::{AwsError, Operation, Service};
+use crate::aws::{AwsError, Operation};
 
 /// Upstream's `defaultSupportedTopologyInstanceTypePattern`: the instance
 /// types AWS documents topology for (hpc*, trn*, p*).
@@ -221,21 +220,12 @@ fn fetch(core: Arc<Core>) -> BatchFetch<String, NetworkNodes> {
             let opts = CallOptions::within(QUESTION_DEADLINE);
             every_page(|next_token| async move {
                 let page = core
-                    .door
-                    .call(
-                        Service::Ec2,
-                        Operation::Ec2DescribeInstanceTopology,
-                        opts,
-                        Priority::Shared,
-                        || {
-                            core.clients
-                                .ec2
-                                .describe_instance_topology()
-                                .set_instance_ids(Some(ids.clone()))
-                                .set_next_token(next_token.clone())
-                                .send()
-                        },
-                    )
+                    .shared_ec2(Operation::Ec2DescribeInstanceTopology, opts, |ec2| {
+                        ec2.describe_instance_topology()
+                            .set_instance_ids(Some(ids.clone()))
+                            .set_next_token(next_token.clone())
+                            .send()
+                    })
                     .await?;
                 let found: Vec<_> = page
                     .instances()

@@ -17,14 +17,11 @@ use crate::provider::routes::{
 
 impl From<AwsError> for RoutesError {
     fn from(err: AwsError) -> RoutesError {
-        let kind = if err.is_already_exists() {
-            RoutesErrorKind::AlreadyExists
-        } else {
-            match err.class() {
-                ErrorClass::NotFound => RoutesErrorKind::NotFound,
-                ErrorClass::Throttling | ErrorClass::Transient => RoutesErrorKind::Transient,
-                ErrorClass::Fatal => RoutesErrorKind::Permanent,
-            }
+        let kind = match err.class() {
+            _ if err.is_already_exists() => RoutesErrorKind::AlreadyExists,
+            ErrorClass::NotFound => RoutesErrorKind::NotFound,
+            ErrorClass::Throttling | ErrorClass::Transient => RoutesErrorKind::Transient,
+            ErrorClass::Fatal => RoutesErrorKind::Permanent,
         };
         // EC2 answers DeleteRoute for a missing route with
         // `InvalidRoute.NotFound`, which the class above already covers.
