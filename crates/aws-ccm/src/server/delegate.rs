@@ -11,6 +11,7 @@ use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::PostParams;
+use kube::core::ClusterResourceScope;
 use kube::{Api, Client};
 
 use super::auth::{Auth, AuthSettings, Decision, Reviewer, UserInfo};
@@ -27,11 +28,15 @@ pub struct KubeReviewer {
     pub authorization: Client,
 }
 
-async fn with_timeout<T>(
-    what: &str,
-    fut: impl std::future::Future<Output = Result<T, kube::Error>>,
-) -> Result<T, String> {
-    match tokio::time::timeout(REVIEW_TIMEOUT, fut).await {
+/// Creates the cluster-scoped review `object` through `client`, within
+/// [`REVIEW_TIMEOUT`]; `what` names it in the error.
+async fn create<K>(client: &Client, what: &str, object: &K) -> Result<K, String>
+where
+    K: kube::Resource<Scope = ClusterResourceScope, DynamicType = ()>,
+    K: Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    let api: Api<K> = Api::all(client.clone());
+    match tokio::time::timeout(REVIEW_TIMEOUT, api.create(&PostParams::default(), object)).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(format!("{what}: {e}")),
         Err(_) => Err(format!("{what}: no answer within {REVIEW_TIMEOUT:?}")),
@@ -51,12 +56,7 @@ impl Reviewer for KubeReviewer {
                 },
                 ..Default::default()
             };
-            let api: Api<TokenReview> = Api::all(self.authentication.clone());
-            let answer = with_timeout(
-                "creating a TokenReview",
-                api.create(&PostParams::default(), &review),
-            )
-            .await?;
+            let answer = create(&self.authentication, "creating a TokenReview", &review).await?;
             let Some(status) = answer.status.filter(|s| s.authenticated == Some(true)) else {
                 return Ok(None);
             };
@@ -93,12 +93,8 @@ impl Reviewer for KubeReviewer {
                 },
                 ..Default::default()
             };
-            let api: Api<SubjectAccessReview> = Api::all(self.authorization.clone());
-            let answer = with_timeout(
-                "creating a SubjectAccessReview",
-                api.create(&PostParams::default(), &review),
-            )
-            .await?;
+            let what = "creating a SubjectAccessReview";
+            let answer = create(&self.authorization, what, &review).await?;
             let status = answer.status.unwrap_or_default();
             Ok(Decision {
                 allowed: status.allowed && status.denied != Some(true),
