@@ -51,23 +51,23 @@ impl std::ops::Deref for Aws {
 }
 
 impl Aws {
-    /// A door of its own with these options, and empty caches.
+    /// A door of its own with these options, and empty caches. Invalid
+    /// options are logged and replaced by their defaults (validate them
+    /// earlier with [`ClientOptions::validate`] to refuse them instead).
     pub fn new(clients: SdkClients, cluster_id: String, opts: ClientOptions) -> Aws {
-        Aws::around(AwsClient::new(clients, cluster_id, opts))
+        let door = Door::new(&opts);
+        Aws::with_door(clients, cluster_id, opts, door)
     }
 
-    /// [`AwsClient::with_door`]: a door others share too.
+    /// [`AwsClient::with_door`]: a door others share too, with empty
+    /// caches around it.
     pub fn with_door(
         clients: SdkClients,
         cluster_id: String,
         opts: ClientOptions,
         door: Arc<Door>,
     ) -> Aws {
-        Aws::around(AwsClient::with_door(clients, cluster_id, opts, door))
-    }
-
-    /// Empty caches around `client`.
-    pub fn around(client: AwsClient) -> Aws {
+        let client = AwsClient::with_door(clients, cluster_id, opts, door);
         Aws {
             instances: InstanceCache::new(&client),
             groups: SgView::new(client.options().consistency_patience),
@@ -78,11 +78,6 @@ impl Aws {
             )),
             client,
         }
-    }
-
-    /// The door alone.
-    pub fn client(&self) -> &AwsClient {
-        &self.client
     }
 
     /// The instance lookups and caches.

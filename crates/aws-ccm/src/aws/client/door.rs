@@ -58,7 +58,7 @@ impl std::fmt::Debug for Door {
 
 impl Door {
     /// A door with `options`' budget, timeout and retries (invalid values
-    /// replaced by their defaults, as [`super::AwsClient::new`] does).
+    /// replaced by their defaults, as [`crate::aws::Aws::new`] does).
     pub fn new(options: &ClientOptions) -> Arc<Door> {
         let options = options.clone().or_defaults();
         api_metrics::init();
@@ -123,30 +123,17 @@ impl Door {
 
     /// Calls AWS: `attempt` builds and sends one request of `op` (a
     /// `service` operation) and is called again for every attempt. The
-    /// retry loop: throttle, send, classify, back off.
+    /// retry loop: throttle, send, classify, back off. With
+    /// [`CallOptions::dry_run`], the answers of a `DryRun=true` request
+    /// (`DryRunOperation`, `UnauthorizedOperation`) are answers, not
+    /// failures: counted under their own outcome, never retried, and not
+    /// counted as request errors.
     pub(crate) async fn call<F: Fn() -> Fut, Fut: SdkFuture>(
         &self,
         service: Service,
         op: Operation,
         opts: CallOptions,
         priority: Priority,
-        attempt: F,
-    ) -> Result<Fut::Ok, AwsError> {
-        self.call_as(service, op, opts, priority, false, attempt)
-            .await
-    }
-
-    /// [`Door::call`]; with `dry_run`, the answers of a `DryRun=true`
-    /// request (`DryRunOperation`, `UnauthorizedOperation`) are answers, not
-    /// failures: counted under their own outcome, never retried, and not
-    /// counted as request errors.
-    pub(crate) async fn call_as<F: Fn() -> Fut, Fut: SdkFuture>(
-        &self,
-        service: Service,
-        op: Operation,
-        opts: CallOptions,
-        priority: Priority,
-        dry_run: bool,
         attempt: F,
     ) -> Result<Fut::Ok, AwsError> {
         let start = Instant::now();
@@ -168,9 +155,7 @@ impl Door {
             let in_flight = op.is_mutating().then(|| InFlight::start(&self.in_flight));
             self.check_stopped(op, attempts)?;
             attempts += 1;
-            let answered = self
-                .attempt_once(op, opts, dry_run, start, attempts, &attempt)
-                .await;
+            let answered = self.attempt_once(op, opts, start, attempts, &attempt).await;
             drop(in_flight);
             let failure = match answered {
                 Attempted::Done(result) => return result,
@@ -215,7 +200,6 @@ impl Door {
         &self,
         op: Operation,
         opts: CallOptions,
-        dry_run: bool,
         start: Instant,
         attempts: u32,
         attempt: &F,
@@ -242,7 +226,8 @@ impl Door {
                     api_metrics::observe_request_duration(op, sent.elapsed());
                     api_metrics::record_response_status(op, status);
                 }
-                let verdict = dry_run
+                let verdict = opts
+                    .dry_run
                     .then(|| failure.code.as_deref().and_then(dry_run_outcome))
                     .flatten();
                 if let Some(outcome) = verdict {

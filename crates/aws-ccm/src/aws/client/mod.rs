@@ -173,23 +173,22 @@ impl ClientOptions {
 
     /// The options with each invalid value replaced by its default (the
     /// error logged).
-    pub(crate) fn or_defaults(self) -> ClientOptions {
-        let mut options = self;
-        let Err(err) = options.validate() else {
-            return options;
+    pub(crate) fn or_defaults(mut self) -> ClientOptions {
+        let Err(err) = self.validate() else {
+            return self;
         };
         tracing::error!(error = %err, "invalid AWS client options; using the defaults for the invalid ones");
         let defaults = ClientOptions::default();
-        if !(options.budget_fraction > 0.0 && options.budget_fraction <= 10.0) {
-            options.budget_fraction = defaults.budget_fraction;
+        if !(self.budget_fraction > 0.0 && self.budget_fraction <= 10.0) {
+            self.budget_fraction = defaults.budget_fraction;
         }
-        if options.call_timeout.is_zero() {
-            options.call_timeout = defaults.call_timeout;
+        if self.call_timeout.is_zero() {
+            self.call_timeout = defaults.call_timeout;
         }
-        options.max_attempts = options.max_attempts.max(1);
-        options.max_ids_per_call = options.max_ids_per_call.max(1);
-        options.max_dns_names_per_call = options.max_dns_names_per_call.max(1);
-        options
+        self.max_attempts = self.max_attempts.max(1);
+        self.max_ids_per_call = self.max_ids_per_call.max(1);
+        self.max_dns_names_per_call = self.max_dns_names_per_call.max(1);
+        self
     }
 
     pub(crate) fn retry_policy(&self) -> RetryPolicy {
@@ -208,6 +207,8 @@ pub struct CallOptions {
     /// continue past this instant (waiting for a token, sending, or backing
     /// off). `None`: bounded by the attempt limit only.
     pub deadline: Option<Instant>,
+    /// The request is sent with `DryRun=true`: see [`AwsClient::dry_run`].
+    pub dry_run: bool,
 }
 
 impl CallOptions {
@@ -215,6 +216,7 @@ impl CallOptions {
     pub fn within(timeout: Duration) -> CallOptions {
         CallOptions {
             deadline: Some(Instant::now() + timeout),
+            dry_run: false,
         }
     }
 }
@@ -244,7 +246,7 @@ impl Core {
         f: F,
     ) -> Result<F::Ok, AwsError> {
         let ec2 = &self.clients.ec2;
-        (self.door)
+        self.door
             .call(Service::Ec2, op, opts, Priority::Shared, || f(ec2.clone()))
             .await
     }
@@ -334,15 +336,8 @@ impl SdkService for aws_sdk_iam::Client {
 }
 
 impl AwsClient {
-    /// Builds the client. Invalid options are logged and replaced by their
-    /// defaults (validate them earlier with [`ClientOptions::validate`] to
-    /// refuse them instead).
-    pub fn new(clients: SdkClients, cluster_id: String, opts: ClientOptions) -> AwsClient {
-        let door = Door::new(&opts);
-        AwsClient::with_door(clients, cluster_id, opts, door)
-    }
-
-    /// Builds the client around a [`Door`] that others share too: the
+    /// Builds the client (invalid options replaced by their defaults, as
+    /// [`crate::aws::Aws::new`] says) around a [`Door`] that others share too: the
     /// credentials provider assuming cloud.conf's `RoleARN` calls STS
     /// through the same door, and it must exist before the SDK clients.
     /// The door's own options (throttle, timeout, retries) are the ones it
@@ -456,17 +451,14 @@ impl AwsClient {
         f: F,
     ) -> Result<DryRun, AwsError> {
         let client = C::pick(&self.core.clients);
+        let opts = CallOptions {
+            dry_run: true,
+            ..CallOptions::default()
+        };
         let answer = self
             .core
             .door
-            .call_as(
-                C::SERVICE,
-                op,
-                CallOptions::default(),
-                Priority::Normal,
-                true,
-                || f(client.clone()),
-            )
+            .call(C::SERVICE, op, opts, Priority::Normal, || f(client.clone()))
             .await;
         match answer {
             Err(e) if e.code() == Some(DRY_RUN_ALLOWED_CODE) => Ok(DryRun::Allowed),
