@@ -77,9 +77,7 @@ pub struct AfterCreate(Option<Patience>);
 impl AfterCreate {
     /// A step created something: open the window (once).
     pub fn created(&mut self, aws: &AwsClient) {
-        if self.0.is_none() {
-            self.0 = Some(Patience::new(aws));
-        }
+        self.0.get_or_insert_with(|| Patience::new(aws));
     }
 
     /// Whether a step that failed with `error` should be sent again (then

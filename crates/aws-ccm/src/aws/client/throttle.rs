@@ -58,14 +58,6 @@ pub struct TokioClock {
     origin: Instant,
 }
 
-impl TokioClock {
-    fn new() -> TokioClock {
-        TokioClock {
-            origin: Instant::now(),
-        }
-    }
-}
-
 impl Clock for TokioClock {
     type Instant = Nanos;
 
@@ -169,7 +161,9 @@ impl CategoryLimiter {
         let quota = Quota::with_period(period)
             .unwrap_or_else(|| Quota::per_second(NonZeroU32::MIN))
             .allow_burst(NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN));
-        let clock = TokioClock::new();
+        let clock = TokioClock {
+            origin: Instant::now(),
+        };
         let gcra = RateLimiter::direct_with_clock(quota, clock.clone());
         let floor = (ceiling * aimd.floor_fraction).min(ceiling);
         api_metrics::set_rate(category, ceiling);
