@@ -133,6 +133,9 @@ impl Collector for ProcessCollector {
     }
 }
 
+/// component-base's labels: major, minor, git_version, git_commit,
+/// git_tree_state, build_date, go_version, compiler, platform. This build
+/// answers what it knows: its version, the Rust compiler in place of Go's.
 fn build_info(e: &mut DescriptorEncoder) -> std::fmt::Result {
     let version = env!("CARGO_PKG_VERSION");
     let mut parts = version.split('.');
