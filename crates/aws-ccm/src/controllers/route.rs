@@ -194,13 +194,9 @@ impl<R: Routes> Reconciler<R> {
         metrics.syncs.inc();
         let read = self.read_and_plan(nodes).await;
         // Whether no table matched; unknown while the tables cannot be read.
-        let missing = match &read {
-            Err(ReconcileError::DescribeTables { .. }) => None,
-            Err(ReconcileError::NoRouteTables { .. }) => Some(1),
-            _ => Some(0),
-        };
-        if let Some(missing) = missing {
-            metrics.tables_missing.set(missing);
+        if !matches!(read, Err(ReconcileError::DescribeTables { .. })) {
+            let missing = matches!(read, Err(ReconcileError::NoRouteTables { .. }));
+            metrics.tables_missing.set(i64::from(missing));
         }
         let (tables, instances, plan) = read?;
         let refused = self.refusals(&plan, &tables, &instances).await;
