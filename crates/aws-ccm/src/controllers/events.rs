@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use tokio::sync::{mpsc, oneshot};
+use kube::api::{Api, PostParams};
+use tokio::sync::mpsc;
 
 /// Most distinct events remembered for folding (client-go: 4,096).
 pub const MAX_SEEN: usize = 4096;
@@ -52,8 +52,10 @@ enum Queued {
         reason: String,
         note: String,
     },
-    /// Answered once everything queued before it is written.
-    Flush(oneshot::Sender<()>),
+    /// Answered once everything queued before it is written (tests wait
+    /// on it).
+    #[cfg(test)]
+    Flush(tokio::sync::oneshot::Sender<()>),
 }
 
 /// The writer task's half: the client and the series table.
@@ -117,8 +119,9 @@ impl Events {
 
     /// Waits until every event queued before this call is written (or its
     /// write failed).
+    #[cfg(test)]
     pub async fn flushed(&self) {
-        let (done, wait) = oneshot::channel();
+        let (done, wait) = tokio::sync::oneshot::channel();
         if self.queue.send(Queued::Flush(done)).await.is_ok() {
             let _ = wait.await;
         }
@@ -139,6 +142,7 @@ impl Writer {
                         tracing::warn!(error = %e, reason, object = ?object.name, "failed to publish event");
                     }
                 }
+                #[cfg(test)]
                 Queued::Flush(done) => {
                     let _ = done.send(());
                 }
@@ -165,10 +169,7 @@ impl Writer {
                 "count": count,
                 "lastTimestamp": Time(now),
             });
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
+            match super::merge_patch(&api, &name, patch).await {
                 Ok(_) => return Ok(()),
                 // The apiserver dropped it (event TTL): start a new one.
                 Err(kube::Error::Api(s)) if s.code == 404 => {}

@@ -23,8 +23,11 @@ use std::sync::Arc;
 
 use cached_node::Node;
 use k8s_openapi::api::core::v1::Service;
-use kube::Client;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::Store;
+use kube::{Api, Client};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 use tokio::sync::watch;
 
 use crate::aws::Aws;
@@ -67,6 +70,25 @@ pub struct ControllerContext<C: Cloud = Aws> {
     pub node_feed: node::changes::Feed,
     /// The same for `services`.
     pub service_changes: watch::Receiver<u64>,
+}
+
+/// Every object write of the controllers but the Event creates: a JSON
+/// merge patch of `name`, with no field manager.
+pub async fn merge_patch<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+}
+
+/// The same of `name`'s status subresource.
+pub async fn merge_patch_status<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
 }
 
 impl<C: Cloud> std::ops::Deref for ControllerContext<C> {

@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use crate::controllers::cached_node::Node;
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -323,11 +323,7 @@ async fn reconcile_label_twins<I: Instances>(
         "resourceVersion": node.resource_version(),
         "labels": twins,
     }});
-    match shared
-        .api()
-        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
+    match super::merge_patch(&shared.api(), &name, patch).await {
         Ok(_) => Ok(()),
         // Someone wrote meanwhile: the watch brings the new version back.
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => Ok(()),
@@ -543,10 +539,7 @@ async fn apply<I: Instances>(
     let mut current = node.clone();
     for _ in 0..CONFLICT_ATTEMPTS {
         if let Some(patch) = plan.status_patch() {
-            match api
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                .await
-            {
+            match super::merge_patch_status(&api, &name, patch).await {
                 Ok(updated) => current = updated,
                 Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
                 Err(e) => return Err(kube_err(e)),
@@ -556,10 +549,7 @@ async fn apply<I: Instances>(
             return Ok(Some(current));
         }
         let patch = plan.spec_patch(&current.resource_version().unwrap_or_default());
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
+        match super::merge_patch(&api, &name, patch).await {
             Ok(updated) => {
                 if plan.taints.is_some() {
                     METRICS.taint_removal_delay.observe(age_seconds(&updated));

@@ -32,7 +32,7 @@ use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use ipnet::IpNet;
 use kube::Api;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::ListParams;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -590,10 +590,7 @@ async fn patch_pod_cidrs(
         if let Some(rv) = &resource_version {
             patch["metadata"]["resourceVersion"] = json!(rv);
         }
-        match api
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        match super::merge_patch(api, name, patch).await {
             Ok(_) => return PatchOutcome::Assigned,
             Err(kube::Error::Api(e)) if e.code == 404 => return PatchOutcome::Gone,
             Err(kube::Error::Api(e)) if e.code == 409 => {
@@ -682,7 +679,7 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
 
 #[cfg(test)]
 mod tests {
-    use kube::api::{DeleteParams, PostParams};
+    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
     use super::*;
     use ccm_testkit::apiserver::TestApiServer;

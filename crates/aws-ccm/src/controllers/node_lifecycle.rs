@@ -32,7 +32,7 @@ use std::time::Duration;
 use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Taint;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Preconditions};
 use kube::{Resource, ResourceExt};
 use parking_lot::Mutex;
 use prometheus_client::metrics::gauge::Gauge;
@@ -377,10 +377,7 @@ async fn patch_taints(api: &Api<Node>, node: &Node, taints: Vec<Taint>) {
         "metadata": {"resourceVersion": node.resource_version()},
         "spec": {"taints": if taints.is_empty() { Value::Null } else { json!(taints) }},
     });
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
+    match super::merge_patch(api, &name, patch).await {
         Ok(_) => {}
         // Changed or gone meanwhile: the next period looks again.
         Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => {}

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use crate::controllers::cached_node::Node;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use parking_lot::Mutex;
@@ -599,7 +599,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         }
         if svc.metadata.deletion_timestamp.is_none() && has_ingress(svc) {
             let clear = serde_json::json!({"status": {"loadBalancer": {"ingress": null}}});
-            if let Err(e) = patch_status(api, svc, &clear).await {
+            if let Err(e) = super::merge_patch_status(api, &svc.name_any(), clear).await {
                 tracing::warn!(error = %e, "failed to clear the load balancer status");
                 return Outcome::Failed;
             }
@@ -631,7 +631,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         );
         if current_hostname(svc) != Some(done.hostname.as_str()) && !done.hostname.is_empty() {
             let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
-            if let Err(e) = patch_status(api, svc, &patch).await {
+            if let Err(e) = super::merge_patch_status(api, &svc.name_any(), patch).await {
                 tracing::warn!(error = %e, "failed to write the load balancer status");
                 return Outcome::Failed;
             }
@@ -677,25 +677,9 @@ impl<L: LoadBalancers> ServiceController<L> {
         let patch = serde_json::json!({
             "metadata": {"finalizers": finalizers, "resourceVersion": svc.resource_version()}
         });
-        api.patch(
-            &svc.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        super::merge_patch(api, &svc.name_any(), patch).await?;
         Ok(())
     }
-}
-
-/// Merges `patch` into the Service's status.
-async fn patch_status(
-    api: &Api<Service>,
-    svc: &Service,
-    patch: &serde_json::Value,
-) -> Result<Service, kube::Error> {
-    let params = PatchParams::default();
-    api.patch_status(&svc.name_any(), &params, &Patch::Merge(patch))
-        .await
 }
 
 fn key(svc: &Service) -> String {

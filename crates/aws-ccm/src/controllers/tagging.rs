@@ -27,7 +27,7 @@ use std::time::Duration;
 use crate::controllers::cached_node::Node;
 use futures::{FutureExt, StreamExt};
 use kube::ResourceExt;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use md5::{Digest, Md5};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::json;
@@ -438,8 +438,7 @@ impl<I: Instances> Tagger<I> {
                 let api = api.clone();
                 let patch = json!({"metadata": {"labels": {TAGGED_LABEL: checksum}}});
                 async move {
-                    let result = api
-                        .patch(&item.node, &PatchParams::default(), &Patch::Merge(patch))
+                    let result = super::merge_patch(&api, &item.node, patch)
                         .await
                         .map(|_| ());
                     (item, result)

@@ -11,7 +11,6 @@ use std::time::Duration;
 use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -98,10 +97,7 @@ pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> usize {
             async move {
                 tracing::info!(node = %name, addresses = %plan::format_addresses(&addresses), "updating node addresses");
                 let patch = json!({"status": {"addresses": addresses}});
-                if let Err(err) = api
-                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(patch))
-                    .await
-                {
+                if let Err(err) = crate::controllers::merge_patch_status(&api, &name, patch).await {
                     tracing::warn!(node = %name, error = %err, "updating node addresses failed; retried next period");
                 }
             }

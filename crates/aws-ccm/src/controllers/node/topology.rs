@@ -31,7 +31,6 @@ use std::time::Duration;
 use crate::backoff::Backoff;
 use futures::StreamExt;
 use kube::ResourceExt;
-use kube::api::{Patch, PatchParams};
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -231,10 +230,7 @@ async fn write_labels<I: Instances>(
         "resourceVersion": node.resource_version(),
         "labels": labels,
     }});
-    match api
-        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-        .await
-    {
+    match crate::controllers::merge_patch(&api, name, patch).await {
         // Gone meanwhile: nothing to label.
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
         other => other.map(|_| ()),
