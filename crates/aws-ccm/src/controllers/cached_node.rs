@@ -11,7 +11,24 @@
 
 use k8s_openapi::api::core::v1::{NodeAddress, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::ListParams;
 use serde::{Deserialize, Serialize};
+
+/// Every Node, listed from the API server (a consistent read) in pages of
+/// 500: node IPAM's start and `aws-ccm doctor`.
+pub async fn list_all(api: &Api<Node>) -> Result<Vec<Node>, kube::Error> {
+    let mut params = ListParams::default().limit(500);
+    let mut out = Vec::new();
+    loop {
+        let page = api.list(&params).await?;
+        out.extend(page.items);
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(out),
+        }
+    }
+}
 
 /// A core/v1 Node with the status a controller reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

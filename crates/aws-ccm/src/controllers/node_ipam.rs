@@ -32,7 +32,6 @@ use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use ipnet::IpNet;
 use kube::Api;
-use kube::api::ListParams;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -57,8 +56,6 @@ const CONCURRENT_PATCHES: usize = 8;
 const PATCH_ATTEMPTS: u32 = 4;
 /// Wait before retrying a node whose patch failed.
 const RETRY_AFTER: Duration = Duration::from_secs(5);
-/// Nodes per page when rebuilding.
-const LIST_PAGE: u32 = 500;
 
 pub const EVENT_CIDR_NOT_AVAILABLE: &str = "CIDRNotAvailable";
 pub const EVENT_CIDR_ASSIGNMENT_FAILED: &str = "CIDRAssignmentFailed";
@@ -246,39 +243,30 @@ impl Ipam {
     async fn rebuild(&mut self) -> Result<(), kube::Error> {
         let mut allocator = Allocator::new(&self.config.ranges);
         let mut held = HashMap::new();
-        let mut params = ListParams::default().limit(LIST_PAGE);
-        let mut count = 0usize;
-        loop {
-            let page = self.api.list(&params).await?;
-            for node in &page.items {
-                count += 1;
-                let cidrs = pod_cidrs(node);
-                let (Some(uid), false) = (node.metadata.uid.clone(), cidrs.is_empty()) else {
-                    continue;
-                };
-                let name = node.metadata.name.clone().unwrap_or_default();
-                let occupied = allocator.occupy(&cidrs);
-                if self.other.is_none() {
-                    self.other = outside_sign(&name, &occupied);
-                }
-                report_occupy(&name, &cidrs, occupied);
-                held.insert(
-                    uid,
-                    Held {
-                        name,
-                        cidrs,
-                        seen: false,
-                    },
-                );
+        let nodes = super::cached_node::list_all(&self.api).await?;
+        for node in &nodes {
+            let cidrs = pod_cidrs(node);
+            let (Some(uid), false) = (node.metadata.uid.clone(), cidrs.is_empty()) else {
+                continue;
+            };
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let occupied = allocator.occupy(&cidrs);
+            if self.other.is_none() {
+                self.other = outside_sign(&name, &occupied);
             }
-            match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                Some(token) => params = params.continue_token(&token),
-                None => break,
-            }
+            report_occupy(&name, &cidrs, occupied);
+            held.insert(
+                uid,
+                Held {
+                    name,
+                    cidrs,
+                    seen: false,
+                },
+            );
         }
         self.allocator = allocator;
         self.held = held;
-        tracing::info!(nodes = count, allocator = %self.allocator, "node CIDR map rebuilt from the API server");
+        tracing::info!(nodes = nodes.len(), allocator = %self.allocator, "node CIDR map rebuilt from the API server");
         self.update_gauges();
         Ok(())
     }

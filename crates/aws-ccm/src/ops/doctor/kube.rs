@@ -10,7 +10,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use super::{Check, Context, first};
@@ -26,20 +26,8 @@ pub const UNINITIALIZED_FAIL_AFTER: Duration = Duration::from_secs(300);
 
 /// Every Node, in pages.
 pub async fn list_nodes(kube: &kube::Client) -> anyhow::Result<Vec<Node>> {
-    let api: Api<Node> = Api::all(kube.clone());
-    let mut params = ListParams::default().limit(500);
-    let mut out = Vec::new();
-    loop {
-        let page = api
-            .list(&params)
-            .await
-            .map_err(|e| anyhow::anyhow!("listing Nodes: {e}"))?;
-        out.extend(page.items);
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
-        }
-    }
+    let nodes = crate::controllers::cached_node::list_all(&Api::all(kube.clone())).await;
+    nodes.map_err(|e| anyhow::anyhow!("listing Nodes: {e}"))
 }
 
 /// Since when a Node carries the uninitialized taint: its `timeAdded`,
