@@ -18,7 +18,6 @@ use crate::options::Validated;
 use crate::options::controller_names::ControllerName;
 use crate::provider::Cloud;
 use crate::provider::permissions::{Scope, Verdict};
-use crate::provider::routes::RouteTableSelector;
 
 /// Reason of the start-up Warning event for each denied write.
 pub const EVENT_PERMISSION_DENIED: &str = "PermissionDenied";
@@ -60,10 +59,6 @@ pub fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) ->
     }
 }
 
-fn scope<C: Cloud>(env: &Environment<C>) -> Scope {
-    scope_for(&env.options, &env.cloud, &env.cluster_id)
-}
-
 /// The writes the enabled controllers will make, from the options,
 /// cloud.conf and the cluster ID (also what `aws-ccm doctor` checks).
 pub fn scope_for(opts: &Validated, cloud: &CloudConfig, cluster_id: &str) -> Scope {
@@ -71,14 +66,7 @@ pub fn scope_for(opts: &Validated, cloud: &CloudConfig, cluster_id: &str) -> Sco
     let routes = (enabled(ControllerName::Route) && opts.options.configure_cloud_routes)
         .then(|| opts.cluster_cidrs.as_ref()?.cidrs().first().copied())
         .flatten()
-        .map(|destination| {
-            let selector = RouteTableSelector {
-                route_table_id: cloud.route_table_id.clone(),
-                vpc_id: cloud.vpc.clone(),
-                cluster_id: cluster_id.to_string(),
-            };
-            (selector, destination)
-        });
+        .map(|destination| (super::route::table_selector(cloud, cluster_id), destination));
     Scope {
         routes,
         node_groups: enabled(ControllerName::Service) && !cloud.disable_security_group_ingress,
@@ -89,7 +77,7 @@ pub fn scope_for(opts: &Validated, cloud: &CloudConfig, cluster_id: &str) -> Sco
 
 /// Runs the self-check and reports what it found.
 pub async fn run<C: Cloud>(env: Environment<C>) {
-    let scope = scope(&env);
+    let scope = scope_for(&env.options, &env.cloud, &env.cluster_id);
     let findings = env.provider.check_writes(&scope).await;
     let events = super::events::Events::new(env.kube.clone(), "cloud-controller-manager");
     let subject = event_subject(

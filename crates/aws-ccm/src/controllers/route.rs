@@ -26,7 +26,7 @@ pub mod plan;
 pub mod publish;
 mod refusals;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +44,7 @@ use super::ControllerContext;
 use super::schedule::settle::Settle;
 use super::schedule::workqueue::Queue;
 use super::schedule::{self, Wake};
+use crate::cloud_config::CloudConfig;
 use crate::options::cidrs::ClusterCidrs;
 use crate::provider::Cloud;
 use crate::provider::routes::{
@@ -224,13 +225,10 @@ impl<R: Routes> Reconciler<R> {
                 selector: self.selector.to_string(),
             });
         }
-        let mut ids: Vec<String> = nodes
-            .iter()
-            .filter(|n| !n.pod_cidrs.is_empty())
+        let ids: BTreeSet<String> = (nodes.iter().filter(|n| !n.pod_cidrs.is_empty()))
             .filter_map(|n| n.instance_id.clone())
             .collect();
-        ids.sort();
-        ids.dedup();
+        let ids: Vec<String> = ids.into_iter().collect();
         let instances = if ids.is_empty() {
             HashMap::new()
         } else {
@@ -604,6 +602,16 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     }
 }
 
+/// The route tables cloud.conf and the cluster ID name: the controller's,
+/// the permission check's and `aws-ccm`'s subcommands'.
+pub fn table_selector(cloud: &CloudConfig, cluster_id: &str) -> RouteTableSelector {
+    RouteTableSelector {
+        route_table_id: cloud.route_table_id.clone(),
+        vpc_id: cloud.vpc.clone(),
+        cluster_id: cluster_id.to_string(),
+    }
+}
+
 /// The reconciler, and the period between full reconciles, when routes are
 /// on and `--cluster-cidr` is set; `None` (after saying why) otherwise.
 fn start<C: Cloud>(ctx: &ControllerContext<C>) -> Option<(Reconciler<C>, Duration)> {
@@ -620,11 +628,7 @@ fn start<C: Cloud>(ctx: &ControllerContext<C>) -> Option<(Reconciler<C>, Duratio
         );
         return None;
     };
-    let selector = RouteTableSelector {
-        route_table_id: ctx.cloud.route_table_id.clone(),
-        vpc_id: ctx.cloud.vpc.clone(),
-        cluster_id: ctx.cluster_id.clone(),
-    };
+    let selector = table_selector(&ctx.cloud, &ctx.cluster_id);
     let period = opts.route_reconciliation_period.max(Duration::from_secs(1));
     tracing::info!(cluster_cidr = %cluster_cidrs, tables = %selector, period = ?period, "starting route controller");
     let reconciler = Reconciler::new(

@@ -17,7 +17,6 @@ use crate::cloud_config::CloudConfig;
 use crate::kube_client;
 use crate::options::Validated;
 use crate::options::controller_names::ControllerName;
-use crate::provider::routes::RouteTableSelector;
 
 pub mod doctor;
 pub mod orphans;
@@ -68,11 +67,7 @@ impl Context {
             return None;
         }
         Some(orphans::RouteScope {
-            selector: RouteTableSelector {
-                route_table_id: self.cloud.route_table_id.clone(),
-                vpc_id: self.cloud.vpc.clone(),
-                cluster_id: self.cluster_id.clone(),
-            },
+            selector: crate::controllers::route::table_selector(&self.cloud, &self.cluster_id),
             cluster_cidrs: v.cluster_cidrs.clone()?,
         })
     }
