@@ -233,16 +233,12 @@ pub(crate) async fn decisions<I: Instances>(
 ) -> (Vec<(Arc<Node>, Decision)>, bool) {
     let mut checks: Vec<(Arc<Node>, Option<Lookup>)> = Vec::with_capacity(nodes.len());
     for node in nodes {
-        let key = if is_ready(&node) {
-            None
-        } else {
-            match identity::lookup_for_node(&node) {
-                Ok(key) => Some(key),
-                Err(err) => {
-                    tracing::debug!(node = %node.name_any(), error = %err, "cannot check the instance of a NotReady node");
-                    None
-                }
+        let key = match (!is_ready(&node)).then(|| identity::lookup_for_node(&node)) {
+            Some(Err(err)) => {
+                tracing::debug!(node = %node.name_any(), error = %err, "cannot check the instance of a NotReady node");
+                None
             }
+            key => key.and_then(Result::ok),
         };
         checks.push((node, key));
     }

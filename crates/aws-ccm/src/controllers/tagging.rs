@@ -20,7 +20,7 @@
 //!   Go CCM). The price, shared with upstream: a node deleted while no CCM
 //!   runs keeps its tags on the instance.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -29,6 +29,8 @@ use futures::{FutureExt, StreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use md5::{Digest, Md5};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::json;
 use tokio::time::Instant;
@@ -73,13 +75,8 @@ struct WorkItemErrorLabels {
 /// Upstream's `cloudprovider_aws_tagging_controller_work_item_errors_total`
 /// with its labels: `total_errors` on each failure that is retried,
 /// `errors_after_retries_exhausted` when the node is given up.
-static WORK_ITEM_ERRORS: LazyLock<
-    prometheus_client::metrics::family::Family<
-        WorkItemErrorLabels,
-        prometheus_client::metrics::counter::Counter,
-    >,
-> = LazyLock::new(|| {
-    let family = prometheus_client::metrics::family::Family::default();
+static WORK_ITEM_ERRORS: LazyLock<Family<WorkItemErrorLabels, Counter>> = LazyLock::new(|| {
+    let family = Family::default();
     crate::metrics::register(
         "cloudprovider_aws_tagging_controller_work_item_errors",
         "any error in dequeueing the work queue and processing workItem (upstream's name and labels)",
@@ -277,16 +274,11 @@ impl Pending {
         not_found: bool,
         now: Instant,
     ) -> bool {
-        let Some((item, retry)) = self.tag.get_mut(node) else {
-            return false;
-        };
-        if retry.failed(now, not_found) {
-            let instance = item.instance.clone();
-            self.tag.remove(node);
-            self.skipped.insert(node.to_string(), (uid, instance));
-            return true;
+        let given_up = (self.tag.get_mut(node)).is_some_and(|(_, r)| r.failed(now, not_found));
+        if given_up && let Some((item, _)) = self.tag.remove(node) {
+            self.skipped.insert(node.to_string(), (uid, item.instance));
         }
-        false
+        given_up
     }
 
     fn untag_done(&mut self, instance: &str) {
@@ -296,14 +288,11 @@ impl Pending {
 
     /// Records a failed untag; returns true when it is dropped.
     fn untag_failed(&mut self, instance: &str, now: Instant) -> bool {
-        let Some(retry) = self.untag.get_mut(instance) else {
-            return false;
-        };
-        if retry.failed(now, false) {
+        let given_up = (self.untag.get_mut(instance)).is_some_and(|r| r.failed(now, false));
+        if given_up {
             self.untag.remove(instance);
-            return true;
         }
-        false
+        given_up
     }
 }
 
@@ -401,9 +390,8 @@ impl<I: Instances> Tagger<I> {
     }
 
     async fn tag(&self, pending: &mut Pending, items: Vec<TagItem>) {
-        let mut ids: Vec<String> = items.iter().map(|i| i.instance.clone()).collect();
-        ids.sort();
-        ids.dedup();
+        let ids: BTreeSet<String> = items.iter().map(|i| i.instance.clone()).collect();
+        let ids: Vec<String> = ids.into_iter().collect();
         let results = in_batches(&ids, |ids| async move {
             self.cloud.create_tags(&ids, &self.tags).await
         })
