@@ -39,10 +39,7 @@ pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> usize {
         .state()
         .into_iter()
         .filter(|n| !plan::is_uninitialized(n))
-        .filter_map(|n| {
-            let lookup = identity::lookup_for_node(&n).ok()?;
-            Some((n, lookup))
-        })
+        .filter_map(|n| identity::lookup_for_node(&n).ok().map(|l| (n, l)))
         .collect();
     if nodes.is_empty() {
         return 0;
