@@ -166,8 +166,11 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         families: ctx.cloud.node_ip_families.clone(),
         nodes: ctx.nodes.clone(),
         workers,
-        prefetch: Prefetcher::new(ctx.provider.clone(), GATHER_WINDOW)
-            .bursts_span(ctx.options.options.aws_instance_sweep_ttl),
+        prefetch: Prefetcher::new(
+            ctx.provider.clone(),
+            GATHER_WINDOW,
+            ctx.options.options.aws_instance_sweep_ttl,
+        ),
         progress: ProgressBook::default(),
         topology: topology::Queue::default(),
     });

@@ -55,12 +55,12 @@ struct State {
 /// nodes spread over the windows.
 pub const SWEEP_FROM: usize = 200;
 
-/// How long a burst counts its lookups unless [`Prefetcher::bursts_span`]
-/// says: the default of the client's sweep lifetime
-/// (`--aws-instance-sweep-ttl`), so a burst's windows share one read.
+/// How long a burst counts its lookups in the tests: the default of the
+/// client's sweep lifetime (`--aws-instance-sweep-ttl`).
+#[cfg(test)]
 const BURST_SPAN: Duration = Duration::from_secs(30);
 
-/// Lookups started within one [`BURST_SPAN`], and the index of the sweep
+/// Lookups started within one burst span, and the index of the sweep
 /// they last shared (built once per sweep read, not once per window).
 #[derive(Default)]
 struct Burst {
@@ -119,20 +119,16 @@ pub struct Prefetcher<I: Instances> {
 }
 
 impl<I: Instances> Prefetcher<I> {
-    /// Lookups started within `gather` of each other are sent together.
-    pub fn new(cloud: I, gather: Duration) -> Prefetcher<I> {
+    /// Lookups started within `gather` of each other are sent together;
+    /// a burst counts its lookups for `burst_span`, the sweep's lifetime
+    /// (`--aws-instance-sweep-ttl`), so a burst's windows share one read.
+    pub fn new(cloud: I, gather: Duration, burst_span: Duration) -> Prefetcher<I> {
         Prefetcher {
             cloud,
             gather,
-            burst_span: BURST_SPAN,
+            burst_span,
             state: Mutex::default(),
         }
-    }
-
-    /// Bursts span `span`: the sweep's lifetime (`--aws-instance-sweep-ttl`).
-    pub fn bursts_span(mut self, span: Duration) -> Prefetcher<I> {
-        self.burst_span = span;
-        self
     }
 
     /// Starts looking up `node`'s instance unless that lookup is already
@@ -324,7 +320,7 @@ mod tests {
     async fn prefetched_answers_are_used_once_then_looked_up_afresh() {
         let cloud = FakeInstances::new();
         cloud.add(instance("i-1", "10.0.0.1"));
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
         let key = Lookup::ByPrivateDns("ip-10-0-0-1.ec2.internal".into());
         prefetcher.prefetch("n1", key.clone());
         prefetcher.prefetch("n1", key.clone());
@@ -340,7 +336,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn lookups_of_one_window_fire_together() {
         let cloud = FakeInstances::new();
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
         prefetcher.prefetch("a", Lookup::ById("i-a".into()));
         tokio::time::advance(Duration::from_millis(150)).await;
         prefetcher.prefetch("b", Lookup::ById("i-b".into()));
@@ -370,7 +366,7 @@ mod tests {
             ));
         }
         cloud.hide_from_sweep("i-7");
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
         let name = |i: usize| format!("ip-10-0-{}-{}.ec2.internal", i / 200, i % 200 + 1);
         for i in 0..burst {
             prefetcher.prefetch(&format!("n{i}"), Lookup::ByPrivateDns(name(i)));
@@ -416,10 +412,8 @@ mod tests {
         for i in 0..per_window * windows {
             cloud.add(instance(&format!("i-{i}"), &ip(i)));
         }
-        let mut prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
-        if let Some(span) = span {
-            prefetcher = prefetcher.bursts_span(span);
-        }
+        let span = span.unwrap_or(BURST_SPAN);
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), span);
         for w in 0..windows {
             let nodes: Vec<usize> = (w * per_window..(w + 1) * per_window).collect();
             for &i in &nodes {
@@ -471,7 +465,7 @@ mod tests {
     async fn a_changed_lookup_replaces_the_prefetched_one() {
         let cloud = FakeInstances::new();
         cloud.add(instance("i-2", "10.0.0.2"));
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200));
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
         prefetcher.prefetch("n", Lookup::ByPrivateDns("n".into()));
         let found = prefetcher
             .resolve("n", &Lookup::ById("i-2".into()))
