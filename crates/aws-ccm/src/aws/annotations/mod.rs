@@ -2,8 +2,8 @@
 //!
 //! [`table::ANNOTATIONS`] is the single source of truth for every annotation
 //! the service controller reads: its name, value type, default, which load
-//! balancer type it applies to, what it means, and the function that parses
-//! its value into the spec. The annotation reference (docs/annotations.md) is
+//! balancer type it applies to, what it means, and how its value is parsed
+//! into the spec. The annotation reference (docs/annotations.md) is
 //! generated from it by the unit tests, which fail when the two drift.
 //!
 //! [`LoadBalancerSpec::from_service`] (in `parse.rs`) turns a Service into a

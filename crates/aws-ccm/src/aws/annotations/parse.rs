@@ -40,9 +40,6 @@ impl Context<'_> {
     }
 }
 
-/// A row's parser: the spec so far, the context, the annotation key and its value.
-pub type Parse = fn(&mut LoadBalancerSpec, &Context<'_>, &str, &str) -> Result<(), SpecError>;
-
 impl LoadBalancerSpec {
     /// Parses and validates a Service of type LoadBalancer: the first value
     /// refused, else the spec (values taken with a warning included).
@@ -115,7 +112,7 @@ impl LoadBalancerSpec {
                     }
                     continue;
                 }
-                if let Err(e) = (row.parse)(&mut out, &cx, row.name, value) {
+                if let Err(e) = row.parse.apply(&mut out, &cx, row.name, value) {
                     errors.push(e);
                 }
             }

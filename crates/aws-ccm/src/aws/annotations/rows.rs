@@ -1,4 +1,5 @@
-//! The row parsers of the annotation table, in table order: each reads one
+//! The row parsers of the annotation table: [`Parse`], the common shapes,
+//! then the rows with their own function, in table order. Each reads one
 //! annotation's value into the spec, or refuses it as the Go CCM does
 //! ([`super::upstream`] says, value class by value class).
 
@@ -8,13 +9,47 @@ use super::LoadBalancerSpec as Spec;
 use super::parse::{Context as Cx, parse_cidrs};
 use super::*;
 
-/// strconv.ParseBool, which upstream uses; an empty value means "not set"
-/// for flags, numbers and strings.
-fn flag(key: &str, v: &str) -> Result<bool, SpecError> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "" | "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(err(key, v, "allowed: true or false")),
+/// How a row reads its value (possibly empty) into the spec: the common
+/// shapes by the spec field they set, the others by their own function.
+/// An empty value means "not set" for flags, numbers and strings.
+#[derive(Clone, Copy, Debug)]
+pub enum Parse {
+    /// A string.
+    Text(fn(&mut Spec) -> &mut Option<String>),
+    /// strconv.ParseBool, which upstream uses.
+    Flag(fn(&mut Spec) -> &mut bool),
+    /// A whole number from the first bound to the second.
+    Number(i32, i32, fn(&mut Spec) -> &mut Option<i32>),
+    /// A comma-separated list ([`split_list`]).
+    List(fn(&mut Spec) -> &mut Vec<String>),
+    /// `k1=v1,k2=,k3` ([`parse_key_values`]).
+    Pairs(fn(&mut Spec) -> &mut BTreeMap<String, String>),
+    /// The spec so far, the context, the annotation key and its value.
+    Own(fn(&mut Spec, &Cx<'_>, &str, &str) -> Result<(), SpecError>),
+}
+
+impl Parse {
+    /// Parses the value `v` of annotation `k` into the spec and validates it.
+    pub fn apply(self, s: &mut Spec, cx: &Cx<'_>, k: &str, v: &str) -> Result<(), SpecError> {
+        match self {
+            Parse::Text(field) => *field(s) = (!v.is_empty()).then(|| v.to_string()),
+            Parse::Flag(field) => {
+                *field(s) = match v {
+                    "1" | "t" | "T" | "TRUE" | "true" | "True" => true,
+                    "" | "0" | "f" | "F" | "FALSE" | "false" | "False" => false,
+                    _ => return Err(err(k, v, "allowed: true or false")),
+                }
+            }
+            Parse::Number(min, max, field) => {
+                *field(s) = (!v.is_empty())
+                    .then(|| parse_int(k, v, min, max))
+                    .transpose()?
+            }
+            Parse::List(field) => *field(s) = split_list(v),
+            Parse::Pairs(field) => *field(s) = parse_key_values(v),
+            Parse::Own(parse) => return parse(s, cx, k, v),
+        }
+        Ok(())
     }
 }
 
@@ -29,17 +64,7 @@ fn parse_int(key: &str, v: &str, min: i32, max: i32) -> Result<i32, SpecError> {
     }
 }
 
-fn number(key: &str, v: &str, min: i32, max: i32) -> Result<Option<i32>, SpecError> {
-    (!v.is_empty())
-        .then(|| parse_int(key, v, min, max))
-        .transpose()
-}
-
-fn text(v: &str) -> Option<String> {
-    (!v.is_empty()).then(|| v.to_string())
-}
-
-// The row parsers, in table order. `read` reads the type first, as every
+// The rows with their own function, in table order. `read` reads the type first, as every
 // other row may depend on it; its row only checks it is the same.
 
 pub fn kind(s: &mut Spec, _: &Cx, _: &str, _: &str) -> Result<(), SpecError> {
@@ -72,57 +97,6 @@ pub fn access_log_emit_interval(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Resul
     Ok(())
 }
 
-pub fn access_log_enabled(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.access_log_enabled = flag(k, v)?;
-    Ok(())
-}
-
-pub fn access_log_bucket(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.access_log_bucket = text(v);
-    Ok(())
-}
-
-pub fn access_log_prefix(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.access_log_prefix = text(v);
-    Ok(())
-}
-
-pub fn draining_enabled(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.draining_enabled = flag(k, v)?;
-    Ok(())
-}
-
-pub fn draining_timeout(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.draining_timeout = number(k, v, 1, 3600)?;
-    Ok(())
-}
-
-pub fn idle_timeout(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.idle_timeout = number(k, v, 1, 4000)?;
-    Ok(())
-}
-
-pub fn cross_zone(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.cross_zone = flag(k, v)?;
-    Ok(())
-}
-
-/// Upstream rejects it on an NLB, even empty (the row says so).
-pub fn extra_security_groups(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.extra_security_groups = split_list(v);
-    Ok(())
-}
-
-pub fn security_groups(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.security_groups = split_list(v);
-    Ok(())
-}
-
-pub fn ssl_cert(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.ssl_cert = text(v);
-    Ok(())
-}
-
 pub fn ssl_ports(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     if v.is_empty() || v == "*" {
         s.ssl_ports = None;
@@ -136,11 +110,6 @@ pub fn ssl_ports(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError
         };
     }
     s.ssl_ports = Some(set);
-    Ok(())
-}
-
-pub fn ssl_negotiation_policy(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.ssl_negotiation_policy = text(v);
     Ok(())
 }
 
@@ -175,11 +144,6 @@ pub fn backend_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), S
     Ok(())
 }
 
-pub fn additional_tags(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.additional_tags = parse_key_values(v);
-    Ok(())
-}
-
 pub fn hc_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     if v.is_empty() {
         s.health_check.protocol = None;
@@ -207,36 +171,6 @@ pub fn hc_port(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> 
             parse_int(k, v, 1, 65535).map_err(|_| err(k, v, allowed))?,
         )),
     };
-    Ok(())
-}
-
-pub fn hc_path(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.health_check.path = text(v);
-    Ok(())
-}
-
-pub fn hc_healthy(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.health_check.healthy_threshold = number(k, v, 2, 10)?;
-    Ok(())
-}
-
-pub fn hc_unhealthy(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.health_check.unhealthy_threshold = number(k, v, 2, 10)?;
-    Ok(())
-}
-
-pub fn hc_timeout(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.health_check.timeout = number(k, v, 2, 120)?;
-    Ok(())
-}
-
-pub fn hc_interval(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
-    s.health_check.interval = number(k, v, 5, 300)?;
-    Ok(())
-}
-
-pub fn eip_allocations(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.eip_allocations = split_list(v);
     Ok(())
 }
 
@@ -300,11 +234,6 @@ pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), Sp
             false
         }
     };
-    Ok(())
-}
-
-pub fn target_node_labels(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
-    s.target_node_labels = parse_key_values(v);
     Ok(())
 }
 

@@ -1,8 +1,7 @@
 //! The annotation table: what each annotation means (docs/annotations.md is
-//! generated from it) and which function parses its value.
+//! generated from it) and how its value is parsed ([`Parse`]).
 
-use super::parse::Parse;
-use super::rows as parse;
+use super::rows::{self as parse, Parse};
 use super::*;
 
 /// Which load balancer types an annotation affects.
@@ -101,7 +100,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "classic ELB",
         Applies::Both,
         "`nlb` provisions a Network Load Balancer; `external` and `nlb-ip` leave the Service to another controller (AWS Load Balancer Controller). Cannot change once the load balancer exists.",
-        parse::kind,
+        Parse::Own(parse::kind),
     ),
     row(
         INTERNAL,
@@ -109,7 +108,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "internet-facing",
         Applies::Both,
         "Any value but `false` makes the load balancer internal (scheme `internal`). Changing it recreates the load balancer.",
-        parse::internal,
+        Parse::Own(parse::internal),
     ),
     row(
         PROXY_PROTOCOL,
@@ -117,7 +116,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Clb,
         "`*` enables proxy protocol v1 on every backend port (policy `k8s-proxyprotocol-enabled`).",
-        parse::proxy_protocol,
+        Parse::Own(parse::proxy_protocol),
     ),
     row(
         ACCESS_LOG_EMIT_INTERVAL,
@@ -125,7 +124,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "60",
         Applies::Clb,
         "Minutes between access log publications.",
-        parse::access_log_emit_interval,
+        Parse::Own(parse::access_log_emit_interval),
     ),
     row(
         ACCESS_LOG_ENABLED,
@@ -133,7 +132,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "false",
         Applies::Both,
         "Enables access logs.",
-        parse::access_log_enabled,
+        Parse::Flag(|s| &mut s.access_log_enabled),
     ),
     row(
         ACCESS_LOG_BUCKET,
@@ -141,7 +140,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Both,
         "S3 bucket for access logs.",
-        parse::access_log_bucket,
+        Parse::Text(|s| &mut s.access_log_bucket),
     ),
     row(
         ACCESS_LOG_PREFIX,
@@ -149,7 +148,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Both,
         "Key prefix for access logs in the bucket.",
-        parse::access_log_prefix,
+        Parse::Text(|s| &mut s.access_log_prefix),
     ),
     row(
         DRAINING_ENABLED,
@@ -157,7 +156,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "false",
         Applies::Clb,
         "Enables connection draining.",
-        parse::draining_enabled,
+        Parse::Flag(|s| &mut s.draining_enabled),
     ),
     row(
         DRAINING_TIMEOUT,
@@ -165,7 +164,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "300 (AWS)",
         Applies::Clb,
         "Connection draining timeout.",
-        parse::draining_timeout,
+        Parse::Number(1, 3600, |s| &mut s.draining_timeout),
     ),
     row(
         IDLE_TIMEOUT,
@@ -173,7 +172,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "60",
         Applies::Clb,
         "Idle connection timeout.",
-        parse::idle_timeout,
+        Parse::Number(1, 4000, |s| &mut s.idle_timeout),
     ),
     row(
         CROSS_ZONE,
@@ -181,7 +180,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "false",
         Applies::Both,
         "Enables cross-zone load balancing.",
-        parse::cross_zone,
+        Parse::Flag(|s| &mut s.cross_zone),
     ),
     row(
         EXTRA_SECURITY_GROUPS,
@@ -189,7 +188,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Clb,
         "Groups added to the load balancer besides its own (rejected on an NLB, as upstream).",
-        parse::extra_security_groups,
+        Parse::List(|s| &mut s.extra_security_groups),
     )
     .rejected_elsewhere(),
     row(
@@ -198,7 +197,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Both,
         "Groups that replace the owned `k8s-elb-<name>` group; the controller does not change their rules.",
-        parse::security_groups,
+        Parse::List(|s| &mut s.security_groups),
     ),
     row(
         SSL_CERT,
@@ -206,7 +205,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Both,
         "Certificate for TLS listeners (SSL/HTTPS on a CLB, TLS on an NLB) on the `ssl-ports`.",
-        parse::ssl_cert,
+        Parse::Text(|s| &mut s.ssl_cert),
     ),
     row(
         SSL_PORTS,
@@ -214,7 +213,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "`*`",
         Applies::Both,
         "Ports that get the certificate.",
-        parse::ssl_ports,
+        Parse::Own(parse::ssl_ports),
     ),
     row(
         SSL_NEGOTIATION_POLICY,
@@ -222,7 +221,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "AWS default",
         Applies::Both,
         "Security policy of the TLS listeners (CLB policy `k8s-SSLNegotiationPolicy-<name>`).",
-        parse::ssl_negotiation_policy,
+        Parse::Text(|s| &mut s.ssl_negotiation_policy),
     ),
     row(
         BACKEND_PROTOCOL,
@@ -230,7 +229,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "`tcp`",
         Applies::Both,
         "Protocol to the backends. With a certificate: `http`/`https` give HTTPS listeners, `ssl`/`tcp` SSL listeners; without one, `http` gives HTTP listeners.",
-        parse::backend_protocol,
+        Parse::Own(parse::backend_protocol),
     ),
     row(
         ADDITIONAL_TAGS,
@@ -238,7 +237,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Both,
         "Extra tags on the load balancer and its owned security group.",
-        parse::additional_tags,
+        Parse::Pairs(|s| &mut s.additional_tags),
     ),
     row(
         HC_PROTOCOL,
@@ -246,7 +245,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "`TCP` (`HTTP` for `externalTrafficPolicy: Local`)",
         Applies::Both,
         "Health check protocol.",
-        parse::hc_protocol,
+        Parse::Own(parse::hc_protocol),
     ),
     row(
         HC_PORT,
@@ -254,7 +253,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "`traffic-port` (`healthCheckNodePort` for Local)",
         Applies::Both,
         "Health check port.",
-        parse::hc_port,
+        Parse::Own(parse::hc_port),
     ),
     row(
         HC_PATH,
@@ -262,7 +261,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "`/` (`/healthz` for Local)",
         Applies::Both,
         "Health check path for HTTP/HTTPS checks.",
-        parse::hc_path,
+        Parse::Text(|s| &mut s.health_check.path),
     ),
     row(
         HC_HEALTHY,
@@ -270,7 +269,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "2 (CLB), 3 (NLB)",
         Applies::Both,
         "Consecutive successes before a backend is healthy.",
-        parse::hc_healthy,
+        Parse::Number(2, 10, |s| &mut s.health_check.healthy_threshold),
     ),
     row(
         HC_UNHEALTHY,
@@ -278,7 +277,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "6 (CLB), 3 (NLB)",
         Applies::Both,
         "Consecutive failures before a backend is unhealthy.",
-        parse::hc_unhealthy,
+        Parse::Number(2, 10, |s| &mut s.health_check.unhealthy_threshold),
     ),
     row(
         HC_TIMEOUT,
@@ -286,7 +285,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "5 (CLB), 10 (NLB)",
         Applies::Both,
         "Health check timeout; must be less than the interval.",
-        parse::hc_timeout,
+        Parse::Number(2, 120, |s| &mut s.health_check.timeout),
     ),
     row(
         HC_INTERVAL,
@@ -294,7 +293,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "10 (CLB), 30 (NLB)",
         Applies::Both,
         "Seconds between health checks.",
-        parse::hc_interval,
+        Parse::Number(5, 300, |s| &mut s.health_check.interval),
     ),
     row(
         EIP_ALLOCATIONS,
@@ -302,7 +301,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Nlb,
         "Elastic IPs of an internet-facing NLB, one per subnet (ignored on a CLB, as upstream).",
-        parse::eip_allocations,
+        Parse::List(|s| &mut s.eip_allocations),
     ),
     row(
         PRIVATE_IPV4,
@@ -310,7 +309,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Nlb,
         "Private addresses of an internal NLB, one per subnet (ignored on a CLB, as upstream).",
-        parse::private_ipv4,
+        Parse::Own(parse::private_ipv4),
     ),
     row(
         TARGET_GROUP_ATTRIBUTES,
@@ -318,7 +317,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "-",
         Applies::Nlb,
         "NLB target group attributes `preserve_client_ip.enabled` and `proxy_protocol_v2.enabled` (rejected on a CLB, as upstream).",
-        parse::target_group_attributes,
+        Parse::Own(parse::target_group_attributes),
     )
     .rejected_elsewhere(),
     row(
@@ -327,7 +326,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "`ipv4`",
         Applies::Nlb,
         "`dualstack` gives the NLB IPv4 and IPv6 addresses (its subnets need IPv6 CIDRs). Not in the Go CCM (cloud-provider-aws #1219), which ignores it; ignored on a CLB.",
-        parse::ip_address_type,
+        Parse::Own(parse::ip_address_type),
     ),
     row(
         TARGET_NODE_LABELS,
@@ -335,7 +334,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "all nodes",
         Applies::Both,
         "Only nodes with all these labels are backends. `key` and `key=` mean \"the label exists, any value\"; `key=value` wants that value. Pairs are trimmed, the text around `=` is not. Same as the Go CCM.",
-        parse::target_node_labels,
+        Parse::Pairs(|s| &mut s.target_node_labels),
     ),
     row(
         SUBNETS,
@@ -343,7 +342,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "auto-discovered",
         Applies::Both,
         "Subnets of the load balancer. Without it: one subnet per zone in the VPC, tagged for this cluster or no cluster, preferring `kubernetes.io/role/elb` (internet-facing) or `kubernetes.io/role/internal-elb` (internal), then the cluster tag, then the lowest ID.",
-        parse::subnets,
+        Parse::Own(parse::subnets),
     ),
     row(
         SOURCE_RANGES,
@@ -351,6 +350,6 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "`0.0.0.0/0`",
         Applies::Both,
         "Client ranges allowed in; `spec.loadBalancerSourceRanges` takes precedence.",
-        parse::source_ranges,
+        Parse::Own(parse::source_ranges),
     ),
 ];
