@@ -113,62 +113,54 @@ pub enum Place {
     TargetRecord,
 }
 
-/// One request the CCM makes: (verb, API group, resource, subresource, where).
-pub type Need = (
-    &'static str,
-    &'static str,
-    &'static str,
-    &'static str,
-    Place,
-);
+/// One request the CCM makes: (verb, resource as kubectl names it,
+/// `resource[/subresource][.group]`, where).
+pub type Need = (&'static str, &'static str, Place);
 
 /// Every request the CCM makes, as manifests/base/rbac.yaml grants it (a
 /// unit test keeps the two equal both ways).
 pub const CCM_NEEDS: &[Need] = &[
-    ("get", "", "nodes", "", Place::Cluster),
-    ("list", "", "nodes", "", Place::Cluster),
-    ("watch", "", "nodes", "", Place::Cluster),
-    ("patch", "", "nodes", "", Place::Cluster),
-    ("delete", "", "nodes", "", Place::Cluster),
-    ("patch", "", "nodes", "status", Place::Cluster),
-    ("list", "", "services", "", Place::Cluster),
-    ("watch", "", "services", "", Place::Cluster),
-    ("patch", "", "services", "", Place::Cluster),
-    ("patch", "", "services", "status", Place::Cluster),
-    ("create", "", "events", "", Place::Cluster),
-    ("patch", "", "events", "", Place::Cluster),
+    ("get", "nodes", Place::Cluster),
+    ("list", "nodes", Place::Cluster),
+    ("watch", "nodes", Place::Cluster),
+    ("patch", "nodes", Place::Cluster),
+    ("delete", "nodes", Place::Cluster),
+    ("patch", "nodes/status", Place::Cluster),
+    ("list", "services", Place::Cluster),
+    ("watch", "services", Place::Cluster),
+    ("patch", "services", Place::Cluster),
+    ("patch", "services/status", Place::Cluster),
+    ("create", "events", Place::Cluster),
+    ("patch", "events", Place::Cluster),
     (
         "create",
-        "coordination.k8s.io",
-        "leases",
-        "",
+        "leases.coordination.k8s.io",
         Place::LeaseNamespace,
     ),
-    ("get", "coordination.k8s.io", "leases", "", Place::Lease),
-    ("update", "coordination.k8s.io", "leases", "", Place::Lease),
-    ("get", "", "configmaps", "", Place::AuthConfigMap),
-    ("create", "", "configmaps", "", Place::LeaseNamespace),
-    ("get", "", "configmaps", "", Place::TargetRecord),
-    ("update", "", "configmaps", "", Place::TargetRecord),
+    ("get", "leases.coordination.k8s.io", Place::Lease),
+    ("update", "leases.coordination.k8s.io", Place::Lease),
+    ("get", "configmaps", Place::AuthConfigMap),
+    ("create", "configmaps", Place::LeaseNamespace),
+    ("get", "configmaps", Place::TargetRecord),
+    ("update", "configmaps", Place::TargetRecord),
     (
         "create",
-        "authentication.k8s.io",
-        "tokenreviews",
-        "",
+        "tokenreviews.authentication.k8s.io",
         Place::Cluster,
     ),
     (
         "create",
-        "authorization.k8s.io",
-        "subjectaccessreviews",
-        "",
+        "subjectaccessreviews.authorization.k8s.io",
         Place::Cluster,
     ),
 ];
 
 /// The review's attributes of one need, with the options' Lease.
 pub fn attributes(need: &Need, opts: &crate::options::Options) -> ResourceAttributes {
-    let (verb, group, resource, subresource, place) = *need;
+    let (verb, what, place) = *need;
+    let (resource, group) = what.split_once('.').unwrap_or((what, ""));
+    let (resource, subresource) =
+        (resource.split_once('/')).map_or((resource, None), |(r, s)| (r, Some(s)));
     let lease_ns = || Some(opts.leader_elect_resource_namespace.clone());
     let (namespace, name) = match place {
         Place::Cluster => (None, None),
@@ -185,27 +177,19 @@ pub fn attributes(need: &Need, opts: &crate::options::Options) -> ResourceAttrib
             Some("extension-apiserver-authentication".to_string()),
         ),
     };
-    let text = |s: &str| (!s.is_empty()).then(|| s.to_string());
     ResourceAttributes {
         verb: Some(verb.into()),
         group: Some(group.into()),
         resource: Some(resource.into()),
-        subresource: text(subresource),
+        subresource: subresource.map(str::to_string),
         namespace,
         name,
         ..Default::default()
     }
 }
 
-fn describe(a: &ResourceAttributes) -> String {
-    let mut what = a.resource.clone().unwrap_or_default();
-    if let Some(sub) = &a.subresource {
-        what = format!("{what}/{sub}");
-    }
-    if let Some(group) = a.group.as_deref().filter(|g| !g.is_empty()) {
-        what = format!("{what}.{group}");
-    }
-    let verb = a.verb.as_deref().unwrap_or_default();
+/// The need as kubectl would name it, with where it applies.
+fn describe((verb, what, _): &Need, a: &ResourceAttributes) -> String {
     match (&a.namespace, &a.name) {
         (Some(ns), Some(name)) => format!("{verb} {what} {ns}/{name}"),
         (Some(ns), None) => format!("{verb} {what} in {ns}"),
@@ -229,7 +213,7 @@ pub async fn rbac_checks(ctx: &Context) -> Vec<Check> {
         };
         match api.create(&PostParams::default(), &review).await {
             Ok(answer) if answer.status.as_ref().is_some_and(|s| s.allowed) => {}
-            Ok(_) => denied.push(describe(&attrs)),
+            Ok(_) => denied.push(describe(need, &attrs)),
             Err(e) => {
                 return vec![Check::of("kubernetes", "the CCM's RBAC").fail(
                     format!("SelfSubjectAccessReview failed: {e}"),

@@ -158,13 +158,14 @@ fn the_rbac_needs_are_the_manifests_rules() {
     }
     let needed: BTreeSet<(String, String, String)> = CCM_NEEDS
         .iter()
-        .map(|(verb, group, resource, sub, _)| {
-            let r = if sub.is_empty() {
-                resource.to_string()
-            } else {
-                format!("{resource}/{sub}")
+        .map(|need| {
+            let a = attributes(need, &opts);
+            let (resource, group) = (a.resource.unwrap_or_default(), a.group.unwrap_or_default());
+            let r = match a.subresource {
+                None => resource,
+                Some(sub) => format!("{resource}/{sub}"),
             };
-            (verb.to_string(), group.to_string(), r)
+            (a.verb.unwrap_or_default(), group, r)
         })
         .collect();
     for role in policy.roles_bound_by_manifest(user, &groups) {
