@@ -162,17 +162,6 @@ pub enum BackendProtocol {
     Tcp,
 }
 
-impl BackendProtocol {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendProtocol::Http => "http",
-            BackendProtocol::Https => "https",
-            BackendProtocol::Ssl => "ssl",
-            BackendProtocol::Tcp => "tcp",
-        }
-    }
-}
-
 /// Ports named by `ssl-ports`; `None` in the spec means every port.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PortSet {
