@@ -57,201 +57,188 @@ pub enum LogFormat {
 )]
 pub struct Options {
     /// The provider for cloud services. Must be "aws".
-    #[arg(long = "cloud-provider", default_value = "")]
+    #[arg(long, default_value = "")]
     pub cloud_provider: String,
 
     /// The path to the cloud provider configuration file (cloud.conf). Empty string for no configuration file.
-    #[arg(long = "cloud-config")]
+    #[arg(long)]
     pub cloud_config: Option<PathBuf>,
 
     /// Path to kubeconfig file with authorization and master location information.
-    #[arg(long = "kubeconfig")]
+    #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
 
     /// The address of the Kubernetes API server (overrides any value in kubeconfig).
-    #[arg(long = "master")]
+    #[arg(long)]
     pub master: Option<String>,
 
     /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'. Off by default: tagging, and nodeipam (node CIDR allocation, which the Go CCM does not have; name it to run it).
-    #[arg(long = "controllers", value_delimiter = ',', default_value = "*")]
+    #[arg(long, value_delimiter = ',', default_value = "*")]
     pub controllers: Vec<String>,
 
     /// Start a leader election client and gain leadership before executing the main loop.
-    #[arg(long = "leader-elect", default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    #[arg(long, default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub leader_elect: bool,
 
     /// The duration that non-leader candidates will wait after observing a leadership renewal until attempting to acquire leadership.
-    #[arg(long = "leader-elect-lease-duration", default_value = "15s", value_parser = go_duration)]
+    #[arg(long, default_value = "15s", value_parser = go_duration)]
     pub leader_elect_lease_duration: Duration,
 
     /// The interval between attempts by the acting master to renew a leadership slot before it stops leading.
-    #[arg(long = "leader-elect-renew-deadline", default_value = "10s", value_parser = go_duration)]
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
     pub leader_elect_renew_deadline: Duration,
 
     /// The duration the clients should wait between attempting acquisition and renewal of a leadership.
-    #[arg(long = "leader-elect-retry-period", default_value = "2s", value_parser = go_duration)]
+    #[arg(long, default_value = "2s", value_parser = go_duration)]
     pub leader_elect_retry_period: Duration,
 
     /// The name of resource object that is used for locking during leader election.
-    #[arg(
-        long = "leader-elect-resource-name",
-        default_value = "cloud-controller-manager"
-    )]
+    #[arg(long, default_value = "cloud-controller-manager")]
     pub leader_elect_resource_name: String,
 
     /// The namespace of resource object that is used for locking during leader election.
-    #[arg(
-        long = "leader-elect-resource-namespace",
-        default_value = "kube-system"
-    )]
+    #[arg(long, default_value = "kube-system")]
     pub leader_elect_resource_namespace: String,
 
     /// The type of resource object that is used for locking. Only "leases" is supported (as in current upstream).
-    #[arg(long = "leader-elect-resource-lock", default_value = "leases")]
+    #[arg(long, default_value = "leases")]
     pub leader_elect_resource_lock: String,
 
     /// Should CIDRs for Pods be allocated and set on the cloud provider.
-    #[arg(long = "allocate-node-cidrs", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub allocate_node_cidrs: bool,
 
     /// CIDR Range for Pods in cluster (one, or two comma-separated for dual-stack).
-    #[arg(long = "cluster-cidr", default_value = "")]
+    #[arg(long, default_value = "")]
     pub cluster_cidr: String,
 
     /// Mask size for node CIDRs in the cluster (single-stack IPv4 and IPv6). Default 24 for IPv4, 64 for IPv6.
-    #[arg(long = "node-cidr-mask-size")]
+    #[arg(long)]
     pub node_cidr_mask_size: Option<u8>,
 
     /// Mask size for IPv4 node CIDRs in a dual-stack cluster.
-    #[arg(long = "node-cidr-mask-size-ipv4")]
+    #[arg(long)]
     pub node_cidr_mask_size_ipv4: Option<u8>,
 
     /// Mask size for IPv6 node CIDRs in a dual-stack cluster.
-    #[arg(long = "node-cidr-mask-size-ipv6")]
+    #[arg(long)]
     pub node_cidr_mask_size_ipv6: Option<u8>,
 
     /// Should CIDRs allocated by allocate-node-cidrs be configured on the cloud provider.
-    #[arg(long = "configure-cloud-routes", default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    #[arg(long, default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub configure_cloud_routes: bool,
 
     /// The instance prefix for the cluster.
-    #[arg(long = "cluster-name", default_value = "kubernetes")]
+    #[arg(long, default_value = "kubernetes")]
     pub cluster_name: String,
 
     /// Allow the cluster to run without the cluster-id on cloud instances.
-    #[arg(long = "allow-untagged-cloud", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub allow_untagged_cloud: bool,
 
     /// The number of services that are allowed to sync concurrently.
-    #[arg(long = "concurrent-service-syncs", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrent_service_syncs: u32,
 
     /// Number of workers concurrently synchronizing nodes.
-    #[arg(long = "concurrent-node-syncs", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub concurrent_node_syncs: u32,
 
     /// Specifies how often the controller updates nodes' status (addresses).
-    #[arg(long = "node-status-update-frequency", default_value = "5m0s", value_parser = go_duration)]
+    #[arg(long, default_value = "5m0s", value_parser = go_duration)]
     pub node_status_update_frequency: Duration,
 
     /// The period for syncing NodeStatus in the cloud-node-lifecycle controller.
-    #[arg(long = "node-monitor-period", default_value = "5s", value_parser = go_duration)]
+    #[arg(long, default_value = "5s", value_parser = go_duration)]
     pub node_monitor_period: Duration,
 
     /// The period for reconciling routes created for Nodes by cloud provider.
-    #[arg(long = "route-reconciliation-period", default_value = "10s", value_parser = go_duration)]
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
     pub route_reconciliation_period: Duration,
 
     /// The resync period in reflectors will be random between MinResyncPeriod and 2*MinResyncPeriod.
-    #[arg(long = "min-resync-period", default_value = "12h0m0s", value_parser = go_duration)]
+    #[arg(long, default_value = "12h0m0s", value_parser = go_duration)]
     pub min_resync_period: Duration,
 
     /// The port on which to serve HTTPS with authentication and authorization (/healthz, /readyz, /metrics). 0 disables it.
-    #[arg(long = "secure-port", default_value_t = 10258)]
+    #[arg(long, default_value_t = 10258)]
     pub secure_port: u16,
 
     /// The IP address on which to listen for the --secure-port port.
-    #[arg(long = "bind-address", default_value = "0.0.0.0")]
+    #[arg(long, default_value = "0.0.0.0")]
     pub bind_address: IpAddr,
 
     /// File containing the default x509 certificate for HTTPS. Without it a self-signed certificate is generated.
-    #[arg(long = "tls-cert-file")]
+    #[arg(long)]
     pub tls_cert_file: Option<PathBuf>,
 
     /// File containing the default x509 private key matching --tls-cert-file.
-    #[arg(long = "tls-private-key-file")]
+    #[arg(long)]
     pub tls_private_key_file: Option<PathBuf>,
 
     /// Minimum TLS version of the HTTPS endpoint: VersionTLS12 or VersionTLS13 (rustls has no TLS 1.0/1.1). Empty means TLS 1.2.
-    #[arg(long = "tls-min-version", default_value = "")]
+    #[arg(long, default_value = "")]
     pub tls_min_version: String,
 
     /// If true, HTTP/2 is not served on the HTTPS endpoint (upstream's --disable-http2-serving).
-    #[arg(long = "disable-http2-serving", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub disable_http2_serving: bool,
 
     /// Comma-separated TLS 1.2 cipher suites of the HTTPS endpoint, IANA names as upstream (e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256). TLS 1.3 suites are always on. Empty means rustls's defaults.
-    #[arg(long = "tls-cipher-suites", value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',')]
     pub tls_cipher_suites: Vec<String>,
 
     /// kubeconfig pointing at the 'core' kubernetes server with enough rights to create tokenreviews.authentication.k8s.io. Optional: without it the client of --kubeconfig (or in-cluster) is used.
-    #[arg(long = "authentication-kubeconfig", value_parser = any_path)]
+    #[arg(long, value_parser = any_path)]
     pub authentication_kubeconfig: Option<PathBuf>,
 
     /// The duration to cache responses from the webhook token authenticator.
-    #[arg(long = "authentication-token-webhook-cache-ttl", default_value = "10s", value_parser = go_duration)]
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
     pub authentication_token_webhook_cache_ttl: Duration,
 
     /// Accepted for compatibility: client-certificate and front-proxy authentication are not implemented, so the extension-apiserver-authentication ConfigMap is never looked up.
-    #[arg(long = "authentication-skip-lookup", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub authentication_skip_lookup: bool,
 
     /// Accepted for compatibility: no authentication configuration is looked up in the cluster (see --authentication-skip-lookup).
-    #[arg(long = "authentication-tolerate-lookup-failure", default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
     pub authentication_tolerate_lookup_failure: bool,
 
     /// kubeconfig pointing at the 'core' kubernetes server with enough rights to create subjectaccessreviews.authorization.k8s.io. Optional: without it the client of --kubeconfig (or in-cluster) is used.
-    #[arg(long = "authorization-kubeconfig", value_parser = any_path)]
+    #[arg(long, value_parser = any_path)]
     pub authorization_kubeconfig: Option<PathBuf>,
 
     /// The duration to cache 'authorized' responses from the webhook authorizer.
-    #[arg(long = "authorization-webhook-cache-authorized-ttl", default_value = "10s", value_parser = go_duration)]
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
     pub authorization_webhook_cache_authorized_ttl: Duration,
 
     /// The duration to cache 'unauthorized' responses from the webhook authorizer.
-    #[arg(long = "authorization-webhook-cache-unauthorized-ttl", default_value = "10s", value_parser = go_duration)]
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
 
     /// A list of HTTP paths to skip during authorization, i.e. these are authorized without contacting the 'core' kubernetes server. A trailing '*' matches a prefix.
-    #[arg(
-        long = "authorization-always-allow-paths",
-        value_delimiter = ',',
-        default_value = "/healthz,/readyz,/livez"
-    )]
+    #[arg(long, value_delimiter = ',', default_value = "/healthz,/readyz,/livez")]
     pub authorization_always_allow_paths: Vec<String>,
 
     /// QPS to use while talking with the Kubernetes apiserver.
-    #[arg(long = "kube-api-qps", default_value_t = 20.0)]
+    #[arg(long, default_value_t = 20.0)]
     pub kube_api_qps: f32,
 
     /// Burst to use while talking with the Kubernetes apiserver.
-    #[arg(long = "kube-api-burst", default_value_t = 30)]
+    #[arg(long, default_value_t = 30)]
     pub kube_api_burst: u32,
 
     /// Content type of requests sent to apiserver. Accepted for compatibility; JSON is always used.
-    #[arg(
-        long = "kube-api-content-type",
-        default_value = "application/vnd.kubernetes.protobuf"
-    )]
+    #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
     pub kube_api_content_type: String,
 
     /// Tags to apply to instances by the tagging controller: k1=v1,k2=v2.
-    #[arg(long = "tags", default_value = "")]
+    #[arg(long, default_value = "")]
     pub tags: String,
 
     /// Resource types the tagging controller tags. Only "instance" is supported.
     #[arg(
-        long = "tag-resources",
+        long,
         alias = "resources",
         value_delimiter = ',',
         default_value = "instance"
@@ -259,23 +246,23 @@ pub struct Options {
     pub tag_resources: Vec<String>,
 
     /// Routes per VPC route table before a warning is raised at 80 % (AWS default quota is 50).
-    #[arg(long = "route-table-limit", default_value_t = 50)]
+    #[arg(long, default_value_t = 50)]
     pub route_table_limit: u32,
 
     /// How often an unchanged LoadBalancer Service is re-ensured anyway, to repair drift made outside Kubernetes (each costs about 8 ELB/EC2 describe calls). 0 turns it off.
-    #[arg(long = "service-resync-period", default_value = "1h0m0s", value_parser = go_duration)]
+    #[arg(long, default_value = "1h0m0s", value_parser = go_duration)]
     pub service_resync_period: Duration,
 
     /// Share of AWS's documented API rate limits this process may use; the rest is left to other clients in the account. Above 1 only where AWS raised the account's limits.
-    #[arg(long = "aws-api-budget-fraction", default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5)]
     pub aws_api_budget_fraction: f64,
 
     /// How long one read of the cluster's instances (the sweep every node controller shares) is reused. Shorter sees instance changes sooner at one sweep per period (one DescribeInstances per 1,000 instances).
-    #[arg(long = "aws-instance-sweep-ttl", default_value = "30s", value_parser = go_duration)]
+    #[arg(long, default_value = "30s", value_parser = go_duration)]
     pub aws_instance_sweep_ttl: Duration,
 
     /// How long AWS may take to show a change (it is eventually consistent): an object created moments ago and not yet visible is waited for this long, and this process's own security-group writes answer over listings that started sooner after them. Lower it only against an endpoint that shows changes at once (tests, emulators).
-    #[arg(long = "aws-consistency-window", default_value = "30s", value_parser = go_duration)]
+    #[arg(long, default_value = "30s", value_parser = go_duration)]
     pub aws_consistency_window: Duration,
 
     /// Number for the log level verbosity (0-10, as klog): 0-1 info, 2-3 our debug, 4-5 debug, 6+ trace. RUST_LOG, when set, replaces it. AWS SDK and HTTP internals stay capped at debug/info so no credentials reach the log.
@@ -283,7 +270,7 @@ pub struct Options {
     pub verbosity: u8,
 
     /// Log format: text or json. `--logging-format` (upstream's name, from component-base) is the same flag.
-    #[arg(long = "log-format", visible_alias = "logging-format", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(long, visible_alias = "logging-format", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
 
