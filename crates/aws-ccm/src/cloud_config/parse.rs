@@ -23,7 +23,6 @@ pub(super) struct Parser<'a> {
     cfg: CloudConfig,
     families_seen: bool,
     overrides: BTreeMap<String, OverrideKeys>,
-    occurrences: HashMap<(String, String), usize>,
     warned_sections: HashSet<String>,
     warnings: Vec<CloudConfigWarning>,
 }
@@ -36,7 +35,6 @@ impl<'a> Parser<'a> {
             cfg: CloudConfig::default(),
             families_seen: false,
             overrides: BTreeMap::new(),
-            occurrences: HashMap::new(),
             warned_sections: HashSet::new(),
             warnings: Vec::new(),
         }
@@ -52,7 +50,7 @@ impl<'a> Parser<'a> {
             if let Some((key, _)) = props.iter().next() {
                 return Err(CloudConfigError::Syntax {
                     path: self.path.to_path_buf(),
-                    line: self.index.line("", key, 0),
+                    line: self.index.next("", key),
                     message: format!("key {key:?} is outside any section; put it under [Global]"),
                 });
             }
@@ -66,7 +64,7 @@ impl<'a> Parser<'a> {
         match (kind.as_str(), subsection) {
             ("global", None) => {
                 for (key, value) in props.iter() {
-                    let line = self.next_line(&section_norm, key);
+                    let line = self.index.next(&section_norm, key);
                     self.global_key(section_raw, key, value.trim(), line)?;
                 }
             }
@@ -74,7 +72,7 @@ impl<'a> Parser<'a> {
             ("serviceoverride", sub) => {
                 let sub = sub.unwrap_or_default();
                 for (key, value) in props.iter() {
-                    let line = self.next_line(&section_norm, key);
+                    let line = self.index.next(&section_norm, key);
                     self.override_key(section_raw, &sub, key, value.trim(), line);
                 }
             }
@@ -83,16 +81,6 @@ impl<'a> Parser<'a> {
             _ => self.unknown_section(section_raw, &section_norm, &kind),
         }
         Ok(())
-    }
-
-    fn next_line(&mut self, section_norm: &str, key: &str) -> usize {
-        let n = self
-            .occurrences
-            .entry((section_norm.to_string(), key.to_ascii_lowercase()))
-            .or_default();
-        let line = self.index.line(section_norm, key, *n);
-        *n += 1;
-        line
     }
 
     fn unknown_section(&mut self, section_raw: &str, section_norm: &str, kind: &str) {
@@ -451,12 +439,17 @@ impl LineIndex {
         LineIndex(keys, sections)
     }
 
-    fn line(&self, section: &str, key: &str, occurrence: usize) -> usize {
-        let lines = self.0.get(&(section.to_string(), key.to_ascii_lowercase()));
-        lines
-            .and_then(|l| l.get(occurrence).or(l.last()).copied())
-            .or_else(|| self.1.get(section).copied())
-            .unwrap_or(0)
+    /// The line of the next `key` of `section` in file order (the last one
+    /// again once every one was taken), else the section's line.
+    fn next(&mut self, section: &str, key: &str) -> usize {
+        match self
+            .0
+            .get_mut(&(section.to_string(), key.to_ascii_lowercase()))
+        {
+            Some(lines) if lines.len() > 1 => lines.remove(0),
+            Some(lines) if !lines.is_empty() => lines[0],
+            _ => self.section_line(section),
+        }
     }
 
     fn section_line(&self, section: &str) -> usize {
