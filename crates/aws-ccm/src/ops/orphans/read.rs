@@ -263,7 +263,12 @@ pub fn dead_rules_in(
         .cloned()
         .collect();
     if !from_dead.is_empty() {
-        let sources: BTreeSet<String> = from_dead.iter().map(|r| source_text(&r.source)).collect();
+        // The dead groups the rules admit (the rules' sources, all groups).
+        let admitted: Vec<&&sg::SecurityGroup> = dead_groups
+            .iter()
+            .filter(|d| (from_dead.iter()).any(|r| r.source == sg::Source::Group(d.id.clone())))
+            .collect();
+        let sources: BTreeSet<String> = admitted.iter().map(|d| d.id.clone()).collect();
         out.push(Orphan {
             kind: Kind::NodeIngressRule,
             id: format!("{}: from {}", holder.id, join(&sources)),
@@ -272,14 +277,7 @@ pub fn dead_rules_in(
                 holder.id, holder.name
             ),
             created: None,
-            owned: dead_groups
-                .iter()
-                .filter(|d| {
-                    from_dead
-                        .iter()
-                        .any(|r| r.source == sg::Source::Group(d.id.clone()))
-                })
-                .all(|d| tags::is_owned(&d.tags, cluster_id)),
+            owned: admitted.iter().all(|d| tags::is_owned(&d.tags, cluster_id)),
             deletion: Deletion::Rules {
                 group: holder.id.clone(),
                 rules: from_dead,
@@ -336,13 +334,6 @@ fn dead_nlb_rules(
         }
     }
     (revoke, dead)
-}
-
-fn source_text(source: &sg::Source) -> String {
-    match source {
-        sg::Source::Cidr(c) => c.to_string(),
-        sg::Source::Group(g) => g.clone(),
-    }
 }
 
 fn join(items: &BTreeSet<String>) -> String {
