@@ -399,7 +399,15 @@ impl Options {
             http1_only: self.disable_http2_serving,
             ..TlsPolicy::parse(&self.tls_min_version, &self.tls_cipher_suites)?
         };
-        let auth = self.auth_settings()?;
+        let auth = AuthSettings {
+            always_allow_paths: AllowPaths::parse(&self.authorization_always_allow_paths)
+                .map_err(OptionsError::AllowPaths)?,
+            token_ttl: self.authentication_token_webhook_cache_ttl,
+            allow_ttl: self.authorization_webhook_cache_authorized_ttl,
+            deny_ttl: self.authorization_webhook_cache_unauthorized_ttl,
+            authentication_kubeconfig: non_empty_path(&self.authentication_kubeconfig),
+            authorization_kubeconfig: non_empty_path(&self.authorization_kubeconfig),
+        };
         let controllers = controller_names::select(&self.controllers)?;
         let tags = parse_tags(&self.tags)?;
         let (cluster_cidrs, node_cidr_allocation) = self.cidr_config(&controllers)?;
@@ -420,18 +428,6 @@ impl Options {
             node_cidr_allocation,
             tls,
             auth,
-        })
-    }
-
-    fn auth_settings(&self) -> Result<AuthSettings, OptionsError> {
-        Ok(AuthSettings {
-            always_allow_paths: AllowPaths::parse(&self.authorization_always_allow_paths)
-                .map_err(OptionsError::AllowPaths)?,
-            token_ttl: self.authentication_token_webhook_cache_ttl,
-            allow_ttl: self.authorization_webhook_cache_authorized_ttl,
-            deny_ttl: self.authorization_webhook_cache_unauthorized_ttl,
-            authentication_kubeconfig: non_empty_path(&self.authentication_kubeconfig),
-            authorization_kubeconfig: non_empty_path(&self.authorization_kubeconfig),
         })
     }
 

@@ -379,22 +379,19 @@ async fn untagged_tables(
     });
     let tables = (call.await.map(|out| out.route_tables().to_vec())).unwrap_or_default();
     let to_tag = nodes_route_tables(&tables, &subnets);
-    let fix = if to_tag.is_empty() {
-        format!("tag the route table of the nodes' subnets in {vpc} {key}=owned")
+    let (used, fix) = if to_tag.is_empty() {
+        let fix = format!("tag the route table of the nodes' subnets in {vpc} {key}=owned");
+        ("none found".to_string(), fix)
     } else {
-        format!(
+        let fix = format!(
             "tag the route table the nodes' subnets use: aws ec2 create-tags --resources {} --tags Key={key},Value=owned (or set RouteTableID in cloud.conf)",
             to_tag.join(" ")
-        )
+        );
+        (first(&to_tag, 10), fix)
     };
     check.fail(
         format!(
-            "no route table carries {key}; routes are on, so no Node gets a route (the nodes' subnets in {vpc} use: {})",
-            if to_tag.is_empty() {
-                "none found".to_string()
-            } else {
-                first(&to_tag, 10)
-            }
+            "no route table carries {key}; routes are on, so no Node gets a route (the nodes' subnets in {vpc} use: {used})"
         ),
         fix,
     )
