@@ -137,7 +137,7 @@ async fn run_orphans(args: OrphansArgs) -> anyhow::Result<ExitCode> {
         Outcome::Failed(e) => eprintln!("FAILED to delete {} {}: {e}", o.kind.as_str(), o.id),
     })
     .await;
-    Ok(exit_code(failed > 0))
+    Ok(ExitCode::from(u8::from(failed > 0)))
 }
 
 fn print_orphans(found: &[Orphan], scope: &orphans::Scope, now: chrono::DateTime<chrono::Utc>) {
@@ -180,7 +180,9 @@ async fn run_plan(args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     // A sync the plan shows failing (an invalid Service, an error met while
     // planning) fails the command, so that a pipeline stops before it.
-    Ok(exit_code(sections.iter().any(|s| s.would_fail)))
+    Ok(ExitCode::from(u8::from(
+        sections.iter().any(|s| s.would_fail),
+    )))
 }
 
 async fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
@@ -193,14 +195,5 @@ async fn run_doctor(args: DoctorArgs) -> anyhow::Result<ExitCode> {
         Format::Json => println!("{}", serde_json::to_string_pretty(&report)?),
         Format::Text => print!("{}", doctor::render(&report)),
     }
-    Ok(exit_code(report.failed()))
-}
-
-/// Non-zero when something failed.
-fn exit_code(failed: bool) -> ExitCode {
-    if failed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    Ok(ExitCode::from(u8::from(report.failed())))
 }
