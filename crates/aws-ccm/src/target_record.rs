@@ -124,21 +124,13 @@ pub struct TargetRecord {
     shared: Arc<Shared>,
 }
 
+#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
     wake: Notify,
-    /// The last generation written (or failed: with the error).
+    /// The last generation written (or failed: with the error); at first
+    /// generation 0.
     flushed: watch::Sender<(u64, Option<String>)>,
-}
-
-impl Default for Shared {
-    fn default() -> Shared {
-        Shared {
-            state: Mutex::default(),
-            wake: Notify::new(),
-            flushed: watch::Sender::new((0, None)),
-        }
-    }
 }
 
 #[derive(Default, PartialEq, Eq, Debug)]
