@@ -68,6 +68,10 @@ type TagsByKey = BTreeMap<String, BTreeMap<String, String>>;
 /// A target group from the listing, with its tags.
 pub type SweptGroup = (t::TargetGroup, Tags);
 
+/// An NLB as the sweep (or its own describe) shows it, with its target
+/// groups.
+pub type SweptNlb = (nlb::ActualLb, Vec<SweptGroup>);
+
 /// One sweep's result.
 pub struct Snapshot {
     /// When its first read was sent: a write after this is not in it.
@@ -79,13 +83,6 @@ pub struct Snapshot {
     nlbs: BTreeMap<String, nlb::ActualLb>,
     /// Target groups by the ARN of each swept NLB they are behind.
     groups: BTreeMap<String, Vec<SweptGroup>>,
-}
-
-/// An NLB as the sweep (or its own describe) shows it, with its target
-/// groups.
-pub struct SweptNlb {
-    pub lb: nlb::ActualLb,
-    pub groups: Vec<SweptGroup>,
 }
 
 /// What this process last established about one load balancer's settings.
@@ -222,23 +219,21 @@ impl LbSweep {
         elb::io::describe(aws, name).await
     }
 
-    /// NLB `name` with its tags and target groups (attributes and listeners
-    /// not read), or `None`; as [`Self::clb`].
+    /// NLB `name` with its tags (attributes and listeners not read) and its
+    /// target groups, or `None`; as [`Self::clb`].
     pub async fn nlb(&self, aws: &AwsClient, name: &str) -> Result<Option<SweptNlb>, AwsError> {
         let snap = self.fresh_for(aws, name).await?;
         if let Some(snap) = snap
             && let Some(lb) = snap.nlbs.get(name)
         {
-            return Ok(Some(SweptNlb {
-                lb: lb.clone(),
-                groups: snap.groups.get(&lb.arn).cloned().unwrap_or_default(),
-            }));
+            let groups = snap.groups.get(&lb.arn).cloned().unwrap_or_default();
+            return Ok(Some((lb.clone(), groups)));
         }
         let Some(lb) = nlb::read::describe(aws, name).await? else {
             return Ok(None);
         };
         let groups = nlb::read::listed_target_groups(aws, &lb.arn).await?;
-        Ok(Some(SweptNlb { lb, groups }))
+        Ok(Some((lb, groups)))
     }
 
     /// Whether load balancer `name` (of the Service with UID `uid`, tags
@@ -400,7 +395,7 @@ impl super::AwsLoadBalancers {
         want: &str,
     ) -> Result<(Option<nlb::ActualLb>, Vec<nlb::ActualTargetGroup>, bool), AwsError> {
         let aws = &self.aws;
-        let Some(SweptNlb { mut lb, groups }) = self.sweep.nlb(aws, name).await? else {
+        let Some((mut lb, groups)) = self.sweep.nlb(aws, name).await? else {
             return Ok((None, Vec::new(), true));
         };
         let arn_of = |tg: &str| {
