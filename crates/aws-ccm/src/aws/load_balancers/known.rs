@@ -114,17 +114,10 @@ impl AwsLoadBalancers {
 
     /// After a successful sync: the groups `groups` (ARN, port) hold
     /// `instances`, in the target record.
-    pub(super) fn record_groups<'a>(
-        &self,
-        groups: impl IntoIterator<Item = (&'a str, i32)>,
-        instances: &BTreeSet<String>,
-    ) {
-        self.record
-            .record(groups.into_iter().filter_map(|(arn, port)| {
-                Some((
-                    target_record::key(arn)?,
-                    target_record::digest(port, instances),
-                ))
-            }));
+    pub(super) fn record_groups(&self, groups: &[(String, i32)], instances: &BTreeSet<String>) {
+        self.record.record(groups.iter().filter_map(|(arn, port)| {
+            let digest = target_record::digest(*port, instances);
+            Some((target_record::key(arn)?, digest))
+        }));
     }
 }

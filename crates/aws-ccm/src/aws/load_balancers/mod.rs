@@ -629,18 +629,19 @@ impl AwsLoadBalancers {
     async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         let mut p = self.plan_nlb(req, true).await?;
         let mut warnings = std::mem::take(&mut p.warnings);
-        let groups = std::mem::take(&mut p.groups);
+        let node_groups = std::mem::take(&mut p.groups);
         let applied = self
             .apply_nlb(&p.name, &p.vpc_id, &p.actual, &p.changes)
             .await?;
         let created = p.actual.lb.is_none();
-        self.record_groups(
-            p.desired
-                .target_groups
-                .iter()
-                .filter_map(|g| Some((applied.target_groups.get(&g.name)?.as_str(), g.port))),
-            &p.desired.instances,
-        );
+        // The target groups as applied: (ARN, port).
+        let groups: Vec<(String, i32)> = p
+            .desired
+            .target_groups
+            .iter()
+            .filter_map(|g| Some((applied.target_groups.get(&g.name)?.clone(), g.port)))
+            .collect();
+        self.record_groups(&groups, &p.desired.instances);
         self.settings_synced(&p.name, &p.settings, created, !p.changes.is_empty());
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
@@ -650,18 +651,12 @@ impl AwsLoadBalancers {
 
         if !self.cloud.disable_security_group_ingress {
             let done = self
-                .sync_nlb_node_rules(req, &p, groups, &mut warnings)
+                .sync_nlb_node_rules(req, &p, node_groups, &mut warnings)
                 .await?;
             described.extend(done);
         }
         let hostname = applied.dns_name.unwrap_or_default();
-        let groups: Option<Vec<(String, i32)>> = p
-            .desired
-            .target_groups
-            .iter()
-            .map(|g| Some((applied.target_groups.get(&g.name)?.clone(), g.port)))
-            .collect();
-        if let Some(groups) = groups
+        if groups.len() == p.desired.target_groups.len()
             && warnings.is_empty()
             && !hostname.is_empty()
         {

@@ -188,10 +188,7 @@ impl AwsLoadBalancers {
                 }
                 let none = nlb::Actual::default();
                 self.apply_nlb(name, "", &none, &steps).await?;
-                self.record_groups(
-                    groups.iter().map(|(arn, port)| (arn.as_str(), *port)),
-                    &want,
-                );
+                self.record_groups(groups, &want);
                 steps.iter().map(nlb::plan::describe).collect::<Vec<_>>()
             }
         };
