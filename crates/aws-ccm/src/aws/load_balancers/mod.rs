@@ -119,12 +119,6 @@ impl AwsLoadBalancers {
     }
 }
 
-/// Whether the load balancer's own group is a shared one (annotation or
-/// cloud.conf), not the owned `k8s-elb-*` group.
-fn actual_group_is_shared(desired: &elb::Desired) -> bool {
-    matches!(desired.groups.first(), Some(elb::GroupRef::Id(_)))
-}
-
 /// The groups (by ID) other than `group` whose rules admit everything
 /// from `group`.
 fn admitting<'a>(
@@ -191,7 +185,12 @@ impl AwsLoadBalancers {
         let aws = &self.aws;
         match &spec.subnets {
             Some(list) => match subnets::resolve(aws, vpc_id, list).await? {
-                Ok(ids) => Ok(Self::annotation_order(list, ids)),
+                // IDs only: in the annotation's order, once each.
+                Ok(_) if list.iter().all(|s| s.starts_with("subnet-")) => {
+                    let mut seen = BTreeSet::new();
+                    Ok(list.iter().filter(|s| seen.insert(*s)).cloned().collect())
+                }
+                Ok(ids) => Ok(ids),
                 Err(missing) => Err(LbError::Config(format!(
                     "{}: no subnet in VPC {vpc_id} has the ID or Name tag {}; fix the annotation",
                     crate::aws::annotations::SUBNETS,
@@ -228,15 +227,6 @@ impl AwsLoadBalancers {
                 }
                 Ok(chosen)
             }
-        }
-    }
-
-    fn annotation_order(list: &[String], resolved: Vec<String>) -> Vec<String> {
-        if list.iter().all(|s| s.starts_with("subnet-")) {
-            let mut seen = BTreeSet::new();
-            list.iter().filter(|s| seen.insert(*s)).cloned().collect()
-        } else {
-            resolved
         }
     }
 }
@@ -362,10 +352,11 @@ impl AwsLoadBalancers {
         owned_group: Option<sg::SecurityGroup>,
         all_groups: &mut BTreeMap<String, sg::SecurityGroup>,
     ) -> Result<Actual, LbError> {
-        // The LB's own group: owned, or the first configured one.
-        let lb_group = match desired.groups.first() {
-            Some(elb::GroupRef::Id(id)) => Some(id.clone()),
-            _ => owned_group.as_ref().map(|g| g.id.clone()),
+        // The LB's own group: the first configured one (a shared group:
+        // annotation or cloud.conf), or the owned `k8s-elb-*` group.
+        let (lb_group, shared) = match desired.groups.first() {
+            Some(elb::GroupRef::Id(id)) => (Some(id.clone()), true),
+            _ => (owned_group.as_ref().map(|g| g.id.clone()), false),
         };
         // Every group that admits the load balancer's group, backend or not:
         // a group that stopped being a backend's still has the rule.
@@ -381,9 +372,7 @@ impl AwsLoadBalancers {
         // needs: look up who else uses the group (only then; see
         // elb::Actual::shared_group_needed).
         let shared_group_needed = match (&lb_group, &desired.node_groups) {
-            (Some(g), Some(want))
-                if actual_group_is_shared(desired) && !node_groups_with_rule.is_subset(want) =>
-            {
+            (Some(g), Some(want)) if shared && !node_groups_with_rule.is_subset(want) => {
                 self.node_groups_used_by_others(g, name, vpc_id).await?
             }
             _ => None,
