@@ -414,16 +414,12 @@ impl AwsLoadBalancers {
         {
             tracing::warn!(load_balancer = %name, "load balancer lacks this cluster's ownership tag; leaving it");
         }
-        let owned_group = sg::io::describe(
-            aws,
-            vec![
-                crate::aws::instances::filter("group-name", [elb::owned_group_name(&name)]),
-                crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
-            ],
-        )
-        .await?
-        .into_iter()
-        .next();
+        let owned_name = elb::owned_group_name(&name);
+        let owned_group = self
+            .cluster_groups_named(vec![owned_name])
+            .await?
+            .into_iter()
+            .next();
         // Every group whose rules admit the owned group: EC2 refuses to
         // delete a group another group's rule still names.
         let mut node_groups_with_rule = BTreeSet::new();
@@ -693,10 +689,13 @@ impl AwsLoadBalancers {
         let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
         let target_groups =
             nlb::read::groups_to_delete(aws, lb_arn, thorough.then_some(service_key)).await?;
+        // The Service's managed group, looked up by name.
+        let names = self.nlb_group_names(service_key, uid);
+        let found = self.cluster_groups_named(names.clone()).await?;
         let actual = nlb::Actual {
             lb,
             target_groups,
-            owned_group: self.nlb_owned_group_by_name(service_key, uid).await?,
+            owned_group: self.nlb_owned_group(&names, found.iter()),
         };
         let changes = nlb::plan::plan_delete(&actual, &self.cluster_id);
         self.apply_nlb(&name, "", &actual, &changes).await?;

@@ -33,22 +33,17 @@ impl AwsLoadBalancers {
         })
     }
 
-    /// The Service's managed NLB group, looked up by name (for deletion).
-    pub(super) async fn nlb_owned_group_by_name(
+    /// The groups named one of `names` that carry this cluster's tag (any
+    /// value), looked up by name (for deletion).
+    pub(super) async fn cluster_groups_named(
         &self,
-        service_key: &str,
-        uid: &str,
-    ) -> Result<Option<SecurityGroup>, LbError> {
-        let names = self.nlb_group_names(service_key, uid);
-        let found = sg::io::describe(
-            &self.aws,
-            vec![
-                crate::aws::instances::filter("group-name", names.clone()),
-                crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
-            ],
-        )
-        .await?;
-        Ok(self.nlb_owned_group(&names, found.iter()))
+        names: Vec<String>,
+    ) -> Result<Vec<SecurityGroup>, LbError> {
+        let filters = vec![
+            crate::aws::instances::filter("group-name", names),
+            crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
+        ];
+        Ok(sg::io::describe(&self.aws, filters).await?)
     }
 
     /// Revokes NLB `name`'s node rules from every cluster group and every
