@@ -325,6 +325,12 @@ impl SgView {
         self.slots.lock().remove(uid);
     }
 
+    /// Records `entry` for group `id` as of now.
+    fn set(&self, id: String, entry: Entry) {
+        let at = Instant::now();
+        self.local.lock().insert(id, Local { at, entry });
+    }
+
     /// Applies `change` to this process's record of group `id` (taken from
     /// the last listing when it has none); without a record or listing
     /// entry the group becomes unknown.
@@ -354,11 +360,7 @@ impl SgView {
 
     /// This process created group `g` (no rules yet).
     pub fn created(&self, g: SecurityGroup) {
-        let local = Local {
-            at: Instant::now(),
-            entry: Entry::Known(g.clone()),
-        };
-        self.local.lock().insert(g.id, local);
+        self.set(g.id.clone(), Entry::Known(g));
     }
 
     /// This process added `rules` to group `id`, with `descriptions`.
@@ -388,20 +390,12 @@ impl SgView {
 
     /// This process deleted group `id`.
     pub fn deleted(&self, id: &str) {
-        let local = Local {
-            at: Instant::now(),
-            entry: Entry::Gone,
-        };
-        self.local.lock().insert(id.to_string(), local);
+        self.set(id.to_string(), Entry::Gone);
     }
 
     /// A write to group `id` failed: what it holds is unknown until read.
     pub fn unknown(&self, id: &str) {
-        let local = Local {
-            at: Instant::now(),
-            entry: Entry::Unknown,
-        };
-        self.local.lock().insert(id.to_string(), local);
+        self.set(id.to_string(), Entry::Unknown);
     }
 }
 
