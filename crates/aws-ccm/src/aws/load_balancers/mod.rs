@@ -160,13 +160,10 @@ impl AwsLoadBalancers {
                 let Some(instance) = by_id.get(id.as_str()) else {
                     return Ok(None);
                 };
-                match self.node_group(instance, &instance_groups) {
-                    Ok(Some(g)) => {
-                        needed.insert(g);
-                    }
-                    Ok(None) => {}
-                    Err(_) => return Ok(None),
-                }
+                let Ok(node_group) = self.node_group(instance, &instance_groups) else {
+                    return Ok(None);
+                };
+                needed.extend(node_group);
             }
         }
         Ok(Some(needed))
@@ -437,20 +434,16 @@ impl AwsLoadBalancers {
             && let Some(l) = &lb
             && tags::is_owned(&l.tags, &self.cluster_id)
             && let Some(first) = l.security_groups.first()
+            && let Some(vpc) = self.cluster_vpc(&aws.cluster_instances().await?)
         {
-            let swept = aws.cluster_instances().await?;
-            let vpc = self.cluster_vpc(&swept);
-            if let Some(vpc) = vpc {
-                let referencing = sg::io::referencing(aws, &vpc, first).await?;
-                let tagged = referencing
-                    .iter()
-                    .filter(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id));
-                node_groups_with_rule = admitting(tagged, first);
-                if !node_groups_with_rule.is_empty() {
-                    shared_group_needed =
-                        self.node_groups_used_by_others(first, &name, &vpc).await?;
-                    shared_lb_group = Some(first.clone());
-                }
+            let referencing = sg::io::referencing(aws, &vpc, first).await?;
+            let tagged = referencing
+                .iter()
+                .filter(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id));
+            node_groups_with_rule = admitting(tagged, first);
+            if !node_groups_with_rule.is_empty() {
+                shared_group_needed = self.node_groups_used_by_others(first, &name, &vpc).await?;
+                shared_lb_group = Some(first.clone());
             }
         }
         let actual = Actual {
