@@ -67,13 +67,10 @@ impl AwsLoadBalancers {
         }
         for g in groups.values() {
             let ch = nlb::node_rules::node_group_changes(name, &g.descriptions, None);
-            if !ch.revoke.is_empty() {
-                sg::io::revoke(aws, &g.id, &ch.revoke).await?;
-                revoked = true;
-            }
-            if !ch.authorize.is_empty() {
-                sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
-            }
+            // Either call sends nothing for no rules.
+            sg::io::revoke(aws, &g.id, &ch.revoke).await?;
+            sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
+            revoked |= !ch.revoke.is_empty();
         }
         Ok(revoked)
     }
