@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerSpec};
 use crate::aws::instances::Shared;
 use crate::aws::nlb::plan::target_changes;
-use crate::aws::{AwsClient, AwsError, Ec2Instance, Operation, elb, nlb};
+use crate::aws::{Ec2Instance, Operation, elb, nlb};
 
 /// The security groups of each backend, as sets of group IDs: equal sets
 /// give equal node groups (the node group is chosen from an instance's
@@ -124,20 +124,6 @@ pub(crate) fn delta<T: Ord + Clone>(
     )
 }
 
-/// The instances registered with target group `arn` on `port`, leaving out
-/// those already draining (as the full read does).
-async fn registered(aws: &AwsClient, arn: &str, port: i32) -> Result<BTreeSet<String>, AwsError> {
-    let health = aws
-        .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
-            c.describe_target_health().target_group_arn(arn).send()
-        })
-        .await?;
-    Ok(nlb::read::registered(
-        health.target_health_descriptions(),
-        port,
-    ))
-}
-
 impl AwsLoadBalancers {
     /// Moves only the targets when that is all that changed, else ensures
     /// in full (see the module header).
@@ -158,12 +144,9 @@ impl AwsLoadBalancers {
 
     /// `Ok(None)` when the targets-only path does not apply.
     async fn targets_only(&self, req: &EnsureRequest) -> Result<Option<Ensured>, LbError> {
-        let Some(known) = self.targets.get(&req.uid) else {
+        let Some(known) = self.targets.get(&req.uid).filter(|k| k.spec == req.spec) else {
             return Ok(None);
         };
-        if known.spec != req.spec {
-            return Ok(None);
-        }
         let (_, backends) = self.vpc_and_backends(&req.instance_ids).await?;
         let backends = backends.list();
         if group_sets(backends.iter().copied()) != known.groups {
@@ -183,7 +166,14 @@ impl AwsLoadBalancers {
             KnownLb::Network { name, groups } => {
                 let mut steps = Vec::new();
                 for (arn, port) in groups {
-                    let have = registered(&self.aws, arn, *port).await?;
+                    let health = self
+                        .aws
+                        .elbv2(Operation::Elbv2DescribeTargetHealth, |c| {
+                            c.describe_target_health().target_group_arn(arn).send()
+                        })
+                        .await?;
+                    // Those already draining left out, as the full read does.
+                    let have = nlb::read::registered(health.target_health_descriptions(), *port);
                     target_changes(arn, *port, &have, &want, &mut steps);
                 }
                 let none = nlb::Actual::default();
