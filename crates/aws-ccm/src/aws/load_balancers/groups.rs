@@ -23,12 +23,7 @@ impl AwsLoadBalancers {
             .flat_map(|i| i.security_groups.iter().cloned())
             .collect();
         let view = self.aws.group_view();
-        Ok(view
-            .by_refs(&self.aws, vpc_id, &refs, extra_names)
-            .await?
-            .into_iter()
-            .map(|g| (g.id.clone(), g))
-            .collect())
+        Ok(view.by_refs(&self.aws, vpc_id, &refs, extra_names).await?)
     }
 
     /// What a sync starts from, in one read: the load balancer's owned group

@@ -222,14 +222,14 @@ impl SgView {
 
     /// Groups `refs` point at (an instance's description names its groups;
     /// a reference the view lacks is read by ID, once) and the groups named
-    /// `extra_names` in `vpc_id`, sorted by ID.
+    /// `extra_names` in `vpc_id`, by ID.
     pub async fn by_refs(
         &self,
         aws: &AwsClient,
         vpc_id: &str,
         refs: &[crate::aws::instances::SecurityGroupRef],
         extra_names: &[String],
-    ) -> Result<Vec<SecurityGroup>, AwsError> {
+    ) -> Result<BTreeMap<String, SecurityGroup>, AwsError> {
         let ids: BTreeSet<&str> = refs.iter().map(|r| &*r.id).collect();
         let mut groups = self.groups(aws, vpc_id).await?;
         let missing: Vec<String> = ids
@@ -241,14 +241,10 @@ impl SgView {
             self.refresh(aws, &missing).await?;
             groups = self.groups(aws, vpc_id).await?;
         }
-        let mut found: BTreeMap<String, SecurityGroup> = BTreeMap::new();
-        for g in ids.iter().filter_map(|id| groups.get(id)) {
-            found.insert(g.id.clone(), g.clone());
-        }
-        for g in groups.iter().filter(|g| extra_names.contains(&g.name)) {
-            found.insert(g.id.clone(), g.clone());
-        }
-        Ok(found.into_values().collect())
+        let referenced = ids.iter().filter_map(|id| groups.get(id));
+        let named = groups.iter().filter(|g| extra_names.contains(&g.name));
+        let found = referenced.chain(named).map(|g| (g.id.clone(), g.clone()));
+        Ok(found.collect())
     }
 
     /// Reads groups `ids` by ID (one filtered call per 200) and records what
@@ -415,19 +411,15 @@ fn overlay(
         let unlisted = matches!(l.entry, Entry::Known(_)) && !listing.groups.contains_key(id);
         !settled || (unlisted && l.at + UNLISTED_KEPT > listing.started)
     });
-    let mut over = BTreeMap::new();
-    for (id, l) in local.iter() {
-        match &l.entry {
-            Entry::Known(g) if g.vpc_id.as_deref().is_none_or(|v| v == vpc_id) => {
-                over.insert(id.clone(), Some(g.clone()));
-            }
-            Entry::Known(_) => {}
-            Entry::Gone | Entry::Unknown => {
-                over.insert(id.clone(), None);
-            }
-        }
-    }
-    over
+    let answer = |(id, l): (&String, &Local)| {
+        let group = match &l.entry {
+            Entry::Known(g) if g.vpc_id.as_deref().is_none_or(|v| v == vpc_id) => Some(g.clone()),
+            Entry::Known(_) => return None,
+            Entry::Gone | Entry::Unknown => None,
+        };
+        Some((id.clone(), group))
+    };
+    local.iter().filter_map(answer).collect()
 }
 
 #[cfg(test)]
