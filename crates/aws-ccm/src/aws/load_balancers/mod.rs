@@ -357,14 +357,12 @@ impl AwsLoadBalancers {
         };
         // Every group that admits the load balancer's group, backend or not:
         // a group that stopped being a backend's still has the rule.
+        let mut node_groups_with_rule = BTreeSet::new();
         if let Some(id) = &lb_group {
             let owned = owned_group.as_ref().is_some_and(|g| &g.id == id);
             self.add_referencing(all_groups, vpc_id, id, owned).await?;
+            node_groups_with_rule = admitting(all_groups.values(), id);
         }
-        let node_groups_with_rule = match &lb_group {
-            Some(id) => admitting(all_groups.values(), id),
-            None => BTreeSet::new(),
-        };
         // A shared LB group's node rule that this load balancer no longer
         // needs: look up who else uses the group (only then; see
         // elb::Actual::shared_group_needed).
