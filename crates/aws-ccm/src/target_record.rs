@@ -301,11 +301,8 @@ impl TargetRecord {
     /// Drops the entries of groups `keys` (deleted), in the background.
     pub fn forget(&self, keys: &[String]) {
         self.update(|want| {
-            let mut changed = false;
-            for k in keys {
-                changed |= want.remove(k).is_some();
-            }
-            changed
+            keys.iter()
+                .fold(false, |changed, k| want.remove(k).is_some() | changed)
         });
     }
 
