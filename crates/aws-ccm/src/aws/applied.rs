@@ -88,11 +88,7 @@ impl Applied {
 
     /// The tag value.
     pub fn to_value(&self) -> String {
-        let scheme = if self.internal {
-            "internal"
-        } else {
-            "internet-facing"
-        };
+        let scheme = crate::aws::elb::plan::scheme(self.internal);
         let mut v = format!("v1 type={} scheme={scheme}", self.kind.as_str());
         if let Some(s) = &self.subnets {
             v.push_str(&format!(" subnets={s}"));
