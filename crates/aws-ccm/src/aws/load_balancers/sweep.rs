@@ -355,12 +355,11 @@ impl LbSweep {
         let mut missing = Vec::new();
         {
             let cache = self.tags.lock();
-            for (key, owner) in &keys {
-                match cache.fresh(key, period, now) {
-                    Some(tags) => {
-                        out.insert(key.clone(), tags);
-                    }
-                    None => missing.push((key.clone(), owner.clone())),
+            for (key, owner) in keys {
+                if let Some(tags) = cache.fresh(&key, period, now) {
+                    out.insert(key, tags);
+                } else {
+                    missing.push((key, owner));
                 }
             }
         }
@@ -622,17 +621,15 @@ impl LbSweep {
             .await?;
         let mut groups: BTreeMap<String, Vec<SweptGroup>> = BTreeMap::new();
         for (g, _) in behind {
-            let tags = g
-                .target_group_arn()
-                .and_then(|a| group_tags.remove(a))
-                .unwrap_or_default();
-            for lb in g.load_balancer_arns() {
-                if name_of.contains_key(lb) {
-                    groups
-                        .entry(lb.clone())
-                        .or_default()
-                        .push((g.clone(), tags.clone()));
-                }
+            let tags = g.target_group_arn().and_then(|a| group_tags.remove(a));
+            let tags = tags.unwrap_or_default();
+            for lb in g
+                .load_balancer_arns()
+                .iter()
+                .filter(|a| name_of.contains_key(*a))
+            {
+                let swept = (g.clone(), tags.clone());
+                groups.entry(lb.clone()).or_default().push(swept);
             }
         }
         Ok(groups)
