@@ -187,13 +187,11 @@ impl AwsLoadBalancers {
             };
             Some(perms.check(&self.aws, &probe, tagging).await)
         };
-        match verdict.as_ref().and_then(|v| v.denial()) {
-            Some(denial) => {
-                group_denied(service_key, denial, warnings);
-                true
-            }
-            None => false,
+        let denial = verdict.as_ref().and_then(|v| v.denial());
+        if let Some(denial) = denial {
+            group_denied(service_key, denial, warnings);
         }
+        denial.is_some()
     }
 
     /// How `group` is tagged for this cluster, as IAM's conditions see it.
@@ -245,25 +243,17 @@ impl AwsLoadBalancers {
             sg::io::authorize_described(&self.aws, &group.id, &changes.authorize).await
         }
         .await;
-        match written {
-            Ok(()) => Ok(true),
-            Err(e) => {
-                let tagging = self.group_tagging(group);
-                let perms = self.aws.permissions();
-                match perms.record_refusal(
-                    &e,
-                    Action::AuthorizeSecurityGroupIngress,
-                    &group.id,
-                    tagging,
-                ) {
-                    Some(denial) => {
-                        group_denied(service_key, &denial, warnings);
-                        Ok(false)
-                    }
-                    None => Err(e.into()),
-                }
-            }
-        }
+        let Err(e) = written else {
+            return Ok(true);
+        };
+        let action = Action::AuthorizeSecurityGroupIngress;
+        let tagging = self.group_tagging(group);
+        let perms = self.aws.permissions();
+        let Some(denial) = perms.record_refusal(&e, action, &group.id, tagging) else {
+            return Err(e.into());
+        };
+        group_denied(service_key, &denial, warnings);
+        Ok(false)
     }
 
     /// Drops the listener writes IAM would deny (see
