@@ -138,15 +138,12 @@ impl AwsLoadBalancers {
         let (lb, target_groups, read_in_full) = self
             .nlb_actual(&name, &req.uid, &desired, &settings)
             .await?;
-        let mut handover = false;
-        if lb.is_none() {
-            // Type change handover: the Service was a classic ELB until now.
-            handover = if hand_over {
-                self.delete_clb(&req.uid, Some(&req.service_key)).await?
-            } else {
-                elb::io::describe(aws, &name).await?.is_some()
-            };
-        }
+        // Type change handover: the Service was a classic ELB until now.
+        let handover = match (&lb, hand_over) {
+            (Some(_), _) => false,
+            (None, true) => self.delete_clb(&req.uid, Some(&req.service_key)).await?,
+            (None, false) => elb::io::describe(aws, &name).await?.is_some(),
+        };
         let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
         let (groups, node_groups) = self
             .sync_groups(&req.uid, &vpc_id, &owned_names, &backends)
