@@ -70,12 +70,10 @@ impl AwsLoadBalancers {
         };
         let mut warnings = std::mem::take(&mut p.warnings);
         let groups = std::mem::take(&mut p.groups);
-        let kept: Vec<nlb::Change> = std::mem::take(&mut p.changes)
-            .into_iter()
-            .filter(is_nlb_upkeep)
-            .collect();
-        self.apply_nlb(&p.name, &p.vpc_id, &p.actual, &kept).await?;
-        let mut described: Vec<String> = kept.iter().map(nlb::plan::describe).collect();
+        p.changes.retain(is_nlb_upkeep);
+        self.apply_nlb(&p.name, &p.vpc_id, &p.actual, &p.changes)
+            .await?;
+        let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
         if node_rules && !self.cloud.disable_security_group_ingress {
             let done = self
                 .sync_nlb_node_rules(req, &p, groups, &mut warnings)
