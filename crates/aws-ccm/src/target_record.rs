@@ -180,10 +180,8 @@ impl TargetRecord {
             && acq
                 .before
                 .is_some_and(|b| found.as_deref() == Some(stamp(&acq.lease_uid, b).as_str()));
-        let entries: BTreeMap<String, String> = match (&existing, trusted) {
-            (Some(cm), true) => cm.data.clone().unwrap_or_default(),
-            _ => BTreeMap::new(),
-        };
+        let kept = existing.as_ref().filter(|_| trusted);
+        let entries = kept.and_then(|cm| cm.data.clone()).unwrap_or_default();
         let ours = stamp(&acq.lease_uid, acq.now);
         let cm = build(name, &ours, existing.as_ref(), &entries);
         let written = match &existing {
