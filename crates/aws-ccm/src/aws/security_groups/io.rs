@@ -249,14 +249,10 @@ pub async fn by_refs(
     let mut unnamed: BTreeSet<String> = BTreeSet::new();
     for r in refs {
         ids.insert(&r.id);
-        match &r.name {
-            Some(n) if !n.is_empty() => {
-                names.insert(n.to_string());
-            }
-            _ => {
-                unnamed.insert(r.id.to_string());
-            }
-        }
+        match r.name.as_deref().filter(|n| !n.is_empty()) {
+            Some(n) => names.insert(n.to_string()),
+            None => unnamed.insert(r.id.to_string()),
+        };
     }
     let names: Vec<String> = names.into_iter().collect();
     let unnamed: Vec<String> = unnamed.into_iter().collect();
