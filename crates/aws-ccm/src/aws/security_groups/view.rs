@@ -263,10 +263,7 @@ impl SgView {
             if local.get(id).is_some_and(|l| l.at > started) {
                 continue;
             }
-            let entry = match by_id.remove(id) {
-                Some(g) => Entry::Known(g),
-                None => Entry::Gone,
-            };
+            let entry = by_id.remove(id).map_or(Entry::Gone, Entry::Known);
             local.insert(id.clone(), Local { at: started, entry });
         }
         Ok(())
@@ -302,11 +299,7 @@ impl SgView {
         since: Instant,
     ) -> Result<(), AwsError> {
         let _one = self.renewing.lock().await;
-        let fresh = |view: &SgView| {
-            let last = view.last.lock();
-            last.get(vpc_id).is_some_and(|l| l.started >= since)
-        };
-        if fresh(self) {
+        if (self.last.lock().get(vpc_id)).is_some_and(|l| l.started >= since) {
             return Ok(());
         }
         let flight = self.listings.lock().get(vpc_id).cloned();
