@@ -316,9 +316,8 @@ pub async fn create(
                 name: name.to_string(),
                 vpc_id: Some(vpc_id.to_string()),
                 tags: tags.clone(),
-                ingress: BTreeSet::new(),
-                descriptions: BTreeMap::new(),
-                owner_id: None,
+                // No rules yet; the create call does not say the owner.
+                ..SecurityGroup::default()
             });
             Ok(id)
         }

@@ -41,7 +41,7 @@ impl Rule {
 }
 
 /// A security group as read from EC2.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SecurityGroup {
     pub id: String,
     pub name: String,
