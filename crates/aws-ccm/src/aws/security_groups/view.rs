@@ -137,17 +137,19 @@ impl Groups {
     /// `ip-permission.group-id`).
     pub fn referencing(&self, source: &str) -> Vec<SecurityGroup> {
         let from = super::Source::Group(source.to_string());
-        self.iter()
-            .filter(|g| g.ingress.iter().any(|r| r.source == from))
-            .cloned()
-            .collect()
+        self.with_rule(|r| r.source == from)
     }
 
     /// The groups with an ingress rule starting at one of `ports` (EC2's
     /// filter `ip-permission.from-port`).
     pub fn with_rule_ports(&self, ports: &BTreeSet<i32>) -> Vec<SecurityGroup> {
+        self.with_rule(|r| ports.contains(&r.from))
+    }
+
+    /// The groups with an ingress rule `wanted` holds for.
+    fn with_rule(&self, wanted: impl Fn(&Rule) -> bool) -> Vec<SecurityGroup> {
         self.iter()
-            .filter(|g| g.ingress.iter().any(|r| ports.contains(&r.from)))
+            .filter(|g| g.ingress.iter().any(&wanted))
             .cloned()
             .collect()
     }
@@ -213,9 +215,8 @@ impl SgView {
             .filter(|(_, l)| matches!(l.entry, Entry::Unknown))
             .map(|(id, _)| id.clone())
             .collect();
-        if !unknown.is_empty() {
-            self.refresh(aws, &unknown).await?;
-        }
+        // Nothing is read when no group is unknown.
+        self.refresh(aws, &unknown).await?;
         let over = overlay(&mut self.local.lock(), &listing, vpc_id, self.settle);
         Ok(Groups { listing, over })
     }
