@@ -332,13 +332,6 @@ impl LbSweep {
         self.tags.lock().evict(name);
     }
 
-    /// How long tags a sweep read may serve later sweeps: `None` (every
-    /// sync reads in full) not at all.
-    fn tag_period(&self) -> Option<Duration> {
-        self.trust_for
-            .map(|p| p.unwrap_or(TAG_PERIOD_WITHOUT_RESYNC))
-    }
-
     /// Tags of `keys` (each with the load balancer whose writes change
     /// them): reused from earlier sweeps while fresh, the rest read with
     /// `read` and kept, unless a write touched their load balancer since
@@ -349,7 +342,11 @@ impl LbSweep {
         started: Instant,
         read: impl AsyncFnOnce(Vec<String>) -> Result<TagsByKey, AwsError>,
     ) -> Result<HashMap<String, Tags>, AwsError> {
-        let period = self.tag_period();
+        // How long tags a sweep read may serve later sweeps: `None` (every
+        // sync reads in full) not at all.
+        let period = self
+            .trust_for
+            .map(|p| p.unwrap_or(TAG_PERIOD_WITHOUT_RESYNC));
         let now = Instant::now();
         let mut out = HashMap::with_capacity(keys.len());
         let mut missing = Vec::new();
