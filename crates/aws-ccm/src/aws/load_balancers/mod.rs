@@ -277,25 +277,17 @@ impl AwsLoadBalancers {
         let backends = backends.list();
         let backend_groups = targets::group_sets(backends.iter().copied());
 
-        let owned_name = elb::owned_group_name(&name);
+        let owned_names = [elb::owned_group_name(&name)];
         let (mut all_groups, node_groups) = self
-            .sync_groups(
-                &req.uid,
-                &vpc_id,
-                std::slice::from_ref(&owned_name),
-                &backends,
-            )
+            .sync_groups(&req.uid, &vpc_id, &owned_names, &backends)
             .await?;
         let owned_group = all_groups
             .values()
-            .find(|g| g.name == owned_name && tags::has_cluster_tag(&g.tags, &self.cluster_id))
+            .find(|g| g.name == owned_names[0] && tags::has_cluster_tag(&g.tags, &self.cluster_id))
             .cloned();
 
-        let env = self.environment(
-            self.subnet_ids(spec, &vpc_id).await?,
-            &backends,
-            node_groups,
-        );
+        let subnets = self.subnet_ids(spec, &vpc_id).await?;
+        let env = self.environment(subnets, &backends, node_groups);
         let desired = elb::plan::desired(
             spec,
             &req.service_key,
