@@ -334,7 +334,7 @@ impl Permissions {
     }
 
     /// A real call's refusal: AWS answered `UnauthorizedOperation` (EC2) or
-    /// `AccessDenied` (ELB). Recorded as denied so the write waits for the
+    /// `AccessDenied` (ELB): [`super::AwsError::is_denied`]. Recorded as denied so the write waits for the
     /// re-check instead of being retried; `None` for any other error.
     pub fn record_refusal(
         &self,
@@ -343,9 +343,8 @@ impl Permissions {
         resource_id: &str,
         tagging: Tagging,
     ) -> Option<Denial> {
-        let code = error.code()?;
-        super::client::DRY_RUN_DENIED_CODES
-            .contains(&code)
+        error
+            .is_denied()
             .then(|| self.record_denied(action, resource_id, tagging))
     }
 

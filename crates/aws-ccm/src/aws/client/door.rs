@@ -13,11 +13,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::api_metrics;
+use super::errors::DENIED_CODES;
 use super::errors::{AttemptFailure, AwsError, ErrorClass};
 use super::operations::{Category, Idempotency, Operation, Service};
 use super::retry::RetryPolicy;
 use super::throttle::{Priority, Throttle};
-use super::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, DRY_RUN_DENIED_CODES, SdkFuture};
+use super::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, SdkFuture};
 
 /// Throttle buckets, retry policy and attempt timeout of one process.
 pub struct Door {
@@ -371,7 +372,7 @@ fn deadline_exceeded(
 fn dry_run_outcome(code: &str) -> Option<&'static str> {
     match code {
         DRY_RUN_ALLOWED_CODE => Some("dry_run_allowed"),
-        code if DRY_RUN_DENIED_CODES.contains(&code) => Some("dry_run_denied"),
+        code if DENIED_CODES.contains(&code) => Some("dry_run_denied"),
         _ => None,
     }
 }

@@ -435,7 +435,7 @@ fn describe(code: Option<&str>, message: &str, http_status: Option<u16>) -> Stri
 }
 
 /// IAM's refusals, as each API spells them.
-const DENIED_CODES: &[&str] = &[
+pub(crate) const DENIED_CODES: &[&str] = &[
     "UnauthorizedOperation",
     "AccessDenied",
     "AccessDeniedException",

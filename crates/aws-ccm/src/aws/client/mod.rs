@@ -462,11 +462,9 @@ impl AwsClient {
             .await;
         match answer {
             Err(e) if e.code() == Some(DRY_RUN_ALLOWED_CODE) => Ok(DryRun::Allowed),
-            Err(e) if e.code().is_some_and(|c| DRY_RUN_DENIED_CODES.contains(&c)) => {
-                Ok(DryRun::Denied {
-                    message: e.message(),
-                })
-            }
+            Err(e) if e.is_denied() => Ok(DryRun::Denied {
+                message: e.message(),
+            }),
             Err(e) => Err(e),
             Ok(_) => Err(AwsError::local(
                 op,
@@ -483,9 +481,6 @@ impl AwsClient {
 
 /// EC2's answer to a DryRun request that would have succeeded.
 pub const DRY_RUN_ALLOWED_CODE: &str = "DryRunOperation";
-/// Answers that mean IAM denies the request (EC2; ELB and STS spell it
-/// `AccessDenied`).
-pub const DRY_RUN_DENIED_CODES: &[&str] = &["UnauthorizedOperation", "AccessDenied"];
 
 /// What a `DryRun=true` request found out.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -64,12 +64,6 @@ pub struct Applied {
     pub refused_listeners: Vec<(String, AwsError)>,
 }
 
-/// Whether `e` is IAM's refusal (`AccessDenied`, `UnauthorizedOperation`).
-fn iam_refused(e: &AwsError) -> bool {
-    e.code()
-        .is_some_and(|c| crate::aws::client::DRY_RUN_DENIED_CODES.contains(&c))
-}
-
 /// Applies a plan in order.
 pub async fn apply(
     aws: &Aws,
@@ -547,7 +541,7 @@ impl Applying<'_> {
                 .send()
         });
         match modified.await {
-            Err(e) if iam_refused(&e) => self.out.refused_listeners.push((arn.to_string(), e)),
+            Err(e) if e.is_denied() => self.out.refused_listeners.push((arn.to_string(), e)),
             other => other?,
         }
         Ok(())
@@ -560,7 +554,7 @@ impl Applying<'_> {
             c.delete_listener().listener_arn(arn).send()
         });
         match deleted.await {
-            Err(e) if iam_refused(&e) => self.out.refused_listeners.push((arn.to_string(), e)),
+            Err(e) if e.is_denied() => self.out.refused_listeners.push((arn.to_string(), e)),
             Err(e) if !not_found(&e) => return Err(e),
             _ => {}
         }
