@@ -16,16 +16,17 @@ use kube::api::ListParams;
 use serde::{Deserialize, Serialize};
 
 /// Every Node, listed from the API server (a consistent read) in pages of
-/// 500: node IPAM's start and `aws-ccm doctor`.
-pub async fn list_all(api: &Api<Node>) -> Result<Vec<Node>, kube::Error> {
+/// 500, each page handed to `each` before the next is read (so a caller
+/// that keeps less than the Nodes holds one page at a time): node IPAM's
+/// start and `aws-ccm doctor`.
+pub async fn list_all(api: &Api<Node>, mut each: impl FnMut(Vec<Node>)) -> kube::Result<()> {
     let mut params = ListParams::default().limit(500);
-    let mut out = Vec::new();
     loop {
         let page = api.list(&params).await?;
-        out.extend(page.items);
+        each(page.items);
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
-            None => return Ok(out),
+            None => return Ok(()),
         }
     }
 }

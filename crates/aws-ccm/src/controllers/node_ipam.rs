@@ -243,30 +243,29 @@ impl Ipam {
     async fn rebuild(&mut self) -> Result<(), kube::Error> {
         let mut allocator = Allocator::new(&self.config.ranges);
         let mut held = HashMap::new();
-        let nodes = super::cached_node::list_all(&self.api).await?;
-        for node in &nodes {
-            let cidrs = pod_cidrs(node);
-            let (Some(uid), false) = (node.metadata.uid.clone(), cidrs.is_empty()) else {
-                continue;
-            };
-            let name = node.metadata.name.clone().unwrap_or_default();
-            let occupied = allocator.occupy(&cidrs);
-            if self.other.is_none() {
-                self.other = outside_sign(&name, &occupied);
+        let mut count = 0;
+        let other = &mut self.other;
+        let each = |page: Vec<Node>| {
+            count += page.len();
+            for node in &page {
+                let cidrs = pod_cidrs(node);
+                let (Some(uid), false) = (node.metadata.uid.clone(), cidrs.is_empty()) else {
+                    continue;
+                };
+                let name = node.metadata.name.clone().unwrap_or_default();
+                let occupied = allocator.occupy(&cidrs);
+                if other.is_none() {
+                    *other = outside_sign(&name, &occupied);
+                }
+                report_occupy(&name, &cidrs, occupied);
+                let seen = false;
+                held.insert(uid, Held { name, cidrs, seen });
             }
-            report_occupy(&name, &cidrs, occupied);
-            held.insert(
-                uid,
-                Held {
-                    name,
-                    cidrs,
-                    seen: false,
-                },
-            );
-        }
+        };
+        super::cached_node::list_all(&self.api, each).await?;
         self.allocator = allocator;
         self.held = held;
-        tracing::info!(nodes = nodes.len(), allocator = %self.allocator, "node CIDR map rebuilt from the API server");
+        tracing::info!(nodes = count, allocator = %self.allocator, "node CIDR map rebuilt from the API server");
         self.update_gauges();
         Ok(())
     }

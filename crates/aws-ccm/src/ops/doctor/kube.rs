@@ -26,8 +26,11 @@ pub const UNINITIALIZED_FAIL_AFTER: Duration = Duration::from_secs(300);
 
 /// Every Node, in pages.
 pub async fn list_nodes(kube: &kube::Client) -> anyhow::Result<Vec<Node>> {
-    let nodes = crate::controllers::cached_node::list_all(&Api::all(kube.clone())).await;
-    nodes.map_err(|e| anyhow::anyhow!("listing Nodes: {e}"))
+    let mut nodes = Vec::new();
+    let api = Api::all(kube.clone());
+    let listed = crate::controllers::cached_node::list_all(&api, |page| nodes.extend(page)).await;
+    listed.map_err(|e| anyhow::anyhow!("listing Nodes: {e}"))?;
+    Ok(nodes)
 }
 
 /// Since when a Node carries the uninitialized taint: its `timeAdded`,
