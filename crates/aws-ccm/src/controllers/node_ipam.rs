@@ -258,8 +258,14 @@ impl Ipam {
                     *other = outside_sign(&name, &occupied);
                 }
                 report_occupy(&name, &cidrs, occupied);
-                let seen = false;
-                held.insert(uid, Held { name, cidrs, seen });
+                held.insert(
+                    uid,
+                    Held {
+                        name,
+                        cidrs,
+                        seen: false,
+                    },
+                );
             }
         };
         super::cached_node::list_all(&self.api, each).await?;

@@ -8,6 +8,19 @@ use crate::aws::security_groups as sg;
 use crate::aws::tags;
 
 impl AwsLoadBalancers {
+    /// The groups named one of `names` that carry this cluster's tag (any
+    /// value), looked up by name (for deletion).
+    pub(super) async fn cluster_groups_named(
+        &self,
+        names: Vec<String>,
+    ) -> Result<Vec<sg::SecurityGroup>, LbError> {
+        let filters = vec![
+            crate::aws::instances::filter("group-name", names),
+            crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
+        ];
+        Ok(sg::io::describe(&self.aws, filters).await?)
+    }
+
     /// The security groups of `instances` and the groups named
     /// `extra_names` (a load balancer's owned group), by ID, from the
     /// shared view: no read per sync, whatever the number of Services.

@@ -33,19 +33,6 @@ impl AwsLoadBalancers {
         })
     }
 
-    /// The groups named one of `names` that carry this cluster's tag (any
-    /// value), looked up by name (for deletion).
-    pub(super) async fn cluster_groups_named(
-        &self,
-        names: Vec<String>,
-    ) -> Result<Vec<SecurityGroup>, LbError> {
-        let filters = vec![
-            crate::aws::instances::filter("group-name", names),
-            crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
-        ];
-        Ok(sg::io::describe(&self.aws, filters).await?)
-    }
-
     /// Revokes NLB `name`'s node rules from every cluster group and every
     /// group a cluster instance is in (deletion is rare and must leave no
     /// rule). `Ok(true)` when something was revoked.
