@@ -174,7 +174,10 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         progress: ProgressBook::default(),
         topology: topology::Queue::default(),
     });
-    let labeller = tokio::spawn(topology::run(shared.clone(), stop.clone()));
+    // client-go's workqueue metrics under the Go controller's queue name;
+    // the labeller asks its questions when this queue rests.
+    let queue = super::schedule::workqueue::Queue::new("Nodes");
+    let labeller = tokio::spawn(topology::run(shared.clone(), queue.clone(), stop.clone()));
 
     let refresher = tokio::spawn(status::run(
         shared.clone(),
@@ -182,8 +185,6 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         stop.clone(),
     ));
 
-    // client-go's workqueue metrics under the Go controller's queue name.
-    let queue = super::schedule::workqueue::Queue::new("Nodes");
     let triggers = triggers(&ctx, shared.clone(), queue.clone());
 
     tracing::info!(workers, "cloud-node controller started");
@@ -237,6 +238,9 @@ fn triggers<C: Cloud>(
             for node in &changes.deleted {
                 shared.progress.forget(&node.name_any());
                 shared.topology.forget(&node.name_any());
+                // The controller skips a key whose object is gone: it is
+                // never taken, so it must not stay due.
+                queue.forget(&node.name_any());
             }
         }
         // Only nodes with work reach the controller: at start-up every

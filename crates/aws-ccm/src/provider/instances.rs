@@ -18,6 +18,9 @@ use std::sync::Arc;
 
 /// EC2 accepts at most this many resource IDs in one CreateTags/DeleteTags.
 pub const MAX_TAG_RESOURCES: usize = 1000;
+/// EC2 accepts at most this many instance IDs in one
+/// DescribeInstanceTopology: one question's worth of network-node lookups.
+pub const MAX_TOPOLOGY_IDS: usize = 100;
 
 /// Lifecycle state of an instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -1346,9 +1346,14 @@ async fn network_node_labels_come_batched_and_only_where_upstream_sets_them() ->
         joining.len(),
         asked.received,
     );
+    // The promise at any speed: one call per 100 nodes (the stand-in
+    // refuses more IDs, as EC2 does, and every label came), and at most
+    // one more for a join that rested once. A timing window counted the
+    // machine's speed instead.
+    let bound = joining.len().div_ceil(100) + 1;
     assert!(
-        (2..=10).contains(&asked.received),
-        "{} joining nodes asked in batches of at most 100: {} calls",
+        (1..=bound as u64).contains(&(asked.received as u64)),
+        "{} joining nodes asked in batches of at most 100: {} calls, at most {bound} promised",
         joining.len(),
         asked.received
     );

@@ -42,7 +42,7 @@ pub const DEFAULT_PATTERN: &str = r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9
 /// `instanceTopologyManagerCacheTimeout`).
 pub const UNSUPPORTED_TTL: Duration = Duration::from_secs(24 * 3600);
 /// `InstanceId.N` values AWS accepts in one call.
-pub const MAX_IDS_PER_CALL: usize = 100;
+pub const MAX_IDS_PER_CALL: usize = crate::provider::instances::MAX_TOPOLOGY_IDS;
 /// How long one batch (its retries included) may take. Node initialization
 /// waits for the answer, and a throttled question must not hold it back
 /// for the door's minute of retrying: it fails instead, and the node

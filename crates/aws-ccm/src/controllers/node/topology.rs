@@ -5,11 +5,23 @@
 //! node, and keeps a node of a type expected to have a topology tainted
 //! until AWS answers. Here the question never holds a taint: a node is
 //! initialized as soon as `DescribeInstances` has answered, and then put in
-//! this [`Queue`]. One task ([`run`]) asks the questions of every due node
-//! together (so the cloud batches them, at most 100 instance IDs per call)
-//! and writes the labels that come back. A failed question (AWS down,
-//! throttled past its deadline, an API that hangs) is asked again with
-//! backoff ([`RETRY`]) from the same task: a
+//! this [`Queue`]. One task ([`run`]) asks the questions and writes the
+//! labels that come back.
+//!
+//! **Batched by what is waiting, not by a window.** AWS throttles
+//! `DescribeInstanceTopology` hard, so a join must cost about one call per
+//! [`MAX_TOPOLOGY_IDS`] nodes whatever the machine's speed. The task asks
+//! one call's worth at a time, and only once the cloud-node controller has
+//! nothing due and nothing in progress (its queue is [`idle`]) or a whole
+//! call's worth is waiting: the nodes of a join gather while the join
+//! lasts, however long it lasts, and the labels follow its last
+//! initialization. A window of time (it once was one second) counted the
+//! machine's speed instead: a slower join spread over more windows, and
+//! 122 joining nodes cost 43 calls where 2 do. [`MAX_GATHER`] only bounds
+//! how late labels come behind a controller that never rests.
+//!
+//! A failed question (AWS down, throttled past its deadline, an API that
+//! hangs) is asked again with backoff ([`RETRY`]) from the same task: a
 //! retry never occupies a worker of the cloud-node controller, so nodes
 //! that join meanwhile are initialized at full speed. (It once did: with
 //! the API failing, 100 joining nodes waited minutes behind the retries of
@@ -23,13 +35,14 @@
 //! queued too, so the labels also come after a restart; the cloud
 //! remembers empty answers for a day, so this costs at most one question
 //! per node per day.
+//!
+//! [`idle`]: crate::controllers::schedule::workqueue::Queue::idle
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backoff::Backoff;
-use futures::StreamExt;
 use kube::ResourceExt;
 use parking_lot::Mutex;
 use serde_json::json;
@@ -39,20 +52,17 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Shared, plan};
 use crate::controllers::cached_node::Node;
-use crate::controllers::schedule::{Wake, sleep, wait};
+use crate::controllers::schedule::workqueue;
+use crate::controllers::schedule::{Wake, wait};
 use crate::ids::{is_instance_id, node_instance_id};
-use crate::provider::instances::Instances;
+use crate::provider::instances::{Instances, MAX_TOPOLOGY_IDS};
 
 /// The wait after a failed question: 5 s, doubled per failure, to 5 min.
 const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
-/// Questions in flight at once: enough for the cloud to fill its batches
-/// (100 IDs per call) without holding every node of a large join at once.
-const IN_FLIGHT: usize = 500;
-/// How long the task lets questions gather after a wake-up: nodes are
-/// initialized one by one (one worker by default), and asked one by one
-/// they would cost a call each. A second gathers a join's questions into
-/// a few calls, and the labels follow the taint's removal by about that.
-const GATHER: Duration = Duration::from_secs(1);
+/// The longest the due questions wait for the cloud-node controller to
+/// rest: a bound on how late the labels come, not a batching window (a
+/// join that rests sooner is asked sooner).
+const MAX_GATHER: Duration = Duration::from_secs(60);
 
 /// One queued node: which instance to ask about, failures so far, and
 /// when it is due (`None` while its question is in flight).
@@ -114,23 +124,34 @@ impl Queue {
         delay
     }
 
-    /// The questions due at `now` (marked in flight), and when the next
-    /// one not yet due is.
-    fn take_due(&self, now: Instant) -> (Vec<Question>, Option<Instant>) {
-        let mut due = Vec::new();
+    /// How many questions are due at `now`, and when the next one not yet
+    /// due is.
+    fn due(&self, now: Instant) -> (usize, Option<Instant>) {
+        let mut count = 0;
         let mut next: Option<Instant> = None;
-        for (name, entry) in self.nodes.lock().iter_mut() {
+        for entry in self.nodes.lock().values() {
             match entry.due {
-                Some(at) if at <= now => {
-                    entry.due = None;
-                    let (id, ty) = (entry.instance_id.clone(), entry.instance_type.clone());
-                    due.push((name.clone(), id, ty));
-                }
+                Some(at) if at <= now => count += 1,
                 Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
                 None => {}
             }
         }
-        (due, next)
+        (count, next)
+    }
+
+    /// Up to `max` of the questions due at `now`, marked in flight.
+    fn take_due(&self, now: Instant, max: usize) -> Vec<Question> {
+        let mut nodes = self.nodes.lock();
+        let due = nodes
+            .iter_mut()
+            .filter(|(_, e)| e.due.is_some_and(|at| at <= now));
+        due.take(max)
+            .map(|(name, entry)| {
+                entry.due = None;
+                let (id, ty) = (entry.instance_id.clone(), entry.instance_type.clone());
+                (name.clone(), id, ty)
+            })
+            .collect()
     }
 }
 
@@ -162,22 +183,43 @@ pub(super) fn queue_initialized<I: Instances>(node: &Node, shared: &Shared<I>) {
     }
 }
 
-/// Asks the due questions, round after round (each gathered for
-/// [`GATHER`]), until `stop`.
-pub(super) async fn run<I: Instances>(shared: Arc<Shared<I>>, stop: CancellationToken) {
+/// Asks the due questions, one call's worth at a time, each gathered until
+/// the cloud-node controller (`nodes`, its queue) rests or a call is full,
+/// until `stop`.
+pub(super) async fn run<I: Instances>(
+    shared: Arc<Shared<I>>,
+    nodes: workqueue::Queue,
+    stop: CancellationToken,
+) {
+    let topology = &shared.topology;
     loop {
-        let (due, next) = shared.topology.take_due(Instant::now());
-        if !due.is_empty() {
-            let round =
-                futures::stream::iter(due).for_each_concurrent(IN_FLIGHT, |q| label(&shared, q));
-            if wait(&stop, None, round).await == Wake::Stopped {
+        let (due, next) = topology.due(Instant::now());
+        if due == 0 {
+            if wait(&stop, next, topology.wake.notified()).await == Wake::Stopped {
                 return;
             }
             continue;
         }
-        if wait(&stop, next, shared.topology.wake.notified()).await == Wake::Stopped
-            || sleep(&stop, GATHER).await == Wake::Stopped
-        {
+        if due < MAX_TOPOLOGY_IDS {
+            let full = async {
+                while topology.due(Instant::now()).0 < MAX_TOPOLOGY_IDS {
+                    topology.wake.notified().await;
+                }
+            };
+            let gathered = async {
+                tokio::select! {
+                    () = nodes.idle() => {}
+                    () = full => {}
+                }
+            };
+            let until = Instant::now() + MAX_GATHER;
+            if wait(&stop, Some(until), gathered).await == Wake::Stopped {
+                return;
+            }
+        }
+        let round = topology.take_due(Instant::now(), MAX_TOPOLOGY_IDS);
+        let asked = futures::future::join_all(round.into_iter().map(|q| label(&shared, q)));
+        if wait(&stop, None, asked).await == Wake::Stopped {
             return;
         }
     }
@@ -245,10 +287,11 @@ mod tests {
     async fn failures_back_off_doubling_up_to_the_cap_and_are_forgotten() {
         let q = Queue::default();
         q.ask("n", "i-1", Some("p4d.24xlarge"));
-        let (due, next) = q.take_due(Instant::now());
+        assert_eq!(q.due(Instant::now()), (1, None));
+        let due = q.take_due(Instant::now(), MAX_TOPOLOGY_IDS);
         assert_eq!(due.len(), 1);
-        assert_eq!(next, None, "in flight: not due again");
-        assert!(q.take_due(Instant::now()).0.is_empty());
+        assert_eq!(q.due(Instant::now()), (0, None), "in flight: not due again");
+        assert!(q.take_due(Instant::now(), MAX_TOPOLOGY_IDS).is_empty());
         assert_eq!(q.failed("n"), RETRY.first);
         assert_eq!(q.failed("n"), RETRY.first * 2);
         assert_eq!(q.failed("n"), RETRY.first * 4);
@@ -256,14 +299,14 @@ mod tests {
             q.failed("n");
         }
         assert_eq!(q.failed("n"), RETRY.cap);
-        let (due, next) = q.take_due(Instant::now());
-        assert!(due.is_empty(), "waiting out its backoff");
-        assert_eq!(next, Some(Instant::now() + RETRY.cap));
+        let next = Some(Instant::now() + RETRY.cap);
+        assert_eq!(q.due(Instant::now()), (0, next), "waiting out its backoff");
+        assert!(q.take_due(Instant::now(), MAX_TOPOLOGY_IDS).is_empty());
         // Asking again keeps the backoff.
         q.ask("n", "i-1", Some("p4d.24xlarge"));
-        assert!(q.take_due(Instant::now()).0.is_empty());
+        assert!(q.take_due(Instant::now(), MAX_TOPOLOGY_IDS).is_empty());
         tokio::time::advance(RETRY.cap).await;
-        let (due, _) = q.take_due(Instant::now());
+        let due = q.take_due(Instant::now(), MAX_TOPOLOGY_IDS);
         assert_eq!(
             due,
             vec![("n".into(), "i-1".into(), Some("p4d.24xlarge".into()))]

@@ -11,7 +11,10 @@
 //! ([`Queue::due`]: an add, once until it is taken), is taken to work on
 //! ([`Queue::take`]: its wait observed; the returned [`Work`] observes the
 //! work when dropped) or is retried ([`Queue::retry`]). Keys a scheduler no
-//! longer holds leave the depth ([`Queue::keep_only`]).
+//! longer holds leave the depth ([`Queue::keep_only`], [`Queue::forget`]).
+//! Work that follows a controller's own (the network-node questions after
+//! the cloud-node controller's initializations) waits for [`Queue::idle`]:
+//! nothing due and nothing worked on.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, LazyLock, Mutex, Weak};
@@ -23,6 +26,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use tokio::sync::watch;
 
 type Labels = Vec<(&'static str, &'static str)>;
 
@@ -95,6 +99,8 @@ struct State {
 pub struct Queue {
     labels: Labels,
     state: Arc<Mutex<State>>,
+    /// Whether any key is due or being worked on, for [`Queue::idle`].
+    busy: Arc<watch::Sender<bool>>,
 }
 
 /// Work on one key; observed when dropped.
@@ -112,6 +118,7 @@ impl Queue {
                 name,
                 ..State::default()
             })),
+            busy: Arc::new(watch::channel(false).0),
         };
         // Every family of the queue is served from its start, as client-go's.
         let f = &*FAMILIES;
@@ -130,11 +137,23 @@ impl Queue {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn set_depth(&self, state: &State) {
+    /// After every change of `state`: the depth gauge and the busy flag.
+    fn changed(&self, state: &State) {
         FAMILIES
             .depth
             .get_or_create(&self.labels)
             .set(state.waiting.len() as i64);
+        let busy = !state.waiting.is_empty() || !state.running.is_empty();
+        self.busy
+            .send_if_modified(|was| std::mem::replace(was, busy) != busy);
+    }
+
+    /// Completes once no key is due and none is being worked on (at once
+    /// when that is so already).
+    pub async fn idle(&self) {
+        let mut busy = self.busy.subscribe();
+        // The sender lives as long as `self`: the wait cannot fail.
+        let _ = busy.wait_for(|busy| !busy).await;
     }
 
     /// `key` needs work: an add, unless it is already waiting.
@@ -145,14 +164,23 @@ impl Queue {
         }
         state.waiting.insert(key.to_string(), Instant::now());
         FAMILIES.adds.get_or_create(&self.labels).inc();
-        self.set_depth(&state);
+        self.changed(&state);
     }
 
     /// Forgets waiting keys the scheduler no longer holds (a deleted object).
     pub fn keep_only(&self, keys: &HashSet<&str>) {
         let mut state = self.state();
         state.waiting.retain(|k, _| keys.contains(k.as_str()));
-        self.set_depth(&state);
+        self.changed(&state);
+    }
+
+    /// Forgets `key` if it is waiting (its object was deleted before the
+    /// scheduler took it).
+    pub fn forget(&self, key: &str) {
+        let mut state = self.state();
+        if state.waiting.remove(key).is_some() {
+            self.changed(&state);
+        }
     }
 
     /// `key` is taken to work on: its wait is observed (an add first, when
@@ -171,7 +199,7 @@ impl Queue {
         let token = state.next_token;
         state.next_token += 1;
         state.running.insert(token, now);
-        self.set_depth(&state);
+        self.changed(&state);
         Work {
             queue: self.clone(),
             token,
@@ -191,7 +219,9 @@ impl Drop for Work {
             .work_duration
             .get_or_create(&self.queue.labels)
             .observe(self.started.elapsed().as_secs_f64());
-        self.queue.state().running.remove(&self.token);
+        let mut state = self.queue.state();
+        state.running.remove(&self.token);
+        self.queue.changed(&state);
     }
 }
 

@@ -52,3 +52,32 @@ fn a_key_is_added_once_until_taken_and_its_work_is_observed() {
     q.keep_only(&HashSet::new());
     assert_eq!(sample("workqueue_depth", "test-once"), Some(0.0));
 }
+
+#[tokio::test(start_paused = true)]
+async fn idle_waits_for_every_due_key_and_every_work_to_finish() {
+    use futures::FutureExt;
+    let q = Queue::new("test-idle");
+    assert!(q.idle().now_or_never().is_some(), "an empty queue is idle");
+    q.due("a");
+    q.due("b");
+    let idle = q.idle();
+    futures::pin_mut!(idle);
+    assert!(idle.as_mut().now_or_never().is_none(), "two keys due");
+    let work = q.take("a");
+    q.forget("b");
+    assert!(
+        idle.as_mut().now_or_never().is_none(),
+        "b forgotten, a still worked on"
+    );
+    q.forget("a");
+    assert!(
+        idle.as_mut().now_or_never().is_none(),
+        "forget leaves work alone"
+    );
+    drop(work);
+    assert!(
+        idle.now_or_never().is_some(),
+        "nothing due, nothing worked on"
+    );
+    assert_eq!(sample("workqueue_depth", "test-idle"), Some(0.0));
+}
