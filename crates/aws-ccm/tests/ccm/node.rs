@@ -859,9 +859,14 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
          DescribeInstances received {} forwarded {} throttled {}; throttled in total {throttled}",
         describe.received, describe.forwarded, describe.throttled
     );
+    // The promise: one batched read per 300 ms gathering window (node.rs
+    // GATHER_WINDOW) while the burst is small, then the shared sweep (one
+    // page for 300 instances). A fixed count would count the machine's
+    // speed: a slower registration spreads over more windows.
+    let windows = (registered.as_millis() / 300) as u64 + 2;
     assert!(
-        describe.received <= 10,
-        "DescribeInstances calls: {}",
+        describe.received <= windows + 1,
+        "DescribeInstances calls: {} for a registration of {registered:?} ({windows} windows)",
         describe.received
     );
     assert_eq!(throttled, 0, "no throttled response at all");
