@@ -16,7 +16,9 @@ pub struct ActionCounts {
     /// Calls rejected with the throttling error because their token bucket
     /// was empty (budget enforcement; a `Throttle` fault counts as faulted).
     pub throttled: u64,
-    /// Calls a fault rule fired on (any kind, `Latency` included).
+    /// Calls a fault rule fired on (any kind, `Latency` included), and
+    /// calls the stand-in refused as AWS would: an IAM denial, the targets
+    /// quota.
     pub faulted: u64,
 }
 

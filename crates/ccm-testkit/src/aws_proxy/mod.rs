@@ -48,6 +48,7 @@ mod random;
 mod record;
 mod request;
 mod simulate;
+mod target_quota;
 mod throttle;
 mod topology;
 
@@ -168,6 +169,9 @@ struct State {
     consistency: consistency::Consistency,
     /// What `DescribeInstanceTopology` answers (moto does not know it).
     topology: RwLock<Vec<InstanceTopology>>,
+    /// ELBv2's targets-per-load-balancer quota (moto has none); `None`:
+    /// not enforced.
+    target_quota: RwLock<Option<usize>>,
     /// The policies `iam:SimulatePrincipalPolicy` evaluates, by principal
     /// ARN (moto does not simulate).
     iam_principals: RwLock<simulate::Principals>,
@@ -272,6 +276,7 @@ impl FaultProxy {
             rolls: random::Rolls::new(config.seed),
             consistency: consistency::Consistency::default(),
             topology: RwLock::new(Vec::new()),
+            target_quota: RwLock::new(None),
             iam_principals: RwLock::new(simulate::Principals::new()),
             ecr: EcrStandIn::default(),
         });
@@ -375,11 +380,17 @@ impl FaultProxy {
 
     /// The recorded calls of `action` (any service), oldest first.
     pub fn requests(&self, action: &str) -> Vec<RecordedCall> {
+        self.requests_of(&[action])
+    }
+
+    /// The recorded calls of any of `actions`, in the order received: what
+    /// was asked for first, across actions.
+    pub fn requests_of(&self, actions: &[&str]) -> Vec<RecordedCall> {
         self.state
             .recorded
             .lock()
             .iter()
-            .filter(|c| c.action == action)
+            .filter(|c| actions.contains(&c.action.as_str()))
             .cloned()
             .collect()
     }
@@ -408,6 +419,14 @@ impl FaultProxy {
     /// answers it itself; see the `topology` module for its rules).
     pub fn set_instance_topology(&self, instances: Vec<InstanceTopology>) {
         *self.state.topology.write() = instances;
+    }
+
+    /// From now on a `RegisterTargets` that would leave a load balancer
+    /// with more than `quota` targets gets AWS's `TooManyTargets` (see the
+    /// `target_quota` module for how AWS counts); `None` lifts the quota.
+    /// A refusal counts as faulted.
+    pub fn set_targets_per_load_balancer(&self, quota: Option<usize>) {
+        *self.state.target_quota.write() = quota;
     }
 
     /// The identity policy `iam:SimulatePrincipalPolicy` evaluates for the
@@ -697,6 +716,12 @@ async fn handle(
     if let Some(refusal) =
         dualstack::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
     {
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
+        target_quota::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
         return Ok(error_response(&refusal, &call));
     }
     counters.bump(&call.service, &counted, Outcome::Forwarded);

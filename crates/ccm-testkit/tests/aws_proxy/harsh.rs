@@ -1,5 +1,6 @@
 //! The proxy as harsh as AWS can be: answers lost after the call was
-//! applied, eventual consistency, and seeded randomness that replays.
+//! applied, eventual consistency, seeded randomness that replays, and the
+//! quotas moto leaves out.
 
 use super::*;
 
@@ -377,4 +378,190 @@ async fn instance_topology_is_answered_with_the_real_apis_rules() {
         .await
         .expect_err("DryRun answers DryRunOperation");
     assert_eq!(err.code(), Some("DryRunOperation"));
+}
+
+/// A running instance in moto's default VPC.
+async fn instance(client: &aws_sdk_ec2::Client) -> String {
+    let images = client
+        .describe_images()
+        .owners("amazon")
+        .send()
+        .await
+        .expect("images");
+    let ami = images.images()[0].image_id().expect("an AMI").to_owned();
+    client
+        .run_instances()
+        .image_id(ami)
+        .min_count(1)
+        .max_count(1)
+        .send()
+        .await
+        .expect("an instance")
+        .instances()[0]
+        .instance_id()
+        .expect("an ID")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn register_targets_is_refused_over_the_targets_per_load_balancer_quota() {
+    use aws_sdk_elasticloadbalancingv2::types::{
+        Action, ActionTypeEnum, LoadBalancerTypeEnum, ProtocolEnum, TargetDescription,
+    };
+    let proxy = proxy(ProxyConfig::default()).await;
+    let ec2c = ec2(&proxy.endpoint(), no_retries()).await;
+    let v2 = elbv2(&proxy.endpoint(), no_retries()).await;
+    let vpc = ec2c
+        .describe_vpcs()
+        .send()
+        .await
+        .expect("vpcs")
+        .vpcs()
+        .first()
+        .and_then(|v| v.vpc_id().map(str::to_owned))
+        .expect("moto's default VPC");
+    let subnet = ec2c
+        .describe_subnets()
+        .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+        .send()
+        .await
+        .expect("subnets")
+        .subnets()[0]
+        .subnet_id()
+        .expect("a subnet")
+        .to_owned();
+    let lb = v2
+        .create_load_balancer()
+        .name(&unique("nlb")[..24])
+        .r#type(LoadBalancerTypeEnum::Network)
+        .subnets(&subnet)
+        .send()
+        .await
+        .expect("an NLB")
+        .load_balancers()[0]
+        .load_balancer_arn()
+        .expect("an ARN")
+        .to_owned();
+    let group = |port: i32| {
+        let v2 = v2.clone();
+        let vpc = vpc.clone();
+        async move {
+            v2.create_target_group()
+                .name(&unique("tg")[..24])
+                .protocol(ProtocolEnum::Tcp)
+                .port(port)
+                .vpc_id(vpc)
+                .send()
+                .await
+                .expect("a target group")
+                .target_groups()[0]
+                .target_group_arn()
+                .expect("an ARN")
+                .to_owned()
+        }
+    };
+    let listen = |port: i32, tg: String| {
+        let v2 = v2.clone();
+        let lb = lb.clone();
+        async move {
+            v2.create_listener()
+                .load_balancer_arn(lb)
+                .protocol(ProtocolEnum::Tcp)
+                .port(port)
+                .default_actions(
+                    Action::builder()
+                        .r#type(ActionTypeEnum::Forward)
+                        .target_group_arn(tg)
+                        .build(),
+                )
+                .send()
+                .await
+                .expect("a listener");
+        }
+    };
+    let register = |tg: &str, ids: &[&String]| {
+        let mut req = v2.register_targets().target_group_arn(tg);
+        for id in ids {
+            req = req.targets(TargetDescription::builder().id(id.as_str()).build());
+        }
+        req.send()
+    };
+    let held = |tg: String| {
+        let v2 = v2.clone();
+        async move {
+            let out = v2
+                .describe_target_health()
+                .target_group_arn(tg)
+                .send()
+                .await
+                .expect("target health");
+            let mut ids: Vec<String> = out
+                .target_health_descriptions()
+                .iter()
+                .filter_map(|d| d.target().and_then(|t| t.id()).map(str::to_owned))
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let a = group(30080).await;
+    listen(80, a.clone()).await;
+    let (i1, i2, i3) = (
+        instance(&ec2c).await,
+        instance(&ec2c).await,
+        instance(&ec2c).await,
+    );
+    proxy.set_targets_per_load_balancer(Some(2));
+
+    register(&a, &[&i1, &i2]).await.expect("two fit");
+    let err = register(&a, &[&i3]).await.expect_err("a third does not");
+    assert_eq!(err.code(), Some("TooManyTargets"), "{err:?}");
+    assert_eq!(status(&err), 400);
+    let mut both = vec![i1.clone(), i2.clone()];
+    both.sort();
+    assert_eq!(
+        held(a.clone()).await,
+        both,
+        "the refused call changed nothing"
+    );
+    register(&a, &[&i2])
+        .await
+        .expect("a target held already adds nothing");
+    let counts = proxy
+        .calls()
+        .get("elasticloadbalancingv2", "RegisterTargets");
+    assert_eq!(
+        (counts.received, counts.faulted, counts.forwarded),
+        (3, 1, 2)
+    );
+
+    // The quota counts the load balancer's groups together: a second group
+    // behind another listener finds it full.
+    let b = group(30081).await;
+    listen(81, b.clone()).await;
+    let err = register(&b, &[&i1]).await.expect_err("the NLB is full");
+    assert_eq!(err.code(), Some("TooManyTargets"), "{err:?}");
+
+    // Deregistering makes room.
+    v2.deregister_targets()
+        .target_group_arn(&a)
+        .targets(TargetDescription::builder().id(&i1).build())
+        .send()
+        .await
+        .expect("deregistered");
+    register(&a, &[&i3]).await.expect("room again");
+
+    // A group no load balancer uses is counted alone.
+    let lone = group(30082).await;
+    register(&lone, &[&i1, &i2]).await.expect("two fit");
+    let err = register(&lone, &[&i3]).await.expect_err("a third does not");
+    assert!(
+        err.message()
+            .unwrap_or_default()
+            .contains("per target group"),
+        "{err:?}"
+    );
+
+    proxy.set_targets_per_load_balancer(None);
+    register(&lone, &[&i3]).await.expect("no quota, no refusal");
 }
