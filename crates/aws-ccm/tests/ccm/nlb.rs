@@ -734,6 +734,128 @@ async fn node_churn_across_ten_nlbs_registers_only_the_delta_in_one_call_per_gro
     env.finish().await
 }
 
+/// Upstream's #1328: at the targets-per-load-balancer quota a register
+/// first cannot succeed. Two NLB Services at a quota of 3 (the proxy
+/// refuses as AWS does); a node replaced (one joins, one leaves, in one
+/// node-set change): AWS refuses the register, the leaving node is
+/// deregistered, the register sent again, and each NLB ends up with the
+/// new node and without the old, with no failed sync.
+#[tokio::test]
+async fn a_node_replacement_at_the_target_quota_deregisters_then_registers() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 4).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PostParams::default();
+    for i in 0..3 {
+        nodes
+            .create(&pp, &node(&format!("n{i}"), &cloud.instances[i]))
+            .await?;
+    }
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    for name in ["a", "b"] {
+        services
+            .create(&pp, &nlb_service(name, serde_json::json!({})))
+            .await?;
+    }
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    proxy.set_targets_per_load_balancer(Some(3));
+    let sorted = |ids: &[String]| {
+        let mut ids = ids.to_vec();
+        ids.sort();
+        ids
+    };
+    let holding = |want: Vec<String>| {
+        let elbv2 = cloud.elbv2.clone();
+        async move {
+            eventually("both NLBs' groups to hold the nodes", WAIT, || async {
+                let tgs = all_target_groups(&elbv2).await;
+                if tgs.len() != 2 {
+                    return None;
+                }
+                for tg in &tgs {
+                    if targets_of(&elbv2, tg).await? != want {
+                        return None;
+                    }
+                }
+                Some(tgs)
+            })
+            .await
+        }
+    };
+    let tgs = holding(sorted(&cloud.instances[..3]))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let moves = ["RegisterTargets", "DeregisterTargets"];
+    let before = proxy.requests_of(&moves).len();
+    proxy.reset_counts();
+
+    // n0 is replaced by n3 in one node-set change.
+    nodes.create(&pp, &node("n3", &cloud.instances[3])).await?;
+    nodes.delete("n0", &DeleteParams::default()).await?;
+    holding(sorted(&cloud.instances[1..]))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+
+    let (old, new) = (&cloud.instances[0], &cloud.instances[3]);
+    let moved = proxy.requests_of(&moves);
+    for tg in &tgs {
+        let steps: Vec<(String, Vec<String>)> = moved[before..]
+            .iter()
+            .filter(|c| c.params.get("TargetGroupArn") == Some(tg))
+            .map(|c| {
+                let ids = c
+                    .params
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("Targets.member.") && k.ends_with(".Id"))
+                    .map(|(_, id)| id.clone())
+                    .collect();
+                (c.action.clone(), ids)
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            vec![
+                ("RegisterTargets".to_string(), vec![new.clone()]),
+                ("DeregisterTargets".to_string(), vec![old.clone()]),
+                ("RegisterTargets".to_string(), vec![new.clone()]),
+            ],
+            "{tg}: register (refused), deregister, register"
+        );
+    }
+    // The quota refused one register per NLB, and nothing else failed.
+    let calls = proxy.calls();
+    let register = calls.get("elasticloadbalancingv2", "RegisterTargets");
+    assert_eq!(
+        (register.received, register.faulted, register.forwarded),
+        (4, 2, 2),
+        "{register:?}"
+    );
+    let deregister = calls.get("elasticloadbalancingv2", "DeregisterTargets");
+    assert_eq!((deregister.received, deregister.faulted), (2, 0));
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), "default");
+    let failed: Vec<String> = events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("SyncLoadBalancerFailed"))
+        .map(|e| e.message.unwrap_or_default())
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+
+    for name in ["a", "b"] {
+        services.delete(name, &DeleteParams::default()).await?;
+    }
+    eventually("the Services to be gone", WAIT, || async {
+        let left = services.list(&Default::default()).await.ok()?.items;
+        left.is_empty().then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    env.finish().await
+}
+
 /// Requests a certificate from moto's ACM with a raw JSON-protocol POST (the
 /// project has no ACM SDK crate); returns its ARN.
 async fn acm_certificate(endpoint: &str) -> anyhow::Result<String> {

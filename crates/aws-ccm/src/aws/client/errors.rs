@@ -371,6 +371,15 @@ impl AwsError {
         self.code().is_some_and(|c| DENIED_CODES.contains(&c))
     }
 
+    /// AWS refused to register targets because the load balancer holds as
+    /// many as its quota allows (ELBv2's `TooManyTargets`, "You cannot have
+    /// more than N targets per network load balancer"). Deregistering
+    /// targets makes room. The Classic ELB's register call documents no
+    /// such error (only `LoadBalancerNotFound` and `InvalidInstance`).
+    pub fn is_target_quota(&self) -> bool {
+        self.code().is_some_and(|c| TARGET_QUOTA_CODES.contains(&c))
+    }
+
     pub fn is_throttling(&self) -> bool {
         self.class() == ErrorClass::Throttling
             || matches!(self, AwsError::DeadlineExceeded { last: Some(last), .. } if last.is_throttling())
@@ -440,6 +449,10 @@ pub(crate) const DENIED_CODES: &[&str] = &[
     "AccessDenied",
     "AccessDeniedException",
 ];
+
+/// The targets-per-load-balancer quota, as ELBv2's RegisterTargets spells
+/// it on the wire (the SDK's `TooManyTargetsException`).
+const TARGET_QUOTA_CODES: &[&str] = &["TooManyTargets"];
 
 /// Refusals of the credentials themselves, beside IAM's [`DENIED_CODES`].
 const CREDENTIAL_CODES: &[&str] = &[
@@ -576,6 +589,27 @@ mod tests {
         }
         for code in ["AuthFailure", "Throttling", "InvalidInstanceID.NotFound"] {
             assert!(!api_error(ErrorClass::Fatal, code).is_denied(), "{code}");
+        }
+    }
+
+    #[test]
+    fn the_target_quota_is_known_by_its_wire_code_only() {
+        assert!(api_error(ErrorClass::Fatal, "TooManyTargets").is_target_quota());
+        let lost = AwsError::AnswerLost {
+            applied: true,
+            last: Box::new(api_error(ErrorClass::Fatal, "TooManyTargets")),
+        };
+        assert!(lost.is_target_quota());
+        for code in [
+            "TooManyRegistrationsForTargetId",
+            "TooManyTargetGroups",
+            "TooManyLoadBalancers",
+            "InvalidTarget",
+        ] {
+            assert!(
+                !api_error(ErrorClass::Fatal, code).is_target_quota(),
+                "{code}"
+            );
         }
     }
 

@@ -89,13 +89,37 @@ pub async fn apply(
         },
     };
     let mut window = AfterCreate::default();
-    for change in changes {
+    // Deregistrations applied before their turn, to make room at the quota.
+    let mut done_early = BTreeSet::new();
+    for (i, change) in changes.iter().enumerate() {
+        if done_early.contains(&i) {
+            continue;
+        }
         tracing::info!(load_balancer = name, change = %super::plan::describe(change), "applying");
+        let mut made_room = false;
         loop {
             match at.step(change).await {
                 Ok(()) => break,
                 // A step naming an object this apply created moments ago.
                 Err(e) if window.retry(&e).await => {}
+                // The plan registers first so that a replaced node's group
+                // never shrinks; at the targets quota that order stalls
+                // the replacement, so the leaving targets go first and the
+                // register is sent again, once (as the Go CCM orders it).
+                Err(e) if e.is_target_quota() && !made_room => {
+                    let leaving = leaving_targets(changes, i, &done_early);
+                    if leaving.is_empty() {
+                        return Err(e);
+                    }
+                    tracing::info!(load_balancer = name, error = %e, "at the targets quota: deregistering the leaving targets first");
+                    for j in leaving {
+                        let deregister = &changes[j];
+                        tracing::info!(load_balancer = name, change = %super::plan::describe(deregister), "applying");
+                        at.step(deregister).await?;
+                        done_early.insert(j);
+                    }
+                    made_room = true;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -111,6 +135,19 @@ pub async fn apply(
         }
     }
     Ok(at.out)
+}
+
+/// The plan's deregistrations after step `at` not yet applied (`done`):
+/// every target leaving this NLB, whichever of its groups, since AWS counts
+/// the quota over the load balancer's groups together.
+pub(crate) fn leaving_targets(changes: &[Change], at: usize, done: &BTreeSet<usize>) -> Vec<usize> {
+    changes
+        .iter()
+        .enumerate()
+        .skip(at + 1)
+        .filter(|(j, c)| matches!(c, Change::DeregisterTargets { .. }) && !done.contains(j))
+        .map(|(j, _)| j)
+        .collect()
 }
 
 /// What one plan's steps share: the NLB, the owned group's ID, the target

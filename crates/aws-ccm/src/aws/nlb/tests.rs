@@ -671,3 +671,45 @@ fn managed_group_and_byo_switching() {
         Some(&Change::DeleteSecurityGroup("sg-owned".into()))
     );
 }
+
+#[test]
+fn at_the_target_quota_every_later_deregistration_makes_room() {
+    let ids = |ids: &[&str]| ids.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>();
+    let register = |arn: &str| Change::RegisterTargets {
+        target_group: TgRef::Arn(arn.into()),
+        port: 30080,
+        instances: ids(&["i-new"]),
+    };
+    let deregister = |arn: &str| Change::DeregisterTargets {
+        arn: arn.into(),
+        port: 30080,
+        instances: ids(&["i-old"]),
+    };
+    // Two ports: the plan registers, then deregisters, group by group.
+    let changes = vec![
+        register("arn:tg/a"),
+        deregister("arn:tg/a"),
+        register("arn:tg/b"),
+        deregister("arn:tg/b"),
+        Change::DeleteTargetGroup {
+            arn: "arn:tg/old".into(),
+            name: "old".into(),
+        },
+    ];
+    // The first register refused: both groups' leaving targets go first
+    // (the quota counts the NLB's groups together).
+    let none = BTreeSet::new();
+    assert_eq!(io::leaving_targets(&changes, 0, &none), vec![1, 3]);
+    // Once they went, a later refusal finds nothing left to make room with.
+    let done = BTreeSet::from([1, 3]);
+    assert!(io::leaving_targets(&changes, 2, &done).is_empty());
+    // A deregistration already behind the refused step is not one to redo.
+    assert_eq!(io::leaving_targets(&changes, 2, &none), vec![3]);
+    // A new group's first register has no leaving targets.
+    let new_group = vec![Change::RegisterTargets {
+        target_group: TgRef::Name("new".into()),
+        port: 30080,
+        instances: ids(&["i-new"]),
+    }];
+    assert!(io::leaving_targets(&new_group, 0, &none).is_empty());
+}
