@@ -1958,3 +1958,162 @@ async fn clb_shared_group_node_rule_goes_when_no_load_balancer_needs_it() -> any
     );
     env.finish().await
 }
+
+/// The node group's permissions as moto (like AWS) reports them: per
+/// permission, its protocol and the groups of its pairs.
+async fn node_permissions(v: &Vpc) -> anyhow::Result<Vec<(String, BTreeSet<String>)>> {
+    let out = v
+        .ec2
+        .describe_security_groups()
+        .group_ids(&v.node_group)
+        .send()
+        .await?;
+    Ok(out
+        .security_groups()
+        .iter()
+        .flat_map(|g| g.ip_permissions())
+        .map(|p| {
+            let pairs = p
+                .user_id_group_pairs()
+                .iter()
+                .filter_map(|s| s.group_id().map(str::to_string))
+                .collect();
+            (p.ip_protocol().unwrap_or_default().to_string(), pairs)
+        })
+        .collect())
+}
+
+/// Upstream's #1473: a node group whose one all-traffic permission holds
+/// both its self-reference and the owned group's pair (as the console or
+/// Terraform writes it). The managed-to-BYO change (`security-groups`)
+/// revokes the owned group's pair only: the revoke the CCM sends names one
+/// pair, and the self-reference stays.
+#[tokio::test]
+async fn clb_byo_groups_revoke_only_the_owned_pair_of_a_shared_permission() -> anyhow::Result<()> {
+    use aws_sdk_ec2::types::{IpPermission, UserIdGroupPair};
+    let env = Env::start().await?;
+    let v = vpc(&env, true).await?;
+    let i1 = v.instance(&v.public_a, &v.node_group).await?;
+    let custom = v.group("custom-lb", &[]).await?;
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(&PostParams::default(), &node("n1", &i1))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let svc = services
+        .create(
+            &PostParams::default(),
+            &lb_svc(
+                "web",
+                serde_json::json!({}),
+                &[("http", 80)],
+                serde_json::json!({}),
+            ),
+        )
+        .await?;
+    let name = lb_name(&svc);
+    go_made_clb(&v, &name, "default/web", node_ports(&svc)[0], &i1).await?;
+    let owned = group_by_name(&v.ec2, &format!("k8s-elb-{name}"))
+        .await
+        .and_then(|g| g.group_id().map(str::to_string))
+        .expect("the owned group");
+    // The node rule written again as one permission with both pairs.
+    let pair = |id: &str| UserIdGroupPair::builder().group_id(id).build();
+    v.ec2
+        .revoke_security_group_ingress()
+        .group_id(&v.node_group)
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("-1")
+                .user_id_group_pairs(pair(&owned))
+                .build(),
+        )
+        .send()
+        .await?;
+    v.ec2
+        .authorize_security_group_ingress()
+        .group_id(&v.node_group)
+        .ip_permissions(
+            IpPermission::builder()
+                .ip_protocol("-1")
+                .user_id_group_pairs(pair(&v.node_group))
+                .user_id_group_pairs(pair(&owned))
+                .build(),
+        )
+        .send()
+        .await?;
+    let both = BTreeSet::from([v.node_group.clone(), owned.clone()]);
+    assert_eq!(
+        node_permissions(&v).await?,
+        vec![("-1".to_string(), both)],
+        "one permission holding two pairs, as AWS reports it"
+    );
+
+    let (proxy, ccm) = start(&env).await?;
+    wait_hostname(&services, &ccm, "web").await?;
+    wait_ensured(&ccm, "web", 0).await?;
+    assert_eq!(mutations(&proxy), calls(&[]), "adopted as it is");
+    patch_svc(
+        &services,
+        "web",
+        serde_json::json!({"metadata": {"annotations": {
+        "service.beta.kubernetes.io/aws-load-balancer-security-groups": custom}}}),
+    )
+    .await?;
+    wait_ensured(&ccm, "web", 1).await?;
+    eventually("the owned group to be gone", WAIT, || async {
+        group_by_name(&v.ec2, &format!("k8s-elb-{name}"))
+            .await
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+
+    // The one revoke sent to the node group names the owned group's pair
+    // and nothing else of the permission.
+    let revokes: Vec<_> = proxy
+        .requests("RevokeSecurityGroupIngress")
+        .into_iter()
+        .filter(|c| c.params.get("GroupId") == Some(&v.node_group))
+        .collect();
+    let [revoke] = revokes.as_slice() else {
+        panic!("one revoke on the node group: {revokes:#?}");
+    };
+    let named: Vec<(&str, &str)> = revoke
+        .params
+        .iter()
+        .filter(|(k, _)| k.starts_with("IpPermissions."))
+        .map(|(k, val)| (k.as_str(), val.as_str()))
+        .collect();
+    assert_eq!(
+        named,
+        vec![
+            ("IpPermissions.1.Groups.1.GroupId", owned.as_str()),
+            ("IpPermissions.1.IpProtocol", "-1"),
+        ],
+        "{revoke:#?}"
+    );
+    // The self-reference stays, beside the BYO group's new rule.
+    assert_eq!(
+        v.rules(&v.node_group).await?,
+        set([
+            format!("-1:-1--1<-{}", v.node_group).as_str(),
+            format!("-1:-1--1<-{custom}").as_str()
+        ])
+    );
+    services.delete("web", &DeleteParams::default()).await?;
+    eventually("web to be gone", WAIT, || async {
+        matches!(services.get_opt("web").await, Ok(None)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(
+        v.rules(&v.node_group)
+            .await?
+            .contains(&format!("-1:-1--1<-{}", v.node_group)),
+        "the self-reference outlives the Service"
+    );
+    env.finish().await
+}
