@@ -11,14 +11,15 @@
 //! **Batched by what is waiting, not by a window.** AWS throttles
 //! `DescribeInstanceTopology` hard, so a join must cost about one call per
 //! [`MAX_TOPOLOGY_IDS`] nodes whatever the machine's speed. The task asks
-//! one call's worth at a time, and only once the cloud-node controller has
-//! nothing due and nothing in progress (its queue is [`idle`]) or a whole
-//! call's worth is waiting: the nodes of a join gather while the join
-//! lasts, however long it lasts, and the labels follow its last
-//! initialization. A window of time (it once was one second) counted the
-//! machine's speed instead: a slower join spread over more windows, and
-//! 122 joining nodes cost 43 calls where 2 do. [`MAX_GATHER`] only bounds
-//! how late labels come behind a controller that never rests.
+//! once the cloud-node controller has nothing due and nothing in progress
+//! (its queue is [`idle`]), one call's worth at a time, until every due
+//! question is asked: the nodes of a join gather while the join lasts,
+//! however long it lasts, and the labels follow its last initialization
+//! without taking the API budget the join's own writes need. A window of
+//! time (it once was one second) counted the machine's speed instead: a
+//! slower join spread over more windows, and 122 joining nodes cost 43
+//! calls where 2 do. [`MAX_GATHER`] only bounds how late labels come behind
+//! a controller that never rests.
 //!
 //! A failed question (AWS down, throttled past its deadline, an API that
 //! hangs) is asked again with backoff ([`RETRY`]) from the same task: a
@@ -183,9 +184,8 @@ pub(super) fn queue_initialized<I: Instances>(node: &Node, shared: &Shared<I>) {
     }
 }
 
-/// Asks the due questions, one call's worth at a time, each gathered until
-/// the cloud-node controller (`nodes`, its queue) rests or a call is full,
-/// until `stop`.
+/// Asks the due questions, one call's worth at a time, once the cloud-node
+/// controller (`nodes`, its queue) rests, until `stop`.
 pub(super) async fn run<I: Instances>(
     shared: Arc<Shared<I>>,
     nodes: workqueue::Queue,
@@ -200,22 +200,9 @@ pub(super) async fn run<I: Instances>(
             }
             continue;
         }
-        if due < MAX_TOPOLOGY_IDS {
-            let full = async {
-                while topology.due(Instant::now()).0 < MAX_TOPOLOGY_IDS {
-                    topology.wake.notified().await;
-                }
-            };
-            let gathered = async {
-                tokio::select! {
-                    () = nodes.idle() => {}
-                    () = full => {}
-                }
-            };
-            let until = Instant::now() + MAX_GATHER;
-            if wait(&stop, Some(until), gathered).await == Wake::Stopped {
-                return;
-            }
+        let until = Instant::now() + MAX_GATHER;
+        if wait(&stop, Some(until), nodes.idle()).await == Wake::Stopped {
+            return;
         }
         let round = topology.take_due(Instant::now(), MAX_TOPOLOGY_IDS);
         let asked = futures::future::join_all(round.into_iter().map(|q| label(&shared, q)));
