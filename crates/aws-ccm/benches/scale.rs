@@ -30,12 +30,16 @@
 //!
 //! - `SCALE_JSON`: where the machine-readable figures go (default
 //!   `target/bench/scale.json` in the workspace).
-//! - `SCALE_JOIN_TOPOLOGY`: comma list of `5xx`, `throttled`, `hang`: after
-//!   each `join`, the same join again with `DescribeInstanceTopology` failing
-//!   that way at the proxy (500 `InternalError`; throttled; held past the
-//!   CCM's call timeout), as its own scenario (`join N, topology 5xx`): the
-//!   taints must come off in the same time (the question holds none), and a
-//!   row counts the faulted questions (the fault must fire).
+//! - `SCALE_JOIN_TOPOLOGY`: comma list of `answered`, `5xx`, `throttled`,
+//!   `hang`: after each `join`, the same join again as its own scenario
+//!   (`join N, topology 5xx`). `answered`: every instance a `p4d.24xlarge`
+//!   with three network-node layers, and a row counts the
+//!   `DescribeInstanceTopology` calls until every node is labelled (bound
+//!   one per 100 nodes, and one more). The others: `DescribeInstanceTopology`
+//!   failing that way at the proxy (500 `InternalError`; throttled; held past
+//!   the CCM's call timeout): the taints must come off in the same time (the
+//!   question holds none), and a row counts the faulted questions (the fault
+//!   must fire).
 //!
 //! Each scenario stops itself at a deadline and prints what it reached.
 //!
@@ -76,12 +80,15 @@ use anyhow::{Context, bail};
 use aws_ccm::controllers::service::current_hostname;
 use aws_sdk_ec2::types::{ResourceType, Tag, TagSpecification};
 use ccm_testkit::apiserver::TestApiServer;
-use ccm_testkit::aws_proxy::{CallCounts, FaultKind, FaultProxy, FaultRule, ProxyConfig};
+use ccm_testkit::aws_proxy::{
+    CallCounts, FaultKind, FaultProxy, FaultRule, InstanceTopology, ProxyConfig,
+};
 use ccm_testkit::instance_sim::{InstanceSim, LaunchTemplate};
 use ccm_testkit::moto::Moto;
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Service};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use tokio::process::{Child, Command};
@@ -92,6 +99,7 @@ const REGION: &str = "us-east-1";
 const AZ: &str = "us-east-1a";
 const AMI: &str = "ami-12c6146b";
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+const LAYER_1: &str = "topology.k8s.aws/network-node-layer-1";
 /// Client-side apiserver budget the CCM is given in the join burst.
 const KUBE_API_QPS: u32 = 200;
 /// Periods are divided by this in `steady` to compress time.
@@ -453,6 +461,16 @@ impl World {
         count: usize,
         per_group: usize,
     ) -> anyhow::Result<Vec<(Instance, usize)>> {
+        self.sim_launch_typed(count, per_group, "m5.large").await
+    }
+
+    /// [`World::sim_launch`] with instances of another type.
+    async fn sim_launch_typed(
+        &self,
+        count: usize,
+        per_group: usize,
+        instance_type: &str,
+    ) -> anyhow::Result<Vec<(Instance, usize)>> {
         self.proxy.serve_locally(Some(self.sim.clone()));
         let groups = count.div_ceil(per_group).max(1);
         let mut group_ids = Vec::with_capacity(groups);
@@ -462,7 +480,10 @@ impl World {
         let mut out = Vec::with_capacity(count);
         for (g, group_id) in group_ids.iter().enumerate() {
             let n = per_group.min(count - out.len());
-            let template = self.sim_template(group_id, &format!("nodes-g{g}"));
+            let template = LaunchTemplate {
+                instance_type: instance_type.into(),
+                ..self.sim_template(group_id, &format!("nodes-g{g}"))
+            };
             for i in self.sim.launch(&template, n) {
                 out.push((
                     Instance {
@@ -1001,39 +1022,60 @@ fn describe_instances_kinds(calls: &[ccm_testkit::aws_proxy::RecordedCall]) -> S
     format!("{sweep} sweep pages, {by_id} by ID, {by_name} by name for {names} nodes")
 }
 
-/// A `SCALE_JOIN_TOPOLOGY` entry: its name and the fault rule.
-fn topology_fault(failure: &str) -> anyhow::Result<(String, FaultRule)> {
+/// A `SCALE_JOIN_TOPOLOGY` entry: its name and the fault rule (none for
+/// `answered`).
+fn topology_fault(failure: &str) -> anyhow::Result<(String, Option<FaultRule>)> {
     let kind = match failure {
+        "answered" => return Ok((failure.to_string(), None)),
         "5xx" => FaultKind::ServerError(500),
         "throttled" => FaultKind::Throttle,
         // Past the CCM's call timeout (30 s) and the question's deadline.
         "hang" => FaultKind::Latency(Duration::from_secs(45)),
-        other => bail!("SCALE_JOIN_TOPOLOGY: unknown failure {other:?} (5xx, throttled, hang)"),
+        other => {
+            bail!("SCALE_JOIN_TOPOLOGY: unknown failure {other:?} (answered, 5xx, throttled, hang)")
+        }
     };
     let rule = FaultRule::new(kind).for_action("DescribeInstanceTopology");
-    Ok((failure.to_string(), rule))
+    Ok((failure.to_string(), Some(rule)))
 }
 
 async fn join_burst(
     cfg: &Config,
     n: usize,
-    topology: Option<(String, FaultRule)>,
+    topology: Option<(String, Option<FaultRule>)>,
     table: &mut Table,
 ) -> anyhow::Result<()> {
     let scenario = match &topology {
         Some((failure, _)) => format!("join {n}, topology {failure}"),
         None => format!("join {n}"),
     };
+    let answered = matches!(topology, Some((_, None)));
     let world = World::start(cfg).await?;
-    if let Some((_, rule)) = topology {
+    if let Some((_, Some(rule))) = topology {
         world.proxy.set_faults(vec![rule]);
     }
+    let instance_type = if answered { "p4d.24xlarge" } else { "m5.large" };
     let instances: Vec<Instance> = world
-        .sim_launch(n, n.max(1))
+        .sim_launch_typed(n, n.max(1), instance_type)
         .await?
         .into_iter()
         .map(|(i, _)| i)
         .collect();
+    if answered {
+        let layers = |i: usize| vec![format!("nn-top-{}", i % 2), format!("nn-bot-{i}")];
+        world.proxy.set_instance_topology(
+            (instances.iter().enumerate())
+                .map(|(i, instance)| InstanceTopology {
+                    instance_id: instance.id.clone(),
+                    instance_type: instance_type.into(),
+                    availability_zone: AZ.into(),
+                    zone_id: "use1-az1".into(),
+                    group_name: None,
+                    network_nodes: layers(i),
+                })
+                .collect(),
+        );
+    }
     let api = world.nodes().await?;
     let mut ccm = world
         .ccm(&[
@@ -1083,7 +1125,19 @@ async fn join_burst(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let elapsed = start.elapsed();
-    if scenario.contains("topology") {
+    // The labels follow the join: every node's, or the deadline.
+    let mut labelled = 0;
+    while answered && start.elapsed() < deadline {
+        let list = api.list(&ListParams::default()).await?;
+        labelled = (list.items.iter())
+            .filter(|node| node.labels().contains_key(LAYER_1))
+            .count();
+        if labelled == n {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if scenario.contains("topology") && !answered {
         // The questions follow the initializations: show that the fault
         // fired, not merely that the taints came off before it could.
         let fired = Instant::now();
@@ -1110,9 +1164,11 @@ async fn join_burst(
     ccm.stop().await;
 
     // The CCM's writes per node, all through one client limiter: the
-    // taint removal, the addresses (status) and the `Synced` event.
+    // taint removal, the addresses (status) and the `Synced` event; then
+    // the network-node labels where AWS lists a topology.
     const CCM_WRITES_PER_NODE: u64 = 3;
     let write_bound = (CCM_WRITES_PER_NODE * n as u64) as f64 / KUBE_API_QPS as f64;
+    let writes_per_node = CCM_WRITES_PER_NODE + u64::from(answered);
     table.row(
         &scenario,
         &format!(
@@ -1141,8 +1197,17 @@ async fn join_burst(
         "0",
         None,
     );
-    if scenario.contains("topology") {
-        let topology = calls.get("ec2", "DescribeInstanceTopology");
+    let topology = calls.get("ec2", "DescribeInstanceTopology");
+    if answered {
+        let bound = n.div_ceil(100) as u64 + 1;
+        table.row(
+            &scenario,
+            &format!("DescribeInstanceTopology calls ({labelled}/{n} nodes labelled)"),
+            &topology.received.to_string(),
+            &format!("{bound} (1 per 100 nodes, and 1 more)"),
+            Some(topology.received as f64 / bound as f64),
+        );
+    } else if scenario.contains("topology") {
         table.row(
             &scenario,
             "DescribeInstanceTopology calls faulted (of received)",
@@ -1161,8 +1226,8 @@ async fn join_burst(
         &scenario,
         "CCM writes per node (nodes + nodes/status + events)",
         &format!("{per_node:.2}"),
-        &CCM_WRITES_PER_NODE.to_string(),
-        Some(per_node / CCM_WRITES_PER_NODE as f64),
+        &writes_per_node.to_string(),
+        Some(per_node / writes_per_node as f64),
     );
     if let Some(peak) = peak {
         table.row(
