@@ -790,9 +790,18 @@ async fn a_node_replacement_at_the_target_quota_deregisters_then_registers() -> 
     let before = proxy.requests_of(&moves).len();
     proxy.reset_counts();
 
-    // n0 is replaced by n3 in one node-set change.
-    nodes.create(&pp, &node("n3", &cloud.instances[3])).await?;
-    nodes.delete("n0", &DeleteParams::default()).await?;
+    // n0 is replaced by n3 in one node-set change: the CCM is stopped
+    // while both land, so its watch delivers them together however slow
+    // the machine (two writes could otherwise fall into two settle
+    // windows, and two syncs).
+    ccm.signal(libc::SIGSTOP);
+    let replaced = async {
+        nodes.create(&pp, &node("n3", &cloud.instances[3])).await?;
+        nodes.delete("n0", &DeleteParams::default()).await
+    }
+    .await;
+    ccm.signal(libc::SIGCONT);
+    replaced?;
     holding(sorted(&cloud.instances[1..]))
         .await
         .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
