@@ -16,7 +16,21 @@
 //! reported as malformed. Fargate IDs (`fargate-…`) are recognised and
 //! refused: this build manages EC2 instances only, and upstream finds no
 //! instance for them in the load-balancer path either.
+//!
+//! The zone of a provider ID is its first path segment when the path is
+//! `<zone>/<id>` (`aws:///us-east-1a/i-…`, bare `us-east-1a/i-…`), else the
+//! authority of `aws://us-east-1a/i-…`; `aws:///i-…`, `aws:////i-…` and a
+//! bare ID name none. Its Region is upstream's `azToRegion`
+//! ([`region_of_zone`]): `us-east-1a`, the Local Zone `us-east-1-bos-1a` and
+//! the Wavelength Zone `us-east-1-wl1-bos-wlz-1` are all in `us-east-1`. A
+//! Node whose zone is in another Region is not this CCM's to look up or
+//! judge ([`node_outside_region`]): a cluster that spans Regions runs one
+//! CCM per Region, and an instance another Region holds is never found in
+//! this one (upstream issue #939, open PR #1372). A Node whose providerID
+//! names no zone, or a value that is no zone, is in this CCM's Region, as
+//! before.
 
+use crate::cloud_config::region_of_zone;
 use crate::controllers::cached_node::Node;
 
 /// The form this CCM writes and documents in every error.
@@ -83,6 +97,51 @@ pub fn parse_provider_id(value: &str) -> Result<String, ProviderIdError> {
         return Err(ProviderIdError::NotAnInstance);
     }
     Ok(id.to_string())
+}
+
+/// The zone a provider ID names, if any (see the module's note on forms).
+pub fn provider_id_zone(value: &str) -> Option<&str> {
+    let (authority, path) = match value.strip_prefix("aws://") {
+        Some(rest) => rest.split_at(rest.find('/').unwrap_or(rest.len())),
+        None => ("", value),
+    };
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let zone = match segments.as_slice() {
+        [zone, _id] => *zone,
+        [_id] if !authority.is_empty() => authority,
+        _ => return None,
+    };
+    region_of_zone(zone).map(|_| zone)
+}
+
+/// A Node whose providerID names a zone in another Region than the CCM's.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "node {node} has spec.providerID {value:?}, in zone {zone} of Region {region}, not this CCM's \
+     Region {ours}; it is left to the CCM of {region}"
+)]
+pub struct OutsideRegion {
+    pub node: String,
+    pub value: String,
+    pub zone: String,
+    pub region: String,
+    pub ours: String,
+}
+
+/// `Some` when `node`'s providerID places it in a Region other than `ours`:
+/// no controller looks its instance up or acts on it.
+pub fn node_outside_region(node: &Node, ours: &str) -> Option<OutsideRegion> {
+    let value = node.spec.as_ref()?.provider_id.as_deref()?;
+    let zone = provider_id_zone(value)?;
+    let region = region_of_zone(zone)?;
+    (region != ours).then(|| OutsideRegion {
+        node: node.metadata.name.clone().unwrap_or_default(),
+        value: value.to_string(),
+        zone: zone.to_string(),
+        region: region.to_string(),
+        ours: ours.to_string(),
+    })
 }
 
 /// `i-` followed by letters and digits (`i-12345678`, `i-0123456789abcdef0`).
@@ -187,6 +246,60 @@ mod tests {
             node_instance_id(&node(Some("i-0abc"))),
             Ok(Some("i-0abc".into()))
         );
+    }
+
+    #[test]
+    fn the_zone_of_a_provider_id_is_read_from_every_form_that_names_one() {
+        for (value, zone) in [
+            ("aws:///us-east-1a/i-0123456789abcdef0", Some("us-east-1a")),
+            ("aws://us-east-1a/i-0123456789abcdef0", Some("us-east-1a")),
+            ("us-east-1a/i-0123456789abcdef0", Some("us-east-1a")),
+            ("aws:///eu-west-1b/i-1?x=1", Some("eu-west-1b")),
+            ("aws:///us-east-1-bos-1a/i-1", Some("us-east-1-bos-1a")),
+            (
+                "aws:///us-east-1-wl1-bos-wlz-1/i-1",
+                Some("us-east-1-wl1-bos-wlz-1"),
+            ),
+            // No zone: in the CCM's Region, as before.
+            ("aws:///i-0123456789abcdef0", None),
+            ("aws:////i-0123456789abcdef0", None),
+            ("i-0123456789abcdef0", None),
+            // A segment that is no zone, or more segments than <zone>/<id>.
+            ("aws:///oops/i-1", None),
+            ("aws:///us-east-1a/extra/i-1", None),
+            ("aws://us-east-1a/extra/i-1", None),
+        ] {
+            assert_eq!(provider_id_zone(value), zone, "{value}");
+        }
+    }
+
+    #[test]
+    fn only_a_zone_of_another_region_puts_a_node_outside_the_ccms() {
+        for (value, region) in [
+            ("aws:///eu-west-1a/i-1", Some("eu-west-1")),
+            ("aws://ap-southeast-2c/i-1", Some("ap-southeast-2")),
+            ("aws:///us-west-2-lax-1a/i-1", Some("us-west-2")),
+            ("aws:///us-west-2-wl1-den-wlz-1/i-1", Some("us-west-2")),
+            ("aws:///us-east-1a/i-1", None),
+            ("aws:///us-east-1-bos-1a/i-1", None),
+            ("aws:///us-east-1-wl1-bos-wlz-1/i-1", None),
+            ("aws:///i-1", None),
+            ("i-1", None),
+        ] {
+            let outside = node_outside_region(&node(Some(value)), "us-east-1");
+            assert_eq!(
+                outside.as_ref().map(|o| o.region.as_str()),
+                region,
+                "{value}"
+            );
+        }
+        assert_eq!(node_outside_region(&node(None), "us-east-1"), None);
+        let text = node_outside_region(&node(Some("aws:///eu-west-1a/i-1")), "us-east-1")
+            .unwrap()
+            .to_string();
+        for part in ["worker-1", "eu-west-1a", "eu-west-1", "us-east-1"] {
+            assert!(text.contains(part), "{text} lacks {part}");
+        }
     }
 
     #[test]

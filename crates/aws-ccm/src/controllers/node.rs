@@ -13,6 +13,10 @@
 //! Nothing but the instance (and the cached zone IDs) holds the taint: the
 //! network-node labels come afterwards, from [`topology`]'s own task.
 //!
+//! A node whose providerID names a zone of another Region is left as it
+//! is, taint and all, with no AWS call: it is that Region's CCM's to
+//! initialize ([`outside_region`] reports it once).
+//!
 //! Every `--node-status-update-frequency` the addresses of all initialized
 //! nodes are refreshed from the shared cluster sweep ([`status`]).
 //!
@@ -23,6 +27,7 @@
 pub mod changes;
 pub mod identity;
 pub mod lookups;
+pub mod outside_region;
 pub mod plan;
 mod progress;
 mod status;
@@ -156,6 +161,7 @@ impl<I: Instances> Shared<I> {
 /// Runs the controller until `stop` is cancelled.
 pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     LazyLock::force(&METRICS);
+    outside_region::register();
     let workers = ctx.options.options.concurrent_node_syncs.max(1) as usize;
     let shared = Arc::new(Shared {
         kube: ctx.kube.clone(),
@@ -224,7 +230,7 @@ fn triggers<C: Cloud>(
                 shared.prefetch.cancel(&node.name_any());
                 shared.progress.forget(&node.name_any());
                 topology::queue_initialized(node, shared);
-            } else if let Ok(lookup) = identity::lookup_for_node(node)
+            } else if let Ok(lookup) = identity::lookup_for_node(node, &shared.region)
                 && shared.progress.wants_lookup(node, &lookup)
             {
                 shared.prefetch.prefetch(&node.name_any(), lookup);
@@ -241,6 +247,7 @@ fn triggers<C: Cloud>(
                 // The controller skips a key whose object is gone: it is
                 // never taken, so it must not stay due.
                 queue.forget(&node.name_any());
+                outside_region::forget(node);
             }
         }
         // Only nodes with work reach the controller: at start-up every
@@ -267,7 +274,7 @@ fn needs_reconcile(node: &Node) -> bool {
 }
 
 fn error_policy<I: Instances>(node: Arc<Node>, err: &NodeError, shared: Arc<Shared<I>>) -> Action {
-    let lookup = identity::lookup_for_node(&node).ok();
+    let lookup = identity::lookup_for_node(&node, &shared.region).ok();
     let delay = shared.progress.failed(&node.name_any(), lookup);
     tracing::warn!(node = %node.name_any(), error = %err, retry_in = ?delay, "node not initialized");
     Action::requeue(delay)
@@ -377,16 +384,21 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
 }
 
 /// How to find the node's instance; `Err(action)` when there is nothing to
-/// do now (a Fargate node, or a backoff still running).
+/// do now (a Fargate node, a node of another Region, or a backoff still
+/// running).
 async fn start_lookup<I: Instances>(
     node: &Node,
     shared: &Shared<I>,
 ) -> Result<Result<Lookup, Action>, NodeError> {
     let name = node.name_any();
-    let lookup = match identity::lookup_for_node(node) {
+    let lookup = match identity::lookup_for_node(node, &shared.region) {
         Ok(lookup) => lookup,
         Err(err @ IdentityError::Fargate { .. }) => {
             tracing::info!(error = %err, "skipping node");
+            return Ok(Err(Action::await_change()));
+        }
+        Err(IdentityError::OutsideRegion(outside)) => {
+            outside_region::report(&shared.events, node, &outside).await;
             return Ok(Err(Action::await_change()));
         }
         Err(err) => {

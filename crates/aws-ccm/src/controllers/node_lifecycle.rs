@@ -19,6 +19,11 @@
 //! moves on. Here it is kept too, with a Warning `KeepingNode` (once per
 //! Node) and the gauge `node_lifecycle_nodes_unverified`.
 //!
+//! A Node whose providerID names a zone of another Region is not judged at
+//! all, Ready or not: no lookup, no deletion, no shutdown taint added or
+//! removed. That Region's CCM owns it; it is reported once
+//! ([`outside_region`]).
+//!
 //! AWS is asked once per period for all nodes: the shared cluster sweep
 //! (cached, also used by the cloud-node controller), plus batched lookups by
 //! ID for instances the sweep does not list (untagged, or gone). Absence from
@@ -43,7 +48,9 @@ use super::ControllerContext;
 use super::events::Events;
 use super::node::identity::{self, Lookup};
 use super::node::lookups::{SweepIndex, lookup};
+use super::node::outside_region;
 use super::node::plan::{has_taint, taints_without};
+use crate::ids::OutsideRegion;
 use crate::provider::Cloud;
 use crate::provider::instances::{InstanceState, Instances};
 
@@ -106,6 +113,8 @@ pub enum Decision {
     Delete,
     /// NotReady, and no lookup found its instance: kept and reported.
     KeepUnverified,
+    /// In another Region: not judged, reported once.
+    OutsideRegion(OutsideRegion),
     AddShutdownTaint,
     RemoveShutdownTaint,
 }
@@ -198,6 +207,7 @@ struct Shared<I: Instances> {
     kube: kube::Client,
     cloud: I,
     cluster_id: String,
+    region: String,
     events: Events,
     /// UIDs of the Nodes kept unverified at the last pass, each reported
     /// once while it stays so.
@@ -210,10 +220,12 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         kube: ctx.kube.clone(),
         cloud: ctx.provider.clone(),
         cluster_id: ctx.cluster_id.clone(),
+        region: ctx.region.clone(),
         events: Events::new(ctx.kube.clone(), "cloud-node-lifecycle-controller"),
         unverified: Mutex::default(),
     });
     LazyLock::force(&UNVERIFIED);
+    outside_region::register();
     let period = ctx
         .options
         .options
@@ -225,15 +237,22 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
 
 /// What the controller does to each node now, `Nothing` left out (also
 /// `aws-ccm plan`'s), and whether AWS answered: `false` when the sweep
-/// failed, and then nothing is decided.
+/// failed, and then nothing is decided. A node of another Region than
+/// `region`, the CCM's, is `OutsideRegion`, and nothing else is asked.
 pub(crate) async fn decisions<I: Instances>(
     cloud: &I,
     cluster_id: &str,
+    region: &str,
     nodes: Vec<Arc<Node>>,
 ) -> (Vec<(Arc<Node>, Decision)>, bool) {
     let mut checks: Vec<(Arc<Node>, Option<Lookup>)> = Vec::with_capacity(nodes.len());
+    let mut outside = Vec::new();
     for node in nodes {
-        let key = match (!is_ready(&node)).then(|| identity::lookup_for_node(&node)) {
+        if let Some(o) = crate::ids::node_outside_region(&node, region) {
+            outside.push((node, Decision::OutsideRegion(o)));
+            continue;
+        }
+        let key = match (!is_ready(&node)).then(|| identity::lookup_for_node(&node, region)) {
             Some(Err(err)) => {
                 tracing::debug!(node = %node.name_any(), error = %err, "cannot check the instance of a NotReady node");
                 None
@@ -259,17 +278,27 @@ pub(crate) async fn decisions<I: Instances>(
             (node, decision)
         })
         .filter(|(_, d)| *d != Decision::Nothing)
+        .chain(outside)
         .collect();
     (decisions, observations.is_some())
 }
 
 /// One pass over every node.
 async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
-    let (decisions, answered) = decisions(&shared.cloud, &shared.cluster_id, nodes).await;
+    let (decisions, answered) =
+        decisions(&shared.cloud, &shared.cluster_id, &shared.region, nodes).await;
     if answered {
         report_unverified(shared, &decisions).await;
     }
-    let decisions = (decisions.into_iter()).filter(|(_, d)| *d != Decision::KeepUnverified);
+    let outside: Vec<(Arc<Node>, OutsideRegion)> = (decisions.iter())
+        .filter_map(|(node, d)| match d {
+            Decision::OutsideRegion(o) => Some((node.clone(), o.clone())),
+            _ => None,
+        })
+        .collect();
+    outside_region::report_all(&shared.events, &outside).await;
+    let decisions = (decisions.into_iter())
+        .filter(|(_, d)| !matches!(d, Decision::KeepUnverified | Decision::OutsideRegion(_)));
     futures::stream::iter(decisions)
         .for_each_concurrent(8, |(node, decision)| async move {
             apply(shared, &node, decision).await;
@@ -291,7 +320,8 @@ async fn report_unverified<I: Instances>(shared: &Shared<I>, decisions: &[(Arc<N
     let before = std::mem::replace(&mut *shared.unverified.lock(), now);
     for node in kept.into_iter().filter(|n| !before.contains(&uid(n))) {
         let name = node.name_any();
-        let lookup = identity::lookup_for_node(node)
+        // No providerID (else it is not unverified): the name says how.
+        let lookup = identity::lookup_for_name(&name)
             .map(|l| l.to_string())
             .unwrap_or_default();
         tracing::warn!(node = %name, %lookup, "node is not Ready and no EC2 instance was found for it; it is kept, as the Go CCM keeps it");
@@ -310,7 +340,7 @@ async fn apply<I: Instances>(shared: &Shared<I>, node: &Node, decision: Decision
     let api: Api<Node> = Api::all(shared.kube.clone());
     let name = node.name_any();
     match decision {
-        Decision::Nothing | Decision::KeepUnverified => {}
+        Decision::Nothing | Decision::KeepUnverified | Decision::OutsideRegion(_) => {}
         Decision::Delete => {
             let reference = node.object_ref(&());
             tracing::info!(node = %name, "deleting node since it is no longer present in the cloud provider");
@@ -500,6 +530,45 @@ mod tests {
             Named::InstanceIdName
         );
         assert_eq!(Named::of(&bare("worker-1"), &by_dns), Named::PrivateDnsName);
+    }
+
+    /// A Node of another Region is neither looked up nor judged, Ready or
+    /// not, whatever AWS would say: no deletion, no shutdown taint added or
+    /// removed.
+    #[tokio::test]
+    async fn a_node_of_another_region_is_not_judged() {
+        let cloud = FakeInstances::new();
+        let with_pid = |mut n: Node, pid: &str| {
+            n.spec.get_or_insert_default().provider_id = Some(pid.into());
+            n
+        };
+        let nodes: Vec<Arc<Node>> = [
+            with_pid(node(Some("False"), &[]), "aws:///eu-west-1a/i-0eu"),
+            with_pid(
+                node(Some("True"), &[SHUTDOWN_TAINT]),
+                "aws:///eu-west-1b/i-1eu",
+            ),
+            with_pid(node(None, &[]), "aws:///us-west-2-lax-1a/i-2la"),
+        ]
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+        let (decided, answered) = decisions(&cloud, "test", "us-east-1", nodes).await;
+        assert!(answered);
+        let regions: Vec<_> = (decided.iter())
+            .map(|(_, d)| match d {
+                Decision::OutsideRegion(o) => o.region.as_str(),
+                other => panic!("judged: {other:?}"),
+            })
+            .collect();
+        assert_eq!(regions, ["eu-west-1", "eu-west-1", "us-west-2"]);
+        assert_eq!(cloud.calls(), Default::default(), "AWS was not asked");
+
+        // The same NotReady Node in the CCM's own Region is judged: gone.
+        let ours = with_pid(node(Some("False"), &[]), "aws:///us-east-1-bos-1a/i-0gone");
+        let (decided, _) = decisions(&cloud, "test", "us-east-1", vec![Arc::new(ours)]).await;
+        assert_eq!(decided[0].1, Decision::Delete);
+        assert_eq!(cloud.calls().by_id, ["i-0gone"]);
     }
 
     #[tokio::test]

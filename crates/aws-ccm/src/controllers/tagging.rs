@@ -19,6 +19,9 @@
 //!   controller (stuck nodes if it is disabled, or after a swap back to the
 //!   Go CCM). The price, shared with upstream: a node deleted while no CCM
 //!   runs keeps its tags on the instance.
+//! * A node whose providerID names a zone of another Region is neither
+//!   tagged nor untagged: its instance is not in this Region (a call would
+//!   only fail with not-found), and that Region's CCM tags it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::LazyLock;
@@ -102,8 +105,9 @@ pub fn tags_checksum(tags: &[(String, String)]) -> String {
     hex::encode(Md5::digest(pairs.join(",").as_bytes()))
 }
 
-/// The instance to tag for `node`, if it needs tagging.
-pub fn needs_tagging(node: &Node, checksum: &str) -> Option<String> {
+/// The instance to tag for `node`, if it needs tagging, in `region`, the
+/// CCM's.
+pub fn needs_tagging(node: &Node, checksum: &str, region: &str) -> Option<String> {
     let labelled = node
         .metadata
         .labels
@@ -113,7 +117,15 @@ pub fn needs_tagging(node: &Node, checksum: &str) -> Option<String> {
     if labelled {
         return None;
     }
-    identity::instance_id_of(node)
+    ours(node, region)
+}
+
+/// The instance of `node` when it is in `region`, the CCM's.
+fn ours(node: &Node, region: &str) -> Option<String> {
+    match crate::ids::node_outside_region(node, region) {
+        Some(_) => None,
+        None => identity::instance_id_of(node),
+    }
 }
 
 /// The node has the tagging label, whatever its checksum.
@@ -159,8 +171,9 @@ pub struct TagItem {
 
 /// The controller's bookkeeping: what is waiting, what was given up. Pure;
 /// the I/O is in [`Tagger`].
-#[derive(Default)]
 pub struct Pending {
+    /// The CCM's Region: Nodes of another are not this controller's.
+    region: String,
     tag: BTreeMap<String, (TagItem, Retry)>,
     untag: BTreeMap<String, Retry>,
     /// Nodes skipped after their instance was not found, by (uid, instance):
@@ -174,6 +187,17 @@ pub struct Pending {
 }
 
 impl Pending {
+    pub fn new(region: &str) -> Pending {
+        Pending {
+            region: region.to_string(),
+            tag: BTreeMap::new(),
+            untag: BTreeMap::new(),
+            skipped: HashMap::new(),
+            tagged: HashSet::new(),
+            live: HashMap::new(),
+        }
+    }
+
     /// Takes in what the informer saw.
     pub fn observe(&mut self, changes: &Changes, checksum: &str, now: Instant) {
         for node in &changes.deleted {
@@ -188,7 +212,7 @@ impl Pending {
                 Some(id) => self.live.insert(name.clone(), id),
                 None => self.live.remove(&name),
             };
-            let Some(instance) = needs_tagging(node, checksum) else {
+            let Some(instance) = needs_tagging(node, checksum, &self.region) else {
                 self.tag.remove(&name);
                 continue;
             };
@@ -215,7 +239,7 @@ impl Pending {
             }
         }
         for node in &changes.deleted {
-            let Some(instance) = identity::instance_id_of(node) else {
+            let Some(instance) = ours(node, &self.region) else {
                 continue;
             };
             // Another node may stand on the same instance (re-registered
@@ -481,7 +505,7 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         events: super::events::Events::new(ctx.kube.clone(), "tagging-controller"),
         cluster_id: ctx.cluster_id.clone(),
     };
-    let mut pending = Pending::default();
+    let mut pending = Pending::new(&ctx.region);
     // client-go's workqueue metrics under the Go controller's queue name.
     let queue = super::schedule::workqueue::Queue::new("tagging-controller");
     let mut changes = Box::pin(node_changes(ctx.nodes.clone(), &ctx.node_feed));
@@ -577,7 +601,7 @@ mod tests {
     fn only_nodes_with_a_provider_id_and_a_stale_label_are_tagged() {
         let sum = tags_checksum(&tags());
         let now = Instant::now();
-        let mut p = Pending::default();
+        let mut p = Pending::new("us-east-1");
         p.observe(
             &applied(vec![
                 node("new", "1", Some("aws:///us-east-1a/i-1"), None),
@@ -585,6 +609,8 @@ mod tests {
                 node("old-tags", "3", Some("aws:///us-east-1a/i-3"), Some("0ld")),
                 node("uninitialized", "4", None, None),
                 node("fargate", "5", Some("aws:///us-east-1a/fargate-ip-1"), None),
+                node("eu", "6", Some("aws:///eu-west-1a/i-6"), None),
+                node("local-zone", "7", Some("aws:///us-east-1-bos-1a/i-7"), None),
             ]),
             &sum,
             now,
@@ -595,15 +621,34 @@ mod tests {
             .map(|i| (i.node.as_str(), i.instance.as_str(), i.initial))
             .collect();
         got.sort();
-        assert_eq!(got, [("new", "i-1", true), ("old-tags", "i-3", false)]);
+        // Another Region's Node is not tagged; a Local Zone is this Region.
+        assert_eq!(
+            got,
+            [
+                ("local-zone", "i-7", true),
+                ("new", "i-1", true),
+                ("old-tags", "i-3", false)
+            ]
+        );
         assert!(untag.is_empty());
+        // Nor untagged when deleted, labelled or not.
+        let eu = node("eu", "6", Some("aws:///eu-west-1a/i-6"), Some(&sum));
+        p.observe(
+            &Changes {
+                applied: vec![],
+                deleted: vec![eu],
+            },
+            &sum,
+            now,
+        );
+        assert!(p.due(now).1.is_empty());
     }
 
     #[test]
     fn deleted_nodes_are_untagged_unless_never_tagged_or_still_in_use() {
         let sum = tags_checksum(&tags());
         let now = Instant::now();
-        let mut p = Pending::default();
+        let mut p = Pending::new("us-east-1");
         let tagged = node("a", "1", Some("aws:///us-east-1a/i-1"), Some(&sum));
         let never = node("b", "2", Some("aws:///us-east-1a/i-2"), None);
         let moved = node("c", "3", Some("aws:///us-east-1a/i-3"), Some(&sum));
@@ -635,7 +680,7 @@ mod tests {
     fn not_found_instances_are_retried_with_backoff_then_skipped() {
         let sum = tags_checksum(&tags());
         let mut now = Instant::now();
-        let mut p = Pending::default();
+        let mut p = Pending::new("us-east-1");
         let n = node("n", "1", Some("aws:///us-east-1a/i-9"), None);
         p.observe(&applied(vec![n.clone()]), &sum, now);
         for attempt in 1..=NOT_FOUND_ATTEMPTS {

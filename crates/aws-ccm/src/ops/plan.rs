@@ -500,7 +500,7 @@ fn tagging_section(ctx: &Context, nodes: &[Arc<Node>]) -> Option<Section> {
     let tags: Vec<String> = v.tags.iter().map(|(k, val)| format!("{k}={val}")).collect();
     let mut section = Section::new("tagging".into());
     for node in nodes {
-        if let Some(instance) = needs_tagging(node, &checksum) {
+        if let Some(instance) = needs_tagging(node, &checksum, &ctx.region) {
             section.step(
                 "+",
                 format!(

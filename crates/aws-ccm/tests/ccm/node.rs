@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::support::*;
 
+mod regions;
 mod tolerance;
 
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";

@@ -10,11 +10,17 @@
 //! instance ID directly; any other name is looked up as the instance's
 //! private DNS name (`ip-10-0-1-23.ec2.internal`,
 //! `ip-10-0-1-23.eu-west-1.compute.internal`, ...).
+//!
+//! A Node whose providerID names a zone of another Region has no lookup
+//! here ([`IdentityError::OutsideRegion`], decided by
+//! [`crate::ids::node_outside_region`]): this CCM's Region does not hold its
+//! instance, so "not found" would prove nothing, and that Node is the
+//! other Region's CCM's.
 
 use std::fmt;
 
 use crate::controllers::cached_node::Node;
-pub use crate::ids::{ProviderIdError, is_instance_id, parse_provider_id};
+pub use crate::ids::{OutsideRegion, ProviderIdError, is_instance_id, parse_provider_id};
 
 /// How to find a node's instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -56,6 +62,8 @@ pub enum IdentityError {
     Fargate { node: String, value: String },
     #[error("node has an empty name")]
     EmptyName,
+    #[error(transparent)]
+    OutsideRegion(#[from] OutsideRegion),
 }
 
 /// How a node name (without a providerID) maps to a lookup.
@@ -72,8 +80,12 @@ pub fn lookup_for_name(name: &str) -> Result<Lookup, IdentityError> {
     Ok(Lookup::ByPrivateDns(name.to_string()))
 }
 
-/// The lookup for a node: its providerID when set, else its name.
-pub fn lookup_for_node(node: &Node) -> Result<Lookup, IdentityError> {
+/// The lookup for a node in `region`, the CCM's: its providerID when set,
+/// else its name.
+pub fn lookup_for_node(node: &Node, region: &str) -> Result<Lookup, IdentityError> {
+    if let Some(outside) = crate::ids::node_outside_region(node, region) {
+        return Err(outside.into());
+    }
     let name = node.metadata.name.clone().unwrap_or_default();
     match node
         .spec
@@ -158,13 +170,13 @@ mod tests {
             Some("aws:///us-east-1b/i-0aaaaaaaaaaaaaaaa"),
         );
         assert_eq!(
-            lookup_for_node(&n),
+            lookup_for_node(&n, "us-east-1"),
             Ok(Lookup::ById("i-0aaaaaaaaaaaaaaaa".into()))
         );
         assert_eq!(instance_id_of(&n).as_deref(), Some("i-0aaaaaaaaaaaaaaaa"));
         let n = node("ip-10-0-0-1.ec2.internal", Some(""));
         assert_eq!(
-            lookup_for_node(&n),
+            lookup_for_node(&n, "us-east-1"),
             Ok(Lookup::ByPrivateDns("ip-10-0-0-1.ec2.internal".into()))
         );
     }
@@ -172,14 +184,27 @@ mod tests {
     #[test]
     fn a_malformed_provider_id_error_names_node_value_and_fix() {
         let n = node("worker-1", Some("aws:///us-east-1a/oops"));
-        let err = lookup_for_node(&n).unwrap_err().to_string();
+        let err = lookup_for_node(&n, "us-east-1").unwrap_err().to_string();
         assert!(err.contains("worker-1"), "{err}");
         assert!(err.contains("aws:///us-east-1a/oops"), "{err}");
         assert!(err.contains("delete the Node"), "{err}");
         let n = node("fg", Some("aws:///us-east-1a/fargate-ip-10-0-0-1"));
         assert!(matches!(
-            lookup_for_node(&n),
+            lookup_for_node(&n, "us-east-1"),
             Err(IdentityError::Fargate { .. })
         ));
+    }
+
+    #[test]
+    fn a_node_of_another_region_has_no_lookup() {
+        let n = node("worker-eu", Some("aws:///eu-west-1a/i-0aaaaaaaaaaaaaaaa"));
+        assert!(matches!(
+            lookup_for_node(&n, "us-east-1"),
+            Err(IdentityError::OutsideRegion(o)) if o.zone == "eu-west-1a" && o.region == "eu-west-1"
+        ));
+        assert_eq!(
+            lookup_for_node(&n, "eu-west-1"),
+            Ok(Lookup::ById("i-0aaaaaaaaaaaaaaaa".into()))
+        );
     }
 }

@@ -3,7 +3,8 @@
 //! Upstream asks AWS once per node every `--node-status-update-frequency`;
 //! here one shared cluster sweep serves every node (instances missing from
 //! it, e.g. untagged ones, are looked up by ID in batched calls), and only
-//! nodes whose address list changed are written.
+//! nodes whose address list changed are written. A node of another Region
+//! is left out: its instance is not in this one.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +40,7 @@ pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> usize {
         .state()
         .into_iter()
         .filter(|n| !plan::is_uninitialized(n))
-        .filter_map(|n| identity::lookup_for_node(&n).ok().map(|l| (n, l)))
+        .filter_map(|n| (identity::lookup_for_node(&n, &shared.region).ok()).map(|l| (n, l)))
         .collect();
     if nodes.is_empty() {
         return 0;

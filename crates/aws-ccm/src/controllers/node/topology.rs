@@ -178,6 +178,10 @@ pub(super) fn queue_initialized<I: Instances>(node: &Node, shared: &Shared<I>) {
     {
         return;
     }
+    // Another Region's instance: that Region's CCM asks about it.
+    if crate::ids::node_outside_region(node, &shared.region).is_some() {
+        return;
+    }
     let id = node_instance_id(node).ok().flatten();
     if let Some(id) = id.filter(|id| is_instance_id(id)) {
         shared.topology.ask(&name, &id, instance_type);

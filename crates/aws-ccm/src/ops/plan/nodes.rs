@@ -36,7 +36,8 @@ pub(in crate::ops) async fn section(ctx: &Context, nodes: &[Arc<Node>]) -> Optio
         section.fails(note);
     }
     if lifecycle {
-        let (decided, answered) = decisions(&ctx.aws, &ctx.cluster_id, nodes.to_vec()).await;
+        let (decided, answered) =
+            decisions(&ctx.aws, &ctx.cluster_id, &ctx.region, nodes.to_vec()).await;
         if !answered {
             section
                 .fails("the cluster sweep failed: the lifecycle controller decides nothing".into());
@@ -60,7 +61,7 @@ async fn cloud_node_steps(
         .map_err(|e| format!("reading the availability zone IDs failed: {e}"))?;
     let index = SweepIndex::new(&sweep);
     let keyed: Vec<(&Arc<Node>, Lookup)> = (nodes.iter())
-        .filter_map(|n| Some((n, lookup_for_node(n).ok()?)))
+        .filter_map(|n| Some((n, lookup_for_node(n, &ctx.region).ok()?)))
         .collect();
     let keys = keyed.iter().map(|(_, k)| k.clone()).collect();
     let found = resolve_all(&ctx.aws, &index, keys).await;
@@ -180,6 +181,10 @@ fn lifecycle_step(node: &Node, decision: Decision, section: &mut Section) {
                 "node {name}: NotReady and no instance found by its name (no providerID); kept, as the Go CCM keeps it"
             );
             section.note(note);
+            return;
+        }
+        Decision::OutsideRegion(outside) => {
+            section.note(format!("{outside}: nothing to do"));
             return;
         }
     };

@@ -85,7 +85,7 @@ async fn a_failing_topology_api_holds_no_taint_whatever_its_failure() -> anyhow:
 
 /// A Node as a cluster run by the Go CCM holds it: initialized or never
 /// tainted (a machine outside EC2), with `provider_id` or none, NotReady.
-async fn existing_not_ready(
+pub(super) async fn existing_not_ready(
     nodes: &Api<Node>,
     name: &str,
     provider_id: Option<&str>,
