@@ -11,13 +11,14 @@
 //! ([`Named`]), as in the Go CCM, whose lifecycle controller deletes a Node
 //! only when `InstanceExists` answers false without an error: a providerID
 //! whose instance is terminated or not found; a Node without providerID
-//! named by instance ID whose instance is terminated. A Node without
-//! providerID whose instance no lookup finds (not found by ID, no live
-//! instance of this cluster with its name as private DNS name) is kept: the
-//! Go CCM's `InstanceExists` fails for it (`InstanceID` returns
-//! `InstanceNotFound` as an error) and its controller logs the error and
-//! moves on. Here it is kept too, with a Warning `KeepingNode` (once per
-//! Node) and the gauge `node_lifecycle_nodes_unverified`.
+//! named by instance ID whose instance is terminated or not found (since
+//! upstream PR #1474, merged after 63ec440: EC2's `InvalidInstanceID.NotFound`
+//! for that ID is proof). A Node without providerID whose name finds no
+//! live instance of this cluster as private DNS name is kept, with a
+//! Warning `KeepingNode` (once per Node) and the gauge
+//! `node_lifecycle_nodes_unverified`: a name that finds nothing does not
+//! prove the machine gone (PR #1474 deletes it too; this is a deliberate
+//! difference, as kubernetes/kubernetes#141364 argues).
 //!
 //! A Node whose providerID names a zone of another Region is not judged at
 //! all, Ready or not: no lookup, no deletion, no shutdown taint added or
@@ -63,7 +64,7 @@ static UNVERIFIED: LazyLock<Gauge> = LazyLock::new(|| {
     let gauge = Gauge::default();
     crate::metrics::register(
         "node_lifecycle_nodes_unverified",
-        "NotReady Nodes without spec.providerID whose instance no lookup found, kept (as the Go CCM keeps them) at the last node monitor pass.",
+        "NotReady Nodes without spec.providerID whose name, looked up as a private DNS name, found no instance of this cluster, kept at the last node monitor pass.",
         gauge.clone(),
     );
     gauge
@@ -75,8 +76,8 @@ pub enum Named {
     /// `spec.providerID`: terminated or not found is gone (upstream's
     /// `InstanceExistsByProviderID`).
     ProviderId,
-    /// No providerID, a resource-based name (`i-…`): terminated is gone;
-    /// not found is upstream's lookup error, which keeps the Node.
+    /// No providerID, a resource-based name (`i-…`): terminated or not
+    /// found is gone (upstream since PR #1474).
     InstanceIdName,
     /// No providerID, any other name, looked up as a live cluster
     /// instance's private DNS name: not found keeps the Node (upstream's
@@ -143,13 +144,14 @@ pub fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
     }
     match answer {
         // As upstream: only `terminated` means gone (a shutting-down
-        // instance may still be stopped instead).
-        Some((Named::ProviderId, Gone | Exists(Terminated)))
-        | Some((Named::InstanceIdName, Exists(Terminated))) => Decision::Delete,
+        // instance may still be stopped instead). An ID EC2 does not know
+        // is gone whether the providerID or the name holds it.
+        Some((Named::ProviderId | Named::InstanceIdName, Gone | Exists(Terminated))) => {
+            Decision::Delete
+        }
         // A name lookup finds only live instances (upstream filters out
         // terminated ones), so a terminated one is no answer either.
-        Some((Named::InstanceIdName, Gone))
-        | Some((Named::PrivateDnsName, Gone | Exists(Terminated))) => Decision::KeepUnverified,
+        Some((Named::PrivateDnsName, Gone | Exists(Terminated))) => Decision::KeepUnverified,
         Some((_, Exists(Stopped))) if !has_taint(node, SHUTDOWN_TAINT) => {
             Decision::AddShutdownTaint
         }
@@ -324,10 +326,10 @@ async fn report_unverified<I: Instances>(shared: &Shared<I>, decisions: &[(Arc<N
         let lookup = identity::lookup_for_name(&name)
             .map(|l| l.to_string())
             .unwrap_or_default();
-        tracing::warn!(node = %name, %lookup, "node is not Ready and no EC2 instance was found for it; it is kept, as the Go CCM keeps it");
+        tracing::warn!(node = %name, %lookup, "node is not Ready and no EC2 instance was found for it; it is kept: a name that finds nothing does not prove the machine gone");
         let note = format!(
             "Node {name} is not Ready and has no spec.providerID; no EC2 instance of this cluster was found by {lookup}. \
-             It is kept, as the Go CCM keeps it: without a provider ID its instance is not proven gone. \
+             It is kept: without a provider ID, a name that finds no instance does not prove the machine gone. \
              Delete the Node if its machine is gone, or start its kubelet with --provider-id."
         );
         (shared.events)
@@ -491,17 +493,20 @@ mod tests {
         );
     }
 
-    /// Only what the Go CCM's `InstanceExists` answers false for (without
-    /// an error) is deleted; what it fails on is kept and reported.
+    /// Only an instance proven gone deletes its Node: terminated, or an ID
+    /// EC2 does not know; a name that finds nothing is kept and reported.
     #[test]
     fn only_an_instance_proven_gone_deletes_its_node() {
         use Decision::*;
         use Observation::*;
         let terminated = Exists(InstanceState::Terminated);
         let n = node(Some("False"), &[]);
+        // An instance-ID name EC2 does not know is gone, as upstream since
+        // PR #1474; a private DNS name that finds nothing is kept here (a
+        // deliberate difference).
         for (named, gone, terminated_too) in [
             (Named::ProviderId, Delete, Delete),
-            (Named::InstanceIdName, KeepUnverified, Delete),
+            (Named::InstanceIdName, Delete, Delete),
             (Named::PrivateDnsName, KeepUnverified, KeepUnverified),
         ] {
             assert_eq!(

@@ -178,7 +178,7 @@ fn lifecycle_step(node: &Node, decision: Decision, section: &mut Section) {
         ),
         Decision::KeepUnverified => {
             let note = format!(
-                "node {name}: NotReady and no instance found by its name (no providerID); kept, as the Go CCM keeps it"
+                "node {name}: NotReady and no instance found by its private DNS name (no providerID); kept"
             );
             section.note(note);
             return;

@@ -106,10 +106,11 @@ pub(super) async fn existing_not_ready(
 }
 
 /// The Go CCM's state, NotReady Nodes all: the lifecycle controller
-/// deletes exactly the Nodes the Go CCM's deletes (its `InstanceExists`
-/// answers false without an error) and keeps the others, reporting those
-/// no lookup found (Warning `KeepingNode`, gauge
-/// `node_lifecycle_nodes_unverified`).
+/// deletes the Nodes whose instance is proven gone, as the Go CCM's
+/// (since upstream PR #1474 an instance-ID name EC2 does not know too), and
+/// keeps the others, reporting those whose name finds no instance (Warning
+/// `KeepingNode`, gauge `node_lifecycle_nodes_unverified`; the Go CCM
+/// deletes these since PR #1474, a deliberate difference).
 #[tokio::test]
 async fn lifecycle_deletes_only_nodes_whose_instance_is_proven_gone() -> anyhow::Result<()> {
     let env = Env::start().await?;
@@ -132,7 +133,8 @@ async fn lifecycle_deletes_only_nodes_whose_instance_is_proven_gone() -> anyhow:
     let never = "i-0aaaaaaaaaaaaaaaa";
 
     // Deleted by the Go CCM: a providerID terminated or not found; an
-    // instance-ID name (no providerID) terminated.
+    // instance-ID name (no providerID) terminated, or not found
+    // (InvalidInstanceID.NotFound; upstream PR #1474).
     let gone = [
         (
             "pid-terminated".to_string(),
@@ -143,14 +145,14 @@ async fn lifecycle_deletes_only_nodes_whose_instance_is_proven_gone() -> anyhow:
             Some(format!("aws:///us-east-1a/{never}")),
         ),
         (id(terminated_by_name), None),
+        ("i-0bbbbbbbbbbbbbbbb".to_string(), None),
     ];
-    // Kept by the Go CCM: its lookup by name fails (InstanceNotFound, or
-    // DescribeInstances' not-found error for an ID), or the providerID is
-    // not AWS's; or the instance is running.
+    // Kept here: a name looked up as a private DNS name finds nothing
+    // (which does not prove the machine gone), or the providerID is not
+    // AWS's; or the instance is running.
     let unverified = [
         "worker-onprem-1".to_string(),
         "ip-10-0-200-1.ec2.internal".to_string(),
-        "i-0bbbbbbbbbbbbbbbb".to_string(),
         // The private DNS name of a terminated instance: a name lookup
         // finds only live instances.
         dns_of_terminated,
