@@ -86,7 +86,10 @@ fn run_once(binary: &Path, image: &str, port: u16) -> (Duration, bool) {
         r#"{{"kind":"CredentialProviderRequest","apiVersion":"credentialprovider.kubelet.k8s.io/v1","image":"{image}"}}"#
     );
     let started = Instant::now();
+    // Refusing other hosts keeps the non-ECR case the floor: start, refuse,
+    // exit (by default it would load the SDK's config for the default region).
     let mut child = Command::new(binary)
+        .arg("--non-ecr-hosts=refuse")
         .env_clear()
         .env("AWS_ACCESS_KEY_ID", "AKIABENCHEXAMPLE0001")
         .env("AWS_SECRET_ACCESS_KEY", "bench-secret")

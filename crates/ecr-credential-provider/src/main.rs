@@ -38,10 +38,11 @@ flags:
   --max-attempts N           attempts per AWS call, retries included (default 5)
   --attempt-timeout DUR      limit of one attempt, e.g. 10s or 500ms (default 10s)
   --operation-timeout DUR    limit of one call, retries included (default 30s)
-  --non-ecr-hosts MODE       refuse (default): an image whose host is not ECR's is an
-                             error, before any AWS call; default-region: answer it with
-                             the default region's private ECR token, as upstream does
-                             (registry mirrors backed by an ECR pull-through cache)
+  --non-ecr-hosts MODE       default-region (default): an image whose host is not ECR's
+                             is answered with the default region's private ECR token,
+                             as upstream does (registry mirrors backed by an ECR
+                             pull-through cache, kOps' useECRCredentialsForMirrors);
+                             refuse: it is an error, before any AWS call
   --install-to DIR           copy this binary to DIR/ecr-credential-provider (atomically,
                              mode 0755) and exit: how a DaemonSet with a hostPath puts
                              it on a node from this image, which has no shell or cp
@@ -233,7 +234,10 @@ mod tests {
         };
         assert_eq!(verbosity, 4);
         let limits = options.limits;
-        assert!(!options.mirrors);
+        assert!(
+            options.mirrors,
+            "non-ECR hosts answered by default, as upstream"
+        );
         assert_eq!(limits.max_attempts, 3);
         assert_eq!(limits.attempt_timeout, Duration::from_millis(500));
         assert_eq!(limits.operation_timeout, Duration::from_secs(120));
@@ -242,12 +246,13 @@ mod tests {
             Ok(true)
         );
         assert_eq!(parse_args(&args(&["--version"])), Ok(Command::Version));
-        let Ok(Command::Run { options, .. }) =
-            parse_args(&args(&["--non-ecr-hosts", "default-region"]))
-        else {
-            panic!("valid flags");
-        };
-        assert!(options.mirrors);
+        for (value, mirrors) in [("default-region", true), ("refuse", false)] {
+            let Ok(Command::Run { options, .. }) = parse_args(&args(&["--non-ecr-hosts", value]))
+            else {
+                panic!("valid flags");
+            };
+            assert_eq!(options.mirrors, mirrors, "{value}");
+        }
     }
 
     #[test]

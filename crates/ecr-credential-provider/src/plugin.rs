@@ -7,11 +7,21 @@ use crate::registry::{Registry, RegistryError, registry_of};
 use crate::token::{TokenError, cache_seconds, split_token};
 
 /// What the command line chose.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Options {
     pub limits: Limits,
-    /// Answer non-ECR hosts as upstream does (`--non-ecr-hosts=default-region`).
+    /// Answer non-ECR hosts with the default region's token, as upstream
+    /// does (the default); `--non-ecr-hosts=refuse` turns it off.
     pub mirrors: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            limits: Limits::default(),
+            mirrors: true,
+        }
+    }
 }
 
 /// The service account annotation naming the role to pull as (upstream's).
@@ -96,7 +106,7 @@ fn describe(registry: &Registry, image: &str, log: &Log) {
         }
         Registry::Public { .. } => "ECR Public (API in us-east-1)".to_owned(),
         Registry::Mirror { .. } => {
-            "not an ECR host: answered with the default region's private ECR token (--non-ecr-hosts=default-region)".to_owned()
+            "not an ECR host: answered with the default region's private ECR token, as upstream (--non-ecr-hosts=refuse refuses it)".to_owned()
         }
     };
     log.info(1, &format!("image {image:?}: {what}"));

@@ -6,9 +6,12 @@
 //! that upstream's `ecrPrivateHostPattern` accepts (the same language: any
 //! `dkr.ecr`/`dkr-ecr` form with any suffix, region `[A-Za-z0-9][A-Za-z0-9_-]*`).
 //! ECR Public is `public.ecr.aws` or its dual-stack `ecr-public.aws.com`,
-//! whose API lives in `us-east-1` only. Anything else is refused before any
-//! AWS call (upstream would call ECR in the default region and fail later,
-//! with an error that does not say why).
+//! whose API lives in `us-east-1` only. Any other host is answered, as
+//! upstream answers it, with the default region's private ECR token (its
+//! main.go: no region in the host falls back to the SDK's default; its
+//! test row `registry.k8s.io/foo:latest`); kOps' `useECRCredentialsForMirrors`
+//! relies on that. `--non-ecr-hosts=refuse` refuses it instead, before any
+//! AWS call.
 
 /// The DNS suffixes of private ECR registries and the partition each belongs to.
 const PRIVATE_SUFFIXES: [(&str, &str); 9] = [
@@ -52,10 +55,10 @@ pub enum Registry {
     },
     /// ECR Public: `GetAuthorizationToken` of ECR Public in `us-east-1`.
     Public { host: String },
-    /// Any other host, only with `--non-ecr-hosts=default-region`: the
-    /// private ECR token of the default region (upstream's answer for every
-    /// host, which kOps' `useECRCredentialsForMirrors` relies on for
-    /// registry mirrors backed by an ECR pull-through cache).
+    /// Any other host, unless `--non-ecr-hosts=refuse`: the private ECR
+    /// token of the default region (upstream's answer for every host, which
+    /// kOps' `useECRCredentialsForMirrors` relies on for registry mirrors
+    /// backed by an ECR pull-through cache).
     Mirror { host: String },
 }
 
@@ -86,7 +89,7 @@ pub enum RegistryError {
     #[error("image {image:?} has no registry host")]
     NoHost { image: String },
     #[error(
-        "image {image:?}: registry host {host:?} is neither a private ECR registry (<12-digit account>.dkr.ecr.<region>.amazonaws.com, .com.cn, .eu, dkr-ecr dual-stack, -fips, on.aws, or an ISO/EUSC domain) nor ECR Public (public.ecr.aws, ecr-public.aws.com); no AWS call was made. Narrow matchImages in the kubelet's CredentialProviderConfig to ECR hosts"
+        "image {image:?}: registry host {host:?} is neither a private ECR registry (<12-digit account>.dkr.ecr.<region>.amazonaws.com, .com.cn, .eu, dkr-ecr dual-stack, -fips, on.aws, or an ISO/EUSC domain) nor ECR Public (public.ecr.aws, ecr-public.aws.com), and --non-ecr-hosts=refuse is set; no AWS call was made. Narrow matchImages in the kubelet's CredentialProviderConfig to ECR hosts, or drop --non-ecr-hosts=refuse to answer other hosts with the default region's token as upstream does"
     )]
     NotEcr { image: String, host: String },
 }
@@ -343,7 +346,7 @@ mod tests {
     }
 
     #[test]
-    fn other_registries_are_refused_naming_the_image() {
+    fn other_registries_are_refused_naming_the_image_when_refusing() {
         for image in [
             "registry.k8s.io/pause:3.10",
             "nginx:latest",
@@ -353,7 +356,7 @@ mod tests {
             let err = registry_of(image, false).expect_err("not ECR");
             assert!(err.to_string().contains(&format!("{image:?}")), "{err}");
         }
-        // Opted in, other hosts are mirrors; a missing host is still an error.
+        // By default, other hosts are mirrors; a missing host is still an error.
         let mirror = registry_of("docker.io/library/nginx:1", true).expect("a mirror");
         assert_eq!(
             mirror,

@@ -62,8 +62,10 @@ async fn each_partition_s_host_form_asks_ecr_in_its_region() {
     }
 }
 
+/// With `--non-ecr-hosts=refuse`, an image whose host is not ECR's (or only
+/// looks like it) is refused before any AWS call, naming the image.
 #[tokio::test]
-async fn other_hosts_are_refused_without_a_call() {
+async fn other_hosts_are_refused_without_a_call_when_refusing() {
     let world = World::start().await;
     let images = [
         "registry.k8s.io/pause:3.10",
@@ -78,7 +80,9 @@ async fn other_hosts_are_refused_without_a_call() {
         "public.ecr.aws.evil.example/app",
     ];
     for image in images {
-        let outcome = world.run(&request(V1, image), &[], &[]).await;
+        let outcome = world
+            .run(&request(V1, image), &["--non-ecr-hosts=refuse"], &[])
+            .await;
         let stderr = outcome.failure();
         assert!(
             stderr.contains(&format!("{image:?}")),
@@ -126,9 +130,12 @@ async fn malformed_requests_are_refused_with_the_reason() {
 
 /// kOps runs the plugin with `args: [get-credentials]` and `AWS_REGION`;
 /// its `useECRCredentialsForMirrors` sends registry mirrors' hosts, which
-/// upstream answers with the default region's token. Opted in, so does this one.
+/// upstream answers with the default region's token (its test row
+/// `registry.k8s.io/foo:latest`). So does this one by default, and with
+/// `--non-ecr-hosts=default-region` said outright; `--non-ecr-hosts=refuse`
+/// refuses them without a call.
 #[tokio::test]
-async fn kops_arguments_and_mirror_hosts_when_opted_in() {
+async fn kops_arguments_and_mirror_hosts_answered_as_upstream_by_default() {
     let world = World::start().await;
     let kops_env = [("AWS_REGION", "eu-central-1")];
     let private = format!("{}/app", crate::support::PRIVATE_HOST);
@@ -137,10 +144,37 @@ async fn kops_arguments_and_mirror_hosts_when_opted_in() {
         .await
         .response();
 
+    let mut calls = 1;
+    for (image, host, args) in [
+        (
+            "registry.k8s.io/foo:latest",
+            "registry.k8s.io",
+            &["get-credentials"][..],
+        ),
+        (
+            "docker.io/library/nginx:1.27",
+            "docker.io",
+            &["get-credentials", "--non-ecr-hosts=default-region"][..],
+        ),
+    ] {
+        let response = world
+            .run(&request(V1, image), args, &kops_env)
+            .await
+            .response();
+        assert_eq!(response.auth[host].password, MOTO_PASSWORD, "{image}");
+        calls += 1;
+        let asked = world.proxy.ecr().calls();
+        assert_eq!(asked.len(), calls, "{image}");
+        assert_eq!(
+            asked[calls - 1].region.as_deref(),
+            Some("eu-central-1"),
+            "{image}: the default region"
+        );
+    }
+
     let mirrored = "docker.io/library/nginx:1.27";
-    let refused = world
-        .run(&request(V1, mirrored), &["get-credentials"], &kops_env)
-        .await;
+    let refuse = ["get-credentials", "--non-ecr-hosts=refuse"];
+    let refused = world.run(&request(V1, mirrored), &refuse, &kops_env).await;
     assert!(
         refused.failure().contains("docker.io"),
         "{}",
@@ -148,32 +182,20 @@ async fn kops_arguments_and_mirror_hosts_when_opted_in() {
     );
     assert_eq!(
         world.proxy.ecr().calls().len(),
-        1,
+        calls,
         "a refused host makes no call"
     );
 
-    let args = ["get-credentials", "--non-ecr-hosts=default-region"];
-    let response = world
-        .run(&request(V1, mirrored), &args, &kops_env)
-        .await
-        .response();
-    assert_eq!(response.auth["docker.io"].password, MOTO_PASSWORD);
-    let calls = world.proxy.ecr().calls();
-    assert_eq!(calls.len(), 2);
-    assert_eq!(
-        calls[1].region.as_deref(),
-        Some("eu-central-1"),
-        "the default region"
-    );
-
     // No default region anywhere: a clear error, no call.
-    let outcome = world.run(&request(V1, mirrored), &args, &[]).await;
+    let outcome = world
+        .run(&request(V1, mirrored), &["get-credentials"], &[])
+        .await;
     assert!(
         outcome.failure().contains("set AWS_REGION"),
         "{}",
         outcome.stderr
     );
-    assert_eq!(world.proxy.ecr().calls().len(), 2);
+    assert_eq!(world.proxy.ecr().calls().len(), calls);
 }
 
 /// `--install-to` is how a node gets the binary out of the distroless image.
