@@ -12,7 +12,11 @@
 //!
 //! Errors are rendered from their `Display` chain only, never their `Debug`
 //! form: the SDK's `Debug` of a response error holds the raw HTTP answer,
-//! whose body may be a token.
+//! whose body may be a token. One exception, [`non_json_answer`]: an error
+//! answer whose body is not JSON (a proxy's HTML page for a 503) leaves the
+//! SDK saying only "unexpected token", so the line names the operation, the
+//! HTTP status and the start of that body instead; a body is shown only for
+//! an error status, never for a 2xx answer.
 
 use std::error::Error as StdError;
 use std::time::{Duration, SystemTime};
@@ -21,6 +25,7 @@ use aws_config::BehaviorVersion;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_credential_types::Credentials;
+use aws_smithy_runtime_api::http::Response as HttpResponse;
 use aws_types::SdkConfig;
 use aws_types::app_name::AppName;
 use aws_types::region::Region;
@@ -168,11 +173,17 @@ pub async fn get_token(
     credentials: Option<Credentials>,
     log: Log,
 ) -> Result<RawToken, AwsError> {
-    let failed = |api: &'static str, e: &dyn StdError| AwsError::Token {
-        api,
-        region: config.region().map(ToString::to_string).unwrap_or_default(),
-        detail: error_chain(e),
-    };
+    let region = config.region().map(ToString::to_string).unwrap_or_default();
+    let failed =
+        |api: &'static str, operation: &str, e: &dyn StdError, raw: Option<&HttpResponse>| {
+            AwsError::Token {
+                api,
+                region: region.clone(),
+                detail: raw
+                    .and_then(|raw| non_json_answer(operation, raw))
+                    .unwrap_or_else(|| error_chain(e)),
+            }
+        };
     match registry {
         Registry::Private { .. } | Registry::Mirror { .. } => {
             let mut builder = aws_sdk_ecr::config::Builder::from(config)
@@ -181,11 +192,10 @@ pub async fn get_token(
                 builder = builder.credentials_provider(credentials);
             }
             let client = aws_sdk_ecr::Client::from_conf(builder.build());
-            let output = client
-                .get_authorization_token()
-                .send()
-                .await
-                .map_err(|e| failed("ECR", &e))?;
+            let output =
+                client.get_authorization_token().send().await.map_err(|e| {
+                    failed("ECR", "ecr:GetAuthorizationToken", &e, e.raw_response())
+                })?;
             Ok(RawToken {
                 api: "ECR",
                 data: output.authorization_data().first().map(|d| RawData {
@@ -201,11 +211,10 @@ pub async fn get_token(
                 builder = builder.credentials_provider(credentials);
             }
             let client = aws_sdk_ecrpublic::Client::from_conf(builder.build());
-            let output = client
-                .get_authorization_token()
-                .send()
-                .await
-                .map_err(|e| failed("ECR Public", &e))?;
+            let output = client.get_authorization_token().send().await.map_err(|e| {
+                let raw = e.raw_response();
+                failed("ECR Public", "ecr-public:GetAuthorizationToken", &e, raw)
+            })?;
             Ok(RawToken {
                 api: "ECR Public",
                 data: output.authorization_data().map(|d| RawData {
@@ -214,6 +223,44 @@ pub async fn get_token(
                 }),
             })
         }
+    }
+}
+
+/// Characters of a non-JSON body shown: enough for a proxy page's title.
+const BODY_EXCERPT: usize = 200;
+
+/// `operation answered HTTP <status> with a non-JSON body: <excerpt>` when
+/// `raw` is such an answer; `None` for a JSON body, which the SDK's error
+/// already describes.
+pub fn non_json_answer(operation: &str, raw: &HttpResponse) -> Option<String> {
+    let body = raw.body().bytes()?;
+    if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() {
+        return None;
+    }
+    let status = raw.status().as_u16();
+    let told = format!("{operation} answered HTTP {status} with a non-JSON body");
+    // A 2xx body might be the token itself, in a form not understood.
+    if status < 400 {
+        return Some(told);
+    }
+    Some(format!("{told}: {}", excerpt(body)))
+}
+
+/// The start of `body` on one line: UTF-8 decoded lossily, whitespace and
+/// control characters collapsed to single spaces, cut at a character
+/// boundary after [`BODY_EXCERPT`] characters ("…" when cut).
+fn excerpt(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let words: Vec<&str> = (text.split(|c: char| c.is_whitespace() || c.is_control()))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let one_line = words.join(" ");
+    if one_line.is_empty() {
+        return "(empty)".to_owned();
+    }
+    match one_line.char_indices().nth(BODY_EXCERPT) {
+        Some((cut, _)) => format!("{}…", &one_line[..cut]),
+        None => one_line,
     }
 }
 
@@ -229,4 +276,54 @@ pub fn error_chain(error: &dyn StdError) -> String {
         next = e.source();
     }
     parts.join(": ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_smithy_types::body::SdkBody;
+
+    fn answer(status: u16, body: &str) -> HttpResponse {
+        let status = aws_smithy_runtime_api::http::StatusCode::try_from(status).expect("status");
+        HttpResponse::new(status, SdkBody::from(body.to_owned()))
+    }
+
+    #[test]
+    fn a_non_json_error_answer_names_operation_status_and_body() {
+        let page =
+            "<!DOCTYPE html>\n<html><head><title>503 Service Unavailable</title></head>\n</html>";
+        let told = non_json_answer("ecr:GetAuthorizationToken", &answer(503, page)).expect("told");
+        assert_eq!(
+            told,
+            "ecr:GetAuthorizationToken answered HTTP 503 with a non-JSON body: \
+             <!DOCTYPE html> <html><head><title>503 Service Unavailable</title></head> </html>"
+        );
+        let json = r#"{"__type":"ServerException","message":"x"}"#;
+        assert_eq!(
+            non_json_answer("ecr:GetAuthorizationToken", &answer(500, json)),
+            None
+        );
+        assert_eq!(
+            non_json_answer("ecr:GetAuthorizationToken", &answer(502, "")).as_deref(),
+            Some("ecr:GetAuthorizationToken answered HTTP 502 with a non-JSON body: (empty)")
+        );
+        // A 2xx answer's body is never shown: it may hold a token.
+        assert_eq!(
+            non_json_answer(
+                "ecr:GetAuthorizationToken",
+                &answer(200, "QVdTOnNlY3JldA==")
+            )
+            .as_deref(),
+            Some("ecr:GetAuthorizationToken answered HTTP 200 with a non-JSON body")
+        );
+    }
+
+    #[test]
+    fn a_long_body_is_cut_at_a_character_boundary() {
+        let long = "é".repeat(BODY_EXCERPT + 50);
+        let told = excerpt(long.as_bytes());
+        assert_eq!(told.chars().count(), BODY_EXCERPT + 1);
+        assert!(told.ends_with('…'));
+        assert_eq!(excerpt(&[0xff, b'a', b'\r', b'\n', b'b']), "\u{fffd}a b");
+    }
 }

@@ -14,6 +14,10 @@ pub enum FaultKind {
     /// (EC2) or `InternalFailure` (query/JSON services), 503 is
     /// `ServiceUnavailable`.
     ServerError(u16),
+    /// A 5xx answer whose body is an HTML page (`text/html`), not the
+    /// service's error format: what a proxy or load balancer in front of
+    /// the service sends when it, not AWS, fails.
+    HtmlPage(u16),
     /// The TCP connection is reset (RST) without any response: the SDK sees a
     /// dispatch (I/O) failure.
     ConnectionReset,
@@ -155,7 +159,9 @@ impl FaultRule {
             );
         }
         match &self.kind {
-            FaultKind::ServerError(status) if !(500..=599).contains(status) => {
+            FaultKind::ServerError(status) | FaultKind::HtmlPage(status)
+                if !(500..=599).contains(status) =>
+            {
                 bail!("a server-error fault needs a 5xx status, got {status}")
             }
             FaultKind::Error { status, code, .. } => {
@@ -250,6 +256,12 @@ fn parse_kind(text: &str) -> anyhow::Result<FaultKind> {
             Duration::from_millis(ms),
         )));
     }
+    if let Some(status) = lower.strip_prefix("html=") {
+        let status: u16 = status
+            .parse()
+            .with_context(|| format!("html status {status:?} is not an HTTP status code"))?;
+        return Ok(FaultKind::HtmlPage(status));
+    }
     if let Some(ms) = lower.strip_prefix("latency=") {
         let ms = ms.strip_suffix("ms").unwrap_or(ms);
         let ms: u64 = ms
@@ -281,7 +293,7 @@ fn parse_kind(text: &str) -> anyhow::Result<FaultKind> {
         return Ok(FaultKind::ServerError(status));
     }
     bail!(
-        "unknown fault kind {text:?}: use throttle, reset, lost-reset, lost-stall=MS, 500, 503, latency=MS or error=STATUS/CODE[/MESSAGE]"
+        "unknown fault kind {text:?}: use throttle, reset, lost-reset, lost-stall=MS, 500, 503, html=STATUS, latency=MS or error=STATUS/CODE[/MESSAGE]"
     )
 }
 
@@ -293,6 +305,7 @@ impl fmt::Display for FaultRule {
         write!(f, "{}:", self.action.as_deref().unwrap_or("*"))?;
         match &self.kind {
             FaultKind::ServerError(status) => write!(f, "{status}")?,
+            FaultKind::HtmlPage(status) => write!(f, "html={status}")?,
             FaultKind::ConnectionReset => f.write_str("reset")?,
             FaultKind::Latency(d) => write!(f, "latency={}", d.as_millis())?,
             FaultKind::Throttle => f.write_str("throttle")?,
@@ -416,6 +429,13 @@ mod tests {
                 .for_service("ec2")
                 .at_most(2)
         );
+        let rule: FaultRule = "ecr/GetAuthorizationToken:html=503:1"
+            .parse()
+            .expect("valid spec");
+        assert_eq!(rule.kind, FaultKind::HtmlPage(503));
+        let again: FaultRule = rule.to_string().parse().expect("display output parses");
+        assert_eq!(again, rule);
+        assert!("*:html=404:1".parse::<FaultRule>().is_err(), "5xx only");
         let rule: FaultRule = "elasticloadbalancingv2/RegisterTargets:latency=250ms:0.1"
             .parse()
             .expect("valid spec");

@@ -680,6 +680,7 @@ async fn handle(
                 FaultKind::Throttle => {
                     return Ok(error_response(&AwsError::throttling(call.protocol), &call));
                 }
+                FaultKind::HtmlPage(status) => return Ok(html_page(status)),
                 FaultKind::Error {
                     status,
                     code,
@@ -931,6 +932,24 @@ fn xml_response(xml: String) -> Response<ProxyBody> {
     response.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/xml;charset=UTF-8"),
+    );
+    response
+}
+
+/// A 5xx as a proxy in front of the service answers it: an HTML page.
+fn html_page(status: u16) -> Response<ProxyBody> {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+    let reason = status.canonical_reason().unwrap_or("Error");
+    let page = format!(
+        "<!DOCTYPE html>\n<html><head><title>{code} {reason}</title></head>\n\
+         <body><h1>{code} {reason}</h1><p>The server is temporarily unable to service \
+         your request. Please try again later.</p></body></html>\n",
+        code = status.as_u16()
+    );
+    let mut response = full_response(status, page);
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/html; charset=utf-8"),
     );
     response
 }

@@ -42,7 +42,8 @@ struct Args {
 
     /// Fault to inject, repeatable: [SERVICE/]ACTION:KIND:PROB[:MAX] where
     /// ACTION is a name or *, KIND is throttle, reset, lost-reset,
-    /// lost-stall=MS, 500, 503, latency=MS or error=STATUS/CODE[/MESSAGE].
+    /// lost-stall=MS, 500, 503, html=STATUS (an HTML page, as a proxy answers),
+    /// latency=MS or error=STATUS/CODE[/MESSAGE].
     #[arg(long = "fault", value_name = "ACTION:KIND:PROB", value_parser = parse_fault)]
     faults: Vec<FaultRule>,
 

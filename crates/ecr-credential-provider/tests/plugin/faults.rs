@@ -142,6 +142,37 @@ async fn retries_are_bounded_and_the_last_error_is_told() {
     );
 }
 
+/// A proxy in front of ECR answering 503 with an HTML page: the one line
+/// the kubelet logs names the operation and the status, and the page's
+/// start, instead of the SDK's bare "unexpected token".
+#[tokio::test]
+async fn an_html_5xx_names_the_status_and_the_operation() {
+    let world = World::start().await;
+    world.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::HtmlPage(503))
+            .for_service(SERVICE_ECR)
+            .for_action(ACTION),
+    ]);
+    let outcome = world
+        .run(&request(V1, PRIVATE_HOST), &["--max-attempts=2"], &[])
+        .await;
+    let stderr = outcome.failure();
+    assert!(
+        stderr.contains(
+            "ecr:GetAuthorizationToken answered HTTP 503 with a non-JSON body: <!DOCTYPE html>"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("503 Service Unavailable"), "{stderr}");
+    assert_eq!(stderr.trim_end().lines().count(), 1, "one line: {stderr}");
+    let counts = world.proxy.calls().get(SERVICE_ECR, ACTION);
+    assert_eq!(
+        (counts.received, counts.faulted, counts.forwarded),
+        (2, 2, 0),
+        "the page was answered, and retried as a 503"
+    );
+}
+
 #[tokio::test]
 async fn refusals_are_not_retried() {
     let world = World::start().await;
