@@ -11,6 +11,7 @@ pub mod elb;
 pub mod instances;
 pub mod load_balancers;
 pub mod nlb;
+pub mod ownership;
 pub mod permissions;
 pub mod routes;
 pub mod security_groups;

@@ -18,6 +18,7 @@ use super::Context;
 use crate::aws::elb::{self, Change as ClbChange};
 use crate::aws::load_balancers::{AwsLoadBalancers, ClbPlan, NlbPlan, Planned, Warning};
 use crate::aws::nlb::{self, Change as NlbChange};
+use crate::aws::ownership::{self, Made};
 use crate::aws::{security_groups as sg, tags};
 use crate::controllers::cached_node::Node;
 use crate::controllers::route::Reconciler;
@@ -227,18 +228,21 @@ async fn deletion_steps(
     section: &mut Section,
 ) -> Result<(), crate::aws::AwsError> {
     let aws = &ctx.aws;
-    // A load balancer of either kind: deleted when this cluster owns it.
+    // Each resource: deleted when proven this CCM's for the Service, as
+    // the deletion itself decides (`aws::ownership`).
+    let proof = |made: Made, name: &str, tags: &BTreeMap<String, String>| {
+        ownership::prove(made, name, tags, &ctx.cluster_id, Some(key))
+    };
     let load_balancer = |section: &mut Section, kind: &str, lb_tags: &BTreeMap<String, String>| {
-        if tags::is_owned(lb_tags, &ctx.cluster_id) {
-            section.step(
+        match proof(Made::LoadBalancer, name, lb_tags) {
+            Ok(()) => section.step(
                 "-",
                 format!("{kind} {name} ({why})"),
                 &["DeleteLoadBalancer"],
-            );
-        } else {
-            section.note(format!(
-                "{kind} {name} lacks this cluster's ownership tag: the CCM leaves it"
-            ));
+            ),
+            Err(not_made) => section.note(format!(
+                "{kind} {name} is not proven made by the CCM for {key} ({not_made}): the CCM leaves it"
+            )),
         }
     };
     if let Some(lb) = elb::io::describe(aws, name).await? {
@@ -248,7 +252,11 @@ async fn deletion_steps(
         crate::aws::instances::filter("group-name", [elb::owned_group_name(name)]),
         crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&ctx.cluster_id)]),
     ];
-    for g in sg::io::describe(aws, filters).await? {
+    let groups = sg::io::describe(aws, filters).await?;
+    for g in groups
+        .iter()
+        .filter(|g| proof(Made::LoadBalancerGroup, &g.name, &g.tags).is_ok())
+    {
         // EC2 refuses to delete a group another group's rule names: the
         // deletion revokes the node groups' rules admitting it first.
         if let Some(vpc) = &g.vpc_id {
@@ -272,7 +280,11 @@ async fn deletion_steps(
         load_balancer(section, "NLB", &lb.tags);
     }
     let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
-    for tg in nlb::read::groups_to_delete(aws, lb_arn, Some(key)).await? {
+    let target_groups = nlb::read::groups_to_delete(aws, lb_arn, Some(key)).await?;
+    for tg in target_groups
+        .iter()
+        .filter(|t| proof(Made::TargetGroup, &t.name, &t.tags).is_ok())
+    {
         section.step(
             "-",
             format!("target group {}", tg.name),

@@ -10,6 +10,7 @@ use super::{
 use crate::aws::annotations::{BackendProtocol, HealthCheckPort, LoadBalancerSpec};
 use crate::aws::applied::Applied;
 use crate::aws::load_balancers::delta;
+use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
@@ -240,7 +241,7 @@ fn current_or_created(
     if let Some(current) = &lb
         && current.internal != desired.internal
         && scheme_asked(desired, current)
-        && tags::is_owned(&current.tags, &desired.cluster_id)
+        && ours(desired, current)
     {
         changes.push(Change::DeleteLoadBalancer {
             reason: format!(
@@ -283,6 +284,20 @@ fn current_or_created(
     }
 }
 
+/// Whether `lb` is proven a load balancer this CCM makes for the Service
+/// `desired` is for ([`ownership`]): only then is it ever deleted.
+fn ours(desired: &Desired, lb: &ActualLb) -> bool {
+    let service = desired.tags.get(tags::SERVICE_NAME_TAG).map(String::as_str);
+    ownership::prove(
+        Made::LoadBalancer,
+        &lb.name,
+        &lb.tags,
+        &desired.cluster_id,
+        service,
+    )
+    .is_ok()
+}
+
 /// Whether the Service asks for another scheme than this CCM applied (the
 /// record on the load balancer, see `crate::aws::applied`); never without
 /// a record.
@@ -297,8 +312,7 @@ pub fn left_alone(desired: &Desired, actual: &Actual) -> Vec<String> {
     match &actual.lb {
         Some(current)
             if current.internal != desired.internal
-                && !(scheme_asked(desired, current)
-                    && tags::is_owned(&current.tags, &desired.cluster_id)) =>
+                && !(scheme_asked(desired, current) && ours(desired, current)) =>
         {
             vec![format!(
                 "its scheme is {} and the Service asks for {}",
@@ -521,39 +535,52 @@ pub(crate) fn instance_changes(
 fn retired_owned_group_changes(desired: &Desired, actual: &Actual, changes: &mut Vec<Change>) {
     if desired.owned_group.is_none()
         && let Some(g) = &actual.owned_group
-        && tags::is_owned(&g.tags, &desired.cluster_id)
+        && ownership::prove(
+            Made::LoadBalancerGroup,
+            &g.name,
+            &g.tags,
+            &desired.cluster_id,
+            None,
+        )
+        .is_ok()
     {
         revoke_node_ingress(&actual.owned_group_node_rules, &GroupRef::Owned, changes);
         changes.push(Change::DeleteSecurityGroup(g.id.clone()));
     }
 }
 
-/// Pure: what deleting the Service's load balancer takes. Nothing without this
-/// cluster's ownership tag is deleted.
-pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
+/// Pure: what deleting Service `service_key`'s load balancer takes: only
+/// what [`ownership`] proves this CCM made for it is deleted, and node
+/// rules only from a group so proven, or from the shared group of a load
+/// balancer so proven.
+pub fn plan_delete(actual: &Actual, cluster_id: &str, service_key: &str) -> Vec<Change> {
     let mut changes = Vec::new();
-    let owned_group = actual
-        .owned_group
-        .as_ref()
-        .filter(|g| tags::is_owned(&g.tags, cluster_id));
+    let owned_group = actual.owned_group.as_ref().filter(|g| {
+        ownership::prove(Made::LoadBalancerGroup, &g.name, &g.tags, cluster_id, None).is_ok()
+    });
+    let lb = actual.lb.as_ref().filter(|lb| {
+        ownership::prove(
+            Made::LoadBalancer,
+            &lb.name,
+            &lb.tags,
+            cluster_id,
+            Some(service_key),
+        )
+        .is_ok()
+    });
     if owned_group.is_some() {
         revoke_node_ingress(
             &actual.node_groups_with_rule,
             &GroupRef::Owned,
             &mut changes,
         );
-    } else if let (Some(shared), Some(needed), Some(lb)) = (
-        &actual.shared_lb_group,
-        &actual.shared_group_needed,
-        &actual.lb,
-    ) && tags::is_owned(&lb.tags, cluster_id)
+    } else if let (Some(shared), Some(needed), Some(_)) =
+        (&actual.shared_lb_group, &actual.shared_group_needed, lb)
     {
         let unneeded = actual.node_groups_with_rule.difference(needed);
         revoke_node_ingress(unneeded, &GroupRef::Id(shared.clone()), &mut changes);
     }
-    if let Some(lb) = &actual.lb
-        && tags::is_owned(&lb.tags, cluster_id)
-    {
+    if lb.is_some() {
         changes.push(Change::DeleteLoadBalancer {
             reason: "the Service no longer asks for it".into(),
         });

@@ -253,7 +253,7 @@ fn a_shared_groups_node_rule_goes_only_when_no_other_load_balancer_needs_it() {
     actual.shared_lb_group = Some("sg-shared".into());
     actual.shared_group_needed = Some(BTreeSet::from(["sg-node".to_string()]));
     assert_eq!(
-        plan_delete(&actual, "c1"),
+        plan_delete(&actual, "c1", "default/web"),
         vec![
             revoke_node2,
             Change::DeleteLoadBalancer {
@@ -468,7 +468,7 @@ fn a_scheme_the_service_did_not_ask_to_change_is_left_with_a_note() {
 fn deletion_touches_only_what_this_cluster_owns() {
     let d = want(&[], &[(80, 30080)], &env());
     let actual = converged(&d);
-    let changes = plan_delete(&actual, "c1");
+    let changes = plan_delete(&actual, "c1", "default/web");
     assert_eq!(
         changes,
         vec![
@@ -482,5 +482,5 @@ fn deletion_touches_only_what_this_cluster_owns() {
             Change::DeleteSecurityGroup("sg-owned".into()),
         ]
     );
-    assert!(plan_delete(&actual, "other-cluster").is_empty());
+    assert!(plan_delete(&actual, "other-cluster", "default/web").is_empty());
 }

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use super::{LbError, Warning};
 use crate::aws::annotations::TYPE;
 use crate::aws::applied::{self, Applied, Kind};
+use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
 
 /// The Warning for create-time settings left as they are; `None` when none are.
@@ -25,9 +26,10 @@ pub fn drift_warning(
 }
 
 /// Whether the Service may move off the existing load balancer of kind
-/// `from` (tags `lb_tags`): only one this CCM created (it carries the
-/// record) and this cluster owns. Otherwise a configuration error, as the
-/// Go CCM refuses type changes.
+/// `from` (tags `lb_tags`), which is then deleted: only one this CCM
+/// created (it carries the record) and proven made for this Service
+/// ([`ownership`]). Otherwise a configuration error, as the Go CCM refuses
+/// type changes.
 pub fn handover_allowed(
     service_key: &str,
     lb_name: &str,
@@ -35,9 +37,23 @@ pub fn handover_allowed(
     lb_tags: &BTreeMap<String, String>,
     cluster_id: &str,
 ) -> Result<(), LbError> {
-    if Applied::from_tags(lb_tags).is_some() && tags::is_owned(lb_tags, cluster_id) {
-        return Ok(());
-    }
+    let proven = ownership::prove(
+        Made::LoadBalancer,
+        lb_name,
+        lb_tags,
+        cluster_id,
+        Some(service_key),
+    );
+    let why = match (Applied::from_tags(lb_tags), proven) {
+        (Some(_), Ok(())) => return Ok(()),
+        (Some(_), Err(not_made)) => {
+            format!("this one is not proven made for the Service: {not_made}")
+        }
+        (None, _) => format!(
+            "this one has no {} tag: made by the Go CCM, which refuses type changes, or by an older aws-ccm",
+            tags::APPLIED_TAG
+        ),
+    };
     let (have, want, back) = match from {
         Kind::Network => (
             "a Network Load Balancer",
@@ -51,7 +67,6 @@ pub fn handover_allowed(
         ),
     };
     Err(LbError::Config(format!(
-        "{service_key} has {have} ({lb_name}) and now asks for {want}: aws-ccm changes the type only of a load balancer it created (this one has no {} tag: made by the Go CCM, which refuses type changes, or by an older aws-ccm); {back}, or delete and recreate the Service",
-        tags::APPLIED_TAG
+        "{service_key} has {have} ({lb_name}) and now asks for {want}: aws-ccm changes the type only of a load balancer it created ({why}); {back}, or delete and recreate the Service"
     )))
 }

@@ -9,6 +9,7 @@ use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec};
 use crate::aws::applied::Kind;
 use crate::aws::elb::{self, Actual};
 use crate::aws::nlb;
+use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{Aws, AwsError, subnets, tags};
 use crate::cloud_config::CloudConfig;
@@ -116,6 +117,26 @@ impl AwsLoadBalancers {
                 .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
         };
         sg::node_group_of(&instance.id, &ids, tagged, &self.cluster_id).map_err(LbError::Config)
+    }
+}
+
+impl AwsLoadBalancers {
+    /// Whether Service `service_key`'s `made` named `name` (tags `tags`) is
+    /// proven this CCM's ([`ownership`]); when not, says why it is left.
+    fn left_unless_proven(
+        &self,
+        service_key: &str,
+        made: Made,
+        name: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> bool {
+        match ownership::prove(made, name, tags, &self.cluster_id, Some(service_key)) {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::warn!(service = %service_key, resource = %name, %why, "not proven made by the CCM for this Service; leaving it");
+                false
+            }
+        }
     }
 }
 
@@ -351,7 +372,19 @@ impl AwsLoadBalancers {
         // a group that stopped being a backend's still has the rule.
         let mut node_groups_with_rule = BTreeSet::new();
         if let Some(id) = &lb_group {
-            let owned = owned_group.as_ref().is_some_and(|g| &g.id == id);
+            // Every group's rule from the owned group is this CCM's to
+            // revoke only when the group is proven its own.
+            let owned = owned_group.as_ref().is_some_and(|g| {
+                &g.id == id
+                    && ownership::prove(
+                        Made::LoadBalancerGroup,
+                        &g.name,
+                        &g.tags,
+                        &self.cluster_id,
+                        None,
+                    )
+                    .is_ok()
+            });
             self.add_referencing(all_groups, vpc_id, id, owned).await?;
             node_groups_with_rule = admitting(all_groups.values(), id);
         }
@@ -385,22 +418,26 @@ impl AwsLoadBalancers {
         })
     }
 
-    /// Deletes the Service's classic ELB, its owned group and node rules.
-    /// `handover_of`: the Service (`namespace/name`) now asks for an NLB;
-    /// then only a classic ELB this CCM created is deleted.
-    async fn delete_clb(&self, uid: &str, handover_of: Option<&str>) -> Result<bool, LbError> {
+    /// Deletes Service `service_key`'s classic ELB, its owned group and node
+    /// rules, each only when [`ownership`] proves it this CCM's.
+    /// `handover`: the Service now asks for an NLB; then only a classic ELB
+    /// this CCM created is deleted.
+    async fn delete_clb(
+        &self,
+        service_key: &str,
+        uid: &str,
+        handover: bool,
+    ) -> Result<bool, LbError> {
         let aws = &self.aws;
         let name = elb::load_balancer_name(uid);
         // A delete needs no attributes: name, tags, groups and instances.
         let lb = elb::io::describe(aws, &name).await?;
-        if let (Some(key), Some(l)) = (handover_of, &lb) {
-            drift::handover_allowed(key, &name, Kind::Classic, &l.tags, &self.cluster_id)?;
+        if let (true, Some(l)) = (handover, &lb) {
+            drift::handover_allowed(service_key, &name, Kind::Classic, &l.tags, &self.cluster_id)?;
         }
-        if let Some(lb) = &lb
-            && !tags::is_owned(&lb.tags, &self.cluster_id)
-        {
-            tracing::warn!(load_balancer = %name, "load balancer lacks this cluster's ownership tag; leaving it");
-        }
+        let proven = lb
+            .as_ref()
+            .filter(|l| self.left_unless_proven(service_key, Made::LoadBalancer, &name, &l.tags));
         let owned_name = elb::owned_group_name(&name);
         let owned_group = self
             .cluster_groups_named(vec![owned_name])
@@ -421,8 +458,7 @@ impl AwsLoadBalancers {
         let mut shared_group_needed = None;
         if owned_group.is_none()
             && !self.cloud.disable_security_group_ingress
-            && let Some(l) = &lb
-            && tags::is_owned(&l.tags, &self.cluster_id)
+            && let Some(l) = proven
             && let Some(first) = l.security_groups.first()
             && let Some(vpc) = self.cluster_vpc(&aws.cluster_instances().await?)
         {
@@ -444,7 +480,7 @@ impl AwsLoadBalancers {
             shared_lb_group,
             owned_group_node_rules: BTreeSet::new(),
         };
-        let changes = elb::plan::plan_delete(&actual, &self.cluster_id);
+        let changes = elb::plan::plan_delete(&actual, &self.cluster_id, service_key);
         elb::io::apply(aws, &name, None, &actual, &changes).await?;
         Ok(!changes.is_empty())
     }
@@ -486,7 +522,7 @@ impl LoadBalancers for AwsLoadBalancers {
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
         self.forget_service(uid);
         let deleted = async {
-            let clb = self.delete_clb(uid, None).await?;
+            let clb = self.delete_clb(service_key, uid, false).await?;
             let nlb = self.delete_nlb(service_key, uid, false).await?;
             Ok(clb || nlb)
         }
@@ -664,10 +700,8 @@ impl AwsLoadBalancers {
         if let (false, Some(l)) = (thorough, &lb) {
             drift::handover_allowed(service_key, &name, Kind::Network, &l.tags, &self.cluster_id)?;
         }
-        if let Some(lb) = &lb
-            && !tags::is_owned(&lb.tags, &self.cluster_id)
-        {
-            tracing::warn!(load_balancer = %name, "NLB lacks this cluster's ownership tag; leaving it");
+        if let Some(l) = &lb {
+            self.left_unless_proven(service_key, Made::LoadBalancer, &name, &l.tags);
         }
         let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
         let target_groups =
@@ -680,7 +714,7 @@ impl AwsLoadBalancers {
             target_groups,
             owned_group: self.nlb_owned_group(&names, found.iter()),
         };
-        let changes = nlb::plan::plan_delete(&actual, &self.cluster_id);
+        let changes = nlb::plan::plan_delete(&actual, &self.cluster_id, &name, service_key);
         self.apply_nlb(&name, "", &actual, &changes).await?;
 
         let revoked = self.revoke_nlb_node_rules(&name).await?;

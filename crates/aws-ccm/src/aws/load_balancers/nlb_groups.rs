@@ -3,8 +3,9 @@
 //! deletion.
 
 use super::{AwsLoadBalancers, LbError};
+use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
-use crate::aws::{elb, nlb, tags};
+use crate::aws::{elb, nlb};
 
 impl AwsLoadBalancers {
     /// The names an NLB's managed group may have: upstream's, then
@@ -18,19 +19,19 @@ impl AwsLoadBalancers {
         ]
     }
 
-    /// The managed group among `groups`: the first of `names` that this
-    /// cluster owns.
+    /// The managed group among `groups`: the first of `names` proven this
+    /// CCM's ([`ownership`]).
     pub(super) fn nlb_owned_group<'a>(
         &self,
         names: &[String],
         groups: impl Iterator<Item = &'a SecurityGroup> + Clone,
     ) -> Option<SecurityGroup> {
-        names.iter().find_map(|n| {
-            groups
-                .clone()
-                .find(|g| &g.name == n && tags::is_owned(&g.tags, &self.cluster_id))
-                .cloned()
-        })
+        let proven = |g: &SecurityGroup| {
+            ownership::prove(Made::NlbGroup, &g.name, &g.tags, &self.cluster_id, None).is_ok()
+        };
+        names
+            .iter()
+            .find_map(|n| groups.clone().find(|g| &g.name == n && proven(g)).cloned())
     }
 
     /// Revokes NLB `name`'s node rules from every cluster group and every

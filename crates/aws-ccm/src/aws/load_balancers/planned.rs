@@ -141,7 +141,7 @@ impl AwsLoadBalancers {
         // Type change handover: the Service was a classic ELB until now.
         let handover = match (&lb, hand_over) {
             (Some(_), _) => false,
-            (None, true) => self.delete_clb(&req.uid, Some(&req.service_key)).await?,
+            (None, true) => self.delete_clb(&req.service_key, &req.uid, true).await?,
             (None, false) => elb::io::describe(aws, &name).await?.is_some(),
         };
         let owned_names = self.nlb_group_names(&req.service_key, &req.uid);

@@ -10,6 +10,7 @@ use super::{
 use crate::aws::applied::Applied;
 use crate::aws::elb::plan::{missing_tags, owned_group_changes, scheme};
 use crate::aws::load_balancers::delta;
+use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
 
 pub use super::desired::{desired, health_check};
@@ -32,7 +33,7 @@ fn attribute_delta(
 /// Pure: the changes that take `actual` to `desired`, in the order to apply
 /// them. Empty when nothing differs. Target groups the Service no longer
 /// uses are deleted only after no listener points at them, and only when
-/// they carry this cluster's ownership tag.
+/// [`ownership`] proves this CCM made them for the Service.
 pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change> {
     let mut changes = Vec::new();
     // An existing NLB without groups keeps none (see Desired::groups_managed).
@@ -151,7 +152,13 @@ pub fn left_alone(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<S
         return Vec::new();
     };
     let record = Applied::from_tags(&current.tags);
-    let owned = tags::is_owned(&current.tags, cluster_id);
+    let owned = ours(
+        desired,
+        &desired.name,
+        &current.tags,
+        cluster_id,
+        Made::LoadBalancer,
+    );
     differences(desired, current)
         .into_iter()
         .filter(|(f, _)| !owned || !asked(*f, record.as_ref(), &desired.applied))
@@ -177,8 +184,14 @@ fn existing_unless_recreated(
     let Some((_, reason)) = reason else {
         return Some(current.clone());
     };
-    if !tags::is_owned(&current.tags, cluster_id) {
-        tracing::warn!(load_balancer = %desired.name, %reason, "the NLB lacks this cluster's ownership tag; not recreating it");
+    if let Err(why) = prove(
+        desired,
+        &desired.name,
+        &current.tags,
+        cluster_id,
+        Made::LoadBalancer,
+    ) {
+        tracing::warn!(load_balancer = %desired.name, %reason, %why, "the NLB is not proven this CCM's; not recreating it");
         return Some(current.clone());
     }
     changes.push(Change::DeleteLoadBalancer {
@@ -410,7 +423,9 @@ fn retired_changes(
         .map(|t| t.name.as_str())
         .collect();
     for tg in &actual.target_groups {
-        if !wanted.contains(tg.name.as_str()) && tags::is_owned(&tg.tags, cluster_id) {
+        if !wanted.contains(tg.name.as_str())
+            && ours(desired, &tg.name, &tg.tags, cluster_id, Made::TargetGroup)
+        {
             changes.push(Change::DeleteTargetGroup {
                 arn: tg.arn.clone(),
                 name: tg.name.clone(),
@@ -420,18 +435,49 @@ fn retired_changes(
     if manage_groups
         && desired.owned_group.is_none()
         && let Some(g) = &actual.owned_group
-        && tags::is_owned(&g.tags, cluster_id)
+        && ours(desired, &g.name, &g.tags, cluster_id, Made::NlbGroup)
     {
         changes.push(Change::DeleteSecurityGroup(g.id.clone()));
     }
 }
 
-/// Pure: what deleting the Service's NLB takes: the load balancer, then its
-/// target groups. Nothing without this cluster's ownership tag is deleted.
-pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
+/// [`ownership::prove`] for a resource of the Service `desired` is for.
+fn prove(
+    desired: &Desired,
+    name: &str,
+    tags: &BTreeMap<String, String>,
+    cluster_id: &str,
+    made: Made,
+) -> Result<(), ownership::NotMade> {
+    let service = desired.tags.get(tags::SERVICE_NAME_TAG).map(String::as_str);
+    ownership::prove(made, name, tags, cluster_id, service)
+}
+
+fn ours(
+    desired: &Desired,
+    name: &str,
+    tags: &BTreeMap<String, String>,
+    cluster_id: &str,
+    made: Made,
+) -> bool {
+    prove(desired, name, tags, cluster_id, made).is_ok()
+}
+
+/// Pure: what deleting Service `service_key`'s NLB `lb_name` takes: the
+/// load balancer, then its target groups, then its managed group, each only
+/// when [`ownership`] proves this CCM made it for that Service.
+pub fn plan_delete(
+    actual: &Actual,
+    cluster_id: &str,
+    lb_name: &str,
+    service_key: &str,
+) -> Vec<Change> {
+    let proven = |made: Made, name: &str, tags: &BTreeMap<String, String>| {
+        ownership::prove(made, name, tags, cluster_id, Some(service_key)).is_ok()
+    };
     let mut changes = Vec::new();
     if let Some(lb) = &actual.lb
-        && tags::is_owned(&lb.tags, cluster_id)
+        && proven(Made::LoadBalancer, lb_name, &lb.tags)
     {
         changes.push(Change::DeleteLoadBalancer {
             arn: lb.arn.clone(),
@@ -439,7 +485,7 @@ pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
         });
     }
     for tg in &actual.target_groups {
-        if tags::is_owned(&tg.tags, cluster_id) {
+        if proven(Made::TargetGroup, &tg.name, &tg.tags) {
             changes.push(Change::DeleteTargetGroup {
                 arn: tg.arn.clone(),
                 name: tg.name.clone(),
@@ -447,7 +493,7 @@ pub fn plan_delete(actual: &Actual, cluster_id: &str) -> Vec<Change> {
         }
     }
     if let Some(g) = &actual.owned_group
-        && tags::is_owned(&g.tags, cluster_id)
+        && proven(Made::NlbGroup, &g.name, &g.tags)
     {
         changes.push(Change::DeleteSecurityGroup(g.id.clone()));
     }

@@ -536,10 +536,12 @@ fn delete_removes_only_owned_things() {
     );
     let mut actual = converged(&d);
     actual.target_groups[1].tags = Tags::default();
-    let changes = plan_delete(&actual, "c1");
+    let changes = plan_delete(&actual, "c1", &d.name, "default/web");
     assert!(matches!(changes[0], Change::DeleteLoadBalancer { .. }));
     assert_eq!(changes.len(), 2, "{changes:?}");
-    assert!(plan_delete(&actual, "other").is_empty());
+    assert!(plan_delete(&actual, "other", &d.name, "default/web").is_empty());
+    // Another Service's deletion proves nothing of this one's.
+    assert!(plan_delete(&actual, "c1", &d.name, "default/other").is_empty());
 }
 
 fn cidr(s: &str) -> Ipv4Net {
@@ -665,7 +667,7 @@ fn managed_group_and_byo_switching() {
     assert!(unmanaged.security_groups.is_empty());
     assert_eq!(plan(&unmanaged, &converged(&d), "c1"), vec![]);
     // Deletion removes the owned group after the NLB.
-    let del = plan_delete(&converged(&d), "c1");
+    let del = plan_delete(&converged(&d), "c1", &d.name, "default/web");
     assert_eq!(
         del.last(),
         Some(&Change::DeleteSecurityGroup("sg-owned".into()))
