@@ -7,11 +7,13 @@
 //!   turned off (once, and only when it is still on);
 //! - a blackhole for a node's CIDR, or an in-range route to another instance,
 //!   is replaced in place (one call, no window without a route);
-//! - routes inside the cluster CIDRs that point to no node's instance for
-//!   that CIDR, and blackholes, are deleted;
+//! - routes to instances inside the cluster CIDRs that point to no node's
+//!   instance for that CIDR, or are blackholes, are deleted;
 //! - a route outside the cluster CIDRs, a local route, a gateway route, a
 //!   route to a bare network interface, or a propagated route is never
 //!   changed: when it is in a node's way, the node is reported instead;
+//!   nor is a blackhole that points at no instance deleted (it is not one
+//!   this controller made; one in a node's way is replaced);
 //! - an unchanged cluster yields an empty plan.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -470,25 +472,28 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// Why a route inside the cluster CIDRs that no node claims is deleted;
+    /// `None`: it stays. Only a route to an instance is one this controller
+    /// (or the Go CCM's, `aws_routes.go` `CreateRoute`) makes, so only such a
+    /// route is ever deleted: a blackhole whose target is a network
+    /// interface, a gateway or nothing left is another owner's (the Go CCM
+    /// deletes every blackhole in the cluster CIDR; docs/ownership.md).
     fn delete_reason(&self, route: &Route, dest: IpNet) -> Option<DeleteReason> {
+        let RouteTarget::Instance(id) = &route.target else {
+            return None;
+        };
         if route.blackhole {
             return Some(DeleteReason::Blackhole);
         }
         if self.protected.contains(&dest) {
             return None;
         }
-        match &route.target {
-            RouteTarget::Instance(id) => match self.node_instances.get(id.as_str()) {
-                None => Some(DeleteReason::NoSuchNode),
-                Some(cidrs) if !cidrs.contains(&dest) => Some(DeleteReason::NotTheNodesCidr),
-                // The node's own route in a table where it waits behind a
-                // blocker: keep it.
-                Some(_) => None,
-            },
-            // Not ours unless blackholed (handled above).
-            RouteTarget::NetworkInterface(_) => None,
-            RouteTarget::None => Some(DeleteReason::Blackhole),
-            RouteTarget::Local | RouteTarget::Gateway(_) => None,
+        match self.node_instances.get(id.as_str()) {
+            None => Some(DeleteReason::NoSuchNode),
+            Some(cidrs) if !cidrs.contains(&dest) => Some(DeleteReason::NotTheNodesCidr),
+            // The node's own route in a table where it waits behind a
+            // blocker: keep it.
+            Some(_) => None,
         }
     }
 
@@ -710,7 +715,7 @@ mod tests {
     }
 
     #[test]
-    fn a_blackhole_for_a_nodes_cidr_is_replaced_and_other_blackholes_deleted() {
+    fn a_blackhole_for_a_nodes_cidr_is_replaced_and_other_instance_blackholes_deleted() {
         let mut hole = route("10.244.1.0/24", to("i-old"));
         hole.blackhole = true;
         let mut stray = route("10.244.7.0/24", RouteTarget::None);
@@ -733,7 +738,8 @@ mod tests {
             summary(&p),
             [
                 "replace rtb-1: 10.244.1.0/24 -> i-a (node a), was instance i-old (blackhole)",
-                "delete rtb-1: 10.244.7.0/24 -> no target (blackhole)",
+                // The blackhole to no target (10.244.7.0/24) is not provably
+                // one this controller made: it stays.
                 "delete rtb-1: 10.244.8.0/24 -> instance i-b (blackhole)",
             ]
         );
@@ -776,6 +782,17 @@ mod tests {
         dead_gw.blackhole = true;
         let mut propagated = route("10.244.60.0/24", RouteTarget::Gateway("vgw-1".into()));
         propagated.propagated = true;
+        // Blackholes of other owners: a deleted network interface, a
+        // transit gateway, nothing left.
+        let mut dead_eni = route(
+            "10.244.70.0/24",
+            RouteTarget::NetworkInterface("eni-gone".into()),
+        );
+        dead_eni.blackhole = true;
+        let mut dead_tgw = route("10.244.71.0/24", RouteTarget::Gateway("tgw-gone".into()));
+        dead_tgw.blackhole = true;
+        let mut no_target = route("10.244.72.0/24", RouteTarget::None);
+        no_target.blackhole = true;
         let p = plan(
             &cluster("10.244.0.0/16"),
             &[],
@@ -797,6 +814,9 @@ mod tests {
                     route("10.244.44.0/24", RouteTarget::Gateway("pcx-1".into())),
                     dead_gw,
                     propagated,
+                    dead_eni,
+                    dead_tgw,
+                    no_target,
                     Route {
                         destination: None,
                         target: RouteTarget::Gateway("vpce-1".into()),
