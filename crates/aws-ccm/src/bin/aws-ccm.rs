@@ -5,7 +5,7 @@
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
-use aws_ccm::ops::orphans::{self, Orphan, Outcome};
+use aws_ccm::ops::orphans::{self, Outcome};
 use aws_ccm::ops::{Context, Format, short_age};
 use aws_ccm::options::Options;
 use clap::{Args, Parser, Subcommand};
@@ -61,7 +61,7 @@ struct PlanArgs {
 
 #[derive(Debug, Args)]
 struct OrphansArgs {
-    /// Delete the orphans tagged `owned` (asks first unless --yes).
+    /// Delete the orphans (asks first unless --yes); what is left alone is never deleted.
     #[arg(long)]
     delete: bool,
     /// With --delete: do not ask.
@@ -118,53 +118,57 @@ async fn run_orphans(args: OrphansArgs) -> anyhow::Result<ExitCode> {
         routes: ctx.route_scope(),
     };
     let live = orphans::Live::read(&ctx.kube).await?;
-    let found = orphans::find(&ctx.aws, &live, &scope).await?;
+    let audit = orphans::find(&ctx.aws, &live, &scope).await?;
     let now = chrono::Utc::now();
     match args.output {
-        Format::Json => println!("{}", serde_json::to_string_pretty(&found)?),
-        Format::Text => print_orphans(&found, &scope, now),
+        Format::Json => println!("{}", serde_json::to_string_pretty(&audit)?),
+        Format::Text => print_audit(&audit, &scope, now),
     }
-    if !args.delete || found.iter().all(|o| !o.owned) {
+    let found = &audit.orphans;
+    if !args.delete || found.is_empty() {
         return Ok(ExitCode::SUCCESS);
     }
-    if !args.yes && !confirm(found.iter().filter(|o| o.owned).count())? {
+    if !args.yes && !confirm(found.len())? {
         eprintln!("nothing deleted");
         return Ok(ExitCode::FAILURE);
     }
-    let failed = orphans::delete(&ctx.aws, &found, |o, outcome| match outcome {
+    let failed = orphans::delete(&ctx.aws, found, |o, outcome| match outcome {
         Outcome::Deleted => eprintln!("deleted {} {}", o.kind.as_str(), o.id),
-        Outcome::NotOwned => eprintln!("kept {} {} (not tagged owned)", o.kind.as_str(), o.id),
         Outcome::Failed(e) => eprintln!("FAILED to delete {} {}: {e}", o.kind.as_str(), o.id),
     })
     .await;
     Ok(ExitCode::from(u8::from(failed > 0)))
 }
 
-fn print_orphans(found: &[Orphan], scope: &orphans::Scope, now: chrono::DateTime<chrono::Utc>) {
+fn print_audit(audit: &orphans::Audit, scope: &orphans::Scope, now: chrono::DateTime<chrono::Utc>) {
     if scope.routes.is_none() {
         println!(
             "# routes not audited: the route controller would not run (pass --cluster-cidr, and --configure-cloud-routes is on)"
         );
     }
-    if found.is_empty() {
+    if audit.orphans.is_empty() {
         println!("no orphans");
+    }
+    for o in &audit.orphans {
+        let age = o.age(now).map_or("-".to_string(), short_age);
+        println!("{} {} (age {age}): {}", o.kind.as_str(), o.id, o.recognised);
+    }
+    if audit.left_alone.is_empty() {
         return;
     }
-    for o in found {
-        let age = o.age(now).map_or("-".to_string(), short_age);
-        let owned = if o.owned { "owned" } else { "shared" };
-        println!(
-            "{} {} (age {age}, {owned}): {}",
-            o.kind.as_str(),
-            o.id,
-            o.recognised
-        );
+    println!();
+    println!("# {LEFT_ALONE}");
+    for l in &audit.left_alone {
+        println!("{} {} ({}): {}", l.kind.as_str(), l.id, l.name, l.why);
     }
 }
 
+/// The heading of what carries the cluster tag but is not the CCM's.
+const LEFT_ALONE: &str = "tagged for this cluster, not made by the CCM: left alone";
+
 /// Asks on stdin; `true` on `y` or `yes`.
 fn confirm(count: usize) -> anyhow::Result<bool> {
-    eprint!("delete the {count} orphan(s) tagged owned listed above? [y/N] ");
+    eprint!("delete the {count} orphan(s) listed above? [y/N] ");
     std::io::stderr().flush()?;
     let mut answer = String::new();
     std::io::stdin().lock().read_line(&mut answer)?;

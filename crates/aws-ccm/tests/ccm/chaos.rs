@@ -504,6 +504,7 @@ async fn orphans(world: &World) -> anyhow::Result<Vec<String>> {
     Ok(
         aws_ccm::ops::orphans::find(&aws_client(&world.env).await, &live, &scope)
             .await?
+            .orphans
             .into_iter()
             .map(|o| format!("orphan {} {}: {}", o.kind.as_str(), o.id, o.recognised))
             .collect(),

@@ -167,6 +167,7 @@ impl Vpc {
         let mut left: Vec<String> =
             aws_ccm::ops::orphans::find(&aws_client(env).await, &live, &scope)
                 .await?
+                .orphans
                 .into_iter()
                 .map(|o| format!("orphan {} {}: {}", o.kind.as_str(), o.id, o.recognised))
                 .collect();

@@ -193,6 +193,7 @@ impl Env {
         };
         Ok(orphans::find(&aws_client(self).await, &live, &scope)
             .await?
+            .orphans
             .into_iter()
             .map(|o| format!("{} {}: {}", o.kind.as_str(), o.id, o.recognised))
             .collect())

@@ -1,21 +1,28 @@
 //! `aws-ccm orphans`: the AWS resources carrying this cluster's tag that
 //! belong to no live Service or Node, and their deletion.
 //!
+//! Only what [`crate::aws::ownership`] proves the CCM (or the Go CCM) made
+//! for this cluster is an orphan; anything else carrying the cluster tag
+//! (kOps' API and bastion load balancers, their target groups and groups,
+//! the node groups, what Terraform or the Load Balancer Controller tagged)
+//! is listed apart, [`LeftAlone`], with the part of the proof it failed, and
+//! never deleted.
+//!
 //! What counts as alive is decided by the same rules the controllers use:
 //! - a load balancer is alive when a Service the service controller manages
 //!   ([`crate::controllers::service::wants_load_balancer`]) has its name
 //!   (`a` + UID, [`crate::aws::elb::load_balancer_name`]);
-//! - a target group when a live load balancer points at it;
-//! - an owned security group `k8s-elb-<name>` when load balancer `<name>`
-//!   is alive; other cluster-tagged groups (node groups) are never orphans;
+//! - a target group when a load balancer that is not an orphan points at it;
+//! - a group `k8s-elb-<name>` when load balancer `<name>` is alive or left
+//!   alone;
 //! - a node ingress rule when the group it admits (a classic ELB's owned
 //!   group) is alive, or, for an NLB's rule, when the NLB its description
-//!   names (`kubernetes.io/rule/nlb/...=<name>`) is alive;
+//!   names (`kubernetes.io/rule/nlb/...=<name>`) is alive or left alone;
 //! - a route when the route controller's own plan
 //!   ([`crate::controllers::route::plan::plan`]) over the live Nodes keeps
-//!   it: its deletions are the orphans (blackholes, routes to instances no
-//!   Node runs on, routes to a node's instance for a CIDR the node no
-//!   longer holds). Only inside `--cluster-cidr`, as the controller.
+//!   it: its deletions are the orphans (blackholes and routes to instances
+//!   no Node runs on, or to a node's instance for a CIDR the node no longer
+//!   holds). Only inside `--cluster-cidr`, as the controller.
 //!
 //! The reads are in [`read`]. [`find`] is the library entry point the
 //! integration tests use as their orphan audit.
@@ -119,22 +126,41 @@ impl Kind {
     }
 }
 
-/// One resource left behind.
+/// One resource the CCM made and left behind: `--delete` removes it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Orphan {
     pub kind: Kind,
     /// What AWS calls it: a name, an ARN, a group ID, `<group>: <rules>`,
     /// `<table>: <destination>`.
     pub id: String,
-    /// How it was recognised as this cluster's and as dead.
+    /// How it was recognised as made by the CCM for this cluster, and as dead.
     pub recognised: String,
     /// When AWS says it was created (load balancers only).
     pub created: Option<DateTime<Utc>>,
-    /// Whether `--delete` removes it: tagged `owned` by this cluster (a
-    /// rule or a route: made by the CCM, see the module documentation).
-    pub owned: bool,
     #[serde(skip)]
     pub(crate) deletion: Deletion,
+}
+
+/// A resource tagged for this cluster that the CCM did not make (its names
+/// and tags do not prove it did): listed, never deleted.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LeftAlone {
+    pub kind: Kind,
+    /// A load balancer's name or ARN, a target group's ARN, a group's ID.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// The part of the proof it failed ([`crate::aws::ownership::NotMade`]).
+    pub why: String,
+}
+
+/// What [`find`] reports: the orphans, and what is left alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Audit {
+    /// Sorted by kind (the deletion order), then ID.
+    pub orphans: Vec<Orphan>,
+    /// Sorted by kind, then ID.
+    pub left_alone: Vec<LeftAlone>,
 }
 
 impl Orphan {
@@ -161,28 +187,52 @@ pub(crate) enum Deletion {
     },
 }
 
-/// Every orphan of the cluster, sorted by kind (the deletion order), then ID.
-pub async fn find(aws: &Aws, live: &Live, scope: &Scope) -> anyhow::Result<Vec<Orphan>> {
+/// Every orphan of the cluster, and what carries its tag but is not the
+/// CCM's.
+pub async fn find(aws: &Aws, live: &Live, scope: &Scope) -> anyhow::Result<Audit> {
     let cluster_id = scope.cluster_id.as_str();
-    let mut out = Vec::new();
+    let mut audit = Audit::default();
     let (clbs, v2) = tokio::try_join!(
         read::classic_load_balancers(aws, cluster_id),
         read::load_balancers_v2(aws, cluster_id)
     )?;
-    out.extend(read::dead_load_balancers(&clbs, live, cluster_id));
-    out.extend(read::dead_load_balancers(&v2, live, cluster_id));
-    let live_v2: BTreeSet<&str> = v2
-        .iter()
-        .filter(|lb| live.load_balancers.contains(&lb.name))
-        .map(|lb| lb.id.as_str())
+    read::judge_load_balancers(&clbs, live, cluster_id, &mut audit);
+    read::judge_load_balancers(&v2, live, cluster_id, &mut audit);
+    // What the deletion of the orphans frees: only what they use; a load
+    // balancer that stays (live, or left alone) keeps what it uses.
+    let dead: BTreeSet<&str> = (audit.orphans.iter())
+        .filter(|o| matches!(o.kind, Kind::ClassicLoadBalancer | Kind::LoadBalancerV2))
+        .map(|o| o.id.as_str())
         .collect();
-    out.extend(read::dead_target_groups(aws, cluster_id, &live_v2).await?);
-    out.extend(read::dead_groups_and_rules(aws, cluster_id, live).await?);
+    let standing: BTreeSet<String> = (clbs.iter().chain(&v2))
+        .filter(|lb| !dead.contains(lb.id.as_str()))
+        .map(|lb| lb.name.clone())
+        .chain(live.load_balancers.iter().cloned())
+        .collect();
+    let behind = read::Behind {
+        live: (v2.iter())
+            .filter(|lb| live.load_balancers.contains(&lb.name))
+            .map(|lb| lb.id.as_str())
+            .collect(),
+        dead: dead.clone(),
+    };
+    let mut found = Audit::default();
+    read::dead_target_groups(aws, cluster_id, &behind, &mut found).await?;
+    read::dead_groups_and_rules(aws, cluster_id, live, &standing, &mut found).await?;
+    audit.orphans.extend(found.orphans);
+    audit.left_alone.extend(found.left_alone);
     if let Some(routes) = &scope.routes {
-        out.extend(read::dead_routes(aws, routes, live).await?);
+        audit
+            .orphans
+            .extend(read::dead_routes(aws, routes, live).await?);
     }
-    out.sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
-    Ok(out)
+    audit
+        .orphans
+        .sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
+    audit
+        .left_alone
+        .sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
+    Ok(audit)
 }
 
 /// What happened to one orphan under `--delete`.
@@ -190,14 +240,12 @@ pub async fn find(aws: &Aws, live: &Live, scope: &Scope) -> anyhow::Result<Vec<O
 #[serde(rename_all = "kebab-case", tag = "outcome", content = "detail")]
 pub enum Outcome {
     Deleted,
-    /// Not tagged `owned`: left alone.
-    NotOwned,
     Failed(String),
 }
 
-/// Deletes the owned orphans in dependency order (node rules, load
-/// balancers, target groups, security groups, routes), telling `report`
-/// about each as it goes. Returns how many failed.
+/// Deletes the orphans in dependency order (node rules, load balancers,
+/// target groups, security groups, routes), telling `report` about each as
+/// it goes. Returns how many failed. What is left alone is never passed here.
 pub async fn delete(
     aws: &Aws,
     orphans: &[Orphan],
@@ -207,9 +255,7 @@ pub async fn delete(
     ordered.sort_by_key(|o| o.kind);
     let mut failed = 0;
     for orphan in ordered {
-        let outcome = if !orphan.owned {
-            Outcome::NotOwned
-        } else if let Err(e) = delete_one(aws, &orphan.deletion).await {
+        let outcome = if let Err(e) = delete_one(aws, &orphan.deletion).await {
             failed += 1;
             Outcome::Failed(e)
         } else {

@@ -5,13 +5,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
 
-use super::{Deletion, Kind, Live, Orphan, RouteScope, tag_note};
+use super::{Audit, Deletion, Kind, LeftAlone, Live, Orphan, RouteScope, tag_note};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::client::pages::every_page;
 use crate::aws::elb;
 use crate::aws::instances::filter;
 use crate::aws::nlb::{self, node_rules};
+use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::tags;
 use crate::aws::{Aws, AwsClient};
@@ -108,113 +109,140 @@ pub async fn load_balancers_v2(
     Ok(all)
 }
 
-/// Pure: the load balancers no live Service has.
-pub fn dead_load_balancers(lbs: &[LoadBalancer], live: &Live, cluster_id: &str) -> Vec<Orphan> {
-    lbs.iter()
+/// Pure: the load balancers no live Service has are orphans when proven
+/// made by the CCM, and left alone when not.
+pub fn judge_load_balancers(
+    lbs: &[LoadBalancer],
+    live: &Live,
+    cluster_id: &str,
+    audit: &mut Audit,
+) {
+    for lb in lbs
+        .iter()
         .filter(|lb| !live.load_balancers.contains(&lb.name))
-        .map(|lb| Orphan {
-            kind: lb.kind,
-            id: lb.id.clone(),
-            recognised: format!(
-                "{}; no LoadBalancer Service has the name {} (\"a\" + its UID)",
-                tag_note(&lb.tags, cluster_id),
-                lb.name
-            ),
-            created: lb.created,
-            owned: tags::is_owned(&lb.tags, cluster_id),
-            deletion: match lb.kind {
-                Kind::ClassicLoadBalancer => Deletion::ClassicLoadBalancer(lb.id.clone()),
-                _ => Deletion::LoadBalancerV2(lb.id.clone()),
-            },
-        })
-        .collect()
+    {
+        match ownership::prove(Made::LoadBalancer, &lb.name, &lb.tags, cluster_id, None) {
+            Ok(()) => audit.orphans.push(Orphan {
+                kind: lb.kind,
+                id: lb.id.clone(),
+                recognised: format!(
+                    "{}; no LoadBalancer Service has the name {} (\"a\" + its UID)",
+                    tag_note(&lb.tags, cluster_id),
+                    lb.name
+                ),
+                created: lb.created,
+                deletion: match lb.kind {
+                    Kind::ClassicLoadBalancer => Deletion::ClassicLoadBalancer(lb.id.clone()),
+                    _ => Deletion::LoadBalancerV2(lb.id.clone()),
+                },
+            }),
+            Err(why) => audit.left_alone.push(LeftAlone {
+                kind: lb.kind,
+                id: lb.id.clone(),
+                name: lb.name.clone(),
+                why: why.to_string(),
+            }),
+        }
+    }
 }
 
-/// Cluster-tagged target groups that no live load balancer (by ARN in
-/// `live_lbs`) points at.
+/// The load balancers by ARN (`lbs`'s IDs): the live ones, and the orphans.
+pub struct Behind<'a> {
+    pub live: BTreeSet<&'a str>,
+    pub dead: BTreeSet<&'a str>,
+}
+
+/// Cluster-tagged target groups that no live load balancer points at:
+/// orphans when proven made by the CCM and behind no load balancer but the
+/// orphans, left alone when not proven.
 pub async fn dead_target_groups(
     aws: &AwsClient,
     cluster_id: &str,
-    live_lbs: &BTreeSet<&str>,
-) -> Result<Vec<Orphan>, AwsError> {
+    lbs: &Behind<'_>,
+    audit: &mut Audit,
+) -> Result<(), AwsError> {
     let groups = nlb::read::all_target_groups(aws).await?;
     let arns: Vec<String> = groups
         .iter()
         .filter_map(|g| g.target_group_arn().map(str::to_string))
         .collect();
     let tags_by_arn = nlb::read::tags_of(aws, &arns).await?;
-    let mut out = Vec::new();
     for g in &groups {
         let arn = g.target_group_arn().unwrap_or_default();
-        let Some(tags) = tags_by_arn.get(arn) else {
-            continue;
-        };
+        let name = g.target_group_name().unwrap_or_default();
         let behind = g.load_balancer_arns();
-        if !tags::has_cluster_tag(tags, cluster_id)
-            || behind.iter().any(|lb| live_lbs.contains(lb.as_str()))
-        {
-            continue;
+        match tags_by_arn.get(arn) {
+            Some(tags) if tags::has_cluster_tag(tags, cluster_id) => {
+                judge_target_group(arn, name, tags, behind, lbs, cluster_id, audit)
+            }
+            _ => {}
         }
-        let why = if behind.is_empty() {
-            "no load balancer points at it".to_string()
-        } else {
-            format!(
-                "only dead load balancers point at it ({})",
-                behind.join(", ")
-            )
-        };
-        out.push(Orphan {
-            kind: Kind::TargetGroup,
-            id: arn.to_string(),
-            recognised: format!(
-                "{} {}; {why}",
-                g.target_group_name().unwrap_or_default(),
-                tag_note(tags, cluster_id)
-            ),
-            created: None,
-            owned: tags::is_owned(tags, cluster_id),
-            deletion: Deletion::TargetGroup(arn.to_string()),
-        });
     }
-    Ok(out)
+    Ok(())
 }
 
-/// The owned `k8s-elb-*` groups of dead load balancers, and the node
-/// ingress rules admitting a dead load balancer: rules from such a group,
-/// and NLB rules whose description names a dead NLB.
+/// Pure: one cluster-tagged target group behind the load balancers `behind`.
+fn judge_target_group(
+    arn: &str,
+    name: &str,
+    tags: &BTreeMap<String, String>,
+    behind: &[String],
+    lbs: &Behind<'_>,
+    cluster_id: &str,
+    audit: &mut Audit,
+) {
+    if behind.iter().any(|lb| lbs.live.contains(lb.as_str())) {
+        return;
+    }
+    if let Err(why) = ownership::prove(Made::TargetGroup, name, tags, cluster_id, None) {
+        audit.left_alone.push(LeftAlone {
+            kind: Kind::TargetGroup,
+            id: arn.to_string(),
+            name: name.to_string(),
+            why: why.to_string(),
+        });
+        return;
+    }
+    // A load balancer that stays (left alone, or not this cluster's) keeps
+    // what it uses.
+    if !behind.iter().all(|lb| lbs.dead.contains(lb.as_str())) {
+        return;
+    }
+    let why = if behind.is_empty() {
+        "no load balancer points at it".to_string()
+    } else {
+        format!(
+            "only dead load balancers point at it ({})",
+            behind.join(", ")
+        )
+    };
+    audit.orphans.push(Orphan {
+        kind: Kind::TargetGroup,
+        id: arn.to_string(),
+        recognised: format!("{name} {}; {why}", tag_note(tags, cluster_id)),
+        created: None,
+        deletion: Deletion::TargetGroup(arn.to_string()),
+    });
+}
+
+/// The `k8s-elb-*` groups of dead load balancers, and the node ingress
+/// rules admitting a dead load balancer: rules from such a group, and NLB
+/// rules whose description names a dead NLB. `standing`: the names of
+/// the load balancers that stay (live, or left alone). A cluster-tagged
+/// group that is no load balancer's group the CCM makes is left alone.
 pub async fn dead_groups_and_rules(
     aws: &Aws,
     cluster_id: &str,
     live: &Live,
-) -> Result<Vec<Orphan>, AwsError> {
+    standing: &BTreeSet<String>,
+    audit: &mut Audit,
+) -> Result<(), AwsError> {
     let tagged = sg::io::describe(
         aws,
         vec![filter("tag-key", [tags::cluster_tag_key(cluster_id)])],
     )
     .await?;
-    let dead: Vec<&sg::SecurityGroup> = tagged
-        .iter()
-        .filter(|g| {
-            g.name
-                .strip_prefix(&elb::owned_group_name(""))
-                .is_some_and(|lb| !live.load_balancers.contains(lb))
-        })
-        .collect();
-    let mut out: Vec<Orphan> = dead
-        .iter()
-        .map(|g| Orphan {
-            kind: Kind::SecurityGroup,
-            id: g.id.clone(),
-            recognised: format!(
-                "{} {}; the load balancer it was made for has no live Service",
-                g.name,
-                tag_note(&g.tags, cluster_id)
-            ),
-            created: None,
-            owned: tags::is_owned(&g.tags, cluster_id),
-            deletion: Deletion::SecurityGroup(g.id.clone()),
-        })
-        .collect();
+    let dead = judge_groups(&tagged, live, standing, cluster_id, audit);
     // Groups that may hold node rules: the cluster's, those of the
     // cluster's instances, and any group admitting a dead group.
     let mut holders: BTreeMap<String, sg::SecurityGroup> =
@@ -239,9 +267,63 @@ pub async fn dead_groups_and_rules(
         }
     }
     for holder in holders.values() {
-        out.extend(dead_rules_in(holder, &dead, live, cluster_id));
+        audit.orphans.extend(dead_rules_in(holder, &dead, standing));
     }
-    Ok(out)
+    Ok(())
+}
+
+/// Pure: the dead load balancers' groups among the cluster-tagged `groups`
+/// (each an orphan, also returned), and the groups left alone. A group the
+/// CCM makes for an NLB (`k8s-<ns>-<name>-<hash>`) is neither: which
+/// Service it belongs to takes the Service's UID, so it is not audited.
+/// `standing`: the load balancers that stay, whose groups stay too.
+pub fn judge_groups<'a>(
+    groups: &'a [sg::SecurityGroup],
+    live: &Live,
+    standing: &BTreeSet<String>,
+    cluster_id: &str,
+    audit: &mut Audit,
+) -> Vec<&'a sg::SecurityGroup> {
+    let mut dead = Vec::new();
+    for g in groups {
+        let lb = g.name.strip_prefix(&elb::owned_group_name(""));
+        if lb.is_some_and(|lb| live.load_balancers.contains(lb)) {
+            continue;
+        }
+        let verdict =
+            match ownership::prove(Made::LoadBalancerGroup, &g.name, &g.tags, cluster_id, None) {
+                Err(ownership::NotMade::Name(_)) => {
+                    ownership::prove(Made::NlbGroup, &g.name, &g.tags, cluster_id, None)
+                        .map(|()| false)
+                }
+                other => other.map(|()| true),
+            };
+        match verdict {
+            Ok(true) if lb.is_some_and(|lb| standing.contains(lb)) => {}
+            Ok(true) => {
+                audit.orphans.push(Orphan {
+                    kind: Kind::SecurityGroup,
+                    id: g.id.clone(),
+                    recognised: format!(
+                        "{} {}; the load balancer it was made for has no live Service",
+                        g.name,
+                        tag_note(&g.tags, cluster_id)
+                    ),
+                    created: None,
+                    deletion: Deletion::SecurityGroup(g.id.clone()),
+                });
+                dead.push(g);
+            }
+            Ok(false) => {}
+            Err(why) => audit.left_alone.push(LeftAlone {
+                kind: Kind::SecurityGroup,
+                id: g.id.clone(),
+                name: g.name.clone(),
+                why: why.to_string(),
+            }),
+        }
+    }
+    dead
 }
 
 /// Pure: the rules of `holder` that admit a dead load balancer, at most two
@@ -249,8 +331,7 @@ pub async fn dead_groups_and_rules(
 pub fn dead_rules_in(
     holder: &sg::SecurityGroup,
     dead_groups: &[&sg::SecurityGroup],
-    live: &Live,
-    cluster_id: &str,
+    standing: &BTreeSet<String>,
 ) -> Vec<Orphan> {
     let mut out = Vec::new();
     let from_dead: BTreeSet<Rule> = holder
@@ -264,11 +345,13 @@ pub fn dead_rules_in(
         .collect();
     if !from_dead.is_empty() {
         // The dead groups the rules admit (the rules' sources, all groups).
-        let admitted: Vec<&&sg::SecurityGroup> = dead_groups
+        let sources: BTreeSet<String> = from_dead
             .iter()
-            .filter(|d| (from_dead.iter()).any(|r| r.source == sg::Source::Group(d.id.clone())))
+            .filter_map(|r| match &r.source {
+                sg::Source::Group(id) => Some(id.clone()),
+                _ => None,
+            })
             .collect();
-        let sources: BTreeSet<String> = admitted.iter().map(|d| d.id.clone()).collect();
         out.push(Orphan {
             kind: Kind::NodeIngressRule,
             id: format!("{}: from {}", holder.id, join(&sources)),
@@ -277,14 +360,13 @@ pub fn dead_rules_in(
                 holder.id, holder.name
             ),
             created: None,
-            owned: admitted.iter().all(|d| tags::is_owned(&d.tags, cluster_id)),
             deletion: Deletion::Rules {
                 group: holder.id.clone(),
                 rules: from_dead,
             },
         });
     }
-    let (revoke, dead_nlbs) = dead_nlb_rules(&holder.descriptions, live);
+    let (revoke, dead_nlbs) = dead_nlb_rules(&holder.descriptions, standing);
     if !revoke.is_empty() {
         out.push(Orphan {
             kind: Kind::NodeIngressRule,
@@ -298,7 +380,6 @@ pub fn dead_rules_in(
                 join(&dead_nlbs)
             ),
             created: None,
-            owned: true,
             deletion: Deletion::Rules {
                 group: holder.id.clone(),
                 rules: revoke,
@@ -308,11 +389,11 @@ pub fn dead_rules_in(
     out
 }
 
-/// The NLB rules (and the MTU rules only they needed) for NLBs no live
-/// Service has, by the NLB controller's own rule planner.
+/// The NLB rules (and the MTU rules only they needed) for NLBs of the
+/// CCM's names that do not stand, by the NLB controller's own rule planner.
 fn dead_nlb_rules(
     descriptions: &BTreeMap<Rule, String>,
-    live: &Live,
+    standing: &BTreeSet<String>,
 ) -> (BTreeSet<Rule>, BTreeSet<String>) {
     let dead: BTreeSet<String> = descriptions
         .values()
@@ -321,7 +402,7 @@ fn dead_nlb_rules(
                 .or_else(|| d.strip_prefix(nlb::HEALTH_RULE_PREFIX))
                 .and_then(|rest| rest.strip_prefix('='))
         })
-        .filter(|name| !live.load_balancers.contains(*name))
+        .filter(|name| ownership::is_load_balancer_name(name) && !standing.contains(*name))
         .map(str::to_string)
         .collect();
     let mut have = descriptions.clone();
@@ -380,7 +461,6 @@ pub async fn dead_routes(
                 id: format!("{table_id}: {destination}"),
                 recognised: format!("route to {target} in {} ({reason})", scope.selector),
                 created: None,
-                owned: true,
                 deletion: Deletion::Route {
                     table: table_id,
                     destination,

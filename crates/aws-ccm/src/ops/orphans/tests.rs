@@ -1,6 +1,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::read::{LoadBalancer, dead_load_balancers, dead_rules_in};
+use super::read::{LoadBalancer, dead_rules_in, judge_groups, judge_load_balancers};
 use super::*;
 use crate::aws::security_groups::{SecurityGroup, Source};
 
@@ -47,53 +47,135 @@ fn mtu(cidr: &str) -> Rule {
     }
 }
 
+/// Load balancer names as the CCM gives them ("a" + 31 hex digits).
+const ALIVE: &str = "a00000000000000000000000000a11fe";
+const GONE: &str = "a0000000000000000000000000000901";
+const GONE_NLB: &str = "a00000000000000000000000000009b1";
+
+/// What the CCM writes on a load balancer or target group it makes.
+fn ccm_tags(value: &str) -> BTreeMap<String, String> {
+    let mut t = tags(value);
+    t.insert("kubernetes.io/service-name".into(), "default/web".into());
+    t
+}
+
 #[test]
-fn a_load_balancer_is_dead_when_no_live_service_has_its_name_and_owned_only_when_tagged_so() {
-    let lb = |name: &str, tag: &str| LoadBalancer {
+fn a_dead_load_balancer_is_an_orphan_only_when_proven_the_ccms() {
+    let lb = |name: &str, tags: BTreeMap<String, String>| LoadBalancer {
         kind: Kind::ClassicLoadBalancer,
         name: name.into(),
         id: name.into(),
-        tags: tags(tag),
+        tags,
         created: None,
     };
-    let found = dead_load_balancers(
+    let mut kops = tags("owned");
+    kops.insert("KubernetesCluster".into(), CLUSTER.into());
+    kops.insert("Name".into(), "api.c1".into());
+    let mut audit = Audit::default();
+    judge_load_balancers(
         &[
-            lb("alive", "owned"),
-            lb("gone", "owned"),
-            lb("theirs", "shared"),
+            lb(ALIVE, ccm_tags("owned")),
+            lb(GONE, ccm_tags("owned")),
+            lb("a0000000000000000000000000000902", ccm_tags("shared")),
+            lb("api-c1-vd3t5n", kops),
         ],
-        &live(&["alive"]),
+        &live(&[ALIVE]),
         CLUSTER,
+        &mut audit,
     );
-    let got: Vec<(&str, bool)> = found.iter().map(|o| (o.id.as_str(), o.owned)).collect();
-    assert_eq!(got, vec![("gone", true), ("theirs", false)]);
+    let orphans: Vec<&str> = audit.orphans.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(orphans, vec![GONE]);
     assert!(
-        found[0]
+        audit.orphans[0]
             .recognised
             .contains("kubernetes.io/cluster/c1=owned")
     );
     assert_eq!(
-        found[0].deletion,
-        Deletion::ClassicLoadBalancer("gone".into())
+        audit.orphans[0].deletion,
+        Deletion::ClassicLoadBalancer(GONE.into())
+    );
+    let left: Vec<(&str, &str)> = (audit.left_alone.iter())
+        .map(|l| (l.id.as_str(), l.why.as_str()))
+        .collect();
+    assert_eq!(
+        left,
+        vec![
+            (
+                "a0000000000000000000000000000902",
+                "its cluster tag is \"shared\", not \"owned\" as the CCM tags what it makes"
+            ),
+            (
+                "api-c1-vd3t5n",
+                "its name is not \"a\" + a Service UID, the name the CCM gives a load balancer"
+            ),
+        ]
     );
 }
 
 #[test]
-fn node_rules_for_dead_load_balancers_are_found_and_live_ones_kept() {
-    let dead = group("sg-dead", "k8s-elb-gone", "owned");
+fn only_the_groups_the_ccm_makes_for_dead_load_balancers_are_orphans() {
+    let groups = [
+        group("sg-dead", &format!("k8s-elb-{GONE}"), "owned"),
+        group("sg-alive", &format!("k8s-elb-{ALIVE}"), "owned"),
+        group(
+            "sg-shared",
+            "k8s-elb-a0000000000000000000000000000903",
+            "shared",
+        ),
+        group("sg-nlb", "k8s-default-web-0123456789", "owned"),
+        group("sg-api", "api-elb.c1", "owned"),
+        group("sg-nodes", "nodes.c1", "owned"),
+        // The group of a load balancer that is left alone stays with it.
+        group(
+            "sg-kept",
+            "k8s-elb-a0000000000000000000000000000904",
+            "owned",
+        ),
+    ];
+    let mut audit = Audit::default();
+    let standing = BTreeSet::from([
+        ALIVE.to_string(),
+        "a0000000000000000000000000000904".to_string(),
+    ]);
+    let dead = judge_groups(&groups, &live(&[ALIVE]), &standing, CLUSTER, &mut audit);
+    assert_eq!(
+        dead.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(),
+        ["sg-dead"]
+    );
+    assert_eq!(audit.orphans.len(), 1);
+    assert_eq!(
+        audit.orphans[0].deletion,
+        Deletion::SecurityGroup("sg-dead".into())
+    );
+    let left: Vec<&str> = audit.left_alone.iter().map(|l| l.id.as_str()).collect();
+    assert_eq!(left, ["sg-shared", "sg-api", "sg-nodes"]);
+    assert!(
+        audit.left_alone[2]
+            .why
+            .contains("k8s-elb-<load balancer name>")
+    );
+}
+
+#[test]
+fn node_rules_for_dead_load_balancers_are_found_and_standing_ones_kept() {
+    let dead = group("sg-dead", &format!("k8s-elb-{GONE}"), "owned");
     let mut holder = group("sg-node", "nodes", "owned");
     holder.ingress.insert(Rule::all_from_group("sg-dead"));
     holder.ingress.insert(Rule::all_from_group("sg-alive"));
     let keep = cidr_rule(30001, "10.0.0.0/16");
     let gone = cidr_rule(30002, "10.0.0.0/16");
     let gone_only = cidr_rule(30003, "192.168.0.0/16");
+    // Described with the CCM's prefix but no load balancer name of the CCM's.
+    let foreign = cidr_rule(30004, "172.16.0.0/16");
+    let client = |name: &str| format!("kubernetes.io/rule/nlb/client={name}");
     for (rule, desc) in [
-        (&keep, "kubernetes.io/rule/nlb/client=alive"),
-        (&gone, "kubernetes.io/rule/nlb/client=gone-nlb"),
-        (&gone_only, "kubernetes.io/rule/nlb/client=gone-nlb"),
+        (&keep, client(ALIVE)),
+        (&gone, client(GONE_NLB)),
+        (&gone_only, client(GONE_NLB)),
+        (&foreign, client("my-nlb")),
     ] {
         holder.ingress.insert(rule.clone());
-        holder.descriptions.insert(rule.clone(), desc.to_string());
+        holder.descriptions.insert(rule.clone(), desc);
     }
     // The MTU rule of a CIDR a live NLB still uses stays; the other goes.
     for cidr in ["10.0.0.0/16", "192.168.0.0/16"] {
@@ -102,7 +184,8 @@ fn node_rules_for_dead_load_balancers_are_found_and_live_ones_kept() {
             .descriptions
             .insert(mtu(cidr), crate::aws::nlb::MTU_RULE.to_string());
     }
-    let found = dead_rules_in(&holder, &[&dead], &live(&["alive", "k8s-elb-x"]), CLUSTER);
+    let standing = BTreeSet::from([ALIVE.to_string()]);
+    let found = dead_rules_in(&holder, &[&dead], &standing);
     let deletions: Vec<&Deletion> = found.iter().map(|o| &o.deletion).collect();
     assert_eq!(
         deletions,
@@ -117,22 +200,8 @@ fn node_rules_for_dead_load_balancers_are_found_and_live_ones_kept() {
             },
         ]
     );
-    assert!(
-        found
-            .iter()
-            .all(|o| o.owned && o.kind == Kind::NodeIngressRule)
-    );
-    assert!(found[1].recognised.contains("gone-nlb"));
-}
-
-#[test]
-fn rules_from_a_shared_dead_group_are_not_owned() {
-    let dead = group("sg-dead", "k8s-elb-gone", "shared");
-    let mut holder = group("sg-node", "nodes", "owned");
-    holder.ingress.insert(Rule::all_from_group("sg-dead"));
-    let found = dead_rules_in(&holder, &[&dead], &live(&[]), CLUSTER);
-    assert_eq!(found.len(), 1);
-    assert!(!found[0].owned);
+    assert!(found.iter().all(|o| o.kind == Kind::NodeIngressRule));
+    assert!(found[1].recognised.contains(GONE_NLB));
 }
 
 #[test]
@@ -172,7 +241,6 @@ fn ages_come_from_the_creation_time() {
         id: "x".into(),
         recognised: String::new(),
         created: Some(created),
-        owned: true,
         deletion: Deletion::ClassicLoadBalancer("x".into()),
     };
     let now = DateTime::from_timestamp(4_600, 0).expect("time");
