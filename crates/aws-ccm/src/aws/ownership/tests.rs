@@ -39,6 +39,9 @@ fn group() -> BTreeMap<String, String> {
     tags(&[("kubernetes.io/cluster/c1", "owned")])
 }
 
+/// (kind, name, tags, verdict).
+type Row<'a> = (Made, &'a str, BTreeMap<String, String>, Result<(), NotMade>);
+
 #[test]
 fn what_the_ccm_makes_is_proven_and_nothing_else() {
     use Made::*;
@@ -62,7 +65,7 @@ fn what_the_ccm_makes_is_proven_and_nothing_else() {
         t
     };
     let lb_group = format!("k8s-elb-{LB}");
-    let rows: Vec<(Made, &str, BTreeMap<String, String>, Result<(), NotMade>)> = vec![
+    let rows: Vec<Row> = vec![
         // The CCM's own, on a plain and on a kOps (legacy-tagged) cluster.
         (LoadBalancer, LB, ccm(), Ok(())),
         (LoadBalancer, LB, legacy_ccm, Ok(())),
