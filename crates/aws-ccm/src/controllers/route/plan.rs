@@ -473,14 +473,21 @@ impl<'a> Planner<'a> {
     }
 
     /// Why a route inside the cluster CIDRs that no node claims is deleted;
-    /// `None`: it stays. Only a route to an instance is one this controller
-    /// (or the Go CCM's, `aws_routes.go` `CreateRoute`) makes, so only such a
-    /// route is ever deleted: a blackhole whose target is a network
-    /// interface, a gateway or nothing left is another owner's (the Go CCM
-    /// deletes every blackhole in the cluster CIDR; docs/ownership.md).
+    /// `None`: it stays. This controller (and the Go CCM's, `aws_routes.go`
+    /// `CreateRoute`) makes routes to instances only, which EC2 keeps by the
+    /// instance's primary network interface: once the instance is
+    /// terminated, its route is a blackhole to that interface, with no
+    /// instance left to name. So a route to an instance, and a blackhole to
+    /// a network interface, may be deleted; a blackhole to a gateway or to
+    /// nothing is another owner's (the Go CCM deletes every blackhole in the
+    /// cluster CIDR; docs/ownership.md).
     fn delete_reason(&self, route: &Route, dest: IpNet) -> Option<DeleteReason> {
-        let RouteTarget::Instance(id) = &route.target else {
-            return None;
+        let id = match &route.target {
+            RouteTarget::Instance(id) => id,
+            RouteTarget::NetworkInterface(_) if route.blackhole => {
+                return Some(DeleteReason::Blackhole);
+            }
+            _ => return None,
         };
         if route.blackhole {
             return Some(DeleteReason::Blackhole);
@@ -722,6 +729,13 @@ mod tests {
         stray.blackhole = true;
         let mut own_hole = route("10.244.8.0/24", to("i-b"));
         own_hole.blackhole = true;
+        // A route to a terminated instance: EC2 shows its primary network
+        // interface, blackholed, and no instance.
+        let mut terminated = route(
+            "10.244.9.0/24",
+            RouteTarget::NetworkInterface("eni-gone".into()),
+        );
+        terminated.blackhole = true;
         let p = plan(
             &cluster("10.244.0.0/16"),
             &[
@@ -730,7 +744,13 @@ mod tests {
             ],
             &[table(
                 "rtb-1",
-                vec![hole, stray, own_hole, route("10.244.2.0/24", to("i-b"))],
+                vec![
+                    hole,
+                    stray,
+                    own_hole,
+                    terminated,
+                    route("10.244.2.0/24", to("i-b")),
+                ],
             )],
             &instances(&[("i-a", false), ("i-b", false)]),
         );
@@ -741,6 +761,7 @@ mod tests {
                 // The blackhole to no target (10.244.7.0/24) is not provably
                 // one this controller made: it stays.
                 "delete rtb-1: 10.244.8.0/24 -> instance i-b (blackhole)",
+                "delete rtb-1: 10.244.9.0/24 -> network interface eni-gone (blackhole)",
             ]
         );
     }
@@ -782,13 +803,7 @@ mod tests {
         dead_gw.blackhole = true;
         let mut propagated = route("10.244.60.0/24", RouteTarget::Gateway("vgw-1".into()));
         propagated.propagated = true;
-        // Blackholes of other owners: a deleted network interface, a
-        // transit gateway, nothing left.
-        let mut dead_eni = route(
-            "10.244.70.0/24",
-            RouteTarget::NetworkInterface("eni-gone".into()),
-        );
-        dead_eni.blackhole = true;
+        // Blackholes of other owners: a transit gateway, nothing left.
         let mut dead_tgw = route("10.244.71.0/24", RouteTarget::Gateway("tgw-gone".into()));
         dead_tgw.blackhole = true;
         let mut no_target = route("10.244.72.0/24", RouteTarget::None);
@@ -814,7 +829,6 @@ mod tests {
                     route("10.244.44.0/24", RouteTarget::Gateway("pcx-1".into())),
                     dead_gw,
                     propagated,
-                    dead_eni,
                     dead_tgw,
                     no_target,
                     Route {
