@@ -129,9 +129,13 @@ fn warn_once(e: &crate::ids::NodeProviderIdError) {
     }
 }
 
-/// Backend predicate (k8s.io/cloud-provider, KEP-3458: readiness is not a
-/// filter): not being deleted, not excluded by label, not being removed by
-/// the cluster autoscaler, and carrying every `target-node-labels` label.
+/// Backend predicate: what a sync registers. k8s.io/cloud-provider's
+/// `stableNodeSetPredicates` (not being deleted, not excluded by label, not
+/// tainted by the cluster autoscaler; readiness is not one, KEP-3458), then
+/// the Go CCM's `filterTargetNodes` (every `target-node-labels` label). A
+/// Node that leaves this set only by its taint or deletionTimestamp starts
+/// no sync ([`node_set`]): it stays registered until a sync made for
+/// another reason leaves it out.
 pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
     if node.metadata.deletion_timestamp.is_some() || excluded_by_label(node) {
         return false;
@@ -162,6 +166,44 @@ fn go_parse_bool(v: &str) -> Option<bool> {
         "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
         _ => None,
     }
+}
+
+/// What a change of the nodes must move for a node-driven sync to start,
+/// as upstream's node handlers decide (`shouldSyncUpdatedNode`, and a sync
+/// at each Node added or gone): the Nodes there are, each one's providerID
+/// and the verdict of its exclusion label. A Node that only gets the
+/// autoscaler's `ToBeDeletedByClusterAutoscaler` taint or a
+/// deletionTimestamp (a finalizer holding it while it drains) moves
+/// nothing here, so its connections are not cut then: upstream keeps such
+/// a Node until it is gone, or until a sync started by something else
+/// (another Node's change, a Service change or retry, this CCM's resync)
+/// leaves it out. Order-independent.
+fn node_set(nodes: &[Arc<Node>]) -> u64 {
+    nodes.iter().fold(nodes.len() as u64, |sum, n| {
+        let provider_id = n.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+        let node = (
+            n.metadata.name.as_deref(),
+            provider_id,
+            excluded_by_label(n),
+        );
+        sum.wrapping_add(hash_of(&node))
+    })
+}
+
+/// The Nodes `target-node-labels` selects, by name: a Node labelled into or
+/// out of a Service's selection starts its sync at once. Upstream waits for
+/// the next node-set or Service change (its node handlers do not look at
+/// labels); kubernetes/kubernetes#133165 asks for this.
+fn selected(nodes: &[Arc<Node>], target_labels: &BTreeMap<String, String>) -> u64 {
+    if target_labels.is_empty() {
+        return 0;
+    }
+    let names: BTreeSet<&str> = nodes
+        .iter()
+        .filter(|n| crate::provider::load_balancers::labels_match(n.labels(), target_labels))
+        .filter_map(|n| n.metadata.name.as_deref())
+        .collect();
+    hash_of(&names)
 }
 
 /// Instance IDs of the backends.
@@ -200,6 +242,9 @@ fn hash_of(value: &impl Hash) -> u64 {
 struct Backends {
     hash: u64,
     ids: Arc<BTreeSet<String>>,
+    /// The node changes a changed set is acted on at: [`node_set`] and the
+    /// Nodes the labels select ([`selected`]).
+    node_set: u64,
 }
 
 /// Backend sets of one node generation, per distinct `target-node-labels`
@@ -209,6 +254,8 @@ struct Backends {
 #[derive(Default)]
 struct BackendIndex {
     node_generation: Option<u64>,
+    /// [`node_set`] of this generation, once a set needed it.
+    node_set: Option<u64>,
     sets: HashMap<BTreeMap<String, String>, Backends>,
 }
 
@@ -223,18 +270,22 @@ impl BackendIndex {
     ) -> Backends {
         if self.node_generation != Some(node_generation) {
             self.sets.clear();
+            self.node_set = None;
             self.node_generation = Some(node_generation);
         }
-        self.sets
-            .entry(targets)
-            .or_insert_with_key(|t| {
-                let ids = backends(&nodes(), t);
-                Backends {
-                    hash: hash_of(&ids),
-                    ids: Arc::new(ids),
-                }
-            })
-            .clone()
+        if let Some(known) = self.sets.get(&targets) {
+            return known.clone();
+        }
+        let nodes = nodes();
+        let all = *self.node_set.get_or_insert_with(|| node_set(&nodes));
+        let ids = backends(&nodes, &targets);
+        let set = Backends {
+            hash: hash_of(&ids),
+            ids: Arc::new(ids),
+            node_set: hash_of(&(all, selected(&nodes, &targets))),
+        };
+        self.sets.insert(targets, set.clone());
+        set
     }
 }
 
@@ -251,6 +302,9 @@ struct KeyState {
     derived: Option<Derived>,
     synced_fingerprint: Option<u64>,
     synced_backends: Option<u64>,
+    /// [`Backends::node_set`] when the backends were last synced or found
+    /// unchanged: a changed backend set waits until this moves.
+    synced_node_set: Option<u64>,
     last_sync: Option<Instant>,
     failures: u32,
     retry_at: Option<Instant>,
@@ -483,6 +537,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             Outcome::Done | Outcome::Invalid => {
                 entry.synced_fingerprint = Some(job.fingerprint);
                 entry.synced_backends = job.backends.as_ref().map(|b| b.hash);
+                entry.synced_node_set = job.backends.as_ref().map(|b| b.node_set);
                 entry.failures = 0;
                 entry.retry_at = None;
                 entry.failed_fingerprint = None;
@@ -741,6 +796,7 @@ mod tests {
         Backends {
             hash: 0,
             ids: Arc::new(BTreeSet::new()),
+            node_set: 0,
         }
     }
 
@@ -951,10 +1007,12 @@ mod tests {
         assert_eq!(next_due(&entry, "uid-0", None), None);
     }
 
+    /// A backend set of this hash, after a node change of the same number.
     fn backends_hashed(hash: u64) -> impl FnMut(&BTreeMap<String, String>) -> Backends {
         move |_| Backends {
             hash,
             ids: Arc::new(BTreeSet::new()),
+            node_set: hash,
         }
     }
 
@@ -965,6 +1023,7 @@ mod tests {
         let synced = || KeyState {
             synced_fingerprint: Some(fingerprint(&svc)),
             synced_backends: Some(1),
+            synced_node_set: Some(1),
             last_sync: Some(now),
             ..KeyState::default()
         };
@@ -1034,6 +1093,182 @@ mod tests {
         );
         let web = BTreeMap::from([("pool".to_string(), "web".to_string())]);
         assert_eq!(backends(&nodes, &web), BTreeSet::from(["i-d".to_string()]));
+    }
+
+    /// `node` with a deletionTimestamp: held by a finalizer while it drains.
+    fn deleting(node: &Node) -> Arc<Node> {
+        let mut value = serde_json::to_value(node).unwrap();
+        value["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
+        value["metadata"]["finalizers"] = serde_json::json!(["karpenter.sh/termination"]);
+        Arc::new(serde_json::from_value(value).unwrap())
+    }
+
+    fn ids(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| format!("i-{n}")).collect()
+    }
+
+    /// The state a successful sync against `backends` left.
+    fn synced_at(svc: &Service, backends: &Backends, now: Instant) -> KeyState {
+        KeyState {
+            synced_fingerprint: Some(fingerprint(svc)),
+            synced_backends: Some(backends.hash),
+            synced_node_set: Some(backends.node_set),
+            last_sync: Some(now),
+            ..KeyState::default()
+        }
+    }
+
+    #[test]
+    fn the_node_set_moves_as_upstreams_node_handlers_sync() {
+        let base = || vec![node("a", &[], None), node("b", &[("pool", "web")], None)];
+        let before = node_set(&base());
+        let with = |change: &dyn Fn(&mut Vec<Arc<Node>>)| {
+            let mut nodes = base();
+            change(&mut nodes);
+            node_set(&nodes)
+        };
+        // A sync: a Node added or gone, a providerID changed, the exclusion
+        // label's verdict flipped.
+        assert_ne!(with(&|n| n.push(node("c", &[], None))), before);
+        assert_ne!(with(&|n| drop(n.pop())), before);
+        assert_ne!(
+            with(&|n| {
+                let mut a = (*n[0]).clone();
+                a.spec.as_mut().unwrap().provider_id = Some("aws:///us-east-1b/i-other".into());
+                n[0] = Arc::new(a);
+            }),
+            before
+        );
+        assert_ne!(
+            with(&|n| n[0] = node("a", &[(EXCLUDE_LABEL, "true")], None)),
+            before
+        );
+        // No sync: the autoscaler's taint, a deletionTimestamp, another
+        // label, the exclusion label with the same verdict.
+        assert_eq!(
+            with(&|n| n[0] = node("a", &[], Some(TO_BE_DELETED_TAINT))),
+            before
+        );
+        assert_eq!(with(&|n| n[0] = deleting(&n[0])), before);
+        assert_eq!(with(&|n| n[0] = node("a", &[("pool", "db")], None)), before);
+        assert_eq!(
+            with(&|n| n[0] = node("a", &[(EXCLUDE_LABEL, "false")], None)),
+            before
+        );
+        assert_eq!(with(&|n| n.reverse()), before, "order-independent");
+    }
+
+    /// ToBeDeletedByClusterAutoscaler, as upstream: the taint starts no
+    /// sync, a sync made for another reason leaves the node out (a Service
+    /// change: a full ensure; another node's join: targets only).
+    #[tokio::test(start_paused = true)]
+    async fn an_autoscaler_taint_waits_for_the_next_sync_that_happens_anyway() {
+        let now = Instant::now();
+        let svc = lb_service("1", "10");
+        let mut index = BackendIndex::default();
+        let mut at = |generation: u64, nodes: Vec<Arc<Node>>| {
+            let nodes = Arc::new(nodes);
+            index.get(generation, BTreeMap::new(), &mut || nodes.clone())
+        };
+        let first = at(1, vec![node("a", &[], None), node("b", &[], None)]);
+        let mut entry = synced_at(&svc, &first, now);
+        let tainted = vec![
+            node("a", &[], None),
+            node("b", &[], Some(TO_BE_DELETED_TAINT)),
+        ];
+        let tainted_set = at(2, tainted.clone());
+        assert_eq!(*tainted_set.ids, ids(&["a"]), "no longer a backend");
+        assert!(
+            decide(&mut entry, svc.clone(), |_| tainted_set.clone(), None, now).is_none(),
+            "the taint alone starts no sync: b stays registered"
+        );
+        let changed = lb_service("2", "20");
+        let job = decide(&mut entry, changed, |_| tainted_set.clone(), None, now)
+            .expect("a Service change syncs");
+        assert!(!job.targets_only);
+        assert_eq!(*job.backends.expect("backends").ids, ids(&["a"]));
+        let mut joined = tainted;
+        joined.push(node("c", &[], None));
+        let joined_set = at(3, joined);
+        let job = decide(&mut entry, svc, |_| joined_set.clone(), None, now)
+            .expect("another node's join syncs");
+        assert!(job.targets_only);
+        assert_eq!(*job.backends.expect("backends").ids, ids(&["a", "c"]));
+    }
+
+    /// A Node held by a finalizer while it drains stays registered until it
+    /// is gone, as upstream.
+    #[tokio::test(start_paused = true)]
+    async fn a_deleting_node_stays_a_target_until_it_is_gone() {
+        let now = Instant::now();
+        let svc = lb_service("1", "10");
+        let mut index = BackendIndex::default();
+        let mut at = |generation: u64, nodes: Vec<Arc<Node>>| {
+            let nodes = Arc::new(nodes);
+            index.get(generation, BTreeMap::new(), &mut || nodes.clone())
+        };
+        let (a, b) = (node("a", &[], None), node("b", &[], None));
+        let first = at(1, vec![a.clone(), b.clone()]);
+        let mut entry = synced_at(&svc, &first, now);
+        let draining = at(2, vec![a.clone(), deleting(&b)]);
+        assert_eq!(*draining.ids, ids(&["a"]));
+        assert!(decide(&mut entry, svc.clone(), |_| draining.clone(), None, now).is_none());
+        let gone = at(3, vec![a]);
+        let job = decide(&mut entry, svc, |_| gone.clone(), None, now).expect("the Node is gone");
+        assert!(job.targets_only);
+        assert_eq!(*job.backends.expect("backends").ids, ids(&["a"]));
+    }
+
+    /// A deliberate difference: a Node labelled into (or out of) a
+    /// Service's `target-node-labels` moves its targets at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_labelled_into_a_selection_is_registered_at_once() {
+        let now = Instant::now();
+        let svc = lb_service("1", "10");
+        let web = BTreeMap::from([("pool".to_string(), "web".to_string())]);
+        let mut index = BackendIndex::default();
+        let mut at = |generation: u64, nodes: Vec<Arc<Node>>| {
+            let nodes = Arc::new(nodes);
+            index.get(generation, web.clone(), &mut || nodes.clone())
+        };
+        let first = at(
+            1,
+            vec![node("a", &[("pool", "web")], None), node("b", &[], None)],
+        );
+        let mut entry = synced_at(&svc, &first, now);
+        let labelled = at(
+            2,
+            vec![
+                node("a", &[("pool", "web")], None),
+                node("b", &[("pool", "web")], None),
+            ],
+        );
+        let job = decide(&mut entry, svc, |_| labelled.clone(), None, now)
+            .expect("the new selection syncs");
+        assert!(job.targets_only);
+        assert_eq!(*job.backends.expect("backends").ids, ids(&["a", "b"]));
+    }
+
+    /// A node change that leaves the backend set as it was costs nothing,
+    /// and is taken as synced: a later taint alone still starts no sync.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_change_with_the_same_backends_is_taken_as_synced() {
+        let now = Instant::now();
+        let svc = lb_service("1", "10");
+        let mut index = BackendIndex::default();
+        let mut at = |generation: u64, nodes: Vec<Arc<Node>>| {
+            let nodes = Arc::new(nodes);
+            index.get(generation, BTreeMap::new(), &mut || nodes.clone())
+        };
+        let first = at(1, vec![node("a", &[], None)]);
+        let mut entry = synced_at(&svc, &first, now);
+        let excluded = node("x", &[(EXCLUDE_LABEL, "true")], None);
+        let joined = at(2, vec![node("a", &[], None), excluded.clone()]);
+        assert_ne!(joined.node_set, first.node_set);
+        assert!(decide(&mut entry, svc.clone(), |_| joined.clone(), None, now).is_none());
+        assert_eq!(entry.synced_node_set, Some(joined.node_set));
+        let tainted = at(3, vec![node("a", &[], Some(TO_BE_DELETED_TAINT)), excluded]);
+        assert!(decide(&mut entry, svc, |_| tainted.clone(), None, now).is_none());
     }
 
     #[test]

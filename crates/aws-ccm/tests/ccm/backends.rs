@@ -316,3 +316,199 @@ async fn a_node_change_moves_targets_only() -> anyhow::Result<()> {
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     env.finish().await
 }
+
+/// A Node from `value` (its metadata, spec).
+fn node_from(value: serde_json::Value) -> Node {
+    let mut node = serde_json::json!({"apiVersion": "v1", "kind": "Node"});
+    node.as_object_mut()
+        .unwrap()
+        .extend(value.as_object().unwrap().clone());
+    serde_json::from_value(node).unwrap()
+}
+
+/// The value of `metric` for the service controller's queue.
+fn service_queue(body: &str, metric: &str) -> Option<f64> {
+    let prefix = format!("{metric}{{name=\"service\"}} ");
+    body.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Waits until the service controller holds no Service due and runs no
+/// sync (`workqueue_depth` and `workqueue_longest_running_processor_seconds`
+/// of its queue both 0).
+async fn service_queue_idle(addr: &str) -> anyhow::Result<()> {
+    eventually("an idle service queue", WAIT, || async {
+        let (_, body) = https_get(addr, "/metrics").await.ok()?;
+        let depth = service_queue(&body, "workqueue_depth")?;
+        let running = service_queue(&body, "workqueue_longest_running_processor_seconds")?;
+        (depth == 0.0 && running == 0.0).then_some(())
+    })
+    .await
+}
+
+/// The cluster autoscaler's `ToBeDeletedByClusterAutoscaler` taint and a
+/// deletionTimestamp (a Node held by a finalizer while it drains) on
+/// backend nodes, as k8s.io/cloud-provider's service controller takes them:
+/// neither change starts a sync, so both nodes stay registered behind the
+/// Classic ELB and the NLB while a new Service, synced after the CCM saw
+/// both changes, already leaves them out. When the draining Node is gone,
+/// the node sync that follows deregisters it, and the tainted node with it
+/// (upstream leaves tainted nodes out of any sync).
+#[tokio::test]
+async fn a_tainted_or_draining_node_stays_registered_until_the_node_set_changes()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 3).await?;
+    let [i1, i2, i3] = [0, 1, 2].map(|i| seeded.instances[i].clone());
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let pp = PostParams::default();
+    let spec = |id: &str| serde_json::json!({"providerID": format!("aws:///us-east-1a/{id}")});
+    for (name, id) in [("n1", &i1), ("n3", &i3)] {
+        let node = node_from(serde_json::json!({"metadata": {"name": name}, "spec": spec(id)}));
+        nodes.create(&pp, &node).await?;
+    }
+    // Karpenter's finalizer holds n2 while it drains.
+    let n2 = node_from(serde_json::json!({
+        "metadata": {"name": "n2", "finalizers": ["karpenter.sh/termination"]},
+        "spec": spec(&i2),
+    }));
+    nodes.create(&pp, &n2).await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let clb = lb_name(
+        &services
+            .create(&pp, &lb_service("classic", serde_json::json!({})))
+            .await?,
+    );
+    let nlb_type = serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"});
+    let nlb = lb_name(
+        &services
+            .create(&pp, &lb_service("network", nlb_type))
+            .await?,
+    );
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    let addr = ccm.https_addr().await?;
+    let all = BTreeSet::from([i1.clone(), i2.clone(), i3.clone()]);
+    let (clbs, nlbs) = (vec![clb.clone()], vec![nlb.clone()]);
+    wait_targets(&seeded, &clbs, &nlbs, &all)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    for name in ["classic", "network"] {
+        eventually("the load balancer hostname", WAIT, || async {
+            services.get(name).await.ok().as_ref().and_then(hostname)
+        })
+        .await?;
+    }
+    service_queue_idle(&addr).await?;
+
+    // The autoscaler taints n1; n2 is deleted and waits on its finalizer.
+    // Then the three are labelled for a probe Service, n3 last: the Node
+    // watch is in order, so a CCM that has seen n3's label has seen the
+    // taint and the deletion.
+    proxy.reset_counts();
+    let registers_before = proxy.requests("RegisterInstancesWithLoadBalancer").len();
+    let merge = |v: serde_json::Value| kube::api::Patch::Merge(v);
+    let patch = kube::api::PatchParams::default();
+    let taint = serde_json::json!({
+        "metadata": {"labels": {"probe": "yes"}},
+        "spec": {"taints": [{"key": "ToBeDeletedByClusterAutoscaler", "value": "1764600000",
+                             "effect": "NoSchedule"}]},
+    });
+    nodes.patch("n1", &patch, &merge(taint)).await?;
+    nodes.delete("n2", &Default::default()).await?;
+    let label = serde_json::json!({"metadata": {"labels": {"probe": "yes"}}});
+    for name in ["n2", "n3"] {
+        nodes.patch(name, &patch, &merge(label.clone())).await?;
+    }
+    let draining = nodes.get("n2").await?;
+    assert!(draining.metadata.deletion_timestamp.is_some());
+    let targets = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels";
+    let probe = lb_name(
+        &services
+            .create(
+                &pp,
+                &lb_service("probe", serde_json::json!({targets: "probe=yes"})),
+            )
+            .await?,
+    );
+    let elb = aws_sdk_elasticloadbalancing::Client::new(&seeded.conf);
+    let only_n3 = BTreeSet::from([i3.clone()]);
+    eventually("the probe targeting n3 alone", WAIT, || async {
+        (clb_instances(&elb, &probe).await.as_ref() == Some(&only_n3)).then_some(())
+    })
+    .await
+    .map_err(|e| e.context(ccm.logs()))?;
+    service_queue_idle(&addr)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    // The tainted and the draining node are still behind both load
+    // balancers, and no call moved a target of theirs.
+    let elbv2 = elbv2::Client::new(&seeded.conf);
+    assert_eq!(clb_instances(&elb, &clb).await, Some(all.clone()));
+    assert_eq!(nlb_targets(&elbv2, &nlb).await, Some(all.clone()));
+    let calls = proxy.calls();
+    for (service, action) in [
+        (
+            "elasticloadbalancing",
+            "DeregisterInstancesFromLoadBalancer",
+        ),
+        ("elasticloadbalancingv2", "DeregisterTargets"),
+        ("elasticloadbalancingv2", "RegisterTargets"),
+    ] {
+        let n = calls.get(service, action).received;
+        assert_eq!(n, 0, "{service} {action}: {n} calls\nlogs:\n{}", ccm.logs());
+    }
+    let registers = proxy.requests("RegisterInstancesWithLoadBalancer");
+    let named: BTreeSet<&str> = registers[registers_before..]
+        .iter()
+        .filter_map(|c| c.params.get("LoadBalancerName").map(String::as_str))
+        .collect();
+    assert_eq!(
+        named,
+        BTreeSet::from([probe.as_str()]),
+        "only the probe's ELB registered"
+    );
+
+    // n2's finalizer is removed: the Node is gone, and the node sync that
+    // follows takes it and the tainted n1 out of both; the probe, already
+    // without them, is not touched.
+    proxy.reset_counts();
+    let release = serde_json::json!({"metadata": {"finalizers": []}});
+    nodes.patch("n2", &patch, &merge(release)).await?;
+    eventually("n2 gone", WAIT, || async {
+        matches!(nodes.get_opt("n2").await, Ok(None)).then_some(())
+    })
+    .await?;
+    wait_targets(&seeded, &clbs, &nlbs, &only_n3)
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    service_queue_idle(&addr).await?;
+    let calls = proxy.calls();
+    for (service, action, want) in [
+        (
+            "elasticloadbalancing",
+            "DeregisterInstancesFromLoadBalancer",
+            1,
+        ),
+        ("elasticloadbalancingv2", "DeregisterTargets", 1),
+        (
+            "elasticloadbalancing",
+            "RegisterInstancesWithLoadBalancer",
+            0,
+        ),
+        ("elasticloadbalancingv2", "RegisterTargets", 0),
+    ] {
+        let n = calls.get(service, action).received;
+        assert_eq!(
+            n,
+            want,
+            "{service} {action}: {n} calls\nlogs:\n{}",
+            ccm.logs()
+        );
+    }
+    assert_eq!(clb_instances(&elb, &probe).await, Some(only_n3));
+    env.finish().await
+}

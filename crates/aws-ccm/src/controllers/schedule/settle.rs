@@ -16,9 +16,10 @@
 //!   calls share one small AWS bucket (4 per second for the whole account),
 //!   so with hundreds of target groups every extra call is a quarter second
 //!   of everyone's convergence. Full syncs (a new or changed Service, a
-//!   retry, a resync) are never held. Upstream's service controller batches
-//!   the same way, coarser: its node loop runs at most once per
-//!   `nodeSyncPeriod` (100 s).
+//!   retry, a resync) are never held. Upstream's service controller does not
+//!   batch (k8s.io/cloud-provider v0.36 compares every load balancer at each
+//!   queued node event; its `nodeSyncPeriod`, 100 s, is only the informer's
+//!   resync, which starts no sync).
 //! * The route controller reconciles once the nodes' routes fingerprint
 //!   settles ([`Settle::ROUTES`]: quiet 500 ms, at most 3 s).
 //!

@@ -43,7 +43,15 @@ pub(super) fn decide(
     entry.derived = Some(derived);
     let want_hash = want_backends.as_ref().map(|b| b.hash);
     let service_changed = entry.synced_fingerprint != Some(fp);
-    let backends_changed = want_hash.is_some() && entry.synced_backends != want_hash;
+    // As upstream's node sync: a changed backend set is acted on only when
+    // the node set moved (`node_set`), then compared with the last synced
+    // one (`nodesSufficientlyEqual`); a set equal to it is taken as synced.
+    let want_node_set = want_backends.as_ref().map(|b| b.node_set);
+    let node_set_moved = want_node_set.is_some() && entry.synced_node_set != want_node_set;
+    let backends_changed = node_set_moved && entry.synced_backends != want_hash;
+    if node_set_moved && !backends_changed {
+        entry.synced_node_set = want_node_set;
+    }
     let resync_is_due = resync
         .zip(entry.last_sync)
         .is_some_and(|(every, t)| resync_due(&svc, every, t, now));
