@@ -18,8 +18,10 @@
 //!
 //! After applying, each node's `NetworkUnavailable` condition says whether
 //! its routes exist (False/`RouteCreated`, True/`NoRouteCreated`, as
-//! upstream), written only when it changes; failures give the node a
-//! `FailedToCreateRoute` Warning event naming the CIDR, table and AWS error.
+//! upstream), written unless the node already shows that status with that
+//! reason (a CNI's False/`CalicoIsUp` is rewritten, as upstream rewrites
+//! it); failures give the node a `FailedToCreateRoute` Warning event naming
+//! the CIDR, table and AWS error.
 
 mod metrics;
 pub mod plan;
@@ -60,8 +62,6 @@ const CONCURRENT_CHANGES: usize = 16;
 const EVENT_REPEAT: Duration = Duration::from_secs(600);
 /// Next reconcile after an ambiguous or transient failure.
 const RETRY_SOON: Duration = Duration::from_secs(2);
-/// Our own condition write is trusted over a lagging cache for this long.
-const CONDITION_MEMO: Duration = Duration::from_secs(60);
 
 pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 pub const REASON_ROUTE_CREATED: &str = "RouteCreated";

@@ -583,6 +583,89 @@ async fn a_failed_route_marks_the_node_and_names_cidr_table_and_error() -> anyho
     env.finish().await
 }
 
+/// Upstream's `updateNetworkingCondition`: the condition is left alone only
+/// when it holds the route controller's own status and reason. What a CNI
+/// wrote with the same status and another reason (Calico's node agent:
+/// False/`CalicoIsUp`) becomes False/`RouteCreated` once the route exists,
+/// and another writer's True on a node whose route cannot be made becomes
+/// True/`NoRouteCreated`, each with upstream's message and both timestamps
+/// set at the write.
+#[tokio::test]
+async fn a_network_condition_with_another_reason_is_rewritten_as_upstream_does()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = Cloud::new(&env).await?;
+    let rtb = cloud.route_table(true).await?;
+    let ids = cloud.instances(1).await?;
+    let api = nodes_api(&env).await?;
+    create(&api, node("n1", Some(&ids[0]), &["10.244.1.0/24"])).await?;
+    // n2's providerID names an instance EC2 does not have: no route.
+    create(
+        &api,
+        node("n2", Some("i-0123456789abcdef0"), &["10.244.2.0/24"]),
+    )
+    .await?;
+    let before = "2026-01-01T00:00:00Z";
+    for (name, status, reason, message) in [
+        (
+            "n1",
+            "False",
+            "CalicoIsUp",
+            "Calico is running on this node",
+        ),
+        (
+            "n2",
+            "True",
+            "NodeInitializing",
+            "the network plugin has not started",
+        ),
+    ] {
+        let condition = json!({"status": {"conditions": [{
+            "type": "NetworkUnavailable", "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": before, "lastHeartbeatTime": before,
+        }]}});
+        api.patch_status(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(condition),
+        )
+        .await?;
+    }
+    let ccm = env.start_ccm(&as_strs(&route_args(&[]))).await?;
+    wait_condition(&api, "n1", "False", "RouteCreated")
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    wait_condition(&api, "n2", "True", "NoRouteCreated")
+        .await
+        .map_err(|e| e.context(ccm.logs()))?;
+    assert_eq!(
+        cloud.routes(&rtb).await?.get("10.244.1.0/24"),
+        Some(&ids[0])
+    );
+    for (name, message) in [
+        ("n1", "RouteController created a route"),
+        ("n2", "RouteController failed to create a route"),
+    ] {
+        let node = api.get(name).await?;
+        let condition = (node.status.and_then(|s| s.conditions).unwrap_or_default())
+            .into_iter()
+            .find(|c| c.type_ == "NetworkUnavailable")
+            .expect("the condition");
+        assert_eq!(condition.message.as_deref(), Some(message), "{name}");
+        for (field, at) in [
+            ("lastTransitionTime", &condition.last_transition_time),
+            ("lastHeartbeatTime", &condition.last_heartbeat_time),
+        ] {
+            let at = at.as_ref().map(|t| t.0.to_string());
+            assert!(
+                at.as_deref().is_some_and(|t| !t.starts_with("2026-01-01")),
+                "{name} {field}: {at:?}"
+            );
+        }
+    }
+    env.finish().await
+}
+
 #[tokio::test]
 async fn without_a_route_table_the_controller_says_so_and_retries() -> anyhow::Result<()> {
     let env = Env::start().await?;

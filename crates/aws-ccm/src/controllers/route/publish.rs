@@ -1,5 +1,6 @@
-//! The Kubernetes side of a reconcile: `NetworkUnavailable` conditions and
-//! Warning events, written only when they change.
+//! The Kubernetes side of a reconcile: `NetworkUnavailable` conditions,
+//! written unless the Node already says so, and Warning events, sent once
+//! per failure and period.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -28,26 +29,10 @@ pub fn node_ref(name: &str) -> ObjectReference {
     }
 }
 
-fn network_condition(node: &Node) -> Option<bool> {
-    let conditions = node.status.as_ref()?.conditions.as_ref()?;
-    let c = conditions.iter().find(|c| c.type_ == NETWORK_UNAVAILABLE)?;
-    match c.status.as_str() {
-        "True" => Some(true),
-        "False" => Some(false),
-        _ => None,
-    }
-}
-
-/// Writes `NetworkUnavailable` through the status subresource with a
-/// strategic merge on `status.conditions` (merge key `type`), touching no
-/// other condition.
-pub async fn set_network_unavailable(
-    api: &Api<Node>,
-    node: &str,
-    unavailable: bool,
-) -> Result<(), kube::Error> {
-    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let (status, reason, message) = if unavailable {
+/// The `NetworkUnavailable` condition the route controller writes, as
+/// upstream's `updateNetworkingCondition`: (status, reason, message).
+fn wanted(unavailable: bool) -> (&'static str, &'static str, &'static str) {
+    if unavailable {
         (
             "True",
             REASON_NO_ROUTE_CREATED,
@@ -59,7 +44,46 @@ pub async fn set_network_unavailable(
             REASON_ROUTE_CREATED,
             "RouteController created a route",
         )
+    }
+}
+
+/// Whether `NetworkUnavailable` (status, reason) is one the route
+/// controller writes: False/`RouteCreated` or True/`NoRouteCreated`.
+pub fn written_by_routes(status: &str, reason: Option<&str>) -> bool {
+    [false, true].into_iter().any(|unavailable| {
+        let (s, r, _) = wanted(unavailable);
+        s == status && reason == Some(r)
+    })
+}
+
+/// Whether the Node already says what would be written: upstream skips the
+/// write only when both the status and its own reason are there (the
+/// message is not compared). The same status with another writer's reason,
+/// such as Calico's False/`CalicoIsUp`, is rewritten.
+fn already_set(node: &Node, unavailable: bool) -> bool {
+    let (status, _, _) = wanted(unavailable);
+    let Some(node_status) = node.status.as_ref() else {
+        return false;
     };
+    let conditions = node_status.conditions.iter().flatten();
+    node_status.network_reason_is_routes
+        && conditions
+            .filter(|c| c.type_ == NETWORK_UNAVAILABLE)
+            .any(|c| c.status == status)
+}
+
+/// Writes `NetworkUnavailable` through the status subresource with a
+/// strategic merge on `status.conditions` (merge key `type`), touching no
+/// other condition. Both timestamps are now at every write, as upstream's
+/// (its `SetNodeCondition` sets the heartbeat, the controller the
+/// transition).
+pub async fn set_network_unavailable(
+    api: &Api<Node>,
+    node: &str,
+    unavailable: bool,
+) -> Result<(), kube::Error> {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let (status, reason, message) = wanted(unavailable);
     let patch = json!({"status": {"conditions": [{
         "type": NETWORK_UNAVAILABLE,
         "status": status,
@@ -78,8 +102,10 @@ pub async fn set_network_unavailable(
 pub(super) struct Publisher {
     nodes_api: Api<Node>,
     events: Events,
-    /// Node → (unavailable, when we wrote it).
-    written: HashMap<String, (bool, Instant)>,
+    /// Node → the resourceVersion it had when its condition was written:
+    /// while the cache still shows that version, it has not caught up with
+    /// the write.
+    written: HashMap<String, String>,
     /// (node, what failed) → when the event was last sent.
     announced: HashMap<(String, String), Instant>,
 }
@@ -99,7 +125,7 @@ impl Publisher {
         self.announce_blockers(report).await;
         self.warn_near_capacity(report).await;
         let now = Instant::now();
-        self.write_conditions(report, cache, now).await;
+        self.write_conditions(report, cache).await;
         let live: HashSet<&String> = report.plan.nodes.keys().collect();
         self.announced
             .retain(|(node, _), at| live.contains(node) && now.duration_since(*at) < EVENT_REPEAT);
@@ -177,15 +203,10 @@ impl Publisher {
         }
     }
 
-    /// `NetworkUnavailable` of each node with a result, when it differs.
-    async fn write_conditions(
-        &mut self,
-        report: &Report,
-        cache: &HashMap<String, Arc<Node>>,
-        now: Instant,
-    ) {
-        self.written
-            .retain(|_, (_, at)| now.duration_since(*at) < CONDITION_MEMO);
+    /// `NetworkUnavailable` of each node with a result, unless it already
+    /// says so ([`already_set`]).
+    async fn write_conditions(&mut self, report: &Report, cache: &HashMap<String, Arc<Node>>) {
+        self.written.retain(|name, _| cache.contains_key(name));
         for (name, result) in &report.nodes {
             let unavailable = match result {
                 NodeResult::Routed => false,
@@ -195,23 +216,21 @@ impl Publisher {
             let Some(node) = cache.get(name) else {
                 continue;
             };
-            let current = network_condition(node);
-            if current == Some(unavailable) {
-                self.written.remove(name);
+            let version = node.metadata.resource_version.as_ref();
+            if self.written.get(name) == version && version.is_some() {
+                // Written from this version; the cache has not caught up.
                 continue;
             }
-            if self
-                .written
-                .get(name)
-                .is_some_and(|(u, _)| *u == unavailable)
-            {
-                // Written moments ago; the cache has not caught up.
+            self.written.remove(name);
+            if already_set(node, unavailable) {
                 continue;
             }
             match set_network_unavailable(&self.nodes_api, name, unavailable).await {
                 Ok(()) => {
                     tracing::info!(node = %name, unavailable, "set NetworkUnavailable");
-                    self.written.insert(name.clone(), (unavailable, now));
+                    if let Some(version) = version {
+                        self.written.insert(name.clone(), version.clone());
+                    }
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => {
@@ -233,5 +252,59 @@ impl Publisher {
         tracing::warn!(node, "{note}");
         self.events.warning(&node_ref(node), reason, note).await;
         self.announced.insert(key, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Node whose `NetworkUnavailable` someone wrote, as the cache
+    /// decodes it.
+    fn with_condition(status: &str, reason: Option<&str>) -> Node {
+        serde_json::from_value(json!({"status": {"conditions": [
+            {"type": "Ready", "status": "True", "reason": "KubeletReady"},
+            {"type": NETWORK_UNAVAILABLE, "status": status, "reason": reason},
+        ]}}))
+        .expect("a valid Node")
+    }
+
+    /// Upstream's `updateNetworkingCondition`: the write is skipped only
+    /// for its own status and reason together.
+    #[test]
+    fn only_the_route_controllers_own_status_and_reason_skip_the_write() {
+        let routed = false;
+        let unrouted = true;
+        assert!(already_set(
+            &with_condition("False", Some("RouteCreated")),
+            routed
+        ));
+        assert!(already_set(
+            &with_condition("True", Some("NoRouteCreated")),
+            unrouted
+        ));
+        for (status, reason) in [
+            ("False", Some("CalicoIsUp")),
+            ("False", None),
+            ("True", Some("RouteCreated")),
+            ("True", Some("NoRouteCreated")),
+            ("Unknown", Some("RouteCreated")),
+        ] {
+            assert!(
+                !already_set(&with_condition(status, reason), routed),
+                "{status}/{reason:?} is rewritten to False/RouteCreated"
+            );
+        }
+        for (status, reason) in [
+            ("True", Some("NodeInitializing")),
+            ("True", None),
+            ("False", Some("RouteCreated")),
+        ] {
+            assert!(
+                !already_set(&with_condition(status, reason), unrouted),
+                "{status}/{reason:?} is rewritten to True/NoRouteCreated"
+            );
+        }
+        assert!(!already_set(&Node::default(), routed), "no condition yet");
     }
 }
