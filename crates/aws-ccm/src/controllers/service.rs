@@ -4,8 +4,10 @@
 //!
 //! Work is decided from the shared informer caches: a Service is synced when
 //! its own fingerprint (spec, annotations, deletion, finalizers) changed, when
-//! its backend instance set changed (so a node change only touches Services
-//! whose backends it changes), when a failed sync's backoff (5 s doubling to
+//! its backend instance set changed at a node change upstream syncs on
+//! ([`node_set`]; so a node change only touches Services whose backends it
+//! changes, and a taint or deletionTimestamp alone none), when a failed
+//! sync's backoff (5 s doubling to
 //! 300 s) is due or the failed Service changed since, or at the periodic
 //! resync. At most `--concurrent-service-syncs` syncs run at once; one
 //! Service never has two. A sync that meets a `DependencyViolation` (a group
