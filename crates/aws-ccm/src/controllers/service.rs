@@ -37,7 +37,7 @@ use super::schedule::{self, Wake};
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::load_balancers::{
-    EnsureRequest, LbError, LoadBalancerKind, LoadBalancerSpec, LoadBalancers, Scope,
+    EnsureRequest, LbError, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external,
 };
 
 mod due;
@@ -571,11 +571,13 @@ impl<L: LoadBalancers> ServiceController<L> {
             }
             return self.sync_deletion(svc, &api, may_wait).await;
         }
-        let obj = svc.object_ref(&());
-        let reading = LoadBalancerSpec::read_with(svc, &self.cloud);
-        if reading.spec.kind == LoadBalancerKind::External {
+        // Another controller's (the Go CCM answers ImplementedElsewhere):
+        // no AWS call, the status is that controller's to write.
+        if is_external(svc) {
             return Outcome::Done;
         }
+        let obj = svc.object_ref(&());
+        let reading = LoadBalancerSpec::read_with(svc, &self.cloud);
         let Some(scope) = self.read_scope(svc, &reading, service_changed).await else {
             return Outcome::Invalid;
         };
@@ -634,24 +636,33 @@ impl<L: LoadBalancers> ServiceController<L> {
     }
 
     /// Deletes the load balancer of a Service that no longer wants one, then
-    /// clears its status and removes the finalizer.
+    /// clears its status and removes the finalizer. A Service handed to
+    /// another controller (`aws-load-balancer-type: external` or `nlb-ip`)
+    /// keeps everything in AWS as it is: the Go CCM's
+    /// `EnsureLoadBalancerDeleted` returns at once for it, so the load
+    /// balancer this CCM made before the hand-off now belongs to that
+    /// controller (or to whoever took it over). Upstream's controller still
+    /// clears the status and releases the finalizer; so does this one.
     async fn sync_deletion(&self, svc: &Service, api: &Api<Service>, may_wait: bool) -> Outcome {
         let obj = svc.object_ref(&());
         let uid = svc.metadata.uid.clone().unwrap_or_default();
-        self.events
-            .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
-            .await;
-        match self.lbs.ensure_deleted(&key(svc), &uid).await {
-            Ok(_) => {}
-            Err(e) if may_wait && waits_on_dependency(&e) => {
-                tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
-                return Outcome::Waiting;
-            }
-            Err(e) => {
-                self.events
-                    .warning(&obj, "DeleteLoadBalancerFailed", format!("Error deleting load balancer: {e}. It is retried with backoff; the finalizer {FINALIZER} stays until it succeeds"))
-                    .await;
-                return Outcome::Failed;
+        let handed_over = is_external(svc);
+        if !handed_over {
+            self.events
+                .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
+                .await;
+            match self.lbs.ensure_deleted(&key(svc), &uid).await {
+                Ok(_) => {}
+                Err(e) if may_wait && waits_on_dependency(&e) => {
+                    tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
+                    return Outcome::Waiting;
+                }
+                Err(e) => {
+                    self.events
+                        .warning(&obj, "DeleteLoadBalancerFailed", format!("Error deleting load balancer: {e}. It is retried with backoff; the finalizer {FINALIZER} stays until it succeeds"))
+                        .await;
+                    return Outcome::Failed;
+                }
             }
         }
         if svc.metadata.deletion_timestamp.is_none() && has_ingress(svc) {
@@ -665,9 +676,21 @@ impl<L: LoadBalancers> ServiceController<L> {
             tracing::warn!(error = %e, "failed to remove the finalizer");
             return Outcome::Failed;
         }
-        self.events
-            .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
-            .await;
+        if handed_over {
+            let name = self.lbs.name(&uid);
+            let value = svc.annotations().get(TYPE).cloned().unwrap_or_default();
+            tracing::info!(load_balancer = %name, "handed to another controller: left in AWS as it is");
+            let note = format!(
+                "Left load balancer {name} in AWS as it is: the Service is handed to another controller ({TYPE}: {value}), so nothing was deleted and the finalizer {FINALIZER} is released"
+            );
+            self.events
+                .normal(&obj, "LoadBalancerHandedOver", note)
+                .await;
+        } else {
+            self.events
+                .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
+                .await;
+        }
         Outcome::Done
     }
 

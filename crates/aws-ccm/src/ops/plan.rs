@@ -27,7 +27,12 @@ use crate::controllers::service::{
     backends, has_finalizer, has_load_balancer, wants_load_balancer,
 };
 use crate::options::controller_names::ControllerName;
-use crate::provider::load_balancers::{EnsureRequest, LoadBalancerKind, LoadBalancerSpec, scope};
+use crate::provider::load_balancers::{EnsureRequest, LoadBalancerSpec, is_external, scope};
+
+/// The plan of a Service handed to another controller
+/// (`aws-load-balancer-type: external` or `nlb-ip`), alive or not: the
+/// controllers make no AWS call for it.
+pub const HANDED_OVER: &str = "handed to another controller: nothing to do";
 
 /// One step, as `terraform plan` prints it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -138,11 +143,11 @@ async fn service_section(
     nodes: &[Arc<Node>],
 ) -> Section {
     let mut section = Section::new(key.clone());
-    let reading = LoadBalancerSpec::read_with(svc, cloud);
-    if reading.spec.kind == LoadBalancerKind::External {
-        section.note("load balancer managed by another controller (external)".into());
+    if is_external(svc) {
+        section.note(HANDED_OVER.into());
         return section;
     }
+    let reading = LoadBalancerSpec::read_with(svc, cloud);
     for note in &reading.notes {
         section.note(format!("taken as the Go CCM takes it: {note}"));
     }
@@ -203,6 +208,11 @@ async fn service_section(
 /// controller's deletion removes, read as it reads it.
 async fn deletion_section(ctx: &Context, svc: &Service, key: String) -> Section {
     let mut section = Section::new(key.clone());
+    if is_external(svc) {
+        // Left in AWS as it is: only the finalizer is released.
+        section.note(HANDED_OVER.into());
+        return section;
+    }
     let why = if svc.metadata.deletion_timestamp.is_some() {
         "the Service is being deleted"
     } else {

@@ -10,14 +10,15 @@
 //! controller parses it once and hands it through to the implementation
 //! untouched, so it is shared rather than copied into a second type. The
 //! same goes for the target-node-labels annotation, by which the controller
-//! picks a Service's backend nodes.
+//! picks a Service's backend nodes, and for `aws-load-balancer-type`, by
+//! which it leaves a Service to another controller ([`is_external`]).
 
 use std::collections::BTreeSet;
 use std::future::Future;
 
 pub use crate::aws::annotations::{
-    LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, labels_match,
-    parse_key_values,
+    LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, TYPE, is_external,
+    labels_match, parse_key_values,
 };
 
 /// The resync slot of the Service with UID `uid` that holds `at`: slots
@@ -134,6 +135,9 @@ pub trait LoadBalancers: Clone + Send + Sync + 'static {
         &self,
         req: &EnsureRequest,
     ) -> impl Future<Output = Result<Ensured, LbError>> + Send;
+    /// The name this CCM gives the load balancer of the Service with UID
+    /// `uid` (of either kind), whether it exists or not.
+    fn name(&self, uid: &str) -> String;
     /// Removes everything made for the Service; `Ok(true)` when something was deleted.
     fn ensure_deleted(
         &self,

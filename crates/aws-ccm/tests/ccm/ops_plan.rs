@@ -290,6 +290,46 @@ async fn plan_shows_a_deletion_and_fails_on_a_sync_that_would_fail() -> anyhow::
     env.finish().await
 }
 
+/// Issue 43: a Service handed to another controller (`aws-load-balancer-type:
+/// external`) plans exactly "handed to another controller: nothing to do",
+/// alive (type LoadBalancer) and after a type change (ClusterIP, still
+/// holding the finalizer); the next run then sends no write and releases
+/// the finalizer.
+#[tokio::test]
+async fn plan_shows_a_service_handed_to_another_controller_as_nothing_to_do() -> anyhow::Result<()>
+{
+    let env = Env::start().await?;
+    let (_nodes, services) = web_made_by_a_stopped_ccm(&env).await?;
+    let want = "default/web:\n  note: handed to another controller: nothing to do\nno changes\n";
+    let external = json!({"metadata": {"annotations": {"service.beta.kubernetes.io/aws-load-balancer-type": "external"}}});
+    let to_cluster_ip = json!({"spec": {"type": "ClusterIP"}});
+    for patch in [external, to_cluster_ip] {
+        services
+            .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+        let (ok, out, err) = run_tool(&env, "plan", &[SERVICE_ONLY], "").await?;
+        assert!(ok, "aws-ccm plan failed: {err}");
+        assert_eq!(out, want);
+    }
+    let (counted, mut ccm) = env.start_counted_ccm(&[SERVICE_ONLY]).await?;
+    eventually("the finalizer to be released", WAIT, || async {
+        let svc = services.get("web").await.ok()?;
+        svc.metadata
+            .finalizers
+            .unwrap_or_default()
+            .is_empty()
+            .then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    ccm.signal(libc::SIGTERM);
+    ccm.wait_exit(WAIT).await?;
+    assert_eq!(written_actions(&counted), Vec::<String>::new());
+    // The Service lives on and handed its load balancer over: `orphans`
+    // counts it as alive, so the audit finds nothing.
+    env.finish().await
+}
+
 /// After a swap, a Service carrying a value the Go CCM refuses
 /// (`healthcheck-interval: abc`) and one it reads its own way (`type: NLB`,
 /// a Classic ELB): the plan says so, fails (the settings cannot be

@@ -6,7 +6,7 @@ use std::time::Duration;
 use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
 use crate::support::*;
 
@@ -355,5 +355,195 @@ async fn a_load_balancer_without_nodes_gets_upstreams_unavailable_event() -> any
     )
     .await
     .map_err(|e| e.context(ccm.logs()))?;
+    env.finish().await
+}
+
+/// Whether node group `nodes` has the rule admitting everything from `group`.
+async fn admits(ec2: &aws_sdk_ec2::Client, nodes: &str, group: &str) -> bool {
+    let Some(g) = group_by_name(ec2, nodes).await else {
+        return false;
+    };
+    g.ip_permissions().iter().any(|p| {
+        p.user_id_group_pairs()
+            .iter()
+            .any(|pair| pair.group_id() == Some(group))
+    })
+}
+
+/// Issue 43: a live Service switched to `aws-load-balancer-type: external`
+/// is handed to another controller, as in the Go CCM (whose
+/// `EnsureLoadBalancerDeleted` returns at once for it). Deleting it, or
+/// making it a ClusterIP, leaves its classic ELB, the owned group and the
+/// node rule admitting that group in AWS; no write reaches AWS from the
+/// switch on; the finalizer is released (the status cleared, as upstream's
+/// controller does) and a Normal event names the load balancer left.
+#[tokio::test]
+async fn a_service_handed_to_another_controller_leaves_its_load_balancer_in_aws()
+-> anyhow::Result<()> {
+    const TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-type";
+    const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+    let env = Env::start().await?;
+    let cloud = seed(&env).await?;
+    let client = env.api.client().await?;
+    let pp = PostParams::default();
+    Api::<Node>::all(client.clone())
+        .create(&pp, &node("n1", &cloud.instance))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let mut names = std::collections::BTreeMap::new();
+    for name in ["deleted", "retyped"] {
+        let svc = services
+            .create(&pp, &lb_service(name, serde_json::json!({})))
+            .await?;
+        let uid = svc.metadata.uid.unwrap_or_default();
+        names.insert(name, format!("a{}", uid.replace('-', ""))[..32].to_string());
+    }
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    let mut owned = std::collections::BTreeMap::new();
+    for (name, lb) in &names {
+        eventually(&format!("a hostname for {name}"), WAIT, || async {
+            services.get(name).await.ok().as_ref().and_then(hostname)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+        let group = group_by_name(&cloud.ec2, &format!("k8s-elb-{lb}"))
+            .await
+            .and_then(|g| g.group_id().map(str::to_string))
+            .expect("the owned group");
+        assert!(admits(&cloud.ec2, "nodes", &group).await);
+        owned.insert(*name, group);
+    }
+    let before = mutations(&proxy);
+
+    // The hand-off, then the deletion of one and the type change of the other.
+    let external = serde_json::json!({"metadata": {"annotations": {TYPE: "external"}}});
+    for name in names.keys() {
+        services
+            .patch(name, &PatchParams::default(), &Patch::Merge(&external))
+            .await?;
+    }
+    services.delete("deleted", &DeleteParams::default()).await?;
+    let cluster_ip = serde_json::json!({"spec": {"type": "ClusterIP", "allocateLoadBalancerNodePorts": null,
+        "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}});
+    services
+        .patch(
+            "retyped",
+            &PatchParams::default(),
+            &Patch::Merge(&cluster_ip),
+        )
+        .await?;
+    eventually("the deleted Service to be gone", WAIT, || async {
+        matches!(services.get_opt("deleted").await, Ok(None)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let retyped = eventually(
+        "the retyped Service to lose the finalizer",
+        WAIT,
+        || async {
+            let svc = services.get("retyped").await.ok()?;
+            let finalizers = svc.metadata.finalizers.clone().unwrap_or_default();
+            (!finalizers.iter().any(|f| f == FINALIZER)).then_some(svc)
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(hostname(&retyped).is_none(), "the status is cleared");
+
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    for (name, lb) in &names {
+        let event = eventually(&format!("the hand-over event of {name}"), WAIT, || async {
+            events
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("LoadBalancerHandedOver")
+                        && e.involved_object.name.as_deref() == Some(*name)
+                })
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+        assert_eq!(event.type_.as_deref(), Some("Normal"));
+        let note = event.message.unwrap_or_default();
+        assert!(
+            note.contains(lb.as_str()) && note.contains("another controller"),
+            "{note}"
+        );
+        // AWS as it was: the load balancer, its group and the node rule.
+        let described = cloud
+            .elb
+            .describe_load_balancers()
+            .load_balancer_names(lb)
+            .send()
+            .await?;
+        assert_eq!(described.load_balancer_descriptions().len(), 1, "{name}");
+        assert!(
+            group_by_name(&cloud.ec2, &format!("k8s-elb-{lb}"))
+                .await
+                .is_some()
+        );
+        assert!(admits(&cloud.ec2, "nodes", &owned[name]).await, "{name}");
+    }
+    let after = mutations(&proxy);
+    assert_eq!(after, before, "a write reached AWS after the hand-off");
+    let removals: Vec<&String> = after
+        .keys()
+        .filter(|k| k.contains(":Delete") || k.contains(":Revoke") || k.contains(":Deregister"))
+        .collect();
+    assert!(removals.is_empty(), "{removals:?}");
+    assert!(
+        proxy
+            .calls()
+            .get("elasticloadbalancing", "DescribeLoadBalancers")
+            .forwarded
+            > 0,
+        "the proxy counted the CCM's calls"
+    );
+
+    // `aws-ccm orphans` counts the retyped Service's load balancer as alive:
+    // the Service handed it over and lives on.
+    let orphans = env.orphans().await?;
+    assert!(
+        !orphans
+            .iter()
+            .any(|o| o.contains(names["retyped"].as_str())),
+        "{orphans:?}"
+    );
+
+    // The controller they were handed to removes them; here the test does,
+    // so that the orphan audit sees what the CCM itself left.
+    drop(ccm);
+    for (name, lb) in &names {
+        cloud
+            .elb
+            .delete_load_balancer()
+            .load_balancer_name(lb)
+            .send()
+            .await?;
+        let pair = aws_sdk_ec2::types::UserIdGroupPair::builder()
+            .group_id(&owned[name])
+            .build();
+        cloud
+            .ec2
+            .revoke_security_group_ingress()
+            .group_id(&cloud.node_group)
+            .ip_permissions(
+                aws_sdk_ec2::types::IpPermission::builder()
+                    .ip_protocol("-1")
+                    .user_id_group_pairs(pair)
+                    .build(),
+            )
+            .send()
+            .await?;
+        cloud
+            .ec2
+            .delete_security_group()
+            .group_id(&owned[name])
+            .send()
+            .await?;
+    }
     env.finish().await
 }

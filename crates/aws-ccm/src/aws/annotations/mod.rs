@@ -84,6 +84,23 @@ pub struct SpecError {
     pub allowed: String,
 }
 
+/// Whether `aws-load-balancer-type` hands the Service to another controller
+/// (the AWS Load Balancer Controller), as the Go CCM's `isLBExternal` reads
+/// it: exactly `external` or `nlb-ip`. Such a Service is not this CCM's: no
+/// AWS call is made for it, on deletion neither.
+pub fn is_external(svc: &k8s_openapi::api::core::v1::Service) -> bool {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(TYPE))
+        .is_some_and(|v| external_type(v))
+}
+
+/// The `aws-load-balancer-type` values the Go CCM leaves to another controller.
+fn external_type(v: &str) -> bool {
+    v == "external" || v == "nlb-ip"
+}
+
 /// A value taken as the Go CCM takes it, though it is probably not what the
 /// user meant: it becomes a Warning, and the sync goes on.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -327,7 +327,7 @@ fn parse_kind(cx: &Context<'_>, v: &str) -> LoadBalancerKind {
     match v {
         "" => LoadBalancerKind::Classic,
         "nlb" => LoadBalancerKind::Network,
-        "external" | "nlb-ip" => LoadBalancerKind::External,
+        _ if external_type(v) => LoadBalancerKind::External,
         other => {
             let meant = ["nlb", "external", "nlb-ip"]
                 .into_iter()

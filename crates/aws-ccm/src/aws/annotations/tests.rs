@@ -307,3 +307,23 @@ fn readme_section() -> String {
     out.push_str(README_END);
     out
 }
+
+/// `is_external` is the Go CCM's `isLBExternal`: exactly `external` or
+/// `nlb-ip`, and it agrees with the kind the reading gives.
+#[test]
+fn only_the_exact_external_types_hand_the_service_over() {
+    for (value, external) in [
+        ("external", true),
+        ("nlb-ip", true),
+        ("External", false),
+        ("nlb-ip ", false),
+        ("nlb", false),
+        ("", false),
+    ] {
+        let svc = service(&[(TYPE, value)], &[(80, 30080)]);
+        assert_eq!(is_external(&svc), external, "{value:?}");
+        let kind = LoadBalancerSpec::read(&svc).spec.kind;
+        assert_eq!(kind == LoadBalancerKind::External, external, "{value:?}");
+    }
+    assert!(!is_external(&service(&[], &[(80, 30080)])));
+}

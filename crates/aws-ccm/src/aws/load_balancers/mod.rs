@@ -518,6 +518,10 @@ impl LoadBalancers for AwsLoadBalancers {
         result
     }
 
+    fn name(&self, uid: &str) -> String {
+        elb::load_balancer_name(uid)
+    }
+
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
         self.forget_service(uid);

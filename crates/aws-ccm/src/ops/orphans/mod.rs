@@ -10,8 +10,9 @@
 //!
 //! What counts as alive is decided by the same rules the controllers use:
 //! - a load balancer is alive when a Service the service controller manages
-//!   ([`crate::controllers::service::wants_load_balancer`]) has its name
-//!   (`a` + UID, [`crate::aws::elb::load_balancer_name`]);
+//!   ([`crate::controllers::service::wants_load_balancer`]), or one handed
+//!   to another controller ([`crate::aws::annotations::is_external`], of any
+//!   type), has its name (`a` + UID, [`crate::aws::elb::load_balancer_name`]);
 //! - a target group when a load balancer that is not an orphan points at it;
 //! - a group `k8s-elb-<name>` when load balancer `<name>` is alive or left
 //!   alone;
@@ -63,7 +64,12 @@ impl Live {
         Live {
             load_balancers: services
                 .iter()
-                .filter(|s| crate::controllers::service::wants_load_balancer(s))
+                .filter(|s| {
+                    // A Service handed to another controller keeps what this
+                    // CCM made before, whatever its type now: that controller's.
+                    crate::controllers::service::wants_load_balancer(s)
+                        || crate::aws::annotations::is_external(s)
+                })
                 .filter_map(|s| s.metadata.uid.as_deref())
                 .map(elb::load_balancer_name)
                 .collect(),
