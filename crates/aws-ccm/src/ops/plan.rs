@@ -27,7 +27,7 @@ use crate::controllers::service::{
     backends, has_finalizer, has_load_balancer, wants_load_balancer,
 };
 use crate::options::controller_names::ControllerName;
-use crate::provider::load_balancers::{EnsureRequest, LoadBalancerSpec, is_external, scope};
+use crate::provider::load_balancers::{EnsureRequest, LoadBalancerSpec, Scope, is_external, scope};
 
 /// The plan of a Service handed to another controller
 /// (`aws-load-balancer-type: external` or `nlb-ip`), alive or not: the
@@ -168,6 +168,8 @@ async fn service_section(
             "refused (the Go CCM refuses it too): {}; only the load balancer's backends and node rules would be kept current",
             refused.join("; ")
         ));
+    } else if scope != Scope::Full {
+        section.note("held: the load balancer is kept as it is; only its backends and node rules would be kept current".into());
     }
     let spec = reading.spec;
     let req = EnsureRequest {

@@ -17,8 +17,8 @@ use std::collections::BTreeSet;
 use std::future::Future;
 
 pub use crate::aws::annotations::{
-    LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, TYPE, is_external,
-    labels_match, parse_key_values,
+    Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, TYPE,
+    is_external, labels_match, parse_key_values,
 };
 
 /// The resync slot of the Service with UID `uid` that holds `at`: slots
@@ -74,9 +74,11 @@ pub struct EnsureRequest {
 /// nothing is to be done. `has_load_balancer`: the Service has one already
 /// (its status or the finalizer says so). A refused value leaves an existing
 /// load balancer in upkeep and a new Service without one; a value held for
-/// new Services (`type: NLB`) only holds a new Service.
+/// new Services (`type: NLB`) only holds a new Service; one that holds
+/// changes (`aws-load-balancer-scheme: internal` alone) holds a new Service
+/// and keeps an existing load balancer in upkeep, as a refused value does.
 pub fn scope(reading: &Reading, has_load_balancer: bool) -> Option<Scope> {
-    if !reading.errors.is_empty() {
+    if !reading.errors.is_empty() || reading.holds_changes() {
         return has_load_balancer.then_some(Scope::Upkeep {
             node_rules: reading.source_ranges_known(),
         });

@@ -273,3 +273,168 @@ async fn a_cloud_conf_value_the_go_ccm_fails_nlbs_on_keeps_them_in_upkeep() -> a
     assert_eq!(elbv2_writes, ["elasticloadbalancingv2:RegisterTargets"]);
     env.finish().await
 }
+
+const SCHEME: &str = "service.beta.kubernetes.io/aws-load-balancer-scheme";
+const INTERNAL: &str = "service.beta.kubernetes.io/aws-load-balancer-internal";
+const TARGET_TYPE: &str = "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type";
+
+/// The scheme of NLB `name`, as AWS describes it.
+async fn nlb_scheme(elbv2: &elbv2::Client, name: &str) -> Option<String> {
+    let out = elbv2
+        .describe_load_balancers()
+        .names(name)
+        .send()
+        .await
+        .ok()?;
+    Some(out.load_balancers().first()?.scheme()?.as_str().to_string())
+}
+
+/// Issue 43: a new NLB Service carrying the AWS Load Balancer Controller's
+/// `scheme: internal` but no `aws-load-balancer-internal`, which the Go CCM
+/// would make internet-facing: no load balancer is made (no create call at
+/// the proxy, beside a plain Service's that is), and one Warning
+/// `AnnotationNotRead` names both annotations and the fix, the hold first,
+/// then the controller's other key (`nlb-target-type`). Setting
+/// `aws-load-balancer-internal: "true"` resolves it: an internal NLB.
+#[tokio::test]
+async fn a_new_service_asking_for_an_internal_scheme_gets_no_public_load_balancer()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let elbv2 = elbv2::Client::new(&seeded.conf);
+    let client = env.api.client().await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    Api::<Node>::all(client.clone())
+        .create(&pp, &node("n1", &seeded.instances[0]))
+        .await?;
+    let asked = serde_json::json!({TYPE: "nlb", SCHEME: "internal", TARGET_TYPE: "instance"});
+    let private = services.create(&pp, &lb_service("private", asked)).await?;
+    let plain = services
+        .create(&pp, &lb_service("plain", serde_json::json!({TYPE: "nlb"})))
+        .await?;
+
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    eventually("the plain Service's hostname", WAIT, || async {
+        hostname(&services.get("plain").await.ok()?)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let note = event_note(&client, "private", "AnnotationNotRead").await?;
+    for w in [
+        SCHEME,
+        INTERNAL,
+        "internet-facing",
+        "\"true\"",
+        "no load balancer is made",
+        TARGET_TYPE,
+    ] {
+        assert!(note.contains(w), "{note:?} lacks {w:?}");
+    }
+    assert!(
+        note.find(SCHEME) < note.find(TARGET_TYPE),
+        "the hold comes first: {note}"
+    );
+    let svc = services.get("private").await?;
+    assert!(hostname(&svc).is_none());
+    assert!(svc.metadata.finalizers.unwrap_or_default().is_empty());
+    assert!(nlb_scheme(&elbv2, &lb_name(&private)).await.is_none());
+    assert_eq!(
+        mutations(&proxy).get("elasticloadbalancingv2:CreateLoadBalancer"),
+        Some(&1),
+        "only the plain Service's load balancer is made"
+    );
+    assert_eq!(
+        nlb_scheme(&elbv2, &lb_name(&plain)).await.as_deref(),
+        Some("internet-facing")
+    );
+
+    // Resolved as the Warning says: the NLB is made, internal.
+    annotate(&services, "private", &[(INTERNAL, "true")]).await?;
+    let scheme = eventually("the private Service's NLB", WAIT, || async {
+        hostname(&services.get("private").await.ok()?)?;
+        nlb_scheme(&elbv2, &lb_name(&private)).await
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert_eq!(scheme, "internal");
+    env.finish().await
+}
+
+/// Issue 43: a live internet-facing NLB whose Service then gets the AWS
+/// Load Balancer Controller's `scheme: internal` (and `nlb-target-type`):
+/// kept as it is, never recreated, with a Warning; a node joining still
+/// becomes a target, and that registration is the only write.
+#[tokio::test]
+async fn an_existing_load_balancer_given_an_internal_scheme_is_kept_and_its_targets_follow()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 2).await?;
+    let (i1, i2) = (seeded.instances[0].clone(), seeded.instances[1].clone());
+    let elbv2 = elbv2::Client::new(&seeded.conf);
+    let client = env.api.client().await?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let pp = PostParams::default();
+    nodes.create(&pp, &node("n1", &i1)).await?;
+    let network = services
+        .create(&pp, &lb_service("web", serde_json::json!({TYPE: "nlb"})))
+        .await?;
+    let nlb = lb_name(&network);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    let first = BTreeSet::from([i1.clone()]);
+    eventually("the NLB serving n1", WAIT, || async {
+        hostname(&services.get("web").await.ok()?)?;
+        (nlb_targets(&elbv2, &nlb).await? == first).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let arn = || async {
+        let out = elbv2
+            .describe_load_balancers()
+            .names(&nlb)
+            .send()
+            .await
+            .ok()?;
+        out.load_balancers()
+            .first()?
+            .load_balancer_arn()
+            .map(str::to_string)
+    };
+    let made = arn().await.expect("the NLB");
+    let before = mutations(&proxy);
+
+    annotate(
+        &services,
+        "web",
+        &[(SCHEME, "internal"), (TARGET_TYPE, "instance")],
+    )
+    .await?;
+    let note = event_note(&client, "web", "AnnotationNotRead").await?;
+    for w in [SCHEME, INTERNAL, "kept as it is", TARGET_TYPE] {
+        assert!(note.contains(w), "{note:?} lacks {w:?}");
+    }
+    assert!(!note.contains("no load balancer is made"), "{note}");
+
+    nodes.create(&pp, &node("n2", &i2)).await?;
+    let both = BTreeSet::from([i1, i2]);
+    eventually("the joined node registered", WAIT, || async {
+        (nlb_targets(&elbv2, &nlb).await? == both).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let moved = since(&before, mutations(&proxy));
+    let keys: Vec<&str> = moved.keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        ["elasticloadbalancingv2:RegisterTargets"],
+        "{moved:?}"
+    );
+    assert_eq!(arn().await.as_deref(), Some(made.as_str()), "not recreated");
+    assert_eq!(
+        nlb_scheme(&elbv2, &nlb).await.as_deref(),
+        Some("internet-facing")
+    );
+    assert!(hostname(&services.get("web").await?).is_some());
+    env.finish().await
+}

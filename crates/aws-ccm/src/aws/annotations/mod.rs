@@ -73,6 +73,36 @@ pub const SUBNETS: &str = key!("subnets");
 pub const IP_ADDRESS_TYPE: &str = key!("ip-address-type");
 pub const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 
+// The AWS Load Balancer Controller's keys that the Go CCM does not read
+// (tests/data/albc-annotations.json, read from that controller's source).
+pub const SCHEME: &str = key!("scheme");
+pub const NLB_TARGET_TYPE: &str = key!("nlb-target-type");
+pub const NAME: &str = key!("name");
+pub const PROXY_PROTOCOL_PER_TARGET_GROUP: &str = key!("proxy-protocol-per-target-group");
+pub const HC_SUCCESS_CODES: &str = key!("healthcheck-success-codes");
+pub const IPV6_ADDRESSES: &str = key!("ipv6-addresses");
+pub const ALPN_POLICY: &str = key!("alpn-policy");
+pub const LB_ATTRIBUTES: &str = key!("attributes");
+pub const MANAGE_BACKEND_SG_RULES: &str = key!("manage-backend-security-group-rules");
+pub const PRIVATE_LINK_SG_RULES: &str = key!("inbound-sg-rules-on-private-link-traffic");
+pub const SG_PREFIX_LISTS: &str = key!("security-group-prefix-lists");
+/// A key pattern: `...listener-attributes.<protocol>-<port>`.
+pub const LISTENER_ATTRIBUTES: &str = key!("listener-attributes.*");
+pub const MULTI_CLUSTER_TARGET_GROUP: &str = key!("multi-cluster-target-group");
+pub const IPV6_SOURCE_NAT: &str = key!("enable-prefix-for-ipv6-source-nat");
+pub const SOURCE_NAT_IPV6_PREFIXES: &str = key!("source-nat-ipv6-prefixes");
+pub const MIN_CAPACITY: &str = key!("minimum-load-balancer-capacity");
+pub const ICMP_PATH_MTU: &str = key!("enable-icmp-for-path-mtu-discovery");
+pub const TCP_UDP_LISTENER: &str = key!("enable-tcp-udp-listener");
+pub const DISABLE_NLB_SG: &str = key!("disable-nlb-sg");
+pub const QUIC_PORTS: &str = key!("quic-enabled-ports");
+
+/// The Warning reason of a value taken as the Go CCM takes it.
+pub const TOLERATED: &str = "AnnotationValueTolerated";
+/// The Warning reason of an AWS Load Balancer Controller annotation that
+/// this CCM, like the Go CCM, does not read.
+pub const NOT_READ: &str = "AnnotationNotRead";
+
 /// A Service value the controller refuses, with what is allowed instead.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}={value:?} is invalid: {allowed}")]
@@ -111,9 +141,29 @@ pub struct SpecNote {
     pub reading: String,
     /// What to write instead.
     pub fix: String,
-    /// A Service without a load balancer yet gets none: the Go CCM's reading
-    /// is almost surely not what the user meant (a Classic ELB for `NLB`).
-    pub hold_if_new: bool,
+    /// What the value stops.
+    pub holds: Holds,
+    /// The reason of its Warning event: [`TOLERATED`] or [`NOT_READ`].
+    pub reason: &'static str,
+}
+
+/// What a noted value stops, when the Go CCM's reading is almost surely not
+/// what the user meant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Holds {
+    /// Nothing: the sync goes on as the Go CCM reads the Service.
+    Nothing,
+    /// A Service without a load balancer yet gets none; an existing one is
+    /// synced in full (`type: NLB`: the Classic ELB the Go CCM made stays
+    /// one).
+    New,
+    /// A Service without a load balancer yet gets none; an existing one is
+    /// kept as it is, in upkeep (its backends and node rules kept current):
+    /// a full sync could change what the value is about
+    /// (`aws-load-balancer-scheme: internal` without
+    /// `aws-load-balancer-internal`: an internal load balancer would be
+    /// recreated internet-facing).
+    Changes,
 }
 
 impl fmt::Display for SpecNote {
@@ -139,7 +189,12 @@ pub struct Reading {
 impl Reading {
     /// A new Service gets no load balancer until the value is fixed.
     pub fn holds_new(&self) -> bool {
-        self.notes.iter().any(|n| n.hold_if_new)
+        self.notes.iter().any(|n| n.holds != Holds::Nothing)
+    }
+
+    /// An existing load balancer is kept in upkeep until the value is fixed.
+    pub fn holds_changes(&self) -> bool {
+        self.notes.iter().any(|n| n.holds == Holds::Changes)
     }
 
     /// Whether the source ranges were read as written: the node rules of an

@@ -22,21 +22,41 @@ pub struct Context<'a> {
 }
 
 impl Context<'_> {
-    pub(super) fn note(
+    /// A value taken as the Go CCM takes it ([`TOLERATED`]).
+    pub(super) fn note(&self, field: &str, value: &str, reading: &str, fix: &str, holds: Holds) {
+        let note = SpecNote::of(field, value, reading, fix, holds);
+        self.notes.borrow_mut().push(note);
+    }
+
+    /// An AWS Load Balancer Controller annotation this CCM does not read,
+    /// as the Go CCM does not ([`NOT_READ`]).
+    pub(super) fn not_read(
         &self,
         field: &str,
         value: &str,
         reading: &str,
         fix: &str,
-        hold_if_new: bool,
+        holds: Holds,
     ) {
-        self.notes.borrow_mut().push(SpecNote {
+        let note = SpecNote {
+            reason: NOT_READ,
+            ..SpecNote::of(field, value, reading, fix, holds)
+        };
+        self.notes.borrow_mut().push(note);
+    }
+}
+
+impl SpecNote {
+    /// A [`TOLERATED`] note.
+    fn of(field: &str, value: &str, reading: &str, fix: &str, holds: Holds) -> SpecNote {
+        SpecNote {
             field: field.to_string(),
             value: value.to_string(),
             reading: reading.to_string(),
             fix: fix.to_string(),
-            hold_if_new,
-        });
+            holds,
+            reason: TOLERATED,
+        }
     }
 }
 
@@ -99,20 +119,20 @@ impl LoadBalancerSpec {
         let mut out = LoadBalancerSpec::defaults(kind);
         // The Go CCM answers ImplementedElsewhere before reading anything.
         if kind != LoadBalancerKind::External {
-            for row in ANNOTATIONS {
-                let Some(value) = annotations.get(row.name) else {
-                    continue;
-                };
+            for (row, name, value) in ANNOTATIONS
+                .iter()
+                .flat_map(|row| row.present(annotations).map(move |(k, v)| (row, k, v)))
+            {
                 if !row.applies.to(cx.is_nlb) {
                     if row.rejected_elsewhere {
-                        errors.push(err(row.name, value, row.elsewhere()));
+                        errors.push(err(name, value, row.elsewhere()));
                     } else {
                         let reading = format!("ignored on a {kind}, as the Go CCM ignores it");
-                        cx.note(row.name, value, &reading, "remove it", false);
+                        cx.note(name, value, &reading, "remove it", Holds::Nothing);
                     }
                     continue;
                 }
-                if let Err(e) = row.parse.apply(&mut out, &cx, row.name, value) {
+                if let Err(e) = row.parse.apply(&mut out, &cx, name, value) {
                     errors.push(e);
                 }
             }
@@ -338,14 +358,14 @@ fn parse_kind(cx: &Context<'_>, v: &str) -> LoadBalancerKind {
                     other,
                     "the Go CCM makes a Classic ELB for it (only the exact lower-case value counts); an existing load balancer is kept as the Classic ELB it is, and a new Service gets none until the value is fixed",
                     &format!("write {m}"),
-                    true,
+                    Holds::New,
                 ),
                 None => cx.note(
                     TYPE,
                     other,
                     "read as a Classic ELB, as the Go CCM reads any value but nlb, external and nlb-ip",
                     "remove it for a Classic ELB, or write nlb for an NLB",
-                    false,
+                    Holds::Nothing,
                 ),
             }
             LoadBalancerKind::Classic

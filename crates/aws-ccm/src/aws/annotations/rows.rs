@@ -26,6 +26,10 @@ pub enum Parse {
     Pairs(fn(&mut Spec) -> &mut BTreeMap<String, String>),
     /// The spec so far, the context, the annotation key and its value.
     Own(fn(&mut Spec, &Cx<'_>, &str, &str) -> Result<(), SpecError>),
+    /// An AWS Load Balancer Controller annotation this CCM does not read
+    /// (nor does the Go CCM): any value gets a Warning saying so and what to
+    /// do instead (the text).
+    NotRead(&'static str),
 }
 
 impl Parse {
@@ -48,6 +52,13 @@ impl Parse {
             Parse::List(field) => *field(s) = split_list(v),
             Parse::Pairs(field) => *field(s) = parse_key_values(v),
             Parse::Own(parse) => return parse(s, cx, k, v),
+            Parse::NotRead(instead) => cx.not_read(
+                k,
+                v,
+                "an AWS Load Balancer Controller annotation, which this CCM does not read (nor does the Go CCM): ignored",
+                instead,
+                Holds::Nothing,
+            ),
         }
         Ok(())
     }
@@ -75,6 +86,48 @@ pub fn kind(s: &mut Spec, _: &Cx, _: &str, _: &str) -> Result<(), SpecError> {
 pub fn internal(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     // Upstream: "false" is external, any other non-empty value internal.
     s.internal = !v.is_empty() && v != "false";
+    Ok(())
+}
+
+/// The AWS Load Balancer Controller's scheme, which the Go CCM does not
+/// read: it takes the scheme from `aws-load-balancer-internal` alone (read
+/// before this row, in table order, into `s.internal`). Where that reading
+/// would make public what this key keeps private, the more private reading
+/// wins, never a silent exposure: `internal` without a true
+/// `aws-load-balancer-internal` holds the change (a new Service gets no load
+/// balancer, an existing one is kept as it is); `internet-facing` with it
+/// stays internal. Where both agree, nothing is said.
+pub fn scheme(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+    let asked = v.trim();
+    if asked.eq_ignore_ascii_case("internal") && !s.internal {
+        cx.not_read(
+            k,
+            v,
+            &format!("the Go CCM does not read it and, without {INTERNAL} set to a value other than false, makes the load balancer internet-facing; a new Service gets no load balancer until this is resolved, and an existing one is kept as it is (its backends and node rules kept current)"),
+            &format!("set {INTERNAL}: \"true\" for an internal load balancer, or remove {k}"),
+            Holds::Changes,
+        );
+    } else if asked.eq_ignore_ascii_case("internet-facing") && s.internal {
+        cx.not_read(
+            k,
+            v,
+            &format!(
+                "ignored: {INTERNAL} makes the load balancer internal, as the Go CCM reads it"
+            ),
+            &format!("remove {k}, or remove {INTERNAL} for an internet-facing load balancer"),
+            Holds::Nothing,
+        );
+    } else if !asked.eq_ignore_ascii_case("internal")
+        && !asked.eq_ignore_ascii_case("internet-facing")
+    {
+        cx.not_read(
+            k,
+            v,
+            &format!("not a scheme (internal or internet-facing): ignored; the scheme comes from {INTERNAL}, as in the Go CCM"),
+            &format!("write internal or internet-facing, or remove {k}"),
+            Holds::Nothing,
+        );
+    }
     Ok(())
 }
 
@@ -136,7 +189,7 @@ pub fn backend_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), S
                 v,
                 reading,
                 "use http, https, ssl or tcp in lower case",
-                false,
+                Holds::Nothing,
             );
             None
         }
@@ -210,7 +263,7 @@ pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Resul
                 v,
                 &format!("{name} is set twice: the last value counts, as in the Go CCM"),
                 "give each attribute once",
-                false,
+                Holds::Nothing,
             );
         }
     }
@@ -229,7 +282,7 @@ pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), Sp
                 other,
                 "read as ipv4 (the Go CCM has no such annotation and ignores it)",
                 "write ipv4 or dualstack",
-                false,
+                Holds::Nothing,
             );
             false
         }

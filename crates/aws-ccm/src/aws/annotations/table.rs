@@ -1,6 +1,8 @@
 //! The annotation table: what each annotation means (docs/annotations.md is
 //! generated from it) and how its value is parsed ([`Parse`]).
 
+use std::ops::Bound;
+
 use super::rows::{self as parse, Parse};
 use super::*;
 
@@ -61,6 +63,28 @@ impl AnnotationDef {
         }
     }
 
+    /// The row's keys present in `annotations`, with their values: its
+    /// name, or every key a pattern row (`...listener-attributes.*`) matches.
+    pub fn present<'a>(
+        &self,
+        annotations: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = (&'a str, &'a str)> {
+        let prefix = self.name.strip_suffix('*');
+        let exact = prefix
+            .is_none()
+            .then(|| annotations.get_key_value(self.name))
+            .flatten();
+        let matched = prefix.into_iter().flat_map(move |p| {
+            annotations
+                .range::<str, _>((Bound::Included(p), Bound::Unbounded))
+                .take_while(move |(k, _)| k.starts_with(p))
+        });
+        exact
+            .into_iter()
+            .chain(matched)
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// Why a value on the other kind is refused (`rejected_elsewhere`).
     pub fn elsewhere(&self) -> &'static str {
         match self.applies {
@@ -92,7 +116,28 @@ const fn row(
     }
 }
 
-/// Every annotation the service controller reads.
+/// An AWS Load Balancer Controller annotation this CCM does not read, nor
+/// does the Go CCM: known by name so that a value gets one Warning saying
+/// so (`meaning`: what it asks that controller for; `instead`: what this
+/// CCM does, or which of its annotations does the same).
+const fn not_read(
+    name: &'static str,
+    kind: &'static str,
+    meaning: &'static str,
+    instead: &'static str,
+) -> AnnotationDef {
+    row(
+        name,
+        kind,
+        "-",
+        Applies::Both,
+        meaning,
+        Parse::NotRead(instead),
+    )
+}
+
+/// Every annotation the service controller reads, then the AWS Load
+/// Balancer Controller's that it knows by name and does not read.
 pub const ANNOTATIONS: &[AnnotationDef] = &[
     row(
         TYPE,
@@ -109,6 +154,14 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         Applies::Both,
         "Any value but `false` makes the load balancer internal (scheme `internal`). Changing it recreates the load balancer.",
         Parse::Own(parse::internal),
+    ),
+    row(
+        SCHEME,
+        "`internal`, `internet-facing`",
+        "from `aws-load-balancer-internal`",
+        Applies::Both,
+        "The AWS Load Balancer Controller's scheme. The Go CCM does not read it: it takes the scheme from `aws-load-balancer-internal` alone, so `internal` without that key would give an internet-facing load balancer. Here that is never done silently: a new Service gets no load balancer and an existing one is kept as it is (its backends and node rules kept current), with a Warning `AnnotationNotRead` naming both keys, until `aws-load-balancer-internal: \"true\"` is set or this key removed. With both keys, the more private reading wins: `internal` beside `aws-load-balancer-internal: \"false\"` is held the same way; `internet-facing` beside a true `aws-load-balancer-internal` stays internal, with a Warning. `internet-facing` alone is the Go CCM's default: nothing is said. Another value: a Warning, ignored.",
+        Parse::Own(parse::scheme),
     ),
     row(
         PROXY_PROTOCOL,
@@ -351,5 +404,119 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         Applies::Both,
         "Client ranges allowed in; `spec.loadBalancerSourceRanges` takes precedence.",
         Parse::Own(parse::source_ranges),
+    ),
+    not_read(
+        NLB_TARGET_TYPE,
+        "`instance`, `ip`",
+        "AWS Load Balancer Controller: the NLB's target type.",
+        "this CCM's NLB targets are always the nodes' instances on the node port (instance); ip targets need that controller (aws-load-balancer-type: external)",
+    ),
+    not_read(
+        NAME,
+        "string",
+        "AWS Load Balancer Controller: the load balancer's name.",
+        "the load balancer is named a + the Service UID, as by the Go CCM",
+    ),
+    not_read(
+        PROXY_PROTOCOL_PER_TARGET_GROUP,
+        "comma-separated ports",
+        "AWS Load Balancer Controller: proxy protocol v2 on these ports' target groups only.",
+        "on an NLB use aws-load-balancer-target-group-attributes: proxy_protocol_v2.enabled=true (every target group); on a classic ELB aws-load-balancer-proxy-protocol: \"*\"",
+    ),
+    not_read(
+        HC_SUCCESS_CODES,
+        "HTTP codes",
+        "AWS Load Balancer Controller: the codes an HTTP(S) health check takes as healthy.",
+        "this CCM, as the Go CCM, leaves them at AWS's default",
+    ),
+    not_read(
+        IPV6_ADDRESSES,
+        "comma-separated IPv6 addresses",
+        "AWS Load Balancer Controller: the NLB's IPv6 address in each subnet.",
+        "with aws-load-balancer-ip-address-type: dualstack AWS assigns them",
+    ),
+    not_read(
+        ALPN_POLICY,
+        "string",
+        "AWS Load Balancer Controller: the ALPN policy of the TLS listeners.",
+        "this CCM sets none (AWS's default)",
+    ),
+    not_read(
+        LB_ATTRIBUTES,
+        "comma-separated `key=value`",
+        "AWS Load Balancer Controller: load balancer attributes (access logs, cross-zone, deletion protection, ...).",
+        "use aws-load-balancer-access-log-enabled, -access-log-s3-bucket-name, -access-log-s3-bucket-prefix and aws-load-balancer-cross-zone-load-balancing-enabled",
+    ),
+    not_read(
+        MANAGE_BACKEND_SG_RULES,
+        "boolean",
+        "AWS Load Balancer Controller: whether it writes the node groups' rules.",
+        "node rules follow cloud.conf DisableSecurityGroupIngress",
+    ),
+    not_read(
+        PRIVATE_LINK_SG_RULES,
+        "`on`, `off`",
+        "AWS Load Balancer Controller: whether the NLB's security group rules apply to PrivateLink traffic.",
+        "this CCM does not set it (AWS's default)",
+    ),
+    not_read(
+        SG_PREFIX_LISTS,
+        "comma-separated prefix list IDs",
+        "AWS Load Balancer Controller: managed prefix lists allowed in.",
+        "give the client CIDRs in service.beta.kubernetes.io/load-balancer-source-ranges or spec.loadBalancerSourceRanges",
+    ),
+    not_read(
+        LISTENER_ATTRIBUTES,
+        "comma-separated `key=value`",
+        "AWS Load Balancer Controller: attributes of the listener `<protocol>-<port>` (keys such as `...listener-attributes.TCP-80`).",
+        "this CCM sets no listener attributes (AWS's defaults)",
+    ),
+    not_read(
+        MULTI_CLUSTER_TARGET_GROUP,
+        "boolean",
+        "AWS Load Balancer Controller: target groups shared with other clusters.",
+        "this CCM's target groups hold exactly this cluster's backend nodes (other targets are deregistered)",
+    ),
+    not_read(
+        IPV6_SOURCE_NAT,
+        "`on`, `off`",
+        "AWS Load Balancer Controller: IPv6 source NAT prefixes on a dual-stack NLB.",
+        "this CCM does not set them",
+    ),
+    not_read(
+        SOURCE_NAT_IPV6_PREFIXES,
+        "comma-separated IPv6 prefixes",
+        "AWS Load Balancer Controller: the IPv6 source NAT prefix of each subnet.",
+        "this CCM does not set them",
+    ),
+    not_read(
+        MIN_CAPACITY,
+        "`key=value`",
+        "AWS Load Balancer Controller: the load balancer's minimum capacity reservation.",
+        "this CCM reserves none",
+    ),
+    not_read(
+        ICMP_PATH_MTU,
+        "`on`",
+        "AWS Load Balancer Controller: an ICMP rule for path MTU discovery.",
+        "this CCM already admits ICMP 3/4 for path MTU in an NLB's node rules, as the Go CCM",
+    ),
+    not_read(
+        TCP_UDP_LISTENER,
+        "boolean",
+        "AWS Load Balancer Controller: one TCP_UDP listener for a port with TCP and UDP.",
+        "this CCM makes one TCP_UDP listener for such a port without it",
+    ),
+    not_read(
+        DISABLE_NLB_SG,
+        "boolean",
+        "AWS Load Balancer Controller: no security group on the NLB.",
+        "an NLB gets a security group here only with cloud.conf NLBSecurityGroupMode = Managed",
+    ),
+    not_read(
+        QUIC_PORTS,
+        "comma-separated ports",
+        "AWS Load Balancer Controller: QUIC listeners on these UDP ports.",
+        "this CCM makes UDP listeners for them",
     ),
 ];

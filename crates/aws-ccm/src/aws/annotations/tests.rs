@@ -61,12 +61,43 @@ fn table_has_every_upstream_annotation_once() {
     let names: BTreeSet<&str> = rows.iter().copied().collect();
     assert_eq!(names.len(), rows.len(), "a row appears twice");
     let ours: BTreeSet<&str> = [IP_ADDRESS_TYPE, SOURCE_RANGES].into();
-    let expected: BTreeSet<&str> = upstream.union(&ours).copied().collect();
+    let albc = albc_annotations();
+    let expected: BTreeSet<&str> = upstream
+        .union(&ours)
+        .copied()
+        .chain(albc.iter().map(String::as_str))
+        .collect();
     assert_eq!(
         names, expected,
-        "the table and the Go CCM's annotations differ"
+        "the table and the Go CCM's and AWS Load Balancer Controller's annotations differ"
     );
     assert!(ANNOTATIONS.iter().all(|a| a.name.starts_with(PREFIX)));
+    // The Load Balancer Controller's keys the Go CCM does not read are the
+    // rows that are not read, and the scheme, which is read for its safety.
+    for row in ANNOTATIONS {
+        let not_read = matches!(row.parse, super::rows::Parse::NotRead(_));
+        let albc_only =
+            albc.contains(row.name) && !upstream.contains(row.name) && !ours.contains(row.name);
+        assert_eq!(not_read || row.name == SCHEME, albc_only, "{}", row.name);
+    }
+}
+
+/// The AWS Load Balancer Controller's `aws-load-balancer-*` Service
+/// annotations, as `scripts/gen-albc-annotations.py` read them from its
+/// source into `tests/data/albc-annotations.json`.
+fn albc_annotations() -> BTreeSet<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/albc-annotations.json"
+    );
+    let text = std::fs::read_to_string(path).expect("the controller's list is readable");
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&text).expect("a JSON list");
+    let names: BTreeSet<String> = listed
+        .iter()
+        .filter_map(|a| a["annotation"].as_str().map(str::to_string))
+        .collect();
+    assert!(names.len() >= 40, "the controller's list is whole");
+    names
 }
 
 #[test]
@@ -294,8 +325,14 @@ fn readme_section() -> String {
         "\n\n| Annotation | Value | Default | Applies to | Meaning |\n|---|---|---|---|---|\n",
     );
     for a in ANNOTATIONS {
+        let here = match a.parse {
+            super::rows::Parse::NotRead(instead) => format!(
+                " Not read by this CCM, nor by the Go CCM: a value gets one Warning `{NOT_READ}`; {instead}."
+            ),
+            _ => String::new(),
+        };
         out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {}{here} |\n",
             a.name,
             a.kind,
             a.default,
@@ -326,4 +363,125 @@ fn only_the_exact_external_types_hand_the_service_over() {
         assert_eq!(kind == LoadBalancerKind::External, external, "{value:?}");
     }
     assert!(!is_external(&service(&[], &[(80, 30080)])));
+}
+
+fn read_on_nlb(pairs: &[(&str, &str)]) -> Reading {
+    let mut all = vec![(TYPE, "nlb")];
+    all.extend_from_slice(pairs);
+    LoadBalancerSpec::read(&service(&all, &[(80, 30080)]))
+}
+
+/// The AWS Load Balancer Controller's `scheme: internal` where the Go CCM,
+/// which reads only `aws-load-balancer-internal`, would make the load
+/// balancer internet-facing: a new Service gets none, an existing one is
+/// kept in upkeep, and the Warning names both keys and the fix (issue 43).
+#[test]
+fn scheme_internal_without_a_true_internal_key_holds_the_change() {
+    use crate::provider::load_balancers::{Scope, scope};
+    for pairs in [
+        &[(SCHEME, "internal")][..],
+        &[(SCHEME, "Internal")],
+        &[(SCHEME, " internal ")],
+        &[(SCHEME, "internal"), (INTERNAL, "false")],
+        &[(SCHEME, "internal"), (INTERNAL, "")],
+    ] {
+        let r = read_on_nlb(pairs);
+        assert!(r.errors.is_empty(), "{pairs:?}: {:?}", r.errors);
+        assert!(!r.spec.internal, "{pairs:?}: read as the Go CCM reads it");
+        assert!(r.holds_new() && r.holds_changes(), "{pairs:?}");
+        assert_eq!(scope(&r, false), None, "{pairs:?}: a new Service gets none");
+        assert_eq!(
+            scope(&r, true),
+            Some(Scope::Upkeep { node_rules: true }),
+            "{pairs:?}: an existing one is kept as it is"
+        );
+        let [note] = &r.notes[..] else {
+            panic!("{pairs:?}: one note, got {:?}", r.notes)
+        };
+        assert_eq!((note.field.as_str(), note.reason), (SCHEME, NOT_READ));
+        let text = note.to_string();
+        for w in [
+            SCHEME,
+            INTERNAL,
+            "\"true\"",
+            "internet-facing",
+            "kept as it is",
+        ] {
+            assert!(text.contains(w), "{text:?} lacks {w:?}");
+        }
+    }
+    // Both keys agree, or the scheme asks for the Go CCM's default: nothing said.
+    for pairs in [
+        &[(SCHEME, "internal"), (INTERNAL, "true")][..],
+        &[(SCHEME, "internet-facing")],
+        &[(SCHEME, "internet-facing"), (INTERNAL, "false")],
+    ] {
+        let r = read_on_nlb(pairs);
+        assert!(
+            r.notes.is_empty() && r.errors.is_empty(),
+            "{pairs:?}: {r:?}"
+        );
+        assert_eq!(scope(&r, false), Some(Scope::Full));
+    }
+    // `internet-facing` beside a true internal key: the private reading,
+    // with a Warning, and no hold.
+    let r = read_on_nlb(&[(SCHEME, "internet-facing"), (INTERNAL, "true")]);
+    assert!(r.spec.internal && !r.holds_new() && r.errors.is_empty());
+    assert_eq!(r.notes.len(), 1);
+    assert_eq!(r.notes[0].reason, NOT_READ);
+    // Another word: ignored with a Warning.
+    let r = read_on_nlb(&[(SCHEME, "private")]);
+    assert!(!r.holds_new() && r.notes.len() == 1, "{r:?}");
+    // A Service handed to the Load Balancer Controller: its keys are its own.
+    let r = LoadBalancerSpec::read(&service(
+        &[(TYPE, "external"), (SCHEME, "internal")],
+        &[(80, 30080)],
+    ));
+    assert!(r.notes.is_empty() && !r.holds_new());
+}
+
+/// Every other key of the AWS Load Balancer Controller that this CCM does
+/// not read: one Warning naming the key and what to do instead, and the
+/// spec exactly as without it, on either kind.
+#[test]
+fn load_balancer_controller_keys_are_warned_about_and_change_nothing() {
+    let rows: Vec<_> = ANNOTATIONS
+        .iter()
+        .filter(|r| matches!(r.parse, super::rows::Parse::NotRead(_)))
+        .collect();
+    assert!(rows.len() >= 19, "{}", rows.len());
+    for kind in ["nlb", ""] {
+        let plain = LoadBalancerSpec::read(&service(&[(TYPE, kind)], &[(80, 30080)]));
+        for row in &rows {
+            let super::rows::Parse::NotRead(instead) = row.parse else {
+                unreachable!()
+            };
+            let key = row.name.replace('*', "TCP-80");
+            let r = LoadBalancerSpec::read(&service(&[(TYPE, kind), (&key, "x")], &[(80, 30080)]));
+            assert_eq!(r.spec, plain.spec, "{key}");
+            assert!(r.errors.is_empty(), "{key}: {:?}", r.errors);
+            let [note] = &r.notes[..] else {
+                panic!("{key}: one note, got {:?}", r.notes)
+            };
+            assert_eq!(note.field, key);
+            assert_eq!((note.reason, note.holds), (NOT_READ, Holds::Nothing));
+            assert!(note.to_string().contains(instead), "{note}");
+        }
+    }
+    // The listener-attributes pattern names each listener's key.
+    let r = read_on_nlb(&[
+        (&LISTENER_ATTRIBUTES.replace('*', "TCP-80"), "a=1"),
+        (&LISTENER_ATTRIBUTES.replace('*', "UDP-53"), "a=1"),
+    ]);
+    let fields: Vec<&str> = r.notes.iter().map(|n| n.field.as_str()).collect();
+    assert_eq!(fields.len(), 2, "{fields:?}");
+    assert!(fields.iter().all(|f| !f.ends_with('*')), "{fields:?}");
+}
+
+/// The scheme row reads `s.internal`, which the internal row sets: it
+/// must come after it.
+#[test]
+fn the_scheme_row_comes_after_the_internal_row() {
+    let at = |name| ANNOTATIONS.iter().position(|r| r.name == name);
+    assert!(at(INTERNAL) < at(SCHEME) && at(SCHEME).is_some());
 }

@@ -97,6 +97,14 @@ use Does::{Fails, Ignores, ReadsAs, Uses};
 const CERT: &[(&str, &str)] = &[(SSL_CERT, "arn:aws:acm:us-east-1:123456789012:certificate/c")];
 const EMPTY_NUMBER: &str = "an empty value is taken as unset (the Go CCM fails to parse it)";
 const OTHER_KIND: &str = "other kind";
+const INTERNAL_TRUE: &[(&str, &str)] = &[(INTERNAL, "true")];
+const INTERNAL_FALSE: &[(&str, &str)] = &[(INTERNAL, "false")];
+/// The AWS Load Balancer Controller's scheme where the Go CCM's reading
+/// would make public what it asks to keep private.
+const SCHEME_HELD: &str = "Warning `AnnotationNotRead`; a new Service gets no load balancer and an existing one is kept as it is (upkeep) until `aws-load-balancer-internal: \"true\"` is set or the key removed, where the Go CCM makes it internet-facing";
+/// An AWS Load Balancer Controller annotation neither CCM reads.
+const NOT_READ_WHY: &str =
+    "Warning `AnnotationNotRead`: an AWS Load Balancer Controller annotation";
 
 /// Every value class this CCM was compared on, in the order of the
 /// annotation table.
@@ -112,6 +120,14 @@ pub const CLASSES: &[Class] = &[
     c(INTERNAL, "documented", "false", Both, Uses),
     c(INTERNAL, "any other word", "0.0.0.0/0", Both, ReadsAs("true")),
     c(INTERNAL, "empty", "", Both, Ignores),
+    c(SCHEME, "documented", "internal", Both, Ignores).here(Ignores, SCHEME_HELD),
+    c(SCHEME, "documented", "internet-facing", Both, Ignores),
+    c(SCHEME, "documented, with internal true", "internal", Both, Ignores).with(INTERNAL_TRUE),
+    c(SCHEME, "disagrees with internal false", "internal", Both, Ignores).with(INTERNAL_FALSE).here(Ignores, SCHEME_HELD),
+    c(SCHEME, "disagrees with internal true", "internet-facing", Both, Ignores).with(INTERNAL_TRUE).here(Ignores, "Warning `AnnotationNotRead`; internal, as `aws-load-balancer-internal` says"),
+    c(SCHEME, "other case", "Internal", Both, Ignores).here(Ignores, SCHEME_HELD),
+    c(SCHEME, "unknown word", "private", Both, Ignores).here(Ignores, "Warning `AnnotationNotRead`"),
+    c(SCHEME, "empty", "", Both, Ignores).here(Ignores, "Warning `AnnotationNotRead`"),
     c(PROXY_PROTOCOL, "documented", "*", Clb, Uses),
     c(PROXY_PROTOCOL, "unknown word", "true", Clb, Fails),
     c(PROXY_PROTOCOL, "empty", "", Clb, Ignores),
@@ -209,6 +225,25 @@ pub const CLASSES: &[Class] = &[
     c(SOURCE_RANGES, "host bits set", "10.0.0.1/8", Both, ReadsAs("10.0.0.0/8")),
     c(SOURCE_RANGES, "malformed CIDR", "10.0.0.0/33", Both, Fails),
     c(SOURCE_RANGES, "empty", "", Both, Ignores),
+    c(NLB_TARGET_TYPE, "documented", "ip", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(NAME, "documented", "my-nlb", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(PROXY_PROTOCOL_PER_TARGET_GROUP, "documented", "80,443", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(HC_SUCCESS_CODES, "documented", "200-399", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(IPV6_ADDRESSES, "documented", "2600:1f13:837:8501::1", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(ALPN_POLICY, "documented", "HTTP2Preferred", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(LB_ATTRIBUTES, "documented", "deletion_protection.enabled=true", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(MANAGE_BACKEND_SG_RULES, "documented", "false", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(PRIVATE_LINK_SG_RULES, "documented", "off", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(SG_PREFIX_LISTS, "documented", "pl-00000000", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(LISTENER_ATTRIBUTES, "documented", "tcp.idle_timeout.seconds=400", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(MULTI_CLUSTER_TARGET_GROUP, "documented", "true", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(IPV6_SOURCE_NAT, "documented", "on", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(SOURCE_NAT_IPV6_PREFIXES, "documented", "auto", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(MIN_CAPACITY, "documented", "CapacityUnits=1000", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(ICMP_PATH_MTU, "documented", "on", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(TCP_UDP_LISTENER, "documented", "true", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(DISABLE_NLB_SG, "documented", "true", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(QUIC_PORTS, "documented", "443", Both, Ignores).here(Ignores, NOT_READ_WHY),
 ];
 
 pub const DOC_BEGIN: &str = "<!-- annotation-values:begin -->";

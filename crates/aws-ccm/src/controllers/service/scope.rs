@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
 
 use super::{Outcome, ServiceController, has_load_balancer};
-use crate::provider::load_balancers::{LbError, LoadBalancers, Reading, Scope, scope};
+use crate::provider::load_balancers::{
+    Holds, LbError, LoadBalancers, Reading, Scope, Warning, merged, scope,
+};
 
 impl<L: LoadBalancers> ServiceController<L> {
     /// What this sync may change, from the Service's reading: `None` when
@@ -26,16 +28,28 @@ impl<L: LoadBalancers> ServiceController<L> {
         let obj = svc.object_ref(&());
         let exists = has_load_balancer(svc);
         if service_changed {
-            for note in &reading.notes {
-                tracing::warn!(value = %note.value, annotation = %note.field, "{note}");
-                let held = if note.hold_if_new && !exists {
-                    "; no load balancer is made until it is fixed"
-                } else {
-                    ""
-                };
-                self.events
-                    .warning(&obj, "AnnotationValueTolerated", format!("{note}{held}"))
-                    .await;
+            // One Warning per reason, the notes that hold something first:
+            // events of one reason on one object fold into a series that
+            // keeps its first note, so a note of its own would be lost.
+            let mut notes: Vec<_> = reading.notes.iter().collect();
+            notes.sort_by_key(|n| n.holds == Holds::Nothing);
+            let warnings = notes
+                .into_iter()
+                .map(|note| {
+                    tracing::warn!(value = %note.value, annotation = %note.field, "{note}");
+                    let held = if note.holds != Holds::Nothing && !exists {
+                        "; no load balancer is made until it is fixed"
+                    } else {
+                        ""
+                    };
+                    Warning {
+                        reason: note.reason,
+                        message: format!("{note}{held}"),
+                    }
+                })
+                .collect();
+            for w in merged(warnings) {
+                self.events.warning(&obj, w.reason, w.message).await;
             }
         }
         let scope = scope(reading, exists);
