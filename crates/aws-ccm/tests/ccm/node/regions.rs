@@ -147,7 +147,7 @@ async fn nodes_of_another_region_are_not_initialized_refreshed_or_tagged() -> an
         assert!(note.contains(zone), "{note}");
     }
     // A Node of this Region joins after the reports: initialized and
-    // tagged, and a NotReady one with an unknown instance deleted, so the
+    // tagged, and a NotReady one whose instance is terminated deleted, so the
     // cloud-node, tagging and lifecycle controllers each ran since.
     let ours = ec2.launch(1).await?.remove(0);
     register_node(&nodes, &dns(&ours), None, &[], true).await?;
@@ -157,10 +157,20 @@ async fn nodes_of_another_region_are_not_initialized_refreshed_or_tagged() -> an
         (labels(&node).get("k8s.io/cloud-provider-aws") == Some(&checksum)).then_some(())
     })
     .await?;
+    // The sentinel's instance is a real, terminated one: the tagging
+    // controller tags it too, and IAM allows that only on an instance the
+    // cluster tag names (a made-up ID would be denied on AWS).
+    let gone = ec2.launch(1).await?.remove(0);
+    let sentinel = id(&gone);
+    ec2.client
+        .terminate_instances()
+        .instance_ids(&sentinel)
+        .send()
+        .await?;
     existing_not_ready(
         &nodes,
         "sentinel",
-        Some("aws:///us-east-1a/i-0cccccccccccccccc"),
+        Some(&format!("aws:///us-east-1a/{sentinel}")),
     )
     .await?;
     eventually("the sentinel deleted", Duration::from_secs(60), || async {
@@ -210,8 +220,7 @@ async fn nodes_of_another_region_are_not_initialized_refreshed_or_tagged() -> an
         }
     }
     // The recording works: this Region's instances were named.
-    let sentinel = "i-0cccccccccccccccc";
-    assert!(!naming(&proxy, "DescribeInstances", sentinel).is_empty());
+    assert!(!naming(&proxy, "DescribeInstances", &sentinel).is_empty());
     for action in ["CreateTags", "DeleteTags"] {
         assert!(!naming(&proxy, action, &id(&ours)).is_empty(), "{action}");
     }
