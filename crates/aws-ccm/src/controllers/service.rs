@@ -1132,6 +1132,17 @@ mod tests {
         names.iter().map(|n| format!("i-{n}")).collect()
     }
 
+    /// The backends generation `generation` of `index` holds for `nodes`.
+    fn backends_at(
+        index: &mut BackendIndex,
+        generation: u64,
+        targets: &BTreeMap<String, String>,
+        nodes: Vec<Arc<Node>>,
+    ) -> Backends {
+        let nodes = Arc::new(nodes);
+        index.get(generation, targets.clone(), &mut || nodes.clone())
+    }
+
     /// The state a successful sync against `backends` left.
     fn synced_at(svc: &Service, backends: &Backends, now: Instant) -> KeyState {
         KeyState {
@@ -1191,10 +1202,8 @@ mod tests {
         let now = Instant::now();
         let svc = lb_service("1", "10");
         let mut index = BackendIndex::default();
-        let mut at = |generation: u64, nodes: Vec<Arc<Node>>| {
-            let nodes = Arc::new(nodes);
-            index.get(generation, BTreeMap::new(), &mut || nodes.clone())
-        };
+        let targets = BTreeMap::new();
+        let mut at = |generation, nodes| backends_at(&mut index, generation, &targets, nodes);
         let first = at(1, vec![node("a", &[], None), node("b", &[], None)]);
         let mut entry = synced_at(&svc, &first, now);
         let tainted = vec![
@@ -1228,10 +1237,8 @@ mod tests {
         let now = Instant::now();
         let svc = lb_service("1", "10");
         let mut index = BackendIndex::default();
-        let mut at = |generation: u64, nodes: Vec<Arc<Node>>| {
-            let nodes = Arc::new(nodes);
-            index.get(generation, BTreeMap::new(), &mut || nodes.clone())
-        };
+        let targets = BTreeMap::new();
+        let mut at = |generation, nodes| backends_at(&mut index, generation, &targets, nodes);
         let (a, b) = (node("a", &[], None), node("b", &[], None));
         let first = at(1, vec![a.clone(), b.clone()]);
         let mut entry = synced_at(&svc, &first, now);
@@ -1252,10 +1259,8 @@ mod tests {
         let svc = lb_service("1", "10");
         let web = BTreeMap::from([("pool".to_string(), "web".to_string())]);
         let mut index = BackendIndex::default();
-        let mut at = |generation: u64, nodes: Vec<Arc<Node>>| {
-            let nodes = Arc::new(nodes);
-            index.get(generation, web.clone(), &mut || nodes.clone())
-        };
+        let targets = web.clone();
+        let mut at = |generation, nodes| backends_at(&mut index, generation, &targets, nodes);
         let first = at(
             1,
             vec![node("a", &[("pool", "web")], None), node("b", &[], None)],
@@ -1281,10 +1286,8 @@ mod tests {
         let now = Instant::now();
         let svc = lb_service("1", "10");
         let mut index = BackendIndex::default();
-        let mut at = |generation: u64, nodes: Vec<Arc<Node>>| {
-            let nodes = Arc::new(nodes);
-            index.get(generation, BTreeMap::new(), &mut || nodes.clone())
-        };
+        let targets = BTreeMap::new();
+        let mut at = |generation, nodes| backends_at(&mut index, generation, &targets, nodes);
         let first = at(1, vec![node("a", &[], None)]);
         let mut entry = synced_at(&svc, &first, now);
         let excluded = node("x", &[(EXCLUDE_LABEL, "true")], None);
