@@ -211,7 +211,12 @@ async fn a_slow_attempt_times_out_and_is_retried() {
         .await;
     outcome.response();
     let counts = world.proxy.calls().get(SERVICE_ECR, ACTION);
-    assert_eq!((counts.faulted, counts.received), (1, 2));
+    // The slow attempt was cut and another one answered. On a loaded
+    // machine an unfaulted attempt can outlast 500 ms too and be cut in
+    // turn: the promise is the retry, not how many the machine needed
+    // (at most the 5 attempts of the default limits).
+    assert_eq!(counts.faulted, 1, "{counts:?}");
+    assert!((2..=5).contains(&counts.received), "{counts:?}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "did not wait for the slow answer: {:?}",
