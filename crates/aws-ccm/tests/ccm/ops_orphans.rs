@@ -583,30 +583,17 @@ async fn orphans_leaves_a_kops_clusters_own_load_balancers_alone() -> anyhow::Re
         .send()
         .await?;
     clb(&p, bastion, &borrowed(&kops_tags("bastion.ccm-test"))).await?;
-    let api_elb = group(
-        &p,
+    let mut kops_groups = Vec::new();
+    for name in [
         "api-elb.ccm-test",
-        &borrowed(&kops_tags("api-elb.ccm-test")),
-    )
-    .await?;
-    let bastion_elb = group(
-        &p,
         "bastion-elb.ccm-test",
-        &borrowed(&kops_tags("bastion-elb.ccm-test")),
-    )
-    .await?;
-    let nodes = group(
-        &p,
         "nodes.ccm-test",
-        &borrowed(&kops_tags("nodes.ccm-test")),
-    )
-    .await?;
-    let masters = group(
-        &p,
         "masters.ccm-test",
-        &borrowed(&kops_tags("masters.ccm-test")),
-    )
-    .await?;
+    ] {
+        kops_groups.push(group(&p, name, &borrowed(&kops_tags(name))).await?);
+    }
+    let [api_elb, bastion_elb, nodes, masters] =
+        <[String; 4]>::try_from(kops_groups).map_err(|_| anyhow::anyhow!("four kOps groups"))?;
     // kOps' rules from its load balancers' groups: `tcp-api-cp` (443 from
     // the API ELB's group into the control plane's), `ssh-to-bastion`-like
     // traffic from the bastion ELB's group into the nodes'.
