@@ -309,16 +309,14 @@ fn load_balancers(
     opts: &crate::options::Options,
     record: &TargetRecord,
 ) -> AwsLoadBalancers {
-    let lbs = AwsLoadBalancers::new(
+    AwsLoadBalancers::new(
         aws.clone(),
         cloud.clone(),
         cluster_id.to_string(),
         opts.cluster_name.clone(),
-    );
-    AwsLoadBalancers {
-        record: record.clone(),
-        ..lbs.trusting_known_settings(opts.service_resync_period)
-    }
+    )
+    .trusting_known_settings(opts.service_resync_period)
+    .with_target_record(record.clone())
 }
 
 /// The controllers, once we lead (or without leader election): the
@@ -365,7 +363,7 @@ async fn start_record(
     let name = target_record::configmap_name(&opts.leader_elect_resource_name);
     if let Err(e) = env
         .load_balancers
-        .record
+        .target_record()
         .start(client, namespace, &name, acq)
         .await
     {

@@ -218,7 +218,7 @@ impl TargetRecord {
     /// `keys`: returns once their entries are gone from the ConfigMap
     /// (at once when none is there). An error means the change must not
     /// be made now.
-    pub async fn before_change(&self, keys: &[String]) -> Result<(), String> {
+    pub(crate) async fn before_change(&self, keys: &[String]) -> Result<(), String> {
         let start = tokio::time::Instant::now();
         let waited = self.confirm_removed(keys).await;
         // A sync that moves no target is not a target change.
@@ -264,7 +264,7 @@ impl TargetRecord {
 
     /// Records that the groups `entries` (key, digest) now hold what their
     /// digests say. Written in the background; nothing waits for it.
-    pub fn record(&self, entries: impl IntoIterator<Item = (String, String)>) {
+    pub(crate) fn record(&self, entries: impl IntoIterator<Item = (String, String)>) {
         self.update(|want| {
             let mut changed = false;
             for (k, d) in entries {
@@ -297,7 +297,7 @@ impl TargetRecord {
     }
 
     /// Drops the entries of groups `keys` (deleted), in the background.
-    pub fn forget(&self, keys: &[String]) {
+    pub(crate) fn forget(&self, keys: &[String]) {
         self.update(|want| {
             keys.iter()
                 .fold(false, |changed, k| want.remove(k).is_some() | changed)

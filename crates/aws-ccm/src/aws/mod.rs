@@ -10,6 +10,7 @@ pub mod cluster_id;
 pub mod elb;
 pub mod instances;
 pub mod load_balancers;
+pub mod memory;
 pub mod nlb;
 pub mod ownership;
 pub mod permissions;

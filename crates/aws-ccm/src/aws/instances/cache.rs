@@ -114,7 +114,7 @@ impl InstanceCache {
 
     /// Forgets the cached sweep (after the caller changed instances, or
     /// learned the cache is stale); the next `cluster_instances` reads AWS.
-    pub fn invalidate_sweep(&self) {
+    pub(crate) fn invalidate_sweep(&self) {
         self.inner.sweep.invalidate();
     }
 
@@ -271,7 +271,7 @@ mod tests {
         assert_eq!(stub.calls("DescribeInstances"), 4);
         aws.cluster_instances().await.expect("cached");
         assert_eq!(stub.calls("DescribeInstances"), 4, "served from cache");
-        aws.instance_cache().invalidate_sweep();
+        aws.memory().instances().invalidate_sweep();
         aws.cluster_instances().await.expect("fresh");
         assert_eq!(stub.calls("DescribeInstances"), 8);
 

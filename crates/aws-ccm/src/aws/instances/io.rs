@@ -248,13 +248,14 @@ impl Instances for Aws {
         instance_type: Option<&str>,
     ) -> Result<Option<Vec<String>>, CloudError> {
         Ok(self
-            .instance_cache()
+            .memory()
+            .instances()
             .network_nodes(id, instance_type)
             .await?)
     }
 
     fn expects_topology(&self, instance_type: &str) -> bool {
-        self.instance_cache().expects_topology(instance_type)
+        self.memory().instances().expects_topology(instance_type)
     }
 
     async fn create_tags(

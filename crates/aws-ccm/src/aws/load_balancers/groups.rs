@@ -35,7 +35,7 @@ impl AwsLoadBalancers {
             .iter()
             .flat_map(|i| i.security_groups.iter().cloned())
             .collect();
-        let view = self.aws.group_view();
+        let view = self.aws.memory().groups();
         Ok(view.by_refs(&self.aws, vpc_id, &refs, extra_names).await?)
     }
 
@@ -53,8 +53,8 @@ impl AwsLoadBalancers {
         backends: &[&crate::aws::Ec2Instance],
     ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
         let mut groups = self.groups_of(vpc_id, backends, owned_names).await?;
-        let view = self.aws.group_view();
-        let period = self.sweep.resync_period().flatten();
+        let view = self.aws.memory().groups();
+        let period = self.memory().sweep().resync_period().flatten();
         if let Some(since) = view.slot_due(uid, vpc_id, period) {
             view.listing_since(&self.aws, vpc_id, since).await?;
             groups = self.groups_of(vpc_id, backends, owned_names).await?;
@@ -78,7 +78,7 @@ impl AwsLoadBalancers {
         source: &str,
         source_is_owned: bool,
     ) -> Result<(), LbError> {
-        let view = self.aws.group_view().groups(&self.aws, vpc_id).await?;
+        let view = self.aws.memory().groups().groups(&self.aws, vpc_id).await?;
         for g in view.referencing(source) {
             if source_is_owned || tags::has_cluster_tag(&g.tags, &self.cluster_id) {
                 groups.entry(g.id.clone()).or_insert(g);

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec};
 use crate::aws::applied::Kind;
 use crate::aws::elb::{self, Actual};
+use crate::aws::memory::Applied;
 use crate::aws::nlb;
 use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, Rule};
@@ -17,17 +18,16 @@ pub use crate::provider::load_balancers::{
     EnsureRequest, Ensured, LbError, LoadBalancers, Scope, Warning, merged,
 };
 
+mod applying;
 mod drift;
 mod groups;
-mod known;
 mod nlb_groups;
 mod nlb_rules;
 mod planned;
-mod recorded;
 mod refusals;
 pub mod sweep;
 mod sweep_tags;
-mod targets;
+pub(crate) mod targets;
 pub(crate) use targets::delta;
 mod upkeep;
 pub use planned::{ClbPlan, NlbPlan, Planned};
@@ -44,47 +44,34 @@ impl From<AwsError> for LbError {
     }
 }
 
-/// Classic ELBs and NLBs through the one door.
+/// Classic ELBs and NLBs through the one door. What they know of AWS
+/// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of
+/// load balancers' own (made fresh by [`AwsLoadBalancers::new`]).
 #[derive(Clone)]
 pub struct AwsLoadBalancers {
-    pub aws: Aws,
-    pub cloud: Arc<CloudConfig>,
-    pub cluster_id: String,
+    aws: Aws,
+    cloud: Arc<CloudConfig>,
+    cluster_id: String,
     /// `--cluster-name`: upstream hashes it into an NLB's managed group name.
-    pub cluster_name: String,
-    /// The VPC's subnets, shared by every sync for [`SUBNET_TTL`].
-    pub subnets: subnets::SubnetCache,
-    /// The cluster's load balancers, read together and shared by every sync.
-    pub sweep: sweep::LbSweep,
-    /// What the last full ensure of each Service wrote, for the
-    /// targets-only path (`targets`).
-    pub targets: targets::TargetCache,
-    /// What each NLB target group holds, shared with the next leader
-    /// (off unless started: `aws-ccm plan` and tests read every group).
-    pub record: crate::target_record::TargetRecord,
+    cluster_name: String,
 }
 
-/// How long the VPC's subnets and route tables are reused between syncs.
-pub const SUBNET_TTL: std::time::Duration = std::time::Duration::from_secs(60);
-
 impl AwsLoadBalancers {
-    /// Load balancers of cluster `cluster_id` through `aws`, with an empty
-    /// subnet cache (entries live [`SUBNET_TTL`]).
+    /// Load balancers of cluster `cluster_id` through `aws`, knowing
+    /// nothing of them yet: every sync reads their settings (see
+    /// [`Self::trusting_known_settings`]), and no target record.
     pub fn new(
         aws: Aws,
         cloud: Arc<CloudConfig>,
         cluster_id: String,
         cluster_name: String,
     ) -> AwsLoadBalancers {
+        let memory = aws.memory().for_load_balancers(None, Default::default());
         AwsLoadBalancers {
-            aws,
+            aws: aws.with_memory(memory),
             cloud,
             cluster_id,
             cluster_name,
-            subnets: subnets::SubnetCache::new(SUBNET_TTL),
-            sweep: sweep::LbSweep::new(None),
-            targets: targets::TargetCache::default(),
-            record: crate::target_record::TargetRecord::default(),
         }
     }
 
@@ -93,11 +80,42 @@ impl AwsLoadBalancers {
     /// of reading them at every sync, and reads them in full again once per
     /// `resync` (`--service-resync-period`; zero: never). Without this
     /// (`aws-ccm plan`), every sync reads them.
-    pub fn trusting_known_settings(mut self, resync: std::time::Duration) -> AwsLoadBalancers {
+    pub fn trusting_known_settings(self, resync: std::time::Duration) -> AwsLoadBalancers {
         let trust = Some(Some(resync).filter(|d| !d.is_zero()));
-        self.sweep = sweep::LbSweep::new(trust);
-        self.aws.group_view().serve_for(sweep::sweep_ttl(trust));
+        let record = self.memory().target_record().clone();
+        self.remembering(trust, record)
+    }
+
+    /// Keeps each NLB target group's registered instances in `record`,
+    /// shared with the next leader (off by default: `aws-ccm plan` and
+    /// tests read every group).
+    pub fn with_target_record(
+        self,
+        record: crate::target_record::TargetRecord,
+    ) -> AwsLoadBalancers {
+        let trust = self.memory().sweep().resync_period();
+        self.remembering(trust, record)
+    }
+
+    fn remembering(
+        mut self,
+        trust: Option<Option<std::time::Duration>>,
+        record: crate::target_record::TargetRecord,
+    ) -> AwsLoadBalancers {
+        let memory = self.aws.memory().for_load_balancers(trust, record);
+        self.aws = self.aws.with_memory(memory);
         self
+    }
+
+    /// The target record these load balancers keep (which the leader
+    /// starts).
+    pub fn target_record(&self) -> &crate::target_record::TargetRecord {
+        self.memory().target_record()
+    }
+
+    /// What these load balancers know of AWS.
+    fn memory(&self) -> &crate::aws::memory::Memory {
+        self.aws.memory()
     }
 }
 
@@ -216,7 +234,7 @@ impl AwsLoadBalancers {
                 ))),
             },
             None => {
-                let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
+                let found = self.memory().subnets().vpc_subnets(aws, vpc_id).await?;
                 // Local and Wavelength Zones take no CLB or NLB (as upstream).
                 let zones = aws.zones().await?;
                 let (chosen, fell_back) = subnets::discover_with_fallback(
@@ -252,8 +270,9 @@ impl AwsLoadBalancers {
 impl AwsLoadBalancers {
     async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
         let p = self.plan_clb(req, true).await?;
-        let new_dns =
-            elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
+        let new_dns = self
+            .apply_clb(&p.name, Some(&p.vpc_id), &p.actual, &p.changes)
+            .await?;
         let created = p.actual.lb.is_none();
         self.settings_synced(&p.name, &p.settings, created, !p.changes.is_empty());
         let hostname = new_dns
@@ -264,7 +283,7 @@ impl AwsLoadBalancers {
                 name: p.name.clone(),
                 instances: Arc::new(p.instances),
             };
-            self.record_targets(req, &hostname, p.backend_groups, lb);
+            self.ensured_in_full(req, &hostname, p.backend_groups, lb);
         }
         Ok(Ensured {
             hostname,
@@ -284,7 +303,7 @@ impl AwsLoadBalancers {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
-        let mut lb = self.sweep.clb(aws, &name).await?;
+        let mut lb = self.memory().sweep().clb(aws, &name).await?;
         // Type change handover: the Service was an NLB until now. First, so
         // that the NLB's group (same name scheme) is gone before groups are read.
         let mut handover = false;
@@ -481,14 +500,14 @@ impl AwsLoadBalancers {
             owned_group_node_rules: BTreeSet::new(),
         };
         let changes = elb::plan::plan_delete(&actual, &self.cluster_id, service_key);
-        elb::io::apply(aws, &name, None, &actual, &changes).await?;
+        self.apply_clb(&name, None, &actual, &changes).await?;
         Ok(!changes.is_empty())
     }
 }
 
 impl LoadBalancers for AwsLoadBalancers {
     async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        self.forget_before_sync(&req.uid);
+        self.memory().before_sync(&req.uid);
         let result = match (req.scope, req.spec.kind) {
             (Scope::Upkeep { node_rules }, _) => self.upkeep(req, node_rules).await,
             (Scope::Full, LoadBalancerKind::Network) => self.ensure_nlb(req).await,
@@ -505,7 +524,8 @@ impl LoadBalancers for AwsLoadBalancers {
             tracing::warn!(service = %req.service_key, error = %e, "keeping the load balancer's backends current failed too");
         }
         if result.is_err() {
-            self.forget_after_failure(&req.uid);
+            let uid = &req.uid;
+            self.memory().applied(Applied::SyncFailed { uid });
         }
         result
     }
@@ -514,7 +534,10 @@ impl LoadBalancers for AwsLoadBalancers {
         let result = self.update_targets_or_ensure(req).await;
         // A classic ELB's description lists its instances: a sweep that
         // started before the move no longer answers for it.
-        self.after_write(&elb::load_balancer_name(&req.uid));
+        let name = &elb::load_balancer_name(&req.uid);
+        let classic = None;
+        self.memory()
+            .applied(Applied::TargetsMoved { name, classic });
         result
     }
 
@@ -524,14 +547,14 @@ impl LoadBalancers for AwsLoadBalancers {
 
     /// Removes whichever kind the Service has (or had): both are looked for.
     async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
-        self.forget_service(uid);
+        self.memory().applied(Applied::ServiceGone { uid });
         let deleted = async {
             let clb = self.delete_clb(service_key, uid, false).await?;
             let nlb = self.delete_nlb(service_key, uid, false).await?;
             Ok(clb || nlb)
         }
         .await;
-        self.forget_service(uid);
+        self.memory().applied(Applied::ServiceGone { uid });
         deleted
     }
 }
@@ -649,7 +672,11 @@ impl AwsLoadBalancers {
             .iter()
             .filter_map(|g| Some((applied.target_groups.get(&g.name)?.clone(), g.port)))
             .collect();
-        self.record_groups(&groups, &p.desired.instances);
+        let instances = &p.desired.instances;
+        (self.memory()).applied(Applied::GroupsHold {
+            groups: &groups,
+            instances,
+        });
         self.settings_synced(&p.name, &p.settings, created, !p.changes.is_empty());
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
@@ -672,7 +699,7 @@ impl AwsLoadBalancers {
                 name: p.name.clone(),
                 groups,
             };
-            self.record_targets(req, &hostname, p.backend_groups, lb);
+            self.ensured_in_full(req, &hostname, p.backend_groups, lb);
         }
         Ok(Ensured {
             hostname,

@@ -3,6 +3,7 @@
 //! deletion.
 
 use super::{AwsLoadBalancers, LbError};
+use crate::aws::memory::{Applied, Journal};
 use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
 use crate::aws::{elb, nlb};
@@ -53,13 +54,20 @@ impl AwsLoadBalancers {
         for g in sg::io::cluster_groups(aws, &vpc, &self.cluster_id).await? {
             groups.entry(g.id.clone()).or_insert(g);
         }
-        for g in groups.values() {
-            let ch = nlb::node_rules::node_group_changes(name, &g.descriptions, None);
-            // Either call sends nothing for no rules.
-            sg::io::revoke(aws, &g.id, &ch.revoke).await?;
-            sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
-            revoked |= !ch.revoke.is_empty();
+        let mut journal = Journal::default();
+        let written = async {
+            for g in groups.values() {
+                let ch = nlb::node_rules::node_group_changes(name, &g.descriptions, None);
+                // Either call sends nothing for no rules.
+                sg::io::revoke(aws, &mut journal, &g.id, &ch.revoke).await?;
+                sg::io::authorize_described(aws, &mut journal, &g.id, &ch.authorize).await?;
+                revoked |= !ch.revoke.is_empty();
+            }
+            Ok::<_, crate::aws::AwsError>(())
         }
+        .await;
+        self.memory().applied(Applied::Writes(journal));
+        written?;
         Ok(revoked)
     }
 }

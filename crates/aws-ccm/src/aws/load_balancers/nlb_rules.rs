@@ -52,7 +52,11 @@ impl AwsLoadBalancers {
         warnings: &mut Vec<Warning>,
     ) -> Result<Vec<(sg::SecurityGroup, RuleChanges)>, LbError> {
         let aws = &self.aws;
-        let cidrs = self.subnets.cidrs(aws, &at.vpc_id, &at.subnet_ids).await?;
+        let cidrs = self
+            .memory()
+            .subnets()
+            .cidrs(aws, &at.vpc_id, &at.subnet_ids)
+            .await?;
         let rules = nlb::node_rules::node_rules(&at.desired, &req.spec.source_ranges, &cidrs);
         let ports: BTreeSet<i32> = rules
             .client
@@ -64,7 +68,7 @@ impl AwsLoadBalancers {
             nlb::client_rule_description(&at.name),
             nlb::health_rule_description(&at.name),
         ];
-        let view = aws.group_view().groups(aws, &at.vpc_id).await?;
+        let view = aws.memory().groups().groups(aws, &at.vpc_id).await?;
         for g in view.with_rule_ports(&ports) {
             // Only a group holding a rule of this NLB: another cluster
             // in the VPC may use the same node port.

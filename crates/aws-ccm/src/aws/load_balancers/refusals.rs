@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{AwsLoadBalancers, LbError, Warning};
+use crate::aws::memory::{Applied, Journal};
 use crate::aws::permissions::{Action, Denial, Probe, Tagging};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
 use crate::aws::{AwsError, tags};
@@ -175,7 +176,7 @@ impl AwsLoadBalancers {
         group: &SecurityGroup,
         warnings: &mut Vec<Warning>,
     ) -> bool {
-        let perms = self.aws.permissions();
+        let perms = self.aws.memory().permissions();
         perms.learn_account(group.owner_id.as_deref());
         let tagging = self.group_tagging(group);
         let action = Action::AuthorizeSecurityGroupIngress;
@@ -238,17 +239,20 @@ impl AwsLoadBalancers {
         changes: &nlb::node_rules::RuleChanges,
         warnings: &mut Vec<Warning>,
     ) -> Result<bool, LbError> {
+        let mut journal = Journal::default();
         let written = async {
-            sg::io::revoke(&self.aws, &group.id, &changes.revoke).await?;
-            sg::io::authorize_described(&self.aws, &group.id, &changes.authorize).await
+            sg::io::revoke(&self.aws, &mut journal, &group.id, &changes.revoke).await?;
+            sg::io::authorize_described(&self.aws, &mut journal, &group.id, &changes.authorize)
+                .await
         }
         .await;
+        self.memory().applied(Applied::Writes(journal));
         let Err(e) = written else {
             return Ok(true);
         };
         let action = Action::AuthorizeSecurityGroupIngress;
         let tagging = self.group_tagging(group);
-        let perms = self.aws.permissions();
+        let perms = self.aws.memory().permissions();
         let Some(denial) = perms.record_refusal(&e, action, &group.id, tagging) else {
             return Err(e.into());
         };
@@ -271,7 +275,7 @@ impl AwsLoadBalancers {
             return Ok(changes);
         }
         let listener_tags = nlb::read::tags_of(&self.aws, &arns).await?;
-        let perms = self.aws.permissions();
+        let perms = self.aws.memory().permissions();
         let (kept, refused) =
             refuse_listener_writes(changes, actual, &listener_tags, &self.cluster_id, |arn| {
                 perms
@@ -312,7 +316,7 @@ impl AwsLoadBalancers {
         warnings: &mut Vec<Warning>,
     ) {
         for (arn, error) in refused {
-            let perms = self.aws.permissions();
+            let perms = self.aws.memory().permissions();
             if let Some(denial) =
                 perms.record_refusal(error, Action::ModifyListener, arn, Tagging::Current)
             {

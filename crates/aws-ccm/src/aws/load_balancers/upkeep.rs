@@ -50,8 +50,10 @@ impl AwsLoadBalancers {
             return Ok(None);
         };
         let kept: Vec<elb::Change> = p.changes.into_iter().filter(is_clb_upkeep).collect();
-        elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &kept).await?;
-        self.after_write(&p.name);
+        self.apply_clb(&p.name, Some(&p.vpc_id), &p.actual, &kept)
+            .await?;
+        let (name, classic) = (&p.name, None);
+        (self.memory()).applied(crate::aws::memory::Applied::TargetsMoved { name, classic });
         Ok(Some(Ensured {
             hostname: lb.dns_name.clone(),
             changes: kept.iter().map(elb::plan::describe).collect(),

@@ -11,6 +11,7 @@ use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb::GroupRef;
+use crate::aws::memory::Journal;
 use crate::aws::security_groups as sg;
 use crate::aws::{Aws, AwsClient};
 use aws_sdk_elasticloadbalancingv2::Client;
@@ -65,8 +66,9 @@ pub struct Applied {
 }
 
 /// Applies a plan in order.
-pub async fn apply(
+pub(crate) async fn apply(
     aws: &Aws,
+    journal: &mut Journal,
     name: &str,
     vpc_id: &str,
     actual: &Actual,
@@ -74,6 +76,7 @@ pub async fn apply(
 ) -> Result<Applied, AwsError> {
     let mut at = Applying {
         aws,
+        journal,
         name,
         vpc_id,
         owned: actual.owned_group.as_ref().map(|g| g.id.clone()),
@@ -155,6 +158,7 @@ pub(crate) fn leaving_targets(changes: &[Change], at: usize, done: &BTreeSet<usi
 /// refused.
 struct Applying<'a> {
     aws: &'a Aws,
+    journal: &'a mut Journal,
     name: &'a str,
     vpc_id: &'a str,
     owned: Option<String>,
@@ -167,21 +171,22 @@ impl Applying<'_> {
     async fn step(&mut self, change: &Change) -> Result<(), AwsError> {
         match change {
             Change::CreateSecurityGroup(g) => {
-                let id = sg::io::create(self.aws, self.vpc_id, &g.name, &g.description, &g.tags);
+                let (vpc, journal) = (self.vpc_id, &mut *self.journal);
+                let id = sg::io::create(self.aws, journal, vpc, &g.name, &g.description, &g.tags);
                 self.owned = Some(id.await?);
                 Ok(())
             }
             Change::AuthorizeIngress(rules) => {
                 let id = GroupRef::Owned.resolve(self.owned.as_ref(), self.name)?;
-                sg::io::authorize(self.aws, &id, rules).await
+                sg::io::authorize(self.aws, self.journal, &id, rules).await
             }
             Change::RevokeIngress(rules) => {
                 let id = GroupRef::Owned.resolve(self.owned.as_ref(), self.name)?;
-                sg::io::revoke(self.aws, &id, rules).await
+                sg::io::revoke(self.aws, self.journal, &id, rules).await
             }
             Change::SetSecurityGroups(refs) => self.set_security_groups(refs).await,
             Change::DeleteSecurityGroup(id) => {
-                crate::aws::elb::io::delete_owned_group(self.aws, id).await
+                crate::aws::elb::io::delete_owned_group(self.aws, self.journal, id).await
             }
             Change::DeleteLoadBalancer { arn, .. } => self.delete_lb(arn).await,
             Change::CreateLoadBalancer {

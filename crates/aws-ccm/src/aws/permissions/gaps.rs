@@ -94,7 +94,7 @@ pub async fn probe(
         {
             out.push(gap("elasticloadbalancing:DescribeTags", e.message()));
         }
-        let permissions = aws.permissions();
+        let permissions = aws.memory().permissions();
         let region = permissions.region();
         let arn = format!(
             "arn:{}:elasticloadbalancing:{region}:{}:loadbalancer/net/{PROBE_LB_NAME}/0000000000000000",

@@ -9,6 +9,7 @@ use ipnet::IpNet;
 
 use super::plan;
 use crate::aws::client::pages::every_page;
+use crate::aws::memory::{Applied, Journal, Write};
 use crate::aws::permissions::{Probe, Tagging, Verdict};
 use crate::aws::{Aws, AwsError, ErrorClass, Operation};
 use crate::provider::routes::{
@@ -51,7 +52,7 @@ impl Routes for Aws {
             let mut tables = Vec::new();
             for table in page.route_tables() {
                 if table.route_table_id().is_some() {
-                    self.permissions().learn_account(table.owner_id());
+                    self.memory().permissions().learn_account(table.owner_id());
                     tables.extend(plan::parse_table(table, selector));
                 }
             }
@@ -94,15 +95,20 @@ impl Routes for Aws {
     }
 
     async fn disable_source_dest_check(&self, instance_id: &str) -> Result<(), RoutesError> {
-        self.ec2(Operation::Ec2ModifyInstanceAttribute, |ec2| {
-            ec2.modify_instance_attribute()
-                .instance_id(instance_id)
-                .source_dest_check(AttributeBooleanValue::builder().value(false).build())
-                .send()
-        })
-        .await?;
-        // The cached sweep still says "on"; the next read must see the change.
-        self.instance_cache().invalidate_sweep();
+        let done = self
+            .ec2(Operation::Ec2ModifyInstanceAttribute, |ec2| {
+                ec2.modify_instance_attribute()
+                    .instance_id(instance_id)
+                    .source_dest_check(AttributeBooleanValue::builder().value(false).build())
+                    .send()
+            })
+            .await;
+        // The cached sweep says "on": the next read must see the change,
+        // or what a lost answer may have done.
+        let mut journal = Journal::default();
+        journal.push(Write::InstanceChanged);
+        self.memory().applied(Applied::Writes(journal));
+        done?;
         Ok(())
     }
 
@@ -153,7 +159,10 @@ impl Routes for Aws {
     }
 
     async fn permission(&self, probe: &Probe, tagging: Tagging) -> Verdict {
-        self.permissions().check(self, probe, tagging).await
+        self.memory()
+            .permissions()
+            .check(self, probe, tagging)
+            .await
     }
 }
 

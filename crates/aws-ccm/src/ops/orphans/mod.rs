@@ -42,6 +42,7 @@ use crate::aws::Aws;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb;
+use crate::aws::memory::Journal;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::controllers::route::plan::NodeRoutes;
 use crate::options::cidrs::ClusterCidrs;
@@ -274,7 +275,12 @@ pub async fn delete(
 
 async fn delete_one(aws: &Aws, deletion: &Deletion) -> Result<(), String> {
     let done = match deletion {
-        Deletion::Rules { group, rules } => sg::io::revoke(aws, group, rules).await,
+        Deletion::Rules { group, rules } => {
+            let mut journal = Journal::default();
+            let done = sg::io::revoke(aws, &mut journal, group, rules).await;
+            journal.discard();
+            done
+        }
         Deletion::ClassicLoadBalancer(name) => aws
             .elb(Operation::ElbDeleteLoadBalancer, |c| {
                 c.delete_load_balancer().load_balancer_name(name).send()
@@ -298,8 +304,11 @@ async fn delete_one(aws: &Aws, deletion: &Deletion) -> Result<(), String> {
             .await
         }
         Deletion::SecurityGroup(id) => {
-            delete_patiently(id, "DependencyViolation", || {
-                elb::io::delete_owned_group(aws, id)
+            delete_patiently(id, "DependencyViolation", || async {
+                let mut journal = Journal::default();
+                let done = elb::io::delete_owned_group(aws, &mut journal, id).await;
+                journal.discard();
+                done
             })
             .await
         }
