@@ -10,7 +10,8 @@
 //! * An entry (a group's key, see [`key`], and a digest of its port and
 //!   instance IDs, see [`digest`]) is removed from the ConfigMap, and the
 //!   removal confirmed by the API server, before this process registers or
-//!   deregisters a target of that group ([`TargetRecord::before_change`]).
+//!   deregisters a target of that group ([`TargetRecord::before_change`],
+//!   asked only by the memory, [`crate::aws::memory`]).
 //!   It is written again only after the change succeeded. A leader killed or
 //!   cut off between the two leaves the group without an entry.
 //! * A new leader trusts the entries only when the Lease passed straight

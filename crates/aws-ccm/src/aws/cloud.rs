@@ -70,7 +70,7 @@ impl Aws {
 
     /// What this CCM knows of AWS beyond a fresh read (see
     /// [`super::memory`]).
-    pub fn memory(&self) -> &Memory {
+    pub(crate) fn memory(&self) -> &Memory {
         &self.memory
     }
 

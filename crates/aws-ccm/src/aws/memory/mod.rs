@@ -157,9 +157,11 @@ pub(crate) enum Applied<'a> {
 }
 
 /// The one owner of what this CCM knows of AWS. Cheap to clone: clones
-/// share everything.
+/// share everything. The [`super::Aws`] every controller shares holds one
+/// whose load-balancer part stays empty; each set of load balancers holds
+/// its own ([`Memory::for_load_balancers`]).
 #[derive(Clone)]
-pub struct Memory {
+pub(crate) struct Memory {
     // For the process's life.
     instances: InstanceCache,
     groups: SgView,
@@ -174,7 +176,7 @@ pub struct Memory {
 /// Why the target record could not be made ready for a change.
 #[derive(Debug, thiserror::Error)]
 #[error("their entries in the target record could not be removed first: {0}")]
-pub struct RecordNotReady(String);
+pub(crate) struct RecordNotReady(String);
 
 impl Memory {
     /// Empty memory beside `client`: a write of this process answers over
@@ -226,7 +228,7 @@ impl Memory {
 /// Reads: what may be trusted, each from its store.
 impl Memory {
     /// Instance lookups and the cluster's sweep, zones and topology.
-    pub fn instances(&self) -> &InstanceCache {
+    pub(crate) fn instances(&self) -> &InstanceCache {
         &self.instances
     }
 
@@ -236,7 +238,7 @@ impl Memory {
     }
 
     /// What IAM lets this CCM write: the DryRun verdicts.
-    pub fn permissions(&self) -> &Permissions {
+    pub(crate) fn permissions(&self) -> &Permissions {
         &self.permissions
     }
 

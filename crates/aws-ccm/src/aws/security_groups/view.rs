@@ -13,8 +13,10 @@
 //! group made since) is read by ID, once, and kept.
 //!
 //! This process's own writes never leave a stale entry: every write through
-//! [`super::io`] records what it did to exactly that group (rules added or
-//! revoked, group created or deleted), and that record answers for the group
+//! [`super::io`] says in its apply's journal what it did to exactly that
+//! group (rules added or revoked, group created or deleted), the memory
+//! ([`crate::aws::memory`]) records it here once the apply ends, and that
+//! record answers for the group
 //! over any listing that started less than [`WRITE_SETTLE`] after the write
 //! (EC2 is eventually consistent: a group just created may be missing from a
 //! listing for a while). A write whose outcome is unknown (it failed) makes
