@@ -13,6 +13,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_types::request_id::RequestId;
 
 use super::operations::Operation;
+use crate::provider::{CloudError, ErrorKind};
 
 /// What kind of failure an error is, which decides whether it is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -371,6 +372,12 @@ impl AwsError {
         self.code().is_some_and(|c| DENIED_CODES.contains(&c))
     }
 
+    /// AWS refused to delete what another resource still uses
+    /// ([`IN_USE_CODES`]); it frees up by itself.
+    pub fn is_in_use(&self) -> bool {
+        self.code().is_some_and(|c| IN_USE_CODES.contains(&c))
+    }
+
     /// AWS refused to register targets because the load balancer holds as
     /// many as its quota allows (ELBv2's `TooManyTargets`, "You cannot have
     /// more than N targets per network load balancer"). Deregistering
@@ -432,6 +439,31 @@ impl AwsError {
     }
 }
 
+/// The provider's error: every answer a controller asks of an AWS failure
+/// is decided here, from the classes and codes above, and nowhere else.
+impl From<AwsError> for CloudError {
+    fn from(err: AwsError) -> CloudError {
+        let kind = if err.is_denied() {
+            ErrorKind::Denied
+        } else if err.is_throttling() {
+            ErrorKind::Throttled
+        } else if err.is_not_found() {
+            ErrorKind::NotFound
+        } else if err.is_already_exists() {
+            ErrorKind::AlreadyExists
+        } else if err.is_in_use() {
+            ErrorKind::InUse
+        } else if err.class().is_retryable() {
+            ErrorKind::Transient
+        } else {
+            ErrorKind::Rejected
+        };
+        // The door's text names the operation first, with the attempts and
+        // the fix: kept whole.
+        CloudError::described(err.operation().iam_action(), kind, err.to_string())
+    }
+}
+
 fn describe(code: Option<&str>, message: &str, http_status: Option<u16>) -> String {
     let status = http_status
         .map(|s| format!(" (HTTP {s})"))
@@ -449,6 +481,12 @@ pub(crate) const DENIED_CODES: &[&str] = &[
     "AccessDenied",
     "AccessDeniedException",
 ];
+
+/// AWS refusing to delete what another resource still uses: EC2's
+/// `DependencyViolation` (a security group an ENI or load balancer still
+/// names), ELBv2's `ResourceInUse` (a target group a listener still
+/// forwards to). Both free up by themselves once the user goes.
+const IN_USE_CODES: &[&str] = &["DependencyViolation", "ResourceInUse"];
 
 /// The targets-per-load-balancer quota, as ELBv2's RegisterTargets spells
 /// it on the wire (the SDK's `TooManyTargetsException`).
@@ -482,7 +520,7 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
             .to_string(),
         ErrorClass::Fatal => match code {
             Some(code) if DENIED_CODES.contains(&code) || CREDENTIAL_CODES.contains(&code) => {
-                let action = format!("{}:{}", iam_prefix(operation), operation.action());
+                let action = operation.iam_action();
                 // A tagged ELB create is also authorized as AddTags.
                 let tagged_create = action.starts_with("elasticloadbalancing:Create");
                 let kops = tagged_create
@@ -503,8 +541,8 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
                     }
                 )
             }
-            Some("DependencyViolation") => "Another AWS resource still uses this one; it is retried on the next \
-                 reconcile, and succeeds once the dependency is gone"
+            Some(code) if IN_USE_CODES.contains(&code) => "Another AWS resource still uses this one; it is retried on \
+                 the next reconcile, and succeeds once the dependency is gone"
                 .to_string(),
             Some(code) if code.contains("LimitExceeded") || code.starts_with("TooMany") => {
                 "An AWS quota is reached; raise it in Service Quotas or remove unused resources".to_string()
@@ -513,16 +551,6 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
                  (service annotations, cloud.conf)"
                 .to_string(),
         },
-    }
-}
-
-fn iam_prefix(operation: Operation) -> &'static str {
-    use super::operations::Service;
-    match operation.service() {
-        Service::Ec2 => "ec2",
-        Service::Elb | Service::Elbv2 => "elasticloadbalancing",
-        Service::Sts => "sts",
-        Service::Iam => "iam",
     }
 }
 

@@ -380,6 +380,18 @@ impl Operation {
         }
     }
 
+    /// The action as an IAM policy names it (`ec2:CreateRoute`,
+    /// `elasticloadbalancing:CreateLoadBalancer` for both ELB APIs).
+    pub fn iam_action(self) -> String {
+        let prefix = match self.service() {
+            Service::Ec2 => "ec2",
+            Service::Elb | Service::Elbv2 => "elasticloadbalancing",
+            Service::Sts => "sts",
+            Service::Iam => "iam",
+        };
+        format!("{prefix}:{}", self.action())
+    }
+
     /// `ec2:DescribeInstances`-style name for logs and the
     /// `aws_ccm_api_calls_total{operation}` label.
     pub fn qualified_name(self) -> String {

@@ -16,8 +16,9 @@ use super::plan::{self, Interner};
 use super::{Ec2Instance, RawInstance, RawInterface, Text};
 use crate::aws::client::coalesce::BatchFetch;
 use crate::aws::client::{CallOptions, Core};
-use crate::aws::{Aws, AwsError, ErrorClass, Operation};
-use crate::provider::instances::{CloudError, CloudErrorKind, Instances};
+use crate::aws::{Aws, AwsError, Operation};
+use crate::provider::CloudError;
+use crate::provider::instances::Instances;
 
 impl Ec2Instance {
     /// Converts an SDK instance, sharing repeated strings through
@@ -190,22 +191,6 @@ impl Core {
                 .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_type()?.to_string())))
                 .collect(),
         })
-    }
-}
-
-impl From<AwsError> for CloudError {
-    fn from(err: AwsError) -> CloudError {
-        let kind = match err.class() {
-            _ if err.is_throttling() => CloudErrorKind::Throttled,
-            ErrorClass::NotFound => CloudErrorKind::NotFound,
-            ErrorClass::Throttling => CloudErrorKind::Throttled,
-            ErrorClass::Transient => CloudErrorKind::Transient,
-            ErrorClass::Fatal => CloudErrorKind::Fatal,
-        };
-        CloudError {
-            denied: err.is_denied(),
-            ..CloudError::new(kind, err.to_string())
-        }
     }
 }
 

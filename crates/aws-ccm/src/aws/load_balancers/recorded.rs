@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 
 use aws_sdk_elasticloadbalancingv2::types as t;
 
-use super::{AwsLoadBalancers, LbError};
+use super::{AwsLoadBalancers, CloudError};
 use crate::aws::nlb;
+use crate::provider::ErrorKind;
 use crate::target_record;
 
 /// The group whose targets change `c` moves (an existing group: a group
@@ -35,7 +36,7 @@ impl AwsLoadBalancers {
         vpc_id: &str,
         actual: &nlb::Actual,
         changes: &[nlb::Change],
-    ) -> Result<nlb::io::Applied, LbError> {
+    ) -> Result<nlb::io::Applied, CloudError> {
         let moved: Vec<String> = changes
             .iter()
             .filter_map(moved_group)
@@ -44,12 +45,14 @@ impl AwsLoadBalancers {
         self.record
             .before_change(&moved)
             .await
-            .map_err(|e| LbError::Cloud {
-                message: format!(
-                    "not changing the targets of NLB {name} yet: their entries in the target record could not be removed first: {e}"
-                ),
-                in_use: false,
-                rejected: false,
+            .map_err(|e| {
+                CloudError::new(
+                    "target record",
+                    ErrorKind::Transient,
+                    format!(
+                        "not changing the targets of NLB {name} yet: their entries in the target record could not be removed first: {e}"
+                    ),
+                )
             })?;
         let applied = nlb::io::apply(&self.aws, name, vpc_id, actual, changes).await?;
         let deleted: Vec<String> = changes

@@ -10,34 +10,12 @@ use ipnet::IpNet;
 use super::plan;
 use crate::aws::client::pages::every_page;
 use crate::aws::permissions::{Probe, Tagging, Verdict};
-use crate::aws::{Aws, AwsError, ErrorClass, Operation};
-use crate::provider::routes::{
-    RouteTable, RouteTableSelector, Routes, RoutesError, RoutesErrorKind, TargetInstance,
-};
-
-impl From<AwsError> for RoutesError {
-    fn from(err: AwsError) -> RoutesError {
-        let kind = match err.class() {
-            _ if err.is_already_exists() => RoutesErrorKind::AlreadyExists,
-            ErrorClass::NotFound => RoutesErrorKind::NotFound,
-            ErrorClass::Throttling | ErrorClass::Transient => RoutesErrorKind::Transient,
-            ErrorClass::Fatal => RoutesErrorKind::Permanent,
-        };
-        // EC2 answers DeleteRoute for a missing route with
-        // `InvalidRoute.NotFound`, which the class above already covers.
-        RoutesError {
-            kind,
-            code: err.code().map(str::to_string),
-            message: err.to_string(),
-        }
-    }
-}
+use crate::aws::{Aws, AwsError, Operation};
+use crate::provider::CloudResult;
+use crate::provider::routes::{RouteTable, RouteTableSelector, Routes, TargetInstance};
 
 impl Routes for Aws {
-    async fn route_tables(
-        &self,
-        selector: &RouteTableSelector,
-    ) -> Result<Vec<RouteTable>, RoutesError> {
+    async fn route_tables(&self, selector: &RouteTableSelector) -> CloudResult<Vec<RouteTable>> {
         let filters = &plan::table_filters(selector);
         let mut tables: Vec<RouteTable> = every_page(|next_token| async move {
             let page = self
@@ -62,10 +40,7 @@ impl Routes for Aws {
         Ok(tables)
     }
 
-    async fn instances(
-        &self,
-        ids: &[String],
-    ) -> Result<HashMap<String, TargetInstance>, RoutesError> {
+    async fn instances(&self, ids: &[String]) -> CloudResult<HashMap<String, TargetInstance>> {
         let cluster_id = self.cluster_id();
         let to_target = |i: &crate::aws::Ec2Instance| plan::target_instance(i, cluster_id);
         // The shared, cached sweep of the cluster's instances answers most
@@ -93,7 +68,7 @@ impl Routes for Aws {
         Ok(found)
     }
 
-    async fn disable_source_dest_check(&self, instance_id: &str) -> Result<(), RoutesError> {
+    async fn disable_source_dest_check(&self, instance_id: &str) -> CloudResult<()> {
         self.ec2(Operation::Ec2ModifyInstanceAttribute, |ec2| {
             ec2.modify_instance_attribute()
                 .instance_id(instance_id)
@@ -111,7 +86,7 @@ impl Routes for Aws {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> Result<(), RoutesError> {
+    ) -> CloudResult<()> {
         // The attempt whose answer was lost made this very route.
         done_if_lost(
             self.ec2(Operation::Ec2CreateRoute, |ec2| {
@@ -126,7 +101,7 @@ impl Routes for Aws {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> Result<(), RoutesError> {
+    ) -> CloudResult<()> {
         self.ec2(Operation::Ec2ReplaceRoute, |ec2| {
             let call = ec2
                 .replace_route()
@@ -142,7 +117,7 @@ impl Routes for Aws {
         Ok(())
     }
 
-    async fn delete_route(&self, table_id: &str, destination: IpNet) -> Result<(), RoutesError> {
+    async fn delete_route(&self, table_id: &str, destination: IpNet) -> CloudResult<()> {
         // The attempt whose answer was lost removed it.
         done_if_lost(
             self.ec2(Operation::Ec2DeleteRoute, |ec2| {
@@ -159,10 +134,10 @@ impl Routes for Aws {
 
 /// A route write's outcome: done when it failed only because the answer of
 /// an attempt that made the change was lost.
-fn done_if_lost<T>(result: Result<T, AwsError>) -> Result<(), RoutesError> {
+fn done_if_lost<T>(result: Result<T, AwsError>) -> CloudResult<()> {
     match result {
         Err(err) if err.applied_before_answer_lost() => Ok(()),
-        other => other.map(|_| ()).map_err(RoutesError::from),
+        other => Ok(other.map(drop)?),
     }
 }
 
