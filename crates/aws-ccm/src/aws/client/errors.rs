@@ -378,6 +378,25 @@ impl AwsError {
         self.code().is_some_and(|c| IN_USE_CODES.contains(&c))
     }
 
+    /// The operation is not offered here (EC2's `UnsupportedOperation`: a
+    /// Region without `DescribeInstanceTopology`, a call the instance's
+    /// type cannot take).
+    pub fn is_unsupported(&self) -> bool {
+        self.code() == Some("UnsupportedOperation")
+    }
+
+    /// ELBv2 refused a target it does not hold or cannot take
+    /// (`InvalidTarget`): to a deregistration, the target is not there.
+    pub fn is_invalid_target(&self) -> bool {
+        self.code() == Some("InvalidTarget")
+    }
+
+    /// EC2's answer to a `DryRun=true` request that would have been
+    /// allowed (`DryRunOperation`).
+    pub fn is_dry_run_allowed(&self) -> bool {
+        self.code() == Some(DRY_RUN_ALLOWED_CODE)
+    }
+
     /// AWS refused to register targets because the load balancer holds as
     /// many as its quota allows (ELBv2's `TooManyTargets`, "You cannot have
     /// more than N targets per network load balancer"). Deregistering
@@ -475,8 +494,22 @@ fn describe(code: Option<&str>, message: &str, http_status: Option<u16>) -> Stri
     }
 }
 
+/// EC2's answer to a DryRun request that would have succeeded.
+const DRY_RUN_ALLOWED_CODE: &str = "DryRunOperation";
+
+/// The metrics outcome of an answer to a `DryRun=true` request, when it is
+/// one: EC2 says `DryRunOperation` (HTTP 412) when the caller may make the
+/// request and `UnauthorizedOperation` (HTTP 403) when IAM denies it.
+pub(super) fn dry_run_outcome(code: &str) -> Option<&'static str> {
+    match code {
+        DRY_RUN_ALLOWED_CODE => Some("dry_run_allowed"),
+        code if DENIED_CODES.contains(&code) => Some("dry_run_denied"),
+        _ => None,
+    }
+}
+
 /// IAM's refusals, as each API spells them.
-pub(crate) const DENIED_CODES: &[&str] = &[
+const DENIED_CODES: &[&str] = &[
     "UnauthorizedOperation",
     "AccessDenied",
     "AccessDeniedException",
@@ -618,6 +651,62 @@ mod tests {
         for code in ["AuthFailure", "Throttling", "InvalidInstanceID.NotFound"] {
             assert!(!api_error(ErrorClass::Fatal, code).is_denied(), "{code}");
         }
+    }
+
+    #[test]
+    fn the_provider_error_answers_from_the_code_and_names_the_operation() {
+        use crate::provider::ErrorKind::*;
+        let cases = [
+            (ErrorClass::Fatal, "UnauthorizedOperation", Denied),
+            (ErrorClass::Fatal, "AccessDenied", Denied),
+            (ErrorClass::Fatal, "AccessDeniedException", Denied),
+            (ErrorClass::Throttling, "RequestLimitExceeded", Throttled),
+            (ErrorClass::NotFound, "InvalidPermission.NotFound", NotFound),
+            (ErrorClass::NotFound, "LoadBalancerNotFound", NotFound),
+            (ErrorClass::NotFound, "NoSuchEntity", NotFound),
+            (
+                ErrorClass::Fatal,
+                "InvalidPermission.Duplicate",
+                AlreadyExists,
+            ),
+            (ErrorClass::Fatal, "RouteAlreadyExists", AlreadyExists),
+            (ErrorClass::Fatal, "DependencyViolation", InUse),
+            (ErrorClass::Fatal, "ResourceInUse", InUse),
+            (ErrorClass::Transient, "InternalError", Transient),
+            (ErrorClass::Fatal, "InvalidParameterValue", Rejected),
+        ];
+        for (class, code, kind) in cases {
+            let cloud = CloudError::from(api_error(class, code));
+            assert_eq!(cloud.kind(), kind, "{code}");
+            assert_eq!(cloud.operation(), Some("ec2:CreateRoute"), "{code}");
+            assert!(
+                cloud.to_string().starts_with("EC2 CreateRoute failed"),
+                "{cloud}"
+            );
+        }
+        // A removal whose answer was lost and that a repeat found gone
+        // answers as its last answer; one not proved applied is worth
+        // repeating.
+        let lost = |applied, class, code| AwsError::AnswerLost {
+            applied,
+            last: Box::new(api_error(class, code)),
+        };
+        let gone = lost(true, ErrorClass::NotFound, "InvalidRoute.NotFound");
+        assert_eq!(CloudError::from(gone).kind(), NotFound);
+        let unknown = lost(false, ErrorClass::Transient, "InternalError");
+        assert_eq!(CloudError::from(unknown).kind(), Transient);
+    }
+
+    #[test]
+    fn dry_run_answers_are_known_by_their_codes() {
+        assert!(api_error(ErrorClass::Fatal, "DryRunOperation").is_dry_run_allowed());
+        assert!(!api_error(ErrorClass::Fatal, "UnauthorizedOperation").is_dry_run_allowed());
+        assert_eq!(dry_run_outcome("DryRunOperation"), Some("dry_run_allowed"));
+        assert_eq!(
+            dry_run_outcome("UnauthorizedOperation"),
+            Some("dry_run_denied")
+        );
+        assert_eq!(dry_run_outcome("InvalidParameterValue"), None);
     }
 
     #[test]

@@ -461,7 +461,7 @@ impl AwsClient {
             .call(C::SERVICE, op, opts, Priority::Normal, || f(client.clone()))
             .await;
         match answer {
-            Err(e) if e.code() == Some(DRY_RUN_ALLOWED_CODE) => Ok(DryRun::Allowed),
+            Err(e) if e.is_dry_run_allowed() => Ok(DryRun::Allowed),
             Err(e) if e.is_denied() => Ok(DryRun::Denied {
                 message: e.message(),
             }),
@@ -478,9 +478,6 @@ impl AwsClient {
         }
     }
 }
-
-/// EC2's answer to a DryRun request that would have succeeded.
-pub const DRY_RUN_ALLOWED_CODE: &str = "DryRunOperation";
 
 /// What a `DryRun=true` request found out.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -373,7 +373,7 @@ pub async fn revoke(aws: &Aws, group_id: &str, rules: &BTreeSet<Rule>) -> Result
         })
         .await
     {
-        Err(e) if e.code() == Some("InvalidPermission.NotFound") || e.is_not_found() => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
     };
     recorded(aws, group_id, done, |v| v.revoked(group_id, rules))
