@@ -20,9 +20,24 @@ use super::AwsError;
 use super::client::door::Door;
 use super::client::{AwsClient, CallOptions, ClientOptions, SdkClients};
 use super::instances::Ec2Instance;
-use super::instances::cache::{InstanceCache, Zones};
+use super::instances::cache::{InstanceCache, InstanceSettings, Zones};
 use super::permissions::{DEFAULT_TTL, Permissions};
 use super::security_groups::view::SgView;
+
+/// What the domain modules keep and write, beside the door's transport
+/// options ([`ClientOptions`]): set by the manager from flags, cloud.conf
+/// and the cluster's identity. `Default` is a cluster identified by its
+/// current tag key, with the flags' defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AwsSettings {
+    /// How the instance caches keep, and what the sweep asks.
+    pub instances: InstanceSettings,
+    /// Whether the load balancers, listeners, target groups and security
+    /// groups this CCM creates also carry `KubernetesCluster=<id>`: the Go
+    /// CCM's `usesLegacyTags`, which the manager sets from cloud.conf
+    /// `KubernetesClusterTag` or this instance's tags (kOps).
+    pub write_legacy_cluster_tag: bool,
+}
 
 /// The AWS side of the CCM. Cheap to clone: clones share everything.
 #[derive(Clone)]
@@ -31,6 +46,7 @@ pub struct Aws {
     instances: InstanceCache,
     groups: SgView,
     permissions: Arc<Permissions>,
+    write_legacy_cluster_tag: bool,
 }
 
 impl crate::provider::Cloud for Aws {
@@ -51,12 +67,18 @@ impl std::ops::Deref for Aws {
 }
 
 impl Aws {
-    /// A door of its own with these options, and empty caches. Invalid
-    /// options are logged and replaced by their defaults (validate them
-    /// earlier with [`ClientOptions::validate`] to refuse them instead).
-    pub fn new(clients: SdkClients, cluster_id: String, opts: ClientOptions) -> Aws {
+    /// A door of its own with these options, and empty caches kept as
+    /// `settings` say. Invalid options are logged and replaced by their
+    /// defaults (validate them earlier with [`ClientOptions::validate`] to
+    /// refuse them instead).
+    pub fn new(
+        clients: SdkClients,
+        cluster_id: String,
+        opts: ClientOptions,
+        settings: AwsSettings,
+    ) -> Aws {
         let door = Door::new(&opts);
-        Aws::with_door(clients, cluster_id, opts, door)
+        Aws::with_door(clients, cluster_id, opts, settings, door)
     }
 
     /// [`AwsClient::with_door`]: a door others share too, with empty
@@ -65,11 +87,13 @@ impl Aws {
         clients: SdkClients,
         cluster_id: String,
         opts: ClientOptions,
+        settings: AwsSettings,
         door: Arc<Door>,
     ) -> Aws {
         let client = AwsClient::with_door(clients, cluster_id, opts, door);
         Aws {
-            instances: InstanceCache::new(&client),
+            instances: InstanceCache::new(&client, &settings.instances),
+            write_legacy_cluster_tag: settings.write_legacy_cluster_tag,
             groups: SgView::new(client.options().consistency_patience),
             permissions: Arc::new(Permissions::new(
                 client.cluster_id(),
@@ -78,6 +102,12 @@ impl Aws {
             )),
             client,
         }
+    }
+
+    /// Whether what this CCM creates also carries the legacy
+    /// `KubernetesCluster=<id>` tag ([`AwsSettings::write_legacy_cluster_tag`]).
+    pub fn writes_legacy_cluster_tag(&self) -> bool {
+        self.write_legacy_cluster_tag
     }
 
     /// The instance lookups and caches.

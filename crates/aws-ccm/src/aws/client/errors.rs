@@ -12,7 +12,7 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_types::request_id::RequestId;
 
-use super::operations::Operation;
+use super::operations::{KOPS_GAPS, Operation};
 use crate::provider::{CloudError, ErrorKind};
 
 /// What kind of failure an error is, which decides whether it is retried.
@@ -556,8 +556,7 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
                 let action = operation.iam_action();
                 // A tagged ELB create is also authorized as AddTags.
                 let tagged_create = action.starts_with("elasticloadbalancing:Create");
-                let kops = tagged_create
-                    || crate::aws::permissions::gaps::KOPS_GAPS.contains(&action.as_str());
+                let kops = tagged_create || KOPS_GAPS.contains(&action.as_str());
                 format!(
                     "The controller's credentials are not allowed to call {action}{}; add it to the IAM policy \
                      of the controller's role (see iam/) or fix the credentials{}",

@@ -149,14 +149,19 @@ impl Core {
         }
     }
 
-    pub(in crate::aws) async fn sweep_cluster(&self) -> Result<Vec<Ec2Instance>, AwsError> {
+    /// The cluster's instances by its tag key, and by the legacy
+    /// `KubernetesCluster` tag too with `legacy`.
+    pub(in crate::aws) async fn sweep_cluster(
+        &self,
+        legacy: bool,
+    ) -> Result<Vec<Ec2Instance>, AwsError> {
         let found = self
             .describe_instances(
                 plan::sweep_filters(&self.cluster_id),
                 CallOptions::default(),
             )
             .await?;
-        let legacy = if self.options.legacy_cluster_tag {
+        let legacy = if legacy {
             self.describe_instances(
                 plan::legacy_sweep_filters(&self.cluster_id),
                 CallOptions::default(),

@@ -575,7 +575,7 @@ impl AwsLoadBalancers {
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
             cluster_name: self.cluster_name.clone(),
-            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
+            legacy_cluster_tag: self.aws.writes_legacy_cluster_tag(),
         }
     }
 
