@@ -17,14 +17,30 @@ use super::AwsError;
 use super::client::door::Door;
 use super::client::{AwsClient, CallOptions, ClientOptions, SdkClients};
 use super::instances::Ec2Instance;
-use super::instances::cache::Zones;
+use super::instances::cache::{InstanceSettings, Zones};
 use super::memory::Memory;
+
+/// What the domain modules keep and write, beside the door's transport
+/// options ([`ClientOptions`]): set by the manager from flags, cloud.conf
+/// and the cluster's identity. `Default` is a cluster identified by its
+/// current tag key, with the flags' defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AwsSettings {
+    /// How the instance caches keep, and what the sweep asks.
+    pub instances: InstanceSettings,
+    /// Whether the load balancers, listeners, target groups and security
+    /// groups this CCM creates also carry `KubernetesCluster=<id>`: the Go
+    /// CCM's `usesLegacyTags`, which the manager sets from cloud.conf
+    /// `KubernetesClusterTag` or this instance's tags (kOps).
+    pub write_legacy_cluster_tag: bool,
+}
 
 /// The AWS side of the CCM. Cheap to clone: clones share everything.
 #[derive(Clone)]
 pub struct Aws {
     client: AwsClient,
     memory: Memory,
+    write_legacy_cluster_tag: bool,
 }
 
 impl crate::provider::Cloud for Aws {
@@ -45,12 +61,18 @@ impl std::ops::Deref for Aws {
 }
 
 impl Aws {
-    /// A door of its own with these options, and empty caches. Invalid
-    /// options are logged and replaced by their defaults (validate them
-    /// earlier with [`ClientOptions::validate`] to refuse them instead).
-    pub fn new(clients: SdkClients, cluster_id: String, opts: ClientOptions) -> Aws {
+    /// A door of its own with these options, and empty caches kept as
+    /// `settings` say. Invalid options are logged and replaced by their
+    /// defaults (validate them earlier with [`ClientOptions::validate`] to
+    /// refuse them instead).
+    pub fn new(
+        clients: SdkClients,
+        cluster_id: String,
+        opts: ClientOptions,
+        settings: AwsSettings,
+    ) -> Aws {
         let door = Door::new(&opts);
-        Aws::with_door(clients, cluster_id, opts, door)
+        Aws::with_door(clients, cluster_id, opts, settings, door)
     }
 
     /// [`AwsClient::with_door`]: a door others share too, with empty
@@ -59,11 +81,13 @@ impl Aws {
         clients: SdkClients,
         cluster_id: String,
         opts: ClientOptions,
+        settings: AwsSettings,
         door: Arc<Door>,
     ) -> Aws {
         let client = AwsClient::with_door(clients, cluster_id, opts, door);
         Aws {
-            memory: Memory::new(&client),
+            memory: Memory::new(&client, &settings.instances),
+            write_legacy_cluster_tag: settings.write_legacy_cluster_tag,
             client,
         }
     }
@@ -74,12 +98,19 @@ impl Aws {
         &self.memory
     }
 
+    /// Whether what this CCM creates also carries the legacy
+    /// `KubernetesCluster=<id>` tag ([`AwsSettings::write_legacy_cluster_tag`]).
+    pub fn writes_legacy_cluster_tag(&self) -> bool {
+        self.write_legacy_cluster_tag
+    }
+
     /// The same door beside `memory` (a set of load balancers' own; see
     /// [`Memory::for_load_balancers`]).
     pub(crate) fn with_memory(&self, memory: Memory) -> Aws {
         Aws {
             client: self.client.clone(),
             memory,
+            write_legacy_cluster_tag: self.write_legacy_cluster_tag,
         }
     }
 

@@ -22,5 +22,6 @@ pub mod tags;
 pub use client::errors::{AwsError, ErrorClass};
 pub use client::operations::{Category, Operation, Service};
 pub use client::{AwsClient, CallOptions, ClientOptions, OptionsError, SdkClients, SdkService};
-pub use cloud::Aws;
+pub use cloud::{Aws, AwsSettings};
 pub use instances::Ec2Instance;
+pub use instances::cache::InstanceSettings;

@@ -68,7 +68,7 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
         .await
     {
         Ok(out) => out,
-        Err(e) if e.is_not_found() || e.code() == Some("LoadBalancerNotFound") => {
+        Err(e) if e.is_not_found() => {
             return Ok(None);
         }
         Err(e) => return Err(e),

@@ -5,9 +5,10 @@
 //! removal confirmed, before anything is applied).
 
 use super::targets::{GroupSets, Known, KnownLb};
-use super::{AwsLoadBalancers, EnsureRequest, LbError, planned};
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, planned};
 use crate::aws::memory::{Applied, Journal, Write};
 use crate::aws::{elb, nlb};
+use crate::provider::ErrorKind;
 use crate::target_record;
 
 /// The group whose targets change `c` moves (an existing group: a group
@@ -31,7 +32,7 @@ impl AwsLoadBalancers {
         vpc_id: Option<&str>,
         actual: &elb::Actual,
         changes: &[elb::Change],
-    ) -> Result<Option<String>, LbError> {
+    ) -> Result<Option<String>, CloudError> {
         let mut journal = Journal::default();
         let applied = elb::io::apply(&self.aws, &mut journal, name, vpc_id, actual, changes).await;
         self.memory().applied(Applied::Writes(journal));
@@ -46,15 +47,17 @@ impl AwsLoadBalancers {
         vpc_id: &str,
         actual: &nlb::Actual,
         changes: &[nlb::Change],
-    ) -> Result<nlb::io::Applied, LbError> {
+    ) -> Result<nlb::io::Applied, CloudError> {
         let moved: Vec<&str> = changes.iter().filter_map(moved_group).collect();
         self.memory()
             .before_target_changes(&moved)
             .await
-            .map_err(|e| LbError::Cloud {
-                message: format!("not changing the targets of NLB {name} yet: {e}"),
-                in_use: false,
-                rejected: false,
+            .map_err(|e| {
+                CloudError::new(
+                    "target record",
+                    ErrorKind::Transient,
+                    format!("not changing the targets of NLB {name} yet: {e}"),
+                )
             })?;
         let mut journal = Journal::default();
         let applied = nlb::io::apply(&self.aws, &mut journal, name, vpc_id, actual, changes).await;

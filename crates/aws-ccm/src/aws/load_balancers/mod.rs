@@ -12,10 +12,11 @@ use crate::aws::memory::Applied;
 use crate::aws::nlb;
 use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, Rule};
-use crate::aws::{Aws, AwsError, subnets, tags};
+use crate::aws::{Aws, subnets, tags};
 use crate::cloud_config::CloudConfig;
+use crate::provider::CloudError;
 pub use crate::provider::load_balancers::{
-    EnsureRequest, Ensured, LbError, LoadBalancers, Scope, Warning, merged,
+    EnsureRequest, Ensured, LoadBalancers, Scope, Warning, merged,
 };
 
 mod applying;
@@ -32,17 +33,6 @@ pub(crate) use targets::delta;
 mod upkeep;
 pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
-
-/// The cloud's failure, as the provider's neutral error.
-impl From<AwsError> for LbError {
-    fn from(e: AwsError) -> LbError {
-        LbError::Cloud {
-            in_use: e.code() == Some("DependencyViolation"),
-            rejected: e.class() == crate::aws::client::errors::ErrorClass::Fatal,
-            message: e.to_string(),
-        }
-    }
-}
 
 /// Classic ELBs and NLBs through the one door. What they know of AWS
 /// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of
@@ -127,14 +117,14 @@ impl AwsLoadBalancers {
         &self,
         instance: &crate::aws::Ec2Instance,
         groups: &BTreeMap<String, sg::SecurityGroup>,
-    ) -> Result<Option<String>, LbError> {
+    ) -> Result<Option<String>, CloudError> {
         let ids: Vec<&str> = instance.security_groups.iter().map(|g| &*g.id).collect();
         let tagged = |id: &str| {
             groups
                 .get(id)
                 .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
         };
-        sg::node_group_of(&instance.id, &ids, tagged, &self.cluster_id).map_err(LbError::Config)
+        sg::node_group_of(&instance.id, &ids, tagged, &self.cluster_id).map_err(CloudError::invalid)
     }
 }
 
@@ -180,7 +170,7 @@ impl AwsLoadBalancers {
         group: &str,
         this_lb: &str,
         vpc_id: &str,
-    ) -> Result<Option<BTreeSet<String>>, LbError> {
+    ) -> Result<Option<BTreeSet<String>>, CloudError> {
         // The sweep is cached: this is no extra DescribeInstances.
         let swept = self.aws.cluster_instances().await?;
         let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
@@ -217,7 +207,7 @@ impl AwsLoadBalancers {
         &self,
         spec: &LoadBalancerSpec,
         vpc_id: &str,
-    ) -> Result<Vec<String>, LbError> {
+    ) -> Result<Vec<String>, CloudError> {
         let aws = &self.aws;
         match &spec.subnets {
             Some(list) => match subnets::resolve(aws, vpc_id, list).await? {
@@ -227,7 +217,7 @@ impl AwsLoadBalancers {
                     Ok(list.iter().filter(|s| seen.insert(*s)).cloned().collect())
                 }
                 Ok(ids) => Ok(ids),
-                Err(missing) => Err(LbError::Config(format!(
+                Err(missing) => Err(CloudError::invalid(format!(
                     "{}: no subnet in VPC {vpc_id} has the ID or Name tag {}; fix the annotation",
                     crate::aws::annotations::SUBNETS,
                     missing.join(", ")
@@ -254,7 +244,7 @@ impl AwsLoadBalancers {
                     } else {
                         (tags::ROLE_ELB, " (it needs a route to an internet gateway)")
                     };
-                    return Err(LbError::Config(format!(
+                    return Err(CloudError::invalid(format!(
                         "no suitable subnet for an {} load balancer in VPC {vpc_id}: tag a subnet per zone with {role}=1 and {}=shared{route}, or set {}",
                         elb::plan::scheme(spec.internal),
                         tags::cluster_tag_key(&self.cluster_id),
@@ -268,7 +258,7 @@ impl AwsLoadBalancers {
 }
 
 impl AwsLoadBalancers {
-    async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+    async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
         let p = self.plan_clb(req, true).await?;
         let new_dns = self
             .apply_clb(&p.name, Some(&p.vpc_id), &p.actual, &p.changes)
@@ -299,7 +289,7 @@ impl AwsLoadBalancers {
         &self,
         req: &EnsureRequest,
         hand_over: bool,
-    ) -> Result<ClbPlan, LbError> {
+    ) -> Result<ClbPlan, CloudError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
@@ -380,7 +370,7 @@ impl AwsLoadBalancers {
         lb: Option<elb::ActualLb>,
         owned_group: Option<sg::SecurityGroup>,
         all_groups: &mut BTreeMap<String, sg::SecurityGroup>,
-    ) -> Result<Actual, LbError> {
+    ) -> Result<Actual, CloudError> {
         // The LB's own group: the first configured one (a shared group:
         // annotation or cloud.conf), or the owned `k8s-elb-*` group.
         let (lb_group, shared) = match desired.groups.first() {
@@ -446,7 +436,7 @@ impl AwsLoadBalancers {
         service_key: &str,
         uid: &str,
         handover: bool,
-    ) -> Result<bool, LbError> {
+    ) -> Result<bool, CloudError> {
         let aws = &self.aws;
         let name = elb::load_balancer_name(uid);
         // A delete needs no attributes: name, tags, groups and instances.
@@ -506,7 +496,7 @@ impl AwsLoadBalancers {
 }
 
 impl LoadBalancers for AwsLoadBalancers {
-    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
         self.memory().before_sync(&req.uid);
         let result = match (req.scope, req.spec.kind) {
             (Scope::Upkeep { node_rules }, _) => self.upkeep(req, node_rules).await,
@@ -518,7 +508,8 @@ impl LoadBalancers for AwsLoadBalancers {
         // stops, not the upkeep of a live load balancer. Its backends and
         // node rules still follow the nodes, as a refused annotation value
         // leaves them (`upkeep`), and the refusal is still reported.
-        if let (Scope::Full, Err(LbError::Cloud { rejected: true, .. })) = (req.scope, &result)
+        if let (Scope::Full, Err(e)) = (req.scope, &result)
+            && e.is_rejected()
             && let Err(e) = self.upkeep(req, true).await
         {
             tracing::warn!(service = %req.service_key, error = %e, "keeping the load balancer's backends current failed too");
@@ -530,7 +521,7 @@ impl LoadBalancers for AwsLoadBalancers {
         result
     }
 
-    async fn update_targets(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+    async fn update_targets(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
         let result = self.update_targets_or_ensure(req).await;
         // A classic ELB's description lists its instances: a sweep that
         // started before the move no longer answers for it.
@@ -546,7 +537,7 @@ impl LoadBalancers for AwsLoadBalancers {
     }
 
     /// Removes whichever kind the Service has (or had): both are looked for.
-    async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
+    async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, CloudError> {
         self.memory().applied(Applied::ServiceGone { uid });
         let deleted = async {
             let clb = self.delete_clb(service_key, uid, false).await?;
@@ -607,14 +598,14 @@ impl AwsLoadBalancers {
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
             cluster_name: self.cluster_name.clone(),
-            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
+            legacy_cluster_tag: self.aws.writes_legacy_cluster_tag(),
         }
     }
 
     async fn vpc_and_backends(
         &self,
         instance_ids: &BTreeSet<String>,
-    ) -> Result<(String, Backends), LbError> {
+    ) -> Result<(String, Backends), CloudError> {
         let swept = self.aws.cluster_instances().await?;
         let picked: Vec<usize> = swept
             .iter()
@@ -643,8 +634,8 @@ impl AwsLoadBalancers {
             }
         }
         let vpc_id = self.cluster_vpc(&swept).ok_or_else(|| {
-                LbError::Config(
-                    "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag".into(),
+                CloudError::invalid(
+                    "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag",
                 )
             })?;
         Ok((
@@ -657,7 +648,7 @@ impl AwsLoadBalancers {
         ))
     }
 
-    async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+    async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
         let mut p = self.plan_nlb(req, true).await?;
         let mut warnings = std::mem::take(&mut p.warnings);
         let node_groups = std::mem::take(&mut p.groups);
@@ -718,7 +709,7 @@ impl AwsLoadBalancers {
         service_key: &str,
         uid: &str,
         handover: bool,
-    ) -> Result<bool, LbError> {
+    ) -> Result<bool, CloudError> {
         let aws = &self.aws;
         let thorough = !handover;
         let name = elb::load_balancer_name(uid);

@@ -2,7 +2,7 @@
 //! earlier aws-ccm versions used) and the sweep of its node rules on
 //! deletion.
 
-use super::{AwsLoadBalancers, LbError};
+use super::{AwsLoadBalancers, CloudError};
 use crate::aws::memory::{Applied, Journal};
 use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
@@ -38,7 +38,7 @@ impl AwsLoadBalancers {
     /// Revokes NLB `name`'s node rules from every cluster group and every
     /// group a cluster instance is in (deletion is rare and must leave no
     /// rule). `Ok(true)` when something was revoked.
-    pub(super) async fn revoke_nlb_node_rules(&self, name: &str) -> Result<bool, LbError> {
+    pub(super) async fn revoke_nlb_node_rules(&self, name: &str) -> Result<bool, CloudError> {
         let aws = &self.aws;
         let mut revoked = false;
         let swept = aws.cluster_instances().await?;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Warning;
-use super::{AwsLoadBalancers, EnsureRequest, LbError, NlbPlan};
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, NlbPlan};
 use crate::aws::nlb;
 use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;
@@ -22,7 +22,7 @@ impl AwsLoadBalancers {
         at: &NlbPlan,
         groups: BTreeMap<String, sg::SecurityGroup>,
         warnings: &mut Vec<Warning>,
-    ) -> Result<Vec<String>, LbError> {
+    ) -> Result<Vec<String>, CloudError> {
         let planned = self.plan_nlb_node_rules(req, at, groups, warnings).await?;
         let mut described = Vec::new();
         for (g, ch) in &planned {
@@ -50,7 +50,7 @@ impl AwsLoadBalancers {
         at: &NlbPlan,
         mut groups: BTreeMap<String, sg::SecurityGroup>,
         warnings: &mut Vec<Warning>,
-    ) -> Result<Vec<(sg::SecurityGroup, RuleChanges)>, LbError> {
+    ) -> Result<Vec<(sg::SecurityGroup, RuleChanges)>, CloudError> {
         let aws = &self.aws;
         let cidrs = self
             .memory()

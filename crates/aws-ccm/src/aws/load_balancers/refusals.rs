@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{AwsLoadBalancers, LbError, Warning};
+use super::{AwsLoadBalancers, CloudError, Warning};
 use crate::aws::memory::{Applied, Journal};
 use crate::aws::permissions::{Action, Denial, Probe, Tagging};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
@@ -238,7 +238,7 @@ impl AwsLoadBalancers {
         group: &SecurityGroup,
         changes: &nlb::node_rules::RuleChanges,
         warnings: &mut Vec<Warning>,
-    ) -> Result<bool, LbError> {
+    ) -> Result<bool, CloudError> {
         let mut journal = Journal::default();
         let written = async {
             sg::io::revoke(&self.aws, &mut journal, &group.id, &changes.revoke).await?;
@@ -269,7 +269,7 @@ impl AwsLoadBalancers {
         actual: &nlb::Actual,
         changes: Vec<nlb::Change>,
         warnings: &mut Vec<Warning>,
-    ) -> Result<Vec<nlb::Change>, LbError> {
+    ) -> Result<Vec<nlb::Change>, CloudError> {
         let arns = listener_writes(&changes);
         if arns.is_empty() {
             return Ok(changes);

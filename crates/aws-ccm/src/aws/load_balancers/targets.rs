@@ -23,7 +23,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerSpec};
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, Ensured, LoadBalancerSpec};
 use crate::aws::instances::Shared;
 use crate::aws::memory::Applied;
 use crate::aws::nlb::plan::target_changes;
@@ -131,7 +131,7 @@ impl AwsLoadBalancers {
     pub(super) async fn update_targets_or_ensure(
         &self,
         req: &EnsureRequest,
-    ) -> Result<Ensured, LbError> {
+    ) -> Result<Ensured, CloudError> {
         match self.targets_only(req).await {
             Ok(Some(done)) => return Ok(done),
             Ok(None) => {}
@@ -144,7 +144,7 @@ impl AwsLoadBalancers {
     }
 
     /// `Ok(None)` when the targets-only path does not apply.
-    async fn targets_only(&self, req: &EnsureRequest) -> Result<Option<Ensured>, LbError> {
+    async fn targets_only(&self, req: &EnsureRequest) -> Result<Option<Ensured>, CloudError> {
         let Some(known) = (self.memory().known_targets(&req.uid)).filter(|k| k.spec == req.spec)
         else {
             return Ok(None);

@@ -13,7 +13,7 @@
 //! Both kinds are looked for, the Service's reading first: a type value the
 //! Go CCM reads as a Classic ELB may sit on an NLB made before it was edited.
 
-use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerKind, merged};
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, Ensured, LoadBalancerKind, merged};
 use crate::aws::{elb, nlb};
 
 impl AwsLoadBalancers {
@@ -24,7 +24,7 @@ impl AwsLoadBalancers {
         &self,
         req: &EnsureRequest,
         node_rules: bool,
-    ) -> Result<Ensured, LbError> {
+    ) -> Result<Ensured, CloudError> {
         let first = req.spec.kind;
         let second = match first {
             LoadBalancerKind::Network => LoadBalancerKind::Classic,
@@ -44,7 +44,7 @@ impl AwsLoadBalancers {
         Ok(Ensured::default())
     }
 
-    async fn upkeep_clb(&self, req: &EnsureRequest) -> Result<Option<Ensured>, LbError> {
+    async fn upkeep_clb(&self, req: &EnsureRequest) -> Result<Option<Ensured>, CloudError> {
         let p = self.plan_clb(req, false).await?;
         let Some(lb) = &p.actual.lb else {
             return Ok(None);
@@ -65,7 +65,7 @@ impl AwsLoadBalancers {
         &self,
         req: &EnsureRequest,
         node_rules: bool,
-    ) -> Result<Option<Ensured>, LbError> {
+    ) -> Result<Option<Ensured>, CloudError> {
         let mut p = self.plan_nlb(req, false).await?;
         let Some(hostname) = p.actual.lb.as_ref().map(|lb| lb.dns_name.clone()) else {
             return Ok(None);

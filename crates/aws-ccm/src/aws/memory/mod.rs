@@ -44,7 +44,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::client::AwsClient;
-use super::instances::cache::InstanceCache;
+use super::instances::cache::{InstanceCache, InstanceSettings};
 use super::load_balancers::sweep::{self, LbSweep};
 use super::load_balancers::targets::{Known, KnownLb, TargetCache};
 use super::permissions::{DEFAULT_TTL, Permissions};
@@ -179,11 +179,12 @@ pub(crate) struct Memory {
 pub(crate) struct RecordNotReady(String);
 
 impl Memory {
-    /// Empty memory beside `client`: a write of this process answers over
-    /// listings for the client's consistency window.
-    pub(crate) fn new(client: &AwsClient) -> Memory {
+    /// Empty memory beside `client`, the instances kept as `instances`
+    /// says: a write of this process answers over listings for the
+    /// client's consistency window.
+    pub(crate) fn new(client: &AwsClient, instances: &InstanceSettings) -> Memory {
         Memory {
-            instances: InstanceCache::new(client),
+            instances: InstanceCache::new(client, instances),
             groups: SgView::new(client.options().consistency_patience),
             permissions: Arc::new(Permissions::new(
                 client.cluster_id(),

@@ -43,7 +43,12 @@ impl End {
 
 async fn memory() -> (StubEc2, Memory) {
     let stub = StubEc2::start(fleet(3)).await;
-    let aws = crate::aws::Aws::new(stub.clients(), "demo".into(), ClientOptions::default());
+    let aws = crate::aws::Aws::new(
+        stub.clients(),
+        "demo".into(),
+        ClientOptions::default(),
+        crate::aws::AwsSettings::default(),
+    );
     // Trusted with no resync period: only what an apply says can make an
     // entry stop vouching.
     let memory = aws

@@ -22,15 +22,6 @@ fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<t::Tag> {
         .collect()
 }
 
-/// Whether `e` says the resource is gone.
-pub(super) fn not_found(e: &AwsError) -> bool {
-    e.is_not_found()
-        || matches!(
-            e.code(),
-            Some("LoadBalancerNotFound" | "TargetGroupNotFound" | "ListenerNotFound")
-        )
-}
-
 fn sdk_mappings(m: &[SubnetMapping]) -> Vec<t::SubnetMapping> {
     m.iter()
         .map(|m| {
@@ -304,7 +295,7 @@ impl Applying<'_> {
             {
                 return Err(e);
             }
-            Err(e) if !e.may_have_been_applied() && !not_found(&e) => return Err(e),
+            Err(e) if !e.may_have_been_applied() && !e.is_not_found() => return Err(e),
             _ => {}
         }
         self.out.lb_arn = None;
@@ -519,7 +510,7 @@ impl Applying<'_> {
                     .send()
             });
             match deregistered.await {
-                Err(e) if !(not_found(&e) || e.code() == Some("InvalidTarget")) => {
+                Err(e) if !(e.is_not_found() || e.is_invalid_target()) => {
                     return Err(e);
                 }
                 _ => {}
@@ -597,7 +588,7 @@ impl Applying<'_> {
         });
         match deleted.await {
             Err(e) if e.is_denied() => self.out.refused_listeners.push((arn.to_string(), e)),
-            Err(e) if !not_found(&e) => return Err(e),
+            Err(e) if !e.is_not_found() => return Err(e),
             _ => {}
         }
         Ok(())
@@ -608,7 +599,7 @@ impl Applying<'_> {
             c.delete_target_group().target_group_arn(arn).send()
         });
         match deleted.await {
-            Err(e) if !not_found(&e) => Err(e),
+            Err(e) if !e.is_not_found() => Err(e),
             _ => Ok(()),
         }
     }
@@ -654,7 +645,7 @@ async fn once_visible<F: SdkCall<Client>, T>(
     until_visible(aws, op, what, || async {
         match aws.elbv2(op, &call).await {
             Ok(out) => Ok(find(out)),
-            Err(e) if not_found(&e) => Ok(None),
+            Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
     })

@@ -11,34 +11,12 @@ use super::plan;
 use crate::aws::client::pages::every_page;
 use crate::aws::memory::{Applied, Journal, Write};
 use crate::aws::permissions::{Probe, Tagging, Verdict};
-use crate::aws::{Aws, AwsError, ErrorClass, Operation};
-use crate::provider::routes::{
-    RouteTable, RouteTableSelector, Routes, RoutesError, RoutesErrorKind, TargetInstance,
-};
-
-impl From<AwsError> for RoutesError {
-    fn from(err: AwsError) -> RoutesError {
-        let kind = match err.class() {
-            _ if err.is_already_exists() => RoutesErrorKind::AlreadyExists,
-            ErrorClass::NotFound => RoutesErrorKind::NotFound,
-            ErrorClass::Throttling | ErrorClass::Transient => RoutesErrorKind::Transient,
-            ErrorClass::Fatal => RoutesErrorKind::Permanent,
-        };
-        // EC2 answers DeleteRoute for a missing route with
-        // `InvalidRoute.NotFound`, which the class above already covers.
-        RoutesError {
-            kind,
-            code: err.code().map(str::to_string),
-            message: err.to_string(),
-        }
-    }
-}
+use crate::aws::{Aws, AwsError, Operation};
+use crate::provider::CloudResult;
+use crate::provider::routes::{RouteTable, RouteTableSelector, Routes, TargetInstance};
 
 impl Routes for Aws {
-    async fn route_tables(
-        &self,
-        selector: &RouteTableSelector,
-    ) -> Result<Vec<RouteTable>, RoutesError> {
+    async fn route_tables(&self, selector: &RouteTableSelector) -> CloudResult<Vec<RouteTable>> {
         let filters = &plan::table_filters(selector);
         let mut tables: Vec<RouteTable> = every_page(|next_token| async move {
             let page = self
@@ -63,10 +41,7 @@ impl Routes for Aws {
         Ok(tables)
     }
 
-    async fn instances(
-        &self,
-        ids: &[String],
-    ) -> Result<HashMap<String, TargetInstance>, RoutesError> {
+    async fn instances(&self, ids: &[String]) -> CloudResult<HashMap<String, TargetInstance>> {
         let cluster_id = self.cluster_id();
         let to_target = |i: &crate::aws::Ec2Instance| plan::target_instance(i, cluster_id);
         // The shared, cached sweep of the cluster's instances answers most
@@ -94,7 +69,7 @@ impl Routes for Aws {
         Ok(found)
     }
 
-    async fn disable_source_dest_check(&self, instance_id: &str) -> Result<(), RoutesError> {
+    async fn disable_source_dest_check(&self, instance_id: &str) -> CloudResult<()> {
         let done = self
             .ec2(Operation::Ec2ModifyInstanceAttribute, |ec2| {
                 ec2.modify_instance_attribute()
@@ -117,7 +92,7 @@ impl Routes for Aws {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> Result<(), RoutesError> {
+    ) -> CloudResult<()> {
         // The attempt whose answer was lost made this very route.
         done_if_lost(
             self.ec2(Operation::Ec2CreateRoute, |ec2| {
@@ -132,7 +107,7 @@ impl Routes for Aws {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> Result<(), RoutesError> {
+    ) -> CloudResult<()> {
         self.ec2(Operation::Ec2ReplaceRoute, |ec2| {
             let call = ec2
                 .replace_route()
@@ -148,7 +123,7 @@ impl Routes for Aws {
         Ok(())
     }
 
-    async fn delete_route(&self, table_id: &str, destination: IpNet) -> Result<(), RoutesError> {
+    async fn delete_route(&self, table_id: &str, destination: IpNet) -> CloudResult<()> {
         // The attempt whose answer was lost removed it.
         done_if_lost(
             self.ec2(Operation::Ec2DeleteRoute, |ec2| {
@@ -168,10 +143,10 @@ impl Routes for Aws {
 
 /// A route write's outcome: done when it failed only because the answer of
 /// an attempt that made the change was lost.
-fn done_if_lost<T>(result: Result<T, AwsError>) -> Result<(), RoutesError> {
+fn done_if_lost<T>(result: Result<T, AwsError>) -> CloudResult<()> {
     match result {
         Err(err) if err.applied_before_answer_lost() => Ok(()),
-        other => other.map(|_| ()).map_err(RoutesError::from),
+        other => Ok(other.map(drop)?),
     }
 }
 

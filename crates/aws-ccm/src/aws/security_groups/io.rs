@@ -376,7 +376,7 @@ pub(crate) async fn revoke(
         })
         .await
     {
-        Err(e) if e.code() == Some("InvalidPermission.NotFound") || e.is_not_found() => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
     };
     journal.group_write(group_id, &done, || Write::Revoked {
