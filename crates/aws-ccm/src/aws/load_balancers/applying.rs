@@ -101,12 +101,12 @@ impl AwsLoadBalancers {
         groups: GroupSets,
         lb: KnownLb,
     ) {
-        let known = Known {
+        let known = Box::new(Known {
             spec: req.spec.clone(),
             hostname: hostname.to_string(),
             groups,
             lb,
-        };
+        });
         let uid = &req.uid;
         self.memory().applied(Applied::EnsuredInFull { uid, known });
     }

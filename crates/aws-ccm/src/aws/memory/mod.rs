@@ -137,7 +137,7 @@ pub(crate) enum Applied<'a> {
     },
     /// A full ensure of Service `uid` wrote everything it planned: what the
     /// targets-only path needs next time.
-    EnsuredInFull { uid: &'a str, known: Known },
+    EnsuredInFull { uid: &'a str, known: Box<Known> },
     /// Targets moved outside a full ensure (the targets-only path, upkeep)
     /// on load balancer `name`: sweeps that started before no longer answer
     /// for it. `classic`: the targets-only path moved a classic ELB's
@@ -308,7 +308,7 @@ impl Memory {
                 in_full,
                 changed,
             } => self.sweep.synced(name, digest, in_full, changed),
-            Applied::EnsuredInFull { uid, known } => self.targets.record(uid, known),
+            Applied::EnsuredInFull { uid, known } => self.targets.record(uid, *known),
             Applied::TargetsMoved { name, classic } => {
                 self.sweep.touch(name);
                 if let Some((uid, known, instances)) = classic {

@@ -151,7 +151,7 @@ async fn a_sync_that_did_not_end_ok_leaves_its_load_balancer_and_targets_to_be_r
         // What an earlier, complete sync left.
         memory.applied(Applied::EnsuredInFull {
             uid,
-            known: known(&["i-1"]),
+            known: Box::new(known(&["i-1"])),
         });
         let (in_full, changed) = (true, false);
         memory.applied(Applied::Settings {
@@ -178,7 +178,7 @@ async fn a_sync_that_did_not_end_ok_leaves_its_load_balancer_and_targets_to_be_r
                 });
                 memory.applied(Applied::EnsuredInFull {
                     uid,
-                    known: known(&["i-1", "i-2"]),
+                    known: Box::new(known(&["i-1", "i-2"])),
                 });
             }
             _ => memory.applied(Applied::SyncFailed { uid }),
@@ -210,7 +210,7 @@ async fn moved_targets_are_known_only_after_the_move_ended_ok() {
         let before = known(&["i-1"]);
         memory.applied(Applied::EnsuredInFull {
             uid,
-            known: before.clone(),
+            known: Box::new(before.clone()),
         });
         let want = BTreeSet::from(["i-2".to_string()]);
         match end {
@@ -259,7 +259,7 @@ async fn a_deleted_service_leaves_nothing_that_vouches() {
     let name = crate::aws::elb::load_balancer_name(uid);
     memory.applied(Applied::EnsuredInFull {
         uid,
-        known: known(&["i-1"]),
+        known: Box::new(known(&["i-1"])),
     });
     memory.applied(Applied::Settings {
         name: &name,
