@@ -54,7 +54,6 @@ enum Queued {
     },
     /// Answered once everything queued before it is written (tests wait
     /// on it).
-    #[cfg(test)]
     Flush(tokio::sync::oneshot::Sender<()>),
 }
 
@@ -118,8 +117,8 @@ impl Events {
     }
 
     /// Waits until every event queued before this call is written (or its
-    /// write failed).
-    #[cfg(test)]
+    /// write failed). The in-process tests (`tests/in_process/events.rs`)
+    /// wait on it.
     pub async fn flushed(&self) {
         let (done, wait) = tokio::sync::oneshot::channel();
         if self.queue.send(Queued::Flush(done)).await.is_ok() {
@@ -142,7 +141,6 @@ impl Writer {
                         tracing::warn!(error = %e, reason, object = ?object.name, "failed to publish event");
                     }
                 }
-                #[cfg(test)]
                 Queued::Flush(done) => {
                     let _ = done.send(());
                 }

@@ -197,7 +197,7 @@ struct Held {
 }
 
 /// How one node's patch ended.
-enum PatchOutcome {
+pub enum PatchOutcome {
     Assigned,
     /// Someone else set the node's CIDRs first.
     TakenByOther(Vec<IpNet>),
@@ -667,6 +667,49 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         if wait(&stop, Some(retry), changed(&mut node_changes)).await == Wake::Stopped {
             return;
         }
+    }
+}
+
+/// What `tests/in_process/node_ipam.rs` drives against the API test
+/// server: the allocator without the controller's loop, and the CIDR patch.
+/// Not an interface: the controller is [`run`].
+#[doc(hidden)]
+pub mod testing {
+    use super::*;
+
+    /// The allocator and its bookkeeping, as [`run`] holds them.
+    pub struct Allocation(Ipam);
+
+    impl Allocation {
+        pub fn new(config: NodeCidrAllocation, api: Api<Node>, events: Events) -> Allocation {
+            Allocation(Ipam::new(config, api, events))
+        }
+
+        /// [`run`]'s start: every CIDR the nodes hold, from a quorum list.
+        pub async fn rebuild(&mut self) -> Result<(), kube::Error> {
+            self.0.rebuild().await
+        }
+
+        /// [`run`]'s pass over the node cache.
+        pub async fn sync(&mut self, nodes: &[std::sync::Arc<Node>]) {
+            self.0.sync(nodes).await
+        }
+
+        /// The first sign of another allocator, after which nothing is
+        /// allocated.
+        pub fn other(&self) -> Option<&OtherAllocator> {
+            self.0.other.as_ref()
+        }
+    }
+
+    pub async fn patch_pod_cidrs(
+        api: &Api<Node>,
+        name: &str,
+        uid: &str,
+        resource_version: Option<String>,
+        cidrs: &[IpNet],
+    ) -> PatchOutcome {
+        super::patch_pod_cidrs(api, name, uid, resource_version, cidrs).await
     }
 }
 
