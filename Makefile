@@ -46,6 +46,7 @@ lint: tools
 	$(VENV)/bin/python crates/ccm-testkit/src/apiserver/openapi/gen-openapi.py --check
 	scripts/check-dockerfile.sh
 	scripts/check-doc-paths.sh
+	scripts/check-readme-picture.sh
 	$(VENV)/bin/python scripts/gen-compatibility-names.py --check
 	scripts/check-observability.sh
 	$(VENV)/bin/python scripts/check-sizes.py
