@@ -70,7 +70,8 @@ RECORD_ENV := AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) AWS_CCM_RECORD_KUBE_REQUESTS=
 # for 10 % more test time.
 TEST_THREADS ?= $(shell echo $$(( $$(nproc) * 2 )))
 
-## test: everything CI runs; the IAM and RBAC coverage tests run last, on what the suite recorded
+## test: everything CI runs; the IAM and RBAC coverage tests run last, on what the suite recorded,
+## then the check that `make sandbox` would compile no dependency again
 test: lint unit
 	rm -rf $(RECORD_DIR) $(KUBE_RECORD_DIR) && mkdir -p $(RECORD_DIR) $(KUBE_RECORD_DIR)
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass \
@@ -81,6 +82,7 @@ test: lint unit
 	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_requests_are_allowed)'
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
 	  --ignore-default-filter -E 'binary(rbac_policy) & test(recorded_requests_are_allowed)'
+	scripts/check-one-build.sh
 
 ## unit: the library tests; none may start moto, the API test server or the fault proxy
 ## (AWS_CCM_NO_SERVERS makes them refuse): a test that needs one lives under its crate's tests/
