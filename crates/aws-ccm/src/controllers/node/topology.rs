@@ -13,9 +13,11 @@
 //! [`MAX_TOPOLOGY_IDS`] nodes whatever the machine's speed. The queue runs
 //! behind the cloud-node controller's ([`Workers::behind`]): it takes keys
 //! once that queue has nothing due and nothing in progress, one batch of
-//! [`MAX_TOPOLOGY_IDS`] at a time, until every due question is asked: the nodes of a join gather while the join lasts,
-//! however long it lasts, and the labels follow its last initialization
-//! without taking the API budget the join's own writes need. A window of
+//! up to [`MAX_TOPOLOGY_IDS`] in flight at a time, the next taking every
+//! question that queued meanwhile, until every due one is asked: the nodes
+//! of a join gather while the join lasts, however long it lasts, and the
+//! labels follow its last initialization without taking the API budget
+//! the join's own writes need. A window of
 //! time (it once was one second) counted the machine's speed instead: a
 //! slower join spread over more windows, and 122 joining nodes cost 43
 //! calls where 2 do. [`MAX_GATHER`] only bounds how late labels come behind
