@@ -232,3 +232,37 @@ async fn write_labels<I: Instances>(
         other => other.map(|_| ()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::FutureExt;
+
+    fn idle(labeller: &Labeller) -> bool {
+        labeller.queue.idle().now_or_never().is_some()
+    }
+
+    /// A queued question keeps its place (and, after a failure, its
+    /// backoff): asking again neither replaces nor re-adds it; a forgotten
+    /// node leaves the queue, and an answered one may be asked anew.
+    #[tokio::test(start_paused = true)]
+    async fn a_question_is_queued_once_and_forgetting_it_leaves_the_queue() {
+        let labeller = Labeller::new();
+        assert!(idle(&labeller));
+        labeller.ask("n", "i-1", Some("p4d.24xlarge"), Class::UserWaits);
+        assert!(!idle(&labeller), "due at once");
+        labeller.ask("n", "i-2", None, Class::Background);
+        assert_eq!(
+            labeller.question("n"),
+            Some(("i-1".to_string(), Some("p4d.24xlarge".to_string())))
+        );
+        labeller.forget("n");
+        assert!(!labeller.contains("n"));
+        assert!(idle(&labeller), "nothing due once forgotten");
+        labeller.ask("m", "i-3", None, Class::Background);
+        labeller.answered("m");
+        assert!(!labeller.contains("m"));
+        labeller.ask("m", "i-4", None, Class::Background);
+        assert_eq!(labeller.question("m"), Some(("i-4".to_string(), None)));
+    }
+}
