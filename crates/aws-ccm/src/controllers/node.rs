@@ -9,9 +9,9 @@
 //! one resourceVersion-guarded merge patch of labels, providerID and taints);
 //! emit `Synced`. When the instance cannot be found or AWS fails, the taint
 //! stays, a Warning event says what was looked up, and the node is retried
-//! with exponential backoff: a node is never initialized from a guess.
+//! with the queue's backoff: a node is never initialized from a guess.
 //! Nothing but the instance (and the cached zone IDs) holds the taint: the
-//! network-node labels come afterwards, from [`topology`]'s own task.
+//! network-node labels come afterwards, from [`topology`]'s own queue.
 //!
 //! A node whose providerID names a zone of another Region is left as it
 //! is, taint and all, with no AWS call: it is that Region's CCM's to
@@ -20,9 +20,12 @@
 //! Every `--node-status-update-frequency` the addresses of all initialized
 //! nodes are refreshed from the shared cluster sweep ([`status`]).
 //!
-//! Triggers come from the shared node informer ([`changes`]); the
-//! reconciles run in kube-runtime's controller with `--concurrent-node-syncs`
-//! workers, which dedups and requeues per node.
+//! Scheduling is the keyed queue's ([`Keyed`], queue name `Nodes`, as the
+//! Go controller's): this file says which Nodes have work ([`on_changes`],
+//! from the shared node informer's [`changes`]) and what the work is
+//! ([`reconcile`]); the queue runs it with `--concurrent-node-syncs`
+//! workers, never twice at once for one Node, and retries a failure after
+//! [`RETRY`].
 
 pub mod changes;
 pub mod identity;
@@ -33,32 +36,40 @@ mod progress;
 mod status;
 mod topology;
 
+use std::collections::HashSet;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::controller::{Action, Config, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
+use self::changes::Changes;
 use self::identity::{IdentityError, Lookup};
 use self::lookups::Prefetcher;
 use self::plan::{InitPlan, PlanContext, PlanError};
 use self::progress::ProgressBook;
 use super::ControllerContext;
 use super::events::Events;
+use super::schedule::keyed::{Class, Keyed, Outcome, Taken, Workers};
+use crate::backoff::Backoff;
 use crate::cloud_config::IpFamily;
 use crate::provider::Cloud;
 use crate::provider::CloudError;
 use crate::provider::instances::{Instance, Instances};
 
-/// How long lookups for newly seen nodes wait for company (see [`lookups`]).
-const GATHER_WINDOW: Duration = Duration::from_millis(300);
+/// The wait before a Node whose initialization failed is tried again: 1 s,
+/// doubling to 5 min; a change of what it is looked up by tries it at once.
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+/// How long the first lookup of a newly seen node waits for company (see
+/// [`lookups`]).
+const GATHER: Duration = Duration::from_millis(300);
 /// Attempts of the guarded spec patch when other writers keep winning.
 const CONFLICT_ATTEMPTS: usize = 8;
 
@@ -143,7 +154,7 @@ pub(crate) struct Shared<I: Instances> {
     prefetch: Prefetcher<I>,
     progress: ProgressBook,
     /// Nodes waiting for their network-node labels ([`topology`]).
-    topology: topology::Queue,
+    topology: topology::Labeller,
 }
 
 impl<I: Instances> Shared<I> {
@@ -175,140 +186,136 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         workers,
         prefetch: Prefetcher::new(
             ctx.provider.clone(),
-            GATHER_WINDOW,
+            GATHER,
             ctx.options.options.aws_instance_sweep_ttl,
         ),
         progress: ProgressBook::default(),
-        topology: topology::Queue::default(),
+        topology: topology::Labeller::new(),
     });
-    // client-go's workqueue metrics under the Go controller's queue name;
-    // the labeller asks its questions when this queue rests.
-    let queue = super::schedule::workqueue::Queue::new("Nodes");
+    let queue = Keyed::new("Nodes", RETRY);
+    // The labeller asks its questions when this queue rests.
     let labeller = tokio::spawn(topology::run(shared.clone(), queue.clone(), stop.clone()));
-
+    let prefetcher = shared.prefetch.clone();
+    let (prefetch_stop, refresh_stop) = (stop.clone(), stop.clone());
+    let prefetch = tokio::spawn(async move { prefetcher.run(&prefetch_stop).await });
     let refresher = tokio::spawn(status::run(
         shared.clone(),
         ctx.options.options.node_status_update_frequency,
-        stop.clone(),
+        refresh_stop,
     ));
 
-    let triggers = triggers(&ctx, shared.clone(), queue.clone());
-
+    let triggers = changes::node_changes(ctx.nodes.clone(), &ctx.node_feed)
+        .take_until(stop.clone().cancelled_owned())
+        .for_each(|changes| {
+            on_changes(&shared, &queue, changes);
+            futures::future::ready(())
+        });
     tracing::info!(workers, "cloud-node controller started");
-    let (taken, retried) = (queue.clone(), queue);
-    let reconcile = move |node: Arc<Node>, shared: Arc<Shared<C>>| {
-        let work = taken.take(&node.name_any());
-        async move {
-            let done = reconcile(node, shared).await;
-            drop(work);
-            done
-        }
-    };
-    let error_policy = move |node: Arc<Node>, err: &NodeError, shared: Arc<Shared<C>>| {
-        retried.retry();
-        error_policy(node, err, shared)
-    };
-    Controller::for_stream(triggers, ctx.nodes.clone())
-        .with_config(Config::default().concurrency(workers.min(u16::MAX as usize) as u16))
-        .graceful_shutdown_on(stop.clone().cancelled_owned())
-        .run(reconcile, error_policy, shared)
-        .for_each(|_| futures::future::ready(()))
-        .await;
-    let _ = tokio::join!(refresher, labeller);
-}
-
-/// The Nodes with work for [`reconcile`], from the informer's changes; the
-/// prefetch, progress and topology books follow every change on the way.
-fn triggers<C: Cloud>(
-    ctx: &ControllerContext<C>,
-    shared: Arc<Shared<C>>,
-    queue: super::schedule::workqueue::Queue,
-) -> impl futures::Stream<Item = Result<Node, kube::runtime::watcher::Error>> + Send + 'static {
-    changes::node_changes(ctx.nodes.clone(), &ctx.node_feed).flat_map(move |changes| {
-        let shared = &shared;
-        for node in &changes.applied {
-            if !plan::is_uninitialized(node) {
-                shared.prefetch.cancel(&node.name_any());
-                shared.progress.forget(&node.name_any());
-                topology::queue_initialized(node, shared);
-            } else if let Ok(lookup) = identity::lookup_for_node(node, &shared.region)
-                && shared.progress.wants_lookup(node, &lookup)
-            {
-                shared.prefetch.prefetch(&node.name_any(), lookup);
+    let work = {
+        let shared = shared.clone();
+        move |taken: Vec<Taken>| {
+            let shared = shared.clone();
+            async move {
+                let mut outcomes = Vec::with_capacity(taken.len());
+                for t in &taken {
+                    outcomes.push(reconcile_key(&shared, t).await);
+                }
+                outcomes
             }
         }
-        if !changes.deleted.is_empty() {
-            let store = shared.nodes.clone();
-            shared
-                .prefetch
-                .retain(|name| store.get(&ObjectRef::new(name)).is_some());
-            for node in &changes.deleted {
-                shared.progress.forget(&node.name_any());
-                shared.topology.forget(&node.name_any());
-                // The controller skips a key whose object is gone: it is
-                // never taken, so it must not stay due.
-                queue.forget(&node.name_any());
-                outside_region::forget(node);
-            }
-        }
-        // Only nodes with work reach the controller: at start-up every
-        // node of the cluster is "applied", and queueing thousands of
-        // initialized ones would cost a no-op reconcile each and leave
-        // the scheduler's queue sized for all of them.
-        let due: Vec<_> = (changes.applied.into_iter())
-            .filter(|n| needs_reconcile(n))
-            .collect();
-        for n in &due {
-            queue.due(&n.name_any());
-        }
-        futures::stream::iter(
-            due.into_iter()
-                .map(|n| Ok::<Node, kube::runtime::watcher::Error>(Node::clone(&n))),
-        )
-    })
-}
-
-/// Whether a changed node has work for [`reconcile`]: initializing, or a
-/// beta label without its GA twin.
-fn needs_reconcile(node: &Node) -> bool {
-    plan::is_uninitialized(node) || !plan::plan_label_twins(node).is_empty()
-}
-
-fn error_policy<I: Instances>(node: Arc<Node>, err: &NodeError, shared: Arc<Shared<I>>) -> Action {
-    let lookup = identity::lookup_for_node(&node, &shared.region).ok();
-    let delay = shared.progress.failed(&node.name_any(), lookup);
-    tracing::warn!(node = %node.name_any(), error = %err, retry_in = ?delay, "node not initialized");
-    Action::requeue(delay)
-}
-
-#[tracing::instrument(skip_all, fields(node = %node.name_any()))]
-async fn reconcile<I: Instances>(
-    node: Arc<Node>,
-    shared: Arc<Shared<I>>,
-) -> Result<Action, NodeError> {
-    // The scheduler read the node from the cache when it released the
-    // request, which may be a while before this runs: meanwhile the cache
-    // may have brought our own initializing write, and the triggers have
-    // then forgotten that we made it. Work from what the cache holds now,
-    // or that stale tainted copy is initialized a second time.
-    let Some(node) = shared.nodes.get(&ObjectRef::from_obj(&*node)) else {
-        return Ok(Action::await_change());
     };
-    if !plan::is_uninitialized(&node) {
-        return reconcile_initialized(&node, &shared).await;
+    tokio::join!(triggers, queue.run(&stop, Workers::each(workers), work));
+    let _ = tokio::join!(refresher, labeller, prefetch);
+}
+
+/// Says which Nodes have work for [`reconcile`], from the informer's
+/// changes; the prefetch, progress and topology books follow every change
+/// on the way.
+fn on_changes<I: Instances>(shared: &Shared<I>, queue: &Keyed, changes: Changes) {
+    // A node replaced by a new one of the same name is in both lists: its
+    // books start over, and its key stays for the new one.
+    let applied: HashSet<String> = changes.applied.iter().map(|n| n.name_any()).collect();
+    for node in &changes.deleted {
+        let name = node.name_any();
+        shared.progress.forget(&name);
+        shared.topology.forget(&name);
+        outside_region::forget(node);
+        if !applied.contains(&name) {
+            shared.prefetch.cancel(&name);
+            queue.forget(&name);
+        }
+    }
+    for node in &changes.applied {
+        let name = node.name_any();
+        if !plan::is_uninitialized(node) {
+            shared.prefetch.cancel(&name);
+            shared.progress.forget(&name);
+            topology::queue_initialized(node, shared);
+            // Only nodes with work reach the queue: at start-up every node
+            // of the cluster is "applied", and thousands of initialized ones
+            // would cost a no-op reconcile each.
+            if !plan::plan_label_twins(node).is_empty() {
+                queue.add(&name, Class::Background);
+            }
+            continue;
+        }
+        let lookup = identity::lookup_for_node(node, &shared.region);
+        // An attempt by the same lookup is in progress, or failed and is
+        // retried after its backoff: this change does not bring it sooner.
+        let by = match &lookup {
+            Ok(lookup) => Some(lookup),
+            Err(IdentityError::Fargate { .. } | IdentityError::OutsideRegion(_)) => {
+                queue.add(&name, Class::UserWaits);
+                continue;
+            }
+            Err(_) => None,
+        };
+        if !shared.progress.wants_attempt(&name, by) {
+            continue;
+        }
+        if let Some(lookup) = by
+            && shared.progress.wants_lookup(node, lookup)
+        {
+            shared.prefetch.prefetch(&name, lookup.clone());
+        }
+        queue.add(&name, Class::UserWaits);
+    }
+}
+
+/// One key of the queue: the Node as the cache has it now (the key may
+/// have waited a while; meanwhile the cache may have brought our own
+/// initializing write), reconciled.
+async fn reconcile_key<I: Instances>(shared: &Shared<I>, taken: &Taken) -> Outcome {
+    let Some(node) = shared.nodes.get(&ObjectRef::new(&taken.key)) else {
+        return Outcome::Done;
+    };
+    let span = tracing::info_span!("reconcile", node = %taken.key);
+    match reconcile(&node, shared).instrument(span).await {
+        Ok(()) => Outcome::Done,
+        Err(err) => {
+            let failures = taken.failures + 1;
+            tracing::warn!(node = %taken.key, error = %err, failures, "node not initialized; retried with backoff");
+            Outcome::Retry
+        }
+    }
+}
+
+async fn reconcile<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<(), NodeError> {
+    if !plan::is_uninitialized(node) {
+        return reconcile_initialized(node, shared).await;
     }
     // A tainted copy of a node this process just initialized is the cache
     // lagging behind our own write: ask the API server, not AWS.
-    if !shared.progress.recently_initialized(&node) {
-        return initialize(&node, &shared).await;
+    if !shared.progress.recently_initialized(node) {
+        return initialize(node, shared).await;
     }
     let name = node.name_any();
     match shared.api().get_opt(&name).await {
         Ok(Some(fresh)) if !plan::is_uninitialized(&fresh) => {
-            reconcile_initialized(&fresh, &shared).await
+            reconcile_initialized(&fresh, shared).await
         }
-        Ok(Some(fresh)) => initialize(&fresh, &shared).await,
-        Ok(None) => Ok(Action::await_change()),
+        Ok(Some(fresh)) => initialize(&fresh, shared).await,
+        Ok(None) => Ok(()),
         Err(source) => Err(NodeError::Kube { node: name, source }),
     }
 }
@@ -318,10 +325,9 @@ async fn reconcile<I: Instances>(
 async fn reconcile_initialized<I: Instances>(
     node: &Node,
     shared: &Shared<I>,
-) -> Result<Action, NodeError> {
+) -> Result<(), NodeError> {
     shared.progress.forget(&node.name_any());
-    reconcile_label_twins(node, shared).await?;
-    Ok(Action::await_change())
+    reconcile_label_twins(node, shared).await
 }
 
 /// Keeps GA labels next to their beta twins on initialized nodes (no AWS).
@@ -349,10 +355,9 @@ async fn reconcile_label_twins<I: Instances>(
 /// Initializes a tainted node, in steps: the lookup (or a wait), the
 /// instance, the plan, then the writes; then queues its network-node
 /// question, which holds nothing.
-async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Action, NodeError> {
-    let lookup = match start_lookup(node, shared).await? {
-        Ok(lookup) => lookup,
-        Err(action) => return Ok(action),
+async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<(), NodeError> {
+    let Some(lookup) = start_lookup(node, shared).await? else {
+        return Ok(());
     };
     let instance = find_instance(node, shared, &lookup).await?;
     let zone_ids = zone_ids(node, shared, &lookup).await?;
@@ -364,12 +369,12 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
     let plan = plan_for(node, shared, &instance, &cx).await?;
     tracing::info!(instance = %instance.id, plan = %plan, "initializing node");
     let Some(applied) = apply(node, &instance, plan, &cx, shared).await? else {
-        return Ok(Action::await_change());
+        return Ok(());
     };
     shared.progress.succeeded(&applied);
     if plan::wants_network_nodes(&applied) {
-        let instance_type = instance.instance_type.as_deref();
-        (shared.topology).ask(&applied.name_any(), &instance.id, instance_type);
+        let (name, instance_type) = (applied.name_any(), instance.instance_type.as_deref());
+        (shared.topology).ask(&name, &instance.id, instance_type, Class::UserWaits);
     }
     METRICS.initial_sync_delay.observe(age_seconds(&applied));
     shared
@@ -381,43 +386,36 @@ async fn initialize<I: Instances>(node: &Node, shared: &Shared<I>) -> Result<Act
         )
         .await;
     tracing::info!(instance = %instance.id, "node initialized");
-    Ok(Action::await_change())
+    Ok(())
 }
 
-/// How to find the node's instance; `Err(action)` when there is nothing to
-/// do now (a Fargate node, a node of another Region, or a backoff still
-/// running).
+/// How to find the node's instance; `None` when there is nothing to do (a
+/// Fargate node, a node of another Region).
 async fn start_lookup<I: Instances>(
     node: &Node,
     shared: &Shared<I>,
-) -> Result<Result<Lookup, Action>, NodeError> {
+) -> Result<Option<Lookup>, NodeError> {
     let name = node.name_any();
     let lookup = match identity::lookup_for_node(node, &shared.region) {
         Ok(lookup) => lookup,
         Err(err @ IdentityError::Fargate { .. }) => {
             tracing::info!(error = %err, "skipping node");
-            return Ok(Err(Action::await_change()));
+            return Ok(None);
         }
         Err(IdentityError::OutsideRegion(outside)) => {
             outside_region::report(&shared.events, node, &outside).await;
-            return Ok(Err(Action::await_change()));
+            return Ok(None);
         }
         Err(err) => {
-            // Other changes to the node do not make the warning come sooner.
-            if let Some(wait) = shared.progress.backoff_left(&name, None) {
-                return Ok(Err(Action::requeue(wait)));
-            }
+            shared.progress.tried(&name, None);
             shared
                 .warn(node, EVENT_INVALID_PROVIDER_ID, err.to_string())
                 .await;
             return Err(err.into());
         }
     };
-    if let Some(wait) = shared.progress.backoff_left(&name, Some(&lookup)) {
-        return Ok(Err(Action::requeue(wait)));
-    }
-    shared.progress.start(&name);
-    Ok(Ok(lookup))
+    shared.progress.tried(&name, Some(lookup.clone()));
+    Ok(Some(lookup))
 }
 
 /// The node's instance; a Warning event when it is not found, the lookup

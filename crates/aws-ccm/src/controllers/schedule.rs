@@ -16,9 +16,9 @@
 //! * **Metrics.** Every queue reports to [`workqueue::Queue`], client-go's
 //!   `workqueue_*` families under the Go controllers' queue names.
 //!
-//! The cloud-node controller reacts to one Node at a time, so it runs in
-//! kube-runtime's `Controller` (its triggers, dedup and concurrency) with
-//! these pieces for its backoff and metrics. The others act on sets (every
+//! The cloud-node controller, its network-node labeller and its instance
+//! prefetch run on [`keyed::Keyed`], the one keyed scheduler (its due
+//! instants, retries and `workqueue_*`). The others act on sets (every
 //! Service a node change reaches, every route of the cluster, every Node to
 //! tag in one call), which per-object reconciles cannot express; the first
 //! line of each one's file says what it needs. docs/operations.md, "When

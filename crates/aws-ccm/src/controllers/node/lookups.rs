@@ -1,12 +1,16 @@
 //! Finding nodes' instances with as few AWS calls as possible.
 //!
 //! * [`Prefetcher`]: lookups for uninitialized nodes start as soon as the
-//!   node is seen, gathered into short windows, so a join burst becomes a
-//!   handful of batched `DescribeInstances` calls whatever the number of
-//!   workers (`--concurrent-node-syncs` bounds the writes to the API
-//!   server, not the reads from AWS). Once a burst holds [`SWEEP_FROM`]
-//!   lookups, its windows read the cached cluster sweep instead (1,000
-//!   instances per call, one read per sweep lifetime).
+//!   node is seen, so a join burst becomes a handful of batched
+//!   `DescribeInstances` calls whatever the number of workers
+//!   (`--concurrent-node-syncs` bounds the writes to the API server, not the
+//!   reads from AWS). When they are sent is a keyed queue's
+//!   ([`crate::controllers::schedule::keyed`]) with one key, "lookups
+//!   waiting": due once the first waiting lookup has waited the gathering
+//!   time, and never worked twice at once, so lookups seen while a batch is
+//!   in flight go together in the next one. Once a burst holds
+//!   [`SWEEP_FROM`] lookups, its batches read the cached cluster sweep
+//!   instead (1,000 instances per call, one read per sweep lifetime).
 //! * [`SweepIndex`]: the shared cluster sweep indexed by instance ID and
 //!   private DNS name, for the periodic controllers.
 
@@ -17,12 +21,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::task::JoinHandle;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::identity::Lookup;
+use crate::backoff::Backoff;
+use crate::controllers::schedule::keyed::{Class, Keyed, Outcome, Workers};
+use crate::provider::CloudResult;
 use crate::provider::instances::{Found, Instance, InstanceState, Instances};
-use crate::provider::{CloudError, CloudResult, ErrorKind};
 
 /// One lookup, straight to the cloud (coalesced there with concurrent ones).
 pub async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
@@ -32,26 +39,31 @@ pub async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
     }
 }
 
+/// A node's lookup, started: its answer, once its batch is sent.
 struct Pending {
     lookup: Lookup,
-    task: JoinHandle<Found>,
+    answer: oneshot::Receiver<Found>,
 }
 
 #[derive(Default)]
 struct State {
     pending: HashMap<String, Pending>,
-    /// The open gathering window.
-    window: Option<Arc<Window>>,
-    /// The burst the windows of the last burst span belong to.
+    /// Lookups not sent yet, each with where its answer goes (closed when
+    /// the node's lookup was cancelled or replaced: then it is not sent).
+    waiting: Vec<(Lookup, oneshot::Sender<Found>)>,
+    /// The burst the last lookups belong to: when it began, and its count.
     burst: Option<(Instant, Arc<Burst>)>,
 }
 
-/// Lookups in one burst at which its windows share the cluster sweep
+/// The one key of the prefetch queue.
+const WAITING: &str = "lookups waiting";
+
+/// Lookups in one burst at which its batches share the cluster sweep
 /// instead of going by name: more than one batched name lookup's worth
 /// (the client sends at most 200 names per call), while the sweep reads
 /// 1,000 instances per call and the client keeps it for 30 s. A join burst
 /// of N nodes thus costs about N / 1,000 calls, not N / 200, however its
-/// nodes spread over the windows.
+/// nodes spread over the batches.
 pub const SWEEP_FROM: usize = 200;
 
 /// How long a burst counts its lookups in the tests: the default of the
@@ -60,7 +72,7 @@ pub const SWEEP_FROM: usize = 200;
 const BURST_SPAN: Duration = Duration::from_secs(30);
 
 /// Lookups started within one burst span, and the index of the sweep
-/// they last shared (built once per sweep read, not once per window).
+/// they last shared (built once per sweep read, not once per batch).
 #[derive(Default)]
 struct Burst {
     lookups: AtomicUsize,
@@ -77,156 +89,169 @@ impl Burst {
             _ => index.insert(Arc::new(SweepIndex::new(sweep))).clone(),
         }
     }
-}
 
-/// One gathering window: when it fires, the burst it belongs to, and the
-/// sweep its lookups share when the burst is large enough.
-struct Window {
-    fire: Instant,
-    burst: Arc<Burst>,
-    sweep: tokio::sync::OnceCell<Option<Arc<SweepIndex>>>,
-}
-
-impl Window {
-    /// The sweep, read once for the whole window (`None` while the burst is
+    /// The sweep for a batch of this burst (`None` while the burst is
     /// small, or when the sweep failed: then each lookup goes on its own).
     async fn sweep<I: Instances>(&self, cloud: &I) -> Option<Arc<SweepIndex>> {
-        if self.burst.lookups.load(Ordering::Relaxed) < SWEEP_FROM {
+        if self.lookups.load(Ordering::Relaxed) < SWEEP_FROM {
             return None;
         }
-        self.sweep
-            .get_or_init(|| async {
-                match cloud.cluster_instances().await {
-                    Ok(sweep) => Some(self.burst.index(&sweep)),
-                    Err(err) => {
-                        tracing::debug!(error = %err, "cluster sweep failed: looking nodes up one by one");
-                        None
-                    }
-                }
-            })
-            .await
-            .clone()
+        match cloud.cluster_instances().await {
+            Ok(sweep) => Some(self.index(&sweep)),
+            Err(err) => {
+                tracing::debug!(error = %err, "cluster sweep failed: looking nodes up one by one");
+                None
+            }
+        }
     }
 }
 
 /// Starts lookups early and hands each result to the node's reconcile.
+/// Cheap to clone; [`Prefetcher::run`] sends the lookups.
 pub struct Prefetcher<I: Instances> {
+    inner: Arc<Inner<I>>,
+}
+
+impl<I: Instances> Clone for Prefetcher<I> {
+    fn clone(&self) -> Self {
+        Prefetcher {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<I> {
     cloud: I,
-    gather: Duration,
     burst_span: Duration,
+    queue: Keyed,
     state: Mutex<State>,
 }
 
 impl<I: Instances> Prefetcher<I> {
-    /// Lookups started within `gather` of each other are sent together;
-    /// a burst counts its lookups for `burst_span`, the sweep's lifetime
-    /// (`--aws-instance-sweep-ttl`), so a burst's windows share one read.
+    /// Lookups are sent once the first of them has waited `gather` (those
+    /// that come meanwhile go along); a burst counts its lookups for
+    /// `burst_span`, the sweep's lifetime (`--aws-instance-sweep-ttl`), so
+    /// a burst's batches share one read.
     pub fn new(cloud: I, gather: Duration, burst_span: Duration) -> Prefetcher<I> {
+        // The queue's settling rule with the cap equal to the quiet time:
+        // due `gather` after the first add, whatever follows it. Its work
+        // never fails (a failed lookup is its node's failure), so the
+        // backoff is never used.
+        let queue = Keyed::settling(
+            "instance-prefetch",
+            Backoff::new(gather, gather),
+            (gather, gather),
+        );
         Prefetcher {
-            cloud,
-            gather,
-            burst_span,
-            state: Mutex::default(),
+            inner: Arc::new(Inner {
+                cloud,
+                burst_span,
+                queue,
+                state: Mutex::default(),
+            }),
         }
+    }
+
+    /// Sends the waiting lookups, a batch at a time, until `stop`; a
+    /// reconcile waiting for a lookup not sent by then looks it up itself.
+    pub async fn run(&self, stop: &CancellationToken) {
+        let this = self.clone();
+        let work = move |_| {
+            let this = this.clone();
+            async move {
+                this.send_waiting().await;
+                vec![Outcome::Done]
+            }
+        };
+        self.inner.queue.run(stop, Workers::each(1), work).await;
+        self.inner.state.lock().waiting.clear();
     }
 
     /// Starts looking up `node`'s instance unless that lookup is already
     /// under way. Only the instance: nothing else is asked before the
     /// node's taint can come off.
     pub fn prefetch(&self, node: &str, key: Lookup) {
-        let mut st = self.state.lock();
+        let mut st = self.inner.state.lock();
         if st.pending.get(node).is_some_and(|p| p.lookup == key) {
             return;
         }
         let now = Instant::now();
-        let window = match &st.window {
-            Some(w) if w.fire > now => w.clone(),
-            _ => {
-                let burst = match &st.burst {
-                    Some((since, b)) if now.duration_since(*since) < self.burst_span => b.clone(),
-                    _ => st.burst.insert((now, Arc::default())).1.clone(),
-                };
-                let w = Arc::new(Window {
-                    fire: now + self.gather,
-                    burst,
-                    sweep: tokio::sync::OnceCell::new(),
-                });
-                st.window = Some(w.clone());
-                w
-            }
+        let burst = match &st.burst {
+            Some((since, b)) if now.duration_since(*since) < self.inner.burst_span => b.clone(),
+            _ => st.burst.insert((now, Arc::default())).1.clone(),
         };
-        window.burst.lookups.fetch_add(1, Ordering::Relaxed);
-        let cloud = self.cloud.clone();
-        let task_key = key.clone();
-        let task = tokio::spawn(async move {
-            tokio::time::sleep_until(window.fire).await;
-            // An instance missing from the sweep (untagged, or launched
-            // after it was read) is looked up directly.
-            match window
-                .sweep(&cloud)
-                .await
-                .and_then(|index| index.find(&task_key).cloned())
-            {
-                Some(found) => Ok(Some(found)),
-                None => lookup(&cloud, &task_key).await,
-            }
-        });
-        if let Some(old) = st
-            .pending
-            .insert(node.to_string(), Pending { lookup: key, task })
-        {
-            old.task.abort();
+        burst.lookups.fetch_add(1, Ordering::Relaxed);
+        let (reply, answer) = oneshot::channel();
+        st.waiting.push((key.clone(), reply));
+        // A lookup this replaces is not sent: its answer has no reader.
+        (st.pending).insert(
+            node.to_string(),
+            Pending {
+                lookup: key,
+                answer,
+            },
+        );
+        drop(st);
+        self.inner.queue.add_settled(WAITING, Class::UserWaits);
+    }
+
+    /// The work of the queue's one key: every waiting lookup still wanted,
+    /// from the burst's sweep when it is large, else one by one (the cloud
+    /// batches concurrent lookups into one call).
+    async fn send_waiting(&self) {
+        let (waiting, burst) = {
+            let mut st = self.inner.state.lock();
+            let burst = st.burst.as_ref().map(|(_, b)| b.clone());
+            (std::mem::take(&mut st.waiting), burst)
+        };
+        let waiting: Vec<_> = (waiting.into_iter())
+            .filter(|(_, reply)| !reply.is_closed())
+            .collect();
+        if waiting.is_empty() {
+            return;
         }
+        let cloud = &self.inner.cloud;
+        let sweep = match burst {
+            Some(burst) => burst.sweep(cloud).await,
+            None => None,
+        };
+        futures::future::join_all(waiting.into_iter().map(|(key, reply)| {
+            let sweep = sweep.clone();
+            async move {
+                // An instance missing from the sweep (untagged, or launched
+                // after it was read) is looked up directly.
+                let found = match sweep.as_ref().and_then(|index| index.find(&key).cloned()) {
+                    Some(found) => Ok(Some(found)),
+                    None => lookup(cloud, &key).await,
+                };
+                let _ = reply.send(found);
+            }
+        }))
+        .await;
     }
 
     /// The instance for `node`: the prefetched answer when one was started
     /// for the same lookup (used once; a retry looks up afresh), otherwise a
     /// direct lookup.
     pub async fn resolve(&self, node: &str, key: &Lookup) -> Found {
-        let pending = {
-            let mut st = self.state.lock();
-            match st.pending.remove(node) {
-                Some(p) if &p.lookup == key => Some(p),
-                Some(p) => {
-                    p.task.abort();
-                    None
-                }
-                None => None,
+        let pending = self.inner.state.lock().pending.remove(node);
+        if let Some(p) = pending.filter(|p| &p.lookup == key) {
+            // Dropped unsent (the prefetcher stopped): looked up below.
+            if let Ok(found) = p.answer.await {
+                return found;
             }
-        };
-        match pending {
-            Some(p) => p.task.await.unwrap_or_else(|e| {
-                Err(CloudError::new(
-                    "ec2:DescribeInstances",
-                    ErrorKind::Transient,
-                    format!("the instance lookup for node {node} was interrupted: {e}"),
-                ))
-            }),
-            None => lookup(&self.cloud, key).await,
         }
+        lookup(&self.inner.cloud, key).await
     }
 
-    /// Drops the prefetched lookup of `node`, if any.
+    /// Drops the prefetched lookup of `node`, if any: unsent, it is not sent.
     pub fn cancel(&self, node: &str) {
-        if let Some(p) = self.state.lock().pending.remove(node) {
-            p.task.abort();
-        }
-    }
-
-    /// Drops prefetched lookups of nodes `keep` says are gone.
-    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
-        self.state.lock().pending.retain(|name, p| {
-            let keep = keep(name);
-            if !keep {
-                p.task.abort();
-            }
-            keep
-        });
+        self.inner.state.lock().pending.remove(node);
     }
 
     #[cfg(test)]
     fn pending(&self) -> usize {
-        self.state.lock().pending.len()
+        self.inner.state.lock().pending.len()
     }
 }
 
@@ -316,11 +341,30 @@ mod tests {
     use super::*;
     use crate::provider::instances::fake::{FakeInstances, instance};
 
+    /// A prefetcher gathering for `gather`, sending until the test ends.
+    fn running(
+        cloud: &FakeInstances,
+        gather: Duration,
+        span: Duration,
+    ) -> Prefetcher<FakeInstances> {
+        let prefetcher = Prefetcher::new(cloud.clone(), gather, span);
+        let sender = prefetcher.clone();
+        tokio::spawn(async move { sender.run(&CancellationToken::new()).await });
+        prefetcher
+    }
+
+    /// Lets the queue and the lookups run until nothing is ready now.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn prefetched_answers_are_used_once_then_looked_up_afresh() {
         let cloud = FakeInstances::new();
         cloud.add(instance("i-1", "10.0.0.1"));
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
+        let prefetcher = running(&cloud, Duration::from_millis(200), BURST_SPAN);
         let key = Lookup::ByPrivateDns("ip-10-0-0-1.ec2.internal".into());
         prefetcher.prefetch("n1", key.clone());
         prefetcher.prefetch("n1", key.clone());
@@ -336,20 +380,18 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn lookups_of_one_window_fire_together() {
         let cloud = FakeInstances::new();
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
+        let prefetcher = running(&cloud, Duration::from_millis(200), BURST_SPAN);
         prefetcher.prefetch("a", Lookup::ById("i-a".into()));
         tokio::time::advance(Duration::from_millis(150)).await;
         prefetcher.prefetch("b", Lookup::ById("i-b".into()));
         tokio::task::yield_now().await;
         assert!(cloud.calls().by_id.is_empty(), "the window is still open");
         tokio::time::advance(Duration::from_millis(60)).await;
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
+        settle().await;
         assert_eq!(
             cloud.calls().by_id.len(),
             2,
-            "both fired at the window's end"
+            "both sent when the first had waited 200 ms"
         );
     }
 
@@ -366,7 +408,7 @@ mod tests {
             ));
         }
         cloud.hide_from_sweep("i-7");
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
+        let prefetcher = running(&cloud, Duration::from_millis(200), BURST_SPAN);
         let name = |i: usize| format!("ip-10-0-{}-{}.ec2.internal", i / 200, i % 200 + 1);
         for i in 0..burst {
             prefetcher.prefetch(&format!("n{i}"), Lookup::ByPrivateDns(name(i)));
@@ -413,7 +455,7 @@ mod tests {
             cloud.add(instance(&format!("i-{i}"), &ip(i)));
         }
         let span = span.unwrap_or(BURST_SPAN);
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), span);
+        let prefetcher = running(&cloud, Duration::from_millis(200), span);
         for w in 0..windows {
             let nodes: Vec<usize> = (w * per_window..(w + 1) * per_window).collect();
             for &i in &nodes {
@@ -427,7 +469,7 @@ mod tests {
             }
             tokio::time::advance(Duration::from_secs(1)).await;
         }
-        let counted = (prefetcher.state.lock().burst.as_ref())
+        let counted = (prefetcher.inner.state.lock().burst.as_ref())
             .map_or(0, |(_, b)| b.lookups.load(Ordering::Relaxed));
         (cloud.calls(), counted)
     }
@@ -465,7 +507,7 @@ mod tests {
     async fn a_changed_lookup_replaces_the_prefetched_one() {
         let cloud = FakeInstances::new();
         cloud.add(instance("i-2", "10.0.0.2"));
-        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
+        let prefetcher = running(&cloud, Duration::from_millis(200), BURST_SPAN);
         prefetcher.prefetch("n", Lookup::ByPrivateDns("n".into()));
         let found = prefetcher
             .resolve("n", &Lookup::ById("i-2".into()))
@@ -473,8 +515,35 @@ mod tests {
             .unwrap();
         assert_eq!(found.map(|i| i.id).as_deref(), Some("i-2"));
         prefetcher.prefetch("gone", Lookup::ById("i-x".into()));
-        prefetcher.retain(|name| name != "gone");
+        prefetcher.cancel("gone");
         assert_eq!(prefetcher.pending(), 0);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        settle().await;
+        assert!(
+            cloud.calls().by_id.iter().all(|id| id != "i-x"),
+            "a cancelled lookup is not sent"
+        );
+    }
+
+    /// A prefetcher that stopped before sending a lookup: the node's
+    /// reconcile looks its instance up itself, never an error.
+    #[tokio::test(start_paused = true)]
+    async fn a_lookup_left_unsent_at_shutdown_is_looked_up_directly() {
+        let cloud = FakeInstances::new();
+        cloud.add(instance("i-1", "10.0.0.1"));
+        let prefetcher = Prefetcher::new(cloud.clone(), Duration::from_millis(200), BURST_SPAN);
+        let stop = CancellationToken::new();
+        let sender = prefetcher.clone();
+        let (st, gather) = (stop.clone(), Duration::from_millis(200));
+        let sending = tokio::spawn(async move { sender.run(&st).await });
+        prefetcher.prefetch("n", Lookup::ById("i-1".into()));
+        tokio::time::advance(gather / 2).await;
+        stop.cancel();
+        sending.await.expect("the prefetcher ends");
+        assert!(cloud.calls().by_id.is_empty(), "stopped before the batch");
+        let found = prefetcher.resolve("n", &Lookup::ById("i-1".into())).await;
+        assert_eq!(found.unwrap().map(|i| i.id).as_deref(), Some("i-1"));
+        assert_eq!(cloud.calls().by_id, ["i-1"]);
     }
 
     /// Whatever order the sweep comes in, every instance is found by ID,

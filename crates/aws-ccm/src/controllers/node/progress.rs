@@ -1,5 +1,7 @@
 //! Where each node is in its initialization, as this process knows it:
-//! what keeps a node from being looked up twice, and its retry backoff.
+//! what keeps a node from being looked up twice. When a node is tried
+//! again is the queue's ([`crate::controllers::schedule::keyed`]); this
+//! book only says whether a change of the node asks for a new attempt.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,36 +12,19 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use super::identity::Lookup;
-use crate::backoff::Backoff;
 
-/// Backoff of a node whose initialization failed: 1 s, 2 s, 4 s ... 5 min.
-const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
 /// How long "initialized by us" vouches for a stale tainted copy.
 const RECENTLY_INITIALIZED: Duration = Duration::from_secs(60);
 
 enum Progress {
-    /// A reconcile is initializing it; `attempts` failed before.
-    Initializing { attempts: u32 },
+    /// An attempt with this lookup began (`None`: the providerID could not
+    /// be parsed) and has not succeeded: it is in progress, or it failed
+    /// and the queue retries it after its backoff.
+    Tried(Option<Lookup>),
     /// Initialized by this process at `at`. The shared cache may still show
     /// the node tainted for a moment: a reconcile of that stale copy must
     /// not look the instance up again.
     Initialized { uid: Option<String>, at: Instant },
-    /// Failed `attempts` times; the next attempt is due at `retry_at`
-    /// unless the node changes what it is looked up by (`None`: its
-    /// providerID could not be parsed).
-    Failed {
-        attempts: u32,
-        retry_at: Instant,
-        lookup: Option<Lookup>,
-    },
-}
-
-/// The failed attempts of `node` so far (none once it is initialized).
-fn attempts(nodes: &HashMap<String, Progress>, node: &str) -> u32 {
-    match nodes.get(node) {
-        Some(Progress::Failed { attempts, .. } | Progress::Initializing { attempts }) => *attempts,
-        _ => 0,
-    }
 }
 
 /// Per-node progress, shared by the trigger stage and the reconciles.
@@ -49,35 +34,22 @@ pub(crate) struct ProgressBook {
 }
 
 impl ProgressBook {
-    /// Whether a lookup for this tainted node should start now: not while
-    /// one is being used, not for a node just initialized, not in backoff.
-    pub fn wants_lookup(&self, node: &Node, lookup: &Lookup) -> bool {
-        let now = Instant::now();
-        match self.nodes.lock().get(&node.name_any()) {
-            None => true,
-            Some(Progress::Initializing { .. }) => false,
-            Some(Progress::Initialized { uid, at }) => {
-                !(uid == &node.metadata.uid && now.duration_since(*at) < RECENTLY_INITIALIZED)
-            }
-            Some(Progress::Failed {
-                retry_at,
-                lookup: failed,
-                ..
-            }) => *retry_at <= now || failed.as_ref() != Some(lookup),
+    /// Whether a change of this tainted node makes an attempt due: not
+    /// when the last attempt used the same lookup, since that one is in
+    /// progress or is retried by the queue after its backoff (other changes
+    /// to the node do not make a failed lookup, or its Warning, come
+    /// sooner). `lookup` is `None` when the providerID cannot be parsed.
+    pub fn wants_attempt(&self, node: &str, lookup: Option<&Lookup>) -> bool {
+        match self.nodes.lock().get(node) {
+            Some(Progress::Tried(tried)) => tried.as_ref() != lookup,
+            _ => true,
         }
     }
 
-    /// Time left before the node may be tried again with `lookup`.
-    pub fn backoff_left(&self, node: &str, lookup: Option<&Lookup>) -> Option<Duration> {
-        let now = Instant::now();
-        match self.nodes.lock().get(node) {
-            Some(Progress::Failed {
-                retry_at,
-                lookup: failed,
-                ..
-            }) if *retry_at > now && failed.as_ref() == lookup => Some(*retry_at - now),
-            _ => None,
-        }
+    /// Whether to look the instance of this tainted node up ahead of its
+    /// reconcile: an attempt is due, and not for a node just initialized.
+    pub fn wants_lookup(&self, node: &Node, lookup: &Lookup) -> bool {
+        self.wants_attempt(&node.name_any(), Some(lookup)) && !self.recently_initialized(node)
     }
 
     /// This process initialized this very node (same UID) moments ago.
@@ -89,11 +61,9 @@ impl ProgressBook {
         )
     }
 
-    /// A reconcile starts initializing `node`.
-    pub fn start(&self, node: &str) {
-        let mut nodes = self.nodes.lock();
-        let attempts = attempts(&nodes, node);
-        nodes.insert(node.to_string(), Progress::Initializing { attempts });
+    /// A reconcile begins an attempt on `node` by `lookup`.
+    pub fn tried(&self, node: &str, lookup: Option<Lookup>) {
+        (self.nodes.lock()).insert(node.to_string(), Progress::Tried(lookup));
     }
 
     /// `node` (as written by us) is initialized.
@@ -105,22 +75,6 @@ impl ProgressBook {
                 at: Instant::now(),
             },
         );
-    }
-
-    /// Records a failure; returns the backoff before the next attempt.
-    pub fn failed(&self, node: &str, lookup: Option<Lookup>) -> Duration {
-        let mut nodes = self.nodes.lock();
-        let attempts = attempts(&nodes, node) + 1;
-        let delay = RETRY.after(attempts);
-        nodes.insert(
-            node.to_string(),
-            Progress::Failed {
-                attempts,
-                retry_at: Instant::now() + delay,
-                lookup,
-            },
-        );
-        delay
     }
 
     /// The node is gone, or initialized and seen so in the cache.
@@ -145,28 +99,27 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn failures_back_off_exponentially_up_to_five_minutes() {
+    #[test]
+    fn a_change_asks_for_an_attempt_only_when_it_changes_the_lookup() {
         let book = ProgressBook::default();
-        let key = Lookup::ById("i-1".into());
+        let (by_id, other) = (Lookup::ById("i-1".into()), Lookup::ById("i-2".into()));
         let n = node("n", "u1");
-        let mut delays = Vec::new();
-        for _ in 0..12 {
-            book.start("n");
-            assert!(!book.wants_lookup(&n, &key), "busy");
-            delays.push(book.failed("n", Some(key.clone())).as_secs());
-            assert!(!book.wants_lookup(&n, &key), "backing off");
-            assert!(book.backoff_left("n", Some(&key)).is_some());
-            // A different lookup (the node got a providerID) is not held back.
-            assert!(book.wants_lookup(&n, &Lookup::ById("i-2".into())));
-            assert_eq!(
-                book.backoff_left("n", Some(&Lookup::ById("i-2".into()))),
-                None
-            );
-            tokio::time::advance(RETRY.cap).await;
-            assert!(book.wants_lookup(&n, &key), "due again");
-        }
-        assert_eq!(delays, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]);
+        assert!(book.wants_attempt("n", Some(&by_id)), "never tried");
+        book.tried("n", Some(by_id.clone()));
+        assert!(
+            !book.wants_attempt("n", Some(&by_id)),
+            "tried, retried by the queue"
+        );
+        assert!(!book.wants_lookup(&n, &by_id));
+        // The node got another providerID: that is worth an attempt now.
+        assert!(book.wants_attempt("n", Some(&other)));
+        assert!(book.wants_lookup(&n, &other));
+        // A providerID that cannot be parsed is tried once per backoff too.
+        book.tried("n", None);
+        assert!(!book.wants_attempt("n", None));
+        assert!(book.wants_attempt("n", Some(&by_id)));
+        book.forget("n");
+        assert!(book.wants_attempt("n", None));
     }
 
     #[tokio::test(start_paused = true)]
@@ -174,10 +127,14 @@ mod tests {
         let book = ProgressBook::default();
         let key = Lookup::ById("i-1".into());
         let n = node("n", "u1");
-        book.start("n");
+        book.tried("n", Some(key.clone()));
         book.succeeded(&n);
         assert!(book.recently_initialized(&n));
         assert!(!book.wants_lookup(&n, &key));
+        assert!(
+            book.wants_attempt("n", Some(&key)),
+            "a stale copy is reconciled"
+        );
         // A new node of the same name is a different node.
         assert!(book.wants_lookup(&node("n", "u2"), &key));
         assert!(!book.recently_initialized(&node("n", "u2")));

@@ -5,28 +5,31 @@
 //! node, and keeps a node of a type expected to have a topology tainted
 //! until AWS answers. Here the question never holds a taint: a node is
 //! initialized as soon as `DescribeInstances` has answered, and then put in
-//! this [`Queue`]. One task ([`run`]) asks the questions and writes the
-//! labels that come back.
+//! the [`Labeller`]'s queue, one key per node, whose work ([`run`]) asks
+//! the questions and writes the labels that come back.
 //!
 //! **Batched by what is waiting, not by a window.** AWS throttles
 //! `DescribeInstanceTopology` hard, so a join must cost about one call per
-//! [`MAX_TOPOLOGY_IDS`] nodes whatever the machine's speed. The task asks
-//! once the cloud-node controller has nothing due and nothing in progress
-//! (its queue is [`idle`]), one call's worth at a time, until every due
-//! question is asked: the nodes of a join gather while the join lasts,
-//! however long it lasts, and the labels follow its last initialization
-//! without taking the API budget the join's own writes need. A window of
+//! [`MAX_TOPOLOGY_IDS`] nodes whatever the machine's speed. The queue runs
+//! behind the cloud-node controller's ([`Workers::behind`]): it takes keys
+//! once that queue has nothing due and nothing in progress, one batch of
+//! up to [`MAX_TOPOLOGY_IDS`] in flight at a time, the next taking every
+//! question that queued meanwhile, until every due one is asked: the nodes
+//! of a join gather while the join lasts, however long it lasts, and the
+//! labels follow its last initialization without taking the API budget
+//! the join's own writes need. A window of
 //! time (it once was one second) counted the machine's speed instead: a
 //! slower join spread over more windows, and 122 joining nodes cost 43
 //! calls where 2 do. [`MAX_GATHER`] only bounds how late labels come behind
 //! a controller that never rests.
 //!
 //! A failed question (AWS down, throttled past its deadline, an API that
-//! hangs) is asked again with backoff ([`RETRY`]) from the same task: a
-//! retry never occupies a worker of the cloud-node controller, so nodes
-//! that join meanwhile are initialized at full speed. (It once did: with
-//! the API failing, 100 joining nodes waited minutes behind the retries of
-//! nodes already initialized.)
+//! hangs) is the work's [`Outcome::Retry`]: the queue asks it again after
+//! its backoff ([`RETRY`]), in a later batch of this queue. A retry never
+//! occupies a worker of the cloud-node controller, so nodes that join
+//! meanwhile are initialized at full speed. (It once did: with the API
+//! failing, 100 joining nodes waited minutes behind the retries of nodes
+//! already initialized.)
 //!
 //! A node that already has layer 1 keeps its labels and costs no call, as
 //! upstream. Which instances are asked, and what is remembered, is the
@@ -36,8 +39,6 @@
 //! queued too, so the labels also come after a restart; the cloud
 //! remembers empty answers for a day, so this costs at most one question
 //! per node per day.
-//!
-//! [`idle`]: crate::controllers::schedule::workqueue::Queue::idle
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -47,14 +48,11 @@ use crate::backoff::Backoff;
 use kube::ResourceExt;
 use parking_lot::Mutex;
 use serde_json::json;
-use tokio::sync::Notify;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Shared, plan};
 use crate::controllers::cached_node::Node;
-use crate::controllers::schedule::workqueue;
-use crate::controllers::schedule::{Wake, wait};
+use crate::controllers::schedule::keyed::{Class, Keyed, Outcome, Taken, Workers};
 use crate::ids::{is_instance_id, node_instance_id};
 use crate::provider::instances::{Instances, MAX_TOPOLOGY_IDS};
 
@@ -65,94 +63,61 @@ const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(
 /// join that rests sooner is asked sooner).
 const MAX_GATHER: Duration = Duration::from_secs(60);
 
-/// One queued node: which instance to ask about, failures so far, and
-/// when it is due (`None` while its question is in flight).
-struct Entry {
-    instance_id: String,
-    instance_type: Option<String>,
-    attempts: u32,
-    due: Option<Instant>,
+/// What to ask about a node: its instance ID and instance type.
+type Question = (String, Option<String>);
+
+/// Nodes waiting for their network-node labels: the queue of their names,
+/// and what to ask for each.
+pub(super) struct Labeller {
+    queue: Keyed,
+    questions: Mutex<HashMap<String, Question>>,
 }
 
-/// A due question: node name, instance ID, instance type.
-type Question = (String, String, Option<String>);
+impl Labeller {
+    pub(super) fn new() -> Labeller {
+        Labeller {
+            // No Go queue to name it after: upstream asks inline, while
+            // the taint holds the node.
+            queue: Keyed::new("network-node-labels", RETRY),
+            questions: Mutex::default(),
+        }
+    }
 
-/// Nodes waiting for their network-node labels.
-#[derive(Default)]
-pub(super) struct Queue {
-    nodes: Mutex<HashMap<String, Entry>>,
-    wake: Notify,
-}
-
-impl Queue {
-    /// Queues `node` (due now) unless it is queued already, which keeps
-    /// its backoff.
-    pub(super) fn ask(&self, node: &str, instance_id: &str, instance_type: Option<&str>) {
-        let mut nodes = self.nodes.lock();
-        if nodes.contains_key(node) {
+    /// Queues `node`'s question unless it is queued already, which keeps
+    /// its place (and its backoff, after a failure).
+    pub(super) fn ask(
+        &self,
+        node: &str,
+        instance_id: &str,
+        instance_type: Option<&str>,
+        class: Class,
+    ) {
+        let mut questions = self.questions.lock();
+        if questions.contains_key(node) {
             return;
         }
-        nodes.insert(
-            node.to_string(),
-            Entry {
-                instance_id: instance_id.to_string(),
-                instance_type: instance_type.map(str::to_string),
-                attempts: 0,
-                due: Some(Instant::now()),
-            },
-        );
-        drop(nodes);
-        self.wake.notify_one();
+        let question = (instance_id.to_string(), instance_type.map(str::to_string));
+        questions.insert(node.to_string(), question);
+        drop(questions);
+        self.queue.add(node, class);
     }
 
     pub(super) fn forget(&self, node: &str) {
-        self.nodes.lock().remove(node);
+        self.questions.lock().remove(node);
+        self.queue.forget(node);
     }
 
     fn contains(&self, node: &str) -> bool {
-        self.nodes.lock().contains_key(node)
+        self.questions.lock().contains_key(node)
     }
 
-    /// Records a failure; the wait before the next question.
-    fn failed(&self, node: &str) -> Duration {
-        let mut nodes = self.nodes.lock();
-        let Some(entry) = nodes.get_mut(node) else {
-            return Duration::ZERO;
-        };
-        entry.attempts += 1;
-        let delay = RETRY.after(entry.attempts);
-        entry.due = Some(Instant::now() + delay);
-        delay
+    fn question(&self, node: &str) -> Option<Question> {
+        self.questions.lock().get(node).cloned()
     }
 
-    /// How many questions are due at `now`, and when the next one not yet
-    /// due is.
-    fn due(&self, now: Instant) -> (usize, Option<Instant>) {
-        let mut count = 0;
-        let mut next: Option<Instant> = None;
-        for entry in self.nodes.lock().values() {
-            match entry.due {
-                Some(at) if at <= now => count += 1,
-                Some(at) => next = Some(next.map_or(at, |n| n.min(at))),
-                None => {}
-            }
-        }
-        (count, next)
-    }
-
-    /// Up to `max` of the questions due at `now`, marked in flight.
-    fn take_due(&self, now: Instant, max: usize) -> Vec<Question> {
-        let mut nodes = self.nodes.lock();
-        let due = nodes
-            .iter_mut()
-            .filter(|(_, e)| e.due.is_some_and(|at| at <= now));
-        due.take(max)
-            .map(|(name, entry)| {
-                entry.due = None;
-                let (id, ty) = (entry.instance_id.clone(), entry.instance_type.clone());
-                (name.clone(), id, ty)
-            })
-            .collect()
+    /// `node` is labelled: a later ask is a new question.
+    fn answered(&self, node: &str) {
+        self.questions.lock().remove(node);
     }
 }
 
@@ -184,56 +149,54 @@ pub(super) fn queue_initialized<I: Instances>(node: &Node, shared: &Shared<I>) {
     }
     let id = node_instance_id(node).ok().flatten();
     if let Some(id) = id.filter(|id| is_instance_id(id)) {
-        shared.topology.ask(&name, &id, instance_type);
+        (shared.topology).ask(&name, &id, instance_type, Class::Background);
     }
 }
 
-/// Asks the due questions, one call's worth at a time, once the cloud-node
-/// controller (`nodes`, its queue) rests, until `stop`.
+/// Asks the due questions, a batch of [`MAX_TOPOLOGY_IDS`] at a time (the
+/// cloud sends each batch's questions as one call), behind the cloud-node
+/// controller's queue `nodes`, until `stop`.
 pub(super) async fn run<I: Instances>(
     shared: Arc<Shared<I>>,
-    nodes: workqueue::Queue,
+    nodes: Keyed,
     stop: CancellationToken,
 ) {
-    let topology = &shared.topology;
-    loop {
-        let (due, next) = topology.due(Instant::now());
-        if due == 0 {
-            if wait(&stop, next, topology.wake.notified()).await == Wake::Stopped {
-                return;
-            }
-            continue;
-        }
-        let until = Instant::now() + MAX_GATHER;
-        if wait(&stop, Some(until), nodes.idle()).await == Wake::Stopped {
-            return;
-        }
-        let round = topology.take_due(Instant::now(), MAX_TOPOLOGY_IDS);
-        let asked = futures::future::join_all(round.into_iter().map(|q| label(&shared, q)));
-        if wait(&stop, None, asked).await == Wake::Stopped {
-            return;
-        }
-    }
+    let queue = shared.topology.queue.clone();
+    let workers = Workers::batches(MAX_TOPOLOGY_IDS).behind(&nodes, MAX_GATHER);
+    queue
+        .run(&stop, workers, move |batch: Vec<Taken>| {
+            let shared = shared.clone();
+            async move { futures::future::join_all(batch.iter().map(|t| label(&shared, t))).await }
+        })
+        .await
 }
 
-/// One node: the question, then the labels; on failure, again later.
-async fn label<I: Instances>(shared: &Shared<I>, (name, id, instance_type): Question) {
+/// One node: the question, then the labels.
+async fn label<I: Instances>(shared: &Shared<I>, taken: &Taken) -> Outcome {
+    let name = &taken.key;
+    // Forgotten meanwhile (the node is gone): nothing to ask.
+    let Some((id, instance_type)) = shared.topology.question(name) else {
+        return Outcome::Done;
+    };
+    let failures = taken.failures + 1;
     let nodes = match (shared.cloud)
         .network_nodes(&id, instance_type.as_deref())
         .await
     {
         Ok(nodes) => nodes.unwrap_or_default(),
         Err(err) => {
-            let delay = shared.topology.failed(&name);
-            tracing::warn!(node = %name, instance = %id, error = %err, retry_in = ?delay, "reading the instance's network topology failed; the topology.k8s.aws/network-node-layer-N labels are added once AWS answers");
-            return;
+            tracing::warn!(node = %name, instance = %id, error = %err, failures, "reading the instance's network topology failed; the topology.k8s.aws/network-node-layer-N labels are added once AWS answers");
+            return Outcome::Retry;
         }
     };
-    match write_labels(shared, &name, &id, &nodes).await {
-        Ok(()) => shared.topology.forget(&name),
+    match write_labels(shared, name, &id, &nodes).await {
+        Ok(()) => {
+            shared.topology.answered(name);
+            Outcome::Done
+        }
         Err(err) => {
-            let delay = shared.topology.failed(&name);
-            tracing::warn!(node = %name, error = %err, retry_in = ?delay, "writing the network-node labels failed; retrying");
+            tracing::warn!(node = %name, error = %err, failures, "writing the network-node labels failed; retrying");
+            Outcome::Retry
         }
     }
 }
@@ -273,42 +236,33 @@ async fn write_labels<I: Instances>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures::FutureExt;
 
+    fn idle(labeller: &Labeller) -> bool {
+        labeller.queue.idle().now_or_never().is_some()
+    }
+
+    /// A queued question keeps its place (and, after a failure, its
+    /// backoff): asking again neither replaces nor re-adds it; a forgotten
+    /// node leaves the queue, and an answered one may be asked anew.
     #[tokio::test(start_paused = true)]
-    async fn failures_back_off_doubling_up_to_the_cap_and_are_forgotten() {
-        let q = Queue::default();
-        q.ask("n", "i-1", Some("p4d.24xlarge"));
-        assert_eq!(q.due(Instant::now()), (1, None));
-        let due = q.take_due(Instant::now(), MAX_TOPOLOGY_IDS);
-        assert_eq!(due.len(), 1);
-        assert_eq!(q.due(Instant::now()), (0, None), "in flight: not due again");
-        assert!(q.take_due(Instant::now(), MAX_TOPOLOGY_IDS).is_empty());
-        assert_eq!(q.failed("n"), RETRY.first);
-        assert_eq!(q.failed("n"), RETRY.first * 2);
-        assert_eq!(q.failed("n"), RETRY.first * 4);
-        for _ in 0..40 {
-            q.failed("n");
-        }
-        assert_eq!(q.failed("n"), RETRY.cap);
-        let next = Some(Instant::now() + RETRY.cap);
-        assert_eq!(q.due(Instant::now()), (0, next), "waiting out its backoff");
-        assert!(q.take_due(Instant::now(), MAX_TOPOLOGY_IDS).is_empty());
-        // Asking again keeps the backoff.
-        q.ask("n", "i-1", Some("p4d.24xlarge"));
-        assert!(q.take_due(Instant::now(), MAX_TOPOLOGY_IDS).is_empty());
-        tokio::time::advance(RETRY.cap).await;
-        let due = q.take_due(Instant::now(), MAX_TOPOLOGY_IDS);
+    async fn a_question_is_queued_once_and_forgetting_it_leaves_the_queue() {
+        let labeller = Labeller::new();
+        assert!(idle(&labeller));
+        labeller.ask("n", "i-1", Some("p4d.24xlarge"), Class::UserWaits);
+        assert!(!idle(&labeller), "due at once");
+        labeller.ask("n", "i-2", None, Class::Background);
         assert_eq!(
-            due,
-            vec![("n".into(), "i-1".into(), Some("p4d.24xlarge".into()))]
+            labeller.question("n"),
+            Some(("i-1".to_string(), Some("p4d.24xlarge".to_string())))
         );
-        q.forget("n");
-        assert!(!q.contains("n"));
-        assert_eq!(
-            q.failed("n"),
-            Duration::ZERO,
-            "a forgotten node is not requeued"
-        );
-        assert!(!q.contains("n"));
+        labeller.forget("n");
+        assert!(!labeller.contains("n"));
+        assert!(idle(&labeller), "nothing due once forgotten");
+        labeller.ask("m", "i-3", None, Class::Background);
+        labeller.answered("m");
+        assert!(!labeller.contains("m"));
+        labeller.ask("m", "i-4", None, Class::Background);
+        assert_eq!(labeller.question("m"), Some(("i-4".to_string(), None)));
     }
 }
