@@ -18,10 +18,13 @@
 //!
 //! The cloud-node controller reacts to one Node at a time, so it runs in
 //! kube-runtime's `Controller` (its triggers, dedup and concurrency) with
-//! these pieces for its backoff and metrics. The others act on sets (every
-//! Service a node change reaches, every route of the cluster, every Node to
-//! tag in one call), which per-object reconciles cannot express; the first
-//! line of each one's file says what it needs. docs/operations.md, "When
+//! these pieces for its backoff and metrics. The service controller runs
+//! on [`keyed::Keyed`]: its file says which Services a change makes due
+//! (a node change only those whose backends it moves), the queue when,
+//! by how many workers, with which backoff and settling. The others act on
+//! sets (every route of the cluster, every Node to tag in one call), which
+//! per-object reconciles cannot express; the first line of each one's file
+//! says what it needs. docs/operations.md, "When
 //! each controller acts", has the table an operator reads.
 
 pub mod keyed;
