@@ -46,8 +46,7 @@ use super::schedule::settle::Settle;
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::load_balancers::{
-    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external,
-    next_resync_slot_at,
+    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external, next_resync_slot_at,
 };
 
 mod due;
