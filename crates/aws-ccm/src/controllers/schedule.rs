@@ -17,11 +17,14 @@
 //!   `workqueue_*` families under the Go controllers' queue names.
 //!
 //! The cloud-node controller, its network-node labeller and its instance
-//! prefetch run on [`keyed::Keyed`], the one keyed scheduler (its due
-//! instants, retries and `workqueue_*`). The others act on sets (every
-//! Service a node change reaches, every route of the cluster, every Node to
-//! tag in one call), which per-object reconciles cannot express; the first
-//! line of each one's file says what it needs. docs/operations.md, "When
+//! prefetch, and the service controller run on [`keyed::Keyed`], the one
+//! keyed scheduler (its due instants, priority, settling, retries and
+//! `workqueue_*`): each one's file says which keys a change makes due (for
+//! the service controller, a node change only the Services whose backends
+//! it moves), the queue when, by how many workers, with which backoff. The
+//! others act on sets (every route of the cluster, every Node to tag in one
+//! call), which per-object reconciles cannot express; the first line of
+//! each one's file says what it needs. docs/operations.md, "When
 //! each controller acts", has the table an operator reads.
 
 pub mod keyed;

@@ -1,18 +1,28 @@
-// Not kube-runtime's Controller: a node change must re-sync only the Services whose backend set it changes, found by diffing every Service against the whole node cache per scan, which per-object triggers cannot express.
 //! Service controller: a load balancer for each `type: LoadBalancer` Service
 //! without `spec.loadBalancerClass`, as k8s.io/cloud-provider's controller.
 //!
-//! Work is decided from the shared informer caches: a Service is synced when
-//! its own fingerprint (spec, annotations, deletion, finalizers) changed, when
-//! its backend instance set changed at a node change upstream syncs on
-//! ([`node_set`]; so a node change only touches Services whose backends it
-//! changes, and a taint or deletionTimestamp alone none), when a failed
-//! sync's backoff (5 s doubling to
-//! 300 s) is due or the failed Service changed since, or at the periodic
-//! resync. At most `--concurrent-service-syncs` syncs run at once; one
-//! Service never has two. A sync that meets a `DependencyViolation` (a group
-//! its load balancer's network interfaces release late) gives its slot back
-//! and is retried within a second or a few, for up to two minutes.
+//! It runs on the one keyed scheduler ([`Keyed`], queue `service`): this
+//! file says which Services need a sync, the queue says when and by whom.
+//! * **Triggers.** A scan of the shared informer caches, at start and at
+//!   every Node or Service change, adds a Service whose own fingerprint
+//!   (spec, annotations, deletion) changed, now; one whose backend instance
+//!   set changed at a node change upstream syncs on ([`node_set`]; so a node
+//!   change only touches Services whose backends it changes, and a taint or
+//!   deletionTimestamp alone none), once those node changes settle
+//!   ([`Settle::NODE_SET`]); a deleted one is forgotten. After each sync
+//!   that is done the Service is added at its periodic resync slot (a
+//!   failed one comes back by its backoff, and a resync does not hasten it).
+//! * **Order.** What a user waits for first, then a fresh leader's
+//!   adoption, then resyncs and backend moves ([`tier`]); a retry keeps the
+//!   class of the sync that failed.
+//! * **Work.** At most `--concurrent-service-syncs` syncs at once; one
+//!   Service never has two. What a sync must do (in full, targets only, or
+//!   nothing) is decided when it starts, from what this process last synced.
+//!   A failed sync is retried by the queue's backoff (5 s doubling to
+//!   300 s, upstream's), or at once when the Service changes meanwhile. A
+//!   sync that meets a `DependencyViolation` (a group its load balancer's
+//!   network interfaces release late) gives its slot back and is retried
+//!   within a second or a few, for up to two minutes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
@@ -22,28 +32,27 @@ use std::time::Duration;
 use crate::controllers::cached_node::Node;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::api::Api;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use parking_lot::Mutex;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::ControllerContext;
 use super::events::Events;
+use super::schedule::keyed::{self, Class, Keyed, Taken, Workers};
 use super::schedule::settle::Settle;
-use super::schedule::{self, Wake};
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::load_balancers::{
-    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external,
+    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external, next_resync_slot_at,
 };
 
 mod due;
 mod scope;
 
-use due::{decide, next_due};
+use due::{Due, plan, record, trigger};
 
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
@@ -56,21 +65,15 @@ const FAILED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs
 /// [`DEPENDENCY_PATIENCE`]; then it fails with a Warning like any other error.
 const WAITING: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(10));
 const DEPENDENCY_PATIENCE: Duration = Duration::from_secs(120);
-/// Longest wait between scans without any Node or Service change. A scan
-/// says when its next retry, resync slot or settled node set is due and the
-/// controller sleeps until then; this only bounds the sleep.
-const SCAN_AT_LEAST_EVERY: Duration = Duration::from_secs(60);
-/// The shortest wait between a scan and one the timer starts. Resync slots
-/// of many Services come due close together (1,000 at a 60 s period: one
-/// every 60 ms), and a scan for each cost more CPU than the syncs it
-/// started (steady bench: 11.3 s in 180 s against 6.9 s with a one-second
-/// poll). One scan a second starts every Service that came due meanwhile.
-/// Changes and ended syncs still wake a scan at once.
-const TIMER_SCAN_GAP: Duration = Duration::from_secs(1);
+
+/// The queue the controller runs on: upstream's queue name, its backoff,
+/// and backend-only syncs held while the node set still moves.
+fn queue() -> Keyed {
+    Keyed::settling("service", FAILED, Settle::NODE_SET)
+}
 
 /// Runs the controller until `stop` is cancelled.
 pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
-    let workers = ctx.options.options.concurrent_service_syncs.max(1) as usize;
     let controller = ServiceController {
         kube: ctx.kube.clone(),
         events: Events::new(ctx.kube.clone(), "service-controller"),
@@ -81,13 +84,10 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         service_changes: ctx.service_changes.clone(),
         state: Arc::new(Mutex::new(HashMap::new())),
         index: Arc::new(Mutex::new(BackendIndex::default())),
-        settle: Arc::new(Mutex::new(Settle::new(Settle::NODE_SET))),
-        workers: Arc::new(Semaphore::new(workers)),
-        sync_done: Arc::new(tokio::sync::Notify::new()),
-        worker_count: workers as u32,
+        queue: queue(),
+        workers: ctx.options.options.concurrent_service_syncs.max(1) as usize,
         resync: Some(ctx.options.options.service_resync_period).filter(|d| !d.is_zero()),
         cloud: ctx.cloud.clone(),
-        queue: super::schedule::workqueue::Queue::new("service"),
     };
     controller.run(stop).await;
 }
@@ -299,6 +299,9 @@ struct Derived {
     targets: BTreeMap<String, String>,
 }
 
+/// What this process knows of one Service: what it last saw, and what its
+/// last sync made of it. Reconcile state; when the Service is due is the
+/// queue's.
 #[derive(Default)]
 struct KeyState {
     derived: Option<Derived>,
@@ -307,15 +310,13 @@ struct KeyState {
     /// [`Backends::node_set`] when the backends were last synced or found
     /// unchanged: a changed backend set waits until this moves.
     synced_node_set: Option<u64>,
+    /// The [`Backends::node_set`] a backend-only sync was last asked for:
+    /// a scan for another reason adds nothing, so only a node change
+    /// extends the settling.
+    asked_node_set: Option<u64>,
     last_sync: Option<Instant>,
-    failures: u32,
-    retry_at: Option<Instant>,
-    /// The fingerprint of the Service a failed (or waiting) sync saw: the
-    /// backoff holds only while the Service is still that one.
-    failed_fingerprint: Option<u64>,
     /// Since when syncs wait for an AWS resource another one still uses.
     waiting_since: Option<Instant>,
-    in_flight: bool,
 }
 
 #[derive(Clone)]
@@ -329,19 +330,13 @@ struct ServiceController<L: LoadBalancers> {
     service_changes: tokio::sync::watch::Receiver<u64>,
     state: Arc<Mutex<HashMap<String, KeyState>>>,
     index: Arc<Mutex<BackendIndex>>,
-    /// Holds backend-only syncs while the node set is still changing.
-    settle: Arc<Mutex<Settle>>,
-    workers: Arc<Semaphore>,
-    /// Signalled when a sync ends: its slot is free for the next Service
-    /// (without it, a backlog would move one sync per scan tick).
-    sync_done: Arc<tokio::sync::Notify>,
-    worker_count: u32,
+    queue: Keyed,
+    /// `--concurrent-service-syncs`.
+    workers: usize,
     /// `--service-resync-period`; `None` never resyncs an unchanged Service.
     resync: Option<Duration>,
     /// cloud.conf: its values the Go CCM fails NLB syncs on.
     cloud: Arc<crate::cloud_config::CloudConfig>,
-    /// client-go's workqueue metrics under the Go controller's name.
-    queue: super::schedule::workqueue::Queue,
 }
 
 enum Outcome {
@@ -355,7 +350,7 @@ enum Outcome {
     Waiting,
 }
 
-/// A sync to start: what a scan decided for one Service.
+/// A sync to run: what a Service's state says it must do when taken.
 struct Job {
     key: String,
     svc: Arc<Service>,
@@ -369,190 +364,191 @@ struct Job {
     targets_only: bool,
 }
 
-/// Whether a user waits for this sync: the Service is new (no finalizer or
-/// no load balancer yet), changed since this process synced it, or is
-/// being deleted. These go ahead of adoption, resync and retry work.
-fn user_waits(entry: &KeyState, job: &Job) -> bool {
-    let changed = entry.synced_fingerprint.is_some() && job.service_changed;
-    changed || !has_finalizer(&job.svc) || !wants_load_balancer(&job.svc) || !has_ingress(&job.svc)
-}
-
-/// In which order a scan starts syncs: what a user waits for, then a fresh
-/// leader's adoption, then resyncs and retries.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Tier {
-    UserWaits,
-    /// Not yet synced by this process. A Service's first sync reads what
-    /// the load-balancer sweep cannot show only when AWS lacks this CCM's
-    /// record; a resync reads it always. Adoption going first keeps the
-    /// resync slots that come due while others are still being adopted
-    /// (every slot does in a period shorter than the adoption) from
-    /// holding the adoption back.
-    Adoption,
-    Background,
-}
-
-fn tier(entry: &KeyState, job: &Job) -> Tier {
-    if user_waits(entry, job) {
-        Tier::UserWaits
+/// How urgent a Service's sync is. A user waits for it when the Service is
+/// new (no finalizer or no load balancer yet), changed since this process
+/// synced it, or is being deleted. Then a fresh leader's adoption: not yet
+/// synced by this process. A Service's first sync reads what the
+/// load-balancer sweep cannot show only when AWS lacks this CCM's record; a
+/// resync reads it always. Adoption going first keeps the resync slots that
+/// come due while others are still being adopted (every slot does in a
+/// period shorter than the adoption) from holding the adoption back. Then
+/// the rest: resyncs, backend moves of synced Services.
+fn tier(entry: &KeyState, svc: &Service, service_changed: bool) -> Class {
+    let changed = entry.synced_fingerprint.is_some() && service_changed;
+    if changed || !has_finalizer(svc) || !wants_load_balancer(svc) || !has_ingress(svc) {
+        Class::UserWaits
     } else if entry.last_sync.is_none() {
-        Tier::Adoption
+        Class::Adoption
     } else {
-        Tier::Background
+        Class::Background
     }
 }
 
 impl<L: LoadBalancers> ServiceController<L> {
     async fn run(self, stop: CancellationToken) {
-        let mut node_changes = self.node_changes.clone();
-        let mut service_changes = self.service_changes.clone();
-        loop {
-            let next = self.scan();
-            // Scan again when a Node or Service changes, a sync ends (its
-            // slot is free), or the next retry or resync comes due.
-            let scanned = Instant::now();
-            let at_most = scanned + SCAN_AT_LEAST_EVERY;
-            let change = async {
-                tokio::select! {
-                    _ = schedule::changed(&mut node_changes) => {}
-                    _ = schedule::changed(&mut service_changes) => {}
-                    _ = self.sync_done.notified() => {}
+        let this = self.clone();
+        let work = self.queue.run(
+            &stop,
+            Workers::each(self.workers),
+            move |taken: Vec<Taken>| {
+                let this = this.clone();
+                async move {
+                    let mut outcomes = Vec::with_capacity(taken.len());
+                    for t in &taken {
+                        outcomes.push(this.work(t).await);
+                    }
+                    outcomes
                 }
-            };
-            let due = next.map_or(at_most, |at| at.max(scanned + TIMER_SCAN_GAP).min(at_most));
-            if schedule::wait(&stop, Some(due), change).await == Wake::Stopped {
-                break;
-            }
-        }
-        // Let running syncs finish before the controller reports stopped.
-        let _ = self.workers.acquire_many(self.worker_count).await;
+            },
+        );
+        let changes = vec![self.node_changes.clone(), self.service_changes.clone()];
+        let triggers = keyed::scan_at_changes(&stop, changes, || self.scan());
+        // The queue waits for running syncs before it returns.
+        tokio::join!(triggers, work);
     }
 
-    /// Starts a sync for every Service that needs one, while sync slots are
-    /// free; returns when a Service not due now comes due without any change
-    /// (a retry, a resync slot, a settled node set).
-    fn scan(&self) -> Option<Instant> {
+    /// Adds to the queue every Service a change made due, and forgets the
+    /// deleted ones.
+    fn scan(&self) {
         // The generation is read before the store, so a change that lands
         // in between bumps it again and the next scan sees it.
         let node_generation = *self.node_changes.borrow();
-        let mut node_list: Option<Arc<Vec<Arc<Node>>>> = None;
-        let mut nodes = || {
-            node_list
-                .get_or_insert_with(|| Arc::new(self.nodes.state()))
-                .clone()
-        };
-        let now = Instant::now();
-        // Whether backend-only syncs may go, and if not, when they may.
-        let (nodes_settled, settles_at) = {
-            let mut settle = self.settle.lock();
-            let settled = settle.observe(node_generation, now);
-            (settled, settle.settles_at(now))
-        };
+        let mut nodes = self.node_list();
         let services = self.services.state();
         let mut state = self.state.lock();
         let mut index = self.index.lock();
-        let live: BTreeSet<String> = services.iter().map(|s| key(s)).collect();
-        state.retain(|k, s| live.contains(k) || s.in_flight);
-        // Jobs by tier; past the first, only as many as there are free
-        // slots are kept.
-        let mut tiers: [Vec<Job>; 3] = Default::default();
-        let mut due = HashSet::new();
-        let free = self.workers.available_permits();
-        let mut next: Option<Instant> = None;
+        let live: HashSet<String> = services.iter().map(|s| key(s)).collect();
+        state.retain(|k, _| {
+            let alive = live.contains(k);
+            if !alive {
+                self.queue.forget(k);
+            }
+            alive
+        });
         for svc in services {
             if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
                 continue;
             }
-            let entry = state.entry(key(&svc)).or_default();
+            let key = key(&svc);
+            let entry = state.entry(key.clone()).or_default();
             let backends = |targets: &BTreeMap<String, String>| {
                 index.get(node_generation, targets.clone(), &mut nodes)
             };
-            let Some(job) = decide(entry, svc.clone(), backends, self.resync, now) else {
-                let uid = svc.metadata.uid.as_deref().unwrap_or_default();
-                next = next
-                    .into_iter()
-                    .chain(next_due(entry, uid, self.resync))
-                    .min();
-                continue;
-            };
-            self.queue.due(&job.key);
-            due.insert(job.key.clone());
-            if job.targets_only && !nodes_settled {
-                // Held until the node set settles: the next scan is then.
-                next = next.into_iter().chain(settles_at).min();
-                continue;
-            }
-            let t = tier(entry, &job);
-            let jobs = &mut tiers[t as usize];
-            if t == Tier::UserWaits || jobs.len() < free {
-                jobs.push(job);
-            }
+            self.add_if_due(entry, &svc, backends, || self.queue.failures(&key));
         }
-        self.queue
-            .keep_only(&due.iter().map(String::as_str).collect());
-        // By tier, each in store order.
-        for job in tiers.into_iter().flatten() {
-            // Out of slots: the end of a sync wakes the next scan.
-            let Ok(permit) = self.workers.clone().try_acquire_owned() else {
-                return next;
-            };
-            if let Some(entry) = state.get_mut(&job.key) {
-                entry.in_flight = true;
-            }
-            self.start(job, permit);
-        }
-        next
     }
 
-    /// Runs one sync in its own task, holding a sync slot, and records how
-    /// it ended.
-    fn start(&self, job: Job, permit: tokio::sync::OwnedSemaphorePermit) {
-        let this = self.clone();
-        tokio::spawn(async move {
-            let work = this.queue.take(&job.key);
-            let span = tracing::info_span!("sync_service", service = %job.key);
-            let outcome = this.sync(&job).instrument(span).await;
-            drop(permit);
-            drop(work);
-            if matches!(outcome, Outcome::Failed) {
-                this.queue.retry();
-            }
-            this.record(&job, outcome);
-            this.sync_done.notify_one();
-        });
+    /// Adds `svc` to the queue if a change made it due ([`trigger`]). A
+    /// Service retrying a failure (`failures` in a row, or waiting for AWS)
+    /// is synced in full at its retry, with the backends of then: a node
+    /// change does not hasten it.
+    fn add_if_due(
+        &self,
+        entry: &mut KeyState,
+        svc: &Service,
+        backends: impl FnMut(&BTreeMap<String, String>) -> Backends,
+        failures: impl FnOnce() -> u32,
+    ) {
+        let retrying = |entry: &KeyState| entry.waiting_since.is_some() || failures() > 0;
+        match trigger(entry, svc, backends, retrying) {
+            Some(Due::Now(class)) => self.queue.add(&key(svc), class),
+            Some(Due::Settled(class)) => self.queue.add_settled(&key(svc), class),
+            None => {}
+        }
     }
 
-    /// Notes a sync's outcome: when the Service is next due.
-    fn record(&self, job: &Job, outcome: Outcome) {
+    /// The scan of one Service whose sync just ended done: a node change
+    /// that came while it was retrying added nothing, and now may.
+    fn scan_after_sync(&self, key: &str) {
+        let Some(svc) = self.service(key) else {
+            return;
+        };
+        let node_generation = *self.node_changes.borrow();
+        let mut nodes = self.node_list();
         let mut state = self.state.lock();
-        let entry = state.entry(job.key.clone()).or_default();
-        let now = Instant::now();
-        entry.in_flight = false;
-        entry.last_sync = Some(now);
-        match outcome {
-            Outcome::Done | Outcome::Invalid => {
-                entry.synced_fingerprint = Some(job.fingerprint);
-                entry.synced_backends = job.backends.as_ref().map(|b| b.hash);
-                entry.synced_node_set = job.backends.as_ref().map(|b| b.node_set);
-                entry.failures = 0;
-                entry.retry_at = None;
-                entry.failed_fingerprint = None;
-                entry.waiting_since = None;
-            }
-            Outcome::Waiting => {
-                let waited = now - *entry.waiting_since.get_or_insert(now);
-                let delay = WAITING.after(1 + (waited.as_secs() / 10).min(8) as u32);
-                entry.retry_at = Some(now + delay);
-                entry.failed_fingerprint = Some(job.fingerprint);
-            }
-            Outcome::Failed => {
-                entry.failures += 1;
-                let delay = FAILED.after(entry.failures);
-                entry.retry_at = Some(now + delay);
-                entry.failed_fingerprint = Some(job.fingerprint);
-                entry.waiting_since = None;
-            }
+        let mut index = self.index.lock();
+        let Some(entry) = state.get_mut(key) else {
+            return;
+        };
+        let backends = |targets: &BTreeMap<String, String>| {
+            index.get(node_generation, targets.clone(), &mut nodes)
+        };
+        self.add_if_due(entry, &svc, backends, || 0);
+    }
+
+    /// The Nodes of the cache, listed once at the first call.
+    fn node_list(&self) -> impl FnMut() -> Arc<Vec<Arc<Node>>> + '_ {
+        let mut list: Option<Arc<Vec<Arc<Node>>>> = None;
+        move || {
+            list.get_or_insert_with(|| Arc::new(self.nodes.state()))
+                .clone()
         }
+    }
+
+    /// One Service taken from the queue: its sync, if its state says one is
+    /// needed, then, once it is done, its next resync slot.
+    async fn work(&self, taken: &Taken) -> keyed::Outcome {
+        let Some(svc) = self.service(&taken.key) else {
+            return keyed::Outcome::Done;
+        };
+        if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
+            return keyed::Outcome::Done;
+        }
+        let job = {
+            let node_generation = *self.node_changes.borrow();
+            let mut nodes = self.node_list();
+            let mut state = self.state.lock();
+            let mut index = self.index.lock();
+            let entry = state.entry(taken.key.clone()).or_default();
+            let backends = |targets: &BTreeMap<String, String>| {
+                index.get(node_generation, targets.clone(), &mut nodes)
+            };
+            plan(
+                entry,
+                svc.clone(),
+                backends,
+                taken.failures,
+                self.resync,
+                Instant::now(),
+            )
+        };
+        let outcome = match job {
+            // Nothing moved since the last sync (a change undone, a backend
+            // set back where it was).
+            None => keyed::Outcome::Done,
+            Some(job) => {
+                let span = tracing::info_span!("sync_service", service = %job.key);
+                let outcome = self.sync(&job).instrument(span).await;
+                let mut state = self.state.lock();
+                let entry = state.entry(job.key.clone()).or_default();
+                record(entry, &job, outcome, Instant::now())
+            }
+        };
+        // A retry is due by the backoff; its end adds the resync.
+        if outcome == keyed::Outcome::Done {
+            self.scan_after_sync(&taken.key);
+            self.resync_later(&taken.key, &svc);
+        }
+        outcome
+    }
+
+    /// Adds the Service at its next resync slot, while it still exists.
+    fn resync_later(&self, key: &str, svc: &Service) {
+        let Some(every) = self.resync else { return };
+        let Some(last) = self.state.lock().get(key).and_then(|e| e.last_sync) else {
+            return;
+        };
+        if self.service(key).is_some() {
+            let uid = svc.metadata.uid.as_deref().unwrap_or_default();
+            let at = next_resync_slot_at(uid, every, last);
+            self.queue.add_at(key, at, Class::Background);
+        }
+    }
+
+    /// The cached Service of `key` (`namespace/name`).
+    fn service(&self, key: &str) -> Option<Arc<Service>> {
+        let (ns, name) = key.split_once('/')?;
+        self.services.get(&ObjectRef::new(name).within(ns))
     }
 
     async fn sync(&self, job: &Job) -> Outcome {
@@ -798,6 +794,7 @@ mod tests {
     use crate::controllers::cached_node::NodeSpec;
     use k8s_openapi::api::core::v1::Taint;
     use kube::api::ObjectMeta;
+    use tokio_util::sync::CancellationToken;
 
     fn lb_service(rv: &str, interval: &str) -> Arc<Service> {
         Arc::new(
@@ -819,55 +816,154 @@ mod tests {
         }
     }
 
-    /// The state a failed sync of `svc` left, its backoff running.
-    fn failed(svc: &Service, now: Instant) -> KeyState {
-        KeyState {
-            synced_backends: Some(0),
-            last_sync: Some(now),
-            failures: 3,
-            retry_at: Some(now + Duration::from_secs(40)),
-            failed_fingerprint: Some(fingerprint(svc)),
-            ..KeyState::default()
+    /// What the queue handed out, and when.
+    type Handed = Arc<Mutex<Vec<(Instant, Taken)>>>;
+
+    /// Runs `q` as the controller does, with one worker whose every sync
+    /// ends as `outcome`.
+    fn work_on(q: &Keyed, outcome: keyed::Outcome) -> (Handed, CancellationToken) {
+        let taken: Handed = Arc::default();
+        let stop = CancellationToken::new();
+        let (q, st, t) = (q.clone(), stop.clone(), taken.clone());
+        tokio::spawn(async move {
+            q.run(&st, Workers::each(1), move |keys: Vec<Taken>| {
+                let t = t.clone();
+                async move {
+                    let now = Instant::now();
+                    t.lock().extend(keys.iter().map(|k| (now, k.clone())));
+                    vec![outcome; keys.len()]
+                }
+            })
+            .await
+        });
+        (taken, stop)
+    }
+
+    /// Lets the queue's loop and works run until nothing is ready now.
+    async fn settle() {
+        for _ in 0..50 {
+            tokio::task::yield_now().await;
         }
+    }
+
+    /// What a scan adds for `svc`: `q.add` for a change of the Service
+    /// itself, `q.add_settled` for a backend move. Returns the class.
+    fn scan_one(
+        q: &Keyed,
+        entry: &mut KeyState,
+        svc: &Service,
+        backends: impl FnMut(&BTreeMap<String, String>) -> Backends,
+    ) -> Option<Due> {
+        let retrying = |e: &KeyState| e.waiting_since.is_some() || q.failures(&key(svc)) > 0;
+        let due = trigger(entry, svc, backends, retrying);
+        match &due {
+            Some(Due::Now(class)) => q.add(&key(svc), *class),
+            Some(Due::Settled(class)) => q.add_settled(&key(svc), *class),
+            None => {}
+        }
+        due
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_failed_service_waits_out_its_backoff_unless_it_changed() {
-        let now = Instant::now();
+        let q = queue();
+        let (taken, _stop) = work_on(&q, keyed::Outcome::Retry);
+        let t0 = Instant::now();
+        let mut entry = KeyState::default();
         let broken = lb_service("1", "often");
-        let mut entry = failed(&broken, now);
-        assert!(
-            decide(&mut entry, broken.clone(), no_backends, None, now).is_none(),
-            "unchanged: the backoff holds"
+        assert!(scan_one(&q, &mut entry, &broken, no_backends).is_some());
+        settle().await;
+        assert_eq!(taken.lock().len(), 1, "a new Service is synced at once");
+        entry.last_sync = Some(t0);
+        // Its status written (a new resourceVersion, the same fingerprint):
+        // nothing is added, the backoff holds for upstream's 5 s.
+        assert_eq!(
+            scan_one(&q, &mut entry, &lb_service("2", "often"), no_backends),
+            None
         );
-        let fixed = lb_service("2", "10");
-        let job = decide(&mut entry, fixed.clone(), no_backends, None, now)
-            .expect("a fixed Service is retried at once");
-        assert!(job.service_changed && job.may_wait);
+        tokio::time::advance(Duration::from_millis(4_999)).await;
+        settle().await;
+        assert_eq!(taken.lock().len(), 1, "the backoff holds");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+        {
+            let taken = taken.lock();
+            assert_eq!(taken.len(), 2);
+            assert_eq!(taken[1].0 - t0, FAILED.first, "the retry comes at 5 s");
+            assert_eq!(taken[1].1.failures, 1);
+        }
+        // The next wait is 10 s; a fix 3 s into it is synced at once.
+        tokio::time::advance(Duration::from_secs(3)).await;
+        let fixed = lb_service("3", "10");
+        assert!(scan_one(&q, &mut entry, &fixed, no_backends).is_some());
+        settle().await;
+        let taken = taken.lock();
+        assert_eq!(taken.len(), 3, "a changed Service beats its backoff");
+        assert_eq!(taken[2].0 - t0, Duration::from_secs(8));
+        let job = plan(
+            &mut entry,
+            fixed.clone(),
+            no_backends,
+            2,
+            None,
+            Instant::now(),
+        )
+        .expect("the fix is synced");
+        assert!(job.service_changed && job.may_wait && !job.targets_only);
         assert_eq!(job.fingerprint, fingerprint(&fixed));
-        // The backoff itself still comes due.
-        let mut entry = failed(&broken, now);
-        let later = now + Duration::from_secs(41);
-        assert!(decide(&mut entry, broken, no_backends, None, later).is_some());
+    }
+
+    /// The state a successful sync of `svc` left.
+    fn synced(svc: &Service, now: Instant) -> KeyState {
+        let mut entry = KeyState {
+            synced_fingerprint: Some(fingerprint(svc)),
+            synced_backends: Some(0),
+            synced_node_set: Some(0),
+            last_sync: Some(now),
+            ..KeyState::default()
+        };
+        derive_for_test(&mut entry, svc);
+        entry
+    }
+
+    /// `entry` has seen `svc` (a scan derived it).
+    fn derive_for_test(entry: &mut KeyState, svc: &Service) {
+        trigger(entry, svc, no_backends, |_| true);
     }
 
     #[tokio::test(start_paused = true)]
     async fn waiting_on_a_dependency_is_bounded() {
         let now = Instant::now();
         let svc = lb_service("1", "10");
-        let mut entry = failed(&svc, now);
-        entry.retry_at = Some(now);
+        let mut entry = synced(&svc, now);
         entry.waiting_since = Some(now);
-        let job = decide(&mut entry, svc.clone(), no_backends, None, now).expect("due");
-        assert!(job.may_wait);
-        let mut entry = failed(&svc, now);
-        entry.retry_at = Some(now);
+        let job = plan(&mut entry, svc.clone(), no_backends, 0, None, now).expect("due");
+        assert!(job.may_wait && !job.targets_only);
+        // Retried after 1 s at first, up to 10 s after 40 s of waiting;
+        // not a failure.
+        let s = Duration::from_secs;
+        let after = |entry: &mut KeyState, at| record(entry, &job, Outcome::Waiting, at);
+        assert_eq!(after(&mut entry, now), keyed::Outcome::RetryAfter(s(1)));
+        assert_eq!(
+            after(&mut entry, now + s(30)),
+            keyed::Outcome::RetryAfter(s(8))
+        );
+        assert_eq!(
+            after(&mut entry, now + s(40)),
+            keyed::Outcome::RetryAfter(s(10))
+        );
+        let mut entry = synced(&svc, now);
         entry.waiting_since = Some(now - DEPENDENCY_PATIENCE);
-        let job = decide(&mut entry, svc, no_backends, None, now).expect("due");
+        let job = plan(&mut entry, svc, no_backends, 0, None, now).expect("due");
         assert!(
             !job.may_wait,
             "after two minutes it is reported like any failure"
         );
+        assert_eq!(
+            record(&mut entry, &job, Outcome::Failed, now),
+            keyed::Outcome::Retry
+        );
+        assert_eq!(entry.waiting_since, None);
     }
 
     fn adopted(name: &str, uid: &str) -> Arc<Service> {
@@ -886,65 +982,52 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn new_changed_and_deleted_services_go_ahead_of_adoption_and_resync() {
         let now = Instant::now();
-        let job = |entry: &mut KeyState, svc: Arc<Service>| {
-            decide(entry, svc, no_backends, None, now).expect("due")
-        };
+        let class =
+            |entry: &mut KeyState, svc: &Service| match trigger(entry, svc, no_backends, |_| false)
+            {
+                Some(Due::Now(class)) => class,
+                other => panic!("{}: added now, not {other:?}", key(svc)),
+            };
         // A fresh leader adopting a Service that has its load balancer.
-        let mut entry = KeyState::default();
-        let j = job(&mut entry, adopted("old", "u1"));
-        assert_eq!(tier(&entry, &j), Tier::Adoption, "adoption waits");
-        // Its resync or a retry: no one waits either, and they wait behind
-        // the Services this process has not synced yet.
-        let mut entry = failed(&adopted("old", "u1"), now);
-        entry.retry_at = Some(now);
-        entry.synced_fingerprint = Some(fingerprint(&adopted("old", "u1")));
-        let j = job(&mut entry, adopted("old", "u1"));
-        assert_eq!(tier(&entry, &j), Tier::Background, "a retry waits");
-        let every = Duration::from_secs(60);
-        let mut entry = KeyState {
-            synced_fingerprint: Some(fingerprint(&adopted("old", "u1"))),
-            synced_backends: Some(0),
-            last_sync: Some(now),
-            ..KeyState::default()
-        };
-        let at = (1..=61)
-            .map(|s| now + Duration::from_secs(s))
-            .find(|t| resync_due(&adopted("old", "u1"), every, now, *t))
-            .expect("a slot comes due within the period");
-        let j = decide(
-            &mut entry,
-            adopted("old", "u1"),
-            no_backends,
-            Some(every),
-            at,
-        )
-        .expect("the resync is due");
-        assert_eq!(tier(&entry, &j), Tier::Background, "a resync waits");
-        assert!(Tier::UserWaits < Tier::Adoption && Tier::Adoption < Tier::Background);
+        assert_eq!(
+            class(&mut KeyState::default(), &adopted("old", "u1")),
+            Class::Adoption,
+            "adoption waits"
+        );
+        // Once synced by this process, its resyncs and backend moves wait
+        // behind the Services this process has not synced yet.
+        let entry = synced(&adopted("old", "u1"), now);
+        assert_eq!(
+            tier(&entry, &adopted("old", "u1"), false),
+            Class::Background
+        );
+        assert!(Class::UserWaits < Class::Adoption && Class::Adoption < Class::Background);
         // New: no finalizer, or no load balancer yet.
-        let mut entry = KeyState::default();
-        let j = job(&mut entry, lb_service("1", "10"));
-        assert_eq!(tier(&entry, &j), Tier::UserWaits);
+        let new = lb_service("1", "10");
+        assert_eq!(class(&mut KeyState::default(), &new), Class::UserWaits);
         let mut fresh = (*adopted("new", "u2")).clone();
         fresh.status = None;
-        let mut entry = KeyState::default();
-        let j = job(&mut entry, Arc::new(fresh));
-        assert_eq!(tier(&entry, &j), Tier::UserWaits);
+        assert_eq!(class(&mut KeyState::default(), &fresh), Class::UserWaits);
         // Changed since this process synced it.
-        let mut entry = KeyState {
-            synced_fingerprint: Some(1),
-            last_sync: Some(now),
-            ..KeyState::default()
-        };
-        let j = job(&mut entry, adopted("old", "u1"));
-        assert_eq!(tier(&entry, &j), Tier::UserWaits);
+        let mut entry = synced(&adopted("old", "u1"), now);
+        let mut changed = (*adopted("old", "u1")).clone();
+        changed.metadata.resource_version = Some("2".into());
+        changed.metadata.annotations = Some(BTreeMap::from([("a".into(), "b".into())]));
+        assert_eq!(class(&mut entry, &changed), Class::UserWaits);
         // Being deleted.
         let mut deleting = serde_json::to_value(&*adopted("gone", "u3")).unwrap();
         deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z".into();
         let deleting: Service = serde_json::from_value(deleting).unwrap();
-        let mut entry = KeyState::default();
-        let j = job(&mut entry, Arc::new(deleting));
-        assert_eq!(tier(&entry, &j), Tier::UserWaits);
+        assert_eq!(class(&mut KeyState::default(), &deleting), Class::UserWaits);
+        // In the queue, in that order whatever the order they came due in.
+        let q = queue();
+        q.add("resync", Class::Background);
+        q.add("adopt", Class::Adoption);
+        q.add("new", Class::UserWaits);
+        let (taken, _stop) = work_on(&q, keyed::Outcome::Done);
+        settle().await;
+        let order: Vec<String> = taken.lock().iter().map(|(_, t)| t.key.clone()).collect();
+        assert_eq!(order, ["new", "adopt", "resync"]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -976,54 +1059,36 @@ mod tests {
         }
     }
 
-    /// A scan sleeps until `next_due`: it must be the first instant at
-    /// which `decide` finds the Service due without any change (a resync
-    /// slot, a retry), never later (a missed sync) and never much earlier
-    /// (a scan for nothing).
+    /// A synced Service is added at `next_resync_slot_at` its last sync: it
+    /// must be the first instant at which `plan` finds a resync due, never
+    /// later (a missed resync) and never earlier (a sync for nothing).
     #[tokio::test(start_paused = true)]
-    async fn the_next_due_instant_is_when_decide_turns_due() {
+    async fn the_resync_slot_is_when_plan_finds_the_resync_due() {
         let every = Duration::from_secs(100);
         let one_ms = Duration::from_millis(1);
         let synced = Instant::now();
         for i in 0..50 {
             let svc = adopted(&format!("s{i}"), &format!("uid-{i}"));
             let uid = svc.metadata.uid.clone().unwrap();
-            let mut entry = KeyState {
-                synced_fingerprint: Some(fingerprint(&svc)),
-                synced_backends: Some(0),
-                last_sync: Some(synced),
-                ..KeyState::default()
-            };
-            let at = next_due(&entry, &uid, Some(every)).expect("a resync is due some time");
+            let mut entry = super::tests::synced(&svc, synced);
+            let at = next_resync_slot_at(&uid, every, synced);
             assert!(
                 at > synced && at <= synced + every,
                 "{i}: within one period"
             );
             let before = at.checked_sub(one_ms).unwrap();
-            assert!(
-                decide(
-                    &mut entry,
-                    svc.clone(),
-                    backends_hashed(0),
-                    Some(every),
-                    before
-                )
-                .is_none()
-            );
-            assert!(decide(&mut entry, svc.clone(), backends_hashed(0), Some(every), at).is_some());
-            // A retry due sooner comes first; a running sync wakes the scan
-            // itself when it ends.
-            entry.retry_at = Some(synced + one_ms);
-            assert_eq!(next_due(&entry, &uid, Some(every)), entry.retry_at);
-            entry.in_flight = true;
-            assert_eq!(next_due(&entry, &uid, Some(every)), None);
+            let plan_at = |entry: &mut KeyState, t| {
+                plan(entry, svc.clone(), backends_hashed(0), 0, Some(every), t)
+            };
+            assert!(plan_at(&mut entry, before).is_none(), "{i}: not yet");
+            let job = plan_at(&mut entry, at).expect("the resync is due at its slot");
+            assert!(!job.targets_only && !job.service_changed);
         }
-        // Without a resync period only a retry is ever due.
-        let entry = KeyState {
-            last_sync: Some(synced),
-            ..KeyState::default()
-        };
-        assert_eq!(next_due(&entry, "uid-0", None), None);
+        // Without a resync period, an unchanged Service has nothing to do.
+        let svc = adopted("s0", "uid-0");
+        let mut entry = super::tests::synced(&svc, synced);
+        let much_later = synced + every * 100;
+        assert!(plan(&mut entry, svc, backends_hashed(0), 0, None, much_later).is_none());
     }
 
     /// A backend set of this hash, after a node change of the same number.
@@ -1039,36 +1104,85 @@ mod tests {
     async fn only_a_backend_change_alone_moves_targets_only() {
         let now = Instant::now();
         let svc = lb_service("1", "10");
-        let synced = || KeyState {
-            synced_fingerprint: Some(fingerprint(&svc)),
-            synced_backends: Some(1),
-            synced_node_set: Some(1),
-            last_sync: Some(now),
-            ..KeyState::default()
+        let synced = || {
+            let mut entry = super::tests::synced(&svc, now);
+            entry.synced_backends = Some(1);
+            entry.synced_node_set = Some(1);
+            entry
         };
         let resync = Some(Duration::from_secs(600));
         let mut entry = synced();
-        let job = decide(&mut entry, svc.clone(), backends_hashed(2), resync, now)
+        let job = plan(&mut entry, svc.clone(), backends_hashed(2), 0, resync, now)
             .expect("a new backend set is synced");
         assert!(job.targets_only && !job.service_changed);
         // The Service changed too: the full ensure.
         let mut entry = synced();
         let changed = lb_service("2", "20");
-        let job = decide(&mut entry, changed, backends_hashed(2), resync, now).expect("due");
+        let job = plan(&mut entry, changed, backends_hashed(2), 0, resync, now).expect("due");
         assert!(!job.targets_only && job.service_changed);
-        // A retry after a failure, and a due resync, ensure in full.
+        // A retry after a failure or a wait, and a due resync, ensure in full.
         let mut entry = synced();
-        entry.retry_at = Some(now);
-        let job = decide(&mut entry, svc.clone(), backends_hashed(2), resync, now).expect("due");
+        let job = plan(&mut entry, svc.clone(), backends_hashed(2), 1, resync, now).expect("due");
+        assert!(!job.targets_only);
+        let mut entry = synced();
+        entry.waiting_since = Some(now);
+        let job = plan(&mut entry, svc.clone(), backends_hashed(2), 0, resync, now).expect("due");
         assert!(!job.targets_only);
         let mut entry = synced();
         let later = now + Duration::from_secs(601);
-        let job = decide(&mut entry, svc.clone(), backends_hashed(2), resync, later).expect("due");
+        let job = plan(
+            &mut entry,
+            svc.clone(),
+            backends_hashed(2),
+            0,
+            resync,
+            later,
+        )
+        .expect("due");
         assert!(!job.targets_only);
         // Never synced: in full.
         let mut entry = KeyState::default();
-        let job = decide(&mut entry, svc, backends_hashed(2), resync, now).expect("due");
+        let job = plan(&mut entry, svc, backends_hashed(2), 0, resync, now).expect("due");
         assert!(!job.targets_only);
+    }
+
+    /// A backend move is added to settle once per node set: a scan for
+    /// another reason does not extend the settling, a node change does; a
+    /// Service retrying a failure waits for its retry. In the queue it goes
+    /// once the node set was quiet for 2 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_backend_move_settles_and_waits_for_a_retry() {
+        let now = Instant::now();
+        let svc = adopted("web", "uid-web");
+        let q = queue();
+        let mut entry = synced(&svc, now);
+        let moved = scan_one(&q, &mut entry, &svc, backends_hashed(2));
+        assert_eq!(moved, Some(Due::Settled(Class::Background)));
+        assert_eq!(scan_one(&q, &mut entry, &svc, backends_hashed(2)), None);
+        assert_eq!(
+            scan_one(&q, &mut entry, &svc, backends_hashed(3)),
+            Some(Due::Settled(Class::Background))
+        );
+        let mut failing = synced(&svc, now);
+        assert_eq!(
+            trigger(&mut failing, &svc, backends_hashed(2), |_| true),
+            None
+        );
+        // Its retry done (with the backends it planned before the move),
+        // the scan after it adds the move.
+        assert_eq!(
+            trigger(&mut failing, &svc, backends_hashed(2), |_| false),
+            Some(Due::Settled(Class::Background))
+        );
+        let (taken, _stop) = work_on(&q, keyed::Outcome::Done);
+        tokio::time::advance(Settle::NODE_SET.0 - Duration::from_millis(1)).await;
+        settle().await;
+        assert!(taken.lock().is_empty(), "still settling");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        settle().await;
+        let taken = taken.lock();
+        assert_eq!(taken.len(), 1);
+        assert_eq!(taken[0].0 - now, Settle::NODE_SET.0);
     }
 
     fn node(name: &str, labels: &[(&str, &str)], taint: Option<&str>) -> Arc<Node> {
@@ -1139,13 +1253,15 @@ mod tests {
 
     /// The state a successful sync against `backends` left.
     fn synced_at(svc: &Service, backends: &Backends, now: Instant) -> KeyState {
-        KeyState {
+        let mut entry = KeyState {
             synced_fingerprint: Some(fingerprint(svc)),
             synced_backends: Some(backends.hash),
             synced_node_set: Some(backends.node_set),
             last_sync: Some(now),
             ..KeyState::default()
-        }
+        };
+        derive_for_test(&mut entry, svc);
+        entry
     }
 
     #[test]
@@ -1206,19 +1322,33 @@ mod tests {
         ];
         let tainted_set = at(2, tainted.clone());
         assert_eq!(*tainted_set.ids, ids(&["a"]), "no longer a backend");
+        let no_retry = |_: &KeyState| false;
+        assert_eq!(
+            trigger(&mut entry, &svc, |_| tainted_set.clone(), no_retry),
+            None,
+            "the taint alone adds nothing to the queue"
+        );
         assert!(
-            decide(&mut entry, svc.clone(), |_| tainted_set.clone(), None, now).is_none(),
+            plan(
+                &mut entry,
+                svc.clone(),
+                |_| tainted_set.clone(),
+                0,
+                None,
+                now
+            )
+            .is_none(),
             "the taint alone starts no sync: b stays registered"
         );
         let changed = lb_service("2", "20");
-        let job = decide(&mut entry, changed, |_| tainted_set.clone(), None, now)
+        let job = plan(&mut entry, changed, |_| tainted_set.clone(), 0, None, now)
             .expect("a Service change syncs");
         assert!(!job.targets_only);
         assert_eq!(*job.backends.expect("backends").ids, ids(&["a"]));
         let mut joined = tainted;
         joined.push(node("c", &[], None));
         let joined_set = at(3, joined);
-        let job = decide(&mut entry, svc, |_| joined_set.clone(), None, now)
+        let job = plan(&mut entry, svc, |_| joined_set.clone(), 0, None, now)
             .expect("another node's join syncs");
         assert!(job.targets_only);
         assert_eq!(*job.backends.expect("backends").ids, ids(&["a", "c"]));
@@ -1238,9 +1368,9 @@ mod tests {
         let mut entry = synced_at(&svc, &first, now);
         let draining = at(2, vec![a.clone(), deleting(&b)]);
         assert_eq!(*draining.ids, ids(&["a"]));
-        assert!(decide(&mut entry, svc.clone(), |_| draining.clone(), None, now).is_none());
+        assert!(plan(&mut entry, svc.clone(), |_| draining.clone(), 0, None, now).is_none());
         let gone = at(3, vec![a]);
-        let job = decide(&mut entry, svc, |_| gone.clone(), None, now).expect("the Node is gone");
+        let job = plan(&mut entry, svc, |_| gone.clone(), 0, None, now).expect("the Node is gone");
         assert!(job.targets_only);
         assert_eq!(*job.backends.expect("backends").ids, ids(&["a"]));
     }
@@ -1267,7 +1397,7 @@ mod tests {
                 node("b", &[("pool", "web")], None),
             ],
         );
-        let job = decide(&mut entry, svc, |_| labelled.clone(), None, now)
+        let job = plan(&mut entry, svc, |_| labelled.clone(), 0, None, now)
             .expect("the new selection syncs");
         assert!(job.targets_only);
         assert_eq!(*job.backends.expect("backends").ids, ids(&["a", "b"]));
@@ -1287,10 +1417,10 @@ mod tests {
         let excluded = node("x", &[(EXCLUDE_LABEL, "true")], None);
         let joined = at(2, vec![node("a", &[], None), excluded.clone()]);
         assert_ne!(joined.node_set, first.node_set);
-        assert!(decide(&mut entry, svc.clone(), |_| joined.clone(), None, now).is_none());
+        assert!(plan(&mut entry, svc.clone(), |_| joined.clone(), 0, None, now).is_none());
         assert_eq!(entry.synced_node_set, Some(joined.node_set));
         let tainted = at(3, vec![node("a", &[], Some(TO_BE_DELETED_TAINT)), excluded]);
-        assert!(decide(&mut entry, svc, |_| tainted.clone(), None, now).is_none());
+        assert!(plan(&mut entry, svc, |_| tainted.clone(), 0, None, now).is_none());
     }
 
     #[test]

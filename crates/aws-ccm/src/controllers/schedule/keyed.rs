@@ -36,6 +36,9 @@
 //!   a key's wait is observed when it is taken, retries included.
 //!
 //! Only [`Keyed::run`] takes keys: the one loop of every keyed controller.
+//! A controller that finds its due keys by scanning the informer caches
+//! (the service controller: a node change makes due only the Services
+//! whose backends it moves) scans in [`scan_at_changes`].
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -43,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -503,6 +506,34 @@ impl State {
             Slot::Ready(..) => self.ready.insert(slot.clone()),
         };
         e.indexed = Some(slot);
+    }
+}
+
+/// Calls `scan` at once and again after every change of any of `changes`
+/// (informer generations), until `stop` is cancelled: where a controller
+/// that adds keys from whole-cache scans waits. A change that lands while
+/// `scan` runs is seen by the one scan after it; several changes before a
+/// scan cost one scan.
+pub async fn scan_at_changes(
+    stop: &CancellationToken,
+    mut changes: Vec<watch::Receiver<u64>>,
+    mut scan: impl FnMut(),
+) {
+    loop {
+        for c in &mut changes {
+            c.borrow_and_update();
+        }
+        scan();
+        let any = async {
+            if changes.is_empty() {
+                return std::future::pending().await;
+            }
+            let each = changes.iter_mut().map(|c| Box::pin(super::changed(c)));
+            futures::future::select_all(each).await;
+        };
+        if super::wait(stop, None, any).await == super::Wake::Stopped {
+            return;
+        }
     }
 }
 

@@ -12,7 +12,8 @@
 //!
 //! Its two users:
 //! * The service controller holds backend-only syncs while the node set
-//!   moves ([`Settle::NODE_SET`]: quiet 2 s, at most 10 s). Registration
+//!   moves ([`Settle::NODE_SET`]: quiet 2 s, at most 10 s), as the settling
+//!   rule of its [`super::keyed::Keyed`] queue. Registration
 //!   calls share one small AWS bucket (4 per second for the whole account),
 //!   so with hundreds of target groups every extra call is a quarter second
 //!   of everyone's convergence. Full syncs (a new or changed Service, a
@@ -23,8 +24,10 @@
 //! * The route controller reconciles once the nodes' routes fingerprint
 //!   settles ([`Settle::ROUTES`]: quiet 500 ms, at most 3 s).
 //!
-//! Neither polls: each sleeps until [`Settle::settles_at`] or the next
-//! change, and samples the value when it wakes. The route controller's one
+//! Neither polls: the route controller sleeps until [`Settle::settles_at`]
+//! or the next change, and samples the value when it wakes; the service
+//! controller's queue holds each Service until its own burst of backend
+//! moves settles by the same two figures. The route controller's one
 //! reconcile covers every node, so it says so ([`Settle::acted`]) and a
 //! stream of changes gets a reconcile every `cap`, not one per change.
 
@@ -84,9 +87,7 @@ impl Settle {
     /// What waited on the value has acted on all of it (the route
     /// controller's one reconcile covers every node): the next change
     /// begins a new episode, held again for up to `cap`, even while changes
-    /// go on. The service controller does not call it: its held syncs start
-    /// Service by Service over many scans, and each must not restart the
-    /// others' wait.
+    /// go on.
     pub fn acted(&mut self) {
         self.episode_start = None;
     }

@@ -306,3 +306,36 @@ fn depth(name: &str) -> Option<f64> {
         .lines()
         .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_scan_at_start_and_one_after_each_round_of_changes_until_stopped() {
+    let (nodes, node_rx) = watch::channel(0u64);
+    let (services, service_rx) = watch::channel(0u64);
+    // A change before the loop starts is covered by the first scan.
+    nodes.send_modify(|g| *g += 1);
+    let scans = Arc::new(Mutex::new(0u32));
+    let stop = CancellationToken::new();
+    let (s, st) = (scans.clone(), stop.clone());
+    let looping = tokio::spawn(async move {
+        scan_at_changes(&st, vec![node_rx, service_rx], move || *s.lock() += 1).await
+    });
+    settle().await;
+    assert_eq!(*scans.lock(), 1, "one scan at start");
+    settle().await;
+    assert_eq!(*scans.lock(), 1, "nothing changed: no scan");
+    nodes.send_modify(|g| *g += 1);
+    settle().await;
+    assert_eq!(*scans.lock(), 2, "a node change: one scan");
+    // Both caches change before the loop looks: one scan covers them.
+    nodes.send_modify(|g| *g += 1);
+    services.send_modify(|g| *g += 1);
+    settle().await;
+    assert_eq!(*scans.lock(), 3, "changes of both caches: one scan");
+    tokio::time::sleep(600 * SECOND).await;
+    assert_eq!(*scans.lock(), 3, "no timer scans");
+    stop.cancel();
+    looping.await.expect("the loop ends at stop");
+    services.send_modify(|g| *g += 1);
+    settle().await;
+    assert_eq!(*scans.lock(), 3, "none after stop");
+}
