@@ -218,8 +218,9 @@ impl TargetRecord {
     /// Call before registering or deregistering targets of the groups
     /// `keys`: returns once their entries are gone from the ConfigMap
     /// (at once when none is there). An error means the change must not
-    /// be made now.
-    pub(crate) async fn before_change(&self, keys: &[String]) -> Result<(), String> {
+    /// be made now. In the product only the memory asks it
+    /// ([`crate::aws::memory`]); `pub` for the in-process tests.
+    pub async fn before_change(&self, keys: &[String]) -> Result<(), String> {
         let start = tokio::time::Instant::now();
         let waited = self.confirm_removed(keys).await;
         // A sync that moves no target is not a target change.
@@ -264,8 +265,9 @@ impl TargetRecord {
     }
 
     /// Records that the groups `entries` (key, digest) now hold what their
-    /// digests say. Written in the background; nothing waits for it.
-    pub(crate) fn record(&self, entries: impl IntoIterator<Item = (String, String)>) {
+    /// digests say. Written in the background; nothing waits for it. In the
+    /// product only the memory calls it; `pub` for the in-process tests.
+    pub fn record(&self, entries: impl IntoIterator<Item = (String, String)>) {
         self.update(|want| {
             let mut changed = false;
             for (k, d) in entries {
