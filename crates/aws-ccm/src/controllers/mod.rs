@@ -2,9 +2,11 @@
 //! and the [`ControllerContext`] with the shared informer caches
 //! ([`informers::run_all`] starts them and every enabled controller).
 //!
-//! When each acts is decided by one mechanism, [`schedule`]: one place a
-//! loop sleeps, one backoff, one debounce of node bursts, one periodic
-//! loop and one set of `workqueue_*` metrics.
+//! When each acts is decided by one mechanism, [`schedule`]: one keyed
+//! scheduler for the controllers that work on keys, one periodic runner for
+//! the set passes (route, node lifecycle, address refresh, node IPAM), one
+//! place a loop sleeps, one backoff, one debounce of node bursts and one set
+//! of `workqueue_*` metrics.
 
 pub mod cached_node;
 pub mod events;

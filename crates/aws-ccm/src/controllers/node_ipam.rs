@@ -1,4 +1,4 @@
-// Not kube-runtime's Controller: each start must rebuild the taken-CIDR map from a consistent list before any allocation, and allocation order and reservations span all nodes, not one object at a time.
+// A set pass on the periodic runner (schedule/periodic.rs), not a keyed reconcile: each start must rebuild the taken-CIDR map from a consistent list before any allocation, and allocation order and reservations span all nodes, not one object at a time.
 //! Node IPAM (`nodeipam`, `node-ipam-controller`) with
 //! `--allocate-node-cidrs=true`: gives every node without one a pod CIDR
 //! (`spec.podCIDR` / `spec.podCIDRs`, one per `--cluster-cidr` family) cut
@@ -32,12 +32,12 @@ use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use ipnet::IpNet;
 use kube::Api;
+use kube::runtime::reflector::Store;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use serde_json::json;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::allocator::Allocator;
@@ -45,7 +45,8 @@ use self::guard::{OtherAllocator, Sign};
 use super::ControllerContext;
 use super::events::Events;
 use super::route::publish::node_ref;
-use super::schedule::{Wake, changed, sleep, wait};
+use super::schedule::periodic::{Pass, Periodic, SetPass};
+use super::schedule::settle::Settle;
 use crate::backoff::Backoff;
 use crate::options::cidrs::NodeCidrAllocation;
 use crate::provider::Cloud;
@@ -54,8 +55,10 @@ use crate::provider::Cloud;
 const CONCURRENT_PATCHES: usize = 8;
 /// Attempts per node when its resourceVersion keeps moving.
 const PATCH_ATTEMPTS: u32 = 4;
-/// Wait before retrying a node whose patch failed.
-const RETRY_AFTER: Duration = Duration::from_secs(5);
+/// The next pass after a failed one (the start-up list, or a node's
+/// patch): 500 ms, doubling to 30 s, so a start is not held up long by a
+/// blip of the API server and a failing one is not hammered.
+const RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
 pub const EVENT_CIDR_NOT_AVAILABLE: &str = "CIDRNotAvailable";
 pub const EVENT_CIDR_ASSIGNMENT_FAILED: &str = "CIDRAssignmentFailed";
@@ -216,9 +219,11 @@ struct Ipam {
     held: HashMap<String, Held>,
     /// Nodes already told their range is full (by UID).
     exhausted_warned: HashSet<String>,
-    /// Nodes whose patch failed, and when to try again.
-    retry_at: HashMap<String, Instant>,
-    last_fingerprint: Option<u64>,
+    /// Nodes whose last patch failed (by UID): warned once, tried again
+    /// at the next pass, which the runner brings after its backoff.
+    failed: HashSet<String>,
+    /// The start-up list was read ([`Ipam::rebuild`]): allocating may begin.
+    rebuilt: bool,
     /// Set on the first sign of another allocator; nothing is allocated
     /// after it.
     other: Option<OtherAllocator>,
@@ -233,8 +238,8 @@ impl Ipam {
             events,
             held: HashMap::new(),
             exhausted_warned: HashSet::new(),
-            retry_at: HashMap::new(),
-            last_fingerprint: None,
+            failed: HashSet::new(),
+            rebuilt: false,
             other: None,
         }
     }
@@ -331,21 +336,42 @@ impl Ipam {
         self.hold(uid, name, cidrs);
     }
 
-    /// One pass over the node cache: take what others assigned, release what
+    /// One pass of the runner: the consistent list until it has been read,
+    /// then a sync of the cache; to be done again soon while either fails.
+    /// Once another allocator is seen, nothing more (said once).
+    async fn pass(&mut self, nodes: &[std::sync::Arc<Node>]) -> Pass {
+        let stood_down = self.other.is_some();
+        if !stood_down {
+            if !self.rebuilt {
+                if let Err(e) = self.rebuild().await {
+                    tracing::error!(error = %e, "listing nodes to rebuild the CIDR map failed; nothing is allocated until it succeeds");
+                    return Pass::Retry;
+                }
+                self.rebuilt = true;
+            }
+            self.sync(nodes).await;
+        }
+        if let Some(other) = &self.other {
+            if !stood_down {
+                METRICS.other_allocator.set(1);
+                tracing::error!("{other}");
+            }
+            return Pass::Done;
+        }
+        if self.failed.is_empty() {
+            Pass::Done
+        } else {
+            Pass::Retry
+        }
+    }
+
+    /// One sync of the node cache: take what others assigned, release what
     /// deleted nodes held, allocate for nodes without CIDRs.
     async fn sync(&mut self, nodes: &[std::sync::Arc<Node>]) {
         if self.other.is_some() {
             return;
         }
-        let now = Instant::now();
-        let fp = fingerprint(nodes);
-        let retry_due = self.retry_at.values().any(|at| *at <= now);
-        if self.last_fingerprint == Some(fp) && !retry_due {
-            return;
-        }
-        self.last_fingerprint = Some(fp);
-
-        let (live, candidates) = self.observe(nodes, now);
+        let (live, candidates) = self.observe(nodes);
         self.release_deleted(&live);
         if self.other.is_some() {
             return;
@@ -356,7 +382,7 @@ impl Ipam {
             return;
         }
         for (name, uid, cidrs, outcome) in self.send(patches).await {
-            self.record(name, uid, cidrs, outcome, now).await;
+            self.record(name, uid, cidrs, outcome).await;
         }
         self.update_gauges();
     }
@@ -367,7 +393,6 @@ impl Ipam {
     fn observe<'n>(
         &mut self,
         nodes: &'n [std::sync::Arc<Node>],
-        now: Instant,
     ) -> (HashSet<&'n str>, Vec<&'n Node>) {
         let mut live: HashSet<&str> = HashSet::with_capacity(nodes.len());
         let mut candidates: Vec<&Node> = Vec::new();
@@ -390,9 +415,7 @@ impl Ipam {
                 Some(false) => self.adopt(uid, name, cidrs, Sign::AssignedByOther),
                 None if !cidrs.is_empty() => self.adopt(uid, name, cidrs, Sign::AssignedByOther),
                 None => {
-                    if node.metadata.deletion_timestamp.is_none()
-                        && self.retry_at.get(uid).is_none_or(|at| *at <= now)
-                    {
+                    if node.metadata.deletion_timestamp.is_none() {
                         candidates.push(node);
                     }
                 }
@@ -416,7 +439,7 @@ impl Ipam {
             }
         }
         // Retries and warnings of nodes no longer live, the deleted ones too.
-        self.retry_at.retain(|uid, _| live.contains(uid.as_str()));
+        self.failed.retain(|uid| live.contains(uid.as_str()));
         self.exhausted_warned
             .retain(|uid| live.contains(uid.as_str()));
     }
@@ -472,21 +495,20 @@ impl Ipam {
             .await
     }
 
-    /// Takes a patch's outcome into the map, the retry timers and the metrics.
+    /// Takes a patch's outcome into the map, the failed set and the metrics.
     async fn record(
         &mut self,
         name: String,
         uid: String,
         cidrs: Vec<IpNet>,
         outcome: PatchOutcome,
-        now: Instant,
     ) {
         match outcome {
             PatchOutcome::Assigned => {
                 tracing::info!(node = %name, cidrs = ?cidrs, "assigned pod CIDRs");
                 self.count(&METRICS.allocations, &cidrs);
                 self.exhausted_warned.remove(&uid);
-                self.retry_at.remove(&uid);
+                self.failed.remove(&uid);
             }
             PatchOutcome::TakenByOther(theirs) => {
                 tracing::info!(node = %name, ours = ?cidrs, theirs = ?theirs, "node got pod CIDRs from someone else first; keeping theirs");
@@ -498,7 +520,7 @@ impl Ipam {
             }
             PatchOutcome::Failed(error) => {
                 self.unhold(&uid);
-                let first_failure = self.retry_at.insert(uid, now + RETRY_AFTER).is_none();
+                let first_failure = self.failed.insert(uid);
                 for set in self.allocator.sets() {
                     count_failure(&set.cluster_cidr(), "patch_failed");
                 }
@@ -633,40 +655,37 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         "starting node IPAM"
     );
     METRICS.other_allocator.set(0);
-    let mut ipam = Ipam::new(
+    let ipam = Ipam::new(
         config,
         Api::all(ctx.kube.clone()),
         Events::new(ctx.kube.clone(), "cidrAllocator"),
     );
-    let backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
-    for failures in 1.. {
-        let Wake::Changed(result) = wait(&stop, None, ipam.rebuild()).await else {
-            return;
-        };
-        let Err(e) = result else { break };
-        tracing::error!(error = %e, "listing nodes to rebuild the CIDR map failed; nothing is allocated until it succeeds");
-        if sleep(&stop, backoff.after(failures)).await == Wake::Stopped {
-            return;
-        }
-    }
-    // Serve the cache now, then again whenever a node changes; the timer
-    // retries nodes whose patch failed without any node changing.
-    let mut node_changes = ctx.node_changes.clone();
-    loop {
-        if let Some(other) = &ipam.other {
-            METRICS.other_allocator.set(1);
-            tracing::error!("{other}");
-            stop.cancelled().await;
-            return;
-        }
-        let nodes = ctx.nodes.state();
-        if wait(&stop, None, ipam.sync(&nodes)).await == Wake::Stopped {
-            return;
-        }
-        let retry = Instant::now() + RETRY_AFTER;
-        if wait(&stop, Some(retry), changed(&mut node_changes)).await == Wake::Stopped {
-            return;
-        }
+    let set = IpamPass {
+        ipam,
+        nodes: ctx.nodes.clone(),
+    };
+    // A pass at start (the consistent list first), then once the nodes'
+    // CIDRs or membership change, and after a failed pass by `RETRY`;
+    // reported as the Go range allocator's queue.
+    let nodes = ctx.nodes.clone();
+    Periodic::new("cidrallocator_node", RETRY)
+        .on_change(ctx.node_changes.clone(), Settle::AT_ONCE, move || {
+            fingerprint(&nodes.state())
+        })
+        .run(&stop, set)
+        .await
+}
+
+/// The allocator and the nodes it serves, for the runner.
+struct IpamPass {
+    ipam: Ipam,
+    nodes: Store<Node>,
+}
+
+impl SetPass for IpamPass {
+    async fn pass(&mut self) -> Pass {
+        let snapshot = self.nodes.state();
+        self.ipam.pass(&snapshot).await
     }
 }
 

@@ -1,4 +1,4 @@
-// Not kube-runtime's Controller: it is a periodic pass over every node with one batched AWS lookup per period, not a reaction to object changes.
+// A set pass on the periodic runner (schedule/periodic.rs), not a keyed reconcile: a pass over every node with one batched AWS lookup per period, not a reaction to object changes.
 //! The cloud-node-lifecycle controller.
 //!
 //! Every `--node-monitor-period`: a Ready node loses the shutdown taint; a
@@ -51,6 +51,8 @@ use super::node::identity::{self, Lookup};
 use super::node::lookups::{SweepIndex, lookup};
 use super::node::outside_region;
 use super::node::plan::{has_taint, taints_without};
+use super::schedule::periodic::{Pass, Periodic};
+use crate::backoff::Backoff;
 use crate::ids::OutsideRegion;
 use crate::provider::Cloud;
 use crate::provider::instances::{InstanceState, Instances};
@@ -205,6 +207,10 @@ async fn observe<I: Instances>(
     Some(out)
 }
 
+/// A pass whose sweep failed is run again after 1 s, doubling up to the
+/// period (the runner's bound).
+const RETRY: Backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(300));
+
 struct Shared<I: Instances> {
     kube: kube::Client,
     cloud: I,
@@ -234,7 +240,13 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         .node_monitor_period
         .max(Duration::from_millis(100));
     tracing::info!(?period, "cloud-node-lifecycle controller started");
-    super::schedule::every(period, &stop, || monitor(&shared, ctx.nodes.state())).await;
+    Periodic::new("node-lifecycle", RETRY)
+        .every(period)
+        .run(&stop, move || {
+            let (shared, nodes) = (shared.clone(), ctx.nodes.state());
+            async move { monitor(&shared, nodes).await }
+        })
+        .await;
 }
 
 /// What the controller does to each node now, `Nothing` left out (also
@@ -285,8 +297,8 @@ pub(crate) async fn decisions<I: Instances>(
     (decisions, observations.is_some())
 }
 
-/// One pass over every node.
-async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
+/// One pass over every node; to be done again soon when AWS did not answer.
+async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) -> Pass {
     let (decisions, answered) =
         decisions(&shared.cloud, &shared.cluster_id, &shared.region, nodes).await;
     if answered {
@@ -306,6 +318,7 @@ async fn monitor<I: Instances>(shared: &Shared<I>, nodes: Vec<Arc<Node>>) {
             apply(shared, &node, decision).await;
         })
         .await;
+    if answered { Pass::Done } else { Pass::Retry }
 }
 
 /// The Nodes kept because no lookup found their instance: the gauge, and

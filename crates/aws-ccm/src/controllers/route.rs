@@ -1,4 +1,4 @@
-// Not kube-runtime's Controller: one reconcile covers the whole cluster (one DescribeRouteTables, one plan over every node), not one object at a time.
+// A set pass on the periodic runner (schedule/periodic.rs), not a keyed reconcile: one reconcile covers the whole cluster (one DescribeRouteTables, one plan over every node), not one object at a time.
 //! The route controller (`route`, `node-route-controller`): a VPC route
 //! `podCIDR -> instance` for every node, in every route table of the cluster,
 //! so pods reach each other without an overlay.
@@ -36,6 +36,7 @@ use std::time::Duration;
 use crate::controllers::cached_node::Node;
 use futures::StreamExt;
 use ipnet::IpNet;
+use kube::runtime::reflector::Store;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -43,9 +44,9 @@ use self::metrics::{ChangeLabels, METRICS, TableLabels};
 use self::plan::{NodeOutcome, NodeRoutes, Plan, RouteChange};
 use self::publish::Publisher;
 use super::ControllerContext;
+use super::schedule::periodic::{Pass, Periodic, SetPass};
 use super::schedule::settle::Settle;
-use super::schedule::workqueue::Queue;
-use super::schedule::{self, Wake};
+use crate::backoff::Backoff;
 use crate::cloud_config::CloudConfig;
 use crate::options::cidrs::ClusterCidrs;
 use crate::provider::Cloud;
@@ -60,8 +61,10 @@ pub const CAPACITY_WARNING_RATIO: f64 = 0.8;
 const CONCURRENT_CHANGES: usize = 16;
 /// A repeated failure of the same route is re-announced after this long.
 const EVENT_REPEAT: Duration = Duration::from_secs(600);
-/// Next reconcile after an ambiguous or transient failure.
-const RETRY_SOON: Duration = Duration::from_secs(2);
+/// The next reconcile after one that failed or left a route to confirm:
+/// 2 s (a create to confirm is usually visible by then), doubling while
+/// they go on; the period bounds it, as the periodic reconcile comes anyway.
+const RETRY: Backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
 
 pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
 pub const REASON_ROUTE_CREATED: &str = "RouteCreated";
@@ -535,67 +538,43 @@ fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
     sum
 }
 
-/// Runs the controller until `stop` is cancelled: a reconcile at start,
-/// every period after the last, and once a change of the nodes' routes
-/// settles ([`Settle::ROUTES`]). It reports as k8s.io/cloud-provider's
-/// watch-based route controller's queue, `Routes`, with its one key: due
-/// while a change is held, taken when a reconcile starts, retried when one
-/// failed or left a route to confirm.
+/// Runs the controller until `stop` is cancelled, on the periodic runner:
+/// a reconcile at start, every period after the last began, once a change
+/// of the nodes' routes settles ([`Settle::ROUTES`]), and after a reconcile
+/// that failed or left a route to confirm, by [`RETRY`] (never later than
+/// the period). It reports as k8s.io/cloud-provider's watch-based route
+/// controller's queue, `Routes`, with its one key.
 pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
-    const KEY: &str = "routes";
-    let Some((mut reconciler, period)) = start(&ctx) else {
+    let Some((reconciler, period)) = start(&ctx) else {
         stop.cancelled().await;
         return;
     };
-    let queue = Queue::new("Routes");
-    let mut publisher = Publisher::new(ctx.kube.clone());
-    let mut next_periodic = Instant::now();
-    let mut settle = Settle::new(Settle::ROUTES);
-    let mut reconciled: Option<u64> = None;
-    // When a change the last reconcile did not see settles.
-    let mut held: Option<Instant> = None;
-    let mut node_changes = ctx.node_changes.clone();
-    loop {
-        // Sleep until the periodic reconcile or a held change settles;
-        // changes while one is held are sampled when it wakes, not one by
-        // one.
-        let due = held.map_or(next_periodic, |h| h.min(next_periodic));
-        let change = async {
-            match held {
-                None => schedule::changed(&mut node_changes).await,
-                Some(_) => std::future::pending().await,
-            }
-        };
-        if schedule::wait(&stop, Some(due), change).await == Wake::Stopped {
-            return;
-        }
-        let snapshot = ctx.nodes.state();
-        let fp = fingerprint(&snapshot);
-        let now = Instant::now();
-        let settled = settle.observe(fp, now);
-        held = None;
-        if now < next_periodic {
-            if reconciled == Some(fp) {
-                continue;
-            }
-            if !settled {
-                held = settle.settles_at(now);
-                queue.due(KEY);
-                continue;
-            }
-        }
-        let work = queue.take(KEY);
-        let reconcile = reconcile_once(&mut reconciler, &mut publisher, &snapshot, period);
-        let Wake::Changed((next_in, again)) = schedule::wait(&stop, None, reconcile).await else {
-            return;
-        };
-        drop(work);
-        if again {
-            queue.retry();
-        }
-        settle.acted();
-        reconciled = Some(fp);
-        next_periodic = Instant::now() + next_in;
+    let nodes = ctx.nodes.clone();
+    let set = RoutePass {
+        reconciler,
+        publisher: Publisher::new(ctx.kube.clone()),
+        nodes: ctx.nodes.clone(),
+    };
+    Periodic::new("Routes", RETRY)
+        .every(period)
+        .on_change(ctx.node_changes.clone(), Settle::ROUTES, move || {
+            fingerprint(&nodes.state())
+        })
+        .run(&stop, set)
+        .await
+}
+
+/// What the reconciles keep between them, and the nodes they reconcile.
+struct RoutePass<R: Routes> {
+    reconciler: Reconciler<R>,
+    publisher: Publisher,
+    nodes: Store<Node>,
+}
+
+impl<R: Routes> SetPass for RoutePass<R> {
+    async fn pass(&mut self) -> Pass {
+        let snapshot = self.nodes.state();
+        reconcile_once(&mut self.reconciler, &mut self.publisher, &snapshot).await
     }
 }
 
@@ -638,22 +617,20 @@ fn start<C: Cloud>(ctx: &ControllerContext<C>) -> Option<(Reconciler<C>, Duratio
 }
 
 /// One reconcile of every node in `snapshot`, its outcome published on the
-/// Nodes; returns when the next periodic reconcile is due, and whether the
-/// work is to be done again: the tables could not be read, or a route
-/// failed or must be confirmed soon ([`Report::retry_soon`]).
+/// Nodes; to be done again soon when the tables could not be read, or a
+/// route failed or must be confirmed soon ([`Report::retry_soon`]).
 async fn reconcile_once<R: Routes>(
     reconciler: &mut Reconciler<R>,
     publisher: &mut Publisher,
     snapshot: &[Arc<Node>],
-    period: Duration,
-) -> (Duration, bool) {
+) -> Pass {
     let nodes: Vec<NodeRoutes> = snapshot.iter().map(|n| node_routes(n)).collect();
     let started = Instant::now();
     let report = match reconciler.reconcile(&nodes).await {
         Ok(report) => report,
         Err(e) => {
-            tracing::error!(error = %e, "could not reconcile routes; retrying in {period:?}");
-            return (period, true);
+            tracing::error!(error = %e, "could not reconcile routes; retrying");
+            return Pass::Retry;
         }
     };
     if !report.plan.is_empty() {
@@ -673,9 +650,9 @@ async fn reconcile_once<R: Routes>(
         .collect();
     publisher.publish(&report, &cache).await;
     if report.retry_soon() {
-        (period.min(RETRY_SOON), true)
+        Pass::Retry
     } else {
-        (period, false)
+        Pass::Done
     }
 }
 

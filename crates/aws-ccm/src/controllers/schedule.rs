@@ -1,33 +1,43 @@
 //! When a controller acts: the one mechanism every controller here is
-//! scheduled by, in small pieces each takes as it needs.
+//! scheduled by. A controller file says what its work is and what makes it
+//! due; when it runs, how it is retried and what `workqueue_*` reports is
+//! decided here.
 //!
-//! * **Wake-ups.** A controller loop sleeps in [`wait`] and nowhere else:
-//!   until its own next due instant, a change, or shutdown. Changes come
-//!   from the shared informer caches ([`changed`] on their generation, or
-//!   the per-Node feed); no controller re-reads a cache on a fast timer, so
-//!   an idle cluster costs nothing. Periodic passes (node lifecycle,
-//!   address refresh) run in [`every`].
-//! * **Due instants.** What a controller sleeps until comes from three
-//!   rules, each defined once: retries back off by [`crate::backoff::Backoff`]
-//!   (kept per key, beside the key's other state); bursts of node changes
-//!   settle by [`settle::Settle`]; periodic resyncs fall in per-Service slots
-//!   (`provider::load_balancers::resync_slot`), which the load balancers'
-//!   own re-reads share.
-//! * **Metrics.** Every queue reports to [`workqueue::Queue`], client-go's
-//!   `workqueue_*` families under the Go controllers' queue names.
+//! * **Keys.** [`keyed::Keyed`], the one keyed scheduler (priority classes,
+//!   per-key backoff, settling adds, batches), hands keys to the controllers
+//!   that work on keys: one key at a time (cloud-node, service) or every
+//!   due key in one batched call (tagging, the network-node labeller).
+//! * **Sets.** The controllers that pass over a whole set at once (route,
+//!   node lifecycle, address refresh, node IPAM) run on
+//!   [`periodic::Periodic`]: a pass at start, every period after the last
+//!   began, once a watched value's change settles, and after a failed pass
+//!   by the backoff, never later than the period.
+//! * **Wake-ups.** A loop sleeps in [`wait`] and nowhere else: until its own
+//!   next due instant, a change, or shutdown. Changes come from the shared
+//!   informer caches ([`changed`] on their generation, or the per-Node
+//!   feed); no controller re-reads a cache on a fast timer, so an idle
+//!   cluster costs nothing.
+//! * **Due instants.** Retries back off by [`crate::backoff::Backoff`], the
+//!   one policy, each user naming its two figures; bursts of node changes
+//!   settle by [`settle::Settle`]; periodic resyncs of Services fall in
+//!   per-Service slots (`provider::load_balancers::resync_slot`), which the
+//!   load balancers' own re-reads share.
+//! * **Metrics.** Every queue and runner reports to [`workqueue::Queue`],
+//!   client-go's `workqueue_*` families under the Go controllers' queue
+//!   names, retries included.
 //!
-//! The cloud-node controller, its network-node labeller and its instance
-//! prefetch, and the service controller run on [`keyed::Keyed`], the one
-//! keyed scheduler (its due instants, priority, settling, retries and
-//! `workqueue_*`): each one's file says which keys a change makes due (for
-//! the service controller, a node change only the Services whose backends
-//! it moves), the queue when, by how many workers, with which backoff. The
-//! others act on sets (every route of the cluster, every Node to tag in one
-//! call), which per-object reconciles cannot express; the first line of
-//! each one's file says what it needs. docs/operations.md, "When
-//! each controller acts", has the table an operator reads.
+//! Which controllers run where: the cloud-node controller, its network-node
+//! labeller and its instance prefetch, the service controller and the
+//! tagging controller on [`keyed::Keyed`]; each one's file says which keys a
+//! change makes due (for the service controller, a node change only the
+//! Services whose backends it moves), the queue when, by how many workers,
+//! with which backoff. Route, node lifecycle, the address refresh and node
+//! IPAM on [`periodic::Periodic`]; each one's file holds only its pass.
+//! docs/operations.md, "When each controller acts", has the table an
+//! operator reads.
 
 pub mod keyed;
+pub mod periodic;
 pub mod settle;
 pub mod workqueue;
 
@@ -89,27 +99,6 @@ pub async fn changed(changes: &mut watch::Receiver<u64>) {
     }
 }
 
-/// Runs `pass` now and then every `period` after the last one began (a
-/// pass longer than the period is followed at once by the next, never by a
-/// burst of missed ones), until `stop` is cancelled, which also cuts a pass
-/// short: the periodic controllers' one loop.
-pub async fn every<F, Fut>(period: Duration, stop: &CancellationToken, mut pass: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()>,
-{
-    let mut ticker = tokio::time::interval(period);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        if wait(stop, None, ticker.tick()).await == Wake::Stopped {
-            return;
-        }
-        if wait(stop, None, pass()).await == Wake::Stopped {
-            return;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,32 +137,5 @@ mod tests {
         assert_eq!(woke, Wake::Stopped);
         let woke = wait(&stop, None, std::future::ready(7)).await;
         assert_eq!(woke, Wake::Stopped);
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn every_runs_a_pass_per_period_and_none_after_stop() {
-        let stop = CancellationToken::new();
-        let t0 = Instant::now();
-        let period = Duration::from_secs(5);
-        let mut starts = Vec::new();
-        let stopper = stop.clone();
-        every(period, &stop, || {
-            starts.push(Instant::now() - t0);
-            // A pass that takes 7 s: the next starts at once, not in a burst.
-            let long = starts.len() == 2;
-            let stopper = stopper.clone();
-            let n = starts.len();
-            async move {
-                if long {
-                    tokio::time::sleep(Duration::from_secs(7)).await;
-                }
-                if n == 4 {
-                    stopper.cancel();
-                }
-            }
-        })
-        .await;
-        let s = Duration::from_secs;
-        assert_eq!(starts, vec![s(0), s(5), s(12), s(17)]);
     }
 }

@@ -1,4 +1,4 @@
-// Not kube-runtime's Controller: nodes due at once share one batched CreateTags/DeleteTags (split in halves on unknown instances), and deletions need the last seen providerID, not one reconcile per object.
+// On the keyed scheduler (schedule/keyed.rs), not kube-runtime's Controller: nodes due at once share one batched CreateTags/DeleteTags (split in halves on unknown instances), and deletions need the last seen providerID, not one reconcile per object.
 //! The tagging controller (off by default, as upstream): puts the `--tags`
 //! on each node's EC2 instance, and takes them off when the node is deleted.
 //!
@@ -23,26 +23,27 @@
 //!   tagged nor untagged: its instance is not in this Region (a call would
 //!   only fail with not-found), and that Region's CCM tags it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::LazyLock;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use crate::controllers::cached_node::Node;
-use futures::{FutureExt, StreamExt};
+use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
 use md5::{Digest, Md5};
+use parking_lot::Mutex;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use serde_json::json;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::ControllerContext;
 use super::node::changes::{Changes, node_changes};
 use super::node::identity;
-use super::schedule::{Wake, sleep, wait};
+use super::schedule::keyed::{Class, Keyed, Outcome, Taken, Workers};
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::instances::{Instances, MAX_TAG_RESOURCES};
@@ -50,13 +51,12 @@ use crate::provider::{CloudError, CloudResult};
 
 /// Upstream's label recording which tag set a node's instance carries.
 pub const TAGGED_LABEL: &str = "k8s.io/cloud-provider-aws";
-/// How long changes are gathered before a pass, so a burst shares calls.
-const GATHER: Duration = Duration::from_millis(250);
-/// Retries of a node whose instance is not found (EC2 may not list a
-/// brand-new instance yet) before it is skipped.
+/// Failures in a row of a node whose instance is not found (EC2 may not
+/// list a brand-new instance yet) before it is skipped.
 const NOT_FOUND_ATTEMPTS: u32 = 5;
-/// Retries of other failures before an item is dropped.
+/// Failures in a row of any other kind before a key is given up.
 const MAX_ATTEMPTS: u32 = 10;
+/// The queue's backoff between those failures.
 const RETRY: Backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
 
 static INITIAL_TAGGING_DELAY: LazyLock<Histogram> = LazyLock::new(|| {
@@ -135,32 +135,42 @@ fn carries_label(node: &Node) -> bool {
     labels.is_some_and(|l| l.contains_key(TAGGED_LABEL))
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Retry {
-    attempts: u32,
-    not_found: u32,
-    due: Instant,
+/// A key of the controller's queue: a Node to tag, or the instance of a
+/// deleted Node to untag. Spelled with a prefix, as a Node may be named
+/// after its instance.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Key {
+    Tag(String),
+    Untag(String),
 }
 
-impl Retry {
-    fn now(now: Instant) -> Retry {
-        Retry {
-            attempts: 0,
-            not_found: 0,
-            due: now,
+impl Key {
+    fn spelled(&self) -> String {
+        match self {
+            Key::Tag(node) => format!("tag/{node}"),
+            Key::Untag(instance) => format!("untag/{instance}"),
         }
     }
 
-    /// Counts a failure and backs off; true when the retries are exhausted.
-    fn failed(&mut self, now: Instant, not_found: bool) -> bool {
-        self.attempts += 1;
-        self.not_found += u32::from(not_found);
-        self.due = now + RETRY.after(self.attempts);
-        self.not_found >= NOT_FOUND_ATTEMPTS || self.attempts >= MAX_ATTEMPTS
+    fn parse(key: &str) -> Option<Key> {
+        match key.split_once('/')? {
+            ("tag", node) => Some(Key::Tag(node.to_string())),
+            ("untag", instance) => Some(Key::Untag(instance.to_string())),
+            _ => None,
+        }
     }
 }
 
-/// A node waiting to be tagged.
+/// What a Node change makes of a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Due now.
+    Add(Key),
+    /// Moot: the Node is gone or needs no tags any more.
+    Forget(Key),
+}
+
+/// A node to tag now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TagItem {
     pub node: String,
@@ -170,16 +180,20 @@ pub struct TagItem {
     pub created_ms: Option<i64>,
 }
 
-/// The controller's bookkeeping: what is waiting, what was given up. Pure;
+/// What the controller remembers between works: which Node changes make
+/// a key due, and what a failed work leaves. Pure; the queue holds when,
 /// the I/O is in [`Tagger`].
-pub struct Pending {
+pub struct Book {
     /// The CCM's Region: Nodes of another are not this controller's.
     region: String,
-    tag: BTreeMap<String, (TagItem, Retry)>,
-    untag: BTreeMap<String, Retry>,
-    /// Nodes skipped after their instance was not found, by (uid, instance):
+    checksum: String,
+    /// Nodes skipped after their tagging kept failing, by (uid, instance):
     /// not retried until the node is replaced or its providerID changes.
     skipped: HashMap<String, (Option<String>, String)>,
+    /// Nodes whose tagging failed and waits for the queue's retry, with the
+    /// instance it tried: a change of the Node (a status update) does not
+    /// hasten the retry, a new instance does.
+    retrying: HashMap<String, String>,
     /// Instances this process tagged, so a node deleted before its label
     /// landed still gets untagged.
     tagged: HashSet<String>,
@@ -187,25 +201,28 @@ pub struct Pending {
     live: HashMap<String, String>,
 }
 
-impl Pending {
-    pub fn new(region: &str) -> Pending {
-        Pending {
+impl Book {
+    pub fn new(region: &str, checksum: &str) -> Book {
+        Book {
             region: region.to_string(),
-            tag: BTreeMap::new(),
-            untag: BTreeMap::new(),
+            checksum: checksum.to_string(),
             skipped: HashMap::new(),
+            retrying: HashMap::new(),
             tagged: HashSet::new(),
             live: HashMap::new(),
         }
     }
 
-    /// Takes in what the informer saw.
-    pub fn observe(&mut self, changes: &Changes, checksum: &str, now: Instant) {
+    /// Takes in what the informer saw; returns what it makes of the keys,
+    /// in order.
+    pub fn observe(&mut self, changes: &Changes) -> Vec<Trigger> {
+        let mut out = Vec::new();
         for node in &changes.deleted {
             let name = node.name_any();
-            self.tag.remove(&name);
             self.skipped.remove(&name);
+            self.retrying.remove(&name);
             self.live.remove(&name);
+            out.push(Trigger::Forget(Key::Tag(name)));
         }
         for node in &changes.applied {
             let name = node.name_any();
@@ -213,31 +230,20 @@ impl Pending {
                 Some(id) => self.live.insert(name.clone(), id),
                 None => self.live.remove(&name),
             };
-            let Some(instance) = needs_tagging(node, checksum, &self.region) else {
-                self.tag.remove(&name);
+            let Some(instance) = needs_tagging(node, &self.checksum, &self.region) else {
+                self.retrying.remove(&name);
+                out.push(Trigger::Forget(Key::Tag(name)));
                 continue;
             };
             if self.skipped.get(&name) == Some(&(node.metadata.uid.clone(), instance.clone())) {
                 continue;
             }
             self.skipped.remove(&name);
-            let item = TagItem {
-                node: name.clone(),
-                initial: !carries_label(node),
-                created_ms: node
-                    .metadata
-                    .creation_timestamp
-                    .as_ref()
-                    .map(|t| t.0.as_millisecond()),
-                instance,
-            };
-            match self.tag.get_mut(&name) {
-                // Keep the backoff of an item already waiting for the same instance.
-                Some((old, _)) if old.instance == item.instance => *old = item,
-                _ => {
-                    self.tag.insert(name, (item, Retry::now(now)));
-                }
+            if self.retrying.get(&name) == Some(&instance) {
+                continue;
             }
+            self.retrying.remove(&name);
+            out.push(Trigger::Add(Key::Tag(name)));
         }
         for node in &changes.deleted {
             let Some(instance) = ours(node, &self.region) else {
@@ -247,77 +253,65 @@ impl Pending {
             // under a new name): its tags stay.
             let still_used = self.live.values().any(|id| id == &instance);
             if (carries_label(node) || self.tagged.contains(&instance)) && !still_used {
-                self.untag
-                    .entry(instance)
-                    .or_insert_with(|| Retry::now(now));
+                out.push(Trigger::Add(Key::Untag(instance)));
             }
         }
+        out
     }
 
-    /// Items due now.
-    pub fn due(&self, now: Instant) -> (Vec<TagItem>, Vec<String>) {
-        let tag = self.tag.values().filter(|(_, r)| r.due <= now);
-        let untag = self.untag.iter().filter(|(_, r)| r.due <= now);
-        let tag = tag.map(|(item, _)| item.clone()).collect();
-        (tag, untag.map(|(id, _)| id.clone()).collect())
-    }
-
-    /// Every key waiting (a node to tag, an instance to untag), with its retry.
-    fn retries(&self) -> impl Iterator<Item = (&String, &Retry)> {
-        (self.tag.iter().map(|(k, (_, r))| (k, r))).chain(self.untag.iter())
-    }
-
-    /// Every node waiting to be tagged and every instance waiting to be
-    /// untagged, and those of them due at `now`.
-    fn keys(&self, now: Instant) -> (HashSet<&str>, Vec<String>) {
-        let due = self.retries().filter(|(_, r)| r.due <= now);
-        let all = self.retries().map(|(k, _)| k.as_str()).collect();
-        (all, due.map(|(k, _)| k.clone()).collect())
-    }
-
-    /// When the next retry is due.
-    pub fn next_due(&self) -> Option<Instant> {
-        self.retries().map(|(_, r)| r.due).min()
-    }
-
-    fn tag_done(&mut self, node: &str, instance: &str) {
-        self.tagged.insert(instance.to_string());
-        if self
-            .tag
-            .get(node)
-            .is_some_and(|(item, _)| item.instance == instance)
-        {
-            self.tag.remove(node);
+    /// What to tag for `node` now, if it still needs it and is not skipped.
+    pub fn item(&self, node: &Node) -> Option<TagItem> {
+        let name = node.name_any();
+        let instance = needs_tagging(node, &self.checksum, &self.region)?;
+        if self.skipped.get(&name) == Some(&(node.metadata.uid.clone(), instance.clone())) {
+            return None;
         }
+        Some(TagItem {
+            node: name,
+            initial: !carries_label(node),
+            created_ms: node
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond()),
+            instance,
+        })
     }
 
-    /// Records a failed tag; returns true when the node is now skipped.
-    fn tag_failed(
+    /// Records a failed tag of `item`, its `failures`-th in a row; returns
+    /// true when it is given up: skipped until the node changes.
+    pub fn tag_failed(
         &mut self,
-        node: &str,
+        item: &TagItem,
         uid: Option<String>,
+        failures: u32,
         not_found: bool,
-        now: Instant,
     ) -> bool {
-        let given_up = (self.tag.get_mut(node)).is_some_and(|(_, r)| r.failed(now, not_found));
-        if given_up && let Some((item, _)) = self.tag.remove(node) {
-            self.skipped.insert(node.to_string(), (uid, item.instance));
+        // EC2 may not list a brand-new instance yet; a few tries settle it.
+        let limit = if not_found {
+            NOT_FOUND_ATTEMPTS
+        } else {
+            MAX_ATTEMPTS
+        };
+        if failures >= limit {
+            self.retrying.remove(&item.node);
+            self.skipped
+                .insert(item.node.clone(), (uid, item.instance.clone()));
+            true
+        } else {
+            self.retrying
+                .insert(item.node.clone(), item.instance.clone());
+            false
         }
-        given_up
+    }
+
+    fn tag_done(&mut self, item: &TagItem) {
+        self.tagged.insert(item.instance.clone());
+        self.retrying.remove(&item.node);
     }
 
     fn untag_done(&mut self, instance: &str) {
-        self.untag.remove(instance);
         self.tagged.remove(instance);
-    }
-
-    /// Records a failed untag; returns true when it is dropped.
-    fn untag_failed(&mut self, instance: &str, now: Instant) -> bool {
-        let given_up = (self.untag.get_mut(instance)).is_some_and(|r| r.failed(now, false));
-        if given_up {
-            self.untag.remove(instance);
-        }
-        given_up
     }
 }
 
@@ -354,9 +348,9 @@ struct Tagger<I: Instances> {
     kube: kube::Client,
     cloud: I,
     tags: Vec<(String, String)>,
-    checksum: String,
     workers: usize,
     nodes: kube::runtime::reflector::Store<Node>,
+    book: Mutex<Book>,
     events: super::events::Events,
     cluster_id: String,
 }
@@ -382,85 +376,99 @@ impl<I: Instances> Tagger<I> {
             .await;
     }
 
-    /// Does everything due; the outcome goes back into `pending`.
-    async fn pass(&self, pending: &mut Pending) {
-        let now = Instant::now();
-        let (tag, untag) = pending.due(now);
-        if !tag.is_empty() {
-            self.tag(pending, tag).await;
-        }
-        if !untag.is_empty() {
-            let results = in_batches(&untag, |ids| async move {
-                self.cloud.delete_tags(&ids, &self.tags).await
-            })
-            .await;
-            for (instance, result) in results {
-                match result {
-                    Ok(()) => {
-                        tracing::info!(%instance, tags = ?self.tags, "removed tags from the instance of a deleted node");
-                        pending.untag_done(&instance);
-                    }
-                    // Gone already: nothing to untag.
-                    Err(err) if err.is_not_found() => pending.untag_done(&instance),
-                    Err(err) => {
-                        if pending.untag_failed(&instance, Instant::now()) {
-                            tracing::error!(%instance, error = %err, "giving up removing tags from the instance of a deleted node");
-                        } else {
-                            tracing::warn!(%instance, error = %err, "removing tags failed; retrying");
-                        }
+    /// One work of the queue: tags and untags every key of `batch` in
+    /// shared calls; an outcome per key, in order.
+    async fn work(&self, batch: Vec<Taken>) -> Vec<Outcome> {
+        let mut outcomes = vec![Outcome::Done; batch.len()];
+        let mut tag = Vec::new();
+        let mut untag = Vec::new();
+        for (i, taken) in batch.iter().enumerate() {
+            match Key::parse(&taken.key) {
+                Some(Key::Tag(name)) => {
+                    let node = self.nodes.get(&ObjectRef::new(&name));
+                    // Gone or labelled meanwhile: nothing to do.
+                    let item = node.as_ref().and_then(|n| self.book.lock().item(n));
+                    if let (Some(node), Some(item)) = (node, item) {
+                        tag.push((i, item, node.metadata.uid.clone(), taken.failures));
                     }
                 }
+                Some(Key::Untag(instance)) => untag.push((i, instance, taken.failures)),
+                None => {}
             }
         }
+        let (tagged, untagged) = (tag.len(), untag.len());
+        if !tag.is_empty() {
+            self.tag(tag, &mut outcomes).await;
+        }
+        if !untag.is_empty() {
+            self.untag(untag, &mut outcomes).await;
+        }
+        if tagged + untagged > 0 {
+            tracing::info!(
+                nodes = self.nodes.len(),
+                tagged,
+                untagged,
+                initial = false,
+                "tagging pass"
+            );
+        }
+        outcomes
     }
 
-    async fn tag(&self, pending: &mut Pending, items: Vec<TagItem>) {
-        let ids: BTreeSet<String> = items.iter().map(|i| i.instance.clone()).collect();
+    async fn tag(
+        &self,
+        items: Vec<(usize, TagItem, Option<String>, u32)>,
+        outcomes: &mut [Outcome],
+    ) {
+        let ids: BTreeSet<String> = items.iter().map(|(_, i, ..)| i.instance.clone()).collect();
         let ids: Vec<String> = ids.into_iter().collect();
         let results = in_batches(&ids, |ids| async move {
             self.cloud.create_tags(&ids, &self.tags).await
         })
         .await;
         let mut labels = Vec::new();
-        for item in items {
+        for (i, item, uid, failures) in items {
             match results.get(&item.instance) {
-                Some(Ok(())) => labels.push(item),
+                Some(Ok(())) => labels.push((i, item)),
                 Some(Err(err)) => {
-                    let uid = self
-                        .nodes
-                        .find(|n| n.metadata.name.as_deref() == Some(&item.node))
-                        .and_then(|n| n.metadata.uid.clone());
                     if err.is_denied() {
                         self.warn_denied(&item, err).await;
                     }
-                    if pending.tag_failed(&item.node, uid, err.is_not_found(), Instant::now()) {
+                    let failures = failures.saturating_add(1);
+                    let given_up =
+                        (self.book.lock()).tag_failed(&item, uid, failures, err.is_not_found());
+                    if given_up {
                         record_work_item_error("errors_after_retries_exhausted", &item.instance);
-                        tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "skipping node: tagging its instance kept failing");
+                        tracing::warn!(node = %item.node, instance = %item.instance, error = %err, failures, "skipping node until it changes: tagging its instance kept failing");
                     } else {
                         record_work_item_error("total_errors", &item.instance);
-                        tracing::warn!(node = %item.node, instance = %item.instance, error = %err, "tagging failed; retrying");
+                        tracing::warn!(node = %item.node, instance = %item.instance, error = %err, failures, "tagging failed; retrying");
+                        outcomes[i] = Outcome::Retry;
                     }
                 }
-                None => {}
+                None => outcomes[i] = Outcome::Retry,
             }
         }
         let api: Api<Node> = Api::all(self.kube.clone());
-        let checksum = self.checksum.clone();
-        let labelled: Vec<(TagItem, Result<(), kube::Error>)> = futures::stream::iter(labels)
-            .map(|item| {
-                let api = api.clone();
-                let patch = json!({"metadata": {"labels": {TAGGED_LABEL: checksum}}});
-                async move {
-                    let result = super::merge_patch(&api, &item.node, patch)
-                        .await
-                        .map(|_| ());
-                    (item, result)
-                }
-            })
-            .buffer_unordered(self.workers)
-            .collect()
-            .await;
-        for (item, result) in labelled {
+        let checksum = self.book.lock().checksum.clone();
+        let labelled: Vec<(usize, TagItem, Result<(), kube::Error>)> =
+            futures::stream::iter(labels)
+                .map(|(i, item)| {
+                    let api = api.clone();
+                    let patch = json!({"metadata": {"labels": {TAGGED_LABEL: checksum}}});
+                    async move {
+                        let result = super::merge_patch(&api, &item.node, patch)
+                            .await
+                            .map(|_| ());
+                        (i, item, result)
+                    }
+                })
+                .buffer_unordered(self.workers)
+                .collect()
+                .await;
+        for (i, item, result) in labelled {
+            // Tagged either way: a deletion from now on untags it.
+            self.book.lock().tagged.insert(item.instance.clone());
             match result {
                 Ok(()) => {
                     tracing::info!(node = %item.node, instance = %item.instance, tags = ?self.tags, "tagged the node's instance");
@@ -469,24 +477,53 @@ impl<I: Instances> Tagger<I> {
                     {
                         INITIAL_TAGGING_DELAY.observe(super::node::seconds_since(created));
                     }
-                    pending.tag_done(&item.node, &item.instance);
+                    self.book.lock().tag_done(&item);
                 }
                 // Deleted meanwhile: the deletion untags.
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    pending.tagged.insert(item.instance.clone());
-                    pending.tag.remove(&item.node);
-                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(err) => {
-                    pending.tagged.insert(item.instance.clone());
                     tracing::warn!(node = %item.node, error = %err, "labelling the node failed; retrying");
-                    pending.tag_failed(&item.node, None, false, Instant::now());
+                    self.book
+                        .lock()
+                        .retrying
+                        .insert(item.node.clone(), item.instance.clone());
+                    outcomes[i] = Outcome::Retry;
                 }
+            }
+        }
+    }
+
+    async fn untag(&self, instances: Vec<(usize, String, u32)>, outcomes: &mut [Outcome]) {
+        let ids: Vec<String> = instances.iter().map(|(_, id, _)| id.clone()).collect();
+        let results = in_batches(&ids, |ids| async move {
+            self.cloud.delete_tags(&ids, &self.tags).await
+        })
+        .await;
+        for (i, instance, failures) in instances {
+            match results.get(&instance) {
+                Some(Ok(())) => {
+                    tracing::info!(%instance, tags = ?self.tags, "removed tags from the instance of a deleted node");
+                    self.book.lock().untag_done(&instance);
+                }
+                // Gone already: nothing to untag.
+                Some(Err(err)) if err.is_not_found() => self.book.lock().untag_done(&instance),
+                Some(Err(err)) if failures.saturating_add(1) >= MAX_ATTEMPTS => {
+                    tracing::error!(%instance, error = %err, "giving up removing tags from the instance of a deleted node");
+                }
+                Some(Err(err)) => {
+                    tracing::warn!(%instance, error = %err, "removing tags failed; retrying");
+                    outcomes[i] = Outcome::Retry;
+                }
+                None => outcomes[i] = Outcome::Retry,
             }
         }
     }
 }
 
-/// Runs the controller until `stop` is cancelled.
+/// Runs the controller until `stop` is cancelled: the node feed's changes
+/// make keys due ([`Book::observe`]), and the queue hands every due key to
+/// one work at a time, up to EC2's 1,000 instances per call, so a burst
+/// that arrives while a call is out shares the next one.
 pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     let tags = ctx.options.tags.clone();
     if tags.is_empty() {
@@ -496,59 +533,58 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         return;
     }
     LazyLock::force(&INITIAL_TAGGING_DELAY);
-    let tagger = Tagger {
+    let checksum = tags_checksum(&tags);
+    tracing::info!(tags = ?tags, checksum = %checksum, "tagging controller started");
+    let tagger = Arc::new(Tagger {
         kube: ctx.kube.clone(),
         cloud: ctx.provider.clone(),
-        checksum: tags_checksum(&tags),
         tags,
         workers: ctx.options.options.concurrent_node_syncs.max(4) as usize,
         nodes: ctx.nodes.clone(),
+        book: Mutex::new(Book::new(&ctx.region, &checksum)),
         events: super::events::Events::new(ctx.kube.clone(), "tagging-controller"),
         cluster_id: ctx.cluster_id.clone(),
-    };
-    let mut pending = Pending::new(&ctx.region);
-    // client-go's workqueue metrics under the Go controller's queue name.
-    let queue = super::schedule::workqueue::Queue::new("tagging-controller");
-    let mut changes = Box::pin(node_changes(ctx.nodes.clone(), &ctx.node_feed));
-    let mut first = true;
-    tracing::info!(tags = ?tagger.tags, checksum = %tagger.checksum, "tagging controller started");
-    loop {
-        match wait(&stop, pending.next_due(), changes.next()).await {
-            Wake::Stopped | Wake::Changed(None) => return,
-            Wake::Due => {}
-            Wake::Changed(Some(batch)) => {
-                pending.observe(&batch, &tagger.checksum, Instant::now());
-                // Gather the rest of a burst before calling AWS.
-                if sleep(&stop, GATHER).await == Wake::Stopped {
-                    return;
+    });
+    // The Go controller's queue name, for `workqueue_*`.
+    let queue = Keyed::new("tagging-controller", RETRY);
+    let triggers = {
+        let (tagger, queue) = (tagger.clone(), queue.clone());
+        let mut changes = Box::pin(node_changes(ctx.nodes.clone(), &ctx.node_feed));
+        async move {
+            // The first diff is every Node there is: a fresh leader's.
+            let mut class = Class::Adoption;
+            while let Some(batch) = changes.next().await {
+                let triggers = tagger.book.lock().observe(&batch);
+                if class == Class::Adoption {
+                    let due = triggers.iter().filter(|t| matches!(t, Trigger::Add(_)));
+                    tracing::info!(
+                        nodes = tagger.nodes.len(),
+                        due = due.count(),
+                        initial = true,
+                        "tagging pass"
+                    );
                 }
-                while let Some(Some(more)) = changes.next().now_or_never() {
-                    pending.observe(&more, &tagger.checksum, Instant::now());
+                for trigger in triggers {
+                    match trigger {
+                        Trigger::Add(key) => queue.add(&key.spelled(), class),
+                        Trigger::Forget(key) => queue.forget(&key.spelled()),
+                    }
                 }
+                class = Class::UserWaits;
             }
         }
-        let (to_tag, to_untag) = pending.due(Instant::now());
-        let (waiting, due) = pending.keys(Instant::now());
-        waiting.iter().for_each(|k| queue.due(k));
-        queue.keep_only(&waiting);
-        let work: Vec<_> = due.iter().map(|k| queue.take(k)).collect();
-        tagger.pass(&mut pending).await;
-        drop(work);
-        let (still, _) = pending.keys(Instant::now());
-        due.iter()
-            .filter(|k| still.contains(k.as_str()))
-            .for_each(|_| queue.retry());
-        if first || !to_tag.is_empty() || !to_untag.is_empty() {
-            tracing::info!(
-                nodes = ctx.nodes.len(),
-                tagged = to_tag.len(),
-                untagged = to_untag.len(),
-                initial = first,
-                "tagging pass"
-            );
-            first = false;
+    };
+    let work = queue.run(&stop, Workers::batches(MAX_TAG_RESOURCES), move |batch| {
+        let tagger = tagger.clone();
+        async move { tagger.work(batch).await }
+    });
+    let triggers = async {
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = triggers => {}
         }
-    }
+    };
+    tokio::join!(work, triggers);
 }
 
 #[cfg(test)]
@@ -557,7 +593,7 @@ mod tests {
     use crate::controllers::cached_node::NodeSpec;
     use crate::provider::instances::fake::{FakeInstances, instance};
     use kube::api::ObjectMeta;
-    use std::sync::Arc;
+    use std::collections::BTreeMap;
 
     fn tags() -> Vec<(String, String)> {
         vec![
@@ -601,106 +637,132 @@ mod tests {
     #[test]
     fn only_nodes_with_a_provider_id_and_a_stale_label_are_tagged() {
         let sum = tags_checksum(&tags());
-        let now = Instant::now();
-        let mut p = Pending::new("us-east-1");
-        p.observe(
-            &applied(vec![
-                node("new", "1", Some("aws:///us-east-1a/i-1"), None),
-                node("done", "2", Some("aws:///us-east-1a/i-2"), Some(&sum)),
-                node("old-tags", "3", Some("aws:///us-east-1a/i-3"), Some("0ld")),
-                node("uninitialized", "4", None, None),
-                node("fargate", "5", Some("aws:///us-east-1a/fargate-ip-1"), None),
-                node("eu", "6", Some("aws:///eu-west-1a/i-6"), None),
-                node("local-zone", "7", Some("aws:///us-east-1-bos-1a/i-7"), None),
-            ]),
-            &sum,
-            now,
-        );
-        let (tag, untag) = p.due(now);
-        let mut got: Vec<(&str, &str, bool)> = tag
-            .iter()
-            .map(|i| (i.node.as_str(), i.instance.as_str(), i.initial))
-            .collect();
+        let mut b = Book::new("us-east-1", &sum);
+        let triggers = b.observe(&applied(vec![
+            node("new", "1", Some("aws:///us-east-1a/i-1"), None),
+            node("done", "2", Some("aws:///us-east-1a/i-2"), Some(&sum)),
+            node("old-tags", "3", Some("aws:///us-east-1a/i-3"), Some("0ld")),
+            node("uninitialized", "4", None, None),
+            node("fargate", "5", Some("aws:///us-east-1a/fargate-ip-1"), None),
+            node("eu", "6", Some("aws:///eu-west-1a/i-6"), None),
+            node("local-zone", "7", Some("aws:///us-east-1-bos-1a/i-7"), None),
+        ]));
+        let mut got = added(&triggers);
         got.sort();
         // Another Region's Node is not tagged; a Local Zone is this Region.
         assert_eq!(
             got,
             [
-                ("local-zone", "i-7", true),
-                ("new", "i-1", true),
-                ("old-tags", "i-3", false)
+                Key::Tag("local-zone".into()),
+                Key::Tag("new".into()),
+                Key::Tag("old-tags".into())
             ]
         );
-        assert!(untag.is_empty());
+        let item = b.item(&node(
+            "old-tags",
+            "3",
+            Some("aws:///us-east-1a/i-3"),
+            Some("0ld"),
+        ));
+        assert_eq!(
+            item.map(|i| (i.instance, i.initial)),
+            Some(("i-3".to_string(), false))
+        );
+        // Labelled meanwhile: moot.
+        assert_eq!(
+            b.item(&node("new", "1", Some("aws:///us-east-1a/i-1"), Some(&sum))),
+            None
+        );
         // Nor untagged when deleted, labelled or not.
         let eu = node("eu", "6", Some("aws:///eu-west-1a/i-6"), Some(&sum));
-        p.observe(
-            &Changes {
-                applied: vec![],
-                deleted: vec![eu],
-            },
-            &sum,
-            now,
+        let triggers = b.observe(&Changes {
+            applied: vec![],
+            deleted: vec![eu],
+        });
+        assert_eq!(triggers, [Trigger::Forget(Key::Tag("eu".into()))]);
+    }
+
+    fn added(triggers: &[Trigger]) -> Vec<Key> {
+        let adds = triggers.iter().filter_map(|t| match t {
+            Trigger::Add(k) => Some(k.clone()),
+            Trigger::Forget(_) => None,
+        });
+        adds.collect()
+    }
+
+    #[test]
+    fn keys_are_spelled_apart_for_a_node_named_after_its_instance() {
+        for key in [Key::Tag("i-1".into()), Key::Untag("i-1".into())] {
+            assert_eq!(Key::parse(&key.spelled()), Some(key));
+        }
+        assert_ne!(
+            Key::Tag("i-1".into()).spelled(),
+            Key::Untag("i-1".into()).spelled()
         );
-        assert!(p.due(now).1.is_empty());
     }
 
     #[test]
     fn deleted_nodes_are_untagged_unless_never_tagged_or_still_in_use() {
         let sum = tags_checksum(&tags());
-        let now = Instant::now();
-        let mut p = Pending::new("us-east-1");
+        let mut b = Book::new("us-east-1", &sum);
         let tagged = node("a", "1", Some("aws:///us-east-1a/i-1"), Some(&sum));
         let never = node("b", "2", Some("aws:///us-east-1a/i-2"), None);
         let moved = node("c", "3", Some("aws:///us-east-1a/i-3"), Some(&sum));
         let successor = node("c2", "4", Some("aws:///us-east-1a/i-3"), Some(&sum));
-        p.observe(
-            &applied(vec![
-                tagged.clone(),
-                never.clone(),
-                moved.clone(),
-                successor,
-            ]),
-            &sum,
-            now,
-        );
-        p.observe(
-            &Changes {
-                applied: vec![],
-                deleted: vec![tagged, never, moved],
-            },
-            &sum,
-            now,
-        );
-        let (tag, untag) = p.due(now);
-        assert!(tag.is_empty(), "{tag:?}");
-        assert_eq!(untag, ["i-1"]);
+        b.observe(&applied(vec![
+            tagged.clone(),
+            never.clone(),
+            moved.clone(),
+            successor,
+        ]));
+        let triggers = b.observe(&Changes {
+            applied: vec![],
+            deleted: vec![tagged, never, moved],
+        });
+        assert_eq!(added(&triggers), [Key::Untag("i-1".into())]);
+        // A deleted node's tag key is moot.
+        assert!(triggers.contains(&Trigger::Forget(Key::Tag("b".into()))));
     }
 
     #[test]
-    fn not_found_instances_are_retried_with_backoff_then_skipped() {
+    fn failed_nodes_are_retried_by_the_queue_a_few_times_then_skipped() {
         let sum = tags_checksum(&tags());
-        let mut now = Instant::now();
-        let mut p = Pending::new("us-east-1");
+        let mut b = Book::new("us-east-1", &sum);
         let n = node("n", "1", Some("aws:///us-east-1a/i-9"), None);
-        p.observe(&applied(vec![n.clone()]), &sum, now);
-        for attempt in 1..=NOT_FOUND_ATTEMPTS {
-            assert_eq!(p.due(now).0.len(), 1, "attempt {attempt} is due");
-            let skipped = p.tag_failed("n", Some("1".into()), true, now);
-            assert_eq!(skipped, attempt == NOT_FOUND_ATTEMPTS);
-            assert!(p.due(now).0.is_empty(), "backing off");
-            now += RETRY.cap;
+        assert_eq!(
+            added(&b.observe(&applied(vec![n.clone()]))),
+            [Key::Tag("n".into())]
+        );
+        let item = b.item(&n).expect("needs tags");
+        for failures in 1..=NOT_FOUND_ATTEMPTS {
+            let skipped = b.tag_failed(&item, Some("1".into()), failures, true);
+            assert_eq!(skipped, failures == NOT_FOUND_ATTEMPTS);
+            if !skipped {
+                // Its retry is the queue's: a status update of the node
+                // does not make it due sooner.
+                assert!(added(&b.observe(&applied(vec![n.clone()]))).is_empty());
+            }
         }
         // Skipped: a new version of the same node does not bring it back...
-        p.observe(&applied(vec![n]), &sum, now);
-        assert!(p.due(now).0.is_empty());
+        assert!(added(&b.observe(&applied(vec![n.clone()]))).is_empty());
+        assert_eq!(b.item(&n), None);
         // ...a replacement node does.
-        p.observe(
-            &applied(vec![node("n", "2", Some("aws:///us-east-1a/i-9"), None)]),
-            &sum,
-            now,
+        let replaced = node("n", "2", Some("aws:///us-east-1a/i-9"), None);
+        assert_eq!(
+            added(&b.observe(&applied(vec![replaced]))),
+            [Key::Tag("n".into())]
         );
-        assert_eq!(p.due(now).0.len(), 1);
+
+        // Other failures are given up later.
+        let other = node("o", "3", Some("aws:///us-east-1a/i-8"), None);
+        let item = b.item(&other).expect("needs tags");
+        assert!(!b.tag_failed(&item, None, MAX_ATTEMPTS - 1, false));
+        // A new instance is due at once, whatever the backoff of the old one.
+        let moved = node("o", "3", Some("aws:///us-east-1a/i-7"), None);
+        assert_eq!(
+            added(&b.observe(&applied(vec![moved]))),
+            [Key::Tag("o".into())]
+        );
     }
 
     #[tokio::test]

@@ -19,22 +19,34 @@ use super::Shared;
 use super::identity::{self, Lookup};
 use super::lookups::{SweepIndex, resolve_all};
 use super::plan;
+use crate::backoff::Backoff;
+use crate::controllers::schedule::periodic::{Pass, Periodic};
 use crate::provider::instances::Instances;
 
+/// A failed sweep or write is tried again after 5 s, doubling up to the
+/// period (the runner's bound).
+const RETRY: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
+
+/// Runs the refresh on the periodic runner: a pass at start, then every
+/// `every` after the last began, and after a failed one by [`RETRY`].
 pub(super) async fn run<I: Instances>(
     shared: Arc<Shared<I>>,
     every: Duration,
     stop: CancellationToken,
 ) {
     let period = every.max(Duration::from_secs(1));
-    crate::controllers::schedule::every(period, &stop, || async {
-        refresh_all(&shared).await;
-    })
-    .await;
+    Periodic::new("node-addresses", RETRY)
+        .every(period)
+        .run(&stop, move || {
+            let shared = shared.clone();
+            async move { refresh_all(&shared).await }
+        })
+        .await;
 }
 
-/// Refreshes every initialized node's addresses; returns how many changed.
-pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> usize {
+/// Refreshes every initialized node's addresses; to be done again soon
+/// when the sweep or a write failed.
+pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> Pass {
     let nodes: Vec<(Arc<Node>, Lookup)> = shared
         .nodes
         .state()
@@ -43,13 +55,13 @@ pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> usize {
         .filter_map(|n| (identity::lookup_for_node(&n, &shared.region).ok()).map(|l| (n, l)))
         .collect();
     if nodes.is_empty() {
-        return 0;
+        return Pass::Done;
     }
     let sweep = match shared.cloud.cluster_instances().await {
         Ok(sweep) => sweep,
         Err(err) => {
-            tracing::warn!(error = %err, "node address refresh skipped: the cluster sweep failed");
-            return 0;
+            tracing::warn!(error = %err, "node address refresh skipped: the cluster sweep failed; retrying");
+            return Pass::Retry;
         }
     };
     let index = SweepIndex::new(&sweep);
@@ -89,18 +101,28 @@ pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> usize {
 
     let api = shared.api();
     let changed = patches.len();
-    futures::stream::iter(patches)
-        .for_each_concurrent(shared.workers, |(name, addresses)| {
+    let failed = futures::stream::iter(patches)
+        .map(|(name, addresses)| {
             let api = api.clone();
             async move {
                 tracing::info!(node = %name, addresses = %plan::format_addresses(&addresses), "updating node addresses");
                 let patch = json!({"status": {"addresses": addresses}});
-                if let Err(err) = crate::controllers::merge_patch_status(&api, &name, patch).await {
-                    tracing::warn!(node = %name, error = %err, "updating node addresses failed; retried next period");
+                let result = crate::controllers::merge_patch_status(&api, &name, patch).await;
+                if let Err(err) = &result {
+                    tracing::warn!(node = %name, error = %err, "updating node addresses failed; retrying");
                 }
+                result.is_err()
             }
         })
+        .buffer_unordered(shared.workers)
+        .filter(|failed| std::future::ready(*failed))
+        .count()
         .await;
-    tracing::debug!(nodes = nodes.len(), changed, "node addresses refreshed");
-    changed
+    tracing::debug!(
+        nodes = nodes.len(),
+        changed,
+        failed,
+        "node addresses refreshed"
+    );
+    if failed == 0 { Pass::Done } else { Pass::Retry }
 }

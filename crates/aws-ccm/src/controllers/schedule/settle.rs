@@ -55,6 +55,8 @@ impl Settle {
     pub const NODE_SET: (Duration, Duration) = (Duration::from_secs(2), Duration::from_secs(10));
     /// The nodes' routes, for the route controller's reconciles.
     pub const ROUTES: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(3));
+    /// Nothing held: node IPAM gives a joining node its CIDR at once.
+    pub const AT_ONCE: (Duration, Duration) = (Duration::ZERO, Duration::ZERO);
 
     pub fn new((quiet, cap): (Duration, Duration)) -> Settle {
         Settle {
