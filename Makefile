@@ -46,6 +46,7 @@ lint: tools
 	$(VENV)/bin/python crates/ccm-testkit/src/apiserver/openapi/gen-openapi.py --check
 	scripts/check-dockerfile.sh
 	scripts/check-doc-paths.sh
+	scripts/check-readme-picture.sh
 	$(VENV)/bin/python scripts/gen-compatibility-names.py --check
 	scripts/check-observability.sh
 	$(VENV)/bin/python scripts/check-sizes.py
@@ -69,7 +70,8 @@ RECORD_ENV := AWS_CCM_RECORD_ACTIONS=$(RECORD_DIR) AWS_CCM_RECORD_KUBE_REQUESTS=
 # for 10 % more test time.
 TEST_THREADS ?= $(shell echo $$(( $$(nproc) * 2 )))
 
-## test: everything CI runs; the IAM and RBAC coverage tests run last, on what the suite recorded
+## test: everything CI runs; the IAM and RBAC coverage tests run last, on what the suite recorded,
+## then the check that `make sandbox` would compile no dependency again
 test: lint unit
 	rm -rf $(RECORD_DIR) $(KUBE_RECORD_DIR) && mkdir -p $(RECORD_DIR) $(KUBE_RECORD_DIR)
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) --no-tests=pass \
@@ -80,14 +82,12 @@ test: lint unit
 	  --ignore-default-filter -E 'binary(iam_policy) & test(recorded_requests_are_allowed)'
 	$(RECORD_ENV) cargo nextest run --locked --profile $(NEXTEST_PROFILE) \
 	  --ignore-default-filter -E 'binary(rbac_policy) & test(recorded_requests_are_allowed)'
+	scripts/check-one-build.sh
 
-## unit: the library tests that need no stand-in server; one that starts moto, the API test
-## server or the fault proxy fails here (AWS_CCM_NO_SERVERS) unless SERVER_TESTS names it
-SERVER_TESTS := \
-  (package(aws-ccm) & (test(=controllers::events::tests::a_full_queue_drops_what_does_not_fit) | test(=controllers::events::tests::publishing_does_not_wait_for_the_write) | test(=controllers::events::tests::repeats_fold_into_a_series_on_the_apiserver) | test(=controllers::node_ipam::guard::ipam_tests::a_cidr_outside_the_cluster_cidr_at_start_stops_allocation) | test(=controllers::node_ipam::guard::ipam_tests::cidrs_assigned_by_someone_else_after_start_stop_allocation) | test(=controllers::node_ipam::guard::ipam_tests::without_another_allocator_nodes_are_allocated) | test(=controllers::node_ipam::tests::a_deleted_or_recreated_node_is_gone) | test(=controllers::node_ipam::tests::cidrs_set_by_someone_else_first_are_kept) | test(=controllers::node_ipam::tests::patch_sets_both_fields_and_rereads_on_conflict) | test(=server::tests::a_failing_access_review_is_500_and_not_cached) | test(=server::tests::anonymous_access_follows_rbac_and_masters_skip_the_review) | test(=server::tests::metrics_needs_a_token_the_api_server_authorizes) | test(=server::tests::review_answers_are_cached_so_a_scrape_does_not_call_the_api_server_again) | test(=target_record::tests::a_deleted_record_is_written_again) | test(=target_record::tests::a_holder_in_between_or_a_new_lease_voids_the_record) | test(=target_record::tests::a_removal_that_fails_stops_the_change) | test(=target_record::tests::a_successor_straight_from_the_stamper_trusts_its_entries) | test(=target_record::tests::an_entry_is_removed_before_its_group_changes) | test(=target_record::tests::another_leaders_stamp_stops_this_process) | test(=target_record::tests::flush_waits_for_what_was_recorded))) | \
-  (package(ccm-testkit) & (test(=instance_sim::tests::answers_describe_instances_on_the_wire_as_ec2_does) | test(=instance_sim::tests::the_slim_decoder_reads_pages_as_the_sdk_does)))
+## unit: the library tests; none may start moto, the API test server or the fault proxy
+## (AWS_CCM_NO_SERVERS makes them refuse): a test that needs one lives under its crate's tests/
 unit:
-	AWS_CCM_NO_SERVERS=1 cargo nextest run --locked --lib --no-tests=pass -E 'not ($(SERVER_TESTS))'
+	AWS_CCM_NO_SERVERS=1 cargo nextest run --locked --lib --no-tests=pass
 
 ## sandbox: moto behind the fault proxy + API test server + the CCM in the foreground (no Docker needed)
 sandbox: tools build

@@ -9,6 +9,7 @@
 # moto's gaps, not the CCM's work. Ctrl-C stops everything. Extra arguments
 # are passed to the CCM.
 set -euo pipefail
+started=$EPOCHREALTIME
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-$HOME/.cache/aws-ccm/target}/debug"
 for bin in kube-test-server aws-fault-proxy aws-cloud-controller-manager; do
@@ -19,6 +20,9 @@ for bin in kube-test-server aws-fault-proxy aws-cloud-controller-manager; do
 done
 dir=.sandbox
 cluster_id=sandbox
+# The CCM's HTTPS port (upstream's default); SANDBOX_SECURE_PORT moves it
+# when another sandbox on this machine holds it.
+secure_port=${SANDBOX_SECURE_PORT:-10258}
 rm -rf "$dir"
 mkdir -p "$dir"
 
@@ -76,7 +80,22 @@ CONF
 # The API test server has no tokens for curl to show, so /metrics is opened
 # the upstream way: an always-allowed path (a repeated flag adds to the list,
 # as in upstream, so drop /metrics here to try the 401).
-echo "sandbox: metrics: curl -k https://127.0.0.1:10258/metrics"
+echo "sandbox: metrics: curl -k https://127.0.0.1:$secure_port/metrics"
+# How long from this script's start until the CCM's caches are synced
+# (/readyz), printed once: what a newcomer waits before the log shows work.
+report_ready() {
+  for _ in $(seq 1 1200); do
+    if .venv/bin/python -c "import ssl, urllib.request; urllib.request.urlopen('https://127.0.0.1:$secure_port/readyz', context=ssl._create_unverified_context(), timeout=1)" 2>/dev/null; then
+      echo "sandbox: the CCM is ready (/readyz ok) $(.venv/bin/python -c "print(f'{$EPOCHREALTIME - $started:.1f}')") s after sandbox.sh started"
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "sandbox: the CCM was not ready (/readyz) within 2 minutes" >&2
+}
+report_ready &
+pids+=($!)
+
 echo "sandbox: starting aws-cloud-controller-manager (Ctrl-C to stop)"
 AWS_ENDPOINT_URL="$proxy" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_EC2_METADATA_DISABLED=true \
   "$target/aws-cloud-controller-manager" \
@@ -84,6 +103,7 @@ AWS_ENDPOINT_URL="$proxy" AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testin
   --cloud-config="$dir/cloud.conf" \
   --kubeconfig="$dir/kubeconfig" \
   --bind-address=127.0.0.1 \
+  --secure-port="$secure_port" \
   --cluster-cidr=10.244.0.0/16 \
   --authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics \
   --v=2 "$@" &

@@ -13,9 +13,9 @@ pub mod tls;
 pub mod values;
 
 /// Set by `make unit`: a stand-in server (moto, the API test server, the
-/// fault proxy) refuses to start, so a test that needs one fails there and
-/// is named in the Makefile's list of server tests instead of slowing the
-/// unit run down unseen.
+/// fault proxy) refuses to start, so a library test that needs one fails
+/// there instead of slowing the unit run down unseen; such a test is an
+/// integration test and lives under its crate's `tests/`.
 pub const NO_SERVERS_ENV: &str = "AWS_CCM_NO_SERVERS";
 
 /// Errors when [`NO_SERVERS_ENV`] is set: `what` would start a server.
@@ -23,7 +23,7 @@ pub fn servers_allowed(what: &str) -> anyhow::Result<()> {
     if std::env::var_os(NO_SERVERS_ENV).is_some() {
         anyhow::bail!(
             "{what} started in a unit run ({NO_SERVERS_ENV} is set): a test that needs a server \
-             belongs to the Makefile's SERVER_TESTS, or outside the library"
+             is an integration test; move it under its crate's tests/"
         );
     }
     Ok(())

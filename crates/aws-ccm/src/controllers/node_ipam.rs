@@ -197,7 +197,7 @@ struct Held {
 }
 
 /// How one node's patch ended.
-enum PatchOutcome {
+pub enum PatchOutcome {
     Assigned,
     /// Someone else set the node's CIDRs first.
     TakenByOther(Vec<IpNet>),
@@ -670,104 +670,55 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     }
 }
 
+/// What `tests/in_process/node_ipam.rs` drives against the API test
+/// server: the allocator without the controller's loop, and the CIDR patch.
+/// Not an interface: the controller is [`run`].
+#[doc(hidden)]
+pub mod testing {
+    use super::*;
+
+    /// The allocator and its bookkeeping, as [`run`] holds them.
+    pub struct Allocation(Ipam);
+
+    impl Allocation {
+        pub fn new(config: NodeCidrAllocation, api: Api<Node>, events: Events) -> Allocation {
+            Allocation(Ipam::new(config, api, events))
+        }
+
+        /// [`run`]'s start: every CIDR the nodes hold, from a quorum list.
+        pub async fn rebuild(&mut self) -> Result<(), kube::Error> {
+            self.0.rebuild().await
+        }
+
+        /// [`run`]'s pass over the node cache.
+        pub async fn sync(&mut self, nodes: &[std::sync::Arc<Node>]) {
+            self.0.sync(nodes).await
+        }
+
+        /// The first sign of another allocator, after which nothing is
+        /// allocated.
+        pub fn other(&self) -> Option<&OtherAllocator> {
+            self.0.other.as_ref()
+        }
+    }
+
+    pub async fn patch_pod_cidrs(
+        api: &Api<Node>,
+        name: &str,
+        uid: &str,
+        resource_version: Option<String>,
+        cidrs: &[IpNet],
+    ) -> PatchOutcome {
+        super::patch_pod_cidrs(api, name, uid, resource_version, cidrs).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-
     use super::*;
-    use ccm_testkit::apiserver::TestApiServer;
 
-    pub(super) fn net(s: &str) -> IpNet {
+    fn net(s: &str) -> IpNet {
         s.parse().expect("test CIDR")
-    }
-
-    pub(super) async fn node(api: &Api<Node>, name: &str) -> Node {
-        let n: Node = serde_json::from_value(json!({"metadata": {"name": name}})).expect("node");
-        api.create(&PostParams::default(), &n)
-            .await
-            .expect("create")
-    }
-
-    fn ids(n: &Node) -> (String, Option<String>) {
-        (
-            n.metadata.uid.clone().expect("uid"),
-            n.metadata.resource_version.clone(),
-        )
-    }
-
-    #[tokio::test]
-    async fn patch_sets_both_fields_and_rereads_on_conflict() -> anyhow::Result<()> {
-        let server = TestApiServer::start().await?;
-        let api: Api<Node> = Api::all(server.client().await?);
-        let created = node(&api, "n1").await;
-        let (uid, stale_rv) = ids(&created);
-        // Someone else (a kubelet) changes the node: our resourceVersion is stale.
-        api.patch(
-            "n1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
-        )
-        .await?;
-        let cidrs = [net("10.244.1.0/24"), net("fd00::/64")];
-        let outcome = patch_pod_cidrs(&api, "n1", &uid, stale_rv, &cidrs).await;
-        assert!(matches!(outcome, PatchOutcome::Assigned));
-        let spec = api.get("n1").await?.spec.expect("spec");
-        assert_eq!(spec.pod_cidr.as_deref(), Some("10.244.1.0/24"));
-        assert_eq!(
-            spec.pod_cidrs,
-            Some(vec!["10.244.1.0/24".to_string(), "fd00::/64".to_string()])
-        );
-        server.shutdown().await;
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn cidrs_set_by_someone_else_first_are_kept() -> anyhow::Result<()> {
-        let server = TestApiServer::start().await?;
-        let api: Api<Node> = Api::all(server.client().await?);
-        let created = node(&api, "n1").await;
-        let (uid, stale_rv) = ids(&created);
-        api.patch(
-            "n1",
-            &PatchParams::default(),
-            &Patch::Merge(
-                json!({"spec": {"podCIDR": "10.244.9.0/24", "podCIDRs": ["10.244.9.0/24"]}}),
-            ),
-        )
-        .await?;
-        let outcome = patch_pod_cidrs(&api, "n1", &uid, stale_rv, &[net("10.244.1.0/24")]).await;
-        let PatchOutcome::TakenByOther(theirs) = outcome else {
-            panic!("expected the other writer's CIDRs to win");
-        };
-        assert_eq!(theirs, [net("10.244.9.0/24")]);
-        assert_eq!(
-            api.get("n1")
-                .await?
-                .spec
-                .and_then(|s| s.pod_cidr)
-                .as_deref(),
-            Some("10.244.9.0/24"),
-            "never overwritten"
-        );
-        server.shutdown().await;
-        Ok(())
-    }
-
-    #[tokio::test]
-    async fn a_deleted_or_recreated_node_is_gone() -> anyhow::Result<()> {
-        let server = TestApiServer::start().await?;
-        let api: Api<Node> = Api::all(server.client().await?);
-        let (uid, rv) = ids(&node(&api, "n1").await);
-        api.delete("n1", &DeleteParams::default()).await?;
-        let outcome = patch_pod_cidrs(&api, "n1", &uid, rv.clone(), &[net("10.244.1.0/24")]).await;
-        assert!(matches!(outcome, PatchOutcome::Gone));
-        // Same name, new node: the old node's decision does not apply to it.
-        node(&api, "n1").await;
-        let outcome = patch_pod_cidrs(&api, "n1", &uid, rv, &[net("10.244.1.0/24")]).await;
-        assert!(matches!(outcome, PatchOutcome::Gone));
-        assert_eq!(api.get("n1").await?.spec.and_then(|s| s.pod_cidr), None);
-        server.shutdown().await;
-        Ok(())
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! line of each one's file says what it needs. docs/operations.md, "When
 //! each controller acts", has the table an operator reads.
 
+pub mod keyed;
 pub mod settle;
 pub mod workqueue;
 

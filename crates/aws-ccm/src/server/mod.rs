@@ -10,8 +10,6 @@
 pub mod auth;
 mod cache;
 pub mod delegate;
-#[cfg(test)]
-mod tests;
 pub mod tls;
 
 use std::net::SocketAddr;

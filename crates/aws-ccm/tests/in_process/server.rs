@@ -10,10 +10,10 @@ use axum::http::{HeaderMap, HeaderValue, Method, header};
 use futures::future::BoxFuture;
 use rustls::pki_types::ServerName;
 
-use super::auth::{AllowPaths, Auth, AuthSettings, Decision, Reviewer, UserInfo, Verdict};
-use super::tls::{TlsFiles, TlsPolicy};
-use super::{Health, RunningServer, ServeOptions, delegate, start};
-use crate::leader::LeaderStatus;
+use aws_ccm::server::auth::{AllowPaths, Auth, AuthSettings, Decision, Reviewer, UserInfo, Verdict};
+use aws_ccm::server::tls::{TlsFiles, TlsPolicy};
+use aws_ccm::server::{Health, RunningServer, ServeOptions, delegate, start};
+use aws_ccm::leader::LeaderStatus;
 use ccm_testkit::apiserver::{FailureRule, NonResourceGrant, Subject, TestApiServer, TokenUser};
 
 fn health() -> Health {
