@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
+use aws_ccm::aws::instances::{Ec2Instance, InstanceState, filter};
 use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
 use ccm_testkit::instance_sim::{InstanceSim, LaunchTemplate};
 use ccm_testkit::moto::test_sdk_config;
-use aws_ccm::aws::instances::{Ec2Instance, InstanceState, filter};
 
 const TAG: &str = "kubernetes.io/cluster/sim";
 

@@ -128,8 +128,7 @@ async fn repeats_fold_into_a_series_on_the_apiserver() -> anyhow::Result<()> {
     let n1_failed = all
         .iter()
         .find(|e| {
-            e.reason.as_deref() == Some("Failed")
-                && e.involved_object.name.as_deref() == Some("n1")
+            e.reason.as_deref() == Some("Failed") && e.involved_object.name.as_deref() == Some("n1")
         })
         .expect("n1's Failed event");
     assert_eq!(n1_failed.count, Some(3));

@@ -68,9 +68,7 @@ async fn cidrs_set_by_someone_else_first_are_kept() -> anyhow::Result<()> {
     api.patch(
         "n1",
         &PatchParams::default(),
-        &Patch::Merge(
-            json!({"spec": {"podCIDR": "10.244.9.0/24", "podCIDRs": ["10.244.9.0/24"]}}),
-        ),
+        &Patch::Merge(json!({"spec": {"podCIDR": "10.244.9.0/24", "podCIDRs": ["10.244.9.0/24"]}})),
     )
     .await?;
     let outcome = patch_pod_cidrs(&api, "n1", &uid, stale_rv, &[net("10.244.1.0/24")]).await;

@@ -10,10 +10,12 @@ use axum::http::{HeaderMap, HeaderValue, Method, header};
 use futures::future::BoxFuture;
 use rustls::pki_types::ServerName;
 
-use aws_ccm::server::auth::{AllowPaths, Auth, AuthSettings, Decision, Reviewer, UserInfo, Verdict};
+use aws_ccm::leader::LeaderStatus;
+use aws_ccm::server::auth::{
+    AllowPaths, Auth, AuthSettings, Decision, Reviewer, UserInfo, Verdict,
+};
 use aws_ccm::server::tls::{TlsFiles, TlsPolicy};
 use aws_ccm::server::{Health, RunningServer, ServeOptions, delegate, start};
-use aws_ccm::leader::LeaderStatus;
 use ccm_testkit::apiserver::{FailureRule, NonResourceGrant, Subject, TestApiServer, TokenUser};
 
 fn health() -> Health {
