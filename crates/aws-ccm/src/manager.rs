@@ -170,17 +170,23 @@ pub(crate) async fn connect_aws_described(
     let (identity, cluster_id_from) =
         resolve_cluster_id(cloud, &sdk, &door, opts, opts.allow_untagged_cloud).await?;
     let cluster_id = identity.id.clone();
-    let mut client_options = opts.aws_client_options();
+    let mut settings = opts.aws_settings();
     // The sweep queries the legacy `KubernetesCluster` tag only for a
     // cluster identified by it alone. kOps puts both tags on every
     // instance, so querying both would read each instance twice.
-    client_options.legacy_cluster_tag = identity.legacy_only;
-    client_options.write_legacy_cluster_tag = identity.writes_legacy_tag;
-    client_options.topology_pattern = cloud.supported_topology_instance_type_pattern.clone();
+    settings.instances.legacy_cluster_tag = identity.legacy_only;
+    settings.instances.topology_pattern = cloud.supported_topology_instance_type_pattern.clone();
+    settings.write_legacy_cluster_tag = identity.writes_legacy_tag;
     if identity.writes_legacy_tag {
         tracing::info!(cluster_id = %cluster_id, "the cluster is identified by the legacy KubernetesCluster tag (cloud.conf KubernetesClusterTag, or on this instance, as kOps tags it): what this CCM creates carries KubernetesCluster={cluster_id} too, as the Go CCM writes it");
     }
-    let aws = Aws::with_door(sdk, cluster_id.clone(), client_options, door);
+    let aws = Aws::with_door(
+        sdk,
+        cluster_id.clone(),
+        opts.aws_client_options(),
+        settings,
+        door,
+    );
     tracing::info!(region = %region, cluster_id = %cluster_id, "AWS cloud provider configured");
     Ok(Connected {
         aws,
@@ -309,16 +315,14 @@ fn load_balancers(
     opts: &crate::options::Options,
     record: &TargetRecord,
 ) -> AwsLoadBalancers {
-    let lbs = AwsLoadBalancers::new(
+    AwsLoadBalancers::new(
         aws.clone(),
         cloud.clone(),
         cluster_id.to_string(),
         opts.cluster_name.clone(),
-    );
-    AwsLoadBalancers {
-        record: record.clone(),
-        ..lbs.trusting_known_settings(opts.service_resync_period)
-    }
+    )
+    .trusting_known_settings(opts.service_resync_period)
+    .with_target_record(record.clone())
 }
 
 /// The controllers, once we lead (or without leader election): the
@@ -365,7 +369,7 @@ async fn start_record(
     let name = target_record::configmap_name(&opts.leader_elect_resource_name);
     if let Err(e) = env
         .load_balancers
-        .record
+        .target_record()
         .start(client, namespace, &name, acq)
         .await
     {

@@ -356,8 +356,19 @@ impl Options {
     pub fn aws_client_options(&self) -> crate::aws::ClientOptions {
         crate::aws::ClientOptions {
             budget_fraction: self.aws_api_budget_fraction,
-            sweep_ttl: self.aws_instance_sweep_ttl,
             consistency_patience: self.aws_consistency_window,
+            ..Default::default()
+        }
+    }
+
+    /// What the AWS domain modules keep that flags control; the manager
+    /// adds what cloud.conf and the cluster's identity decide.
+    pub fn aws_settings(&self) -> crate::aws::AwsSettings {
+        crate::aws::AwsSettings {
+            instances: crate::aws::InstanceSettings {
+                sweep_ttl: self.aws_instance_sweep_ttl,
+                ..Default::default()
+            },
             ..Default::default()
         }
     }

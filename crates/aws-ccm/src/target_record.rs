@@ -10,7 +10,8 @@
 //! * An entry (a group's key, see [`key`], and a digest of its port and
 //!   instance IDs, see [`digest`]) is removed from the ConfigMap, and the
 //!   removal confirmed by the API server, before this process registers or
-//!   deregisters a target of that group ([`TargetRecord::before_change`]).
+//!   deregisters a target of that group ([`TargetRecord::before_change`],
+//!   asked only by the memory, [`crate::aws::memory`]).
 //!   It is written again only after the change succeeded. A leader killed or
 //!   cut off between the two leaves the group without an entry.
 //! * A new leader trusts the entries only when the Lease passed straight
@@ -217,7 +218,8 @@ impl TargetRecord {
     /// Call before registering or deregistering targets of the groups
     /// `keys`: returns once their entries are gone from the ConfigMap
     /// (at once when none is there). An error means the change must not
-    /// be made now.
+    /// be made now. In the product only the memory asks it
+    /// ([`crate::aws::memory`]); `pub` for the in-process tests.
     pub async fn before_change(&self, keys: &[String]) -> Result<(), String> {
         let start = tokio::time::Instant::now();
         let waited = self.confirm_removed(keys).await;
@@ -263,7 +265,8 @@ impl TargetRecord {
     }
 
     /// Records that the groups `entries` (key, digest) now hold what their
-    /// digests say. Written in the background; nothing waits for it.
+    /// digests say. Written in the background; nothing waits for it. In the
+    /// product only the memory calls it; `pub` for the in-process tests.
     pub fn record(&self, entries: impl IntoIterator<Item = (String, String)>) {
         self.update(|want| {
             let mut changed = false;
@@ -297,7 +300,7 @@ impl TargetRecord {
     }
 
     /// Drops the entries of groups `keys` (deleted), in the background.
-    pub fn forget(&self, keys: &[String]) {
+    pub(crate) fn forget(&self, keys: &[String]) {
         self.update(|want| {
             keys.iter()
                 .fold(false, |changed, k| want.remove(k).is_some() | changed)

@@ -13,7 +13,10 @@ use std::time::Duration;
 use aws_ccm::aws::instances::describe_xml::{SlimDecoder, Slot};
 use aws_ccm::aws::instances::plan::Interner;
 use aws_ccm::aws::instances::{Ec2Instance, filter};
-use aws_ccm::aws::{AwsError, CallOptions, Category, ClientOptions, ErrorClass, Operation};
+use aws_ccm::aws::{
+    AwsError, AwsSettings, CallOptions, Category, ClientOptions, ErrorClass, InstanceSettings,
+    Operation,
+};
 use ccm_testkit::aws_proxy::{FaultKind, FaultRule, ProxyConfig};
 use support::{CLUSTER_ID, World, ec2_read, mixed_workload, quick_retry};
 
@@ -55,10 +58,16 @@ async fn the_cluster_sweep_is_one_paginated_read_shared_by_concurrent_callers() 
     let world = World::start(ProxyConfig::default()).await;
     world.seed_instances(1200).await;
     let aws = world
-        .client(ClientOptions {
-            legacy_cluster_tag: false,
-            ..ClientOptions::default()
-        })
+        .client_with(
+            ClientOptions::default(),
+            AwsSettings {
+                instances: InstanceSettings {
+                    legacy_cluster_tag: false,
+                    ..InstanceSettings::default()
+                },
+                ..AwsSettings::default()
+            },
+        )
         .await;
 
     let sweeps = futures::future::join_all((0..100).map(|_| aws.cluster_instances())).await;

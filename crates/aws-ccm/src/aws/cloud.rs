@@ -1,11 +1,8 @@
 //! [`Aws`]: the door to AWS beside what this CCM keeps of AWS between
-//! reads, each part owned by its domain module:
-//!
-//! * [`InstanceCache`] (`instances/cache.rs`): coalesced instance lookups,
-//!   the cluster sweep, the zones, the network topology's memory;
-//! * [`SgView`] (`security_groups/view.rs`): the VPC's security groups as
-//!   the load balancer syncs share them, kept current by their writes;
-//! * [`Permissions`] (`permissions.rs`): DryRun verdicts on writes.
+//! reads, which one owner holds: [`Memory`] (`memory/mod.rs`: the instance
+//! sweep, zones and topology, the security-group view, the IAM verdicts,
+//! and for load balancers the subnets, the sweep, the target cache and the
+//! target record).
 //!
 //! The provider traits ([`crate::provider::instances::Instances`],
 //! [`crate::provider::routes::Routes`],
@@ -20,17 +17,30 @@ use super::AwsError;
 use super::client::door::Door;
 use super::client::{AwsClient, CallOptions, ClientOptions, SdkClients};
 use super::instances::Ec2Instance;
-use super::instances::cache::{InstanceCache, Zones};
-use super::permissions::{DEFAULT_TTL, Permissions};
-use super::security_groups::view::SgView;
+use super::instances::cache::{InstanceSettings, Zones};
+use super::memory::Memory;
+
+/// What the domain modules keep and write, beside the door's transport
+/// options ([`ClientOptions`]): set by the manager from flags, cloud.conf
+/// and the cluster's identity. `Default` is a cluster identified by its
+/// current tag key, with the flags' defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AwsSettings {
+    /// How the instance caches keep, and what the sweep asks.
+    pub instances: InstanceSettings,
+    /// Whether the load balancers, listeners, target groups and security
+    /// groups this CCM creates also carry `KubernetesCluster=<id>`: the Go
+    /// CCM's `usesLegacyTags`, which the manager sets from cloud.conf
+    /// `KubernetesClusterTag` or this instance's tags (kOps).
+    pub write_legacy_cluster_tag: bool,
+}
 
 /// The AWS side of the CCM. Cheap to clone: clones share everything.
 #[derive(Clone)]
 pub struct Aws {
     client: AwsClient,
-    instances: InstanceCache,
-    groups: SgView,
-    permissions: Arc<Permissions>,
+    memory: Memory,
+    write_legacy_cluster_tag: bool,
 }
 
 impl crate::provider::Cloud for Aws {
@@ -51,12 +61,18 @@ impl std::ops::Deref for Aws {
 }
 
 impl Aws {
-    /// A door of its own with these options, and empty caches. Invalid
-    /// options are logged and replaced by their defaults (validate them
-    /// earlier with [`ClientOptions::validate`] to refuse them instead).
-    pub fn new(clients: SdkClients, cluster_id: String, opts: ClientOptions) -> Aws {
+    /// A door of its own with these options, and empty caches kept as
+    /// `settings` say. Invalid options are logged and replaced by their
+    /// defaults (validate them earlier with [`ClientOptions::validate`] to
+    /// refuse them instead).
+    pub fn new(
+        clients: SdkClients,
+        cluster_id: String,
+        opts: ClientOptions,
+        settings: AwsSettings,
+    ) -> Aws {
         let door = Door::new(&opts);
-        Aws::with_door(clients, cluster_id, opts, door)
+        Aws::with_door(clients, cluster_id, opts, settings, door)
     }
 
     /// [`AwsClient::with_door`]: a door others share too, with empty
@@ -65,63 +81,67 @@ impl Aws {
         clients: SdkClients,
         cluster_id: String,
         opts: ClientOptions,
+        settings: AwsSettings,
         door: Arc<Door>,
     ) -> Aws {
         let client = AwsClient::with_door(clients, cluster_id, opts, door);
         Aws {
-            instances: InstanceCache::new(&client),
-            groups: SgView::new(client.options().consistency_patience),
-            permissions: Arc::new(Permissions::new(
-                client.cluster_id(),
-                &client.region(),
-                DEFAULT_TTL,
-            )),
+            memory: Memory::new(&client, &settings.instances),
+            write_legacy_cluster_tag: settings.write_legacy_cluster_tag,
             client,
         }
     }
 
-    /// The instance lookups and caches.
-    pub fn instance_cache(&self) -> &InstanceCache {
-        &self.instances
+    /// What this CCM knows of AWS beyond a fresh read (see
+    /// [`super::memory`]).
+    pub(crate) fn memory(&self) -> &Memory {
+        &self.memory
     }
 
-    /// What IAM lets this CCM write: the shared registry of DryRun
-    /// verdicts (see [`super::permissions`]).
-    pub fn permissions(&self) -> &Permissions {
-        &self.permissions
+    /// Whether what this CCM creates also carries the legacy
+    /// `KubernetesCluster=<id>` tag ([`AwsSettings::write_legacy_cluster_tag`]).
+    pub fn writes_legacy_cluster_tag(&self) -> bool {
+        self.write_legacy_cluster_tag
     }
 
-    /// The VPC's security groups as the sync paths share them (see
-    /// [`super::security_groups::view`]); writes through
-    /// `security_groups::io` keep it current.
-    pub fn group_view(&self) -> &SgView {
-        &self.groups
+    /// The same door beside `memory` (a set of load balancers' own; see
+    /// [`Memory::for_load_balancers`]).
+    pub(crate) fn with_memory(&self, memory: Memory) -> Aws {
+        Aws {
+            client: self.client.clone(),
+            memory,
+            write_legacy_cluster_tag: self.write_legacy_cluster_tag,
+        }
     }
 
-    /// [`InstanceCache::by_id`] with no deadline of the caller's.
+    /// [`crate::aws::instances::cache::InstanceCache::by_id`] with no deadline of the caller's.
     pub async fn instance_by_id(&self, id: &str) -> Result<Ec2Instance, AwsError> {
-        self.instances.by_id(id, CallOptions::default()).await
+        self.memory
+            .instances()
+            .by_id(id, CallOptions::default())
+            .await
     }
 
-    /// [`InstanceCache::by_private_dns`] with no deadline of the caller's.
+    /// [`crate::aws::instances::cache::InstanceCache::by_private_dns`] with no deadline of the caller's.
     pub async fn instance_by_private_dns(&self, name: &str) -> Result<Ec2Instance, AwsError> {
-        self.instances
+        self.memory
+            .instances()
             .by_private_dns(name, CallOptions::default())
             .await
     }
 
-    /// [`InstanceCache::cluster_instances`].
+    /// [`crate::aws::instances::cache::InstanceCache::cluster_instances`].
     pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
-        self.instances.cluster_instances().await
+        self.memory.instances().cluster_instances().await
     }
 
     /// Availability zone name → zone ID (`us-east-1a` → `use1-az1`), cached.
     pub async fn zone_ids(&self) -> Result<Arc<HashMap<String, String>>, AwsError> {
-        Ok(self.instances.zones().await?.ids.clone())
+        Ok(self.memory.instances().zones().await?.ids.clone())
     }
 
-    /// [`InstanceCache::zones`].
+    /// [`crate::aws::instances::cache::InstanceCache::zones`].
     pub async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
-        self.instances.zones().await
+        self.memory.instances().zones().await
     }
 }

@@ -47,6 +47,7 @@ pub(crate) async fn resolve_cluster_id(
             sdk.clone(),
             String::new(),
             opts.aws_client_options(),
+            opts.aws_settings(),
             door.clone(),
         );
         let instance = bootstrap

@@ -300,7 +300,7 @@ impl SubnetCache {
         }
     }
 
-    pub fn invalidate(&self) {
+    pub(crate) fn invalidate(&self) {
         for flight in self.vpcs.lock().values() {
             flight.invalidate();
         }

@@ -54,7 +54,8 @@ use super::ControllerContext;
 use super::events::Events;
 use crate::cloud_config::IpFamily;
 use crate::provider::Cloud;
-use crate::provider::instances::{CloudError, Instance, Instances};
+use crate::provider::CloudError;
+use crate::provider::instances::{Instance, Instances};
 
 /// How long lookups for newly seen nodes wait for company (see [`lookups`]).
 const GATHER_WINDOW: Duration = Duration::from_millis(300);

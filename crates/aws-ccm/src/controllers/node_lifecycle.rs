@@ -420,7 +420,7 @@ mod tests {
     use super::*;
     use crate::controllers::cached_node::{NodeCondition, NodeSpec, NodeStatus};
     use crate::provider::instances::fake::{FakeInstances, instance};
-    use crate::provider::instances::{CloudError, CloudErrorKind};
+    use crate::provider::{CloudError, ErrorKind};
     use kube::api::ObjectMeta;
 
     fn node(ready: Option<&str>, taints: &[&str]) -> Node {
@@ -612,7 +612,7 @@ mod tests {
         assert_eq!(cloud.calls().by_id, ["i-untagged", "i-gone"]);
 
         // A failed confirmation leaves the node out; a failed sweep observes nothing.
-        let down = CloudError::new(CloudErrorKind::Transient, "503");
+        let down = CloudError::new("ec2:DescribeInstances", ErrorKind::Transient, "503");
         cloud.fail_lookups(Some(down.clone()));
         let seen = observe(&cloud, "test", &keys).await.unwrap();
         assert!(!seen.contains_key(&keys[2]));

@@ -49,9 +49,9 @@ use super::schedule::{self, Wake};
 use crate::cloud_config::CloudConfig;
 use crate::options::cidrs::ClusterCidrs;
 use crate::provider::Cloud;
+use crate::provider::CloudError;
 use crate::provider::routes::{
-    RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
-    TargetInstance,
+    RouteTable, RouteTableSelector, RouteTarget, Routes, TargetInstance,
 };
 
 /// Share of `--route-table-limit` past which the controller warns.
@@ -85,10 +85,10 @@ pub enum ReconcileError {
     #[error("listing route tables ({selector}): {source}")]
     DescribeTables {
         selector: String,
-        source: RoutesError,
+        source: CloudError,
     },
     #[error("looking up the nodes' instances: {0}")]
-    Instances(RoutesError),
+    Instances(CloudError),
 }
 
 /// How one node fared in a reconcile.
@@ -104,13 +104,13 @@ pub enum NodeResult {
 }
 
 /// How one change went: `None` when it was not attempted.
-type ChangeResult = Option<Result<(), RoutesError>>;
+type ChangeResult = Option<Result<(), CloudError>>;
 
 /// A change AWS refused.
 #[derive(Clone, Debug)]
 pub struct ChangeFailure {
     pub change: RouteChange,
-    pub error: RoutesError,
+    pub error: CloudError,
 }
 
 /// A table above the warning threshold.
@@ -154,12 +154,9 @@ impl Report {
     /// Whether the next reconcile should come soon rather than after the
     /// period: a create that needs confirming, or a failure worth retrying.
     pub fn retry_soon(&self) -> bool {
-        self.failures.iter().any(|f| {
-            matches!(
-                f.error.kind,
-                RoutesErrorKind::AlreadyExists | RoutesErrorKind::Transient
-            )
-        })
+        self.failures
+            .iter()
+            .any(|f| f.error.is_already_exists() || f.error.is_transient())
     }
 }
 
@@ -241,7 +238,7 @@ impl<R: Routes> Reconciler<R> {
         Ok((tables, instances, plan))
     }
 
-    async fn apply(&self, plan: Plan, refused: &HashMap<usize, RoutesError>) -> Report {
+    async fn apply(&self, plan: Plan, refused: &HashMap<usize, CloudError>) -> Report {
         let mut results: Vec<ChangeResult> = vec![None; plan.changes.len()];
         let groups = groups_by_node(&plan.changes);
         for (i, result) in self.apply_groups(&plan.changes, &groups, refused).await {
@@ -271,7 +268,7 @@ impl<R: Routes> Reconciler<R> {
         &self,
         changes: &[RouteChange],
         groups: &[Vec<usize>],
-        refused: &HashMap<usize, RoutesError>,
+        refused: &HashMap<usize, CloudError>,
     ) -> Vec<(usize, ChangeResult)> {
         // Futures built up front (not by a closure inside the stream) keep
         // the whole future provably `Send`.
@@ -307,7 +304,7 @@ impl<R: Routes> Reconciler<R> {
             .collect()
     }
 
-    async fn apply_one(&self, change: &RouteChange) -> Result<(), RoutesError> {
+    async fn apply_one(&self, change: &RouteChange) -> Result<(), CloudError> {
         match change {
             RouteChange::DisableSourceDestCheck { instance_id, .. } => {
                 self.routes.disable_source_dest_check(instance_id).await
@@ -338,7 +335,7 @@ impl<R: Routes> Reconciler<R> {
                 ..
             } => match self.routes.delete_route(table_id, *destination).await {
                 // Already gone: what we wanted.
-                Err(e) if e.kind == RoutesErrorKind::NotFound => Ok(()),
+                Err(e) if e.is_not_found() => Ok(()),
                 other => other,
             },
         }
@@ -463,7 +460,7 @@ fn groups_by_node(changes: &[RouteChange]) -> Vec<Vec<usize>> {
 fn record_changes(
     plan: &Plan,
     results: &[ChangeResult],
-    refused: &HashMap<usize, RoutesError>,
+    refused: &HashMap<usize, CloudError>,
     report: &mut Report,
 ) {
     for (i, change) in plan.changes.iter().enumerate() {
@@ -505,7 +502,7 @@ fn node_result(plan: &Plan, outcome: &NodeOutcome, results: &[ChangeResult]) -> 
     for &i in &outcome.changes {
         match &results[i] {
             Some(Ok(())) => {}
-            Some(Err(e)) if e.kind == RoutesErrorKind::AlreadyExists => unconfirmed = true,
+            Some(Err(e)) if e.is_already_exists() => unconfirmed = true,
             Some(Err(e)) => problems.push(format!("{}: {e}", plan.changes[i])),
             None => problems.push(format!(
                 "{}: not attempted because turning off the instance's source/destination check failed",

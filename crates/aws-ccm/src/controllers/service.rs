@@ -37,7 +37,7 @@ use super::schedule::{self, Wake};
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::load_balancers::{
-    EnsureRequest, LbError, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external,
+    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external,
 };
 
 mod due;
@@ -402,12 +402,6 @@ fn tier(entry: &KeyState, job: &Job) -> Tier {
     }
 }
 
-/// Whether `e` is AWS refusing to delete something another resource still
-/// uses.
-fn waits_on_dependency(e: &LbError) -> bool {
-    matches!(e, LbError::Cloud { in_use: true, .. })
-}
-
 impl<L: LoadBalancers> ServiceController<L> {
     async fn run(self, stop: CancellationToken) {
         let mut node_changes = self.node_changes.clone();
@@ -627,7 +621,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 }
             }
             Ok(done) => self.ensured(svc, &api, done, service_changed).await,
-            Err(e) if may_wait && waits_on_dependency(&e) => {
+            Err(e) if may_wait && e.in_use() => {
                 tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
                 Outcome::Waiting
             }
@@ -653,7 +647,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .await;
             match self.lbs.ensure_deleted(&key(svc), &uid).await {
                 Ok(_) => {}
-                Err(e) if may_wait && waits_on_dependency(&e) => {
+                Err(e) if may_wait && e.in_use() => {
                     tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
                     return Outcome::Waiting;
                 }

@@ -45,7 +45,8 @@ use super::node::identity;
 use super::schedule::{Wake, sleep, wait};
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
-use crate::provider::instances::{CloudError, CloudResult, Instances, MAX_TAG_RESOURCES};
+use crate::provider::instances::{Instances, MAX_TAG_RESOURCES};
+use crate::provider::{CloudError, CloudResult};
 
 /// Upstream's label recording which tag set a node's instance carries.
 pub const TAGGED_LABEL: &str = "k8s.io/cloud-provider-aws";
@@ -712,13 +713,11 @@ mod tests {
             calls += 1;
             async move {
                 if batch.iter().any(|id| id == denied_id) {
-                    Err(CloudError {
-                        denied: true,
-                        ..CloudError::new(
-                            crate::provider::instances::CloudErrorKind::Fatal,
-                            "UnauthorizedOperation: not authorized to perform ec2:CreateTags",
-                        )
-                    })
+                    Err(CloudError::new(
+                        "ec2:CreateTags",
+                        crate::provider::ErrorKind::Denied,
+                        "UnauthorizedOperation: not authorized to perform ec2:CreateTags",
+                    ))
                 } else {
                     Ok(())
                 }

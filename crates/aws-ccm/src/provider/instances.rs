@@ -16,6 +16,8 @@ use std::future::Future;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 
+use super::error::CloudResult;
+
 /// EC2 accepts at most this many resource IDs in one CreateTags/DeleteTags.
 pub const MAX_TAG_RESOURCES: usize = 1000;
 /// EC2 accepts at most this many instance IDs in one
@@ -156,52 +158,6 @@ impl InstanceTags {
     }
 }
 
-/// How a cloud call failed, which decides what the caller does next.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CloudErrorKind {
-    /// The named object does not exist (an answer, not a failure).
-    NotFound,
-    /// The account's API budget is exhausted; retry later.
-    Throttled,
-    /// The cloud or the network failed; retrying may help.
-    Transient,
-    /// Repeating the same request cannot help (validation, permissions).
-    Fatal,
-}
-
-/// A failed cloud call. `message` says what failed and what to do.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct CloudError {
-    pub kind: CloudErrorKind,
-    pub message: String,
-    /// IAM refused the call (`UnauthorizedOperation`, `AccessDenied`).
-    pub denied: bool,
-}
-
-impl CloudError {
-    pub fn new(kind: CloudErrorKind, message: impl Into<String>) -> CloudError {
-        CloudError {
-            kind,
-            message: message.into(),
-            denied: false,
-        }
-    }
-
-    pub fn is_not_found(&self) -> bool {
-        self.kind == CloudErrorKind::NotFound
-    }
-
-    /// Whether IAM refused the call: AWS refuses a whole multi-resource
-    /// call when it denies any one resource in it.
-    pub fn is_denied(&self) -> bool {
-        self.denied
-    }
-}
-
-/// A cloud call's answer.
-pub type CloudResult<T> = Result<T, CloudError>;
-
 /// The answer to a lookup of one instance: `Ok(None)` when the cloud
 /// answered that there is no such instance.
 pub type Found = CloudResult<Option<Instance>>;
@@ -300,6 +256,7 @@ pub mod fake {
     use parking_lot::Mutex;
 
     use super::*;
+    use crate::provider::{CloudError, ErrorKind};
 
     /// What the fake was asked, for assertions.
     #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -418,7 +375,7 @@ pub mod fake {
                 .unwrap_or_default()
         }
 
-        fn unknown_ids(state: &State, ids: &[String]) -> Option<CloudError> {
+        fn unknown_ids(state: &State, operation: &str, ids: &[String]) -> Option<CloudError> {
             let unknown: Vec<&str> = ids
                 .iter()
                 .filter(|id| !state.instances.contains_key(*id))
@@ -426,7 +383,8 @@ pub mod fake {
                 .collect();
             (!unknown.is_empty()).then(|| {
                 CloudError::new(
-                    CloudErrorKind::NotFound,
+                    operation,
+                    ErrorKind::NotFound,
                     format!("The instance IDs '{}' do not exist", unknown.join(", ")),
                 )
             })
@@ -511,7 +469,7 @@ pub mod fake {
             if let Some(err) = st.fail_tags.clone() {
                 return Err(err);
             }
-            if let Some(err) = FakeInstances::unknown_ids(&st, ids) {
+            if let Some(err) = FakeInstances::unknown_ids(&st, "ec2:CreateTags", ids) {
                 return Err(err);
             }
             for id in ids {
@@ -532,7 +490,7 @@ pub mod fake {
             if let Some(err) = st.fail_tags.clone() {
                 return Err(err);
             }
-            if let Some(err) = FakeInstances::unknown_ids(&st, ids) {
+            if let Some(err) = FakeInstances::unknown_ids(&st, "ec2:DeleteTags", ids) {
                 return Err(err);
             }
             for id in ids {

@@ -16,6 +16,8 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 
+use crate::provider::CloudResult;
+
 pub use crate::aws::annotations::{
     Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, TYPE,
     is_external, labels_match, parse_key_values,
@@ -108,27 +110,8 @@ pub struct Ensured {
     pub warnings: Vec<Warning>,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum LbError {
-    /// Something the user must fix (tags, annotations); retrying alone will not help.
-    #[error("{0}")]
-    Config(String),
-    /// A cloud call failed; retrying may help. `message` is the cloud's
-    /// error as the implementation renders it.
-    #[error("{message}")]
-    Cloud {
-        message: String,
-        /// The cloud refused to delete something another resource still
-        /// uses (AWS `DependencyViolation`): it frees up by itself.
-        in_use: bool,
-        /// The cloud refused the request itself (invalid for the resource's
-        /// state, denied, over a quota): repeating it will not help.
-        rejected: bool,
-    },
-}
-
 pub trait LoadBalancers: Clone + Send + Sync + 'static {
-    fn ensure(&self, req: &EnsureRequest) -> impl Future<Output = Result<Ensured, LbError>> + Send;
+    fn ensure(&self, req: &EnsureRequest) -> impl Future<Output = CloudResult<Ensured>> + Send;
     /// The same outcome as [`Self::ensure`] for a Service whose spec is
     /// unchanged since its last ensure and whose backend set changed
     /// (upstream's `UpdateLoadBalancer`): the implementation may move only
@@ -136,7 +119,7 @@ pub trait LoadBalancers: Clone + Send + Sync + 'static {
     fn update_targets(
         &self,
         req: &EnsureRequest,
-    ) -> impl Future<Output = Result<Ensured, LbError>> + Send;
+    ) -> impl Future<Output = CloudResult<Ensured>> + Send;
     /// The name this CCM gives the load balancer of the Service with UID
     /// `uid` (of either kind), whether it exists or not.
     fn name(&self, uid: &str) -> String;
@@ -145,7 +128,7 @@ pub trait LoadBalancers: Clone + Send + Sync + 'static {
         &self,
         service_key: &str,
         uid: &str,
-    ) -> impl Future<Output = Result<bool, LbError>> + Send;
+    ) -> impl Future<Output = CloudResult<bool>> + Send;
 }
 
 /// Something a sync left undone that only the operator can fix; the rest

@@ -15,6 +15,7 @@ use std::future::Future;
 use ipnet::IpNet;
 
 use crate::provider::routes::RouteTableSelector;
+use crate::provider::{CloudError, ErrorKind};
 
 /// A mutating EC2 action the CCM performs on resources it may not own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -59,6 +60,18 @@ pub struct Denial {
     pub tagging: Tagging,
     /// The `iam/render.sh` option that grants it instead, if any.
     pub render_option: Option<String>,
+}
+
+impl Denial {
+    /// The error of the write this denial stops before it is sent: denied,
+    /// as the cloud would have answered it, naming the action and the fix.
+    pub fn refusal(&self) -> CloudError {
+        CloudError::new(
+            self.action.to_string(),
+            ErrorKind::Denied,
+            format!("not sent: {self}"),
+        )
+    }
 }
 
 /// A verdict on one write.

@@ -15,6 +15,7 @@ use std::future::Future;
 use ipnet::IpNet;
 
 use crate::aws::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
+use crate::provider::CloudResult;
 use crate::provider::permissions::{Probe, Tagging, Verdict};
 
 #[cfg(test)]
@@ -134,47 +135,6 @@ pub struct TargetInstance {
     pub tagging: Tagging,
 }
 
-/// What kind of failure a [`RoutesError`] is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RoutesErrorKind {
-    /// The object named does not exist (already deleted, or not visible yet).
-    NotFound,
-    /// The route already exists (a create retried after an ambiguous failure,
-    /// or created by someone else meanwhile).
-    AlreadyExists,
-    /// Worth retrying later: throttling, 5xx, timeouts.
-    Transient,
-    /// Repeating will not help: permissions, quotas, invalid values.
-    Permanent,
-    /// Not attempted: IAM denies it (a DryRun said so); the message names
-    /// the tag to add or the policy option that grants it.
-    Refused,
-}
-
-/// A failed route call, with a message that says what to do.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct RoutesError {
-    pub kind: RoutesErrorKind,
-    /// The AWS error code, when AWS sent one (`RouteLimitExceeded`, ...).
-    pub code: Option<String>,
-    pub message: String,
-}
-
-impl RoutesError {
-    pub fn new(
-        kind: RoutesErrorKind,
-        code: Option<&str>,
-        message: impl Into<String>,
-    ) -> RoutesError {
-        RoutesError {
-            kind,
-            code: code.map(str::to_string),
-            message: message.into(),
-        }
-    }
-}
-
 /// The cloud operations the route controller uses.
 ///
 /// Methods return `Send` futures so the controller can run them on any
@@ -184,26 +144,26 @@ pub trait Routes: Send + Sync {
     fn route_tables(
         &self,
         selector: &RouteTableSelector,
-    ) -> impl Future<Output = Result<Vec<RouteTable>, RoutesError>> + Send;
+    ) -> impl Future<Output = CloudResult<Vec<RouteTable>>> + Send;
 
     /// The instances among `ids` that exist; missing IDs are left out.
     fn instances(
         &self,
         ids: &[String],
-    ) -> impl Future<Output = Result<HashMap<String, TargetInstance>, RoutesError>> + Send;
+    ) -> impl Future<Output = CloudResult<HashMap<String, TargetInstance>>> + Send;
 
     /// Turns source/destination checking off on an instance.
     fn disable_source_dest_check(
         &self,
         instance_id: &str,
-    ) -> impl Future<Output = Result<(), RoutesError>> + Send;
+    ) -> impl Future<Output = CloudResult<()>> + Send;
 
     fn create_route(
         &self,
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> impl Future<Output = Result<(), RoutesError>> + Send;
+    ) -> impl Future<Output = CloudResult<()>> + Send;
 
     /// Points an existing route (a blackhole, or a stale target) at `instance_id`.
     fn replace_route(
@@ -211,13 +171,13 @@ pub trait Routes: Send + Sync {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> impl Future<Output = Result<(), RoutesError>> + Send;
+    ) -> impl Future<Output = CloudResult<()>> + Send;
 
     fn delete_route(
         &self,
         table_id: &str,
         destination: IpNet,
-    ) -> impl Future<Output = Result<(), RoutesError>> + Send;
+    ) -> impl Future<Output = CloudResult<()>> + Send;
 
     /// Whether IAM allows the write `probe` stands for: a DryRun, its
     /// verdict kept per (action, resource) for a while.

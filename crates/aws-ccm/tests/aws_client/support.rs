@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use aws_ccm::aws::client::clients::SdkClients;
-use aws_ccm::aws::{Aws, ClientOptions, Operation};
+use aws_ccm::aws::{Aws, AwsSettings, ClientOptions, Operation};
 use aws_sdk_ec2::types::{InstanceType, ResourceType, Tag, TagSpecification};
 use aws_smithy_types::retry::RetryConfig;
 use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
@@ -54,10 +54,16 @@ impl World {
 
     /// The client under test, talking to moto through the proxy.
     pub async fn client(&self, options: ClientOptions) -> Aws {
+        self.client_with(options, AwsSettings::default()).await
+    }
+
+    /// [`Self::client`] with its caches kept as `settings` say.
+    pub async fn client_with(&self, options: ClientOptions, settings: AwsSettings) -> Aws {
         Aws::new(
             sdk_clients(&self.proxy.endpoint()).await,
             CLUSTER_ID.to_string(),
             options,
+            settings,
         )
     }
 

@@ -657,6 +657,7 @@ pub async fn aws_client_via(env: &Env, endpoint: &str) -> aws_ccm::aws::Aws {
         },
         CLUSTER_ID.into(),
         aws_ccm::aws::ClientOptions::default(),
+        aws_ccm::aws::AwsSettings::default(),
     )
 }
 

@@ -13,12 +13,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::api_metrics;
-use super::errors::DENIED_CODES;
-use super::errors::{AttemptFailure, AwsError, ErrorClass};
+use super::errors::{AttemptFailure, AwsError, ErrorClass, dry_run_outcome};
 use super::operations::{Category, Idempotency, Operation, Service};
 use super::retry::RetryPolicy;
 use super::throttle::{Priority, Throttle};
-use super::{CallOptions, ClientOptions, DRY_RUN_ALLOWED_CODE, SdkFuture};
+use super::{CallOptions, ClientOptions, SdkFuture};
 
 /// Throttle buckets, retry policy and attempt timeout of one process.
 pub struct Door {
@@ -363,17 +362,6 @@ fn deadline_exceeded(
         attempts,
         elapsed: start.elapsed(),
         last: last.map(Box::new),
-    }
-}
-
-/// The metrics outcome of an answer to a `DryRun=true` request, when it is
-/// one: EC2 says `DryRunOperation` (HTTP 412) when the caller may make the
-/// request and `UnauthorizedOperation` (HTTP 403) when IAM denies it.
-fn dry_run_outcome(code: &str) -> Option<&'static str> {
-    match code {
-        DRY_RUN_ALLOWED_CODE => Some("dry_run_allowed"),
-        code if DENIED_CODES.contains(&code) => Some("dry_run_denied"),
-        _ => None,
     }
 }
 

@@ -12,7 +12,8 @@ use aws_smithy_runtime_api::client::result::SdkError;
 use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 use aws_types::request_id::RequestId;
 
-use super::operations::Operation;
+use super::operations::{KOPS_GAPS, Operation};
+use crate::provider::{CloudError, ErrorKind};
 
 /// What kind of failure an error is, which decides whether it is retried.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -371,6 +372,31 @@ impl AwsError {
         self.code().is_some_and(|c| DENIED_CODES.contains(&c))
     }
 
+    /// AWS refused to delete what another resource still uses
+    /// ([`IN_USE_CODES`]); it frees up by itself.
+    pub fn is_in_use(&self) -> bool {
+        self.code().is_some_and(|c| IN_USE_CODES.contains(&c))
+    }
+
+    /// The operation is not offered here (EC2's `UnsupportedOperation`: a
+    /// Region without `DescribeInstanceTopology`, a call the instance's
+    /// type cannot take).
+    pub fn is_unsupported(&self) -> bool {
+        self.code() == Some("UnsupportedOperation")
+    }
+
+    /// ELBv2 refused a target it does not hold or cannot take
+    /// (`InvalidTarget`): to a deregistration, the target is not there.
+    pub fn is_invalid_target(&self) -> bool {
+        self.code() == Some("InvalidTarget")
+    }
+
+    /// EC2's answer to a `DryRun=true` request that would have been
+    /// allowed (`DryRunOperation`).
+    pub fn is_dry_run_allowed(&self) -> bool {
+        self.code() == Some(DRY_RUN_ALLOWED_CODE)
+    }
+
     /// AWS refused to register targets because the load balancer holds as
     /// many as its quota allows (ELBv2's `TooManyTargets`, "You cannot have
     /// more than N targets per network load balancer"). Deregistering
@@ -432,6 +458,31 @@ impl AwsError {
     }
 }
 
+/// The provider's error: every answer a controller asks of an AWS failure
+/// is decided here, from the classes and codes above, and nowhere else.
+impl From<AwsError> for CloudError {
+    fn from(err: AwsError) -> CloudError {
+        let kind = if err.is_denied() {
+            ErrorKind::Denied
+        } else if err.is_throttling() {
+            ErrorKind::Throttled
+        } else if err.is_not_found() {
+            ErrorKind::NotFound
+        } else if err.is_already_exists() {
+            ErrorKind::AlreadyExists
+        } else if err.is_in_use() {
+            ErrorKind::InUse
+        } else if err.class().is_retryable() {
+            ErrorKind::Transient
+        } else {
+            ErrorKind::Rejected
+        };
+        // The door's text names the operation first, with the attempts and
+        // the fix: kept whole.
+        CloudError::described(err.operation().iam_action(), kind, err.to_string())
+    }
+}
+
 fn describe(code: Option<&str>, message: &str, http_status: Option<u16>) -> String {
     let status = http_status
         .map(|s| format!(" (HTTP {s})"))
@@ -443,12 +494,32 @@ fn describe(code: Option<&str>, message: &str, http_status: Option<u16>) -> Stri
     }
 }
 
+/// EC2's answer to a DryRun request that would have succeeded.
+const DRY_RUN_ALLOWED_CODE: &str = "DryRunOperation";
+
+/// The metrics outcome of an answer to a `DryRun=true` request, when it is
+/// one: EC2 says `DryRunOperation` (HTTP 412) when the caller may make the
+/// request and `UnauthorizedOperation` (HTTP 403) when IAM denies it.
+pub(super) fn dry_run_outcome(code: &str) -> Option<&'static str> {
+    match code {
+        DRY_RUN_ALLOWED_CODE => Some("dry_run_allowed"),
+        code if DENIED_CODES.contains(&code) => Some("dry_run_denied"),
+        _ => None,
+    }
+}
+
 /// IAM's refusals, as each API spells them.
-pub(crate) const DENIED_CODES: &[&str] = &[
+const DENIED_CODES: &[&str] = &[
     "UnauthorizedOperation",
     "AccessDenied",
     "AccessDeniedException",
 ];
+
+/// AWS refusing to delete what another resource still uses: EC2's
+/// `DependencyViolation` (a security group an ENI or load balancer still
+/// names), ELBv2's `ResourceInUse` (a target group a listener still
+/// forwards to). Both free up by themselves once the user goes.
+const IN_USE_CODES: &[&str] = &["DependencyViolation", "ResourceInUse"];
 
 /// The targets-per-load-balancer quota, as ELBv2's RegisterTargets spells
 /// it on the wire (the SDK's `TooManyTargetsException`).
@@ -482,11 +553,10 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
             .to_string(),
         ErrorClass::Fatal => match code {
             Some(code) if DENIED_CODES.contains(&code) || CREDENTIAL_CODES.contains(&code) => {
-                let action = format!("{}:{}", iam_prefix(operation), operation.action());
+                let action = operation.iam_action();
                 // A tagged ELB create is also authorized as AddTags.
                 let tagged_create = action.starts_with("elasticloadbalancing:Create");
-                let kops = tagged_create
-                    || crate::aws::permissions::gaps::KOPS_GAPS.contains(&action.as_str());
+                let kops = tagged_create || KOPS_GAPS.contains(&action.as_str());
                 format!(
                     "The controller's credentials are not allowed to call {action}{}; add it to the IAM policy \
                      of the controller's role (see iam/) or fix the credentials{}",
@@ -503,8 +573,8 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
                     }
                 )
             }
-            Some("DependencyViolation") => "Another AWS resource still uses this one; it is retried on the next \
-                 reconcile, and succeeds once the dependency is gone"
+            Some(code) if IN_USE_CODES.contains(&code) => "Another AWS resource still uses this one; it is retried on \
+                 the next reconcile, and succeeds once the dependency is gone"
                 .to_string(),
             Some(code) if code.contains("LimitExceeded") || code.starts_with("TooMany") => {
                 "An AWS quota is reached; raise it in Service Quotas or remove unused resources".to_string()
@@ -513,16 +583,6 @@ fn hint(operation: Operation, class: ErrorClass, code: Option<&str>) -> String {
                  (service annotations, cloud.conf)"
                 .to_string(),
         },
-    }
-}
-
-fn iam_prefix(operation: Operation) -> &'static str {
-    use super::operations::Service;
-    match operation.service() {
-        Service::Ec2 => "ec2",
-        Service::Elb | Service::Elbv2 => "elasticloadbalancing",
-        Service::Sts => "sts",
-        Service::Iam => "iam",
     }
 }
 
@@ -590,6 +650,62 @@ mod tests {
         for code in ["AuthFailure", "Throttling", "InvalidInstanceID.NotFound"] {
             assert!(!api_error(ErrorClass::Fatal, code).is_denied(), "{code}");
         }
+    }
+
+    #[test]
+    fn the_provider_error_answers_from_the_code_and_names_the_operation() {
+        use crate::provider::ErrorKind::*;
+        let cases = [
+            (ErrorClass::Fatal, "UnauthorizedOperation", Denied),
+            (ErrorClass::Fatal, "AccessDenied", Denied),
+            (ErrorClass::Fatal, "AccessDeniedException", Denied),
+            (ErrorClass::Throttling, "RequestLimitExceeded", Throttled),
+            (ErrorClass::NotFound, "InvalidPermission.NotFound", NotFound),
+            (ErrorClass::NotFound, "LoadBalancerNotFound", NotFound),
+            (ErrorClass::NotFound, "NoSuchEntity", NotFound),
+            (
+                ErrorClass::Fatal,
+                "InvalidPermission.Duplicate",
+                AlreadyExists,
+            ),
+            (ErrorClass::Fatal, "RouteAlreadyExists", AlreadyExists),
+            (ErrorClass::Fatal, "DependencyViolation", InUse),
+            (ErrorClass::Fatal, "ResourceInUse", InUse),
+            (ErrorClass::Transient, "InternalError", Transient),
+            (ErrorClass::Fatal, "InvalidParameterValue", Rejected),
+        ];
+        for (class, code, kind) in cases {
+            let cloud = CloudError::from(api_error(class, code));
+            assert_eq!(cloud.kind(), kind, "{code}");
+            assert_eq!(cloud.operation(), Some("ec2:CreateRoute"), "{code}");
+            assert!(
+                cloud.to_string().starts_with("EC2 CreateRoute failed"),
+                "{cloud}"
+            );
+        }
+        // A removal whose answer was lost and that a repeat found gone
+        // answers as its last answer; one not proved applied is worth
+        // repeating.
+        let lost = |applied, class, code| AwsError::AnswerLost {
+            applied,
+            last: Box::new(api_error(class, code)),
+        };
+        let gone = lost(true, ErrorClass::NotFound, "InvalidRoute.NotFound");
+        assert_eq!(CloudError::from(gone).kind(), NotFound);
+        let unknown = lost(false, ErrorClass::Transient, "InternalError");
+        assert_eq!(CloudError::from(unknown).kind(), Transient);
+    }
+
+    #[test]
+    fn dry_run_answers_are_known_by_their_codes() {
+        assert!(api_error(ErrorClass::Fatal, "DryRunOperation").is_dry_run_allowed());
+        assert!(!api_error(ErrorClass::Fatal, "UnauthorizedOperation").is_dry_run_allowed());
+        assert_eq!(dry_run_outcome("DryRunOperation"), Some("dry_run_allowed"));
+        assert_eq!(
+            dry_run_outcome("UnauthorizedOperation"),
+            Some("dry_run_denied")
+        );
+        assert_eq!(dry_run_outcome("InvalidParameterValue"), None);
     }
 
     #[test]

@@ -59,7 +59,10 @@ use self::throttle::{AimdConfig, Priority};
 
 pub use self::clients::SdkClients;
 
-/// Tuning of the client layer. `Default` is what the CCM runs with.
+/// Tuning of the client layer: transport only (budget, timeouts, retries,
+/// coalescing, how long AWS may take to show a change). What the domain
+/// modules keep and write is theirs ([`crate::aws::AwsSettings`]).
+/// `Default` is what the CCM runs with.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientOptions {
     /// Share of each AWS bucket this process may use (`--aws-api-budget-fraction`).
@@ -83,24 +86,6 @@ pub struct ClientOptions {
     pub max_ids_per_call: usize,
     /// Private DNS names per coalesced call (`private-dns-name` filter values).
     pub max_dns_names_per_call: usize,
-    /// How long a cluster sweep stays fresh.
-    pub sweep_ttl: Duration,
-    /// Whether the sweep also finds instances tagged with the legacy
-    /// `KubernetesCluster=<id>` tag: a second query, as long as the first
-    /// when instances carry both tags (kOps). The manager sets it, as the Go
-    /// CCM does, only for a cluster identified by the legacy tag.
-    pub legacy_cluster_tag: bool,
-    /// Whether the load balancers, listeners, target groups and security
-    /// groups this CCM creates also carry `KubernetesCluster=<id>`: the Go
-    /// CCM's `usesLegacyTags`, which the manager sets from cloud.conf
-    /// `KubernetesClusterTag` or this instance's tags (kOps).
-    pub write_legacy_cluster_tag: bool,
-    /// How long the zone name → zone ID map stays fresh.
-    pub zone_ttl: Duration,
-    /// cloud.conf `SupportedTopologyInstanceTypePattern`: the instance
-    /// types expected to have a network topology (upstream's default when
-    /// `None`; see `aws::instances::topology`).
-    pub topology_pattern: Option<String>,
     /// How long an object created moments ago may stay invisible (AWS is
     /// eventually consistent): the bound of [`consistency::Patience`].
     pub consistency_patience: Duration,
@@ -119,11 +104,6 @@ impl Default for ClientOptions {
             coalesce_window: Duration::from_millis(5),
             max_ids_per_call: 1000,
             max_dns_names_per_call: 200,
-            sweep_ttl: Duration::from_secs(30),
-            legacy_cluster_tag: true,
-            write_legacy_cluster_tag: false,
-            zone_ttl: Duration::from_secs(3600),
-            topology_pattern: None,
             consistency_patience: Duration::from_secs(30),
         }
     }
@@ -461,7 +441,7 @@ impl AwsClient {
             .call(C::SERVICE, op, opts, Priority::Normal, || f(client.clone()))
             .await;
         match answer {
-            Err(e) if e.code() == Some(DRY_RUN_ALLOWED_CODE) => Ok(DryRun::Allowed),
+            Err(e) if e.is_dry_run_allowed() => Ok(DryRun::Allowed),
             Err(e) if e.is_denied() => Ok(DryRun::Denied {
                 message: e.message(),
             }),
@@ -478,9 +458,6 @@ impl AwsClient {
         }
     }
 }
-
-/// EC2's answer to a DryRun request that would have succeeded.
-pub const DRY_RUN_ALLOWED_CODE: &str = "DryRunOperation";
 
 /// What a `DryRun=true` request found out.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -529,7 +506,12 @@ mod tests {
     }
 
     async fn client_for(stub: &StubEc2, options: ClientOptions) -> crate::aws::Aws {
-        crate::aws::Aws::new(stub.clients(), "demo".to_string(), options)
+        crate::aws::Aws::new(
+            stub.clients(),
+            "demo".to_string(),
+            options,
+            crate::aws::AwsSettings::default(),
+        )
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::client::pages::every_page;
+use crate::aws::memory::Journal;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::tags::{Tags, key_values};
 use crate::aws::{Aws, AwsClient};
@@ -67,7 +68,7 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
         .await
     {
         Ok(out) => out,
-        Err(e) if e.is_not_found() || e.code() == Some("LoadBalancerNotFound") => {
+        Err(e) if e.is_not_found() => {
             return Ok(None);
         }
         Err(e) => return Err(e),
@@ -218,8 +219,9 @@ pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
 
 /// Applies a plan in order. Returns the DNS name of a load balancer it
 /// created, if any.
-pub async fn apply(
+pub(crate) async fn apply(
     aws: &Aws,
+    journal: &mut Journal,
     name: &str,
     vpc_id: Option<&str>,
     actual: &Actual,
@@ -227,6 +229,7 @@ pub async fn apply(
 ) -> Result<Option<String>, AwsError> {
     let mut at = Applying {
         aws,
+        journal,
         name,
         vpc_id,
         owned: actual.owned_group.as_ref().map(|g| g.id.clone()),
@@ -258,6 +261,7 @@ pub async fn apply(
 /// once known and the DNS name of a load balancer a step created.
 struct Applying<'a> {
     aws: &'a Aws,
+    journal: &'a mut Journal,
     name: &'a str,
     vpc_id: Option<&'a str>,
     owned: Option<String>,
@@ -270,18 +274,20 @@ impl Applying<'_> {
         match change {
             Change::CreateSecurityGroup(g) => self.create_group(g).await,
             Change::AuthorizeIngress(rules) => {
-                sg::io::authorize(self.aws, &self.group(&GroupRef::Owned)?, rules).await
+                let id = self.group(&GroupRef::Owned)?;
+                sg::io::authorize(self.aws, self.journal, &id, rules).await
             }
             Change::RevokeIngress(rules) => {
-                sg::io::revoke(self.aws, &self.group(&GroupRef::Owned)?, rules).await
+                let id = self.group(&GroupRef::Owned)?;
+                sg::io::revoke(self.aws, self.journal, &id, rules).await
             }
             Change::AuthorizeNodeIngress { node_group, from } => {
-                let rule = Rule::all_from_group(&self.group(from)?);
-                sg::io::authorize(self.aws, node_group, &BTreeSet::from([rule])).await
+                let rule = BTreeSet::from([Rule::all_from_group(&self.group(from)?)]);
+                sg::io::authorize(self.aws, self.journal, node_group, &rule).await
             }
             Change::RevokeNodeIngress { node_group, from } => {
-                let rule = Rule::all_from_group(&self.group(from)?);
-                sg::io::revoke(self.aws, node_group, &BTreeSet::from([rule])).await
+                let rule = BTreeSet::from([Rule::all_from_group(&self.group(from)?)]);
+                sg::io::revoke(self.aws, self.journal, node_group, &rule).await
             }
             Change::DeleteLoadBalancer { .. } => self.delete_lb().await,
             Change::CreateLoadBalancer {
@@ -332,7 +338,7 @@ impl Applying<'_> {
             Change::ModifyAttributes(a) => self.modify_attributes(a).await,
             Change::RegisterInstances(ids) => self.register(ids).await,
             Change::DeregisterInstances(ids) => self.deregister(ids).await,
-            Change::DeleteSecurityGroup(id) => delete_owned_group(self.aws, id).await,
+            Change::DeleteSecurityGroup(id) => delete_owned_group(self.aws, self.journal, id).await,
         }
     }
 
@@ -352,7 +358,15 @@ impl Applying<'_> {
 
     async fn create_group(&mut self, g: &OwnedGroup) -> Result<(), AwsError> {
         let vpc = self.vpc_id.unwrap_or_default();
-        self.owned = Some(sg::io::create(self.aws, vpc, &g.name, &g.description, &g.tags).await?);
+        let created = sg::io::create(
+            self.aws,
+            self.journal,
+            vpc,
+            &g.name,
+            &g.description,
+            &g.tags,
+        );
+        self.owned = Some(created.await?);
         Ok(())
     }
 
@@ -614,6 +628,10 @@ async fn existing_dns_name(aws: &AwsClient, name: &str) -> Result<String, AwsErr
 /// of a just-deleted load balancer release it late) is returned as it is:
 /// the service controller retries the sync soon, without holding a sync
 /// slot while it waits.
-pub async fn delete_owned_group(aws: &Aws, id: &str) -> Result<(), AwsError> {
-    sg::io::delete(aws, id).await
+pub(crate) async fn delete_owned_group(
+    aws: &AwsClient,
+    journal: &mut Journal,
+    id: &str,
+) -> Result<(), AwsError> {
+    sg::io::delete(aws, journal, id).await
 }

@@ -1,12 +1,14 @@
 //! What this CCM keeps of EC2's instances between reads: the coalesced
 //! lookups by ID and by private DNS name, the shared cluster sweep (fresh
-//! for `sweep_ttl`), the Region's zones (fresh for `zone_ttl`) and the
+//! for [`InstanceSettings::sweep_ttl`]), the Region's zones (fresh for
+//! [`InstanceSettings::zone_ttl`]) and the
 //! network topology's memory. The door ([`AwsClient`]) only carries the
 //! calls; these live here, beside the calls they cache (`io.rs`) and the one
 //! invalidation ([`InstanceCache::invalidate_sweep`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::FutureExt;
 
@@ -25,6 +27,36 @@ pub struct Zones {
     pub types: HashMap<String, String>,
 }
 
+/// How the instance caches keep and what the sweep asks: set by the
+/// manager from flags, cloud.conf and the cluster's identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstanceSettings {
+    /// How long a cluster sweep stays fresh (`--aws-instance-sweep-ttl`).
+    pub sweep_ttl: Duration,
+    /// How long the zone name → zone ID map stays fresh.
+    pub zone_ttl: Duration,
+    /// Whether the sweep also finds instances tagged with the legacy
+    /// `KubernetesCluster=<id>` tag: a second query, as long as the first
+    /// when instances carry both tags (kOps). The manager sets it, as the Go
+    /// CCM does, only for a cluster identified by the legacy tag.
+    pub legacy_cluster_tag: bool,
+    /// cloud.conf `SupportedTopologyInstanceTypePattern`: the instance
+    /// types expected to have a network topology (upstream's default when
+    /// `None`; see `aws::instances::topology`).
+    pub topology_pattern: Option<String>,
+}
+
+impl Default for InstanceSettings {
+    fn default() -> InstanceSettings {
+        InstanceSettings {
+            sweep_ttl: Duration::from_secs(30),
+            zone_ttl: Duration::from_secs(3600),
+            legacy_cluster_tag: true,
+            topology_pattern: None,
+        }
+    }
+}
+
 /// The instance lookups and caches of one client. Clones share them.
 #[derive(Clone)]
 pub struct InstanceCache {
@@ -38,11 +70,13 @@ struct Inner {
     sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
     zones: SingleFlight<Arc<Zones>>,
     topology: Topology,
+    legacy_cluster_tag: bool,
 }
 
 impl InstanceCache {
-    /// The lookups of `client`, sized and timed by its options.
-    pub fn new(client: &AwsClient) -> InstanceCache {
+    /// The lookups of `client`, sized and timed by its options, kept as
+    /// `settings` say.
+    pub fn new(client: &AwsClient, settings: &InstanceSettings) -> InstanceCache {
         let core = client.core();
         let options = &core.options;
         let region = client.region();
@@ -62,9 +96,13 @@ impl InstanceCache {
                     options.max_dns_names_per_call,
                     io::fetch_by_private_dns(core.clone()),
                 ),
-                sweep: SingleFlight::new(Operation::Ec2DescribeInstances, options.sweep_ttl),
-                zones: SingleFlight::new(Operation::Ec2DescribeAvailabilityZones, options.zone_ttl),
-                topology: Topology::new(core.clone(), region, options.topology_pattern.as_deref()),
+                sweep: SingleFlight::new(Operation::Ec2DescribeInstances, settings.sweep_ttl),
+                zones: SingleFlight::new(
+                    Operation::Ec2DescribeAvailabilityZones,
+                    settings.zone_ttl,
+                ),
+                topology: Topology::new(core.clone(), region, settings.topology_pattern.as_deref()),
+                legacy_cluster_tag: settings.legacy_cluster_tag,
                 client: client.clone(),
             }),
         }
@@ -106,15 +144,16 @@ impl InstanceCache {
     /// all concurrent callers and is cached for `sweep_ttl`.
     pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
         let core = self.inner.client.core().clone();
+        let legacy = self.inner.legacy_cluster_tag;
         self.inner
             .sweep
-            .get(move || async move { core.sweep_cluster().await.map(Arc::new) }.boxed())
+            .get(move || async move { core.sweep_cluster(legacy).await.map(Arc::new) }.boxed())
             .await
     }
 
     /// Forgets the cached sweep (after the caller changed instances, or
     /// learned the cache is stale); the next `cluster_instances` reads AWS.
-    pub fn invalidate_sweep(&self) {
+    pub(crate) fn invalidate_sweep(&self) {
         self.inner.sweep.invalidate();
     }
 
@@ -149,12 +188,17 @@ impl InstanceCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aws::Aws;
     use crate::aws::client::ClientOptions;
     use crate::aws::client::test_stub::{StubEc2, StubInstance, fleet};
+    use crate::aws::{Aws, AwsSettings};
 
-    async fn client_for(stub: &StubEc2, options: ClientOptions) -> Aws {
-        Aws::new(stub.clients(), "demo".to_string(), options)
+    async fn client_for(stub: &StubEc2, settings: AwsSettings) -> Aws {
+        Aws::new(
+            stub.clients(),
+            "demo".to_string(),
+            ClientOptions::default(),
+            settings,
+        )
     }
 
     /// Controllers spawn their reconciles on Tokio: the client and every
@@ -177,7 +221,7 @@ mod tests {
     #[tokio::test]
     async fn concurrent_lookups_by_id_coalesce_and_isolate_unknown_ids() {
         let stub = StubEc2::start(fleet(300)).await;
-        let aws = client_for(&stub, ClientOptions::default()).await;
+        let aws = client_for(&stub, AwsSettings::default()).await;
         let mut ids: Vec<String> = (0..300).map(|i| format!("i-{i:017x}")).collect();
         ids.push("i-0000000000000dead".to_string());
         let lookups = ids.iter().map(|id| {
@@ -213,7 +257,7 @@ mod tests {
     #[tokio::test]
     async fn lookups_by_private_dns_coalesce_in_bounded_batches() {
         let stub = StubEc2::start(fleet(450)).await;
-        let aws = client_for(&stub, ClientOptions::default()).await;
+        let aws = client_for(&stub, AwsSettings::default()).await;
         let names: Vec<String> = (0..450)
             .map(|i| format!("ip-10-0-{}-{}.ec2.internal", i / 250, i % 250))
             .collect();
@@ -256,7 +300,7 @@ mod tests {
                 .tagged("kubernetes.io/cluster/other", "owned"),
         );
         let stub = StubEc2::start(instances).await;
-        let aws = client_for(&stub, ClientOptions::default()).await;
+        let aws = client_for(&stub, AwsSettings::default()).await;
         let sweeps = futures::future::join_all((0..50).map(|_| aws.cluster_instances())).await;
         for sweep in &sweeps {
             let sweep = sweep.as_ref().expect("sweep");
@@ -271,16 +315,19 @@ mod tests {
         assert_eq!(stub.calls("DescribeInstances"), 4);
         aws.cluster_instances().await.expect("cached");
         assert_eq!(stub.calls("DescribeInstances"), 4, "served from cache");
-        aws.instance_cache().invalidate_sweep();
+        aws.memory().instances().invalidate_sweep();
         aws.cluster_instances().await.expect("fresh");
         assert_eq!(stub.calls("DescribeInstances"), 8);
 
         // A cluster identified by the current tag makes the one query.
         let aws = client_for(
             &stub,
-            ClientOptions {
-                legacy_cluster_tag: false,
-                ..ClientOptions::default()
+            AwsSettings {
+                instances: InstanceSettings {
+                    legacy_cluster_tag: false,
+                    ..InstanceSettings::default()
+                },
+                ..AwsSettings::default()
             },
         )
         .await;
@@ -296,7 +343,7 @@ mod tests {
     #[tokio::test]
     async fn zones_are_read_once() {
         let stub = StubEc2::start(Vec::new()).await;
-        let aws = client_for(&stub, ClientOptions::default()).await;
+        let aws = client_for(&stub, AwsSettings::default()).await;
         let zones = aws.zone_ids().await.expect("zones");
         assert_eq!(
             zones.get("us-east-1b").map(String::as_str),

@@ -16,8 +16,9 @@ use super::plan::{self, Interner};
 use super::{Ec2Instance, RawInstance, RawInterface, Text};
 use crate::aws::client::coalesce::BatchFetch;
 use crate::aws::client::{CallOptions, Core};
-use crate::aws::{Aws, AwsError, ErrorClass, Operation};
-use crate::provider::instances::{CloudError, CloudErrorKind, Instances};
+use crate::aws::{Aws, AwsError, Operation};
+use crate::provider::CloudError;
+use crate::provider::instances::Instances;
 
 impl Ec2Instance {
     /// Converts an SDK instance, sharing repeated strings through
@@ -148,14 +149,19 @@ impl Core {
         }
     }
 
-    pub(in crate::aws) async fn sweep_cluster(&self) -> Result<Vec<Ec2Instance>, AwsError> {
+    /// The cluster's instances by its tag key, and by the legacy
+    /// `KubernetesCluster` tag too with `legacy`.
+    pub(in crate::aws) async fn sweep_cluster(
+        &self,
+        legacy: bool,
+    ) -> Result<Vec<Ec2Instance>, AwsError> {
         let found = self
             .describe_instances(
                 plan::sweep_filters(&self.cluster_id),
                 CallOptions::default(),
             )
             .await?;
-        let legacy = if self.options.legacy_cluster_tag {
+        let legacy = if legacy {
             self.describe_instances(
                 plan::legacy_sweep_filters(&self.cluster_id),
                 CallOptions::default(),
@@ -190,22 +196,6 @@ impl Core {
                 .filter_map(|z| Some((z.zone_name()?.to_string(), z.zone_type()?.to_string())))
                 .collect(),
         })
-    }
-}
-
-impl From<AwsError> for CloudError {
-    fn from(err: AwsError) -> CloudError {
-        let kind = match err.class() {
-            _ if err.is_throttling() => CloudErrorKind::Throttled,
-            ErrorClass::NotFound => CloudErrorKind::NotFound,
-            ErrorClass::Throttling => CloudErrorKind::Throttled,
-            ErrorClass::Transient => CloudErrorKind::Transient,
-            ErrorClass::Fatal => CloudErrorKind::Fatal,
-        };
-        CloudError {
-            denied: err.is_denied(),
-            ..CloudError::new(kind, err.to_string())
-        }
     }
 }
 
@@ -248,13 +238,14 @@ impl Instances for Aws {
         instance_type: Option<&str>,
     ) -> Result<Option<Vec<String>>, CloudError> {
         Ok(self
-            .instance_cache()
+            .memory()
+            .instances()
             .network_nodes(id, instance_type)
             .await?)
     }
 
     fn expects_topology(&self, instance_type: &str) -> bool {
-        self.instance_cache().expects_topology(instance_type)
+        self.memory().instances().expects_topology(instance_type)
     }
 
     async fn create_tags(

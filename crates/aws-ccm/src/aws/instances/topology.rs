@@ -101,13 +101,8 @@ pub fn learn_from_empty(pattern: &TypePattern, id: &str, instance_type: &str) ->
 /// Upstream's rule for a failed call: what to remember for the codes that
 /// mean "not here" (no labels, no error); `None` for a failure the caller
 /// gets.
-pub fn learn_from_error(region: &str, code: Option<&str>) -> Option<Learned> {
-    match code {
-        Some("UnsupportedOperation" | "UnauthorizedOperation") => {
-            Some(Learned::Unsupported(region.to_string()))
-        }
-        _ => None,
-    }
+pub fn learn_from_error(region: &str, err: &AwsError) -> Option<Learned> {
+    (err.is_unsupported() || err.is_denied()).then(|| Learned::Unsupported(region.to_string()))
 }
 
 /// Keys remembered as answering nothing, each until its deadline.
@@ -198,7 +193,7 @@ impl Topology {
                 }
                 learned
             }
-            Err(err) => match learn_from_error(&self.region, err.code()) {
+            Err(err) => match learn_from_error(&self.region, &err) {
                 Some(learned) => {
                     tracing::warn!(region = %self.region, error = %err, "ec2:DescribeInstanceTopology is not available (the Region lacks it, or the IAM policy does not grant it); no network-node labels, asked again in 24h");
                     learned
@@ -284,14 +279,23 @@ mod tests {
 
     #[test]
     fn unsupported_and_unauthorized_remember_the_region_others_fail() {
+        use crate::aws::client::errors::{AttemptFailure, ErrorClass};
+        let answer = |class, code: Option<&str>| {
+            let failure = AttemptFailure::new(class, code, "from EC2");
+            AwsError::from_attempt(Operation::Ec2DescribeInstanceTopology, failure, 1)
+        };
         for code in ["UnsupportedOperation", "UnauthorizedOperation"] {
             assert_eq!(
-                learn_from_error("us-east-1", Some(code)),
+                learn_from_error("us-east-1", &answer(ErrorClass::Fatal, Some(code))),
                 Some(Learned::Unsupported("us-east-1".into()))
             );
         }
-        for code in [Some("RequestLimitExceeded"), Some("InternalError"), None] {
-            assert_eq!(learn_from_error("us-east-1", code), None);
+        for (class, code) in [
+            (ErrorClass::Throttling, Some("RequestLimitExceeded")),
+            (ErrorClass::Transient, Some("InternalError")),
+            (ErrorClass::Transient, None),
+        ] {
+            assert_eq!(learn_from_error("us-east-1", &answer(class, code)), None);
         }
     }
 

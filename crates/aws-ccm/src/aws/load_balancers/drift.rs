@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{LbError, Warning};
+use super::{CloudError, Warning};
 use crate::aws::annotations::TYPE;
 use crate::aws::applied::{self, Applied, Kind};
 use crate::aws::ownership::{self, Made};
@@ -36,7 +36,7 @@ pub fn handover_allowed(
     from: Kind,
     lb_tags: &BTreeMap<String, String>,
     cluster_id: &str,
-) -> Result<(), LbError> {
+) -> Result<(), CloudError> {
     let proven = ownership::prove(
         Made::LoadBalancer,
         lb_name,
@@ -66,7 +66,7 @@ pub fn handover_allowed(
             format!("remove {TYPE}"),
         ),
     };
-    Err(LbError::Config(format!(
+    Err(CloudError::invalid(format!(
         "{service_key} has {have} ({lb_name}) and now asks for {want}: aws-ccm changes the type only of a load balancer it created ({why}); {back}, or delete and recreate the Service"
     )))
 }

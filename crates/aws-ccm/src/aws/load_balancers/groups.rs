@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{AwsLoadBalancers, LbError};
+use super::{AwsLoadBalancers, CloudError};
 use crate::aws::security_groups as sg;
 use crate::aws::tags;
 
@@ -13,7 +13,7 @@ impl AwsLoadBalancers {
     pub(super) async fn cluster_groups_named(
         &self,
         names: Vec<String>,
-    ) -> Result<Vec<sg::SecurityGroup>, LbError> {
+    ) -> Result<Vec<sg::SecurityGroup>, CloudError> {
         let filters = vec![
             crate::aws::instances::filter("group-name", names),
             crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&self.cluster_id)]),
@@ -29,13 +29,13 @@ impl AwsLoadBalancers {
         vpc_id: &str,
         instances: &[&crate::aws::Ec2Instance],
         extra_names: &[String],
-    ) -> Result<BTreeMap<String, sg::SecurityGroup>, LbError> {
+    ) -> Result<BTreeMap<String, sg::SecurityGroup>, CloudError> {
         // From the shared view: a group it lacks is read by ID, once.
         let refs: Vec<crate::aws::instances::SecurityGroupRef> = instances
             .iter()
             .flat_map(|i| i.security_groups.iter().cloned())
             .collect();
-        let view = self.aws.group_view();
+        let view = self.aws.memory().groups();
         Ok(view.by_refs(&self.aws, vpc_id, &refs, extra_names).await?)
     }
 
@@ -51,10 +51,10 @@ impl AwsLoadBalancers {
         vpc_id: &str,
         owned_names: &[String],
         backends: &[&crate::aws::Ec2Instance],
-    ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), LbError> {
+    ) -> Result<(BTreeMap<String, sg::SecurityGroup>, BTreeSet<String>), CloudError> {
         let mut groups = self.groups_of(vpc_id, backends, owned_names).await?;
-        let view = self.aws.group_view();
-        let period = self.sweep.resync_period().flatten();
+        let view = self.aws.memory().groups();
+        let period = self.memory().sweep().resync_period().flatten();
         if let Some(since) = view.slot_due(uid, vpc_id, period) {
             view.listing_since(&self.aws, vpc_id, since).await?;
             groups = self.groups_of(vpc_id, backends, owned_names).await?;
@@ -77,8 +77,8 @@ impl AwsLoadBalancers {
         vpc_id: &str,
         source: &str,
         source_is_owned: bool,
-    ) -> Result<(), LbError> {
-        let view = self.aws.group_view().groups(&self.aws, vpc_id).await?;
+    ) -> Result<(), CloudError> {
+        let view = self.aws.memory().groups().groups(&self.aws, vpc_id).await?;
         for g in view.referencing(source) {
             if source_is_owned || tags::has_cluster_tag(&g.tags, &self.cluster_id) {
                 groups.entry(g.id.clone()).or_insert(g);

@@ -8,83 +8,60 @@ use std::sync::Arc;
 use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec};
 use crate::aws::applied::Kind;
 use crate::aws::elb::{self, Actual};
+use crate::aws::memory::Applied;
 use crate::aws::nlb;
 use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, Rule};
-use crate::aws::{Aws, AwsError, subnets, tags};
+use crate::aws::{Aws, subnets, tags};
 use crate::cloud_config::CloudConfig;
+use crate::provider::CloudError;
 pub use crate::provider::load_balancers::{
-    EnsureRequest, Ensured, LbError, LoadBalancers, Scope, Warning, merged,
+    EnsureRequest, Ensured, LoadBalancers, Scope, Warning, merged,
 };
 
+mod applying;
 mod drift;
 mod groups;
-mod known;
 mod nlb_groups;
 mod nlb_rules;
 mod planned;
-mod recorded;
 mod refusals;
 pub mod sweep;
 mod sweep_tags;
-mod targets;
+pub(crate) mod targets;
 pub(crate) use targets::delta;
 mod upkeep;
 pub use planned::{ClbPlan, NlbPlan, Planned};
 pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
 
-/// The cloud's failure, as the provider's neutral error.
-impl From<AwsError> for LbError {
-    fn from(e: AwsError) -> LbError {
-        LbError::Cloud {
-            in_use: e.code() == Some("DependencyViolation"),
-            rejected: e.class() == crate::aws::client::errors::ErrorClass::Fatal,
-            message: e.to_string(),
-        }
-    }
-}
-
-/// Classic ELBs and NLBs through the one door.
+/// Classic ELBs and NLBs through the one door. What they know of AWS
+/// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of
+/// load balancers' own (made fresh by [`AwsLoadBalancers::new`]).
 #[derive(Clone)]
 pub struct AwsLoadBalancers {
-    pub aws: Aws,
-    pub cloud: Arc<CloudConfig>,
-    pub cluster_id: String,
+    aws: Aws,
+    cloud: Arc<CloudConfig>,
+    cluster_id: String,
     /// `--cluster-name`: upstream hashes it into an NLB's managed group name.
-    pub cluster_name: String,
-    /// The VPC's subnets, shared by every sync for [`SUBNET_TTL`].
-    pub subnets: subnets::SubnetCache,
-    /// The cluster's load balancers, read together and shared by every sync.
-    pub sweep: sweep::LbSweep,
-    /// What the last full ensure of each Service wrote, for the
-    /// targets-only path (`targets`).
-    pub targets: targets::TargetCache,
-    /// What each NLB target group holds, shared with the next leader
-    /// (off unless started: `aws-ccm plan` and tests read every group).
-    pub record: crate::target_record::TargetRecord,
+    cluster_name: String,
 }
 
-/// How long the VPC's subnets and route tables are reused between syncs.
-pub const SUBNET_TTL: std::time::Duration = std::time::Duration::from_secs(60);
-
 impl AwsLoadBalancers {
-    /// Load balancers of cluster `cluster_id` through `aws`, with an empty
-    /// subnet cache (entries live [`SUBNET_TTL`]).
+    /// Load balancers of cluster `cluster_id` through `aws`, knowing
+    /// nothing of them yet: every sync reads their settings (see
+    /// [`Self::trusting_known_settings`]), and no target record.
     pub fn new(
         aws: Aws,
         cloud: Arc<CloudConfig>,
         cluster_id: String,
         cluster_name: String,
     ) -> AwsLoadBalancers {
+        let memory = aws.memory().for_load_balancers(None, Default::default());
         AwsLoadBalancers {
-            aws,
+            aws: aws.with_memory(memory),
             cloud,
             cluster_id,
             cluster_name,
-            subnets: subnets::SubnetCache::new(SUBNET_TTL),
-            sweep: sweep::LbSweep::new(None),
-            targets: targets::TargetCache::default(),
-            record: crate::target_record::TargetRecord::default(),
         }
     }
 
@@ -93,11 +70,42 @@ impl AwsLoadBalancers {
     /// of reading them at every sync, and reads them in full again once per
     /// `resync` (`--service-resync-period`; zero: never). Without this
     /// (`aws-ccm plan`), every sync reads them.
-    pub fn trusting_known_settings(mut self, resync: std::time::Duration) -> AwsLoadBalancers {
+    pub fn trusting_known_settings(self, resync: std::time::Duration) -> AwsLoadBalancers {
         let trust = Some(Some(resync).filter(|d| !d.is_zero()));
-        self.sweep = sweep::LbSweep::new(trust);
-        self.aws.group_view().serve_for(sweep::sweep_ttl(trust));
+        let record = self.memory().target_record().clone();
+        self.remembering(trust, record)
+    }
+
+    /// Keeps each NLB target group's registered instances in `record`,
+    /// shared with the next leader (off by default: `aws-ccm plan` and
+    /// tests read every group).
+    pub fn with_target_record(
+        self,
+        record: crate::target_record::TargetRecord,
+    ) -> AwsLoadBalancers {
+        let trust = self.memory().sweep().resync_period();
+        self.remembering(trust, record)
+    }
+
+    fn remembering(
+        mut self,
+        trust: Option<Option<std::time::Duration>>,
+        record: crate::target_record::TargetRecord,
+    ) -> AwsLoadBalancers {
+        let memory = self.aws.memory().for_load_balancers(trust, record);
+        self.aws = self.aws.with_memory(memory);
         self
+    }
+
+    /// The target record these load balancers keep (which the leader
+    /// starts).
+    pub fn target_record(&self) -> &crate::target_record::TargetRecord {
+        self.memory().target_record()
+    }
+
+    /// What these load balancers know of AWS.
+    fn memory(&self) -> &crate::aws::memory::Memory {
+        self.aws.memory()
     }
 }
 
@@ -109,14 +117,14 @@ impl AwsLoadBalancers {
         &self,
         instance: &crate::aws::Ec2Instance,
         groups: &BTreeMap<String, sg::SecurityGroup>,
-    ) -> Result<Option<String>, LbError> {
+    ) -> Result<Option<String>, CloudError> {
         let ids: Vec<&str> = instance.security_groups.iter().map(|g| &*g.id).collect();
         let tagged = |id: &str| {
             groups
                 .get(id)
                 .is_some_and(|g| tags::has_cluster_tag(&g.tags, &self.cluster_id))
         };
-        sg::node_group_of(&instance.id, &ids, tagged, &self.cluster_id).map_err(LbError::Config)
+        sg::node_group_of(&instance.id, &ids, tagged, &self.cluster_id).map_err(CloudError::invalid)
     }
 }
 
@@ -162,7 +170,7 @@ impl AwsLoadBalancers {
         group: &str,
         this_lb: &str,
         vpc_id: &str,
-    ) -> Result<Option<BTreeSet<String>>, LbError> {
+    ) -> Result<Option<BTreeSet<String>>, CloudError> {
         // The sweep is cached: this is no extra DescribeInstances.
         let swept = self.aws.cluster_instances().await?;
         let by_id: BTreeMap<&str, &crate::aws::Ec2Instance> = swept
@@ -199,7 +207,7 @@ impl AwsLoadBalancers {
         &self,
         spec: &LoadBalancerSpec,
         vpc_id: &str,
-    ) -> Result<Vec<String>, LbError> {
+    ) -> Result<Vec<String>, CloudError> {
         let aws = &self.aws;
         match &spec.subnets {
             Some(list) => match subnets::resolve(aws, vpc_id, list).await? {
@@ -209,14 +217,14 @@ impl AwsLoadBalancers {
                     Ok(list.iter().filter(|s| seen.insert(*s)).cloned().collect())
                 }
                 Ok(ids) => Ok(ids),
-                Err(missing) => Err(LbError::Config(format!(
+                Err(missing) => Err(CloudError::invalid(format!(
                     "{}: no subnet in VPC {vpc_id} has the ID or Name tag {}; fix the annotation",
                     crate::aws::annotations::SUBNETS,
                     missing.join(", ")
                 ))),
             },
             None => {
-                let found = self.subnets.vpc_subnets(aws, vpc_id).await?;
+                let found = self.memory().subnets().vpc_subnets(aws, vpc_id).await?;
                 // Local and Wavelength Zones take no CLB or NLB (as upstream).
                 let zones = aws.zones().await?;
                 let (chosen, fell_back) = subnets::discover_with_fallback(
@@ -236,7 +244,7 @@ impl AwsLoadBalancers {
                     } else {
                         (tags::ROLE_ELB, " (it needs a route to an internet gateway)")
                     };
-                    return Err(LbError::Config(format!(
+                    return Err(CloudError::invalid(format!(
                         "no suitable subnet for an {} load balancer in VPC {vpc_id}: tag a subnet per zone with {role}=1 and {}=shared{route}, or set {}",
                         elb::plan::scheme(spec.internal),
                         tags::cluster_tag_key(&self.cluster_id),
@@ -250,10 +258,11 @@ impl AwsLoadBalancers {
 }
 
 impl AwsLoadBalancers {
-    async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+    async fn ensure_clb(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
         let p = self.plan_clb(req, true).await?;
-        let new_dns =
-            elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &p.changes).await?;
+        let new_dns = self
+            .apply_clb(&p.name, Some(&p.vpc_id), &p.actual, &p.changes)
+            .await?;
         let created = p.actual.lb.is_none();
         self.settings_synced(&p.name, &p.settings, created, !p.changes.is_empty());
         let hostname = new_dns
@@ -264,7 +273,7 @@ impl AwsLoadBalancers {
                 name: p.name.clone(),
                 instances: Arc::new(p.instances),
             };
-            self.record_targets(req, &hostname, p.backend_groups, lb);
+            self.ensured_in_full(req, &hostname, p.backend_groups, lb);
         }
         Ok(Ensured {
             hostname,
@@ -280,11 +289,11 @@ impl AwsLoadBalancers {
         &self,
         req: &EnsureRequest,
         hand_over: bool,
-    ) -> Result<ClbPlan, LbError> {
+    ) -> Result<ClbPlan, CloudError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
-        let mut lb = self.sweep.clb(aws, &name).await?;
+        let mut lb = self.memory().sweep().clb(aws, &name).await?;
         // Type change handover: the Service was an NLB until now. First, so
         // that the NLB's group (same name scheme) is gone before groups are read.
         let mut handover = false;
@@ -361,7 +370,7 @@ impl AwsLoadBalancers {
         lb: Option<elb::ActualLb>,
         owned_group: Option<sg::SecurityGroup>,
         all_groups: &mut BTreeMap<String, sg::SecurityGroup>,
-    ) -> Result<Actual, LbError> {
+    ) -> Result<Actual, CloudError> {
         // The LB's own group: the first configured one (a shared group:
         // annotation or cloud.conf), or the owned `k8s-elb-*` group.
         let (lb_group, shared) = match desired.groups.first() {
@@ -427,7 +436,7 @@ impl AwsLoadBalancers {
         service_key: &str,
         uid: &str,
         handover: bool,
-    ) -> Result<bool, LbError> {
+    ) -> Result<bool, CloudError> {
         let aws = &self.aws;
         let name = elb::load_balancer_name(uid);
         // A delete needs no attributes: name, tags, groups and instances.
@@ -481,14 +490,14 @@ impl AwsLoadBalancers {
             owned_group_node_rules: BTreeSet::new(),
         };
         let changes = elb::plan::plan_delete(&actual, &self.cluster_id, service_key);
-        elb::io::apply(aws, &name, None, &actual, &changes).await?;
+        self.apply_clb(&name, None, &actual, &changes).await?;
         Ok(!changes.is_empty())
     }
 }
 
 impl LoadBalancers for AwsLoadBalancers {
-    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
-        self.forget_before_sync(&req.uid);
+    async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
+        self.memory().before_sync(&req.uid);
         let result = match (req.scope, req.spec.kind) {
             (Scope::Upkeep { node_rules }, _) => self.upkeep(req, node_rules).await,
             (Scope::Full, LoadBalancerKind::Network) => self.ensure_nlb(req).await,
@@ -499,22 +508,27 @@ impl LoadBalancers for AwsLoadBalancers {
         // stops, not the upkeep of a live load balancer. Its backends and
         // node rules still follow the nodes, as a refused annotation value
         // leaves them (`upkeep`), and the refusal is still reported.
-        if let (Scope::Full, Err(LbError::Cloud { rejected: true, .. })) = (req.scope, &result)
+        if let (Scope::Full, Err(e)) = (req.scope, &result)
+            && e.is_rejected()
             && let Err(e) = self.upkeep(req, true).await
         {
             tracing::warn!(service = %req.service_key, error = %e, "keeping the load balancer's backends current failed too");
         }
         if result.is_err() {
-            self.forget_after_failure(&req.uid);
+            let uid = &req.uid;
+            self.memory().applied(Applied::SyncFailed { uid });
         }
         result
     }
 
-    async fn update_targets(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+    async fn update_targets(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
         let result = self.update_targets_or_ensure(req).await;
         // A classic ELB's description lists its instances: a sweep that
         // started before the move no longer answers for it.
-        self.after_write(&elb::load_balancer_name(&req.uid));
+        let name = &elb::load_balancer_name(&req.uid);
+        let classic = None;
+        self.memory()
+            .applied(Applied::TargetsMoved { name, classic });
         result
     }
 
@@ -523,15 +537,15 @@ impl LoadBalancers for AwsLoadBalancers {
     }
 
     /// Removes whichever kind the Service has (or had): both are looked for.
-    async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, LbError> {
-        self.forget_service(uid);
+    async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, CloudError> {
+        self.memory().applied(Applied::ServiceGone { uid });
         let deleted = async {
             let clb = self.delete_clb(service_key, uid, false).await?;
             let nlb = self.delete_nlb(service_key, uid, false).await?;
             Ok(clb || nlb)
         }
         .await;
-        self.forget_service(uid);
+        self.memory().applied(Applied::ServiceGone { uid });
         deleted
     }
 }
@@ -584,14 +598,14 @@ impl AwsLoadBalancers {
             instances: backends.iter().map(|i| i.id.clone()).collect(),
             node_groups,
             cluster_name: self.cluster_name.clone(),
-            legacy_cluster_tag: self.aws.options().write_legacy_cluster_tag,
+            legacy_cluster_tag: self.aws.writes_legacy_cluster_tag(),
         }
     }
 
     async fn vpc_and_backends(
         &self,
         instance_ids: &BTreeSet<String>,
-    ) -> Result<(String, Backends), LbError> {
+    ) -> Result<(String, Backends), CloudError> {
         let swept = self.aws.cluster_instances().await?;
         let picked: Vec<usize> = swept
             .iter()
@@ -620,8 +634,8 @@ impl AwsLoadBalancers {
             }
         }
         let vpc_id = self.cluster_vpc(&swept).ok_or_else(|| {
-                LbError::Config(
-                    "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag".into(),
+                CloudError::invalid(
+                    "cannot tell the cluster's VPC: set VPC in cloud.conf or tag the node instances with the cluster tag",
                 )
             })?;
         Ok((
@@ -634,7 +648,7 @@ impl AwsLoadBalancers {
         ))
     }
 
-    async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, LbError> {
+    async fn ensure_nlb(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
         let mut p = self.plan_nlb(req, true).await?;
         let mut warnings = std::mem::take(&mut p.warnings);
         let node_groups = std::mem::take(&mut p.groups);
@@ -649,7 +663,11 @@ impl AwsLoadBalancers {
             .iter()
             .filter_map(|g| Some((applied.target_groups.get(&g.name)?.clone(), g.port)))
             .collect();
-        self.record_groups(&groups, &p.desired.instances);
+        let instances = &p.desired.instances;
+        (self.memory()).applied(Applied::GroupsHold {
+            groups: &groups,
+            instances,
+        });
         self.settings_synced(&p.name, &p.settings, created, !p.changes.is_empty());
         self.record_refused_listeners(&req.service_key, &applied.refused_listeners, &mut warnings);
         let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
@@ -672,7 +690,7 @@ impl AwsLoadBalancers {
                 name: p.name.clone(),
                 groups,
             };
-            self.record_targets(req, &hostname, p.backend_groups, lb);
+            self.ensured_in_full(req, &hostname, p.backend_groups, lb);
         }
         Ok(Ensured {
             hostname,
@@ -691,7 +709,7 @@ impl AwsLoadBalancers {
         service_key: &str,
         uid: &str,
         handover: bool,
-    ) -> Result<bool, LbError> {
+    ) -> Result<bool, CloudError> {
         let aws = &self.aws;
         let thorough = !handover;
         let name = elb::load_balancer_name(uid);

@@ -2,7 +2,8 @@
 //! earlier aws-ccm versions used) and the sweep of its node rules on
 //! deletion.
 
-use super::{AwsLoadBalancers, LbError};
+use super::{AwsLoadBalancers, CloudError};
+use crate::aws::memory::{Applied, Journal};
 use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
 use crate::aws::{elb, nlb};
@@ -37,7 +38,7 @@ impl AwsLoadBalancers {
     /// Revokes NLB `name`'s node rules from every cluster group and every
     /// group a cluster instance is in (deletion is rare and must leave no
     /// rule). `Ok(true)` when something was revoked.
-    pub(super) async fn revoke_nlb_node_rules(&self, name: &str) -> Result<bool, LbError> {
+    pub(super) async fn revoke_nlb_node_rules(&self, name: &str) -> Result<bool, CloudError> {
         let aws = &self.aws;
         let mut revoked = false;
         let swept = aws.cluster_instances().await?;
@@ -53,13 +54,20 @@ impl AwsLoadBalancers {
         for g in sg::io::cluster_groups(aws, &vpc, &self.cluster_id).await? {
             groups.entry(g.id.clone()).or_insert(g);
         }
-        for g in groups.values() {
-            let ch = nlb::node_rules::node_group_changes(name, &g.descriptions, None);
-            // Either call sends nothing for no rules.
-            sg::io::revoke(aws, &g.id, &ch.revoke).await?;
-            sg::io::authorize_described(aws, &g.id, &ch.authorize).await?;
-            revoked |= !ch.revoke.is_empty();
+        let mut journal = Journal::default();
+        let written = async {
+            for g in groups.values() {
+                let ch = nlb::node_rules::node_group_changes(name, &g.descriptions, None);
+                // Either call sends nothing for no rules.
+                sg::io::revoke(aws, &mut journal, &g.id, &ch.revoke).await?;
+                sg::io::authorize_described(aws, &mut journal, &g.id, &ch.authorize).await?;
+                revoked |= !ch.revoke.is_empty();
+            }
+            Ok::<_, crate::aws::AwsError>(())
         }
+        .await;
+        self.memory().applied(Applied::Writes(journal));
+        written?;
         Ok(revoked)
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Warning;
-use super::{AwsLoadBalancers, EnsureRequest, LbError, NlbPlan};
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, NlbPlan};
 use crate::aws::nlb;
 use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;
@@ -22,7 +22,7 @@ impl AwsLoadBalancers {
         at: &NlbPlan,
         groups: BTreeMap<String, sg::SecurityGroup>,
         warnings: &mut Vec<Warning>,
-    ) -> Result<Vec<String>, LbError> {
+    ) -> Result<Vec<String>, CloudError> {
         let planned = self.plan_nlb_node_rules(req, at, groups, warnings).await?;
         let mut described = Vec::new();
         for (g, ch) in &planned {
@@ -50,9 +50,13 @@ impl AwsLoadBalancers {
         at: &NlbPlan,
         mut groups: BTreeMap<String, sg::SecurityGroup>,
         warnings: &mut Vec<Warning>,
-    ) -> Result<Vec<(sg::SecurityGroup, RuleChanges)>, LbError> {
+    ) -> Result<Vec<(sg::SecurityGroup, RuleChanges)>, CloudError> {
         let aws = &self.aws;
-        let cidrs = self.subnets.cidrs(aws, &at.vpc_id, &at.subnet_ids).await?;
+        let cidrs = self
+            .memory()
+            .subnets()
+            .cidrs(aws, &at.vpc_id, &at.subnet_ids)
+            .await?;
         let rules = nlb::node_rules::node_rules(&at.desired, &req.spec.source_ranges, &cidrs);
         let ports: BTreeSet<i32> = rules
             .client
@@ -64,7 +68,7 @@ impl AwsLoadBalancers {
             nlb::client_rule_description(&at.name),
             nlb::health_rule_description(&at.name),
         ];
-        let view = aws.group_view().groups(aws, &at.vpc_id).await?;
+        let view = aws.memory().groups().groups(aws, &at.vpc_id).await?;
         for g in view.with_rule_ports(&ports) {
             // Only a group holding a rule of this NLB: another cluster
             // in the VPC may use the same node port.

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Warning;
-use super::{AwsLoadBalancers, EnsureRequest, LbError, LoadBalancerKind, Scope};
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, LoadBalancerKind, Scope};
 use crate::aws::nlb::node_rules::RuleChanges;
 use crate::aws::security_groups as sg;
 use crate::aws::{elb, nlb};
@@ -76,7 +76,7 @@ impl AwsLoadBalancers {
     /// What [`super::LoadBalancers::ensure`] would change now; nothing is
     /// written (a type change's handover is only looked for).
     /// In upkeep ([`Scope::Upkeep`]) only the upkeep's changes are kept.
-    pub async fn plan(&self, req: &EnsureRequest) -> Result<Planned, LbError> {
+    pub async fn plan(&self, req: &EnsureRequest) -> Result<Planned, CloudError> {
         let (upkeep, rules) = match req.scope {
             Scope::Full => (false, true),
             Scope::Upkeep { node_rules } => (true, node_rules),
@@ -114,7 +114,7 @@ impl AwsLoadBalancers {
         &self,
         req: &EnsureRequest,
         hand_over: bool,
-    ) -> Result<NlbPlan, LbError> {
+    ) -> Result<NlbPlan, CloudError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
@@ -132,7 +132,7 @@ impl AwsLoadBalancers {
             &self.cloud,
             &env,
         )
-        .map_err(LbError::Config)?;
+        .map_err(CloudError::invalid)?;
 
         let settings = super::sweep::nlb_settings(&desired);
         let (lb, target_groups, read_in_full) = self

@@ -12,7 +12,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{AwsLoadBalancers, LbError, Warning};
+use super::{AwsLoadBalancers, CloudError, Warning};
+use crate::aws::memory::{Applied, Journal};
 use crate::aws::permissions::{Action, Denial, Probe, Tagging};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
 use crate::aws::{AwsError, tags};
@@ -175,7 +176,7 @@ impl AwsLoadBalancers {
         group: &SecurityGroup,
         warnings: &mut Vec<Warning>,
     ) -> bool {
-        let perms = self.aws.permissions();
+        let perms = self.aws.memory().permissions();
         perms.learn_account(group.owner_id.as_deref());
         let tagging = self.group_tagging(group);
         let action = Action::AuthorizeSecurityGroupIngress;
@@ -237,18 +238,21 @@ impl AwsLoadBalancers {
         group: &SecurityGroup,
         changes: &nlb::node_rules::RuleChanges,
         warnings: &mut Vec<Warning>,
-    ) -> Result<bool, LbError> {
+    ) -> Result<bool, CloudError> {
+        let mut journal = Journal::default();
         let written = async {
-            sg::io::revoke(&self.aws, &group.id, &changes.revoke).await?;
-            sg::io::authorize_described(&self.aws, &group.id, &changes.authorize).await
+            sg::io::revoke(&self.aws, &mut journal, &group.id, &changes.revoke).await?;
+            sg::io::authorize_described(&self.aws, &mut journal, &group.id, &changes.authorize)
+                .await
         }
         .await;
+        self.memory().applied(Applied::Writes(journal));
         let Err(e) = written else {
             return Ok(true);
         };
         let action = Action::AuthorizeSecurityGroupIngress;
         let tagging = self.group_tagging(group);
-        let perms = self.aws.permissions();
+        let perms = self.aws.memory().permissions();
         let Some(denial) = perms.record_refusal(&e, action, &group.id, tagging) else {
             return Err(e.into());
         };
@@ -265,13 +269,13 @@ impl AwsLoadBalancers {
         actual: &nlb::Actual,
         changes: Vec<nlb::Change>,
         warnings: &mut Vec<Warning>,
-    ) -> Result<Vec<nlb::Change>, LbError> {
+    ) -> Result<Vec<nlb::Change>, CloudError> {
         let arns = listener_writes(&changes);
         if arns.is_empty() {
             return Ok(changes);
         }
         let listener_tags = nlb::read::tags_of(&self.aws, &arns).await?;
-        let perms = self.aws.permissions();
+        let perms = self.aws.memory().permissions();
         let (kept, refused) =
             refuse_listener_writes(changes, actual, &listener_tags, &self.cluster_id, |arn| {
                 perms
@@ -312,7 +316,7 @@ impl AwsLoadBalancers {
         warnings: &mut Vec<Warning>,
     ) {
         for (arn, error) in refused {
-            let perms = self.aws.permissions();
+            let perms = self.aws.memory().permissions();
             if let Some(denial) =
                 perms.record_refusal(error, Action::ModifyListener, arn, Tagging::Current)
             {

@@ -299,7 +299,7 @@ impl LbSweep {
 
     /// A sync of `name` succeeded: AWS has settings `digest`; `in_full`:
     /// they were read rather than trusted. `changed`: the sync wrote.
-    pub fn synced(&self, name: &str, digest: &str, in_full: bool, changed: bool) {
+    pub(crate) fn synced(&self, name: &str, digest: &str, in_full: bool, changed: bool) {
         let now = Instant::now();
         if changed {
             self.touch(name);
@@ -320,14 +320,14 @@ impl LbSweep {
 
     /// A sync of `name` failed or deleted it: what AWS has is unknown until
     /// read again.
-    pub fn forget(&self, name: &str) {
+    pub(crate) fn forget(&self, name: &str) {
         self.touch(name);
         self.verified.lock().remove(name);
     }
 
     /// A write touched `name`: sweeps that started before it no longer
     /// answer for it.
-    pub fn touch(&self, name: &str) {
+    pub(crate) fn touch(&self, name: &str) {
         self.touched.lock().insert(name.to_string(), Instant::now());
         self.tags.lock().evict(name);
     }
@@ -391,7 +391,7 @@ impl super::AwsLoadBalancers {
         want: &str,
     ) -> Result<(Option<nlb::ActualLb>, Vec<nlb::ActualTargetGroup>, bool), AwsError> {
         let aws = &self.aws;
-        let Some((mut lb, groups)) = self.sweep.nlb(aws, name).await? else {
+        let Some((mut lb, groups)) = self.memory().sweep().nlb(aws, name).await? else {
             return Ok((None, Vec::new(), true));
         };
         let arn_of = |tg: &str| {
@@ -406,7 +406,7 @@ impl super::AwsLoadBalancers {
             .target_groups
             .iter()
             .all(|tg| arn_of(&tg.name).is_some());
-        let in_full = !all_present || self.sweep.must_read(name, uid, &lb.tags, want);
+        let in_full = !all_present || self.memory().sweep().must_read(name, uid, &lb.tags, want);
         if in_full {
             lb.attributes = nlb::read::read_attributes(aws, &lb.arn).await?;
             lb.listeners = nlb::read::read_listeners(aws, &lb.arn).await?;
@@ -433,14 +433,16 @@ impl super::AwsLoadBalancers {
             // The target record vouches for what the group holds, and its
             // targets are not due for their (slower) drift repair: no read.
             let arn = g.target_group_arn().unwrap_or_default();
-            let known_targets = (self.recorded_as(g, &desired.instances)
-                && !self.sweep.targets_due(arn, uid))
+            let known_targets = (g
+                .port()
+                .is_some_and(|port| self.memory().recorded_as(arn, port, &desired.instances))
+                && !self.memory().sweep().targets_due(arn, uid))
             .then_some(&desired.instances);
             let group =
                 nlb::read::complete_one(aws, g, tags.clone(), known_attributes, known_targets)
                     .await?;
             if known_targets.is_none() {
-                self.sweep.targets_read(arn);
+                self.memory().sweep().targets_read(arn);
             }
             target_groups.push(group);
         }
@@ -458,7 +460,10 @@ impl super::AwsLoadBalancers {
         let digest = clb_settings(desired);
         let mut read_in_full = true;
         if let Some(lb) = lb {
-            read_in_full = self.sweep.must_read(&lb.name, uid, &lb.tags, &digest);
+            read_in_full = self
+                .memory()
+                .sweep()
+                .must_read(&lb.name, uid, &lb.tags, &digest);
             lb.attributes = if read_in_full {
                 elb::io::read_attributes(&self.aws, &lb.name).await?
             } else {

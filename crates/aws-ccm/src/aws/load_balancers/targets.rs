@@ -23,8 +23,9 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerSpec};
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, Ensured, LoadBalancerSpec};
 use crate::aws::instances::Shared;
+use crate::aws::memory::Applied;
 use crate::aws::nlb::plan::target_changes;
 use crate::aws::{Ec2Instance, Operation, elb, nlb};
 
@@ -130,7 +131,7 @@ impl AwsLoadBalancers {
     pub(super) async fn update_targets_or_ensure(
         &self,
         req: &EnsureRequest,
-    ) -> Result<Ensured, LbError> {
+    ) -> Result<Ensured, CloudError> {
         match self.targets_only(req).await {
             Ok(Some(done)) => return Ok(done),
             Ok(None) => {}
@@ -138,13 +139,14 @@ impl AwsLoadBalancers {
                 tracing::info!(service = %req.service_key, error = %e, "moving targets failed; ensuring the load balancer in full");
             }
         }
-        self.forget_before_sync(&req.uid);
+        self.memory().before_sync(&req.uid);
         super::LoadBalancers::ensure(self, req).await
     }
 
     /// `Ok(None)` when the targets-only path does not apply.
-    async fn targets_only(&self, req: &EnsureRequest) -> Result<Option<Ensured>, LbError> {
-        let Some(known) = self.targets.get(&req.uid).filter(|k| k.spec == req.spec) else {
+    async fn targets_only(&self, req: &EnsureRequest) -> Result<Option<Ensured>, CloudError> {
+        let Some(known) = (self.memory().known_targets(&req.uid)).filter(|k| k.spec == req.spec)
+        else {
             return Ok(None);
         };
         let (_, backends) = self.vpc_and_backends(&req.instance_ids).await?;
@@ -159,8 +161,9 @@ impl AwsLoadBalancers {
                 let mut steps = Vec::new();
                 elb::plan::instance_changes(instances, &want, &mut steps);
                 let none = elb::Actual::default();
-                elb::io::apply(&self.aws, name, None, &none, &steps).await?;
-                self.record_classic_instances(&req.uid, &known, want);
+                self.apply_clb(name, None, &none, &steps).await?;
+                let classic = Some((req.uid.as_str(), &known, want));
+                (self.memory()).applied(Applied::TargetsMoved { name, classic });
                 steps.iter().map(elb::plan::describe).collect()
             }
             KnownLb::Network { name, groups } => {
@@ -178,7 +181,8 @@ impl AwsLoadBalancers {
                 }
                 let none = nlb::Actual::default();
                 self.apply_nlb(name, "", &none, &steps).await?;
-                self.record_groups(groups, &want);
+                let instances = &want;
+                (self.memory()).applied(Applied::GroupsHold { groups, instances });
                 steps.iter().map(nlb::plan::describe).collect::<Vec<_>>()
             }
         };

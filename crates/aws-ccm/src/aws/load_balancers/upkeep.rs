@@ -13,7 +13,7 @@
 //! Both kinds are looked for, the Service's reading first: a type value the
 //! Go CCM reads as a Classic ELB may sit on an NLB made before it was edited.
 
-use super::{AwsLoadBalancers, EnsureRequest, Ensured, LbError, LoadBalancerKind, merged};
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, Ensured, LoadBalancerKind, merged};
 use crate::aws::{elb, nlb};
 
 impl AwsLoadBalancers {
@@ -24,7 +24,7 @@ impl AwsLoadBalancers {
         &self,
         req: &EnsureRequest,
         node_rules: bool,
-    ) -> Result<Ensured, LbError> {
+    ) -> Result<Ensured, CloudError> {
         let first = req.spec.kind;
         let second = match first {
             LoadBalancerKind::Network => LoadBalancerKind::Classic,
@@ -44,14 +44,16 @@ impl AwsLoadBalancers {
         Ok(Ensured::default())
     }
 
-    async fn upkeep_clb(&self, req: &EnsureRequest) -> Result<Option<Ensured>, LbError> {
+    async fn upkeep_clb(&self, req: &EnsureRequest) -> Result<Option<Ensured>, CloudError> {
         let p = self.plan_clb(req, false).await?;
         let Some(lb) = &p.actual.lb else {
             return Ok(None);
         };
         let kept: Vec<elb::Change> = p.changes.into_iter().filter(is_clb_upkeep).collect();
-        elb::io::apply(&self.aws, &p.name, Some(&p.vpc_id), &p.actual, &kept).await?;
-        self.after_write(&p.name);
+        self.apply_clb(&p.name, Some(&p.vpc_id), &p.actual, &kept)
+            .await?;
+        let (name, classic) = (&p.name, None);
+        (self.memory()).applied(crate::aws::memory::Applied::TargetsMoved { name, classic });
         Ok(Some(Ensured {
             hostname: lb.dns_name.clone(),
             changes: kept.iter().map(elb::plan::describe).collect(),
@@ -63,7 +65,7 @@ impl AwsLoadBalancers {
         &self,
         req: &EnsureRequest,
         node_rules: bool,
-    ) -> Result<Option<Ensured>, LbError> {
+    ) -> Result<Option<Ensured>, CloudError> {
         let mut p = self.plan_nlb(req, false).await?;
         let Some(hostname) = p.actual.lb.as_ref().map(|lb| lb.dns_name.clone()) else {
             return Ok(None);

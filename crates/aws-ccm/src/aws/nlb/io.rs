@@ -11,6 +11,7 @@ use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb::GroupRef;
+use crate::aws::memory::Journal;
 use crate::aws::security_groups as sg;
 use crate::aws::{Aws, AwsClient};
 use aws_sdk_elasticloadbalancingv2::Client;
@@ -19,15 +20,6 @@ fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<t::Tag> {
     tags.iter()
         .map(|(k, v)| t::Tag::builder().key(k).value(v).build())
         .collect()
-}
-
-/// Whether `e` says the resource is gone.
-pub(super) fn not_found(e: &AwsError) -> bool {
-    e.is_not_found()
-        || matches!(
-            e.code(),
-            Some("LoadBalancerNotFound" | "TargetGroupNotFound" | "ListenerNotFound")
-        )
 }
 
 fn sdk_mappings(m: &[SubnetMapping]) -> Vec<t::SubnetMapping> {
@@ -65,8 +57,9 @@ pub struct Applied {
 }
 
 /// Applies a plan in order.
-pub async fn apply(
+pub(crate) async fn apply(
     aws: &Aws,
+    journal: &mut Journal,
     name: &str,
     vpc_id: &str,
     actual: &Actual,
@@ -74,6 +67,7 @@ pub async fn apply(
 ) -> Result<Applied, AwsError> {
     let mut at = Applying {
         aws,
+        journal,
         name,
         vpc_id,
         owned: actual.owned_group.as_ref().map(|g| g.id.clone()),
@@ -155,6 +149,7 @@ pub(crate) fn leaving_targets(changes: &[Change], at: usize, done: &BTreeSet<usi
 /// refused.
 struct Applying<'a> {
     aws: &'a Aws,
+    journal: &'a mut Journal,
     name: &'a str,
     vpc_id: &'a str,
     owned: Option<String>,
@@ -167,21 +162,22 @@ impl Applying<'_> {
     async fn step(&mut self, change: &Change) -> Result<(), AwsError> {
         match change {
             Change::CreateSecurityGroup(g) => {
-                let id = sg::io::create(self.aws, self.vpc_id, &g.name, &g.description, &g.tags);
+                let (vpc, journal) = (self.vpc_id, &mut *self.journal);
+                let id = sg::io::create(self.aws, journal, vpc, &g.name, &g.description, &g.tags);
                 self.owned = Some(id.await?);
                 Ok(())
             }
             Change::AuthorizeIngress(rules) => {
                 let id = GroupRef::Owned.resolve(self.owned.as_ref(), self.name)?;
-                sg::io::authorize(self.aws, &id, rules).await
+                sg::io::authorize(self.aws, self.journal, &id, rules).await
             }
             Change::RevokeIngress(rules) => {
                 let id = GroupRef::Owned.resolve(self.owned.as_ref(), self.name)?;
-                sg::io::revoke(self.aws, &id, rules).await
+                sg::io::revoke(self.aws, self.journal, &id, rules).await
             }
             Change::SetSecurityGroups(refs) => self.set_security_groups(refs).await,
             Change::DeleteSecurityGroup(id) => {
-                crate::aws::elb::io::delete_owned_group(self.aws, id).await
+                crate::aws::elb::io::delete_owned_group(self.aws, self.journal, id).await
             }
             Change::DeleteLoadBalancer { arn, .. } => self.delete_lb(arn).await,
             Change::CreateLoadBalancer {
@@ -299,7 +295,7 @@ impl Applying<'_> {
             {
                 return Err(e);
             }
-            Err(e) if !e.may_have_been_applied() && !not_found(&e) => return Err(e),
+            Err(e) if !e.may_have_been_applied() && !e.is_not_found() => return Err(e),
             _ => {}
         }
         self.out.lb_arn = None;
@@ -514,7 +510,7 @@ impl Applying<'_> {
                     .send()
             });
             match deregistered.await {
-                Err(e) if !(not_found(&e) || e.code() == Some("InvalidTarget")) => {
+                Err(e) if !(e.is_not_found() || e.is_invalid_target()) => {
                     return Err(e);
                 }
                 _ => {}
@@ -592,7 +588,7 @@ impl Applying<'_> {
         });
         match deleted.await {
             Err(e) if e.is_denied() => self.out.refused_listeners.push((arn.to_string(), e)),
-            Err(e) if !not_found(&e) => return Err(e),
+            Err(e) if !e.is_not_found() => return Err(e),
             _ => {}
         }
         Ok(())
@@ -603,7 +599,7 @@ impl Applying<'_> {
             c.delete_target_group().target_group_arn(arn).send()
         });
         match deleted.await {
-            Err(e) if !not_found(&e) => Err(e),
+            Err(e) if !e.is_not_found() => Err(e),
             _ => Ok(()),
         }
     }
@@ -649,7 +645,7 @@ async fn once_visible<F: SdkCall<Client>, T>(
     until_visible(aws, op, what, || async {
         match aws.elbv2(op, &call).await {
             Ok(out) => Ok(find(out)),
-            Err(e) if not_found(&e) => Ok(None),
+            Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
         }
     })

@@ -4,7 +4,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_elasticloadbalancingv2::types as t;
 
-use super::io::not_found;
 use super::{ActualLb, ActualListener, ActualTargetGroup, HealthCheck, SubnetMapping};
 use crate::aws::client::AwsClient;
 use crate::aws::client::errors::AwsError;
@@ -49,7 +48,7 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
         .await
     {
         Ok(out) => out,
-        Err(e) if not_found(&e) => return Ok(None),
+        Err(e) if e.is_not_found() => return Ok(None),
         Err(e) => return Err(e),
     };
     let Some(lb) = out
@@ -317,7 +316,7 @@ pub async fn listed_target_groups(
         .await
     {
         Ok(res) => res,
-        Err(e) if not_found(&e) => return Ok(Vec::new()),
+        Err(e) if e.is_not_found() => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     with_tags(aws, res.target_groups().to_vec()).await

@@ -19,7 +19,7 @@ use ipnet::IpNet;
 
 use super::super::Aws;
 use super::super::client::DryRun;
-use super::super::client::operations::Operation;
+use super::super::client::operations::{KOPS_GAPS, Operation};
 use crate::provider::routes::{RouteTableSelector, Routes};
 
 /// The load balancer name the describe probes ask about: a valid name this
@@ -47,18 +47,8 @@ impl Gap {
     }
 }
 
-/// Actions kOps' CCM policy lacks and `iam/render.sh --kops-additions`
-/// grants.
-pub const KOPS_GAPS: &[&str] = &[
-    "elasticloadbalancing:DescribeTags",
-    "elasticloadbalancing:SetSubnets",
-    "elasticloadbalancing:SetIpAddressType",
-    "elasticloadbalancing:SetSecurityGroups",
-    "elasticloadbalancing:AddTags",
-    "ec2:ReplaceRoute",
-];
-
-/// The fix for an action of [`KOPS_GAPS`], for a policy made by kOps or
+/// The fix for an action of [`KOPS_GAPS`] (kept beside the operations, as
+/// the door's refusal hint names it too), for a policy made by kOps or
 /// rendered from `iam/`.
 pub fn fix_for(action: &str, cluster_id: &str) -> Option<String> {
     let cluster = if cluster_id.is_empty() {
@@ -94,7 +84,7 @@ pub async fn probe(
         {
             out.push(gap("elasticloadbalancing:DescribeTags", e.message()));
         }
-        let permissions = aws.permissions();
+        let permissions = aws.memory().permissions();
         let region = permissions.region();
         let arn = format!(
             "arn:{}:elasticloadbalancing:{region}:{}:loadbalancer/net/{PROBE_LB_NAME}/0000000000000000",

@@ -85,7 +85,7 @@ pub async fn run(aws: &Aws, scope: &Scope) -> Vec<Finding> {
     }
     let mut findings = Vec::with_capacity(probes.len());
     for (probe, tagging) in probes {
-        let verdict = aws.permissions().check(aws, &probe, tagging).await;
+        let verdict = aws.memory().permissions().check(aws, &probe, tagging).await;
         findings.push(Finding { probe, verdict });
     }
     findings
@@ -101,7 +101,9 @@ async fn group_probes(aws: &Aws, instances: &[crate::aws::Ec2Instance]) -> Vec<(
     match sg::io::describe(aws, vec![crate::aws::instances::filter("tag-key", [key])]).await {
         Ok(groups) => {
             if let Some(g) = groups.first() {
-                aws.permissions().learn_account(g.owner_id.as_deref());
+                aws.memory()
+                    .permissions()
+                    .learn_account(g.owner_id.as_deref());
                 let group_id = g.id.clone();
                 out.push((Probe::Ingress { group_id }, Tagging::Current));
             }
@@ -122,7 +124,9 @@ async fn group_probes(aws: &Aws, instances: &[crate::aws::Ec2Instance]) -> Vec<(
     match sg::io::by_ids(aws, &ids).await {
         Ok(groups) => {
             for g in groups {
-                aws.permissions().learn_account(g.owner_id.as_deref());
+                aws.memory()
+                    .permissions()
+                    .learn_account(g.owner_id.as_deref());
                 let tagging = Tagging::of(
                     cluster_id,
                     g.tags.iter().map(|(k, v)| (k.as_str(), v.as_str())),

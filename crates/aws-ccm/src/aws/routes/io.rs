@@ -9,35 +9,14 @@ use ipnet::IpNet;
 
 use super::plan;
 use crate::aws::client::pages::every_page;
+use crate::aws::memory::{Applied, Journal, Write};
 use crate::aws::permissions::{Probe, Tagging, Verdict};
-use crate::aws::{Aws, AwsError, ErrorClass, Operation};
-use crate::provider::routes::{
-    RouteTable, RouteTableSelector, Routes, RoutesError, RoutesErrorKind, TargetInstance,
-};
-
-impl From<AwsError> for RoutesError {
-    fn from(err: AwsError) -> RoutesError {
-        let kind = match err.class() {
-            _ if err.is_already_exists() => RoutesErrorKind::AlreadyExists,
-            ErrorClass::NotFound => RoutesErrorKind::NotFound,
-            ErrorClass::Throttling | ErrorClass::Transient => RoutesErrorKind::Transient,
-            ErrorClass::Fatal => RoutesErrorKind::Permanent,
-        };
-        // EC2 answers DeleteRoute for a missing route with
-        // `InvalidRoute.NotFound`, which the class above already covers.
-        RoutesError {
-            kind,
-            code: err.code().map(str::to_string),
-            message: err.to_string(),
-        }
-    }
-}
+use crate::aws::{Aws, AwsError, Operation};
+use crate::provider::CloudResult;
+use crate::provider::routes::{RouteTable, RouteTableSelector, Routes, TargetInstance};
 
 impl Routes for Aws {
-    async fn route_tables(
-        &self,
-        selector: &RouteTableSelector,
-    ) -> Result<Vec<RouteTable>, RoutesError> {
+    async fn route_tables(&self, selector: &RouteTableSelector) -> CloudResult<Vec<RouteTable>> {
         let filters = &plan::table_filters(selector);
         let mut tables: Vec<RouteTable> = every_page(|next_token| async move {
             let page = self
@@ -51,7 +30,7 @@ impl Routes for Aws {
             let mut tables = Vec::new();
             for table in page.route_tables() {
                 if table.route_table_id().is_some() {
-                    self.permissions().learn_account(table.owner_id());
+                    self.memory().permissions().learn_account(table.owner_id());
                     tables.extend(plan::parse_table(table, selector));
                 }
             }
@@ -62,10 +41,7 @@ impl Routes for Aws {
         Ok(tables)
     }
 
-    async fn instances(
-        &self,
-        ids: &[String],
-    ) -> Result<HashMap<String, TargetInstance>, RoutesError> {
+    async fn instances(&self, ids: &[String]) -> CloudResult<HashMap<String, TargetInstance>> {
         let cluster_id = self.cluster_id();
         let to_target = |i: &crate::aws::Ec2Instance| plan::target_instance(i, cluster_id);
         // The shared, cached sweep of the cluster's instances answers most
@@ -93,16 +69,21 @@ impl Routes for Aws {
         Ok(found)
     }
 
-    async fn disable_source_dest_check(&self, instance_id: &str) -> Result<(), RoutesError> {
-        self.ec2(Operation::Ec2ModifyInstanceAttribute, |ec2| {
-            ec2.modify_instance_attribute()
-                .instance_id(instance_id)
-                .source_dest_check(AttributeBooleanValue::builder().value(false).build())
-                .send()
-        })
-        .await?;
-        // The cached sweep still says "on"; the next read must see the change.
-        self.instance_cache().invalidate_sweep();
+    async fn disable_source_dest_check(&self, instance_id: &str) -> CloudResult<()> {
+        let done = self
+            .ec2(Operation::Ec2ModifyInstanceAttribute, |ec2| {
+                ec2.modify_instance_attribute()
+                    .instance_id(instance_id)
+                    .source_dest_check(AttributeBooleanValue::builder().value(false).build())
+                    .send()
+            })
+            .await;
+        // The cached sweep says "on": the next read must see the change,
+        // or what a lost answer may have done.
+        let mut journal = Journal::default();
+        journal.push(Write::InstanceChanged);
+        self.memory().applied(Applied::Writes(journal));
+        done?;
         Ok(())
     }
 
@@ -111,7 +92,7 @@ impl Routes for Aws {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> Result<(), RoutesError> {
+    ) -> CloudResult<()> {
         // The attempt whose answer was lost made this very route.
         done_if_lost(
             self.ec2(Operation::Ec2CreateRoute, |ec2| {
@@ -126,7 +107,7 @@ impl Routes for Aws {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> Result<(), RoutesError> {
+    ) -> CloudResult<()> {
         self.ec2(Operation::Ec2ReplaceRoute, |ec2| {
             let call = ec2
                 .replace_route()
@@ -142,7 +123,7 @@ impl Routes for Aws {
         Ok(())
     }
 
-    async fn delete_route(&self, table_id: &str, destination: IpNet) -> Result<(), RoutesError> {
+    async fn delete_route(&self, table_id: &str, destination: IpNet) -> CloudResult<()> {
         // The attempt whose answer was lost removed it.
         done_if_lost(
             self.ec2(Operation::Ec2DeleteRoute, |ec2| {
@@ -153,16 +134,19 @@ impl Routes for Aws {
     }
 
     async fn permission(&self, probe: &Probe, tagging: Tagging) -> Verdict {
-        self.permissions().check(self, probe, tagging).await
+        self.memory()
+            .permissions()
+            .check(self, probe, tagging)
+            .await
     }
 }
 
 /// A route write's outcome: done when it failed only because the answer of
 /// an attempt that made the change was lost.
-fn done_if_lost<T>(result: Result<T, AwsError>) -> Result<(), RoutesError> {
+fn done_if_lost<T>(result: Result<T, AwsError>) -> CloudResult<()> {
     match result {
         Err(err) if err.applied_before_answer_lost() => Ok(()),
-        other => other.map(|_| ()).map_err(RoutesError::from),
+        other => Ok(other.map(drop)?),
     }
 }
 

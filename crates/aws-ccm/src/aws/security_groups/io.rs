@@ -1,5 +1,7 @@
 //! Security groups, I/O half: rules to and from the SDK's permissions, and
-//! the EC2 calls that read and change groups.
+//! the EC2 calls that read and change groups. Each write says how it ended
+//! in the apply's [`Journal`]; what that changes in the shared view is the
+//! memory's to decide ([`crate::aws::memory`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -7,13 +9,13 @@ use aws_sdk_ec2::types::{IpPermission, IpRange, UserIdGroupPair};
 use ipnet::Ipv4Net;
 
 use super::{Rule, SecurityGroup, Source};
-use crate::aws::Aws;
 use crate::aws::client::AwsClient;
 use crate::aws::client::consistency::until_visible;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::client::pages::every_page;
 use crate::aws::instances::filter;
+use crate::aws::memory::{Journal, Write};
 
 /// Flattens SDK permissions into rules (IPv4 CIDRs and groups; other source
 /// kinds are not made by this controller and are left alone).
@@ -64,8 +66,9 @@ fn permission_rules(p: &IpPermission) -> impl Iterator<Item = (Rule, Option<&IpR
 
 /// Authorizes CIDR rules with their descriptions (rules with a group source
 /// are sent without one).
-pub async fn authorize_described(
-    aws: &Aws,
+pub(crate) async fn authorize_described(
+    aws: &AwsClient,
+    journal: &mut Journal,
     group_id: &str,
     rules: &BTreeMap<Rule, String>,
 ) -> Result<(), AwsError> {
@@ -74,30 +77,16 @@ pub async fn authorize_described(
     }
     let perms = rules.iter().map(|(r, d)| permission(r, Some(d))).collect();
     let done = authorize_permissions(aws, group_id, perms).await;
-    let added: BTreeSet<Rule> = rules.keys().cloned().collect();
-    let described: BTreeMap<Rule, String> = rules
-        .iter()
-        .filter(|(r, _)| matches!(r.source, Source::Cidr(_)))
-        .map(|(r, d)| (r.clone(), d.clone()))
-        .collect();
-    recorded(aws, group_id, done, |v| {
-        v.authorized(group_id, &added, &described)
-    })
-}
-
-/// Records a write's outcome in the shared view: `done` when it went
-/// through, the group unknown when it failed.
-fn recorded(
-    aws: &Aws,
-    group_id: &str,
-    result: Result<(), AwsError>,
-    done: impl FnOnce(&super::view::SgView),
-) -> Result<(), AwsError> {
-    match &result {
-        Ok(()) => done(aws.group_view()),
-        Err(_) => aws.group_view().unknown(group_id),
-    }
-    result
+    journal.group_write(group_id, &done, || Write::Authorized {
+        group: group_id.to_string(),
+        rules: rules.keys().cloned().collect(),
+        descriptions: rules
+            .iter()
+            .filter(|(r, _)| matches!(r.source, Source::Cidr(_)))
+            .map(|(r, d)| (r.clone(), d.clone()))
+            .collect(),
+    });
+    done
 }
 
 /// Adds `perms` to the group in one call. `InvalidPermission.Duplicate`
@@ -106,7 +95,7 @@ fn recorded(
 /// NLB MTU rule at the same time), so then each rule is sent alone and only
 /// a rule that exists by itself counts as done: the others are not lost.
 async fn authorize_permissions(
-    aws: &Aws,
+    aws: &AwsClient,
     group_id: &str,
     perms: Vec<IpPermission>,
 ) -> Result<(), AwsError> {
@@ -283,8 +272,9 @@ pub async fn referencing(
     .await
 }
 
-pub async fn create(
-    aws: &Aws,
+pub(crate) async fn create(
+    aws: &AwsClient,
+    journal: &mut Journal,
     vpc_id: &str,
     name: &str,
     description: &str,
@@ -311,14 +301,14 @@ pub async fn create(
     match created {
         Ok(out) => {
             let id = out.group_id().unwrap_or_default().to_string();
-            aws.group_view().created(SecurityGroup {
+            journal.push(Write::GroupCreated(SecurityGroup {
                 id: id.clone(),
                 name: name.to_string(),
                 vpc_id: Some(vpc_id.to_string()),
                 tags: tags.clone(),
                 // No rules yet; the create call does not say the owner.
                 ..SecurityGroup::default()
-            });
+            }));
             Ok(id)
         }
         // The group exists: an attempt whose answer was lost made it, or a
@@ -327,7 +317,7 @@ pub async fn create(
         Err(e) if e.is_already_exists() => {
             tracing::info!(group = name, vpc = vpc_id, error = %e, "security group exists already; reading it");
             let id = existing_id(aws, vpc_id, name).await?;
-            aws.group_view().unknown(&id);
+            journal.push(Write::GroupUnsure { group: id.clone() });
             Ok(id)
         }
         Err(e) => Err(e),
@@ -349,17 +339,30 @@ async fn existing_id(aws: &AwsClient, vpc_id: &str, name: &str) -> Result<String
     .await
 }
 
-pub async fn authorize(aws: &Aws, group_id: &str, rules: &BTreeSet<Rule>) -> Result<(), AwsError> {
+pub(crate) async fn authorize(
+    aws: &AwsClient,
+    journal: &mut Journal,
+    group_id: &str,
+    rules: &BTreeSet<Rule>,
+) -> Result<(), AwsError> {
     if rules.is_empty() {
         return Ok(());
     }
     let done = authorize_permissions(aws, group_id, rules_to_sdk(rules)).await;
-    recorded(aws, group_id, done, |v| {
-        v.authorized(group_id, rules, &BTreeMap::new())
-    })
+    journal.group_write(group_id, &done, || Write::Authorized {
+        group: group_id.to_string(),
+        rules: rules.clone(),
+        descriptions: BTreeMap::new(),
+    });
+    done
 }
 
-pub async fn revoke(aws: &Aws, group_id: &str, rules: &BTreeSet<Rule>) -> Result<(), AwsError> {
+pub(crate) async fn revoke(
+    aws: &AwsClient,
+    journal: &mut Journal,
+    group_id: &str,
+    rules: &BTreeSet<Rule>,
+) -> Result<(), AwsError> {
     if rules.is_empty() {
         return Ok(());
     }
@@ -373,13 +376,21 @@ pub async fn revoke(aws: &Aws, group_id: &str, rules: &BTreeSet<Rule>) -> Result
         })
         .await
     {
-        Err(e) if e.code() == Some("InvalidPermission.NotFound") || e.is_not_found() => Ok(()),
+        Err(e) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
     };
-    recorded(aws, group_id, done, |v| v.revoked(group_id, rules))
+    journal.group_write(group_id, &done, || Write::Revoked {
+        group: group_id.to_string(),
+        rules: rules.clone(),
+    });
+    done
 }
 
-pub async fn delete(aws: &Aws, group_id: &str) -> Result<(), AwsError> {
+pub(crate) async fn delete(
+    aws: &AwsClient,
+    journal: &mut Journal,
+    group_id: &str,
+) -> Result<(), AwsError> {
     let done = match aws
         .ec2(Operation::Ec2DeleteSecurityGroup, |c| {
             c.delete_security_group().group_id(group_id).send()
@@ -389,5 +400,8 @@ pub async fn delete(aws: &Aws, group_id: &str) -> Result<(), AwsError> {
         Err(e) if e.is_not_found() => Ok(()),
         other => other.map(|_| ()),
     };
-    recorded(aws, group_id, done, |v| v.deleted(group_id))
+    journal.group_write(group_id, &done, || Write::GroupDeleted {
+        group: group_id.to_string(),
+    });
+    done
 }

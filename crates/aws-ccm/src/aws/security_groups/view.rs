@@ -13,8 +13,10 @@
 //! group made since) is read by ID, once, and kept.
 //!
 //! This process's own writes never leave a stale entry: every write through
-//! [`super::io`] records what it did to exactly that group (rules added or
-//! revoked, group created or deleted), and that record answers for the group
+//! [`super::io`] says in its apply's journal what it did to exactly that
+//! group (rules added or revoked, group created or deleted), the memory
+//! ([`crate::aws::memory`]) records it here once the apply ends, and that
+//! record answers for the group
 //! over any listing that started less than [`WRITE_SETTLE`] after the write
 //! (EC2 is eventually consistent: a group just created may be missing from a
 //! listing for a while). A write whose outcome is unknown (it failed) makes
@@ -171,7 +173,7 @@ impl SgView {
     }
 
     /// Listings from here on serve for `ttl`.
-    pub fn serve_for(&self, ttl: Duration) {
+    pub(crate) fn serve_for(&self, ttl: Duration) {
         *self.ttl.lock() = Some(ttl);
         self.listings.lock().clear();
     }
@@ -208,17 +210,20 @@ impl SgView {
     /// records over it (unknown ones read by ID first).
     pub async fn groups(&self, aws: &AwsClient, vpc_id: &str) -> Result<Groups, AwsError> {
         let listing = self.listing(aws, vpc_id).await?;
-        let unknown: Vec<String> = self
-            .local
-            .lock()
-            .iter()
-            .filter(|(_, l)| matches!(l.entry, Entry::Unknown))
-            .map(|(id, _)| id.clone())
-            .collect();
         // Nothing is read when no group is unknown.
-        self.refresh(aws, &unknown).await?;
+        self.refresh(aws, &self.unknown_ids()).await?;
         let over = overlay(&mut self.local.lock(), &listing, vpc_id, self.settle);
         Ok(Groups { listing, over })
+    }
+
+    /// The groups a write left unknown: the next [`Self::groups`] reads
+    /// them by ID before it answers.
+    pub(crate) fn unknown_ids(&self) -> Vec<String> {
+        let local = self.local.lock();
+        let unknown = local
+            .iter()
+            .filter(|(_, l)| matches!(l.entry, Entry::Unknown));
+        unknown.map(|(id, _)| id.clone()).collect()
     }
 
     /// Groups `refs` point at (an instance's description names its groups;
@@ -311,7 +316,7 @@ impl SgView {
     }
 
     /// The Service with UID `uid` is gone: forget its slot.
-    pub fn forget_slot(&self, uid: &str) {
+    pub(crate) fn forget_slot(&self, uid: &str) {
         self.slots.lock().remove(uid);
     }
 
@@ -349,12 +354,12 @@ impl SgView {
     }
 
     /// This process created group `g` (no rules yet).
-    pub fn created(&self, g: SecurityGroup) {
+    pub(crate) fn created(&self, g: SecurityGroup) {
         self.set(g.id.clone(), Entry::Known(g));
     }
 
     /// This process added `rules` to group `id`, with `descriptions`.
-    pub fn authorized(
+    pub(crate) fn authorized(
         &self,
         id: &str,
         rules: &BTreeSet<Rule>,
@@ -369,7 +374,7 @@ impl SgView {
     }
 
     /// This process revoked `rules` from group `id`.
-    pub fn revoked(&self, id: &str, rules: &BTreeSet<Rule>) {
+    pub(crate) fn revoked(&self, id: &str, rules: &BTreeSet<Rule>) {
         self.update(id, |g| {
             for r in rules {
                 g.ingress.remove(r);
@@ -379,12 +384,12 @@ impl SgView {
     }
 
     /// This process deleted group `id`.
-    pub fn deleted(&self, id: &str) {
+    pub(crate) fn deleted(&self, id: &str) {
         self.set(id.to_string(), Entry::Gone);
     }
 
     /// A write to group `id` failed: what it holds is unknown until read.
-    pub fn unknown(&self, id: &str) {
+    pub(crate) fn unknown(&self, id: &str) {
         self.set(id.to_string(), Entry::Unknown);
     }
 }

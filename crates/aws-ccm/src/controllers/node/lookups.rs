@@ -21,9 +21,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::identity::Lookup;
-use crate::provider::instances::{
-    CloudError, CloudErrorKind, CloudResult, Found, Instance, InstanceState, Instances,
-};
+use crate::provider::instances::{Found, Instance, InstanceState, Instances};
+use crate::provider::{CloudError, CloudResult, ErrorKind};
 
 /// One lookup, straight to the cloud (coalesced there with concurrent ones).
 pub async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
@@ -198,7 +197,8 @@ impl<I: Instances> Prefetcher<I> {
         match pending {
             Some(p) => p.task.await.unwrap_or_else(|e| {
                 Err(CloudError::new(
-                    CloudErrorKind::Transient,
+                    "ec2:DescribeInstances",
+                    ErrorKind::Transient,
                     format!("the instance lookup for node {node} was interrupted: {e}"),
                 ))
             }),

@@ -15,7 +15,6 @@ use super::plan::{Blocker, RouteChange};
 use super::*;
 use crate::controllers::cached_node::Node;
 use crate::controllers::events::Events;
-use crate::provider::routes::RoutesErrorKind;
 
 /// The Node reference events use: the node's name as UID, as upstream's
 /// node events do, so `kubectl describe node` shows them.
@@ -97,6 +96,18 @@ pub async fn set_network_unavailable(
         .map(|_| ())
 }
 
+/// The event reason of a failed change: IAM's denial, whether a DryRun found
+/// it before the write or the write itself was answered so, names what IAM
+/// refused (the instance or the route table); anything else is a failed
+/// route.
+pub(super) fn event_reason(failure: &ChangeFailure) -> &'static str {
+    match (failure.error.is_denied(), &failure.change) {
+        (true, RouteChange::DisableSourceDestCheck { .. }) => EVENT_INSTANCE_UNAUTHORIZED,
+        (true, _) => EVENT_ROUTE_TABLE_UNAUTHORIZED,
+        (false, _) => EVENT_FAILED_TO_CREATE_ROUTE,
+    }
+}
+
 /// The Kubernetes side: conditions and events from a report, written only
 /// when they change.
 pub(super) struct Publisher {
@@ -137,7 +148,7 @@ impl Publisher {
             let Some(node) = failure.change.node() else {
                 continue;
             };
-            if failure.error.kind == RoutesErrorKind::AlreadyExists {
+            if failure.error.is_already_exists() {
                 continue;
             }
             let note = match (&failure.change, failure.change.route()) {
@@ -153,13 +164,7 @@ impl Publisher {
                 ),
                 _ => continue,
             };
-            let reason = match (&failure.error.kind, &failure.change) {
-                (RoutesErrorKind::Refused, RouteChange::DisableSourceDestCheck { .. }) => {
-                    EVENT_INSTANCE_UNAUTHORIZED
-                }
-                (RoutesErrorKind::Refused, _) => EVENT_ROUTE_TABLE_UNAUTHORIZED,
-                _ => EVENT_FAILED_TO_CREATE_ROUTE,
-            };
+            let reason = event_reason(failure);
             let key = (node.to_string(), failure.change.to_string());
             self.announce(node, key, reason, note).await;
         }

@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::Reconciler;
 use super::plan::{Plan, RouteChange};
-use crate::provider::permissions::{Probe, Tagging};
-use crate::provider::routes::{RouteTable, Routes, RoutesError, RoutesErrorKind, TargetInstance};
+use crate::provider::CloudError;
+use crate::provider::permissions::{Denial, Probe, Tagging};
+use crate::provider::routes::{RouteTable, Routes, TargetInstance};
 
 /// What a DryRun is cached by: `(0, route table ID)` or `(1, instance ID)`.
 type ProbeKey = (u8, String);
@@ -19,14 +20,14 @@ impl<R: Routes> Reconciler<R> {
         plan: &Plan,
         tables: &[RouteTable],
         instances: &HashMap<String, TargetInstance>,
-    ) -> HashMap<usize, RoutesError> {
+    ) -> HashMap<usize, CloudError> {
         let probes = probes_for(plan, tables, instances);
         let checks = probes
             .values()
             .map(|(probe, tagging)| self.routes.permission(probe, *tagging));
         let verdicts = futures::future::join_all(checks).await;
-        let denied: HashMap<ProbeKey, String> = (probes.into_keys().zip(verdicts))
-            .filter_map(|(key, verdict)| Some((key, verdict.denial()?.to_string())))
+        let denied: HashMap<ProbeKey, Denial> = (probes.into_keys().zip(verdicts))
+            .filter_map(|(key, verdict)| Some((key, verdict.denial()?.clone())))
             .collect();
         refused_by(plan, &denied)
     }
@@ -102,7 +103,7 @@ fn probes_for(
 }
 
 /// Each change whose route table or instance IAM denied, by index.
-fn refused_by(plan: &Plan, denied: &HashMap<ProbeKey, String>) -> HashMap<usize, RoutesError> {
+fn refused_by(plan: &Plan, denied: &HashMap<ProbeKey, Denial>) -> HashMap<usize, CloudError> {
     let refused = plan.changes.iter().enumerate().filter_map(|(i, change)| {
         let key = match change {
             RouteChange::Create { table_id, .. }
@@ -110,9 +111,7 @@ fn refused_by(plan: &Plan, denied: &HashMap<ProbeKey, String>) -> HashMap<usize,
             | RouteChange::Delete { table_id, .. } => (0, table_id.clone()),
             RouteChange::DisableSourceDestCheck { instance_id, .. } => (1, instance_id.clone()),
         };
-        let message = denied.get(&key)?.clone();
-        let code = Some("UnauthorizedOperation");
-        Some((i, RoutesError::new(RoutesErrorKind::Refused, code, message)))
+        Some((i, denied.get(&key)?.refusal()))
     });
     refused.collect()
 }

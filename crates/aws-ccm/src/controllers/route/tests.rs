@@ -3,6 +3,7 @@
 
 use super::plan::NodeRoutes;
 use super::*;
+use crate::provider::ErrorKind;
 use crate::provider::routes::fake::{FakeCall, FakeRoutes};
 use crate::provider::routes::{Route, RouteTarget};
 use serde_json::json;
@@ -200,9 +201,9 @@ async fn failures_name_cidr_table_and_error_and_block_only_that_node() {
     fake.fail(
         "create",
         "10.244.2.0/24",
-        RoutesError::new(
-            RoutesErrorKind::Permanent,
-            Some("RouteLimitExceeded"),
+        CloudError::new(
+            "ec2:CreateRoute",
+            ErrorKind::Rejected,
             "RouteLimitExceeded: The maximum number of routes has been reached",
         ),
     );
@@ -253,10 +254,10 @@ async fn no_route_is_made_to_an_instance_whose_source_dest_check_could_not_be_tu
     fake.fail(
         "source_dest",
         "i-1",
-        RoutesError::new(
-            RoutesErrorKind::Permanent,
-            Some("UnauthorizedOperation"),
-            "not allowed",
+        CloudError::new(
+            "ec2:ModifyInstanceAttribute",
+            ErrorKind::Denied,
+            "UnauthorizedOperation: not allowed",
         ),
     );
     let mut r = reconciler(&fake, "10.244.0.0/16", 50);
@@ -280,20 +281,12 @@ async fn an_ambiguous_create_is_left_for_the_next_read_and_a_vanished_route_is_d
     fake.fail(
         "create",
         "10.244.1.0/24",
-        RoutesError::new(
-            RoutesErrorKind::AlreadyExists,
-            Some("RouteAlreadyExists"),
-            "exists",
-        ),
+        CloudError::new("ec2:CreateRoute", ErrorKind::AlreadyExists, "exists"),
     );
     fake.fail(
         "delete",
         "10.244.9.0/24",
-        RoutesError::new(
-            RoutesErrorKind::NotFound,
-            Some("InvalidRoute.NotFound"),
-            "gone",
-        ),
+        CloudError::new("ec2:DeleteRoute", ErrorKind::NotFound, "gone"),
     );
     fake.put_route("rtb-a", instance_route("10.244.9.0/24", "i-gone"));
     let mut r = reconciler(&fake, "10.244.0.0/16", 50);
@@ -303,10 +296,7 @@ async fn an_ambiguous_create_is_left_for_the_next_read_and_a_vanished_route_is_d
         .unwrap();
     assert_eq!(report.nodes["n1"], NodeResult::Unconfirmed);
     assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
-    assert_eq!(
-        report.failures[0].error.kind,
-        RoutesErrorKind::AlreadyExists
-    );
+    assert!(report.failures[0].error.is_already_exists());
 }
 
 #[tokio::test]
@@ -481,20 +471,20 @@ async fn writes_iam_denies_are_refused_up_front_and_the_rest_is_routed() {
     let refused: Vec<&ChangeFailure> = report
         .failures
         .iter()
-        .filter(|f| f.error.kind == RoutesErrorKind::Refused)
+        .filter(|f| f.error.is_denied())
         .collect();
     assert!(
         refused
             .iter()
-            .any(|f| f.error.message.contains("ec2:CreateRoute")
-                && f.error.message.contains("route-table/rtb-denied")),
+            .any(|f| f.error.operation() == Some("ec2:CreateRoute")
+                && f.error.to_string().contains("route-table/rtb-denied")),
         "{refused:?}"
     );
     assert!(
-        refused
-            .iter()
-            .any(|f| f.error.message.contains("ec2:ModifyInstanceAttribute")
-                && f.error.message.contains("instance/i-2")),
+        refused.iter().any(
+            |f| f.error.operation() == Some("ec2:ModifyInstanceAttribute")
+                && f.error.to_string().contains("instance/i-2")
+        ),
         "{refused:?}"
     );
     assert!(
@@ -512,4 +502,41 @@ async fn writes_iam_denies_are_refused_up_front_and_the_rest_is_routed() {
         RouteTarget::Instance("i-1".into())
     );
     assert_eq!(report.nodes["n1"], NodeResult::Routed);
+}
+
+/// A write IAM denies although its DryRun was allowed (the verdict cached,
+/// the policy changed since) reaches the report as denied, as a refusal
+/// found up front does: the Node gets the same Unauthorized event.
+#[tokio::test]
+async fn a_write_iam_denies_after_an_allowed_dry_run_is_reported_denied() {
+    let fake = cloud(&["rtb-a"], &["i-1"]);
+    fake.fail(
+        "create",
+        "10.244.1.0/24",
+        CloudError::new(
+            "ec2:CreateRoute",
+            ErrorKind::Denied,
+            "UnauthorizedOperation: You are not authorized to perform this operation",
+        ),
+    );
+    let mut r = reconciler(&fake, "10.244.0.0/16", 50);
+    let report = r
+        .reconcile(&[node("n1", "i-1", &["10.244.1.0/24"])])
+        .await
+        .unwrap();
+    assert!(
+        fake.mutating_calls()
+            .iter()
+            .any(|c| matches!(c, FakeCall::CreateRoute(..))),
+        "the write was sent"
+    );
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    let failure = &report.failures[0];
+    assert!(failure.error.is_denied(), "{}", failure.error);
+    assert_eq!(
+        publish::event_reason(failure),
+        EVENT_ROUTE_TABLE_UNAUTHORIZED
+    );
+    assert!(!report.retry_soon(), "a denial is not retried soon");
+    assert!(matches!(report.nodes["n1"], NodeResult::Failed(_)));
 }

@@ -9,8 +9,9 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
 
 use super::{Outcome, ServiceController, has_load_balancer};
+use crate::provider::CloudError;
 use crate::provider::load_balancers::{
-    Holds, LbError, LoadBalancers, Reading, Scope, Warning, merged, scope,
+    Holds, LoadBalancers, Reading, Scope, Warning, merged, scope,
 };
 
 impl<L: LoadBalancers> ServiceController<L> {
@@ -81,7 +82,7 @@ impl<L: LoadBalancers> ServiceController<L> {
     pub(super) async fn ensure_failed(
         &self,
         svc: &Service,
-        e: LbError,
+        e: CloudError,
         service_changed: bool,
     ) -> Outcome {
         let (reason, what) = if service_changed {
@@ -92,11 +93,10 @@ impl<L: LoadBalancers> ServiceController<L> {
                 "Error updating load balancer with new hosts",
             )
         };
-        let hint = match &e {
-            LbError::Config(_) => "fix it and the Service is retried",
-            LbError::Cloud { .. } => {
-                "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
-            }
+        let hint = if e.is_invalid() {
+            "fix it and the Service is retried"
+        } else {
+            "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
         };
         tracing::warn!(error = %e, "load balancer sync failed");
         self.events

@@ -408,8 +408,8 @@ async fn simulate(
 /// The check of a simulation the caller could not run.
 fn unsimulated(error: &crate::aws::AwsError, principal: &Principal) -> Check {
     let name = "the CCM's ELB writes";
-    match error.code() {
-        Some("AccessDenied") => Check::of("iam", name).warn(
+    if error.is_denied() {
+        Check::of("iam", name).warn(
             format!(
                 "not checked: whoever runs doctor may not call iam:SimulatePrincipalPolicy ({error})"
             ),
@@ -417,15 +417,21 @@ fn unsimulated(error: &crate::aws::AwsError, principal: &Principal) -> Check {
                 "grant the doctor's own credentials iam:SimulatePrincipalPolicy on {} (not the CCM's role: the CCM never calls it), or run doctor with credentials that have it",
                 principal.arn
             ),
-        ),
-        Some("NoSuchEntity") => Check::of("iam", name).fail(
+        )
+    } else if error.is_not_found() {
+        // IAM's `NoSuchEntity`: the principal does not exist.
+        Check::of("iam", name).fail(
             format!("IAM has no principal {} (from {}): {error}", principal.arn, principal.from),
             "name the CCM's role: doctor --role-arn, or the ServiceAccount's eks.amazonaws.com/role-arn annotation (docs/install-irsa.md)",
-        ),
-        _ => Check::of("iam", name).warn(
-            format!("not checked: the IAM simulation of {} failed ({error})", principal.arn),
+        )
+    } else {
+        Check::of("iam", name).warn(
+            format!(
+                "not checked: the IAM simulation of {} failed ({error})",
+                principal.arn
+            ),
             "run doctor again; pass --role-arn with the CCM's role ARN if the principal is wrong",
-        ),
+        )
     }
 }
 

@@ -42,6 +42,7 @@ use crate::aws::Aws;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb;
+use crate::aws::memory::Journal;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::controllers::route::plan::NodeRoutes;
 use crate::options::cidrs::ClusterCidrs;
@@ -274,7 +275,12 @@ pub async fn delete(
 
 async fn delete_one(aws: &Aws, deletion: &Deletion) -> Result<(), String> {
     let done = match deletion {
-        Deletion::Rules { group, rules } => sg::io::revoke(aws, group, rules).await,
+        Deletion::Rules { group, rules } => {
+            let mut journal = Journal::default();
+            let done = sg::io::revoke(aws, &mut journal, group, rules).await;
+            journal.discard();
+            done
+        }
         Deletion::ClassicLoadBalancer(name) => aws
             .elb(Operation::ElbDeleteLoadBalancer, |c| {
                 c.delete_load_balancer().load_balancer_name(name).send()
@@ -288,7 +294,7 @@ async fn delete_one(aws: &Aws, deletion: &Deletion) -> Result<(), String> {
             .await
             .map(drop),
         Deletion::TargetGroup(arn) => {
-            delete_patiently(arn, "ResourceInUse", || async {
+            delete_patiently(arn, || async {
                 aws.elbv2(Operation::Elbv2DeleteTargetGroup, |c| {
                     c.delete_target_group().target_group_arn(arn).send()
                 })
@@ -298,8 +304,11 @@ async fn delete_one(aws: &Aws, deletion: &Deletion) -> Result<(), String> {
             .await
         }
         Deletion::SecurityGroup(id) => {
-            delete_patiently(id, "DependencyViolation", || {
-                elb::io::delete_owned_group(aws, id)
+            delete_patiently(id, || async {
+                let mut journal = Journal::default();
+                let done = elb::io::delete_owned_group(aws, &mut journal, id).await;
+                journal.discard();
+                done
             })
             .await
         }
@@ -310,10 +319,11 @@ async fn delete_one(aws: &Aws, deletion: &Deletion) -> Result<(), String> {
     done.map_err(|e| e.to_string())
 }
 
-/// Runs a delete, retrying `in_use` (`ResourceInUse` for a target group,
+/// Runs a delete, retrying while AWS says the resource is still in use
+/// ([`AwsError::is_in_use`]: `ResourceInUse` for a target group,
 /// `DependencyViolation` for a group) for a bounded time: what a
 /// just-deleted load balancer used is released late. Already gone is done.
-async fn delete_patiently<F, Fut>(what: &str, in_use: &str, mut delete: F) -> Result<(), AwsError>
+async fn delete_patiently<F, Fut>(what: &str, mut delete: F) -> Result<(), AwsError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<(), AwsError>>,
@@ -322,7 +332,7 @@ where
     let mut wait = Duration::from_millis(500);
     loop {
         match delete().await {
-            Err(e) if e.code() == Some(in_use) && tokio::time::Instant::now() + wait < deadline => {
+            Err(e) if e.is_in_use() && tokio::time::Instant::now() + wait < deadline => {
                 tracing::info!(resource = what, "still in use; retrying its deletion");
                 tokio::time::sleep(wait).await;
                 wait = (wait * 2).min(Duration::from_secs(10));

@@ -11,12 +11,10 @@ use std::sync::Arc;
 use ipnet::IpNet;
 use parking_lot::Mutex;
 
-use super::{
-    Route, RouteTable, RouteTableSelector, RouteTarget, Routes, RoutesError, RoutesErrorKind,
-    TargetInstance,
-};
+use super::{Route, RouteTable, RouteTableSelector, RouteTarget, Routes, TargetInstance};
 use crate::aws::tags::cluster_tag_key;
 use crate::provider::permissions::{Action, Denial, Probe, Tagging, Verdict};
+use crate::provider::{CloudError, CloudResult, ErrorKind};
 
 /// A call the fake recorded, for assertions.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +45,7 @@ struct FakeState {
     instances: BTreeMap<String, TargetInstance>,
     calls: Vec<FakeCall>,
     /// Errors to return: (call kind, key such as the CIDR or instance ID).
-    failures: Vec<(&'static str, String, RoutesError)>,
+    failures: Vec<(&'static str, String, CloudError)>,
     route_limit: Option<usize>,
     /// (action, resource) pairs IAM denies.
     denied: std::collections::BTreeSet<(Action, String)>,
@@ -148,7 +146,7 @@ impl FakeRoutes {
     /// Fails calls of `kind` (`"create"`, `"replace"`, `"delete"`,
     /// `"source_dest"`, `"describe"`) whose key (CIDR, instance ID, or `*`)
     /// matches, until cleared.
-    pub fn fail(&self, kind: &'static str, key: &str, err: RoutesError) {
+    pub fn fail(&self, kind: &'static str, key: &str, err: CloudError) {
         self.state
             .lock()
             .failures
@@ -199,7 +197,7 @@ impl FakeRoutes {
         self.state.lock().calls.clear();
     }
 
-    fn check(st: &FakeState, kind: &str, key: &str) -> Result<(), RoutesError> {
+    fn check(st: &FakeState, kind: &str, key: &str) -> CloudResult<()> {
         match st
             .failures
             .iter()
@@ -219,20 +217,13 @@ impl FakeRoutes {
         }
     }
 
-    fn not_found(what: String) -> RoutesError {
-        RoutesError::new(
-            RoutesErrorKind::NotFound,
-            Some("InvalidRoute.NotFound"),
-            what,
-        )
+    fn not_found(operation: &str, what: String) -> CloudError {
+        CloudError::new(operation, ErrorKind::NotFound, what)
     }
 }
 
 impl Routes for FakeRoutes {
-    async fn route_tables(
-        &self,
-        selector: &RouteTableSelector,
-    ) -> Result<Vec<RouteTable>, RoutesError> {
+    async fn route_tables(&self, selector: &RouteTableSelector) -> CloudResult<Vec<RouteTable>> {
         let mut st = self.state.lock();
         st.calls.push(FakeCall::DescribeRouteTables);
         Self::check(&st, "describe", "*")?;
@@ -256,10 +247,7 @@ impl Routes for FakeRoutes {
             .collect())
     }
 
-    async fn instances(
-        &self,
-        ids: &[String],
-    ) -> Result<HashMap<String, TargetInstance>, RoutesError> {
+    async fn instances(&self, ids: &[String]) -> CloudResult<HashMap<String, TargetInstance>> {
         let mut st = self.state.lock();
         st.calls.push(FakeCall::DescribeInstances(ids.to_vec()));
         Ok(ids
@@ -268,7 +256,7 @@ impl Routes for FakeRoutes {
             .collect())
     }
 
-    async fn disable_source_dest_check(&self, instance_id: &str) -> Result<(), RoutesError> {
+    async fn disable_source_dest_check(&self, instance_id: &str) -> CloudResult<()> {
         let mut st = self.state.lock();
         st.calls
             .push(FakeCall::DisableSourceDestCheck(instance_id.to_string()));
@@ -278,9 +266,9 @@ impl Routes for FakeRoutes {
                 i.source_dest_check = Some(false);
                 Ok(())
             }
-            None => Err(RoutesError::new(
-                RoutesErrorKind::NotFound,
-                Some("InvalidInstanceID.NotFound"),
+            None => Err(CloudError::new(
+                "ec2:ModifyInstanceAttribute",
+                ErrorKind::NotFound,
                 format!("instance {instance_id} does not exist"),
             )),
         }
@@ -291,7 +279,7 @@ impl Routes for FakeRoutes {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> Result<(), RoutesError> {
+    ) -> CloudResult<()> {
         let mut st = self.state.lock();
         st.calls.push(FakeCall::CreateRoute(
             table_id.to_string(),
@@ -301,31 +289,31 @@ impl Routes for FakeRoutes {
         Self::check(&st, "create", &destination.to_string())?;
         let limit = st.route_limit;
         if !st.instances.contains_key(instance_id) {
-            return Err(RoutesError::new(
-                RoutesErrorKind::NotFound,
-                Some("InvalidInstanceID.NotFound"),
+            return Err(CloudError::new(
+                "ec2:CreateRoute",
+                ErrorKind::NotFound,
                 format!("instance {instance_id} does not exist"),
             ));
         }
         let (_, routes) = st.tables.get_mut(table_id).ok_or_else(|| {
-            RoutesError::new(
-                RoutesErrorKind::NotFound,
-                Some("InvalidRouteTableID.NotFound"),
+            CloudError::new(
+                "ec2:CreateRoute",
+                ErrorKind::NotFound,
                 format!("route table {table_id} does not exist"),
             )
         })?;
         if routes.iter().any(|r| r.destination == Some(destination)) {
-            return Err(RoutesError::new(
-                RoutesErrorKind::AlreadyExists,
-                Some("RouteAlreadyExists"),
+            return Err(CloudError::new(
+                "ec2:CreateRoute",
+                ErrorKind::AlreadyExists,
                 format!("the route identified by {destination} already exists"),
             ));
         }
         if limit.is_some_and(|l| routes.iter().filter(|r| !r.propagated).count() >= l) {
-            return Err(RoutesError::new(
-                RoutesErrorKind::Permanent,
-                Some("RouteLimitExceeded"),
-                format!("route table {table_id} is full"),
+            return Err(CloudError::new(
+                "ec2:CreateRoute",
+                ErrorKind::Rejected,
+                format!("RouteLimitExceeded: route table {table_id} is full"),
             ));
         }
         routes.push(Self::instance_route(destination, instance_id));
@@ -337,7 +325,7 @@ impl Routes for FakeRoutes {
         table_id: &str,
         destination: IpNet,
         instance_id: &str,
-    ) -> Result<(), RoutesError> {
+    ) -> CloudResult<()> {
         let mut st = self.state.lock();
         st.calls.push(FakeCall::ReplaceRoute(
             table_id.to_string(),
@@ -345,35 +333,43 @@ impl Routes for FakeRoutes {
             instance_id.to_string(),
         ));
         Self::check(&st, "replace", &destination.to_string())?;
-        let routes = st
-            .tables
-            .get_mut(table_id)
-            .map(|(_, r)| r)
-            .ok_or_else(|| Self::not_found(format!("route table {table_id} does not exist")))?;
+        let routes = st.tables.get_mut(table_id).map(|(_, r)| r).ok_or_else(|| {
+            Self::not_found(
+                "ec2:ReplaceRoute",
+                format!("route table {table_id} does not exist"),
+            )
+        })?;
         let route = routes
             .iter_mut()
             .find(|r| r.destination == Some(destination))
-            .ok_or_else(|| Self::not_found(format!("no route to {destination} in {table_id}")))?;
+            .ok_or_else(|| {
+                Self::not_found(
+                    "ec2:ReplaceRoute",
+                    format!("no route to {destination} in {table_id}"),
+                )
+            })?;
         *route = Self::instance_route(destination, instance_id);
         Ok(())
     }
 
-    async fn delete_route(&self, table_id: &str, destination: IpNet) -> Result<(), RoutesError> {
+    async fn delete_route(&self, table_id: &str, destination: IpNet) -> CloudResult<()> {
         let mut st = self.state.lock();
         st.calls
             .push(FakeCall::DeleteRoute(table_id.to_string(), destination));
         Self::check(&st, "delete", &destination.to_string())?;
-        let routes = st
-            .tables
-            .get_mut(table_id)
-            .map(|(_, r)| r)
-            .ok_or_else(|| Self::not_found(format!("route table {table_id} does not exist")))?;
+        let routes = st.tables.get_mut(table_id).map(|(_, r)| r).ok_or_else(|| {
+            Self::not_found(
+                "ec2:DeleteRoute",
+                format!("route table {table_id} does not exist"),
+            )
+        })?;
         let before = routes.len();
         routes.retain(|r| r.destination != Some(destination));
         if routes.len() == before {
-            return Err(Self::not_found(format!(
-                "no route to {destination} in {table_id}"
-            )));
+            return Err(Self::not_found(
+                "ec2:DeleteRoute",
+                format!("no route to {destination} in {table_id}"),
+            ));
         }
         Ok(())
     }
@@ -404,13 +400,13 @@ mod tests {
         let dest: IpNet = "10.244.1.0/24".parse().unwrap();
         fake.create_route("rtb-1", dest, "i-1").await.unwrap();
         let dup = fake.create_route("rtb-1", dest, "i-1").await.unwrap_err();
-        assert_eq!(dup.kind, RoutesErrorKind::AlreadyExists);
+        assert!(dup.is_already_exists(), "{dup}");
         fake.terminate_instance("i-1");
         assert!(fake.route_to("rtb-1", "10.244.1.0/24").unwrap().blackhole);
         fake.delete_route("rtb-1", dest).await.unwrap();
         let gone = fake.delete_route("rtb-1", dest).await.unwrap_err();
-        assert_eq!(gone.kind, RoutesErrorKind::NotFound);
+        assert!(gone.is_not_found(), "{gone}");
         let missing = fake.replace_route("rtb-1", dest, "i-1").await.unwrap_err();
-        assert_eq!(missing.kind, RoutesErrorKind::NotFound);
+        assert!(missing.is_not_found(), "{missing}");
     }
 }
