@@ -55,7 +55,7 @@ proptest! {
 
     /// Several annotations at once, cross-field checks included.
     #[test]
-    fn many_annotations_never_panic_and_refusals_name_a_field(
+    fn many_annotations_never_panic_and_refusals_name_the_annotation_and_value_given(
         picks in proptest::collection::btree_map(0..ANNOTATIONS.len(), annotation_value(), 1..8),
     ) {
         let annotations: BTreeMap<String, String> = picks
@@ -63,18 +63,20 @@ proptest! {
             .map(|(row, v)| (ANNOTATIONS[row].name.to_string(), v))
             .collect();
         let Some(svc) = service(annotations.clone(), lb_spec()) else { return Ok(()) };
-        if let Err(e) = LoadBalancerSpec::from_service(&svc) {
-            let text = e.to_string();
-            prop_assert!(text.contains(&e.field), "{text}");
-            if let Some(v) = annotations.get(&e.field) {
-                prop_assert!(v.contains(&e.value), "{}", text);
-            }
+        // The spec around them is valid, so every refusal is of an
+        // annotation given, and names that annotation and (a piece of) the
+        // value it was given, with what is allowed.
+        for e in LoadBalancerSpec::read(&svc).errors {
+            let given = annotations.get(&e.field);
+            prop_assert!(given.is_some(), "{e} names no annotation given: {annotations:?}");
+            prop_assert!(given.is_some_and(|v| v.contains(&e.value)), "{e}: given {given:?}");
+            prop_assert!(!e.allowed.trim().is_empty(), "{e} says nothing of what is allowed");
         }
     }
 
     /// Service specs: odd ports, protocols, source ranges, families.
     #[test]
-    fn service_specs_never_panic_and_refusals_name_a_field(
+    fn service_specs_never_panic_and_refusals_name_the_spec_field_and_value_given(
         ports in proptest::collection::vec(
             (any::<i32>(), "(TCP|UDP|SCTP|tcp|HTTP|\\PC{0,5})", proptest::option::of(any::<i32>())),
             0..5,
@@ -95,9 +97,23 @@ proptest! {
             "externalTrafficPolicy": policy, "loadBalancerClass": class,
         });
         let Some(svc) = service(BTreeMap::new(), spec) else { return Ok(()) };
-        if let Err(e) = LoadBalancerSpec::from_service(&svc) {
-            let text = e.to_string();
-            prop_assert!(text.contains(&e.field), "{text}");
+        // No annotation is set, so a refusal names a spec field of this
+        // input and the value that field holds.
+        for e in LoadBalancerSpec::read(&svc).errors {
+            let held: Vec<String> = match e.field.as_str() {
+                "spec.ports" if ports.is_empty() => vec![String::new()],
+                "spec.loadBalancerSourceRanges" => ranges.clone(),
+                "spec.externalTrafficPolicy" => vec![policy.clone()],
+                field => field
+                    .strip_prefix("spec.ports[")
+                    .and_then(|rest| rest.strip_suffix("].protocol"))
+                    .and_then(|i| i.parse::<usize>().ok())
+                    .and_then(|i| ports.get(i)?["protocol"].as_str())
+                    .map(|protocol| vec![protocol.to_string()])
+                    .unwrap_or_default(),
+            };
+            prop_assert!(held.contains(&e.value), "{e}: that field of the input holds {held:?}");
+            prop_assert!(!e.allowed.trim().is_empty(), "{e} says nothing of what is allowed");
         }
     }
 

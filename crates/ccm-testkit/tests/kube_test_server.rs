@@ -1993,6 +1993,8 @@ async fn watches_drop_on_a_timer_and_kube_watchers_resume() -> anyhow::Result<()
         matches!(end, Ok(Ok(None))),
         "the watch was not dropped: {end:?}"
     );
+    let dropped = server.disruptions().watches_dropped;
+    ensure!(dropped >= 1, "the drop was not counted: {dropped}");
 
     // kube's watcher re-watches and misses nothing.
     let nodes: Api<Node> = Api::all(client.clone());
@@ -2051,6 +2053,8 @@ async fn compaction_on_a_timer_makes_resumed_watches_get_410() -> anyhow::Result
                 ev["object"]["code"] == 410 && ev["object"]["reason"] == "Expired",
                 "{ev}"
             );
+            let d = server.disruptions();
+            ensure!(d.expired >= 1, "the 410 was not counted: {d:?}");
             break;
         }
         ensure!(
@@ -2098,6 +2102,9 @@ async fn a_lagging_watch_cache_serves_old_state_but_quorum_reads_are_fresh() -> 
     )
     .await?;
     ensure!(code == 404);
+    // Both cached reads missed the write; the quorum reads are not counted.
+    let d = server.disruptions();
+    ensure!(d.stale_reads == 2, "{d:?}");
 
     // A watch does not see it yet either: the first thing it sends is a
     // bookmark at the cache's version.
@@ -2136,6 +2143,8 @@ async fn a_lagging_watch_cache_serves_old_state_but_quorum_reads_are_fresh() -> 
     let ev = events.expect_change().await?;
     ensure!(summary(&ev) == ("ADDED".into(), "soon".into()), "{ev}");
     ensure!(started.elapsed() >= lag, "the event came before the lag");
+    let d = server.disruptions();
+    ensure!(d.lagged_events >= 1 && d.stale_reads == 0, "{d:?}");
     Ok(())
 }
 

@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use anyhow::Context;
 use aws_sdk_ec2::types::Filter;
 use ccm_testkit::apiserver::{FailureRule, ServerOptions};
 use ccm_testkit::aws_proxy::{FaultKind, FaultProxy, FaultRule, ProxyConfig};
@@ -615,16 +616,60 @@ async fn storm(campaign: &str, api: ServerOptions, api_faults: bool) -> anyhow::
         "> 0",
         counts.faulted_total() > 0,
     );
-    anyhow::ensure!(counts.faulted_total() > 0, "the storm injected no fault");
+    // Each kind of fault apart: a sum above zero would hide a kind that
+    // never fired, and a kind that never fired tests nothing.
+    let mut fired: Vec<(String, u64)> = world
+        .env
+        .proxy
+        .fired()
+        .into_iter()
+        .map(|(rule, n)| (format!("AWS fault {rule}"), n))
+        .collect();
+    let window = world.env.proxy.consistency_hits();
+    fired.push(("AWS invisibility: NotFound".into(), window.not_found));
+    fired.push((
+        "AWS invisibility: left out of a list".into(),
+        window.left_out,
+    ));
     if api_faults {
         for (verb, resource, code) in API_FAULTS {
-            let fired = world.env.api.fired(verb, resource, code);
-            anyhow::ensure!(
-                fired > 0,
-                "the API fault {verb} {resource} {code} never fired: it tests nothing"
-            );
+            let n = world.env.api.fired(verb, resource, code);
+            fired.push((format!("API fault {verb} {resource} {code}"), n));
         }
+        let d = world.env.api.disruptions();
+        fired.push(("API watch drops".into(), d.watches_dropped));
+        fired.push(("API 410 Gone after compaction".into(), d.expired));
+        fired.push(("API watch events delivered late".into(), d.lagged_events));
+        // Only recorded: whether a relist lands within the lag of a write
+        // to the same resource is up to timing, so it cannot be required.
+        figure(
+            campaign,
+            "API stale cached reads",
+            d.stale_reads as f64,
+            "",
+            "",
+            true,
+        );
     }
+    for (kind, n) in &fired {
+        figure(
+            campaign,
+            &format!("fired: {kind}"),
+            *n as f64,
+            "",
+            "> 0",
+            *n > 0,
+        );
+    }
+    let never: Vec<&String> = fired
+        .iter()
+        .filter(|(_, n)| *n == 0)
+        .map(|(k, _)| k)
+        .collect();
+    anyhow::ensure!(
+        never.is_empty(),
+        "never fired, so tested nothing: {never:?}"
+    );
     Ok(())
 }
 
@@ -800,6 +845,18 @@ async fn kill_nine_mid_provisioning_leaves_no_duplicate_or_leak() -> anyhow::Res
     audit_leaks(campaign, &world).await
 }
 
+/// How long a standby may take to hold the Lease after the leader stops
+/// renewing, at base_args' 3 s lease and 0.5 s retry period: the leader may
+/// renew just before it dies, the standby sees that renewal up to one
+/// jittered retry later and takes the Lease at the first retry after it
+/// expired (client-go's JitterFactor 1.2 gives retries of up to 0.6 s).
+const TAKEOVER_BOUND: Duration = Duration::from_millis(3000 + 2 * 600);
+
+/// How long after a partition the new leader may first write to AWS: the
+/// takeover, then informers synced and a Service's sync reaching its first
+/// call (the 60 s the scale bench allows a 1,000-Service takeover).
+const FIRST_WRITE_BOUND: Duration = Duration::from_millis(3000 + 2 * 600 + 60_000);
+
 /// Leader failover under load: two replicas, each with its own proxy so
 /// every AWS call can be attributed; the leader is SIGKILLed mid-provisioning.
 #[tokio::test]
@@ -819,22 +876,25 @@ async fn leader_failover_mid_provisioning_has_one_writer_at_a_time() -> anyhow::
     )
     .await?;
     let before_standby = mutating(&second_proxy);
+    let leader = lease_holder(&world.env).await.context("no Lease holder")?;
     first.signal(libc::SIGKILL);
     first.wait_exit(Duration::from_secs(10)).await?;
     let killed = Instant::now();
     let by_first = mutating(&world.env.proxy);
-    second
-        .wait_for_log("successfully acquired lease", s.deadline)
-        .await?;
+    eventually("the standby holds the Lease", s.deadline, || async {
+        lease_holder(&world.env).await.filter(|h| *h != leader)
+    })
+    .await?;
     let takeover = killed.elapsed();
-    // Lease duration 3 s + retry period 0.5 s (+ jitter) in base_args.
+    // A figure, judged against its bound, not an assertion: how soon is up
+    // to the machine's load. `make chaos` fails on a figure past its bound.
     figure(
         campaign,
         "takeover time",
         takeover.as_secs_f64(),
         "s",
-        "lease 3 s + retry 0.5 s",
-        true,
+        &format!("{TAKEOVER_BOUND:?} (lease 3 s + 2 retries of 0.5 s with 20 % jitter)"),
+        takeover <= TAKEOVER_BOUND,
     );
     world
         .converged(&names, s.deadline)
@@ -883,19 +943,12 @@ async fn standby_and_provisioning(
     n: usize,
 ) -> anyhow::Result<(Ccm, Vec<String>)> {
     let deadline = scale().deadline;
-    first
-        .wait_for_log("starting controller", Duration::from_secs(30))
-        .await?;
+    wait_leading(first, true, Duration::from_secs(30)).await?;
     let second = world
         .env
         .start_ccm_via(&standby_proxy.endpoint(), &[])
         .await?;
-    second
-        .wait_for_log(
-            "attempting to acquire leader lease",
-            Duration::from_secs(30),
-        )
-        .await?;
+    wait_leading(&second, false, Duration::from_secs(30)).await?;
     let names = world.create_services(prefix, n).await?;
     eventually("the leader provisioning", deadline, || async {
         (mutating(&world.env.proxy) > 0).then_some(())
@@ -1100,13 +1153,14 @@ async fn partitioned_leader(campaign: &str, retry_loop: bool) -> anyhow::Result<
     // the end of provisioning) overlapped it.
     let old_after = mutating(&world.env.proxy) - old_count;
     let overlap = old_after + u64::from(last_old_write.is_some_and(|t| t >= first_new_write));
+    let first_write_after = first_new_write.duration_since(cut_at);
     figure(
         campaign,
         "takeover time (cut to first write)",
-        first_new_write.duration_since(cut_at).as_secs_f64(),
+        first_write_after.as_secs_f64(),
         "s",
-        "lease 3 s + retry 0.5 s + sync",
-        true,
+        &format!("{FIRST_WRITE_BOUND:?} (takeover {TAKEOVER_BOUND:?} + a sync)"),
+        first_write_after <= FIRST_WRITE_BOUND,
     );
     figure(
         campaign,

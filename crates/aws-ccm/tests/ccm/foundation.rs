@@ -30,27 +30,27 @@ fn renew_time(lease: &Lease) -> Option<String> {
     Some(lease.spec.as_ref()?.renew_time.as_ref()?.0.to_string())
 }
 
-/// The identity a replica logged when it acquired the Lease.
-fn acquired_identity(logs: &str) -> Option<String> {
-    let line = logs
-        .lines()
-        .find(|l| l.contains("successfully acquired lease"))?;
-    let rest = line.split("identity=").nth(1)?;
-    Some(
-        rest.split_whitespace()
-            .next()?
-            .trim_matches('"')
-            .to_string(),
-    )
+/// Waits until the Lease names a holder other than `not` (any holder when
+/// `None`), and returns that holder.
+async fn held_by_other(env: &Env, not: Option<&str>, deadline: Duration) -> anyhow::Result<String> {
+    eventually("the Lease held by another holder", deadline, || async {
+        lease(env)
+            .await
+            .as_ref()
+            .and_then(holder)
+            .filter(|h| Some(h.as_str()) != not)
+    })
+    .await
 }
 
 #[tokio::test]
 async fn acquires_and_renews_the_lease_and_serves_health_and_metrics() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let ccm = env.start_ccm(&[]).await?;
-    ccm.wait_for_log("successfully acquired lease", Duration::from_secs(30))
-        .await?;
-    let me = acquired_identity(&ccm.logs()).expect("identity in log");
+    // The only replica: the Lease's holder is this process, which says so
+    // on /metrics.
+    let me = held_by_other(&env, None, Duration::from_secs(30)).await?;
+    wait_leading(&ccm, true, Duration::from_secs(10)).await?;
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     assert!(
         me.starts_with(&format!("{host}_")),
@@ -112,21 +112,14 @@ async fn acquires_and_renews_the_lease_and_serves_health_and_metrics() -> anyhow
 async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let mut first = env.start_ccm(&[]).await?;
-    first
-        .wait_for_log("successfully acquired lease", Duration::from_secs(30))
-        .await?;
-    let first_id = acquired_identity(&first.logs()).expect("identity");
+    let first_id = held_by_other(&env, None, Duration::from_secs(30)).await?;
+    wait_leading(&first, true, Duration::from_secs(10)).await?;
     first
         .wait_for_log("starting controller", Duration::from_secs(20))
         .await?;
 
     let second = env.start_ccm(&[]).await?;
-    second
-        .wait_for_log(
-            "attempting to acquire leader lease",
-            Duration::from_secs(30),
-        )
-        .await?;
+    wait_leading(&second, false, Duration::from_secs(30)).await?;
     // The standby tries three times (a read of the Lease each, where the
     // leader's renewals are a read and an update each) while the leader
     // renews: it must neither take the Lease nor act.
@@ -180,16 +173,13 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
     first.signal(libc::SIGKILL);
     first.wait_exit(Duration::from_secs(5)).await?;
     let killed_at = tokio::time::Instant::now();
-    second
-        .wait_for_log("successfully acquired lease", Duration::from_secs(10))
-        .await?;
+    let second_id = held_by_other(&env, Some(&first_id), Duration::from_secs(10)).await?;
     let took = killed_at.elapsed();
     assert!(
         took >= Duration::from_millis(3000 - 2000),
         "the standby took the Lease {took:?} after the kill, before it expired"
     );
-    let second_id = acquired_identity(&second.logs()).expect("identity");
-    assert_ne!(first_id, second_id);
+    // The new holder is the standby: the only replica left says it leads.
     let (_, m) = https_get(&second.https_addr().await?, "/metrics").await?;
     assert!(m.contains(&status(1)), "{m}");
     let l = eventually(
@@ -234,8 +224,8 @@ async fn sigterm_stops_cleanly_and_releases_the_lease() -> anyhow::Result<()> {
 
     // A successor takes over at once rather than after the lease duration.
     let next = env.start_ccm(&[]).await?;
-    next.wait_for_log("successfully acquired lease", Duration::from_secs(3))
-        .await?;
+    held_by_other(&env, None, Duration::from_secs(3)).await?;
+    wait_leading(&next, true, Duration::from_secs(3)).await?;
     env.finish().await
 }
 
@@ -324,8 +314,8 @@ async fn an_upstream_cloud_conf_and_flags_start_with_a_warning_for_the_unknown_k
             "--webhook-secure-port=0",
         ])
         .await?;
-    ccm.wait_for_log("successfully acquired lease", Duration::from_secs(30))
-        .await?;
+    // It starts and leads; what it skipped is what it logs.
+    wait_leading(&ccm, true, Duration::from_secs(30)).await?;
     let logs = ccm.logs();
     let conf = env.cloud_conf.display().to_string();
     let warning = logs

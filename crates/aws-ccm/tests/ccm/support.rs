@@ -443,6 +443,30 @@ pub async fn metrics_with(
     })
 }
 
+/// Who holds the CCM's leader Lease, as the API server has it; `None`
+/// while nobody does.
+pub async fn lease_holder(env: &Env) -> Option<String> {
+    let client = env.api.client().await.ok()?;
+    let lease =
+        kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client, "kube-system")
+            .get_opt("cloud-controller-manager")
+            .await
+            .ok()??;
+    lease.spec?.holder_identity.filter(|h| !h.is_empty())
+}
+
+/// Waits until `ccm`'s `/metrics` says it leads (`leading`), or that it is
+/// a candidate that does not (its elector is running): whether a replica
+/// leads, from what it serves rather than from its log.
+pub async fn wait_leading(ccm: &Ccm, leading: bool, deadline: Duration) -> anyhow::Result<()> {
+    let addr = ccm.https_addr().await?;
+    let status = format!(
+        "leader_election_master_status{{name=\"cloud-controller-manager\"}} {}",
+        u8::from(leading)
+    );
+    metrics_with(&addr, &[&status], deadline).await.map(|_| ())
+}
+
 /// Tags for a resource created by test seeding (`TagSpecifications`).
 pub fn tags(
     resource: aws_sdk_ec2::types::ResourceType,

@@ -22,7 +22,8 @@ use super::resources::{self, RESOURCES, ResourceDef};
 use super::reviews::{self, MASTERS_GROUP, Reviews};
 use super::selectors::{FieldSelector, LabelSelector, Selectors};
 use super::store::{
-    Change, DeleteOpts, EventType, ListOpts, Msg, PatchBody, Store, Stored, Writer,
+    Change, DeleteOpts, DisruptionCounters, EventType, ListOpts, Msg, PatchBody, Store, Stored,
+    Writer,
 };
 use super::table;
 use super::{FailureRule, RequestKey};
@@ -895,6 +896,9 @@ struct WatchStream {
     rx: tokio::sync::broadcast::Receiver<Msg>,
     deadline: tokio::time::Instant,
     cancel: CancellationToken,
+    /// The server's own: cancelled at shutdown, which is not a drop.
+    server: CancellationToken,
+    disruptions: Arc<DisruptionCounters>,
     finished: bool,
     /// Changes up to this resourceVersion were sent already (or precede
     /// the watch): skipped.
@@ -983,7 +987,12 @@ impl WatchStream {
                 return None;
             }
             let first = tokio::select! {
-                _ = self.cancel.cancelled() => return None,
+                _ = self.cancel.cancelled() => {
+                    if !self.server.is_cancelled() {
+                        DisruptionCounters::bump(&self.disruptions.watches_dropped);
+                    }
+                    return None;
+                }
                 _ = tokio::time::sleep_until(self.deadline) => return None,
                 m = self.rx.recv() => m,
             };
@@ -1067,6 +1076,8 @@ fn watch(
         rx: start.rx,
         deadline: tokio::time::Instant::now() + Duration::from_secs(timeout),
         cancel: sh.watch_cancel.lock().clone(),
+        server: sh.cancel.clone(),
+        disruptions: sh.store.disruptions.clone(),
         finished: false,
         skip_through: start.skip_through,
     };

@@ -156,6 +156,25 @@ impl Default for ServerOptions {
     }
 }
 
+/// What the server's own chaos ([`ServerOptions::watch_drop_every`],
+/// [`ServerOptions::compact_every`], [`ServerOptions::watch_cache_lag`], or
+/// [`TestApiServer::close_watches`] and [`TestApiServer::compact`]) did to
+/// its clients so far: proof that each disruption a test configures was met.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Disruptions {
+    /// Open watch streams ended by a drop (not by their timeout or the
+    /// server's shutdown).
+    pub watches_dropped: u64,
+    /// 410 Gone answers (a watch, exact list or continue token older than
+    /// the history kept), injected failures apart.
+    pub expired: u64,
+    /// Changes the lagging watch cache delivered late to open watches.
+    pub lagged_events: u64,
+    /// Reads served from the lagging watch cache (`resourceVersion=0` gets
+    /// and lists) that missed a write already made.
+    pub stale_reads: u64,
+}
+
 /// Identifies a class of requests in [`RequestStats`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RequestKey {
@@ -570,6 +589,11 @@ impl TestApiServer {
                 .map(|(k, v)| (k.clone(), *v))
                 .collect(),
         }
+    }
+
+    /// What the server's chaos did to its clients so far.
+    pub fn disruptions(&self) -> Disruptions {
+        self.shared.store.disruptions.snapshot()
     }
 
     /// Forgets the request counts.

@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -118,6 +119,32 @@ struct State {
     next_node_port: u64,
 }
 
+/// What the server's own chaos (watch drops, compaction, a lagging watch
+/// cache) did to its clients, counted where it happens, so a test shows
+/// each disruption it configured was met.
+#[derive(Debug, Default)]
+pub(crate) struct DisruptionCounters {
+    pub watches_dropped: AtomicU64,
+    pub expired: AtomicU64,
+    pub lagged_events: AtomicU64,
+    pub stale_reads: AtomicU64,
+}
+
+impl DisruptionCounters {
+    pub(crate) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> super::Disruptions {
+        super::Disruptions {
+            watches_dropped: self.watches_dropped.load(Ordering::Relaxed),
+            expired: self.expired.load(Ordering::Relaxed),
+            lagged_events: self.lagged_events.load(Ordering::Relaxed),
+            stale_reads: self.stale_reads.load(Ordering::Relaxed),
+        }
+    }
+}
+
 /// The store shared by all requests of one server.
 pub(crate) struct Store {
     state: Mutex<State>,
@@ -127,6 +154,7 @@ pub(crate) struct Store {
     lag: Duration,
     /// Wakes the watch cache pump when a change is queued.
     pump_wake: tokio::sync::Notify,
+    pub disruptions: Arc<DisruptionCounters>,
 }
 
 /// A page of a list.
@@ -290,7 +318,20 @@ impl Store {
             rv_tx,
             lag,
             pump_wake: tokio::sync::Notify::new(),
+            disruptions: Arc::default(),
         }
+    }
+
+    /// A 410 Gone answered because history was compacted or outgrown.
+    fn expired(&self, message: impl Into<String>) -> ApiError {
+        DisruptionCounters::bump(&self.disruptions.expired);
+        ApiError::expired(message)
+    }
+
+    /// Whether a change to resource `res` (a storage index) that the watch
+    /// cache has not seen yet passes `also`: a cached read now misses it.
+    fn misses_pending(st: &State, res: usize, also: impl Fn(&Change) -> bool) -> bool {
+        st.pending.iter().any(|(_, r, c)| *r == res && also(c))
     }
 
     /// The newest resourceVersion the watch cache has seen: every change up
@@ -312,7 +353,9 @@ impl Store {
             }
             if let Some((_, res, change)) = st.pending.pop_front() {
                 // An error only means nobody is watching.
-                let _ = st.res[res].tx.send(Msg::Change(change));
+                if st.res[res].tx.send(Msg::Change(change)).is_ok() {
+                    DisruptionCounters::bump(&self.disruptions.lagged_events);
+                }
             }
         }
         None
@@ -452,6 +495,10 @@ impl Store {
             drop(st);
             return self.get(res, ns, name);
         }
+        let this = |c: &Change| c.key.0 == ns && c.key.1 == name;
+        if Self::misses_pending(&st, storage_index(res), this) {
+            DisruptionCounters::bump(&self.disruptions.stale_reads);
+        }
         Self::at_rv(&st, res, Some(ns), cache_rv)
             .into_iter()
             .find(|o| meta_str(&o.value, "name") == name)
@@ -542,7 +589,7 @@ impl Store {
             }
             let (id, offset) = decode_continue(token)?;
             let snap = st.snapshots.get(&id).ok_or_else(|| {
-                ApiError::expired(
+                self.expired(
                     "The provided continue parameter is too old to display a consistent list result. \
                      You can start a new list without the continue parameter.",
                 )
@@ -559,9 +606,9 @@ impl Store {
                     return Err(ApiError::too_large_rv(rv, st.rv));
                 }
                 if rv < st.res[storage_index(res)].floor {
-                    return Err(ApiError::expired(
-                        "The resourceVersion for the provided list is too old.",
-                    ));
+                    return Err(
+                        self.expired("The resourceVersion for the provided list is too old.")
+                    );
                 }
                 (rv, Self::at_rv(&st, res, ns, rv))
             }
@@ -573,6 +620,10 @@ impl Store {
                 // Served from the watch cache, which may lag the store.
                 let cache_rv = Self::cache_rv(&st);
                 if cache_rv < st.rv && wanted <= cache_rv {
+                    let of_ns = |c: &Change| ns.is_none_or(|ns| ns == c.key.0);
+                    if Self::misses_pending(&st, storage_index(res), of_ns) {
+                        DisruptionCounters::bump(&self.disruptions.stale_reads);
+                    }
                     (cache_rv, Self::at_rv(&st, res, ns, cache_rv))
                 } else {
                     (st.rv, Self::scan(&st, res, ns))
@@ -645,10 +696,9 @@ impl Store {
         match from {
             Some(rv) if rv > 0 && !initial_events => {
                 if rv < rs.floor {
-                    return Err(ApiError::expired(format!(
-                        "too old resource version: {rv} ({})",
-                        rs.floor
-                    )));
+                    return Err(
+                        self.expired(format!("too old resource version: {rv} ({})", rs.floor))
+                    );
                 }
                 let replay: Vec<Arc<Change>> = rs
                     .history

@@ -151,12 +151,26 @@ struct Hidden {
 pub(crate) struct Consistency {
     delay: Mutex<Duration>,
     hidden: Mutex<Vec<Hidden>>,
+    hits: Mutex<ConsistencyHits>,
+}
+
+/// How often the window changed an answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConsistencyHits {
+    /// Calls naming a hidden resource, answered with its NotFound error.
+    pub not_found: u64,
+    /// List answers a hidden resource was left out of.
+    pub left_out: u64,
 }
 
 impl Consistency {
     /// Sets the window for resources created from now on (zero: none).
     pub(crate) fn set_delay(&self, delay: Duration) {
         *self.delay.lock() = delay;
+    }
+
+    pub(crate) fn hits(&self) -> ConsistencyHits {
+        *self.hits.lock()
     }
 
     fn active(&self, now: Instant) -> bool {
@@ -193,7 +207,7 @@ impl Consistency {
             return None;
         }
         let hidden = self.hidden.lock();
-        params
+        let refusal = params
             .iter()
             .filter(|(name, _)| !name.starts_with("Filter."))
             .find_map(|(_, value)| {
@@ -201,7 +215,11 @@ impl Consistency {
                     .iter()
                     .find(|h| h.kind.service() == service && h.id == *value)
                     .map(|h| h.kind.not_found(&h.id))
-            })
+            });
+        if refusal.is_some() {
+            self.hits.lock().not_found += 1;
+        }
+        refusal
     }
 
     /// Notes what a successful answer created, and returns the answer with
@@ -246,7 +264,11 @@ impl Consistency {
         if ids.is_empty() {
             return None;
         }
-        Some(without_items(body, list, item, id_element, &ids))
+        let rewritten = without_items(body, list, item, id_element, &ids);
+        if rewritten.len() != body.len() {
+            self.hits.lock().left_out += 1;
+        }
+        Some(rewritten)
     }
 }
 
@@ -404,6 +426,16 @@ mod tests {
         assert!(
             c.refuse(SERVICE_ELBV2, "DescribeTags", &named, t0)
                 .is_none()
+        );
+        // A list the hidden group is not in is not counted as changed.
+        let other = GROUPS.replace("sg-2", "sg-3");
+        c.observe(SERVICE_EC2, "DescribeSecurityGroups", &[], &other, t0);
+        assert_eq!(
+            c.hits(),
+            ConsistencyHits {
+                not_found: 1,
+                left_out: 1
+            }
         );
 
         let later = t0 + Duration::from_secs(5);

@@ -403,6 +403,14 @@ impl ActiveRules {
     pub(crate) fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
+
+    /// Each rule in force, with how many calls it has fired on.
+    pub(crate) fn fired(&self) -> Vec<(FaultRule, u64)> {
+        self.rules
+            .iter()
+            .map(|active| (active.rule.clone(), active.fired.load(Ordering::Acquire)))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -514,6 +522,9 @@ mod tests {
             rules.pick("elasticloadbalancingv2", "DescribeLoadBalancers", never),
             None
         );
+        // Each rule's firings are counted apart.
+        let fired: Vec<u64> = rules.fired().into_iter().map(|(_, n)| n).collect();
+        assert_eq!(fired, vec![2, 1]);
     }
 
     #[test]

@@ -52,6 +52,7 @@ mod target_quota;
 mod throttle;
 mod topology;
 
+pub use consistency::ConsistencyHits;
 pub use counts::{ActionCounts, CallCounts};
 pub use ecr_public::{ECR_PUBLIC_REGION, EcrCall, EcrStandIn, SERVICE_ECR, SERVICE_ECR_PUBLIC};
 pub use errors::{AwsError, xml_escape};
@@ -324,6 +325,13 @@ impl FaultProxy {
         *self.state.faults.write() = Arc::new(ActiveRules::new(faults));
     }
 
+    /// Each fault rule set by [`FaultProxy::set_faults`], with how many
+    /// calls it fired on: proof that each kind of fault a test injects was
+    /// met, where [`CallCounts::faulted_total`] shows only their sum.
+    pub fn fired(&self) -> Vec<(FaultRule, u64)> {
+        self.state.faults.read().fired()
+    }
+
     /// Turns budget enforcement on (at `fraction` of AWS's limits) or off.
     /// Buckets start full at the new size.
     ///
@@ -413,6 +421,12 @@ impl FaultProxy {
     /// [`FaultProxy::use_manual_clock`] makes it exact.
     pub fn set_consistency_delay(&self, delay: Duration) {
         self.state.consistency.set_delay(delay);
+    }
+
+    /// How often the consistency window changed an answer: proof that the
+    /// invisibility a test sets was met.
+    pub fn consistency_hits(&self) -> ConsistencyHits {
+        self.state.consistency.hits()
     }
 
     /// What `ec2:DescribeInstanceTopology` answers from now on (the proxy
