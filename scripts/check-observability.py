@@ -415,6 +415,13 @@ def warning_reasons():
                 if index is None:
                     for c in re.findall(r'"[^"]*"|\b[A-Z][A-Z0-9_]{2,}\b', stmt):
                         found |= resolve(c, path, text, pos, depth + 1)
+                    called = re.match(r"\s*(\w+)\(", stmt)
+                    if not found and called:
+                        # `let reason = pick(…);`: every constant the fn of this
+                        # file by that name returns.
+                        fn = re.search(rf"\bfn\s+{called.group(1)}\b[^{{]*\{{(.*?)\n\}}", text, re.S)
+                        for c in re.findall(r'"[^"]*"|\b[A-Z][A-Z0-9_]{2,}\b', fn.group(1) if fn else ""):
+                            found |= resolve(c, path, text, pos, depth + 1)
                 else:
                     for t in re.finditer(r"\(\s*(\"[^\"]*\"|[A-Z][A-Z0-9_]*)((?:\s*,\s*(?:\"[^\"]*\"|[A-Z][A-Z0-9_]*))*)", stmt):
                         items = [t.group(1)] + re.findall(r'"[^"]*"|[A-Z][A-Z0-9_]*', t.group(2))

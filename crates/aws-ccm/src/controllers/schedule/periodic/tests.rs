@@ -35,16 +35,19 @@ fn start(
     tokio::spawn(async move {
         runner
             .run(&st, move || {
-                let n = {
-                    let mut s = s.lock();
-                    s.push(t0.elapsed());
-                    s.len()
-                };
+                let n = begun(&s, t0);
                 std::future::ready(outcome(n))
             })
             .await
     });
     (starts, stop)
+}
+
+/// Records that a pass began now; its number (1 = the first).
+fn begun(starts: &Starts, t0: Instant) -> usize {
+    let mut s = starts.lock();
+    s.push(t0.elapsed());
+    s.len()
 }
 
 fn secs(list: &[f64]) -> Vec<Duration> {
@@ -61,11 +64,7 @@ async fn a_pass_runs_at_start_then_a_period_after_the_last_began_and_none_after_
     let (s, stopper) = (starts.clone(), stop.clone());
     runner
         .run(&stop, move || {
-            let n = {
-                let mut s = s.lock();
-                s.push(Instant::now() - t0);
-                s.len()
-            };
+            let n = begun(&s, t0);
             let stopper = stopper.clone();
             async move {
                 // A pass that takes 7 s: the next starts at once, not in a
@@ -178,11 +177,7 @@ async fn a_change_hastens_a_retry_and_stop_cuts_a_pass_short() {
     let ended = tokio::spawn(async move {
         runner
             .run(&st, move || {
-                let n = {
-                    let mut s = s.lock();
-                    s.push(t0.elapsed());
-                    s.len()
-                };
+                let n = begun(&s, t0);
                 async move {
                     if n == 2 {
                         // Never ends by itself.
