@@ -12,8 +12,10 @@
 //!   [`periodic::Periodic`]: a pass at start, every period after the last
 //!   began, once a watched value's change settles, and after a failed pass
 //!   by the backoff, never later than the period.
-//! * **Wake-ups.** A loop sleeps in [`wait`] and nowhere else: until its own
-//!   next due instant, a change, or shutdown. Changes come from the shared
+//! * **Wake-ups.** Loops sleep in this module and nowhere else: the
+//!   periodic runner and the change scans in [`wait`], the keyed queue's one
+//!   loop until its next due key (`Keyed::run`); each until its own next due
+//!   instant, a change, or shutdown. Changes come from the shared
 //!   informer caches ([`changed`] on their generation, or the per-Node
 //!   feed); no controller re-reads a cache on a fast timer, so an idle
 //!   cluster costs nothing.
