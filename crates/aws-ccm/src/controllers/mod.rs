@@ -5,9 +5,9 @@
 //! When each acts is decided by one mechanism, [`schedule`]: one keyed
 //! scheduler for the controllers that work on keys, one periodic runner for
 //! the set passes (route, node lifecycle, address refresh, node IPAM), one
-//! module where loops sleep, one backoff, one settling rule for bursts of changes
-//! (each user naming its quiet time and cap) and one set of `workqueue_*`
-//! metrics.
+//! module where loops sleep, one backoff, one settling rule for bursts of
+//! changes (each user naming its quiet time and cap) and one set of
+//! `workqueue_*` metrics.
 
 pub mod cached_node;
 pub mod events;
