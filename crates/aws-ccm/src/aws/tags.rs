@@ -26,6 +26,16 @@ pub const APPLIED_TAG: &str = "aws-ccm/applied";
 /// group attributes) as it created them (see `aws::load_balancers::sweep`).
 /// Written only in the create call.
 pub const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
+/// On a load balancer (and its target groups and own security group) this
+/// CCM kept when its protected Service went: the Service (`<ns>/<name>`)
+/// it was kept from. The proof `aws-ccm orphans` reads as "protected,
+/// kept" (see `aws::load_balancers::keep`). The Go CCM writes no such tag.
+pub const KEPT_TAG: &str = "aws-ccm/kept";
+/// On an NLB whose AWS `deletion_protection.enabled` attribute this CCM
+/// turned on (`on`), or back off (`off`): only then does removing the
+/// annotation turn the attribute off, so a protection set by hand (on a
+/// load balancer the Go CCM made) is never undone.
+pub const DELETION_PROTECTION_TAG: &str = "aws-ccm/deletion-protection";
 /// Most tags a classic ELB, an NLB or a target group takes.
 pub const MAX_LB_TAGS: usize = 50;
 

@@ -46,7 +46,8 @@ use super::schedule::settle::Settle;
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::load_balancers::{
-    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external, next_resync_slot_at,
+    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external, is_protected,
+    next_resync_slot_at,
 };
 
 mod due;
@@ -637,12 +638,13 @@ impl<L: LoadBalancers> ServiceController<L> {
         let obj = svc.object_ref(&());
         let uid = svc.metadata.uid.clone().unwrap_or_default();
         let handed_over = is_external(svc);
+        let mut kept = None;
         if !handed_over {
             self.events
                 .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
                 .await;
-            match self.lbs.ensure_deleted(&key(svc), &uid).await {
-                Ok(_) => {}
+            match self.lbs.ensure_deleted(&key(svc), &uid, is_protected(svc)).await {
+                Ok(removed) => kept = removed.kept,
                 Err(e) if may_wait && e.in_use() => {
                     tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
                     return Outcome::Waiting;
@@ -675,6 +677,14 @@ impl<L: LoadBalancers> ServiceController<L> {
             );
             self.events
                 .normal(&obj, "LoadBalancerHandedOver", note)
+                .await;
+        } else if let Some(what) = kept {
+            let note = format!(
+                "Kept the protected {what} in AWS with its listeners, target groups and own security group; its node targets and node security-group rules were removed (the Service's node ports are released), and the finalizer {FINALIZER} is released. `aws-ccm orphans` lists it as protected, kept, and never deletes it"
+            );
+            tracing::info!(load_balancer = %what, "protected: kept in AWS, finalizer released");
+            self.events
+                .normal(&obj, "LoadBalancerKept", note)
                 .await;
         } else {
             self.events

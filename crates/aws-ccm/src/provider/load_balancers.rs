@@ -11,7 +11,9 @@
 //! untouched, so it is shared rather than copied into a second type. The
 //! same goes for the target-node-labels annotation, by which the controller
 //! picks a Service's backend nodes, and for `aws-load-balancer-type`, by
-//! which it leaves a Service to another controller ([`is_external`]).
+//! which it leaves a Service to another controller ([`is_external`]), and
+//! for the protection by which its deletion keeps the load balancer
+//! ([`is_protected`]).
 
 use std::collections::BTreeSet;
 use std::future::Future;
@@ -20,7 +22,7 @@ use crate::provider::CloudResult;
 
 pub use crate::aws::annotations::{
     Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, TYPE,
-    is_external, labels_match, parse_key_values,
+    is_external, is_protected, labels_match, parse_key_values,
 };
 
 /// The resync slot of the Service with UID `uid` that holds `at`: slots
@@ -123,12 +125,26 @@ pub trait LoadBalancers: Clone + Send + Sync + 'static {
     /// The name this CCM gives the load balancer of the Service with UID
     /// `uid` (of either kind), whether it exists or not.
     fn name(&self, uid: &str) -> String;
-    /// Removes everything made for the Service; `Ok(true)` when something was deleted.
+    /// Removes everything made for the Service; with `protected` (the
+    /// Service marks its load balancer protected, [`is_protected`]), or when
+    /// the cloud protects it, keeps the load balancer and its own parts and
+    /// removes only what reaches into the cluster.
     fn ensure_deleted(
         &self,
         service_key: &str,
         uid: &str,
-    ) -> impl Future<Output = CloudResult<bool>> + Send;
+        protected: bool,
+    ) -> impl Future<Output = CloudResult<Removed>> + Send;
+}
+
+/// What a Service's deletion did to its load balancer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Removed {
+    /// Whether anything in the cloud was deleted or changed.
+    pub changed: bool,
+    /// The protected load balancer that was kept, when one was: what it is
+    /// and how it is marked kept (`NLB a1b2… (tagged …)`).
+    pub kept: Option<String>,
 }
 
 /// Something a sync left undone that only the operator can fix; the rest

@@ -37,6 +37,7 @@
 
 mod consistency;
 mod counts;
+mod deletion_protection;
 mod dry_run;
 mod dualstack;
 mod ecr_public;
@@ -730,6 +731,12 @@ async fn handle(
     }
     if let Some(refusal) =
         dualstack::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
+        deletion_protection::refuse(&state, &parts.headers, &call.service, &call.action, &params)
+            .await
     {
         return Ok(error_response(&refusal, &call));
     }

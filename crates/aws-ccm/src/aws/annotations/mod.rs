@@ -83,6 +83,8 @@ pub const HC_SUCCESS_CODES: &str = key!("healthcheck-success-codes");
 pub const IPV6_ADDRESSES: &str = key!("ipv6-addresses");
 pub const ALPN_POLICY: &str = key!("alpn-policy");
 pub const LB_ATTRIBUTES: &str = key!("attributes");
+/// The one key of [`LB_ATTRIBUTES`] this CCM reads.
+pub const DELETION_PROTECTION: &str = "deletion_protection.enabled";
 pub const MANAGE_BACKEND_SG_RULES: &str = key!("manage-backend-security-group-rules");
 pub const PRIVATE_LINK_SG_RULES: &str = key!("inbound-sg-rules-on-private-link-traffic");
 pub const SG_PREFIX_LISTS: &str = key!("security-group-prefix-lists");
@@ -124,6 +126,22 @@ pub fn is_external(svc: &k8s_openapi::api::core::v1::Service) -> bool {
         .as_ref()
         .and_then(|a| a.get(TYPE))
         .is_some_and(|v| external_type(v))
+}
+
+/// Whether the Service marks its load balancer protected:
+/// `aws-load-balancer-attributes` holds `deletion_protection.enabled=true`
+/// (read as [`LoadBalancerSpec::deletion_protection`] reads it). Its
+/// deletion then keeps the load balancer (docs/ownership.md).
+pub fn is_protected(svc: &k8s_openapi::api::core::v1::Service) -> bool {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(LB_ATTRIBUTES))
+        .is_some_and(|v| {
+            parse_key_values(v)
+                .get(DELETION_PROTECTION)
+                .is_some_and(|v| v.trim() == "true")
+        })
 }
 
 /// The `aws-load-balancer-type` values the Go CCM leaves to another controller.
@@ -320,6 +338,17 @@ pub struct LoadBalancerSpec {
     pub ports: Vec<ServicePortSpec>,
     /// `externalTrafficPolicy: Local` with its `healthCheckNodePort`.
     pub local_health_check_node_port: Option<i32>,
+    /// `aws-load-balancer-attributes: deletion_protection.enabled=<bool>`:
+    /// `Some(true)` protects the load balancer (kept when the Service goes,
+    /// see `aws::load_balancers::keep`); `None`: not written.
+    pub deletion_protection: Option<bool>,
+}
+
+impl LoadBalancerSpec {
+    /// Whether the Service marks its load balancer protected.
+    pub fn protected(&self) -> bool {
+        self.deletion_protection == Some(true)
+    }
 }
 
 impl LoadBalancerSpec {

@@ -271,6 +271,40 @@ pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Resul
     Ok(())
 }
 
+/// The AWS Load Balancer Controller's load balancer attributes: this CCM
+/// reads `deletion_protection.enabled` alone. A value it cannot read, or
+/// another key, gets a Warning and changes nothing: the Go CCM reads none
+/// of the key, so neither refuses the sync.
+pub fn lb_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+    let pairs = parse_key_values(v);
+    let others: Vec<&str> = (pairs.keys())
+        .map(String::as_str)
+        .filter(|key| *key != DELETION_PROTECTION)
+        .collect();
+    if !others.is_empty() {
+        cx.not_read(
+            k,
+            v,
+            &format!("this CCM reads only {DELETION_PROTECTION} of it; {} ignored (an AWS Load Balancer Controller setting, which the Go CCM does not read either)", others.join(", ")),
+            "use aws-load-balancer-access-log-enabled, -access-log-s3-bucket-name, -access-log-s3-bucket-prefix and aws-load-balancer-cross-zone-load-balancing-enabled for those",
+            Holds::Nothing,
+        );
+    }
+    match pairs.get(DELETION_PROTECTION).map(|v| v.trim()) {
+        None => {}
+        Some("true") => s.deletion_protection = Some(true),
+        Some("false") => s.deletion_protection = Some(false),
+        Some(other) => cx.not_read(
+            k,
+            v,
+            &format!("{DELETION_PROTECTION}={other:?} is neither true nor false: ignored, the load balancer's protection is left as it is"),
+            &format!("write {DELETION_PROTECTION}=true or {DELETION_PROTECTION}=false"),
+            Holds::Nothing,
+        ),
+    }
+    Ok(())
+}
+
 pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.dualstack = match v {
         "" | "ipv4" => false,

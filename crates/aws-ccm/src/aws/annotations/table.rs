@@ -441,11 +441,13 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "AWS Load Balancer Controller: the ALPN policy of the TLS listeners.",
         "this CCM sets none (AWS's default)",
     ),
-    not_read(
+    row(
         LB_ATTRIBUTES,
         "comma-separated `key=value`",
-        "AWS Load Balancer Controller: load balancer attributes (access logs, cross-zone, deletion protection, ...).",
-        "use aws-load-balancer-access-log-enabled, -access-log-s3-bucket-name, -access-log-s3-bucket-prefix and aws-load-balancer-cross-zone-load-balancing-enabled",
+        "-",
+        Applies::Both,
+        "Only `deletion_protection.enabled=true|false` is read (the AWS Load Balancer Controller's key; the Go CCM reads none of it). `true` protects the load balancer: when the Service is deleted or stops being `type: LoadBalancer`, the load balancer, its listeners, target groups and own security group are kept (its node targets and node security-group rules are removed, as the Service's node ports are released) and tagged `aws-ccm/kept`; on an NLB AWS's `deletion_protection.enabled` attribute is set too. On a classic ELB, which has no such attribute, the key is the marker alone. `false`, or removing `true` from an NLB this CCM protected, turns AWS's attribute off. Other keys are not read (Warning `AnnotationNotRead`); see docs/ownership.md.",
+        Parse::Own(parse::lb_attributes),
     ),
     not_read(
         MANAGE_BACKEND_SG_RULES,

@@ -102,6 +102,8 @@ const INTERNAL_FALSE: &[(&str, &str)] = &[(INTERNAL, "false")];
 /// The AWS Load Balancer Controller's scheme where the Go CCM's reading
 /// would make public what it asks to keep private.
 const SCHEME_HELD: &str = "Warning `AnnotationNotRead`; a new Service gets no load balancer and an existing one is kept as it is (upkeep) until `aws-load-balancer-internal: \"true\"` is set or the key removed, where the Go CCM makes it internet-facing";
+/// `deletion_protection.enabled=true`: opt-in, never written by the Go CCM.
+const PROTECTED: &str = "protection, which the Go CCM lacks (cloud-provider-aws #1240): deleting the Service or changing its type keeps the load balancer, its listeners, target groups and own security group (docs/ownership.md); on an NLB AWS's deletion protection is set too";
 /// An AWS Load Balancer Controller annotation neither CCM reads.
 const NOT_READ_WHY: &str =
     "Warning `AnnotationNotRead`: an AWS Load Balancer Controller annotation";
@@ -231,7 +233,11 @@ pub const CLASSES: &[Class] = &[
     c(HC_SUCCESS_CODES, "documented", "200-399", Both, Ignores).here(Ignores, NOT_READ_WHY),
     c(IPV6_ADDRESSES, "documented", "2600:1f13:837:8501::1", Both, Ignores).here(Ignores, NOT_READ_WHY),
     c(ALPN_POLICY, "documented", "HTTP2Preferred", Both, Ignores).here(Ignores, NOT_READ_WHY),
-    c(LB_ATTRIBUTES, "documented", "deletion_protection.enabled=true", Both, Ignores).here(Ignores, NOT_READ_WHY),
+    c(LB_ATTRIBUTES, "documented", "deletion_protection.enabled=true", Both, Ignores).here(Uses, PROTECTED),
+    c(LB_ATTRIBUTES, "documented", "deletion_protection.enabled=false", Both, Ignores).here(Uses, "an NLB's AWS deletion protection is turned off; nothing else changes"),
+    c(LB_ATTRIBUTES, "other attribute", "access_logs.s3.enabled=true", Both, Ignores).here(Ignores, "Warning `AnnotationNotRead`: only deletion_protection.enabled is read"),
+    c(LB_ATTRIBUTES, "unknown word", "deletion_protection.enabled=yes", Both, Ignores).here(Ignores, "Warning `AnnotationNotRead`"),
+    c(LB_ATTRIBUTES, "empty", "", Both, Ignores),
     c(MANAGE_BACKEND_SG_RULES, "documented", "false", Both, Ignores).here(Ignores, NOT_READ_WHY),
     c(PRIVATE_LINK_SG_RULES, "documented", "off", Both, Ignores).here(Ignores, NOT_READ_WHY),
     c(SG_PREFIX_LISTS, "documented", "pl-00000000", Both, Ignores).here(Ignores, NOT_READ_WHY),

@@ -591,6 +591,38 @@ pub fn plan_delete(actual: &Actual, cluster_id: &str, service_key: &str) -> Vec<
     changes
 }
 
+/// Pure: what the deletion of a protected Service does to its classic
+/// ELB, when [`ownership`] proves it this CCM's for `service_key` (`None`
+/// when not: the deletion leaves it anyway). What [`plan_delete`] would do
+/// to the node groups' rules it does (the Service's node ports are released
+/// with it and may go to another Service), and the instances are
+/// deregistered for the same reason; the load balancer, its listeners and
+/// its own group stay, and it is tagged [`tags::KEPT_TAG`] with the Service
+/// it was kept from.
+pub fn plan_keep(actual: &Actual, cluster_id: &str, service_key: &str) -> Option<Vec<Change>> {
+    let lb = actual.lb.as_ref()?;
+    ownership::prove(
+        Made::LoadBalancer,
+        &lb.name,
+        &lb.tags,
+        cluster_id,
+        Some(service_key),
+    )
+    .ok()?;
+    let mut changes: Vec<Change> = plan_delete(actual, cluster_id, service_key)
+        .into_iter()
+        .filter(|c| matches!(c, Change::RevokeNodeIngress { .. }))
+        .collect();
+    if !lb.instances.is_empty() {
+        changes.push(Change::DeregisterInstances(lb.instances.clone()));
+    }
+    if lb.tags.get(tags::KEPT_TAG).map(String::as_str) != Some(service_key) {
+        let kept = BTreeMap::from([(tags::KEPT_TAG.to_string(), service_key.to_string())]);
+        changes.push(Change::AddTags(kept));
+    }
+    Some(changes)
+}
+
 /// A load balancer's scheme as AWS names it.
 pub(crate) fn scheme(internal: bool) -> &'static str {
     if internal {

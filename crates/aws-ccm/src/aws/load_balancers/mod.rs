@@ -16,12 +16,13 @@ use crate::aws::{Aws, subnets, tags};
 use crate::cloud_config::CloudConfig;
 use crate::provider::CloudError;
 pub use crate::provider::load_balancers::{
-    EnsureRequest, Ensured, LoadBalancers, Scope, Warning, merged,
+    EnsureRequest, Ensured, LoadBalancers, Removed, Scope, Warning, merged,
 };
 
 mod applying;
 mod drift;
 mod groups;
+mod keep;
 mod nlb_groups;
 mod nlb_rules;
 mod planned;
@@ -297,7 +298,12 @@ impl AwsLoadBalancers {
         // Type change handover: the Service was an NLB until now. First, so
         // that the NLB's group (same name scheme) is gone before groups are read.
         let mut handover = false;
-        if lb.is_none() && hand_over && self.delete_nlb(&req.service_key, &req.uid, true).await? {
+        if lb.is_none()
+            && hand_over
+            && (self.delete_nlb(&req.service_key, &req.uid, true, spec.protected()))
+                .await?
+                .changed
+        {
             tracing::info!(load_balancer = %name, "deleted the NLB this Service had before it asked for a classic ELB");
         } else if lb.is_none() && !hand_over {
             handover = nlb::read::describe(aws, &name).await?.is_some();
@@ -430,19 +436,24 @@ impl AwsLoadBalancers {
     /// Deletes Service `service_key`'s classic ELB, its owned group and node
     /// rules, each only when [`ownership`] proves it this CCM's.
     /// `handover`: the Service now asks for an NLB; then only a classic ELB
-    /// this CCM created is deleted.
+    /// this CCM created is deleted. `protected`: the Service protects it; a
+    /// deletion keeps it ([`elb::plan::plan_keep`]), a handover is refused.
     async fn delete_clb(
         &self,
         service_key: &str,
         uid: &str,
         handover: bool,
-    ) -> Result<bool, CloudError> {
+        protected: bool,
+    ) -> Result<Removed, CloudError> {
         let aws = &self.aws;
         let name = elb::load_balancer_name(uid);
         // A delete needs no attributes: name, tags, groups and instances.
         let lb = elb::io::describe(aws, &name).await?;
         if let (true, Some(l)) = (handover, &lb) {
             drift::handover_allowed(service_key, &name, Kind::Classic, &l.tags, &self.cluster_id)?;
+            if protected {
+                return Err(keep::handover_refused(service_key, "classic ELB", &name, "an NLB"));
+            }
         }
         let proven = lb
             .as_ref()
@@ -489,9 +500,16 @@ impl AwsLoadBalancers {
             shared_lb_group,
             owned_group_node_rules: BTreeSet::new(),
         };
+        if protected && let Some(changes) = elb::plan::plan_keep(&actual, &self.cluster_id, service_key) {
+            self.apply_clb(&name, None, &actual, &changes).await?;
+            return Ok(keep::kept(service_key, "classic ELB", &name, !changes.is_empty()));
+        }
         let changes = elb::plan::plan_delete(&actual, &self.cluster_id, service_key);
         self.apply_clb(&name, None, &actual, &changes).await?;
-        Ok(!changes.is_empty())
+        Ok(Removed {
+            changed: !changes.is_empty(),
+            kept: None,
+        })
     }
 }
 
@@ -537,12 +555,20 @@ impl LoadBalancers for AwsLoadBalancers {
     }
 
     /// Removes whichever kind the Service has (or had): both are looked for.
-    async fn ensure_deleted(&self, service_key: &str, uid: &str) -> Result<bool, CloudError> {
+    async fn ensure_deleted(
+        &self,
+        service_key: &str,
+        uid: &str,
+        protected: bool,
+    ) -> Result<Removed, CloudError> {
         self.memory().applied(Applied::ServiceGone { uid });
         let deleted = async {
-            let clb = self.delete_clb(service_key, uid, false).await?;
-            let nlb = self.delete_nlb(service_key, uid, false).await?;
-            Ok(clb || nlb)
+            let clb = self.delete_clb(service_key, uid, false, protected).await?;
+            let nlb = self.delete_nlb(service_key, uid, false, protected).await?;
+            Ok(Removed {
+                changed: clb.changed || nlb.changed,
+                kept: clb.kept.or(nlb.kept),
+            })
         }
         .await;
         self.memory().applied(Applied::ServiceGone { uid });
@@ -703,24 +729,36 @@ impl AwsLoadBalancers {
     /// Service deletion also looks for target groups no NLB points at (one
     /// listing of every target group); the type-change `handover` (the
     /// Service now asks for a classic ELB) only cleans up an NLB that exists
-    /// and this CCM created.
+    /// and this CCM created. A protected NLB (`protected`, or AWS's own
+    /// deletion protection: [`Self::nlb_protected`]) is kept by a deletion
+    /// ([`Self::keep_nlb`]); its handover is refused.
     async fn delete_nlb(
         &self,
         service_key: &str,
         uid: &str,
         handover: bool,
-    ) -> Result<bool, CloudError> {
+        protected: bool,
+    ) -> Result<Removed, CloudError> {
         let aws = &self.aws;
         let thorough = !handover;
         let name = elb::load_balancer_name(uid);
-        // Names, ARNs and tags are all a delete needs: no attributes,
-        // listeners or targets are read.
+        // Names, ARNs and tags are what a delete needs (and the deletion
+        // protection attribute): no listeners or targets are read.
         let lb = nlb::read::describe(aws, &name).await?;
         if lb.is_none() && !thorough {
-            return Ok(false);
+            return Ok(Removed::default());
         }
         if let (false, Some(l)) = (thorough, &lb) {
             drift::handover_allowed(service_key, &name, Kind::Network, &l.tags, &self.cluster_id)?;
+            if protected || self.nlb_protected(l).await? {
+                return Err(keep::handover_refused(service_key, "NLB", &name, "a classic ELB"));
+            }
+        }
+        if let Some(l) = lb.as_ref().filter(|_| thorough)
+            && self.proven_quietly(service_key, &name, &l.tags)
+            && (protected || self.nlb_protected(l).await?)
+        {
+            return self.keep_nlb(service_key, &name, l.clone()).await;
         }
         if let Some(l) = &lb {
             self.left_unless_proven(service_key, Made::LoadBalancer, &name, &l.tags);
@@ -740,6 +778,9 @@ impl AwsLoadBalancers {
         self.apply_nlb(&name, "", &actual, &changes).await?;
 
         let revoked = self.revoke_nlb_node_rules(&name).await?;
-        Ok(!changes.is_empty() || revoked)
+        Ok(Removed {
+            changed: !changes.is_empty() || revoked,
+            kept: None,
+        })
     }
 }

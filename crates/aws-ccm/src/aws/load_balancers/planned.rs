@@ -141,7 +141,12 @@ impl AwsLoadBalancers {
         // Type change handover: the Service was a classic ELB until now.
         let handover = match (&lb, hand_over) {
             (Some(_), _) => false,
-            (None, true) => self.delete_clb(&req.service_key, &req.uid, true).await?,
+            (None, true) => {
+                let protected = spec.protected();
+                (self.delete_clb(&req.service_key, &req.uid, true, protected))
+                    .await?
+                    .changed
+            }
             (None, false) => elb::io::describe(aws, &name).await?.is_some(),
         };
         let owned_names = self.nlb_group_names(&req.service_key, &req.uid);

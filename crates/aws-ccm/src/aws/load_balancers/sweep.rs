@@ -406,7 +406,12 @@ impl super::AwsLoadBalancers {
             .target_groups
             .iter()
             .all(|tg| arn_of(&tg.name).is_some());
-        let in_full = !all_present || self.memory().sweep().must_read(name, uid, &lb.tags, want);
+        // Turning off the protection this CCM set needs AWS's attribute as
+        // it is: the settings digest cannot tell it (the Service no longer
+        // writes the key).
+        let in_full = !all_present
+            || nlb::plan::unprotecting(desired, &lb.tags)
+            || self.memory().sweep().must_read(name, uid, &lb.tags, want);
         if in_full {
             lb.attributes = nlb::read::read_attributes(aws, &lb.arn).await?;
             lb.listeners = nlb::read::read_listeners(aws, &lb.arn).await?;

@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE, Desired,
+    ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE,
+    ATTR_DELETION_PROTECTION, Desired,
     HealthCheck, Listener, SubnetMapping, TargetGroup, ip_protocols, mtu_rule, port_rule,
     target_group_name,
 };
@@ -133,6 +134,7 @@ pub fn desired(
         target_groups,
         target_group_attributes: spec.target_group_attributes.clone(),
         attributes: attributes(spec),
+        deletion_protection: spec.deletion_protection,
         instances: env.instances.clone(),
     })
 }
@@ -283,6 +285,12 @@ fn attributes(spec: &LoadBalancerSpec) -> BTreeMap<String, String> {
         (
             ATTR_ACCESS_LOGS_PREFIX,
             when_logging(&spec.access_log_prefix),
+        ),
+        // Only when the Service writes it: AWS's protection of a load
+        // balancer the Service says nothing about is left as it is.
+        (
+            ATTR_DELETION_PROTECTION,
+            spec.deletion_protection.map(|on| on.to_string()),
         ),
     ]
     .into_iter()

@@ -25,6 +25,7 @@ pub const ATTR_CROSS_ZONE: &str = "load_balancing.cross_zone.enabled";
 pub const ATTR_ACCESS_LOGS: &str = "access_logs.s3.enabled";
 pub const ATTR_ACCESS_LOGS_BUCKET: &str = "access_logs.s3.bucket";
 pub const ATTR_ACCESS_LOGS_PREFIX: &str = "access_logs.s3.prefix";
+pub const ATTR_DELETION_PROTECTION: &str = crate::aws::annotations::DELETION_PROTECTION;
 
 /// Registration calls carry at most this many targets (as upstream).
 pub const TARGET_CHUNK: usize = 100;
@@ -190,6 +191,9 @@ pub struct Desired {
     /// Only the keys the Service sets.
     pub target_group_attributes: BTreeMap<String, String>,
     pub attributes: BTreeMap<String, String>,
+    /// `aws-load-balancer-attributes: deletion_protection.enabled`, when the
+    /// Service writes it (also in `attributes`).
+    pub deletion_protection: Option<bool>,
     pub instances: BTreeSet<String>,
     /// In `NLBSecurityGroupMode = Managed`, the NLB's groups: the
     /// `security-groups` annotation's, else the owned (managed) one. Outside

@@ -4,7 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    ATTR_ACCESS_LOGS, ATTR_CROSS_ZONE, Actual, ActualLb, ActualListener, ActualTargetGroup, Change,
+    ATTR_ACCESS_LOGS, ATTR_CROSS_ZONE, ATTR_DELETION_PROTECTION, Actual, ActualLb, ActualListener,
+    ActualTargetGroup, Change,
     Desired, SubnetMapping, TargetGroup, TgRef,
 };
 use crate::aws::applied::Applied;
@@ -207,7 +208,7 @@ fn created(
     want_groups: &BTreeSet<String>,
     changes: &mut Vec<Change>,
 ) -> ActualLb {
-    let tags = desired.applied.tagged(&desired.tags);
+    let tags = desired.applied.tagged(&load_balancer_tags(desired));
     changes.push(Change::CreateLoadBalancer {
         internal: desired.internal,
         ip_address_type: desired.ip_address_type.clone(),
@@ -243,7 +244,12 @@ fn load_balancer_changes(
 ) {
     let lb_arn = (!fresh).then(|| lb.arn.clone());
     let record = Applied::from_tags(&lb.tags);
-    let mut want_tags = desired.tags.clone();
+    let mut want_tags = load_balancer_tags(desired);
+    let mut want_attributes = desired.attributes.clone();
+    if unprotecting(desired, &lb.tags) {
+        want_tags.insert(tags::DELETION_PROTECTION_TAG.into(), "off".into());
+        want_attributes.insert(ATTR_DELETION_PROTECTION.into(), "false".into());
+    }
     let diffs = if fresh {
         Vec::new()
     } else {
@@ -276,10 +282,61 @@ fn load_balancer_changes(
     if !tags.is_empty() {
         changes.push(Change::AddTags { arn: lb_arn, tags });
     }
-    let attrs = attribute_delta(&desired.attributes, &lb.attributes);
+    let attrs = attribute_delta(&want_attributes, &lb.attributes);
     if !attrs.is_empty() {
         changes.push(Change::ModifyAttributes(attrs));
     }
+}
+
+/// The NLB's own tags: the Service's, and [`tags::DELETION_PROTECTION_TAG`]
+/// `on` while the Service protects it (the proof that this CCM turned AWS's
+/// attribute on, so that it may turn it off again).
+fn load_balancer_tags(desired: &Desired) -> BTreeMap<String, String> {
+    let mut tags = desired.tags.clone();
+    if desired.deletion_protection == Some(true) {
+        tags.insert(tags::DELETION_PROTECTION_TAG.into(), "on".into());
+    }
+    tags
+}
+
+/// Whether the sync turns off the deletion protection this CCM turned on
+/// (the NLB's `tags` say so) because the Service no longer asks for it.
+/// Protection set by anyone else is left as it is.
+pub fn unprotecting(desired: &Desired, tags: &BTreeMap<String, String>) -> bool {
+    desired.deletion_protection != Some(true)
+        && tags.get(tags::DELETION_PROTECTION_TAG).map(String::as_str) == Some("on")
+}
+
+/// Pure: what the deletion of a protected Service does to its NLB, when
+/// [`ownership`] proves it this CCM's for `service_key` (`None` when not:
+/// the deletion leaves it anyway). The NLB, its listeners, target groups
+/// and own security group stay; its targets are deregistered, since the
+/// Service's node ports are released with it and may be given to another
+/// Service; it is tagged [`tags::KEPT_TAG`] with the Service it was kept
+/// from. `actual.target_groups` carry their registered targets.
+pub fn plan_keep(
+    actual: &Actual,
+    cluster_id: &str,
+    lb_name: &str,
+    service_key: &str,
+) -> Option<Vec<Change>> {
+    let lb = actual.lb.as_ref()?;
+    ownership::prove(Made::LoadBalancer, lb_name, &lb.tags, cluster_id, Some(service_key)).ok()?;
+    let mut changes: Vec<Change> = (actual.target_groups.iter())
+        .filter(|tg| !tg.targets.is_empty())
+        .map(|tg| Change::DeregisterTargets {
+            arn: tg.arn.clone(),
+            port: tg.port,
+            instances: tg.targets.clone(),
+        })
+        .collect();
+    if lb.tags.get(tags::KEPT_TAG).map(String::as_str) != Some(service_key) {
+        changes.push(Change::AddTags {
+            arn: Some(lb.arn.clone()),
+            tags: BTreeMap::from([(tags::KEPT_TAG.to_string(), service_key.to_string())]),
+        });
+    }
+    Some(changes)
 }
 
 /// A target group to create: then its attributes and targets.
