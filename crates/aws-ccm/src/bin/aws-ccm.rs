@@ -153,6 +153,19 @@ fn print_audit(audit: &orphans::Audit, scope: &orphans::Scope, now: chrono::Date
         let age = o.age(now).map_or("-".to_string(), short_age);
         println!("{} {} (age {age}): {}", o.kind.as_str(), o.id, o.recognised);
     }
+    if !audit.kept.is_empty() {
+        println!();
+        println!("# {KEPT}");
+        for k in &audit.kept {
+            println!(
+                "{} {} ({}): protected, kept from Service {}",
+                k.kind.as_str(),
+                k.id,
+                k.name,
+                k.kept_from
+            );
+        }
+    }
     if audit.left_alone.is_empty() {
         return;
     }
@@ -162,6 +175,9 @@ fn print_audit(audit: &orphans::Audit, scope: &orphans::Scope, now: chrono::Date
         println!("{} {} ({}): {}", l.kind.as_str(), l.id, l.name, l.why);
     }
 }
+
+/// The heading of the load balancers kept for protected Services.
+const KEPT: &str = "protected, kept: load balancers kept when their protected Service went; never deleted";
 
 /// The heading of what carries the cluster tag but is not the CCM's.
 const LEFT_ALONE: &str = "tagged for this cluster, not made by the CCM: left alone";

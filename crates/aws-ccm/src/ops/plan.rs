@@ -27,7 +27,9 @@ use crate::controllers::service::{
     backends, has_finalizer, has_load_balancer, wants_load_balancer,
 };
 use crate::options::controller_names::ControllerName;
-use crate::provider::load_balancers::{EnsureRequest, LoadBalancerSpec, Scope, is_external, scope};
+use crate::provider::load_balancers::{
+    EnsureRequest, LoadBalancerSpec, Scope, is_external, is_protected, scope,
+};
 
 /// The plan of a Service handed to another controller
 /// (`aws-load-balancer-type: external` or `nlb-ip`), alive or not: the
@@ -221,7 +223,8 @@ async fn deletion_section(ctx: &Context, svc: &Service, key: String) -> Section 
         "the Service no longer asks for a load balancer"
     };
     let name = elb::load_balancer_name(svc.metadata.uid.as_deref().unwrap_or_default());
-    if let Err(e) = deletion_steps(ctx, &key, &name, why, &mut section).await {
+    let protected = is_protected(svc);
+    if let Err(e) = deletion_steps(ctx, &key, &name, why, protected, &mut section).await {
         section.fails(format!("the deletion would fail: {e}"));
     }
     if section.steps.is_empty() && section.notes.is_empty() {
@@ -232,11 +235,15 @@ async fn deletion_section(ctx: &Context, svc: &Service, key: String) -> Section 
     section
 }
 
+/// What the deletion does, step by step. `protected`: the Service protects
+/// its load balancer; then (and for an NLB AWS protects) the proven load
+/// balancer is kept ([`keep_steps`]).
 async fn deletion_steps(
     ctx: &Context,
     key: &str,
     name: &str,
     why: &str,
+    protected: bool,
     section: &mut Section,
 ) -> Result<(), crate::aws::AwsError> {
     let aws = &ctx.aws;
@@ -245,6 +252,53 @@ async fn deletion_steps(
     let proof = |made: Made, name: &str, tags: &BTreeMap<String, String>| {
         ownership::prove(made, name, tags, &ctx.cluster_id, Some(key))
     };
+    let clb = elb::io::describe(aws, name).await?;
+    let kept_clb = protected
+        && clb
+            .as_ref()
+            .is_some_and(|lb| proof(Made::LoadBalancer, name, &lb.tags).is_ok());
+    let v2 = nlb::read::describe(aws, name).await?;
+    let kept_nlb = match &v2 {
+        Some(lb) if proof(Made::LoadBalancer, name, &lb.tags).is_ok() => {
+            protected
+                || lb.tags.get(tags::DELETION_PROTECTION_TAG).map(String::as_str) == Some("on")
+                || nlb::read::read_attributes(aws, &lb.arn)
+                    .await?
+                    .get(nlb::ATTR_DELETION_PROTECTION)
+                    .map(String::as_str)
+                    == Some("true")
+        }
+        _ => false,
+    };
+    if let (true, Some(lb)) = (kept_clb, &clb) {
+        keep_steps(section, key, "classic ELB", name, &lb.tags);
+        if !lb.instances.is_empty() {
+            let what = format!("{} instance(s) from classic ELB {name}", lb.instances.len());
+            section.step("-", what, &["DeregisterInstancesFromLoadBalancer"]);
+        }
+    }
+    if let (true, Some(lb)) = (kept_nlb, &v2) {
+        keep_steps(section, key, "NLB", name, &lb.tags);
+        for (g, _) in nlb::read::listed_target_groups(aws, &lb.arn).await? {
+            let arn = g.target_group_arn().unwrap_or_default();
+            let health = aws
+                .elbv2(
+                    crate::aws::client::operations::Operation::Elbv2DescribeTargetHealth,
+                    |c| c.describe_target_health().target_group_arn(arn).send(),
+                )
+                .await?;
+            let targets =
+                nlb::read::registered(health.target_health_descriptions(), g.port().unwrap_or_default());
+            if !targets.is_empty() {
+                let what = format!(
+                    "{} target(s) from target group {}",
+                    targets.len(),
+                    g.target_group_name().unwrap_or_default()
+                );
+                section.step("-", what, &["DeregisterTargets"]);
+            }
+        }
+    }
     let load_balancer = |section: &mut Section, kind: &str, lb_tags: &BTreeMap<String, String>| {
         match proof(Made::LoadBalancer, name, lb_tags) {
             Ok(()) => section.step(
@@ -257,7 +311,7 @@ async fn deletion_steps(
             )),
         }
     };
-    if let Some(lb) = elb::io::describe(aws, name).await? {
+    if let (false, Some(lb)) = (kept_clb, &clb) {
         load_balancer(section, "classic ELB", &lb.tags);
     }
     let filters = vec![
@@ -280,14 +334,20 @@ async fn deletion_steps(
                 }
             }
         }
+        if kept_clb {
+            continue;
+        }
         section.step(
             "-",
             format!("security group {} ({})", g.id, g.name),
             &["DeleteSecurityGroup"],
         );
     }
+    if kept_nlb {
+        return Ok(());
+    }
     // What the delete reads: names, ARNs and tags.
-    let lb = nlb::read::describe(aws, name).await?;
+    let lb = v2;
     if let Some(lb) = &lb {
         load_balancer(section, "NLB", &lb.tags);
     }
@@ -304,6 +364,24 @@ async fn deletion_steps(
         );
     }
     Ok(())
+}
+
+/// The keep of a protected load balancer: it, its listeners, target
+/// groups and own group stay, tagged kept (unless they already are).
+fn keep_steps(
+    section: &mut Section,
+    key: &str,
+    kind: &str,
+    name: &str,
+    lb_tags: &BTreeMap<String, String>,
+) {
+    section.note(format!(
+        "{kind} {name} is protected: kept with its listeners, target groups and own security group; what reaches into the cluster (node targets, node rules) is removed"
+    ));
+    if lb_tags.get(tags::KEPT_TAG).map(String::as_str) != Some(key) {
+        let what = format!("{kind} {name}: tag {}={key} (protected, kept)", tags::KEPT_TAG);
+        section.step("~", what, &["AddTags"]);
+    }
 }
 
 /// What both kinds' steps start with: the other kind's load balancer

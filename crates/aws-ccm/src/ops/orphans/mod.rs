@@ -25,6 +25,10 @@
 //!   no Node runs on, or to a node's instance for a CIDR the node no longer
 //!   holds). Only inside `--cluster-cidr`, as the controller.
 //!
+//! A load balancer the CCM kept for a protected Service (proven made by it,
+//! and tagged [`crate::aws::tags::KEPT_TAG`]) is no orphan: it is listed as
+//! "protected, kept", [`Kept`], never deleted, and keeps what it uses.
+//!
 //! The reads are in [`read`]. [`find`] is the library entry point the
 //! integration tests use as their orphan audit.
 
@@ -161,13 +165,30 @@ pub struct LeftAlone {
     pub why: String,
 }
 
-/// What [`find`] reports: the orphans, and what is left alone.
+/// A load balancer the CCM kept when its protected Service went (its
+/// [`crate::aws::tags::KEPT_TAG`]): "protected, kept". Listed, never
+/// deleted; what it uses (listeners, target groups, its own group) stays
+/// with it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Kept {
+    pub kind: Kind,
+    /// A classic ELB's name or an NLB's ARN.
+    pub id: String,
+    pub name: String,
+    /// The Service (`<ns>/<name>`) it was kept from.
+    pub kept_from: String,
+}
+
+/// What [`find`] reports: the orphans, what is left alone, and what was
+/// kept for a protected Service.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Audit {
     /// Sorted by kind (the deletion order), then ID.
     pub orphans: Vec<Orphan>,
     /// Sorted by kind, then ID.
     pub left_alone: Vec<LeftAlone>,
+    /// Sorted by kind, then ID.
+    pub kept: Vec<Kept>,
 }
 
 impl Orphan {
@@ -238,6 +259,9 @@ pub async fn find(aws: &Aws, live: &Live, scope: &Scope) -> anyhow::Result<Audit
         .sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
     audit
         .left_alone
+        .sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
+    audit
+        .kept
         .sort_by(|a, b| (a.kind, &a.id).cmp(&(b.kind, &b.id)));
     Ok(audit)
 }

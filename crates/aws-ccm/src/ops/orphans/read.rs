@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use chrono::{DateTime, Utc};
 
-use super::{Audit, Deletion, Kind, LeftAlone, Live, Orphan, RouteScope, tag_note};
+use super::{Audit, Deletion, Kept, Kind, LeftAlone, Live, Orphan, RouteScope, tag_note};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::client::pages::every_page;
@@ -110,7 +110,8 @@ pub async fn load_balancers_v2(
 }
 
 /// Pure: the load balancers no live Service has are orphans when proven
-/// made by the CCM, and left alone when not.
+/// made by the CCM, kept when also tagged kept, and left alone when not
+/// proven.
 pub fn judge_load_balancers(
     lbs: &[LoadBalancer],
     live: &Live,
@@ -121,7 +122,14 @@ pub fn judge_load_balancers(
         .iter()
         .filter(|lb| !live.load_balancers.contains(&lb.name))
     {
+        let kept_from = lb.tags.get(tags::KEPT_TAG);
         match ownership::prove(Made::LoadBalancer, &lb.name, &lb.tags, cluster_id, None) {
+            Ok(()) if kept_from.is_some() => audit.kept.push(Kept {
+                kind: lb.kind,
+                id: lb.id.clone(),
+                name: lb.name.clone(),
+                kept_from: kept_from.cloned().unwrap_or_default(),
+            }),
             Ok(()) => audit.orphans.push(Orphan {
                 kind: lb.kind,
                 id: lb.id.clone(),
