@@ -177,7 +177,8 @@ fn print_audit(audit: &orphans::Audit, scope: &orphans::Scope, now: chrono::Date
 }
 
 /// The heading of the load balancers kept for protected Services.
-const KEPT: &str = "protected, kept: load balancers kept when their protected Service went; never deleted";
+const KEPT: &str =
+    "protected, kept: load balancers kept when their protected Service went; never deleted";
 
 /// The heading of what carries the cluster tag but is not the CCM's.
 const LEFT_ALONE: &str = "tagged for this cluster, not made by the CCM: left alone";

@@ -643,7 +643,11 @@ impl<L: LoadBalancers> ServiceController<L> {
             self.events
                 .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
                 .await;
-            match self.lbs.ensure_deleted(&key(svc), &uid, is_protected(svc)).await {
+            match self
+                .lbs
+                .ensure_deleted(&key(svc), &uid, is_protected(svc))
+                .await
+            {
                 Ok(removed) => kept = removed.kept,
                 Err(e) if may_wait && e.in_use() => {
                     tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
@@ -683,9 +687,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 "Kept the protected {what} in AWS with its listeners, target groups and own security group; its node targets and node security-group rules were removed (the Service's node ports are released), and the finalizer {FINALIZER} is released. `aws-ccm orphans` lists it as protected, kept, and never deletes it"
             );
             tracing::info!(load_balancer = %what, "protected: kept in AWS, finalizer released");
-            self.events
-                .normal(&obj, "LoadBalancerKept", note)
-                .await;
+            self.events.normal(&obj, "LoadBalancerKept", note).await;
         } else {
             self.events
                 .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")

@@ -261,7 +261,11 @@ async fn deletion_steps(
     let kept_nlb = match &v2 {
         Some(lb) if proof(Made::LoadBalancer, name, &lb.tags).is_ok() => {
             protected
-                || lb.tags.get(tags::DELETION_PROTECTION_TAG).map(String::as_str) == Some("on")
+                || lb
+                    .tags
+                    .get(tags::DELETION_PROTECTION_TAG)
+                    .map(String::as_str)
+                    == Some("on")
                 || nlb::read::read_attributes(aws, &lb.arn)
                     .await?
                     .get(nlb::ATTR_DELETION_PROTECTION)
@@ -287,8 +291,10 @@ async fn deletion_steps(
                     |c| c.describe_target_health().target_group_arn(arn).send(),
                 )
                 .await?;
-            let targets =
-                nlb::read::registered(health.target_health_descriptions(), g.port().unwrap_or_default());
+            let targets = nlb::read::registered(
+                health.target_health_descriptions(),
+                g.port().unwrap_or_default(),
+            );
             if !targets.is_empty() {
                 let what = format!(
                     "{} target(s) from target group {}",
@@ -379,7 +385,10 @@ fn keep_steps(
         "{kind} {name} is protected: kept with its listeners, target groups and own security group; what reaches into the cluster (node targets, node rules) is removed"
     ));
     if lb_tags.get(tags::KEPT_TAG).map(String::as_str) != Some(key) {
-        let what = format!("{kind} {name}: tag {}={key} (protected, kept)", tags::KEPT_TAG);
+        let what = format!(
+            "{kind} {name}: tag {}={key} (protected, kept)",
+            tags::KEPT_TAG
+        );
         section.step("~", what, &["AddTags"]);
     }
 }

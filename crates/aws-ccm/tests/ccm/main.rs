@@ -22,6 +22,7 @@ mod ops_doctor;
 mod ops_orphans;
 mod ops_plan;
 mod permissions;
+mod protect;
 mod routes;
 mod service;
 mod swap;

@@ -68,7 +68,7 @@ pub(crate) fn nlb_service(name: &str, annotations: serde_json::Value) -> Service
     .unwrap()
 }
 
-fn hostname(svc: &Service) -> Option<String> {
+pub(crate) fn hostname(svc: &Service) -> Option<String> {
     svc.status
         .as_ref()?
         .load_balancer
@@ -130,7 +130,7 @@ pub(crate) async fn cluster_tagged_elbv2(
 }
 
 /// The node group's rules as (protocol, from, cidr, description).
-async fn node_rules(
+pub(crate) async fn node_rules(
     ec2: &aws_sdk_ec2::Client,
     group: &str,
 ) -> anyhow::Result<Vec<(String, i32, String, String)>> {
@@ -166,7 +166,11 @@ async fn node_n0(env: &Env, cloud: &Cloud) -> anyhow::Result<(kube::Client, Api<
 
 /// One node (`n0`) and `svc`, then a CCM running the service controller
 /// until the Service has its NLB hostname. Returns the Service as created.
-async fn one_node_nlb(env: &Env, cloud: &Cloud, svc: &Service) -> anyhow::Result<(Service, Ccm)> {
+pub(crate) async fn one_node_nlb(
+    env: &Env,
+    cloud: &Cloud,
+    svc: &Service,
+) -> anyhow::Result<(Service, Ccm)> {
     let (_, services) = node_n0(env, cloud).await?;
     let created = services.create(&PostParams::default(), svc).await?;
     let name = created.metadata.name.clone().unwrap_or_default();

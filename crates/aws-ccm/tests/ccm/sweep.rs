@@ -425,7 +425,11 @@ async fn a_write_invalidates_only_the_load_balancer_it_touched() -> anyhow::Resu
     // No Service stands behind these load balancers: delete them as the
     // controller would, and the audit finds nothing left.
     for r in &reqs {
-        assert!(lbs.ensure_deleted(&r.service_key, &r.uid, false).await?.changed);
+        assert!(
+            lbs.ensure_deleted(&r.service_key, &r.uid, false)
+                .await?
+                .changed
+        );
     }
     env.finish().await
 }

@@ -59,7 +59,9 @@ pub(super) async fn refuse(
         AwsError::new(
             400,
             "OperationNotPermitted",
-            format!("Load balancer '{arn}' cannot be deleted because deletion protection is enabled"),
+            format!(
+                "Load balancer '{arn}' cannot be deleted because deletion protection is enabled"
+            ),
         )
     })
 }
@@ -72,7 +74,10 @@ mod tests {
     #[test]
     fn only_elbv2_deletes_are_checked() {
         let params = p(&[("LoadBalancerArn", "arn:lb")]);
-        assert_eq!(target(SERVICE_ELBV2, "DeleteLoadBalancer", &params), Some("arn:lb"));
+        assert_eq!(
+            target(SERVICE_ELBV2, "DeleteLoadBalancer", &params),
+            Some("arn:lb")
+        );
         assert_eq!(target(SERVICE_ELBV2, "DeleteTargetGroup", &params), None);
         assert_eq!(
             target("elasticloadbalancing", "DeleteLoadBalancer", &params),

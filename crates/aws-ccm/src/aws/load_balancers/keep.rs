@@ -24,12 +24,20 @@ pub(super) fn kept(service_key: &str, kind: &str, name: &str, changed: bool) -> 
     tracing::info!(service = %service_key, load_balancer = %name, "protected: kept the {kind}, its listeners, target groups and own security group; removed its node targets and node rules");
     Removed {
         changed,
-        kept: Some(format!("{kind} {name} (tagged {}={service_key})", tags::KEPT_TAG)),
+        kept: Some(format!(
+            "{kind} {name} (tagged {}={service_key})",
+            tags::KEPT_TAG
+        )),
     }
 }
 
 /// The refusal of a type change that would delete protected `kind` `name`.
-pub(super) fn handover_refused(service_key: &str, kind: &str, name: &str, asked: &str) -> CloudError {
+pub(super) fn handover_refused(
+    service_key: &str,
+    kind: &str,
+    name: &str,
+    asked: &str,
+) -> CloudError {
     CloudError::invalid(format!(
         "Service {service_key}: its {kind} {name} is protected ({}: {}=true, or AWS's deletion protection), so it is not replaced by {asked}; the load balancer is left as it is. To change the load balancer type, remove the protection first (an NLB's AWS attribute is turned off at the next sync), or set {} back",
         crate::aws::annotations::LB_ATTRIBUTES,
@@ -42,11 +50,19 @@ impl AwsLoadBalancers {
     /// Whether the NLB is protected at AWS: this CCM's tag says it turned
     /// the attribute on, or the attribute (read) is on.
     pub(super) async fn nlb_protected(&self, lb: &nlb::ActualLb) -> Result<bool, CloudError> {
-        if lb.tags.get(tags::DELETION_PROTECTION_TAG).map(String::as_str) == Some("on") {
+        if lb
+            .tags
+            .get(tags::DELETION_PROTECTION_TAG)
+            .map(String::as_str)
+            == Some("on")
+        {
             return Ok(true);
         }
         let attributes = nlb::read::read_attributes(&self.aws, &lb.arn).await?;
-        Ok(attributes.get(nlb::ATTR_DELETION_PROTECTION).map(String::as_str) == Some("true"))
+        Ok(attributes
+            .get(nlb::ATTR_DELETION_PROTECTION)
+            .map(String::as_str)
+            == Some("true"))
     }
 
     /// Whether [`ownership`] proves load balancer `name` this CCM's for
@@ -57,7 +73,14 @@ impl AwsLoadBalancers {
         name: &str,
         tags: &BTreeMap<String, String>,
     ) -> bool {
-        ownership::prove(Made::LoadBalancer, name, tags, &self.cluster_id, Some(service_key)).is_ok()
+        ownership::prove(
+            Made::LoadBalancer,
+            name,
+            tags,
+            &self.cluster_id,
+            Some(service_key),
+        )
+        .is_ok()
     }
 
     /// Keeps the protected NLB `lb` (named `name`) of Service `service_key`
@@ -81,10 +104,15 @@ impl AwsLoadBalancers {
             target_groups,
             owned_group: None,
         };
-        let changes = nlb::plan::plan_keep(&actual, &self.cluster_id, name, service_key)
-            .unwrap_or_default();
+        let changes =
+            nlb::plan::plan_keep(&actual, &self.cluster_id, name, service_key).unwrap_or_default();
         self.apply_nlb(name, "", &actual, &changes).await?;
         let revoked = self.revoke_nlb_node_rules(name).await?;
-        Ok(kept(service_key, "NLB", name, !changes.is_empty() || revoked))
+        Ok(kept(
+            service_key,
+            "NLB",
+            name,
+            !changes.is_empty() || revoked,
+        ))
     }
 }

@@ -452,7 +452,12 @@ impl AwsLoadBalancers {
         if let (true, Some(l)) = (handover, &lb) {
             drift::handover_allowed(service_key, &name, Kind::Classic, &l.tags, &self.cluster_id)?;
             if protected {
-                return Err(keep::handover_refused(service_key, "classic ELB", &name, "an NLB"));
+                return Err(keep::handover_refused(
+                    service_key,
+                    "classic ELB",
+                    &name,
+                    "an NLB",
+                ));
             }
         }
         let proven = lb
@@ -500,9 +505,16 @@ impl AwsLoadBalancers {
             shared_lb_group,
             owned_group_node_rules: BTreeSet::new(),
         };
-        if protected && let Some(changes) = elb::plan::plan_keep(&actual, &self.cluster_id, service_key) {
+        if protected
+            && let Some(changes) = elb::plan::plan_keep(&actual, &self.cluster_id, service_key)
+        {
             self.apply_clb(&name, None, &actual, &changes).await?;
-            return Ok(keep::kept(service_key, "classic ELB", &name, !changes.is_empty()));
+            return Ok(keep::kept(
+                service_key,
+                "classic ELB",
+                &name,
+                !changes.is_empty(),
+            ));
         }
         let changes = elb::plan::plan_delete(&actual, &self.cluster_id, service_key);
         self.apply_clb(&name, None, &actual, &changes).await?;
@@ -564,6 +576,11 @@ impl LoadBalancers for AwsLoadBalancers {
         self.memory().applied(Applied::ServiceGone { uid });
         let deleted = async {
             let clb = self.delete_clb(service_key, uid, false, protected).await?;
+            if clb.kept.is_some() {
+                // The NLB deletion would take the kept ELB's group for an
+                // NLB group of the earlier name (`k8s-elb-<name>`).
+                return Ok(clb);
+            }
             let nlb = self.delete_nlb(service_key, uid, false, protected).await?;
             Ok(Removed {
                 changed: clb.changed || nlb.changed,
@@ -751,7 +768,12 @@ impl AwsLoadBalancers {
         if let (false, Some(l)) = (thorough, &lb) {
             drift::handover_allowed(service_key, &name, Kind::Network, &l.tags, &self.cluster_id)?;
             if protected || self.nlb_protected(l).await? {
-                return Err(keep::handover_refused(service_key, "NLB", &name, "a classic ELB"));
+                return Err(keep::handover_refused(
+                    service_key,
+                    "NLB",
+                    &name,
+                    "a classic ELB",
+                ));
             }
         }
         if let Some(l) = lb.as_ref().filter(|_| thorough)

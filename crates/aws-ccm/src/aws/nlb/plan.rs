@@ -5,8 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     ATTR_ACCESS_LOGS, ATTR_CROSS_ZONE, ATTR_DELETION_PROTECTION, Actual, ActualLb, ActualListener,
-    ActualTargetGroup, Change,
-    Desired, SubnetMapping, TargetGroup, TgRef,
+    ActualTargetGroup, Change, Desired, SubnetMapping, TargetGroup, TgRef,
 };
 use crate::aws::applied::Applied;
 use crate::aws::elb::plan::{missing_tags, owned_group_changes, scheme};
@@ -321,7 +320,14 @@ pub fn plan_keep(
     service_key: &str,
 ) -> Option<Vec<Change>> {
     let lb = actual.lb.as_ref()?;
-    ownership::prove(Made::LoadBalancer, lb_name, &lb.tags, cluster_id, Some(service_key)).ok()?;
+    ownership::prove(
+        Made::LoadBalancer,
+        lb_name,
+        &lb.tags,
+        cluster_id,
+        Some(service_key),
+    )
+    .ok()?;
     let mut changes: Vec<Change> = (actual.target_groups.iter())
         .filter(|tg| !tg.targets.is_empty())
         .map(|tg| Change::DeregisterTargets {
