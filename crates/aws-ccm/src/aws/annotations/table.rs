@@ -446,7 +446,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "comma-separated `key=value`",
         "-",
         Applies::Both,
-        "Only `deletion_protection.enabled=true|false` is read (the AWS Load Balancer Controller's key; the Go CCM reads none of it). `true` protects the load balancer: when the Service is deleted or stops being `type: LoadBalancer`, the load balancer, its listeners, target groups and own security group are kept (its node targets and node security-group rules are removed, as the Service's node ports are released) and tagged `aws-ccm/kept`; on an NLB AWS's `deletion_protection.enabled` attribute is set too. On a classic ELB, which has no such attribute, the key is the marker alone. `false`, or removing `true` from an NLB this CCM protected, turns AWS's attribute off. Other keys are not read (Warning `AnnotationNotRead`); see docs/ownership.md.",
+        "Only `deletion_protection.enabled` (`true` or `false`) is read (the AWS Load Balancer Controller's key; the Go CCM reads none of it). `true` protects the load balancer: when the Service is deleted or stops being `type: LoadBalancer`, the load balancer, its listeners, target groups and own security group are kept (its node targets and node security-group rules are removed, as the Service's node ports are released) and tagged `aws-ccm/kept`; on an NLB AWS's `deletion_protection.enabled` attribute is set too. On a classic ELB, which has no such attribute, the key is the marker alone. `false`, or removing `true` from an NLB this CCM protected, turns AWS's attribute off. Other keys are not read (Warning `AnnotationNotRead`); see docs/ownership.md.",
         Parse::Own(parse::lb_attributes),
     ),
     not_read(

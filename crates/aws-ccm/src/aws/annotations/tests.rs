@@ -73,12 +73,19 @@ fn table_has_every_upstream_annotation_once() {
     );
     assert!(ANNOTATIONS.iter().all(|a| a.name.starts_with(PREFIX)));
     // The Load Balancer Controller's keys the Go CCM does not read are the
-    // rows that are not read, and the scheme, which is read for its safety.
+    // rows that are not read, the scheme, which is read for its safety, and
+    // the attributes, read for deletion protection alone.
+    let read_albc = [SCHEME, LB_ATTRIBUTES];
     for row in ANNOTATIONS {
         let not_read = matches!(row.parse, super::rows::Parse::NotRead(_));
         let albc_only =
             albc.contains(row.name) && !upstream.contains(row.name) && !ours.contains(row.name);
-        assert_eq!(not_read || row.name == SCHEME, albc_only, "{}", row.name);
+        assert_eq!(
+            not_read || read_albc.contains(&row.name),
+            albc_only,
+            "{}",
+            row.name
+        );
     }
 }
 
@@ -449,7 +456,8 @@ fn load_balancer_controller_keys_are_warned_about_and_change_nothing() {
         .iter()
         .filter(|r| matches!(r.parse, super::rows::Parse::NotRead(_)))
         .collect();
-    assert!(rows.len() >= 19, "{}", rows.len());
+    // 18 since `aws-load-balancer-attributes` is read (deletion protection).
+    assert!(rows.len() >= 18, "{}", rows.len());
     for kind in ["nlb", ""] {
         let plain = LoadBalancerSpec::read(&service(&[(TYPE, kind)], &[(80, 30080)]));
         for row in &rows {
@@ -484,4 +492,25 @@ fn load_balancer_controller_keys_are_warned_about_and_change_nothing() {
 fn the_scheme_row_comes_after_the_internal_row() {
     let at = |name| ANNOTATIONS.iter().position(|r| r.name == name);
     assert!(at(INTERNAL) < at(SCHEME) && at(SCHEME).is_some());
+}
+
+#[test]
+fn protection_is_read_from_the_attributes_key_alone() {
+    let svc = |v: &str| service(&[(LB_ATTRIBUTES, v)], &[(80, 30080)]);
+    assert!(is_protected(&svc("deletion_protection.enabled=true")));
+    assert!(is_protected(&svc(
+        "access_logs.s3.enabled=false, deletion_protection.enabled=true"
+    )));
+    assert!(!is_protected(&svc("deletion_protection.enabled=false")));
+    assert!(!is_protected(&svc("deletion_protection.enabled=yes")));
+    assert!(!is_protected(&service(&[], &[(80, 30080)])));
+    let r = LoadBalancerSpec::read(&svc(
+        "access_logs.s3.enabled=false,deletion_protection.enabled=true",
+    ));
+    assert!(r.spec.protected() && r.errors.is_empty());
+    let [note] = &r.notes[..] else {
+        panic!("{:?}", r.notes)
+    };
+    assert!(note.reading.contains("access_logs.s3.enabled"), "{note}");
+    assert_eq!((note.reason, note.holds), (NOT_READ, Holds::Nothing));
 }

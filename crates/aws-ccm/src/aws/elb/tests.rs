@@ -484,3 +484,28 @@ fn deletion_touches_only_what_this_cluster_owns() {
     );
     assert!(plan_delete(&actual, "other-cluster", "default/web").is_empty());
 }
+
+#[test]
+fn keeping_a_protected_classic_elb_removes_only_what_reaches_into_the_cluster() {
+    let protected = [(ann::LB_ATTRIBUTES, "deletion_protection.enabled=true")];
+    let d = want(&protected, &[(80, 30080)], &env());
+    let actual = converged(&d);
+    let changes = plan_keep(&actual, "c1", "default/web").expect("proven");
+    assert_eq!(
+        changes,
+        vec![
+            Change::RevokeNodeIngress {
+                node_group: "sg-node".into(),
+                from: GroupRef::Owned
+            },
+            Change::DeregisterInstances(actual.lb.as_ref().unwrap().instances.clone()),
+            Change::AddTags(BTreeMap::from([(
+                crate::aws::tags::KEPT_TAG.to_string(),
+                "default/web".to_string()
+            )])),
+        ]
+    );
+    assert!(!actual.lb.as_ref().unwrap().instances.is_empty());
+    assert_eq!(plan_keep(&actual, "other-cluster", "default/web"), None);
+    assert_eq!(plan_keep(&actual, "c1", "default/other"), None);
+}

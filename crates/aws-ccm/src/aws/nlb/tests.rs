@@ -715,3 +715,131 @@ fn at_the_target_quota_every_later_deregistration_makes_room() {
     }];
     assert!(io::leaving_targets(&new_group, 0, &none).is_empty());
 }
+
+const PROTECTED: (&str, &str) = (ann::LB_ATTRIBUTES, "deletion_protection.enabled=true");
+
+#[test]
+fn a_protected_nlb_is_created_with_awss_deletion_protection_and_the_ccms_tag() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let d = want(&[PROTECTED], &[(80, 30080)], &e);
+    assert_eq!(d.attributes[ATTR_DELETION_PROTECTION], "true");
+    let changes = plan(&d, &Actual::default(), "c1");
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, Change::CreateLoadBalancer { tags, .. }
+        if tags.get(crate::aws::tags::DELETION_PROTECTION_TAG).map(String::as_str) == Some("on")))
+    );
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, Change::ModifyAttributes(a)
+        if a.get(ATTR_DELETION_PROTECTION).map(String::as_str) == Some("true")))
+    );
+    // Without the key: no attribute asked for, none touched.
+    let plain = want(&[], &[(80, 30080)], &e);
+    assert!(!plain.attributes.contains_key(ATTR_DELETION_PROTECTION));
+}
+
+#[test]
+fn only_the_protection_this_ccm_turned_on_is_turned_off() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let plain = want(&[], &[(80, 30080)], &e);
+    // AWS protects it (by hand, or the Go CCM's era): left as it is.
+    let mut by_hand = converged(&plain);
+    let lb = by_hand.lb.as_mut().unwrap();
+    lb.attributes
+        .insert(ATTR_DELETION_PROTECTION.into(), "true".into());
+    assert!(!unprotecting(&plain, &lb.tags));
+    assert_eq!(plan(&plain, &by_hand, "c1"), vec![]);
+    // This CCM turned it on and the Service no longer asks: off, and the tag says so.
+    let mut ours = by_hand.clone();
+    let lb = ours.lb.as_mut().unwrap();
+    let mut t = (*lb.tags).clone();
+    t.insert(
+        crate::aws::tags::DELETION_PROTECTION_TAG.into(),
+        "on".into(),
+    );
+    lb.tags = Tags::new(t);
+    let our_tags = lb.tags.clone();
+    assert!(unprotecting(&plain, &our_tags));
+    let changes = plan(&plain, &ours, "c1");
+    assert!(
+        changes.contains(&Change::ModifyAttributes(BTreeMap::from([(
+            ATTR_DELETION_PROTECTION.to_string(),
+            "false".to_string()
+        )]))),
+        "{changes:?}"
+    );
+    assert!(
+        changes
+            .iter()
+            .any(|c| matches!(c, Change::AddTags { tags, .. }
+        if tags.get(crate::aws::tags::DELETION_PROTECTION_TAG).map(String::as_str) == Some("off")))
+    );
+    // Still asked for: nothing to do.
+    let protected = want(&[PROTECTED], &[(80, 30080)], &e);
+    assert!(!unprotecting(&protected, &our_tags));
+    assert_eq!(plan(&protected, &ours, "c1"), vec![]);
+    // `false` written: off, whoever turned it on.
+    let off = want(
+        &[(ann::LB_ATTRIBUTES, "deletion_protection.enabled=false")],
+        &[(80, 30080)],
+        &e,
+    );
+    assert!(
+        plan(&off, &by_hand, "c1").contains(&Change::ModifyAttributes(BTreeMap::from([(
+            ATTR_DELETION_PROTECTION.to_string(),
+            "false".to_string()
+        )])))
+    );
+}
+
+#[test]
+fn keeping_a_protected_nlb_deregisters_its_targets_and_tags_it_kept() {
+    let d = want(
+        &[PROTECTED],
+        &[(80, 30080)],
+        &env(&["subnet-a"], &["i-1", "i-2"]),
+    );
+    let actual = converged(&d);
+    let changes = plan_keep(&actual, "c1", &d.name, "default/web").expect("proven");
+    let tg = &actual.target_groups[0];
+    assert_eq!(
+        changes,
+        vec![
+            Change::DeregisterTargets {
+                arn: tg.arn.clone(),
+                port: tg.port,
+                instances: BTreeSet::from(["i-1".to_string(), "i-2".to_string()]),
+            },
+            Change::AddTags {
+                arn: Some("arn:lb".into()),
+                tags: BTreeMap::from([(
+                    crate::aws::tags::KEPT_TAG.to_string(),
+                    "default/web".to_string()
+                )]),
+            },
+        ]
+    );
+    assert!(!changes.iter().any(|c| matches!(
+        c,
+        Change::DeleteLoadBalancer { .. }
+            | Change::DeleteTargetGroup { .. }
+            | Change::DeleteListener { .. }
+    )));
+    // Not proven this CCM's for the Service: not kept, not touched.
+    assert_eq!(plan_keep(&actual, "other", &d.name, "default/web"), None);
+    assert_eq!(plan_keep(&actual, "c1", &d.name, "default/other"), None);
+    // Kept already, nothing registered: nothing more to do.
+    let mut again = actual.clone();
+    let lb = again.lb.as_mut().unwrap();
+    let mut t = (*lb.tags).clone();
+    t.insert(crate::aws::tags::KEPT_TAG.into(), "default/web".into());
+    lb.tags = Tags::new(t);
+    again.target_groups[0].targets.clear();
+    assert_eq!(
+        plan_keep(&again, "c1", &d.name, "default/web"),
+        Some(vec![])
+    );
+}

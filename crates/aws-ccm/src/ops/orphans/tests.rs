@@ -246,3 +246,46 @@ fn ages_come_from_the_creation_time() {
     let now = DateTime::from_timestamp(4_600, 0).expect("time");
     assert_eq!(o.age(now), Some(Duration::from_secs(3_600)));
 }
+
+#[test]
+fn a_load_balancer_kept_for_a_protected_service_is_listed_kept_never_an_orphan() {
+    let mut kept_tags = ccm_tags("owned");
+    kept_tags.insert(crate::aws::tags::KEPT_TAG.into(), "default/web".into());
+    let mut shared_kept = kept_tags.clone();
+    shared_kept.insert("kubernetes.io/cluster/c1".into(), "shared".into());
+    let lb = |kind, name: &str, tags: BTreeMap<String, String>| LoadBalancer {
+        kind,
+        name: name.into(),
+        id: format!("arn:{name}"),
+        tags,
+        created: None,
+    };
+    let mut audit = Audit::default();
+    judge_load_balancers(
+        &[
+            lb(Kind::LoadBalancerV2, GONE_NLB, kept_tags.clone()),
+            lb(Kind::ClassicLoadBalancer, GONE, ccm_tags("owned")),
+            // The kept tag proves nothing on what the CCM did not make.
+            lb(
+                Kind::LoadBalancerV2,
+                "a0000000000000000000000000000903",
+                shared_kept,
+            ),
+        ],
+        &live(&[]),
+        CLUSTER,
+        &mut audit,
+    );
+    assert_eq!(
+        audit.kept,
+        vec![Kept {
+            kind: Kind::LoadBalancerV2,
+            id: format!("arn:{GONE_NLB}"),
+            name: GONE_NLB.into(),
+            kept_from: "default/web".into(),
+        }]
+    );
+    let orphans: Vec<&str> = audit.orphans.iter().map(|o| o.id.as_str()).collect();
+    assert_eq!(orphans, [format!("arn:{GONE}").as_str()]);
+    assert_eq!(audit.left_alone.len(), 1);
+}
