@@ -338,7 +338,7 @@ async fn a_protected_classic_elb_is_kept_when_its_service_changes_type() -> anyh
     assert_eq!(kept.dns_name(), Some(host.as_str()), "the same ELB");
     assert_eq!(kept.listener_descriptions().len(), 1);
     assert!(kept.instances().is_empty(), "{:?}", kept.instances());
-    assert_eq!(kept.security_groups(), [group.clone()]);
+    assert_eq!(kept.security_groups(), std::slice::from_ref(&group));
     let tags = elb
         .describe_tags()
         .load_balancer_names(&name)
