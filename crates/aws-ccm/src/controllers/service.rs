@@ -686,7 +686,6 @@ impl<L: LoadBalancers> ServiceController<L> {
             let note = format!(
                 "Kept the protected {what} in AWS with its listeners, target groups and own security group; its node targets and node security-group rules were removed (the Service's node ports are released), and the finalizer {FINALIZER} is released. `aws-ccm orphans` lists it as protected, kept, and never deletes it"
             );
-            tracing::info!(load_balancer = %what, "protected: kept in AWS, finalizer released");
             self.events.normal(&obj, "LoadBalancerKept", note).await;
         } else {
             self.events

@@ -253,13 +253,122 @@ async fn deletion_steps(
         ownership::prove(made, name, tags, &ctx.cluster_id, Some(key))
     };
     let clb = elb::io::describe(aws, name).await?;
-    let kept_clb = protected
-        && clb
-            .as_ref()
-            .is_some_and(|lb| proof(Made::LoadBalancer, name, &lb.tags).is_ok());
     let v2 = nlb::read::describe(aws, name).await?;
-    let kept_nlb = match &v2 {
-        Some(lb) if proof(Made::LoadBalancer, name, &lb.tags).is_ok() => {
+    let (kept_clb, kept_nlb) = keeps(
+        ctx,
+        key,
+        name,
+        protected,
+        clb.as_ref(),
+        v2.as_ref(),
+        section,
+    )
+    .await?;
+    let load_balancer = |section: &mut Section, kind: &str, lb_tags: &BTreeMap<String, String>| {
+        match proof(Made::LoadBalancer, name, lb_tags) {
+            Ok(()) => section.step(
+                "-",
+                format!("{kind} {name} ({why})"),
+                &["DeleteLoadBalancer"],
+            ),
+            Err(not_made) => section.note(format!(
+                "{kind} {name} is not proven made by the CCM for {key} ({not_made}): the CCM leaves it"
+            )),
+        }
+    };
+    if let (false, Some(lb)) = (kept_clb, &clb) {
+        load_balancer(section, "classic ELB", &lb.tags);
+    }
+    clb_group_steps(ctx, key, name, kept_clb, section).await?;
+    if kept_nlb {
+        return Ok(());
+    }
+    // What the delete reads: names, ARNs and tags.
+    let lb = v2;
+    if let Some(lb) = &lb {
+        load_balancer(section, "NLB", &lb.tags);
+    }
+    let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
+    let target_groups = nlb::read::groups_to_delete(aws, lb_arn, Some(key)).await?;
+    for tg in target_groups
+        .iter()
+        .filter(|t| proof(Made::TargetGroup, &t.name, &t.tags).is_ok())
+    {
+        section.step(
+            "-",
+            format!("target group {}", tg.name),
+            &["DeleteTargetGroup"],
+        );
+    }
+    Ok(())
+}
+
+/// The classic ELB's owned group (proven the CCM's) and the node groups'
+/// rules admitting it: the rules are revoked, and the group deleted unless
+/// the load balancer is `kept`.
+async fn clb_group_steps(
+    ctx: &Context,
+    key: &str,
+    name: &str,
+    kept: bool,
+    section: &mut Section,
+) -> Result<(), crate::aws::AwsError> {
+    let aws = &ctx.aws;
+    let proof = |made: Made, name: &str, tags: &BTreeMap<String, String>| {
+        ownership::prove(made, name, tags, &ctx.cluster_id, Some(key))
+    };
+    let filters = vec![
+        crate::aws::instances::filter("group-name", [elb::owned_group_name(name)]),
+        crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&ctx.cluster_id)]),
+    ];
+    let groups = sg::io::describe(aws, filters).await?;
+    for g in groups
+        .iter()
+        .filter(|g| proof(Made::LoadBalancerGroup, &g.name, &g.tags).is_ok())
+    {
+        // EC2 refuses to delete a group another group's rule names: the
+        // deletion revokes the node groups' rules admitting it first.
+        if let Some(vpc) = &g.vpc_id {
+            let rule = sg::Rule::all_from_group(&g.id);
+            for other in sg::io::referencing(aws, vpc, &g.id).await? {
+                if other.id != g.id && other.ingress.contains(&rule) {
+                    let what = format!("rule of node group {} admitting {}", other.id, g.id);
+                    section.step("-", what, &["RevokeSecurityGroupIngress"]);
+                }
+            }
+        }
+        if kept {
+            continue;
+        }
+        section.step(
+            "-",
+            format!("security group {} ({})", g.id, g.name),
+            &["DeleteSecurityGroup"],
+        );
+    }
+    Ok(())
+}
+
+/// Which of the Service's load balancers (classic ELB `clb`, NLB `v2`, as
+/// described) its deletion keeps, as the deletion decides it: proven the
+/// CCM's for the Service, and `protected` (or, for an NLB, protected at
+/// AWS); the keep's steps go to `section`.
+async fn keeps(
+    ctx: &Context,
+    key: &str,
+    name: &str,
+    protected: bool,
+    clb: Option<&elb::ActualLb>,
+    v2: Option<&nlb::ActualLb>,
+    section: &mut Section,
+) -> Result<(bool, bool), crate::aws::AwsError> {
+    let aws = &ctx.aws;
+    let proof = |tags: &BTreeMap<String, String>| {
+        ownership::prove(Made::LoadBalancer, name, tags, &ctx.cluster_id, Some(key)).is_ok()
+    };
+    let kept_clb = protected && clb.is_some_and(|lb| proof(&lb.tags));
+    let kept_nlb = match v2 {
+        Some(lb) if proof(&lb.tags) => {
             protected
                 || lb
                     .tags
@@ -274,14 +383,14 @@ async fn deletion_steps(
         }
         _ => false,
     };
-    if let (true, Some(lb)) = (kept_clb, &clb) {
+    if let (true, Some(lb)) = (kept_clb, clb) {
         keep_steps(section, key, "classic ELB", name, &lb.tags);
         if !lb.instances.is_empty() {
             let what = format!("{} instance(s) from classic ELB {name}", lb.instances.len());
             section.step("-", what, &["DeregisterInstancesFromLoadBalancer"]);
         }
     }
-    if let (true, Some(lb)) = (kept_nlb, &v2) {
+    if let (true, Some(lb)) = (kept_nlb, v2) {
         keep_steps(section, key, "NLB", name, &lb.tags);
         for (g, _) in nlb::read::listed_target_groups(aws, &lb.arn).await? {
             let arn = g.target_group_arn().unwrap_or_default();
@@ -305,71 +414,7 @@ async fn deletion_steps(
             }
         }
     }
-    let load_balancer = |section: &mut Section, kind: &str, lb_tags: &BTreeMap<String, String>| {
-        match proof(Made::LoadBalancer, name, lb_tags) {
-            Ok(()) => section.step(
-                "-",
-                format!("{kind} {name} ({why})"),
-                &["DeleteLoadBalancer"],
-            ),
-            Err(not_made) => section.note(format!(
-                "{kind} {name} is not proven made by the CCM for {key} ({not_made}): the CCM leaves it"
-            )),
-        }
-    };
-    if let (false, Some(lb)) = (kept_clb, &clb) {
-        load_balancer(section, "classic ELB", &lb.tags);
-    }
-    let filters = vec![
-        crate::aws::instances::filter("group-name", [elb::owned_group_name(name)]),
-        crate::aws::instances::filter("tag-key", [tags::cluster_tag_key(&ctx.cluster_id)]),
-    ];
-    let groups = sg::io::describe(aws, filters).await?;
-    for g in groups
-        .iter()
-        .filter(|g| proof(Made::LoadBalancerGroup, &g.name, &g.tags).is_ok())
-    {
-        // EC2 refuses to delete a group another group's rule names: the
-        // deletion revokes the node groups' rules admitting it first.
-        if let Some(vpc) = &g.vpc_id {
-            let rule = sg::Rule::all_from_group(&g.id);
-            for other in sg::io::referencing(aws, vpc, &g.id).await? {
-                if other.id != g.id && other.ingress.contains(&rule) {
-                    let what = format!("rule of node group {} admitting {}", other.id, g.id);
-                    section.step("-", what, &["RevokeSecurityGroupIngress"]);
-                }
-            }
-        }
-        if kept_clb {
-            continue;
-        }
-        section.step(
-            "-",
-            format!("security group {} ({})", g.id, g.name),
-            &["DeleteSecurityGroup"],
-        );
-    }
-    if kept_nlb {
-        return Ok(());
-    }
-    // What the delete reads: names, ARNs and tags.
-    let lb = v2;
-    if let Some(lb) = &lb {
-        load_balancer(section, "NLB", &lb.tags);
-    }
-    let lb_arn = lb.as_ref().map(|l| l.arn.as_str());
-    let target_groups = nlb::read::groups_to_delete(aws, lb_arn, Some(key)).await?;
-    for tg in target_groups
-        .iter()
-        .filter(|t| proof(Made::TargetGroup, &t.name, &t.tags).is_ok())
-    {
-        section.step(
-            "-",
-            format!("target group {}", tg.name),
-            &["DeleteTargetGroup"],
-        );
-    }
-    Ok(())
+    Ok((kept_clb, kept_nlb))
 }
 
 /// The keep of a protected load balancer: it, its listeners, target
