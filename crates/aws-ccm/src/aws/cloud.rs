@@ -77,7 +77,7 @@ impl Aws {
 
     /// [`AwsClient::with_door`]: a door others share too, with empty
     /// caches around it.
-    pub fn with_door(
+    pub(crate) fn with_door(
         clients: SdkClients,
         cluster_id: String,
         opts: ClientOptions,
@@ -100,7 +100,7 @@ impl Aws {
 
     /// Whether what this CCM creates also carries the legacy
     /// `KubernetesCluster=<id>` tag ([`AwsSettings::write_legacy_cluster_tag`]).
-    pub fn writes_legacy_cluster_tag(&self) -> bool {
+    pub(crate) fn writes_legacy_cluster_tag(&self) -> bool {
         self.write_legacy_cluster_tag
     }
 
@@ -141,7 +141,7 @@ impl Aws {
     }
 
     /// [`crate::aws::instances::cache::InstanceCache::zones`].
-    pub async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
+    pub(crate) async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
         self.memory.instances().zones().await
     }
 }

@@ -7,40 +7,40 @@
 use std::collections::BTreeMap;
 
 /// Value of the cluster tag on resources the controller created.
-pub const OWNED: &str = "owned";
+pub(crate) const OWNED: &str = "owned";
 /// `kubernetes.io/service-name=<namespace>/<name>` on load balancers and their groups.
-pub const SERVICE_NAME_TAG: &str = "kubernetes.io/service-name";
+pub(crate) const SERVICE_NAME_TAG: &str = "kubernetes.io/service-name";
 /// Subnet role tags used by discovery.
-pub const ROLE_ELB: &str = "kubernetes.io/role/elb";
-pub const ROLE_INTERNAL_ELB: &str = "kubernetes.io/role/internal-elb";
+pub(crate) const ROLE_ELB: &str = "kubernetes.io/role/elb";
+pub(crate) const ROLE_INTERNAL_ELB: &str = "kubernetes.io/role/internal-elb";
 /// Tag key prefix that marks resources of a cluster:
 /// `kubernetes.io/cluster/<cluster-id>` = `owned` | `shared`.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+pub(crate) const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
 /// The pre-1.6 cluster tag: `KubernetesCluster` = `<cluster-id>`.
-pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+pub(crate) const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
 /// On a load balancer this CCM created: the create-time settings it applied
 /// (see `aws::applied`). The Go CCM writes no such tag.
-pub const APPLIED_TAG: &str = "aws-ccm/applied";
+pub(crate) const APPLIED_TAG: &str = "aws-ccm/applied";
 /// On a load balancer this CCM created: a digest of the settings only a
 /// per-load-balancer read shows (attributes; an NLB's listeners and target
 /// group attributes) as it created them (see `aws::load_balancers::sweep`).
 /// Written only in the create call.
-pub const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
+pub(crate) const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
 /// Most tags a classic ELB, an NLB or a target group takes.
-pub const MAX_LB_TAGS: usize = 50;
+pub(crate) const MAX_LB_TAGS: usize = 50;
 
 /// A load balancer's or target group's tags as read. Shared: the sweep's
 /// tag cache, its snapshot and the plans that read it hold one copy.
-pub type Tags = std::sync::Arc<BTreeMap<String, String>>;
+pub(crate) type Tags = std::sync::Arc<BTreeMap<String, String>>;
 
 /// `kubernetes.io/cluster/<cluster_id>`.
-pub fn cluster_tag_key(cluster_id: &str) -> String {
+pub(crate) fn cluster_tag_key(cluster_id: &str) -> String {
     format!("{CLUSTER_TAG_PREFIX}{cluster_id}")
 }
 
 /// Key/value pairs as AWS returns them (tags, attributes) into a map; a pair
 /// without a key is dropped, a missing value is empty.
-pub fn key_values<'a>(
+pub(crate) fn key_values<'a>(
     pairs: impl IntoIterator<Item = (Option<&'a str>, Option<&'a str>)>,
 ) -> BTreeMap<String, String> {
     pairs
@@ -50,7 +50,7 @@ pub fn key_values<'a>(
 }
 
 /// An EC2 resource's tags as a map.
-pub fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
+pub(crate) fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
     key_values(tags.iter().map(|t| (t.key(), t.value())))
 }
 
@@ -62,7 +62,7 @@ pub fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
 /// Go CCM's `buildTags` writes it on every load balancer, listener, target
 /// group and security group it creates. kOps' IAM policy requires it on
 /// those creates (`aws:RequestTag/KubernetesCluster`).
-pub fn owned_tags(
+pub(crate) fn owned_tags(
     cluster_id: &str,
     legacy: bool,
     service_key: &str,
@@ -81,7 +81,7 @@ pub fn owned_tags(
 /// and `additional-resource-tags`, without `kubernetes.io/service-name`,
 /// which the Go CCM puts on load balancers only (`ensureSecurityGroup` tags
 /// a group through `buildTags` with the additional tags).
-pub fn group_tags(
+pub(crate) fn group_tags(
     cluster_id: &str,
     legacy: bool,
     additional: &BTreeMap<String, String>,
@@ -98,18 +98,18 @@ pub fn group_tags(
 /// to it. The legacy `KubernetesCluster` tag is written at creation only,
 /// as the Go CCM writes it: kOps' policy allows adding tags only to
 /// resources that already carry it, so a repair could never succeed there.
-pub fn added_to_existing(key: &str) -> bool {
+pub(crate) fn added_to_existing(key: &str) -> bool {
     key != LEGACY_CLUSTER_TAG
 }
 
 /// Whether the tags say `cluster_id` owns the resource (and may delete it).
-pub fn is_owned(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+pub(crate) fn is_owned(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
     tags.get(&cluster_tag_key(cluster_id))
         .is_some_and(|v| v == OWNED)
 }
 
 /// Whether the resource is tagged for `cluster_id` at all (`owned` or `shared`).
-pub fn has_cluster_tag(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+pub(crate) fn has_cluster_tag(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
     tags.contains_key(&cluster_tag_key(cluster_id))
 }
 

@@ -27,11 +27,11 @@
 //! workers, never twice at once for one Node, and retries a failure after
 //! [`RETRY`].
 
-pub mod changes;
-pub mod identity;
-pub mod lookups;
-pub mod outside_region;
-pub mod plan;
+pub(crate) mod changes;
+pub(crate) mod identity;
+pub(crate) mod lookups;
+pub(crate) mod outside_region;
+pub(crate) mod plan;
 mod progress;
 mod status;
 mod topology;
@@ -73,12 +73,12 @@ const GATHER: Duration = Duration::from_millis(300);
 /// Attempts of the guarded spec patch when other writers keep winning.
 const CONFLICT_ATTEMPTS: usize = 8;
 
-pub const EVENT_SYNCED: &str = "Synced";
-pub const EVENT_INVALID_PROVIDER_ID: &str = "InvalidProviderID";
-pub const EVENT_INSTANCE_NOT_FOUND: &str = "InstanceNotFound";
-pub const EVENT_LOOKUP_FAILED: &str = "InstanceLookupFailed";
-pub const EVENT_INIT_FAILED: &str = "NodeInitializationFailed";
-pub const EVENT_LABEL_CONFLICT: &str = "LabelConflict";
+pub(crate) const EVENT_SYNCED: &str = "Synced";
+pub(crate) const EVENT_INVALID_PROVIDER_ID: &str = "InvalidProviderID";
+pub(crate) const EVENT_INSTANCE_NOT_FOUND: &str = "InstanceNotFound";
+pub(crate) const EVENT_LOOKUP_FAILED: &str = "InstanceLookupFailed";
+pub(crate) const EVENT_INIT_FAILED: &str = "NodeInitializationFailed";
+pub(crate) const EVENT_LABEL_CONFLICT: &str = "LabelConflict";
 
 struct Metrics {
     taint_removal_delay: Histogram,
@@ -120,7 +120,7 @@ pub(crate) fn seconds_since(millis: i64) -> f64 {
 
 /// Why a reconcile did not finish; the node is retried with backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum NodeError {
+pub(crate) enum NodeError {
     #[error(transparent)]
     Identity(#[from] IdentityError),
     #[error("no EC2 instance found for node {node} by {lookup}")]
@@ -171,7 +171,7 @@ impl<I: Instances> Shared<I> {
 }
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
+pub(crate) async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     LazyLock::force(&METRICS);
     outside_region::register();
     let workers = ctx.options.options.concurrent_node_syncs.max(1) as usize;

@@ -88,7 +88,7 @@ impl RunningServer {
 
 /// The routes; with `auth`, every request (unknown paths too, as upstream)
 /// is authenticated and authorized first.
-pub fn router(health: Health, auth: Option<Arc<Auth>>) -> Router {
+pub(crate) fn router(health: Health, auth: Option<Arc<Auth>>) -> Router {
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(healthz))

@@ -8,7 +8,7 @@ use super::*;
 
 /// Which load balancer types an annotation affects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Applies {
+pub(crate) enum Applies {
     Both,
     /// Classic ELB only; rejected on an NLB when upstream rejects it.
     Clb,
@@ -18,7 +18,7 @@ pub enum Applies {
 
 impl Applies {
     /// Whether the row is read on this kind of load balancer.
-    pub fn to(self, is_nlb: bool) -> bool {
+    pub(crate) fn to(self, is_nlb: bool) -> bool {
         match self {
             Applies::Both => true,
             Applies::Clb => !is_nlb,
@@ -27,7 +27,7 @@ impl Applies {
     }
 
     #[cfg(test)]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Applies::Both => "CLB, NLB",
             Applies::Clb => "CLB",
@@ -42,15 +42,36 @@ pub struct AnnotationDef {
     /// Full annotation key.
     pub name: &'static str,
     /// Value type, as documented.
-    pub kind: &'static str,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the generated annotation reference, a unit test"
+        )
+    )]
+    pub(crate) kind: &'static str,
     /// Default when absent (`-` for none).
-    pub default: &'static str,
-    pub applies: Applies,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the generated annotation reference, a unit test"
+        )
+    )]
+    pub(crate) default: &'static str,
+    pub(crate) applies: Applies,
     /// Whether a value on the other LB type is rejected (as upstream does) or ignored.
-    pub rejected_elsewhere: bool,
-    pub meaning: &'static str,
+    pub(crate) rejected_elsewhere: bool,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the generated annotation reference, a unit test"
+        )
+    )]
+    pub(crate) meaning: &'static str,
     /// Parses a present value (possibly empty) into the spec and validates it.
-    pub parse: Parse,
+    pub(crate) parse: Parse,
 }
 
 impl AnnotationDef {
@@ -65,7 +86,7 @@ impl AnnotationDef {
 
     /// The row's keys present in `annotations`, with their values: its
     /// name, or every key a pattern row (`...listener-attributes.*`) matches.
-    pub fn present<'a>(
+    pub(crate) fn present<'a>(
         &self,
         annotations: &'a BTreeMap<String, String>,
     ) -> impl Iterator<Item = (&'a str, &'a str)> {
@@ -86,7 +107,7 @@ impl AnnotationDef {
     }
 
     /// Why a value on the other kind is refused (`rejected_elsewhere`).
-    pub fn elsewhere(&self) -> &'static str {
+    pub(crate) fn elsewhere(&self) -> &'static str {
         match self.applies {
             Applies::Nlb => {
                 "only supported on an NLB (aws-load-balancer-type: nlb), as the Go CCM requires; remove it for a classic ELB"

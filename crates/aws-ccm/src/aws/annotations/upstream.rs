@@ -20,7 +20,7 @@ use super::*;
 
 /// What a CCM does with a value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Does {
+pub(crate) enum Does {
     /// Applies it as written.
     Uses,
     /// Behaves as if the annotation were absent.
@@ -46,20 +46,20 @@ impl Does {
 
 /// One value class of one annotation.
 #[derive(Clone, Copy, Debug)]
-pub struct Class {
-    pub annotation: &'static str,
+pub(crate) struct Class {
+    pub(crate) annotation: &'static str,
     /// documented, other case, unknown word, empty, malformed number, other kind, …
-    pub class: &'static str,
+    pub(crate) class: &'static str,
     /// An example of the class (the tests read it).
-    pub value: &'static str,
+    pub(crate) value: &'static str,
     /// The kind of load balancer the class is read on.
-    pub on: Applies,
+    pub(crate) on: Applies,
     /// Other annotations set beside it.
-    pub with: &'static [(&'static str, &'static str)],
-    pub go: Does,
-    pub here: Does,
+    pub(crate) with: &'static [(&'static str, &'static str)],
+    pub(crate) go: Does,
+    pub(crate) here: Does,
     /// Why `here` differs from `go`, or what else happens (empty: nothing).
-    pub why: &'static str,
+    pub(crate) why: &'static str,
 }
 
 const fn c(
@@ -108,7 +108,7 @@ const NOT_READ_WHY: &str =
 
 /// Every value class this CCM was compared on, in the order of the
 /// annotation table.
-pub const CLASSES: &[Class] = &[
+pub(crate) const CLASSES: &[Class] = &[
     c(TYPE, "documented", "nlb", Both, Uses),
     c(TYPE, "documented", "external", Both, Uses),
     c(TYPE, "documented", "nlb-ip", Both, Uses),
@@ -246,11 +246,11 @@ pub const CLASSES: &[Class] = &[
     c(QUIC_PORTS, "documented", "443", Both, Ignores).here(Ignores, NOT_READ_WHY),
 ];
 
-pub const DOC_BEGIN: &str = "<!-- annotation-values:begin -->";
-pub const DOC_END: &str = "<!-- annotation-values:end -->";
+pub(crate) const DOC_BEGIN: &str = "<!-- annotation-values:begin -->";
+pub(crate) const DOC_END: &str = "<!-- annotation-values:end -->";
 
 /// docs/compatibility.md's "Annotation values" table, from [`CLASSES`].
-pub fn compatibility_section() -> String {
+pub(crate) fn compatibility_section() -> String {
     let mut out = String::from(DOC_BEGIN);
     out.push_str("\n\n| annotation | value class | example | on | Go CCM | here |\n| --- | --- | --- | --- | --- | --- |\n");
     for k in CLASSES {

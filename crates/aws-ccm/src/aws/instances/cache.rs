@@ -19,12 +19,12 @@ use crate::aws::{AwsError, Operation};
 
 /// The Region's availability zones, from one `DescribeAvailabilityZones`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Zones {
+pub(crate) struct Zones {
     /// Zone name → zone ID (`us-east-1a` → `use1-az1`).
-    pub ids: Arc<HashMap<String, String>>,
+    pub(crate) ids: Arc<HashMap<String, String>>,
     /// Zone name → zone type (`availability-zone`, `local-zone`,
     /// `wavelength-zone`); a zone AWS gives no type for is left out.
-    pub types: HashMap<String, String>,
+    pub(crate) types: HashMap<String, String>,
 }
 
 /// How the instance caches keep and what the sweep asks: set by the
@@ -59,7 +59,7 @@ impl Default for InstanceSettings {
 
 /// The instance lookups and caches of one client. Clones share them.
 #[derive(Clone)]
-pub struct InstanceCache {
+pub(crate) struct InstanceCache {
     inner: Arc<Inner>,
 }
 
@@ -76,7 +76,7 @@ struct Inner {
 impl InstanceCache {
     /// The lookups of `client`, sized and timed by its options, kept as
     /// `settings` say.
-    pub fn new(client: &AwsClient, settings: &InstanceSettings) -> InstanceCache {
+    pub(crate) fn new(client: &AwsClient, settings: &InstanceSettings) -> InstanceCache {
         let core = client.core();
         let options = &core.options;
         let region = client.region();
@@ -114,7 +114,7 @@ impl InstanceCache {
     /// says so), because the node lifecycle controller needs to see it.
     /// `opts` bounds this caller's wait (the shared batch call goes on for
     /// the others).
-    pub async fn by_id(&self, id: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
+    pub(crate) async fn by_id(&self, id: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
         let lookup = self.inner.by_id.get(id.to_string());
         let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
         found.ok_or_else(|| AwsError::NotFound {
@@ -125,7 +125,7 @@ impl InstanceCache {
 
     /// One live (not terminated) instance by private DNS name
     /// (`ip-10-0-0-1.ec2.internal`), coalesced like [`Self::by_id`].
-    pub async fn by_private_dns(
+    pub(crate) async fn by_private_dns(
         &self,
         name: &str,
         opts: CallOptions,
@@ -142,7 +142,7 @@ impl InstanceCache {
     /// key `kubernetes.io/cluster/<id>`, or legacy tag
     /// `KubernetesCluster=<id>`. One paginated sweep (1,000 per page) serves
     /// all concurrent callers and is cached for `sweep_ttl`.
-    pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
+    pub(crate) async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
         let core = self.inner.client.core().clone();
         let legacy = self.inner.legacy_cluster_tag;
         self.inner
@@ -161,7 +161,7 @@ impl InstanceCache {
     /// `DescribeInstanceTopology` (batched, at most 100 IDs per call).
     /// `Ok(None)` when the instance has none, or is not asked (see
     /// [`super::topology`]).
-    pub async fn network_nodes(
+    pub(crate) async fn network_nodes(
         &self,
         id: &str,
         instance_type: Option<&str>,
@@ -171,12 +171,12 @@ impl InstanceCache {
 
     /// Whether instances of this type are expected to have a topology
     /// (cloud.conf `SupportedTopologyInstanceTypePattern`).
-    pub fn expects_topology(&self, instance_type: &str) -> bool {
+    pub(crate) fn expects_topology(&self, instance_type: &str) -> bool {
         self.inner.topology.expects_topology(instance_type)
     }
 
     /// The Region's zones with their IDs and types, cached for `zone_ttl`.
-    pub async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
+    pub(crate) async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
         let core = self.inner.client.core().clone();
         self.inner
             .zones

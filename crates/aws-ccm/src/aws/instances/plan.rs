@@ -12,17 +12,18 @@ use crate::aws::tags::{LEGACY_CLUSTER_TAG, cluster_tag_key};
 /// States in which an instance can still be a node. Lookups by private DNS
 /// name exclude terminated instances, because a terminated instance keeps its
 /// name for about an hour and a new node may already reuse it.
-pub const ALIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
+pub(crate) const ALIVE_STATES: [&str; 5] =
+    ["pending", "running", "shutting-down", "stopping", "stopped"];
 
 /// A coalesced lookup by instance ID. `instance-id` as a filter, not
 /// `InstanceIds`: with the parameter one unknown ID fails the whole call
 /// (InvalidInstanceID.NotFound); the filter just leaves it out.
-pub fn by_id_filters(ids: Vec<String>) -> Vec<Filter> {
+pub(crate) fn by_id_filters(ids: Vec<String>) -> Vec<Filter> {
     vec![filter("instance-id", ids)]
 }
 
 /// A coalesced lookup of live instances by private DNS name.
-pub fn by_private_dns_filters(names: Vec<String>) -> Vec<Filter> {
+pub(crate) fn by_private_dns_filters(names: Vec<String>) -> Vec<Filter> {
     vec![
         filter("private-dns-name", names),
         filter("instance-state-name", ALIVE_STATES),
@@ -30,13 +31,13 @@ pub fn by_private_dns_filters(names: Vec<String>) -> Vec<Filter> {
 }
 
 /// The cluster sweep's query: the `kubernetes.io/cluster/<id>` tag key.
-pub fn sweep_filters(cluster_id: &str) -> Vec<Filter> {
+pub(crate) fn sweep_filters(cluster_id: &str) -> Vec<Filter> {
     vec![filter("tag-key", [cluster_tag_key(cluster_id)])]
 }
 
 /// The sweep's second query, for the legacy `KubernetesCluster=<id>` tag
 /// (EC2 ANDs filters, so "either tag" takes a second query).
-pub fn legacy_sweep_filters(cluster_id: &str) -> Vec<Filter> {
+pub(crate) fn legacy_sweep_filters(cluster_id: &str) -> Vec<Filter> {
     vec![filter(
         &format!("tag:{LEGACY_CLUSTER_TAG}"),
         [cluster_id.to_string()],
@@ -45,7 +46,10 @@ pub fn legacy_sweep_filters(cluster_id: &str) -> Vec<Filter> {
 
 /// The sweep's answer: `found`, then the instances of `legacy` it does not
 /// hold already, sorted by ID.
-pub fn merge_sweep(mut found: Vec<Ec2Instance>, legacy: Vec<Ec2Instance>) -> Vec<Ec2Instance> {
+pub(crate) fn merge_sweep(
+    mut found: Vec<Ec2Instance>,
+    legacy: Vec<Ec2Instance>,
+) -> Vec<Ec2Instance> {
     let seen: HashSet<String> = found.iter().map(|i| i.id.clone()).collect();
     found.extend(legacy.into_iter().filter(|i| !seen.contains(&i.id)));
     found.sort_by(|a, b| a.id.cmp(&b.id));
@@ -61,7 +65,7 @@ pub fn merge_sweep(mut found: Vec<Ec2Instance>, legacy: Vec<Ec2Instance>) -> Vec
 pub struct Interner(HashSet<Shared>);
 
 impl Interner {
-    pub fn get(&mut self, value: &str) -> Shared {
+    pub(crate) fn get(&mut self, value: &str) -> Shared {
         if let Some(found) = self.0.get(value) {
             return found.clone();
         }

@@ -26,13 +26,12 @@ mod nlb_groups;
 mod nlb_rules;
 mod planned;
 mod refusals;
-pub mod sweep;
+pub(crate) mod sweep;
 mod sweep_tags;
 pub(crate) mod targets;
 pub(crate) use targets::delta;
 mod upkeep;
-pub use planned::{ClbPlan, NlbPlan, Planned};
-pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
+pub(crate) use planned::{ClbPlan, NlbPlan, Planned};
 
 /// Classic ELBs and NLBs through the one door. What they know of AWS
 /// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of
@@ -79,7 +78,7 @@ impl AwsLoadBalancers {
     /// Keeps each NLB target group's registered instances in `record`,
     /// shared with the next leader (off by default: `aws-ccm plan` and
     /// tests read every group).
-    pub fn with_target_record(
+    pub(crate) fn with_target_record(
         self,
         record: crate::target_record::TargetRecord,
     ) -> AwsLoadBalancers {

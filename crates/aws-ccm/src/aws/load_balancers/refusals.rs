@@ -20,12 +20,12 @@ use crate::aws::{AwsError, tags};
 use crate::aws::{elb, nlb};
 
 /// Event reason: a node security group IAM lets this CCM not write.
-pub const SECURITY_GROUP_UNAUTHORIZED: &str = "SecurityGroupUnauthorized";
+pub(crate) const SECURITY_GROUP_UNAUTHORIZED: &str = "SecurityGroupUnauthorized";
 /// Event reason: an NLB listener IAM lets this CCM not change.
-pub const LISTENER_UNAUTHORIZED: &str = "ListenerUnauthorized";
+pub(crate) const LISTENER_UNAUTHORIZED: &str = "ListenerUnauthorized";
 
 /// The Warning for a node group whose ingress rules IAM denies.
-pub fn group_warning(service_key: &str, denial: &Denial) -> Warning {
+pub(crate) fn group_warning(service_key: &str, denial: &Denial) -> Warning {
     Warning {
         reason: SECURITY_GROUP_UNAUTHORIZED,
         message: format!(
@@ -39,7 +39,11 @@ pub fn group_warning(service_key: &str, denial: &Denial) -> Warning {
 /// (`arns`, lacking `owned_tag` = `kubernetes.io/cluster/<id>=owned`): one
 /// event (events fold by reason) with one command that tags them all,
 /// ARNs sorted.
-pub fn untagged_listeners_warning(service_key: &str, arns: &[String], owned_tag: &str) -> Warning {
+pub(crate) fn untagged_listeners_warning(
+    service_key: &str,
+    arns: &[String],
+    owned_tag: &str,
+) -> Warning {
     let (key, value) = owned_tag.split_once('=').unwrap_or((owned_tag, ""));
     let mut arns = arns.to_vec();
     arns.sort();
@@ -54,7 +58,7 @@ pub fn untagged_listeners_warning(service_key: &str, arns: &[String], owned_tag:
 }
 
 /// The Warning for a listener write a real call found refused.
-pub fn listener_warning(service_key: &str, denial: &Denial) -> Warning {
+pub(crate) fn listener_warning(service_key: &str, denial: &Denial) -> Warning {
     Warning {
         reason: LISTENER_UNAUTHORIZED,
         message: format!(
@@ -91,7 +95,7 @@ fn listener_write(change: &nlb::Change) -> Option<&String> {
 }
 
 /// The listener ARNs `changes` would modify or delete.
-pub fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
+pub(crate) fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
     changes.iter().filter_map(listener_write).cloned().collect()
 }
 
@@ -101,7 +105,7 @@ pub fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
 /// that a real call was refused before (`denied`). A target group such a
 /// listener still forwards to is not deleted either (AWS refuses to delete
 /// a target group in use). Returns the kept changes and the refused ARNs.
-pub fn refuse_listener_writes(
+pub(crate) fn refuse_listener_writes(
     changes: Vec<nlb::Change>,
     actual: &nlb::Actual,
     listener_tags: &BTreeMap<String, BTreeMap<String, String>>,

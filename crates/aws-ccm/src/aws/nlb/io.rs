@@ -45,15 +45,15 @@ fn target_chunks(ids: &BTreeSet<String>, port: i32) -> Vec<Vec<t::TargetDescript
 
 /// What applying a plan produced.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// DNS name of the NLB (created or existing).
-    pub dns_name: Option<String>,
-    pub lb_arn: Option<String>,
+    pub(crate) dns_name: Option<String>,
+    pub(crate) lb_arn: Option<String>,
     /// The target groups' ARNs by name, those the plan created included.
-    pub target_groups: BTreeMap<String, String>,
+    pub(crate) target_groups: BTreeMap<String, String>,
     /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
     /// the error. The other changes went ahead; the caller records these.
-    pub refused_listeners: Vec<(String, AwsError)>,
+    pub(crate) refused_listeners: Vec<(String, AwsError)>,
 }
 
 /// Applies a plan in order.

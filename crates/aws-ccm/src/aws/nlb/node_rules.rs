@@ -15,14 +15,14 @@ use crate::aws::security_groups::{Rule, Source};
 /// NLB security group): client traffic to the node ports from the source
 /// ranges, health checks from the NLB subnets, ICMP for path MTU.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeRules {
-    pub client: BTreeSet<Rule>,
-    pub health: BTreeSet<Rule>,
+pub(crate) struct NodeRules {
+    pub(crate) client: BTreeSet<Rule>,
+    pub(crate) health: BTreeSet<Rule>,
 }
 
 /// Pure: upstream's rule set for one NLB. Health rules are left out when the
 /// client rules already cover them (TCP from anywhere on the same ports).
-pub fn node_rules(
+pub(crate) fn node_rules(
     desired: &Desired,
     source_ranges: &[Ipv4Net],
     subnet_cidrs: &[Ipv4Net],
@@ -55,17 +55,17 @@ pub fn node_rules(
 }
 
 /// One node group's rules with their descriptions, as read from EC2.
-pub type DescribedRules = BTreeMap<Rule, String>;
+pub(crate) type DescribedRules = BTreeMap<Rule, String>;
 
 /// Rule changes on one node group.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RuleChanges {
-    pub authorize: DescribedRules,
-    pub revoke: BTreeSet<Rule>,
+    pub(crate) authorize: DescribedRules,
+    pub(crate) revoke: BTreeSet<Rule>,
 }
 
 impl RuleChanges {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.authorize.is_empty() && self.revoke.is_empty()
     }
 }
@@ -74,7 +74,7 @@ impl RuleChanges {
 /// `None` when the group backs no node of this NLB (or the NLB is going):
 /// every rule of ours for it is revoked. Rules with other descriptions are
 /// never touched; MTU rules follow every NLB's client rules in the group.
-pub fn node_group_changes(
+pub(crate) fn node_group_changes(
     lb_name: &str,
     have: &DescribedRules,
     want: Option<&NodeRules>,

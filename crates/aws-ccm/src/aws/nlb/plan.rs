@@ -13,7 +13,9 @@ use crate::aws::load_balancers::delta;
 use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
 
-pub use super::desired::{desired, health_check};
+pub(crate) use super::desired::desired;
+#[cfg(test)]
+pub(crate) use super::desired::health_check;
 
 /// Attributes `want` asks for that `have` lacks; an attribute AWS does not
 /// report counts as its default (`false` for switches, empty otherwise).
@@ -147,7 +149,7 @@ fn asked(field: Field, record: Option<&Applied>, want: &Applied) -> bool {
 /// Pure: the create-time differences a sync leaves as they are (the Service
 /// did not ask for them, see `crate::aws::applied`, or the NLB lacks this
 /// cluster's ownership tag), for the Warning event. Empty when none.
-pub fn left_alone(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<String> {
+pub(crate) fn left_alone(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<String> {
     let Some(current) = &actual.lb else {
         return Vec::new();
     };
@@ -466,7 +468,7 @@ fn ours(
 /// Pure: what deleting Service `service_key`'s NLB `lb_name` takes: the
 /// load balancer, then its target groups, then its managed group, each only
 /// when [`ownership`] proves this CCM made it for that Service.
-pub fn plan_delete(
+pub(crate) fn plan_delete(
     actual: &Actual,
     cluster_id: &str,
     lb_name: &str,
@@ -501,7 +503,7 @@ pub fn plan_delete(
 }
 
 /// A short, stable description of a change for logs and events.
-pub fn describe(change: &Change) -> String {
+pub(crate) fn describe(change: &Change) -> String {
     match change {
         Change::CreateSecurityGroup(g) => format!("create security group {}", g.name),
         Change::AuthorizeIngress(r) => format!("authorize {} rule(s) on the NLB group", r.len()),

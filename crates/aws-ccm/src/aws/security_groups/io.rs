@@ -19,7 +19,7 @@ use crate::aws::memory::{Journal, Write};
 
 /// Flattens SDK permissions into rules (IPv4 CIDRs and groups; other source
 /// kinds are not made by this controller and are left alone).
-pub fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
+pub(crate) fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
     perms
         .iter()
         .flat_map(permission_rules)
@@ -28,7 +28,7 @@ pub fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
 }
 
 /// The CIDR rules that carry a description, with it.
-pub fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
+pub(crate) fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
     perms
         .iter()
         .flat_map(permission_rules)
@@ -125,7 +125,7 @@ async fn authorize_permissions(
 }
 
 /// Rules as SDK permissions, one per rule (AWS merges them).
-pub fn rules_to_sdk(rules: &BTreeSet<Rule>) -> Vec<IpPermission> {
+pub(crate) fn rules_to_sdk(rules: &BTreeSet<Rule>) -> Vec<IpPermission> {
     rules.iter().map(|r| permission(r, None)).collect()
 }
 
@@ -160,7 +160,7 @@ fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<SecurityGroup> {
 }
 
 /// Security groups matching every filter (paginated).
-pub async fn describe(
+pub(crate) async fn describe(
     aws: &AwsClient,
     filters: Vec<aws_sdk_ec2::types::Filter>,
 ) -> Result<Vec<SecurityGroup>, AwsError> {
@@ -183,7 +183,7 @@ pub async fn describe(
 
 /// Every group in `vpc_id` tagged for the cluster (node groups and owned
 /// load balancer groups alike): one call serves the whole reconcile.
-pub async fn cluster_groups(
+pub(crate) async fn cluster_groups(
     aws: &AwsClient,
     vpc_id: &str,
     cluster_id: &str,
@@ -219,7 +219,10 @@ async fn describe_any_of(
 }
 
 /// Groups by ID (those not found are left out).
-pub async fn by_ids(aws: &AwsClient, ids: &[String]) -> Result<Vec<SecurityGroup>, AwsError> {
+pub(crate) async fn by_ids(
+    aws: &AwsClient,
+    ids: &[String],
+) -> Result<Vec<SecurityGroup>, AwsError> {
     describe_any_of(aws, &[], "group-id", ids).await
 }
 
@@ -227,7 +230,7 @@ pub async fn by_ids(aws: &AwsClient, ids: &[String]) -> Result<Vec<SecurityGroup
 /// names its groups), plus those named `extra_names`: one call by name, and
 /// one by ID only for a reference without a name. A name with a wildcard
 /// character can match more groups than asked for; those are dropped.
-pub async fn by_refs(
+pub(crate) async fn by_refs(
     aws: &AwsClient,
     vpc_id: &str,
     refs: &[crate::aws::instances::SecurityGroupRef],
@@ -257,7 +260,7 @@ pub async fn by_refs(
 /// Groups in `vpc_id` with an ingress rule from group `source`: exactly the
 /// groups that admit a classic ELB's group, wherever they are. (EC2 refuses
 /// to delete a group that another group's rule still names.)
-pub async fn referencing(
+pub(crate) async fn referencing(
     aws: &AwsClient,
     vpc_id: &str,
     source: &str,

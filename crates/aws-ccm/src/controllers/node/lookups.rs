@@ -32,7 +32,7 @@ use crate::provider::CloudResult;
 use crate::provider::instances::{Found, Instance, InstanceState, Instances};
 
 /// One lookup, straight to the cloud (coalesced there with concurrent ones).
-pub async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
+pub(crate) async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
     match lookup {
         Lookup::ById(id) => cloud.instance_by_id(id).await,
         Lookup::ByPrivateDns(name) => cloud.instance_by_private_dns(name).await,
@@ -64,7 +64,7 @@ const WAITING: &str = "lookups waiting";
 /// 1,000 instances per call and the client keeps it for 30 s. A join burst
 /// of N nodes thus costs about N / 1,000 calls, not N / 200, however its
 /// nodes spread over the batches.
-pub const SWEEP_FROM: usize = 200;
+pub(crate) const SWEEP_FROM: usize = 200;
 
 /// How long a burst counts its lookups in the tests: the default of the
 /// client's sweep lifetime (`--aws-instance-sweep-ttl`).
@@ -108,7 +108,7 @@ impl Burst {
 
 /// Starts lookups early and hands each result to the node's reconcile.
 /// Cheap to clone; [`Prefetcher::run`] sends the lookups.
-pub struct Prefetcher<I: Instances> {
+pub(crate) struct Prefetcher<I: Instances> {
     inner: Arc<Inner<I>>,
 }
 
@@ -132,7 +132,7 @@ impl<I: Instances> Prefetcher<I> {
     /// that come meanwhile go along); a burst counts its lookups for
     /// `burst_span`, the sweep's lifetime (`--aws-instance-sweep-ttl`), so
     /// a burst's batches share one read.
-    pub fn new(cloud: I, gather: Duration, burst_span: Duration) -> Prefetcher<I> {
+    pub(crate) fn new(cloud: I, gather: Duration, burst_span: Duration) -> Prefetcher<I> {
         // The queue's settling rule with the cap equal to the quiet time:
         // due `gather` after the first add, whatever follows it. Its work
         // never fails (a failed lookup is its node's failure), so the
@@ -154,7 +154,7 @@ impl<I: Instances> Prefetcher<I> {
 
     /// Sends the waiting lookups, a batch at a time, until `stop`; a
     /// reconcile waiting for a lookup not sent by then looks it up itself.
-    pub async fn run(&self, stop: &CancellationToken) {
+    pub(crate) async fn run(&self, stop: &CancellationToken) {
         let this = self.clone();
         let work = move |_| {
             let this = this.clone();
@@ -170,7 +170,7 @@ impl<I: Instances> Prefetcher<I> {
     /// Starts looking up `node`'s instance unless that lookup is already
     /// under way. Only the instance: nothing else is asked before the
     /// node's taint can come off.
-    pub fn prefetch(&self, node: &str, key: Lookup) {
+    pub(crate) fn prefetch(&self, node: &str, key: Lookup) {
         let mut st = self.inner.state.lock();
         if st.pending.get(node).is_some_and(|p| p.lookup == key) {
             return;
@@ -233,7 +233,7 @@ impl<I: Instances> Prefetcher<I> {
     /// The instance for `node`: the prefetched answer when one was started
     /// for the same lookup (used once; a retry looks up afresh), otherwise a
     /// direct lookup.
-    pub async fn resolve(&self, node: &str, key: &Lookup) -> Found {
+    pub(crate) async fn resolve(&self, node: &str, key: &Lookup) -> Found {
         let pending = self.inner.state.lock().pending.remove(node);
         if let Some(p) = pending.filter(|p| &p.lookup == key) {
             // Dropped unsent (the prefetcher stopped): looked up below.
@@ -245,7 +245,7 @@ impl<I: Instances> Prefetcher<I> {
     }
 
     /// Drops the prefetched lookup of `node`, if any: unsent, it is not sent.
-    pub fn cancel(&self, node: &str) {
+    pub(crate) fn cancel(&self, node: &str) {
         self.inner.state.lock().pending.remove(node);
     }
 
@@ -259,7 +259,7 @@ impl<I: Instances> Prefetcher<I> {
 /// (an `Arc`), and the indexes are positions sorted by key, searched by
 /// bisection. Maps of owned keys cost about 140 bytes per instance and were
 /// rebuilt on every monitor period; positions cost 8.
-pub struct SweepIndex {
+pub(crate) struct SweepIndex {
     sweep: Arc<Vec<Instance>>,
     /// Every instance, by ID.
     by_id: Vec<u32>,
@@ -269,7 +269,7 @@ pub struct SweepIndex {
 }
 
 impl SweepIndex {
-    pub fn new(sweep: &Arc<Vec<Instance>>) -> SweepIndex {
+    pub(crate) fn new(sweep: &Arc<Vec<Instance>>) -> SweepIndex {
         let positions = 0..sweep.len().min(u32::MAX as usize) as u32;
         let at = |p: &u32| &sweep[*p as usize];
         let mut by_id: Vec<u32> = positions.clone().collect();
@@ -288,7 +288,7 @@ impl SweepIndex {
         }
     }
 
-    pub fn find(&self, lookup: &Lookup) -> Option<&Instance> {
+    pub(crate) fn find(&self, lookup: &Lookup) -> Option<&Instance> {
         let at = |p: &u32| &self.sweep[*p as usize];
         let (index, found) = match lookup {
             Lookup::ById(id) => (
@@ -312,7 +312,7 @@ impl SweepIndex {
 /// `on_error`); `Ok(None)` means the cloud says there is no such instance.
 /// Instances found in the sweep are borrowed from it: a refresh of every
 /// node would otherwise hold a second copy of the whole sweep.
-pub async fn resolve_all<'s, I: Instances>(
+pub(crate) async fn resolve_all<'s, I: Instances>(
     cloud: &I,
     sweep: &'s SweepIndex,
     keys: Vec<Lookup>,
