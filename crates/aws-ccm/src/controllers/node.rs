@@ -601,9 +601,9 @@ fn not_found_note(
     let hint = match lookup {
         Lookup::ById(_) => "Check that the instance exists in this account and Region".to_string(),
         Lookup::ByPrivateDns(_) => format!(
-            "The node name must be the instance's private DNS name (kubeadm's default), an instance ID, \
-             or the node's address the primary private IP of exactly one live instance, \
-             or the kubelet must set --provider-id; the instance must be live and tagged \
+            "The node must be named by its instance's private DNS name (kubeadm's default) or \
+             instance ID, or report as its address the primary private IP of exactly one live \
+             instance, or its kubelet must set --provider-id; the instance must be live and tagged \
              kubernetes.io/cluster/{cluster_id}"
         ),
     };

@@ -360,7 +360,7 @@ mod tests {
         let n = dhcp_node("ip-10-0-1-5.corp.example", &["10.0.1.5"], None);
         let addresses = node_addresses(&n);
         let only = instance("i-1", "10.0.1.5");
-        let found = judge(&n, &addresses, &[only.clone()], &RULES, &[]);
+        let found = judge(&n, &addresses, std::slice::from_ref(&only), &RULES, &[]);
         assert_eq!(found, Ok(only.clone()));
 
         // Nothing, or only a terminated instance, or another address.
@@ -375,7 +375,7 @@ mod tests {
             })
         );
         assert_eq!(
-            judge(&n, &[], &[only.clone()], &RULES, &[]),
+            judge(&n, &[], std::slice::from_ref(&only), &RULES, &[]),
             Err(Refusal::NoAddress)
         );
 

@@ -327,15 +327,20 @@ impl<I: Instances> Prefetcher<I> {
     }
 
     /// The instance for `node`: the prefetched answer when one was started
-    /// for the same search (used once; a retry looks up afresh), otherwise
-    /// a direct search.
+    /// for the same lookup (used once; a retry looks up afresh), otherwise
+    /// a direct search. When the node's addresses changed since the
+    /// prefetch, its lookup's answer is kept and only the addresses are
+    /// asked again (if the lookup found nothing).
     pub async fn resolve(&self, node: &str, key: impl Into<Search>) -> Answer {
         let key = key.into();
         let pending = self.inner.state.lock().pending.remove(node);
-        if let Some(p) = pending.filter(|p| p.search == key) {
+        if let Some(p) = pending.filter(|p| p.search.lookup == key.lookup) {
             // Dropped unsent (the prefetcher stopped): looked up below.
             if let Ok(answer) = p.answer.await {
-                return answer;
+                if p.search.addresses == key.addresses {
+                    return answer;
+                }
+                return fall_back(&self.inner.cloud, &key, answer.found).await;
             }
         }
         search(&self.inner.cloud, &key).await
@@ -659,6 +664,36 @@ mod tests {
             assert!(answer.by_address.is_none(), "{key:?} went on: {answer:?}");
         }
         assert_eq!(cloud.calls().by_private_ip.len(), burst);
+    }
+
+    /// A node whose addresses changed between its prefetch and its
+    /// reconcile keeps the prefetched answer of its name; only its new
+    /// addresses are asked.
+    #[tokio::test(start_paused = true)]
+    async fn changed_addresses_ask_only_the_addresses_again() {
+        let cloud = FakeInstances::new();
+        cloud.add(instance("i-new", "10.3.0.2"));
+        let prefetcher = running(&cloud, Duration::from_millis(200), BURST_SPAN);
+        let lookup = Lookup::ByPrivateDns("dhcp.corp.example".into());
+        let at = |ip: &str| Search {
+            lookup: lookup.clone(),
+            addresses: vec![ip.parse().expect("test IP")],
+        };
+        prefetcher.prefetch("n", at("10.3.0.1"));
+        let answer = prefetcher.resolve("n", at("10.3.0.2")).await;
+        let found: Vec<String> = (answer.by_address.expect("asked").expect("answered"))
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(found, ["i-new"]);
+        let calls = cloud.calls();
+        assert_eq!(calls.by_private_dns.len(), 1, "the name asked once");
+        let asked: Vec<String> = calls
+            .by_private_ip
+            .iter()
+            .map(|ip| ip.to_string())
+            .collect();
+        assert_eq!(asked, ["10.3.0.1", "10.3.0.2"]);
     }
 
     #[tokio::test(start_paused = true)]
