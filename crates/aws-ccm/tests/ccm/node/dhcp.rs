@@ -247,7 +247,8 @@ async fn a_custom_dhcp_node_the_go_ccm_left_tainted_is_initialized_by_its_addres
 /// VPC, an untagged instance, no instance, no address. The lifecycle
 /// controller keeps each of them NotReady (`KeepingNode`), never deletes.
 /// With cloud.conf naming the VPC, the other VPC's instance no longer
-/// counts and the first node is initialized.
+/// counts and the first node is initialized, once the lookup by address,
+/// failing at first, answers.
 #[tokio::test]
 async fn an_ambiguous_or_unproven_custom_dhcp_node_keeps_its_taint_with_the_reason()
 -> anyhow::Result<()> {
@@ -330,7 +331,23 @@ async fn an_ambiguous_or_unproven_custom_dhcp_node_keeps_its_taint_with_the_reas
             ec2.vpc
         ),
     )?;
+    // The lookup by address failing is no answer either: the taint stays,
+    // the Warning says which lookup failed, and the node is initialized
+    // once AWS answers.
+    let by_address = FaultRule::new(FaultKind::ServerError(503))
+        .for_action("DescribeInstances")
+        .with_param("Filter.1.Name", "private-ip-address");
+    env.proxy.set_faults(vec![by_address]);
     let _ccm = env.start_ccm(&flags).await?;
+    let note = warning_note(&client, &ambiguous, "InstanceLookupFailed", deadline).await?;
+    assert!(
+        note.contains("looking it up by its address (10.0.3.7) failed"),
+        "{note}"
+    );
+    let fired: u64 = env.proxy.fired().iter().map(|(_, n)| n).sum();
+    assert!(fired > 0, "the fault fired");
+    assert!(has_taint(&nodes.get(&ambiguous).await?, UNINITIALIZED));
+    env.proxy.set_faults(vec![]);
     let node = initialized(&nodes, &ambiguous, deadline).await?;
     assert_eq!(
         provider_id(&node),
