@@ -130,6 +130,17 @@ impl Aws {
             .await
     }
 
+    /// [`crate::aws::instances::cache::InstanceCache::by_private_ip`] with no deadline of the caller's.
+    pub async fn instances_by_private_ip(
+        &self,
+        ip: std::net::Ipv4Addr,
+    ) -> Result<Vec<Ec2Instance>, AwsError> {
+        self.memory
+            .instances()
+            .by_private_ip(ip, CallOptions::default())
+            .await
+    }
+
     /// [`crate::aws::instances::cache::InstanceCache::cluster_instances`].
     pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
         self.memory.instances().cluster_instances().await

@@ -589,6 +589,37 @@ mod tests {
         assert_eq!(cloud.calls().by_id, ["i-0gone"]);
     }
 
+    /// A Node on a custom DHCP domain without providerID is judged by its
+    /// name like any such Node: kept whatever AWS says, and never judged by
+    /// its address (an address proves no instance gone). Once the
+    /// cloud-node controller has proven its instance, it has a providerID.
+    #[tokio::test]
+    async fn a_custom_dhcp_node_without_provider_id_is_kept() {
+        let cloud = FakeInstances::new();
+        let mut gone = instance("i-gone", "10.0.1.5");
+        gone.state = InstanceState::Terminated;
+        cloud.add(gone);
+        let mut dhcp = node(
+            Some("False"),
+            &[crate::controllers::node::plan::UNINITIALIZED_TAINT],
+        );
+        dhcp.metadata.name = Some("ip-10-0-1-5.corp.example".into());
+        dhcp.spec.get_or_insert_default().provider_id = None;
+        dhcp.status.get_or_insert_default().addresses =
+            Some(vec![k8s_openapi::api::core::v1::NodeAddress {
+                type_: "InternalIP".into(),
+                address: "10.0.1.5".into(),
+            }]);
+        let (decided, answered) =
+            decisions(&cloud, "test", "us-east-1", vec![Arc::new(dhcp)]).await;
+        assert!(answered);
+        assert_eq!(decided.len(), 1);
+        assert_eq!(decided[0].1, Decision::KeepUnverified);
+        let calls = cloud.calls();
+        assert_eq!(calls.by_private_dns, ["ip-10-0-1-5.corp.example"]);
+        assert!(calls.by_private_ip.is_empty(), "not judged by its address");
+    }
+
     #[tokio::test]
     async fn absence_from_the_sweep_is_confirmed_and_errors_observe_nothing() {
         let cloud = FakeInstances::new();

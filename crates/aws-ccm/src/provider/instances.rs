@@ -172,6 +172,16 @@ pub trait Instances: Clone + Send + Sync + 'static {
     /// The live (not terminated) instance with this private DNS name.
     fn instance_by_private_dns(&self, name: &str) -> impl Future<Output = Found> + Send;
 
+    /// Every live (not terminated) instance whose primary private IPv4
+    /// address is `ip`, in any VPC, tagged for any cluster or none; empty
+    /// when there is none. Concurrent lookups are batched. The caller
+    /// decides what the answer proves (see
+    /// `controllers::node::by_address`).
+    fn instances_by_private_ip(
+        &self,
+        ip: Ipv4Addr,
+    ) -> impl Future<Output = CloudResult<Vec<Instance>>> + Send;
+
     /// Every instance tagged as a member of the cluster, in any state; a
     /// shared, cached sweep. An instance missing from it may still exist
     /// (untagged): confirm with [`Instances::instance_by_id`] before acting
@@ -260,10 +270,12 @@ pub(crate) mod fake {
 
     /// What the fake was asked, for assertions.
     #[derive(Clone, Debug, Default, PartialEq, Eq)]
-    pub(crate) struct Calls {
-        pub(crate) by_id: Vec<String>,
-        pub(crate) by_private_dns: Vec<String>,
-        pub(crate) sweeps: u32,
+    pub struct Calls {
+        pub by_id: Vec<String>,
+        pub by_private_dns: Vec<String>,
+        /// Addresses asked by [`Instances::instances_by_private_ip`].
+        pub by_private_ip: Vec<Ipv4Addr>,
+        pub sweeps: u32,
         /// Instance IDs asked for network nodes, one entry per question.
         pub(crate) network_nodes: Vec<String>,
         pub(crate) create_tags: Vec<Vec<String>>,
@@ -378,6 +390,18 @@ pub(crate) mod fake {
                         && i.state != InstanceState::Terminated
                 })
                 .cloned())
+        }
+
+        async fn instances_by_private_ip(&self, ip: Ipv4Addr) -> Result<Vec<Instance>, CloudError> {
+            let mut st = self.state.lock();
+            st.calls.by_private_ip.push(ip);
+            if let Some(err) = st.fail_lookups.clone() {
+                return Err(err);
+            }
+            Ok((st.instances.values())
+                .filter(|i| i.private_ip == Some(ip) && i.state != InstanceState::Terminated)
+                .cloned()
+                .collect())
         }
 
         async fn cluster_instances(&self) -> Result<Arc<Vec<Instance>>, CloudError> {

@@ -1,7 +1,8 @@
 //! A tiny EC2 query-protocol endpoint for unit tests of the client layer.
 //!
 //! It serves `DescribeInstances` (with the `instance-id`, `private-dns-name`,
-//! `tag-key`, `tag:<key>` and `instance-state-name` filters and `MaxResults`
+//! `private-ip-address`, `tag-key`, `tag:<key>` and `instance-state-name`
+//! filters, any other filter matching nothing, and `MaxResults`
 //! pagination) and `DescribeAvailabilityZones` from an in-memory list, counts
 //! requests per action, and can answer the next requests with scripted
 //! faults. The real SDK talks to it over HTTP on 127.0.0.1, so the tests
@@ -33,7 +34,17 @@ pub(crate) struct StubInstance {
 }
 
 impl StubInstance {
-    pub(crate) fn running(id: &str, private_dns: &str) -> StubInstance {
+    /// The primary private address: the one an `ip-a-b-c-d…` name spells,
+    /// else 10.0.0.1.
+    pub fn private_ip(&self) -> String {
+        let spelled = (self.private_dns.strip_prefix("ip-"))
+            .and_then(|rest| rest.split('.').next())
+            .map(|ip| ip.replace('-', "."))
+            .filter(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok());
+        spelled.unwrap_or_else(|| "10.0.0.1".to_string())
+    }
+
+    pub fn running(id: &str, private_dns: &str) -> StubInstance {
         StubInstance {
             id: id.to_string(),
             private_dns: private_dns.to_string(),
@@ -236,6 +247,7 @@ fn matches(instance: &StubInstance, name: &str, values: &[String]) -> bool {
     match name {
         "instance-id" => values.contains(&instance.id),
         "private-dns-name" => values.contains(&instance.private_dns),
+        "private-ip-address" => values.contains(&instance.private_ip()),
         "instance-state-name" => values.iter().any(|v| v == instance.state),
         "tag-key" => values.iter().any(|v| instance.tags.contains_key(v)),
         other => match other.strip_prefix("tag:") {
@@ -286,10 +298,11 @@ fn describe_instances(state: &Mutex<State>, params: &[(String, String)]) -> Resp
              <instanceId>{id}</instanceId><privateDnsName>{dns}</privateDnsName>\
              <instanceState><code>16</code><name>{state}</name></instanceState>\
              <placement><availabilityZone>us-east-1a</availabilityZone></placement>\
-             <privateIpAddress>10.0.0.1</privateIpAddress>\
+             <privateIpAddress>{ip}</privateIpAddress>\
              <tagSet>{tags}</tagSet></item></instancesSet></item>",
             id = instance.id,
             dns = instance.private_dns,
+            ip = instance.private_ip(),
             state = instance.state,
         ));
     }
