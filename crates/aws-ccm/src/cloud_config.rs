@@ -51,6 +51,21 @@ pub enum NlbSecurityGroupMode {
     Managed,
 }
 
+/// `NLBNodeIngress` (this CCM's, the Go CCM ignores it): what an NLB's
+/// backend node groups admit. Only `Cidr` is the Go CCM's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NlbNodeIngress {
+    /// Per-port client and health rules from CIDRs, and the MTU rule, in
+    /// every backend node group, for every NLB (the Go CCM's rules).
+    #[default]
+    Cidr,
+    /// For an NLB that carries a security group (`NLBSecurityGroupMode =
+    /// Managed`, owned or bring-your-own): one rule in each backend node
+    /// group admitting that group, instead of the CIDR rules. An NLB
+    /// without a group keeps the CIDR rules.
+    LoadBalancerGroup,
+}
+
 /// One `[ServiceOverride "N"]` section: a custom endpoint for an AWS service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceOverride {
@@ -117,6 +132,7 @@ pub struct CloudConfig {
     pub shared_health_probe_path: String,
     pub supported_topology_instance_type_pattern: Option<String>,
     pub nlb_security_group_mode: NlbSecurityGroupMode,
+    pub nlb_node_ingress: NlbNodeIngress,
     pub service_overrides: Vec<ServiceOverride>,
     /// Values the Go CCM starts with but fails every NLB sync on: each NLB
     /// is kept in upkeep instead (docs/cloud-config.md), Classic ELBs are
@@ -159,6 +175,7 @@ impl Default for CloudConfig {
             shared_health_probe_path: "/healthz".to_string(),
             supported_topology_instance_type_pattern: None,
             nlb_security_group_mode: NlbSecurityGroupMode::Unmanaged,
+            nlb_node_ingress: NlbNodeIngress::Cidr,
             service_overrides: Vec::new(),
             nlb_refusals: Vec::new(),
             shared_probe_refusals: Vec::new(),
@@ -242,6 +259,8 @@ const GLOBAL_KEYS: &[&str] = &[
     "ClusterServiceSharedLoadBalancerHealthProbePath",
     "SupportedTopologyInstanceTypePattern",
     "NLBSecurityGroupMode",
+    // This CCM's own keys (the Go CCM skips them as unknown).
+    "NLBNodeIngress",
 ];
 
 const OVERRIDE_KEYS: &[&str] = &[

@@ -48,7 +48,7 @@ pub struct SecurityGroup {
     pub vpc_id: Option<String>,
     pub tags: BTreeMap<String, String>,
     pub ingress: BTreeSet<Rule>,
-    /// Descriptions of the IPv4 CIDR rules that carry one.
+    /// Descriptions of the rules that carry one (IPv4 CIDR or group sources).
     pub descriptions: BTreeMap<Rule, String>,
     /// The account that owns the group (for ARNs in permission messages).
     pub owner_id: Option<String>,
