@@ -9,8 +9,7 @@ use ini::Properties;
 
 use super::{
     CloudConfig, CloudConfigError, CloudConfigWarning, GLOBAL_KEYS, HealthProbeMode, IpFamily,
-    NlbNodeIngress,
-    NlbSecurityGroupMode, OVERRIDE_KEYS, RefusedValue, ServiceOverride,
+    NlbNodeIngress, NlbSecurityGroupMode, OVERRIDE_KEYS, RefusedValue, ServiceOverride,
 };
 
 /// Section kinds gcfg maps onto upstream's struct, as written in messages.

@@ -86,7 +86,11 @@ fn held_rules(xml: &str) -> Option<BTreeSet<FlatRule>> {
             ("prefixListIds", "prefixListId"),
         ] {
             for l in elements(perm, list) {
-                sources.extend(elements(l, "item").into_iter().filter_map(|i| first(i, key)));
+                sources.extend(
+                    elements(l, "item")
+                        .into_iter()
+                        .filter_map(|i| first(i, key)),
+                );
             }
         }
         for s in sources {
@@ -98,7 +102,12 @@ fn held_rules(xml: &str) -> Option<BTreeSet<FlatRule>> {
 
 /// The flat rules an `AuthorizeSecurityGroupIngress` asks for.
 fn requested(params: &[(String, String)]) -> BTreeSet<FlatRule> {
-    let value = |name: String| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone());
+    let value = |name: String| {
+        params
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+    };
     let mut out = BTreeSet::new();
     for p in 1.. {
         let at = format!("IpPermissions.{p}");

@@ -65,9 +65,11 @@ impl AwsLoadBalancers {
         let mut journal = Journal::default();
         let written = async {
             for g in groups.values() {
-                let ch = nlb::node_rules::node_group_changes(name, &g.descriptions, None, revocable);
+                let ch =
+                    nlb::node_rules::node_group_changes(name, &g.descriptions, None, revocable);
                 // Either call sends nothing for no rules.
-                sg::io::revoke(aws, &mut journal, &g.id, &ch.revoke).await?;
+                let described = &g.descriptions;
+                sg::io::revoke_described(aws, &mut journal, &g.id, &ch.revoke, described).await?;
                 sg::io::authorize_described(aws, &mut journal, &g.id, &ch.authorize).await?;
                 revoked |= !ch.revoke.is_empty();
             }

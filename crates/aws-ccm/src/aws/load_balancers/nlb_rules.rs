@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::refusals::Written;
 use super::{AwsLoadBalancers, CloudError, EnsureRequest, NlbPlan};
 use super::{NODE_GROUP_RULE_LIMIT, Warning};
+use crate::aws::nlb;
 use crate::aws::nlb::node_rules::{NodeRules, RuleChanges};
 use crate::aws::security_groups::{self as sg, Rule};
-use crate::aws::nlb;
 use crate::cloud_config::NlbNodeIngress;
 
 /// What one NLB's node rules are planned from.
@@ -46,7 +46,12 @@ fn carried_groups(at: &NlbPlan, owned: Option<&str>) -> Vec<String> {
 }
 
 /// The Warning for a node group with no room for an NLB's group rule.
-fn at_limit_warning(service_key: &str, group: &str, source: &str, e: &crate::aws::AwsError) -> Warning {
+fn at_limit_warning(
+    service_key: &str,
+    group: &str,
+    source: &str,
+    e: &crate::aws::AwsError,
+) -> Warning {
     Warning {
         reason: NODE_GROUP_RULE_LIMIT,
         message: format!(
@@ -180,7 +185,8 @@ impl AwsLoadBalancers {
         let mut changes = Vec::new();
         for g in groups.into_values() {
             let want = at.node_groups.contains(&g.id).then_some(&rules);
-            let ch = nlb::node_rules::node_group_changes(&at.name, &g.descriptions, want, &revocable);
+            let ch =
+                nlb::node_rules::node_group_changes(&at.name, &g.descriptions, want, &revocable);
             if ch.is_empty() || self.group_refused(&req.service_key, &g, warnings).await {
                 continue;
             }

@@ -254,13 +254,13 @@ impl AwsLoadBalancers {
         warnings: &mut Vec<Warning>,
     ) -> Result<Written, CloudError> {
         let mut journal = Journal::default();
-        let (aws, id) = (&self.aws, &group.id);
+        let (aws, id, described) = (&self.aws, &group.id, &group.descriptions);
         let written = async {
             if changes.adds_first() {
                 sg::io::authorize_described(aws, &mut journal, id, &changes.authorize).await?;
-                sg::io::revoke(aws, &mut journal, id, &changes.revoke).await
+                sg::io::revoke_described(aws, &mut journal, id, &changes.revoke, described).await
             } else {
-                sg::io::revoke(aws, &mut journal, id, &changes.revoke).await?;
+                sg::io::revoke_described(aws, &mut journal, id, &changes.revoke, described).await?;
                 sg::io::authorize_described(aws, &mut journal, id, &changes.authorize).await
             }
         }

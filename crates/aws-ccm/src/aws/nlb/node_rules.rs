@@ -142,8 +142,7 @@ pub fn node_group_changes(
     for (r, d) in have {
         let ours = *d == client_desc
             || *d == health_desc
-            || (d == GROUP_RULE
-                && matches!(&r.source, Source::Group(g) if revocable.contains(g)));
+            || (d == GROUP_RULE && matches!(&r.source, Source::Group(g) if revocable.contains(g)));
         if ours && !want_all.contains_key(r) {
             out.revoke.insert(r.clone());
         }

@@ -609,7 +609,11 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
 /// other way round; the group rule of a group another NLB carries stays.
 #[test]
 fn a_group_rule_replaces_the_cidr_rules_and_back() {
-    let d = want(&[], &[(80, 30080), (443, 30443)], &env(&["subnet-a"], &["i-1"]));
+    let d = want(
+        &[],
+        &[(80, 30080), (443, 30443)],
+        &env(&["subnet-a"], &["i-1"]),
+    );
     let name = &d.name;
     let ranges = [cidr("10.0.0.0/8")];
     let cidr_rules = node_rules(&d, &ranges, &[cidr("10.1.0.0/24"), cidr("10.2.0.0/24")]);
@@ -631,7 +635,10 @@ fn a_group_rule_replaces_the_cidr_rules_and_back() {
         BTreeMap::from([(group_rule.clone(), GROUP_RULE.to_string())])
     );
     // Every CIDR rule of this NLB goes, the MTU rule with them.
-    assert_eq!(to_group.revoke, go_state.keys().cloned().collect::<BTreeSet<_>>());
+    assert_eq!(
+        to_group.revoke,
+        go_state.keys().cloned().collect::<BTreeSet<_>>()
+    );
     assert!(to_group.adds_first() && to_group.adds_group_rule());
 
     // Applied: one rule, and nothing more to do.
@@ -678,7 +685,15 @@ fn rules_per_node_group(services: usize, from_group: bool) -> usize {
         let port = 30000 + 2 * i as i32;
         let mut spec = spec(&[], &[(80, port), (443, port + 1)]);
         spec.local_health_check_node_port = Some(32000 + i as i32);
-        let d = desired(&spec, "default/web", &uid, "c1", &CloudConfig::default(), &e).unwrap();
+        let d = desired(
+            &spec,
+            "default/web",
+            &uid,
+            "c1",
+            &CloudConfig::default(),
+            &e,
+        )
+        .unwrap();
         let mut rules = node_rules(&d, &[Ipv4Net::default()], &subnets);
         if from_group {
             rules.from_group = Some(format!("sg-{i}"));
@@ -698,7 +713,10 @@ fn rules_per_node_group_grow_by_one_per_nlb_with_group_rules() {
     // subnets) per NLB, and one MTU rule; AWS's default limit of 60 is
     // reached at the 15th NLB.
     for n in [10, 100, 500] {
-        let (cidr, group) = (rules_per_node_group(n, false), rules_per_node_group(n, true));
+        let (cidr, group) = (
+            rules_per_node_group(n, false),
+            rules_per_node_group(n, true),
+        );
         eprintln!("rules per node group at {n} NLBs: CIDR {cidr}, LoadBalancerGroup {group}");
         assert_eq!((cidr, group), (n * 4 + 1, n));
     }

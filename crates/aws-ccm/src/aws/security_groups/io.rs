@@ -363,10 +363,27 @@ pub(crate) async fn revoke(
     group_id: &str,
     rules: &BTreeSet<Rule>,
 ) -> Result<(), AwsError> {
+    revoke_described(aws, journal, group_id, rules, &BTreeMap::new()).await
+}
+
+/// [`revoke`], each rule sent with the description `described` has for it.
+/// EC2 matches a rule without its description; moto matches a source
+/// group's description too, and answers a revoke without it
+/// `InvalidPermission.NotFound`: sending it satisfies both.
+pub(crate) async fn revoke_described(
+    aws: &AwsClient,
+    journal: &mut Journal,
+    group_id: &str,
+    rules: &BTreeSet<Rule>,
+    described: &BTreeMap<Rule, String>,
+) -> Result<(), AwsError> {
     if rules.is_empty() {
         return Ok(());
     }
-    let perms = rules_to_sdk(rules);
+    let perms: Vec<IpPermission> = rules
+        .iter()
+        .map(|r| permission(r, described.get(r)))
+        .collect();
     let done = match aws
         .ec2(Operation::Ec2RevokeSecurityGroupIngress, |c| {
             c.revoke_security_group_ingress()
