@@ -51,6 +51,21 @@ pub(crate) enum NlbSecurityGroupMode {
     Managed,
 }
 
+/// `NLBNodeIngress` (this CCM's, the Go CCM ignores it): what an NLB's
+/// backend node groups admit. Only `Cidr` is the Go CCM's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NlbNodeIngress {
+    /// Per-port client and health rules from CIDRs, and the MTU rule, in
+    /// every backend node group, for every NLB (the Go CCM's rules).
+    #[default]
+    Cidr,
+    /// For an NLB that carries a security group (`NLBSecurityGroupMode =
+    /// Managed`, owned or bring-your-own): one rule in each backend node
+    /// group admitting that group, instead of the CIDR rules. An NLB
+    /// without a group keeps the CIDR rules.
+    LoadBalancerGroup,
+}
+
 /// One `[ServiceOverride "N"]` section: a custom endpoint for an AWS service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ServiceOverride {
@@ -100,24 +115,25 @@ impl OverrideService {
 /// The `[Global]` section, typed and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloudConfig {
-    pub(crate) zone: Option<String>,
-    pub(crate) region: Option<String>,
-    pub(crate) vpc: Option<String>,
-    pub(crate) subnet_id: Option<String>,
-    pub(crate) route_table_id: Option<String>,
-    pub(crate) role_arn: Option<String>,
-    pub(crate) source_arn: Option<String>,
-    pub(crate) kubernetes_cluster_tag: Option<String>,
-    pub(crate) kubernetes_cluster_id: Option<String>,
-    pub(crate) disable_security_group_ingress: bool,
-    pub(crate) elb_security_group: Option<String>,
-    pub(crate) node_ip_families: Vec<IpFamily>,
-    pub(crate) health_probe_mode: HealthProbeMode,
-    pub(crate) shared_health_probe_port: u16,
-    pub(crate) shared_health_probe_path: String,
-    pub(crate) supported_topology_instance_type_pattern: Option<String>,
-    pub(crate) nlb_security_group_mode: NlbSecurityGroupMode,
-    pub(crate) service_overrides: Vec<ServiceOverride>,
+    pub zone: Option<String>,
+    pub region: Option<String>,
+    pub vpc: Option<String>,
+    pub subnet_id: Option<String>,
+    pub route_table_id: Option<String>,
+    pub role_arn: Option<String>,
+    pub source_arn: Option<String>,
+    pub kubernetes_cluster_tag: Option<String>,
+    pub kubernetes_cluster_id: Option<String>,
+    pub disable_security_group_ingress: bool,
+    pub elb_security_group: Option<String>,
+    pub node_ip_families: Vec<IpFamily>,
+    pub health_probe_mode: HealthProbeMode,
+    pub shared_health_probe_port: u16,
+    pub shared_health_probe_path: String,
+    pub supported_topology_instance_type_pattern: Option<String>,
+    pub nlb_security_group_mode: NlbSecurityGroupMode,
+    pub nlb_node_ingress: NlbNodeIngress,
+    pub service_overrides: Vec<ServiceOverride>,
     /// Values the Go CCM starts with but fails every NLB sync on: each NLB
     /// is kept in upkeep instead (docs/cloud-config.md), Classic ELBs are
     /// synced as the Go CCM syncs them.
@@ -159,6 +175,7 @@ impl Default for CloudConfig {
             shared_health_probe_path: "/healthz".to_string(),
             supported_topology_instance_type_pattern: None,
             nlb_security_group_mode: NlbSecurityGroupMode::Unmanaged,
+            nlb_node_ingress: NlbNodeIngress::Cidr,
             service_overrides: Vec::new(),
             nlb_refusals: Vec::new(),
             shared_probe_refusals: Vec::new(),
@@ -242,6 +259,8 @@ const GLOBAL_KEYS: &[&str] = &[
     "ClusterServiceSharedLoadBalancerHealthProbePath",
     "SupportedTopologyInstanceTypePattern",
     "NLBSecurityGroupMode",
+    // This CCM's own keys (the Go CCM skips them as unknown).
+    "NLBNodeIngress",
 ];
 
 const OVERRIDE_KEYS: &[&str] = &[

@@ -123,6 +123,11 @@ pub(crate) const CLASSES: &[Class] = &[
     c("NLBSecurityGroupMode", "documented", "Managed", Uses),
     c("NLBSecurityGroupMode", "empty", "", Ignores),
     c("NLBSecurityGroupMode", "other case", "managed", FailsNlbs).here(FailsNlbs, "every NLB kept in upkeep, a warning at start-up"),
+    // This CCM's own key: the Go CCM skips it as unknown whatever its value.
+    c("NLBNodeIngress", "documented", "LoadBalancerGroup", Ignores).here(Uses, "this CCM's key (docs/nlb.md): an NLB with a security group gets one node rule admitting it"),
+    c("NLBNodeIngress", "default", "Cidr", Ignores),
+    c("NLBNodeIngress", "empty", "", Ignores),
+    c("NLBNodeIngress", "unknown word", "loadbalancergroup", Ignores).here(FailsAtStart, "this CCM's key: refused at start-up with the file, line and what is allowed, so that a misspelt mode does not keep the rules it was set to replace"),
 ];
 
 /// Every `[Global]` key has classes (the upstream names' test checks the

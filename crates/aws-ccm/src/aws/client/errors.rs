@@ -407,6 +407,13 @@ impl AwsError {
         self.code().is_some_and(|c| TARGET_QUOTA_CODES.contains(&c))
     }
 
+    /// EC2 refused a rule past the security group's rules limit
+    /// (`RulesPerSecurityGroupLimitExceeded`: 60 inbound rules by default,
+    /// each CIDR or source group of a permission counting as one).
+    pub fn is_rule_limit(&self) -> bool {
+        self.code() == Some("RulesPerSecurityGroupLimitExceeded")
+    }
+
     pub fn is_throttling(&self) -> bool {
         self.class() == ErrorClass::Throttling
             || matches!(self, AwsError::DeadlineExceeded { last: Some(last), .. } if last.is_throttling())

@@ -97,8 +97,9 @@ impl AwsLoadBalancers {
             let groups = std::mem::take(&mut plan.groups);
             let mut warnings = std::mem::take(&mut plan.warnings);
             node_rules = self
-                .plan_nlb_node_rules(req, &plan, groups, &mut warnings)
-                .await?;
+                .plan_nlb_node_rules(req, &plan, groups, None, &mut warnings)
+                .await?
+                .changes;
             plan.warnings = warnings;
         }
         Ok(Planned::Network {

@@ -28,7 +28,7 @@
 //! tag (made by the Go CCM), or whose settings the Service changed since it
 //! was created, is read in full at its first sync in each process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -238,6 +238,30 @@ impl LbSweep {
         };
         let groups = nlb::read::listed_target_groups(aws, &lb.arn).await?;
         Ok(Some((lb, groups)))
+    }
+
+    /// Of `groups`, those an NLB of this CCM's names other than `except`
+    /// carries, by the current sweep. A sweep IAM refuses answers "all of
+    /// them" (nothing is then revoked on its word).
+    pub async fn carried_by_other_nlbs(
+        &self,
+        aws: &AwsClient,
+        groups: &BTreeSet<String>,
+        except: &str,
+    ) -> Result<BTreeSet<String>, AwsError> {
+        let snap = match self.snapshot(aws).await {
+            Ok(snap) => snap,
+            Err(e) if e.is_denied() => return Ok(groups.clone()),
+            Err(e) => return Err(e),
+        };
+        Ok(snap
+            .nlbs
+            .iter()
+            .filter(|(name, _)| name.as_str() != except)
+            .flat_map(|(_, lb)| lb.security_groups.iter())
+            .filter(|g| groups.contains(*g))
+            .cloned()
+            .collect())
     }
 
     /// Whether load balancer `name` (of the Service with UID `uid`, tags

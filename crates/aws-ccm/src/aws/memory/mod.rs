@@ -66,7 +66,7 @@ pub(crate) const SUBNET_TTL: Duration = Duration::from_secs(60);
 pub(crate) enum Write {
     /// Group created (no rules yet).
     GroupCreated(SecurityGroup),
-    /// `rules` added to `group`, the CIDR ones with these descriptions.
+    /// `rules` added to `group`, with the descriptions they carry.
     Authorized {
         group: String,
         rules: BTreeSet<Rule>,

@@ -53,7 +53,9 @@ pub(crate) struct Applied {
     pub(crate) target_groups: BTreeMap<String, String>,
     /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
     /// the error. The other changes went ahead; the caller records these.
-    pub(crate) refused_listeners: Vec<(String, AwsError)>,
+    pub refused_listeners: Vec<(String, AwsError)>,
+    /// The owned (managed) group's ID, the one the plan created included.
+    pub owned_group: Option<String>,
 }
 
 /// Applies a plan in order.
@@ -80,6 +82,7 @@ pub(crate) async fn apply(
                 .map(|g| (g.name.clone(), g.arn.clone()))
                 .collect(),
             refused_listeners: Vec::new(),
+            owned_group: None,
         },
     };
     let mut window = AfterCreate::default();
@@ -128,6 +131,7 @@ pub(crate) async fn apply(
             window.created(aws);
         }
     }
+    at.out.owned_group = at.owned;
     Ok(at.out)
 }
 

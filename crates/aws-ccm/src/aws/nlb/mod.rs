@@ -17,9 +17,14 @@ use super::security_groups::{self as sg, Rule, Source};
 
 /// Rule descriptions on node groups, as upstream: they mark the rules this
 /// controller wrote (and may revoke).
-pub(crate) const CLIENT_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/client";
-pub(crate) const HEALTH_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/health";
-pub(crate) const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
+pub const CLIENT_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/client";
+pub const HEALTH_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/health";
+pub const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
+/// This CCM's (not the Go CCM's) description of a node group's rule that
+/// admits everything from an NLB's security group (`NLBNodeIngress =
+/// LoadBalancerGroup`). It names no NLB: NLBs that share a group share the
+/// rule.
+pub const GROUP_RULE: &str = "aws-ccm/rule/nlb/from-group";
 
 pub(crate) const ATTR_CROSS_ZONE: &str = "load_balancing.cross_zone.enabled";
 pub(crate) const ATTR_ACCESS_LOGS: &str = "access_logs.s3.enabled";

@@ -556,7 +556,7 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
     assert_eq!(rules.client.len(), 1);
     assert_eq!(rules.health.len(), 1);
     let name = &d.name;
-    let ch = node_group_changes(name, &BTreeMap::new(), Some(&rules));
+    let ch = node_group_changes(name, &BTreeMap::new(), Some(&rules), &BTreeSet::new());
     assert_eq!(ch.authorize.len(), 3, "{ch:?}");
     assert_eq!(ch.authorize.values().filter(|d| **d == MTU_RULE).count(), 1);
     assert!(
@@ -579,8 +579,8 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
         source: Source::Cidr(cidr("1.2.3.4/32")),
     };
     have.insert(users.clone(), "ssh".into());
-    assert!(node_group_changes(name, &have, Some(&rules)).is_empty());
-    let gone = node_group_changes(name, &have, None);
+    assert!(node_group_changes(name, &have, Some(&rules), &BTreeSet::new()).is_empty());
+    let gone = node_group_changes(name, &have, None, &BTreeSet::new());
     assert_eq!(gone.revoke.len(), 3);
     assert!(!gone.revoke.contains(&users));
     assert!(gone.authorize.is_empty());
@@ -596,12 +596,130 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
         },
         client_rule_description("aother"),
     );
-    let gone = node_group_changes(name, &shared, None);
+    let gone = node_group_changes(name, &shared, None, &BTreeSet::new());
     assert_eq!(gone.revoke.len(), 2);
 
     // From anywhere, TCP, same ports: health rules are covered by the client rules.
     let open = node_rules(&d, &[Ipv4Net::default()], &[cidr("10.1.0.0/24")]);
     assert!(open.health.is_empty());
+}
+
+/// `NLBNodeIngress = LoadBalancerGroup`: one rule from the NLB's group
+/// replaces the CIDR rules, added before they go; back to CIDR rules the
+/// other way round; the group rule of a group another NLB carries stays.
+#[test]
+fn a_group_rule_replaces_the_cidr_rules_and_back() {
+    let d = want(
+        &[],
+        &[(80, 30080), (443, 30443)],
+        &env(&["subnet-a"], &["i-1"]),
+    );
+    let name = &d.name;
+    let ranges = [cidr("10.0.0.0/8")];
+    let cidr_rules = node_rules(&d, &ranges, &[cidr("10.1.0.0/24"), cidr("10.2.0.0/24")]);
+    let none = BTreeSet::new();
+    // The Go CCM's state: client, health and MTU rules.
+    let go_state = node_group_changes(name, &BTreeMap::new(), Some(&cidr_rules), &none).authorize;
+    assert_eq!(go_state.len(), 2 + 2 * 2 + 1, "{go_state:?}");
+    // Unchanged without the group: nothing to do (a swap changes nothing).
+    assert!(node_group_changes(name, &go_state, Some(&cidr_rules), &none).is_empty());
+
+    let grouped = NodeRules {
+        from_group: Some("sg-nlb".into()),
+        ..cidr_rules.clone()
+    };
+    let to_group = node_group_changes(name, &go_state, Some(&grouped), &none);
+    let group_rule = Rule::all_from_group("sg-nlb");
+    assert_eq!(
+        to_group.authorize,
+        BTreeMap::from([(group_rule.clone(), GROUP_RULE.to_string())])
+    );
+    // Every CIDR rule of this NLB goes, the MTU rule with them.
+    assert_eq!(
+        to_group.revoke,
+        go_state.keys().cloned().collect::<BTreeSet<_>>()
+    );
+    assert!(to_group.adds_first() && to_group.adds_group_rule());
+
+    // Applied: one rule, and nothing more to do.
+    let grouped_state = to_group.authorize.clone();
+    assert!(node_group_changes(name, &grouped_state, Some(&grouped), &none).is_empty());
+
+    // The fallback at the rules limit is the CIDR plan: on the Go CCM's
+    // state it changes nothing.
+    assert!(node_group_changes(name, &go_state, Some(&grouped.cidr_only()), &none).is_empty());
+
+    // Back to CIDR rules (the operator unsets the key): they are added
+    // first, then the group rule goes, when no other NLB carries its group.
+    let revocable = BTreeSet::from(["sg-nlb".to_string()]);
+    let back = node_group_changes(name, &grouped_state, Some(&cidr_rules), &revocable);
+    assert_eq!(back.authorize, go_state);
+    assert_eq!(back.revoke, BTreeSet::from([group_rule.clone()]));
+    assert!(back.adds_first());
+    // Another NLB carries the group too: its rule stays.
+    let kept = node_group_changes(name, &grouped_state, Some(&cidr_rules), &none);
+    assert!(kept.revoke.is_empty(), "{kept:?}");
+
+    // A group that stops being a backend loses the group rule (revocable).
+    let left = node_group_changes(name, &grouped_state, None, &revocable);
+    assert_eq!(left.revoke, BTreeSet::from([group_rule.clone()]));
+
+    // A user's rule from the same group (another description) is theirs:
+    // never revoked, and not added again.
+    let users = BTreeMap::from([(group_rule.clone(), "mine".to_string())]);
+    assert!(node_group_changes(name, &users, Some(&grouped), &revocable).is_empty());
+    assert!(node_group_changes(name, &users, None, &revocable).is_empty());
+}
+
+/// Rules per node group when `services` NLBs (two ports each, health
+/// checks on their own node port as `externalTrafficPolicy: Local` asks,
+/// two NLB subnets, clients from anywhere) all back one node group, each
+/// NLB planned on what the ones before it left: the Go CCM's CIDR rules,
+/// or one group rule per NLB.
+fn rules_per_node_group(services: usize, from_group: bool) -> usize {
+    let subnets = [cidr("10.1.0.0/24"), cidr("10.2.0.0/24")];
+    let mut have: DescribedRules = BTreeMap::new();
+    for i in 0..services {
+        let uid = format!("{i:08x}-1234-4f6e-9a7b-abcdefabcdef");
+        let e = env(&["subnet-a", "subnet-b"], &["i-1"]);
+        let port = 30000 + 2 * i as i32;
+        let mut spec = spec(&[], &[(80, port), (443, port + 1)]);
+        spec.local_health_check_node_port = Some(32000 + i as i32);
+        let d = desired(
+            &spec,
+            "default/web",
+            &uid,
+            "c1",
+            &CloudConfig::default(),
+            &e,
+        )
+        .unwrap();
+        let mut rules = node_rules(&d, &[Ipv4Net::default()], &subnets);
+        if from_group {
+            rules.from_group = Some(format!("sg-{i}"));
+        }
+        let ch = node_group_changes(&d.name, &have, Some(&rules), &BTreeSet::new());
+        for r in &ch.revoke {
+            have.remove(r);
+        }
+        have.extend(ch.authorize);
+    }
+    have.len()
+}
+
+#[test]
+fn rules_per_node_group_grow_by_one_per_nlb_with_group_rules() {
+    // Go CCM: two client rules and two health rules (one port, two
+    // subnets) per NLB, and one MTU rule; AWS's default limit of 60 is
+    // reached at the 15th NLB.
+    for n in [10, 100, 500] {
+        let (cidr, group) = (
+            rules_per_node_group(n, false),
+            rules_per_node_group(n, true),
+        );
+        eprintln!("rules per node group at {n} NLBs: CIDR {cidr}, LoadBalancerGroup {group}");
+        assert_eq!((cidr, group), (n * 4 + 1, n));
+    }
 }
 
 #[test]

@@ -408,7 +408,7 @@ fn dead_nlb_rules(
     let mut have = descriptions.clone();
     let mut revoke = BTreeSet::new();
     for name in &dead {
-        let changes = node_rules::node_group_changes(name, &have, None);
+        let changes = node_rules::node_group_changes(name, &have, None, &BTreeSet::new());
         for r in changes.revoke {
             have.remove(&r);
             revoke.insert(r);
