@@ -271,6 +271,34 @@ pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Resul
     Ok(())
 }
 
+/// Read as upstream reads it; a pair whose key the controller writes itself
+/// (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, its records)
+/// is refused with a Warning: the controller's value stays, as in the Go
+/// CCM, whose own tags are written over the user's.
+pub fn additional_tags(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+    s.additional_tags = parse_key_values(v);
+    let refused: Vec<&str> = s
+        .additional_tags
+        .keys()
+        .map(String::as_str)
+        .filter(|key| crate::aws::tags::is_controller_tag(key))
+        .collect();
+    if !refused.is_empty() {
+        cx.note(
+            k,
+            v,
+            &format!(
+                "{} {} a tag the controller writes itself: its value stays the controller's (as in the Go CCM) and the pair is not applied to the load balancer, its listeners or target groups",
+                refused.join(", "),
+                if refused.len() == 1 { "is" } else { "are" }
+            ),
+            "remove the pair, or give the tag another key",
+            Holds::Nothing,
+        );
+    }
+    Ok(())
+}
+
 pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.dualstack = match v {
         "" | "ipv4" => false,

@@ -289,8 +289,8 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "comma-separated `key=value`",
         "-",
         Applies::Both,
-        "Extra tags on the load balancer and its owned security group.",
-        Parse::Pairs(|s| &mut s.additional_tags),
+        "Extra tags on the load balancer and its owned security group; on an NLB also its listeners and target groups, kept following the annotation: a pair added or changed is written to the live NLB, its listeners and target groups, and a key removed from the annotation is removed from them when the record `kubernetes.io/cloud-controller/managed-tags` (upstream's, from cloud-provider-aws PR #1447) says the controller applied it; other tags are never removed. A key the controller writes itself (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, `KubernetesCluster`, `aws-ccm/...`, the record) is refused with a Warning and keeps the controller's value.",
+        Parse::Own(parse::additional_tags),
     ),
     row(
         HC_PROTOCOL,

@@ -182,6 +182,7 @@ pub const CLASSES: &[Class] = &[
     c(ADDITIONAL_TAGS, "documented", "team=a,env=prod", Both, Uses),
     c(ADDITIONAL_TAGS, "key only", "team", Both, ReadsAs("team=")),
     c(ADDITIONAL_TAGS, "empty", "", Both, Ignores),
+    c(ADDITIONAL_TAGS, "a tag the controller writes", "kubernetes.io/service-name=other,team=a", Both, Uses).here(Uses, "Warning `AnnotationValueTolerated`: the controller's own value stays, as in the Go CCM, which writes its tags over the user's"),
     c(HC_PROTOCOL, "documented", "HTTP", Both, Uses),
     c(HC_PROTOCOL, "other case", "http", Both, ReadsAs("HTTP")),
     c(HC_PROTOCOL, "documented", "SSL", Clb, Uses),

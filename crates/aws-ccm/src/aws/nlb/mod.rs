@@ -184,7 +184,12 @@ pub struct Desired {
     pub subnet_mappings: Vec<SubnetMapping>,
     /// Whether the mappings carry addresses (then they are create-time only).
     pub pinned_addresses: bool,
+    /// The tags every resource of the NLB carries (ownership, Service name,
+    /// the user's): written by the creates and kept by the plan.
     pub tags: BTreeMap<String, String>,
+    /// The `additional-resource-tags` pairs applied (the user's part of
+    /// `tags`): what [`crate::aws::tags::MANAGED_TAGS_TAG`] records.
+    pub additional_tags: BTreeMap<String, String>,
     pub listeners: Vec<Listener>,
     pub target_groups: Vec<TargetGroup>,
     /// Only the keys the Service sets.
@@ -205,6 +210,13 @@ pub struct Desired {
     pub applied: crate::aws::applied::Applied,
 }
 
+impl Desired {
+    /// The tags of a resource the plan creates for it.
+    pub fn create_tags(&self) -> BTreeMap<String, String> {
+        crate::aws::tags::at_creation(&self.tags, &self.additional_tags)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActualListener {
     pub arn: String,
@@ -213,6 +225,9 @@ pub struct ActualListener {
     pub certificate: Option<String>,
     pub ssl_policy: Option<String>,
     pub target_group_arn: Option<String>,
+    /// Read only when the NLB's tags follow an annotation (see
+    /// `load_balancers::sweep`); `None`: not read, left as they are.
+    pub tags: Option<crate::aws::tags::Tags>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -284,6 +299,12 @@ pub enum Change {
     AddTags {
         arn: Option<String>,
         tags: BTreeMap<String, String>,
+    },
+    /// Keys the controller applied that the annotation no longer names, on
+    /// a target group or listener (`arn`) or, without one, the NLB.
+    RemoveTags {
+        arn: Option<String>,
+        keys: BTreeSet<String>,
     },
     ModifyAttributes(BTreeMap<String, String>),
     CreateTargetGroup {

@@ -8,7 +8,7 @@ use super::{
     Desired, SubnetMapping, TargetGroup, TgRef,
 };
 use crate::aws::applied::Applied;
-use crate::aws::elb::plan::{missing_tags, owned_group_changes, scheme};
+use crate::aws::elb::plan::{owned_group_changes, scheme};
 use crate::aws::load_balancers::delta;
 use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
@@ -207,7 +207,7 @@ fn created(
     want_groups: &BTreeSet<String>,
     changes: &mut Vec<Change>,
 ) -> ActualLb {
-    let tags = desired.applied.tagged(&desired.tags);
+    let tags = desired.applied.tagged(&desired.create_tags());
     changes.push(Change::CreateLoadBalancer {
         internal: desired.internal,
         ip_address_type: desired.ip_address_type.clone(),
@@ -272,13 +272,35 @@ fn load_balancer_changes(
     if lb.ip_address_type != desired.ip_address_type {
         changes.push(Change::SetIpAddressType(desired.ip_address_type.clone()));
     }
-    let tags = missing_tags(&want_tags, &lb.tags);
-    if !tags.is_empty() {
-        changes.push(Change::AddTags { arn: lb_arn, tags });
-    }
+    tag_changes(desired, &want_tags, &lb.tags, lb_arn, changes);
     let attrs = attribute_delta(&desired.attributes, &lb.attributes);
     if !attrs.is_empty() {
         changes.push(Change::ModifyAttributes(attrs));
+    }
+}
+
+/// The tag writes that take one resource (`arn`, `None` for the NLB) from
+/// `have` to `want`, following `additional-resource-tags`
+/// ([`tags::follow_annotation`]): additions first, then removals.
+fn tag_changes(
+    desired: &Desired,
+    want: &BTreeMap<String, String>,
+    have: &BTreeMap<String, String>,
+    arn: Option<String>,
+    changes: &mut Vec<Change>,
+) {
+    let writes = tags::follow_annotation(want, &desired.additional_tags, have);
+    if !writes.add.is_empty() {
+        changes.push(Change::AddTags {
+            arn: arn.clone(),
+            tags: writes.add,
+        });
+    }
+    if !writes.remove.is_empty() {
+        changes.push(Change::RemoveTags {
+            arn,
+            keys: writes.remove,
+        });
     }
 }
 
@@ -286,7 +308,7 @@ fn load_balancer_changes(
 fn new_target_group_changes(desired: &Desired, tg: &TargetGroup, changes: &mut Vec<Change>) {
     changes.push(Change::CreateTargetGroup {
         group: tg.clone(),
-        tags: desired.tags.clone(),
+        tags: desired.create_tags(),
     });
     if !desired.target_group_attributes.is_empty() {
         changes.push(Change::ModifyTargetGroupAttributes {
@@ -319,13 +341,13 @@ fn target_group_changes(
             health: w.clone(),
         });
     }
-    let tags = missing_tags(&desired.tags, &have.tags);
-    if !tags.is_empty() {
-        changes.push(Change::AddTags {
-            arn: Some(have.arn.clone()),
-            tags,
-        });
-    }
+    tag_changes(
+        desired,
+        &desired.tags,
+        &have.tags,
+        Some(have.arn.clone()),
+        changes,
+    );
     let attrs = attribute_delta(&desired.target_group_attributes, &have.attributes);
     if !attrs.is_empty() {
         changes.push(Change::ModifyTargetGroupAttributes {
@@ -389,7 +411,7 @@ fn listener_changes(
         match have.get(&l.port) {
             None => changes.push(Change::CreateListener {
                 listener: l.clone(),
-                tags: desired.tags.clone(),
+                tags: desired.create_tags(),
             }),
             Some(h) => {
                 let same = h.protocol == l.protocol
@@ -402,6 +424,15 @@ fn listener_changes(
                         arn: h.arn.clone(),
                         listener: l.clone(),
                     });
+                }
+                if let Some(have_tags) = &h.tags {
+                    tag_changes(
+                        desired,
+                        &desired.tags,
+                        have_tags,
+                        Some(h.arn.clone()),
+                        changes,
+                    );
                 }
             }
         }
@@ -516,6 +547,11 @@ pub fn describe(change: &Change) -> String {
             "tag {} with {:?}",
             arn.as_deref().unwrap_or("the NLB"),
             tags.keys().collect::<Vec<_>>()
+        ),
+        Change::RemoveTags { arn, keys } => format!(
+            "untag {} of {:?}",
+            arn.as_deref().unwrap_or("the NLB"),
+            keys
         ),
         Change::ModifyAttributes(a) => format!("set attributes {:?}", a.keys().collect::<Vec<_>>()),
         Change::CreateTargetGroup { group, .. } => {
