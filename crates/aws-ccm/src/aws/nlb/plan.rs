@@ -75,7 +75,7 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
             Some(have) => target_group_changes(desired, tg, have, &mut changes),
         }
     }
-    listener_changes(desired, &lb, &by_name, &mut changes);
+    listener_changes(desired, &lb, &by_name, cluster_id, &mut changes);
     retired_changes(desired, actual, cluster_id, manage_groups, &mut changes);
     changes
 }
@@ -392,11 +392,13 @@ pub(crate) fn target_changes(
 }
 
 /// Listeners, one per port: modify in place (protocol, certificate,
-/// policy, target group), create the missing, delete the extra.
+/// policy, target group), create the missing, delete the extra; the tags
+/// of those whose tags were read follow the annotation.
 fn listener_changes(
     desired: &Desired,
     lb: &ActualLb,
     by_name: &BTreeMap<&str, &ActualTargetGroup>,
+    cluster_id: &str,
     changes: &mut Vec<Change>,
 ) {
     let arn_of = |name: &str| by_name.get(name).map(|t| t.arn.clone());
@@ -425,7 +427,11 @@ fn listener_changes(
                         listener: l.clone(),
                     });
                 }
-                if let Some(have_tags) = &h.tags {
+                // Only a listener tagged as this cluster's: AWS (and the
+                // policy) let the CCM tag no other.
+                if let Some(have_tags) = &h.tags
+                    && tags::is_owned(have_tags, cluster_id)
+                {
                     tag_changes(
                         desired,
                         &desired.tags,
