@@ -32,6 +32,11 @@ pub const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
 /// key is upstream's (kubernetes/cloud-provider-aws PR #1447, which names it
 /// for the same purpose), so after a swap either way one owner remains.
 pub const MANAGED_TAGS_TAG: &str = "kubernetes.io/cloud-controller/managed-tags";
+/// On a target group this CCM set attributes on: the
+/// `target-group-attributes` keys it applied, comma-separated, so that a key
+/// the annotation drops returns to AWS's default and a value nobody
+/// recorded (the Go CCM's, a hand edit) is left alone.
+pub const TARGET_GROUP_ATTRIBUTES_TAG: &str = "aws-ccm/target-group-attributes";
 /// Longest tag value AWS takes.
 pub const MAX_TAG_VALUE: usize = 256;
 /// Most tags a classic ELB, an NLB or a target group takes.
@@ -131,13 +136,19 @@ pub fn is_controller_tag(key: &str) -> bool {
             APPLIED_TAG,
             APPLIED_SETTINGS_TAG,
             MANAGED_TAGS_TAG,
+            TARGET_GROUP_ATTRIBUTES_TAG,
         ]
         .contains(&key)
 }
 
 /// The keys [`MANAGED_TAGS_TAG`] on `tags` records (none without it).
 pub fn managed_keys(tags: &BTreeMap<String, String>) -> BTreeSet<String> {
-    tags.get(MANAGED_TAGS_TAG)
+    recorded_keys(tags, MANAGED_TAGS_TAG)
+}
+
+/// The comma-separated keys record `tag` on `tags` holds (none without it).
+pub fn recorded_keys(tags: &BTreeMap<String, String>, tag: &str) -> BTreeSet<String> {
+    tags.get(tag)
         .map(|v| {
             v.split(',')
                 .map(str::trim)

@@ -239,20 +239,15 @@ pub fn private_ipv4(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecEr
 }
 
 /// Upstream rejects it on anything but an NLB, even empty (the row says so).
+/// Every attribute AWS documents for an NLB target group is taken, checked
+/// as AWS checks it (`nlb::attributes`); upstream takes two and refuses the
+/// rest.
 pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     let mut attributes = BTreeMap::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, value) = item.split_once('=').unwrap_or((item, ""));
-        let valid_name = matches!(
-            name,
-            "preserve_client_ip.enabled" | "proxy_protocol_v2.enabled"
-        );
-        if !valid_name || !(value == "true" || value == "false") {
-            return Err(err(
-                k,
-                v,
-                "allowed: preserve_client_ip.enabled=true|false, proxy_protocol_v2.enabled=true|false",
-            ));
+        if let Some(why) = crate::aws::nlb::attributes::refusal(name, value) {
+            return Err(err(k, v, why));
         }
         if attributes
             .insert(name.to_string(), value.to_string())
@@ -266,6 +261,9 @@ pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Resul
                 Holds::Nothing,
             );
         }
+    }
+    if let Some(why) = crate::aws::nlb::attributes::set_refusal(&attributes) {
+        return Err(err(k, v, why));
     }
     s.target_group_attributes = attributes;
     Ok(())

@@ -346,6 +346,7 @@ pub enum Change {
     },
 }
 
+pub mod attributes;
 pub mod desired;
 pub mod io;
 pub mod node_rules;

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    ATTR_ACCESS_LOGS, ATTR_CROSS_ZONE, Actual, ActualLb, ActualListener, ActualTargetGroup, Change,
+    ATTR_ACCESS_LOGS, ATTR_CROSS_ZONE, attributes, Actual, ActualLb, ActualListener, ActualTargetGroup, Change,
     Desired, SubnetMapping, TargetGroup, TgRef,
 };
 use crate::aws::applied::Applied;
@@ -306,9 +306,16 @@ fn tag_changes(
 
 /// A target group to create: then its attributes and targets.
 fn new_target_group_changes(desired: &Desired, tg: &TargetGroup, changes: &mut Vec<Change>) {
+    let mut tags = desired.create_tags();
+    if let Some(record) = attribute_record(&desired.target_group_attributes)
+        && !desired.target_group_attributes.is_empty()
+        && tags.len() < tags::MAX_LB_TAGS
+    {
+        tags.insert(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record);
+    }
     changes.push(Change::CreateTargetGroup {
         group: tg.clone(),
-        tags: desired.create_tags(),
+        tags,
     });
     if !desired.target_group_attributes.is_empty() {
         changes.push(Change::ModifyTargetGroupAttributes {
@@ -348,13 +355,7 @@ fn target_group_changes(
         Some(have.arn.clone()),
         changes,
     );
-    let attrs = attribute_delta(&desired.target_group_attributes, &have.attributes);
-    if !attrs.is_empty() {
-        changes.push(Change::ModifyTargetGroupAttributes {
-            target_group: TgRef::Arn(have.arn.clone()),
-            attributes: attrs,
-        });
-    }
+    target_group_attribute_changes(desired, have, changes);
     target_changes(
         &have.arn,
         have.port,
@@ -362,6 +363,55 @@ fn target_group_changes(
         &desired.instances,
         changes,
     );
+}
+
+/// An existing group's attributes: those the annotation names, and those
+/// this CCM applied before (its record) that it no longer names, back to
+/// AWS's default; then the record of the keys applied. A group without a
+/// record whose attributes already match (the Go CCM's) gets no write.
+fn target_group_attribute_changes(
+    desired: &Desired,
+    have: &ActualTargetGroup,
+    changes: &mut Vec<Change>,
+) {
+    let want = &desired.target_group_attributes;
+    let recorded = tags::recorded_keys(&have.tags, tags::TARGET_GROUP_ATTRIBUTES_TAG);
+    let mut attrs = attribute_delta(want, &have.attributes);
+    for (key, default) in attributes::defaults_of_dropped(&recorded, want) {
+        if have.attributes.get(&key) != Some(&default) {
+            attrs.insert(key, default);
+        }
+    }
+    let written = !attrs.is_empty();
+    if written {
+        changes.push(Change::ModifyTargetGroupAttributes {
+            target_group: TgRef::Arn(have.arn.clone()),
+            attributes: attrs,
+        });
+    }
+    let has_record = have.tags.contains_key(tags::TARGET_GROUP_ATTRIBUTES_TAG);
+    let keys: BTreeSet<String> = want.keys().cloned().collect();
+    if !(written || has_record) || has_record && recorded == keys {
+        return;
+    }
+    let arn = Some(have.arn.clone());
+    if keys.is_empty() {
+        changes.push(Change::RemoveTags {
+            arn,
+            keys: BTreeSet::from([tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string()]),
+        });
+    } else if let Some(record) = attribute_record(want) {
+        changes.push(Change::AddTags {
+            arn,
+            tags: BTreeMap::from([(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record)]),
+        });
+    }
+}
+
+/// The record of the attribute keys `want` sets, when it fits in a tag value.
+fn attribute_record(want: &BTreeMap<String, String>) -> Option<String> {
+    let record = want.keys().cloned().collect::<Vec<_>>().join(",");
+    (record.len() <= tags::MAX_TAG_VALUE).then_some(record)
 }
 
 /// Registers the targets `want` adds to `have` in group `arn` on `port`,

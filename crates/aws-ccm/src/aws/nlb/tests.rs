@@ -856,3 +856,108 @@ fn a_tag_the_controller_writes_is_refused_with_a_warning() {
     assert_eq!(d.additional_tags, BTreeMap::from([("team".to_string(), "a".to_string())]));
     assert_eq!(d.create_tags()[MARKER], "team");
 }
+
+const TG_RECORD: &str = crate::aws::tags::TARGET_GROUP_ATTRIBUTES_TAG;
+const DEREG: &str = "deregistration_delay.timeout_seconds";
+
+/// The target group attribute writes and record writes of a plan.
+fn attribute_writes(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::ModifyTargetGroupAttributes { attributes, .. } => {
+                Some(format!("set {attributes:?}"))
+            }
+            Change::AddTags { arn: Some(a), tags } if a.starts_with("arn:tg/") => {
+                tags.get(TG_RECORD).map(|r| format!("record {r}"))
+            }
+            Change::RemoveTags { arn: Some(a), keys } if a.starts_with("arn:tg/") => {
+                keys.contains(TG_RECORD).then(|| "unrecord".to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn target_group_attributes_aws_documents_are_applied_and_dropped_ones_return_to_the_default() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let tga = ann::TARGET_GROUP_ATTRIBUTES;
+    let d = want(&[(tga, "deregistration_delay.timeout_seconds=30,stickiness.enabled=true")], &[(80, 30080)], &e);
+    // Created with the attributes and their record.
+    let fresh = plan(&d, &Actual::default(), "c1");
+    let created = fresh.iter().find_map(|c| match c {
+        Change::CreateTargetGroup { tags, .. } => Some(tags.clone()),
+        _ => None,
+    });
+    assert_eq!(created.unwrap()[TG_RECORD], format!("{DEREG},stickiness.enabled"));
+    assert_eq!(
+        attribute_writes(&fresh),
+        [format!("set {{\"{DEREG}\": \"30\", \"stickiness.enabled\": \"true\"}}")]
+    );
+    // As created: steady.
+    let mut live = converged(&d);
+    for tg in &mut live.target_groups {
+        let mut t = (*tg.tags).clone();
+        t.insert(TG_RECORD.into(), format!("{DEREG},stickiness.enabled"));
+        tg.tags = Tags::new(t);
+    }
+    assert!(plan(&d, &live, "c1").is_empty());
+    // One dropped, one changed: the dropped returns to AWS's 300 s.
+    let changed = want(&[(tga, "stickiness.enabled=false")], &[(80, 30080)], &e);
+    assert_eq!(
+        attribute_writes(&plan(&changed, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"300\", \"stickiness.enabled\": \"false\"}}"),
+            "record stickiness.enabled".to_string(),
+        ]
+    );
+    // All dropped: both back to the defaults, the record gone.
+    let none = want(&[], &[(80, 30080)], &e);
+    assert_eq!(
+        attribute_writes(&plan(&none, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"300\", \"stickiness.enabled\": \"false\"}}"),
+            "unrecord".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn target_group_attributes_nobody_recorded_are_left_as_they_are() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let tga = ann::TARGET_GROUP_ATTRIBUTES;
+    // The Go CCM's state: it applied proxy protocol, and wrote no record.
+    let d = want(&[(tga, "proxy_protocol_v2.enabled=true")], &[(80, 30080)], &e);
+    let live = converged(&d);
+    assert!(plan(&d, &live, "c1").is_empty(), "a swap writes nothing");
+    // The annotation removed: left on, as the Go CCM leaves it.
+    let none = want(&[], &[(80, 30080)], &e);
+    assert!(attribute_writes(&plan(&none, &live, "c1")).is_empty());
+    // A change is applied and recorded; from then on it is this CCM's.
+    let more = want(&[(tga, "proxy_protocol_v2.enabled=true,deregistration_delay.timeout_seconds=10")], &[(80, 30080)], &e);
+    assert_eq!(
+        attribute_writes(&plan(&more, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"10\"}}"),
+            format!("record {DEREG},proxy_protocol_v2.enabled"),
+        ]
+    );
+}
+
+#[test]
+fn a_target_group_attribute_aws_refuses_is_refused_before_any_call() {
+    for v in [
+        "slow_start.duration_seconds=30",
+        "deregistration_delay.timeout_seconds=3601",
+        "stickiness.type=lb_cookie",
+        "target_health_state.unhealthy.draining_interval_seconds=30",
+    ] {
+        let r = LoadBalancerSpec::read(&service(
+            &[(ann::TYPE, "nlb"), (ann::TARGET_GROUP_ATTRIBUTES, v)],
+            &[(80, 30080)],
+        ));
+        let e = r.errors.iter().find(|e| e.field == ann::TARGET_GROUP_ATTRIBUTES);
+        assert!(e.is_some_and(|e| e.value == v), "{v}: {:?}", r.errors);
+    }
+}
