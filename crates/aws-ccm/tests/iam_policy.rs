@@ -436,7 +436,10 @@ fn cluster_tag_keys_cannot_be_written_or_removed_on_anything() {
         request(
             "elasticloadbalancingv2",
             "RemoveTags",
-            &[("ResourceArns.member.1", LB_ARN), ("TagKeys.member.1", "team")],
+            &[
+                ("ResourceArns.member.1", LB_ARN),
+                ("TagKeys.member.1", "team"),
+            ],
             &[(LB_ARN, &[(OTHER_TAG, "owned")])],
         ),
     ];
@@ -475,7 +478,10 @@ fn cluster_tag_keys_cannot_be_written_or_removed_on_anything() {
     let lb_untag = request(
         "elasticloadbalancingv2",
         "RemoveTags",
-        &[("ResourceArns.member.1", LB_ARN), ("TagKeys.member.1", "team")],
+        &[
+            ("ResourceArns.member.1", LB_ARN),
+            ("TagKeys.member.1", "team"),
+        ],
         &[(LB_ARN, &[(CLUSTER_TAG, "owned")])],
     );
     assert_eq!(denial(&policy, &lb_untag), None);

@@ -80,8 +80,7 @@ async fn wait_tags(
     let key = format!("default/{}", svc.metadata.name.as_deref().unwrap());
     eventually(&format!("tags {want:?} everywhere"), WAIT, || async {
         let all = tags_by_kind(c, svc).await.ok()?;
-        let kinds: std::collections::BTreeSet<&str> =
-            all.iter().map(|(k, _)| k.as_str()).collect();
+        let kinds: std::collections::BTreeSet<&str> = all.iter().map(|(k, _)| k.as_str()).collect();
         (kinds.len() == 3
             && all.iter().all(|(_, t)| {
                 only(t, watched) == *want
@@ -117,7 +116,10 @@ async fn nlb_arn(c: &elbv2::Client, svc: &Service) -> anyhow::Result<String> {
         .names(lb_name(svc))
         .send()
         .await?;
-    Ok(lbs.load_balancers()[0].load_balancer_arn().unwrap().to_string())
+    Ok(lbs.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_string())
 }
 
 const WATCHED: &[&str] = &["team", "env", "cost", "owner", MARKER];
@@ -165,12 +167,25 @@ async fn tags_follow_the_annotation_on_a_live_nlb_its_listeners_and_target_group
         &ccm,
     )
     .await?;
-    let owner: Vec<_> = all.iter().map(|(k, t)| (k.as_str(), t.get("owner"))).collect();
-    assert!(owner.contains(&("nlb", Some(&"ops".to_string()))), "{owner:?}");
+    let owner: Vec<_> = all
+        .iter()
+        .map(|(k, t)| (k.as_str(), t.get("owner")))
+        .collect();
+    assert!(
+        owner.contains(&("nlb", Some(&"ops".to_string()))),
+        "{owner:?}"
+    );
 
     // The annotation removed: its keys and the record go, the rest stays.
     set_tags(&api, "web", None).await?;
-    let all = wait_tags(&c, &svc, &["team", "env", "cost", MARKER], &TagMap::new(), &ccm).await?;
+    let all = wait_tags(
+        &c,
+        &svc,
+        &["team", "env", "cost", MARKER],
+        &TagMap::new(),
+        &ccm,
+    )
+    .await?;
     let nlb_tags = &all.iter().find(|(k, _)| k == "nlb").unwrap().1;
     assert_eq!(nlb_tags.get("owner").map(String::as_str), Some("ops"));
 
@@ -248,9 +263,160 @@ async fn arns_of(c: &elbv2::Client, svc: &Service) -> anyhow::Result<Vec<(String
     for l in listeners.listeners() {
         out.push(("listener".into(), l.listener_arn().unwrap().to_string()));
     }
-    let tgs = c.describe_target_groups().load_balancer_arn(&lb).send().await?;
+    let tgs = c
+        .describe_target_groups()
+        .load_balancer_arn(&lb)
+        .send()
+        .await?;
     for g in tgs.target_groups() {
         out.push(("tg".into(), g.target_group_arn().unwrap().to_string()));
     }
     Ok(out)
+}
+
+const TGA: &str = "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes";
+const TG_RECORD: &str = "aws-ccm/target-group-attributes";
+
+/// The attributes `keys` of `svc`'s (one) target group, and its record tag.
+async fn group_attributes(
+    c: &elbv2::Client,
+    svc: &Service,
+    keys: &[&str],
+) -> anyhow::Result<(TagMap, Option<String>)> {
+    let arns = arns_of(c, svc).await?;
+    let (_, tg) = arns
+        .iter()
+        .find(|(k, _)| k == "tg")
+        .ok_or_else(|| anyhow::anyhow!("no target group"))?;
+    let attrs = c
+        .describe_target_group_attributes()
+        .target_group_arn(tg)
+        .send()
+        .await?;
+    let got = attrs
+        .attributes()
+        .iter()
+        .filter(|a| a.key().is_some_and(|k| keys.contains(&k)))
+        .map(|a| {
+            (
+                a.key().unwrap().to_string(),
+                a.value().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let tags = tags_by_kind(c, svc).await?;
+    let record = tags
+        .iter()
+        .find(|(k, _)| k == "tg")
+        .and_then(|(_, t)| t.get(TG_RECORD).cloned());
+    Ok((got, record))
+}
+
+/// Every target group attribute AWS documents is applied through the
+/// fault proxy, which refuses what AWS refuses (moto takes anything); a
+/// changed value is applied, a dropped key returns to AWS's default and
+/// leaves the record, and a restart makes no call.
+#[tokio::test]
+async fn target_group_attributes_are_applied_changed_and_dropped_back_to_the_default()
+-> anyhow::Result<()> {
+    const DEREG: &str = "deregistration_delay.timeout_seconds";
+    const STICKY: &str = "stickiness.enabled";
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let c = elbv2::Client::new(&seeded.conf);
+    let svc = nodes_and_services(
+        &env,
+        &seeded,
+        &[nlb_service(
+            "web",
+            serde_json::json!({ TGA: format!("{DEREG}=30,{STICKY}=true") }),
+        )],
+    )
+    .await?
+    .remove(0);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    let expect = |dereg: &'static str, sticky: &'static str, record: Option<&'static str>| {
+        let c = c.clone();
+        let svc = svc.clone();
+        let want = (
+            pairs(&[(DEREG, dereg), (STICKY, sticky)]),
+            record.map(String::from),
+        );
+        async move {
+            eventually(&format!("attributes {want:?}"), WAIT, || async {
+                let got = group_attributes(&c, &svc, &[DEREG, STICKY]).await.ok()?;
+                (got == want).then_some(())
+            })
+            .await
+        }
+    };
+    let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    expect(
+        "30",
+        "true",
+        Some("deregistration_delay.timeout_seconds,stickiness.enabled"),
+    )
+    .await
+    .map_err(|e| logs(anyhow::anyhow!("{e}")))?;
+
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let patch = |v: Option<String>| serde_json::json!({"metadata": {"annotations": {TGA: v}}});
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&patch(Some(format!("{STICKY}=false")))),
+    )
+    .await?;
+    expect("300", "false", Some(STICKY))
+        .await
+        .map_err(|e| logs(anyhow::anyhow!("{e}")))?;
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch(None)))
+        .await?;
+    expect("300", "false", None)
+        .await
+        .map_err(|e| logs(anyhow::anyhow!("{e}")))?;
+
+    // The stand-in refuses what AWS refuses on an NLB's target group, and
+    // refused nothing the CCM sent.
+    let via_proxy = elbv2::Client::from_conf(
+        elbv2::config::Builder::from(&seeded.conf)
+            .endpoint_url(proxy.endpoint())
+            .build(),
+    );
+    let tg = arns_of(&c, &svc)
+        .await?
+        .into_iter()
+        .find(|(k, _)| k == "tg")
+        .unwrap()
+        .1;
+    let refused = via_proxy
+        .modify_target_group_attributes()
+        .target_group_arn(&tg)
+        .attributes(
+            elbv2::types::TargetGroupAttribute::builder()
+                .key("slow_start.duration_seconds")
+                .value("30")
+                .build(),
+        )
+        .send()
+        .await
+        .expect_err("an ALB attribute on an NLB's target group is refused");
+    assert_eq!(
+        refused.as_service_error().and_then(|e| e.meta().code()),
+        Some("ValidationError")
+    );
+    let faulted: u64 = proxy
+        .calls()
+        .iter()
+        .filter(|(_, a, _)| *a == "ModifyTargetGroupAttributes")
+        .map(|(_, _, c)| c.faulted)
+        .sum();
+    assert_eq!(faulted, 1, "only the test's own call was refused");
+
+    drop(ccm);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    env.finish().await
 }

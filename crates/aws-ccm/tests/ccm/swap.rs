@@ -119,7 +119,11 @@ pub fn go_managed_group_name(svc: &Service) -> String {
 /// `subnet` (with `groups`, if any), its target group with every instance,
 /// the listener, and the node group's client and MTU rules (no health rule:
 /// the client rule from 0.0.0.0/0 covers it). Returns the target group ARN.
-pub(crate) async fn go_made_nlb(seeded: &Seeded, svc: &Service, groups: &[String]) -> anyhow::Result<String> {
+pub(crate) async fn go_made_nlb(
+    seeded: &Seeded,
+    svc: &Service,
+    groups: &[String],
+) -> anyhow::Result<String> {
     let c = elbv2::Client::new(&seeded.conf);
     let key = format!("default/{}", svc.metadata.name.as_deref().unwrap());
     let name = lb_name(svc);

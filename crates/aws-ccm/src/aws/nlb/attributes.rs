@@ -66,10 +66,22 @@ const UNHEALTHY_DRAINING: &str = "target_health_state.unhealthy.draining_interva
 
 /// Every attribute AWS documents for an NLB's target groups.
 pub const ATTRIBUTES: &[Attribute] = &[
-    a("deregistration_delay.timeout_seconds", Values::Seconds(0, 3600), "300"),
-    a("deregistration_delay.connection_termination.enabled", Values::Switch, "false"),
+    a(
+        "deregistration_delay.timeout_seconds",
+        Values::Seconds(0, 3600),
+        "300",
+    ),
+    a(
+        "deregistration_delay.connection_termination.enabled",
+        Values::Switch,
+        "false",
+    ),
     a("stickiness.enabled", Values::Switch, "false"),
-    a("stickiness.type", Values::Words(&["source_ip"]), "source_ip"),
+    a(
+        "stickiness.type",
+        Values::Words(&["source_ip"]),
+        "source_ip",
+    ),
     a(PROXY_PROTOCOL_V2, Values::Switch, "false"),
     a(PRESERVE_CLIENT_IP, Values::Switch, "true"),
     a(
@@ -77,10 +89,26 @@ pub const ATTRIBUTES: &[Attribute] = &[
         Values::Words(&["true", "false", "use_load_balancer_configuration"]),
         "use_load_balancer_configuration",
     ),
-    a("target_group_health.dns_failover.minimum_healthy_targets.count", Values::OffOrUpTo(u32::MAX), "1"),
-    a("target_group_health.dns_failover.minimum_healthy_targets.percentage", Values::OffOrUpTo(100), "off"),
-    a("target_group_health.unhealthy_state_routing.minimum_healthy_targets.count", Values::OffOrUpTo(u32::MAX), "1"),
-    a("target_group_health.unhealthy_state_routing.minimum_healthy_targets.percentage", Values::OffOrUpTo(100), "off"),
+    a(
+        "target_group_health.dns_failover.minimum_healthy_targets.count",
+        Values::OffOrUpTo(u32::MAX),
+        "1",
+    ),
+    a(
+        "target_group_health.dns_failover.minimum_healthy_targets.percentage",
+        Values::OffOrUpTo(100),
+        "off",
+    ),
+    a(
+        "target_group_health.unhealthy_state_routing.minimum_healthy_targets.count",
+        Values::OffOrUpTo(u32::MAX),
+        "1",
+    ),
+    a(
+        "target_group_health.unhealthy_state_routing.minimum_healthy_targets.percentage",
+        Values::OffOrUpTo(100),
+        "off",
+    ),
     a(TERMINATE_UNHEALTHY, Values::Switch, "true"),
     a(UNHEALTHY_DRAINING, Values::Seconds(0, 360_000), "0"),
 ];
@@ -107,9 +135,13 @@ pub fn refusal(key: &str, value: &str) -> Option<String> {
 /// not terminated.
 pub fn set_refusal(set: &BTreeMap<String, String>) -> Option<String> {
     let draining = set.get(UNHEALTHY_DRAINING)?;
-    (draining != "0" && set.get(TERMINATE_UNHEALTHY).map(String::as_str) != Some("false")).then(|| {
-        format!("{UNHEALTHY_DRAINING} is set only with {TERMINATE_UNHEALTHY}=false, as AWS requires")
-    })
+    (draining != "0" && set.get(TERMINATE_UNHEALTHY).map(String::as_str) != Some("false")).then(
+        || {
+            format!(
+                "{UNHEALTHY_DRAINING} is set only with {TERMINATE_UNHEALTHY}=false, as AWS requires"
+            )
+        },
+    )
 }
 
 /// The keys `recorded` as applied by this CCM that `want` no longer names,
@@ -136,40 +168,69 @@ mod tests {
         assert!(refusal("deregistration_delay.timeout_seconds", "-1").is_some());
         assert!(refusal("stickiness.type", "lb_cookie").is_some());
         assert_eq!(refusal("stickiness.type", "source_ip"), None);
-        assert!(refusal("slow_start.duration_seconds", "30").is_some(), "an ALB key");
+        assert!(
+            refusal("slow_start.duration_seconds", "30").is_some(),
+            "an ALB key"
+        );
         assert!(refusal("proxy_protocol_v2.enabled", "yes").is_some());
         assert_eq!(
-            refusal("target_group_health.dns_failover.minimum_healthy_targets.percentage", "off"),
+            refusal(
+                "target_group_health.dns_failover.minimum_healthy_targets.percentage",
+                "off"
+            ),
             None
         );
         assert!(
-            refusal("target_group_health.dns_failover.minimum_healthy_targets.percentage", "101")
-                .is_some()
+            refusal(
+                "target_group_health.dns_failover.minimum_healthy_targets.percentage",
+                "101"
+            )
+            .is_some()
         );
         assert!(
-            refusal("target_group_health.unhealthy_state_routing.minimum_healthy_targets.count", "0")
-                .is_some()
+            refusal(
+                "target_group_health.unhealthy_state_routing.minimum_healthy_targets.count",
+                "0"
+            )
+            .is_some()
         );
         for a in ATTRIBUTES {
-            assert_eq!(refusal(a.key, a.default), None, "{}: its default is taken", a.key);
+            assert_eq!(
+                refusal(a.key, a.default),
+                None,
+                "{}: its default is taken",
+                a.key
+            );
         }
         let set = |p: &[(&str, &str)]| -> BTreeMap<String, String> {
-            p.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            p.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         };
         assert!(set_refusal(&set(&[(UNHEALTHY_DRAINING, "30")])).is_some());
-        assert!(set_refusal(&set(&[(UNHEALTHY_DRAINING, "30"), (TERMINATE_UNHEALTHY, "false")])).is_none());
+        assert!(
+            set_refusal(&set(&[
+                (UNHEALTHY_DRAINING, "30"),
+                (TERMINATE_UNHEALTHY, "false")
+            ]))
+            .is_none()
+        );
         assert!(set_refusal(&set(&[(UNHEALTHY_DRAINING, "0")])).is_none());
     }
 
     #[test]
     fn a_dropped_key_returns_to_its_default() {
-        let recorded: BTreeSet<String> = ["deregistration_delay.timeout_seconds", "stickiness.enabled"]
-            .map(String::from)
-            .into();
+        let recorded: BTreeSet<String> =
+            ["deregistration_delay.timeout_seconds", "stickiness.enabled"]
+                .map(String::from)
+                .into();
         let want = BTreeMap::from([("stickiness.enabled".to_string(), "true".to_string())]);
         assert_eq!(
             defaults_of_dropped(&recorded, &want),
-            BTreeMap::from([("deregistration_delay.timeout_seconds".to_string(), "300".to_string())])
+            BTreeMap::from([(
+                "deregistration_delay.timeout_seconds".to_string(),
+                "300".to_string()
+            )])
         );
     }
 }

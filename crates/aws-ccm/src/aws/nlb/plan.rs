@@ -4,8 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
-    ATTR_ACCESS_LOGS, ATTR_CROSS_ZONE, attributes, Actual, ActualLb, ActualListener, ActualTargetGroup, Change,
-    Desired, SubnetMapping, TargetGroup, TgRef,
+    ATTR_ACCESS_LOGS, ATTR_CROSS_ZONE, Actual, ActualLb, ActualListener, ActualTargetGroup, Change,
+    Desired, SubnetMapping, TargetGroup, TgRef, attributes,
 };
 use crate::aws::applied::Applied;
 use crate::aws::elb::plan::{owned_group_changes, scheme};

@@ -144,7 +144,9 @@ pub async fn read_listener_tags(
     let arns: Vec<String> = listeners.iter().map(|l| l.arn.clone()).collect();
     let mut by_arn = tags_of(aws, &arns).await?;
     for l in listeners {
-        l.tags = Some(std::sync::Arc::new(by_arn.remove(&l.arn).unwrap_or_default()));
+        l.tags = Some(std::sync::Arc::new(
+            by_arn.remove(&l.arn).unwrap_or_default(),
+        ));
     }
     Ok(())
 }

@@ -740,7 +740,11 @@ fn tag_writes(changes: &[Change]) -> Vec<(String, String)> {
 #[test]
 fn created_resources_record_the_annotation_keys_they_carry() {
     let e = env(&["subnet-a"], &["i-1"]);
-    let d = want(&[(ann::ADDITIONAL_TAGS, "team=a,env=prod")], &[(80, 30080)], &e);
+    let d = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=prod")],
+        &[(80, 30080)],
+        &e,
+    );
     let changes = plan(&d, &Actual::default(), "c1");
     let mut creates = 0;
     for c in &changes {
@@ -757,20 +761,32 @@ fn created_resources_record_the_annotation_keys_they_carry() {
     assert_eq!(creates, 3, "{changes:?}");
     // Without additional tags no record is written.
     let bare = want(&[], &[(80, 30080)], &e);
-    assert!(plan(&bare, &Actual::default(), "c1").iter().all(|c| match c {
-        Change::CreateLoadBalancer { tags, .. } => !tags.contains_key(MARKER),
-        _ => true,
-    }));
+    assert!(
+        plan(&bare, &Actual::default(), "c1")
+            .iter()
+            .all(|c| match c {
+                Change::CreateLoadBalancer { tags, .. } => !tags.contains_key(MARKER),
+                _ => true,
+            })
+    );
 }
 
 #[test]
 fn tags_follow_the_annotation_on_the_nlb_its_listeners_and_target_groups() {
     let e = env(&["subnet-a"], &["i-1"]);
-    let before = want(&[(ann::ADDITIONAL_TAGS, "team=a,env=prod")], &[(80, 30080)], &e);
+    let before = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=prod")],
+        &[(80, 30080)],
+        &e,
+    );
     let live = converged(&before);
     assert!(plan(&before, &live, "c1").is_empty(), "steady: no write");
     // team changes, env is removed, cost is added.
-    let after = want(&[(ann::ADDITIONAL_TAGS, "team=b,cost=42")], &[(80, 30080)], &e);
+    let after = want(
+        &[(ann::ADDITIONAL_TAGS, "team=b,cost=42")],
+        &[(80, 30080)],
+        &e,
+    );
     let writes = tag_writes(&plan(&after, &live, "c1"));
     for kind in ["nlb", "tg", "listener"] {
         let mine: Vec<&str> = writes
@@ -781,7 +797,8 @@ fn tags_follow_the_annotation_on_the_nlb_its_listeners_and_target_groups() {
         assert_eq!(
             mine,
             [
-                format!("+{{\"cost\": \"42\", \"{MARKER}\": \"cost,team\", \"team\": \"b\"}}").as_str(),
+                format!("+{{\"cost\": \"42\", \"{MARKER}\": \"cost,team\", \"team\": \"b\"}}")
+                    .as_str(),
                 "-{\"env\"}",
             ],
             "{kind}: {writes:?}"
@@ -822,11 +839,18 @@ fn tags_nobody_recorded_are_never_removed() {
     let gone = want(&[], &[(80, 30080)], &e);
     assert!(tag_writes(&plan(&gone, &live, "c1")).is_empty());
     // A new key is written with the record of what is now applied.
-    let more = want(&[(ann::ADDITIONAL_TAGS, "team=a,env=x")], &[(80, 30080)], &e);
+    let more = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=x")],
+        &[(80, 30080)],
+        &e,
+    );
     let writes = tag_writes(&plan(&more, &live, "c1"));
     assert_eq!(writes.len(), 3, "{writes:?}");
     for (_, w) in &writes {
-        assert_eq!(w, &format!("+{{\"env\": \"x\", \"{MARKER}\": \"env,team\"}}"));
+        assert_eq!(
+            w,
+            &format!("+{{\"env\": \"x\", \"{MARKER}\": \"env,team\"}}")
+        );
     }
     // Listener tags not read: left as they are.
     let lb = live.lb.as_mut().unwrap();
@@ -842,18 +866,39 @@ fn a_tag_the_controller_writes_is_refused_with_a_warning() {
     let r = LoadBalancerSpec::read(&service(
         &[
             (ann::TYPE, "nlb"),
-            (ann::ADDITIONAL_TAGS, "kubernetes.io/service-name=other/x,team=a,kubernetes.io/cloud-controller/managed-tags=team"),
+            (
+                ann::ADDITIONAL_TAGS,
+                "kubernetes.io/service-name=other/x,team=a,kubernetes.io/cloud-controller/managed-tags=team",
+            ),
         ],
         &[(80, 30080)],
     ));
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    let note = r.notes.iter().find(|n| n.field == ann::ADDITIONAL_TAGS).expect("a note");
-    assert!(note.reading.contains("kubernetes.io/service-name"), "{note:?}");
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.field == ann::ADDITIONAL_TAGS)
+        .expect("a note");
+    assert!(
+        note.reading.contains("kubernetes.io/service-name"),
+        "{note:?}"
+    );
     assert_eq!(note.holds, ann::Holds::Nothing);
     let e = env(&["subnet-a"], &["i-1"]);
-    let d = desired(&r.spec, "default/web", UID, "c1", &CloudConfig::default(), &e).unwrap();
+    let d = desired(
+        &r.spec,
+        "default/web",
+        UID,
+        "c1",
+        &CloudConfig::default(),
+        &e,
+    )
+    .unwrap();
     assert_eq!(d.tags[crate::aws::tags::SERVICE_NAME_TAG], "default/web");
-    assert_eq!(d.additional_tags, BTreeMap::from([("team".to_string(), "a".to_string())]));
+    assert_eq!(
+        d.additional_tags,
+        BTreeMap::from([("team".to_string(), "a".to_string())])
+    );
     assert_eq!(d.create_tags()[MARKER], "team");
 }
 
@@ -883,17 +928,29 @@ fn attribute_writes(changes: &[Change]) -> Vec<String> {
 fn target_group_attributes_aws_documents_are_applied_and_dropped_ones_return_to_the_default() {
     let e = env(&["subnet-a"], &["i-1"]);
     let tga = ann::TARGET_GROUP_ATTRIBUTES;
-    let d = want(&[(tga, "deregistration_delay.timeout_seconds=30,stickiness.enabled=true")], &[(80, 30080)], &e);
+    let d = want(
+        &[(
+            tga,
+            "deregistration_delay.timeout_seconds=30,stickiness.enabled=true",
+        )],
+        &[(80, 30080)],
+        &e,
+    );
     // Created with the attributes and their record.
     let fresh = plan(&d, &Actual::default(), "c1");
     let created = fresh.iter().find_map(|c| match c {
         Change::CreateTargetGroup { tags, .. } => Some(tags.clone()),
         _ => None,
     });
-    assert_eq!(created.unwrap()[TG_RECORD], format!("{DEREG},stickiness.enabled"));
+    assert_eq!(
+        created.unwrap()[TG_RECORD],
+        format!("{DEREG},stickiness.enabled")
+    );
     assert_eq!(
         attribute_writes(&fresh),
-        [format!("set {{\"{DEREG}\": \"30\", \"stickiness.enabled\": \"true\"}}")]
+        [format!(
+            "set {{\"{DEREG}\": \"30\", \"stickiness.enabled\": \"true\"}}"
+        )]
     );
     // As created: steady.
     let mut live = converged(&d);
@@ -928,14 +985,25 @@ fn target_group_attributes_nobody_recorded_are_left_as_they_are() {
     let e = env(&["subnet-a"], &["i-1"]);
     let tga = ann::TARGET_GROUP_ATTRIBUTES;
     // The Go CCM's state: it applied proxy protocol, and wrote no record.
-    let d = want(&[(tga, "proxy_protocol_v2.enabled=true")], &[(80, 30080)], &e);
+    let d = want(
+        &[(tga, "proxy_protocol_v2.enabled=true")],
+        &[(80, 30080)],
+        &e,
+    );
     let live = converged(&d);
     assert!(plan(&d, &live, "c1").is_empty(), "a swap writes nothing");
     // The annotation removed: left on, as the Go CCM leaves it.
     let none = want(&[], &[(80, 30080)], &e);
     assert!(attribute_writes(&plan(&none, &live, "c1")).is_empty());
     // A change is applied and recorded; from then on it is this CCM's.
-    let more = want(&[(tga, "proxy_protocol_v2.enabled=true,deregistration_delay.timeout_seconds=10")], &[(80, 30080)], &e);
+    let more = want(
+        &[(
+            tga,
+            "proxy_protocol_v2.enabled=true,deregistration_delay.timeout_seconds=10",
+        )],
+        &[(80, 30080)],
+        &e,
+    );
     assert_eq!(
         attribute_writes(&plan(&more, &live, "c1")),
         [
@@ -957,7 +1025,10 @@ fn a_target_group_attribute_aws_refuses_is_refused_before_any_call() {
             &[(ann::TYPE, "nlb"), (ann::TARGET_GROUP_ATTRIBUTES, v)],
             &[(80, 30080)],
         ));
-        let e = r.errors.iter().find(|e| e.field == ann::TARGET_GROUP_ATTRIBUTES);
+        let e = r
+            .errors
+            .iter()
+            .find(|e| e.field == ann::TARGET_GROUP_ATTRIBUTES);
         assert!(e.is_some_and(|e| e.value == v), "{v}: {:?}", r.errors);
     }
 }
