@@ -4,7 +4,7 @@
 //! resources are adopted as they are. Every tag name of the crate is
 //! defined here, once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Value of the cluster tag on resources the controller created.
 pub(crate) const OWNED: &str = "owned";
@@ -25,7 +25,20 @@ pub(crate) const APPLIED_TAG: &str = "aws-ccm/applied";
 /// per-load-balancer read shows (attributes; an NLB's listeners and target
 /// group attributes) as it created them (see `aws::load_balancers::sweep`).
 /// Written only in the create call.
-pub(crate) const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
+pub const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
+/// On an NLB, its listeners and target groups: the `additional-resource-tags`
+/// keys the controller applied, comma-separated, so that a key the
+/// annotation drops is removed and a tag written by anyone else is not. The
+/// key is upstream's (kubernetes/cloud-provider-aws PR #1447, which names it
+/// for the same purpose), so after a swap either way one owner remains.
+pub const MANAGED_TAGS_TAG: &str = "kubernetes.io/cloud-controller/managed-tags";
+/// On a target group this CCM set attributes on: the
+/// `target-group-attributes` keys it applied, comma-separated, so that a key
+/// the annotation drops returns to AWS's default and a value nobody
+/// recorded (the Go CCM's, a hand edit) is left alone.
+pub const TARGET_GROUP_ATTRIBUTES_TAG: &str = "aws-ccm/target-group-attributes";
+/// Longest tag value AWS takes.
+pub const MAX_TAG_VALUE: usize = 256;
 /// Most tags a classic ELB, an NLB or a target group takes.
 pub(crate) const MAX_LB_TAGS: usize = 50;
 
@@ -68,13 +81,23 @@ pub(crate) fn owned_tags(
     service_key: &str,
     additional: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
-    let mut tags = additional.clone();
+    let mut tags = user_tags(additional);
     tags.insert(SERVICE_NAME_TAG.to_string(), service_key.to_string());
     tags.insert(cluster_tag_key(cluster_id), OWNED.to_string());
     if legacy && !cluster_id.is_empty() {
         tags.insert(LEGACY_CLUSTER_TAG.to_string(), cluster_id.to_string());
     }
     tags
+}
+
+/// The `additional-resource-tags` pairs the controller applies: all but
+/// those whose key it writes itself ([`is_controller_tag`]).
+pub fn user_tags(additional: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    additional
+        .iter()
+        .filter(|(k, _)| !is_controller_tag(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// The tags of a security group made for a load balancer: the cluster tag
@@ -100,6 +123,112 @@ pub(crate) fn group_tags(
 /// resources that already carry it, so a repair could never succeed there.
 pub(crate) fn added_to_existing(key: &str) -> bool {
     key != LEGACY_CLUSTER_TAG
+}
+
+/// Whether `key` is one the controller writes itself (ownership, the
+/// Service's name, its records): an `additional-resource-tags` pair with
+/// such a key is refused, never applied over the controller's value.
+pub fn is_controller_tag(key: &str) -> bool {
+    key.starts_with(CLUSTER_TAG_PREFIX)
+        || [
+            SERVICE_NAME_TAG,
+            LEGACY_CLUSTER_TAG,
+            APPLIED_TAG,
+            APPLIED_SETTINGS_TAG,
+            MANAGED_TAGS_TAG,
+            TARGET_GROUP_ATTRIBUTES_TAG,
+        ]
+        .contains(&key)
+}
+
+/// The keys [`MANAGED_TAGS_TAG`] on `tags` records (none without it).
+pub fn managed_keys(tags: &BTreeMap<String, String>) -> BTreeSet<String> {
+    recorded_keys(tags, MANAGED_TAGS_TAG)
+}
+
+/// The comma-separated keys record `tag` on `tags` holds (none without it).
+pub fn recorded_keys(tags: &BTreeMap<String, String>, tag: &str) -> BTreeSet<String> {
+    tags.get(tag)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty() && !is_controller_tag(k))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The tag writes that take one resource's tags `have` to `want` (its
+/// owned tags with `additional`, the annotation's): the missing or
+/// different pairs to add, and the keys to remove, which are only those
+/// [`MANAGED_TAGS_TAG`] says the controller applied and the annotation no
+/// longer names. The record is brought up to date with any change of an
+/// annotation key (and removed with the last one); a resource without a
+/// record whose tags already match (one the Go CCM made) is left as it is.
+pub fn follow_annotation(
+    want: &BTreeMap<String, String>,
+    additional: &BTreeMap<String, String>,
+    have: &BTreeMap<String, String>,
+) -> TagWrites {
+    let mut add: BTreeMap<String, String> = want
+        .iter()
+        .filter(|(k, v)| have.get(*k) != Some(v) && added_to_existing(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let recorded = managed_keys(have);
+    let mut remove: BTreeSet<String> = recorded
+        .iter()
+        .filter(|k| !additional.contains_key(*k) && have.contains_key(*k))
+        .cloned()
+        .collect();
+    let keys: BTreeSet<String> = additional.keys().cloned().collect();
+    let touched = add.keys().any(|k| additional.contains_key(k)) || !remove.is_empty();
+    let record = keys.iter().cloned().collect::<Vec<_>>().join(",");
+    let has_record = have.contains_key(MANAGED_TAGS_TAG);
+    let record_right = has_record && recorded == keys;
+    if (touched || has_record) && !record_right {
+        if keys.is_empty() {
+            if has_record {
+                remove.insert(MANAGED_TAGS_TAG.to_string());
+            }
+        } else if record.len() <= MAX_TAG_VALUE {
+            add.insert(MANAGED_TAGS_TAG.to_string(), record);
+        } else {
+            tracing::warn!(
+                keys = %record,
+                "the additional-resource-tags keys do not fit in one tag value ({MAX_TAG_VALUE} characters): they are applied but not recorded in {MANAGED_TAGS_TAG}, so removing one from the annotation will not remove it; use fewer or shorter keys"
+            );
+        }
+    }
+    TagWrites { add, remove }
+}
+
+/// The tags of a resource created for a Service: `tags` with the record of
+/// the `additional-resource-tags` keys applied, when there are some (and room).
+pub fn at_creation(
+    tags: &BTreeMap<String, String>,
+    additional: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut out = tags.clone();
+    let record = additional.keys().cloned().collect::<Vec<_>>().join(",");
+    if !additional.is_empty() && record.len() <= MAX_TAG_VALUE && out.len() < MAX_LB_TAGS {
+        out.insert(MANAGED_TAGS_TAG.to_string(), record);
+    }
+    out
+}
+
+/// What [`follow_annotation`] asks of one resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TagWrites {
+    pub add: BTreeMap<String, String>,
+    pub remove: BTreeSet<String>,
+}
+
+impl TagWrites {
+    pub fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty()
+    }
 }
 
 /// Whether the tags say `cluster_id` owns the resource (and may delete it).

@@ -468,6 +468,7 @@ fn nlb_step(c: &NlbChange, what: String) -> Step {
         NlbChange::SetSubnets(_) => ("~", "SetSubnets"),
         NlbChange::SetIpAddressType(_) => ("~", "SetIpAddressType"),
         NlbChange::AddTags { .. } => ("~", "AddTags"),
+        NlbChange::RemoveTags { .. } => ("-", "RemoveTags"),
         NlbChange::ModifyAttributes(_) => ("~", "ModifyLoadBalancerAttributes"),
         NlbChange::CreateTargetGroup { .. } => ("+", "CreateTargetGroup"),
         NlbChange::ModifyHealthCheck { .. } => ("~", "ModifyTargetGroup"),

@@ -50,6 +50,7 @@ mod request;
 mod rule_quota;
 mod simulate;
 mod target_quota;
+mod tg_attributes;
 mod throttle;
 mod topology;
 
@@ -744,6 +745,12 @@ async fn handle(
     if let Some(refusal) =
         dualstack::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
     {
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
+        tg_attributes::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
         return Ok(error_response(&refusal, &call));
     }
     if let Some(refusal) =

@@ -250,25 +250,15 @@ pub(crate) fn private_ipv4(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(),
 }
 
 /// Upstream rejects it on anything but an NLB, even empty (the row says so).
-pub(crate) fn target_group_attributes(
-    s: &mut Spec,
-    cx: &Cx,
-    k: &str,
-    v: &str,
-) -> Result<(), SpecError> {
+/// Every attribute AWS documents for an NLB target group is taken, checked
+/// as AWS checks it (`nlb::attributes`); upstream takes two and refuses the
+/// rest.
+pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     let mut attributes = BTreeMap::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, value) = item.split_once('=').unwrap_or((item, ""));
-        let valid_name = matches!(
-            name,
-            "preserve_client_ip.enabled" | "proxy_protocol_v2.enabled"
-        );
-        if !valid_name || !(value == "true" || value == "false") {
-            return Err(err(
-                k,
-                v,
-                "allowed: preserve_client_ip.enabled=true|false, proxy_protocol_v2.enabled=true|false",
-            ));
+        if let Some(why) = crate::aws::nlb::attributes::refusal(name, value) {
+            return Err(err(k, v, why));
         }
         if attributes
             .insert(name.to_string(), value.to_string())
@@ -283,11 +273,42 @@ pub(crate) fn target_group_attributes(
             );
         }
     }
+    if let Some(why) = crate::aws::nlb::attributes::set_refusal(&attributes) {
+        return Err(err(k, v, why));
+    }
     s.target_group_attributes = attributes;
     Ok(())
 }
 
-pub(crate) fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+/// Read as upstream reads it; a pair whose key the controller writes itself
+/// (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, its records)
+/// is refused with a Warning: the controller's value stays, as in the Go
+/// CCM, whose own tags are written over the user's.
+pub fn additional_tags(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+    s.additional_tags = parse_key_values(v);
+    let refused: Vec<&str> = s
+        .additional_tags
+        .keys()
+        .map(String::as_str)
+        .filter(|key| crate::aws::tags::is_controller_tag(key))
+        .collect();
+    if !refused.is_empty() {
+        cx.note(
+            k,
+            v,
+            &format!(
+                "{} {} a tag the controller writes itself: its value stays the controller's (as in the Go CCM) and the pair is not applied to the load balancer, its listeners or target groups",
+                refused.join(", "),
+                if refused.len() == 1 { "is" } else { "are" }
+            ),
+            "remove the pair, or give the tag another key",
+            Holds::Nothing,
+        );
+    }
+    Ok(())
+}
+
+pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.dualstack = match v {
         "" | "ipv4" => false,
         "dualstack" => true,

@@ -310,8 +310,8 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "comma-separated `key=value`",
         "-",
         Applies::Both,
-        "Extra tags on the load balancer and its owned security group.",
-        Parse::Pairs(|s| &mut s.additional_tags),
+        "Extra tags on the load balancer and its owned security group; on an NLB also its listeners and target groups, kept following the annotation: a pair added or changed is written to the live NLB, its listeners and target groups, and a key removed from the annotation is removed from them when the record `kubernetes.io/cloud-controller/managed-tags` (upstream's, from cloud-provider-aws PR #1447) says the controller applied it; other tags are never removed. A key the controller writes itself (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, `KubernetesCluster`, `aws-ccm/...`, the record) is refused with a Warning and keeps the controller's value.",
+        Parse::Own(parse::additional_tags),
     ),
     row(
         HC_PROTOCOL,
@@ -390,7 +390,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "comma-separated `key=value`",
         "-",
         Applies::Nlb,
-        "NLB target group attributes `preserve_client_ip.enabled` and `proxy_protocol_v2.enabled` (rejected on a CLB, as upstream).",
+        "NLB target group attributes, on every target group: any AWS documents for an NLB (`deregistration_delay.timeout_seconds`, `deregistration_delay.connection_termination.enabled`, `stickiness.enabled`, `stickiness.type`, `proxy_protocol_v2.enabled`, `preserve_client_ip.enabled`, `load_balancing.cross_zone.enabled`, `target_group_health.*`, `target_health_state.unhealthy.*`), keys and values checked as AWS checks them before any call; the Go CCM takes only `preserve_client_ip.enabled` and `proxy_protocol_v2.enabled` and refuses the rest. A key this CCM applied (recorded in the target group's tag `aws-ccm/target-group-attributes`) returns to AWS's default when the annotation drops it; a value nobody recorded (set by the Go CCM or by hand) is left as it is, as the Go CCM leaves it. Rejected on a CLB, as upstream.",
         Parse::Own(parse::target_group_attributes),
     )
     .rejected_elsewhere(),

@@ -309,6 +309,7 @@ operations! {
     Elbv2DescribeLoadBalancers => (Elbv2, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     Elbv2DescribeTags => (Elbv2, "DescribeTags", ElbNonMutating, ReadOnly),
     Elbv2AddTags => (Elbv2, "AddTags", ElbMutating, Natural),
+    Elbv2RemoveTags => (Elbv2, "RemoveTags", ElbMutating, Natural),
     Elbv2CreateTargetGroup => (Elbv2, "CreateTargetGroup", ElbMutating, Create),
     Elbv2DeleteTargetGroup => (Elbv2, "DeleteTargetGroup", ElbMutating, Remove),
     Elbv2DescribeTargetGroups => (Elbv2, "DescribeTargetGroups", ElbNonMutating, ReadOnly),

@@ -434,10 +434,22 @@ impl super::AwsLoadBalancers {
             .target_groups
             .iter()
             .all(|tg| arn_of(&tg.name).is_some());
-        let in_full = !all_present || self.memory().sweep().must_read(name, uid, &lb.tags, want);
+        // Tags that follow the annotation: when the NLB's must change, its
+        // listeners' are read (and so the listeners) with them.
+        let tags_follow =
+            !desired.additional_tags.is_empty() || lb.tags.contains_key(tags::MANAGED_TAGS_TAG);
+        let tags_change = tags_follow
+            && !tags::follow_annotation(&desired.tags, &desired.additional_tags, &lb.tags)
+                .is_empty();
+        let in_full = !all_present
+            || tags_change
+            || self.memory().sweep().must_read(name, uid, &lb.tags, want);
         if in_full {
             lb.attributes = nlb::read::read_attributes(aws, &lb.arn).await?;
             lb.listeners = nlb::read::read_listeners(aws, &lb.arn).await?;
+            if tags_follow {
+                nlb::read::read_listener_tags(aws, &mut lb.listeners).await?;
+            }
         } else {
             lb.attributes = desired.attributes.clone();
             // As asked for; their ARNs are not known, and not needed: a
@@ -452,6 +464,7 @@ impl super::AwsLoadBalancers {
                     certificate: l.certificate.clone(),
                     ssl_policy: l.ssl_policy.clone(),
                     target_group_arn: arn_of(&l.target_group),
+                    tags: None,
                 })
                 .collect();
         }

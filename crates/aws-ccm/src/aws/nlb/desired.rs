@@ -129,6 +129,7 @@ pub(crate) fn desired(
         subnet_mappings,
         pinned_addresses,
         tags,
+        additional_tags: tags::user_tags(&spec.additional_tags),
         listeners,
         target_groups,
         target_group_attributes: spec.target_group_attributes.clone(),

@@ -198,6 +198,7 @@ impl Applying<'_> {
             Change::SetSubnets(m) => self.set_subnets(m).await,
             Change::SetIpAddressType(kind) => self.set_ip_address_type(kind).await,
             Change::AddTags { arn, tags } => self.add_tags(arn.as_deref(), tags).await,
+            Change::RemoveTags { arn, keys } => self.remove_tags(arn.as_deref(), keys).await,
             Change::ModifyAttributes(attrs) => self.modify_attributes(attrs).await,
             Change::CreateTargetGroup { group, tags } => {
                 self.create_target_group(group, tags).await
@@ -390,6 +391,24 @@ impl Applying<'_> {
             c.add_tags()
                 .resource_arns(&arn)
                 .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await
+    }
+
+    /// Removes tag `keys` from a target group or listener (`arn`) or,
+    /// without one, the NLB.
+    async fn remove_tags(
+        &self,
+        arn: Option<&str>,
+        keys: &std::collections::BTreeSet<String>,
+    ) -> Result<(), AwsError> {
+        let arn = arn.map_or_else(|| self.lb(), |a| Ok(a.to_string()))?;
+        let keys: Vec<String> = keys.iter().cloned().collect();
+        self.call(Operation::Elbv2RemoveTags, |c| {
+            c.remove_tags()
+                .resource_arns(&arn)
+                .set_tag_keys(Some(keys.clone()))
                 .send()
         })
         .await

@@ -193,10 +193,15 @@ pub struct Desired {
     pub(crate) ip_address_type: String,
     pub(crate) subnet_mappings: Vec<SubnetMapping>,
     /// Whether the mappings carry addresses (then they are create-time only).
-    pub(crate) pinned_addresses: bool,
-    pub(crate) tags: BTreeMap<String, String>,
-    pub(crate) listeners: Vec<Listener>,
-    pub(crate) target_groups: Vec<TargetGroup>,
+    pub pinned_addresses: bool,
+    /// The tags every resource of the NLB carries (ownership, Service name,
+    /// the user's): written by the creates and kept by the plan.
+    pub tags: BTreeMap<String, String>,
+    /// The `additional-resource-tags` pairs applied (the user's part of
+    /// `tags`): what [`crate::aws::tags::MANAGED_TAGS_TAG`] records.
+    pub additional_tags: BTreeMap<String, String>,
+    pub listeners: Vec<Listener>,
+    pub target_groups: Vec<TargetGroup>,
     /// Only the keys the Service sets.
     pub(crate) target_group_attributes: BTreeMap<String, String>,
     pub(crate) attributes: BTreeMap<String, String>,
@@ -215,14 +220,24 @@ pub struct Desired {
     pub(crate) applied: crate::aws::applied::Applied,
 }
 
+impl Desired {
+    /// The tags of a resource the plan creates for it.
+    pub fn create_tags(&self) -> BTreeMap<String, String> {
+        crate::aws::tags::at_creation(&self.tags, &self.additional_tags)
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct ActualListener {
-    pub(crate) arn: String,
-    pub(crate) port: i32,
-    pub(crate) protocol: String,
-    pub(crate) certificate: Option<String>,
-    pub(crate) ssl_policy: Option<String>,
-    pub(crate) target_group_arn: Option<String>,
+pub struct ActualListener {
+    pub arn: String,
+    pub port: i32,
+    pub protocol: String,
+    pub certificate: Option<String>,
+    pub ssl_policy: Option<String>,
+    pub target_group_arn: Option<String>,
+    /// Read only when the NLB's tags follow an annotation (see
+    /// `load_balancers::sweep`); `None`: not read, left as they are.
+    pub tags: Option<crate::aws::tags::Tags>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -295,6 +310,12 @@ pub enum Change {
         arn: Option<String>,
         tags: BTreeMap<String, String>,
     },
+    /// Keys the controller applied that the annotation no longer names, on
+    /// a target group or listener (`arn`) or, without one, the NLB.
+    RemoveTags {
+        arn: Option<String>,
+        keys: BTreeSet<String>,
+    },
     ModifyAttributes(BTreeMap<String, String>),
     CreateTargetGroup {
         group: TargetGroup,
@@ -335,9 +356,10 @@ pub enum Change {
     },
 }
 
-pub(crate) mod desired;
-pub(crate) mod io;
-pub(crate) mod node_rules;
+pub mod attributes;
+pub mod desired;
+pub mod io;
+pub mod node_rules;
 pub mod plan;
 pub mod read;
 

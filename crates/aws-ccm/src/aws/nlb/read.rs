@@ -139,6 +139,21 @@ pub(crate) async fn read_listeners(
 }
 
 /// The subnets with the EIP or private address pinned in each.
+/// The listeners' tags (one read per 20 listeners).
+pub async fn read_listener_tags(
+    aws: &AwsClient,
+    listeners: &mut [ActualListener],
+) -> Result<(), AwsError> {
+    let arns: Vec<String> = listeners.iter().map(|l| l.arn.clone()).collect();
+    let mut by_arn = tags_of(aws, &arns).await?;
+    for l in listeners {
+        l.tags = Some(std::sync::Arc::new(
+            by_arn.remove(&l.arn).unwrap_or_default(),
+        ));
+    }
+    Ok(())
+}
+
 fn mappings_from_sdk(zones: &[t::AvailabilityZone]) -> BTreeSet<SubnetMapping> {
     zones
         .iter()
@@ -177,6 +192,7 @@ fn listeners_from_sdk(listeners: &[t::Listener]) -> Vec<ActualListener> {
                     .first()
                     .and_then(|a| a.target_group_arn())
                     .map(str::to_string),
+                tags: None,
             })
         })
         .collect()

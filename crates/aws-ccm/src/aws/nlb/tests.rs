@@ -54,7 +54,7 @@ fn converged(d: &Desired) -> Actual {
             protocol: g.protocol.clone(),
             port: g.port,
             health: g.health.clone(),
-            tags: Tags::new(d.tags.clone()),
+            tags: Tags::new(d.create_tags()),
             attributes: d.target_group_attributes.clone(),
             targets: d.instances.clone(),
         })
@@ -75,7 +75,7 @@ fn converged(d: &Desired) -> Actual {
                     GroupRef::Owned => "sg-owned".into(),
                 })
                 .collect(),
-            tags: Tags::new(d.applied.tagged(&d.tags)),
+            tags: Tags::new(d.applied.tagged(&d.create_tags())),
             attributes: d.attributes.clone(),
             listeners: d
                 .listeners
@@ -87,6 +87,7 @@ fn converged(d: &Desired) -> Actual {
                     certificate: l.certificate.clone(),
                     ssl_policy: l.ssl_policy.clone(),
                     target_group_arn: Some(format!("arn:tg/{}", l.target_group)),
+                    tags: Some(Tags::new(d.create_tags())),
                 })
                 .collect(),
         }),
@@ -832,4 +833,320 @@ fn at_the_target_quota_every_later_deregistration_makes_room() {
         instances: ids(&["i-new"]),
     }];
     assert!(io::leaving_targets(&new_group, 0, &none).is_empty());
+}
+
+const MARKER: &str = crate::aws::tags::MANAGED_TAGS_TAG;
+
+/// The tag writes of a plan, by resource (`nlb`, `tg`, `listener`).
+fn tag_writes(changes: &[Change]) -> Vec<(String, String)> {
+    let kind = |arn: &Option<String>| match arn.as_deref() {
+        None | Some("arn:lb") => "nlb".to_string(),
+        Some(a) if a.starts_with("arn:tg/") => "tg".to_string(),
+        Some(a) if a.starts_with("arn:listener/") => "listener".to_string(),
+        Some(a) => a.to_string(),
+    };
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::AddTags { arn, tags } => Some((kind(arn), format!("+{tags:?}"))),
+            Change::RemoveTags { arn, keys } => Some((kind(arn), format!("-{keys:?}"))),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn created_resources_record_the_annotation_keys_they_carry() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let d = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=prod")],
+        &[(80, 30080)],
+        &e,
+    );
+    let changes = plan(&d, &Actual::default(), "c1");
+    let mut creates = 0;
+    for c in &changes {
+        let tags = match c {
+            Change::CreateLoadBalancer { tags, .. }
+            | Change::CreateTargetGroup { tags, .. }
+            | Change::CreateListener { tags, .. } => tags,
+            _ => continue,
+        };
+        creates += 1;
+        assert_eq!(tags[MARKER], "env,team", "{c:?}");
+        assert_eq!(tags["team"], "a");
+    }
+    assert_eq!(creates, 3, "{changes:?}");
+    // Without additional tags no record is written.
+    let bare = want(&[], &[(80, 30080)], &e);
+    assert!(
+        plan(&bare, &Actual::default(), "c1")
+            .iter()
+            .all(|c| match c {
+                Change::CreateLoadBalancer { tags, .. } => !tags.contains_key(MARKER),
+                _ => true,
+            })
+    );
+}
+
+#[test]
+fn tags_follow_the_annotation_on_the_nlb_its_listeners_and_target_groups() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let before = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=prod")],
+        &[(80, 30080)],
+        &e,
+    );
+    let live = converged(&before);
+    assert!(plan(&before, &live, "c1").is_empty(), "steady: no write");
+    // team changes, env is removed, cost is added.
+    let after = want(
+        &[(ann::ADDITIONAL_TAGS, "team=b,cost=42")],
+        &[(80, 30080)],
+        &e,
+    );
+    let writes = tag_writes(&plan(&after, &live, "c1"));
+    for kind in ["nlb", "tg", "listener"] {
+        let mine: Vec<&str> = writes
+            .iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, w)| w.as_str())
+            .collect();
+        assert_eq!(
+            mine,
+            [
+                format!("+{{\"cost\": \"42\", \"{MARKER}\": \"cost,team\", \"team\": \"b\"}}")
+                    .as_str(),
+                "-{\"env\"}",
+            ],
+            "{kind}: {writes:?}"
+        );
+    }
+    // Every key removed: the record goes too.
+    let none = want(&[], &[(80, 30080)], &e);
+    let writes = tag_writes(&plan(&none, &live, "c1"));
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    for (_, w) in &writes {
+        assert_eq!(w, &format!("-{{\"env\", \"{MARKER}\", \"team\"}}"));
+    }
+}
+
+#[test]
+fn tags_nobody_recorded_are_never_removed() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let d = want(&[(ann::ADDITIONAL_TAGS, "team=a")], &[(80, 30080)], &e);
+    // As the Go CCM leaves it: the tags, no record.
+    let mut live = converged(&d);
+    let strip = |t: &Tags| {
+        let mut t = (**t).clone();
+        t.remove(MARKER);
+        t.insert("owner".into(), "someone".into());
+        Tags::new(t)
+    };
+    let lb = live.lb.as_mut().unwrap();
+    lb.tags = strip(&lb.tags);
+    for l in &mut lb.listeners {
+        l.tags = l.tags.as_ref().map(strip);
+    }
+    for tg in &mut live.target_groups {
+        tg.tags = strip(&tg.tags);
+    }
+    assert!(plan(&d, &live, "c1").is_empty(), "a Go-made NLB: no write");
+    // The key leaves the annotation: without a record it stays, as do the
+    // tags someone else wrote.
+    let gone = want(&[], &[(80, 30080)], &e);
+    assert!(tag_writes(&plan(&gone, &live, "c1")).is_empty());
+    // A new key is written with the record of what is now applied.
+    let more = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=x")],
+        &[(80, 30080)],
+        &e,
+    );
+    let writes = tag_writes(&plan(&more, &live, "c1"));
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    for (_, w) in &writes {
+        assert_eq!(
+            w,
+            &format!("+{{\"env\": \"x\", \"{MARKER}\": \"env,team\"}}")
+        );
+    }
+    // Listener tags not read: left as they are.
+    let lb = live.lb.as_mut().unwrap();
+    for l in &mut lb.listeners {
+        l.tags = None;
+    }
+    let writes = tag_writes(&plan(&more, &live, "c1"));
+    assert!(writes.iter().all(|(k, _)| k != "listener"), "{writes:?}");
+}
+
+#[test]
+fn a_tag_the_controller_writes_is_refused_with_a_warning() {
+    let r = LoadBalancerSpec::read(&service(
+        &[
+            (ann::TYPE, "nlb"),
+            (
+                ann::ADDITIONAL_TAGS,
+                "kubernetes.io/service-name=other/x,team=a,kubernetes.io/cloud-controller/managed-tags=team",
+            ),
+        ],
+        &[(80, 30080)],
+    ));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.field == ann::ADDITIONAL_TAGS)
+        .expect("a note");
+    assert!(
+        note.reading.contains("kubernetes.io/service-name"),
+        "{note:?}"
+    );
+    assert_eq!(note.holds, ann::Holds::Nothing);
+    let e = env(&["subnet-a"], &["i-1"]);
+    let d = desired(
+        &r.spec,
+        "default/web",
+        UID,
+        "c1",
+        &CloudConfig::default(),
+        &e,
+    )
+    .unwrap();
+    assert_eq!(d.tags[crate::aws::tags::SERVICE_NAME_TAG], "default/web");
+    assert_eq!(
+        d.additional_tags,
+        BTreeMap::from([("team".to_string(), "a".to_string())])
+    );
+    assert_eq!(d.create_tags()[MARKER], "team");
+}
+
+const TG_RECORD: &str = crate::aws::tags::TARGET_GROUP_ATTRIBUTES_TAG;
+const DEREG: &str = "deregistration_delay.timeout_seconds";
+
+/// The target group attribute writes and record writes of a plan.
+fn attribute_writes(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::ModifyTargetGroupAttributes { attributes, .. } => {
+                Some(format!("set {attributes:?}"))
+            }
+            Change::AddTags { arn: Some(a), tags } if a.starts_with("arn:tg/") => {
+                tags.get(TG_RECORD).map(|r| format!("record {r}"))
+            }
+            Change::RemoveTags { arn: Some(a), keys } if a.starts_with("arn:tg/") => {
+                keys.contains(TG_RECORD).then(|| "unrecord".to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn target_group_attributes_aws_documents_are_applied_and_dropped_ones_return_to_the_default() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let tga = ann::TARGET_GROUP_ATTRIBUTES;
+    let d = want(
+        &[(
+            tga,
+            "deregistration_delay.timeout_seconds=30,stickiness.enabled=true",
+        )],
+        &[(80, 30080)],
+        &e,
+    );
+    // Created with the attributes and their record.
+    let fresh = plan(&d, &Actual::default(), "c1");
+    let created = fresh.iter().find_map(|c| match c {
+        Change::CreateTargetGroup { tags, .. } => Some(tags.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        created.unwrap()[TG_RECORD],
+        format!("{DEREG},stickiness.enabled")
+    );
+    assert_eq!(
+        attribute_writes(&fresh),
+        [format!(
+            "set {{\"{DEREG}\": \"30\", \"stickiness.enabled\": \"true\"}}"
+        )]
+    );
+    // As created: steady.
+    let mut live = converged(&d);
+    for tg in &mut live.target_groups {
+        let mut t = (*tg.tags).clone();
+        t.insert(TG_RECORD.into(), format!("{DEREG},stickiness.enabled"));
+        tg.tags = Tags::new(t);
+    }
+    assert!(plan(&d, &live, "c1").is_empty());
+    // One dropped, one changed: the dropped returns to AWS's 300 s.
+    let changed = want(&[(tga, "stickiness.enabled=false")], &[(80, 30080)], &e);
+    assert_eq!(
+        attribute_writes(&plan(&changed, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"300\", \"stickiness.enabled\": \"false\"}}"),
+            "record stickiness.enabled".to_string(),
+        ]
+    );
+    // All dropped: both back to the defaults, the record gone.
+    let none = want(&[], &[(80, 30080)], &e);
+    assert_eq!(
+        attribute_writes(&plan(&none, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"300\", \"stickiness.enabled\": \"false\"}}"),
+            "unrecord".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn target_group_attributes_nobody_recorded_are_left_as_they_are() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let tga = ann::TARGET_GROUP_ATTRIBUTES;
+    // The Go CCM's state: it applied proxy protocol, and wrote no record.
+    let d = want(
+        &[(tga, "proxy_protocol_v2.enabled=true")],
+        &[(80, 30080)],
+        &e,
+    );
+    let live = converged(&d);
+    assert!(plan(&d, &live, "c1").is_empty(), "a swap writes nothing");
+    // The annotation removed: left on, as the Go CCM leaves it.
+    let none = want(&[], &[(80, 30080)], &e);
+    assert!(attribute_writes(&plan(&none, &live, "c1")).is_empty());
+    // A change is applied and recorded; from then on it is this CCM's.
+    let more = want(
+        &[(
+            tga,
+            "proxy_protocol_v2.enabled=true,deregistration_delay.timeout_seconds=10",
+        )],
+        &[(80, 30080)],
+        &e,
+    );
+    assert_eq!(
+        attribute_writes(&plan(&more, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"10\"}}"),
+            format!("record {DEREG},proxy_protocol_v2.enabled"),
+        ]
+    );
+}
+
+#[test]
+fn a_target_group_attribute_aws_refuses_is_refused_before_any_call() {
+    for v in [
+        "slow_start.duration_seconds=30",
+        "deregistration_delay.timeout_seconds=3601",
+        "stickiness.type=lb_cookie",
+        "target_health_state.unhealthy.draining_interval_seconds=30",
+    ] {
+        let r = LoadBalancerSpec::read(&service(
+            &[(ann::TYPE, "nlb"), (ann::TARGET_GROUP_ATTRIBUTES, v)],
+            &[(80, 30080)],
+        ));
+        let e = r
+            .errors
+            .iter()
+            .find(|e| e.field == ann::TARGET_GROUP_ATTRIBUTES);
+        assert!(e.is_some_and(|e| e.value == v), "{v}: {:?}", r.errors);
+    }
 }
