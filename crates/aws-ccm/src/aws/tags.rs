@@ -25,20 +25,20 @@ pub(crate) const APPLIED_TAG: &str = "aws-ccm/applied";
 /// per-load-balancer read shows (attributes; an NLB's listeners and target
 /// group attributes) as it created them (see `aws::load_balancers::sweep`).
 /// Written only in the create call.
-pub const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
+pub(crate) const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
 /// On an NLB, its listeners and target groups: the `additional-resource-tags`
 /// keys the controller applied, comma-separated, so that a key the
 /// annotation drops is removed and a tag written by anyone else is not. The
 /// key is upstream's (kubernetes/cloud-provider-aws PR #1447, which names it
 /// for the same purpose), so after a swap either way one owner remains.
-pub const MANAGED_TAGS_TAG: &str = "kubernetes.io/cloud-controller/managed-tags";
+pub(crate) const MANAGED_TAGS_TAG: &str = "kubernetes.io/cloud-controller/managed-tags";
 /// On a target group this CCM set attributes on: the
 /// `target-group-attributes` keys it applied, comma-separated, so that a key
 /// the annotation drops returns to AWS's default and a value nobody
 /// recorded (the Go CCM's, a hand edit) is left alone.
-pub const TARGET_GROUP_ATTRIBUTES_TAG: &str = "aws-ccm/target-group-attributes";
+pub(crate) const TARGET_GROUP_ATTRIBUTES_TAG: &str = "aws-ccm/target-group-attributes";
 /// Longest tag value AWS takes.
-pub const MAX_TAG_VALUE: usize = 256;
+pub(crate) const MAX_TAG_VALUE: usize = 256;
 /// Most tags a classic ELB, an NLB or a target group takes.
 pub(crate) const MAX_LB_TAGS: usize = 50;
 
@@ -92,7 +92,7 @@ pub(crate) fn owned_tags(
 
 /// The `additional-resource-tags` pairs the controller applies: all but
 /// those whose key it writes itself ([`is_controller_tag`]).
-pub fn user_tags(additional: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub(crate) fn user_tags(additional: &BTreeMap<String, String>) -> BTreeMap<String, String> {
     additional
         .iter()
         .filter(|(k, _)| !is_controller_tag(k))
@@ -128,7 +128,7 @@ pub(crate) fn added_to_existing(key: &str) -> bool {
 /// Whether `key` is one the controller writes itself (ownership, the
 /// Service's name, its records): an `additional-resource-tags` pair with
 /// such a key is refused, never applied over the controller's value.
-pub fn is_controller_tag(key: &str) -> bool {
+pub(crate) fn is_controller_tag(key: &str) -> bool {
     key.starts_with(CLUSTER_TAG_PREFIX)
         || [
             SERVICE_NAME_TAG,
@@ -142,12 +142,12 @@ pub fn is_controller_tag(key: &str) -> bool {
 }
 
 /// The keys [`MANAGED_TAGS_TAG`] on `tags` records (none without it).
-pub fn managed_keys(tags: &BTreeMap<String, String>) -> BTreeSet<String> {
+pub(crate) fn managed_keys(tags: &BTreeMap<String, String>) -> BTreeSet<String> {
     recorded_keys(tags, MANAGED_TAGS_TAG)
 }
 
 /// The comma-separated keys record `tag` on `tags` holds (none without it).
-pub fn recorded_keys(tags: &BTreeMap<String, String>, tag: &str) -> BTreeSet<String> {
+pub(crate) fn recorded_keys(tags: &BTreeMap<String, String>, tag: &str) -> BTreeSet<String> {
     tags.get(tag)
         .map(|v| {
             v.split(',')
@@ -166,7 +166,7 @@ pub fn recorded_keys(tags: &BTreeMap<String, String>, tag: &str) -> BTreeSet<Str
 /// longer names. The record is brought up to date with any change of an
 /// annotation key (and removed with the last one); a resource without a
 /// record whose tags already match (one the Go CCM made) is left as it is.
-pub fn follow_annotation(
+pub(crate) fn follow_annotation(
     want: &BTreeMap<String, String>,
     additional: &BTreeMap<String, String>,
     have: &BTreeMap<String, String>,
@@ -206,7 +206,7 @@ pub fn follow_annotation(
 
 /// The tags of a resource created for a Service: `tags` with the record of
 /// the `additional-resource-tags` keys applied, when there are some (and room).
-pub fn at_creation(
+pub(crate) fn at_creation(
     tags: &BTreeMap<String, String>,
     additional: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
@@ -220,13 +220,13 @@ pub fn at_creation(
 
 /// What [`follow_annotation`] asks of one resource.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TagWrites {
+pub(crate) struct TagWrites {
     pub add: BTreeMap<String, String>,
     pub remove: BTreeSet<String>,
 }
 
 impl TagWrites {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.add.is_empty() && self.remove.is_empty()
     }
 }

@@ -28,12 +28,12 @@
 //! workers, never twice at once for one Node, and retries a failure after
 //! [`RETRY`].
 
-pub mod by_address;
-pub mod changes;
-pub mod identity;
-pub mod lookups;
-pub mod outside_region;
-pub mod plan;
+pub(crate) mod by_address;
+pub(crate) mod changes;
+pub(crate) mod identity;
+pub(crate) mod lookups;
+pub(crate) mod outside_region;
+pub(crate) mod plan;
 mod progress;
 mod status;
 mod topology;

@@ -270,12 +270,12 @@ pub(crate) mod fake {
 
     /// What the fake was asked, for assertions.
     #[derive(Clone, Debug, Default, PartialEq, Eq)]
-    pub struct Calls {
-        pub by_id: Vec<String>,
-        pub by_private_dns: Vec<String>,
+    pub(crate) struct Calls {
+        pub(crate) by_id: Vec<String>,
+        pub(crate) by_private_dns: Vec<String>,
         /// Addresses asked by [`Instances::instances_by_private_ip`].
         pub by_private_ip: Vec<Ipv4Addr>,
-        pub sweeps: u32,
+        pub(crate) sweeps: u32,
         /// Instance IDs asked for network nodes, one entry per question.
         pub(crate) network_nodes: Vec<String>,
         pub(crate) create_tags: Vec<Vec<String>>,

@@ -253,7 +253,12 @@ pub(crate) fn private_ipv4(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(),
 /// Every attribute AWS documents for an NLB target group is taken, checked
 /// as AWS checks it (`nlb::attributes`); upstream takes two and refuses the
 /// rest.
-pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(super) fn target_group_attributes(
+    s: &mut Spec,
+    cx: &Cx,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
     let mut attributes = BTreeMap::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, value) = item.split_once('=').unwrap_or((item, ""));
@@ -284,7 +289,7 @@ pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Resul
 /// (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, its records)
 /// is refused with a Warning: the controller's value stays, as in the Go
 /// CCM, whose own tags are written over the user's.
-pub fn additional_tags(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(super) fn additional_tags(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.additional_tags = parse_key_values(v);
     let refused: Vec<&str> = s
         .additional_tags
@@ -308,7 +313,7 @@ pub fn additional_tags(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), Sp
     Ok(())
 }
 
-pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.dualstack = match v {
         "" | "ipv4" => false,
         "dualstack" => true,

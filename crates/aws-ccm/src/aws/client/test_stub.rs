@@ -36,7 +36,7 @@ pub(crate) struct StubInstance {
 impl StubInstance {
     /// The primary private address: the one an `ip-a-b-c-d…` name spells,
     /// else 10.0.0.1.
-    pub fn private_ip(&self) -> String {
+    pub(crate) fn private_ip(&self) -> String {
         let spelled = (self.private_dns.strip_prefix("ip-"))
             .and_then(|rest| rest.split('.').next())
             .map(|ip| ip.replace('-', "."))
@@ -44,7 +44,7 @@ impl StubInstance {
         spelled.unwrap_or_else(|| "10.0.0.1".to_string())
     }
 
-    pub fn running(id: &str, private_dns: &str) -> StubInstance {
+    pub(crate) fn running(id: &str, private_dns: &str) -> StubInstance {
         StubInstance {
             id: id.to_string(),
             private_dns: private_dns.to_string(),

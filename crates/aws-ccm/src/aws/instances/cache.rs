@@ -152,7 +152,7 @@ impl InstanceCache {
     /// address is `ip`, in any VPC, tagged or not (empty when none),
     /// coalesced like [`Self::by_id`]. The caller judges them: this answers
     /// what EC2 has, not which one is a node's.
-    pub async fn by_private_ip(
+    pub(crate) async fn by_private_ip(
         &self,
         ip: Ipv4Addr,
         opts: CallOptions,

@@ -243,7 +243,7 @@ impl LbSweep {
     /// Of `groups`, those an NLB of this CCM's names other than `except`
     /// carries, by the current sweep. A sweep IAM refuses answers "all of
     /// them" (nothing is then revoked on its word).
-    pub async fn carried_by_other_nlbs(
+    pub(crate) async fn carried_by_other_nlbs(
         &self,
         aws: &AwsClient,
         groups: &BTreeSet<String>,

@@ -53,7 +53,7 @@ pub(crate) struct Applied {
     pub(crate) target_groups: BTreeMap<String, String>,
     /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
     /// the error. The other changes went ahead; the caller records these.
-    pub refused_listeners: Vec<(String, AwsError)>,
+    pub(crate) refused_listeners: Vec<(String, AwsError)>,
     /// The owned (managed) group's ID, the one the plan created included.
     pub owned_group: Option<String>,
 }

@@ -17,9 +17,9 @@ use super::security_groups::{self as sg, Rule, Source};
 
 /// Rule descriptions on node groups, as upstream: they mark the rules this
 /// controller wrote (and may revoke).
-pub const CLIENT_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/client";
-pub const HEALTH_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/health";
-pub const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
+pub(crate) const CLIENT_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/client";
+pub(crate) const HEALTH_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/health";
+pub(crate) const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
 /// This CCM's (not the Go CCM's) description of a node group's rule that
 /// admits everything from an NLB's security group (`NLBNodeIngress =
 /// LoadBalancerGroup`). It names no NLB: NLBs that share a group share the
@@ -193,15 +193,15 @@ pub struct Desired {
     pub(crate) ip_address_type: String,
     pub(crate) subnet_mappings: Vec<SubnetMapping>,
     /// Whether the mappings carry addresses (then they are create-time only).
-    pub pinned_addresses: bool,
+    pub(crate) pinned_addresses: bool,
     /// The tags every resource of the NLB carries (ownership, Service name,
     /// the user's): written by the creates and kept by the plan.
-    pub tags: BTreeMap<String, String>,
+    pub(crate) tags: BTreeMap<String, String>,
     /// The `additional-resource-tags` pairs applied (the user's part of
     /// `tags`): what [`crate::aws::tags::MANAGED_TAGS_TAG`] records.
     pub additional_tags: BTreeMap<String, String>,
-    pub listeners: Vec<Listener>,
-    pub target_groups: Vec<TargetGroup>,
+    pub(crate) listeners: Vec<Listener>,
+    pub(crate) target_groups: Vec<TargetGroup>,
     /// Only the keys the Service sets.
     pub(crate) target_group_attributes: BTreeMap<String, String>,
     pub(crate) attributes: BTreeMap<String, String>,
@@ -229,12 +229,12 @@ impl Desired {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActualListener {
-    pub arn: String,
-    pub port: i32,
-    pub protocol: String,
-    pub certificate: Option<String>,
-    pub ssl_policy: Option<String>,
-    pub target_group_arn: Option<String>,
+    pub(crate) arn: String,
+    pub(crate) port: i32,
+    pub(crate) protocol: String,
+    pub(crate) certificate: Option<String>,
+    pub(crate) ssl_policy: Option<String>,
+    pub(crate) target_group_arn: Option<String>,
     /// Read only when the NLB's tags follow an annotation (see
     /// `load_balancers::sweep`); `None`: not read, left as they are.
     pub tags: Option<crate::aws::tags::Tags>,
@@ -357,9 +357,9 @@ pub enum Change {
 }
 
 pub mod attributes;
-pub mod desired;
-pub mod io;
-pub mod node_rules;
+pub(crate) mod desired;
+pub(crate) mod io;
+pub(crate) mod node_rules;
 pub mod plan;
 pub mod read;
 

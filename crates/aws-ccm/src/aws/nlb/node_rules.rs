@@ -19,9 +19,9 @@ use crate::aws::security_groups::{Rule, Source};
 /// NLB's security group instead (its clients' and its health checks'
 /// packets reach the nodes from the NLB's interfaces, which carry it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeRules {
-    pub client: BTreeSet<Rule>,
-    pub health: BTreeSet<Rule>,
+pub(crate) struct NodeRules {
+    pub(crate) client: BTreeSet<Rule>,
+    pub(crate) health: BTreeSet<Rule>,
     /// The NLB's security group the node groups admit instead of the CIDR
     /// rules (`NLBNodeIngress = LoadBalancerGroup`).
     pub from_group: Option<String>,
@@ -30,7 +30,7 @@ pub struct NodeRules {
 impl NodeRules {
     /// The same NLB's CIDR rules (the fallback when a node group has no
     /// room for the group rule).
-    pub fn cidr_only(&self) -> NodeRules {
+    pub(crate) fn cidr_only(&self) -> NodeRules {
         NodeRules {
             from_group: None,
             ..self.clone()
@@ -111,7 +111,7 @@ impl RuleChanges {
 /// A group rule ([`GROUP_RULE`]) is one per source group, whichever NLB
 /// wrote it: it is revoked only when its source is in `revocable`, the
 /// groups this NLB carries that no other NLB carries.
-pub fn node_group_changes(
+pub(crate) fn node_group_changes(
     lb_name: &str,
     have: &DescribedRules,
     want: Option<&NodeRules>,

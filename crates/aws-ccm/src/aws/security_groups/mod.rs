@@ -43,13 +43,13 @@ impl Rule {
 /// A security group as read from EC2.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SecurityGroup {
-    pub id: String,
-    pub name: String,
-    pub vpc_id: Option<String>,
-    pub tags: BTreeMap<String, String>,
-    pub ingress: BTreeSet<Rule>,
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) vpc_id: Option<String>,
+    pub(crate) tags: BTreeMap<String, String>,
+    pub(crate) ingress: BTreeSet<Rule>,
     /// Descriptions of the rules that carry one (IPv4 CIDR or group sources).
-    pub descriptions: BTreeMap<Rule, String>,
+    pub(crate) descriptions: BTreeMap<Rule, String>,
     /// The account that owns the group (for ARNs in permission messages).
     pub(crate) owner_id: Option<String>,
 }

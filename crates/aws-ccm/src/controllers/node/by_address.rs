@@ -36,7 +36,7 @@ use crate::provider::instances::Instance;
 /// The addresses a Node's instance is looked up by: the IPv4 addresses of
 /// its `alpha.kubernetes.io/provided-node-ip` when that parses, else its
 /// `InternalIP` IPv4 addresses, in order, each once.
-pub fn node_addresses(node: &Node) -> Vec<Ipv4Addr> {
+pub(crate) fn node_addresses(node: &Node) -> Vec<Ipv4Addr> {
     let provided = (node.metadata.annotations.as_ref())
         .and_then(|a| a.get(PROVIDED_NODE_IP_ANNOTATION))
         .and_then(|value| parse_provided_node_ip(value).ok());
@@ -68,13 +68,13 @@ pub fn node_addresses(node: &Node) -> Vec<Ipv4Addr> {
 /// Whether `lookup` for a Node falls back to its addresses when it finds
 /// nothing: a lookup by name (an instance ID EC2 does not know is an
 /// answer; a providerID is one too).
-pub fn falls_back(lookup: &Lookup) -> bool {
+pub(crate) fn falls_back(lookup: &Lookup) -> bool {
     matches!(lookup, Lookup::ByPrivateDns(_))
 }
 
 /// What the proof is judged against.
 #[derive(Clone, Copy, Debug)]
-pub struct Rules<'a> {
+pub(crate) struct Rules<'a> {
     pub cluster_id: &'a str,
     /// cloud.conf `VPC`: only instances in it count. `None`: every VPC of
     /// the Region counts, so the same address in two VPCs is ambiguous.
@@ -83,7 +83,7 @@ pub struct Rules<'a> {
 
 /// An instance named in a refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Candidate {
+pub(crate) struct Candidate {
     pub id: String,
     pub ip: Option<Ipv4Addr>,
     pub vpc: Option<String>,
@@ -126,7 +126,7 @@ fn ips(addresses: &[Ipv4Addr]) -> String {
 /// Why a Node's address does not prove its instance. Each says what was
 /// found and what to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The Node reports no IPv4 address yet.
     NoAddress,
     /// No live instance has any of the addresses.
@@ -197,7 +197,7 @@ impl fmt::Display for Refusal {
 /// The Node's instance, when `found` (every live instance the lookups of
 /// `addresses` returned) proves it; else why not. `nodes` are the cluster's
 /// Nodes (this one among them, or not).
-pub fn judge(
+pub(crate) fn judge(
     node: &Node,
     addresses: &[Ipv4Addr],
     found: &[Instance],

@@ -49,14 +49,14 @@ pub(crate) async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
 /// lookup by name the node's addresses, asked when the name finds no
 /// instance ([`super::by_address`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Search {
+pub(crate) struct Search {
     pub lookup: Lookup,
     pub addresses: Vec<Ipv4Addr>,
 }
 
 impl Search {
     /// `lookup` for `node`, with the node's addresses when it falls back.
-    pub fn for_node(node: &Node, lookup: Lookup) -> Search {
+    pub(crate) fn for_node(node: &Node, lookup: Lookup) -> Search {
         let addresses = match by_address::falls_back(&lookup) {
             true => by_address::node_addresses(node),
             false => Vec::new(),
@@ -85,7 +85,7 @@ impl From<&Lookup> for Search {
 /// asked, because the lookup found an instance, failed, or does not fall
 /// back, or the node has no address).
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     pub found: Found,
     pub by_address: Option<CloudResult<Vec<Instance>>>,
 }
@@ -93,7 +93,7 @@ pub struct Answer {
 /// One search, straight to the cloud: the lookup, then the addresses when
 /// the lookup found nothing (all at once, coalesced there with other
 /// nodes' lookups).
-pub async fn search<I: Instances>(cloud: &I, search: &Search) -> Answer {
+pub(crate) async fn search<I: Instances>(cloud: &I, search: &Search) -> Answer {
     let found = lookup(cloud, &search.lookup).await;
     fall_back(cloud, search, found).await
 }
@@ -117,7 +117,7 @@ async fn fall_back<I: Instances>(cloud: &I, search: &Search, found: Found) -> An
 
 /// Every live instance having one of `addresses` as its primary private
 /// address, all asked at once (coalesced at the door with other lookups).
-pub async fn by_addresses<I: Instances>(
+pub(crate) async fn by_addresses<I: Instances>(
     cloud: &I,
     addresses: &[Ipv4Addr],
 ) -> CloudResult<Vec<Instance>> {
@@ -261,7 +261,7 @@ impl<I: Instances> Prefetcher<I> {
     /// Starts looking up `node`'s instance unless that search is already
     /// under way. Only the instance: nothing else is asked before the
     /// node's taint can come off.
-    pub fn prefetch(&self, node: &str, key: impl Into<Search>) {
+    pub(crate) fn prefetch(&self, node: &str, key: impl Into<Search>) {
         let key = key.into();
         let mut st = self.inner.state.lock();
         if st.pending.get(node).is_some_and(|p| p.search == key) {
@@ -331,7 +331,7 @@ impl<I: Instances> Prefetcher<I> {
     /// a direct search. When the node's addresses changed since the
     /// prefetch, its lookup's answer is kept and only the addresses are
     /// asked again (if the lookup found nothing).
-    pub async fn resolve(&self, node: &str, key: impl Into<Search>) -> Answer {
+    pub(crate) async fn resolve(&self, node: &str, key: impl Into<Search>) -> Answer {
         let key = key.into();
         let pending = self.inner.state.lock().pending.remove(node);
         if let Some(p) = pending.filter(|p| p.search.lookup == key.lookup) {
