@@ -49,6 +49,7 @@ use crate::provider::load_balancers::{
     EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external, next_resync_slot_at,
 };
 
+mod condition;
 mod due;
 mod scope;
 
@@ -422,6 +423,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             let alive = live.contains(k);
             if !alive {
                 self.queue.forget(k);
+                condition::forget(k);
             }
             alive
         });
@@ -492,6 +494,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             return keyed::Outcome::Done;
         };
         if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
+            condition::forget(&taken.key);
             return keyed::Outcome::Done;
         }
         let job = {
@@ -564,11 +567,12 @@ impl<L: LoadBalancers> ServiceController<L> {
         // Another controller's (the Go CCM answers ImplementedElsewhere):
         // no AWS call, the status is that controller's to write.
         if is_external(svc) {
+            condition::forget(&key(svc));
             return Outcome::Done;
         }
         let obj = svc.object_ref(&());
         let reading = LoadBalancerSpec::read_with(svc, &self.cloud);
-        let Some(scope) = self.read_scope(svc, &reading, service_changed).await else {
+        let Some(scope) = self.read_scope(svc, &api, &reading, service_changed).await else {
             return Outcome::Invalid;
         };
         let spec = reading.spec;
@@ -576,6 +580,9 @@ impl<L: LoadBalancers> ServiceController<L> {
             && let Err(e) = self.set_finalizer(&api, svc, true).await
         {
             tracing::warn!(error = %e, "failed to add the finalizer; nothing created");
+            let message =
+                format!("failed to add the finalizer {FINALIZER}: {e}; retried with backoff");
+            condition::stopped(&api, svc, condition::Stop::Kubernetes, &message).await;
             return Outcome::Failed;
         }
         if service_changed {
@@ -616,12 +623,18 @@ impl<L: LoadBalancers> ServiceController<L> {
                     other => other,
                 }
             }
-            Ok(done) => self.ensured(svc, &api, done, service_changed).await,
+            Ok(done) => {
+                let outcome = self.ensured(svc, &api, done, service_changed).await;
+                if matches!(outcome, Outcome::Done) {
+                    condition::finished(&api, svc).await;
+                }
+                outcome
+            }
             Err(e) if may_wait && e.in_use() => {
                 tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
                 Outcome::Waiting
             }
-            Err(e) => self.ensure_failed(svc, e, service_changed).await,
+            Err(e) => self.ensure_failed(svc, &api, e, service_changed).await,
         }
     }
 
@@ -681,6 +694,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
                 .await;
         }
+        condition::cleared(api, svc).await;
         Outcome::Done
     }
 
@@ -703,6 +717,9 @@ impl<L: LoadBalancers> ServiceController<L> {
             let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
             if let Err(e) = super::merge_patch_status(api, &svc.name_any(), patch).await {
                 tracing::warn!(error = %e, "failed to write the load balancer status");
+                let message =
+                    format!("failed to write the load balancer status: {e}; retried with backoff");
+                condition::stopped(api, svc, condition::Stop::Kubernetes, &message).await;
                 return Outcome::Failed;
             }
         }
