@@ -21,7 +21,7 @@
 //!
 //! [`Reading::findings`]: crate::provider::load_balancers::Reading::findings
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -30,6 +30,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use k8s_openapi::api::core::v1::Service;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use serde_json::{Value, json};
 
 use crate::cloud_config::CloudConfig;
@@ -39,6 +42,25 @@ use crate::provider::load_balancers::{LoadBalancerSpec, is_external};
 /// Where kube-apiserver sends the reviews (the chart's
 /// ValidatingWebhookConfiguration names it).
 pub const PATH: &str = "/admission/v1/services";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReviewLabels {
+    /// `warned`, `clean` (no warning) or `malformed` (answered 400).
+    result: &'static str,
+}
+
+/// `aws_ccm_service_admission_reviews_total{result}`.
+static REVIEWS: LazyLock<Family<ReviewLabels, Counter>> = LazyLock::new(|| {
+    crate::metrics::registered(
+        "aws_ccm_service_admission_reviews",
+        "AdmissionReviews the service admission check answered, by result: warned (one or more Warnings), clean (none), malformed (refused with 400)",
+        Family::default(),
+    )
+});
+
+fn counted(result: &'static str) {
+    REVIEWS.get_or_create(&ReviewLabels { result }).inc();
+}
 
 /// What the check reads besides the Service: cloud.conf, whose NLB and
 /// health-probe refusals the controller applies to every Service.
@@ -58,13 +80,18 @@ async fn review(State(admission): State<Arc<ServiceAdmission>>, body: Bytes) -> 
         .map_err(|e| format!("the body is not JSON: {e}"))
         .and_then(|review| answer(&admission.cloud, &review));
     match answer {
-        Ok(answer) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            answer.to_string(),
-        )
-            .into_response(),
+        Ok(answer) => {
+            let warned = answer["response"].get("warnings").is_some();
+            counted(if warned { "warned" } else { "clean" });
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                answer.to_string(),
+            )
+                .into_response()
+        }
         Err(e) => {
+            counted("malformed");
             tracing::warn!(error = %e, "admission review refused as malformed");
             (StatusCode::BAD_REQUEST, e).into_response()
         }
