@@ -580,9 +580,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             && let Err(e) = self.set_finalizer(&api, svc, true).await
         {
             tracing::warn!(error = %e, "failed to add the finalizer; nothing created");
-            let message =
-                format!("failed to add the finalizer {FINALIZER}: {e}; retried with backoff");
-            condition::stopped(&api, svc, condition::Stop::Kubernetes, &message).await;
+            condition::write_failed(&api, svc, "add the finalizer", &e).await;
             return Outcome::Failed;
         }
         if service_changed {
@@ -618,18 +616,12 @@ impl<L: LoadBalancers> ServiceController<L> {
         match ensured {
             Ok(done) if scope != Scope::Full => {
                 // Kept current; the refused value still waits for a fix.
-                match self.ensured(svc, &api, done, false).await {
+                match self.ensured(svc, &api, done, false, false).await {
                     Outcome::Done => Outcome::Invalid,
                     other => other,
                 }
             }
-            Ok(done) => {
-                let outcome = self.ensured(svc, &api, done, service_changed).await;
-                if matches!(outcome, Outcome::Done) {
-                    condition::finished(&api, svc).await;
-                }
-                outcome
-            }
+            Ok(done) => self.ensured(svc, &api, done, service_changed, true).await,
             Err(e) if may_wait && e.in_use() => {
                 tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
                 Outcome::Waiting
@@ -699,13 +691,14 @@ impl<L: LoadBalancers> ServiceController<L> {
     }
 
     /// Publishes an ensured load balancer: the status, IAM's refusals, the
-    /// events.
+    /// events, and, for a sync in `full`, that it finished.
     async fn ensured(
         &self,
         svc: &Service,
         api: &Api<Service>,
         done: crate::provider::load_balancers::Ensured,
         service_changed: bool,
+        full: bool,
     ) -> Outcome {
         let obj = svc.object_ref(&());
         tracing::info!(
@@ -717,9 +710,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
             if let Err(e) = super::merge_patch_status(api, &svc.name_any(), patch).await {
                 tracing::warn!(error = %e, "failed to write the load balancer status");
-                let message =
-                    format!("failed to write the load balancer status: {e}; retried with backoff");
-                condition::stopped(api, svc, condition::Stop::Kubernetes, &message).await;
+                condition::write_failed(api, svc, "write the load balancer status", &e).await;
                 return Outcome::Failed;
             }
         }
@@ -740,6 +731,9 @@ impl<L: LoadBalancers> ServiceController<L> {
                     format!("Updated load balancer: {}", done.changes.join("; ")),
                 )
                 .await;
+        }
+        if full {
+            condition::finished(api, svc).await;
         }
         Outcome::Done
     }

@@ -641,7 +641,7 @@ pub(crate) fn validate_configuration(def: &ResourceDef, obj: &Value) -> Result<(
 fn base64_decode(s: &str) -> Option<Vec<u8>> {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let bytes = s.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
@@ -680,7 +680,12 @@ mod tests {
         assert!(warning_headers(&["bell\u{7}".to_string()]).is_empty());
         // Under the total, whole; over it, each cut to 256 runes.
         let long = "é".repeat(300);
-        assert_eq!(warning_headers(&[long.clone()])[0].chars().count(), 300 + 8);
+        assert_eq!(
+            warning_headers(std::slice::from_ref(&long))[0]
+                .chars()
+                .count(),
+            300 + 8
+        );
         let many: Vec<String> = (0..20).map(|i| format!("{i}{long}")).collect();
         let cut = warning_headers(&many);
         assert_eq!(cut.len(), 16, "16 × 256 runes fill the 4,096");

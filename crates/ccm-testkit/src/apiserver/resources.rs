@@ -806,6 +806,7 @@ mod tests {
         assert!(names.contains(&"nodes/status"));
         assert!(names.contains(&"configmaps"));
         assert!(group("coordination.k8s.io").is_some());
-        assert_eq!(group_list()["groups"].as_array().map(Vec::len), Some(3));
+        assert!(group("admissionregistration.k8s.io").is_some());
+        assert_eq!(group_list()["groups"].as_array().map(Vec::len), Some(4));
     }
 }

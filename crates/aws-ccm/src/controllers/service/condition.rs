@@ -204,6 +204,13 @@ pub async fn cleared(api: &Api<Service>, svc: &Service) {
     }
 }
 
+/// A write of the sync to the API server (`what`: "add the finalizer")
+/// failed with `e`.
+pub async fn write_failed(api: &Api<Service>, svc: &Service, what: &str, e: &kube::Error) {
+    let message = format!("failed to {what}: {e}; retried with backoff");
+    stopped(api, svc, Stop::Kubernetes, &message).await;
+}
+
 fn current(svc: &Service) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     let conditions = svc.status.as_ref()?.conditions.as_ref()?;
     conditions.iter().find(|c| c.type_ == CONDITION)
