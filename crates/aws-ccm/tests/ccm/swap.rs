@@ -316,8 +316,9 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
         "{refused}"
     );
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
-    // The refused value stays on its Service as a condition; the Service
-    // whose sync finished gets no status condition at all.
+    // The refused value stays on its Service as a condition (the NLB's
+    // ensure refuses it: InvalidValue); the Service whose sync finished
+    // gets no status condition at all.
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
     let condition_of = |svc: Service| {
         (svc.status.and_then(|s| s.conditions).unwrap_or_default())
@@ -330,7 +331,7 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
     .await?;
     assert_eq!(
         (typed.status.as_str(), typed.reason.as_str()),
-        ("False", "RefusedValue")
+        ("False", "InvalidValue")
     );
     assert!(condition_of(services.get("web").await?).is_none());
     let c = elbv2::Client::new(&seeded.conf);
