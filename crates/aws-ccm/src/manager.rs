@@ -138,13 +138,13 @@ pub(crate) fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Resul
 /// The one door to AWS, with the region and the cluster ID resolved and
 /// where they came from (for `aws-ccm doctor`).
 pub(crate) struct Connected {
-    pub aws: Aws,
-    pub cluster_id: String,
-    pub region: String,
+    pub(crate) aws: Aws,
+    pub(crate) cluster_id: String,
+    pub(crate) region: String,
     /// How the region was found (cloud.conf, or instance metadata).
-    pub region_from: String,
+    pub(crate) region_from: String,
     /// How the cluster ID was found (cloud.conf, or a tag of this instance).
-    pub cluster_id_from: String,
+    pub(crate) cluster_id_from: String,
 }
 
 /// Connects to AWS: the region, the cluster ID and the one door, saying

@@ -55,9 +55,9 @@ mod scope;
 
 use due::{Due, plan, record, trigger};
 
-pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
-pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+pub(crate) const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+pub(crate) const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub(crate) const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 /// Retries of a failed sync: upstream's `minRetryDelay` to `maxRetryDelay`.
 const FAILED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
@@ -94,7 +94,7 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
 }
 
 /// Whether the controller manages this Service's load balancer at all.
-pub fn wants_load_balancer(svc: &Service) -> bool {
+pub(crate) fn wants_load_balancer(svc: &Service) -> bool {
     let spec = svc.spec.as_ref();
     svc.metadata.deletion_timestamp.is_none()
         && spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
@@ -103,7 +103,7 @@ pub fn wants_load_balancer(svc: &Service) -> bool {
 
 /// Whether the Service carries the controller's finalizer (its load
 /// balancer may still exist).
-pub fn has_finalizer(svc: &Service) -> bool {
+pub(crate) fn has_finalizer(svc: &Service) -> bool {
     svc.finalizers().iter().any(|f| f == FINALIZER)
 }
 
@@ -112,7 +112,7 @@ pub fn has_finalizer(svc: &Service) -> bool {
 /// `i-…`. As upstream's `mapToAWSInstanceIDsTolerant`, a node without a
 /// providerID (not initialized yet) or with one that names no instance is
 /// left out of the backends; the second is logged, once per node and value.
-pub fn instance_id(node: &Node) -> Option<String> {
+pub(crate) fn instance_id(node: &Node) -> Option<String> {
     match crate::ids::node_instance_id(node) {
         Ok(id) => id,
         Err(e) => {
@@ -139,7 +139,7 @@ fn warn_once(e: &crate::ids::NodeProviderIdError) {
 /// Node that leaves this set only by its taint or deletionTimestamp starts
 /// no sync ([`node_set`]): it stays registered until a sync made for
 /// another reason leaves it out.
-pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
+pub(crate) fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
     if node.metadata.deletion_timestamp.is_some() || excluded_by_label(node) {
         return false;
     }
@@ -156,7 +156,7 @@ pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool
 /// Go boolean (`strconv.ParseBool`); a false one keeps the node, a true one
 /// excludes it, and so does any value that is not a boolean (an empty one
 /// too).
-pub fn excluded_by_label(node: &Node) -> bool {
+pub(crate) fn excluded_by_label(node: &Node) -> bool {
     node.labels()
         .get(EXCLUDE_LABEL)
         .is_some_and(|v| go_parse_bool(v) != Some(false))
@@ -210,7 +210,10 @@ fn selected(nodes: &[Arc<Node>], target_labels: &BTreeMap<String, String>) -> u6
 }
 
 /// Instance IDs of the backends.
-pub fn backends(nodes: &[Arc<Node>], target_labels: &BTreeMap<String, String>) -> BTreeSet<String> {
+pub(crate) fn backends(
+    nodes: &[Arc<Node>],
+    target_labels: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
     nodes
         .iter()
         .filter(|n| is_backend(n, target_labels))
@@ -789,7 +792,7 @@ fn has_ingress(svc: &Service) -> bool {
 /// Whether the Service has a load balancer already (its status or the
 /// finalizer says so): what a refused or held value keeps in upkeep
 /// rather than leaving alone.
-pub fn has_load_balancer(svc: &Service) -> bool {
+pub(crate) fn has_load_balancer(svc: &Service) -> bool {
     has_finalizer(svc) || current_hostname(svc).is_some()
 }
 

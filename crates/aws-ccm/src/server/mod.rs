@@ -93,7 +93,7 @@ impl RunningServer {
 /// The routes; with `auth`, every request (unknown paths too, as upstream)
 /// is authenticated and authorized first, but the admission check's
 /// (kube-apiserver sends no credentials to a webhook).
-pub fn router(
+pub(crate) fn router(
     health: Health,
     auth: Option<Arc<Auth>>,
     admission: Option<Arc<admission::ServiceAdmission>>,

@@ -119,7 +119,11 @@ pub fn go_managed_group_name(svc: &Service) -> String {
 /// `subnet` (with `groups`, if any), its target group with every instance,
 /// the listener, and the node group's client and MTU rules (no health rule:
 /// the client rule from 0.0.0.0/0 covers it). Returns the target group ARN.
-async fn go_made_nlb(seeded: &Seeded, svc: &Service, groups: &[String]) -> anyhow::Result<String> {
+pub(crate) async fn go_made_nlb(
+    seeded: &Seeded,
+    svc: &Service,
+    groups: &[String],
+) -> anyhow::Result<String> {
     let c = elbv2::Client::new(&seeded.conf);
     let key = format!("default/{}", svc.metadata.name.as_deref().unwrap());
     let name = lb_name(svc);
@@ -239,7 +243,7 @@ async fn go_made_nlb(seeded: &Seeded, svc: &Service, groups: &[String]) -> anyho
 }
 
 /// Nodes for every seeded instance, then the Services; returns them as created.
-async fn nodes_and_services(
+pub(crate) async fn nodes_and_services(
     env: &Env,
     seeded: &Seeded,
     services: &[Service],
@@ -259,7 +263,7 @@ async fn nodes_and_services(
     Ok(out)
 }
 
-async fn wait_hostname(env: &Env, ccm: &Ccm, name: &str) -> anyhow::Result<String> {
+pub(crate) async fn wait_hostname(env: &Env, ccm: &Ccm, name: &str) -> anyhow::Result<String> {
     let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     eventually(&format!("a hostname for {name}"), WAIT, || async {
         api.get(name).await.ok().as_ref().and_then(hostname)

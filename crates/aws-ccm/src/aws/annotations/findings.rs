@@ -61,7 +61,7 @@ impl Reading {
 }
 
 /// What a refused value leaves of the sync.
-pub fn kept(exists: bool) -> &'static str {
+fn kept(exists: bool) -> &'static str {
     if exists {
         "The Go CCM refuses it too. Only the change it governs waits: the load balancer's backends and node security rules are kept current"
     } else {

@@ -26,13 +26,16 @@ mod nlb_groups;
 mod nlb_rules;
 mod planned;
 mod refusals;
-pub mod sweep;
+pub(crate) mod sweep;
 mod sweep_tags;
 pub(crate) mod targets;
 pub(crate) use targets::delta;
 mod upkeep;
-pub use planned::{ClbPlan, NlbPlan, Planned};
-pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
+pub(crate) use planned::{ClbPlan, NlbPlan, Planned};
+
+/// Event reason: a node security group had no room for the rule admitting
+/// an NLB's security group (it keeps the CIDR rules).
+pub const NODE_GROUP_RULE_LIMIT: &str = "NodeSecurityGroupRuleLimit";
 
 /// Classic ELBs and NLBs through the one door. What they know of AWS
 /// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of
@@ -79,7 +82,7 @@ impl AwsLoadBalancers {
     /// Keeps each NLB target group's registered instances in `record`,
     /// shared with the next leader (off by default: `aws-ccm plan` and
     /// tests read every group).
-    pub fn with_target_record(
+    pub(crate) fn with_target_record(
         self,
         record: crate::target_record::TargetRecord,
     ) -> AwsLoadBalancers {
@@ -677,7 +680,13 @@ impl AwsLoadBalancers {
 
         if !self.cloud.disable_security_group_ingress {
             let done = self
-                .sync_nlb_node_rules(req, &p, node_groups, &mut warnings)
+                .sync_nlb_node_rules(
+                    req,
+                    &p,
+                    node_groups,
+                    applied.owned_group.as_deref(),
+                    &mut warnings,
+                )
                 .await?;
             described.extend(done);
         }
@@ -737,9 +746,14 @@ impl AwsLoadBalancers {
             owned_group: self.nlb_owned_group(&names, found.iter()),
         };
         let changes = nlb::plan::plan_delete(&actual, &self.cluster_id, &name, service_key);
+        // Node rules admitting the NLB's groups go before the groups: EC2
+        // refuses to delete a group another group's rule names.
+        let revocable = self.groups_leaving_with(&name, actual.lb.as_ref()).await?;
+        let revoked_first =
+            !revocable.is_empty() && self.revoke_nlb_node_rules(&name, &revocable).await?;
         self.apply_nlb(&name, "", &actual, &changes).await?;
 
-        let revoked = self.revoke_nlb_node_rules(&name).await?;
+        let revoked = revoked_first || self.revoke_nlb_node_rules(&name, &revocable).await?;
         Ok(!changes.is_empty() || revoked)
     }
 }

@@ -24,7 +24,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use crate::provider::ErrorKind;
 
 /// The condition's type.
-pub const CONDITION: &str = "LoadBalancerSynced";
+pub(super) const CONDITION: &str = "LoadBalancerSynced";
 /// Its reason when the last sync finished.
 const SYNCED: &str = "Synced";
 /// The API server's limit on a condition's message.
@@ -32,7 +32,7 @@ const MAX_MESSAGE: usize = 32 * 1024;
 
 /// Why a sync stopped short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stop {
+pub(super) enum Stop {
     /// A value the Go CCM refuses too: the Service waits for a fix.
     RefusedValue,
     /// A value taken as the Go CCM takes it that holds the load balancer
@@ -139,12 +139,12 @@ fn count(key: &str, labels: Option<StateLabels>) {
 }
 
 /// The Service of `key` is gone, or no longer this CCM's: out of the gauge.
-pub fn forget(key: &str) {
+pub(super) fn forget(key: &str) {
     count(key, None);
 }
 
 /// The last sync of `svc` finished.
-pub async fn finished(api: &Api<Service>, svc: &Service) {
+pub(super) async fn finished(api: &Api<Service>, svc: &Service) {
     count(
         &super::key(svc),
         Some(StateLabels {
@@ -167,7 +167,7 @@ pub async fn finished(api: &Api<Service>, svc: &Service) {
 
 /// The last sync of `svc` stopped short for `stop`; `message` is the
 /// Warning event's text.
-pub async fn stopped(api: &Api<Service>, svc: &Service, stop: Stop, message: &str) {
+pub(super) async fn stopped(api: &Api<Service>, svc: &Service, stop: Stop, message: &str) {
     count(
         &super::key(svc),
         Some(StateLabels {
@@ -185,7 +185,7 @@ pub async fn stopped(api: &Api<Service>, svc: &Service, stop: Stop, message: &st
 
 /// `svc` no longer wants a load balancer of this CCM: out of the gauge,
 /// and its condition removed (a Service being deleted keeps it).
-pub async fn cleared(api: &Api<Service>, svc: &Service) {
+pub(super) async fn cleared(api: &Api<Service>, svc: &Service) {
     forget(&super::key(svc));
     if svc.metadata.deletion_timestamp.is_some() || current(svc).is_none() {
         return;
@@ -206,7 +206,7 @@ pub async fn cleared(api: &Api<Service>, svc: &Service) {
 
 /// A write of the sync to the API server (`what`: "add the finalizer")
 /// failed with `e`.
-pub async fn write_failed(api: &Api<Service>, svc: &Service, what: &str, e: &kube::Error) {
+pub(super) async fn write_failed(api: &Api<Service>, svc: &Service, what: &str, e: &kube::Error) {
     let message = format!("failed to {what}: {e}; retried with backoff");
     stopped(api, svc, Stop::Kubernetes, &message).await;
 }
