@@ -49,6 +49,7 @@ use crate::provider::load_balancers::{
     EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external, next_resync_slot_at,
 };
 
+mod condition;
 mod due;
 mod scope;
 
@@ -425,6 +426,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             let alive = live.contains(k);
             if !alive {
                 self.queue.forget(k);
+                condition::forget(k);
             }
             alive
         });
@@ -495,6 +497,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             return keyed::Outcome::Done;
         };
         if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
+            condition::forget(&taken.key);
             return keyed::Outcome::Done;
         }
         let job = {
@@ -567,11 +570,12 @@ impl<L: LoadBalancers> ServiceController<L> {
         // Another controller's (the Go CCM answers ImplementedElsewhere):
         // no AWS call, the status is that controller's to write.
         if is_external(svc) {
+            condition::forget(&key(svc));
             return Outcome::Done;
         }
         let obj = svc.object_ref(&());
         let reading = LoadBalancerSpec::read_with(svc, &self.cloud);
-        let Some(scope) = self.read_scope(svc, &reading, service_changed).await else {
+        let Some(scope) = self.read_scope(svc, &api, &reading, service_changed).await else {
             return Outcome::Invalid;
         };
         let spec = reading.spec;
@@ -579,6 +583,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             && let Err(e) = self.set_finalizer(&api, svc, true).await
         {
             tracing::warn!(error = %e, "failed to add the finalizer; nothing created");
+            condition::write_failed(&api, svc, "add the finalizer", &e).await;
             return Outcome::Failed;
         }
         if service_changed {
@@ -614,17 +619,17 @@ impl<L: LoadBalancers> ServiceController<L> {
         match ensured {
             Ok(done) if scope != Scope::Full => {
                 // Kept current; the refused value still waits for a fix.
-                match self.ensured(svc, &api, done, false).await {
+                match self.ensured(svc, &api, done, false, false).await {
                     Outcome::Done => Outcome::Invalid,
                     other => other,
                 }
             }
-            Ok(done) => self.ensured(svc, &api, done, service_changed).await,
+            Ok(done) => self.ensured(svc, &api, done, service_changed, true).await,
             Err(e) if may_wait && e.in_use() => {
                 tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
                 Outcome::Waiting
             }
-            Err(e) => self.ensure_failed(svc, e, service_changed).await,
+            Err(e) => self.ensure_failed(svc, &api, e, service_changed).await,
         }
     }
 
@@ -684,17 +689,19 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
                 .await;
         }
+        condition::cleared(api, svc).await;
         Outcome::Done
     }
 
     /// Publishes an ensured load balancer: the status, IAM's refusals, the
-    /// events.
+    /// events, and, for a sync in `full`, that it finished.
     async fn ensured(
         &self,
         svc: &Service,
         api: &Api<Service>,
         done: crate::provider::load_balancers::Ensured,
         service_changed: bool,
+        full: bool,
     ) -> Outcome {
         let obj = svc.object_ref(&());
         tracing::info!(
@@ -706,6 +713,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
             if let Err(e) = super::merge_patch_status(api, &svc.name_any(), patch).await {
                 tracing::warn!(error = %e, "failed to write the load balancer status");
+                condition::write_failed(api, svc, "write the load balancer status", &e).await;
                 return Outcome::Failed;
             }
         }
@@ -726,6 +734,9 @@ impl<L: LoadBalancers> ServiceController<L> {
                     format!("Updated load balancer: {}", done.changes.join("; ")),
                 )
                 .await;
+        }
+        if full {
+            condition::finished(api, svc).await;
         }
         Outcome::Done
     }

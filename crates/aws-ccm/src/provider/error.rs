@@ -100,7 +100,6 @@ impl CloudError {
         }
     }
 
-    #[cfg(test)]
     pub(crate) fn kind(&self) -> ErrorKind {
         self.kind
     }

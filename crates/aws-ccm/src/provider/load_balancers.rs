@@ -19,8 +19,8 @@ use std::future::Future;
 use crate::provider::CloudResult;
 
 pub use crate::aws::annotations::{
-    Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, TYPE,
-    is_external, labels_match, parse_key_values,
+    Finding, Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SYNC_FAILED, SpecError,
+    TARGET_NODE_LABELS, TYPE, is_external, labels_match, parse_key_values,
 };
 
 /// The resync slot of the Service with UID `uid` that holds `at`: slots

@@ -23,6 +23,9 @@ use std::fmt;
 
 use ipnet::Ipv4Net;
 
+pub use findings::{Finding, SYNC_FAILED};
+
+mod findings;
 mod parse;
 mod rows;
 pub mod table;
