@@ -727,13 +727,8 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .normal(&obj, "EnsuredLoadBalancer", "Ensured load balancer")
                 .await;
         } else if !done.changes.is_empty() {
-            self.events
-                .normal(
-                    &obj,
-                    "UpdatedLoadBalancer",
-                    format!("Updated load balancer: {}", done.changes.join("; ")),
-                )
-                .await;
+            let what = format!("Updated load balancer: {}", done.changes.join("; "));
+            self.events.normal(&obj, "UpdatedLoadBalancer", what).await;
         }
         if full {
             condition::finished(api, svc).await;

@@ -75,7 +75,7 @@ impl LoadBalancerSpec {
     /// sync on refused for an NLB, and those it fails every Shared-mode
     /// health check on refused for a Service probed that way, as the
     /// Service's own values are.
-    pub(crate) fn read_with(svc: &Service, cloud: &crate::cloud_config::CloudConfig) -> Reading {
+    pub fn read_with(svc: &Service, cloud: &crate::cloud_config::CloudConfig) -> Reading {
         let mut reading = LoadBalancerSpec::read(svc);
         let refused = |r: &crate::cloud_config::RefusedValue| SpecError {
             field: format!("cloud.conf [Global] {}", r.key),

@@ -8,7 +8,9 @@
 //! instance is judged by its address as the controller judges it
 //! ([`by_address::judge`]).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use kube::ResourceExt;
@@ -25,6 +27,7 @@ use crate::controllers::node::plan::{
 use crate::controllers::node_lifecycle::{Decision, SHUTDOWN_TAINT, decisions};
 use crate::ops::Context;
 use crate::options::controller_names::ControllerName;
+use crate::provider::CloudResult;
 use crate::provider::instances::{Instance, InstanceState};
 
 /// The `nodes` section, when the CCM would run a node controller.
@@ -74,30 +77,7 @@ async fn cloud_node_steps(
         families: &ctx.cloud.node_ip_families,
         zone_ids: &zone_ids,
     };
-    // As the controller: a tainted node whose name found nothing, by its
-    // address, every such node's lookups at once.
-    let fall_back: Vec<&Arc<Node>> = (keyed.iter())
-        .filter(|(node, key)| {
-            is_uninitialized(node)
-                && by_address::falls_back(key)
-                && matches!(found.get(key), Some(Ok(None)))
-        })
-        .map(|(node, _)| *node)
-        .collect();
-    let asked = fall_back.iter().map(|node| async move {
-        let addresses = by_address::node_addresses(node);
-        let found = match addresses.is_empty() {
-            true => Ok(Vec::new()),
-            false => by_addresses(&ctx.aws, &addresses).await,
-        };
-        (node.name_any(), (addresses, found))
-    });
-    let mut by_address: HashMap<String, _> =
-        futures::future::join_all(asked).await.into_iter().collect();
-    let rules = by_address::Rules {
-        cluster_id: &ctx.cluster_id,
-        vpc: ctx.cloud.vpc.as_deref(),
-    };
+    let mut by_address = lookups_by_address(ctx, &keyed, &found).await;
     for (node, key) in keyed {
         let name = node.name_any();
         let found_by_address;
@@ -116,12 +96,7 @@ async fn cloud_node_steps(
                 let Some((addresses, answer)) = by_address.remove(&name) else {
                     continue;
                 };
-                let judged = (answer.map_err(|e| format!("looking it up failed: {e}"))).and_then(
-                    |candidates| {
-                        by_address::judge(node, &addresses, &candidates, &rules, nodes)
-                            .map_err(|refusal| refusal.to_string())
-                    },
-                );
+                let judged = judge_by_address(ctx, node, &addresses, answer, nodes);
                 match judged {
                     Ok(instance) => {
                         let what = format!(
@@ -158,6 +133,48 @@ async fn cloud_node_steps(
         }
     }
     Ok(())
+}
+
+/// As the controller: a tainted node whose name found nothing is looked up
+/// by its address, every such node's lookups at once.
+async fn lookups_by_address(
+    ctx: &Context,
+    keyed: &[(&Arc<Node>, Lookup)],
+    found: &HashMap<Lookup, CloudResult<Option<Cow<'_, Instance>>>>,
+) -> HashMap<String, (Vec<Ipv4Addr>, CloudResult<Vec<Instance>>)> {
+    let fall_back: Vec<&Arc<Node>> = (keyed.iter())
+        .filter(|(node, key)| {
+            is_uninitialized(node)
+                && by_address::falls_back(key)
+                && matches!(found.get(key), Some(Ok(None)))
+        })
+        .map(|(node, _)| *node)
+        .collect();
+    let asked = fall_back.iter().map(|node| async move {
+        let addresses = by_address::node_addresses(node);
+        let found = match addresses.is_empty() {
+            true => Ok(Vec::new()),
+            false => by_addresses(&ctx.aws, &addresses).await,
+        };
+        (node.name_any(), (addresses, found))
+    });
+    futures::future::join_all(asked).await.into_iter().collect()
+}
+
+/// The by-address proof of `node`'s instance, or why there is none.
+fn judge_by_address(
+    ctx: &Context,
+    node: &Node,
+    addresses: &[Ipv4Addr],
+    answer: CloudResult<Vec<Instance>>,
+    nodes: &[Arc<Node>],
+) -> Result<Instance, String> {
+    let rules = &by_address::Rules {
+        cluster_id: &ctx.cluster_id,
+        vpc: ctx.cloud.vpc.as_deref(),
+    };
+    let candidates = answer.map_err(|e| format!("looking it up failed: {e}"))?;
+    by_address::judge(node, addresses, &candidates, rules, nodes).map_err(|r| r.to_string())
 }
 
 /// An initialized node: GA labels following their beta twins, and the
