@@ -121,6 +121,12 @@ def kops_additions(args):
         {"Effect": "Allow", "Action": LB_ACTIONS_KOPS_LACKS,
          "Resource": f"arn:{p}:elasticloadbalancing:*:*:loadbalancer/*",
          "Condition": {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cid}": "owned"}}},
+        # Tags that follow additional-resource-tags: a key this CCM applied
+        # is removed when the annotation drops it; never a cluster tag.
+        {"Effect": "Allow", "Action": ["elasticloadbalancing:RemoveTags"],
+         "Resource": [f"{elb}:listener/*", f"{elb}:loadbalancer/*", f"{elb}:targetgroup/*"],
+         "Condition": {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cid}": "owned"},
+                       "ForAllValues:StringNotLike": {"aws:TagKeys": PROTECTED_TAG_KEYS}}},
         {"Effect": "Allow", "Action": ["ec2:ReplaceRoute"], "Resource": ec2_arn(p, "route-table"),
          "Condition": {"StringEquals": {"aws:ResourceTag/KubernetesCluster": cid}}},
     ]

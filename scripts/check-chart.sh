@@ -64,4 +64,7 @@ expect_failure "has no URL" --set 'cloudConfig.serviceOverrides[0].name=1' \
   --set 'cloudConfig.serviceOverrides[0].Service=ec2' --set 'cloudConfig.serviceOverrides[0].Region=us-east-1' \
   --set 'cloudConfig.serviceOverrides[0].SigningRegion=us-east-1'
 expect_failure "--secure-port=0" --set 'args={--cloud-provider=aws,--secure-port=0}' --set metrics.service.enabled=true
-echo "check-chart: bad values fail with their message (6 cases)"
+expect_failure "args set --tls-cert-file" --set admissionWebhook.enabled=true \
+  --set 'args={--cloud-provider=aws,--tls-cert-file=/x.crt}'
+expect_failure "admissionWebhook.timeoutSeconds 31" --set admissionWebhook.enabled=true --set admissionWebhook.timeoutSeconds=31
+echo "check-chart: bad values fail with their message (8 cases)"

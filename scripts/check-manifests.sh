@@ -27,6 +27,17 @@ for dir in manifests/base manifests/overlays/*/; do
   echo "check-manifests: $dir builds and validates ($(grep -c '^kind:' "$out/$name.yaml") objects)"
 done
 [ "$count" -gt 1 ] || { echo "check-manifests: no overlays found" >&2; exit 1; }
+# The optional admission check Component, on the base.
+mkdir -p "$out/admission"
+cp -r manifests/base manifests/admission "$out/admission/"
+printf 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [base]\ncomponents: [admission]\n' \
+  > "$out/admission/kustomization.yaml"
+"$kubectl" kustomize "$out/admission" > "$out/admission.yaml"
+"$validate" --strict --quiet "$out/admission.yaml"
+"${PYTHON:-.venv/bin/python}" scripts/check-rendered.py flags "$out/admission.yaml"
+grep -q -- '--service-admission-webhook=true' "$out/admission.yaml" \
+  || { echo "check-manifests: manifests/admission did not add its flag" >&2; exit 1; }
+echo "check-manifests: manifests/base with manifests/admission builds and validates ($(grep -c '^kind:' "$out/admission.yaml") objects)"
 # The kubelet plugin's installer DaemonSet, applied on its own (no kustomize).
 "$validate" --strict --quiet manifests/ecr-credential-provider/install-daemonset.yaml
 echo "check-manifests: manifests/ecr-credential-provider/install-daemonset.yaml validates"

@@ -109,3 +109,12 @@ app.kubernetes.io/part-of: aws-ccm
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The admission check's Service, and the Secret holding its serving pair. */}}
+{{- define "aws-ccm.admissionService" -}}
+{{- printf "%s-admission" (include "aws-ccm.name" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "aws-ccm.admissionSecret" -}}
+{{- default (printf "%s-admission-tls" (include "aws-ccm.name" .)) .Values.admissionWebhook.existingSecret -}}
+{{- end -}}

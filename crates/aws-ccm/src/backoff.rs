@@ -8,18 +8,18 @@ use std::time::Duration;
 
 /// Doubling from `first` to `cap`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Backoff {
-    pub first: Duration,
-    pub cap: Duration,
+pub(crate) struct Backoff {
+    pub(crate) first: Duration,
+    pub(crate) cap: Duration,
 }
 
 impl Backoff {
-    pub const fn new(first: Duration, cap: Duration) -> Backoff {
+    pub(crate) const fn new(first: Duration, cap: Duration) -> Backoff {
         Backoff { first, cap }
     }
 
     /// The wait after the `n`-th failure in a row (`n` = 1: `first`).
-    pub fn after(&self, n: u32) -> Duration {
+    pub(crate) fn after(&self, n: u32) -> Duration {
         // 2^20 times any first wait a controller uses is past every cap.
         let doublings = n.saturating_sub(1).min(20);
         self.first.saturating_mul(1 << doublings).min(self.cap)

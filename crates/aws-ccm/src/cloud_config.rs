@@ -21,7 +21,7 @@ use parse::expand_bare_keys;
 
 /// IP families reported as node addresses, in order (`NodeIPFamilies`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IpFamily {
+pub(crate) enum IpFamily {
     Ipv4,
     Ipv6,
 }
@@ -29,7 +29,7 @@ pub enum IpFamily {
 /// `ClusterServiceLoadBalancerHealthProbeMode`: upstream's values are
 /// `ServiceNodePort` (also an empty value, the default) and `Shared`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HealthProbeMode {
+pub(crate) enum HealthProbeMode {
     /// `ServiceNodePort`: health checks hit the service's own node port
     /// (upstream default). `Cluster`, this project's earlier name for it, is
     /// still accepted.
@@ -43,7 +43,7 @@ pub enum HealthProbeMode {
 
 /// `NLBSecurityGroupMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NlbSecurityGroupMode {
+pub(crate) enum NlbSecurityGroupMode {
     /// Rules on the nodes' security groups; the NLB has no group (upstream default).
     #[default]
     Unmanaged,
@@ -51,21 +51,36 @@ pub enum NlbSecurityGroupMode {
     Managed,
 }
 
+/// `NLBNodeIngress` (this CCM's, the Go CCM ignores it): what an NLB's
+/// backend node groups admit. Only `Cidr` is the Go CCM's behaviour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NlbNodeIngress {
+    /// Per-port client and health rules from CIDRs, and the MTU rule, in
+    /// every backend node group, for every NLB (the Go CCM's rules).
+    #[default]
+    Cidr,
+    /// For an NLB that carries a security group (`NLBSecurityGroupMode =
+    /// Managed`, owned or bring-your-own): one rule in each backend node
+    /// group admitting that group, instead of the CIDR rules. An NLB
+    /// without a group keeps the CIDR rules.
+    LoadBalancerGroup,
+}
+
 /// One `[ServiceOverride "N"]` section: a custom endpoint for an AWS service.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceOverride {
-    pub key: String,
-    pub service: String,
-    pub region: String,
-    pub url: String,
-    pub signing_region: String,
-    pub signing_method: String,
-    pub signing_name: String,
+pub(crate) struct ServiceOverride {
+    pub(crate) key: String,
+    pub(crate) service: String,
+    pub(crate) region: String,
+    pub(crate) url: String,
+    pub(crate) signing_region: String,
+    pub(crate) signing_method: String,
+    pub(crate) signing_name: String,
 }
 
 /// The AWS APIs a `[ServiceOverride]` can point at another endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OverrideService {
+pub(crate) enum OverrideService {
     Ec2,
     /// Classic ELB.
     Elb,
@@ -76,7 +91,7 @@ pub enum OverrideService {
 }
 
 impl OverrideService {
-    pub const ALL: [OverrideService; 5] = [
+    pub(crate) const ALL: [OverrideService; 5] = [
         OverrideService::Ec2,
         OverrideService::Elb,
         OverrideService::Elbv2,
@@ -100,43 +115,44 @@ impl OverrideService {
 /// The `[Global]` section, typed and validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloudConfig {
-    pub zone: Option<String>,
-    pub region: Option<String>,
-    pub vpc: Option<String>,
-    pub subnet_id: Option<String>,
-    pub route_table_id: Option<String>,
-    pub role_arn: Option<String>,
-    pub source_arn: Option<String>,
-    pub kubernetes_cluster_tag: Option<String>,
-    pub kubernetes_cluster_id: Option<String>,
-    pub disable_security_group_ingress: bool,
-    pub elb_security_group: Option<String>,
-    pub node_ip_families: Vec<IpFamily>,
-    pub health_probe_mode: HealthProbeMode,
-    pub shared_health_probe_port: u16,
-    pub shared_health_probe_path: String,
-    pub supported_topology_instance_type_pattern: Option<String>,
-    pub nlb_security_group_mode: NlbSecurityGroupMode,
-    pub service_overrides: Vec<ServiceOverride>,
+    pub(crate) zone: Option<String>,
+    pub(crate) region: Option<String>,
+    pub(crate) vpc: Option<String>,
+    pub(crate) subnet_id: Option<String>,
+    pub(crate) route_table_id: Option<String>,
+    pub(crate) role_arn: Option<String>,
+    pub(crate) source_arn: Option<String>,
+    pub(crate) kubernetes_cluster_tag: Option<String>,
+    pub(crate) kubernetes_cluster_id: Option<String>,
+    pub(crate) disable_security_group_ingress: bool,
+    pub(crate) elb_security_group: Option<String>,
+    pub(crate) node_ip_families: Vec<IpFamily>,
+    pub(crate) health_probe_mode: HealthProbeMode,
+    pub(crate) shared_health_probe_port: u16,
+    pub(crate) shared_health_probe_path: String,
+    pub(crate) supported_topology_instance_type_pattern: Option<String>,
+    pub(crate) nlb_security_group_mode: NlbSecurityGroupMode,
+    pub nlb_node_ingress: NlbNodeIngress,
+    pub(crate) service_overrides: Vec<ServiceOverride>,
     /// Values the Go CCM starts with but fails every NLB sync on: each NLB
     /// is kept in upkeep instead (docs/cloud-config.md), Classic ELBs are
     /// synced as the Go CCM syncs them.
-    pub nlb_refusals: Vec<RefusedValue>,
+    pub(crate) nlb_refusals: Vec<RefusedValue>,
     /// Values the Go CCM starts with but fails every Shared-mode health
     /// check on: each load balancer of a Service probed through the shared
     /// port is kept in upkeep instead.
-    pub shared_probe_refusals: Vec<RefusedValue>,
+    pub(crate) shared_probe_refusals: Vec<RefusedValue>,
     /// Values taken as the Go CCM takes them, with the log line that says so.
-    pub tolerated: Vec<String>,
+    pub(crate) tolerated: Vec<String>,
 }
 
 /// A cloud.conf value refused for the syncs it governs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RefusedValue {
-    pub key: &'static str,
-    pub value: String,
+pub(crate) struct RefusedValue {
+    pub(crate) key: &'static str,
+    pub(crate) value: String,
     /// What is allowed.
-    pub allowed: &'static str,
+    pub(crate) allowed: &'static str,
 }
 
 impl Default for CloudConfig {
@@ -159,6 +175,7 @@ impl Default for CloudConfig {
             shared_health_probe_path: "/healthz".to_string(),
             supported_topology_instance_type_pattern: None,
             nlb_security_group_mode: NlbSecurityGroupMode::Unmanaged,
+            nlb_node_ingress: NlbNodeIngress::Cidr,
             service_overrides: Vec::new(),
             nlb_refusals: Vec::new(),
             shared_probe_refusals: Vec::new(),
@@ -196,14 +213,14 @@ pub enum CloudConfigError {
 /// silently; this CCM skips it too, and says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloudConfigWarning {
-    pub path: PathBuf,
-    pub line: usize,
+    pub(crate) path: PathBuf,
+    pub(crate) line: usize,
     /// The section as written, e.g. `Global` or `ServiceOverride "1"`.
-    pub section: String,
+    pub(crate) section: String,
     /// The unknown key; `None` when the whole section is unknown.
-    pub key: Option<String>,
+    pub(crate) key: Option<String>,
     /// The known key (or section) nearest by edit distance.
-    pub nearest: &'static str,
+    pub(crate) nearest: &'static str,
 }
 
 impl std::fmt::Display for CloudConfigWarning {
@@ -242,6 +259,8 @@ const GLOBAL_KEYS: &[&str] = &[
     "ClusterServiceSharedLoadBalancerHealthProbePath",
     "SupportedTopologyInstanceTypePattern",
     "NLBSecurityGroupMode",
+    // This CCM's own keys (the Go CCM skips them as unknown).
+    "NLBNodeIngress",
 ];
 
 const OVERRIDE_KEYS: &[&str] = &[
@@ -256,7 +275,7 @@ const OVERRIDE_KEYS: &[&str] = &[
 /// The region part of a zone name, as upstream's `azToRegion`: the
 /// leading `letters-` groups and the digits after them (`^([a-zA-Z]+-)+\d+`;
 /// Go's `\d` is ASCII, so `[0-9]` here).
-pub fn region_of_zone(zone: &str) -> Option<&str> {
+pub(crate) fn region_of_zone(zone: &str) -> Option<&str> {
     static REGION: LazyLock<Option<Regex>> =
         LazyLock::new(|| Regex::new("^([a-zA-Z]+-)+[0-9]+").ok());
     REGION.as_ref()?.find(zone).map(|m| m.as_str())
@@ -265,7 +284,7 @@ pub fn region_of_zone(zone: &str) -> Option<&str> {
 impl CloudConfig {
     /// Loads and validates a cloud.conf file, logging one warning per
     /// unknown key or section (the Go CCM skips them silently).
-    pub fn load(path: &Path) -> Result<CloudConfig, CloudConfigError> {
+    pub(crate) fn load(path: &Path) -> Result<CloudConfig, CloudConfigError> {
         let text = std::fs::read_to_string(path).map_err(|error| CloudConfigError::Read {
             path: path.to_path_buf(),
             error,
@@ -321,7 +340,7 @@ impl CloudConfig {
     /// Whether the cluster ID is the legacy `KubernetesClusterTag` (no
     /// `KubernetesClusterID`): the cluster's instances carry the legacy
     /// `KubernetesCluster` tag.
-    pub fn cluster_id_is_legacy(&self) -> bool {
+    pub(crate) fn cluster_id_is_legacy(&self) -> bool {
         self.kubernetes_cluster_id.is_none() && self.kubernetes_cluster_tag.is_some()
     }
 
@@ -329,7 +348,7 @@ impl CloudConfig {
     /// legacy tag, so what this CCM creates carries `KubernetesCluster=<id>`
     /// next to `kubernetes.io/cluster/<id>` (with or without
     /// `KubernetesClusterID`, which must then name the same cluster).
-    pub fn uses_legacy_tag(&self) -> bool {
+    pub(crate) fn uses_legacy_tag(&self) -> bool {
         self.kubernetes_cluster_tag.is_some()
     }
 
@@ -337,7 +356,7 @@ impl CloudConfig {
     /// `Zone` decides when set (`us-east-1a`, local zone `us-west-2-lax-1a`
     /// and Wavelength `us-east-1-wl1-bos-wlz-1` all give their region), even
     /// over `Region`; else `Region`.
-    pub fn region(&self) -> Option<String> {
+    pub(crate) fn region(&self) -> Option<String> {
         self.zone
             .as_deref()
             .and_then(region_of_zone)
@@ -352,7 +371,7 @@ impl CloudConfig {
     /// This CCM also accepts those names in any case, `STS` (upstream does
     /// not override STS), and the legacy `elasticloadbalancing` for both ELB
     /// APIs; an exact upstream name wins over the others.
-    pub fn endpoint_override(
+    pub(crate) fn endpoint_override(
         &self,
         service: OverrideService,
         region: &str,
@@ -378,7 +397,7 @@ impl CloudConfig {
     }
 
     /// The instance metadata endpoint from a `[ServiceOverride]` for `ec2imds`.
-    pub fn imds_endpoint(&self) -> Option<&str> {
+    pub(crate) fn imds_endpoint(&self) -> Option<&str> {
         self.endpoint_override(OverrideService::Imds, "")
             .map(|o| o.url.as_str())
     }
@@ -387,7 +406,7 @@ impl CloudConfig {
     /// this CCM accepts but does not act on, as upstream also does not:
     /// unknown service names, KMS (this CCM makes no KMS calls) and a
     /// SigningMethod other than SigV4 (upstream never reads it).
-    pub fn override_notes(&self) -> Vec<String> {
+    pub(crate) fn override_notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
         for o in &self.service_overrides {
             let known = OverrideService::ALL.iter().any(|s| {

@@ -5,14 +5,14 @@ use std::time::Duration;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 #[error("invalid duration {value:?}: {reason} (use Go syntax such as 300ms, 15s, 5m0s, 1h30m)")]
-pub struct ParseDurationError {
+pub(crate) struct ParseDurationError {
     value: String,
     reason: &'static str,
 }
 
 /// Parses a Go duration string. Negative durations are rejected: no flag of
 /// ours means anything with one.
-pub fn parse(value: &str) -> Result<Duration, ParseDurationError> {
+pub(crate) fn parse(value: &str) -> Result<Duration, ParseDurationError> {
     let err = |reason| ParseDurationError {
         value: value.to_string(),
         reason,

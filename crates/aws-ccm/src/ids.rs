@@ -34,7 +34,7 @@ use crate::cloud_config::region_of_zone;
 use crate::controllers::cached_node::Node;
 
 /// The form this CCM writes and documents in every error.
-pub const EXPECTED_FORM: &str =
+pub(crate) const EXPECTED_FORM: &str =
     "aws:///<availability-zone>/<instance-id> (e.g. aws:///us-east-1a/i-0123456789abcdef0)";
 
 /// Why a provider ID names no EC2 instance.
@@ -56,10 +56,10 @@ pub enum ProviderIdError {
     "node {node} has spec.providerID {value:?}, which names no EC2 instance ({reason}); \
      expected {EXPECTED_FORM} or a bare instance ID"
 )]
-pub struct NodeProviderIdError {
-    pub node: String,
-    pub value: String,
-    pub reason: ProviderIdError,
+pub(crate) struct NodeProviderIdError {
+    pub(crate) node: String,
+    pub(crate) value: String,
+    pub(crate) reason: ProviderIdError,
 }
 
 /// The provider ID of an instance, `aws:///<zone>/<instance-id>`, as the Go
@@ -100,7 +100,7 @@ pub fn parse_provider_id(value: &str) -> Result<String, ProviderIdError> {
 }
 
 /// The zone a provider ID names, if any (see the module's note on forms).
-pub fn provider_id_zone(value: &str) -> Option<&str> {
+pub(crate) fn provider_id_zone(value: &str) -> Option<&str> {
     let (authority, path) = match value.strip_prefix("aws://") {
         Some(rest) => rest.split_at(rest.find('/').unwrap_or(rest.len())),
         None => ("", value),
@@ -122,16 +122,16 @@ pub fn provider_id_zone(value: &str) -> Option<&str> {
      Region {ours}; it is left to the CCM of {region}"
 )]
 pub struct OutsideRegion {
-    pub node: String,
-    pub value: String,
-    pub zone: String,
-    pub region: String,
-    pub ours: String,
+    pub(crate) node: String,
+    pub(crate) value: String,
+    pub(crate) zone: String,
+    pub(crate) region: String,
+    pub(crate) ours: String,
 }
 
 /// `Some` when `node`'s providerID places it in a Region other than `ours`:
 /// no controller looks its instance up or acts on it.
-pub fn node_outside_region(node: &Node, ours: &str) -> Option<OutsideRegion> {
+pub(crate) fn node_outside_region(node: &Node, ours: &str) -> Option<OutsideRegion> {
     let value = node.spec.as_ref()?.provider_id.as_deref()?;
     let zone = provider_id_zone(value)?;
     let region = region_of_zone(zone)?;
@@ -153,7 +153,7 @@ pub fn is_instance_id(s: &str) -> bool {
 /// The instance a Node's providerID names: `Ok(None)` when it has none (not
 /// yet initialized), an error naming the Node, the value and the expected
 /// form when it is set but names no instance.
-pub fn node_instance_id(node: &Node) -> Result<Option<String>, NodeProviderIdError> {
+pub(crate) fn node_instance_id(node: &Node) -> Result<Option<String>, NodeProviderIdError> {
     let Some(value) = node
         .spec
         .as_ref()

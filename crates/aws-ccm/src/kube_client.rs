@@ -22,7 +22,7 @@ use tower::Service;
 use tower::layer::{LayerFn, layer_fn};
 
 #[derive(Debug, thiserror::Error)]
-pub enum KubeClientError {
+pub(crate) enum KubeClientError {
     #[error("--kubeconfig {path}: {error}")]
     Kubeconfig {
         path: String,
@@ -41,7 +41,7 @@ pub enum KubeClientError {
 /// Loads client configuration the way upstream does: `--kubeconfig` if given,
 /// else in-cluster, else `$KUBECONFIG`/`~/.kube/config`; `--master` overrides
 /// the server address in any of them.
-pub async fn load_config(
+pub(crate) async fn load_config(
     kubeconfig: Option<&Path>,
     master: Option<&str>,
 ) -> Result<Config, KubeClientError> {
@@ -84,7 +84,11 @@ fn parse_master(value: &str) -> Result<http::Uri, KubeClientError> {
 
 /// Builds a client that never exceeds `qps` requests per second on average,
 /// with bursts up to `burst`. Watches count once, at connection time, as in client-go.
-pub fn build_client(config: Config, qps: f32, burst: u32) -> Result<Client, KubeClientError> {
+pub(crate) fn build_client(
+    config: Config,
+    qps: f32,
+    burst: u32,
+) -> Result<Client, KubeClientError> {
     let layer = qps_layer(qps, burst);
     let host = config
         .cluster_url
@@ -129,7 +133,7 @@ static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(|| RestMetrics {
 
 /// Records [`RestMetrics`] for each request to the API server at `host`.
 #[derive(Clone)]
-pub struct RestMetricsService<S> {
+pub(crate) struct RestMetricsService<S> {
     inner: S,
     host: String,
 }
@@ -172,7 +176,7 @@ where
 
 /// A tower layer that waits for a token before each request: `qps` per
 /// second on average, bursts up to `burst`.
-pub fn qps_layer<S>(qps: f32, burst: u32) -> LayerFn<impl Fn(S) -> QpsService<S>> {
+pub(crate) fn qps_layer<S>(qps: f32, burst: u32) -> LayerFn<impl Fn(S) -> QpsService<S>> {
     let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
     // governor expresses rates as a replenish interval per token.
     let per_token = std::time::Duration::from_secs_f64(1.0 / f64::from(qps.max(0.001)));
@@ -190,7 +194,7 @@ pub fn qps_layer<S>(qps: f32, burst: u32) -> LayerFn<impl Fn(S) -> QpsService<S>
 
 type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-pub struct QpsService<S> {
+pub(crate) struct QpsService<S> {
     inner: S,
     limiter: Arc<DefaultDirectRateLimiter>,
     waiting: Option<Wait>,

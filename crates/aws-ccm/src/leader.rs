@@ -43,17 +43,17 @@ fn set_master_status(name: &str, leading: bool) {
 }
 
 #[derive(Debug, Clone)]
-pub struct LeaderElectionConfig {
-    pub namespace: String,
-    pub name: String,
-    pub identity: String,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
+pub(crate) struct LeaderElectionConfig {
+    pub(crate) namespace: String,
+    pub(crate) name: String,
+    pub(crate) identity: String,
+    pub(crate) lease_duration: Duration,
+    pub(crate) renew_deadline: Duration,
+    pub(crate) retry_period: Duration,
 }
 
 /// `<hostname>_<uuid>`, as upstream builds its identity.
-pub fn default_identity() -> String {
+pub(crate) fn default_identity() -> String {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     format!("{host}_{}", uuid::Uuid::new_v4())
 }
@@ -79,11 +79,11 @@ impl LeaderStatus {
     fn mark_follower(&self) {
         self.is_leader.store(false, Ordering::Relaxed);
     }
-    pub fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         self.is_leader.load(Ordering::Relaxed)
     }
     /// How long ago the lease was last renewed, if we lead.
-    pub fn since_last_renew(&self) -> Option<Duration> {
+    pub(crate) fn since_last_renew(&self) -> Option<Duration> {
         self.is_leader().then(|| {
             let now = self.epoch().elapsed().as_millis() as u64;
             Duration::from_millis(now.saturating_sub(self.last_renew_ms.load(Ordering::Relaxed)))
@@ -93,7 +93,7 @@ impl LeaderStatus {
 
 /// Why leadership ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeadershipEnd {
+pub(crate) enum LeadershipEnd {
     /// Shutdown was requested; the Lease has been released.
     Released,
     /// No renewal succeeded within the renew deadline.
@@ -121,17 +121,17 @@ impl Observed {
     }
 }
 
-pub struct LeaderElector {
+pub(crate) struct LeaderElector {
     api: Api<Lease>,
     config: LeaderElectionConfig,
     observed: Option<(Observed, Instant)>,
     /// What our last acquisition found and made of the Lease.
     acquired: Option<crate::target_record::Acquisition>,
-    pub status: Arc<LeaderStatus>,
+    pub(crate) status: Arc<LeaderStatus>,
 }
 
 impl LeaderElector {
-    pub fn new(client: Client, config: LeaderElectionConfig) -> LeaderElector {
+    pub(crate) fn new(client: Client, config: LeaderElectionConfig) -> LeaderElector {
         // A standby reports 0 from the start, as client-go does.
         set_master_status(&config.name, false);
         LeaderElector {
@@ -143,13 +143,9 @@ impl LeaderElector {
         }
     }
 
-    pub fn identity(&self) -> &str {
-        &self.config.identity
-    }
-
     /// The Lease's UID and transitions at our acquisition (before and
     /// after it), once we lead: the target record's trust rests on them.
-    pub fn acquisition(&self) -> Option<crate::target_record::Acquisition> {
+    pub(crate) fn acquisition(&self) -> Option<crate::target_record::Acquisition> {
         self.acquired.clone()
     }
 
@@ -160,7 +156,7 @@ impl LeaderElector {
     }
 
     /// Blocks until this candidate holds the Lease (`true`) or shutdown is requested (`false`).
-    pub async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
+    pub(crate) async fn acquire(&mut self, shutdown: &CancellationToken) -> bool {
         tracing::info!(lease = %format!("{}/{}", self.config.namespace, self.config.name), identity = %self.config.identity, "attempting to acquire leader lease");
         loop {
             match self.try_acquire_or_renew().await {
@@ -184,7 +180,7 @@ impl LeaderElector {
 
     /// Renews the Lease until shutdown (then releases it) or until a renewal
     /// deadline is missed.
-    pub async fn hold(&mut self, shutdown: &CancellationToken) -> LeadershipEnd {
+    pub(crate) async fn hold(&mut self, shutdown: &CancellationToken) -> LeadershipEnd {
         let mut last_renew = Instant::now();
         loop {
             tokio::select! {
@@ -299,7 +295,7 @@ impl LeaderElector {
     }
 
     /// Gives the Lease up if we still hold it, so a successor can take over at once.
-    pub async fn release(&mut self) {
+    pub(crate) async fn release(&mut self) {
         self.status.mark_follower();
         let Ok(Some(mut lease)) = self.api.get_opt(&self.config.name).await else {
             return;

@@ -3,14 +3,21 @@
 //! The binary `aws-cloud-controller-manager` is a drop-in replacement for the Go
 //! `aws-cloud-controller-manager` from kubernetes/cloud-provider-aws. See README.md
 //! for the flow of data and the layout.
+//!
+//! The modules and items marked `pub` are what the binaries, the tests, the
+//! bench and the test tools (ccm-testkit) use; everything else is
+//! `pub(crate)` or private, so a module's `pub` items are what it offers
+//! outside the crate. `unreachable_pub` keeps it so: an item `pub` in a
+//! module the outside cannot reach is a warning (and CI fails on warnings).
+#![warn(unreachable_pub)]
 
 pub mod aws;
-pub mod backoff;
+pub(crate) mod backoff;
 pub mod cloud_config;
 pub mod controllers;
-pub mod duration;
+pub(crate) mod duration;
 pub mod ids;
-pub mod kube_client;
+pub(crate) mod kube_client;
 pub mod leader;
 pub mod logging;
 pub mod manager;

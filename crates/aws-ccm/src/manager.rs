@@ -67,9 +67,9 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
         ready: ready.clone(),
         lease_duration: opts.leader_elect_lease_duration,
     };
-    let http = start_http(&validated, &kube, health).await?;
-    let drain = drain_bound(opts);
     let cloud = Arc::new(cloud);
+    let http = start_http(&validated, &kube, health, &cloud).await?;
+    let drain = drain_bound(opts);
     let validated = Arc::new(validated);
     let record = TargetRecord::default();
     let run_controllers = |stop: CancellationToken, acquired: Option<Acquisition>| {
@@ -138,13 +138,13 @@ pub(crate) fn load_cloud_config(opts: &crate::options::Options) -> anyhow::Resul
 /// The one door to AWS, with the region and the cluster ID resolved and
 /// where they came from (for `aws-ccm doctor`).
 pub(crate) struct Connected {
-    pub aws: Aws,
-    pub cluster_id: String,
-    pub region: String,
+    pub(crate) aws: Aws,
+    pub(crate) cluster_id: String,
+    pub(crate) region: String,
     /// How the region was found (cloud.conf, or instance metadata).
-    pub region_from: String,
+    pub(crate) region_from: String,
     /// How the cluster ID was found (cloud.conf, or a tag of this instance).
-    pub cluster_id_from: String,
+    pub(crate) cluster_id_from: String,
 }
 
 /// Connects to AWS: the region, the cluster ID and the one door, saying
@@ -214,6 +214,7 @@ async fn start_http(
     validated: &Validated,
     kube: &kube::Client,
     health: Health,
+    cloud: &Arc<CloudConfig>,
 ) -> anyhow::Result<Option<server::RunningServer>> {
     let opts = &validated.options;
     if opts.secure_port == 0 {
@@ -230,6 +231,11 @@ async fn start_http(
         tls: validated.tls.clone(),
         auth: Some(auth),
         reload_interval: server::tls::RELOAD_INTERVAL,
+        admission: opts.service_admission_webhook.then(|| {
+            Arc::new(server::admission::ServiceAdmission {
+                cloud: cloud.clone(),
+            })
+        }),
     };
     Ok(Some(
         server::start(

@@ -13,10 +13,10 @@ static REGISTRY: LazyLock<Mutex<Registry>> = LazyLock::new(|| Mutex::new(Registr
 mod process;
 
 /// A metric's label pairs, exposed in this order.
-pub type Labels = Vec<(&'static str, String)>;
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 /// Registers the `process_*` and `kubernetes_build_info` collector, once.
-pub fn register_process_collector() {
+pub(crate) fn register_process_collector() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         register_collector(Box::new(process::ProcessCollector));
@@ -24,7 +24,7 @@ pub fn register_process_collector() {
 }
 
 /// Registers a collector: families computed at each scrape.
-pub fn register_collector(collector: Box<dyn prometheus_client::collector::Collector>) {
+pub(crate) fn register_collector(collector: Box<dyn prometheus_client::collector::Collector>) {
     let mut registry = REGISTRY
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -32,7 +32,7 @@ pub fn register_collector(collector: Box<dyn prometheus_client::collector::Colle
 }
 
 /// Registers a metric family under its full name (no prefix is added).
-pub fn register(name: &str, help: &str, metric: impl Metric) {
+pub(crate) fn register(name: &str, help: &str, metric: impl Metric) {
     let mut registry = REGISTRY
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());

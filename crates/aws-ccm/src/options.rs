@@ -12,7 +12,7 @@ use crate::duration;
 use crate::server::{AllowPaths, AuthSettings, TlsPolicy};
 
 pub mod cidrs;
-pub mod controller_names;
+pub(crate) mod controller_names;
 mod ignored;
 use cidrs::{ClusterCidrs, MaskFlags, NodeCidrAllocation};
 use controller_names::ControllerName;
@@ -62,179 +62,179 @@ pub struct Options {
 
     /// The path to the cloud provider configuration file (cloud.conf). Empty string for no configuration file.
     #[arg(long)]
-    pub cloud_config: Option<PathBuf>,
+    pub(crate) cloud_config: Option<PathBuf>,
 
     /// Path to kubeconfig file with authorization and master location information.
     #[arg(long)]
-    pub kubeconfig: Option<PathBuf>,
+    pub(crate) kubeconfig: Option<PathBuf>,
 
     /// The address of the Kubernetes API server (overrides any value in kubeconfig).
     #[arg(long)]
-    pub master: Option<String>,
+    pub(crate) master: Option<String>,
 
     /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'. Off by default: tagging, and nodeipam (node CIDR allocation, which the Go CCM does not have; name it to run it).
     #[arg(long, value_delimiter = ',', default_value = "*")]
-    pub controllers: Vec<String>,
+    pub(crate) controllers: Vec<String>,
 
     /// Start a leader election client and gain leadership before executing the main loop.
     #[arg(long, default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub leader_elect: bool,
+    pub(crate) leader_elect: bool,
 
     /// The duration that non-leader candidates will wait after observing a leadership renewal until attempting to acquire leadership.
     #[arg(long, default_value = "15s", value_parser = go_duration)]
-    pub leader_elect_lease_duration: Duration,
+    pub(crate) leader_elect_lease_duration: Duration,
 
     /// The interval between attempts by the acting master to renew a leadership slot before it stops leading.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub leader_elect_renew_deadline: Duration,
+    pub(crate) leader_elect_renew_deadline: Duration,
 
     /// The duration the clients should wait between attempting acquisition and renewal of a leadership.
     #[arg(long, default_value = "2s", value_parser = go_duration)]
-    pub leader_elect_retry_period: Duration,
+    pub(crate) leader_elect_retry_period: Duration,
 
     /// The name of resource object that is used for locking during leader election.
     #[arg(long, default_value = "cloud-controller-manager")]
-    pub leader_elect_resource_name: String,
+    pub(crate) leader_elect_resource_name: String,
 
     /// The namespace of resource object that is used for locking during leader election.
     #[arg(long, default_value = "kube-system")]
-    pub leader_elect_resource_namespace: String,
+    pub(crate) leader_elect_resource_namespace: String,
 
     /// The type of resource object that is used for locking. Only "leases" is supported (as in current upstream).
     #[arg(long, default_value = "leases")]
-    pub leader_elect_resource_lock: String,
+    pub(crate) leader_elect_resource_lock: String,
 
     /// Should CIDRs for Pods be allocated and set on the cloud provider.
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub allocate_node_cidrs: bool,
+    pub(crate) allocate_node_cidrs: bool,
 
     /// CIDR Range for Pods in cluster (one, or two comma-separated for dual-stack).
     #[arg(long, default_value = "")]
-    pub cluster_cidr: String,
+    pub(crate) cluster_cidr: String,
 
     /// Mask size for node CIDRs in the cluster (single-stack IPv4 and IPv6). Default 24 for IPv4, 64 for IPv6.
     #[arg(long)]
-    pub node_cidr_mask_size: Option<u8>,
+    pub(crate) node_cidr_mask_size: Option<u8>,
 
     /// Mask size for IPv4 node CIDRs in a dual-stack cluster.
     #[arg(long)]
-    pub node_cidr_mask_size_ipv4: Option<u8>,
+    pub(crate) node_cidr_mask_size_ipv4: Option<u8>,
 
     /// Mask size for IPv6 node CIDRs in a dual-stack cluster.
     #[arg(long)]
-    pub node_cidr_mask_size_ipv6: Option<u8>,
+    pub(crate) node_cidr_mask_size_ipv6: Option<u8>,
 
     /// Should CIDRs allocated by allocate-node-cidrs be configured on the cloud provider.
     #[arg(long, default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub configure_cloud_routes: bool,
+    pub(crate) configure_cloud_routes: bool,
 
     /// The instance prefix for the cluster.
     #[arg(long, default_value = "kubernetes")]
-    pub cluster_name: String,
+    pub(crate) cluster_name: String,
 
     /// Allow the cluster to run without the cluster-id on cloud instances.
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub allow_untagged_cloud: bool,
+    pub(crate) allow_untagged_cloud: bool,
 
     /// The number of services that are allowed to sync concurrently.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub concurrent_service_syncs: u32,
+    pub(crate) concurrent_service_syncs: u32,
 
     /// Number of workers concurrently synchronizing nodes.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub concurrent_node_syncs: u32,
+    pub(crate) concurrent_node_syncs: u32,
 
     /// Specifies how often the controller updates nodes' status (addresses).
     #[arg(long, default_value = "5m0s", value_parser = go_duration)]
-    pub node_status_update_frequency: Duration,
+    pub(crate) node_status_update_frequency: Duration,
 
     /// The period for syncing NodeStatus in the cloud-node-lifecycle controller.
     #[arg(long, default_value = "5s", value_parser = go_duration)]
-    pub node_monitor_period: Duration,
+    pub(crate) node_monitor_period: Duration,
 
     /// The period for reconciling routes created for Nodes by cloud provider.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub route_reconciliation_period: Duration,
+    pub(crate) route_reconciliation_period: Duration,
 
     /// The resync period in reflectors will be random between MinResyncPeriod and 2*MinResyncPeriod.
     #[arg(long, default_value = "12h0m0s", value_parser = go_duration)]
-    pub min_resync_period: Duration,
+    pub(crate) min_resync_period: Duration,
 
     /// The port on which to serve HTTPS with authentication and authorization (/healthz, /readyz, /metrics). 0 disables it.
     #[arg(long, default_value_t = 10258)]
-    pub secure_port: u16,
+    pub(crate) secure_port: u16,
 
     /// The IP address on which to listen for the --secure-port port.
     #[arg(long, default_value = "0.0.0.0")]
-    pub bind_address: IpAddr,
+    pub(crate) bind_address: IpAddr,
 
     /// File containing the default x509 certificate for HTTPS. Without it a self-signed certificate is generated.
     #[arg(long)]
-    pub tls_cert_file: Option<PathBuf>,
+    pub(crate) tls_cert_file: Option<PathBuf>,
 
     /// File containing the default x509 private key matching --tls-cert-file.
     #[arg(long)]
-    pub tls_private_key_file: Option<PathBuf>,
+    pub(crate) tls_private_key_file: Option<PathBuf>,
 
     /// Minimum TLS version of the HTTPS endpoint: VersionTLS12 or VersionTLS13 (rustls has no TLS 1.0/1.1). Empty means TLS 1.2.
     #[arg(long, default_value = "")]
-    pub tls_min_version: String,
+    pub(crate) tls_min_version: String,
 
     /// If true, HTTP/2 is not served on the HTTPS endpoint (upstream's --disable-http2-serving).
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub disable_http2_serving: bool,
+    pub(crate) disable_http2_serving: bool,
 
     /// Comma-separated TLS 1.2 cipher suites of the HTTPS endpoint, IANA names as upstream (e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256). TLS 1.3 suites are always on. Empty means rustls's defaults.
     #[arg(long, value_delimiter = ',')]
-    pub tls_cipher_suites: Vec<String>,
+    pub(crate) tls_cipher_suites: Vec<String>,
 
     /// kubeconfig pointing at the 'core' kubernetes server with enough rights to create tokenreviews.authentication.k8s.io. Optional: without it the client of --kubeconfig (or in-cluster) is used.
     #[arg(long, value_parser = any_path)]
-    pub authentication_kubeconfig: Option<PathBuf>,
+    pub(crate) authentication_kubeconfig: Option<PathBuf>,
 
     /// The duration to cache responses from the webhook token authenticator.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub authentication_token_webhook_cache_ttl: Duration,
+    pub(crate) authentication_token_webhook_cache_ttl: Duration,
 
     /// Accepted for compatibility: client-certificate and front-proxy authentication are not implemented, so the extension-apiserver-authentication ConfigMap is never looked up.
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub authentication_skip_lookup: bool,
+    pub(crate) authentication_skip_lookup: bool,
 
     /// Accepted for compatibility: no authentication configuration is looked up in the cluster (see --authentication-skip-lookup).
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub authentication_tolerate_lookup_failure: bool,
+    pub(crate) authentication_tolerate_lookup_failure: bool,
 
     /// kubeconfig pointing at the 'core' kubernetes server with enough rights to create subjectaccessreviews.authorization.k8s.io. Optional: without it the client of --kubeconfig (or in-cluster) is used.
     #[arg(long, value_parser = any_path)]
-    pub authorization_kubeconfig: Option<PathBuf>,
+    pub(crate) authorization_kubeconfig: Option<PathBuf>,
 
     /// The duration to cache 'authorized' responses from the webhook authorizer.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub authorization_webhook_cache_authorized_ttl: Duration,
+    pub(crate) authorization_webhook_cache_authorized_ttl: Duration,
 
     /// The duration to cache 'unauthorized' responses from the webhook authorizer.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub authorization_webhook_cache_unauthorized_ttl: Duration,
+    pub(crate) authorization_webhook_cache_unauthorized_ttl: Duration,
 
     /// A list of HTTP paths to skip during authorization, i.e. these are authorized without contacting the 'core' kubernetes server. A trailing '*' matches a prefix.
     #[arg(long, value_delimiter = ',', default_value = "/healthz,/readyz,/livez")]
-    pub authorization_always_allow_paths: Vec<String>,
+    pub(crate) authorization_always_allow_paths: Vec<String>,
 
     /// QPS to use while talking with the Kubernetes apiserver.
     #[arg(long, default_value_t = 20.0)]
-    pub kube_api_qps: f32,
+    pub(crate) kube_api_qps: f32,
 
     /// Burst to use while talking with the Kubernetes apiserver.
     #[arg(long, default_value_t = 30)]
-    pub kube_api_burst: u32,
+    pub(crate) kube_api_burst: u32,
 
     /// Content type of requests sent to apiserver. Accepted for compatibility; JSON is always used.
     #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
-    pub kube_api_content_type: String,
+    pub(crate) kube_api_content_type: String,
 
     /// Tags to apply to instances by the tagging controller: k1=v1,k2=v2.
     #[arg(long, default_value = "")]
-    pub tags: String,
+    pub(crate) tags: String,
 
     /// Resource types the tagging controller tags. Only "instance" is supported.
     #[arg(
@@ -243,27 +243,31 @@ pub struct Options {
         value_delimiter = ',',
         default_value = "instance"
     )]
-    pub tag_resources: Vec<String>,
+    pub(crate) tag_resources: Vec<String>,
+
+    /// If true, the HTTPS endpoint also serves the service admission check at /admission/v1/services: a validating webhook that answers a Service's create or update with a Warning for each value its load balancer sync refuses, holds or ignores (never a refusal). Off by default; the chart's admissionWebhook.enabled installs its ValidatingWebhookConfiguration. Not in the Go CCM.
+    #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
+    pub service_admission_webhook: bool,
 
     /// Routes per VPC route table before a warning is raised at 80 % (AWS default quota is 50).
     #[arg(long, default_value_t = 50)]
-    pub route_table_limit: u32,
+    pub(crate) route_table_limit: u32,
 
     /// How often an unchanged LoadBalancer Service is re-ensured anyway, to repair drift made outside Kubernetes (each costs about 8 ELB/EC2 describe calls). 0 turns it off.
     #[arg(long, default_value = "1h0m0s", value_parser = go_duration)]
-    pub service_resync_period: Duration,
+    pub(crate) service_resync_period: Duration,
 
     /// Share of AWS's documented API rate limits this process may use; the rest is left to other clients in the account. Above 1 only where AWS raised the account's limits.
     #[arg(long, default_value_t = 0.5)]
-    pub aws_api_budget_fraction: f64,
+    pub(crate) aws_api_budget_fraction: f64,
 
     /// How long one read of the cluster's instances (the sweep every node controller shares) is reused. Shorter sees instance changes sooner at one sweep per period (one DescribeInstances per 1,000 instances).
     #[arg(long, default_value = "30s", value_parser = go_duration)]
-    pub aws_instance_sweep_ttl: Duration,
+    pub(crate) aws_instance_sweep_ttl: Duration,
 
     /// How long AWS may take to show a change (it is eventually consistent): an object created moments ago and not yet visible is waited for this long, and this process's own security-group writes answer over listings that started sooner after them. Lower it only against an endpoint that shows changes at once (tests, emulators).
     #[arg(long, default_value = "30s", value_parser = go_duration)]
-    pub aws_consistency_window: Duration,
+    pub(crate) aws_consistency_window: Duration,
 
     /// Number for the log level verbosity (0-10, as klog): 0-1 info, 2-3 our debug, 4-5 debug, 6+ trace. RUST_LOG, when set, replaces it. AWS SDK and HTTP internals stay capped at debug/info so no credentials reach the log.
     #[arg(short = 'v', long = "v", default_value_t = 2)]
@@ -325,20 +329,20 @@ pub enum OptionsError {
 #[derive(Debug, Clone)]
 pub struct Validated {
     pub options: Options,
-    pub controllers: BTreeSet<ControllerName>,
-    pub tags: Vec<(String, String)>,
-    pub ignored_flags: Vec<String>,
+    pub(crate) controllers: BTreeSet<ControllerName>,
+    pub(crate) tags: Vec<(String, String)>,
+    pub(crate) ignored_flags: Vec<String>,
     /// `--cluster-cidr`, parsed when a selected controller uses it (node
     /// IPAM with `--allocate-node-cidrs`, the route controller with
     /// `--configure-cloud-routes`); `None` otherwise or when left empty for
     /// the route controller alone (it then logs why it does nothing).
-    pub cluster_cidrs: Option<ClusterCidrs>,
+    pub(crate) cluster_cidrs: Option<ClusterCidrs>,
     /// What node IPAM allocates from; `Some` exactly when it will run.
-    pub node_cidr_allocation: Option<NodeCidrAllocation>,
+    pub(crate) node_cidr_allocation: Option<NodeCidrAllocation>,
     /// `--tls-min-version` and `--tls-cipher-suites`.
-    pub tls: TlsPolicy,
+    pub(crate) tls: TlsPolicy,
     /// The `--authentication-*` and `--authorization-*` flags.
-    pub auth: AuthSettings,
+    pub(crate) auth: AuthSettings,
 }
 
 impl Options {
@@ -353,7 +357,7 @@ impl Options {
     }
 
     /// Tuning of the AWS client layer that flags control.
-    pub fn aws_client_options(&self) -> crate::aws::ClientOptions {
+    pub(crate) fn aws_client_options(&self) -> crate::aws::ClientOptions {
         crate::aws::ClientOptions {
             budget_fraction: self.aws_api_budget_fraction,
             consistency_patience: self.aws_consistency_window,
@@ -363,7 +367,7 @@ impl Options {
 
     /// What the AWS domain modules keep that flags control; the manager
     /// adds what cloud.conf and the cluster's identity decide.
-    pub fn aws_settings(&self) -> crate::aws::AwsSettings {
+    pub(crate) fn aws_settings(&self) -> crate::aws::AwsSettings {
         crate::aws::AwsSettings {
             instances: crate::aws::InstanceSettings {
                 sweep_ttl: self.aws_instance_sweep_ttl,

@@ -421,6 +421,27 @@ fn cluster_tag_keys_cannot_be_written_or_removed_on_anything() {
             ],
             &[("a1b2", &[(CLUSTER_TAG, "owned")])],
         ),
+        // Tags that follow the annotation never take a cluster tag away.
+        request(
+            "elasticloadbalancingv2",
+            "RemoveTags",
+            &[
+                ("ResourceArns.member.1", LB_ARN),
+                ("TagKeys.member.1", "team"),
+                ("TagKeys.member.2", CLUSTER_TAG),
+            ],
+            &[(LB_ARN, &[(CLUSTER_TAG, "owned")])],
+        ),
+        // Nor remove a tag from a load balancer another cluster owns.
+        request(
+            "elasticloadbalancingv2",
+            "RemoveTags",
+            &[
+                ("ResourceArns.member.1", LB_ARN),
+                ("TagKeys.member.1", "team"),
+            ],
+            &[(LB_ARN, &[(OTHER_TAG, "owned")])],
+        ),
     ];
     for case in &cases {
         assert!(
@@ -454,6 +475,16 @@ fn cluster_tag_keys_cannot_be_written_or_removed_on_anything() {
         &[(LB_ARN, &[(CLUSTER_TAG, "owned")])],
     );
     assert_eq!(denial(&policy, &lb_team), None);
+    let lb_untag = request(
+        "elasticloadbalancingv2",
+        "RemoveTags",
+        &[
+            ("ResourceArns.member.1", LB_ARN),
+            ("TagKeys.member.1", "team"),
+        ],
+        &[(LB_ARN, &[(CLUSTER_TAG, "owned")])],
+    );
+    assert_eq!(denial(&policy, &lb_untag), None);
 }
 
 #[test]

@@ -24,10 +24,10 @@ use super::tags;
 
 /// Event reason: a create-time setting differs from what the Service asks
 /// for, and the load balancer is left as it is.
-pub const DRIFT_REASON: &str = "LoadBalancerSettingNotApplied";
+pub(crate) const DRIFT_REASON: &str = "LoadBalancerSettingNotApplied";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     Classic,
     Network,
 }
@@ -43,18 +43,18 @@ impl Kind {
 
 /// The create-time settings of one load balancer.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Applied {
-    pub kind: Kind,
-    pub internal: bool,
+pub(crate) struct Applied {
+    pub(crate) kind: Kind,
+    pub(crate) internal: bool,
     /// NLB: digest of the subnet IDs (sorted).
-    pub subnets: Option<String>,
+    pub(crate) subnets: Option<String>,
     /// NLB: digest of the pinned addresses (subnet, EIP allocation, private
     /// IPv4, in the annotation's order); `none` without pinned addresses.
-    pub addresses: Option<String>,
+    pub(crate) addresses: Option<String>,
 }
 
 /// The first 10 hex digits of the SHA-1 over `parts`, each ended by a newline.
-pub fn digest<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
+pub(crate) fn digest<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
     let mut h = Sha1::new();
     for p in parts {
         h.update(p.as_bytes());
@@ -64,7 +64,7 @@ pub fn digest<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 impl Applied {
-    pub fn classic(internal: bool) -> Applied {
+    pub(crate) fn classic(internal: bool) -> Applied {
         Applied {
             kind: Kind::Classic,
             internal,
@@ -75,7 +75,11 @@ impl Applied {
 
     /// An NLB's record: `subnets` in any order; `addresses` the pinned
     /// mappings as text in order, or `None` when nothing is pinned.
-    pub fn network(internal: bool, subnets: &[String], addresses: Option<&[String]>) -> Applied {
+    pub(crate) fn network(
+        internal: bool,
+        subnets: &[String],
+        addresses: Option<&[String]>,
+    ) -> Applied {
         let sorted: BTreeSet<&str> = subnets.iter().map(String::as_str).collect();
         let addresses = addresses.map(|a| digest(a.iter().map(String::as_str)));
         Applied {
@@ -87,7 +91,7 @@ impl Applied {
     }
 
     /// The tag value.
-    pub fn to_value(&self) -> String {
+    pub(crate) fn to_value(&self) -> String {
         let scheme = crate::aws::elb::plan::scheme(self.internal);
         let mut v = format!("v1 type={} scheme={scheme}", self.kind.as_str());
         if let Some(s) = &self.subnets {
@@ -100,7 +104,7 @@ impl Applied {
     }
 
     /// Reads a tag value; `None` for anything this version did not write.
-    pub fn parse(value: &str) -> Option<Applied> {
+    pub(crate) fn parse(value: &str) -> Option<Applied> {
         let mut words = value.split(' ');
         if words.next()? != "v1" {
             return None;
@@ -126,14 +130,14 @@ impl Applied {
     }
 
     /// The record on a load balancer with these tags, if any.
-    pub fn from_tags(tags: &BTreeMap<String, String>) -> Option<Applied> {
+    pub(crate) fn from_tags(tags: &BTreeMap<String, String>) -> Option<Applied> {
         Applied::parse(tags.get(tags::APPLIED_TAG)?)
     }
 
     /// `tags` with the record added, for a create call. Left out (the load
     /// balancer is then treated as one made by the Go CCM: never recreated)
     /// when the tags already fill the load balancer's limit.
-    pub fn tagged(&self, tags: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    pub(crate) fn tagged(&self, tags: &BTreeMap<String, String>) -> BTreeMap<String, String> {
         let mut out = tags.clone();
         if out.len() < tags::MAX_LB_TAGS || out.contains_key(tags::APPLIED_TAG) {
             out.insert(tags::APPLIED_TAG.to_string(), self.to_value());
@@ -149,7 +153,12 @@ impl Applied {
 
 /// The Warning text for create-time settings left as they are: what differs,
 /// why it was not applied, and how to apply it.
-pub fn drift_message(service_key: &str, lb_name: &str, record: bool, diffs: &[String]) -> String {
+pub(crate) fn drift_message(
+    service_key: &str,
+    lb_name: &str,
+    record: bool,
+    diffs: &[String],
+) -> String {
     let why = if record {
         "the Service asks for the same as when aws-ccm created it (the load balancer was changed outside Kubernetes)"
     } else {

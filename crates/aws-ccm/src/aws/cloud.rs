@@ -77,7 +77,7 @@ impl Aws {
 
     /// [`AwsClient::with_door`]: a door others share too, with empty
     /// caches around it.
-    pub fn with_door(
+    pub(crate) fn with_door(
         clients: SdkClients,
         cluster_id: String,
         opts: ClientOptions,
@@ -100,7 +100,7 @@ impl Aws {
 
     /// Whether what this CCM creates also carries the legacy
     /// `KubernetesCluster=<id>` tag ([`AwsSettings::write_legacy_cluster_tag`]).
-    pub fn writes_legacy_cluster_tag(&self) -> bool {
+    pub(crate) fn writes_legacy_cluster_tag(&self) -> bool {
         self.write_legacy_cluster_tag
     }
 
@@ -130,6 +130,17 @@ impl Aws {
             .await
     }
 
+    /// [`crate::aws::instances::cache::InstanceCache::by_private_ip`] with no deadline of the caller's.
+    pub async fn instances_by_private_ip(
+        &self,
+        ip: std::net::Ipv4Addr,
+    ) -> Result<Vec<Ec2Instance>, AwsError> {
+        self.memory
+            .instances()
+            .by_private_ip(ip, CallOptions::default())
+            .await
+    }
+
     /// [`crate::aws::instances::cache::InstanceCache::cluster_instances`].
     pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
         self.memory.instances().cluster_instances().await
@@ -141,7 +152,7 @@ impl Aws {
     }
 
     /// [`crate::aws::instances::cache::InstanceCache::zones`].
-    pub async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
+    pub(crate) async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
         self.memory.instances().zones().await
     }
 }

@@ -92,24 +92,24 @@ pub(crate) async fn resolve_cluster_id(
 /// How the cluster is identified, as the Go CCM's `awsTagging` decides it
 /// (the default: untagged, no ID).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ClusterIdentity {
-    pub id: String,
+pub(crate) struct ClusterIdentity {
+    pub(crate) id: String,
     /// Upstream's `usesLegacyTags`: cloud.conf `KubernetesClusterTag`, or a
     /// `KubernetesCluster` tag on this instance (kOps puts it next to
     /// `kubernetes.io/cluster/<id>` on every instance). What this CCM
     /// creates then also carries `KubernetesCluster=<id>`.
-    pub writes_legacy_tag: bool,
+    pub(crate) writes_legacy_tag: bool,
     /// Only the legacy tag identifies the cluster (no
     /// `kubernetes.io/cluster/<id>` seen): the instance sweep also queries
     /// the legacy tag.
-    pub legacy_only: bool,
+    pub(crate) legacy_only: bool,
 }
 
 /// Upstream's rule (`findClusterIDs` and `awsTagging.init`): the legacy
 /// `KubernetesCluster=<id>` tag, when present, gives the ID and turns on
 /// the legacy tag; `kubernetes.io/cluster/<id>` otherwise. Two different
 /// IDs, or two `kubernetes.io/cluster/` tags, are an error naming both.
-pub fn cluster_id_from_tags<'a>(
+pub(crate) fn cluster_id_from_tags<'a>(
     tags: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Result<Option<ClusterIdentity>, String> {
     let mut legacy: Option<&str> = None;

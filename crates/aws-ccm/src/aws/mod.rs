@@ -3,21 +3,21 @@
 //! which [`Aws`] puts beside what the CCM keeps of AWS between reads.
 
 pub mod annotations;
-pub mod applied;
+pub(crate) mod applied;
 pub mod client;
-pub mod cloud;
+pub(crate) mod cloud;
 pub mod cluster_id;
 pub mod elb;
 pub mod instances;
 pub mod load_balancers;
-pub mod memory;
+pub(crate) mod memory;
 pub mod nlb;
-pub mod ownership;
-pub mod permissions;
+pub(crate) mod ownership;
+pub(crate) mod permissions;
 pub mod routes;
 pub mod security_groups;
-pub mod subnets;
-pub mod tags;
+pub(crate) mod subnets;
+pub(crate) mod tags;
 
 pub use client::errors::{AwsError, ErrorClass};
 pub use client::operations::{Category, Operation, Service};

@@ -39,7 +39,7 @@ use super::tags;
 
 /// The kinds the CCM makes, each with its own name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Made {
+pub(crate) enum Made {
     /// A classic ELB or an NLB.
     LoadBalancer,
     /// An NLB's target group.
@@ -77,7 +77,7 @@ impl Made {
 
 /// Which part of the proof failed.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NotMade {
+pub(crate) enum NotMade {
     /// No `kubernetes.io/cluster/<id>` tag.
     Untagged,
     /// The cluster tag's value is not `owned` (`shared`, or empty).
@@ -124,7 +124,7 @@ impl fmt::Display for NotMade {
 /// makes for cluster `cluster_id`. `service` (`<ns>/<name>`): the Service
 /// whose load balancer is being deleted or changed, which the service-name
 /// tag must then name; `None` (the orphans audit): any Service.
-pub fn prove(
+pub(crate) fn prove(
     made: Made,
     name: &str,
     tags: &BTreeMap<String, String>,
@@ -172,7 +172,7 @@ pub fn prove(
 /// carry no tags: an NLB rule's proof is its description naming such a
 /// load balancer (`kubernetes.io/rule/nlb/client=<name>`, as the Go CCM's
 /// `updateInstanceSecurityGroupsForNLB` writes and finds them).
-pub fn is_load_balancer_name(name: &str) -> bool {
+pub(crate) fn is_load_balancer_name(name: &str) -> bool {
     name.strip_prefix('a')
         .is_some_and(|rest| rest.len() == 31 && is_hex(rest))
 }

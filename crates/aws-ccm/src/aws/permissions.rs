@@ -30,21 +30,21 @@ use super::routes::io::{create_route_request, delete_route_request};
 use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
 /// The types are the provider's (cloud-neutral); what they mean on AWS
 /// (IAM action names, DryRun requests, the operator's message) is here.
-pub use crate::provider::permissions::{Action, Denial, Probe, Tagging, Verdict};
+pub(crate) use crate::provider::permissions::{Action, Denial, Probe, Tagging, Verdict};
 
-pub mod gaps;
-pub mod self_check;
+pub(crate) mod gaps;
+pub(crate) mod self_check;
 
 /// How long a verdict is trusted before the next write asks again.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(300);
 
 /// The key the CreateTags probe uses: one no policy statement singles out
 /// (the policy only forbids the cluster tags themselves).
-pub const PROBE_TAG_KEY: &str = "aws-ccm/permission-check";
+pub(crate) const PROBE_TAG_KEY: &str = "aws-ccm/permission-check";
 
 impl Action {
     /// The IAM action, as a policy names it.
-    pub fn iam_action(self) -> &'static str {
+    pub(crate) fn iam_action(self) -> &'static str {
         match self {
             Action::CreateRoute => "ec2:CreateRoute",
             Action::AuthorizeSecurityGroupIngress => "ec2:AuthorizeSecurityGroupIngress",
@@ -55,7 +55,7 @@ impl Action {
     }
 
     /// The resource type in the ARN.
-    pub fn resource_type(self) -> &'static str {
+    pub(crate) fn resource_type(self) -> &'static str {
         match self {
             Action::CreateRoute => "route-table",
             Action::AuthorizeSecurityGroupIngress => "security-group",
@@ -88,7 +88,10 @@ impl std::fmt::Display for Action {
 
 impl Tagging {
     /// Reads a resource's tags.
-    pub fn of<'a>(cluster_id: &str, tags: impl IntoIterator<Item = (&'a str, &'a str)>) -> Tagging {
+    pub(crate) fn of<'a>(
+        cluster_id: &str,
+        tags: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Tagging {
         let key = cluster_tag_key(cluster_id);
         let mut legacy = false;
         for (k, v) in tags {
@@ -213,7 +216,7 @@ const PARTITIONS: &[(&str, &str)] = &[
 ];
 
 /// The AWS partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...).
-pub fn partition(region: &str) -> &'static str {
+pub(crate) fn partition(region: &str) -> &'static str {
     (PARTITIONS.iter())
         .find(|(prefix, _)| region.starts_with(prefix))
         .map_or("aws", |(_, partition)| partition)
@@ -228,7 +231,7 @@ struct Entry {
 /// The shared registry of verdicts, keyed by (action, resource ID). Cheap
 /// to share: [`super::Aws`] holds one beside the door.
 #[derive(Debug)]
-pub struct Permissions {
+pub(crate) struct Permissions {
     cluster_id: String,
     region: String,
     ttl: Duration,
@@ -237,7 +240,7 @@ pub struct Permissions {
 }
 
 impl Permissions {
-    pub fn new(cluster_id: &str, region: &str, ttl: Duration) -> Permissions {
+    pub(crate) fn new(cluster_id: &str, region: &str, ttl: Duration) -> Permissions {
         Permissions {
             cluster_id: cluster_id.to_string(),
             region: region.to_string(),
@@ -248,24 +251,24 @@ impl Permissions {
     }
 
     /// The account ID for ARNs, learned from an `OwnerId` AWS returned.
-    pub fn learn_account(&self, owner_id: Option<&str>) {
+    pub(crate) fn learn_account(&self, owner_id: Option<&str>) {
         if let Some(id) = owner_id.filter(|id| !id.is_empty()) {
             self.account.lock().get_or_insert_with(|| id.to_string());
         }
     }
 
-    pub fn account(&self) -> Option<String> {
+    pub(crate) fn account(&self) -> Option<String> {
         self.account.lock().clone()
     }
 
     /// The region ARNs are built for.
-    pub fn region(&self) -> &str {
+    pub(crate) fn region(&self) -> &str {
         &self.region
     }
 
     /// The resource's ARN, as IAM evaluates it (ELBv2 resources are
     /// known by their ARN already).
-    pub fn arn(&self, action: Action, resource_id: &str) -> String {
+    pub(crate) fn arn(&self, action: Action, resource_id: &str) -> String {
         if resource_id.starts_with("arn:") {
             return resource_id.to_string();
         }
@@ -279,7 +282,7 @@ impl Permissions {
     }
 
     /// The tag the policy wants on a resource for `action`.
-    pub fn wanted_tag(&self, action: Action) -> String {
+    pub(crate) fn wanted_tag(&self, action: Action) -> String {
         let key = format!("{CLUSTER_TAG_PREFIX}{}", self.cluster_id);
         match action {
             // The group is the nodes', not made by the CCM.
@@ -291,7 +294,7 @@ impl Permissions {
     }
 
     /// The denial of `action` on a resource tagged `tagging` (not recorded).
-    pub fn denial(&self, action: Action, resource_id: &str, tagging: Tagging) -> Denial {
+    pub(crate) fn denial(&self, action: Action, resource_id: &str, tagging: Tagging) -> Denial {
         Denial {
             action,
             resource_id: resource_id.to_string(),
@@ -303,7 +306,7 @@ impl Permissions {
     }
 
     /// A fresh verdict, if one is known.
-    pub fn cached(&self, action: Action, resource_id: &str) -> Option<Verdict> {
+    pub(crate) fn cached(&self, action: Action, resource_id: &str) -> Option<Verdict> {
         let entries = self.entries.lock();
         let entry = entries.get(&(action, resource_id.to_string()))?;
         (entry.at.elapsed() < self.ttl).then(|| entry.verdict.clone())
@@ -311,7 +314,7 @@ impl Permissions {
 
     /// Records a verdict (the self-check's, or a real call's
     /// `UnauthorizedOperation`).
-    pub fn record(&self, action: Action, resource_id: &str, verdict: Verdict) {
+    pub(crate) fn record(&self, action: Action, resource_id: &str, verdict: Verdict) {
         self.entries.lock().insert(
             (action, resource_id.to_string()),
             Entry {
@@ -323,7 +326,12 @@ impl Permissions {
 
     /// Marks a write denied because AWS answered a real call with
     /// `UnauthorizedOperation`; the next check after the TTL asks again.
-    pub fn record_denied(&self, action: Action, resource_id: &str, tagging: Tagging) -> Denial {
+    pub(crate) fn record_denied(
+        &self,
+        action: Action,
+        resource_id: &str,
+        tagging: Tagging,
+    ) -> Denial {
         let denial = self.denial(action, resource_id, tagging);
         self.record(
             action,
@@ -336,7 +344,7 @@ impl Permissions {
     /// A real call's refusal: AWS answered `UnauthorizedOperation` (EC2) or
     /// `AccessDenied` (ELB): [`super::AwsError::is_denied`]. Recorded as denied so the write waits for the
     /// re-check instead of being retried; `None` for any other error.
-    pub fn record_refusal(
+    pub(crate) fn record_refusal(
         &self,
         error: &super::AwsError,
         action: Action,
@@ -351,7 +359,7 @@ impl Permissions {
     /// Whether the write `probe` stands for is allowed: the cached verdict,
     /// else one DryRun. `tagging` is how the resource is tagged now (it goes
     /// into the message of a denial).
-    pub async fn check(&self, aws: &AwsClient, probe: &Probe, tagging: Tagging) -> Verdict {
+    pub(crate) async fn check(&self, aws: &AwsClient, probe: &Probe, tagging: Tagging) -> Verdict {
         let (action, id) = (probe.action(), probe.resource_id());
         if let Some(verdict) = self.cached(action, id) {
             return verdict;

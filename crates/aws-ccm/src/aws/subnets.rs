@@ -16,13 +16,13 @@ use super::instances::filter;
 use super::tags;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Subnet {
-    pub id: String,
-    pub availability_zone: String,
-    pub tags: BTreeMap<String, String>,
+pub(crate) struct Subnet {
+    pub(crate) id: String,
+    pub(crate) availability_zone: String,
+    pub(crate) tags: BTreeMap<String, String>,
     /// Its route table (explicit, else the VPC's main one) routes to an internet gateway.
-    pub public: bool,
-    pub cidr: Option<ipnet::Ipv4Net>,
+    pub(crate) public: bool,
+    pub(crate) cidr: Option<ipnet::Ipv4Net>,
 }
 
 /// The subnet [`discover`] falls back to, as upstream's `selfAWSInstance`
@@ -31,7 +31,7 @@ pub struct Subnet {
 /// outside the VPC and never asks the metadata service), else the subnet
 /// of the instance this CCM runs on, read once from the instance metadata
 /// service. `None` when neither is known.
-pub async fn own_subnet(cloud: &crate::cloud_config::CloudConfig) -> Option<String> {
+pub(crate) async fn own_subnet(cloud: &crate::cloud_config::CloudConfig) -> Option<String> {
     static FROM_METADATA: tokio::sync::OnceCell<Option<String>> =
         tokio::sync::OnceCell::const_new();
     let outside = cloud.vpc.is_some()
@@ -53,14 +53,14 @@ pub async fn own_subnet(cloud: &crate::cloud_config::CloudConfig) -> Option<Stri
 
 /// Whether [`discover`] over `subnets` needs [`own_subnet`]: no subnet is
 /// this cluster's or of no cluster.
-pub fn needs_own_subnet(subnets: &[Subnet], cluster_id: &str) -> bool {
+pub(crate) fn needs_own_subnet(subnets: &[Subnet], cluster_id: &str) -> bool {
     !subnets.iter().any(|s| is_candidate(s, cluster_id))
 }
 
 /// Upstream's discovery over the VPC's `subnets` ([`discover`]), asking
 /// for [`own_subnet`] only when the fallback is taken. The flag says
 /// whether it was.
-pub async fn discover_with_fallback(
+pub(crate) async fn discover_with_fallback(
     subnets: &[Subnet],
     internal: bool,
     cluster_id: &str,
@@ -79,15 +79,15 @@ pub async fn discover_with_fallback(
 
 /// A route table reduced to what discovery needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RouteTable {
-    pub subnet_ids: BTreeSet<String>,
-    pub main: bool,
-    pub has_internet_gateway: bool,
+pub(crate) struct RouteTable {
+    pub(crate) subnet_ids: BTreeSet<String>,
+    pub(crate) main: bool,
+    pub(crate) has_internet_gateway: bool,
 }
 
 /// Whether `subnet_id` routes to an internet gateway (`igw-*`), through its own
 /// route table or, without one, the VPC's main table.
-pub fn is_public(tables: &[RouteTable], subnet_id: &str) -> bool {
+pub(crate) fn is_public(tables: &[RouteTable], subnet_id: &str) -> bool {
     tables
         .iter()
         .find(|t| t.subnet_ids.contains(subnet_id))
@@ -98,7 +98,7 @@ pub fn is_public(tables: &[RouteTable], subnet_id: &str) -> bool {
 /// The zone type of a regular availability zone; Local Zones
 /// (`local-zone`) and Wavelength Zones (`wavelength-zone`) take no classic
 /// ELB or NLB.
-pub const REGULAR_ZONE: &str = "availability-zone";
+pub(crate) const REGULAR_ZONE: &str = "availability-zone";
 
 /// Upstream's `hasClusterTag`: the cluster tag (any value) or the legacy
 /// `KubernetesCluster=<id>`; every subnet when the cluster ID is empty
@@ -124,7 +124,7 @@ fn is_candidate(subnet: &Subnet, cluster_id: &str) -> bool {
 /// goes through the same public and zone filters; candidates that exist
 /// but do not fit (private subnets for an internet-facing load balancer,
 /// Local Zones) are not a reason to fall back.
-pub fn discover(
+pub(crate) fn discover(
     subnets: &[Subnet],
     internal: bool,
     cluster_id: &str,
@@ -212,7 +212,7 @@ async fn describe_subnets(
 }
 
 /// Subnets of the VPC with their public/private status: two reads.
-pub async fn vpc_subnets(aws: &AwsClient, vpc_id: &str) -> Result<Vec<Subnet>, AwsError> {
+pub(crate) async fn vpc_subnets(aws: &AwsClient, vpc_id: &str) -> Result<Vec<Subnet>, AwsError> {
     let mut subnets = describe_subnets(aws, vec![filter("vpc-id", [vpc_id])]).await?;
     let out = aws
         .ec2(Operation::Ec2DescribeRouteTables, |c| {
@@ -249,7 +249,7 @@ pub async fn vpc_subnets(aws: &AwsClient, vpc_id: &str) -> Result<Vec<Subnet>, A
 /// per Service. A sync that fails drops the cache ([`SubnetCache::invalidate`]):
 /// its retry sees subnets as they are now.
 #[derive(Clone)]
-pub struct SubnetCache {
+pub(crate) struct SubnetCache {
     ttl: Duration,
     vpcs: Arc<Mutex<HashMap<String, SubnetFlight>>>,
 }
@@ -257,14 +257,14 @@ pub struct SubnetCache {
 type SubnetFlight = SingleFlight<Arc<Vec<Subnet>>>;
 
 impl SubnetCache {
-    pub fn new(ttl: Duration) -> SubnetCache {
+    pub(crate) fn new(ttl: Duration) -> SubnetCache {
         SubnetCache {
             ttl,
             vpcs: Arc::default(),
         }
     }
 
-    pub async fn vpc_subnets(
+    pub(crate) async fn vpc_subnets(
         &self,
         aws: &AwsClient,
         vpc_id: &str,
@@ -283,7 +283,7 @@ impl SubnetCache {
 
     /// IPv4 CIDR blocks of `ids`: from the cached VPC view when it has them
     /// all, else one read.
-    pub async fn cidrs(
+    pub(crate) async fn cidrs(
         &self,
         aws: &AwsClient,
         vpc_id: &str,
@@ -308,7 +308,10 @@ impl SubnetCache {
 }
 
 /// IPv4 CIDR blocks of the given subnets (one read).
-pub async fn cidrs(aws: &AwsClient, ids: &[String]) -> Result<Vec<ipnet::Ipv4Net>, AwsError> {
+pub(crate) async fn cidrs(
+    aws: &AwsClient,
+    ids: &[String],
+) -> Result<Vec<ipnet::Ipv4Net>, AwsError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -318,7 +321,7 @@ pub async fn cidrs(aws: &AwsClient, ids: &[String]) -> Result<Vec<ipnet::Ipv4Net
 
 /// Resolves the `subnets` annotation (IDs and Name tags) to IDs; `Err(missing)`
 /// names the entries that match nothing.
-pub async fn resolve(
+pub(crate) async fn resolve(
     aws: &AwsClient,
     vpc_id: &str,
     names_or_ids: &[String],

@@ -4,53 +4,66 @@
 //! resources are adopted as they are. Every tag name of the crate is
 //! defined here, once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Value of the cluster tag on resources the controller created.
-pub const OWNED: &str = "owned";
+pub(crate) const OWNED: &str = "owned";
 /// `kubernetes.io/service-name=<namespace>/<name>` on load balancers and their groups.
-pub const SERVICE_NAME_TAG: &str = "kubernetes.io/service-name";
+pub(crate) const SERVICE_NAME_TAG: &str = "kubernetes.io/service-name";
 /// Subnet role tags used by discovery.
-pub const ROLE_ELB: &str = "kubernetes.io/role/elb";
-pub const ROLE_INTERNAL_ELB: &str = "kubernetes.io/role/internal-elb";
+pub(crate) const ROLE_ELB: &str = "kubernetes.io/role/elb";
+pub(crate) const ROLE_INTERNAL_ELB: &str = "kubernetes.io/role/internal-elb";
 /// Tag key prefix that marks resources of a cluster:
 /// `kubernetes.io/cluster/<cluster-id>` = `owned` | `shared`.
-pub const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
+pub(crate) const CLUSTER_TAG_PREFIX: &str = "kubernetes.io/cluster/";
 /// The pre-1.6 cluster tag: `KubernetesCluster` = `<cluster-id>`.
-pub const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
+pub(crate) const LEGACY_CLUSTER_TAG: &str = "KubernetesCluster";
 /// On a load balancer this CCM created: the create-time settings it applied
 /// (see `aws::applied`). The Go CCM writes no such tag.
-pub const APPLIED_TAG: &str = "aws-ccm/applied";
+pub(crate) const APPLIED_TAG: &str = "aws-ccm/applied";
 /// On a load balancer this CCM created: a digest of the settings only a
 /// per-load-balancer read shows (attributes; an NLB's listeners and target
 /// group attributes) as it created them (see `aws::load_balancers::sweep`).
 /// Written only in the create call.
-pub const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
+pub(crate) const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
 /// On a load balancer (and its target groups and own security group) this
 /// CCM kept when its protected Service went: the Service (`<ns>/<name>`)
 /// it was kept from. The proof `aws-ccm orphans` reads as "protected,
 /// kept" (see `aws::load_balancers::keep`). The Go CCM writes no such tag.
-pub const KEPT_TAG: &str = "aws-ccm/kept";
+pub(crate) const KEPT_TAG: &str = "aws-ccm/kept";
 /// On an NLB whose AWS `deletion_protection.enabled` attribute this CCM
 /// turned on (`on`), or back off (`off`): only then does removing the
 /// annotation turn the attribute off, so a protection set by hand (on a
 /// load balancer the Go CCM made) is never undone.
-pub const DELETION_PROTECTION_TAG: &str = "aws-ccm/deletion-protection";
+pub(crate) const DELETION_PROTECTION_TAG: &str = "aws-ccm/deletion-protection";
+/// On an NLB, its listeners and target groups: the `additional-resource-tags`
+/// keys the controller applied, comma-separated, so that a key the
+/// annotation drops is removed and a tag written by anyone else is not. The
+/// key is upstream's (kubernetes/cloud-provider-aws PR #1447, which names it
+/// for the same purpose), so after a swap either way one owner remains.
+pub(crate) const MANAGED_TAGS_TAG: &str = "kubernetes.io/cloud-controller/managed-tags";
+/// On a target group this CCM set attributes on: the
+/// `target-group-attributes` keys it applied, comma-separated, so that a key
+/// the annotation drops returns to AWS's default and a value nobody
+/// recorded (the Go CCM's, a hand edit) is left alone.
+pub(crate) const TARGET_GROUP_ATTRIBUTES_TAG: &str = "aws-ccm/target-group-attributes";
+/// Longest tag value AWS takes.
+pub(crate) const MAX_TAG_VALUE: usize = 256;
 /// Most tags a classic ELB, an NLB or a target group takes.
-pub const MAX_LB_TAGS: usize = 50;
+pub(crate) const MAX_LB_TAGS: usize = 50;
 
 /// A load balancer's or target group's tags as read. Shared: the sweep's
 /// tag cache, its snapshot and the plans that read it hold one copy.
-pub type Tags = std::sync::Arc<BTreeMap<String, String>>;
+pub(crate) type Tags = std::sync::Arc<BTreeMap<String, String>>;
 
 /// `kubernetes.io/cluster/<cluster_id>`.
-pub fn cluster_tag_key(cluster_id: &str) -> String {
+pub(crate) fn cluster_tag_key(cluster_id: &str) -> String {
     format!("{CLUSTER_TAG_PREFIX}{cluster_id}")
 }
 
 /// Key/value pairs as AWS returns them (tags, attributes) into a map; a pair
 /// without a key is dropped, a missing value is empty.
-pub fn key_values<'a>(
+pub(crate) fn key_values<'a>(
     pairs: impl IntoIterator<Item = (Option<&'a str>, Option<&'a str>)>,
 ) -> BTreeMap<String, String> {
     pairs
@@ -60,7 +73,7 @@ pub fn key_values<'a>(
 }
 
 /// An EC2 resource's tags as a map.
-pub fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
+pub(crate) fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
     key_values(tags.iter().map(|t| (t.key(), t.value())))
 }
 
@@ -72,13 +85,13 @@ pub fn from_ec2(tags: &[aws_sdk_ec2::types::Tag]) -> BTreeMap<String, String> {
 /// Go CCM's `buildTags` writes it on every load balancer, listener, target
 /// group and security group it creates. kOps' IAM policy requires it on
 /// those creates (`aws:RequestTag/KubernetesCluster`).
-pub fn owned_tags(
+pub(crate) fn owned_tags(
     cluster_id: &str,
     legacy: bool,
     service_key: &str,
     additional: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
-    let mut tags = additional.clone();
+    let mut tags = user_tags(additional);
     tags.insert(SERVICE_NAME_TAG.to_string(), service_key.to_string());
     tags.insert(cluster_tag_key(cluster_id), OWNED.to_string());
     if legacy && !cluster_id.is_empty() {
@@ -87,11 +100,21 @@ pub fn owned_tags(
     tags
 }
 
+/// The `additional-resource-tags` pairs the controller applies: all but
+/// those whose key it writes itself ([`is_controller_tag`]).
+pub(crate) fn user_tags(additional: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    additional
+        .iter()
+        .filter(|(k, _)| !is_controller_tag(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// The tags of a security group made for a load balancer: the cluster tag
 /// and `additional-resource-tags`, without `kubernetes.io/service-name`,
 /// which the Go CCM puts on load balancers only (`ensureSecurityGroup` tags
 /// a group through `buildTags` with the additional tags).
-pub fn group_tags(
+pub(crate) fn group_tags(
     cluster_id: &str,
     legacy: bool,
     additional: &BTreeMap<String, String>,
@@ -108,18 +131,126 @@ pub fn group_tags(
 /// to it. The legacy `KubernetesCluster` tag is written at creation only,
 /// as the Go CCM writes it: kOps' policy allows adding tags only to
 /// resources that already carry it, so a repair could never succeed there.
-pub fn added_to_existing(key: &str) -> bool {
+pub(crate) fn added_to_existing(key: &str) -> bool {
     key != LEGACY_CLUSTER_TAG
 }
 
+/// Whether `key` is one the controller writes itself (ownership, the
+/// Service's name, its records): an `additional-resource-tags` pair with
+/// such a key is refused, never applied over the controller's value.
+pub(crate) fn is_controller_tag(key: &str) -> bool {
+    key.starts_with(CLUSTER_TAG_PREFIX)
+        || [
+            SERVICE_NAME_TAG,
+            LEGACY_CLUSTER_TAG,
+            APPLIED_TAG,
+            APPLIED_SETTINGS_TAG,
+            MANAGED_TAGS_TAG,
+            TARGET_GROUP_ATTRIBUTES_TAG,
+            KEPT_TAG,
+            DELETION_PROTECTION_TAG,
+        ]
+        .contains(&key)
+}
+
+/// The keys [`MANAGED_TAGS_TAG`] on `tags` records (none without it).
+pub(crate) fn managed_keys(tags: &BTreeMap<String, String>) -> BTreeSet<String> {
+    recorded_keys(tags, MANAGED_TAGS_TAG)
+}
+
+/// The comma-separated keys record `tag` on `tags` holds (none without it).
+pub(crate) fn recorded_keys(tags: &BTreeMap<String, String>, tag: &str) -> BTreeSet<String> {
+    tags.get(tag)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|k| !k.is_empty() && !is_controller_tag(k))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The tag writes that take one resource's tags `have` to `want` (its
+/// owned tags with `additional`, the annotation's): the missing or
+/// different pairs to add, and the keys to remove, which are only those
+/// [`MANAGED_TAGS_TAG`] says the controller applied and the annotation no
+/// longer names. The record is brought up to date with any change of an
+/// annotation key (and removed with the last one); a resource without a
+/// record whose tags already match (one the Go CCM made) is left as it is.
+pub(crate) fn follow_annotation(
+    want: &BTreeMap<String, String>,
+    additional: &BTreeMap<String, String>,
+    have: &BTreeMap<String, String>,
+) -> TagWrites {
+    let mut add: BTreeMap<String, String> = want
+        .iter()
+        .filter(|(k, v)| have.get(*k) != Some(v) && added_to_existing(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let recorded = managed_keys(have);
+    let mut remove: BTreeSet<String> = recorded
+        .iter()
+        .filter(|k| !additional.contains_key(*k) && have.contains_key(*k))
+        .cloned()
+        .collect();
+    let keys: BTreeSet<String> = additional.keys().cloned().collect();
+    let touched = add.keys().any(|k| additional.contains_key(k)) || !remove.is_empty();
+    let record = keys.iter().cloned().collect::<Vec<_>>().join(",");
+    let has_record = have.contains_key(MANAGED_TAGS_TAG);
+    let record_right = has_record && recorded == keys;
+    if (touched || has_record) && !record_right {
+        if keys.is_empty() {
+            if has_record {
+                remove.insert(MANAGED_TAGS_TAG.to_string());
+            }
+        } else if record.len() <= MAX_TAG_VALUE {
+            add.insert(MANAGED_TAGS_TAG.to_string(), record);
+        } else {
+            tracing::warn!(
+                keys = %record,
+                "the additional-resource-tags keys do not fit in one tag value ({MAX_TAG_VALUE} characters): they are applied but not recorded in {MANAGED_TAGS_TAG}, so removing one from the annotation will not remove it; use fewer or shorter keys"
+            );
+        }
+    }
+    TagWrites { add, remove }
+}
+
+/// The tags of a resource created for a Service: `tags` with the record of
+/// the `additional-resource-tags` keys applied, when there are some (and room).
+pub(crate) fn at_creation(
+    tags: &BTreeMap<String, String>,
+    additional: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    let mut out = tags.clone();
+    let record = additional.keys().cloned().collect::<Vec<_>>().join(",");
+    if !additional.is_empty() && record.len() <= MAX_TAG_VALUE && out.len() < MAX_LB_TAGS {
+        out.insert(MANAGED_TAGS_TAG.to_string(), record);
+    }
+    out
+}
+
+/// What [`follow_annotation`] asks of one resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TagWrites {
+    pub add: BTreeMap<String, String>,
+    pub remove: BTreeSet<String>,
+}
+
+impl TagWrites {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
 /// Whether the tags say `cluster_id` owns the resource (and may delete it).
-pub fn is_owned(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+pub(crate) fn is_owned(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
     tags.get(&cluster_tag_key(cluster_id))
         .is_some_and(|v| v == OWNED)
 }
 
 /// Whether the resource is tagged for `cluster_id` at all (`owned` or `shared`).
-pub fn has_cluster_tag(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
+pub(crate) fn has_cluster_tag(tags: &BTreeMap<String, String>, cluster_id: &str) -> bool {
     tags.contains_key(&cluster_tag_key(cluster_id))
 }
 

@@ -9,7 +9,7 @@ use ini::Properties;
 
 use super::{
     CloudConfig, CloudConfigError, CloudConfigWarning, GLOBAL_KEYS, HealthProbeMode, IpFamily,
-    NlbSecurityGroupMode, OVERRIDE_KEYS, RefusedValue, ServiceOverride,
+    NlbNodeIngress, NlbSecurityGroupMode, OVERRIDE_KEYS, RefusedValue, ServiceOverride,
 };
 
 /// Section kinds gcfg maps onto upstream's struct, as written in messages.
@@ -195,6 +195,7 @@ impl<'a> Parser<'a> {
                 cfg.supported_topology_instance_type_pattern = text()
             }
             "NLBSecurityGroupMode" => set_nlb_group_mode(cfg, value),
+            "NLBNodeIngress" => cfg.nlb_node_ingress = parse_node_ingress(value)?,
             other => {
                 return Err(format!(
                     "{other} is listed as a [Global] key but not handled; report this as a bug"
@@ -339,6 +340,19 @@ fn set_nlb_group_mode(cfg: &mut CloudConfig, value: &str) {
             NlbSecurityGroupMode::Unmanaged
         }
     };
+}
+
+/// This CCM's key, unknown to the Go CCM: a value it does not know stops
+/// start-up (an operator who sets it asks for a change of rules, and a
+/// misspelt one must not silently keep the CIDR rules).
+fn parse_node_ingress(value: &str) -> Result<NlbNodeIngress, String> {
+    match value {
+        "" | "Cidr" => Ok(NlbNodeIngress::Cidr),
+        "LoadBalancerGroup" => Ok(NlbNodeIngress::LoadBalancerGroup),
+        _ => Err(format!(
+            "{value:?} is not a node ingress mode: Cidr (the default, the Go CCM's per-port rules) or LoadBalancerGroup (one rule admitting the NLB's own security group), case-sensitive"
+        )),
+    }
 }
 
 /// Upstream treats 0 (and an empty value) as "the default, 10256". A number

@@ -16,7 +16,7 @@ use super::GLOBAL_KEYS;
 
 /// What a CCM does with a cloud.conf value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Takes {
+pub(crate) enum Takes {
     /// Starts and uses it.
     Uses,
     /// Starts as if it were not set.
@@ -50,14 +50,14 @@ impl Takes {
 
 /// One value class of one `[Global]` key.
 #[derive(Clone, Copy, Debug)]
-pub struct Class {
-    pub key: &'static str,
-    pub class: &'static str,
-    pub value: &'static str,
-    pub go: Takes,
-    pub here: Takes,
+pub(crate) struct Class {
+    pub(crate) key: &'static str,
+    pub(crate) class: &'static str,
+    pub(crate) value: &'static str,
+    pub(crate) go: Takes,
+    pub(crate) here: Takes,
     /// Why `here` differs from `go` (empty when it does not).
-    pub why: &'static str,
+    pub(crate) why: &'static str,
 }
 
 const fn c(key: &'static str, class: &'static str, value: &'static str, go: Takes) -> Class {
@@ -84,7 +84,7 @@ const SHARED: &str =
     "each load balancer probed through the shared port kept in upkeep, a warning at start-up";
 
 /// Every value class compared, in the order of the keys.
-pub const CLASSES: &[Class] = &[
+pub(crate) const CLASSES: &[Class] = &[
     c("Zone", "documented", "us-east-1a", Uses),
     c("Zone", "local zone", "us-west-2-lax-1a", Uses),
     c("Zone", "no region in it", "useast1a", FailsAtStart),
@@ -123,11 +123,16 @@ pub const CLASSES: &[Class] = &[
     c("NLBSecurityGroupMode", "documented", "Managed", Uses),
     c("NLBSecurityGroupMode", "empty", "", Ignores),
     c("NLBSecurityGroupMode", "other case", "managed", FailsNlbs).here(FailsNlbs, "every NLB kept in upkeep, a warning at start-up"),
+    // This CCM's own key: the Go CCM skips it as unknown whatever its value.
+    c("NLBNodeIngress", "documented", "LoadBalancerGroup", Ignores).here(Uses, "this CCM's key (docs/nlb.md): an NLB with a security group gets one node rule admitting it"),
+    c("NLBNodeIngress", "default", "Cidr", Ignores),
+    c("NLBNodeIngress", "empty", "", Ignores),
+    c("NLBNodeIngress", "unknown word", "loadbalancergroup", Ignores).here(FailsAtStart, "this CCM's key: refused at start-up with the file, line and what is allowed, so that a misspelt mode does not keep the rules it was set to replace"),
 ];
 
 /// Every `[Global]` key has classes (the upstream names' test checks the
 /// key list itself).
-pub fn keys_without_classes() -> Vec<&'static str> {
+pub(crate) fn keys_without_classes() -> Vec<&'static str> {
     GLOBAL_KEYS
         .iter()
         .copied()
@@ -135,11 +140,11 @@ pub fn keys_without_classes() -> Vec<&'static str> {
         .collect()
 }
 
-pub const DOC_BEGIN: &str = "<!-- cloud-conf-values:begin -->";
-pub const DOC_END: &str = "<!-- cloud-conf-values:end -->";
+pub(crate) const DOC_BEGIN: &str = "<!-- cloud-conf-values:begin -->";
+pub(crate) const DOC_END: &str = "<!-- cloud-conf-values:end -->";
 
 /// docs/cloud-config.md's "Value classes" table, from [`CLASSES`].
-pub fn doc_section() -> String {
+pub(crate) fn doc_section() -> String {
     let mut out = String::from(DOC_BEGIN);
     out.push_str(
         "\n\n| key | value class | example | Go CCM | here |\n| --- | --- | --- | --- | --- |\n",

@@ -22,7 +22,7 @@ use crate::controllers::route::publish::written_by_routes;
 /// 500, each page handed to `each` before the next is read (so a caller
 /// that keeps less than the Nodes holds one page at a time): node IPAM's
 /// start and `aws-ccm doctor`.
-pub async fn list_all(api: &Api<Node>, mut each: impl FnMut(Vec<Node>)) -> kube::Result<()> {
+pub(crate) async fn list_all(api: &Api<Node>, mut each: impl FnMut(Vec<Node>)) -> kube::Result<()> {
     let mut params = ListParams::default().limit(500);
     loop {
         let page = api.list(&params).await?;
@@ -42,7 +42,7 @@ pub struct Node {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spec: Option<NodeSpec>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<NodeStatus>,
+    pub(crate) status: Option<NodeStatus>,
 }
 
 /// The spec fields a controller reads: the provider ID (node, routes, load
@@ -60,27 +60,27 @@ pub struct NodeSpec {
         rename = "providerID",
         skip_serializing_if = "Option::is_none"
     )]
-    pub provider_id: Option<String>,
+    pub(crate) provider_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub taints: Option<Vec<Taint>>,
+    pub(crate) taints: Option<Vec<Taint>>,
 }
 
 /// The status fields a controller reads: addresses (node, route and load
 /// balancer controllers) and conditions (node lifecycle, routes).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "DecodedStatus")]
-pub struct NodeStatus {
+pub(crate) struct NodeStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub addresses: Option<Vec<NodeAddress>>,
+    pub(crate) addresses: Option<Vec<NodeAddress>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub conditions: Option<Vec<NodeCondition>>,
+    pub(crate) conditions: Option<Vec<NodeCondition>>,
     /// Whether `NetworkUnavailable` has the reason the route controller
     /// writes with its status ([`written_by_routes`]): all the route
     /// controller compares of a reason, as upstream's
     /// `updateNetworkingCondition`. A flag of the status rather than a
     /// reason in each condition: 8 bytes a Node instead of 24 a condition.
     #[serde(skip)]
-    pub network_reason_is_routes: bool,
+    pub(crate) network_reason_is_routes: bool,
 }
 
 /// A status as decoded, before the reasons are dropped.
@@ -126,10 +126,10 @@ impl From<DecodedStatus> for NodeStatus {
 /// reason, message and two timestamps (about 150 bytes a condition) are
 /// dropped as the JSON is decoded.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct NodeCondition {
+pub(crate) struct NodeCondition {
     #[serde(rename = "type")]
-    pub type_: String,
-    pub status: String,
+    pub(crate) type_: String,
+    pub(crate) status: String,
 }
 
 /// kube's `Resource` comes with these, from the same constants as

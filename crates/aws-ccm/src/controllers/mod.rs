@@ -11,15 +11,15 @@
 
 pub mod cached_node;
 pub mod events;
-pub mod informers;
-pub mod node;
+pub(crate) mod informers;
+pub(crate) mod node;
 pub mod node_ipam;
-pub mod node_lifecycle;
-pub mod permission_check;
-pub mod route;
-pub mod schedule;
+pub(crate) mod node_lifecycle;
+pub(crate) mod permission_check;
+pub(crate) mod route;
+pub(crate) mod schedule;
 pub mod service;
-pub mod service_metrics;
+pub(crate) mod service_metrics;
 pub mod tagging;
 
 use std::sync::Arc;
@@ -43,41 +43,41 @@ use crate::provider::Cloud;
 /// provider traits, never an AWS type.
 #[derive(Clone)]
 pub struct Environment<C: Cloud = Aws> {
-    pub kube: Client,
+    pub(crate) kube: Client,
     /// The cloud: for AWS, the one door and what the CCM keeps of AWS
     /// between reads.
-    pub provider: C,
-    pub cloud: Arc<CloudConfig>,
-    pub options: Arc<Validated>,
-    pub cluster_id: String,
-    pub region: String,
+    pub(crate) provider: C,
+    pub(crate) cloud: Arc<CloudConfig>,
+    pub(crate) options: Arc<Validated>,
+    pub(crate) cluster_id: String,
+    pub(crate) region: String,
     /// What the service controller syncs Services' load balancers with.
-    pub load_balancers: C::LoadBalancers,
+    pub(crate) load_balancers: C::LoadBalancers,
 }
 
 /// Everything a controller needs: the environment plus the shared informer
 /// caches (one watch per kind, whatever the number of controllers).
 #[derive(Clone)]
 pub struct ControllerContext<C: Cloud = Aws> {
-    pub env: Environment<C>,
-    pub nodes: Store<Node>,
-    pub services: Store<Service>,
+    pub(crate) env: Environment<C>,
+    pub(crate) nodes: Store<Node>,
+    pub(crate) services: Store<Service>,
     /// Bumped after every watch event the node informer has applied to
     /// `nodes`. A controller that must react to changes (not only poll)
     /// waits on `changed()` and diffs the store: no second watch, and the
     /// informer never blocks on a slow controller (a `watch` channel keeps
     /// only the latest value).
-    pub node_changes: watch::Receiver<u64>,
+    pub(crate) node_changes: watch::Receiver<u64>,
     /// The names of the Nodes behind those events, for controllers that
     /// follow each Node ([`node::changes::node_changes`]).
-    pub node_feed: node::changes::Feed,
+    pub(crate) node_feed: node::changes::Feed,
     /// The same for `services`.
-    pub service_changes: watch::Receiver<u64>,
+    pub(crate) service_changes: watch::Receiver<u64>,
 }
 
 /// Every object write of the controllers but the Event creates: a JSON
 /// merge patch of `name`, with no field manager.
-pub async fn merge_patch<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
+pub(crate) async fn merge_patch<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -86,7 +86,7 @@ where
 }
 
 /// The same of `name`'s status subresource.
-pub async fn merge_patch_status<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
+pub(crate) async fn merge_patch_status<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {

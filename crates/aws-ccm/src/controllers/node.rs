@@ -3,7 +3,8 @@
 //! addresses up to date.
 //!
 //! Initializing a node: find its instance (providerID, else name, see
-//! [`identity`]); plan providerID, labels, addresses and taint removal with a
+//! [`identity`]; a name that finds nothing, by the node's address with a
+//! proof, see [`by_address`]); plan providerID, labels, addresses and taint removal with a
 //! pure function ([`plan`]); apply the plan in two writes (status with the
 //! addresses first, so the node never becomes schedulable without them; then
 //! one resourceVersion-guarded merge patch of labels, providerID and taints);
@@ -27,11 +28,12 @@
 //! workers, never twice at once for one Node, and retries a failure after
 //! [`RETRY`].
 
-pub mod changes;
-pub mod identity;
-pub mod lookups;
-pub mod outside_region;
-pub mod plan;
+pub(crate) mod by_address;
+pub(crate) mod changes;
+pub(crate) mod identity;
+pub(crate) mod lookups;
+pub(crate) mod outside_region;
+pub(crate) mod plan;
 mod progress;
 mod status;
 mod topology;
@@ -52,7 +54,7 @@ use tracing::Instrument;
 
 use self::changes::Changes;
 use self::identity::{IdentityError, Lookup};
-use self::lookups::Prefetcher;
+use self::lookups::{Prefetcher, Search};
 use self::plan::{InitPlan, PlanContext, PlanError};
 use self::progress::ProgressBook;
 use super::ControllerContext;
@@ -73,12 +75,12 @@ const GATHER: Duration = Duration::from_millis(300);
 /// Attempts of the guarded spec patch when other writers keep winning.
 const CONFLICT_ATTEMPTS: usize = 8;
 
-pub const EVENT_SYNCED: &str = "Synced";
-pub const EVENT_INVALID_PROVIDER_ID: &str = "InvalidProviderID";
-pub const EVENT_INSTANCE_NOT_FOUND: &str = "InstanceNotFound";
-pub const EVENT_LOOKUP_FAILED: &str = "InstanceLookupFailed";
-pub const EVENT_INIT_FAILED: &str = "NodeInitializationFailed";
-pub const EVENT_LABEL_CONFLICT: &str = "LabelConflict";
+pub(crate) const EVENT_SYNCED: &str = "Synced";
+pub(crate) const EVENT_INVALID_PROVIDER_ID: &str = "InvalidProviderID";
+pub(crate) const EVENT_INSTANCE_NOT_FOUND: &str = "InstanceNotFound";
+pub(crate) const EVENT_LOOKUP_FAILED: &str = "InstanceLookupFailed";
+pub(crate) const EVENT_INIT_FAILED: &str = "NodeInitializationFailed";
+pub(crate) const EVENT_LABEL_CONFLICT: &str = "LabelConflict";
 
 struct Metrics {
     taint_removal_delay: Histogram,
@@ -120,7 +122,7 @@ pub(crate) fn seconds_since(millis: i64) -> f64 {
 
 /// Why a reconcile did not finish; the node is retried with backoff.
 #[derive(Debug, thiserror::Error)]
-pub enum NodeError {
+pub(crate) enum NodeError {
     #[error(transparent)]
     Identity(#[from] IdentityError),
     #[error("no EC2 instance found for node {node} by {lookup}")]
@@ -148,6 +150,8 @@ pub(crate) struct Shared<I: Instances> {
     pub(crate) events: Events,
     pub(crate) region: String,
     pub(crate) cluster_id: String,
+    /// cloud.conf `VPC`: where a node found by its address must be.
+    pub(crate) vpc: Option<String>,
     pub(crate) families: Vec<IpFamily>,
     pub(crate) nodes: Store<Node>,
     pub(crate) workers: usize,
@@ -171,7 +175,7 @@ impl<I: Instances> Shared<I> {
 }
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
+pub(crate) async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     LazyLock::force(&METRICS);
     outside_region::register();
     let workers = ctx.options.options.concurrent_node_syncs.max(1) as usize;
@@ -181,6 +185,7 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
         events: Events::new(ctx.kube.clone(), "cloud-node-controller"),
         region: ctx.region.clone(),
         cluster_id: ctx.cluster_id.clone(),
+        vpc: ctx.cloud.vpc.clone(),
         families: ctx.cloud.node_ip_families.clone(),
         nodes: ctx.nodes.clone(),
         workers,
@@ -276,7 +281,7 @@ fn on_changes<I: Instances>(shared: &Shared<I>, queue: &Keyed, changes: Changes)
         if let Some(lookup) = by
             && shared.progress.wants_lookup(node, lookup)
         {
-            shared.prefetch.prefetch(&name, lookup.clone());
+            (shared.prefetch).prefetch(&name, Search::for_node(node, lookup.clone()));
         }
         queue.add(&name, Class::UserWaits);
     }
@@ -419,14 +424,17 @@ async fn start_lookup<I: Instances>(
 }
 
 /// The node's instance; a Warning event when it is not found, the lookup
-/// fails, or a name-based lookup found another cluster's instance.
+/// fails, or a name-based lookup found another cluster's instance. A name
+/// that finds nothing goes on by the node's address ([`by_address`]).
 async fn find_instance<I: Instances>(
     node: &Node,
     shared: &Shared<I>,
     lookup: &Lookup,
 ) -> Result<Instance, NodeError> {
     let name = node.name_any();
-    let note = match shared.prefetch.resolve(&name, lookup).await {
+    let search = Search::for_node(node, lookup.clone());
+    let answer = shared.prefetch.resolve(&name, search.clone()).await;
+    let note = match answer.found {
         // As upstream, a name-based lookup only trusts instances of this
         // cluster: another cluster's instance may have the same DNS name.
         Ok(Some(instance))
@@ -441,7 +449,34 @@ async fn find_instance<I: Instances>(
              Tag the instance, or set the kubelet's --provider-id.",
             instance.id, shared.cluster_id, shared.cluster_id
         ),
-        Ok(None) => not_found_note(&name, lookup, &shared.cluster_id),
+        Ok(None) if !by_address::falls_back(lookup) => {
+            not_found_note(&name, lookup, &shared.cluster_id, None)
+        }
+        Ok(None) => match by_address(node, shared, &search, answer.by_address) {
+            Ok(instance) => {
+                tracing::info!(instance = %instance.id, addresses = ?search.addresses,
+                    "no instance has the node's name as its private DNS name; found by the node's address");
+                return Ok(instance);
+            }
+            Err(AddressError::Refused(refusal)) => {
+                let why = format!("By its address: {refusal}");
+                not_found_note(&name, lookup, &shared.cluster_id, Some(&why))
+            }
+            Err(AddressError::Failed(source)) => {
+                let note = format!(
+                    "No EC2 instance found for node {name} by {lookup}; looking it up by its address \
+                     ({}) failed: {source}. The node keeps its {} taint and is retried.",
+                    display_ips(&search.addresses),
+                    plan::UNINITIALIZED_TAINT
+                );
+                shared.warn(node, EVENT_LOOKUP_FAILED, note).await;
+                return Err(NodeError::Cloud {
+                    node: name,
+                    lookup: lookup.clone(),
+                    source,
+                });
+            }
+        },
         Err(source) => {
             let note = format!(
                 "Looking up the EC2 instance of node {name} by {lookup} failed: {source}. \
@@ -461,6 +496,40 @@ async fn find_instance<I: Instances>(
         node: name,
         lookup: lookup.clone(),
     })
+}
+
+/// Why the address did not give the node's instance.
+enum AddressError {
+    Refused(by_address::Refusal),
+    Failed(CloudError),
+}
+
+/// The instance the node's address proves, for a search whose lookup found
+/// nothing; `by_address` is what the address lookups answered.
+fn by_address<I: Instances>(
+    node: &Node,
+    shared: &Shared<I>,
+    search: &Search,
+    by_address: Option<Result<Vec<Instance>, CloudError>>,
+) -> Result<Instance, AddressError> {
+    let found = match by_address {
+        Some(Ok(found)) => found,
+        Some(Err(source)) => return Err(AddressError::Failed(source)),
+        // Not asked: the node has no address.
+        None => Vec::new(),
+    };
+    let rules = by_address::Rules {
+        cluster_id: &shared.cluster_id,
+        vpc: shared.vpc.as_deref(),
+    };
+    let nodes = shared.nodes.state();
+    by_address::judge(node, &search.addresses, &found, &rules, &nodes)
+        .map_err(AddressError::Refused)
+}
+
+fn display_ips(ips: &[std::net::Ipv4Addr]) -> String {
+    let ips: Vec<String> = ips.iter().map(|ip| ip.to_string()).collect();
+    ips.join(", ")
 }
 
 /// Zone name → zone ID (cached by the cloud); a Warning when reading fails.
@@ -523,17 +592,24 @@ async fn plan_for<I: Instances>(
     Ok(plan)
 }
 
-fn not_found_note(name: &str, lookup: &Lookup, cluster_id: &str) -> String {
+fn not_found_note(
+    name: &str,
+    lookup: &Lookup,
+    cluster_id: &str,
+    by_address: Option<&str>,
+) -> String {
     let hint = match lookup {
         Lookup::ById(_) => "Check that the instance exists in this account and Region".to_string(),
         Lookup::ByPrivateDns(_) => format!(
-            "The node name must be the instance's private DNS name (kubeadm's default), an instance ID, \
-             or the kubelet must set --provider-id; the instance must be live and tagged \
+            "The node must be named by its instance's private DNS name (kubeadm's default) or \
+             instance ID, or report as its address the primary private IP of exactly one live \
+             instance, or its kubelet must set --provider-id; the instance must be live and tagged \
              kubernetes.io/cluster/{cluster_id}"
         ),
     };
+    let by_address = by_address.map(|why| format!(" {why}.")).unwrap_or_default();
     format!(
-        "No EC2 instance found for node {name} by {lookup}. {hint}. The node keeps its {} taint and is retried.",
+        "No EC2 instance found for node {name} by {lookup}.{by_address} {hint}. The node keeps its {} taint and is retried.",
         plan::UNINITIALIZED_TAINT
     )
 }

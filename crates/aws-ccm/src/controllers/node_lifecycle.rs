@@ -57,10 +57,10 @@ use crate::ids::OutsideRegion;
 use crate::provider::Cloud;
 use crate::provider::instances::{InstanceState, Instances};
 
-pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
-pub const EVENT_DELETING_NODE: &str = "DeletingNode";
-pub const EVENT_DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
-pub const EVENT_KEEPING_NODE: &str = "KeepingNode";
+pub(crate) const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
+pub(crate) const EVENT_DELETING_NODE: &str = "DeletingNode";
+pub(crate) const EVENT_DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
+pub(crate) const EVENT_KEEPING_NODE: &str = "KeepingNode";
 
 static UNVERIFIED: LazyLock<Gauge> = LazyLock::new(|| {
     let gauge = Gauge::default();
@@ -74,7 +74,7 @@ static UNVERIFIED: LazyLock<Gauge> = LazyLock::new(|| {
 
 /// How a Node names its instance, which decides what AWS's answer proves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Named {
+pub(crate) enum Named {
     /// `spec.providerID`: terminated or not found is gone (upstream's
     /// `InstanceExistsByProviderID`).
     ProviderId,
@@ -88,7 +88,7 @@ pub enum Named {
 }
 
 impl Named {
-    pub fn of(node: &Node, lookup: &Lookup) -> Named {
+    pub(crate) fn of(node: &Node, lookup: &Lookup) -> Named {
         let has_provider_id = (node.spec.as_ref())
             .and_then(|s| s.provider_id.as_deref())
             .is_some_and(|p| !p.is_empty());
@@ -102,7 +102,7 @@ impl Named {
 
 /// What AWS says about a node's instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Observation {
+pub(crate) enum Observation {
     /// The instance exists in this state.
     Exists(InstanceState),
     /// AWS answered that there is no such instance.
@@ -111,7 +111,7 @@ pub enum Observation {
 
 /// What the controller does to one node.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     Nothing,
     Delete,
     /// NotReady, and no lookup found its instance: kept and reported.
@@ -123,7 +123,7 @@ pub enum Decision {
 }
 
 /// `Ready` condition is `True`.
-pub fn is_ready(node: &Node) -> bool {
+pub(crate) fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -134,7 +134,7 @@ pub fn is_ready(node: &Node) -> bool {
 /// The decision for one node, given how it names its instance and what
 /// AWS said about it (`None`: AWS was not asked or failed; never a reason
 /// to delete).
-pub fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
+pub(crate) fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
     use InstanceState::{Stopped, Terminated};
     use Observation::{Exists, Gone};
     if is_ready(node) {
@@ -223,7 +223,7 @@ struct Shared<I: Instances> {
 }
 
 /// Runs the controller until `stop` is cancelled.
-pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
+pub(crate) async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     let shared = Arc::new(Shared {
         kube: ctx.kube.clone(),
         cloud: ctx.provider.clone(),
@@ -587,6 +587,37 @@ mod tests {
         let (decided, _) = decisions(&cloud, "test", "us-east-1", vec![Arc::new(ours)]).await;
         assert_eq!(decided[0].1, Decision::Delete);
         assert_eq!(cloud.calls().by_id, ["i-0gone"]);
+    }
+
+    /// A Node on a custom DHCP domain without providerID is judged by its
+    /// name like any such Node: kept whatever AWS says, and never judged by
+    /// its address (an address proves no instance gone). Once the
+    /// cloud-node controller has proven its instance, it has a providerID.
+    #[tokio::test]
+    async fn a_custom_dhcp_node_without_provider_id_is_kept() {
+        let cloud = FakeInstances::new();
+        let mut gone = instance("i-gone", "10.0.1.5");
+        gone.state = InstanceState::Terminated;
+        cloud.add(gone);
+        let mut dhcp = node(
+            Some("False"),
+            &[crate::controllers::node::plan::UNINITIALIZED_TAINT],
+        );
+        dhcp.metadata.name = Some("ip-10-0-1-5.corp.example".into());
+        dhcp.spec.get_or_insert_default().provider_id = None;
+        dhcp.status.get_or_insert_default().addresses =
+            Some(vec![k8s_openapi::api::core::v1::NodeAddress {
+                type_: "InternalIP".into(),
+                address: "10.0.1.5".into(),
+            }]);
+        let (decided, answered) =
+            decisions(&cloud, "test", "us-east-1", vec![Arc::new(dhcp)]).await;
+        assert!(answered);
+        assert_eq!(decided.len(), 1);
+        assert_eq!(decided[0].1, Decision::KeepUnverified);
+        let calls = cloud.calls();
+        assert_eq!(calls.by_private_dns, ["ip-10-0-1-5.corp.example"]);
+        assert!(calls.by_private_ip.is_empty(), "not judged by its address");
     }
 
     #[tokio::test]

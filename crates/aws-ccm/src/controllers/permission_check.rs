@@ -20,11 +20,11 @@ use crate::provider::Cloud;
 use crate::provider::permissions::{Scope, Verdict};
 
 /// Reason of the start-up Warning event for each denied write.
-pub const EVENT_PERMISSION_DENIED: &str = "PermissionDenied";
+pub(crate) const EVENT_PERMISSION_DENIED: &str = "PermissionDenied";
 
 /// Reason of the start-up Warning event for an action the policy lacks
 /// altogether (e.g. kOps' own CCM policy without the additions).
-pub const EVENT_POLICY_LACKS_ACTION: &str = "PolicyLacksAction";
+pub(crate) const EVENT_POLICY_LACKS_ACTION: &str = "PolicyLacksAction";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabels {
@@ -44,7 +44,10 @@ static MISSING: LazyLock<Family<ActionLabels, Gauge>> = LazyLock::new(|| {
 });
 
 /// What the events regard: the CCM's Pod, else the `kube-system` Namespace.
-pub fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) -> ObjectReference {
+pub(crate) fn event_subject(
+    pod_name: Option<String>,
+    pod_namespace: Option<String>,
+) -> ObjectReference {
     let pod_name = pod_name.filter(|n| !n.is_empty());
     let (kind, name, namespace) = match (pod_name, pod_namespace.filter(|n| !n.is_empty())) {
         (Some(name), Some(namespace)) => ("Pod", name, Some(namespace)),
@@ -61,7 +64,7 @@ pub fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) ->
 
 /// The writes the enabled controllers will make, from the options,
 /// cloud.conf and the cluster ID (also what `aws-ccm doctor` checks).
-pub fn scope_for(opts: &Validated, cloud: &CloudConfig, cluster_id: &str) -> Scope {
+pub(crate) fn scope_for(opts: &Validated, cloud: &CloudConfig, cluster_id: &str) -> Scope {
     let enabled = |c| opts.controllers.contains(&c);
     let routes = (enabled(ControllerName::Route) && opts.options.configure_cloud_routes)
         .then(|| opts.cluster_cidrs.as_ref()?.cidrs().first().copied())
@@ -76,7 +79,7 @@ pub fn scope_for(opts: &Validated, cloud: &CloudConfig, cluster_id: &str) -> Sco
 }
 
 /// Runs the self-check and reports what it found.
-pub async fn run<C: Cloud>(env: Environment<C>) {
+pub(crate) async fn run<C: Cloud>(env: Environment<C>) {
     let scope = scope_for(&env.options, &env.cloud, &env.cluster_id);
     let findings = env.provider.check_writes(&scope).await;
     let events = super::events::Events::new(env.kube.clone(), "cloud-controller-manager");

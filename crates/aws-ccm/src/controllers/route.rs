@@ -24,8 +24,8 @@
 //! the CIDR, table and AWS error.
 
 mod metrics;
-pub mod plan;
-pub mod publish;
+pub(crate) mod plan;
+pub(crate) mod publish;
 mod refusals;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -56,7 +56,7 @@ use crate::provider::routes::{
 };
 
 /// Share of `--route-table-limit` past which the controller warns.
-pub const CAPACITY_WARNING_RATIO: f64 = 0.8;
+pub(crate) const CAPACITY_WARNING_RATIO: f64 = 0.8;
 /// Route calls in flight at once (the AWS client throttles underneath).
 const CONCURRENT_CHANGES: usize = 16;
 /// A repeated failure of the same route is re-announced after this long.
@@ -66,19 +66,19 @@ const EVENT_REPEAT: Duration = Duration::from_secs(600);
 /// they go on; the period bounds it, as the periodic reconcile comes anyway.
 const RETRY: Backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
 
-pub const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
-pub const REASON_ROUTE_CREATED: &str = "RouteCreated";
-pub const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
-pub const EVENT_FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
-pub const EVENT_ROUTE_TABLE_NEAR_CAPACITY: &str = "RouteTableNearCapacity";
+pub(crate) const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
+pub(crate) const REASON_ROUTE_CREATED: &str = "RouteCreated";
+pub(crate) const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
+pub(crate) const EVENT_FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
+pub(crate) const EVENT_ROUTE_TABLE_NEAR_CAPACITY: &str = "RouteTableNearCapacity";
 /// A route write IAM denies on the route table (it lacks the cluster tag).
-pub const EVENT_ROUTE_TABLE_UNAUTHORIZED: &str = "RouteTableUnauthorized";
+pub(crate) const EVENT_ROUTE_TABLE_UNAUTHORIZED: &str = "RouteTableUnauthorized";
 /// Turning off the source/destination check IAM denies on the instance.
-pub const EVENT_INSTANCE_UNAUTHORIZED: &str = "InstanceUnauthorized";
+pub(crate) const EVENT_INSTANCE_UNAUTHORIZED: &str = "InstanceUnauthorized";
 
 /// A reconcile that could not even start planning.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum ReconcileError {
+pub(crate) enum ReconcileError {
     #[error(
         "no route table found for {selector}; the route controller needs one: tag the cluster's route table(s) \
          kubernetes.io/cluster/<cluster-id>=owned (or set RouteTableID in cloud.conf), or pass \
@@ -96,7 +96,7 @@ pub enum ReconcileError {
 
 /// How one node fared in a reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NodeResult {
+pub(crate) enum NodeResult {
     /// Every route of the node exists.
     Routed,
     /// Something failed or is in the way; the messages say what.
@@ -111,21 +111,21 @@ type ChangeResult = Option<Result<(), CloudError>>;
 
 /// A change AWS refused.
 #[derive(Clone, Debug)]
-pub struct ChangeFailure {
-    pub change: RouteChange,
-    pub error: CloudError,
+pub(crate) struct ChangeFailure {
+    pub(crate) change: RouteChange,
+    pub(crate) error: CloudError,
 }
 
 /// A table above the warning threshold.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CapacityWarning {
-    pub table_id: String,
-    pub routes: usize,
-    pub limit: u32,
+pub(crate) struct CapacityWarning {
+    pub(crate) table_id: String,
+    pub(crate) routes: usize,
+    pub(crate) limit: u32,
 }
 
 impl CapacityWarning {
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         format!(
             "route table {} holds {} routes, over {:.0} % of --route-table-limit={} (the AWS quota \"Routes per \
              route table\" is 50 by default, up to 1,000). Before it fills and new nodes get no route: raise the \
@@ -141,22 +141,22 @@ impl CapacityWarning {
 
 /// What a reconcile did.
 #[derive(Clone, Debug, Default)]
-pub struct Report {
-    pub plan: Plan,
-    pub nodes: BTreeMap<String, NodeResult>,
-    pub failures: Vec<ChangeFailure>,
+pub(crate) struct Report {
+    pub(crate) plan: Plan,
+    pub(crate) nodes: BTreeMap<String, NodeResult>,
+    pub(crate) failures: Vec<ChangeFailure>,
     /// Changes that succeeded.
-    pub applied: usize,
+    pub(crate) applied: usize,
     /// Tables that crossed the warning threshold in this reconcile.
-    pub new_capacity_warnings: Vec<CapacityWarning>,
+    pub(crate) new_capacity_warnings: Vec<CapacityWarning>,
     /// Per table: routes after the changes.
-    pub table_routes: BTreeMap<String, usize>,
+    pub(crate) table_routes: BTreeMap<String, usize>,
 }
 
 impl Report {
     /// Whether the next reconcile should come soon rather than after the
     /// period: a create that needs confirming, or a failure worth retrying.
-    pub fn retry_soon(&self) -> bool {
+    pub(crate) fn retry_soon(&self) -> bool {
         self.failures
             .iter()
             .any(|f| f.error.is_already_exists() || f.error.is_transient())
@@ -164,7 +164,7 @@ impl Report {
 }
 
 /// The AWS side of the route controller, over any [`Routes`] implementation.
-pub struct Reconciler<R> {
+pub(crate) struct Reconciler<R> {
     routes: R,
     cluster_cidrs: ClusterCidrs,
     selector: RouteTableSelector,
@@ -174,7 +174,7 @@ pub struct Reconciler<R> {
 }
 
 impl<R: Routes> Reconciler<R> {
-    pub fn new(
+    pub(crate) fn new(
         routes: R,
         cluster_cidrs: ClusterCidrs,
         selector: RouteTableSelector,
@@ -190,7 +190,10 @@ impl<R: Routes> Reconciler<R> {
     }
 
     /// Reads the tables and instances, plans, applies.
-    pub async fn reconcile(&mut self, nodes: &[NodeRoutes]) -> Result<Report, ReconcileError> {
+    pub(crate) async fn reconcile(
+        &mut self,
+        nodes: &[NodeRoutes],
+    ) -> Result<Report, ReconcileError> {
         let metrics = &*METRICS;
         metrics.syncs.inc();
         let read = self.read_and_plan(nodes).await;
@@ -208,7 +211,7 @@ impl<R: Routes> Reconciler<R> {
 
     /// The reads and the plan of a reconcile, stopping before apply
     /// (`aws-ccm plan`): the tables, the nodes' instances, the plan.
-    pub async fn read_and_plan(
+    pub(crate) async fn read_and_plan(
         &self,
         nodes: &[NodeRoutes],
     ) -> Result<(Vec<RouteTable>, HashMap<String, TargetInstance>, Plan), ReconcileError> {
@@ -414,7 +417,7 @@ fn managed_routes_after(
 }
 
 /// The fields of a node that routes depend on.
-pub fn node_routes(node: &Node) -> NodeRoutes {
+pub(crate) fn node_routes(node: &Node) -> NodeRoutes {
     let spec = node.spec.as_ref();
     let mut pod_cidrs: Vec<IpNet> = spec
         .and_then(|s| s.pod_cidrs.clone())
@@ -544,7 +547,7 @@ fn fingerprint(nodes: &[Arc<Node>]) -> u64 {
 /// that failed or left a route to confirm, by [`RETRY`] (never later than
 /// the period). It reports as k8s.io/cloud-provider's watch-based route
 /// controller's queue, `Routes`, with its one key.
-pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
+pub(crate) async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     let Some((reconciler, period)) = start(&ctx) else {
         stop.cancelled().await;
         return;
@@ -580,7 +583,7 @@ impl<R: Routes> SetPass for RoutePass<R> {
 
 /// The route tables cloud.conf and the cluster ID name: the controller's,
 /// the permission check's and `aws-ccm`'s subcommands'.
-pub fn table_selector(cloud: &CloudConfig, cluster_id: &str) -> RouteTableSelector {
+pub(crate) fn table_selector(cloud: &CloudConfig, cluster_id: &str) -> RouteTableSelector {
     RouteTableSelector {
         route_table_id: cloud.route_table_id.clone(),
         vpc_id: cloud.vpc.clone(),

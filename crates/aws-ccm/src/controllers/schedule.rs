@@ -38,13 +38,12 @@
 //! docs/operations.md, "When each controller acts", has the table an
 //! operator reads.
 
-pub mod keyed;
-pub mod periodic;
-pub mod settle;
-pub mod workqueue;
+pub(crate) mod keyed;
+pub(crate) mod periodic;
+pub(crate) mod settle;
+pub(crate) mod workqueue;
 
 use std::future::Future;
-use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -52,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What ended a [`wait`].
 #[derive(Debug, PartialEq, Eq)]
-pub enum Wake<T> {
+pub(crate) enum Wake<T> {
     /// The due instant came.
     Due,
     /// The change future completed, with its output.
@@ -64,7 +63,7 @@ pub enum Wake<T> {
 /// Sleeps until `due` (with `None`, only a change or `stop` ends it), until
 /// `change` completes, or until `stop` is cancelled, whichever comes first:
 /// the one place a controller loop sleeps.
-pub async fn wait<T>(
+pub(crate) async fn wait<T>(
     stop: &CancellationToken,
     due: Option<Instant>,
     change: impl Future<Output = T>,
@@ -86,16 +85,11 @@ pub async fn wait<T>(
     }
 }
 
-/// Sleeps for `d` unless `stop` is cancelled first: a wait with no change.
-pub async fn sleep(stop: &CancellationToken, d: Duration) -> Wake<()> {
-    wait(stop, Some(Instant::now() + d), std::future::pending()).await
-}
-
 /// Completes when the informer behind `changes` has applied an event since
 /// this receiver last looked; never, once the informer is gone (shutting
 /// down), so a closed channel cannot spin a loop: the [`wait`] timer or
 /// `stop` ends the wait instead.
-pub async fn changed(changes: &mut watch::Receiver<u64>) {
+pub(crate) async fn changed(changes: &mut watch::Receiver<u64>) {
     if changes.changed().await.is_err() {
         std::future::pending::<()>().await;
     }
@@ -103,6 +97,8 @@ pub async fn changed(changes: &mut watch::Receiver<u64>) {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[tokio::test(start_paused = true)]

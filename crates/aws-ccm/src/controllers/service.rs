@@ -50,14 +50,15 @@ use crate::provider::load_balancers::{
     next_resync_slot_at,
 };
 
+mod condition;
 mod due;
 mod scope;
 
 use due::{Due, plan, record, trigger};
 
-pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
-pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-pub const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+pub(crate) const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+pub(crate) const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+pub(crate) const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 /// Retries of a failed sync: upstream's `minRetryDelay` to `maxRetryDelay`.
 const FAILED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
@@ -94,7 +95,7 @@ pub async fn run<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
 }
 
 /// Whether the controller manages this Service's load balancer at all.
-pub fn wants_load_balancer(svc: &Service) -> bool {
+pub(crate) fn wants_load_balancer(svc: &Service) -> bool {
     let spec = svc.spec.as_ref();
     svc.metadata.deletion_timestamp.is_none()
         && spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
@@ -103,7 +104,7 @@ pub fn wants_load_balancer(svc: &Service) -> bool {
 
 /// Whether the Service carries the controller's finalizer (its load
 /// balancer may still exist).
-pub fn has_finalizer(svc: &Service) -> bool {
+pub(crate) fn has_finalizer(svc: &Service) -> bool {
     svc.finalizers().iter().any(|f| f == FINALIZER)
 }
 
@@ -112,7 +113,7 @@ pub fn has_finalizer(svc: &Service) -> bool {
 /// `i-…`. As upstream's `mapToAWSInstanceIDsTolerant`, a node without a
 /// providerID (not initialized yet) or with one that names no instance is
 /// left out of the backends; the second is logged, once per node and value.
-pub fn instance_id(node: &Node) -> Option<String> {
+pub(crate) fn instance_id(node: &Node) -> Option<String> {
     match crate::ids::node_instance_id(node) {
         Ok(id) => id,
         Err(e) => {
@@ -139,7 +140,7 @@ fn warn_once(e: &crate::ids::NodeProviderIdError) {
 /// Node that leaves this set only by its taint or deletionTimestamp starts
 /// no sync ([`node_set`]): it stays registered until a sync made for
 /// another reason leaves it out.
-pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
+pub(crate) fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
     if node.metadata.deletion_timestamp.is_some() || excluded_by_label(node) {
         return false;
     }
@@ -156,7 +157,7 @@ pub fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool
 /// Go boolean (`strconv.ParseBool`); a false one keeps the node, a true one
 /// excludes it, and so does any value that is not a boolean (an empty one
 /// too).
-pub fn excluded_by_label(node: &Node) -> bool {
+pub(crate) fn excluded_by_label(node: &Node) -> bool {
     node.labels()
         .get(EXCLUDE_LABEL)
         .is_some_and(|v| go_parse_bool(v) != Some(false))
@@ -210,7 +211,10 @@ fn selected(nodes: &[Arc<Node>], target_labels: &BTreeMap<String, String>) -> u6
 }
 
 /// Instance IDs of the backends.
-pub fn backends(nodes: &[Arc<Node>], target_labels: &BTreeMap<String, String>) -> BTreeSet<String> {
+pub(crate) fn backends(
+    nodes: &[Arc<Node>],
+    target_labels: &BTreeMap<String, String>,
+) -> BTreeSet<String> {
     nodes
         .iter()
         .filter(|n| is_backend(n, target_labels))
@@ -423,6 +427,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             let alive = live.contains(k);
             if !alive {
                 self.queue.forget(k);
+                condition::forget(k);
             }
             alive
         });
@@ -493,6 +498,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             return keyed::Outcome::Done;
         };
         if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
+            condition::forget(&taken.key);
             return keyed::Outcome::Done;
         }
         let job = {
@@ -565,11 +571,12 @@ impl<L: LoadBalancers> ServiceController<L> {
         // Another controller's (the Go CCM answers ImplementedElsewhere):
         // no AWS call, the status is that controller's to write.
         if is_external(svc) {
+            condition::forget(&key(svc));
             return Outcome::Done;
         }
         let obj = svc.object_ref(&());
         let reading = LoadBalancerSpec::read_with(svc, &self.cloud);
-        let Some(scope) = self.read_scope(svc, &reading, service_changed).await else {
+        let Some(scope) = self.read_scope(svc, &api, &reading, service_changed).await else {
             return Outcome::Invalid;
         };
         let spec = reading.spec;
@@ -577,6 +584,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             && let Err(e) = self.set_finalizer(&api, svc, true).await
         {
             tracing::warn!(error = %e, "failed to add the finalizer; nothing created");
+            condition::write_failed(&api, svc, "add the finalizer", &e).await;
             return Outcome::Failed;
         }
         if service_changed {
@@ -612,17 +620,17 @@ impl<L: LoadBalancers> ServiceController<L> {
         match ensured {
             Ok(done) if scope != Scope::Full => {
                 // Kept current; the refused value still waits for a fix.
-                match self.ensured(svc, &api, done, false).await {
+                match self.ensured(svc, &api, done, false, false).await {
                     Outcome::Done => Outcome::Invalid,
                     other => other,
                 }
             }
-            Ok(done) => self.ensured(svc, &api, done, service_changed).await,
+            Ok(done) => self.ensured(svc, &api, done, service_changed, true).await,
             Err(e) if may_wait && e.in_use() => {
                 tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
                 Outcome::Waiting
             }
-            Err(e) => self.ensure_failed(svc, e, service_changed).await,
+            Err(e) => self.ensure_failed(svc, &api, e, service_changed).await,
         }
     }
 
@@ -692,17 +700,19 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
                 .await;
         }
+        condition::cleared(api, svc).await;
         Outcome::Done
     }
 
     /// Publishes an ensured load balancer: the status, IAM's refusals, the
-    /// events.
+    /// events, and, for a sync in `full`, that it finished.
     async fn ensured(
         &self,
         svc: &Service,
         api: &Api<Service>,
         done: crate::provider::load_balancers::Ensured,
         service_changed: bool,
+        full: bool,
     ) -> Outcome {
         let obj = svc.object_ref(&());
         tracing::info!(
@@ -714,6 +724,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             let patch = serde_json::json!({"status": {"loadBalancer": {"ingress": [{"hostname": done.hostname}]}}});
             if let Err(e) = super::merge_patch_status(api, &svc.name_any(), patch).await {
                 tracing::warn!(error = %e, "failed to write the load balancer status");
+                condition::write_failed(api, svc, "write the load balancer status", &e).await;
                 return Outcome::Failed;
             }
         }
@@ -727,13 +738,11 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .normal(&obj, "EnsuredLoadBalancer", "Ensured load balancer")
                 .await;
         } else if !done.changes.is_empty() {
-            self.events
-                .normal(
-                    &obj,
-                    "UpdatedLoadBalancer",
-                    format!("Updated load balancer: {}", done.changes.join("; ")),
-                )
-                .await;
+            let what = format!("Updated load balancer: {}", done.changes.join("; "));
+            self.events.normal(&obj, "UpdatedLoadBalancer", what).await;
+        }
+        if full {
+            condition::finished(api, svc).await;
         }
         Outcome::Done
     }
@@ -789,7 +798,7 @@ fn has_ingress(svc: &Service) -> bool {
 /// Whether the Service has a load balancer already (its status or the
 /// finalizer says so): what a refused or held value keeps in upkeep
 /// rather than leaving alone.
-pub fn has_load_balancer(svc: &Service) -> bool {
+pub(crate) fn has_load_balancer(svc: &Service) -> bool {
     has_finalizer(svc) || current_hostname(svc).is_some()
 }
 

@@ -57,7 +57,7 @@ fn registered<M: Metric + Clone>(name: &str, help: &str, metric: M) -> M {
 
 /// One load balancer ensure: `service_changed` false means a node (host)
 /// update, as upstream's node sync.
-pub fn ensured(service_changed: bool, elapsed: Duration, ok: bool) {
+pub(crate) fn ensured(service_changed: bool, elapsed: Duration, ok: bool) {
     let m = &*METRICS;
     m.syncs.inc();
     if !service_changed {

@@ -50,7 +50,7 @@ use crate::provider::instances::{Instances, MAX_TAG_RESOURCES};
 use crate::provider::{CloudError, CloudResult};
 
 /// Upstream's label recording which tag set a node's instance carries.
-pub const TAGGED_LABEL: &str = "k8s.io/cloud-provider-aws";
+pub(crate) const TAGGED_LABEL: &str = "k8s.io/cloud-provider-aws";
 /// Failures in a row of a node whose instance is not found (EC2 may not
 /// list a brand-new instance yet) before it is skipped.
 const NOT_FOUND_ATTEMPTS: u32 = 5;
@@ -108,7 +108,7 @@ pub fn tags_checksum(tags: &[(String, String)]) -> String {
 
 /// The instance to tag for `node`, if it needs tagging, in `region`, the
 /// CCM's.
-pub fn needs_tagging(node: &Node, checksum: &str, region: &str) -> Option<String> {
+pub(crate) fn needs_tagging(node: &Node, checksum: &str, region: &str) -> Option<String> {
     let labelled = node
         .metadata
         .labels
@@ -163,7 +163,7 @@ impl Key {
 
 /// What a Node change makes of a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// Due now.
     Add(Key),
     /// Moot: the Node is gone or needs no tags any more.
@@ -172,18 +172,18 @@ pub enum Trigger {
 
 /// A node to tag now.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TagItem {
-    pub node: String,
-    pub instance: String,
+pub(crate) struct TagItem {
+    pub(crate) node: String,
+    pub(crate) instance: String,
     /// The node had no tagging label at all (for the initial-delay metric).
-    pub initial: bool,
-    pub created_ms: Option<i64>,
+    pub(crate) initial: bool,
+    pub(crate) created_ms: Option<i64>,
 }
 
 /// What the controller remembers between works: which Node changes make
 /// a key due, and what a failed work leaves. Pure; the queue holds when,
 /// the I/O is in [`Tagger`].
-pub struct Book {
+pub(crate) struct Book {
     /// The CCM's Region: Nodes of another are not this controller's.
     region: String,
     checksum: String,
@@ -202,7 +202,7 @@ pub struct Book {
 }
 
 impl Book {
-    pub fn new(region: &str, checksum: &str) -> Book {
+    pub(crate) fn new(region: &str, checksum: &str) -> Book {
         Book {
             region: region.to_string(),
             checksum: checksum.to_string(),
@@ -215,7 +215,7 @@ impl Book {
 
     /// Takes in what the informer saw; returns what it makes of the keys,
     /// in order.
-    pub fn observe(&mut self, changes: &Changes) -> Vec<Trigger> {
+    pub(crate) fn observe(&mut self, changes: &Changes) -> Vec<Trigger> {
         let mut out = Vec::new();
         for node in &changes.deleted {
             let name = node.name_any();
@@ -260,7 +260,7 @@ impl Book {
     }
 
     /// What to tag for `node` now, if it still needs it and is not skipped.
-    pub fn item(&self, node: &Node) -> Option<TagItem> {
+    pub(crate) fn item(&self, node: &Node) -> Option<TagItem> {
         let name = node.name_any();
         let instance = needs_tagging(node, &self.checksum, &self.region)?;
         if self.skipped.get(&name) == Some(&(node.metadata.uid.clone(), instance.clone())) {
@@ -280,7 +280,7 @@ impl Book {
 
     /// Records a failed tag of `item`, its `failures`-th in a row; returns
     /// true when it is given up: skipped until the node changes.
-    pub fn tag_failed(
+    pub(crate) fn tag_failed(
         &mut self,
         item: &TagItem,
         uid: Option<String>,
@@ -320,7 +320,10 @@ impl Book {
 /// whole call for one instance it denies, e.g. one tagged only with the
 /// legacy `KubernetesCluster`), is split in halves until the unknown or
 /// denied instances are isolated. Every ID gets its own outcome.
-pub async fn in_batches<F, Fut>(ids: &[String], mut call: F) -> HashMap<String, CloudResult<()>>
+pub(crate) async fn in_batches<F, Fut>(
+    ids: &[String],
+    mut call: F,
+) -> HashMap<String, CloudResult<()>>
 where
     F: FnMut(Vec<String>) -> Fut,
     Fut: std::future::Future<Output = CloudResult<()>>,

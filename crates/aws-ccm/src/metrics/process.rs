@@ -11,22 +11,22 @@ use prometheus_client::metrics::gauge::ConstGauge;
 
 /// `process_*` and `kubernetes_build_info`, computed at each scrape.
 #[derive(Debug)]
-pub struct ProcessCollector;
+pub(crate) struct ProcessCollector;
 
 /// What `/proc/self/stat` and friends say now.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct ProcessStats {
-    pub cpu_seconds: f64,
-    pub resident_bytes: f64,
-    pub virtual_bytes: f64,
-    pub start_time_seconds: f64,
-    pub open_fds: f64,
-    pub max_fds: f64,
+pub(crate) struct ProcessStats {
+    pub(crate) cpu_seconds: f64,
+    pub(crate) resident_bytes: f64,
+    pub(crate) virtual_bytes: f64,
+    pub(crate) start_time_seconds: f64,
+    pub(crate) open_fds: f64,
+    pub(crate) max_fds: f64,
 }
 
 impl ProcessStats {
     /// `None` off Linux, or when `/proc` cannot be read.
-    pub fn read() -> Option<ProcessStats> {
+    pub(super) fn read() -> Option<ProcessStats> {
         let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
         let boot_time = std::fs::read_to_string("/proc/stat").ok()?;
         let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();

@@ -27,14 +27,14 @@ pub mod plan;
 pub struct Context {
     pub aws: Aws,
     pub kube: kube::Client,
-    pub cloud: Arc<CloudConfig>,
-    pub validated: Arc<Validated>,
+    pub(crate) cloud: Arc<CloudConfig>,
+    pub(crate) validated: Arc<Validated>,
     pub cluster_id: String,
-    pub region: String,
+    pub(crate) region: String,
     /// How the region was found (cloud.conf, or instance metadata).
-    pub region_from: String,
+    pub(crate) region_from: String,
     /// How the cluster ID was found (cloud.conf, or a tag of this instance).
-    pub cluster_id_from: String,
+    pub(crate) cluster_id_from: String,
 }
 
 impl Context {

@@ -34,26 +34,26 @@ use crate::provider::load_balancers::{
 /// The plan of a Service handed to another controller
 /// (`aws-load-balancer-type: external` or `nlb-ip`), alive or not: the
 /// controllers make no AWS call for it.
-pub const HANDED_OVER: &str = "handed to another controller: nothing to do";
+pub(crate) const HANDED_OVER: &str = "handed to another controller: nothing to do";
 
 /// One step, as `terraform plan` prints it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Step {
+pub(crate) struct Step {
     /// `+`, `~`, `-` or `-/+`.
-    pub symbol: &'static str,
-    pub what: String,
+    pub(crate) symbol: &'static str,
+    pub(crate) what: String,
     /// The AWS actions applying it sends (one each, before retries).
-    pub actions: Vec<&'static str>,
+    pub(crate) actions: Vec<&'static str>,
 }
 
 /// The plan of one subject: a Service (`namespace/name`) or `routes`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Section {
-    pub subject: String,
-    pub steps: Vec<Step>,
+    pub(crate) subject: String,
+    pub(crate) steps: Vec<Step>,
     /// What keeps the plan from being complete: an invalid Service, a
     /// write IAM refuses, a failed read.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// The sync (or reconcile) would fail: an invalid Service, an error the
     /// plan met. `aws-ccm plan` then exits non-zero.
     pub would_fail: bool,
@@ -600,6 +600,7 @@ fn nlb_step(c: &NlbChange, what: String) -> Step {
         NlbChange::SetSubnets(_) => ("~", "SetSubnets"),
         NlbChange::SetIpAddressType(_) => ("~", "SetIpAddressType"),
         NlbChange::AddTags { .. } => ("~", "AddTags"),
+        NlbChange::RemoveTags { .. } => ("-", "RemoveTags"),
         NlbChange::ModifyAttributes(_) => ("~", "ModifyLoadBalancerAttributes"),
         NlbChange::CreateTargetGroup { .. } => ("+", "CreateTargetGroup"),
         NlbChange::ModifyHealthCheck { .. } => ("~", "ModifyTargetGroup"),

@@ -13,11 +13,11 @@ use std::fmt;
 use ipnet::IpNet;
 
 /// Default node mask of IPv4 pod ranges (upstream's).
-pub const DEFAULT_NODE_MASK_IPV4: u8 = 24;
+pub(crate) const DEFAULT_NODE_MASK_IPV4: u8 = 24;
 /// Default node mask of IPv6 pod ranges (upstream's).
-pub const DEFAULT_NODE_MASK_IPV6: u8 = 64;
+pub(crate) const DEFAULT_NODE_MASK_IPV6: u8 = 64;
 /// Upstream's cap on node CIDRs per cluster CIDR: node mask − cluster mask ≤ 16.
-pub const MAX_NODE_MASK_DIFF: u8 = 16;
+pub(crate) const MAX_NODE_MASK_DIFF: u8 = 16;
 
 /// IP family of a CIDR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -27,7 +27,7 @@ pub enum Family {
 }
 
 impl Family {
-    pub fn of(net: &IpNet) -> Family {
+    pub(crate) fn of(net: &IpNet) -> Family {
         match net {
             IpNet::V4(_) => Family::V4,
             IpNet::V6(_) => Family::V6,
@@ -165,12 +165,12 @@ impl ClusterCidrs {
         &self.cidrs
     }
 
-    pub fn is_dual_stack(&self) -> bool {
+    pub(crate) fn is_dual_stack(&self) -> bool {
         self.cidrs.len() == 2
     }
 
     /// Whether `net` lies wholly inside one of the cluster CIDRs.
-    pub fn contains(&self, net: &IpNet) -> bool {
+    pub(crate) fn contains(&self, net: &IpNet) -> bool {
         self.cidrs.iter().any(|c| c.contains(net))
     }
 
@@ -188,25 +188,25 @@ impl fmt::Display for ClusterCidrs {
 
 /// One range node CIDRs are cut from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NodeCidrRange {
-    pub cluster_cidr: IpNet,
+pub(crate) struct NodeCidrRange {
+    pub(crate) cluster_cidr: IpNet,
     /// Prefix length of each node's CIDR.
-    pub node_mask: u8,
+    pub(crate) node_mask: u8,
 }
 
 /// What node IPAM allocates from: one range per cluster CIDR, primary first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NodeCidrAllocation {
-    pub cluster: ClusterCidrs,
-    pub ranges: Vec<NodeCidrRange>,
+    pub(crate) cluster: ClusterCidrs,
+    pub(crate) ranges: Vec<NodeCidrRange>,
 }
 
 /// The node mask flags as given (`None` = not set).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct MaskFlags {
-    pub node_cidr_mask_size: Option<u8>,
-    pub ipv4: Option<u8>,
-    pub ipv6: Option<u8>,
+    pub(crate) node_cidr_mask_size: Option<u8>,
+    pub(crate) ipv4: Option<u8>,
+    pub(crate) ipv6: Option<u8>,
 }
 
 /// A family's node mask and the flag it came from (for error messages).

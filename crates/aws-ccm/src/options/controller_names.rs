@@ -9,7 +9,7 @@ use std::fmt;
 
 /// Every controller this binary knows, by its canonical (upstream) name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum ControllerName {
+pub(crate) enum ControllerName {
     CloudNode,
     CloudNodeLifecycle,
     Service,
@@ -19,7 +19,7 @@ pub enum ControllerName {
 }
 
 impl ControllerName {
-    pub const ALL: [ControllerName; 6] = [
+    pub(crate) const ALL: [ControllerName; 6] = [
         ControllerName::CloudNode,
         ControllerName::CloudNodeLifecycle,
         ControllerName::Service,
@@ -28,7 +28,7 @@ impl ControllerName {
         ControllerName::Tagging,
     ];
 
-    pub fn canonical(self) -> &'static str {
+    pub(crate) fn canonical(self) -> &'static str {
         match self {
             ControllerName::CloudNode => "cloud-node-controller",
             ControllerName::CloudNodeLifecycle => "cloud-node-lifecycle-controller",
@@ -40,7 +40,7 @@ impl ControllerName {
     }
 
     /// Short names accepted by upstream (`cloud-node`, `service`, `route`, ...).
-    pub fn alias(self) -> &'static str {
+    pub(crate) fn alias(self) -> &'static str {
         match self {
             ControllerName::CloudNode => "cloud-node",
             ControllerName::CloudNodeLifecycle => "cloud-node-lifecycle",
@@ -56,11 +56,11 @@ impl ControllerName {
     /// (kube-controller-manager allocates pod CIDRs there, and deployments
     /// such as kOps pass `--allocate-node-cidrs=true` to both, so `*` turning
     /// it on would start a second allocator on a swap).
-    pub fn enabled_by_default(self) -> bool {
+    pub(crate) fn enabled_by_default(self) -> bool {
         !matches!(self, ControllerName::Tagging | ControllerName::NodeIpam)
     }
 
-    pub fn parse(name: &str) -> Option<ControllerName> {
+    pub(crate) fn parse(name: &str) -> Option<ControllerName> {
         ControllerName::ALL
             .into_iter()
             .find(|c| c.canonical() == name || c.alias() == name)
@@ -83,7 +83,7 @@ pub struct UnknownController {
 }
 
 /// Resolves a `--controllers` list into the set of controllers to run.
-pub fn select(list: &[String]) -> Result<BTreeSet<ControllerName>, UnknownController> {
+pub(crate) fn select(list: &[String]) -> Result<BTreeSet<ControllerName>, UnknownController> {
     let unknown = |name: &str| UnknownController {
         name: name.to_string(),
         known: ControllerName::ALL.map(|c| c.alias()).join(", "),

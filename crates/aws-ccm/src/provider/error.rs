@@ -78,7 +78,11 @@ impl CloudError {
     /// A failure the cloud's own error describes: `text` already names the
     /// operation as that cloud spells it (AWS: `EC2 CreateRoute failed after
     /// 3 attempt(s): ...`), so it is kept whole.
-    pub fn described(operation: impl Into<String>, kind: ErrorKind, text: String) -> CloudError {
+    pub(crate) fn described(
+        operation: impl Into<String>,
+        kind: ErrorKind,
+        text: String,
+    ) -> CloudError {
         CloudError {
             kind,
             operation: Some(operation.into()),
@@ -88,7 +92,7 @@ impl CloudError {
 
     /// A value the user must fix; `message` names the object, the value
     /// and the fix.
-    pub fn invalid(message: impl Into<String>) -> CloudError {
+    pub(crate) fn invalid(message: impl Into<String>) -> CloudError {
         CloudError {
             kind: ErrorKind::Invalid,
             operation: None,
@@ -96,51 +100,52 @@ impl CloudError {
         }
     }
 
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         self.kind
     }
 
     /// The operation that failed, as the cloud's policy names it.
-    pub fn operation(&self) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn operation(&self) -> Option<&str> {
         self.operation.as_deref()
     }
 
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         self.kind == ErrorKind::NotFound
     }
 
-    pub fn is_throttled(&self) -> bool {
+    pub(crate) fn is_throttled(&self) -> bool {
         self.kind == ErrorKind::Throttled
     }
 
     /// IAM refused the call.
-    pub fn is_denied(&self) -> bool {
+    pub(crate) fn is_denied(&self) -> bool {
         self.kind == ErrorKind::Denied
     }
 
     /// Another resource still uses the one to delete.
-    pub fn in_use(&self) -> bool {
+    pub(crate) fn in_use(&self) -> bool {
         self.kind == ErrorKind::InUse
     }
 
-    pub fn is_already_exists(&self) -> bool {
+    pub(crate) fn is_already_exists(&self) -> bool {
         self.kind == ErrorKind::AlreadyExists
     }
 
     /// A value the user must fix, not a cloud failure.
-    pub fn is_invalid(&self) -> bool {
+    pub(crate) fn is_invalid(&self) -> bool {
         self.kind == ErrorKind::Invalid
     }
 
     /// Repeating the same request soon may succeed (throttling, 5xx,
     /// timeouts).
-    pub fn is_transient(&self) -> bool {
-        matches!(self.kind, ErrorKind::Throttled | ErrorKind::Transient)
+    pub(crate) fn is_transient(&self) -> bool {
+        self.is_throttled() || self.kind == ErrorKind::Transient
     }
 
     /// The cloud refused the request itself: it answered, and the same
     /// request will get the same answer until something else changes.
-    pub fn is_rejected(&self) -> bool {
+    pub(crate) fn is_rejected(&self) -> bool {
         matches!(
             self.kind,
             ErrorKind::Denied | ErrorKind::InUse | ErrorKind::AlreadyExists | ErrorKind::Rejected
@@ -149,7 +154,7 @@ impl CloudError {
 }
 
 /// A cloud call's answer.
-pub type CloudResult<T> = Result<T, CloudError>;
+pub(crate) type CloudResult<T> = Result<T, CloudError>;
 
 #[cfg(test)]
 mod tests {

@@ -19,10 +19,10 @@ use std::sync::Arc;
 use super::error::CloudResult;
 
 /// EC2 accepts at most this many resource IDs in one CreateTags/DeleteTags.
-pub const MAX_TAG_RESOURCES: usize = 1000;
+pub(crate) const MAX_TAG_RESOURCES: usize = 1000;
 /// EC2 accepts at most this many instance IDs in one
 /// DescribeInstanceTopology: one question's worth of network-node lookups.
-pub const MAX_TOPOLOGY_IDS: usize = 100;
+pub(crate) const MAX_TOPOLOGY_IDS: usize = 100;
 
 /// Lifecycle state of an instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -52,7 +52,7 @@ impl InstanceState {
             .unwrap_or_else(|| Other(name.to_string()))
     }
 
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             InstanceState::Pending => "pending",
             InstanceState::Running => "running",
@@ -65,7 +65,7 @@ impl InstanceState {
     }
 
     /// Terminated or on its way there: the node should go away.
-    pub fn is_terminated(&self) -> bool {
+    pub(crate) fn is_terminated(&self) -> bool {
         matches!(
             self,
             InstanceState::ShuttingDown | InstanceState::Terminated
@@ -85,11 +85,11 @@ impl fmt::Display for InstanceState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NetworkInterface {
     /// Device index of the attachment (0 is the primary interface).
-    pub device_index: Option<i32>,
+    pub(crate) device_index: Option<i32>,
     /// The interface's primary private IPv4 address first, then secondaries.
     pub private_ips: Vec<Ipv4Addr>,
-    pub ipv6_addresses: Vec<Ipv6Addr>,
-    pub public_ip: Option<Ipv4Addr>,
+    pub(crate) ipv6_addresses: Vec<Ipv6Addr>,
+    pub(crate) public_ip: Option<Ipv4Addr>,
 }
 
 /// A security group reference on an instance.
@@ -113,13 +113,13 @@ pub struct Instance {
     pub instance_type: Option<Shared>,
     pub state: InstanceState,
     pub private_dns_name: Option<String>,
-    pub public_dns_name: Option<String>,
+    pub(crate) public_dns_name: Option<String>,
     pub private_ip: Option<Ipv4Addr>,
-    pub public_ip: Option<Ipv4Addr>,
+    pub(crate) public_ip: Option<Ipv4Addr>,
     /// Sorted by device index.
     pub network_interfaces: Vec<NetworkInterface>,
-    pub tags: InstanceTags,
-    pub source_dest_check: Option<bool>,
+    pub(crate) tags: InstanceTags,
+    pub(crate) source_dest_check: Option<bool>,
     pub subnet_id: Option<Shared>,
     pub vpc_id: Option<Shared>,
     pub security_groups: Vec<SecurityGroupRef>,
@@ -137,11 +137,11 @@ impl InstanceTags {
         self.0.binary_search_by(|(k, _)| (**k).cmp(key))
     }
 
-    pub fn get(&self, key: &str) -> Option<&str> {
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.position(key).ok().map(|i| &*self.0[i].1)
     }
 
-    pub fn contains_key(&self, key: &str) -> bool {
+    pub(crate) fn contains_key(&self, key: &str) -> bool {
         self.position(key).is_ok()
     }
 
@@ -153,14 +153,14 @@ impl InstanceTags {
     }
 
     /// `(key, value)` pairs in key order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (&**k, &**v))
     }
 }
 
 /// The answer to a lookup of one instance: `Ok(None)` when the cloud
 /// answered that there is no such instance.
-pub type Found = CloudResult<Option<Instance>>;
+pub(crate) type Found = CloudResult<Option<Instance>>;
 
 /// What the node controllers ask of the cloud. Every method may be called
 /// concurrently from many tasks; implementations batch and share the work.
@@ -171,6 +171,16 @@ pub trait Instances: Clone + Send + Sync + 'static {
 
     /// The live (not terminated) instance with this private DNS name.
     fn instance_by_private_dns(&self, name: &str) -> impl Future<Output = Found> + Send;
+
+    /// Every live (not terminated) instance whose primary private IPv4
+    /// address is `ip`, in any VPC, tagged for any cluster or none; empty
+    /// when there is none. Concurrent lookups are batched. The caller
+    /// decides what the answer proves (see
+    /// `controllers::node::by_address`).
+    fn instances_by_private_ip(
+        &self,
+        ip: Ipv4Addr,
+    ) -> impl Future<Output = CloudResult<Vec<Instance>>> + Send;
 
     /// Every instance tagged as a member of the cluster, in any state; a
     /// shared, cached sweep. An instance missing from it may still exist
@@ -217,15 +227,15 @@ pub trait Instances: Clone + Send + Sync + 'static {
 #[cfg(test)]
 impl InstanceTags {
     /// Sets `key` to `value`, replacing an earlier value.
-    pub fn insert(&mut self, key: &str, value: &str) {
+    pub(crate) fn insert(&mut self, key: &str, value: &str) {
         self.insert_shared(key.into(), value.into());
     }
 
-    pub fn remove(&mut self, key: &str) -> Option<Shared> {
+    pub(crate) fn remove(&mut self, key: &str) -> Option<Shared> {
         self.position(key).ok().map(|i| self.0.remove(i).1)
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.0.clear();
     }
 }
@@ -249,7 +259,7 @@ impl Extend<(String, String)> for InstanceTags {
 
 /// An in-memory cloud for unit tests of the controllers.
 #[cfg(test)]
-pub mod fake {
+pub(crate) mod fake {
     use std::collections::{BTreeMap, HashMap};
     use std::sync::Arc;
 
@@ -260,14 +270,16 @@ pub mod fake {
 
     /// What the fake was asked, for assertions.
     #[derive(Clone, Debug, Default, PartialEq, Eq)]
-    pub struct Calls {
-        pub by_id: Vec<String>,
-        pub by_private_dns: Vec<String>,
-        pub sweeps: u32,
+    pub(crate) struct Calls {
+        pub(crate) by_id: Vec<String>,
+        pub(crate) by_private_dns: Vec<String>,
+        /// Addresses asked by [`Instances::instances_by_private_ip`].
+        pub by_private_ip: Vec<Ipv4Addr>,
+        pub(crate) sweeps: u32,
         /// Instance IDs asked for network nodes, one entry per question.
-        pub network_nodes: Vec<String>,
-        pub create_tags: Vec<Vec<String>>,
-        pub delete_tags: Vec<Vec<String>>,
+        pub(crate) network_nodes: Vec<String>,
+        pub(crate) create_tags: Vec<Vec<String>>,
+        pub(crate) delete_tags: Vec<Vec<String>>,
     }
 
     #[derive(Default)]
@@ -289,79 +301,39 @@ pub mod fake {
 
     /// Cheap to clone; clones share state.
     #[derive(Clone, Default)]
-    pub struct FakeInstances {
+    pub(crate) struct FakeInstances {
         state: Arc<Mutex<State>>,
     }
 
     impl FakeInstances {
-        pub fn new() -> FakeInstances {
+        pub(crate) fn new() -> FakeInstances {
             FakeInstances::default()
         }
 
-        pub fn add(&self, instance: Instance) {
+        pub(crate) fn add(&self, instance: Instance) {
             self.state
                 .lock()
                 .instances
                 .insert(instance.id.clone(), instance);
         }
 
-        pub fn hide_from_sweep(&self, id: &str) {
+        pub(crate) fn hide_from_sweep(&self, id: &str) {
             self.state.lock().hidden_from_sweep.push(id.to_string());
         }
 
-        pub fn set_state(&self, id: &str, state: InstanceState) {
-            if let Some(i) = self.state.lock().instances.get_mut(id) {
-                i.state = state;
-            }
-        }
-
-        pub fn remove(&self, id: &str) {
-            self.state.lock().instances.remove(id);
-        }
-
-        pub fn set_zone_id(&self, zone: &str, id: &str) {
-            self.state
-                .lock()
-                .zone_ids
-                .insert(zone.to_string(), id.to_string());
-        }
-
-        pub fn fail_lookups(&self, err: Option<CloudError>) {
+        pub(crate) fn fail_lookups(&self, err: Option<CloudError>) {
             self.state.lock().fail_lookups = err;
         }
 
-        pub fn fail_sweep(&self, err: Option<CloudError>) {
+        pub(crate) fn fail_sweep(&self, err: Option<CloudError>) {
             self.state.lock().fail_sweep = err;
         }
 
-        pub fn fail_tags(&self, err: Option<CloudError>) {
-            self.state.lock().fail_tags = err;
-        }
-
-        /// The instance's network nodes, and its type as one expected to
-        /// have them.
-        pub fn set_network_nodes(&self, id: &str, nodes: &[&str]) {
-            let mut st = self.state.lock();
-            st.topology.insert(
-                id.to_string(),
-                nodes.iter().map(|n| n.to_string()).collect(),
-            );
-            let kind = st
-                .instances
-                .get(id)
-                .and_then(|i| i.instance_type.as_deref().map(str::to_string));
-            st.topology_types.extend(kind);
-        }
-
-        pub fn fail_topology(&self, err: Option<CloudError>) {
-            self.state.lock().fail_topology = err;
-        }
-
-        pub fn calls(&self) -> Calls {
+        pub(crate) fn calls(&self) -> Calls {
             self.state.lock().calls.clone()
         }
 
-        pub fn tags_of(&self, id: &str) -> BTreeMap<String, String> {
+        pub(crate) fn tags_of(&self, id: &str) -> BTreeMap<String, String> {
             self.state
                 .lock()
                 .instances
@@ -418,6 +390,18 @@ pub mod fake {
                         && i.state != InstanceState::Terminated
                 })
                 .cloned())
+        }
+
+        async fn instances_by_private_ip(&self, ip: Ipv4Addr) -> Result<Vec<Instance>, CloudError> {
+            let mut st = self.state.lock();
+            st.calls.by_private_ip.push(ip);
+            if let Some(err) = st.fail_lookups.clone() {
+                return Err(err);
+            }
+            Ok((st.instances.values())
+                .filter(|i| i.private_ip == Some(ip) && i.state != InstanceState::Terminated)
+                .cloned()
+                .collect())
         }
 
         async fn cluster_instances(&self) -> Result<Arc<Vec<Instance>>, CloudError> {
@@ -507,7 +491,7 @@ pub mod fake {
     }
 
     /// A running instance in `us-east-1a` with one interface, for tests.
-    pub fn instance(id: &str, private_ip: &str) -> Instance {
+    pub(crate) fn instance(id: &str, private_ip: &str) -> Instance {
         let ip: std::net::Ipv4Addr = private_ip.parse().expect("test IP");
         let dns = format!("ip-{}.ec2.internal", private_ip.replace('.', "-"));
         Instance {

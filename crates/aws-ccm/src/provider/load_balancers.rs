@@ -21,8 +21,8 @@ use std::future::Future;
 use crate::provider::CloudResult;
 
 pub use crate::aws::annotations::{
-    Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SpecError, TARGET_NODE_LABELS, TYPE,
-    is_external, is_protected, labels_match, parse_key_values,
+    Finding, Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SYNC_FAILED, SpecError,
+    TARGET_NODE_LABELS, TYPE, is_external, is_protected, labels_match, parse_key_values,
 };
 
 /// The resync slot of the Service with UID `uid` that holds `at`: slots
@@ -32,14 +32,14 @@ pub use crate::aws::annotations::{
 /// Service is due for its periodic resync once the slot moved on since its
 /// last sync; the load balancers use the same slots to decide when to read
 /// a load balancer in full again (drift repair).
-pub fn resync_slot(uid: &str, period: std::time::Duration, at: tokio::time::Instant) -> u64 {
+pub(crate) fn resync_slot(uid: &str, period: std::time::Duration, at: tokio::time::Instant) -> u64 {
     let (epoch, period, offset) = slot_grid(uid, period);
     ((at.saturating_duration_since(epoch).as_nanos() + offset) / period) as u64
 }
 
 /// When the resync slot after the one holding `at` begins: the instant a
 /// Service synced at `at` comes due for its resync.
-pub fn next_resync_slot_at(
+pub(crate) fn next_resync_slot_at(
     uid: &str,
     period: std::time::Duration,
     at: tokio::time::Instant,
@@ -105,11 +105,11 @@ pub enum Scope {
 /// What an ensure did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ensured {
-    pub hostname: String,
+    pub(crate) hostname: String,
     /// Descriptions of the changes applied; empty when nothing differed.
     pub changes: Vec<String>,
     /// Writes the cloud refused: left undone, the rest synced.
-    pub warnings: Vec<Warning>,
+    pub(crate) warnings: Vec<Warning>,
 }
 
 pub trait LoadBalancers: Clone + Send + Sync + 'static {
@@ -151,8 +151,8 @@ pub struct Removed {
 /// of the load balancer was synced. Becomes a Warning event on the Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
-    pub reason: &'static str,
-    pub message: String,
+    pub(crate) reason: &'static str,
+    pub(crate) message: String,
 }
 
 /// One warning per reason: events with the same reason on one object fold

@@ -7,13 +7,13 @@
 //! here; the `crate::aws` lines left here say why at the top of their file.
 //! Every trait fails with the one [`CloudError`] (see [`error`]).
 
-pub mod error;
+pub(crate) mod error;
 pub mod instances;
 pub mod load_balancers;
-pub mod permissions;
+pub(crate) mod permissions;
 pub mod routes;
 
-pub use error::{CloudError, CloudResult, ErrorKind};
+pub(crate) use error::{CloudError, CloudResult, ErrorKind};
 
 /// Everything the controllers need of a cloud, as one type the wiring hands
 /// them: its instances, routes and permission check, and the load balancers

@@ -19,7 +19,7 @@ use crate::provider::{CloudError, ErrorKind};
 
 /// A mutating EC2 action the CCM performs on resources it may not own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Action {
+pub(crate) enum Action {
     /// `ec2:CreateRoute` (and with it ReplaceRoute and DeleteRoute, which
     /// the policy grants on the same condition).
     CreateRoute,
@@ -49,23 +49,23 @@ pub enum Tagging {
 /// A write IAM refuses, with everything an operator needs to grant it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denial {
-    pub action: Action,
-    pub resource_id: String,
+    pub(crate) action: Action,
+    pub(crate) resource_id: String,
     /// `arn:<partition>:ec2:<region>:<account>:<type>/<id>`.
-    pub resource_arn: String,
+    pub(crate) resource_arn: String,
     /// The tag that would grant it: `kubernetes.io/cluster/<id>` with the
     /// value the policy wants.
-    pub missing_tag: String,
+    pub(crate) missing_tag: String,
     /// How the resource is tagged now.
-    pub tagging: Tagging,
+    pub(crate) tagging: Tagging,
     /// The `iam/render.sh` option that grants it instead, if any.
-    pub render_option: Option<String>,
+    pub(crate) render_option: Option<String>,
 }
 
 impl Denial {
     /// The error of the write this denial stops before it is sent: denied,
     /// as the cloud would have answered it, naming the action and the fix.
-    pub fn refusal(&self) -> CloudError {
+    pub(crate) fn refusal(&self) -> CloudError {
         CloudError::new(
             self.action.to_string(),
             ErrorKind::Denied,
@@ -85,7 +85,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    pub fn denial(&self) -> Option<&Denial> {
+    pub(crate) fn denial(&self) -> Option<&Denial> {
         match self {
             Verdict::Denied(d) => Some(d),
             _ => None,
@@ -113,7 +113,7 @@ pub enum Probe {
 }
 
 impl Probe {
-    pub fn action(&self) -> Action {
+    pub(crate) fn action(&self) -> Action {
         match self {
             Probe::Route { .. } => Action::CreateRoute,
             Probe::Ingress { .. } => Action::AuthorizeSecurityGroupIngress,
@@ -122,7 +122,7 @@ impl Probe {
         }
     }
 
-    pub fn resource_id(&self) -> &str {
+    pub(crate) fn resource_id(&self) -> &str {
         match self {
             Probe::Route { table_id, .. } => table_id,
             Probe::Ingress { group_id } => group_id,
@@ -138,19 +138,19 @@ pub struct Scope {
     /// CIDR for the probe (routes enabled only).
     pub routes: Option<(RouteTableSelector, IpNet)>,
     /// The service controller writes node security groups.
-    pub node_groups: bool,
+    pub(crate) node_groups: bool,
     /// The tagging controller tags instances.
-    pub tagging: bool,
+    pub(crate) tagging: bool,
     /// The service controller syncs load balancers (the policy must grant
     /// the reads their syncs make).
-    pub load_balancers: bool,
+    pub(crate) load_balancers: bool,
 }
 
 /// One probe and what the cloud said.
 #[derive(Clone, Debug)]
 pub struct Finding {
-    pub probe: Probe,
-    pub verdict: Verdict,
+    pub(crate) probe: Probe,
+    pub(crate) verdict: Verdict,
 }
 
 /// An action the policy lacks altogether (not a resource it does not
@@ -158,9 +158,9 @@ pub struct Finding {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MissingAction {
     /// The action as a policy names it.
-    pub action: &'static str,
+    pub(crate) action: &'static str,
     /// What failed and how to grant it.
-    pub description: String,
+    pub(crate) description: String,
 }
 
 /// The start-up permission check: what the cloud's policy lets this process

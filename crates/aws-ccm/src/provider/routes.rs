@@ -19,11 +19,11 @@ use crate::provider::CloudResult;
 use crate::provider::permissions::{Probe, Tagging, Verdict};
 
 #[cfg(test)]
-pub mod fake;
+pub(crate) mod fake;
 
 /// Where a route sends traffic.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum RouteTarget {
+pub(crate) enum RouteTarget {
     /// An EC2 instance (AWS also names its network interface).
     Instance(String),
     /// A network interface not attached to an instance.
@@ -51,33 +51,33 @@ impl std::fmt::Display for RouteTarget {
 
 /// One route of a route table.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Route {
+pub(crate) struct Route {
     /// IPv4 or IPv6 destination; `None` for prefix-list destinations.
-    pub destination: Option<IpNet>,
-    pub target: RouteTarget,
+    pub(crate) destination: Option<IpNet>,
+    pub(crate) target: RouteTarget,
     /// AWS state `blackhole`: the target is gone or stopped.
-    pub blackhole: bool,
+    pub(crate) blackhole: bool,
     /// Propagated by a virtual private gateway: cannot be changed by route
     /// calls, and does not count against the route table quota.
-    pub propagated: bool,
+    pub(crate) propagated: bool,
 }
 
 /// A route table with its routes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RouteTable {
-    pub id: String,
-    pub vpc_id: Option<String>,
-    pub routes: Vec<Route>,
+    pub(crate) id: String,
+    pub(crate) vpc_id: Option<String>,
+    pub(crate) routes: Vec<Route>,
     /// How the table is marked as the cluster's: the least-privilege policy
     /// grants route writes only on `kubernetes.io/cluster/<id>` tables.
-    pub tagging: Tagging,
+    pub(crate) tagging: Tagging,
     /// The owning account (for the ARN in a permission message).
-    pub owner_id: Option<String>,
+    pub(crate) owner_id: Option<String>,
 }
 
 impl RouteTable {
     /// Routes that count against AWS's "routes per route table" quota.
-    pub fn counted_routes(&self) -> usize {
+    pub(crate) fn counted_routes(&self) -> usize {
         self.routes.iter().filter(|r| !r.propagated).count()
     }
 }
@@ -96,7 +96,10 @@ pub struct RouteTableSelector {
 
 impl RouteTableSelector {
     /// Whether a table's tags mark it as the cluster's (the Go CCM's rule).
-    pub fn matches_tags<'a>(&self, mut tags: impl Iterator<Item = (&'a str, &'a str)>) -> bool {
+    pub(crate) fn matches_tags<'a>(
+        &self,
+        mut tags: impl Iterator<Item = (&'a str, &'a str)>,
+    ) -> bool {
         let key = cluster_tag_key(&self.cluster_id);
         tags.any(|(k, v)| k == key || (k == LEGACY_CLUSTER_TAG && v == self.cluster_id))
     }
@@ -124,15 +127,15 @@ impl std::fmt::Display for RouteTableSelector {
 /// What the route controller needs to know about a route's target instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetInstance {
-    pub id: String,
+    pub(crate) id: String,
     /// `Some(false)` once source/destination checking is off (needed for the
     /// instance to forward pod traffic it is not the address of).
-    pub source_dest_check: Option<bool>,
+    pub(crate) source_dest_check: Option<bool>,
     /// Terminated or shutting down: routes to it cannot be created.
-    pub terminated: bool,
+    pub(crate) terminated: bool,
     /// How the instance is marked as the cluster's (the policy grants
     /// ModifyInstanceAttribute only on `kubernetes.io/cluster/<id>` ones).
-    pub tagging: Tagging,
+    pub(crate) tagging: Tagging,
 }
 
 /// The cloud operations the route controller uses.

@@ -42,8 +42,8 @@ use sha2::{Digest, Sha256};
 
 use super::cache::TtlCache;
 
-pub const ANONYMOUS_USER: &str = "system:anonymous";
-pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
+pub(crate) const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 /// Upstream's default `AlwaysAllowGroups`.
 const ALWAYS_ALLOW_GROUPS: &[&str] = &["system:masters"];
 /// Entries per cache; beyond it the oldest answers go first.
@@ -76,7 +76,7 @@ impl AllowPaths {
         Ok(out)
     }
 
-    pub fn matches(&self, path: &str) -> bool {
+    pub(crate) fn matches(&self, path: &str) -> bool {
         let p = path.strip_prefix('/').unwrap_or(path);
         self.exact.iter().any(|e| e == p) || self.prefixes.iter().any(|pre| p.starts_with(pre))
     }
@@ -105,7 +105,7 @@ pub struct UserInfo {
 }
 
 impl UserInfo {
-    pub fn anonymous() -> UserInfo {
+    pub(crate) fn anonymous() -> UserInfo {
         UserInfo {
             username: ANONYMOUS_USER.to_string(),
             groups: vec![UNAUTHENTICATED_GROUP.to_string()],

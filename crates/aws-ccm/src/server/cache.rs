@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-pub struct TtlCache<K, V> {
+pub(crate) struct TtlCache<K, V> {
     entries: parking_lot::Mutex<HashMap<K, (V, Instant)>>,
     capacity: usize,
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
-    pub fn new(capacity: usize) -> Self {
+    pub(super) fn new(capacity: usize) -> Self {
         TtlCache {
             entries: parking_lot::Mutex::new(HashMap::new()),
             capacity: capacity.max(1),
@@ -21,7 +21,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
     }
 
     /// The value if it has not expired.
-    pub fn get(&self, key: &K) -> Option<V> {
+    pub(crate) fn get(&self, key: &K) -> Option<V> {
         let now = Instant::now();
         let mut entries = self.entries.lock();
         match entries.get(key) {
@@ -36,7 +36,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
 
     /// Keeps `value` for `ttl`; a zero TTL keeps nothing. When full, expired
     /// entries go first, then the one closest to expiry.
-    pub fn insert(&self, key: K, value: V, ttl: Duration) {
+    pub(crate) fn insert(&self, key: K, value: V, ttl: Duration) {
         if ttl.is_zero() {
             return;
         }
@@ -57,7 +57,7 @@ impl<K: Eq + Hash + Clone, V: Clone> TtlCache<K, V> {
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.lock().len()
     }
 }

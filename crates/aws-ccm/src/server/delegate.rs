@@ -23,9 +23,9 @@ const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 const DELEGATION_QPS: f32 = 200.0;
 const DELEGATION_BURST: u32 = 400;
 
-pub struct KubeReviewer {
-    pub authentication: Client,
-    pub authorization: Client,
+pub(crate) struct KubeReviewer {
+    pub(crate) authentication: Client,
+    pub(crate) authorization: Client,
 }
 
 /// Creates the cluster-scoped review `object` through `client`, within

@@ -5,8 +5,10 @@
 //! follows it on disk; otherwise a self-signed certificate for the host name
 //! is generated in memory at start-up, as upstream does when no certificate
 //! is configured. `--tls-min-version`/`--tls-cipher-suites`: [`tls`].
-//! Who may read what: [`auth`].
+//! Who may read what: [`auth`]. With `--service-admission-webhook`, also
+//! the service admission check: [`admission`].
 
+pub mod admission;
 pub mod auth;
 mod cache;
 pub mod delegate;
@@ -67,6 +69,8 @@ pub struct ServeOptions {
     pub auth: Option<Arc<Auth>>,
     /// How often the certificate files are checked for a new pair.
     pub reload_interval: Duration,
+    /// The service admission check, when `--service-admission-webhook`.
+    pub admission: Option<Arc<admission::ServiceAdmission>>,
 }
 
 /// A running server; dropping the handle does not stop it, `shutdown` does.
@@ -87,16 +91,25 @@ impl RunningServer {
 }
 
 /// The routes; with `auth`, every request (unknown paths too, as upstream)
-/// is authenticated and authorized first.
-pub fn router(health: Health, auth: Option<Arc<Auth>>) -> Router {
+/// is authenticated and authorized first, but the admission check's
+/// (kube-apiserver sends no credentials to a webhook).
+pub(crate) fn router(
+    health: Health,
+    auth: Option<Arc<Auth>>,
+    admission: Option<Arc<admission::ServiceAdmission>>,
+) -> Router {
     let app = Router::new()
         .route("/healthz", get(healthz))
         .route("/livez", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(health);
-    match auth {
+    let app = match auth {
         Some(auth) => app.layer(axum::middleware::from_fn_with_state(auth, auth::guard)),
+        None => app,
+    };
+    match admission {
+        Some(admission) => app.merge(admission::router(admission)),
         None => app,
     }
 }
@@ -173,7 +186,7 @@ pub async fn start(
         let builder = server.http_builder();
         *builder = builder.clone().http1_only();
     }
-    let app = router(health, opts.auth);
+    let app = router(health, opts.auth, opts.admission);
     let task = tokio::spawn(async move {
         if let Err(e) = server.serve(app.into_make_service()).await {
             tracing::error!(error = %e, "health/metrics server stopped");

@@ -30,7 +30,7 @@ use rustls::{ServerConfig, SupportedCipherSuite, SupportedProtocolVersion};
 use tokio_util::sync::CancellationToken;
 
 /// How often the certificate files are checked for a new pair.
-pub const RELOAD_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const RELOAD_INTERVAL: Duration = Duration::from_secs(5);
 
 /// The accepted `--tls-min-version` values.
 const MIN_VERSIONS: &str = "VersionTLS12, VersionTLS13";
@@ -190,7 +190,7 @@ impl TlsPolicy {
     }
 
     /// A server configuration serving what `certs` resolves.
-    pub fn server_config(
+    pub(crate) fn server_config(
         &self,
         certs: Arc<dyn ResolvesServerCert>,
     ) -> Result<ServerConfig, rustls::Error> {
@@ -232,7 +232,7 @@ pub enum CertError {
 }
 
 /// Parses a PEM certificate chain and private key into a checked pair.
-pub fn load_pair(
+pub(crate) fn load_pair(
     files: &TlsFiles,
     cert_pem: &[u8],
     key_pem: &[u8],
@@ -266,12 +266,12 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, CertError> {
 
 /// Hands every new connection the current pair.
 #[derive(Debug)]
-pub struct ReloadingCert {
+pub(crate) struct ReloadingCert {
     current: parking_lot::RwLock<Arc<CertifiedKey>>,
 }
 
 impl ReloadingCert {
-    pub fn fixed(key: CertifiedKey) -> Arc<ReloadingCert> {
+    pub(crate) fn fixed(key: CertifiedKey) -> Arc<ReloadingCert> {
         Arc::new(ReloadingCert {
             current: parking_lot::RwLock::new(Arc::new(key)),
         })
@@ -289,7 +289,7 @@ impl ResolvesServerCert for ReloadingCert {
 }
 
 /// Loads the pair now, then keeps `certs` following the files until `stop`.
-pub fn load_and_watch(
+pub(crate) fn load_and_watch(
     files: TlsFiles,
     provider: Arc<CryptoProvider>,
     interval: Duration,
@@ -347,7 +347,7 @@ fn reload_once(
 
 /// A self-signed pair for the host name, as upstream makes when no
 /// certificate is configured.
-pub fn self_signed(provider: &CryptoProvider) -> Result<CertifiedKey, String> {
+pub(crate) fn self_signed(provider: &CryptoProvider) -> Result<CertifiedKey, String> {
     let host = gethostname::gethostname().to_string_lossy().into_owned();
     let names = vec![host, "localhost".to_string(), "127.0.0.1".to_string()];
     let cert = rcgen::generate_simple_self_signed(names).map_err(|e| e.to_string())?;

@@ -16,6 +16,7 @@ mod iam;
 mod kops;
 mod lb_permissions;
 mod nlb;
+mod nlb_settings;
 mod node;
 mod observability;
 mod ops_doctor;

@@ -1808,3 +1808,210 @@ async fn a_refused_dualstack_change_keeps_a_live_nlbs_targets_current() -> anyho
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     env.finish().await
 }
+
+/// A node group's inbound rules as (protocol, from port, source CIDR or
+/// group, description), sorted.
+async fn node_group_rules(
+    ec2: &aws_sdk_ec2::Client,
+    group: &str,
+) -> anyhow::Result<BTreeSet<(String, i32, String, String)>> {
+    let out = ec2
+        .describe_security_groups()
+        .group_ids(group)
+        .send()
+        .await?;
+    let mut rules = BTreeSet::new();
+    for p in out.security_groups()[0].ip_permissions() {
+        let (protocol, from) = (
+            p.ip_protocol().unwrap_or_default(),
+            p.from_port().unwrap_or(-1),
+        );
+        for r in p.ip_ranges() {
+            let (source, desc) = (r.cidr_ip(), r.description());
+            rules.insert((protocol, from, source, desc));
+        }
+        for g in p.user_id_group_pairs() {
+            rules.insert((protocol, from, g.group_id(), g.description()));
+        }
+    }
+    Ok(rules
+        .into_iter()
+        .map(|(p, f, s, d)| {
+            let s = s.unwrap_or_default().to_string();
+            (p.to_string(), f, s, d.unwrap_or_default().to_string())
+        })
+        .collect())
+}
+
+/// `NLBNodeIngress = LoadBalancerGroup` (this CCM's, opt-in) on a
+/// Managed-mode NLB whose node group holds the Go CCM's CIDR rules: without
+/// the key a restart changes nothing; with it, at the rules limit (the fault
+/// proxy's quota, which must fire) the CIDR rules stay with a Warning;
+/// with room, one rule admitting the NLB's group replaces them; unset again,
+/// the CIDR rules come back and the group rule goes; deleting the Service
+/// revokes the group rule and deletes the managed group.
+#[tokio::test]
+async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Result<()> {
+    let managed = format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\n"
+    );
+    let env = Env::start_with_conf(&managed).await?;
+    let cloud = seed(&env, 1).await?;
+    let (client, services) = node_n0(&env, &cloud).await?;
+    let svc = services
+        .create(
+            &PostParams::default(),
+            &nlb_service("web", serde_json::json!({})),
+        )
+        .await?;
+    let name = lb_name(&svc);
+    let ours = |d: &str| d.ends_with(&format!("={name}")) || d == "kubernetes.io/rule/nlb/mtu";
+    let group_rule = "aws-ccm/rule/nlb/from-group";
+    let lb_group = || async {
+        let o = (cloud
+            .elbv2
+            .describe_load_balancers()
+            .names(&name)
+            .send()
+            .await)
+            .ok()?;
+        o.load_balancers()
+            .first()?
+            .security_groups()
+            .first()
+            .cloned()
+    };
+    let rules = || async { node_group_rules(&cloud.ec2, &cloud.node_group).await.ok() };
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let fail = |ccm: &Ccm| {
+        let logs = ccm.logs();
+        move |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{logs}")
+    };
+    // The Go CCM's rules (this CCM writes the same without the key).
+    let (managed_group, go_rules) = eventually("the NLB and its CIDR node rules", WAIT, || async {
+        let g = lb_group().await?;
+        let r = rules().await?;
+        let cidr: BTreeSet<_> = r.into_iter().filter(|r| ours(&r.3)).collect();
+        (cidr.len() == 2).then_some((g, cidr))
+    })
+    .await
+    .map_err(fail(&ccm))?;
+    assert!(go_rules.iter().all(|r| r.2 == "0.0.0.0/0"), "{go_rules:?}");
+    drop(ccm);
+    // A restart without the key: not one mutating call.
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    let addr = ccm.https_addr().await?;
+    let synced = ["service_controller_loadbalancer_sync_total 1"];
+    metrics_with(&addr, &synced, WAIT)
+        .await
+        .map_err(fail(&ccm))?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    drop(ccm);
+
+    // With the key, at the limit: the quota is what the group holds.
+    std::fs::write(
+        &env.cloud_conf,
+        format!("{managed}NLBNodeIngress = LoadBalancerGroup\n"),
+    )?;
+    let held = rules().await.unwrap_or_default().len();
+    let config = ccm_testkit::aws_proxy::ProxyConfig::default();
+    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(&env.moto.endpoint(), config).await?;
+    proxy.set_rules_per_security_group(Some(held));
+    let ccm = (env.start_ccm_via(&proxy.endpoint(), &["--controllers=service"])).await?;
+    let note = crate::swap::event_note(&client, "web", "NodeSecurityGroupRuleLimit")
+        .await
+        .map_err(fail(&ccm))?;
+    assert!(
+        note.contains(&cloud.node_group) && note.contains(&managed_group),
+        "{note}"
+    );
+    let authorize = proxy.calls().get("ec2", "AuthorizeSecurityGroupIngress");
+    assert!(
+        authorize.faulted >= 1,
+        "the quota never refused: {authorize:?}"
+    );
+    let revoke = proxy.calls().get("ec2", "RevokeSecurityGroupIngress");
+    assert_eq!(revoke.received, 0, "a rule went at the limit");
+    let now: BTreeSet<_> = rules()
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|r| ours(&r.3))
+        .collect();
+    assert_eq!(now, go_rules);
+    drop(ccm);
+
+    // With room: one rule from the NLB's group, the CIDR rules gone.
+    let (_proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    let want = BTreeSet::from([(
+        "-1".to_string(),
+        -1,
+        managed_group.clone(),
+        group_rule.to_string(),
+    )]);
+    eventually("the group rule alone", WAIT, || async {
+        let r: BTreeSet<_> = rules()
+            .await?
+            .into_iter()
+            .filter(|r| ours(&r.3) || r.3 == group_rule)
+            .collect();
+        (r == want).then_some(())
+    })
+    .await
+    .map_err(fail(&ccm))?;
+    drop(ccm);
+
+    // Unset: the CIDR rules back, the group rule gone.
+    std::fs::write(&env.cloud_conf, &managed)?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the CIDR rules back", WAIT, || async {
+        let r: BTreeSet<_> = rules()
+            .await?
+            .into_iter()
+            .filter(|r| ours(&r.3) || r.3 == group_rule)
+            .collect();
+        (r == go_rules).then_some(())
+    })
+    .await
+    .map_err(fail(&ccm))?;
+    drop(ccm);
+
+    // Deleted in group mode: the group rule goes before the managed group.
+    std::fs::write(
+        &env.cloud_conf,
+        format!("{managed}NLBNodeIngress = LoadBalancerGroup\n"),
+    )?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the group rule again", WAIT, || async {
+        let r: BTreeSet<_> = rules()
+            .await?
+            .into_iter()
+            .filter(|r| ours(&r.3) || r.3 == group_rule)
+            .collect();
+        (r == want).then_some(())
+    })
+    .await
+    .map_err(fail(&ccm))?;
+    services.delete("web", &DeleteParams::default()).await?;
+    eventually(
+        "the NLB, its group and every rule of it gone",
+        WAIT,
+        || async {
+            let gone = cloud
+                .ec2
+                .describe_security_groups()
+                .group_ids(&managed_group)
+                .send()
+                .await
+                .is_err();
+            let r = rules().await?;
+            (lb_group().await.is_none()
+                && gone
+                && !r.iter().any(|r| ours(&r.3) || r.3 == group_rule))
+            .then_some(())
+        },
+    )
+    .await
+    .map_err(fail(&ccm))?;
+    env.finish().await
+}

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use crate::support::*;
 
+mod dhcp;
 mod regions;
 mod tolerance;
 

@@ -279,6 +279,51 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
             .is_err()
     );
     assert!(hostname(&services.get("bad").await?).is_none());
+    // What stopped it stays on the Service and in /metrics; the Service
+    // whose sync finished carries no condition.
+    let condition = eventually("the malformed Service's condition", WAIT, || async {
+        let svc = services.get("bad").await.ok()?;
+        let conditions = svc.status?.conditions?;
+        conditions
+            .into_iter()
+            .find(|c| c.type_ == "LoadBalancerSynced")
+    })
+    .await?;
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("False", "RefusedValue")
+    );
+    assert_eq!(condition.message, note);
+    let web = services.get("web").await?;
+    assert!(
+        web.status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .is_empty()
+    );
+    let needles = [
+        "aws_ccm_service_sync_state{state=\"waiting_for_fix\",error_class=\"refused_value\"} 1",
+        "aws_ccm_service_sync_state{state=\"synced\",error_class=\"none\"} 1",
+    ];
+    metrics_with(&ccm.https_addr().await?, &needles, WAIT).await?;
+    // Fixed: the next sync finishes and says so.
+    let fix = serde_json::json!({"metadata": {"annotations": {
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "30"
+    }}});
+    services
+        .patch("bad", &PatchParams::default(), &Patch::Merge(&fix))
+        .await?;
+    eventually("the fixed Service's condition True", WAIT, || async {
+        let svc = services.get("bad").await.ok()?;
+        let conditions = svc.status?.conditions?;
+        conditions
+            .into_iter()
+            .find(|c| c.type_ == "LoadBalancerSynced" && c.status == "True" && c.reason == "Synced")
+    })
+    .await?;
+    let needles = ["aws_ccm_service_sync_state{state=\"synced\",error_class=\"none\"} 2"];
+    metrics_with(&ccm.https_addr().await?, &needles, WAIT).await?;
+    services.delete("bad", &DeleteParams::default()).await?;
 
     // Delete: LB, owned group and node rule go, then the finalizer.
     services.delete("web", &DeleteParams::default()).await?;

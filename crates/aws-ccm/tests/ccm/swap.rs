@@ -263,7 +263,7 @@ pub(crate) async fn nodes_and_services(
     Ok(out)
 }
 
-async fn wait_hostname(env: &Env, ccm: &Ccm, name: &str) -> anyhow::Result<String> {
+pub(crate) async fn wait_hostname(env: &Env, ccm: &Ccm, name: &str) -> anyhow::Result<String> {
     let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     eventually(&format!("a hostname for {name}"), WAIT, || async {
         api.get(name).await.ok().as_ref().and_then(hostname)
@@ -320,6 +320,24 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
         "{refused}"
     );
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    // The refused value stays on its Service as a condition (the NLB's
+    // ensure refuses it: InvalidValue); the Service whose sync finished
+    // gets no status condition at all.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let condition_of = |svc: Service| {
+        (svc.status.and_then(|s| s.conditions).unwrap_or_default())
+            .into_iter()
+            .find(|c| c.type_ == "LoadBalancerSynced")
+    };
+    let typed = eventually("the refused Service's condition", WAIT, || async {
+        condition_of(services.get("typed").await.ok()?)
+    })
+    .await?;
+    assert_eq!(
+        (typed.status.as_str(), typed.reason.as_str()),
+        ("False", "InvalidValue")
+    );
+    assert!(condition_of(services.get("web").await?).is_none());
     let c = elbv2::Client::new(&seeded.conf);
     let lbs = c.describe_load_balancers().send().await?;
     assert_eq!(lbs.load_balancers().len(), 2);

@@ -3,6 +3,7 @@
 //! tests, which `make unit` runs with no server allowed (`AWS_CCM_NO_SERVERS`).
 //! The real binary against the servers is `tests/ccm/`.
 
+mod admission;
 mod events;
 mod node_ipam;
 mod server;

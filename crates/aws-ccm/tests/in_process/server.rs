@@ -48,6 +48,7 @@ fn serve_options(auth: Option<Arc<Auth>>) -> ServeOptions {
         tls: TlsPolicy::default(),
         auth,
         reload_interval: Duration::from_millis(50),
+        admission: None,
     }
 }
 

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio_util::sync::CancellationToken;
 
+use super::admission;
 use super::errors::ApiError;
 use super::openapi;
 use super::rbac::{Attributes, RbacPolicy, RbacRecord, Recorder, forbidden_message};
@@ -28,6 +29,8 @@ use super::store::{
 use super::table;
 use super::{FailureRule, RequestKey};
 
+/// How often a reviewed write runs again when its object moved meanwhile.
+const ADMISSION_TRIES: usize = 5;
 /// The real server's request body limit.
 const MAX_BODY: usize = 3 * 1024 * 1024;
 /// How long a list waits for a resourceVersion the store has not reached.
@@ -58,9 +61,22 @@ pub(crate) struct Shared {
     pub rbac: Option<RbacPolicy>,
     /// Where the requests of authenticated users are recorded.
     pub recorder: Recorder,
+    /// Where admission webhooks' `clientConfig.service`s are served.
+    pub routes: admission::ServiceRoutes,
 }
 
 impl Shared {
+    /// Who a request is, for an AdmissionReview's userInfo: its token's
+    /// user, or the test's own cluster admin.
+    fn user_of(&self, headers: &HeaderMap) -> (String, Vec<String>) {
+        bearer(headers)
+            .and_then(|t| self.reviews.authenticate(t))
+            .unwrap_or_else(|| {
+                let groups = [MASTERS_GROUP, "system:authenticated"];
+                ("system:admin".into(), groups.map(String::from).to_vec())
+            })
+    }
+
     /// Ends every open watch stream, as an apiserver restart would.
     pub fn close_watches(&self) {
         let mut current = self.watch_cancel.lock();
@@ -666,9 +682,9 @@ pub(crate) async fn handle(State(sh): State<Arc<Shared>>, req: Request) -> Respo
         "get" => get(&sh, &t, &q, &parts.headers, metadata_only),
         "list" => list(&sh, &t, &q, &parts.headers, metadata_only).await,
         "watch" => watch(&sh, &t, &q, metadata_only),
-        "create" => create(&sh, &t, &q, &parts.headers, &bytes),
-        "update" => update(&sh, &t, &q, &parts.headers, &bytes),
-        "patch" => patch(&sh, &t, &q, &parts.headers, &bytes),
+        "create" | "update" | "patch" => {
+            Ok(admitted(&sh, &t, verb, &q, &parts.headers, &bytes).await)
+        }
         "delete" => delete(&sh, &t, &q, &bytes),
         _ => delete_collection(&sh, &t, &q, &bytes, metadata_only),
     };
@@ -1109,45 +1125,124 @@ fn watch(
 fn writer(q: &HashMap<String, String>, headers: &HeaderMap) -> Result<Writer, ApiError> {
     Ok(Writer {
         manager: manager(q, headers)?,
+        ..Default::default()
     })
 }
 
-fn create(
+/// A write's result: the object, and whether it was created.
+type Written = Result<(Arc<Stored>, bool), ApiError>;
+
+/// A create, update or patch, through the validating webhooks that match
+/// it (see `admission.rs`): dry-run, reviewed, then committed if the object
+/// did not move meanwhile, else run again.
+async fn admitted(
     sh: &Shared,
     t: &Target,
+    verb: &str,
     q: &HashMap<String, String>,
     headers: &HeaderMap,
     bytes: &[u8],
-) -> Result<Response, ApiError> {
-    let body = decode_body(bytes, content_type(headers).contains("yaml"))?;
-    let obj = sh
-        .store
-        .create(t.res, &ns_of(t)?, body, &writer(q, headers)?, false)?;
-    Ok(object_response(&RESOURCES[t.res], 201, &obj, false))
+) -> Response {
+    let def = &RESOURCES[t.res];
+    let write = |w: &Writer| match verb {
+        "create" => create(sh, t, headers, bytes, w),
+        "update" => update(sh, t, headers, bytes, w),
+        _ => patch(sh, t, q, headers, bytes, w),
+    };
+    let respond = |written: Written, warnings: &[String]| {
+        let mut resp = match written {
+            Ok((obj, created)) => {
+                object_response(def, if created { 201 } else { 200 }, &obj, false)
+            }
+            Err(e) => error_response(&e),
+        };
+        for w in admission::warning_headers(warnings) {
+            if let Ok(v) = HeaderValue::from_str(&w) {
+                resp.headers_mut().append(header::WARNING, v);
+            }
+        }
+        resp
+    };
+    let base = match writer(q, headers) {
+        Ok(w) => w,
+        Err(e) => return error_response(&e),
+    };
+    let configs = sh.store.all(resources::validating_webhooks());
+    if !admission::any_for(&configs, def, t.sub.as_deref()) {
+        return respond(write(&base), &[]);
+    }
+    let ns = t.ns.clone().unwrap_or_default();
+    let user = sh.user_of(headers);
+    let mut last = None;
+    for _ in 0..ADMISSION_TRIES {
+        let before = sh.store.get(t.res, &ns, name_of(t)).ok();
+        let dry = Writer {
+            dry_run: true,
+            ..base.clone()
+        };
+        let (candidate, created) = match write(&dry) {
+            Ok(c) => c,
+            Err(e) => return error_response(&e),
+        };
+        let view = |v: &Value| resources::to_view(def, v).unwrap_or_else(|| v.clone());
+        let (object, old) = (
+            view(&candidate.value),
+            before.as_ref().map(|b| view(&b.value)),
+        );
+        let namespace_labels = sh
+            .store
+            .get(resources::NAMESPACES, "", &ns)
+            .ok()
+            .and_then(|n| n.value.pointer("/metadata/labels").cloned());
+        let meta = |k: &str| {
+            candidate
+                .value
+                .pointer(&format!("/metadata/{k}"))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
+        let name = meta("name");
+        let attempt = admission::Attempt {
+            def,
+            sub: t.sub.as_deref(),
+            operation: if created { "CREATE" } else { "UPDATE" },
+            namespace: &ns,
+            name: &name,
+            object: &object,
+            old: old.as_ref(),
+            user: (&user.0, &user.1),
+            namespace_labels: namespace_labels.as_ref(),
+        };
+        let admitted = admission::admit(&configs, &sh.routes, &attempt).await;
+        if let Some(refused) = admitted.refused {
+            return respond(Err(refused), &admitted.warnings);
+        }
+        let real = Writer {
+            expect_rv: before.as_ref().map(|b| b.rv),
+            pin: created.then(|| (name.clone(), meta("uid"), meta("creationTimestamp"))),
+            ..base.clone()
+        };
+        match write(&real) {
+            Err(e) if e.code == 409 && before.is_some() => last = Some((e, admitted.warnings)),
+            written => return respond(written, &admitted.warnings),
+        }
+    }
+    let (e, warnings) =
+        last.unwrap_or_else(|| (ApiError::internal("admission did not settle"), Vec::new()));
+    respond(Err(e), &warnings)
 }
 
-fn update(
-    sh: &Shared,
-    t: &Target,
-    q: &HashMap<String, String>,
-    headers: &HeaderMap,
-    bytes: &[u8],
-) -> Result<Response, ApiError> {
+fn create(sh: &Shared, t: &Target, headers: &HeaderMap, bytes: &[u8], w: &Writer) -> Written {
     let body = decode_body(bytes, content_type(headers).contains("yaml"))?;
-    let (obj, created) = sh.store.update(
-        t.res,
-        &ns_of(t)?,
-        name_of(t),
-        body,
-        t.sub.as_deref(),
-        &writer(q, headers)?,
-    )?;
-    Ok(object_response(
-        &RESOURCES[t.res],
-        if created { 201 } else { 200 },
-        &obj,
-        false,
-    ))
+    let obj = sh.store.create(t.res, &ns_of(t)?, body, w, false)?;
+    Ok((obj, true))
+}
+
+fn update(sh: &Shared, t: &Target, headers: &HeaderMap, bytes: &[u8], w: &Writer) -> Written {
+    let body = decode_body(bytes, content_type(headers).contains("yaml"))?;
+    sh.store
+        .update(t.res, &ns_of(t)?, name_of(t), body, t.sub.as_deref(), w)
 }
 
 fn patch(
@@ -1156,7 +1251,8 @@ fn patch(
     q: &HashMap<String, String>,
     headers: &HeaderMap,
     bytes: &[u8],
-) -> Result<Response, ApiError> {
+    w: &Writer,
+) -> Written {
     let ct = content_type(headers);
     let body = match ct.as_str() {
         "application/merge-patch+json" => PatchBody::Merge(decode_body(bytes, false)?),
@@ -1191,20 +1287,8 @@ fn patch(
             "force: Forbidden: may not be specified for non-apply patch",
         ));
     }
-    let (obj, created) = sh.store.patch(
-        t.res,
-        &ns_of(t)?,
-        name_of(t),
-        t.sub.as_deref(),
-        body,
-        &writer(q, headers)?,
-    )?;
-    Ok(object_response(
-        &RESOURCES[t.res],
-        if created { 201 } else { 200 },
-        &obj,
-        false,
-    ))
+    sh.store
+        .patch(t.res, &ns_of(t)?, name_of(t), t.sub.as_deref(), body, w)
 }
 
 fn delete_opts(bytes: &[u8]) -> Result<(DeleteOpts, Option<bool>), ApiError> {

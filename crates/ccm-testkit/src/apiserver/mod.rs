@@ -75,6 +75,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 mod errors;
 mod http;
 mod openapi;
@@ -453,9 +454,11 @@ impl TestApiServer {
             watch_cancel: parking_lot::Mutex::new(cancel.child_token()),
             address: addr.to_string(),
             reviews: Default::default(),
+            routes: Default::default(),
         });
         let w = Writer {
             manager: "kube-apiserver".into(),
+            ..Default::default()
         };
         for ns in INITIAL_NAMESPACES {
             shared
@@ -524,6 +527,20 @@ impl TestApiServer {
             }));
         }
         Ok(TestApiServer { shared, url, tasks })
+    }
+
+    /// Serves the admission webhooks whose `clientConfig.service` is
+    /// `namespace/name` on `port` from `addr` (a test's stand-in for the
+    /// Service's endpoints); the webhook's certificate must name
+    /// `<name>.<namespace>.svc`.
+    pub fn route_service(
+        &self,
+        namespace: &str,
+        name: &str,
+        port: u16,
+        addr: std::net::SocketAddr,
+    ) {
+        self.shared.routes.add(namespace, name, port, addr);
     }
 
     /// The base URL, e.g. `http://127.0.0.1:41234`.
@@ -688,6 +705,7 @@ impl TestApiServer {
         docs.sort_by_key(|d| d.get("kind").and_then(Value::as_str) != Some("Namespace"));
         let w = Writer {
             manager: "kube-test-server".into(),
+            ..Default::default()
         };
         for mut doc in docs {
             let api_version = doc

@@ -149,6 +149,20 @@ const NAMESPACE_RULES: &[ListRule] = &[
     ),
 ];
 
+const VALIDATING_WEBHOOK_RULES: &[ListRule] = &[
+    rule(
+        "webhooks",
+        SmpList::MergeKey("name"),
+        SsaList::Map(&["name"]),
+    ),
+    rule("webhooks.rules", SmpList::Replace, SsaList::Atomic),
+    rule(
+        "webhooks.admissionReviewVersions",
+        SmpList::Replace,
+        SsaList::Atomic,
+    ),
+];
+
 const ENDPOINTS_RULES: &[ListRule] = &[rule("subsets", SmpList::Replace, SsaList::Atomic)];
 
 const ENDPOINT_SLICE_RULES: &[ListRule] = &[
@@ -501,10 +515,37 @@ pub(crate) static RESOURCES: &[ResourceDef] = &[
         storage: None,
         renames: &[],
     },
+    ResourceDef {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        plural: "validatingwebhookconfigurations",
+        singular: "validatingwebhookconfiguration",
+        kind: "ValidatingWebhookConfiguration",
+        namespaced: false,
+        status_subresource: false,
+        generation: true,
+        allow_create_on_update: false,
+        return_deleted_object: false,
+        short_names: &[],
+        fields: &[],
+        lists: VALIDATING_WEBHOOK_RULES,
+        storage: None,
+        renames: &[],
+    },
 ];
 
 /// Index of the namespaces resource in [`RESOURCES`].
 pub(crate) const NAMESPACES: usize = 0;
+
+/// Index of validatingwebhookconfigurations in [`RESOURCES`].
+pub(crate) fn validating_webhooks() -> usize {
+    find(
+        "admissionregistration.k8s.io",
+        "v1",
+        "validatingwebhookconfigurations",
+    )
+    .expect("the resource table serves validatingwebhookconfigurations")
+}
 
 /// Finds a resource by group, version and plural.
 pub(crate) fn find(group: &str, version: &str, plural: &str) -> Option<usize> {
@@ -765,6 +806,7 @@ mod tests {
         assert!(names.contains(&"nodes/status"));
         assert!(names.contains(&"configmaps"));
         assert!(group("coordination.k8s.io").is_some());
-        assert_eq!(group_list()["groups"].as_array().map(Vec::len), Some(3));
+        assert!(group("admissionregistration.k8s.io").is_some());
+        assert_eq!(group_list()["groups"].as_array().map(Vec::len), Some(4));
     }
 }

@@ -189,9 +189,18 @@ pub(crate) struct WatchStart {
 }
 
 /// Request-level facts a write needs.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Writer {
     pub manager: String,
+    /// Run the write's whole pipeline (defaults, validation) but store
+    /// nothing: the object admission reviews (see `admission.rs`).
+    pub dry_run: bool,
+    /// Commit only if the object is still at this resourceVersion (the one
+    /// admission reviewed); otherwise a Conflict, and the write runs again.
+    pub expect_rv: Option<u64>,
+    /// The name (when the body has none), uid and creationTimestamp a
+    /// create gives its object: those of the object admission reviewed.
+    pub pin: Option<(String, String, String)>,
 }
 
 /// What a DELETE did.
@@ -475,6 +484,16 @@ impl Store {
         }
         self.rv_tx.send_replace(rv);
         stored
+    }
+
+    /// Every object of `res`, as stored now.
+    pub fn all(&self, res: usize) -> Vec<Value> {
+        let st = self.state.lock();
+        st.res[storage_index(res)]
+            .objects
+            .values()
+            .map(|o| o.value.clone())
+            .collect()
     }
 
     pub fn get(&self, res: usize, ns: &str, name: &str) -> Result<Arc<Stored>, ApiError> {
@@ -802,6 +821,11 @@ impl Store {
             ));
         }
         let mut name = meta_str(&obj, "name").to_string();
+        if name.is_empty()
+            && let Some((pinned, _, _)) = &w.pin
+        {
+            name = pinned.clone();
+        }
         if name.is_empty() {
             let prefix = meta_str(&obj, "generateName").to_string();
             if prefix.is_empty() {
@@ -838,11 +862,15 @@ impl Store {
         if st.res[slot].objects.contains_key(&key) {
             return Err(ApiError::already_exists(def, &name));
         }
-        let ts = now();
+        let (uid, ts) = w
+            .pin
+            .clone()
+            .map(|(_, uid, ts)| (uid, ts))
+            .unwrap_or_else(|| (uuid::Uuid::new_v4().to_string(), now()));
         {
             let m = meta_mut(&mut obj);
             m.insert("name".into(), json!(name));
-            m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+            m.insert("uid".into(), json!(uid));
             m.insert("creationTimestamp".into(), json!(ts));
             m.remove("deletionTimestamp");
             m.remove("deletionGracePeriodSeconds");
@@ -870,6 +898,9 @@ impl Store {
                 },
             );
         }
+        if w.dry_run {
+            return Ok(Stored::new(obj, 0));
+        }
         Ok(self.commit(st, res, key, obj, EventType::Added, None))
     }
 
@@ -895,7 +926,8 @@ impl Store {
             ));
         }
         let body_rv = meta_str(&obj, "resourceVersion");
-        if !body_rv.is_empty() && body_rv != old.rv.to_string() {
+        let moved_since_review = w.expect_rv.is_some_and(|rv| rv != old.rv);
+        if (!body_rv.is_empty() && body_rv != old.rv.to_string()) || moved_since_review {
             return Err(ApiError::stale(def, &name));
         }
         let body_name = meta_str(&obj, "name");
@@ -1046,6 +1078,9 @@ impl Store {
         }
         if obj == old.value {
             return Ok(old);
+        }
+        if w.dry_run {
+            return Ok(Stored::new(obj, old.rv));
         }
         let key = (meta_str(&old.value, "namespace").to_string(), name);
         if is_deleting(&old.value) && finalizers(&obj).is_empty() {
@@ -1498,6 +1533,9 @@ fn defaults(
     if def.plural == "configmaps" {
         return validate_config_map(def, obj);
     }
+    if def.plural == "validatingwebhookconfigurations" {
+        return super::admission::validate_configuration(def, obj);
+    }
     if def.plural != "services" {
         return Ok(());
     }
@@ -1852,6 +1890,7 @@ mod tests {
         let s = Store::new(100, Duration::ZERO);
         let w = Writer {
             manager: "test".into(),
+            ..Default::default()
         };
         let _ = s.create(
             NAMESPACES,
@@ -1867,6 +1906,7 @@ mod tests {
     fn writer() -> Writer {
         Writer {
             manager: "t".into(),
+            ..Default::default()
         }
     }
 

@@ -48,8 +48,10 @@ mod limits;
 mod random;
 mod record;
 mod request;
+mod rule_quota;
 mod simulate;
 mod target_quota;
+mod tg_attributes;
 mod throttle;
 mod topology;
 
@@ -174,6 +176,8 @@ struct State {
     /// ELBv2's targets-per-load-balancer quota (moto has none); `None`:
     /// not enforced.
     target_quota: RwLock<Option<usize>>,
+    /// Inbound rules per security group (see `rule_quota`).
+    rule_quota: RwLock<Option<usize>>,
     /// The policies `iam:SimulatePrincipalPolicy` evaluates, by principal
     /// ARN (moto does not simulate).
     iam_principals: RwLock<simulate::Principals>,
@@ -279,6 +283,7 @@ impl FaultProxy {
             consistency: consistency::Consistency::default(),
             topology: RwLock::new(Vec::new()),
             target_quota: RwLock::new(None),
+            rule_quota: RwLock::new(None),
             iam_principals: RwLock::new(simulate::Principals::new()),
             ecr: EcrStandIn::default(),
         });
@@ -442,6 +447,15 @@ impl FaultProxy {
     /// A refusal counts as faulted.
     pub fn set_targets_per_load_balancer(&self, quota: Option<usize>) {
         *self.state.target_quota.write() = quota;
+    }
+
+    /// From now on an `AuthorizeSecurityGroupIngress` that would leave a
+    /// group with more than `quota` inbound rules gets AWS's
+    /// `RulesPerSecurityGroupLimitExceeded` (see the `rule_quota` module for
+    /// how AWS counts); `None` leaves moto's own limit of 60. A refusal
+    /// counts as faulted.
+    pub fn set_rules_per_security_group(&self, quota: Option<usize>) {
+        *self.state.rule_quota.write() = quota;
     }
 
     /// The identity policy `iam:SimulatePrincipalPolicy` evaluates for the
@@ -741,7 +755,19 @@ async fn handle(
         return Ok(error_response(&refusal, &call));
     }
     if let Some(refusal) =
+        tg_attributes::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
         target_quota::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
+        rule_quota::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
     {
         counters.bump(&call.service, &counted, Outcome::Faulted);
         return Ok(error_response(&refusal, &call));

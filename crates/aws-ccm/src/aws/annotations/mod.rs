@@ -23,6 +23,9 @@ use std::fmt;
 
 use ipnet::Ipv4Net;
 
+pub use findings::{Finding, SYNC_FAILED};
+
+mod findings;
 mod parse;
 mod rows;
 pub mod table;
@@ -32,7 +35,8 @@ pub mod table;
 pub(crate) mod upstream;
 
 /// Prefix of every AWS load balancer annotation.
-pub const PREFIX: &str = "service.beta.kubernetes.io/";
+#[cfg(test)]
+pub(crate) const PREFIX: &str = "service.beta.kubernetes.io/";
 
 macro_rules! key {
     ($suffix:literal) => {
@@ -41,69 +45,69 @@ macro_rules! key {
 }
 
 pub const TYPE: &str = key!("type");
-pub const INTERNAL: &str = key!("internal");
-pub const PROXY_PROTOCOL: &str = key!("proxy-protocol");
-pub const ACCESS_LOG_EMIT_INTERVAL: &str = key!("access-log-emit-interval");
-pub const ACCESS_LOG_ENABLED: &str = key!("access-log-enabled");
-pub const ACCESS_LOG_BUCKET: &str = key!("access-log-s3-bucket-name");
-pub const ACCESS_LOG_PREFIX: &str = key!("access-log-s3-bucket-prefix");
-pub const DRAINING_ENABLED: &str = key!("connection-draining-enabled");
-pub const DRAINING_TIMEOUT: &str = key!("connection-draining-timeout");
-pub const IDLE_TIMEOUT: &str = key!("connection-idle-timeout");
-pub const CROSS_ZONE: &str = key!("cross-zone-load-balancing-enabled");
-pub const EXTRA_SECURITY_GROUPS: &str = key!("extra-security-groups");
-pub const SECURITY_GROUPS: &str = key!("security-groups");
-pub const SSL_CERT: &str = key!("ssl-cert");
-pub const SSL_PORTS: &str = key!("ssl-ports");
-pub const SSL_NEGOTIATION_POLICY: &str = key!("ssl-negotiation-policy");
-pub const BACKEND_PROTOCOL: &str = key!("backend-protocol");
-pub const ADDITIONAL_TAGS: &str = key!("additional-resource-tags");
-pub const HC_PROTOCOL: &str = key!("healthcheck-protocol");
-pub const HC_PORT: &str = key!("healthcheck-port");
-pub const HC_PATH: &str = key!("healthcheck-path");
-pub const HC_HEALTHY: &str = key!("healthcheck-healthy-threshold");
-pub const HC_UNHEALTHY: &str = key!("healthcheck-unhealthy-threshold");
-pub const HC_TIMEOUT: &str = key!("healthcheck-timeout");
-pub const HC_INTERVAL: &str = key!("healthcheck-interval");
-pub const EIP_ALLOCATIONS: &str = key!("eip-allocations");
-pub const PRIVATE_IPV4: &str = key!("private-ipv4-addresses");
-pub const TARGET_GROUP_ATTRIBUTES: &str = key!("target-group-attributes");
+pub(crate) const INTERNAL: &str = key!("internal");
+pub(crate) const PROXY_PROTOCOL: &str = key!("proxy-protocol");
+pub(crate) const ACCESS_LOG_EMIT_INTERVAL: &str = key!("access-log-emit-interval");
+pub(crate) const ACCESS_LOG_ENABLED: &str = key!("access-log-enabled");
+pub(crate) const ACCESS_LOG_BUCKET: &str = key!("access-log-s3-bucket-name");
+pub(crate) const ACCESS_LOG_PREFIX: &str = key!("access-log-s3-bucket-prefix");
+pub(crate) const DRAINING_ENABLED: &str = key!("connection-draining-enabled");
+pub(crate) const DRAINING_TIMEOUT: &str = key!("connection-draining-timeout");
+pub(crate) const IDLE_TIMEOUT: &str = key!("connection-idle-timeout");
+pub(crate) const CROSS_ZONE: &str = key!("cross-zone-load-balancing-enabled");
+pub(crate) const EXTRA_SECURITY_GROUPS: &str = key!("extra-security-groups");
+pub(crate) const SECURITY_GROUPS: &str = key!("security-groups");
+pub(crate) const SSL_CERT: &str = key!("ssl-cert");
+pub(crate) const SSL_PORTS: &str = key!("ssl-ports");
+pub(crate) const SSL_NEGOTIATION_POLICY: &str = key!("ssl-negotiation-policy");
+pub(crate) const BACKEND_PROTOCOL: &str = key!("backend-protocol");
+pub(crate) const ADDITIONAL_TAGS: &str = key!("additional-resource-tags");
+pub(crate) const HC_PROTOCOL: &str = key!("healthcheck-protocol");
+pub(crate) const HC_PORT: &str = key!("healthcheck-port");
+pub(crate) const HC_PATH: &str = key!("healthcheck-path");
+pub(crate) const HC_HEALTHY: &str = key!("healthcheck-healthy-threshold");
+pub(crate) const HC_UNHEALTHY: &str = key!("healthcheck-unhealthy-threshold");
+pub(crate) const HC_TIMEOUT: &str = key!("healthcheck-timeout");
+pub(crate) const HC_INTERVAL: &str = key!("healthcheck-interval");
+pub(crate) const EIP_ALLOCATIONS: &str = key!("eip-allocations");
+pub(crate) const PRIVATE_IPV4: &str = key!("private-ipv4-addresses");
+pub(crate) const TARGET_GROUP_ATTRIBUTES: &str = key!("target-group-attributes");
 pub const TARGET_NODE_LABELS: &str = key!("target-node-labels");
-pub const SUBNETS: &str = key!("subnets");
-pub const IP_ADDRESS_TYPE: &str = key!("ip-address-type");
-pub const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
+pub(crate) const SUBNETS: &str = key!("subnets");
+pub(crate) const IP_ADDRESS_TYPE: &str = key!("ip-address-type");
+pub(crate) const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
 
 // The AWS Load Balancer Controller's keys that the Go CCM does not read
 // (tests/data/albc-annotations.json, read from that controller's source).
-pub const SCHEME: &str = key!("scheme");
-pub const NLB_TARGET_TYPE: &str = key!("nlb-target-type");
-pub const NAME: &str = key!("name");
-pub const PROXY_PROTOCOL_PER_TARGET_GROUP: &str = key!("proxy-protocol-per-target-group");
-pub const HC_SUCCESS_CODES: &str = key!("healthcheck-success-codes");
-pub const IPV6_ADDRESSES: &str = key!("ipv6-addresses");
-pub const ALPN_POLICY: &str = key!("alpn-policy");
-pub const LB_ATTRIBUTES: &str = key!("attributes");
+pub(crate) const SCHEME: &str = key!("scheme");
+pub(crate) const NLB_TARGET_TYPE: &str = key!("nlb-target-type");
+pub(crate) const NAME: &str = key!("name");
+pub(crate) const PROXY_PROTOCOL_PER_TARGET_GROUP: &str = key!("proxy-protocol-per-target-group");
+pub(crate) const HC_SUCCESS_CODES: &str = key!("healthcheck-success-codes");
+pub(crate) const IPV6_ADDRESSES: &str = key!("ipv6-addresses");
+pub(crate) const ALPN_POLICY: &str = key!("alpn-policy");
+pub(crate) const LB_ATTRIBUTES: &str = key!("attributes");
 /// The one key of [`LB_ATTRIBUTES`] this CCM reads.
-pub const DELETION_PROTECTION: &str = "deletion_protection.enabled";
-pub const MANAGE_BACKEND_SG_RULES: &str = key!("manage-backend-security-group-rules");
-pub const PRIVATE_LINK_SG_RULES: &str = key!("inbound-sg-rules-on-private-link-traffic");
-pub const SG_PREFIX_LISTS: &str = key!("security-group-prefix-lists");
+pub(crate) const DELETION_PROTECTION: &str = "deletion_protection.enabled";
+pub(crate) const MANAGE_BACKEND_SG_RULES: &str = key!("manage-backend-security-group-rules");
+pub(crate) const PRIVATE_LINK_SG_RULES: &str = key!("inbound-sg-rules-on-private-link-traffic");
+pub(crate) const SG_PREFIX_LISTS: &str = key!("security-group-prefix-lists");
 /// A key pattern: `...listener-attributes.<protocol>-<port>`.
-pub const LISTENER_ATTRIBUTES: &str = key!("listener-attributes.*");
-pub const MULTI_CLUSTER_TARGET_GROUP: &str = key!("multi-cluster-target-group");
-pub const IPV6_SOURCE_NAT: &str = key!("enable-prefix-for-ipv6-source-nat");
-pub const SOURCE_NAT_IPV6_PREFIXES: &str = key!("source-nat-ipv6-prefixes");
-pub const MIN_CAPACITY: &str = key!("minimum-load-balancer-capacity");
-pub const ICMP_PATH_MTU: &str = key!("enable-icmp-for-path-mtu-discovery");
-pub const TCP_UDP_LISTENER: &str = key!("enable-tcp-udp-listener");
-pub const DISABLE_NLB_SG: &str = key!("disable-nlb-sg");
-pub const QUIC_PORTS: &str = key!("quic-enabled-ports");
+pub(crate) const LISTENER_ATTRIBUTES: &str = key!("listener-attributes.*");
+pub(crate) const MULTI_CLUSTER_TARGET_GROUP: &str = key!("multi-cluster-target-group");
+pub(crate) const IPV6_SOURCE_NAT: &str = key!("enable-prefix-for-ipv6-source-nat");
+pub(crate) const SOURCE_NAT_IPV6_PREFIXES: &str = key!("source-nat-ipv6-prefixes");
+pub(crate) const MIN_CAPACITY: &str = key!("minimum-load-balancer-capacity");
+pub(crate) const ICMP_PATH_MTU: &str = key!("enable-icmp-for-path-mtu-discovery");
+pub(crate) const TCP_UDP_LISTENER: &str = key!("enable-tcp-udp-listener");
+pub(crate) const DISABLE_NLB_SG: &str = key!("disable-nlb-sg");
+pub(crate) const QUIC_PORTS: &str = key!("quic-enabled-ports");
 
 /// The Warning reason of a value taken as the Go CCM takes it.
-pub const TOLERATED: &str = "AnnotationValueTolerated";
+pub(crate) const TOLERATED: &str = "AnnotationValueTolerated";
 /// The Warning reason of an AWS Load Balancer Controller annotation that
 /// this CCM, like the Go CCM, does not read.
-pub const NOT_READ: &str = "AnnotationNotRead";
+pub(crate) const NOT_READ: &str = "AnnotationNotRead";
 
 /// A Service value the controller refuses, with what is allowed instead.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -152,17 +156,17 @@ fn external_type(v: &str) -> bool {
 /// A value taken as the Go CCM takes it, though it is probably not what the
 /// user meant: it becomes a Warning, and the sync goes on.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SpecNote {
-    pub field: String,
-    pub value: String,
+pub(crate) struct SpecNote {
+    pub(crate) field: String,
+    pub(crate) value: String,
     /// What the Go CCM (and so this CCM) does with the value.
-    pub reading: String,
+    pub(crate) reading: String,
     /// What to write instead.
-    pub fix: String,
+    pub(crate) fix: String,
     /// What the value stops.
-    pub holds: Holds,
+    pub(crate) holds: Holds,
     /// The reason of its Warning event: [`TOLERATED`] or [`NOT_READ`].
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
 }
 
 /// What a noted value stops, when the Go CCM's reading is almost surely not
@@ -199,25 +203,25 @@ impl fmt::Display for SpecNote {
 /// refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reading {
-    pub spec: LoadBalancerSpec,
-    pub notes: Vec<SpecNote>,
+    pub(crate) spec: LoadBalancerSpec,
+    pub(crate) notes: Vec<SpecNote>,
     pub errors: Vec<SpecError>,
 }
 
 impl Reading {
     /// A new Service gets no load balancer until the value is fixed.
-    pub fn holds_new(&self) -> bool {
+    pub(crate) fn holds_new(&self) -> bool {
         self.notes.iter().any(|n| n.holds != Holds::Nothing)
     }
 
     /// An existing load balancer is kept in upkeep until the value is fixed.
-    pub fn holds_changes(&self) -> bool {
+    pub(crate) fn holds_changes(&self) -> bool {
         self.notes.iter().any(|n| n.holds == Holds::Changes)
     }
 
     /// Whether the source ranges were read as written: the node rules of an
     /// NLB in upkeep are synced only then (the default would open them).
-    pub fn source_ranges_known(&self) -> bool {
+    pub(crate) fn source_ranges_known(&self) -> bool {
         !self
             .errors
             .iter()
@@ -245,7 +249,7 @@ pub enum LoadBalancerKind {
 
 /// Backend protocol annotation values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendProtocol {
+pub(crate) enum BackendProtocol {
     Http,
     Https,
     Ssl,
@@ -254,99 +258,99 @@ pub enum BackendProtocol {
 
 /// Ports named by `ssl-ports`; `None` in the spec means every port.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct PortSet {
-    pub numbers: BTreeSet<i32>,
-    pub names: BTreeSet<String>,
+pub(crate) struct PortSet {
+    pub(crate) numbers: BTreeSet<i32>,
+    pub(crate) names: BTreeSet<String>,
 }
 
 impl PortSet {
-    pub fn contains(&self, port: i32, name: &str) -> bool {
+    pub(crate) fn contains(&self, port: i32, name: &str) -> bool {
         self.numbers.contains(&port) || self.names.contains(&name.to_ascii_lowercase())
     }
 }
 
 /// `healthcheck-port`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HealthCheckPort {
+pub(crate) enum HealthCheckPort {
     TrafficPort,
     Port(i32),
 }
 
 /// Health check annotations, unresolved (defaults depend on the LB type).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HealthCheckOverrides {
+pub(crate) struct HealthCheckOverrides {
     /// Upper-cased.
-    pub protocol: Option<String>,
-    pub port: Option<HealthCheckPort>,
-    pub path: Option<String>,
-    pub healthy_threshold: Option<i32>,
-    pub unhealthy_threshold: Option<i32>,
-    pub timeout: Option<i32>,
-    pub interval: Option<i32>,
+    pub(crate) protocol: Option<String>,
+    pub(crate) port: Option<HealthCheckPort>,
+    pub(crate) path: Option<String>,
+    pub(crate) healthy_threshold: Option<i32>,
+    pub(crate) unhealthy_threshold: Option<i32>,
+    pub(crate) timeout: Option<i32>,
+    pub(crate) interval: Option<i32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServicePortSpec {
-    pub name: String,
-    pub port: i32,
-    pub node_port: i32,
+pub(crate) struct ServicePortSpec {
+    pub(crate) name: String,
+    pub(crate) port: i32,
+    pub(crate) node_port: i32,
     /// `TCP`, `UDP`, `SCTP`.
-    pub protocol: String,
+    pub(crate) protocol: String,
 }
 
 /// Everything a Service asks of its load balancer, typed and validated.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LoadBalancerSpec {
-    pub kind: LoadBalancerKind,
-    pub internal: bool,
-    pub proxy_protocol: bool,
-    pub access_log_enabled: bool,
-    pub access_log_emit_interval: Option<i32>,
-    pub access_log_bucket: Option<String>,
-    pub access_log_prefix: Option<String>,
-    pub draining_enabled: bool,
-    pub draining_timeout: Option<i32>,
-    pub idle_timeout: Option<i32>,
-    pub cross_zone: bool,
-    pub security_groups: Vec<String>,
-    pub extra_security_groups: Vec<String>,
-    pub ssl_cert: Option<String>,
+    pub(crate) kind: LoadBalancerKind,
+    pub(crate) internal: bool,
+    pub(crate) proxy_protocol: bool,
+    pub(crate) access_log_enabled: bool,
+    pub(crate) access_log_emit_interval: Option<i32>,
+    pub(crate) access_log_bucket: Option<String>,
+    pub(crate) access_log_prefix: Option<String>,
+    pub(crate) draining_enabled: bool,
+    pub(crate) draining_timeout: Option<i32>,
+    pub(crate) idle_timeout: Option<i32>,
+    pub(crate) cross_zone: bool,
+    pub(crate) security_groups: Vec<String>,
+    pub(crate) extra_security_groups: Vec<String>,
+    pub(crate) ssl_cert: Option<String>,
     /// `None`: every port.
-    pub ssl_ports: Option<PortSet>,
-    pub ssl_negotiation_policy: Option<String>,
+    pub(crate) ssl_ports: Option<PortSet>,
+    pub(crate) ssl_negotiation_policy: Option<String>,
     /// `backend-protocol` when it is one of the documented (lower-case)
     /// values.
-    pub backend_protocol: Option<BackendProtocol>,
+    pub(crate) backend_protocol: Option<BackendProtocol>,
     /// Any other `backend-protocol` value (`HTTP`, `grpc`): the Go CCM maps
     /// none of them to a listener, but its Classic ELB health check still
     /// reads `https`/`ssl` in any case form.
-    pub backend_protocol_other: Option<String>,
-    pub additional_tags: BTreeMap<String, String>,
-    pub health_check: HealthCheckOverrides,
-    pub eip_allocations: Vec<String>,
-    pub private_ipv4_addresses: Vec<std::net::Ipv4Addr>,
-    pub target_group_attributes: BTreeMap<String, String>,
+    pub(crate) backend_protocol_other: Option<String>,
+    pub(crate) additional_tags: BTreeMap<String, String>,
+    pub(crate) health_check: HealthCheckOverrides,
+    pub(crate) eip_allocations: Vec<String>,
+    pub(crate) private_ipv4_addresses: Vec<std::net::Ipv4Addr>,
+    pub(crate) target_group_attributes: BTreeMap<String, String>,
     /// `ip-address-type: dualstack` (NLB only).
-    pub dualstack: bool,
-    pub target_node_labels: BTreeMap<String, String>,
+    pub(crate) dualstack: bool,
+    pub(crate) target_node_labels: BTreeMap<String, String>,
     /// `None`: auto-discover.
-    pub subnets: Option<Vec<String>>,
+    pub(crate) subnets: Option<Vec<String>>,
     /// Never empty in a spec read from a Service (defaults to `0.0.0.0/0`;
     /// only `Default` leaves it empty); sorted, deduplicated.
-    pub source_ranges: Vec<Ipv4Net>,
+    pub(crate) source_ranges: Vec<Ipv4Net>,
     /// Ports that have a node port (others are skipped, as upstream).
-    pub ports: Vec<ServicePortSpec>,
+    pub(crate) ports: Vec<ServicePortSpec>,
     /// `externalTrafficPolicy: Local` with its `healthCheckNodePort`.
-    pub local_health_check_node_port: Option<i32>,
+    pub(crate) local_health_check_node_port: Option<i32>,
     /// `aws-load-balancer-attributes: deletion_protection.enabled=<bool>`:
     /// `Some(true)` protects the load balancer (kept when the Service goes,
     /// see `aws::load_balancers::keep`); `None`: not written.
-    pub deletion_protection: Option<bool>,
+    pub(crate) deletion_protection: Option<bool>,
 }
 
 impl LoadBalancerSpec {
     /// Whether the Service marks its load balancer protected.
-    pub fn protected(&self) -> bool {
+    pub(crate) fn protected(&self) -> bool {
         self.deletion_protection == Some(true)
     }
 }
@@ -354,7 +358,7 @@ impl LoadBalancerSpec {
 impl LoadBalancerSpec {
     /// The Classic ELB health check's protocol is SSL rather than TCP: the Go
     /// CCM lower-cases `backend-protocol` for this one decision.
-    pub fn backend_health_check_is_ssl(&self) -> bool {
+    pub(crate) fn backend_health_check_is_ssl(&self) -> bool {
         match self.backend_protocol {
             Some(BackendProtocol::Https | BackendProtocol::Ssl) => true,
             Some(_) => false,
@@ -367,7 +371,7 @@ impl LoadBalancerSpec {
 }
 
 /// Comma-separated list, blanks dropped.
-pub fn split_list(v: &str) -> Vec<String> {
+pub(crate) fn split_list(v: &str) -> Vec<String> {
     v.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())

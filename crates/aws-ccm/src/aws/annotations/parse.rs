@@ -13,12 +13,12 @@ use super::*;
 
 /// What a row's parser may need besides its own value.
 #[derive(Clone, Copy, Debug)]
-pub struct Context<'a> {
-    pub is_nlb: bool,
+pub(crate) struct Context<'a> {
+    pub(crate) is_nlb: bool,
     /// `spec.loadBalancerSourceRanges` is set (it wins over the annotation).
-    pub spec_has_source_ranges: bool,
+    pub(crate) spec_has_source_ranges: bool,
     /// Values taken as the Go CCM takes them, with a warning.
-    pub notes: &'a RefCell<Vec<SpecNote>>,
+    pub(crate) notes: &'a RefCell<Vec<SpecNote>>,
 }
 
 impl Context<'_> {

@@ -13,7 +13,7 @@ use super::*;
 /// shapes by the spec field they set, the others by their own function.
 /// An empty value means "not set" for flags, numbers and strings.
 #[derive(Clone, Copy, Debug)]
-pub enum Parse {
+pub(crate) enum Parse {
     /// A string.
     Text(fn(&mut Spec) -> &mut Option<String>),
     /// strconv.ParseBool, which upstream uses.
@@ -34,7 +34,13 @@ pub enum Parse {
 
 impl Parse {
     /// Parses the value `v` of annotation `k` into the spec and validates it.
-    pub fn apply(self, s: &mut Spec, cx: &Cx<'_>, k: &str, v: &str) -> Result<(), SpecError> {
+    pub(crate) fn apply(
+        self,
+        s: &mut Spec,
+        cx: &Cx<'_>,
+        k: &str,
+        v: &str,
+    ) -> Result<(), SpecError> {
         match self {
             Parse::Text(field) => *field(s) = (!v.is_empty()).then(|| v.to_string()),
             Parse::Flag(field) => {
@@ -78,12 +84,12 @@ fn parse_int(key: &str, v: &str, min: i32, max: i32) -> Result<i32, SpecError> {
 // The rows with their own function, in table order. `read` reads the type first, as every
 // other row may depend on it; its row only checks it is the same.
 
-pub fn kind(s: &mut Spec, _: &Cx, _: &str, _: &str) -> Result<(), SpecError> {
+pub(crate) fn kind(s: &mut Spec, _: &Cx, _: &str, _: &str) -> Result<(), SpecError> {
     debug_assert!(s.kind != LoadBalancerKind::External);
     Ok(())
 }
 
-pub fn internal(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn internal(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     // Upstream: "false" is external, any other non-empty value internal.
     s.internal = !v.is_empty() && v != "false";
     Ok(())
@@ -97,7 +103,7 @@ pub fn internal(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError>
 /// `aws-load-balancer-internal` holds the change (a new Service gets no load
 /// balancer, an existing one is kept as it is); `internet-facing` with it
 /// stays internal. Where both agree, nothing is said.
-pub fn scheme(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn scheme(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     let asked = v.trim();
     if asked.eq_ignore_ascii_case("internal") && !s.internal {
         cx.not_read(
@@ -131,7 +137,7 @@ pub fn scheme(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> 
     Ok(())
 }
 
-pub fn proxy_protocol(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn proxy_protocol(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.proxy_protocol = match v {
         "" => false,
         "*" => true,
@@ -140,7 +146,12 @@ pub fn proxy_protocol(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), Spec
     Ok(())
 }
 
-pub fn access_log_emit_interval(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn access_log_emit_interval(
+    s: &mut Spec,
+    _: &Cx,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
     s.access_log_emit_interval = match v.trim() {
         _ if v.is_empty() => None,
         "5" => Some(5),
@@ -150,7 +161,7 @@ pub fn access_log_emit_interval(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Resul
     Ok(())
 }
 
-pub fn ssl_ports(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn ssl_ports(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError> {
     if v.is_empty() || v == "*" {
         s.ssl_ports = None;
         return Ok(());
@@ -166,7 +177,7 @@ pub fn ssl_ports(s: &mut Spec, _: &Cx, _: &str, v: &str) -> Result<(), SpecError
     Ok(())
 }
 
-pub fn backend_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn backend_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.backend_protocol = match v {
         "" => None,
         "http" => Some(BackendProtocol::Http),
@@ -197,7 +208,7 @@ pub fn backend_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), S
     Ok(())
 }
 
-pub fn hc_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn hc_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     if v.is_empty() {
         s.health_check.protocol = None;
         return Ok(());
@@ -215,7 +226,7 @@ pub fn hc_protocol(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecEr
     Ok(())
 }
 
-pub fn hc_port(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn hc_port(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     let allowed = "allowed: traffic-port or a port number from 1 to 65535";
     s.health_check.port = match v {
         "" => None,
@@ -227,7 +238,7 @@ pub fn hc_port(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> 
     Ok(())
 }
 
-pub fn private_ipv4(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn private_ipv4(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.private_ipv4_addresses = split_list(v)
         .iter()
         .map(|a| {
@@ -239,20 +250,20 @@ pub fn private_ipv4(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecEr
 }
 
 /// Upstream rejects it on anything but an NLB, even empty (the row says so).
-pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+/// Every attribute AWS documents for an NLB target group is taken, checked
+/// as AWS checks it (`nlb::attributes`); upstream takes two and refuses the
+/// rest.
+pub(super) fn target_group_attributes(
+    s: &mut Spec,
+    cx: &Cx,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
     let mut attributes = BTreeMap::new();
     for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, value) = item.split_once('=').unwrap_or((item, ""));
-        let valid_name = matches!(
-            name,
-            "preserve_client_ip.enabled" | "proxy_protocol_v2.enabled"
-        );
-        if !valid_name || !(value == "true" || value == "false") {
-            return Err(err(
-                k,
-                v,
-                "allowed: preserve_client_ip.enabled=true|false, proxy_protocol_v2.enabled=true|false",
-            ));
+        if let Some(why) = crate::aws::nlb::attributes::refusal(name, value) {
+            return Err(err(k, v, why));
         }
         if attributes
             .insert(name.to_string(), value.to_string())
@@ -267,7 +278,38 @@ pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Resul
             );
         }
     }
+    if let Some(why) = crate::aws::nlb::attributes::set_refusal(&attributes) {
+        return Err(err(k, v, why));
+    }
     s.target_group_attributes = attributes;
+    Ok(())
+}
+
+/// Read as upstream reads it; a pair whose key the controller writes itself
+/// (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, its records)
+/// is refused with a Warning: the controller's value stays, as in the Go
+/// CCM, whose own tags are written over the user's.
+pub(super) fn additional_tags(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+    s.additional_tags = parse_key_values(v);
+    let refused: Vec<&str> = s
+        .additional_tags
+        .keys()
+        .map(String::as_str)
+        .filter(|key| crate::aws::tags::is_controller_tag(key))
+        .collect();
+    if !refused.is_empty() {
+        cx.note(
+            k,
+            v,
+            &format!(
+                "{} {} a tag the controller writes itself: its value stays the controller's (as in the Go CCM) and the pair is not applied to the load balancer, its listeners or target groups",
+                refused.join(", "),
+                if refused.len() == 1 { "is" } else { "are" }
+            ),
+            "remove the pair, or give the tag another key",
+            Holds::Nothing,
+        );
+    }
     Ok(())
 }
 
@@ -275,7 +317,7 @@ pub fn target_group_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Resul
 /// reads `deletion_protection.enabled` alone. A value it cannot read, or
 /// another key, gets a Warning and changes nothing: the Go CCM reads none
 /// of the key, so neither refuses the sync.
-pub fn lb_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn lb_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     let pairs = parse_key_values(v);
     let others: Vec<&str> = (pairs.keys())
         .map(String::as_str)
@@ -305,7 +347,8 @@ pub fn lb_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), Spec
     Ok(())
 }
 
-pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.dualstack = match v {
         "" | "ipv4" => false,
         "dualstack" => true,
@@ -324,7 +367,7 @@ pub fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), Sp
     Ok(())
 }
 
-pub fn subnets(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn subnets(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     let list = split_list(v);
     if list.is_empty() {
         return Err(err(
@@ -338,7 +381,7 @@ pub fn subnets(s: &mut Spec, _: &Cx, k: &str, v: &str) -> Result<(), SpecError> 
 }
 
 /// Skipped when `spec.loadBalancerSourceRanges` is set: the spec wins, as upstream.
-pub fn source_ranges(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+pub(crate) fn source_ranges(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     if cx.spec_has_source_ranges {
         return Ok(());
     }

@@ -8,7 +8,7 @@ use super::*;
 
 /// Which load balancer types an annotation affects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Applies {
+pub(crate) enum Applies {
     Both,
     /// Classic ELB only; rejected on an NLB when upstream rejects it.
     Clb,
@@ -18,7 +18,7 @@ pub enum Applies {
 
 impl Applies {
     /// Whether the row is read on this kind of load balancer.
-    pub fn to(self, is_nlb: bool) -> bool {
+    pub(crate) fn to(self, is_nlb: bool) -> bool {
         match self {
             Applies::Both => true,
             Applies::Clb => !is_nlb,
@@ -27,7 +27,7 @@ impl Applies {
     }
 
     #[cfg(test)]
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Applies::Both => "CLB, NLB",
             Applies::Clb => "CLB",
@@ -42,15 +42,36 @@ pub struct AnnotationDef {
     /// Full annotation key.
     pub name: &'static str,
     /// Value type, as documented.
-    pub kind: &'static str,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the generated annotation reference, a unit test"
+        )
+    )]
+    pub(crate) kind: &'static str,
     /// Default when absent (`-` for none).
-    pub default: &'static str,
-    pub applies: Applies,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the generated annotation reference, a unit test"
+        )
+    )]
+    pub(crate) default: &'static str,
+    pub(crate) applies: Applies,
     /// Whether a value on the other LB type is rejected (as upstream does) or ignored.
-    pub rejected_elsewhere: bool,
-    pub meaning: &'static str,
+    pub(crate) rejected_elsewhere: bool,
+    #[cfg_attr(
+        not(test),
+        expect(
+            dead_code,
+            reason = "read by the generated annotation reference, a unit test"
+        )
+    )]
+    pub(crate) meaning: &'static str,
     /// Parses a present value (possibly empty) into the spec and validates it.
-    pub parse: Parse,
+    pub(crate) parse: Parse,
 }
 
 impl AnnotationDef {
@@ -65,7 +86,7 @@ impl AnnotationDef {
 
     /// The row's keys present in `annotations`, with their values: its
     /// name, or every key a pattern row (`...listener-attributes.*`) matches.
-    pub fn present<'a>(
+    pub(crate) fn present<'a>(
         &self,
         annotations: &'a BTreeMap<String, String>,
     ) -> impl Iterator<Item = (&'a str, &'a str)> {
@@ -86,7 +107,7 @@ impl AnnotationDef {
     }
 
     /// Why a value on the other kind is refused (`rejected_elsewhere`).
-    pub fn elsewhere(&self) -> &'static str {
+    pub(crate) fn elsewhere(&self) -> &'static str {
         match self.applies {
             Applies::Nlb => {
                 "only supported on an NLB (aws-load-balancer-type: nlb), as the Go CCM requires; remove it for a classic ELB"
@@ -289,8 +310,8 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "comma-separated `key=value`",
         "-",
         Applies::Both,
-        "Extra tags on the load balancer and its owned security group.",
-        Parse::Pairs(|s| &mut s.additional_tags),
+        "Extra tags on the load balancer and its owned security group; on an NLB also its listeners and target groups, kept following the annotation: a pair added or changed is written to the live NLB, its listeners and target groups, and a key removed from the annotation is removed from them when the record `kubernetes.io/cloud-controller/managed-tags` (upstream's, from cloud-provider-aws PR #1447) says the controller applied it; other tags are never removed. A key the controller writes itself (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, `KubernetesCluster`, `aws-ccm/...`, the record) is refused with a Warning and keeps the controller's value.",
+        Parse::Own(parse::additional_tags),
     ),
     row(
         HC_PROTOCOL,
@@ -369,7 +390,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "comma-separated `key=value`",
         "-",
         Applies::Nlb,
-        "NLB target group attributes `preserve_client_ip.enabled` and `proxy_protocol_v2.enabled` (rejected on a CLB, as upstream).",
+        "NLB target group attributes, on every target group: any AWS documents for an NLB (`deregistration_delay.timeout_seconds`, `deregistration_delay.connection_termination.enabled`, `stickiness.enabled`, `stickiness.type`, `proxy_protocol_v2.enabled`, `preserve_client_ip.enabled`, `load_balancing.cross_zone.enabled`, `target_group_health.*`, `target_health_state.unhealthy.*`), keys and values checked as AWS checks them before any call; the Go CCM takes only `preserve_client_ip.enabled` and `proxy_protocol_v2.enabled` and refuses the rest. A key this CCM applied (recorded in the target group's tag `aws-ccm/target-group-attributes`) returns to AWS's default when the annotation drops it; a value nobody recorded (set by the Go CCM or by hand) is left as it is, as the Go CCM leaves it. Rejected on a CLB, as upstream.",
         Parse::Own(parse::target_group_attributes),
     )
     .rejected_elsewhere(),

@@ -3,7 +3,7 @@ use super::*;
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use kube::api::ObjectMeta;
 
-pub fn service(annotations: &[(&str, &str)], ports: &[(i32, i32)]) -> Service {
+pub(crate) fn service(annotations: &[(&str, &str)], ports: &[(i32, i32)]) -> Service {
     Service {
         metadata: ObjectMeta {
             name: Some("web".into()),

@@ -20,7 +20,7 @@ use super::*;
 
 /// What a CCM does with a value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Does {
+pub(crate) enum Does {
     /// Applies it as written.
     Uses,
     /// Behaves as if the annotation were absent.
@@ -46,20 +46,20 @@ impl Does {
 
 /// One value class of one annotation.
 #[derive(Clone, Copy, Debug)]
-pub struct Class {
-    pub annotation: &'static str,
+pub(crate) struct Class {
+    pub(crate) annotation: &'static str,
     /// documented, other case, unknown word, empty, malformed number, other kind, …
-    pub class: &'static str,
+    pub(crate) class: &'static str,
     /// An example of the class (the tests read it).
-    pub value: &'static str,
+    pub(crate) value: &'static str,
     /// The kind of load balancer the class is read on.
-    pub on: Applies,
+    pub(crate) on: Applies,
     /// Other annotations set beside it.
-    pub with: &'static [(&'static str, &'static str)],
-    pub go: Does,
-    pub here: Does,
+    pub(crate) with: &'static [(&'static str, &'static str)],
+    pub(crate) go: Does,
+    pub(crate) here: Does,
     /// Why `here` differs from `go`, or what else happens (empty: nothing).
-    pub why: &'static str,
+    pub(crate) why: &'static str,
 }
 
 const fn c(
@@ -110,7 +110,7 @@ const NOT_READ_WHY: &str =
 
 /// Every value class this CCM was compared on, in the order of the
 /// annotation table.
-pub const CLASSES: &[Class] = &[
+pub(crate) const CLASSES: &[Class] = &[
     c(TYPE, "documented", "nlb", Both, Uses),
     c(TYPE, "documented", "external", Both, Uses),
     c(TYPE, "documented", "nlb-ip", Both, Uses),
@@ -184,6 +184,7 @@ pub const CLASSES: &[Class] = &[
     c(ADDITIONAL_TAGS, "documented", "team=a,env=prod", Both, Uses),
     c(ADDITIONAL_TAGS, "key only", "team", Both, ReadsAs("team=")),
     c(ADDITIONAL_TAGS, "empty", "", Both, Ignores),
+    c(ADDITIONAL_TAGS, "a tag the controller writes", "kubernetes.io/service-name=other,team=a", Both, Uses).here(Uses, "Warning `AnnotationValueTolerated`: the controller's own value stays, as in the Go CCM, which writes its tags over the user's"),
     c(HC_PROTOCOL, "documented", "HTTP", Both, Uses),
     c(HC_PROTOCOL, "other case", "http", Both, ReadsAs("HTTP")),
     c(HC_PROTOCOL, "documented", "SSL", Clb, Uses),
@@ -209,7 +210,9 @@ pub const CLASSES: &[Class] = &[
     c(PRIVATE_IPV4, "not an address", "ten", Nlb, Fails).here(Fails, "refused before the call AWS would refuse"),
     c(PRIVATE_IPV4, OTHER_KIND, "ten", Clb, Ignores).here(Ignores, "Warning"),
     c(TARGET_GROUP_ATTRIBUTES, "documented", "preserve_client_ip.enabled=false", Nlb, Uses),
-    c(TARGET_GROUP_ATTRIBUTES, "unknown attribute", "deregistration_delay.timeout_seconds=10", Nlb, Fails),
+    c(TARGET_GROUP_ATTRIBUTES, "documented, an attribute AWS documents", "deregistration_delay.timeout_seconds=10", Nlb, Fails).here(Uses, "applied: every target group attribute AWS documents for an NLB is taken, checked as AWS checks it; the Go CCM takes two and refuses the rest, so a Service carrying another had no load balancer synced"),
+    c(TARGET_GROUP_ATTRIBUTES, "attribute AWS does not take on an NLB", "slow_start.duration_seconds=30", Nlb, Fails),
+    c(TARGET_GROUP_ATTRIBUTES, "value AWS refuses", "deregistration_delay.timeout_seconds=4000", Nlb, Fails).here(Fails, "refused before the call AWS would refuse"),
     c(TARGET_GROUP_ATTRIBUTES, "unknown word", "proxy_protocol_v2.enabled=yes", Nlb, Fails),
     c(TARGET_GROUP_ATTRIBUTES, "set twice", "proxy_protocol_v2.enabled=true,proxy_protocol_v2.enabled=false", Nlb, ReadsAs("proxy_protocol_v2.enabled=false")).here(ReadsAs("proxy_protocol_v2.enabled=false"), "Warning"),
     c(TARGET_GROUP_ATTRIBUTES, "empty", "", Nlb, Ignores),
@@ -252,11 +255,11 @@ pub const CLASSES: &[Class] = &[
     c(QUIC_PORTS, "documented", "443", Both, Ignores).here(Ignores, NOT_READ_WHY),
 ];
 
-pub const DOC_BEGIN: &str = "<!-- annotation-values:begin -->";
-pub const DOC_END: &str = "<!-- annotation-values:end -->";
+pub(crate) const DOC_BEGIN: &str = "<!-- annotation-values:begin -->";
+pub(crate) const DOC_END: &str = "<!-- annotation-values:end -->";
 
 /// docs/compatibility.md's "Annotation values" table, from [`CLASSES`].
-pub fn compatibility_section() -> String {
+pub(crate) fn compatibility_section() -> String {
     let mut out = String::from(DOC_BEGIN);
     out.push_str("\n\n| annotation | value class | example | on | Go CCM | here |\n| --- | --- | --- | --- | --- | --- |\n");
     for k in CLASSES {

@@ -54,11 +54,11 @@ pub struct SdkClients {
 const SESSION_NAME: &str = "aws-cloud-controller-manager";
 
 /// The SDK app name (user agent `app/aws-ccm`).
-pub const APP_NAME: &str = "aws-ccm";
+pub(crate) const APP_NAME: &str = "aws-ccm";
 
 /// Loads the shared SDK configuration for `region`, with SDK retries off
 /// and a connect timeout (operation timeouts are the client layer's).
-pub async fn base_config(region: &str) -> SdkConfig {
+pub(crate) async fn base_config(region: &str) -> SdkConfig {
     let mut loader = aws_config::defaults(BehaviorVersion::latest());
     // `app/aws-ccm` in every request's user agent: visible in CloudTrail,
     // and how the test proxy tells the CCM's calls from test seeding.
@@ -119,7 +119,12 @@ async fn credentials_chain(region: &str) -> DefaultCredentialsChain {
 /// Builds every client for `region` from `base`, applying cloud.conf's
 /// RoleARN and ServiceOverride sections. `door` is the client layer the
 /// RoleARN provider calls STS through.
-pub fn build(base: &SdkConfig, cloud: &CloudConfig, region: &str, door: &Arc<Door>) -> SdkClients {
+pub(crate) fn build(
+    base: &SdkConfig,
+    cloud: &CloudConfig,
+    region: &str,
+    door: &Arc<Door>,
+) -> SdkClients {
     let config = match &cloud.role_arn {
         Some(role_arn) => {
             let provider = AssumeRoleProvider {
@@ -292,22 +297,22 @@ impl ProvideCredentials for AssumeRoleProvider {
 }
 
 /// Facts read from the instance metadata service (IMDSv2) at start-up.
-pub mod imds {
+pub(crate) mod imds {
     use aws_config::imds::Client;
 
     /// The region this instance runs in. `endpoint` is cloud.conf's
     /// `[ServiceOverride]` for `ec2imds`, if any.
-    pub async fn region(endpoint: Option<&str>) -> Result<String, String> {
+    pub(crate) async fn region(endpoint: Option<&str>) -> Result<String, String> {
         get("/latest/meta-data/placement/region", endpoint).await
     }
 
     /// This instance's ID.
-    pub async fn instance_id(endpoint: Option<&str>) -> Result<String, String> {
+    pub(crate) async fn instance_id(endpoint: Option<&str>) -> Result<String, String> {
         get("/latest/meta-data/instance-id", endpoint).await
     }
 
     /// The subnet of this instance's primary network interface.
-    pub async fn subnet_id(endpoint: Option<&str>) -> Result<String, String> {
+    pub(crate) async fn subnet_id(endpoint: Option<&str>) -> Result<String, String> {
         let mac = get("/latest/meta-data/mac", endpoint).await?;
         get(
             &format!(

@@ -26,7 +26,7 @@ use super::errors::{AwsError, ErrorClass};
 use super::operations::Operation;
 
 /// Fetches a batch of keys; the map holds the keys that were found.
-pub type BatchFetch<K, V> =
+pub(crate) type BatchFetch<K, V> =
     Arc<dyn Fn(Vec<K>) -> BoxFuture<'static, Result<HashMap<K, V>, AwsError>> + Send + Sync>;
 
 type Reply<V> = oneshot::Sender<Result<Option<V>, AwsError>>;
@@ -39,7 +39,7 @@ struct Pending<K, V> {
 }
 
 /// Gathers single-key lookups into batch calls. Cheap to clone.
-pub struct Batcher<K, V> {
+pub(crate) struct Batcher<K, V> {
     inner: Arc<BatcherInner<K, V>>,
 }
 
@@ -68,7 +68,7 @@ where
     /// `kind` labels the batch-size metric; `operation` names the AWS call in
     /// errors; a batch is sent `window` after its first key arrives, or as
     /// soon as it holds `max_keys` distinct keys.
-    pub fn new(
+    pub(crate) fn new(
         kind: &'static str,
         operation: Operation,
         window: Duration,
@@ -92,7 +92,7 @@ where
 
     /// Looks one key up. `Ok(None)` when the batch call succeeded but did not
     /// return this key.
-    pub async fn get(&self, key: K) -> Result<Option<V>, AwsError> {
+    pub(crate) async fn get(&self, key: K) -> Result<Option<V>, AwsError> {
         let (reply, answer) = oneshot::channel();
         let full_batch = {
             let mut pending = self.inner.pending.lock();
@@ -178,7 +178,7 @@ struct FlightState<T> {
 
 /// One shared computation with a TTL-cached result. Clones share it.
 #[derive(Clone)]
-pub struct SingleFlight<T> {
+pub(crate) struct SingleFlight<T> {
     operation: Operation,
     ttl: Duration,
     state: Arc<Mutex<FlightState<T>>>,
@@ -188,7 +188,7 @@ impl<T> SingleFlight<T>
 where
     T: Clone + Send + Sync + 'static,
 {
-    pub fn new(operation: Operation, ttl: Duration) -> SingleFlight<T> {
+    pub(crate) fn new(operation: Operation, ttl: Duration) -> SingleFlight<T> {
         SingleFlight {
             operation,
             ttl,
@@ -203,7 +203,7 @@ where
     /// The cached value if fresh; otherwise joins the computation in flight,
     /// or starts one with `start`. Errors are not cached: the next caller
     /// tries again.
-    pub async fn get<F>(&self, start: F) -> Result<T, AwsError>
+    pub(crate) async fn get<F>(&self, start: F) -> Result<T, AwsError>
     where
         F: FnOnce() -> BoxFuture<'static, Result<T, AwsError>>,
     {
@@ -261,7 +261,7 @@ where
 
     /// Drops the cached value; the next `get` reads AWS again. A computation
     /// already in flight finishes for its waiters but is not cached.
-    pub fn invalidate(&self) {
+    pub(crate) fn invalidate(&self) {
         let mut state = self.state.lock();
         state.generation = state.generation.wrapping_add(1);
         state.cached = None;

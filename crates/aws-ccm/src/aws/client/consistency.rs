@@ -25,19 +25,19 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// A bounded, growing wait for an object to become visible.
 #[derive(Debug)]
-pub struct Patience {
+pub(crate) struct Patience {
     until: Instant,
     pause: Duration,
 }
 
 impl Patience {
     /// Patience of the client's `consistency_patience`, from now.
-    pub fn new(aws: &AwsClient) -> Patience {
+    pub(crate) fn new(aws: &AwsClient) -> Patience {
         Patience::for_duration(aws.options().consistency_patience)
     }
 
     /// Patience of `total`, from now.
-    pub fn for_duration(total: Duration) -> Patience {
+    pub(crate) fn for_duration(total: Duration) -> Patience {
         Patience {
             until: Instant::now() + total,
             pause: FIRST_PAUSE,
@@ -46,7 +46,7 @@ impl Patience {
 
     /// Sleeps before the next try; false (without sleeping) when that would
     /// pass the bound.
-    pub async fn wait(&mut self) -> bool {
+    pub(crate) async fn wait(&mut self) -> bool {
         let now = Instant::now();
         if now + self.pause > self.until {
             return false;
@@ -58,7 +58,7 @@ impl Patience {
 
     /// Whether a step that failed with `error` should be sent again: it met
     /// `*.NotFound` and the patience is not spent (then it has slept).
-    pub async fn retry_not_found(&mut self, error: &AwsError) -> bool {
+    pub(crate) async fn retry_not_found(&mut self, error: &AwsError) -> bool {
         if !error.is_not_found() {
             return false;
         }
@@ -72,17 +72,17 @@ impl Patience {
 /// (it may name the new object before describes see it). Before any
 /// create, a not-found answer is final.
 #[derive(Debug, Default)]
-pub struct AfterCreate(Option<Patience>);
+pub(crate) struct AfterCreate(Option<Patience>);
 
 impl AfterCreate {
     /// A step created something: open the window (once).
-    pub fn created(&mut self, aws: &AwsClient) {
+    pub(crate) fn created(&mut self, aws: &AwsClient) {
         self.0.get_or_insert_with(|| Patience::new(aws));
     }
 
     /// Whether a step that failed with `error` should be sent again (then
     /// it has slept).
-    pub async fn retry(&mut self, error: &AwsError) -> bool {
+    pub(crate) async fn retry(&mut self, error: &AwsError) -> bool {
         match self.0.as_mut() {
             Some(patience) => patience.retry_not_found(error).await,
             None => false,
@@ -93,7 +93,7 @@ impl AfterCreate {
 /// Runs `read` until it finds what it looks for, within the client's
 /// consistency patience; [`AwsError::NotFound`] naming `what` (as found by
 /// `operation`) when it never does.
-pub async fn until_visible<T, F, Fut>(
+pub(crate) async fn until_visible<T, F, Fut>(
     aws: &AwsClient,
     operation: Operation,
     what: &str,

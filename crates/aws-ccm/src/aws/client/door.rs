@@ -20,7 +20,7 @@ use super::throttle::{Priority, Throttle};
 use super::{CallOptions, ClientOptions, SdkFuture};
 
 /// Throttle buckets, retry policy and attempt timeout of one process.
-pub struct Door {
+pub(crate) struct Door {
     call_timeout: Duration,
     retry: RetryPolicy,
     throttle: Throttle,
@@ -59,7 +59,7 @@ impl std::fmt::Debug for Door {
 impl Door {
     /// A door with `options`' budget, timeout and retries (invalid values
     /// replaced by their defaults, as [`crate::aws::Aws::new`] does).
-    pub fn new(options: &ClientOptions) -> Arc<Door> {
+    pub(crate) fn new(options: &ClientOptions) -> Arc<Door> {
         let options = options.clone().or_defaults();
         api_metrics::init();
         Arc::new(Door {
@@ -75,14 +75,14 @@ impl Door {
     /// before it is sent, and one waiting for a token or a retry gives up
     /// at once. The manager calls this the moment it cannot prove it still
     /// leads; reads go on (they change nothing).
-    pub fn stop_mutations(&self) {
+    pub(crate) fn stop_mutations(&self) {
         self.stop.cancel();
     }
 
     /// [`Door::stop_mutations`], then waits (at most `bound`) until no
     /// mutating attempt sent before is still unanswered. Returns how many
     /// still are: zero means no change to AWS can land after this returns.
-    pub async fn stop_mutations_and_drain(&self, bound: Duration) -> usize {
+    pub(crate) async fn stop_mutations_and_drain(&self, bound: Duration) -> usize {
         self.stop_mutations();
         let mut watch = self.in_flight.subscribe();
         let drained = tokio::time::timeout(bound, watch.wait_for(|n| *n == 0)).await;
@@ -117,7 +117,7 @@ impl Door {
     }
 
     /// The current adaptive rate of a category, in requests per second.
-    pub fn current_rate(&self, category: Category) -> f64 {
+    pub(crate) fn current_rate(&self, category: Category) -> f64 {
         self.throttle.limiter(category).current_rate()
     }
 

@@ -35,12 +35,12 @@ pub enum ErrorClass {
 
 impl ErrorClass {
     /// Whether the client retries errors of this class.
-    pub fn is_retryable(self) -> bool {
+    pub(crate) fn is_retryable(self) -> bool {
         matches!(self, ErrorClass::Throttling | ErrorClass::Transient)
     }
 
     /// Label value used in metrics (`outcome`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ErrorClass::Throttling => "throttled",
             ErrorClass::Transient => "transient",
@@ -89,7 +89,7 @@ const TRANSIENT_CODES: &[&str] = &[
 
 /// Classifies an AWS error code. `None` when the code alone does not decide
 /// (then the HTTP status does).
-pub fn classify_code(code: &str) -> Option<ErrorClass> {
+pub(crate) fn classify_code(code: &str) -> Option<ErrorClass> {
     if THROTTLING_CODES.contains(&code) {
         return Some(ErrorClass::Throttling);
     }
@@ -117,18 +117,18 @@ fn classify_status(status: u16) -> ErrorClass {
 
 /// What one failed attempt looked like, before it becomes an [`AwsError`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct AttemptFailure {
-    pub class: ErrorClass,
-    pub code: Option<String>,
-    pub message: String,
-    pub http_status: Option<u16>,
-    pub request_id: Option<String>,
+pub(crate) struct AttemptFailure {
+    pub(crate) class: ErrorClass,
+    pub(crate) code: Option<String>,
+    pub(crate) message: String,
+    pub(crate) http_status: Option<u16>,
+    pub(crate) request_id: Option<String>,
 }
 
 impl AttemptFailure {
     /// Builds a failure from a code/status pair (used by tests and the
     /// timeout path).
-    pub fn new(
+    pub(crate) fn new(
         class: ErrorClass,
         code: Option<&str>,
         message: impl Into<String>,
@@ -144,7 +144,7 @@ impl AttemptFailure {
 
     /// Classifies an SDK error. Every SDK operation returns
     /// `SdkError<OperationError, HttpResponse>`.
-    pub fn from_sdk<E>(err: &SdkError<E, HttpResponse>) -> AttemptFailure
+    pub(crate) fn from_sdk<E>(err: &SdkError<E, HttpResponse>) -> AttemptFailure
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
@@ -308,7 +308,7 @@ impl AwsError {
     }
 
     /// The operation that failed.
-    pub fn operation(&self) -> Operation {
+    pub(crate) fn operation(&self) -> Operation {
         match self {
             AwsError::Api { operation, .. }
             | AwsError::NotFound { operation, .. }
@@ -330,7 +330,7 @@ impl AwsError {
     }
 
     /// The AWS error message, or a description of the failure.
-    pub fn message(&self) -> String {
+    pub(crate) fn message(&self) -> String {
         match self {
             AwsError::Api { message, .. } => message.clone(),
             other => other.to_string(),
@@ -338,7 +338,8 @@ impl AwsError {
     }
 
     /// How many requests were sent for this call.
-    pub fn attempts(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn attempts(&self) -> u32 {
         match self {
             AwsError::Api { attempts, .. }
             | AwsError::DeadlineExceeded { attempts, .. }
@@ -351,49 +352,49 @@ impl AwsError {
     /// True when an earlier attempt's answer was lost and a later answer
     /// proved AWS had applied it: the object exists (a create) or is gone
     /// (a removal); the caller re-reads it and carries on.
-    pub fn applied_before_answer_lost(&self) -> bool {
+    pub(crate) fn applied_before_answer_lost(&self) -> bool {
         matches!(self, AwsError::AnswerLost { applied: true, .. })
     }
 
     /// True when AWS may have applied the call although it failed: an
     /// answer was lost. The caller reads before re-creating.
-    pub fn may_have_been_applied(&self) -> bool {
+    pub(crate) fn may_have_been_applied(&self) -> bool {
         matches!(self, AwsError::AnswerLost { .. })
     }
 
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         self.class() == ErrorClass::NotFound
     }
 
     /// IAM refused the call (EC2's `UnauthorizedOperation`, the query
     /// APIs' `AccessDenied`, the JSON APIs' `AccessDeniedException`): the
     /// one list every caller asks, so none misses a service's spelling.
-    pub fn is_denied(&self) -> bool {
+    pub(crate) fn is_denied(&self) -> bool {
         self.code().is_some_and(|c| DENIED_CODES.contains(&c))
     }
 
     /// AWS refused to delete what another resource still uses
     /// ([`IN_USE_CODES`]); it frees up by itself.
-    pub fn is_in_use(&self) -> bool {
+    pub(crate) fn is_in_use(&self) -> bool {
         self.code().is_some_and(|c| IN_USE_CODES.contains(&c))
     }
 
     /// The operation is not offered here (EC2's `UnsupportedOperation`: a
     /// Region without `DescribeInstanceTopology`, a call the instance's
     /// type cannot take).
-    pub fn is_unsupported(&self) -> bool {
+    pub(crate) fn is_unsupported(&self) -> bool {
         self.code() == Some("UnsupportedOperation")
     }
 
     /// ELBv2 refused a target it does not hold or cannot take
     /// (`InvalidTarget`): to a deregistration, the target is not there.
-    pub fn is_invalid_target(&self) -> bool {
+    pub(crate) fn is_invalid_target(&self) -> bool {
         self.code() == Some("InvalidTarget")
     }
 
     /// EC2's answer to a `DryRun=true` request that would have been
     /// allowed (`DryRunOperation`).
-    pub fn is_dry_run_allowed(&self) -> bool {
+    pub(crate) fn is_dry_run_allowed(&self) -> bool {
         self.code() == Some(DRY_RUN_ALLOWED_CODE)
     }
 
@@ -402,8 +403,15 @@ impl AwsError {
     /// more than N targets per network load balancer"). Deregistering
     /// targets makes room. The Classic ELB's register call documents no
     /// such error (only `LoadBalancerNotFound` and `InvalidInstance`).
-    pub fn is_target_quota(&self) -> bool {
+    pub(crate) fn is_target_quota(&self) -> bool {
         self.code().is_some_and(|c| TARGET_QUOTA_CODES.contains(&c))
+    }
+
+    /// EC2 refused a rule past the security group's rules limit
+    /// (`RulesPerSecurityGroupLimitExceeded`: 60 inbound rules by default,
+    /// each CIDR or source group of a permission counting as one).
+    pub fn is_rule_limit(&self) -> bool {
+        self.code() == Some("RulesPerSecurityGroupLimitExceeded")
     }
 
     pub fn is_throttling(&self) -> bool {

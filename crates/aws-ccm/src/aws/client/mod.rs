@@ -23,15 +23,15 @@
 //! operation timeout: this layer owns both, and SDK retries underneath would
 //! multiply every attempt made here.
 
-pub mod api_metrics;
+pub(crate) mod api_metrics;
 pub mod clients;
-pub mod coalesce;
-pub mod consistency;
-pub mod door;
-pub mod errors;
-pub mod operations;
-pub mod pages;
-pub mod retry;
+pub(crate) mod coalesce;
+pub(crate) mod consistency;
+pub(crate) mod door;
+pub(crate) mod errors;
+pub(crate) mod operations;
+pub(crate) mod pages;
+pub(crate) mod retry;
 #[cfg(test)]
 pub(crate) mod test_stub;
 pub mod throttle;
@@ -128,7 +128,7 @@ pub enum OptionsError {
 impl ClientOptions {
     /// Checks the options; the CLI calls this when parsing flags so a bad
     /// value stops the process with a clear message instead of misbehaving.
-    pub fn validate(&self) -> Result<(), OptionsError> {
+    pub(crate) fn validate(&self) -> Result<(), OptionsError> {
         if !(self.budget_fraction > 0.0 && self.budget_fraction <= 10.0) {
             return Err(OptionsError::BudgetFraction(self.budget_fraction));
         }
@@ -186,9 +186,9 @@ pub struct CallOptions {
     /// The call fails with [`AwsError::DeadlineExceeded`] rather than
     /// continue past this instant (waiting for a token, sending, or backing
     /// off). `None`: bounded by the attempt limit only.
-    pub deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
     /// The request is sent with `DryRun=true`: see [`AwsClient::dry_run`].
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 impl CallOptions {
@@ -322,7 +322,7 @@ impl AwsClient {
     /// through the same door, and it must exist before the SDK clients.
     /// The door's own options (throttle, timeout, retries) are the ones it
     /// was built with; `opts` sets the rest.
-    pub fn with_door(
+    pub(crate) fn with_door(
         clients: SdkClients,
         cluster_id: String,
         opts: ClientOptions,
@@ -345,7 +345,7 @@ impl AwsClient {
     }
 
     /// The Region its SDK clients call (empty when none is configured).
-    pub fn region(&self) -> String {
+    pub(crate) fn region(&self) -> String {
         let ec2 = self.core.clients.ec2.config();
         ec2.region().map_or(String::new(), |r| r.to_string())
     }
@@ -369,7 +369,7 @@ impl AwsClient {
     /// mutating call from now on) and waits, at most `bound`, for those
     /// already sent to be answered; returns how many still are not. Called
     /// the moment the process cannot prove it still leads.
-    pub async fn stop_mutations(&self, bound: Duration) -> usize {
+    pub(crate) async fn stop_mutations(&self, bound: Duration) -> usize {
         self.core.door.stop_mutations_and_drain(bound).await
     }
 
@@ -425,7 +425,7 @@ impl AwsClient {
     /// verdict when AWS answered `DryRunOperation` or
     /// `UnauthorizedOperation`; any other answer is an error, including a
     /// service that carried the request out (it ignored `DryRun`).
-    pub async fn dry_run<C: SdkService, F: SdkCall<C>>(
+    pub(crate) async fn dry_run<C: SdkService, F: SdkCall<C>>(
         &self,
         op: Operation,
         f: F,
@@ -461,7 +461,7 @@ impl AwsClient {
 
 /// What a `DryRun=true` request found out.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DryRun {
+pub(crate) enum DryRun {
     /// `DryRunOperation`: the request would have been allowed.
     Allowed,
     /// `UnauthorizedOperation`: IAM denies it; AWS's message (it carries an

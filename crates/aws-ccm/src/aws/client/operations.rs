@@ -35,7 +35,7 @@ pub enum Service {
 
 impl Service {
     /// Short lowercase name used in metric labels and logs.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Service::Ec2 => "ec2",
             Service::Elb => "elb",
@@ -60,7 +60,7 @@ impl Service {
     }
 
     /// Display name used in user-facing messages.
-    pub fn display_name(self) -> &'static str {
+    pub(crate) fn display_name(self) -> &'static str {
         match self {
             Service::Ec2 => "EC2",
             Service::Elb => "ELB",
@@ -113,14 +113,14 @@ pub enum Category {
 /// Size of an AWS token bucket: how many requests fit in a burst and how many
 /// tokens come back per second.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct BucketSize {
-    pub burst: f64,
-    pub refill_per_sec: f64,
+pub(crate) struct BucketSize {
+    pub(crate) burst: f64,
+    pub(crate) refill_per_sec: f64,
 }
 
 impl Category {
     /// Every category, in a stable order (for metrics and tests).
-    pub const ALL: [Category; 10] = [
+    pub(crate) const ALL: [Category; 10] = [
         Category::Ec2NonMutating,
         Category::Ec2UnfilteredDescribe,
         Category::Ec2Mutating,
@@ -140,7 +140,7 @@ impl Category {
     /// second); the CCM makes a handful of them, so a modest bucket is enough.
     /// IAM's `SimulatePrincipalPolicy` shares it: IAM documents no per-action
     /// rate either, and only `aws-ccm doctor` calls it, fifteen times a run.
-    pub fn aws_bucket(self) -> BucketSize {
+    pub(crate) fn aws_bucket(self) -> BucketSize {
         let (burst, refill_per_sec) = match self {
             Category::Ec2NonMutating => (100.0, 20.0),
             Category::Ec2UnfilteredDescribe => (50.0, 10.0),
@@ -160,7 +160,7 @@ impl Category {
     }
 
     /// Label value used in metrics.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Category::Ec2NonMutating => "ec2_non_mutating",
             Category::Ec2UnfilteredDescribe => "ec2_unfiltered_describe",
@@ -187,7 +187,7 @@ impl fmt::Display for Category {
 /// may have been applied by AWS. The door ([`super::door`]) reads this
 /// column, and only this column, to decide what a later answer means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Idempotency {
+pub(crate) enum Idempotency {
     /// Reads nothing but state: always safe to repeat.
     ReadOnly,
     /// Repeating it leaves AWS in the same state and returns success
@@ -238,12 +238,12 @@ macro_rules! operations {
             }
 
             /// The throttle category AWS charges this operation to.
-            pub fn category(self) -> Category {
+            pub(crate) fn category(self) -> Category {
                 match self { $( Operation::$variant => Category::$category, )* }
             }
 
             /// What a repeated attempt can observe.
-            pub fn idempotency(self) -> Idempotency {
+            pub(crate) fn idempotency(self) -> Idempotency {
                 match self { $( Operation::$variant => Idempotency::$idem, )* }
             }
         }
@@ -309,6 +309,7 @@ operations! {
     Elbv2DescribeLoadBalancers => (Elbv2, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     Elbv2DescribeTags => (Elbv2, "DescribeTags", ElbNonMutating, ReadOnly),
     Elbv2AddTags => (Elbv2, "AddTags", ElbMutating, Natural),
+    Elbv2RemoveTags => (Elbv2, "RemoveTags", ElbMutating, Natural),
     Elbv2CreateTargetGroup => (Elbv2, "CreateTargetGroup", ElbMutating, Create),
     Elbv2DeleteTargetGroup => (Elbv2, "DeleteTargetGroup", ElbMutating, Remove),
     Elbv2DescribeTargetGroups => (Elbv2, "DescribeTargetGroups", ElbNonMutating, ReadOnly),
@@ -349,7 +350,7 @@ impl Operation {
     /// Looks an operation up by service and AWS action name. For the two
     /// actions with an unfiltered variant this returns the filtered one (the
     /// bucket the client normally charges).
-    pub fn from_action(service: Service, action: &str) -> Option<Operation> {
+    pub(crate) fn from_action(service: Service, action: &str) -> Option<Operation> {
         Operation::ALL
             .iter()
             .copied()
@@ -369,7 +370,7 @@ impl Operation {
     /// `describe_route_tables`, `describe_network_interfaces`, `create_tags`,
     /// `delete_tags`); we keep those names so existing dashboards keep working
     /// and name the rest the same way, prefixed by service outside EC2.
-    pub fn metric_request_name(self) -> String {
+    pub(crate) fn metric_request_name(self) -> String {
         if self.action() == "DescribeInstances" {
             return "describe_instance".to_string();
         }
@@ -382,7 +383,7 @@ impl Operation {
 
     /// The action as an IAM policy names it (`ec2:CreateRoute`,
     /// `elasticloadbalancing:CreateLoadBalancer` for both ELB APIs).
-    pub fn iam_action(self) -> String {
+    pub(crate) fn iam_action(self) -> String {
         let prefix = match self.service() {
             Service::Ec2 => "ec2",
             Service::Elb | Service::Elbv2 => "elasticloadbalancing",
@@ -394,7 +395,7 @@ impl Operation {
 
     /// `ec2:DescribeInstances`-style name for logs and the
     /// `aws_ccm_api_calls_total{operation}` label.
-    pub fn qualified_name(self) -> String {
+    pub(crate) fn qualified_name(self) -> String {
         format!("{}:{}", self.service().as_str(), self.action())
     }
 }
@@ -402,7 +403,7 @@ impl Operation {
 /// IAM actions kOps' own CCM policy lacks and `iam/render.sh
 /// --kops-additions` grants: a refusal of one names that fix (the door's
 /// hint, and `permissions::gaps`' self-check).
-pub const KOPS_GAPS: &[&str] = &[
+pub(crate) const KOPS_GAPS: &[&str] = &[
     "elasticloadbalancing:DescribeTags",
     "elasticloadbalancing:SetSubnets",
     "elasticloadbalancing:SetIpAddressType",

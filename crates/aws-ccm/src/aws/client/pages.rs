@@ -8,7 +8,7 @@ use std::future::Future;
 /// previous page's token (`None` for the first) and returns what it keeps
 /// of that page and the page's next token; an absent or empty token ends
 /// the listing (AWS answers both). The first failing page fails the read.
-pub async fn every_page<C, T, I, E, F, Fut>(mut read: F) -> Result<C, E>
+pub(crate) async fn every_page<C, T, I, E, F, Fut>(mut read: F) -> Result<C, E>
 where
     C: Default + Extend<T>,
     I: IntoIterator<Item = T>,

@@ -13,13 +13,13 @@ use rand::Rng;
 
 /// Retry policy of one call.
 #[derive(Clone, Debug, PartialEq)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Total attempts, the first included. 1 disables retries.
-    pub max_attempts: u32,
+    pub(crate) max_attempts: u32,
     /// Upper bound of the first backoff window.
-    pub base_delay: Duration,
+    pub(crate) base_delay: Duration,
     /// Upper bound of any backoff window.
-    pub max_delay: Duration,
+    pub(crate) max_delay: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -38,7 +38,7 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The backoff windows (before jitter) between attempts:
     /// `max_attempts - 1` of them.
-    pub fn windows(&self) -> impl Iterator<Item = Duration> + use<> {
+    pub(crate) fn windows(&self) -> impl Iterator<Item = Duration> + use<> {
         ExponentialBuilder::default()
             .with_min_delay(self.base_delay)
             .with_max_delay(self.max_delay)
@@ -48,13 +48,13 @@ impl RetryPolicy {
     }
 
     /// A jittered schedule of delays: uniform in `[0, window]` for each window.
-    pub fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
+    pub(crate) fn delays(&self) -> impl Iterator<Item = Duration> + use<> {
         self.windows().map(full_jitter)
     }
 }
 
 /// A uniformly random duration in `[0, window]`.
-pub fn full_jitter(window: Duration) -> Duration {
+pub(crate) fn full_jitter(window: Duration) -> Duration {
     window.mul_f64(rand::rng().random::<f64>())
 }
 

@@ -1,7 +1,8 @@
 //! A tiny EC2 query-protocol endpoint for unit tests of the client layer.
 //!
 //! It serves `DescribeInstances` (with the `instance-id`, `private-dns-name`,
-//! `tag-key`, `tag:<key>` and `instance-state-name` filters and `MaxResults`
+//! `private-ip-address`, `tag-key`, `tag:<key>` and `instance-state-name`
+//! filters, any other filter matching nothing, and `MaxResults`
 //! pagination) and `DescribeAvailabilityZones` from an in-memory list, counts
 //! requests per action, and can answer the next requests with scripted
 //! faults. The real SDK talks to it over HTTP on 127.0.0.1, so the tests
@@ -25,15 +26,25 @@ use tokio::net::TcpListener;
 use super::SdkClients;
 
 #[derive(Clone, Debug)]
-pub struct StubInstance {
-    pub id: String,
-    pub private_dns: String,
-    pub state: &'static str,
-    pub tags: BTreeMap<String, String>,
+pub(crate) struct StubInstance {
+    pub(crate) id: String,
+    pub(crate) private_dns: String,
+    pub(crate) state: &'static str,
+    pub(crate) tags: BTreeMap<String, String>,
 }
 
 impl StubInstance {
-    pub fn running(id: &str, private_dns: &str) -> StubInstance {
+    /// The primary private address: the one an `ip-a-b-c-d…` name spells,
+    /// else 10.0.0.1.
+    pub(crate) fn private_ip(&self) -> String {
+        let spelled = (self.private_dns.strip_prefix("ip-"))
+            .and_then(|rest| rest.split('.').next())
+            .map(|ip| ip.replace('-', "."))
+            .filter(|ip| ip.parse::<std::net::Ipv4Addr>().is_ok());
+        spelled.unwrap_or_else(|| "10.0.0.1".to_string())
+    }
+
+    pub(crate) fn running(id: &str, private_dns: &str) -> StubInstance {
         StubInstance {
             id: id.to_string(),
             private_dns: private_dns.to_string(),
@@ -42,7 +53,7 @@ impl StubInstance {
         }
     }
 
-    pub fn tagged(mut self, key: &str, value: &str) -> StubInstance {
+    pub(crate) fn tagged(mut self, key: &str, value: &str) -> StubInstance {
         self.tags.insert(key.to_string(), value.to_string());
         self
     }
@@ -50,7 +61,7 @@ impl StubInstance {
 
 /// `n` running instances of cluster `demo`, `i-…0` to `i-…(n-1)`, 250 to a
 /// private DNS block.
-pub fn fleet(n: usize) -> Vec<StubInstance> {
+pub(crate) fn fleet(n: usize) -> Vec<StubInstance> {
     (0..n)
         .map(|i| {
             StubInstance::running(
@@ -64,7 +75,7 @@ pub fn fleet(n: usize) -> Vec<StubInstance> {
 
 /// A scripted answer for the next request.
 #[derive(Clone, Debug)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// An AWS error body with this status and code.
     Error { status: u16, code: &'static str },
     /// Wait this long before answering normally.
@@ -80,7 +91,7 @@ struct State {
     describe_filters: Vec<Vec<(String, Vec<String>)>>,
 }
 
-pub struct StubEc2 {
+pub(crate) struct StubEc2 {
     addr: SocketAddr,
     state: Arc<Mutex<State>>,
     server: tokio::task::JoinHandle<()>,
@@ -93,7 +104,7 @@ impl Drop for StubEc2 {
 }
 
 impl StubEc2 {
-    pub async fn start(instances: Vec<StubInstance>) -> StubEc2 {
+    pub(crate) async fn start(instances: Vec<StubInstance>) -> StubEc2 {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
@@ -124,12 +135,12 @@ impl StubEc2 {
         }
     }
 
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// SDK clients pointed at the stub, with SDK retries off.
-    pub fn clients(&self) -> SdkClients {
+    pub(crate) fn clients(&self) -> SdkClients {
         let config = aws_types::SdkConfig::builder()
             .behavior_version(aws_config::BehaviorVersion::latest())
             .region(aws_types::region::Region::new("us-east-1"))
@@ -152,15 +163,15 @@ impl StubEc2 {
         }
     }
 
-    pub fn push_faults(&self, faults: impl IntoIterator<Item = Fault>) {
+    pub(crate) fn push_faults(&self, faults: impl IntoIterator<Item = Fault>) {
         self.state.lock().faults.extend(faults);
     }
 
-    pub fn calls(&self, action: &str) -> usize {
+    pub(crate) fn calls(&self, action: &str) -> usize {
         self.state.lock().calls.get(action).copied().unwrap_or(0)
     }
 
-    pub fn describe_filters(&self) -> Vec<Vec<(String, Vec<String>)>> {
+    pub(crate) fn describe_filters(&self) -> Vec<Vec<(String, Vec<String>)>> {
         self.state.lock().describe_filters.clone()
     }
 }
@@ -236,6 +247,7 @@ fn matches(instance: &StubInstance, name: &str, values: &[String]) -> bool {
     match name {
         "instance-id" => values.contains(&instance.id),
         "private-dns-name" => values.contains(&instance.private_dns),
+        "private-ip-address" => values.contains(&instance.private_ip()),
         "instance-state-name" => values.iter().any(|v| v == instance.state),
         "tag-key" => values.iter().any(|v| instance.tags.contains_key(v)),
         other => match other.strip_prefix("tag:") {
@@ -286,10 +298,11 @@ fn describe_instances(state: &Mutex<State>, params: &[(String, String)]) -> Resp
              <instanceId>{id}</instanceId><privateDnsName>{dns}</privateDnsName>\
              <instanceState><code>16</code><name>{state}</name></instanceState>\
              <placement><availabilityZone>us-east-1a</availabilityZone></placement>\
-             <privateIpAddress>10.0.0.1</privateIpAddress>\
+             <privateIpAddress>{ip}</privateIpAddress>\
              <tagSet>{tags}</tagSet></item></instancesSet></item>",
             id = instance.id,
             dns = instance.private_dns,
+            ip = instance.private_ip(),
             state = instance.state,
         ));
     }

@@ -54,7 +54,7 @@ use super::operations::Category;
 
 /// A governor clock that follows Tokio's (pausable) clock.
 #[derive(Clone, Debug)]
-pub struct TokioClock {
+pub(crate) struct TokioClock {
     origin: Instant,
 }
 
@@ -68,7 +68,7 @@ impl Clock for TokioClock {
 
 /// Tokens of each bucket this client leaves unused, for the difference
 /// between when a call is granted here and when AWS counts it.
-pub const TRANSIT_RESERVE: u32 = 1;
+pub(crate) const TRANSIT_RESERVE: u32 = 1;
 
 type Gcra = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Nanos>>;
 
@@ -76,16 +76,16 @@ type Gcra = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Nano
 #[derive(Clone, Debug, PartialEq)]
 pub struct AimdConfig {
     /// Factor applied to the rate on throttling (multiplicative decrease).
-    pub decrease_factor: f64,
+    pub(crate) decrease_factor: f64,
     /// Lowest rate, as a fraction of the ceiling.
-    pub floor_fraction: f64,
+    pub(crate) floor_fraction: f64,
     /// Additive increase, as a fraction of the ceiling regained per second.
-    pub recovery_per_sec: f64,
+    pub(crate) recovery_per_sec: f64,
     /// Throttling answers within this time of the last decrease do not
     /// decrease again: they are the same burst seen by several in-flight
     /// requests, and halving once per answer would collapse the rate to the
     /// floor on a single overload.
-    pub decrease_cooldown: Duration,
+    pub(crate) decrease_cooldown: Duration,
 }
 
 impl Default for AimdConfig {
@@ -102,7 +102,7 @@ impl Default for AimdConfig {
 /// The caller's deadline passed while it waited for a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenWaitTimedOut {
-    pub waited: Duration,
+    pub(crate) waited: Duration,
 }
 
 #[derive(Debug)]
@@ -114,7 +114,7 @@ struct Adaptive {
 
 /// Whose turn a request takes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Priority {
+pub(crate) enum Priority {
     /// First come, first served.
     #[default]
     Normal,
@@ -127,6 +127,7 @@ pub enum Priority {
 pub struct CategoryLimiter {
     category: Category,
     ceiling: f64,
+    #[cfg(test)]
     burst: u32,
     floor: f64,
     aimd: AimdConfig,
@@ -170,6 +171,7 @@ impl CategoryLimiter {
         CategoryLimiter {
             category,
             ceiling,
+            #[cfg(test)]
             burst,
             floor,
             aimd,
@@ -188,12 +190,13 @@ impl CategoryLimiter {
     }
 
     /// Configured burst.
-    pub fn burst(&self) -> u32 {
+    #[cfg(test)]
+    pub(crate) fn burst(&self) -> u32 {
         self.burst
     }
 
     /// The current adaptive rate in requests per second (recovery applied).
-    pub fn current_rate(&self) -> f64 {
+    pub(crate) fn current_rate(&self) -> f64 {
         let mut adaptive = self.adaptive.lock();
         self.recover(&mut adaptive, Instant::now());
         adaptive.rate
@@ -212,7 +215,7 @@ impl CategoryLimiter {
     }
 
     /// AWS throttled a request of this category: lower the rate.
-    pub fn on_throttled(&self) {
+    pub(crate) fn on_throttled(&self) {
         let now = Instant::now();
         let mut adaptive = self.adaptive.lock();
         self.recover(&mut adaptive, now);
@@ -241,7 +244,7 @@ impl CategoryLimiter {
     }
 
     /// [`CategoryLimiter::acquire`] with a priority.
-    pub async fn acquire_with(
+    pub(crate) async fn acquire_with(
         &self,
         deadline: Option<Instant>,
         priority: Priority,
@@ -325,12 +328,12 @@ async fn bounded(
 }
 
 /// All categories' limiters.
-pub struct Throttle {
+pub(crate) struct Throttle {
     limiters: Vec<CategoryLimiter>,
 }
 
 impl Throttle {
-    pub fn new(budget_fraction: f64, aimd: AimdConfig) -> Throttle {
+    pub(crate) fn new(budget_fraction: f64, aimd: AimdConfig) -> Throttle {
         Throttle {
             limiters: Category::ALL
                 .iter()
@@ -339,7 +342,7 @@ impl Throttle {
         }
     }
 
-    pub fn limiter(&self, category: Category) -> &CategoryLimiter {
+    pub(crate) fn limiter(&self, category: Category) -> &CategoryLimiter {
         let index = Category::ALL
             .iter()
             .position(|&c| c == category)
@@ -351,7 +354,7 @@ impl Throttle {
 #[cfg(test)]
 impl CategoryLimiter {
     /// Configured ceiling in requests per second.
-    pub fn ceiling(&self) -> f64 {
+    pub(crate) fn ceiling(&self) -> f64 {
         self.ceiling
     }
 }

@@ -60,7 +60,7 @@ fn instances(ids: &BTreeSet<String>) -> Vec<elbt::Instance> {
 
 /// The load balancer with its tags, attributes not read (two reads), or
 /// `None` when it does not exist.
-pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
+pub(crate) async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
     let out = match aws
         .elb(Operation::ElbDescribeLoadBalancers, |c| {
             c.describe_load_balancers().load_balancer_names(name).send()
@@ -84,7 +84,7 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
 
 /// What `DescribeLoadBalancers` tells of one classic ELB: everything but
 /// its attributes (left at the API defaults) and tags (left empty).
-pub fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
+pub(crate) fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
     ActualLb {
         name: lb.load_balancer_name().unwrap_or_default().to_string(),
         dns_name: lb.dns_name().unwrap_or_default().to_string(),
@@ -119,7 +119,7 @@ pub fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
 
 /// The managed attributes of classic ELB `name` (one read; AWS cannot
 /// batch it).
-pub async fn read_attributes(aws: &AwsClient, name: &str) -> Result<Attributes, AwsError> {
+pub(crate) async fn read_attributes(aws: &AwsClient, name: &str) -> Result<Attributes, AwsError> {
     let attrs = aws
         .elb(Operation::ElbDescribeLoadBalancerAttributes, |c| {
             c.describe_load_balancer_attributes()
@@ -131,7 +131,7 @@ pub async fn read_attributes(aws: &AwsClient, name: &str) -> Result<Attributes, 
 }
 
 /// Tags of classic ELBs by name, 20 names per call (the API's limit).
-pub async fn tags_by_name(
+pub(crate) async fn tags_by_name(
     aws: &AwsClient,
     names: &[String],
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>, AwsError> {
@@ -197,7 +197,7 @@ fn listeners_from_sdk(descriptions: &[elbt::ListenerDescription]) -> Vec<(Listen
 /// Every classic ELB in the region as `DescribeLoadBalancers` tells it
 /// ([`lb_from_description`]): one paginated read, 400 per page (the
 /// API's largest page).
-pub async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
+pub(crate) async fn list_all(aws: &AwsClient) -> Result<Vec<ActualLb>, AwsError> {
     every_page(|marker| async move {
         let page = aws
             .elb(Operation::ElbDescribeLoadBalancers, |c| {

@@ -11,7 +11,7 @@ use super::security_groups::{self as sg, Rule};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 
-pub const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
+pub(crate) const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
 
 /// `a` + the Service UID without dashes, cut to 32 characters (upstream's
 /// `cloudprovider.DefaultLoadBalancerName`).
@@ -22,26 +22,26 @@ pub fn load_balancer_name(uid: &str) -> String {
 }
 
 /// The owned security group's name.
-pub fn owned_group_name(lb_name: &str) -> String {
+pub(crate) fn owned_group_name(lb_name: &str) -> String {
     format!("k8s-elb-{lb_name}")
 }
 
-pub fn ssl_policy_name(policy: &str) -> String {
+pub(crate) fn ssl_policy_name(policy: &str) -> String {
     format!("k8s-SSLNegotiationPolicy-{policy}")
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Listener {
-    pub lb_port: i32,
+    pub(crate) lb_port: i32,
     /// Upper case: TCP, SSL, HTTP, HTTPS.
-    pub protocol: String,
-    pub instance_port: i32,
-    pub instance_protocol: String,
-    pub ssl_cert: Option<String>,
+    pub(crate) protocol: String,
+    pub(crate) instance_port: i32,
+    pub(crate) instance_protocol: String,
+    pub(crate) ssl_cert: Option<String>,
 }
 
 impl Listener {
-    pub fn is_tls(&self) -> bool {
+    pub(crate) fn is_tls(&self) -> bool {
         self.protocol == "SSL" || self.protocol == "HTTPS"
     }
 }
@@ -49,24 +49,24 @@ impl Listener {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HealthCheck {
     /// `TCP:30080`, `HTTP:32000/healthz`.
-    pub target: String,
-    pub healthy_threshold: i32,
-    pub unhealthy_threshold: i32,
-    pub interval: i32,
-    pub timeout: i32,
+    pub(crate) target: String,
+    pub(crate) healthy_threshold: i32,
+    pub(crate) unhealthy_threshold: i32,
+    pub(crate) interval: i32,
+    pub(crate) timeout: i32,
 }
 
 /// Attributes the controller manages; `None` fields are left as AWS has them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attributes {
-    pub cross_zone: bool,
-    pub access_log_enabled: bool,
-    pub access_log_interval: Option<i32>,
-    pub access_log_bucket: Option<String>,
-    pub access_log_prefix: Option<String>,
-    pub draining_enabled: bool,
-    pub draining_timeout: Option<i32>,
-    pub idle_timeout: i32,
+    pub(crate) cross_zone: bool,
+    pub(crate) access_log_enabled: bool,
+    pub(crate) access_log_interval: Option<i32>,
+    pub(crate) access_log_bucket: Option<String>,
+    pub(crate) access_log_prefix: Option<String>,
+    pub(crate) draining_enabled: bool,
+    pub(crate) draining_timeout: Option<i32>,
+    pub(crate) idle_timeout: i32,
 }
 
 /// What a freshly created classic ELB has (API defaults).
@@ -87,7 +87,7 @@ impl Default for Attributes {
 
 impl Attributes {
     /// Whether `actual` already has every value `self` asks for.
-    pub fn satisfied_by(&self, actual: &Attributes) -> bool {
+    pub(crate) fn satisfied_by(&self, actual: &Attributes) -> bool {
         let opt = |want: &Option<i32>, have: &Option<i32>| want.is_none() || want == have;
         let opt_s = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         self.cross_zone == actual.cross_zone
@@ -117,7 +117,7 @@ impl GroupRef {
 
     /// The ID a plan compares: the owned group's is `owned`, or a
     /// placeholder until the plan's create step makes it.
-    pub fn planned_id(&self, owned: Option<&str>) -> String {
+    pub(crate) fn planned_id(&self, owned: Option<&str>) -> String {
         match self {
             GroupRef::Id(id) => id.clone(),
             GroupRef::Owned => owned.unwrap_or("<owned>").to_string(),
@@ -126,7 +126,7 @@ impl GroupRef {
 
     /// The ID a step applies: the owned group's is `owned` once known;
     /// without it the step of load balancer `lb` cannot run.
-    pub fn resolve(&self, owned: Option<&String>, lb: &str) -> Result<String, AwsError> {
+    pub(crate) fn resolve(&self, owned: Option<&String>, lb: &str) -> Result<String, AwsError> {
         match self {
             GroupRef::Id(id) => Ok(id.clone()),
             GroupRef::Owned => owned.cloned().ok_or_else(|| AwsError::NotFound {
@@ -139,75 +139,75 @@ impl GroupRef {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnedGroup {
-    pub name: String,
-    pub description: String,
-    pub tags: BTreeMap<String, String>,
-    pub rules: BTreeSet<Rule>,
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) tags: BTreeMap<String, String>,
+    pub(crate) rules: BTreeSet<Rule>,
 }
 
 /// What AWS must look like for one Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
-    pub name: String,
+    pub(crate) name: String,
     /// Whose ownership tag a group must carry to be deleted.
-    pub cluster_id: String,
-    pub internal: bool,
-    pub listeners: Vec<Listener>,
-    pub health_check: HealthCheck,
-    pub attributes: Attributes,
-    pub subnets: BTreeSet<String>,
+    pub(crate) cluster_id: String,
+    pub(crate) internal: bool,
+    pub(crate) listeners: Vec<Listener>,
+    pub(crate) health_check: HealthCheck,
+    pub(crate) attributes: Attributes,
+    pub(crate) subnets: BTreeSet<String>,
     /// In order: the LB's own group (owned, annotated or cloud.conf), then extras.
-    pub groups: Vec<GroupRef>,
-    pub owned_group: Option<OwnedGroup>,
-    pub tags: BTreeMap<String, String>,
-    pub proxy_protocol: bool,
-    pub ssl_negotiation_policy: Option<String>,
-    pub instances: BTreeSet<String>,
+    pub(crate) groups: Vec<GroupRef>,
+    pub(crate) owned_group: Option<OwnedGroup>,
+    pub(crate) tags: BTreeMap<String, String>,
+    pub(crate) proxy_protocol: bool,
+    pub(crate) ssl_negotiation_policy: Option<String>,
+    pub(crate) instances: BTreeSet<String>,
     /// Backend nodes' groups that must admit the LB's group; `None` when
     /// `DisableSecurityGroupIngress` is set.
-    pub node_groups: Option<BTreeSet<String>>,
+    pub(crate) node_groups: Option<BTreeSet<String>>,
     /// The create-time settings, recorded on the load balancer this CCM creates.
-    pub applied: crate::aws::applied::Applied,
+    pub(crate) applied: crate::aws::applied::Applied,
 }
 
 /// A classic ELB as AWS reports it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ActualLb {
-    pub name: String,
-    pub dns_name: String,
-    pub internal: bool,
+pub(crate) struct ActualLb {
+    pub(crate) name: String,
+    pub(crate) dns_name: String,
+    pub(crate) internal: bool,
     /// Listener and the policies set on it.
-    pub listeners: Vec<(Listener, Vec<String>)>,
-    pub backend_policies: BTreeMap<i32, Vec<String>>,
+    pub(crate) listeners: Vec<(Listener, Vec<String>)>,
+    pub(crate) backend_policies: BTreeMap<i32, Vec<String>>,
     /// Policies defined on the load balancer.
-    pub policies: BTreeSet<String>,
-    pub health_check: Option<HealthCheck>,
-    pub subnets: BTreeSet<String>,
-    pub security_groups: Vec<String>,
-    pub instances: BTreeSet<String>,
-    pub attributes: Attributes,
-    pub tags: crate::aws::tags::Tags,
+    pub(crate) policies: BTreeSet<String>,
+    pub(crate) health_check: Option<HealthCheck>,
+    pub(crate) subnets: BTreeSet<String>,
+    pub(crate) security_groups: Vec<String>,
+    pub(crate) instances: BTreeSet<String>,
+    pub(crate) attributes: Attributes,
+    pub(crate) tags: crate::aws::tags::Tags,
 }
 
 /// Everything the plan compares against.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Actual {
-    pub lb: Option<ActualLb>,
+    pub(crate) lb: Option<ActualLb>,
     /// The owned group, when it exists and carries this cluster's tag.
-    pub owned_group: Option<sg::SecurityGroup>,
+    pub(crate) owned_group: Option<sg::SecurityGroup>,
     /// Node groups (by ID) that already admit the LB's own group.
-    pub node_groups_with_rule: BTreeSet<String>,
+    pub(crate) node_groups_with_rule: BTreeSet<String>,
     /// When the LB's own group is shared (the `security-groups` annotation or
     /// cloud.conf `ElbSecurityGroup`): the node groups that other load
     /// balancers using it still reach, so their rule stays. `None` when not
     /// looked up: then no rule from a shared group is revoked.
-    pub shared_group_needed: Option<BTreeSet<String>>,
+    pub(crate) shared_group_needed: Option<BTreeSet<String>>,
     /// For deletion: the shared group the node rules admit (the load
     /// balancer's first group when it has no owned group).
-    pub shared_lb_group: Option<String>,
+    pub(crate) shared_lb_group: Option<String>,
     /// Node groups admitting the owned group, read only when the owned group
     /// is no longer wanted (`security-groups` or `ElbSecurityGroup` replaced it).
-    pub owned_group_node_rules: BTreeSet<String>,
+    pub(crate) owned_group_node_rules: BTreeSet<String>,
 }
 
 /// One mutating step.
@@ -265,22 +265,22 @@ pub enum Change {
 /// Inputs read from AWS that shape the desired state of a classic ELB or
 /// an NLB.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Environment {
+pub(crate) struct Environment {
     /// The load balancer's subnets, in the order an NLB's addresses pair
     /// with them.
-    pub subnets: Vec<String>,
+    pub(crate) subnets: Vec<String>,
     /// The backend instances.
-    pub instances: BTreeSet<String>,
+    pub(crate) instances: BTreeSet<String>,
     /// The backends' node groups, which must admit a classic ELB's group.
-    pub node_groups: BTreeSet<String>,
+    pub(crate) node_groups: BTreeSet<String>,
     /// `--cluster-name` (upstream hashes it into an NLB's managed group name).
-    pub cluster_name: String,
+    pub(crate) cluster_name: String,
     /// Whether what is created also carries the legacy `KubernetesCluster`
     /// tag ([`crate::aws::tags::owned_tags`]).
-    pub legacy_cluster_tag: bool,
+    pub(crate) legacy_cluster_tag: bool,
 }
 
-pub mod io;
+pub(crate) mod io;
 pub mod plan;
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
 
 /// Listeners for the Service ports, as upstream's `buildListener`.
-pub fn listeners(spec: &LoadBalancerSpec) -> Vec<Listener> {
+pub(crate) fn listeners(spec: &LoadBalancerSpec) -> Vec<Listener> {
     spec.ports
         .iter()
         .map(|p| {
@@ -51,7 +51,7 @@ pub fn listeners(spec: &LoadBalancerSpec) -> Vec<Listener> {
 /// `healthCheckNodePort` over HTTP; otherwise TCP (SSL for an SSL/HTTPS
 /// backend) on the first node port, or the shared probe from cloud.conf; the
 /// healthcheck-* annotations override any part of it.
-pub fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck {
+pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck {
     let first_port = spec.ports.first().map(|p| p.node_port).unwrap_or(0);
     let (mut protocol, mut port, mut path) =
         if let Some(hc_port) = spec.local_health_check_node_port {
@@ -101,7 +101,7 @@ pub fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck
 }
 
 /// Pure: what AWS must look like for this Service.
-pub fn desired(
+pub(crate) fn desired(
     spec: &LoadBalancerSpec,
     service_key: &str,
     uid: &str,
@@ -308,7 +308,7 @@ fn scheme_asked(desired: &Desired, current: &ActualLb) -> bool {
 /// Pure: the create-time differences a sync leaves as they are (the Service
 /// did not ask for them, or the load balancer lacks this cluster's
 /// ownership tag), for the Warning event. Empty when none.
-pub fn left_alone(desired: &Desired, actual: &Actual) -> Vec<String> {
+pub(crate) fn left_alone(desired: &Desired, actual: &Actual) -> Vec<String> {
     match &actual.lb {
         Some(current)
             if current.internal != desired.internal
@@ -553,7 +553,7 @@ fn retired_owned_group_changes(desired: &Desired, actual: &Actual, changes: &mut
 /// what [`ownership`] proves this CCM made for it is deleted, and node
 /// rules only from a group so proven, or from the shared group of a load
 /// balancer so proven.
-pub fn plan_delete(actual: &Actual, cluster_id: &str, service_key: &str) -> Vec<Change> {
+pub(crate) fn plan_delete(actual: &Actual, cluster_id: &str, service_key: &str) -> Vec<Change> {
     let mut changes = Vec::new();
     let owned_group = actual.owned_group.as_ref().filter(|g| {
         ownership::prove(Made::LoadBalancerGroup, &g.name, &g.tags, cluster_id, None).is_ok()
@@ -633,7 +633,7 @@ pub(crate) fn scheme(internal: bool) -> &'static str {
 }
 
 /// A short, stable description of a change for logs and dry runs.
-pub fn describe(change: &Change) -> String {
+pub(crate) fn describe(change: &Change) -> String {
     match change {
         Change::CreateSecurityGroup(g) => format!("create security group {}", g.name),
         Change::AuthorizeIngress(r) => format!("authorize {} rule(s) on the LB group", r.len()),

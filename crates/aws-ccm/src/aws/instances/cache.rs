@@ -1,5 +1,5 @@
 //! What this CCM keeps of EC2's instances between reads: the coalesced
-//! lookups by ID and by private DNS name, the shared cluster sweep (fresh
+//! lookups by ID, by private DNS name and by private IP, the shared cluster sweep (fresh
 //! for [`InstanceSettings::sweep_ttl`]), the Region's zones (fresh for
 //! [`InstanceSettings::zone_ttl`]) and the
 //! network topology's memory. The door ([`AwsClient`]) only carries the
@@ -7,6 +7,7 @@
 //! invalidation ([`InstanceCache::invalidate_sweep`]).
 
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +20,12 @@ use crate::aws::{AwsError, Operation};
 
 /// The Region's availability zones, from one `DescribeAvailabilityZones`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Zones {
+pub(crate) struct Zones {
     /// Zone name → zone ID (`us-east-1a` → `use1-az1`).
-    pub ids: Arc<HashMap<String, String>>,
+    pub(crate) ids: Arc<HashMap<String, String>>,
     /// Zone name → zone type (`availability-zone`, `local-zone`,
     /// `wavelength-zone`); a zone AWS gives no type for is left out.
-    pub types: HashMap<String, String>,
+    pub(crate) types: HashMap<String, String>,
 }
 
 /// How the instance caches keep and what the sweep asks: set by the
@@ -59,7 +60,7 @@ impl Default for InstanceSettings {
 
 /// The instance lookups and caches of one client. Clones share them.
 #[derive(Clone)]
-pub struct InstanceCache {
+pub(crate) struct InstanceCache {
     inner: Arc<Inner>,
 }
 
@@ -67,6 +68,7 @@ struct Inner {
     client: AwsClient,
     by_id: Batcher<String, Ec2Instance>,
     by_private_dns: Batcher<String, Ec2Instance>,
+    by_private_ip: Batcher<Ipv4Addr, Vec<Ec2Instance>>,
     sweep: SingleFlight<Arc<Vec<Ec2Instance>>>,
     zones: SingleFlight<Arc<Zones>>,
     topology: Topology,
@@ -76,7 +78,7 @@ struct Inner {
 impl InstanceCache {
     /// The lookups of `client`, sized and timed by its options, kept as
     /// `settings` say.
-    pub fn new(client: &AwsClient, settings: &InstanceSettings) -> InstanceCache {
+    pub(crate) fn new(client: &AwsClient, settings: &InstanceSettings) -> InstanceCache {
         let core = client.core();
         let options = &core.options;
         let region = client.region();
@@ -96,6 +98,14 @@ impl InstanceCache {
                     options.max_dns_names_per_call,
                     io::fetch_by_private_dns(core.clone()),
                 ),
+                // A filter takes as many addresses as names.
+                by_private_ip: Batcher::new(
+                    "private_ip",
+                    Operation::Ec2DescribeInstances,
+                    options.coalesce_window,
+                    options.max_dns_names_per_call,
+                    io::fetch_by_private_ip(core.clone()),
+                ),
                 sweep: SingleFlight::new(Operation::Ec2DescribeInstances, settings.sweep_ttl),
                 zones: SingleFlight::new(
                     Operation::Ec2DescribeAvailabilityZones,
@@ -114,7 +124,7 @@ impl InstanceCache {
     /// says so), because the node lifecycle controller needs to see it.
     /// `opts` bounds this caller's wait (the shared batch call goes on for
     /// the others).
-    pub async fn by_id(&self, id: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
+    pub(crate) async fn by_id(&self, id: &str, opts: CallOptions) -> Result<Ec2Instance, AwsError> {
         let lookup = self.inner.by_id.get(id.to_string());
         let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
         found.ok_or_else(|| AwsError::NotFound {
@@ -125,7 +135,7 @@ impl InstanceCache {
 
     /// One live (not terminated) instance by private DNS name
     /// (`ip-10-0-0-1.ec2.internal`), coalesced like [`Self::by_id`].
-    pub async fn by_private_dns(
+    pub(crate) async fn by_private_dns(
         &self,
         name: &str,
         opts: CallOptions,
@@ -138,11 +148,25 @@ impl InstanceCache {
         })
     }
 
+    /// Every live (not terminated) instance whose primary private IPv4
+    /// address is `ip`, in any VPC, tagged or not (empty when none),
+    /// coalesced like [`Self::by_id`]. The caller judges them: this answers
+    /// what EC2 has, not which one is a node's.
+    pub(crate) async fn by_private_ip(
+        &self,
+        ip: Ipv4Addr,
+        opts: CallOptions,
+    ) -> Result<Vec<Ec2Instance>, AwsError> {
+        let lookup = self.inner.by_private_ip.get(ip);
+        let found = with_deadline(Operation::Ec2DescribeInstances, opts, lookup).await?;
+        Ok(found.unwrap_or_default())
+    }
+
     /// Every instance of the cluster (any state), by the Go CCM's rule: tag
     /// key `kubernetes.io/cluster/<id>`, or legacy tag
     /// `KubernetesCluster=<id>`. One paginated sweep (1,000 per page) serves
     /// all concurrent callers and is cached for `sweep_ttl`.
-    pub async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
+    pub(crate) async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, AwsError> {
         let core = self.inner.client.core().clone();
         let legacy = self.inner.legacy_cluster_tag;
         self.inner
@@ -161,7 +185,7 @@ impl InstanceCache {
     /// `DescribeInstanceTopology` (batched, at most 100 IDs per call).
     /// `Ok(None)` when the instance has none, or is not asked (see
     /// [`super::topology`]).
-    pub async fn network_nodes(
+    pub(crate) async fn network_nodes(
         &self,
         id: &str,
         instance_type: Option<&str>,
@@ -171,12 +195,12 @@ impl InstanceCache {
 
     /// Whether instances of this type are expected to have a topology
     /// (cloud.conf `SupportedTopologyInstanceTypePattern`).
-    pub fn expects_topology(&self, instance_type: &str) -> bool {
+    pub(crate) fn expects_topology(&self, instance_type: &str) -> bool {
         self.inner.topology.expects_topology(instance_type)
     }
 
     /// The Region's zones with their IDs and types, cached for `zone_ttl`.
-    pub async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
+    pub(crate) async fn zones(&self) -> Result<Arc<Zones>, AwsError> {
         let core = self.inner.client.core().clone();
         self.inner
             .zones
@@ -282,6 +306,54 @@ mod tests {
                 .find(|(n, _)| n == "private-dns-name")
                 .map(|(_, v)| v.len());
             assert!(names.is_some_and(|n| n <= 200), "{call:?}");
+            assert!(
+                call.iter().any(|(n, _)| n == "instance-state-name"),
+                "terminated instances excluded"
+            );
+        }
+    }
+
+    /// Lookups by address coalesce like those by name; each address gets
+    /// every live instance that has it as its primary address (two in two
+    /// VPCs, say), whatever their tags, and no terminated one.
+    #[tokio::test]
+    async fn lookups_by_private_ip_coalesce_and_keep_every_live_instance() {
+        let mut instances = fleet(450);
+        instances.push(StubInstance::running("i-twin", "ip-10-0-0-7.ec2.internal"));
+        let mut old = StubInstance::running("i-old", "ip-10-0-0-8.ec2.internal");
+        old.state = "terminated";
+        instances.push(old);
+        let stub = StubEc2::start(instances).await;
+        let aws = client_for(&stub, AwsSettings::default()).await;
+        let ip = |i: usize| std::net::Ipv4Addr::new(10, 0, (i / 250) as u8, (i % 250) as u8);
+        let mut ips: Vec<std::net::Ipv4Addr> = (0..450).map(ip).collect();
+        ips.push("10.9.9.9".parse().expect("literal"));
+        let results =
+            futures::future::join_all(ips.iter().map(|ip| aws.instances_by_private_ip(*ip))).await;
+        for (at, (asked, result)) in ips.iter().zip(results).enumerate() {
+            let found: Vec<String> = result
+                .expect("answered")
+                .into_iter()
+                .map(|i| i.id)
+                .collect();
+            let want: Vec<String> = match at {
+                7 => vec![format!("i-{at:017x}"), "i-twin".into()],
+                450 => vec![],
+                _ => vec![format!("i-{at:017x}")],
+            };
+            assert_eq!(found, want, "{asked}");
+        }
+        let filters = stub.describe_filters();
+        assert!(
+            filters.len() <= 4,
+            "{} calls for 451 addresses in batches of 200",
+            filters.len()
+        );
+        for call in &filters {
+            let ips = (call.iter())
+                .find(|(n, _)| n == "private-ip-address")
+                .map(|(_, v)| v.len());
+            assert!(ips.is_some_and(|n| n <= 200), "{call:?}");
             assert!(
                 call.iter().any(|(n, _)| n == "instance-state-name"),
                 "terminated instances excluded"

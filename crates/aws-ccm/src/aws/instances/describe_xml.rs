@@ -170,7 +170,7 @@ fn token_only_page(token: Option<&str>) -> String {
 }
 
 /// Decodes a `DescribeInstancesResponse` body.
-pub fn decode_page(xml: &str) -> Result<Page, XmlDecodeError> {
+pub(crate) fn decode_page(xml: &str) -> Result<Page, XmlDecodeError> {
     // The XML reader accepts a document cut short; a page cut short would
     // read as the last page, and the sweep would miss instances.
     if !xml.trim_end().ends_with("</DescribeInstancesResponse>") {

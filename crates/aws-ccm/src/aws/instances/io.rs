@@ -1,11 +1,13 @@
 //! The instance calls, sent through the one door: the paginated
-//! `DescribeInstances` behind the coalesced lookups and the cluster sweep,
+//! `DescribeInstances` behind the coalesced lookups (by ID, private DNS
+//! name and private IP) and the cluster sweep,
 //! `DescribeAvailabilityZones`, and the tag writes; the provider's
 //! [`Instances`] trait on [`Aws`]. What each lookup asks is in
 //! `plan.rs`.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use aws_sdk_ec2::types::{Filter, Instance, Tag};
@@ -93,6 +95,25 @@ pub(in crate::aws) fn fetch_by_private_dns(core: Arc<Core>) -> BatchFetch<String
             Ok((found.into_iter())
                 .filter_map(|i| Some((i.private_dns_name.clone()?, i)))
                 .collect())
+        }
+        .boxed()
+    })
+}
+
+/// The fetch of the lookups by primary private IPv4 address: one
+/// `DescribeInstances` for a batch of addresses, live instances only, every
+/// instance of an address kept (the node controller's proof needs to know
+/// when there are two).
+pub(in crate::aws) fn fetch_by_private_ip(
+    core: Arc<Core>,
+) -> BatchFetch<Ipv4Addr, Vec<Ec2Instance>> {
+    Arc::new(move |ips: Vec<Ipv4Addr>| {
+        let core = core.clone();
+        async move {
+            let found = core
+                .describe_instances(plan::by_private_ip_filters(&ips), CallOptions::default())
+                .await?;
+            Ok(plan::group_by_private_ip(&ips, found))
         }
         .boxed()
     })
@@ -222,6 +243,10 @@ impl Instances for Aws {
 
     async fn instance_by_private_dns(&self, name: &str) -> Result<Option<Ec2Instance>, CloudError> {
         not_found_is_none(Aws::instance_by_private_dns(self, name).await)
+    }
+
+    async fn instances_by_private_ip(&self, ip: Ipv4Addr) -> Result<Vec<Ec2Instance>, CloudError> {
+        Ok(Aws::instances_by_private_ip(self, ip).await?)
     }
 
     async fn cluster_instances(&self) -> Result<Arc<Vec<Ec2Instance>>, CloudError> {

@@ -24,11 +24,11 @@ pub use crate::provider::instances::{
 };
 use plan::Interner;
 
-pub mod cache;
+pub(crate) mod cache;
 pub mod describe_xml;
-pub mod io;
+pub(crate) mod io;
 pub mod plan;
-pub mod topology;
+pub(crate) mod topology;
 
 /// An EC2 filter.
 pub fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Filter {
@@ -93,55 +93,55 @@ fn non_empty(value: Option<&str>) -> Option<String> {
 }
 
 /// A field as read off the wire: text, when present.
-pub type Text<'a> = Option<Cow<'a, str>>;
+pub(crate) type Text<'a> = Option<Cow<'a, str>>;
 /// Two fields of one list entry (a tag's key and value, a group's ID and
 /// name).
-pub type TextPair<'a> = (Text<'a>, Text<'a>);
+pub(crate) type TextPair<'a> = (Text<'a>, Text<'a>);
 
 /// An instance as read off the wire, before it is parsed: what the CCM
 /// keeps, as text. Both readers (the SDK's model, and the slim XML decoder
 /// in [`describe_xml`]) fill one of these, so every rule of
 /// [`RawInstance::convert`] holds for both.
 #[derive(Debug, Default)]
-pub struct RawInstance<'a> {
-    pub id: Text<'a>,
-    pub availability_zone: Text<'a>,
-    pub instance_type: Text<'a>,
-    pub state: Text<'a>,
-    pub private_dns_name: Text<'a>,
-    pub public_dns_name: Text<'a>,
-    pub private_ip: Text<'a>,
-    pub public_ip: Text<'a>,
-    pub subnet_id: Text<'a>,
-    pub vpc_id: Text<'a>,
-    pub source_dest_check: Option<bool>,
+pub(crate) struct RawInstance<'a> {
+    pub(crate) id: Text<'a>,
+    pub(crate) availability_zone: Text<'a>,
+    pub(crate) instance_type: Text<'a>,
+    pub(crate) state: Text<'a>,
+    pub(crate) private_dns_name: Text<'a>,
+    pub(crate) public_dns_name: Text<'a>,
+    pub(crate) private_ip: Text<'a>,
+    pub(crate) public_ip: Text<'a>,
+    pub(crate) subnet_id: Text<'a>,
+    pub(crate) vpc_id: Text<'a>,
+    pub(crate) source_dest_check: Option<bool>,
     /// `(group ID, group name)`.
-    pub security_groups: Vec<TextPair<'a>>,
+    pub(crate) security_groups: Vec<TextPair<'a>>,
     /// `(key, value)`, every tag.
-    pub tags: Vec<TextPair<'a>>,
-    pub network_interfaces: Vec<RawInterface<'a>>,
+    pub(crate) tags: Vec<TextPair<'a>>,
+    pub(crate) network_interfaces: Vec<RawInterface<'a>>,
 }
 
 /// A network interface as read off the wire.
 #[derive(Debug, Default)]
-pub struct RawInterface<'a> {
-    pub id: Text<'a>,
+pub(crate) struct RawInterface<'a> {
+    pub(crate) id: Text<'a>,
     /// `in-use`, `available`, `attaching`, `detaching`, ...
-    pub status: Text<'a>,
-    pub device_index: Option<i32>,
+    pub(crate) status: Text<'a>,
+    pub(crate) device_index: Option<i32>,
     /// The interface's primary private address.
-    pub private_ip: Text<'a>,
+    pub(crate) private_ip: Text<'a>,
     /// Every private address, with whether it is the primary one.
-    pub private_ips: Vec<(Text<'a>, bool)>,
-    pub ipv6_addresses: Vec<Text<'a>>,
-    pub public_ip: Text<'a>,
+    pub(crate) private_ips: Vec<(Text<'a>, bool)>,
+    pub(crate) ipv6_addresses: Vec<Text<'a>>,
+    pub(crate) public_ip: Text<'a>,
 }
 
 impl RawInstance<'_> {
     /// Parses the instance, sharing repeated strings through `strings`.
     /// `None` when it has no instance ID (which EC2 never sends; such an
     /// entry cannot be matched to anything).
-    pub fn convert(self, strings: &mut Interner) -> Option<Ec2Instance> {
+    pub(crate) fn convert(self, strings: &mut Interner) -> Option<Ec2Instance> {
         let id = non_empty(self.id.as_deref())?;
         let mut network_interfaces: Vec<NetworkInterface> = self
             .network_interfaces

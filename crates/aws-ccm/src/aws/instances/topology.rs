@@ -37,31 +37,31 @@ use crate::aws::{AwsError, Operation};
 
 /// Upstream's `defaultSupportedTopologyInstanceTypePattern`: the instance
 /// types AWS documents topology for (hpc*, trn*, p*).
-pub const DEFAULT_PATTERN: &str = r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$";
+pub(crate) const DEFAULT_PATTERN: &str = r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$";
 /// How long an answer of "nothing here" is remembered (upstream's
 /// `instanceTopologyManagerCacheTimeout`).
-pub const UNSUPPORTED_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const UNSUPPORTED_TTL: Duration = Duration::from_secs(24 * 3600);
 /// `InstanceId.N` values AWS accepts in one call.
-pub const MAX_IDS_PER_CALL: usize = crate::provider::instances::MAX_TOPOLOGY_IDS;
+pub(crate) const MAX_IDS_PER_CALL: usize = crate::provider::instances::MAX_TOPOLOGY_IDS;
 /// How long one batch (its retries included) may take. Node initialization
 /// waits for the answer, and a throttled question must not hold it back
 /// for the door's minute of retrying: it fails instead, and the node
 /// controller asks again later.
-pub const QUESTION_DEADLINE: Duration = Duration::from_secs(10);
+pub(crate) const QUESTION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The network nodes of one instance, top layer first.
-pub type NetworkNodes = Vec<String>;
+pub(crate) type NetworkNodes = Vec<String>;
 
 /// Which instance types are expected to have a topology. `None` (only if
 /// even the default failed to compile) expects none.
 #[derive(Clone, Debug)]
-pub struct TypePattern(Option<Regex>);
+pub(crate) struct TypePattern(Option<Regex>);
 
 impl TypePattern {
     /// cloud.conf's pattern, else upstream's default. The pattern was
     /// validated when cloud.conf was read; one that still does not compile
     /// falls back to the default with an error in the log.
-    pub fn new(configured: Option<&str>) -> TypePattern {
+    pub(crate) fn new(configured: Option<&str>) -> TypePattern {
         let configured = configured.filter(|p| !p.is_empty()).and_then(|pattern| {
             Regex::new(pattern)
                 .map_err(|e| {
@@ -74,23 +74,21 @@ impl TypePattern {
 
     /// Upstream's `DoesInstanceTypeRequireResponse` (unanchored, as Go's
     /// `MatchString`).
-    pub fn expects_topology(&self, instance_type: &str) -> bool {
+    pub(crate) fn expects_topology(&self, instance_type: &str) -> bool {
         self.0.as_ref().is_some_and(|r| r.is_match(instance_type))
     }
 }
 
 /// What one answer teaches, for one instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Learned {
-    /// Nothing to remember.
-    Nothing,
+pub(crate) enum Learned {
     /// Remember this key (Region, instance type or instance ID) as
     /// answering nothing.
     Unsupported(String),
 }
 
 /// Upstream's rule for an answer that lists no topology for `id`.
-pub fn learn_from_empty(pattern: &TypePattern, id: &str, instance_type: &str) -> Learned {
+pub(crate) fn learn_from_empty(pattern: &TypePattern, id: &str, instance_type: &str) -> Learned {
     if pattern.expects_topology(instance_type) {
         Learned::Unsupported(id.to_string())
     } else {
@@ -101,24 +99,23 @@ pub fn learn_from_empty(pattern: &TypePattern, id: &str, instance_type: &str) ->
 /// Upstream's rule for a failed call: what to remember for the codes that
 /// mean "not here" (no labels, no error); `None` for a failure the caller
 /// gets.
-pub fn learn_from_error(region: &str, err: &AwsError) -> Option<Learned> {
+pub(crate) fn learn_from_error(region: &str, err: &AwsError) -> Option<Learned> {
     (err.is_unsupported() || err.is_denied()).then(|| Learned::Unsupported(region.to_string()))
 }
 
 /// Keys remembered as answering nothing, each until its deadline.
 #[derive(Debug, Default)]
-pub struct Memory {
+pub(crate) struct Memory {
     until: HashMap<String, Instant>,
 }
 
 impl Memory {
-    pub fn remember(&mut self, learned: Learned, now: Instant) {
-        if let Learned::Unsupported(key) = learned {
-            // Entries past their deadline go when a new one comes: the map
-            // holds at most the keys of one day.
-            self.until.retain(|_, until| *until > now);
-            self.until.insert(key, now + UNSUPPORTED_TTL);
-        }
+    pub(crate) fn remember(&mut self, learned: Learned, now: Instant) {
+        let Learned::Unsupported(key) = learned;
+        // Entries past their deadline go when a new one comes: the map
+        // holds at most the keys of one day.
+        self.until.retain(|_, until| *until > now);
+        self.until.insert(key, now + UNSUPPORTED_TTL);
     }
 
     fn knows(&self, key: &str, now: Instant) -> bool {
@@ -127,7 +124,13 @@ impl Memory {
 
     /// Upstream's `mightSupportTopology`: a typed instance whose Region,
     /// ID and type are not remembered.
-    pub fn might_support(&self, region: &str, id: &str, instance_type: &str, now: Instant) -> bool {
+    pub(crate) fn might_support(
+        &self,
+        region: &str,
+        id: &str,
+        instance_type: &str,
+        now: Instant,
+    ) -> bool {
         !instance_type.is_empty()
             && !self.knows(region, now)
             && !self.knows(id, now)
@@ -314,7 +317,6 @@ mod tests {
         m.remember(Learned::Unsupported("r".into()), t0);
         assert!(!m.might_support("r", "i-3", "p5.48xlarge", t0));
         assert!(m.might_support("other", "i-3", "p5.48xlarge", t0));
-        m.remember(Learned::Nothing, t0);
         let later = t0 + UNSUPPORTED_TTL + Duration::from_secs(1);
         assert!(m.might_support("r", "i-1", "m5.large", later));
         assert!(m.might_support("r", "i-2", "p5.48xlarge", later));

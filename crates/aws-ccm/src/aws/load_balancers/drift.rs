@@ -11,7 +11,7 @@ use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
 
 /// The Warning for create-time settings left as they are; `None` when none are.
-pub fn drift_warning(
+pub(crate) fn drift_warning(
     service_key: &str,
     lb_name: &str,
     lb_tags: Option<&BTreeMap<String, String>>,
@@ -30,7 +30,7 @@ pub fn drift_warning(
 /// created (it carries the record) and proven made for this Service
 /// ([`ownership`]). Otherwise a configuration error, as the Go CCM refuses
 /// type changes.
-pub fn handover_allowed(
+pub(crate) fn handover_allowed(
     service_key: &str,
     lb_name: &str,
     from: Kind,

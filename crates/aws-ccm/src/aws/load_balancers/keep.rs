@@ -107,7 +107,10 @@ impl AwsLoadBalancers {
         let changes =
             nlb::plan::plan_keep(&actual, &self.cluster_id, name, service_key).unwrap_or_default();
         self.apply_nlb(name, "", &actual, &changes).await?;
-        let revoked = self.revoke_nlb_node_rules(name).await?;
+        // The kept NLB keeps its groups; the node rules admitting them go
+        // (those of a group no other NLB carries).
+        let revocable = self.groups_leaving_with(name, actual.lb.as_ref()).await?;
+        let revoked = self.revoke_nlb_node_rules(name, &revocable).await?;
         Ok(kept(
             service_key,
             "NLB",

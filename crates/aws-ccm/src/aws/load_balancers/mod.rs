@@ -27,13 +27,16 @@ mod nlb_rules;
 mod planned;
 mod refusals;
 mod removing;
-pub mod sweep;
+pub(crate) mod sweep;
 mod sweep_tags;
 pub(crate) mod targets;
 pub(crate) use targets::delta;
 mod upkeep;
-pub use planned::{ClbPlan, NlbPlan, Planned};
-pub use refusals::{LISTENER_UNAUTHORIZED, SECURITY_GROUP_UNAUTHORIZED};
+pub(crate) use planned::{ClbPlan, NlbPlan, Planned};
+
+/// Event reason: a node security group had no room for the rule admitting
+/// an NLB's security group (it keeps the CIDR rules).
+pub const NODE_GROUP_RULE_LIMIT: &str = "NodeSecurityGroupRuleLimit";
 
 /// Classic ELBs and NLBs through the one door. What they know of AWS
 /// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of
@@ -80,7 +83,7 @@ impl AwsLoadBalancers {
     /// Keeps each NLB target group's registered instances in `record`,
     /// shared with the next leader (off by default: `aws-ccm plan` and
     /// tests read every group).
-    pub fn with_target_record(
+    pub(crate) fn with_target_record(
         self,
         record: crate::target_record::TargetRecord,
     ) -> AwsLoadBalancers {
@@ -629,7 +632,13 @@ impl AwsLoadBalancers {
 
         if !self.cloud.disable_security_group_ingress {
             let done = self
-                .sync_nlb_node_rules(req, &p, node_groups, &mut warnings)
+                .sync_nlb_node_rules(
+                    req,
+                    &p,
+                    node_groups,
+                    applied.owned_group.as_deref(),
+                    &mut warnings,
+                )
                 .await?;
             described.extend(done);
         }

@@ -2,6 +2,8 @@
 //! earlier aws-ccm versions used) and the sweep of its node rules on
 //! deletion.
 
+use std::collections::BTreeSet;
+
 use super::{AwsLoadBalancers, CloudError};
 use crate::aws::memory::{Applied, Journal};
 use crate::aws::ownership::{self, Made};
@@ -38,7 +40,13 @@ impl AwsLoadBalancers {
     /// Revokes NLB `name`'s node rules from every cluster group and every
     /// group a cluster instance is in (deletion is rare and must leave no
     /// rule). `Ok(true)` when something was revoked.
-    pub(super) async fn revoke_nlb_node_rules(&self, name: &str) -> Result<bool, CloudError> {
+    /// `revocable`: the NLB's groups no other NLB carries, whose group
+    /// rules go too.
+    pub(super) async fn revoke_nlb_node_rules(
+        &self,
+        name: &str,
+        revocable: &BTreeSet<String>,
+    ) -> Result<bool, CloudError> {
         let aws = &self.aws;
         let mut revoked = false;
         let swept = aws.cluster_instances().await?;
@@ -57,9 +65,11 @@ impl AwsLoadBalancers {
         let mut journal = Journal::default();
         let written = async {
             for g in groups.values() {
-                let ch = nlb::node_rules::node_group_changes(name, &g.descriptions, None);
+                let ch =
+                    nlb::node_rules::node_group_changes(name, &g.descriptions, None, revocable);
                 // Either call sends nothing for no rules.
-                sg::io::revoke(aws, &mut journal, &g.id, &ch.revoke).await?;
+                let described = &g.descriptions;
+                sg::io::revoke_described(aws, &mut journal, &g.id, &ch.revoke, described).await?;
                 sg::io::authorize_described(aws, &mut journal, &g.id, &ch.authorize).await?;
                 revoked |= !ch.revoke.is_empty();
             }

@@ -1,42 +1,123 @@
 //! An NLB's rules in the node security groups (the NLB has no group of its
-//! own by default: the nodes' groups admit clients and health checks).
+//! own by default: the nodes' groups admit clients and health checks). With
+//! cloud.conf `NLBNodeIngress = LoadBalancerGroup`, a backend node group of
+//! an NLB that carries a security group holds one rule admitting that group
+//! instead; a group at its rules limit keeps the CIDR rules.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::Warning;
+use super::refusals::Written;
 use super::{AwsLoadBalancers, CloudError, EnsureRequest, NlbPlan};
+use super::{NODE_GROUP_RULE_LIMIT, Warning};
 use crate::aws::nlb;
-use crate::aws::nlb::node_rules::RuleChanges;
-use crate::aws::security_groups as sg;
+use crate::aws::nlb::node_rules::{NodeRules, RuleChanges};
+use crate::aws::security_groups::{self as sg, Rule};
+use crate::cloud_config::NlbNodeIngress;
+
+/// What one NLB's node rules are planned from.
+pub(crate) struct NodeRulePlan {
+    /// The rules each backend node group needs.
+    pub rules: NodeRules,
+    /// The groups whose group rules this NLB may revoke (see
+    /// [`nlb::node_rules::node_group_changes`]).
+    pub revocable: BTreeSet<String>,
+    /// Rule changes per node group (groups IAM refuses left out).
+    pub changes: Vec<(sg::SecurityGroup, RuleChanges)>,
+}
+
+/// The groups NLB `at` carries once its plan's changes are applied: the
+/// plan's create or `SetSecurityGroups` step, else what AWS reports.
+/// `owned`: the owned group's ID once known (else a placeholder, for
+/// `aws-ccm plan` before the group exists).
+fn carried_groups(at: &NlbPlan, owned: Option<&str>) -> Vec<String> {
+    let owned = owned.or(at.actual.owned_group.as_ref().map(|g| g.id.as_str()));
+    for change in &at.changes {
+        if let nlb::Change::CreateLoadBalancer {
+            security_groups: refs,
+            ..
+        }
+        | nlb::Change::SetSecurityGroups(refs) = change
+        {
+            return refs.iter().map(|g| g.planned_id(owned)).collect();
+        }
+    }
+    let lb = at.actual.lb.as_ref();
+    lb.map(|l| l.security_groups.clone()).unwrap_or_default()
+}
+
+/// The Warning for a node group with no room for an NLB's group rule.
+fn at_limit_warning(
+    service_key: &str,
+    group: &str,
+    source: &str,
+    e: &crate::aws::AwsError,
+) -> Warning {
+    Warning {
+        reason: NODE_GROUP_RULE_LIMIT,
+        message: format!(
+            "Node security group {group} has no room for the rule admitting {service_key}'s NLB security group {source} ({}): keeping the per-port CIDR rules there. Remove unused rules from {group} or raise the quota \"Inbound or outbound rules per security group\"; the next sync tries again",
+            e.message()
+        ),
+    }
+}
 
 impl AwsLoadBalancers {
     /// Brings the NLB's rules in the node groups to what the plan `at`
     /// wants (its listeners, for the backends' node groups):
     /// `groups` holds the backends' groups; every group holding a rule of
     /// this NLB is added, so a group that stopped being a backend's loses
-    /// them. Groups IAM refuses are skipped with a warning. Returns the
-    /// descriptions of what changed.
+    /// them. Groups IAM refuses are skipped with a warning. `owned`: the
+    /// owned group's ID as the apply left it. Returns the descriptions of
+    /// what changed.
     pub(super) async fn sync_nlb_node_rules(
         &self,
         req: &EnsureRequest,
         at: &NlbPlan,
         groups: BTreeMap<String, sg::SecurityGroup>,
+        owned: Option<&str>,
         warnings: &mut Vec<Warning>,
     ) -> Result<Vec<String>, CloudError> {
-        let planned = self.plan_nlb_node_rules(req, at, groups, warnings).await?;
+        let planned = self
+            .plan_nlb_node_rules(req, at, groups, owned, warnings)
+            .await?;
         let mut described = Vec::new();
-        for (g, ch) in &planned {
+        for (g, ch) in &planned.changes {
             tracing::info!(load_balancer = %at.name, group = %g.id, authorize = ch.authorize.len(), revoke = ch.revoke.len(), "updating node group rules");
-            if self
+            let mut written = self
                 .write_node_rules(&req.service_key, g, ch, warnings)
-                .await?
+                .await?;
+            let mut ch = ch.clone();
+            // No room for the group rule: nothing was removed (it goes
+            // first); the node group keeps or gets the CIDR rules.
+            if let Written::AtRuleLimit(e) = &written
+                && let Some(source) = &planned.rules.from_group
+                && ch.adds_group_rule()
             {
-                described.push(format!(
+                tracing::warn!(service = %req.service_key, load_balancer = %at.name, group = %g.id, %source, error = %e, "node security group at its rules limit: keeping the CIDR rules");
+                warnings.push(at_limit_warning(&req.service_key, &g.id, source, e));
+                let cidr = planned.rules.cidr_only();
+                ch = nlb::node_rules::node_group_changes(
+                    &at.name,
+                    &g.descriptions,
+                    Some(&cidr),
+                    &planned.revocable,
+                );
+                written = if ch.is_empty() {
+                    Written::Refused
+                } else {
+                    self.write_node_rules(&req.service_key, g, &ch, warnings)
+                        .await?
+                };
+            }
+            match written {
+                Written::Done => described.push(format!(
                     "node group {}: +{} -{} rule(s)",
                     g.id,
                     ch.authorize.len(),
                     ch.revoke.len()
-                ));
+                )),
+                Written::Refused => {}
+                Written::AtRuleLimit(e) => return Err(e.into()),
             }
         }
         Ok(described)
@@ -49,15 +130,20 @@ impl AwsLoadBalancers {
         req: &EnsureRequest,
         at: &NlbPlan,
         mut groups: BTreeMap<String, sg::SecurityGroup>,
+        owned: Option<&str>,
         warnings: &mut Vec<Warning>,
-    ) -> Result<Vec<(sg::SecurityGroup, RuleChanges)>, CloudError> {
+    ) -> Result<NodeRulePlan, CloudError> {
         let aws = &self.aws;
         let cidrs = self
             .memory()
             .subnets()
             .cidrs(aws, &at.vpc_id, &at.subnet_ids)
             .await?;
-        let rules = nlb::node_rules::node_rules(&at.desired, &req.spec.source_ranges, &cidrs);
+        let mut rules = nlb::node_rules::node_rules(&at.desired, &req.spec.source_ranges, &cidrs);
+        let carried = carried_groups(at, owned);
+        if self.cloud.nlb_node_ingress == NlbNodeIngress::LoadBalancerGroup {
+            rules.from_group = carried.first().cloned();
+        }
         let ports: BTreeSet<i32> = rules
             .client
             .iter()
@@ -76,15 +162,59 @@ impl AwsLoadBalancers {
                 groups.entry(g.id.clone()).or_insert(g);
             }
         }
-        let mut planned = Vec::new();
+        // Groups holding a group rule from a group this NLB carries.
+        let mut held_from = BTreeSet::new();
+        for source in &carried {
+            let rule = Rule::all_from_group(source);
+            for g in view.referencing(source) {
+                if g.descriptions.get(&rule).map(String::as_str) == Some(nlb::GROUP_RULE) {
+                    held_from.insert(source.clone());
+                    groups.entry(g.id.clone()).or_insert(g);
+                }
+            }
+        }
+        // Only a rule that may go needs to know who else carries its group.
+        let revocable = if held_from.is_empty() {
+            BTreeSet::new()
+        } else {
+            let shared = (self.memory().sweep())
+                .carried_by_other_nlbs(aws, &held_from, &at.name)
+                .await?;
+            held_from.difference(&shared).cloned().collect()
+        };
+        let mut changes = Vec::new();
         for g in groups.into_values() {
             let want = at.node_groups.contains(&g.id).then_some(&rules);
-            let ch = nlb::node_rules::node_group_changes(&at.name, &g.descriptions, want);
+            let ch =
+                nlb::node_rules::node_group_changes(&at.name, &g.descriptions, want, &revocable);
             if ch.is_empty() || self.group_refused(&req.service_key, &g, warnings).await {
                 continue;
             }
-            planned.push((g, ch));
+            changes.push((g, ch));
         }
-        Ok(planned)
+        Ok(NodeRulePlan {
+            rules,
+            revocable,
+            changes,
+        })
+    }
+
+    /// The groups of NLB `lb` (being deleted) whose group rules go with it:
+    /// those no other NLB carries.
+    pub(super) async fn groups_leaving_with(
+        &self,
+        lb_name: &str,
+        lb: Option<&nlb::ActualLb>,
+    ) -> Result<BTreeSet<String>, CloudError> {
+        let carried: BTreeSet<String> = lb
+            .map(|l| l.security_groups.iter().cloned().collect())
+            .unwrap_or_default();
+        if carried.is_empty() {
+            return Ok(carried);
+        }
+        let shared = (self.memory().sweep())
+            .carried_by_other_nlbs(&self.aws, &carried, lb_name)
+            .await?;
+        Ok(carried.difference(&shared).cloned().collect())
     }
 }

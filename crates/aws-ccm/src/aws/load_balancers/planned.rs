@@ -13,52 +13,52 @@ use crate::aws::{elb, nlb};
 /// A classic ELB sync's plan.
 #[derive(Clone, Debug)]
 pub struct ClbPlan {
-    pub name: String,
-    pub vpc_id: String,
-    pub actual: elb::Actual,
-    pub changes: Vec<elb::Change>,
+    pub(crate) name: String,
+    pub(crate) vpc_id: String,
+    pub(crate) actual: elb::Actual,
+    pub(crate) changes: Vec<elb::Change>,
     /// Writes IAM refuses, left out of `changes`.
-    pub warnings: Vec<Warning>,
+    pub(crate) warnings: Vec<Warning>,
     /// Whether the Service's NLB goes first (it asked for an NLB before).
-    pub handover: bool,
+    pub(crate) handover: bool,
     /// The settings only per-load-balancer reads show.
-    pub settings: Settings,
+    pub(crate) settings: Settings,
     /// The backend instances the plan registers.
-    pub instances: BTreeSet<String>,
+    pub(crate) instances: BTreeSet<String>,
     /// The backends' security-group sets (for the targets-only path).
-    pub backend_groups: super::targets::GroupSets,
+    pub(crate) backend_groups: super::targets::GroupSets,
 }
 
 /// The settings of a load balancer that only per-load-balancer reads show
 /// (see [`super::sweep`]).
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Their digest as the Service asks for them.
-    pub digest: String,
+    pub(crate) digest: String,
     /// Whether they were read (else known: taken as asked for).
-    pub read_in_full: bool,
+    pub(crate) read_in_full: bool,
 }
 
 /// An NLB sync's plan, its node rules apart.
 #[derive(Clone, Debug)]
 pub struct NlbPlan {
-    pub name: String,
-    pub vpc_id: String,
-    pub subnet_ids: Vec<String>,
-    pub desired: nlb::Desired,
-    pub actual: nlb::Actual,
-    pub changes: Vec<nlb::Change>,
-    pub warnings: Vec<Warning>,
+    pub(crate) name: String,
+    pub(crate) vpc_id: String,
+    pub(crate) subnet_ids: Vec<String>,
+    pub(crate) desired: nlb::Desired,
+    pub(crate) actual: nlb::Actual,
+    pub(crate) changes: Vec<nlb::Change>,
+    pub(crate) warnings: Vec<Warning>,
     /// Whether the Service's classic ELB goes first.
-    pub handover: bool,
+    pub(crate) handover: bool,
     /// The groups read (the owned one and the backends').
-    pub groups: BTreeMap<String, sg::SecurityGroup>,
+    pub(crate) groups: BTreeMap<String, sg::SecurityGroup>,
     /// The backends' node groups (those that get the node rules).
-    pub node_groups: BTreeSet<String>,
+    pub(crate) node_groups: BTreeSet<String>,
     /// The settings only per-load-balancer reads show.
-    pub settings: Settings,
+    pub(crate) settings: Settings,
     /// The backends' security-group sets (for the targets-only path).
-    pub backend_groups: super::targets::GroupSets,
+    pub(crate) backend_groups: super::targets::GroupSets,
 }
 
 /// What one Service's sync would change.
@@ -97,8 +97,9 @@ impl AwsLoadBalancers {
             let groups = std::mem::take(&mut plan.groups);
             let mut warnings = std::mem::take(&mut plan.warnings);
             node_rules = self
-                .plan_nlb_node_rules(req, &plan, groups, &mut warnings)
-                .await?;
+                .plan_nlb_node_rules(req, &plan, groups, None, &mut warnings)
+                .await?
+                .changes;
             plan.warnings = warnings;
         }
         Ok(Planned::Network {

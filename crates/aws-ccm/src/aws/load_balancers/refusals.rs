@@ -20,12 +20,23 @@ use crate::aws::{AwsError, tags};
 use crate::aws::{elb, nlb};
 
 /// Event reason: a node security group IAM lets this CCM not write.
-pub const SECURITY_GROUP_UNAUTHORIZED: &str = "SecurityGroupUnauthorized";
+pub(crate) const SECURITY_GROUP_UNAUTHORIZED: &str = "SecurityGroupUnauthorized";
 /// Event reason: an NLB listener IAM lets this CCM not change.
-pub const LISTENER_UNAUTHORIZED: &str = "ListenerUnauthorized";
+pub(crate) const LISTENER_UNAUTHORIZED: &str = "ListenerUnauthorized";
+
+/// How a write of node rules ended, when AWS did not fail it otherwise.
+#[derive(Debug)]
+pub(super) enum Written {
+    Done,
+    /// IAM refused it (a warning is recorded).
+    Refused,
+    /// AWS refused a rule past the group's rules limit
+    /// (`RulesPerSecurityGroupLimitExceeded`); nothing after it was sent.
+    AtRuleLimit(AwsError),
+}
 
 /// The Warning for a node group whose ingress rules IAM denies.
-pub fn group_warning(service_key: &str, denial: &Denial) -> Warning {
+pub(crate) fn group_warning(service_key: &str, denial: &Denial) -> Warning {
     Warning {
         reason: SECURITY_GROUP_UNAUTHORIZED,
         message: format!(
@@ -39,7 +50,11 @@ pub fn group_warning(service_key: &str, denial: &Denial) -> Warning {
 /// (`arns`, lacking `owned_tag` = `kubernetes.io/cluster/<id>=owned`): one
 /// event (events fold by reason) with one command that tags them all,
 /// ARNs sorted.
-pub fn untagged_listeners_warning(service_key: &str, arns: &[String], owned_tag: &str) -> Warning {
+pub(crate) fn untagged_listeners_warning(
+    service_key: &str,
+    arns: &[String],
+    owned_tag: &str,
+) -> Warning {
     let (key, value) = owned_tag.split_once('=').unwrap_or((owned_tag, ""));
     let mut arns = arns.to_vec();
     arns.sort();
@@ -54,7 +69,7 @@ pub fn untagged_listeners_warning(service_key: &str, arns: &[String], owned_tag:
 }
 
 /// The Warning for a listener write a real call found refused.
-pub fn listener_warning(service_key: &str, denial: &Denial) -> Warning {
+pub(crate) fn listener_warning(service_key: &str, denial: &Denial) -> Warning {
     Warning {
         reason: LISTENER_UNAUTHORIZED,
         message: format!(
@@ -91,7 +106,7 @@ fn listener_write(change: &nlb::Change) -> Option<&String> {
 }
 
 /// The listener ARNs `changes` would modify or delete.
-pub fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
+pub(crate) fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
     changes.iter().filter_map(listener_write).cloned().collect()
 }
 
@@ -101,7 +116,7 @@ pub fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
 /// that a real call was refused before (`denied`). A target group such a
 /// listener still forwards to is not deleted either (AWS refuses to delete
 /// a target group in use). Returns the kept changes and the refused ARNs.
-pub fn refuse_listener_writes(
+pub(crate) fn refuse_listener_writes(
     changes: Vec<nlb::Change>,
     actual: &nlb::Actual,
     listener_tags: &BTreeMap<String, BTreeMap<String, String>>,
@@ -230,26 +245,37 @@ impl AwsLoadBalancers {
             .collect()
     }
 
-    /// Writes an NLB's rule changes to one node group. IAM's refusal of the
-    /// real call is recorded as denied and becomes a warning, not an error.
+    /// Writes an NLB's rule changes to one node group (adding first when
+    /// [`nlb::node_rules::RuleChanges::adds_first`]). IAM's refusal of the
+    /// real call is recorded as denied and becomes a warning, not an error;
+    /// AWS's refusal of a rule past the group's limit is returned as
+    /// [`Written::AtRuleLimit`] for the caller to fall back.
     pub(super) async fn write_node_rules(
         &self,
         service_key: &str,
         group: &SecurityGroup,
         changes: &nlb::node_rules::RuleChanges,
         warnings: &mut Vec<Warning>,
-    ) -> Result<bool, CloudError> {
+    ) -> Result<Written, CloudError> {
         let mut journal = Journal::default();
+        let (aws, id, described) = (&self.aws, &group.id, &group.descriptions);
         let written = async {
-            sg::io::revoke(&self.aws, &mut journal, &group.id, &changes.revoke).await?;
-            sg::io::authorize_described(&self.aws, &mut journal, &group.id, &changes.authorize)
-                .await
+            if changes.adds_first() {
+                sg::io::authorize_described(aws, &mut journal, id, &changes.authorize).await?;
+                sg::io::revoke_described(aws, &mut journal, id, &changes.revoke, described).await
+            } else {
+                sg::io::revoke_described(aws, &mut journal, id, &changes.revoke, described).await?;
+                sg::io::authorize_described(aws, &mut journal, id, &changes.authorize).await
+            }
         }
         .await;
         self.memory().applied(Applied::Writes(journal));
         let Err(e) = written else {
-            return Ok(true);
+            return Ok(Written::Done);
         };
+        if e.is_rule_limit() {
+            return Ok(Written::AtRuleLimit(e));
+        }
         let action = Action::AuthorizeSecurityGroupIngress;
         let tagging = self.group_tagging(group);
         let perms = self.aws.memory().permissions();
@@ -257,7 +283,7 @@ impl AwsLoadBalancers {
             return Err(e.into());
         };
         group_denied(service_key, &denial, warnings);
-        Ok(false)
+        Ok(Written::Refused)
     }
 
     /// Drops the listener writes IAM would deny (see

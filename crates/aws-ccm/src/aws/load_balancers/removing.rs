@@ -178,9 +178,14 @@ impl AwsLoadBalancers {
             owned_group: self.nlb_owned_group(&names, found.iter()),
         };
         let changes = nlb::plan::plan_delete(&actual, &self.cluster_id, &name, service_key);
+        // Node rules admitting the NLB's groups go before the groups: EC2
+        // refuses to delete a group another group's rule names.
+        let revocable = self.groups_leaving_with(&name, actual.lb.as_ref()).await?;
+        let revoked_first =
+            !revocable.is_empty() && self.revoke_nlb_node_rules(&name, &revocable).await?;
         self.apply_nlb(&name, "", &actual, &changes).await?;
 
-        let revoked = self.revoke_nlb_node_rules(&name).await?;
+        let revoked = revoked_first || self.revoke_nlb_node_rules(&name, &revocable).await?;
         Ok(Removed {
             changed: !changes.is_empty() || revoked,
             kept: None,

@@ -28,7 +28,7 @@
 //! tag (made by the Go CCM), or whose settings the Service changed since it
 //! was created, is read in full at its first sync in each process.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -46,15 +46,15 @@ use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
 use crate::provider::load_balancers::resync_slot;
 
 /// How long one sweep serves syncs that read every load balancer in full.
-pub const SWEEP_TTL: Duration = Duration::from_secs(30);
+pub(crate) const SWEEP_TTL: Duration = Duration::from_secs(30);
 
 /// The longest one sweep serves syncs that trust known settings.
-pub const MAX_SWEEP_TTL: Duration = Duration::from_secs(300);
+pub(crate) const MAX_SWEEP_TTL: Duration = Duration::from_secs(300);
 
 /// How long one sweep serves syncs with `trust_for` (see [`LbSweep::new`]):
 /// the resync period, at most [`MAX_SWEEP_TTL`], and never less than
 /// [`SWEEP_TTL`].
-pub fn sweep_ttl(trust_for: Option<Option<Duration>>) -> Duration {
+pub(crate) fn sweep_ttl(trust_for: Option<Option<Duration>>) -> Duration {
     match trust_for {
         None => SWEEP_TTL,
         Some(None) => MAX_SWEEP_TTL,
@@ -66,14 +66,14 @@ pub fn sweep_ttl(trust_for: Option<Option<Duration>>) -> Duration {
 type TagsByKey = BTreeMap<String, BTreeMap<String, String>>;
 
 /// A target group from the listing, with its tags.
-pub type SweptGroup = (t::TargetGroup, Tags);
+pub(crate) type SweptGroup = (t::TargetGroup, Tags);
 
 /// An NLB as the sweep (or its own describe) shows it, with its target
 /// groups.
-pub type SweptNlb = (nlb::ActualLb, Vec<SweptGroup>);
+pub(crate) type SweptNlb = (nlb::ActualLb, Vec<SweptGroup>);
 
 /// One sweep's result.
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// When its first read was sent: a write after this is not in it.
     started: Instant,
     /// Classic ELBs named like this CCM's, with tags; attributes at the API
@@ -97,7 +97,7 @@ struct Verified {
 /// The shared sweep, its invalidations and what is known of each load
 /// balancer's settings. Clones share all of it.
 #[derive(Clone)]
-pub struct LbSweep {
+pub(crate) struct LbSweep {
     flight: SingleFlight<Arc<Snapshot>>,
     touched: Arc<Mutex<HashMap<String, Instant>>>,
     verified: Arc<Mutex<HashMap<String, Verified>>>,
@@ -115,14 +115,14 @@ pub struct LbSweep {
 /// once every this many resync periods: at the default hour, 125
 /// `DescribeTargetHealth` an hour for 500 groups instead of 500. The Go CCM
 /// reads them only when a Service or the node set changes.
-pub const TARGET_REPAIR_PERIODS: u32 = 4;
+pub(crate) const TARGET_REPAIR_PERIODS: u32 = 4;
 
 /// With no resync period, tags are still read again within this long.
 const TAG_PERIOD_WITHOUT_RESYNC: Duration = Duration::from_secs(3600);
 
 /// Whether `name` is a load balancer name this CCM (and the Go CCM) gives:
 /// `a` and 31 lower-case hex digits.
-pub fn is_service_lb_name(name: &str) -> bool {
+pub(crate) fn is_service_lb_name(name: &str) -> bool {
     name.len() == 32
         && name.starts_with('a')
         && name[1..]
@@ -136,12 +136,12 @@ fn settings_value<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// A classic ELB's settings that only a per-load-balancer read shows.
-pub fn clb_settings(desired: &elb::Desired) -> String {
+pub(crate) fn clb_settings(desired: &elb::Desired) -> String {
     settings_value([format!("{:?}", desired.attributes).as_str()])
 }
 
 /// An NLB's settings that only per-load-balancer reads show.
-pub fn nlb_settings(desired: &nlb::Desired) -> String {
+pub(crate) fn nlb_settings(desired: &nlb::Desired) -> String {
     let parts = [
         format!("{:?}", desired.attributes),
         format!("{:?}", desired.listeners),
@@ -153,7 +153,7 @@ pub fn nlb_settings(desired: &nlb::Desired) -> String {
 impl LbSweep {
     /// `trust_for`: `Some(resync period)` to trust known settings (the
     /// controllers); `None` to read every load balancer in full.
-    pub fn new(trust_for: Option<Option<Duration>>) -> LbSweep {
+    pub(crate) fn new(trust_for: Option<Option<Duration>>) -> LbSweep {
         LbSweep {
             flight: SingleFlight::new(Operation::ElbDescribeLoadBalancers, sweep_ttl(trust_for)),
             touched: Arc::default(),
@@ -166,7 +166,7 @@ impl LbSweep {
 
     /// `Some(resync period)` when known settings are trusted (the
     /// controllers); `None` when every sync reads in full.
-    pub fn resync_period(&self) -> Option<Option<Duration>> {
+    pub(crate) fn resync_period(&self) -> Option<Option<Duration>> {
         self.trust_for
     }
 
@@ -207,7 +207,7 @@ impl LbSweep {
     /// Classic ELB `name` with its tags (attributes not read), or `None`.
     /// From the sweep when it holds a fresh entry; otherwise described on
     /// its own (it may be newer than the sweep).
-    pub async fn clb(
+    pub(crate) async fn clb(
         &self,
         aws: &AwsClient,
         name: &str,
@@ -221,7 +221,11 @@ impl LbSweep {
 
     /// NLB `name` with its tags (attributes and listeners not read) and its
     /// target groups, or `None`; as [`Self::clb`].
-    pub async fn nlb(&self, aws: &AwsClient, name: &str) -> Result<Option<SweptNlb>, AwsError> {
+    pub(crate) async fn nlb(
+        &self,
+        aws: &AwsClient,
+        name: &str,
+    ) -> Result<Option<SweptNlb>, AwsError> {
         let snap = self.fresh_for(aws, name).await?;
         if let Some(snap) = snap
             && let Some(lb) = snap.nlbs.get(name)
@@ -236,11 +240,35 @@ impl LbSweep {
         Ok(Some((lb, groups)))
     }
 
+    /// Of `groups`, those an NLB of this CCM's names other than `except`
+    /// carries, by the current sweep. A sweep IAM refuses answers "all of
+    /// them" (nothing is then revoked on its word).
+    pub(crate) async fn carried_by_other_nlbs(
+        &self,
+        aws: &AwsClient,
+        groups: &BTreeSet<String>,
+        except: &str,
+    ) -> Result<BTreeSet<String>, AwsError> {
+        let snap = match self.snapshot(aws).await {
+            Ok(snap) => snap,
+            Err(e) if e.is_denied() => return Ok(groups.clone()),
+            Err(e) => return Err(e),
+        };
+        Ok(snap
+            .nlbs
+            .iter()
+            .filter(|(name, _)| name.as_str() != except)
+            .flat_map(|(_, lb)| lb.security_groups.iter())
+            .filter(|g| groups.contains(*g))
+            .cloned()
+            .collect())
+    }
+
     /// Whether load balancer `name` (of the Service with UID `uid`, tags
     /// `lb_tags`) must be read in full for settings `want`: unless they are
     /// known (its settings tag, or this process's last sync, says so) and
     /// its resync slot has not moved on since it was last read in full.
-    pub fn must_read(
+    pub(crate) fn must_read(
         &self,
         name: &str,
         uid: &str,
@@ -274,7 +302,7 @@ impl LbSweep {
     /// once every [`TARGET_REPAIR_PERIODS`] resync periods, at a slot of its
     /// own, to repair targets moved by hand. Always without a resync period
     /// to trust for (`aws-ccm plan`); never with none (no resync).
-    pub fn targets_due(&self, arn: &str, uid: &str) -> bool {
+    pub(crate) fn targets_due(&self, arn: &str, uid: &str) -> bool {
         let period = match self.trust_for {
             None => return true,
             Some(None) => return false,
@@ -291,7 +319,7 @@ impl LbSweep {
     }
 
     /// Target group `arn`'s targets were read from AWS.
-    pub fn targets_read(&self, arn: &str) {
+    pub(crate) fn targets_read(&self, arn: &str) {
         self.targets_read
             .lock()
             .insert(arn.to_string(), Instant::now());
@@ -406,15 +434,26 @@ impl super::AwsLoadBalancers {
             .target_groups
             .iter()
             .all(|tg| arn_of(&tg.name).is_some());
+        // Tags that follow the annotation: when the NLB's must change, its
+        // listeners' are read (and so the listeners) with them.
+        let tags_follow =
+            !desired.additional_tags.is_empty() || lb.tags.contains_key(tags::MANAGED_TAGS_TAG);
+        let tags_change = tags_follow
+            && !tags::follow_annotation(&desired.tags, &desired.additional_tags, &lb.tags)
+                .is_empty();
         // Turning off the protection this CCM set needs AWS's attribute as
         // it is: the settings digest cannot tell it (the Service no longer
         // writes the key).
         let in_full = !all_present
+            || tags_change
             || nlb::plan::unprotecting(desired, &lb.tags)
             || self.memory().sweep().must_read(name, uid, &lb.tags, want);
         if in_full {
             lb.attributes = nlb::read::read_attributes(aws, &lb.arn).await?;
             lb.listeners = nlb::read::read_listeners(aws, &lb.arn).await?;
+            if tags_follow {
+                nlb::read::read_listener_tags(aws, &mut lb.listeners).await?;
+            }
         } else {
             lb.attributes = desired.attributes.clone();
             // As asked for; their ARNs are not known, and not needed: a
@@ -429,6 +468,7 @@ impl super::AwsLoadBalancers {
                     certificate: l.certificate.clone(),
                     ssl_policy: l.ssl_policy.clone(),
                     target_group_arn: arn_of(&l.target_group),
+                    tags: None,
                 })
                 .collect();
         }
@@ -485,14 +525,14 @@ impl super::AwsLoadBalancers {
 /// Adds the settings record `digest` to the tags of a create call, when
 /// the tags leave room for it (else the load balancer is read in full at
 /// adoption, as one without the record).
-pub fn record_at_creation(create_tags: &mut BTreeMap<String, String>, digest: &str) {
+pub(crate) fn record_at_creation(create_tags: &mut BTreeMap<String, String>, digest: &str) {
     if create_tags.len() < tags::MAX_LB_TAGS {
         create_tags.insert(tags::APPLIED_SETTINGS_TAG.to_string(), digest.to_string());
     }
 }
 
 /// [`record_at_creation`] on a classic ELB plan's create step, if any.
-pub fn record_in_clb_create(changes: &mut [elb::Change], digest: &str) {
+pub(crate) fn record_in_clb_create(changes: &mut [elb::Change], digest: &str) {
     for c in changes {
         if let elb::Change::CreateLoadBalancer { tags, .. } = c {
             record_at_creation(tags, digest);
@@ -501,7 +541,7 @@ pub fn record_in_clb_create(changes: &mut [elb::Change], digest: &str) {
 }
 
 /// [`record_at_creation`] on an NLB plan's create step, if any.
-pub fn record_in_nlb_create(changes: &mut [nlb::Change], digest: &str) {
+pub(crate) fn record_in_nlb_create(changes: &mut [nlb::Change], digest: &str) {
     for c in changes {
         if let nlb::Change::CreateLoadBalancer { tags, .. } = c {
             record_at_creation(tags, digest);

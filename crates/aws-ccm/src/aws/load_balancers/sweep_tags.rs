@@ -32,13 +32,13 @@ struct Entry {
 /// Tags by resource (a classic ELB's name, an NLB's or a target group's
 /// ARN: the forms never collide).
 #[derive(Default)]
-pub struct TagCache {
+pub(crate) struct TagCache {
     entries: HashMap<String, Entry>,
 }
 
 /// A resource's age limit: between 40 % and 90 % of `period`, fixed by the
 /// key.
-pub fn age_limit(key: &str, period: Duration) -> Duration {
+pub(crate) fn age_limit(key: &str, period: Duration) -> Duration {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut h);
     let fraction = 0.4 + (h.finish() % 1000) as f64 / 2000.0;
@@ -48,7 +48,7 @@ pub fn age_limit(key: &str, period: Duration) -> Duration {
 impl TagCache {
     /// The cached tags of `key`, when read less than its age limit (under
     /// `period`) before `now`; `period` `None`: nothing is reused.
-    pub fn fresh(&self, key: &str, period: Option<Duration>, now: Instant) -> Option<Tags> {
+    pub(crate) fn fresh(&self, key: &str, period: Option<Duration>, now: Instant) -> Option<Tags> {
         let period = period?;
         let e = self.entries.get(key)?;
         (now.saturating_duration_since(e.read_at) < age_limit(key, period)).then(|| e.tags.clone())
@@ -56,7 +56,7 @@ impl TagCache {
 
     /// Tags of `key` (whose writes come through load balancer `owner`) as
     /// read at `read_at`.
-    pub fn store(&mut self, key: String, owner: &str, tags: Tags, read_at: Instant) {
+    pub(crate) fn store(&mut self, key: String, owner: &str, tags: Tags, read_at: Instant) {
         self.entries.insert(
             key,
             Entry {
@@ -68,18 +68,18 @@ impl TagCache {
     }
 
     /// Keeps only the resources a sweep listed (the rest were deleted).
-    pub fn keep_only(&mut self, listed: &std::collections::HashSet<&str>) {
+    pub(crate) fn keep_only(&mut self, listed: &std::collections::HashSet<&str>) {
         self.entries.retain(|k, _| listed.contains(k.as_str()));
     }
 
     /// A write went to load balancer `owner`: its tags, and its groups',
     /// are read again by the next sweep.
-    pub fn evict(&mut self, owner: &str) {
+    pub(crate) fn evict(&mut self, owner: &str) {
         self.entries.retain(|_, e| e.owner != owner);
     }
 
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }
 }

@@ -49,10 +49,10 @@ pub(crate) fn group_sets<'a>(backends: impl IntoIterator<Item = &'a Ec2Instance>
 /// What the targets-only path knows of one Service's load balancer.
 #[derive(Clone, Debug)]
 pub(crate) struct Known {
-    pub spec: LoadBalancerSpec,
-    pub hostname: String,
-    pub groups: GroupSets,
-    pub lb: KnownLb,
+    pub(crate) spec: LoadBalancerSpec,
+    pub(crate) hostname: String,
+    pub(crate) groups: GroupSets,
+    pub(crate) lb: KnownLb,
 }
 
 #[derive(Clone, Debug)]
@@ -73,7 +73,7 @@ pub(crate) enum KnownLb {
 /// shared between Services with equal sets (most target every node), so
 /// the cache holds about one copy of the node list, not one per Service.
 #[derive(Clone, Default)]
-pub struct TargetCache {
+pub(crate) struct TargetCache {
     inner: Arc<Mutex<Entries>>,
 }
 

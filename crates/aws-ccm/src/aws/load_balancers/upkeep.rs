@@ -73,12 +73,17 @@ impl AwsLoadBalancers {
         let mut warnings = std::mem::take(&mut p.warnings);
         let groups = std::mem::take(&mut p.groups);
         p.changes.retain(is_nlb_upkeep);
-        self.apply_nlb(&p.name, &p.vpc_id, &p.actual, &p.changes)
-            .await?;
+        let applied = (self.apply_nlb(&p.name, &p.vpc_id, &p.actual, &p.changes)).await?;
         let mut described: Vec<String> = p.changes.iter().map(nlb::plan::describe).collect();
         if node_rules && !self.cloud.disable_security_group_ingress {
             let done = self
-                .sync_nlb_node_rules(req, &p, groups, &mut warnings)
+                .sync_nlb_node_rules(
+                    req,
+                    &p,
+                    groups,
+                    applied.owned_group.as_deref(),
+                    &mut warnings,
+                )
                 .await?;
             described.extend(done);
         }

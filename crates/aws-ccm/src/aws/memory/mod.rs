@@ -57,7 +57,7 @@ use crate::target_record::{self, TargetRecord};
 mod tests;
 
 /// How long the VPC's subnets and route tables are reused between syncs.
-pub const SUBNET_TTL: Duration = Duration::from_secs(60);
+pub(crate) const SUBNET_TTL: Duration = Duration::from_secs(60);
 
 /// One write an apply sent, as it ended. Security-group writes report
 /// themselves here (`security_groups::io`); the apply hands the journal to
@@ -66,7 +66,7 @@ pub const SUBNET_TTL: Duration = Duration::from_secs(60);
 pub(crate) enum Write {
     /// Group created (no rules yet).
     GroupCreated(SecurityGroup),
-    /// `rules` added to `group`, the CIDR ones with these descriptions.
+    /// `rules` added to `group`, with the descriptions they carry.
     Authorized {
         group: String,
         rules: BTreeSet<Rule>,

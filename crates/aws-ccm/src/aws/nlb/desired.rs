@@ -17,7 +17,7 @@ use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode, NlbSecurityGroupMode};
 
 /// Upstream's `buildNLBHealthCheckConfiguration`.
-pub fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck {
+pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck {
     let mut hc = match spec.local_health_check_node_port {
         Some(port) => HealthCheck {
             protocol: "HTTP".into(),
@@ -66,7 +66,7 @@ pub fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck
 /// Pure: what AWS must look like for this Service. `Err` says what the user
 /// must fix (address counts that do not match the subnets, TCP+UDP on one
 /// port with different node ports).
-pub fn desired(
+pub(crate) fn desired(
     spec: &LoadBalancerSpec,
     service_key: &str,
     uid: &str,
@@ -129,6 +129,7 @@ pub fn desired(
         subnet_mappings,
         pinned_addresses,
         tags,
+        additional_tags: tags::user_tags(&spec.additional_tags),
         listeners,
         target_groups,
         target_group_attributes: spec.target_group_attributes.clone(),

@@ -45,15 +45,17 @@ fn target_chunks(ids: &BTreeSet<String>, port: i32) -> Vec<Vec<t::TargetDescript
 
 /// What applying a plan produced.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// DNS name of the NLB (created or existing).
-    pub dns_name: Option<String>,
-    pub lb_arn: Option<String>,
+    pub(crate) dns_name: Option<String>,
+    pub(crate) lb_arn: Option<String>,
     /// The target groups' ARNs by name, those the plan created included.
-    pub target_groups: BTreeMap<String, String>,
+    pub(crate) target_groups: BTreeMap<String, String>,
     /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
     /// the error. The other changes went ahead; the caller records these.
-    pub refused_listeners: Vec<(String, AwsError)>,
+    pub(crate) refused_listeners: Vec<(String, AwsError)>,
+    /// The owned (managed) group's ID, the one the plan created included.
+    pub owned_group: Option<String>,
 }
 
 /// Applies a plan in order.
@@ -80,6 +82,7 @@ pub(crate) async fn apply(
                 .map(|g| (g.name.clone(), g.arn.clone()))
                 .collect(),
             refused_listeners: Vec::new(),
+            owned_group: None,
         },
     };
     let mut window = AfterCreate::default();
@@ -128,6 +131,7 @@ pub(crate) async fn apply(
             window.created(aws);
         }
     }
+    at.out.owned_group = at.owned;
     Ok(at.out)
 }
 
@@ -194,6 +198,7 @@ impl Applying<'_> {
             Change::SetSubnets(m) => self.set_subnets(m).await,
             Change::SetIpAddressType(kind) => self.set_ip_address_type(kind).await,
             Change::AddTags { arn, tags } => self.add_tags(arn.as_deref(), tags).await,
+            Change::RemoveTags { arn, keys } => self.remove_tags(arn.as_deref(), keys).await,
             Change::ModifyAttributes(attrs) => self.modify_attributes(attrs).await,
             Change::CreateTargetGroup { group, tags } => {
                 self.create_target_group(group, tags).await
@@ -386,6 +391,24 @@ impl Applying<'_> {
             c.add_tags()
                 .resource_arns(&arn)
                 .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await
+    }
+
+    /// Removes tag `keys` from a target group or listener (`arn`) or,
+    /// without one, the NLB.
+    async fn remove_tags(
+        &self,
+        arn: Option<&str>,
+        keys: &std::collections::BTreeSet<String>,
+    ) -> Result<(), AwsError> {
+        let arn = arn.map_or_else(|| self.lb(), |a| Ok(a.to_string()))?;
+        let keys: Vec<String> = keys.iter().cloned().collect();
+        self.call(Operation::Elbv2RemoveTags, |c| {
+            c.remove_tags()
+                .resource_arns(&arn)
+                .set_tag_keys(Some(keys.clone()))
                 .send()
         })
         .await

@@ -17,24 +17,29 @@ use super::security_groups::{self as sg, Rule, Source};
 
 /// Rule descriptions on node groups, as upstream: they mark the rules this
 /// controller wrote (and may revoke).
-pub const CLIENT_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/client";
-pub const HEALTH_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/health";
-pub const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
+pub(crate) const CLIENT_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/client";
+pub(crate) const HEALTH_RULE_PREFIX: &str = "kubernetes.io/rule/nlb/health";
+pub(crate) const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
+/// This CCM's (not the Go CCM's) description of a node group's rule that
+/// admits everything from an NLB's security group (`NLBNodeIngress =
+/// LoadBalancerGroup`). It names no NLB: NLBs that share a group share the
+/// rule.
+pub const GROUP_RULE: &str = "aws-ccm/rule/nlb/from-group";
 
-pub const ATTR_CROSS_ZONE: &str = "load_balancing.cross_zone.enabled";
-pub const ATTR_ACCESS_LOGS: &str = "access_logs.s3.enabled";
-pub const ATTR_ACCESS_LOGS_BUCKET: &str = "access_logs.s3.bucket";
-pub const ATTR_ACCESS_LOGS_PREFIX: &str = "access_logs.s3.prefix";
-pub const ATTR_DELETION_PROTECTION: &str = crate::aws::annotations::DELETION_PROTECTION;
+pub(crate) const ATTR_CROSS_ZONE: &str = "load_balancing.cross_zone.enabled";
+pub(crate) const ATTR_ACCESS_LOGS: &str = "access_logs.s3.enabled";
+pub(crate) const ATTR_ACCESS_LOGS_BUCKET: &str = "access_logs.s3.bucket";
+pub(crate) const ATTR_ACCESS_LOGS_PREFIX: &str = "access_logs.s3.prefix";
+pub(crate) const ATTR_DELETION_PROTECTION: &str = crate::aws::annotations::DELETION_PROTECTION;
 
 /// Registration calls carry at most this many targets (as upstream).
-pub const TARGET_CHUNK: usize = 100;
+pub(crate) const TARGET_CHUNK: usize = 100;
 
-pub fn client_rule_description(lb_name: &str) -> String {
+pub(crate) fn client_rule_description(lb_name: &str) -> String {
     format!("{CLIENT_RULE_PREFIX}={lb_name}")
 }
 
-pub fn health_rule_description(lb_name: &str) -> String {
+pub(crate) fn health_rule_description(lb_name: &str) -> String {
     format!("{HEALTH_RULE_PREFIX}={lb_name}")
 }
 
@@ -71,7 +76,7 @@ fn mtu_rule(cidr: Ipv4Net) -> Rule {
 /// Upstream's `buildTargetGroupName`: `k8s-{ns:8}-{name:8}-{sha1:10}`, the
 /// hash over everything a target group cannot change in place.
 #[allow(clippy::too_many_arguments)]
-pub fn target_group_name(
+pub(crate) fn target_group_name(
     cluster_id: &str,
     namespace: &str,
     name: &str,
@@ -98,7 +103,12 @@ pub fn target_group_name(
 /// Upstream's `GetSecurityGroupNameForNLB`: the managed group of an NLB in
 /// `NLBSecurityGroupMode = Managed`, `k8s-{ns:8}-{name:8}-{sha256:10}` over
 /// the cluster name (`--cluster-name`), the Service's name, namespace and UID.
-pub fn managed_group_name(cluster_name: &str, namespace: &str, name: &str, uid: &str) -> String {
+pub(crate) fn managed_group_name(
+    cluster_name: &str,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> String {
     let parts = [cluster_name, name, namespace, uid];
     hashed_name::<sha2::Sha256>(namespace, name, &parts)
 }
@@ -115,10 +125,10 @@ fn hashed_name<D: Digest>(namespace: &str, name: &str, parts: &[&str]) -> String
 }
 
 /// The managed group's description, as upstream.
-pub const MANAGED_GROUP_DESCRIPTION: &str = "[k8s] Managed SecurityGroup for LoadBalancer";
+pub(crate) const MANAGED_GROUP_DESCRIPTION: &str = "[k8s] Managed SecurityGroup for LoadBalancer";
 
 /// `k8s-<ns:8>-<name:8>-`: what every target group of the Service starts with.
-pub fn target_group_prefix(service_key: &str) -> String {
+pub(crate) fn target_group_prefix(service_key: &str) -> String {
     let (namespace, name) = service_key.split_once('/').unwrap_or(("", service_key));
     name_prefix(namespace, name)
 }
@@ -137,124 +147,139 @@ fn name_prefix(namespace: &str, name: &str) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HealthCheck {
     /// `TCP`, `HTTP`, `HTTPS`.
-    pub protocol: String,
+    pub(crate) protocol: String,
     /// `traffic-port` or a port number.
-    pub port: String,
+    pub(crate) port: String,
     /// Only for HTTP/HTTPS.
-    pub path: Option<String>,
-    pub interval: i32,
-    pub healthy: i32,
-    pub unhealthy: i32,
+    pub(crate) path: Option<String>,
+    pub(crate) interval: i32,
+    pub(crate) healthy: i32,
+    pub(crate) unhealthy: i32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetGroup {
-    pub name: String,
+    pub(crate) name: String,
     /// `TCP`, `UDP`, `TLS`, `TCP_UDP`.
-    pub protocol: String,
+    pub(crate) protocol: String,
     /// The node port.
-    pub port: i32,
-    pub health: HealthCheck,
+    pub(crate) port: i32,
+    pub(crate) health: HealthCheck,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listener {
-    pub port: i32,
+    pub(crate) port: i32,
     /// `TCP`, `UDP`, `TLS`, `TCP_UDP`.
-    pub protocol: String,
-    pub certificate: Option<String>,
-    pub ssl_policy: Option<String>,
+    pub(crate) protocol: String,
+    pub(crate) certificate: Option<String>,
+    pub(crate) ssl_policy: Option<String>,
     /// Name of the target group it forwards to.
-    pub target_group: String,
+    pub(crate) target_group: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SubnetMapping {
-    pub subnet: String,
-    pub allocation_id: Option<String>,
-    pub private_ipv4: Option<String>,
+    pub(crate) subnet: String,
+    pub(crate) allocation_id: Option<String>,
+    pub(crate) private_ipv4: Option<String>,
 }
 
 /// What AWS must look like for one Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
-    pub name: String,
-    pub internal: bool,
+    pub(crate) name: String,
+    pub(crate) internal: bool,
     /// `ipv4` or `dualstack`.
-    pub ip_address_type: String,
-    pub subnet_mappings: Vec<SubnetMapping>,
+    pub(crate) ip_address_type: String,
+    pub(crate) subnet_mappings: Vec<SubnetMapping>,
     /// Whether the mappings carry addresses (then they are create-time only).
-    pub pinned_addresses: bool,
-    pub tags: BTreeMap<String, String>,
-    pub listeners: Vec<Listener>,
-    pub target_groups: Vec<TargetGroup>,
+    pub(crate) pinned_addresses: bool,
+    /// The tags every resource of the NLB carries (ownership, Service name,
+    /// the user's): written by the creates and kept by the plan.
+    pub(crate) tags: BTreeMap<String, String>,
+    /// The `additional-resource-tags` pairs applied (the user's part of
+    /// `tags`): what [`crate::aws::tags::MANAGED_TAGS_TAG`] records.
+    pub additional_tags: BTreeMap<String, String>,
+    pub(crate) listeners: Vec<Listener>,
+    pub(crate) target_groups: Vec<TargetGroup>,
     /// Only the keys the Service sets.
-    pub target_group_attributes: BTreeMap<String, String>,
-    pub attributes: BTreeMap<String, String>,
+    pub(crate) target_group_attributes: BTreeMap<String, String>,
+    pub(crate) attributes: BTreeMap<String, String>,
     /// `aws-load-balancer-attributes: deletion_protection.enabled`, when the
     /// Service writes it (also in `attributes`).
-    pub deletion_protection: Option<bool>,
-    pub instances: BTreeSet<String>,
+    pub(crate) deletion_protection: Option<bool>,
+    pub(crate) instances: BTreeSet<String>,
     /// In `NLBSecurityGroupMode = Managed`, the NLB's groups: the
     /// `security-groups` annotation's, else the owned (managed) one. Outside
     /// it, none: an NLB is created without groups and its groups are left as
     /// they are, as upstream.
-    pub security_groups: Vec<GroupRef>,
-    pub owned_group: Option<OwnedGroup>,
+    pub(crate) security_groups: Vec<GroupRef>,
+    pub(crate) owned_group: Option<OwnedGroup>,
     /// `NLBSecurityGroupMode = Managed`. Even then an existing NLB without
     /// groups is left without (AWS adds groups only at creation; upstream
     /// skips such an NLB).
-    pub groups_managed: bool,
+    pub(crate) groups_managed: bool,
     /// The create-time settings, recorded on the NLB this CCM creates.
-    pub applied: crate::aws::applied::Applied,
+    pub(crate) applied: crate::aws::applied::Applied,
+}
+
+impl Desired {
+    /// The tags of a resource the plan creates for it.
+    pub fn create_tags(&self) -> BTreeMap<String, String> {
+        crate::aws::tags::at_creation(&self.tags, &self.additional_tags)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ActualListener {
-    pub arn: String,
-    pub port: i32,
-    pub protocol: String,
-    pub certificate: Option<String>,
-    pub ssl_policy: Option<String>,
-    pub target_group_arn: Option<String>,
+    pub(crate) arn: String,
+    pub(crate) port: i32,
+    pub(crate) protocol: String,
+    pub(crate) certificate: Option<String>,
+    pub(crate) ssl_policy: Option<String>,
+    pub(crate) target_group_arn: Option<String>,
+    /// Read only when the NLB's tags follow an annotation (see
+    /// `load_balancers::sweep`); `None`: not read, left as they are.
+    pub tags: Option<crate::aws::tags::Tags>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ActualLb {
-    pub arn: String,
-    pub dns_name: String,
-    pub internal: bool,
-    pub ip_address_type: String,
-    pub subnet_mappings: BTreeSet<SubnetMapping>,
+pub(crate) struct ActualLb {
+    pub(crate) arn: String,
+    pub(crate) dns_name: String,
+    pub(crate) internal: bool,
+    pub(crate) ip_address_type: String,
+    pub(crate) subnet_mappings: BTreeSet<SubnetMapping>,
     /// Whether AWS listed the zones' addresses at all (moto does not).
-    pub addresses_reported: bool,
-    pub security_groups: Vec<String>,
-    pub tags: crate::aws::tags::Tags,
-    pub attributes: BTreeMap<String, String>,
-    pub listeners: Vec<ActualListener>,
+    pub(crate) addresses_reported: bool,
+    pub(crate) security_groups: Vec<String>,
+    pub(crate) tags: crate::aws::tags::Tags,
+    pub(crate) attributes: BTreeMap<String, String>,
+    pub(crate) listeners: Vec<ActualListener>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ActualTargetGroup {
-    pub arn: String,
-    pub name: String,
-    pub protocol: String,
-    pub port: i32,
-    pub health: HealthCheck,
-    pub tags: crate::aws::tags::Tags,
-    pub attributes: BTreeMap<String, String>,
+pub(crate) struct ActualTargetGroup {
+    pub(crate) arn: String,
+    pub(crate) name: String,
+    pub(crate) protocol: String,
+    pub(crate) port: i32,
+    pub(crate) health: HealthCheck,
+    pub(crate) tags: crate::aws::tags::Tags,
+    pub(crate) attributes: BTreeMap<String, String>,
     /// Registered instance IDs (on `port`), draining ones left out.
-    pub targets: BTreeSet<String>,
+    pub(crate) targets: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Actual {
-    pub lb: Option<ActualLb>,
+    pub(crate) lb: Option<ActualLb>,
     /// The Service's target groups: those behind the LB's listeners and any
     /// found by name.
-    pub target_groups: Vec<ActualTargetGroup>,
+    pub(crate) target_groups: Vec<ActualTargetGroup>,
     /// The owned (managed) group `k8s-elb-<name>`, when it exists.
-    pub owned_group: Option<sg::SecurityGroup>,
+    pub(crate) owned_group: Option<sg::SecurityGroup>,
 }
 
 /// A target group named in a plan: an existing ARN, or one the plan creates.
@@ -288,6 +313,12 @@ pub enum Change {
     AddTags {
         arn: Option<String>,
         tags: BTreeMap<String, String>,
+    },
+    /// Keys the controller applied that the annotation no longer names, on
+    /// a target group or listener (`arn`) or, without one, the NLB.
+    RemoveTags {
+        arn: Option<String>,
+        keys: BTreeSet<String>,
     },
     ModifyAttributes(BTreeMap<String, String>),
     CreateTargetGroup {
@@ -329,9 +360,10 @@ pub enum Change {
     },
 }
 
-pub mod desired;
-pub mod io;
-pub mod node_rules;
+pub mod attributes;
+pub(crate) mod desired;
+pub(crate) mod io;
+pub(crate) mod node_rules;
 pub mod plan;
 pub mod read;
 

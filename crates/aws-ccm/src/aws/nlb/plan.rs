@@ -5,15 +5,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     ATTR_ACCESS_LOGS, ATTR_CROSS_ZONE, ATTR_DELETION_PROTECTION, Actual, ActualLb, ActualListener,
-    ActualTargetGroup, Change, Desired, SubnetMapping, TargetGroup, TgRef,
+    ActualTargetGroup, Change, Desired, SubnetMapping, TargetGroup, TgRef, attributes,
 };
 use crate::aws::applied::Applied;
-use crate::aws::elb::plan::{missing_tags, owned_group_changes, scheme};
+use crate::aws::elb::plan::{owned_group_changes, scheme};
 use crate::aws::load_balancers::delta;
 use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
 
-pub use super::desired::{desired, health_check};
+pub(crate) use super::desired::desired;
+#[cfg(test)]
+pub(crate) use super::desired::health_check;
 
 /// Attributes `want` asks for that `have` lacks; an attribute AWS does not
 /// report counts as its default (`false` for switches, empty otherwise).
@@ -75,7 +77,7 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
             Some(have) => target_group_changes(desired, tg, have, &mut changes),
         }
     }
-    listener_changes(desired, &lb, &by_name, &mut changes);
+    listener_changes(desired, &lb, &by_name, cluster_id, &mut changes);
     retired_changes(desired, actual, cluster_id, manage_groups, &mut changes);
     changes
 }
@@ -147,7 +149,7 @@ fn asked(field: Field, record: Option<&Applied>, want: &Applied) -> bool {
 /// Pure: the create-time differences a sync leaves as they are (the Service
 /// did not ask for them, see `crate::aws::applied`, or the NLB lacks this
 /// cluster's ownership tag), for the Warning event. Empty when none.
-pub fn left_alone(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<String> {
+pub(crate) fn left_alone(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<String> {
     let Some(current) = &actual.lb else {
         return Vec::new();
     };
@@ -207,7 +209,7 @@ fn created(
     want_groups: &BTreeSet<String>,
     changes: &mut Vec<Change>,
 ) -> ActualLb {
-    let tags = desired.applied.tagged(&load_balancer_tags(desired));
+    let tags = desired.applied.tagged(&with_protection(desired, desired.create_tags()));
     changes.push(Change::CreateLoadBalancer {
         internal: desired.internal,
         ip_address_type: desired.ip_address_type.clone(),
@@ -277,10 +279,7 @@ fn load_balancer_changes(
     if lb.ip_address_type != desired.ip_address_type {
         changes.push(Change::SetIpAddressType(desired.ip_address_type.clone()));
     }
-    let tags = missing_tags(&want_tags, &lb.tags);
-    if !tags.is_empty() {
-        changes.push(Change::AddTags { arn: lb_arn, tags });
-    }
+    tag_changes(desired, &want_tags, &lb.tags, lb_arn, changes);
     let attrs = attribute_delta(&want_attributes, &lb.attributes);
     if !attrs.is_empty() {
         changes.push(Change::ModifyAttributes(attrs));
@@ -291,7 +290,12 @@ fn load_balancer_changes(
 /// `on` while the Service protects it (the proof that this CCM turned AWS's
 /// attribute on, so that it may turn it off again).
 fn load_balancer_tags(desired: &Desired) -> BTreeMap<String, String> {
-    let mut tags = desired.tags.clone();
+    with_protection(desired, desired.tags.clone())
+}
+
+/// `tags` with [`tags::DELETION_PROTECTION_TAG`] `on` while the Service
+/// protects the NLB.
+fn with_protection(desired: &Desired, mut tags: BTreeMap<String, String>) -> BTreeMap<String, String> {
     if desired.deletion_protection == Some(true) {
         tags.insert(tags::DELETION_PROTECTION_TAG.into(), "on".into());
     }
@@ -301,7 +305,7 @@ fn load_balancer_tags(desired: &Desired) -> BTreeMap<String, String> {
 /// Whether the sync turns off the deletion protection this CCM turned on
 /// (the NLB's `tags` say so) because the Service no longer asks for it.
 /// Protection set by anyone else is left as it is.
-pub fn unprotecting(desired: &Desired, tags: &BTreeMap<String, String>) -> bool {
+pub(crate) fn unprotecting(desired: &Desired, tags: &BTreeMap<String, String>) -> bool {
     desired.deletion_protection != Some(true)
         && tags.get(tags::DELETION_PROTECTION_TAG).map(String::as_str) == Some("on")
 }
@@ -313,7 +317,7 @@ pub fn unprotecting(desired: &Desired, tags: &BTreeMap<String, String>) -> bool 
 /// Service's node ports are released with it and may be given to another
 /// Service; it is tagged [`tags::KEPT_TAG`] with the Service it was kept
 /// from. `actual.target_groups` carry their registered targets.
-pub fn plan_keep(
+pub(crate) fn plan_keep(
     actual: &Actual,
     cluster_id: &str,
     lb_name: &str,
@@ -345,11 +349,43 @@ pub fn plan_keep(
     Some(changes)
 }
 
+/// The tag writes that take one resource (`arn`, `None` for the NLB) from
+/// `have` to `want`, following `additional-resource-tags`
+/// ([`tags::follow_annotation`]): additions first, then removals.
+fn tag_changes(
+    desired: &Desired,
+    want: &BTreeMap<String, String>,
+    have: &BTreeMap<String, String>,
+    arn: Option<String>,
+    changes: &mut Vec<Change>,
+) {
+    let writes = tags::follow_annotation(want, &desired.additional_tags, have);
+    if !writes.add.is_empty() {
+        changes.push(Change::AddTags {
+            arn: arn.clone(),
+            tags: writes.add,
+        });
+    }
+    if !writes.remove.is_empty() {
+        changes.push(Change::RemoveTags {
+            arn,
+            keys: writes.remove,
+        });
+    }
+}
+
 /// A target group to create: then its attributes and targets.
 fn new_target_group_changes(desired: &Desired, tg: &TargetGroup, changes: &mut Vec<Change>) {
+    let mut tags = desired.create_tags();
+    if let Some(record) = attribute_record(&desired.target_group_attributes)
+        && !desired.target_group_attributes.is_empty()
+        && tags.len() < tags::MAX_LB_TAGS
+    {
+        tags.insert(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record);
+    }
     changes.push(Change::CreateTargetGroup {
         group: tg.clone(),
-        tags: desired.tags.clone(),
+        tags,
     });
     if !desired.target_group_attributes.is_empty() {
         changes.push(Change::ModifyTargetGroupAttributes {
@@ -382,20 +418,14 @@ fn target_group_changes(
             health: w.clone(),
         });
     }
-    let tags = missing_tags(&desired.tags, &have.tags);
-    if !tags.is_empty() {
-        changes.push(Change::AddTags {
-            arn: Some(have.arn.clone()),
-            tags,
-        });
-    }
-    let attrs = attribute_delta(&desired.target_group_attributes, &have.attributes);
-    if !attrs.is_empty() {
-        changes.push(Change::ModifyTargetGroupAttributes {
-            target_group: TgRef::Arn(have.arn.clone()),
-            attributes: attrs,
-        });
-    }
+    tag_changes(
+        desired,
+        &desired.tags,
+        &have.tags,
+        Some(have.arn.clone()),
+        changes,
+    );
+    target_group_attribute_changes(desired, have, changes);
     target_changes(
         &have.arn,
         have.port,
@@ -403,6 +433,55 @@ fn target_group_changes(
         &desired.instances,
         changes,
     );
+}
+
+/// An existing group's attributes: those the annotation names, and those
+/// this CCM applied before (its record) that it no longer names, back to
+/// AWS's default; then the record of the keys applied. A group without a
+/// record whose attributes already match (the Go CCM's) gets no write.
+fn target_group_attribute_changes(
+    desired: &Desired,
+    have: &ActualTargetGroup,
+    changes: &mut Vec<Change>,
+) {
+    let want = &desired.target_group_attributes;
+    let recorded = tags::recorded_keys(&have.tags, tags::TARGET_GROUP_ATTRIBUTES_TAG);
+    let mut attrs = attribute_delta(want, &have.attributes);
+    for (key, default) in attributes::defaults_of_dropped(&recorded, want) {
+        if have.attributes.get(&key) != Some(&default) {
+            attrs.insert(key, default);
+        }
+    }
+    let written = !attrs.is_empty();
+    if written {
+        changes.push(Change::ModifyTargetGroupAttributes {
+            target_group: TgRef::Arn(have.arn.clone()),
+            attributes: attrs,
+        });
+    }
+    let has_record = have.tags.contains_key(tags::TARGET_GROUP_ATTRIBUTES_TAG);
+    let keys: BTreeSet<String> = want.keys().cloned().collect();
+    if !(written || has_record) || has_record && recorded == keys {
+        return;
+    }
+    let arn = Some(have.arn.clone());
+    if keys.is_empty() {
+        changes.push(Change::RemoveTags {
+            arn,
+            keys: BTreeSet::from([tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string()]),
+        });
+    } else if let Some(record) = attribute_record(want) {
+        changes.push(Change::AddTags {
+            arn,
+            tags: BTreeMap::from([(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record)]),
+        });
+    }
+}
+
+/// The record of the attribute keys `want` sets, when it fits in a tag value.
+fn attribute_record(want: &BTreeMap<String, String>) -> Option<String> {
+    let record = want.keys().cloned().collect::<Vec<_>>().join(",");
+    (record.len() <= tags::MAX_TAG_VALUE).then_some(record)
 }
 
 /// Registers the targets `want` adds to `have` in group `arn` on `port`,
@@ -433,11 +512,13 @@ pub(crate) fn target_changes(
 }
 
 /// Listeners, one per port: modify in place (protocol, certificate,
-/// policy, target group), create the missing, delete the extra.
+/// policy, target group), create the missing, delete the extra; the tags
+/// of those whose tags were read follow the annotation.
 fn listener_changes(
     desired: &Desired,
     lb: &ActualLb,
     by_name: &BTreeMap<&str, &ActualTargetGroup>,
+    cluster_id: &str,
     changes: &mut Vec<Change>,
 ) {
     let arn_of = |name: &str| by_name.get(name).map(|t| t.arn.clone());
@@ -452,7 +533,7 @@ fn listener_changes(
         match have.get(&l.port) {
             None => changes.push(Change::CreateListener {
                 listener: l.clone(),
-                tags: desired.tags.clone(),
+                tags: desired.create_tags(),
             }),
             Some(h) => {
                 let same = h.protocol == l.protocol
@@ -465,6 +546,19 @@ fn listener_changes(
                         arn: h.arn.clone(),
                         listener: l.clone(),
                     });
+                }
+                // Only a listener tagged as this cluster's: AWS (and the
+                // policy) let the CCM tag no other.
+                if let Some(have_tags) = &h.tags
+                    && tags::is_owned(have_tags, cluster_id)
+                {
+                    tag_changes(
+                        desired,
+                        &desired.tags,
+                        have_tags,
+                        Some(h.arn.clone()),
+                        changes,
+                    );
                 }
             }
         }
@@ -529,7 +623,7 @@ fn ours(
 /// Pure: what deleting Service `service_key`'s NLB `lb_name` takes: the
 /// load balancer, then its target groups, then its managed group, each only
 /// when [`ownership`] proves this CCM made it for that Service.
-pub fn plan_delete(
+pub(crate) fn plan_delete(
     actual: &Actual,
     cluster_id: &str,
     lb_name: &str,
@@ -564,7 +658,7 @@ pub fn plan_delete(
 }
 
 /// A short, stable description of a change for logs and events.
-pub fn describe(change: &Change) -> String {
+pub(crate) fn describe(change: &Change) -> String {
     match change {
         Change::CreateSecurityGroup(g) => format!("create security group {}", g.name),
         Change::AuthorizeIngress(r) => format!("authorize {} rule(s) on the NLB group", r.len()),
@@ -579,6 +673,11 @@ pub fn describe(change: &Change) -> String {
             "tag {} with {:?}",
             arn.as_deref().unwrap_or("the NLB"),
             tags.keys().collect::<Vec<_>>()
+        ),
+        Change::RemoveTags { arn, keys } => format!(
+            "untag {} of {:?}",
+            arn.as_deref().unwrap_or("the NLB"),
+            keys
         ),
         Change::ModifyAttributes(a) => format!("set attributes {:?}", a.keys().collect::<Vec<_>>()),
         Change::CreateTargetGroup { group, .. } => {

@@ -13,7 +13,7 @@ use crate::aws::load_balancers::sweep::SweptGroup;
 use crate::aws::tags::{SERVICE_NAME_TAG, Tags, key_values};
 
 /// Tags of elbv2 resources by ARN (20 per call, the API's limit).
-pub async fn tags_of(
+pub(crate) async fn tags_of(
     aws: &AwsClient,
     arns: &[String],
 ) -> Result<BTreeMap<String, BTreeMap<String, String>>, AwsError> {
@@ -40,7 +40,7 @@ pub async fn tags_of(
 
 /// The NLB named `name` with its tags (attributes and listeners not
 /// read), or `None`.
-pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
+pub(crate) async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, AwsError> {
     let out = match aws
         .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
             c.describe_load_balancers().names(name).send()
@@ -66,7 +66,7 @@ pub async fn describe(aws: &AwsClient, name: &str) -> Result<Option<ActualLb>, A
 
 /// What `DescribeLoadBalancers` tells of one NLB: everything but its
 /// tags, attributes and listeners (left empty).
-pub fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
+pub(crate) fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
     ActualLb {
         dns_name: lb.dns_name().unwrap_or_default().to_string(),
         internal: lb.scheme() == Some(&t::LoadBalancerSchemeEnum::Internal),
@@ -87,7 +87,7 @@ pub fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
 
 /// Every NLB in the region ([`lb_from_sdk`]), by name: one paginated read,
 /// 400 per page (the API's largest page).
-pub async fn list_all(aws: &AwsClient) -> Result<BTreeMap<String, ActualLb>, AwsError> {
+pub(crate) async fn list_all(aws: &AwsClient) -> Result<BTreeMap<String, ActualLb>, AwsError> {
     every_page(|marker| async move {
         let page = aws
             .elbv2(Operation::Elbv2DescribeLoadBalancers, |c| {
@@ -109,7 +109,7 @@ pub async fn list_all(aws: &AwsClient) -> Result<BTreeMap<String, ActualLb>, Aws
 }
 
 /// The NLB's attributes (one read; AWS cannot batch it).
-pub async fn read_attributes(
+pub(crate) async fn read_attributes(
     aws: &AwsClient,
     arn: &str,
 ) -> Result<BTreeMap<String, String>, AwsError> {
@@ -126,7 +126,10 @@ pub async fn read_attributes(
 }
 
 /// The NLB's listeners (one read; AWS cannot batch it).
-pub async fn read_listeners(aws: &AwsClient, arn: &str) -> Result<Vec<ActualListener>, AwsError> {
+pub(crate) async fn read_listeners(
+    aws: &AwsClient,
+    arn: &str,
+) -> Result<Vec<ActualListener>, AwsError> {
     let listeners = aws
         .elbv2(Operation::Elbv2DescribeListeners, |c| {
             c.describe_listeners().load_balancer_arn(arn).send()
@@ -136,6 +139,21 @@ pub async fn read_listeners(aws: &AwsClient, arn: &str) -> Result<Vec<ActualList
 }
 
 /// The subnets with the EIP or private address pinned in each.
+/// The listeners' tags (one read per 20 listeners).
+pub async fn read_listener_tags(
+    aws: &AwsClient,
+    listeners: &mut [ActualListener],
+) -> Result<(), AwsError> {
+    let arns: Vec<String> = listeners.iter().map(|l| l.arn.clone()).collect();
+    let mut by_arn = tags_of(aws, &arns).await?;
+    for l in listeners {
+        l.tags = Some(std::sync::Arc::new(
+            by_arn.remove(&l.arn).unwrap_or_default(),
+        ));
+    }
+    Ok(())
+}
+
 fn mappings_from_sdk(zones: &[t::AvailabilityZone]) -> BTreeSet<SubnetMapping> {
     zones
         .iter()
@@ -174,6 +192,7 @@ fn listeners_from_sdk(listeners: &[t::Listener]) -> Vec<ActualListener> {
                     .first()
                     .and_then(|a| a.target_group_arn())
                     .map(str::to_string),
+                tags: None,
             })
         })
         .collect()
@@ -201,7 +220,7 @@ fn health_of(g: &t::TargetGroup) -> HealthCheck {
 /// One group's state from its listing entry and `tags`: its attributes,
 /// read unless `known_attributes` gives them, and its registered targets,
 /// read unless `known_targets` (the target record) gives them.
-pub async fn complete_one(
+pub(crate) async fn complete_one(
     aws: &AwsClient,
     g: &t::TargetGroup,
     tags: Tags,
@@ -279,7 +298,7 @@ fn listed(g: &t::TargetGroup, tags: Tags) -> ActualTargetGroup {
 /// targets are not read): those behind the NLB `lb_arn`, and with
 /// `orphans_of` (a Service key) also every group named and tagged for that
 /// Service that no listener points at any more, each once.
-pub async fn groups_to_delete(
+pub(crate) async fn groups_to_delete(
     aws: &AwsClient,
     lb_arn: Option<&str>,
     orphans_of: Option<&str>,
@@ -305,7 +324,7 @@ pub async fn groups_to_delete(
 
 /// The target groups behind the NLB as the listing shows them, with their
 /// tags (attributes and targets not read).
-pub async fn listed_target_groups(
+pub(crate) async fn listed_target_groups(
     aws: &AwsClient,
     lb_arn: &str,
 ) -> Result<Vec<SweptGroup>, AwsError> {
@@ -343,7 +362,7 @@ async fn with_tags(
 
 /// Every target group of the account in the region: one paginated listing
 /// (400 per page).
-pub async fn all_target_groups(aws: &AwsClient) -> Result<Vec<t::TargetGroup>, AwsError> {
+pub(crate) async fn all_target_groups(aws: &AwsClient) -> Result<Vec<t::TargetGroup>, AwsError> {
     every_page(|marker| async move {
         let page = aws
             .elbv2(Operation::Elbv2DescribeTargetGroups, |c| {

@@ -54,7 +54,7 @@ fn converged(d: &Desired) -> Actual {
             protocol: g.protocol.clone(),
             port: g.port,
             health: g.health.clone(),
-            tags: Tags::new(d.tags.clone()),
+            tags: Tags::new(d.create_tags()),
             attributes: d.target_group_attributes.clone(),
             targets: d.instances.clone(),
         })
@@ -75,7 +75,7 @@ fn converged(d: &Desired) -> Actual {
                     GroupRef::Owned => "sg-owned".into(),
                 })
                 .collect(),
-            tags: Tags::new(d.applied.tagged(&d.tags)),
+            tags: Tags::new(d.applied.tagged(&d.create_tags())),
             attributes: d.attributes.clone(),
             listeners: d
                 .listeners
@@ -87,6 +87,7 @@ fn converged(d: &Desired) -> Actual {
                     certificate: l.certificate.clone(),
                     ssl_policy: l.ssl_policy.clone(),
                     target_group_arn: Some(format!("arn:tg/{}", l.target_group)),
+                    tags: Some(Tags::new(d.create_tags())),
                 })
                 .collect(),
         }),
@@ -556,7 +557,7 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
     assert_eq!(rules.client.len(), 1);
     assert_eq!(rules.health.len(), 1);
     let name = &d.name;
-    let ch = node_group_changes(name, &BTreeMap::new(), Some(&rules));
+    let ch = node_group_changes(name, &BTreeMap::new(), Some(&rules), &BTreeSet::new());
     assert_eq!(ch.authorize.len(), 3, "{ch:?}");
     assert_eq!(ch.authorize.values().filter(|d| **d == MTU_RULE).count(), 1);
     assert!(
@@ -579,8 +580,8 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
         source: Source::Cidr(cidr("1.2.3.4/32")),
     };
     have.insert(users.clone(), "ssh".into());
-    assert!(node_group_changes(name, &have, Some(&rules)).is_empty());
-    let gone = node_group_changes(name, &have, None);
+    assert!(node_group_changes(name, &have, Some(&rules), &BTreeSet::new()).is_empty());
+    let gone = node_group_changes(name, &have, None, &BTreeSet::new());
     assert_eq!(gone.revoke.len(), 3);
     assert!(!gone.revoke.contains(&users));
     assert!(gone.authorize.is_empty());
@@ -596,12 +597,130 @@ fn node_rules_are_described_and_only_ours_are_revoked() {
         },
         client_rule_description("aother"),
     );
-    let gone = node_group_changes(name, &shared, None);
+    let gone = node_group_changes(name, &shared, None, &BTreeSet::new());
     assert_eq!(gone.revoke.len(), 2);
 
     // From anywhere, TCP, same ports: health rules are covered by the client rules.
     let open = node_rules(&d, &[Ipv4Net::default()], &[cidr("10.1.0.0/24")]);
     assert!(open.health.is_empty());
+}
+
+/// `NLBNodeIngress = LoadBalancerGroup`: one rule from the NLB's group
+/// replaces the CIDR rules, added before they go; back to CIDR rules the
+/// other way round; the group rule of a group another NLB carries stays.
+#[test]
+fn a_group_rule_replaces_the_cidr_rules_and_back() {
+    let d = want(
+        &[],
+        &[(80, 30080), (443, 30443)],
+        &env(&["subnet-a"], &["i-1"]),
+    );
+    let name = &d.name;
+    let ranges = [cidr("10.0.0.0/8")];
+    let cidr_rules = node_rules(&d, &ranges, &[cidr("10.1.0.0/24"), cidr("10.2.0.0/24")]);
+    let none = BTreeSet::new();
+    // The Go CCM's state: client, health and MTU rules.
+    let go_state = node_group_changes(name, &BTreeMap::new(), Some(&cidr_rules), &none).authorize;
+    assert_eq!(go_state.len(), 2 + 2 * 2 + 1, "{go_state:?}");
+    // Unchanged without the group: nothing to do (a swap changes nothing).
+    assert!(node_group_changes(name, &go_state, Some(&cidr_rules), &none).is_empty());
+
+    let grouped = NodeRules {
+        from_group: Some("sg-nlb".into()),
+        ..cidr_rules.clone()
+    };
+    let to_group = node_group_changes(name, &go_state, Some(&grouped), &none);
+    let group_rule = Rule::all_from_group("sg-nlb");
+    assert_eq!(
+        to_group.authorize,
+        BTreeMap::from([(group_rule.clone(), GROUP_RULE.to_string())])
+    );
+    // Every CIDR rule of this NLB goes, the MTU rule with them.
+    assert_eq!(
+        to_group.revoke,
+        go_state.keys().cloned().collect::<BTreeSet<_>>()
+    );
+    assert!(to_group.adds_first() && to_group.adds_group_rule());
+
+    // Applied: one rule, and nothing more to do.
+    let grouped_state = to_group.authorize.clone();
+    assert!(node_group_changes(name, &grouped_state, Some(&grouped), &none).is_empty());
+
+    // The fallback at the rules limit is the CIDR plan: on the Go CCM's
+    // state it changes nothing.
+    assert!(node_group_changes(name, &go_state, Some(&grouped.cidr_only()), &none).is_empty());
+
+    // Back to CIDR rules (the operator unsets the key): they are added
+    // first, then the group rule goes, when no other NLB carries its group.
+    let revocable = BTreeSet::from(["sg-nlb".to_string()]);
+    let back = node_group_changes(name, &grouped_state, Some(&cidr_rules), &revocable);
+    assert_eq!(back.authorize, go_state);
+    assert_eq!(back.revoke, BTreeSet::from([group_rule.clone()]));
+    assert!(back.adds_first());
+    // Another NLB carries the group too: its rule stays.
+    let kept = node_group_changes(name, &grouped_state, Some(&cidr_rules), &none);
+    assert!(kept.revoke.is_empty(), "{kept:?}");
+
+    // A group that stops being a backend loses the group rule (revocable).
+    let left = node_group_changes(name, &grouped_state, None, &revocable);
+    assert_eq!(left.revoke, BTreeSet::from([group_rule.clone()]));
+
+    // A user's rule from the same group (another description) is theirs:
+    // never revoked, and not added again.
+    let users = BTreeMap::from([(group_rule.clone(), "mine".to_string())]);
+    assert!(node_group_changes(name, &users, Some(&grouped), &revocable).is_empty());
+    assert!(node_group_changes(name, &users, None, &revocable).is_empty());
+}
+
+/// Rules per node group when `services` NLBs (two ports each, health
+/// checks on their own node port as `externalTrafficPolicy: Local` asks,
+/// two NLB subnets, clients from anywhere) all back one node group, each
+/// NLB planned on what the ones before it left: the Go CCM's CIDR rules,
+/// or one group rule per NLB.
+fn rules_per_node_group(services: usize, from_group: bool) -> usize {
+    let subnets = [cidr("10.1.0.0/24"), cidr("10.2.0.0/24")];
+    let mut have: DescribedRules = BTreeMap::new();
+    for i in 0..services {
+        let uid = format!("{i:08x}-1234-4f6e-9a7b-abcdefabcdef");
+        let e = env(&["subnet-a", "subnet-b"], &["i-1"]);
+        let port = 30000 + 2 * i as i32;
+        let mut spec = spec(&[], &[(80, port), (443, port + 1)]);
+        spec.local_health_check_node_port = Some(32000 + i as i32);
+        let d = desired(
+            &spec,
+            "default/web",
+            &uid,
+            "c1",
+            &CloudConfig::default(),
+            &e,
+        )
+        .unwrap();
+        let mut rules = node_rules(&d, &[Ipv4Net::default()], &subnets);
+        if from_group {
+            rules.from_group = Some(format!("sg-{i}"));
+        }
+        let ch = node_group_changes(&d.name, &have, Some(&rules), &BTreeSet::new());
+        for r in &ch.revoke {
+            have.remove(r);
+        }
+        have.extend(ch.authorize);
+    }
+    have.len()
+}
+
+#[test]
+fn rules_per_node_group_grow_by_one_per_nlb_with_group_rules() {
+    // Go CCM: two client rules and two health rules (one port, two
+    // subnets) per NLB, and one MTU rule; AWS's default limit of 60 is
+    // reached at the 15th NLB.
+    for n in [10, 100, 500] {
+        let (cidr, group) = (
+            rules_per_node_group(n, false),
+            rules_per_node_group(n, true),
+        );
+        eprintln!("rules per node group at {n} NLBs: CIDR {cidr}, LoadBalancerGroup {group}");
+        assert_eq!((cidr, group), (n * 4 + 1, n));
+    }
 }
 
 #[test]
@@ -842,4 +961,320 @@ fn keeping_a_protected_nlb_deregisters_its_targets_and_tags_it_kept() {
         plan_keep(&again, "c1", &d.name, "default/web"),
         Some(vec![])
     );
+}
+
+const MARKER: &str = crate::aws::tags::MANAGED_TAGS_TAG;
+
+/// The tag writes of a plan, by resource (`nlb`, `tg`, `listener`).
+fn tag_writes(changes: &[Change]) -> Vec<(String, String)> {
+    let kind = |arn: &Option<String>| match arn.as_deref() {
+        None | Some("arn:lb") => "nlb".to_string(),
+        Some(a) if a.starts_with("arn:tg/") => "tg".to_string(),
+        Some(a) if a.starts_with("arn:listener/") => "listener".to_string(),
+        Some(a) => a.to_string(),
+    };
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::AddTags { arn, tags } => Some((kind(arn), format!("+{tags:?}"))),
+            Change::RemoveTags { arn, keys } => Some((kind(arn), format!("-{keys:?}"))),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn created_resources_record_the_annotation_keys_they_carry() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let d = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=prod")],
+        &[(80, 30080)],
+        &e,
+    );
+    let changes = plan(&d, &Actual::default(), "c1");
+    let mut creates = 0;
+    for c in &changes {
+        let tags = match c {
+            Change::CreateLoadBalancer { tags, .. }
+            | Change::CreateTargetGroup { tags, .. }
+            | Change::CreateListener { tags, .. } => tags,
+            _ => continue,
+        };
+        creates += 1;
+        assert_eq!(tags[MARKER], "env,team", "{c:?}");
+        assert_eq!(tags["team"], "a");
+    }
+    assert_eq!(creates, 3, "{changes:?}");
+    // Without additional tags no record is written.
+    let bare = want(&[], &[(80, 30080)], &e);
+    assert!(
+        plan(&bare, &Actual::default(), "c1")
+            .iter()
+            .all(|c| match c {
+                Change::CreateLoadBalancer { tags, .. } => !tags.contains_key(MARKER),
+                _ => true,
+            })
+    );
+}
+
+#[test]
+fn tags_follow_the_annotation_on_the_nlb_its_listeners_and_target_groups() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let before = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=prod")],
+        &[(80, 30080)],
+        &e,
+    );
+    let live = converged(&before);
+    assert!(plan(&before, &live, "c1").is_empty(), "steady: no write");
+    // team changes, env is removed, cost is added.
+    let after = want(
+        &[(ann::ADDITIONAL_TAGS, "team=b,cost=42")],
+        &[(80, 30080)],
+        &e,
+    );
+    let writes = tag_writes(&plan(&after, &live, "c1"));
+    for kind in ["nlb", "tg", "listener"] {
+        let mine: Vec<&str> = writes
+            .iter()
+            .filter(|(k, _)| k == kind)
+            .map(|(_, w)| w.as_str())
+            .collect();
+        assert_eq!(
+            mine,
+            [
+                format!("+{{\"cost\": \"42\", \"{MARKER}\": \"cost,team\", \"team\": \"b\"}}")
+                    .as_str(),
+                "-{\"env\"}",
+            ],
+            "{kind}: {writes:?}"
+        );
+    }
+    // Every key removed: the record goes too.
+    let none = want(&[], &[(80, 30080)], &e);
+    let writes = tag_writes(&plan(&none, &live, "c1"));
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    for (_, w) in &writes {
+        assert_eq!(w, &format!("-{{\"env\", \"{MARKER}\", \"team\"}}"));
+    }
+}
+
+#[test]
+fn tags_nobody_recorded_are_never_removed() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let d = want(&[(ann::ADDITIONAL_TAGS, "team=a")], &[(80, 30080)], &e);
+    // As the Go CCM leaves it: the tags, no record.
+    let mut live = converged(&d);
+    let strip = |t: &Tags| {
+        let mut t = (**t).clone();
+        t.remove(MARKER);
+        t.insert("owner".into(), "someone".into());
+        Tags::new(t)
+    };
+    let lb = live.lb.as_mut().unwrap();
+    lb.tags = strip(&lb.tags);
+    for l in &mut lb.listeners {
+        l.tags = l.tags.as_ref().map(strip);
+    }
+    for tg in &mut live.target_groups {
+        tg.tags = strip(&tg.tags);
+    }
+    assert!(plan(&d, &live, "c1").is_empty(), "a Go-made NLB: no write");
+    // The key leaves the annotation: without a record it stays, as do the
+    // tags someone else wrote.
+    let gone = want(&[], &[(80, 30080)], &e);
+    assert!(tag_writes(&plan(&gone, &live, "c1")).is_empty());
+    // A new key is written with the record of what is now applied.
+    let more = want(
+        &[(ann::ADDITIONAL_TAGS, "team=a,env=x")],
+        &[(80, 30080)],
+        &e,
+    );
+    let writes = tag_writes(&plan(&more, &live, "c1"));
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    for (_, w) in &writes {
+        assert_eq!(
+            w,
+            &format!("+{{\"env\": \"x\", \"{MARKER}\": \"env,team\"}}")
+        );
+    }
+    // Listener tags not read: left as they are.
+    let lb = live.lb.as_mut().unwrap();
+    for l in &mut lb.listeners {
+        l.tags = None;
+    }
+    let writes = tag_writes(&plan(&more, &live, "c1"));
+    assert!(writes.iter().all(|(k, _)| k != "listener"), "{writes:?}");
+}
+
+#[test]
+fn a_tag_the_controller_writes_is_refused_with_a_warning() {
+    let r = LoadBalancerSpec::read(&service(
+        &[
+            (ann::TYPE, "nlb"),
+            (
+                ann::ADDITIONAL_TAGS,
+                "kubernetes.io/service-name=other/x,team=a,kubernetes.io/cloud-controller/managed-tags=team",
+            ),
+        ],
+        &[(80, 30080)],
+    ));
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let note = r
+        .notes
+        .iter()
+        .find(|n| n.field == ann::ADDITIONAL_TAGS)
+        .expect("a note");
+    assert!(
+        note.reading.contains("kubernetes.io/service-name"),
+        "{note:?}"
+    );
+    assert_eq!(note.holds, ann::Holds::Nothing);
+    let e = env(&["subnet-a"], &["i-1"]);
+    let d = desired(
+        &r.spec,
+        "default/web",
+        UID,
+        "c1",
+        &CloudConfig::default(),
+        &e,
+    )
+    .unwrap();
+    assert_eq!(d.tags[crate::aws::tags::SERVICE_NAME_TAG], "default/web");
+    assert_eq!(
+        d.additional_tags,
+        BTreeMap::from([("team".to_string(), "a".to_string())])
+    );
+    assert_eq!(d.create_tags()[MARKER], "team");
+}
+
+const TG_RECORD: &str = crate::aws::tags::TARGET_GROUP_ATTRIBUTES_TAG;
+const DEREG: &str = "deregistration_delay.timeout_seconds";
+
+/// The target group attribute writes and record writes of a plan.
+fn attribute_writes(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::ModifyTargetGroupAttributes { attributes, .. } => {
+                Some(format!("set {attributes:?}"))
+            }
+            Change::AddTags { arn: Some(a), tags } if a.starts_with("arn:tg/") => {
+                tags.get(TG_RECORD).map(|r| format!("record {r}"))
+            }
+            Change::RemoveTags { arn: Some(a), keys } if a.starts_with("arn:tg/") => {
+                keys.contains(TG_RECORD).then(|| "unrecord".to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn target_group_attributes_aws_documents_are_applied_and_dropped_ones_return_to_the_default() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let tga = ann::TARGET_GROUP_ATTRIBUTES;
+    let d = want(
+        &[(
+            tga,
+            "deregistration_delay.timeout_seconds=30,stickiness.enabled=true",
+        )],
+        &[(80, 30080)],
+        &e,
+    );
+    // Created with the attributes and their record.
+    let fresh = plan(&d, &Actual::default(), "c1");
+    let created = fresh.iter().find_map(|c| match c {
+        Change::CreateTargetGroup { tags, .. } => Some(tags.clone()),
+        _ => None,
+    });
+    assert_eq!(
+        created.unwrap()[TG_RECORD],
+        format!("{DEREG},stickiness.enabled")
+    );
+    assert_eq!(
+        attribute_writes(&fresh),
+        [format!(
+            "set {{\"{DEREG}\": \"30\", \"stickiness.enabled\": \"true\"}}"
+        )]
+    );
+    // As created: steady.
+    let mut live = converged(&d);
+    for tg in &mut live.target_groups {
+        let mut t = (*tg.tags).clone();
+        t.insert(TG_RECORD.into(), format!("{DEREG},stickiness.enabled"));
+        tg.tags = Tags::new(t);
+    }
+    assert!(plan(&d, &live, "c1").is_empty());
+    // One dropped, one changed: the dropped returns to AWS's 300 s.
+    let changed = want(&[(tga, "stickiness.enabled=false")], &[(80, 30080)], &e);
+    assert_eq!(
+        attribute_writes(&plan(&changed, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"300\", \"stickiness.enabled\": \"false\"}}"),
+            "record stickiness.enabled".to_string(),
+        ]
+    );
+    // All dropped: both back to the defaults, the record gone.
+    let none = want(&[], &[(80, 30080)], &e);
+    assert_eq!(
+        attribute_writes(&plan(&none, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"300\", \"stickiness.enabled\": \"false\"}}"),
+            "unrecord".to_string(),
+        ]
+    );
+}
+
+#[test]
+fn target_group_attributes_nobody_recorded_are_left_as_they_are() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let tga = ann::TARGET_GROUP_ATTRIBUTES;
+    // The Go CCM's state: it applied proxy protocol, and wrote no record.
+    let d = want(
+        &[(tga, "proxy_protocol_v2.enabled=true")],
+        &[(80, 30080)],
+        &e,
+    );
+    let live = converged(&d);
+    assert!(plan(&d, &live, "c1").is_empty(), "a swap writes nothing");
+    // The annotation removed: left on, as the Go CCM leaves it.
+    let none = want(&[], &[(80, 30080)], &e);
+    assert!(attribute_writes(&plan(&none, &live, "c1")).is_empty());
+    // A change is applied and recorded; from then on it is this CCM's.
+    let more = want(
+        &[(
+            tga,
+            "proxy_protocol_v2.enabled=true,deregistration_delay.timeout_seconds=10",
+        )],
+        &[(80, 30080)],
+        &e,
+    );
+    assert_eq!(
+        attribute_writes(&plan(&more, &live, "c1")),
+        [
+            format!("set {{\"{DEREG}\": \"10\"}}"),
+            format!("record {DEREG},proxy_protocol_v2.enabled"),
+        ]
+    );
+}
+
+#[test]
+fn a_target_group_attribute_aws_refuses_is_refused_before_any_call() {
+    for v in [
+        "slow_start.duration_seconds=30",
+        "deregistration_delay.timeout_seconds=3601",
+        "stickiness.type=lb_cookie",
+        "target_health_state.unhealthy.draining_interval_seconds=30",
+    ] {
+        let r = LoadBalancerSpec::read(&service(
+            &[(ann::TYPE, "nlb"), (ann::TARGET_GROUP_ATTRIBUTES, v)],
+            &[(80, 30080)],
+        ));
+        let e = r
+            .errors
+            .iter()
+            .find(|e| e.field == ann::TARGET_GROUP_ATTRIBUTES);
+        assert!(e.is_some_and(|e| e.value == v), "{v}: {:?}", r.errors);
+    }
 }

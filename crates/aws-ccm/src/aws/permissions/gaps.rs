@@ -28,16 +28,16 @@ const PROBE_LB_NAME: &str = "aws-ccm-permission-probe";
 
 /// One action the policy lacks.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Gap {
+pub(crate) struct Gap {
     /// The IAM action, e.g. `elasticloadbalancing:DescribeTags`.
-    pub action: &'static str,
+    pub(crate) action: &'static str,
     /// What AWS said.
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl Gap {
     /// The log and event text: the action, AWS's answer and the fix.
-    pub fn describe(&self, cluster_id: &str) -> String {
+    pub(crate) fn describe(&self, cluster_id: &str) -> String {
         format!(
             "the IAM policy lacks {}, which load balancer and route syncs call ({}); {}",
             self.action,
@@ -50,7 +50,7 @@ impl Gap {
 /// The fix for an action of [`KOPS_GAPS`] (kept beside the operations, as
 /// the door's refusal hint names it too), for a policy made by kOps or
 /// rendered from `iam/`.
-pub fn fix_for(action: &str, cluster_id: &str) -> Option<String> {
+pub(crate) fn fix_for(action: &str, cluster_id: &str) -> Option<String> {
     let cluster = if cluster_id.is_empty() {
         "<cluster>"
     } else {
@@ -67,7 +67,7 @@ pub fn fix_for(action: &str, cluster_id: &str) -> Option<String> {
 
 /// Asks for each action: the describes when load balancers are managed, the
 /// `ReplaceRoute` DryRun when routes are (on the first table found).
-pub async fn probe(
+pub(crate) async fn probe(
     aws: &Aws,
     load_balancers: bool,
     routes: Option<&(RouteTableSelector, IpNet)>,

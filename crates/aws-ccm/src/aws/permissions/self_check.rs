@@ -11,7 +11,7 @@ use crate::aws::security_groups as sg;
 use crate::provider::permissions::{MissingAction, PermissionCheck};
 use crate::provider::routes::Routes;
 
-pub use crate::provider::permissions::{Finding, Scope};
+pub(crate) use crate::provider::permissions::{Finding, Scope};
 
 impl PermissionCheck for Aws {
     async fn check_writes(&self, scope: &Scope) -> Vec<Finding> {
@@ -32,7 +32,7 @@ impl PermissionCheck for Aws {
 
 /// Runs every probe the scope calls for. A resource that cannot be listed
 /// is logged and skipped: the self-check informs, it never stops the CCM.
-pub async fn run(aws: &Aws, scope: &Scope) -> Vec<Finding> {
+pub(crate) async fn run(aws: &Aws, scope: &Scope) -> Vec<Finding> {
     let cluster_id = aws.cluster_id().to_string();
     let mut probes: Vec<(Probe, Tagging)> = Vec::new();
     let instances = match aws.cluster_instances().await {

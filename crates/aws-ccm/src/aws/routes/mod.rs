@@ -2,5 +2,5 @@
 //! on [`crate::aws::AwsClient`]. `plan.rs` is pure (filters, parsing);
 //! `io.rs` sends the calls through the one door.
 
-pub mod io;
+pub(crate) mod io;
 pub mod plan;

@@ -12,7 +12,7 @@ use crate::aws::tags::{LEGACY_CLUSTER_TAG, cluster_tag_key};
 use crate::provider::routes::{Route, RouteTable, RouteTableSelector, RouteTarget, TargetInstance};
 
 /// The `DescribeRouteTables` filters for `selector`.
-pub fn table_filters(selector: &RouteTableSelector) -> Vec<Filter> {
+pub(crate) fn table_filters(selector: &RouteTableSelector) -> Vec<Filter> {
     match &selector.route_table_id {
         Some(id) => vec![filter("route-table-id", [id.clone()])],
         None => {
@@ -33,7 +33,7 @@ pub fn table_filters(selector: &RouteTableSelector) -> Vec<Filter> {
 /// A route table as the controller sees it. `None` when it has no ID, or
 /// when it was selected by tag and carries neither cluster tag for
 /// `selector`'s cluster (the legacy tag's value must match).
-pub fn parse_table(
+pub(crate) fn parse_table(
     table: &aws_sdk_ec2::types::RouteTable,
     selector: &RouteTableSelector,
 ) -> Option<RouteTable> {
@@ -57,7 +57,7 @@ pub fn parse_table(
 }
 
 /// A route as the controller sees it: destination and target parsed.
-pub fn parse_route(route: &aws_sdk_ec2::types::Route) -> Route {
+pub(crate) fn parse_route(route: &aws_sdk_ec2::types::Route) -> Route {
     let destination = route
         .destination_cidr_block()
         .or(route.destination_ipv6_cidr_block())
@@ -96,7 +96,7 @@ pub fn parse_route(route: &aws_sdk_ec2::types::Route) -> Route {
 }
 
 /// What the route controller needs to know of an instance of `cluster_id`.
-pub fn target_instance(instance: &Ec2Instance, cluster_id: &str) -> TargetInstance {
+pub(crate) fn target_instance(instance: &Ec2Instance, cluster_id: &str) -> TargetInstance {
     TargetInstance {
         id: instance.id.clone(),
         source_dest_check: instance.source_dest_check,

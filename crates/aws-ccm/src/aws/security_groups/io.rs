@@ -19,7 +19,7 @@ use crate::aws::memory::{Journal, Write};
 
 /// Flattens SDK permissions into rules (IPv4 CIDRs and groups; other source
 /// kinds are not made by this controller and are left alone).
-pub fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
+pub(crate) fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
     perms
         .iter()
         .flat_map(permission_rules)
@@ -27,18 +27,18 @@ pub fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
         .collect()
 }
 
-/// The CIDR rules that carry a description, with it.
-pub fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
+/// The rules (CIDR or group sources) that carry a description, with it.
+pub(crate) fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
     perms
         .iter()
         .flat_map(permission_rules)
-        .filter_map(|(rule, range)| Some((rule, range?.description()?.to_string())))
+        .filter_map(|(rule, description)| Some((rule, description?.to_string())))
         .collect()
 }
 
 /// The rules of one permission (its IPv4 CIDRs, then its groups), each
-/// CIDR rule with the range it came from.
-fn permission_rules(p: &IpPermission) -> impl Iterator<Item = (Rule, Option<&IpRange>)> {
+/// with the description its source carries.
+fn permission_rules(p: &IpPermission) -> impl Iterator<Item = (Rule, Option<&str>)> {
     let protocol = p.ip_protocol().unwrap_or("-1").to_ascii_lowercase();
     let (from, to) = if protocol == "-1" {
         (-1, -1)
@@ -47,25 +47,24 @@ fn permission_rules(p: &IpPermission) -> impl Iterator<Item = (Rule, Option<&IpR
     };
     let cidrs = p.ip_ranges().iter().filter_map(|r| {
         let net: Ipv4Net = r.cidr_ip()?.parse().ok()?;
-        Some((Source::Cidr(net), Some(r)))
+        Some((Source::Cidr(net), r.description()))
     });
     let groups = p
         .user_id_group_pairs()
         .iter()
-        .filter_map(|g| Some((Source::Group(g.group_id()?.to_string()), None)));
-    cidrs.chain(groups).map(move |(source, range)| {
+        .filter_map(|g| Some((Source::Group(g.group_id()?.to_string()), g.description())));
+    cidrs.chain(groups).map(move |(source, description)| {
         let rule = Rule {
             protocol: protocol.clone(),
             from,
             to,
             source,
         };
-        (rule, range)
+        (rule, description)
     })
 }
 
-/// Authorizes CIDR rules with their descriptions (rules with a group source
-/// are sent without one).
+/// Authorizes rules with their descriptions (a CIDR's or a source group's).
 pub(crate) async fn authorize_described(
     aws: &AwsClient,
     journal: &mut Journal,
@@ -80,11 +79,7 @@ pub(crate) async fn authorize_described(
     journal.group_write(group_id, &done, || Write::Authorized {
         group: group_id.to_string(),
         rules: rules.keys().cloned().collect(),
-        descriptions: rules
-            .iter()
-            .filter(|(r, _)| matches!(r.source, Source::Cidr(_)))
-            .map(|(r, d)| (r.clone(), d.clone()))
-            .collect(),
+        descriptions: rules.clone(),
     });
     done
 }
@@ -125,11 +120,11 @@ async fn authorize_permissions(
 }
 
 /// Rules as SDK permissions, one per rule (AWS merges them).
-pub fn rules_to_sdk(rules: &BTreeSet<Rule>) -> Vec<IpPermission> {
+pub(crate) fn rules_to_sdk(rules: &BTreeSet<Rule>) -> Vec<IpPermission> {
     rules.iter().map(|r| permission(r, None)).collect()
 }
 
-/// One rule as an SDK permission; a CIDR source carries `description`.
+/// One rule as an SDK permission; its source carries `description`.
 fn permission(r: &Rule, description: Option<&String>) -> IpPermission {
     let mut p = IpPermission::builder().ip_protocol(&r.protocol);
     if r.protocol != "-1" {
@@ -142,7 +137,12 @@ fn permission(r: &Rule, description: Option<&String>) -> IpPermission {
                 .set_description(description.cloned())
                 .build(),
         ),
-        Source::Group(id) => p.user_id_group_pairs(UserIdGroupPair::builder().group_id(id).build()),
+        Source::Group(id) => p.user_id_group_pairs(
+            UserIdGroupPair::builder()
+                .group_id(id)
+                .set_description(description.cloned())
+                .build(),
+        ),
     }
     .build()
 }
@@ -160,7 +160,7 @@ fn from_sdk(g: &aws_sdk_ec2::types::SecurityGroup) -> Option<SecurityGroup> {
 }
 
 /// Security groups matching every filter (paginated).
-pub async fn describe(
+pub(crate) async fn describe(
     aws: &AwsClient,
     filters: Vec<aws_sdk_ec2::types::Filter>,
 ) -> Result<Vec<SecurityGroup>, AwsError> {
@@ -183,7 +183,7 @@ pub async fn describe(
 
 /// Every group in `vpc_id` tagged for the cluster (node groups and owned
 /// load balancer groups alike): one call serves the whole reconcile.
-pub async fn cluster_groups(
+pub(crate) async fn cluster_groups(
     aws: &AwsClient,
     vpc_id: &str,
     cluster_id: &str,
@@ -219,7 +219,10 @@ async fn describe_any_of(
 }
 
 /// Groups by ID (those not found are left out).
-pub async fn by_ids(aws: &AwsClient, ids: &[String]) -> Result<Vec<SecurityGroup>, AwsError> {
+pub(crate) async fn by_ids(
+    aws: &AwsClient,
+    ids: &[String],
+) -> Result<Vec<SecurityGroup>, AwsError> {
     describe_any_of(aws, &[], "group-id", ids).await
 }
 
@@ -227,7 +230,7 @@ pub async fn by_ids(aws: &AwsClient, ids: &[String]) -> Result<Vec<SecurityGroup
 /// names its groups), plus those named `extra_names`: one call by name, and
 /// one by ID only for a reference without a name. A name with a wildcard
 /// character can match more groups than asked for; those are dropped.
-pub async fn by_refs(
+pub(crate) async fn by_refs(
     aws: &AwsClient,
     vpc_id: &str,
     refs: &[crate::aws::instances::SecurityGroupRef],
@@ -257,7 +260,7 @@ pub async fn by_refs(
 /// Groups in `vpc_id` with an ingress rule from group `source`: exactly the
 /// groups that admit a classic ELB's group, wherever they are. (EC2 refuses
 /// to delete a group that another group's rule still names.)
-pub async fn referencing(
+pub(crate) async fn referencing(
     aws: &AwsClient,
     vpc_id: &str,
     source: &str,
@@ -363,10 +366,27 @@ pub(crate) async fn revoke(
     group_id: &str,
     rules: &BTreeSet<Rule>,
 ) -> Result<(), AwsError> {
+    revoke_described(aws, journal, group_id, rules, &BTreeMap::new()).await
+}
+
+/// [`revoke`], each rule sent with the description `described` has for it.
+/// EC2 matches a rule without its description; moto matches a source
+/// group's description too, and answers a revoke without it
+/// `InvalidPermission.NotFound`: sending it satisfies both.
+pub(crate) async fn revoke_described(
+    aws: &AwsClient,
+    journal: &mut Journal,
+    group_id: &str,
+    rules: &BTreeSet<Rule>,
+    described: &BTreeMap<Rule, String>,
+) -> Result<(), AwsError> {
     if rules.is_empty() {
         return Ok(());
     }
-    let perms = rules_to_sdk(rules);
+    let perms: Vec<IpPermission> = rules
+        .iter()
+        .map(|r| permission(r, described.get(r)))
+        .collect();
     let done = match aws
         .ec2(Operation::Ec2RevokeSecurityGroupIngress, |c| {
             c.revoke_security_group_ingress()

@@ -6,13 +6,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ipnet::Ipv4Net;
 
-pub mod io;
+pub(crate) mod io;
 pub mod plan;
-pub mod view;
+pub(crate) mod view;
 
 /// Where an ingress rule lets traffic in from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Source {
+pub(crate) enum Source {
     Cidr(Ipv4Net),
     Group(String),
 }
@@ -22,15 +22,15 @@ pub enum Source {
 /// permissions with many sources; comparing flat rules makes diffs exact.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Rule {
-    pub protocol: String,
-    pub from: i32,
-    pub to: i32,
-    pub source: Source,
+    pub(crate) protocol: String,
+    pub(crate) from: i32,
+    pub(crate) to: i32,
+    pub(crate) source: Source,
 }
 
 impl Rule {
     /// Everything from another group (what a backend node's group gets).
-    pub fn all_from_group(group_id: &str) -> Rule {
+    pub(crate) fn all_from_group(group_id: &str) -> Rule {
         Rule {
             protocol: "-1".into(),
             from: -1,
@@ -43,15 +43,15 @@ impl Rule {
 /// A security group as read from EC2.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SecurityGroup {
-    pub id: String,
-    pub name: String,
-    pub vpc_id: Option<String>,
-    pub tags: BTreeMap<String, String>,
-    pub ingress: BTreeSet<Rule>,
-    /// Descriptions of the IPv4 CIDR rules that carry one.
-    pub descriptions: BTreeMap<Rule, String>,
+    pub(crate) id: String,
+    pub(crate) name: String,
+    pub(crate) vpc_id: Option<String>,
+    pub(crate) tags: BTreeMap<String, String>,
+    pub(crate) ingress: BTreeSet<Rule>,
+    /// Descriptions of the rules that carry one (IPv4 CIDR or group sources).
+    pub(crate) descriptions: BTreeMap<Rule, String>,
     /// The account that owns the group (for ARNs in permission messages).
-    pub owner_id: Option<String>,
+    pub(crate) owner_id: Option<String>,
 }
 
 #[cfg(test)]
@@ -60,7 +60,7 @@ mod tests;
 /// The node security group of an instance, as upstream chooses it: the one
 /// group of `group_ids` tagged for `cluster_id` (`is_cluster_tagged`), else
 /// the only group. `Err` names the instance, the groups and the fix.
-pub fn node_group_of(
+pub(crate) fn node_group_of(
     instance_id: &str,
     group_ids: &[&str],
     is_cluster_tagged: impl Fn(&str) -> bool,

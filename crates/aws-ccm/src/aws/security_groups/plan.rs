@@ -9,7 +9,7 @@ use super::{Rule, Source};
 /// The rules of a classic ELB's owned group: each service port from each
 /// source range, plus ICMP "fragmentation needed" (type 3 code 4) for path
 /// MTU discovery, as upstream.
-pub fn load_balancer_rules(ports: &[i32], ranges: &[Ipv4Net]) -> BTreeSet<Rule> {
+pub(crate) fn load_balancer_rules(ports: &[i32], ranges: &[Ipv4Net]) -> BTreeSet<Rule> {
     let mut rules = BTreeSet::new();
     for range in ranges {
         for port in ports {

@@ -46,7 +46,7 @@ use crate::aws::instances::filter;
 use crate::provider::load_balancers::resync_slot;
 
 /// How long one listing serves syncs unless [`SgView::serve_for`] says.
-pub const VIEW_TTL: Duration = Duration::from_secs(30);
+pub(crate) const VIEW_TTL: Duration = Duration::from_secs(30);
 
 /// How long a group this process knows and no listing has shown yet (made
 /// here, or read by ID) is kept.
@@ -56,7 +56,7 @@ const UNLISTED_KEPT: Duration = Duration::from_secs(300);
 /// answer for it in place of the process's own record, unless
 /// [`SgView::new`] is given the client's consistency window
 /// (`--aws-consistency-window`).
-pub const WRITE_SETTLE: Duration = Duration::from_secs(30);
+pub(crate) const WRITE_SETTLE: Duration = Duration::from_secs(30);
 
 /// One listing of a VPC's groups.
 struct Listing {
@@ -82,7 +82,7 @@ struct Local {
 
 /// The shared view. Clones share it.
 #[derive(Clone)]
-pub struct SgView {
+pub(crate) struct SgView {
     listings: Arc<Mutex<HashMap<String, SingleFlight<Arc<Listing>>>>>,
     /// The last listing of each VPC (what a write's record starts from).
     last: Arc<Mutex<HashMap<String, Arc<Listing>>>>,
@@ -105,7 +105,7 @@ impl Default for SgView {
 }
 
 /// The groups of one VPC as the view shows them now.
-pub struct Groups {
+pub(crate) struct Groups {
     listing: Arc<Listing>,
     /// Local records that answer over the listing (`None`: gone).
     over: BTreeMap<String, Option<SecurityGroup>>,
@@ -113,7 +113,7 @@ pub struct Groups {
 
 impl Groups {
     /// Group `id`, if the view has it.
-    pub fn get(&self, id: &str) -> Option<&SecurityGroup> {
+    pub(crate) fn get(&self, id: &str) -> Option<&SecurityGroup> {
         match self.over.get(id) {
             Some(g) => g.as_ref(),
             None => self.listing.groups.get(id),
@@ -121,12 +121,12 @@ impl Groups {
     }
 
     /// Whether the view has an answer for group `id` (gone is one).
-    pub fn knows(&self, id: &str) -> bool {
+    pub(crate) fn knows(&self, id: &str) -> bool {
         self.over.contains_key(id) || self.listing.groups.contains_key(id)
     }
 
     /// Every group.
-    pub fn iter(&self) -> impl Iterator<Item = &SecurityGroup> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &SecurityGroup> + '_ {
         let listed = self
             .listing
             .groups
@@ -137,14 +137,14 @@ impl Groups {
 
     /// The groups with an ingress rule from group `source` (EC2's filter
     /// `ip-permission.group-id`).
-    pub fn referencing(&self, source: &str) -> Vec<SecurityGroup> {
+    pub(crate) fn referencing(&self, source: &str) -> Vec<SecurityGroup> {
         let from = super::Source::Group(source.to_string());
         self.with_rule(|r| r.source == from)
     }
 
     /// The groups with an ingress rule starting at one of `ports` (EC2's
     /// filter `ip-permission.from-port`).
-    pub fn with_rule_ports(&self, ports: &BTreeSet<i32>) -> Vec<SecurityGroup> {
+    pub(crate) fn with_rule_ports(&self, ports: &BTreeSet<i32>) -> Vec<SecurityGroup> {
         self.with_rule(|r| ports.contains(&r.from))
     }
 
@@ -160,7 +160,7 @@ impl Groups {
 impl SgView {
     /// An empty view whose own records of writes answer over listings that
     /// started less than `settle` after them (AWS's consistency window).
-    pub fn new(settle: Duration) -> SgView {
+    pub(crate) fn new(settle: Duration) -> SgView {
         SgView {
             listings: Arc::default(),
             last: Arc::default(),
@@ -208,7 +208,7 @@ impl SgView {
 
     /// The groups of `vpc_id`: the shared listing, with this process's own
     /// records over it (unknown ones read by ID first).
-    pub async fn groups(&self, aws: &AwsClient, vpc_id: &str) -> Result<Groups, AwsError> {
+    pub(crate) async fn groups(&self, aws: &AwsClient, vpc_id: &str) -> Result<Groups, AwsError> {
         let listing = self.listing(aws, vpc_id).await?;
         // Nothing is read when no group is unknown.
         self.refresh(aws, &self.unknown_ids()).await?;
@@ -229,7 +229,7 @@ impl SgView {
     /// Groups `refs` point at (an instance's description names its groups;
     /// a reference the view lacks is read by ID, once) and the groups named
     /// `extra_names` in `vpc_id`, by ID.
-    pub async fn by_refs(
+    pub(crate) async fn by_refs(
         &self,
         aws: &AwsClient,
         vpc_id: &str,
@@ -255,7 +255,7 @@ impl SgView {
 
     /// Reads groups `ids` by ID (one filtered call per 200) and records what
     /// was found; an ID not found is recorded gone.
-    pub async fn refresh(&self, aws: &AwsClient, ids: &[String]) -> Result<(), AwsError> {
+    pub(crate) async fn refresh(&self, aws: &AwsClient, ids: &[String]) -> Result<(), AwsError> {
         if ids.is_empty() {
             return Ok(());
         }
@@ -280,7 +280,12 @@ impl SgView {
     /// and the last listing of `vpc_id` is older. `None`: the listing
     /// serves (always, for the first sync in this process or without a
     /// resync period).
-    pub fn slot_due(&self, uid: &str, vpc_id: &str, period: Option<Duration>) -> Option<Instant> {
+    pub(crate) fn slot_due(
+        &self,
+        uid: &str,
+        vpc_id: &str,
+        period: Option<Duration>,
+    ) -> Option<Instant> {
         let listed = self.last.lock().get(vpc_id).map(|l| l.started);
         let now = Instant::now();
         let mut slots = self.slots.lock();
@@ -298,7 +303,7 @@ impl SgView {
     /// Makes the listing of `vpc_id` one that started at or after `since`:
     /// the cached one if it did, else a new one, shared by every sync that
     /// asks meanwhile.
-    pub async fn listing_since(
+    pub(crate) async fn listing_since(
         &self,
         aws: &AwsClient,
         vpc_id: &str,

@@ -22,27 +22,27 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 /// What the informer touched: a Node's name, or `None` after a relist
 /// (the whole store may have changed).
-pub type Touched = Option<Arc<str>>;
+pub(crate) type Touched = Option<Arc<str>>;
 
 /// The informer's side of the feed.
-pub type Feed = broadcast::Sender<Touched>;
+pub(crate) type Feed = broadcast::Sender<Touched>;
 
 /// Names a reader may fall behind by before it diffs the whole store once
 /// instead (a 5,000-node join, read promptly, stays well inside it).
-pub const FEED_CAPACITY: usize = 4096;
+pub(crate) const FEED_CAPACITY: usize = 4096;
 
 /// What changed since the last diff.
 #[derive(Clone, Debug, Default)]
-pub struct Changes {
+pub(crate) struct Changes {
     /// Nodes added or modified (the current state).
-    pub applied: Vec<Arc<Node>>,
+    pub(crate) applied: Vec<Arc<Node>>,
     /// Nodes removed (the last state seen), including a node replaced by a
     /// new one of the same name.
-    pub deleted: Vec<Arc<Node>>,
+    pub(crate) deleted: Vec<Arc<Node>>,
 }
 
 impl Changes {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.applied.is_empty() && self.deleted.is_empty()
     }
 }
@@ -56,13 +56,13 @@ fn version(node: &Node) -> (Option<&str>, Option<&str>) {
 
 /// Remembers the last state of every node, to diff snapshots.
 #[derive(Default)]
-pub struct StoreDiff {
+pub(crate) struct StoreDiff {
     seen: HashMap<String, Arc<Node>>,
 }
 
 impl StoreDiff {
     /// The changes from the previous snapshot to `current`, the whole store.
-    pub fn diff(&mut self, current: Vec<Arc<Node>>) -> Changes {
+    pub(crate) fn diff(&mut self, current: Vec<Arc<Node>>) -> Changes {
         let mut changes = Changes::default();
         let mut gone = std::mem::take(&mut self.seen);
         for node in current {
@@ -75,7 +75,7 @@ impl StoreDiff {
     }
 
     /// The changes of the named nodes only, each as the store has it now.
-    pub fn diff_named(
+    pub(crate) fn diff_named(
         &mut self,
         names: impl IntoIterator<Item = Arc<str>>,
         now: impl Fn(&str) -> Option<Arc<Node>>,
@@ -153,7 +153,7 @@ impl Burst {
 
 /// Every node once at the start, then what changed after each burst of
 /// informer events. Ends when the informer is gone.
-pub fn node_changes(
+pub(crate) fn node_changes(
     store: Store<Node>,
     feed: &Feed,
 ) -> impl Stream<Item = Changes> + Send + 'static {

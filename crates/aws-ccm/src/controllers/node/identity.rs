@@ -20,11 +20,11 @@
 use std::fmt;
 
 use crate::controllers::cached_node::Node;
-pub use crate::ids::{OutsideRegion, ProviderIdError, is_instance_id, parse_provider_id};
+pub(crate) use crate::ids::{OutsideRegion, ProviderIdError, is_instance_id, parse_provider_id};
 
 /// How to find a node's instance.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Lookup {
+pub(crate) enum Lookup {
     /// By instance ID (from the providerID or a resource-based node name).
     ById(String),
     /// By the instance's private DNS name (an IP-based node name).
@@ -42,7 +42,7 @@ impl fmt::Display for Lookup {
 
 /// Why a node's instance cannot be determined.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum IdentityError {
+pub(crate) enum IdentityError {
     #[error(
         "node {node} has spec.providerID {value:?}, which is not an AWS provider ID ({reason}). \
          Expected {form}. \
@@ -67,7 +67,7 @@ pub enum IdentityError {
 }
 
 /// How a node name (without a providerID) maps to a lookup.
-pub fn lookup_for_name(name: &str) -> Result<Lookup, IdentityError> {
+pub(crate) fn lookup_for_name(name: &str) -> Result<Lookup, IdentityError> {
     if name.is_empty() {
         return Err(IdentityError::EmptyName);
     }
@@ -82,7 +82,7 @@ pub fn lookup_for_name(name: &str) -> Result<Lookup, IdentityError> {
 
 /// The lookup for a node in `region`, the CCM's: its providerID when set,
 /// else its name.
-pub fn lookup_for_node(node: &Node, region: &str) -> Result<Lookup, IdentityError> {
+pub(crate) fn lookup_for_node(node: &Node, region: &str) -> Result<Lookup, IdentityError> {
     if let Some(outside) = crate::ids::node_outside_region(node, region) {
         return Err(outside.into());
     }
@@ -111,7 +111,7 @@ pub fn lookup_for_node(node: &Node, region: &str) -> Result<Lookup, IdentityErro
 }
 
 /// The instance ID a node's providerID names, if it is set and valid.
-pub fn instance_id_of(node: &Node) -> Option<String> {
+pub(crate) fn instance_id_of(node: &Node) -> Option<String> {
     crate::ids::node_instance_id(node).ok().flatten()
 }
 

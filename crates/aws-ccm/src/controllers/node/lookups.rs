@@ -11,11 +11,15 @@
 //!   in flight go together in the next one. Once a burst holds
 //!   [`SWEEP_FROM`] lookups, its batches read the cached cluster sweep
 //!   instead (1,000 instances per call, one read per sweep lifetime).
+//!   A lookup by name that finds nothing goes on by the node's addresses
+//!   ([`Search`], [`super::by_address`]) in the same batch, so those
+//!   lookups are batched too.
 //! * [`SweepIndex`]: the shared cluster sweep indexed by instance ID and
 //!   private DNS name, for the periodic controllers.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -25,24 +29,111 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::by_address;
 use super::identity::Lookup;
 use crate::backoff::Backoff;
+use crate::controllers::cached_node::Node;
 use crate::controllers::schedule::keyed::{Class, Keyed, Outcome, Workers};
 use crate::provider::CloudResult;
 use crate::provider::instances::{Found, Instance, InstanceState, Instances};
 
 /// One lookup, straight to the cloud (coalesced there with concurrent ones).
-pub async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
+pub(crate) async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
     match lookup {
         Lookup::ById(id) => cloud.instance_by_id(id).await,
         Lookup::ByPrivateDns(name) => cloud.instance_by_private_dns(name).await,
     }
 }
 
-/// A node's lookup, started: its answer, once its batch is sent.
+/// What a node's instance is looked up by: its [`Lookup`], and for a
+/// lookup by name the node's addresses, asked when the name finds no
+/// instance ([`super::by_address`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Search {
+    pub lookup: Lookup,
+    pub addresses: Vec<Ipv4Addr>,
+}
+
+impl Search {
+    /// `lookup` for `node`, with the node's addresses when it falls back.
+    pub(crate) fn for_node(node: &Node, lookup: Lookup) -> Search {
+        let addresses = match by_address::falls_back(&lookup) {
+            true => by_address::node_addresses(node),
+            false => Vec::new(),
+        };
+        Search { lookup, addresses }
+    }
+}
+
+impl From<Lookup> for Search {
+    fn from(lookup: Lookup) -> Search {
+        Search {
+            lookup,
+            addresses: Vec::new(),
+        }
+    }
+}
+
+impl From<&Lookup> for Search {
+    fn from(lookup: &Lookup) -> Search {
+        lookup.clone().into()
+    }
+}
+
+/// What a [`Search`] found: its lookup's answer and, when the lookup fell
+/// back, every live instance having one of the addresses (`None`: not
+/// asked, because the lookup found an instance, failed, or does not fall
+/// back, or the node has no address).
+#[derive(Debug)]
+pub(crate) struct Answer {
+    pub found: Found,
+    pub by_address: Option<CloudResult<Vec<Instance>>>,
+}
+
+/// One search, straight to the cloud: the lookup, then the addresses when
+/// the lookup found nothing (all at once, coalesced there with other
+/// nodes' lookups).
+pub(crate) async fn search<I: Instances>(cloud: &I, search: &Search) -> Answer {
+    let found = lookup(cloud, &search.lookup).await;
+    fall_back(cloud, search, found).await
+}
+
+/// `search`'s address step, after its lookup answered `found`.
+async fn fall_back<I: Instances>(cloud: &I, search: &Search, found: Found) -> Answer {
+    let wanted = matches!(found, Ok(None))
+        && by_address::falls_back(&search.lookup)
+        && !search.addresses.is_empty();
+    if !wanted {
+        return Answer {
+            found,
+            by_address: None,
+        };
+    }
+    Answer {
+        found,
+        by_address: Some(by_addresses(cloud, &search.addresses).await),
+    }
+}
+
+/// Every live instance having one of `addresses` as its primary private
+/// address, all asked at once (coalesced at the door with other lookups).
+pub(crate) async fn by_addresses<I: Instances>(
+    cloud: &I,
+    addresses: &[Ipv4Addr],
+) -> CloudResult<Vec<Instance>> {
+    let asked = addresses
+        .iter()
+        .map(|ip| cloud.instances_by_private_ip(*ip));
+    let answers = futures::future::join_all(asked).await;
+    (answers.into_iter())
+        .collect::<CloudResult<Vec<Vec<Instance>>>>()
+        .map(|lists| lists.into_iter().flatten().collect())
+}
+
+/// A node's search, started: its answer, once its batch is sent.
 struct Pending {
-    lookup: Lookup,
-    answer: oneshot::Receiver<Found>,
+    search: Search,
+    answer: oneshot::Receiver<Answer>,
 }
 
 #[derive(Default)]
@@ -50,7 +141,7 @@ struct State {
     pending: HashMap<String, Pending>,
     /// Lookups not sent yet, each with where its answer goes (closed when
     /// the node's lookup was cancelled or replaced: then it is not sent).
-    waiting: Vec<(Lookup, oneshot::Sender<Found>)>,
+    waiting: Vec<(Search, oneshot::Sender<Answer>)>,
     /// The burst the last lookups belong to: when it began, and its count.
     burst: Option<(Instant, Arc<Burst>)>,
 }
@@ -64,7 +155,7 @@ const WAITING: &str = "lookups waiting";
 /// 1,000 instances per call and the client keeps it for 30 s. A join burst
 /// of N nodes thus costs about N / 1,000 calls, not N / 200, however its
 /// nodes spread over the batches.
-pub const SWEEP_FROM: usize = 200;
+pub(crate) const SWEEP_FROM: usize = 200;
 
 /// How long a burst counts its lookups in the tests: the default of the
 /// client's sweep lifetime (`--aws-instance-sweep-ttl`).
@@ -108,7 +199,7 @@ impl Burst {
 
 /// Starts lookups early and hands each result to the node's reconcile.
 /// Cheap to clone; [`Prefetcher::run`] sends the lookups.
-pub struct Prefetcher<I: Instances> {
+pub(crate) struct Prefetcher<I: Instances> {
     inner: Arc<Inner<I>>,
 }
 
@@ -132,7 +223,7 @@ impl<I: Instances> Prefetcher<I> {
     /// that come meanwhile go along); a burst counts its lookups for
     /// `burst_span`, the sweep's lifetime (`--aws-instance-sweep-ttl`), so
     /// a burst's batches share one read.
-    pub fn new(cloud: I, gather: Duration, burst_span: Duration) -> Prefetcher<I> {
+    pub(crate) fn new(cloud: I, gather: Duration, burst_span: Duration) -> Prefetcher<I> {
         // The queue's settling rule with the cap equal to the quiet time:
         // due `gather` after the first add, whatever follows it. Its work
         // never fails (a failed lookup is its node's failure), so the
@@ -154,7 +245,7 @@ impl<I: Instances> Prefetcher<I> {
 
     /// Sends the waiting lookups, a batch at a time, until `stop`; a
     /// reconcile waiting for a lookup not sent by then looks it up itself.
-    pub async fn run(&self, stop: &CancellationToken) {
+    pub(crate) async fn run(&self, stop: &CancellationToken) {
         let this = self.clone();
         let work = move |_| {
             let this = this.clone();
@@ -167,12 +258,13 @@ impl<I: Instances> Prefetcher<I> {
         self.inner.state.lock().waiting.clear();
     }
 
-    /// Starts looking up `node`'s instance unless that lookup is already
+    /// Starts looking up `node`'s instance unless that search is already
     /// under way. Only the instance: nothing else is asked before the
     /// node's taint can come off.
-    pub fn prefetch(&self, node: &str, key: Lookup) {
+    pub(crate) fn prefetch(&self, node: &str, key: impl Into<Search>) {
+        let key = key.into();
         let mut st = self.inner.state.lock();
-        if st.pending.get(node).is_some_and(|p| p.lookup == key) {
+        if st.pending.get(node).is_some_and(|p| p.search == key) {
             return;
         }
         let now = Instant::now();
@@ -187,7 +279,7 @@ impl<I: Instances> Prefetcher<I> {
         (st.pending).insert(
             node.to_string(),
             Pending {
-                lookup: key,
+                search: key,
                 answer,
             },
         );
@@ -220,32 +312,42 @@ impl<I: Instances> Prefetcher<I> {
             async move {
                 // An instance missing from the sweep (untagged, or launched
                 // after it was read) is looked up directly.
-                let found = match sweep.as_ref().and_then(|index| index.find(&key).cloned()) {
-                    Some(found) => Ok(Some(found)),
-                    None => lookup(cloud, &key).await,
+                let swept = (sweep.as_ref()).and_then(|index| index.find(&key.lookup).cloned());
+                let answer = match swept {
+                    Some(found) => Answer {
+                        found: Ok(Some(found)),
+                        by_address: None,
+                    },
+                    None => search(cloud, &key).await,
                 };
-                let _ = reply.send(found);
+                let _ = reply.send(answer);
             }
         }))
         .await;
     }
 
     /// The instance for `node`: the prefetched answer when one was started
-    /// for the same lookup (used once; a retry looks up afresh), otherwise a
-    /// direct lookup.
-    pub async fn resolve(&self, node: &str, key: &Lookup) -> Found {
+    /// for the same lookup (used once; a retry looks up afresh), otherwise
+    /// a direct search. When the node's addresses changed since the
+    /// prefetch, its lookup's answer is kept and only the addresses are
+    /// asked again (if the lookup found nothing).
+    pub(crate) async fn resolve(&self, node: &str, key: impl Into<Search>) -> Answer {
+        let key = key.into();
         let pending = self.inner.state.lock().pending.remove(node);
-        if let Some(p) = pending.filter(|p| &p.lookup == key) {
+        if let Some(p) = pending.filter(|p| p.search.lookup == key.lookup) {
             // Dropped unsent (the prefetcher stopped): looked up below.
-            if let Ok(found) = p.answer.await {
-                return found;
+            if let Ok(answer) = p.answer.await {
+                if p.search.addresses == key.addresses {
+                    return answer;
+                }
+                return fall_back(&self.inner.cloud, &key, answer.found).await;
             }
         }
-        lookup(&self.inner.cloud, key).await
+        search(&self.inner.cloud, &key).await
     }
 
     /// Drops the prefetched lookup of `node`, if any: unsent, it is not sent.
-    pub fn cancel(&self, node: &str) {
+    pub(crate) fn cancel(&self, node: &str) {
         self.inner.state.lock().pending.remove(node);
     }
 
@@ -259,7 +361,7 @@ impl<I: Instances> Prefetcher<I> {
 /// (an `Arc`), and the indexes are positions sorted by key, searched by
 /// bisection. Maps of owned keys cost about 140 bytes per instance and were
 /// rebuilt on every monitor period; positions cost 8.
-pub struct SweepIndex {
+pub(crate) struct SweepIndex {
     sweep: Arc<Vec<Instance>>,
     /// Every instance, by ID.
     by_id: Vec<u32>,
@@ -269,7 +371,7 @@ pub struct SweepIndex {
 }
 
 impl SweepIndex {
-    pub fn new(sweep: &Arc<Vec<Instance>>) -> SweepIndex {
+    pub(crate) fn new(sweep: &Arc<Vec<Instance>>) -> SweepIndex {
         let positions = 0..sweep.len().min(u32::MAX as usize) as u32;
         let at = |p: &u32| &sweep[*p as usize];
         let mut by_id: Vec<u32> = positions.clone().collect();
@@ -288,7 +390,7 @@ impl SweepIndex {
         }
     }
 
-    pub fn find(&self, lookup: &Lookup) -> Option<&Instance> {
+    pub(crate) fn find(&self, lookup: &Lookup) -> Option<&Instance> {
         let at = |p: &u32| &self.sweep[*p as usize];
         let (index, found) = match lookup {
             Lookup::ById(id) => (
@@ -312,7 +414,7 @@ impl SweepIndex {
 /// `on_error`); `Ok(None)` means the cloud says there is no such instance.
 /// Instances found in the sweep are borrowed from it: a refresh of every
 /// node would otherwise hold a second copy of the whole sweep.
-pub async fn resolve_all<'s, I: Instances>(
+pub(crate) async fn resolve_all<'s, I: Instances>(
     cloud: &I,
     sweep: &'s SweepIndex,
     keys: Vec<Lookup>,
@@ -369,11 +471,11 @@ mod tests {
         prefetcher.prefetch("n1", key.clone());
         prefetcher.prefetch("n1", key.clone());
         assert_eq!(prefetcher.pending(), 1, "one lookup per node");
-        let found = prefetcher.resolve("n1", &key).await.unwrap();
+        let found = prefetcher.resolve("n1", &key).await.found.unwrap();
         assert_eq!(found.map(|i| i.id).as_deref(), Some("i-1"));
         assert_eq!(cloud.calls().by_private_dns.len(), 1);
         // A retry does not reuse the old answer.
-        prefetcher.resolve("n1", &key).await.unwrap();
+        prefetcher.resolve("n1", &key).await.found.unwrap();
         assert_eq!(cloud.calls().by_private_dns.len(), 2);
     }
 
@@ -417,6 +519,7 @@ mod tests {
             let found = prefetcher
                 .resolve(&format!("n{i}"), &Lookup::ByPrivateDns(name(i)))
                 .await
+                .found
                 .unwrap();
             assert_eq!(found.map(|f| f.id), Some(format!("i-{i}")));
         }
@@ -434,6 +537,7 @@ mod tests {
         let found = prefetcher
             .resolve("late", &Lookup::ByPrivateDns(name(3)))
             .await
+            .found
             .unwrap();
         assert_eq!(found.map(|f| f.id).as_deref(), Some("i-3"));
         let calls = cloud.calls();
@@ -464,6 +568,7 @@ mod tests {
             for &i in &nodes {
                 let found = (prefetcher.resolve(&format!("n{i}"), &Lookup::ByPrivateDns(name(i))))
                     .await
+                    .found
                     .unwrap();
                 assert_eq!(found.map(|f| f.id), Some(format!("i-{i}")));
             }
@@ -503,6 +608,94 @@ mod tests {
         assert_eq!(counted, 50, "the last window's burst alone");
     }
 
+    /// Nodes on a custom DHCP domain: their names find nothing, and the
+    /// batch that asked their names goes on by their addresses, all at once
+    /// (so the cloud batches those too); a name that finds its instance, or
+    /// a lookup by ID, does not go on.
+    #[tokio::test(start_paused = true)]
+    async fn a_window_of_names_that_find_nothing_goes_on_by_address_together() {
+        let cloud = FakeInstances::new();
+        let burst = SWEEP_FROM + 50;
+        let ip = |i: usize| format!("10.2.{}.{}", i / 200, i % 200 + 1);
+        for i in 0..burst {
+            cloud.add(instance(&format!("i-{i}"), &ip(i)));
+        }
+        let gather = Duration::from_millis(200);
+        let prefetcher = running(&cloud, gather, BURST_SPAN);
+        let search = |i: usize| Search {
+            lookup: Lookup::ByPrivateDns(format!("dhcp-{i}.corp.example")),
+            addresses: vec![ip(i).parse().expect("test IP")],
+        };
+        for i in 0..burst {
+            prefetcher.prefetch(&format!("n{i}"), search(i));
+        }
+        tokio::time::advance(gather + Duration::from_millis(10)).await;
+        settle().await;
+        let calls = cloud.calls();
+        assert_eq!(calls.by_private_dns.len(), burst, "each name once");
+        assert_eq!(
+            calls.by_private_ip.len(),
+            burst,
+            "each address, in the same batch"
+        );
+        for i in 0..burst {
+            let answer = prefetcher.resolve(&format!("n{i}"), search(i)).await;
+            assert!(matches!(answer.found, Ok(None)), "{answer:?}");
+            let by_address = answer.by_address.expect("asked").expect("answered");
+            let ids: Vec<String> = by_address.into_iter().map(|i| i.id).collect();
+            assert_eq!(ids, [format!("i-{i}")]);
+        }
+        assert_eq!(
+            cloud.calls().by_private_ip.len(),
+            burst,
+            "the prefetched answers, not new lookups"
+        );
+
+        let named = Search {
+            lookup: Lookup::ByPrivateDns("ip-10-2-0-1.ec2.internal".into()),
+            addresses: vec!["10.2.0.1".parse().expect("test IP")],
+        };
+        let by_id = Search {
+            lookup: Lookup::ById("i-none".into()),
+            addresses: vec!["10.2.0.1".parse().expect("test IP")],
+        };
+        for key in [named, by_id] {
+            let answer = super::search(&cloud, &key).await;
+            assert!(answer.by_address.is_none(), "{key:?} went on: {answer:?}");
+        }
+        assert_eq!(cloud.calls().by_private_ip.len(), burst);
+    }
+
+    /// A node whose addresses changed between its prefetch and its
+    /// reconcile keeps the prefetched answer of its name; only its new
+    /// addresses are asked.
+    #[tokio::test(start_paused = true)]
+    async fn changed_addresses_ask_only_the_addresses_again() {
+        let cloud = FakeInstances::new();
+        cloud.add(instance("i-new", "10.3.0.2"));
+        let prefetcher = running(&cloud, Duration::from_millis(200), BURST_SPAN);
+        let lookup = Lookup::ByPrivateDns("dhcp.corp.example".into());
+        let at = |ip: &str| Search {
+            lookup: lookup.clone(),
+            addresses: vec![ip.parse().expect("test IP")],
+        };
+        prefetcher.prefetch("n", at("10.3.0.1"));
+        let answer = prefetcher.resolve("n", at("10.3.0.2")).await;
+        let found: Vec<String> = (answer.by_address.expect("asked").expect("answered"))
+            .into_iter()
+            .map(|i| i.id)
+            .collect();
+        assert_eq!(found, ["i-new"]);
+        let calls = cloud.calls();
+        assert_eq!(calls.by_private_dns.len(), 1, "the name asked once");
+        let asked: Vec<String> = calls
+            .by_private_ip
+            .iter()
+            .map(|ip| ip.to_string())
+            .collect();
+        assert_eq!(asked, ["10.3.0.1", "10.3.0.2"]);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_changed_lookup_replaces_the_prefetched_one() {
         let cloud = FakeInstances::new();
@@ -512,6 +705,7 @@ mod tests {
         let found = prefetcher
             .resolve("n", &Lookup::ById("i-2".into()))
             .await
+            .found
             .unwrap();
         assert_eq!(found.map(|i| i.id).as_deref(), Some("i-2"));
         prefetcher.prefetch("gone", Lookup::ById("i-x".into()));
@@ -542,7 +736,7 @@ mod tests {
         sending.await.expect("the prefetcher ends");
         assert!(cloud.calls().by_id.is_empty(), "stopped before the batch");
         let found = prefetcher.resolve("n", &Lookup::ById("i-1".into())).await;
-        assert_eq!(found.unwrap().map(|i| i.id).as_deref(), Some("i-1"));
+        assert_eq!(found.found.unwrap().map(|i| i.id).as_deref(), Some("i-1"));
         assert_eq!(cloud.calls().by_id, ["i-1"]);
     }
 

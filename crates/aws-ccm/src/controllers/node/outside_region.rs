@@ -18,7 +18,7 @@ use crate::controllers::cached_node::Node;
 use crate::controllers::events::Events;
 use crate::ids::OutsideRegion;
 
-pub const EVENT_OUTSIDE_REGION: &str = "NodeOutsideRegion";
+pub(crate) const EVENT_OUTSIDE_REGION: &str = "NodeOutsideRegion";
 
 static GAUGE: LazyLock<Gauge> = LazyLock::new(|| {
     let gauge = Gauge::default();
@@ -72,12 +72,12 @@ fn key(node: &Node) -> String {
 }
 
 /// Registers the gauge, so `/metrics` shows 0 before any such Node.
-pub fn register() {
+pub(crate) fn register() {
     LazyLock::force(&GAUGE);
 }
 
 /// Reports `node` unless it was reported in the same zone already.
-pub async fn report(events: &Events, node: &Node, outside: &OutsideRegion) {
+pub(crate) async fn report(events: &Events, node: &Node, outside: &OutsideRegion) {
     if BOOK.note(key(node), &outside.zone) {
         warn(events, node, outside).await;
     }
@@ -85,7 +85,7 @@ pub async fn report(events: &Events, node: &Node, outside: &OutsideRegion) {
 
 /// A pass over every Node: the book becomes `outside`, and each Node not
 /// reported before (or in another zone) is reported.
-pub async fn report_all(events: &Events, outside: &[(Arc<Node>, OutsideRegion)]) {
+pub(crate) async fn report_all(events: &Events, outside: &[(Arc<Node>, OutsideRegion)]) {
     let now = (outside.iter())
         .map(|(node, o)| (key(node), o.zone.clone()))
         .collect();
@@ -96,7 +96,7 @@ pub async fn report_all(events: &Events, outside: &[(Arc<Node>, OutsideRegion)])
 }
 
 /// A deleted Node leaves the book (and the gauge).
-pub fn forget(node: &Node) {
+pub(crate) fn forget(node: &Node) {
     BOOK.forget(&key(node));
 }
 

@@ -14,20 +14,20 @@ use crate::provider::instances::Instance;
 
 /// The kubelet (`--cloud-provider=external`) registers nodes with this taint;
 /// the cloud-node controller removes it once the node is initialized.
-pub const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
+pub(crate) const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 /// The node IP(s) the kubelet was given with `--node-ip`.
-pub const PROVIDED_NODE_IP_ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
+pub(crate) const PROVIDED_NODE_IP_ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
 
-pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-pub const LABEL_INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
-pub const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
-pub const LABEL_ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
-pub const LABEL_REGION: &str = "topology.kubernetes.io/region";
-pub const LABEL_REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
-pub const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
+pub(crate) const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+pub(crate) const LABEL_INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
+pub(crate) const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+pub(crate) const LABEL_ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
+pub(crate) const LABEL_REGION: &str = "topology.kubernetes.io/region";
+pub(crate) const LABEL_REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
+pub(crate) const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
 /// `topology.k8s.aws/network-node-layer-1`, `-2`, `-3`: the network nodes
 /// above the instance, top layer first (from `DescribeInstanceTopology`).
-pub const LABEL_NETWORK_NODE_PREFIX: &str = "topology.k8s.aws/network-node-layer-";
+pub(crate) const LABEL_NETWORK_NODE_PREFIX: &str = "topology.k8s.aws/network-node-layer-";
 
 /// The beta/GA label pairs upstream keeps in step on initialized nodes
 /// (beta is the source, as in k8s.io/cloud-provider).
@@ -39,11 +39,11 @@ const LABEL_TWINS: [(&str, &str); 3] = [
 
 /// What the plans need besides the Node and the instance.
 #[derive(Clone, Copy, Debug)]
-pub struct PlanContext<'a> {
-    pub region: &'a str,
-    pub families: &'a [IpFamily],
+pub(crate) struct PlanContext<'a> {
+    pub(crate) region: &'a str,
+    pub(crate) families: &'a [IpFamily],
     /// Zone name → zone ID.
-    pub zone_ids: &'a HashMap<String, String>,
+    pub(crate) zone_ids: &'a HashMap<String, String>,
 }
 
 /// A label someone else already set to another value than the instance's.
@@ -52,16 +52,16 @@ pub struct PlanContext<'a> {
 /// cloud-node controller does; `topology.k8s.aws/zone-id` is kept, as
 /// upstream adds it only when missing.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LabelConflict {
-    pub key: String,
-    pub existing: String,
-    pub wanted: String,
-    pub replaced: bool,
+pub(crate) struct LabelConflict {
+    pub(crate) key: String,
+    pub(crate) existing: String,
+    pub(crate) wanted: String,
+    pub(crate) replaced: bool,
 }
 
 /// Why a node cannot be initialized from this instance.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PlanError {
+pub(crate) enum PlanError {
     #[error(
         "instance {instance} of node {node} is {state}; a node is never initialized from a \
          terminated instance (the cloud-node-lifecycle controller removes the Node once it is NotReady)"
@@ -87,32 +87,32 @@ pub enum PlanError {
 
 /// The changes that initialize one node.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct InitPlan {
+pub(crate) struct InitPlan {
     /// Set when the node has no providerID yet.
-    pub provider_id: Option<String>,
+    pub(crate) provider_id: Option<String>,
     /// Labels to add (only ones the node does not have).
-    pub labels: BTreeMap<String, String>,
+    pub(crate) labels: BTreeMap<String, String>,
     /// Labels left as they were because another value was already set.
-    pub conflicts: Vec<LabelConflict>,
+    pub(crate) conflicts: Vec<LabelConflict>,
     /// The node's taints without the uninitialized taint; `None` when the
     /// taint is already gone.
-    pub taints: Option<Vec<Taint>>,
+    pub(crate) taints: Option<Vec<Taint>>,
     /// The new address list, when it differs from the node's.
-    pub addresses: Option<Vec<NodeAddress>>,
+    pub(crate) addresses: Option<Vec<NodeAddress>>,
     /// Zone whose ID was not in the zone map (the label is left out).
-    pub unknown_zone: Option<String>,
+    pub(crate) unknown_zone: Option<String>,
 }
 
 impl InitPlan {
     /// Whether the metadata/spec patch has anything to write.
-    pub fn touches_spec(&self) -> bool {
+    pub(crate) fn touches_spec(&self) -> bool {
         self.provider_id.is_some() || !self.labels.is_empty() || self.taints.is_some()
     }
 
     /// JSON merge patch of metadata and spec (labels, providerID, taints),
     /// guarded by `resource_version`: a concurrent writer makes it fail with
     /// 409 instead of being overwritten (the taint list is replaced whole).
-    pub fn spec_patch(&self, resource_version: &str) -> Value {
+    pub(crate) fn spec_patch(&self, resource_version: &str) -> Value {
         let mut patch = json!({"metadata": {"resourceVersion": resource_version}});
         if !self.labels.is_empty() {
             patch["metadata"]["labels"] = json!(self.labels);
@@ -135,7 +135,7 @@ impl InitPlan {
     /// JSON merge patch of the status subresource, when addresses change.
     /// Merge patch replaces the list whole: a strategic merge patch keyed
     /// by address type would mangle several addresses of one type.
-    pub fn status_patch(&self) -> Option<Value> {
+    pub(crate) fn status_patch(&self) -> Option<Value> {
         self.addresses
             .as_ref()
             .map(|addresses| json!({"status": {"addresses": addresses}}))
@@ -166,7 +166,7 @@ impl fmt::Display for InitPlan {
 }
 
 /// `InternalIP 10.0.0.1, Hostname ip-10-0-0-1.ec2.internal, ...`
-pub fn format_addresses(addresses: &[NodeAddress]) -> String {
+pub(crate) fn format_addresses(addresses: &[NodeAddress]) -> String {
     addresses
         .iter()
         .map(|a| format!("{} {}", a.type_, a.address))
@@ -187,7 +187,7 @@ fn address(type_: &str, address: impl ToString) -> NodeAddress {
 /// (InternalDNS and Hostname), the public DNS name (ExternalDNS). IPv6: the
 /// first IPv6 address of each interface (InternalIP; AWS has no IPv6 DNS
 /// names, and upstream reports even public IPv6 addresses as internal).
-pub fn cloud_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAddress> {
+pub(crate) fn cloud_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAddress> {
     let mut out = Vec::new();
     for family in families {
         match family {
@@ -220,7 +220,7 @@ pub fn cloud_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAd
 
 /// Parses the provided-node-ip annotation as the kubelet writes it: one IP,
 /// or a dual-stack pair (one of each family) separated by a comma.
-pub fn parse_provided_node_ip(value: &str) -> Result<Vec<IpAddr>, String> {
+pub(crate) fn parse_provided_node_ip(value: &str) -> Result<Vec<IpAddr>, String> {
     let mut ips = Vec::new();
     for part in value.split(',') {
         match part.parse::<IpAddr>() {
@@ -254,7 +254,7 @@ fn ip_of(address: &NodeAddress) -> Option<IpAddr> {
 /// has (usually InternalIP), the given IPs become the only addresses of that
 /// type, listed first in the annotation's order; every address of the other
 /// types follows in the cloud's order.
-pub fn apply_provided_node_ip(
+pub(crate) fn apply_provided_node_ip(
     value: &str,
     cloud: &[NodeAddress],
 ) -> Result<Vec<NodeAddress>, String> {
@@ -290,7 +290,7 @@ fn current_addresses(node: &Node) -> &[NodeAddress] {
 
 /// The addresses the node should have: the cloud's, keeping the kubelet's
 /// Hostname when the cloud has none, filtered by the provided node IP.
-pub fn desired_addresses(
+pub(crate) fn desired_addresses(
     node: &Node,
     instance: &Instance,
     families: &[IpFamily],
@@ -325,7 +325,7 @@ pub fn desired_addresses(
 
 /// The new address list, or `None` when the node already has exactly it
 /// (same addresses, same order) or the cloud reports none.
-pub fn address_change(
+pub(crate) fn address_change(
     node: &Node,
     instance: &Instance,
     families: &[IpFamily],
@@ -337,7 +337,7 @@ pub fn address_change(
     Ok(Some(desired))
 }
 
-pub fn has_taint(node: &Node, key: &str) -> bool {
+pub(crate) fn has_taint(node: &Node, key: &str) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
@@ -345,12 +345,12 @@ pub fn has_taint(node: &Node, key: &str) -> bool {
 }
 
 /// Whether the node still waits for the cloud-node controller.
-pub fn is_uninitialized(node: &Node) -> bool {
+pub(crate) fn is_uninitialized(node: &Node) -> bool {
     has_taint(node, UNINITIALIZED_TAINT)
 }
 
 /// The node's taints without `key`; `None` when it has no such taint.
-pub fn taints_without(node: &Node, key: &str) -> Option<Vec<Taint>> {
+pub(crate) fn taints_without(node: &Node, key: &str) -> Option<Vec<Taint>> {
     let taints = node.spec.as_ref()?.taints.as_ref()?;
     let others = taints.iter().filter(|t| t.key != key);
     taints
@@ -385,7 +385,7 @@ fn want_label(
 
 /// Everything that initializes `node` from `instance`: providerID, labels,
 /// addresses, and the removal of the uninitialized taint.
-pub fn plan_initialization(
+pub(crate) fn plan_initialization(
     node: &Node,
     instance: &Instance,
     cx: &PlanContext<'_>,
@@ -447,7 +447,7 @@ pub fn plan_initialization(
 
 /// Upstream's rule: a node with `topology.k8s.aws/network-node-layer-1`
 /// keeps its network-node labels as they are and its instance is not asked.
-pub fn wants_network_nodes(node: &Node) -> bool {
+pub(crate) fn wants_network_nodes(node: &Node) -> bool {
     let first = format!("{LABEL_NETWORK_NODE_PREFIX}1");
     !node
         .metadata
@@ -459,7 +459,10 @@ pub fn wants_network_nodes(node: &Node) -> bool {
 /// The network-node labels to write: one per layer, `-1` the top one, set
 /// over any value already there (as upstream's cloud-node controller
 /// applies them), none when the node [keeps its own](wants_network_nodes).
-pub fn network_node_labels(node: &Node, network_nodes: &[String]) -> BTreeMap<String, String> {
+pub(crate) fn network_node_labels(
+    node: &Node,
+    network_nodes: &[String],
+) -> BTreeMap<String, String> {
     if !wants_network_nodes(node) {
         return BTreeMap::new();
     }
@@ -476,7 +479,7 @@ pub fn network_node_labels(node: &Node, network_nodes: &[String]) -> BTreeMap<St
 /// For an initialized node: the GA labels missing next to their beta twin
 /// or disagreeing with it, set to the beta value (k8s.io/cloud-provider's
 /// label reconciliation: the beta label is the source of truth).
-pub fn plan_label_twins(node: &Node) -> BTreeMap<String, String> {
+pub(crate) fn plan_label_twins(node: &Node) -> BTreeMap<String, String> {
     let Some(labels) = node.metadata.labels.as_ref() else {
         return BTreeMap::new();
     };

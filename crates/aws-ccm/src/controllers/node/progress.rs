@@ -39,7 +39,7 @@ impl ProgressBook {
     /// progress or is retried by the queue after its backoff (other changes
     /// to the node do not make a failed lookup, or its Warning, come
     /// sooner). `lookup` is `None` when the providerID cannot be parsed.
-    pub fn wants_attempt(&self, node: &str, lookup: Option<&Lookup>) -> bool {
+    pub(crate) fn wants_attempt(&self, node: &str, lookup: Option<&Lookup>) -> bool {
         match self.nodes.lock().get(node) {
             Some(Progress::Tried(tried)) => tried.as_ref() != lookup,
             _ => true,
@@ -48,12 +48,12 @@ impl ProgressBook {
 
     /// Whether to look the instance of this tainted node up ahead of its
     /// reconcile: an attempt is due, and not for a node just initialized.
-    pub fn wants_lookup(&self, node: &Node, lookup: &Lookup) -> bool {
+    pub(crate) fn wants_lookup(&self, node: &Node, lookup: &Lookup) -> bool {
         self.wants_attempt(&node.name_any(), Some(lookup)) && !self.recently_initialized(node)
     }
 
     /// This process initialized this very node (same UID) moments ago.
-    pub fn recently_initialized(&self, node: &Node) -> bool {
+    pub(crate) fn recently_initialized(&self, node: &Node) -> bool {
         matches!(
             self.nodes.lock().get(&node.name_any()),
             Some(Progress::Initialized { uid, at })
@@ -62,12 +62,12 @@ impl ProgressBook {
     }
 
     /// A reconcile begins an attempt on `node` by `lookup`.
-    pub fn tried(&self, node: &str, lookup: Option<Lookup>) {
+    pub(crate) fn tried(&self, node: &str, lookup: Option<Lookup>) {
         (self.nodes.lock()).insert(node.to_string(), Progress::Tried(lookup));
     }
 
     /// `node` (as written by us) is initialized.
-    pub fn succeeded(&self, node: &Node) {
+    pub(crate) fn succeeded(&self, node: &Node) {
         self.nodes.lock().insert(
             node.name_any(),
             Progress::Initialized {
@@ -78,7 +78,7 @@ impl ProgressBook {
     }
 
     /// The node is gone, or initialized and seen so in the cache.
-    pub fn forget(&self, node: &str) {
+    pub(crate) fn forget(&self, node: &str) {
         self.nodes.lock().remove(node);
     }
 }

@@ -17,7 +17,7 @@ use crate::options::cidrs::{Family, NodeCidrRange};
 
 /// The node CIDRs of one cluster CIDR, as a bitmap (at most 2^16 entries).
 #[derive(Clone, Debug)]
-pub struct CidrSet {
+pub(crate) struct CidrSet {
     range: NodeCidrRange,
     /// Address of the cluster CIDR's first node CIDR, as a number.
     base: u128,
@@ -40,7 +40,7 @@ fn addr_bits(addr: std::net::IpAddr) -> u128 {
 impl CidrSet {
     /// `range` must have passed [`crate::options::cidrs::NodeCidrAllocation::new`]
     /// (node mask within 16 bits of the cluster prefix).
-    pub fn new(range: NodeCidrRange) -> CidrSet {
+    pub(crate) fn new(range: NodeCidrRange) -> CidrSet {
         let cluster = range.cluster_cidr.trunc();
         let diff = u32::from(range.node_mask.saturating_sub(cluster.prefix_len())).min(16);
         let total = 1u32 << diff;
@@ -58,28 +58,28 @@ impl CidrSet {
         }
     }
 
-    pub fn cluster_cidr(&self) -> IpNet {
+    pub(crate) fn cluster_cidr(&self) -> IpNet {
         self.range.cluster_cidr
     }
 
-    pub fn family(&self) -> Family {
+    pub(crate) fn family(&self) -> Family {
         Family::of(&self.range.cluster_cidr)
     }
 
-    pub fn node_mask(&self) -> u8 {
+    pub(crate) fn node_mask(&self) -> u8 {
         self.range.node_mask
     }
 
     /// Node CIDRs in the cluster CIDR.
-    pub fn total(&self) -> u32 {
+    pub(crate) fn total(&self) -> u32 {
         self.total
     }
 
-    pub fn used(&self) -> u32 {
+    pub(crate) fn used(&self) -> u32 {
         self.used
     }
 
-    pub fn free(&self) -> u32 {
+    pub(crate) fn free(&self) -> u32 {
         self.total - self.used
     }
 
@@ -132,7 +132,7 @@ impl CidrSet {
     }
 
     /// The next free node CIDR, or `None` when every one is taken.
-    pub fn allocate_next(&mut self) -> Option<IpNet> {
+    pub(crate) fn allocate_next(&mut self) -> Option<IpNet> {
         if self.used >= self.total {
             return None;
         }
@@ -148,14 +148,14 @@ impl CidrSet {
     }
 
     /// Marks every node CIDR that `cidr` overlaps as taken (`on`) or free.
-    pub fn mark(&mut self, cidr: &IpNet, on: bool) {
+    pub(crate) fn mark(&mut self, cidr: &IpNet, on: bool) {
         for i in self.indices(cidr).into_iter().flatten() {
             self.set(i, on);
         }
     }
 
     /// Whether any node CIDR `cidr` overlaps is taken.
-    pub fn is_occupied(&self, cidr: &IpNet) -> bool {
+    pub(crate) fn is_occupied(&self, cidr: &IpNet) -> bool {
         self.indices(cidr)
             .is_some_and(|mut r| r.any(|i| self.is_set(i)))
     }
@@ -164,26 +164,26 @@ impl CidrSet {
 /// No free node CIDR in a cluster CIDR.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("no free /{node_mask} left in cluster CIDR {cluster_cidr} (all {total} in use)")]
-pub struct Exhausted {
-    pub cluster_cidr: IpNet,
-    pub node_mask: u8,
-    pub total: u32,
+pub(crate) struct Exhausted {
+    pub(crate) cluster_cidr: IpNet,
+    pub(crate) node_mask: u8,
+    pub(crate) total: u32,
 }
 
 /// One [`CidrSet`] per cluster CIDR; a node gets one CIDR from each.
 #[derive(Clone, Debug)]
-pub struct Allocator {
+pub(crate) struct Allocator {
     sets: Vec<CidrSet>,
 }
 
 /// How [`Allocator::occupy`] went for a node's existing CIDRs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Occupied {
+pub(crate) struct Occupied {
     /// CIDRs that some other node already held (an overlap made outside
     /// this controller, or by a racing writer).
-    pub already_taken: Vec<IpNet>,
+    pub(crate) already_taken: Vec<IpNet>,
     /// CIDRs outside every cluster CIDR (e.g. `--cluster-cidr` changed).
-    pub outside: Vec<IpNet>,
+    pub(crate) outside: Vec<IpNet>,
 }
 
 impl fmt::Display for Allocator {
@@ -204,18 +204,18 @@ impl fmt::Display for Allocator {
 }
 
 impl Allocator {
-    pub fn new(ranges: &[NodeCidrRange]) -> Allocator {
+    pub(crate) fn new(ranges: &[NodeCidrRange]) -> Allocator {
         Allocator {
             sets: ranges.iter().copied().map(CidrSet::new).collect(),
         }
     }
 
-    pub fn sets(&self) -> &[CidrSet] {
+    pub(crate) fn sets(&self) -> &[CidrSet] {
         &self.sets
     }
 
     /// One CIDR from every cluster CIDR, primary first; all or nothing.
-    pub fn allocate(&mut self) -> Result<Vec<IpNet>, Exhausted> {
+    pub(crate) fn allocate(&mut self) -> Result<Vec<IpNet>, Exhausted> {
         let mut taken = Vec::with_capacity(self.sets.len());
         for n in 0..self.sets.len() {
             let Some(cidr) = self.sets[n].allocate_next() else {
@@ -241,7 +241,7 @@ impl Allocator {
     }
 
     /// Marks a node's existing CIDRs as taken, reporting overlaps.
-    pub fn occupy(&mut self, cidrs: &[IpNet]) -> Occupied {
+    pub(crate) fn occupy(&mut self, cidrs: &[IpNet]) -> Occupied {
         let mut report = Occupied::default();
         for cidr in cidrs {
             match self.set_for(cidr) {
@@ -259,7 +259,7 @@ impl Allocator {
     }
 
     /// Frees CIDRs; those outside every cluster CIDR are ignored.
-    pub fn release(&mut self, cidrs: &[IpNet]) {
+    pub(crate) fn release(&mut self, cidrs: &[IpNet]) {
         for cidr in cidrs {
             if let Some(set) = self.set_for(cidr) {
                 set.mark(cidr, false);

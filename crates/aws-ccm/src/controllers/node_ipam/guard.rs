@@ -22,7 +22,7 @@ use ipnet::IpNet;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OtherAllocator {
     pub node: String,
-    pub cidrs: Vec<IpNet>,
+    pub(crate) cidrs: Vec<IpNet>,
     pub sign: Sign,
 }
 

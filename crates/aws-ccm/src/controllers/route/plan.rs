@@ -26,17 +26,17 @@ use crate::provider::routes::{Route, RouteTable, RouteTarget, TargetInstance};
 
 /// What the plan needs to know about a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NodeRoutes {
-    pub name: String,
+pub(crate) struct NodeRoutes {
+    pub(crate) name: String,
     /// From `spec.providerID`; `None` when absent or not an EC2 instance.
-    pub instance_id: Option<String>,
+    pub(crate) instance_id: Option<String>,
     /// `spec.podCIDRs` (or `spec.podCIDR`), parsed.
-    pub pod_cidrs: Vec<IpNet>,
+    pub(crate) pod_cidrs: Vec<IpNet>,
 }
 
 /// Why a route is deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DeleteReason {
+pub(crate) enum DeleteReason {
     /// Its target is gone (AWS state `blackhole`).
     Blackhole,
     /// It points to an instance no node runs on.
@@ -58,7 +58,7 @@ impl fmt::Display for DeleteReason {
 
 /// One change to make in AWS.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RouteChange {
+pub(crate) enum RouteChange {
     DisableSourceDestCheck {
         node: String,
         instance_id: String,
@@ -88,7 +88,7 @@ pub enum RouteChange {
 
 impl RouteChange {
     /// The node the change is made for, if any.
-    pub fn node(&self) -> Option<&str> {
+    pub(crate) fn node(&self) -> Option<&str> {
         match self {
             RouteChange::DisableSourceDestCheck { node, .. }
             | RouteChange::Create { node, .. }
@@ -100,7 +100,7 @@ impl RouteChange {
     /// The route the change writes: (table, destination, and for a Create
     /// or Replace the node's instance it points at); `None` for a
     /// source/destination change.
-    pub fn route(&self) -> Option<(&str, IpNet, Option<&str>)> {
+    pub(crate) fn route(&self) -> Option<(&str, IpNet, Option<&str>)> {
         match self {
             RouteChange::Create {
                 table_id,
@@ -124,7 +124,7 @@ impl RouteChange {
     }
 
     /// Metric label.
-    pub fn action(&self) -> &'static str {
+    pub(crate) fn action(&self) -> &'static str {
         match self {
             RouteChange::DisableSourceDestCheck { .. } => "disable_source_dest_check",
             RouteChange::Create { .. } => "create",
@@ -177,7 +177,7 @@ impl fmt::Display for RouteChange {
 /// Why a node cannot have its routes; the node's `NetworkUnavailable`
 /// condition says so and nothing is sent to AWS for it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Blocker {
+pub(crate) enum Blocker {
     /// No `spec.providerID` naming an EC2 instance (yet).
     NoInstance,
     /// AWS does not know the instance.
@@ -225,24 +225,24 @@ impl fmt::Display for Blocker {
 
 /// What the plan expects for one node with pod CIDRs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NodeOutcome {
+pub(crate) struct NodeOutcome {
     /// Indices into [`Plan::changes`] that must all succeed.
-    pub changes: Vec<usize>,
+    pub(crate) changes: Vec<usize>,
     /// Reasons the node cannot be routed; empty when it can.
-    pub blockers: Vec<Blocker>,
+    pub(crate) blockers: Vec<Blocker>,
 }
 
 /// The plan of one reconcile.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Source/destination changes first, then route changes.
-    pub changes: Vec<RouteChange>,
+    pub(crate) changes: Vec<RouteChange>,
     /// Every node that has pod CIDRs, by name.
-    pub nodes: BTreeMap<String, NodeOutcome>,
+    pub(crate) nodes: BTreeMap<String, NodeOutcome>,
 }
 
 impl Plan {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.changes.is_empty()
     }
 }
@@ -252,7 +252,7 @@ fn is_gateway_like(target: &RouteTarget) -> bool {
 }
 
 /// Computes the changes. Deterministic: the same input gives the same plan.
-pub fn plan(
+pub(crate) fn plan(
     cluster_cidrs: &ClusterCidrs,
     nodes: &[NodeRoutes],
     tables: &[RouteTable],
@@ -539,7 +539,7 @@ impl<'a> Planner<'a> {
 
 /// Routes a table holds after the plan is applied (counted against AWS's
 /// quota), for the capacity warning.
-pub fn routes_after(table: &RouteTable, changes: &[RouteChange]) -> usize {
+pub(crate) fn routes_after(table: &RouteTable, changes: &[RouteChange]) -> usize {
     let mut count = table.counted_routes() as i64;
     for change in changes {
         match change {

@@ -18,7 +18,7 @@ use crate::controllers::events::Events;
 
 /// The Node reference events use: the node's name as UID, as upstream's
 /// node events do, so `kubectl describe node` shows them.
-pub fn node_ref(name: &str) -> ObjectReference {
+pub(crate) fn node_ref(name: &str) -> ObjectReference {
     ObjectReference {
         api_version: Some("v1".into()),
         kind: Some("Node".into()),
@@ -48,7 +48,7 @@ fn wanted(unavailable: bool) -> (&'static str, &'static str, &'static str) {
 
 /// Whether `NetworkUnavailable` (status, reason) is one the route
 /// controller writes: False/`RouteCreated` or True/`NoRouteCreated`.
-pub fn written_by_routes(status: &str, reason: Option<&str>) -> bool {
+pub(crate) fn written_by_routes(status: &str, reason: Option<&str>) -> bool {
     [false, true].into_iter().any(|unavailable| {
         let (s, r, _) = wanted(unavailable);
         s == status && reason == Some(r)
@@ -76,7 +76,7 @@ fn already_set(node: &Node, unavailable: bool) -> bool {
 /// other condition. Both timestamps are now at every write, as upstream's
 /// (its `SetNodeCondition` sets the heartbeat, the controller the
 /// transition).
-pub async fn set_network_unavailable(
+pub(crate) async fn set_network_unavailable(
     api: &Api<Node>,
     node: &str,
     unavailable: bool,

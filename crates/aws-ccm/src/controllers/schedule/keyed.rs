@@ -55,7 +55,7 @@ use crate::backoff::Backoff;
 
 /// How urgent a key's work is; the more urgent goes first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Class {
+pub(crate) enum Class {
     /// Somebody waits for it: a new or changed object, a deletion.
     UserWaits,
     /// A fresh leader taking over what already exists.
@@ -66,7 +66,7 @@ pub enum Class {
 
 /// How a key's work ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Done: the failure count is forgotten.
     Done,
     /// Failed: due again after the queue's backoff for one more failure.
@@ -78,29 +78,29 @@ pub enum Outcome {
 
 /// A key handed to the work.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Taken {
-    pub key: String,
+pub(crate) struct Taken {
+    pub(crate) key: String,
     /// Its class when taken.
-    pub class: Class,
+    pub(crate) class: Class,
     /// Failures in a row before this attempt.
-    pub failures: u32,
+    pub(crate) failures: u32,
 }
 
 /// Who takes keys in [`Keyed::run`].
 #[derive(Clone)]
-pub struct Workers {
+pub(crate) struct Workers {
     /// At most this many works at once.
-    pub count: usize,
+    pub(crate) count: usize,
     /// At most this many keys per work.
-    pub batch: usize,
+    pub(crate) batch: usize,
     /// Take keys only while this queue is idle, or once the key due longest
     /// has waited this long.
-    pub behind: Option<(Keyed, Duration)>,
+    pub(crate) behind: Option<(Keyed, Duration)>,
 }
 
 impl Workers {
     /// `count` works of one key each.
-    pub fn each(count: usize) -> Workers {
+    pub(crate) fn each(count: usize) -> Workers {
         Workers {
             count: count.max(1),
             batch: 1,
@@ -109,7 +109,7 @@ impl Workers {
     }
 
     /// One work at a time, of up to `batch` keys.
-    pub fn batches(batch: usize) -> Workers {
+    pub(crate) fn batches(batch: usize) -> Workers {
         Workers {
             count: 1,
             batch: batch.max(1),
@@ -118,7 +118,7 @@ impl Workers {
     }
 
     /// The same, taking keys only once `queue` is idle (or after `at_most`).
-    pub fn behind(self, queue: &Keyed, at_most: Duration) -> Workers {
+    pub(crate) fn behind(self, queue: &Keyed, at_most: Duration) -> Workers {
         Workers {
             behind: Some((queue.clone(), at_most)),
             ..self
@@ -178,14 +178,14 @@ struct Inner {
 
 /// One controller's queue of keys.
 #[derive(Clone)]
-pub struct Keyed {
+pub(crate) struct Keyed {
     inner: Arc<Inner>,
 }
 
 impl Keyed {
     /// A queue reporting `workqueue_*` as `name` (the Go controller's queue
     /// name), retrying failures with `backoff`.
-    pub fn new(name: &'static str, backoff: Backoff) -> Keyed {
+    pub(crate) fn new(name: &'static str, backoff: Backoff) -> Keyed {
         Keyed {
             inner: Arc::new(Inner {
                 backoff,
@@ -203,7 +203,7 @@ impl Keyed {
 
     /// The same, with the settling rule of [`Keyed::add_settled`]: due once
     /// `quiet` passed without an add, at the latest `cap` after the first.
-    pub fn settling(
+    pub(crate) fn settling(
         name: &'static str,
         backoff: Backoff,
         (quiet, cap): (Duration, Duration),
@@ -216,12 +216,12 @@ impl Keyed {
     }
 
     /// `key` needs work now.
-    pub fn add(&self, key: &str, class: Class) {
+    pub(crate) fn add(&self, key: &str, class: Class) {
         self.add_at(key, Instant::now(), class);
     }
 
     /// `key` needs work at `at` (or earlier, if it is due earlier already).
-    pub fn add_at(&self, key: &str, at: Instant, class: Class) {
+    pub(crate) fn add_at(&self, key: &str, at: Instant, class: Class) {
         self.update(key, class, |e| {
             e.at = Some(e.at.map_or(at, |t| t.min(at)));
         });
@@ -229,7 +229,7 @@ impl Keyed {
 
     /// `key` needs work once its burst of adds settles. Without a settling
     /// rule, now.
-    pub fn add_settled(&self, key: &str, class: Class) {
+    pub(crate) fn add_settled(&self, key: &str, class: Class) {
         let Some(_) = self.inner.settle else {
             return self.add(key, class);
         };
@@ -242,7 +242,7 @@ impl Keyed {
 
     /// `key`'s object is gone: not due any more, its failures forgotten. A
     /// work in progress ends as it will; nothing follows it.
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         let mut state = self.inner.state.lock();
         let Some(mut e) = state.entries.remove(key) else {
             return;
@@ -254,7 +254,7 @@ impl Keyed {
     }
 
     /// Failures in a row of `key`'s work so far.
-    pub fn failures(&self, key: &str) -> u32 {
+    pub(crate) fn failures(&self, key: &str) -> u32 {
         self.inner
             .state
             .lock()
@@ -264,7 +264,7 @@ impl Keyed {
     }
 
     /// Completes once no key is due and none is being worked on.
-    pub async fn idle(&self) {
+    pub(crate) async fn idle(&self) {
         self.inner.metrics.idle().await
     }
 
@@ -386,7 +386,7 @@ impl Keyed {
     /// until `stop` is cancelled; then waits for the works in progress.
     /// `work` gets at most `workers.batch` keys and answers one outcome
     /// per key, in their order (a missing one counts as [`Outcome::Retry`]).
-    pub async fn run<F, Fut>(&self, stop: &CancellationToken, workers: Workers, work: F)
+    pub(crate) async fn run<F, Fut>(&self, stop: &CancellationToken, workers: Workers, work: F)
     where
         F: Fn(Vec<Taken>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Vec<Outcome>> + Send + 'static,
@@ -514,7 +514,7 @@ impl State {
 /// that adds keys from whole-cache scans waits. A change that lands while
 /// `scan` runs is seen by the one scan after it; several changes before a
 /// scan cost one scan.
-pub async fn scan_at_changes(
+pub(crate) async fn scan_at_changes(
     stop: &CancellationToken,
     mut changes: Vec<watch::Receiver<u64>>,
     mut scan: impl FnMut(),

@@ -39,7 +39,7 @@ use crate::backoff::Backoff;
 
 /// What a controller runs on a [`Periodic`]: its state, and one pass over
 /// its set, which may change the state (one pass at a time, so it owns it).
-pub trait SetPass: Send {
+pub(crate) trait SetPass: Send {
     fn pass(&mut self) -> impl Future<Output = Pass> + Send;
 }
 
@@ -56,7 +56,7 @@ where
 
 /// How a set pass ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pass {
+pub(crate) enum Pass {
     /// Done: the next pass comes with the period or a change.
     Done,
     /// Failed, or left something to try again soon: the next pass comes
@@ -65,7 +65,7 @@ pub enum Pass {
 }
 
 /// One set pass's schedule (see the module comment).
-pub struct Periodic {
+pub(crate) struct Periodic {
     queue: workqueue::Queue,
     retry: Backoff,
     period: Option<Duration>,
@@ -86,7 +86,7 @@ const SET_KEY: &str = "set";
 impl Periodic {
     /// A pass at start, and again after a failed one by `retry`, reported
     /// as `name` (the Go controller's queue name, where it has one).
-    pub fn new(name: &'static str, retry: Backoff) -> Periodic {
+    pub(crate) fn new(name: &'static str, retry: Backoff) -> Periodic {
         Periodic {
             queue: workqueue::Queue::new(name),
             retry,
@@ -96,7 +96,7 @@ impl Periodic {
     }
 
     /// A pass every `period` after the last one began.
-    pub fn every(self, period: Duration) -> Periodic {
+    pub(crate) fn every(self, period: Duration) -> Periodic {
         Periodic {
             period: Some(period),
             ..self
@@ -106,7 +106,7 @@ impl Periodic {
     /// A pass once `value` has changed since the last pass and settled by
     /// `settle` (quiet, cap: [`settle::Settle`]); `value` is sampled
     /// whenever `changes` (an informer's generation) moves.
-    pub fn on_change(
+    pub(crate) fn on_change(
         self,
         changes: watch::Receiver<u64>,
         settle: (Duration, Duration),
@@ -124,7 +124,7 @@ impl Periodic {
 
     /// Runs `set`'s pass as said until `stop` is cancelled, which also cuts a
     /// pass short: the one loop of every set pass.
-    pub async fn run(mut self, stop: &CancellationToken, mut set: impl SetPass) {
+    pub(crate) async fn run(mut self, stop: &CancellationToken, mut set: impl SetPass) {
         let mut due = Some(Instant::now());
         // The value the last pass saw, and when a held change settles.
         let mut passed: Option<u64> = None;

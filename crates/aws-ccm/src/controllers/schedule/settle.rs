@@ -37,7 +37,7 @@ use tokio::time::Instant;
 
 /// What its user has seen of a value's changes, and when to act on it.
 #[derive(Debug)]
-pub struct Settle {
+pub(crate) struct Settle {
     /// How long the value must stay unchanged.
     quiet: Duration,
     /// The longest an episode of changes is held after its first change.
@@ -52,13 +52,15 @@ pub struct Settle {
 
 impl Settle {
     /// The node set, for the service controller's backend-only syncs.
-    pub const NODE_SET: (Duration, Duration) = (Duration::from_secs(2), Duration::from_secs(10));
+    pub(crate) const NODE_SET: (Duration, Duration) =
+        (Duration::from_secs(2), Duration::from_secs(10));
     /// The nodes' routes, for the route controller's reconciles.
-    pub const ROUTES: (Duration, Duration) = (Duration::from_millis(500), Duration::from_secs(3));
+    pub(crate) const ROUTES: (Duration, Duration) =
+        (Duration::from_millis(500), Duration::from_secs(3));
     /// Nothing held: node IPAM gives a joining node its CIDR at once.
-    pub const AT_ONCE: (Duration, Duration) = (Duration::ZERO, Duration::ZERO);
+    pub(crate) const AT_ONCE: (Duration, Duration) = (Duration::ZERO, Duration::ZERO);
 
-    pub fn new((quiet, cap): (Duration, Duration)) -> Settle {
+    pub(crate) fn new((quiet, cap): (Duration, Duration)) -> Settle {
         Settle {
             quiet,
             cap,
@@ -70,7 +72,7 @@ impl Settle {
 
     /// Notes the value seen at `now`, and says whether it has settled: what
     /// waits on it may go.
-    pub fn observe(&mut self, value: u64, now: Instant) -> bool {
+    pub(crate) fn observe(&mut self, value: u64, now: Instant) -> bool {
         if self.value != Some(value) {
             if self.value.is_some() {
                 if self.quiet(now) || self.episode_start.is_none() {
@@ -90,13 +92,13 @@ impl Settle {
     /// controller's one reconcile covers every node): the next change
     /// begins a new episode, held again for up to `cap`, even while changes
     /// go on.
-    pub fn acted(&mut self) {
+    pub(crate) fn acted(&mut self) {
         self.episode_start = None;
     }
 
     /// When the value settles without another change: `None` when it has
     /// (nothing is held).
-    pub fn settles_at(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn settles_at(&self, now: Instant) -> Option<Instant> {
         if self.quiet(now) {
             return None;
         }

@@ -11,12 +11,12 @@
 //! ([`Queue::due`]: an add, once until it is taken), is taken to work on
 //! ([`Queue::take`]: its wait observed; the returned [`Work`] observes the
 //! work when dropped) or is retried ([`Queue::retry`]). Keys a scheduler no
-//! longer holds leave the depth ([`Queue::keep_only`], [`Queue::forget`]).
+//! longer holds leave the depth ([`Queue::forget`]).
 //! Work that follows a controller's own (the network-node questions after
 //! the cloud-node controller's initializations) waits for [`Queue::idle`]:
 //! nothing due and nothing worked on.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex, Weak};
 use std::time::Instant;
 
@@ -96,7 +96,7 @@ struct State {
 
 /// One scheduler's queue metrics.
 #[derive(Clone)]
-pub struct Queue {
+pub(crate) struct Queue {
     labels: Labels,
     state: Arc<Mutex<State>>,
     /// Whether any key is due or being worked on, for [`Queue::idle`].
@@ -104,14 +104,14 @@ pub struct Queue {
 }
 
 /// Work on one key; observed when dropped.
-pub struct Work {
+pub(crate) struct Work {
     queue: Queue,
     token: u64,
     started: Instant,
 }
 
 impl Queue {
-    pub fn new(name: &'static str) -> Queue {
+    pub(crate) fn new(name: &'static str) -> Queue {
         let q = Queue {
             labels: vec![("name", name)],
             state: Arc::new(Mutex::new(State {
@@ -150,14 +150,14 @@ impl Queue {
 
     /// Completes once no key is due and none is being worked on (at once
     /// when that is so already).
-    pub async fn idle(&self) {
+    pub(crate) async fn idle(&self) {
         let mut busy = self.busy.subscribe();
         // The sender lives as long as `self`: the wait cannot fail.
         let _ = busy.wait_for(|busy| !busy).await;
     }
 
     /// `key` needs work: an add, unless it is already waiting.
-    pub fn due(&self, key: &str) {
+    pub(crate) fn due(&self, key: &str) {
         let mut state = self.state();
         if state.waiting.contains_key(key) {
             return;
@@ -167,16 +167,9 @@ impl Queue {
         self.changed(&state);
     }
 
-    /// Forgets waiting keys the scheduler no longer holds (a deleted object).
-    pub fn keep_only(&self, keys: &HashSet<&str>) {
-        let mut state = self.state();
-        state.waiting.retain(|k, _| keys.contains(k.as_str()));
-        self.changed(&state);
-    }
-
     /// Forgets `key` if it is waiting (its object was deleted before the
     /// scheduler took it).
-    pub fn forget(&self, key: &str) {
+    pub(crate) fn forget(&self, key: &str) {
         let mut state = self.state();
         if state.waiting.remove(key).is_some() {
             self.changed(&state);
@@ -185,7 +178,7 @@ impl Queue {
 
     /// `key` is taken to work on: its wait is observed (an add first, when
     /// the scheduler took it without saying it was due).
-    pub fn take(&self, key: &str) -> Work {
+    pub(crate) fn take(&self, key: &str) -> Work {
         let now = Instant::now();
         let mut state = self.state();
         let since = state.waiting.remove(key).unwrap_or_else(|| {
@@ -208,7 +201,7 @@ impl Queue {
     }
 
     /// The work failed and is tried again later.
-    pub fn retry(&self) {
+    pub(crate) fn retry(&self) {
         FAMILIES.retries.get_or_create(&self.labels).inc();
     }
 }

@@ -7,11 +7,13 @@
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
+use kube::api::Api;
 
+use super::condition::{self, Stop};
 use super::{Outcome, ServiceController, has_load_balancer};
 use crate::provider::CloudError;
 use crate::provider::load_balancers::{
-    Holds, LoadBalancers, Reading, Scope, Warning, merged, scope,
+    LoadBalancers, Reading, SYNC_FAILED, Scope, Warning, merged, scope,
 };
 
 impl<L: LoadBalancers> ServiceController<L> {
@@ -23,6 +25,7 @@ impl<L: LoadBalancers> ServiceController<L> {
     pub(super) async fn read_scope(
         &self,
         svc: &Service,
+        api: &Api<Service>,
         reading: &Reading,
         service_changed: bool,
     ) -> Option<Scope> {
@@ -32,21 +35,15 @@ impl<L: LoadBalancers> ServiceController<L> {
             // One Warning per reason, the notes that hold something first:
             // events of one reason on one object fold into a series that
             // keeps its first note, so a note of its own would be lost.
-            let mut notes: Vec<_> = reading.notes.iter().collect();
-            notes.sort_by_key(|n| n.holds == Holds::Nothing);
-            let warnings = notes
+            for note in &reading.notes {
+                tracing::warn!(value = %note.value, annotation = %note.field, "{note}");
+            }
+            let warnings = reading
+                .note_findings(exists)
                 .into_iter()
-                .map(|note| {
-                    tracing::warn!(value = %note.value, annotation = %note.field, "{note}");
-                    let held = if note.holds != Holds::Nothing && !exists {
-                        "; no load balancer is made until it is fixed"
-                    } else {
-                        ""
-                    };
-                    Warning {
-                        reason: note.reason,
-                        message: format!("{note}{held}"),
-                    }
+                .map(|f| Warning {
+                    reason: f.reason,
+                    message: f.message,
                 })
                 .collect();
             for w in merged(warnings) {
@@ -54,34 +51,25 @@ impl<L: LoadBalancers> ServiceController<L> {
             }
         }
         let scope = scope(reading, exists);
-        if reading.errors.is_empty() {
+        let Some(refusal) = reading.refusal(exists) else {
+            if scope.is_none() || reading.holds_changes() {
+                // Held: the note that holds it is the reason.
+                let held = reading.note_findings(exists).into_iter().next();
+                let message = held.map(|f| f.message).unwrap_or_default();
+                condition::stopped(api, svc, Stop::HeldValue, &message).await;
+            }
             return scope;
-        }
-        let refused = reading
-            .errors
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join("; ");
-        let kept = if exists {
-            "The Go CCM refuses it too. Only the change it governs waits: the load balancer's backends and node security rules are kept current"
-        } else {
-            "The Go CCM refuses it too. No AWS call was made"
         };
-        tracing::warn!(error = %refused, "invalid Service value; {kept}");
-        self.events
-            .warning(
-                &obj,
-                "SyncLoadBalancerFailed",
-                format!("Error syncing load balancer: {refused}. {kept}; fix the Service"),
-            )
-            .await;
+        tracing::warn!(error = %refusal, "invalid Service value");
+        condition::stopped(api, svc, Stop::RefusedValue, &refusal).await;
+        self.events.warning(&obj, SYNC_FAILED, refusal).await;
         scope
     }
     /// A Warning for a failed ensure.
     pub(super) async fn ensure_failed(
         &self,
         svc: &Service,
+        api: &Api<Service>,
         e: CloudError,
         service_changed: bool,
     ) -> Outcome {
@@ -99,8 +87,10 @@ impl<L: LoadBalancers> ServiceController<L> {
             "it is retried with backoff (5 s to 5 min), or at once when the Service changes"
         };
         tracing::warn!(error = %e, "load balancer sync failed");
+        let message = format!("{what}: {e}; {hint}");
+        condition::stopped(api, svc, Stop::Cloud(e.kind()), &message).await;
         self.events
-            .warning(&svc.object_ref(&()), reason, format!("{what}: {e}; {hint}"))
+            .warning(&svc.object_ref(&()), reason, message)
             .await;
         Outcome::Failed
     }

@@ -17,21 +17,21 @@ use crate::provider::routes::Routes;
 const LISTED: usize = 10;
 
 /// The Nodes' instances as AWS has them.
-pub struct NodeInstances {
+pub(crate) struct NodeInstances {
     /// Live instances backing a Node, by ID.
-    pub live: BTreeMap<String, Ec2Instance>,
+    pub(crate) live: BTreeMap<String, Ec2Instance>,
     /// One line per Node whose instance is wrong, and its fix.
     problems: Vec<(String, String)>,
     /// Nodes without a providerID (not initialized yet).
-    pub without_provider_id: usize,
-    pub nodes: usize,
+    pub(crate) without_provider_id: usize,
+    pub(crate) nodes: usize,
 }
 
 impl NodeInstances {
     /// The cluster's instances (the CCM's tag sweep), then one lookup per
     /// Node whose instance the sweep did not return, to tell a missing tag
     /// from a missing instance.
-    pub async fn find(ctx: &Context, nodes: &[Node]) -> NodeInstances {
+    pub(crate) async fn find(ctx: &Context, nodes: &[Node]) -> NodeInstances {
         let mut out = NodeInstances {
             live: BTreeMap::new(),
             problems: Vec::new(),
@@ -92,7 +92,7 @@ impl NodeInstances {
     }
 
     /// The instances check: every Node's instance found with the tag.
-    pub fn checks(&self, ctx: &Context) -> Vec<Check> {
+    pub(crate) fn checks(&self, ctx: &Context) -> Vec<Check> {
         let key = tags::cluster_tag_key(&ctx.cluster_id);
         let name = "every Node's instance, with the cluster tag";
         if self.problems.is_empty() {
@@ -137,7 +137,7 @@ impl NodeInstances {
 
 /// Per zone holding nodes, for internet-facing and internal load balancers:
 /// the subnet a sync would choose (the same `subnets::discover_with_fallback`).
-pub async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
+pub(crate) async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let check = Check::of("subnets", "load balancer subnets");
     let Some(vpc) = found.vpc(ctx) else {
         return vec![check.skip("no VPC: no Node's instance was found and cloud.conf sets no VPC")];
@@ -186,11 +186,11 @@ pub async fn subnet_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
 }
 
 /// The subnets of one zone for one kind of load balancer.
-pub struct ZoneSubnets<'a> {
-    pub all: &'a [Subnet],
-    pub zone: &'a str,
-    pub internal: bool,
-    pub cluster_id: &'a str,
+pub(crate) struct ZoneSubnets<'a> {
+    pub(crate) all: &'a [Subnet],
+    pub(crate) zone: &'a str,
+    pub(crate) internal: bool,
+    pub(crate) cluster_id: &'a str,
 }
 
 impl ZoneSubnets<'_> {
@@ -222,7 +222,7 @@ impl ZoneSubnets<'_> {
 
     /// `s` is chosen: pass, naming the tags that made it so, or warn when
     /// it was taken only for carrying no cluster's tag, or as the fallback.
-    pub fn usable(&self, s: &Subnet, fallback: bool) -> Check {
+    pub(crate) fn usable(&self, s: &Subnet, fallback: bool) -> Check {
         let check = Check::of("subnets", self.name());
         let key = tags::cluster_tag_key(self.cluster_id);
         let made: Vec<String> = [self.role(), key.as_str()]
@@ -246,7 +246,7 @@ impl ZoneSubnets<'_> {
 
     /// No subnet of the zone is chosen: the candidates, why each is not
     /// usable, and the tag that would make it so.
-    pub fn unusable(&self, vpc: &str, zone_types: &HashMap<String, String>) -> Check {
+    pub(crate) fn unusable(&self, vpc: &str, zone_types: &HashMap<String, String>) -> Check {
         let check = Check::of("subnets", self.name());
         let mut candidates = Vec::new();
         let mut fixable = Vec::new();
@@ -298,7 +298,7 @@ impl ZoneSubnets<'_> {
 
 /// The route controller's tables (only when it runs) and their capacity
 /// against `--route-table-limit`.
-pub async fn route_table_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
+pub(crate) async fn route_table_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let Some(scope) = ctx.route_scope() else {
         return vec![Check::of("route-tables", "cluster route table").skip(
             "the route controller does not run (--configure-cloud-routes=false, the route controller off, or no --cluster-cidr)",
@@ -430,7 +430,7 @@ fn nodes_route_tables(
 
 /// Exactly one cluster-tagged security group per instance (the group a
 /// load balancer opens), by the service path's own choice.
-pub async fn security_group_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
+pub(crate) async fn security_group_checks(ctx: &Context, found: &NodeInstances) -> Vec<Check> {
     let name = "one cluster-tagged group per instance";
     let (Some(vpc), false) = (found.vpc(ctx), found.live.is_empty()) else {
         return vec![Check::of("security-groups", name).skip("no Node's instance was found")];

@@ -14,7 +14,7 @@ use crate::controllers::permission_check::scope_for;
 use crate::provider::permissions::{PermissionCheck, Verdict};
 
 /// The self-check's lines, then the ELB writes' by simulation.
-pub async fn checks(ctx: &Context, role_arn: Option<&str>) -> Vec<Check> {
+pub(crate) async fn checks(ctx: &Context, role_arn: Option<&str>) -> Vec<Check> {
     let mut out = dry_run_checks(ctx).await;
     if ctx.cluster_id.is_empty() {
         out.push(

@@ -10,7 +10,10 @@ use crate::aws::Operation;
 /// read from the variables `env` gives; with cloud.conf `RoleARN`, the role
 /// assumed with them. A description for people, not a second chain: the
 /// call itself ([`checks`]) is what proves the credentials work.
-pub fn credential_source(env: impl Fn(&str) -> Option<String>, role_arn: Option<&str>) -> String {
+pub(crate) fn credential_source(
+    env: impl Fn(&str) -> Option<String>,
+    role_arn: Option<&str>,
+) -> String {
     let set = |name: &str| env(name).filter(|v| !v.is_empty());
     let base = if set("AWS_ACCESS_KEY_ID").is_some() {
         "environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY)".to_string()
@@ -45,7 +48,7 @@ fn credentials_fix(source: &str) -> String {
 }
 
 /// Credentials, region and cluster ID.
-pub async fn checks(ctx: &Context) -> Vec<Check> {
+pub(crate) async fn checks(ctx: &Context) -> Vec<Check> {
     let source = credential_source(|k| std::env::var(k).ok(), ctx.cloud.role_arn.as_deref());
     let call = ctx
         .aws

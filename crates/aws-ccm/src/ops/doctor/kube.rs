@@ -22,10 +22,10 @@ use crate::options::controller_names::ControllerName;
 
 /// How long a Node may wait for initialization before it is a failure (the
 /// alert's threshold, docs/operations.md).
-pub const UNINITIALIZED_FAIL_AFTER: Duration = Duration::from_secs(300);
+pub(crate) const UNINITIALIZED_FAIL_AFTER: Duration = Duration::from_secs(300);
 
 /// Every Node, in pages.
-pub async fn list_nodes(kube: &kube::Client) -> anyhow::Result<Vec<Node>> {
+pub(crate) async fn list_nodes(kube: &kube::Client) -> anyhow::Result<Vec<Node>> {
     let mut nodes = Vec::new();
     let api = Api::all(kube.clone());
     let listed = crate::controllers::cached_node::list_all(&api, |page| nodes.extend(page)).await;
@@ -54,7 +54,7 @@ fn age(now: Timestamp, then: Timestamp) -> Duration {
 }
 
 /// Nodes waiting for the CCM, and Nodes whose kubelet is not external.
-pub fn node_checks(nodes: &[Node], now: Timestamp) -> Vec<Check> {
+pub(crate) fn node_checks(nodes: &[Node], now: Timestamp) -> Vec<Check> {
     let mut out = Vec::new();
     let mut not_external = Vec::new();
     for node in nodes {
@@ -103,7 +103,7 @@ pub fn node_checks(nodes: &[Node], now: Timestamp) -> Vec<Check> {
 
 /// Where a rule applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Place {
+pub(crate) enum Place {
     /// Cluster-wide.
     Cluster,
     /// The leader election namespace (`--leader-elect-resource-namespace`).
@@ -118,11 +118,11 @@ pub enum Place {
 
 /// One request the CCM makes: (verb, resource as kubectl names it,
 /// `resource[/subresource][.group]`, where).
-pub type Need = (&'static str, &'static str, Place);
+pub(crate) type Need = (&'static str, &'static str, Place);
 
 /// Every request the CCM makes, as manifests/base/rbac.yaml grants it (a
 /// unit test keeps the two equal both ways).
-pub const CCM_NEEDS: &[Need] = &[
+pub(crate) const CCM_NEEDS: &[Need] = &[
     ("get", "nodes", Place::Cluster),
     ("list", "nodes", Place::Cluster),
     ("watch", "nodes", Place::Cluster),
@@ -159,7 +159,7 @@ pub const CCM_NEEDS: &[Need] = &[
 ];
 
 /// The review's attributes of one need, with the options' Lease.
-pub fn attributes(need: &Need, opts: &crate::options::Options) -> ResourceAttributes {
+pub(crate) fn attributes(need: &Need, opts: &crate::options::Options) -> ResourceAttributes {
     let (verb, what, place) = *need;
     let (resource, group) = what.split_once('.').unwrap_or((what, ""));
     let (resource, subresource) =
@@ -202,7 +202,7 @@ fn describe((verb, what, _): &Need, a: &ResourceAttributes) -> String {
 
 /// The CCM's RBAC, as SelfSubjectAccessReviews answer it for this
 /// kubeconfig's user (run with the CCM's service account to check it).
-pub async fn rbac_checks(ctx: &Context) -> Vec<Check> {
+pub(crate) async fn rbac_checks(ctx: &Context) -> Vec<Check> {
     let api: Api<SelfSubjectAccessReview> = Api::all(ctx.kube.clone());
     let mut denied = Vec::new();
     for need in CCM_NEEDS {
@@ -241,7 +241,7 @@ pub async fn rbac_checks(ctx: &Context) -> Vec<Check> {
 }
 
 /// A second pod CIDR allocator, by node IPAM's own start-up test.
-pub fn ipam_check(ctx: &Context, nodes: &[Node]) -> Check {
+pub(crate) fn ipam_check(ctx: &Context, nodes: &[Node]) -> Check {
     let v = &ctx.validated;
     let check = Check::of("kubernetes", "one pod CIDR allocator");
     let runs = v.options.allocate_node_cidrs && v.controllers.contains(&ControllerName::NodeIpam);
@@ -277,7 +277,7 @@ pub fn ipam_check(ctx: &Context, nodes: &[Node]) -> Check {
 }
 
 /// The leader Lease: its holder, and how long ago it was renewed.
-pub async fn lease_check(ctx: &Context, now: Timestamp) -> Check {
+pub(crate) async fn lease_check(ctx: &Context, now: Timestamp) -> Check {
     let o = &ctx.validated.options;
     let ns = &o.leader_elect_resource_namespace;
     let name = &o.leader_elect_resource_name;

@@ -21,16 +21,16 @@ use serde::Serialize;
 
 use super::Context;
 
-pub mod cloud;
+pub(crate) mod cloud;
 pub mod iam;
-pub mod identity;
-pub mod kube;
-pub mod simulation;
+pub(crate) mod identity;
+pub(crate) mod kube;
+pub(crate) mod simulation;
 
 /// A check's verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Status {
+pub(crate) enum Status {
     Pass,
     /// Works, but not as it should (it may break later); not a failure.
     Warn,
@@ -52,30 +52,30 @@ impl Status {
 
 /// One line of the checklist.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     /// `aws`, `cluster`, `instances`, `subnets`, `route-tables`,
     /// `security-groups`, `iam` or `kubernetes`.
-    pub section: &'static str,
+    pub(crate) section: &'static str,
     /// What was checked (`credentials`, `us-east-1a internet-facing`, ...).
-    pub name: String,
-    pub status: Status,
+    pub(crate) name: String,
+    pub(crate) status: Status,
     /// What was found.
-    pub detail: String,
+    pub(crate) detail: String,
     /// The exact fix, for a warning or a failure.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fix: Option<String>,
+    pub(crate) fix: Option<String>,
 }
 
 impl Check {
     /// The check of `name` in `section`; its verdict follows
     /// ([`Check::pass`], [`Check::skip`], [`Check::warn`], [`Check::fail`]).
-    pub fn of(section: &'static str, name: impl Into<String>) -> CheckBuilder {
+    pub(crate) fn of(section: &'static str, name: impl Into<String>) -> CheckBuilder {
         CheckBuilder(section, name.into())
     }
 }
 
 /// [`Check::of`]`(section, name)` then the verdict.
-pub struct CheckBuilder(&'static str, String);
+pub(crate) struct CheckBuilder(&'static str, String);
 
 impl CheckBuilder {
     fn with(self, status: Status, detail: impl Into<String>, fix: Option<String>) -> Check {
@@ -88,19 +88,19 @@ impl CheckBuilder {
         }
     }
 
-    pub fn pass(self, detail: impl Into<String>) -> Check {
+    pub(crate) fn pass(self, detail: impl Into<String>) -> Check {
         self.with(Status::Pass, detail, None)
     }
 
-    pub fn skip(self, detail: impl Into<String>) -> Check {
+    pub(crate) fn skip(self, detail: impl Into<String>) -> Check {
         self.with(Status::Skip, detail, None)
     }
 
-    pub fn warn(self, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    pub(crate) fn warn(self, detail: impl Into<String>, fix: impl Into<String>) -> Check {
         self.with(Status::Warn, detail, Some(fix.into()))
     }
 
-    pub fn fail(self, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    pub(crate) fn fail(self, detail: impl Into<String>, fix: impl Into<String>) -> Check {
         self.with(Status::Fail, detail, Some(fix.into()))
     }
 }
@@ -108,9 +108,9 @@ impl CheckBuilder {
 /// The whole checklist.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    pub cluster_id: String,
-    pub region: String,
-    pub checks: Vec<Check>,
+    pub(crate) cluster_id: String,
+    pub(crate) region: String,
+    pub(crate) checks: Vec<Check>,
 }
 
 impl Report {

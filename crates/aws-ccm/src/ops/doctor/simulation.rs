@@ -31,28 +31,28 @@ use crate::aws::tags::cluster_tag_key;
 use crate::aws::{Operation, Service};
 
 /// The CCM's ServiceAccount, as `manifests/base/serviceaccount.yaml` names it.
-pub const SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "cloud-controller-manager");
+pub(crate) const SERVICE_ACCOUNT: (&str, &str) = ("kube-system", "cloud-controller-manager");
 
 /// The IRSA annotation naming the role the ServiceAccount's Pods assume.
-pub const IRSA_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
+pub(crate) const IRSA_ANNOTATION: &str = "eks.amazonaws.com/role-arn";
 
 /// A tag key the CCM adds to a resource it already owns (never a cluster key).
 const RETAG_KEY: &str = "kubernetes.io/service-name";
 
 /// The principal simulated, and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Principal {
-    pub arn: String,
-    pub from: String,
+pub(crate) struct Principal {
+    pub(crate) arn: String,
+    pub(crate) from: String,
     /// Something the reader should know about the choice.
-    pub note: Option<String>,
+    pub(crate) note: Option<String>,
 }
 
 /// The role (or user) an identity from `sts:GetCallerIdentity` simulates
 /// as: an assumed-role session becomes its role (without the role's path,
 /// which the session ARN does not carry, hence the note); an IAM user or
 /// role ARN is itself. `Err` names why nothing can be simulated.
-pub fn principal_of_caller(arn: &str) -> Result<(String, Option<String>), String> {
+pub(crate) fn principal_of_caller(arn: &str) -> Result<(String, Option<String>), String> {
     let fields: Vec<&str> = arn.splitn(6, ':').collect();
     let [_, partition, service, _, account, resource] = fields[..] else {
         return Err(format!("{arn} is not an ARN"));
@@ -79,7 +79,7 @@ pub fn principal_of_caller(arn: &str) -> Result<(String, Option<String>), String
 /// The principal to simulate: `flag`, else the ServiceAccount's
 /// annotation (`Err` when the ServiceAccount could not be read), else the
 /// caller's identity (`Err` when `sts:GetCallerIdentity` failed).
-pub fn choose_principal(
+pub(crate) fn choose_principal(
     flag: Option<&str>,
     annotation: Result<Option<String>, String>,
     caller: Result<String, String>,
@@ -122,7 +122,7 @@ pub fn choose_principal(
 
 /// What a write does to its resource, which decides the context AWS sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Creates the resource, with the cluster tag in the request.
     Create,
     /// Changes a cluster-owned resource.
@@ -137,7 +137,7 @@ pub enum Mode {
 
 /// The resource shapes the CCM's ELB writes act on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Shape {
+pub(crate) enum Shape {
     ClassicLoadBalancer,
     NetworkLoadBalancer,
     TargetGroup,
@@ -205,9 +205,10 @@ fn targets(op: Operation) -> Vec<(Shape, Mode)> {
         (Some(Shape::Listener), _) => vec![(Shape::NetworkLoadBalancer, Mode::CreateOn)],
         (Some(made), _) => vec![(made, Mode::Create)],
         (None, "AddTags") if classic => vec![(shape, Mode::Retag)],
-        (None, "AddTags") => vec![
+        (None, "AddTags" | "RemoveTags") => vec![
             (Shape::NetworkLoadBalancer, Mode::Retag),
             (Shape::TargetGroup, Mode::Retag),
+            (Shape::Listener, Mode::Retag),
         ],
         (None, _) => vec![(shape, Mode::Change)],
     };
@@ -220,12 +221,12 @@ fn targets(op: Operation) -> Vec<(Shape, Mode)> {
 /// One `SimulatePrincipalPolicy` request: these actions on one resource
 /// with one context.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Simulation {
-    pub shape: Shape,
-    pub mode: Mode,
-    pub resource: String,
-    pub actions: Vec<String>,
-    pub context: Vec<ContextEntry>,
+pub(crate) struct Simulation {
+    pub(crate) shape: Shape,
+    pub(crate) mode: Mode,
+    pub(crate) resource: String,
+    pub(crate) actions: Vec<String>,
+    pub(crate) context: Vec<ContextEntry>,
 }
 
 fn entry(key: &str, kind: ContextKeyTypeEnum, values: &[&str]) -> ContextEntry {
@@ -263,7 +264,7 @@ fn context(mode: Mode, cluster_key: &str, region: &str) -> Vec<ContextEntry> {
 }
 
 /// Every simulation the CCM's ELB writes need, from the Operation table.
-pub fn simulations(
+pub(crate) fn simulations(
     partition: &str,
     region: &str,
     account: &str,
@@ -437,7 +438,7 @@ fn unsimulated(error: &crate::aws::AwsError, principal: &Principal) -> Check {
 
 /// The ELB write checks for `principal`: one failed check a denied action,
 /// one pass line otherwise.
-pub async fn checks(ctx: &Context, principal: &Principal) -> Vec<Check> {
+pub(crate) async fn checks(ctx: &Context, principal: &Principal) -> Vec<Check> {
     let fields: Vec<&str> = principal.arn.split(':').collect();
     let (partition, account) = match fields[..] {
         ["arn", partition, "iam", "", account, _] => (partition, account),
@@ -530,7 +531,7 @@ mod tests {
     fn every_elb_write_of_the_operation_table_is_simulated_once_per_shape() {
         let sims = simulations("aws", "us-east-1", "123456789012", "c1");
         // docs/aws-ccm-tool.md gives the number of calls.
-        assert_eq!(sims.len(), 15);
+        assert_eq!(sims.len(), 16);
         let simulated: Vec<String> = sims.iter().flat_map(|s| s.actions.clone()).collect();
         for op in Operation::ALL
             .iter()

@@ -58,14 +58,14 @@ pub mod read;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Live {
     /// Names of the load balancers live Services have.
-    pub load_balancers: BTreeSet<String>,
+    pub(crate) load_balancers: BTreeSet<String>,
     /// Every Node with what routes depend on.
-    pub nodes: Vec<NodeRoutes>,
+    pub(crate) nodes: Vec<NodeRoutes>,
 }
 
 impl Live {
     /// What `services` and `nodes` keep alive.
-    pub fn from_objects(services: &[Service], nodes: &[Node]) -> Live {
+    pub(crate) fn from_objects(services: &[Service], nodes: &[Node]) -> Live {
         Live {
             load_balancers: services
                 .iter()

@@ -21,13 +21,13 @@ use crate::provider::routes::Routes;
 
 /// A load balancer of either API, as far as orphans go.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoadBalancer {
-    pub kind: Kind,
-    pub name: String,
+pub(crate) struct LoadBalancer {
+    pub(crate) kind: Kind,
+    pub(crate) name: String,
     /// The name (classic) or the ARN (v2).
-    pub id: String,
-    pub tags: BTreeMap<String, String>,
-    pub created: Option<DateTime<Utc>>,
+    pub(crate) id: String,
+    pub(crate) tags: BTreeMap<String, String>,
+    pub(crate) created: Option<DateTime<Utc>>,
 }
 
 fn to_chrono(t: Option<&aws_smithy_types::DateTime>) -> Option<DateTime<Utc>> {
@@ -35,7 +35,7 @@ fn to_chrono(t: Option<&aws_smithy_types::DateTime>) -> Option<DateTime<Utc>> {
 }
 
 /// Every classic ELB carrying the cluster tag.
-pub async fn classic_load_balancers(
+pub(crate) async fn classic_load_balancers(
     aws: &AwsClient,
     cluster_id: &str,
 ) -> Result<Vec<LoadBalancer>, AwsError> {
@@ -74,7 +74,7 @@ pub async fn classic_load_balancers(
 }
 
 /// Every ELBv2 load balancer carrying the cluster tag.
-pub async fn load_balancers_v2(
+pub(crate) async fn load_balancers_v2(
     aws: &AwsClient,
     cluster_id: &str,
 ) -> Result<Vec<LoadBalancer>, AwsError> {
@@ -112,7 +112,7 @@ pub async fn load_balancers_v2(
 /// Pure: the load balancers no live Service has are orphans when proven
 /// made by the CCM, kept when also tagged kept, and left alone when not
 /// proven.
-pub fn judge_load_balancers(
+pub(crate) fn judge_load_balancers(
     lbs: &[LoadBalancer],
     live: &Live,
     cluster_id: &str,
@@ -155,15 +155,15 @@ pub fn judge_load_balancers(
 }
 
 /// The load balancers by ARN (`lbs`'s IDs): the live ones, and the orphans.
-pub struct Behind<'a> {
-    pub live: BTreeSet<&'a str>,
-    pub dead: BTreeSet<&'a str>,
+pub(crate) struct Behind<'a> {
+    pub(crate) live: BTreeSet<&'a str>,
+    pub(crate) dead: BTreeSet<&'a str>,
 }
 
 /// Cluster-tagged target groups that no live load balancer points at:
 /// orphans when proven made by the CCM and behind no load balancer but the
 /// orphans, left alone when not proven.
-pub async fn dead_target_groups(
+pub(crate) async fn dead_target_groups(
     aws: &AwsClient,
     cluster_id: &str,
     lbs: &Behind<'_>,
@@ -238,7 +238,7 @@ fn judge_target_group(
 /// rules whose description names a dead NLB. `standing`: the names of
 /// the load balancers that stay (live, or left alone). A cluster-tagged
 /// group that is no load balancer's group the CCM makes is left alone.
-pub async fn dead_groups_and_rules(
+pub(crate) async fn dead_groups_and_rules(
     aws: &Aws,
     cluster_id: &str,
     live: &Live,
@@ -285,7 +285,7 @@ pub async fn dead_groups_and_rules(
 /// CCM makes for an NLB (`k8s-<ns>-<name>-<hash>`) is neither: which
 /// Service it belongs to takes the Service's UID, so it is not audited.
 /// `standing`: the load balancers that stay, whose groups stay too.
-pub fn judge_groups<'a>(
+pub(crate) fn judge_groups<'a>(
     groups: &'a [sg::SecurityGroup],
     live: &Live,
     standing: &BTreeSet<String>,
@@ -336,7 +336,7 @@ pub fn judge_groups<'a>(
 
 /// Pure: the rules of `holder` that admit a dead load balancer, at most two
 /// orphans: one for the dead groups' rules, one for dead NLBs' rules.
-pub fn dead_rules_in(
+pub(crate) fn dead_rules_in(
     holder: &sg::SecurityGroup,
     dead_groups: &[&sg::SecurityGroup],
     standing: &BTreeSet<String>,
@@ -416,7 +416,7 @@ fn dead_nlb_rules(
     let mut have = descriptions.clone();
     let mut revoke = BTreeSet::new();
     for name in &dead {
-        let changes = node_rules::node_group_changes(name, &have, None);
+        let changes = node_rules::node_group_changes(name, &have, None, &BTreeSet::new());
         for r in changes.revoke {
             have.remove(&r);
             revoke.insert(r);
@@ -430,7 +430,7 @@ fn join(items: &BTreeSet<String>) -> String {
 }
 
 /// The route controller's deletions over the live Nodes.
-pub async fn dead_routes(
+pub(crate) async fn dead_routes(
     aws: &Aws,
     scope: &RouteScope,
     live: &Live,

@@ -4,16 +4,22 @@
 //! [`address_change`], the lifecycle's [`decisions`]), stopping before the
 //! writes. These are Kubernetes writes: the steps carry no AWS action. The
 //! network-node labels are left out (a question to AWS the controller asks
-//! after initialization, not a plan).
+//! after initialization, not a plan). A tainted node whose name finds no
+//! instance is judged by its address as the controller judges it
+//! ([`by_address::judge`]).
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use kube::ResourceExt;
 
 use super::Section;
 use crate::controllers::cached_node::Node;
+use crate::controllers::node::by_address;
 use crate::controllers::node::identity::{Lookup, lookup_for_node};
-use crate::controllers::node::lookups::{SweepIndex, resolve_all};
+use crate::controllers::node::lookups::{SweepIndex, by_addresses, resolve_all};
 use crate::controllers::node::plan::{
     InitPlan, PlanContext, address_change, format_addresses, is_uninitialized, plan_initialization,
     plan_label_twins,
@@ -21,6 +27,7 @@ use crate::controllers::node::plan::{
 use crate::controllers::node_lifecycle::{Decision, SHUTDOWN_TAINT, decisions};
 use crate::ops::Context;
 use crate::options::controller_names::ControllerName;
+use crate::provider::CloudResult;
 use crate::provider::instances::{Instance, InstanceState};
 
 /// The `nodes` section, when the CCM would run a node controller.
@@ -70,10 +77,12 @@ async fn cloud_node_steps(
         families: &ctx.cloud.node_ip_families,
         zone_ids: &zone_ids,
     };
+    let mut by_address = lookups_by_address(ctx, &keyed, &found).await;
     for (node, key) in keyed {
         let name = node.name_any();
+        let found_by_address;
         // As the controller: by name, only an instance of this cluster.
-        let instance = match found.get(&key) {
+        let instance: &Instance = match found.get(&key) {
             Some(Ok(Some(i)))
                 if matches!(key, Lookup::ById(_)) || i.is_in_cluster(&ctx.cluster_id) =>
             {
@@ -82,6 +91,30 @@ async fn cloud_node_steps(
             Some(Err(e)) => {
                 section.note(format!("node {name}: looking up {key} failed: {e}"));
                 continue;
+            }
+            _ if by_address.contains_key(&name) => {
+                let Some((addresses, answer)) = by_address.remove(&name) else {
+                    continue;
+                };
+                let judged = judge_by_address(ctx, node, &addresses, answer, nodes);
+                match judged {
+                    Ok(instance) => {
+                        let what = format!(
+                            "node {name}: no instance found by {key}; instance {} found by its address",
+                            instance.id
+                        );
+                        section.note(what);
+                        found_by_address = instance;
+                        &found_by_address
+                    }
+                    Err(why) => {
+                        let note = format!(
+                            "node {name}: no instance found by {key}, nor by its address ({why}); it stays tainted"
+                        );
+                        section.note(note);
+                        continue;
+                    }
+                }
             }
             _ if is_uninitialized(node) => {
                 let note = format!("node {name}: no instance found by {key}; it stays tainted");
@@ -100,6 +133,48 @@ async fn cloud_node_steps(
         }
     }
     Ok(())
+}
+
+/// As the controller: a tainted node whose name found nothing is looked up
+/// by its address, every such node's lookups at once.
+async fn lookups_by_address(
+    ctx: &Context,
+    keyed: &[(&Arc<Node>, Lookup)],
+    found: &HashMap<Lookup, CloudResult<Option<Cow<'_, Instance>>>>,
+) -> HashMap<String, (Vec<Ipv4Addr>, CloudResult<Vec<Instance>>)> {
+    let fall_back: Vec<&Arc<Node>> = (keyed.iter())
+        .filter(|(node, key)| {
+            is_uninitialized(node)
+                && by_address::falls_back(key)
+                && matches!(found.get(key), Some(Ok(None)))
+        })
+        .map(|(node, _)| *node)
+        .collect();
+    let asked = fall_back.iter().map(|node| async move {
+        let addresses = by_address::node_addresses(node);
+        let found = match addresses.is_empty() {
+            true => Ok(Vec::new()),
+            false => by_addresses(&ctx.aws, &addresses).await,
+        };
+        (node.name_any(), (addresses, found))
+    });
+    futures::future::join_all(asked).await.into_iter().collect()
+}
+
+/// The by-address proof of `node`'s instance, or why there is none.
+fn judge_by_address(
+    ctx: &Context,
+    node: &Node,
+    addresses: &[Ipv4Addr],
+    answer: CloudResult<Vec<Instance>>,
+    nodes: &[Arc<Node>],
+) -> Result<Instance, String> {
+    let rules = &by_address::Rules {
+        cluster_id: &ctx.cluster_id,
+        vpc: ctx.cloud.vpc.as_deref(),
+    };
+    let candidates = answer.map_err(|e| format!("looking it up failed: {e}"))?;
+    by_address::judge(node, addresses, &candidates, rules, nodes).map_err(|r| r.to_string())
 }
 
 /// An initialized node: GA labels following their beta twins, and the

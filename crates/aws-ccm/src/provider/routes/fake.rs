@@ -18,7 +18,7 @@ use crate::provider::{CloudError, CloudResult, ErrorKind};
 
 /// A call the fake recorded, for assertions.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FakeCall {
+pub(crate) enum FakeCall {
     DescribeRouteTables,
     DescribeInstances(Vec<String>),
     DisableSourceDestCheck(String),
@@ -30,7 +30,7 @@ pub enum FakeCall {
 }
 
 impl FakeCall {
-    pub fn is_mutating(&self) -> bool {
+    pub(crate) fn is_mutating(&self) -> bool {
         !matches!(
             self,
             FakeCall::DescribeRouteTables | FakeCall::DescribeInstances(_) | FakeCall::DryRun(..)
@@ -55,22 +55,27 @@ struct FakeState {
 /// replacing or deleting a missing route fails, blackholes exist), for
 /// controller unit tests. Cheap to clone; clones share state.
 #[derive(Clone, Debug, Default)]
-pub struct FakeRoutes {
+pub(crate) struct FakeRoutes {
     state: Arc<Mutex<FakeState>>,
 }
 
 impl FakeRoutes {
-    pub fn new() -> FakeRoutes {
+    pub(crate) fn new() -> FakeRoutes {
         FakeRoutes::default()
     }
 
     /// Adds a table tagged for `cluster_id`, with the VPC's local route.
-    pub fn add_table(&self, id: &str, cluster_id: &str, vpc_cidr: &str) {
+    pub(crate) fn add_table(&self, id: &str, cluster_id: &str, vpc_cidr: &str) {
         let tags = BTreeMap::from([(cluster_tag_key(cluster_id), "owned".to_string())]);
         self.add_table_with_tags(id, tags, vpc_cidr);
     }
 
-    pub fn add_table_with_tags(&self, id: &str, tags: BTreeMap<String, String>, vpc_cidr: &str) {
+    pub(crate) fn add_table_with_tags(
+        &self,
+        id: &str,
+        tags: BTreeMap<String, String>,
+        vpc_cidr: &str,
+    ) {
         let local = Route {
             destination: vpc_cidr.parse().ok(),
             target: RouteTarget::Local,
@@ -84,7 +89,7 @@ impl FakeRoutes {
     }
 
     /// Puts a route in a table as-is (no checks), e.g. a blackhole.
-    pub fn put_route(&self, table_id: &str, route: Route) {
+    pub(crate) fn put_route(&self, table_id: &str, route: Route) {
         let mut st = self.state.lock();
         if let Some((_, routes)) = st.tables.get_mut(table_id) {
             routes.retain(|r| r.destination != route.destination);
@@ -92,7 +97,7 @@ impl FakeRoutes {
         }
     }
 
-    pub fn add_instance(&self, id: &str, source_dest_check: bool) {
+    pub(crate) fn add_instance(&self, id: &str, source_dest_check: bool) {
         self.state.lock().instances.insert(
             id.to_string(),
             TargetInstance {
@@ -105,7 +110,7 @@ impl FakeRoutes {
     }
 
     /// Marks an instance as tagged `tagging` (e.g. only the legacy tag).
-    pub fn set_instance_tagging(&self, id: &str, tagging: Tagging) {
+    pub(crate) fn set_instance_tagging(&self, id: &str, tagging: Tagging) {
         if let Some(i) = self.state.lock().instances.get_mut(id) {
             i.tagging = tagging;
         }
@@ -113,7 +118,7 @@ impl FakeRoutes {
 
     /// Makes IAM deny `action` on `resource_id`: its DryRun answers
     /// `UnauthorizedOperation`.
-    pub fn deny(&self, action: Action, resource_id: &str) {
+    pub(crate) fn deny(&self, action: Action, resource_id: &str) {
         self.state
             .lock()
             .denied
@@ -121,14 +126,14 @@ impl FakeRoutes {
     }
 
     /// Grants it again.
-    pub fn allow(&self, action: Action, resource_id: &str) {
+    pub(crate) fn allow(&self, action: Action, resource_id: &str) {
         self.state
             .lock()
             .denied
             .remove(&(action, resource_id.to_string()));
     }
 
-    pub fn terminate_instance(&self, id: &str) {
+    pub(crate) fn terminate_instance(&self, id: &str) {
         let mut st = self.state.lock();
         if let Some(i) = st.instances.get_mut(id) {
             i.terminated = true;
@@ -146,23 +151,18 @@ impl FakeRoutes {
     /// Fails calls of `kind` (`"create"`, `"replace"`, `"delete"`,
     /// `"source_dest"`, `"describe"`) whose key (CIDR, instance ID, or `*`)
     /// matches, until cleared.
-    pub fn fail(&self, kind: &'static str, key: &str, err: CloudError) {
+    pub(crate) fn fail(&self, kind: &'static str, key: &str, err: CloudError) {
         self.state
             .lock()
             .failures
             .push((kind, key.to_string(), err));
     }
 
-    pub fn clear_failures(&self) {
+    pub(crate) fn clear_failures(&self) {
         self.state.lock().failures.clear();
     }
 
-    /// AWS's routes-per-table quota; creates beyond it fail with `RouteLimitExceeded`.
-    pub fn set_route_limit(&self, limit: usize) {
-        self.state.lock().route_limit = Some(limit);
-    }
-
-    pub fn routes(&self, table_id: &str) -> Vec<Route> {
+    pub(crate) fn routes(&self, table_id: &str) -> Vec<Route> {
         self.state
             .lock()
             .tables
@@ -171,29 +171,29 @@ impl FakeRoutes {
             .unwrap_or_default()
     }
 
-    pub fn route_to(&self, table_id: &str, destination: &str) -> Option<Route> {
+    pub(crate) fn route_to(&self, table_id: &str, destination: &str) -> Option<Route> {
         let dest: IpNet = destination.parse().ok()?;
         self.routes(table_id)
             .into_iter()
             .find(|r| r.destination == Some(dest))
     }
 
-    pub fn instance(&self, id: &str) -> Option<TargetInstance> {
+    pub(crate) fn instance(&self, id: &str) -> Option<TargetInstance> {
         self.state.lock().instances.get(id).cloned()
     }
 
-    pub fn calls(&self) -> Vec<FakeCall> {
+    pub(crate) fn calls(&self) -> Vec<FakeCall> {
         self.state.lock().calls.clone()
     }
 
-    pub fn mutating_calls(&self) -> Vec<FakeCall> {
+    pub(crate) fn mutating_calls(&self) -> Vec<FakeCall> {
         self.calls()
             .into_iter()
             .filter(FakeCall::is_mutating)
             .collect()
     }
 
-    pub fn reset_calls(&self) {
+    pub(crate) fn reset_calls(&self) {
         self.state.lock().calls.clear();
     }
 

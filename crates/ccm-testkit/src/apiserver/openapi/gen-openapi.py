@@ -48,6 +48,8 @@ ROOTS = [
     "io.k8s.api.coordination.v1.LeaseList",
     "io.k8s.api.discovery.v1.EndpointSlice",
     "io.k8s.api.discovery.v1.EndpointSliceList",
+    "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfiguration",
+    "io.k8s.api.admissionregistration.v1.ValidatingWebhookConfigurationList",
     "io.k8s.apimachinery.pkg.apis.meta.v1.Status",
     "io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions",
     "io.k8s.apimachinery.pkg.apis.meta.v1.Patch",

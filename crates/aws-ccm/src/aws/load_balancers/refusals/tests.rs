@@ -15,6 +15,7 @@ fn listener(arn: &str, port: i32, tg: &str) -> ActualListener {
         certificate: None,
         ssl_policy: None,
         target_group_arn: Some(tg.into()),
+        tags: None,
     }
 }
 

@@ -49,7 +49,8 @@ fn a_key_is_added_once_until_taken_and_its_work_is_observed() {
     drop(q.take("a"));
     assert_eq!(sample("workqueue_adds_total", "test-once"), Some(3.0));
     // A key the scheduler no longer holds leaves the depth.
-    q.keep_only(&HashSet::new());
+    assert_eq!(sample("workqueue_depth", "test-once"), Some(1.0));
+    q.forget("b");
     assert_eq!(sample("workqueue_depth", "test-once"), Some(0.0));
 }
 

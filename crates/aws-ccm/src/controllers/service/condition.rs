@@ -1,0 +1,319 @@
+//! Why a Service's last sync did not finish, where it lasts: its
+//! `LoadBalancerSynced` status condition and the
+//! `aws_ccm_service_sync_state{state, error_class}` gauge. Events age out
+//! after an hour; these stay until the next sync says otherwise.
+//!
+//! The condition is written only once a sync stops short (`False`, with
+//! the Warning's text), and turned `True` by the next one that finishes: a
+//! Service whose syncs always finish, as every Service after a swap from
+//! the Go CCM whose syncs did there, gets no status write from it. The
+//! write is a strategic merge patch keyed on the condition's `type`, so
+//! other writers' conditions stay.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
+use crate::provider::ErrorKind;
+
+/// The condition's type.
+pub(super) const CONDITION: &str = "LoadBalancerSynced";
+/// Its reason when the last sync finished.
+const SYNCED: &str = "Synced";
+/// The API server's limit on a condition's message.
+const MAX_MESSAGE: usize = 32 * 1024;
+
+/// Why a sync stopped short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// A value the Go CCM refuses too: the Service waits for a fix.
+    RefusedValue,
+    /// A value taken as the Go CCM takes it that holds the load balancer
+    /// back: the Service waits for a fix.
+    HeldValue,
+    /// The cloud failed or refused the sync; retried with backoff.
+    Cloud(ErrorKind),
+    /// A write to the API server (finalizer, status) failed; retried.
+    Kubernetes,
+}
+
+impl Stop {
+    /// The condition's reason.
+    fn reason(self) -> &'static str {
+        match self {
+            Stop::RefusedValue => "RefusedValue",
+            Stop::HeldValue => "HeldValue",
+            Stop::Kubernetes => "KubernetesWriteFailed",
+            Stop::Cloud(kind) => match kind {
+                ErrorKind::NotFound => "CloudNotFound",
+                ErrorKind::Throttled => "CloudThrottled",
+                ErrorKind::Transient => "CloudUnavailable",
+                ErrorKind::Denied => "CloudDenied",
+                ErrorKind::InUse => "CloudResourceInUse",
+                ErrorKind::AlreadyExists => "CloudAlreadyExists",
+                ErrorKind::Rejected => "CloudRejected",
+                ErrorKind::Invalid => "InvalidValue",
+            },
+        }
+    }
+
+    /// The metric's `error_class`.
+    fn class(self) -> &'static str {
+        match self {
+            Stop::RefusedValue => "refused_value",
+            Stop::HeldValue => "held_value",
+            Stop::Kubernetes => "kubernetes",
+            Stop::Cloud(kind) => match kind {
+                ErrorKind::NotFound => "not_found",
+                ErrorKind::Throttled => "throttled",
+                ErrorKind::Transient => "transient",
+                ErrorKind::Denied => "denied",
+                ErrorKind::InUse => "in_use",
+                ErrorKind::AlreadyExists => "already_exists",
+                ErrorKind::Rejected => "rejected",
+                ErrorKind::Invalid => "invalid_value",
+            },
+        }
+    }
+
+    /// The metric's `state`: waiting for the user, or retried by itself.
+    fn state(self) -> &'static str {
+        match self {
+            Stop::RefusedValue | Stop::HeldValue => "waiting_for_fix",
+            Stop::Cloud(_) | Stop::Kubernetes => "retrying",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: &'static str,
+    error_class: &'static str,
+}
+
+/// The gauge, and each Service's place in it.
+struct States {
+    of: Mutex<HashMap<String, StateLabels>>,
+    gauge: Family<StateLabels, Gauge>,
+}
+
+impl States {
+    /// Counts the Service of `key` under `labels` (`None`: not at all),
+    /// out of where it was.
+    fn count(&self, key: &str, labels: Option<StateLabels>) {
+        let mut of = self.of.lock();
+        let old = match &labels {
+            Some(l) => of.insert(key.to_string(), l.clone()),
+            None => of.remove(key),
+        };
+        if old == labels {
+            return;
+        }
+        if let Some(o) = old {
+            self.gauge.get_or_create(&o).dec();
+        }
+        if let Some(n) = labels {
+            self.gauge.get_or_create(&n).inc();
+        }
+    }
+}
+
+static STATES: LazyLock<States> = LazyLock::new(|| States {
+    of: Mutex::default(),
+    gauge: crate::metrics::registered(
+        "aws_ccm_service_sync_state",
+        "LoadBalancer Services this CCM syncs, by how their last sync ended: state synced (error_class none), waiting_for_fix (a refused or held value) or retrying (a cloud or API server failure), with the error_class",
+        Family::default(),
+    ),
+});
+
+fn count(key: &str, labels: Option<StateLabels>) {
+    STATES.count(key, labels);
+}
+
+/// The Service of `key` is gone, or no longer this CCM's: out of the gauge.
+pub(super) fn forget(key: &str) {
+    count(key, None);
+}
+
+/// The last sync of `svc` finished.
+pub(super) async fn finished(api: &Api<Service>, svc: &Service) {
+    count(
+        &super::key(svc),
+        Some(StateLabels {
+            state: "synced",
+            error_class: "none",
+        }),
+    );
+    // Only a condition this CCM wrote before is turned True.
+    if current(svc).is_some_and(|c| c.status != "True") {
+        write(
+            api,
+            svc,
+            "True",
+            SYNCED,
+            "The last sync of the load balancer finished",
+        )
+        .await;
+    }
+}
+
+/// The last sync of `svc` stopped short for `stop`; `message` is the
+/// Warning event's text.
+pub(super) async fn stopped(api: &Api<Service>, svc: &Service, stop: Stop, message: &str) {
+    count(
+        &super::key(svc),
+        Some(StateLabels {
+            state: stop.state(),
+            error_class: stop.class(),
+        }),
+    );
+    let message = truncated(message);
+    let same = current(svc)
+        .is_some_and(|c| c.status == "False" && c.reason == stop.reason() && c.message == message);
+    if !same {
+        write(api, svc, "False", stop.reason(), &message).await;
+    }
+}
+
+/// `svc` no longer wants a load balancer of this CCM: out of the gauge,
+/// and its condition removed (a Service being deleted keeps it).
+pub(super) async fn cleared(api: &Api<Service>, svc: &Service) {
+    forget(&super::key(svc));
+    if svc.metadata.deletion_timestamp.is_some() || current(svc).is_none() {
+        return;
+    }
+    let body =
+        serde_json::json!({"status": {"conditions": [{"type": CONDITION, "$patch": "delete"}]}});
+    if let Err(e) = api
+        .patch_status(
+            &svc.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(body),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, condition = CONDITION, "failed to remove the Service's sync condition");
+    }
+}
+
+/// A write of the sync to the API server (`what`: "add the finalizer")
+/// failed with `e`.
+pub(super) async fn write_failed(api: &Api<Service>, svc: &Service, what: &str, e: &kube::Error) {
+    let message = format!("failed to {what}: {e}; retried with backoff");
+    stopped(api, svc, Stop::Kubernetes, &message).await;
+}
+
+fn current(svc: &Service) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    let conditions = svc.status.as_ref()?.conditions.as_ref()?;
+    conditions.iter().find(|c| c.type_ == CONDITION)
+}
+
+fn truncated(message: &str) -> String {
+    match message.char_indices().nth(MAX_MESSAGE) {
+        Some((at, _)) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// The condition, as a strategic merge patch of the status: the transition
+/// time moves only when the status does.
+fn patch(svc: &Service, status: &str, reason: &str, message: &str, now: &str) -> serde_json::Value {
+    let since = current(svc)
+        .filter(|c| c.status == status)
+        .and_then(|c| serde_json::to_value(&c.last_transition_time).ok())
+        .unwrap_or_else(|| serde_json::json!(now));
+    serde_json::json!({"status": {"conditions": [{
+        "type": CONDITION,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": svc.metadata.generation.unwrap_or_default(),
+        "lastTransitionTime": since,
+    }]}})
+}
+
+async fn write(api: &Api<Service>, svc: &Service, status: &str, reason: &str, message: &str) {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let body = patch(svc, status, reason, message, &now);
+    // A failed write is only logged: the next sync writes it again, and
+    // the sync's own outcome (and its event) stands either way.
+    if let Err(e) = api
+        .patch_status(
+            &svc.name_any(),
+            &PatchParams::default(),
+            &Patch::Strategic(body),
+        )
+        .await
+    {
+        tracing::warn!(error = %e, condition = CONDITION, "failed to write the Service's sync condition");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn svc(conditions: serde_json::Value) -> Service {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "generation": 3},
+            "status": {"conditions": conditions},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_transition_time_moves_only_with_the_status() {
+        let old = svc(
+            serde_json::json!([{"type": CONDITION, "status": "False", "reason": "RefusedValue",
+            "message": "a", "lastTransitionTime": "2026-01-01T00:00:00Z"}]),
+        );
+        let now = "2026-02-02T00:00:00Z";
+        let again = patch(&old, "False", "CloudDenied", "b", now);
+        assert_eq!(
+            again["status"]["conditions"][0]["lastTransitionTime"],
+            "2026-01-01T00:00:00Z"
+        );
+        assert_eq!(again["status"]["conditions"][0]["observedGeneration"], 3);
+        let flipped = patch(&old, "True", SYNCED, "done", now);
+        assert_eq!(
+            flipped["status"]["conditions"][0]["lastTransitionTime"],
+            now
+        );
+    }
+
+    #[test]
+    fn each_service_is_counted_once_where_its_last_sync_left_it() {
+        let states = States {
+            of: Mutex::default(),
+            gauge: Family::default(),
+        };
+        let denied = Stop::Cloud(ErrorKind::Denied);
+        let labels = |state, error_class| StateLabels { state, error_class };
+        let at = |l: StateLabels| states.gauge.get_or_create(&l).get();
+        states.count("default/a", Some(labels(denied.state(), denied.class())));
+        states.count("default/a", Some(labels(denied.state(), denied.class())));
+        states.count("default/b", Some(labels("synced", "none")));
+        assert_eq!(at(labels("retrying", "denied")), 1);
+        states.count("default/a", Some(labels("synced", "none")));
+        assert_eq!(at(labels("retrying", "denied")), 0);
+        assert_eq!(at(labels("synced", "none")), 2);
+        states.count("default/a", None);
+        states.count("default/a", None);
+        assert_eq!(at(labels("synced", "none")), 1);
+    }
+
+    #[test]
+    fn a_long_message_is_cut_at_the_api_servers_limit() {
+        let long = "é".repeat(MAX_MESSAGE + 5);
+        assert_eq!(truncated(&long).chars().count(), MAX_MESSAGE);
+        assert_eq!(truncated("short"), "short");
+    }
+}

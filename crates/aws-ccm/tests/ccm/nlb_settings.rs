@@ -1,0 +1,422 @@
+//! NLB settings past the Go CCM (issue 45): tags that follow
+//! `additional-resource-tags` on a live NLB, its listeners and target
+//! groups, from a fresh cluster and from the Go CCM's state. The real binary
+//! against the API test server and moto, mutations counted at the fault
+//! proxy.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aws_sdk_elasticloadbalancingv2 as elbv2;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+
+use crate::nlb::{lb_name, nlb_service};
+use crate::support::*;
+use crate::swap::{go_made_nlb, nodes_and_services, wait_hostname};
+
+const WAIT: Duration = Duration::from_secs(60);
+const TAGS: &str = "service.beta.kubernetes.io/aws-load-balancer-additional-resource-tags";
+const MARKER: &str = "kubernetes.io/cloud-controller/managed-tags";
+
+type TagMap = BTreeMap<String, String>;
+
+/// The tags of Service `svc`'s NLB, its listeners and its target groups,
+/// as (`nlb` | `listener` | `tg`, tags).
+async fn tags_by_kind(c: &elbv2::Client, svc: &Service) -> anyhow::Result<Vec<(String, TagMap)>> {
+    let arns = arns_of(c, svc).await?;
+    let described = c
+        .describe_tags()
+        .set_resource_arns(Some(arns.iter().map(|(_, a)| a.clone()).collect()))
+        .send()
+        .await?;
+    let mut out = Vec::new();
+    for (kind, arn) in arns {
+        let d = described
+            .tag_descriptions()
+            .iter()
+            .find(|d| d.resource_arn() == Some(arn.as_str()))
+            .ok_or_else(|| anyhow::anyhow!("no tags for {arn}"))?;
+        let tags = d
+            .tags()
+            .iter()
+            .map(|t| {
+                (
+                    t.key().unwrap_or_default().to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        out.push((kind, tags));
+    }
+    Ok(out)
+}
+
+/// The pairs of `tags` whose keys are in `keys` (what a check looks at).
+fn only(tags: &TagMap, keys: &[&str]) -> TagMap {
+    tags.iter()
+        .filter(|(k, _)| keys.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+fn pairs(p: &[(&str, &str)]) -> TagMap {
+    p.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Waits until the NLB, each listener and each target group of `svc`
+/// carry exactly `want` among the keys `watched`, and the ownership tags.
+async fn wait_tags(
+    c: &elbv2::Client,
+    svc: &Service,
+    watched: &[&str],
+    want: &TagMap,
+    ccm: &Ccm,
+) -> anyhow::Result<Vec<(String, TagMap)>> {
+    let cluster = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+    let key = format!("default/{}", svc.metadata.name.as_deref().unwrap());
+    eventually(&format!("tags {want:?} everywhere"), WAIT, || async {
+        let all = tags_by_kind(c, svc).await.ok()?;
+        let kinds: std::collections::BTreeSet<&str> = all.iter().map(|(k, _)| k.as_str()).collect();
+        (kinds.len() == 3
+            && all.iter().all(|(_, t)| {
+                only(t, watched) == *want
+                    && t.get(&cluster).map(String::as_str) == Some("owned")
+                    && t.get("kubernetes.io/service-name") == Some(&key)
+            }))
+        .then_some(all)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))
+}
+
+async fn set_tags(api: &Api<Service>, name: &str, value: Option<&str>) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"annotations": {TAGS: value}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// Someone else's tag on a resource: never the CCM's to remove.
+async fn tag_by_hand(c: &elbv2::Client, arn: &str, key: &str, value: &str) -> anyhow::Result<()> {
+    c.add_tags()
+        .resource_arns(arn)
+        .tags(elbv2::types::Tag::builder().key(key).value(value).build())
+        .send()
+        .await?;
+    Ok(())
+}
+
+async fn nlb_arn(c: &elbv2::Client, svc: &Service) -> anyhow::Result<String> {
+    let lbs = c
+        .describe_load_balancers()
+        .names(lb_name(svc))
+        .send()
+        .await?;
+    Ok(lbs.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap()
+        .to_string())
+}
+
+const WATCHED: &[&str] = &["team", "env", "cost", "owner", MARKER];
+
+/// A fresh cluster: the NLB, its listener and target group are created
+/// with the annotation's tags and the record of their keys; a changed
+/// annotation adds and removes exactly those keys on all three, leaves a
+/// tag someone else wrote, and a restart makes no call.
+#[tokio::test]
+async fn tags_follow_the_annotation_on_a_live_nlb_its_listeners_and_target_groups()
+-> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let c = elbv2::Client::new(&seeded.conf);
+    let svc = nodes_and_services(
+        &env,
+        &seeded,
+        &[nlb_service(
+            "web",
+            serde_json::json!({ TAGS: "team=a,env=prod" }),
+        )],
+    )
+    .await?
+    .remove(0);
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    wait_tags(
+        &c,
+        &svc,
+        WATCHED,
+        &pairs(&[("team", "a"), ("env", "prod"), (MARKER, "env,team")]),
+        &ccm,
+    )
+    .await?;
+    tag_by_hand(&c, &nlb_arn(&c, &svc).await?, "owner", "ops").await?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+
+    // Changed, added and removed keys.
+    set_tags(&api, "web", Some("team=b,cost=42")).await?;
+    let all = wait_tags(
+        &c,
+        &svc,
+        &["team", "env", "cost", MARKER],
+        &pairs(&[("team", "b"), ("cost", "42"), (MARKER, "cost,team")]),
+        &ccm,
+    )
+    .await?;
+    let owner: Vec<_> = all
+        .iter()
+        .map(|(k, t)| (k.as_str(), t.get("owner")))
+        .collect();
+    assert!(
+        owner.contains(&("nlb", Some(&"ops".to_string()))),
+        "{owner:?}"
+    );
+
+    // The annotation removed: its keys and the record go, the rest stays.
+    set_tags(&api, "web", None).await?;
+    let all = wait_tags(
+        &c,
+        &svc,
+        &["team", "env", "cost", MARKER],
+        &TagMap::new(),
+        &ccm,
+    )
+    .await?;
+    let nlb_tags = &all.iter().find(|(k, _)| k == "nlb").unwrap().1;
+    assert_eq!(nlb_tags.get("owner").map(String::as_str), Some("ops"));
+
+    // A fresh process finds nothing to write.
+    drop(ccm);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    env.finish().await
+}
+
+/// From the Go CCM's state: an NLB it made with the annotation's tags on
+/// the NLB, listener and target group, and no record. The swap makes no
+/// call; a changed annotation is then followed on all three, with the
+/// record written, and removing it removes what this CCM recorded.
+#[tokio::test]
+async fn after_a_swap_tags_follow_the_annotation_only_once_it_changes() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let c = elbv2::Client::new(&seeded.conf);
+    let svc = nodes_and_services(
+        &env,
+        &seeded,
+        &[nlb_service("web", serde_json::json!({ TAGS: "team=a" }))],
+    )
+    .await?
+    .remove(0);
+    go_made_nlb(&seeded, &svc, &[]).await?;
+    // The Go CCM's creates carry the annotation's tags (buildTags), on the
+    // listener too (createListenerV2), with the ownership tags.
+    for (kind, arn) in arns_of(&c, &svc).await? {
+        tag_by_hand(&c, &arn, "team", "a").await?;
+        if kind == "listener" {
+            let cluster = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+            tag_by_hand(&c, &arn, &cluster, "owned").await?;
+            tag_by_hand(&c, &arn, "kubernetes.io/service-name", "default/web").await?;
+        }
+    }
+
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    for (kind, t) in tags_by_kind(&c, &svc).await? {
+        assert_eq!(only(&t, WATCHED), pairs(&[("team", "a")]), "{kind}");
+    }
+
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    set_tags(&api, "web", Some("team=b,env=prod")).await?;
+    wait_tags(
+        &c,
+        &svc,
+        WATCHED,
+        &pairs(&[("team", "b"), ("env", "prod"), (MARKER, "env,team")]),
+        &ccm,
+    )
+    .await?;
+    let removed = proxy
+        .calls()
+        .iter()
+        .find(|(_, a, _)| *a == "RemoveTags")
+        .map(|(_, _, c)| c.received)
+        .unwrap_or(0);
+    assert_eq!(removed, 0, "nothing to remove yet");
+    set_tags(&api, "web", None).await?;
+    wait_tags(&c, &svc, WATCHED, &TagMap::new(), &ccm).await?;
+    env.finish().await
+}
+
+/// The ARNs of `svc`'s NLB, listeners and target groups.
+async fn arns_of(c: &elbv2::Client, svc: &Service) -> anyhow::Result<Vec<(String, String)>> {
+    let lb = nlb_arn(c, svc).await?;
+    let mut out = vec![("nlb".to_string(), lb.clone())];
+    let listeners = c.describe_listeners().load_balancer_arn(&lb).send().await?;
+    for l in listeners.listeners() {
+        out.push(("listener".into(), l.listener_arn().unwrap().to_string()));
+    }
+    let tgs = c
+        .describe_target_groups()
+        .load_balancer_arn(&lb)
+        .send()
+        .await?;
+    for g in tgs.target_groups() {
+        out.push(("tg".into(), g.target_group_arn().unwrap().to_string()));
+    }
+    Ok(out)
+}
+
+const TGA: &str = "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes";
+const TG_RECORD: &str = "aws-ccm/target-group-attributes";
+
+/// The attributes `keys` of `svc`'s (one) target group, and its record tag.
+async fn group_attributes(
+    c: &elbv2::Client,
+    svc: &Service,
+    keys: &[&str],
+) -> anyhow::Result<(TagMap, Option<String>)> {
+    let arns = arns_of(c, svc).await?;
+    let (_, tg) = arns
+        .iter()
+        .find(|(k, _)| k == "tg")
+        .ok_or_else(|| anyhow::anyhow!("no target group"))?;
+    let attrs = c
+        .describe_target_group_attributes()
+        .target_group_arn(tg)
+        .send()
+        .await?;
+    let got = attrs
+        .attributes()
+        .iter()
+        .filter(|a| a.key().is_some_and(|k| keys.contains(&k)))
+        .map(|a| {
+            (
+                a.key().unwrap().to_string(),
+                a.value().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let tags = tags_by_kind(c, svc).await?;
+    let record = tags
+        .iter()
+        .find(|(k, _)| k == "tg")
+        .and_then(|(_, t)| t.get(TG_RECORD).cloned());
+    Ok((got, record))
+}
+
+/// Every target group attribute AWS documents is applied through the
+/// fault proxy, which refuses what AWS refuses (moto takes anything); a
+/// changed value is applied, a dropped key returns to AWS's default and
+/// leaves the record, and a restart makes no call.
+#[tokio::test]
+async fn target_group_attributes_are_applied_changed_and_dropped_back_to_the_default()
+-> anyhow::Result<()> {
+    const DEREG: &str = "deregistration_delay.timeout_seconds";
+    const STICKY: &str = "stickiness.enabled";
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let c = elbv2::Client::new(&seeded.conf);
+    let svc = nodes_and_services(
+        &env,
+        &seeded,
+        &[nlb_service(
+            "web",
+            serde_json::json!({ TGA: format!("{DEREG}=30,{STICKY}=true") }),
+        )],
+    )
+    .await?
+    .remove(0);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    let expect = |dereg: &'static str, sticky: &'static str, record: Option<&'static str>| {
+        let c = c.clone();
+        let svc = svc.clone();
+        let want = (
+            pairs(&[(DEREG, dereg), (STICKY, sticky)]),
+            record.map(String::from),
+        );
+        async move {
+            eventually(&format!("attributes {want:?}"), WAIT, || async {
+                let got = group_attributes(&c, &svc, &[DEREG, STICKY]).await.ok()?;
+                (got == want).then_some(())
+            })
+            .await
+        }
+    };
+    let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    expect(
+        "30",
+        "true",
+        Some("deregistration_delay.timeout_seconds,stickiness.enabled"),
+    )
+    .await
+    .map_err(|e| logs(anyhow::anyhow!("{e}")))?;
+
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let patch = |v: Option<String>| serde_json::json!({"metadata": {"annotations": {TGA: v}}});
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&patch(Some(format!("{STICKY}=false")))),
+    )
+    .await?;
+    expect("300", "false", Some(STICKY))
+        .await
+        .map_err(|e| logs(anyhow::anyhow!("{e}")))?;
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch(None)))
+        .await?;
+    expect("300", "false", None)
+        .await
+        .map_err(|e| logs(anyhow::anyhow!("{e}")))?;
+
+    // The stand-in refuses what AWS refuses on an NLB's target group, and
+    // refused nothing the CCM sent.
+    let via_proxy = elbv2::Client::from_conf(
+        elbv2::config::Builder::from(&seeded.conf)
+            .endpoint_url(proxy.endpoint())
+            .build(),
+    );
+    let tg = arns_of(&c, &svc)
+        .await?
+        .into_iter()
+        .find(|(k, _)| k == "tg")
+        .unwrap()
+        .1;
+    let refused = via_proxy
+        .modify_target_group_attributes()
+        .target_group_arn(&tg)
+        .attributes(
+            elbv2::types::TargetGroupAttribute::builder()
+                .key("slow_start.duration_seconds")
+                .value("30")
+                .build(),
+        )
+        .send()
+        .await
+        .expect_err("an ALB attribute on an NLB's target group is refused");
+    assert_eq!(
+        refused.as_service_error().and_then(|e| e.meta().code()),
+        Some("ValidationError")
+    );
+    let faulted: u64 = proxy
+        .calls()
+        .iter()
+        .filter(|(_, a, _)| *a == "ModifyTargetGroupAttributes")
+        .map(|(_, _, c)| c.faulted)
+        .sum();
+    assert_eq!(faulted, 1, "only the test's own call was refused");
+
+    drop(ccm);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    env.finish().await
+}

@@ -1,0 +1,153 @@
+//! ELBv2's refusal of a target group attribute an NLB's target group does
+//! not take, which moto does not make: moto 5.2.5 stores any key and most
+//! values. `ModifyTargetGroupAttributes` on a target group of an NLB's
+//! protocols (TCP, UDP, TCP_UDP, TLS) gets AWS's `ValidationError` for a key
+//! AWS does not document for it ("Target group attribute key 'x' is not
+//! recognized") or a value out of its range, as the ELBv2 API reference
+//! (`TargetGroupAttribute`) lists them.
+//!
+//! The proxy reads the target group from moto itself (not counted, faulted
+//! or recorded); a group moto does not know, or an ALB's, is left to moto.
+
+use http::HeaderMap;
+
+use super::State;
+use super::errors::AwsError;
+use super::iam::{ask_upstream_as, elements, first, form_escape};
+use super::request::signing_region;
+use super::throttle::SERVICE_ELBV2;
+
+/// The values AWS takes for each attribute of an NLB's target group.
+fn takes(key: &str, v: &str) -> Option<bool> {
+    let switch = v == "true" || v == "false";
+    let seconds = |hi: u32| v.parse::<u32>().is_ok_and(|n| n <= hi);
+    let off_or = |hi: u32| v == "off" || v.parse::<u32>().is_ok_and(|n| (1..=hi).contains(&n));
+    Some(match key {
+        "deregistration_delay.timeout_seconds" => seconds(3600),
+        "deregistration_delay.connection_termination.enabled"
+        | "stickiness.enabled"
+        | "proxy_protocol_v2.enabled"
+        | "preserve_client_ip.enabled"
+        | "target_health_state.unhealthy.connection_termination.enabled" => switch,
+        "stickiness.type" => v == "source_ip",
+        "load_balancing.cross_zone.enabled" => switch || v == "use_load_balancer_configuration",
+        "target_group_health.dns_failover.minimum_healthy_targets.count"
+        | "target_group_health.unhealthy_state_routing.minimum_healthy_targets.count" => {
+            off_or(u32::MAX)
+        }
+        "target_group_health.dns_failover.minimum_healthy_targets.percentage"
+        | "target_group_health.unhealthy_state_routing.minimum_healthy_targets.percentage" => {
+            off_or(100)
+        }
+        "target_health_state.unhealthy.draining_interval_seconds" => seconds(360_000),
+        _ => return None,
+    })
+}
+
+/// The request's attributes, in order.
+fn attributes(params: &[(String, String)]) -> Vec<(String, String)> {
+    let get = |name: String| {
+        params
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+    };
+    (1..)
+        .map_while(|i| {
+            let key = get(format!("Attributes.member.{i}.Key"))?;
+            Some((
+                key,
+                get(format!("Attributes.member.{i}.Value")).unwrap_or_default(),
+            ))
+        })
+        .collect()
+}
+
+/// What AWS answers for `attrs` on an NLB's target group, if it refuses.
+fn refusal(attrs: &[(String, String)]) -> Option<AwsError> {
+    for (key, value) in attrs {
+        match takes(key, value) {
+            None => {
+                return Some(AwsError::new(
+                    400,
+                    "ValidationError",
+                    format!("Target group attribute key '{key}' is not recognized"),
+                ));
+            }
+            Some(false) => {
+                return Some(AwsError::new(
+                    400,
+                    "ValidationError",
+                    format!("Target group attribute '{key}' has an invalid value '{value}'"),
+                ));
+            }
+            Some(true) => {}
+        }
+    }
+    None
+}
+
+/// AWS's refusal of a `ModifyTargetGroupAttributes` an NLB's target group
+/// does not take.
+pub(super) async fn refuse(
+    state: &State,
+    headers: &HeaderMap,
+    service: &str,
+    action: &str,
+    params: &[(String, String)],
+) -> Option<AwsError> {
+    if service != SERVICE_ELBV2 || action != "ModifyTargetGroupAttributes" {
+        return None;
+    }
+    let answer = refusal(&attributes(params))?;
+    let arn = params
+        .iter()
+        .find(|(k, _)| k == "TargetGroupArn")
+        .map(|(_, v)| v)?;
+    let region = signing_region(headers).unwrap_or_else(|| "us-east-1".into());
+    let body = format!(
+        "Action=DescribeTargetGroups&Version=2015-12-01&TargetGroupArns.member.1={}",
+        form_escape(arn)
+    );
+    let xml = ask_upstream_as(state, SERVICE_ELBV2, &region, body).await?;
+    let protocol = elements(&xml, "TargetGroups")
+        .into_iter()
+        .flat_map(|groups| elements(groups, "member"))
+        .find_map(|g| first(g, "Protocol"))?;
+    ["TCP", "UDP", "TCP_UDP", "TLS"]
+        .contains(&protocol.as_str())
+        .then_some(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        let mut params = Vec::new();
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            params.push((format!("Attributes.member.{}.Key", i + 1), k.to_string()));
+            params.push((format!("Attributes.member.{}.Value", i + 1), v.to_string()));
+        }
+        attributes(&params)
+    }
+
+    #[test]
+    fn an_nlb_target_group_takes_only_what_aws_documents() {
+        assert!(refusal(&attrs(&[("deregistration_delay.timeout_seconds", "30")])).is_none());
+        assert!(
+            refusal(&attrs(&[
+                ("stickiness.enabled", "true"),
+                ("stickiness.type", "source_ip")
+            ]))
+            .is_none()
+        );
+        let unknown = refusal(&attrs(&[("slow_start.duration_seconds", "30")])).expect("refused");
+        assert!(unknown.message.contains("is not recognized"), "{unknown:?}");
+        assert!(refusal(&attrs(&[("deregistration_delay.timeout_seconds", "3601")])).is_some());
+        assert!(refusal(&attrs(&[("stickiness.type", "lb_cookie")])).is_some());
+        assert!(refusal(&attrs(&[("proxy_protocol_v2.enabled", "yes")])).is_some());
+        // The second attribute of a call is checked too.
+        assert!(refusal(&attrs(&[("stickiness.enabled", "true"), ("bogus", "1")])).is_some());
+    }
+}
