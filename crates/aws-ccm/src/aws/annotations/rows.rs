@@ -347,7 +347,6 @@ pub(crate) fn lb_attributes(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(
     Ok(())
 }
 
-s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
 pub(crate) fn ip_address_type(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.dualstack = match v {
         "" | "ipv4" => false,

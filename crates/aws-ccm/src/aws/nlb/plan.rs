@@ -209,7 +209,9 @@ fn created(
     want_groups: &BTreeSet<String>,
     changes: &mut Vec<Change>,
 ) -> ActualLb {
-    let tags = desired.applied.tagged(&with_protection(desired, desired.create_tags()));
+    let tags = desired
+        .applied
+        .tagged(&with_protection(desired, desired.create_tags()));
     changes.push(Change::CreateLoadBalancer {
         internal: desired.internal,
         ip_address_type: desired.ip_address_type.clone(),
@@ -295,7 +297,10 @@ fn load_balancer_tags(desired: &Desired) -> BTreeMap<String, String> {
 
 /// `tags` with [`tags::DELETION_PROTECTION_TAG`] `on` while the Service
 /// protects the NLB.
-fn with_protection(desired: &Desired, mut tags: BTreeMap<String, String>) -> BTreeMap<String, String> {
+fn with_protection(
+    desired: &Desired,
+    mut tags: BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     if desired.deletion_protection == Some(true) {
         tags.insert(tags::DELETION_PROTECTION_TAG.into(), "on".into());
     }
