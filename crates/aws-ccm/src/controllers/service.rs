@@ -46,11 +46,12 @@ use super::schedule::settle::Settle;
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::load_balancers::{
-    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, TYPE, is_external, is_protected,
+    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, is_external, is_protected,
     next_resync_slot_at,
 };
 
 mod condition;
+mod deletion;
 mod due;
 mod scope;
 
@@ -651,11 +652,10 @@ impl<L: LoadBalancers> ServiceController<L> {
             self.events
                 .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
                 .await;
-            match self
-                .lbs
+            let deleted = (self.lbs)
                 .ensure_deleted(&key(svc), &uid, is_protected(svc))
-                .await
-            {
+                .await;
+            match deleted {
                 Ok(removed) => kept = removed.kept,
                 Err(e) if may_wait && e.in_use() => {
                     tracing::info!(error = %e, "an AWS resource is still in use; retrying soon");
@@ -680,26 +680,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             tracing::warn!(error = %e, "failed to remove the finalizer");
             return Outcome::Failed;
         }
-        if handed_over {
-            let name = self.lbs.name(&uid);
-            let value = svc.annotations().get(TYPE).cloned().unwrap_or_default();
-            tracing::info!(load_balancer = %name, "handed to another controller: left in AWS as it is");
-            let note = format!(
-                "Left load balancer {name} in AWS as it is: the Service is handed to another controller ({TYPE}: {value}), so nothing was deleted and the finalizer {FINALIZER} is released"
-            );
-            self.events
-                .normal(&obj, "LoadBalancerHandedOver", note)
-                .await;
-        } else if let Some(what) = kept {
-            let note = format!(
-                "Kept the protected {what} in AWS with its listeners, target groups and own security group; its node targets and node security-group rules were removed (the Service's node ports are released), and the finalizer {FINALIZER} is released. `aws-ccm orphans` lists it as protected, kept, and never deletes it"
-            );
-            self.events.normal(&obj, "LoadBalancerKept", note).await;
-        } else {
-            self.events
-                .normal(&obj, "DeletedLoadBalancer", "Deleted load balancer")
-                .await;
-        }
+        self.deletion_event(svc, &uid, handed_over, kept).await;
         condition::cleared(api, svc).await;
         Outcome::Done
     }

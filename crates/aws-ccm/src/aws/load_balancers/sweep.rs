@@ -434,13 +434,7 @@ impl super::AwsLoadBalancers {
             .target_groups
             .iter()
             .all(|tg| arn_of(&tg.name).is_some());
-        // Tags that follow the annotation: when the NLB's must change, its
-        // listeners' are read (and so the listeners) with them.
-        let tags_follow =
-            !desired.additional_tags.is_empty() || lb.tags.contains_key(tags::MANAGED_TAGS_TAG);
-        let tags_change = tags_follow
-            && !tags::follow_annotation(&desired.tags, &desired.additional_tags, &lb.tags)
-                .is_empty();
+        let (tags_follow, tags_change) = tags_follow_annotation(desired, &lb.tags);
         // Turning off the protection this CCM set needs AWS's attribute as
         // it is: the settings digest cannot tell it (the Service no longer
         // writes the key).
@@ -681,6 +675,19 @@ impl LbSweep {
         }
         Ok(groups)
     }
+}
+
+/// Whether the NLB's tags follow `additional-resource-tags` (its
+/// listeners' tags are then read, and so the listeners, with them), and
+/// whether the NLB's own must change.
+fn tags_follow_annotation(
+    desired: &nlb::Desired,
+    have: &std::collections::BTreeMap<String, String>,
+) -> (bool, bool) {
+    let follow = !desired.additional_tags.is_empty() || have.contains_key(tags::MANAGED_TAGS_TAG);
+    let change = follow
+        && !tags::follow_annotation(&desired.tags, &desired.additional_tags, have).is_empty();
+    (follow, change)
 }
 
 #[cfg(test)]
