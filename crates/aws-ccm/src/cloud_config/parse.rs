@@ -195,7 +195,7 @@ impl<'a> Parser<'a> {
                 cfg.supported_topology_instance_type_pattern = text()
             }
             "NLBSecurityGroupMode" => set_nlb_group_mode(cfg, value),
-            "NLBNodeIngress" => cfg.nlb_node_ingress = parse_node_ingress(value)?,
+            "NLBNodeIngress" => set_node_ingress(cfg, value),
             other => {
                 return Err(format!(
                     "{other} is listed as a [Global] key but not handled; report this as a bug"
@@ -342,17 +342,20 @@ fn set_nlb_group_mode(cfg: &mut CloudConfig, value: &str) {
     };
 }
 
-/// This CCM's key, unknown to the Go CCM: a value it does not know stops
-/// start-up (an operator who sets it asks for a change of rules, and a
-/// misspelt one must not silently keep the CIDR rules).
-fn parse_node_ingress(value: &str) -> Result<NlbNodeIngress, String> {
-    match value {
-        "" | "Cidr" => Ok(NlbNodeIngress::Cidr),
-        "LoadBalancerGroup" => Ok(NlbNodeIngress::LoadBalancerGroup),
-        _ => Err(format!(
-            "{value:?} is not a node ingress mode: Cidr (the default, the Go CCM's per-port rules) or LoadBalancerGroup (one rule admitting the NLB's own security group), case-sensitive"
-        )),
-    }
+/// This CCM's key, unknown to the Go CCM, which starts whatever its value:
+/// a value this CCM does not know is skipped, saying so, and the Go CCM's
+/// CIDR rules (the default) stay.
+fn set_node_ingress(cfg: &mut CloudConfig, value: &str) {
+    cfg.nlb_node_ingress = match value {
+        "" | "Cidr" => NlbNodeIngress::Cidr,
+        "LoadBalancerGroup" => NlbNodeIngress::LoadBalancerGroup,
+        _ => {
+            cfg.tolerated.push(format!(
+                "NLBNodeIngress {value:?} is skipped (the Go CCM skips the whole key), so the Go CCM's per-port CIDR rules stay: use Cidr or LoadBalancerGroup (case-sensitive)"
+            ));
+            NlbNodeIngress::Cidr
+        }
+    };
 }
 
 /// Upstream treats 0 (and an empty value) as "the default, 10256". A number

@@ -127,7 +127,7 @@ pub(crate) const CLASSES: &[Class] = &[
     c("NLBNodeIngress", "documented", "LoadBalancerGroup", Ignores).here(Uses, "this CCM's key (docs/nlb.md): an NLB with a security group gets one node rule admitting it"),
     c("NLBNodeIngress", "default", "Cidr", Ignores),
     c("NLBNodeIngress", "empty", "", Ignores),
-    c("NLBNodeIngress", "unknown word", "loadbalancergroup", Ignores).here(FailsAtStart, "this CCM's key: refused at start-up with the file, line and what is allowed, so that a misspelt mode does not keep the rules it was set to replace"),
+    c("NLBNodeIngress", "unknown word", "loadbalancergroup", Ignores).here(Skips, "this CCM's key: skipped with a log line naming the value and what is allowed; the CIDR rules stay"),
 ];
 
 /// Every `[Global]` key has classes (the upstream names' test checks the
