@@ -1882,6 +1882,13 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
             .cloned()
     };
     let rules = || async { node_group_rules(&cloud.ec2, &cloud.node_group).await.ok() };
+    // This NLB's CIDR and MTU rules and the group rule.
+    let ours_and_group = || async {
+        let r = rules().await?.into_iter();
+        Some(BTreeSet::from_iter(
+            r.filter(|r| ours(&r.3) || r.3 == group_rule),
+        ))
+    };
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let fail = |ccm: &Ccm| {
         let logs = ccm.logs();
@@ -1950,11 +1957,7 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
         group_rule.to_string(),
     )]);
     eventually("the group rule alone", WAIT, || async {
-        let r: BTreeSet<_> = rules()
-            .await?
-            .into_iter()
-            .filter(|r| ours(&r.3) || r.3 == group_rule)
-            .collect();
+        let r = ours_and_group().await?;
         (r == want).then_some(())
     })
     .await
@@ -1965,11 +1968,7 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
     std::fs::write(&env.cloud_conf, &managed)?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     eventually("the CIDR rules back", WAIT, || async {
-        let r: BTreeSet<_> = rules()
-            .await?
-            .into_iter()
-            .filter(|r| ours(&r.3) || r.3 == group_rule)
-            .collect();
+        let r = ours_and_group().await?;
         (r == go_rules).then_some(())
     })
     .await
@@ -1983,11 +1982,7 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
     )?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     eventually("the group rule again", WAIT, || async {
-        let r: BTreeSet<_> = rules()
-            .await?
-            .into_iter()
-            .filter(|r| ours(&r.3) || r.3 == group_rule)
-            .collect();
+        let r = ours_and_group().await?;
         (r == want).then_some(())
     })
     .await
