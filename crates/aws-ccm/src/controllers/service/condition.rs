@@ -192,16 +192,7 @@ pub(super) async fn cleared(api: &Api<Service>, svc: &Service) {
     }
     let body =
         serde_json::json!({"status": {"conditions": [{"type": CONDITION, "$patch": "delete"}]}});
-    if let Err(e) = api
-        .patch_status(
-            &svc.name_any(),
-            &PatchParams::default(),
-            &Patch::Strategic(body),
-        )
-        .await
-    {
-        tracing::warn!(error = %e, condition = CONDITION, "failed to remove the Service's sync condition");
-    }
+    patch_status(api, svc, body, "remove").await;
 }
 
 /// A write of the sync to the API server (`what`: "add the finalizer")
@@ -242,18 +233,17 @@ fn patch(svc: &Service, status: &str, reason: &str, message: &str, now: &str) ->
 
 async fn write(api: &Api<Service>, svc: &Service, status: &str, reason: &str, message: &str) {
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let body = patch(svc, status, reason, message, &now);
-    // A failed write is only logged: the next sync writes it again, and
-    // the sync's own outcome (and its event) stands either way.
-    if let Err(e) = api
-        .patch_status(
-            &svc.name_any(),
-            &PatchParams::default(),
-            &Patch::Strategic(body),
-        )
-        .await
-    {
-        tracing::warn!(error = %e, condition = CONDITION, "failed to write the Service's sync condition");
+    patch_status(api, svc, patch(svc, status, reason, message, &now), "write").await;
+}
+
+/// Sends `body`, a strategic merge patch of the condition, to the status
+/// of `svc` (`what`: "write", "remove"). A failed write is only logged: the
+/// next sync writes it again, and the sync's own outcome (and its event)
+/// stands either way.
+async fn patch_status(api: &Api<Service>, svc: &Service, body: serde_json::Value, what: &str) {
+    let params = PatchParams::default();
+    if let Err(e) = (api.patch_status(&svc.name_any(), &params, &Patch::Strategic(body))).await {
+        tracing::warn!(error = %e, condition = CONDITION, "failed to {what} the Service's sync condition");
     }
 }
 
