@@ -183,8 +183,9 @@ pub(super) async fn stopped(api: &Api<Service>, svc: &Service, stop: Stop, messa
     }
 }
 
-/// `svc` no longer wants a load balancer of this CCM: out of the gauge,
-/// and its condition removed (a Service being deleted keeps it).
+/// `svc` no longer wants a load balancer of this CCM (deleted, another
+/// type, handed to another controller): out of the gauge, and its condition
+/// removed (a Service being deleted keeps it).
 pub(super) async fn cleared(api: &Api<Service>, svc: &Service) {
     forget(&super::key(svc));
     if svc.metadata.deletion_timestamp.is_some() || current(svc).is_none() {
@@ -200,6 +201,11 @@ pub(super) async fn cleared(api: &Api<Service>, svc: &Service) {
 pub(super) async fn write_failed(api: &Api<Service>, svc: &Service, what: &str, e: &kube::Error) {
     let message = format!("failed to {what}: {e}; retried with backoff");
     stopped(api, svc, Stop::Kubernetes, &message).await;
+}
+
+/// Whether `svc` carries the condition (this CCM wrote it).
+pub(super) fn carried(svc: &Service) -> bool {
+    current(svc).is_some()
 }
 
 fn current(svc: &Service) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
