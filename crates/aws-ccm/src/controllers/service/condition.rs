@@ -27,7 +27,8 @@ use crate::provider::ErrorKind;
 pub(super) const CONDITION: &str = "LoadBalancerSynced";
 /// Its reason when the last sync finished.
 const SYNCED: &str = "Synced";
-/// The API server's limit on a condition's message.
+/// The API server's limit on a condition's message, in bytes (Go's `len`
+/// in apimachinery's `ValidateCondition`).
 const MAX_MESSAGE: usize = 32 * 1024;
 
 /// Why a sync stopped short.
@@ -213,11 +214,13 @@ fn current(svc: &Service) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta:
     conditions.iter().find(|c| c.type_ == CONDITION)
 }
 
+/// `message` cut to at most [`MAX_MESSAGE`] bytes, at a character's end.
 fn truncated(message: &str) -> String {
-    match message.char_indices().nth(MAX_MESSAGE) {
-        Some((at, _)) => message[..at].to_string(),
-        None => message.to_string(),
+    let mut end = message.len().min(MAX_MESSAGE);
+    while !message.is_char_boundary(end) {
+        end -= 1;
     }
+    message.get(..end).unwrap_or_default().to_string()
 }
 
 /// The condition, as a strategic merge patch of the status: the transition
@@ -309,7 +312,10 @@ mod tests {
     #[test]
     fn a_long_message_is_cut_at_the_api_servers_limit() {
         let long = "é".repeat(MAX_MESSAGE + 5);
-        assert_eq!(truncated(&long).chars().count(), MAX_MESSAGE);
+        // Bytes, as the API server counts: 16,384 two-byte characters.
+        assert_eq!(truncated(&long).len(), MAX_MESSAGE);
+        assert_eq!(truncated(&long).chars().count(), MAX_MESSAGE / 2);
+        assert_eq!(truncated(&format!("a{long}")).len(), MAX_MESSAGE - 1);
         assert_eq!(truncated("short"), "short");
     }
 }
