@@ -411,6 +411,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         let triggers = keyed::scan_at_changes(&stop, changes, || self.scan());
         // The queue waits for running syncs before it returns.
         tokio::join!(triggers, work);
+        condition::forget_all();
     }
 
     /// Adds to the queue every Service a change made due, and forgets the

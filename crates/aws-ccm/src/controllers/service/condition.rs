@@ -9,6 +9,12 @@
 //! the Go CCM whose syncs did there, gets no status write from it. The
 //! write is a strategic merge patch keyed on the condition's `type`, so
 //! other writers' conditions stay.
+//!
+//! The gauge needs where each Service was counted, to move it: that map
+//! is here, keyed as the controller's state and forgotten where that is (a
+//! deleted Service at the scan), and besides at a sync that finds the
+//! Service no longer this CCM's ([`cleared`]) and when the controller
+//! stops ([`forget_all`]).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -126,6 +132,15 @@ impl States {
     }
 }
 
+impl States {
+    /// Counts no Service at all.
+    fn clear(&self) {
+        for (_, labels) in self.of.lock().drain() {
+            self.gauge.get_or_create(&labels).dec();
+        }
+    }
+}
+
 static STATES: LazyLock<States> = LazyLock::new(|| States {
     of: Mutex::default(),
     gauge: crate::metrics::registered(
@@ -142,6 +157,13 @@ fn count(key: &str, labels: Option<StateLabels>) {
 /// The Service of `key` is gone, or no longer this CCM's: out of the gauge.
 pub(super) fn forget(key: &str) {
     count(key, None);
+}
+
+/// The controller stopped (this process lost the lease, or shuts down):
+/// it counts no Service, so a standby reports none, and a Service deleted
+/// meanwhile is not counted by the next term (whose scan never saw it).
+pub(super) fn forget_all() {
+    STATES.clear();
 }
 
 /// The last sync of `svc` finished.
@@ -307,6 +329,10 @@ mod tests {
         states.count("default/a", None);
         states.count("default/a", None);
         assert_eq!(at(labels("synced", "none")), 1);
+        states.count("default/c", Some(labels(denied.state(), denied.class())));
+        states.clear();
+        assert_eq!(at(labels("synced", "none")), 0);
+        assert_eq!(at(labels("retrying", "denied")), 0);
     }
 
     #[test]
