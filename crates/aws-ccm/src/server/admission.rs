@@ -128,7 +128,7 @@ async fn review(State(admission): State<Arc<ServiceAdmission>>, body: Body) -> R
 
 /// The AdmissionReview answering `review`: allowed, with a warning for each
 /// value the Service's load balancer sync refuses, holds or ignores.
-pub fn answer(cloud: &CloudConfig, review: &Value) -> Result<Value, String> {
+fn answer(cloud: &CloudConfig, review: &Value) -> Result<Value, String> {
     if review.get("apiVersion").and_then(Value::as_str) != Some("admission.k8s.io/v1")
         || review.get("kind").and_then(Value::as_str) != Some("AdmissionReview")
     {
