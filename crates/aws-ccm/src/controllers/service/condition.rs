@@ -198,7 +198,7 @@ pub(super) async fn stopped(api: &Api<Service>, svc: &Service, stop: Stop, messa
             error_class: stop.class(),
         }),
     );
-    let message = truncated(message);
+    let message = truncated(&without_request_id(message));
     let same = current(svc)
         .is_some_and(|c| c.status == "False" && c.reason == stop.reason() && c.message == message);
     if !same {
@@ -234,6 +234,24 @@ pub(super) fn carried(svc: &Service) -> bool {
 fn current(svc: &Service) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     let conditions = svc.status.as_ref()?.conditions.as_ref()?;
     conditions.iter().find(|c| c.type_ == CONDITION)
+}
+
+/// `message` without the AWS request IDs it names (`" (request id …)"`,
+/// the door's error text): a new one at each retry of the same failure
+/// would otherwise make each retry a status write. The event keeps them.
+fn without_request_id(message: &str) -> String {
+    const MARK: &str = " (request id ";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some((before, after)) = rest.split_once(MARK) {
+        let Some((_, tail)) = after.split_once(')') else {
+            break;
+        };
+        out.push_str(before);
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `message` cut to at most [`MAX_MESSAGE`] bytes, at a character's end.
@@ -333,6 +351,20 @@ mod tests {
         states.clear();
         assert_eq!(at(labels("synced", "none")), 0);
         assert_eq!(at(labels("retrying", "denied")), 0);
+    }
+
+    #[test]
+    fn a_retry_of_the_same_failure_writes_the_same_message() {
+        let at = |id: &str| {
+            format!("ELB CreateLoadBalancer failed after 1 attempt(s): AccessDenied: no (request id {id}). Grant it")
+        };
+        let once = without_request_id(&at("a-1"));
+        assert_eq!(once, without_request_id(&at("b-2")));
+        assert_eq!(
+            once,
+            "ELB CreateLoadBalancer failed after 1 attempt(s): AccessDenied: no. Grant it"
+        );
+        assert_eq!(without_request_id("x (request id y"), "x (request id y");
     }
 
     #[test]
