@@ -292,10 +292,7 @@ mod tests {
         tokio::time::pause();
         let endless = futures::stream::pending::<Result<Bytes, std::io::Error>>();
         let started = tokio::time::Instant::now();
-        let answer = app
-            .oneshot(post(Body::from_stream(endless)))
-            .await
-            .unwrap();
+        let answer = app.oneshot(post(Body::from_stream(endless))).await.unwrap();
         assert_eq!(answer.status(), StatusCode::REQUEST_TIMEOUT);
         assert_eq!(started.elapsed(), READ_TIMEOUT);
     }

@@ -361,7 +361,10 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
 /// then turned into a ClusterIP: its condition goes and the gauge forgets
 /// it. The controller has nothing else to do for it, and it was still
 /// counted as waiting for a fix, its condition still `False`.
-async fn refused_then_left_type_load_balancer(services: &Api<Service>, ccm: &Ccm) -> anyhow::Result<()> {
+async fn refused_then_left_type_load_balancer(
+    services: &Api<Service>,
+    ccm: &Ccm,
+) -> anyhow::Result<()> {
     let svc = lb_service(
         "left",
         serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "often"}),
@@ -371,16 +374,21 @@ async fn refused_then_left_type_load_balancer(services: &Api<Service>, ccm: &Ccm
         sync_condition(services.get("left").await.ok()?).filter(|c| c.reason == "RefusedValue")
     })
     .await?;
-    let waiting = "aws_ccm_service_sync_state{state=\"waiting_for_fix\",error_class=\"refused_value\"}";
+    let waiting =
+        "aws_ccm_service_sync_state{state=\"waiting_for_fix\",error_class=\"refused_value\"}";
     metrics_with(&ccm.https_addr().await?, &[&format!("{waiting} 1")], WAIT).await?;
     let cluster_ip = serde_json::json!({"spec": {"type": "ClusterIP"}});
     services
         .patch("left", &PatchParams::default(), &Patch::Merge(&cluster_ip))
         .await?;
-    eventually("the condition of the Service no longer a load balancer gone", WAIT, || async {
-        let svc = services.get("left").await.ok()?;
-        sync_condition(svc).is_none().then_some(())
-    })
+    eventually(
+        "the condition of the Service no longer a load balancer gone",
+        WAIT,
+        || async {
+            let svc = services.get("left").await.ok()?;
+            sync_condition(svc).is_none().then_some(())
+        },
+    )
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     metrics_with(&ccm.https_addr().await?, &[&format!("{waiting} 0")], WAIT).await?;

@@ -1788,7 +1788,11 @@ fn validate_conditions(def: &ResourceDef, name: &str, obj: &Value) -> Result<(),
             })
         };
         if !types.insert(text("type").to_string()) {
-            cause("FieldValueDuplicate", "type", format!("Duplicate value: {:?}", text("type")));
+            cause(
+                "FieldValueDuplicate",
+                "type",
+                format!("Duplicate value: {:?}", text("type")),
+            );
         }
         if !matches!(text("status"), "True" | "False" | "Unknown") {
             let message = format!(
@@ -1798,13 +1802,25 @@ fn validate_conditions(def: &ResourceDef, name: &str, obj: &Value) -> Result<(),
             cause("FieldValueNotSupported", "status", message);
         }
         if text("lastTransitionTime").is_empty() {
-            cause("FieldValueRequired", "lastTransitionTime", "Required value: must be set".into());
+            cause(
+                "FieldValueRequired",
+                "lastTransitionTime",
+                "Required value: must be set".into(),
+            );
         }
         let reason = text("reason");
         if reason.is_empty() {
-            cause("FieldValueRequired", "reason", "Required value: must be set".into());
+            cause(
+                "FieldValueRequired",
+                "reason",
+                "Required value: must be set".into(),
+            );
         } else if !reason_ok(reason) || reason.len() > MAX_REASON {
-            cause("FieldValueInvalid", "reason", format!("Invalid value: {reason:?}"));
+            cause(
+                "FieldValueInvalid",
+                "reason",
+                format!("Invalid value: {reason:?}"),
+            );
         }
         if text("message").len() > MAX_MESSAGE {
             let message = format!("Too long: may not be more than {MAX_MESSAGE} bytes");
@@ -2055,7 +2071,13 @@ mod tests {
         let w = writer();
         let svc = idx("services");
         let spec = json!({"type": "LoadBalancer", "ports": [{"port": 80}]});
-        let created = s.create(svc, "default", json!({"metadata": {"name": "lb"}, "spec": spec}), &w, false);
+        let created = s.create(
+            svc,
+            "default",
+            json!({"metadata": {"name": "lb"}, "spec": spec}),
+            &w,
+            false,
+        );
         assert!(created.is_ok());
         let with = |message: String, reason: &str| {
             let condition = json!({"type": "LoadBalancerSynced", "status": "False", "reason": reason,
@@ -2069,7 +2091,10 @@ mod tests {
         // 16,385 characters, 32,770 bytes: Go's len counts bytes.
         let (code, message) = with("é".repeat(16 * 1024 + 1), "RefusedValue").unwrap_err();
         assert_eq!(code, 422);
-        assert!(message.contains("status.conditions[0].message: Too long"), "{message}");
+        assert!(
+            message.contains("status.conditions[0].message: Too long"),
+            "{message}"
+        );
         let (code, message) = with("a".into(), "Refused value").unwrap_err();
         assert_eq!(code, 422);
         assert!(message.contains("status.conditions[0].reason"), "{message}");

@@ -356,7 +356,9 @@ mod tests {
     #[test]
     fn a_retry_of_the_same_failure_writes_the_same_message() {
         let at = |id: &str| {
-            format!("ELB CreateLoadBalancer failed after 1 attempt(s): AccessDenied: no (request id {id}). Grant it")
+            format!(
+                "ELB CreateLoadBalancer failed after 1 attempt(s): AccessDenied: no (request id {id}). Grant it"
+            )
         };
         let once = without_request_id(&at("a-1"));
         assert_eq!(once, without_request_id(&at("b-2")));
