@@ -354,9 +354,6 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
     env.finish().await
 }
 
-/// Upstream's `UnAvailableLoadBalancer` Warning when a LoadBalancer Service
-/// has no node to send traffic to; the load balancer is still made.
-
 /// A Service refused before it had a load balancer (so no finalizer),
 /// then turned into a ClusterIP: its condition goes and the gauge forgets
 /// it. The controller has nothing else to do for it, and it was still
@@ -396,6 +393,8 @@ async fn refused_then_left_type_load_balancer(
     Ok(())
 }
 
+/// Upstream's `UnAvailableLoadBalancer` Warning when a LoadBalancer Service
+/// has no node to send traffic to; the load balancer is still made.
 #[tokio::test]
 async fn a_load_balancer_without_nodes_gets_upstreams_unavailable_event() -> anyhow::Result<()> {
     let env = Env::start().await?;
