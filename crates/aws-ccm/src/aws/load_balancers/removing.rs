@@ -129,13 +129,17 @@ impl AwsLoadBalancers {
     /// Service now asks for a classic ELB) only cleans up an NLB that exists
     /// and this CCM created. A protected NLB (`protected`, or AWS's own
     /// deletion protection: [`Self::nlb_protected`]) is kept by a deletion
-    /// ([`Self::keep_nlb`]); its handover is refused.
+    /// ([`Self::keep_nlb`]); its handover is refused. `clb_kept`: the
+    /// Service's classic ELB was kept, and with it its `k8s-elb-<name>`
+    /// group, which is then not the group of an NLB of the earlier aws-ccm
+    /// name scheme (the same name) to delete.
     pub(super) async fn delete_nlb(
         &self,
         service_key: &str,
         uid: &str,
         handover: bool,
         protected: bool,
+        clb_kept: bool,
     ) -> Result<Removed, CloudError> {
         let aws = &self.aws;
         let thorough = !handover;
@@ -170,7 +174,10 @@ impl AwsLoadBalancers {
         let target_groups =
             nlb::read::groups_to_delete(aws, lb_arn, thorough.then_some(service_key)).await?;
         // The Service's managed group, looked up by name.
-        let names = self.nlb_group_names(service_key, uid);
+        let mut names = self.nlb_group_names(service_key, uid);
+        if clb_kept {
+            names.retain(|n| *n != elb::owned_group_name(&name));
+        }
         let found = self.cluster_groups_named(names.clone()).await?;
         let actual = nlb::Actual {
             lb,
