@@ -379,8 +379,8 @@ fn tag_changes(
 /// A target group to create: then its attributes and targets.
 fn new_target_group_changes(desired: &Desired, tg: &TargetGroup, changes: &mut Vec<Change>) {
     let mut tags = desired.create_tags();
-    if let Some(record) = attribute_record(&desired.target_group_attributes)
-        && !desired.target_group_attributes.is_empty()
+    if let Some(record) =
+        tags::record_value(&tags::recordable(desired.target_group_attributes.keys()))
         && tags.len() < tags::MAX_LB_TAGS
     {
         tags.insert(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record);
@@ -449,7 +449,7 @@ fn target_group_attribute_changes(
     let want = &desired.target_group_attributes;
     let recorded = tags::recorded_keys(&have.tags, tags::TARGET_GROUP_ATTRIBUTES_TAG);
     let mut attrs = attribute_delta(want, &have.attributes);
-    for (key, default) in attributes::defaults_of_dropped(&recorded, want) {
+    for (key, default) in attributes::defaults_of_dropped(&recorded, want, &have.protocol) {
         if have.attributes.get(&key) != Some(&default) {
             attrs.insert(key, default);
         }
@@ -462,7 +462,7 @@ fn target_group_attribute_changes(
         });
     }
     let has_record = have.tags.contains_key(tags::TARGET_GROUP_ATTRIBUTES_TAG);
-    let keys: BTreeSet<String> = want.keys().cloned().collect();
+    let keys = tags::recordable(want.keys());
     if !(written || has_record) || has_record && recorded == keys {
         return;
     }
@@ -472,18 +472,12 @@ fn target_group_attribute_changes(
             arn,
             keys: BTreeSet::from([tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string()]),
         });
-    } else if let Some(record) = attribute_record(want) {
+    } else if let Some(record) = tags::record_value(&keys) {
         changes.push(Change::AddTags {
             arn,
             tags: BTreeMap::from([(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record)]),
         });
     }
-}
-
-/// The record of the attribute keys `want` sets, when it fits in a tag value.
-fn attribute_record(want: &BTreeMap<String, String>) -> Option<String> {
-    let record = want.keys().cloned().collect::<Vec<_>>().join(",");
-    (record.len() <= tags::MAX_TAG_VALUE).then_some(record)
 }
 
 /// Registers the targets `want` adds to `have` in group `arn` on `port`,

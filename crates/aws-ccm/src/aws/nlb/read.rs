@@ -138,7 +138,6 @@ pub(crate) async fn read_listeners(
     Ok(listeners_from_sdk(listeners.listeners()))
 }
 
-/// The subnets with the EIP or private address pinned in each.
 /// The listeners' tags (one read per 20 listeners).
 pub async fn read_listener_tags(
     aws: &AwsClient,
@@ -154,6 +153,7 @@ pub async fn read_listener_tags(
     Ok(())
 }
 
+/// The subnets with the EIP or private address pinned in each.
 fn mappings_from_sdk(zones: &[t::AvailabilityZone]) -> BTreeSet<SubnetMapping> {
     zones
         .iter()

@@ -255,21 +255,28 @@ fn node_churn_registers_and_deregisters_only_the_delta() {
     );
 }
 
+/// The creates of `changes` (NLB, target groups, listeners), each with the
+/// tags it sends.
+fn created_tags(changes: &[Change]) -> Vec<(&Change, &BTreeMap<String, String>)> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::CreateLoadBalancer { tags, .. }
+            | Change::CreateTargetGroup { tags, .. }
+            | Change::CreateListener { tags, .. } => Some((c, tags)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_legacy_cluster_creates_with_the_legacy_tag_and_never_adds_it_later() {
     let mut e = env(&["subnet-a"], &["i-1"]);
     e.legacy_cluster_tag = true;
     let d = want(&[], &[(80, 30080)], &e);
     let changes = plan(&d, &Actual::default(), "c1");
-    let mut created = 0;
-    for c in &changes {
-        let tags = match c {
-            Change::CreateLoadBalancer { tags, .. }
-            | Change::CreateTargetGroup { tags, .. }
-            | Change::CreateListener { tags, .. } => tags,
-            _ => continue,
-        };
-        created += 1;
+    let created = created_tags(&changes);
+    for (c, tags) in &created {
         assert_eq!(
             tags.get("KubernetesCluster").map(String::as_str),
             Some("c1"),
@@ -279,7 +286,7 @@ fn a_legacy_cluster_creates_with_the_legacy_tag_and_never_adds_it_later() {
         assert_eq!(tags["kubernetes.io/cluster/c1"], "owned");
     }
     assert_eq!(
-        created,
+        created.len(),
         3,
         "{:?}",
         changes.iter().map(describe).collect::<Vec<_>>()
@@ -1003,19 +1010,12 @@ fn created_resources_record_the_annotation_keys_they_carry() {
         &e,
     );
     let changes = plan(&d, &Actual::default(), "c1");
-    let mut creates = 0;
-    for c in &changes {
-        let tags = match c {
-            Change::CreateLoadBalancer { tags, .. }
-            | Change::CreateTargetGroup { tags, .. }
-            | Change::CreateListener { tags, .. } => tags,
-            _ => continue,
-        };
-        creates += 1;
-        assert_eq!(tags[MARKER], "env,team", "{c:?}");
+    let created = created_tags(&changes);
+    for (c, tags) in &created {
+        assert_eq!(tags[MARKER], "env team", "{c:?}");
         assert_eq!(tags["team"], "a");
     }
-    assert_eq!(creates, 3, "{changes:?}");
+    assert_eq!(created.len(), 3, "{changes:?}");
     // Without additional tags no record is written.
     let bare = want(&[], &[(80, 30080)], &e);
     assert!(
@@ -1054,7 +1054,7 @@ fn tags_follow_the_annotation_on_the_nlb_its_listeners_and_target_groups() {
         assert_eq!(
             mine,
             [
-                format!("+{{\"cost\": \"42\", \"{MARKER}\": \"cost,team\", \"team\": \"b\"}}")
+                format!("+{{\"cost\": \"42\", \"{MARKER}\": \"cost team\", \"team\": \"b\"}}")
                     .as_str(),
                 "-{\"env\"}",
             ],
@@ -1106,7 +1106,7 @@ fn tags_nobody_recorded_are_never_removed() {
     for (_, w) in &writes {
         assert_eq!(
             w,
-            &format!("+{{\"env\": \"x\", \"{MARKER}\": \"env,team\"}}")
+            &format!("+{{\"env\": \"x\", \"{MARKER}\": \"env team\"}}")
         );
     }
     // Listener tags not read: left as they are.
@@ -1201,7 +1201,7 @@ fn target_group_attributes_aws_documents_are_applied_and_dropped_ones_return_to_
     });
     assert_eq!(
         created.unwrap()[TG_RECORD],
-        format!("{DEREG},stickiness.enabled")
+        format!("{DEREG} stickiness.enabled")
     );
     assert_eq!(
         attribute_writes(&fresh),
@@ -1213,7 +1213,7 @@ fn target_group_attributes_aws_documents_are_applied_and_dropped_ones_return_to_
     let mut live = converged(&d);
     for tg in &mut live.target_groups {
         let mut t = (*tg.tags).clone();
-        t.insert(TG_RECORD.into(), format!("{DEREG},stickiness.enabled"));
+        t.insert(TG_RECORD.into(), format!("{DEREG} stickiness.enabled"));
         tg.tags = Tags::new(t);
     }
     assert!(plan(&d, &live, "c1").is_empty());
@@ -1265,7 +1265,7 @@ fn target_group_attributes_nobody_recorded_are_left_as_they_are() {
         attribute_writes(&plan(&more, &live, "c1")),
         [
             format!("set {{\"{DEREG}\": \"10\"}}"),
-            format!("record {DEREG},proxy_protocol_v2.enabled"),
+            format!("record {DEREG} proxy_protocol_v2.enabled"),
         ]
     );
 }
@@ -1288,4 +1288,54 @@ fn a_target_group_attribute_aws_refuses_is_refused_before_any_call() {
             .find(|e| e.field == ann::TARGET_GROUP_ATTRIBUTES);
         assert!(e.is_some_and(|e| e.value == v), "{v}: {:?}", r.errors);
     }
+}
+
+/// A UDP Service's NLB as `annotations` ask, through the spec reader.
+fn udp_want(annotations: &[(&str, &str)], e: &Environment) -> Result<Desired, String> {
+    let mut a = vec![(ann::TYPE, "nlb")];
+    a.extend_from_slice(annotations);
+    let mut svc = service(&a, &[(53, 30053)]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
+    let s = LoadBalancerSpec::from_service(&svc).map_err(|e| e.to_string())?;
+    desired(&s, "default/web", UID, "c1", &CloudConfig::default(), e)
+}
+
+#[test]
+fn a_udp_group_refuses_what_aws_fixes_there_and_returns_to_udps_defaults() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let tga = ann::TARGET_GROUP_ATTRIBUTES;
+    for v in [
+        "preserve_client_ip.enabled=false",
+        "target_health_state.unhealthy.connection_termination.enabled=true",
+    ] {
+        let err = udp_want(&[(tga, v)], &e).expect_err(v);
+        assert!(err.contains("UDP port"), "{v}: {err}");
+    }
+    // Applied and recorded, then dropped: back to what AWS gives a UDP
+    // group (it terminates at the end of the delay, and cannot terminate
+    // unhealthy targets' connections), not a TCP group's defaults.
+    let set = "deregistration_delay.connection_termination.enabled=false,target_health_state.unhealthy.connection_termination.enabled=false";
+    let d = udp_want(&[(tga, set)], &e).unwrap();
+    assert_eq!(d.target_groups[0].protocol, "UDP");
+    let mut live = converged(&d);
+    for tg in &mut live.target_groups {
+        let mut t = (*tg.tags).clone();
+        let record = d
+            .target_group_attributes
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>();
+        t.insert(TG_RECORD.into(), record.join(" "));
+        tg.tags = Tags::new(t);
+    }
+    assert!(plan(&d, &live, "c1").is_empty());
+    let none = udp_want(&[], &e).unwrap();
+    assert_eq!(
+        attribute_writes(&plan(&none, &live, "c1")),
+        [
+            // (Not `true` for the unhealthy switch, which AWS refuses on UDP.)
+            "set {\"deregistration_delay.connection_termination.enabled\": \"true\"}".to_string(),
+            "unrecord".to_string(),
+        ]
+    );
 }
