@@ -137,7 +137,8 @@ fn health_check_defaults_local_and_shared() {
             path: None,
             interval: 30,
             healthy: 3,
-            unhealthy: 3
+            unhealthy: 3,
+            timeout: None,
         }
     );
     let mut local = spec(&[], &[(80, 30080)]);
