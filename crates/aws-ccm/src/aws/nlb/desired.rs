@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE,
-    ATTR_DELETION_PROTECTION, Desired, HealthCheck, HealthTimeout, Listener, SubnetMapping, TargetGroup,
-    ip_protocols, mtu_rule, port_rule, target_group_name,
+    ATTR_DELETION_PROTECTION, Desired, HealthCheck, HealthTimeout, Listener, SubnetMapping,
+    TargetGroup, ip_protocols, mtu_rule, port_rule, target_group_name,
 };
 use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
 use crate::aws::applied::Applied;
