@@ -321,24 +321,21 @@ pub(crate) fn unprotecting(desired: &Desired, tags: &BTreeMap<String, String>) -
 /// and own security group stay; its targets are deregistered, since the
 /// Service's node ports are released with it and may be given to another
 /// Service; it is tagged [`tags::KEPT_TAG`] with the Service it was kept
-/// from. `actual.target_groups` carry their registered targets.
+/// from. `actual.target_groups` carry their registered targets; only those
+/// of a group proven made for the Service (as [`plan_delete`] proves the
+/// groups it deletes) are deregistered.
 pub(crate) fn plan_keep(
     actual: &Actual,
     cluster_id: &str,
     lb_name: &str,
     service_key: &str,
 ) -> Option<Vec<Change>> {
-    let lb = actual.lb.as_ref()?;
-    ownership::prove(
-        Made::LoadBalancer,
-        lb_name,
-        &lb.tags,
-        cluster_id,
-        Some(service_key),
-    )
-    .ok()?;
+    let proven = |made: Made, name: &str, tags: &BTreeMap<String, String>| {
+        ownership::prove(made, name, tags, cluster_id, Some(service_key)).is_ok()
+    };
+    let lb = (actual.lb.as_ref()).filter(|lb| proven(Made::LoadBalancer, lb_name, &lb.tags))?;
     let mut changes: Vec<Change> = (actual.target_groups.iter())
-        .filter(|tg| !tg.targets.is_empty())
+        .filter(|tg| !tg.targets.is_empty() && proven(Made::TargetGroup, &tg.name, &tg.tags))
         .map(|tg| Change::DeregisterTargets {
             arn: tg.arn.clone(),
             port: tg.port,

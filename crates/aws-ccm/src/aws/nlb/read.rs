@@ -323,6 +323,38 @@ pub(crate) async fn groups_to_delete(
     Ok(groups)
 }
 
+/// Whether NLB `lb` is protected at AWS: this CCM's tag
+/// [`crate::aws::tags::DELETION_PROTECTION_TAG`] says it turned the
+/// attribute on (no read), or the attribute, read, is on. What a deletion
+/// and `aws-ccm plan` both ask.
+pub(crate) async fn protected(aws: &AwsClient, lb: &ActualLb) -> Result<bool, AwsError> {
+    let tag = lb.tags.get(crate::aws::tags::DELETION_PROTECTION_TAG);
+    if tag.map(String::as_str) == Some("on") {
+        return Ok(true);
+    }
+    let attributes = read_attributes(aws, &lb.arn).await?;
+    Ok(attributes
+        .get(super::ATTR_DELETION_PROTECTION)
+        .map(String::as_str)
+        == Some("true"))
+}
+
+/// What the keep of NLB `lb` compares against ([`super::plan::plan_keep`]):
+/// it, and its target groups with their registered targets (no attributes
+/// read).
+pub(crate) async fn for_keep(aws: &AwsClient, lb: ActualLb) -> Result<super::Actual, AwsError> {
+    let no_attributes = BTreeMap::new();
+    let mut target_groups = Vec::new();
+    for (g, tags) in listed_target_groups(aws, &lb.arn).await? {
+        target_groups.push(complete_one(aws, &g, tags, Some(&no_attributes), None).await?);
+    }
+    Ok(super::Actual {
+        lb: Some(lb),
+        target_groups,
+        owned_group: None,
+    })
+}
+
 /// The target groups behind the NLB as the listing shows them, with their
 /// tags (attributes and targets not read).
 pub(crate) async fn listed_target_groups(

@@ -948,6 +948,17 @@ fn keeping_a_protected_nlb_deregisters_its_targets_and_tags_it_kept() {
             | Change::DeleteTargetGroup { .. }
             | Change::DeleteListener { .. }
     )));
+    // A target group on the NLB that is not proven made for the Service
+    // (someone else's listener) keeps its targets.
+    let mut foreign = actual.clone();
+    let mut byhand = actual.target_groups[0].clone();
+    byhand.arn = "arn:tg/byhand".into();
+    byhand.name = "byhand".into();
+    foreign.target_groups.push(byhand);
+    assert_eq!(
+        plan_keep(&foreign, "c1", &d.name, "default/web"),
+        Some(changes.clone())
+    );
     // Not proven this CCM's for the Service: not kept, not touched.
     assert_eq!(plan_keep(&actual, "other", &d.name, "default/web"), None);
     assert_eq!(plan_keep(&actual, "c1", &d.name, "default/other"), None);
