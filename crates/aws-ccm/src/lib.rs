@@ -12,7 +12,10 @@
 #![warn(unreachable_pub)]
 // Data from AWS, the apiserver or a user never panics the CCM: outside
 // tests, no unwrap, expect or panic (CI's clippy denies them).
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod aws;
 pub(crate) mod backoff;

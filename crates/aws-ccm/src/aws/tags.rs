@@ -48,6 +48,10 @@ pub(crate) const MANAGED_TAGS_TAG: &str = "kubernetes.io/cloud-controller/manage
 /// recorded (the Go CCM's, a hand edit) is left alone.
 pub(crate) const TARGET_GROUP_ATTRIBUTES_TAG: &str = "aws-ccm/target-group-attributes";
 /// Longest tag value AWS takes.
+/// On a target group: the health-check timeout this CCM applied (cloud.conf
+/// `NLBListenerSettings = true`); only a timeout so recorded returns to
+/// AWS's default when the annotation is removed.
+pub(crate) const HEALTH_TIMEOUT_TAG: &str = "aws-ccm/health-check-timeout";
 pub(crate) const MAX_TAG_VALUE: usize = 256;
 /// Longest tag key AWS takes.
 pub(crate) const MAX_TAG_KEY: usize = 128;

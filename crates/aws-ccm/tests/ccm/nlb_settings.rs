@@ -402,3 +402,79 @@ async fn target_group_attributes_are_applied_changed_and_dropped_back_to_the_def
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
     env.finish().await
 }
+
+const HC_TIMEOUT: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-timeout";
+const HC_RECORD: &str = "aws-ccm/health-check-timeout";
+
+/// `svc`'s (one) target group's health-check timeout and its record tag.
+async fn health_timeout(
+    c: &elbv2::Client,
+    svc: &Service,
+) -> anyhow::Result<(Option<i32>, Option<String>)> {
+    let lb = nlb_arn(c, svc).await?;
+    let tgs = c
+        .describe_target_groups()
+        .load_balancer_arn(&lb)
+        .send()
+        .await?;
+    let timeout = tgs
+        .target_groups()
+        .first()
+        .and_then(|g| g.health_check_timeout_seconds());
+    let tags = tags_by_kind(c, svc).await?;
+    let record = tags
+        .iter()
+        .find(|(k, _)| k == "tg")
+        .and_then(|(_, t)| t.get(HC_RECORD).cloned());
+    Ok((timeout, record))
+}
+
+/// With cloud.conf `NLBListenerSettings = true` the health-check timeout
+/// (which the Go CCM parses for an NLB but never sends) is applied at
+/// creation, changed in place, and returned to AWS's 10 s with its record
+/// gone when the annotation is removed.
+#[tokio::test]
+async fn health_check_timeout_is_applied_changed_and_removed_with_the_key() -> anyhow::Result<()> {
+    let env = Env::start_with_conf(&format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBListenerSettings = true\n"
+    ))
+    .await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let c = elbv2::Client::new(&seeded.conf);
+    let svc = nodes_and_services(
+        &env,
+        &seeded,
+        &[nlb_service("web", serde_json::json!({ HC_TIMEOUT: "20" }))],
+    )
+    .await?
+    .remove(0);
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    let expect = |timeout: i32, record: Option<&'static str>| {
+        let c = c.clone();
+        let svc = svc.clone();
+        let want = (Some(timeout), record.map(String::from));
+        async move {
+            eventually(&format!("health timeout {want:?}"), WAIT, || async {
+                let got = health_timeout(&c, &svc).await.ok()?;
+                (got == want).then_some(())
+            })
+            .await
+        }
+    };
+    let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    expect(20, Some("20")).await.map_err(logs)?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let patch = |v: Option<&str>| serde_json::json!({"metadata": {"annotations": {HC_TIMEOUT: v}}});
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&patch(Some("15"))),
+    )
+    .await?;
+    expect(15, Some("15")).await.map_err(logs)?;
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch(None)))
+        .await?;
+    expect(10, None).await.map_err(logs)?;
+    Ok(())
+}

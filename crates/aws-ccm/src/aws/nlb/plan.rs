@@ -385,6 +385,11 @@ fn new_target_group_changes(desired: &Desired, tg: &TargetGroup, changes: &mut V
     {
         tags.insert(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record);
     }
+    if let Some(t) = tg.health.timeout
+        && tags.len() < tags::MAX_LB_TAGS
+    {
+        tags.insert(tags::HEALTH_TIMEOUT_TAG.to_string(), t.to_string());
+    }
     changes.push(Change::CreateTargetGroup {
         group: tg.clone(),
         tags,
@@ -412,14 +417,22 @@ fn target_group_changes(
     changes: &mut Vec<Change>,
 ) {
     let h = &have.health;
-    let w = &tg.health;
+    let mut w = tg.health.clone();
+    w.timeout = health_timeout_target(desired, have);
     let path_differs = w.protocol != "TCP" && w.path != h.path;
-    if w.port != h.port || w.healthy != h.healthy || w.unhealthy != h.unhealthy || path_differs {
+    let timeout_differs = w.timeout.is_some_and(|t| h.timeout != Some(t));
+    if w.port != h.port
+        || w.healthy != h.healthy
+        || w.unhealthy != h.unhealthy
+        || path_differs
+        || timeout_differs
+    {
         changes.push(Change::ModifyHealthCheck {
             arn: have.arn.clone(),
-            health: w.clone(),
+            health: w,
         });
     }
+    health_timeout_record(desired, have, timeout_differs, changes);
     tag_changes(
         desired,
         &desired.tags,
@@ -435,6 +448,48 @@ fn target_group_changes(
         &desired.instances,
         changes,
     );
+}
+
+/// The health-check timeout to send to an existing group: with cloud.conf
+/// `NLBListenerSettings = true`, the annotation's, else AWS's default when
+/// this CCM's record says it applied one; otherwise none (left as it is).
+fn health_timeout_target(desired: &Desired, have: &ActualTargetGroup) -> Option<i32> {
+    let setting = desired.health_timeout?;
+    let recorded = have.tags.contains_key(tags::HEALTH_TIMEOUT_TAG);
+    match setting.want {
+        Some(t) => Some(t),
+        None if recorded => Some(super::default_health_timeout(&have.health.protocol)),
+        None => None,
+    }
+}
+
+/// The record of the timeout this CCM applied: written with the timeout
+/// (or kept up to date), removed when the annotation is. A timeout nobody
+/// recorded that already matches (the Go CCM's group) gets no write.
+fn health_timeout_record(
+    desired: &Desired,
+    have: &ActualTargetGroup,
+    written: bool,
+    changes: &mut Vec<Change>,
+) {
+    let Some(setting) = desired.health_timeout else {
+        return;
+    };
+    let recorded = have.tags.get(tags::HEALTH_TIMEOUT_TAG);
+    let arn = Some(have.arn.clone());
+    match setting.want {
+        Some(t) if written || recorded.is_some_and(|r| *r != t.to_string()) => {
+            changes.push(Change::AddTags {
+                arn,
+                tags: BTreeMap::from([(tags::HEALTH_TIMEOUT_TAG.to_string(), t.to_string())]),
+            });
+        }
+        None if recorded.is_some() => changes.push(Change::RemoveTags {
+            arn,
+            keys: BTreeSet::from([tags::HEALTH_TIMEOUT_TAG.to_string()]),
+        }),
+        _ => {}
+    }
 }
 
 /// An existing group's attributes: those the annotation names, and those

@@ -214,6 +214,7 @@ fn health_of(g: &t::TargetGroup) -> HealthCheck {
         interval: g.health_check_interval_seconds().unwrap_or(30),
         healthy: g.healthy_threshold_count().unwrap_or(3),
         unhealthy: g.unhealthy_threshold_count().unwrap_or(3),
+        timeout: g.health_check_timeout_seconds(),
     }
 }
 

@@ -137,7 +137,8 @@ fn health_check_defaults_local_and_shared() {
             path: None,
             interval: 30,
             healthy: 3,
-            unhealthy: 3
+            unhealthy: 3,
+            timeout: None,
         }
     );
     let mut local = spec(&[], &[(80, 30080)]);
@@ -1338,4 +1339,115 @@ fn a_udp_group_refuses_what_aws_fixes_there_and_returns_to_udps_defaults() {
             "unrecord".to_string(),
         ]
     );
+}
+
+const HC_RECORD: &str = crate::aws::tags::HEALTH_TIMEOUT_TAG;
+
+fn want_with(annotations: &[(&str, &str)], cloud: &CloudConfig, e: &Environment) -> Desired {
+    desired(
+        &spec(annotations, &[(80, 30080)]),
+        "default/web",
+        UID,
+        "c1",
+        cloud,
+        e,
+    )
+    .unwrap()
+}
+
+/// The timeouts a plan sends and its record writes.
+fn timeout_writes(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::ModifyHealthCheck { health, .. } => Some(format!("send {:?}", health.timeout)),
+            Change::CreateTargetGroup { group, tags } => Some(format!(
+                "create {:?} record {:?}",
+                group.health.timeout,
+                tags.get(HC_RECORD)
+            )),
+            Change::AddTags { tags, .. } => tags.get(HC_RECORD).map(|r| format!("record {r}")),
+            Change::RemoveTags { keys, .. } => {
+                keys.contains(HC_RECORD).then(|| "unrecord".to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn health_check_timeout_is_sent_only_with_the_cloud_conf_key() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let off = CloudConfig::default();
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let ann = [(ann::HC_TIMEOUT, "20")];
+    // The Go CCM's state: AWS's default 10 s, no record.
+    let go = want_with(&ann, &off, &e);
+    let mut live = converged(&go);
+    for tg in &mut live.target_groups {
+        tg.health.timeout = Some(10);
+    }
+    // Key off: created without a timeout, and a live NLB is left alone.
+    assert_eq!(
+        timeout_writes(&plan(&go, &Actual::default(), "c1")),
+        ["create None record None"]
+    );
+    assert!(plan(&go, &live, "c1").is_empty());
+    // Key on: created with it and its record; a live one modified in place.
+    let d = want_with(&ann, &on, &e);
+    assert_eq!(
+        timeout_writes(&plan(&d, &Actual::default(), "c1")),
+        ["create Some(20) record Some(\"20\")"]
+    );
+    assert_eq!(
+        timeout_writes(&plan(&d, &live, "c1")),
+        ["send Some(20)", "record 20"]
+    );
+    // Applied and recorded: steady.
+    for tg in &mut live.target_groups {
+        tg.health.timeout = Some(20);
+        let mut t = (*tg.tags).clone();
+        t.insert(HC_RECORD.into(), "20".into());
+        tg.tags = Tags::new(t);
+    }
+    assert!(plan(&d, &live, "c1").is_empty());
+    // Removed: back to AWS's 10 s for a TCP check, the record gone.
+    let none = want_with(&[], &on, &e);
+    assert_eq!(
+        timeout_writes(&plan(&none, &live, "c1")),
+        ["send Some(10)", "unrecord"]
+    );
+    // Key off again: nothing is touched.
+    assert!(plan(&want_with(&[], &off, &e), &live, "c1").is_empty());
+}
+
+#[test]
+fn health_check_timeout_nobody_recorded_or_above_the_interval_is_left_alone() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    // Set by hand to 15 s, no record: removal leaves it.
+    let none = want_with(&[], &on, &e);
+    let mut live = converged(&none);
+    for tg in &mut live.target_groups {
+        tg.health.timeout = Some(15);
+    }
+    assert!(plan(&none, &live, "c1").is_empty());
+    // Above the 10 s interval, which AWS refuses: not sent.
+    let over = want_with(
+        &[(ann::HC_INTERVAL, "10"), (ann::HC_TIMEOUT, "20")],
+        &on,
+        &e,
+    );
+    assert_eq!(over.health_timeout, None);
+    assert_eq!(
+        timeout_writes(&plan(&over, &Actual::default(), "c1")),
+        ["create None record None"]
+    );
+    assert_eq!(super::default_health_timeout("HTTP"), 6);
 }
