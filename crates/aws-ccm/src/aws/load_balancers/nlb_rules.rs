@@ -219,13 +219,7 @@ impl AwsLoadBalancers {
                 Source::Cidr(_) => None,
             })
             .collect();
-        if at_stake.is_empty() {
-            return Ok(at_stake);
-        }
-        let shared = (self.memory().sweep())
-            .carried_by_other_nlbs(&self.aws, &at_stake, lb_name)
-            .await?;
-        Ok(at_stake.difference(&shared).cloned().collect())
+        self.carried_by_no_other_nlb(lb_name, at_stake).await
     }
 
     /// The groups of NLB `lb` (being deleted) whose group rules go with it:
@@ -238,12 +232,22 @@ impl AwsLoadBalancers {
         let carried: BTreeSet<String> = lb
             .map(|l| l.security_groups.iter().cloned().collect())
             .unwrap_or_default();
-        if carried.is_empty() {
-            return Ok(carried);
+        self.carried_by_no_other_nlb(lb_name, carried).await
+    }
+
+    /// Of `groups`, those no NLB but `lb_name` carries, by a sweep fresh
+    /// enough for a revoke (`carried_by_other_nlbs`); no read for none.
+    async fn carried_by_no_other_nlb(
+        &self,
+        lb_name: &str,
+        groups: BTreeSet<String>,
+    ) -> Result<BTreeSet<String>, CloudError> {
+        if groups.is_empty() {
+            return Ok(groups);
         }
         let shared = (self.memory().sweep())
-            .carried_by_other_nlbs(&self.aws, &carried, lb_name)
+            .carried_by_other_nlbs(&self.aws, &groups, lb_name)
             .await?;
-        Ok(carried.difference(&shared).cloned().collect())
+        Ok(groups.difference(&shared).cloned().collect())
     }
 }
