@@ -16,7 +16,8 @@ use crate::aws::security_groups::Rule;
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode, NlbSecurityGroupMode};
 
-/// Upstream's `buildNLBHealthCheckConfiguration`.
+/// Upstream's `buildNLBHealthCheckConfiguration` (the timeout, which upstream
+/// never sends, is `desired`'s, behind cloud.conf `NLBListenerSettings`).
 pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck {
     let mut hc = match spec.local_health_check_node_port {
         Some(port) => HealthCheck {
@@ -62,7 +63,6 @@ pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> Heal
     hc.interval = o.interval.unwrap_or(hc.interval);
     hc.healthy = o.healthy_threshold.unwrap_or(hc.healthy);
     hc.unhealthy = o.unhealthy_threshold.unwrap_or(hc.unhealthy);
-    hc.timeout = health_timeout(spec, cloud, hc.interval).and_then(|t| t.want);
     hc
 }
 
@@ -110,7 +110,9 @@ pub(crate) fn desired(
         service_key,
         &spec.additional_tags,
     );
-    let health = health_check(spec, cloud);
+    let mut health = health_check(spec, cloud);
+    let health_timeout = health_timeout(spec, cloud, health.interval);
+    health.timeout = health_timeout.and_then(|t| t.want);
     let (listeners, target_groups) = listeners(spec, service_key, cluster_id, &health)?;
     let subnet_mappings = subnet_mappings(spec, env)?;
     let groups_managed = cloud.nlb_security_group_mode == NlbSecurityGroupMode::Managed;
@@ -165,7 +167,7 @@ pub(crate) fn desired(
         attributes: attributes(spec),
         deletion_protection: spec.deletion_protection,
         instances: env.instances.clone(),
-        health_timeout: health_timeout(spec, cloud, health.interval),
+        health_timeout,
     })
 }
 
