@@ -476,5 +476,6 @@ async fn health_check_timeout_is_applied_changed_and_removed_with_the_key() -> a
     api.patch("web", &PatchParams::default(), &Patch::Merge(&patch(None)))
         .await?;
     expect(10, None).await.map_err(logs)?;
-    Ok(())
+    drop(ccm);
+    env.finish().await
 }
