@@ -10,13 +10,13 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::PostParams;
 
 use crate::nlb::{Cloud, lb_name, nlb_service, seed};
 use crate::service::node;
+use crate::sg_rules::inbound_rules;
 use crate::support::*;
 
 /// NLB Services per test (measured: see each test's printed time).
@@ -27,39 +27,6 @@ const WAIT: Duration = Duration::from_secs(240);
 const CLIENT_RULE: &str = "kubernetes.io/rule/nlb/client=";
 const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
 const GROUP_RULE: &str = "aws-ccm/rule/nlb/from-group";
-
-/// One inbound rule of a group, as `DescribeSecurityGroupRules` has it:
-/// (source CIDR or group, description).
-type InboundRule = (String, String);
-
-/// The inbound rules of `group`, from `DescribeSecurityGroupRules`.
-async fn inbound_rules(ec2: &aws_sdk_ec2::Client, group: &str) -> anyhow::Result<Vec<InboundRule>> {
-    let filter = Filter::builder().name("group-id").values(group).build();
-    let mut out = Vec::new();
-    let mut token = None;
-    loop {
-        let page = ec2
-            .describe_security_group_rules()
-            .filters(filter.clone())
-            .set_next_token(token)
-            .send()
-            .await?;
-        for r in page.security_group_rules() {
-            if r.is_egress() == Some(true) {
-                continue;
-            }
-            let source = (r.cidr_ipv4())
-                .or(r.referenced_group_info().and_then(|g| g.group_id()))
-                .unwrap_or_default();
-            let desc = r.description().unwrap_or_default();
-            out.push((source.to_string(), desc.to_string()));
-        }
-        token = page.next_token().map(str::to_string);
-        if token.is_none() {
-            return Ok(out);
-        }
-    }
-}
 
 /// `NLBS` one-port NLB Services on one node (`n0`); returns them as created.
 async fn services(env: &Env, cloud: &Cloud) -> anyhow::Result<(kube::Client, Vec<Service>)> {

@@ -14,18 +14,9 @@ use http::HeaderMap;
 
 use super::State;
 use super::errors::AwsError;
-use super::iam::{ask_upstream_as, elements, first, form_escape};
-use super::request::signing_region;
+use super::iam::{first, param};
+use super::tg_attributes::{NLB_PROTOCOLS, nlb_target_group};
 use super::throttle::SERVICE_ELBV2;
-
-const NLB_PROTOCOLS: [&str; 4] = ["TCP", "UDP", "TCP_UDP", "TLS"];
-
-fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    params
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
 
 /// What AWS answers for `timeout` on an NLB's target group whose interval
 /// is `interval`, if it refuses.
@@ -74,23 +65,10 @@ pub(super) async fn refuse(
             refusal(timeout, None)
         }
         "ModifyTargetGroup" => {
-            let arn = param(params, "TargetGroupArn")?;
-            let region = signing_region(headers).unwrap_or_else(|| "us-east-1".into());
-            let body = format!(
-                "Action=DescribeTargetGroups&Version=2015-12-01&TargetGroupArns.member.1={}",
-                form_escape(arn)
-            );
-            let xml = ask_upstream_as(state, SERVICE_ELBV2, &region, body).await?;
-            let group = elements(&xml, "TargetGroups")
-                .into_iter()
-                .flat_map(|groups| elements(groups, "member"))
-                .next()?;
-            let protocol = first(group, "Protocol")?;
-            if !NLB_PROTOCOLS.contains(&protocol.as_str()) {
-                return None;
-            }
+            let (_, group) =
+                nlb_target_group(state, headers, param(params, "TargetGroupArn")?).await?;
             let interval = interval.or_else(|| {
-                first(group, "HealthCheckIntervalSeconds").and_then(|i| i.parse().ok())
+                first(&group, "HealthCheckIntervalSeconds").and_then(|i| i.parse().ok())
             });
             refusal(timeout, interval)
         }
