@@ -35,6 +35,7 @@
 //! `GET /proxy-api/counts` returns the counters as JSON and
 //! `POST /proxy-api/reset-counts` clears them.
 
+mod alpn;
 mod consistency;
 mod counts;
 mod deletion_protection;
@@ -172,6 +173,8 @@ struct State {
     rolls: random::Rolls,
     /// Resources inside their eventual-consistency window.
     consistency: consistency::Consistency,
+    /// The ALPN policies `ModifyListener` set (moto drops them).
+    alpn: alpn::Policies,
     /// What `DescribeInstanceTopology` answers (moto does not know it).
     topology: RwLock<Vec<InstanceTopology>>,
     /// ELBv2's targets-per-load-balancer quota (moto has none); `None`:
@@ -282,6 +285,7 @@ impl FaultProxy {
             iam_policy_options: RwLock::new(Vec::new()),
             rolls: random::Rolls::new(config.seed),
             consistency: consistency::Consistency::default(),
+            alpn: alpn::Policies::default(),
             topology: RwLock::new(Vec::new()),
             target_quota: RwLock::new(None),
             rule_quota: RwLock::new(None),
@@ -768,6 +772,12 @@ async fn handle(
         return Ok(error_response(&refusal, &call));
     }
     if let Some(refusal) =
+        alpn::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
         target_quota::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
     {
         counters.bump(&call.service, &counted, Outcome::Faulted);
@@ -854,6 +864,9 @@ async fn upstream_answer(
                 .map_err(|never: Infallible| match never {})
                 .boxed()
         });
+    }
+    if alpn::answers(&state.alpn, call) {
+        return alpn::answer(state, parts, body, call, params).await;
     }
     let local = state.local.read().clone();
     if let Some(local) = local {

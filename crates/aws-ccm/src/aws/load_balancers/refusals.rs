@@ -166,7 +166,7 @@ fn unwired_groups(changes: &[nlb::Change], refused: &[String]) -> BTreeSet<Strin
     let mut wired = BTreeSet::new();
     for change in changes {
         match change {
-            nlb::Change::ModifyListener { arn, listener } if refused.contains(arn) => {
+            nlb::Change::ModifyListener { arn, listener, .. } if refused.contains(arn) => {
                 only_refused.insert(listener.target_group.clone());
             }
             nlb::Change::ModifyListener { listener, .. }
