@@ -19,6 +19,7 @@
 //! recorded); a listener moto does not know is left to moto.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use http::HeaderMap;
 use parking_lot::Mutex;
@@ -29,7 +30,7 @@ use super::throttle::SERVICE_ELBV2;
 use super::{AwsCall, ProxyBody, State};
 
 /// AWS's ALPN policy names.
-const POLICIES: [&str; 5] = [
+const NAMES: [&str; 5] = [
     "HTTP1Only",
     "HTTP2Only",
     "HTTP2Optional",
@@ -37,10 +38,23 @@ const POLICIES: [&str; 5] = [
     "None",
 ];
 
-/// The policies `ModifyListener` set through the proxy, by listener ARN
-/// (`None`: the listener left TLS and lost its policy).
-#[derive(Default)]
-pub(super) struct Policies(Mutex<HashMap<String, Option<String>>>);
+/// The policies `ModifyListener` set, by upstream (moto's address) and
+/// listener ARN (`None`: the listener left TLS and lost its policy). They
+/// belong to the upstream, not to one proxy: every proxy in front of the
+/// same moto shows them.
+static SET: LazyLock<Mutex<Policies>> = LazyLock::new(Mutex::default);
+
+type Policies = HashMap<(String, String), Option<String>>;
+
+/// The policies set on `state`'s upstream, by listener ARN.
+fn policies_of(state: &State) -> HashMap<String, Option<String>> {
+    let upstream = state.upstream_authority.to_string();
+    SET.lock()
+        .iter()
+        .filter(|((u, _), _)| *u == upstream)
+        .map(|((_, arn), p)| (arn.clone(), p.clone()))
+        .collect()
+}
 
 /// The request's `AlpnPolicy` members, in order.
 fn asked(params: &[(String, String)]) -> Vec<&str> {
@@ -61,7 +75,7 @@ fn refusal(policies: &[&str], protocol: &str) -> Option<AwsError> {
             )
         });
     };
-    if !POLICIES.contains(policy) {
+    if !NAMES.contains(policy) {
         return Some(AwsError::new(
             400,
             "ALPNPolicyNotFound",
@@ -126,10 +140,10 @@ pub(super) async fn refuse(
 }
 
 /// Whether the proxy answers `call` itself ([`answer`]).
-pub(super) fn answers(policies: &Policies, call: &AwsCall) -> bool {
+pub(super) fn answers(state: &State, call: &AwsCall) -> bool {
     call.service == SERVICE_ELBV2
         && (call.action == "ModifyListener"
-            || call.action == "DescribeListeners" && !policies.0.lock().is_empty())
+            || call.action == "DescribeListeners" && !policies_of(state).is_empty())
 }
 
 /// `ModifyListener` or `DescribeListeners` as ELBv2 answers it (see the
@@ -175,7 +189,8 @@ pub(super) async fn answer(
         return answer;
     }
     if let Some((arn, policy)) = set {
-        state.alpn.0.lock().insert(arn, policy);
+        let upstream = state.upstream_authority.to_string();
+        SET.lock().insert((upstream, arn), policy);
     }
     let (parts, body) = answer.into_parts();
     let Ok(bytes) = http_body_util::BodyExt::collect(body).await else {
@@ -185,7 +200,7 @@ pub(super) async fn answer(
         );
     };
     let text = String::from_utf8_lossy(&bytes.to_bytes()).into_owned();
-    let shown = with_policies(&text, &state.alpn.0.lock());
+    let shown = with_policies(&text, &policies_of(state));
     let mut response = super::xml_response(shown);
     *response.status_mut() = parts.status;
     response

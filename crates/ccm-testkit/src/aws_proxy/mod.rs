@@ -173,8 +173,6 @@ struct State {
     rolls: random::Rolls,
     /// Resources inside their eventual-consistency window.
     consistency: consistency::Consistency,
-    /// The ALPN policies `ModifyListener` set (moto drops them).
-    alpn: alpn::Policies,
     /// What `DescribeInstanceTopology` answers (moto does not know it).
     topology: RwLock<Vec<InstanceTopology>>,
     /// ELBv2's targets-per-load-balancer quota (moto has none); `None`:
@@ -285,7 +283,6 @@ impl FaultProxy {
             iam_policy_options: RwLock::new(Vec::new()),
             rolls: random::Rolls::new(config.seed),
             consistency: consistency::Consistency::default(),
-            alpn: alpn::Policies::default(),
             topology: RwLock::new(Vec::new()),
             target_quota: RwLock::new(None),
             rule_quota: RwLock::new(None),
@@ -865,7 +862,7 @@ async fn upstream_answer(
                 .boxed()
         });
     }
-    if alpn::answers(&state.alpn, call) {
+    if alpn::answers(state, call) {
         return alpn::answer(state, parts, body, call, params).await;
     }
     let local = state.local.read().clone();

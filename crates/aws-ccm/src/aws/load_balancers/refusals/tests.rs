@@ -311,3 +311,31 @@ fn group_warning_names_the_group_the_tag_and_the_render_option() {
         assert!(w.message.contains(part), "{part} missing: {}", w.message);
     }
 }
+
+#[test]
+fn an_alpn_record_waits_while_its_listener_is_refused() {
+    let actual = actual(vec![listener("arn:old-443", 443, "arn:tg-443")]);
+    let record = |tag: &str| Change::AddTags {
+        arn: None,
+        tags: BTreeMap::from([(tag.to_string(), "HTTP2Preferred".to_string())]),
+    };
+    let changes = vec![
+        Change::ModifyListener {
+            arn: "arn:old-443".into(),
+            listener: want(443),
+            alpn: Some("HTTP2Preferred".into()),
+        },
+        record(crate::aws::tags::ALPN_POLICY_TAG),
+        record("team"),
+    ];
+    let (kept, refused) =
+        refuse_listener_writes(changes.clone(), &actual, &BTreeMap::new(), CLUSTER, |_| {
+            false
+        });
+    assert_eq!(refused, vec!["arn:old-443".to_string()]);
+    assert_eq!(kept, vec![record("team")]);
+    // The listener ours: all kept.
+    let tags = BTreeMap::from([("arn:old-443".to_string(), owned())]);
+    let (kept, _) = refuse_listener_writes(changes.clone(), &actual, &tags, CLUSTER, |_| false);
+    assert_eq!(kept, changes);
+}
