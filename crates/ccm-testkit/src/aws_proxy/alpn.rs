@@ -167,7 +167,8 @@ pub(super) async fn answer(
         let kept: Vec<String> = params
             .iter()
             .filter(|(k, v)| {
-                !k.starts_with("AlpnPolicy.") && !(k == "Protocol" && v == "TLS" && now == "TLS")
+                let tls_already = k == "Protocol" && v == "TLS" && now == "TLS";
+                !k.starts_with("AlpnPolicy.") && !tls_already
             })
             .map(|(k, v)| format!("{}={}", form_escape(k), form_escape(v)))
             .collect();
