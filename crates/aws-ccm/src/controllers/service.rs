@@ -46,7 +46,7 @@ use super::schedule::settle::Settle;
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::load_balancers::{
-    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, is_external, is_protected,
+    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, adopt_name, is_external, is_protected,
     next_resync_slot_at,
 };
 
@@ -653,7 +653,7 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
                 .await;
             let deleted = (self.lbs)
-                .ensure_deleted(&key(svc), &uid, is_protected(svc))
+                .ensure_deleted(&key(svc), &uid, is_protected(svc), adopt_name(svc))
                 .await;
             match deleted {
                 Ok(removed) => kept = removed.kept,

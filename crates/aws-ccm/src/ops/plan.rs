@@ -529,6 +529,7 @@ fn clb_step(c: &ClbChange, what: String) -> Step {
         ClbChange::AttachSubnets(_) => ("+", "AttachLoadBalancerToSubnets"),
         ClbChange::DetachSubnets(_) => ("-", "DetachLoadBalancerFromSubnets"),
         ClbChange::AddTags(_) => ("~", "AddTags"),
+        ClbChange::RemoveTags(_) => ("~", "RemoveTags"),
         ClbChange::CreatePolicy { .. } => ("+", "CreateLoadBalancerPolicy"),
         ClbChange::SetBackendPolicies { .. } => ("~", "SetLoadBalancerPoliciesForBackendServer"),
         ClbChange::SetListenerPolicies { .. } => ("~", "SetLoadBalancerPoliciesOfListener"),

@@ -132,6 +132,16 @@ pub fn is_external(svc: &k8s_openapi::api::core::v1::Service) -> bool {
         .is_some_and(|v| external_type(v))
 }
 
+/// The Service's `aws-load-balancer-name`: the load balancer it may have
+/// adopted (see `aws::load_balancers::adopt`), which its deletion deletes.
+pub fn adopt_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<&str> {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(NAME))
+        .map(String::as_str)
+}
+
 /// Whether the Service marks its load balancer protected:
 /// `aws-load-balancer-attributes` holds `deletion_protection.enabled=true`
 /// (read as [`LoadBalancerSpec::deletion_protection`] reads it). Its
@@ -346,6 +356,9 @@ pub struct LoadBalancerSpec {
     /// `Some(true)` protects the load balancer (kept when the Service goes,
     /// see `aws::load_balancers::keep`); `None`: not written.
     pub(crate) deletion_protection: Option<bool>,
+    /// `aws-load-balancer-name`: the kept load balancer the Service adopts,
+    /// or has adopted (see `aws::load_balancers::adopt`).
+    pub(crate) adopt_name: Option<String>,
 }
 
 impl LoadBalancerSpec {
