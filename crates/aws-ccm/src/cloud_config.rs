@@ -133,6 +133,10 @@ pub struct CloudConfig {
     pub(crate) supported_topology_instance_type_pattern: Option<String>,
     pub(crate) nlb_security_group_mode: NlbSecurityGroupMode,
     pub nlb_node_ingress: NlbNodeIngress,
+    /// `NLBListenerSettings = true` (this CCM's key, the Go CCM skips it):
+    /// NLB settings the Go CCM reads but never sends (today the health-check
+    /// timeout) are applied. Off (the default): none of them is.
+    pub nlb_listener_settings: bool,
     pub(crate) service_overrides: Vec<ServiceOverride>,
     /// Values the Go CCM starts with but fails every NLB sync on: each NLB
     /// is kept in upkeep instead (docs/cloud-config.md), Classic ELBs are
@@ -176,6 +180,7 @@ impl Default for CloudConfig {
             supported_topology_instance_type_pattern: None,
             nlb_security_group_mode: NlbSecurityGroupMode::Unmanaged,
             nlb_node_ingress: NlbNodeIngress::Cidr,
+            nlb_listener_settings: false,
             service_overrides: Vec::new(),
             nlb_refusals: Vec::new(),
             shared_probe_refusals: Vec::new(),
@@ -261,6 +266,7 @@ const GLOBAL_KEYS: &[&str] = &[
     "NLBSecurityGroupMode",
     // This CCM's own keys (the Go CCM skips them as unknown).
     "NLBNodeIngress",
+    "NLBListenerSettings",
 ];
 
 const OVERRIDE_KEYS: &[&str] = &[

@@ -10,6 +10,12 @@
 //! outside the crate. `unreachable_pub` keeps it so: an item `pub` in a
 //! module the outside cannot reach is a warning (and CI fails on warnings).
 #![warn(unreachable_pub)]
+// Data from AWS, the apiserver or a user never panics the CCM: outside
+// tests, no unwrap, expect or panic (CI's clippy denies them).
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 pub mod aws;
 pub(crate) mod backoff;

@@ -1,4 +1,8 @@
 //! `aws-cloud-controller-manager`: flags -> config -> manager::run.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use std::process::ExitCode;
 

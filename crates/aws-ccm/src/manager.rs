@@ -218,6 +218,11 @@ async fn start_http(
 ) -> anyhow::Result<Option<server::RunningServer>> {
     let opts = &validated.options;
     if opts.secure_port == 0 {
+        if opts.service_admission_webhook {
+            tracing::warn!(
+                "--service-admission-webhook=true is not served: --secure-port=0 turns the HTTPS endpoint off"
+            );
+        }
         return Ok(None);
     }
     let tls_files = opts

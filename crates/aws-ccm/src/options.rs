@@ -247,7 +247,7 @@ pub struct Options {
 
     /// If true, the HTTPS endpoint also serves the service admission check at /admission/v1/services: a validating webhook that answers a Service's create or update with a Warning for each value its load balancer sync refuses, holds or ignores (never a refusal). Off by default; the chart's admissionWebhook.enabled installs its ValidatingWebhookConfiguration. Not in the Go CCM.
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub service_admission_webhook: bool,
+    pub(crate) service_admission_webhook: bool,
 
     /// Routes per VPC route table before a warning is raised at 80 % (AWS default quota is 50).
     #[arg(long, default_value_t = 50)]

@@ -6,6 +6,10 @@
 //! whose credentials it has not cached, writes one `CredentialProviderRequest`
 //! on stdin and reads one `CredentialProviderResponse` from stdout. Exit
 //! status 0 with a response, or non-zero with the reason on stderr.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 mod attempts;
 mod aws;

@@ -43,18 +43,24 @@ pub(crate) const ADOPTED_TAG: &str = "aws-ccm/adopted";
 /// load balancer the Go CCM made) is never undone.
 pub(crate) const DELETION_PROTECTION_TAG: &str = "aws-ccm/deletion-protection";
 /// On an NLB, its listeners and target groups: the `additional-resource-tags`
-/// keys the controller applied, comma-separated, so that a key the
+/// keys the controller applied ([`record_value`]), so that a key the
 /// annotation drops is removed and a tag written by anyone else is not. The
 /// key is upstream's (kubernetes/cloud-provider-aws PR #1447, which names it
 /// for the same purpose), so after a swap either way one owner remains.
 pub(crate) const MANAGED_TAGS_TAG: &str = "kubernetes.io/cloud-controller/managed-tags";
 /// On a target group this CCM set attributes on: the
-/// `target-group-attributes` keys it applied, comma-separated, so that a key
+/// `target-group-attributes` keys it applied ([`record_value`]), so that a key
 /// the annotation drops returns to AWS's default and a value nobody
 /// recorded (the Go CCM's, a hand edit) is left alone.
 pub(crate) const TARGET_GROUP_ATTRIBUTES_TAG: &str = "aws-ccm/target-group-attributes";
 /// Longest tag value AWS takes.
+/// On a target group: the health-check timeout this CCM applied (cloud.conf
+/// `NLBListenerSettings = true`); only a timeout so recorded returns to
+/// AWS's default when the annotation is removed.
+pub(crate) const HEALTH_TIMEOUT_TAG: &str = "aws-ccm/health-check-timeout";
 pub(crate) const MAX_TAG_VALUE: usize = 256;
+/// Longest tag key AWS takes.
+pub(crate) const MAX_TAG_KEY: usize = 128;
 /// Most tags a classic ELB, an NLB or a target group takes.
 pub(crate) const MAX_LB_TAGS: usize = 50;
 
@@ -165,17 +171,37 @@ pub(crate) fn managed_keys(tags: &BTreeMap<String, String>) -> BTreeSet<String> 
     recorded_keys(tags, MANAGED_TAGS_TAG)
 }
 
-/// The comma-separated keys record `tag` on `tags` holds (none without it).
+/// The keys record `tag` on `tags` holds ([`record_value`]; none without
+/// it). Commas separate too: a record in that form cannot be on AWS, which
+/// refuses them in a tag value, but costs nothing to read.
 pub(crate) fn recorded_keys(tags: &BTreeMap<String, String>, tag: &str) -> BTreeSet<String> {
     tags.get(tag)
         .map(|v| {
-            v.split(',')
-                .map(str::trim)
+            v.split([' ', ','])
                 .filter(|k| !k.is_empty() && !is_controller_tag(k))
                 .map(str::to_string)
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Of `keys`, those a record can hold: a key with a space or a comma in it
+/// is applied but not recorded (so not removed when the annotation drops
+/// it).
+pub(crate) fn recordable<'a>(keys: impl IntoIterator<Item = &'a String>) -> BTreeSet<String> {
+    keys.into_iter()
+        .filter(|k| !k.contains([' ', ',']))
+        .cloned()
+        .collect()
+}
+
+/// The record of `keys` as a tag value: space-separated, as the `aws-ccm/applied`
+/// record is (AWS takes letters, digits, spaces and `_.:/=+-@` in a tag
+/// value, no comma); `None` when there are none, or they do not fit in one
+/// value.
+pub(crate) fn record_value(keys: &BTreeSet<String>) -> Option<String> {
+    let record = keys.iter().cloned().collect::<Vec<_>>().join(" ");
+    (!record.is_empty() && record.chars().count() <= MAX_TAG_VALUE).then_some(record)
 }
 
 /// The tag writes that take one resource's tags `have` to `want` (its
@@ -201,23 +227,46 @@ pub(crate) fn follow_annotation(
         .filter(|k| !additional.contains_key(*k) && have.contains_key(*k))
         .cloned()
         .collect();
-    let keys: BTreeSet<String> = additional.keys().cloned().collect();
+    let keys = recordable(additional.keys());
     let touched = add.keys().any(|k| additional.contains_key(k)) || !remove.is_empty();
-    let record = keys.iter().cloned().collect::<Vec<_>>().join(",");
     let has_record = have.contains_key(MANAGED_TAGS_TAG);
     let record_right = has_record && recorded == keys;
     if (touched || has_record) && !record_right {
-        if keys.is_empty() {
-            if has_record {
-                remove.insert(MANAGED_TAGS_TAG.to_string());
+        match record_value(&keys) {
+            Some(record) => {
+                add.insert(MANAGED_TAGS_TAG.to_string(), record);
             }
-        } else if record.len() <= MAX_TAG_VALUE {
-            add.insert(MANAGED_TAGS_TAG.to_string(), record);
-        } else {
-            tracing::warn!(
-                keys = %record,
+            None if keys.is_empty() => {
+                if has_record {
+                    remove.insert(MANAGED_TAGS_TAG.to_string());
+                }
+            }
+            None => tracing::warn!(
+                keys = ?keys,
                 "the additional-resource-tags keys do not fit in one tag value ({MAX_TAG_VALUE} characters): they are applied but not recorded in {MANAGED_TAGS_TAG}, so removing one from the annotation will not remove it; use fewer or shorter keys"
-            );
+            ),
+        }
+    }
+    // AWS refuses an AddTags past its 50 tags, and with it the rest of the
+    // sync: the annotation's new keys that do not fit are left out (the Go
+    // CCM writes none on a live NLB), with a log line, until room is made.
+    let room = MAX_LB_TAGS.saturating_sub(have.len());
+    let new_keys: Vec<String> = (add.keys())
+        .filter(|k| !have.contains_key(*k) && additional.contains_key(*k))
+        .cloned()
+        .collect();
+    let controller_new = (add.keys())
+        .filter(|k| !have.contains_key(*k) && !additional.contains_key(*k))
+        .count();
+    if controller_new + new_keys.len() > room {
+        let fit = room.saturating_sub(controller_new);
+        let left_out = new_keys.get(fit..).unwrap_or_default();
+        tracing::warn!(
+            keys = ?left_out,
+            "the resource would carry more than {MAX_LB_TAGS} tags, which AWS refuses: these additional-resource-tags keys are not applied; remove some tags"
+        );
+        for k in left_out {
+            add.remove(k);
         }
     }
     TagWrites { add, remove }
@@ -230,8 +279,9 @@ pub(crate) fn at_creation(
     additional: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {
     let mut out = tags.clone();
-    let record = additional.keys().cloned().collect::<Vec<_>>().join(",");
-    if !additional.is_empty() && record.len() <= MAX_TAG_VALUE && out.len() < MAX_LB_TAGS {
+    if let Some(record) = record_value(&recordable(additional.keys()))
+        && out.len() < MAX_LB_TAGS
+    {
         out.insert(MANAGED_TAGS_TAG.to_string(), record);
     }
     out
@@ -247,6 +297,32 @@ pub(crate) struct TagWrites {
 impl TagWrites {
     pub(crate) fn is_empty(&self) -> bool {
         self.add.is_empty() && self.remove.is_empty()
+    }
+}
+
+/// Why the Elastic Load Balancing APIs (both) would refuse the tag
+/// `key=value`, if they would (API reference, `Tag`: a key of 1 to 128 and
+/// a value of at most 256 letters, digits, spaces and `_.:/=+-@`; the
+/// `aws:` prefix is AWS's own).
+pub(crate) fn aws_refusal(key: &str, value: &str) -> Option<String> {
+    let allowed = |c: char| c.is_alphanumeric() || c == ' ' || "_.:/=+-@".contains(c);
+    let bad_char = key.chars().chain(value.chars()).find(|c| !allowed(*c));
+    if key.to_ascii_lowercase().starts_with("aws:") {
+        Some(format!(
+            "{key}: the aws: prefix is reserved for AWS's own tags"
+        ))
+    } else if key.is_empty() || key.chars().count() > MAX_TAG_KEY {
+        Some(format!(
+            "{key:?}: a tag key has 1 to {MAX_TAG_KEY} characters"
+        ))
+    } else if value.chars().count() > MAX_TAG_VALUE {
+        Some(format!(
+            "{key}: a tag value has at most {MAX_TAG_VALUE} characters"
+        ))
+    } else {
+        bad_char.map(|c| {
+            format!("{key}: {c:?} is not taken in a tag (letters, digits, spaces and _.:/=+-@ are)")
+        })
     }
 }
 
@@ -286,6 +362,50 @@ mod tests {
         assert!(tagged_for_other_cluster(&tags, "c2"));
         assert!(!tagged_for_other_cluster(&tags, "c1"));
         assert!(!tags.contains_key(LEGACY_CLUSTER_TAG));
+    }
+
+    #[test]
+    fn keys_past_awss_fifty_tags_are_left_out() {
+        let have: BTreeMap<String, String> = (0..48)
+            .map(|i| (format!("k{i}"), "v".to_string()))
+            .collect();
+        let additional: BTreeMap<String, String> = ["a", "b", "c"]
+            .map(|k| (k.to_string(), "1".to_string()))
+            .into();
+        let mut want = additional.clone();
+        want.insert("k0".into(), "changed".into());
+        let writes = follow_annotation(&want, &additional, &have);
+        // Room for two new keys: the marker (the controller's own goes
+        // first) and the first of the annotation's; the changed value of an
+        // existing key takes no room.
+        let new: Vec<&String> = (writes.add.keys())
+            .filter(|k| !have.contains_key(*k))
+            .collect();
+        assert_eq!(new.len(), 2, "{writes:?}");
+        assert_eq!(writes.add["k0"], "changed");
+        assert!(writes.add.contains_key(MANAGED_TAGS_TAG), "{writes:?}");
+        assert_eq!(have.len() + new.len(), MAX_LB_TAGS);
+    }
+
+    #[test]
+    fn tags_aws_refuses_are_told_apart() {
+        assert_eq!(aws_refusal("team", "a b/c=d+e-f@g_h.i:j"), None);
+        assert_eq!(aws_refusal("équipe", "café"), None, "letters of any script");
+        assert_eq!(aws_refusal("team", ""), None);
+        assert_eq!(
+            aws_refusal(&"k".repeat(MAX_TAG_KEY), &"v".repeat(MAX_TAG_VALUE)),
+            None
+        );
+        for (key, value) in [
+            ("aws:team", "a"),
+            ("AWS:team", "a"),
+            (&*"k".repeat(MAX_TAG_KEY + 1), "a"),
+            ("team", &*"v".repeat(MAX_TAG_VALUE + 1)),
+            ("team", "a#b"),
+            ("te*m", "a"),
+        ] {
+            assert!(aws_refusal(key, value).is_some(), "{key}={value}");
+        }
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! `aws-ccm`: the operator tool. Subcommands take the CCM's own flags
 //! (`--cloud-config`, `--kubeconfig`, `--cluster-cidr`, ...) with their
 //! meaning; see docs/aws-ccm-tool.md.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;

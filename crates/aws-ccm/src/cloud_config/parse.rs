@@ -196,6 +196,7 @@ impl<'a> Parser<'a> {
             }
             "NLBSecurityGroupMode" => set_nlb_group_mode(cfg, value),
             "NLBNodeIngress" => set_node_ingress(cfg, value),
+            "NLBListenerSettings" => set_listener_settings(cfg, value),
             other => {
                 return Err(format!(
                     "{other} is listed as a [Global] key but not handled; report this as a bug"
@@ -354,6 +355,22 @@ fn set_node_ingress(cfg: &mut CloudConfig, value: &str) {
                 "NLBNodeIngress {value:?} is skipped (the Go CCM skips the whole key), so the Go CCM's per-port CIDR rules stay: use Cidr or LoadBalancerGroup (case-sensitive)"
             ));
             NlbNodeIngress::Cidr
+        }
+    };
+}
+
+/// This CCM's key, unknown to the Go CCM: `true` applies the NLB settings
+/// the Go CCM leaves unsent; a value other than `true` or `false` is
+/// skipped, saying so, and they stay unsent (the Go CCM's behaviour).
+fn set_listener_settings(cfg: &mut CloudConfig, value: &str) {
+    cfg.nlb_listener_settings = match value {
+        "true" => true,
+        "" | "false" => false,
+        _ => {
+            cfg.tolerated.push(format!(
+                "NLBListenerSettings {value:?} is skipped (the Go CCM skips the whole key), so the NLB health-check timeout stays unsent, as the Go CCM leaves it: use true or false"
+            ));
+            false
         }
     };
 }

@@ -411,6 +411,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         let triggers = keyed::scan_at_changes(&stop, changes, || self.scan());
         // The queue waits for running syncs before it returns.
         tokio::join!(triggers, work);
+        condition::forget_all();
     }
 
     /// Adds to the queue every Service a change made due, and forgets the
@@ -433,7 +434,7 @@ impl<L: LoadBalancers> ServiceController<L> {
             alive
         });
         for svc in services {
-            if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
+            if !(wants_load_balancer(&svc) || has_finalizer(&svc) || condition::carried(&svc)) {
                 continue;
             }
             let key = key(&svc);
@@ -499,7 +500,10 @@ impl<L: LoadBalancers> ServiceController<L> {
             return keyed::Outcome::Done;
         };
         if !(wants_load_balancer(&svc) || has_finalizer(&svc)) {
-            condition::forget(&taken.key);
+            // Left `type: LoadBalancer` before it had a load balancer (a
+            // refused or held value): nothing in AWS, only the condition.
+            let api = Api::namespaced(self.kube.clone(), &svc.namespace().unwrap_or_default());
+            condition::cleared(&api, &svc).await;
             return keyed::Outcome::Done;
         }
         let job = {
@@ -572,7 +576,7 @@ impl<L: LoadBalancers> ServiceController<L> {
         // Another controller's (the Go CCM answers ImplementedElsewhere):
         // no AWS call, the status is that controller's to write.
         if is_external(svc) {
-            condition::forget(&key(svc));
+            condition::cleared(&api, svc).await;
             return Outcome::Done;
         }
         let obj = svc.object_ref(&());

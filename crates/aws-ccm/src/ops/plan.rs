@@ -368,19 +368,7 @@ async fn keeps(
     };
     let kept_clb = protected && clb.is_some_and(|lb| proof(&lb.tags));
     let kept_nlb = match v2 {
-        Some(lb) if proof(&lb.tags) => {
-            protected
-                || lb
-                    .tags
-                    .get(tags::DELETION_PROTECTION_TAG)
-                    .map(String::as_str)
-                    == Some("on")
-                || nlb::read::read_attributes(aws, &lb.arn)
-                    .await?
-                    .get(nlb::ATTR_DELETION_PROTECTION)
-                    .map(String::as_str)
-                    == Some("true")
-        }
+        Some(lb) if proof(&lb.tags) => protected || nlb::read::protected(aws, lb).await?,
         _ => false,
     };
     if let (true, Some(lb)) = (kept_clb, clb) {
@@ -391,27 +379,21 @@ async fn keeps(
         }
     }
     if let (true, Some(lb)) = (kept_nlb, v2) {
-        keep_steps(section, key, "NLB", name, &lb.tags);
-        for (g, _) in nlb::read::listed_target_groups(aws, &lb.arn).await? {
-            let arn = g.target_group_arn().unwrap_or_default();
-            let health = aws
-                .elbv2(
-                    crate::aws::client::operations::Operation::Elbv2DescribeTargetHealth,
-                    |c| c.describe_target_health().target_group_arn(arn).send(),
-                )
-                .await?;
-            let targets = nlb::read::registered(
-                health.target_health_descriptions(),
-                g.port().unwrap_or_default(),
-            );
-            if !targets.is_empty() {
-                let what = format!(
-                    "{} target(s) from target group {}",
-                    targets.len(),
-                    g.target_group_name().unwrap_or_default()
-                );
-                section.step("-", what, &["DeregisterTargets"]);
-            }
+        keep_note(section, "NLB", name);
+        // The keep's own plan, as the deletion computes it.
+        let actual = nlb::read::for_keep(aws, lb.clone()).await?;
+        let changes = nlb::plan::plan_keep(&actual, &ctx.cluster_id, name, key);
+        for c in changes.iter().flatten() {
+            let what = match c {
+                NlbChange::DeregisterTargets { arn, instances, .. } => {
+                    let group = (actual.target_groups.iter()).find(|t| t.arn == *arn);
+                    let group = group.map_or(arn.as_str(), |t| t.name.as_str());
+                    format!("{} target(s) from target group {group}", instances.len())
+                }
+                NlbChange::AddTags { .. } => kept_tag_step(key, "NLB", name),
+                _ => nlb::plan::describe(c),
+            };
+            section.steps.push(nlb_step(c, what));
         }
     }
     Ok((kept_clb, kept_nlb))
@@ -426,16 +408,25 @@ fn keep_steps(
     name: &str,
     lb_tags: &BTreeMap<String, String>,
 ) {
+    keep_note(section, kind, name);
+    if lb_tags.get(tags::KEPT_TAG).map(String::as_str) != Some(key) {
+        section.step("~", kept_tag_step(key, kind, name), &["AddTags"]);
+    }
+}
+
+/// The note that `kind` `name` is kept.
+fn keep_note(section: &mut Section, kind: &str, name: &str) {
     section.note(format!(
         "{kind} {name} is protected: kept with its listeners, target groups and own security group; what reaches into the cluster (node targets, node rules) is removed"
     ));
-    if lb_tags.get(tags::KEPT_TAG).map(String::as_str) != Some(key) {
-        let what = format!(
-            "{kind} {name}: tag {}={key} (protected, kept)",
-            tags::KEPT_TAG
-        );
-        section.step("~", what, &["AddTags"]);
-    }
+}
+
+/// The step tagging `kind` `name` kept from Service `key`.
+fn kept_tag_step(key: &str, kind: &str, name: &str) -> String {
+    format!(
+        "{kind} {name}: tag {}={key} (protected, kept)",
+        tags::KEPT_TAG
+    )
 }
 
 /// What both kinds' steps start with: the other kind's load balancer

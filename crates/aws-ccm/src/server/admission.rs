@@ -17,14 +17,17 @@
 //! short timeout, so a down or slow CCM costs an apply at most that
 //! timeout. kube-apiserver calls webhooks without credentials by default,
 //! so this path is served outside the authentication of the other routes:
-//! it only reads the object it is sent and answers about that object.
+//! it only reads the object it is sent and answers about that object, and
+//! reads at most [`MAX_BODY`] bytes for at most [`READ_TIMEOUT`].
 //!
 //! [`Reading::findings`]: crate::provider::load_balancers::Reading::findings
 
 use std::sync::{Arc, LazyLock};
 
+use std::time::Duration;
+
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -43,9 +46,19 @@ use crate::provider::load_balancers::{LoadBalancerSpec, is_external};
 /// ValidatingWebhookConfiguration names it).
 pub const PATH: &str = "/admission/v1/services";
 
+/// The largest review read: kube-apiserver's request body limit (3 MiB)
+/// and the review's envelope. A review carries the object and, on an
+/// update, the old one, each at most etcd's 1.5 MiB; a larger body is
+/// answered 413, which `failurePolicy: Ignore` lets through unwarned.
+const MAX_BODY: usize = 4 * 1024 * 1024;
+/// The longest a review's body is read: kube-apiserver's longest webhook
+/// timeout (`timeoutSeconds` at most 30), after which no caller waits.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReviewLabels {
-    /// `warned`, `clean` (no warning) or `malformed` (answered 400).
+    /// `warned`, `clean` (no warning) or `malformed` (not read, or not a
+    /// review: answered 400, 408 or 413).
     result: &'static str,
 }
 
@@ -53,7 +66,7 @@ struct ReviewLabels {
 static REVIEWS: LazyLock<Family<ReviewLabels, Counter>> = LazyLock::new(|| {
     crate::metrics::registered(
         "aws_ccm_service_admission_reviews",
-        "AdmissionReviews the service admission check answered, by result: warned (one or more Warnings), clean (none), malformed (refused with 400)",
+        "AdmissionReviews the service admission check answered, by result: warned (one or more Warnings), clean (none), malformed (not read in time or size, or not a review: refused with 408, 413 or 400)",
         Family::default(),
     )
 });
@@ -75,7 +88,22 @@ pub fn router(admission: Arc<ServiceAdmission>) -> Router {
         .with_state(admission)
 }
 
-async fn review(State(admission): State<Arc<ServiceAdmission>>, body: Bytes) -> Response {
+async fn review(State(admission): State<Arc<ServiceAdmission>>, body: Body) -> Response {
+    let body = match tokio::time::timeout(READ_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await
+    {
+        Ok(Ok(body)) => body,
+        Ok(Err(e)) => {
+            counted("malformed");
+            tracing::warn!(error = %e, limit = MAX_BODY, "admission review not read");
+            let text = format!("the body was not read (at most {MAX_BODY} bytes): {e}");
+            return (StatusCode::PAYLOAD_TOO_LARGE, text).into_response();
+        }
+        Err(_) => {
+            counted("malformed");
+            tracing::warn!(timeout = ?READ_TIMEOUT, "admission review not read in time");
+            return (StatusCode::REQUEST_TIMEOUT, "the body was not sent in time").into_response();
+        }
+    };
     let answer = serde_json::from_slice::<Value>(&body)
         .map_err(|e| format!("the body is not JSON: {e}"))
         .and_then(|review| answer(&admission.cloud, &review));
@@ -100,7 +128,7 @@ async fn review(State(admission): State<Arc<ServiceAdmission>>, body: Bytes) -> 
 
 /// The AdmissionReview answering `review`: allowed, with a warning for each
 /// value the Service's load balancer sync refuses, holds or ignores.
-pub fn answer(cloud: &CloudConfig, review: &Value) -> Result<Value, String> {
+fn answer(cloud: &CloudConfig, review: &Value) -> Result<Value, String> {
     if review.get("apiVersion").and_then(Value::as_str) != Some("admission.k8s.io/v1")
         || review.get("kind").and_then(Value::as_str) != Some("AdmissionReview")
     {
@@ -167,6 +195,7 @@ fn warnings(cloud: &CloudConfig, request: &Value) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Bytes;
 
     fn review(operation: &str, object: Value) -> Value {
         json!({
@@ -242,6 +271,33 @@ mod tests {
             assert_eq!(answer["response"]["allowed"], true);
             assert!(answer["response"].get("warnings").is_none(), "{case}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_body_too_large_or_too_slow_is_not_read_past_its_bound() {
+        use tower::ServiceExt;
+        let app = router(Arc::new(ServiceAdmission {
+            cloud: Arc::new(CloudConfig::default()),
+        }));
+        let post = |body: Body| {
+            axum::http::Request::post(PATH)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(body)
+                .unwrap()
+        };
+        let large = Body::from(vec![b' '; MAX_BODY + 1]);
+        let answer = app.clone().oneshot(post(large)).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        // A body that never ends: answered at the bound, not held open.
+        tokio::time::pause();
+        let endless = futures::stream::pending::<Result<Bytes, std::io::Error>>();
+        let started = tokio::time::Instant::now();
+        let answer = app.oneshot(post(Body::from_stream(endless))).await.unwrap();
+        assert_eq!(answer.status(), StatusCode::REQUEST_TIMEOUT);
+        // tokio's timer rounds a deadline up to its next millisecond tick.
+        let waited = started.elapsed();
+        assert!(waited >= READ_TIMEOUT, "{waited:?}");
+        assert!(waited < READ_TIMEOUT + Duration::from_secs(1), "{waited:?}");
     }
 
     #[test]

@@ -1882,6 +1882,13 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
             .cloned()
     };
     let rules = || async { node_group_rules(&cloud.ec2, &cloud.node_group).await.ok() };
+    // This NLB's CIDR and MTU rules and the group rule.
+    let ours_and_group = || async {
+        let r = rules().await?.into_iter();
+        Some(BTreeSet::from_iter(
+            r.filter(|r| ours(&r.3) || r.3 == group_rule),
+        ))
+    };
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let fail = |ccm: &Ccm| {
         let logs = ccm.logs();
@@ -1950,11 +1957,7 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
         group_rule.to_string(),
     )]);
     eventually("the group rule alone", WAIT, || async {
-        let r: BTreeSet<_> = rules()
-            .await?
-            .into_iter()
-            .filter(|r| ours(&r.3) || r.3 == group_rule)
-            .collect();
+        let r = ours_and_group().await?;
         (r == want).then_some(())
     })
     .await
@@ -1965,11 +1968,7 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
     std::fs::write(&env.cloud_conf, &managed)?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     eventually("the CIDR rules back", WAIT, || async {
-        let r: BTreeSet<_> = rules()
-            .await?
-            .into_iter()
-            .filter(|r| ours(&r.3) || r.3 == group_rule)
-            .collect();
+        let r = ours_and_group().await?;
         (r == go_rules).then_some(())
     })
     .await
@@ -1983,11 +1982,7 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
     )?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     eventually("the group rule again", WAIT, || async {
-        let r: BTreeSet<_> = rules()
-            .await?
-            .into_iter()
-            .filter(|r| ours(&r.3) || r.3 == group_rule)
-            .collect();
+        let r = ours_and_group().await?;
         (r == want).then_some(())
     })
     .await
@@ -2013,5 +2008,97 @@ async fn node_rules_move_to_the_nlbs_group_when_asked_and_back() -> anyhow::Resu
     )
     .await
     .map_err(fail(&ccm))?;
+    env.finish().await
+}
+
+/// Two NLBs carrying the same bring-your-own security group, in
+/// `NLBNodeIngress = LoadBalancerGroup`: the node group holds one rule
+/// admitting that group, for both. The second NLB is made after the first
+/// sync read the load-balancer sweep (kept for five minutes with this
+/// resync period); deleting the first must still see the second carrying
+/// the group, so the rule stays for it. The group is the user's: it stays.
+#[tokio::test]
+async fn a_group_rule_stays_while_a_newer_nlb_carries_the_group() -> anyhow::Result<()> {
+    let conf = format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\nNLBNodeIngress = LoadBalancerGroup\n"
+    );
+    let env = Env::start_with_conf(&conf).await?;
+    let cloud = seed(&env, 1).await?;
+    let described = cloud
+        .ec2
+        .describe_security_groups()
+        .group_ids(&cloud.node_group)
+        .send()
+        .await?;
+    let vpc = (described.security_groups().first())
+        .and_then(|g| g.vpc_id())
+        .ok_or_else(|| anyhow::anyhow!("the node group has no VPC"))?
+        .to_string();
+    let shared = cloud
+        .ec2
+        .create_security_group()
+        .group_name("shared-by-two")
+        .description("the user's, on two NLBs")
+        .vpc_id(&vpc)
+        .send()
+        .await?
+        .group_id()
+        .unwrap_or_default()
+        .to_string();
+    let (_, services) = node_n0(&env, &cloud).await?;
+    let byo =
+        serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-security-groups": shared});
+    let group_rule = (
+        "-1".to_string(),
+        -1,
+        shared.clone(),
+        "aws-ccm/rule/nlb/from-group".to_string(),
+    );
+    let holds_rule = || async {
+        let r = node_group_rules(&cloud.ec2, &cloud.node_group).await.ok()?;
+        Some(r.contains(&group_rule))
+    };
+    let carries = |name: String| {
+        let elbv2 = cloud.elbv2.clone();
+        async move {
+            let o = elbv2
+                .describe_load_balancers()
+                .names(name)
+                .send()
+                .await
+                .ok()?;
+            Some(o.load_balancers().first()?.security_groups().to_vec())
+        }
+    };
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    let one = services
+        .create(&PostParams::default(), &nlb_service("one", byo.clone()))
+        .await?;
+    eventually("the first NLB's group rule", WAIT, || async {
+        holds_rule().await?.then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    let two = services
+        .create(&PostParams::default(), &nlb_service("two", byo))
+        .await?;
+    eventually("the second NLB with the same group", WAIT, || async {
+        (carries(lb_name(&two)).await? == vec![shared.clone()]).then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    services.delete("one", &DeleteParams::default()).await?;
+    eventually("the first NLB gone", WAIT, || async {
+        carries(lb_name(&one)).await.is_none().then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    assert_eq!(
+        holds_rule().await,
+        Some(true),
+        "the rule the second NLB relies on was revoked\nlogs:\n{}",
+        ccm.logs()
+    );
     env.finish().await
 }

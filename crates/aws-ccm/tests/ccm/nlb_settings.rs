@@ -100,6 +100,20 @@ async fn set_tags(api: &Api<Service>, name: &str, value: Option<&str>) -> anyhow
     Ok(())
 }
 
+/// A cluster of one node and one NLB Service `web` with `annotations` (not
+/// synced yet), and an ELBv2 client.
+async fn one_nlb(
+    annotations: serde_json::Value,
+) -> anyhow::Result<(Env, Seeded, elbv2::Client, Service)> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let c = elbv2::Client::new(&seeded.conf);
+    let svc = nodes_and_services(&env, &seeded, &[nlb_service("web", annotations)])
+        .await?
+        .remove(0);
+    Ok((env, seeded, c, svc))
+}
+
 /// Someone else's tag on a resource: never the CCM's to remove.
 async fn tag_by_hand(c: &elbv2::Client, arn: &str, key: &str, value: &str) -> anyhow::Result<()> {
     c.add_tags()
@@ -131,26 +145,14 @@ const WATCHED: &[&str] = &["team", "env", "cost", "owner", MARKER];
 #[tokio::test]
 async fn tags_follow_the_annotation_on_a_live_nlb_its_listeners_and_target_groups()
 -> anyhow::Result<()> {
-    let env = Env::start().await?;
-    let seeded = seed_cluster(&env, 1).await?;
-    let c = elbv2::Client::new(&seeded.conf);
-    let svc = nodes_and_services(
-        &env,
-        &seeded,
-        &[nlb_service(
-            "web",
-            serde_json::json!({ TAGS: "team=a,env=prod" }),
-        )],
-    )
-    .await?
-    .remove(0);
+    let (env, _seeded, c, svc) = one_nlb(serde_json::json!({ TAGS: "team=a,env=prod" })).await?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     wait_tags(
         &c,
         &svc,
         WATCHED,
-        &pairs(&[("team", "a"), ("env", "prod"), (MARKER, "env,team")]),
+        &pairs(&[("team", "a"), ("env", "prod"), (MARKER, "env team")]),
         &ccm,
     )
     .await?;
@@ -163,7 +165,7 @@ async fn tags_follow_the_annotation_on_a_live_nlb_its_listeners_and_target_group
         &c,
         &svc,
         &["team", "env", "cost", MARKER],
-        &pairs(&[("team", "b"), ("cost", "42"), (MARKER, "cost,team")]),
+        &pairs(&[("team", "b"), ("cost", "42"), (MARKER, "cost team")]),
         &ccm,
     )
     .await?;
@@ -203,16 +205,7 @@ async fn tags_follow_the_annotation_on_a_live_nlb_its_listeners_and_target_group
 /// record written, and removing it removes what this CCM recorded.
 #[tokio::test]
 async fn after_a_swap_tags_follow_the_annotation_only_once_it_changes() -> anyhow::Result<()> {
-    let env = Env::start().await?;
-    let seeded = seed_cluster(&env, 1).await?;
-    let c = elbv2::Client::new(&seeded.conf);
-    let svc = nodes_and_services(
-        &env,
-        &seeded,
-        &[nlb_service("web", serde_json::json!({ TAGS: "team=a" }))],
-    )
-    .await?
-    .remove(0);
+    let (env, seeded, c, svc) = one_nlb(serde_json::json!({ TAGS: "team=a" })).await?;
     go_made_nlb(&seeded, &svc, &[]).await?;
     // The Go CCM's creates carry the annotation's tags (buildTags), on the
     // listener too (createListenerV2), with the ownership tags.
@@ -239,7 +232,7 @@ async fn after_a_swap_tags_follow_the_annotation_only_once_it_changes() -> anyho
         &c,
         &svc,
         WATCHED,
-        &pairs(&[("team", "b"), ("env", "prod"), (MARKER, "env,team")]),
+        &pairs(&[("team", "b"), ("env", "prod"), (MARKER, "env team")]),
         &ccm,
     )
     .await?;
@@ -321,19 +314,8 @@ async fn target_group_attributes_are_applied_changed_and_dropped_back_to_the_def
 -> anyhow::Result<()> {
     const DEREG: &str = "deregistration_delay.timeout_seconds";
     const STICKY: &str = "stickiness.enabled";
-    let env = Env::start().await?;
-    let seeded = seed_cluster(&env, 1).await?;
-    let c = elbv2::Client::new(&seeded.conf);
-    let svc = nodes_and_services(
-        &env,
-        &seeded,
-        &[nlb_service(
-            "web",
-            serde_json::json!({ TGA: format!("{DEREG}=30,{STICKY}=true") }),
-        )],
-    )
-    .await?
-    .remove(0);
+    let (env, seeded, c, svc) =
+        one_nlb(serde_json::json!({ TGA: format!("{DEREG}=30,{STICKY}=true") })).await?;
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     let expect = |dereg: &'static str, sticky: &'static str, record: Option<&'static str>| {
@@ -355,7 +337,7 @@ async fn target_group_attributes_are_applied_changed_and_dropped_back_to_the_def
     expect(
         "30",
         "true",
-        Some("deregistration_delay.timeout_seconds,stickiness.enabled"),
+        Some("deregistration_delay.timeout_seconds stickiness.enabled"),
     )
     .await
     .map_err(|e| logs(anyhow::anyhow!("{e}")))?;
@@ -418,5 +400,82 @@ async fn target_group_attributes_are_applied_changed_and_dropped_back_to_the_def
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     ccm.wait_for_log("load balancer ensured", WAIT).await?;
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    env.finish().await
+}
+
+const HC_TIMEOUT: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-timeout";
+const HC_RECORD: &str = "aws-ccm/health-check-timeout";
+
+/// `svc`'s (one) target group's health-check timeout and its record tag.
+async fn health_timeout(
+    c: &elbv2::Client,
+    svc: &Service,
+) -> anyhow::Result<(Option<i32>, Option<String>)> {
+    let lb = nlb_arn(c, svc).await?;
+    let tgs = c
+        .describe_target_groups()
+        .load_balancer_arn(&lb)
+        .send()
+        .await?;
+    let timeout = tgs
+        .target_groups()
+        .first()
+        .and_then(|g| g.health_check_timeout_seconds());
+    let tags = tags_by_kind(c, svc).await?;
+    let record = tags
+        .iter()
+        .find(|(k, _)| k == "tg")
+        .and_then(|(_, t)| t.get(HC_RECORD).cloned());
+    Ok((timeout, record))
+}
+
+/// With cloud.conf `NLBListenerSettings = true` the health-check timeout
+/// (which the Go CCM parses for an NLB but never sends) is applied at
+/// creation, changed in place, and returned to AWS's 10 s with its record
+/// gone when the annotation is removed.
+#[tokio::test]
+async fn health_check_timeout_is_applied_changed_and_removed_with_the_key() -> anyhow::Result<()> {
+    let env = Env::start_with_conf(&format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBListenerSettings = true\n"
+    ))
+    .await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let c = elbv2::Client::new(&seeded.conf);
+    let svc = nodes_and_services(
+        &env,
+        &seeded,
+        &[nlb_service("web", serde_json::json!({ HC_TIMEOUT: "20" }))],
+    )
+    .await?
+    .remove(0);
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    let expect = |timeout: i32, record: Option<&'static str>| {
+        let c = c.clone();
+        let svc = svc.clone();
+        let want = (Some(timeout), record.map(String::from));
+        async move {
+            eventually(&format!("health timeout {want:?}"), WAIT, || async {
+                let got = health_timeout(&c, &svc).await.ok()?;
+                (got == want).then_some(())
+            })
+            .await
+        }
+    };
+    let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    expect(20, Some("20")).await.map_err(logs)?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let patch = |v: Option<&str>| serde_json::json!({"metadata": {"annotations": {HC_TIMEOUT: v}}});
+    api.patch(
+        "web",
+        &PatchParams::default(),
+        &Patch::Merge(&patch(Some("15"))),
+    )
+    .await?;
+    expect(15, Some("15")).await.map_err(logs)?;
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch(None)))
+        .await?;
+    expect(10, None).await.map_err(logs)?;
+    drop(ccm);
     env.finish().await
 }

@@ -595,14 +595,7 @@ async fn dual_stack_addresses_follow_node_ip_families_and_the_provided_node_ip()
 #[tokio::test]
 async fn a_node_without_an_instance_keeps_its_taint_and_gets_a_warning() -> anyhow::Result<()> {
     let env = Env::start().await?;
-    let proxy = FaultProxy::start(
-        &env.moto.endpoint(),
-        ProxyConfig {
-            budget_fraction: Some(1.0),
-            ..ProxyConfig::default()
-        },
-    )
-    .await?;
+    let proxy = env.full_budget_proxy().await?;
     let ec2 = Ec2::new(&env).await?;
     let client = env.api.client().await?;
     let nodes: Api<Node> = Api::all(client.clone());
@@ -820,14 +813,7 @@ async fn a_300_node_join_burst_costs_a_handful_of_describe_calls_and_no_throttli
     const NODES: usize = 300;
     let env = Env::start().await?;
     // AWS's documented buckets, enforced at full size.
-    let proxy = FaultProxy::start(
-        &env.moto.endpoint(),
-        ProxyConfig {
-            budget_fraction: Some(1.0),
-            ..ProxyConfig::default()
-        },
-    )
-    .await?;
+    let proxy = env.full_budget_proxy().await?;
     let ec2 = Ec2::new(&env).await?;
     let launched = ec2.launch(NODES as i32).await?;
     assert_eq!(launched.len(), NODES);

@@ -365,14 +365,7 @@ async fn an_unchanged_cluster_costs_one_read_and_no_writes_per_reconcile() -> an
         )
         .await?;
     }
-    let proxy = FaultProxy::start(
-        &env.moto.endpoint(),
-        ProxyConfig {
-            budget_fraction: Some(1.0),
-            ..Default::default()
-        },
-    )
-    .await?;
+    let proxy = env.full_budget_proxy().await?;
     let args = vec![
         "--controllers=route".to_string(),
         format!("--cluster-cidr={CLUSTER_CIDR}"),
@@ -458,14 +451,7 @@ async fn a_cold_start_of_thirty_nodes_stays_inside_the_aws_budget() -> anyhow::R
         )
         .await?;
     }
-    let proxy = FaultProxy::start(
-        &env.moto.endpoint(),
-        ProxyConfig {
-            budget_fraction: Some(1.0),
-            ..Default::default()
-        },
-    )
-    .await?;
+    let proxy = env.full_budget_proxy().await?;
     let started = Instant::now();
     let ccm = env
         .start_ccm_via(&proxy.endpoint(), &as_strs(&route_args(&[])))

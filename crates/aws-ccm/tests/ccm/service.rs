@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 
@@ -46,6 +47,13 @@ pub fn lb_service(name: &str, annotations: serde_json::Value) -> Service {
         "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"name": "http", "port": 80, "targetPort": 8080}]}
     }))
     .unwrap()
+}
+
+/// The Service's `LoadBalancerSynced` condition, if it carries one.
+pub(crate) fn sync_condition(svc: Service) -> Option<Condition> {
+    (svc.status?.conditions?)
+        .into_iter()
+        .find(|c| c.type_ == "LoadBalancerSynced")
 }
 
 pub fn hostname(svc: &Service) -> Option<String> {
@@ -282,11 +290,7 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
     // What stopped it stays on the Service and in /metrics; the Service
     // whose sync finished carries no condition.
     let condition = eventually("the malformed Service's condition", WAIT, || async {
-        let svc = services.get("bad").await.ok()?;
-        let conditions = svc.status?.conditions?;
-        conditions
-            .into_iter()
-            .find(|c| c.type_ == "LoadBalancerSynced")
+        sync_condition(services.get("bad").await.ok()?)
     })
     .await?;
     assert_eq!(
@@ -294,13 +298,7 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
         ("False", "RefusedValue")
     );
     assert_eq!(condition.message, note);
-    let web = services.get("web").await?;
-    assert!(
-        web.status
-            .and_then(|s| s.conditions)
-            .unwrap_or_default()
-            .is_empty()
-    );
+    assert!(sync_condition(services.get("web").await?).is_none());
     let needles = [
         "aws_ccm_service_sync_state{state=\"waiting_for_fix\",error_class=\"refused_value\"} 1",
         "aws_ccm_service_sync_state{state=\"synced\",error_class=\"none\"} 1",
@@ -314,16 +312,17 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
         .patch("bad", &PatchParams::default(), &Patch::Merge(&fix))
         .await?;
     eventually("the fixed Service's condition True", WAIT, || async {
-        let svc = services.get("bad").await.ok()?;
-        let conditions = svc.status?.conditions?;
-        conditions
-            .into_iter()
-            .find(|c| c.type_ == "LoadBalancerSynced" && c.status == "True" && c.reason == "Synced")
+        sync_condition(services.get("bad").await.ok()?)
+            .filter(|c| c.status == "True" && c.reason == "Synced")
     })
     .await?;
-    let needles = ["aws_ccm_service_sync_state{state=\"synced\",error_class=\"none\"} 2"];
+    let needles = [
+        "aws_ccm_service_sync_state{state=\"synced\",error_class=\"none\"} 2",
+        "aws_ccm_service_sync_state{state=\"waiting_for_fix\",error_class=\"refused_value\"} 0",
+    ];
     metrics_with(&ccm.https_addr().await?, &needles, WAIT).await?;
     services.delete("bad", &DeleteParams::default()).await?;
+    refused_then_left_type_load_balancer(&services, &ccm).await?;
 
     // Delete: LB, owned group and node rule go, then the finalizer.
     services.delete("web", &DeleteParams::default()).await?;
@@ -353,6 +352,45 @@ async fn service_lifecycle_creates_wires_and_deletes_a_classic_elb() -> anyhow::
             .any(|g| g.group_id() == Some(owned_id.as_str()))
     }));
     env.finish().await
+}
+
+/// A Service refused before it had a load balancer (so no finalizer),
+/// then turned into a ClusterIP: its condition goes and the gauge forgets
+/// it. The controller has nothing else to do for it, and it was still
+/// counted as waiting for a fix, its condition still `False`.
+async fn refused_then_left_type_load_balancer(
+    services: &Api<Service>,
+    ccm: &Ccm,
+) -> anyhow::Result<()> {
+    let svc = lb_service(
+        "left",
+        serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "often"}),
+    );
+    services.create(&PostParams::default(), &svc).await?;
+    eventually("the refused Service's condition", WAIT, || async {
+        sync_condition(services.get("left").await.ok()?).filter(|c| c.reason == "RefusedValue")
+    })
+    .await?;
+    let waiting =
+        "aws_ccm_service_sync_state{state=\"waiting_for_fix\",error_class=\"refused_value\"}";
+    metrics_with(&ccm.https_addr().await?, &[&format!("{waiting} 1")], WAIT).await?;
+    let cluster_ip = serde_json::json!({"spec": {"type": "ClusterIP"}});
+    services
+        .patch("left", &PatchParams::default(), &Patch::Merge(&cluster_ip))
+        .await?;
+    eventually(
+        "the condition of the Service no longer a load balancer gone",
+        WAIT,
+        || async {
+            let svc = services.get("left").await.ok()?;
+            sync_condition(svc).is_none().then_some(())
+        },
+    )
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    metrics_with(&ccm.https_addr().await?, &[&format!("{waiting} 0")], WAIT).await?;
+    services.delete("left", &DeleteParams::default()).await?;
+    Ok(())
 }
 
 /// Upstream's `UnAvailableLoadBalancer` Warning when a LoadBalancer Service

@@ -240,6 +240,16 @@ impl Env {
         self.start_ccm_via(&self.proxy.endpoint(), extra).await
     }
 
+    /// A proxy to this environment's moto enforcing AWS's documented API
+    /// rate buckets at full size.
+    pub async fn full_budget_proxy(&self) -> anyhow::Result<FaultProxy> {
+        let config = ProxyConfig {
+            budget_fraction: Some(1.0),
+            ..ProxyConfig::default()
+        };
+        FaultProxy::start(&self.moto.endpoint(), config).await
+    }
+
     /// Starts the CCM behind a fault proxy of its own in front of moto, so
     /// its calls are counted (with their parameters) apart from the
     /// seeding's.

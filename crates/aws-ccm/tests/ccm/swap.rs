@@ -324,11 +324,7 @@ async fn go_made_nlbs_with_drifted_annotations_are_left_with_a_warning() -> anyh
     // ensure refuses it: InvalidValue); the Service whose sync finished
     // gets no status condition at all.
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let condition_of = |svc: Service| {
-        (svc.status.and_then(|s| s.conditions).unwrap_or_default())
-            .into_iter()
-            .find(|c| c.type_ == "LoadBalancerSynced")
-    };
+    let condition_of = crate::service::sync_condition;
     let typed = eventually("the refused Service's condition", WAIT, || async {
         condition_of(services.get("typed").await.ok()?)
     })

@@ -327,6 +327,14 @@ async fn create_next(api: &TestApiServer, made: &AtomicUsize) -> (u16, Vec<Strin
     .await
 }
 
+/// A write refused under `failurePolicy: Fail` because the call failed
+/// (500, as kube-apiserver), saying `why`.
+fn refused_as_a_failed_call((status, _, body): (u16, Vec<String>, Value), why: &str) {
+    assert_eq!(status, 500, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains(why), "{why} in {body}");
+}
+
 /// Replaces the one configuration with `vwc`.
 async fn configure(api: &TestApiServer, vwc: &Value) {
     let name = vwc["metadata"]["name"].as_str().unwrap();
@@ -398,15 +406,7 @@ async fn the_api_server_calls_webhooks_as_kube_apiserver_does() {
     )
     .await;
     let calls = warned.calls.load(Ordering::SeqCst);
-    let (status, _, body) = create(&api).await;
-    assert_eq!(status, 500, "{body}");
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("failed calling webhook"),
-        "{body}"
-    );
+    refused_as_a_failed_call(create(&api).await, "failed calling webhook");
     assert_eq!(
         warned.calls.load(Ordering::SeqCst),
         calls,
@@ -419,15 +419,7 @@ async fn the_api_server_calls_webhooks_as_kube_apiserver_does() {
         &configuration("hooks", by_url(liar, ca.bundle()), "Fail", 3),
     )
     .await;
-    let (status, _, body) = create(&api).await;
-    assert_eq!(status, 500);
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("expected response.uid="),
-        "{body}"
-    );
+    refused_as_a_failed_call(create(&api).await, "expected response.uid=");
     configure(
         &api,
         &configuration("hooks", by_url(liar, ca.bundle()), "Ignore", 3),
@@ -459,15 +451,7 @@ async fn the_api_server_calls_webhooks_as_kube_apiserver_does() {
         &configuration("hooks", by_url(slow, ca.bundle()), "Fail", 1),
     )
     .await;
-    let (status, _, body) = create(&api).await;
-    assert_eq!(status, 500);
-    assert!(
-        body["message"]
-            .as_str()
-            .unwrap()
-            .contains("context deadline exceeded"),
-        "{body}"
-    );
+    refused_as_a_failed_call(create(&api).await, "context deadline exceeded");
     assert_eq!(slowed.calls.load(Ordering::SeqCst), 2);
 
     // A refusal, with its warnings.

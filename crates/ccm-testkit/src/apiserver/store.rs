@@ -1549,6 +1549,7 @@ fn defaults(
         .cloned()
         .unwrap_or(json!({}));
     validate_source_ranges(def, &name, obj)?;
+    validate_conditions(def, &name, obj)?;
     let mut used = PortView {
         index: &st.node_ports,
         own: (ns.clone(), name.clone()),
@@ -1754,6 +1755,82 @@ fn validate_config_map(def: &ResourceDef, obj: &Value) -> Result<(), ApiError> {
         Ok(())
     } else {
         Err(ApiError::invalid(def, &name, causes))
+    }
+}
+
+/// apimachinery's `ValidateConditions` on a Service's `status.conditions`
+/// (metav1.Condition): one of each type, a status of True, False or
+/// Unknown, a transition time, a reason of at most 1,024 bytes in its
+/// CamelCase form, and a message of at most 32,768 bytes (bytes, as Go's
+/// `len`, not characters).
+fn validate_conditions(def: &ResourceDef, name: &str, obj: &Value) -> Result<(), ApiError> {
+    const MAX_REASON: usize = 1024;
+    const MAX_MESSAGE: usize = 32 * 1024;
+    let Some(conditions) = obj.pointer("/status/conditions").and_then(Value::as_array) else {
+        return Ok(());
+    };
+    let reason_ok = |r: &str| {
+        let inner = |c: char| c.is_ascii_alphanumeric() || "_,:".contains(c);
+        r.starts_with(|c: char| c.is_ascii_alphabetic())
+            && r.chars().all(inner)
+            && r.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let mut causes = Vec::new();
+    let mut types = BTreeSet::new();
+    for (i, c) in conditions.iter().enumerate() {
+        let field = |f: &str| format!("status.conditions[{i}].{f}");
+        let text = |f: &str| c.get(f).and_then(Value::as_str).unwrap_or_default();
+        let mut cause = |reason: &'static str, f: &str, message: String| {
+            causes.push(Cause {
+                reason,
+                message,
+                field: field(f),
+            })
+        };
+        if !types.insert(text("type").to_string()) {
+            cause(
+                "FieldValueDuplicate",
+                "type",
+                format!("Duplicate value: {:?}", text("type")),
+            );
+        }
+        if !matches!(text("status"), "True" | "False" | "Unknown") {
+            let message = format!(
+                "Unsupported value: {:?}: supported values: \"False\", \"True\", \"Unknown\"",
+                text("status")
+            );
+            cause("FieldValueNotSupported", "status", message);
+        }
+        if text("lastTransitionTime").is_empty() {
+            cause(
+                "FieldValueRequired",
+                "lastTransitionTime",
+                "Required value: must be set".into(),
+            );
+        }
+        let reason = text("reason");
+        if reason.is_empty() {
+            cause(
+                "FieldValueRequired",
+                "reason",
+                "Required value: must be set".into(),
+            );
+        } else if !reason_ok(reason) || reason.len() > MAX_REASON {
+            cause(
+                "FieldValueInvalid",
+                "reason",
+                format!("Invalid value: {reason:?}"),
+            );
+        }
+        if text("message").len() > MAX_MESSAGE {
+            let message = format!("Too long: may not be more than {MAX_MESSAGE} bytes");
+            cause("FieldValueTooLong", "message", message);
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(def, name, causes))
     }
 }
 
@@ -1986,6 +2063,41 @@ mod tests {
         let v = updated.map(|(o, _)| o.value.clone()).unwrap_or_default();
         assert_eq!(v["spec"]["ports"][0]["nodePort"], 30000);
         assert_eq!(v["spec"]["clusterIP"], "10.96.0.10");
+    }
+
+    #[test]
+    fn apiserver_store_service_conditions_validated_in_bytes() {
+        let s = store_with_ns();
+        let w = writer();
+        let svc = idx("services");
+        let spec = json!({"type": "LoadBalancer", "ports": [{"port": 80}]});
+        let created = s.create(
+            svc,
+            "default",
+            json!({"metadata": {"name": "lb"}, "spec": spec}),
+            &w,
+            false,
+        );
+        assert!(created.is_ok());
+        let with = |message: String, reason: &str| {
+            let condition = json!({"type": "LoadBalancerSynced", "status": "False", "reason": reason,
+                "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"});
+            let body = json!({"metadata": {"name": "lb"}, "spec": spec, "status": {"conditions": [condition]}});
+            s.update(svc, "default", "lb", body, Some("status"), &w)
+                .map(|_| ())
+                .map_err(|e| (e.code, e.message))
+        };
+        assert_eq!(with("é".repeat(16 * 1024), "RefusedValue"), Ok(()));
+        // 16,385 characters, 32,770 bytes: Go's len counts bytes.
+        let (code, message) = with("é".repeat(16 * 1024 + 1), "RefusedValue").unwrap_err();
+        assert_eq!(code, 422);
+        assert!(
+            message.contains("status.conditions[0].message: Too long"),
+            "{message}"
+        );
+        let (code, message) = with("a".into(), "Refused value").unwrap_err();
+        assert_eq!(code, 422);
+        assert!(message.contains("status.conditions[0].reason"), "{message}");
     }
 
     #[test]

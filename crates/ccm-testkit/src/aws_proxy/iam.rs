@@ -204,6 +204,42 @@ pub(super) fn form_escape(v: &str) -> String {
         .collect()
 }
 
+/// Parameter `name` of a call, as sent.
+pub(super) fn param<'a>(params: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    params
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The reads a refusal hook makes of the upstream for one call: to
+/// `service`, in the call's signing region (us-east-1 when it has none).
+pub(super) struct Upstream<'a> {
+    state: &'a State,
+    service: &'static str,
+    region: String,
+}
+
+impl<'a> Upstream<'a> {
+    pub(super) fn for_call(
+        state: &'a State,
+        headers: &HeaderMap,
+        service: &'static str,
+    ) -> Upstream<'a> {
+        let region = signing_region(headers).unwrap_or_else(|| "us-east-1".into());
+        Upstream {
+            state,
+            service,
+            region,
+        }
+    }
+
+    /// One read (see [`ask_upstream_as`]).
+    pub(super) async fn ask(&self, body: String) -> Option<String> {
+        ask_upstream_as(self.state, self.service, &self.region, body).await
+    }
+}
+
 /// A read the proxy makes for itself of `signing_service` (the SigV4 scope's
 /// name: `ec2`, `elasticloadbalancing`), whatever service the call it checks
 /// went to.

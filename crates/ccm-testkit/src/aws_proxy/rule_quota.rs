@@ -17,8 +17,7 @@ use http::HeaderMap;
 
 use super::State;
 use super::errors::AwsError;
-use super::iam::{ask_upstream_as, elements, first, form_escape};
-use super::request::signing_region;
+use super::iam::{Upstream, elements, first, form_escape, param};
 use super::throttle::SERVICE_EC2;
 
 /// One flat rule: protocol, from port, to port, source.
@@ -36,21 +35,13 @@ pub(super) async fn refuse(
     if (service, action) != (SERVICE_EC2, "AuthorizeSecurityGroupIngress") {
         return None;
     }
-    let group = params
-        .iter()
-        .find(|(k, _)| k == "GroupId")
-        .map(|(_, v)| v.clone())?;
-    let region = signing_region(headers).unwrap_or_else(|| "us-east-1".into());
-    let xml = ask_upstream_as(
-        state,
-        SERVICE_EC2,
-        &region,
-        format!(
+    let group = param(params, "GroupId")?;
+    let xml = Upstream::for_call(state, headers, SERVICE_EC2)
+        .ask(format!(
             "Action=DescribeSecurityGroups&Version=2016-11-15&GroupId.1={}",
-            form_escape(&group)
-        ),
-    )
-    .await?;
+            form_escape(group)
+        ))
+        .await?;
     let held = held_rules(&xml)?;
     let after = held.union(&requested(params)).count();
     (after > quota).then(too_many)
@@ -102,12 +93,7 @@ fn held_rules(xml: &str) -> Option<BTreeSet<FlatRule>> {
 
 /// The flat rules an `AuthorizeSecurityGroupIngress` asks for.
 fn requested(params: &[(String, String)]) -> BTreeSet<FlatRule> {
-    let value = |name: String| {
-        params
-            .iter()
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v.clone())
-    };
+    let value = |name: String| param(params, &name).map(str::to_string);
     let mut out = BTreeSet::new();
     for p in 1.. {
         let at = format!("IpPermissions.{p}");

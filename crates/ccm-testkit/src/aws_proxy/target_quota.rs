@@ -18,8 +18,7 @@ use http::HeaderMap;
 
 use super::State;
 use super::errors::AwsError;
-use super::iam::{ask_upstream_as, elements, first, form_escape};
-use super::request::signing_region;
+use super::iam::{Upstream, elements, first, form_escape, param};
 use super::throttle::SERVICE_ELBV2;
 
 /// One registration: (target group ARN, target ID, port).
@@ -38,12 +37,9 @@ pub(super) async fn refuse(
     if (service, action) != (SERVICE_ELBV2, "RegisterTargets") {
         return None;
     }
-    let arn = params
-        .iter()
-        .find(|(k, _)| k == "TargetGroupArn")
-        .map(|(_, v)| v.clone())?;
-    let region = signing_region(headers).unwrap_or_else(|| "us-east-1".into());
-    let ask = |body: String| ask_upstream_as(state, SERVICE_ELBV2, &region, body);
+    let arn = param(params, "TargetGroupArn")?.to_string();
+    let upstream = Upstream::for_call(state, headers, SERVICE_ELBV2);
+    let ask = |body: String| upstream.ask(body);
     let group = ask(format!(
         "Action=DescribeTargetGroups&Version=2015-12-01&TargetGroupArns.member.1={}",
         form_escape(&arn)
@@ -139,12 +135,12 @@ fn registered(xml: &str, arn: &str) -> BTreeSet<Registration> {
 /// The registrations a `RegisterTargets` asks for in group `arn`; a target
 /// without a port gets the group's (`port`).
 fn requested(params: &[(String, String)], arn: &str, port: &str) -> BTreeSet<Registration> {
-    let value = |name: String| params.iter().find(|(k, _)| *k == name).map(|(_, v)| v);
+    let value = |name: String| param(params, &name);
     (1..)
         .map_while(|i| {
             let id = value(format!("Targets.member.{i}.Id"))?;
-            let port = value(format!("Targets.member.{i}.Port")).map_or(port, |p| p.as_str());
-            Some((arn.to_string(), id.clone(), port.to_string()))
+            let port = value(format!("Targets.member.{i}.Port")).unwrap_or(port);
+            Some((arn.to_string(), id.to_string(), port.to_string()))
         })
         .collect()
 }

@@ -4,7 +4,9 @@
 //! protocols (TCP, UDP, TCP_UDP, TLS) gets AWS's `ValidationError` for a key
 //! AWS does not document for it ("Target group attribute key 'x' is not
 //! recognized") or a value out of its range, as the ELBv2 API reference
-//! (`TargetGroupAttribute`) lists them.
+//! (`TargetGroupAttribute`) lists them, and on a UDP or TCP_UDP group the
+//! two switches AWS fixes there (client IP preservation off, connection
+//! termination of unhealthy targets on).
 //!
 //! The proxy reads the target group from moto itself (not counted, faulted
 //! or recorded); a group moto does not know, or an ALB's, is left to moto.
@@ -31,9 +33,10 @@ fn takes(key: &str, v: &str) -> Option<bool> {
         | "target_health_state.unhealthy.connection_termination.enabled" => switch,
         "stickiness.type" => v == "source_ip",
         "load_balancing.cross_zone.enabled" => switch || v == "use_load_balancer_configuration",
-        "target_group_health.dns_failover.minimum_healthy_targets.count"
-        | "target_group_health.unhealthy_state_routing.minimum_healthy_targets.count" => {
-            off_or(u32::MAX)
+        "target_group_health.dns_failover.minimum_healthy_targets.count" => off_or(u32::MAX),
+        // The one count without `off`.
+        "target_group_health.unhealthy_state_routing.minimum_healthy_targets.count" => {
+            v.parse::<u32>().is_ok_and(|n| n >= 1)
         }
         "target_group_health.dns_failover.minimum_healthy_targets.percentage"
         | "target_group_health.unhealthy_state_routing.minimum_healthy_targets.percentage" => {
@@ -63,9 +66,25 @@ fn attributes(params: &[(String, String)]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// What AWS answers for `attrs` on an NLB's target group, if it refuses.
-fn refusal(attrs: &[(String, String)]) -> Option<AwsError> {
+/// What AWS answers for `attrs` on an NLB's target group of `protocol`, if
+/// it refuses.
+fn refusal(attrs: &[(String, String)], protocol: &str) -> Option<AwsError> {
+    let udp = protocol == "UDP" || protocol == "TCP_UDP";
     for (key, value) in attrs {
+        let fixed_for_udp = match key.as_str() {
+            "preserve_client_ip.enabled" => value == "false",
+            "target_health_state.unhealthy.connection_termination.enabled" => value == "true",
+            _ => false,
+        };
+        if udp && fixed_for_udp {
+            return Some(AwsError::new(
+                400,
+                "ValidationError",
+                format!(
+                    "Target group attribute '{key}' cannot be '{value}' for a target group with the '{protocol}' protocol"
+                ),
+            ));
+        }
         match takes(key, value) {
             None => {
                 return Some(AwsError::new(
@@ -99,7 +118,9 @@ pub(super) async fn refuse(
     if service != SERVICE_ELBV2 || action != "ModifyTargetGroupAttributes" {
         return None;
     }
-    let answer = refusal(&attributes(params))?;
+    let attrs = attributes(params);
+    // Most calls are taken whatever the protocol: only a refusal asks moto.
+    refusal(&attrs, "UDP")?;
     let arn = params
         .iter()
         .find(|(k, _)| k == "TargetGroupArn")
@@ -114,14 +135,19 @@ pub(super) async fn refuse(
         .into_iter()
         .flat_map(|groups| elements(groups, "member"))
         .find_map(|g| first(g, "Protocol"))?;
-    ["TCP", "UDP", "TCP_UDP", "TLS"]
-        .contains(&protocol.as_str())
-        .then_some(answer)
+    if !["TCP", "UDP", "TCP_UDP", "TLS"].contains(&protocol.as_str()) {
+        return None;
+    }
+    refusal(&attrs, &protocol)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refusal_tcp(attrs: &[(String, String)]) -> Option<AwsError> {
+        refusal(attrs, "TCP")
+    }
 
     fn attrs(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         let mut params = Vec::new();
@@ -134,20 +160,44 @@ mod tests {
 
     #[test]
     fn an_nlb_target_group_takes_only_what_aws_documents() {
-        assert!(refusal(&attrs(&[("deregistration_delay.timeout_seconds", "30")])).is_none());
+        assert!(refusal_tcp(&attrs(&[("deregistration_delay.timeout_seconds", "30")])).is_none());
         assert!(
-            refusal(&attrs(&[
+            refusal_tcp(&attrs(&[
                 ("stickiness.enabled", "true"),
                 ("stickiness.type", "source_ip")
             ]))
             .is_none()
         );
-        let unknown = refusal(&attrs(&[("slow_start.duration_seconds", "30")])).expect("refused");
+        let unknown =
+            refusal_tcp(&attrs(&[("slow_start.duration_seconds", "30")])).expect("refused");
         assert!(unknown.message.contains("is not recognized"), "{unknown:?}");
-        assert!(refusal(&attrs(&[("deregistration_delay.timeout_seconds", "3601")])).is_some());
-        assert!(refusal(&attrs(&[("stickiness.type", "lb_cookie")])).is_some());
-        assert!(refusal(&attrs(&[("proxy_protocol_v2.enabled", "yes")])).is_some());
+        assert!(refusal_tcp(&attrs(&[("deregistration_delay.timeout_seconds", "3601")])).is_some());
+        assert!(refusal_tcp(&attrs(&[("stickiness.type", "lb_cookie")])).is_some());
+        assert!(refusal_tcp(&attrs(&[("proxy_protocol_v2.enabled", "yes")])).is_some());
         // The second attribute of a call is checked too.
-        assert!(refusal(&attrs(&[("stickiness.enabled", "true"), ("bogus", "1")])).is_some());
+        assert!(refusal_tcp(&attrs(&[("stickiness.enabled", "true"), ("bogus", "1")])).is_some());
+        let routing = "target_group_health.unhealthy_state_routing.minimum_healthy_targets.count";
+        assert!(refusal_tcp(&attrs(&[(routing, "off")])).is_some(), "no off");
+        assert!(refusal_tcp(&attrs(&[(routing, "2")])).is_none());
+    }
+
+    #[test]
+    fn a_udp_group_refuses_the_switches_aws_fixes_for_udp() {
+        let no_client_ip = attrs(&[("preserve_client_ip.enabled", "false")]);
+        let terminate = attrs(&[(
+            "target_health_state.unhealthy.connection_termination.enabled",
+            "true",
+        )]);
+        for udp in ["UDP", "TCP_UDP"] {
+            assert!(refusal(&no_client_ip, udp).is_some());
+            assert!(refusal(&terminate, udp).is_some());
+        }
+        assert!(refusal(&no_client_ip, "TCP").is_none());
+        assert!(refusal(&terminate, "TCP").is_none());
+        let keep = attrs(&[(
+            "target_health_state.unhealthy.connection_termination.enabled",
+            "false",
+        )]);
+        assert!(refusal(&keep, "UDP").is_none());
     }
 }

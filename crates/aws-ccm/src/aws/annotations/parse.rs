@@ -226,16 +226,18 @@ impl LoadBalancerSpec {
         Ok(())
     }
 
-    /// AWS refuses a UDP target group that does not preserve client IPs.
+    /// AWS refuses a UDP target group that does not preserve client IPs,
+    /// or that terminates unhealthy targets' connections.
     fn check_udp_keeps_client_ip(
         &self,
         annotations: &BTreeMap<String, String>,
     ) -> Result<(), SpecError> {
-        if self
-            .target_group_attributes
-            .get("preserve_client_ip.enabled")
-            .map(String::as_str)
-            == Some("false")
+        use crate::aws::nlb::attributes::{PRESERVE_CLIENT_IP, TERMINATE_UNHEALTHY};
+        let set = |key: &str| self.target_group_attributes.get(key).map(String::as_str);
+        let refused = [(PRESERVE_CLIENT_IP, "false"), (TERMINATE_UNHEALTHY, "true")]
+            .into_iter()
+            .find(|(key, value)| set(key) == Some(*value));
+        if let Some((key, value)) = refused
             && self.ports.iter().any(|p| p.protocol == "UDP")
         {
             return Err(err(
@@ -244,7 +246,9 @@ impl LoadBalancerSpec {
                     .get(TARGET_GROUP_ATTRIBUTES)
                     .map(String::as_str)
                     .unwrap_or_default(),
-                "preserve_client_ip.enabled cannot be false with a UDP port (AWS refuses it); remove it or the UDP port",
+                format!(
+                    "{key} cannot be {value} with a UDP port (AWS refuses it); remove it or the UDP port"
+                ),
             ));
         }
         Ok(())

@@ -289,8 +289,37 @@ pub(super) fn target_group_attributes(
 /// (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, its records)
 /// is refused with a Warning: the controller's value stays, as in the Go
 /// CCM, whose own tags are written over the user's.
+/// A pair AWS would refuse (its `Tag` rules) is not applied, with a
+/// Warning: it governs only itself, so the rest of the sync goes on. The Go
+/// CCM sends it, and its create fails.
 pub(super) fn additional_tags(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
     s.additional_tags = parse_key_values(v);
+    s.additional_tags.retain(|key, value| {
+        let Some(why) = crate::aws::tags::aws_refusal(key, value) else {
+            return true;
+        };
+        cx.note(
+            k,
+            v,
+            &format!("{why}: AWS refuses the tag, so it is not applied (the other pairs are); the Go CCM sends it, and its create fails"),
+            "fix or remove the pair",
+            Holds::Nothing,
+        );
+        false
+    });
+    let unrecorded: Vec<&str> = (s.additional_tags.keys())
+        .filter(|key| key.contains(' '))
+        .map(String::as_str)
+        .collect();
+    if cx.is_nlb && !unrecorded.is_empty() {
+        cx.note(
+            k,
+            v,
+            &format!("{}: applied, but a key with a space cannot be recorded in {} (space-separated), so removing it from the annotation will not remove it from the NLB", unrecorded.join(", "), crate::aws::tags::MANAGED_TAGS_TAG),
+            "use a key without spaces",
+            Holds::Nothing,
+        );
+    }
     let refused: Vec<&str> = s
         .additional_tags
         .keys()

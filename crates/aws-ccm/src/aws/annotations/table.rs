@@ -310,7 +310,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "comma-separated `key=value`",
         "-",
         Applies::Both,
-        "Extra tags on the load balancer and its owned security group; on an NLB also its listeners and target groups, kept following the annotation: a pair added or changed is written to the live NLB, its listeners and target groups, and a key removed from the annotation is removed from them when the record `kubernetes.io/cloud-controller/managed-tags` (upstream's, from cloud-provider-aws PR #1447) says the controller applied it; other tags are never removed. A key the controller writes itself (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, `KubernetesCluster`, `aws-ccm/...`, the record) is refused with a Warning and keeps the controller's value.",
+        "Extra tags on the load balancer and its owned security group; on an NLB also its listeners and target groups, kept following the annotation: a pair added or changed is written to the live NLB, its listeners and target groups, and a key removed from the annotation is removed from them when the record `kubernetes.io/cloud-controller/managed-tags` (upstream's, from cloud-provider-aws PR #1447) says the controller applied it; other tags are never removed. A key the controller writes itself (`kubernetes.io/cluster/...`, `kubernetes.io/service-name`, `KubernetesCluster`, `aws-ccm/...`, the record) is refused with a Warning and keeps the controller's value. A pair AWS would refuse (the reserved `aws:` prefix, a key over 128 or a value over 256 characters, a character other than letters, digits, spaces and `_.:/=+-@`) is not applied, with a Warning; the others are.",
         Parse::Own(parse::additional_tags),
     ),
     row(
@@ -358,7 +358,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "integer (seconds, 2-60)",
         "5 (CLB), 10 (NLB)",
         Applies::Both,
-        "Health check timeout; must be less than the interval.",
+        "Health check timeout; on a CLB it must be less than the interval. On an NLB the Go CCM parses it (a non-number fails the sync) but never sends it: this CCM sends it only with cloud.conf `NLBListenerSettings = true`, at most the interval (a larger one is not sent, with a log line), at CreateTargetGroup and in place by ModifyTargetGroup; the timeout applied is recorded in the target group's tag `aws-ccm/health-check-timeout`, and only a recorded one returns to AWS's default (6 s for an HTTP check, 10 s otherwise) when the annotation is removed.",
         Parse::Number(2, 120, |s| &mut s.health_check.timeout),
     ),
     row(

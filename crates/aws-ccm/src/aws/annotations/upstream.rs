@@ -184,6 +184,7 @@ pub(crate) const CLASSES: &[Class] = &[
     c(ADDITIONAL_TAGS, "documented", "team=a,env=prod", Both, Uses),
     c(ADDITIONAL_TAGS, "key only", "team", Both, ReadsAs("team=")),
     c(ADDITIONAL_TAGS, "empty", "", Both, Ignores),
+    c(ADDITIONAL_TAGS, "a tag AWS refuses", "aws:team=a,env=prod", Both, Fails).here(ReadsAs("env=prod"), "Warning `AnnotationValueTolerated`: the pair AWS refuses (the reserved `aws:` prefix, a key over 128 or a value over 256 characters, a character other than letters, digits, spaces and `_.:/=+-@`) is not applied and the others are, so it stops no other change; the Go CCM sends it and AWS refuses the create"),
     c(ADDITIONAL_TAGS, "a tag the controller writes", "kubernetes.io/service-name=other,team=a", Both, Uses).here(Uses, "Warning `AnnotationValueTolerated`: the controller's own value stays, as in the Go CCM, which writes its tags over the user's"),
     c(HC_PROTOCOL, "documented", "HTTP", Both, Uses),
     c(HC_PROTOCOL, "other case", "http", Both, ReadsAs("HTTP")),

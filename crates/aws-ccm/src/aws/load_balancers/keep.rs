@@ -47,24 +47,6 @@ pub(super) fn handover_refused(
 }
 
 impl AwsLoadBalancers {
-    /// Whether the NLB is protected at AWS: this CCM's tag says it turned
-    /// the attribute on, or the attribute (read) is on.
-    pub(super) async fn nlb_protected(&self, lb: &nlb::ActualLb) -> Result<bool, CloudError> {
-        if lb
-            .tags
-            .get(tags::DELETION_PROTECTION_TAG)
-            .map(String::as_str)
-            == Some("on")
-        {
-            return Ok(true);
-        }
-        let attributes = nlb::read::read_attributes(&self.aws, &lb.arn).await?;
-        Ok(attributes
-            .get(nlb::ATTR_DELETION_PROTECTION)
-            .map(String::as_str)
-            == Some("true"))
-    }
-
     /// Whether [`ownership`] proves load balancer `name` this CCM's for
     /// the Service (the deletion logs why when not).
     pub(super) fn proven_quietly(
@@ -91,19 +73,7 @@ impl AwsLoadBalancers {
         name: &str,
         lb: nlb::ActualLb,
     ) -> Result<Removed, CloudError> {
-        let aws = &self.aws;
-        let no_attributes = BTreeMap::new();
-        let mut target_groups = Vec::new();
-        for (g, group_tags) in nlb::read::listed_target_groups(aws, &lb.arn).await? {
-            let group =
-                nlb::read::complete_one(aws, &g, group_tags, Some(&no_attributes), None).await?;
-            target_groups.push(group);
-        }
-        let actual = nlb::Actual {
-            lb: Some(lb),
-            target_groups,
-            owned_group: None,
-        };
+        let actual = nlb::read::for_keep(&self.aws, lb).await?;
         let changes =
             nlb::plan::plan_keep(&actual, &self.cluster_id, name, service_key).unwrap_or_default();
         self.apply_nlb(name, "", &actual, &changes).await?;

@@ -307,7 +307,7 @@ impl AwsLoadBalancers {
         let mut handover = false;
         if lb.is_none()
             && hand_over
-            && (self.delete_nlb(&req.service_key, &req.uid, true, spec.protected()))
+            && (self.delete_nlb(&req.service_key, &req.uid, true, spec.protected(), false))
                 .await?
                 .changed
         {
@@ -490,12 +490,8 @@ impl LoadBalancers for AwsLoadBalancers {
         self.memory().applied(Applied::ServiceGone { uid });
         let deleted = async {
             let clb = self.delete_clb(service_key, uid, false, protected).await?;
-            if clb.kept.is_some() {
-                // The NLB deletion would take the kept ELB's group for an
-                // NLB group of the earlier name (`k8s-elb-<name>`).
-                return Ok(clb);
-            }
-            let nlb = self.delete_nlb(service_key, uid, false, protected).await?;
+            let clb_kept = clb.kept.is_some();
+            let nlb = (self.delete_nlb(service_key, uid, false, protected, clb_kept)).await?;
             Ok(Removed {
                 changed: clb.changed || nlb.changed,
                 kept: clb.kept.or(nlb.kept),

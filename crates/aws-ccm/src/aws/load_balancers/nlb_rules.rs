@@ -11,7 +11,7 @@ use super::{AwsLoadBalancers, CloudError, EnsureRequest, NlbPlan};
 use super::{NODE_GROUP_RULE_LIMIT, Warning};
 use crate::aws::nlb;
 use crate::aws::nlb::node_rules::{NodeRules, RuleChanges};
-use crate::aws::security_groups::{self as sg, Rule};
+use crate::aws::security_groups::{self as sg, Rule, Source};
 use crate::cloud_config::NlbNodeIngress;
 
 /// What one NLB's node rules are planned from.
@@ -163,30 +163,27 @@ impl AwsLoadBalancers {
             }
         }
         // Groups holding a group rule from a group this NLB carries.
-        let mut held_from = BTreeSet::new();
         for source in &carried {
             let rule = Rule::all_from_group(source);
             for g in view.referencing(source) {
                 if g.descriptions.get(&rule).map(String::as_str) == Some(nlb::GROUP_RULE) {
-                    held_from.insert(source.clone());
                     groups.entry(g.id.clone()).or_insert(g);
                 }
             }
         }
-        // Only a rule that may go needs to know who else carries its group.
-        let revocable = if held_from.is_empty() {
-            BTreeSet::new()
-        } else {
-            let shared = (self.memory().sweep())
-                .carried_by_other_nlbs(aws, &held_from, &at.name)
-                .await?;
-            held_from.difference(&shared).cloned().collect()
-        };
+        let want_of = |g: &sg::SecurityGroup| at.node_groups.contains(&g.id).then_some(&rules);
+        let carried: BTreeSet<String> = carried.into_iter().collect();
+        let revocable = self
+            .revocable_group_rules(&at.name, &groups, want_of, carried)
+            .await?;
         let mut changes = Vec::new();
         for g in groups.into_values() {
-            let want = at.node_groups.contains(&g.id).then_some(&rules);
-            let ch =
-                nlb::node_rules::node_group_changes(&at.name, &g.descriptions, want, &revocable);
+            let ch = nlb::node_rules::node_group_changes(
+                &at.name,
+                &g.descriptions,
+                want_of(&g),
+                &revocable,
+            );
             if ch.is_empty() || self.group_refused(&req.service_key, &g, warnings).await {
                 continue;
             }
@@ -199,6 +196,32 @@ impl AwsLoadBalancers {
         })
     }
 
+    /// Of `carried` (the groups NLB `lb_name` carries), those whose group
+    /// rules in `groups` it may revoke: those the plan (`want_of` each
+    /// group) would revoke, less those another NLB carries. Only a rule
+    /// about to go needs to know who else carries its group (a fresh read,
+    /// see `carried_by_other_nlbs`), not every sync of a node group that
+    /// keeps its rule.
+    async fn revocable_group_rules<'a>(
+        &self,
+        lb_name: &str,
+        groups: &BTreeMap<String, sg::SecurityGroup>,
+        want_of: impl Fn(&sg::SecurityGroup) -> Option<&'a NodeRules>,
+        carried: BTreeSet<String>,
+    ) -> Result<BTreeSet<String>, CloudError> {
+        let at_stake: BTreeSet<String> = (groups.values())
+            .flat_map(|g| {
+                nlb::node_rules::node_group_changes(lb_name, &g.descriptions, want_of(g), &carried)
+                    .revoke
+            })
+            .filter_map(|r| match r.source {
+                Source::Group(source) => Some(source),
+                Source::Cidr(_) => None,
+            })
+            .collect();
+        self.carried_by_no_other_nlb(lb_name, at_stake).await
+    }
+
     /// The groups of NLB `lb` (being deleted) whose group rules go with it:
     /// those no other NLB carries.
     pub(super) async fn groups_leaving_with(
@@ -209,12 +232,22 @@ impl AwsLoadBalancers {
         let carried: BTreeSet<String> = lb
             .map(|l| l.security_groups.iter().cloned().collect())
             .unwrap_or_default();
-        if carried.is_empty() {
-            return Ok(carried);
+        self.carried_by_no_other_nlb(lb_name, carried).await
+    }
+
+    /// Of `groups`, those no NLB but `lb_name` carries, by a sweep fresh
+    /// enough for a revoke (`carried_by_other_nlbs`); no read for none.
+    async fn carried_by_no_other_nlb(
+        &self,
+        lb_name: &str,
+        groups: BTreeSet<String>,
+    ) -> Result<BTreeSet<String>, CloudError> {
+        if groups.is_empty() {
+            return Ok(groups);
         }
         let shared = (self.memory().sweep())
-            .carried_by_other_nlbs(&self.aws, &carried, lb_name)
+            .carried_by_other_nlbs(&self.aws, &groups, lb_name)
             .await?;
-        Ok(carried.difference(&shared).cloned().collect())
+        Ok(groups.difference(&shared).cloned().collect())
     }
 }

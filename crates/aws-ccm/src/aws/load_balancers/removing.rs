@@ -128,14 +128,18 @@ impl AwsLoadBalancers {
     /// listing of every target group); the type-change `handover` (the
     /// Service now asks for a classic ELB) only cleans up an NLB that exists
     /// and this CCM created. A protected NLB (`protected`, or AWS's own
-    /// deletion protection: [`Self::nlb_protected`]) is kept by a deletion
-    /// ([`Self::keep_nlb`]); its handover is refused.
+    /// deletion protection: [`nlb::read::protected`]) is kept by a deletion
+    /// ([`Self::keep_nlb`]); its handover is refused. `clb_kept`: the
+    /// Service's classic ELB was kept, and with it its `k8s-elb-<name>`
+    /// group, which is then not the group of an NLB of the earlier aws-ccm
+    /// name scheme (the same name) to delete.
     pub(super) async fn delete_nlb(
         &self,
         service_key: &str,
         uid: &str,
         handover: bool,
         protected: bool,
+        clb_kept: bool,
     ) -> Result<Removed, CloudError> {
         let aws = &self.aws;
         let thorough = !handover;
@@ -148,7 +152,7 @@ impl AwsLoadBalancers {
         }
         if let (false, Some(l)) = (thorough, &lb) {
             drift::handover_allowed(service_key, &name, Kind::Network, &l.tags, &self.cluster_id)?;
-            if protected || self.nlb_protected(l).await? {
+            if protected || nlb::read::protected(aws, l).await? {
                 return Err(keep::handover_refused(
                     service_key,
                     "NLB",
@@ -159,7 +163,7 @@ impl AwsLoadBalancers {
         }
         if let Some(l) = lb.as_ref().filter(|_| thorough)
             && self.proven_quietly(service_key, &name, &l.tags)
-            && (protected || self.nlb_protected(l).await?)
+            && (protected || nlb::read::protected(aws, l).await?)
         {
             return self.keep_nlb(service_key, &name, l.clone()).await;
         }
@@ -170,7 +174,10 @@ impl AwsLoadBalancers {
         let target_groups =
             nlb::read::groups_to_delete(aws, lb_arn, thorough.then_some(service_key)).await?;
         // The Service's managed group, looked up by name.
-        let names = self.nlb_group_names(service_key, uid);
+        let mut names = self.nlb_group_names(service_key, uid);
+        if clb_kept {
+            names.retain(|n| *n != elb::owned_group_name(&name));
+        }
         let found = self.cluster_groups_named(names.clone()).await?;
         let actual = nlb::Actual {
             lb,

@@ -241,7 +241,13 @@ impl LbSweep {
     }
 
     /// Of `groups`, those an NLB of this CCM's names other than `except`
-    /// carries, by the current sweep. A sweep IAM refuses answers "all of
+    /// carries. The answer decides a revoke (a rule another NLB relies on
+    /// must stay), so it comes from a sweep that started after every write
+    /// this process made to another load balancer: a sweep started before
+    /// an NLB was created, or given another group, does not show it
+    /// carrying that group. The cached sweep serves when no such write
+    /// came since it started; otherwise one new sweep is read (shared, and
+    /// the cache for every later sync). A sweep IAM refuses answers "all of
     /// them" (nothing is then revoked on its word).
     pub(crate) async fn carried_by_other_nlbs(
         &self,
@@ -249,7 +255,13 @@ impl LbSweep {
         groups: &BTreeSet<String>,
         except: &str,
     ) -> Result<BTreeSet<String>, AwsError> {
-        let snap = match self.snapshot(aws).await {
+        let mut snap = self.snapshot(aws).await;
+        // `snapshot` kept only the writes since its sweep started.
+        if snap.is_ok() && self.touched.lock().keys().any(|name| name != except) {
+            self.flight.invalidate();
+            snap = self.snapshot(aws).await;
+        }
+        let snap = match snap {
             Ok(snap) => snap,
             Err(e) if e.is_denied() => return Ok(groups.clone()),
             Err(e) => return Err(e),

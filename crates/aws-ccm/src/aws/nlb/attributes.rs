@@ -12,7 +12,7 @@ pub enum Values {
     /// `true` or `false`.
     Switch,
     /// A whole number in the range.
-    Seconds(u32, u32),
+    Range(u32, u32),
     /// One of these words.
     Words(&'static [&'static str]),
     /// `off` or a whole number from 1 up to the given bound.
@@ -23,7 +23,7 @@ impl Values {
     fn takes(self, v: &str) -> bool {
         match self {
             Values::Switch => v == "true" || v == "false",
-            Values::Seconds(lo, hi) => v.parse::<u32>().is_ok_and(|n| (lo..=hi).contains(&n)),
+            Values::Range(lo, hi) => v.parse::<u32>().is_ok_and(|n| (lo..=hi).contains(&n)),
             Values::Words(words) => words.contains(&v),
             Values::OffOrUpTo(hi) => {
                 v == "off" || v.parse::<u32>().is_ok_and(|n| (1..=hi).contains(&n))
@@ -34,7 +34,7 @@ impl Values {
     fn allowed(self) -> String {
         match self {
             Values::Switch => "true or false".into(),
-            Values::Seconds(lo, hi) => format!("a whole number from {lo} to {hi}"),
+            Values::Range(lo, hi) => format!("a whole number from {lo} to {hi}"),
             Values::Words(words) => words.join(" or "),
             Values::OffOrUpTo(hi) => format!("off or a whole number from 1 to {hi}"),
         }
@@ -42,7 +42,7 @@ impl Values {
 }
 
 /// One attribute: its key, values and AWS's default for an instance target
-/// group.
+/// group of TCP or TLS (see [`default_for`] for UDP and TCP_UDP).
 #[derive(Clone, Copy, Debug)]
 pub struct Attribute {
     pub key: &'static str,
@@ -61,21 +61,19 @@ const fn a(key: &'static str, values: Values, default: &'static str) -> Attribut
 /// The two keys the Go CCM takes (it refuses every other).
 pub const PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
 pub const PROXY_PROTOCOL_V2: &str = "proxy_protocol_v2.enabled";
-const TERMINATE_UNHEALTHY: &str = "target_health_state.unhealthy.connection_termination.enabled";
+const TERMINATE_ON_DEREGISTRATION: &str = "deregistration_delay.connection_termination.enabled";
+pub(crate) const TERMINATE_UNHEALTHY: &str =
+    "target_health_state.unhealthy.connection_termination.enabled";
 const UNHEALTHY_DRAINING: &str = "target_health_state.unhealthy.draining_interval_seconds";
 
 /// Every attribute AWS documents for an NLB's target groups.
 pub const ATTRIBUTES: &[Attribute] = &[
     a(
         "deregistration_delay.timeout_seconds",
-        Values::Seconds(0, 3600),
+        Values::Range(0, 3600),
         "300",
     ),
-    a(
-        "deregistration_delay.connection_termination.enabled",
-        Values::Switch,
-        "false",
-    ),
+    a(TERMINATE_ON_DEREGISTRATION, Values::Switch, "false"),
     a("stickiness.enabled", Values::Switch, "false"),
     a(
         "stickiness.type",
@@ -99,9 +97,10 @@ pub const ATTRIBUTES: &[Attribute] = &[
         Values::OffOrUpTo(100),
         "off",
     ),
+    // The only count or percentage without `off` (ELBv2 API reference).
     a(
         "target_group_health.unhealthy_state_routing.minimum_healthy_targets.count",
-        Values::OffOrUpTo(u32::MAX),
+        Values::Range(1, u32::MAX),
         "1",
     ),
     a(
@@ -110,7 +109,7 @@ pub const ATTRIBUTES: &[Attribute] = &[
         "off",
     ),
     a(TERMINATE_UNHEALTHY, Values::Switch, "true"),
-    a(UNHEALTHY_DRAINING, Values::Seconds(0, 360_000), "0"),
+    a(UNHEALTHY_DRAINING, Values::Range(0, 360_000), "0"),
 ];
 
 fn attribute(key: &str) -> Option<&'static Attribute> {
@@ -144,16 +143,30 @@ pub fn set_refusal(set: &BTreeMap<String, String>) -> Option<String> {
     )
 }
 
+/// AWS's default of `attr` on a target group of `protocol`: a UDP or
+/// TCP_UDP group terminates connections at the end of the deregistration
+/// delay, and cannot terminate those of unhealthy targets (ELBv2 API
+/// reference, `TargetGroupAttribute`).
+fn default_for(attr: &Attribute, protocol: &str) -> &'static str {
+    let udp = protocol == "UDP" || protocol == "TCP_UDP";
+    match attr.key {
+        TERMINATE_ON_DEREGISTRATION if udp => "true",
+        TERMINATE_UNHEALTHY if udp => "false",
+        _ => attr.default,
+    }
+}
+
 /// The keys `recorded` as applied by this CCM that `want` no longer names,
-/// each with AWS's default.
+/// each with AWS's default for a target group of `protocol`.
 pub fn defaults_of_dropped(
     recorded: &BTreeSet<String>,
     want: &BTreeMap<String, String>,
+    protocol: &str,
 ) -> BTreeMap<String, String> {
     recorded
         .iter()
         .filter(|k| !want.contains_key(*k))
-        .filter_map(|k| Some((k.clone(), attribute(k)?.default.to_string())))
+        .filter_map(|k| Some((k.clone(), default_for(attribute(k)?, protocol).to_string())))
         .collect()
 }
 
@@ -194,6 +207,14 @@ mod tests {
             )
             .is_some()
         );
+        assert!(
+            refusal(
+                "target_group_health.unhealthy_state_routing.minimum_healthy_targets.count",
+                "off"
+            )
+            .is_some(),
+            "the one count AWS takes no `off` for"
+        );
         for a in ATTRIBUTES {
             assert_eq!(
                 refusal(a.key, a.default),
@@ -226,11 +247,27 @@ mod tests {
                 .into();
         let want = BTreeMap::from([("stickiness.enabled".to_string(), "true".to_string())]);
         assert_eq!(
-            defaults_of_dropped(&recorded, &want),
+            defaults_of_dropped(&recorded, &want, "TCP"),
             BTreeMap::from([(
                 "deregistration_delay.timeout_seconds".to_string(),
                 "300".to_string()
             )])
         );
+    }
+
+    #[test]
+    fn a_udp_group_returns_to_the_defaults_aws_gives_udp() {
+        let recorded: BTreeSet<String> = [TERMINATE_ON_DEREGISTRATION, TERMINATE_UNHEALTHY]
+            .map(String::from)
+            .into();
+        let back = |protocol| defaults_of_dropped(&recorded, &BTreeMap::new(), protocol);
+        let tcp = back("TCP");
+        assert_eq!(tcp[TERMINATE_ON_DEREGISTRATION], "false");
+        assert_eq!(tcp[TERMINATE_UNHEALTHY], "true");
+        for udp in ["UDP", "TCP_UDP"] {
+            let udp = back(udp);
+            assert_eq!(udp[TERMINATE_ON_DEREGISTRATION], "true");
+            assert_eq!(udp[TERMINATE_UNHEALTHY], "false", "AWS refuses true there");
+        }
     }
 }

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE,
-    ATTR_DELETION_PROTECTION, Desired, HealthCheck, Listener, SubnetMapping, TargetGroup,
-    ip_protocols, mtu_rule, port_rule, target_group_name,
+    ATTR_DELETION_PROTECTION, Desired, HealthCheck, HealthTimeout, Listener, SubnetMapping,
+    TargetGroup, ip_protocols, mtu_rule, port_rule, target_group_name,
 };
 use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
 use crate::aws::applied::Applied;
@@ -16,7 +16,8 @@ use crate::aws::security_groups::Rule;
 use crate::aws::tags;
 use crate::cloud_config::{CloudConfig, HealthProbeMode, NlbSecurityGroupMode};
 
-/// Upstream's `buildNLBHealthCheckConfiguration`.
+/// Upstream's `buildNLBHealthCheckConfiguration` (the timeout, which upstream
+/// never sends, is `desired`'s, behind cloud.conf `NLBListenerSettings`).
 pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> HealthCheck {
     let mut hc = match spec.local_health_check_node_port {
         Some(port) => HealthCheck {
@@ -26,6 +27,7 @@ pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> Heal
             interval: 10,
             healthy: 2,
             unhealthy: 2,
+            timeout: None,
         },
         None => HealthCheck {
             protocol: "TCP".into(),
@@ -34,6 +36,7 @@ pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> Heal
             interval: 30,
             healthy: 3,
             unhealthy: 3,
+            timeout: None,
         },
     };
     let o = &spec.health_check;
@@ -63,6 +66,32 @@ pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> Heal
     hc
 }
 
+/// The health-check timeout this CCM manages: only with cloud.conf
+/// `NLBListenerSettings = true` (the Go CCM parses the annotation for an
+/// NLB but never sends it). AWS takes a timeout up to the interval; a
+/// larger one is not sent, saying so, and the timeout is left as it is.
+pub(crate) fn health_timeout(
+    spec: &LoadBalancerSpec,
+    cloud: &CloudConfig,
+    interval: i32,
+) -> Option<HealthTimeout> {
+    if !cloud.nlb_listener_settings {
+        return None;
+    }
+    match spec.health_check.timeout {
+        Some(t) if t > interval => {
+            tracing::warn!(
+                annotation = annotations::HC_TIMEOUT,
+                value = t,
+                interval,
+                "NLB health-check timeout is above the interval, which AWS refuses: not sent; the timeout is left as it is; set it at most the interval"
+            );
+            None
+        }
+        want => Some(HealthTimeout { want }),
+    }
+}
+
 /// Pure: what AWS must look like for this Service. `Err` says what the user
 /// must fix (address counts that do not match the subnets, TCP+UDP on one
 /// port with different node ports).
@@ -81,7 +110,9 @@ pub(crate) fn desired(
         service_key,
         &spec.additional_tags,
     );
-    let health = health_check(spec, cloud);
+    let mut health = health_check(spec, cloud);
+    let health_timeout = health_timeout(spec, cloud, health.interval);
+    health.timeout = health_timeout.and_then(|t| t.want);
     let (listeners, target_groups) = listeners(spec, service_key, cluster_id, &health)?;
     let subnet_mappings = subnet_mappings(spec, env)?;
     let groups_managed = cloud.nlb_security_group_mode == NlbSecurityGroupMode::Managed;
@@ -136,6 +167,7 @@ pub(crate) fn desired(
         attributes: attributes(spec),
         deletion_protection: spec.deletion_protection,
         instances: env.instances.clone(),
+        health_timeout,
     })
 }
 

@@ -211,6 +211,7 @@ impl Applying<'_> {
                         .set_health_check_path(health.path.clone())
                         .healthy_threshold_count(health.healthy)
                         .unhealthy_threshold_count(health.unhealthy)
+                        .set_health_check_timeout_seconds(health.timeout)
                         .send()
                 })
                 .await
@@ -454,6 +455,7 @@ impl Applying<'_> {
                     .health_check_interval_seconds(h.interval)
                     .healthy_threshold_count(h.healthy)
                     .unhealthy_threshold_count(h.unhealthy)
+                    .set_health_check_timeout_seconds(h.timeout)
                     .set_tags(Some(tags.clone()))
                     .send()
             })

@@ -155,6 +155,25 @@ pub struct HealthCheck {
     pub(crate) interval: i32,
     pub(crate) healthy: i32,
     pub(crate) unhealthy: i32,
+    /// `HealthCheckTimeoutSeconds`: sent only when set (cloud.conf
+    /// `NLBListenerSettings = true` and the annotation, or AWS's default
+    /// restored); read from AWS always.
+    pub(crate) timeout: Option<i32>,
+}
+
+/// AWS's health-check timeout of an NLB target group whose health check
+/// uses `protocol` (ELBv2 `CreateTargetGroup`: 6 s for HTTP, 10 s for TCP
+/// and HTTPS).
+pub(crate) fn default_health_timeout(protocol: &str) -> i32 {
+    if protocol == "HTTP" { 6 } else { 10 }
+}
+
+/// With cloud.conf `NLBListenerSettings = true`, the health-check timeout
+/// the Service asks for (`None`: none, so one this CCM applied returns to
+/// AWS's default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HealthTimeout {
+    pub(crate) want: Option<i32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -222,6 +241,9 @@ pub struct Desired {
     pub(crate) groups_managed: bool,
     /// The create-time settings, recorded on the NLB this CCM creates.
     pub(crate) applied: crate::aws::applied::Applied,
+    /// `None` without cloud.conf `NLBListenerSettings = true`: the timeout
+    /// is neither sent nor compared, as the Go CCM leaves it.
+    pub(crate) health_timeout: Option<HealthTimeout>,
 }
 
 impl Desired {

@@ -321,24 +321,21 @@ pub(crate) fn unprotecting(desired: &Desired, tags: &BTreeMap<String, String>) -
 /// and own security group stay; its targets are deregistered, since the
 /// Service's node ports are released with it and may be given to another
 /// Service; it is tagged [`tags::KEPT_TAG`] with the Service it was kept
-/// from. `actual.target_groups` carry their registered targets.
+/// from. `actual.target_groups` carry their registered targets; only those
+/// of a group proven made for the Service (as [`plan_delete`] proves the
+/// groups it deletes) are deregistered.
 pub(crate) fn plan_keep(
     actual: &Actual,
     cluster_id: &str,
     lb_name: &str,
     service_key: &str,
 ) -> Option<Vec<Change>> {
-    let lb = actual.lb.as_ref()?;
-    ownership::prove(
-        Made::LoadBalancer,
-        lb_name,
-        &lb.tags,
-        cluster_id,
-        Some(service_key),
-    )
-    .ok()?;
+    let proven = |made: Made, name: &str, tags: &BTreeMap<String, String>| {
+        ownership::prove(made, name, tags, cluster_id, Some(service_key)).is_ok()
+    };
+    let lb = (actual.lb.as_ref()).filter(|lb| proven(Made::LoadBalancer, lb_name, &lb.tags))?;
     let mut changes: Vec<Change> = (actual.target_groups.iter())
-        .filter(|tg| !tg.targets.is_empty())
+        .filter(|tg| !tg.targets.is_empty() && proven(Made::TargetGroup, &tg.name, &tg.tags))
         .map(|tg| Change::DeregisterTargets {
             arn: tg.arn.clone(),
             port: tg.port,
@@ -382,11 +379,16 @@ fn tag_changes(
 /// A target group to create: then its attributes and targets.
 fn new_target_group_changes(desired: &Desired, tg: &TargetGroup, changes: &mut Vec<Change>) {
     let mut tags = desired.create_tags();
-    if let Some(record) = attribute_record(&desired.target_group_attributes)
-        && !desired.target_group_attributes.is_empty()
+    if let Some(record) =
+        tags::record_value(&tags::recordable(desired.target_group_attributes.keys()))
         && tags.len() < tags::MAX_LB_TAGS
     {
         tags.insert(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record);
+    }
+    if let Some(t) = tg.health.timeout
+        && tags.len() < tags::MAX_LB_TAGS
+    {
+        tags.insert(tags::HEALTH_TIMEOUT_TAG.to_string(), t.to_string());
     }
     changes.push(Change::CreateTargetGroup {
         group: tg.clone(),
@@ -415,14 +417,22 @@ fn target_group_changes(
     changes: &mut Vec<Change>,
 ) {
     let h = &have.health;
-    let w = &tg.health;
+    let mut w = tg.health.clone();
+    w.timeout = health_timeout_target(desired, have);
     let path_differs = w.protocol != "TCP" && w.path != h.path;
-    if w.port != h.port || w.healthy != h.healthy || w.unhealthy != h.unhealthy || path_differs {
+    let timeout_differs = w.timeout.is_some_and(|t| h.timeout != Some(t));
+    if w.port != h.port
+        || w.healthy != h.healthy
+        || w.unhealthy != h.unhealthy
+        || path_differs
+        || timeout_differs
+    {
         changes.push(Change::ModifyHealthCheck {
             arn: have.arn.clone(),
-            health: w.clone(),
+            health: w,
         });
     }
+    health_timeout_record(desired, have, timeout_differs, changes);
     tag_changes(
         desired,
         &desired.tags,
@@ -440,6 +450,48 @@ fn target_group_changes(
     );
 }
 
+/// The health-check timeout to send to an existing group: with cloud.conf
+/// `NLBListenerSettings = true`, the annotation's, else AWS's default when
+/// this CCM's record says it applied one; otherwise none (left as it is).
+fn health_timeout_target(desired: &Desired, have: &ActualTargetGroup) -> Option<i32> {
+    let setting = desired.health_timeout?;
+    let recorded = have.tags.contains_key(tags::HEALTH_TIMEOUT_TAG);
+    match setting.want {
+        Some(t) => Some(t),
+        None if recorded => Some(super::default_health_timeout(&have.health.protocol)),
+        None => None,
+    }
+}
+
+/// The record of the timeout this CCM applied: written with the timeout
+/// (or kept up to date), removed when the annotation is. A timeout nobody
+/// recorded that already matches (the Go CCM's group) gets no write.
+fn health_timeout_record(
+    desired: &Desired,
+    have: &ActualTargetGroup,
+    written: bool,
+    changes: &mut Vec<Change>,
+) {
+    let Some(setting) = desired.health_timeout else {
+        return;
+    };
+    let recorded = have.tags.get(tags::HEALTH_TIMEOUT_TAG);
+    let arn = Some(have.arn.clone());
+    match setting.want {
+        Some(t) if written || recorded.is_some_and(|r| *r != t.to_string()) => {
+            changes.push(Change::AddTags {
+                arn,
+                tags: BTreeMap::from([(tags::HEALTH_TIMEOUT_TAG.to_string(), t.to_string())]),
+            });
+        }
+        None if recorded.is_some() => changes.push(Change::RemoveTags {
+            arn,
+            keys: BTreeSet::from([tags::HEALTH_TIMEOUT_TAG.to_string()]),
+        }),
+        _ => {}
+    }
+}
+
 /// An existing group's attributes: those the annotation names, and those
 /// this CCM applied before (its record) that it no longer names, back to
 /// AWS's default; then the record of the keys applied. A group without a
@@ -452,7 +504,7 @@ fn target_group_attribute_changes(
     let want = &desired.target_group_attributes;
     let recorded = tags::recorded_keys(&have.tags, tags::TARGET_GROUP_ATTRIBUTES_TAG);
     let mut attrs = attribute_delta(want, &have.attributes);
-    for (key, default) in attributes::defaults_of_dropped(&recorded, want) {
+    for (key, default) in attributes::defaults_of_dropped(&recorded, want, &have.protocol) {
         if have.attributes.get(&key) != Some(&default) {
             attrs.insert(key, default);
         }
@@ -465,7 +517,7 @@ fn target_group_attribute_changes(
         });
     }
     let has_record = have.tags.contains_key(tags::TARGET_GROUP_ATTRIBUTES_TAG);
-    let keys: BTreeSet<String> = want.keys().cloned().collect();
+    let keys = tags::recordable(want.keys());
     if !(written || has_record) || has_record && recorded == keys {
         return;
     }
@@ -475,18 +527,12 @@ fn target_group_attribute_changes(
             arn,
             keys: BTreeSet::from([tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string()]),
         });
-    } else if let Some(record) = attribute_record(want) {
+    } else if let Some(record) = tags::record_value(&keys) {
         changes.push(Change::AddTags {
             arn,
             tags: BTreeMap::from([(tags::TARGET_GROUP_ATTRIBUTES_TAG.to_string(), record)]),
         });
     }
-}
-
-/// The record of the attribute keys `want` sets, when it fits in a tag value.
-fn attribute_record(want: &BTreeMap<String, String>) -> Option<String> {
-    let record = want.keys().cloned().collect::<Vec<_>>().join(",");
-    (record.len() <= tags::MAX_TAG_VALUE).then_some(record)
 }
 
 /// Registers the targets `want` adds to `have` in group `arn` on `port`,

@@ -138,7 +138,6 @@ pub(crate) async fn read_listeners(
     Ok(listeners_from_sdk(listeners.listeners()))
 }
 
-/// The subnets with the EIP or private address pinned in each.
 /// The listeners' tags (one read per 20 listeners).
 pub async fn read_listener_tags(
     aws: &AwsClient,
@@ -154,6 +153,7 @@ pub async fn read_listener_tags(
     Ok(())
 }
 
+/// The subnets with the EIP or private address pinned in each.
 fn mappings_from_sdk(zones: &[t::AvailabilityZone]) -> BTreeSet<SubnetMapping> {
     zones
         .iter()
@@ -214,6 +214,7 @@ fn health_of(g: &t::TargetGroup) -> HealthCheck {
         interval: g.health_check_interval_seconds().unwrap_or(30),
         healthy: g.healthy_threshold_count().unwrap_or(3),
         unhealthy: g.unhealthy_threshold_count().unwrap_or(3),
+        timeout: g.health_check_timeout_seconds(),
     }
 }
 
@@ -320,6 +321,38 @@ pub(crate) async fn groups_to_delete(
         }
     }
     Ok(groups)
+}
+
+/// Whether NLB `lb` is protected at AWS: this CCM's tag
+/// [`crate::aws::tags::DELETION_PROTECTION_TAG`] says it turned the
+/// attribute on (no read), or the attribute, read, is on. What a deletion
+/// and `aws-ccm plan` both ask.
+pub(crate) async fn protected(aws: &AwsClient, lb: &ActualLb) -> Result<bool, AwsError> {
+    let tag = lb.tags.get(crate::aws::tags::DELETION_PROTECTION_TAG);
+    if tag.map(String::as_str) == Some("on") {
+        return Ok(true);
+    }
+    let attributes = read_attributes(aws, &lb.arn).await?;
+    Ok(attributes
+        .get(super::ATTR_DELETION_PROTECTION)
+        .map(String::as_str)
+        == Some("true"))
+}
+
+/// What the keep of NLB `lb` compares against ([`super::plan::plan_keep`]):
+/// it, and its target groups with their registered targets (no attributes
+/// read).
+pub(crate) async fn for_keep(aws: &AwsClient, lb: ActualLb) -> Result<super::Actual, AwsError> {
+    let no_attributes = BTreeMap::new();
+    let mut target_groups = Vec::new();
+    for (g, tags) in listed_target_groups(aws, &lb.arn).await? {
+        target_groups.push(complete_one(aws, &g, tags, Some(&no_attributes), None).await?);
+    }
+    Ok(super::Actual {
+        lb: Some(lb),
+        target_groups,
+        owned_group: None,
+    })
 }
 
 /// The target groups behind the NLB as the listing shows them, with their

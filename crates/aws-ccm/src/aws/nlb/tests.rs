@@ -137,7 +137,8 @@ fn health_check_defaults_local_and_shared() {
             path: None,
             interval: 30,
             healthy: 3,
-            unhealthy: 3
+            unhealthy: 3,
+            timeout: None,
         }
     );
     let mut local = spec(&[], &[(80, 30080)]);
@@ -255,21 +256,28 @@ fn node_churn_registers_and_deregisters_only_the_delta() {
     );
 }
 
+/// The creates of `changes` (NLB, target groups, listeners), each with the
+/// tags it sends.
+fn created_tags(changes: &[Change]) -> Vec<(&Change, &BTreeMap<String, String>)> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::CreateLoadBalancer { tags, .. }
+            | Change::CreateTargetGroup { tags, .. }
+            | Change::CreateListener { tags, .. } => Some((c, tags)),
+            _ => None,
+        })
+        .collect()
+}
+
 #[test]
 fn a_legacy_cluster_creates_with_the_legacy_tag_and_never_adds_it_later() {
     let mut e = env(&["subnet-a"], &["i-1"]);
     e.legacy_cluster_tag = true;
     let d = want(&[], &[(80, 30080)], &e);
     let changes = plan(&d, &Actual::default(), "c1");
-    let mut created = 0;
-    for c in &changes {
-        let tags = match c {
-            Change::CreateLoadBalancer { tags, .. }
-            | Change::CreateTargetGroup { tags, .. }
-            | Change::CreateListener { tags, .. } => tags,
-            _ => continue,
-        };
-        created += 1;
+    let created = created_tags(&changes);
+    for (c, tags) in &created {
         assert_eq!(
             tags.get("KubernetesCluster").map(String::as_str),
             Some("c1"),
@@ -279,7 +287,7 @@ fn a_legacy_cluster_creates_with_the_legacy_tag_and_never_adds_it_later() {
         assert_eq!(tags["kubernetes.io/cluster/c1"], "owned");
     }
     assert_eq!(
-        created,
+        created.len(),
         3,
         "{:?}",
         changes.iter().map(describe).collect::<Vec<_>>()
@@ -947,6 +955,17 @@ fn keeping_a_protected_nlb_deregisters_its_targets_and_tags_it_kept() {
             | Change::DeleteTargetGroup { .. }
             | Change::DeleteListener { .. }
     )));
+    // A target group on the NLB that is not proven made for the Service
+    // (someone else's listener) keeps its targets.
+    let mut foreign = actual.clone();
+    let mut byhand = actual.target_groups[0].clone();
+    byhand.arn = "arn:tg/byhand".into();
+    byhand.name = "byhand".into();
+    foreign.target_groups.push(byhand);
+    assert_eq!(
+        plan_keep(&foreign, "c1", &d.name, "default/web"),
+        Some(changes.clone())
+    );
     // Not proven this CCM's for the Service: not kept, not touched.
     assert_eq!(plan_keep(&actual, "other", &d.name, "default/web"), None);
     assert_eq!(plan_keep(&actual, "c1", &d.name, "default/other"), None);
@@ -992,19 +1011,12 @@ fn created_resources_record_the_annotation_keys_they_carry() {
         &e,
     );
     let changes = plan(&d, &Actual::default(), "c1");
-    let mut creates = 0;
-    for c in &changes {
-        let tags = match c {
-            Change::CreateLoadBalancer { tags, .. }
-            | Change::CreateTargetGroup { tags, .. }
-            | Change::CreateListener { tags, .. } => tags,
-            _ => continue,
-        };
-        creates += 1;
-        assert_eq!(tags[MARKER], "env,team", "{c:?}");
+    let created = created_tags(&changes);
+    for (c, tags) in &created {
+        assert_eq!(tags[MARKER], "env team", "{c:?}");
         assert_eq!(tags["team"], "a");
     }
-    assert_eq!(creates, 3, "{changes:?}");
+    assert_eq!(created.len(), 3, "{changes:?}");
     // Without additional tags no record is written.
     let bare = want(&[], &[(80, 30080)], &e);
     assert!(
@@ -1043,7 +1055,7 @@ fn tags_follow_the_annotation_on_the_nlb_its_listeners_and_target_groups() {
         assert_eq!(
             mine,
             [
-                format!("+{{\"cost\": \"42\", \"{MARKER}\": \"cost,team\", \"team\": \"b\"}}")
+                format!("+{{\"cost\": \"42\", \"{MARKER}\": \"cost team\", \"team\": \"b\"}}")
                     .as_str(),
                 "-{\"env\"}",
             ],
@@ -1095,7 +1107,7 @@ fn tags_nobody_recorded_are_never_removed() {
     for (_, w) in &writes {
         assert_eq!(
             w,
-            &format!("+{{\"env\": \"x\", \"{MARKER}\": \"env,team\"}}")
+            &format!("+{{\"env\": \"x\", \"{MARKER}\": \"env team\"}}")
         );
     }
     // Listener tags not read: left as they are.
@@ -1190,7 +1202,7 @@ fn target_group_attributes_aws_documents_are_applied_and_dropped_ones_return_to_
     });
     assert_eq!(
         created.unwrap()[TG_RECORD],
-        format!("{DEREG},stickiness.enabled")
+        format!("{DEREG} stickiness.enabled")
     );
     assert_eq!(
         attribute_writes(&fresh),
@@ -1202,7 +1214,7 @@ fn target_group_attributes_aws_documents_are_applied_and_dropped_ones_return_to_
     let mut live = converged(&d);
     for tg in &mut live.target_groups {
         let mut t = (*tg.tags).clone();
-        t.insert(TG_RECORD.into(), format!("{DEREG},stickiness.enabled"));
+        t.insert(TG_RECORD.into(), format!("{DEREG} stickiness.enabled"));
         tg.tags = Tags::new(t);
     }
     assert!(plan(&d, &live, "c1").is_empty());
@@ -1254,7 +1266,7 @@ fn target_group_attributes_nobody_recorded_are_left_as_they_are() {
         attribute_writes(&plan(&more, &live, "c1")),
         [
             format!("set {{\"{DEREG}\": \"10\"}}"),
-            format!("record {DEREG},proxy_protocol_v2.enabled"),
+            format!("record {DEREG} proxy_protocol_v2.enabled"),
         ]
     );
 }
@@ -1277,4 +1289,165 @@ fn a_target_group_attribute_aws_refuses_is_refused_before_any_call() {
             .find(|e| e.field == ann::TARGET_GROUP_ATTRIBUTES);
         assert!(e.is_some_and(|e| e.value == v), "{v}: {:?}", r.errors);
     }
+}
+
+/// A UDP Service's NLB as `annotations` ask, through the spec reader.
+fn udp_want(annotations: &[(&str, &str)], e: &Environment) -> Result<Desired, String> {
+    let mut a = vec![(ann::TYPE, "nlb")];
+    a.extend_from_slice(annotations);
+    let mut svc = service(&a, &[(53, 30053)]);
+    svc.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("UDP".into());
+    let s = LoadBalancerSpec::from_service(&svc).map_err(|e| e.to_string())?;
+    desired(&s, "default/web", UID, "c1", &CloudConfig::default(), e)
+}
+
+#[test]
+fn a_udp_group_refuses_what_aws_fixes_there_and_returns_to_udps_defaults() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let tga = ann::TARGET_GROUP_ATTRIBUTES;
+    for v in [
+        "preserve_client_ip.enabled=false",
+        "target_health_state.unhealthy.connection_termination.enabled=true",
+    ] {
+        let err = udp_want(&[(tga, v)], &e).expect_err(v);
+        assert!(err.contains("UDP port"), "{v}: {err}");
+    }
+    // Applied and recorded, then dropped: back to what AWS gives a UDP
+    // group (it terminates at the end of the delay, and cannot terminate
+    // unhealthy targets' connections), not a TCP group's defaults.
+    let set = "deregistration_delay.connection_termination.enabled=false,target_health_state.unhealthy.connection_termination.enabled=false";
+    let d = udp_want(&[(tga, set)], &e).unwrap();
+    assert_eq!(d.target_groups[0].protocol, "UDP");
+    let mut live = converged(&d);
+    for tg in &mut live.target_groups {
+        let mut t = (*tg.tags).clone();
+        let record = d
+            .target_group_attributes
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>();
+        t.insert(TG_RECORD.into(), record.join(" "));
+        tg.tags = Tags::new(t);
+    }
+    assert!(plan(&d, &live, "c1").is_empty());
+    let none = udp_want(&[], &e).unwrap();
+    assert_eq!(
+        attribute_writes(&plan(&none, &live, "c1")),
+        [
+            // (Not `true` for the unhealthy switch, which AWS refuses on UDP.)
+            "set {\"deregistration_delay.connection_termination.enabled\": \"true\"}".to_string(),
+            "unrecord".to_string(),
+        ]
+    );
+}
+
+const HC_RECORD: &str = crate::aws::tags::HEALTH_TIMEOUT_TAG;
+
+fn want_with(annotations: &[(&str, &str)], cloud: &CloudConfig, e: &Environment) -> Desired {
+    desired(
+        &spec(annotations, &[(80, 30080)]),
+        "default/web",
+        UID,
+        "c1",
+        cloud,
+        e,
+    )
+    .unwrap()
+}
+
+/// The timeouts a plan sends and its record writes.
+fn timeout_writes(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::ModifyHealthCheck { health, .. } => Some(format!("send {:?}", health.timeout)),
+            Change::CreateTargetGroup { group, tags } => Some(format!(
+                "create {:?} record {:?}",
+                group.health.timeout,
+                tags.get(HC_RECORD)
+            )),
+            Change::AddTags { tags, .. } => tags.get(HC_RECORD).map(|r| format!("record {r}")),
+            Change::RemoveTags { keys, .. } => {
+                keys.contains(HC_RECORD).then(|| "unrecord".to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn health_check_timeout_is_sent_only_with_the_cloud_conf_key() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let off = CloudConfig::default();
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let ann = [(ann::HC_TIMEOUT, "20")];
+    // The Go CCM's state: AWS's default 10 s, no record.
+    let go = want_with(&ann, &off, &e);
+    let mut live = converged(&go);
+    for tg in &mut live.target_groups {
+        tg.health.timeout = Some(10);
+    }
+    // Key off: created without a timeout, and a live NLB is left alone.
+    assert_eq!(
+        timeout_writes(&plan(&go, &Actual::default(), "c1")),
+        ["create None record None"]
+    );
+    assert!(plan(&go, &live, "c1").is_empty());
+    // Key on: created with it and its record; a live one modified in place.
+    let d = want_with(&ann, &on, &e);
+    assert_eq!(
+        timeout_writes(&plan(&d, &Actual::default(), "c1")),
+        ["create Some(20) record Some(\"20\")"]
+    );
+    assert_eq!(
+        timeout_writes(&plan(&d, &live, "c1")),
+        ["send Some(20)", "record 20"]
+    );
+    // Applied and recorded: steady.
+    for tg in &mut live.target_groups {
+        tg.health.timeout = Some(20);
+        let mut t = (*tg.tags).clone();
+        t.insert(HC_RECORD.into(), "20".into());
+        tg.tags = Tags::new(t);
+    }
+    assert!(plan(&d, &live, "c1").is_empty());
+    // Removed: back to AWS's 10 s for a TCP check, the record gone.
+    let none = want_with(&[], &on, &e);
+    assert_eq!(
+        timeout_writes(&plan(&none, &live, "c1")),
+        ["send Some(10)", "unrecord"]
+    );
+    // Key off again: nothing is touched.
+    assert!(plan(&want_with(&[], &off, &e), &live, "c1").is_empty());
+}
+
+#[test]
+fn health_check_timeout_nobody_recorded_or_above_the_interval_is_left_alone() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    // Set by hand to 15 s, no record: removal leaves it.
+    let none = want_with(&[], &on, &e);
+    let mut live = converged(&none);
+    for tg in &mut live.target_groups {
+        tg.health.timeout = Some(15);
+    }
+    assert!(plan(&none, &live, "c1").is_empty());
+    // Above the 10 s interval, which AWS refuses: not sent.
+    let over = want_with(
+        &[(ann::HC_INTERVAL, "10"), (ann::HC_TIMEOUT, "20")],
+        &on,
+        &e,
+    );
+    assert_eq!(over.health_timeout, None);
+    assert_eq!(
+        timeout_writes(&plan(&over, &Actual::default(), "c1")),
+        ["create None record None"]
+    );
+    assert_eq!(super::default_health_timeout("HTTP"), 6);
 }

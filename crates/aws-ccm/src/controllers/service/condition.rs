@@ -9,6 +9,12 @@
 //! the Go CCM whose syncs did there, gets no status write from it. The
 //! write is a strategic merge patch keyed on the condition's `type`, so
 //! other writers' conditions stay.
+//!
+//! The gauge needs where each Service was counted, to move it: that map
+//! is here, keyed as the controller's state and forgotten where that is (a
+//! deleted Service at the scan), and besides at a sync that finds the
+//! Service no longer this CCM's ([`cleared`]) and when the controller
+//! stops ([`forget_all`]).
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -27,7 +33,8 @@ use crate::provider::ErrorKind;
 pub(super) const CONDITION: &str = "LoadBalancerSynced";
 /// Its reason when the last sync finished.
 const SYNCED: &str = "Synced";
-/// The API server's limit on a condition's message.
+/// The API server's limit on a condition's message, in bytes (Go's `len`
+/// in apimachinery's `ValidateCondition`).
 const MAX_MESSAGE: usize = 32 * 1024;
 
 /// Why a sync stopped short.
@@ -125,6 +132,15 @@ impl States {
     }
 }
 
+impl States {
+    /// Counts no Service at all.
+    fn clear(&self) {
+        for (_, labels) in self.of.lock().drain() {
+            self.gauge.get_or_create(&labels).dec();
+        }
+    }
+}
+
 static STATES: LazyLock<States> = LazyLock::new(|| States {
     of: Mutex::default(),
     gauge: crate::metrics::registered(
@@ -141,6 +157,13 @@ fn count(key: &str, labels: Option<StateLabels>) {
 /// The Service of `key` is gone, or no longer this CCM's: out of the gauge.
 pub(super) fn forget(key: &str) {
     count(key, None);
+}
+
+/// The controller stopped (this process lost the lease, or shuts down):
+/// it counts no Service, so a standby reports none, and a Service deleted
+/// meanwhile is not counted by the next term (whose scan never saw it).
+pub(super) fn forget_all() {
+    STATES.clear();
 }
 
 /// The last sync of `svc` finished.
@@ -175,7 +198,7 @@ pub(super) async fn stopped(api: &Api<Service>, svc: &Service, stop: Stop, messa
             error_class: stop.class(),
         }),
     );
-    let message = truncated(message);
+    let message = truncated(&without_request_id(message));
     let same = current(svc)
         .is_some_and(|c| c.status == "False" && c.reason == stop.reason() && c.message == message);
     if !same {
@@ -183,8 +206,9 @@ pub(super) async fn stopped(api: &Api<Service>, svc: &Service, stop: Stop, messa
     }
 }
 
-/// `svc` no longer wants a load balancer of this CCM: out of the gauge,
-/// and its condition removed (a Service being deleted keeps it).
+/// `svc` no longer wants a load balancer of this CCM (deleted, another
+/// type, handed to another controller): out of the gauge, and its condition
+/// removed (a Service being deleted keeps it).
 pub(super) async fn cleared(api: &Api<Service>, svc: &Service) {
     forget(&super::key(svc));
     if svc.metadata.deletion_timestamp.is_some() || current(svc).is_none() {
@@ -192,16 +216,7 @@ pub(super) async fn cleared(api: &Api<Service>, svc: &Service) {
     }
     let body =
         serde_json::json!({"status": {"conditions": [{"type": CONDITION, "$patch": "delete"}]}});
-    if let Err(e) = api
-        .patch_status(
-            &svc.name_any(),
-            &PatchParams::default(),
-            &Patch::Strategic(body),
-        )
-        .await
-    {
-        tracing::warn!(error = %e, condition = CONDITION, "failed to remove the Service's sync condition");
-    }
+    patch_status(api, svc, body, "remove").await;
 }
 
 /// A write of the sync to the API server (`what`: "add the finalizer")
@@ -211,16 +226,41 @@ pub(super) async fn write_failed(api: &Api<Service>, svc: &Service, what: &str, 
     stopped(api, svc, Stop::Kubernetes, &message).await;
 }
 
+/// Whether `svc` carries the condition (this CCM wrote it).
+pub(super) fn carried(svc: &Service) -> bool {
+    current(svc).is_some()
+}
+
 fn current(svc: &Service) -> Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
     let conditions = svc.status.as_ref()?.conditions.as_ref()?;
     conditions.iter().find(|c| c.type_ == CONDITION)
 }
 
-fn truncated(message: &str) -> String {
-    match message.char_indices().nth(MAX_MESSAGE) {
-        Some((at, _)) => message[..at].to_string(),
-        None => message.to_string(),
+/// `message` without the AWS request IDs it names (`" (request id …)"`,
+/// the door's error text): a new one at each retry of the same failure
+/// would otherwise make each retry a status write. The event keeps them.
+fn without_request_id(message: &str) -> String {
+    const MARK: &str = " (request id ";
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some((before, after)) = rest.split_once(MARK) {
+        let Some((_, tail)) = after.split_once(')') else {
+            break;
+        };
+        out.push_str(before);
+        rest = tail;
     }
+    out.push_str(rest);
+    out
+}
+
+/// `message` cut to at most [`MAX_MESSAGE`] bytes, at a character's end.
+fn truncated(message: &str) -> String {
+    let mut end = message.len().min(MAX_MESSAGE);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    message.get(..end).unwrap_or_default().to_string()
 }
 
 /// The condition, as a strategic merge patch of the status: the transition
@@ -242,18 +282,17 @@ fn patch(svc: &Service, status: &str, reason: &str, message: &str, now: &str) ->
 
 async fn write(api: &Api<Service>, svc: &Service, status: &str, reason: &str, message: &str) {
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    let body = patch(svc, status, reason, message, &now);
-    // A failed write is only logged: the next sync writes it again, and
-    // the sync's own outcome (and its event) stands either way.
-    if let Err(e) = api
-        .patch_status(
-            &svc.name_any(),
-            &PatchParams::default(),
-            &Patch::Strategic(body),
-        )
-        .await
-    {
-        tracing::warn!(error = %e, condition = CONDITION, "failed to write the Service's sync condition");
+    patch_status(api, svc, patch(svc, status, reason, message, &now), "write").await;
+}
+
+/// Sends `body`, a strategic merge patch of the condition, to the status
+/// of `svc` (`what`: "write", "remove"). A failed write is only logged: the
+/// next sync writes it again, and the sync's own outcome (and its event)
+/// stands either way.
+async fn patch_status(api: &Api<Service>, svc: &Service, body: serde_json::Value, what: &str) {
+    let params = PatchParams::default();
+    if let Err(e) = (api.patch_status(&svc.name_any(), &params, &Patch::Strategic(body))).await {
+        tracing::warn!(error = %e, condition = CONDITION, "failed to {what} the Service's sync condition");
     }
 }
 
@@ -308,12 +347,35 @@ mod tests {
         states.count("default/a", None);
         states.count("default/a", None);
         assert_eq!(at(labels("synced", "none")), 1);
+        states.count("default/c", Some(labels(denied.state(), denied.class())));
+        states.clear();
+        assert_eq!(at(labels("synced", "none")), 0);
+        assert_eq!(at(labels("retrying", "denied")), 0);
+    }
+
+    #[test]
+    fn a_retry_of_the_same_failure_writes_the_same_message() {
+        let at = |id: &str| {
+            format!(
+                "ELB CreateLoadBalancer failed after 1 attempt(s): AccessDenied: no (request id {id}). Grant it"
+            )
+        };
+        let once = without_request_id(&at("a-1"));
+        assert_eq!(once, without_request_id(&at("b-2")));
+        assert_eq!(
+            once,
+            "ELB CreateLoadBalancer failed after 1 attempt(s): AccessDenied: no. Grant it"
+        );
+        assert_eq!(without_request_id("x (request id y"), "x (request id y");
     }
 
     #[test]
     fn a_long_message_is_cut_at_the_api_servers_limit() {
         let long = "é".repeat(MAX_MESSAGE + 5);
-        assert_eq!(truncated(&long).chars().count(), MAX_MESSAGE);
+        // Bytes, as the API server counts: 16,384 two-byte characters.
+        assert_eq!(truncated(&long).len(), MAX_MESSAGE);
+        assert_eq!(truncated(&long).chars().count(), MAX_MESSAGE / 2);
+        assert_eq!(truncated(&format!("a{long}")).len(), MAX_MESSAGE - 1);
         assert_eq!(truncated("short"), "short");
     }
 }

@@ -367,14 +367,7 @@ async fn an_ambiguous_or_unproven_custom_dhcp_node_keeps_its_taint_with_the_reas
 async fn a_hundred_custom_dhcp_nodes_cost_a_few_describe_calls() -> anyhow::Result<()> {
     const NODES: usize = 100;
     let env = Env::start().await?;
-    let proxy = FaultProxy::start(
-        &env.moto.endpoint(),
-        ProxyConfig {
-            budget_fraction: Some(1.0),
-            ..ProxyConfig::default()
-        },
-    )
-    .await?;
+    let proxy = env.full_budget_proxy().await?;
     let ec2 = Ec2::new(&env).await?;
     let launched = ec2.launch(NODES as i32).await?;
     let client = env.api.client().await?;

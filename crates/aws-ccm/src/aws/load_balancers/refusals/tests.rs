@@ -125,6 +125,7 @@ fn new_group(name: &str) -> nlb::TargetGroup {
             interval: 10,
             healthy: 3,
             unhealthy: 3,
+            timeout: None,
         },
     }
 }
