@@ -657,7 +657,12 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
                 .await;
             let deleted = (self.lbs)
-                .ensure_deleted(&key(svc), &uid, is_protected(svc), adopt_name(svc))
+                .ensure_deleted(
+                    &key(svc),
+                    &uid,
+                    is_protected(svc),
+                    adopt_name(svc).as_deref(),
+                )
                 .await;
             match deleted {
                 Ok(removed) => kept = removed.kept,

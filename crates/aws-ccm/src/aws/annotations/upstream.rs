@@ -232,7 +232,7 @@ pub(crate) const CLASSES: &[Class] = &[
     c(SOURCE_RANGES, "malformed CIDR", "10.0.0.0/33", Both, Fails),
     c(SOURCE_RANGES, "empty", "", Both, Ignores),
     c(NLB_TARGET_TYPE, "documented", "ip", Both, Ignores).here(Ignores, NOT_READ_WHY),
-    c(NAME, "documented", "my-nlb", Both, Ignores).here(Ignores, "Warning `LoadBalancerNotAdopted` unless it names a load balancer this CCM kept"),
+    c(NAME, "documented", "my-nlb", Both, Ignores).here(Uses, "looked up at sync: naming no load balancer this CCM kept, it gets the event `LoadBalancerNotAdopted` and the load balancer is named `a` + the UID, as by the Go CCM"),
     c(NAME, "a load balancer this CCM kept", "a0123456789abcdef0123456789abcde", Both, Ignores).here(Uses, "adopted: no new load balancer; see docs/ownership.md"),
     c(PROXY_PROTOCOL_PER_TARGET_GROUP, "documented", "80,443", Both, Ignores).here(Ignores, NOT_READ_WHY),
     c(HC_SUCCESS_CODES, "documented", "200-399", Both, Ignores).here(Ignores, NOT_READ_WHY),

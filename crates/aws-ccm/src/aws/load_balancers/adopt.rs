@@ -109,23 +109,31 @@ pub(crate) fn verdict(
 }
 
 /// Whether `t` says Service `service_key` adopted the load balancer.
-fn is_adopted_by(t: &BTreeMap<String, String>, service_key: &str) -> bool {
+pub(crate) fn is_adopted_by(t: &BTreeMap<String, String>, service_key: &str) -> bool {
     t.get(tags::ADOPTED_TAG).map(String::as_str) == Some(service_key)
         && t.get(tags::SERVICE_NAME_TAG).map(String::as_str) == Some(service_key)
 }
 
-/// The name the Service's annotation asks to adopt, when it names another
-/// load balancer than the Service's own.
-fn wanted<'a>(spec: &'a LoadBalancerSpec, uid: &str) -> Option<&'a str> {
-    let name = spec.adopt_name.as_deref().map(str::trim)?;
-    (!name.is_empty() && name != elb::load_balancer_name(uid)).then_some(name)
+/// The name of the load balancer a Service's sync looks for, when another
+/// than its own: the one its annotation asks to adopt (`true`), else the
+/// one its status names (`false`: the annotation removed after the
+/// adoption; followed only while the load balancer's tags say the Service
+/// adopted it, never adopted anew, and no Warning otherwise).
+fn wanted<'a>(spec: &'a LoadBalancerSpec, uid: &str) -> Option<(&'a str, bool)> {
+    let own = elb::load_balancer_name(uid);
+    let annotated = spec.adopt_name.as_deref().map(str::trim);
+    let (name, annotated) = match annotated {
+        Some(n) if !n.is_empty() => (n, true),
+        _ => (spec.held_name.as_deref()?, false),
+    };
+    (name != own).then_some((name, annotated))
 }
 
 /// The UID the name of load balancer `name` (`a` + 31 hex digits, as
 /// [`ownership`] proves) was made from, as far as names go:
 /// `elb::load_balancer_name` gives `name` back.
 fn naming_uid(name: &str) -> String {
-    name.trim_start_matches('a').to_string()
+    name.strip_prefix('a').unwrap_or(name).to_string()
 }
 
 /// A sync of a Service as adoption leaves it.
@@ -156,7 +164,7 @@ impl AwsLoadBalancers {
             refused: None,
             kept_from: None,
         };
-        let Some(name) = wanted(&req.spec, &req.uid) else {
+        let Some((name, annotated)) = wanted(&req.spec, &req.uid) else {
             return Ok(own);
         };
         let network = req.spec.kind == LoadBalancerKind::Network;
@@ -175,6 +183,14 @@ impl AwsLoadBalancers {
             )
         };
         let mut decided = verdict(found.as_ref(), false);
+        if !annotated && decided != Verdict::Adopted {
+            // The status names another load balancer, but the Service did
+            // not adopt it (or no longer holds it): its own, as always.
+            return Ok(own);
+        }
+        if !annotated {
+            tracing::debug!(service = %service_key, load_balancer = %name, "aws-load-balancer-name removed: the Service keeps the load balancer it adopted");
+        }
         if decided == Verdict::Adopt && self.tags_of_kind(&own_name, network).await?.0.is_some() {
             decided = verdict(found.as_ref(), true);
         }
@@ -480,5 +496,40 @@ mod tests {
     #[test]
     fn the_naming_uid_gives_the_adopted_name_back() {
         assert_eq!(elb::load_balancer_name(&naming_uid(NAME)), NAME);
+        // A UID that starts with `a` keeps it.
+        let name = "aa123456789abcdef0123456789abcde";
+        assert_eq!(elb::load_balancer_name(&naming_uid(name)), name);
+    }
+
+    #[test]
+    fn the_annotation_asks_the_status_only_keeps() {
+        use crate::aws::annotations::name_in_hostname;
+        let uid = "0123456789abcdef0123456789abcdef";
+        let own = elb::load_balancer_name(uid);
+        let mut spec = crate::aws::annotations::LoadBalancerSpec::read(&Default::default()).spec;
+        assert_eq!(wanted(&spec, uid), None);
+        spec.held_name = Some(NAME.into());
+        assert_eq!(wanted(&spec, uid), Some((NAME, false)));
+        spec.adopt_name = Some(format!(" {NAME} "));
+        assert_eq!(wanted(&spec, uid), Some((NAME, true)));
+        spec.adopt_name = Some(own.clone());
+        assert_eq!(wanted(&spec, uid), None);
+        // The status's DNS names, classic (internal or not) and NLB.
+        for h in [
+            format!("{NAME}-1234567890.us-east-1.elb.amazonaws.com"),
+            format!("internal-{NAME}-1234567890.us-east-1.elb.amazonaws.com"),
+            format!("{NAME}-0123456789abcdef.elb.us-east-1.amazonaws.com"),
+            format!("{NAME}.us-east-1.elb.amazonaws.com"),
+        ] {
+            assert_eq!(name_in_hostname(&h).as_deref(), Some(NAME), "{h}");
+        }
+        // Names this CCM does not give are no adoption to keep.
+        for h in [
+            "k8s-default-web-0123456789.elb.us-east-1.amazonaws.com",
+            "a0123456789abcdef0123456789abcdeX.example",
+            "short.example",
+        ] {
+            assert_eq!(name_in_hostname(h), None, "{h}");
+        }
     }
 }
