@@ -504,7 +504,7 @@ mod tests {
     #[test]
     fn the_annotation_asks_the_status_only_keeps() {
         use crate::aws::annotations::name_in_hostname;
-        let uid = "0123456789abcdef0123456789abcdef";
+        let uid = "fedcba98-7654-3210-fedc-ba9876543210";
         let own = elb::load_balancer_name(uid);
         let mut spec = crate::aws::annotations::LoadBalancerSpec::read(&Default::default()).spec;
         assert_eq!(wanted(&spec, uid), None);
