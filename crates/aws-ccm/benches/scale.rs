@@ -15,13 +15,15 @@
 //! `make bench` (or `cargo bench --bench scale`). Pick and size with
 //! environment variables:
 //!
-//! - `SCALE_SCENARIOS`: comma list of `moto,join,steady,failover,churn,routes`
+//! - `SCALE_SCENARIOS`: comma list of `moto,join,steady,failover,churn,routes,rules`
 //!   (default: all). `steady` also prints the memory figures. `failover`
 //!   needs `steady`'s world (seeding it twice would take minutes): it runs
 //!   at the end of `steady`, and only when `steady` is listed too.
 //! - `SCALE_NODES`: overrides every node count (e.g. `200` to iterate).
 //! - `SCALE_SERVICES`: LoadBalancer Services in `steady` (default 1,000).
 //! - `SCALE_CHURN_SERVICES`: NLB Services in `churn` (default 500).
+//! - `SCALE_RULES_SERVICES`: comma list of NLB Service counts in `rules`
+//!   (default `10,100,500`).
 //! - `SCALE_LATENCY_MS`: proxy latency per AWS call (default 50).
 //! - `SCALE_STEADY_SECS`: real seconds of `steady` after adoption (default
 //!   180 = 30 min at the default compression of 10).
@@ -161,6 +163,7 @@ fn main() -> anyhow::Result<()> {
                 )),
                 "churn" => churn(&cfg, &mut table).await,
                 "routes" => routes(&cfg, cfg.sizes(&[1000])[0], &mut table).await,
+                "rules" => rules(&cfg, &mut table).await,
                 other => Err(anyhow::anyhow!("unknown scenario {other:?}")),
             };
             if let Err(e) = result {
@@ -194,6 +197,7 @@ struct Config {
     steady: Duration,
     nlb: bool,
     churn_services: usize,
+    rules_services: Vec<usize>,
     json: PathBuf,
     /// `SCALE_JOIN_TOPOLOGY`: the failures a join is repeated with.
     join_topology: Vec<String>,
@@ -205,7 +209,7 @@ impl Config {
         let num = |k: &str| var(k).and_then(|v| v.parse::<u64>().ok());
         Config {
             scenarios: var("SCALE_SCENARIOS")
-                .unwrap_or_else(|| "moto,join,steady,failover,churn,routes".into())
+                .unwrap_or_else(|| "moto,join,steady,failover,churn,routes,rules".into())
                 .split(',')
                 .map(|s| s.trim().to_string())
                 .collect(),
@@ -215,6 +219,9 @@ impl Config {
             steady: Duration::from_secs(num("SCALE_STEADY_SECS").unwrap_or(180)),
             nlb: var("SCALE_NLB").is_none_or(|v| v != "0"),
             churn_services: num("SCALE_CHURN_SERVICES").unwrap_or(500) as usize,
+            rules_services: var("SCALE_RULES_SERVICES")
+                .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+                .unwrap_or_else(|| vec![10, 100, 500]),
             join_topology: var("SCALE_JOIN_TOPOLOGY")
                 .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
                 .unwrap_or_default(),
@@ -2505,4 +2512,188 @@ async fn routes(cfg: &Config, n: usize, table: &mut Table) -> anyhow::Result<()>
     );
     let _: &Path = world.dir.path();
     Ok(())
+}
+
+/// AWS's default "Inbound rules per security group" quota (moto's too).
+const RULE_QUOTA: usize = 60;
+
+/// A node-ingress mode of `rules`: its name in the table, its cloud.conf
+/// lines, and the inbound rules one node group needs for `n` one-port NLB
+/// Services admitting clients from anywhere.
+struct IngressMode {
+    name: &'static str,
+    conf: &'static str,
+    needed: fn(usize) -> usize,
+}
+
+const INGRESS_MODES: [IngressMode; 2] = [
+    // The Go CCM's rules: a client rule per NLB (its health check shares
+    // the traffic port, which the rule from anywhere covers) and one MTU
+    // rule for the one source range.
+    IngressMode {
+        name: "Cidr (the Go CCM, before)",
+        conf: "",
+        needed: |n| n + 1,
+    },
+    // One rule per NLB admitting its managed group.
+    IngressMode {
+        name: "LoadBalancerGroup",
+        conf: "NLBSecurityGroupMode = Managed\nNLBNodeIngress = LoadBalancerGroup\n",
+        needed: |n| n,
+    },
+];
+
+/// Scenario `rules`: inbound rules per node security group with `n` NLB
+/// Services all backed by one node (so by one node group), per node-ingress
+/// mode, counted from AWS (`DescribeSecurityGroupRules` at moto) once the
+/// CCM has synced every Service: each Service's NLB exists and the group
+/// holds what it needs or the quota. Setup speed, not a figure: no budget,
+/// no latency.
+async fn rules(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
+    for mode in &INGRESS_MODES {
+        for &n in &cfg.rules_services {
+            rules_in_mode(cfg, mode, n, table).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn rules_in_mode(
+    cfg: &Config,
+    mode: &IngressMode,
+    n: usize,
+    table: &mut Table,
+) -> anyhow::Result<()> {
+    let scenario = format!("rules {n} NLB");
+    let world = World::start(cfg).await?;
+    std::fs::write(
+        world.dir.path().join("cloud.conf"),
+        format!(
+            "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\n{}",
+            mode.conf
+        ),
+    )?;
+    world.proxy.set_budget_fraction(None);
+    world.proxy.set_latency(Duration::ZERO);
+    let (instances, _) = world.launch(1).await?;
+    let api = world.nodes().await?;
+    let nodes = (instances.iter())
+        .map(|i| {
+            node_object(
+                &i.dns,
+                json!({"providerID": format!("aws:///{AZ}/{}", i.id)}),
+                &[("group", "g0")],
+            )
+        })
+        .collect::<anyhow::Result<Vec<Node>>>()?;
+    register(&api, nodes).await?;
+    let svc_api: Api<Service> = Api::namespaced(world.api.client().await?, "default");
+    for i in 0..n {
+        svc_api
+            .create(&PostParams::default(), &lb_service(i, 0, true)?)
+            .await?;
+    }
+    let before = rule_sources(&world.ec2, &world.node_group).await?.len();
+    let needed = before + (mode.needed)(n);
+    let want = needed.min(RULE_QUOTA);
+    let elbv2 = aws_sdk_elasticloadbalancingv2::Client::new(&world.moto.sdk_config().await);
+    let start = Instant::now();
+    let mut ccm = world
+        .ccm(&[
+            "--controllers=service".into(),
+            "--aws-api-budget-fraction=10".into(),
+            "--concurrent-service-syncs=8".into(),
+            "--kube-api-qps=500".into(),
+            "--kube-api-burst=500".into(),
+            "--leader-elect=false".into(),
+        ])
+        .await?;
+    table.qps = Some(ccm.qps);
+    let deadline = Duration::from_secs(120 + n as u64);
+    let (mut lbs, mut held) = (0, Vec::new());
+    while start.elapsed() < deadline {
+        lbs = load_balancer_count(&elbv2).await?;
+        held = rule_sources(&world.ec2, &world.node_group).await?;
+        if lbs == n && held.len() == want {
+            break;
+        }
+        if ccm.exited() {
+            bail!("the CCM exited:\n{}", ccm.log_tail());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    ccm.stop().await;
+    let from_groups = held.iter().filter(|s| s.starts_with("sg-")).count();
+    let admitted = if from_groups > 0 {
+        from_groups
+    } else {
+        // Every client rule and the MTU rule come from 0.0.0.0/0: the NLBs
+        // admitted are the rules less the MTU rule.
+        held.len().saturating_sub(before + 1)
+    };
+    table.judged(
+        &scenario,
+        &format!("rules per node group, {}", mode.name),
+        &format!(
+            "{} (needs {needed}; {admitted}/{n} NLBs admitted; quota {RULE_QUOTA})",
+            held.len()
+        ),
+        &format!("{want} = min(needs, quota), {n} NLBs"),
+        None,
+        lbs == n && held.len() == want,
+    );
+    Ok(())
+}
+
+/// The sources (CIDR or group) of `group`'s inbound rules, from
+/// `DescribeSecurityGroupRules`.
+async fn rule_sources(ec2: &aws_sdk_ec2::Client, group: &str) -> anyhow::Result<Vec<String>> {
+    let filter = aws_sdk_ec2::types::Filter::builder()
+        .name("group-id")
+        .values(group)
+        .build();
+    let mut out = Vec::new();
+    let mut token = None;
+    loop {
+        let page = ec2
+            .describe_security_group_rules()
+            .filters(filter.clone())
+            .set_next_token(token)
+            .send()
+            .await?;
+        for r in page.security_group_rules() {
+            if r.is_egress() == Some(true) {
+                continue;
+            }
+            let source = (r.cidr_ipv4())
+                .or(r.referenced_group_info().and_then(|g| g.group_id()))
+                .unwrap_or_default();
+            out.push(source.to_string());
+        }
+        token = page.next_token().map(str::to_string);
+        if token.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+/// The load balancers moto holds.
+async fn load_balancer_count(
+    elbv2: &aws_sdk_elasticloadbalancingv2::Client,
+) -> anyhow::Result<usize> {
+    let mut count = 0;
+    let mut marker = None;
+    loop {
+        let page = elbv2
+            .describe_load_balancers()
+            .page_size(400)
+            .set_marker(marker)
+            .send()
+            .await?;
+        count += page.load_balancers().len();
+        marker = page.next_marker().map(str::to_string);
+        if marker.is_none() {
+            return Ok(count);
+        }
+    }
 }

@@ -25,6 +25,7 @@ mod ops_plan;
 mod permissions;
 mod protect;
 mod routes;
+mod rule_counts;
 mod service;
 mod swap;
 mod sweep;

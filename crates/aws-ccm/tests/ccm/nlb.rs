@@ -1811,7 +1811,7 @@ async fn a_refused_dualstack_change_keeps_a_live_nlbs_targets_current() -> anyho
 
 /// A node group's inbound rules as (protocol, from port, source CIDR or
 /// group, description), sorted.
-async fn node_group_rules(
+pub(crate) async fn node_group_rules(
     ec2: &aws_sdk_ec2::Client,
     group: &str,
 ) -> anyhow::Result<BTreeSet<(String, i32, String, String)>> {

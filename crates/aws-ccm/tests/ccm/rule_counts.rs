@@ -1,0 +1,259 @@
+//! Rules per node security group at 100 NLB Services, from AWS
+//! (`DescribeSecurityGroupRules`), in the two node-ingress modes that exist:
+//! `Cidr` (the Go CCM's per-port client rules and one MTU rule) and
+//! `LoadBalancerGroup` (one rule per NLB admitting its managed group). Both
+//! grow with the Services, so at 100 NLBs both meet AWS's default quota of
+//! 60 inbound rules per group: the fault proxy enforces it (and must be seen
+//! to refuse), the node group ends up holding exactly the quota, and the
+//! Services past it are the ones told so.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use aws_sdk_ec2::types::Filter;
+use k8s_openapi::api::core::v1::{Event, Node, Service};
+use kube::Api;
+use kube::api::PostParams;
+
+use crate::nlb::{Cloud, lb_name, nlb_service, seed};
+use crate::service::node;
+use crate::support::*;
+
+/// NLB Services per test (measured: see each test's printed time).
+const NLBS: usize = 100;
+/// AWS's default "Inbound rules per security group" quota.
+const DEFAULT_QUOTA: usize = 60;
+const WAIT: Duration = Duration::from_secs(240);
+const CLIENT_RULE: &str = "kubernetes.io/rule/nlb/client=";
+const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
+const GROUP_RULE: &str = "aws-ccm/rule/nlb/from-group";
+
+/// One inbound rule of a group, as `DescribeSecurityGroupRules` has it:
+/// (source CIDR or group, description).
+type InboundRule = (String, String);
+
+/// The inbound rules of `group`, from `DescribeSecurityGroupRules`.
+async fn inbound_rules(ec2: &aws_sdk_ec2::Client, group: &str) -> anyhow::Result<Vec<InboundRule>> {
+    let filter = Filter::builder().name("group-id").values(group).build();
+    let mut out = Vec::new();
+    let mut token = None;
+    loop {
+        let page = ec2
+            .describe_security_group_rules()
+            .filters(filter.clone())
+            .set_next_token(token)
+            .send()
+            .await?;
+        for r in page.security_group_rules() {
+            if r.is_egress() == Some(true) {
+                continue;
+            }
+            let source = (r.cidr_ipv4())
+                .or(r.referenced_group_info().and_then(|g| g.group_id()))
+                .unwrap_or_default();
+            let desc = r.description().unwrap_or_default();
+            out.push((source.to_string(), desc.to_string()));
+        }
+        token = page.next_token().map(str::to_string);
+        if token.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+/// `NLBS` one-port NLB Services on one node (`n0`); returns them as created.
+async fn services(env: &Env, cloud: &Cloud) -> anyhow::Result<(kube::Client, Vec<Service>)> {
+    let client = env.api.client().await?;
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node("n0", &cloud.instances[0]))
+        .await?;
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    let mut out = Vec::new();
+    for i in 0..NLBS {
+        let svc = nlb_service(&format!("svc{i}"), serde_json::json!({}));
+        out.push(api.create(&PostParams::default(), &svc).await?);
+    }
+    Ok((client, out))
+}
+
+/// The Services named in events with `reason`.
+async fn services_with_event(client: &kube::Client, reason: &str) -> Option<BTreeSet<String>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), "default");
+    let list = events.list(&Default::default()).await.ok()?;
+    Some(
+        (list.items.into_iter())
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .filter_map(|e| e.involved_object.name)
+            .collect(),
+    )
+}
+
+/// The fault proxy in front of moto at AWS's default rule quota, and a CCM
+/// running the service controller through it.
+async fn ccm_at_default_quota(
+    env: &Env,
+) -> anyhow::Result<(ccm_testkit::aws_proxy::FaultProxy, Ccm)> {
+    let config = ccm_testkit::aws_proxy::ProxyConfig::default();
+    let proxy = ccm_testkit::aws_proxy::FaultProxy::start(&env.moto.endpoint(), config).await?;
+    proxy.set_rules_per_security_group(Some(DEFAULT_QUOTA));
+    proxy.record_requests(true);
+    // Setup speed, not a figure: creates have a small AWS bucket.
+    let args = ["--controllers=service", "--aws-api-budget-fraction=10"];
+    let ccm = env.start_ccm_via(&proxy.endpoint(), &args).await?;
+    Ok((proxy, ccm))
+}
+
+/// The Go CCM's rules (the default, `NLBNodeIngress` unset): each NLB needs
+/// one client rule per port and source range (health checks share the
+/// traffic port, covered by the client rule from anywhere), and the group
+/// one MTU rule for the one source range. At 100 NLBs that is 101 rules: the
+/// group fills at the quota, with the MTU rule and the client rules of
+/// quota − 1 NLBs; the others' syncs fail on the quota.
+#[tokio::test]
+async fn cidr_rules_per_node_group_at_100_nlbs_meet_the_default_quota() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let before = inbound_rules(&cloud.ec2, &cloud.node_group).await?.len();
+    let (client, created) = services(&env, &cloud).await?;
+    let ports: usize = (created.iter())
+        .map(|s| {
+            s.spec
+                .as_ref()
+                .and_then(|s| s.ports.as_ref())
+                .map_or(0, Vec::len)
+        })
+        .sum();
+    let needed = before + ports + 1;
+    let held = needed.min(DEFAULT_QUOTA);
+    let covered = created.len().min(DEFAULT_QUOTA - before - 1);
+    let names: BTreeSet<String> = created.iter().map(lb_name).collect();
+    let started = Instant::now();
+    let (proxy, ccm) = ccm_at_default_quota(&env).await?;
+    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    let (rules, failed) = eventually("the node group at its quota", WAIT, || async {
+        let rules = inbound_rules(&cloud.ec2, &cloud.node_group).await.ok()?;
+        let failed = services_with_event(&client, "SyncLoadBalancerFailed").await?;
+        (rules.len() == held && failed.len() == created.len() - covered).then_some((rules, failed))
+    })
+    .await
+    .map_err(fail)?;
+    println!(
+        "Cidr: {} NLB Services, node group needs {needed} rules, holds {} (quota {DEFAULT_QUOTA}) after {:?}",
+        created.len(),
+        rules.len(),
+        started.elapsed()
+    );
+    let with_client: BTreeSet<String> = (rules.iter())
+        .filter_map(|(_, d)| d.strip_prefix(CLIENT_RULE).map(str::to_string))
+        .collect();
+    assert_eq!(with_client.len(), covered, "{rules:?}");
+    assert!(with_client.is_subset(&names), "{with_client:?}");
+    let mtu = rules.iter().filter(|(_, d)| d == MTU_RULE).count();
+    assert_eq!(mtu, 1, "{rules:?}");
+    // The Services told of a failed sync are exactly those left without.
+    let uncovered: BTreeSet<String> = (created.iter())
+        .filter(|s| !with_client.contains(&lb_name(s)))
+        .filter_map(|s| s.metadata.name.clone())
+        .collect();
+    assert_eq!(failed, uncovered);
+    let authorize = proxy.calls().get("ec2", "AuthorizeSecurityGroupIngress");
+    assert!(
+        authorize.faulted >= 1,
+        "the quota never refused: {authorize:?}"
+    );
+    drop(ccm);
+    env.finish().await
+}
+
+/// `NLBNodeIngress = LoadBalancerGroup` on Managed-mode NLBs, from a fresh
+/// cluster: one rule per NLB admitting its own group, so 100 NLBs need 100
+/// rules. The first quota's worth get their group rule; for each NLB past
+/// it the fallback fires (its CIDR rules are asked for, which only the
+/// fallback does in this mode) and finds no room either, so its sync fails
+/// on the quota (`SyncLoadBalancerFailed`; the fallback's own Warning
+/// `NodeSecurityGroupRuleLimit` goes with the failed sync).
+#[tokio::test]
+async fn group_rules_per_node_group_at_100_nlbs_meet_the_default_quota() -> anyhow::Result<()> {
+    let conf = format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\nNLBNodeIngress = LoadBalancerGroup\n"
+    );
+    let env = Env::start_with_conf(&conf).await?;
+    let cloud = seed(&env, 1).await?;
+    let before = inbound_rules(&cloud.ec2, &cloud.node_group).await?.len();
+    let (client, created) = services(&env, &cloud).await?;
+    let needed = before + created.len();
+    let held = needed.min(DEFAULT_QUOTA);
+    let covered = created.len().min(DEFAULT_QUOTA - before);
+    let started = Instant::now();
+    let (proxy, ccm) = ccm_at_default_quota(&env).await?;
+    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    let (rules, warned) = eventually("the node group at its quota", WAIT, || async {
+        let rules = inbound_rules(&cloud.ec2, &cloud.node_group).await.ok()?;
+        let warned = services_with_event(&client, "SyncLoadBalancerFailed").await?;
+        (rules.len() == held && warned.len() == created.len() - covered).then_some((rules, warned))
+    })
+    .await
+    .map_err(fail)?;
+    println!(
+        "LoadBalancerGroup: {} NLB Services, node group needs {needed} rules, holds {} (quota {DEFAULT_QUOTA}) after {:?}",
+        created.len(),
+        rules.len(),
+        started.elapsed()
+    );
+    // moto's DescribeSecurityGroupRules leaves out a group source's
+    // description: DescribeSecurityGroups has it.
+    let group_rules: BTreeSet<&str> = (rules.iter())
+        .filter(|(s, _)| s.starts_with("sg-"))
+        .map(|(s, _)| s.as_str())
+        .collect();
+    assert_eq!(group_rules.len(), covered, "{rules:?}");
+    let described = crate::nlb::node_group_rules(&cloud.ec2, &cloud.node_group).await?;
+    let described_group: BTreeSet<&str> = (described.iter())
+        .filter(|r| r.3 == GROUP_RULE)
+        .map(|r| r.2.as_str())
+        .collect();
+    assert_eq!(described_group, group_rules, "{described:?}");
+    assert!(
+        !rules
+            .iter()
+            .any(|(_, d)| d.starts_with(CLIENT_RULE) || d == MTU_RULE),
+        "a CIDR rule beside the group rules: {rules:?}"
+    );
+    // Each group rule admits one NLB's own group; the warned Services are
+    // exactly those whose group is not admitted.
+    let mut uncovered = BTreeSet::new();
+    let mut fell_back = BTreeSet::new();
+    for svc in &created {
+        let lb = (cloud.elbv2.describe_load_balancers())
+            .names(lb_name(svc))
+            .send()
+            .await?;
+        let carried = (lb.load_balancers().first()).map_or(&[][..], |l| l.security_groups());
+        let [group] = carried else {
+            anyhow::bail!(
+                "{} carries {carried:?}, not its one managed group",
+                lb_name(svc)
+            );
+        };
+        if !group_rules.contains(group.as_str()) {
+            uncovered.extend(svc.metadata.name.clone());
+            fell_back.insert(format!("{CLIENT_RULE}{}", lb_name(svc)));
+        }
+    }
+    assert_eq!(warned, uncovered);
+    // The fallback fired for each of them: their CIDR rules were asked of
+    // the node group (and refused: the group holds none).
+    let asked: BTreeSet<String> = (proxy.requests("AuthorizeSecurityGroupIngress").into_iter())
+        .filter(|c| c.params.get("GroupId") == Some(&cloud.node_group))
+        .flat_map(|c| c.params.into_values())
+        .filter(|v| v.starts_with(CLIENT_RULE))
+        .collect();
+    assert_eq!(asked, fell_back);
+    let authorize = proxy.calls().get("ec2", "AuthorizeSecurityGroupIngress");
+    assert!(
+        authorize.faulted >= 1,
+        "the quota never refused: {authorize:?}"
+    );
+    drop(ccm);
+    env.finish().await
+}
