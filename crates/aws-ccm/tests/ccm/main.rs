@@ -6,6 +6,7 @@
 mod ipv6;
 mod support;
 
+mod adopt;
 mod backends;
 mod chaos;
 mod clb;
