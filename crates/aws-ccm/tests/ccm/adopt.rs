@@ -348,3 +348,91 @@ async fn a_named_load_balancer_this_ccm_did_not_keep_is_not_adopted() -> anyhow:
         .await?;
     env.finish().await
 }
+
+/// `NLBSecurityGroupMode = Managed`: the managed group's name (upstream's)
+/// hashes the name and UID of the Service the NLB was made for, so the
+/// adopter's name finds none. The adopted NLB keeps the group attached to
+/// it: no CreateSecurityGroup, the same group on the NLB, and that group
+/// deleted with the adopter (the orphan audit would see it left).
+#[tokio::test]
+async fn an_adopted_managed_mode_nlb_keeps_its_own_group() -> anyhow::Result<()> {
+    let env = Env::start_with_conf(&format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\n"
+    ))
+    .await?;
+    let cloud = seed(&env, 1).await?;
+    let svc = nlb_service("web", serde_json::json!({ ATTRIBUTES: PROTECTED }));
+    let (created, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
+    let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let name = lb_name(&created);
+    let lb_groups = || async {
+        let o = cloud
+            .elbv2
+            .describe_load_balancers()
+            .names(&name)
+            .send()
+            .await?;
+        anyhow::Ok(
+            o.load_balancers()
+                .first()
+                .map(|l| l.security_groups().to_vec())
+                .unwrap_or_default(),
+        )
+    };
+    let group = lb_groups().await?;
+    assert_eq!(group.len(), 1, "the managed group: {group:?}");
+
+    services.delete("web", &DeleteParams::default()).await?;
+    gone(&services, "web", &ccm).await?;
+    let group_creates = || env.proxy.calls().get("ec2", "CreateSecurityGroup").received;
+    let made = group_creates();
+    assert_eq!(made, 1, "the managed group was made once");
+
+    let adopter = nlb_service("web2", serde_json::json!({ NAME: name }));
+    services.create(&PostParams::default(), &adopter).await?;
+    wait_host(&services, "web2", &ccm).await?;
+    let elbv2 = &cloud.elbv2;
+    eventually("the adoption complete", WAIT, || async {
+        let arn = elbv2
+            .describe_load_balancers()
+            .names(&name)
+            .send()
+            .await
+            .ok()?;
+        let arn = arn
+            .load_balancers()
+            .first()?
+            .load_balancer_arn()?
+            .to_string();
+        (!nlb_tags(elbv2, &arn).await.ok()?.contains_key(KEPT_TAG)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert_eq!(lb_groups().await?, group, "the same group on the NLB");
+    assert_eq!(
+        group_creates(),
+        made,
+        "no second group\nlogs:\n{}",
+        ccm.logs()
+    );
+
+    services.delete("web2", &DeleteParams::default()).await?;
+    gone(&services, "web2", &ccm).await?;
+    let left = cloud
+        .ec2
+        .describe_security_groups()
+        .filters(
+            aws_sdk_ec2::types::Filter::builder()
+                .name("group-id")
+                .values(&group[0])
+                .build(),
+        )
+        .send()
+        .await?;
+    assert!(
+        left.security_groups().is_empty(),
+        "the adopted NLB's group went with it\nlogs:\n{}",
+        ccm.logs()
+    );
+    env.finish().await
+}

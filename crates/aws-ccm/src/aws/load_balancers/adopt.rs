@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{AwsLoadBalancers, EnsureRequest, Warning};
 use crate::aws::annotations::{LoadBalancerKind, LoadBalancerSpec};
 use crate::aws::ownership::{self, Made};
+use crate::aws::security_groups as sg;
 use crate::aws::{elb, nlb, tags};
 use crate::provider::CloudError;
 
@@ -393,6 +394,35 @@ impl AwsLoadBalancers {
             }
         }
         Ok(uid.to_string())
+    }
+}
+
+impl AwsLoadBalancers {
+    /// The names of NLB `lb`'s managed group when Service `service_key`
+    /// adopted it: upstream's name hashes the name and UID of the Service
+    /// the NLB was made for, so the adopter's own name finds nothing and
+    /// its sync would make a second group. The group is found instead
+    /// among those attached to the NLB, the ones this CCM's names and tags
+    /// prove its (one read by ID, for an adopted NLB only).
+    pub(super) async fn adopted_nlb_group_names(
+        &self,
+        service_key: &str,
+        lb: Option<&nlb::ActualLb>,
+    ) -> Result<Vec<String>, CloudError> {
+        let Some(lb) = lb.filter(|l| is_adopted_by(&l.tags, service_key)) else {
+            return Ok(Vec::new());
+        };
+        if lb.security_groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let attached = sg::io::by_ids(&self.aws, &lb.security_groups).await?;
+        Ok(attached
+            .into_iter()
+            .filter(|g| {
+                ownership::prove(Made::NlbGroup, &g.name, &g.tags, &self.cluster_id, None).is_ok()
+            })
+            .map(|g| g.name)
+            .collect())
     }
 }
 

@@ -150,7 +150,11 @@ impl AwsLoadBalancers {
             }
             (None, false) => elb::io::describe(aws, &name).await?.is_some(),
         };
-        let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
+        let mut owned_names = self.nlb_group_names(&req.service_key, &req.uid);
+        owned_names.extend(
+            self.adopted_nlb_group_names(&req.service_key, lb.as_ref())
+                .await?,
+        );
         let (groups, node_groups) = self
             .sync_groups(&req.uid, &vpc_id, &owned_names, &backends)
             .await?;
