@@ -181,7 +181,33 @@ async fn service_section(
         spec,
         scope,
     };
-    match lbs.plan(&req).await {
+    // aws-load-balancer-name: what the sync's adoption would do (reads
+    // only for a Service with the annotation or an adopted load balancer).
+    let adopted = match lbs.adopted_sync(&req, false).await {
+        Ok(a) => a,
+        Err(e) => {
+            section.fails(format!("the sync would fail: {e}"));
+            return section;
+        }
+    };
+    if let Some(w) = &adopted.refused {
+        section.note(format!("{w:?}"));
+    }
+    if let Some(from) = &adopted.kept_from {
+        let name = elb::load_balancer_name(&adopted.request.uid);
+        section.step(
+            "~",
+            format!(
+                "adopt {name} (kept from {from}): its {} and {} tags name {}, then its {} tag and {from}'s target groups go",
+                tags::SERVICE_NAME_TAG,
+                tags::ADOPTED_TAG,
+                req.service_key,
+                tags::KEPT_TAG
+            ),
+            &["AddTags", "RemoveTags", "DeleteTargetGroup"],
+        );
+    }
+    match lbs.plan(&adopted.request).await {
         Ok(Planned::Classic(p)) => clb_steps(&p, &mut section),
         Ok(Planned::Network { plan, node_rules }) => {
             nlb_steps(&plan, &mut section);

@@ -17,6 +17,7 @@ use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 
 use crate::nlb::{cluster_tagged_elbv2, hostname, lb_name, nlb_service, one_node_nlb, seed};
+use crate::ops_orphans::run_tool;
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -168,9 +169,24 @@ async fn a_kept_nlb_is_adopted_by_name_and_deleted_with_its_adopter() -> anyhow:
     let made = creates(&env, "elasticloadbalancingv2");
     assert_eq!(made, 1, "the kept NLB was made once");
 
+    // Created while no CCM runs: `aws-ccm plan` shows the adoption, no
+    // load balancer of the adopter's own name.
+    drop(ccm);
     let adopter = nlb_service("web2", serde_json::json!({ NAME: name }));
     let adopter = services.create(&PostParams::default(), &adopter).await?;
     assert_ne!(lb_name(&adopter), name);
+    let (ok, plan, err) =
+        run_tool(&env, "plan", &["--controllers=service", "default/web2"], "").await?;
+    assert!(ok, "aws-ccm plan failed: {err}\n{plan}");
+    assert!(
+        plan.contains(&format!("adopt {name} (kept from default/web)")),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains(&lb_name(&adopter)),
+        "no NLB of its own: {plan}"
+    );
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let host = wait_host(&services, "web2", &ccm).await?;
     assert_eq!(host, dns, "the adopted NLB's DNS name");
     let adopted = eventually("the adoption complete", WAIT, || async {
@@ -202,6 +218,13 @@ async fn a_kept_nlb_is_adopted_by_name_and_deleted_with_its_adopter() -> anyhow:
     assert_eq!(creates(&env, "elasticloadbalancingv2"), made, "no create");
     let lbs = cloud.elbv2.describe_load_balancers().send().await?;
     assert_eq!(lbs.load_balancers().len(), 1, "no second NLB");
+    let (ok, plan, err) =
+        run_tool(&env, "plan", &["--controllers=service", "default/web2"], "").await?;
+    assert!(ok, "aws-ccm plan failed: {err}\n{plan}");
+    assert!(
+        !plan.contains(&format!("adopt {name}")),
+        "adopted: nothing more to adopt: {plan}"
+    );
 
     services.delete("web2", &DeleteParams::default()).await?;
     gone(&services, "web2", &ccm).await?;
@@ -311,6 +334,13 @@ async fn a_named_load_balancer_this_ccm_did_not_keep_is_not_adopted() -> anyhow:
 
     let svc = crate::service::lb_service("web", serde_json::json!({ NAME: kops }));
     let created = crate::swap::nodes_and_services(&env, &seeded, &[svc]).await?;
+    let (ok, plan, err) =
+        run_tool(&env, "plan", &["--controllers=service", "default/web"], "").await?;
+    assert!(ok, "aws-ccm plan failed: {err}\n{plan}");
+    assert!(
+        plan.contains("LoadBalancerNotAdopted") && !plan.contains(&format!("adopt {kops}")),
+        "{plan}"
+    );
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     let host = wait_host(&services, "web", &ccm).await?;
@@ -434,5 +464,60 @@ async fn an_adopted_managed_mode_nlb_keeps_its_own_group() -> anyhow::Result<()>
         "the adopted NLB's group went with it\nlogs:\n{}",
         ccm.logs()
     );
+    env.finish().await
+}
+
+/// Two Services naming one kept classic ELB at once: exactly one adopts it
+/// (the first claim to land); the other gets a Warning naming the first and
+/// its own `a` + UID ELB, one CreateLoadBalancer. Both deletions then leave
+/// nothing.
+#[tokio::test]
+async fn two_services_naming_one_kept_elb_one_adopts() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let svc = crate::service::lb_service("web", serde_json::json!({ ATTRIBUTES: PROTECTED }));
+    let created = crate::swap::nodes_and_services(&env, &seeded, &[svc]).await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let dns = wait_host(&services, "web", &ccm).await?;
+    let name = lb_name(&created[0]);
+    let c = elb::Client::new(&seeded.conf);
+    services.delete("web", &DeleteParams::default()).await?;
+    gone(&services, "web", &ccm).await?;
+    let made = creates(&env, "elasticloadbalancing");
+
+    let mut made_now = Vec::new();
+    for s in ["web2", "web3"] {
+        let adopter = crate::service::lb_service(s, serde_json::json!({ NAME: name }));
+        made_now.push(services.create(&PostParams::default(), &adopter).await?);
+    }
+    let hosts = [
+        wait_host(&services, "web2", &ccm).await?,
+        wait_host(&services, "web3", &ccm).await?,
+    ];
+    let adopters: Vec<usize> = (0..2).filter(|i| hosts[*i] == dns).collect();
+    assert_eq!(adopters.len(), 1, "exactly one adopts: {hosts:?}");
+    let (winner, loser) = (adopters[0], 1 - adopters[0]);
+    let winner_key = format!("default/{}", ["web2", "web3"][winner]);
+    let loser_name = ["web2", "web3"][loser];
+    assert!(
+        hosts[loser].contains(&lb_name(&made_now[loser])),
+        "the other has its own a+UID ELB: {}",
+        hosts[loser]
+    );
+    let tags = clb_tags(&c, &name).await?;
+    assert_eq!(tags[SERVICE_NAME_TAG], winner_key);
+    assert_eq!(tags[ADOPTED_TAG], winner_key);
+    let client = env.api.client().await?;
+    let note = crate::swap::event_note(&client, loser_name, "LoadBalancerNotAdopted").await?;
+    assert!(note.contains(&name), "{note}");
+    assert_eq!(creates(&env, "elasticloadbalancing"), made + 1);
+
+    for s in ["web2", "web3"] {
+        services.delete(s, &DeleteParams::default()).await?;
+        gone(&services, s, &ccm).await?;
+    }
+    let all = c.describe_load_balancers().send().await?;
+    assert!(all.load_balancer_descriptions().is_empty(), "both went");
     env.finish().await
 }
