@@ -137,6 +137,21 @@ fn naming_uid(name: &str) -> String {
     name.strip_prefix('a').unwrap_or(name).to_string()
 }
 
+/// The Warning (and log line) for Service `service_key`, whose
+/// `aws-load-balancer-name` names `name`, not adopted for `why`; its load
+/// balancer is `own_name`.
+fn refusal(service_key: &str, name: &str, why: &str, own_name: &str) -> Warning {
+    let message = format!(
+        "{}: {name} is not adopted: {why}. The Service's load balancer is {own_name}, as the Go CCM names it; to adopt, name a load balancer this CCM kept, or remove the annotation",
+        crate::aws::annotations::NAME
+    );
+    tracing::warn!(service = %service_key, value = %name, "{message}");
+    Warning {
+        reason: NOT_ADOPTED,
+        message,
+    }
+}
+
 /// A sync of a Service as adoption leaves it.
 pub(crate) struct AdoptedSync<'a> {
     /// The request to sync: the Service's, or with the adopted load
@@ -209,20 +224,10 @@ impl AwsLoadBalancers {
             }
         }
         match decided {
-            Verdict::Refused(why) => {
-                let message = format!(
-                    "{}: {name} is not adopted: {why}. The Service's load balancer is {own_name}, as the Go CCM names it; to adopt, name a load balancer this CCM kept, or remove the annotation",
-                    crate::aws::annotations::NAME
-                );
-                tracing::warn!(service = %service_key, value = %name, "{message}");
-                Ok(AdoptedSync {
-                    refused: Some(Warning {
-                        reason: NOT_ADOPTED,
-                        message,
-                    }),
-                    ..own
-                })
-            }
+            Verdict::Refused(why) => Ok(AdoptedSync {
+                refused: Some(refusal(service_key, name, &why, &own_name)),
+                ..own
+            }),
             Verdict::Adopt | Verdict::Adopted => {
                 let kept_from = tags_now
                     .as_ref()
@@ -398,31 +403,37 @@ impl AwsLoadBalancers {
 }
 
 impl AwsLoadBalancers {
-    /// The names of NLB `lb`'s managed group when Service `service_key`
-    /// adopted it: upstream's name hashes the name and UID of the Service
-    /// the NLB was made for, so the adopter's own name finds nothing and
-    /// its sync would make a second group. The group is found instead
-    /// among those attached to the NLB, the ones this CCM's names and tags
-    /// prove its (one read by ID, for an adopted NLB only).
-    pub(super) async fn adopted_nlb_group_names(
+    /// The names NLB `lb`'s managed group may have for Service
+    /// `service_key` (UID `uid`): [`Self::nlb_group_names`], and when the
+    /// Service adopted the NLB, the groups attached to it that this CCM's
+    /// names and tags prove its. Upstream's name hashes the name and UID of
+    /// the Service the NLB was made for, so the adopter's own name finds
+    /// nothing and its sync would make a second group (one read by ID, for
+    /// an adopted NLB only).
+    pub(super) async fn nlb_group_names_of(
         &self,
         service_key: &str,
+        uid: &str,
         lb: Option<&nlb::ActualLb>,
     ) -> Result<Vec<String>, CloudError> {
+        let mut names = self.nlb_group_names(service_key, uid);
         let Some(lb) = lb.filter(|l| is_adopted_by(&l.tags, service_key)) else {
-            return Ok(Vec::new());
+            return Ok(names);
         };
         if lb.security_groups.is_empty() {
-            return Ok(Vec::new());
+            return Ok(names);
         }
         let attached = sg::io::by_ids(&self.aws, &lb.security_groups).await?;
-        Ok(attached
-            .into_iter()
-            .filter(|g| {
-                ownership::prove(Made::NlbGroup, &g.name, &g.tags, &self.cluster_id, None).is_ok()
-            })
-            .map(|g| g.name)
-            .collect())
+        names.extend(
+            attached
+                .into_iter()
+                .filter(|g| {
+                    ownership::prove(Made::NlbGroup, &g.name, &g.tags, &self.cluster_id, None)
+                        .is_ok()
+                })
+                .map(|g| g.name),
+        );
+        Ok(names)
     }
 }
 
