@@ -75,6 +75,9 @@
 //! whether the value met its bound, null for a figure without one), from which
 //! `scripts/bench-table.py` regenerates the figures table of `docs/scale.md`.
 
+#[path = "../tests/common/sg_rules.rs"]
+mod sg_rules;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -2593,7 +2596,9 @@ async fn rules_in_mode(
             .create(&PostParams::default(), &lb_service(i, 0, true)?)
             .await?;
     }
-    let before = rule_sources(&world.ec2, &world.node_group).await?.len();
+    let before = sg_rules::inbound_rules(&world.ec2, &world.node_group)
+        .await?
+        .len();
     let needed = before + (mode.needed)(n);
     let want = needed.min(RULE_QUOTA);
     let elbv2 = aws_sdk_elasticloadbalancingv2::Client::new(&world.moto.sdk_config().await);
@@ -2613,7 +2618,7 @@ async fn rules_in_mode(
     let (mut lbs, mut held) = (0, Vec::new());
     while start.elapsed() < deadline {
         lbs = load_balancer_count(&elbv2).await?;
-        held = rule_sources(&world.ec2, &world.node_group).await?;
+        held = sg_rules::inbound_rules(&world.ec2, &world.node_group).await?;
         if lbs == n && held.len() == want {
             break;
         }
@@ -2623,7 +2628,7 @@ async fn rules_in_mode(
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     ccm.stop().await;
-    let from_groups = held.iter().filter(|s| s.starts_with("sg-")).count();
+    let from_groups = held.iter().filter(|(s, _)| s.starts_with("sg-")).count();
     let admitted = if from_groups > 0 {
         from_groups
     } else {
@@ -2643,38 +2648,6 @@ async fn rules_in_mode(
         lbs == n && held.len() == want,
     );
     Ok(())
-}
-
-/// The sources (CIDR or group) of `group`'s inbound rules, from
-/// `DescribeSecurityGroupRules`.
-async fn rule_sources(ec2: &aws_sdk_ec2::Client, group: &str) -> anyhow::Result<Vec<String>> {
-    let filter = aws_sdk_ec2::types::Filter::builder()
-        .name("group-id")
-        .values(group)
-        .build();
-    let mut out = Vec::new();
-    let mut token = None;
-    loop {
-        let page = ec2
-            .describe_security_group_rules()
-            .filters(filter.clone())
-            .set_next_token(token)
-            .send()
-            .await?;
-        for r in page.security_group_rules() {
-            if r.is_egress() == Some(true) {
-                continue;
-            }
-            let source = (r.cidr_ipv4())
-                .or(r.referenced_group_info().and_then(|g| g.group_id()))
-                .unwrap_or_default();
-            out.push(source.to_string());
-        }
-        token = page.next_token().map(str::to_string);
-        if token.is_none() {
-            return Ok(out);
-        }
-    }
 }
 
 /// The load balancers moto holds.

@@ -152,7 +152,12 @@ async fn service_section(
     }
     let reading = LoadBalancerSpec::read_with(svc, cloud);
     for note in &reading.notes {
-        section.note(format!("taken as the Go CCM takes it: {note}"));
+        let how = if note.reason == crate::aws::annotations::SETTING_REFUSED {
+            "not applied (AWS would refuse it)"
+        } else {
+            "taken as the Go CCM takes it"
+        };
+        section.note(format!("{how}: {note}"));
     }
     let refused: Vec<String> = reading.errors.iter().map(ToString::to_string).collect();
     let Some(scope) = scope(&reading, has_load_balancer(svc)) else {

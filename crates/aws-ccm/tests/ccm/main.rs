@@ -4,6 +4,8 @@
 
 #[path = "../common/ipv6.rs"]
 mod ipv6;
+#[path = "../common/sg_rules.rs"]
+mod sg_rules;
 mod support;
 
 mod adopt;

@@ -479,3 +479,105 @@ async fn health_check_timeout_is_applied_changed_and_removed_with_the_key() -> a
     drop(ccm);
     env.finish().await
 }
+
+const HC_INTERVAL: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
+
+/// With the key, a timeout above the interval (which AWS refuses) is not
+/// sent: the Service gets a Warning naming the value and the fix, and the
+/// rest of the NLB is made and upkept. The fault proxy holds a
+/// ModifyTargetGroup timeout to AWS's rule (moto checks none of it), and
+/// refused nothing the CCM sent.
+#[tokio::test]
+async fn health_check_timeout_above_the_interval_is_warned_and_the_rest_synced()
+-> anyhow::Result<()> {
+    let env = Env::start_with_conf(&format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBListenerSettings = true\n"
+    ))
+    .await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    let c = elbv2::Client::new(&seeded.conf);
+    let svc = nodes_and_services(
+        &env,
+        &seeded,
+        &[nlb_service(
+            "web",
+            serde_json::json!({ HC_INTERVAL: "10", HC_TIMEOUT: "20" }),
+        )],
+    )
+    .await?
+    .remove(0);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    let note = eventually("an NLBSettingRefused event", WAIT, || async {
+        let events = crate::routes::events_for(&env, "web", "NLBSettingRefused").await;
+        events.into_iter().next().and_then(|e| e.note)
+    })
+    .await
+    .map_err(logs)?;
+    assert!(
+        note.contains(&format!("{HC_TIMEOUT}=\"20\"")) && note.contains("at most the interval"),
+        "{note}"
+    );
+    let (timeout, record) = health_timeout(&c, &svc).await?;
+    assert_ne!(timeout, Some(20), "the refused timeout was not sent");
+    assert_eq!(record, None);
+    // The rest of the NLB is upkept: its target group holds the node.
+    let tg = arns_of(&c, &svc)
+        .await?
+        .into_iter()
+        .find(|(k, _)| k == "tg")
+        .unwrap()
+        .1;
+    let targets = eventually("the node registered", WAIT, || async {
+        let h = c
+            .describe_target_health()
+            .target_group_arn(&tg)
+            .send()
+            .await
+            .ok()?;
+        (!h.target_health_descriptions().is_empty()).then_some(h.target_health_descriptions().len())
+    })
+    .await
+    .map_err(logs)?;
+    assert_eq!(targets, 1);
+    assert_eq!(
+        proxy
+            .calls()
+            .get("elasticloadbalancingv2", "ModifyTargetGroup")
+            .faulted,
+        0,
+        "the CCM sent nothing the stand-in refuses"
+    );
+
+    let via_proxy = elbv2::Client::from_conf(
+        elbv2::config::Builder::from(&seeded.conf)
+            .endpoint_url(proxy.endpoint())
+            .build(),
+    );
+    for (timeout, why) in [(121, "between '2' and '120'"), (20, "interval '10'")] {
+        let refused = via_proxy
+            .modify_target_group()
+            .target_group_arn(&tg)
+            .health_check_timeout_seconds(timeout)
+            .send()
+            .await
+            .expect_err("a timeout out of ELBv2's rule is refused");
+        let e = refused.as_service_error().map(|e| e.meta().clone());
+        assert_eq!(e.as_ref().and_then(|m| m.code()), Some("ValidationError"));
+        let message = e.as_ref().and_then(|m| m.message()).unwrap_or_default();
+        assert!(message.contains(why), "{timeout}: {message}");
+    }
+    assert_eq!(
+        proxy
+            .calls()
+            .get("elasticloadbalancingv2", "ModifyTargetGroup")
+            .faulted,
+        2,
+        "only the test's own calls were refused"
+    );
+    let (timeout, _) = health_timeout(&c, &svc).await?;
+    assert_ne!(timeout, Some(121), "a refused call changed nothing");
+    drop(ccm);
+    env.finish().await
+}

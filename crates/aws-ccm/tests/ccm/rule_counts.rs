@@ -10,13 +10,13 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use aws_sdk_ec2::types::Filter;
 use k8s_openapi::api::core::v1::{Event, Node, Service};
 use kube::Api;
 use kube::api::PostParams;
 
 use crate::nlb::{Cloud, lb_name, nlb_service, seed};
 use crate::service::node;
+use crate::sg_rules::inbound_rules;
 use crate::support::*;
 
 /// NLB Services per test (measured: see each test's printed time).
@@ -27,39 +27,6 @@ const WAIT: Duration = Duration::from_secs(240);
 const CLIENT_RULE: &str = "kubernetes.io/rule/nlb/client=";
 const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
 const GROUP_RULE: &str = "aws-ccm/rule/nlb/from-group";
-
-/// One inbound rule of a group, as `DescribeSecurityGroupRules` has it:
-/// (source CIDR or group, description).
-type InboundRule = (String, String);
-
-/// The inbound rules of `group`, from `DescribeSecurityGroupRules`.
-async fn inbound_rules(ec2: &aws_sdk_ec2::Client, group: &str) -> anyhow::Result<Vec<InboundRule>> {
-    let filter = Filter::builder().name("group-id").values(group).build();
-    let mut out = Vec::new();
-    let mut token = None;
-    loop {
-        let page = ec2
-            .describe_security_group_rules()
-            .filters(filter.clone())
-            .set_next_token(token)
-            .send()
-            .await?;
-        for r in page.security_group_rules() {
-            if r.is_egress() == Some(true) {
-                continue;
-            }
-            let source = (r.cidr_ipv4())
-                .or(r.referenced_group_info().and_then(|g| g.group_id()))
-                .unwrap_or_default();
-            let desc = r.description().unwrap_or_default();
-            out.push((source.to_string(), desc.to_string()));
-        }
-        token = page.next_token().map(str::to_string);
-        if token.is_none() {
-            return Ok(out);
-        }
-    }
-}
 
 /// `NLBS` one-port NLB Services on one node (`n0`); returns them as created.
 async fn services(env: &Env, cloud: &Cloud) -> anyhow::Result<(kube::Client, Vec<Service>)> {
@@ -103,6 +70,40 @@ async fn ccm_at_default_quota(
     Ok((proxy, ccm))
 }
 
+/// What a CCM at the default quota ([`ccm_at_default_quota`]) leaves once
+/// the node group holds `held` rules and `failing` Services have a
+/// `SyncLoadBalancerFailed` event: the proxy, the CCM, the group's rules
+/// and those Services. `mode` names the run in its printed time.
+async fn run_to_quota(
+    env: &Env,
+    cloud: &Cloud,
+    client: &kube::Client,
+    (held, failing): (usize, usize),
+    mode: &str,
+) -> anyhow::Result<(
+    ccm_testkit::aws_proxy::FaultProxy,
+    Ccm,
+    Vec<crate::sg_rules::InboundRule>,
+    BTreeSet<String>,
+)> {
+    let started = Instant::now();
+    let (proxy, ccm) = ccm_at_default_quota(env).await?;
+    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    let (rules, failed) = eventually("the node group at its quota", WAIT, || async {
+        let rules = inbound_rules(&cloud.ec2, &cloud.node_group).await.ok()?;
+        let failed = services_with_event(client, "SyncLoadBalancerFailed").await?;
+        (rules.len() == held && failed.len() == failing).then_some((rules, failed))
+    })
+    .await
+    .map_err(fail)?;
+    println!(
+        "{mode}: node group holds {} rules (quota {DEFAULT_QUOTA}) after {:?}",
+        rules.len(),
+        started.elapsed()
+    );
+    Ok((proxy, ccm, rules, failed))
+}
+
 /// The Go CCM's rules (the default, `NLBNodeIngress` unset): each NLB needs
 /// one client rule per port and source range (health checks share the
 /// traffic port, covered by the client rule from anywhere), and the group
@@ -127,22 +128,17 @@ async fn cidr_rules_per_node_group_at_100_nlbs_meet_the_default_quota() -> anyho
     let held = needed.min(DEFAULT_QUOTA);
     let covered = created.len().min(DEFAULT_QUOTA - before - 1);
     let names: BTreeSet<String> = created.iter().map(lb_name).collect();
-    let started = Instant::now();
-    let (proxy, ccm) = ccm_at_default_quota(&env).await?;
-    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
-    let (rules, failed) = eventually("the node group at its quota", WAIT, || async {
-        let rules = inbound_rules(&cloud.ec2, &cloud.node_group).await.ok()?;
-        let failed = services_with_event(&client, "SyncLoadBalancerFailed").await?;
-        (rules.len() == held && failed.len() == created.len() - covered).then_some((rules, failed))
-    })
-    .await
-    .map_err(fail)?;
-    println!(
-        "Cidr: {} NLB Services, node group needs {needed} rules, holds {} (quota {DEFAULT_QUOTA}) after {:?}",
-        created.len(),
-        rules.len(),
-        started.elapsed()
-    );
+    let (proxy, ccm, rules, failed) = run_to_quota(
+        &env,
+        &cloud,
+        &client,
+        (held, created.len() - covered),
+        &format!(
+            "Cidr, {} NLB Services needing {needed} rules",
+            created.len()
+        ),
+    )
+    .await?;
     let with_client: BTreeSet<String> = (rules.iter())
         .filter_map(|(_, d)| d.strip_prefix(CLIENT_RULE).map(str::to_string))
         .collect();
@@ -184,22 +180,17 @@ async fn group_rules_per_node_group_at_100_nlbs_meet_the_default_quota() -> anyh
     let needed = before + created.len();
     let held = needed.min(DEFAULT_QUOTA);
     let covered = created.len().min(DEFAULT_QUOTA - before);
-    let started = Instant::now();
-    let (proxy, ccm) = ccm_at_default_quota(&env).await?;
-    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
-    let (rules, warned) = eventually("the node group at its quota", WAIT, || async {
-        let rules = inbound_rules(&cloud.ec2, &cloud.node_group).await.ok()?;
-        let warned = services_with_event(&client, "SyncLoadBalancerFailed").await?;
-        (rules.len() == held && warned.len() == created.len() - covered).then_some((rules, warned))
-    })
-    .await
-    .map_err(fail)?;
-    println!(
-        "LoadBalancerGroup: {} NLB Services, node group needs {needed} rules, holds {} (quota {DEFAULT_QUOTA}) after {:?}",
-        created.len(),
-        rules.len(),
-        started.elapsed()
-    );
+    let (proxy, ccm, rules, warned) = run_to_quota(
+        &env,
+        &cloud,
+        &client,
+        (held, created.len() - covered),
+        &format!(
+            "LoadBalancerGroup, {} NLB Services needing {needed} rules",
+            created.len()
+        ),
+    )
+    .await?;
     // moto's DescribeSecurityGroupRules leaves out a group source's
     // description: DescribeSecurityGroups has it.
     let group_rules: BTreeSet<&str> = (rules.iter())

@@ -43,6 +43,7 @@ mod dualstack;
 mod ecr_public;
 mod errors;
 mod faults;
+mod health_timeout;
 mod iam;
 mod limits;
 mod random;
@@ -756,6 +757,12 @@ async fn handle(
     }
     if let Some(refusal) =
         tg_attributes::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
+        health_timeout::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
     {
         counters.bump(&call.service, &counted, Outcome::Faulted);
         return Ok(error_response(&refusal, &call));

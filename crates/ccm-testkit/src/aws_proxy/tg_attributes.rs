@@ -15,8 +15,7 @@ use http::HeaderMap;
 
 use super::State;
 use super::errors::AwsError;
-use super::iam::{ask_upstream_as, elements, first, form_escape};
-use super::request::signing_region;
+use super::iam::{Upstream, elements, first, form_escape, param};
 use super::throttle::SERVICE_ELBV2;
 
 /// The values AWS takes for each attribute of an NLB's target group.
@@ -106,6 +105,33 @@ fn refusal(attrs: &[(String, String)], protocol: &str) -> Option<AwsError> {
     None
 }
 
+/// The protocols of an NLB's target groups.
+pub(super) const NLB_PROTOCOLS: [&str; 4] = ["TCP", "UDP", "TCP_UDP", "TLS"];
+
+/// Target group `arn` as moto holds it (its `member` element) and its
+/// protocol, when that is an NLB's; read from moto itself (not counted,
+/// faulted or recorded). A group moto does not know, or an ALB's: `None`.
+pub(super) async fn nlb_target_group(
+    state: &State,
+    headers: &HeaderMap,
+    arn: &str,
+) -> Option<(String, String)> {
+    let xml = Upstream::for_call(state, headers, SERVICE_ELBV2)
+        .ask(format!(
+            "Action=DescribeTargetGroups&Version=2015-12-01&TargetGroupArns.member.1={}",
+            form_escape(arn)
+        ))
+        .await?;
+    let group = elements(&xml, "TargetGroups")
+        .into_iter()
+        .flat_map(|groups| elements(groups, "member"))
+        .next()?;
+    let protocol = first(group, "Protocol")?;
+    NLB_PROTOCOLS
+        .contains(&protocol.as_str())
+        .then(|| (protocol, group.to_string()))
+}
+
 /// AWS's refusal of a `ModifyTargetGroupAttributes` an NLB's target group
 /// does not take.
 pub(super) async fn refuse(
@@ -121,23 +147,7 @@ pub(super) async fn refuse(
     let attrs = attributes(params);
     // Most calls are taken whatever the protocol: only a refusal asks moto.
     refusal(&attrs, "UDP")?;
-    let arn = params
-        .iter()
-        .find(|(k, _)| k == "TargetGroupArn")
-        .map(|(_, v)| v)?;
-    let region = signing_region(headers).unwrap_or_else(|| "us-east-1".into());
-    let body = format!(
-        "Action=DescribeTargetGroups&Version=2015-12-01&TargetGroupArns.member.1={}",
-        form_escape(arn)
-    );
-    let xml = ask_upstream_as(state, SERVICE_ELBV2, &region, body).await?;
-    let protocol = elements(&xml, "TargetGroups")
-        .into_iter()
-        .flat_map(|groups| elements(groups, "member"))
-        .find_map(|g| first(g, "Protocol"))?;
-    if !["TCP", "UDP", "TCP_UDP", "TLS"].contains(&protocol.as_str()) {
-        return None;
-    }
+    let (protocol, _) = nlb_target_group(state, headers, param(params, "TargetGroupArn")?).await?;
     refusal(&attrs, &protocol)
 }
 

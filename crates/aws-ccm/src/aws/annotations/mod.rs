@@ -108,6 +108,10 @@ pub(crate) const TOLERATED: &str = "AnnotationValueTolerated";
 /// The Warning reason of an AWS Load Balancer Controller annotation that
 /// this CCM, like the Go CCM, does not read.
 pub(crate) const NOT_READ: &str = "AnnotationNotRead";
+/// The Warning reason of an NLB setting of cloud.conf
+/// `NLBListenerSettings = true` not applied because AWS would refuse it
+/// (only that change is stopped).
+pub(crate) const SETTING_REFUSED: &str = "NLBSettingRefused";
 
 /// A Service value the controller refuses, with what is allowed instead.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

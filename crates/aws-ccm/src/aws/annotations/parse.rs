@@ -60,6 +60,32 @@ impl SpecNote {
     }
 }
 
+/// With cloud.conf `NLBListenerSettings = true`, the NLB settings of
+/// `spec` not applied because AWS would refuse them ([`SETTING_REFUSED`]):
+/// a health-check timeout above the interval. Each stops only itself.
+fn refused_nlb_settings(
+    spec: &LoadBalancerSpec,
+    cloud: &crate::cloud_config::CloudConfig,
+) -> Vec<SpecNote> {
+    let interval = crate::aws::nlb::desired::health_check(spec, cloud).interval;
+    let mut notes = Vec::new();
+    if let Some(t) = spec.health_check.timeout
+        && t > interval
+    {
+        notes.push(SpecNote {
+            reason: SETTING_REFUSED,
+            ..SpecNote::of(
+                HC_TIMEOUT,
+                &t.to_string(),
+                &format!("above the NLB's health-check interval ({interval} s), which AWS refuses: not sent, the target groups' timeout is left as it is"),
+                &format!("set it at most the interval, or raise {HC_INTERVAL}"),
+                Holds::Nothing,
+            )
+        });
+    }
+    notes
+}
+
 impl LoadBalancerSpec {
     /// Parses and validates a Service of type LoadBalancer: the first value
     /// refused, else the spec (values taken with a warning included).
@@ -86,6 +112,11 @@ impl LoadBalancerSpec {
             reading
                 .errors
                 .extend(cloud.nlb_refusals.iter().map(refused));
+        }
+        if reading.spec.kind == LoadBalancerKind::Network && cloud.nlb_listener_settings {
+            reading
+                .notes
+                .extend(refused_nlb_settings(&reading.spec, cloud));
         }
         let shared_probe = cloud.health_probe_mode == crate::cloud_config::HealthProbeMode::Shared
             && reading.spec.local_health_check_node_port.is_none();

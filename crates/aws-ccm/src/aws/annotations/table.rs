@@ -358,7 +358,7 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "integer (seconds, 2-60)",
         "5 (CLB), 10 (NLB)",
         Applies::Both,
-        "Health check timeout; on a CLB it must be less than the interval. On an NLB the Go CCM parses it (a non-number fails the sync) but never sends it: this CCM sends it only with cloud.conf `NLBListenerSettings = true`, at most the interval (a larger one is not sent, with a log line), at CreateTargetGroup and in place by ModifyTargetGroup; the timeout applied is recorded in the target group's tag `aws-ccm/health-check-timeout`, and only a recorded one returns to AWS's default (6 s for an HTTP check, 10 s otherwise) when the annotation is removed.",
+        "Health check timeout; on a CLB it must be less than the interval. On an NLB the Go CCM parses it (a non-number fails the sync) but never sends it: this CCM sends it only with cloud.conf `NLBListenerSettings = true`, at most the interval (a larger one is not sent, with Warning `NLBSettingRefused`; the rest of the NLB syncs), at CreateTargetGroup and in place by ModifyTargetGroup; the timeout applied is recorded in the target group's tag `aws-ccm/health-check-timeout`, and only a recorded one returns to AWS's default (6 s for an HTTP check, 10 s otherwise) when the annotation is removed.",
         Parse::Number(2, 120, |s| &mut s.health_check.timeout),
     ),
     row(

@@ -516,3 +516,34 @@ fn protection_is_read_from_the_attributes_key_alone() {
     assert!(note.reading.contains("access_logs.s3.enabled"), "{note}");
     assert_eq!((note.reason, note.holds), (NOT_READ, Holds::Nothing));
 }
+
+#[test]
+fn an_nlb_health_timeout_above_the_interval_is_warned_only_with_the_key() {
+    use crate::cloud_config::CloudConfig;
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let notes = |annotations: &[(&str, &str)], cloud: &CloudConfig| -> Vec<String> {
+        let svc = service(annotations, &[(80, 30080)]);
+        let r = LoadBalancerSpec::read_with(&svc, cloud);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        r.findings(true)
+            .into_iter()
+            .filter(|f| f.reason == SETTING_REFUSED)
+            .map(|f| f.message)
+            .collect()
+    };
+    let over = [(TYPE, "nlb"), (HC_INTERVAL, "10"), (HC_TIMEOUT, "20")];
+    let [note] = notes(&over, &on).try_into().expect("one note");
+    assert!(note.starts_with(&format!("{HC_TIMEOUT}=\"20\"")), "{note}");
+    assert!(
+        note.contains("interval (10 s)") && note.contains("at most the interval"),
+        "{note}"
+    );
+    // Without the key the Go CCM's reading: no new Warning.
+    assert!(notes(&over, &CloudConfig::default()).is_empty());
+    // Within the interval (the NLB's default 30 s here), or a CLB: none.
+    assert!(notes(&[(TYPE, "nlb"), (HC_TIMEOUT, "20")], &on).is_empty());
+    assert!(notes(&[(HC_INTERVAL, "10"), (HC_TIMEOUT, "5")], &on).is_empty());
+}

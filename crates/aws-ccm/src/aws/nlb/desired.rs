@@ -69,7 +69,8 @@ pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> Heal
 /// The health-check timeout this CCM manages: only with cloud.conf
 /// `NLBListenerSettings = true` (the Go CCM parses the annotation for an
 /// NLB but never sends it). AWS takes a timeout up to the interval; a
-/// larger one is not sent, saying so, and the timeout is left as it is.
+/// larger one is not sent and the timeout is left as it is (the reading
+/// warns of it: `LoadBalancerSpec::read_with`).
 pub(crate) fn health_timeout(
     spec: &LoadBalancerSpec,
     cloud: &CloudConfig,
@@ -79,15 +80,7 @@ pub(crate) fn health_timeout(
         return None;
     }
     match spec.health_check.timeout {
-        Some(t) if t > interval => {
-            tracing::warn!(
-                annotation = annotations::HC_TIMEOUT,
-                value = t,
-                interval,
-                "NLB health-check timeout is above the interval, which AWS refuses: not sent; the timeout is left as it is; set it at most the interval"
-            );
-            None
-        }
+        Some(t) if t > interval => None,
         want => Some(HealthTimeout { want }),
     }
 }
