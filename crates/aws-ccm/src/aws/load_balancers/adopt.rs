@@ -309,9 +309,12 @@ impl AwsLoadBalancers {
     }
 
     /// After the first full sync of an adopted load balancer `name`
-    /// (Service `service_key`, kept from `kept_from`): the NLB's target
-    /// groups that the kept-from Service's names and tags prove its (the
-    /// listeners moved off them) are deleted, then the kept tag goes.
+    /// (Service `service_key`, kept from `kept_from`): the target groups
+    /// that the kept-from Service's names and tags prove its and that no
+    /// listener forwards to any more (the sync moved the listeners off
+    /// them, so they are behind no load balancer: found by name and tags,
+    /// one listing) are deleted, then the kept tag goes. A group still in
+    /// use (a live Service of the same name's) is not touched.
     pub(crate) async fn finish_adoption(
         &self,
         name: &str,
@@ -324,25 +327,19 @@ impl AwsLoadBalancers {
                 return Ok(());
             };
             let mut changes = Vec::new();
-            if kept_from != service_key {
-                for (g, group_tags) in nlb::read::listed_target_groups(&self.aws, &lb.arn).await? {
-                    let (Some(arn), Some(group)) = (g.target_group_arn(), g.target_group_name())
-                    else {
-                        continue;
-                    };
-                    let old = ownership::prove(
-                        Made::TargetGroup,
-                        group,
-                        &group_tags,
-                        &self.cluster_id,
-                        Some(kept_from),
-                    );
-                    if old.is_ok() {
-                        changes.push(nlb::Change::DeleteTargetGroup {
-                            arn: arn.to_string(),
-                            name: group.to_string(),
-                        });
-                    }
+            for g in nlb::read::unused_service_target_groups(&self.aws, kept_from).await? {
+                let old = ownership::prove(
+                    Made::TargetGroup,
+                    &g.name,
+                    &g.tags,
+                    &self.cluster_id,
+                    Some(kept_from),
+                );
+                if old.is_ok() {
+                    changes.push(nlb::Change::DeleteTargetGroup {
+                        arn: g.arn,
+                        name: g.name,
+                    });
                 }
             }
             changes.push(nlb::Change::RemoveTags {
