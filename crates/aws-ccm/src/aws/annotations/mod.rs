@@ -139,14 +139,16 @@ pub fn is_external(svc: &k8s_openapi::api::core::v1::Service) -> bool {
 /// The load balancer a Service may have adopted (see
 /// `aws::load_balancers::adopt`), which its deletion deletes and
 /// `aws-ccm orphans` counts as live, once its tags prove it the Service's:
-/// the one its `aws-load-balancer-name` names, else the one its status
-/// names ([`held_name`]: the annotation removed after the adoption).
+/// the one its status names ([`held_name`]: what it adopted, kept when the
+/// annotation is removed or names another), else the one its
+/// `aws-load-balancer-name` names (adopted before its status was written).
 pub fn adopt_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<String> {
-    (svc.metadata.annotations.as_ref())
-        .and_then(|a| a.get(NAME))
-        .map(|n| n.trim().to_string())
-        .filter(|n| !n.is_empty())
-        .or_else(|| held_name(svc))
+    held_name(svc).or_else(|| {
+        (svc.metadata.annotations.as_ref())
+            .and_then(|a| a.get(NAME))
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+    })
 }
 
 /// The name of the load balancer the Service's status points at, when it

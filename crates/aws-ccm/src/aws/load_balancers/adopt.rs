@@ -138,11 +138,11 @@ fn naming_uid(name: &str) -> String {
 }
 
 /// The Warning (and log line) for Service `service_key`, whose
-/// `aws-load-balancer-name` names `name`, not adopted for `why`; its load
-/// balancer is `own_name`.
-fn refusal(service_key: &str, name: &str, why: &str, own_name: &str) -> Warning {
+/// `aws-load-balancer-name` names `name`, not adopted for `why`; `then`:
+/// which load balancer the Service has instead, and the fix.
+fn refusal(service_key: &str, name: &str, why: &str, then: &str) -> Warning {
     let message = format!(
-        "{}: {name} is not adopted: {why}. The Service's load balancer is {own_name}, as the Go CCM names it; to adopt, name a load balancer this CCM kept, or remove the annotation",
+        "{}: {name} is not adopted: {why}. {then}",
         crate::aws::annotations::NAME
     );
     tracing::warn!(service = %service_key, value = %name, "{message}");
@@ -185,6 +185,9 @@ impl AwsLoadBalancers {
         };
         let network = req.spec.kind == LoadBalancerKind::Network;
         let service_key = &req.service_key;
+        if annotated && let Some(kept) = self.keeps_first(req, name, network).await? {
+            return Ok(kept);
+        }
         let (found, other_kind) = self.tags_of_kind(name, network).await?;
         let own_name = elb::load_balancer_name(&req.uid);
         let verdict = |found: Option<&BTreeMap<String, String>>, has_own: bool| {
@@ -224,10 +227,15 @@ impl AwsLoadBalancers {
             }
         }
         match decided {
-            Verdict::Refused(why) => Ok(AdoptedSync {
-                refused: Some(refusal(service_key, name, &why, &own_name)),
-                ..own
-            }),
+            Verdict::Refused(why) => {
+                let then = format!(
+                    "The Service's load balancer is {own_name}, as the Go CCM names it; to adopt, name a load balancer this CCM kept, or remove the annotation"
+                );
+                Ok(AdoptedSync {
+                    refused: Some(refusal(service_key, name, &why, &then)),
+                    ..own
+                })
+            }
             Verdict::Adopt | Verdict::Adopted => {
                 let kept_from = tags_now
                     .as_ref()
@@ -241,6 +249,41 @@ impl AwsLoadBalancers {
                 })
             }
         }
+    }
+
+    /// Service `req` adopted the load balancer its status names and its
+    /// annotation now names `asked`, another: it keeps the first (a Service
+    /// holds one load balancer; taking the second would leave the first
+    /// tagged the Service's and never deleted), and a Warning says so.
+    /// `None`: its status names no load balancer it adopted.
+    async fn keeps_first<'a>(
+        &self,
+        req: &'a EnsureRequest,
+        asked: &str,
+        network: bool,
+    ) -> Result<Option<AdoptedSync<'a>>, CloudError> {
+        let Some(held) = req.spec.held_name.as_deref().filter(|h| *h != asked) else {
+            return Ok(None);
+        };
+        let Some(t) = self.tags_of_kind(held, network).await?.0 else {
+            return Ok(None);
+        };
+        let (cluster, key) = (&self.cluster_id, &req.service_key);
+        if verdict(held, network, Some(&t), false, cluster, key, false) != Verdict::Adopted {
+            return Ok(None);
+        }
+        let why =
+            format!("the Service adopted {held} already, and a Service holds one load balancer");
+        let then = format!(
+            "The Service keeps {held}; set the annotation back to {held}, or remove it, to end this Warning"
+        );
+        let mut adopted = req.clone();
+        adopted.uid = naming_uid(held);
+        Ok(Some(AdoptedSync {
+            request: Cow::Owned(adopted),
+            refused: Some(refusal(key, asked, &why, &then)),
+            kept_from: t.get(tags::KEPT_TAG).cloned(),
+        }))
     }
 
     /// The tags of load balancer `name` of the kind asked (`network`), when
