@@ -74,9 +74,10 @@ fn table_has_every_upstream_annotation_once() {
     assert!(ANNOTATIONS.iter().all(|a| a.name.starts_with(PREFIX)));
     // The Load Balancer Controller's keys the Go CCM does not read are the
     // rows that are not read, the scheme, which is read for its safety, and
-    // the attributes, read for deletion protection alone, and the ALPN
-    // policy, read with cloud.conf `NLBListenerSettings = true`.
-    let read_albc = [SCHEME, LB_ATTRIBUTES, ALPN_POLICY];
+    // the attributes, read for deletion protection alone, the name, read
+    // for adoption alone, and the ALPN policy, read with cloud.conf
+    // `NLBListenerSettings = true`.
+    let read_albc = [SCHEME, LB_ATTRIBUTES, NAME, ALPN_POLICY];
     for row in ANNOTATIONS {
         let not_read = matches!(row.parse, super::rows::Parse::NotRead(_));
         let albc_only =
@@ -457,10 +458,11 @@ fn load_balancer_controller_keys_are_warned_about_and_change_nothing() {
         .iter()
         .filter(|r| matches!(r.parse, super::rows::Parse::NotRead(_)))
         .collect();
-    // 17 since `aws-load-balancer-attributes` is read (deletion protection)
-    // and `alpn-policy` with cloud.conf `NLBListenerSettings = true` (its
-    // own test: `an_nlb_alpn_policy_is_read_only_with_the_key_...`).
-    assert!(rows.len() >= 17, "{}", rows.len());
+    // 16 since `aws-load-balancer-attributes` (deletion protection) and
+    // `aws-load-balancer-name` (adoption) are read, and `alpn-policy` with
+    // cloud.conf `NLBListenerSettings = true` (its own test:
+    // `an_nlb_alpn_policy_is_read_only_with_the_key_...`).
+    assert!(rows.len() >= 16, "{}", rows.len());
     for kind in ["nlb", ""] {
         let plain = LoadBalancerSpec::read(&service(&[(TYPE, kind)], &[(80, 30080)]));
         for row in &rows {

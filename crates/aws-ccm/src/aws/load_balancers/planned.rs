@@ -150,7 +150,8 @@ impl AwsLoadBalancers {
             }
             (None, false) => elb::io::describe(aws, &name).await?.is_some(),
         };
-        let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
+        let owned_names = self.nlb_group_names_of(&req.service_key, &req.uid, lb.as_ref());
+        let owned_names = owned_names.await?;
         let (groups, node_groups) = self
             .sync_groups(&req.uid, &vpc_id, &owned_names, &backends)
             .await?;
