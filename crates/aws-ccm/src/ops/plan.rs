@@ -18,6 +18,7 @@ use super::Context;
 use crate::aws::elb::{self, Change as ClbChange};
 use crate::aws::load_balancers::{AwsLoadBalancers, ClbPlan, NlbPlan, Planned, Warning};
 use crate::aws::nlb::{self, Change as NlbChange};
+use crate::aws::nlb::shared_group::SharedUse;
 use crate::aws::ownership::{self, Made};
 use crate::aws::{security_groups as sg, tags};
 use crate::controllers::cached_node::Node;
@@ -205,6 +206,13 @@ async fn service_section(
                         &["AuthorizeSecurityGroupIngress"],
                     );
                 }
+            }
+            if let SharedUse::Leaving(id) = &plan.shared {
+                section.step(
+                    "~",
+                    format!("detach the shared backend security group {id} from the NLB, once the node rules above are in"),
+                    &["SetSecurityGroups"],
+                );
             }
         }
         Err(e) => section.fails(format!("the sync would fail: {e}")),
@@ -554,6 +562,14 @@ fn nlb_steps(p: &NlbPlan, section: &mut Section) {
         .changes
         .iter()
         .any(|c| matches!(c, NlbChange::CreateLoadBalancer { .. }));
+    if p.creates_shared {
+        section.step(
+            "+",
+            "the cluster's shared backend security group (NLBNodeIngress = SharedBackendGroup)"
+                .into(),
+            &["CreateSecurityGroup"],
+        );
+    }
     for c in &p.changes {
         let what = match c {
             NlbChange::DeleteLoadBalancer { .. } if creates => continue,

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::Warning;
 use super::{AwsLoadBalancers, CloudError, EnsureRequest, LoadBalancerKind, Scope};
 use crate::aws::nlb::node_rules::RuleChanges;
+use crate::aws::nlb::shared_group::{self, SharedUse};
 use crate::aws::security_groups as sg;
 use crate::aws::{elb, nlb};
 
@@ -55,6 +56,11 @@ pub struct NlbPlan {
     pub(crate) groups: BTreeMap<String, sg::SecurityGroup>,
     /// The backends' node groups (those that get the node rules).
     pub(crate) node_groups: BTreeSet<String>,
+    /// What the NLB does with the cluster's shared backend group.
+    pub(crate) shared: SharedUse,
+    /// Whether the shared group is made first (this sync made it; for a
+    /// plan, would make it).
+    pub(crate) creates_shared: bool,
     /// The settings only per-load-balancer reads show.
     pub(crate) settings: Settings,
     /// The backends' security-group sets (for the targets-only path).
@@ -125,7 +131,7 @@ impl AwsLoadBalancers {
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
         // An NLB's node rules are planned apart (see `nlb_rules`).
         let env = self.environment(subnet_ids.clone(), &backends, BTreeSet::new());
-        let desired = nlb::plan::desired(
+        let mut desired = nlb::plan::desired(
             spec,
             &req.service_key,
             &req.uid,
@@ -151,8 +157,10 @@ impl AwsLoadBalancers {
             (None, false) => elb::io::describe(aws, &name).await?.is_some(),
         };
         let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
+        let mut read_names = owned_names.clone();
+        read_names.push(self.shared_group_name());
         let (groups, node_groups) = self
-            .sync_groups(&req.uid, &vpc_id, &owned_names, &backends)
+            .sync_groups(&req.uid, &vpc_id, &read_names, &backends)
             .await?;
         let actual = nlb::Actual {
             lb,
@@ -165,6 +173,22 @@ impl AwsLoadBalancers {
             super::drift::drift_warning(&req.service_key, &name, lb_tags, &diffs)
                 .into_iter()
                 .collect();
+        // The shared backend group joins the NLB's groups (its own first).
+        let lb_groups = actual.lb.as_ref().map(|l| l.security_groups.as_slice());
+        let manages_groups = desired.groups_managed && lb_groups.is_none_or(|g| !g.is_empty());
+        let (shared, created) = (self.shared_use(
+            &req.service_key,
+            &vpc_id,
+            &groups,
+            manages_groups,
+            lb_groups,
+            hand_over,
+            &mut warnings,
+        ))
+        .await?;
+        desired.security_groups = shared_group::with_shared(&desired.security_groups, &shared);
+        let creates_shared =
+            created || shared == SharedUse::Carry(shared_group::PLANNED_SHARED_ID.into());
         let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         super::sweep::record_in_nlb_create(&mut changes, &settings);
         let changes = self
@@ -181,6 +205,8 @@ impl AwsLoadBalancers {
             handover,
             groups,
             node_groups,
+            shared,
+            creates_shared,
             settings: Settings {
                 digest: settings,
                 read_in_full,
