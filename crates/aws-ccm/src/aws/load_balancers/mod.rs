@@ -638,8 +638,17 @@ impl AwsLoadBalancers {
             described.extend(done);
             // Leaving SharedBackendGroup: the node rules are in (none
             // refused or held back by a warning), so the NLB lets it go.
-            if warnings.len() == before && self.detach_shared_group(&p, owned).await? {
+            let detached = warnings.len() == before && self.detach_shared_group(&p, owned).await?;
+            if detached {
                 described.push("detached the shared backend security group".into());
+            }
+            // Out of the mode, the NLB no longer carrying it: the group's
+            // rules go once no NLB carries it.
+            if let Some(shared) = &p.shared_id
+                && (detached || p.shared == nlb::shared_group::SharedUse::None)
+                && self.revoke_unused_shared_rules(&p, shared).await?
+            {
+                described.push("revoked the shared backend group's node rules: no NLB carries it".into());
             }
         }
         let hostname = applied.dns_name.unwrap_or_default();

@@ -58,6 +58,8 @@ pub struct NlbPlan {
     pub(crate) node_groups: BTreeSet<String>,
     /// What the NLB does with the cluster's shared backend group.
     pub(crate) shared: SharedUse,
+    /// The shared group's ID, when it exists and is proven ours.
+    pub(crate) shared_id: Option<String>,
     /// Whether the shared group is made first (this sync made it; for a
     /// plan, would make it).
     pub(crate) creates_shared: bool,
@@ -189,6 +191,10 @@ impl AwsLoadBalancers {
         desired.security_groups = shared_group::with_shared(&desired.security_groups, &shared);
         let creates_shared =
             created || shared == SharedUse::Carry(shared_group::PLANNED_SHARED_ID.into());
+        let shared_id = match self.find_shared_group(&groups) {
+            super::shared_group::Found::Ours(id) => Some(id),
+            _ => shared.carried().filter(|_| created).map(str::to_string),
+        };
         let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         super::sweep::record_in_nlb_create(&mut changes, &settings);
         let changes = self
@@ -206,6 +212,7 @@ impl AwsLoadBalancers {
             groups,
             node_groups,
             shared,
+            shared_id,
             creates_shared,
             settings: Settings {
                 digest: settings,

@@ -30,6 +30,11 @@ pub(super) enum Found {
 }
 
 impl AwsLoadBalancers {
+    fn mode_on(&self) -> bool {
+        use crate::cloud_config::NlbNodeIngress;
+        self.cloud.nlb_node_ingress == NlbNodeIngress::SharedBackendGroup
+    }
+
     /// The shared group's name in this cluster.
     pub(super) fn shared_group_name(&self) -> String {
         shared_group_name(&self.cluster_id)
@@ -65,7 +70,8 @@ impl AwsLoadBalancers {
         Ok(id)
     }
 
-    /// The shared group's use by the NLB of `service_key`, and its ID:
+    /// The shared group's use by the NLB of `service_key`, and whether it
+    /// was made now:
     /// made when the mode wants it and `create` (a sync, not a plan).
     /// A group with its name that is not proven ours is never used: a
     /// warning, and the NLB's groups and node rules stay as the mode
@@ -80,8 +86,7 @@ impl AwsLoadBalancers {
         create: bool,
         warnings: &mut Vec<Warning>,
     ) -> Result<(SharedUse, bool), CloudError> {
-        use crate::cloud_config::NlbNodeIngress;
-        let mode_on = self.cloud.nlb_node_ingress == NlbNodeIngress::SharedBackendGroup;
+        let mode_on = self.mode_on();
         let mut created = false;
         let id = match self.find_shared_group(groups) {
             Found::Ours(id) => Some(id),
@@ -133,6 +138,50 @@ impl AwsLoadBalancers {
         let change = nlb::Change::SetSecurityGroups(keep);
         self.apply_nlb(&at.name, &at.vpc_id, &actual, &[change])
             .await?;
+        // A sweep read before this write no longer answers for this NLB.
+        self.settings_synced(&at.name, &at.settings, false, true);
+        Ok(true)
+    }
+
+    /// Out of the mode, with NLB `at` no longer carrying the shared group
+    /// (`shared`, proven ours): its rules in the VPC's groups go once no NLB
+    /// carries it, by a sweep fresh enough for a revoke. Nothing is read
+    /// when no group holds such a rule. `Ok(true)` when it revoked.
+    pub(super) async fn revoke_unused_shared_rules(
+        &self,
+        at: &NlbPlan,
+        shared: &str,
+    ) -> Result<bool, CloudError> {
+        if self.mode_on() || matches!(at.shared, SharedUse::Carry(_)) {
+            return Ok(false);
+        }
+        let rule = sg::Rule::all_from_group(shared);
+        let view = (self.aws.memory().groups()).groups(&self.aws, &at.vpc_id).await?;
+        let holders: Vec<SecurityGroup> = (view.referencing(shared).into_iter())
+            .filter(|g| g.descriptions.get(&rule).map(String::as_str) == Some(nlb::GROUP_RULE))
+            .collect();
+        if holders.is_empty() {
+            return Ok(false);
+        }
+        let others = (self.memory().sweep())
+            .carried_by_other_nlbs(&self.aws, &[shared.to_string()].into(), &at.name)
+            .await?;
+        if !others.is_empty() {
+            return Ok(false);
+        }
+        let mut journal = Journal::default();
+        let revoke = std::collections::BTreeSet::from([rule]);
+        let written = async {
+            for g in &holders {
+                tracing::info!(group = %g.id, %shared, "no NLB carries the shared backend group: revoking its rule");
+                sg::io::revoke_described(&self.aws, &mut journal, &g.id, &revoke, &g.descriptions)
+                    .await?;
+            }
+            Ok::<_, crate::aws::AwsError>(())
+        }
+        .await;
+        self.memory().applied(Applied::Writes(journal));
+        written?;
         Ok(true)
     }
 }
