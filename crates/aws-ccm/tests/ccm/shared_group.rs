@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use kube::api::PostParams;
 
+use crate::ops_orphans::run_tool;
 use crate::nlb::{Cloud, lb_name, nlb_service, node_group_rules, node_n0, seed};
 use crate::support::*;
 
@@ -183,6 +184,14 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     // Into the mode: both NLBs carry the shared group after their own, and
     // the node group holds its one rule instead of the CIDR rules.
     std::fs::write(&env.cloud_conf, &shared_mode)?;
+    // `aws-ccm plan` shows it first: the group, each NLB taking it, the
+    // node-group rule in and the CIDR rules out.
+    let (ok, text, err) = run_tool(&env, "plan", &["--controllers=service"], "").await?;
+    assert!(ok, "aws-ccm plan failed: {err}");
+    assert_eq!(text.matches("+ the cluster's shared backend security group").count(), 2, "{text}");
+    assert_eq!(text.matches("~ set the NLB's security groups (2)").count(), 2, "{text}");
+    assert!(text.contains("rule(s) in node group") && text.contains("rule(s) of node group"), "{text}");
+    assert!(shared_group(&cloud).await.is_none(), "the plan made the group");
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let (shared, tags) = eventually("the shared group and its one rule", WAIT, || async {
         let (id, tags) = shared_group(&cloud).await?;
@@ -210,6 +219,10 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     // Out of the mode: the CIDR rules back first, then the NLBs let the
     // group go and its rule goes with the last of them; the group is kept.
     std::fs::write(&env.cloud_conf, &managed)?;
+    let (ok, text, err) = run_tool(&env, "plan", &["--controllers=service"], "").await?;
+    assert!(ok, "aws-ccm plan failed: {err}");
+    let detach = format!("~ detach the shared backend security group {shared} from the NLB");
+    assert_eq!(text.matches(&detach).count(), 2, "{text}");
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     eventually("the CIDR rules back and the shared group detached", WAIT, || async {
         let groups = carried(&cloud, &names).await?;
