@@ -156,7 +156,10 @@ pub(crate) async fn node_rules(
 
 /// The node `n0` on the first seeded instance; the API client and the
 /// `default` namespace's Services.
-pub(crate) async fn node_n0(env: &Env, cloud: &Cloud) -> anyhow::Result<(kube::Client, Api<Service>)> {
+pub(crate) async fn node_n0(
+    env: &Env,
+    cloud: &Cloud,
+) -> anyhow::Result<(kube::Client, Api<Service>)> {
     let client = env.api.client().await?;
     Api::<Node>::all(client.clone())
         .create(&PostParams::default(), &node("n0", &cloud.instances[0]))

@@ -301,7 +301,11 @@ async fn shared_group_rule_per_node_group_at_100_nlbs_is_one() -> anyhow::Result
         let [own, second] = carried else {
             anyhow::bail!("{} carries {carried:?}", lb_name(svc));
         };
-        assert_eq!((second.as_str(), own != second), (shared, true), "{carried:?}");
+        assert_eq!(
+            (second.as_str(), own != second),
+            (shared, true),
+            "{carried:?}"
+        );
     }
     assert!(
         !rules

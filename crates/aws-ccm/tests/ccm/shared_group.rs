@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use kube::api::PostParams;
 
-use crate::ops_orphans::run_tool;
 use crate::nlb::{Cloud, lb_name, nlb_service, node_group_rules, node_n0, seed};
+use crate::ops_orphans::run_tool;
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -68,7 +68,11 @@ async fn nlb_ports(cloud: &Cloud, names: &[String]) -> anyhow::Result<BTreeMap<S
             .load_balancer_arn(arn)
             .send()
             .await?;
-        let ports: Vec<i32> = tgs.target_groups().iter().filter_map(|t| t.port()).collect();
+        let ports: Vec<i32> = tgs
+            .target_groups()
+            .iter()
+            .filter_map(|t| t.port())
+            .collect();
         anyhow::ensure!(!ports.is_empty(), "NLB {name} has no target group");
         out.insert(name.clone(), ports);
     }
@@ -98,9 +102,7 @@ async fn sample(
                 let by_cidr = rules
                     .iter()
                     .any(|r| r.0 == "tcp" && r.1 == *port && r.2 == "0.0.0.0/0");
-                let by_group = rules
-                    .iter()
-                    .any(|r| r.0 == "-1" && carries.contains(&r.2));
+                let by_group = rules.iter().any(|r| r.0 == "-1" && carries.contains(&r.2));
                 s.by_cidr += usize::from(by_cidr);
                 s.by_group += usize::from(by_group);
                 if !by_cidr && !by_group {
@@ -150,7 +152,10 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     let mut names = Vec::new();
     for svc in ["one", "two"] {
         let created = services
-            .create(&PostParams::default(), &nlb_service(svc, serde_json::json!({})))
+            .create(
+                &PostParams::default(),
+                &nlb_service(svc, serde_json::json!({})),
+            )
             .await?;
         names.push(lb_name(&created));
     }
@@ -175,7 +180,10 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     drop(ccm);
     let own_groups = carried(&cloud, &names).await.unwrap_or_default();
     assert!(own_groups.values().all(|g| g.len() == 1), "{own_groups:?}");
-    assert!(shared_group(&cloud).await.is_none(), "made before it was asked for");
+    assert!(
+        shared_group(&cloud).await.is_none(),
+        "made before it was asked for"
+    );
     let ports = nlb_ports(&cloud, &names).await?;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -188,31 +196,62 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     // node-group rule in and the CIDR rules out.
     let (ok, text, err) = run_tool(&env, "plan", &["--controllers=service"], "").await?;
     assert!(ok, "aws-ccm plan failed: {err}");
-    assert_eq!(text.matches("+ the cluster's shared backend security group").count(), 2, "{text}");
-    assert_eq!(text.matches("~ set the NLB's security groups (2)").count(), 2, "{text}");
-    assert!(text.contains("rule(s) in node group") && text.contains("rule(s) of node group"), "{text}");
-    assert!(shared_group(&cloud).await.is_none(), "the plan made the group");
+    assert_eq!(
+        text.matches("+ the cluster's shared backend security group")
+            .count(),
+        2,
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("~ set the NLB's security groups (2)").count(),
+        2,
+        "{text}"
+    );
+    assert!(
+        text.contains("rule(s) in node group") && text.contains("rule(s) of node group"),
+        "{text}"
+    );
+    assert!(
+        shared_group(&cloud).await.is_none(),
+        "the plan made the group"
+    );
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let (shared, tags) = eventually("the shared group and its one rule", WAIT, || async {
         let (id, tags) = shared_group(&cloud).await?;
         let groups = carried(&cloud, &names).await?;
-        let all_carry = (groups.iter()).all(|(n, g)| *g == vec![own_groups[n][0].clone(), id.clone()]);
+        let all_carry =
+            (groups.iter()).all(|(n, g)| *g == vec![own_groups[n][0].clone(), id.clone()]);
         let want = BTreeSet::from([("-1".to_string(), -1, id.clone(), GROUP_RULE.to_string())]);
-        let r: BTreeSet<_> = rules().await?.into_iter().filter(|r| ours_or_group(&r.3)).collect();
+        let r: BTreeSet<_> = rules()
+            .await?
+            .into_iter()
+            .filter(|r| ours_or_group(&r.3))
+            .collect();
         (all_carry && r == want).then_some((id, tags))
     })
     .await
     .map_err(fail(&ccm))?;
-    assert_eq!(tags.get(&format!("kubernetes.io/cluster/{CLUSTER_ID}")).map(String::as_str), Some("owned"));
-    assert_eq!(tags.get("aws-ccm/shared-backend-group").map(String::as_str), Some(CLUSTER_ID));
+    assert_eq!(
+        tags.get(&format!("kubernetes.io/cluster/{CLUSTER_ID}"))
+            .map(String::as_str),
+        Some("owned")
+    );
+    assert_eq!(
+        tags.get("aws-ccm/shared-backend-group").map(String::as_str),
+        Some(CLUSTER_ID)
+    );
     drop(ccm);
 
     // Converged: a restart in the mode writes nothing.
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     let addr = ccm.https_addr().await?;
-    metrics_with(&addr, &["service_controller_loadbalancer_sync_total 2"], WAIT)
-        .await
-        .map_err(fail(&ccm))?;
+    metrics_with(
+        &addr,
+        &["service_controller_loadbalancer_sync_total 2"],
+        WAIT,
+    )
+    .await
+    .map_err(fail(&ccm))?;
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
     drop(ccm);
 
@@ -224,11 +263,19 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     let detach = format!("~ detach the shared backend security group {shared} from the NLB");
     assert_eq!(text.matches(&detach).count(), 2, "{text}");
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
-    eventually("the CIDR rules back and the shared group detached", WAIT, || async {
-        let groups = carried(&cloud, &names).await?;
-        let r: BTreeSet<_> = rules().await?.into_iter().filter(|r| ours_or_group(&r.3)).collect();
-        (groups == own_groups && r == go_rules).then_some(())
-    })
+    eventually(
+        "the CIDR rules back and the shared group detached",
+        WAIT,
+        || async {
+            let groups = carried(&cloud, &names).await?;
+            let r: BTreeSet<_> = rules()
+                .await?
+                .into_iter()
+                .filter(|r| ours_or_group(&r.3))
+                .collect();
+            (groups == own_groups && r == go_rules).then_some(())
+        },
+    )
     .await
     .map_err(fail(&ccm))?;
     drop(ccm);
@@ -236,7 +283,10 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     let seen = sampler.await?;
     assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
     // The sampler saw both states: ports admitted by the group and by CIDR.
-    assert!(seen.judged > 0 && seen.by_group > 0 && seen.by_cidr > 0, "{seen:?}");
+    assert!(
+        seen.judged > 0 && seen.by_group > 0 && seen.by_cidr > 0,
+        "{seen:?}"
+    );
     eprintln!("shared group move: {seen:?}");
     // Kept (never deleted by the CCM), still proven ours, carried by none.
     assert_eq!(shared_group(&cloud).await.map(|g| g.0), Some(shared));

@@ -634,7 +634,8 @@ impl AwsLoadBalancers {
         if !self.cloud.disable_security_group_ingress {
             let before = warnings.len();
             let owned = applied.owned_group.as_deref();
-            let done = (self.sync_nlb_node_rules(req, &p, node_groups, owned, &mut warnings)).await?;
+            let done =
+                (self.sync_nlb_node_rules(req, &p, node_groups, owned, &mut warnings)).await?;
             described.extend(done);
             // Leaving SharedBackendGroup: the node rules are in (none
             // refused or held back by a warning), so the NLB lets it go.
@@ -648,7 +649,9 @@ impl AwsLoadBalancers {
                 && (detached || p.shared == nlb::shared_group::SharedUse::None)
                 && self.revoke_unused_shared_rules(&p, shared).await?
             {
-                described.push("revoked the shared backend group's node rules: no NLB carries it".into());
+                described.push(
+                    "revoked the shared backend group's node rules: no NLB carries it".into(),
+                );
             }
         }
         let hostname = applied.dns_name.unwrap_or_default();

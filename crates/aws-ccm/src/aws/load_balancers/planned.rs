@@ -178,16 +178,10 @@ impl AwsLoadBalancers {
         // The shared backend group joins the NLB's groups (its own first).
         let lb_groups = actual.lb.as_ref().map(|l| l.security_groups.as_slice());
         let manages_groups = desired.groups_managed && lb_groups.is_none_or(|g| !g.is_empty());
-        let (shared, created) = (self.shared_use(
-            &req.service_key,
-            &vpc_id,
-            &groups,
-            manages_groups,
-            lb_groups,
-            hand_over,
-            &mut warnings,
-        ))
-        .await?;
+        let outcome =
+            (self.shared_use(&vpc_id, &groups, manages_groups, lb_groups, hand_over)).await?;
+        warnings.extend(outcome.warning);
+        let (shared, created) = (outcome.use_, outcome.created);
         desired.security_groups = shared_group::with_shared(&desired.security_groups, &shared);
         let creates_shared =
             created || shared == SharedUse::Carry(shared_group::PLANNED_SHARED_ID.into());

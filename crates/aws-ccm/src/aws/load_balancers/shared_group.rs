@@ -19,6 +19,15 @@ use crate::aws::{elb, nlb};
 /// tags; the NLB keeps its node rules as they are.
 pub const SHARED_GROUP_NOT_OURS: &str = "SharedBackendGroupNotOurs";
 
+/// What [`AwsLoadBalancers::shared_use`] decided for one NLB.
+pub(super) struct SharedOutcome {
+    pub(super) use_: SharedUse,
+    /// The group was made now.
+    pub(super) created: bool,
+    /// A group has its name but not its proof.
+    pub(super) warning: Option<Warning>,
+}
+
 /// The shared group as a sync found it among the VPC's groups.
 pub(super) enum Found {
     /// Proven this CCM's: its ID.
@@ -46,7 +55,13 @@ impl AwsLoadBalancers {
         let Some(g) = groups.values().find(|g| g.name == name) else {
             return Found::Missing;
         };
-        match ownership::prove(Made::SharedBackendGroup, &g.name, &g.tags, &self.cluster_id, None) {
+        match ownership::prove(
+            Made::SharedBackendGroup,
+            &g.name,
+            &g.tags,
+            &self.cluster_id,
+            None,
+        ) {
             Ok(()) => Found::Ours(g.id.clone()),
             Err(why) => Found::NotOurs {
                 id: g.id.clone(),
@@ -61,40 +76,47 @@ impl AwsLoadBalancers {
         let name = self.shared_group_name();
         let tags = shared_group_tags(&self.cluster_id);
         let mut journal = Journal::default();
-        let created =
-            sg::io::create(&self.aws, &mut journal, vpc_id, &name, SHARED_GROUP_DESCRIPTION, &tags)
-                .await;
+        let created = sg::io::create(
+            &self.aws,
+            &mut journal,
+            vpc_id,
+            &name,
+            SHARED_GROUP_DESCRIPTION,
+            &tags,
+        )
+        .await;
         self.memory().applied(Applied::Writes(journal));
         let id = created?;
         tracing::info!(group = %id, %name, vpc = vpc_id, "created the shared backend security group");
         Ok(id)
     }
 
-    /// The shared group's use by the NLB of `service_key`, and whether it
-    /// was made now:
-    /// made when the mode wants it and `create` (a sync, not a plan).
-    /// A group with its name that is not proven ours is never used: a
-    /// warning, and the NLB's groups and node rules stay as the mode
-    /// would leave them without it.
+    /// The shared group's use by an NLB (whose plan manages its groups:
+    /// `manages_groups`; which carries `lb_groups` if it exists), made when
+    /// the mode wants it and `create` (a sync, not a plan). A group with its
+    /// name that is not proven ours is never used: a warning, and the NLB's
+    /// groups and node rules stay as the mode would leave them without it.
     pub(super) async fn shared_use(
         &self,
-        service_key: &str,
         vpc_id: &str,
         groups: &BTreeMap<String, SecurityGroup>,
         manages_groups: bool,
         lb_groups: Option<&[String]>,
         create: bool,
-        warnings: &mut Vec<Warning>,
-    ) -> Result<(SharedUse, bool), CloudError> {
+    ) -> Result<SharedOutcome, CloudError> {
         let mode_on = self.mode_on();
-        let mut created = false;
+        let mut out = SharedOutcome {
+            use_: SharedUse::None,
+            created: false,
+            warning: None,
+        };
         let id = match self.find_shared_group(groups) {
             Found::Ours(id) => Some(id),
             Found::NotOurs { id, why } => {
                 if mode_on && manages_groups {
                     let name = self.shared_group_name();
-                    tracing::warn!(service = service_key, group = %id, %name, %why, "a security group has the shared backend group's name but is not this CCM's: not using it");
-                    warnings.push(Warning {
+                    tracing::warn!(group = %id, %name, %why, "a security group has the shared backend group's name but is not this CCM's: not using it");
+                    out.warning = Some(Warning {
                         reason: SHARED_GROUP_NOT_OURS,
                         message: format!(
                             "Security group {id} is named {name}, the shared backend group's name, but {why}: the NLB does not use it and keeps its node rules. Rename or delete {id}, or tag it kubernetes.io/cluster/{}=owned and {}={} if this CCM made it",
@@ -104,16 +126,16 @@ impl AwsLoadBalancers {
                         ),
                     });
                 }
-                return Ok((SharedUse::None, false));
+                return Ok(out);
             }
             Found::Missing if mode_on && manages_groups && create => {
-                created = true;
+                out.created = true;
                 Some(self.create_shared_group(vpc_id).await?)
             }
             Found::Missing => None,
         };
-        let use_ = nlb::shared_group::shared_use(mode_on, manages_groups, id.as_deref(), lb_groups);
-        Ok((use_, created))
+        out.use_ = nlb::shared_group::shared_use(mode_on, manages_groups, id.as_deref(), lb_groups);
+        Ok(out)
     }
 
     /// After NLB `at`'s node rules are back in its node groups: detaches
@@ -132,7 +154,10 @@ impl AwsLoadBalancers {
             .collect();
         let mut actual = at.actual.clone();
         if let Some(id) = owned {
-            actual.owned_group.get_or_insert_with(SecurityGroup::default).id = id.to_string();
+            actual
+                .owned_group
+                .get_or_insert_with(SecurityGroup::default)
+                .id = id.to_string();
         }
         tracing::info!(load_balancer = %at.name, group = %shared, "node rules in: detaching the shared backend security group");
         let change = nlb::Change::SetSecurityGroups(keep);
@@ -156,7 +181,9 @@ impl AwsLoadBalancers {
             return Ok(false);
         }
         let rule = sg::Rule::all_from_group(shared);
-        let view = (self.aws.memory().groups()).groups(&self.aws, &at.vpc_id).await?;
+        let view = (self.aws.memory().groups())
+            .groups(&self.aws, &at.vpc_id)
+            .await?;
         let holders: Vec<SecurityGroup> = (view.referencing(shared).into_iter())
             .filter(|g| g.descriptions.get(&rule).map(String::as_str) == Some(nlb::GROUP_RULE))
             .collect();

@@ -386,9 +386,9 @@ pub mod attributes;
 pub(crate) mod desired;
 pub(crate) mod io;
 pub(crate) mod node_rules;
-pub(crate) mod shared_group;
 pub mod plan;
 pub mod read;
+pub(crate) mod shared_group;
 
 #[cfg(test)]
 mod tests;

@@ -158,8 +158,14 @@ mod tests {
     fn the_shared_group_goes_after_the_nlbs_own() {
         let own = vec![GroupRef::Owned];
         let with = with_shared(&own, &SharedUse::Carry("sg-shared".into()));
-        assert_eq!(with, vec![GroupRef::Owned, GroupRef::Id("sg-shared".into())]);
-        assert_eq!(with_shared(&with, &SharedUse::Carry("sg-shared".into())), with);
+        assert_eq!(
+            with,
+            vec![GroupRef::Owned, GroupRef::Id("sg-shared".into())]
+        );
+        assert_eq!(
+            with_shared(&with, &SharedUse::Carry("sg-shared".into())),
+            with
+        );
         assert_eq!(with_shared(&own, &SharedUse::None), own);
     }
 

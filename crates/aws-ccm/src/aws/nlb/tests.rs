@@ -10,8 +10,8 @@ use crate::aws::annotations::{self as ann, LoadBalancerSpec};
 use crate::aws::elb::{Environment, GroupRef};
 use crate::aws::security_groups::{self as sg, Rule, Source};
 use crate::aws::tags::Tags;
-use crate::cloud_config::{NlbNodeIngress, NlbSecurityGroupMode};
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
+use crate::cloud_config::{NlbNodeIngress, NlbSecurityGroupMode};
 
 const UID: &str = "0b9c8e4a-1234-4f6e-9a7b-abcdefabcdef";
 
@@ -730,7 +730,9 @@ fn rules_per_node_group_grow_by_one_per_nlb_with_group_rules() {
             rules_per_node_group(n, NlbNodeIngress::LoadBalancerGroup),
             rules_per_node_group(n, NlbNodeIngress::SharedBackendGroup),
         );
-        eprintln!("rules per node group at {n} NLBs: CIDR {cidr}, LoadBalancerGroup {group}, SharedBackendGroup {shared}");
+        eprintln!(
+            "rules per node group at {n} NLBs: CIDR {cidr}, LoadBalancerGroup {group}, SharedBackendGroup {shared}"
+        );
         // The shared group's one rule, whatever the number of NLBs.
         assert_eq!((cidr, group, shared), (n * 4 + 1, n, 1));
     }
@@ -1470,7 +1472,15 @@ fn the_shared_backend_group_joins_an_nlbs_groups_and_leaves_them() {
         ..CloudConfig::default()
     };
     let e = env(&["subnet-a"], &["i-1"]);
-    let d = desired(&spec(&[], &[(80, 30080)]), "default/web", UID, "c1", &managed, &e).unwrap();
+    let d = desired(
+        &spec(&[], &[(80, 30080)]),
+        "default/web",
+        UID,
+        "c1",
+        &managed,
+        &e,
+    )
+    .unwrap();
     let go_state = converged(&d);
     // Mode off, no shared group: the Go CCM's Managed-mode NLB is left as it is.
     let lb_groups = go_state.lb.as_ref().map(|l| l.security_groups.clone());
@@ -1491,7 +1501,10 @@ fn the_shared_backend_group_joins_an_nlbs_groups_and_leaves_them() {
     let shared_ref = GroupRef::Id("sg-shared".into());
     assert_eq!(
         plan(&with, &go_state, "c1"),
-        vec![Change::SetSecurityGroups(vec![GroupRef::Owned, shared_ref.clone()])]
+        vec![Change::SetSecurityGroups(vec![
+            GroupRef::Owned,
+            shared_ref.clone()
+        ])]
     );
     // A new NLB is created with both.
     let fresh = plan(&with, &Actual::default(), "c1");
@@ -1514,7 +1527,10 @@ fn the_shared_backend_group_joins_an_nlbs_groups_and_leaves_them() {
     assert_eq!(plan(&kept, &carrying, "c1"), vec![]);
 
     // An NLB made without groups (Managed mode off when it was made) gets none.
-    assert_eq!(shared_use(true, false, Some("sg-shared"), Some(&[])), SharedUse::None);
+    assert_eq!(
+        shared_use(true, false, Some("sg-shared"), Some(&[])),
+        SharedUse::None
+    );
 }
 
 /// The shared group's rule in a node group backing several NLBs: the first
@@ -1531,7 +1547,15 @@ fn one_shared_rule_serves_every_nlb_of_a_node_group() {
         .map(|i| {
             let uid = format!("{i:08x}-1234-4f6e-9a7b-abcdefabcdef");
             let e = env(&["subnet-a"], &["i-1"]);
-            let d = desired(&spec(&[], &[(80, 30000 + i)]), "default/web", &uid, "c1", &CloudConfig::default(), &e).unwrap();
+            let d = desired(
+                &spec(&[], &[(80, 30000 + i)]),
+                "default/web",
+                &uid,
+                "c1",
+                &CloudConfig::default(),
+                &e,
+            )
+            .unwrap();
             let r = node_rules(&d, &ranges, &subnets);
             (d, r)
         })

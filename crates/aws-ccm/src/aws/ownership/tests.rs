@@ -271,7 +271,10 @@ fn the_shared_backend_group_is_proven_by_its_name_and_both_tags() {
         ("kubernetes.io/cluster/c1", "shared"),
         ("aws-ccm/shared-backend-group", CLUSTER),
     ]);
-    assert_eq!(prove(name, &shared), Err(NotMade::NotOwned("shared".into())));
+    assert_eq!(
+        prove(name, &shared),
+        Err(NotMade::NotOwned("shared".into()))
+    );
     // Nor is it ever taken for an NLB's managed group.
     assert!(super::prove(Made::NlbGroup, name, &ours, CLUSTER, None).is_err());
 }
