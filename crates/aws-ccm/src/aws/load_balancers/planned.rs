@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::Warning;
 use super::{AwsLoadBalancers, CloudError, EnsureRequest, LoadBalancerKind, Scope};
 use crate::aws::nlb::node_rules::RuleChanges;
-use crate::aws::nlb::shared_group::{self, SharedUse};
+use crate::aws::nlb::shared_group::SharedUse;
 use crate::aws::security_groups as sg;
 use crate::aws::{elb, nlb};
 
@@ -176,19 +176,8 @@ impl AwsLoadBalancers {
                 .into_iter()
                 .collect();
         // The shared backend group joins the NLB's groups (its own first).
-        let lb_groups = actual.lb.as_ref().map(|l| l.security_groups.as_slice());
-        let manages_groups = desired.groups_managed && lb_groups.is_none_or(|g| !g.is_empty());
-        let outcome =
-            (self.shared_use(&vpc_id, &groups, manages_groups, lb_groups, hand_over)).await?;
-        warnings.extend(outcome.warning);
-        let (shared, created) = (outcome.use_, outcome.created);
-        desired.security_groups = shared_group::with_shared(&desired.security_groups, &shared);
-        let creates_shared =
-            created || shared == SharedUse::Carry(shared_group::PLANNED_SHARED_ID.into());
-        let shared_id = match self.find_shared_group(&groups) {
-            super::shared_group::Found::Ours(id) => Some(id),
-            _ => shared.carried().filter(|_| created).map(str::to_string),
-        };
+        let shared = (self.shared_use(&vpc_id, &groups, &mut desired, &actual, hand_over)).await?;
+        warnings.extend(shared.warning);
         let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         super::sweep::record_in_nlb_create(&mut changes, &settings);
         let changes = self
@@ -205,9 +194,9 @@ impl AwsLoadBalancers {
             handover,
             groups,
             node_groups,
-            shared,
-            shared_id,
-            creates_shared,
+            shared: shared.use_,
+            shared_id: shared.id,
+            creates_shared: shared.creates,
             settings: Settings {
                 digest: settings,
                 read_in_full,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use super::{AwsLoadBalancers, CloudError, NlbPlan, Warning};
 use crate::aws::memory::{Applied, Journal};
 use crate::aws::nlb::shared_group::{
-    SHARED_GROUP_DESCRIPTION, SharedUse, shared_group_name, shared_group_tags,
+    SHARED_GROUP_DESCRIPTION, SharedUse, shared_group_name, shared_group_tags, with_shared,
 };
 use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
@@ -22,8 +22,10 @@ pub const SHARED_GROUP_NOT_OURS: &str = "SharedBackendGroupNotOurs";
 /// What [`AwsLoadBalancers::shared_use`] decided for one NLB.
 pub(super) struct SharedOutcome {
     pub(super) use_: SharedUse,
-    /// The group was made now.
-    pub(super) created: bool,
+    /// The group's ID, when it exists and is proven ours (or made now).
+    pub(super) id: Option<String>,
+    /// The group is made first (this sync made it; a plan would).
+    pub(super) creates: bool,
     /// A group has its name but not its proof.
     pub(super) warning: Option<Warning>,
 }
@@ -91,23 +93,27 @@ impl AwsLoadBalancers {
         Ok(id)
     }
 
-    /// The shared group's use by an NLB (whose plan manages its groups:
-    /// `manages_groups`; which carries `lb_groups` if it exists), made when
-    /// the mode wants it and `create` (a sync, not a plan). A group with its
-    /// name that is not proven ours is never used: a warning, and the NLB's
+    /// The shared group's use by the NLB `desired` asks for (`actual`, as
+    /// read), its groups in `desired` completed with it; made when the mode
+    /// wants it and `create` (a sync, not a plan). A group with its name
+    /// that is not proven ours is never used: a warning, and the NLB's
     /// groups and node rules stay as the mode would leave them without it.
     pub(super) async fn shared_use(
         &self,
         vpc_id: &str,
         groups: &BTreeMap<String, SecurityGroup>,
-        manages_groups: bool,
-        lb_groups: Option<&[String]>,
+        desired: &mut nlb::Desired,
+        actual: &nlb::Actual,
         create: bool,
     ) -> Result<SharedOutcome, CloudError> {
         let mode_on = self.mode_on();
+        // As `nlb::plan::plan`: an existing NLB without groups keeps none.
+        let lb_groups = actual.lb.as_ref().map(|l| l.security_groups.as_slice());
+        let manages_groups = desired.groups_managed && lb_groups.is_none_or(|g| !g.is_empty());
         let mut out = SharedOutcome {
             use_: SharedUse::None,
-            created: false,
+            id: None,
+            creates: false,
             warning: None,
         };
         let id = match self.find_shared_group(groups) {
@@ -128,13 +134,20 @@ impl AwsLoadBalancers {
                 }
                 return Ok(out);
             }
-            Found::Missing if mode_on && manages_groups && create => {
-                out.created = true;
-                Some(self.create_shared_group(vpc_id).await?)
+            Found::Missing if mode_on && manages_groups => {
+                out.creates = true;
+                // A plan shows the placeholder ID.
+                if create {
+                    Some(self.create_shared_group(vpc_id).await?)
+                } else {
+                    None
+                }
             }
             Found::Missing => None,
         };
         out.use_ = nlb::shared_group::shared_use(mode_on, manages_groups, id.as_deref(), lb_groups);
+        desired.security_groups = with_shared(&desired.security_groups, &out.use_);
+        out.id = id;
         Ok(out)
     }
 
