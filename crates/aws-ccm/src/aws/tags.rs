@@ -31,6 +31,12 @@ pub(crate) const APPLIED_SETTINGS_TAG: &str = "aws-ccm/applied-settings";
 /// it was kept from. The proof `aws-ccm orphans` reads as "protected,
 /// kept" (see `aws::load_balancers::keep`). The Go CCM writes no such tag.
 pub(crate) const KEPT_TAG: &str = "aws-ccm/kept";
+/// On a kept load balancer a later Service adopted by name
+/// (`aws-load-balancer-name`): that Service (`<ns>/<name>`). With the
+/// service-name tag naming the same Service it is the proof that the load
+/// balancer, whose name is not `a` + that Service's UID, is its own (see
+/// `aws::load_balancers::adopt`). The Go CCM writes no such tag.
+pub(crate) const ADOPTED_TAG: &str = "aws-ccm/adopted";
 /// On an NLB whose AWS `deletion_protection.enabled` attribute this CCM
 /// turned on (`on`), or back off (`off`): only then does removing the
 /// annotation turn the attribute off, so a protection set by hand (on a
@@ -154,6 +160,7 @@ pub(crate) fn is_controller_tag(key: &str) -> bool {
             MANAGED_TAGS_TAG,
             TARGET_GROUP_ATTRIBUTES_TAG,
             KEPT_TAG,
+            ADOPTED_TAG,
             DELETION_PROTECTION_TAG,
         ]
         .contains(&key)

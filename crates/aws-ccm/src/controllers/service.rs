@@ -46,7 +46,7 @@ use super::schedule::settle::Settle;
 use crate::backoff::Backoff;
 use crate::provider::Cloud;
 use crate::provider::load_balancers::{
-    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, is_external, is_protected,
+    EnsureRequest, LoadBalancerSpec, LoadBalancers, Scope, adopt_name, is_external, is_protected,
     next_resync_slot_at,
 };
 
@@ -657,7 +657,12 @@ impl<L: LoadBalancers> ServiceController<L> {
                 .normal(&obj, "DeletingLoadBalancer", "Deleting load balancer")
                 .await;
             let deleted = (self.lbs)
-                .ensure_deleted(&key(svc), &uid, is_protected(svc))
+                .ensure_deleted(
+                    &key(svc),
+                    &uid,
+                    is_protected(svc),
+                    adopt_name(svc).as_deref(),
+                )
                 .await;
             match deleted {
                 Ok(removed) => kept = removed.kept,
@@ -811,6 +816,36 @@ mod tests {
             }))
             .unwrap(),
         )
+    }
+
+    /// Adoption (issue 45): the status naming the adopted load balancer
+    /// (the held name a sync follows once the annotation goes) is no
+    /// change to sync for; adding or removing `aws-load-balancer-name` is
+    /// one, as any annotation.
+    #[test]
+    fn the_held_name_in_the_status_is_no_change_the_name_annotation_is() {
+        let svc = lb_service("1", "10");
+        let mut held = (*svc).clone();
+        held.status = Some(
+            serde_json::from_value(serde_json::json!({"loadBalancer": {"ingress": [
+            {"hostname": "a0123456789abcdef0123456789abcde-1.us-east-1.elb.amazonaws.com"}]}}))
+            .unwrap(),
+        );
+        assert!(
+            crate::aws::annotations::held_name(&held).is_none(),
+            "no UID: nothing held"
+        );
+        held.metadata.uid = Some("fedcba98-7654-3210-fedc-ba9876543210".into());
+        let mut before = (*svc).clone();
+        before.metadata.uid = held.metadata.uid.clone();
+        assert!(crate::aws::annotations::held_name(&held).is_some());
+        assert_eq!(fingerprint(&held), fingerprint(&before));
+        let mut named = before.clone();
+        named.metadata.annotations.get_or_insert_default().insert(
+            crate::aws::annotations::NAME.to_string(),
+            "a0123456789abcdef0123456789abcde".into(),
+        );
+        assert_ne!(fingerprint(&named), fingerprint(&before));
     }
 
     fn no_backends(_: &BTreeMap<String, String>) -> Backends {

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use super::Context;
 use crate::aws::elb::{self, Change as ClbChange};
+use crate::aws::load_balancers::adopt::AdoptedSync;
 use crate::aws::load_balancers::{AwsLoadBalancers, ClbPlan, NlbPlan, Planned, Warning};
 use crate::aws::nlb::shared_group::SharedUse;
 use crate::aws::nlb::{self, Change as NlbChange};
@@ -187,7 +188,10 @@ async fn service_section(
         spec,
         scope,
     };
-    match lbs.plan(&req).await {
+    let Some(adopted) = adoption_steps(lbs, &req, &mut section).await else {
+        return section;
+    };
+    match lbs.plan(&adopted.request).await {
         Ok(Planned::Classic(p)) => clb_steps(&p, &mut section),
         Ok(Planned::Network { plan, node_rules }) => {
             nlb_steps(&plan, &mut section);
@@ -196,6 +200,42 @@ async fn service_section(
         Err(e) => section.fails(format!("the sync would fail: {e}")),
     }
     section
+}
+
+/// What the sync's adoption by `aws-load-balancer-name` would do (reads
+/// only for a Service with the annotation or an adopted load balancer):
+/// the adoption's step, or the Warning of a refused name. `None` when the
+/// sync would fail (said in `section`).
+async fn adoption_steps<'a>(
+    lbs: &AwsLoadBalancers,
+    req: &'a EnsureRequest,
+    section: &mut Section,
+) -> Option<AdoptedSync<'a>> {
+    let adopted = match lbs.adopted_sync(req, false).await {
+        Ok(a) => a,
+        Err(e) => {
+            section.fails(format!("the sync would fail: {e}"));
+            return None;
+        }
+    };
+    if let Some(w) = &adopted.refused {
+        section.note(format!("{w:?}"));
+    }
+    if let Some(from) = &adopted.kept_from {
+        let name = elb::load_balancer_name(&adopted.request.uid);
+        section.step(
+            "~",
+            format!(
+                "adopt {name} (kept from {from}): its {} and {} tags name {}, then its {} tag and {from}'s target groups go",
+                tags::SERVICE_NAME_TAG,
+                tags::ADOPTED_TAG,
+                req.service_key,
+                tags::KEPT_TAG
+            ),
+            &["AddTags", "RemoveTags", "DeleteTargetGroup"],
+        );
+    }
+    Some(adopted)
 }
 
 /// A Service carrying the finalizer that no longer wants a load balancer
@@ -511,6 +551,7 @@ fn clb_step(c: &ClbChange, what: String) -> Step {
         ClbChange::AttachSubnets(_) => ("+", "AttachLoadBalancerToSubnets"),
         ClbChange::DetachSubnets(_) => ("-", "DetachLoadBalancerFromSubnets"),
         ClbChange::AddTags(_) => ("~", "AddTags"),
+        ClbChange::RemoveTags(_) => ("~", "RemoveTags"),
         ClbChange::CreatePolicy { .. } => ("+", "CreateLoadBalancerPolicy"),
         ClbChange::SetBackendPolicies { .. } => ("~", "SetLoadBalancerPoliciesForBackendServer"),
         ClbChange::SetListenerPolicies { .. } => ("~", "SetLoadBalancerPoliciesOfListener"),

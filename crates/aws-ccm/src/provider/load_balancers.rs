@@ -22,7 +22,8 @@ use crate::provider::CloudResult;
 
 pub use crate::aws::annotations::{
     Finding, Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SYNC_FAILED, SpecError,
-    TARGET_NODE_LABELS, TYPE, is_external, is_protected, labels_match, parse_key_values,
+    TARGET_NODE_LABELS, TYPE, adopt_name, is_external, is_protected, labels_match,
+    parse_key_values,
 };
 
 /// The resync slot of the Service with UID `uid` that holds `at`: slots
@@ -129,11 +130,14 @@ pub trait LoadBalancers: Clone + Send + Sync + 'static {
     /// Service marks its load balancer protected, [`is_protected`]), or when
     /// the cloud protects it, keeps the load balancer and its own parts and
     /// removes only what reaches into the cluster.
+    /// `adopted`: the Service's `aws-load-balancer-name` (the load balancer
+    /// it may have adopted, [`adopt_name`]).
     fn ensure_deleted(
         &self,
         service_key: &str,
         uid: &str,
         protected: bool,
+        adopted: Option<&str>,
     ) -> impl Future<Output = CloudResult<Removed>> + Send;
 }
 

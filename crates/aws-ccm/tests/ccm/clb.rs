@@ -217,7 +217,7 @@ impl Vpc {
 /// public-b-plain (no tags), public-c tagged for another cluster. With
 /// `public: false` there is no gateway and only one untagged private subnet.
 async fn vpc(env: &Env, public: bool) -> anyhow::Result<Vpc> {
-    let conf = env.moto.sdk_config().await;
+    let conf = env.sdk_config().await;
     let ec2 = aws_sdk_ec2::Client::new(&conf);
     let elb = aws_sdk_elasticloadbalancing::Client::new(&conf);
     let out = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;

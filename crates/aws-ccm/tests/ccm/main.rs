@@ -8,6 +8,7 @@ mod ipv6;
 mod sg_rules;
 mod support;
 
+mod adopt;
 mod backends;
 mod chaos;
 mod clb;

@@ -2106,3 +2106,89 @@ async fn a_group_rule_stays_while_a_newer_nlb_carries_the_group() -> anyhow::Res
     );
     env.finish().await
 }
+
+/// A replaced target group whose delete AWS keeps failing (a 5xx on every
+/// try): once the listener moved to the new group, AWS lists the old one
+/// under no load balancer (the proxy links groups as AWS does, not as moto
+/// does), so the syncs after it do not meet it again. The Service's
+/// deletion finds it by its name and tags (one listing of every target
+/// group) and deletes it; nothing is left.
+#[tokio::test]
+async fn a_replaced_group_whose_delete_failed_goes_with_its_service() -> anyhow::Result<()> {
+    use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let svc = nlb_service("web", serde_json::json!({}));
+    let (created, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
+    let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let lbs = cloud
+        .elbv2
+        .describe_load_balancers()
+        .names(lb_name(&created))
+        .send()
+        .await?;
+    let arn = lbs.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap_or_default()
+        .to_string();
+    let behind = || async {
+        let out = cloud
+            .elbv2
+            .describe_target_groups()
+            .load_balancer_arn(&arn)
+            .send()
+            .await?;
+        anyhow::Ok(
+            out.target_groups()
+                .iter()
+                .filter_map(|g| g.target_group_name().map(str::to_string))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let old = behind().await?;
+    assert_eq!(old.len(), 1, "{old:?}");
+
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::ServerError(500)).for_action("DeleteTargetGroup"),
+    ]);
+    // The health check interval is in the group's name: a new group.
+    let change = serde_json::json!({"metadata": {"annotations": {
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "10"}}});
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&change))
+        .await?;
+    eventually("the listener on the new group", WAIT, || async {
+        let now = behind().await.ok()?;
+        (now.len() == 1 && now != old).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    eventually("the old group's delete refused", WAIT, || async {
+        (env.proxy.fired().iter().map(|(_, n)| n).sum::<u64>() > 0).then_some(())
+    })
+    .await?;
+    let left = cloud
+        .elbv2
+        .describe_target_groups()
+        .names(&old[0])
+        .send()
+        .await?;
+    assert!(
+        left.target_groups()[0].load_balancer_arns().is_empty(),
+        "the old group is left, behind no load balancer"
+    );
+
+    env.proxy.set_faults(Vec::new());
+    services.delete("web", &DeleteParams::default()).await?;
+    eventually("Service web gone", WAIT, || async {
+        services.get_opt("web").await.ok()?.is_none().then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let tagged = cluster_tagged_elbv2(&cloud.elbv2).await?;
+    assert!(
+        tagged.is_empty(),
+        "the old group went with its Service: {tagged:?}"
+    );
+    env.finish().await
+}

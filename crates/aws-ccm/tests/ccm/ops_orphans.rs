@@ -198,7 +198,7 @@ async fn node_rules(p: &Planted, groups: &[&str], nlbs: &[&str]) -> anyhow::Resu
 /// one orphan of every kind next to live resources and another cluster's.
 async fn plant(env: &Env) -> anyhow::Result<Planted> {
     let cloud = Cloud::new(env).await?;
-    let conf = env.moto.sdk_config().await;
+    let conf = env.sdk_config().await;
     let mut p = Planted {
         cloud,
         elb: aws_sdk_elasticloadbalancing::Client::new(&conf),
@@ -553,7 +553,7 @@ fn borrowed<'a>(tags: &'a [(&'static str, String)]) -> Vec<(&'a str, &'a str)> {
 async fn orphans_leaves_a_kops_clusters_own_load_balancers_alone() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let cloud = Cloud::new(&env).await?;
-    let conf = env.moto.sdk_config().await;
+    let conf = env.sdk_config().await;
     let p = Planted {
         cloud,
         elb: aws_sdk_elasticloadbalancing::Client::new(&conf),

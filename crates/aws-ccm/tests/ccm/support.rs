@@ -94,6 +94,11 @@ pub struct Env {
     /// CCM's calls through, so the IAM coverage test sees them (it records
     /// when `AWS_CCM_RECORD_ACTIONS` is set).
     pub proxy: FaultProxy,
+    /// A pass-through proxy in front of moto that no test breaks, for the
+    /// tests' own library reads ([`aws_client`], the orphan audit): they
+    /// get AWS's answers where the proxy corrects moto's (a target group's
+    /// load balancer links), as `aws-ccm orphans` would on AWS.
+    reads: FaultProxy,
     /// Holds the kubeconfig and cloud.conf; removed on drop.
     #[allow(dead_code)]
     pub dir: tempfile::TempDir,
@@ -126,6 +131,7 @@ impl Env {
             &["/metrics"],
         ));
         let proxy = FaultProxy::start(&moto.endpoint(), ProxyConfig::default()).await?;
+        let reads = FaultProxy::start(&moto.endpoint(), ProxyConfig::default()).await?;
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
         std::fs::write(&kubeconfig, api.kubeconfig_yaml_with_token(CCM_TOKEN))
@@ -136,6 +142,7 @@ impl Env {
             api,
             moto,
             proxy,
+            reads,
             dir,
             kubeconfig,
             cloud_conf: cloud_conf_path,
@@ -197,6 +204,12 @@ impl Env {
             .into_iter()
             .map(|o| format!("{} {}: {}", o.kind.as_str(), o.id, o.recognised))
             .collect())
+    }
+
+    /// SDK configuration for the tests' own calls (seeding, assertions):
+    /// moto through the `reads` proxy, so reads meet AWS's answers.
+    pub async fn sdk_config(&self) -> aws_config::SdkConfig {
+        ccm_testkit::moto::test_sdk_config(&self.reads.endpoint()).await
     }
 
     /// The flags every test passes; timings shortened so tests finish quickly.
@@ -556,7 +569,7 @@ impl Seeded {
 /// A VPC with one public subnet (10.0.1.0/24), a cluster-tagged node group
 /// and `nodes` node instances.
 pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
-    let conf = env.moto.sdk_config().await;
+    let conf = env.sdk_config().await;
     let ec2 = aws_sdk_ec2::Client::new(&conf);
     let cluster_tag = format!("kubernetes.io/cluster/{CLUSTER_ID}");
     let vpc = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;
@@ -640,10 +653,11 @@ pub fn mutations(proxy: &FaultProxy) -> std::collections::BTreeMap<String, u64> 
         .collect()
 }
 
-/// The library's AWS client (the one door) for moto, for tests that call
-/// the library directly (e.g. the orphan audit).
+/// The library's AWS client (the one door) for moto, through a proxy that
+/// answers as AWS does, for tests that call the library directly (e.g. the
+/// orphan audit).
 pub async fn aws_client(env: &Env) -> aws_ccm::aws::Aws {
-    aws_client_via(env, &env.moto.endpoint()).await
+    aws_client_via(env, &env.reads.endpoint()).await
 }
 
 /// The library's AWS client with its calls sent to `endpoint` (a proxy in

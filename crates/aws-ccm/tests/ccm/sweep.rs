@@ -426,7 +426,7 @@ async fn a_write_invalidates_only_the_load_balancer_it_touched() -> anyhow::Resu
     // controller would, and the audit finds nothing left.
     for r in &reqs {
         assert!(
-            lbs.ensure_deleted(&r.service_key, &r.uid, false)
+            lbs.ensure_deleted(&r.service_key, &r.uid, false, None)
                 .await?
                 .changed
         );

@@ -53,6 +53,7 @@ mod rule_quota;
 mod simulate;
 mod target_quota;
 mod tg_attributes;
+mod tg_links;
 mod throttle;
 mod topology;
 
@@ -854,6 +855,14 @@ async fn upstream_answer(
                 .map_err(|never: Infallible| match never {})
                 .boxed()
         });
+    }
+    if tg_links::wants(&call.service, &call.action)
+        && let Some(answer) = tg_links::answer(state, &parts.headers, params).await
+    {
+        return match answer {
+            Ok(xml) => xml_response(xml),
+            Err(e) => error_response(&e, call),
+        };
     }
     let local = state.local.read().clone();
     if let Some(local) = local {

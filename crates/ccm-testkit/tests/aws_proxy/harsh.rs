@@ -565,3 +565,217 @@ async fn register_targets_is_refused_over_the_targets_per_load_balancer_quota() 
     proxy.set_targets_per_load_balancer(None);
     register(&lone, &[&i3]).await.expect("no quota, no refusal");
 }
+
+#[tokio::test]
+async fn target_group_links_follow_the_listeners_as_on_aws() {
+    use aws_sdk_elasticloadbalancingv2::types::{
+        Action, ActionTypeEnum, LoadBalancerTypeEnum, ProtocolEnum,
+    };
+    let proxy = proxy(ProxyConfig::default()).await;
+    let ec2c = ec2(&proxy.endpoint(), no_retries()).await;
+    let v2 = elbv2(&proxy.endpoint(), no_retries()).await;
+    // moto itself, to show the leniency the proxy takes away.
+    let moto = elbv2(&shared_moto_endpoint(), no_retries()).await;
+    let vpc = ec2c
+        .describe_vpcs()
+        .send()
+        .await
+        .expect("vpcs")
+        .vpcs()
+        .first()
+        .and_then(|v| v.vpc_id().map(str::to_owned))
+        .expect("moto's default VPC");
+    let subnet = ec2c
+        .describe_subnets()
+        .filters(Filter::builder().name("vpc-id").values(&vpc).build())
+        .send()
+        .await
+        .expect("subnets")
+        .subnets()[0]
+        .subnet_id()
+        .expect("a subnet")
+        .to_owned();
+    let lb = v2
+        .create_load_balancer()
+        .name(&unique("nlb")[..24])
+        .r#type(LoadBalancerTypeEnum::Network)
+        .subnets(&subnet)
+        .send()
+        .await
+        .expect("an NLB")
+        .load_balancers()[0]
+        .load_balancer_arn()
+        .expect("an ARN")
+        .to_owned();
+    let group = || {
+        let v2 = v2.clone();
+        let vpc = vpc.clone();
+        async move {
+            v2.create_target_group()
+                .name(&unique("tg")[..24])
+                .protocol(ProtocolEnum::Tcp)
+                .port(30080)
+                .vpc_id(vpc)
+                .send()
+                .await
+                .expect("a target group")
+                .target_groups()[0]
+                .target_group_arn()
+                .expect("an ARN")
+                .to_owned()
+        }
+    };
+    let forward = |tg: &str| {
+        Action::builder()
+            .r#type(ActionTypeEnum::Forward)
+            .target_group_arn(tg)
+            .build()
+    };
+    // The load balancers each of `groups` names, as `client` answers.
+    let links = |client: aws_sdk_elasticloadbalancingv2::Client, groups: Vec<String>| async move {
+        let out = client
+            .describe_target_groups()
+            .set_target_group_arns(Some(groups.clone()))
+            .send()
+            .await
+            .expect("the groups");
+        groups
+            .iter()
+            .map(|g| {
+                out.target_groups()
+                    .iter()
+                    .find(|t| t.target_group_arn() == Some(g.as_str()))
+                    .map(|t| t.load_balancer_arns().to_vec())
+                    .expect("listed")
+            })
+            .collect::<Vec<_>>()
+    };
+    // The groups listed under the load balancer, or the error code.
+    let behind = |client: aws_sdk_elasticloadbalancingv2::Client, lb: String| async move {
+        match client
+            .describe_target_groups()
+            .load_balancer_arn(lb)
+            .send()
+            .await
+        {
+            Ok(out) => Ok(out
+                .target_groups()
+                .iter()
+                .filter_map(|t| t.target_group_arn().map(str::to_owned))
+                .collect::<Vec<_>>()),
+            Err(e) => Err(e.code().unwrap_or_default().to_owned()),
+        }
+    };
+    let in_full_listing = |client: aws_sdk_elasticloadbalancingv2::Client, tg: String| async move {
+        client
+            .describe_target_groups()
+            .send()
+            .await
+            .expect("the listing")
+            .target_groups()
+            .iter()
+            .find(|t| t.target_group_arn() == Some(tg.as_str()))
+            .map(|t| t.load_balancer_arns().to_vec())
+            .expect("listed")
+    };
+
+    let (a, b) = (group().await, group().await);
+    let listener = v2
+        .create_listener()
+        .load_balancer_arn(&lb)
+        .protocol(ProtocolEnum::Tcp)
+        .port(80)
+        .default_actions(forward(&a))
+        .send()
+        .await
+        .expect("a listener")
+        .listeners()[0]
+        .listener_arn()
+        .expect("an ARN")
+        .to_owned();
+    let lb_only = vec![lb.clone()];
+    assert_eq!(
+        links(v2.clone(), vec![a.clone(), b.clone()]).await,
+        [lb_only.clone(), vec![]]
+    );
+    assert_eq!(behind(v2.clone(), lb.clone()).await, Ok(vec![a.clone()]));
+
+    // The listener moves to b: on AWS the links move with it.
+    v2.modify_listener()
+        .listener_arn(&listener)
+        .default_actions(forward(&b))
+        .send()
+        .await
+        .expect("moved");
+    assert_eq!(
+        links(moto.clone(), vec![a.clone(), b.clone()]).await,
+        [lb_only.clone(), vec![]],
+        "moto keeps the old link and makes no new one (else this test shows nothing)"
+    );
+    assert_eq!(
+        behind(moto.clone(), lb.clone()).await,
+        Ok(vec![a.clone()]),
+        "moto lists the group no listener uses"
+    );
+    assert_eq!(
+        links(v2.clone(), vec![a.clone(), b.clone()]).await,
+        [vec![], lb_only.clone()]
+    );
+    assert_eq!(behind(v2.clone(), lb.clone()).await, Ok(vec![b.clone()]));
+    assert_eq!(
+        in_full_listing(v2.clone(), a.clone()).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(in_full_listing(v2.clone(), b.clone()).await, lb_only);
+
+    // No listener left: no group is behind the load balancer.
+    v2.delete_listener()
+        .listener_arn(&listener)
+        .send()
+        .await
+        .expect("deleted");
+    assert_eq!(
+        links(v2.clone(), vec![a.clone(), b.clone()]).await,
+        [Vec::<String>::new(), vec![]]
+    );
+    assert_eq!(
+        behind(v2.clone(), lb.clone()).await,
+        Err("TargetGroupNotFound".to_owned())
+    );
+    assert_eq!(
+        behind(
+            v2.clone(),
+            "arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/net/none/0"
+                .to_owned()
+        )
+        .await,
+        Err("LoadBalancerNotFound".to_owned()),
+        "an unknown load balancer is moto's own answer"
+    );
+    // The proxy's own reads are not the caller's calls.
+    let counts = proxy.calls();
+    assert_eq!(
+        counts
+            .get("elasticloadbalancingv2", "DescribeListeners")
+            .received,
+        0
+    );
+    assert_eq!(
+        counts
+            .get("elasticloadbalancingv2", "DescribeTargetGroups")
+            .received,
+        9
+    );
+    for g in [&a, &b] {
+        v2.delete_target_group()
+            .target_group_arn(g)
+            .send()
+            .await
+            .expect("deleted");
+    }
+    v2.delete_load_balancer()
+        .load_balancer_arn(&lb)
+        .send()
+        .await
+        .expect("deleted");
+}

@@ -136,6 +136,54 @@ pub fn is_external(svc: &k8s_openapi::api::core::v1::Service) -> bool {
         .is_some_and(|v| external_type(v))
 }
 
+/// The load balancer a Service may have adopted (see
+/// `aws::load_balancers::adopt`), which its deletion deletes and
+/// `aws-ccm orphans` counts as live, once its tags prove it the Service's:
+/// the one its status names ([`held_name`]: what it adopted, kept when the
+/// annotation is removed or names another), else the one its
+/// `aws-load-balancer-name` names (adopted before its status was written).
+pub fn adopt_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<String> {
+    held_name(svc).or_else(|| {
+        (svc.metadata.annotations.as_ref())
+            .and_then(|a| a.get(NAME))
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+    })
+}
+
+/// The name of the load balancer the Service's status points at, when it
+/// is a name this CCM gives (`a` + 31 hex digits, the DNS name's first
+/// label after an optional `internal-`) and not the Service's own: the load
+/// balancer it adopted. A local read: no AWS call for a Service whose
+/// status names its own load balancer, or none.
+pub fn held_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<String> {
+    let own = crate::aws::elb::load_balancer_name(svc.metadata.uid.as_deref()?);
+    let ingress = svc
+        .status
+        .as_ref()?
+        .load_balancer
+        .as_ref()?
+        .ingress
+        .as_ref()?;
+    ingress
+        .iter()
+        .filter_map(|i| i.hostname.as_deref())
+        .find_map(name_in_hostname)
+        .filter(|n| *n != own)
+}
+
+/// Pure: the `a` + 31-hex-digit load balancer name a DNS name begins with.
+pub(crate) fn name_in_hostname(hostname: &str) -> Option<String> {
+    let h = hostname.strip_prefix("internal-").unwrap_or(hostname);
+    let name = h.get(..32)?;
+    let rest = h.get(32..)?;
+    let hex = name.strip_prefix('a')?;
+    (hex.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && (rest.starts_with('-') || rest.starts_with('.')))
+    .then(|| name.to_string())
+}
+
 /// Whether the Service marks its load balancer protected:
 /// `aws-load-balancer-attributes` holds `deletion_protection.enabled=true`
 /// (read as [`LoadBalancerSpec::deletion_protection`] reads it). Its
@@ -350,6 +398,13 @@ pub struct LoadBalancerSpec {
     /// `Some(true)` protects the load balancer (kept when the Service goes,
     /// see `aws::load_balancers::keep`); `None`: not written.
     pub(crate) deletion_protection: Option<bool>,
+    /// `aws-load-balancer-name`: the kept load balancer the Service adopts,
+    /// or has adopted (see `aws::load_balancers::adopt`).
+    pub(crate) adopt_name: Option<String>,
+    /// The load balancer the Service's status names when not its own
+    /// ([`held_name`]): followed only while its tags say the Service
+    /// adopted it (the annotation removed after the adoption).
+    pub(crate) held_name: Option<String>,
 }
 
 impl LoadBalancerSpec {

@@ -168,6 +168,7 @@ impl LoadBalancerSpec {
                 }
             }
             out.read_spec_fields(&spec, &cx, annotations, &mut errors);
+            out.held_name = super::held_name(svc);
         }
         Reading {
             spec: out,

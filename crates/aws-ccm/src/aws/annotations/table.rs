@@ -432,11 +432,13 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "AWS Load Balancer Controller: the NLB's target type.",
         "this CCM's NLB targets are always the nodes' instances on the node port (instance); ip targets need that controller (aws-load-balancer-type: external)",
     ),
-    not_read(
+    row(
         NAME,
         "string",
-        "AWS Load Balancer Controller: the load balancer's name.",
-        "the load balancer is named a + the Service UID, as by the Go CCM",
+        "`a` + the Service UID",
+        Applies::Both,
+        "The AWS Load Balancer Controller's key, read for one thing only: adopting a load balancer this CCM kept (see `aws-load-balancer-attributes`). When it names a classic ELB (or, with `aws-load-balancer-type: nlb`, an NLB) that carries this cluster's `owned` tag and this CCM's `aws-ccm/kept` tag, and the Service has no load balancer of its own, the Service adopts it: no new load balancer, the same DNS name and Elastic IPs; its tags then name the Service (`kubernetes.io/service-name`, `aws-ccm/adopted`) and its listeners, target groups and node rules are brought to what the Service asks. Any other value names nothing this CCM made: Warning `LoadBalancerNotAdopted` saying why, and the load balancer is named `a` + the Service UID as by the Go CCM, which ignores the key. Removing the key after an adoption keeps the adopted load balancer (found by the Service's status and proven by those tags), never a second one. See docs/ownership.md.",
+        Parse::Text(|s| &mut s.adopt_name),
     ),
     not_read(
         PROXY_PROTOCOL_PER_TARGET_GROUP,

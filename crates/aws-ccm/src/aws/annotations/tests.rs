@@ -74,8 +74,9 @@ fn table_has_every_upstream_annotation_once() {
     assert!(ANNOTATIONS.iter().all(|a| a.name.starts_with(PREFIX)));
     // The Load Balancer Controller's keys the Go CCM does not read are the
     // rows that are not read, the scheme, which is read for its safety, and
-    // the attributes, read for deletion protection alone.
-    let read_albc = [SCHEME, LB_ATTRIBUTES];
+    // the attributes, read for deletion protection alone, and the name,
+    // read for adoption alone.
+    let read_albc = [SCHEME, LB_ATTRIBUTES, NAME];
     for row in ANNOTATIONS {
         let not_read = matches!(row.parse, super::rows::Parse::NotRead(_));
         let albc_only =
@@ -456,8 +457,9 @@ fn load_balancer_controller_keys_are_warned_about_and_change_nothing() {
         .iter()
         .filter(|r| matches!(r.parse, super::rows::Parse::NotRead(_)))
         .collect();
-    // 18 since `aws-load-balancer-attributes` is read (deletion protection).
-    assert!(rows.len() >= 18, "{}", rows.len());
+    // 17 since `aws-load-balancer-attributes` (deletion protection) and
+    // `aws-load-balancer-name` (adoption) are read.
+    assert!(rows.len() >= 17, "{}", rows.len());
     for kind in ["nlb", ""] {
         let plain = LoadBalancerSpec::read(&service(&[(TYPE, kind)], &[(80, 30080)]));
         for row in &rows {

@@ -289,6 +289,7 @@ operations! {
     ElbDescribeLoadBalancers => (Elb, "DescribeLoadBalancers", ElbNonMutating, ReadOnly),
     ElbDescribeTags => (Elb, "DescribeTags", ElbNonMutating, ReadOnly),
     ElbAddTags => (Elb, "AddTags", ElbMutating, Natural),
+    ElbRemoveTags => (Elb, "RemoveTags", ElbMutating, Natural),
     ElbCreateLoadBalancerListeners => (Elb, "CreateLoadBalancerListeners", ElbMutating, Create),
     ElbDeleteLoadBalancerListeners => (Elb, "DeleteLoadBalancerListeners", ElbMutating, Natural),
     ElbConfigureHealthCheck => (Elb, "ConfigureHealthCheck", ElbMutating, Natural),

@@ -306,6 +306,7 @@ impl Applying<'_> {
             Change::DetachSubnets(s) => self.detach_subnets(s).await,
             Change::ApplySecurityGroups(groups) => self.apply_groups(groups).await,
             Change::AddTags(tags) => self.add_tags(tags).await,
+            Change::RemoveTags(keys) => self.remove_tags(keys).await,
             Change::CreatePolicy {
                 name,
                 type_name,
@@ -486,6 +487,20 @@ impl Applying<'_> {
             c.add_tags()
                 .load_balancer_names(self.name)
                 .set_tags(Some(tags.clone()))
+                .send()
+        })
+        .await
+    }
+
+    async fn remove_tags(&self, keys: &BTreeSet<String>) -> Result<(), AwsError> {
+        let keys: Vec<elbt::TagKeyOnly> = keys
+            .iter()
+            .map(|k| elbt::TagKeyOnly::builder().key(k).build())
+            .collect();
+        self.call(Operation::ElbRemoveTags, |c| {
+            c.remove_tags()
+                .load_balancer_names(self.name)
+                .set_tags(Some(keys.clone()))
                 .send()
         })
         .await

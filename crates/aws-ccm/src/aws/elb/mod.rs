@@ -233,6 +233,8 @@ pub enum Change {
     DetachSubnets(BTreeSet<String>),
     ApplySecurityGroups(Vec<GroupRef>),
     AddTags(BTreeMap<String, String>),
+    /// Tags this CCM wrote that no longer hold (an adoption's kept tag).
+    RemoveTags(BTreeSet<String>),
     CreatePolicy {
         name: String,
         type_name: String,

@@ -649,6 +649,7 @@ pub(crate) fn describe(change: &Change) -> String {
         Change::DetachSubnets(s) => format!("detach subnets {s:?}"),
         Change::ApplySecurityGroups(_) => "apply security groups".into(),
         Change::AddTags(t) => format!("add tags {:?}", t.keys().collect::<Vec<_>>()),
+        Change::RemoveTags(keys) => format!("remove tags {keys:?}"),
         Change::CreatePolicy { name, .. } => format!("create policy {name}"),
         Change::SetBackendPolicies { instance_port, .. } => {
             format!("set backend policies on {instance_port}")

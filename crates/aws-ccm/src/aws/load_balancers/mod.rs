@@ -18,6 +18,7 @@ pub use crate::provider::load_balancers::{
     EnsureRequest, Ensured, LoadBalancers, Removed, Scope, Warning, merged,
 };
 
+pub(crate) mod adopt;
 mod applying;
 mod drift;
 mod groups;
@@ -50,6 +51,8 @@ pub struct AwsLoadBalancers {
     cluster_id: String,
     /// `--cluster-name`: upstream hashes it into an NLB's managed group name.
     cluster_name: String,
+    /// One adoption claim at a time ([`adopt`]).
+    adoptions: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl AwsLoadBalancers {
@@ -68,6 +71,7 @@ impl AwsLoadBalancers {
             cloud,
             cluster_id,
             cluster_name,
+            adoptions: Arc::default(),
         }
     }
 
@@ -441,6 +445,70 @@ impl AwsLoadBalancers {
 
 impl LoadBalancers for AwsLoadBalancers {
     async fn ensure(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
+        let adopted = self.adopted_sync(req, req.scope == Scope::Full).await?;
+        let mut ensured = self.ensure_named(&adopted.request).await?;
+        ensured.warnings.extend(adopted.refused);
+        if let (Some(from), Scope::Full) = (&adopted.kept_from, req.scope) {
+            let network = req.spec.kind == LoadBalancerKind::Network;
+            let name = elb::load_balancer_name(&adopted.request.uid);
+            self.finish_adoption(&name, network, &req.service_key, from)
+                .await?;
+        }
+        Ok(ensured)
+    }
+
+    async fn update_targets(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
+        let adopted = self.adopted_sync(req, false).await?;
+        if adopted.refused.is_some() || adopted.kept_from.is_some() {
+            // Not the Service's yet, or its adoption not complete: a full sync says and does so.
+            return LoadBalancers::ensure(self, req).await;
+        }
+        let req = &*adopted.request;
+        let result = self.update_targets_or_ensure(req).await;
+        // A classic ELB's description lists its instances: a sweep that
+        // started before the move no longer answers for it.
+        let name = &elb::load_balancer_name(&req.uid);
+        let classic = None;
+        self.memory()
+            .applied(Applied::TargetsMoved { name, classic });
+        result
+    }
+
+    fn name(&self, uid: &str) -> String {
+        elb::load_balancer_name(uid)
+    }
+
+    /// Removes whichever kind the Service has (or had): both are looked
+    /// for; an adopted one ([`adopt`]) by the name the Service gives.
+    async fn ensure_deleted(
+        &self,
+        service_key: &str,
+        uid: &str,
+        protected: bool,
+        adopted: Option<&str>,
+    ) -> Result<Removed, CloudError> {
+        let uid = self.adopted_uid(service_key, uid, adopted).await?;
+        let uid = uid.as_str();
+        self.memory().applied(Applied::ServiceGone { uid });
+        let deleted = async {
+            let clb = self.delete_clb(service_key, uid, false, protected).await?;
+            let clb_kept = clb.kept.is_some();
+            let nlb = (self.delete_nlb(service_key, uid, false, protected, clb_kept)).await?;
+            Ok(Removed {
+                changed: clb.changed || nlb.changed,
+                kept: clb.kept.or(nlb.kept),
+            })
+        }
+        .await;
+        self.memory().applied(Applied::ServiceGone { uid });
+        deleted
+    }
+}
+
+impl AwsLoadBalancers {
+    /// [`LoadBalancers::ensure`] of a request whose UID names the load
+    /// balancer ([`adopt`]).
+    async fn ensure_named(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
         self.memory().before_sync(&req.uid);
         let result = match (req.scope, req.spec.kind) {
             (Scope::Upkeep { node_rules }, _) => self.upkeep(req, node_rules).await,
@@ -463,43 +531,6 @@ impl LoadBalancers for AwsLoadBalancers {
             self.memory().applied(Applied::SyncFailed { uid });
         }
         result
-    }
-
-    async fn update_targets(&self, req: &EnsureRequest) -> Result<Ensured, CloudError> {
-        let result = self.update_targets_or_ensure(req).await;
-        // A classic ELB's description lists its instances: a sweep that
-        // started before the move no longer answers for it.
-        let name = &elb::load_balancer_name(&req.uid);
-        let classic = None;
-        self.memory()
-            .applied(Applied::TargetsMoved { name, classic });
-        result
-    }
-
-    fn name(&self, uid: &str) -> String {
-        elb::load_balancer_name(uid)
-    }
-
-    /// Removes whichever kind the Service has (or had): both are looked for.
-    async fn ensure_deleted(
-        &self,
-        service_key: &str,
-        uid: &str,
-        protected: bool,
-    ) -> Result<Removed, CloudError> {
-        self.memory().applied(Applied::ServiceGone { uid });
-        let deleted = async {
-            let clb = self.delete_clb(service_key, uid, false, protected).await?;
-            let clb_kept = clb.kept.is_some();
-            let nlb = (self.delete_nlb(service_key, uid, false, protected, clb_kept)).await?;
-            Ok(Removed {
-                changed: clb.changed || nlb.changed,
-                kept: clb.kept.or(nlb.kept),
-            })
-        }
-        .await;
-        self.memory().applied(Applied::ServiceGone { uid });
-        deleted
     }
 }
 

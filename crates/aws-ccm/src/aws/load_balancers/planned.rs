@@ -116,6 +116,28 @@ impl AwsLoadBalancers {
         })
     }
 
+    /// Type change handover: whether the Service was a classic ELB until
+    /// now (with `hand_over` that ELB is deleted first; else only looked
+    /// for). `exists`: the Service's NLB exists already.
+    async fn nlb_handover(
+        &self,
+        req: &EnsureRequest,
+        name: &str,
+        exists: bool,
+        hand_over: bool,
+    ) -> Result<bool, CloudError> {
+        Ok(match (exists, hand_over) {
+            (true, _) => false,
+            (false, true) => {
+                let protected = req.spec.protected();
+                (self.delete_clb(&req.service_key, &req.uid, true, protected))
+                    .await?
+                    .changed
+            }
+            (false, false) => elb::io::describe(&self.aws, name).await?.is_some(),
+        })
+    }
+
     /// Reads and plans an NLB sync, stopping before apply (the node rules
     /// are planned apart: [`Self::plan_nlb_node_rules`]). With `hand_over`
     /// a classic ELB the Service had is deleted first; without, only looked for.
@@ -124,7 +146,6 @@ impl AwsLoadBalancers {
         req: &EnsureRequest,
         hand_over: bool,
     ) -> Result<NlbPlan, CloudError> {
-        let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
@@ -147,20 +168,10 @@ impl AwsLoadBalancers {
         let (lb, target_groups, read_in_full) = self
             .nlb_actual(&name, &req.uid, &desired, &settings)
             .await?;
-        // Type change handover: the Service was a classic ELB until now.
-        let handover = match (&lb, hand_over) {
-            (Some(_), _) => false,
-            (None, true) => {
-                let protected = spec.protected();
-                (self.delete_clb(&req.service_key, &req.uid, true, protected))
-                    .await?
-                    .changed
-            }
-            (None, false) => elb::io::describe(aws, &name).await?.is_some(),
-        };
-        let owned_names = self.nlb_group_names(&req.service_key, &req.uid);
-        let mut read_names = owned_names.clone();
-        read_names.push(self.shared_group_name());
+        let handover = (self.nlb_handover(req, &name, lb.is_some(), hand_over)).await?;
+        let owned_names =
+            (self.nlb_group_names_of(&req.service_key, &req.uid, lb.as_ref())).await?;
+        let read_names = [owned_names.clone(), vec![self.shared_group_name()]].concat();
         let (groups, node_groups) = self
             .sync_groups(&req.uid, &vpc_id, &read_names, &backends)
             .await?;

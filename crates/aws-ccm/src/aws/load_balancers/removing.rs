@@ -174,7 +174,9 @@ impl AwsLoadBalancers {
         let target_groups =
             nlb::read::groups_to_delete(aws, lb_arn, thorough.then_some(service_key)).await?;
         // The Service's managed group, looked up by name.
-        let mut names = self.nlb_group_names(service_key, uid);
+        let mut names = self
+            .nlb_group_names_of(service_key, uid, lb.as_ref())
+            .await?;
         if clb_kept {
             names.retain(|n| *n != elb::owned_group_name(&name));
         }

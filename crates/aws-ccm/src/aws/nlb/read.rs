@@ -313,8 +313,7 @@ pub(crate) async fn groups_to_delete(
         None => Vec::new(),
     };
     if let Some(key) = orphans_of {
-        let prefix = super::target_group_prefix(key);
-        for g in find_service_target_groups(aws, &prefix, key).await? {
+        for g in find_service_target_groups(aws, key, false).await? {
             if !groups.iter().any(|t| t.arn == g.arn) {
                 groups.push(g);
             }
@@ -411,21 +410,35 @@ pub(crate) async fn all_target_groups(aws: &AwsClient) -> Result<Vec<t::TargetGr
     .await
 }
 
-/// Every target group whose name has the Service's prefix and whose tags
-/// name the Service: finds groups no listener points at any more (after an
-/// interrupted sync or a deleted NLB). One paginated listing and their
-/// tags; attributes and targets are not read. For deletes.
-async fn find_service_target_groups(
+/// The target groups named and tagged for Service `service_key` that no
+/// listener forwards to: AWS links a group only to the load balancers whose
+/// listeners forward to it now, so a group a listener moved off is behind
+/// no load balancer and found only by its name and tags. For deletes.
+pub(crate) async fn unused_service_target_groups(
     aws: &AwsClient,
-    name_prefix: &str,
     service_key: &str,
 ) -> Result<Vec<ActualTargetGroup>, AwsError> {
+    find_service_target_groups(aws, service_key, true).await
+}
+
+/// Every target group whose name has the Service's prefix and whose tags
+/// name the Service (`unused_only`: and behind no load balancer): finds
+/// groups no listener points at any more (after an interrupted sync or a
+/// deleted NLB). One paginated listing and their tags; attributes and
+/// targets are not read. For deletes.
+async fn find_service_target_groups(
+    aws: &AwsClient,
+    service_key: &str,
+    unused_only: bool,
+) -> Result<Vec<ActualTargetGroup>, AwsError> {
+    let name_prefix = super::target_group_prefix(service_key);
     let candidates: Vec<t::TargetGroup> = all_target_groups(aws)
         .await?
         .into_iter()
         .filter(|g| {
             g.target_group_name()
-                .is_some_and(|n| n.starts_with(name_prefix))
+                .is_some_and(|n| n.starts_with(&name_prefix))
+                && (!unused_only || g.load_balancer_arns().is_empty())
         })
         .collect();
     Ok(with_tags(aws, candidates)

@@ -46,6 +46,7 @@ use crate::aws::Aws;
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb;
+use crate::aws::load_balancers::adopt;
 use crate::aws::memory::Journal;
 use crate::aws::security_groups::{self as sg, Rule};
 use crate::controllers::route::plan::NodeRoutes;
@@ -61,6 +62,10 @@ pub struct Live {
     pub(crate) load_balancers: BTreeSet<String>,
     /// Every Node with what routes depend on.
     pub(crate) nodes: Vec<NodeRoutes>,
+    /// (load balancer name, `<ns>/<name>`) of each live Service that may
+    /// have adopted a kept load balancer ([`crate::aws::annotations::adopt_name`]):
+    /// live when its tags say so too ([`Live::with_adopted`]).
+    pub(crate) adopted: BTreeSet<(String, String)>,
 }
 
 impl Live {
@@ -82,7 +87,39 @@ impl Live {
                 .iter()
                 .map(crate::controllers::route::node_routes)
                 .collect(),
+            adopted: services
+                .iter()
+                .filter(|s| crate::controllers::service::wants_load_balancer(s))
+                .filter_map(|s| {
+                    let name = crate::aws::annotations::adopt_name(s)?;
+                    let key = format!(
+                        "{}/{}",
+                        s.metadata.namespace.as_deref()?,
+                        s.metadata.name.as_deref()?
+                    );
+                    Some((name, key))
+                })
+                .collect(),
         }
+    }
+
+    /// With the load balancers live Services adopted (`lbs`: those found),
+    /// by the proof the Service's sync and deletion take: the Service names
+    /// it and its tags name the Service ([`adopt::is_adopted_by`]).
+    pub(crate) fn with_adopted<'a>(
+        &self,
+        lbs: impl IntoIterator<Item = &'a read::LoadBalancer>,
+    ) -> Live {
+        let mut live = self.clone();
+        for lb in lbs {
+            let adopted = (lb.tags.get(crate::aws::tags::ADOPTED_TAG))
+                .filter(|key| self.adopted.contains(&(lb.name.clone(), (*key).clone())))
+                .is_some_and(|key| adopt::is_adopted_by(&lb.tags, key));
+            if adopted {
+                live.load_balancers.insert(lb.name.clone());
+            }
+        }
+        live
     }
 
     /// Lists every Service and Node.
@@ -224,6 +261,7 @@ pub async fn find(aws: &Aws, live: &Live, scope: &Scope) -> anyhow::Result<Audit
         read::classic_load_balancers(aws, cluster_id),
         read::load_balancers_v2(aws, cluster_id)
     )?;
+    let live = &live.with_adopted(clbs.iter().chain(&v2));
     read::judge_load_balancers(&clbs, live, cluster_id, &mut audit);
     read::judge_load_balancers(&v2, live, cluster_id, &mut audit);
     // What the deletion of the orphans frees: only what they use; a load

@@ -10,6 +10,7 @@ fn live(names: &[&str]) -> Live {
     Live {
         load_balancers: names.iter().map(|n| n.to_string()).collect(),
         nodes: Vec::new(),
+        adopted: BTreeSet::new(),
     }
 }
 
@@ -288,4 +289,45 @@ fn a_load_balancer_kept_for_a_protected_service_is_listed_kept_never_an_orphan()
     let orphans: Vec<&str> = audit.orphans.iter().map(|o| o.id.as_str()).collect();
     assert_eq!(orphans, [format!("arn:{GONE}").as_str()]);
     assert_eq!(audit.left_alone.len(), 1);
+}
+
+#[test]
+fn an_adopted_load_balancer_lives_while_the_service_its_tags_name_does() {
+    // Kept from default/web, adopted by default/new: its name is not
+    // "a" + default/new's UID, its tags and the Service's name prove it.
+    let mut adopted = ccm_tags("owned");
+    adopted.extend(crate::aws::load_balancers::adopt::claim_tags("default/new"));
+    let nlb = LoadBalancer {
+        kind: Kind::LoadBalancerV2,
+        name: GONE_NLB.into(),
+        id: format!("arn:{GONE_NLB}"),
+        tags: adopted.clone(),
+        created: None,
+    };
+    let judge = |live: &Live, lb: &LoadBalancer| {
+        let mut audit = Audit::default();
+        let live = live.with_adopted([lb]);
+        judge_load_balancers(std::slice::from_ref(lb), &live, CLUSTER, &mut audit);
+        audit
+    };
+    let mut alive = live(&[]);
+    alive
+        .adopted
+        .insert((GONE_NLB.to_string(), "default/new".to_string()));
+    let audit = judge(&alive, &nlb);
+    assert!(audit.orphans.is_empty() && audit.kept.is_empty() && audit.left_alone.is_empty());
+    // The adopter gone: an orphan, as its own would be.
+    let audit = judge(&live(&[]), &nlb);
+    assert_eq!(audit.orphans.len(), 1, "{audit:?}");
+    // Another live Service naming it proves nothing: the tags name default/new.
+    let mut other = live(&[]);
+    other
+        .adopted
+        .insert((GONE_NLB.to_string(), "default/other".to_string()));
+    assert_eq!(judge(&other, &nlb).orphans.len(), 1);
+    // Tags that do not agree (service-name moved on) prove nothing either.
+    let mut half = nlb.clone();
+    half.tags
+        .insert("kubernetes.io/service-name".into(), "default/web".into());
+    assert_eq!(judge(&alive, &half).orphans.len(), 1);
 }
