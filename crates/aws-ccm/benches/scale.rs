@@ -24,6 +24,8 @@
 //! - `SCALE_CHURN_SERVICES`: NLB Services in `churn` (default 500).
 //! - `SCALE_RULES_SERVICES`: comma list of NLB Service counts in `rules`
 //!   (default `10,100,500`).
+//! - `SCALE_RULES_MODES`: comma list of node-ingress modes in `rules`
+//!   (`Cidr,LoadBalancerGroup,SharedBackendGroup`, the default: all).
 //! - `SCALE_LATENCY_MS`: proxy latency per AWS call (default 50).
 //! - `SCALE_STEADY_SECS`: real seconds of `steady` after adoption (default
 //!   180 = 30 min at the default compression of 10).
@@ -201,6 +203,8 @@ struct Config {
     nlb: bool,
     churn_services: usize,
     rules_services: Vec<usize>,
+    /// `SCALE_RULES_MODES`: the node-ingress modes `rules` runs (empty: all).
+    rules_modes: Vec<String>,
     json: PathBuf,
     /// `SCALE_JOIN_TOPOLOGY`: the failures a join is repeated with.
     join_topology: Vec<String>,
@@ -225,6 +229,9 @@ impl Config {
             rules_services: var("SCALE_RULES_SERVICES")
                 .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
                 .unwrap_or_else(|| vec![10, 100, 500]),
+            rules_modes: var("SCALE_RULES_MODES")
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+                .unwrap_or_default(),
             join_topology: var("SCALE_JOIN_TOPOLOGY")
                 .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
                 .unwrap_or_default(),
@@ -2527,9 +2534,12 @@ struct IngressMode {
     name: &'static str,
     conf: &'static str,
     needed: fn(usize) -> usize,
+    /// Every NLB carries the one group the node group admits: the NLBs
+    /// admitted are those carrying it.
+    shared: bool,
 }
 
-const INGRESS_MODES: [IngressMode; 2] = [
+const INGRESS_MODES: [IngressMode; 3] = [
     // The Go CCM's rules: a client rule per NLB (its health check shares
     // the traffic port, which the rule from anywhere covers) and one MTU
     // rule for the one source range.
@@ -2537,12 +2547,22 @@ const INGRESS_MODES: [IngressMode; 2] = [
         name: "Cidr (the Go CCM, before)",
         conf: "",
         needed: |n| n + 1,
+        shared: false,
     },
     // One rule per NLB admitting its managed group.
     IngressMode {
         name: "LoadBalancerGroup",
         conf: "NLBSecurityGroupMode = Managed\nNLBNodeIngress = LoadBalancerGroup\n",
         needed: |n| n,
+        shared: false,
+    },
+    // One rule admitting the cluster's shared backend group, which every
+    // NLB carries.
+    IngressMode {
+        name: "SharedBackendGroup",
+        conf: "NLBSecurityGroupMode = Managed\nNLBNodeIngress = SharedBackendGroup\n",
+        needed: |_| 1,
+        shared: true,
     },
 ];
 
@@ -2553,7 +2573,11 @@ const INGRESS_MODES: [IngressMode; 2] = [
 /// holds what it needs or the quota. Setup speed, not a figure: no budget,
 /// no latency.
 async fn rules(cfg: &Config, table: &mut Table) -> anyhow::Result<()> {
-    for mode in &INGRESS_MODES {
+    let picked = |m: &IngressMode| {
+        let word = m.name.split(' ').next().unwrap_or(m.name);
+        cfg.rules_modes.is_empty() || cfg.rules_modes.iter().any(|w| w == word)
+    };
+    for mode in INGRESS_MODES.iter().filter(|m| picked(m)) {
         for &n in &cfg.rules_services {
             rules_in_mode(cfg, mode, n, table).await?;
         }
@@ -2629,7 +2653,16 @@ async fn rules_in_mode(
     }
     ccm.stop().await;
     let from_groups = held.iter().filter(|(s, _)| s.starts_with("sg-")).count();
-    let admitted = if from_groups > 0 {
+    let admitted = if mode.shared {
+        let sources: Vec<&str> = (held.iter())
+            .filter(|(s, _)| s.starts_with("sg-"))
+            .map(|(s, _)| s.as_str())
+            .collect();
+        match sources[..] {
+            [group] => carrying(&elbv2, group).await?,
+            _ => 0,
+        }
+    } else if from_groups > 0 {
         from_groups
     } else {
         // Every client rule and the MTU rule come from 0.0.0.0/0: the NLBs
@@ -2645,9 +2678,33 @@ async fn rules_in_mode(
         ),
         &format!("{want} = min(needs, quota), {n} NLBs"),
         None,
-        lbs == n && held.len() == want,
+        lbs == n && held.len() == want && (!mode.shared || admitted == n),
     );
     Ok(())
+}
+
+/// The load balancers moto holds that carry security group `group`.
+async fn carrying(
+    elbv2: &aws_sdk_elasticloadbalancingv2::Client,
+    group: &str,
+) -> anyhow::Result<usize> {
+    let mut count = 0;
+    let mut marker = None;
+    loop {
+        let page = elbv2
+            .describe_load_balancers()
+            .page_size(400)
+            .set_marker(marker)
+            .send()
+            .await?;
+        count += (page.load_balancers().iter())
+            .filter(|l| l.security_groups().iter().any(|g| g == group))
+            .count();
+        marker = page.next_marker().map(str::to_string);
+        if marker.is_none() {
+            return Ok(count);
+        }
+    }
 }
 
 /// The load balancers moto holds.

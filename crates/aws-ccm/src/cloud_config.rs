@@ -64,6 +64,12 @@ pub enum NlbNodeIngress {
     /// group admitting that group, instead of the CIDR rules. An NLB
     /// without a group keeps the CIDR rules.
     LoadBalancerGroup,
+    /// For an NLB that carries a security group: the NLB carries the
+    /// cluster's shared backend group too (one per cluster, made by this
+    /// CCM), and each backend node group holds one rule admitting it,
+    /// whatever the number of NLBs. An NLB without a group keeps the CIDR
+    /// rules.
+    SharedBackendGroup,
 }
 
 /// One `[ServiceOverride "N"]` section: a custom endpoint for an AWS service.

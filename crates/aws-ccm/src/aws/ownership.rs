@@ -19,6 +19,7 @@
 //! | NLB target group | `k8s-<ns:8>-<name:8>-<sha1:10>` (`buildTargetGroupName`) | the NLB's tags, service name included (`createListenerV2` → `ensureTargetGroup`) |
 //! | classic ELB's group | `k8s-elb-<load balancer name>` (`aws.go` `buildELBSecurityGroupList`) | cluster tag `owned`, no service name (`ensureSecurityGroup`) |
 //! | NLB's managed group | `k8s-<ns:8>-<name:8>-<sha256:10>` (`GetSecurityGroupNameForNLB`; earlier aws-ccm: `k8s-elb-<name>`) | as the classic ELB's group |
+//! | shared backend group (this CCM's only, `NLBNodeIngress = SharedBackendGroup`) | `aws-ccm-backend-<cluster ID>` | cluster tag `owned`, `aws-ccm/shared-backend-group=<cluster ID>` |
 //!
 //! kOps' names never fit: `api-<cluster>-<hash>` and `bastion-<cluster>-<hash>`
 //! for its load balancers (`awsup.GetResourceName32`), `tcp-…`, `tls-…`,
@@ -48,6 +49,9 @@ pub(crate) enum Made {
     LoadBalancerGroup,
     /// An NLB's managed group (`NLBSecurityGroupMode = Managed`).
     NlbGroup,
+    /// The cluster's shared backend group (`NLBNodeIngress =
+    /// SharedBackendGroup`), this CCM's only: never deleted, only used.
+    SharedBackendGroup,
 }
 
 impl Made {
@@ -56,6 +60,7 @@ impl Made {
             Made::LoadBalancer => "load balancer",
             Made::TargetGroup => "target group",
             Made::LoadBalancerGroup | Made::NlbGroup => "load balancer's security group",
+            Made::SharedBackendGroup => "shared backend security group",
         }
     }
 
@@ -66,6 +71,9 @@ impl Made {
             Made::TargetGroup => "k8s-<namespace>-<name>-<hash> of its Service",
             Made::LoadBalancerGroup => "k8s-elb-<load balancer name>",
             Made::NlbGroup => "k8s-<namespace>-<name>-<hash> or k8s-elb-<load balancer name>",
+            Made::SharedBackendGroup => {
+                "aws-ccm-backend-<cluster ID> tagged aws-ccm/shared-backend-group=<cluster ID>"
+            }
         }
     }
 
@@ -141,6 +149,11 @@ pub(crate) fn prove(
         Made::TargetGroup => hashed_name(name).is_some(),
         Made::LoadBalancerGroup => is_load_balancer_group_name(name),
         Made::NlbGroup => hashed_name(name).is_some() || is_load_balancer_group_name(name),
+        Made::SharedBackendGroup => {
+            use super::nlb::shared_group::{SHARED_GROUP_TAG, shared_group_name};
+            name == shared_group_name(cluster_id)
+                && tags.get(SHARED_GROUP_TAG).map(String::as_str) == Some(cluster_id)
+        }
     };
     if !named {
         return Err(NotMade::Name(made));

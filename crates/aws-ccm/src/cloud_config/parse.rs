@@ -350,9 +350,10 @@ fn set_node_ingress(cfg: &mut CloudConfig, value: &str) {
     cfg.nlb_node_ingress = match value {
         "" | "Cidr" => NlbNodeIngress::Cidr,
         "LoadBalancerGroup" => NlbNodeIngress::LoadBalancerGroup,
+        "SharedBackendGroup" => NlbNodeIngress::SharedBackendGroup,
         _ => {
             cfg.tolerated.push(format!(
-                "NLBNodeIngress {value:?} is skipped (the Go CCM skips the whole key), so the Go CCM's per-port CIDR rules stay: use Cidr or LoadBalancerGroup (case-sensitive)"
+                "NLBNodeIngress {value:?} is skipped (the Go CCM skips the whole key), so the Go CCM's per-port CIDR rules stay: use Cidr, LoadBalancerGroup or SharedBackendGroup (case-sensitive)"
             ));
             NlbNodeIngress::Cidr
         }

@@ -125,6 +125,7 @@ pub(crate) const CLASSES: &[Class] = &[
     c("NLBSecurityGroupMode", "other case", "managed", FailsNlbs).here(FailsNlbs, "every NLB kept in upkeep, a warning at start-up"),
     // This CCM's own key: the Go CCM skips it as unknown whatever its value.
     c("NLBNodeIngress", "documented", "LoadBalancerGroup", Ignores).here(Uses, "this CCM's key (docs/nlb.md): an NLB with a security group gets one node rule admitting it"),
+    c("NLBNodeIngress", "shared group", "SharedBackendGroup", Ignores).here(Uses, "this CCM's key (docs/nlb.md): an NLB with a security group carries the cluster's shared backend group, which each node group admits with one rule"),
     c("NLBNodeIngress", "default", "Cidr", Ignores),
     c("NLBNodeIngress", "empty", "", Ignores),
     c("NLBNodeIngress", "unknown word", "loadbalancergroup", Ignores).here(Skips, "this CCM's key: skipped with a log line naming the value and what is allowed; the CIDR rules stay"),

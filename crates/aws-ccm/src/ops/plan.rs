@@ -18,6 +18,7 @@ use super::Context;
 use crate::aws::elb::{self, Change as ClbChange};
 use crate::aws::load_balancers::adopt::AdoptedSync;
 use crate::aws::load_balancers::{AwsLoadBalancers, ClbPlan, NlbPlan, Planned, Warning};
+use crate::aws::nlb::shared_group::SharedUse;
 use crate::aws::nlb::{self, Change as NlbChange};
 use crate::aws::ownership::{self, Made};
 use crate::aws::{security_groups as sg, tags};
@@ -194,22 +195,7 @@ async fn service_section(
         Ok(Planned::Classic(p)) => clb_steps(&p, &mut section),
         Ok(Planned::Network { plan, node_rules }) => {
             nlb_steps(&plan, &mut section);
-            for (group, ch) in node_rules {
-                if !ch.revoke.is_empty() {
-                    section.step(
-                        "-",
-                        format!("{} rule(s) of node group {}", ch.revoke.len(), group.id),
-                        &["RevokeSecurityGroupIngress"],
-                    );
-                }
-                if !ch.authorize.is_empty() {
-                    section.step(
-                        "+",
-                        format!("{} rule(s) in node group {}", ch.authorize.len(), group.id),
-                        &["AuthorizeSecurityGroupIngress"],
-                    );
-                }
-            }
+            node_rule_steps(&plan, node_rules, &mut section);
         }
         Err(e) => section.fails(format!("the sync would fail: {e}")),
     }
@@ -595,6 +581,14 @@ fn nlb_steps(p: &NlbPlan, section: &mut Section) {
         .changes
         .iter()
         .any(|c| matches!(c, NlbChange::CreateLoadBalancer { .. }));
+    if p.creates_shared {
+        section.step(
+            "+",
+            "the cluster's shared backend security group (NLBNodeIngress = SharedBackendGroup)"
+                .into(),
+            &["CreateSecurityGroup"],
+        );
+    }
     for c in &p.changes {
         let what = match c {
             NlbChange::DeleteLoadBalancer { .. } if creates => continue,
@@ -621,6 +615,38 @@ fn nlb_steps(p: &NlbPlan, section: &mut Section) {
             _ => nlb::plan::describe(c),
         };
         section.steps.push(nlb_step(c, what));
+    }
+}
+
+/// The node-group rule steps of an NLB's plan, and the shared backend
+/// group's detach after them (leaving `SharedBackendGroup`).
+fn node_rule_steps(
+    plan: &NlbPlan,
+    node_rules: Vec<(sg::SecurityGroup, nlb::node_rules::RuleChanges)>,
+    section: &mut Section,
+) {
+    for (group, ch) in node_rules {
+        if !ch.revoke.is_empty() {
+            section.step(
+                "-",
+                format!("{} rule(s) of node group {}", ch.revoke.len(), group.id),
+                &["RevokeSecurityGroupIngress"],
+            );
+        }
+        if !ch.authorize.is_empty() {
+            section.step(
+                "+",
+                format!("{} rule(s) in node group {}", ch.authorize.len(), group.id),
+                &["AuthorizeSecurityGroupIngress"],
+            );
+        }
+    }
+    if let SharedUse::Leaving(id) = &plan.shared {
+        section.step(
+            "~",
+            format!("detach the shared backend security group {id} from the NLB, once the node rules above are in"),
+            &["SetSecurityGroups"],
+        );
     }
 }
 

@@ -105,3 +105,104 @@ async fn load_balancers_are_created_and_deleted_under_the_enforced_policy() -> a
     );
     env.finish().await
 }
+
+/// `NLBNodeIngress = SharedBackendGroup` under the enforced policy: making
+/// the shared group (CreateSecurityGroup with its tags), giving it to the
+/// NLB (at CreateLoadBalancer), the node-group rule from it, and leaving the
+/// mode (the CIDR rules back, the detach, the rule's revoke): not one denial.
+#[tokio::test]
+async fn the_shared_backend_group_is_made_used_and_left_under_the_enforced_policy()
+-> anyhow::Result<()> {
+    let managed = format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\n"
+    );
+    let env =
+        Env::start_with_conf(&format!("{managed}NLBNodeIngress = SharedBackendGroup\n")).await?;
+    let seeded = seed_cluster(&env, 1).await?;
+    env.proxy
+        .enforce_iam(Some(IamEnforcer::from_repo(&rendered_policy(&[])?)?));
+    let client = env.api.client().await?;
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node("n1", &seeded.instances[0]))
+        .await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let nlb = serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"});
+    services
+        .create(&PostParams::default(), &lb_service("nlb", nlb))
+        .await?;
+    let group_rule = |g: &aws_sdk_ec2::types::SecurityGroup| {
+        (g.ip_permissions().iter())
+            .flat_map(|p| p.user_id_group_pairs())
+            .filter_map(|p| p.group_id().map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    let node_group = || async {
+        let o = (seeded.ec2.describe_security_groups())
+            .group_ids(&seeded.node_group)
+            .send()
+            .await
+            .ok()?;
+        o.security_groups().first().cloned()
+    };
+    let shared_id = || async {
+        let o = (seeded.ec2.describe_security_groups())
+            .filters(
+                aws_sdk_ec2::types::Filter::builder()
+                    .name("group-name")
+                    .values(format!("aws-ccm-backend-{CLUSTER_ID}"))
+                    .build(),
+            )
+            .send()
+            .await
+            .ok()?;
+        o.security_groups().first()?.group_id().map(str::to_string)
+    };
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let shared = eventually("the NLB and the shared group's node rule", WAIT, || async {
+        services.get("nlb").await.ok().as_ref().and_then(hostname)?;
+        let id = shared_id().await?;
+        (group_rule(&node_group().await?) == vec![id.clone()]).then_some(id)
+    })
+    .await
+    .map_err(|e| explain(e, &env, &ccm))?;
+    assert_eq!(
+        denied(&env),
+        Vec::<(String, u64)>::new(),
+        "logs:\n{}",
+        ccm.logs()
+    );
+    drop(ccm);
+
+    std::fs::write(&env.cloud_conf, &managed)?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually(
+        "the shared group's rule gone, CIDR rules back",
+        WAIT,
+        || async {
+            let g = node_group().await?;
+            let cidr = (g.ip_permissions().iter()).any(|p| !p.ip_ranges().is_empty());
+            (group_rule(&g).is_empty() && cidr).then_some(())
+        },
+    )
+    .await
+    .map_err(|e| explain(e, &env, &ccm))?;
+    assert_eq!(
+        denied(&env),
+        Vec::<(String, u64)>::new(),
+        "logs:\n{}",
+        ccm.logs()
+    );
+    let writes = env.proxy.calls();
+    // A new NLB is created with both groups; the detach is a SetSecurityGroups.
+    assert!(
+        writes
+            .get("elasticloadbalancingv2", "SetSecurityGroups")
+            .forwarded
+            >= 1
+    );
+    assert!(
+        writes.get("ec2", "CreateSecurityGroup").forwarded >= 1,
+        "{shared}"
+    );
+    env.finish().await
+}

@@ -30,6 +30,7 @@ mod protect;
 mod routes;
 mod rule_counts;
 mod service;
+mod shared_group;
 mod swap;
 mod sweep;
 mod tolerance;

@@ -15,6 +15,7 @@ use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 
+#[derive(Clone)]
 pub(crate) struct Cloud {
     pub(crate) ec2: aws_sdk_ec2::Client,
     pub(crate) elbv2: elbv2::Client,
@@ -155,7 +156,10 @@ pub(crate) async fn node_rules(
 
 /// The node `n0` on the first seeded instance; the API client and the
 /// `default` namespace's Services.
-async fn node_n0(env: &Env, cloud: &Cloud) -> anyhow::Result<(kube::Client, Api<Service>)> {
+pub(crate) async fn node_n0(
+    env: &Env,
+    cloud: &Cloud,
+) -> anyhow::Result<(kube::Client, Api<Service>)> {
     let client = env.api.client().await?;
     Api::<Node>::all(client.clone())
         .create(&PostParams::default(), &node("n0", &cloud.instances[0]))

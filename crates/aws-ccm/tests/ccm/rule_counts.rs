@@ -1,11 +1,12 @@
 //! Rules per node security group at 100 NLB Services, from AWS
-//! (`DescribeSecurityGroupRules`), in the two node-ingress modes that exist:
+//! (`DescribeSecurityGroupRules`), in the three node-ingress modes:
 //! `Cidr` (the Go CCM's per-port client rules and one MTU rule) and
-//! `LoadBalancerGroup` (one rule per NLB admitting its managed group). Both
-//! grow with the Services, so at 100 NLBs both meet AWS's default quota of
-//! 60 inbound rules per group: the fault proxy enforces it (and must be seen
+//! `LoadBalancerGroup` (one rule per NLB admitting its managed group) grow
+//! with the Services, so at 100 NLBs both meet AWS's default quota of 60
+//! inbound rules per group: the fault proxy enforces it (and must be seen
 //! to refuse), the node group ends up holding exactly the quota, and the
-//! Services past it are the ones told so.
+//! Services past it are the ones told so. `SharedBackendGroup` (one rule
+//! admitting the cluster's shared backend group) does not grow: one rule.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -245,6 +246,77 @@ async fn group_rules_per_node_group_at_100_nlbs_meet_the_default_quota() -> anyh
         authorize.faulted >= 1,
         "the quota never refused: {authorize:?}"
     );
+    drop(ccm);
+    env.finish().await
+}
+
+/// `NLBNodeIngress = SharedBackendGroup` on Managed-mode NLBs, from a fresh
+/// cluster: every NLB carries its own group and the cluster's shared
+/// backend group, and the node group holds one rule admitting the shared
+/// group, whatever the number of NLBs. So at 100 NLBs the node group holds
+/// what it had plus one rule, the proxy's quota (which refuses nothing
+/// here) is never reached, and every Service gets its NLB.
+#[tokio::test]
+async fn shared_group_rule_per_node_group_at_100_nlbs_is_one() -> anyhow::Result<()> {
+    let conf = format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\nNLBNodeIngress = SharedBackendGroup\n"
+    );
+    let env = Env::start_with_conf(&conf).await?;
+    let cloud = seed(&env, 1).await?;
+    let before = inbound_rules(&cloud.ec2, &cloud.node_group).await?.len();
+    let (client, created) = services(&env, &cloud).await?;
+    let started = Instant::now();
+    let (proxy, ccm) = ccm_at_default_quota(&env).await?;
+    let fail = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    eventually("every NLB Service with its hostname", WAIT, || async {
+        let list = api.list(&Default::default()).await.ok()?;
+        let done = (list.items.iter()).filter(|s| crate::nlb::hostname(s).is_some());
+        (done.count() == created.len()).then_some(())
+    })
+    .await
+    .map_err(fail)?;
+    let rules = inbound_rules(&cloud.ec2, &cloud.node_group).await?;
+    println!(
+        "SharedBackendGroup, {} NLB Services: node group holds {} rules (quota {DEFAULT_QUOTA}) after {:?}",
+        created.len(),
+        rules.len(),
+        started.elapsed()
+    );
+    assert_eq!(rules.len(), before + 1, "{rules:?}");
+    let sources: Vec<&str> = (rules.iter())
+        .filter(|(s, _)| s.starts_with("sg-"))
+        .map(|(s, _)| s.as_str())
+        .collect();
+    let [shared] = sources[..] else {
+        anyhow::bail!("not one group rule: {rules:?}");
+    };
+    // Every NLB carries its own group, then the one the node group admits.
+    for svc in &created {
+        let lb = (cloud.elbv2.describe_load_balancers())
+            .names(lb_name(svc))
+            .send()
+            .await?;
+        let carried = (lb.load_balancers().first()).map_or(&[][..], |l| l.security_groups());
+        let [own, second] = carried else {
+            anyhow::bail!("{} carries {carried:?}", lb_name(svc));
+        };
+        assert_eq!(
+            (second.as_str(), own != second),
+            (shared, true),
+            "{carried:?}"
+        );
+    }
+    assert!(
+        !rules
+            .iter()
+            .any(|(_, d)| d.starts_with(CLIENT_RULE) || d == MTU_RULE),
+        "a CIDR rule beside the shared group's: {rules:?}"
+    );
+    let failed = services_with_event(&client, "SyncLoadBalancerFailed").await;
+    assert_eq!(failed, Some(BTreeSet::new()));
+    let authorize = proxy.calls().get("ec2", "AuthorizeSecurityGroupIngress");
+    assert_eq!(authorize.faulted, 0, "the quota refused: {authorize:?}");
     drop(ccm);
     env.finish().await
 }

@@ -28,6 +28,8 @@ mod nlb_rules;
 mod planned;
 mod refusals;
 mod removing;
+mod shared_group;
+pub use shared_group::SHARED_GROUP_NOT_OURS;
 pub(crate) mod sweep;
 mod sweep_tags;
 pub(crate) mod targets;
@@ -656,18 +658,32 @@ impl AwsLoadBalancers {
         if p.handover {
             described.push("deleted the classic ELB the Service had before".into());
         }
+        if p.creates_shared {
+            described.insert(0, "created the shared backend security group".into());
+        }
 
         if !self.cloud.disable_security_group_ingress {
-            let done = self
-                .sync_nlb_node_rules(
-                    req,
-                    &p,
-                    node_groups,
-                    applied.owned_group.as_deref(),
-                    &mut warnings,
-                )
-                .await?;
+            let before = warnings.len();
+            let owned = applied.owned_group.as_deref();
+            let done =
+                (self.sync_nlb_node_rules(req, &p, node_groups, owned, &mut warnings)).await?;
             described.extend(done);
+            // Leaving SharedBackendGroup: the node rules are in (none
+            // refused or held back by a warning), so the NLB lets it go.
+            let detached = warnings.len() == before && self.detach_shared_group(&p, owned).await?;
+            if detached {
+                described.push("detached the shared backend security group".into());
+            }
+            // Out of the mode, the NLB no longer carrying it: the group's
+            // rules go once no NLB carries it.
+            if let Some(shared) = &p.shared_id
+                && (detached || p.shared == nlb::shared_group::SharedUse::None)
+                && self.revoke_unused_shared_rules(&p, shared).await?
+            {
+                described.push(
+                    "revoked the shared backend group's node rules: no NLB carries it".into(),
+                );
+            }
         }
         let hostname = applied.dns_name.unwrap_or_default();
         if groups.len() == p.desired.target_groups.len()

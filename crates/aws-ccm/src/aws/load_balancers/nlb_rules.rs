@@ -2,7 +2,10 @@
 //! own by default: the nodes' groups admit clients and health checks). With
 //! cloud.conf `NLBNodeIngress = LoadBalancerGroup`, a backend node group of
 //! an NLB that carries a security group holds one rule admitting that group
-//! instead; a group at its rules limit keeps the CIDR rules.
+//! instead; with `SharedBackendGroup`, one rule admitting the cluster's
+//! shared backend group, which every such NLB carries (so one rule per
+//! node group, whatever the number of NLBs). A group at its rules limit
+//! keeps the CIDR rules.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -141,8 +144,15 @@ impl AwsLoadBalancers {
             .await?;
         let mut rules = nlb::node_rules::node_rules(&at.desired, &req.spec.source_ranges, &cidrs);
         let carried = carried_groups(at, owned);
-        if self.cloud.nlb_node_ingress == NlbNodeIngress::LoadBalancerGroup {
-            rules.from_group = carried.first().cloned();
+        match self.cloud.nlb_node_ingress {
+            NlbNodeIngress::LoadBalancerGroup => rules.from_group = carried.first().cloned(),
+            // Only once the NLB carries it (a held NLB may not yet).
+            NlbNodeIngress::SharedBackendGroup => {
+                rules.from_group = (at.shared.carried())
+                    .filter(|id| carried.iter().any(|c| c == id))
+                    .map(str::to_string);
+            }
+            NlbNodeIngress::Cidr => {}
         }
         let ports: BTreeSet<i32> = rules
             .client

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::Warning;
 use super::{AwsLoadBalancers, CloudError, EnsureRequest, LoadBalancerKind, Scope};
 use crate::aws::nlb::node_rules::RuleChanges;
+use crate::aws::nlb::shared_group::SharedUse;
 use crate::aws::security_groups as sg;
 use crate::aws::{elb, nlb};
 
@@ -55,6 +56,13 @@ pub struct NlbPlan {
     pub(crate) groups: BTreeMap<String, sg::SecurityGroup>,
     /// The backends' node groups (those that get the node rules).
     pub(crate) node_groups: BTreeSet<String>,
+    /// What the NLB does with the cluster's shared backend group.
+    pub(crate) shared: SharedUse,
+    /// The shared group's ID, when it exists and is proven ours.
+    pub(crate) shared_id: Option<String>,
+    /// Whether the shared group is made first (this sync made it; for a
+    /// plan, would make it).
+    pub(crate) creates_shared: bool,
     /// The settings only per-load-balancer reads show.
     pub(crate) settings: Settings,
     /// The backends' security-group sets (for the targets-only path).
@@ -108,6 +116,28 @@ impl AwsLoadBalancers {
         })
     }
 
+    /// Type change handover: whether the Service was a classic ELB until
+    /// now (with `hand_over` that ELB is deleted first; else only looked
+    /// for). `exists`: the Service's NLB exists already.
+    async fn nlb_handover(
+        &self,
+        req: &EnsureRequest,
+        name: &str,
+        exists: bool,
+        hand_over: bool,
+    ) -> Result<bool, CloudError> {
+        Ok(match (exists, hand_over) {
+            (true, _) => false,
+            (false, true) => {
+                let protected = req.spec.protected();
+                (self.delete_clb(&req.service_key, &req.uid, true, protected))
+                    .await?
+                    .changed
+            }
+            (false, false) => elb::io::describe(&self.aws, name).await?.is_some(),
+        })
+    }
+
     /// Reads and plans an NLB sync, stopping before apply (the node rules
     /// are planned apart: [`Self::plan_nlb_node_rules`]). With `hand_over`
     /// a classic ELB the Service had is deleted first; without, only looked for.
@@ -116,7 +146,6 @@ impl AwsLoadBalancers {
         req: &EnsureRequest,
         hand_over: bool,
     ) -> Result<NlbPlan, CloudError> {
-        let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);
         let (vpc_id, backends) = self.vpc_and_backends(&req.instance_ids).await?;
@@ -125,7 +154,7 @@ impl AwsLoadBalancers {
         let subnet_ids = self.subnet_ids(spec, &vpc_id).await?;
         // An NLB's node rules are planned apart (see `nlb_rules`).
         let env = self.environment(subnet_ids.clone(), &backends, BTreeSet::new());
-        let desired = nlb::plan::desired(
+        let mut desired = nlb::plan::desired(
             spec,
             &req.service_key,
             &req.uid,
@@ -139,21 +168,12 @@ impl AwsLoadBalancers {
         let (lb, target_groups, read_in_full) = self
             .nlb_actual(&name, &req.uid, &desired, &settings)
             .await?;
-        // Type change handover: the Service was a classic ELB until now.
-        let handover = match (&lb, hand_over) {
-            (Some(_), _) => false,
-            (None, true) => {
-                let protected = spec.protected();
-                (self.delete_clb(&req.service_key, &req.uid, true, protected))
-                    .await?
-                    .changed
-            }
-            (None, false) => elb::io::describe(aws, &name).await?.is_some(),
-        };
-        let owned_names = self.nlb_group_names_of(&req.service_key, &req.uid, lb.as_ref());
-        let owned_names = owned_names.await?;
+        let handover = (self.nlb_handover(req, &name, lb.is_some(), hand_over)).await?;
+        let owned_names =
+            (self.nlb_group_names_of(&req.service_key, &req.uid, lb.as_ref())).await?;
+        let read_names = [owned_names.clone(), vec![self.shared_group_name()]].concat();
         let (groups, node_groups) = self
-            .sync_groups(&req.uid, &vpc_id, &owned_names, &backends)
+            .sync_groups(&req.uid, &vpc_id, &read_names, &backends)
             .await?;
         let actual = nlb::Actual {
             lb,
@@ -166,6 +186,9 @@ impl AwsLoadBalancers {
             super::drift::drift_warning(&req.service_key, &name, lb_tags, &diffs)
                 .into_iter()
                 .collect();
+        // The shared backend group joins the NLB's groups (its own first).
+        let shared = (self.shared_use(&vpc_id, &groups, &mut desired, &actual, hand_over)).await?;
+        warnings.extend(shared.warning);
         let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
         super::sweep::record_in_nlb_create(&mut changes, &settings);
         let changes = self
@@ -182,6 +205,9 @@ impl AwsLoadBalancers {
             handover,
             groups,
             node_groups,
+            shared: shared.use_,
+            shared_id: shared.id,
+            creates_shared: shared.creates,
             settings: Settings {
                 digest: settings,
                 read_in_full,

@@ -418,6 +418,7 @@ pub(crate) mod io;
 pub(crate) mod node_rules;
 pub mod plan;
 pub mod read;
+pub(crate) mod shared_group;
 
 #[cfg(test)]
 mod tests;

@@ -10,8 +10,8 @@ use crate::aws::annotations::{self as ann, LoadBalancerSpec};
 use crate::aws::elb::{Environment, GroupRef};
 use crate::aws::security_groups::{self as sg, Rule, Source};
 use crate::aws::tags::Tags;
-use crate::cloud_config::NlbSecurityGroupMode;
 use crate::cloud_config::{CloudConfig, HealthProbeMode};
+use crate::cloud_config::{NlbNodeIngress, NlbSecurityGroupMode};
 
 const UID: &str = "0b9c8e4a-1234-4f6e-9a7b-abcdefabcdef";
 
@@ -685,8 +685,9 @@ fn a_group_rule_replaces_the_cidr_rules_and_back() {
 /// checks on their own node port as `externalTrafficPolicy: Local` asks,
 /// two NLB subnets, clients from anywhere) all back one node group, each
 /// NLB planned on what the ones before it left: the Go CCM's CIDR rules,
-/// or one group rule per NLB.
-fn rules_per_node_group(services: usize, from_group: bool) -> usize {
+/// one group rule per NLB (each its own group), or the shared backend
+/// group's rule (every NLB carries the one group).
+fn rules_per_node_group(services: usize, ingress: NlbNodeIngress) -> usize {
     let subnets = [cidr("10.1.0.0/24"), cidr("10.2.0.0/24")];
     let mut have: DescribedRules = BTreeMap::new();
     for i in 0..services {
@@ -705,9 +706,11 @@ fn rules_per_node_group(services: usize, from_group: bool) -> usize {
         )
         .unwrap();
         let mut rules = node_rules(&d, &[Ipv4Net::default()], &subnets);
-        if from_group {
-            rules.from_group = Some(format!("sg-{i}"));
-        }
+        rules.from_group = match ingress {
+            NlbNodeIngress::Cidr => None,
+            NlbNodeIngress::LoadBalancerGroup => Some(format!("sg-{i}")),
+            NlbNodeIngress::SharedBackendGroup => Some("sg-shared".into()),
+        };
         let ch = node_group_changes(&d.name, &have, Some(&rules), &BTreeSet::new());
         for r in &ch.revoke {
             have.remove(r);
@@ -723,12 +726,16 @@ fn rules_per_node_group_grow_by_one_per_nlb_with_group_rules() {
     // subnets) per NLB, and one MTU rule; AWS's default limit of 60 is
     // reached at the 15th NLB.
     for n in [10, 100, 500] {
-        let (cidr, group) = (
-            rules_per_node_group(n, false),
-            rules_per_node_group(n, true),
+        let (cidr, group, shared) = (
+            rules_per_node_group(n, NlbNodeIngress::Cidr),
+            rules_per_node_group(n, NlbNodeIngress::LoadBalancerGroup),
+            rules_per_node_group(n, NlbNodeIngress::SharedBackendGroup),
         );
-        eprintln!("rules per node group at {n} NLBs: CIDR {cidr}, LoadBalancerGroup {group}");
-        assert_eq!((cidr, group), (n * 4 + 1, n));
+        eprintln!(
+            "rules per node group at {n} NLBs: CIDR {cidr}, LoadBalancerGroup {group}, SharedBackendGroup {shared}"
+        );
+        // The shared group's one rule, whatever the number of NLBs.
+        assert_eq!((cidr, group, shared), (n * 4 + 1, n, 1));
     }
 }
 
@@ -1610,4 +1617,148 @@ fn the_settings_digest_changes_only_for_an_nlb_that_sets_an_alpn_policy() {
         nlb_settings(&tls_want(&ann, &on, &e)),
         nlb_settings(&tls_want(&ann, &off, &e))
     );
+}
+
+/// `NLBNodeIngress = SharedBackendGroup` on a Managed-mode NLB: the NLB
+/// takes the shared group after its own (one SetSecurityGroups), a new one
+/// is made with both; leaving keeps it until the node rules are back; an
+/// NLB without groups is never given one; from the Go CCM's state with the
+/// mode off nothing changes.
+#[test]
+fn the_shared_backend_group_joins_an_nlbs_groups_and_leaves_them() {
+    use super::shared_group::{SharedUse, shared_use, with_shared};
+    let managed = CloudConfig {
+        nlb_security_group_mode: NlbSecurityGroupMode::Managed,
+        ..CloudConfig::default()
+    };
+    let e = env(&["subnet-a"], &["i-1"]);
+    let d = desired(
+        &spec(&[], &[(80, 30080)]),
+        "default/web",
+        UID,
+        "c1",
+        &managed,
+        &e,
+    )
+    .unwrap();
+    let go_state = converged(&d);
+    // Mode off, no shared group: the Go CCM's Managed-mode NLB is left as it is.
+    let lb_groups = go_state.lb.as_ref().map(|l| l.security_groups.clone());
+    let off = shared_use(false, true, None, lb_groups.as_deref());
+    assert_eq!(off, SharedUse::None);
+    let same = Desired {
+        security_groups: with_shared(&d.security_groups, &off),
+        ..d.clone()
+    };
+    assert_eq!(plan(&same, &go_state, "c1"), vec![]);
+
+    // Mode on: one SetSecurityGroups, the NLB's own group first.
+    let on = shared_use(true, true, Some("sg-shared"), lb_groups.as_deref());
+    let with = Desired {
+        security_groups: with_shared(&d.security_groups, &on),
+        ..d.clone()
+    };
+    let shared_ref = GroupRef::Id("sg-shared".into());
+    assert_eq!(
+        plan(&with, &go_state, "c1"),
+        vec![Change::SetSecurityGroups(vec![
+            GroupRef::Owned,
+            shared_ref.clone()
+        ])]
+    );
+    // A new NLB is created with both.
+    let fresh = plan(&with, &Actual::default(), "c1");
+    assert!(fresh.iter().any(|c| matches!(c, Change::CreateLoadBalancer { security_groups, .. } if security_groups == &vec![GroupRef::Owned, shared_ref.clone()])));
+    // Applied: nothing more to do.
+    let mut carrying = go_state.clone();
+    if let Some(lb) = carrying.lb.as_mut() {
+        lb.security_groups.push("sg-shared".into());
+    }
+    assert_eq!(plan(&with, &carrying, "c1"), vec![]);
+
+    // Leaving: the plan keeps the group (the detach follows the node rules).
+    let carried = carrying.lb.as_ref().map(|l| l.security_groups.clone());
+    let leaving = shared_use(false, true, Some("sg-shared"), carried.as_deref());
+    assert_eq!(leaving, SharedUse::Leaving("sg-shared".into()));
+    let kept = Desired {
+        security_groups: with_shared(&d.security_groups, &leaving),
+        ..d.clone()
+    };
+    assert_eq!(plan(&kept, &carrying, "c1"), vec![]);
+
+    // An NLB made without groups (Managed mode off when it was made) gets none.
+    assert_eq!(
+        shared_use(true, false, Some("sg-shared"), Some(&[])),
+        SharedUse::None
+    );
+}
+
+/// The shared group's rule in a node group backing several NLBs: the first
+/// NLB moves the node group onto it (added before the CIDR rules go), the
+/// others only drop their CIDR rules, and none revokes it while another
+/// NLB carries it; the last NLB to leave the mode puts its CIDR rules back
+/// before the shared rule goes.
+#[test]
+fn one_shared_rule_serves_every_nlb_of_a_node_group() {
+    let subnets = [cidr("10.1.0.0/24")];
+    let ranges = [cidr("10.0.0.0/8")];
+    let none = BTreeSet::new();
+    let nlbs: Vec<(Desired, NodeRules)> = (0..3)
+        .map(|i| {
+            let uid = format!("{i:08x}-1234-4f6e-9a7b-abcdefabcdef");
+            let e = env(&["subnet-a"], &["i-1"]);
+            let d = desired(
+                &spec(&[], &[(80, 30000 + i)]),
+                "default/web",
+                &uid,
+                "c1",
+                &CloudConfig::default(),
+                &e,
+            )
+            .unwrap();
+            let r = node_rules(&d, &ranges, &subnets);
+            (d, r)
+        })
+        .collect();
+    // The Go CCM's state: every NLB's CIDR rules.
+    let mut have: DescribedRules = BTreeMap::new();
+    for (d, r) in &nlbs {
+        have.extend(node_group_changes(&d.name, &have, Some(r), &none).authorize);
+    }
+    let go_state = have.clone();
+    let shared_rule = Rule::all_from_group("sg-shared");
+    let apply = |have: &mut DescribedRules, ch: &RuleChanges| {
+        have.extend(ch.authorize.clone());
+        for r in &ch.revoke {
+            have.remove(r);
+        }
+    };
+    for (i, (d, r)) in nlbs.iter().enumerate() {
+        let shared = NodeRules {
+            from_group: Some("sg-shared".into()),
+            ..r.clone()
+        };
+        // Other NLBs carry the shared group: never revocable here.
+        let ch = node_group_changes(&d.name, &have, Some(&shared), &none);
+        assert_eq!(ch.authorize.contains_key(&shared_rule), i == 0, "{ch:?}");
+        assert!(ch.adds_first() || ch.authorize.is_empty());
+        apply(&mut have, &ch);
+        assert!(have.contains_key(&shared_rule));
+    }
+    assert_eq!(have.len(), 1, "one rule for three NLBs: {have:?}");
+    // Leaving, NLB by NLB: CIDR rules back; the shared rule stays while
+    // another NLB carries the group, and goes (after the adds) with the last.
+    let revocable = BTreeSet::from(["sg-shared".to_string()]);
+    for (i, (d, r)) in nlbs.iter().enumerate() {
+        let last = i == nlbs.len() - 1;
+        let carried_elsewhere = if last { &revocable } else { &none };
+        let ch = node_group_changes(&d.name, &have, Some(r), carried_elsewhere);
+        assert_eq!(ch.revoke.contains(&shared_rule), last, "{ch:?}");
+        assert!(!ch.authorize.is_empty());
+        if last {
+            assert!(ch.adds_first());
+        }
+        apply(&mut have, &ch);
+    }
+    assert_eq!(have, go_state);
 }

@@ -246,3 +246,35 @@ fn each_verdict_says_which_part_of_the_proof_failed() {
     ));
     assert!(shared.contains("\"shared\""), "{shared}");
 }
+
+#[test]
+fn the_shared_backend_group_is_proven_by_its_name_and_both_tags() {
+    let ours = tags(&[
+        ("kubernetes.io/cluster/c1", "owned"),
+        ("aws-ccm/shared-backend-group", CLUSTER),
+    ]);
+    let name = "aws-ccm-backend-c1";
+    let prove = |name: &str, t: &BTreeMap<String, String>| {
+        super::prove(Made::SharedBackendGroup, name, t, CLUSTER, None)
+    };
+    assert_eq!(prove(name, &ours), Ok(()));
+    // The cluster tag alone, another cluster's name or tag value: not ours.
+    let name_err = Err(NotMade::Name(Made::SharedBackendGroup));
+    assert_eq!(prove(name, &group()), name_err);
+    assert_eq!(prove("aws-ccm-backend-c2", &ours), name_err);
+    let other = tags(&[
+        ("kubernetes.io/cluster/c1", "owned"),
+        ("aws-ccm/shared-backend-group", "c2"),
+    ]);
+    assert_eq!(prove(name, &other), name_err);
+    let shared = tags(&[
+        ("kubernetes.io/cluster/c1", "shared"),
+        ("aws-ccm/shared-backend-group", CLUSTER),
+    ]);
+    assert_eq!(
+        prove(name, &shared),
+        Err(NotMade::NotOwned("shared".into()))
+    );
+    // Nor is it ever taken for an NLB's managed group.
+    assert!(super::prove(Made::NlbGroup, name, &ours, CLUSTER, None).is_err());
+}
