@@ -53,11 +53,15 @@ pub(crate) const MANAGED_TAGS_TAG: &str = "kubernetes.io/cloud-controller/manage
 /// the annotation drops returns to AWS's default and a value nobody
 /// recorded (the Go CCM's, a hand edit) is left alone.
 pub(crate) const TARGET_GROUP_ATTRIBUTES_TAG: &str = "aws-ccm/target-group-attributes";
-/// Longest tag value AWS takes.
 /// On a target group: the health-check timeout this CCM applied (cloud.conf
 /// `NLBListenerSettings = true`); only a timeout so recorded returns to
 /// AWS's default when the annotation is removed.
 pub(crate) const HEALTH_TIMEOUT_TAG: &str = "aws-ccm/health-check-timeout";
+/// On an NLB: the ALPN policy this CCM applied to its TLS listeners
+/// (cloud.conf `NLBListenerSettings = true`); only a policy so recorded
+/// returns to AWS's `None` when the annotation is removed.
+pub(crate) const ALPN_POLICY_TAG: &str = "aws-ccm/alpn-policy";
+/// Longest tag value AWS takes.
 pub(crate) const MAX_TAG_VALUE: usize = 256;
 /// Longest tag key AWS takes.
 pub(crate) const MAX_TAG_KEY: usize = 128;
@@ -159,6 +163,8 @@ pub(crate) fn is_controller_tag(key: &str) -> bool {
             APPLIED_SETTINGS_TAG,
             MANAGED_TAGS_TAG,
             TARGET_GROUP_ATTRIBUTES_TAG,
+            HEALTH_TIMEOUT_TAG,
+            ALPN_POLICY_TAG,
             KEPT_TAG,
             ADOPTED_TAG,
             DELETION_PROTECTION_TAG,

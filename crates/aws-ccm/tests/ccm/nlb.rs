@@ -875,7 +875,7 @@ async fn a_node_replacement_at_the_target_quota_deregisters_then_registers() -> 
 
 /// Requests a certificate from moto's ACM with a raw JSON-protocol POST (the
 /// project has no ACM SDK crate); returns its ARN.
-async fn acm_certificate(endpoint: &str) -> anyhow::Result<String> {
+pub(crate) async fn acm_certificate(endpoint: &str) -> anyhow::Result<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let authority = endpoint
         .trim_start_matches("http://")

@@ -105,7 +105,26 @@ async fn set_tags(api: &Api<Service>, name: &str, value: Option<&str>) -> anyhow
 async fn one_nlb(
     annotations: serde_json::Value,
 ) -> anyhow::Result<(Env, Seeded, elbv2::Client, Service)> {
-    let env = Env::start().await?;
+    one_nlb_in(Env::start().await?, annotations).await
+}
+
+/// cloud.conf with `NLBListenerSettings` set to `on`.
+fn listener_settings_conf(on: bool) -> String {
+    format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBListenerSettings = {on}\n"
+    )
+}
+
+/// An environment whose cloud.conf has `NLBListenerSettings = true`.
+async fn listener_settings_env() -> anyhow::Result<Env> {
+    Env::start_with_conf(&listener_settings_conf(true)).await
+}
+
+/// [`one_nlb`] in `env`.
+async fn one_nlb_in(
+    env: Env,
+    annotations: serde_json::Value,
+) -> anyhow::Result<(Env, Seeded, elbv2::Client, Service)> {
     let seeded = seed_cluster(&env, 1).await?;
     let c = elbv2::Client::new(&seeded.conf);
     let svc = nodes_and_services(&env, &seeded, &[nlb_service("web", annotations)])
@@ -435,19 +454,11 @@ async fn health_timeout(
 /// gone when the annotation is removed.
 #[tokio::test]
 async fn health_check_timeout_is_applied_changed_and_removed_with_the_key() -> anyhow::Result<()> {
-    let env = Env::start_with_conf(&format!(
-        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBListenerSettings = true\n"
-    ))
-    .await?;
-    let seeded = seed_cluster(&env, 1).await?;
-    let c = elbv2::Client::new(&seeded.conf);
-    let svc = nodes_and_services(
-        &env,
-        &seeded,
-        &[nlb_service("web", serde_json::json!({ HC_TIMEOUT: "20" }))],
+    let (env, _seeded, c, svc) = one_nlb_in(
+        listener_settings_env().await?,
+        serde_json::json!({ HC_TIMEOUT: "20" }),
     )
-    .await?
-    .remove(0);
+    .await?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     let expect = |timeout: i32, record: Option<&'static str>| {
@@ -490,22 +501,11 @@ const HC_INTERVAL: &str = "service.beta.kubernetes.io/aws-load-balancer-healthch
 #[tokio::test]
 async fn health_check_timeout_above_the_interval_is_warned_and_the_rest_synced()
 -> anyhow::Result<()> {
-    let env = Env::start_with_conf(&format!(
-        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBListenerSettings = true\n"
-    ))
-    .await?;
-    let seeded = seed_cluster(&env, 1).await?;
-    let c = elbv2::Client::new(&seeded.conf);
-    let svc = nodes_and_services(
-        &env,
-        &seeded,
-        &[nlb_service(
-            "web",
-            serde_json::json!({ HC_INTERVAL: "10", HC_TIMEOUT: "20" }),
-        )],
+    let (env, seeded, c, svc) = one_nlb_in(
+        listener_settings_env().await?,
+        serde_json::json!({ HC_INTERVAL: "10", HC_TIMEOUT: "20" }),
     )
-    .await?
-    .remove(0);
+    .await?;
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
@@ -578,6 +578,262 @@ async fn health_check_timeout_above_the_interval_is_warned_and_the_rest_synced()
     );
     let (timeout, _) = health_timeout(&c, &svc).await?;
     assert_ne!(timeout, Some(121), "a refused call changed nothing");
+    drop(ccm);
+    env.finish().await
+}
+
+const ALPN: &str = "service.beta.kubernetes.io/aws-load-balancer-alpn-policy";
+const SSL_CERT: &str = "service.beta.kubernetes.io/aws-load-balancer-ssl-cert";
+const ALPN_RECORD: &str = "aws-ccm/alpn-policy";
+
+/// An ELBv2 client through `proxy`, which shows the ALPN policies moto
+/// drops (see ccm-testkit's `aws_proxy::alpn`).
+fn via(seeded: &Seeded, proxy: &ccm_testkit::aws_proxy::FaultProxy) -> elbv2::Client {
+    elbv2::Client::from_conf(
+        elbv2::config::Builder::from(&seeded.conf)
+            .endpoint_url(proxy.endpoint())
+            .build(),
+    )
+}
+
+/// The ALPN policy of `svc`'s (one) listener, read through the proxy, and
+/// the NLB's record of it.
+async fn alpn_of(
+    c: &elbv2::Client,
+    svc: &Service,
+) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let lb = nlb_arn(c, svc).await?;
+    let listeners = c.describe_listeners().load_balancer_arn(&lb).send().await?;
+    let policy = listeners
+        .listeners()
+        .first()
+        .and_then(|l| l.alpn_policy().first().cloned());
+    let tags = tags_by_kind(c, svc).await?;
+    let record = tags
+        .iter()
+        .find(|(k, _)| k == "nlb")
+        .and_then(|(_, t)| t.get(ALPN_RECORD).cloned());
+    Ok((policy, record))
+}
+
+async fn set_alpn(api: &Api<Service>, value: Option<&str>) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"annotations": {ALPN: value}}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// With cloud.conf `NLBListenerSettings = true` the ALPN policy (which the
+/// Go CCM does not read) is set on the TLS listener at creation, changed
+/// in place, left as it is with a Warning for a name AWS does not take,
+/// and returned to AWS's `None` with its record gone when the annotation
+/// is removed; a restart then makes no call. The fault proxy refuses what
+/// ELBv2 refuses (moto takes any policy on any listener), and refused
+/// nothing the CCM sent.
+#[tokio::test]
+async fn alpn_policy_is_applied_changed_and_removed_with_the_key() -> anyhow::Result<()> {
+    let env = listener_settings_env().await?;
+    let cert = crate::nlb::acm_certificate(&env.moto.endpoint()).await?;
+    let (env, seeded, _, svc) = one_nlb_in(
+        env,
+        serde_json::json!({ SSL_CERT: cert, ALPN: "HTTP2Preferred" }),
+    )
+    .await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    let c = via(&seeded, &env.proxy);
+    let expect = |policy: &'static str, record: Option<&'static str>| {
+        let c = c.clone();
+        let svc = svc.clone();
+        let want = (Some(policy.to_string()), record.map(String::from));
+        async move {
+            eventually(&format!("ALPN {want:?}"), WAIT, || async {
+                let got = alpn_of(&c, &svc).await.ok()?;
+                (got == want).then_some(())
+            })
+            .await
+        }
+    };
+    let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    expect("HTTP2Preferred", Some("HTTP2Preferred"))
+        .await
+        .map_err(logs)?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    set_alpn(&api, Some("HTTP1Only")).await?;
+    expect("HTTP1Only", Some("HTTP1Only")).await.map_err(logs)?;
+
+    // A name AWS does not take: a Warning, the policy left as it is.
+    set_alpn(&api, Some("h2")).await?;
+    let note = eventually("an NLBSettingRefused event", WAIT, || async {
+        let events = crate::routes::events_for(&env, "web", "NLBSettingRefused").await;
+        events
+            .into_iter()
+            .find_map(|e| e.note.filter(|n| n.contains("h2")))
+    })
+    .await
+    .map_err(logs)?;
+    assert!(note.starts_with(&format!("{ALPN}=\"h2\"")), "{note}");
+    assert!(
+        note.contains("HTTP2Preferred"),
+        "the fix names AWS's policies: {note}"
+    );
+    assert_eq!(
+        alpn_of(&c, &svc).await?,
+        (Some("HTTP1Only".into()), Some("HTTP1Only".into()))
+    );
+
+    // Removed: back to AWS's None, the record gone.
+    set_alpn(&api, None).await?;
+    expect("None", None).await.map_err(logs)?;
+    let sent = |action: &str| env.proxy.calls().get("elasticloadbalancingv2", action);
+    assert_eq!(
+        sent("ModifyListener").faulted,
+        0,
+        "the CCM sent nothing the stand-in refuses"
+    );
+    assert_eq!(sent("CreateListener").faulted, 0);
+
+    // The stand-in refuses what ELBv2 refuses.
+    let listener = c
+        .describe_listeners()
+        .load_balancer_arn(nlb_arn(&c, &svc).await?)
+        .send()
+        .await?
+        .listeners()[0]
+        .clone();
+    let unknown = c
+        .modify_listener()
+        .listener_arn(listener.listener_arn().unwrap())
+        .alpn_policy("h2")
+        .send()
+        .await
+        .expect_err("a name AWS does not take is refused");
+    assert_eq!(
+        unknown.as_service_error().and_then(|e| e.meta().code()),
+        Some("ALPNPolicyNotFound")
+    );
+    let tg = listener.default_actions()[0].target_group_arn().unwrap();
+    let on_tcp = c
+        .create_listener()
+        .load_balancer_arn(listener.load_balancer_arn().unwrap())
+        .port(81)
+        .protocol(elbv2::types::ProtocolEnum::Tcp)
+        .alpn_policy("HTTP2Preferred")
+        .default_actions(
+            elbv2::types::Action::builder()
+                .r#type(elbv2::types::ActionTypeEnum::Forward)
+                .target_group_arn(tg)
+                .build(),
+        )
+        .send()
+        .await
+        .expect_err("a policy on a TCP listener is refused");
+    assert_eq!(
+        on_tcp.as_service_error().and_then(|e| e.meta().code()),
+        Some("ValidationError")
+    );
+    assert_eq!(
+        sent("ModifyListener").faulted,
+        1,
+        "only the test's own calls were refused"
+    );
+    assert_eq!(sent("CreateListener").faulted, 1);
+    assert_eq!(alpn_of(&c, &svc).await?.0.as_deref(), Some("None"));
+
+    drop(ccm);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    env.finish().await
+}
+
+/// From the Go CCM's state: an NLB it made with a TLS listener for a
+/// Service that carries the ALPN annotation (which the Go CCM does not
+/// read). Without the key the swap makes no call, and the listener keeps
+/// AWS's None; once the operator sets `NLBListenerSettings = true`,
+/// `aws-ccm plan` shows the ModifyListener first and the CCM then applies
+/// it with its record.
+#[tokio::test]
+async fn after_a_swap_the_alpn_policy_changes_nothing_until_the_key_is_set() -> anyhow::Result<()> {
+    let env = Env::start_with_conf(&listener_settings_conf(false)).await?;
+    let cert = crate::nlb::acm_certificate(&env.moto.endpoint()).await?;
+    let (env, seeded, c, svc) = one_nlb_in(
+        env,
+        serde_json::json!({ SSL_CERT: cert, ALPN: "HTTP2Preferred" }),
+    )
+    .await?;
+    go_made_nlb(&seeded, &svc, &[]).await?;
+    // The Go CCM's TLS listener (createListenerV2 with the certificate, the
+    // ownership tags and no ALPN policy), in place of the helper's TCP one.
+    let lb = nlb_arn(&c, &svc).await?;
+    let tcp = c
+        .describe_listeners()
+        .load_balancer_arn(&lb)
+        .send()
+        .await?
+        .listeners()[0]
+        .clone();
+    c.delete_listener()
+        .listener_arn(tcp.listener_arn().unwrap())
+        .send()
+        .await?;
+    c.create_listener()
+        .load_balancer_arn(&lb)
+        .port(80)
+        .protocol(elbv2::types::ProtocolEnum::Tls)
+        .certificates(
+            elbv2::types::Certificate::builder()
+                .certificate_arn(&cert)
+                .build(),
+        )
+        .set_default_actions(Some(tcp.default_actions().to_vec()))
+        .tags(
+            elbv2::types::Tag::builder()
+                .key(format!("kubernetes.io/cluster/{CLUSTER_ID}"))
+                .value("owned")
+                .build(),
+        )
+        .tags(
+            elbv2::types::Tag::builder()
+                .key("kubernetes.io/service-name")
+                .value("default/web")
+                .build(),
+        )
+        .send()
+        .await?;
+
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    let c = via(&seeded, &proxy);
+    assert_eq!(alpn_of(&c, &svc).await?, (None, None));
+    drop(ccm);
+
+    // The operator opts in: the plan shows the change before it is made.
+    std::fs::write(&env.cloud_conf, listener_settings_conf(true))?;
+    let (ok, text, err) =
+        crate::ops_orphans::run_tool(&env, "plan", &["--controllers=service"], "").await?;
+    assert!(ok, "aws-ccm plan failed: {err}");
+    assert!(
+        text.contains("~ modify listener TLS 80 (ALPN policy HTTP2Preferred)")
+            && text.contains("~ tag the NLB with [\"aws-ccm/alpn-policy\"]"),
+        "{text}"
+    );
+    // (The environment's proxy has carried the plan's calls alone.)
+    assert_eq!(
+        mutations(&env.proxy),
+        BTreeMap::new(),
+        "the plan wrote nothing"
+    );
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let c = via(&seeded, &env.proxy);
+    eventually("the policy applied and recorded", WAIT, || async {
+        let got = alpn_of(&c, &svc).await.ok()?;
+        (got == (Some("HTTP2Preferred".into()), Some("HTTP2Preferred".into()))).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     drop(ccm);
     env.finish().await
 }

@@ -35,6 +35,7 @@
 //! `GET /proxy-api/counts` returns the counters as JSON and
 //! `POST /proxy-api/reset-counts` clears them.
 
+mod alpn;
 mod consistency;
 mod counts;
 mod deletion_protection;
@@ -769,6 +770,12 @@ async fn handle(
         return Ok(error_response(&refusal, &call));
     }
     if let Some(refusal) =
+        alpn::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
         target_quota::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
     {
         counters.bump(&call.service, &counted, Outcome::Faulted);
@@ -863,6 +870,9 @@ async fn upstream_answer(
             Ok(xml) => xml_response(xml),
             Err(e) => error_response(&e, call),
         };
+    }
+    if alpn::answers(state, call) {
+        return alpn::answer(state, parts, body, call, params).await;
     }
     let local = state.local.read().clone();
     if let Some(local) = local {

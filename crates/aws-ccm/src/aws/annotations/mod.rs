@@ -382,6 +382,9 @@ pub struct LoadBalancerSpec {
     pub(crate) eip_allocations: Vec<String>,
     pub(crate) private_ipv4_addresses: Vec<std::net::Ipv4Addr>,
     pub(crate) target_group_attributes: BTreeMap<String, String>,
+    /// `alpn-policy` as written, on an NLB (read only with cloud.conf
+    /// `NLBListenerSettings = true`; see `parse::refused_nlb_settings`).
+    pub(crate) alpn_policy: Option<String>,
     /// `ip-address-type: dualstack` (NLB only).
     pub(crate) dualstack: bool,
     pub(crate) target_node_labels: BTreeMap<String, String>,

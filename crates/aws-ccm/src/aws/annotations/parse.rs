@@ -83,6 +83,28 @@ fn refused_nlb_settings(
             )
         });
     }
+    if let Some(policy) = &spec.alpn_policy {
+        let tls = crate::aws::nlb::desired::has_tls_listener(spec, cloud);
+        let refused = if !crate::aws::nlb::ALPN_POLICIES.contains(&policy.as_str()) {
+            Some((
+                "not an ALPN policy AWS takes: not sent, the TLS listeners' policy is left as it is".to_string(),
+                format!("write one of {}", crate::aws::nlb::ALPN_POLICIES.join(", ")),
+            ))
+        } else if !tls {
+            Some((
+                "the NLB has no TLS listener, and AWS takes an ALPN policy on TLS listeners only: not sent".to_string(),
+                format!("set {SSL_CERT} (and {SSL_PORTS}) for a TLS listener, or remove {ALPN_POLICY}"),
+            ))
+        } else {
+            None
+        };
+        if let Some((reading, fix)) = refused {
+            notes.push(SpecNote {
+                reason: SETTING_REFUSED,
+                ..SpecNote::of(ALPN_POLICY, policy, &reading, &fix, Holds::Nothing)
+            });
+        }
+    }
     notes
 }
 
@@ -114,6 +136,10 @@ impl LoadBalancerSpec {
                 .extend(cloud.nlb_refusals.iter().map(refused));
         }
         if reading.spec.kind == LoadBalancerKind::Network && cloud.nlb_listener_settings {
+            // Read with the key: no longer "not read".
+            reading
+                .notes
+                .retain(|n| !(n.reason == NOT_READ && n.field == ALPN_POLICY));
             reading
                 .notes
                 .extend(refused_nlb_settings(&reading.spec, cloud));

@@ -342,6 +342,24 @@ pub(super) fn additional_tags(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result
     Ok(())
 }
 
+/// The AWS Load Balancer Controller's ALPN policy, which the Go CCM does
+/// not read: noted as not read, as before; an NLB keeps the value, which
+/// cloud.conf `NLBListenerSettings = true` reads instead of the note
+/// (`parse::refused_nlb_settings`).
+pub(crate) fn alpn_policy(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(), SpecError> {
+    cx.not_read(
+        k,
+        v,
+        "an AWS Load Balancer Controller annotation, which this CCM does not read (nor does the Go CCM): ignored",
+        "this CCM sets none (AWS's default) unless cloud.conf [Global] NLBListenerSettings = true",
+        Holds::Nothing,
+    );
+    if cx.is_nlb && !v.trim().is_empty() {
+        s.alpn_policy = Some(v.trim().to_string());
+    }
+    Ok(())
+}
+
 /// The AWS Load Balancer Controller's load balancer attributes: this CCM
 /// reads `deletion_protection.enabled` alone. A value it cannot read, or
 /// another key, gets a Warning and changes nothing: the Go CCM reads none

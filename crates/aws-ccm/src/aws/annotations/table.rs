@@ -458,11 +458,13 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "AWS Load Balancer Controller: the NLB's IPv6 address in each subnet.",
         "with aws-load-balancer-ip-address-type: dualstack AWS assigns them",
     ),
-    not_read(
+    row(
         ALPN_POLICY,
-        "string",
-        "AWS Load Balancer Controller: the ALPN policy of the TLS listeners.",
-        "this CCM sets none (AWS's default)",
+        "`HTTP1Only`, `HTTP2Only`, `HTTP2Optional`, `HTTP2Preferred`, `None`",
+        "-",
+        Applies::Both,
+        "AWS Load Balancer Controller: the ALPN policy of the NLB's TLS listeners. The Go CCM does not read it; nor does this CCM without cloud.conf `NLBListenerSettings = true` (Warning `AnnotationNotRead`, as before). With the key, on an NLB, it is sent at CreateListener and in place by ModifyListener on every TLS listener and recorded in the NLB's tag `aws-ccm/alpn-policy`; removing it returns the TLS listeners to AWS's `None` only when so recorded (a policy set by hand is left). A value AWS does not take, or an NLB without a TLS listener, gets Warning `NLBSettingRefused` and only the policy is left as it is. Not read on a CLB.",
+        Parse::Own(parse::alpn_policy),
     ),
     row(
         LB_ATTRIBUTES,

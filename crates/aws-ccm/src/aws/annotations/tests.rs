@@ -74,9 +74,10 @@ fn table_has_every_upstream_annotation_once() {
     assert!(ANNOTATIONS.iter().all(|a| a.name.starts_with(PREFIX)));
     // The Load Balancer Controller's keys the Go CCM does not read are the
     // rows that are not read, the scheme, which is read for its safety, and
-    // the attributes, read for deletion protection alone, and the name,
-    // read for adoption alone.
-    let read_albc = [SCHEME, LB_ATTRIBUTES, NAME];
+    // the attributes, read for deletion protection alone, the name, read
+    // for adoption alone, and the ALPN policy, read with cloud.conf
+    // `NLBListenerSettings = true`.
+    let read_albc = [SCHEME, LB_ATTRIBUTES, NAME, ALPN_POLICY];
     for row in ANNOTATIONS {
         let not_read = matches!(row.parse, super::rows::Parse::NotRead(_));
         let albc_only =
@@ -457,9 +458,11 @@ fn load_balancer_controller_keys_are_warned_about_and_change_nothing() {
         .iter()
         .filter(|r| matches!(r.parse, super::rows::Parse::NotRead(_)))
         .collect();
-    // 17 since `aws-load-balancer-attributes` (deletion protection) and
-    // `aws-load-balancer-name` (adoption) are read.
-    assert!(rows.len() >= 17, "{}", rows.len());
+    // 16 since `aws-load-balancer-attributes` (deletion protection) and
+    // `aws-load-balancer-name` (adoption) are read, and `alpn-policy` with
+    // cloud.conf `NLBListenerSettings = true` (its own test:
+    // `an_nlb_alpn_policy_is_read_only_with_the_key_...`).
+    assert!(rows.len() >= 16, "{}", rows.len());
     for kind in ["nlb", ""] {
         let plain = LoadBalancerSpec::read(&service(&[(TYPE, kind)], &[(80, 30080)]));
         for row in &rows {
@@ -546,4 +549,48 @@ fn an_nlb_health_timeout_above_the_interval_is_warned_only_with_the_key() {
     // Within the interval (the NLB's default 30 s here), or a CLB: none.
     assert!(notes(&[(TYPE, "nlb"), (HC_TIMEOUT, "20")], &on).is_empty());
     assert!(notes(&[(HC_INTERVAL, "10"), (HC_TIMEOUT, "5")], &on).is_empty());
+}
+
+#[test]
+fn an_nlb_alpn_policy_is_read_only_with_the_key_and_refused_as_aws_refuses() {
+    use crate::cloud_config::CloudConfig;
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let findings = |annotations: &[(&str, &str)], cloud: &CloudConfig| -> Vec<(String, String)> {
+        let svc = service(annotations, &[(443, 30443)]);
+        let r = LoadBalancerSpec::read_with(&svc, cloud);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        r.findings(true)
+            .into_iter()
+            .filter(|f| f.message.starts_with(ALPN_POLICY))
+            .map(|f| (f.reason.to_string(), f.message))
+            .collect()
+    };
+    let cert = (SSL_CERT, "arn:aws:acm:us-east-1:123456789012:certificate/x");
+    let good = [(TYPE, "nlb"), cert, (ALPN_POLICY, "HTTP2Preferred")];
+    // Without the key: not read, as before.
+    let [(reason, _)] = findings(&good, &CloudConfig::default())
+        .try_into()
+        .expect("one finding");
+    assert_eq!(reason, NOT_READ);
+    // With it: read, nothing to say.
+    assert!(findings(&good, &on).is_empty());
+    // A name AWS does not take, or no TLS listener: refused, with the fix.
+    let [(reason, note)] = findings(&[(TYPE, "nlb"), cert, (ALPN_POLICY, "h2")], &on)
+        .try_into()
+        .expect("one finding");
+    assert_eq!(reason, SETTING_REFUSED);
+    assert!(note.contains("HTTP2Preferred"), "{note}");
+    let [(reason, note)] = findings(&[(TYPE, "nlb"), (ALPN_POLICY, "HTTP1Only")], &on)
+        .try_into()
+        .expect("one finding");
+    assert_eq!(reason, SETTING_REFUSED);
+    assert!(note.contains("no TLS listener"), "{note}");
+    // A classic ELB: not read, key or not.
+    let [(reason, _)] = findings(&[cert, (ALPN_POLICY, "HTTP1Only")], &on)
+        .try_into()
+        .expect("one finding");
+    assert_eq!(reason, NOT_READ);
 }

@@ -138,10 +138,21 @@ pub(crate) fn refuse_listener_writes(
         .filter_map(|l| l.target_group_arn.as_deref())
         .collect();
     let unwired = unwired_groups(&changes, &refused);
+    // The record of an ALPN policy says it was applied: not while a
+    // listener it is for is refused.
+    let alpn_refused = changes.iter().any(|c| {
+        matches!(c, nlb::Change::ModifyListener { arn, alpn: Some(_), .. } if refused.contains(arn))
+    });
     let kept = changes
         .into_iter()
         .filter(|c| match c {
             _ if let Some(arn) = listener_write(c) => !refused.contains(arn),
+            nlb::Change::AddTags { arn: None, tags } if alpn_refused => {
+                !tags.contains_key(tags::ALPN_POLICY_TAG)
+            }
+            nlb::Change::RemoveTags { arn: None, keys } if alpn_refused => {
+                !keys.contains(tags::ALPN_POLICY_TAG)
+            }
             nlb::Change::DeleteTargetGroup { arn, .. } => !kept_groups.contains(&arn.as_str()),
             nlb::Change::CreateTargetGroup { group, .. } => !unwired.contains(&group.name),
             nlb::Change::RegisterTargets {
@@ -166,7 +177,7 @@ fn unwired_groups(changes: &[nlb::Change], refused: &[String]) -> BTreeSet<Strin
     let mut wired = BTreeSet::new();
     for change in changes {
         match change {
-            nlb::Change::ModifyListener { arn, listener } if refused.contains(arn) => {
+            nlb::Change::ModifyListener { arn, listener, .. } if refused.contains(arn) => {
                 only_refused.insert(listener.target_group.clone());
             }
             nlb::Change::ModifyListener { listener, .. }

@@ -147,7 +147,10 @@ pub(crate) fn nlb_settings(desired: &nlb::Desired) -> String {
         format!("{:?}", desired.listeners),
         format!("{:?}", desired.target_group_attributes),
     ];
-    settings_value(parts.iter().map(String::as_str))
+    // Only where the Service sets one: other NLBs' digests are as before.
+    let alpn = desired.alpn.as_ref().and_then(|a| a.want.as_ref());
+    let alpn = alpn.map(|p| format!("alpn {p}"));
+    settings_value(parts.iter().chain(alpn.as_ref()).map(String::as_str))
 }
 
 impl LbSweep {
@@ -453,6 +456,7 @@ impl super::AwsLoadBalancers {
         let in_full = !all_present
             || tags_change
             || nlb::plan::unprotecting(desired, &lb.tags)
+            || nlb::plan::alpn_record_stale(desired, &lb.tags)
             || self.memory().sweep().must_read(name, uid, &lb.tags, want);
         if in_full {
             lb.attributes = nlb::read::read_attributes(aws, &lb.arn).await?;
@@ -474,6 +478,9 @@ impl super::AwsLoadBalancers {
                     certificate: l.certificate.clone(),
                     ssl_policy: l.ssl_policy.clone(),
                     target_group_arn: arn_of(&l.target_group),
+                    alpn: (desired.alpn.as_ref())
+                        .and_then(|a| a.want.clone())
+                        .filter(|_| l.protocol == "TLS"),
                     tags: None,
                 })
                 .collect();

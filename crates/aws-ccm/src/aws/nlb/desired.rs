@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE,
-    ATTR_DELETION_PROTECTION, Desired, HealthCheck, HealthTimeout, Listener, SubnetMapping,
+    ATTR_DELETION_PROTECTION, Alpn, Desired, HealthCheck, HealthTimeout, Listener, SubnetMapping,
     TargetGroup, ip_protocols, mtu_rule, port_rule, target_group_name,
 };
 use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
@@ -85,6 +85,28 @@ pub(crate) fn health_timeout(
     }
 }
 
+/// Whether the Service's NLB has a TLS listener.
+pub(crate) fn has_tls_listener(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> bool {
+    listeners(spec, "", "", &health_check(spec, cloud))
+        .is_ok_and(|(listeners, _)| listeners.iter().any(|l| l.protocol == "TLS"))
+}
+
+/// The ALPN policy this CCM manages on the TLS listeners: only with
+/// cloud.conf `NLBListenerSettings = true` (the Go CCM does not read the
+/// annotation). A policy AWS would refuse (not one of its names, or no TLS
+/// listener to take it) is not sent and the listeners' policy is left as
+/// it is (the reading warns of it: `LoadBalancerSpec::read_with`).
+fn alpn(spec: &LoadBalancerSpec, cloud: &CloudConfig, listeners: &[Listener]) -> Option<Alpn> {
+    if !cloud.nlb_listener_settings {
+        return None;
+    }
+    let tls = listeners.iter().any(|l| l.protocol == "TLS");
+    match &spec.alpn_policy {
+        Some(p) if !tls || !super::ALPN_POLICIES.contains(&p.as_str()) => None,
+        want => Some(Alpn { want: want.clone() }),
+    }
+}
+
 /// Pure: what AWS must look like for this Service. `Err` says what the user
 /// must fix (address counts that do not match the subnets, TCP+UDP on one
 /// port with different node ports).
@@ -107,6 +129,7 @@ pub(crate) fn desired(
     let health_timeout = health_timeout(spec, cloud, health.interval);
     health.timeout = health_timeout.and_then(|t| t.want);
     let (listeners, target_groups) = listeners(spec, service_key, cluster_id, &health)?;
+    let alpn = alpn(spec, cloud, &listeners);
     let subnet_mappings = subnet_mappings(spec, env)?;
     let groups_managed = cloud.nlb_security_group_mode == NlbSecurityGroupMode::Managed;
     let (security_groups, owned_group) = if !groups_managed {
@@ -161,6 +184,7 @@ pub(crate) fn desired(
         deletion_protection: spec.deletion_protection,
         instances: env.instances.clone(),
         health_timeout,
+        alpn,
     })
 }
 

@@ -233,8 +233,16 @@ impl Applying<'_> {
                 port,
                 instances,
             } => self.deregister(arn, *port, instances).await,
-            Change::CreateListener { listener, tags } => self.create_listener(listener, tags).await,
-            Change::ModifyListener { arn, listener } => self.modify_listener(arn, listener).await,
+            Change::CreateListener {
+                listener,
+                tags,
+                alpn,
+            } => self.create_listener(listener, tags, alpn).await,
+            Change::ModifyListener {
+                arn,
+                listener,
+                alpn,
+            } => self.modify_listener(arn, listener, alpn).await,
             Change::DeleteListener { arn } => self.delete_listener(arn).await,
             Change::DeleteTargetGroup { arn, .. } => self.delete_target_group(arn).await,
         }
@@ -548,6 +556,7 @@ impl Applying<'_> {
         &self,
         listener: &Listener,
         tags: &BTreeMap<String, String>,
+        alpn: &Option<String>,
     ) -> Result<(), AwsError> {
         let arn = self.lb()?;
         let tg = self.target_group(&TgRef::Name(listener.target_group.clone()))?;
@@ -562,6 +571,7 @@ impl Applying<'_> {
                     .default_actions(forward(&tg))
                     .set_certificates(certs.clone())
                     .set_ssl_policy(policy.clone())
+                    .set_alpn_policy(alpn.clone().map(|p| vec![p]))
                     .set_tags(Some(tags.clone()))
                     .send()
             })
@@ -585,7 +595,12 @@ impl Applying<'_> {
     }
 
     /// A write IAM refuses is recorded, not an error.
-    async fn modify_listener(&mut self, arn: &str, listener: &Listener) -> Result<(), AwsError> {
+    async fn modify_listener(
+        &mut self,
+        arn: &str,
+        listener: &Listener,
+        alpn: &Option<String>,
+    ) -> Result<(), AwsError> {
         let tg = self.target_group(&TgRef::Name(listener.target_group.clone()))?;
         let (certs, policy) = tls_parts(listener);
         let modified = self.call(Operation::Elbv2ModifyListener, |c| {
@@ -596,6 +611,7 @@ impl Applying<'_> {
                 .default_actions(forward(&tg))
                 .set_certificates(certs.clone())
                 .set_ssl_policy(policy.clone())
+                .set_alpn_policy(alpn.clone().map(|p| vec![p]))
                 .send()
         });
         match modified.await {

@@ -176,6 +176,26 @@ pub struct HealthTimeout {
     pub(crate) want: Option<i32>,
 }
 
+/// The ALPN policies ELBv2 takes on a TLS listener (`AlpnPolicy`), AWS's
+/// default last.
+pub(crate) const ALPN_POLICIES: [&str; 5] = [
+    "HTTP1Only",
+    "HTTP2Only",
+    "HTTP2Optional",
+    "HTTP2Preferred",
+    "None",
+];
+/// AWS's ALPN policy of a TLS listener created without one.
+pub(crate) const ALPN_NONE: &str = "None";
+
+/// With cloud.conf `NLBListenerSettings = true`, the ALPN policy the
+/// Service asks for on its TLS listeners (`None`: none, or one AWS would
+/// refuse; a policy this CCM applied then returns to AWS's `None`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Alpn {
+    pub(crate) want: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetGroup {
     pub(crate) name: String,
@@ -244,6 +264,10 @@ pub struct Desired {
     /// `None` without cloud.conf `NLBListenerSettings = true`: the timeout
     /// is neither sent nor compared, as the Go CCM leaves it.
     pub(crate) health_timeout: Option<HealthTimeout>,
+    /// `None` without cloud.conf `NLBListenerSettings = true`: the TLS
+    /// listeners' ALPN policy is neither sent nor compared, as the Go CCM
+    /// leaves it.
+    pub(crate) alpn: Option<Alpn>,
 }
 
 impl Desired {
@@ -261,6 +285,8 @@ pub struct ActualListener {
     pub(crate) certificate: Option<String>,
     pub(crate) ssl_policy: Option<String>,
     pub(crate) target_group_arn: Option<String>,
+    /// `AlpnPolicy` as AWS reports it (`None`: it reports none).
+    pub(crate) alpn: Option<String>,
     /// Read only when the NLB's tags follow an annotation (see
     /// `load_balancers::sweep`); `None`: not read, left as they are.
     pub tags: Option<crate::aws::tags::Tags>,
@@ -365,13 +391,17 @@ pub enum Change {
         port: i32,
         instances: BTreeSet<String>,
     },
+    /// `alpn`: the ALPN policy to send (a TLS listener with cloud.conf
+    /// `NLBListenerSettings = true` only).
     CreateListener {
         listener: Listener,
         tags: BTreeMap<String, String>,
+        alpn: Option<String>,
     },
     ModifyListener {
         arn: String,
         listener: Listener,
+        alpn: Option<String>,
     },
     DeleteListener {
         arn: String,

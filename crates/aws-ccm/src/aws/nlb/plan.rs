@@ -78,6 +78,7 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
         }
     }
     listener_changes(desired, &lb, &by_name, cluster_id, &mut changes);
+    alpn_record(desired, &lb.tags, &mut changes);
     retired_changes(desired, actual, cluster_id, manage_groups, &mut changes);
     changes
 }
@@ -580,22 +581,33 @@ fn listener_changes(
             changes.push(Change::DeleteListener { arn: l.arn.clone() });
         }
     }
+    let alpn = alpn_target(desired, &lb.tags);
     for l in &desired.listeners {
+        let tls = l.protocol == "TLS";
         match have.get(&l.port) {
             None => changes.push(Change::CreateListener {
                 listener: l.clone(),
                 tags: desired.create_tags(),
+                alpn: desired
+                    .alpn
+                    .as_ref()
+                    .and_then(|a| a.want.clone())
+                    .filter(|_| tls),
             }),
             Some(h) => {
+                let alpn = alpn.clone().filter(|_| tls);
+                let have_alpn = h.alpn.as_deref().unwrap_or(super::ALPN_NONE);
                 let same = h.protocol == l.protocol
                     && h.certificate == l.certificate
                     && (l.ssl_policy.is_none() || h.ssl_policy == l.ssl_policy)
                     && h.target_group_arn.is_some()
-                    && h.target_group_arn == arn_of(&l.target_group);
+                    && h.target_group_arn == arn_of(&l.target_group)
+                    && alpn.as_deref().is_none_or(|p| p == have_alpn);
                 if !same {
                     changes.push(Change::ModifyListener {
                         arn: h.arn.clone(),
                         listener: l.clone(),
+                        alpn,
                     });
                 }
                 // Only a listener tagged as this cluster's: AWS (and the
@@ -613,6 +625,52 @@ fn listener_changes(
                 }
             }
         }
+    }
+}
+
+/// The ALPN policy to send to the TLS listeners: with cloud.conf
+/// `NLBListenerSettings = true`, the annotation's, else AWS's `None` when
+/// the NLB's record (`lb_tags`) says this CCM applied one; otherwise none
+/// (left as it is).
+fn alpn_target(desired: &Desired, lb_tags: &BTreeMap<String, String>) -> Option<String> {
+    let setting = desired.alpn.as_ref()?;
+    match &setting.want {
+        Some(p) => Some(p.clone()),
+        None if lb_tags.contains_key(tags::ALPN_POLICY_TAG) => Some(super::ALPN_NONE.to_string()),
+        None => None,
+    }
+}
+
+/// Whether the NLB's record of the ALPN policy this CCM applied (on
+/// `lb_tags`) differs from what the Service asks for: then the listeners
+/// are read, not taken as asked for.
+pub(crate) fn alpn_record_stale(desired: &Desired, lb_tags: &BTreeMap<String, String>) -> bool {
+    let Some(setting) = &desired.alpn else {
+        return false;
+    };
+    lb_tags.get(tags::ALPN_POLICY_TAG) != setting.want.as_ref()
+}
+
+/// The record of the ALPN policy this CCM applied, after the listeners:
+/// written with the policy (or kept up to date), removed once the
+/// listeners are back to AWS's `None`.
+fn alpn_record(desired: &Desired, lb_tags: &BTreeMap<String, String>, changes: &mut Vec<Change>) {
+    let Some(setting) = &desired.alpn else {
+        return;
+    };
+    let recorded = lb_tags.get(tags::ALPN_POLICY_TAG);
+    match &setting.want {
+        Some(p) if recorded != Some(p) && lb_tags.len() < tags::MAX_LB_TAGS => {
+            changes.push(Change::AddTags {
+                arn: None,
+                tags: BTreeMap::from([(tags::ALPN_POLICY_TAG.to_string(), p.clone())]),
+            });
+        }
+        None if recorded.is_some() => changes.push(Change::RemoveTags {
+            arn: None,
+            keys: BTreeSet::from([tags::ALPN_POLICY_TAG.to_string()]),
+        }),
+        _ => {}
     }
 }
 
@@ -749,9 +807,25 @@ pub(crate) fn describe(change: &Change) -> String {
         Change::DeregisterTargets { arn, instances, .. } => {
             format!("deregister {} target(s) from {arn}", instances.len())
         }
+        Change::CreateListener {
+            listener,
+            alpn: Some(p),
+            ..
+        } => format!(
+            "create listener {} {} (ALPN policy {p})",
+            listener.protocol, listener.port
+        ),
         Change::CreateListener { listener, .. } => {
             format!("create listener {} {}", listener.protocol, listener.port)
         }
+        Change::ModifyListener {
+            listener,
+            alpn: Some(p),
+            ..
+        } => format!(
+            "modify listener {} {} (ALPN policy {p})",
+            listener.protocol, listener.port
+        ),
         Change::ModifyListener { listener, .. } => {
             format!("modify listener {} {}", listener.protocol, listener.port)
         }

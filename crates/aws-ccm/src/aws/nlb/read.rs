@@ -192,6 +192,7 @@ fn listeners_from_sdk(listeners: &[t::Listener]) -> Vec<ActualListener> {
                     .first()
                     .and_then(|a| a.target_group_arn())
                     .map(str::to_string),
+                alpn: l.alpn_policy().first().cloned(),
                 tags: None,
             })
         })

@@ -87,6 +87,7 @@ fn converged(d: &Desired) -> Actual {
                     certificate: l.certificate.clone(),
                     ssl_policy: l.ssl_policy.clone(),
                     target_group_arn: Some(format!("arn:tg/{}", l.target_group)),
+                    alpn: None,
                     tags: Some(Tags::new(d.create_tags())),
                 })
                 .collect(),
@@ -204,7 +205,7 @@ fn fresh_service_creates_everything_and_converged_plans_nothing() {
     // Listeners are tagged owned at creation: the policy grants
     // ModifyListener/DeleteListener only on those.
     for c in &changes {
-        if let Change::CreateListener { tags, listener } = c {
+        if let Change::CreateListener { tags, listener, .. } = c {
             assert_eq!(
                 tags.get("kubernetes.io/cluster/c1").map(String::as_str),
                 Some("owned"),
@@ -1457,6 +1458,165 @@ fn health_check_timeout_nobody_recorded_or_above_the_interval_is_left_alone() {
         ["create None record None"]
     );
     assert_eq!(super::default_health_timeout("HTTP"), 6);
+}
+
+const ALPN_RECORD: &str = crate::aws::tags::ALPN_POLICY_TAG;
+const CERT: &str = "arn:aws:acm:us-east-1:123456789012:certificate/x";
+
+/// The ALPN policies a plan sends (by listener port) and its record writes.
+fn alpn_writes(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::CreateListener { listener, alpn, .. } => {
+                Some(format!("create {} {alpn:?}", listener.port))
+            }
+            Change::ModifyListener { listener, alpn, .. } => {
+                Some(format!("modify {} {alpn:?}", listener.port))
+            }
+            Change::AddTags { arn: None, tags } => {
+                tags.get(ALPN_RECORD).map(|r| format!("record {r}"))
+            }
+            Change::RemoveTags { arn: None, keys } => {
+                keys.contains(ALPN_RECORD).then(|| "unrecord".to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn tls_want(annotations: &[(&str, &str)], cloud: &CloudConfig, e: &Environment) -> Desired {
+    let mut a = vec![(ann::SSL_CERT, CERT), (ann::SSL_PORTS, "443")];
+    a.extend_from_slice(annotations);
+    desired(
+        &spec(&a, &[(80, 30080), (443, 30443)]),
+        "default/web",
+        UID,
+        "c1",
+        cloud,
+        e,
+    )
+    .unwrap()
+}
+
+fn with_alpn(live: &mut Actual, policy: Option<&str>, record: Option<&str>) {
+    let lb = live.lb.as_mut().unwrap();
+    for l in &mut lb.listeners {
+        if l.protocol == "TLS" {
+            l.alpn = policy.map(String::from);
+        }
+    }
+    let mut t = (*lb.tags).clone();
+    match record {
+        Some(r) => t.insert(ALPN_RECORD.into(), r.into()),
+        None => t.remove(ALPN_RECORD),
+    };
+    lb.tags = Tags::new(t);
+}
+
+#[test]
+fn alpn_policy_is_sent_to_tls_listeners_only_with_the_cloud_conf_key() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let off = CloudConfig::default();
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let ann = [(ann::ALPN_POLICY, "HTTP2Preferred")];
+    // Key off (the Go CCM's reading): neither sent at creation nor on a
+    // live NLB, whatever its listeners' policy.
+    let go = tls_want(&ann, &off, &e);
+    assert_eq!(go.alpn, None);
+    assert_eq!(
+        alpn_writes(&plan(&go, &Actual::default(), "c1")),
+        ["create 80 None", "create 443 None"]
+    );
+    let mut live = converged(&go);
+    with_alpn(&mut live, Some("None"), None);
+    assert!(plan(&go, &live, "c1").is_empty());
+    // Key on: created with it on the TLS listener only, and recorded.
+    let d = tls_want(&ann, &on, &e);
+    assert_eq!(
+        alpn_writes(&plan(&d, &Actual::default(), "c1")),
+        [
+            "create 80 None",
+            "create 443 Some(\"HTTP2Preferred\")",
+            "record HTTP2Preferred"
+        ]
+    );
+    // A live NLB (the Go CCM's): modified in place, then recorded.
+    assert_eq!(
+        alpn_writes(&plan(&d, &live, "c1")),
+        [
+            "modify 443 Some(\"HTTP2Preferred\")",
+            "record HTTP2Preferred"
+        ]
+    );
+    // Applied and recorded: steady.
+    with_alpn(&mut live, Some("HTTP2Preferred"), Some("HTTP2Preferred"));
+    assert!(plan(&d, &live, "c1").is_empty());
+    assert!(!alpn_record_stale(&d, &live.lb.as_ref().unwrap().tags));
+    // Changed: modified, the record kept up to date.
+    let changed = tls_want(&[(ann::ALPN_POLICY, "HTTP1Only")], &on, &e);
+    assert!(alpn_record_stale(&changed, &live.lb.as_ref().unwrap().tags));
+    assert_eq!(
+        alpn_writes(&plan(&changed, &live, "c1")),
+        ["modify 443 Some(\"HTTP1Only\")", "record HTTP1Only"]
+    );
+    // Removed: back to AWS's None, then the record goes.
+    let none = tls_want(&[], &on, &e);
+    assert_eq!(
+        alpn_writes(&plan(&none, &live, "c1")),
+        ["modify 443 Some(\"None\")", "unrecord"]
+    );
+    // Key off again: nothing is touched.
+    assert!(plan(&tls_want(&[], &off, &e), &live, "c1").is_empty());
+}
+
+#[test]
+fn alpn_policy_nobody_recorded_or_refused_is_left_alone() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    // Set by hand, no record: the annotation's absence leaves it.
+    let none = tls_want(&[], &on, &e);
+    let mut live = converged(&none);
+    with_alpn(&mut live, Some("HTTP2Only"), None);
+    assert!(plan(&none, &live, "c1").is_empty());
+    assert!(!alpn_record_stale(&none, &live.lb.as_ref().unwrap().tags));
+    // A name AWS does not take: not sent, the hand-set policy left.
+    let bad = tls_want(&[(ann::ALPN_POLICY, "h2")], &on, &e);
+    assert_eq!(bad.alpn, None);
+    assert!(plan(&bad, &live, "c1").is_empty());
+    // No TLS listener to take it: not sent at creation either.
+    let tcp = want_with(&[(ann::ALPN_POLICY, "HTTP2Preferred")], &on, &e);
+    assert_eq!(tcp.alpn, None);
+    assert_eq!(
+        alpn_writes(&plan(&tcp, &Actual::default(), "c1")),
+        ["create 80 None"]
+    );
+}
+
+#[test]
+fn the_settings_digest_changes_only_for_an_nlb_that_sets_an_alpn_policy() {
+    use crate::aws::load_balancers::sweep::nlb_settings;
+    let e = env(&["subnet-a"], &["i-1"]);
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let off = CloudConfig::default();
+    let ann = [(ann::ALPN_POLICY, "HTTP2Preferred")];
+    assert_eq!(
+        nlb_settings(&tls_want(&[], &on, &e)),
+        nlb_settings(&tls_want(&ann, &off, &e))
+    );
+    assert_ne!(
+        nlb_settings(&tls_want(&ann, &on, &e)),
+        nlb_settings(&tls_want(&ann, &off, &e))
+    );
 }
 
 /// `NLBNodeIngress = SharedBackendGroup` on a Managed-mode NLB: the NLB

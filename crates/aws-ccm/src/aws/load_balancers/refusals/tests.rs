@@ -15,6 +15,7 @@ fn listener(arn: &str, port: i32, tg: &str) -> ActualListener {
         certificate: None,
         ssl_policy: None,
         target_group_arn: Some(tg.into()),
+        alpn: None,
         tags: None,
     }
 }
@@ -68,10 +69,12 @@ fn untagged_listeners_are_not_modified_or_deleted_and_keep_their_target_group() 
         Change::ModifyListener {
             arn: "arn:ours-443".into(),
             listener: want(443),
+            alpn: None,
         },
         Change::ModifyListener {
             arn: "arn:old-8080".into(),
             listener: want(8080),
+            alpn: None,
         },
         Change::DeleteTargetGroup {
             arn: "arn:tg-old".into(),
@@ -104,6 +107,7 @@ fn untagged_listeners_are_not_modified_or_deleted_and_keep_their_target_group() 
             Change::ModifyListener {
                 arn: "arn:ours-443".into(),
                 listener: want(443),
+                alpn: None,
             },
             Change::DeleteTargetGroup {
                 arn: "arn:tg-gone".into(),
@@ -150,10 +154,12 @@ fn a_target_group_only_a_refused_listener_would_use_is_not_made() {
         Change::ModifyListener {
             arn: "arn:old-80".into(),
             listener: want(80),
+            alpn: None,
         },
         Change::CreateListener {
             listener: want(81),
             tags: owned(),
+            alpn: None,
         },
     ];
     let (kept, refused) =
@@ -167,6 +173,7 @@ fn a_target_group_only_a_refused_listener_would_use_is_not_made() {
             Change::CreateListener {
                 listener: want(81),
                 tags: owned(),
+                alpn: None,
             },
         ],
         "the group for 80 would belong to no listener"
@@ -179,6 +186,7 @@ fn a_listener_a_real_call_was_refused_on_waits_for_the_recheck() {
     let changes = vec![Change::ModifyListener {
         arn: "arn:ours-443".into(),
         listener: want(443),
+        alpn: None,
     }];
     let tags = BTreeMap::from([("arn:ours-443".to_string(), owned())]);
     let (kept, refused) = refuse_listener_writes(changes, &actual, &tags, CLUSTER, |arn| {
@@ -193,6 +201,7 @@ fn other_changes_pass_untouched() {
     let changes = vec![Change::CreateListener {
         listener: want(80),
         tags: owned(),
+        alpn: None,
     }];
     let (kept, refused) = refuse_listener_writes(
         changes.clone(),
@@ -301,4 +310,32 @@ fn group_warning_names_the_group_the_tag_and_the_render_option() {
     ] {
         assert!(w.message.contains(part), "{part} missing: {}", w.message);
     }
+}
+
+#[test]
+fn an_alpn_record_waits_while_its_listener_is_refused() {
+    let actual = actual(vec![listener("arn:old-443", 443, "arn:tg-443")]);
+    let record = |tag: &str| Change::AddTags {
+        arn: None,
+        tags: BTreeMap::from([(tag.to_string(), "HTTP2Preferred".to_string())]),
+    };
+    let changes = vec![
+        Change::ModifyListener {
+            arn: "arn:old-443".into(),
+            listener: want(443),
+            alpn: Some("HTTP2Preferred".into()),
+        },
+        record(crate::aws::tags::ALPN_POLICY_TAG),
+        record("team"),
+    ];
+    let (kept, refused) =
+        refuse_listener_writes(changes.clone(), &actual, &BTreeMap::new(), CLUSTER, |_| {
+            false
+        });
+    assert_eq!(refused, vec!["arn:old-443".to_string()]);
+    assert_eq!(kept, vec![record("team")]);
+    // The listener ours: all kept.
+    let tags = BTreeMap::from([("arn:old-443".to_string(), owned())]);
+    let (kept, _) = refuse_listener_writes(changes.clone(), &actual, &tags, CLUSTER, |_| false);
+    assert_eq!(kept, changes);
 }
