@@ -5,7 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use aws_sdk_elasticloadbalancingv2::types as t;
 
-use super::{Actual, Change, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef};
+use super::{
+    Actual, Change, HealthCheck, Listener, SubnetMapping, TARGET_CHUNK, TargetGroup, TgRef,
+};
 use crate::aws::client::SdkCall;
 use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
@@ -204,17 +206,7 @@ impl Applying<'_> {
                 self.create_target_group(group, tags).await
             }
             Change::ModifyHealthCheck { arn, health } => {
-                self.call(Operation::Elbv2ModifyTargetGroup, |c| {
-                    c.modify_target_group()
-                        .target_group_arn(arn)
-                        .health_check_port(&health.port)
-                        .set_health_check_path(health.path.clone())
-                        .healthy_threshold_count(health.healthy)
-                        .unhealthy_threshold_count(health.unhealthy)
-                        .set_health_check_timeout_seconds(health.timeout)
-                        .send()
-                })
-                .await
+                self.modify_health_check(arn, health).await
             }
             Change::ModifyTargetGroupAttributes {
                 target_group,
@@ -246,6 +238,21 @@ impl Applying<'_> {
             Change::DeleteListener { arn } => self.delete_listener(arn).await,
             Change::DeleteTargetGroup { arn, .. } => self.delete_target_group(arn).await,
         }
+    }
+
+    /// A target group's health check, changed in place.
+    async fn modify_health_check(&self, arn: &str, health: &HealthCheck) -> Result<(), AwsError> {
+        self.call(Operation::Elbv2ModifyTargetGroup, |c| {
+            c.modify_target_group()
+                .target_group_arn(arn)
+                .health_check_port(&health.port)
+                .set_health_check_path(health.path.clone())
+                .healthy_threshold_count(health.healthy)
+                .unhealthy_threshold_count(health.unhealthy)
+                .set_health_check_timeout_seconds(health.timeout)
+                .send()
+        })
+        .await
     }
 
     /// One call whose answer the plan does not need.

@@ -13,6 +13,10 @@ use crate::aws::load_balancers::delta;
 use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
 
+mod settings;
+pub(crate) use settings::alpn_record_stale;
+use settings::{alpn_record, alpn_target, health_timeout_record, health_timeout_target};
+
 pub(crate) use super::desired::desired;
 #[cfg(test)]
 pub(crate) use super::desired::health_check;
@@ -451,48 +455,6 @@ fn target_group_changes(
     );
 }
 
-/// The health-check timeout to send to an existing group: with cloud.conf
-/// `NLBListenerSettings = true`, the annotation's, else AWS's default when
-/// this CCM's record says it applied one; otherwise none (left as it is).
-fn health_timeout_target(desired: &Desired, have: &ActualTargetGroup) -> Option<i32> {
-    let setting = desired.health_timeout?;
-    let recorded = have.tags.contains_key(tags::HEALTH_TIMEOUT_TAG);
-    match setting.want {
-        Some(t) => Some(t),
-        None if recorded => Some(super::default_health_timeout(&have.health.protocol)),
-        None => None,
-    }
-}
-
-/// The record of the timeout this CCM applied: written with the timeout
-/// (or kept up to date), removed when the annotation is. A timeout nobody
-/// recorded that already matches (the Go CCM's group) gets no write.
-fn health_timeout_record(
-    desired: &Desired,
-    have: &ActualTargetGroup,
-    written: bool,
-    changes: &mut Vec<Change>,
-) {
-    let Some(setting) = desired.health_timeout else {
-        return;
-    };
-    let recorded = have.tags.get(tags::HEALTH_TIMEOUT_TAG);
-    let arn = Some(have.arn.clone());
-    match setting.want {
-        Some(t) if written || recorded.is_some_and(|r| *r != t.to_string()) => {
-            changes.push(Change::AddTags {
-                arn,
-                tags: BTreeMap::from([(tags::HEALTH_TIMEOUT_TAG.to_string(), t.to_string())]),
-            });
-        }
-        None if recorded.is_some() => changes.push(Change::RemoveTags {
-            arn,
-            keys: BTreeSet::from([tags::HEALTH_TIMEOUT_TAG.to_string()]),
-        }),
-        _ => {}
-    }
-}
-
 /// An existing group's attributes: those the annotation names, and those
 /// this CCM applied before (its record) that it no longer names, back to
 /// AWS's default; then the record of the keys applied. A group without a
@@ -625,52 +587,6 @@ fn listener_changes(
                 }
             }
         }
-    }
-}
-
-/// The ALPN policy to send to the TLS listeners: with cloud.conf
-/// `NLBListenerSettings = true`, the annotation's, else AWS's `None` when
-/// the NLB's record (`lb_tags`) says this CCM applied one; otherwise none
-/// (left as it is).
-fn alpn_target(desired: &Desired, lb_tags: &BTreeMap<String, String>) -> Option<String> {
-    let setting = desired.alpn.as_ref()?;
-    match &setting.want {
-        Some(p) => Some(p.clone()),
-        None if lb_tags.contains_key(tags::ALPN_POLICY_TAG) => Some(super::ALPN_NONE.to_string()),
-        None => None,
-    }
-}
-
-/// Whether the NLB's record of the ALPN policy this CCM applied (on
-/// `lb_tags`) differs from what the Service asks for: then the listeners
-/// are read, not taken as asked for.
-pub(crate) fn alpn_record_stale(desired: &Desired, lb_tags: &BTreeMap<String, String>) -> bool {
-    let Some(setting) = &desired.alpn else {
-        return false;
-    };
-    lb_tags.get(tags::ALPN_POLICY_TAG) != setting.want.as_ref()
-}
-
-/// The record of the ALPN policy this CCM applied, after the listeners:
-/// written with the policy (or kept up to date), removed once the
-/// listeners are back to AWS's `None`.
-fn alpn_record(desired: &Desired, lb_tags: &BTreeMap<String, String>, changes: &mut Vec<Change>) {
-    let Some(setting) = &desired.alpn else {
-        return;
-    };
-    let recorded = lb_tags.get(tags::ALPN_POLICY_TAG);
-    match &setting.want {
-        Some(p) if recorded != Some(p) && lb_tags.len() < tags::MAX_LB_TAGS => {
-            changes.push(Change::AddTags {
-                arn: None,
-                tags: BTreeMap::from([(tags::ALPN_POLICY_TAG.to_string(), p.clone())]),
-            });
-        }
-        None if recorded.is_some() => changes.push(Change::RemoveTags {
-            arn: None,
-            keys: BTreeSet::from([tags::ALPN_POLICY_TAG.to_string()]),
-        }),
-        _ => {}
     }
 }
 
