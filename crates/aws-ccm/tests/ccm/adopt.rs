@@ -30,6 +30,22 @@ const ADOPTED_TAG: &str = "aws-ccm/adopted";
 const SERVICE_NAME_TAG: &str = "kubernetes.io/service-name";
 const HEALTH_INTERVAL: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
 
+/// The ARN and DNS name of NLB `name`.
+async fn arn_and_dns(
+    c: &aws_sdk_elasticloadbalancingv2::Client,
+    name: &str,
+) -> anyhow::Result<(String, String)> {
+    let lbs = c.describe_load_balancers().names(name).send().await?;
+    let lb = lbs
+        .load_balancers()
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("no NLB {name}"))?;
+    Ok((
+        lb.load_balancer_arn().unwrap_or_default().to_string(),
+        lb.dns_name().unwrap_or_default().to_string(),
+    ))
+}
+
 /// How many CreateLoadBalancer calls of `service` reached the proxy.
 fn creates(env: &Env, service: &str) -> u64 {
     env.proxy
@@ -168,20 +184,7 @@ async fn a_kept_nlb_is_adopted_by_name_and_deleted_with_its_adopter() -> anyhow:
     let (created, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
     let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     let name = lb_name(&created);
-    let lbs = cloud
-        .elbv2
-        .describe_load_balancers()
-        .names(&name)
-        .send()
-        .await?;
-    let arn = lbs.load_balancers()[0]
-        .load_balancer_arn()
-        .unwrap_or_default()
-        .to_string();
-    let dns = lbs.load_balancers()[0]
-        .dns_name()
-        .unwrap_or_default()
-        .to_string();
+    let (arn, dns) = arn_and_dns(&cloud.elbv2, &name).await?;
     let old_groups = groups(&cloud.elbv2, &arn).await?;
     assert_eq!(old_groups.len(), 1, "{old_groups:?}");
 
@@ -720,20 +723,7 @@ async fn an_adopted_nlb_in_orphans_kept_again_and_adopted_again() -> anyhow::Res
     let (created, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
     let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     let name = lb_name(&created);
-    let lbs = cloud
-        .elbv2
-        .describe_load_balancers()
-        .names(&name)
-        .send()
-        .await?;
-    let arn = lbs.load_balancers()[0]
-        .load_balancer_arn()
-        .unwrap_or_default()
-        .to_string();
-    let dns = lbs.load_balancers()[0]
-        .dns_name()
-        .unwrap_or_default()
-        .to_string();
+    let (arn, dns) = arn_and_dns(&cloud.elbv2, &name).await?;
     services.delete("web", &DeleteParams::default()).await?;
     gone(&services, "web", &ccm).await?;
     let made = creates(&env, "elasticloadbalancingv2");

@@ -161,6 +161,15 @@ const WATCHED: &[&str] = &["team", "env", "cost", "owner", MARKER];
 /// with the annotation's tags and the record of their keys; a changed
 /// annotation adds and removes exactly those keys on all three, leaves a
 /// tag someone else wrote, and a restart makes no call.
+/// A fresh CCM process after `ccm` (stopped) finds nothing to write.
+async fn a_restart_writes_nothing(env: &Env, ccm: Ccm) -> anyhow::Result<()> {
+    drop(ccm);
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    Ok(())
+}
+
 #[tokio::test]
 async fn tags_follow_the_annotation_on_a_live_nlb_its_listeners_and_target_groups()
 -> anyhow::Result<()> {
@@ -211,10 +220,7 @@ async fn tags_follow_the_annotation_on_a_live_nlb_its_listeners_and_target_group
     assert_eq!(nlb_tags.get("owner").map(String::as_str), Some("ops"));
 
     // A fresh process finds nothing to write.
-    drop(ccm);
-    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
-    ccm.wait_for_log("load balancer ensured", WAIT).await?;
-    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    a_restart_writes_nothing(&env, ccm).await?;
     env.finish().await
 }
 
@@ -415,10 +421,7 @@ async fn target_group_attributes_are_applied_changed_and_dropped_back_to_the_def
         .sum();
     assert_eq!(faulted, 1, "only the test's own call was refused");
 
-    drop(ccm);
-    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
-    ccm.wait_for_log("load balancer ensured", WAIT).await?;
-    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    a_restart_writes_nothing(&env, ccm).await?;
     env.finish().await
 }
 
@@ -740,10 +743,7 @@ async fn alpn_policy_is_applied_changed_and_removed_with_the_key() -> anyhow::Re
     assert_eq!(sent("CreateListener").faulted, 1);
     assert_eq!(alpn_of(&c, &svc).await?.0.as_deref(), Some("None"));
 
-    drop(ccm);
-    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
-    ccm.wait_for_log("load balancer ensured", WAIT).await?;
-    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    a_restart_writes_nothing(&env, ccm).await?;
     env.finish().await
 }
 

@@ -403,14 +403,12 @@ async fn instance(client: &aws_sdk_ec2::Client) -> String {
         .to_owned()
 }
 
-#[tokio::test]
-async fn register_targets_is_refused_over_the_targets_per_load_balancer_quota() {
-    use aws_sdk_elasticloadbalancingv2::types::{
-        Action, ActionTypeEnum, LoadBalancerTypeEnum, ProtocolEnum, TargetDescription,
-    };
-    let proxy = proxy(ProxyConfig::default()).await;
-    let ec2c = ec2(&proxy.endpoint(), no_retries()).await;
-    let v2 = elbv2(&proxy.endpoint(), no_retries()).await;
+/// moto's default VPC and a new NLB in its first subnet (its ARN).
+async fn nlb_in_default_vpc(
+    ec2c: &aws_sdk_ec2::Client,
+    v2: &aws_sdk_elasticloadbalancingv2::Client,
+) -> (String, String) {
+    use aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum;
     let vpc = ec2c
         .describe_vpcs()
         .send()
@@ -442,24 +440,35 @@ async fn register_targets_is_refused_over_the_targets_per_load_balancer_quota() 
         .load_balancer_arn()
         .expect("an ARN")
         .to_owned();
-    let group = |port: i32| {
-        let v2 = v2.clone();
-        let vpc = vpc.clone();
-        async move {
-            v2.create_target_group()
-                .name(&unique("tg")[..24])
-                .protocol(ProtocolEnum::Tcp)
-                .port(port)
-                .vpc_id(vpc)
-                .send()
-                .await
-                .expect("a target group")
-                .target_groups()[0]
-                .target_group_arn()
-                .expect("an ARN")
-                .to_owned()
-        }
+    (vpc, lb)
+}
+
+/// A new TCP target group on `port` in `vpc` (its ARN).
+async fn tcp_group(v2: &aws_sdk_elasticloadbalancingv2::Client, vpc: &str, port: i32) -> String {
+    v2.create_target_group()
+        .name(&unique("tg")[..24])
+        .protocol(aws_sdk_elasticloadbalancingv2::types::ProtocolEnum::Tcp)
+        .port(port)
+        .vpc_id(vpc)
+        .send()
+        .await
+        .expect("a target group")
+        .target_groups()[0]
+        .target_group_arn()
+        .expect("an ARN")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn register_targets_is_refused_over_the_targets_per_load_balancer_quota() {
+    use aws_sdk_elasticloadbalancingv2::types::{
+        Action, ActionTypeEnum, ProtocolEnum, TargetDescription,
     };
+    let proxy = proxy(ProxyConfig::default()).await;
+    let ec2c = ec2(&proxy.endpoint(), no_retries()).await;
+    let v2 = elbv2(&proxy.endpoint(), no_retries()).await;
+    let (vpc, lb) = nlb_in_default_vpc(&ec2c, &v2).await;
+    let group = |port: i32| tcp_group(&v2, &vpc, port);
     let listen = |port: i32, tg: String| {
         let v2 = v2.clone();
         let lb = lb.clone();
@@ -568,63 +577,14 @@ async fn register_targets_is_refused_over_the_targets_per_load_balancer_quota() 
 
 #[tokio::test]
 async fn target_group_links_follow_the_listeners_as_on_aws() {
-    use aws_sdk_elasticloadbalancingv2::types::{
-        Action, ActionTypeEnum, LoadBalancerTypeEnum, ProtocolEnum,
-    };
+    use aws_sdk_elasticloadbalancingv2::types::{Action, ActionTypeEnum, ProtocolEnum};
     let proxy = proxy(ProxyConfig::default()).await;
     let ec2c = ec2(&proxy.endpoint(), no_retries()).await;
     let v2 = elbv2(&proxy.endpoint(), no_retries()).await;
     // moto itself, to show the leniency the proxy takes away.
     let moto = elbv2(&shared_moto_endpoint(), no_retries()).await;
-    let vpc = ec2c
-        .describe_vpcs()
-        .send()
-        .await
-        .expect("vpcs")
-        .vpcs()
-        .first()
-        .and_then(|v| v.vpc_id().map(str::to_owned))
-        .expect("moto's default VPC");
-    let subnet = ec2c
-        .describe_subnets()
-        .filters(Filter::builder().name("vpc-id").values(&vpc).build())
-        .send()
-        .await
-        .expect("subnets")
-        .subnets()[0]
-        .subnet_id()
-        .expect("a subnet")
-        .to_owned();
-    let lb = v2
-        .create_load_balancer()
-        .name(&unique("nlb")[..24])
-        .r#type(LoadBalancerTypeEnum::Network)
-        .subnets(&subnet)
-        .send()
-        .await
-        .expect("an NLB")
-        .load_balancers()[0]
-        .load_balancer_arn()
-        .expect("an ARN")
-        .to_owned();
-    let group = || {
-        let v2 = v2.clone();
-        let vpc = vpc.clone();
-        async move {
-            v2.create_target_group()
-                .name(&unique("tg")[..24])
-                .protocol(ProtocolEnum::Tcp)
-                .port(30080)
-                .vpc_id(vpc)
-                .send()
-                .await
-                .expect("a target group")
-                .target_groups()[0]
-                .target_group_arn()
-                .expect("an ARN")
-                .to_owned()
-        }
-    };
+    let (vpc, lb) = nlb_in_default_vpc(&ec2c, &v2).await;
+    let group = || tcp_group(&v2, &vpc, 30080);
     let forward = |tg: &str| {
         Action::builder()
             .r#type(ActionTypeEnum::Forward)
