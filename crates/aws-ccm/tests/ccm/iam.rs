@@ -175,13 +175,20 @@ async fn the_shared_backend_group_is_made_used_and_left_under_the_enforced_polic
 
     std::fs::write(&env.cloud_conf, &managed)?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let elbv2 = aws_sdk_elasticloadbalancingv2::Client::new(&seeded.conf);
+    // The NLB's groups, from AWS.
+    let nlb_groups = || async {
+        let o = elbv2.describe_load_balancers().send().await.ok()?;
+        Some(o.load_balancers().first()?.security_groups().to_vec())
+    };
     eventually(
-        "the shared group's rule gone, CIDR rules back",
+        "the shared group's rule gone, CIDR rules back, the group detached",
         WAIT,
         || async {
             let g = node_group().await?;
             let cidr = (g.ip_permissions().iter()).any(|p| !p.ip_ranges().is_empty());
-            (group_rule(&g).is_empty() && cidr).then_some(())
+            let detached = !nlb_groups().await?.contains(&shared);
+            (group_rule(&g).is_empty() && cidr && detached).then_some(())
         },
     )
     .await
@@ -193,7 +200,8 @@ async fn the_shared_backend_group_is_made_used_and_left_under_the_enforced_polic
         ccm.logs()
     );
     let writes = env.proxy.calls();
-    // A new NLB is created with both groups; the detach is a SetSecurityGroups.
+    // A new NLB is created with both groups; the detach (seen above on
+    // the NLB) is a SetSecurityGroups.
     assert!(
         writes
             .get("elasticloadbalancingv2", "SetSecurityGroups")
