@@ -30,6 +30,14 @@ const ADOPTED_TAG: &str = "aws-ccm/adopted";
 const SERVICE_NAME_TAG: &str = "kubernetes.io/service-name";
 const HEALTH_INTERVAL: &str = "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval";
 
+/// The names of the classic ELBs in moto.
+async fn clb_names(c: &elb::Client) -> anyhow::Result<Vec<String>> {
+    let all = c.describe_load_balancers().send().await?;
+    Ok((all.load_balancer_descriptions().iter())
+        .filter_map(|l| l.load_balancer_name().map(str::to_string))
+        .collect())
+}
+
 /// The ARN and DNS name of NLB `name`.
 async fn arn_and_dns(
     c: &aws_sdk_elasticloadbalancingv2::Client,
@@ -312,14 +320,12 @@ async fn a_kept_classic_elb_is_adopted_by_name_and_deleted_with_its_adopter() ->
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
     assert_eq!(creates(&env, "elasticloadbalancing"), made, "no create");
-    let all = c.describe_load_balancers().send().await?;
-    assert_eq!(all.load_balancer_descriptions().len(), 1, "no second ELB");
+    assert_eq!(clb_names(&c).await?.len(), 1, "no second ELB");
 
     services.delete("web2", &DeleteParams::default()).await?;
     gone(&services, "web2", &ccm).await?;
-    let all = c.describe_load_balancers().send().await?;
     assert!(
-        all.load_balancer_descriptions().is_empty(),
+        clb_names(&c).await?.is_empty(),
         "the adopted ELB went with its Service"
     );
     env.finish().await
@@ -385,12 +391,7 @@ async fn a_named_load_balancer_this_ccm_did_not_keep_is_not_adopted() -> anyhow:
 
     services.delete("web", &DeleteParams::default()).await?;
     gone(&services, "web", &ccm).await?;
-    let all = c.describe_load_balancers().send().await?;
-    let names: Vec<_> = all
-        .load_balancer_descriptions()
-        .iter()
-        .filter_map(|l| l.load_balancer_name())
-        .collect();
+    let names = clb_names(&c).await?;
     assert_eq!(
         names,
         vec![kops],
@@ -542,8 +543,7 @@ async fn two_services_naming_one_kept_elb_one_adopts() -> anyhow::Result<()> {
         services.delete(s, &DeleteParams::default()).await?;
         gone(&services, s, &ccm).await?;
     }
-    let all = c.describe_load_balancers().send().await?;
-    assert!(all.load_balancer_descriptions().is_empty(), "both went");
+    assert!(clb_names(&c).await?.is_empty(), "both went");
     env.finish().await
 }
 
@@ -623,15 +623,13 @@ async fn removing_the_name_after_adoption_keeps_the_adopted_load_balancer() -> a
         "the same DNS name"
     );
     assert_eq!(creates(&env, "elasticloadbalancing"), made, "no second ELB");
-    let all = c.describe_load_balancers().send().await?;
-    assert_eq!(all.load_balancer_descriptions().len(), 1, "one ELB");
+    assert_eq!(clb_names(&c).await?.len(), 1, "one ELB");
     assert_eq!(clb_tags(&c, &name).await?[ADOPTED_TAG], "default/web2");
 
     services.delete("web2", &DeleteParams::default()).await?;
     gone(&services, "web2", &ccm).await?;
-    let all = c.describe_load_balancers().send().await?;
     assert!(
-        all.load_balancer_descriptions().is_empty(),
+        clb_names(&c).await?.is_empty(),
         "the adopted ELB went with its Service"
     );
     env.finish().await
@@ -693,12 +691,7 @@ async fn an_adopter_naming_another_kept_load_balancer_keeps_the_first() -> anyho
 
     services.delete("web2", &DeleteParams::default()).await?;
     gone(&services, "web2", &ccm).await?;
-    let all = c.describe_load_balancers().send().await?;
-    let left: Vec<_> = all
-        .load_balancer_descriptions()
-        .iter()
-        .filter_map(|l| l.load_balancer_name())
-        .collect();
+    let left = clb_names(&c).await?;
     assert_eq!(
         left,
         vec![second.as_str()],
