@@ -121,6 +121,11 @@ def kops_additions(args):
         {"Effect": "Allow", "Action": LB_ACTIONS_KOPS_LACKS,
          "Resource": f"arn:{p}:elasticloadbalancing:*:*:loadbalancer/*",
          "Condition": {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cid}": "owned"}}},
+        # Listener attributes (cloud.conf NLBListenerSettings = true), on the
+        # listeners this CCM tags in CreateListener.
+        {"Effect": "Allow", "Action": ["elasticloadbalancing:ModifyListenerAttributes"],
+         "Resource": f"{elb}:listener/*",
+         "Condition": {"StringEquals": {f"aws:ResourceTag/kubernetes.io/cluster/{cid}": "owned"}}},
         # Tags that follow additional-resource-tags: a key this CCM applied
         # is removed when the annotation drops it; never a cluster tag.
         {"Effect": "Allow", "Action": ["elasticloadbalancing:RemoveTags"],

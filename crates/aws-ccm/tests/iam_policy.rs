@@ -827,3 +827,47 @@ fn recorded_requests_are_allowed() {
         "iam/policy.json and the CCM's requests differ.\n  called but not granted: {not_granted:?}\n  granted but never needed by any test: {never_called:?}"
     );
 }
+
+#[test]
+fn listener_attributes_are_written_only_on_this_clusters_listeners() {
+    let policy = policy_with(&[]);
+    let modify = |tags: &[(&str, &str)]| {
+        request(
+            "elasticloadbalancingv2",
+            "ModifyListenerAttributes",
+            &[
+                ("ListenerArn", LISTENER_ARN),
+                ("Attributes.member.1.Key", "tcp.idle_timeout.seconds"),
+                ("Attributes.member.1.Value", "400"),
+            ],
+            &[(LISTENER_ARN, tags)],
+        )
+    };
+    assert_eq!(denial(&policy, &modify(&[(CLUSTER_TAG, "owned")])), None);
+    assert!(
+        denial(&policy, &modify(&[])).is_some(),
+        "an untagged listener"
+    );
+    assert!(
+        denial(&policy, &modify(&[(CLUSTER_TAG, "shared")])).is_some(),
+        "a shared listener"
+    );
+    // kOps' own CCM policy (iam/kops-ccm-policy.json) lacks it; the
+    // additions (`--kops-additions`, pasted beside it) grant it.
+    let text = std::fs::read_to_string(repo_file("iam/kops-ccm-policy.json"))
+        .expect("kOps' policy")
+        .replace("CLUSTER_ID", CLUSTER)
+        .replace("PARTITION", "aws");
+    let mut kops: Value = serde_json::from_str(&text).expect("kOps' policy is JSON");
+    let ours = modify(&[(CLUSTER_TAG, "owned"), ("KubernetesCluster", CLUSTER)]);
+    let parse = |doc: &Value| Policy::parse(&doc.to_string()).expect("the policy parses");
+    assert!(
+        denial(&parse(&kops), &ours).is_some(),
+        "kOps' policy grants it"
+    );
+    let additions: Value =
+        serde_json::from_str(&rendered(&["--kops-additions".to_string()])).expect("JSON");
+    let statements = kops["Statement"].as_array_mut().expect("statements");
+    statements.extend(additions.as_array().expect("an array").iter().cloned());
+    assert_eq!(denial(&parse(&kops), &ours), None);
+}

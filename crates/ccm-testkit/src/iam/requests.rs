@@ -638,7 +638,9 @@ fn elbv2_involved(r: &RecordedRequest) -> Result<(Vec<Involved>, Tagging), Strin
             let listener = created(listener_kind, &format!("{lb_path}/new"));
             vec![lb, listener]
         }
-        "ModifyListener" | "DeleteListener" => vec![by_arn(param(r, "ListenerArn")?)?],
+        "ModifyListener" | "ModifyListenerAttributes" | "DeleteListener" => {
+            vec![by_arn(param(r, "ListenerArn")?)?]
+        }
         "RegisterTargets"
         | "DeregisterTargets"
         | "ModifyTargetGroup"

@@ -326,6 +326,7 @@ operations! {
     Elbv2DeleteListener => (Elbv2, "DeleteListener", ElbMutating, Remove),
     Elbv2DescribeListeners => (Elbv2, "DescribeListeners", ElbNonMutating, ReadOnly),
     Elbv2ModifyListener => (Elbv2, "ModifyListener", ElbMutating, Natural),
+    Elbv2ModifyListenerAttributes => (Elbv2, "ModifyListenerAttributes", ElbMutating, Natural),
     Elbv2DescribeLoadBalancerAttributes => (Elbv2, "DescribeLoadBalancerAttributes", ElbNonMutating, ReadOnly),
     Elbv2ModifyLoadBalancerAttributes => (Elbv2, "ModifyLoadBalancerAttributes", ElbMutating, Natural),
     Elbv2SetSecurityGroups => (Elbv2, "SetSecurityGroups", ElbMutating, Natural),
@@ -409,6 +410,7 @@ pub(crate) const KOPS_GAPS: &[&str] = &[
     "elasticloadbalancing:SetSubnets",
     "elasticloadbalancing:SetIpAddressType",
     "elasticloadbalancing:SetSecurityGroups",
+    "elasticloadbalancing:ModifyListenerAttributes",
     "elasticloadbalancing:AddTags",
     "ec2:ReplaceRoute",
 ];
