@@ -94,7 +94,7 @@ fn refusal(policies: &[&str], protocol: &str) -> Option<AwsError> {
 }
 
 /// Listener `arn` as moto holds it (its `member` element).
-async fn listener(state: &State, headers: &HeaderMap, arn: &str) -> Option<String> {
+pub(super) async fn listener(state: &State, headers: &HeaderMap, arn: &str) -> Option<String> {
     let xml = Upstream::for_call(state, headers, SERVICE_ELBV2)
         .ask(format!(
             "Action=DescribeListeners&Version=2015-12-01&ListenerArns.member.1={}",

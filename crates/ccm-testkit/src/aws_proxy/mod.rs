@@ -47,6 +47,7 @@ mod faults;
 mod health_timeout;
 mod iam;
 mod limits;
+mod listener_attributes;
 mod random;
 mod record;
 mod request;
@@ -771,6 +772,13 @@ async fn handle(
     }
     if let Some(refusal) =
         alpn::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
+        listener_attributes::refuse(&state, &parts.headers, &call.service, &call.action, &params)
+            .await
     {
         counters.bump(&call.service, &counted, Outcome::Faulted);
         return Ok(error_response(&refusal, &call));
