@@ -61,6 +61,11 @@ pub(crate) const HEALTH_TIMEOUT_TAG: &str = "aws-ccm/health-check-timeout";
 /// (cloud.conf `NLBListenerSettings = true`); only a policy so recorded
 /// returns to AWS's `None` when the annotation is removed.
 pub(crate) const ALPN_POLICY_TAG: &str = "aws-ccm/alpn-policy";
+/// On an NLB: the listener attributes this CCM applied to its TCP listeners
+/// (cloud.conf `NLBListenerSettings = true`), as `<port>:<key>=<value>`
+/// pieces; only an attribute so recorded returns to AWS's default when the
+/// annotation no longer asks for it.
+pub(crate) const LISTENER_ATTRIBUTES_TAG: &str = "aws-ccm/listener-attributes";
 /// Longest tag value AWS takes.
 pub(crate) const MAX_TAG_VALUE: usize = 256;
 /// Longest tag key AWS takes.
@@ -165,6 +170,7 @@ pub(crate) fn is_controller_tag(key: &str) -> bool {
             TARGET_GROUP_ATTRIBUTES_TAG,
             HEALTH_TIMEOUT_TAG,
             ALPN_POLICY_TAG,
+            LISTENER_ATTRIBUTES_TAG,
             KEPT_TAG,
             ADOPTED_TAG,
             DELETION_PROTECTION_TAG,

@@ -369,7 +369,7 @@ fn set_listener_settings(cfg: &mut CloudConfig, value: &str) {
         "" | "false" => false,
         _ => {
             cfg.tolerated.push(format!(
-                "NLBListenerSettings {value:?} is skipped (the Go CCM skips the whole key), so the NLB health-check timeout and ALPN policy stay unsent, as the Go CCM leaves them: use true or false"
+                "NLBListenerSettings {value:?} is skipped (the Go CCM skips the whole key), so the NLB health-check timeout, ALPN policy and listener attributes stay unsent, as the Go CCM leaves them: use true or false"
             ));
             false
         }

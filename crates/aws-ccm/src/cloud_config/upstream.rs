@@ -129,10 +129,10 @@ pub(crate) const CLASSES: &[Class] = &[
     c("NLBNodeIngress", "default", "Cidr", Ignores),
     c("NLBNodeIngress", "empty", "", Ignores),
     c("NLBNodeIngress", "unknown word", "loadbalancergroup", Ignores).here(Skips, "this CCM's key: skipped with a log line naming the value and what is allowed; the CIDR rules stay"),
-    c("NLBListenerSettings", "documented", "true", Ignores).here(Uses, "this CCM's key (docs/nlb.md): the NLB health-check timeout and ALPN policy annotations are applied"),
+    c("NLBListenerSettings", "documented", "true", Ignores).here(Uses, "this CCM's key (docs/nlb.md): the NLB health-check timeout, ALPN policy and listener attributes annotations are applied"),
     c("NLBListenerSettings", "default", "false", Ignores),
     c("NLBListenerSettings", "empty", "", Ignores),
-    c("NLBListenerSettings", "unknown word", "yes", Ignores).here(Skips, "this CCM's key: skipped with a log line naming the value and what is allowed; the timeout and ALPN policy stay unsent"),
+    c("NLBListenerSettings", "unknown word", "yes", Ignores).here(Skips, "this CCM's key: skipped with a log line naming the value and what is allowed; the timeout, ALPN policy and listener attributes stay unsent"),
 ];
 
 /// Every `[Global]` key has classes (the upstream names' test checks the

@@ -672,6 +672,7 @@ fn nlb_step(c: &NlbChange, what: String) -> Step {
         NlbChange::DeregisterTargets { .. } => ("-", "DeregisterTargets"),
         NlbChange::CreateListener { .. } => ("+", "CreateListener"),
         NlbChange::ModifyListener { .. } => ("~", "ModifyListener"),
+        NlbChange::ModifyListenerAttributes { .. } => ("~", "ModifyListenerAttributes"),
         NlbChange::DeleteListener { .. } => ("-", "DeleteListener"),
         NlbChange::DeleteTargetGroup { .. } => ("-", "DeleteTargetGroup"),
     };

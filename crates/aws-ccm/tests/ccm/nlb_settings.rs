@@ -837,3 +837,218 @@ async fn after_a_swap_the_alpn_policy_changes_nothing_until_the_key_is_set() -> 
     drop(ccm);
     env.finish().await
 }
+
+const LISTENER_80: &str = "service.beta.kubernetes.io/aws-load-balancer-listener-attributes.TCP-80";
+const ATTRIBUTES_RECORD: &str = "aws-ccm/listener-attributes";
+
+/// The TCP idle timeout of `svc`'s (one) listener as moto holds it, and the
+/// NLB's record of the attributes this CCM applied.
+async fn idle_timeout_of(
+    c: &elbv2::Client,
+    svc: &Service,
+) -> anyhow::Result<(Option<String>, Option<String>)> {
+    let lb = nlb_arn(c, svc).await?;
+    let listeners = c.describe_listeners().load_balancer_arn(&lb).send().await?;
+    let arn = listeners.listeners()[0].listener_arn().unwrap_or_default();
+    let attributes = c
+        .describe_listener_attributes()
+        .listener_arn(arn)
+        .send()
+        .await?;
+    let timeout = attributes
+        .attributes()
+        .iter()
+        .find(|a| a.key() == Some("tcp.idle_timeout.seconds"))
+        .and_then(|a| a.value().map(String::from));
+    let tags = tags_by_kind(c, svc).await?;
+    let record = tags
+        .iter()
+        .find(|(k, _)| k == "nlb")
+        .and_then(|(_, t)| t.get(ATTRIBUTES_RECORD).cloned());
+    Ok((timeout, record))
+}
+
+async fn set_listener_attributes(api: &Api<Service>, value: Option<&str>) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"annotations": {LISTENER_80: value}}});
+    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// With cloud.conf `NLBListenerSettings = true` the TCP idle timeout of a
+/// listener (which the Go CCM does not read) is set after the listener's
+/// creation, changed in place, left as it is with a Warning for a value
+/// AWS does not take, and returned to AWS's 350 s with its record gone
+/// when the annotation is removed; a restart then makes no call. The fault
+/// proxy refuses what ELBv2 refuses (moto takes any key and value), and
+/// refused nothing the CCM sent.
+#[tokio::test]
+async fn listener_attributes_are_applied_changed_and_removed_with_the_key() -> anyhow::Result<()> {
+    let (env, seeded, _, svc) = one_nlb_in(
+        listener_settings_env().await?,
+        serde_json::json!({ LISTENER_80: "tcp.idle_timeout.seconds=400" }),
+    )
+    .await?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    let c = via(&seeded, &env.proxy);
+    let expect = |timeout: &'static str, record: Option<&'static str>| {
+        let c = c.clone();
+        let svc = svc.clone();
+        let want = (Some(timeout.to_string()), record.map(String::from));
+        async move {
+            eventually(&format!("idle timeout {want:?}"), WAIT, || async {
+                let got = idle_timeout_of(&c, &svc).await.ok()?;
+                (got == want).then_some(())
+            })
+            .await
+        }
+    };
+    let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
+    expect("400", Some("80:tcp.idle_timeout.seconds=400"))
+        .await
+        .map_err(logs)?;
+    let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    set_listener_attributes(&api, Some("tcp.idle_timeout.seconds=600")).await?;
+    expect("600", Some("80:tcp.idle_timeout.seconds=600"))
+        .await
+        .map_err(logs)?;
+
+    // A timeout AWS does not take: a Warning, the listener left as it is.
+    set_listener_attributes(&api, Some("tcp.idle_timeout.seconds=30")).await?;
+    let note = eventually("an NLBSettingRefused event", WAIT, || async {
+        let events = crate::routes::events_for(&env, "web", "NLBSettingRefused").await;
+        events
+            .into_iter()
+            .find_map(|e| e.note.filter(|n| n.contains("idle_timeout.seconds=30")))
+    })
+    .await
+    .map_err(logs)?;
+    assert!(note.starts_with(&format!("{LISTENER_80}=")), "{note}");
+    assert!(
+        note.contains("from 60 to 6000"),
+        "the fix names AWS's range: {note}"
+    );
+    assert_eq!(
+        idle_timeout_of(&c, &svc).await?,
+        (
+            Some("600".into()),
+            Some("80:tcp.idle_timeout.seconds=600".into())
+        )
+    );
+
+    // Removed: back to AWS's 350 s, the record gone.
+    set_listener_attributes(&api, None).await?;
+    expect("350", None).await.map_err(logs)?;
+    let sent = |action: &str| env.proxy.calls().get("elasticloadbalancingv2", action);
+    assert_eq!(
+        sent("ModifyListenerAttributes").faulted,
+        0,
+        "the CCM sent nothing the stand-in refuses"
+    );
+    assert!(
+        sent("ModifyListenerAttributes").received >= 3,
+        "set, changed, reset"
+    );
+
+    // The stand-in refuses what ELBv2 refuses.
+    let listener = c
+        .describe_listeners()
+        .load_balancer_arn(nlb_arn(&c, &svc).await?)
+        .send()
+        .await?
+        .listeners()[0]
+        .clone();
+    for value in ["30", "forever"] {
+        let refused = c
+            .modify_listener_attributes()
+            .listener_arn(listener.listener_arn().unwrap())
+            .attributes(
+                elbv2::types::ListenerAttribute::builder()
+                    .key("tcp.idle_timeout.seconds")
+                    .value(value)
+                    .build(),
+            )
+            .send()
+            .await
+            .expect_err("a timeout AWS does not take is refused");
+        assert_eq!(
+            refused.as_service_error().and_then(|e| e.meta().code()),
+            Some("InvalidConfigurationRequest")
+        );
+    }
+    assert_eq!(
+        sent("ModifyListenerAttributes").faulted,
+        2,
+        "only the test's own calls were refused"
+    );
+    assert_eq!(idle_timeout_of(&c, &svc).await?.0.as_deref(), Some("350"));
+
+    a_restart_writes_nothing(&env, ccm).await?;
+    env.finish().await
+}
+
+/// From the Go CCM's state: an NLB it made for a Service that carries the
+/// listener-attributes annotation (which the Go CCM does not read). Without
+/// the key the swap makes no call and the listener keeps AWS's 350 s; once
+/// the operator sets `NLBListenerSettings = true`, `aws-ccm plan` shows the
+/// ModifyListenerAttributes and the record first, and the CCM then applies
+/// them.
+#[tokio::test]
+async fn after_a_swap_listener_attributes_change_nothing_until_the_key_is_set() -> anyhow::Result<()>
+{
+    let (env, seeded, c, svc) = one_nlb_in(
+        Env::start_with_conf(&listener_settings_conf(false)).await?,
+        serde_json::json!({ LISTENER_80: "tcp.idle_timeout.seconds=400" }),
+    )
+    .await?;
+    go_made_nlb(&seeded, &svc, &[]).await?;
+    let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
+    assert_eq!(idle_timeout_of(&c, &svc).await?, (Some("350".into()), None));
+    drop(ccm);
+
+    // The operator opts in. The Go CCM's listener lacks the cluster tag the
+    // policy asks of a listener write: the plan says so and changes nothing.
+    std::fs::write(&env.cloud_conf, listener_settings_conf(true))?;
+    let plan = || crate::ops_orphans::run_tool(&env, "plan", &["--controllers=service"], "");
+    let (ok, text, err) = plan().await?;
+    assert!(ok, "aws-ccm plan failed: {err}");
+    assert!(
+        text.contains("ListenerUnauthorized") && !text.contains("set the attributes"),
+        "{text}"
+    );
+    // Tagged as the Warning says: the plan shows the change before it is made.
+    let lb = nlb_arn(&c, &svc).await?;
+    let listeners = c.describe_listeners().load_balancer_arn(&lb).send().await?;
+    let listener = listeners.listeners()[0].listener_arn().unwrap();
+    let owned = format!("kubernetes.io/cluster/{CLUSTER_ID}");
+    tag_by_hand(&c, listener, &owned, "owned").await?;
+    let (ok, text, err) = plan().await?;
+    assert!(ok, "aws-ccm plan failed: {err}");
+    assert!(
+        text.contains("~ set the attributes of listener 80: tcp.idle_timeout.seconds=400")
+            && text.contains("~ tag the NLB with [\"aws-ccm/listener-attributes\"]"),
+        "{text}"
+    );
+    assert_eq!(
+        mutations(&env.proxy),
+        BTreeMap::new(),
+        "the plan wrote nothing"
+    );
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the timeout applied and recorded", WAIT, || async {
+        let got = idle_timeout_of(&c, &svc).await.ok()?;
+        (got == (
+            Some("400".into()),
+            Some("80:tcp.idle_timeout.seconds=400".into()),
+        ))
+            .then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    drop(ccm);
+    env.finish().await
+}

@@ -94,6 +94,8 @@ pub(crate) const PRIVATE_LINK_SG_RULES: &str = key!("inbound-sg-rules-on-private
 pub(crate) const SG_PREFIX_LISTS: &str = key!("security-group-prefix-lists");
 /// A key pattern: `...listener-attributes.<protocol>-<port>`.
 pub(crate) const LISTENER_ATTRIBUTES: &str = key!("listener-attributes.*");
+/// [`LISTENER_ATTRIBUTES`] before its `<protocol>-<port>`.
+pub(crate) const LISTENER_ATTRIBUTES_PREFIX: &str = key!("listener-attributes.");
 pub(crate) const MULTI_CLUSTER_TARGET_GROUP: &str = key!("multi-cluster-target-group");
 pub(crate) const IPV6_SOURCE_NAT: &str = key!("enable-prefix-for-ipv6-source-nat");
 pub(crate) const SOURCE_NAT_IPV6_PREFIXES: &str = key!("source-nat-ipv6-prefixes");
@@ -385,6 +387,10 @@ pub struct LoadBalancerSpec {
     /// `alpn-policy` as written, on an NLB (read only with cloud.conf
     /// `NLBListenerSettings = true`; see `parse::refused_nlb_settings`).
     pub(crate) alpn_policy: Option<String>,
+    /// `listener-attributes.<PROTO>-<port>` values as written, by the key's
+    /// `<PROTO>-<port>`, on an NLB (read only with cloud.conf
+    /// `NLBListenerSettings = true`).
+    pub(crate) listener_attributes: BTreeMap<String, String>,
     /// `ip-address-type: dualstack` (NLB only).
     pub(crate) dualstack: bool,
     pub(crate) target_node_labels: BTreeMap<String, String>,

@@ -62,7 +62,8 @@ impl SpecNote {
 
 /// With cloud.conf `NLBListenerSettings = true`, the NLB settings of
 /// `spec` not applied because AWS would refuse them ([`SETTING_REFUSED`]):
-/// a health-check timeout above the interval. Each stops only itself.
+/// a health-check timeout above the interval, an ALPN policy, listener
+/// attributes. Each stops only itself.
 fn refused_nlb_settings(
     spec: &LoadBalancerSpec,
     cloud: &crate::cloud_config::CloudConfig,
@@ -105,6 +106,17 @@ fn refused_nlb_settings(
             });
         }
     }
+    let listeners = crate::aws::nlb::desired::listeners_of(spec, cloud);
+    for (suffix, read) in crate::aws::nlb::desired::listener_attribute_settings(spec, &listeners) {
+        if let Err(r) = read {
+            let key = format!("{LISTENER_ATTRIBUTES_PREFIX}{suffix}");
+            let value = &spec.listener_attributes[&suffix];
+            notes.push(SpecNote {
+                reason: SETTING_REFUSED,
+                ..SpecNote::of(&key, value, &r.reading, &r.fix, Holds::Nothing)
+            });
+        }
+    }
     notes
 }
 
@@ -137,9 +149,11 @@ impl LoadBalancerSpec {
         }
         if reading.spec.kind == LoadBalancerKind::Network && cloud.nlb_listener_settings {
             // Read with the key: no longer "not read".
-            reading
-                .notes
-                .retain(|n| !(n.reason == NOT_READ && n.field == ALPN_POLICY));
+            reading.notes.retain(|n| {
+                let read_now =
+                    n.field == ALPN_POLICY || n.field.starts_with(LISTENER_ATTRIBUTES_PREFIX);
+                !(n.reason == NOT_READ && read_now)
+            });
             reading
                 .notes
                 .extend(refused_nlb_settings(&reading.spec, cloud));

@@ -360,6 +360,31 @@ pub(crate) fn alpn_policy(s: &mut Spec, cx: &Cx, k: &str, v: &str) -> Result<(),
     Ok(())
 }
 
+/// The AWS Load Balancer Controller's listener attributes, which the Go
+/// CCM does not read: as [`alpn_policy`], noted as not read and kept on an
+/// NLB for cloud.conf `NLBListenerSettings = true`.
+pub(crate) fn listener_attributes(
+    s: &mut Spec,
+    cx: &Cx,
+    k: &str,
+    v: &str,
+) -> Result<(), SpecError> {
+    cx.not_read(
+        k,
+        v,
+        "an AWS Load Balancer Controller annotation, which this CCM does not read (nor does the Go CCM): ignored",
+        "this CCM sets no listener attributes (AWS's defaults) unless cloud.conf [Global] NLBListenerSettings = true",
+        Holds::Nothing,
+    );
+    if cx.is_nlb
+        && let Some(suffix) = k.strip_prefix(LISTENER_ATTRIBUTES_PREFIX)
+    {
+        s.listener_attributes
+            .insert(suffix.to_string(), v.trim().to_string());
+    }
+    Ok(())
+}
+
 /// The AWS Load Balancer Controller's load balancer attributes: this CCM
 /// reads `deletion_protection.enabled` alone. A value it cannot read, or
 /// another key, gets a Warning and changes nothing: the Go CCM reads none

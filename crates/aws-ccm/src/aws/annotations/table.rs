@@ -492,11 +492,13 @@ pub const ANNOTATIONS: &[AnnotationDef] = &[
         "AWS Load Balancer Controller: managed prefix lists allowed in.",
         "give the client CIDRs in service.beta.kubernetes.io/load-balancer-source-ranges or spec.loadBalancerSourceRanges",
     ),
-    not_read(
+    row(
         LISTENER_ATTRIBUTES,
-        "comma-separated `key=value`",
-        "AWS Load Balancer Controller: attributes of the listener `<protocol>-<port>` (keys such as `...listener-attributes.TCP-80`).",
-        "this CCM sets no listener attributes (AWS's defaults)",
+        "comma-separated `key=value`: `tcp.idle_timeout.seconds=<60..6000>`",
+        "-",
+        Applies::Both,
+        "AWS Load Balancer Controller: attributes of the NLB listener `<protocol>-<port>` (keys such as `...listener-attributes.TCP-80`). The Go CCM does not read them; nor does this CCM without cloud.conf `NLBListenerSettings = true` (Warning `AnnotationNotRead`, as before). With the key, on an NLB's TCP listener, `tcp.idle_timeout.seconds` is sent by ModifyListenerAttributes (after CreateListener for a new listener) and recorded in the NLB's tag `aws-ccm/listener-attributes`; an attribute no longer asked for returns to AWS's default (350 s) only when so recorded (a value set by hand is left). Another key, a value out of range, a listener that is not TCP, or one the Service does not have gets Warning `NLBSettingRefused` and only that listener's attributes are left as they are. Not read on a CLB.",
+        Parse::Own(parse::listener_attributes),
     ),
     not_read(
         MULTI_CLUSTER_TARGET_GROUP,

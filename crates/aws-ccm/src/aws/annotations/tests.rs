@@ -75,9 +75,15 @@ fn table_has_every_upstream_annotation_once() {
     // The Load Balancer Controller's keys the Go CCM does not read are the
     // rows that are not read, the scheme, which is read for its safety, and
     // the attributes, read for deletion protection alone, the name, read
-    // for adoption alone, and the ALPN policy, read with cloud.conf
-    // `NLBListenerSettings = true`.
-    let read_albc = [SCHEME, LB_ATTRIBUTES, NAME, ALPN_POLICY];
+    // for adoption alone, and the ALPN policy and listener attributes, read
+    // with cloud.conf `NLBListenerSettings = true`.
+    let read_albc = [
+        SCHEME,
+        LB_ATTRIBUTES,
+        NAME,
+        ALPN_POLICY,
+        LISTENER_ATTRIBUTES,
+    ];
     for row in ANNOTATIONS {
         let not_read = matches!(row.parse, super::rows::Parse::NotRead(_));
         let albc_only =
@@ -460,9 +466,10 @@ fn load_balancer_controller_keys_are_warned_about_and_change_nothing() {
         .collect();
     // 16 since `aws-load-balancer-attributes` (deletion protection) and
     // `aws-load-balancer-name` (adoption) are read, and `alpn-policy` with
-    // cloud.conf `NLBListenerSettings = true` (its own test:
-    // `an_nlb_alpn_policy_is_read_only_with_the_key_...`).
-    assert!(rows.len() >= 16, "{}", rows.len());
+    // cloud.conf `NLBListenerSettings = true`, as are `listener-attributes.*`
+    // (their own tests: `an_nlb_alpn_policy_is_read_only_with_the_key_...`,
+    // `nlb_listener_attributes_are_read_only_with_the_key_...`).
+    assert!(rows.len() >= 15, "{}", rows.len());
     for kind in ["nlb", ""] {
         let plain = LoadBalancerSpec::read(&service(&[(TYPE, kind)], &[(80, 30080)]));
         for row in &rows {
@@ -593,4 +600,69 @@ fn an_nlb_alpn_policy_is_read_only_with_the_key_and_refused_as_aws_refuses() {
         .try_into()
         .expect("one finding");
     assert_eq!(reason, NOT_READ);
+}
+
+#[test]
+fn nlb_listener_attributes_are_read_only_with_the_key_and_refused_as_aws_refuses() {
+    use crate::cloud_config::CloudConfig;
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let key = |listener: &str| format!("{LISTENER_ATTRIBUTES_PREFIX}{listener}");
+    let findings = |pairs: &[(String, &str)], cloud: &CloudConfig| -> Vec<(String, String)> {
+        let cert = (SSL_CERT, "arn:aws:acm:us-east-1:123456789012:certificate/x");
+        let mut annotations = vec![(TYPE, "nlb"), cert, (SSL_PORTS, "443")];
+        annotations.extend(pairs.iter().map(|(k, v)| (k.as_str(), *v)));
+        let svc = service(&annotations, &[(80, 30080), (443, 30443)]);
+        let r = LoadBalancerSpec::read_with(&svc, cloud);
+        assert!(r.errors.is_empty(), "{:?}", r.errors);
+        r.findings(true)
+            .into_iter()
+            .filter(|f| f.message.starts_with(LISTENER_ATTRIBUTES_PREFIX))
+            .map(|f| (f.reason.to_string(), f.message))
+            .collect()
+    };
+    let good = [(key("TCP-80"), "tcp.idle_timeout.seconds=400")];
+    // Without the key: not read, as before.
+    let [(reason, _)] = findings(&good, &CloudConfig::default())
+        .try_into()
+        .expect("one finding");
+    assert_eq!(reason, NOT_READ);
+    // With it: read, nothing to say.
+    assert!(findings(&good, &on).is_empty());
+    // What AWS refuses: each with its own Warning and fix.
+    for (pair, says) in [
+        (
+            (key("TCP-80"), "tcp.idle_timeout.seconds=30"),
+            "from 60 to 6000",
+        ),
+        (
+            (key("TCP-80"), "tcp.idle_timeout.seconds=7000"),
+            "from 60 to 6000",
+        ),
+        (
+            (key("TCP-80"), "deletion_protection.enabled=true"),
+            "not a listener attribute",
+        ),
+        (
+            (key("TLS-443"), "tcp.idle_timeout.seconds=400"),
+            "TCP listeners only",
+        ),
+        (
+            (key("TCP-81"), "tcp.idle_timeout.seconds=400"),
+            "no TCP listener on port 81",
+        ),
+        (
+            (key("eighty"), "tcp.idle_timeout.seconds=400"),
+            "names no listener",
+        ),
+    ] {
+        let [(reason, note)] = findings(std::slice::from_ref(&pair), &on)
+            .try_into()
+            .unwrap_or_else(|f| panic!("{pair:?}: one finding, got {f:?}"));
+        assert_eq!(reason, SETTING_REFUSED, "{pair:?}");
+        assert!(note.starts_with(&format!("{}=", pair.0)), "{note}");
+        assert!(note.contains(says), "{pair:?}: {note}");
+    }
 }

@@ -61,7 +61,7 @@ pub(crate) fn untagged_listeners_warning(
     Warning {
         reason: LISTENER_UNAUTHORIZED,
         message: format!(
-            "Not modifying or deleting listener {list} of {service_key}: the IAM policy grants ModifyListener and DeleteListener only on listeners tagged {owned_tag}, which listeners made before 2022 lack; tag them: aws elbv2 add-tags --resource-arns {args} --tags Key={key},Value={value}",
+            "Not modifying or deleting listener {list} of {service_key}: the IAM policy grants ModifyListener, ModifyListenerAttributes and DeleteListener only on listeners tagged {owned_tag}, which listeners made before 2022 lack; tag them: aws elbv2 add-tags --resource-arns {args} --tags Key={key},Value={value}",
             list = arns.join(", "),
             args = arns.join(" "),
         ),
@@ -101,6 +101,7 @@ fn group_denied(service_key: &str, denial: &Denial, warnings: &mut Vec<Warning>)
 fn listener_write(change: &nlb::Change) -> Option<&String> {
     match change {
         nlb::Change::ModifyListener { arn, .. } | nlb::Change::DeleteListener { arn } => Some(arn),
+        nlb::Change::ModifyListenerAttributes { arn: Some(arn), .. } => Some(arn),
         _ => None,
     }
 }
@@ -110,8 +111,8 @@ pub(crate) fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
     changes.iter().filter_map(listener_write).cloned().collect()
 }
 
-/// Drops the listener writes IAM would deny: `ModifyListener` and
-/// `DeleteListener` on a listener whose tags (`listener_tags`, by ARN; a
+/// Drops the listener writes IAM would deny: `ModifyListener`,
+/// `ModifyListenerAttributes` and `DeleteListener` on a listener whose tags (`listener_tags`, by ARN; a
 /// missing entry is no tags) lack `kubernetes.io/cluster/<id>=owned`, or
 /// that a real call was refused before (`denied`). A target group such a
 /// listener still forwards to is not deleted either (AWS refuses to delete
@@ -138,21 +139,24 @@ pub(crate) fn refuse_listener_writes(
         .filter_map(|l| l.target_group_arn.as_deref())
         .collect();
     let unwired = unwired_groups(&changes, &refused);
-    // The record of an ALPN policy says it was applied: not while a
-    // listener it is for is refused.
+    // The record of an ALPN policy or of listener attributes says it was
+    // applied: not while a listener it is for is refused.
     let alpn_refused = changes.iter().any(|c| {
         matches!(c, nlb::Change::ModifyListener { arn, alpn: Some(_), .. } if refused.contains(arn))
     });
+    let attributes_refused = changes.iter().any(|c| {
+        matches!(c, nlb::Change::ModifyListenerAttributes { arn: Some(arn), .. } if refused.contains(arn))
+    });
+    let held = |key: &str| {
+        key == tags::ALPN_POLICY_TAG && alpn_refused
+            || key == tags::LISTENER_ATTRIBUTES_TAG && attributes_refused
+    };
     let kept = changes
         .into_iter()
         .filter(|c| match c {
             _ if let Some(arn) = listener_write(c) => !refused.contains(arn),
-            nlb::Change::AddTags { arn: None, tags } if alpn_refused => {
-                !tags.contains_key(tags::ALPN_POLICY_TAG)
-            }
-            nlb::Change::RemoveTags { arn: None, keys } if alpn_refused => {
-                !keys.contains(tags::ALPN_POLICY_TAG)
-            }
+            nlb::Change::AddTags { arn: None, tags } => !tags.keys().any(|k| held(k)),
+            nlb::Change::RemoveTags { arn: None, keys } => !keys.iter().any(|k| held(k)),
             nlb::Change::DeleteTargetGroup { arn, .. } => !kept_groups.contains(&arn.as_str()),
             nlb::Change::CreateTargetGroup { group, .. } => !unwired.contains(&group.name),
             nlb::Change::RegisterTargets {

@@ -150,7 +150,11 @@ pub(crate) fn nlb_settings(desired: &nlb::Desired) -> String {
     // Only where the Service sets one: other NLBs' digests are as before.
     let alpn = desired.alpn.as_ref().and_then(|a| a.want.as_ref());
     let alpn = alpn.map(|p| format!("alpn {p}"));
-    settings_value(parts.iter().chain(alpn.as_ref()).map(String::as_str))
+    let listener_attributes = (desired.listener_attributes.as_ref())
+        .filter(|a| !a.want.is_empty())
+        .map(|a| format!("listener attributes {:?}", a.want));
+    let more = alpn.iter().chain(&listener_attributes);
+    settings_value(parts.iter().chain(more).map(String::as_str))
 }
 
 impl LbSweep {
@@ -450,13 +454,9 @@ impl super::AwsLoadBalancers {
             .iter()
             .all(|tg| arn_of(&tg.name).is_some());
         let (tags_follow, tags_change) = tags_follow_annotation(desired, &lb.tags);
-        // Turning off the protection this CCM set needs AWS's attribute as
-        // it is: the settings digest cannot tell it (the Service no longer
-        // writes the key).
         let in_full = !all_present
             || tags_change
-            || nlb::plan::unprotecting(desired, &lb.tags)
-            || nlb::plan::alpn_record_stale(desired, &lb.tags)
+            || nlb::plan::records_stale(desired, &lb.tags)
             || self.memory().sweep().must_read(name, uid, &lb.tags, want);
         if in_full {
             lb.attributes = nlb::read::read_attributes(aws, &lb.arn).await?;

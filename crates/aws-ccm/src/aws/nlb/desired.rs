@@ -4,10 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use super::plan::listener_attributes_record;
 use super::{
     ATTR_ACCESS_LOGS, ATTR_ACCESS_LOGS_BUCKET, ATTR_ACCESS_LOGS_PREFIX, ATTR_CROSS_ZONE,
-    ATTR_DELETION_PROTECTION, Alpn, Desired, HealthCheck, HealthTimeout, Listener, SubnetMapping,
-    TargetGroup, ip_protocols, mtu_rule, port_rule, target_group_name,
+    ATTR_DELETION_PROTECTION, Alpn, Desired, HealthCheck, HealthTimeout, Listener,
+    ListenerAttributes, SubnetMapping, TargetGroup, ip_protocols, mtu_rule, port_rule,
+    target_group_name,
 };
 use crate::aws::annotations::{self, BackendProtocol, HealthCheckPort, LoadBalancerSpec};
 use crate::aws::applied::Applied;
@@ -87,8 +89,15 @@ pub(crate) fn health_timeout(
 
 /// Whether the Service's NLB has a TLS listener.
 pub(crate) fn has_tls_listener(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> bool {
-    listeners(spec, "", "", &health_check(spec, cloud))
-        .is_ok_and(|(listeners, _)| listeners.iter().any(|l| l.protocol == "TLS"))
+    listeners_of(spec, cloud)
+        .iter()
+        .any(|l| l.protocol == "TLS")
+}
+
+/// The Service's NLB listeners as [`desired`] makes them (none where it
+/// cannot).
+pub(crate) fn listeners_of(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> Vec<Listener> {
+    listeners(spec, "", "", &health_check(spec, cloud)).map_or_else(|_| Vec::new(), |(l, _)| l)
 }
 
 /// The ALPN policy this CCM manages on the TLS listeners: only with
@@ -105,6 +114,142 @@ fn alpn(spec: &LoadBalancerSpec, cloud: &CloudConfig, listeners: &[Listener]) ->
         Some(p) if !tls || !super::ALPN_POLICIES.contains(&p.as_str()) => None,
         want => Some(Alpn { want: want.clone() }),
     }
+}
+
+/// Why AWS would refuse one `listener-attributes.<PROTO>-<port>`
+/// annotation: what the reading says, the fix, and the port of the NLB's
+/// listener it is for (whose attributes are then left as they are).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ListenerAttributesRefused {
+    pub(crate) reading: String,
+    pub(crate) fix: String,
+    pub(crate) port: Option<i32>,
+}
+
+/// One `listener-attributes.<PROTO>-<port>` annotation as AWS would take
+/// it: the listener's port and attributes, or why AWS would refuse it.
+pub(crate) type ListenerAttributeSetting =
+    Result<(i32, BTreeMap<String, String>), ListenerAttributesRefused>;
+
+/// Each `listener-attributes.<PROTO>-<port>` annotation (by its key's
+/// suffix) as AWS would take it. AWS takes `tcp.idle_timeout.seconds` (60
+/// to 6000) on an NLB's TCP listeners only, and this CCM records what it
+/// applied in one tag value (256 characters).
+pub(crate) fn listener_attribute_settings(
+    spec: &LoadBalancerSpec,
+    listeners: &[Listener],
+) -> Vec<(String, ListenerAttributeSetting)> {
+    let mut record_len = 0;
+    let mut out = Vec::new();
+    for (suffix, value) in &spec.listener_attributes {
+        let refused = |port, reading: String, fix: &str| ListenerAttributesRefused {
+            reading,
+            fix: fix.to_string(),
+            port,
+        };
+        let named = suffix
+            .rsplit_once('-')
+            .and_then(|(proto, port)| Some((proto, port.parse::<i32>().ok()?)));
+        let Some((proto, port)) = named else {
+            let reading = format!("`{suffix}` names no listener: not sent");
+            let fix = "name the listener as <protocol>-<port>, e.g. ...listener-attributes.TCP-80";
+            out.push((suffix.clone(), Err(refused(None, reading, fix))));
+            continue;
+        };
+        let Some(listener) =
+            (listeners.iter()).find(|l| l.port == port && l.protocol.eq_ignore_ascii_case(proto))
+        else {
+            let reading = format!("the NLB has no {proto} listener on port {port}: not sent");
+            let fix = "name a listener of the Service's ports as <protocol>-<port>";
+            out.push((suffix.clone(), Err(refused(None, reading, fix))));
+            continue;
+        };
+        let setting = if listener.protocol == "TCP" {
+            parse_listener_attributes(value)
+        } else {
+            Err((
+                format!(
+                    "AWS takes listener attributes on an NLB's TCP listeners only (a {} listener's idle timeout is fixed): not sent",
+                    listener.protocol
+                ),
+                "remove it, or serve the port over TCP".to_string(),
+            ))
+        };
+        let setting = setting.and_then(|attrs| {
+            let piece = listener_attributes_record(&BTreeMap::from([(port, attrs.clone())]));
+            let after = record_len + piece.len() + usize::from(record_len > 0);
+            if after > tags::MAX_TAG_VALUE {
+                return Err((
+                    "more listener attributes than this CCM can record in one tag (256 characters): not sent".to_string(),
+                    "set them on fewer listeners".to_string(),
+                ));
+            }
+            record_len = after;
+            Ok((port, attrs))
+        });
+        let setting = setting.map_err(|(reading, fix)| refused(Some(port), reading, &fix));
+        out.push((suffix.clone(), setting));
+    }
+    out
+}
+
+/// `key=value,...` as AWS would take it on an NLB's TCP listener.
+fn parse_listener_attributes(value: &str) -> Result<BTreeMap<String, String>, (String, String)> {
+    let mut attrs = BTreeMap::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .unwrap_or((pair, ""));
+        if k != super::LISTENER_IDLE_TIMEOUT {
+            return Err((
+                format!(
+                    "`{k}` is not a listener attribute AWS takes on an NLB: this listener's attributes are not sent"
+                ),
+                format!("write {}=<seconds>", super::LISTENER_IDLE_TIMEOUT),
+            ));
+        }
+        let range = super::LISTENER_IDLE_TIMEOUTS;
+        if !v.parse::<u32>().is_ok_and(|s| range.contains(&s)) {
+            return Err((
+                format!(
+                    "{k}={v:?} is not a timeout AWS takes: this listener's attributes are not sent"
+                ),
+                format!(
+                    "write whole seconds from {} to {}",
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
+        attrs.insert(k.to_string(), v.to_string());
+    }
+    Ok(attrs)
+}
+
+/// The listener attributes this CCM manages: only with cloud.conf
+/// `NLBListenerSettings = true` (the Go CCM does not read the annotation).
+/// A listener whose annotation AWS would refuse is held: its attributes
+/// are left as they are (the reading warns of it).
+fn listener_attributes(
+    spec: &LoadBalancerSpec,
+    cloud: &CloudConfig,
+    listeners: &[Listener],
+) -> Option<ListenerAttributes> {
+    if !cloud.nlb_listener_settings {
+        return None;
+    }
+    let mut setting = ListenerAttributes::default();
+    for (_, read) in listener_attribute_settings(spec, listeners) {
+        match read {
+            Ok((port, attrs)) if !attrs.is_empty() => {
+                setting.want.insert(port, attrs);
+            }
+            Ok(_) => {}
+            Err(refused) => setting.held.extend(refused.port),
+        }
+    }
+    Some(setting)
 }
 
 /// Pure: what AWS must look like for this Service. `Err` says what the user
@@ -130,6 +275,7 @@ pub(crate) fn desired(
     health.timeout = health_timeout.and_then(|t| t.want);
     let (listeners, target_groups) = listeners(spec, service_key, cluster_id, &health)?;
     let alpn = alpn(spec, cloud, &listeners);
+    let listener_attributes = listener_attributes(spec, cloud, &listeners);
     let subnet_mappings = subnet_mappings(spec, env)?;
     let groups_managed = cloud.nlb_security_group_mode == NlbSecurityGroupMode::Managed;
     let (security_groups, owned_group) = if !groups_managed {
@@ -185,6 +331,7 @@ pub(crate) fn desired(
         instances: env.instances.clone(),
         health_timeout,
         alpn,
+        listener_attributes,
     })
 }
 

@@ -18,6 +18,8 @@ use crate::aws::security_groups as sg;
 use crate::aws::{Aws, AwsClient};
 use aws_sdk_elasticloadbalancingv2::Client;
 
+mod listeners;
+
 fn sdk_tags(tags: &BTreeMap<String, String>) -> Vec<t::Tag> {
     tags.iter()
         .map(|(k, v)| t::Tag::builder().key(k).value(v).build())
@@ -56,6 +58,8 @@ pub(crate) struct Applied {
     /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
     /// the error. The other changes went ahead; the caller records these.
     pub(crate) refused_listeners: Vec<(String, AwsError)>,
+    /// The ARNs of the listeners the plan created, by port.
+    pub(crate) listeners: BTreeMap<i32, String>,
     /// The owned (managed) group's ID, the one the plan created included.
     pub owned_group: Option<String>,
 }
@@ -84,6 +88,7 @@ pub(crate) async fn apply(
                 .map(|g| (g.name.clone(), g.arn.clone()))
                 .collect(),
             refused_listeners: Vec::new(),
+            listeners: BTreeMap::new(),
             owned_group: None,
         },
     };
@@ -225,17 +230,10 @@ impl Applying<'_> {
                 port,
                 instances,
             } => self.deregister(arn, *port, instances).await,
-            Change::CreateListener {
-                listener,
-                tags,
-                alpn,
-            } => self.create_listener(listener, tags, alpn).await,
-            Change::ModifyListener {
-                arn,
-                listener,
-                alpn,
-            } => self.modify_listener(arn, listener, alpn).await,
-            Change::DeleteListener { arn } => self.delete_listener(arn).await,
+            Change::CreateListener { .. }
+            | Change::ModifyListener { .. }
+            | Change::ModifyListenerAttributes { .. }
+            | Change::DeleteListener { .. } => self.listener_step(change).await,
             Change::DeleteTargetGroup { arn, .. } => self.delete_target_group(arn).await,
         }
     }
@@ -395,41 +393,6 @@ impl Applying<'_> {
         .await
     }
 
-    /// Tags a target group (`arn`) or, without one, the NLB.
-    async fn add_tags(
-        &self,
-        arn: Option<&str>,
-        tags: &BTreeMap<String, String>,
-    ) -> Result<(), AwsError> {
-        let arn = arn.map_or_else(|| self.lb(), |a| Ok(a.to_string()))?;
-        let tags = sdk_tags(tags);
-        self.call(Operation::Elbv2AddTags, |c| {
-            c.add_tags()
-                .resource_arns(&arn)
-                .set_tags(Some(tags.clone()))
-                .send()
-        })
-        .await
-    }
-
-    /// Removes tag `keys` from a target group or listener (`arn`) or,
-    /// without one, the NLB.
-    async fn remove_tags(
-        &self,
-        arn: Option<&str>,
-        keys: &std::collections::BTreeSet<String>,
-    ) -> Result<(), AwsError> {
-        let arn = arn.map_or_else(|| self.lb(), |a| Ok(a.to_string()))?;
-        let keys: Vec<String> = keys.iter().cloned().collect();
-        self.call(Operation::Elbv2RemoveTags, |c| {
-            c.remove_tags()
-                .resource_arns(&arn)
-                .set_tag_keys(Some(keys.clone()))
-                .send()
-        })
-        .await
-    }
-
     async fn modify_attributes(&self, attrs: &BTreeMap<String, String>) -> Result<(), AwsError> {
         let arn = self.lb()?;
         let attrs: Vec<t::LoadBalancerAttribute> = attrs
@@ -559,89 +522,6 @@ impl Applying<'_> {
         Ok(())
     }
 
-    async fn create_listener(
-        &self,
-        listener: &Listener,
-        tags: &BTreeMap<String, String>,
-        alpn: &Option<String>,
-    ) -> Result<(), AwsError> {
-        let arn = self.lb()?;
-        let tg = self.target_group(&TgRef::Name(listener.target_group.clone()))?;
-        let tags = sdk_tags(tags);
-        let (certs, policy) = tls_parts(listener);
-        let create = || {
-            self.aws.elbv2(Operation::Elbv2CreateListener, |c| {
-                c.create_listener()
-                    .load_balancer_arn(&arn)
-                    .port(listener.port)
-                    .protocol(t::ProtocolEnum::from(listener.protocol.as_str()))
-                    .default_actions(forward(&tg))
-                    .set_certificates(certs.clone())
-                    .set_ssl_policy(policy.clone())
-                    .set_alpn_policy(alpn.clone().map(|p| vec![p]))
-                    .set_tags(Some(tags.clone()))
-                    .send()
-            })
-        };
-        match create().await {
-            Ok(_) => Ok(()),
-            // The listener on this port may exist (a lost answer, or a sync
-            // that read before it was visible): read before re-creating, as
-            // a second create could make a second listener. The next sync's
-            // plan modifies it if its settings differ.
-            Err(e) if e.may_have_been_applied() || e.is_already_exists() => {
-                tracing::info!(load_balancer = self.name, port = listener.port, error = %e, "listener create may have been applied; reading it");
-                match existing_listener(self.aws, &arn, listener.port).await {
-                    Ok(_) => Ok(()),
-                    Err(missing) if missing.is_not_found() => create().await.map(|_| ()),
-                    Err(other) => Err(other),
-                }
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    /// A write IAM refuses is recorded, not an error.
-    async fn modify_listener(
-        &mut self,
-        arn: &str,
-        listener: &Listener,
-        alpn: &Option<String>,
-    ) -> Result<(), AwsError> {
-        let tg = self.target_group(&TgRef::Name(listener.target_group.clone()))?;
-        let (certs, policy) = tls_parts(listener);
-        let modified = self.call(Operation::Elbv2ModifyListener, |c| {
-            c.modify_listener()
-                .listener_arn(arn)
-                .port(listener.port)
-                .protocol(t::ProtocolEnum::from(listener.protocol.as_str()))
-                .default_actions(forward(&tg))
-                .set_certificates(certs.clone())
-                .set_ssl_policy(policy.clone())
-                .set_alpn_policy(alpn.clone().map(|p| vec![p]))
-                .send()
-        });
-        match modified.await {
-            Err(e) if e.is_denied() => self.out.refused_listeners.push((arn.to_string(), e)),
-            other => other?,
-        }
-        Ok(())
-    }
-
-    /// A write IAM refuses is recorded, not an error; a listener already
-    /// gone is fine.
-    async fn delete_listener(&mut self, arn: &str) -> Result<(), AwsError> {
-        let deleted = self.call(Operation::Elbv2DeleteListener, |c| {
-            c.delete_listener().listener_arn(arn).send()
-        });
-        match deleted.await {
-            Err(e) if e.is_denied() => self.out.refused_listeners.push((arn.to_string(), e)),
-            Err(e) if !e.is_not_found() => return Err(e),
-            _ => {}
-        }
-        Ok(())
-    }
-
     async fn delete_target_group(&self, arn: &str) -> Result<(), AwsError> {
         let deleted = self.call(Operation::Elbv2DeleteTargetGroup, |c| {
             c.delete_target_group().target_group_arn(arn).send()
@@ -727,24 +607,6 @@ async fn existing_target_group(aws: &AwsClient, name: &str) -> Result<String, Aw
         &what,
         describe,
         |out| Some(out.target_groups().first()?.target_group_arn()?.to_string()),
-    )
-    .await
-}
-
-/// The ARN of the listener on `port` of NLB `lb_arn`, waiting for it to
-/// become visible.
-async fn existing_listener(aws: &AwsClient, lb_arn: &str, port: i32) -> Result<String, AwsError> {
-    let what = format!("the listener on port {port} of {lb_arn}");
-    let describe = |c: Client| c.describe_listeners().load_balancer_arn(lb_arn).send();
-    once_visible(
-        aws,
-        Operation::Elbv2DescribeListeners,
-        &what,
-        describe,
-        |out| {
-            let listener = out.listeners().iter().find(|l| l.port() == Some(port))?;
-            Some(listener.listener_arn()?.to_string())
-        },
     )
     .await
 }

@@ -196,6 +196,27 @@ pub struct Alpn {
     pub(crate) want: Option<String>,
 }
 
+/// The listener attribute this CCM manages on an NLB's TCP listeners: the
+/// only one ELBv2 documents for an NLB (`ListenerAttribute`), taken on TCP
+/// listeners only (a TLS listener's idle timeout is fixed at 350 s).
+pub(crate) const LISTENER_IDLE_TIMEOUT: &str = "tcp.idle_timeout.seconds";
+/// AWS's TCP idle timeout of a listener that sets none.
+pub(crate) const LISTENER_IDLE_TIMEOUT_DEFAULT: &str = "350";
+/// The TCP idle timeouts, in seconds, ELBv2 takes.
+pub(crate) const LISTENER_IDLE_TIMEOUTS: std::ops::RangeInclusive<u32> = 60..=6000;
+
+/// With cloud.conf `NLBListenerSettings = true`, the listener attributes
+/// the Service asks for, by listener port (only what AWS takes: see
+/// `desired::listener_attribute_settings`; a listener absent here whose
+/// attributes this CCM applied returns to AWS's defaults).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListenerAttributes {
+    pub(crate) want: BTreeMap<i32, BTreeMap<String, String>>,
+    /// Listeners whose annotation AWS would refuse (a Warning says so):
+    /// their attributes and their record are left as they are.
+    pub(crate) held: BTreeSet<i32>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TargetGroup {
     pub(crate) name: String,
@@ -268,6 +289,9 @@ pub struct Desired {
     /// listeners' ALPN policy is neither sent nor compared, as the Go CCM
     /// leaves it.
     pub(crate) alpn: Option<Alpn>,
+    /// `None` without cloud.conf `NLBListenerSettings = true`: listener
+    /// attributes are neither sent nor recorded, as the Go CCM leaves them.
+    pub(crate) listener_attributes: Option<ListenerAttributes>,
 }
 
 impl Desired {
@@ -402,6 +426,13 @@ pub enum Change {
         arn: String,
         listener: Listener,
         alpn: Option<String>,
+    },
+    /// `ModifyListenerAttributes` of the listener on `port`: `arn`, or
+    /// (`None`) the one this plan creates.
+    ModifyListenerAttributes {
+        arn: Option<String>,
+        port: i32,
+        attributes: BTreeMap<String, String>,
     },
     DeleteListener {
         arn: String,

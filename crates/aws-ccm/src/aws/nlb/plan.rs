@@ -14,8 +14,15 @@ use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
 
 mod settings;
-pub(crate) use settings::alpn_record_stale;
-use settings::{alpn_record, alpn_target, health_timeout_record, health_timeout_target};
+#[cfg(test)]
+pub(crate) use settings::listener_attributes_recorded;
+use settings::{
+    alpn_record, alpn_target, health_timeout_record, health_timeout_target,
+    listener_attributes_changes,
+};
+pub(crate) use settings::{
+    alpn_record_stale, listener_attributes_record, listener_attributes_stale,
+};
 
 pub(crate) use super::desired::desired;
 #[cfg(test)]
@@ -83,6 +90,8 @@ pub fn plan(desired: &Desired, actual: &Actual, cluster_id: &str) -> Vec<Change>
     }
     listener_changes(desired, &lb, &by_name, cluster_id, &mut changes);
     alpn_record(desired, &lb.tags, &mut changes);
+    let have: BTreeMap<i32, &ActualListener> = lb.listeners.iter().map(|l| (l.port, l)).collect();
+    listener_attributes_changes(desired, &have, &lb.tags, &mut changes);
     retired_changes(desired, actual, cluster_id, manage_groups, &mut changes);
     changes
 }
@@ -310,6 +319,17 @@ fn with_protection(
         tags.insert(tags::DELETION_PROTECTION_TAG.into(), "on".into());
     }
     tags
+}
+
+/// Whether the NLB's records of what this CCM applied (its `tags`) cannot
+/// vouch for what the Service asks, so AWS's attributes and listeners must
+/// be read as they are: turning off the protection this CCM set (the
+/// settings digest cannot tell it, as the Service no longer writes the
+/// key), or an ALPN policy or listener attributes whose record differs.
+pub(crate) fn records_stale(desired: &Desired, tags: &BTreeMap<String, String>) -> bool {
+    unprotecting(desired, tags)
+        || alpn_record_stale(desired, tags)
+        || listener_attributes_stale(desired, tags)
 }
 
 /// Whether the sync turns off the deletion protection this CCM turned on
@@ -744,6 +764,15 @@ pub(crate) fn describe(change: &Change) -> String {
         ),
         Change::ModifyListener { listener, .. } => {
             format!("modify listener {} {}", listener.protocol, listener.port)
+        }
+        Change::ModifyListenerAttributes {
+            port, attributes, ..
+        } => {
+            let pairs: Vec<String> = attributes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!(
+                "set the attributes of listener {port}: {}",
+                pairs.join(", ")
+            )
         }
         Change::DeleteListener { arn } => format!("delete listener {arn}"),
         Change::DeleteTargetGroup { name, .. } => format!("delete target group {name}"),

@@ -1762,3 +1762,216 @@ fn one_shared_rule_serves_every_nlb_of_a_node_group() {
     }
     assert_eq!(have, go_state);
 }
+
+const ATTRIBUTES_RECORD: &str = crate::aws::tags::LISTENER_ATTRIBUTES_TAG;
+
+/// The listener attributes a plan sends (by listener port, and whether to
+/// a listener it knows) and its record writes.
+fn listener_attribute_writes(changes: &[Change]) -> Vec<String> {
+    changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::ModifyListenerAttributes {
+                arn,
+                port,
+                attributes,
+            } => {
+                let to = if arn.is_some() { "live" } else { "new" };
+                let pairs: Vec<String> =
+                    attributes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                Some(format!("set {to} {port} {}", pairs.join(",")))
+            }
+            Change::AddTags { arn: None, tags } => {
+                tags.get(ATTRIBUTES_RECORD).map(|r| format!("record {r}"))
+            }
+            Change::RemoveTags { arn: None, keys } => keys
+                .contains(ATTRIBUTES_RECORD)
+                .then(|| "unrecord".to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn with_attributes_record(live: &mut Actual, record: Option<&str>) {
+    let lb = live.lb.as_mut().unwrap();
+    let mut t = (*lb.tags).clone();
+    match record {
+        Some(r) => t.insert(ATTRIBUTES_RECORD.into(), r.into()),
+        None => t.remove(ATTRIBUTES_RECORD),
+    };
+    lb.tags = Tags::new(t);
+}
+
+fn tcp_80_attributes(value: &str) -> (String, String) {
+    (
+        format!("{}TCP-80", ann::LISTENER_ATTRIBUTES_PREFIX),
+        value.to_string(),
+    )
+}
+
+fn attributes_want(pairs: &[(String, String)], cloud: &CloudConfig, e: &Environment) -> Desired {
+    let a: Vec<(&str, &str)> = pairs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    tls_want(&a, cloud, e)
+}
+
+#[test]
+fn listener_attributes_are_sent_to_tcp_listeners_only_with_the_cloud_conf_key() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let off = CloudConfig::default();
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let ann = [tcp_80_attributes("tcp.idle_timeout.seconds=400")];
+    // Key off (the Go CCM's reading): neither at creation nor on a live NLB.
+    let go = attributes_want(&ann, &off, &e);
+    assert_eq!(go.listener_attributes, None);
+    assert!(listener_attribute_writes(&plan(&go, &Actual::default(), "c1")).is_empty());
+    let mut live = converged(&go);
+    assert!(plan(&go, &live, "c1").is_empty());
+    // Key on: a new TCP listener gets them after its create, then the record.
+    let d = attributes_want(&ann, &on, &e);
+    let fresh = plan(&d, &Actual::default(), "c1");
+    assert_eq!(
+        listener_attribute_writes(&fresh),
+        [
+            "set new 80 tcp.idle_timeout.seconds=400",
+            "record 80:tcp.idle_timeout.seconds=400"
+        ]
+    );
+    let at = |p: fn(&Change) -> bool| fresh.iter().position(p).unwrap();
+    assert!(
+        at(|c| matches!(c, Change::CreateListener { listener, .. } if listener.port == 80))
+            < at(|c| matches!(c, Change::ModifyListenerAttributes { .. }))
+    );
+    // A live NLB (the Go CCM's): the listener it has, then the record.
+    assert!(listener_attributes_stale(
+        &d,
+        &live.lb.as_ref().unwrap().tags
+    ));
+    assert_eq!(
+        listener_attribute_writes(&plan(&d, &live, "c1")),
+        [
+            "set live 80 tcp.idle_timeout.seconds=400",
+            "record 80:tcp.idle_timeout.seconds=400"
+        ]
+    );
+    // Applied and recorded: steady, and the listeners need no read.
+    with_attributes_record(&mut live, Some("80:tcp.idle_timeout.seconds=400"));
+    assert!(plan(&d, &live, "c1").is_empty());
+    assert!(!listener_attributes_stale(
+        &d,
+        &live.lb.as_ref().unwrap().tags
+    ));
+    // Changed: set again, the record kept up to date.
+    let changed = attributes_want(
+        &[tcp_80_attributes("tcp.idle_timeout.seconds=600")],
+        &on,
+        &e,
+    );
+    assert_eq!(
+        listener_attribute_writes(&plan(&changed, &live, "c1")),
+        [
+            "set live 80 tcp.idle_timeout.seconds=600",
+            "record 80:tcp.idle_timeout.seconds=600"
+        ]
+    );
+    // Removed: back to AWS's 350 s, then the record goes.
+    let none = attributes_want(&[], &on, &e);
+    assert_eq!(
+        listener_attribute_writes(&plan(&none, &live, "c1")),
+        ["set live 80 tcp.idle_timeout.seconds=350", "unrecord"]
+    );
+    // Key off again: nothing is touched.
+    assert!(plan(&attributes_want(&[], &off, &e), &live, "c1").is_empty());
+}
+
+#[test]
+fn listener_attributes_nobody_recorded_or_refused_are_left_alone() {
+    let e = env(&["subnet-a"], &["i-1"]);
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    // Set by hand, no record: the annotation's absence leaves it.
+    let none = attributes_want(&[], &on, &e);
+    let mut live = converged(&none);
+    assert!(plan(&none, &live, "c1").is_empty());
+    // Applied and recorded, then a value AWS does not take: the listener
+    // and its record are left as they are.
+    with_attributes_record(&mut live, Some("80:tcp.idle_timeout.seconds=400"));
+    for bad in ["tcp.idle_timeout.seconds=30", "idle=400"] {
+        let d = attributes_want(&[tcp_80_attributes(bad)], &on, &e);
+        assert_eq!(
+            d.listener_attributes.as_ref().unwrap().held,
+            BTreeSet::from([80])
+        );
+        assert!(plan(&d, &live, "c1").is_empty(), "{bad}");
+        assert!(!listener_attributes_stale(
+            &d,
+            &live.lb.as_ref().unwrap().tags
+        ));
+    }
+    // The TLS listener, or a port the Service lacks: never sent.
+    for key in ["TLS-443", "TCP-81"] {
+        let pair = (
+            format!("{}{key}", ann::LISTENER_ATTRIBUTES_PREFIX),
+            "tcp.idle_timeout.seconds=400".to_string(),
+        );
+        let d = attributes_want(&[pair], &on, &e);
+        assert!(
+            listener_attribute_writes(&plan(&d, &Actual::default(), "c1")).is_empty(),
+            "{key}"
+        );
+    }
+    // A record that does not read proves nothing: nothing is reset.
+    with_attributes_record(&mut live, Some("garbage 80-tcp"));
+    assert_eq!(
+        listener_attribute_writes(&plan(&none, &live, "c1")),
+        ["unrecord"]
+    );
+}
+
+#[test]
+fn the_listener_attributes_record_reads_back_what_it_wrote() {
+    let applied = BTreeMap::from([
+        (
+            80,
+            BTreeMap::from([(LISTENER_IDLE_TIMEOUT.to_string(), "400".to_string())]),
+        ),
+        (
+            8080,
+            BTreeMap::from([(LISTENER_IDLE_TIMEOUT.to_string(), "60".to_string())]),
+        ),
+    ]);
+    let record = listener_attributes_record(&applied);
+    assert_eq!(
+        record,
+        "80:tcp.idle_timeout.seconds=400 8080:tcp.idle_timeout.seconds=60"
+    );
+    let tags = BTreeMap::from([(ATTRIBUTES_RECORD.to_string(), record)]);
+    assert_eq!(super::plan::listener_attributes_recorded(&tags), applied);
+}
+
+#[test]
+fn the_settings_digest_changes_only_for_an_nlb_that_sets_listener_attributes() {
+    use crate::aws::load_balancers::sweep::nlb_settings;
+    let e = env(&["subnet-a"], &["i-1"]);
+    let on = CloudConfig {
+        nlb_listener_settings: true,
+        ..CloudConfig::default()
+    };
+    let off = CloudConfig::default();
+    let ann = [tcp_80_attributes("tcp.idle_timeout.seconds=400")];
+    assert_eq!(
+        nlb_settings(&attributes_want(&[], &on, &e)),
+        nlb_settings(&attributes_want(&ann, &off, &e))
+    );
+    assert_ne!(
+        nlb_settings(&attributes_want(&ann, &on, &e)),
+        nlb_settings(&attributes_want(&ann, &off, &e))
+    );
+}
