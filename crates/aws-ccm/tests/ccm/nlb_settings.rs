@@ -94,10 +94,59 @@ async fn wait_tags(
 }
 
 async fn set_tags(api: &Api<Service>, name: &str, value: Option<&str>) -> anyhow::Result<()> {
-    let patch = serde_json::json!({"metadata": {"annotations": {TAGS: value}}});
+    annotate(api, name, TAGS, value).await
+}
+
+/// Sets annotation `key` of Service `name` to `value` (`None`: removes it).
+async fn annotate(
+    api: &Api<Service>,
+    name: &str,
+    key: &str,
+    value: Option<&str>,
+) -> anyhow::Result<()> {
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+/// Tag `key` (a record of this CCM's) of `svc`'s first resource of `kind`
+/// (`nlb`, `listener`, `tg`).
+async fn record_of(
+    c: &elbv2::Client,
+    svc: &Service,
+    kind: &str,
+    key: &str,
+) -> anyhow::Result<Option<String>> {
+    let tags = tags_by_kind(c, svc).await?;
+    let first = tags.iter().find(|(k, _)| k == kind);
+    Ok(first.and_then(|(_, t)| t.get(key).cloned()))
+}
+
+/// Waits until `read` (a setting as AWS holds it, and this CCM's record of
+/// it) gives `want`.
+async fn wait_setting<T, F, Fut>(what: &str, want: T, read: F) -> anyhow::Result<()>
+where
+    T: PartialEq + std::fmt::Debug,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    eventually(&format!("{what} {want:?}"), WAIT, || async {
+        (read().await.ok()? == want).then_some(())
+    })
+    .await
+}
+
+/// The note of the first `NLBSettingRefused` event of Service `web` that
+/// contains `needle`.
+async fn refused_note(env: &Env, needle: &str) -> anyhow::Result<String> {
+    eventually("an NLBSettingRefused event", WAIT, || async {
+        let events = crate::routes::events_for(env, "web", "NLBSettingRefused").await;
+        events
+            .into_iter()
+            .find_map(|e| e.note.filter(|n| n.contains(needle)))
+    })
+    .await
 }
 
 /// A cluster of one node and one NLB Service `web` with `annotations` (not
@@ -322,12 +371,7 @@ async fn group_attributes(
             )
         })
         .collect();
-    let tags = tags_by_kind(c, svc).await?;
-    let record = tags
-        .iter()
-        .find(|(k, _)| k == "tg")
-        .and_then(|(_, t)| t.get(TG_RECORD).cloned());
-    Ok((got, record))
+    Ok((got, record_of(c, svc, "tg", TG_RECORD).await?))
 }
 
 /// Every target group attribute AWS documents is applied through the
@@ -343,20 +387,14 @@ async fn target_group_attributes_are_applied_changed_and_dropped_back_to_the_def
         one_nlb(serde_json::json!({ TGA: format!("{DEREG}=30,{STICKY}=true") })).await?;
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
-    let expect = |dereg: &'static str, sticky: &'static str, record: Option<&'static str>| {
-        let c = c.clone();
-        let svc = svc.clone();
+    let expect = |dereg: &str, sticky: &str, record: Option<&str>| {
         let want = (
             pairs(&[(DEREG, dereg), (STICKY, sticky)]),
             record.map(String::from),
         );
-        async move {
-            eventually(&format!("attributes {want:?}"), WAIT, || async {
-                let got = group_attributes(&c, &svc, &[DEREG, STICKY]).await.ok()?;
-                (got == want).then_some(())
-            })
-            .await
-        }
+        wait_setting("attributes", want, || {
+            group_attributes(&c, &svc, &[DEREG, STICKY])
+        })
     };
     let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
     expect(
@@ -443,12 +481,7 @@ async fn health_timeout(
         .target_groups()
         .first()
         .and_then(|g| g.health_check_timeout_seconds());
-    let tags = tags_by_kind(c, svc).await?;
-    let record = tags
-        .iter()
-        .find(|(k, _)| k == "tg")
-        .and_then(|(_, t)| t.get(HC_RECORD).cloned());
-    Ok((timeout, record))
+    Ok((timeout, record_of(c, svc, "tg", HC_RECORD).await?))
 }
 
 /// With cloud.conf `NLBListenerSettings = true` the health-check timeout
@@ -464,17 +497,9 @@ async fn health_check_timeout_is_applied_changed_and_removed_with_the_key() -> a
     .await?;
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
-    let expect = |timeout: i32, record: Option<&'static str>| {
-        let c = c.clone();
-        let svc = svc.clone();
+    let expect = |timeout: i32, record: Option<&str>| {
         let want = (Some(timeout), record.map(String::from));
-        async move {
-            eventually(&format!("health timeout {want:?}"), WAIT, || async {
-                let got = health_timeout(&c, &svc).await.ok()?;
-                (got == want).then_some(())
-            })
-            .await
-        }
+        wait_setting("health timeout", want, || health_timeout(&c, &svc))
     };
     let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
     expect(20, Some("20")).await.map_err(logs)?;
@@ -512,12 +537,7 @@ async fn health_check_timeout_above_the_interval_is_warned_and_the_rest_synced()
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
-    let note = eventually("an NLBSettingRefused event", WAIT, || async {
-        let events = crate::routes::events_for(&env, "web", "NLBSettingRefused").await;
-        events.into_iter().next().and_then(|e| e.note)
-    })
-    .await
-    .map_err(logs)?;
+    let note = refused_note(&env, HC_TIMEOUT).await.map_err(logs)?;
     assert!(
         note.contains(&format!("{HC_TIMEOUT}=\"20\"")) && note.contains("at most the interval"),
         "{note}"
@@ -611,19 +631,11 @@ async fn alpn_of(
         .listeners()
         .first()
         .and_then(|l| l.alpn_policy().first().cloned());
-    let tags = tags_by_kind(c, svc).await?;
-    let record = tags
-        .iter()
-        .find(|(k, _)| k == "nlb")
-        .and_then(|(_, t)| t.get(ALPN_RECORD).cloned());
-    Ok((policy, record))
+    Ok((policy, record_of(c, svc, "nlb", ALPN_RECORD).await?))
 }
 
 async fn set_alpn(api: &Api<Service>, value: Option<&str>) -> anyhow::Result<()> {
-    let patch = serde_json::json!({"metadata": {"annotations": {ALPN: value}}});
-    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+    annotate(api, "web", ALPN, value).await
 }
 
 /// With cloud.conf `NLBListenerSettings = true` the ALPN policy (which the
@@ -645,17 +657,9 @@ async fn alpn_policy_is_applied_changed_and_removed_with_the_key() -> anyhow::Re
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     let c = via(&seeded, &env.proxy);
-    let expect = |policy: &'static str, record: Option<&'static str>| {
-        let c = c.clone();
-        let svc = svc.clone();
+    let expect = |policy: &str, record: Option<&str>| {
         let want = (Some(policy.to_string()), record.map(String::from));
-        async move {
-            eventually(&format!("ALPN {want:?}"), WAIT, || async {
-                let got = alpn_of(&c, &svc).await.ok()?;
-                (got == want).then_some(())
-            })
-            .await
-        }
+        wait_setting("ALPN", want, || alpn_of(&c, &svc))
     };
     let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
     expect("HTTP2Preferred", Some("HTTP2Preferred"))
@@ -667,14 +671,7 @@ async fn alpn_policy_is_applied_changed_and_removed_with_the_key() -> anyhow::Re
 
     // A name AWS does not take: a Warning, the policy left as it is.
     set_alpn(&api, Some("h2")).await?;
-    let note = eventually("an NLBSettingRefused event", WAIT, || async {
-        let events = crate::routes::events_for(&env, "web", "NLBSettingRefused").await;
-        events
-            .into_iter()
-            .find_map(|e| e.note.filter(|n| n.contains("h2")))
-    })
-    .await
-    .map_err(logs)?;
+    let note = refused_note(&env, "h2").await.map_err(logs)?;
     assert!(note.starts_with(&format!("{ALPN}=\"h2\"")), "{note}");
     assert!(
         note.contains("HTTP2Preferred"),
@@ -860,19 +857,11 @@ async fn idle_timeout_of(
         .iter()
         .find(|a| a.key() == Some("tcp.idle_timeout.seconds"))
         .and_then(|a| a.value().map(String::from));
-    let tags = tags_by_kind(c, svc).await?;
-    let record = tags
-        .iter()
-        .find(|(k, _)| k == "nlb")
-        .and_then(|(_, t)| t.get(ATTRIBUTES_RECORD).cloned());
-    Ok((timeout, record))
+    Ok((timeout, record_of(c, svc, "nlb", ATTRIBUTES_RECORD).await?))
 }
 
 async fn set_listener_attributes(api: &Api<Service>, value: Option<&str>) -> anyhow::Result<()> {
-    let patch = serde_json::json!({"metadata": {"annotations": {LISTENER_80: value}}});
-    api.patch("web", &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
+    annotate(api, "web", LISTENER_80, value).await
 }
 
 /// With cloud.conf `NLBListenerSettings = true` the TCP idle timeout of a
@@ -892,17 +881,9 @@ async fn listener_attributes_are_applied_changed_and_removed_with_the_key() -> a
     let ccm = env.start_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
     let c = via(&seeded, &env.proxy);
-    let expect = |timeout: &'static str, record: Option<&'static str>| {
-        let c = c.clone();
-        let svc = svc.clone();
+    let expect = |timeout: &str, record: Option<&str>| {
         let want = (Some(timeout.to_string()), record.map(String::from));
-        async move {
-            eventually(&format!("idle timeout {want:?}"), WAIT, || async {
-                let got = idle_timeout_of(&c, &svc).await.ok()?;
-                (got == want).then_some(())
-            })
-            .await
-        }
+        wait_setting("idle timeout", want, || idle_timeout_of(&c, &svc))
     };
     let logs = |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs());
     expect("400", Some("80:tcp.idle_timeout.seconds=400"))
@@ -916,14 +897,9 @@ async fn listener_attributes_are_applied_changed_and_removed_with_the_key() -> a
 
     // A timeout AWS does not take: a Warning, the listener left as it is.
     set_listener_attributes(&api, Some("tcp.idle_timeout.seconds=30")).await?;
-    let note = eventually("an NLBSettingRefused event", WAIT, || async {
-        let events = crate::routes::events_for(&env, "web", "NLBSettingRefused").await;
-        events
-            .into_iter()
-            .find_map(|e| e.note.filter(|n| n.contains("idle_timeout.seconds=30")))
-    })
-    .await
-    .map_err(logs)?;
+    let note = refused_note(&env, "idle_timeout.seconds=30")
+        .await
+        .map_err(logs)?;
     assert!(note.starts_with(&format!("{LISTENER_80}=")), "{note}");
     assert!(
         note.contains("from 60 to 6000"),
