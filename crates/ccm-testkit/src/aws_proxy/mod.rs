@@ -48,6 +48,7 @@ mod health_timeout;
 mod iam;
 mod limits;
 mod listener_attributes;
+mod nlb_groups;
 mod random;
 mod record;
 mod request;
@@ -779,6 +780,12 @@ async fn handle(
     if let Some(refusal) =
         listener_attributes::refuse(&state, &parts.headers, &call.service, &call.action, &params)
             .await
+    {
+        counters.bump(&call.service, &counted, Outcome::Faulted);
+        return Ok(error_response(&refusal, &call));
+    }
+    if let Some(refusal) =
+        nlb_groups::refuse(&state, &parts.headers, &call.service, &call.action, &params).await
     {
         counters.bump(&call.service, &counted, Outcome::Faulted);
         return Ok(error_response(&refusal, &call));

@@ -403,6 +403,19 @@ async fn instance(client: &aws_sdk_ec2::Client) -> String {
         .to_owned()
 }
 
+/// The first subnet of `vpc`.
+async fn first_subnet(ec2c: &aws_sdk_ec2::Client, vpc: &str) -> String {
+    ec2c.describe_subnets()
+        .filters(Filter::builder().name("vpc-id").values(vpc).build())
+        .send()
+        .await
+        .expect("subnets")
+        .subnets()[0]
+        .subnet_id()
+        .expect("a subnet")
+        .to_owned()
+}
+
 /// moto's default VPC and a new NLB in its first subnet (its ARN).
 async fn nlb_in_default_vpc(
     ec2c: &aws_sdk_ec2::Client,
@@ -418,16 +431,7 @@ async fn nlb_in_default_vpc(
         .first()
         .and_then(|v| v.vpc_id().map(str::to_owned))
         .expect("moto's default VPC");
-    let subnet = ec2c
-        .describe_subnets()
-        .filters(Filter::builder().name("vpc-id").values(&vpc).build())
-        .send()
-        .await
-        .expect("subnets")
-        .subnets()[0]
-        .subnet_id()
-        .expect("a subnet")
-        .to_owned();
+    let subnet = first_subnet(ec2c, &vpc).await;
     let lb = v2
         .create_load_balancer()
         .name(&unique("nlb")[..24])
@@ -738,4 +742,86 @@ async fn target_group_links_follow_the_listeners_as_on_aws() {
         .send()
         .await
         .expect("deleted");
+}
+
+/// ELBv2 gives security groups only to an NLB made with some; moto takes
+/// them for any. The proxy refuses the first as AWS does, counted as
+/// faulted, and passes the second.
+#[tokio::test]
+async fn set_security_groups_is_refused_on_an_nlb_made_without_groups() {
+    use aws_sdk_elasticloadbalancingv2::types::LoadBalancerTypeEnum;
+    let proxy = proxy(ProxyConfig::default()).await;
+    let ec2c = ec2(&proxy.endpoint(), no_retries()).await;
+    let v2 = elbv2(&proxy.endpoint(), no_retries()).await;
+    let (vpc, bare) = nlb_in_default_vpc(&ec2c, &v2).await;
+    let group = |name: String| {
+        let ec2c = ec2c.clone();
+        let vpc = vpc.clone();
+        async move {
+            ec2c.create_security_group()
+                .group_name(name)
+                .description("test")
+                .vpc_id(vpc)
+                .send()
+                .await
+                .expect("a group")
+                .group_id()
+                .expect("an ID")
+                .to_owned()
+        }
+    };
+    let sg = group(unique("sg")).await;
+    let refused = v2
+        .set_security_groups()
+        .load_balancer_arn(&bare)
+        .security_groups(&sg)
+        .send()
+        .await
+        .expect_err("an NLB made without groups takes none");
+    assert_eq!(
+        refused.as_service_error().and_then(|e| e.code()),
+        Some("InvalidConfigurationRequest")
+    );
+    let groups_of = |arn: String| {
+        let v2 = v2.clone();
+        async move {
+            v2.describe_load_balancers()
+                .load_balancer_arns(arn)
+                .send()
+                .await
+                .expect("the NLB")
+                .load_balancers()[0]
+                .security_groups()
+                .to_vec()
+        }
+    };
+    assert!(groups_of(bare.clone()).await.is_empty(), "nothing was set");
+    // Made with a group: its groups can be changed.
+    let subnet = first_subnet(&ec2c, &vpc).await;
+    let with = v2
+        .create_load_balancer()
+        .name(&unique("nlb")[..24])
+        .r#type(LoadBalancerTypeEnum::Network)
+        .subnets(&subnet)
+        .security_groups(&sg)
+        .send()
+        .await
+        .expect("an NLB with a group")
+        .load_balancers()[0]
+        .load_balancer_arn()
+        .expect("an ARN")
+        .to_owned();
+    let other = group(unique("sg")).await;
+    v2.set_security_groups()
+        .load_balancer_arn(&with)
+        .security_groups(&sg)
+        .security_groups(&other)
+        .send()
+        .await
+        .expect("an NLB made with a group takes others");
+    assert_eq!(groups_of(with).await.len(), 2);
+    let calls = proxy
+        .calls()
+        .get("elasticloadbalancingv2", "SetSecurityGroups");
+    assert_eq!((calls.received, calls.faulted), (2, 1));
 }
