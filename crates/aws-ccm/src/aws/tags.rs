@@ -66,6 +66,9 @@ pub(crate) const ALPN_POLICY_TAG: &str = "aws-ccm/alpn-policy";
 /// pieces; only an attribute so recorded returns to AWS's default when the
 /// annotation no longer asks for it.
 pub(crate) const LISTENER_ATTRIBUTES_TAG: &str = "aws-ccm/listener-attributes";
+/// The NLB's records of listener settings this CCM applied: each claims a
+/// listener write AWS took.
+pub(crate) const LISTENER_SETTING_RECORDS: [&str; 2] = [ALPN_POLICY_TAG, LISTENER_ATTRIBUTES_TAG];
 /// Longest tag value AWS takes.
 pub(crate) const MAX_TAG_VALUE: usize = 256;
 /// Longest tag key AWS takes.

@@ -1928,7 +1928,7 @@ fn listener_attributes_nobody_recorded_or_refused_are_left_alone() {
         );
     }
     // A record that does not read proves nothing: nothing is reset.
-    with_attributes_record(&mut live, Some("garbage 80-tcp"));
+    with_attributes_record(&mut live, Some("garbage 80-tcp 80:idle=400"));
     assert_eq!(
         listener_attribute_writes(&plan(&none, &live, "c1")),
         ["unrecord"]

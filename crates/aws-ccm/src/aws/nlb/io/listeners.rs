@@ -49,7 +49,7 @@ impl Applying<'_> {
     fn record_unproven(&self, arn: Option<&str>, key: &str) -> bool {
         arn.is_none()
             && !self.out.refused_listeners.is_empty()
-            && [tags::ALPN_POLICY_TAG, tags::LISTENER_ATTRIBUTES_TAG].contains(&key)
+            && tags::LISTENER_SETTING_RECORDS.contains(&key)
     }
 
     /// Tags a target group (`arn`) or, without one, the NLB; a record of a

@@ -105,7 +105,8 @@ pub(super) fn alpn_record(
 /// This CCM's record of the listener attributes it applied, as the NLB's
 /// tag [`tags::LISTENER_ATTRIBUTES_TAG`] holds it: `<port>:<key>=<value>`,
 /// space-separated (AWS's tag values take no comma). A piece that does not
-/// read is dropped (it proves nothing was applied).
+/// read, or names a key this CCM does not send, is dropped (it proves
+/// nothing was applied, and has no default to return to).
 pub(crate) fn listener_attributes_recorded(
     lb_tags: &BTreeMap<String, String>,
 ) -> BTreeMap<i32, BTreeMap<String, String>> {
@@ -115,7 +116,9 @@ pub(crate) fn listener_attributes_recorded(
         let Some((port, pair)) = piece.split_once(':') else {
             continue;
         };
-        if let (Ok(port), Some((k, v))) = (port.parse(), pair.split_once('=')) {
+        if let (Ok(port), Some((k, v))) = (port.parse(), pair.split_once('='))
+            && k == super::super::LISTENER_IDLE_TIMEOUT
+        {
             out.entry(port).or_default().insert(k.into(), v.into());
         }
     }
@@ -195,7 +198,8 @@ pub(super) fn listener_attributes_changes(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         for k in rec.keys().filter(|k| !want.contains_key(*k)) {
-            send.insert(k.clone(), default_listener_attribute(k));
+            let default = super::super::LISTENER_IDLE_TIMEOUT_DEFAULT;
+            send.insert(k.clone(), default.to_string());
         }
         if !send.is_empty() {
             changes.push(Change::ModifyListenerAttributes {
@@ -220,14 +224,5 @@ pub(super) fn listener_attributes_changes(
             arn: None,
             tags: BTreeMap::from([(tags::LISTENER_ATTRIBUTES_TAG.to_string(), record)]),
         });
-    }
-}
-
-/// AWS's value of listener attribute `key` on a listener that sets none.
-fn default_listener_attribute(key: &str) -> String {
-    match key {
-        super::super::LISTENER_IDLE_TIMEOUT => super::super::LISTENER_IDLE_TIMEOUT_DEFAULT.into(),
-        // Only keys this CCM sent are recorded, and it sends no other.
-        _ => String::new(),
     }
 }
