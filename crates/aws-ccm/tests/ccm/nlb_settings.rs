@@ -1028,3 +1028,39 @@ async fn after_a_swap_listener_attributes_change_nothing_until_the_key_is_set() 
     drop(ccm);
     env.finish().await
 }
+
+/// A new listener is invisible to ELBv2 for a moment after its create (the
+/// fault proxy's consistency window): its ModifyListenerAttributes meets
+/// `ListenerNotFound`, is sent again within the apply, and the timeout and
+/// its record land with no failed sync.
+#[tokio::test]
+async fn listener_attributes_wait_out_a_new_listeners_consistency_window() -> anyhow::Result<()> {
+    let (env, seeded, _, svc) = one_nlb_in(
+        listener_settings_env().await?,
+        serde_json::json!({ LISTENER_80: "tcp.idle_timeout.seconds=400" }),
+    )
+    .await?;
+    env.proxy.set_consistency_delay(Duration::from_millis(1500));
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    wait_hostname(&env, &ccm, "web").await?;
+    let c = via(&seeded, &env.proxy);
+    let want = (
+        Some("400".to_string()),
+        Some("80:tcp.idle_timeout.seconds=400".to_string()),
+    );
+    wait_setting("idle timeout", want, || idle_timeout_of(&c, &svc))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    let sent = env
+        .proxy
+        .calls()
+        .get("elasticloadbalancingv2", "ModifyListenerAttributes");
+    assert!(
+        sent.received >= 2 && env.proxy.consistency_hits().not_found > 0,
+        "the window hid the new listener from the first call: {sent:?}"
+    );
+    let failed = crate::routes::events_for(&env, "web", "SyncLoadBalancerFailed").await;
+    assert!(failed.is_empty(), "{failed:?}\nlogs:\n{}", ccm.logs());
+    drop(ccm);
+    env.finish().await
+}
