@@ -193,9 +193,13 @@ async fn service_section(
     };
     match lbs.plan(&adopted.request).await {
         Ok(Planned::Classic(p)) => clb_steps(&p, &mut section),
-        Ok(Planned::Network { plan, node_rules }) => {
+        Ok(Planned::Network {
+            plan,
+            node_rules,
+            shared_rule_revokes,
+        }) => {
             nlb_steps(&plan, &mut section);
-            node_rule_steps(&plan, node_rules, &mut section);
+            node_rule_steps(&plan, node_rules, &shared_rule_revokes, &mut section);
         }
         Err(e) => section.fails(format!("the sync would fail: {e}")),
     }
@@ -619,10 +623,13 @@ fn nlb_steps(p: &NlbPlan, section: &mut Section) {
 }
 
 /// The node-group rule steps of an NLB's plan, and the shared backend
-/// group's detach after them (leaving `SharedBackendGroup`).
+/// group's detach after them and the revoke of its rule from the node
+/// groups `shared_rule_revokes` once no NLB carries it (leaving
+/// `SharedBackendGroup`).
 fn node_rule_steps(
     plan: &NlbPlan,
     node_rules: Vec<(sg::SecurityGroup, nlb::node_rules::RuleChanges)>,
+    shared_rule_revokes: &[String],
     section: &mut Section,
 ) {
     for (group, ch) in node_rules {
@@ -646,6 +653,16 @@ fn node_rule_steps(
             "~",
             format!("detach the shared backend security group {id} from the NLB, once the node rules above are in"),
             &["SetSecurityGroups"],
+        );
+    }
+    if let (Some(id), false) = (&plan.shared_id, shared_rule_revokes.is_empty()) {
+        section.step(
+            "-",
+            format!(
+                "the rule admitting the shared backend security group {id} from node group(s) {}: no NLB carries it then",
+                shared_rule_revokes.join(", ")
+            ),
+            &["RevokeSecurityGroupIngress"],
         );
     }
 }

@@ -280,6 +280,38 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     .map_err(fail(&ccm))?;
     drop(ccm);
     stop.store(true, Ordering::Relaxed);
+
+    // A rule from the shared group left behind with no NLB carrying it (a
+    // CCM stopped between the last detach and the revoke): `aws-ccm plan`
+    // shows it going in each NLB's section, and the next sync revokes it.
+    use aws_sdk_ec2::types::{IpPermission, UserIdGroupPair};
+    let pair = UserIdGroupPair::builder().group_id(&shared).description(GROUP_RULE);
+    (cloud.ec2.authorize_security_group_ingress())
+        .group_id(&cloud.node_group)
+        .ip_permissions(
+            (IpPermission::builder().ip_protocol("-1"))
+                .user_id_group_pairs(pair.build())
+                .build(),
+        )
+        .send()
+        .await?;
+    let (ok, text, err) = run_tool(&env, "plan", &["--controllers=service"], "").await?;
+    assert!(ok, "aws-ccm plan failed: {err}");
+    let revoke = format!(
+        "- the rule admitting the shared backend security group {shared} from node group(s) {}",
+        cloud.node_group
+    );
+    assert_eq!(text.matches(&revoke).count(), 2, "{text}");
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    eventually("the leftover shared-group rule revoked", WAIT, || async {
+        let r: BTreeSet<_> = (rules().await?.into_iter())
+            .filter(|r| ours_or_group(&r.3))
+            .collect();
+        (r == go_rules).then_some(())
+    })
+    .await
+    .map_err(fail(&ccm))?;
+    drop(ccm);
     let seen = sampler.await?;
     assert!(seen.violations.is_empty(), "{:#?}", seen.violations);
     // The sampler saw both states: ports admitted by the group and by CIDR.

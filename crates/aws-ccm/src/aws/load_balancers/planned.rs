@@ -77,6 +77,10 @@ pub enum Planned {
         plan: Box<NlbPlan>,
         /// Rule changes per node group.
         node_rules: Vec<(sg::SecurityGroup, RuleChanges)>,
+        /// The node groups whose rule from the shared backend group goes
+        /// after them, the NLB having let it go and no NLB carrying it
+        /// (leaving `SharedBackendGroup`).
+        shared_rule_revokes: Vec<String>,
     },
 }
 
@@ -101,6 +105,7 @@ impl AwsLoadBalancers {
             plan.changes.retain(super::upkeep::is_nlb_upkeep);
         }
         let mut node_rules = Vec::new();
+        let mut shared_rule_revokes = Vec::new();
         if rules && !self.cloud.disable_security_group_ingress {
             let groups = std::mem::take(&mut plan.groups);
             let mut warnings = std::mem::take(&mut plan.warnings);
@@ -109,10 +114,19 @@ impl AwsLoadBalancers {
                 .await?
                 .changes;
             plan.warnings = warnings;
+            // As the sync: after the node rules (and a leaving NLB's
+            // detach), the shared group's rules once no NLB carries it.
+            if let Some(shared) = &plan.shared_id {
+                shared_rule_revokes = (self.unused_shared_rule_holders(&plan, shared).await?)
+                    .into_iter()
+                    .map(|g| g.id)
+                    .collect();
+            }
         }
         Ok(Planned::Network {
             plan: Box::new(plan),
             node_rules,
+            shared_rule_revokes,
         })
     }
 

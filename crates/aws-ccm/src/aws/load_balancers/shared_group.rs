@@ -181,17 +181,19 @@ impl AwsLoadBalancers {
         Ok(true)
     }
 
-    /// Out of the mode, with NLB `at` no longer carrying the shared group
-    /// (`shared`, proven ours): its rules in the VPC's groups go once no NLB
-    /// carries it, by a sweep fresh enough for a revoke. Nothing is read
-    /// when no group holds such a rule. `Ok(true)` when it revoked.
-    pub(super) async fn revoke_unused_shared_rules(
+    /// The node groups whose rule from the shared group `shared` (proven
+    /// ours) goes once NLB `at` no longer carries it: none in the mode or
+    /// while `at` keeps it, none while another NLB carries it (by a sweep
+    /// fresh enough for a revoke). Nothing is read from the load balancers
+    /// when no group holds such a rule. The one reading for the sync and for
+    /// `aws-ccm plan`.
+    pub(super) async fn unused_shared_rule_holders(
         &self,
         at: &NlbPlan,
         shared: &str,
-    ) -> Result<bool, CloudError> {
+    ) -> Result<Vec<SecurityGroup>, CloudError> {
         if self.mode_on() || matches!(at.shared, SharedUse::Carry(_)) {
-            return Ok(false);
+            return Ok(Vec::new());
         }
         let rule = sg::Rule::all_from_group(shared);
         let view = (self.aws.memory().groups())
@@ -201,16 +203,29 @@ impl AwsLoadBalancers {
             .filter(|g| g.descriptions.get(&rule).map(String::as_str) == Some(nlb::GROUP_RULE))
             .collect();
         if holders.is_empty() {
-            return Ok(false);
+            return Ok(holders);
         }
         let others = (self.memory().sweep())
             .carried_by_other_nlbs(&self.aws, &[shared.to_string()].into(), &at.name)
             .await?;
-        if !others.is_empty() {
+        Ok(if others.is_empty() { holders } else { Vec::new() })
+    }
+
+    /// Out of the mode, with NLB `at` no longer carrying the shared group
+    /// (`shared`, proven ours): revokes its rules in the VPC's groups once no
+    /// NLB carries it ([`Self::unused_shared_rule_holders`]). `Ok(true)` when
+    /// it revoked.
+    pub(super) async fn revoke_unused_shared_rules(
+        &self,
+        at: &NlbPlan,
+        shared: &str,
+    ) -> Result<bool, CloudError> {
+        let holders = self.unused_shared_rule_holders(at, shared).await?;
+        if holders.is_empty() {
             return Ok(false);
         }
         let mut journal = Journal::default();
-        let revoke = std::collections::BTreeSet::from([rule]);
+        let revoke = std::collections::BTreeSet::from([sg::Rule::all_from_group(shared)]);
         let written = async {
             for g in &holders {
                 tracing::info!(group = %g.id, %shared, "no NLB carries the shared backend group: revoking its rule");
