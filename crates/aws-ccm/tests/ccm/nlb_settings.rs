@@ -214,7 +214,7 @@ const WATCHED: &[&str] = &["team", "env", "cost", "owner", MARKER];
 async fn a_restart_writes_nothing(env: &Env, ccm: Ccm) -> anyhow::Result<()> {
     drop(ccm);
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
-    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    ccm.wait_synced(1, WAIT).await?;
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
     Ok(())
 }
@@ -294,7 +294,7 @@ async fn after_a_swap_tags_follow_the_annotation_only_once_it_changes() -> anyho
 
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
-    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    ccm.wait_synced(1, WAIT).await?;
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
     for (kind, t) in tags_by_kind(&c, &svc).await? {
         assert_eq!(only(&t, WATCHED), pairs(&[("team", "a")]), "{kind}");
@@ -801,7 +801,7 @@ async fn after_a_swap_the_alpn_policy_changes_nothing_until_the_key_is_set() -> 
 
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
-    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    ccm.wait_synced(1, WAIT).await?;
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
     let c = via(&seeded, &proxy);
     assert_eq!(alpn_of(&c, &svc).await?, (None, None));
@@ -981,7 +981,7 @@ async fn after_a_swap_listener_attributes_change_nothing_until_the_key_is_set() 
     go_made_nlb(&seeded, &svc, &[]).await?;
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
     wait_hostname(&env, &ccm, "web").await?;
-    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    ccm.wait_synced(1, WAIT).await?;
     assert_eq!(mutations(&proxy), BTreeMap::new(), "logs:\n{}", ccm.logs());
     assert_eq!(idle_timeout_of(&c, &svc).await?, (Some("350".into()), None));
     drop(ccm);

@@ -361,6 +361,24 @@ impl Ccm {
         .with_context(|| format!("logs so far:\n{}", self.logs()))
     }
 
+    /// Waits until at least `n` Services' last sync finished in full, as
+    /// the CCM's `/metrics` counts them (`aws_ccm_service_sync_state`,
+    /// state `synced`): an outcome, not a log line.
+    pub async fn wait_synced(&self, n: u64, deadline: Duration) -> anyhow::Result<()> {
+        const SYNCED: &str = "aws_ccm_service_sync_state{state=\"synced\",error_class=\"none\"} ";
+        let addr = self.https_addr().await?;
+        eventually(&format!("{n} Service(s) synced"), deadline, || async {
+            let (status, body) = https_get(&addr, "/metrics").await.ok()?;
+            let synced: u64 = (body.lines().find_map(|l| l.strip_prefix(SYNCED)))?
+                .trim()
+                .parse()
+                .ok()?;
+            (status == 200 && synced >= n).then_some(())
+        })
+        .await
+        .with_context(|| format!("logs so far:\n{}", self.logs()))
+    }
+
     /// The address of the HTTPS server, from its start-up log line.
     pub async fn https_addr(&self) -> anyhow::Result<String> {
         self.wait_for_log("serving securely on ", Duration::from_secs(20))
