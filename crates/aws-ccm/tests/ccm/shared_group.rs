@@ -285,7 +285,9 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     // CCM stopped between the last detach and the revoke): `aws-ccm plan`
     // shows it going in each NLB's section, and the next sync revokes it.
     use aws_sdk_ec2::types::{IpPermission, UserIdGroupPair};
-    let pair = UserIdGroupPair::builder().group_id(&shared).description(GROUP_RULE);
+    let pair = UserIdGroupPair::builder()
+        .group_id(&shared)
+        .description(GROUP_RULE);
     (cloud.ec2.authorize_security_group_ingress())
         .group_id(&cloud.node_group)
         .ip_permissions(

@@ -208,7 +208,11 @@ impl AwsLoadBalancers {
         let others = (self.memory().sweep())
             .carried_by_other_nlbs(&self.aws, &[shared.to_string()].into(), &at.name)
             .await?;
-        Ok(if others.is_empty() { holders } else { Vec::new() })
+        Ok(if others.is_empty() {
+            holders
+        } else {
+            Vec::new()
+        })
     }
 
     /// Out of the mode, with NLB `at` no longer carrying the shared group
