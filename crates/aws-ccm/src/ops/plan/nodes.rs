@@ -8,7 +8,6 @@
 //! instance is judged by its address as the controller judges it
 //! ([`by_address::judge`]).
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -19,7 +18,7 @@ use super::Section;
 use crate::controllers::cached_node::Node;
 use crate::controllers::node::by_address;
 use crate::controllers::node::identity::{Lookup, lookup_for_node};
-use crate::controllers::node::lookups::{SweepIndex, by_addresses, resolve_all};
+use crate::controllers::node::lookups::{Resolved, SweepIndex, by_addresses, resolve_all};
 use crate::controllers::node::plan::{
     InitPlan, PlanContext, address_change, format_addresses, is_uninitialized, plan_initialization,
     plan_label_twins,
@@ -140,7 +139,7 @@ async fn cloud_node_steps(
 async fn lookups_by_address(
     ctx: &Context,
     keyed: &[(&Arc<Node>, Lookup)],
-    found: &HashMap<Lookup, CloudResult<Option<Cow<'_, Instance>>>>,
+    found: &HashMap<Lookup, CloudResult<Option<Resolved<'_>>>>,
 ) -> HashMap<String, (Vec<Ipv4Addr>, CloudResult<Vec<Instance>>)> {
     let fall_back: Vec<&Arc<Node>> = (keyed.iter())
         .filter(|(node, key)| {
