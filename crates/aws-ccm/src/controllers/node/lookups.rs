@@ -33,7 +33,7 @@ use super::identity::Lookup;
 use crate::backoff::Backoff;
 use crate::controllers::cached_node::Node;
 use crate::controllers::schedule::keyed::{Class, Keyed, Outcome, Workers};
-use crate::provider::CloudResult;
+use crate::provider::{CloudError, CloudResult};
 use crate::provider::instances::{Found, Instance, InstanceState, Instances};
 
 /// One lookup, straight to the cloud (coalesced there with concurrent ones).
@@ -429,22 +429,29 @@ impl std::ops::Deref for Resolved<'_> {
     }
 }
 
+/// What [`resolve_all`] found for each key: the keys borrowed from the
+/// caller and a failed lookup's error boxed, so each of the map's slots is
+/// three words (one lookup a node).
+pub(crate) type Resolutions<'k, 's> =
+    HashMap<&'k Lookup, Result<Option<Resolved<'s>>, Box<CloudError>>>;
+
 /// Looks up every key: from the sweep when it has it, else directly
 /// (concurrently, so the cloud layer batches them). Keys missing from the
 /// result could not be looked up (the error is logged by the caller's
 /// `on_error`); `Ok(None)` means the cloud says there is no such instance.
 /// Instances found in the sweep are borrowed from it: a refresh of every
 /// node would otherwise hold a second copy of the whole sweep.
-pub(crate) async fn resolve_all<'s, I: Instances>(
+pub(crate) async fn resolve_all<'k, 's, I: Instances>(
     cloud: &I,
     sweep: &'s SweepIndex,
-    keys: Vec<Lookup>,
-) -> HashMap<Lookup, CloudResult<Option<Resolved<'s>>>> {
+    keys: impl IntoIterator<Item = &'k Lookup>,
+) -> Resolutions<'k, 's> {
+    let keys: Vec<&'k Lookup> = keys.into_iter().collect();
     // Sized once: growing it would hold the old table and the new at once.
     let mut out = HashMap::with_capacity(keys.len());
     let mut missing = Vec::new();
     for key in keys {
-        match sweep.find(&key) {
+        match sweep.find(key) {
             Some(instance) => {
                 out.insert(key, Ok(Some(Resolved::Swept(instance))));
             }
@@ -455,7 +462,8 @@ pub(crate) async fn resolve_all<'s, I: Instances>(
     missing.dedup();
     let answers = futures::future::join_all(missing.iter().map(|key| lookup(cloud, key))).await;
     for (key, answer) in missing.into_iter().zip(answers) {
-        out.insert(key, answer.map(|found| found.map(|i| Resolved::Looked(Box::new(i)))));
+        let answer = answer.map(|found| found.map(|i| Resolved::Looked(Box::new(i))));
+        out.insert(key, answer.map_err(Box::new));
     }
     out
 }
@@ -819,16 +827,12 @@ mod tests {
             Some("i-tagged"),
             "the live instance wins over a terminated one with the same name"
         );
-        let found = resolve_all(
-            &cloud,
-            &index,
-            vec![
-                Lookup::ById("i-tagged".into()),
-                Lookup::ById("i-untagged".into()),
-                Lookup::ById("i-none".into()),
-            ],
-        )
-        .await;
+        let keys = [
+            Lookup::ById("i-tagged".into()),
+            Lookup::ById("i-untagged".into()),
+            Lookup::ById("i-none".into()),
+        ];
+        let found = resolve_all(&cloud, &index, &keys).await;
         assert_eq!(cloud.calls().by_id, ["i-none", "i-untagged"]);
         assert!(
             matches!(&found[&Lookup::ById("i-untagged".into())], Ok(Some(i)) if i.id == "i-untagged")

@@ -65,12 +65,7 @@ pub(super) async fn refresh_all<I: Instances>(shared: &Shared<I>) -> Pass {
         }
     };
     let index = SweepIndex::new(&sweep);
-    let found = resolve_all(
-        &shared.cloud,
-        &index,
-        nodes.iter().map(|(_, l)| l.clone()).collect(),
-    )
-    .await;
+    let found = resolve_all(&shared.cloud, &index, nodes.iter().map(|(_, l)| l)).await;
 
     let mut patches = Vec::new();
     for (node, lookup) in &nodes {

@@ -18,7 +18,7 @@ use super::Section;
 use crate::controllers::cached_node::Node;
 use crate::controllers::node::by_address;
 use crate::controllers::node::identity::{Lookup, lookup_for_node};
-use crate::controllers::node::lookups::{Resolved, SweepIndex, by_addresses, resolve_all};
+use crate::controllers::node::lookups::{Resolutions, SweepIndex, by_addresses, resolve_all};
 use crate::controllers::node::plan::{
     InitPlan, PlanContext, address_change, format_addresses, is_uninitialized, plan_initialization,
     plan_label_twins,
@@ -69,8 +69,8 @@ async fn cloud_node_steps(
     let keyed: Vec<(&Arc<Node>, Lookup)> = (nodes.iter())
         .filter_map(|n| Some((n, lookup_for_node(n, &ctx.region).ok()?)))
         .collect();
-    let keys = keyed.iter().map(|(_, k)| k.clone()).collect();
-    let found = resolve_all(&ctx.aws, &index, keys).await;
+    let keys: Vec<Lookup> = keyed.iter().map(|(_, k)| k.clone()).collect();
+    let found = resolve_all(&ctx.aws, &index, &keys).await;
     let cx = PlanContext {
         region: &ctx.region,
         families: &ctx.cloud.node_ip_families,
@@ -139,7 +139,7 @@ async fn cloud_node_steps(
 async fn lookups_by_address(
     ctx: &Context,
     keyed: &[(&Arc<Node>, Lookup)],
-    found: &HashMap<Lookup, CloudResult<Option<Resolved<'_>>>>,
+    found: &Resolutions<'_, '_>,
 ) -> HashMap<String, (Vec<Ipv4Addr>, CloudResult<Vec<Instance>>)> {
     let fall_back: Vec<&Arc<Node>> = (keyed.iter())
         .filter(|(node, key)| {
