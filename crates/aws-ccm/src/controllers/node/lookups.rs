@@ -33,8 +33,8 @@ use super::identity::Lookup;
 use crate::backoff::Backoff;
 use crate::controllers::cached_node::Node;
 use crate::controllers::schedule::keyed::{Class, Keyed, Outcome, Workers};
-use crate::provider::{CloudError, CloudResult};
 use crate::provider::instances::{Found, Instance, InstanceState, Instances};
+use crate::provider::{CloudError, CloudResult};
 
 /// One lookup, straight to the cloud (coalesced there with concurrent ones).
 pub(crate) async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
