@@ -69,19 +69,18 @@ async fn cloud_node_steps(
     let keyed: Vec<(&Arc<Node>, Lookup)> = (nodes.iter())
         .filter_map(|n| Some((n, lookup_for_node(n, &ctx.region).ok()?)))
         .collect();
-    let keys: Vec<Lookup> = keyed.iter().map(|(_, k)| k.clone()).collect();
-    let found = resolve_all(&ctx.aws, &index, &keys).await;
+    let found = resolve_all(&ctx.aws, &index, keyed.iter().map(|(_, k)| k)).await;
     let cx = PlanContext {
         region: &ctx.region,
         families: &ctx.cloud.node_ip_families,
         zone_ids: &zone_ids,
     };
     let mut by_address = lookups_by_address(ctx, &keyed, &found).await;
-    for (node, key) in keyed {
+    for &(node, ref key) in &keyed {
         let name = node.name_any();
         let found_by_address;
         // As the controller: by name, only an instance of this cluster.
-        let instance: &Instance = match found.get(&key) {
+        let instance: &Instance = match found.get(key) {
             Some(Ok(Some(i)))
                 if matches!(key, Lookup::ById(_)) || i.is_in_cluster(&ctx.cluster_id) =>
             {
