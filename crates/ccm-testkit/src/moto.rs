@@ -6,10 +6,17 @@
 //! it runs under a small `sh` watchdog that reads a pipe only the test process
 //! holds open, and kills moto's whole process group when that pipe closes.
 //! So no moto outlives the test that started it.
+//!
+//! A pip-installed moto_server is not started but forked from moto's fork
+//! server ([`fork`]), a warm Python process shared by the run's tests: a
+//! fresh moto_server spends about 3 s of CPU on imports and set-up before
+//! its first answer, and the suite starts a few hundred. The connection that
+//! asked for the fork is then the pipe: its closing kills that moto.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,6 +28,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tempfile::NamedTempFile;
+
+mod fork;
 
 /// How long moto may take to answer after start (Python start-up on a busy
 /// two-core machine takes a few seconds; this is the give-up point).
@@ -55,13 +64,27 @@ exit "$status"
 
 /// A running moto server owned by a test.
 pub struct Moto {
-    launcher: Child,
-    /// Closing this pipe (by dropping it) tells the launcher to kill moto.
-    lifeline: Option<ChildStdin>,
+    keeper: Keeper,
     port: u16,
     pid: Option<u32>,
     log: NamedTempFile,
 }
+
+/// What keeps a moto alive, and kills it when dropped.
+enum Keeper {
+    /// Started through [`LAUNCHER`]: closing the pipe (by dropping it)
+    /// tells the launcher to kill moto.
+    Launched {
+        launcher: Child,
+        lifeline: Option<ChildStdin>,
+    },
+    /// Forked by the fork server: closing the connection kills moto.
+    Forked { lifeline: Option<UnixStream> },
+}
+
+/// moto_server's arguments: port 0, so the kernel picks a free port and
+/// werkzeug reports it, and parallel tests never race for a port.
+const ARGS: [&str; 4] = ["-H", "127.0.0.1", "-p", "0"];
 
 impl Moto {
     /// Finds moto_server (`$MOTO_SERVER`, else `<repo>/.venv/bin/moto_server`
@@ -81,43 +104,25 @@ impl Moto {
             .suffix(".log")
             .tempfile()
             .context("cannot create a temporary file for moto's log")?;
-        let log_out = log
-            .reopen()
-            .context("cannot open moto's log file for writing")?;
-        let log_err = log_out
-            .try_clone()
-            .context("cannot duplicate moto's log file handle")?;
-
-        let mut command = Command::new("/bin/sh");
-        command
-            .arg("-c")
-            .arg(LAUNCHER)
-            .arg(moto_server)
-            // Port 0: the kernel picks a free port and werkzeug reports it,
-            // so parallel tests never race for a port.
-            .args(["-H", "127.0.0.1", "-p", "0"])
-            .stdin(Stdio::piped())
-            .stdout(log_out)
-            .stderr(log_err)
-            // moto must not pick up a developer's real AWS settings.
-            .env_remove("AWS_PROFILE")
-            .env("PYTHONUNBUFFERED", "1");
-        // Its own process group, so killing the group takes moto and any
-        // children with it and nothing else.
-        {
-            use std::os::unix::process::CommandExt as _;
-            command.process_group(0);
-        }
-        let mut launcher = command
-            .spawn()
-            .with_context(|| format!("cannot start {} through /bin/sh", moto_server.display()))?;
-        let lifeline = launcher.stdin.take();
-
+        let (keeper, pid) = match fork::interpreter(moto_server) {
+            Some(python) => {
+                let (server, log_path) = (moto_server.to_owned(), log.path().to_owned());
+                let forked = tokio::task::spawn_blocking(move || {
+                    fork::fork(&python, &server, &ARGS, &moto_env(), &log_path)
+                })
+                .await
+                .context("the request to moto's fork server panicked")??;
+                let keeper = Keeper::Forked {
+                    lifeline: Some(forked.lifeline),
+                };
+                (keeper, Some(forked.pid))
+            }
+            None => (launch(moto_server, &log)?, None),
+        };
         let mut moto = Moto {
-            launcher,
-            lifeline,
+            keeper,
             port: 0,
-            pid: None,
+            pid,
             log,
         };
         moto.wait_until_ready(moto_server).await?;
@@ -130,11 +135,7 @@ impl Moto {
             Client::builder(TokioExecutor::new()).build_http();
         let mut poll_interval = Duration::from_millis(25);
         loop {
-            if let Some(status) = self
-                .launcher
-                .try_wait()
-                .context("cannot check whether moto_server is still running")?
-            {
+            if let Some(status) = self.exit_status()? {
                 bail!(
                     "{} exited before answering ({status}); {}",
                     moto_server.display(),
@@ -209,6 +210,26 @@ impl Moto {
         }
     }
 
+    /// How moto ended, if it has: the launcher's status, or a forked
+    /// moto's last log line (or its absence, when it died without one).
+    fn exit_status(&mut self) -> anyhow::Result<Option<String>> {
+        match &mut self.keeper {
+            Keeper::Launched { launcher, .. } => Ok(launcher
+                .try_wait()
+                .context("cannot check whether moto_server is still running")?
+                .map(|status| status.to_string())),
+            Keeper::Forked { .. } => {
+                let log = std::fs::read_to_string(self.log.path()).unwrap_or_default();
+                let said = log
+                    .lines()
+                    .find_map(|l| l.strip_prefix("moto-launcher: moto_server exited with status "))
+                    .map(|code| format!("exit status: {}", code.trim()));
+                let gone = self.pid.is_some_and(fork::is_gone);
+                Ok(said.or_else(|| gone.then(|| "gone without a word".to_owned())))
+            }
+        }
+    }
+
     /// `http://127.0.0.1:PORT`.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
@@ -263,25 +284,83 @@ impl Moto {
 
 impl Drop for Moto {
     fn drop(&mut self) {
-        // Closing the lifeline makes the launcher kill moto's process group
-        // (itself included); wait so moto is gone when drop returns.
-        self.lifeline.take();
+        // Closing the lifeline kills moto's process group; wait so moto is
+        // gone when drop returns.
         let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            match self.launcher.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) if Instant::now() >= deadline => break,
-                Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+        match &mut self.keeper {
+            Keeper::Launched { launcher, lifeline } => {
+                lifeline.take();
+                loop {
+                    match launcher.try_wait() {
+                        Ok(Some(_)) | Err(_) => return,
+                        Ok(None) if Instant::now() >= deadline => break,
+                        Ok(None) => std::thread::sleep(Duration::from_millis(10)),
+                    }
+                }
+                // The watchdog did not act (should not happen): kill the
+                // launcher and moto by pid.
+                if let Some(pid) = self.pid {
+                    let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                }
+                let _ = launcher.kill();
+                let _ = launcher.wait();
+            }
+            Keeper::Forked { lifeline } => {
+                lifeline.take();
+                let Some(pid) = self.pid else { return };
+                while !fork::is_gone(pid) {
+                    if Instant::now() >= deadline {
+                        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
             }
         }
-        // The watchdog did not act (should not happen): kill the launcher and
-        // moto by pid.
-        if let Some(pid) = self.pid {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-        }
-        let _ = self.launcher.kill();
-        let _ = self.launcher.wait();
     }
+}
+
+/// Starts `moto_server` under [`LAUNCHER`], its output in `log`.
+fn launch(moto_server: &Path, log: &NamedTempFile) -> anyhow::Result<Keeper> {
+    let log_out = log
+        .reopen()
+        .context("cannot open moto's log file for writing")?;
+    let log_err = log_out
+        .try_clone()
+        .context("cannot duplicate moto's log file handle")?;
+    let mut command = Command::new("/bin/sh");
+    command
+        .arg("-c")
+        .arg(LAUNCHER)
+        .arg(moto_server)
+        .args(ARGS)
+        .stdin(Stdio::piped())
+        .stdout(log_out)
+        .stderr(log_err)
+        .env_clear()
+        .envs(moto_env());
+    // Its own process group, so killing the group takes moto and any
+    // children with it and nothing else.
+    {
+        use std::os::unix::process::CommandExt as _;
+        command.process_group(0);
+    }
+    let mut launcher = command
+        .spawn()
+        .with_context(|| format!("cannot start {} through /bin/sh", moto_server.display()))?;
+    let lifeline = launcher.stdin.take();
+    Ok(Keeper::Launched { launcher, lifeline })
+}
+
+/// moto's environment: the test's, less a developer's real AWS profile,
+/// with Python's output unbuffered so the log is read as it is written.
+fn moto_env() -> BTreeMap<String, String> {
+    let mut env: BTreeMap<String, String> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .filter(|(k, _)| k != "AWS_PROFILE")
+        .collect();
+    env.insert("PYTHONUNBUFFERED".into(), "1".into());
+    env
 }
 
 /// SDK configuration for tests: region us-east-1, static test credentials and
