@@ -288,8 +288,8 @@ async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow
     let ccm = env
         .start_ccm(&["--controllers=service", "--concurrent-service-syncs=1"])
         .await?;
-    // Adoption under way.
-    ccm.wait_for_log("load balancer ensured", WAIT).await?;
+    // Adoption under way: a first Service synced.
+    ccm.wait_synced(1, WAIT).await?;
     let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
     let created_at = ccm.logs().len();
     api.create(
