@@ -107,7 +107,7 @@ const BINARY: &str = env!("CARGO_BIN_EXE_aws-cloud-controller-manager");
 const CLUSTER_ID: &str = "scale";
 const REGION: &str = "us-east-1";
 const AZ: &str = "us-east-1a";
-const AMI: &str = "ami-12c6146b";
+use ccm_testkit::moto::AMI;
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const LAYER_1: &str = "topology.k8s.aws/network-node-layer-1";
 /// Client-side apiserver budget the CCM is given in the join burst.

@@ -229,7 +229,7 @@ async fn seed(
         .await?;
     let run = ec2
         .run_instances()
-        .image_id("ami-12c6146b")
+        .image_id(ccm_testkit::moto::AMI)
         .instance_type(aws_sdk_ec2::types::InstanceType::T3Medium)
         .min_count(count)
         .max_count(count)

@@ -330,12 +330,13 @@ fn render(page: &[&SimInstance], next_token: Option<&str>) -> String {
         let _ = write!(
             xml,
             "<item><reservationId>r-{id}</reservationId><ownerId>123456789012</ownerId><instancesSet><item>\
-             <instanceId>{id}</instanceId><imageId>ami-12c6146b</imageId>\
+             <instanceId>{id}</instanceId><imageId>{ami}</imageId>\
              <instanceState><code>{code}</code><name>{state}</name></instanceState>\
              <privateDnsName>{dns}</privateDnsName><dnsName></dnsName>\
              <instanceType>{itype}</instanceType>\
              <placement><availabilityZone>{az}</availabilityZone><tenancy>default</tenancy></placement>",
             id = escape(&i.id),
+            ami = crate::moto::AMI,
             code = state_code(&i.state),
             state = escape(&i.state),
             dns = escape(&i.private_dns_name),

@@ -14,8 +14,7 @@ use ccm_testkit::aws_proxy::{FaultProxy, ProxyConfig};
 use ccm_testkit::moto::{Moto, test_sdk_config};
 
 pub const CLUSTER_ID: &str = "itest";
-/// An AMI moto knows.
-pub const AMI: &str = "ami-12c6146b";
+pub use ccm_testkit::moto::AMI;
 
 /// moto, and the fault proxy in front of it.
 pub struct World {

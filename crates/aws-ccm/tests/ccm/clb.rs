@@ -222,8 +222,7 @@ async fn vpc(env: &Env, public: bool) -> anyhow::Result<Vpc> {
     let elb = aws_sdk_elasticloadbalancing::Client::new(&conf);
     let out = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;
     let vpc_id = out.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
-    let images = ec2.describe_images().owners("amazon").send().await?;
-    let ami = images.images()[0].image_id().unwrap().to_string();
+    let ami = ccm_testkit::moto::AMI.to_owned();
     let mut v = Vpc {
         ec2,
         elb,

@@ -25,7 +25,7 @@ mod tolerance;
 
 const UNINITIALIZED: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const SHUTDOWN: &str = "node.cloudprovider.kubernetes.io/shutdown";
-const AMI: &str = "ami-12c6146b";
+use ccm_testkit::moto::AMI;
 /// What moto reports for us-east-1a.
 const ZONE_ID: &str = "use1-az6";
 

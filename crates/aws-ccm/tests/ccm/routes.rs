@@ -78,7 +78,7 @@ impl Cloud {
         let out = self
             .ec2
             .run_instances()
-            .image_id("ami-12c6146b")
+            .image_id(ccm_testkit::moto::AMI)
             .min_count(count)
             .max_count(count)
             .subnet_id(&self.subnet)

@@ -639,8 +639,7 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
         .gateway_id(&igw_id)
         .send()
         .await?;
-    let images = ec2.describe_images().owners("amazon").send().await?;
-    let ami = images.images()[0].image_id().unwrap().to_string();
+    let ami = ccm_testkit::moto::AMI.to_owned();
     let mut seeded = Seeded {
         conf,
         ec2,

@@ -382,16 +382,9 @@ async fn instance_topology_is_answered_with_the_real_apis_rules() {
 
 /// A running instance in moto's default VPC.
 async fn instance(client: &aws_sdk_ec2::Client) -> String {
-    let images = client
-        .describe_images()
-        .owners("amazon")
-        .send()
-        .await
-        .expect("images");
-    let ami = images.images()[0].image_id().expect("an AMI").to_owned();
     client
         .run_instances()
-        .image_id(ami)
+        .image_id(ccm_testkit::moto::AMI)
         .min_count(1)
         .max_count(1)
         .send()
