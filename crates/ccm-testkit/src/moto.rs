@@ -231,7 +231,7 @@ impl Moto {
                     .lines()
                     .find_map(|l| l.strip_prefix("moto-launcher: moto_server exited with status "))
                     .map(|code| format!("exit status: {}", code.trim()));
-                let gone = self.pid.is_some_and(fork::is_gone);
+                let gone = self.pid.is_some_and(process_is_gone);
                 Ok(said.or_else(|| gone.then(|| "gone without a word".to_owned())))
             }
         }
@@ -315,7 +315,7 @@ impl Drop for Moto {
             Keeper::Forked { lifeline } => {
                 lifeline.take();
                 let Some(pid) = self.pid else { return };
-                while !fork::is_gone(pid) {
+                while !process_is_gone(pid) {
                     if Instant::now() >= deadline {
                         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
                         return;
@@ -368,6 +368,18 @@ fn moto_env() -> BTreeMap<String, String> {
         .collect();
     env.insert("PYTHONUNBUFFERED".into(), "1".into());
     env
+}
+
+/// True once `pid` has exited (or is a zombie nobody reaped yet).
+pub fn process_is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // "pid (comm) STATE ...": comm may hold spaces, so read after ')'.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
 }
 
 /// SDK configuration for tests: region us-east-1, static test credentials and

@@ -17,7 +17,7 @@ use ccm_testkit::aws_proxy::{
     BucketScope, Category, FaultKind, FaultProxy, FaultRule, ProxyConfig, category_of,
     category_of_call,
 };
-use ccm_testkit::moto::{Moto, test_sdk_config};
+use ccm_testkit::moto::{Moto, process_is_gone, test_sdk_config};
 
 #[path = "aws_proxy/harsh.rs"]
 mod harsh;
@@ -117,18 +117,7 @@ fn not_throttled(counts: ccm_testkit::aws_proxy::ActionCounts) -> bool {
 // moto launcher
 // ---------------------------------------------------------------------------
 
-/// Whether a process is gone: no /proc entry, or a zombie waiting for init.
-fn process_is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // "pid (comm) STATE ..."; comm may contain spaces, so read after ')'.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
-    }
-}
-
+/// Whether `pid` is gone within `within`.
 fn wait_until_gone(pid: u32, within: Duration) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {

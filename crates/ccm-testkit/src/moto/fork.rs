@@ -167,18 +167,6 @@ fn socket_path(python: &Path, moto_server: &Path, env: &BTreeMap<String, String>
     std::env::temp_dir().join(format!("aws-ccm-moto-{:016x}.sock", hasher.finish()))
 }
 
-/// True once `pid` has exited (or is a zombie nobody reaped yet).
-pub(super) fn is_gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        // "pid (comm) STATE ...": comm may hold spaces, so read after ')'.
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state == "Z" || state == "X"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
