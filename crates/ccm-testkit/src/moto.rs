@@ -142,14 +142,14 @@ impl Moto {
             Client::builder(TokioExecutor::new()).build_http();
         let mut poll_interval = Duration::from_millis(25);
         loop {
-            if let Some(status) = self.exit_status()? {
+            let said_exit = self.read_log_facts();
+            if let Some(status) = self.exit_status(said_exit)? {
                 bail!(
                     "{} exited before answering ({status}); {}",
                     moto_server.display(),
                     self.log_tail_message()
                 );
             }
-            self.read_log_facts();
             if self.port != 0 {
                 let url = format!("{}/moto-api/", self.endpoint());
                 let uri: http::Uri = url
@@ -175,15 +175,19 @@ impl Moto {
         }
     }
 
-    /// Picks moto's pid (from the launcher) and port (from werkzeug's
-    /// "Running on http://127.0.0.1:PORT") out of the log.
-    fn read_log_facts(&mut self) {
-        let Ok(file) = std::fs::File::open(self.log.path()) else {
-            return;
-        };
+    /// Picks moto's pid (from the launcher or the fork server) and port
+    /// (from werkzeug's "Running on http://127.0.0.1:PORT") out of the log,
+    /// and returns the exit status moto's last line gives, if it wrote one.
+    fn read_log_facts(&mut self) -> Option<String> {
+        let file = std::fs::File::open(self.log.path()).ok()?;
+        let mut said_exit = None;
         for line in BufReader::new(file).lines().map_while(Result::ok) {
             if let Some(pid) = line.strip_prefix("moto-launcher: moto_server pid ") {
                 self.pid = pid.trim().parse().ok();
+            }
+            if let Some(code) = line.strip_prefix("moto-launcher: moto_server exited with status ")
+            {
+                said_exit = Some(format!("exit status: {}", code.trim()));
             }
             if self.port == 0
                 && let Some(port) = running_port(&line)
@@ -191,6 +195,7 @@ impl Moto {
                 self.port = port;
             }
         }
+        said_exit
     }
 
     fn log_tail_message(&self) -> String {
@@ -217,23 +222,35 @@ impl Moto {
         }
     }
 
-    /// How moto ended, if it has: the launcher's status, or a forked
-    /// moto's last log line (or its absence, when it died without one).
-    fn exit_status(&mut self) -> anyhow::Result<Option<String>> {
+    /// How moto ended, if it has: the launcher's status, or for a forked
+    /// moto (not our child) what its last log line said, or that it is gone
+    /// without one.
+    fn exit_status(&mut self, said_exit: Option<String>) -> anyhow::Result<Option<String>> {
         match &mut self.keeper {
             Keeper::Launched { launcher, .. } => Ok(launcher
                 .try_wait()
                 .context("cannot check whether moto_server is still running")?
                 .map(|status| status.to_string())),
             Keeper::Forked { .. } => {
-                let log = std::fs::read_to_string(self.log.path()).unwrap_or_default();
-                let said = log
-                    .lines()
-                    .find_map(|l| l.strip_prefix("moto-launcher: moto_server exited with status "))
-                    .map(|code| format!("exit status: {}", code.trim()));
                 let gone = self.pid.is_some_and(process_is_gone);
-                Ok(said.or_else(|| gone.then(|| "gone without a word".to_owned())))
+                Ok(said_exit.or_else(|| gone.then(|| "gone without a word".to_owned())))
             }
+        }
+    }
+
+    /// Closes the lifeline: moto's process group is then killed.
+    fn close_lifeline(&mut self) {
+        match &mut self.keeper {
+            Keeper::Launched { lifeline, .. } => drop(lifeline.take()),
+            Keeper::Forked { lifeline } => drop(lifeline.take()),
+        }
+    }
+
+    /// Whether moto is gone (a launched one's launcher reaped).
+    fn is_gone(&mut self) -> bool {
+        match &mut self.keeper {
+            Keeper::Launched { launcher, .. } => !matches!(launcher.try_wait(), Ok(None)),
+            Keeper::Forked { .. } => self.pid.is_none_or(process_is_gone),
         }
     }
 
@@ -293,36 +310,22 @@ impl Drop for Moto {
     fn drop(&mut self) {
         // Closing the lifeline kills moto's process group; wait so moto is
         // gone when drop returns.
+        self.close_lifeline();
         let deadline = Instant::now() + Duration::from_secs(5);
-        match &mut self.keeper {
-            Keeper::Launched { launcher, lifeline } => {
-                lifeline.take();
-                loop {
-                    match launcher.try_wait() {
-                        Ok(Some(_)) | Err(_) => return,
-                        Ok(None) if Instant::now() >= deadline => break,
-                        Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-                    }
-                }
-                // The watchdog did not act (should not happen): kill the
-                // launcher and moto by pid.
+        while !self.is_gone() {
+            if Instant::now() >= deadline {
+                // The watchdog did not act (should not happen): kill moto
+                // by pid, and a launcher with it.
                 if let Some(pid) = self.pid {
                     let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
                 }
-                let _ = launcher.kill();
-                let _ = launcher.wait();
-            }
-            Keeper::Forked { lifeline } => {
-                lifeline.take();
-                let Some(pid) = self.pid else { return };
-                while !process_is_gone(pid) {
-                    if Instant::now() >= deadline {
-                        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
+                if let Keeper::Launched { launcher, .. } = &mut self.keeper {
+                    let _ = launcher.kill();
+                    let _ = launcher.wait();
                 }
+                return;
             }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

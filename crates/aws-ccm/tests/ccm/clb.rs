@@ -37,7 +37,6 @@ struct Vpc {
     /// The cluster-tagged node security groups.
     node_group: String,
     node_group2: String,
-    ami: String,
 }
 
 impl Vpc {
@@ -82,7 +81,7 @@ impl Vpc {
         let run = self
             .ec2
             .run_instances()
-            .image_id(&self.ami)
+            .image_id(ccm_testkit::moto::AMI)
             .min_count(1)
             .max_count(1)
             .subnet_id(subnet)
@@ -222,7 +221,6 @@ async fn vpc(env: &Env, public: bool) -> anyhow::Result<Vpc> {
     let elb = aws_sdk_elasticloadbalancing::Client::new(&conf);
     let out = ec2.create_vpc().cidr_block("10.0.0.0/16").send().await?;
     let vpc_id = out.vpc().and_then(|v| v.vpc_id()).unwrap().to_string();
-    let ami = ccm_testkit::moto::AMI.to_owned();
     let mut v = Vpc {
         ec2,
         elb,
@@ -232,7 +230,6 @@ async fn vpc(env: &Env, public: bool) -> anyhow::Result<Vpc> {
         private_a: String::new(),
         node_group: String::new(),
         node_group2: String::new(),
-        ami,
     };
     let ct = cluster_tag();
     if public {

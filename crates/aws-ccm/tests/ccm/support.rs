@@ -532,7 +532,6 @@ pub struct Seeded {
     pub subnet: String,
     pub node_group: String,
     pub instances: Vec<String>,
-    pub ami: String,
 }
 
 impl Seeded {
@@ -565,7 +564,7 @@ impl Seeded {
         let run = self
             .ec2
             .run_instances()
-            .image_id(&self.ami)
+            .image_id(ccm_testkit::moto::AMI)
             .min_count(count)
             .max_count(count)
             .subnet_id(&self.subnet)
@@ -639,7 +638,6 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
         .gateway_id(&igw_id)
         .send()
         .await?;
-    let ami = ccm_testkit::moto::AMI.to_owned();
     let mut seeded = Seeded {
         conf,
         ec2,
@@ -647,7 +645,6 @@ pub async fn seed_cluster(env: &Env, nodes: i32) -> anyhow::Result<Seeded> {
         subnet: subnet_id,
         node_group: String::new(),
         instances: Vec::new(),
-        ami,
     };
     seeded.node_group = seeded.node_group_named("nodes").await?;
     seeded.instances = seeded.launch(nodes).await?;

@@ -157,7 +157,7 @@ def main():
     while True:
         try:
             conn, _ = listener.accept()
-        except (BlockingIOError, socket.timeout):
+        except BlockingIOError:
             break
         conn.setblocking(True)
         handle(conn, listener)
