@@ -804,3 +804,53 @@ async fn an_adopted_nlb_in_orphans_kept_again_and_adopted_again() -> anyhow::Res
     );
     env.finish().await
 }
+
+/// Adoption whose delete of the kept-from Service's target group fails:
+/// AWS answers 5xx to DeleteTargetGroup until the adopter's sync has failed
+/// on it (its Warning seen), then recovers. The kept tag stays until that
+/// delete goes through, so a later sync finishes the adoption, the adopter
+/// alive: the old group gone, the kept tag gone, the same DNS name.
+#[tokio::test]
+async fn an_adoption_whose_group_delete_failed_is_finished_by_a_later_sync() -> anyhow::Result<()>
+{
+    use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let svc = nlb_service("web", serde_json::json!({ ATTRIBUTES: PROTECTED }));
+    let (created, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
+    let client = env.api.client().await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let name = lb_name(&created);
+    let (arn, dns) = arn_and_dns(&cloud.elbv2, &name).await?;
+    let old = groups(&cloud.elbv2, &arn).await?;
+    assert_eq!(old.len(), 1, "{old:?}");
+    services.delete("web", &DeleteParams::default()).await?;
+    gone(&services, "web", &ccm).await?;
+
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::ServerError(500)).for_action("DeleteTargetGroup"),
+    ]);
+    let adopter = nlb_service("web2", serde_json::json!({ NAME: name }));
+    services.create(&PostParams::default(), &adopter).await?;
+    let note = crate::swap::event_note(&client, "web2", "SyncLoadBalancerFailed").await?;
+    let fired: u64 = env.proxy.fired().iter().map(|(_, n)| n).sum();
+    assert!(fired > 0, "the delete was never refused: {note}");
+    let tags = nlb_tags(&cloud.elbv2, &arn).await?;
+    assert_eq!(tags[ADOPTED_TAG], "default/web2", "claimed: {tags:?}");
+    assert!(tags.contains_key(KEPT_TAG), "not finished yet: {tags:?}");
+    env.proxy.set_faults(Vec::new());
+
+    eventually("the adoption finished by a later sync", WAIT, || async {
+        let t = nlb_tags(&cloud.elbv2, &arn).await.ok()?;
+        let names = all_group_names(&cloud.elbv2).await.ok()?;
+        (!t.contains_key(KEPT_TAG) && !names.contains(&old[0].0)).then_some(())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert_eq!(wait_host(&services, "web2", &ccm).await?, dns);
+    let now = groups(&cloud.elbv2, &arn).await?;
+    assert!(now.len() == 1 && now[0].0 != old[0].0, "{now:?}");
+    assert_eq!(creates(&env, "elasticloadbalancingv2"), 1, "no create");
+    drop(ccm);
+    env.finish().await
+}

@@ -2182,3 +2182,68 @@ async fn a_replaced_group_whose_delete_failed_goes_with_its_service() -> anyhow:
     );
     env.finish().await
 }
+
+/// The same failed delete while the Service lives: AWS answers 5xx to
+/// DeleteTargetGroup until the sync has failed on it (its Warning seen),
+/// then recovers. The old group is behind no load balancer, so no read
+/// finds it; the sync that failed remembers it, and the retry deletes it,
+/// with the Service still there, its listener on the new group.
+#[tokio::test]
+async fn a_replaced_group_whose_delete_failed_is_deleted_by_the_next_sync() -> anyhow::Result<()> {
+    use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
+    let env = Env::start().await?;
+    let cloud = seed(&env, 1).await?;
+    let svc = nlb_service("web", serde_json::json!({}));
+    let (created, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
+    let client = env.api.client().await?;
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let lbs = (cloud.elbv2.describe_load_balancers())
+        .names(lb_name(&created))
+        .send()
+        .await?;
+    let arn = lbs.load_balancers()[0]
+        .load_balancer_arn()
+        .unwrap_or_default()
+        .to_string();
+    // The groups behind the NLB (`behind`), or every group.
+    let (elbv2, arn) = (&cloud.elbv2, &arn);
+    let named = |behind: bool| async move {
+        let ask = elbv2.describe_target_groups();
+        let ask = if behind { ask.load_balancer_arn(arn) } else { ask };
+        let out = ask.send().await?;
+        anyhow::Ok(
+            (out.target_groups().iter())
+                .filter_map(|g| g.target_group_name().map(str::to_string))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let old = named(true).await?;
+    assert_eq!(old.len(), 1, "{old:?}");
+
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::ServerError(500)).for_action("DeleteTargetGroup"),
+    ]);
+    let change = serde_json::json!({"metadata": {"annotations": {
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "10"}}});
+    services
+        .patch("web", &PatchParams::default(), &Patch::Merge(&change))
+        .await?;
+    let note = crate::swap::event_note(&client, "web", "SyncLoadBalancerFailed").await?;
+    let fired: u64 = env.proxy.fired().iter().map(|(_, n)| n).sum();
+    assert!(fired > 0, "the delete was never refused: {note}");
+    let new = named(true).await?;
+    assert!(new.len() == 1 && new != old, "the listener moved first: {new:?}");
+    env.proxy.set_faults(Vec::new());
+
+    let all = eventually("the old group deleted by a later sync", WAIT, || async {
+        let all = named(false).await.ok()?;
+        (!all.contains(&old[0])).then_some(all)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
+    assert!(services.get_opt("web").await?.is_some(), "the Service lives");
+    assert_eq!(all, new, "the new group stays, the only one");
+    let tagged = cluster_tagged_elbv2(&cloud.elbv2).await?;
+    assert_eq!(tagged.len(), 2, "the NLB and its one group: {tagged:?}");
+    env.finish().await
+}

@@ -204,6 +204,8 @@ impl AwsLoadBalancers {
         let shared = (self.shared_use(&vpc_id, &groups, &mut desired, &actual, hand_over)).await?;
         warnings.extend(shared.warning);
         let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
+        let left = self.memory().left_target_groups(&name);
+        changes.extend(nlb::plan::left_behind(&desired, &actual, left));
         super::sweep::record_in_nlb_create(&mut changes, &settings);
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)

@@ -31,8 +31,9 @@
 //! | the load-balancer sweep and its tags (`load_balancers/sweep.rs`, `sweep_tags.rs`) | which load balancers exist, their settings and tags | the resync period, 30 s to 5 min; settings and tags to the Service's resync slot |
 //! | the target cache (`load_balancers/targets.rs`) | a Service's last full ensure | until the Service's next full ensure |
 //! | the target record (`crate::target_record`) | each NLB group's registered instances | 4 resync periods, at the group's slot |
+//! | target groups left behind (`LeftGroups`, here) | groups whose delete failed after their listener moved off them | until deleted, or their Service's deletion |
 //!
-//! The first five stores live as long as the process; the last four are
+//! The first five stores live as long as the process; the last five are
 //! made fresh for each set of load balancers ([`Memory::for_load_balancers`]:
 //! a new leadership term forgets what the last one knew of them).
 //!
@@ -86,6 +87,15 @@ pub(crate) enum Write {
     InstanceChanged,
     /// The NLB target group with record key `key` was deleted.
     TargetGroupDeleted { key: String },
+    /// The delete of NLB `load_balancer`'s target group `arn` (`name`),
+    /// which the plan proved the Service's, failed. AWS lists a group no
+    /// listener forwards to under no load balancer, so the next sync's read
+    /// does not meet it: this entry leads that sync to it.
+    TargetGroupLeft {
+        load_balancer: String,
+        arn: String,
+        name: String,
+    },
 }
 
 /// The writes of one apply, in order.
@@ -171,6 +181,41 @@ pub(crate) struct Memory {
     sweep: LbSweep,
     targets: TargetCache,
     record: TargetRecord,
+    left: LeftGroups,
+}
+
+/// Target groups left behind, by load balancer name: ARN → group name.
+/// Claims no more than that the group may still exist: its one use is a
+/// delete, and a group already gone answers not-found, which is success.
+#[derive(Clone, Default)]
+struct LeftGroups(Arc<std::sync::Mutex<BTreeMap<String, BTreeMap<String, String>>>>);
+
+impl LeftGroups {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, String>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn left(&self, load_balancer: String, arn: String, name: String) {
+        self.lock().entry(load_balancer).or_default().insert(arn, name);
+    }
+
+    /// The group with record key `key` is gone.
+    fn deleted(&self, key: &str) {
+        self.lock().retain(|_, groups| {
+            groups.retain(|arn, _| target_record::key(arn).as_deref() != Some(key));
+            !groups.is_empty()
+        });
+    }
+
+    fn of(&self, load_balancer: &str) -> Vec<(String, String)> {
+        let all = self.lock();
+        let groups = all.get(load_balancer).into_iter().flatten();
+        groups.map(|(a, n)| (a.clone(), n.clone())).collect()
+    }
+
+    fn forget(&self, load_balancer: &str) {
+        self.lock().remove(load_balancer);
+    }
 }
 
 /// Why the target record could not be made ready for a change.
@@ -195,6 +240,7 @@ impl Memory {
             sweep: LbSweep::new(None),
             targets: TargetCache::default(),
             record: TargetRecord::default(),
+            left: LeftGroups::default(),
         }
     }
 
@@ -216,6 +262,7 @@ impl Memory {
             sweep: LbSweep::new(trust),
             targets: TargetCache::default(),
             record,
+            left: LeftGroups::default(),
             ..self.clone()
         }
     }
@@ -265,6 +312,12 @@ impl Memory {
             self.record
                 .trusts(&k, &target_record::digest(port, instances))
         })
+    }
+
+    /// NLB `load_balancer`'s target groups whose delete failed, (ARN, name):
+    /// its next sync deletes them.
+    pub(crate) fn left_target_groups(&self, load_balancer: &str) -> Vec<(String, String)> {
+        self.left.of(load_balancer)
     }
 }
 
@@ -329,9 +382,11 @@ impl Memory {
                 }));
             }
             Applied::ServiceGone { uid } => {
+                let name = super::elb::load_balancer_name(uid);
                 self.targets.forget(uid);
                 self.groups.forget_slot(uid);
-                self.sweep.forget(&super::elb::load_balancer_name(uid));
+                self.sweep.forget(&name);
+                self.left.forget(&name);
             }
         }
     }
@@ -348,7 +403,15 @@ impl Memory {
             Write::GroupDeleted { group } => self.groups.deleted(&group),
             Write::GroupUnsure { group } => self.groups.unknown(&group),
             Write::InstanceChanged => self.instances.invalidate_sweep(),
-            Write::TargetGroupDeleted { key } => self.record.forget(&[key]),
+            Write::TargetGroupDeleted { key } => {
+                self.left.deleted(&key);
+                self.record.forget(&[key]);
+            }
+            Write::TargetGroupLeft {
+                load_balancer,
+                arn,
+                name,
+            } => self.left.left(load_balancer, arn, name),
         }
     }
 }

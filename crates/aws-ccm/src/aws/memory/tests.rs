@@ -271,3 +271,45 @@ async fn a_deleted_service_leaves_nothing_that_vouches() {
     assert!(memory.known_targets(uid).is_none());
     assert!(memory.sweep().must_read(&name, uid, &BTreeMap::new(), "d"));
 }
+
+/// A target group's delete that failed (any end but "ok") is remembered for
+/// its load balancer, so the next sync deletes it; it is forgotten once
+/// deleted, and with its Service. Another load balancer's list is its own.
+#[tokio::test]
+async fn a_failed_target_group_delete_is_left_for_the_next_sync() {
+    let uid = "u-1";
+    let name = crate::aws::elb::load_balancer_name(uid);
+    let arn = "arn:aws:elasticloadbalancing:us-east-1:1:targetgroup/k8s-default-web-1/abc";
+    let delete = |memory: &Memory, end: End| {
+        let mut journal = Journal::default();
+        if end.result().is_err() {
+            journal.push(Write::TargetGroupLeft {
+                load_balancer: name.clone(),
+                arn: arn.into(),
+                name: "k8s-default-web-1".into(),
+            });
+        } else {
+            let key = target_record::key(arn).unwrap();
+            journal.push(Write::TargetGroupDeleted { key });
+        }
+        memory.applied(Applied::Writes(journal));
+    };
+    let left = vec![(arn.to_string(), "k8s-default-web-1".to_string())];
+    for end in ENDS {
+        let (_stub, memory) = memory().await;
+        delete(&memory, end);
+        let ok = matches!(end, End::Ok);
+        let expected = if ok { Vec::new() } else { left.clone() };
+        assert_eq!(memory.left_target_groups(&name), expected, "{end:?}");
+        assert!(memory.left_target_groups("other").is_empty());
+        if !ok {
+            // The next sync's delete went through.
+            delete(&memory, End::Ok);
+            assert!(memory.left_target_groups(&name).is_empty(), "{end:?}");
+            // Left again, then the Service deleted: its deletion lists them.
+            delete(&memory, end);
+            memory.applied(Applied::ServiceGone { uid });
+            assert!(memory.left_target_groups(&name).is_empty(), "{end:?}");
+        }
+    }
+}

@@ -13,7 +13,7 @@ use crate::aws::client::consistency::{AfterCreate, until_visible};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 use crate::aws::elb::GroupRef;
-use crate::aws::memory::Journal;
+use crate::aws::memory::{Journal, Write};
 use crate::aws::security_groups as sg;
 use crate::aws::{Aws, AwsClient};
 use aws_sdk_elasticloadbalancingv2::Client;
@@ -234,7 +234,17 @@ impl Applying<'_> {
             | Change::ModifyListener { .. }
             | Change::ModifyListenerAttributes { .. }
             | Change::DeleteListener { .. } => self.listener_step(change).await,
-            Change::DeleteTargetGroup { arn, .. } => self.delete_target_group(arn).await,
+            Change::DeleteTargetGroup { arn, name } => {
+                let deleted = self.delete_target_group(arn).await;
+                if deleted.is_err() {
+                    self.journal.push(Write::TargetGroupLeft {
+                        load_balancer: self.name.to_string(),
+                        arn: arn.clone(),
+                        name: name.clone(),
+                    });
+                }
+                deleted
+            }
         }
     }
 

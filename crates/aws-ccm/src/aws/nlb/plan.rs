@@ -13,6 +13,7 @@ use crate::aws::load_balancers::delta;
 use crate::aws::ownership::{self, Made};
 use crate::aws::tags;
 
+mod retired;
 mod settings;
 #[cfg(test)]
 pub(crate) use settings::listener_attributes_recorded;
@@ -24,6 +25,8 @@ pub(crate) use settings::{
     alpn_record_stale, listener_attributes_record, listener_attributes_stale,
 };
 
+pub(crate) use retired::{left_behind, plan_delete};
+use retired::retired_changes;
 pub(crate) use super::desired::desired;
 #[cfg(test)]
 pub(crate) use super::desired::health_check;
@@ -610,39 +613,6 @@ fn listener_changes(
     }
 }
 
-/// Target groups no listener will use any more, and an owned group the NLB
-/// left (Managed → BYO or no group).
-fn retired_changes(
-    desired: &Desired,
-    actual: &Actual,
-    cluster_id: &str,
-    manage_groups: bool,
-    changes: &mut Vec<Change>,
-) {
-    let wanted: BTreeSet<&str> = desired
-        .target_groups
-        .iter()
-        .map(|t| t.name.as_str())
-        .collect();
-    for tg in &actual.target_groups {
-        if !wanted.contains(tg.name.as_str())
-            && ours(desired, &tg.name, &tg.tags, cluster_id, Made::TargetGroup)
-        {
-            changes.push(Change::DeleteTargetGroup {
-                arn: tg.arn.clone(),
-                name: tg.name.clone(),
-            });
-        }
-    }
-    if manage_groups
-        && desired.owned_group.is_none()
-        && let Some(g) = &actual.owned_group
-        && ours(desired, &g.name, &g.tags, cluster_id, Made::NlbGroup)
-    {
-        changes.push(Change::DeleteSecurityGroup(g.id.clone()));
-    }
-}
-
 /// [`ownership::prove`] for a resource of the Service `desired` is for.
 fn prove(
     desired: &Desired,
@@ -663,43 +633,6 @@ fn ours(
     made: Made,
 ) -> bool {
     prove(desired, name, tags, cluster_id, made).is_ok()
-}
-
-/// Pure: what deleting Service `service_key`'s NLB `lb_name` takes: the
-/// load balancer, then its target groups, then its managed group, each only
-/// when [`ownership`] proves this CCM made it for that Service.
-pub(crate) fn plan_delete(
-    actual: &Actual,
-    cluster_id: &str,
-    lb_name: &str,
-    service_key: &str,
-) -> Vec<Change> {
-    let proven = |made: Made, name: &str, tags: &BTreeMap<String, String>| {
-        ownership::prove(made, name, tags, cluster_id, Some(service_key)).is_ok()
-    };
-    let mut changes = Vec::new();
-    if let Some(lb) = &actual.lb
-        && proven(Made::LoadBalancer, lb_name, &lb.tags)
-    {
-        changes.push(Change::DeleteLoadBalancer {
-            arn: lb.arn.clone(),
-            reason: "the Service no longer asks for it".into(),
-        });
-    }
-    for tg in &actual.target_groups {
-        if proven(Made::TargetGroup, &tg.name, &tg.tags) {
-            changes.push(Change::DeleteTargetGroup {
-                arn: tg.arn.clone(),
-                name: tg.name.clone(),
-            });
-        }
-    }
-    if let Some(g) = &actual.owned_group
-        && proven(Made::NlbGroup, &g.name, &g.tags)
-    {
-        changes.push(Change::DeleteSecurityGroup(g.id.clone()));
-    }
-    changes
 }
 
 /// A short, stable description of a change for logs and events.

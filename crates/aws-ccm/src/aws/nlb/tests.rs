@@ -554,6 +554,30 @@ fn delete_removes_only_owned_things() {
     assert!(plan_delete(&actual, "c1", &d.name, "default/other").is_empty());
 }
 
+/// Groups an earlier sync failed to delete (from the memory) are deleted,
+/// except one the Service wants again by name and one the read holds (the
+/// plan decides those).
+#[test]
+fn groups_left_behind_are_deleted_unless_wanted_or_held() {
+    let d = want(&[], &[(80, 30080)], &env(&["subnet-a"], &["i-1"]));
+    let actual = converged(&d);
+    let held = &actual.target_groups[0];
+    let left = vec![
+        ("arn:left".to_string(), "k8s-default-web-old".to_string()),
+        ("arn:wanted-again".to_string(), d.target_groups[0].name.clone()),
+        (held.arn.clone(), "renamed".to_string()),
+    ];
+    let changes = left_behind(&d, &actual, left);
+    assert_eq!(
+        changes,
+        vec![Change::DeleteTargetGroup {
+            arn: "arn:left".into(),
+            name: "k8s-default-web-old".into(),
+        }]
+    );
+    assert!(left_behind(&d, &actual, Vec::new()).is_empty());
+}
+
 fn cidr(s: &str) -> Ipv4Net {
     s.parse().unwrap()
 }
