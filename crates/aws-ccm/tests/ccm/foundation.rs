@@ -400,3 +400,22 @@ async fn a_leader_that_loses_its_lease_makes_no_aws_change_afterwards() -> anyho
     assert!(stopped < lost, "AWS changes stop before the exit: {logs}");
     env.finish().await
 }
+
+/// The harness's own start-up (`Ccm::spawn`): a `--secure-port` another
+/// process holds makes the CCM exit with `Address already in use`, and the
+/// harness starts it again on a fresh port, where it serves. Without that,
+/// a port taken between the check and the CCM's bind failed whichever test
+/// it fell to.
+#[tokio::test]
+async fn a_taken_secure_port_is_replaced_when_the_harness_starts_the_ccm() -> anyhow::Result<()> {
+    let env = Env::start().await?;
+    let held = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let taken = format!("127.0.0.1:{}", held.local_addr()?.port());
+    let port = format!("--secure-port={}", held.local_addr()?.port());
+    let ccm = env.start_ccm(&["--controllers=service", &port]).await?;
+    let addr = ccm.https_addr().await?;
+    assert_ne!(addr, taken, "{}", ccm.logs());
+    assert_eq!(https_get(&addr, "/healthz").await?, (200, "ok".to_string()));
+    drop(held);
+    env.finish().await
+}

@@ -78,13 +78,26 @@ where
 /// How long [`Env::finish`] lets a running CCM finish what it is deleting.
 pub const ORPHAN_AUDIT_PATIENCE: Duration = Duration::from_secs(30);
 
-/// A port that was free a moment ago on 127.0.0.1.
+/// A port that was free a moment ago on 127.0.0.1, chosen below Linux's
+/// ephemeral range (32768 and up by default): a port the kernel handed out
+/// for the check was free again for the next outgoing connection of any
+/// test, which took it before the CCM bound it (`Address already in use`,
+/// seen with six tests on two cores). Two tests can still pick one port in
+/// the same instant; [`Ccm::spawn`] starts again on another then.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("binding an ephemeral port on 127.0.0.1")
+    use rand::Rng;
+    let mut rng = rand::rng();
+    loop {
+        let port = rng.random_range(10_000..32_768);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
+
+/// How many times [`Ccm::spawn`] starts the CCM on a fresh port when the
+/// one it was given was taken.
+const PORT_TRIES: usize = 5;
 
 /// A Kubernetes API test server, moto, and the files the CCM reads.
 pub struct Env {
@@ -321,7 +334,48 @@ impl Ccm {
     /// Starts the binary with `RUST_LOG=info,aws_ccm=debug` unless `env`
     /// sets it (an empty `RUST_LOG` counts as unset: `--v` decides). Its
     /// stderr and stdout both go to [`Ccm::logs`].
+    ///
+    /// With a `--secure-port` of its own (the last one given, not 0) it
+    /// waits until the CCM serves on it, and starts it again on a fresh
+    /// port when another process took that one first.
     pub async fn spawn(args: &[String], env: &[(String, String)]) -> anyhow::Result<Ccm> {
+        let mut args = args.to_vec();
+        for _ in 1..PORT_TRIES {
+            let mut ccm = Ccm::start(&args, env)?;
+            if !ccm.lost_its_port(&args).await? {
+                return Ok(ccm);
+            }
+            let port = args.iter_mut().rev().find(|a| a.starts_with("--secure-port="));
+            if let Some(flag) = port {
+                *flag = format!("--secure-port={}", free_port());
+            }
+        }
+        Ccm::start(&args, env)
+    }
+
+    /// Whether the CCM started with `args` exited because its HTTPS port
+    /// was taken; false once it serves, or after 30 s either way.
+    async fn lost_its_port(&mut self, args: &[String]) -> anyhow::Result<bool> {
+        let port = args.iter().rev().find_map(|a| a.strip_prefix("--secure-port="));
+        if port.is_none_or(|p| p == "0") {
+            return Ok(false);
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::time::Instant::now() < deadline {
+            if self.logs().contains("serving securely on ") {
+                return Ok(false);
+            }
+            if self.child.try_wait()?.is_some() {
+                self.wait_exit(Duration::from_secs(5)).await?;
+                return Ok(self.logs().contains("Address already in use"));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(false)
+    }
+
+    /// Starts the binary once (see [`Ccm::spawn`]).
+    fn start(args: &[String], env: &[(String, String)]) -> anyhow::Result<Ccm> {
         let mut cmd = Command::new(BINARY);
         cmd.args(args)
             .env("RUST_LOG", "info,aws_ccm=debug")
