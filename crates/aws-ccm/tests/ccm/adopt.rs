@@ -811,8 +811,7 @@ async fn an_adopted_nlb_in_orphans_kept_again_and_adopted_again() -> anyhow::Res
 /// delete goes through, so a later sync finishes the adoption, the adopter
 /// alive: the old group gone, the kept tag gone, the same DNS name.
 #[tokio::test]
-async fn an_adoption_whose_group_delete_failed_is_finished_by_a_later_sync() -> anyhow::Result<()>
-{
+async fn an_adoption_whose_group_delete_failed_is_finished_by_a_later_sync() -> anyhow::Result<()> {
     use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;

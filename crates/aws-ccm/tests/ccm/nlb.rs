@@ -2097,56 +2097,66 @@ async fn a_group_rule_stays_while_a_newer_nlb_carries_the_group() -> anyhow::Res
     env.finish().await
 }
 
+/// The names of the target groups behind NLB `arn`, or (`None`) of every
+/// target group.
+async fn group_names(c: &elbv2::Client, arn: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let out = (c.describe_target_groups())
+        .set_load_balancer_arn(arn.map(str::to_string))
+        .send()
+        .await?;
+    Ok((out.target_groups().iter())
+        .filter_map(|g| g.target_group_name().map(str::to_string))
+        .collect())
+}
+
+/// Service `created`'s NLB with one target group (its ARN and that
+/// group's name); then AWS answers 5xx to every DeleteTargetGroup, and the
+/// Service asks for another health-check interval, which is in its target
+/// group's name: a new group, the old one to delete.
+async fn replace_group_failing_its_delete(
+    env: &Env,
+    cloud: &Cloud,
+    created: &Service,
+) -> anyhow::Result<(String, Vec<String>)> {
+    use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
+    let lbs = (cloud.elbv2.describe_load_balancers())
+        .names(lb_name(created))
+        .send()
+        .await?;
+    let arn = (lbs.load_balancers().first())
+        .and_then(|l| l.load_balancer_arn())
+        .unwrap_or_default()
+        .to_string();
+    let old = group_names(&cloud.elbv2, Some(&arn)).await?;
+    assert_eq!(old.len(), 1, "{old:?}");
+    env.proxy.set_faults(vec![
+        FaultRule::new(FaultKind::ServerError(500)).for_action("DeleteTargetGroup"),
+    ]);
+    let change = serde_json::json!({"metadata": {"annotations": {
+        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "10"}}});
+    let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
+    let name = created.metadata.name.as_deref().unwrap_or_default();
+    services
+        .patch(name, &PatchParams::default(), &Patch::Merge(&change))
+        .await?;
+    Ok((arn, old))
+}
+
 /// A replaced target group whose delete AWS keeps failing (a 5xx on every
 /// try): once the listener moved to the new group, AWS lists the old one
 /// under no load balancer (the proxy links groups as AWS does, not as moto
-/// does), so the syncs after it do not meet it again. The Service's
-/// deletion finds it by its name and tags (one listing of every target
-/// group) and deletes it; nothing is left.
+/// does), so no read of the NLB meets it again. The Service's deletion
+/// finds it by its name and tags (one listing of every target group) and
+/// deletes it; nothing is left. (The next test: a later sync deletes it.)
 #[tokio::test]
 async fn a_replaced_group_whose_delete_failed_goes_with_its_service() -> anyhow::Result<()> {
-    use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
     let svc = nlb_service("web", serde_json::json!({}));
     let (created, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
     let services: Api<Service> = Api::namespaced(env.api.client().await?, "default");
-    let lbs = cloud
-        .elbv2
-        .describe_load_balancers()
-        .names(lb_name(&created))
-        .send()
-        .await?;
-    let arn = lbs.load_balancers()[0]
-        .load_balancer_arn()
-        .unwrap_or_default()
-        .to_string();
-    let behind = || async {
-        let out = cloud
-            .elbv2
-            .describe_target_groups()
-            .load_balancer_arn(&arn)
-            .send()
-            .await?;
-        anyhow::Ok(
-            out.target_groups()
-                .iter()
-                .filter_map(|g| g.target_group_name().map(str::to_string))
-                .collect::<Vec<_>>(),
-        )
-    };
-    let old = behind().await?;
-    assert_eq!(old.len(), 1, "{old:?}");
-
-    env.proxy.set_faults(vec![
-        FaultRule::new(FaultKind::ServerError(500)).for_action("DeleteTargetGroup"),
-    ]);
-    // The health check interval is in the group's name: a new group.
-    let change = serde_json::json!({"metadata": {"annotations": {
-        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "10"}}});
-    services
-        .patch("web", &PatchParams::default(), &Patch::Merge(&change))
-        .await?;
+    let (arn, old) = replace_group_failing_its_delete(&env, &cloud, &created).await?;
+    let behind = || group_names(&cloud.elbv2, Some(&arn));
     eventually("the listener on the new group", WAIT, || async {
         let now = behind().await.ok()?;
         (now.len() == 1 && now != old).then_some(())
@@ -2190,58 +2200,33 @@ async fn a_replaced_group_whose_delete_failed_goes_with_its_service() -> anyhow:
 /// with the Service still there, its listener on the new group.
 #[tokio::test]
 async fn a_replaced_group_whose_delete_failed_is_deleted_by_the_next_sync() -> anyhow::Result<()> {
-    use ccm_testkit::aws_proxy::{FaultKind, FaultRule};
     let env = Env::start().await?;
     let cloud = seed(&env, 1).await?;
     let svc = nlb_service("web", serde_json::json!({}));
     let (created, ccm) = one_node_nlb(&env, &cloud, &svc).await?;
     let client = env.api.client().await?;
     let services: Api<Service> = Api::namespaced(client.clone(), "default");
-    let lbs = (cloud.elbv2.describe_load_balancers())
-        .names(lb_name(&created))
-        .send()
-        .await?;
-    let arn = lbs.load_balancers()[0]
-        .load_balancer_arn()
-        .unwrap_or_default()
-        .to_string();
-    // The groups behind the NLB (`behind`), or every group.
-    let (elbv2, arn) = (&cloud.elbv2, &arn);
-    let named = |behind: bool| async move {
-        let ask = elbv2.describe_target_groups();
-        let ask = if behind { ask.load_balancer_arn(arn) } else { ask };
-        let out = ask.send().await?;
-        anyhow::Ok(
-            (out.target_groups().iter())
-                .filter_map(|g| g.target_group_name().map(str::to_string))
-                .collect::<Vec<_>>(),
-        )
-    };
-    let old = named(true).await?;
-    assert_eq!(old.len(), 1, "{old:?}");
-
-    env.proxy.set_faults(vec![
-        FaultRule::new(FaultKind::ServerError(500)).for_action("DeleteTargetGroup"),
-    ]);
-    let change = serde_json::json!({"metadata": {"annotations": {
-        "service.beta.kubernetes.io/aws-load-balancer-healthcheck-interval": "10"}}});
-    services
-        .patch("web", &PatchParams::default(), &Patch::Merge(&change))
-        .await?;
+    let (arn, old) = replace_group_failing_its_delete(&env, &cloud, &created).await?;
     let note = crate::swap::event_note(&client, "web", "SyncLoadBalancerFailed").await?;
     let fired: u64 = env.proxy.fired().iter().map(|(_, n)| n).sum();
     assert!(fired > 0, "the delete was never refused: {note}");
-    let new = named(true).await?;
-    assert!(new.len() == 1 && new != old, "the listener moved first: {new:?}");
+    let new = group_names(&cloud.elbv2, Some(&arn)).await?;
+    assert!(
+        new.len() == 1 && new != old,
+        "the listener moved first: {new:?}"
+    );
     env.proxy.set_faults(Vec::new());
 
     let all = eventually("the old group deleted by a later sync", WAIT, || async {
-        let all = named(false).await.ok()?;
+        let all = group_names(&cloud.elbv2, None).await.ok()?;
         (!all.contains(&old[0])).then_some(all)
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    assert!(services.get_opt("web").await?.is_some(), "the Service lives");
+    assert!(
+        services.get_opt("web").await?.is_some(),
+        "the Service lives"
+    );
     assert_eq!(all, new, "the new group stays, the only one");
     let tagged = cluster_tagged_elbv2(&cloud.elbv2).await?;
     assert_eq!(tagged.len(), 2, "the NLB and its one group: {tagged:?}");

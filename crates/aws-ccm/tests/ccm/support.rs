@@ -345,7 +345,10 @@ impl Ccm {
             if !ccm.lost_its_port(&args).await? {
                 return Ok(ccm);
             }
-            let port = args.iter_mut().rev().find(|a| a.starts_with("--secure-port="));
+            let port = args
+                .iter_mut()
+                .rev()
+                .find(|a| a.starts_with("--secure-port="));
             if let Some(flag) = port {
                 *flag = format!("--secure-port={}", free_port());
             }
@@ -356,7 +359,10 @@ impl Ccm {
     /// Whether the CCM started with `args` exited because its HTTPS port
     /// was taken; false once it serves, or after 30 s either way.
     async fn lost_its_port(&mut self, args: &[String]) -> anyhow::Result<bool> {
-        let port = args.iter().rev().find_map(|a| a.strip_prefix("--secure-port="));
+        let port = args
+            .iter()
+            .rev()
+            .find_map(|a| a.strip_prefix("--secure-port="));
         if port.is_none_or(|p| p == "0") {
             return Ok(false);
         }

@@ -192,11 +192,16 @@ struct LeftGroups(Arc<std::sync::Mutex<BTreeMap<String, BTreeMap<String, String>
 
 impl LeftGroups {
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, BTreeMap<String, String>>> {
-        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn left(&self, load_balancer: String, arn: String, name: String) {
-        self.lock().entry(load_balancer).or_default().insert(arn, name);
+        self.lock()
+            .entry(load_balancer)
+            .or_default()
+            .insert(arn, name);
     }
 
     /// The group with record key `key` is gone.

@@ -25,11 +25,11 @@ pub(crate) use settings::{
     alpn_record_stale, listener_attributes_record, listener_attributes_stale,
 };
 
-pub(crate) use retired::{left_behind, plan_delete};
-use retired::retired_changes;
 pub(crate) use super::desired::desired;
 #[cfg(test)]
 pub(crate) use super::desired::health_check;
+use retired::retired_changes;
+pub(crate) use retired::{left_behind, plan_delete};
 
 /// Attributes `want` asks for that `have` lacks; an attribute AWS does not
 /// report counts as its default (`false` for switches, empty otherwise).

@@ -564,7 +564,10 @@ fn groups_left_behind_are_deleted_unless_wanted_or_held() {
     let held = &actual.target_groups[0];
     let left = vec![
         ("arn:left".to_string(), "k8s-default-web-old".to_string()),
-        ("arn:wanted-again".to_string(), d.target_groups[0].name.clone()),
+        (
+            "arn:wanted-again".to_string(),
+            d.target_groups[0].name.clone(),
+        ),
         (held.arn.clone(), "renamed".to_string()),
     ];
     let changes = left_behind(&d, &actual, left);

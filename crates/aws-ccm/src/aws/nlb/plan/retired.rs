@@ -52,8 +52,12 @@ pub(crate) fn left_behind(
     actual: &Actual,
     left: Vec<(String, String)>,
 ) -> Vec<Change> {
-    let wanted: BTreeSet<&str> = (desired.target_groups.iter()).map(|t| t.name.as_str()).collect();
-    let held: BTreeSet<&str> = (actual.target_groups.iter()).map(|t| t.arn.as_str()).collect();
+    let wanted: BTreeSet<&str> = (desired.target_groups.iter())
+        .map(|t| t.name.as_str())
+        .collect();
+    let held: BTreeSet<&str> = (actual.target_groups.iter())
+        .map(|t| t.arn.as_str())
+        .collect();
     (left.into_iter())
         .filter(|(arn, name)| !wanted.contains(name.as_str()) && !held.contains(arn.as_str()))
         .map(|(arn, name)| Change::DeleteTargetGroup { arn, name })
