@@ -2163,8 +2163,16 @@ async fn a_replaced_group_whose_delete_failed_goes_with_its_service() -> anyhow:
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    eventually("the old group's delete refused", WAIT, || async {
-        (env.proxy.fired().iter().map(|(_, n)| n).sum::<u64>() > 0).then_some(())
+    let client = env.api.client().await?;
+    crate::swap::event_note(&client, "web", "SyncLoadBalancerFailed").await?;
+    let fired = || env.proxy.fired().iter().map(|(_, n)| n).sum::<u64>();
+    let first = fired();
+    assert!(first > 0, "the old group's delete was never refused");
+    // AWS still refuses: the next sync tries the delete again, last, and
+    // its failure fails nothing else (the Service's sync finishes).
+    ccm.wait_synced(1, WAIT).await?;
+    eventually("the delete tried again", WAIT, || async {
+        (fired() > first).then_some(())
     })
     .await?;
     let left = cloud

@@ -74,6 +74,23 @@ impl AwsLoadBalancers {
         Ok(applied?)
     }
 
+    /// The deletes of the target groups an earlier sync of NLB `p` left
+    /// behind, last of its sync: a failure is logged and fails nothing else
+    /// (the memory keeps the entry, and the next sync tries again), so a
+    /// group that cannot go never stops the NLB's upkeep. What was done.
+    pub(super) async fn delete_left_behind(&self, p: &planned::NlbPlan) -> Vec<String> {
+        if p.left_behind.is_empty() {
+            return Vec::new();
+        }
+        match (self.apply_nlb(&p.name, &p.vpc_id, &p.actual, &p.left_behind)).await {
+            Ok(_) => p.left_behind.iter().map(nlb::plan::describe).collect(),
+            Err(e) => {
+                tracing::warn!(load_balancer = %p.name, error = %e, "a target group an earlier sync failed to delete is not deleted yet; the next sync tries again");
+                Vec::new()
+            }
+        }
+    }
+
     /// After a successful apply to load balancer `name`: its settings are
     /// known (until its next resync slot). `created`: the apply created it
     /// (with the settings tag); `changed`: it wrote.

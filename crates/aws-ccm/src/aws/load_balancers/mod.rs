@@ -685,6 +685,7 @@ impl AwsLoadBalancers {
                 );
             }
         }
+        described.extend(self.delete_left_behind(&p).await);
         let hostname = applied.dns_name.unwrap_or_default();
         if groups.len() == p.desired.target_groups.len()
             && warnings.is_empty()

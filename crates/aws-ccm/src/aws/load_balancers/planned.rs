@@ -49,6 +49,10 @@ pub struct NlbPlan {
     pub(crate) desired: nlb::Desired,
     pub(crate) actual: nlb::Actual,
     pub(crate) changes: Vec<nlb::Change>,
+    /// The deletes of target groups an earlier sync failed to delete
+    /// ([`nlb::plan::left_behind`]): applied after everything else, and a
+    /// failure of theirs fails nothing else.
+    pub(crate) left_behind: Vec<nlb::Change>,
     pub(crate) warnings: Vec<Warning>,
     /// Whether the Service's classic ELB goes first.
     pub(crate) handover: bool,
@@ -204,12 +208,12 @@ impl AwsLoadBalancers {
         let shared = (self.shared_use(&vpc_id, &groups, &mut desired, &actual, hand_over)).await?;
         warnings.extend(shared.warning);
         let mut changes = nlb::plan::plan(&desired, &actual, &self.cluster_id);
-        let left = self.memory().left_target_groups(&name);
-        changes.extend(nlb::plan::left_behind(&desired, &actual, left));
         super::sweep::record_in_nlb_create(&mut changes, &settings);
         let changes = self
             .refuse_listeners(&req.service_key, &actual, changes, &mut warnings)
             .await?;
+        let left = self.memory().left_target_groups(&name);
+        let left_behind = nlb::plan::left_behind(&desired, &actual, left);
         Ok(NlbPlan {
             name,
             vpc_id,
@@ -217,6 +221,7 @@ impl AwsLoadBalancers {
             desired,
             actual,
             changes,
+            left_behind,
             warnings,
             handover,
             groups,
