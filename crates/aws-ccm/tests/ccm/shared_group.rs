@@ -10,10 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
 use kube::api::PostParams;
 
 use crate::nlb::{Cloud, lb_name, nlb_service, node_group_rules, node_n0, seed};
 use crate::ops_orphans::run_tool;
+use crate::service::node;
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -324,5 +327,162 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
     eprintln!("shared group move: {seen:?}");
     // Kept (never deleted by the CCM), still proven ours, carried by none.
     assert_eq!(shared_group(&cloud).await.map(|g| g.0), Some(shared));
+    env.finish().await
+}
+
+/// `count` security groups of the user's in the node group's VPC.
+async fn user_groups(cloud: &Cloud, count: usize) -> anyhow::Result<Vec<String>> {
+    let described = (cloud.ec2.describe_security_groups())
+        .group_ids(&cloud.node_group)
+        .send()
+        .await?;
+    let vpc = (described.security_groups().first())
+        .and_then(|g| g.vpc_id())
+        .ok_or_else(|| anyhow::anyhow!("the node group has no VPC"))?
+        .to_string();
+    let mut ids = Vec::new();
+    for i in 0..count {
+        let made = (cloud.ec2.create_security_group())
+            .group_name(format!("users-own-{i}"))
+            .description("brought by the user")
+            .vpc_id(&vpc)
+            .send()
+            .await?;
+        ids.push(made.group_id().unwrap_or_default().to_string());
+    }
+    Ok(ids)
+}
+
+/// A bring-your-own NLB whose five groups fill AWS's default count, under
+/// `SharedBackendGroup`: the Go CCM's NLB, at the swap, asks for a sixth
+/// (the shared group) and AWS refuses it, with a code nobody confirmed
+/// (the proxy's quota, which must fire): the NLB keeps its five and its
+/// CIDR node rules, the Service gets `SecurityGroupsRefused` naming the
+/// fix, and a joining node is still registered. With the quota raised, the
+/// next sync moves it onto the shared group. A new Service with five
+/// groups is made without the shared group, not refused.
+#[tokio::test]
+async fn a_byo_nlb_at_the_groups_quota_keeps_its_groups_and_upkeep_when_aws_refuses_the_shared_group()
+-> anyhow::Result<()> {
+    // Upstream reads `security-groups` for an NLB in Managed mode only.
+    let base = format!(
+        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\n"
+    );
+    let shared_mode = format!("{base}NLBNodeIngress = SharedBackendGroup\n");
+    let env = Env::start_with_conf(&base).await?;
+    let cloud = seed(&env, 2).await?;
+    let (client, services) = node_n0(&env, &cloud).await?;
+    let five = user_groups(&cloud, 5).await?;
+    let byo = serde_json::json!({"service.beta.kubernetes.io/aws-load-balancer-security-groups": five.join(",")});
+    let svc = (services.create(&PostParams::default(), &nlb_service("byo", byo.clone()))).await?;
+    let names = vec![lb_name(&svc)];
+    let client_rule = format!("{CLIENT_RULE}{}", names[0]);
+    let rules = || async { node_group_rules(&cloud.ec2, &cloud.node_group).await.ok() };
+    let fail = |ccm: &Ccm| {
+        let logs = ccm.logs();
+        move |e: anyhow::Error| anyhow::anyhow!("{e}\nlogs:\n{logs}")
+    };
+
+    // The Go CCM's state: five groups, the client rule from anywhere.
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let go_rules = eventually("the NLB and its CIDR node rules", WAIT, || async {
+        let groups = carried(&cloud, &names).await?;
+        let r: BTreeSet<_> = (rules().await?.into_iter())
+            .filter(|r| r.3 == client_rule)
+            .collect();
+        (groups[&names[0]].len() == 5 && !r.is_empty()).then_some(r)
+    })
+    .await
+    .map_err(fail(&ccm))?;
+    drop(ccm);
+
+    // The swap into the mode: AWS refuses the sixth group.
+    env.proxy
+        .set_security_groups_per_load_balancer(5, "SecurityGroupLimitExceeded");
+    std::fs::write(&env.cloud_conf, &shared_mode)?;
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let note = crate::swap::event_note(&client, "byo", "SecurityGroupsRefused")
+        .await
+        .map_err(fail(&ccm))?;
+    assert!(
+        note.contains("SecurityGroupLimitExceeded") && note.contains("name one group fewer"),
+        "{note}"
+    );
+    let refused = (env.proxy.calls()).get("elasticloadbalancingv2", "SetSecurityGroups");
+    assert!(
+        refused.received > refused.forwarded,
+        "the quota fired: {refused:?}"
+    );
+    let shared = shared_group(&cloud).await.map(|g| g.0);
+    assert!(shared.is_some(), "the mode made its group");
+    let groups = carried(&cloud, &names).await.unwrap_or_default();
+    assert_eq!(groups[&names[0]], five, "the NLB keeps its own groups");
+    let now: BTreeSet<_> = (rules().await.unwrap_or_default().into_iter())
+        .filter(|r| r.3 == client_rule || r.3 == GROUP_RULE)
+        .collect();
+    assert_eq!(now, go_rules, "the node group keeps the CIDR rules");
+    // Upkeep goes on: a joining node is registered.
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node("n1", &cloud.instances[1]))
+        .await?;
+    let mut both = cloud.instances[..2].to_vec();
+    both.sort();
+    eventually("the joined node registered", WAIT, || async {
+        let tgs = (cloud.elbv2.describe_target_groups()).send().await.ok()?;
+        let arn = tgs.target_groups().first()?.target_group_arn()?.to_string();
+        let h = (cloud.elbv2.describe_target_health())
+            .target_group_arn(arn)
+            .send()
+            .await
+            .ok()?;
+        let mut ids: Vec<String> = (h.target_health_descriptions().iter())
+            .filter_map(|d| d.target()?.id().map(str::to_string))
+            .collect();
+        ids.sort();
+        (ids == both).then_some(())
+    })
+    .await
+    .map_err(fail(&ccm))?;
+    drop(ccm);
+
+    // The quota raised: the next sync moves the NLB onto the shared group.
+    env.proxy
+        .set_security_groups_per_load_balancer(6, "SecurityGroupLimitExceeded");
+    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    let shared = shared.unwrap_or_default();
+    eventually(
+        "the NLB on the shared group, its one rule",
+        WAIT,
+        || async {
+            let groups = carried(&cloud, &names).await?;
+            let mut want = five.clone();
+            want.push(shared.clone());
+            let r: BTreeSet<_> = (rules().await?.into_iter())
+                .filter(|r| r.3 == client_rule || r.3 == GROUP_RULE)
+                .collect();
+            let one = r.len() == 1 && r.iter().all(|r| r.2 == shared);
+            (groups[&names[0]] == want && one).then_some(())
+        },
+    )
+    .await
+    .map_err(fail(&ccm))?;
+
+    // A new Service naming five groups at the default quota: made with
+    // them alone, not refused.
+    env.proxy
+        .set_security_groups_per_load_balancer(5, "SecurityGroupLimitExceeded");
+    let two = (services.create(&PostParams::default(), &nlb_service("two", byo))).await?;
+    let two_name = vec![lb_name(&two)];
+    eventually("the second NLB made with its five groups", WAIT, || async {
+        let svc = services.get("two").await.ok()?;
+        crate::nlb::hostname(&svc)?;
+        let groups = carried(&cloud, &two_name).await?;
+        (groups[&two_name[0]] == five).then_some(())
+    })
+    .await
+    .map_err(fail(&ccm))?;
+    let created = (env.proxy.calls()).get("elasticloadbalancingv2", "CreateLoadBalancer");
+    assert_eq!(created.received, created.forwarded, "{created:?}");
+    drop(ccm);
     env.finish().await
 }

@@ -183,6 +183,9 @@ struct State {
     target_quota: RwLock<Option<usize>>,
     /// Inbound rules per security group (see `rule_quota`).
     rule_quota: RwLock<Option<usize>>,
+    /// Security groups per load balancer and the code of the refusal past
+    /// it (see `nlb_groups`).
+    groups_quota: RwLock<nlb_groups::GroupsQuota>,
     /// The policies `iam:SimulatePrincipalPolicy` evaluates, by principal
     /// ARN (moto does not simulate).
     iam_principals: RwLock<simulate::Principals>,
@@ -289,6 +292,7 @@ impl FaultProxy {
             topology: RwLock::new(Vec::new()),
             target_quota: RwLock::new(None),
             rule_quota: RwLock::new(None),
+            groups_quota: RwLock::new(nlb_groups::GroupsQuota::default()),
             iam_principals: RwLock::new(simulate::Principals::new()),
             ecr: EcrStandIn::default(),
         });
@@ -461,6 +465,14 @@ impl FaultProxy {
     /// counts as faulted.
     pub fn set_rules_per_security_group(&self, quota: Option<usize>) {
         *self.state.rule_quota.write() = quota;
+    }
+
+    /// From now on a `CreateLoadBalancer` or `SetSecurityGroups` naming more
+    /// than `quota` security groups is refused with `code` (HTTP 400; see the
+    /// `nlb_groups` module: 5 and `InvalidConfigurationRequest` until a test
+    /// says otherwise). A refusal counts as faulted.
+    pub fn set_security_groups_per_load_balancer(&self, quota: usize, code: &'static str) {
+        *self.state.groups_quota.write() = nlb_groups::GroupsQuota { quota, code };
     }
 
     /// The identity policy `iam:SimulatePrincipalPolicy` evaluates for the

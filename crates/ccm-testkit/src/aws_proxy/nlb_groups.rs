@@ -11,6 +11,15 @@
 //! too, which AWS may not do; the CCM never sends an empty
 //! `SetSecurityGroups`. The read of moto is not counted, faulted or
 //! recorded; a load balancer moto does not know is left to moto.
+//!
+//! Also the count of groups one load balancer may carry, which moto does
+//! not bound: AWS documents 5 for an Application Load Balancer and for a
+//! network interface, names no figure for an NLB, and its error code for
+//! the excess is not confirmed here. So the proxy refuses a
+//! `CreateLoadBalancer` or `SetSecurityGroups` naming more than 5 groups by
+//! default, with a code a test may change
+//! ([`super::FaultProxy::set_security_groups_per_load_balancer`]): a CCM
+//! that passes must handle the refusal whatever its code.
 
 use http::HeaderMap;
 
@@ -27,7 +36,44 @@ fn nlb_without_groups(xml: &str) -> bool {
     first(xml, "Type").as_deref() == Some("network") && none
 }
 
-/// AWS's refusal, when the request gives groups to an NLB made without.
+/// The groups one load balancer may carry, and the refusal's code past it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct GroupsQuota {
+    pub(super) quota: usize,
+    pub(super) code: &'static str,
+}
+
+impl Default for GroupsQuota {
+    fn default() -> Self {
+        GroupsQuota {
+            quota: 5,
+            code: "InvalidConfigurationRequest",
+        }
+    }
+}
+
+/// The refusal of a request naming more groups than `limit` allows.
+fn over_quota(limit: GroupsQuota, action: &str, params: &[(String, String)]) -> Option<AwsError> {
+    if action != "SetSecurityGroups" && action != "CreateLoadBalancer" {
+        return None;
+    }
+    let named = (params.iter())
+        .filter(|(k, _)| k.starts_with("SecurityGroups.member."))
+        .count();
+    (named > limit.quota).then(|| {
+        AwsError::new(
+            400,
+            limit.code,
+            format!(
+                "A load balancer can have at most {} security groups; {named} were given",
+                limit.quota
+            ),
+        )
+    })
+}
+
+/// AWS's refusal, when the request names more groups than a load balancer
+/// may carry, or gives groups to an NLB made without.
 pub(super) async fn refuse(
     state: &State,
     headers: &HeaderMap,
@@ -35,7 +81,14 @@ pub(super) async fn refuse(
     action: &str,
     params: &[(String, String)],
 ) -> Option<AwsError> {
-    if service != SERVICE_ELBV2 || action != "SetSecurityGroups" {
+    if service != SERVICE_ELBV2 {
+        return None;
+    }
+    let quota = *state.groups_quota.read();
+    if let Some(refusal) = over_quota(quota, action, params) {
+        return Some(refusal);
+    }
+    if action != "SetSecurityGroups" {
         return None;
     }
     param(params, "SecurityGroups.member.1")?;
@@ -58,6 +111,35 @@ pub(super) async fn refuse(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_groups_than_the_quota_are_refused_with_its_code() {
+        let ask = |n: usize| -> Vec<(String, String)> {
+            (1..=n)
+                .map(|i| (format!("SecurityGroups.member.{i}"), format!("sg-{i}")))
+                .chain([("LoadBalancerArn".to_string(), "arn".to_string())])
+                .collect()
+        };
+        let quota = GroupsQuota::default();
+        assert!(over_quota(quota, "SetSecurityGroups", &ask(5)).is_none());
+        assert!(over_quota(quota, "CreateLoadBalancer", &ask(5)).is_none());
+        let refused = over_quota(quota, "SetSecurityGroups", &ask(6)).expect("refused");
+        assert_eq!(refused.code, "InvalidConfigurationRequest");
+        assert_eq!(refused.status, 400);
+        assert!(over_quota(quota, "CreateLoadBalancer", &ask(6)).is_some());
+        assert!(over_quota(quota, "DescribeLoadBalancers", &ask(6)).is_none());
+        let raised = GroupsQuota {
+            quota: 6,
+            code: "SomethingElse",
+        };
+        assert!(over_quota(raised, "SetSecurityGroups", &ask(6)).is_none());
+        let lowered = GroupsQuota {
+            quota: 1,
+            code: "SomethingElse",
+        };
+        let refused = over_quota(lowered, "SetSecurityGroups", &ask(2)).expect("refused");
+        assert_eq!(refused.code, "SomethingElse");
+    }
 
     #[test]
     fn only_an_nlb_without_groups_is_refused() {

@@ -362,6 +362,20 @@ impl AwsError {
         matches!(self, AwsError::AnswerLost { .. })
     }
 
+    /// True when AWS answered and refused the request itself (an API error
+    /// of class [`ErrorClass::Fatal`]: validation, configuration, quota, IAM),
+    /// whatever its code: repeating it unchanged will not help, and nothing
+    /// was applied. Not for a lost answer, a deadline or a stop.
+    pub(crate) fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            AwsError::Api {
+                class: ErrorClass::Fatal,
+                ..
+            }
+        )
+    }
+
     pub(crate) fn is_not_found(&self) -> bool {
         self.class() == ErrorClass::NotFound
     }

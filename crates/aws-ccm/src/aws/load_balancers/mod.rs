@@ -24,6 +24,7 @@ mod drift;
 mod groups;
 mod keep;
 mod nlb_groups;
+use nlb_groups::groups_refused_warning;
 mod nlb_rules;
 mod planned;
 mod refusals;
@@ -40,6 +41,10 @@ pub(crate) use planned::{ClbPlan, NlbPlan, Planned};
 /// Event reason: a node security group had no room for the rule admitting
 /// an NLB's security group (it keeps the CIDR rules).
 pub const NODE_GROUP_RULE_LIMIT: &str = "NodeSecurityGroupRuleLimit";
+
+/// Event reason: AWS refused an NLB's `SetSecurityGroups` (it keeps the
+/// groups it has, and its node rules follow those).
+pub const NLB_SECURITY_GROUPS_REFUSED: &str = "SecurityGroupsRefused";
 
 /// Classic ELBs and NLBs through the one door. What they know of AWS
 /// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of
@@ -639,6 +644,12 @@ impl AwsLoadBalancers {
         let applied = self
             .apply_nlb(&p.name, &p.vpc_id, &p.actual, &p.changes)
             .await?;
+        if let Some(e) = &applied.refused_groups {
+            // The NLB keeps its groups: the node rules follow those.
+            p.changes
+                .retain(|c| !matches!(c, nlb::Change::SetSecurityGroups(_)));
+            warnings.push(groups_refused_warning(req, &p, e));
+        }
         let created = p.actual.lb.is_none();
         // The target groups as applied: (ARN, port).
         let groups: Vec<(String, i32)> = p

@@ -1,13 +1,15 @@
-//! An NLB's managed security group (found by upstream's name, or the one
-//! earlier aws-ccm versions used) and the sweep of its node rules on
-//! deletion.
+//! An NLB's security groups: its managed group (found by upstream's name,
+//! or the one earlier aws-ccm versions used), what AWS's refusal of its
+//! groups says, and the sweep of its node rules on deletion.
 
 use std::collections::BTreeSet;
 
-use super::{AwsLoadBalancers, CloudError};
+use super::Warning;
+use super::{AwsLoadBalancers, CloudError, EnsureRequest, NLB_SECURITY_GROUPS_REFUSED, NlbPlan};
 use crate::aws::memory::{Applied, Journal};
 use crate::aws::ownership::{self, Made};
 use crate::aws::security_groups::{self as sg, SecurityGroup};
+use crate::aws::{AwsError, annotations};
 use crate::aws::{elb, nlb};
 
 impl AwsLoadBalancers {
@@ -80,4 +82,36 @@ impl AwsLoadBalancers {
         written?;
         Ok(revoked)
     }
+}
+
+/// The Warning for AWS's refusal (`e`) of NLB `p`'s `SetSecurityGroups`:
+/// the NLB keeps the groups it has (see `nlb::io::Applied::refused_groups`).
+pub(super) fn groups_refused_warning(req: &EnsureRequest, p: &NlbPlan, e: &AwsError) -> Warning {
+    let owned = p.actual.owned_group.as_ref().map(|g| g.id.as_str());
+    let want: Vec<String> = (p.desired.security_groups.iter())
+        .map(|g| g.planned_id(owned))
+        .collect();
+    let have = (p.actual.lb.as_ref()).map_or_else(Vec::new, |l| l.security_groups.clone());
+    let code = e.code().unwrap_or("refused");
+    let shared = match p.shared.carried() {
+        Some(_) => format!(
+            " With NLBNodeIngress = SharedBackendGroup the shared backend group is one of them, and it counts against the groups one load balancer may carry (5 by default): name one group fewer in {} or raise that quota.",
+            annotations::SECURITY_GROUPS
+        ),
+        None => String::new(),
+    };
+    let warning = Warning {
+        reason: NLB_SECURITY_GROUPS_REFUSED,
+        message: format!(
+            "AWS refused to set the security groups of NLB {} to [{}] ({code}: {}): it keeps [{}], its node rules follow those, and its listeners and targets are kept current. Check that every group {} names exists in VPC {}.{shared} The next sync tries again",
+            p.name,
+            want.join(", "),
+            e.message(),
+            have.join(", "),
+            annotations::SECURITY_GROUPS,
+            p.vpc_id,
+        ),
+    };
+    tracing::warn!(service = %req.service_key, load_balancer = %p.name, message = %warning.message, "the NLB's security groups refused");
+    warning
 }

@@ -146,6 +146,15 @@ impl AwsLoadBalancers {
             Found::Missing => None,
         };
         out.use_ = nlb::shared_group::shared_use(mode_on, manages_groups, id.as_deref(), lb_groups);
+        if lb_groups.is_none()
+            && !nlb::shared_group::carried_at_create(desired.security_groups.len())
+        {
+            tracing::info!(
+                groups = desired.security_groups.len(),
+                "a new NLB whose own groups fill the default quota: made without the shared backend group"
+            );
+            out.use_ = SharedUse::None;
+        }
         desired.security_groups = with_shared(&desired.security_groups, &out.use_);
         out.id = id;
         Ok(out)

@@ -58,6 +58,10 @@ pub(crate) struct Applied {
     /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
     /// the error. The other changes went ahead; the caller records these.
     pub(crate) refused_listeners: Vec<(String, AwsError)>,
+    /// AWS refused the plan's `SetSecurityGroups` (over the groups a load
+    /// balancer may carry, a group it does not take, IAM): the NLB keeps
+    /// the groups it had and the other changes went ahead.
+    pub(crate) refused_groups: Option<AwsError>,
     /// The ARNs of the listeners the plan created, by port.
     pub(crate) listeners: BTreeMap<i32, String>,
     /// The owned (managed) group's ID, the one the plan created included.
@@ -88,6 +92,7 @@ pub(crate) async fn apply(
                 .map(|g| (g.name.clone(), g.arn.clone()))
                 .collect(),
             refused_listeners: Vec::new(),
+            refused_groups: None,
             listeners: BTreeMap::new(),
             owned_group: None,
         },
@@ -300,16 +305,27 @@ impl Applying<'_> {
         }
     }
 
-    async fn set_security_groups(&self, refs: &[GroupRef]) -> Result<(), AwsError> {
+    /// A refusal is kept in [`Applied::refused_groups`], not returned: the
+    /// groups are one setting of a live NLB, and its targets and listeners
+    /// are kept current without it.
+    async fn set_security_groups(&mut self, refs: &[GroupRef]) -> Result<(), AwsError> {
         let arn = self.lb()?;
         let groups = self.groups(refs)?;
-        self.call(Operation::Elbv2SetSecurityGroups, |c| {
+        let set = self.call(Operation::Elbv2SetSecurityGroups, |c| {
             c.set_security_groups()
                 .load_balancer_arn(&arn)
                 .set_security_groups(Some(groups.clone()))
                 .send()
-        })
-        .await
+        });
+        match set.await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_refusal() => {
+                tracing::info!(load_balancer = self.name, groups = ?groups, error = %e, "AWS refused the NLB's security groups: it keeps those it has");
+                self.out.refused_groups = Some(e);
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     async fn delete_lb(&mut self, arn: &str) -> Result<(), AwsError> {

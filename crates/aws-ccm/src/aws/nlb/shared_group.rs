@@ -27,6 +27,19 @@ pub(crate) const SHARED_GROUP_DESCRIPTION: &str =
 /// (`aws-ccm plan`).
 pub(crate) const PLANNED_SHARED_ID: &str = "<shared backend group>";
 
+/// The security groups one load balancer carries at AWS's default quota
+/// (documented for an Application Load Balancer and for a network
+/// interface; the NLB guide names no figure).
+pub(crate) const DEFAULT_GROUPS_PER_LOAD_BALANCER: usize = 5;
+
+/// Whether a new NLB whose own groups are `own` is made with the shared
+/// group too: not when they fill [`DEFAULT_GROUPS_PER_LOAD_BALANCER`], for
+/// AWS would refuse the create. Its next sync asks with `SetSecurityGroups`,
+/// which a raised quota takes and a refusal leaves the NLB as it is.
+pub(crate) fn carried_at_create(own: usize) -> bool {
+    own < DEFAULT_GROUPS_PER_LOAD_BALANCER
+}
+
 /// The shared group's name for cluster `cluster_id`: not `k8s-…`, so no
 /// name pattern of the Go CCM's groups matches it.
 pub(crate) fn shared_group_name(cluster_id: &str) -> String {
@@ -109,6 +122,14 @@ mod tests {
 
     fn groups(ids: &[&str]) -> Vec<String> {
         ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_new_nlb_takes_the_group_only_below_the_default_quota() {
+        assert!(carried_at_create(0));
+        assert!(carried_at_create(4));
+        assert!(!carried_at_create(5));
+        assert!(!carried_at_create(6));
     }
 
     #[test]
