@@ -731,6 +731,27 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_is_an_answer_of_class_fatal_whatever_its_code() {
+        for code in [
+            "InvalidConfigurationRequest",
+            "ValidationError",
+            "ACodeNobodyHasSeen",
+            "AccessDenied",
+        ] {
+            assert!(api_error(ErrorClass::Fatal, code).is_refusal(), "{code}");
+        }
+        assert!(!api_error(ErrorClass::Transient, "InternalError").is_refusal());
+        assert!(!api_error(ErrorClass::Throttling, "Throttling").is_refusal());
+        assert!(!api_error(ErrorClass::NotFound, "LoadBalancerNotFound").is_refusal());
+        // A lost answer may have been applied: not a refusal.
+        let lost = AwsError::AnswerLost {
+            applied: true,
+            last: Box::new(api_error(ErrorClass::Fatal, "ValidationError")),
+        };
+        assert!(!lost.is_refusal());
+    }
+
+    #[test]
     fn the_target_quota_is_known_by_its_wire_code_only() {
         assert!(api_error(ErrorClass::Fatal, "TooManyTargets").is_target_quota());
         let lost = AwsError::AnswerLost {
