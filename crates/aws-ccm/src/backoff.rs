@@ -10,7 +10,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Backoff {
     pub(crate) first: Duration,
-    pub(crate) cap: Duration,
+    cap: Duration,
 }
 
 impl Backoff {

@@ -75,12 +75,12 @@ pub enum NlbNodeIngress {
 /// One `[ServiceOverride "N"]` section: a custom endpoint for an AWS service.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ServiceOverride {
-    pub(crate) key: String,
-    pub(crate) service: String,
-    pub(crate) region: String,
+    key: String,
+    service: String,
+    region: String,
     pub(crate) url: String,
     pub(crate) signing_region: String,
-    pub(crate) signing_method: String,
+    signing_method: String,
     pub(crate) signing_name: String,
 }
 
@@ -224,14 +224,14 @@ pub enum CloudConfigError {
 /// silently; this CCM skips it too, and says so.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloudConfigWarning {
-    pub(crate) path: PathBuf,
-    pub(crate) line: usize,
+    path: PathBuf,
+    line: usize,
     /// The section as written, e.g. `Global` or `ServiceOverride "1"`.
-    pub(crate) section: String,
+    section: String,
     /// The unknown key; `None` when the whole section is unknown.
-    pub(crate) key: Option<String>,
+    key: Option<String>,
     /// The known key (or section) nearest by edit distance.
-    pub(crate) nearest: &'static str,
+    nearest: &'static str,
 }
 
 impl std::fmt::Display for CloudConfigWarning {

@@ -59,7 +59,7 @@ pub enum ProviderIdError {
 pub(crate) struct NodeProviderIdError {
     pub(crate) node: String,
     pub(crate) value: String,
-    pub(crate) reason: ProviderIdError,
+    reason: ProviderIdError,
 }
 
 /// The provider ID of an instance, `aws:///<zone>/<instance-id>`, as the Go
@@ -123,7 +123,7 @@ pub(crate) fn provider_id_zone(value: &str) -> Option<&str> {
 )]
 pub struct OutsideRegion {
     pub(crate) node: String,
-    pub(crate) value: String,
+    value: String,
     pub(crate) zone: String,
     pub(crate) region: String,
     pub(crate) ours: String,

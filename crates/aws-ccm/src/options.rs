@@ -74,7 +74,7 @@ pub struct Options {
 
     /// A list of controllers to enable. '*' enables all on-by-default controllers, 'foo' enables the controller named 'foo', '-foo' disables the controller named 'foo'. Off by default: tagging, and nodeipam (node CIDR allocation, which the Go CCM does not have; name it to run it).
     #[arg(long, value_delimiter = ',', default_value = "*")]
-    pub(crate) controllers: Vec<String>,
+    controllers: Vec<String>,
 
     /// Start a leader election client and gain leadership before executing the main loop.
     #[arg(long, default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
@@ -102,7 +102,7 @@ pub struct Options {
 
     /// The type of resource object that is used for locking. Only "leases" is supported (as in current upstream).
     #[arg(long, default_value = "leases")]
-    pub(crate) leader_elect_resource_lock: String,
+    leader_elect_resource_lock: String,
 
     /// Should CIDRs for Pods be allocated and set on the cloud provider.
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
@@ -110,19 +110,19 @@ pub struct Options {
 
     /// CIDR Range for Pods in cluster (one, or two comma-separated for dual-stack).
     #[arg(long, default_value = "")]
-    pub(crate) cluster_cidr: String,
+    cluster_cidr: String,
 
     /// Mask size for node CIDRs in the cluster (single-stack IPv4 and IPv6). Default 24 for IPv4, 64 for IPv6.
     #[arg(long)]
-    pub(crate) node_cidr_mask_size: Option<u8>,
+    node_cidr_mask_size: Option<u8>,
 
     /// Mask size for IPv4 node CIDRs in a dual-stack cluster.
     #[arg(long)]
-    pub(crate) node_cidr_mask_size_ipv4: Option<u8>,
+    node_cidr_mask_size_ipv4: Option<u8>,
 
     /// Mask size for IPv6 node CIDRs in a dual-stack cluster.
     #[arg(long)]
-    pub(crate) node_cidr_mask_size_ipv6: Option<u8>,
+    node_cidr_mask_size_ipv6: Option<u8>,
 
     /// Should CIDRs allocated by allocate-node-cidrs be configured on the cloud provider.
     #[arg(long, default_value = "true", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
@@ -158,7 +158,7 @@ pub struct Options {
 
     /// The resync period in reflectors will be random between MinResyncPeriod and 2*MinResyncPeriod.
     #[arg(long, default_value = "12h0m0s", value_parser = go_duration)]
-    pub(crate) min_resync_period: Duration,
+    min_resync_period: Duration,
 
     /// The port on which to serve HTTPS with authentication and authorization (/healthz, /readyz, /metrics). 0 disables it.
     #[arg(long, default_value_t = 10258)]
@@ -178,47 +178,47 @@ pub struct Options {
 
     /// Minimum TLS version of the HTTPS endpoint: VersionTLS12 or VersionTLS13 (rustls has no TLS 1.0/1.1). Empty means TLS 1.2.
     #[arg(long, default_value = "")]
-    pub(crate) tls_min_version: String,
+    tls_min_version: String,
 
     /// If true, HTTP/2 is not served on the HTTPS endpoint (upstream's --disable-http2-serving).
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub(crate) disable_http2_serving: bool,
+    disable_http2_serving: bool,
 
     /// Comma-separated TLS 1.2 cipher suites of the HTTPS endpoint, IANA names as upstream (e.g. TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256). TLS 1.3 suites are always on. Empty means rustls's defaults.
     #[arg(long, value_delimiter = ',')]
-    pub(crate) tls_cipher_suites: Vec<String>,
+    tls_cipher_suites: Vec<String>,
 
     /// kubeconfig pointing at the 'core' kubernetes server with enough rights to create tokenreviews.authentication.k8s.io. Optional: without it the client of --kubeconfig (or in-cluster) is used.
     #[arg(long, value_parser = any_path)]
-    pub(crate) authentication_kubeconfig: Option<PathBuf>,
+    authentication_kubeconfig: Option<PathBuf>,
 
     /// The duration to cache responses from the webhook token authenticator.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub(crate) authentication_token_webhook_cache_ttl: Duration,
+    authentication_token_webhook_cache_ttl: Duration,
 
     /// Accepted for compatibility: client-certificate and front-proxy authentication are not implemented, so the extension-apiserver-authentication ConfigMap is never looked up.
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub(crate) authentication_skip_lookup: bool,
+    authentication_skip_lookup: bool,
 
     /// Accepted for compatibility: no authentication configuration is looked up in the cluster (see --authentication-skip-lookup).
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
-    pub(crate) authentication_tolerate_lookup_failure: bool,
+    authentication_tolerate_lookup_failure: bool,
 
     /// kubeconfig pointing at the 'core' kubernetes server with enough rights to create subjectaccessreviews.authorization.k8s.io. Optional: without it the client of --kubeconfig (or in-cluster) is used.
     #[arg(long, value_parser = any_path)]
-    pub(crate) authorization_kubeconfig: Option<PathBuf>,
+    authorization_kubeconfig: Option<PathBuf>,
 
     /// The duration to cache 'authorized' responses from the webhook authorizer.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub(crate) authorization_webhook_cache_authorized_ttl: Duration,
+    authorization_webhook_cache_authorized_ttl: Duration,
 
     /// The duration to cache 'unauthorized' responses from the webhook authorizer.
     #[arg(long, default_value = "10s", value_parser = go_duration)]
-    pub(crate) authorization_webhook_cache_unauthorized_ttl: Duration,
+    authorization_webhook_cache_unauthorized_ttl: Duration,
 
     /// A list of HTTP paths to skip during authorization, i.e. these are authorized without contacting the 'core' kubernetes server. A trailing '*' matches a prefix.
     #[arg(long, value_delimiter = ',', default_value = "/healthz,/readyz,/livez")]
-    pub(crate) authorization_always_allow_paths: Vec<String>,
+    authorization_always_allow_paths: Vec<String>,
 
     /// QPS to use while talking with the Kubernetes apiserver.
     #[arg(long, default_value_t = 20.0)]
@@ -230,11 +230,11 @@ pub struct Options {
 
     /// Content type of requests sent to apiserver. Accepted for compatibility; JSON is always used.
     #[arg(long, default_value = "application/vnd.kubernetes.protobuf")]
-    pub(crate) kube_api_content_type: String,
+    kube_api_content_type: String,
 
     /// Tags to apply to instances by the tagging controller: k1=v1,k2=v2.
     #[arg(long, default_value = "")]
-    pub(crate) tags: String,
+    tags: String,
 
     /// Resource types the tagging controller tags. Only "instance" is supported.
     #[arg(
@@ -243,7 +243,7 @@ pub struct Options {
         value_delimiter = ',',
         default_value = "instance"
     )]
-    pub(crate) tag_resources: Vec<String>,
+    tag_resources: Vec<String>,
 
     /// If true, the HTTPS endpoint also serves the service admission check at /admission/v1/services: a validating webhook that answers a Service's create or update with a Warning for each value its load balancer sync refuses, holds or ignores (never a refusal). Off by default; the chart's admissionWebhook.enabled installs its ValidatingWebhookConfiguration. Not in the Go CCM.
     #[arg(long, default_value = "false", value_parser = go_bool, num_args = 0..=1, require_equals = true, default_missing_value = "true", action = ArgAction::Set)]
@@ -259,7 +259,7 @@ pub struct Options {
 
     /// Share of AWS's documented API rate limits this process may use; the rest is left to other clients in the account. Above 1 only where AWS raised the account's limits.
     #[arg(long, default_value_t = 0.5)]
-    pub(crate) aws_api_budget_fraction: f64,
+    aws_api_budget_fraction: f64,
 
     /// How long one read of the cluster's instances (the sweep every node controller shares) is reused. Shorter sees instance changes sooner at one sweep per period (one DescribeInstances per 1,000 instances).
     #[arg(long, default_value = "30s", value_parser = go_duration)]
@@ -267,7 +267,7 @@ pub struct Options {
 
     /// How long AWS may take to show a change (it is eventually consistent): an object created moments ago and not yet visible is waited for this long, and this process's own security-group writes answer over listings that started sooner after them. Lower it only against an endpoint that shows changes at once (tests, emulators).
     #[arg(long, default_value = "30s", value_parser = go_duration)]
-    pub(crate) aws_consistency_window: Duration,
+    aws_consistency_window: Duration,
 
     /// Number for the log level verbosity (0-10, as klog): 0-1 info, 2-3 our debug, 4-5 debug, 6+ trace. RUST_LOG, when set, replaces it. AWS SDK and HTTP internals stay capped at debug/info so no credentials reach the log.
     #[arg(short = 'v', long = "v", default_value_t = 2)]

@@ -44,7 +44,7 @@ impl Kind {
 /// The create-time settings of one load balancer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Applied {
-    pub(crate) kind: Kind,
+    kind: Kind,
     pub(crate) internal: bool,
     /// NLB: digest of the subnet IDs (sorted).
     pub(crate) subnets: Option<String>,

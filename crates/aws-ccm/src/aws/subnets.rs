@@ -80,9 +80,9 @@ pub(crate) async fn discover_with_fallback(
 /// A route table reduced to what discovery needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RouteTable {
-    pub(crate) subnet_ids: BTreeSet<String>,
-    pub(crate) main: bool,
-    pub(crate) has_internet_gateway: bool,
+    subnet_ids: BTreeSet<String>,
+    main: bool,
+    has_internet_gateway: bool,
 }
 
 /// Whether `subnet_id` routes to an internet gateway (`igw-*`), through its own

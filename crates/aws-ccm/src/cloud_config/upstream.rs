@@ -51,13 +51,13 @@ impl Takes {
 /// One value class of one `[Global]` key.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Class {
-    pub(crate) key: &'static str,
-    pub(crate) class: &'static str,
-    pub(crate) value: &'static str,
-    pub(crate) go: Takes,
-    pub(crate) here: Takes,
+    key: &'static str,
+    class: &'static str,
+    value: &'static str,
+    go: Takes,
+    here: Takes,
     /// Why `here` differs from `go` (empty when it does not).
-    pub(crate) why: &'static str,
+    why: &'static str,
 }
 
 const fn c(key: &'static str, class: &'static str, value: &'static str, go: Takes) -> Class {

@@ -59,20 +59,20 @@ pub struct Environment<C: Cloud = Aws> {
 /// caches (one watch per kind, whatever the number of controllers).
 #[derive(Clone)]
 pub struct ControllerContext<C: Cloud = Aws> {
-    pub(crate) env: Environment<C>,
-    pub(crate) nodes: Store<Node>,
-    pub(crate) services: Store<Service>,
+    env: Environment<C>,
+    nodes: Store<Node>,
+    services: Store<Service>,
     /// Bumped after every watch event the node informer has applied to
     /// `nodes`. A controller that must react to changes (not only poll)
     /// waits on `changed()` and diffs the store: no second watch, and the
     /// informer never blocks on a slow controller (a `watch` channel keeps
     /// only the latest value).
-    pub(crate) node_changes: watch::Receiver<u64>,
+    node_changes: watch::Receiver<u64>,
     /// The names of the Nodes behind those events, for controllers that
     /// follow each Node ([`node::changes::node_changes`]).
-    pub(crate) node_feed: node::changes::Feed,
+    node_feed: node::changes::Feed,
     /// The same for `services`.
-    pub(crate) service_changes: watch::Receiver<u64>,
+    service_changes: watch::Receiver<u64>,
 }
 
 /// Every object write of the controllers but the Event creates: a JSON

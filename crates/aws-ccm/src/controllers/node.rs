@@ -145,16 +145,16 @@ pub(crate) enum NodeError {
 
 /// State shared by the reconciles and the status refresher.
 pub(crate) struct Shared<I: Instances> {
-    pub(crate) kube: kube::Client,
-    pub(crate) cloud: I,
-    pub(crate) events: Events,
-    pub(crate) region: String,
-    pub(crate) cluster_id: String,
+    kube: kube::Client,
+    cloud: I,
+    events: Events,
+    region: String,
+    cluster_id: String,
     /// cloud.conf `VPC`: where a node found by its address must be.
-    pub(crate) vpc: Option<String>,
-    pub(crate) families: Vec<IpFamily>,
-    pub(crate) nodes: Store<Node>,
-    pub(crate) workers: usize,
+    vpc: Option<String>,
+    families: Vec<IpFamily>,
+    nodes: Store<Node>,
+    workers: usize,
     prefetch: Prefetcher<I>,
     progress: ProgressBook,
     /// Nodes waiting for their network-node labels ([`topology`]).

@@ -112,8 +112,8 @@ type ChangeResult = Option<Result<(), CloudError>>;
 /// A change AWS refused.
 #[derive(Clone, Debug)]
 pub(crate) struct ChangeFailure {
-    pub(crate) change: RouteChange,
-    pub(crate) error: CloudError,
+    change: RouteChange,
+    error: CloudError,
 }
 
 /// A table above the warning threshold.
@@ -142,15 +142,15 @@ impl CapacityWarning {
 /// What a reconcile did.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Report {
-    pub(crate) plan: Plan,
-    pub(crate) nodes: BTreeMap<String, NodeResult>,
-    pub(crate) failures: Vec<ChangeFailure>,
+    plan: Plan,
+    nodes: BTreeMap<String, NodeResult>,
+    failures: Vec<ChangeFailure>,
     /// Changes that succeeded.
-    pub(crate) applied: usize,
+    applied: usize,
     /// Tables that crossed the warning threshold in this reconcile.
-    pub(crate) new_capacity_warnings: Vec<CapacityWarning>,
+    new_capacity_warnings: Vec<CapacityWarning>,
     /// Per table: routes after the changes.
-    pub(crate) table_routes: BTreeMap<String, usize>,
+    table_routes: BTreeMap<String, usize>,
 }
 
 impl Report {

@@ -173,11 +173,11 @@ pub(crate) enum Trigger {
 /// A node to tag now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct TagItem {
-    pub(crate) node: String,
-    pub(crate) instance: String,
+    node: String,
+    instance: String,
     /// The node had no tagging label at all (for the initial-delay metric).
-    pub(crate) initial: bool,
-    pub(crate) created_ms: Option<i64>,
+    initial: bool,
+    created_ms: Option<i64>,
 }
 
 /// What the controller remembers between works: which Node changes make

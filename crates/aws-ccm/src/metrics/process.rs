@@ -16,12 +16,12 @@ pub(crate) struct ProcessCollector;
 /// What `/proc/self/stat` and friends say now.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct ProcessStats {
-    pub(crate) cpu_seconds: f64,
-    pub(crate) resident_bytes: f64,
-    pub(crate) virtual_bytes: f64,
-    pub(crate) start_time_seconds: f64,
-    pub(crate) open_fds: f64,
-    pub(crate) max_fds: f64,
+    cpu_seconds: f64,
+    resident_bytes: f64,
+    virtual_bytes: f64,
+    start_time_seconds: f64,
+    open_fds: f64,
+    max_fds: f64,
 }
 
 impl ProcessStats {

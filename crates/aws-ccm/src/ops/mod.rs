@@ -27,14 +27,14 @@ pub mod plan;
 pub struct Context {
     pub aws: Aws,
     pub kube: kube::Client,
-    pub(crate) cloud: Arc<CloudConfig>,
-    pub(crate) validated: Arc<Validated>,
+    cloud: Arc<CloudConfig>,
+    validated: Arc<Validated>,
     pub cluster_id: String,
-    pub(crate) region: String,
+    region: String,
     /// How the region was found (cloud.conf, or instance metadata).
-    pub(crate) region_from: String,
+    region_from: String,
     /// How the cluster ID was found (cloud.conf, or a tag of this instance).
-    pub(crate) cluster_id_from: String,
+    cluster_id_from: String,
 }
 
 impl Context {

@@ -42,20 +42,20 @@ pub(crate) const HANDED_OVER: &str = "handed to another controller: nothing to d
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub(crate) struct Step {
     /// `+`, `~`, `-` or `-/+`.
-    pub(crate) symbol: &'static str,
-    pub(crate) what: String,
+    symbol: &'static str,
+    what: String,
     /// The AWS actions applying it sends (one each, before retries).
-    pub(crate) actions: Vec<&'static str>,
+    actions: Vec<&'static str>,
 }
 
 /// The plan of one subject: a Service (`namespace/name`) or `routes`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Section {
-    pub(crate) subject: String,
-    pub(crate) steps: Vec<Step>,
+    subject: String,
+    steps: Vec<Step>,
     /// What keeps the plan from being complete: an invalid Service, a
     /// write IAM refuses, a failed read.
-    pub(crate) notes: Vec<String>,
+    notes: Vec<String>,
     /// The sync (or reconcile) would fail: an invalid Service, an error the
     /// plan met. `aws-ccm plan` then exits non-zero.
     pub would_fail: bool,

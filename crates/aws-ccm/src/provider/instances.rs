@@ -277,9 +277,9 @@ pub(crate) mod fake {
         pub by_private_ip: Vec<Ipv4Addr>,
         pub(crate) sweeps: u32,
         /// Instance IDs asked for network nodes, one entry per question.
-        pub(crate) network_nodes: Vec<String>,
+        network_nodes: Vec<String>,
         pub(crate) create_tags: Vec<Vec<String>>,
-        pub(crate) delete_tags: Vec<Vec<String>>,
+        delete_tags: Vec<Vec<String>>,
     }
 
     #[derive(Default)]

@@ -24,8 +24,8 @@ const DELEGATION_QPS: f32 = 200.0;
 const DELEGATION_BURST: u32 = 400;
 
 pub(crate) struct KubeReviewer {
-    pub(crate) authentication: Client,
-    pub(crate) authorization: Client,
+    authentication: Client,
+    authorization: Client,
 }
 
 /// Creates the cluster-scoped review `object` through `client`, within

@@ -216,7 +216,7 @@ pub(crate) struct SpecNote {
     /// What the Go CCM (and so this CCM) does with the value.
     pub(crate) reading: String,
     /// What to write instead.
-    pub(crate) fix: String,
+    fix: String,
     /// What the value stops.
     pub(crate) holds: Holds,
     /// The reason of its Warning event: [`TOLERATED`] or [`NOT_READ`].
@@ -313,8 +313,8 @@ pub(crate) enum BackendProtocol {
 /// Ports named by `ssl-ports`; `None` in the spec means every port.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct PortSet {
-    pub(crate) numbers: BTreeSet<i32>,
-    pub(crate) names: BTreeSet<String>,
+    numbers: BTreeSet<i32>,
+    names: BTreeSet<String>,
 }
 
 impl PortSet {
@@ -378,7 +378,7 @@ pub struct LoadBalancerSpec {
     /// Any other `backend-protocol` value (`HTTP`, `grpc`): the Go CCM maps
     /// none of them to a listener, but its Classic ELB health check still
     /// reads `https`/`ssl` in any case form.
-    pub(crate) backend_protocol_other: Option<String>,
+    backend_protocol_other: Option<String>,
     pub(crate) additional_tags: BTreeMap<String, String>,
     pub(crate) health_check: HealthCheckOverrides,
     pub(crate) eip_allocations: Vec<String>,

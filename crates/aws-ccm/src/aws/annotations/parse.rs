@@ -18,7 +18,7 @@ pub(crate) struct Context<'a> {
     /// `spec.loadBalancerSourceRanges` is set (it wins over the annotation).
     pub(crate) spec_has_source_ranges: bool,
     /// Values taken as the Go CCM takes them, with a warning.
-    pub(crate) notes: &'a RefCell<Vec<SpecNote>>,
+    notes: &'a RefCell<Vec<SpecNote>>,
 }
 
 impl Context<'_> {

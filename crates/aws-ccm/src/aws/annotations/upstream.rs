@@ -47,19 +47,19 @@ impl Does {
 /// One value class of one annotation.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Class {
-    pub(crate) annotation: &'static str,
+    annotation: &'static str,
     /// documented, other case, unknown word, empty, malformed number, other kind, …
-    pub(crate) class: &'static str,
+    class: &'static str,
     /// An example of the class (the tests read it).
-    pub(crate) value: &'static str,
+    value: &'static str,
     /// The kind of load balancer the class is read on.
-    pub(crate) on: Applies,
+    on: Applies,
     /// Other annotations set beside it.
-    pub(crate) with: &'static [(&'static str, &'static str)],
-    pub(crate) go: Does,
-    pub(crate) here: Does,
+    with: &'static [(&'static str, &'static str)],
+    go: Does,
+    here: Does,
     /// Why `here` differs from `go`, or what else happens (empty: nothing).
-    pub(crate) why: &'static str,
+    why: &'static str,
 }
 
 const fn c(

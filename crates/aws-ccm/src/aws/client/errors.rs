@@ -120,9 +120,9 @@ fn classify_status(status: u16) -> ErrorClass {
 pub(crate) struct AttemptFailure {
     pub(crate) class: ErrorClass,
     pub(crate) code: Option<String>,
-    pub(crate) message: String,
+    message: String,
     pub(crate) http_status: Option<u16>,
-    pub(crate) request_id: Option<String>,
+    request_id: Option<String>,
 }
 
 impl AttemptFailure {

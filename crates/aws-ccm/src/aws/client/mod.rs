@@ -186,9 +186,9 @@ pub struct CallOptions {
     /// The call fails with [`AwsError::DeadlineExceeded`] rather than
     /// continue past this instant (waiting for a token, sending, or backing
     /// off). `None`: bounded by the attempt limit only.
-    pub(crate) deadline: Option<Instant>,
+    deadline: Option<Instant>,
     /// The request is sent with `DryRun=true`: see [`AwsClient::dry_run`].
-    pub(crate) dry_run: bool,
+    dry_run: bool,
 }
 
 impl CallOptions {

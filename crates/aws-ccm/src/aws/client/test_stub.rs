@@ -27,10 +27,10 @@ use super::SdkClients;
 
 #[derive(Clone, Debug)]
 pub(crate) struct StubInstance {
-    pub(crate) id: String,
-    pub(crate) private_dns: String,
+    id: String,
+    private_dns: String,
     pub(crate) state: &'static str,
-    pub(crate) tags: BTreeMap<String, String>,
+    tags: BTreeMap<String, String>,
 }
 
 impl StubInstance {

@@ -76,16 +76,16 @@ type Gcra = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Nano
 #[derive(Clone, Debug, PartialEq)]
 pub struct AimdConfig {
     /// Factor applied to the rate on throttling (multiplicative decrease).
-    pub(crate) decrease_factor: f64,
+    decrease_factor: f64,
     /// Lowest rate, as a fraction of the ceiling.
-    pub(crate) floor_fraction: f64,
+    floor_fraction: f64,
     /// Additive increase, as a fraction of the ceiling regained per second.
-    pub(crate) recovery_per_sec: f64,
+    recovery_per_sec: f64,
     /// Throttling answers within this time of the last decrease do not
     /// decrease again: they are the same burst seen by several in-flight
     /// requests, and halving once per answer would collapse the rate to the
     /// floor on a single overload.
-    pub(crate) decrease_cooldown: Duration,
+    decrease_cooldown: Duration,
 }
 
 impl Default for AimdConfig {
@@ -102,7 +102,7 @@ impl Default for AimdConfig {
 /// The caller's deadline passed while it waited for a token.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TokenWaitTimedOut {
-    pub(crate) waited: Duration,
+    waited: Duration,
 }
 
 #[derive(Debug)]

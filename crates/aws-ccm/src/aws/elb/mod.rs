@@ -32,12 +32,12 @@ pub(crate) fn ssl_policy_name(policy: &str) -> String {
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Listener {
-    pub(crate) lb_port: i32,
+    lb_port: i32,
     /// Upper case: TCP, SSL, HTTP, HTTPS.
     pub(crate) protocol: String,
-    pub(crate) instance_port: i32,
+    instance_port: i32,
     pub(crate) instance_protocol: String,
-    pub(crate) ssl_cert: Option<String>,
+    ssl_cert: Option<String>,
 }
 
 impl Listener {
@@ -50,8 +50,8 @@ impl Listener {
 pub struct HealthCheck {
     /// `TCP:30080`, `HTTP:32000/healthz`.
     pub(crate) target: String,
-    pub(crate) healthy_threshold: i32,
-    pub(crate) unhealthy_threshold: i32,
+    healthy_threshold: i32,
+    unhealthy_threshold: i32,
     pub(crate) interval: i32,
     pub(crate) timeout: i32,
 }
@@ -59,14 +59,14 @@ pub struct HealthCheck {
 /// Attributes the controller manages; `None` fields are left as AWS has them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attributes {
-    pub(crate) cross_zone: bool,
-    pub(crate) access_log_enabled: bool,
-    pub(crate) access_log_interval: Option<i32>,
-    pub(crate) access_log_bucket: Option<String>,
-    pub(crate) access_log_prefix: Option<String>,
-    pub(crate) draining_enabled: bool,
-    pub(crate) draining_timeout: Option<i32>,
-    pub(crate) idle_timeout: i32,
+    cross_zone: bool,
+    access_log_enabled: bool,
+    access_log_interval: Option<i32>,
+    access_log_bucket: Option<String>,
+    access_log_prefix: Option<String>,
+    draining_enabled: bool,
+    draining_timeout: Option<i32>,
+    idle_timeout: i32,
 }
 
 /// What a freshly created classic ELB has (API defaults).
@@ -148,26 +148,26 @@ pub struct OwnedGroup {
 /// What AWS must look like for one Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
-    pub(crate) name: String,
+    name: String,
     /// Whose ownership tag a group must carry to be deleted.
-    pub(crate) cluster_id: String,
-    pub(crate) internal: bool,
+    cluster_id: String,
+    internal: bool,
     pub(crate) listeners: Vec<Listener>,
-    pub(crate) health_check: HealthCheck,
+    health_check: HealthCheck,
     pub(crate) attributes: Attributes,
-    pub(crate) subnets: BTreeSet<String>,
+    subnets: BTreeSet<String>,
     /// In order: the LB's own group (owned, annotated or cloud.conf), then extras.
     pub(crate) groups: Vec<GroupRef>,
     pub(crate) owned_group: Option<OwnedGroup>,
     pub(crate) tags: BTreeMap<String, String>,
-    pub(crate) proxy_protocol: bool,
-    pub(crate) ssl_negotiation_policy: Option<String>,
+    proxy_protocol: bool,
+    ssl_negotiation_policy: Option<String>,
     pub(crate) instances: BTreeSet<String>,
     /// Backend nodes' groups that must admit the LB's group; `None` when
     /// `DisableSecurityGroupIngress` is set.
     pub(crate) node_groups: Option<BTreeSet<String>>,
     /// The create-time settings, recorded on the load balancer this CCM creates.
-    pub(crate) applied: crate::aws::applied::Applied,
+    applied: crate::aws::applied::Applied,
 }
 
 /// A classic ELB as AWS reports it.
@@ -178,11 +178,11 @@ pub(crate) struct ActualLb {
     pub(crate) internal: bool,
     /// Listener and the policies set on it.
     pub(crate) listeners: Vec<(Listener, Vec<String>)>,
-    pub(crate) backend_policies: BTreeMap<i32, Vec<String>>,
+    backend_policies: BTreeMap<i32, Vec<String>>,
     /// Policies defined on the load balancer.
-    pub(crate) policies: BTreeSet<String>,
+    policies: BTreeSet<String>,
     pub(crate) health_check: Option<HealthCheck>,
-    pub(crate) subnets: BTreeSet<String>,
+    subnets: BTreeSet<String>,
     pub(crate) security_groups: Vec<String>,
     pub(crate) instances: BTreeSet<String>,
     pub(crate) attributes: Attributes,

@@ -104,37 +104,37 @@ pub(crate) type TextPair<'a> = (Text<'a>, Text<'a>);
 /// [`RawInstance::convert`] holds for both.
 #[derive(Debug, Default)]
 pub(crate) struct RawInstance<'a> {
-    pub(crate) id: Text<'a>,
-    pub(crate) availability_zone: Text<'a>,
-    pub(crate) instance_type: Text<'a>,
-    pub(crate) state: Text<'a>,
-    pub(crate) private_dns_name: Text<'a>,
-    pub(crate) public_dns_name: Text<'a>,
-    pub(crate) private_ip: Text<'a>,
-    pub(crate) public_ip: Text<'a>,
-    pub(crate) subnet_id: Text<'a>,
-    pub(crate) vpc_id: Text<'a>,
-    pub(crate) source_dest_check: Option<bool>,
+    id: Text<'a>,
+    availability_zone: Text<'a>,
+    instance_type: Text<'a>,
+    state: Text<'a>,
+    private_dns_name: Text<'a>,
+    public_dns_name: Text<'a>,
+    private_ip: Text<'a>,
+    public_ip: Text<'a>,
+    subnet_id: Text<'a>,
+    vpc_id: Text<'a>,
+    source_dest_check: Option<bool>,
     /// `(group ID, group name)`.
-    pub(crate) security_groups: Vec<TextPair<'a>>,
+    security_groups: Vec<TextPair<'a>>,
     /// `(key, value)`, every tag.
-    pub(crate) tags: Vec<TextPair<'a>>,
-    pub(crate) network_interfaces: Vec<RawInterface<'a>>,
+    tags: Vec<TextPair<'a>>,
+    network_interfaces: Vec<RawInterface<'a>>,
 }
 
 /// A network interface as read off the wire.
 #[derive(Debug, Default)]
 pub(crate) struct RawInterface<'a> {
-    pub(crate) id: Text<'a>,
+    id: Text<'a>,
     /// `in-use`, `available`, `attaching`, `detaching`, ...
-    pub(crate) status: Text<'a>,
-    pub(crate) device_index: Option<i32>,
+    status: Text<'a>,
+    device_index: Option<i32>,
     /// The interface's primary private address.
-    pub(crate) private_ip: Text<'a>,
+    private_ip: Text<'a>,
     /// Every private address, with whether it is the primary one.
-    pub(crate) private_ips: Vec<(Text<'a>, bool)>,
-    pub(crate) ipv6_addresses: Vec<Text<'a>>,
-    pub(crate) public_ip: Text<'a>,
+    private_ips: Vec<(Text<'a>, bool)>,
+    ipv6_addresses: Vec<Text<'a>>,
+    public_ip: Text<'a>,
 }
 
 impl RawInstance<'_> {

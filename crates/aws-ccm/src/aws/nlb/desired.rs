@@ -123,7 +123,7 @@ fn alpn(spec: &LoadBalancerSpec, cloud: &CloudConfig, listeners: &[Listener]) ->
 pub(crate) struct ListenerAttributesRefused {
     pub(crate) reading: String,
     pub(crate) fix: String,
-    pub(crate) port: Option<i32>,
+    port: Option<i32>,
 }
 
 /// One `listener-attributes.<PROTO>-<port>` annotation as AWS would take

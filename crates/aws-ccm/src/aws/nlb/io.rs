@@ -52,7 +52,7 @@ fn target_chunks(ids: &BTreeSet<String>, port: i32) -> Vec<Vec<t::TargetDescript
 pub(crate) struct Applied {
     /// DNS name of the NLB (created or existing).
     pub(crate) dns_name: Option<String>,
-    pub(crate) lb_arn: Option<String>,
+    lb_arn: Option<String>,
     /// The target groups' ARNs by name, those the plan created included.
     pub(crate) target_groups: BTreeMap<String, String>,
     /// Listener writes IAM refused (`AccessDenied`): the listener's ARN and
@@ -63,7 +63,7 @@ pub(crate) struct Applied {
     /// the groups it had and the other changes went ahead.
     pub(crate) refused_groups: Option<AwsError>,
     /// The ARNs of the listeners the plan created, by port.
-    pub(crate) listeners: BTreeMap<i32, String>,
+    listeners: BTreeMap<i32, String>,
     /// The owned (managed) group's ID, the one the plan created included.
     pub owned_group: Option<String>,
 }

@@ -173,7 +173,7 @@ pub(crate) fn default_health_timeout(protocol: &str) -> i32 {
 /// AWS's default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HealthTimeout {
-    pub(crate) want: Option<i32>,
+    want: Option<i32>,
 }
 
 /// The ALPN policies ELBv2 takes on a TLS listener (`AlpnPolicy`), AWS's
@@ -214,7 +214,7 @@ pub struct ListenerAttributes {
     pub(crate) want: BTreeMap<i32, BTreeMap<String, String>>,
     /// Listeners whose annotation AWS would refuse (a Warning says so):
     /// their attributes and their record are left as they are.
-    pub(crate) held: BTreeSet<i32>,
+    held: BTreeSet<i32>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,21 +240,21 @@ pub struct Listener {
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SubnetMapping {
-    pub(crate) subnet: String,
-    pub(crate) allocation_id: Option<String>,
-    pub(crate) private_ipv4: Option<String>,
+    subnet: String,
+    allocation_id: Option<String>,
+    private_ipv4: Option<String>,
 }
 
 /// What AWS must look like for one Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
-    pub(crate) name: String,
-    pub(crate) internal: bool,
+    name: String,
+    internal: bool,
     /// `ipv4` or `dualstack`.
-    pub(crate) ip_address_type: String,
-    pub(crate) subnet_mappings: Vec<SubnetMapping>,
+    ip_address_type: String,
+    subnet_mappings: Vec<SubnetMapping>,
     /// Whether the mappings carry addresses (then they are create-time only).
-    pub(crate) pinned_addresses: bool,
+    pinned_addresses: bool,
     /// The tags every resource of the NLB carries (ownership, Service name,
     /// the user's): written by the creates and kept by the plan.
     pub(crate) tags: BTreeMap<String, String>,
@@ -268,7 +268,7 @@ pub struct Desired {
     pub(crate) attributes: BTreeMap<String, String>,
     /// `aws-load-balancer-attributes: deletion_protection.enabled`, when the
     /// Service writes it (also in `attributes`).
-    pub(crate) deletion_protection: Option<bool>,
+    deletion_protection: Option<bool>,
     pub(crate) instances: BTreeSet<String>,
     /// In `NLBSecurityGroupMode = Managed`, the NLB's groups: the
     /// `security-groups` annotation's, else the owned (managed) one. Outside
@@ -281,10 +281,10 @@ pub struct Desired {
     /// skips such an NLB).
     pub(crate) groups_managed: bool,
     /// The create-time settings, recorded on the NLB this CCM creates.
-    pub(crate) applied: crate::aws::applied::Applied,
+    applied: crate::aws::applied::Applied,
     /// `None` without cloud.conf `NLBListenerSettings = true`: the timeout
     /// is neither sent nor compared, as the Go CCM leaves it.
-    pub(crate) health_timeout: Option<HealthTimeout>,
+    health_timeout: Option<HealthTimeout>,
     /// `None` without cloud.conf `NLBListenerSettings = true`: the TLS
     /// listeners' ALPN policy is neither sent nor compared, as the Go CCM
     /// leaves it.
@@ -335,13 +335,13 @@ pub(crate) struct ActualLb {
 pub(crate) struct ActualTargetGroup {
     pub(crate) arn: String,
     pub(crate) name: String,
-    pub(crate) protocol: String,
-    pub(crate) port: i32,
+    protocol: String,
+    port: i32,
     pub(crate) health: HealthCheck,
     pub(crate) tags: crate::aws::tags::Tags,
-    pub(crate) attributes: BTreeMap<String, String>,
+    attributes: BTreeMap<String, String>,
     /// Registered instance IDs (on `port`), draining ones left out.
-    pub(crate) targets: BTreeSet<String>,
+    targets: BTreeSet<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -32,7 +32,7 @@ pub(crate) struct Gap {
     /// The IAM action, e.g. `elasticloadbalancing:DescribeTags`.
     pub(crate) action: &'static str,
     /// What AWS said.
-    pub(crate) message: String,
+    message: String,
 }
 
 impl Gap {

@@ -166,8 +166,8 @@ impl CidrSet {
 #[error("no free /{node_mask} left in cluster CIDR {cluster_cidr} (all {total} in use)")]
 pub(crate) struct Exhausted {
     pub(crate) cluster_cidr: IpNet,
-    pub(crate) node_mask: u8,
-    pub(crate) total: u32,
+    node_mask: u8,
+    total: u32,
 }
 
 /// One [`CidrSet`] per cluster CIDR; a node gets one CIDR from each.

@@ -81,7 +81,7 @@ pub(crate) enum Outcome {
 pub(crate) struct Taken {
     pub(crate) key: String,
     /// Its class when taken.
-    pub(crate) class: Class,
+    class: Class,
     /// Failures in a row before this attempt.
     pub(crate) failures: u32,
 }
@@ -90,12 +90,12 @@ pub(crate) struct Taken {
 #[derive(Clone)]
 pub(crate) struct Workers {
     /// At most this many works at once.
-    pub(crate) count: usize,
+    count: usize,
     /// At most this many keys per work.
-    pub(crate) batch: usize,
+    batch: usize,
     /// Take keys only while this queue is idle, or once the key due longest
     /// has waited this long.
-    pub(crate) behind: Option<(Keyed, Duration)>,
+    behind: Option<(Keyed, Duration)>,
 }
 
 impl Workers {

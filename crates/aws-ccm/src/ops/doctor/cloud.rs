@@ -19,12 +19,12 @@ const LISTED: usize = 10;
 /// The Nodes' instances as AWS has them.
 pub(crate) struct NodeInstances {
     /// Live instances backing a Node, by ID.
-    pub(crate) live: BTreeMap<String, Ec2Instance>,
+    live: BTreeMap<String, Ec2Instance>,
     /// One line per Node whose instance is wrong, and its fix.
     problems: Vec<(String, String)>,
     /// Nodes without a providerID (not initialized yet).
-    pub(crate) without_provider_id: usize,
-    pub(crate) nodes: usize,
+    without_provider_id: usize,
+    nodes: usize,
 }
 
 impl NodeInstances {

@@ -55,15 +55,15 @@ impl Status {
 pub(crate) struct Check {
     /// `aws`, `cluster`, `instances`, `subnets`, `route-tables`,
     /// `security-groups`, `iam` or `kubernetes`.
-    pub(crate) section: &'static str,
+    section: &'static str,
     /// What was checked (`credentials`, `us-east-1a internet-facing`, ...).
-    pub(crate) name: String,
-    pub(crate) status: Status,
+    name: String,
+    status: Status,
     /// What was found.
-    pub(crate) detail: String,
+    detail: String,
     /// The exact fix, for a warning or a failure.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) fix: Option<String>,
+    fix: Option<String>,
 }
 
 impl Check {
@@ -108,9 +108,9 @@ impl CheckBuilder {
 /// The whole checklist.
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
-    pub(crate) cluster_id: String,
-    pub(crate) region: String,
-    pub(crate) checks: Vec<Check>,
+    cluster_id: String,
+    region: String,
+    checks: Vec<Check>,
 }
 
 impl Report {

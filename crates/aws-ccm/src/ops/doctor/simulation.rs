@@ -42,10 +42,10 @@ const RETAG_KEY: &str = "kubernetes.io/service-name";
 /// The principal simulated, and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Principal {
-    pub(crate) arn: String,
-    pub(crate) from: String,
+    arn: String,
+    from: String,
     /// Something the reader should know about the choice.
-    pub(crate) note: Option<String>,
+    note: Option<String>,
 }
 
 /// The role (or user) an identity from `sts:GetCallerIdentity` simulates
@@ -222,11 +222,11 @@ fn targets(op: Operation) -> Vec<(Shape, Mode)> {
 /// with one context.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Simulation {
-    pub(crate) shape: Shape,
-    pub(crate) mode: Mode,
-    pub(crate) resource: String,
-    pub(crate) actions: Vec<String>,
-    pub(crate) context: Vec<ContextEntry>,
+    shape: Shape,
+    mode: Mode,
+    resource: String,
+    actions: Vec<String>,
+    context: Vec<ContextEntry>,
 }
 
 fn entry(key: &str, kind: ContextKeyTypeEnum, values: &[&str]) -> ContextEntry {

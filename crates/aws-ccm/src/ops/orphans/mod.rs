@@ -59,13 +59,13 @@ pub mod read;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Live {
     /// Names of the load balancers live Services have.
-    pub(crate) load_balancers: BTreeSet<String>,
+    load_balancers: BTreeSet<String>,
     /// Every Node with what routes depend on.
-    pub(crate) nodes: Vec<NodeRoutes>,
+    nodes: Vec<NodeRoutes>,
     /// (load balancer name, `<ns>/<name>`) of each live Service that may
     /// have adopted a kept load balancer ([`crate::aws::annotations::adopt_name`]):
     /// live when its tags say so too ([`Live::with_adopted`]).
-    pub(crate) adopted: BTreeSet<(String, String)>,
+    adopted: BTreeSet<(String, String)>,
 }
 
 impl Live {
@@ -186,7 +186,7 @@ pub struct Orphan {
     /// When AWS says it was created (load balancers only).
     pub created: Option<DateTime<Utc>>,
     #[serde(skip)]
-    pub(crate) deletion: Deletion,
+    deletion: Deletion,
 }
 
 /// A resource tagged for this cluster that the CCM did not make (its names
