@@ -138,11 +138,11 @@ pub struct CloudConfig {
     pub(crate) shared_health_probe_path: String,
     pub(crate) supported_topology_instance_type_pattern: Option<String>,
     pub(crate) nlb_security_group_mode: NlbSecurityGroupMode,
-    pub nlb_node_ingress: NlbNodeIngress,
+    pub(crate) nlb_node_ingress: NlbNodeIngress,
     /// `NLBListenerSettings = true` (this CCM's key, the Go CCM skips it):
     /// NLB settings the Go CCM reads but never sends (today the health-check
     /// timeout) are applied. Off (the default): none of them is.
-    pub nlb_listener_settings: bool,
+    pub(crate) nlb_listener_settings: bool,
     pub(crate) service_overrides: Vec<ServiceOverride>,
     /// Values the Go CCM starts with but fails every NLB sync on: each NLB
     /// is kept in upkeep instead (docs/cloud-config.md), Classic ELBs are

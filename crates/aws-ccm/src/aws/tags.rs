@@ -305,8 +305,8 @@ pub(crate) fn at_creation(
 /// What [`follow_annotation`] asks of one resource.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TagWrites {
-    pub add: BTreeMap<String, String>,
-    pub remove: BTreeSet<String>,
+    pub(crate) add: BTreeMap<String, String>,
+    pub(crate) remove: BTreeSet<String>,
 }
 
 impl TagWrites {

@@ -274,7 +274,7 @@ pub(crate) mod fake {
         pub(crate) by_id: Vec<String>,
         pub(crate) by_private_dns: Vec<String>,
         /// Addresses asked by [`Instances::instances_by_private_ip`].
-        pub by_private_ip: Vec<Ipv4Addr>,
+        pub(crate) by_private_ip: Vec<Ipv4Addr>,
         pub(crate) sweeps: u32,
         /// Instance IDs asked for network nodes, one entry per question.
         network_nodes: Vec<String>,

@@ -148,7 +148,7 @@ pub struct Removed {
     pub changed: bool,
     /// The protected load balancer that was kept, when one was: what it is
     /// and how it is marked kept (`NLB a1b2… (tagged …)`).
-    pub kept: Option<String>,
+    pub(crate) kept: Option<String>,
 }
 
 /// Something a sync left undone that only the operator can fix; the rest

@@ -11,7 +11,7 @@ pub const SYNC_FAILED: &str = "SyncLoadBalancerFailed";
 /// One thing to tell the user: an event's reason and its message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Finding {
-    pub reason: &'static str,
+    pub(crate) reason: &'static str,
     pub message: String,
 }
 

@@ -20,12 +20,12 @@ use crate::cloud_config::NlbNodeIngress;
 /// What one NLB's node rules are planned from.
 pub(crate) struct NodeRulePlan {
     /// The rules each backend node group needs.
-    pub rules: NodeRules,
+    rules: NodeRules,
     /// The groups whose group rules this NLB may revoke (see
     /// [`nlb::node_rules::node_group_changes`]).
-    pub revocable: BTreeSet<String>,
+    revocable: BTreeSet<String>,
     /// Rule changes per node group (groups IAM refuses left out).
-    pub changes: Vec<(sg::SecurityGroup, RuleChanges)>,
+    pub(crate) changes: Vec<(sg::SecurityGroup, RuleChanges)>,
 }
 
 /// The groups NLB `at` carries once its plan's changes are applied: the

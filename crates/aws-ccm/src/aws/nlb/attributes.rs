@@ -45,9 +45,9 @@ impl Values {
 /// group of TCP or TLS (see [`default_for`] for UDP and TCP_UDP).
 #[derive(Clone, Copy, Debug)]
 pub struct Attribute {
-    pub key: &'static str,
-    pub values: Values,
-    pub default: &'static str,
+    key: &'static str,
+    values: Values,
+    default: &'static str,
 }
 
 const fn a(key: &'static str, values: Values, default: &'static str) -> Attribute {

@@ -65,7 +65,7 @@ pub(crate) struct Applied {
     /// The ARNs of the listeners the plan created, by port.
     listeners: BTreeMap<i32, String>,
     /// The owned (managed) group's ID, the one the plan created included.
-    pub owned_group: Option<String>,
+    pub(crate) owned_group: Option<String>,
 }
 
 /// Applies a plan in order.

@@ -260,7 +260,7 @@ pub struct Desired {
     pub(crate) tags: BTreeMap<String, String>,
     /// The `additional-resource-tags` pairs applied (the user's part of
     /// `tags`): what [`crate::aws::tags::MANAGED_TAGS_TAG`] records.
-    pub additional_tags: BTreeMap<String, String>,
+    pub(crate) additional_tags: BTreeMap<String, String>,
     pub(crate) listeners: Vec<Listener>,
     pub(crate) target_groups: Vec<TargetGroup>,
     /// Only the keys the Service sets.
@@ -313,7 +313,7 @@ pub struct ActualListener {
     pub(crate) alpn: Option<String>,
     /// Read only when the NLB's tags follow an annotation (see
     /// `load_balancers::sweep`); `None`: not read, left as they are.
-    pub tags: Option<crate::aws::tags::Tags>,
+    pub(crate) tags: Option<crate::aws::tags::Tags>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -24,7 +24,7 @@ pub(crate) struct NodeRules {
     pub(crate) health: BTreeSet<Rule>,
     /// The NLB's security group the node groups admit instead of the CIDR
     /// rules (`NLBNodeIngress = LoadBalancerGroup`).
-    pub from_group: Option<String>,
+    pub(crate) from_group: Option<String>,
 }
 
 impl NodeRules {

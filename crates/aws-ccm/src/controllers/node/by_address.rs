@@ -75,18 +75,18 @@ pub(crate) fn falls_back(lookup: &Lookup) -> bool {
 /// What the proof is judged against.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Rules<'a> {
-    pub cluster_id: &'a str,
+    pub(crate) cluster_id: &'a str,
     /// cloud.conf `VPC`: only instances in it count. `None`: every VPC of
     /// the Region counts, so the same address in two VPCs is ambiguous.
-    pub vpc: Option<&'a str>,
+    pub(crate) vpc: Option<&'a str>,
 }
 
 /// An instance named in a refusal.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Candidate {
-    pub id: String,
-    pub ip: Option<Ipv4Addr>,
-    pub vpc: Option<String>,
+    id: String,
+    ip: Option<Ipv4Addr>,
+    vpc: Option<String>,
 }
 
 impl Candidate {

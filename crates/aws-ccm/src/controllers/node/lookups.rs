@@ -49,8 +49,8 @@ pub(crate) async fn lookup<I: Instances>(cloud: &I, lookup: &Lookup) -> Found {
 /// instance ([`super::by_address`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Search {
-    pub lookup: Lookup,
-    pub addresses: Vec<Ipv4Addr>,
+    lookup: Lookup,
+    pub(crate) addresses: Vec<Ipv4Addr>,
 }
 
 impl Search {
@@ -85,8 +85,8 @@ impl From<&Lookup> for Search {
 /// back, or the node has no address).
 #[derive(Debug)]
 pub(crate) struct Answer {
-    pub found: Found,
-    pub by_address: Option<CloudResult<Vec<Instance>>>,
+    pub(crate) found: Found,
+    pub(crate) by_address: Option<CloudResult<Vec<Instance>>>,
 }
 
 /// One search, straight to the cloud: the lookup, then the addresses when
