@@ -54,7 +54,7 @@ pub(crate) enum NlbSecurityGroupMode {
 /// `NLBNodeIngress` (this CCM's, the Go CCM ignores it): what an NLB's
 /// backend node groups admit. Only `Cidr` is the Go CCM's behaviour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NlbNodeIngress {
+pub(crate) enum NlbNodeIngress {
     /// Per-port client and health rules from CIDRs, and the MTU rule, in
     /// every backend node group, for every NLB (the Go CCM's rules).
     #[default]
@@ -343,7 +343,7 @@ impl CloudConfig {
     }
 
     /// The cluster ID from the file: KubernetesClusterID, else the legacy KubernetesClusterTag.
-    pub fn cluster_id(&self) -> Option<&str> {
+    pub(crate) fn cluster_id(&self) -> Option<&str> {
         self.kubernetes_cluster_id
             .as_deref()
             .or(self.kubernetes_cluster_tag.as_deref())

@@ -121,7 +121,7 @@ pub(crate) fn provider_id_zone(value: &str) -> Option<&str> {
     "node {node} has spec.providerID {value:?}, in zone {zone} of Region {region}, not this CCM's \
      Region {ours}; it is left to the CCM of {region}"
 )]
-pub struct OutsideRegion {
+pub(crate) struct OutsideRegion {
     pub(crate) node: String,
     value: String,
     pub(crate) zone: String,

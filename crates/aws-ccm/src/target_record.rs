@@ -78,7 +78,7 @@ pub(crate) fn configmap_name(lease_name: &str) -> String {
 /// A target group's key in the record: its name and ARN suffix
 /// (`targetgroup/<name>/<id>`), so a group recreated under the same name
 /// has another key. `None` for what is not a target group ARN.
-pub fn key(arn: &str) -> Option<String> {
+pub(crate) fn key(arn: &str) -> Option<String> {
     let mut parts = arn.rsplit('/');
     let id = parts.next()?;
     let name = parts.next()?;

@@ -131,7 +131,7 @@ impl Aws {
     }
 
     /// [`crate::aws::instances::cache::InstanceCache::by_private_ip`] with no deadline of the caller's.
-    pub async fn instances_by_private_ip(
+    pub(crate) async fn instances_by_private_ip(
         &self,
         ip: std::net::Ipv4Addr,
     ) -> Result<Vec<Ec2Instance>, AwsError> {

@@ -139,7 +139,7 @@ fn carries_label(node: &Node) -> bool {
 /// deleted Node to untag. Spelled with a prefix, as a Node may be named
 /// after its instance.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Key {
+pub(crate) enum Key {
     Tag(String),
     Untag(String),
 }

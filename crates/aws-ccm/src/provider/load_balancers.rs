@@ -20,10 +20,10 @@ use std::future::Future;
 
 use crate::provider::CloudResult;
 
-pub use crate::aws::annotations::{
-    Finding, Holds, LoadBalancerKind, LoadBalancerSpec, Reading, SYNC_FAILED, SpecError,
-    TARGET_NODE_LABELS, TYPE, adopt_name, is_external, is_protected, labels_match,
-    parse_key_values,
+pub use crate::aws::annotations::LoadBalancerSpec;
+pub(crate) use crate::aws::annotations::{
+    Reading, SYNC_FAILED, TARGET_NODE_LABELS, TYPE, adopt_name, is_external, is_protected,
+    labels_match, parse_key_values,
 };
 
 /// The resync slot of the Service with UID `uid` that holds `at`: slots
@@ -82,7 +82,7 @@ pub struct EnsureRequest {
 /// new Services (`type: NLB`) only holds a new Service; one that holds
 /// changes (`aws-load-balancer-scheme: internal` alone) holds a new Service
 /// and keeps an existing load balancer in upkeep, as a refused value does.
-pub fn scope(reading: &Reading, has_load_balancer: bool) -> Option<Scope> {
+pub(crate) fn scope(reading: &Reading, has_load_balancer: bool) -> Option<Scope> {
     if !reading.errors.is_empty() || reading.holds_changes() {
         return has_load_balancer.then_some(Scope::Upkeep {
             node_rules: reading.source_ranges_known(),
@@ -154,14 +154,14 @@ pub struct Removed {
 /// Something a sync left undone that only the operator can fix; the rest
 /// of the load balancer was synced. Becomes a Warning event on the Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Warning {
+pub(crate) struct Warning {
     pub(crate) reason: &'static str,
     pub(crate) message: String,
 }
 
 /// One warning per reason: events with the same reason on one object fold
 /// into a series that keeps the first note, so a second note would be lost.
-pub fn merged(warnings: Vec<Warning>) -> Vec<Warning> {
+pub(crate) fn merged(warnings: Vec<Warning>) -> Vec<Warning> {
     let mut out: Vec<Warning> = Vec::new();
     for w in warnings {
         match out.iter_mut().find(|o| o.reason == w.reason) {

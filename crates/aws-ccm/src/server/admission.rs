@@ -82,7 +82,7 @@ pub struct ServiceAdmission {
 }
 
 /// The route, with no authentication in front of it (see the module).
-pub fn router(admission: Arc<ServiceAdmission>) -> Router {
+pub(crate) fn router(admission: Arc<ServiceAdmission>) -> Router {
     Router::new()
         .route(PATH, post(review))
         .with_state(admission)

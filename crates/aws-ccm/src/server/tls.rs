@@ -173,7 +173,7 @@ impl TlsPolicy {
     }
 
     /// The crypto provider with this policy's suites.
-    pub fn provider(&self) -> CryptoProvider {
+    pub(crate) fn provider(&self) -> CryptoProvider {
         let mut provider = aws_lc_rs::default_provider();
         if let Some(tls12) = &self.tls12_suites {
             provider.cipher_suites.retain(|s| s.tls13().is_some());

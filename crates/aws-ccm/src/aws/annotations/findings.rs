@@ -18,7 +18,7 @@ pub struct Finding {
 impl Reading {
     /// The values taken as the Go CCM takes them, one finding each, those
     /// that hold something first; `exists`: the Service has a load balancer.
-    pub fn note_findings(&self, exists: bool) -> Vec<Finding> {
+    pub(crate) fn note_findings(&self, exists: bool) -> Vec<Finding> {
         let mut notes: Vec<&SpecNote> = self.notes.iter().collect();
         notes.sort_by_key(|n| n.holds == Holds::Nothing);
         notes
@@ -32,7 +32,7 @@ impl Reading {
 
     /// The refused values, joined: the message of the one
     /// [`SYNC_FAILED`] Warning a sync gives them; `None` when none is.
-    pub fn refusal(&self, exists: bool) -> Option<String> {
+    pub(crate) fn refusal(&self, exists: bool) -> Option<String> {
         if self.errors.is_empty() {
             return None;
         }

@@ -44,7 +44,7 @@ macro_rules! key {
     };
 }
 
-pub const TYPE: &str = key!("type");
+pub(crate) const TYPE: &str = key!("type");
 pub(crate) const INTERNAL: &str = key!("internal");
 pub(crate) const PROXY_PROTOCOL: &str = key!("proxy-protocol");
 pub(crate) const ACCESS_LOG_EMIT_INTERVAL: &str = key!("access-log-emit-interval");
@@ -72,7 +72,7 @@ pub(crate) const HC_INTERVAL: &str = key!("healthcheck-interval");
 pub(crate) const EIP_ALLOCATIONS: &str = key!("eip-allocations");
 pub(crate) const PRIVATE_IPV4: &str = key!("private-ipv4-addresses");
 pub(crate) const TARGET_GROUP_ATTRIBUTES: &str = key!("target-group-attributes");
-pub const TARGET_NODE_LABELS: &str = key!("target-node-labels");
+pub(crate) const TARGET_NODE_LABELS: &str = key!("target-node-labels");
 pub(crate) const SUBNETS: &str = key!("subnets");
 pub(crate) const IP_ADDRESS_TYPE: &str = key!("ip-address-type");
 pub(crate) const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer-source-ranges";
@@ -130,7 +130,7 @@ pub struct SpecError {
 /// (the AWS Load Balancer Controller), as the Go CCM's `isLBExternal` reads
 /// it: exactly `external` or `nlb-ip`. Such a Service is not this CCM's: no
 /// AWS call is made for it, on deletion neither.
-pub fn is_external(svc: &k8s_openapi::api::core::v1::Service) -> bool {
+pub(crate) fn is_external(svc: &k8s_openapi::api::core::v1::Service) -> bool {
     svc.metadata
         .annotations
         .as_ref()
@@ -144,7 +144,7 @@ pub fn is_external(svc: &k8s_openapi::api::core::v1::Service) -> bool {
 /// the one its status names ([`held_name`]: what it adopted, kept when the
 /// annotation is removed or names another), else the one its
 /// `aws-load-balancer-name` names (adopted before its status was written).
-pub fn adopt_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<String> {
+pub(crate) fn adopt_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<String> {
     held_name(svc).or_else(|| {
         (svc.metadata.annotations.as_ref())
             .and_then(|a| a.get(NAME))
@@ -158,7 +158,7 @@ pub fn adopt_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<String> {
 /// label after an optional `internal-`) and not the Service's own: the load
 /// balancer it adopted. A local read: no AWS call for a Service whose
 /// status names its own load balancer, or none.
-pub fn held_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<String> {
+pub(crate) fn held_name(svc: &k8s_openapi::api::core::v1::Service) -> Option<String> {
     let own = crate::aws::elb::load_balancer_name(svc.metadata.uid.as_deref()?);
     let ingress = svc
         .status
@@ -190,7 +190,7 @@ pub(crate) fn name_in_hostname(hostname: &str) -> Option<String> {
 /// `aws-load-balancer-attributes` holds `deletion_protection.enabled=true`
 /// (read as [`LoadBalancerSpec::deletion_protection`] reads it). Its
 /// deletion then keeps the load balancer (docs/ownership.md).
-pub fn is_protected(svc: &k8s_openapi::api::core::v1::Service) -> bool {
+pub(crate) fn is_protected(svc: &k8s_openapi::api::core::v1::Service) -> bool {
     svc.metadata
         .annotations
         .as_ref()
@@ -226,7 +226,7 @@ pub(crate) struct SpecNote {
 /// What a noted value stops, when the Go CCM's reading is almost surely not
 /// what the user meant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Holds {
+pub(crate) enum Holds {
     /// Nothing: the sync goes on as the Go CCM reads the Service.
     Nothing,
     /// A Service without a load balancer yet gets none; an existing one is
@@ -293,7 +293,7 @@ fn err(field: &str, value: &str, allowed: impl Into<String>) -> SpecError {
 
 /// Which load balancer the Service asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LoadBalancerKind {
+pub(crate) enum LoadBalancerKind {
     #[default]
     Classic,
     Network,
@@ -448,7 +448,7 @@ pub(crate) fn split_list(v: &str) -> Vec<String> {
 }
 
 /// `k1=v1,k2=,k3` as upstream reads it.
-pub fn parse_key_values(v: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse_key_values(v: &str) -> BTreeMap<String, String> {
     v.trim()
         .split(',')
         .filter_map(|item| {
@@ -467,7 +467,10 @@ pub fn parse_key_values(v: &str) -> BTreeMap<String, String> {
 /// pair must hold; a pair with an empty value (`key` or `key=`) asks only
 /// that the label exists, with any value; a pair with a value asks for that
 /// exact value. No pairs: every node matches.
-pub fn labels_match(labels: &BTreeMap<String, String>, targets: &BTreeMap<String, String>) -> bool {
+pub(crate) fn labels_match(
+    labels: &BTreeMap<String, String>,
+    targets: &BTreeMap<String, String>,
+) -> bool {
     targets.iter().all(|(key, want)| {
         labels
             .get(key)

@@ -424,7 +424,7 @@ impl AwsError {
     /// EC2 refused a rule past the security group's rules limit
     /// (`RulesPerSecurityGroupLimitExceeded`: 60 inbound rules by default,
     /// each CIDR or source group of a permission counting as one).
-    pub fn is_rule_limit(&self) -> bool {
+    pub(crate) fn is_rule_limit(&self) -> bool {
         self.code() == Some("RulesPerSecurityGroupLimitExceeded")
     }
 

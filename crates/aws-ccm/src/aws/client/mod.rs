@@ -351,12 +351,12 @@ impl AwsClient {
     }
 
     /// The cluster ID this client was built for.
-    pub fn cluster_id(&self) -> &str {
+    pub(crate) fn cluster_id(&self) -> &str {
         &self.core.cluster_id
     }
 
     /// The options in force (after validation).
-    pub fn options(&self) -> &ClientOptions {
+    pub(crate) fn options(&self) -> &ClientOptions {
         &self.core.options
     }
 
@@ -415,7 +415,11 @@ impl AwsClient {
     }
 
     /// Calls IAM (`aws-ccm doctor` only); see [`AwsClient::call_with`].
-    pub async fn iam<F: SdkCall<Iam>>(&self, op: Operation, f: F) -> Result<F::Ok, AwsError> {
+    pub(crate) async fn iam<F: SdkCall<Iam>>(
+        &self,
+        op: Operation,
+        f: F,
+    ) -> Result<F::Ok, AwsError> {
         self.call_with(op, CallOptions::default(), f).await
     }
 

@@ -111,7 +111,7 @@ pub enum GroupRef {
 
 impl GroupRef {
     /// References to the known groups `ids`, in order.
-    pub fn ids(ids: &[String]) -> Vec<GroupRef> {
+    pub(crate) fn ids(ids: &[String]) -> Vec<GroupRef> {
         ids.iter().cloned().map(GroupRef::Id).collect()
     }
 

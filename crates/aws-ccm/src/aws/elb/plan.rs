@@ -599,7 +599,11 @@ pub(crate) fn plan_delete(actual: &Actual, cluster_id: &str, service_key: &str) 
 /// deregistered for the same reason; the load balancer, its listeners and
 /// its own group stay, and it is tagged [`tags::KEPT_TAG`] with the Service
 /// it was kept from.
-pub fn plan_keep(actual: &Actual, cluster_id: &str, service_key: &str) -> Option<Vec<Change>> {
+pub(crate) fn plan_keep(
+    actual: &Actual,
+    cluster_id: &str,
+    service_key: &str,
+) -> Option<Vec<Change>> {
     let lb = actual.lb.as_ref()?;
     ownership::prove(
         Made::LoadBalancer,

@@ -35,7 +35,7 @@ pub(crate) fn by_private_dns_filters(names: Vec<String>) -> Vec<Filter> {
 /// address (`private-ip-address`). Not
 /// `network-interface.addresses.private-ip-address`: that one also matches
 /// secondary addresses, which with the VPC CNI are other instances' pods.
-pub fn by_private_ip_filters(ips: &[Ipv4Addr]) -> Vec<Filter> {
+pub(crate) fn by_private_ip_filters(ips: &[Ipv4Addr]) -> Vec<Filter> {
     vec![
         filter("private-ip-address", ips.iter().map(Ipv4Addr::to_string)),
         filter("instance-state-name", ALIVE_STATES),
@@ -46,7 +46,7 @@ pub fn by_private_ip_filters(ips: &[Ipv4Addr]) -> Vec<Filter> {
 /// instance whose primary private address it is. What EC2's filters should
 /// have left out (another address, a terminated instance) is left out here
 /// again, so a stand-in that ignored a filter cannot make a node's proof.
-pub fn group_by_private_ip(
+pub(crate) fn group_by_private_ip(
     asked: &[Ipv4Addr],
     found: Vec<Ec2Instance>,
 ) -> HashMap<Ipv4Addr, Vec<Ec2Instance>> {

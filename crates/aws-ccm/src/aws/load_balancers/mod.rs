@@ -14,9 +14,8 @@ use crate::aws::security_groups::{self as sg, Rule};
 use crate::aws::{Aws, subnets, tags};
 use crate::cloud_config::CloudConfig;
 use crate::provider::CloudError;
-pub use crate::provider::load_balancers::{
-    EnsureRequest, Ensured, LoadBalancers, Removed, Scope, Warning, merged,
-};
+pub use crate::provider::load_balancers::{EnsureRequest, LoadBalancers};
+pub(crate) use crate::provider::load_balancers::{Ensured, Removed, Scope, Warning, merged};
 
 pub(crate) mod adopt;
 mod applying;
@@ -30,7 +29,6 @@ mod planned;
 mod refusals;
 mod removing;
 mod shared_group;
-pub use shared_group::SHARED_GROUP_NOT_OURS;
 pub(crate) mod sweep;
 mod sweep_tags;
 pub(crate) mod targets;
@@ -40,11 +38,11 @@ pub(crate) use planned::{ClbPlan, NlbPlan, Planned};
 
 /// Event reason: a node security group had no room for the rule admitting
 /// an NLB's security group (it keeps the CIDR rules).
-pub const NODE_GROUP_RULE_LIMIT: &str = "NodeSecurityGroupRuleLimit";
+pub(crate) const NODE_GROUP_RULE_LIMIT: &str = "NodeSecurityGroupRuleLimit";
 
 /// Event reason: AWS refused an NLB's `SetSecurityGroups` (it keeps the
 /// groups it has, and its node rules follow those).
-pub const NLB_SECURITY_GROUPS_REFUSED: &str = "SecurityGroupsRefused";
+pub(crate) const NLB_SECURITY_GROUPS_REFUSED: &str = "SecurityGroupsRefused";
 
 /// Classic ELBs and NLBs through the one door. What they know of AWS
 /// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of
@@ -114,7 +112,7 @@ impl AwsLoadBalancers {
 
     /// The target record these load balancers keep (which the leader
     /// starts).
-    pub fn target_record(&self) -> &crate::target_record::TargetRecord {
+    pub(crate) fn target_record(&self) -> &crate::target_record::TargetRecord {
         self.memory().target_record()
     }
 

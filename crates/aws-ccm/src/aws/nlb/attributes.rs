@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The values an attribute takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Values {
+pub(crate) enum Values {
     /// `true` or `false`.
     Switch,
     /// A whole number in the range.
@@ -44,7 +44,7 @@ impl Values {
 /// One attribute: its key, values and AWS's default for an instance target
 /// group of TCP or TLS (see [`default_for`] for UDP and TCP_UDP).
 #[derive(Clone, Copy, Debug)]
-pub struct Attribute {
+pub(crate) struct Attribute {
     key: &'static str,
     values: Values,
     default: &'static str,
@@ -59,15 +59,15 @@ const fn a(key: &'static str, values: Values, default: &'static str) -> Attribut
 }
 
 /// The two keys the Go CCM takes (it refuses every other).
-pub const PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
-pub const PROXY_PROTOCOL_V2: &str = "proxy_protocol_v2.enabled";
+pub(crate) const PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
+pub(crate) const PROXY_PROTOCOL_V2: &str = "proxy_protocol_v2.enabled";
 const TERMINATE_ON_DEREGISTRATION: &str = "deregistration_delay.connection_termination.enabled";
 pub(crate) const TERMINATE_UNHEALTHY: &str =
     "target_health_state.unhealthy.connection_termination.enabled";
 const UNHEALTHY_DRAINING: &str = "target_health_state.unhealthy.draining_interval_seconds";
 
 /// Every attribute AWS documents for an NLB's target groups.
-pub const ATTRIBUTES: &[Attribute] = &[
+pub(crate) const ATTRIBUTES: &[Attribute] = &[
     a(
         "deregistration_delay.timeout_seconds",
         Values::Range(0, 3600),
@@ -117,7 +117,7 @@ fn attribute(key: &str) -> Option<&'static Attribute> {
 }
 
 /// Why AWS would refuse `key=value` on an NLB target group, if it would.
-pub fn refusal(key: &str, value: &str) -> Option<String> {
+pub(crate) fn refusal(key: &str, value: &str) -> Option<String> {
     let Some(attr) = attribute(key) else {
         let keys: Vec<&str> = ATTRIBUTES.iter().map(|a| a.key).collect();
         return Some(format!(
@@ -132,7 +132,7 @@ pub fn refusal(key: &str, value: &str) -> Option<String> {
 /// Why AWS would refuse the set as a whole, if it would: the unhealthy
 /// draining interval is set only where unhealthy targets' connections are
 /// not terminated.
-pub fn set_refusal(set: &BTreeMap<String, String>) -> Option<String> {
+pub(crate) fn set_refusal(set: &BTreeMap<String, String>) -> Option<String> {
     let draining = set.get(UNHEALTHY_DRAINING)?;
     (draining != "0" && set.get(TERMINATE_UNHEALTHY).map(String::as_str) != Some("false")).then(
         || {
@@ -158,7 +158,7 @@ fn default_for(attr: &Attribute, protocol: &str) -> &'static str {
 
 /// The keys `recorded` as applied by this CCM that `want` no longer names,
 /// each with AWS's default for a target group of `protocol`.
-pub fn defaults_of_dropped(
+pub(crate) fn defaults_of_dropped(
     recorded: &BTreeSet<String>,
     want: &BTreeMap<String, String>,
     protocol: &str,

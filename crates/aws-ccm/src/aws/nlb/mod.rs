@@ -24,7 +24,7 @@ pub(crate) const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
 /// admits everything from an NLB's security group (`NLBNodeIngress =
 /// LoadBalancerGroup`). It names no NLB: NLBs that share a group share the
 /// rule.
-pub const GROUP_RULE: &str = "aws-ccm/rule/nlb/from-group";
+pub(crate) const GROUP_RULE: &str = "aws-ccm/rule/nlb/from-group";
 
 pub(crate) const ATTR_CROSS_ZONE: &str = "load_balancing.cross_zone.enabled";
 pub(crate) const ATTR_ACCESS_LOGS: &str = "access_logs.s3.enabled";
@@ -172,7 +172,7 @@ pub(crate) fn default_health_timeout(protocol: &str) -> i32 {
 /// the Service asks for (`None`: none, so one this CCM applied returns to
 /// AWS's default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HealthTimeout {
+pub(crate) struct HealthTimeout {
     want: Option<i32>,
 }
 
@@ -192,7 +192,7 @@ pub(crate) const ALPN_NONE: &str = "None";
 /// Service asks for on its TLS listeners (`None`: none, or one AWS would
 /// refuse; a policy this CCM applied then returns to AWS's `None`).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Alpn {
+pub(crate) struct Alpn {
     pub(crate) want: Option<String>,
 }
 
@@ -210,7 +210,7 @@ pub(crate) const LISTENER_IDLE_TIMEOUTS: std::ops::RangeInclusive<u32> = 60..=60
 /// `desired::listener_attribute_settings`; a listener absent here whose
 /// attributes this CCM applied returns to AWS's defaults).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ListenerAttributes {
+pub(crate) struct ListenerAttributes {
     pub(crate) want: BTreeMap<i32, BTreeMap<String, String>>,
     /// Listeners whose annotation AWS would refuse (a Warning says so):
     /// their attributes and their record are left as they are.
@@ -296,13 +296,13 @@ pub struct Desired {
 
 impl Desired {
     /// The tags of a resource the plan creates for it.
-    pub fn create_tags(&self) -> BTreeMap<String, String> {
+    pub(crate) fn create_tags(&self) -> BTreeMap<String, String> {
         crate::aws::tags::at_creation(&self.tags, &self.additional_tags)
     }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ActualListener {
+pub(crate) struct ActualListener {
     pub(crate) arn: String,
     pub(crate) port: i32,
     pub(crate) protocol: String,
@@ -443,7 +443,7 @@ pub enum Change {
     },
 }
 
-pub mod attributes;
+pub(crate) mod attributes;
 pub(crate) mod desired;
 pub(crate) mod io;
 pub(crate) mod node_rules;

@@ -92,13 +92,13 @@ impl RuleChanges {
     /// either direction), so that the nodes are never without access.
     /// Otherwise removing first makes room at the group's rule limit, as
     /// the Go CCM orders it.
-    pub fn adds_first(&self) -> bool {
+    pub(crate) fn adds_first(&self) -> bool {
         let from_group = |r: &Rule| matches!(r.source, Source::Group(_));
         self.authorize.keys().any(from_group) || self.revoke.iter().any(from_group)
     }
 
     /// Whether these changes add a rule admitting a group.
-    pub fn adds_group_rule(&self) -> bool {
+    pub(crate) fn adds_group_rule(&self) -> bool {
         (self.authorize.keys()).any(|r| matches!(r.source, Source::Group(_)))
     }
 }

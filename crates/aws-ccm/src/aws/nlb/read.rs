@@ -139,7 +139,7 @@ pub(crate) async fn read_listeners(
 }
 
 /// The listeners' tags (one read per 20 listeners).
-pub async fn read_listener_tags(
+pub(crate) async fn read_listener_tags(
     aws: &AwsClient,
     listeners: &mut [ActualListener],
 ) -> Result<(), AwsError> {

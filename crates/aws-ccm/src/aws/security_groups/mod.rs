@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipnet::Ipv4Net;
 
 pub(crate) mod io;
-pub mod plan;
+pub(crate) mod plan;
 pub(crate) mod view;
 
 /// Where an ingress rule lets traffic in from.

@@ -22,7 +22,7 @@ use serde::Serialize;
 use super::Context;
 
 pub(crate) mod cloud;
-pub mod iam;
+pub(crate) mod iam;
 pub(crate) mod identity;
 pub(crate) mod kube;
 pub(crate) mod simulation;
