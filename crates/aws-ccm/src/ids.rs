@@ -100,7 +100,7 @@ pub fn parse_provider_id(value: &str) -> Result<String, ProviderIdError> {
 }
 
 /// The zone a provider ID names, if any (see the module's note on forms).
-pub(crate) fn provider_id_zone(value: &str) -> Option<&str> {
+fn provider_id_zone(value: &str) -> Option<&str> {
     let (authority, path) = match value.strip_prefix("aws://") {
         Some(rest) => rest.split_at(rest.find('/').unwrap_or(rest.len())),
         None => ("", value),

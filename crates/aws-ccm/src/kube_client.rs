@@ -133,7 +133,7 @@ static REST_METRICS: LazyLock<RestMetrics> = LazyLock::new(|| RestMetrics {
 
 /// Records [`RestMetrics`] for each request to the API server at `host`.
 #[derive(Clone)]
-pub(crate) struct RestMetricsService<S> {
+struct RestMetricsService<S> {
     inner: S,
     host: String,
 }
@@ -176,7 +176,7 @@ where
 
 /// A tower layer that waits for a token before each request: `qps` per
 /// second on average, bursts up to `burst`.
-pub(crate) fn qps_layer<S>(qps: f32, burst: u32) -> LayerFn<impl Fn(S) -> QpsService<S>> {
+fn qps_layer<S>(qps: f32, burst: u32) -> LayerFn<impl Fn(S) -> QpsService<S>> {
     let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
     // governor expresses rates as a replenish interval per token.
     let per_token = std::time::Duration::from_secs_f64(1.0 / f64::from(qps.max(0.001)));
@@ -194,7 +194,7 @@ pub(crate) fn qps_layer<S>(qps: f32, burst: u32) -> LayerFn<impl Fn(S) -> QpsSer
 
 type Wait = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-pub(crate) struct QpsService<S> {
+struct QpsService<S> {
     inner: S,
     limiter: Arc<DefaultDirectRateLimiter>,
     waiting: Option<Wait>,

@@ -65,7 +65,7 @@ const TRANSPORT_CAP: LevelFilter = LevelFilter::INFO;
 /// The filter `--v` stands for: 0-1 info, 2-3 info plus this crate's debug,
 /// 4-5 debug (the SDK's orchestrator and the HTTP stack at info: they
 /// would drown the rest), 6 and above trace (the cap still applies on top).
-pub(crate) fn verbosity_filter(verbosity: u8) -> &'static str {
+fn verbosity_filter(verbosity: u8) -> &'static str {
     match verbosity {
         0..=1 => "info",
         2..=3 => "info,aws_ccm=debug",
@@ -76,7 +76,7 @@ pub(crate) fn verbosity_filter(verbosity: u8) -> &'static str {
 
 /// The cap on the SDK and HTTP/TLS crates; everything else passes (the
 /// `--v`/`RUST_LOG` filter decides about it).
-pub(crate) fn secret_cap() -> Targets {
+fn secret_cap() -> Targets {
     Targets::new()
         .with_default(LevelFilter::TRACE)
         .with_targets(SDK_TARGETS.iter().map(|t| (*t, SDK_CAP)))

@@ -46,11 +46,11 @@ use tokio::sync::{Notify, watch};
 use crate::backoff::Backoff;
 
 /// The annotation holding the stamp: `<Lease UID>/<leaseTransitions>`.
-pub(crate) const STAMP_ANNOTATION: &str = "aws-ccm.k8s.io/target-record-stamp";
+const STAMP_ANNOTATION: &str = "aws-ccm.k8s.io/target-record-stamp";
 
 /// At most this many entries (about 70 bytes each, well inside the 1 MiB
 /// a ConfigMap may hold); groups past it are simply not recorded.
-pub(crate) const MAX_ENTRIES: usize = 10_000;
+const MAX_ENTRIES: usize = 10_000;
 
 /// How long a target change waits for its entry's removal to be confirmed.
 const CONFIRM_WITHIN: Duration = Duration::from_secs(30);

@@ -109,7 +109,7 @@ pub(crate) struct ClusterIdentity {
 /// `KubernetesCluster=<id>` tag, when present, gives the ID and turns on
 /// the legacy tag; `kubernetes.io/cluster/<id>` otherwise. Two different
 /// IDs, or two `kubernetes.io/cluster/` tags, are an error naming both.
-pub(crate) fn cluster_id_from_tags<'a>(
+fn cluster_id_from_tags<'a>(
     tags: impl Iterator<Item = (&'a str, &'a str)>,
 ) -> Result<Option<ClusterIdentity>, String> {
     let mut legacy: Option<&str> = None;

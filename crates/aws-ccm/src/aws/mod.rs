@@ -5,7 +5,7 @@
 pub mod annotations;
 pub(crate) mod applied;
 pub mod client;
-pub(crate) mod cloud;
+mod cloud;
 pub(crate) mod cluster_id;
 pub mod elb;
 pub mod instances;

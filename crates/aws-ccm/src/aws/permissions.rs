@@ -32,15 +32,15 @@ use super::tags::{CLUSTER_TAG_PREFIX, LEGACY_CLUSTER_TAG, cluster_tag_key};
 /// (IAM action names, DryRun requests, the operator's message) is here.
 pub(crate) use crate::provider::permissions::{Action, Denial, Probe, Tagging, Verdict};
 
-pub(crate) mod gaps;
-pub(crate) mod self_check;
+mod gaps;
+mod self_check;
 
 /// How long a verdict is trusted before the next write asks again.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(300);
 
 /// The key the CreateTags probe uses: one no policy statement singles out
 /// (the policy only forbids the cluster tags themselves).
-pub(crate) const PROBE_TAG_KEY: &str = "aws-ccm/permission-check";
+const PROBE_TAG_KEY: &str = "aws-ccm/permission-check";
 
 impl Action {
     /// The IAM action, as a policy names it.
@@ -216,7 +216,7 @@ const PARTITIONS: &[(&str, &str)] = &[
 ];
 
 /// The AWS partition of a region (`aws`, `aws-cn`, `aws-us-gov`, ...).
-pub(crate) fn partition(region: &str) -> &'static str {
+fn partition(region: &str) -> &'static str {
     (PARTITIONS.iter())
         .find(|(prefix, _)| region.starts_with(prefix))
         .map_or("aws", |(_, partition)| partition)

@@ -31,7 +31,7 @@ pub(crate) struct Subnet {
 /// outside the VPC and never asks the metadata service), else the subnet
 /// of the instance this CCM runs on, read once from the instance metadata
 /// service. `None` when neither is known.
-pub(crate) async fn own_subnet(cloud: &crate::cloud_config::CloudConfig) -> Option<String> {
+async fn own_subnet(cloud: &crate::cloud_config::CloudConfig) -> Option<String> {
     static FROM_METADATA: tokio::sync::OnceCell<Option<String>> =
         tokio::sync::OnceCell::const_new();
     let outside = cloud.vpc.is_some()
@@ -53,7 +53,7 @@ pub(crate) async fn own_subnet(cloud: &crate::cloud_config::CloudConfig) -> Opti
 
 /// Whether [`discover`] over `subnets` needs [`own_subnet`]: no subnet is
 /// this cluster's or of no cluster.
-pub(crate) fn needs_own_subnet(subnets: &[Subnet], cluster_id: &str) -> bool {
+fn needs_own_subnet(subnets: &[Subnet], cluster_id: &str) -> bool {
     !subnets.iter().any(|s| is_candidate(s, cluster_id))
 }
 
@@ -79,7 +79,7 @@ pub(crate) async fn discover_with_fallback(
 
 /// A route table reduced to what discovery needs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RouteTable {
+struct RouteTable {
     subnet_ids: BTreeSet<String>,
     main: bool,
     has_internet_gateway: bool,
@@ -87,7 +87,7 @@ pub(crate) struct RouteTable {
 
 /// Whether `subnet_id` routes to an internet gateway (`igw-*`), through its own
 /// route table or, without one, the VPC's main table.
-pub(crate) fn is_public(tables: &[RouteTable], subnet_id: &str) -> bool {
+fn is_public(tables: &[RouteTable], subnet_id: &str) -> bool {
     tables
         .iter()
         .find(|t| t.subnet_ids.contains(subnet_id))
@@ -124,7 +124,7 @@ fn is_candidate(subnet: &Subnet, cluster_id: &str) -> bool {
 /// goes through the same public and zone filters; candidates that exist
 /// but do not fit (private subnets for an internet-facing load balancer,
 /// Local Zones) are not a reason to fall back.
-pub(crate) fn discover(
+fn discover(
     subnets: &[Subnet],
     internal: bool,
     cluster_id: &str,
@@ -308,10 +308,7 @@ impl SubnetCache {
 }
 
 /// IPv4 CIDR blocks of the given subnets (one read).
-pub(crate) async fn cidrs(
-    aws: &AwsClient,
-    ids: &[String],
-) -> Result<Vec<ipnet::Ipv4Net>, AwsError> {
+async fn cidrs(aws: &AwsClient, ids: &[String]) -> Result<Vec<ipnet::Ipv4Net>, AwsError> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }

@@ -72,7 +72,7 @@ pub(crate) const LISTENER_SETTING_RECORDS: [&str; 2] = [ALPN_POLICY_TAG, LISTENE
 /// Longest tag value AWS takes.
 pub(crate) const MAX_TAG_VALUE: usize = 256;
 /// Longest tag key AWS takes.
-pub(crate) const MAX_TAG_KEY: usize = 128;
+const MAX_TAG_KEY: usize = 128;
 /// Most tags a classic ELB, an NLB or a target group takes.
 pub(crate) const MAX_LB_TAGS: usize = 50;
 
@@ -182,7 +182,7 @@ pub(crate) fn is_controller_tag(key: &str) -> bool {
 }
 
 /// The keys [`MANAGED_TAGS_TAG`] on `tags` records (none without it).
-pub(crate) fn managed_keys(tags: &BTreeMap<String, String>) -> BTreeSet<String> {
+fn managed_keys(tags: &BTreeMap<String, String>) -> BTreeSet<String> {
     recorded_keys(tags, MANAGED_TAGS_TAG)
 }
 

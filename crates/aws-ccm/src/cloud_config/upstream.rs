@@ -16,7 +16,7 @@ use super::GLOBAL_KEYS;
 
 /// What a CCM does with a cloud.conf value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Takes {
+enum Takes {
     /// Starts and uses it.
     Uses,
     /// Starts as if it were not set.
@@ -84,7 +84,7 @@ const SHARED: &str =
     "each load balancer probed through the shared port kept in upkeep, a warning at start-up";
 
 /// Every value class compared, in the order of the keys.
-pub(crate) const CLASSES: &[Class] = &[
+const CLASSES: &[Class] = &[
     c("Zone", "documented", "us-east-1a", Uses),
     c("Zone", "local zone", "us-west-2-lax-1a", Uses),
     c("Zone", "no region in it", "useast1a", FailsAtStart),
@@ -137,7 +137,7 @@ pub(crate) const CLASSES: &[Class] = &[
 
 /// Every `[Global]` key has classes (the upstream names' test checks the
 /// key list itself).
-pub(crate) fn keys_without_classes() -> Vec<&'static str> {
+fn keys_without_classes() -> Vec<&'static str> {
     GLOBAL_KEYS
         .iter()
         .copied()
@@ -145,11 +145,11 @@ pub(crate) fn keys_without_classes() -> Vec<&'static str> {
         .collect()
 }
 
-pub(crate) const DOC_BEGIN: &str = "<!-- cloud-conf-values:begin -->";
-pub(crate) const DOC_END: &str = "<!-- cloud-conf-values:end -->";
+const DOC_BEGIN: &str = "<!-- cloud-conf-values:begin -->";
+const DOC_END: &str = "<!-- cloud-conf-values:end -->";
 
 /// docs/cloud-config.md's "Value classes" table, from [`CLASSES`].
-pub(crate) fn doc_section() -> String {
+fn doc_section() -> String {
     let mut out = String::from(DOC_BEGIN);
     out.push_str(
         "\n\n| key | value class | example | Go CCM | here |\n| --- | --- | --- | --- | --- |\n",

@@ -32,9 +32,9 @@ use kube::api::{Api, PostParams};
 use tokio::sync::mpsc;
 
 /// Most distinct events remembered for folding (client-go: 4,096).
-pub(crate) const MAX_SEEN: usize = 4096;
+const MAX_SEEN: usize = 4096;
 /// A repeat within this long of the last one joins its series (kube: 6 min).
-pub(crate) const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// Most events waiting to be written (client-go's `maxQueuedEvents`).
 pub const MAX_QUEUED: usize = 1000;
 

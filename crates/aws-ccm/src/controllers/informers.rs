@@ -44,7 +44,7 @@ const KEPT_NODE_ANNOTATIONS: [&str; 1] = [node::plan::PROVIDED_NODE_IP_ANNOTATIO
 /// At 5,000 nodes the cache is most of the CCM's memory. Every Node write
 /// is a merge or strategic patch of named fields, so nothing dropped here
 /// is ever written back.
-pub(crate) fn slim_node(node: &mut Node) {
+fn slim_node(node: &mut Node) {
     node.metadata.managed_fields = None;
     if let Some(mut annotations) = node.metadata.annotations.take() {
         annotations.retain(|k, _| KEPT_NODE_ANNOTATIONS.contains(&k.as_str()));
@@ -56,7 +56,7 @@ pub(crate) fn slim_node(node: &mut Node) {
 }
 
 /// The same for a Service: `managedFields` and kubectl's last-applied copy.
-pub(crate) fn slim_service(svc: &mut Service) {
+fn slim_service(svc: &mut Service) {
     svc.metadata.managed_fields = None;
     if let Some(annotations) = svc.metadata.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);

@@ -17,9 +17,9 @@ pub mod node_ipam;
 pub(crate) mod node_lifecycle;
 pub(crate) mod permission_check;
 pub(crate) mod route;
-pub(crate) mod schedule;
+mod schedule;
 pub mod service;
-pub(crate) mod service_metrics;
+mod service_metrics;
 pub mod tagging;
 
 use std::sync::Arc;
@@ -77,7 +77,7 @@ pub struct ControllerContext<C: Cloud = Aws> {
 
 /// Every object write of the controllers but the Event creates: a JSON
 /// merge patch of `name`, with no field manager.
-pub(crate) async fn merge_patch<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
+async fn merge_patch<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {
@@ -86,7 +86,7 @@ where
 }
 
 /// The same of `name`'s status subresource.
-pub(crate) async fn merge_patch_status<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
+async fn merge_patch_status<K>(api: &Api<K>, name: &str, patch: Value) -> kube::Result<K>
 where
     K: Clone + DeserializeOwned + std::fmt::Debug,
 {

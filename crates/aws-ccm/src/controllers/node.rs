@@ -75,12 +75,12 @@ const GATHER: Duration = Duration::from_millis(300);
 /// Attempts of the guarded spec patch when other writers keep winning.
 const CONFLICT_ATTEMPTS: usize = 8;
 
-pub(crate) const EVENT_SYNCED: &str = "Synced";
-pub(crate) const EVENT_INVALID_PROVIDER_ID: &str = "InvalidProviderID";
-pub(crate) const EVENT_INSTANCE_NOT_FOUND: &str = "InstanceNotFound";
-pub(crate) const EVENT_LOOKUP_FAILED: &str = "InstanceLookupFailed";
-pub(crate) const EVENT_INIT_FAILED: &str = "NodeInitializationFailed";
-pub(crate) const EVENT_LABEL_CONFLICT: &str = "LabelConflict";
+const EVENT_SYNCED: &str = "Synced";
+const EVENT_INVALID_PROVIDER_ID: &str = "InvalidProviderID";
+const EVENT_INSTANCE_NOT_FOUND: &str = "InstanceNotFound";
+const EVENT_LOOKUP_FAILED: &str = "InstanceLookupFailed";
+const EVENT_INIT_FAILED: &str = "NodeInitializationFailed";
+const EVENT_LABEL_CONFLICT: &str = "LabelConflict";
 
 struct Metrics {
     taint_removal_delay: Histogram,
@@ -122,7 +122,7 @@ pub(crate) fn seconds_since(millis: i64) -> f64 {
 
 /// Why a reconcile did not finish; the node is retried with backoff.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum NodeError {
+enum NodeError {
     #[error(transparent)]
     Identity(#[from] IdentityError),
     #[error("no EC2 instance found for node {node} by {lookup}")]
@@ -144,7 +144,7 @@ pub(crate) enum NodeError {
 }
 
 /// State shared by the reconciles and the status refresher.
-pub(crate) struct Shared<I: Instances> {
+struct Shared<I: Instances> {
     kube: kube::Client,
     cloud: I,
     events: Events,

@@ -19,7 +19,7 @@
 //! A full range is a `CIDRNotAvailable` Warning event on the node (once per
 //! node until it gets a CIDR) and the `node_ipam_cidrs_free` gauge at 0.
 
-pub(crate) mod allocator;
+mod allocator;
 pub mod guard;
 
 use std::collections::{HashMap, HashSet};
@@ -60,8 +60,8 @@ const PATCH_ATTEMPTS: u32 = 4;
 /// blip of the API server and a failing one is not hammered.
 const RETRY: Backoff = Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
 
-pub(crate) const EVENT_CIDR_NOT_AVAILABLE: &str = "CIDRNotAvailable";
-pub(crate) const EVENT_CIDR_ASSIGNMENT_FAILED: &str = "CIDRAssignmentFailed";
+const EVENT_CIDR_NOT_AVAILABLE: &str = "CIDRNotAvailable";
+const EVENT_CIDR_ASSIGNMENT_FAILED: &str = "CIDRAssignmentFailed";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 #[allow(non_snake_case)]

@@ -58,9 +58,9 @@ use crate::provider::Cloud;
 use crate::provider::instances::{InstanceState, Instances};
 
 pub(crate) const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
-pub(crate) const EVENT_DELETING_NODE: &str = "DeletingNode";
-pub(crate) const EVENT_DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
-pub(crate) const EVENT_KEEPING_NODE: &str = "KeepingNode";
+const EVENT_DELETING_NODE: &str = "DeletingNode";
+const EVENT_DELETING_NODE_FAILED: &str = "DeletingNodeFailed";
+const EVENT_KEEPING_NODE: &str = "KeepingNode";
 
 static UNVERIFIED: LazyLock<Gauge> = LazyLock::new(|| {
     let gauge = Gauge::default();
@@ -74,7 +74,7 @@ static UNVERIFIED: LazyLock<Gauge> = LazyLock::new(|| {
 
 /// How a Node names its instance, which decides what AWS's answer proves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Named {
+enum Named {
     /// `spec.providerID`: terminated or not found is gone (upstream's
     /// `InstanceExistsByProviderID`).
     ProviderId,
@@ -102,7 +102,7 @@ impl Named {
 
 /// What AWS says about a node's instance.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Observation {
+enum Observation {
     /// The instance exists in this state.
     Exists(InstanceState),
     /// AWS answered that there is no such instance.
@@ -123,7 +123,7 @@ pub(crate) enum Decision {
 }
 
 /// `Ready` condition is `True`.
-pub(crate) fn is_ready(node: &Node) -> bool {
+fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -134,7 +134,7 @@ pub(crate) fn is_ready(node: &Node) -> bool {
 /// The decision for one node, given how it names its instance and what
 /// AWS said about it (`None`: AWS was not asked or failed; never a reason
 /// to delete).
-pub(crate) fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
+fn decide(node: &Node, answer: Option<(Named, &Observation)>) -> Decision {
     use InstanceState::{Stopped, Terminated};
     use Observation::{Exists, Gone};
     if is_ready(node) {

@@ -20,11 +20,11 @@ use crate::provider::Cloud;
 use crate::provider::permissions::{Scope, Verdict};
 
 /// Reason of the start-up Warning event for each denied write.
-pub(crate) const EVENT_PERMISSION_DENIED: &str = "PermissionDenied";
+const EVENT_PERMISSION_DENIED: &str = "PermissionDenied";
 
 /// Reason of the start-up Warning event for an action the policy lacks
 /// altogether (e.g. kOps' own CCM policy without the additions).
-pub(crate) const EVENT_POLICY_LACKS_ACTION: &str = "PolicyLacksAction";
+const EVENT_POLICY_LACKS_ACTION: &str = "PolicyLacksAction";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabels {
@@ -44,10 +44,7 @@ static MISSING: LazyLock<Family<ActionLabels, Gauge>> = LazyLock::new(|| {
 });
 
 /// What the events regard: the CCM's Pod, else the `kube-system` Namespace.
-pub(crate) fn event_subject(
-    pod_name: Option<String>,
-    pod_namespace: Option<String>,
-) -> ObjectReference {
+fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) -> ObjectReference {
     let pod_name = pod_name.filter(|n| !n.is_empty());
     let (kind, name, namespace) = match (pod_name, pod_namespace.filter(|n| !n.is_empty())) {
         (Some(name), Some(namespace)) => ("Pod", name, Some(namespace)),

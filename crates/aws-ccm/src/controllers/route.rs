@@ -67,14 +67,14 @@ const EVENT_REPEAT: Duration = Duration::from_secs(600);
 const RETRY: Backoff = Backoff::new(Duration::from_secs(2), Duration::from_secs(300));
 
 pub(crate) const NETWORK_UNAVAILABLE: &str = "NetworkUnavailable";
-pub(crate) const REASON_ROUTE_CREATED: &str = "RouteCreated";
-pub(crate) const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
-pub(crate) const EVENT_FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
-pub(crate) const EVENT_ROUTE_TABLE_NEAR_CAPACITY: &str = "RouteTableNearCapacity";
+const REASON_ROUTE_CREATED: &str = "RouteCreated";
+const REASON_NO_ROUTE_CREATED: &str = "NoRouteCreated";
+const EVENT_FAILED_TO_CREATE_ROUTE: &str = "FailedToCreateRoute";
+const EVENT_ROUTE_TABLE_NEAR_CAPACITY: &str = "RouteTableNearCapacity";
 /// A route write IAM denies on the route table (it lacks the cluster tag).
-pub(crate) const EVENT_ROUTE_TABLE_UNAUTHORIZED: &str = "RouteTableUnauthorized";
+const EVENT_ROUTE_TABLE_UNAUTHORIZED: &str = "RouteTableUnauthorized";
 /// Turning off the source/destination check IAM denies on the instance.
-pub(crate) const EVENT_INSTANCE_UNAUTHORIZED: &str = "InstanceUnauthorized";
+const EVENT_INSTANCE_UNAUTHORIZED: &str = "InstanceUnauthorized";
 
 /// A reconcile that could not even start planning.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -96,7 +96,7 @@ pub(crate) enum ReconcileError {
 
 /// How one node fared in a reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum NodeResult {
+enum NodeResult {
     /// Every route of the node exists.
     Routed,
     /// Something failed or is in the way; the messages say what.
@@ -111,7 +111,7 @@ type ChangeResult = Option<Result<(), CloudError>>;
 
 /// A change AWS refused.
 #[derive(Clone, Debug)]
-pub(crate) struct ChangeFailure {
+struct ChangeFailure {
     change: RouteChange,
     error: CloudError,
 }

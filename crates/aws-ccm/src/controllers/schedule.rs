@@ -41,7 +41,7 @@
 pub(crate) mod keyed;
 pub(crate) mod periodic;
 pub(crate) mod settle;
-pub(crate) mod workqueue;
+mod workqueue;
 
 use std::future::Future;
 
@@ -51,7 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What ended a [`wait`].
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Wake<T> {
+enum Wake<T> {
     /// The due instant came.
     Due,
     /// The change future completed, with its output.
@@ -63,7 +63,7 @@ pub(crate) enum Wake<T> {
 /// Sleeps until `due` (with `None`, only a change or `stop` ends it), until
 /// `change` completes, or until `stop` is cancelled, whichever comes first:
 /// the one place a controller loop sleeps.
-pub(crate) async fn wait<T>(
+async fn wait<T>(
     stop: &CancellationToken,
     due: Option<Instant>,
     change: impl Future<Output = T>,
@@ -89,7 +89,7 @@ pub(crate) async fn wait<T>(
 /// this receiver last looked; never, once the informer is gone (shutting
 /// down), so a closed channel cannot spin a loop: the [`wait`] timer or
 /// `stop` ends the wait instead.
-pub(crate) async fn changed(changes: &mut watch::Receiver<u64>) {
+async fn changed(changes: &mut watch::Receiver<u64>) {
     if changes.changed().await.is_err() {
         std::future::pending::<()>().await;
     }

@@ -57,9 +57,9 @@ mod scope;
 
 use due::{Due, plan, record, trigger};
 
-pub(crate) const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
-pub(crate) const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
-pub(crate) const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
+const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
+const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+const TO_BE_DELETED_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 
 /// Retries of a failed sync: upstream's `minRetryDelay` to `maxRetryDelay`.
 const FAILED: Backoff = Backoff::new(Duration::from_secs(5), Duration::from_secs(300));
@@ -141,7 +141,7 @@ fn warn_once(e: &crate::ids::NodeProviderIdError) {
 /// Node that leaves this set only by its taint or deletionTimestamp starts
 /// no sync ([`node_set`]): it stays registered until a sync made for
 /// another reason leaves it out.
-pub(crate) fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
+fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) -> bool {
     if node.metadata.deletion_timestamp.is_some() || excluded_by_label(node) {
         return false;
     }
@@ -158,7 +158,7 @@ pub(crate) fn is_backend(node: &Node, target_labels: &BTreeMap<String, String>) 
 /// Go boolean (`strconv.ParseBool`); a false one keeps the node, a true one
 /// excludes it, and so does any value that is not a boolean (an empty one
 /// too).
-pub(crate) fn excluded_by_label(node: &Node) -> bool {
+fn excluded_by_label(node: &Node) -> bool {
     node.labels()
         .get(EXCLUDE_LABEL)
         .is_some_and(|v| go_parse_bool(v) != Some(false))

@@ -139,7 +139,7 @@ fn carries_label(node: &Node) -> bool {
 /// deleted Node to untag. Spelled with a prefix, as a Node may be named
 /// after its instance.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Key {
+enum Key {
     Tag(String),
     Untag(String),
 }
@@ -163,7 +163,7 @@ impl Key {
 
 /// What a Node change makes of a key.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Trigger {
+enum Trigger {
     /// Due now.
     Add(Key),
     /// Moot: the Node is gone or needs no tags any more.
@@ -172,7 +172,7 @@ pub(crate) enum Trigger {
 
 /// A node to tag now.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TagItem {
+struct TagItem {
     node: String,
     instance: String,
     /// The node had no tagging label at all (for the initial-delay metric).
@@ -183,7 +183,7 @@ pub(crate) struct TagItem {
 /// What the controller remembers between works: which Node changes make
 /// a key due, and what a failed work leaves. Pure; the queue holds when,
 /// the I/O is in [`Tagger`].
-pub(crate) struct Book {
+struct Book {
     /// The CCM's Region: Nodes of another are not this controller's.
     region: String,
     checksum: String,
@@ -320,10 +320,7 @@ impl Book {
 /// whole call for one instance it denies, e.g. one tagged only with the
 /// legacy `KubernetesCluster`), is split in halves until the unknown or
 /// denied instances are isolated. Every ID gets its own outcome.
-pub(crate) async fn in_batches<F, Fut>(
-    ids: &[String],
-    mut call: F,
-) -> HashMap<String, CloudResult<()>>
+async fn in_batches<F, Fut>(ids: &[String], mut call: F) -> HashMap<String, CloudResult<()>>
 where
     F: FnMut(Vec<String>) -> Fut,
     Fut: std::future::Future<Output = CloudResult<()>>,

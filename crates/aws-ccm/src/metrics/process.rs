@@ -15,7 +15,7 @@ pub(crate) struct ProcessCollector;
 
 /// What `/proc/self/stat` and friends say now.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub(crate) struct ProcessStats {
+struct ProcessStats {
     cpu_seconds: f64,
     resident_bytes: f64,
     virtual_bytes: f64,

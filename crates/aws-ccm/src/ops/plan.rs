@@ -36,11 +36,11 @@ use crate::provider::load_balancers::{
 /// The plan of a Service handed to another controller
 /// (`aws-load-balancer-type: external` or `nlb-ip`), alive or not: the
 /// controllers make no AWS call for it.
-pub(crate) const HANDED_OVER: &str = "handed to another controller: nothing to do";
+const HANDED_OVER: &str = "handed to another controller: nothing to do";
 
 /// One step, as `terraform plan` prints it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub(crate) struct Step {
+struct Step {
     /// `+`, `~`, `-` or `-/+`.
     symbol: &'static str,
     what: String,

@@ -13,11 +13,11 @@ use std::fmt;
 use ipnet::IpNet;
 
 /// Default node mask of IPv4 pod ranges (upstream's).
-pub(crate) const DEFAULT_NODE_MASK_IPV4: u8 = 24;
+const DEFAULT_NODE_MASK_IPV4: u8 = 24;
 /// Default node mask of IPv6 pod ranges (upstream's).
-pub(crate) const DEFAULT_NODE_MASK_IPV6: u8 = 64;
+const DEFAULT_NODE_MASK_IPV6: u8 = 64;
 /// Upstream's cap on node CIDRs per cluster CIDR: node mask − cluster mask ≤ 16.
-pub(crate) const MAX_NODE_MASK_DIFF: u8 = 16;
+const MAX_NODE_MASK_DIFF: u8 = 16;
 
 /// IP family of a CIDR.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -7,7 +7,7 @@
 //! here; the `crate::aws` lines left here say why at the top of their file.
 //! Every trait fails with the one [`CloudError`] (see [`error`]).
 
-pub(crate) mod error;
+mod error;
 pub mod instances;
 pub mod load_balancers;
 pub(crate) mod permissions;

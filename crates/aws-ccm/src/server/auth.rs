@@ -42,8 +42,8 @@ use sha2::{Digest, Sha256};
 
 use super::cache::TtlCache;
 
-pub(crate) const ANONYMOUS_USER: &str = "system:anonymous";
-pub(crate) const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+const ANONYMOUS_USER: &str = "system:anonymous";
+const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 /// Upstream's default `AlwaysAllowGroups`.
 const ALWAYS_ALLOW_GROUPS: &[&str] = &["system:masters"];
 /// Entries per cache; beyond it the oldest answers go first.

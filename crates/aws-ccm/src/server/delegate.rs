@@ -23,7 +23,7 @@ const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 const DELEGATION_QPS: f32 = 200.0;
 const DELEGATION_BURST: u32 = 400;
 
-pub(crate) struct KubeReviewer {
+struct KubeReviewer {
     authentication: Client,
     authorization: Client,
 }

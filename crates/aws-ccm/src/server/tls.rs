@@ -232,7 +232,7 @@ pub enum CertError {
 }
 
 /// Parses a PEM certificate chain and private key into a checked pair.
-pub(crate) fn load_pair(
+fn load_pair(
     files: &TlsFiles,
     cert_pem: &[u8],
     key_pem: &[u8],

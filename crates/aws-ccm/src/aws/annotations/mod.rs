@@ -32,11 +32,11 @@ pub mod table;
 // The comparison with the Go CCM, value class by value class: a test
 // oracle (and docs/compatibility.md's source), not part of the product.
 #[cfg(test)]
-pub(crate) mod upstream;
+mod upstream;
 
 /// Prefix of every AWS load balancer annotation.
 #[cfg(test)]
-pub(crate) const PREFIX: &str = "service.beta.kubernetes.io/";
+const PREFIX: &str = "service.beta.kubernetes.io/";
 
 macro_rules! key {
     ($suffix:literal) => {
@@ -47,13 +47,13 @@ macro_rules! key {
 pub(crate) const TYPE: &str = key!("type");
 pub(crate) const INTERNAL: &str = key!("internal");
 pub(crate) const PROXY_PROTOCOL: &str = key!("proxy-protocol");
-pub(crate) const ACCESS_LOG_EMIT_INTERVAL: &str = key!("access-log-emit-interval");
+const ACCESS_LOG_EMIT_INTERVAL: &str = key!("access-log-emit-interval");
 pub(crate) const ACCESS_LOG_ENABLED: &str = key!("access-log-enabled");
 pub(crate) const ACCESS_LOG_BUCKET: &str = key!("access-log-s3-bucket-name");
-pub(crate) const ACCESS_LOG_PREFIX: &str = key!("access-log-s3-bucket-prefix");
-pub(crate) const DRAINING_ENABLED: &str = key!("connection-draining-enabled");
-pub(crate) const DRAINING_TIMEOUT: &str = key!("connection-draining-timeout");
-pub(crate) const IDLE_TIMEOUT: &str = key!("connection-idle-timeout");
+const ACCESS_LOG_PREFIX: &str = key!("access-log-s3-bucket-prefix");
+const DRAINING_ENABLED: &str = key!("connection-draining-enabled");
+const DRAINING_TIMEOUT: &str = key!("connection-draining-timeout");
+const IDLE_TIMEOUT: &str = key!("connection-idle-timeout");
 pub(crate) const CROSS_ZONE: &str = key!("cross-zone-load-balancing-enabled");
 pub(crate) const EXTRA_SECURITY_GROUPS: &str = key!("extra-security-groups");
 pub(crate) const SECURITY_GROUPS: &str = key!("security-groups");
@@ -66,7 +66,7 @@ pub(crate) const HC_PROTOCOL: &str = key!("healthcheck-protocol");
 pub(crate) const HC_PORT: &str = key!("healthcheck-port");
 pub(crate) const HC_PATH: &str = key!("healthcheck-path");
 pub(crate) const HC_HEALTHY: &str = key!("healthcheck-healthy-threshold");
-pub(crate) const HC_UNHEALTHY: &str = key!("healthcheck-unhealthy-threshold");
+const HC_UNHEALTHY: &str = key!("healthcheck-unhealthy-threshold");
 pub(crate) const HC_TIMEOUT: &str = key!("healthcheck-timeout");
 pub(crate) const HC_INTERVAL: &str = key!("healthcheck-interval");
 pub(crate) const EIP_ALLOCATIONS: &str = key!("eip-allocations");
@@ -79,37 +79,37 @@ pub(crate) const SOURCE_RANGES: &str = "service.beta.kubernetes.io/load-balancer
 
 // The AWS Load Balancer Controller's keys that the Go CCM does not read
 // (tests/data/albc-annotations.json, read from that controller's source).
-pub(crate) const SCHEME: &str = key!("scheme");
-pub(crate) const NLB_TARGET_TYPE: &str = key!("nlb-target-type");
+const SCHEME: &str = key!("scheme");
+const NLB_TARGET_TYPE: &str = key!("nlb-target-type");
 pub(crate) const NAME: &str = key!("name");
-pub(crate) const PROXY_PROTOCOL_PER_TARGET_GROUP: &str = key!("proxy-protocol-per-target-group");
-pub(crate) const HC_SUCCESS_CODES: &str = key!("healthcheck-success-codes");
-pub(crate) const IPV6_ADDRESSES: &str = key!("ipv6-addresses");
+const PROXY_PROTOCOL_PER_TARGET_GROUP: &str = key!("proxy-protocol-per-target-group");
+const HC_SUCCESS_CODES: &str = key!("healthcheck-success-codes");
+const IPV6_ADDRESSES: &str = key!("ipv6-addresses");
 pub(crate) const ALPN_POLICY: &str = key!("alpn-policy");
 pub(crate) const LB_ATTRIBUTES: &str = key!("attributes");
 /// The one key of [`LB_ATTRIBUTES`] this CCM reads.
 pub(crate) const DELETION_PROTECTION: &str = "deletion_protection.enabled";
-pub(crate) const MANAGE_BACKEND_SG_RULES: &str = key!("manage-backend-security-group-rules");
-pub(crate) const PRIVATE_LINK_SG_RULES: &str = key!("inbound-sg-rules-on-private-link-traffic");
-pub(crate) const SG_PREFIX_LISTS: &str = key!("security-group-prefix-lists");
+const MANAGE_BACKEND_SG_RULES: &str = key!("manage-backend-security-group-rules");
+const PRIVATE_LINK_SG_RULES: &str = key!("inbound-sg-rules-on-private-link-traffic");
+const SG_PREFIX_LISTS: &str = key!("security-group-prefix-lists");
 /// A key pattern: `...listener-attributes.<protocol>-<port>`.
-pub(crate) const LISTENER_ATTRIBUTES: &str = key!("listener-attributes.*");
+const LISTENER_ATTRIBUTES: &str = key!("listener-attributes.*");
 /// [`LISTENER_ATTRIBUTES`] before its `<protocol>-<port>`.
 pub(crate) const LISTENER_ATTRIBUTES_PREFIX: &str = key!("listener-attributes.");
-pub(crate) const MULTI_CLUSTER_TARGET_GROUP: &str = key!("multi-cluster-target-group");
-pub(crate) const IPV6_SOURCE_NAT: &str = key!("enable-prefix-for-ipv6-source-nat");
-pub(crate) const SOURCE_NAT_IPV6_PREFIXES: &str = key!("source-nat-ipv6-prefixes");
-pub(crate) const MIN_CAPACITY: &str = key!("minimum-load-balancer-capacity");
-pub(crate) const ICMP_PATH_MTU: &str = key!("enable-icmp-for-path-mtu-discovery");
-pub(crate) const TCP_UDP_LISTENER: &str = key!("enable-tcp-udp-listener");
-pub(crate) const DISABLE_NLB_SG: &str = key!("disable-nlb-sg");
-pub(crate) const QUIC_PORTS: &str = key!("quic-enabled-ports");
+const MULTI_CLUSTER_TARGET_GROUP: &str = key!("multi-cluster-target-group");
+const IPV6_SOURCE_NAT: &str = key!("enable-prefix-for-ipv6-source-nat");
+const SOURCE_NAT_IPV6_PREFIXES: &str = key!("source-nat-ipv6-prefixes");
+const MIN_CAPACITY: &str = key!("minimum-load-balancer-capacity");
+const ICMP_PATH_MTU: &str = key!("enable-icmp-for-path-mtu-discovery");
+const TCP_UDP_LISTENER: &str = key!("enable-tcp-udp-listener");
+const DISABLE_NLB_SG: &str = key!("disable-nlb-sg");
+const QUIC_PORTS: &str = key!("quic-enabled-ports");
 
 /// The Warning reason of a value taken as the Go CCM takes it.
-pub(crate) const TOLERATED: &str = "AnnotationValueTolerated";
+const TOLERATED: &str = "AnnotationValueTolerated";
 /// The Warning reason of an AWS Load Balancer Controller annotation that
 /// this CCM, like the Go CCM, does not read.
-pub(crate) const NOT_READ: &str = "AnnotationNotRead";
+const NOT_READ: &str = "AnnotationNotRead";
 /// The Warning reason of an NLB setting of cloud.conf
 /// `NLBListenerSettings = true` not applied because AWS would refuse it
 /// (only that change is stopped).
@@ -439,7 +439,7 @@ impl LoadBalancerSpec {
 }
 
 /// Comma-separated list, blanks dropped.
-pub(crate) fn split_list(v: &str) -> Vec<String> {
+fn split_list(v: &str) -> Vec<String> {
     v.split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())

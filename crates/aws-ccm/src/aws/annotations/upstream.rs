@@ -20,7 +20,7 @@ use super::*;
 
 /// What a CCM does with a value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Does {
+enum Does {
     /// Applies it as written.
     Uses,
     /// Behaves as if the annotation were absent.
@@ -110,7 +110,7 @@ const NOT_READ_WHY: &str =
 
 /// Every value class this CCM was compared on, in the order of the
 /// annotation table.
-pub(crate) const CLASSES: &[Class] = &[
+const CLASSES: &[Class] = &[
     c(TYPE, "documented", "nlb", Both, Uses),
     c(TYPE, "documented", "external", Both, Uses),
     c(TYPE, "documented", "nlb-ip", Both, Uses),
@@ -257,11 +257,11 @@ pub(crate) const CLASSES: &[Class] = &[
     c(QUIC_PORTS, "documented", "443", Both, Ignores).here(Ignores, NOT_READ_WHY),
 ];
 
-pub(crate) const DOC_BEGIN: &str = "<!-- annotation-values:begin -->";
-pub(crate) const DOC_END: &str = "<!-- annotation-values:end -->";
+const DOC_BEGIN: &str = "<!-- annotation-values:begin -->";
+const DOC_END: &str = "<!-- annotation-values:end -->";
 
 /// docs/compatibility.md's "Annotation values" table, from [`CLASSES`].
-pub(crate) fn compatibility_section() -> String {
+fn compatibility_section() -> String {
     let mut out = String::from(DOC_BEGIN);
     out.push_str("\n\n| annotation | value class | example | on | Go CCM | here |\n| --- | --- | --- | --- | --- | --- |\n");
     for k in CLASSES {

@@ -54,7 +54,7 @@ pub struct SdkClients {
 const SESSION_NAME: &str = "aws-cloud-controller-manager";
 
 /// The SDK app name (user agent `app/aws-ccm`).
-pub(crate) const APP_NAME: &str = "aws-ccm";
+const APP_NAME: &str = "aws-ccm";
 
 /// Loads the shared SDK configuration for `region`, with SDK retries off
 /// and a connect timeout (operation timeouts are the client layer's).

@@ -25,7 +25,7 @@ const MAX_PAUSE: Duration = Duration::from_secs(2);
 
 /// A bounded, growing wait for an object to become visible.
 #[derive(Debug)]
-pub(crate) struct Patience {
+struct Patience {
     until: Instant,
     pause: Duration,
 }

@@ -89,7 +89,7 @@ const TRANSIENT_CODES: &[&str] = &[
 
 /// Classifies an AWS error code. `None` when the code alone does not decide
 /// (then the HTTP status does).
-pub(crate) fn classify_code(code: &str) -> Option<ErrorClass> {
+fn classify_code(code: &str) -> Option<ErrorClass> {
     if THROTTLING_CODES.contains(&code) {
         return Some(ErrorClass::Throttling);
     }

@@ -23,7 +23,7 @@
 //! operation timeout: this layer owns both, and SDK retries underneath would
 //! multiply every attempt made here.
 
-pub(crate) mod api_metrics;
+mod api_metrics;
 pub mod clients;
 pub(crate) mod coalesce;
 pub(crate) mod consistency;

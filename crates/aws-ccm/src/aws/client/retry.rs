@@ -54,7 +54,7 @@ impl RetryPolicy {
 }
 
 /// A uniformly random duration in `[0, window]`.
-pub(crate) fn full_jitter(window: Duration) -> Duration {
+fn full_jitter(window: Duration) -> Duration {
     window.mul_f64(rand::rng().random::<f64>())
 }
 

@@ -54,7 +54,7 @@ use super::operations::Category;
 
 /// A governor clock that follows Tokio's (pausable) clock.
 #[derive(Clone, Debug)]
-pub(crate) struct TokioClock {
+struct TokioClock {
     origin: Instant,
 }
 
@@ -68,7 +68,7 @@ impl Clock for TokioClock {
 
 /// Tokens of each bucket this client leaves unused, for the difference
 /// between when a call is granted here and when AWS counts it.
-pub(crate) const TRANSIT_RESERVE: u32 = 1;
+const TRANSIT_RESERVE: u32 = 1;
 
 type Gcra = RateLimiter<NotKeyed, InMemoryState, TokioClock, NoOpMiddleware<Nanos>>;
 

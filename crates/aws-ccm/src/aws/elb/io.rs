@@ -84,7 +84,7 @@ pub(crate) async fn describe(aws: &AwsClient, name: &str) -> Result<Option<Actua
 
 /// What `DescribeLoadBalancers` tells of one classic ELB: everything but
 /// its attributes (left at the API defaults) and tags (left empty).
-pub(crate) fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
+fn lb_from_description(lb: &elbt::LoadBalancerDescription) -> ActualLb {
     ActualLb {
         name: lb.load_balancer_name().unwrap_or_default().to_string(),
         dns_name: lb.dns_name().unwrap_or_default().to_string(),

@@ -11,7 +11,7 @@ use super::security_groups::{self as sg, Rule};
 use crate::aws::client::errors::AwsError;
 use crate::aws::client::operations::Operation;
 
-pub(crate) const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
+const PROXY_PROTOCOL_POLICY: &str = "k8s-proxyprotocol-enabled";
 
 /// `a` + the Service UID without dashes, cut to 32 characters (upstream's
 /// `cloudprovider.DefaultLoadBalancerName`).
@@ -26,7 +26,7 @@ pub(crate) fn owned_group_name(lb_name: &str) -> String {
     format!("k8s-elb-{lb_name}")
 }
 
-pub(crate) fn ssl_policy_name(policy: &str) -> String {
+fn ssl_policy_name(policy: &str) -> String {
     format!("k8s-SSLNegotiationPolicy-{policy}")
 }
 

@@ -396,7 +396,7 @@ fn tag_changes(desired: &Desired, lb: &ActualLb, changes: &mut Vec<Change>) {
 
 /// Tags of `want` that `have` lacks or holds with another value, those a
 /// sync adds to an existing load balancer.
-pub(crate) fn missing_tags(
+fn missing_tags(
     want: &BTreeMap<String, String>,
     have: &BTreeMap<String, String>,
 ) -> BTreeMap<String, String> {

@@ -28,7 +28,7 @@ pub(crate) mod cache;
 pub mod describe_xml;
 pub(crate) mod io;
 pub mod plan;
-pub(crate) mod topology;
+mod topology;
 
 /// An EC2 filter.
 pub fn filter(name: &str, values: impl IntoIterator<Item = impl Into<String>>) -> Filter {
@@ -93,17 +93,17 @@ fn non_empty(value: Option<&str>) -> Option<String> {
 }
 
 /// A field as read off the wire: text, when present.
-pub(crate) type Text<'a> = Option<Cow<'a, str>>;
+type Text<'a> = Option<Cow<'a, str>>;
 /// Two fields of one list entry (a tag's key and value, a group's ID and
 /// name).
-pub(crate) type TextPair<'a> = (Text<'a>, Text<'a>);
+type TextPair<'a> = (Text<'a>, Text<'a>);
 
 /// An instance as read off the wire, before it is parsed: what the CCM
 /// keeps, as text. Both readers (the SDK's model, and the slim XML decoder
 /// in [`describe_xml`]) fill one of these, so every rule of
 /// [`RawInstance::convert`] holds for both.
 #[derive(Debug, Default)]
-pub(crate) struct RawInstance<'a> {
+struct RawInstance<'a> {
     id: Text<'a>,
     availability_zone: Text<'a>,
     instance_type: Text<'a>,
@@ -124,7 +124,7 @@ pub(crate) struct RawInstance<'a> {
 
 /// A network interface as read off the wire.
 #[derive(Debug, Default)]
-pub(crate) struct RawInterface<'a> {
+struct RawInterface<'a> {
     id: Text<'a>,
     /// `in-use`, `available`, `attaching`, `detaching`, ...
     status: Text<'a>,

@@ -13,8 +13,7 @@ use crate::aws::tags::{LEGACY_CLUSTER_TAG, cluster_tag_key};
 /// States in which an instance can still be a node. Lookups by private DNS
 /// name exclude terminated instances, because a terminated instance keeps its
 /// name for about an hour and a new node may already reuse it.
-pub(crate) const ALIVE_STATES: [&str; 5] =
-    ["pending", "running", "shutting-down", "stopping", "stopped"];
+const ALIVE_STATES: [&str; 5] = ["pending", "running", "shutting-down", "stopping", "stopped"];
 
 /// A coalesced lookup by instance ID. `instance-id` as a filter, not
 /// `InstanceIds`: with the parameter one unknown ID fails the whole call

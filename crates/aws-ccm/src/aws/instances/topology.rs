@@ -37,25 +37,25 @@ use crate::aws::{AwsError, Operation};
 
 /// Upstream's `defaultSupportedTopologyInstanceTypePattern`: the instance
 /// types AWS documents topology for (hpc*, trn*, p*).
-pub(crate) const DEFAULT_PATTERN: &str = r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$";
+const DEFAULT_PATTERN: &str = r"^(hpc|trn|p)[0-9]+[a-z]*(-[a-z0-9]+)?(\.[0-9a-z]*)$";
 /// How long an answer of "nothing here" is remembered (upstream's
 /// `instanceTopologyManagerCacheTimeout`).
-pub(crate) const UNSUPPORTED_TTL: Duration = Duration::from_secs(24 * 3600);
+const UNSUPPORTED_TTL: Duration = Duration::from_secs(24 * 3600);
 /// `InstanceId.N` values AWS accepts in one call.
-pub(crate) const MAX_IDS_PER_CALL: usize = crate::provider::instances::MAX_TOPOLOGY_IDS;
+const MAX_IDS_PER_CALL: usize = crate::provider::instances::MAX_TOPOLOGY_IDS;
 /// How long one batch (its retries included) may take. Node initialization
 /// waits for the answer, and a throttled question must not hold it back
 /// for the door's minute of retrying: it fails instead, and the node
 /// controller asks again later.
-pub(crate) const QUESTION_DEADLINE: Duration = Duration::from_secs(10);
+const QUESTION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The network nodes of one instance, top layer first.
-pub(crate) type NetworkNodes = Vec<String>;
+type NetworkNodes = Vec<String>;
 
 /// Which instance types are expected to have a topology. `None` (only if
 /// even the default failed to compile) expects none.
 #[derive(Clone, Debug)]
-pub(crate) struct TypePattern(Option<Regex>);
+struct TypePattern(Option<Regex>);
 
 impl TypePattern {
     /// cloud.conf's pattern, else upstream's default. The pattern was
@@ -88,7 +88,7 @@ pub(crate) enum Learned {
 }
 
 /// Upstream's rule for an answer that lists no topology for `id`.
-pub(crate) fn learn_from_empty(pattern: &TypePattern, id: &str, instance_type: &str) -> Learned {
+fn learn_from_empty(pattern: &TypePattern, id: &str, instance_type: &str) -> Learned {
     if pattern.expects_topology(instance_type) {
         Learned::Unsupported(id.to_string())
     } else {
@@ -99,7 +99,7 @@ pub(crate) fn learn_from_empty(pattern: &TypePattern, id: &str, instance_type: &
 /// Upstream's rule for a failed call: what to remember for the codes that
 /// mean "not here" (no labels, no error); `None` for a failure the caller
 /// gets.
-pub(crate) fn learn_from_error(region: &str, err: &AwsError) -> Option<Learned> {
+fn learn_from_error(region: &str, err: &AwsError) -> Option<Learned> {
     (err.is_unsupported() || err.is_denied()).then(|| Learned::Unsupported(region.to_string()))
 }
 

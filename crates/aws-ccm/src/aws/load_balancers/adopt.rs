@@ -31,7 +31,7 @@ use crate::aws::{elb, nlb, tags};
 use crate::provider::CloudError;
 
 /// Event reason: `aws-load-balancer-name` names nothing the Service may adopt.
-pub(crate) const NOT_ADOPTED: &str = "LoadBalancerNotAdopted";
+const NOT_ADOPTED: &str = "LoadBalancerNotAdopted";
 
 /// What a Service's `aws-load-balancer-name` comes to, given what AWS has.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +52,7 @@ fn kind_words(network: bool) -> &'static str {
 /// Pure: the verdict on load balancer `name` (`found`: its tags, when one of
 /// the Service's kind has that name; `other_kind`: one of the other kind
 /// has it) for Service `service_key`, which `has_own` load balancer.
-pub(crate) fn verdict(
+fn verdict(
     name: &str,
     network: bool,
     found: Option<&BTreeMap<String, String>>,
@@ -501,7 +501,7 @@ pub(crate) fn claim_tags(service_key: &str) -> BTreeMap<String, String> {
 }
 
 /// The kept tag's key, for its removal once the adoption is complete.
-pub(crate) fn kept_key() -> BTreeSet<String> {
+fn kept_key() -> BTreeSet<String> {
     BTreeSet::from([tags::KEPT_TAG.to_string()])
 }
 

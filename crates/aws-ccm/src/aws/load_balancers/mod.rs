@@ -38,11 +38,11 @@ pub(crate) use planned::{ClbPlan, NlbPlan, Planned};
 
 /// Event reason: a node security group had no room for the rule admitting
 /// an NLB's security group (it keeps the CIDR rules).
-pub(crate) const NODE_GROUP_RULE_LIMIT: &str = "NodeSecurityGroupRuleLimit";
+const NODE_GROUP_RULE_LIMIT: &str = "NodeSecurityGroupRuleLimit";
 
 /// Event reason: AWS refused an NLB's `SetSecurityGroups` (it keeps the
 /// groups it has, and its node rules follow those).
-pub(crate) const NLB_SECURITY_GROUPS_REFUSED: &str = "SecurityGroupsRefused";
+const NLB_SECURITY_GROUPS_REFUSED: &str = "SecurityGroupsRefused";
 
 /// Classic ELBs and NLBs through the one door. What they know of AWS
 /// beyond a fresh read is `aws`'s [`crate::aws::memory::Memory`], a set of

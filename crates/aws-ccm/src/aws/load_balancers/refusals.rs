@@ -20,9 +20,9 @@ use crate::aws::{AwsError, tags};
 use crate::aws::{elb, nlb};
 
 /// Event reason: a node security group IAM lets this CCM not write.
-pub(crate) const SECURITY_GROUP_UNAUTHORIZED: &str = "SecurityGroupUnauthorized";
+const SECURITY_GROUP_UNAUTHORIZED: &str = "SecurityGroupUnauthorized";
 /// Event reason: an NLB listener IAM lets this CCM not change.
-pub(crate) const LISTENER_UNAUTHORIZED: &str = "ListenerUnauthorized";
+const LISTENER_UNAUTHORIZED: &str = "ListenerUnauthorized";
 
 /// How a write of node rules ended, when AWS did not fail it otherwise.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ pub(super) enum Written {
 }
 
 /// The Warning for a node group whose ingress rules IAM denies.
-pub(crate) fn group_warning(service_key: &str, denial: &Denial) -> Warning {
+fn group_warning(service_key: &str, denial: &Denial) -> Warning {
     Warning {
         reason: SECURITY_GROUP_UNAUTHORIZED,
         message: format!(
@@ -50,11 +50,7 @@ pub(crate) fn group_warning(service_key: &str, denial: &Denial) -> Warning {
 /// (`arns`, lacking `owned_tag` = `kubernetes.io/cluster/<id>=owned`): one
 /// event (events fold by reason) with one command that tags them all,
 /// ARNs sorted.
-pub(crate) fn untagged_listeners_warning(
-    service_key: &str,
-    arns: &[String],
-    owned_tag: &str,
-) -> Warning {
+fn untagged_listeners_warning(service_key: &str, arns: &[String], owned_tag: &str) -> Warning {
     let (key, value) = owned_tag.split_once('=').unwrap_or((owned_tag, ""));
     let mut arns = arns.to_vec();
     arns.sort();
@@ -69,7 +65,7 @@ pub(crate) fn untagged_listeners_warning(
 }
 
 /// The Warning for a listener write a real call found refused.
-pub(crate) fn listener_warning(service_key: &str, denial: &Denial) -> Warning {
+fn listener_warning(service_key: &str, denial: &Denial) -> Warning {
     Warning {
         reason: LISTENER_UNAUTHORIZED,
         message: format!(
@@ -107,7 +103,7 @@ fn listener_write(change: &nlb::Change) -> Option<&String> {
 }
 
 /// The listener ARNs `changes` would modify or delete.
-pub(crate) fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
+fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
     changes.iter().filter_map(listener_write).cloned().collect()
 }
 
@@ -117,7 +113,7 @@ pub(crate) fn listener_writes(changes: &[nlb::Change]) -> Vec<String> {
 /// that a real call was refused before (`denied`). A target group such a
 /// listener still forwards to is not deleted either (AWS refuses to delete
 /// a target group in use). Returns the kept changes and the refused ARNs.
-pub(crate) fn refuse_listener_writes(
+fn refuse_listener_writes(
     changes: Vec<nlb::Change>,
     actual: &nlb::Actual,
     listener_tags: &BTreeMap<String, BTreeMap<String, String>>,

@@ -17,7 +17,7 @@ use crate::aws::{elb, nlb};
 
 /// Event reason: a group has the shared backend group's name but not its
 /// tags; the NLB keeps its node rules as they are.
-pub(crate) const SHARED_GROUP_NOT_OURS: &str = "SharedBackendGroupNotOurs";
+const SHARED_GROUP_NOT_OURS: &str = "SharedBackendGroupNotOurs";
 
 /// What [`AwsLoadBalancers::shared_use`] decided for one NLB.
 pub(super) struct SharedOutcome {

@@ -46,10 +46,10 @@ use crate::aws::{AwsClient, AwsError, elb, nlb, tags};
 use crate::provider::load_balancers::resync_slot;
 
 /// How long one sweep serves syncs that read every load balancer in full.
-pub(crate) const SWEEP_TTL: Duration = Duration::from_secs(30);
+const SWEEP_TTL: Duration = Duration::from_secs(30);
 
 /// The longest one sweep serves syncs that trust known settings.
-pub(crate) const MAX_SWEEP_TTL: Duration = Duration::from_secs(300);
+const MAX_SWEEP_TTL: Duration = Duration::from_secs(300);
 
 /// How long one sweep serves syncs with `trust_for` (see [`LbSweep::new`]):
 /// the resync period, at most [`MAX_SWEEP_TTL`], and never less than
@@ -70,10 +70,10 @@ pub(crate) type SweptGroup = (t::TargetGroup, Tags);
 
 /// An NLB as the sweep (or its own describe) shows it, with its target
 /// groups.
-pub(crate) type SweptNlb = (nlb::ActualLb, Vec<SweptGroup>);
+type SweptNlb = (nlb::ActualLb, Vec<SweptGroup>);
 
 /// One sweep's result.
-pub(crate) struct Snapshot {
+struct Snapshot {
     /// When its first read was sent: a write after this is not in it.
     started: Instant,
     /// Classic ELBs named like this CCM's, with tags; attributes at the API
@@ -115,14 +115,14 @@ pub(crate) struct LbSweep {
 /// once every this many resync periods: at the default hour, 125
 /// `DescribeTargetHealth` an hour for 500 groups instead of 500. The Go CCM
 /// reads them only when a Service or the node set changes.
-pub(crate) const TARGET_REPAIR_PERIODS: u32 = 4;
+const TARGET_REPAIR_PERIODS: u32 = 4;
 
 /// With no resync period, tags are still read again within this long.
 const TAG_PERIOD_WITHOUT_RESYNC: Duration = Duration::from_secs(3600);
 
 /// Whether `name` is a load balancer name this CCM (and the Go CCM) gives:
 /// `a` and 31 lower-case hex digits.
-pub(crate) fn is_service_lb_name(name: &str) -> bool {
+fn is_service_lb_name(name: &str) -> bool {
     name.len() == 32
         && name.starts_with('a')
         && name[1..]
@@ -136,7 +136,7 @@ fn settings_value<'a>(parts: impl IntoIterator<Item = &'a str>) -> String {
 }
 
 /// A classic ELB's settings that only a per-load-balancer read shows.
-pub(crate) fn clb_settings(desired: &elb::Desired) -> String {
+fn clb_settings(desired: &elb::Desired) -> String {
     settings_value([format!("{:?}", desired.attributes).as_str()])
 }
 
@@ -538,7 +538,7 @@ impl super::AwsLoadBalancers {
 /// Adds the settings record `digest` to the tags of a create call, when
 /// the tags leave room for it (else the load balancer is read in full at
 /// adoption, as one without the record).
-pub(crate) fn record_at_creation(create_tags: &mut BTreeMap<String, String>, digest: &str) {
+fn record_at_creation(create_tags: &mut BTreeMap<String, String>, digest: &str) {
     if create_tags.len() < tags::MAX_LB_TAGS {
         create_tags.insert(tags::APPLIED_SETTINGS_TAG.to_string(), digest.to_string());
     }

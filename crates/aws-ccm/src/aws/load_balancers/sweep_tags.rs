@@ -38,7 +38,7 @@ pub(crate) struct TagCache {
 
 /// A resource's age limit: between 40 % and 90 % of `period`, fixed by the
 /// key.
-pub(crate) fn age_limit(key: &str, period: Duration) -> Duration {
+fn age_limit(key: &str, period: Duration) -> Duration {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     key.hash(&mut h);
     let fraction = 0.4 + (h.finish() % 1000) as f64 / 2000.0;

@@ -58,7 +58,7 @@ use crate::target_record::{self, TargetRecord};
 mod tests;
 
 /// How long the VPC's subnets and route tables are reused between syncs.
-pub(crate) const SUBNET_TTL: Duration = Duration::from_secs(60);
+const SUBNET_TTL: Duration = Duration::from_secs(60);
 
 /// One write an apply sent, as it ended. Security-group writes report
 /// themselves here (`security_groups::io`); the apply hands the journal to

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The values an attribute takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Values {
+enum Values {
     /// `true` or `false`.
     Switch,
     /// A whole number in the range.
@@ -44,7 +44,7 @@ impl Values {
 /// One attribute: its key, values and AWS's default for an instance target
 /// group of TCP or TLS (see [`default_for`] for UDP and TCP_UDP).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Attribute {
+struct Attribute {
     key: &'static str,
     values: Values,
     default: &'static str,
@@ -60,14 +60,14 @@ const fn a(key: &'static str, values: Values, default: &'static str) -> Attribut
 
 /// The two keys the Go CCM takes (it refuses every other).
 pub(crate) const PRESERVE_CLIENT_IP: &str = "preserve_client_ip.enabled";
-pub(crate) const PROXY_PROTOCOL_V2: &str = "proxy_protocol_v2.enabled";
+const PROXY_PROTOCOL_V2: &str = "proxy_protocol_v2.enabled";
 const TERMINATE_ON_DEREGISTRATION: &str = "deregistration_delay.connection_termination.enabled";
 pub(crate) const TERMINATE_UNHEALTHY: &str =
     "target_health_state.unhealthy.connection_termination.enabled";
 const UNHEALTHY_DRAINING: &str = "target_health_state.unhealthy.draining_interval_seconds";
 
 /// Every attribute AWS documents for an NLB's target groups.
-pub(crate) const ATTRIBUTES: &[Attribute] = &[
+const ATTRIBUTES: &[Attribute] = &[
     a(
         "deregistration_delay.timeout_seconds",
         Values::Range(0, 3600),

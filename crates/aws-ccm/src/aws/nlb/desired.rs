@@ -73,7 +73,7 @@ pub(crate) fn health_check(spec: &LoadBalancerSpec, cloud: &CloudConfig) -> Heal
 /// NLB but never sends it). AWS takes a timeout up to the interval; a
 /// larger one is not sent and the timeout is left as it is (the reading
 /// warns of it: `LoadBalancerSpec::read_with`).
-pub(crate) fn health_timeout(
+fn health_timeout(
     spec: &LoadBalancerSpec,
     cloud: &CloudConfig,
     interval: i32,
@@ -128,8 +128,7 @@ pub(crate) struct ListenerAttributesRefused {
 
 /// One `listener-attributes.<PROTO>-<port>` annotation as AWS would take
 /// it: the listener's port and attributes, or why AWS would refuse it.
-pub(crate) type ListenerAttributeSetting =
-    Result<(i32, BTreeMap<String, String>), ListenerAttributesRefused>;
+type ListenerAttributeSetting = Result<(i32, BTreeMap<String, String>), ListenerAttributesRefused>;
 
 /// Each `listener-attributes.<PROTO>-<port>` annotation (by its key's
 /// suffix) as AWS would take it. AWS takes `tcp.idle_timeout.seconds` (60

@@ -26,14 +26,14 @@ pub(crate) const MTU_RULE: &str = "kubernetes.io/rule/nlb/mtu";
 /// rule.
 pub(crate) const GROUP_RULE: &str = "aws-ccm/rule/nlb/from-group";
 
-pub(crate) const ATTR_CROSS_ZONE: &str = "load_balancing.cross_zone.enabled";
-pub(crate) const ATTR_ACCESS_LOGS: &str = "access_logs.s3.enabled";
-pub(crate) const ATTR_ACCESS_LOGS_BUCKET: &str = "access_logs.s3.bucket";
-pub(crate) const ATTR_ACCESS_LOGS_PREFIX: &str = "access_logs.s3.prefix";
-pub(crate) const ATTR_DELETION_PROTECTION: &str = crate::aws::annotations::DELETION_PROTECTION;
+const ATTR_CROSS_ZONE: &str = "load_balancing.cross_zone.enabled";
+const ATTR_ACCESS_LOGS: &str = "access_logs.s3.enabled";
+const ATTR_ACCESS_LOGS_BUCKET: &str = "access_logs.s3.bucket";
+const ATTR_ACCESS_LOGS_PREFIX: &str = "access_logs.s3.prefix";
+const ATTR_DELETION_PROTECTION: &str = crate::aws::annotations::DELETION_PROTECTION;
 
 /// Registration calls carry at most this many targets (as upstream).
-pub(crate) const TARGET_CHUNK: usize = 100;
+const TARGET_CHUNK: usize = 100;
 
 pub(crate) fn client_rule_description(lb_name: &str) -> String {
     format!("{CLIENT_RULE_PREFIX}={lb_name}")
@@ -76,7 +76,7 @@ fn mtu_rule(cidr: Ipv4Net) -> Rule {
 /// Upstream's `buildTargetGroupName`: `k8s-{ns:8}-{name:8}-{sha1:10}`, the
 /// hash over everything a target group cannot change in place.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn target_group_name(
+fn target_group_name(
     cluster_id: &str,
     namespace: &str,
     name: &str,
@@ -125,7 +125,7 @@ fn hashed_name<D: Digest>(namespace: &str, name: &str, parts: &[&str]) -> String
 }
 
 /// The managed group's description, as upstream.
-pub(crate) const MANAGED_GROUP_DESCRIPTION: &str = "[k8s] Managed SecurityGroup for LoadBalancer";
+const MANAGED_GROUP_DESCRIPTION: &str = "[k8s] Managed SecurityGroup for LoadBalancer";
 
 /// `k8s-<ns:8>-<name:8>-`: what every target group of the Service starts with.
 pub(crate) fn target_group_prefix(service_key: &str) -> String {
@@ -164,7 +164,7 @@ pub struct HealthCheck {
 /// AWS's health-check timeout of an NLB target group whose health check
 /// uses `protocol` (ELBv2 `CreateTargetGroup`: 6 s for HTTP, 10 s for TCP
 /// and HTTPS).
-pub(crate) fn default_health_timeout(protocol: &str) -> i32 {
+fn default_health_timeout(protocol: &str) -> i32 {
     if protocol == "HTTP" { 6 } else { 10 }
 }
 
@@ -172,7 +172,7 @@ pub(crate) fn default_health_timeout(protocol: &str) -> i32 {
 /// the Service asks for (`None`: none, so one this CCM applied returns to
 /// AWS's default).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct HealthTimeout {
+struct HealthTimeout {
     want: Option<i32>,
 }
 
@@ -186,7 +186,7 @@ pub(crate) const ALPN_POLICIES: [&str; 5] = [
     "None",
 ];
 /// AWS's ALPN policy of a TLS listener created without one.
-pub(crate) const ALPN_NONE: &str = "None";
+const ALPN_NONE: &str = "None";
 
 /// With cloud.conf `NLBListenerSettings = true`, the ALPN policy the
 /// Service asks for on its TLS listeners (`None`: none, or one AWS would
@@ -199,11 +199,11 @@ pub(crate) struct Alpn {
 /// The listener attribute this CCM manages on an NLB's TCP listeners: the
 /// only one ELBv2 documents for an NLB (`ListenerAttribute`), taken on TCP
 /// listeners only (a TLS listener's idle timeout is fixed at 350 s).
-pub(crate) const LISTENER_IDLE_TIMEOUT: &str = "tcp.idle_timeout.seconds";
+const LISTENER_IDLE_TIMEOUT: &str = "tcp.idle_timeout.seconds";
 /// AWS's TCP idle timeout of a listener that sets none.
-pub(crate) const LISTENER_IDLE_TIMEOUT_DEFAULT: &str = "350";
+const LISTENER_IDLE_TIMEOUT_DEFAULT: &str = "350";
 /// The TCP idle timeouts, in seconds, ELBv2 takes.
-pub(crate) const LISTENER_IDLE_TIMEOUTS: std::ops::RangeInclusive<u32> = 60..=6000;
+const LISTENER_IDLE_TIMEOUTS: std::ops::RangeInclusive<u32> = 60..=6000;
 
 /// With cloud.conf `NLBListenerSettings = true`, the listener attributes
 /// the Service asks for, by listener port (only what AWS takes: see

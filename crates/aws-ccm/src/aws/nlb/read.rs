@@ -66,7 +66,7 @@ pub(crate) async fn describe(aws: &AwsClient, name: &str) -> Result<Option<Actua
 
 /// What `DescribeLoadBalancers` tells of one NLB: everything but its
 /// tags, attributes and listeners (left empty).
-pub(crate) fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
+fn lb_from_sdk(lb: &t::LoadBalancer) -> ActualLb {
     ActualLb {
         dns_name: lb.dns_name().unwrap_or_default().to_string(),
         internal: lb.scheme() == Some(&t::LoadBalancerSchemeEnum::Internal),

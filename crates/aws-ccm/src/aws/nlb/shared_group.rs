@@ -25,12 +25,12 @@ pub(crate) const SHARED_GROUP_DESCRIPTION: &str =
 
 /// The ID a plan shows for the shared group before it exists
 /// (`aws-ccm plan`).
-pub(crate) const PLANNED_SHARED_ID: &str = "<shared backend group>";
+const PLANNED_SHARED_ID: &str = "<shared backend group>";
 
 /// The security groups one load balancer carries at AWS's default quota
 /// (documented for an Application Load Balancer and for a network
 /// interface; the NLB guide names no figure).
-pub(crate) const DEFAULT_GROUPS_PER_LOAD_BALANCER: usize = 5;
+const DEFAULT_GROUPS_PER_LOAD_BALANCER: usize = 5;
 
 /// Whether a new NLB whose own groups are `own` is made with the shared
 /// group too: not when they fill [`DEFAULT_GROUPS_PER_LOAD_BALANCER`], for

@@ -50,7 +50,7 @@ impl Gap {
 /// The fix for an action of [`KOPS_GAPS`] (kept beside the operations, as
 /// the door's refusal hint names it too), for a policy made by kOps or
 /// rendered from `iam/`.
-pub(crate) fn fix_for(action: &str, cluster_id: &str) -> Option<String> {
+fn fix_for(action: &str, cluster_id: &str) -> Option<String> {
     let cluster = if cluster_id.is_empty() {
         "<cluster>"
     } else {

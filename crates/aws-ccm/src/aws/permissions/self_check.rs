@@ -11,7 +11,7 @@ use crate::aws::security_groups as sg;
 use crate::provider::permissions::{MissingAction, PermissionCheck};
 use crate::provider::routes::Routes;
 
-pub(crate) use crate::provider::permissions::{Finding, Scope};
+use crate::provider::permissions::{Finding, Scope};
 
 impl PermissionCheck for Aws {
     async fn check_writes(&self, scope: &Scope) -> Vec<Finding> {

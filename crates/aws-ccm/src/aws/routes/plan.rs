@@ -57,7 +57,7 @@ pub(crate) fn parse_table(
 }
 
 /// A route as the controller sees it: destination and target parsed.
-pub(crate) fn parse_route(route: &aws_sdk_ec2::types::Route) -> Route {
+fn parse_route(route: &aws_sdk_ec2::types::Route) -> Route {
     let destination = route
         .destination_cidr_block()
         .or(route.destination_ipv6_cidr_block())

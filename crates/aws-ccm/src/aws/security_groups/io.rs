@@ -28,7 +28,7 @@ pub(crate) fn rules_from_sdk(perms: &[IpPermission]) -> BTreeSet<Rule> {
 }
 
 /// The rules (CIDR or group sources) that carry a description, with it.
-pub(crate) fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
+fn described_rules(perms: &[IpPermission]) -> BTreeMap<Rule, String> {
     perms
         .iter()
         .flat_map(permission_rules)

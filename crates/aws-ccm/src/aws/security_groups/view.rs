@@ -46,7 +46,7 @@ use crate::aws::instances::filter;
 use crate::provider::load_balancers::resync_slot;
 
 /// How long one listing serves syncs unless [`SgView::serve_for`] says.
-pub(crate) const VIEW_TTL: Duration = Duration::from_secs(30);
+const VIEW_TTL: Duration = Duration::from_secs(30);
 
 /// How long a group this process knows and no listing has shown yet (made
 /// here, or read by ID) is kept.
@@ -56,7 +56,7 @@ const UNLISTED_KEPT: Duration = Duration::from_secs(300);
 /// answer for it in place of the process's own record, unless
 /// [`SgView::new`] is given the client's consistency window
 /// (`--aws-consistency-window`).
-pub(crate) const WRITE_SETTLE: Duration = Duration::from_secs(30);
+const WRITE_SETTLE: Duration = Duration::from_secs(30);
 
 /// One listing of a VPC's groups.
 struct Listing {

@@ -22,7 +22,7 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 /// What the informer touched: a Node's name, or `None` after a relist
 /// (the whole store may have changed).
-pub(crate) type Touched = Option<Arc<str>>;
+type Touched = Option<Arc<str>>;
 
 /// The informer's side of the feed.
 pub(crate) type Feed = broadcast::Sender<Touched>;
@@ -56,7 +56,7 @@ fn version(node: &Node) -> (Option<&str>, Option<&str>) {
 
 /// Remembers the last state of every node, to diff snapshots.
 #[derive(Default)]
-pub(crate) struct StoreDiff {
+struct StoreDiff {
     seen: HashMap<String, Arc<Node>>,
 }
 

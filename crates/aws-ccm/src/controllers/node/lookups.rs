@@ -92,7 +92,7 @@ pub(crate) struct Answer {
 /// One search, straight to the cloud: the lookup, then the addresses when
 /// the lookup found nothing (all at once, coalesced there with other
 /// nodes' lookups).
-pub(crate) async fn search<I: Instances>(cloud: &I, search: &Search) -> Answer {
+async fn search<I: Instances>(cloud: &I, search: &Search) -> Answer {
     let found = lookup(cloud, &search.lookup).await;
     fall_back(cloud, search, found).await
 }
@@ -154,7 +154,7 @@ const WAITING: &str = "lookups waiting";
 /// 1,000 instances per call and the client keeps it for 30 s. A join burst
 /// of N nodes thus costs about N / 1,000 calls, not N / 200, however its
 /// nodes spread over the batches.
-pub(crate) const SWEEP_FROM: usize = 200;
+const SWEEP_FROM: usize = 200;
 
 /// How long a burst counts its lookups in the tests: the default of the
 /// client's sweep lifetime (`--aws-instance-sweep-ttl`).

@@ -18,7 +18,7 @@ use crate::controllers::cached_node::Node;
 use crate::controllers::events::Events;
 use crate::ids::OutsideRegion;
 
-pub(crate) const EVENT_OUTSIDE_REGION: &str = "NodeOutsideRegion";
+const EVENT_OUTSIDE_REGION: &str = "NodeOutsideRegion";
 
 static GAUGE: LazyLock<Gauge> = LazyLock::new(|| {
     let gauge = Gauge::default();

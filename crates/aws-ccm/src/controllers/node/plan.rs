@@ -19,15 +19,15 @@ pub(crate) const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/u
 pub(crate) const PROVIDED_NODE_IP_ANNOTATION: &str = "alpha.kubernetes.io/provided-node-ip";
 
 pub(crate) const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-pub(crate) const LABEL_INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
-pub(crate) const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
-pub(crate) const LABEL_ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
-pub(crate) const LABEL_REGION: &str = "topology.kubernetes.io/region";
-pub(crate) const LABEL_REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
-pub(crate) const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
+const LABEL_INSTANCE_TYPE_BETA: &str = "beta.kubernetes.io/instance-type";
+const LABEL_ZONE: &str = "topology.kubernetes.io/zone";
+const LABEL_ZONE_BETA: &str = "failure-domain.beta.kubernetes.io/zone";
+const LABEL_REGION: &str = "topology.kubernetes.io/region";
+const LABEL_REGION_BETA: &str = "failure-domain.beta.kubernetes.io/region";
+const LABEL_ZONE_ID: &str = "topology.k8s.aws/zone-id";
 /// `topology.k8s.aws/network-node-layer-1`, `-2`, `-3`: the network nodes
 /// above the instance, top layer first (from `DescribeInstanceTopology`).
-pub(crate) const LABEL_NETWORK_NODE_PREFIX: &str = "topology.k8s.aws/network-node-layer-";
+const LABEL_NETWORK_NODE_PREFIX: &str = "topology.k8s.aws/network-node-layer-";
 
 /// The beta/GA label pairs upstream keeps in step on initialized nodes
 /// (beta is the source, as in k8s.io/cloud-provider).
@@ -187,7 +187,7 @@ fn address(type_: &str, address: impl ToString) -> NodeAddress {
 /// (InternalDNS and Hostname), the public DNS name (ExternalDNS). IPv6: the
 /// first IPv6 address of each interface (InternalIP; AWS has no IPv6 DNS
 /// names, and upstream reports even public IPv6 addresses as internal).
-pub(crate) fn cloud_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAddress> {
+fn cloud_addresses(instance: &Instance, families: &[IpFamily]) -> Vec<NodeAddress> {
     let mut out = Vec::new();
     for family in families {
         match family {
@@ -254,10 +254,7 @@ fn ip_of(address: &NodeAddress) -> Option<IpAddr> {
 /// has (usually InternalIP), the given IPs become the only addresses of that
 /// type, listed first in the annotation's order; every address of the other
 /// types follows in the cloud's order.
-pub(crate) fn apply_provided_node_ip(
-    value: &str,
-    cloud: &[NodeAddress],
-) -> Result<Vec<NodeAddress>, String> {
+fn apply_provided_node_ip(value: &str, cloud: &[NodeAddress]) -> Result<Vec<NodeAddress>, String> {
     let node_ips = parse_provided_node_ip(value)?;
     let mut enforced = Vec::new();
     let mut types = Vec::new();
@@ -290,7 +287,7 @@ fn current_addresses(node: &Node) -> &[NodeAddress] {
 
 /// The addresses the node should have: the cloud's, keeping the kubelet's
 /// Hostname when the cloud has none, filtered by the provided node IP.
-pub(crate) fn desired_addresses(
+fn desired_addresses(
     node: &Node,
     instance: &Instance,
     families: &[IpFamily],

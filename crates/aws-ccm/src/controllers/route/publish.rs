@@ -76,7 +76,7 @@ fn already_set(node: &Node, unavailable: bool) -> bool {
 /// other condition. Both timestamps are now at every write, as upstream's
 /// (its `SetNodeCondition` sets the heartbeat, the controller the
 /// transition).
-pub(crate) async fn set_network_unavailable(
+async fn set_network_unavailable(
     api: &Api<Node>,
     node: &str,
     unavailable: bool,

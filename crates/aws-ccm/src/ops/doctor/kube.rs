@@ -22,7 +22,7 @@ use crate::options::controller_names::ControllerName;
 
 /// How long a Node may wait for initialization before it is a failure (the
 /// alert's threshold, docs/operations.md).
-pub(crate) const UNINITIALIZED_FAIL_AFTER: Duration = Duration::from_secs(300);
+const UNINITIALIZED_FAIL_AFTER: Duration = Duration::from_secs(300);
 
 /// Every Node, in pages.
 pub(crate) async fn list_nodes(kube: &kube::Client) -> anyhow::Result<Vec<Node>> {
@@ -118,7 +118,7 @@ pub(crate) enum Place {
 
 /// One request the CCM makes: (verb, resource as kubectl names it,
 /// `resource[/subresource][.group]`, where).
-pub(crate) type Need = (&'static str, &'static str, Place);
+type Need = (&'static str, &'static str, Place);
 
 /// Every request the CCM makes, as manifests/base/rbac.yaml grants it (a
 /// unit test keeps the two equal both ways).

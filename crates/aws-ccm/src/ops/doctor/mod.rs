@@ -21,16 +21,16 @@ use serde::Serialize;
 
 use super::Context;
 
-pub(crate) mod cloud;
-pub(crate) mod iam;
+mod cloud;
+mod iam;
 pub(crate) mod identity;
-pub(crate) mod kube;
-pub(crate) mod simulation;
+mod kube;
+mod simulation;
 
 /// A check's verdict.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Status {
+enum Status {
     Pass,
     /// Works, but not as it should (it may break later); not a failure.
     Warn,

@@ -52,7 +52,7 @@ pub(crate) struct Principal {
 /// as: an assumed-role session becomes its role (without the role's path,
 /// which the session ARN does not carry, hence the note); an IAM user or
 /// role ARN is itself. `Err` names why nothing can be simulated.
-pub(crate) fn principal_of_caller(arn: &str) -> Result<(String, Option<String>), String> {
+fn principal_of_caller(arn: &str) -> Result<(String, Option<String>), String> {
     let fields: Vec<&str> = arn.splitn(6, ':').collect();
     let [_, partition, service, _, account, resource] = fields[..] else {
         return Err(format!("{arn} is not an ARN"));
@@ -122,7 +122,7 @@ pub(crate) fn choose_principal(
 
 /// What a write does to its resource, which decides the context AWS sends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Mode {
+enum Mode {
     /// Creates the resource, with the cluster tag in the request.
     Create,
     /// Changes a cluster-owned resource.
@@ -137,7 +137,7 @@ pub(crate) enum Mode {
 
 /// The resource shapes the CCM's ELB writes act on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Shape {
+enum Shape {
     ClassicLoadBalancer,
     NetworkLoadBalancer,
     TargetGroup,
@@ -221,7 +221,7 @@ fn targets(op: Operation) -> Vec<(Shape, Mode)> {
 /// One `SimulatePrincipalPolicy` request: these actions on one resource
 /// with one context.
 #[derive(Clone, Debug, PartialEq)]
-pub(crate) struct Simulation {
+struct Simulation {
     shape: Shape,
     mode: Mode,
     resource: String,
@@ -264,12 +264,7 @@ fn context(mode: Mode, cluster_key: &str, region: &str) -> Vec<ContextEntry> {
 }
 
 /// Every simulation the CCM's ELB writes need, from the Operation table.
-pub(crate) fn simulations(
-    partition: &str,
-    region: &str,
-    account: &str,
-    cluster_id: &str,
-) -> Vec<Simulation> {
+fn simulations(partition: &str, region: &str, account: &str, cluster_id: &str) -> Vec<Simulation> {
     let mut grouped: BTreeMap<(Shape, Mode), Vec<String>> = BTreeMap::new();
     let writes = Operation::ALL
         .iter()

@@ -237,7 +237,7 @@ impl Orphan {
 
 /// The call that deletes an orphan.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Deletion {
+enum Deletion {
     Rules {
         group: String,
         rules: BTreeSet<Rule>,
@@ -407,7 +407,7 @@ where
 
 /// `tags` rendered for a message: `key=value` of the cluster tag, and the
 /// Service the resource was made for when it says.
-pub(crate) fn tag_note(tags: &BTreeMap<String, String>, cluster_id: &str) -> String {
+fn tag_note(tags: &BTreeMap<String, String>, cluster_id: &str) -> String {
     let key = crate::aws::tags::cluster_tag_key(cluster_id);
     let mut note = format!("tagged {key}={}", tags.get(&key).map_or("", String::as_str));
     if let Some(svc) = tags.get(crate::aws::tags::SERVICE_NAME_TAG) {
