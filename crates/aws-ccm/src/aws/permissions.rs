@@ -55,7 +55,7 @@ impl Action {
     }
 
     /// The resource type in the ARN.
-    pub(crate) fn resource_type(self) -> &'static str {
+    fn resource_type(self) -> &'static str {
         match self {
             Action::CreateRoute => "route-table",
             Action::AuthorizeSecurityGroupIngress => "security-group",

@@ -156,7 +156,7 @@ pub(crate) struct Report {
 impl Report {
     /// Whether the next reconcile should come soon rather than after the
     /// period: a create that needs confirming, or a failure worth retrying.
-    pub(crate) fn retry_soon(&self) -> bool {
+    fn retry_soon(&self) -> bool {
         self.failures
             .iter()
             .any(|f| f.error.is_already_exists() || f.error.is_transient())

@@ -280,7 +280,7 @@ impl Book {
 
     /// Records a failed tag of `item`, its `failures`-th in a row; returns
     /// true when it is given up: skipped until the node changes.
-    pub(crate) fn tag_failed(
+    fn tag_failed(
         &mut self,
         item: &TagItem,
         uid: Option<String>,

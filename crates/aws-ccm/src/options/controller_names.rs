@@ -28,7 +28,7 @@ impl ControllerName {
         ControllerName::Tagging,
     ];
 
-    pub(crate) fn canonical(self) -> &'static str {
+    fn canonical(self) -> &'static str {
         match self {
             ControllerName::CloudNode => "cloud-node-controller",
             ControllerName::CloudNodeLifecycle => "cloud-node-lifecycle-controller",
@@ -40,7 +40,7 @@ impl ControllerName {
     }
 
     /// Short names accepted by upstream (`cloud-node`, `service`, `route`, ...).
-    pub(crate) fn alias(self) -> &'static str {
+    fn alias(self) -> &'static str {
         match self {
             ControllerName::CloudNode => "cloud-node",
             ControllerName::CloudNodeLifecycle => "cloud-node-lifecycle",
@@ -56,7 +56,7 @@ impl ControllerName {
     /// (kube-controller-manager allocates pod CIDRs there, and deployments
     /// such as kOps pass `--allocate-node-cidrs=true` to both, so `*` turning
     /// it on would start a second allocator on a swap).
-    pub(crate) fn enabled_by_default(self) -> bool {
+    fn enabled_by_default(self) -> bool {
         !matches!(self, ControllerName::Tagging | ControllerName::NodeIpam)
     }
 

@@ -114,7 +114,7 @@ impl CloudError {
         self.kind == ErrorKind::NotFound
     }
 
-    pub(crate) fn is_throttled(&self) -> bool {
+    fn is_throttled(&self) -> bool {
         self.kind == ErrorKind::Throttled
     }
 

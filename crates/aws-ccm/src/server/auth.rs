@@ -105,7 +105,7 @@ pub struct UserInfo {
 }
 
 impl UserInfo {
-    pub(crate) fn anonymous() -> UserInfo {
+    fn anonymous() -> UserInfo {
         UserInfo {
             username: ANONYMOUS_USER.to_string(),
             groups: vec![UNAUTHENTICATED_GROUP.to_string()],

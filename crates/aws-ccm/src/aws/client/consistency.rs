@@ -37,7 +37,7 @@ impl Patience {
     }
 
     /// Patience of `total`, from now.
-    pub(crate) fn for_duration(total: Duration) -> Patience {
+    fn for_duration(total: Duration) -> Patience {
         Patience {
             until: Instant::now() + total,
             pause: FIRST_PAUSE,
@@ -58,7 +58,7 @@ impl Patience {
 
     /// Whether a step that failed with `error` should be sent again: it met
     /// `*.NotFound` and the patience is not spent (then it has slept).
-    pub(crate) async fn retry_not_found(&mut self, error: &AwsError) -> bool {
+    async fn retry_not_found(&mut self, error: &AwsError) -> bool {
         if !error.is_not_found() {
             return false;
         }

@@ -153,7 +153,7 @@ impl ClientOptions {
 
     /// The options with each invalid value replaced by its default (the
     /// error logged).
-    pub(crate) fn or_defaults(mut self) -> ClientOptions {
+    fn or_defaults(mut self) -> ClientOptions {
         let Err(err) = self.validate() else {
             return self;
         };
@@ -171,7 +171,7 @@ impl ClientOptions {
         self
     }
 
-    pub(crate) fn retry_policy(&self) -> RetryPolicy {
+    fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy {
             max_attempts: self.max_attempts.max(1),
             base_delay: self.backoff_base,

@@ -60,7 +60,7 @@ impl Service {
     }
 
     /// Display name used in user-facing messages.
-    pub(crate) fn display_name(self) -> &'static str {
+    fn display_name(self) -> &'static str {
         match self {
             Service::Ec2 => "EC2",
             Service::Elb => "ELB",
@@ -352,7 +352,7 @@ impl Operation {
     /// Looks an operation up by service and AWS action name. For the two
     /// actions with an unfiltered variant this returns the filtered one (the
     /// bucket the client normally charges).
-    pub(crate) fn from_action(service: Service, action: &str) -> Option<Operation> {
+    fn from_action(service: Service, action: &str) -> Option<Operation> {
         Operation::ALL
             .iter()
             .copied()

@@ -38,7 +38,7 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The backoff windows (before jitter) between attempts:
     /// `max_attempts - 1` of them.
-    pub(crate) fn windows(&self) -> impl Iterator<Item = Duration> + use<> {
+    fn windows(&self) -> impl Iterator<Item = Duration> + use<> {
         ExponentialBuilder::default()
             .with_min_delay(self.base_delay)
             .with_max_delay(self.max_delay)

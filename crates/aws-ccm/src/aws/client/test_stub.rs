@@ -36,7 +36,7 @@ pub(crate) struct StubInstance {
 impl StubInstance {
     /// The primary private address: the one an `ip-a-b-c-d…` name spells,
     /// else 10.0.0.1.
-    pub(crate) fn private_ip(&self) -> String {
+    fn private_ip(&self) -> String {
         let spelled = (self.private_dns.strip_prefix("ip-"))
             .and_then(|rest| rest.split('.').next())
             .map(|ip| ip.replace('-', "."))

@@ -191,7 +191,7 @@ impl CategoryLimiter {
 
     /// Configured burst.
     #[cfg(test)]
-    pub(crate) fn burst(&self) -> u32 {
+    fn burst(&self) -> u32 {
         self.burst
     }
 
@@ -354,7 +354,7 @@ impl Throttle {
 #[cfg(test)]
 impl CategoryLimiter {
     /// Configured ceiling in requests per second.
-    pub(crate) fn ceiling(&self) -> f64 {
+    fn ceiling(&self) -> f64 {
         self.ceiling
     }
 }

@@ -41,7 +41,7 @@ pub struct Listener {
 }
 
 impl Listener {
-    pub(crate) fn is_tls(&self) -> bool {
+    fn is_tls(&self) -> bool {
         self.protocol == "SSL" || self.protocol == "HTTPS"
     }
 }
@@ -87,7 +87,7 @@ impl Default for Attributes {
 
 impl Attributes {
     /// Whether `actual` already has every value `self` asks for.
-    pub(crate) fn satisfied_by(&self, actual: &Attributes) -> bool {
+    fn satisfied_by(&self, actual: &Attributes) -> bool {
         let opt = |want: &Option<i32>, have: &Option<i32>| want.is_none() || want == have;
         let opt_s = |want: &Option<String>, have: &Option<String>| want.is_none() || want == have;
         self.cross_zone == actual.cross_zone

@@ -141,7 +141,7 @@ impl RawInstance<'_> {
     /// Parses the instance, sharing repeated strings through `strings`.
     /// `None` when it has no instance ID (which EC2 never sends; such an
     /// entry cannot be matched to anything).
-    pub(crate) fn convert(self, strings: &mut Interner) -> Option<Ec2Instance> {
+    fn convert(self, strings: &mut Interner) -> Option<Ec2Instance> {
         let id = non_empty(self.id.as_deref())?;
         let mut network_interfaces: Vec<NetworkInterface> = self
             .network_interfaces

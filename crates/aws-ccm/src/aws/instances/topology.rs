@@ -110,7 +110,7 @@ pub(crate) struct Memory {
 }
 
 impl Memory {
-    pub(crate) fn remember(&mut self, learned: Learned, now: Instant) {
+    fn remember(&mut self, learned: Learned, now: Instant) {
         let Learned::Unsupported(key) = learned;
         // Entries past their deadline go when a new one comes: the map
         // holds at most the keys of one day.
@@ -124,13 +124,7 @@ impl Memory {
 
     /// Upstream's `mightSupportTopology`: a typed instance whose Region,
     /// ID and type are not remembered.
-    pub(crate) fn might_support(
-        &self,
-        region: &str,
-        id: &str,
-        instance_type: &str,
-        now: Instant,
-    ) -> bool {
+    fn might_support(&self, region: &str, id: &str, instance_type: &str, now: Instant) -> bool {
         !instance_type.is_empty()
             && !self.knows(region, now)
             && !self.knows(id, now)

@@ -298,11 +298,7 @@ impl AwsLoadBalancers {
     /// Reads and plans a classic ELB sync, stopping before apply. With
     /// `hand_over` an NLB the Service had is deleted first (a sync); without,
     /// it is only looked for (`aws-ccm plan`).
-    pub(crate) async fn plan_clb(
-        &self,
-        req: &EnsureRequest,
-        hand_over: bool,
-    ) -> Result<ClbPlan, CloudError> {
+    async fn plan_clb(&self, req: &EnsureRequest, hand_over: bool) -> Result<ClbPlan, CloudError> {
         let aws = &self.aws;
         let spec = &req.spec;
         let name = elb::load_balancer_name(&req.uid);

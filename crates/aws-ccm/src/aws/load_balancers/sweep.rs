@@ -321,7 +321,7 @@ impl LbSweep {
     /// once every [`TARGET_REPAIR_PERIODS`] resync periods, at a slot of its
     /// own, to repair targets moved by hand. Always without a resync period
     /// to trust for (`aws-ccm plan`); never with none (no resync).
-    pub(crate) fn targets_due(&self, arn: &str, uid: &str) -> bool {
+    fn targets_due(&self, arn: &str, uid: &str) -> bool {
         let period = match self.trust_for {
             None => return true,
             Some(None) => return false,
@@ -338,7 +338,7 @@ impl LbSweep {
     }
 
     /// Target group `arn`'s targets were read from AWS.
-    pub(crate) fn targets_read(&self, arn: &str) {
+    fn targets_read(&self, arn: &str) {
         self.targets_read
             .lock()
             .insert(arn.to_string(), Instant::now());

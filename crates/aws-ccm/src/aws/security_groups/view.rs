@@ -255,7 +255,7 @@ impl SgView {
 
     /// Reads groups `ids` by ID (one filtered call per 200) and records what
     /// was found; an ID not found is recorded gone.
-    pub(crate) async fn refresh(&self, aws: &AwsClient, ids: &[String]) -> Result<(), AwsError> {
+    async fn refresh(&self, aws: &AwsClient, ids: &[String]) -> Result<(), AwsError> {
         if ids.is_empty() {
             return Ok(());
         }

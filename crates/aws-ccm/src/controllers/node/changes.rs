@@ -75,7 +75,7 @@ impl StoreDiff {
     }
 
     /// The changes of the named nodes only, each as the store has it now.
-    pub(crate) fn diff_named(
+    fn diff_named(
         &mut self,
         names: impl IntoIterator<Item = Arc<str>>,
         now: impl Fn(&str) -> Option<Arc<Node>>,

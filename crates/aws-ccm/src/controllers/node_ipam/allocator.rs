@@ -62,11 +62,11 @@ impl CidrSet {
         self.range.cluster_cidr
     }
 
-    pub(crate) fn family(&self) -> Family {
+    fn family(&self) -> Family {
         Family::of(&self.range.cluster_cidr)
     }
 
-    pub(crate) fn node_mask(&self) -> u8 {
+    fn node_mask(&self) -> u8 {
         self.range.node_mask
     }
 
@@ -132,7 +132,7 @@ impl CidrSet {
     }
 
     /// The next free node CIDR, or `None` when every one is taken.
-    pub(crate) fn allocate_next(&mut self) -> Option<IpNet> {
+    fn allocate_next(&mut self) -> Option<IpNet> {
         if self.used >= self.total {
             return None;
         }
@@ -148,7 +148,7 @@ impl CidrSet {
     }
 
     /// Marks every node CIDR that `cidr` overlaps as taken (`on`) or free.
-    pub(crate) fn mark(&mut self, cidr: &IpNet, on: bool) {
+    fn mark(&mut self, cidr: &IpNet, on: bool) {
         for i in self.indices(cidr).into_iter().flatten() {
             self.set(i, on);
         }

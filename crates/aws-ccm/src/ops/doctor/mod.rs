@@ -92,7 +92,7 @@ impl CheckBuilder {
         self.with(Status::Pass, detail, None)
     }
 
-    pub(crate) fn skip(self, detail: impl Into<String>) -> Check {
+    fn skip(self, detail: impl Into<String>) -> Check {
         self.with(Status::Skip, detail, None)
     }
 

@@ -70,7 +70,7 @@ pub struct Live {
 
 impl Live {
     /// What `services` and `nodes` keep alive.
-    pub(crate) fn from_objects(services: &[Service], nodes: &[Node]) -> Live {
+    fn from_objects(services: &[Service], nodes: &[Node]) -> Live {
         Live {
             load_balancers: services
                 .iter()
@@ -106,10 +106,7 @@ impl Live {
     /// With the load balancers live Services adopted (`lbs`: those found),
     /// by the proof the Service's sync and deletion take: the Service names
     /// it and its tags name the Service ([`adopt::is_adopted_by`]).
-    pub(crate) fn with_adopted<'a>(
-        &self,
-        lbs: impl IntoIterator<Item = &'a read::LoadBalancer>,
-    ) -> Live {
+    fn with_adopted<'a>(&self, lbs: impl IntoIterator<Item = &'a read::LoadBalancer>) -> Live {
         let mut live = self.clone();
         for lb in lbs {
             let adopted = (lb.tags.get(crate::aws::tags::ADOPTED_TAG))
