@@ -25,6 +25,19 @@ pub(crate) struct Cloud {
     subnet: String,
 }
 
+impl Cloud {
+    /// The VPC of the node group (and of the seeded subnet).
+    pub(crate) async fn vpc_id(&self) -> anyhow::Result<String> {
+        let described = (self.ec2.describe_security_groups())
+            .group_ids(&self.node_group)
+            .send()
+            .await?;
+        let vpc = (described.security_groups().first()).and_then(|g| g.vpc_id());
+        let vpc = vpc.ok_or_else(|| anyhow::anyhow!("the node group has no VPC"))?;
+        Ok(vpc.to_string())
+    }
+}
+
 /// A VPC with one public subnet (10.0.1.0/24), a cluster-tagged node group
 /// and `nodes` node instances.
 pub(crate) async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
@@ -43,16 +56,7 @@ pub(crate) async fn seed(env: &Env, nodes: i32) -> anyhow::Result<Cloud> {
 /// Amazon-provided /56 on its VPC), as a dual-stack NLB needs on AWS: the
 /// proxy refuses one in a subnet without, as ELBv2 does.
 async fn with_ipv6(cloud: &Cloud) -> anyhow::Result<()> {
-    let subnets = cloud
-        .ec2
-        .describe_subnets()
-        .subnet_ids(&cloud.subnet)
-        .send()
-        .await?;
-    let vpc = (subnets.subnets().first())
-        .and_then(|s| s.vpc_id())
-        .ok_or_else(|| anyhow::anyhow!("the seeded subnet has no VPC"))?
-        .to_string();
+    let vpc = cloud.vpc_id().await?;
     let block = crate::ipv6::give_vpc(&cloud.ec2, &vpc).await?;
     crate::ipv6::give_subnet(&cloud.ec2, &cloud.subnet, &block, 0).await?;
     Ok(())
@@ -1255,16 +1259,7 @@ async fn managed_security_group_mode_and_byo_switching() -> anyhow::Result<()> {
     ))
     .await?;
     let cloud = seed(&env, 1).await?;
-    let vpc = cloud
-        .ec2
-        .describe_security_groups()
-        .group_ids(&cloud.node_group)
-        .send()
-        .await?
-        .security_groups()[0]
-        .vpc_id()
-        .unwrap()
-        .to_string();
+    let vpc = cloud.vpc_id().await?;
     let user_group = cloud
         .ec2
         .create_security_group()
@@ -2018,16 +2013,7 @@ async fn a_group_rule_stays_while_a_newer_nlb_carries_the_group() -> anyhow::Res
     );
     let env = Env::start_with_conf(&conf).await?;
     let cloud = seed(&env, 1).await?;
-    let described = cloud
-        .ec2
-        .describe_security_groups()
-        .group_ids(&cloud.node_group)
-        .send()
-        .await?;
-    let vpc = (described.security_groups().first())
-        .and_then(|g| g.vpc_id())
-        .ok_or_else(|| anyhow::anyhow!("the node group has no VPC"))?
-        .to_string();
+    let vpc = cloud.vpc_id().await?;
     let shared = cloud
         .ec2
         .create_security_group()

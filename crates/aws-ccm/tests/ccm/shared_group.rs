@@ -332,14 +332,7 @@ async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_
 
 /// `count` security groups of the user's in the node group's VPC.
 async fn user_groups(cloud: &Cloud, count: usize) -> anyhow::Result<Vec<String>> {
-    let described = (cloud.ec2.describe_security_groups())
-        .group_ids(&cloud.node_group)
-        .send()
-        .await?;
-    let vpc = (described.security_groups().first())
-        .and_then(|g| g.vpc_id())
-        .ok_or_else(|| anyhow::anyhow!("the node group has no VPC"))?
-        .to_string();
+    let vpc = cloud.vpc_id().await?;
     let mut ids = Vec::new();
     for i in 0..count {
         let made = (cloud.ec2.create_security_group())
