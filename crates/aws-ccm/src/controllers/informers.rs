@@ -12,6 +12,8 @@ use kube::Api;
 use kube::ResourceExt;
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use serde::de::DeserializeOwned;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
@@ -171,6 +173,18 @@ where
         })
 }
 
+/// `aws_ccm_controller_running{controller}`: 1 from a controller's start
+/// to its stop in this process (the leader's; a standby has no series), 0
+/// once it stopped.
+static RUNNING: std::sync::LazyLock<Family<crate::metrics::Labels, Gauge>> =
+    std::sync::LazyLock::new(|| {
+        crate::metrics::registered(
+            "aws_ccm_controller_running",
+            "1 while the controller runs in this process, 0 once it stopped",
+            Family::default(),
+        )
+    });
+
 /// Runs every enabled controller on the synced caches until each stops.
 async fn run_controllers<C: Cloud>(ctx: ControllerContext<C>, stop: CancellationToken) {
     if ctx.options.options.allocate_node_cidrs
@@ -186,8 +200,13 @@ async fn run_controllers<C: Cloud>(ctx: ControllerContext<C>, stop: Cancellation
         let ctx = ctx.clone();
         let stop = stop.clone();
         tasks.push(tokio::spawn(async move {
+            let running = RUNNING
+                .get_or_create(&vec![("controller", name.to_string())])
+                .clone();
             tracing::info!(controller = %name, "starting controller");
+            running.set(1);
             run_controller(name, ctx, stop).await;
+            running.set(0);
             tracing::info!(controller = %name, "controller stopped");
         }));
     }

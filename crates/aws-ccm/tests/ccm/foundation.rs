@@ -114,9 +114,7 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
     let mut first = env.start_ccm(&[]).await?;
     let first_id = held_by_other(&env, None, Duration::from_secs(30)).await?;
     wait_leading(&first, true, Duration::from_secs(10)).await?;
-    first
-        .wait_for_log("starting controller", Duration::from_secs(20))
-        .await?;
+    wait_controller_running(&first, "cloud-node-controller", Duration::from_secs(20)).await?;
 
     let second = env.start_ccm(&[]).await?;
     wait_leading(&second, false, Duration::from_secs(30)).await?;
@@ -152,9 +150,10 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
         !standby_logs.contains("successfully acquired lease"),
         "{standby_logs}"
     );
+    let (_, m) = https_get(&second.https_addr().await?, "/metrics").await?;
     assert!(
-        !standby_logs.contains("starting controller"),
-        "standby acted:\n{standby_logs}"
+        !m.contains("aws_ccm_controller_running{"),
+        "standby acted:\n{m}\n{standby_logs}"
     );
     // client-go's gauge, as the Go CCM exposes it: 1 on the leader, 0 on the standby.
     let status =
@@ -193,9 +192,7 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
     )
     .await?;
     assert_eq!(l.spec.and_then(|s| s.lease_transitions), Some(1));
-    second
-        .wait_for_log("starting controller", Duration::from_secs(20))
-        .await?;
+    wait_controller_running(&second, "cloud-node-controller", Duration::from_secs(20)).await?;
     env.finish().await
 }
 
@@ -203,8 +200,7 @@ async fn a_standby_waits_and_takes_over_when_the_leader_dies() -> anyhow::Result
 async fn sigterm_stops_cleanly_and_releases_the_lease() -> anyhow::Result<()> {
     let env = Env::start().await?;
     let mut ccm = env.start_ccm(&[]).await?;
-    ccm.wait_for_log("starting controller", Duration::from_secs(30))
-        .await?;
+    wait_controller_running(&ccm, "cloud-node-controller", Duration::from_secs(30)).await?;
     ccm.signal(libc::SIGTERM);
     let status = ccm.wait_exit(Duration::from_secs(15)).await?;
     assert!(
@@ -235,11 +231,10 @@ async fn without_leader_election_controllers_start_directly() -> anyhow::Result<
     let mut ccm = env
         .start_ccm(&["--leader-elect=false", "--controllers=cloud-node,-route"])
         .await?;
-    ccm.wait_for_log("starting controller", Duration::from_secs(30))
-        .await?;
-    let logs = ccm.logs();
-    assert!(logs.contains("cloud-node-controller"), "{logs}");
-    assert!(!logs.contains("controller=node-route-controller"), "{logs}");
+    let m = wait_controller_running(&ccm, "cloud-node-controller", Duration::from_secs(30)).await?;
+    // The only one named: no other controller was started at all.
+    let running = m.matches("aws_ccm_controller_running{").count();
+    assert_eq!(running, 1, "{m}");
     assert!(
         lease(&env).await.is_none(),
         "no Lease without leader election"
@@ -360,8 +355,7 @@ async fn a_leader_that_loses_its_lease_makes_no_aws_change_afterwards() -> anyho
         )
         .await?;
     let mut ccm = env.start_ccm(&["--controllers=service"]).await?;
-    ccm.wait_for_log("starting controller", Duration::from_secs(30))
-        .await?;
+    wait_controller_running(&ccm, "service-lb-controller", Duration::from_secs(30)).await?;
     // Slow AWS, and Services to provision: syncs are under way when the
     // Lease is lost.
     env.proxy.set_latency(Duration::from_millis(200));

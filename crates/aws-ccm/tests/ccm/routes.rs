@@ -961,30 +961,20 @@ async fn default_controllers_do_not_run_node_ipam_even_with_allocate_node_cidrs(
         .start_ccm(&["--allocate-node-cidrs=true", "--cluster-cidr=10.244.0.0/16"])
         .await?;
     ccm.wait_for_log("node IPAM is not running", WAIT).await?;
-    // The four default controllers start; node IPAM is not among them.
-    let started = |logs: &str| {
-        logs.lines()
-            .filter(|l| l.contains("starting controller"))
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
-    let lines = eventually("the default controllers to start", WAIT, || async {
-        let lines = started(&ccm.logs());
-        (lines.len() >= 4).then_some(lines)
-    })
-    .await
-    .map_err(|e| e.context(ccm.logs()))?;
-    for name in [
+    // The four default controllers start; node IPAM is not among them
+    // (the controllers named are started together, or not at all).
+    let defaults = [
         "cloud-node-controller",
+        "cloud-node-lifecycle-controller",
         "service-lb-controller",
         "node-route-controller",
-    ] {
-        assert!(lines.iter().any(|l| l.contains(name)), "{name}: {lines:?}");
-    }
-    assert!(
-        !lines.iter().any(|l| l.contains("node-ipam-controller")),
-        "{lines:?}"
-    );
+    ];
+    let lines: Vec<String> = defaults.iter().map(|n| controller_running(n)).collect();
+    let needles: Vec<&str> = lines.iter().map(String::as_str).collect();
+    let addr = ccm.https_addr().await?;
+    let m = metrics_with(&addr, &needles, WAIT).await?;
+    assert!(!m.contains("node-ipam-controller"), "{m}");
+    assert_eq!(m.matches("aws_ccm_controller_running{").count(), 4, "{m}");
     let logs = ccm.logs();
     assert!(logs.contains("--controllers names nodeipam"), "{logs}");
     assert!(!logs.contains("starting node IPAM"), "{logs}");
@@ -1012,9 +1002,14 @@ async fn node_ipam_stands_down_when_another_allocator_is_at_work() -> anyhow::Re
         "{logs}"
     );
     // The other controllers run on.
-    ccm.wait_for_log("service-lb-controller", WAIT).await?;
     let addr = ccm.https_addr().await?;
-    metrics_with(&addr, &["node_ipam_other_allocator_detected 1"], WAIT).await?;
+    let running = controller_running("service-lb-controller");
+    metrics_with(
+        &addr,
+        &["node_ipam_other_allocator_detected 1", &running],
+        WAIT,
+    )
+    .await?;
     assert!(pod_cidrs(&api, "bare").await.is_none());
     env.finish().await
 }

@@ -544,6 +544,23 @@ pub async fn metrics_with(
     })
 }
 
+/// The `/metrics` line of a controller running in this process.
+pub fn controller_running(name: &str) -> String {
+    format!("aws_ccm_controller_running{{controller=\"{name}\"}} 1")
+}
+
+/// Waits until `ccm`'s `/metrics` says controller `name` (its canonical
+/// name, `service-lb-controller`, ...) runs: from what it serves rather
+/// than from its log.
+pub async fn wait_controller_running(
+    ccm: &Ccm,
+    name: &str,
+    deadline: Duration,
+) -> anyhow::Result<String> {
+    let addr = ccm.https_addr().await?;
+    metrics_with(&addr, &[&controller_running(name)], deadline).await
+}
+
 /// Who holds the CCM's leader Lease, as the API server has it; `None`
 /// while nobody does.
 pub async fn lease_holder(env: &Env) -> Option<String> {
