@@ -584,7 +584,7 @@ async fn clb_to_nlb_to_clb_and_internal_toggle_leave_no_orphan() -> anyhow::Resu
 }
 
 /// Registered (not draining) instance IDs of a target group, sorted.
-async fn targets_of(c: &elbv2::Client, tg_arn: &str) -> Option<Vec<String>> {
+pub(crate) async fn targets_of(c: &elbv2::Client, tg_arn: &str) -> Option<Vec<String>> {
     let h = c
         .describe_target_health()
         .target_group_arn(tg_arn)
@@ -605,7 +605,7 @@ async fn targets_of(c: &elbv2::Client, tg_arn: &str) -> Option<Vec<String>> {
 }
 
 /// Target group ARNs of every NLB.
-async fn all_target_groups(c: &elbv2::Client) -> Vec<String> {
+pub(crate) async fn all_target_groups(c: &elbv2::Client) -> Vec<String> {
     c.describe_target_groups()
         .send()
         .await

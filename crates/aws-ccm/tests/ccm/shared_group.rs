@@ -14,7 +14,9 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 use kube::api::PostParams;
 
-use crate::nlb::{Cloud, lb_name, nlb_service, node_group_rules, node_n0, seed};
+use crate::nlb::{
+    Cloud, all_target_groups, lb_name, nlb_service, node_group_rules, node_n0, seed, targets_of,
+};
 use crate::ops_orphans::run_tool;
 use crate::service::node;
 use crate::support::*;
@@ -142,13 +144,20 @@ async fn shared_group(cloud: &Cloud) -> Option<(String, BTreeMap<String, String>
     Some((g.group_id()?.to_string(), tags))
 }
 
-#[tokio::test]
-async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_ports()
--> anyhow::Result<()> {
+/// cloud.conf with `NLBSecurityGroupMode = Managed`, without and with
+/// `NLBNodeIngress = SharedBackendGroup`.
+fn confs() -> (String, String) {
     let managed = format!(
         "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\n"
     );
-    let shared_mode = format!("{managed}NLBNodeIngress = SharedBackendGroup\n");
+    let shared = format!("{managed}NLBNodeIngress = SharedBackendGroup\n");
+    (managed, shared)
+}
+
+#[tokio::test]
+async fn nlbs_move_onto_the_shared_backend_group_and_back_never_admitting_fewer_ports()
+-> anyhow::Result<()> {
+    let (managed, shared_mode) = confs();
     let env = Env::start_with_conf(&managed).await?;
     let cloud = seed(&env, 1).await?;
     let (_client, services) = node_n0(&env, &cloud).await?;
@@ -351,17 +360,15 @@ async fn user_groups(cloud: &Cloud, count: usize) -> anyhow::Result<Vec<String>>
 /// (the shared group) and AWS refuses it, with a code nobody confirmed
 /// (the proxy's quota, which must fire): the NLB keeps its five and its
 /// CIDR node rules, the Service gets `SecurityGroupsRefused` naming the
-/// fix, and a joining node is still registered. With the quota raised, the
-/// next sync moves it onto the shared group. A new Service with five
+/// fix, a joining node is still registered, and each full sync asks again.
+/// With the quota raised, a later sync of the same CCM moves it onto the
+/// shared group. A new Service with five
 /// groups is made without the shared group, not refused.
 #[tokio::test]
 async fn a_byo_nlb_at_the_groups_quota_keeps_its_groups_and_upkeep_when_aws_refuses_the_shared_group()
 -> anyhow::Result<()> {
     // Upstream reads `security-groups` for an NLB in Managed mode only.
-    let base = format!(
-        "[Global]\nRegion = {REGION}\nKubernetesClusterID = {CLUSTER_ID}\nNLBSecurityGroupMode = Managed\n"
-    );
-    let shared_mode = format!("{base}NLBNodeIngress = SharedBackendGroup\n");
+    let (base, shared_mode) = confs();
     let env = Env::start_with_conf(&base).await?;
     let cloud = seed(&env, 2).await?;
     let (client, services) = node_n0(&env, &cloud).await?;
@@ -393,7 +400,8 @@ async fn a_byo_nlb_at_the_groups_quota_keeps_its_groups_and_upkeep_when_aws_refu
     env.proxy
         .set_security_groups_per_load_balancer(5, "SecurityGroupLimitExceeded");
     std::fs::write(&env.cloud_conf, &shared_mode)?;
-    let ccm = env.start_ccm(&["--controllers=service"]).await?;
+    // A short resync: each full sync asks again.
+    let ccm = (env.start_ccm(&["--controllers=service", "--service-resync-period=3s"])).await?;
     let note = crate::swap::event_note(&client, "byo", "SecurityGroupsRefused")
         .await
         .map_err(fail(&ccm))?;
@@ -402,10 +410,7 @@ async fn a_byo_nlb_at_the_groups_quota_keeps_its_groups_and_upkeep_when_aws_refu
         "{note}"
     );
     let refused = (env.proxy.calls()).get("elasticloadbalancingv2", "SetSecurityGroups");
-    assert!(
-        refused.received > refused.forwarded,
-        "the quota fired: {refused:?}"
-    );
+    assert!(refused.faulted > 0, "the quota fired: {refused:?}");
     let shared = shared_group(&cloud).await.map(|g| g.0);
     assert!(shared.is_some(), "the mode made its group");
     let groups = carried(&cloud, &names).await.unwrap_or_default();
@@ -421,27 +426,22 @@ async fn a_byo_nlb_at_the_groups_quota_keeps_its_groups_and_upkeep_when_aws_refu
     let mut both = cloud.instances[..2].to_vec();
     both.sort();
     eventually("the joined node registered", WAIT, || async {
-        let tgs = (cloud.elbv2.describe_target_groups()).send().await.ok()?;
-        let arn = tgs.target_groups().first()?.target_group_arn()?.to_string();
-        let h = (cloud.elbv2.describe_target_health())
-            .target_group_arn(arn)
-            .send()
-            .await
-            .ok()?;
-        let mut ids: Vec<String> = (h.target_health_descriptions().iter())
-            .filter_map(|d| d.target()?.id().map(str::to_string))
-            .collect();
-        ids.sort();
-        (ids == both).then_some(())
+        let groups = all_target_groups(&cloud.elbv2).await;
+        (targets_of(&cloud.elbv2, groups.first()?).await? == both).then_some(())
     })
     .await
     .map_err(fail(&ccm))?;
-    drop(ccm);
+    eventually("the next full sync asking again", WAIT, || async {
+        let again = (env.proxy.calls()).get("elasticloadbalancingv2", "SetSecurityGroups");
+        (again.faulted > refused.faulted).then_some(())
+    })
+    .await
+    .map_err(fail(&ccm))?;
 
-    // The quota raised: the next sync moves the NLB onto the shared group.
+    // The quota raised, the CCM running on: a later sync moves the NLB
+    // onto the shared group.
     env.proxy
         .set_security_groups_per_load_balancer(6, "SecurityGroupLimitExceeded");
-    let ccm = env.start_ccm(&["--controllers=service"]).await?;
     let shared = shared.unwrap_or_default();
     eventually(
         "the NLB on the shared group, its one rule",
@@ -475,7 +475,7 @@ async fn a_byo_nlb_at_the_groups_quota_keeps_its_groups_and_upkeep_when_aws_refu
     .await
     .map_err(fail(&ccm))?;
     let created = (env.proxy.calls()).get("elasticloadbalancingv2", "CreateLoadBalancer");
-    assert_eq!(created.received, created.forwarded, "{created:?}");
+    assert_eq!(created.faulted, 0, "{created:?}");
     drop(ccm);
     env.finish().await
 }

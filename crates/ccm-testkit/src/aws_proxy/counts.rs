@@ -18,7 +18,7 @@ pub struct ActionCounts {
     pub throttled: u64,
     /// Calls a fault rule fired on (any kind, `Latency` included), and
     /// calls the stand-in refused as AWS would: an IAM denial, the targets
-    /// quota.
+    /// quota, the security groups per load balancer.
     pub faulted: u64,
 }
 

@@ -642,7 +642,8 @@ impl AwsLoadBalancers {
             // The NLB keeps its groups: the node rules follow those.
             p.changes
                 .retain(|c| !matches!(c, nlb::Change::SetSecurityGroups(_)));
-            warnings.push(groups_refused_warning(req, &p, e));
+            let owned = applied.owned_group.as_deref();
+            warnings.push(groups_refused_warning(req, &p, owned, e));
         }
         let created = p.actual.lb.is_none();
         // The target groups as applied: (ARN, port).

@@ -86,8 +86,13 @@ impl AwsLoadBalancers {
 
 /// The Warning for AWS's refusal (`e`) of NLB `p`'s `SetSecurityGroups`:
 /// the NLB keeps the groups it has (see `nlb::io::Applied::refused_groups`).
-pub(super) fn groups_refused_warning(req: &EnsureRequest, p: &NlbPlan, e: &AwsError) -> Warning {
-    let owned = p.actual.owned_group.as_ref().map(|g| g.id.as_str());
+/// `owned`: the managed group's ID as the apply left it (made by it, too).
+pub(super) fn groups_refused_warning(
+    req: &EnsureRequest,
+    p: &NlbPlan,
+    owned: Option<&str>,
+    e: &AwsError,
+) -> Warning {
     let want: Vec<String> = (p.desired.security_groups.iter())
         .map(|g| g.planned_id(owned))
         .collect();

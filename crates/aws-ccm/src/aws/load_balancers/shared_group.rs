@@ -150,6 +150,7 @@ impl AwsLoadBalancers {
             && !nlb::shared_group::carried_at_create(desired.security_groups.len())
         {
             tracing::info!(
+                load_balancer = %desired.name,
                 groups = desired.security_groups.len(),
                 "a new NLB whose own groups fill the default quota: made without the shared backend group"
             );

@@ -248,7 +248,7 @@ pub struct SubnetMapping {
 /// What AWS must look like for one Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Desired {
-    name: String,
+    pub(crate) name: String,
     internal: bool,
     /// `ipv4` or `dualstack`.
     ip_address_type: String,
