@@ -30,7 +30,7 @@ tools:
 	scripts/install-moto.sh
 	scripts/install-tools.sh
 
-## lint: formatting, clippy, shell scripts, YAML, manifests, IAM policy, sizes of functions and files, dependencies (cargo deny)
+## lint: formatting, clippy, shell scripts, YAML, manifests, IAM policy, sizes of functions and files, owners' fields, dependencies (cargo deny)
 lint: tools
 	cargo fmt --check
 	cargo clippy --locked --all-targets -- -D warnings
@@ -50,6 +50,8 @@ lint: tools
 	$(VENV)/bin/python scripts/gen-compatibility-names.py --check
 	scripts/check-observability.sh
 	$(VENV)/bin/python scripts/check-sizes.py
+	python3 scripts/check-owners.py
+	python3 scripts/test_check_owners.py
 	python3 scripts/check-orphan-audit.py
 	$(VENV)/bin/python scripts/test_bench_table.py
 	$(VENV)/bin/python scripts/test_product_lines.py

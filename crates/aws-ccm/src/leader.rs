@@ -127,7 +127,7 @@ pub(crate) struct LeaderElector {
     observed: Option<(Observed, Instant)>,
     /// What our last acquisition found and made of the Lease.
     acquired: Option<crate::target_record::Acquisition>,
-    pub(crate) status: Arc<LeaderStatus>,
+    status: Arc<LeaderStatus>,
 }
 
 impl LeaderElector {
@@ -141,6 +141,12 @@ impl LeaderElector {
             acquired: None,
             status: Arc::new(LeaderStatus::default()),
         }
+    }
+
+    /// What this elector says of its lease, for `/healthz` and the
+    /// controllers' stop.
+    pub(crate) fn status(&self) -> Arc<LeaderStatus> {
+        self.status.clone()
     }
 
     /// The Lease's UID and transitions at our acquisition (before and

@@ -60,13 +60,8 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
     spawn_signal_handler(shutdown.clone());
 
     let mut elector = opts.leader_elect.then(|| leader_elector(lease_kube, opts));
-    let health = Health {
-        leader: elector
-            .as_ref()
-            .map_or(leader_status.clone(), |e| e.status.clone()),
-        ready: ready.clone(),
-        lease_duration: opts.leader_elect_lease_duration,
-    };
+    let leader = (elector.as_ref()).map_or(leader_status.clone(), |e| e.status());
+    let health = Health::new(leader, ready.clone(), opts.leader_elect_lease_duration);
     let cloud = Arc::new(cloud);
     let http = start_http(&validated, &kube, health, &cloud).await?;
     let drain = drain_bound(opts);
@@ -94,7 +89,7 @@ pub async fn run(validated: Validated) -> anyhow::Result<ExitCode> {
             ExitCode::SUCCESS
         }
         Some(elector) => {
-            let leading = elector.status.clone();
+            let leading = elector.status();
             let stop_aws = || async {
                 stop_aws_changes(&aws, drain).await;
                 // Shutting down (not lost): the last entries, for the successor.

@@ -36,13 +36,29 @@ use crate::leader::LeaderStatus;
 /// leader-election health adaptor uses 20 s).
 const LEADER_HEALTH_TOLERANCE: Duration = Duration::from_secs(20);
 
-/// What the health endpoints look at.
+/// What the health endpoints look at: handles to state others set.
 #[derive(Clone)]
 pub struct Health {
-    pub leader: Arc<LeaderStatus>,
+    leader: Arc<LeaderStatus>,
     /// Set once the controllers' caches have synced (or when this replica is a standby).
-    pub ready: Arc<AtomicBool>,
-    pub lease_duration: Duration,
+    ready: Arc<AtomicBool>,
+    lease_duration: Duration,
+}
+
+impl Health {
+    /// `/healthz` follows `leader`'s renewals (given `lease_duration`),
+    /// `/readyz` follows `ready`.
+    pub fn new(
+        leader: Arc<LeaderStatus>,
+        ready: Arc<AtomicBool>,
+        lease_duration: Duration,
+    ) -> Self {
+        Health {
+            leader,
+            ready,
+            lease_duration,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -81,11 +81,11 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 fn health() -> Health {
-    Health {
-        leader: Arc::new(LeaderStatus::default()),
-        ready: Arc::new(AtomicBool::new(true)),
-        lease_duration: Duration::from_secs(15),
-    }
+    Health::new(
+        Arc::new(LeaderStatus::default()),
+        Arc::new(AtomicBool::new(true)),
+        Duration::from_secs(15),
+    )
 }
 
 /// The CCM's HTTPS endpoint with the admission check on, behind its real

@@ -19,11 +19,11 @@ use aws_ccm::server::{Health, RunningServer, ServeOptions, delegate, start};
 use ccm_testkit::apiserver::{FailureRule, NonResourceGrant, Subject, TestApiServer, TokenUser};
 
 fn health() -> Health {
-    Health {
-        leader: Arc::new(LeaderStatus::default()),
-        ready: Arc::new(AtomicBool::new(true)),
-        lease_duration: Duration::from_secs(15),
-    }
+    Health::new(
+        Arc::new(LeaderStatus::default()),
+        Arc::new(AtomicBool::new(true)),
+        Duration::from_secs(15),
+    )
 }
 
 fn settings(ttl: Duration) -> AuthSettings {
