@@ -43,6 +43,19 @@ static MISSING: LazyLock<Family<ActionLabels, Gauge>> = LazyLock::new(|| {
     family
 });
 
+/// `aws_ccm_iam_self_check_problems`: how many writes the start-up check
+/// found denied plus how many actions it found the policy lacking; absent
+/// until the check has run, so 0 says "checked, nothing wrong".
+static PROBLEMS: LazyLock<Gauge> = LazyLock::new(|| {
+    let gauge = Gauge::default();
+    crate::metrics::register(
+        "aws_ccm_iam_self_check_problems",
+        "Denied writes plus missing IAM actions the start-up permission check found; absent until it has run (docs/iam-self-check.md)",
+        gauge.clone(),
+    );
+    gauge
+});
+
 /// What the events regard: the CCM's Pod, else the `kube-system` Namespace.
 fn event_subject(pod_name: Option<String>, pod_namespace: Option<String>) -> ObjectReference {
     let pod_name = pod_name.filter(|n| !n.is_empty());
@@ -126,6 +139,7 @@ pub(crate) async fn run<C: Cloud>(env: Environment<C>) {
         policy_lacks = gaps.len(),
         "permission self-check done"
     );
+    PROBLEMS.set(denied);
 }
 
 #[cfg(test)]

@@ -262,9 +262,10 @@ async fn actions_kops_policy_lacks_are_reported_once_at_start_up() -> anyhow::Re
     args[0] = "--controllers=service,route".into();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let ccm = env.start_ccm(&args).await?;
-    ccm.wait_for_log("permission self-check done", WAIT)
+    let problems = self_check_problems(&ccm, WAIT)
         .await
         .map_err(|e| e.context(ccm.logs()))?;
+    assert_eq!(problems, 2, "{}", ccm.logs());
     let logs = ccm.logs();
     for action in ["elasticloadbalancing:DescribeTags", "ec2:ReplaceRoute"] {
         let lines: Vec<&str> = logs
@@ -290,10 +291,12 @@ async fn actions_kops_policy_lacks_are_reported_once_at_start_up() -> anyhow::Re
     env.proxy
         .enforce_iam(Some(IamEnforcer::from_repo(&kops_policy()?)?));
     let ccm = env.start_ccm(&args).await?;
-    ccm.wait_for_log("permission self-check done", WAIT)
+    let problems = self_check_problems(&ccm, WAIT)
         .await
         .map_err(|e| e.context(ccm.logs()))?;
-    let logs = ccm.logs();
-    assert!(!logs.contains("the IAM policy lacks"), "{logs}");
+    assert_eq!(problems, 0, "{}", ccm.logs());
+    let addr = ccm.https_addr().await?;
+    let m = metrics_with(&addr, &[], WAIT).await?;
+    assert!(!m.contains("aws_ccm_iam_policy_missing_action{"), "{m}");
     env.finish().await
 }

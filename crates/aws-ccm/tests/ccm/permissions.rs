@@ -183,9 +183,10 @@ async fn the_start_up_self_check_logs_and_events_each_denial() -> anyhow::Result
     vars.push(("POD_NAMESPACE".into(), "kube-system".into()));
     let ccm = Ccm::spawn(&args, &vars).await?;
 
-    ccm.wait_for_log("permission self-check done", WAIT)
+    let problems = self_check_problems(&ccm, WAIT)
         .await
         .map_err(|e| e.context(ccm.logs()))?;
+    assert_eq!(problems, 1, "the one denied table: {}", ccm.logs());
     let logs = ccm.logs();
     let line = logs
         .lines()

@@ -561,6 +561,20 @@ pub async fn wait_controller_running(
     metrics_with(&addr, &[&controller_running(name)], deadline).await
 }
 
+/// Waits until `ccm`'s start-up permission self-check has run and returns
+/// what `/metrics` says it found (`aws_ccm_iam_self_check_problems`: denied
+/// writes plus missing actions).
+pub async fn self_check_problems(ccm: &Ccm, deadline: Duration) -> anyhow::Result<u64> {
+    const NAME: &str = "aws_ccm_iam_self_check_problems ";
+    let addr = ccm.https_addr().await?;
+    let body = metrics_with(&addr, &[NAME], deadline).await?;
+    let value = body
+        .lines()
+        .find_map(|l| l.strip_prefix(NAME))
+        .ok_or_else(|| anyhow::anyhow!("no {NAME}sample in {body}"))?;
+    Ok(value.trim().parse()?)
+}
+
 /// Who holds the CCM's leader Lease, as the API server has it; `None`
 /// while nobody does.
 pub async fn lease_holder(env: &Env) -> Option<String> {

@@ -246,11 +246,12 @@ async fn a_cloud_conf_value_the_go_ccm_fails_nlbs_on_keeps_them_in_upkeep() -> a
         format!("{conf}NLBSecurityGroupMode = managed\n"),
     )?;
     let (proxy, ccm) = env.start_counted_ccm(&["--controllers=service"]).await?;
-    ccm.wait_for_log("NLBSecurityGroupMode", WAIT).await?;
     let refused = event_note(&client, "network", "SyncLoadBalancerFailed").await?;
     for w in ["NLBSecurityGroupMode", "managed", "kept current"] {
         assert!(refused.contains(w), "{refused:?} lacks {w:?}");
     }
+    // The start-up warning names the key too.
+    ccm.wait_for_log("NLBSecurityGroupMode", WAIT).await?;
     services
         .create(&pp, &lb_service("classic", serde_json::json!({})))
         .await?;

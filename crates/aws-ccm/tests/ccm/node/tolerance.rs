@@ -23,8 +23,7 @@ async fn a_failing_topology_api_holds_no_taint_whatever_its_failure() -> anyhow:
     let ccm = env
         .start_ccm_via(&proxy.endpoint(), &[NODE_CONTROLLERS])
         .await?;
-    ccm.wait_for_log("cloud-node controller started", Duration::from_secs(30))
-        .await?;
+    wait_controller_running(&ccm, "cloud-node-controller", Duration::from_secs(30)).await?;
     let hang = Duration::from_secs(45);
     let faults = [
         ("5xx", FaultKind::ServerError(500)),
