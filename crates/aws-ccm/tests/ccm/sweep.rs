@@ -34,10 +34,6 @@ fn calls(proxy: &FaultProxy, service: &str, action: &str) -> u64 {
     proxy.calls().get(service, action).received
 }
 
-fn count_lines(logs: &str, needle: &str) -> usize {
-    logs.lines().filter(|l| l.contains(needle)).count()
-}
-
 /// A node for every seeded instance, then `services`.
 async fn nodes_and_services(
     env: &Env,
@@ -215,7 +211,7 @@ async fn adopt_after_first_leader(someone_in_between: bool) -> anyhow::Result<()
     // resync period, at most 5 minutes (the adoption's deadline is 3), and
     // nothing was written to invalidate it. Each listing is one page; tags
     // go ceil(30/20) calls per kind.
-    let sweeps = count_lines(&logs, "swept the cluster's load balancers");
+    let sweeps = calls(&proxy, CLB, "DescribeLoadBalancers");
     assert_eq!(sweeps, 1, "logs:\n{logs}");
     let tag_calls = N.div_ceil(20) as u64;
     // The start-up permission probe asks each DescribeTags once.
@@ -291,7 +287,8 @@ async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow
     // Adoption under way: a first Service synced.
     ccm.wait_synced(1, WAIT).await?;
     let api: Api<Service> = Api::namespaced(env.api.client().await?, "default");
-    let created_at = ccm.logs().len();
+    // From here the proxy keeps the order of what it received.
+    env.proxy.record_requests(true);
     api.create(
         &PostParams::default(),
         &lb_service("late", serde_json::json!({})),
@@ -302,31 +299,28 @@ async fn a_service_created_during_adoption_goes_ahead_of_the_backlog() -> anyhow
     })
     .await
     .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))?;
-    eventually("the adoption backlog drained", WAIT, || async {
-        (count_lines(&ccm.logs(), "load balancer ensured") > N).then_some(())
-    })
-    .await?;
-
-    let logs = ccm.logs();
-    let after: Vec<&str> = logs[created_at..]
-        .lines()
-        .filter(|l| l.contains("load balancer ensured"))
+    ccm.wait_synced(N as u64 + 1, WAIT).await?;
+    // Each NLB's adoption sync reads its group's health once; late's sync
+    // is the one CreateLoadBalancer. The adoption syncs that started
+    // between late's creation and its own are those it waited for.
+    let order: Vec<String> = (env.proxy)
+        .requests_of(&["DescribeTargetHealth", "CreateLoadBalancer"])
+        .into_iter()
+        .map(|c| c.action)
         .collect();
-    let late_at = after
-        .iter()
-        .position(|l| l.contains("default/late"))
-        .ok_or_else(|| anyhow::anyhow!("no ensure of late\nlogs:\n{logs}"))?;
+    let ahead = (order.iter())
+        .position(|a| a == "CreateLoadBalancer")
+        .ok_or_else(|| anyhow::anyhow!("no CreateLoadBalancer for late in {order:?}"))?;
+    eprintln!("late went after {ahead} adoption syncs: {order:?}");
     // At most the sync in flight when late arrived, and one more started
     // before the informer delivered it, go first.
     assert!(
-        late_at <= 2,
-        "late was synced after {late_at} adoption syncs:\n{}",
-        after.join("\n")
+        ahead <= 2,
+        "late was synced after {ahead} adoption syncs: {order:?}"
     );
     assert!(
-        after.len() > late_at + 1,
-        "the adoption backlog had not drained before late: {}",
-        after.len()
+        order.len() > ahead + 1,
+        "the adoption backlog had not drained before late: {order:?}"
     );
     env.finish().await
 }
@@ -666,12 +660,8 @@ async fn a_security_group_rule_removed_out_of_band_is_repaired_at_the_resync_slo
     env.finish().await
 }
 
-/// Waits until `ccm` has synced `services` Services once (its "load
-/// balancer ensured" lines), naming its logs on timeout.
+/// Waits until `ccm` has synced `services` Services once, as its
+/// `/metrics` counts them.
 async fn adopted(ccm: &Ccm, services: usize) -> anyhow::Result<()> {
-    eventually("every Service adopted", WAIT, || async {
-        (count_lines(&ccm.logs(), "load balancer ensured") >= services).then_some(())
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\nlogs:\n{}", ccm.logs()))
+    ccm.wait_synced(services as u64, WAIT).await
 }
