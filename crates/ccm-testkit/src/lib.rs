@@ -31,8 +31,18 @@ pub fn servers_allowed(what: &str) -> anyhow::Result<()> {
 
 /// A file or directory of this repository (the workspace root), for the
 /// tests and tools that read `iam/`, `manifests/` or `docs/`.
+///
+/// The checkout that runs the test, from the `CARGO_MANIFEST_DIR` cargo gives
+/// a test binary (its package, `crates/<name>`), else the one that compiled
+/// this crate: two checkouts sharing a target dir (a CI clone and the work
+/// tree) share this crate's build, and with it the other's baked-in path.
 pub fn repo_path(relative: &str) -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
+    let compiled = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let running = std::env::var_os("CARGO_MANIFEST_DIR").map(std::path::PathBuf::from);
+    let root = |crate_dir: &std::path::Path| crate_dir.join("../..");
+    running
+        .map(|dir| root(&dir))
+        .filter(|r| r.join("Cargo.toml").is_file() && r.join("crates/ccm-testkit").is_dir())
+        .unwrap_or_else(|| root(&compiled))
         .join(relative)
 }
